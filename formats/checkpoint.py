@@ -1,0 +1,61 @@
+"""The ``checkpoint`` file (``StoreCheckpoint``, reference §7).
+
+A 4096-byte page of big-endian int64 fields; 4.x writes the first three (24 bytes), 5.0-5.1.0
+adds ``master_flushed_offset`` (32), 5.1.1+ ``confirm_phy_offset`` (40). The rest is zero.
+Recovery bounds use ``min_timestamp`` (``getMinTimestamp``: min(physic, logics) - 3 s, >= 0)
+and ``min_timestamp_index`` (``getMinTimestampIndex``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Int64sb, Padding, Struct
+
+from ._layout import derive_whole
+
+CHECKPOINT_FILE_SIZE = 4096
+RECOVERY_MARGIN_MS = 3000
+
+CheckpointStruct = Struct(
+    "physic_msg_timestamp" / Int64sb,
+    "logics_msg_timestamp" / Int64sb,
+    "index_msg_timestamp" / Int64sb,
+    "master_flushed_offset" / Int64sb,
+    "confirm_phy_offset" / Int64sb,
+    Padding(CHECKPOINT_FILE_SIZE - 40),
+)
+
+_FIELDS = derive_whole(CheckpointStruct).codec
+
+
+class StoreCheckpoint(NamedTuple):
+    physic_msg_timestamp: int
+    logics_msg_timestamp: int
+    index_msg_timestamp: int
+    master_flushed_offset: int = 0
+    confirm_phy_offset: int = 0
+
+    @property
+    def min_timestamp(self) -> int:
+        return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - RECOVERY_MARGIN_MS)
+
+    @property
+    def min_timestamp_index(self) -> int:
+        return min(self.min_timestamp, self.index_msg_timestamp)
+
+
+def decode_checkpoint(buf) -> StoreCheckpoint:
+    """Fields of a checkpoint page; a shorter buffer reads as zero past its end (as a fresh map)."""
+    page = bytes(buf[:CHECKPOINT_FILE_SIZE]).ljust(CHECKPOINT_FILE_SIZE, b"\0")
+    return StoreCheckpoint._make(_FIELDS.unpack(page))
+
+
+def encode_checkpoint(checkpoint: StoreCheckpoint) -> bytes:
+    return _FIELDS.pack(*checkpoint)
+
+
+def used_bytes(buf) -> int:
+    """How many leading bytes hold non-zero data: a hint of the writer's version (24/32/40)."""
+    page = bytes(buf[:CHECKPOINT_FILE_SIZE])
+    return len(page.rstrip(b"\0"))

@@ -1,0 +1,88 @@
+"""Consume queue units (reference §5).
+
+- ``ConsumeQueueEntryStruct``: the 20-byte unit of ``consumequeue/<topic>/<queueId>/`` files
+  (``ConsumeQueue.CQ_STORE_UNIT_SIZE``). Files are named by logical byte offset
+  (queue offset x 20); ``size`` is the record's TOTALSIZE; ``tags_code`` is the TAGS hash, the
+  delivery time for SCHEDULE_TOPIC_XXXX, or a ConsumeQueueExt address.
+- ``ConsumeQueueExtUnitStruct``: ``ConsumeQueueExt.CqExtUnit`` (optional ``consumequeue_ext/``).
+- ``BatchConsumeQueueUnitStruct``: the 46-byte ``BatchConsumeQueue`` unit (5.0.0+).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct
+
+from ._layout import derive_fixed, derive_whole
+
+ConsumeQueueEntryStruct = Struct(
+    "phys_offset" / Int64sb,
+    "size" / Int32sb,
+    "tags_code" / Int64sb,
+)
+
+ConsumeQueueExtUnitStruct = Struct(
+    "size" / Int16sb,
+    "tags_code" / Int64sb,
+    "msg_store_time" / Int64sb,
+    "bitmap_size" / Int16sb,
+    "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
+)
+
+BatchConsumeQueueUnitStruct = Struct(
+    "phys_offset" / Int64sb,
+    "size" / Int32sb,
+    "tags_code" / Int64sb,
+    "store_time" / Int64sb,
+    "msg_base_offset" / Int64sb,
+    "batch_size" / Int16sb,
+    "compacted_offset" / Int32sb,
+    "reserved" / Int32sb,
+)
+
+ENTRY = derive_whole(ConsumeQueueEntryStruct).codec
+ENTRY_SIZE = ENTRY.size
+EXT_UNIT_HEADER = derive_fixed(ConsumeQueueExtUnitStruct).codec
+BATCH_UNIT = derive_whole(BatchConsumeQueueUnitStruct).codec
+BATCH_UNIT_SIZE = BATCH_UNIT.size
+
+FILLER = (0, 0x7FFFFFFF, 0)
+"""``fillPreBlank`` unit written before a queue's first entry when it does not start at 0."""
+EXT_MAX_ADDRESS = -2147483649
+"""``ConsumeQueueExt.MAX_ADDR``: a tags code at or below this is an ext-file address."""
+
+
+class ConsumeQueueEntry(NamedTuple):
+    """A consume queue unit and the queue offset its position stands for."""
+
+    queue_offset: int
+    phys_offset: int
+    size: int
+    tags_code: int
+
+    @property
+    def is_filler(self) -> bool:
+        return (self.phys_offset, self.size, self.tags_code) == FILLER
+
+    @property
+    def is_valid(self) -> bool:
+        """The broker's recovery rule (``offset >= 0 && size > 0``); fillers pass it too."""
+        return self.phys_offset >= 0 and self.size > 0
+
+
+def is_valid_unit(phys_offset: int, size: int) -> bool:
+    return phys_offset >= 0 and size > 0
+
+
+def is_ext_address(tags_code: int) -> bool:
+    return tags_code <= EXT_MAX_ADDRESS
+
+
+def ext_address_to_offset(tags_code: int) -> int:
+    """Byte offset in the ConsumeQueueExt file-queue that an address stands for."""
+    return tags_code + 2**63
+
+
+def encode_entry(phys_offset: int, size: int, tags_code: int) -> bytes:
+    return ENTRY.pack(phys_offset, size, tags_code)

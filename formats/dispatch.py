@@ -1,0 +1,114 @@
+"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5).
+
+``DispatchRequest`` mirrors the broker class of that name: the record's own PHYSICALOFFSET and
+QUEUEOFFSET, TOTALSIZE, and the tags code (TAGS hash, or for SCHEDULE_TOPIC_XXXX the delivery
+time from the delay-level table). ``CommitLogDispatcherBuildConsumeQueue`` writes CQ entries
+only for NOT_TYPE and COMMIT records; ``CommitLogDispatcherBuildIndex`` indexes everything but
+ROLLBACK records, under ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS entry.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, NamedTuple
+
+from .commitlog import CommitLogRecord, TransactionType, transaction_type
+from .errors import CorruptRecord
+from .hashing import tags_code as hash_tags
+from .properties import PropertyKey, split_keys
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
+    """``messageDelayLevel`` -> ``{level: delay_ms}``; level i+1 is token i (``parseDelayLevel``)."""
+    table = {}
+    for i, token in enumerate(text.split(" ")):
+        table[i + 1] = int(token[:-1]) * _UNIT_MS[token[-1]]
+    return table
+
+
+DEFAULT_DELAY_TABLE = parse_delay_levels()
+
+
+def dispatches_to_consume_queue(sys_flag: int) -> bool:
+    return transaction_type(sys_flag) in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
+
+
+def is_indexed(sys_flag: int) -> bool:
+    return transaction_type(sys_flag) != TransactionType.ROLLBACK
+
+
+def consume_queue_tags_code(
+    topic: str, properties: Mapping[str, str], store_timestamp: int, delay_table: Mapping[int, int]
+) -> int:
+    """The tagsCode ``checkMessageAndReturnSize`` computes (an empty ``delay_table`` reproduces
+    4.9.2-4.9.8 abnormal recovery, where the table is not loaded yet: §3.5)."""
+    code = hash_tags(properties.get(PropertyKey.TAGS))
+    delay = properties.get(PropertyKey.DELAY)
+    if topic == SCHEDULE_TOPIC and delay is not None:
+        try:
+            level = int(delay)
+        except ValueError:
+            raise CorruptRecord(-1, f"DELAY property {delay!r} is not a number") from None
+        level = min(level, max(delay_table, default=0))
+        if level > 0:
+            code = store_timestamp + delay_table.get(level, 1000)
+    return code
+
+
+class DispatchRequest(NamedTuple):
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: tuple[str, ...]
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+
+    @property
+    def to_consume_queue(self) -> bool:
+        return dispatches_to_consume_queue(self.sys_flag)
+
+    @property
+    def to_index(self) -> bool:
+        return is_indexed(self.sys_flag)
+
+    def index_keys(self) -> list[str]:
+        """Index keys in put order: ``topic#UNIQ_KEY`` then ``topic#key`` per KEYS entry."""
+        keys = [f"{self.topic}#{self.uniq_key}"] if self.uniq_key is not None else []
+        keys.extend(f"{self.topic}#{k}" for k in self.keys)
+        return keys
+
+
+def dispatch_request(
+    record: CommitLogRecord,
+    delay_table: Mapping[int, int] = DEFAULT_DELAY_TABLE,
+    *,
+    legacy_properties: bool = False,
+) -> DispatchRequest:
+    """Build the ``DispatchRequest`` of a decoded record."""
+    props = record.property_map(legacy=legacy_properties)
+    topic = record.topic_name
+    try:
+        code = consume_queue_tags_code(topic, props, record.store_timestamp, delay_table)
+    except CorruptRecord as exc:
+        raise CorruptRecord(record.offset, exc.reason) from None
+    return DispatchRequest(
+        topic,
+        record.queue_id,
+        record.phys_offset,
+        record.total_size,
+        code,
+        record.store_timestamp,
+        record.queue_offset,
+        tuple(split_keys(props.get(PropertyKey.KEYS))),
+        props.get(PropertyKey.UNIQ_KEY),
+        record.sys_flag,
+        record.prepared_transaction_offset,
+    )

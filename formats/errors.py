@@ -1,0 +1,41 @@
+"""Errors raised by the decoders. Each carries the byte position it concerns."""
+
+from __future__ import annotations
+
+
+class FormatError(Exception):
+    """Bytes that do not decode as the expected on-disk structure."""
+
+    def __init__(self, position: int, reason: str):
+        super().__init__(f"{reason} at position {position}")
+        self.position = position
+        self.reason = reason
+
+
+class TruncatedRecord(FormatError):
+    """The record runs past the end of the available bytes."""
+
+    def __init__(self, position: int, needed: int, available: int):
+        super().__init__(position, f"record needs {needed} bytes, only {available} available")
+        self.needed = needed
+        self.available = available
+
+
+class CorruptRecord(FormatError):
+    """The record's fields are impossible (bad magic code, negative topic length...).
+
+    The broker's ``checkMessageAndReturnSize`` answers ``(-1, false)`` for these.
+    """
+
+
+class LengthMismatch(CorruptRecord):
+    """TOTALSIZE differs from the length its own fields add up to.
+
+    The broker logs "[BUG]read total count not equals msg total size" and answers
+    ``(totalSize, false)``: recovery truncates there, the reput service skips ``total_size``.
+    """
+
+    def __init__(self, position: int, total_size: int, computed: int):
+        super().__init__(position, f"total size {total_size} != {computed} from the record's fields")
+        self.total_size = total_size
+        self.computed = computed

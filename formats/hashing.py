@@ -1,0 +1,39 @@
+"""Checksums and hashes the broker computes, reproduced bit for bit.
+
+- ``body_crc``: ``UtilAll.crc32`` = ``java.util.zip.CRC32 & 0x7FFFFFFF`` (reference §2.7).
+- ``java_string_hash``: ``String.hashCode`` over UTF-16 code units, int32 wrap (§3.4).
+- ``tags_code``: ``tagsString2tagsCode``: 0 for no tags, else the hash sign-extended (§3.4).
+- ``index_key_hash``: ``IndexFile.indexKeyHashMethod``: ``abs(hash)``, MIN_VALUE -> 0 (§6.4).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+CRC31_MASK = 0x7FFFFFFF
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """The BODYCRC the broker stores: CRC32 of the stored body, low 31 bits."""
+    return zlib.crc32(body) & CRC31_MASK
+
+
+def java_string_hash(text: str) -> int:
+    """Java ``String.hashCode()``: ``h = 31*h + unit`` over UTF-16 code units, signed int32."""
+    units = text.encode("utf-16-be", "surrogatepass")
+    h = 0
+    for (unit,) in struct.iter_unpack(">H", units):
+        h = (31 * h + unit) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """CQ tagsCode of a record's TAGS (the MULTI_TAGS sys flag does not change it)."""
+    return java_string_hash(tags) if tags else 0
+
+
+def index_key_hash(key: str) -> int:
+    """The non-negative key hash stored in index entries (``Math.abs``; MIN_VALUE maps to 0)."""
+    h = abs(java_string_hash(key))
+    return 0 if h > 0x7FFFFFFF else h

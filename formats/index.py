@@ -1,0 +1,152 @@
+"""Index files: ``index/<yyyyMMddHHmmssSSS>`` (reference §6).
+
+Layout: a 40-byte ``IndexHeader``, ``hash_slot_num`` int32 slots, then ``index_num`` 20-byte
+entries; entry 0 is never used and ``index_count`` is the next entry number (starts at 1).
+A slot holds the entry number of the newest entry whose key hash falls in it; entries chain to
+older ones through ``prev_index``. Sources: ``IndexHeader``, ``IndexFile``, ``IndexService``
+(4.0.0 - 5.3.3, format unchanged). ``IndexWriter`` reproduces ``IndexFile.putKey`` on a
+writable buffer so rebuilt files are what the broker would have written.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Int32sb, Int64sb, Struct
+
+from . import hashing
+from ._layout import derive_whole
+
+IndexHeaderStruct = Struct(
+    "begin_timestamp" / Int64sb,
+    "end_timestamp" / Int64sb,
+    "begin_phy_offset" / Int64sb,
+    "end_phy_offset" / Int64sb,
+    "hash_slot_count" / Int32sb,
+    "index_count" / Int32sb,
+)
+
+IndexSlotStruct = Struct("entry_number" / Int32sb)
+
+IndexEntryStruct = Struct(
+    "key_hash" / Int32sb,
+    "phy_offset" / Int64sb,
+    "time_diff" / Int32sb,
+    "prev_index" / Int32sb,
+)
+
+HEADER = derive_whole(IndexHeaderStruct).codec
+SLOT = derive_whole(IndexSlotStruct).codec
+ENTRY = derive_whole(IndexEntryStruct).codec
+HEADER_SIZE, SLOT_SIZE, ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
+MAX_QUERY_RESULTS = 64  # IndexService maxMsgsNumBatch
+INT32_MAX = 0x7FFFFFFF
+
+
+class IndexHeader(NamedTuple):
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+    @property
+    def entry_count(self) -> int:
+        return max(self.index_count - 1, 0)
+
+
+class IndexEntry(NamedTuple):
+    """Entry ``position`` (its entry number) as stored."""
+
+    position: int
+    key_hash: int
+    phy_offset: int
+    time_diff: int
+    prev_index: int
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE * index_num
+
+
+def slot_position(slot: int) -> int:
+    return HEADER_SIZE + SLOT_SIZE * slot
+
+
+def entry_position(hash_slot_num: int, number: int) -> int:
+    return HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE * number
+
+
+def index_key(topic: str, key: str) -> str:
+    """The string the broker hashes: ``topic + "#" + key`` (``IndexService.buildKey``)."""
+    return f"{topic}#{key}"
+
+
+def read_header(buf) -> IndexHeader:
+    return IndexHeader._make(HEADER.unpack_from(buf, 0))
+
+
+def time_diff_seconds(store_timestamp: int, begin_timestamp: int) -> int:
+    """``putKey``'s timeDiff: seconds since the header's begin time, clamped to [0, INT32_MAX]."""
+    if begin_timestamp <= 0:
+        return 0
+    diff = store_timestamp - begin_timestamp
+    diff = -((-diff) // 1000) if diff < 0 else diff // 1000  # Java long division truncates
+    return min(max(diff, 0), INT32_MAX)
+
+
+class IndexWriter:
+    """``IndexFile.putKey`` on a writable buffer laid out for (``hash_slot_num``, ``index_num``).
+
+    ``header`` starts as the previous file's end values (as ``IndexService`` initialises a new
+    file) and is written back by ``flush_header``. ``put`` returns False when the file is full.
+    """
+
+    def __init__(self, buf, hash_slot_num: int, index_num: int, header: IndexHeader | None = None):
+        self.buf = buf
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        h = header or read_header(buf)
+        self.begin_timestamp, self.end_timestamp = h.begin_timestamp, h.end_timestamp
+        self.begin_phy_offset, self.end_phy_offset = h.begin_phy_offset, h.end_phy_offset
+        self.hash_slot_count = h.hash_slot_count
+        self.index_count = h.index_count if h.index_count > 0 else 1
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    @property
+    def header(self) -> IndexHeader:
+        return IndexHeader(
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        if self.is_full:
+            return False
+        key_hash = hashing.index_key_hash(key)
+        slot_pos = slot_position(key_hash % self.hash_slot_num)
+        (prev,) = SLOT.unpack_from(self.buf, slot_pos)
+        if prev <= 0 or prev > self.index_count:
+            prev = 0
+        diff = time_diff_seconds(store_timestamp, self.begin_timestamp)
+        number = self.index_count
+        ENTRY.pack_into(self.buf, entry_position(self.hash_slot_num, number), key_hash, phy_offset, diff, prev)
+        SLOT.pack_into(self.buf, slot_pos, number)
+        if self.index_count <= 1:
+            self.begin_phy_offset, self.begin_timestamp = phy_offset, store_timestamp
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_phy_offset, self.end_timestamp = phy_offset, store_timestamp
+        return True
+
+    def flush_header(self) -> None:
+        HEADER.pack_into(self.buf, 0, *self.header)

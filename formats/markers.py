@@ -1,0 +1,37 @@
+"""The ``abort`` and ``lock`` marker files (reference §1.5, §8.1, §14).
+
+- ``abort``: created at the end of ``DefaultMessageStore.start()``, deleted by a clean
+  ``shutdown()``; present means the last run did not stop cleanly and the next start runs
+  abnormal recovery. Empty in 4.x; 5.x writes the broker's PID as decimal text (seen in the
+  5.3.3 fixtures) and leaves an empty ``abort.bak`` behind.
+- ``lock``: 4 ASCII bytes ``lock``; a running broker holds a POSIX lock on byte range [0, 1).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Const, GreedyBytes, Struct
+
+ABORT_FILE = "abort"
+ABORT_BACKUP_FILE = "abort.bak"
+LOCK_FILE = "lock"
+LOCK_CONTENT = b"lock"
+
+LockFileStruct = Struct("content" / Const(LOCK_CONTENT))
+AbortFileStruct = Struct("content" / GreedyBytes)
+
+
+class AbortMarker(NamedTuple):
+    """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x)."""
+
+    content: bytes
+
+    @property
+    def pid(self) -> int | None:
+        text = self.content.strip()
+        return int(text) if text.isdigit() else None
+
+
+def decode_abort(raw: bytes) -> AbortMarker:
+    return AbortMarker(AbortFileStruct.parse(raw).content)

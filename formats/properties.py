@@ -1,0 +1,87 @@
+"""Message properties: ``name \\x01 value \\x02`` pairs in UTF-8 (reference §2.8, §2.9).
+
+Writers differ by version: 4.0-4.9.0 and 5.x end a non-empty string with ``\\x02``; 4.9.1-4.9.x
+omit the final separator (seen in the 4.9.7 fixtures, unlike what the reference says).
+Readers differ too: ``MessageDecoder.string2messageProperties`` from 4.9.1 on keeps a value that
+contains ``\\x01``; the older split-based reader drops it. Both drop empty values.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+KEY_SEPARATOR = " "
+
+
+class PropertyKey:
+    """Standard property names (``MessageConst``)."""
+
+    KEYS = "KEYS"
+    TAGS = "TAGS"
+    WAIT = "WAIT"
+    DELAY = "DELAY"
+    RETRY_TOPIC = "RETRY_TOPIC"
+    REAL_TOPIC = "REAL_TOPIC"
+    REAL_QID = "REAL_QID"
+    TRAN_MSG = "TRAN_MSG"
+    PGROUP = "PGROUP"
+    UNIQ_KEY = "UNIQ_KEY"
+    ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    RECONSUME_TIME = "RECONSUME_TIME"
+    MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    CLUSTER = "CLUSTER"
+    INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+    INNER_MULTI_QUEUE_OFFSET = "INNER_MULTI_QUEUE_OFFSET"
+    INNER_NUM = "INNER_NUM"
+    INNER_BASE = "INNER_BASE"
+    TRANSACTION_ID = "__transactionId__"
+    TIMER_OUT_MS = "TIMER_OUT_MS"
+    DUP_INFO = "DUP_INFO"
+    CRC32 = "__CRC32#"
+
+
+def decode_text(raw: bytes | memoryview) -> str:
+    """UTF-8 as Java's ``new String(bytes, UTF_8)`` reads it (malformed input -> U+FFFD)."""
+    return bytes(raw).decode("utf-8", "replace")
+
+
+def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[str, str]:
+    """Parse a stored properties string the way the broker does.
+
+    ``legacy=True`` follows the reader of 4.0.0-4.9.0 (a value containing ``\\x01`` is dropped).
+    Later duplicates overwrite earlier ones; the insertion order is the stored order.
+    """
+    text = decode_text(raw)
+    result: dict[str, str] = {}
+    if not text:
+        return result
+    if legacy:
+        for item in text.split(PROPERTY_SEPARATOR):
+            parts = item.split(NAME_VALUE_SEPARATOR)
+            while parts and parts[-1] == "":  # Java's String.split drops trailing empties
+                parts.pop()
+            if len(parts) == 2:
+                result[parts[0]] = parts[1]
+        return result
+    for item in text.split(PROPERTY_SEPARATOR):
+        k = item.find(NAME_VALUE_SEPARATOR)
+        if 0 < k < len(item) - 1:
+            result[item[:k]] = item[k + 1 :]
+    return result
+
+
+def encode_properties(properties: Mapping[str, str], *, trailing_separator: bool = True) -> bytes:
+    """Serialize properties in the given order (``messageProperties2String``)."""
+    text = PROPERTY_SEPARATOR.join(
+        f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties.items() if value is not None
+    )
+    if text and trailing_separator:
+        text += PROPERTY_SEPARATOR
+    return text.encode("utf-8")
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """The KEYS property as the index sees it: split on one space, empties dropped."""
+    return [k for k in (keys or "").split(KEY_SEPARATOR) if k]

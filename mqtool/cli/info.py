@@ -1,0 +1,113 @@
+"""``mqtool info STORE``: the store at a glance, like ``pg_controldata``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..store.summary import store_summary
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store
+from .output import OutputFormat, emit_document, iso_ms
+
+
+def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
+    table.add_column("key", style="dim")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, "-" if v is None else str(v))
+    return table
+
+
+def render_info(console: Console, doc: dict[str, Any]) -> None:
+    cp = doc["checkpoint"]
+    cl = doc["commitlog"]
+    abort = doc["abort_file"]
+    console.print(
+        _kv_table(
+            "Store",
+            [
+                ("path", doc["store"]),
+                ("broker version", doc["version"]["label"]),
+                ("evidence", "; ".join(doc["version"]["evidence"])),
+                ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
+                ("lock file", "present" if doc["lock_file"] else "absent"),
+            ],
+        )
+    )
+    if cp:
+        console.print(
+            _kv_table(
+                "Checkpoint",
+                [
+                    ("physicMsgTimestamp", f"{iso_ms(cp['physic_msg_timestamp'])} ({cp['physic_msg_timestamp']})"),
+                    ("logicsMsgTimestamp", f"{iso_ms(cp['logics_msg_timestamp'])} ({cp['logics_msg_timestamp']})"),
+                    ("indexMsgTimestamp", f"{iso_ms(cp['index_msg_timestamp'])} ({cp['index_msg_timestamp']})"),
+                    ("masterFlushedOffset", cp["master_flushed_offset"]),
+                    ("confirmPhyOffset", cp["confirm_phy_offset"]),
+                    ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
+                    ("bytes used", cp["used_bytes"]),
+                ],
+            )
+        )
+    console.print(
+        _kv_table(
+            "Commit log",
+            [
+                ("segment size", cl["file_size"]),
+                ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
+                ("min offset", cl["min_offset"]),
+                ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
+            ],
+        )
+    )
+    topics = Table(title="Topics", title_justify="left", title_style="bold", box=None)
+    for c in ("topic", "queues", "messages"):
+        topics.add_column(c)
+    for name, t in doc["topics"].items():
+        topics.add_row(name, str(t["queues"]), str(t["messages"]))
+    console.print(topics)
+    queues = Table(title="Consume queues", title_justify="left", title_style="bold", box=None)
+    for c in ("topic", "queue", "min", "max", "messages", "files"):
+        queues.add_column(c)
+    for q in doc["queues"]:
+        queues.add_row(q["topic"], str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]))
+    console.print(queues)
+    index = doc["index"]
+    if index:
+        t = Table(
+            title=f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
+            title_justify="left",
+            title_style="bold",
+            box=None,
+        )
+        for c in ("file", "begin", "end", "phy offsets", "entries", "slots used"):
+            t.add_column(c)
+        for f in index["files"]:
+            t.add_row(
+                f["name"],
+                iso_ms(f["begin_timestamp"]),
+                iso_ms(f["end_timestamp"]),
+                f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+                str(f["entries"]),
+                str(f["hash_slot_count"]),
+            )
+        console.print(t)
+    for n in doc["notes"]:
+        console.print(f"note: {n}")
+
+
+@guarded
+def info(
+    store_path: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory (or a commitlog folder or segment).")],
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Show what a store holds: version, checkpoint, commit log range, queues, index files."""
+    with open_store(store_path, broker_config, broker_version) as store:
+        emit_document(store_summary(store), format, render_info)

@@ -1,0 +1,163 @@
+"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan.
+
+Field names are a stable contract (README "JSON field reference"). Timestamps are epoch
+milliseconds; hosts are ``ip:port`` with IPv6 as ``[compressed]:port``; ``body`` is encoded
+as the caller asks (``none`` gives null).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from enum import Enum
+from typing import Any
+
+from .formats import commitlog as clfmt
+from .formats.commitlog import CommitLogRecord
+from .formats.consumequeue import ConsumeQueueEntry
+from .formats.dispatch import DEFAULT_DELAY_TABLE, consume_queue_tags_code
+from .formats.errors import CorruptRecord
+from .formats.index import IndexEntry
+from .formats.properties import PropertyKey, split_keys
+
+
+class BodyEncoding(str, Enum):
+    none = "none"
+    utf8 = "utf8"
+    hex = "hex"
+    base64 = "base64"
+    sha256 = "sha256"
+
+
+MESSAGE_FIELDS = (
+    "offset",
+    "phys_offset",
+    "size",
+    "magic_version",
+    "body_crc",
+    "crc_ok",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "sys_flag",
+    "sys_flag_names",
+    "born_timestamp",
+    "born_host",
+    "store_timestamp",
+    "store_host",
+    "reconsume_times",
+    "prepared_transaction_offset",
+    "body_length",
+    "topic",
+    "properties",
+    "tags",
+    "keys",
+    "uniq_key",
+    "msg_id",
+    "transaction_type",
+    "tags_code",
+    "body",
+)
+CONSUME_QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code", "filler")
+INDEX_ENTRY_FIELDS = ("file", "slot", "position", "key_hash", "phys_offset", "time_diff", "prev_index")
+
+
+def decompress_body(record: CommitLogRecord) -> bytes:
+    """The body inflated when the COMPRESSED flag is set (zlib; LZ4/ZSTD are not bundled)."""
+    if not record.sys_flag & clfmt.SysFlag.COMPRESSED:
+        return record.body
+    kind = clfmt.compression_type(record.sys_flag)
+    if kind in (clfmt.CompressionType.ZLIB_LEGACY, clfmt.CompressionType.ZLIB):
+        try:
+            return zlib.decompress(record.body)
+        except zlib.error as exc:
+            raise CorruptRecord(record.offset, f"compressed body does not inflate: {exc}") from None
+    raise CorruptRecord(record.offset, f"body compression type {kind} (LZ4/ZSTD) is not supported")
+
+
+def encode_body(body: bytes, encoding: BodyEncoding) -> str | None:
+    if encoding is BodyEncoding.none:
+        return None
+    if encoding is BodyEncoding.utf8:
+        return body.decode("utf-8", "replace")
+    if encoding is BodyEncoding.hex:
+        return body.hex()
+    if encoding is BodyEncoding.base64:
+        return base64.b64encode(body).decode("ascii")
+    return hashlib.sha256(body).hexdigest()
+
+
+def sys_flag_names(sys_flag: int) -> list[str]:
+    return [flag.name for flag in clfmt.SysFlag if sys_flag & flag and not flag.name.startswith("COMPRESSION")]
+
+
+def message_dict(
+    record: CommitLogRecord,
+    body: BodyEncoding = BodyEncoding.none,
+    *,
+    decompress: bool = False,
+    legacy_properties: bool = False,
+    delay_table=DEFAULT_DELAY_TABLE,
+) -> dict[str, Any]:
+    """A message record as the documented JSON object."""
+    props = record.property_map(legacy=legacy_properties)
+    topic = record.topic_name
+    try:
+        tags_code = consume_queue_tags_code(topic, props, record.store_timestamp, delay_table)
+    except CorruptRecord:
+        tags_code = None
+    raw_body = decompress_body(record) if decompress and body is not BodyEncoding.none else record.body
+    return {
+        "offset": record.offset,
+        "phys_offset": record.phys_offset,
+        "size": record.total_size,
+        "magic_version": record.magic_version,
+        "body_crc": record.body_crc,
+        "crc_ok": record.crc_ok(),
+        "queue_id": record.queue_id,
+        "flag": record.flag,
+        "queue_offset": record.queue_offset,
+        "sys_flag": record.sys_flag,
+        "sys_flag_names": sys_flag_names(record.sys_flag),
+        "born_timestamp": record.born_timestamp,
+        "born_host": record.born_host,
+        "store_timestamp": record.store_timestamp,
+        "store_host": record.store_host,
+        "reconsume_times": record.reconsume_times,
+        "prepared_transaction_offset": record.prepared_transaction_offset,
+        "body_length": record.body_length,
+        "topic": topic,
+        "properties": props,
+        "tags": props.get(PropertyKey.TAGS),
+        "keys": split_keys(props.get(PropertyKey.KEYS)),
+        "uniq_key": props.get(PropertyKey.UNIQ_KEY),
+        "msg_id": record.msg_id,
+        "transaction_type": record.transaction_type.name,
+        "tags_code": tags_code,
+        "body": encode_body(raw_body, body),
+    }
+
+
+def consume_queue_dict(topic: str, queue_id: int, entry: ConsumeQueueEntry) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "queue_id": queue_id,
+        "queue_offset": entry.queue_offset,
+        "phys_offset": entry.phys_offset,
+        "size": entry.size,
+        "tags_code": entry.tags_code,
+        "filler": entry.is_filler,
+    }
+
+
+def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[str, Any]:
+    return {
+        "file": file,
+        "slot": entry.key_hash % hash_slot_num if entry.key_hash >= 0 else None,
+        "position": entry.position,
+        "key_hash": entry.key_hash,
+        "phys_offset": entry.phy_offset,
+        "time_diff": entry.time_diff,
+        "prev_index": entry.prev_index,
+    }

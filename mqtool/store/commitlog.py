@@ -1,0 +1,199 @@
+"""The commit log as the broker sees it: ordered fixed-size segments and the record scan.
+
+``CommitLog.scan`` is the broker's recovery loop (reference §8.3): decode record after record,
+jump to the next segment on a blank record, stop at the first record that is not valid. The
+position where it stops is the commit log's logical end; nothing after it is trusted, even
+when it looks like a record (the broker never zeroes truncated bytes, §8.9).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, NamedTuple
+
+from ..errors import BadStoreFile
+from ..formats import commitlog as fmt
+from ..formats.hashing import body_crc
+from ..formats.errors import FormatError, LengthMismatch, TruncatedRecord
+from .mappedfile import MappedFile
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One commit log file: ``base_offset`` is its name, ``size`` its length on disk."""
+
+    path: Path
+    base_offset: int
+    size: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.base_offset + self.size
+
+
+class StopReason:
+    """Why a scan ended (``ScanEnd.reason``)."""
+
+    ZEROS = "zeros"  # unwritten (all-zero) bytes: the normal end of data
+    BLANK_LAST = "blank-in-last-segment"  # a blank record and no further segment
+    CORRUPT = "corrupt"  # illegal magic code or impossible length
+    LENGTH_MISMATCH = "length-mismatch"  # the broker's "half message"
+    TRUNCATED = "truncated"  # the record runs past the end of its segment
+    CRC = "crc"  # body CRC mismatch (only when the scan checks CRCs)
+    SEGMENT_END = "segment-end"  # a record ended exactly at the segment end
+    LIMIT = "limit"  # reached the requested end offset
+    NO_SEGMENTS = "no-segments"
+
+
+class ScanEnd(NamedTuple):
+    """Where and why a scan stopped. ``offset`` is the broker's ``processOffset``."""
+
+    offset: int
+    reason: str
+    detail: str = ""
+    total_size: int | None = None  # TOTALSIZE of the record at ``offset`` when it has one
+
+    @property
+    def is_clean(self) -> bool:
+        """True when the scan reached the end of written data rather than damage."""
+        return self.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS)
+
+
+class CommitLogScan:
+    """Iterate valid records from a start offset; afterwards ``end`` says where and why it stopped."""
+
+    def __init__(self, commitlog: "CommitLog", start: int, stop: int | None, check_crc: bool):
+        self.commitlog = commitlog
+        self.start = start
+        self.stop = stop
+        self.check_crc = check_crc
+        self.end: ScanEnd | None = None
+        self.blanks: list[fmt.BlankRecord] = []
+
+    def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
+        segments = self.commitlog.segments
+        index = self.commitlog.segment_index(self.start)
+        if index is None:
+            self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
+            return
+        pos = self.start - segments[index].base_offset
+        stop = self.stop
+        check_crc = self.check_crc
+        decode = fmt.decode_record
+        while True:
+            segment = segments[index]
+            with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
+                buf, base, size = mf.buf, segment.base_offset, mf.size
+                while True:
+                    if stop is not None and base + pos >= stop:
+                        self.end = ScanEnd(base + pos, StopReason.LIMIT)
+                        return
+                    if pos >= size:
+                        self.end = ScanEnd(base + pos, StopReason.SEGMENT_END, "a record ended exactly at the segment end")
+                        return
+                    try:
+                        record = decode(buf, pos, base, size)
+                    except FormatError as exc:
+                        self.end = _classify(buf, pos, base, size, exc)
+                        return
+                    if record.magic_code == fmt.BLANK_MAGIC:
+                        self.blanks.append(record)
+                        break
+                    if check_crc and not record.crc_ok():
+                        self.end = ScanEnd(
+                            record.offset,
+                            StopReason.CRC,
+                            f"body CRC {body_crc(record.body)} != stored {record.body_crc}",
+                            record.total_size,
+                        )
+                        return
+                    yield record
+                    pos += record.total_size
+            index += 1
+            if index >= len(segments):
+                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank record at the end of the last segment")
+                return
+            pos = 0
+
+
+def _classify(buf, pos: int, base: int, size: int, exc: FormatError) -> ScanEnd:
+    offset = base + pos
+    if not any(buf[pos : min(pos + 8, size)]):
+        return ScanEnd(offset, StopReason.ZEROS, "no record written here")
+    if isinstance(exc, LengthMismatch):
+        return ScanEnd(offset, StopReason.LENGTH_MISMATCH, exc.reason, exc.total_size)
+    if isinstance(exc, TruncatedRecord):
+        return ScanEnd(offset, StopReason.TRUNCATED, exc.reason)
+    return ScanEnd(offset, StopReason.CORRUPT, exc.reason)
+
+
+class CommitLog:
+    """The ordered segments of ``commitlog/`` (possibly several directories, §1.6)."""
+
+    def __init__(self, segments: list[Segment], file_size: int, *, cache_size: int = 8):
+        self.segments = segments
+        self.file_size = file_size
+        self._open: OrderedDict[int, MappedFile] = OrderedDict()
+        self._cache_size = cache_size
+        for prev, seg in zip(segments, segments[1:]):
+            if seg.base_offset == prev.base_offset:
+                raise BadStoreFile(f"{seg.path}: two segments start at offset {seg.base_offset}")
+
+    @property
+    def min_offset(self) -> int:
+        """First offset of the first segment (the broker's ``getMinOffset`` when it is available)."""
+        return self.segments[0].base_offset if self.segments else 0
+
+    @property
+    def end_of_files(self) -> int:
+        return self.segments[-1].end_offset if self.segments else 0
+
+    def segment_index(self, offset: int) -> int | None:
+        """Index of the segment holding ``offset`` (``findMappedFileByOffset``)."""
+        if not self.segments:
+            return None
+        guess = (offset - self.segments[0].base_offset) // self.file_size
+        if 0 <= guess < len(self.segments) and self.segments[guess].base_offset <= offset < self.segments[guess].end_offset:
+            return guess
+        for i, seg in enumerate(self.segments):  # gaps in the sequence: fall back to a search
+            if seg.base_offset <= offset < seg.end_offset:
+                return i
+        return None
+
+    def scan(self, start: int | None = None, stop: int | None = None, *, check_crc: bool = False) -> CommitLogScan:
+        """Valid records from ``start`` (default: the first segment) until the logical end."""
+        return CommitLogScan(self, self.min_offset if start is None else start, stop, check_crc)
+
+    def mapped(self, index: int) -> MappedFile:
+        """A cached read-only map of segment ``index`` (for random access)."""
+        mf = self._open.get(index)
+        if mf is None:
+            seg = self.segments[index]
+            mf = self._open[index] = MappedFile(seg.path, seg.base_offset)
+            if len(self._open) > self._cache_size:
+                self._open.popitem(last=False)[1].close()
+        else:
+            self._open.move_to_end(index)
+        return mf
+
+    def read_record(self, offset: int) -> fmt.Record:
+        """Decode the record starting at ``offset`` (raises ``FormatError`` or ``LookupError``)."""
+        index = self.segment_index(offset)
+        if index is None:
+            raise LookupError(f"no commit log segment holds offset {offset}")
+        mf = self.mapped(index)
+        return fmt.decode_record(mf.buf, offset - mf.base_offset, mf.base_offset, mf.size)
+
+    def read_bytes(self, offset: int, length: int) -> bytes:
+        index = self.segment_index(offset)
+        if index is None:
+            raise LookupError(f"no commit log segment holds offset {offset}")
+        mf = self.mapped(index)
+        pos = offset - mf.base_offset
+        return bytes(mf.buf[pos : pos + length])
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()

@@ -1,0 +1,73 @@
+"""Store configuration: the broker.conf settings that decide how files decode.
+
+Every value may be left ``None`` to be inferred from the files. Keys follow
+``MessageStoreConfig`` field names; sizes accept both the ``mapedFileSize*`` spelling
+(up to 4.5.1) and ``mappedFileSize*`` (4.5.2+), reference §1.3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..errors import BadInput
+from ..formats.config import parse_broker_conf
+from ..formats.dispatch import DEFAULT_DELAY_LEVELS
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    store_root: Path | None = None
+    commitlog_dirs: tuple[Path, ...] | None = None
+    commitlog_file_size: int | None = None
+    consume_queue_file_size: int | None = None
+    hash_slot_num: int | None = None
+    index_num: int | None = None
+    message_index_enable: bool = True
+    message_index_safe: bool = False
+    check_crc_on_recover: bool = True
+    delay_levels: str = DEFAULT_DELAY_LEVELS
+
+    def with_overrides(self, **values) -> "StoreConfig":
+        return replace(self, **{k: v for k, v in values.items() if v is not None})
+
+
+def _int(conf: dict[str, str], *keys: str) -> int | None:
+    for key in keys:
+        if key in conf:
+            try:
+                return int(conf[key])
+            except ValueError:
+                raise BadInput(f"broker config: {key}={conf[key]!r} is not a number") from None
+    return None
+
+
+def _bool(conf: dict[str, str], key: str, default: bool) -> bool:
+    return conf[key].strip().lower() == "true" if key in conf else default
+
+
+def load_broker_config(path: Path) -> StoreConfig:
+    """Read ``broker.conf`` (Java properties) into a ``StoreConfig``."""
+    try:
+        conf = parse_broker_conf(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None
+    root = Path(conf["storePathRootDir"]) if conf.get("storePathRootDir") else None
+    commitlog_dirs = None
+    if conf.get("storePathCommitLog"):
+        commitlog_dirs = tuple(Path(p) for p in conf["storePathCommitLog"].split(",") if p.strip())
+    cq_size = _int(conf, "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue")
+    if cq_size is not None:
+        cq_size = -(-cq_size // 20) * 20  # getMappedFileSizeConsumeQueue rounds up to units
+    return StoreConfig(
+        store_root=root,
+        commitlog_dirs=commitlog_dirs,
+        commitlog_file_size=_int(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
+        consume_queue_file_size=cq_size,
+        hash_slot_num=_int(conf, "maxHashSlotNum"),
+        index_num=_int(conf, "maxIndexNum"),
+        message_index_enable=_bool(conf, "messageIndexEnable", True),
+        message_index_safe=_bool(conf, "messageIndexSafe", False),
+        check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
+        delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
+    )

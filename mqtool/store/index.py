@@ -1,0 +1,152 @@
+"""Index files (``index/``) and the broker's key lookup over them (reference §6).
+
+The geometry (``hash_slot_num``, ``index_num``) is not stored in the file; the broker maps
+files with its configured values. ``infer_index_geometry`` recovers it from a file's own
+content when no broker.conf is given: the newest entry must be the head of its slot's chain.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..errors import BadStoreFile
+from ..formats import hashing
+from ..formats import index as fmt
+from .mappedfile import MappedFile
+
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class IndexGeometry:
+    hash_slot_num: int
+    index_num: int
+
+    @property
+    def file_size(self) -> int:
+        return fmt.index_file_size(self.hash_slot_num, self.index_num)
+
+
+class IndexFile:
+    """One index file, mapped read-only, decoded with the broker's geometry."""
+
+    def __init__(self, path: Path, geometry: IndexGeometry):
+        self.path = Path(path)
+        self.name = self.path.name
+        self.geometry = geometry
+        self._mf = MappedFile(self.path)
+        if self._mf.size < fmt.HEADER_SIZE:
+            self._mf.close()
+            raise BadStoreFile(f"{self.path}: {self._mf.size} bytes, too short for an index header")
+        self.header = fmt.read_header(self._mf.buf)
+
+    @property
+    def size(self) -> int:
+        return self._mf.size
+
+    def close(self) -> None:
+        self._mf.close()
+
+    def slot(self, slot: int) -> int:
+        return fmt.SLOT.unpack_from(self._mf.buf, fmt.slot_position(slot))[0]
+
+    def _in_file(self, number: int) -> bool:
+        return 0 < number < self.geometry.index_num and fmt.entry_position(self.geometry.hash_slot_num, number) + fmt.ENTRY_SIZE <= self.size
+
+    def entry(self, number: int) -> fmt.IndexEntry:
+        pos = fmt.entry_position(self.geometry.hash_slot_num, number)
+        return fmt.IndexEntry(number, *fmt.ENTRY.unpack_from(self._mf.buf, pos))
+
+    def entries(self) -> Iterator[fmt.IndexEntry]:
+        """Entries 1 .. index_count - 1, in write order."""
+        for number in range(1, min(self.header.index_count, self.geometry.index_num)):
+            if not self._in_file(number):
+                return
+            yield self.entry(number)
+
+    def slots(self) -> Iterator[tuple[int, int]]:
+        """``(slot, entry number)`` for every non-empty slot."""
+        for slot in range(self.geometry.hash_slot_num):
+            number = self.slot(slot)
+            if number:
+                yield slot, number
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        b, e = self.header.begin_timestamp, self.header.end_timestamp
+        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, out: list[int] | None = None) -> list[int]:
+        """``IndexFile.selectPhyOffset``: walk the slot chain of ``key`` (a full ``topic#key``).
+
+        Only the 31-bit hash is compared, so collisions are returned as the broker returns them.
+        """
+        out = [] if out is None else out
+        h = hashing.index_key_hash(key)
+        count = self.header.index_count
+        number = self.slot(h % self.geometry.hash_slot_num)
+        if number <= 0 or number > count or count <= 1:
+            return out
+        while len(out) < max_num and self._in_file(number):
+            e = self.entry(number)
+            if e.time_diff < 0:
+                break
+            t = self.header.begin_timestamp + e.time_diff * 1000
+            if e.key_hash == h and begin <= t <= end:
+                out.append(e.phy_offset)
+            if e.prev_index <= 0 or e.prev_index > count or e.prev_index == number or t < begin:
+                break
+            number = e.prev_index
+        return out
+
+
+def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[int]:
+    """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` offsets."""
+    max_num = min(max_num, fmt.MAX_QUERY_RESULTS)
+    full_key = fmt.index_key(topic, key)
+    out: list[int] = []
+    for f in reversed(list(files)):
+        if f.is_time_matched(begin, end):
+            f.select_phy_offsets(full_key, max_num, begin, end, out)
+        if f.header.begin_timestamp < begin or len(out) >= max_num:
+            break
+    return out
+
+
+def infer_index_geometry(path: Path) -> IndexGeometry:
+    """Find (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size that fits the content.
+
+    Tries the broker's default ratio n = 4 s first. A geometry fits when the newest entry is
+    the head of its own slot chain (every put writes the slot last).
+    """
+    size = os.stat(path).st_size
+    if size < fmt.HEADER_SIZE:
+        raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")
+    with MappedFile(path) as mf:
+        header = fmt.read_header(mf.buf)
+        candidates = []
+        if (size - fmt.HEADER_SIZE) % 84 == 0:
+            candidates.append((size - fmt.HEADER_SIZE) // 84)
+        candidates += [s for s in range(1, (size - fmt.HEADER_SIZE) // fmt.SLOT_SIZE + 1) if (size - fmt.HEADER_SIZE - 4 * s) % 20 == 0]
+        last = header.index_count - 1
+        for slots in candidates:
+            entries = (size - fmt.HEADER_SIZE - fmt.SLOT_SIZE * slots) // fmt.ENTRY_SIZE
+            if last < 1:
+                return IndexGeometry(slots, entries)  # nothing written: any geometry reads the same
+            if last >= entries:
+                continue
+            key_hash = fmt.ENTRY.unpack_from(mf.buf, fmt.entry_position(slots, last))[0]
+            if key_hash >= 0 and fmt.SLOT.unpack_from(mf.buf, fmt.slot_position(key_hash % slots))[0] == last:
+                return IndexGeometry(slots, entries)
+    raise BadStoreFile(f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file; pass --broker-config")
+
+
+def list_index_files(index_dir: Path) -> list[Path]:
+    """Index files as ``IndexService.load`` sees them: names that parse as a long, sorted by name."""
+    try:
+        names = sorted(e.name for e in os.scandir(index_dir) if e.is_file() and e.name.isdigit())
+    except FileNotFoundError:
+        return []
+    return [index_dir / name for name in names]

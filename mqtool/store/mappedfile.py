@@ -1,0 +1,89 @@
+"""Read-only memory maps of store files (the offline counterpart of ``MappedFile``)."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from pathlib import Path
+
+from ..errors import BadInput, BadStoreFile
+
+OFFSET_NAME = re.compile(r"^\d{20}$")
+"""File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
+
+
+class MappedFile:
+    """One store file mapped read-only; ``buf`` supports ``struct.unpack_from`` and slicing.
+
+    Nothing here can write: the file is opened ``O_RDONLY`` and mapped ``ACCESS_READ``. A
+    zero-length file maps to an empty buffer. Slices of ``buf`` are ``bytes`` copies, so no
+    view outlives ``close``.
+    """
+
+    __slots__ = ("path", "base_offset", "size", "_map")
+
+    def __init__(self, path: Path, base_offset: int = 0, *, sequential: bool = False):
+        self.path = Path(path)
+        self.base_offset = base_offset
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except PermissionError:
+            raise BadInput(f"{self.path}: permission denied") from None
+        except FileNotFoundError:
+            raise BadStoreFile(f"{self.path}: file disappeared while reading the store") from None
+        except OSError as exc:
+            raise BadInput(f"{self.path}: {exc.strerror}") from None
+        try:
+            self.size = os.fstat(fd).st_size
+            self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
+        except (OSError, ValueError) as exc:
+            raise BadInput(f"{self.path}: cannot map file: {exc}") from None
+        finally:
+            os.close(fd)
+        if sequential and self._map is not None:
+            self._map.madvise(mmap.MADV_SEQUENTIAL)
+
+    @property
+    def buf(self):
+        return self._map if self._map is not None else b""
+
+    def close(self) -> None:
+        """Unmap now, or, while a numpy view still exports the buffer, when the last view dies."""
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass
+            self._map = None
+
+    def __enter__(self) -> "MappedFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MappedFile({str(self.path)!r}, base_offset={self.base_offset}, size={self.size})"
+
+
+def offset_named_files(directory: Path) -> list[tuple[int, Path]]:
+    """``(first offset, path)`` of the 20-digit-named regular files in ``directory``, sorted."""
+    try:
+        entries = list(os.scandir(directory))
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise BadInput(f"{directory}: not a directory") from None
+    except PermissionError:
+        raise BadInput(f"{directory}: permission denied") from None
+    files = [(int(e.name), Path(e.path)) for e in entries if OFFSET_NAME.match(e.name) and e.is_file()]
+    files.sort()
+    return files
+
+
+def file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None

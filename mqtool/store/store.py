@@ -1,0 +1,214 @@
+"""``Store.open``: a broker store directory (or one commit log folder or segment), read-only.
+
+Layout (reference §1.1): ``commitlog/``, ``consumequeue/<topic>/<queueId>/``, ``index/``,
+``checkpoint``, ``abort``, ``lock``, ``config/``. File sizes come from ``--broker-config``
+where given, otherwise from the files themselves; like ``MappedFileQueue.load``, a commit log
+segment whose length differs from the others is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
+from ..formats import checkpoint as cpfmt
+from ..formats import config as cfgfmt
+from ..formats import markers
+from ..formats.dispatch import parse_delay_levels
+from .commitlog import CommitLog, Segment
+from .config import StoreConfig
+from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
+from .index import IndexFile, IndexGeometry, infer_index_geometry, list_index_files
+from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
+from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
+
+STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
+
+
+@dataclass
+class Store:
+    """An opened store. ``root`` is None when only commit log segments were given."""
+
+    root: Path | None
+    commitlog: CommitLog
+    config: StoreConfig
+    notes: list[str] = field(default_factory=list)
+    _version: BrokerVersion | None = None
+
+    # ---- opening --------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | Path, config: StoreConfig | None = None, version: str | None = None) -> "Store":
+        path = Path(path)
+        config = config or StoreConfig()
+        if not path.exists():
+            raise StoreNotFound(f"{path}: no such file or directory")
+        if path.is_file():
+            return cls._open_segment_file(path, config, version)
+        if any((path / part).exists() for part in STORE_PARTS):
+            return cls._open_commitlog_dirs(config.commitlog_dirs or (path / "commitlog",), path, config, version)
+        if offset_named_files(path):
+            return cls._open_commitlog_dirs((path,), None, config, version)
+        raise NotAStore(f"{path}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+
+    @classmethod
+    def _open_segment_file(cls, path: Path, config: StoreConfig, version: str | None) -> "Store":
+        if not OFFSET_NAME.match(path.name):
+            raise BadInput(f"{path}: a commit log segment is named by its 20-digit start offset")
+        size = file_size(path)
+        if size == 0:
+            raise BadStoreFile(f"{path}: empty file")
+        segment = Segment(path, int(path.name), size)
+        store = cls(None, CommitLog([segment], config.commitlog_file_size or size), config)
+        return store._finish(version)
+
+    @classmethod
+    def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
+        found = sorted((base, p) for d in dirs for base, p in offset_named_files(Path(d)))
+        notes = []
+        sizes = [(base, p, file_size(p)) for base, p in found]
+        if sizes and sizes[-1][2] == 0 and len(sizes) > 1:
+            notes.append(f"{sizes[-1][1]}: zero-length last segment ignored (the broker 5.1.3+ deletes it)")
+            sizes.pop()
+        expected = config.commitlog_file_size
+        if expected is None and sizes:
+            counts: dict[int, int] = {}
+            for _, _, size in sizes:
+                counts[size] = counts.get(size, 0) + 1
+            expected = max(counts, key=lambda s: (counts[s], s))
+        for base, p, size in sizes:
+            if size != expected:
+                raise BadStoreFile(
+                    f"{p}: {size} bytes, expected {expected} like the other segments (the broker refuses to load it)"
+                )
+            if base % expected:
+                raise BadStoreFile(f"{p}: name is not a multiple of the segment size {expected}")
+        segments = [Segment(p, base, size) for base, p, size in sizes]
+        store = cls(root, CommitLog(segments, expected or 1 << 30), config, notes)
+        return store._finish(version)
+
+    def _finish(self, version: str | None) -> "Store":
+        if version is not None:
+            self._version = BrokerVersion.parse(version)
+        check_first_record(self)
+        return self
+
+    def close(self) -> None:
+        self.commitlog.close()
+        for f in self.__dict__.get("index_files", []) or []:
+            f.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- paths ----------------------------------------------------------------------------
+
+    def path(self, *parts: str) -> Path:
+        if self.root is None:
+            raise BadInput("this command needs a store root directory, not commit log segments")
+        return self.root.joinpath(*parts)
+
+    # ---- version ----------------------------------------------------------------------------
+
+    @cached_property
+    def version_guess(self) -> VersionGuess:
+        if self._version is not None:
+            return VersionGuess(self._version, str(self._version), [], given=True)
+        return detect_version(self)
+
+    @property
+    def version(self) -> BrokerVersion | None:
+        return self.version_guess.version
+
+    @property
+    def legacy_properties(self) -> bool:
+        """True when the broker parses properties with the split-based reader (< 4.9.1)."""
+        return self.version is not None and self.version < BrokerVersion(4, 9, 1)
+
+    @cached_property
+    def delay_table(self) -> dict[int, int]:
+        return parse_delay_levels(self.config.delay_levels)
+
+    # ---- consume queues ---------------------------------------------------------------------
+
+    @cached_property
+    def consume_queue_file_size(self) -> int:
+        if self.config.consume_queue_file_size:
+            return self.config.consume_queue_file_size
+        if self.root is None:
+            return 300_000 * 20
+        return infer_queue_file_size(self.path("consumequeue")) or 300_000 * 20
+
+    @cached_property
+    def consume_queues(self) -> list[ConsumeQueue]:
+        if self.root is None:
+            return []
+        return discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        directory = self.path("consumequeue", topic, str(queue_id))
+        return ConsumeQueue(topic, queue_id, directory, self.consume_queue_file_size)
+
+    # ---- index --------------------------------------------------------------------------------
+
+    @cached_property
+    def index_geometry(self) -> IndexGeometry | None:
+        if self.config.hash_slot_num and self.config.index_num:
+            return IndexGeometry(self.config.hash_slot_num, self.config.index_num)
+        paths = list_index_files(self.path("index")) if self.root is not None else []
+        if not paths:
+            return None
+        return infer_index_geometry(paths[-1])
+
+    @cached_property
+    def index_files(self) -> list[IndexFile]:
+        if self.root is None or self.index_geometry is None:
+            return []
+        return [IndexFile(p, self.index_geometry) for p in list_index_files(self.path("index"))]
+
+    # ---- checkpoint, markers, config ----------------------------------------------------------
+
+    @cached_property
+    def checkpoint(self) -> cpfmt.StoreCheckpoint | None:
+        if self.root is None or not self.path("checkpoint").is_file():
+            return None
+        with MappedFile(self.path("checkpoint")) as mf:
+            return cpfmt.decode_checkpoint(mf.buf)
+
+    @cached_property
+    def checkpoint_used_bytes(self) -> int | None:
+        if self.root is None or not self.path("checkpoint").is_file():
+            return None
+        with MappedFile(self.path("checkpoint")) as mf:
+            return cpfmt.used_bytes(mf.buf)
+
+    @cached_property
+    def abort(self) -> markers.AbortMarker | None:
+        if self.root is None or not self.path(markers.ABORT_FILE).is_file():
+            return None
+        return markers.decode_abort(self.path(markers.ABORT_FILE).read_bytes())
+
+    @property
+    def abort_present(self) -> bool:
+        return self.abort is not None
+
+    @property
+    def lock_present(self) -> bool:
+        return self.root is not None and self.path(markers.LOCK_FILE).is_file()
+
+    def config_file(self, name: str) -> dict | None:
+        """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None."""
+        if self.root is None:
+            return None
+        for candidate in (self.path("config", name), self.path("config", name + ".bak")):
+            if candidate.is_file():
+                try:
+                    return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8"))
+                except cfgfmt.ConfigError:
+                    continue
+        return None

@@ -1,0 +1,150 @@
+"""Which broker version wrote a store, from what its files show (overridable by the user).
+
+The on-disk format barely changed from 4.0 to 5.3, but the writers left version marks:
+
+- a V2 magic record (2-byte topic length) exists only from 5.1.0;
+- 5.x writes the broker PID into ``abort`` and leaves ``abort.bak``; it creates ``compaction/``,
+  ``timerlog/``, ``timerwheel``, ``batchconsumequeue/``;
+- 4.9.1-4.9.x write properties without the final ``\\x02``; 4.0-4.9.0 and 5.x end with it;
+- before 4.9.1 an end-of-file blank is followed by stale bytes, from 4.9.1 by untouched zeros.
+
+Detection returns a representative version of the family it recognises (4.8.0 for
+"4.0-4.9.0", 4.9.7 for "4.9.1-4.9.8", 5.3.3 for "5.x"), with the evidence. Pass
+``--broker-version`` when the exact version matters (recovery rules changed in 5.3.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, TYPE_CHECKING
+
+from ..errors import UnknownStoreVersion
+from ..formats import commitlog as clfmt
+from ..formats.errors import FormatError
+from ..formats.markers import ABORT_BACKUP_FILE
+from .mappedfile import MappedFile
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .store import Store
+
+
+class BrokerVersion(NamedTuple):
+    major: int
+    minor: int
+    patch: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "BrokerVersion":
+        try:
+            parts = [int(p) for p in text.strip().split(".")]
+        except ValueError:
+            raise UnknownStoreVersion(f"broker version {text!r} is not of the form X.Y.Z") from None
+        parts += [0] * (3 - len(parts))
+        version = cls(*parts[:3])
+        if not (MIN_SUPPORTED <= version <= MAX_SUPPORTED):
+            raise UnknownStoreVersion(
+                f"broker version {version} is not supported (mqtool reads stores of {MIN_SUPPORTED} to {MAX_SUPPORTED}.x)"
+            )
+        return version
+
+
+MIN_SUPPORTED = BrokerVersion(4, 0, 0)
+MAX_SUPPORTED = BrokerVersion(5, 3, 99)
+LEGACY_4 = BrokerVersion(4, 8, 0)
+MODERN_4 = BrokerVersion(4, 9, 7)
+V5 = BrokerVersion(5, 3, 3)
+FAMILY_LABELS = {LEGACY_4: "4.0-4.9.0", MODERN_4: "4.9.1-4.9.8", V5: "5.x"}
+
+
+@dataclass
+class VersionGuess:
+    version: BrokerVersion | None
+    label: str
+    evidence: list[str] = field(default_factory=list)
+    given: bool = False
+
+    def __str__(self) -> str:
+        if self.given:
+            return f"{self.version} (given)"
+        return self.label if self.version is None else f"{self.label} (detected)"
+
+
+def _first_records(store: "Store", limit: int = 64):
+    """Up to ``limit`` valid records of the first segment that has any, plus its first blank."""
+    for segment in store.commitlog.segments:
+        scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
+        records = []
+        for record in scan:
+            records.append(record)
+            if len(records) >= limit:
+                break
+        if records:
+            return records
+    return []
+
+
+def _blank_tail(store: "Store") -> bytes | None:
+    """The 56 bytes after the first end-of-file blank record of the first full segment."""
+    for segment in store.commitlog.segments[:-1]:
+        scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
+        for _ in scan:
+            pass
+        if scan.blanks:
+            with MappedFile(segment.path) as mf:
+                pos = scan.blanks[0].offset - segment.base_offset + 8
+                return bytes(mf.buf[pos : pos + 56])
+    return None
+
+
+def check_first_record(store: "Store") -> None:
+    """Refuse commit logs whose first bytes are neither zeros nor a RocketMQ record."""
+    for segment in store.commitlog.segments[:1]:
+        with MappedFile(segment.path, segment.base_offset) as mf:
+            head = bytes(mf.buf[:8])
+            if not any(head):
+                return
+            try:
+                clfmt.decode_record(mf.buf, 0, segment.base_offset, mf.size)
+            except FormatError as exc:
+                raise UnknownStoreVersion(
+                    f"{segment.path}: first record is not a RocketMQ 4.x/5.x message ({exc.reason}); "
+                    "DLedger commit logs and pre-4.0 stores are not supported"
+                ) from None
+
+
+def detect_version(store: "Store") -> VersionGuess:
+    evidence: list[str] = []
+    five = []
+    root = store.root
+    if root is not None:
+        if store.abort is not None and store.abort.pid is not None:
+            five.append(f"abort file holds a PID ({store.abort.pid})")
+        if (root / ABORT_BACKUP_FILE).exists():
+            five.append("abort.bak exists")
+        for name in ("compaction", "timerlog", "timerwheel", "batchconsumequeue"):
+            if (root / name).exists():
+                five.append(f"{name} exists")
+    records = _first_records(store)
+    if any(r.magic_code == clfmt.MESSAGE_MAGIC_V2 for r in records):
+        five.append("V2 magic records (5.1.0+)")
+    if five:
+        return VersionGuess(V5, FAMILY_LABELS[V5], five)
+    with_props = [r for r in records if r.properties_length > 0]
+    if with_props:
+        trailing = sum(r.properties.endswith(b"\x02") for r in with_props)
+        if trailing == 0:
+            evidence.append("properties end without \\x02 (4.9.1-4.9.x writer)")
+            return VersionGuess(MODERN_4, FAMILY_LABELS[MODERN_4], evidence)
+        evidence.append("properties end with \\x02 (4.0-4.9.0 or 5.x writer)")
+    tail = _blank_tail(store)
+    if tail is not None:
+        if any(tail):
+            evidence.append("stale bytes after an end-of-file blank (writer before 4.9.1)")
+            return VersionGuess(LEGACY_4, FAMILY_LABELS[LEGACY_4], evidence)
+        evidence.append("zeros after an end-of-file blank (writer 4.9.1+)")
+        if with_props:
+            return VersionGuess(V5, FAMILY_LABELS[V5], evidence)
+    return VersionGuess(None, "unknown", evidence or ["not enough data to tell"])

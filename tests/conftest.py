@@ -1,0 +1,52 @@
+"""Shared fixtures: the real-broker stores in fixtures/ and their manifests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+VERSIONS = ("4.8.0", "4.9.7", "5.3.3")
+MAIN_VERSIONS = ("4.9.7", "5.3.3")
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+def store_path(version: str, name: str) -> Path:
+    return FIXTURES / f"rocketmq-{version}" / name
+
+
+@lru_cache(maxsize=None)
+def manifest(version: str, name: str) -> dict:
+    return json.loads((FIXTURES / f"rocketmq-{version}" / f"{name}.manifest.json").read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=None)
+def recovered(version: str, name: str) -> dict:
+    return json.loads((FIXTURES / f"rocketmq-{version}" / f"{name}.recovered.json").read_text(encoding="utf-8"))
+
+
+def copy_store(version: str, name: str, dest: Path) -> Path:
+    """A writable copy of a fixture store (fixtures themselves are never modified)."""
+    target = dest / f"{version}-{name}"
+    shutil.copytree(store_path(version, name), target)
+    for dirpath, dirnames, filenames in os.walk(target):
+        for n in dirnames + filenames:
+            p = Path(dirpath) / n
+            p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    return target
+
+
+@pytest.fixture
+def store_copy(tmp_path):
+    return lambda version, name: copy_store(version, name, tmp_path)
