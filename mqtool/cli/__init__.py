@@ -40,6 +40,7 @@ def _options(
     State.debug, State.quiet = debug, quiet
 
 
+# Commands, one module each (keep this list in README order).
 app.command()(info)
 app.command()(dump)
 
