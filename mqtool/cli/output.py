@@ -85,7 +85,7 @@ def emit_rows(
             count += 1
     else:
         columns = list(table_columns or fields)
-        console = Console(file=out, highlight=False, width=None if out.isatty() else 220)
+        console = Console(file=out, highlight=False, width=None if out.isatty() else 400)
         batch: list[dict[str, Any]] = []
 
         def flush(first: bool) -> None:

@@ -1,0 +1,163 @@
+"""`mqtool info` / `mqtool dump` end to end: every output format and every bad-input case."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import MAIN_VERSIONS, manifest, store_path
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_USAGE
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def one_line_error(result, code: int) -> str:
+    assert result.exit_code == code, result.output
+    err = result.stderr.strip()
+    assert "\n" not in err and err.startswith("mqtool: error: ") and "Traceback" not in result.output
+    return err
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_json_equals_the_manifest(version):
+    m = manifest(version, "clean-small")
+    result = run("dump", store_path(version, "clean-small"), "--format", "json", "--body", "sha256")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == m["messageCount"]
+    for row, msg in zip(rows, sorted(m["messages"], key=lambda x: x["commitLogOffset"])):
+        assert (row["offset"], row["size"], row["topic"], row["queue_id"], row["queue_offset"]) == (
+            msg["commitLogOffset"], msg["size"], msg["topic"], msg["queueId"], msg["queueOffset"])
+        assert (row["msg_id"], row["uniq_key"], row["keys"], row["tags"], row["body"]) == (
+            msg["msgId"], msg["uniqKey"], msg["keys"], msg["tags"], msg["bodySha256"])
+        assert row["properties"] == msg["properties"] and row["body_crc"] == msg["bodyCRC"]
+        assert row["sys_flag"] == msg["sysFlag"] and row["transaction_type"] in ("NOT_TYPE", "PREPARED", "COMMIT", "ROLLBACK")
+        if msg.get("dispatched"):
+            assert row["tags_code"] == msg["cqTagsCode"]
+
+
+def test_jsonl_csv_and_table_carry_the_same_rows():
+    path = store_path("5.3.3", "clean-small")
+    jl = run("dump", path, "-f", "jsonl", "--limit", "25", "--body", "base64")
+    rows = [json.loads(line) for line in jl.stdout.splitlines()]
+    assert len(rows) == 25 and jl.exit_code == 0
+    c = run("dump", path, "-f", "csv", "--limit", "25", "--body", "base64")
+    table = list(csv.DictReader(io.StringIO(c.stdout)))
+    assert [int(r["offset"]) for r in table] == [r["offset"] for r in rows]
+    assert [r["body"] for r in table] == [r["body"] or "" for r in rows]
+    assert json.loads(table[3]["properties"]) == rows[3]["properties"]
+    t = run("dump", path, "--limit", "25")
+    assert t.exit_code == 0 and rows[0]["msg_id"] in t.stdout and rows[24]["msg_id"] in t.stdout
+
+
+def test_filters():
+    path = store_path("4.9.7", "clean-small")
+    msgs = manifest("4.9.7", "clean-small")["messages"]
+    target = next(m for m in msgs if len(m["keys"]) >= 2 and m["tags"])
+    by_key = json.loads(run("dump", path, "-f", "json", "--key", target["keys"][1]).stdout)
+    assert target["commitLogOffset"] in [r["offset"] for r in by_key]
+    assert all(target["keys"][1] in r["keys"] for r in by_key)
+    by_id = json.loads(run("dump", path, "-f", "json", "--msg-id", target["msgId"]).stdout)
+    assert [r["offset"] for r in by_id] == [target["commitLogOffset"]]
+    by_uniq = json.loads(run("dump", path, "-f", "json", "--uniq-key", target["uniqKey"]).stdout)
+    assert [r["offset"] for r in by_uniq] == [target["commitLogOffset"]]
+    q = json.loads(run("dump", path, "-f", "json", "--topic", "TopicTest", "--queue", "2", "--tag", "TagA").stdout)
+    assert len(q) == sum(m["topic"] == "TopicTest" and m["queueId"] == 2 and m["tags"] == "TagA" for m in msgs) > 0
+    t0 = sorted(m["storeTimestamp"] for m in msgs)[100]
+    since = json.loads(run("dump", path, "-f", "json", "--since", str(t0)).stdout)
+    assert len(since) == sum(m["storeTimestamp"] >= t0 for m in msgs)
+    window = json.loads(run("dump", path, "-f", "json", "--from-offset", msgs[5]["commitLogOffset"], "--to-offset", msgs[9]["commitLogOffset"]).stdout)
+    assert len(window) == 4
+
+
+def test_dump_consumequeue_follow_and_index_and_checkpoint():
+    path = store_path("5.3.3", "clean-small")
+    cq = run("dump", "consumequeue", path / "consumequeue" / "TopicTest" / "1", "-f", "jsonl", "--follow")
+    rows = [json.loads(x) for x in cq.stdout.splitlines()]
+    assert rows and all(r["message"]["offset"] == r["phys_offset"] and r["message"]["tags_code"] == r["tags_code"] for r in rows)
+    assert [r["queue_offset"] for r in rows] == list(range(len(rows)))
+    ix = json.loads(run("dump", "index", path, "-f", "json").stdout)
+    m = manifest("5.3.3", "clean-small")
+    assert len(ix) == sum(f["indexCount"] - 1 for f in m["rawState"]["indexFiles"])
+    cp = json.loads(run("dump", "checkpoint", path, "-f", "json").stdout)
+    assert cp["physic_msg_timestamp"] == m["checkpoint"]["physicMsgTimestamp"]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_info_json(version):
+    m = manifest(version, "clean-small")
+    doc = json.loads(run("info", store_path(version, "clean-small"), "-f", "json").stdout)
+    assert doc["commitlog"]["max_offset"] == m["commitLogMaxOffset"]
+    assert sum(t["messages"] for t in doc["topics"].values()) == sum(q["maxOffset"] - q["minOffset"] for q in m["queues"])
+    table = run("info", store_path(version, "crashed-small"))
+    assert table.exit_code == 0 and "PRESENT" in table.stdout
+
+
+def test_bad_inputs(tmp_path):
+    one_line_error(run("info", tmp_path / "missing"), EXIT_BAD_INPUT)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "not a RocketMQ store" in one_line_error(run("info", empty), EXIT_BAD_INPUT)
+    garbage = tmp_path / "garbage" / "commitlog"
+    garbage.mkdir(parents=True)
+    (garbage / "00000000000000000000").write_bytes(os.urandom(4096))
+    assert "not a RocketMQ" in one_line_error(run("dump", garbage.parent), EXIT_BAD_INPUT)
+    assert "not supported" in one_line_error(run("info", store_path("4.9.7", "clean-small"), "--broker-version", "3.2.6"), EXIT_BAD_INPUT)
+    one_line_error(run("dump", "nonsense", "x", "y"), EXIT_USAGE)
+    one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--since", "yesterday"), EXIT_USAGE)
+    one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--msg-id", "XYZ"), EXIT_USAGE)
+
+
+def test_wrong_length_and_truncated_records(store_copy):
+    store = store_copy("4.9.7", "clean-small")
+    seg = store / "commitlog" / "00000000000001048576"
+    with open(seg, "r+b") as f:
+        f.truncate(1000)
+    assert "expected 1048576" in one_line_error(run("info", store), EXIT_BAD_INPUT)
+    # a torn record: the dump stops at it and says where, exit 0
+    store2 = store_copy("5.3.3", "crashed-small")
+    m = manifest("5.3.3", "crashed-small")
+    last = m["messages"][-1]
+    seg = store2 / "commitlog" / f"{last['commitLogOffset'] // (1 << 20) * (1 << 20):020d}"
+    with open(seg, "r+b") as f:
+        f.seek(last["commitLogOffset"] % (1 << 20) + last["size"] // 2)
+        f.write(bytes(last["size"] - last["size"] // 2))  # the second half never reached the disk
+    result = run("dump", store2, "-f", "jsonl")
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == len(m["messages"]) - 1
+    assert f"stopped at offset {last['commitLogOffset']}" in result.stderr
+
+
+def test_permission_denied(store_copy, monkeypatch):
+    store = store_copy("4.9.7", "clean-small")
+    denied = store / "commitlog" / "00000000000000000000"
+    real_open = os.open
+
+    def guarded_open(path, flags, *args):
+        if os.fspath(path) == os.fspath(denied):  # what chmod 000 does for a non-root user
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr("mqtool.store.mappedfile.os.open", guarded_open)
+    assert "permission denied" in one_line_error(run("dump", store), EXIT_BAD_INPUT)
+
+
+def test_checkpoint_dump_of_a_folder_without_one(tmp_path):
+    assert "no checkpoint" in one_line_error(run("dump", "checkpoint", tmp_path), EXIT_BAD_INPUT)
+
+
+def test_python_dash_m_and_version():
+    out = subprocess.run([sys.executable, "-m", "mqtool", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.startswith("mqtool ")

@@ -1,0 +1,85 @@
+"""Imports point one way: formats <- mqtool.store <- recovery <- CLI / Spark (checked with ast)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE_DIRS = {"mqtool": ROOT / "mqtool", "mqtool.formats": ROOT / "formats", "mqtool.recovery": ROOT / "recovery"}
+UI = {"typer", "rich", "tqdm", "click", "pyspark"}
+FORMATS_FORBIDDEN_STDLIB = {"os", "mmap", "pathlib", "io", "shutil", "subprocess", "socket", "fcntl"}
+
+
+def modules():
+    """(dotted module name, path) of every module of the installed package layout."""
+    for package, directory in PACKAGE_DIRS.items():
+        for path in directory.rglob("*.py"):
+            rel = path.relative_to(directory).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            name = ".".join([package, *parts])
+            if package == "mqtool" and parts[:1] in (["formats"], ["recovery"]):
+                continue
+            yield name, path, path.name == "__init__.py"
+
+
+def imports(name: str, path: Path, is_package: bool) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    pkg = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.add(target)
+            found.update(f"{target}.{a.name}" for a in node.names)
+    return found
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_formats_imports_only_construct_and_the_standard_library():
+    for name, path, pkg in modules():
+        if not name.startswith("mqtool.formats"):
+            continue
+        for imp in imports(name, path, pkg):
+            if imp.startswith("mqtool."):
+                assert imp.startswith("mqtool.formats"), f"{path}: imports {imp}"
+            else:
+                assert top(imp) == "construct" or top(imp) in sys.stdlib_module_names or imp == "__future__", f"{path}: imports {imp}"
+                assert top(imp) not in FORMATS_FORBIDDEN_STDLIB, f"{path}: formats must not touch files ({imp})"
+
+
+def test_store_model_and_recovery_know_no_ui():
+    for name, path, pkg in modules():
+        if name.startswith(("mqtool.store", "mqtool.recovery", "mqtool.formats", "mqtool.verify")):
+            for imp in imports(name, path, pkg):
+                assert top(imp) not in UI, f"{path}: imports {imp}"
+                assert not imp.startswith("mqtool.cli"), f"{path}: imports the CLI"
+        if name.startswith("mqtool.store"):
+            for imp in imports(name, path, pkg):
+                assert not imp.startswith(("mqtool.recovery", "mqtool.apply", "mqtool.verify")), f"{path}: store imports upward ({imp})"
+        if name.startswith("mqtool.recovery"):
+            for imp in imports(name, path, pkg):
+                assert not imp.startswith("mqtool.apply"), f"{path}: planning must not import the writer"
+
+
+def test_nothing_imports_the_cli():
+    for name, path, pkg in modules():
+        if name.startswith("mqtool.cli") or name == "mqtool.__main__":
+            continue
+        for imp in imports(name, path, pkg):
+            assert not imp.startswith("mqtool.cli"), f"{path}: imports the CLI"
+    spark = ROOT / "spark" / "mqtool_scan.py"
+    if spark.exists():
+        assert not any(i.startswith("mqtool.cli") for i in imports("mqtool_scan", spark, False))

@@ -1,0 +1,171 @@
+"""The store model against the real brokers: consume queues, index files, checkpoint, info."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from conftest import MAIN_VERSIONS, VERSIONS, manifest, recovered, store_path
+from mqtool.formats import consumequeue as cqfmt
+from mqtool.formats.hashing import index_key_hash
+from mqtool.formats.index import index_key
+from mqtool.store import Store, StoreConfig
+from mqtool.store.summary import store_summary
+
+
+def dispatched_by_queue(m: dict) -> dict[tuple[str, int], list[dict]]:
+    queues = defaultdict(list)
+    for msg in m["messages"]:
+        if msg.get("dispatched", msg["dispatchToConsumeQueue"]):
+            queues[(msg["topic"], msg["queueId"])].append(msg)
+    for msgs in queues.values():
+        msgs.sort(key=lambda x: x["queueOffset"])
+    return queues
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_consume_queue_entry_matches_the_manifest(version):
+    m = manifest(version, "clean-small")
+    expected = dispatched_by_queue(m)
+    with Store.open(store_path(version, "clean-small")) as store:
+        seen = set()
+        for queue in store.consume_queues:
+            entries = list(queue.entries())
+            msgs = expected[(queue.topic, queue.queue_id)]
+            assert [(e.queue_offset, e.phys_offset, e.size, e.tags_code) for e in entries] == [
+                (x["queueOffset"], x["commitLogOffset"], x["size"], x["cqTagsCode"]) for x in msgs
+            ]
+            seen.add((queue.topic, queue.queue_id))
+        assert seen == set(expected)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_index_files_match_the_manifest(version):
+    m = manifest(version, "clean-small")
+    by_offset = {msg["commitLogOffset"]: msg for msg in m["messages"]}
+    with Store.open(store_path(version, "clean-small")) as store:
+        assert store.index_geometry.hash_slot_num == m["storeConfig"]["maxHashSlotNum"]
+        assert store.index_geometry.index_num == m["storeConfig"]["maxIndexNum"]
+        headers = [
+            {
+                "file": f.name,
+                "size": f.size,
+                "beginTimestamp": f.header.begin_timestamp,
+                "endTimestamp": f.header.end_timestamp,
+                "beginPhyOffset": f.header.begin_phy_offset,
+                "endPhyOffset": f.header.end_phy_offset,
+                "hashSlotCount": f.header.hash_slot_count,
+                "indexCount": f.header.index_count,
+            }
+            for f in store.index_files
+        ]
+        assert headers == m["rawState"]["indexFiles"]
+        total = 0
+        for f in store.index_files:
+            for entry in f.entries():
+                msg = by_offset[entry.phy_offset]
+                keys = ([msg["uniqKey"]] if msg["uniqKey"] else []) + msg["keys"]
+                hashes = {index_key_hash(index_key(msg["topic"], k)) for k in keys}
+                assert entry.key_hash in hashes
+                assert 0 <= entry.prev_index < entry.position
+                total += 1
+            for slot, number in f.slots():
+                assert f.entry(number).key_hash % f.geometry.hash_slot_num == slot
+        indexed_keys = sum((1 if x["uniqKey"] else 0) + len(x["keys"]) for x in m["messages"] if x["indexed"])
+        assert total == indexed_keys
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_checkpoint_matches_the_manifest(version):
+    for name in ("clean-small", "crashed-small"):
+        cp = manifest(version, name)["checkpoint"]
+        with Store.open(store_path(version, name)) as store:
+            assert store.checkpoint.physic_msg_timestamp == cp["physicMsgTimestamp"]
+            assert store.checkpoint.logics_msg_timestamp == cp["logicsMsgTimestamp"]
+            assert store.checkpoint.index_msg_timestamp == cp["indexMsgTimestamp"]
+            assert store.abort_present == (name == "crashed-small")
+
+
+@pytest.mark.parametrize("version,name", [(v, "clean-small") for v in VERSIONS] + [("4.9.7", "retention-small")])
+def test_info_equals_the_broker_queue_table(version, name):
+    m = manifest(version, name)
+    with Store.open(store_path(version, name)) as store:
+        doc = store_summary(store)
+    assert doc["commitlog"]["min_offset"] == m["commitLogMinOffset"]
+    assert doc["commitlog"]["max_offset"] == m["commitLogMaxOffset"]
+    got = {(q["topic"], q["queue_id"]): (q["min_offset"], q["max_offset"]) for q in doc["queues"]}
+    assert got == {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in m["queues"]}
+
+
+def test_retention_min_offsets_equal_the_recovered_broker():
+    rec = recovered("4.9.7", "retention-small")
+    with Store.open(store_path("4.9.7", "retention-small")) as store:
+        queues = {(q["topic"], q["queue_id"]): q for q in store_summary(store)["queues"]}
+    for q in rec["afterLoad"]["queues"]:
+        assert queues[(q["topic"], q["queueId"])]["min_offset"] == q["minOffset"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_crashed_store_iterates_to_its_logical_end(version):
+    m = manifest(version, "crashed-small")
+    with Store.open(store_path(version, "crashed-small")) as store:
+        scan = store.commitlog.scan(check_crc=True)
+        offsets = [r.offset for r in scan]
+    acked = [msg["commitLogOffset"] for msg in m["messages"]]
+    assert offsets[: len(acked)] == acked  # every acknowledged message is there, in order
+    assert len(offsets) - len(acked) in (0, 1)  # plus possibly the in-flight one
+    assert scan.end.offset >= m["acknowledgedEndOffset"] and scan.end.is_clean
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_crashed_logical_end_equals_the_broker(version):
+    with Store.open(store_path(version, "crashed-small")) as store:
+        scan = store.commitlog.scan(check_crc=True)
+        for _ in scan:
+            pass
+    assert scan.end.offset == recovered(version, "crashed-small")["commitLog"]["maxOffset"]
+
+
+def test_stale_records_after_the_logical_end_are_not_read():
+    m = manifest("4.9.7", "rewrite-clean")
+    with Store.open(store_path("4.9.7", "rewrite-clean")) as store:
+        scan = store.commitlog.scan(check_crc=True)
+        offsets = {r.offset for r in scan}
+    assert scan.end.offset == m["expectedLogicalEnd"]
+    stale = [r["commitLogOffset"] for r in m["stalePhase1Records"]["records"] if r["where"] == "beyondLogicalEnd"]
+    assert stale and not offsets.intersection(stale)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_version_is_detected(version):
+    expected = {"4.8.0": "4.0-4.9.0", "4.9.7": "4.9.1-4.9.8", "5.3.3": "5.x"}[version]
+    for name in ("clean-small", "crashed-small"):
+        with Store.open(store_path(version, name)) as store:
+            assert store.version_guess.label == expected, store.version_guess.evidence
+
+
+def test_broker_config_overrides_inference(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=1048576\nmapedFileSizeConsumeQueue=19990\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    from mqtool.store import load_broker_config
+
+    cfg = load_broker_config(conf)
+    assert cfg.consume_queue_file_size == 20000  # rounded up to whole units, as the broker does
+    with Store.open(store_path("4.9.7", "clean-small"), cfg) as store:
+        assert store.commitlog.file_size == 1 << 20
+        assert len(list(store.consume_queues[0].entries())) > 0
+
+
+def test_consume_queue_recovery_equals_entries_end():
+    with Store.open(store_path("5.3.3", "clean-small")) as store:
+        for queue in store.consume_queues:
+            rec = queue.recover()
+            entries = list(queue.entries())
+            assert rec.max_offset == len(entries)
+            assert rec.max_phys_offset == entries[-1].phys_offset + entries[-1].size
+            assert cqfmt.ENTRY.size == cqfmt.ConsumeQueueEntryStruct.sizeof() == 20
+
+
+def test_store_config_defaults():
+    assert StoreConfig().message_index_safe is False
