@@ -161,3 +161,25 @@ def test_checkpoint_dump_of_a_folder_without_one(tmp_path):
 def test_python_dash_m_and_version():
     out = subprocess.run([sys.executable, "-m", "mqtool", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.startswith("mqtool ")
+
+
+def test_dump_a_commitlog_folder_and_a_single_segment():
+    m = manifest("4.9.7", "clean-small")
+    folder = store_path("4.9.7", "clean-small") / "commitlog"
+    rows = json.loads(run("dump", "commitlog", folder, "-f", "json").stdout)
+    assert len(rows) == m["messageCount"]
+    seg = folder / "00000000000001048576"
+    rows = json.loads(run("dump", "commitlog", seg, "-f", "json").stdout)
+    in_segment = [x for x in m["messages"] if (1 << 20) <= x["commitLogOffset"] < (2 << 20)]
+    assert [r["offset"] for r in rows] == sorted(x["commitLogOffset"] for x in in_segment)
+
+
+def test_decompress_inflates_compressed_bodies():
+    m = manifest("4.9.7", "clean-small")
+    target = next(x for x in m["messages"] if x["compressed"])
+    raw = json.loads(run("dump", store_path("4.9.7", "clean-small"), "-f", "json", "--msg-id", target["msgId"], "--body", "hex").stdout)[0]
+    inflated = json.loads(run("dump", store_path("4.9.7", "clean-small"), "-f", "json", "--msg-id", target["msgId"], "--body", "utf8", "--decompress").stdout)[0]
+    import zlib
+
+    assert inflated["body"] == zlib.decompress(bytes.fromhex(raw["body"])).decode("utf-8", "replace")
+    assert "COMPRESSED" in raw["sys_flag_names"]

@@ -1,0 +1,126 @@
+"""Consume queue, index, checkpoint, markers, config and hash schemas: symmetric, and equal to
+their derived fast codecs on the real fixture files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import MAIN_VERSIONS, store_path
+from mqtool.formats import checkpoint as cp
+from mqtool.formats import config as cfg
+from mqtool.formats import consumequeue as cq
+from mqtool.formats import index as ix
+from mqtool.formats import markers
+from mqtool.formats.hashing import index_key_hash, java_string_hash, tags_code
+from mqtool.formats.properties import encode_properties, parse_properties
+from mqtool.store import Store
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_consume_queue_units_parse_build_and_fast_path_agree(version):
+    path = next((store_path(version, "clean-small") / "consumequeue" / "TopicTest" / "0").iterdir())
+    data = path.read_bytes()
+    for pos in range(0, len(data), 20):
+        raw = data[pos : pos + 20]
+        parsed = cq.ConsumeQueueEntryStruct.parse(raw)
+        assert tuple(v for k, v in parsed.items() if not k.startswith("_")) == cq.ENTRY.unpack(raw)
+        assert cq.ConsumeQueueEntryStruct.build(parsed) == raw == cq.encode_entry(*cq.ENTRY.unpack(raw))
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_index_file_parse_build_and_fast_path_agree(version):
+    with Store.open(store_path(version, "clean-small")) as store:
+        f = store.index_files[0]
+        data = f.path.read_bytes()
+        header = ix.IndexHeaderStruct.parse(data[:40])
+        assert ix.IndexHeaderStruct.build(header) == data[:40]
+        assert tuple(v for k, v in header.items() if not k.startswith("_")) == tuple(f.header)
+        for entry in list(f.entries())[:500]:
+            pos = ix.entry_position(f.geometry.hash_slot_num, entry.position)
+            parsed = ix.IndexEntryStruct.parse(data[pos : pos + 20])
+            assert (parsed.key_hash, parsed.phy_offset, parsed.time_diff, parsed.prev_index) == entry[1:]
+            assert ix.IndexEntryStruct.build(parsed) == data[pos : pos + 20]
+
+
+def test_index_writer_reproduces_the_broker_file():
+    """Re-putting every entry of a broker index file in order gives back its bytes."""
+    with Store.open(store_path("4.9.7", "clean-small")) as store:
+        for f in store.index_files:
+            original = f.path.read_bytes()
+            rebuilt = bytearray(len(original))
+            first = next(f.entries())
+            prev_end = ix.IndexHeader(0, 0, 0, 0, 0, 1)
+            if f is not store.index_files[0]:
+                p = store.index_files[store.index_files.index(f) - 1].header
+                prev_end = ix.IndexHeader(p.end_timestamp, p.end_timestamp, p.end_phy_offset, p.end_phy_offset, 0, 1)
+            w = ix.IndexWriter(rebuilt, f.geometry.hash_slot_num, f.geometry.index_num, prev_end)
+            by_offset = {}
+            for r in store.commitlog.scan():
+                by_offset[r.offset] = r
+            for e in f.entries():
+                r = by_offset[e.phy_offset]
+                props = r.property_map()
+                keys = ([props["UNIQ_KEY"]] if "UNIQ_KEY" in props else []) + props.get("KEYS", "").split()
+                key = next(k for k in keys if index_key_hash(ix.index_key(r.topic_name, k)) == e.key_hash)
+                assert w.put(ix.index_key(r.topic_name, key), r.offset, r.store_timestamp)
+            w.flush_header()
+            assert bytes(rebuilt) == original, f.name
+            assert first.position == 1
+
+
+def test_checkpoint_round_trip_and_rules():
+    raw = (store_path("4.9.7", "clean-small") / "checkpoint").read_bytes()
+    c = cp.decode_checkpoint(raw)
+    assert cp.CheckpointStruct.build(cp.CheckpointStruct.parse(raw)) == raw
+    assert cp.encode_checkpoint(c) == raw
+    assert c.min_timestamp == min(c.physic_msg_timestamp, c.logics_msg_timestamp) - 3000
+    assert c.min_timestamp_index == min(c.min_timestamp, c.index_msg_timestamp)
+    assert cp.used_bytes(raw) <= 24
+    assert cp.StoreCheckpoint(1000, 5000, 0).min_timestamp == 0  # clamped at 0
+
+
+def test_markers():
+    assert markers.decode_abort((store_path("5.3.3", "crashed-small") / "abort").read_bytes()).pid > 0
+    assert markers.decode_abort((store_path("4.9.7", "crashed-small") / "abort").read_bytes()).pid is None
+    assert markers.LockFileStruct.parse((store_path("4.9.7", "clean-small") / "lock").read_bytes()).content == b"lock"
+
+
+def test_config_documents(tmp_path):
+    topics = cfg.decode_config("topics.json", json.dumps({"topicConfigTable": {"A": {"topicName": "A"}}, "dataVersion": {}}))
+    assert cfg.topic_names(topics) == {"A"}
+    offsets = cfg.decode_config("consumerOffset.json", json.dumps({"offsetTable": {"A@g1": {"0": 5, "3": 9}}}))
+    assert cfg.consumer_offsets(offsets) == {("A", "g1", 0): 5, ("A", "g1", 3): 9}
+    for bad in ("", "{", '{"other": 1}'):
+        with pytest.raises(cfg.ConfigError):
+            cfg.decode_config("topics.json", bad)
+    conf = cfg.parse_broker_conf("# c\nbrokerName = b1\nstorePathRootDir=/data/store\n! x\nflag: true\n")
+    assert conf == {"brokerName": "b1", "storePathRootDir": "/data/store", "flag": "true"}
+
+
+def test_java_hashes():
+    assert java_string_hash("") == 0
+    assert java_string_hash("TagA") == 2598919
+    assert java_string_hash("polygenelubricants") == -(2**31)  # Integer.MIN_VALUE
+    assert index_key_hash("polygenelubricants") == 0  # Math.abs(MIN_VALUE) stays negative -> 0
+    assert java_string_hash("😀") == 31 * 0xD83D + 0xDE00  # UTF-16 surrogate units
+    assert tags_code(None) == tags_code("") == 0
+
+
+def test_properties_codec_versions():
+    props = {"KEYS": "a b", "TAGS": "t", "X": "v\x01w"}
+    assert encode_properties(props, trailing_separator=False) == b"KEYS\x01a b\x02TAGS\x01t\x02X\x01v\x01w"
+    assert encode_properties(props).endswith(b"\x02")
+    assert parse_properties(encode_properties(props)) == props  # 4.9.1+ keeps a value with \x01
+    assert "X" not in parse_properties(encode_properties(props), legacy=True)  # the old reader drops it
+    assert parse_properties(b"K\x01\x02\x01v\x02ok\x01yes") == {"ok": "yes"}  # empty key or value dropped
+
+
+def test_batch_and_ext_units_are_symmetric():
+    unit = cq.BatchConsumeQueueUnitStruct.build(dict(phys_offset=123, size=456, tags_code=-7, store_time=1, msg_base_offset=10, batch_size=3, compacted_offset=-1, reserved=0))
+    assert len(unit) == cq.BATCH_UNIT_SIZE == 46 and cq.BATCH_UNIT.unpack(unit) == (123, 456, -7, 1, 10, 3, -1, 0)
+    ext = cq.ConsumeQueueExtUnitStruct.build(dict(size=28, tags_code=5, msg_store_time=6, bitmap_size=8, filter_bitmap=b"\xff" * 8))
+    assert cq.ConsumeQueueExtUnitStruct.parse(ext).filter_bitmap == b"\xff" * 8
+    assert cq.is_ext_address(cq.EXT_MAX_ADDRESS) and not cq.is_ext_address(-(2**31))
+    assert cq.ext_address_to_offset(-(2**63) + 100) == 100
