@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .fastscan import FastScan
 from .store import Store
 from .version import BrokerVersion
 
@@ -19,8 +20,8 @@ FIVE = BrokerVersion(5, 0, 0)
 def commitlog_summary(store: Store) -> dict[str, Any]:
     segments = store.commitlog.segments
     start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
-    scan = store.commitlog.scan(start, check_crc=True)
-    count = sum(1 for _ in scan)
+    scan = FastScan(store.commitlog, start, check_crc=True, stop_on_crc=True)
+    count = sum(len(batch.rows) for batch in scan)
     end = scan.end
     return {
         "dirs": sorted({str(s.path.parent) for s in segments}),

@@ -87,14 +87,16 @@ def _first_records(store: "Store", limit: int = 64):
 
 
 def _blank_tail(store: "Store") -> bytes | None:
-    """The 56 bytes after the first end-of-file blank record of the first full segment."""
+    """The 56 bytes after the end-of-file blank record of the first segment that has one."""
+    from .fastscan import FastScan  # compiled walk; imported lazily (numba start-up)
+
     for segment in store.commitlog.segments[:-1]:
-        scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
+        scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
         for _ in scan:
             pass
         if scan.blanks:
             with MappedFile(segment.path) as mf:
-                pos = scan.blanks[0].offset - segment.base_offset + 8
+                pos = scan.blanks[0] - segment.base_offset + 8
                 return bytes(mf.buf[pos : pos + 56])
     return None
 
