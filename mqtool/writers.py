@@ -1,33 +1,45 @@
 """Writers of consume queue and index files, as the broker's dispatchers write them.
 
-Used to apply rebuild plans and by the store generator. They reproduce the broker's own write
-rules so that a rebuilt file is byte-identical to the broker's:
+Used to apply rebuild and recovery plans and by the store generator. They reproduce the broker's
+own write rules so that a rebuilt file is byte-identical to the broker's:
 
 - ``ConsumeQueueWriter`` follows ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10):
-  de-duplication against the queue's max physical offset, filler units before the first entry
-  of a queue's first file (§5.3), full-size sparse files named by logical byte offset.
-- ``IndexWriterService`` follows ``IndexService.buildIndex`` (§6.5-§6.8): skip records below the
-  last file's end offset, skip ROLLBACK, put ``topic#UNIQ_KEY`` then ``topic#key``, roll to a new
-  file (header seeded with the previous file's end) when one is full.
+  de-duplication against the queue's max physical offset, "build consume queue repeatedly"
+  skips, units appended at the current write position, filler units before the first entry of a
+  queue's first file (§5.3), full-size sparse files named by logical byte offset.
+- ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
+  roll to a new file (header seeded with the previous file's end) when the last one is full,
+  skip records below the last file's end offset, skip ROLLBACK, put ``topic#UNIQ_KEY`` then
+  ``topic#key``.
 
-Every file is written to ``<name>.tmp`` and renamed into place by ``close``; callers choose
-where (a fresh directory for rebuilds, the store for the generator).
+Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
+temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into
+place by ``close``. A writer can be seeded with a queue's state and an existing file's bytes, so
+recovery can continue a queue or an index file exactly where the broker would.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
+
+import numba
+import numpy as np
 
 from .formats import consumequeue as cqfmt
 from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
+from .formats.hashing import index_key_hash
 
 ENTRY = cqfmt.ENTRY_SIZE
+CQ_UNIT = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+FILLER_UNIT = np.array([cqfmt.FILLER], dtype=CQ_UNIT)
 
 
 def offset_file_name(offset: int) -> str:
@@ -42,53 +54,152 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def default_tmp_path(final: Path) -> Path:
+    return final.with_name(final.name + ".tmp")
+
+
+# ---- consume queues -------------------------------------------------------------------------
+
+# queue state: [write_pos (-1: the queue has no file), max_phys_offset, filler_from, filler_to]
+S_WRITE, S_MAX_PHYS, S_FILL_FROM, S_FILL_TO = range(4)
+
+
+@numba.njit(cache=True, nogil=True)
+def place_units(qoff, phys, size, state, file_size, dedup_by_end, out_pos):
+    """``putMessagePositionInfo`` for a run of requests of one queue, in commit log order.
+
+    ``out_pos[i]`` = logical byte position of unit ``i`` or -1 where the broker skips it.
+    ``state`` is updated; ``state[S_FILL_FROM:S_FILL_TO]`` is set when the queue's first file is
+    created for a non-zero queue offset (``fillPreBlank``). Returns the number of units placed.
+    """
+    placed = 0
+    for i in range(qoff.shape[0]):
+        out_pos[i] = -1
+        end = phys[i] + size[i]
+        if dedup_by_end:
+            if end <= state[S_MAX_PHYS]:
+                continue
+        elif phys[i] <= state[S_MAX_PHYS]:
+            continue
+        expect = qoff[i] * 20
+        if state[S_WRITE] < 0:  # getLastMappedFile creates the queue's first file
+            base = expect - expect % file_size
+            state[S_WRITE] = base
+            if qoff[i] != 0:
+                state[S_FILL_FROM] = base
+                state[S_FILL_TO] = expect
+                state[S_WRITE] = expect
+        elif qoff[i] != 0 and expect < state[S_WRITE]:
+            continue  # "Build consume queue repeatedly"
+        out_pos[i] = state[S_WRITE]
+        state[S_WRITE] += 20
+        state[S_MAX_PHYS] = end
+        placed += 1
+    return placed
+
+
+@dataclass
+class QueueState:
+    """Where a queue continues: next write position (None: no file yet) and max phys offset."""
+
+    write_pos: int | None = None
+    max_phys_offset: int = -1
+
+    def as_array(self) -> np.ndarray:
+        return np.array([-1 if self.write_pos is None else self.write_pos, self.max_phys_offset, -1, -1], dtype=np.int64)
+
+
 @dataclass
 class _Queue:
     directory: Path
-    write_pos: int | None = None  # logical byte offset of the next unit
-    max_phys_offset: int = -1
-    first_file: bool = True
-    pending: bytearray = field(default_factory=bytearray)
-    pending_at: int = 0
+    state: np.ndarray
     files: set[int] = field(default_factory=set)
+    placed: int = 0
+    fillers: int = 0
 
 
 class ConsumeQueueWriter:
-    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does."""
+    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does.
 
-    def __init__(self, root: Path, file_size: int, *, flush_bytes: int = 1 << 16):
+    ``seed_queue`` continues an existing queue; ``adopt_file`` starts a file from given bytes
+    (an existing file with its dirty tail cut) instead of zeros.
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        file_size: int,
+        *,
+        dedup_by_end: bool = True,
+        tmp_path: Callable[[Path], Path] = default_tmp_path,
+        max_open: int = 256,
+    ):
         self.root = Path(root)
         self.file_size = file_size
-        self.flush_bytes = flush_bytes
+        self.dedup_by_end = dedup_by_end
+        self.tmp_path = tmp_path
         self.queues: dict[tuple[str, int], _Queue] = {}
         self._fds: OrderedDict[Path, int] = OrderedDict()
+        self._max_open = max_open
+        self._pos = np.empty(0, dtype=np.int64)
+        self._adopted: set[Path] = set()
 
-    def put(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> bool:
-        """``putMessagePositionInfo``; returns False where the broker would skip the unit."""
+    def _queue(self, topic: str, queue_id: int) -> _Queue:
         q = self.queues.get((topic, queue_id))
         if q is None:
-            q = self.queues[(topic, queue_id)] = _Queue(self.root / topic / str(queue_id))
-        if phys_offset + size <= q.max_phys_offset:
-            return False  # already built (4.5.1+ de-duplication rule)
-        expect = queue_offset * ENTRY
-        if q.write_pos is None:
-            base = expect - expect % self.file_size
-            q.write_pos = base
-            if q.first_file and queue_offset != 0:
-                q.pending_at = base
-                q.pending += cqfmt.ENTRY.pack(*cqfmt.FILLER) * ((expect - base) // ENTRY)
-                q.write_pos = expect
-            q.first_file = False
-        elif queue_offset != 0 and expect < q.write_pos:
-            return False  # "Build consume queue repeatedly"
-        if not q.pending:
-            q.pending_at = q.write_pos
-        q.pending += cqfmt.ENTRY.pack(phys_offset, size, tags_code)
-        q.write_pos += ENTRY
-        q.max_phys_offset = phys_offset + size
-        if len(q.pending) >= self.flush_bytes or q.write_pos % self.file_size == 0:
-            self._flush(q)
-        return True
+            q = self.queues[(topic, queue_id)] = _Queue(self.root / topic / str(queue_id), QueueState().as_array())
+        return q
+
+    def seed_queue(self, topic: str, queue_id: int, state: QueueState) -> None:
+        self._queue(topic, queue_id).state[:] = state.as_array()
+
+    def queue_state(self, topic: str, queue_id: int) -> QueueState:
+        s = self._queue(topic, queue_id).state
+        return QueueState(None if s[S_WRITE] < 0 else int(s[S_WRITE]), int(s[S_MAX_PHYS]))
+
+    def adopt_file(self, topic: str, queue_id: int, base: int, content_from: Path | None, zero_from: int | None) -> None:
+        """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), with
+        every byte from position ``zero_from`` on cleared."""
+        q = self._queue(topic, queue_id)
+        final = q.directory / offset_file_name(base)
+        tmp = self.tmp_path(final)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        if content_from is not None:
+            shutil.copyfile(content_from, tmp)
+        else:
+            tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self.file_size)
+            if zero_from is not None and zero_from < self.file_size:
+                os.pwrite(fd, bytes(self.file_size - zero_from), zero_from)
+        finally:
+            os.close(fd)
+        q.files.add(base)
+        self._adopted.add(final)
+
+    # -- putting --
+
+    def put(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> bool:
+        """``putMessagePositionInfo`` of one request; False where the broker skips it."""
+        return bool(
+            self.put_batch(
+                topic,
+                queue_id,
+                np.array([queue_offset], dtype=np.int64),
+                np.array([phys_offset], dtype=np.int64),
+                np.array([size], dtype=np.int64),
+                np.array([tags_code], dtype=np.int64),
+            )
+        )
 
     def put_request(self, request: DispatchRequest) -> bool:
         return self.put(
@@ -100,53 +211,164 @@ class ConsumeQueueWriter:
             request.tags_code,
         )
 
-    def _fd(self, path: Path) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            os.ftruncate(fd, self.file_size)
-            self._fds[path] = fd
-            if len(self._fds) > 256:
-                os.close(self._fds.popitem(last=False)[1])
-        else:
-            self._fds.move_to_end(path)
-        return fd
+    def put_batch(self, topic: str, queue_id: int, qoff, phys, size, tags) -> int:
+        """Requests of one queue in commit log order; returns how many units were written."""
+        q = self._queue(topic, queue_id)
+        n = len(qoff)
+        if self._pos.shape[0] < n:
+            self._pos = np.empty(max(n, 1024), dtype=np.int64)
+        pos = self._pos[:n]
+        q.state[S_FILL_FROM] = -1
+        placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, pos)
+        if q.state[S_FILL_FROM] >= 0:
+            count = int(q.state[S_FILL_TO] - q.state[S_FILL_FROM]) // ENTRY
+            if count:
+                self._write(q, int(q.state[S_FILL_FROM]), np.repeat(FILLER_UNIT, count))
+                q.fillers += count
+            else:
+                self._touch(q, int(q.state[S_FILL_FROM]))
+        if placed:
+            keep = pos >= 0
+            units = np.empty(placed, dtype=CQ_UNIT)
+            units["phys"], units["size"], units["tags"] = phys[keep], size[keep], tags[keep]
+            self._write(q, int(pos[keep][0]), units)
+            q.placed += placed
+        return placed
 
-    def _flush(self, q: _Queue) -> None:
-        data, at = bytes(q.pending), q.pending_at
-        q.pending.clear()
+    def _touch(self, q: _Queue, at: int) -> None:
+        base = at - at % self.file_size
+        q.files.add(base)
+        self._fd(q.directory / offset_file_name(base))
+
+    def _write(self, q: _Queue, at: int, units: np.ndarray) -> None:
+        """Units are consecutive from logical position ``at``; split them at file ends."""
+        data = units.tobytes()
         while data:
             base = at - at % self.file_size
             chunk = data[: base + self.file_size - at]
             q.files.add(base)
-            os.pwrite(self._fd(q.directory / (offset_file_name(base) + ".tmp")), chunk, at - base)
+            os.pwrite(self._fd(q.directory / offset_file_name(base)), chunk, at - base)
             data, at = data[len(chunk) :], at + len(chunk)
 
+    def _fd(self, final: Path) -> int:
+        fd = self._fds.get(final)
+        if fd is None:
+            tmp = self.tmp_path(final)
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            flags = os.O_RDWR | os.O_CREAT
+            if final not in self._adopted:
+                flags |= os.O_TRUNC
+                self._adopted.add(final)  # later re-opens (after eviction) keep the content
+            fd = os.open(tmp, flags, 0o644)
+            os.ftruncate(fd, self.file_size)
+            self._fds[final] = fd
+            if len(self._fds) > self._max_open:
+                os.close(self._fds.popitem(last=False)[1])
+        else:
+            self._fds.move_to_end(final)
+        return fd
+
     def close(self, *, fsync: bool = True) -> list[Path]:
-        """Flush, rename every ``.tmp`` into place, and return the files written."""
-        for q in self.queues.values():
-            if q.pending:
-                self._flush(q)
+        """fsync and rename every written file into place; returns the final paths."""
         while self._fds:
-            path, fd = self._fds.popitem()
-            if fsync:
-                os.fsync(fd)
+            _, fd = self._fds.popitem()
             os.close(fd)
         written = []
         for q in self.queues.values():
             for base in sorted(q.files):
                 final = q.directory / offset_file_name(base)
-                tmp = final.with_name(final.name + ".tmp")
+                tmp = self.tmp_path(final)
                 if fsync:
-                    fd = os.open(tmp, os.O_RDWR)
-                    os.fsync(fd)
-                    os.close(fd)
+                    fsync_file(tmp)
+                final.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, final)
                 written.append(final)
             if fsync and q.files:
                 fsync_dir(q.directory)
         return written
+
+
+# ---- index ----------------------------------------------------------------------------------
+
+# header state: IndexHeader fields in order, plus whether a put happened in this session
+H_BEGIN_TS, H_END_TS, H_BEGIN_PHY, H_END_PHY, H_SLOT_COUNT, H_INDEX_COUNT, H_PUT = range(7)
+ROLL_NEEDED, BATCH_DONE = 1, 0
+
+
+@numba.njit(cache=True, nogil=True)
+def _put_key(buf, slots, hdr, key_hash, phy, ts, counts_used_slots):
+    """``IndexFile.putKey`` (§6.6) on a writable uint8 view of a whole index file."""
+    slot_pos = 40 + (key_hash % slots) * 4
+    prev = (np.int64(buf[slot_pos]) << 24) | (np.int64(buf[slot_pos + 1]) << 16) | (np.int64(buf[slot_pos + 2]) << 8) | np.int64(buf[slot_pos + 3])
+    if prev >= np.int64(1) << 31:
+        prev -= np.int64(1) << 32
+    count = hdr[H_INDEX_COUNT]
+    if prev <= 0 or prev > count:
+        prev = 0
+    diff = np.int64(0)
+    if hdr[H_BEGIN_TS] > 0:
+        d = ts - hdr[H_BEGIN_TS]
+        diff = d // 1000 if d >= 0 else -((-d) // 1000)
+        if diff > 0x7FFFFFFF:
+            diff = 0x7FFFFFFF
+        elif diff < 0:
+            diff = 0
+    p = 40 + slots * 4 + count * 20
+    for j in range(4):
+        buf[p + j] = (key_hash >> (24 - 8 * j)) & 0xFF
+    for j in range(8):
+        buf[p + 4 + j] = (phy >> (56 - 8 * j)) & 0xFF
+    for j in range(4):
+        buf[p + 12 + j] = (diff >> (24 - 8 * j)) & 0xFF
+        buf[p + 16 + j] = (prev >> (24 - 8 * j)) & 0xFF
+        buf[slot_pos + j] = (count >> (24 - 8 * j)) & 0xFF
+    if count <= 1:
+        hdr[H_BEGIN_PHY] = phy
+        hdr[H_BEGIN_TS] = ts
+    if prev == 0 or not counts_used_slots:
+        hdr[H_SLOT_COUNT] += 1
+    hdr[H_INDEX_COUNT] = count + 1
+    hdr[H_END_PHY] = phy
+    hdr[H_END_TS] = ts
+    hdr[H_PUT] = 1
+
+
+@numba.njit(inline="always")
+def _count_key(hdr, phy, ts):
+    """The header bookkeeping of ``putKey`` without a file (plans count entries this way)."""
+    if hdr[H_INDEX_COUNT] <= 1:
+        hdr[H_BEGIN_PHY] = phy
+        hdr[H_BEGIN_TS] = ts
+    hdr[H_INDEX_COUNT] += 1
+    hdr[H_END_PHY] = phy
+    hdr[H_END_TS] = ts
+    hdr[H_PUT] = 1
+
+
+@numba.njit(cache=True, nogil=True)
+def index_records(buf, slots, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, dry):
+    """``buildIndex`` for records ``rec_from..``; resumes inside record ``rec_from`` at key
+    ``key_from`` after a roll. Returns ``(rec, key, status)``: ``ROLL_NEEDED`` when the file is
+    full (call again with a new file from ``(rec, key)``), else ``BATCH_DONE``. ``dry`` only
+    counts (no ``buf``)."""
+    for r in range(rec_from, phys.shape[0]):
+        k = 0
+        if r == rec_from and key_from > 0:
+            k = key_from
+        else:
+            if hdr[H_INDEX_COUNT] >= index_num:
+                return r, 0, ROLL_NEEDED
+            if phys[r] < hdr[H_END_PHY] or not indexable[r]:
+                continue
+        while k < key_count[r]:
+            if hdr[H_INDEX_COUNT] >= index_num:
+                return r, k, ROLL_NEEDED
+            if dry:
+                _count_key(hdr, phys[r], ts[r])
+            else:
+                _put_key(buf, slots, hdr, keys[key_start[r] + k], phys[r], ts[r], counts_used_slots)
+            k += 1
+    return phys.shape[0], 0, BATCH_DONE
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
@@ -155,12 +377,26 @@ def index_file_name(store_timestamp_ms: int) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{store_timestamp_ms % 1000:03d}"
 
 
+def next_index_name(candidate: str, after: str | None) -> str:
+    """``candidate``, or the first name after ``after`` when it would not sort after it (index
+    files are loaded in name order, so a new file must sort after the ones it follows)."""
+    if after is None or candidate > after:
+        return candidate
+    try:
+        t = datetime.strptime(after[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc) + timedelta(milliseconds=int(after[14:]) + 1)
+        return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+    except ValueError:
+        return f"{int(after) + 1:0{len(after)}d}"
+
+
 class IndexWriterService:
     """``IndexService.buildIndex`` over files in ``index_dir``.
 
-    New files are named from the store time of the first record that needs them (the broker
-    uses the wall clock); ``previous`` seeds the first new file's header as the broker seeds a
-    new file from the last existing one.
+    ``previous`` is the header of the last existing file: a new file's header is seeded with
+    its end values. ``append_to=(name, source)`` continues that existing (not full) file, whose
+    bytes are copied from ``source``. New files are named from the store time of the record
+    that needs them (the broker uses the wall clock), always sorting after ``after_name``.
+    ``dry=True`` writes nothing and only reports, in ``results``, the files it would write.
     """
 
     def __init__(
@@ -170,71 +406,154 @@ class IndexWriterService:
         index_num: int,
         previous: ixfmt.IndexHeader | None = None,
         taken_names: set[str] | None = None,
+        *,
+        append_to: tuple[str, Path] | None = None,
+        after_name: str | None = None,
+        counts_used_slots: bool = True,
+        tmp_path: Callable[[Path], Path] = default_tmp_path,
+        dry: bool = False,
     ):
+        self.dry = dry
+        self.results: list[IndexFileResult] = []
         self.index_dir = Path(index_dir)
         self.hash_slot_num, self.index_num = hash_slot_num, index_num
         self.size = ixfmt.index_file_size(hash_slot_num, index_num)
         self.previous = previous
         self.taken = set(taken_names or ())
-        self.current: ixfmt.IndexWriter | None = None
+        self.after_name = after_name
+        self.counts_used_slots = counts_used_slots
+        self.tmp_path = tmp_path
+        self.hdr: np.ndarray | None = None
         self._map: mmap.mmap | None = None
-        self._path: Path | None = None
+        self._buf: np.ndarray | None = None
+        self._final: Path | None = None
         self.written: list[Path] = []
         self.full_end_timestamp = 0  # what the broker stores as checkpoint indexMsgTimestamp
+        if append_to is not None:
+            name, source = append_to
+            self._open(name, source, None)
 
     @property
     def end_phy_offset(self) -> int:
-        if self.current is not None:
-            return self.current.end_phy_offset
+        if self.hdr is not None:
+            return int(self.hdr[H_END_PHY])
         return self.previous.end_phy_offset if self.previous else 0
 
-    def _roll(self, store_timestamp: int) -> None:
-        prev = self.current.header if self.current is not None else self.previous
-        if self.current is not None and self.current.is_full:
-            self.full_end_timestamp = self.current.end_timestamp
-        self._finish_current()
-        name, t = index_file_name(store_timestamp), store_timestamp
-        while name in self.taken:
-            t += 1
-            name = index_file_name(t)
-        self.taken.add(name)
+    @property
+    def current_name(self) -> str | None:
+        return None if self._final is None else self._final.name
+
+    def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
+        self._final = self.index_dir / name
+        self._created = seed is not None
+        if self.dry:
+            header = seed
+            if header is None:
+                with open(source, "rb") as f:
+                    header = ixfmt.read_header(f.read(ixfmt.HEADER_SIZE).ljust(ixfmt.HEADER_SIZE, b"\0"))
+            self._buf = np.zeros(1, dtype=np.uint8)
+            self.hdr = np.array([*header, 0], dtype=np.int64)
+            self._start = self._header()
+            if self.hdr[H_INDEX_COUNT] <= 0:
+                self.hdr[H_INDEX_COUNT] = 1
+            return
         self.index_dir.mkdir(parents=True, exist_ok=True)
-        self._path = self.index_dir / (name + ".tmp")
-        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        tmp = self.tmp_path(self._final)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        if source is not None:
+            shutil.copyfile(source, tmp)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | (0 if source is not None else os.O_TRUNC), 0o644)
         try:
-            os.ftruncate(fd, self.size)
+            if os.fstat(fd).st_size != self.size:
+                os.ftruncate(fd, self.size)  # the broker maps the configured size
             self._map = mmap.mmap(fd, self.size)
         finally:
             os.close(fd)
+        self._buf = np.frombuffer(self._map, dtype=np.uint8)
+        header = ixfmt.read_header(self._map) if seed is None else seed
+        self.hdr = np.array([*header, 0], dtype=np.int64)
+        self._start = self._header()
+        if seed is not None:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed
+            ixfmt.HEADER.pack_into(self._map, 0, *ixfmt.IndexHeader(*header[:4], 0, 0))
+        if self.hdr[H_INDEX_COUNT] <= 0:
+            self.hdr[H_INDEX_COUNT] = 1
+
+    def _roll(self, store_timestamp: int) -> None:
+        """``getAndCreateLastIndexFile``: a new file seeded with the last one's end values."""
+        prev = self._header() if self.hdr is not None else self.previous
+        if prev is not None and prev.index_count >= self.index_num:
+            self.full_end_timestamp = prev.end_timestamp  # IndexService.flush of the full file
+        last = self.current_name or self.after_name
+        self._finish_current()
+        name = next_index_name(index_file_name(store_timestamp), last)
+        while name in self.taken:
+            name = next_index_name(name, name)
+        self.taken.add(name)
         phy = prev.end_phy_offset if prev is not None and prev.end_phy_offset > 0 else 0
         ts = prev.end_timestamp if prev is not None and prev.end_timestamp > 0 else 0
-        seed = ixfmt.IndexHeader(ts, ts, phy, phy, 0, 1)
-        self.current = ixfmt.IndexWriter(self._map, self.hash_slot_num, self.index_num, seed)
+        self._open(name, None, ixfmt.IndexHeader(ts, ts, phy, phy, 0, 1))
+
+    def _header(self) -> ixfmt.IndexHeader:
+        return ixfmt.IndexHeader(*(int(v) for v in self.hdr[:6]))
+
+    def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
+        """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``."""
+        rec, key = 0, 0
+        n = len(phys)
+        while rec < n:
+            if self.hdr is None:
+                self._roll(int(store_ts[rec]))
+            rec, key, status = index_records(
+                self._buf, self.hash_slot_num, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self.dry
+            )
+            if status == ROLL_NEEDED:
+                self._roll(int(store_ts[rec]))
 
     def put_request(self, request: DispatchRequest) -> None:
-        if not request.to_index:
-            return
-        if self.current is None or self.current.is_full:
-            self._roll(request.store_timestamp)
-        if request.commit_log_offset < self.current.end_phy_offset:
-            return
-        for key in request.index_keys():
-            while not self.current.put(key, request.commit_log_offset, request.store_timestamp):
-                self._roll(request.store_timestamp)
+        keys = np.array([index_key_hash(k) for k in request.index_keys()], dtype=np.int64)
+        self.put_batch(
+            np.array([request.commit_log_offset], dtype=np.int64),
+            np.array([request.store_timestamp], dtype=np.int64),
+            np.array([request.to_index]),
+            np.zeros(1, dtype=np.int64),
+            np.array([len(keys)], dtype=np.int64),
+            keys,
+        )
 
     def _finish_current(self) -> None:
-        if self.current is None:
+        if self.hdr is None:
             return
-        self.current.flush_header()
+        self.results.append(IndexFileResult(self._final.name, self._created, self._start, self._header()))
+        if self.dry:
+            self.hdr = self._final = None
+            return
+        if self.hdr[H_PUT]:  # the broker writes the header fields as each put changes them
+            ixfmt.HEADER.pack_into(self._map, 0, *self._header())
         self._map.flush()
+        del self._buf
+        self._buf = None
         self._map.close()
-        final = self._path.with_name(self._path.name[: -len(".tmp")])
-        os.replace(self._path, final)
-        self.written.append(final)
-        self.current = None
+        os.replace(self.tmp_path(self._final), self._final)
+        self.written.append(self._final)
+        self.hdr = None
+        self._final = None
 
     def close(self) -> list[Path]:
         self._finish_current()
         if self.written:
             fsync_dir(self.index_dir)
         return self.written
+
+
+@dataclass(frozen=True)
+class IndexFileResult:
+    """One index file an ``IndexWriterService`` wrote (or would write): header before and after."""
+
+    name: str
+    created: bool
+    start: ixfmt.IndexHeader
+    end: ixfmt.IndexHeader
+
+    @property
+    def entries_added(self) -> int:
+        return max(self.end.index_count, 1) - max(self.start.index_count, 1)

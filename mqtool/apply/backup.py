@@ -1,0 +1,247 @@
+"""Backups, the apply journal, and ``restore``.
+
+A backup set is a directory (default ``<store's parent>/.mqtool-backups/<store>-<time>-<command>/``):
+
+- ``manifest.json``: ``{"format": "mqtool-backup/1", "store", "command", "created_ms", "plan"}``
+  (the plan being applied, in full), rewritten with ``"complete": true`` at the end;
+- ``journal.jsonl``: one fsynced JSON line per event, in order: ``backup-file`` (a whole file,
+  kept under ``files/<path>``), ``backup-range`` (bytes ``[start, end)`` of a file, kept under
+  ``ranges/``), ``create`` (a file that did not exist, logged before it is created),
+  ``step-done`` (action ``index`` finished), ``complete``, ``restored``.
+
+Every byte apply overwrites or deletes is in the backup, durably, before it is touched; so
+``restore`` (journal events undone in reverse order) puts the store back byte for byte after a
+complete apply, an interrupted one, or a killed one. The store gets a ``.mqtool-pending`` marker
+(naming the backup set) while an apply is unfinished; the next modifying command finishes it first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import BadInput
+from .fileops import copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
+
+BACKUP_FORMAT = "mqtool-backup/1"
+PENDING_MARKER = ".mqtool-pending"
+STAGING_DIR = ".mqtool-staging"
+BACKUPS_DIR = ".mqtool-backups"
+
+
+def default_backup_dir(store_root: Path, command: str) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{int(time.time() * 1000) % 1000:03d}"
+    return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
+
+
+class Journal:
+    """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def append(self, event: dict) -> None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def events(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+        return out
+
+
+@dataclass
+class BackupSet:
+    dir: Path
+    store_root: Path
+    manifest: dict
+    journal: Journal
+    _files: set[str] = field(default_factory=set)
+    _ranges: set[tuple[str, int, int]] = field(default_factory=set)
+    _created: set[str] = field(default_factory=set)
+    _done: set[int] = field(default_factory=set)
+
+    @classmethod
+    def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
+        directory = Path(directory)
+        if directory.exists() and any(directory.iterdir()):
+            raise BadInput(f"{directory}: backup directory exists and is not empty")
+        makedirs(directory)
+        manifest = {
+            "format": BACKUP_FORMAT,
+            "store": str(store_root.resolve()),
+            "command": plan_doc.get("command"),
+            "created_ms": int(time.time() * 1000),
+            "complete": False,
+            "plan": plan_doc,
+        }
+        write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
+        return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"))
+
+    @classmethod
+    def open(cls, directory: Path) -> "BackupSet":
+        directory = Path(directory)
+        try:
+            manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise BadInput(f"{directory}: not an mqtool backup (no manifest.json)") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{directory}/manifest.json: unreadable ({exc})") from None
+        if manifest.get("format") != BACKUP_FORMAT:
+            raise BadInput(f"{directory}: not an {BACKUP_FORMAT} backup")
+        backup = cls(directory, Path(manifest["store"]), manifest, Journal(directory / "journal.jsonl"))
+        for ev in backup.journal.events():
+            kind = ev.get("ev")
+            if kind == "backup-file":
+                backup._files.add(ev["path"])
+            elif kind == "backup-range":
+                backup._ranges.add((ev["path"], ev["start"], ev["end"]))
+            elif kind == "create":
+                backup._created.add(ev["path"])
+            elif kind == "step-done":
+                backup._done.add(ev["index"])
+        return backup
+
+    # -- paths --
+
+    def file_copy(self, rel: str) -> Path:
+        return self.dir / "files" / rel
+
+    def range_copy(self, rel: str, start: int, end: int) -> Path:
+        return self.dir / "ranges" / f"{rel}@{start}-{end}"
+
+    @property
+    def complete(self) -> bool:
+        return any(ev.get("ev") == "complete" for ev in self.journal.events())
+
+    def step_done(self, index: int) -> bool:
+        return index in self._done
+
+    # -- recording --
+
+    def backup_file(self, rel: str) -> Path | None:
+        """Keep the current bytes of ``rel`` (once); returns the copy, None if the file does
+        not exist and was never backed up."""
+        copy = self.file_copy(rel)
+        if rel in self._files:
+            return copy
+        src = self.store_root / rel
+        if not src.exists():
+            return None
+        how = link_or_copy(src, copy)
+        self.journal.append({"ev": "backup-file", "path": rel, "size": copy.stat().st_size, "how": how})
+        self._files.add(rel)
+        return copy
+
+    def backup_range(self, rel: str, start: int, end: int) -> None:
+        if (rel, start, end) in self._ranges:
+            return
+        copy = self.range_copy(rel, start, end)
+        makedirs(copy.parent)
+        write_atomic(copy, read_range(self.store_root / rel, start, end))
+        self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end})
+        self._ranges.add((rel, start, end))
+
+    def note_create(self, rel: str) -> None:
+        """Log that ``rel`` is about to be created (so ``restore`` deletes it)."""
+        if rel in self._created or rel in self._files:
+            return
+        if (self.store_root / rel).exists():
+            self.backup_file(rel)
+            return
+        self.journal.append({"ev": "create", "path": rel})
+        self._created.add(rel)
+
+    def mark_step(self, index: int, op: str, path: str) -> None:
+        self.journal.append({"ev": "step-done", "index": index, "op": op, "path": path})
+        self._done.add(index)
+
+    def finish(self) -> None:
+        self.journal.append({"ev": "complete"})
+        self.manifest["complete"] = True
+        write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
+
+    # -- summary --
+
+    def summary(self) -> dict:
+        files = sorted(self._files)
+        return {
+            "backup": str(self.dir),
+            "store": str(self.store_root),
+            "command": self.manifest.get("command"),
+            "complete": self.complete,
+            "files": files,
+            "ranges": [{"path": p, "start": s, "end": e} for p, s, e in sorted(self._ranges)],
+            "created": sorted(self._created),
+            "bytes": sum(self.file_copy(p).stat().st_size for p in files if self.file_copy(p).exists())
+            + sum(e - s for _, s, e in self._ranges),
+        }
+
+
+# ---- the pending marker -----------------------------------------------------------------------
+
+
+def write_pending(store_root: Path, backup_dir: Path) -> None:
+    write_atomic(store_root / PENDING_MARKER, str(Path(backup_dir).resolve()).encode())
+
+
+def read_pending(store_root: Path) -> Path | None:
+    marker = store_root / PENDING_MARKER
+    if not marker.exists():
+        return None
+    text = marker.read_text(encoding="utf-8").strip()
+    return Path(text) if text else None
+
+
+def clear_pending(store_root: Path) -> None:
+    remove(store_root / PENDING_MARKER)
+    staging = store_root / STAGING_DIR
+    if staging.exists():
+        shutil.rmtree(staging)
+        fsync_dir(store_root)
+
+
+# ---- restore ------------------------------------------------------------------------------------
+
+
+def restore(backup: BackupSet) -> dict:
+    """Undo every journal event in reverse order: files and ranges get their backed-up bytes back,
+    files apply created are deleted. Idempotent; works on complete and interrupted applies."""
+    root = backup.store_root
+    if not root.is_dir():
+        raise BadInput(f"{root}: the store this backup belongs to does not exist")
+    restored, deleted = [], []
+    for ev in reversed(backup.journal.events()):
+        kind, rel = ev.get("ev"), ev.get("path")
+        target = root / rel if rel else None
+        if kind == "backup-file":
+            makedirs(target.parent)
+            tmp = target.with_name(target.name + ".mqtool-restore")
+            copy_sparse(backup.file_copy(rel), tmp)
+            os.replace(tmp, target)
+            fsync_dir(target.parent)
+            restored.append(rel)
+        elif kind == "backup-range":
+            if target.exists():
+                write_range(target, ev["start"], backup.range_copy(rel, ev["start"], ev["end"]).read_bytes())
+                restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
+        elif kind == "create":
+            if remove(target):
+                deleted.append(rel)
+    pending = read_pending(root)
+    if pending is not None and pending.resolve() == backup.dir.resolve():
+        clear_pending(root)
+    backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
+    return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted}

@@ -1,0 +1,286 @@
+"""``apply``: carry out a plan's actions, in order, with backups and a journal.
+
+Each action is idempotent given the backup set: what it needs of the original store it reads
+from the backup (a consume queue file being rewritten, an index file being appended to), and the
+bytes it writes are a function of the plan and the commit log range the plan validated. So an
+apply killed at any point and run again (``resume``) converges to the same bytes, and
+``restore`` can always undo it.
+
+Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability point (tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..errors import BadInput, MqtoolError, Refused
+from ..formats import checkpoint as cpfmt
+from ..formats import index as ixfmt
+from ..recovery import fastdispatch as fd
+from ..recovery.dispatch import TopicTable, after_phys, phase_scanner, queue_groups
+from ..recovery.plan import Plan
+from ..recovery.planner import file_crc32
+from ..recovery.rules import RecoveryRules
+from ..store import Store, StoreConfig
+from ..store.version import BrokerVersion
+from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, write_pending
+from .fileops import makedirs, remove, write_atomic, zero_range
+
+
+class ApplyError(MqtoolError):
+    """The files do not match what the plan expects (a bug or a concurrent change)."""
+
+
+_kill_counter = 0
+
+
+def durability_point(label: str) -> None:
+    """A place where a kill -9 must leave a recoverable store (test hook)."""
+    global _kill_counter
+    target = os.environ.get("MQTOOL_TEST_KILL_AT")
+    if not target:
+        return
+    _kill_counter += 1
+    if _kill_counter == int(target):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def store_config(plan: Plan) -> StoreConfig:
+    o = plan.options
+    return StoreConfig(
+        commitlog_file_size=o.get("commitlog_file_size"),
+        consume_queue_file_size=o.get("consume_queue_file_size"),
+        hash_slot_num=o.get("hash_slot_num"),
+        index_num=o.get("index_num"),
+        message_index_enable=o.get("message_index_enable", True),
+        message_index_safe=o.get("message_index_safe", False),
+        check_crc_on_recover=o.get("check_crc_on_recover", True),
+        delay_levels=o["delay_levels"],
+    )
+
+
+def check_inputs(root: Path, plan: Plan) -> None:
+    """Refuse a saved plan once any file it read or changes differs from when it was made."""
+    for fp in plan.inputs:
+        path = root / fp.path
+        if not path.exists():
+            raise Refused(f"{fp.path} no longer exists: the store changed since the plan was made; plan again")
+        st = path.stat()
+        if st.st_size != fp.size or st.st_mtime_ns != fp.mtime_ns:
+            raise Refused(f"{fp.path} changed since the plan was made (size or mtime differ); plan again")
+        if fp.crc32 is not None and file_crc32(path) != fp.crc32:
+            raise Refused(f"{fp.path} changed since the plan was made (content differs); plan again")
+    known = {fp.path for fp in plan.inputs}
+    for rel in planned_creations(plan):
+        if rel not in known and (root / rel).exists():
+            raise Refused(f"{rel} appeared since the plan was made; plan again")
+
+
+def planned_creations(plan: Plan) -> list[str]:
+    out = []
+    for q in plan.queues:
+        for f in q.files:
+            if f.action == "create":
+                out.append(f"consumequeue/{q.topic}/{q.queue_id}/{f.name}")
+    if plan.index:
+        out += [f"index/{f.name}" for f in plan.index.files if f.action == "create"]
+    return out
+
+
+@dataclass
+class Executor:
+    root: Path
+    plan: Plan
+    backup: BackupSet
+    progress: Callable[[str], None] | None = None
+
+    @property
+    def staging(self) -> Path:
+        return self.root / STAGING_DIR
+
+    def tmp_path(self, final: Path) -> Path:
+        """Temporary files live in the store's staging directory, never in a queue directory
+        (the broker refuses to load a file there whose name is not an offset)."""
+        rel = os.path.relpath(final, self.root)
+        return self.staging / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{final.name}"
+
+    def run(self) -> None:
+        write_pending(self.root, self.backup.dir)
+        durability_point("pending")
+        for index, action in enumerate(self.plan.actions):
+            if self.backup.step_done(index):
+                continue
+            if self.progress:
+                self.progress(f"{action.op} {action.path}")
+            getattr(self, "_" + action.op.replace("-", "_"))(action)
+            self.backup.mark_step(index, action.op, action.path)
+            durability_point(f"step {index}")
+        self.backup.finish()
+        clear_pending(self.root)
+
+    # ---- actions ------------------------------------------------------------------------------
+
+    def _zero_range(self, action) -> None:
+        self.backup.backup_range(action.path, action.start, action.end)
+        durability_point("range backed up")
+        zero_range(self.root / action.path, action.start, action.end)
+
+    def _delete(self, action) -> None:
+        self.backup.backup_file(action.path)
+        durability_point("file backed up")
+        remove(self.root / action.path)
+
+    def _write_checkpoint(self, action) -> None:
+        self.backup.backup_file(action.path)
+        if not (self.root / action.path).exists():
+            self.backup.note_create(action.path)
+        durability_point("checkpoint backed up")
+        fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
+        data = cpfmt.encode_checkpoint(fields).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
+        write_atomic(self.root / action.path, data, self.staging)
+
+    def _write_dispatch(self, action) -> None:
+        self._dispatch(queues=bool(self._planned_queue_files()), index=bool(self.plan.index and self._planned_index_files()))
+
+    # ---- consume queue and index files from the dispatch phases --------------------------------
+
+    def _dispatch(self, *, queues: bool, index: bool) -> None:
+        plan = self.plan
+        makedirs(self.staging)
+        for stale in self.staging.iterdir():
+            stale.unlink()
+        store = Store.open(self.root, store_config(plan), plan.broker_version)
+        try:
+            rules = RecoveryRules(BrokerVersion.parse(plan.broker_version))
+            cq = self._queue_writer(store, rules) if queues else None
+            ix = self._index_writer(store, rules) if index else None
+            durability_point("dispatch prepared")
+            topics = TopicTable()
+            for number, phase in enumerate(plan.dispatch):
+                if cq is not None:
+                    for q in plan.queues:
+                        seed = q.seeds[number] if number < len(q.seeds) else None
+                        if seed is not None:
+                            cq.seed_queue(q.topic, q.queue_id, QueueState(seed.write_pos, seed.max_phys_offset))
+                if (cq is None or not phase.consume_queues) and (ix is None or not phase.index):
+                    continue
+                scanner = phase_scanner(
+                    store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags,
+                    delay_table=store.delay_table, legacy_properties=rules.legacy_properties,
+                    index_enable=bool(plan.index and plan.index.enabled), check_crc=False, topics=topics,
+                )
+                for batch in scanner:
+                    batch = after_phys(batch, phase.after_phys)
+                    if cq is not None and phase.consume_queues:
+                        for topic, qid, rows in queue_groups(batch, topics.names):
+                            f = batch.fields[rows]
+                            cq.put_batch(topic, qid, f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE], f[:, fd.F_TAGS])
+                    if ix is not None and phase.index and len(batch):
+                        ix.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+            durability_point("dispatch written")
+            if cq is not None:
+                written = {os.path.relpath(p, self.root) for p in cq.close()}
+                self._check_written(written, self._planned_queue_files(), "consume queue")
+            if ix is not None:
+                written = {os.path.relpath(p, self.root) for p in ix.close()}
+                self._check_written(written, self._planned_index_files(), "index")
+        finally:
+            store.close()
+
+    def _planned_queue_files(self) -> set[str]:
+        return {f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in self.plan.queues for f in q.files if f.action != "delete"}
+
+    def _planned_index_files(self) -> set[str]:
+        return {f"index/{f.name}" for f in self.plan.index.files if f.action in ("append", "create")}
+
+    def _check_written(self, written: set[str], planned: set[str], what: str) -> None:
+        if written != planned:
+            extra, missing = sorted(written - planned), sorted(planned - written)
+            raise ApplyError(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]}): please report this")
+
+    def _queue_writer(self, store: Store, rules: RecoveryRules) -> ConsumeQueueWriter:
+        writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, tmp_path=self.tmp_path)
+        for q in self.plan.queues:
+            for f in q.files:
+                rel = f"consumequeue/{q.topic}/{q.queue_id}/{f.name}"
+                if f.action == "rewrite":
+                    source = self.backup.backup_file(rel)
+                    if source is None:
+                        raise ApplyError(f"{rel}: the file to rewrite is missing and was never backed up")
+                    writer.adopt_file(q.topic, q.queue_id, int(f.name), source, f.zero_from)
+                elif f.action == "create":
+                    self.backup.note_create(rel)
+                    writer.adopt_file(q.topic, q.queue_id, int(f.name), None, f.zero_from)
+        return writer
+
+    def _index_writer(self, store: Store, rules: RecoveryRules) -> IndexWriterService:
+        ip = self.plan.index
+        append, previous, names = None, None, set()
+        for f in ip.files:
+            names.add(f.name)
+            rel = f"index/{f.name}"
+            if f.action == "append":
+                source = self.backup.backup_file(rel)
+                if source is None:
+                    raise ApplyError(f"{rel}: the index file to append to is missing and was never backed up")
+                append = (f.name, source)
+                previous = read_index_header(source)
+            elif f.action == "keep":
+                previous = read_index_header(self.root / rel)
+            elif f.action == "create":
+                self.backup.note_create(rel)
+        return IndexWriterService(
+            self.root / "index",
+            ip.hash_slot_num,
+            ip.index_num,
+            previous=previous,
+            taken_names=names - {f.name for f in ip.files if f.action == "create"},
+            append_to=append,
+            after_name=ip.after_name,
+            counts_used_slots=rules.index_counts_used_slots,
+            tmp_path=self.tmp_path,
+        )
+
+
+def read_index_header(path: Path) -> ixfmt.IndexHeader:
+    with open(path, "rb") as f:
+        return ixfmt.read_header(f.read(ixfmt.HEADER_SIZE).ljust(ixfmt.HEADER_SIZE, b"\0"))
+
+
+# ---- entry points ---------------------------------------------------------------------------------
+
+
+def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, progress=None) -> BackupSet:
+    """Apply ``plan`` to its store, backing up into ``backup_dir`` (a new directory)."""
+    root = Path(plan.store)
+    if not root.is_dir():
+        raise BadInput(f"{root}: the plan's store does not exist")
+    pending = read_pending(root)
+    if pending is not None:
+        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or `mqtool restore {pending} --yes`")
+    if verify_inputs:
+        check_inputs(root, plan)
+    backup = BackupSet.create(backup_dir, root, plan.to_dict())
+    Executor(root, plan, backup, progress).run()
+    return backup
+
+
+def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
+    """Finish an apply that was interrupted on this store (None if there is none)."""
+    pending = read_pending(store_root)
+    if pending is None:
+        return None
+    backup = BackupSet.open(pending)
+    plan = Plan.from_dict(backup.manifest["plan"])
+    if backup.complete:
+        clear_pending(store_root)
+        return backup
+    Executor(Path(store_root).resolve(), plan, backup, progress).run()
+    return backup
+

@@ -1,0 +1,119 @@
+"""Is a broker (or anything else) using this store right now? (reference §14)
+
+Two independent signs, both read-only:
+
+- the ``lock`` file's POSIX record lock, which a running broker takes with
+  ``FileChannel.tryLock(0, 1, false)`` once its recovery is done: probed with ``fcntl(F_GETLK)``
+  on a read-only descriptor, which reports the holder's PID without taking anything;
+- ``/proc/<pid>/fd`` and ``/proc/<pid>/maps``: any other process that has a file under the store
+  open or mapped (a broker maps every commit log and consume queue file while it loads, so this
+  also catches one that is still recovering, before it takes the lock).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from ..formats.markers import LOCK_FILE
+
+_FLOCK = "hhqqi"  # struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid
+
+
+@dataclass(frozen=True)
+class StoreUser:
+    pid: int
+    how: str  # "lock" | "open" | "mapped"
+    path: str
+    command: str
+
+    def describe(self) -> str:
+        what = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has mapped"}[self.how]
+        return f"pid {self.pid} ({self.command or '?'}) {what} {self.path}"
+
+
+def lock_holder(store_root: Path) -> int | None:
+    """PID of the process holding a lock on ``<root>/lock`` (None: not locked or no lock file)."""
+    path = Path(store_root) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        query = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        result = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+        l_type, _, _, _, pid = struct.unpack(_FLOCK, result[: struct.calcsize(_FLOCK)])
+        return pid if l_type != fcntl.F_UNLCK else None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
+    text = " ".join(parts)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == r or path.startswith(r + os.sep) for r in roots)
+
+
+def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -> list[StoreUser]:
+    """Processes with a file under any of ``paths`` open (``/proc/*/fd``) or mapped (``/proc/*/maps``)."""
+    roots = tuple(sorted({os.path.realpath(p) for p in paths}))
+    exclude = {os.getpid()} | (exclude or set())
+    users: list[StoreUser] = []
+    try:
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return users
+    for pid in pids:
+        if pid in exclude:
+            continue
+        found: dict[str, str] = {}
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if _under(target, roots):
+                    found.setdefault(target, "open")
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    parts = line.split(None, 5)
+                    if len(parts) == 6:
+                        target = parts[5].strip()
+                        if target.endswith(" (deleted)"):
+                            target = target[: -len(" (deleted)")]
+                        if _under(target, roots):
+                            found.setdefault(target, "mapped")
+        except OSError:
+            pass
+        if found:
+            command = _command(pid)
+            users += [StoreUser(pid, how, path, command) for path, how in sorted(found.items())]
+    return users
+
+
+def store_users(store_root: Path, extra_dirs: Iterable[Path] = ()) -> list[StoreUser]:
+    """Every sign that the store is in use: the lock holder first, then open or mapped files."""
+    users = []
+    holder = lock_holder(store_root)
+    if holder is not None:
+        users.append(StoreUser(holder, "lock", str(Path(store_root) / LOCK_FILE), _command(holder)))
+    users += processes_using([Path(store_root), *extra_dirs])
+    return users

@@ -1,0 +1,335 @@
+"""The compiled half of dispatch: what ``CommitLog.checkMessageAndReturnSize`` derives from a record
+for the consume queue and index dispatchers, for a whole batch of records in one call.
+
+``dispatch_rows`` takes the rows ``mqtool.store.fastscan.walk_segment`` found in a segment and,
+per record, gathers the fixed fields the dispatchers use (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
+SYSFLAG, STORETIMESTAMP, TOTALSIZE), parses the properties string the way the broker's reader
+does (4.9.1+ index walk, or the split-based reader before 4.9.1, reference §2.8) to find TAGS,
+KEYS, UNIQ_KEY and DELAY, and computes:
+
+- the tags code: Java ``String.hashCode`` of TAGS over UTF-16 code units (§3.4), or for
+  ``SCHEDULE_TOPIC_XXXX`` the delivery time from the delay-level table (§3.5);
+- the index key hashes of ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS token (§6.4-§6.5).
+
+Anything the fast path cannot decide exactly (malformed UTF-8 in a topic or a used value, a
+DELAY that is not a plain ASCII int32) sets ``FLAG_FALLBACK``; the caller then decodes that one
+record with ``formats.dispatch.dispatch_request`` (the single Python source of truth). Tests hold
+the two paths equal on every fixture record.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ..formats import commitlog as fmt
+
+_V4 = fmt.HEADER_LAYOUTS[(False, False)]
+_V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
+POS_QUEUE_ID = _V4.offset_of("queue_id")
+POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
+POS_PHYS_OFFSET = _V4.offset_of("phys_offset")
+POS_SYS_FLAG = _V4.offset_of("sys_flag")
+POS_STORE_TS_V4 = _V4.offset_of("store_timestamp")
+POS_STORE_TS_V6 = _V6_BORN.offset_of("store_timestamp")
+BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
+PROPS_LEN_SIZE = fmt.PROPERTIES_LENGTH.size
+TRAN_MASK = fmt.TRANSACTION_TYPE_MASK
+TRAN_ROLLBACK = int(fmt.TransactionType.ROLLBACK)
+
+# output columns (int64), one row per record
+(
+    F_POS,  # position of the record in its segment buffer
+    F_TOPIC_FP,  # FNV-1a 64 of the topic bytes (reinterpreted as int64)
+    F_TOPIC_POS,
+    F_TOPIC_LEN,
+    F_QUEUE_ID,
+    F_QUEUE_OFFSET,
+    F_PHYS,
+    F_SIZE,
+    F_SYS_FLAG,
+    F_STORE_TS,
+    F_TAGS,
+    F_KEY_START,
+    F_KEY_COUNT,
+    F_FLAGS,
+) = range(14)
+N_FIELDS = 14
+FLAG_FALLBACK = 1
+
+_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
+_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
+_UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
+_DELAY = np.frombuffer(b"DELAY", dtype=np.uint8)
+SCHEDULE_TOPIC_BYTES = np.frombuffer(b"SCHEDULE_TOPIC_XXXX", dtype=np.uint8)
+_M32 = np.int64(0xFFFFFFFF)
+
+
+@numba.njit(inline="always")
+def _be(buf, p, width):
+    v = np.int64(0)
+    for j in range(width):
+        v = (v << 8) | np.int64(buf[p + j])
+    return v
+
+
+@numba.njit(inline="always")
+def _signed(v, bits):
+    if v >= (np.int64(1) << (bits - 1)):
+        return v - (np.int64(1) << bits)
+    return v
+
+
+@numba.njit(inline="always")
+def _equals(buf, start, end, word):
+    n = word.shape[0]
+    if end - start != n:
+        return False
+    for i in range(n):
+        if buf[start + i] != word[i]:
+            return False
+    return True
+
+
+@numba.njit(inline="always")
+def _cont(buf, i, end):
+    return i < end and (buf[i] & 0xC0) == 0x80
+
+
+@numba.njit(cache=True, nogil=True)
+def java_hash_utf8(buf, start, end, h):
+    """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code
+    units of strict UTF-8 ``buf[start:end]``. Returns ``(h, ok)``; ``ok`` is False on any
+    malformed sequence (the caller falls back to the Python decoder's replacement rules)."""
+    i = start
+    while i < end:
+        c = np.int64(buf[i])
+        if c < 0x80:
+            cp = c
+            i += 1
+        elif c < 0xC2:
+            return h, False
+        elif c < 0xE0:
+            if not _cont(buf, i + 1, end):
+                return h, False
+            cp = ((c & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
+            i += 2
+        elif c < 0xF0:
+            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end)):
+                return h, False
+            c1 = np.int64(buf[i + 1])
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
+                return h, False
+            cp = ((c & 0x0F) << 12) | ((c1 & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
+            i += 3
+        elif c < 0xF5:
+            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end) and _cont(buf, i + 3, end)):
+                return h, False
+            c1 = np.int64(buf[i + 1])
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
+                return h, False
+            cp = ((c & 0x07) << 18) | ((c1 & 0x3F) << 12) | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)
+            i += 4
+        else:
+            return h, False
+        if cp >= 0x10000:
+            cp -= 0x10000
+            h = (h * 31 + (0xD800 + (cp >> 10))) & _M32
+            h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & _M32
+        else:
+            h = (h * 31 + cp) & _M32
+    return h, True
+
+
+@numba.njit(inline="always")
+def _index_hash(h):
+    """``IndexFile.indexKeyHashMethod``: abs of the signed hash, Integer.MIN_VALUE -> 0."""
+    s = _signed(h, 32)
+    if s < 0:
+        s = -s
+    if s > 0x7FFFFFFF:
+        s = 0
+    return s
+
+
+@numba.njit(inline="always")
+def _parse_int32(buf, start, end):
+    """``Integer.parseInt`` for plain ASCII ``[+-]?[0-9]+``; ok=False for anything else."""
+    i = start
+    neg = False
+    if i < end and (buf[i] == 43 or buf[i] == 45):
+        neg = buf[i] == 45
+        i += 1
+    if i >= end or end - i > 10:
+        return 0, False
+    v = np.int64(0)
+    while i < end:
+        d = np.int64(buf[i]) - 48
+        if d < 0 or d > 9:
+            return 0, False
+        v = v * 10 + d
+        i += 1
+    if neg:
+        v = -v
+    if v > 0x7FFFFFFF or v < -0x80000000:
+        return 0, False
+    return v, True
+
+
+@numba.njit(inline="always")
+def _item(buf, i, j, legacy):
+    """Key and value bounds of one ``name \\x01 value`` item in ``[i, j)``, or (-1, ..) if the
+    reader drops it. Modern reader (4.9.1+): the first \\x01, non-empty key and value, the value
+    may contain \\x01. Legacy reader: ``item.split("\\x01")`` minus trailing empties must give
+    exactly 2 parts (the key may be empty)."""
+    if not legacy:
+        k = i
+        while k < j and buf[k] != 1:
+            k += 1
+        if i < k and k < j - 1:
+            return i, k, k + 1, j
+        return -1, -1, -1, -1
+    t = j
+    while t > i and buf[t - 1] == 1:
+        t -= 1
+    k = -1
+    for p in range(i, t):
+        if buf[p] == 1:
+            if k >= 0:
+                return -1, -1, -1, -1
+            k = p
+    if k < 0:
+        return -1, -1, -1, -1
+    return i, k, k + 1, t
+
+
+@numba.njit(cache=True, nogil=True)
+def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, keys, key_fill):
+    """Fill ``out[r]`` for ``rows[first_row:]`` and append key hashes to ``keys`` from ``key_fill``.
+
+    ``rows`` are ``walk_segment`` rows (pos, size, body, body_len, topic, props, crc_ok).
+    ``delay_ms[level]`` is the delay of ``level`` (index 0 unused); ``len(delay_ms) - 1`` is the
+    max level (an empty table, ``len == 1``, reproduces the 4.9.2-4.9.8 recovery quirk, §3.5).
+    Returns ``(rows_done, key_fill)``; fewer rows than given when ``keys`` is full.
+    """
+    n = rows.shape[0]
+    max_level = delay_ms.shape[0] - 1
+    r = first_row
+    while r < n:
+        pos = rows[r, 0]
+        size = rows[r, 1]
+        topic = rows[r, 4]
+        props = rows[r, 5]
+        topic_len = props - PROPS_LEN_SIZE - topic
+        props_end = pos + size
+        if key_fill + (props_end - props) // 2 + 2 > keys.shape[0]:
+            break
+        row = out[r]
+        flags = 0
+        sys_flag = _signed(_be(buf, pos + POS_SYS_FLAG, 4), 32)
+        store_ts_pos = POS_STORE_TS_V6 if (sys_flag & BORN_V6) else POS_STORE_TS_V4
+        store_ts = _signed(_be(buf, pos + store_ts_pos, 8), 64)
+        row[F_POS] = pos
+        row[F_TOPIC_POS] = topic
+        row[F_TOPIC_LEN] = topic_len
+        row[F_QUEUE_ID] = _signed(_be(buf, pos + POS_QUEUE_ID, 4), 32)
+        row[F_QUEUE_OFFSET] = _signed(_be(buf, pos + POS_QUEUE_OFFSET, 8), 64)
+        row[F_PHYS] = _signed(_be(buf, pos + POS_PHYS_OFFSET, 8), 64)
+        row[F_SIZE] = size
+        row[F_SYS_FLAG] = sys_flag
+        row[F_STORE_TS] = store_ts
+        # topic: fingerprint and Java hash state
+        fp = np.uint64(14695981039346656037)
+        for p in range(topic, topic + topic_len):
+            fp = (fp ^ np.uint64(buf[p])) * np.uint64(1099511628211)
+        row[F_TOPIC_FP] = np.int64(fp)
+        th, ok = java_hash_utf8(buf, topic, topic + topic_len, np.int64(0))
+        if not ok:
+            flags |= FLAG_FALLBACK
+        # properties: the last occurrence of each key wins
+        tags_s = tags_e = keys_s = keys_e = uniq_s = uniq_e = delay_s = delay_e = -1
+        i = props
+        while i < props_end:
+            j = i
+            while j < props_end and buf[j] != 2:
+                j += 1
+            ks, ke, vs, ve = _item(buf, i, j, legacy)
+            if ks >= 0:
+                if _equals(buf, ks, ke, _TAGS):
+                    tags_s, tags_e = vs, ve
+                elif _equals(buf, ks, ke, _KEYS):
+                    keys_s, keys_e = vs, ve
+                elif _equals(buf, ks, ke, _UNIQ):
+                    uniq_s, uniq_e = vs, ve
+                elif _equals(buf, ks, ke, _DELAY):
+                    delay_s, delay_e = vs, ve
+            i = j + 1
+        tags = np.int64(0)
+        if tags_s >= 0:
+            h, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
+            if not ok:
+                flags |= FLAG_FALLBACK
+            tags = _signed(h, 32)
+        if delay_s >= 0 and _equals(buf, topic, topic + topic_len, sched_topic):
+            level, ok = _parse_int32(buf, delay_s, delay_e)
+            if not ok:
+                flags |= FLAG_FALLBACK
+            if level > max_level:
+                level = max_level
+            if level > 0:
+                tags = store_ts + delay_ms[level]
+        row[F_TAGS] = tags
+        row[F_KEY_START] = key_fill
+        count = 0
+        if index_enable and (sys_flag & TRAN_MASK) != TRAN_ROLLBACK:
+            base = (th * 31 + 35) & _M32  # topic + "#"
+            if uniq_s >= 0:
+                h, ok = java_hash_utf8(buf, uniq_s, uniq_e, base)
+                if not ok:
+                    flags |= FLAG_FALLBACK
+                keys[key_fill + count] = _index_hash(h)
+                count += 1
+            if keys_s >= 0:
+                s = keys_s
+                while s <= keys_e:
+                    e = s
+                    while e < keys_e and buf[e] != 32:
+                        e += 1
+                    if e > s:
+                        h, ok = java_hash_utf8(buf, s, e, base)
+                        if not ok:
+                            flags |= FLAG_FALLBACK
+                        keys[key_fill + count] = _index_hash(h)
+                        count += 1
+                    s = e + 1
+        row[F_KEY_COUNT] = count
+        row[F_FLAGS] = flags
+        key_fill += count
+        r += 1
+    return r, key_fill
+
+
+@numba.njit(cache=True, nogil=True)
+def same_topics(buf, topic_pos, topic_len, first_of_group, group):
+    """True when every record's topic bytes equal those of the first record of its fingerprint
+    group (so a 64-bit fingerprint collision can never merge two topics)."""
+    for r in range(topic_pos.shape[0]):
+        f = first_of_group[group[r]]
+        if topic_len[r] != topic_len[f]:
+            return False
+        a, b = topic_pos[r], topic_pos[f]
+        for k in range(topic_len[r]):
+            if buf[a + k] != buf[b + k]:
+                return False
+    return True
+
+
+def delay_array(delay_table: dict[int, int]) -> np.ndarray:
+    """``delay_ms[level]`` for levels 1..max (index 0 unused); levels missing from a gapped
+    table fall back to 1000 ms like ``computeDeliverTimestamp``."""
+    top = max(delay_table, default=0)
+    arr = np.full(top + 1, 1000, dtype=np.int64)
+    for level, ms in delay_table.items():
+        arr[level] = ms
+    arr[0] = 0
+    return arr

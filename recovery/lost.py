@@ -1,0 +1,156 @@
+"""What a cut loses: every record that still lies after the new logical end of the commit log.
+
+The broker discards everything after the first invalid record without looking at it. To tell the
+operator what that means, this walks on past the damage: records are read with the compiled
+walk (CRC checked but not fatal), and after bytes that are no record the walk resynchronises on
+the next position holding a record magic code whose PHYSICALOFFSET field equals the position
+itself (a record's own offset: stale copies in pre-4.9.1 blank fillers and random bytes fail it).
+Bytes that belong to no record are counted, not listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numba
+import numpy as np
+
+from ..formats import commitlog as fmt
+from ..formats.errors import FormatError
+from ..formats.properties import PropertyKey, split_keys
+from ..store.commitlog import CommitLog
+from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, walk_segment
+from ..store.mappedfile import MappedFile
+
+_MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
+_PHYS = fmt.PHYS_OFFSET_POSITION
+_V1 = (fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
+_V2_LAST = (fmt.MESSAGE_MAGIC_V2 & 0xFF)
+
+
+@numba.njit(cache=True, nogil=True)
+def next_self_offset(buf, start, base, accept_v2):
+    """First position ``q >= start`` holding a record magic whose PHYSICALOFFSET == base + q.
+    Zero runs are skipped a word at a time (a magic code has no zero byte)."""
+    n = buf.shape[0]
+    words = buf[: n - n % 8].view(np.uint64)
+    q = start
+    limit = n - (_PHYS + 8)
+    while q <= limit:
+        m = q + _MAGIC
+        if m // 8 < words.shape[0] and words[m // 8] == 0:
+            q = (m // 8 + 1) * 8 - _MAGIC
+            continue
+        if buf[m] == _V1[0] and buf[m + 1] == _V1[1] and buf[m + 2] == _V1[2]:
+            last = buf[m + 3]
+            if last == _V1[3] or (accept_v2 and last == _V2_LAST):
+                v = np.int64(0)
+                for j in range(8):
+                    v = (v << 8) | np.int64(buf[q + _PHYS + j])
+                if v == base + q:
+                    return q
+        q += 1
+    return -1
+
+
+@dataclass(frozen=True)
+class LostRecord:
+    """A record the cut discards (``crc_ok`` False: its body CRC already fails)."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    transaction_type: str
+    store_timestamp: int
+    msg_id: str
+    uniq_key: str | None
+    keys: tuple[str, ...]
+    crc_ok: bool
+
+
+@dataclass
+class LostScan:
+    records: int = 0
+    record_bytes: int = 0
+    listed: list[LostRecord] = field(default_factory=list)
+    other_bytes: int = 0  # non-zero bytes after the cut that belong to no record
+    first_other: int | None = None
+
+
+def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> LostRecord:
+    props = record.property_map(legacy=legacy)
+    return LostRecord(
+        record.offset,
+        record.total_size,
+        record.topic_name,
+        record.queue_id,
+        record.queue_offset,
+        record.transaction_type.name,
+        record.store_timestamp,
+        record.msg_id,
+        props.get(PropertyKey.UNIQ_KEY),
+        tuple(split_keys(props.get(PropertyKey.KEYS))),
+        crc_ok,
+    )
+
+
+def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool) -> LostScan:
+    """Records from ``cut`` to the end of the last segment; the first ``limit`` are described."""
+    result = LostScan()
+    index = commitlog.segment_index(cut)
+    if index is None:
+        return result
+    out = np.empty((1 << 14, N_COLS), dtype=np.int64)
+    for i in range(index, len(commitlog.segments)):
+        seg = commitlog.segments[i]
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            array = as_array(mf.buf)
+            try:
+                _walk(array, seg.base_offset, cut - seg.base_offset if i == index else 0, out, result, limit, legacy, accept_v2)
+            finally:
+                del array
+    return result
+
+
+def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool) -> None:
+    size = array.shape[0]
+    while pos < size:
+        count, end, code, _ = walk_segment(array, pos, size, True, False, out)
+        for row in out[:count]:
+            result.records += 1
+            result.record_bytes += int(row[COL_SIZE])
+            if len(result.listed) < limit:
+                record = fmt.decode_record(array, int(row[COL_POS]), base, size)
+                result.listed.append(describe(record, bool(row[COL_CRC_OK]), legacy))
+        if code == END_CAPACITY:
+            pos = end
+            continue
+        if code == OK_BLANK:
+            return
+        nxt = next_self_offset(array, end + 1, base, accept_v2)
+        stop = size if nxt < 0 else nxt
+        garbage = _count_nonzero(array, end, stop)
+        if garbage:
+            result.other_bytes += garbage
+            if result.first_other is None:
+                result.first_other = base + end
+        if nxt < 0:
+            return
+        pos = nxt
+
+
+def _count_nonzero(array: np.ndarray, start: int, stop: int, chunk: int = 1 << 24) -> int:
+    return sum(int(np.count_nonzero(array[p : min(p + chunk, stop)])) for p in range(start, stop, chunk))
+
+
+def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> LostRecord | None:
+    """The record at ``offset`` if its fields decode (even when its CRC fails), else None."""
+    try:
+        record = commitlog.read_record(offset)
+    except (FormatError, LookupError):
+        return None
+    if not isinstance(record, fmt.CommitLogRecord):
+        return None
+    return describe(record, record.crc_ok(), legacy)

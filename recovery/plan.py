@@ -1,0 +1,274 @@
+"""A repair plan is data: frozen dataclasses that say what a command will change and why, and
+round-trip through a documented JSON document (``Plan.to_json`` / ``Plan.from_json``).
+
+Paths are relative to the store root. ``actions`` is the exact, ordered list of file operations
+``mqtool apply`` performs; everything else explains them: where the valid commit log ends and
+which check failed, the messages the cut loses, each consume queue's entries cut and added, the
+index files dropped and written, the checkpoint values. ``inputs`` fingerprints every file the
+plan read or will change, so a saved plan is refused once any of them changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+PLAN_FORMAT = "mqtool-plan/1"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A file as planned: size, mtime (ns) and, for saved plans, CRC32 of its bytes."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    crc32: int | None = None
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message named by a plan (lost by a cut, or the first invalid record)."""
+
+    offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    transaction_type: str
+    store_timestamp: int
+    msg_id: str
+    uniq_key: str | None
+    keys: tuple[str, ...]
+    crc_ok: bool
+
+
+@dataclass(frozen=True)
+class CommitLogPlan:
+    """Where the valid commit log ends and what is cut.
+
+    ``scan_from``/``scan_rule``: where the broker's recovery starts and why; ``valid_end`` (the
+    broker's processOffset) is the first record that failed ``end_reason`` (``end_detail``);
+    ``first_invalid`` describes that record when its fields still decode. The dirty bytes
+    ``[zero_from, zero_to)`` of segment ``cut_segment`` are zeroed and ``delete_segments`` removed.
+    """
+
+    min_offset: int
+    end_of_files: int
+    scan_from: int
+    scan_rule: str
+    records_scanned: int
+    valid_end: int
+    end_reason: str
+    end_detail: str
+    end_is_damage: bool
+    first_invalid: Message | None
+    last_valid_offset: int
+    cut_segment: str | None
+    zero_from: int
+    zero_to: int
+    delete_segments: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LostMessages:
+    """Records after the valid end (``messages``: the first ``limit`` of them)."""
+
+    count: int
+    bytes: int
+    messages: tuple[Message, ...]
+    complete: bool
+    other_bytes: int  # non-zero bytes after the end that belong to no record
+    first_other_offset: int | None
+
+
+@dataclass(frozen=True)
+class DispatchPhase:
+    """A run of records the broker re-dispatches to consume queues and index.
+
+    ``name``: ``recovery`` (dispatched by the recovery scan) or ``reput`` (by the reput service
+    at start-up); ``tags``: ``delivery-time`` or ``tags-hash`` (4.9.2-4.9.8 recovery, §3.5).
+    """
+
+    name: str
+    start: int
+    stop: int
+    discipline: str
+    tags: str
+    consume_queues: bool
+    index: bool
+    records: int
+    cq_records: int
+    scheduled_with_tags_hash: int = 0
+    after_phys: int | None = None  # only records with PHYSICALOFFSET > this (5.3.2+ normal recovery)
+
+
+@dataclass(frozen=True)
+class QueueSeed:
+    """A queue's state when a dispatch phase starts: next write position (None: no file)."""
+
+    write_pos: int | None
+    max_phys_offset: int
+
+
+@dataclass(frozen=True)
+class QueueFile:
+    """One consume queue file's fate: ``delete``, ``rewrite`` (from its own bytes) or
+    ``create``; bytes from ``zero_from`` (position in the file) on are cleared."""
+
+    name: str
+    action: str
+    zero_from: int | None = None
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    topic: str
+    queue_id: int
+    min_before: int
+    max_before: int
+    max_after: int
+    min_after: int
+    dropped_by_recovery: int  # non-zero units after the first invalid unit (ignored by the broker)
+    cut: int  # entries removed because they point at or past the valid end
+    resurrected: int  # stale entries below the end that truncateDirtyLogicFiles brings back
+    added: int
+    fillers: int
+    first_added: int | None  # queue offset
+    last_added: int | None
+    seeds: tuple[QueueSeed | None, ...]  # per dispatch phase (None: carry on)
+    files: tuple[QueueFile, ...]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.files)
+
+
+@dataclass(frozen=True)
+class IndexFilePlan:
+    name: str
+    action: str  # "keep" | "delete" | "append" | "create"
+    reason: str
+    entries_before: int
+    entries_after: int
+    begin_timestamp: int
+    end_timestamp: int
+    end_phy_offset: int
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    enabled: bool
+    hash_slot_num: int
+    index_num: int
+    files: tuple[IndexFilePlan, ...]
+    records_indexed_from: int | None
+    keys_added: int
+    index_msg_timestamp_after: int | None  # set when a file fills (IndexService.flush)
+    after_name: str | None  # new files sort after this name
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    exists: bool
+    before: dict[str, int]
+    after: dict[str, int]
+
+    @property
+    def changed(self) -> bool:
+        return not self.exists or self.before != self.after
+
+
+@dataclass(frozen=True)
+class Action:
+    """One file operation of ``apply``, in order.
+
+    ops: ``zero-range`` (in place, ``start``..``end``), ``delete``, ``write-dispatch`` (every
+    consume queue file of ``QueuePlan.files`` and index file of ``IndexPlan.files`` that is
+    rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``.
+    """
+
+    op: str
+    path: str
+    start: int | None = None
+    end: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    command: str
+    store: str
+    created_ms: int
+    broker_version: str
+    version_source: str
+    mode: str | None  # recover: "abnormal" | "normal"
+    options: dict[str, Any]
+    commitlog: CommitLogPlan | None
+    lost: LostMessages | None
+    dispatch: tuple[DispatchPhase, ...]
+    queues: tuple[QueuePlan, ...]
+    index: IndexPlan | None
+    checkpoint: CheckpointPlan | None
+    remove_abort: bool
+    notes: tuple[str, ...]
+    actions: tuple[Action, ...]
+    inputs: tuple[Fingerprint, ...]
+    format: str = PLAN_FORMAT
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.actions
+
+    def to_dict(self) -> dict[str, Any]:
+        return _to_json_value(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "Plan":
+        if doc.get("format") != PLAN_FORMAT:
+            raise ValueError(f"not a {PLAN_FORMAT} document (format {doc.get('format')!r})")
+        return _from_json_value(cls, doc)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))
+
+    def with_inputs(self, inputs: tuple[Fingerprint, ...]) -> "Plan":
+        return dataclasses.replace(self, inputs=inputs)
+
+
+# ---- JSON conversion ------------------------------------------------------------------------
+
+
+def _to_json_value(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json_value(v) for k, v in value.items()}
+    return value
+
+
+def _from_json_value(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_json_value(inner, value)
+    if dataclasses.is_dataclass(tp):
+        hints = typing.get_type_hints(tp)
+        kwargs = {f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
+        return tp(**kwargs)
+    if origin is tuple:
+        (inner, _ellipsis) = typing.get_args(tp)
+        return tuple(_from_json_value(inner, v) for v in value)
+    return value

@@ -1,0 +1,254 @@
+"""One consume queue through the broker's recovery, simulated on its files without writing.
+
+The broker keeps a queue's write position in memory; bytes it "cuts" stay on disk. Offline there
+is only the disk, so the simulation tracks exactly which bytes the broker's in-memory queue
+holds after each step, and the plan then writes a file that holds exactly those (zeroing what
+the broker only cut logically, so the next load reads the same queue). Steps, in broker order:
+
+1. ``recover``: ``ConsumeQueue.recover`` from the third-from-last file (§5.7), then
+   ``truncateDirtyFiles`` of the queue (files after the end deleted, §8.9);
+2. ``place``: ``putMessagePositionInfo`` of dispatched records (§5.10, ``writers.place_units``);
+3. ``truncate``: ``truncateDirtyLogicFiles(phyOffset)`` (§5.8): it re-reads the last file from
+   unit 0, so stale units past the write position that still point below the cut come back;
+4. ``min_offset``: ``correctMinOffset(commitLog.minOffset)`` (§5.9), for the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..formats import consumequeue as cqfmt
+from ..store.consumequeue import ConsumeQueue
+from ..store.mappedfile import MappedFile
+from ..writers import CQ_UNIT, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
+
+ENTRY = cqfmt.ENTRY_SIZE
+
+
+@dataclass
+class FileFate:
+    """What happens to one file of the queue: ``delete``, or a write of its final content.
+
+    ``source`` is ``original`` (the existing file's bytes) or ``zeros``; every byte from
+    ``zero_from`` (position in the file) on is cleared; dispatched units are laid over it.
+    """
+
+    base: int
+    action: str  # "delete" | "rewrite" | "create"
+    source: str = "zeros"
+    zero_from: int | None = None
+
+
+@dataclass
+class QueueSim:
+    topic: str
+    queue_id: int
+    directory: Path
+    file_size: int
+    dedup_by_end: bool = True
+    exists: bool = False  # the queue's directory exists (the broker loads it)
+    original: dict[int, Path] = field(default_factory=dict)
+    files: dict[int, str] = field(default_factory=dict)  # base -> "original" | "new"
+    deleted: set[int] = field(default_factory=set)
+    state: np.ndarray = field(default_factory=lambda: QueueState().as_array())
+    recovered_end: int = 0
+    recovered_max_phys: int = -1
+    dropped_units: int = 0  # non-zero units after the recovered end that the broker ignores
+    added: int = 0
+    fillers: int = 0
+    first_added: tuple[int, int] | None = None  # (queue offset, phys offset)
+    last_added: tuple[int, int] | None = None
+    cut_units: int = 0  # units removed by truncateDirtyLogicFiles
+    resurrected_units: int = 0  # stale units past the write position it brings back
+    _chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed (pos, phys, size)
+    _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
+
+    # ---- 1. recovery ------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True) -> "QueueSim":
+        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, exists=True)
+        sim.original = {base: path for base, path in queue.files}
+        rec = queue.recover()
+        sim.recovered_end, sim.recovered_max_phys = rec.end, rec.max_phys_offset
+        for base in sim.original:
+            if base > rec.end:  # truncateDirtyFiles: files wholly after the end are deleted
+                sim.deleted.add(base)
+            else:
+                sim.files[base] = "original"
+        sim.dropped_units = sim._nonzero_units_from(rec.end)
+        if sim.files:
+            sim.state[S_WRITE] = rec.end
+        sim.state[S_MAX_PHYS] = rec.max_phys_offset
+        return sim
+
+    @classmethod
+    def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True) -> "QueueSim":
+        return cls(topic, queue_id, directory, file_size, dedup_by_end)
+
+    def _read_original(self, base: int) -> np.ndarray:
+        with MappedFile(self.original[base], base) as mf:
+            usable = min(mf.size, self.file_size)
+            units = np.frombuffer(bytes(mf.buf[: usable - usable % ENTRY]), dtype=CQ_UNIT)
+        if units.shape[0] < self.file_size // ENTRY:
+            units = np.concatenate([units, np.zeros(self.file_size // ENTRY - units.shape[0], dtype=CQ_UNIT)])
+        return units
+
+    def _nonzero_units_from(self, logical: int) -> int:
+        count = 0
+        for base in sorted(self.original):
+            if base + self.file_size <= logical:
+                continue
+            units = self._read_original(base)
+            first = max(0, (logical - base) // ENTRY)
+            tail = units[first:]
+            count += int(np.count_nonzero((tail["phys"] != 0) | (tail["size"] != 0) | (tail["tags"] != 0)))
+        return count
+
+    # ---- 2. dispatch ------------------------------------------------------------------------
+
+    @property
+    def queue_state(self) -> QueueState:
+        return QueueState(None if self.state[S_WRITE] < 0 else int(self.state[S_WRITE]), int(self.state[S_MAX_PHYS]))
+
+    def place(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray) -> int:
+        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed."""
+        pos = np.empty(qoff.shape[0], dtype=np.int64)
+        self.state[S_FILL_FROM] = -1
+        placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, pos)
+        if self.state[S_FILL_FROM] >= 0:
+            start, stop = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO])
+            self.fillers += (stop - start) // ENTRY
+            self._new_file(start - start % self.file_size)
+            fpos = np.arange(start, stop, ENTRY, dtype=np.int64)
+            self._chunks.append((fpos, np.zeros_like(fpos), np.full_like(fpos, cqfmt.FILLER[1])))
+        if not placed:
+            return 0
+        keep = pos >= 0
+        kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep], size[keep]
+        if self.first_added is None:
+            self.first_added = (int(kq[0]), int(kphys[0]))
+        self.last_added = (int(kq[-1]), int(kphys[-1]))
+        self.added += placed
+        for base in np.unique(kp - kp % self.file_size).tolist():
+            self._new_file(base)
+        self._chunks.append((kp, kphys.astype(np.int64), ksize.astype(np.int64)))
+        if self.added > 1 << 24:
+            self._prune()
+        return placed
+
+    def _prune(self) -> None:
+        """Keep placed units only where later steps read them: the first and the last file."""
+        keep = {min(self.files), max(self.files)}
+        pruned = []
+        for pos, phys, size in self._chunks:
+            sel = np.isin(pos - pos % self.file_size, list(keep))
+            if sel.any():
+                pruned.append((pos[sel], phys[sel], size[sel]))
+        self._chunks = pruned
+
+    def _new_file(self, base: int) -> None:
+        self._overlay.add(base)
+        if base not in self.files:
+            self.files[base] = "new"
+
+    # ---- 3. truncateDirtyLogicFiles ---------------------------------------------------------
+
+    def _file_units(self, base: int) -> tuple[np.ndarray, np.ndarray]:
+        """(phys, size) of every unit of file ``base`` as the broker's mapped buffer holds it."""
+        if self.files.get(base) == "original":
+            units = self._read_original(base)
+            phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
+        else:
+            phys = np.zeros(self.file_size // ENTRY, dtype=np.int64)
+            size = np.zeros(self.file_size // ENTRY, dtype=np.int64)
+        for pos, ph, sz in self._chunks:
+            sel = (pos >= base) & (pos < base + self.file_size)
+            if sel.any():
+                at = (pos[sel] - base) // ENTRY
+                phys[at], size[at] = ph[sel], sz[sel]
+        return phys, size
+
+    def truncate(self, phy_offset: int) -> None:
+        before = self.state[S_WRITE]
+        self.state[S_MAX_PHYS] = phy_offset
+        while self.files:
+            base = max(self.files)
+            phys, size = self._file_units(base)
+            if phys[0] >= phy_offset:
+                self._delete(base)
+                continue
+            bad = (phys[1:] < 0) | (size[1:] <= 0) | (phys[1:] >= phy_offset)
+            stop = int(np.argmax(bad)) + 1 if bad.any() else phys.shape[0]
+            self.state[S_WRITE] = base + stop * ENTRY
+            self.state[S_MAX_PHYS] = phys[stop - 1] + size[stop - 1]
+            break
+        else:
+            self.state[S_WRITE] = -1
+        after = self.state[S_WRITE]
+        if before >= 0 and after >= 0:
+            if after < before:
+                self.cut_units += int(before - after) // ENTRY
+            else:
+                self.resurrected_units += int(after - before) // ENTRY
+
+    def _delete(self, base: int) -> None:
+        kind = self.files.pop(base)
+        self._overlay.discard(base)
+        self._chunks = [(p[m], ph[m], sz[m]) for p, ph, sz in self._chunks for m in [(p < base) | (p >= base + self.file_size)] if m.any()]
+        if kind == "original":
+            self.deleted.add(base)
+            self.cut_units += int(np.count_nonzero(self._read_original(base)["size"] != 0))
+
+    # ---- results ----------------------------------------------------------------------------
+
+    @property
+    def end(self) -> int:
+        """Logical byte offset after the last unit the broker's queue holds (0 if no file)."""
+        return max(int(self.state[S_WRITE]), 0)
+
+    @property
+    def max_offset(self) -> int:
+        return self.end // ENTRY
+
+    def fates(self) -> list[FileFate]:
+        """The file operations that leave exactly the broker's queue on disk."""
+        out = []
+        end = self.end
+        for base in sorted(set(self.original) | set(self.files)):
+            kind = self.files.get(base)
+            if kind is None:
+                out.append(FileFate(base, "delete"))
+                continue
+            zero_from = min(max(end - base, 0), self.file_size)
+            if kind == "new":
+                out.append(FileFate(base, "create", "zeros", zero_from))
+                continue
+            dirty = zero_from < self.file_size and self._has_bytes_from(base, zero_from)
+            if base in self._overlay or dirty:
+                out.append(FileFate(base, "rewrite", "original", zero_from))
+        return out
+
+    def _has_bytes_from(self, base: int, pos: int) -> bool:
+        with MappedFile(self.original[base], base) as mf:
+            return any(mf.buf[pos:])
+
+    def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
+        """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the
+        first unit of the first file at or above the commit log min (fillers have offset 0),
+        else 0; 5.x: a queue whose last unit is below the commit log min is empty."""
+        end = self.end
+        if not self.files or end <= 0:
+            return 0
+        if v5:
+            last = end - ENTRY
+            phys, _ = self._file_units(last - last % self.file_size)
+            if phys[(last % self.file_size) // ENTRY] < commitlog_min_offset:
+                return end // ENTRY
+        first = min(self.files)
+        phys, _ = self._file_units(first)
+        hits = np.flatnonzero(phys[: min(end - first, self.file_size) // ENTRY] >= commitlog_min_offset)
+        return first // ENTRY + int(hits[0]) if hits.size else 0

@@ -1,0 +1,73 @@
+"""Where the broker's commit log recovery starts scanning (reference §8.4, §8.5).
+
+- Abnormal recovery (``recoverAbnormally``): from the newest segment backwards, the first whose
+  first record passes ``isMappedFileMatchedRecover``: magic V1 (V2 too from 5.1.0), a non-zero
+  STORETIMESTAMP, and that time <= ``checkpoint.getMinTimestamp()`` (min(physic, logics) - 3 s),
+  or <= ``getMinTimestampIndex()`` when ``messageIndexEnable && messageIndexSafe``. Else segment 0.
+- Normal recovery (``recoverNormally``): the third-from-last segment (4.0-5.3.1); from 5.3.2 the
+  newest segment (searched down to index 1) whose name is <= the max CQ physical offset, else 0.
+Segments before the start are never validated.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..formats import checkpoint as cpfmt
+from ..formats import commitlog as fmt
+from ..store.commitlog import CommitLog
+from ..store.mappedfile import MappedFile
+from .rules import RecoveryRules
+
+_MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
+_STORE_TS = {born6: fmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
+
+
+class ScanStart(NamedTuple):
+    index: int  # segment index (0 when there is no segment)
+    offset: int
+    rule: str  # why this segment, in words
+
+
+def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool) -> int | None:
+    """STORETIMESTAMP of the record at the start of segment ``index`` as
+    ``isMappedFileMatchedRecover`` reads it (no validation beyond the magic code), or None."""
+    seg = commitlog.segments[index]
+    with MappedFile(seg.path, seg.base_offset) as mf:
+        head = bytes(mf.buf[: _STORE_TS[True] + 8])
+    if len(head) < _STORE_TS[False] + 8:
+        return None
+    magic = int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True)
+    if magic != fmt.MESSAGE_MAGIC_V1 and not (accept_v2 and magic == fmt.MESSAGE_MAGIC_V2):
+        return None
+    sys_flag = int.from_bytes(head[fmt.SYS_FLAG_POSITION : fmt.SYS_FLAG_POSITION + 4], "big", signed=True)
+    pos = _STORE_TS[bool(sys_flag & fmt.SysFlag.BORNHOST_V6)]
+    if len(head) < pos + 8:
+        return None
+    return int.from_bytes(head[pos : pos + 8], "big", signed=True)
+
+
+def abnormal_start(commitlog: CommitLog, rules: RecoveryRules, checkpoint: cpfmt.StoreCheckpoint, *, index_safe: bool) -> ScanStart:
+    segments = commitlog.segments
+    if not segments:
+        return ScanStart(0, 0, "no commit log segment")
+    bound = checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
+    what = "min(physic, logics, index) timestamps - 3 s" if index_safe else "min(physic, logics) timestamps - 3 s"
+    for index in range(len(segments) - 1, -1, -1):
+        ts = first_record_store_time(commitlog, index, rules.accepts_v2_magic)
+        if ts is not None and ts != 0 and ts <= bound:
+            return ScanStart(index, segments[index].base_offset, f"newest segment whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
+    return ScanStart(0, segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")
+
+
+def normal_start(commitlog: CommitLog, rules: RecoveryRules, max_cq_phys_offset: int) -> ScanStart:
+    segments = commitlog.segments
+    if not segments:
+        return ScanStart(0, 0, "no commit log segment")
+    if rules.normal_start_from_cq_max:
+        for index in range(len(segments) - 1, 0, -1):
+            if segments[index].base_offset <= max_cq_phys_offset:
+                return ScanStart(index, segments[index].base_offset, f"newest segment starting at or below the consume queues' max physical offset {max_cq_phys_offset} (5.3.2+)")
+        return ScanStart(0, segments[0].base_offset, f"no later segment starts at or below the consume queues' max physical offset {max_cq_phys_offset} (5.3.2+)")
+    index = max(0, len(segments) - 3)
+    return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
