@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import mmap
+import os
 from typing import Iterator, NamedTuple
 
 import numba
@@ -33,6 +34,7 @@ MAGIC_BLANK = fmt.BLANK_MAGIC & 0xFFFFFFFF
 POS_MAGIC = _V4.offset_of("magic_code")
 POS_BODY_CRC = _V4.offset_of("body_crc")
 POS_SYS_FLAG = _V4.offset_of("sys_flag")
+POS_PHYS_OFFSET = _V4.offset_of("phys_offset")
 HEADER_V4 = _V4.size
 HOST_V6_EXTRA = fmt.HEADER_LAYOUTS[(True, False)].size - HEADER_V4
 BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
@@ -232,11 +234,14 @@ class FastScan:
     """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
 
     With ``stop_on_crc`` (the broker's recovery) a CRC failure ends the scan; without it the
-    batch rows carry ``crc_ok = 0`` and the walk continues (verification).
+    batch rows carry ``crc_ok = 0`` and the walk continues (verification). ``release_behind``
+    unmaps pages once their batch is consumed, so the resident size stays flat on 1 GiB segments
+    (rows of earlier batches stay readable: their pages fault back in from the page cache).
     """
 
-    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16):
+    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, release_behind: bool = False):
         self.commitlog = commitlog
+        self.release_behind = release_behind  # drop pages already walked from this process (bounded RSS)
         self.start = commitlog.min_offset if start is None else start
         self.stop = stop
         self.check_crc = check_crc
@@ -264,6 +269,8 @@ class FastScan:
                         if count:
                             self.records += count
                             yield SegmentBatch(seg.base_offset, array, self.out[:count])
+                            if self.release_behind:
+                                release_pages(mf.buf, 0, pos)
                         if code != END_CAPACITY:
                             break
                     if code != OK_BLANK:
@@ -295,3 +302,124 @@ def _detail(code: int, array: np.ndarray, pos: int, detail: int) -> str:
     if code == END_TRUNCATED:
         return "record runs past the end of the segment"
     return ""
+
+
+# ---- resynchronisation and zero detection (used by ``mqtool verify``) ----------------------
+
+
+@numba.njit(inline="always")
+def _be64(buf, p):
+    v = np.int64(0)
+    for j in range(8):
+        v = (v << 8) | np.int64(buf[p + j])
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def chain_holds(buf, p, base, chain, scratch):
+    """True when ``walk_segment`` accepts the record at ``p``, its PHYSICALOFFSET equals
+    ``base + p`` (the record describes its own position), and so do the records after it: ``chain``
+    records in all, or fewer when the chain meets a blank record, zeros or the buffer end."""
+    end = buf.shape[0]
+    q = p
+    for i in range(chain):
+        if q >= end:
+            return i > 0
+        if i > 0 and end - q >= 8 and _be32(buf, q + POS_MAGIC) == MAGIC_BLANK:
+            return True
+        count, nxt, code, _ = walk_segment(buf, q, q + 1, False, False, scratch)
+        if count != 1:
+            return i > 0 and (code == END_ZEROS or code == END_SEGMENT)
+        if _be64(buf, q + POS_PHYS_OFFSET) != base + q:
+            return False
+        q = nxt
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def find_record_start(buf, start, stop, base, chain, scratch):
+    """The first position in ``[start, stop)`` where the commit log can be resumed after damage:
+    a message record whose magic, size chain and self-describing PHYSICALOFFSET agree
+    (``chain_holds``), or an end-of-file blank whose TOTALSIZE is exactly the bytes left (as the
+    broker writes it). Both magics share the prefix ``DA A3 20``. Returns -1 when there is none.
+    ``scratch`` is a one-row array shaped like ``walk_segment``'s ``out``."""
+    end = buf.shape[0]
+    limit = min(stop, end - 8 + 1)
+    blank0 = (MAGIC_BLANK >> 24) & 0xFF
+    for p in range(start, limit):
+        b = buf[p + 4]
+        if b == 0xDA:
+            if buf[p + 5] == 0xA3 and buf[p + 6] == 0x20 and (buf[p + 7] == 0xA7 or buf[p + 7] == 0xAB):
+                if chain_holds(buf, p, base, chain, scratch):
+                    return p
+        elif b == blank0:
+            if _be32(buf, p + POS_MAGIC) == MAGIC_BLANK and _signed32(_be32(buf, p)) == end - p:
+                return p
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_nonzero_in(buf, start, stop):
+    for p in range(start, stop):
+        if buf[p] != 0:
+            return p
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _last_nonzero_in(buf, start, stop):
+    for p in range(stop - 1, start - 1, -1):
+        if buf[p] != 0:
+            return p
+    return -1
+
+
+ZERO_WINDOW = 1 << 20
+
+
+def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
+    """Position of the first non-zero byte in ``array[start:stop]``, or -1.
+
+    Scans 1 MiB windows with numpy (memory speed); with the file's descriptor, holes of a
+    sparse file (``SEEK_DATA``) are skipped without reading them.
+    """
+    p = start
+    while p < stop:
+        if fd is not None:
+            try:
+                p = max(p, os.lseek(fd, p, os.SEEK_DATA))
+            except OSError:  # ENXIO: no data at or after p
+                return -1
+            if p >= stop:
+                return -1
+        q = min(stop, p + ZERO_WINDOW)
+        if array[p:q].any():
+            return _first_nonzero_in(array, p, q)
+        p = q
+    return -1
+
+
+def last_nonzero(array: np.ndarray, start: int, stop: int) -> int:
+    """Position of the last non-zero byte in ``array[start:stop]``, or -1."""
+    q = stop
+    while q > start:
+        p = max(start, q - ZERO_WINDOW)
+        if array[p:q].any():
+            return _last_nonzero_in(array, p, q)
+        q = p
+    return -1
+
+
+def release_pages(buf, start: int, stop: int) -> None:
+    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only
+    map (``MADV_DONTNEED``): the resident size shrinks, the page cache keeps the data and a
+    later access faults it back in. Does nothing where madvise is unavailable."""
+    if not isinstance(buf, mmap.mmap):
+        return
+    first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+    last = stop - stop % mmap.PAGESIZE
+    if last > first:
+        try:
+            buf.madvise(mmap.MADV_DONTNEED, first, last - first)
+        except (AttributeError, OSError, ValueError):
+            pass
