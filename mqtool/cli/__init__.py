@@ -13,6 +13,7 @@ from .. import __version__
 from .common import State
 from .dump import dump
 from .info import info
+from .verify import verify
 
 app = typer.Typer(
     name="mqtool",
@@ -43,6 +44,7 @@ def _options(
 # Commands, one module each (keep this list in README order).
 app.command()(info)
 app.command()(dump)
+app.command()(verify)
 
 
 def main() -> None:

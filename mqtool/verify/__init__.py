@@ -1,0 +1,162 @@
+"""``mqtool verify``'s checks: CRC and cross-file consistency of a whole store, read-only.
+
+Imports ``formats`` and ``mqtool.store`` only (never the CLI). ``Verification(store, options)``
+yields ``Finding``s as it goes and fills ``summary``:
+
+1. ``commitlog``: every record of every segment on the compiled walk (``commitlog.py``), in
+   parallel over segments with ``jobs > 1``;
+2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
+   consume queue (``consumequeue.py``) and the index files (``index.py``);
+3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from ..store import Store
+from ..store import fastscan as fs
+from .commitlog import CommitLogCheck, CommitLogResult
+from .consumequeue import ConsumeQueueCheck
+from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
+from .index import IndexCheck
+from .logstream import LogStream
+from .segments import store_timestamp_at
+from .state import abort_findings, checkpoint_findings, config_findings, redispatch_start
+
+CHECKS = ("commitlog", "cq", "index", "checkpoint")
+
+Progress = Callable[[str, int, int], None]
+"""``progress(stage, bytes_done_delta, stage_total_bytes)``"""
+
+__all__ = ["CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    checks: tuple[str, ...] = CHECKS
+    from_offset: int | None = None
+    to_offset: int | None = None
+    jobs: int = 1
+    keep_going: bool = False
+
+    def __post_init__(self):
+        unknown = set(self.checks) - set(CHECKS)
+        if unknown:
+            raise ValueError(f"unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}")
+
+
+class Verification:
+    """One verification run over an opened store."""
+
+    def __init__(self, store: Store, options: VerifyOptions = VerifyOptions(), progress: Progress | None = None):
+        self.store = store
+        self.options = options
+        self.progress = progress
+        self.summary = Summary(
+            store=str(store.root) if store.root is not None else str(store.commitlog.segments[0].path.parent) if store.commitlog.segments else None,
+            version=str(store.version_guess),
+            checks=tuple(c for c in CHECKS if c in options.checks),
+        )
+        self.commitlog: CommitLogResult | None = None
+
+    def _stage(self, name: str, total: int):
+        if self.progress is None:
+            return None
+        return lambda delta: self.progress(name, delta, total)
+
+    def findings(self) -> Iterator[Finding]:
+        started = time.perf_counter()
+        try:
+            for finding in self._run():
+                self.summary.count(finding)
+                yield finding
+        finally:
+            self.summary.elapsed_s = time.perf_counter() - started
+
+    def _run(self) -> Iterator[Finding]:
+        opts, store, summary = self.options, self.store, self.summary
+        start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
+        stop = opts.to_offset
+        last_timestamp = None
+        records = 0
+        logical_end = None
+        if "commitlog" in opts.checks:
+            check = CommitLogCheck(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going)
+            check.progress = self._stage("commitlog", check.total_bytes)
+            yield from check.run()
+            result = self.commitlog = check.result
+            summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
+            summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
+            summary.notes.extend(check.notes)
+            last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
+        cross = [c for c in ("cq", "index") if c in opts.checks]
+        if cross and store.root is not None:
+            stream = LogStream(store, start, stop)
+            total = (stop if stop is not None else store.commitlog.end_of_files) - start
+            stream.progress = self._stage("cross-check", max(total, 0))
+            yield from self._cross_check(stream, cross, start, stop, logical_end)
+            if last_timestamp is None:
+                last_timestamp, records = self._stream_last_ts, stream.records
+            if summary.logical_end is None and stream.end is not None:
+                summary.logical_end, summary.end_reason = stream.end.offset, stream.end.reason
+            if "commitlog" not in opts.checks:
+                summary.records = stream.records
+                summary.bytes = max((stream.end.offset if stream.end else start) - start, 0)
+        elif cross:
+            summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
+        if "checkpoint" in opts.checks and store.root is not None:
+            if last_timestamp is None:
+                last_timestamp, records = self._last_timestamp()
+            yield from checkpoint_findings(store, last_timestamp, records)
+            yield from abort_findings(store)
+            yield from config_findings(store)
+
+    def _cross_check(self, stream: LogStream, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Iterator[Finding]:
+        store, summary = self.store, self.summary
+        end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
+        checks = []
+        if "cq" in cross:
+            redispatch_from, why = redispatch_start(store)
+            checks.append(ConsumeQueueCheck(store, lower=start, upper=stop, logical_end=end_guess, redispatch_from=redispatch_from, redispatch_why=why))
+        if "index" in cross:
+            cp = store.checkpoint
+            checks.append(IndexCheck(store, lower=start, upper=stop, logical_end=end_guess, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+        for check in checks:
+            yield from check.take()
+        self._stream_last_ts = None
+        for record in stream:
+            for check in checks:
+                check.on_record(record)
+                if check._out:
+                    yield from check.take()
+            self._stream_last_ts = record.store_timestamp
+        end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
+        for check in checks:
+            check.logical_end = end
+            check.finish()
+            yield from check.take()
+            if isinstance(check, ConsumeQueueCheck):
+                summary.consume_queues, summary.consume_queue_entries = check.queues, check.entries
+                if check.skipped_queues:
+                    summary.notes.append(f"{len(check.skipped_queues)} multi-dispatch (LMQ) queues not checked")
+                if check.ext_addresses:
+                    summary.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
+            else:
+                summary.index_files, summary.index_entries = len(check.files), check.entries
+
+    def _last_timestamp(self) -> tuple[int | None, int]:
+        """Store time of the last valid record, from a walk of the last three segments."""
+        segments = self.store.commitlog.segments
+        if not segments:
+            return None, 0
+        start = segments[max(0, len(segments) - 3)].base_offset
+        scan = fs.FastScan(self.store.commitlog, start, check_crc=False, stop_on_crc=False, release_behind=True)
+        last = None
+        records = 0
+        for batch in scan:
+            records += len(batch.rows)
+            last = store_timestamp_at(batch.array, int(batch.rows[-1, fs.COL_POS]))
+        return last, records

@@ -1,0 +1,431 @@
+"""Commit log verification: every record of every segment, then the broker's view of the whole.
+
+Segment reports (``segments.analyze_segment``, in parallel with ``jobs > 1``) are stitched in
+offset order:
+
+- the chain the broker reads runs from the first segment, jumping to the next segment at each
+  end-of-file blank, and ends at the first record that is not valid: the *logical end*
+  (``CommitLog.recoverNormally``'s ``processOffset``, reference §8.3). CRC failures are reported
+  but do not end the walk here, so one flipped bit yields one finding;
+- what lies after the logical end is classified. Zeros only: the normal end of data. A cut-short
+  record and nothing valid after it: a torn last write (``half-message``). Valid records again
+  (found by resynchronising on magic, size chain and self-describing PHYSICALOFFSET): either
+  *stale* (stored before the log's last message: leftovers of a log the broker cut back and
+  rewrote, §8.9; never read, reported as ``info``) or *live* (newer: the log was damaged and the
+  broker would discard them with everything else after the damage: ``damaged-range``).
+  Without ``keep_going`` the check stops at the first damaged range; with it every damaged range
+  is reported with the number of valid records after it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..formats import commitlog as clfmt
+from ..formats.errors import FormatError
+from ..store import Store
+from ..store import fastscan as fs
+from .findings import Finding, error, info, warning
+from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, warm_up
+
+Progress = Callable[[int], None]
+
+
+@dataclass
+class CommitLogResult:
+    """What the other checks need to know about the commit log."""
+
+    logical_end: int | None = None
+    end_reason: str | None = None
+    records: int = 0
+    bytes: int = 0
+    segments: int = 0
+    last_timestamp: int | None = None  # STORETIMESTAMP of the last record before the logical end
+    first_timestamps: dict[int, int] = field(default_factory=dict)  # segment base -> first record's STORETIMESTAMP
+    stopped_early: bool = False
+
+
+def relative(store: Store, path: str | Path) -> str:
+    path = Path(path)
+    if store.root is not None:
+        try:
+            return str(path.relative_to(store.root))
+        except ValueError:
+            pass
+    return str(path)
+
+
+# ---- the segment reports, serially or from a process pool ------------------------------------
+
+_worker_counter = None
+
+
+def _init_worker(counter) -> None:
+    global _worker_counter
+    _worker_counter = counter
+
+
+def _count(delta: int) -> None:
+    with _worker_counter.get_lock():
+        _worker_counter.value += delta
+
+
+def _analyze_in_worker(task: SegmentTask) -> SegmentReport:
+    return analyze_segment(task, _count)
+
+
+def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | None) -> Iterator[SegmentReport]:
+    """Reports in segment order. ``jobs > 1`` forks a pool (one segment per task); closing the
+    generator early terminates it."""
+    if jobs <= 1 or len(tasks) <= 1:
+        for task in tasks:
+            yield analyze_segment(task, progress)
+        return
+    warm_up()
+    ctx = multiprocessing.get_context("fork")
+    counter = ctx.Value("q", 0)
+    shown = 0
+    with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
+        results = pool.imap(_analyze_in_worker, tasks, chunksize=1)
+        while True:
+            try:
+                report = results.next(timeout=0.2)
+            except multiprocessing.TimeoutError:
+                report = None
+            except StopIteration:
+                break
+            if progress is not None:
+                done = counter.value
+                progress(done - shown)
+                shown = done
+            if report is not None:
+                yield report
+
+
+# ---- stitching ---------------------------------------------------------------------------------
+
+
+class CommitLogCheck:
+    """Stitch segment reports into findings; ``result`` is filled as the generator runs."""
+
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None):
+        self.store = store
+        self.commitlog = store.commitlog
+        self.start = self.commitlog.min_offset if start is None else start
+        self.stop = stop
+        self.jobs = jobs
+        self.keep_going = keep_going
+        self.progress = progress
+        self.result = CommitLogResult()
+        self.crashed = store.abort_present
+        self.notes: list[str] = []
+
+    def tasks(self) -> list[SegmentTask]:
+        tasks = []
+        for i, seg in enumerate(self.commitlog.segments):
+            if seg.end_offset <= self.start:
+                continue
+            if self.stop is not None and seg.base_offset >= self.stop:
+                break
+            start = max(self.start - seg.base_offset, 0)
+            stop = None if self.stop is None or self.stop >= seg.end_offset else self.stop - seg.base_offset
+            tasks.append(SegmentTask(i, str(seg.path), seg.base_offset, start, stop, resync=start > 0 and not tasks))
+        return tasks
+
+    @property
+    def total_bytes(self) -> int:
+        return sum((t.stop if t.stop is not None else self.commitlog.segments[t.index].size) - t.start for t in self.tasks())
+
+    def run(self) -> Iterator[Finding]:
+        yield from self._segment_sequence()
+        tasks = self.tasks()
+        result = self.result
+        after: list[tuple[SegmentReport, Run | Gap]] = []
+        reports = segment_reports(tasks, self.jobs, self.progress)
+        try:
+            for report in reports:
+                result.segments += 1
+                result.bytes += report.bytes
+                if report.resumed_at is not None and report.resumed_at != report.start:
+                    self.notes.append(f"--from-offset {report.base + report.start} is not a record start; checked from the next record at {report.base + report.resumed_at}")
+                if result.logical_end is None and result.end_reason != "limit":
+                    chain = report.chain
+                    if chain.start == 0 and chain.first_ts is not None:
+                        result.first_timestamps[report.base] = chain.first_ts
+                    yield from self._record_findings(report, chain)
+                    result.records += chain.records
+                    if chain.last_ts is not None:
+                        result.last_timestamp = chain.last_ts
+                    if chain.code == fs.OK_BLANK:
+                        yield from self._blank_findings(report)
+                        continue
+                    if chain.code == fs.END_LIMIT:
+                        result.end_reason = "limit"
+                        continue
+                    result.logical_end = report.base + chain.end
+                    result.end_reason = fs.CODE_REASONS[chain.code]
+                    self._end_code, self._end_detail = chain.code, chain.detail
+                    after.extend(_interleave(report, report.gaps, report.runs[1:]))
+                elif result.end_reason != "limit" and report.has_data:
+                    after.extend(_interleave(report, report.runs, report.gaps))
+                if not self.keep_going and self._first_live(after) is not None:
+                    result.stopped_early = True
+                    break
+        finally:
+            reports.close()
+        if result.logical_end is None and result.end_reason is None:
+            last = self.commitlog.segments[-1] if self.commitlog.segments else None
+            result.logical_end = last.end_offset if last is not None else self.start
+            result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
+        yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
+        if result.stopped_early:
+            self.notes.append("stopped at the first damaged range of the commit log; run with --keep-going to check and count what follows")
+
+    # ---- structure of the segment sequence ----
+
+    def _segment_sequence(self) -> Iterator[Finding]:
+        segments, size = self.commitlog.segments, self.commitlog.file_size
+        for prev, seg in zip(segments, segments[1:]):
+            if seg.base_offset != prev.base_offset + size:
+                missing = (seg.base_offset - prev.base_offset) // size - 1
+                yield error(
+                    "segment-gap",
+                    f"{missing} commit log segment(s) missing between {prev.path.name} and {seg.path.name}: the broker logs "
+                    f"\"[BUG]The mappedFile queue's data is damaged, the adjacent mappedFile's offset don't match\" and "
+                    f"messages in [{prev.end_offset}, {seg.base_offset}) are gone",
+                    file=relative(self.store, seg.path),
+                    offset=prev.end_offset,
+                    expected=prev.end_offset,
+                    found=seg.base_offset,
+                    details={"missing_from": prev.end_offset, "missing_to": seg.base_offset},
+                )
+
+    # ---- findings inside valid runs ----
+
+    def _record_findings(self, report: SegmentReport, run: Run) -> Iterator[Finding]:
+        file = relative(self.store, report.path)
+        for pos, size, stored, computed in run.crc:
+            yield error(
+                "crc-mismatch",
+                f"body CRC of the message at {report.base + pos} is {computed}, the record says {stored}: the broker logs "
+                "\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment; "
+                "consumers would get a corrupted body",
+                file=file,
+                offset=report.base + pos,
+                expected=stored,
+                found=computed,
+                details={"size": size},
+            )
+        for pos, found in run.phys:
+            yield error(
+                "phys-offset-mismatch",
+                f"the record at {report.base + pos} says its PHYSICALOFFSET is {found}: the broker's dispatch trusts the field, "
+                "so consume queue and index entries built from it point elsewhere",
+                file=file,
+                offset=report.base + pos,
+                expected=report.base + pos,
+                found=found,
+            )
+        for pos, expected, found in run.prop_crc:
+            yield error(
+                "property-crc-mismatch",
+                f"the __CRC32# property of the record at {report.base + pos} does not match the record's bytes: with "
+                "forceVerifyPropCRC the broker's recovery cuts the log here",
+                file=file,
+                offset=report.base + pos,
+                expected=expected,
+                found=found,
+            )
+        if run.unlisted:
+            self.notes.append(f"{file}: {run.unlisted} more record findings in [{report.base + run.start}, {report.base + run.end}) were counted but not listed")
+
+    def _blank_findings(self, report: SegmentReport) -> Iterator[Finding]:
+        file = relative(self.store, report.path)
+        blank_offset = report.base + report.blank
+        left = report.size - report.blank
+        if report.blank_total != left:
+            yield info(
+                "blank-size",
+                f"the end-of-file blank record at {blank_offset} says {report.blank_total} bytes are left, there are {left}; "
+                "the broker ignores this field",
+                file=file,
+                offset=blank_offset,
+                expected=left,
+                found=report.blank_total,
+            )
+        if report.after_blank is not None:
+            first, last = report.after_blank
+            legacy = self.store.version is not None and self.store.version < (4, 9, 1)
+            stale = (
+                f"; {report.stale_after_blank} of them still parse as records at their own offsets (from {report.base + report.stale_after_blank_at})"
+                if report.stale_after_blank
+                else ""
+            )
+            yield info(
+                "stale-after-blank",
+                f"{last - report.blank - clfmt.END_FILE_MIN_BLANK_LENGTH} bytes after the end-of-file blank at {blank_offset} are not zero{stale}: "
+                "the broker jumps to the next segment at a blank and never reads them"
+                + ("; brokers before 4.9.1 fill the blank with leftovers of earlier messages" if legacy or self.store.version is None else ""),
+                file=file,
+                offset=report.base + first,
+                details={"blank_offset": blank_offset, "stale_bytes_end": report.base + last, "stale_records": report.stale_after_blank},
+            )
+
+    # ---- after the logical end ----
+
+    def _is_stale(self, run: Run, last_ts: int | None) -> bool:
+        return last_ts is not None and run.first_ts is not None and run.first_ts < last_ts
+
+    def _first_live(self, after) -> Run | None:
+        for _, item in after:
+            if isinstance(item, Run) and item.records and not self._is_stale(item, self.result.last_timestamp):
+                return item
+        return None
+
+    def _describe_end(self, offset: int, code: int, detail: int) -> tuple[str, str]:
+        """(what was found at ``offset``, the broker log line for it)."""
+        if code == fs.END_ZEROS:
+            return "zeros where a record should start", "recover physics file end"
+        if code == fs.END_SEGMENT:
+            return "the segment end with no end-of-file blank record", "recover physics file end"
+        try:
+            self.commitlog.read_record(offset)
+            reason = fs.CODE_REASONS.get(code, "invalid record")
+        except FormatError as exc:
+            reason = exc.reason
+        except LookupError:
+            reason = "nothing"
+        if code == fs.END_LENGTH_MISMATCH:
+            return reason, f"[BUG]read total count not equals msg total size ... found a half message at {offset}, it will be truncated."
+        if "illegal magic" in reason:
+            return reason, "found a illegal magic code"
+        return reason, "recover physics file end"
+
+    def _after_end(self, after: list[tuple[SegmentReport, Run | Gap]]) -> list[Finding]:
+        result = self.result
+        end = result.logical_end
+        if end is None or result.end_reason == "limit":
+            return []
+        findings: list[Finding] = []
+        last_ts = result.last_timestamp
+        cursor = (end, self._end_code, self._end_detail)  # where the last valid data stopped
+        damaged: list[tuple[tuple[int, int, int], SegmentReport, Run]] = []  # (cursor, report, first live run after it)
+        live_records: list[int] = []  # records of each live stretch, parallel to ``damaged``
+        stale: list[tuple[SegmentReport, Run]] = []
+        tail: list[tuple[SegmentReport, Gap]] = []
+        last_kind = None
+        for report, item in after:
+            if isinstance(item, Gap):
+                tail.append((report, item))
+                continue
+            if not item.records:
+                continue
+            if self._is_stale(item, last_ts):
+                stale.append((report, item))
+                tail.clear()
+                last_kind = "stale"
+                continue
+            continues = last_kind == "live" and cursor[1] == fs.OK_BLANK and item.start == 0 and not tail
+            if continues:
+                live_records[-1] += item.records
+            else:
+                damaged.append((cursor, report, item))
+                live_records.append(item.records)
+            tail.clear()
+            last_kind = "live"
+            last_ts = item.last_ts
+            cursor = (report.base + item.end, item.code, item.detail)
+            if not self.keep_going:
+                break
+            findings.extend(self._record_findings(report, item))
+            if item.code == fs.OK_BLANK:
+                findings.extend(self._blank_findings(report))
+        for i, ((start, code, detail), report, run) in enumerate(damaged):
+            resume = report.base + run.start
+            found, line = self._describe_end(start, code, detail)
+            after_count = sum(live_records[i:]) if self.keep_going else None
+            counted = f"{after_count} valid records lie after it" if after_count is not None else "run with --keep-going to count the valid records after it"
+            findings.append(
+                error(
+                    "damaged-range",
+                    f"no valid record at {start} ({found}) but valid records resume at {resume}: the broker's recovery logs "
+                    f"\"{line}\" and truncates the log at {start}, discarding everything after it; {counted}",
+                    file=relative(self.store, self._path_of(start)),
+                    offset=start,
+                    expected="a valid record or the end of data",
+                    found=found,
+                    details={"range_end": resume, "range_bytes": resume - start, "valid_records_after": after_count},
+                )
+            )
+        if stale:
+            report, first = stale[0]
+            count = sum(run.records for _, run in stale)
+            findings.append(
+                info(
+                    "stale-records",
+                    f"{count} valid-looking records from {report.base + first.start}, stored before the log's last message, lie after "
+                    f"the logical end {end}: leftovers of a log the broker cut back and rewrote (reference §8.9); the broker never "
+                    "reads them, a scan that ignores the logical end would",
+                    file=relative(self.store, report.path),
+                    offset=report.base + first.start,
+                    details={"logical_end": end, "stale_records": count},
+                )
+            )
+        if tail and last_kind != "stale" and (self.keep_going or not damaged):
+            findings.extend(self._trailing(tail, cursor))
+        return findings
+
+    def _path_of(self, offset: int):
+        index = self.commitlog.segment_index(offset)
+        if index is None:
+            index = max(0, min(len(self.commitlog.segments) - 1, self.commitlog.segment_index(offset - 1) or 0))
+        return self.commitlog.segments[index].path
+
+    def _trailing(self, gaps: list[tuple[SegmentReport, Gap]], cursor: tuple[int, int, int]) -> list[Finding]:
+        """Non-zero bytes after the last valid data that hold no record: a torn last write where
+        they start right at the end of the data, leftovers elsewhere."""
+        start, code, detail = cursor
+        findings = []
+        for report, gap in gaps:
+            gap_start, gap_end = report.base + gap.start, report.base + gap.end
+            if gap_start == start:
+                found, line = self._describe_end(start, code, detail)
+                make = warning if self.crashed else error
+                why = " (the broker was probably killed while writing it)" if self.crashed else " (an acknowledged message may be lost)"
+                findings.append(
+                    make(
+                        "half-message",
+                        f"the last record at {start} is cut short ({found}) and nothing valid follows{why}: the broker logs "
+                        f"\"{line}\" and truncates the log at {start}",
+                        file=relative(self.store, report.path),
+                        offset=start,
+                        expected="a complete record or zeros",
+                        found=found,
+                        details={"range_end": gap_end, "range_bytes": gap_end - start},
+                    )
+                )
+            else:
+                findings.append(
+                    warning(
+                        "data-after-end",
+                        f"bytes [{report.base + gap.first_nonzero}, {gap_end}) after the end of the valid data hold no valid record: "
+                        "the broker never reads them (it deletes segments after the logical end on recovery)",
+                        file=relative(self.store, report.path),
+                        offset=report.base + gap.first_nonzero,
+                        details={"range_end": gap_end},
+                    )
+                )
+        return findings
+
+
+def _interleave(report: SegmentReport, first: list, second: list) -> list[tuple[SegmentReport, Run | Gap]]:
+    out = []
+    for i in range(max(len(first), len(second))):
+        if i < len(first):
+            out.append((report, first[i]))
+        if i < len(second):
+            out.append((report, second[i]))
+    return out

@@ -1,0 +1,176 @@
+"""What ``mqtool verify`` reports: findings with a stable JSON shape, and the run summary.
+
+A ``Finding`` names one problem (or one noteworthy fact) at one place:
+
+- ``kind``: a stable identifier from ``KINDS`` (``crc-mismatch``, ``cq-entry-missing``...);
+- ``severity``: ``error`` (data is damaged, lost, or the broker would serve or discard the wrong
+  bytes), ``warning`` (an inconsistency the broker tolerates or repairs on its next start, or
+  that degrades a feature such as key lookups), ``info`` (normal facts worth knowing, such as
+  stale bytes the broker never reads);
+- ``file``: the file concerned, relative to the store root where possible;
+- ``offset``: the absolute commit log offset concerned, where there is one;
+- ``expected`` / ``found``: the two values that disagree (numbers or short strings);
+- ``message``: one line for an operator, naming the broker log line they would see where one
+  exists;
+- ``details``: extra machine-readable facts (topic, queue id, range end, record counts...).
+
+Only ``error`` and ``warning`` findings make ``verify`` exit 1; ``info`` findings do not.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+class Severity(str, enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def fails(self) -> bool:
+        """Whether a finding of this severity makes the store unsound (exit code 1)."""
+        return self is not Severity.INFO
+
+
+# kind -> one-line description (README's JSON reference lists the same kinds)
+KINDS: dict[str, str] = {
+    # commit log
+    "segment-gap": "a commit log segment is missing between two others",
+    "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
+    "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
+    "phys-offset-mismatch": "a record's PHYSICALOFFSET field is not its own position",
+    "damaged-range": "bytes where a record should start hold no valid record, and valid records follow",
+    "half-message": "the last record is cut short or inconsistent (a torn write)",
+    "data-after-end": "non-zero bytes after the logical end that hold no valid record",
+    "stale-records": "valid-looking records after the logical end or a blank, older than the log: never read",
+    "stale-after-blank": "leftover bytes after an end-of-file blank record (normal before 4.9.1)",
+    "blank-size": "an end-of-file blank record whose TOTALSIZE is not the bytes left in the segment",
+    "segment-end-without-blank": "a record ends exactly at the end of a segment where a blank should follow",
+    # consume queues
+    "cq-file-gap": "a consume queue file is missing between two others",
+    "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",
+    "cq-entry-mismatch": "a consume queue entry disagrees with the record it points to",
+    "cq-entry-dangling": "a consume queue entry points where no record of its queue starts",
+    "cq-entry-beyond-end": "consume queue entries point at or past the commit log's logical end",
+    "cq-entry-missing": "records of a queue have no consume queue entry",
+    # index
+    "index-header": "an index file header disagrees with its entries",
+    "index-chain": "an index hash chain or slot is inconsistent (prev pointers, slot heads, counts)",
+    "index-entry-mismatch": "an index entry's hash or time does not match the record it points to",
+    "index-entry-dangling": "index entries point where no record starts",
+    "index-entry-beyond-end": "index entries point at or past the commit log's logical end",
+    "index-keys-missing": "keys the broker would have indexed are in no index file",
+    "index-file-size": "an index file's length does not match the index geometry",
+    "index-file-dropped": "an index file the broker will delete on its next (abnormal) start",
+    # checkpoint, abort, config
+    "checkpoint-missing": "no checkpoint file",
+    "checkpoint-size": "the checkpoint file is not 4096 bytes",
+    "checkpoint-ahead": "the checkpoint says data was flushed that the commit log does not hold",
+    "checkpoint-empty": "the checkpoint holds no timestamps although the commit log has data",
+    "abort-present": "the last run did not shut down cleanly; the broker will run abnormal recovery",
+    "config-unreadable": "a config/*.json file does not decode (the broker falls back to its .bak)",
+    "consumer-offset-range": "a consumer offset lies outside its queue's [min, max] offsets",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str
+    severity: Severity
+    message: str
+    file: str | None = None
+    offset: int | None = None
+    expected: Any = None
+    found: Any = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The documented JSON object of a finding (keys always present, in this order)."""
+        return {
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "file": self.file,
+            "offset": self.offset,
+            "expected": self.expected,
+            "found": self.found,
+            "message": self.message,
+            "details": dict(self.details),
+        }
+
+
+FINDING_FIELDS = ("kind", "severity", "file", "offset", "expected", "found", "message", "details")
+
+
+def error(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.ERROR, message, **kw)
+
+
+def warning(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.WARNING, message, **kw)
+
+
+def info(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.INFO, message, **kw)
+
+
+@dataclass
+class Summary:
+    """Totals of one run; ``as_dict`` is the ``summary`` object of the JSON output."""
+
+    store: str | None = None
+    version: str | None = None
+    checks: tuple[str, ...] = ()
+    records: int = 0
+    bytes: int = 0
+    segments: int = 0
+    logical_end: int | None = None
+    end_reason: str | None = None
+    consume_queues: int = 0
+    consume_queue_entries: int = 0
+    index_files: int = 0
+    index_entries: int = 0
+    elapsed_s: float = 0.0
+    by_severity: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Severity})
+    by_kind: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, finding: Finding) -> None:
+        self.by_severity[finding.severity.value] += 1
+        self.by_kind[finding.kind] = self.by_kind.get(finding.kind, 0) + 1
+
+    @property
+    def sound(self) -> bool:
+        return self.by_severity[Severity.ERROR.value] == 0 and self.by_severity[Severity.WARNING.value] == 0
+
+    @property
+    def throughput(self) -> float:
+        return self.bytes / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "store": self.store,
+            "version": self.version,
+            "checks": list(self.checks),
+            "sound": self.sound,
+            "commitlog": {
+                "records": self.records,
+                "bytes": self.bytes,
+                "segments": self.segments,
+                "logical_end": self.logical_end,
+                "end_reason": self.end_reason,
+            },
+            "consume_queues": {"queues": self.consume_queues, "entries": self.consume_queue_entries},
+            "index": {"files": self.index_files, "entries": self.index_entries},
+            "findings": dict(self.by_severity),
+            "findings_by_kind": dict(sorted(self.by_kind.items())),
+            "elapsed_s": round(self.elapsed_s, 3),
+            "throughput_bytes_per_s": round(self.throughput),
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,306 @@
+"""Per-segment commit log analysis on the compiled walk (runs in worker processes with ``--jobs``).
+
+``analyze_segment`` walks one segment with ``fastscan.walk_segment`` (the checks of
+``formats.commitlog.decode_record`` plus the body CRC, without stopping at a CRC failure) and
+records, in a small picklable ``SegmentReport``:
+
+- the *runs* of valid records, each with its CRC failures, PHYSICALOFFSET mismatches (the field
+  must equal the record's own position, reference §2.1) and ``__CRC32#`` property mismatches
+  (5.2+, §2.10), and the store timestamps of its first and last record;
+- the *gaps* between runs: where the chain broke and where it could be resumed, found by
+  ``fastscan.find_record_start`` (magic, size chain and self-describing PHYSICALOFFSET agree);
+- the end-of-file blank record, and what lies after it (stale bytes before 4.9.1, §2.6).
+
+Records never cross a segment (§2), so segments are independent; ``commitlog.py`` stitches the
+reports into the broker's view (logical end, damage, stale data). Pages are released behind
+the walk so the resident size stays small on 1 GiB segments.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..formats import commitlog as clfmt
+from ..formats.hashing import CRC31_MASK, body_crc
+from ..store import fastscan as fs
+from ..store.mappedfile import MappedFile
+
+WINDOW = 32 << 20  # bytes walked between page releases and progress reports
+BATCH_ROWS = 16384
+RESYNC_CHAIN = 3  # records that must chain after a resync candidate (fewer if the segment ends)
+MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
+
+_STORE_TS_POS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
+_I64 = struct.Struct(">q")
+PROP_CRC_KEY = b"__CRC32#\x01"
+PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1  # MessageConst.CRC32_RESERVED_LEN
+_PROP_CRC_TAG = int.from_bytes(PROP_CRC_KEY[:8], "big", signed=True)
+
+
+@dataclass
+class Run:
+    """Valid records chained from ``start`` to ``end`` (segment positions)."""
+
+    start: int
+    end: int = 0
+    records: int = 0
+    code: int = fs.END_LIMIT  # why the chain stopped at ``end`` (fastscan END_* / OK_BLANK)
+    detail: int = 0  # TOTALSIZE of the record at ``end`` for a length mismatch
+    first_ts: int | None = None
+    last_ts: int | None = None
+    crc: list[tuple[int, int, int, int]] = field(default_factory=list)  # (pos, size, stored, computed)
+    phys: list[tuple[int, int]] = field(default_factory=list)  # (pos, PHYSICALOFFSET found)
+    prop_crc: list[tuple[int, int, object]] = field(default_factory=list)  # (pos, expected, found)
+    unlisted: int = 0  # findings beyond MAX_LISTED
+
+
+@dataclass
+class Gap:
+    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record.
+
+    ``resumed``: a record (or an end-of-file blank) starts at ``end``; otherwise ``end`` is one
+    past the last non-zero byte before the segment end.
+    """
+
+    start: int
+    end: int
+    first_nonzero: int
+    resumed: bool
+
+
+@dataclass
+class SegmentReport:
+    index: int
+    path: str
+    base: int
+    size: int
+    start: int
+    stop: int
+    runs: list[Run] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    blank: int | None = None  # position of the end-of-file blank record
+    blank_total: int | None = None
+    after_blank: tuple[int, int] | None = None  # (first, last + 1) non-zero byte after the blank
+    stale_after_blank: int = 0  # valid records with their own offsets found after the blank
+    stale_after_blank_at: int | None = None
+    resumed_at: int | None = None  # with ``SegmentTask.resync``: the first record start found
+
+    @property
+    def bytes(self) -> int:
+        return max(self.stop - self.start, 0)
+
+    @property
+    def has_data(self) -> bool:
+        return any(r.records for r in self.runs) or bool(self.gaps)
+
+    @property
+    def chain(self) -> Run:
+        """The run the broker reads (from ``start``)."""
+        return self.runs[0]
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    index: int
+    path: str
+    base: int
+    start: int
+    stop: int | None  # exclusive segment position; None = the segment end
+    resync: bool = False  # ``start`` may be inside a record: begin at the next record start
+
+
+def store_timestamp_at(array: np.ndarray, pos: int) -> int:
+    """STORETIMESTAMP of the record at ``pos`` (its position depends on the born-host width)."""
+    born_v6 = bool(array[pos + fs.POS_SYS_FLAG + 3] & fs.BORN_V6)
+    return _I64.unpack_from(array, pos + _STORE_TS_POS[born_v6])[0]
+
+
+def _check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
+    """Vectorised checks of one batch of valid records; details only for the failures."""
+    positions = rows[:, fs.COL_POS]
+    if run.first_ts is None:
+        run.first_ts = store_timestamp_at(array, int(positions[0]))
+    run.last_ts = store_timestamp_at(array, int(positions[-1]))
+    bad_crc = np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0)
+    phys = fs.gather_be(array, positions, fs.POS_PHYS_OFFSET, 8, True)
+    bad_phys = np.flatnonzero(phys != positions + base)
+    tails = positions + rows[:, fs.COL_SIZE] - PROP_CRC_LEN
+    candidates = np.flatnonzero(tails >= rows[:, fs.COL_PROPS])
+    with_prop = candidates[fs.gather_be(array, tails[candidates], 0, 8, True) == _PROP_CRC_TAG] if len(candidates) else candidates
+    for i in bad_crc:
+        if len(run.crc) >= MAX_LISTED:
+            run.unlisted += 1
+            continue
+        pos, size, body, body_len = (int(v) for v in rows[i, [fs.COL_POS, fs.COL_SIZE, fs.COL_BODY, fs.COL_BODY_LEN]])
+        stored = int.from_bytes(array[pos + fs.POS_BODY_CRC : pos + fs.POS_BODY_CRC + 4].tobytes(), "big", signed=True)
+        run.crc.append((pos, size, stored, body_crc(array[body : body + body_len])))
+    for i in bad_phys:
+        if len(run.phys) >= MAX_LISTED:
+            run.unlisted += 1
+            continue
+        run.phys.append((int(positions[i]), int(phys[i])))
+    for i in with_prop:
+        pos, size = int(positions[i]), int(rows[i, fs.COL_SIZE])
+        expected, found = property_crc(array[pos : pos + size])
+        if expected != found:
+            if len(run.prop_crc) >= MAX_LISTED:
+                run.unlisted += 1
+                continue
+            run.prop_crc.append((pos, expected, found))
+
+
+def property_crc(record) -> tuple[int, object]:
+    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one.
+
+    The last 20 bytes are ``__CRC32#``, ``\\x01``, 10 decimal digits least significant first and
+    ``\\x02``; the CRC is ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``,
+    reference §2.10). A malformed value is returned as its text.
+    """
+    raw = bytes(record[-PROP_CRC_LEN:])
+    expected = body_crc(record[: len(record) - PROP_CRC_LEN]) & CRC31_MASK
+    digits = raw[len(PROP_CRC_KEY) : -1]
+    if raw[-1:] != b"\x02" or not digits.isdigit():
+        return expected, raw[len(PROP_CRC_KEY) :].decode("latin-1")
+    return expected, sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
+
+
+def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None) -> Run:
+    """Walk valid records from ``pos`` (windowed; pages behind the walk are released)."""
+    run = Run(pos)
+    released = pos
+    while True:
+        window_stop = min(stop, pos + WINDOW)
+        count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
+        if count:
+            run.records += count
+            _check_rows(array, out[:count], base, run)
+        pos = npos
+        if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
+            if pos - released >= WINDOW:
+                fs.release_pages(buf, released, pos)
+                if progress is not None:
+                    progress(pos - released)
+                released = pos
+            continue
+        if progress is not None:
+            progress(pos - released)
+        run.end, run.code, run.detail = pos, code, int(detail)
+        return run
+
+
+def analyze_segment(task: SegmentTask, progress=None) -> SegmentReport:
+    """Walk one segment: its runs of valid records, the gaps between them, its blank record.
+
+    ``progress(n)`` is called with byte counts that add up to the segment's checked range."""
+    shown = 0
+
+    def tick(n: int) -> None:
+        nonlocal shown
+        shown += n
+        progress(n)
+
+    report = _analyze(task, tick if progress is not None else None)
+    if progress is not None and report.bytes > shown:
+        progress(report.bytes - shown)
+    return report
+
+
+def _analyze(task: SegmentTask, progress) -> SegmentReport:
+    with MappedFile(task.path, task.base, sequential=True) as mf:
+        array = fs.as_array(mf.buf)
+        stop = mf.size if task.stop is None else min(task.stop, mf.size)
+        report = SegmentReport(task.index, task.path, task.base, mf.size, task.start, stop)
+        out = np.empty((BATCH_ROWS, fs.N_COLS), dtype=np.int64)
+        scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
+        fd = os.open(task.path, os.O_RDONLY)
+        try:
+            pos = task.start
+            if task.resync:
+                found = fs.find_record_start(array, pos, stop, task.base, RESYNC_CHAIN, scratch)
+                pos = report.resumed_at = found if found >= 0 else stop
+            while True:
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress)
+                report.runs.append(run)
+                if run.code == fs.OK_BLANK:
+                    _after_blank(report, array, run.end, fd, scratch, out)
+                    break
+                if run.code in (fs.END_LIMIT, fs.END_SEGMENT):
+                    break
+                if run.code == fs.END_ZEROS:
+                    nonzero = fs.first_nonzero(array, run.end, stop, fd)
+                    if nonzero < 0:
+                        break  # zeros to the end: the end of written data
+                    search_from = max(run.end + 1, nonzero - 4)  # a record's first bytes may be zero
+                else:
+                    nonzero, search_from = run.end, run.end + 1
+                resume = fs.find_record_start(array, search_from, stop, task.base, RESYNC_CHAIN, scratch)
+                end = resume if resume >= 0 else fs.last_nonzero(array, nonzero, stop) + 1
+                report.gaps.append(Gap(run.end, end, nonzero, resume >= 0))
+                if resume < 0:
+                    break
+                pos = resume
+        finally:
+            os.close(fd)
+            fs.release_pages(mf.buf, 0, mf.size)
+            del array
+    return report
+
+
+def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, scratch, out) -> None:
+    report.blank = pos
+    report.blank_total = int(np.int32(int.from_bytes(array[pos : pos + 4].tobytes(), "big", signed=True)))
+    first = fs.first_nonzero(array, pos + clfmt.END_FILE_MIN_BLANK_LENGTH, report.size, fd)
+    if first < 0:
+        return
+    report.after_blank = (first, fs.last_nonzero(array, first, report.size) + 1)
+    start = fs.find_record_start(array, max(pos + clfmt.END_FILE_MIN_BLANK_LENGTH, first - 4), report.size, report.base, RESYNC_CHAIN, scratch)
+    while start >= 0:
+        count, npos, code, _ = fs.walk_segment(array, start, report.size, False, False, out)
+        if report.stale_after_blank_at is None:
+            report.stale_after_blank_at = start
+        report.stale_after_blank += count
+        if code == fs.END_CAPACITY:
+            start = npos
+        elif code in (fs.OK_BLANK, fs.END_SEGMENT, fs.END_LIMIT) or npos + 1 >= report.size:
+            break
+        else:
+            start = fs.find_record_start(array, npos + 1, report.size, report.base, RESYNC_CHAIN, scratch)
+
+
+def warm_up() -> None:
+    """Load every compiled function this module uses (from numba's cache) by analysing a tiny
+    synthetic segment: records, zeros, garbage, a resynchronised record, a blank and stale bytes.
+    Worker processes forked afterwards inherit the loaded code instead of each loading it."""
+    fields = dict(
+        magic_code=clfmt.MESSAGE_MAGIC_V1, body_crc=0, queue_id=0, flag=0, queue_offset=0, phys_offset=0, sys_flag=0,
+        born_timestamp=1, born_host_address=bytes(4), born_host_port=1, store_timestamp=1, store_host_address=bytes(4),
+        store_host_port=1, reconsume_times=0, prepared_transaction_offset=0, body=b"x" * 16, topic=b"t",
+        properties=b"__CRC32#\x01" + b"0" * 10 + b"\x02",
+    )
+
+    def record(at: int) -> bytes:
+        return clfmt.encode_message({**fields, "phys_offset": at}, compute_crc=True)
+
+    size = 4096
+    data = bytearray(size)
+    first = record(0)
+    data[0 : len(first)] = first
+    at = len(first) + 64
+    data[at : at + 8] = b"garbage!"
+    at += 40
+    second = record(at)
+    data[at : at + len(second)] = second
+    at += len(second)
+    data[at : at + 8] = clfmt.encode_blank(size - at)
+    data[at + 100 : at + 108] = b"leftover"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "00000000000000000000")
+        with open(path, "wb") as f:
+            f.write(data)
+        analyze_segment(SegmentTask(0, path, 0, 0, None))
+        analyze_segment(SegmentTask(0, path, 0, 1, None, resync=True))

@@ -1,0 +1,206 @@
+"""The checkpoint, the abort marker and ``config/*.json`` against the data (reference §7, §8, §1.4).
+
+Also answers what the broker's next start would redo by itself (``redispatch_start``), which
+decides whether missing consume queue entries are a warning (rebuilt) or an error (lost).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from ..formats import checkpoint as cpfmt
+from ..formats import config as cfgfmt
+from ..formats.errors import FormatError
+from ..store import Store
+from ..store.version import BrokerVersion
+from .commitlog import relative
+from .findings import Finding, error, info, warning
+
+NORMAL_REDISPATCH_4 = (BrokerVersion(4, 5, 1), BrokerVersion(4, 99, 99))  # reput resumes at the CQ max (§8.12)
+NORMAL_REDISPATCH_5 = BrokerVersion(5, 3, 2)  # normal recovery dispatches after the CQ max (§8.5)
+
+
+def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
+    return store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+
+
+def first_store_timestamp(store: Store, index: int) -> int | None:
+    """STORETIMESTAMP of the first record of segment ``index`` (None without a message there)."""
+    seg = store.commitlog.segments[index]
+    try:
+        record = store.commitlog.read_record(seg.base_offset)
+    except (FormatError, LookupError):
+        return None
+    return getattr(record, "store_timestamp", None)
+
+
+def abnormal_recovery_start(store: Store) -> tuple[int, int]:
+    """(segment base, time bound) abnormal recovery starts from: the newest segment whose first
+    message was stored at or before ``min(physic, logics) - 3 s`` (and the index time with
+    ``messageIndexSafe``), else the first segment (``isMappedFileMatchedRecover``, §8.4)."""
+    cp = _checkpoint(store)
+    bound = cp.min_timestamp
+    if store.config.message_index_enable and store.config.message_index_safe:
+        bound = cp.min_timestamp_index
+    segments = store.commitlog.segments
+    for index in range(len(segments) - 1, -1, -1):
+        ts = first_store_timestamp(store, index)
+        if ts and ts <= bound:
+            return segments[index].base_offset, bound
+    return (segments[0].base_offset if segments else 0), bound
+
+
+def max_queue_phys_offset(store: Store) -> int:
+    """``recoverConsumeQueue``'s result: the largest ``offset + size`` of any queue's last valid unit."""
+    values = [q.recover().max_phys_offset for q in store.consume_queues]
+    return max(values, default=-1)
+
+
+def redispatch_start(store: Store) -> tuple[int | None, str]:
+    """The commit log offset from which the broker's next start re-dispatches records into the
+    consume queues and the index by itself, and why (None: it does not)."""
+    version = store.version
+    if store.abort_present:
+        start, bound = abnormal_recovery_start(store)
+        return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
+    if version is None:
+        return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
+    if version >= NORMAL_REDISPATCH_5:
+        top = max_queue_phys_offset(store)
+        return top + 1, f"broker {version}: normal recovery dispatches records after the consume queues' max offset {top}"
+    if NORMAL_REDISPATCH_4[0] <= version <= NORMAL_REDISPATCH_4[1]:
+        top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
+        return top, f"broker {version}: the reput service resumes at the consume queues' max offset {top}"
+    return None, f"broker {version} does not re-dispatch records after a clean shutdown"
+
+
+def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
+    path = store.path("checkpoint")
+    if not path.is_file():
+        yield warning(
+            "checkpoint-missing",
+            "no checkpoint file: the broker starts with every timestamp at 0, so an abnormal recovery would rescan from the first segment",
+            file="checkpoint",
+        )
+        return
+    size = path.stat().st_size
+    if size != cpfmt.CHECKPOINT_FILE_SIZE:
+        yield warning(
+            "checkpoint-size",
+            f"the checkpoint is {size} bytes, the broker maps {cpfmt.CHECKPOINT_FILE_SIZE}: missing bytes read as zero",
+            file="checkpoint",
+            expected=cpfmt.CHECKPOINT_FILE_SIZE,
+            found=size,
+        )
+    cp = _checkpoint(store)
+    if last_timestamp is None:
+        return
+    if records and cp.physic_msg_timestamp == 0 and cp.logics_msg_timestamp == 0:
+        yield warning(
+            "checkpoint-empty",
+            "the checkpoint holds no timestamps although the commit log has messages: an abnormal recovery would rescan from the first segment",
+            file="checkpoint",
+            expected="the store time of flushed messages",
+            found=0,
+        )
+    for name, value in (("physicMsgTimestamp", cp.physic_msg_timestamp), ("logicsMsgTimestamp", cp.logics_msg_timestamp)):
+        if value > last_timestamp:
+            yield warning(
+                "checkpoint-ahead",
+                f"the checkpoint's {name} {value} is later than the last valid message (stored at {last_timestamp}): messages the "
+                "broker had flushed are no longer in the commit log (lost writes, or a log cut short)",
+                file="checkpoint",
+                expected=f"<= {last_timestamp}",
+                found=value,
+                details={"field": name},
+            )
+
+
+def abort_findings(store: Store) -> Iterator[Finding]:
+    if not store.abort_present:
+        return
+    start, bound = abnormal_recovery_start(store)
+    end = store.commitlog.end_of_files
+    pid = store.abort.pid
+    yield warning(
+        "abort-present",
+        f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next start runs "
+        f"abnormal recovery (recoverAbnormally) from offset {start}, the newest segment whose first message is older than the "
+        f"checkpoint bound {bound}, re-dispatching every record after it",
+        file="abort",
+        details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)},
+    )
+
+
+def config_findings(store: Store) -> Iterator[Finding]:
+    config_dir = store.path("config")
+    if not config_dir.is_dir():
+        return
+    for name in cfgfmt.CONFIG_FILES:
+        path = config_dir / name
+        if not path.is_file():
+            continue
+        problem = _config_problem(name, path)
+        if problem is None:
+            continue
+        backup = path.with_name(name + ".bak")
+        backup_ok = backup.is_file() and _config_problem(name, backup) is None
+        make = warning if backup_ok else error
+        fallback = f"the broker loads {backup.name} instead" if backup_ok else f"its {backup.name} is missing or unreadable too, so the broker starts with an empty table"
+        yield make(
+            "config-unreadable",
+            f"config/{name}: {problem}; {fallback}",
+            file=relative(store, path),
+            found=problem,
+        )
+    yield from _consumer_offsets(store)
+
+
+def _config_problem(name: str, path: Path) -> str | None:
+    try:
+        cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
+    except cfgfmt.ConfigError as exc:
+        return str(exc)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def _consumer_offsets(store: Store) -> Iterator[Finding]:
+    doc = store.config_file("consumerOffset.json")
+    if doc is None:
+        return
+    try:
+        offsets = cfgfmt.consumer_offsets(doc)
+    except (ValueError, TypeError, AttributeError) as exc:
+        yield warning("config-unreadable", f"config/consumerOffset.json: unexpected shape ({exc})", file="config/consumerOffset.json")
+        return
+    v5 = store.version is not None and store.version >= BrokerVersion(5, 0, 0)
+    bounds = {}
+    for queue in store.consume_queues:
+        recovered = queue.recover()
+        bounds[(queue.topic, queue.queue_id)] = (queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=v5), recovered.max_offset)
+    for (topic, group, queue_id), offset in sorted(offsets.items()):
+        where = f"consumer group {group} on {topic}/{queue_id}"
+        common = dict(file="config/consumerOffset.json", found=offset, details={"topic": topic, "group": group, "queue_id": queue_id})
+        if (topic, queue_id) not in bounds:
+            yield info("consumer-offset-range", f"{where} has offset {offset} but the store has no such consume queue", expected="an existing queue", **common)
+            continue
+        low, high = bounds[(topic, queue_id)]
+        if offset > high:
+            yield warning(
+                "consumer-offset-range",
+                f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker answers OFFSET_OVERFLOW and moves it "
+                "back, so messages written meanwhile may be skipped or consumed twice",
+                expected=f"<= {high}",
+                **common,
+            )
+        elif offset < low:
+            yield info(
+                "consumer-offset-range",
+                f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in between expired): the broker "
+                "answers OFFSET_TOO_SMALL and moves it to the min",
+                expected=f">= {low}",
+                **common,
+            )
