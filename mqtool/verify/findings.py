@@ -48,7 +48,6 @@ KINDS: dict[str, str] = {
     "stale-records": "valid-looking records after the logical end or a blank, older than the log: never read",
     "stale-after-blank": "leftover bytes after an end-of-file blank record (normal before 4.9.1)",
     "blank-size": "an end-of-file blank record whose TOTALSIZE is not the bytes left in the segment",
-    "segment-end-without-blank": "a record ends exactly at the end of a segment where a blank should follow",
     # consume queues
     "cq-file-gap": "a consume queue file is missing between two others",
     "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",
