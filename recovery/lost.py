@@ -16,6 +16,7 @@ import numba
 import numpy as np
 
 from ..formats import commitlog as fmt
+from ..formats import msgid
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
@@ -55,11 +56,12 @@ def next_self_offset(buf, start, base, accept_v2):
 
 @dataclass(frozen=True)
 class LostRecord:
-    """A record the cut discards (``crc_ok`` False: its body CRC already fails)."""
+    """A record the cut discards (``crc_ok`` False: its body CRC already fails). A record whose
+    variable part no longer decodes is described from its fixed header (``topic`` None)."""
 
     offset: int
     size: int
-    topic: str
+    topic: str | None
     queue_id: int
     queue_offset: int
     transaction_type: str
@@ -146,11 +148,40 @@ def _count_nonzero(array: np.ndarray, start: int, stop: int, chunk: int = 1 << 2
 
 
 def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> LostRecord | None:
-    """The record at ``offset`` if its fields decode (even when its CRC fails), else None."""
+    """The record at ``offset`` if its fields decode (even when its CRC fails); else what its
+    fixed header says when that is intact (magic code, sizes in range); else None."""
     try:
         record = commitlog.read_record(offset)
-    except (FormatError, LookupError):
+    except LookupError:
         return None
+    except FormatError:
+        return _header_at(commitlog, offset)
     if not isinstance(record, fmt.CommitLogRecord):
         return None
     return describe(record, record.crc_ok(), legacy)
+
+
+def _header_at(commitlog: CommitLog, offset: int) -> LostRecord | None:
+    raw = commitlog.read_bytes(offset, fmt.HEADER_LAYOUTS[(True, True)].size)
+    if len(raw) < fmt.SYS_FLAG_POSITION + 4:
+        return None
+    sys_flag = int.from_bytes(raw[fmt.SYS_FLAG_POSITION : fmt.SYS_FLAG_POSITION + 4], "big", signed=True)
+    layout = fmt.HEADER_LAYOUTS[(bool(sys_flag & fmt.SysFlag.BORNHOST_V6), bool(sys_flag & fmt.SysFlag.STOREHOST_V6))]
+    if len(raw) < layout.size:
+        return None
+    h = dict(zip(layout.names, layout.codec.unpack_from(raw)))
+    if h["magic_code"] not in fmt.MESSAGE_MAGICS or h["total_size"] <= 0 or h["phys_offset"] != offset:
+        return None
+    return LostRecord(
+        offset,
+        h["total_size"],
+        None,
+        h["queue_id"],
+        h["queue_offset"],
+        fmt.transaction_type(h["sys_flag"]).name,
+        h["store_timestamp"],
+        msgid.encode_msg_id(h["store_host_address"], h["store_host_port"], h["phys_offset"]),
+        None,
+        (),
+        False,
+    )

@@ -32,11 +32,12 @@ class Fingerprint:
 
 @dataclass(frozen=True)
 class Message:
-    """A message named by a plan (lost by a cut, or the first invalid record)."""
+    """A message named by a plan (lost by a cut, or the first invalid record; ``topic`` is None
+    when only the record's fixed header still decodes)."""
 
     offset: int
     size: int
-    topic: str
+    topic: str | None
     queue_id: int
     queue_offset: int
     transaction_type: str
@@ -75,8 +76,20 @@ class CommitLogPlan:
 
 
 @dataclass(frozen=True)
+class QueueRef:
+    """A consume queue entry that points at a message lost by the cut."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
 class LostMessages:
-    """Records after the valid end (``messages``: the first ``limit`` of them)."""
+    """Records after the valid end (``messages``: the first ``limit`` of them), and consume queue
+    entries pointing past the end at messages whose bytes no longer decode (``unreadable``)."""
 
     count: int
     bytes: int
@@ -84,6 +97,7 @@ class LostMessages:
     complete: bool
     other_bytes: int  # non-zero bytes after the end that belong to no record
     first_other_offset: int | None
+    unreadable: tuple[QueueRef, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from .plan import (
     Plan,
     QueueFile,
     QueuePlan,
+    QueueRef,
     QueueSeed,
 )
 from .queues import QueueSim
@@ -185,6 +186,79 @@ def _commitlog_plan(store: Store, scan: _Scan, lost_limit: int, legacy: bool, ac
         tuple(s.path.name for s in deleted),
     )
     return plan, lost, actions
+
+
+def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> list[tuple[int, int]]:
+    """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
+    contiguous in the broker: each begins with the first keyed record after the previous one)."""
+    covered = [(f.end_phy_offset, f) for f in index_plan.files if f.action != "delete" and f.entries_after > 0]
+    starts = {f.name: f for f in index_plan.files}
+    gaps = []
+    prev_end = None  # offset of the last indexed record so far
+    cl = store.commitlog
+    for f in sorted(starts.values(), key=lambda f: f.name):
+        if f.action == "delete" or f.entries_after <= 0:
+            continue
+        begin = _begin_phy(store, f)
+        start_at = cl.min_offset if prev_end is None else prev_end
+        if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
+            gaps.append((start_at, begin))
+        prev_end = max(prev_end or 0, f.end_phy_offset)
+    if covered and prev_end is not None and prev_end < end and _keyed_record_between(store, prev_end, end, skip_first=True, legacy=legacy):
+        gaps.append((prev_end, end))
+    if not covered and _keyed_record_between(store, cl.min_offset, end, skip_first=False, legacy=legacy):
+        gaps.append((cl.min_offset, end))
+    return gaps
+
+
+def _begin_phy(store: Store, f: IndexFilePlan) -> int | None:
+    if f.action == "create":
+        return None  # created by this plan from the dispatch: contiguous by construction
+    with MappedFile(store.path("index", f.name)) as mf:
+        from ..formats import index as ixfmt
+
+        return ixfmt.read_header(mf.buf).begin_phy_offset
+
+
+def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
+    """True if a record with UNIQ_KEY or KEYS lies in ``[start, stop)`` (``start`` excluded if
+    ``skip_first``); reads at most ``limit`` records, then assumes yes."""
+    from ..formats.errors import FormatError
+    from ..formats.properties import PropertyKey
+
+    pos, seen = start, 0
+    cl = store.commitlog
+    while pos < stop and seen < limit:
+        try:
+            record = cl.read_record(pos)
+        except (FormatError, LookupError):
+            return False
+        if not hasattr(record, "properties"):  # a blank: next segment
+            index = cl.segment_index(pos)
+            if index is None or index + 1 >= len(cl.segments):
+                return False
+            pos = cl.segments[index + 1].base_offset
+            continue
+        if not (skip_first and pos == start) and record.transaction_type.name != "ROLLBACK":
+            props = record.property_map(legacy=legacy)
+            if props.get(PropertyKey.UNIQ_KEY) or props.get(PropertyKey.KEYS, "").strip(" "):
+                return True
+            seen += 1
+        pos += record.total_size
+    return seen >= limit
+
+
+def _unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_invalid: Message | None) -> LostMessages:
+    """Consume queue entries past the cut whose message is not among the decoded lost records."""
+    known = {m.offset for m in lost.messages} | ({first_invalid.offset} if first_invalid else set())
+    refs = []
+    for (topic, qid), sim in sorted(sims.items()):
+        if not sim.exists or sim.recovered_max_phys <= end:
+            continue
+        for qoff, phys, size in sim.entries_from(end):
+            if phys not in known and (lost.complete or phys < (lost.messages[-1].offset if lost.messages else end)):
+                refs.append(QueueRef(topic, qid, qoff, phys, size))
+    return replace(lost, unreadable=tuple(sorted(refs, key=lambda r: (r.offset, r.topic, r.queue_id))))
 
 
 def _queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: bool, seeds: tuple) -> QueuePlan:
@@ -332,6 +406,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
 
     # 4. commit log cut, CQ truncation
     cl_plan, lost, actions = _commitlog_plan(store, scan, options.lost_limit, legacy, rules.accepts_v2_magic)
+    lost = _unreadable_from_queues(lost, sims, end, cl_plan.first_invalid)
     walk = rules.abnormal_truncates_cq_always if mode == "abnormal" else False
     if mode == "abnormal" or rules.normal_truncates_cq:
         walk = walk or max_cq >= end
@@ -386,6 +461,14 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
                     "and recovery re-indexes only from its start segment (broker behaviour with messageIndexSafe=false; --index-safe avoids it)"
                 )
     actions += _write_action(queue_writes, index_plan is not None and any(f.action in ("append", "create") for f in index_plan.files))
+    if index_plan is not None and index_enable and cl.segments:
+        for a, b in index_gaps(store, index_plan, end, legacy):
+            notes.append(f"no index file covers the keyed records in [{a}, {b}) (an index file is missing; the broker does not rebuild it): run `mqtool rebuild-index`")
+    for sim in sims.values():
+        for base, path in sim.original.items():
+            size = path.stat().st_size
+            if size != sim.file_size and base in sim.files:
+                notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
 
     # checkpoint, abort
     cp_plan = None

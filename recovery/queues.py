@@ -108,6 +108,19 @@ class QueueSim:
             count += int(np.count_nonzero((tail["phys"] != 0) | (tail["size"] != 0) | (tail["tags"] != 0)))
         return count
 
+    def entries_from(self, phys_offset: int) -> list[tuple[int, int, int]]:
+        """``(queue offset, phys offset, size)`` of the queue's entries (as recovered, fillers
+        excluded) that point at or past ``phys_offset``, oldest first."""
+        out = []
+        for base in sorted((b for b in self.original if b < self.recovered_end), reverse=True):
+            units = self._read_original(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
+            real = (units["phys"] >= 0) & (units["size"] > 0) & ~((units["phys"] == 0) & (units["size"] == cqfmt.FILLER[1]))
+            for i in np.flatnonzero(real & (units["phys"] >= phys_offset))[::-1].tolist():
+                out.append(((base // ENTRY) + i, int(units["phys"][i]), int(units["size"][i])))
+            if units.shape[0] and real[0] and units["phys"][0] < phys_offset:
+                break
+        return out[::-1]
+
     # ---- 2. dispatch ------------------------------------------------------------------------
 
     @property
@@ -228,7 +241,7 @@ class QueueSim:
                 out.append(FileFate(base, "create", "zeros", zero_from))
                 continue
             dirty = zero_from < self.file_size and self._has_bytes_from(base, zero_from)
-            if base in self._overlay or dirty:
+            if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
                 out.append(FileFate(base, "rewrite", "original", zero_from))
         return out
 

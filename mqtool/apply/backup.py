@@ -4,9 +4,10 @@ A backup set is a directory (default ``<store's parent>/.mqtool-backups/<store>-
 
 - ``manifest.json``: ``{"format": "mqtool-backup/1", "store", "command", "created_ms", "plan"}``
   (the plan being applied, in full), rewritten with ``"complete": true`` at the end;
-- ``journal.jsonl``: one fsynced JSON line per event, in order: ``backup-file`` (a whole file,
-  kept under ``files/<path>``), ``backup-range`` (bytes ``[start, end)`` of a file, kept under
-  ``ranges/``), ``create`` (a file that did not exist, logged before it is created),
+- ``journal.jsonl``: fsynced JSON lines, one per event, in order: ``backup-file`` (a whole file,
+  kept as ``files/<hash>-<name>``), ``backup-range`` (bytes ``[start, end)`` of a file, kept as
+  ``ranges/<hash>-<name>@<start>-<end>``), ``create`` (a file that did not exist, logged before
+  it is created),
   ``step-done`` (action ``index`` finished), ``complete``, ``restored``.
 
 Every byte apply overwrites or deletes is in the backup, durably, before it is touched; so
@@ -17,6 +18,7 @@ complete apply, an interrupted one, or a killed one. The store gets a ``.mqtool-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -38,15 +40,21 @@ def default_backup_dir(store_root: Path, command: str) -> Path:
     return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
 
 
+def _flat(rel: str) -> str:
+    return f"{hashlib.sha1(rel.encode()).hexdigest()[:16]}-{Path(rel).name}"
+
+
 class Journal:
     """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored."""
 
     def __init__(self, path: Path):
         self.path = path
 
-    def append(self, event: dict) -> None:
+    def append(self, *events: dict) -> None:
+        if not events:
+            return
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
             f.flush()
             os.fsync(f.fileno())
 
@@ -76,7 +84,7 @@ class BackupSet:
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
         directory = Path(directory)
-        if directory.exists() and any(directory.iterdir()):
+        if directory.exists() and any(directory.iterdir()) and not cls._unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty")
         makedirs(directory)
         manifest = {
@@ -89,6 +97,12 @@ class BackupSet:
         }
         write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
         return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"))
+
+    @staticmethod
+    def _unused(directory: Path) -> bool:
+        """A backup set whose apply was killed before it changed anything (no journal event)."""
+        names = {p.name for p in directory.iterdir()}
+        return names <= {"manifest.json", "journal.jsonl", "manifest.json.mqtool-tmp"} and not Journal(directory / "journal.jsonl").events()
 
     @classmethod
     def open(cls, directory: Path) -> "BackupSet":
@@ -117,10 +131,11 @@ class BackupSet:
     # -- paths --
 
     def file_copy(self, rel: str) -> Path:
-        return self.dir / "files" / rel
+        """Backups live in one flat directory (one fsync covers a batch); the journal maps names."""
+        return self.dir / "files" / _flat(rel)
 
     def range_copy(self, rel: str, start: int, end: int) -> Path:
-        return self.dir / "ranges" / f"{rel}@{start}-{end}"
+        return self.dir / "ranges" / f"{_flat(rel)}@{start}-{end}"
 
     @property
     def complete(self) -> bool:
@@ -134,16 +149,27 @@ class BackupSet:
     def backup_file(self, rel: str) -> Path | None:
         """Keep the current bytes of ``rel`` (once); returns the copy, None if the file does
         not exist and was never backed up."""
-        copy = self.file_copy(rel)
-        if rel in self._files:
-            return copy
-        src = self.store_root / rel
-        if not src.exists():
-            return None
-        how = link_or_copy(src, copy)
-        self.journal.append({"ev": "backup-file", "path": rel, "size": copy.stat().st_size, "how": how})
-        self._files.add(rel)
-        return copy
+        return self.backup_files([rel])[rel]
+
+    def backup_files(self, rels: list[str]) -> dict[str, Path | None]:
+        """``backup_file`` of many files with one fsync per directory and one journal write."""
+        result, events, synced = {}, [], set()
+        for rel in rels:
+            copy = self.file_copy(rel)
+            src = self.store_root / rel
+            if rel in self._files:
+                result[rel] = copy
+            elif rel in self._created or not src.exists():
+                result[rel] = None  # created by this apply, or absent: nothing original to keep
+            else:
+                how = link_or_copy(src, copy, synced=synced)
+                events.append({"ev": "backup-file", "path": rel, "size": copy.stat().st_size, "how": how})
+                result[rel] = copy
+        for d in sorted(synced, key=lambda p: len(p.parts), reverse=True):
+            fsync_dir(d)
+        self.journal.append(*events)
+        self._files.update(e["path"] for e in events)
+        return result
 
     def backup_range(self, rel: str, start: int, end: int) -> None:
         if (rel, start, end) in self._ranges:
@@ -155,14 +181,16 @@ class BackupSet:
         self._ranges.add((rel, start, end))
 
     def note_create(self, rel: str) -> None:
-        """Log that ``rel`` is about to be created (so ``restore`` deletes it)."""
-        if rel in self._created or rel in self._files:
-            return
-        if (self.store_root / rel).exists():
-            self.backup_file(rel)
-            return
-        self.journal.append({"ev": "create", "path": rel})
-        self._created.add(rel)
+        self.note_creates([rel])
+
+    def note_creates(self, rels: list[str]) -> None:
+        """Log that files are about to be created (so ``restore`` deletes them); one that exists
+        already is backed up instead."""
+        todo = [r for r in rels if r not in self._created and r not in self._files]
+        self.backup_files([r for r in todo if (self.store_root / r).exists()])
+        new = [r for r in todo if not (self.store_root / r).exists()]
+        self.journal.append(*({"ev": "create", "path": r} for r in new))
+        self._created.update(new)
 
     def mark_step(self, index: int, op: str, path: str) -> None:
         self.journal.append({"ev": "step-done", "index": index, "op": op, "path": path})

@@ -11,6 +11,8 @@ Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability poin
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import signal
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..errors import BadInput, MqtoolError, Refused
+from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import index as ixfmt
 from ..recovery import fastdispatch as fd
@@ -162,6 +164,7 @@ class Executor:
             ix = self._index_writer(store, rules) if index else None
             durability_point("dispatch prepared")
             topics = TopicTable()
+            wanted = {(q.topic, q.queue_id) for q in plan.queues if any(f.action != "delete" for f in q.files)}
             for number, phase in enumerate(plan.dispatch):
                 if cq is not None:
                     for q in plan.queues:
@@ -179,6 +182,8 @@ class Executor:
                     batch = after_phys(batch, phase.after_phys)
                     if cq is not None and phase.consume_queues:
                         for topic, qid, rows in queue_groups(batch, topics.names):
+                            if (topic, qid) not in wanted:
+                                continue  # not planned to change (another queue, or all deduplicated)
                             f = batch.fields[rows]
                             cq.put_batch(topic, qid, f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE], f[:, fd.F_TAGS])
                     if ix is not None and phase.index and len(batch):
@@ -206,17 +211,16 @@ class Executor:
 
     def _queue_writer(self, store: Store, rules: RecoveryRules) -> ConsumeQueueWriter:
         writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, tmp_path=self.tmp_path)
-        for q in self.plan.queues:
-            for f in q.files:
-                rel = f"consumequeue/{q.topic}/{q.queue_id}/{f.name}"
-                if f.action == "rewrite":
-                    source = self.backup.backup_file(rel)
-                    if source is None:
-                        raise ApplyError(f"{rel}: the file to rewrite is missing and was never backed up")
-                    writer.adopt_file(q.topic, q.queue_id, int(f.name), source, f.zero_from)
-                elif f.action == "create":
-                    self.backup.note_create(rel)
-                    writer.adopt_file(q.topic, q.queue_id, int(f.name), None, f.zero_from)
+        files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
+        sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
+        self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])
+        for q, f, rel in files:
+            if f.action == "rewrite":
+                if sources[rel] is None:
+                    raise ApplyError(f"{rel}: the file to rewrite is missing and was never backed up")
+                writer.adopt_file(q.topic, q.queue_id, int(f.name), sources[rel], f.zero_from)
+            else:
+                writer.adopt_file(q.topic, q.queue_id, int(f.name), None, f.zero_from)
         return writer
 
     def _index_writer(self, store: Store, rules: RecoveryRules) -> IndexWriterService:
@@ -246,6 +250,28 @@ class Executor:
             counts_used_slots=rules.index_counts_used_slots,
             tmp_path=self.tmp_path,
         )
+
+
+@contextlib.contextmanager
+def hold_store_lock(store_root: Path, force: bool = False):
+    """Hold the POSIX lock on ``<root>/lock`` (byte 0, as ``FileChannel.tryLock(0, 1, false)``)
+    while changing the store, so neither a broker nor a second mqtool can take it meanwhile."""
+    path = Path(store_root) / "lock"
+    fd = None
+    if path.exists():
+        fd = os.open(path, os.O_RDWR)
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except OSError:
+            os.close(fd)
+            fd = None
+            if not force:
+                raise StoreInUse(f"{path}: another process holds the store's lock") from None
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def read_index_header(path: Path) -> ixfmt.IndexHeader:

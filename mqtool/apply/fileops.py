@@ -27,8 +27,9 @@ def fsync_dir(path: Path) -> None:
     fsync_path(path)
 
 
-def makedirs(path: Path) -> None:
-    """``mkdir -p`` that fsyncs every directory it creates and its parent."""
+def makedirs(path: Path, *, synced: set[Path] | None = None) -> None:
+    """``mkdir -p`` that fsyncs the parent of every directory it creates (or, given ``synced``,
+    adds those parents to it for the caller to fsync once)."""
     missing = []
     p = Path(path)
     while not p.exists():
@@ -36,7 +37,10 @@ def makedirs(path: Path) -> None:
         p = p.parent
     for d in reversed(missing):
         d.mkdir(exist_ok=True)
-        fsync_dir(d.parent)
+        if synced is None:
+            fsync_dir(d.parent)
+        else:
+            synced.add(d.parent)
 
 
 def copy_sparse(src: Path, dst: Path) -> None:
@@ -56,10 +60,11 @@ def copy_sparse(src: Path, dst: Path) -> None:
         os.fsync(fout.fileno())
 
 
-def link_or_copy(src: Path, dst: Path) -> str:
-    """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy.
-    Durable on return (written through a temporary name). Returns ``"link"`` or ``"copy"``."""
-    makedirs(dst.parent)
+def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None) -> str:
+    """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy, written
+    through a temporary name. Durable on return, or once the caller fsyncs the directories it
+    collects in ``synced``. Returns ``"link"`` or ``"copy"``."""
+    makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
     try:
@@ -71,7 +76,10 @@ def link_or_copy(src: Path, dst: Path) -> str:
         copy_sparse(src, tmp)
         how = "copy"
     os.replace(tmp, dst)
-    fsync_dir(dst.parent)
+    if synced is None:
+        fsync_dir(dst.parent)
+    else:
+        synced.add(dst.parent)
     return how
 
 

@@ -13,6 +13,7 @@ from .. import __version__
 from .common import State
 from .dump import dump
 from .info import info
+from .repair import register as register_repair
 from .verify import verify
 
 app = typer.Typer(
@@ -45,6 +46,7 @@ def _options(
 app.command()(info)
 app.command()(dump)
 app.command()(verify)
+register_repair(app)  # truncate-dirty, recover, rebuild-cq, rebuild-index, apply, restore
 
 
 def main() -> None:

@@ -80,7 +80,7 @@ def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -
     for pid in pids:
         if pid in exclude:
             continue
-        found: dict[str, str] = {}
+        found: set[tuple[str, str]] = set()
         try:
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 try:
@@ -88,7 +88,7 @@ def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -
                 except OSError:
                     continue
                 if _under(target, roots):
-                    found.setdefault(target, "open")
+                    found.add((target, "open"))
         except OSError:
             pass
         try:
@@ -100,12 +100,12 @@ def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -
                         if target.endswith(" (deleted)"):
                             target = target[: -len(" (deleted)")]
                         if _under(target, roots):
-                            found.setdefault(target, "mapped")
+                            found.add((target, "mapped"))
         except OSError:
             pass
         if found:
             command = _command(pid)
-            users += [StoreUser(pid, how, path, command) for path, how in sorted(found.items())]
+            users += [StoreUser(pid, how, path, command) for path, how in sorted(found)]
     return users
 
 

@@ -1,0 +1,364 @@
+"""Repair commands: ``truncate-dirty``, ``recover``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``.
+
+Each modifying command plans first (``mqtool.recovery``), prints the plan, and changes nothing
+unless ``--yes`` is given (``--dry-run``: print only; ``--plan-out FILE``: save the plan for
+``mqtool apply FILE --yes``). Changes go through ``mqtool.apply``: a backup of every byte
+overwritten or deleted, a journal, fsync. A store in use (lock held, files open or mapped by
+another process) is refused unless ``--force``. An apply that was interrupted is finished first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
+from ..apply.executor import hold_store_lock
+from ..apply.fileops import write_atomic
+from ..errors import BadInput, Refused, StoreInUse
+from ..recovery.plan import Plan
+from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
+from ..store.liveness import store_users
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .output import OutputFormat, emit_document, iso_ms
+
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
+PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
+BackupDirOpt = Annotated[
+    Optional[Path],
+    typer.Option("--backup-dir", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
+]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
+
+
+# ---- shared flow ------------------------------------------------------------------------------
+
+
+def check_not_in_use(root: Path, extra_dirs, force: bool) -> None:
+    users = store_users(root, extra_dirs)
+    if not users:
+        return
+    detail = "; ".join(u.describe() for u in users[:3]) + (f"; and {len(users) - 3} more" if len(users) > 3 else "")
+    if not force:
+        raise StoreInUse(f"{root} is in use ({detail}); stop the broker first, or pass --force")
+    note(f"warning: --force: the store is in use ({detail})")
+
+
+def _finish_interrupted(root: Path, yes: bool) -> None:
+    pending = read_pending(root)
+    if pending is None:
+        return
+    if not yes:
+        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or `mqtool restore {pending} --yes`")
+    note(f"finishing the interrupted apply first (backup {pending})")
+    resume_pending(root, progress=lambda m: note(f"  {m}"))
+
+
+def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
+    store = open_store(store_path, broker_config, broker_version)
+    root = store.path()
+    extra = [s.path.parent for s in store.commitlog.segments[:1]]
+    if not dry_run and plan_out is None:
+        check_not_in_use(root, extra, force)
+        if read_pending(root) is not None:
+            store.close()
+            _finish_interrupted(root, yes)
+            store = open_store(store_path, broker_config, broker_version)
+    try:
+        plan = make_plan(store, with_crc=plan_out is not None)
+    finally:
+        store.close()
+    emit_document(plan.to_dict(), fmt, render_plan)
+    if plan_out is not None:
+        write_atomic(Path(plan_out), plan.to_json().encode())
+        note(f"plan saved to {plan_out}; apply it with `mqtool apply {plan_out} --yes`")
+        return
+    if dry_run:
+        return
+    if plan.is_empty:
+        note("nothing to do")
+        return
+    if not yes:
+        raise Refused("nothing changed: re-run with --yes to apply this plan")
+    target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
+    with hold_store_lock(root, force):
+        backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
+    s = backup.summary()
+    note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
+    note(f"undo with: mqtool restore {target} --yes")
+
+
+def _options(**kw) -> PlanOptions:
+    return PlanOptions(**{k: v for k, v in kw.items() if v is not None})
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+
+@guarded
+def truncate_dirty(
+    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    full_scan: Annotated[bool, typer.Option("--full-scan", help="Validate every segment from the first, not only those the broker's recovery scans.")] = False,
+    lost_limit: Annotated[int, typer.Option("--lost-limit", help="List at most this many lost messages in the plan.")] = 1000,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    plan_out: PlanOutOpt = None,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete
+    later segments, and cut consume queue entries at or past the new end."""
+    opts = _options(full_scan=full_scan, lost_limit=lost_limit)
+    run_modifying(
+        "truncate-dirty", store, lambda s, with_crc: plan_truncate_dirty(s, opts, with_crc=with_crc),
+        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
+    )
+
+
+@guarded
+def recover(
+    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    abnormal: Annotated[Optional[bool], typer.Option("--abnormal/--normal", help="Recovery after a crash / after a clean stop (default: --abnormal if the abort file exists).", show_default=False)] = None,
+    index_safe: Annotated[Optional[bool], typer.Option("--index-safe/--no-index-safe", help="messageIndexSafe: also start abnormal recovery before the index checkpoint, so no index entry is lost (default: broker.conf, else off).", show_default=False)] = None,
+    lost_limit: Annotated[int, typer.Option("--lost-limit", help="List at most this many lost messages in the plan.")] = 1000,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    plan_out: PlanOutOpt = None,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Do offline what the broker's start-up recovery would do: cut the commit log at the first
+    invalid record, re-dispatch missing consume queue and index entries, update the checkpoint
+    and remove the abort file, so a broker started afterwards cuts nothing."""
+    mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
+    opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
+    run_modifying(
+        "recover", store, lambda s, with_crc: plan_recover(s, opts, with_crc=with_crc),
+        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
+    )
+
+
+@guarded
+def rebuild_cq(
+    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    topic: Annotated[Optional[str], typer.Option("--topic", help="Only this topic's queues.")] = None,
+    queue: Annotated[Optional[int], typer.Option("--queue", help="Only this queue id.")] = None,
+    respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    plan_out: PlanOutOpt = None,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Regenerate consume queue files from the commit log, byte for byte as the broker writes them."""
+    opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
+    run_modifying(
+        "rebuild-cq", store, lambda s, with_crc: plan_rebuild_cq(s, opts, with_crc=with_crc),
+        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
+    )
+
+
+@guarded
+def rebuild_index(
+    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    plan_out: PlanOutOpt = None,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."""
+    run_modifying(
+        "rebuild-index", store, lambda s, with_crc: plan_rebuild_index(s, PlanOptions(), with_crc=with_crc),
+        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
+    )
+
+
+@guarded
+def apply(
+    plan_file: Annotated[Path, typer.Argument(help="A plan saved with --plan-out.", metavar="PLAN")],
+    yes: YesOpt = False,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Apply a saved plan exactly, refusing if any file it read or changes differs since planning."""
+    try:
+        plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"{plan_file}: no such file") from None
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{plan_file}: not a valid mqtool plan ({exc})") from None
+    root = Path(plan.store)
+    if not root.is_dir():
+        raise BadInput(f"{root}: the plan's store does not exist")
+    check_not_in_use(root, [], force)
+    pending = read_pending(root)
+    if pending is not None:
+        _finish_interrupted(root, yes)
+        if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
+            note("that was this plan: it is now applied")
+            return
+    emit_document(plan.to_dict(), fmt, render_plan)
+    if plan.is_empty:
+        note("nothing to do")
+        return
+    if not yes:
+        raise Refused("nothing changed: re-run with --yes to apply this plan")
+    target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
+    with hold_store_lock(root, force):
+        apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
+    note(f"{plan.command} applied; undo with: mqtool restore {target} --yes")
+
+
+@guarded
+def restore_cmd(
+    backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
+    yes: YesOpt = False,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+) -> None:
+    """Put back, byte for byte, everything a repair command changed (also after an interrupted one)."""
+    backup_set = BackupSet.open(backup)
+    summary = backup_set.summary()
+    emit_document(summary, fmt, render_backup)
+    root = backup_set.store_root
+    if not yes:
+        raise Refused("nothing changed: re-run with --yes to restore")
+    check_not_in_use(root, [], force)
+    with hold_store_lock(root, force):
+        result = restore(backup_set)
+    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
+
+
+# ---- rendering --------------------------------------------------------------------------------------
+
+
+def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
+    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
+    table.add_column("key", style="dim")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, "-" if v is None else str(v))
+    return table
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, box=None, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
+    for c in columns:
+        table.add_column(c, overflow="fold")
+    return table
+
+
+def render_plan(console: Console, doc: dict) -> None:
+    console.print(_kv(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
+    cl = doc.get("commitlog")
+    if cl:
+        rows = [
+            ("segments", f"min offset {cl['min_offset']}, files end at {cl['end_of_files']}"),
+            ("scan", f"from {cl['scan_from']}: {cl['scan_rule']}"),
+            ("records scanned", cl["records_scanned"]),
+            ("valid end", f"{cl['valid_end']} ({cl['end_reason']}: {cl['end_detail']})"),
+        ]
+        if cl["first_invalid"]:
+            m = cl["first_invalid"]
+            rows.append(("first invalid record", f"{m['offset']} size {m['size']} topic {m['topic']} queue {m['queue_id']} offset {m['queue_offset']} msgId {m['msg_id']} (crc {'ok' if m['crc_ok'] else 'BAD'})"))
+        if cl["zero_to"] > cl["zero_from"]:
+            rows.append(("zero", f"{cl['cut_segment']} bytes [{cl['zero_from']}, {cl['zero_to']}) ({cl['zero_to'] - cl['zero_from']} bytes)"))
+        if cl["delete_segments"]:
+            rows.append(("delete segments", ", ".join(cl["delete_segments"])))
+        console.print(_kv("Commit log", rows))
+    lost = doc.get("lost")
+    if lost and (lost["count"] or lost["other_bytes"]):
+        title = f"Lost by the cut: {lost['count']} message(s), {lost['bytes']} bytes" + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
+        if lost["other_bytes"]:
+            title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
+        table = _table(title, ["offset", "size", "topic", "queue", "queue offset", "stored", "msgId", "uniqKey", "keys", "crc"])
+        for m in lost["messages"]:
+            table.add_row(str(m["offset"]), str(m["size"]), m["topic"], str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), "ok" if m["crc_ok"] else "BAD")
+        console.print(table)
+    if doc["dispatch"]:
+        table = _table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
+        for p in doc["dispatch"]:
+            table.add_row(p["name"], str(p["start"]), str(p["stop"]), str(p["records"]), str(p["cq_records"]), p["tags"], "yes" if p["index"] else "no")
+        console.print(table)
+    changed = [q for q in doc["queues"] if q["files"] or q["max_before"] != q["max_after"] or q["min_before"] != q["min_after"]]
+    if changed:
+        table = _table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["topic", "queue", "min", "max", "cut", "added", "fillers", "files"])
+        for q in changed:
+            files = ", ".join(f"{f['action']} {f['name']}" for f in q["files"])
+            table.add_row(q["topic"], str(q["queue_id"]), f"{q['min_before']} -> {q['min_after']}", f"{q['max_before']} -> {q['max_after']}", str(q["cut"]), str(q["added"]), str(q["fillers"]), files)
+        console.print(table)
+    ix = doc.get("index")
+    if ix and any(f["action"] != "keep" for f in ix["files"]):
+        table = _table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"])
+        for f in ix["files"]:
+            table.add_row(f["name"], f["action"], f"{f['entries_before']} -> {f['entries_after']}", str(f["end_phy_offset"]), f["reason"])
+        console.print(table)
+    cp = doc.get("checkpoint")
+    if cp and (cp["before"] != cp["after"] or not cp["exists"]):
+        rows = [(k, f"{cp['before'][k]} -> {v}") for k, v in cp["after"].items() if cp["before"].get(k) != v]
+        console.print(_kv("Checkpoint" + ("" if cp["exists"] else " (created)"), rows))
+    if doc["remove_abort"]:
+        console.print(_kv("Abort file", [("abort", "removed (as a clean shutdown does)")]))
+    for n in doc["notes"]:
+        console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
+    if doc["actions"]:
+        table = _table("Actions", ["#", "operation", "path", "detail"])
+        for i, a in enumerate(doc["actions"], 1):
+            span = f"[{a['start']}, {a['end']})" if a["start"] is not None else ""
+            table.add_row(str(i), a["op"], a["path"], " ".join(x for x in (span, a["note"]) if x))
+        console.print(table)
+    else:
+        console.print("No changes.")
+
+
+def render_backup(console: Console, doc: dict) -> None:
+    console.print(
+        _kv(
+            "Backup",
+            [
+                ("backup", doc["backup"]),
+                ("store", doc["store"]),
+                ("command", doc["command"]),
+                ("complete", doc["complete"]),
+                ("whole files", len(doc["files"])),
+                ("byte ranges", len(doc["ranges"])),
+                ("files created by the repair (deleted on restore)", len(doc["created"])),
+                ("bytes kept", doc["bytes"]),
+            ],
+        )
+    )
+    for path in doc["files"]:
+        console.print(f"  restore {path}")
+    for r in doc["ranges"]:
+        console.print(f"  restore {r['path']} [{r['start']}, {r['end']})")
+    for path in doc["created"]:
+        console.print(f"  delete  {path}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("truncate-dirty")(truncate_dirty)
+    app.command()(recover)
+    app.command("rebuild-cq")(rebuild_cq)
+    app.command("rebuild-index")(rebuild_index)
+    app.command()(apply)
+    app.command("restore")(restore_cmd)
+

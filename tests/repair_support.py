@@ -1,0 +1,74 @@
+"""Helpers shared by the repair tests (recovery plans, apply, CLI): broker-side views of a store
+computed the way the broker computes them, and byte-level snapshots of store trees."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mqtool.formats.commitlog import CommitLogRecord
+from mqtool.formats.errors import FormatError
+from mqtool.store import Store, StoreConfig, query_offsets
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def fixture_config(manifest_doc: dict) -> StoreConfig:
+    """The broker configuration a fixture was written with (its manifest's storeConfig)."""
+    c = manifest_doc["storeConfig"]
+    return StoreConfig(
+        commitlog_file_size=c["mappedFileSizeCommitLog"],
+        consume_queue_file_size=c["mappedFileSizeConsumeQueue"],
+        hash_slot_num=c["maxHashSlotNum"],
+        index_num=c["maxIndexNum"],
+    )
+
+
+def broker_query(store: Store, topic: str, key: str, end: int) -> list[int]:
+    """``DefaultMessageStore.queryMessage``: IndexService.queryOffset (newest file first, at most
+    64), offsets sorted, those the commit log cannot serve dropped; collisions kept."""
+    out = []
+    for offset in sorted(query_offsets(store.index_files, topic, key)):
+        if offset >= end:
+            continue
+        try:
+            record = store.commitlog.read_record(offset)
+        except (FormatError, LookupError):
+            continue
+        if isinstance(record, CommitLogRecord):
+            out.append(offset)
+    return out
+
+
+def queue_view(store: Store) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per queue (min offset, max offset) as the broker computes them at load (§5.7, §5.9)."""
+    v5 = store.version is not None and store.version.major >= 5
+    view = {}
+    for q in store.consume_queues:
+        r = q.recover()
+        view[(q.topic, q.queue_id)] = (q.corrected_min_offset(store.commitlog.min_offset, r.end, v5=v5), r.max_offset)
+    return view
+
+
+def queue_entries(store: Store, topic: str, queue_id: int, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
+    entries = []
+    for e in store.consume_queue(topic, queue_id).entries(lo):
+        if e.queue_offset >= hi:
+            break
+        entries.append((e.queue_offset, e.phys_offset, e.size, e.tags_code))
+    return entries
+
+
+def tree(root: Path) -> dict[str, str]:
+    """sha1 of every file under ``root`` (the byte-level state of a store)."""
+    root = Path(root)
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def mqtool(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """Run the CLI in a subprocess (as a user would)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)

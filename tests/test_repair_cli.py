@@ -1,0 +1,188 @@
+"""The repair commands end to end: plan first, ``--yes`` to act, ``--dry-run``, ``--plan-out`` +
+``apply``, ``restore``, refusal (exit 4) on a store a live process holds, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import copy_store
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
+from mqtool.store import Store
+from mqtool.store.liveness import lock_holder, store_users
+from repair_support import tree
+
+runner = CliRunner()
+MODIFYING = ("truncate-dirty", "recover", "rebuild-cq", "rebuild-index")
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def error_line(result, code):
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    err = result.stderr.strip().splitlines()[-1]
+    assert err.startswith("mqtool: error: ") and "Traceback" not in result.stderr
+    return err
+
+
+@pytest.fixture
+def crashed(tmp_path):
+    return copy_store("5.3.3", "crashed-small", tmp_path)
+
+
+def test_plan_only_without_yes(crashed):
+    before = tree(crashed)
+    assert "re-run with --yes" in error_line(run("recover", crashed), EXIT_REFUSED)
+    dry = run("recover", crashed, "--dry-run", "-f", "json")
+    assert dry.exit_code == 0
+    plan = json.loads(dry.stdout)
+    assert plan["format"] == "mqtool-plan/1" and plan["mode"] == "abnormal" and plan["remove_abort"]
+    assert [a["op"] for a in plan["actions"]][-1] == "delete"
+    table = run("recover", crashed, "--dry-run")
+    assert "Actions" in table.stdout and "valid end" in table.stdout
+    assert tree(crashed) == before
+
+
+def test_yes_applies_then_restore_undoes(crashed, tmp_path):
+    before = tree(crashed)
+    done = run("recover", crashed, "--yes", "--backup-dir", tmp_path / "bk")
+    assert done.exit_code == 0, done.stderr
+    assert "mqtool restore" in done.stderr and not (crashed / "abort").exists()
+    assert run("recover", crashed).exit_code == 0  # nothing left to do
+    shown = run("restore", tmp_path / "bk", "-f", "json")
+    assert shown.exit_code == EXIT_REFUSED and json.loads(shown.stdout)["complete"] is True
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0
+    assert tree(crashed) == before
+
+
+def test_default_backup_dir_is_beside_the_store(crashed):
+    assert run("recover", crashed, "--yes").exit_code == 0
+    backups = list((crashed.parent / ".mqtool-backups").iterdir())
+    assert len(backups) == 1 and backups[0].name.startswith(crashed.name) and backups[0].name.endswith("-recover")
+    assert (backups[0] / "manifest.json").exists() and (backups[0] / "journal.jsonl").exists()
+
+
+def test_saved_plan_applies_exactly_and_refuses_once_stale(crashed, tmp_path):
+    plan_file = tmp_path / "plan.json"
+    saved = run("recover", crashed, "--plan-out", plan_file)
+    assert saved.exit_code == 0 and plan_file.exists() and (crashed / "abort").exists()
+    assert error_line(run("apply", plan_file), EXIT_REFUSED)
+    applied = run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == 0, applied.stderr
+    assert not (crashed / "abort").exists()
+    assert "changed since the plan" in error_line(run("apply", plan_file, "--yes"), EXIT_REFUSED)  # already applied
+    # a plan saved, then a file it reads changes: refused
+    other = copy_store("4.9.7", "crashed-small", tmp_path / "other")
+    assert run("recover", other, "--plan-out", tmp_path / "p2.json").exit_code == 0
+    cq = next((other / "consumequeue").rglob("00000000000000000000"))
+    data = bytearray(cq.read_bytes())
+    data[5] ^= 1
+    cq.write_bytes(bytes(data))
+    assert "changed since the plan" in error_line(run("apply", tmp_path / "p2.json", "--yes"), EXIT_REFUSED)
+
+
+@pytest.fixture
+def lock_holder_process(crashed):
+    """Another process holding the store's lock the way the broker does (fcntl, byte 0)."""
+    code = "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(crashed / "lock")], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_every_modifying_command_refuses_a_locked_store(crashed, tmp_path, lock_holder_process):
+    pid = lock_holder_process.pid
+    assert lock_holder(crashed) == pid
+    assert any(u.pid == pid and u.how == "lock" for u in store_users(crashed))
+    before = tree(crashed)
+    for command in MODIFYING:
+        err = error_line(run(command, crashed, "--yes"), EXIT_REFUSED)
+        assert "in use" in err and str(pid) in err, command
+    plan_file = tmp_path / "plan.json"
+    assert run("recover", crashed, "--plan-out", plan_file).exit_code == 0  # planning alone is read-only
+    assert str(pid) in error_line(run("apply", plan_file, "--yes"), EXIT_REFUSED)
+    assert tree(crashed) == before
+
+
+def test_restore_refuses_a_locked_store(tmp_path):
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    assert run("recover", store_dir, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0
+    code = "import fcntl,os,sys,time; fd=os.open(sys.argv[1], os.O_RDWR); fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0); print('locked', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(store_dir / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        assert "in use" in error_line(run("restore", tmp_path / "bk", "--yes"), EXIT_REFUSED)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_force_overrides_with_a_warning(crashed, lock_holder_process):
+    done = run("truncate-dirty", crashed, "--yes", "--force")
+    assert done.exit_code == 0, done.stderr
+    assert "warning: --force" in done.stderr
+
+
+def test_a_process_with_a_store_file_open_is_detected(crashed):
+    """Before it takes the lock, a recovering broker already has the files open and mapped."""
+    target = next((crashed / "commitlog").iterdir())
+    code = "import mmap,sys,time; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,access=mmap.ACCESS_READ); print('open', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "open"
+        users = [u for u in store_users(crashed) if u.pid == proc.pid]
+        assert {u.how for u in users} == {"open", "mapped"} and lock_holder(crashed) is None
+        assert str(proc.pid) in error_line(run("recover", crashed, "--yes"), EXIT_REFUSED)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert "not a RocketMQ store" in error_line(run("recover", tmp_path / "empty"), EXIT_BAD_INPUT)
+    assert error_line(run("recover", tmp_path / "missing"), EXIT_BAD_INPUT)
+    (tmp_path / "plan.json").write_text("{not json")
+    assert "not a valid mqtool plan" in error_line(run("apply", tmp_path / "plan.json", "--yes"), EXIT_BAD_INPUT)
+    (tmp_path / "other.json").write_text(json.dumps({"format": "something-else"}))
+    assert error_line(run("apply", tmp_path / "other.json", "--yes"), EXIT_BAD_INPUT)
+    assert "not an mqtool backup" in error_line(run("restore", tmp_path / "empty", "--yes"), EXIT_BAD_INPUT)
+    zeros = tmp_path / "zeros"
+    (zeros / "commitlog").mkdir(parents=True)
+    (zeros / "commitlog" / f"{0:020d}").write_bytes(bytes(1 << 16))
+    assert "--broker-version" in error_line(run("recover", zeros), EXIT_BAD_INPUT)
+    with Store.open(zeros, version="4.9.7") as store:
+        assert store.version is not None
+    assert run("recover", zeros, "--broker-version", "4.9.7", "--dry-run").exit_code == 0
+
+
+def test_interrupted_apply_is_finished_by_the_next_command(crashed, tmp_path, monkeypatch):
+    import mqtool.apply.executor as executor
+
+    class Killed(BaseException):
+        pass
+
+    calls = {"n": 0}
+
+    def die(label):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise Killed(label)
+
+    monkeypatch.setattr(executor, "durability_point", die)
+    with pytest.raises(Killed):
+        runner.invoke(app, ["recover", str(crashed), "--yes", "--backup-dir", str(tmp_path / "bk")], catch_exceptions=False)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    assert "interrupted" in error_line(run("rebuild-index", crashed), EXIT_REFUSED)
+    done = run("recover", crashed, "--yes")
+    assert done.exit_code == 0 and "finishing the interrupted apply" in done.stderr
+    assert not (crashed / ".mqtool-pending").exists() and not (crashed / "abort").exists()
