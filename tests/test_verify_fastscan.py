@@ -6,6 +6,8 @@ import mmap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
 from mqtool.formats import commitlog as cl
@@ -128,3 +130,26 @@ def test_release_behind_scan_reads_the_same_records(version):
     assert len(plain) == len(released)
     for (b1, r1), (b2, r2) in zip(plain, released):
         assert b1 == b2 and np.array_equal(r1, r2)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_compiled_index_key_hash_equals_the_broker_hash_on_every_fixture_key(version):
+    from mqtool.formats.hashing import index_key_hash, java_string_hash
+    from mqtool.verify.index import key_hashes
+
+    pairs, expected = [], []
+    for m in manifest(version, "clean-small")["messages"]:
+        for key in ([m["uniqKey"]] if m["uniqKey"] else []) + m["keys"]:
+            pairs.append((java_string_hash(m["topic"] + "#"), key))
+            expected.append(index_key_hash(f"{m['topic']}#{key}"))
+    assert key_hashes(pairs).tolist() == expected and len(expected) > 1000
+
+
+@given(st.text(max_size=12), st.lists(st.text(max_size=40), max_size=20))
+@settings(max_examples=200, deadline=None)
+def test_compiled_index_key_hash_on_any_text(topic, keys):
+    from mqtool.formats.hashing import index_key_hash, java_string_hash
+    from mqtool.verify.index import key_hashes
+
+    prefix = java_string_hash(topic + "#")
+    assert key_hashes([(prefix, k) for k in keys]).tolist() == [index_key_hash(f"{topic}#{k}") for k in keys]

@@ -127,12 +127,11 @@ class Verification:
         for check in checks:
             yield from check.take()
         self._stream_last_ts = None
-        for record in stream:
+        for batch in stream.batches():
             for check in checks:
-                check.on_record(record)
-                if check._out:
-                    yield from check.take()
-            self._stream_last_ts = record.store_timestamp
+                check.on_batch(batch)
+                yield from check.take()
+            self._stream_last_ts = batch[-1].store_timestamp
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         for check in checks:
             check.logical_end = end

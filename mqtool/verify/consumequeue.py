@@ -23,7 +23,10 @@ from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
+from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
+from ..store import fastscan as fs
+from ..store.mappedfile import MappedFile
 from ..store.version import BrokerVersion
 from .commitlog import relative
 from .findings import Finding, error, warning
@@ -32,6 +35,22 @@ from .logstream import LogRecord
 CHUNK_UNITS = 4096
 LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
 QUIRK_VERSIONS = (BrokerVersion(4, 9, 2), BrokerVersion(4, 9, 8))
+
+
+def _data_end(path) -> int | None:
+    """One past the last 20-byte unit of a consume queue file holding a non-zero byte (units
+    after it are zeros: the queue's end), or None if the file cannot be read."""
+    try:
+        with MappedFile(path) as mf:
+            if not mf.size:
+                return 0
+            array = fs.as_array(mf.buf)
+            last = fs.last_nonzero(array, 0, mf.size)
+            fs.release_pages(mf.buf, 0, mf.size)
+            del array
+    except MqtoolError:
+        return None
+    return 0 if last < 0 else (last // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
 
 
 class Entry:
@@ -85,15 +104,17 @@ class QueueCursor:
                 )
                 invalid_from = None
             expected_base = base + queue.file_size
+            end = _data_end(path)
+            if end is None:
+                continue
             try:
                 fd = os.open(path, os.O_RDONLY)
             except OSError:
                 continue
             try:
-                size = os.fstat(fd).st_size
                 pos = 0
-                while pos < size:
-                    data = os.pread(fd, CHUNK_UNITS * unit, pos)
+                while pos < end:
+                    data = os.pread(fd, min(CHUNK_UNITS * unit, end - pos), pos)
                     usable = len(data) - len(data) % unit
                     if not usable:
                         break
@@ -112,6 +133,8 @@ class QueueCursor:
                     pos += usable
             finally:
                 os.close(fd)
+            if end < queue.file_size and invalid_from is None:
+                invalid_from = (base + end) // unit  # the zeros after the last unit
 
     def _report_invalid(self, path, first: int, resume: int) -> None:
         self.check.emit(
@@ -160,6 +183,7 @@ class ConsumeQueueCheck:
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
+        self._dispatched: dict[int, bool] = {}
         self.ext_addresses = 0
 
     # ---- plumbing ----
@@ -194,8 +218,15 @@ class ConsumeQueueCheck:
 
     # ---- the merge ----
 
+    def on_batch(self, records: list[LogRecord]) -> None:
+        for record in records:
+            self.on_record(record)
+
     def on_record(self, record: LogRecord) -> None:
-        if not dispatches_to_consume_queue(record.sys_flag):
+        dispatched = self._dispatched.get(record.sys_flag)
+        if dispatched is None:
+            dispatched = self._dispatched[record.sys_flag] = dispatches_to_consume_queue(record.sys_flag)
+        if not dispatched:
             return
         key = (record.topic, record.queue_id)
         cursor = self.cursors.get(key)

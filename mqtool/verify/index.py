@@ -24,7 +24,7 @@ import numpy as np
 from ..formats import index as ixfmt
 from ..formats.dispatch import is_indexed
 from ..formats.errors import FormatError
-from ..formats.hashing import index_key_hash, java_string_hash
+from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.version import BrokerVersion
@@ -62,6 +62,35 @@ def check_chains(hashes, prevs, first_number, last_seen, slot_num):
             heads += 1
         last_seen[slot] = number
     return bad, first_bad, negative, heads
+
+
+@numba.njit(cache=True, nogil=True)
+def index_hashes(units, starts, ends, prefixes, out):
+    """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
+    ``topic#key`` (``prefixes[i]`` = the hash of ``topic#``, continued over the key's UTF-16
+    units ``units[starts[i]:ends[i]]``), then ``abs`` with MIN_VALUE mapped to 0 (§6.4)."""
+    for i in range(starts.shape[0]):
+        h = prefixes[i]
+        for j in range(starts[i], ends[i]):
+            h = (31 * h + np.int64(units[j])) & 0xFFFFFFFF
+        if h >= 0x80000000:
+            h = (np.int64(1) << 32) - h
+        out[i] = 0 if h > 0x7FFFFFFF else h
+
+
+def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:
+    """``index_key_hash(topic + "#" + key)`` for ``(java_string_hash(topic + "#"), key)`` pairs."""
+    n = len(prefixed_keys)
+    out = np.empty(n, dtype=np.int64)
+    if not n:
+        return out
+    encoded = [key.encode("utf-16-be", "surrogatepass") for _, key in prefixed_keys]
+    lengths = np.fromiter((len(e) // 2 for e in encoded), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    units = np.frombuffer(b"".join(encoded), dtype=">u2").astype(np.int64)
+    prefixes = np.fromiter((p & 0xFFFFFFFF for p, _ in prefixed_keys), dtype=np.int64, count=n)
+    index_hashes(units, ends - lengths, ends, prefixes, out)
+    return out
 
 
 class IndexEntries:
@@ -146,6 +175,7 @@ class IndexCheck:
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
         self._prefixes: dict[str, int] = {}
+        self._indexed: dict[int, bool] = {}
         self.duplicates = 0
 
     def emit(self, finding: Finding) -> None:
@@ -166,22 +196,36 @@ class IndexCheck:
 
     # ---- the merge ----
 
-    def expected_hashes(self, record: LogRecord) -> list[int]:
-        """Key hashes ``buildIndex`` puts for a record, in put order (§6.5)."""
-        props = record.properties
-        keys = []
-        uniq = props.get(PropertyKey.UNIQ_KEY)
-        if uniq is not None:
-            keys.append(uniq)
-        keys.extend(split_keys(props.get(PropertyKey.KEYS)))
-        if not keys:
+    def keys_of(self, record: LogRecord) -> list[str]:
+        """Keys ``buildIndex`` puts for a record, in put order: UNIQ_KEY, then KEYS (§6.5)."""
+        indexed = self._indexed.get(record.sys_flag)
+        if indexed is None:
+            indexed = self._indexed[record.sys_flag] = is_indexed(record.sys_flag)
+        if not indexed:
             return []
-        prefix = self._prefixes.get(record.topic)
-        if prefix is None:
-            prefix = self._prefixes[record.topic] = java_string_hash(record.topic + "#")
-        return [_prefixed_hash(prefix, k) for k in keys]
+        props = record.properties
+        uniq = props.get(PropertyKey.UNIQ_KEY)
+        keys = [uniq] if uniq is not None else []
+        keys.extend(split_keys(props.get(PropertyKey.KEYS)))
+        return keys
 
-    def on_record(self, record: LogRecord) -> None:
+    def on_batch(self, records: list[LogRecord]) -> None:
+        """``on_record`` for a batch, hashing all its keys in one compiled call."""
+        per_record = [self.keys_of(r) for r in records]
+        pairs = []
+        for record, keys in zip(records, per_record):
+            if keys:
+                prefix = self._prefixes.get(record.topic)
+                if prefix is None:
+                    prefix = self._prefixes[record.topic] = java_string_hash(record.topic + "#")
+                pairs.extend((prefix, k) for k in keys)
+        hashes = key_hashes(pairs).tolist()
+        at = 0
+        for record, keys in zip(records, per_record):
+            self.on_record(record, hashes[at : at + len(keys)])
+            at += len(keys)
+
+    def on_record(self, record: LogRecord, expected: list[int] | None = None) -> None:
         while self.head is not None and self.head[3] < record.offset:
             self._stray(self.head)
             self._advance()
@@ -191,7 +235,8 @@ class IndexCheck:
             self._advance()
         if not self.enabled:
             return
-        expected = self.expected_hashes(record) if is_indexed(record.sys_flag) else []
+        if expected is None:
+            expected = key_hashes([(java_string_hash(record.topic + "#"), k) for k in self.keys_of(record)]).tolist()
         if not expected and not found:
             return
         if len(found) == len(expected) and sorted(e[2] for e in found) == sorted(expected):
@@ -411,16 +456,3 @@ class IndexCheck:
                         details={"field": "indexCount"},
                     )
                 )
-
-
-def _prefixed_hash(prefix_hash: int, key: str) -> int:
-    """``index_key_hash(topic + "#" + key)`` from the hash of ``topic#`` (Java hashing is a
-    polynomial: h(ab) = h(a) * 31^len(b) + h(b), mod 2^32)."""
-    units = len(key.encode("utf-16-be", "surrogatepass")) // 2
-    h = (prefix_hash * pow(31, units, 1 << 32) + java_string_hash(key)) & 0xFFFFFFFF
-    h = h - (1 << 32) if h & 0x80000000 else h
-    h = abs(h)
-    return 0 if h > 0x7FFFFFFF else h
-
-
-assert _prefixed_hash(java_string_hash("Tópico-主题#"), "k-1 ü") == index_key_hash("Tópico-主题#k-1 ü")

@@ -49,6 +49,11 @@ class LogStream:
         self.records = 0
 
     def __iter__(self) -> Iterator[LogRecord]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[LogRecord]]:
+        """The records, one list per compiled-walk batch."""
         scan = fs.FastScan(self.store.commitlog, self.start, self.stop, check_crc=False, stop_on_crc=False, batch=8192, release_behind=True)
         legacy = self.store.legacy_properties
         topics: dict[bytes, str] = {}
@@ -62,6 +67,7 @@ class LogStream:
             ts4 = fs.gather_be(array, positions, _STORE_TS[False], 8, True)
             ts6 = fs.gather_be(array, positions, _STORE_TS[True], 8, True)
             store_ts = np.where(sys_flags & fs.BORN_V6, ts6, ts4)
+            out: list[LogRecord] = []
             columns = rows[:, [fs.COL_POS, fs.COL_SIZE, fs.COL_TOPIC, fs.COL_PROPS]].tolist()
             for (pos, size, topic_at, props_at), queue_id, queue_offset, sys_flag, ts in zip(
                 columns, queue_ids.tolist(), queue_offsets.tolist(), sys_flags.tolist(), store_ts.tolist()
@@ -71,7 +77,7 @@ class LogStream:
                 if topic is None:
                     topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
                 props_end = pos + size
-                yield LogRecord(
+                out.append(LogRecord(
                     base + pos,
                     size,
                     topic,
@@ -80,7 +86,8 @@ class LogStream:
                     sys_flag,
                     ts,
                     parse_properties(array[props_at:props_end].tobytes(), legacy=legacy) if props_end > props_at else {},
-                )
+                ))
+            yield out
             self.records += len(rows)
             if self.progress is not None:
                 done = base + int(positions[-1])
