@@ -229,6 +229,14 @@ def test_a_missing_segment_is_a_gap(store_copy):
     assert [(f["details"]["missing_from"], f["details"]["missing_to"]) for f in gap] == [(2 * SEGMENT, 3 * SEGMENT)]
 
 
+def test_a_single_segment_ending_with_its_blank_is_sound():
+    segment = store_path("5.3.3", "clean-small") / "commitlog" / f"{SEGMENT:020d}"
+    code, findings, summary = verify(segment)
+    in_segment = [m for m in messages("5.3.3") if SEGMENT <= m["commitLogOffset"] < 2 * SEGMENT]
+    assert code == 0 and not findings and summary["commitlog"]["records"] == len(in_segment)
+    assert summary["commitlog"]["end_reason"] == "blank-in-last-segment"
+
+
 def test_from_offset_inside_a_record_starts_at_the_next_record(store_copy):
     msgs = messages("4.9.7")
     inside = msgs[1000]["commitLogOffset"] + 7

@@ -125,8 +125,13 @@ def verify(
     with open_store(store, broker_config, broker_version) as opened:
         bars = StageProgress(progress)
         run = Verification(opened, options, bars)
+
+        def findings():
+            yield from run.findings()
+            bars.close()  # before the summary is printed
+
         try:
-            _emit(run.findings(), fmt, run.summary)
+            _emit(findings(), fmt, run.summary)
         finally:
             bars.close()
     if not run.summary.sound:

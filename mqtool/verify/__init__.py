@@ -95,7 +95,7 @@ class Verification:
         cross = [c for c in ("cq", "index") if c in opts.checks]
         if cross and store.root is not None:
             stream = LogStream(store, start, stop)
-            total = (stop if stop is not None else store.commitlog.end_of_files) - start
+            total = (stop if stop is not None else logical_end if logical_end is not None else store.commitlog.end_of_files) - start
             stream.progress = self._stage("cross-check", max(total, 0))
             yield from self._cross_check(stream, cross, start, stop, logical_end)
             if last_timestamp is None:
@@ -139,6 +139,8 @@ class Verification:
             yield from check.take()
             if isinstance(check, ConsumeQueueCheck):
                 summary.consume_queues, summary.consume_queue_entries = check.queues, check.entries
+                if check.batch_topics:
+                    summary.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
                 if check.skipped_queues:
                     summary.notes.append(f"{len(check.skipped_queues)} multi-dispatch (LMQ) queues not checked")
                 if check.ext_addresses:

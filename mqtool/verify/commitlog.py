@@ -122,6 +122,7 @@ class CommitLogCheck:
         self.result = CommitLogResult()
         self.crashed = store.abort_present
         self.notes: list[str] = []
+        self._end_code, self._end_detail = fs.OK_BLANK, 0  # why the chain ended (set when it does)
 
     def tasks(self) -> list[SegmentTask]:
         tasks = []

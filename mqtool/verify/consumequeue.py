@@ -34,6 +34,8 @@ from .logstream import LogRecord
 
 CHUNK_UNITS = 4096
 LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
+# Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
+# ``consumequeue/``; their batch units are not checked.
 QUIRK_VERSIONS = (BrokerVersion(4, 9, 2), BrokerVersion(4, 9, 8))
 
 
@@ -174,6 +176,8 @@ class ConsumeQueueCheck:
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         self.skipped_queues: list[str] = []
+        batch_dir = store.path("batchconsumequeue")
+        self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         for queue in store.consume_queues:
             if queue.topic.startswith(LMQ_PREFIX):
                 self.skipped_queues.append(f"{queue.topic}/{queue.queue_id}")
@@ -226,7 +230,7 @@ class ConsumeQueueCheck:
         dispatched = self._dispatched.get(record.sys_flag)
         if dispatched is None:
             dispatched = self._dispatched[record.sys_flag] = dispatches_to_consume_queue(record.sys_flag)
-        if not dispatched:
+        if not dispatched or record.topic in self.batch_topics:
             return
         key = (record.topic, record.queue_id)
         cursor = self.cursors.get(key)
