@@ -169,3 +169,19 @@ def test_consume_queue_recovery_equals_entries_end():
 
 def test_store_config_defaults():
     assert StoreConfig().message_index_safe is False
+
+
+def test_index_geometry_is_inferred_from_content_for_any_ratio(tmp_path):
+    from mqtool.formats import index as ix
+    from mqtool.store.index import infer_index_geometry
+
+    for slots, entries in ((777, 1234), (1000, 4000), (5, 3)):
+        buf = bytearray(ix.index_file_size(slots, entries))
+        w = ix.IndexWriter(buf, slots, entries, ix.IndexHeader(0, 0, 0, 0, 0, 1))
+        for i in range(entries - 1):
+            assert w.put(f"T#key-{i}", i * 100, 1_700_000_000_000 + i)
+        w.flush_header()
+        path = tmp_path / f"{slots}-{entries}"
+        path.write_bytes(bytes(buf))
+        geometry = infer_index_geometry(path)
+        assert (geometry.hash_slot_num, geometry.index_num) == (slots, entries)

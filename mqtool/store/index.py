@@ -7,6 +7,7 @@ content when no broker.conf is given: the newest entry must be the head of its s
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,10 +127,12 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
         raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")
     with MappedFile(path) as mf:
         header = fmt.read_header(mf.buf)
-        candidates = []
-        if (size - fmt.HEADER_SIZE) % 84 == 0:
-            candidates.append((size - fmt.HEADER_SIZE) // 84)
-        candidates += [s for s in range(1, (size - fmt.HEADER_SIZE) // fmt.SLOT_SIZE + 1) if (size - fmt.HEADER_SIZE - 4 * s) % 20 == 0]
+        body = size - fmt.HEADER_SIZE
+        default = [body // 84] if body % 84 == 0 else []  # the broker's default ratio: 4 entries per slot
+        # 4 s + 20 n == body: s runs over one residue class modulo 5 (lazily: 10^8 of them by default size)
+        first = (body // 4) % 5 or 5
+        others = range(first, body // fmt.SLOT_SIZE + 1, 5) if body % 4 == 0 else range(0)
+        candidates = itertools.chain(default, others)
         last = header.index_count - 1
         for slots in candidates:
             entries = (size - fmt.HEADER_SIZE - fmt.SLOT_SIZE * slots) // fmt.ENTRY_SIZE
