@@ -116,32 +116,47 @@ def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int
     return out
 
 
+def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) -> bool:
+    """Do the newest ``probes`` entries read as a sound chain structure under this geometry?
+
+    Each probed entry must have a non-negative hash, a time diff >= 0, a ``prev_index`` below
+    its own number, and be reachable from its slot's head by following ``prev_index``.
+    """
+    newest = count - 1
+    for number in range(newest, max(0, newest - probes), -1):
+        key_hash, _phy, diff, prev = fmt.ENTRY.unpack_from(buf, fmt.entry_position(slots, number))
+        if key_hash < 0 or diff < 0 or not 0 <= prev < number:
+            return False
+        cursor = fmt.SLOT.unpack_from(buf, fmt.slot_position(key_hash % slots))[0]
+        for _ in range(probes + 1):
+            if cursor == number or not number < cursor <= newest:
+                break
+            cursor = fmt.ENTRY.unpack_from(buf, fmt.entry_position(slots, cursor))[3]
+        if cursor != number:
+            return False
+    return True
+
+
 def infer_index_geometry(path: Path) -> IndexGeometry:
     """Find (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size that fits the content.
 
-    Tries the broker's default ratio n = 4 s first. A geometry fits when the newest entry is
-    the head of its own slot chain (every put writes the slot last).
+    Tries the broker's default ratio n = 4 s first, then every other solution lazily; a
+    geometry fits when the newest entries form sound slot chains (``_geometry_fits``).
     """
     size = os.stat(path).st_size
     if size < fmt.HEADER_SIZE:
         raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")
+    body = size - fmt.HEADER_SIZE
+    default = [body // 84] if body % 84 == 0 else []
+    # 4 s + 20 n == body: s runs over one residue class modulo 5 (10^8 of them at the default size)
+    others = range((body // 4) % 5 or 5, body // fmt.SLOT_SIZE + 1, 5) if body % 4 == 0 else range(0)
     with MappedFile(path) as mf:
-        header = fmt.read_header(mf.buf)
-        body = size - fmt.HEADER_SIZE
-        default = [body // 84] if body % 84 == 0 else []  # the broker's default ratio: 4 entries per slot
-        # 4 s + 20 n == body: s runs over one residue class modulo 5 (lazily: 10^8 of them by default size)
-        first = (body // 4) % 5 or 5
-        others = range(first, body // fmt.SLOT_SIZE + 1, 5) if body % 4 == 0 else range(0)
-        candidates = itertools.chain(default, others)
-        last = header.index_count - 1
-        for slots in candidates:
-            entries = (size - fmt.HEADER_SIZE - fmt.SLOT_SIZE * slots) // fmt.ENTRY_SIZE
-            if last < 1:
+        count = fmt.read_header(mf.buf).index_count
+        for slots in itertools.chain(default, others):
+            entries = (body - fmt.SLOT_SIZE * slots) // fmt.ENTRY_SIZE
+            if count <= 1:
                 return IndexGeometry(slots, entries)  # nothing written: any geometry reads the same
-            if last >= entries:
-                continue
-            key_hash = fmt.ENTRY.unpack_from(mf.buf, fmt.entry_position(slots, last))[0]
-            if key_hash >= 0 and fmt.SLOT.unpack_from(mf.buf, fmt.slot_position(key_hash % slots))[0] == last:
+            if count <= entries and _geometry_fits(mf.buf, slots, entries, count):
                 return IndexGeometry(slots, entries)
     raise BadStoreFile(f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file; pass --broker-config")
 
