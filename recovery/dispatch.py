@@ -14,22 +14,25 @@ checked byte for byte), and hands every record the fast path cannot decide to
 
 from __future__ import annotations
 
+import queue
+import threading
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 
 from ..formats import commitlog as clfmt
 from ..formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from ..formats.errors import CorruptRecord, FormatError
-from ..formats.hashing import index_key_hash
+from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+POW31 = fd.pow31_table()
 
 
 def java_parse_int(text: str) -> int:
@@ -45,41 +48,44 @@ def java_parse_int(text: str) -> int:
     return value
 
 
+def _partial_key(key: str) -> int:
+    """What ``dispatch_rows`` stores for a key: UTF-16 length << 32 | Java hash of the key alone."""
+    return (len(key.encode("utf-16-be", "surrogatepass")) // 2) << 32 | (java_string_hash(key) & 0xFFFFFFFF)
+
+
 class TopicTable:
     """Topic ids for topic byte strings; two byte strings that decode to the same Java string
-    (malformed UTF-8 replaced by U+FFFD) share an id, as they share a queue in the broker."""
+    (malformed UTF-8 replaced by U+FFFD) share an id, as they share a queue in the broker.
+    ``state[id]`` is the unsigned Java hash state of ``topic + "#"`` (index keys start with it)."""
 
     def __init__(self):
         self.names: list[str] = []
         self._by_name: dict[str, int] = {}
-        self._by_fp: dict[int, tuple[bytes, int]] = {}
+        self._by_raw: dict[bytes, int] = {}
+        self.state = np.empty(0, dtype=np.int64)
 
     def id_of(self, raw: bytes) -> int:
+        tid = self._by_raw.get(raw)
+        if tid is not None:
+            return tid
         name = raw.decode("utf-8", "replace")
         tid = self._by_name.get(name)
         if tid is None:
             tid = self._by_name[name] = len(self.names)
             self.names.append(name)
+            self.state = np.append(self.state, java_string_hash(name + "#") & 0xFFFFFFFF)
+        self._by_raw[raw] = tid
         return tid
-
-    def id_for_fp(self, fp: int, raw: bytes) -> int | None:
-        """The id for fingerprint ``fp`` of ``raw``; None if the fingerprint is taken by other bytes."""
-        known = self._by_fp.get(fp)
-        if known is None:
-            tid = self.id_of(raw)
-            self._by_fp[fp] = (raw, tid)
-            return tid
-        return known[1] if known[0] == raw else None
 
 
 @dataclass
 class DispatchBatch:
-    """Dispatch requests of consecutive valid records of one segment (arrays, one row each)."""
+    """Dispatch requests of consecutive valid records (arrays, one row each). ``F_POS`` holds
+    each record's commit log offset; ``F_KEY_START`` points into ``keys``."""
 
-    base_offset: int
     fields: np.ndarray  # (n, fd.N_FIELDS) int64
-    keys: np.ndarray  # index key hashes, rows point into it with F_KEY_START/F_KEY_COUNT
-    topic_ids: np.ndarray  # int32
+    keys: np.ndarray  # index key hashes
+    topic_ids: np.ndarray  # int32, into the scanner's TopicTable
 
     def __len__(self) -> int:
         return self.fields.shape[0]
@@ -90,7 +96,7 @@ class DispatchBatch:
     @property
     def offsets(self) -> np.ndarray:
         """Where each record was found (commit log offset)."""
-        return self.fields[:, fd.F_POS] + self.base_offset
+        return self.fields[:, fd.F_POS]
 
     @property
     def phys(self) -> np.ndarray:
@@ -112,11 +118,9 @@ class DispatchBatch:
         tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
         return tran != clfmt.TransactionType.ROLLBACK
 
-    def head(self, n: int) -> "DispatchBatch":
-        if n >= len(self):
-            return self
-        key_end = int(self.fields[n - 1, fd.F_KEY_START] + self.fields[n - 1, fd.F_KEY_COUNT]) if n else 0
-        return DispatchBatch(self.base_offset, self.fields[:n], self.keys[:key_end], self.topic_ids[:n])
+    @property
+    def nbytes(self) -> int:
+        return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
 
 
 @dataclass
@@ -132,13 +136,50 @@ class DispatchOptions:
         return fd.delay_array(dict(self.delay_table))
 
 
+class _Accumulator:
+    """Rows dispatched sub-batch by sub-batch, handed out as ``DispatchBatch`` es of ``size``."""
+
+    def __init__(self, size: int, sub: int):
+        self.size = size
+        self.out = np.empty((size + sub, fd.N_FIELDS), dtype=np.int64)
+        self.topic_ids = np.empty(size + sub, dtype=np.int32)
+        self.keys = np.empty(4 * (size + sub), dtype=np.int64)
+        self.n = 0
+        self.key_fill = 0
+
+    def reserve_keys(self, extra: int) -> None:
+        if self.key_fill + extra > self.keys.shape[0]:
+            self.keys = np.concatenate([self.keys, np.empty(max(extra, self.keys.shape[0]), dtype=np.int64)])
+
+    @property
+    def full(self) -> bool:
+        return self.n >= self.size
+
+    def take(self) -> DispatchBatch:
+        batch = DispatchBatch(self.out[: self.n].copy(), self.keys[: self.key_fill].copy(), self.topic_ids[: self.n].copy())
+        self.n = self.key_fill = 0
+        return batch
+
+
+_DONE = object()
+
+
+class _Failure(NamedTuple):
+    exc: BaseException
+
+
 @dataclass
 class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
 
-    ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
-    ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
+    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
+    parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
+    of ``BATCH``. ``last_valid_offset`` is the start of the last valid record seen (-1 if none):
+    the broker's ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
     """
+
+    SUB_BATCH = 2048
+    BATCH = 1 << 16
 
     commitlog: CommitLog
     start: int
@@ -152,8 +193,47 @@ class DispatchScanner:
     records: int = 0
     skipped: list[ScanEnd] = field(default_factory=list)  # reput: what it skipped over
 
+    threaded: bool = True  # walk and parse in a background thread while the caller consumes
+
     def __iter__(self) -> Iterator[DispatchBatch]:
+        if not self.threaded:
+            yield from self._produce()
+            return
+        channel: queue.Queue = queue.Queue(maxsize=4)
+        stop = threading.Event()
+
+        def run() -> None:
+            try:
+                for batch in self._produce():
+                    while not stop.is_set():
+                        try:
+                            channel.put(batch, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+                channel.put(_DONE)
+            except BaseException as exc:  # re-raised in the consuming thread
+                channel.put(_Failure(exc))
+
+        worker = threading.Thread(target=run, name="mqtool-dispatch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = channel.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, _Failure):
+                    raise item.exc
+                yield item
+        finally:
+            stop.set()
+            worker.join()
+
+    def _produce(self) -> Iterator[DispatchBatch]:
         delay_ms = self.options.delay_ms
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH)
         pos = self.start
         while True:
             scan = FastScan(
@@ -162,26 +242,34 @@ class DispatchScanner:
                 self.stop,
                 check_crc=self.check_crc and self.discipline == "recovery",
                 stop_on_crc=True,
+                batch=self.SUB_BATCH,
             )
             bad: ScanEnd | None = None
             for seg in scan:
-                batch, bad = self._dispatch(seg, delay_ms)
-                if len(batch):
-                    self.records += len(batch)
-                    self.last_valid_offset = int(batch.offsets[-1])
-                    yield batch
+                bad = self._dispatch(acc, seg, delay_ms)
+                if acc.full or bad is not None:
+                    yield from self._take(acc)
                 if bad is not None:
                     break
             end = bad or scan.end
             if self.discipline == "recovery" or end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset):
+                yield from self._take(acc)
                 self.end = end
                 return
             nxt = self._reput_resume(end)
             if nxt is None:
+                yield from self._take(acc)
                 self.end = end
                 return
             self.skipped.append(end)
             pos = nxt
+
+    def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
+        if acc.n:
+            batch = acc.take()
+            self.records += len(batch)
+            self.last_valid_offset = int(batch.offsets[-1])
+            yield batch
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop
@@ -197,78 +285,83 @@ class DispatchScanner:
             nxt = self.commitlog.segments[index + 1].base_offset
         return None if self._at_stop(nxt) else nxt
 
-    # ---- one segment batch ----------------------------------------------------------------
+    # ---- one sub-batch -----------------------------------------------------------------------
 
-    def _dispatch(self, seg, delay_ms) -> tuple[DispatchBatch, ScanEnd | None]:
+    def _dispatch(self, acc: _Accumulator, seg, delay_ms) -> ScanEnd | None:
         rows = seg.rows
-        n = rows.shape[0]
-        out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
-        keys = np.empty(max(64, n * 4), dtype=np.int64)
-        done, fill = 0, 0
-        while done < n:
-            done, fill = fd.dispatch_rows(
-                seg.array, rows, done, self.options.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, delay_ms, self.options.index_enable, out, keys, fill
+        lo = acc.n
+        done = 0
+        while done < rows.shape[0]:
+            acc.reserve_keys(4 * (rows.shape[0] - done) + 64)
+            done, acc.key_fill = fd.dispatch_rows(
+                seg.array, rows, done, self.options.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, delay_ms, self.options.index_enable,
+                acc.out, lo, acc.keys, acc.key_fill,
             )
-            if done < n:
-                keys = np.concatenate([keys, np.empty(keys.shape[0], dtype=np.int64)])
-        keys = keys[:fill]
+            if done < rows.shape[0]:
+                acc.reserve_keys(acc.keys.shape[0])
+        hi = lo + rows.shape[0]
         bad = None
-        fallback = np.flatnonzero(out[:, fd.F_FLAGS] & fd.FLAG_FALLBACK)
+        fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)
         if fallback.size:
-            out, keys, bad = self._fallback(seg, out, keys, fallback)
-        topic_ids = self._topic_ids(seg.array, out)
-        return DispatchBatch(seg.base_offset, out, keys, topic_ids), bad
+            hi, bad = self._fallback(acc, seg, lo, hi, lo + fallback)
+        self._topic_ids(acc, seg.array, lo, hi)
+        acc.out[lo:hi, fd.F_POS] += seg.base_offset
+        acc.n = hi
+        return bad
 
-    def _topic_ids(self, array: np.ndarray, out: np.ndarray) -> np.ndarray:
-        if out.shape[0] == 0:
-            return np.empty(0, dtype=np.int32)
-        fps = out[:, fd.F_TOPIC_FP]
-        uniq, first, inverse = np.unique(fps, return_index=True, return_inverse=True)
-        tpos, tlen = out[:, fd.F_TOPIC_POS], out[:, fd.F_TOPIC_LEN]
-        ids = []
-        exact = fd.same_topics(array, tpos, tlen, first, inverse)
-        for fp, f in zip(uniq.tolist(), first.tolist()):
-            raw = bytes(array[tpos[f] : tpos[f] + tlen[f]])
-            tid = self.topics.id_for_fp(fp, raw) if exact else None
-            if tid is None:
-                exact = False
-                break
-            ids.append(tid)
-        if exact:
-            return np.asarray(ids, dtype=np.int32)[inverse]
-        # a fingerprint collision (never seen in practice): map record by record
-        return np.asarray([self.topics.id_of(bytes(array[p : p + l])) for p, l in zip(tpos.tolist(), tlen.tolist())], dtype=np.int32)
+    def _topic_ids(self, acc: _Accumulator, array: np.ndarray, lo: int, hi: int) -> None:
+        """Global topic ids for rows ``lo:hi``, then their index key hashes (``finish_keys``)."""
+        if hi == lo:
+            return
+        local = np.empty(hi - lo, dtype=np.int64)
+        first = np.empty(min(hi - lo, 256), dtype=np.int64)
+        count = fd.local_topics(array, acc.out, lo, hi, local, first)
+        if count >= 0:
+            ids = [self.topics.id_of(bytes(array[p : p + n])) for p, n in ((int(acc.out[f, fd.F_TOPIC_POS]), int(acc.out[f, fd.F_TOPIC_LEN])) for f in first[:count].tolist())]
+            acc.topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local]
+        else:  # more than 256 topics in one sub-batch: record by record
+            for r in range(lo, hi):
+                p, n = int(acc.out[r, fd.F_TOPIC_POS]), int(acc.out[r, fd.F_TOPIC_LEN])
+                acc.topic_ids[r] = self.topics.id_of(bytes(array[p : p + n]))
+        if self.options.index_enable:
+            fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
 
-    def _fallback(self, seg, out, keys, rows_idx) -> tuple[np.ndarray, np.ndarray, ScanEnd | None]:
+    def _fallback(self, acc: _Accumulator, seg, lo: int, hi: int, rows_idx) -> tuple[int, ScanEnd | None]:
         """Decide the flagged records with the Python decoder and splice their keys in."""
-        array, base = seg.array, seg.base_offset
+        array, base, out = seg.array, seg.base_offset, acc.out
         replaced: dict[int, np.ndarray] = {}
-        bad, n = None, out.shape[0]
+        bad = None
         for r in rows_idx.tolist():
             pos = int(out[r, fd.F_POS])
             record = clfmt.decode_record(array, pos, base, array.shape[0])
             try:
                 request = self._request(record)
             except CorruptRecord as exc:
-                bad, n = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
+                bad, hi = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
                 break
             indexed = self.options.index_enable and request.to_index
-            replaced[r] = np.asarray([index_key_hash(k) for k in request.index_keys()] if indexed else [], dtype=np.int64)
+            keys = ([request.uniq_key] if request.uniq_key is not None else []) + list(request.keys) if indexed else []
+            replaced[r] = np.asarray([_partial_key(k) for k in keys], dtype=np.int64)
             out[r, fd.F_TAGS] = request.tags_code
             out[r, fd.F_FLAGS] = 0
-        out = out[:n]
-        key_end = int(out[-1, fd.F_KEY_START] + out[-1, fd.F_KEY_COUNT]) if n else 0
-        pieces, cursor = [], 0
+        key_lo = int(out[lo, fd.F_KEY_START]) if hi > lo else acc.key_fill
+        key_hi = int(out[hi - 1, fd.F_KEY_START] + out[hi - 1, fd.F_KEY_COUNT]) if hi > lo else key_lo
+        pieces, cursor = [], key_lo
         for r, new in sorted(replaced.items()):
             start = int(out[r, fd.F_KEY_START])
-            pieces += [keys[cursor:start], new]
+            pieces += [acc.keys[cursor:start].copy(), new]
             cursor = start + int(out[r, fd.F_KEY_COUNT])
             out[r, fd.F_KEY_COUNT] = new.size
-        pieces.append(keys[cursor:key_end])
-        if n:
-            counts = out[:, fd.F_KEY_COUNT]
-            out[:, fd.F_KEY_START] = np.cumsum(counts) - counts
-        return out, np.concatenate(pieces), bad
+        pieces.append(acc.keys[cursor:key_hi].copy())
+        spliced = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        acc.key_fill = key_lo
+        acc.reserve_keys(spliced.size)
+        acc.keys[key_lo : key_lo + spliced.size] = spliced
+        acc.key_fill = key_lo + spliced.size
+        if hi > lo:
+            counts = out[lo:hi, fd.F_KEY_COUNT]
+            out[lo:hi, fd.F_KEY_START] = key_lo + np.cumsum(counts) - counts
+        return hi, bad
 
     def _request(self, record: clfmt.CommitLogRecord):
         props = record.property_map(legacy=self.options.legacy_properties)
@@ -285,6 +378,31 @@ class DispatchScanner:
 
 
 # ---- dispatch phases (shared by planning and apply) ---------------------------------------
+
+
+class DispatchCache:
+    """Dispatch batches a plan computed, kept (up to ``budget`` bytes) for an apply in the same
+    process, so the commit log range is walked and parsed once. Over budget it gives up and the
+    apply scans again; the result is the same either way."""
+
+    def __init__(self, budget: int = 1 << 30):
+        self.budget = budget
+        self.topics = TopicTable()
+        self.phases: dict[int, list[DispatchBatch]] = {}
+        self.nbytes = 0
+        self.enabled = budget > 0
+
+    def add(self, phase: int, batch: DispatchBatch) -> None:
+        if not self.enabled:
+            return
+        self.nbytes += batch.nbytes
+        if self.nbytes > self.budget:
+            self.enabled, self.phases = False, {}
+            return
+        self.phases.setdefault(phase, []).append(batch)
+
+    def batches(self, phase: int) -> list[DispatchBatch] | None:
+        return self.phases.get(phase, []) if self.enabled else None
 
 TAGS_DELIVERY_TIME = "delivery-time"
 TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet
@@ -320,18 +438,19 @@ def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:
     starts = batch.fields[idx, fd.F_KEY_START]
     keys = np.concatenate([batch.keys[s : s + c] for s, c in zip(starts.tolist(), counts.tolist())]) if idx.size else batch.keys[:0]
     fields[:, fd.F_KEY_START] = np.cumsum(counts) - counts
-    return DispatchBatch(batch.base_offset, fields, keys, batch.topic_ids[idx])
+    return DispatchBatch(fields, keys, batch.topic_ids[idx])
 
 
 def queue_groups(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, int, np.ndarray]]:
     """``(topic, queue id, row indexes)`` of the records each consume queue receives, in order."""
-    eligible = np.flatnonzero(batch.to_consume_queue)
-    if eligible.size == 0:
+    n = len(batch)
+    if n == 0:
         return
-    key = (batch.topic_ids[eligible].astype(np.int64) << 32) | (batch.fields[eligible, fd.F_QUEUE_ID] & 0xFFFFFFFF)
-    order = np.argsort(key, kind="stable")
-    rows = eligible[order]
-    bounds = np.flatnonzero(np.diff(key[order])) + 1
-    for group in np.split(rows, bounds):
-        first = group[0]
-        yield names[batch.topic_ids[first]], int(batch.fields[first, fd.F_QUEUE_ID]), group
+    keys = (batch.topic_ids.astype(np.int64) << 32) | (batch.fields[:, fd.F_QUEUE_ID] & 0xFFFFFFFF)
+    order = np.empty(n, dtype=np.int64)
+    starts = np.empty(n + 1, dtype=np.int64)
+    groups, group_keys = fd.group_rows(keys, batch.to_consume_queue, order, starts)
+    for g in range(groups):
+        key = int(group_keys[g])
+        queue_id = key & 0xFFFFFFFF
+        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order[starts[g] : starts[g + 1]]

@@ -9,7 +9,8 @@ KEYS, UNIQ_KEY and DELAY, and computes:
 
 - the tags code: Java ``String.hashCode`` of TAGS over UTF-16 code units (§3.4), or for
   ``SCHEDULE_TOPIC_XXXX`` the delivery time from the delay-level table (§3.5);
-- the index key hashes of ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS token (§6.4-§6.5).
+- the index key hashes of ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS token (§6.4-§6.5),
+  in two steps: the hash of the key alone here, combined with the topic's by ``finish_keys``.
 
 Anything the fast path cannot decide exactly (malformed UTF-8 in a topic or a used value, a
 DELAY that is not a plain ASCII int32) sets ``FLAG_FALLBACK``; the caller then decodes that one
@@ -40,7 +41,7 @@ TRAN_ROLLBACK = int(fmt.TransactionType.ROLLBACK)
 # output columns (int64), one row per record
 (
     F_POS,  # position of the record in its segment buffer
-    F_TOPIC_FP,  # FNV-1a 64 of the topic bytes (reinterpreted as int64)
+    F_TOPIC_FP,  # a cheap fingerprint of the topic bytes (a hint; topics are told apart by bytes)
     F_TOPIC_POS,
     F_TOPIC_LEN,
     F_QUEUE_ID,
@@ -81,17 +82,6 @@ def _signed(v, bits):
 
 
 @numba.njit(inline="always")
-def _equals(buf, start, end, word):
-    n = word.shape[0]
-    if end - start != n:
-        return False
-    for i in range(n):
-        if buf[start + i] != word[i]:
-            return False
-    return True
-
-
-@numba.njit(inline="always")
 def _cont(buf, i, end):
     return i < end and (buf[i] & 0xC0) == 0x80
 
@@ -99,46 +89,51 @@ def _cont(buf, i, end):
 @numba.njit(cache=True, nogil=True)
 def java_hash_utf8(buf, start, end, h):
     """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code
-    units of strict UTF-8 ``buf[start:end]``. Returns ``(h, ok)``; ``ok`` is False on any
+    units of strict UTF-8 ``buf[start:end]``. Returns ``(h, units, ok)``; ``ok`` is False on any
     malformed sequence (the caller falls back to the Python decoder's replacement rules)."""
     i = start
+    units = 0
     while i < end:
         c = np.int64(buf[i])
         if c < 0x80:
-            cp = c
+            h = (h * 31 + c) & _M32
+            units += 1
             i += 1
-        elif c < 0xC2:
-            return h, False
+            continue
+        if c < 0xC2:
+            return h, units, False
         elif c < 0xE0:
             if not _cont(buf, i + 1, end):
-                return h, False
+                return h, units, False
             cp = ((c & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
             i += 2
         elif c < 0xF0:
             if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end)):
-                return h, False
+                return h, units, False
             c1 = np.int64(buf[i + 1])
             if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
-                return h, False
+                return h, units, False
             cp = ((c & 0x0F) << 12) | ((c1 & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
             i += 3
         elif c < 0xF5:
             if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end) and _cont(buf, i + 3, end)):
-                return h, False
+                return h, units, False
             c1 = np.int64(buf[i + 1])
             if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
-                return h, False
+                return h, units, False
             cp = ((c & 0x07) << 18) | ((c1 & 0x3F) << 12) | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)
             i += 4
         else:
-            return h, False
+            return h, units, False
         if cp >= 0x10000:
             cp -= 0x10000
             h = (h * 31 + (0xD800 + (cp >> 10))) & _M32
             h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & _M32
+            units += 2
         else:
             h = (h * 31 + cp) & _M32
-    return h, True
+            units += 1
+    return h, units, True
 
 
 @numba.njit(inline="always")
@@ -203,13 +198,47 @@ def _item(buf, i, j, legacy):
     return i, k, k + 1, t
 
 
+@numba.njit(inline="always")
+def _word(buf, p, n):
+    """Up to 8 bytes at ``p`` as one integer (the topic fingerprint's building block)."""
+    v = np.uint64(0)
+    for j in range(min(n, 8)):
+        v = (v << np.uint64(8)) | np.uint64(buf[p + j])
+    return v
+
+
+@numba.njit(inline="always")
+def _fingerprint(buf, p, n):
+    """Length and the first, middle and last 8 bytes of a topic, mixed: cheap, and only a hint
+    (``local_topics`` compares the bytes), so equal fingerprints of different topics are fine."""
+    a = _word(buf, p, n)
+    b = _word(buf, p + max(n - 8, 0), n)
+    c = _word(buf, p + max(n // 2 - 4, 0), n)
+    x = (a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (c * np.uint64(0x165667B19E3779F9)) ^ np.uint64(n)
+    return np.int64(x ^ (x >> np.uint64(29)))
+
+
+@numba.njit(inline="always")
+def _is(buf, start, end, word):
+    n = word.shape[0]
+    if end - start != n or buf[start] != word[0]:
+        return False
+    for i in range(1, n):
+        if buf[start + i] != word[i]:
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
-def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, keys, key_fill):
-    """Fill ``out[r]`` for ``rows[first_row:]`` and append key hashes to ``keys`` from ``key_fill``.
+def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, out_base, keys, key_fill):
+    """Fill ``out[out_base + r]`` for ``rows[first_row:]`` and append partial key hashes to
+    ``keys`` from ``key_fill``.
 
     ``rows`` are ``walk_segment`` rows (pos, size, body, body_len, topic, props, crc_ok).
     ``delay_ms[level]`` is the delay of ``level`` (index 0 unused); ``len(delay_ms) - 1`` is the
     max level (an empty table, ``len == 1``, reproduces the 4.9.2-4.9.8 recovery quirk, §3.5).
+    A key is stored as ``units << 32 | hash`` of the key alone; ``finish_keys`` combines it with
+    the topic once topics are known (Java's hash of ``topic#key`` is polynomial in the units).
     Returns ``(rows_done, key_fill)``; fewer rows than given when ``keys`` is full.
     """
     n = rows.shape[0]
@@ -224,7 +253,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         props_end = pos + size
         if key_fill + (props_end - props) // 2 + 2 > keys.shape[0]:
             break
-        row = out[r]
+        row = out[out_base + r]
         flags = 0
         sys_flag = _signed(_be(buf, pos + POS_SYS_FLAG, 4), 32)
         store_ts_pos = POS_STORE_TS_V6 if (sys_flag & BORN_V6) else POS_STORE_TS_V4
@@ -238,39 +267,47 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         row[F_SIZE] = size
         row[F_SYS_FLAG] = sys_flag
         row[F_STORE_TS] = store_ts
-        # topic: fingerprint and Java hash state
-        fp = np.uint64(14695981039346656037)
-        for p in range(topic, topic + topic_len):
-            fp = (fp ^ np.uint64(buf[p])) * np.uint64(1099511628211)
-        row[F_TOPIC_FP] = np.int64(fp)
-        th, ok = java_hash_utf8(buf, topic, topic + topic_len, np.int64(0))
-        if not ok:
-            flags |= FLAG_FALLBACK
-        # properties: the last occurrence of each key wins
+        row[F_TOPIC_FP] = _fingerprint(buf, topic, topic_len)
+        # properties, one pass per item; the last occurrence of each key wins
         tags_s = tags_e = keys_s = keys_e = uniq_s = uniq_e = delay_s = delay_e = -1
         i = props
         while i < props_end:
             j = i
-            while j < props_end and buf[j] != 2:
+            k = -1
+            while j < props_end:
+                c = buf[j]
+                if c == 2:
+                    break
+                if c == 1 and k < 0:
+                    k = j
                 j += 1
-            ks, ke, vs, ve = _item(buf, i, j, legacy)
+            if legacy:
+                ks, ke, vs, ve = _item(buf, i, j, True)
+            elif i < k and k < j - 1:
+                ks, ke, vs, ve = i, k, k + 1, j
+            else:
+                ks = -1
             if ks >= 0:
-                if _equals(buf, ks, ke, _TAGS):
-                    tags_s, tags_e = vs, ve
-                elif _equals(buf, ks, ke, _KEYS):
-                    keys_s, keys_e = vs, ve
-                elif _equals(buf, ks, ke, _UNIQ):
-                    uniq_s, uniq_e = vs, ve
-                elif _equals(buf, ks, ke, _DELAY):
-                    delay_s, delay_e = vs, ve
+                length = ke - ks
+                if length == 4:
+                    if _is(buf, ks, ke, _TAGS):
+                        tags_s, tags_e = vs, ve
+                    elif _is(buf, ks, ke, _KEYS):
+                        keys_s, keys_e = vs, ve
+                elif length == 8:
+                    if _is(buf, ks, ke, _UNIQ):
+                        uniq_s, uniq_e = vs, ve
+                elif length == 5:
+                    if _is(buf, ks, ke, _DELAY):
+                        delay_s, delay_e = vs, ve
             i = j + 1
         tags = np.int64(0)
         if tags_s >= 0:
-            h, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
+            h, _, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
             if not ok:
                 flags |= FLAG_FALLBACK
             tags = _signed(h, 32)
-        if delay_s >= 0 and _equals(buf, topic, topic + topic_len, sched_topic):
+        if delay_s >= 0 and _is(buf, topic, topic + topic_len, sched_topic):
             level, ok = _parse_int32(buf, delay_s, delay_e)
             if not ok:
                 flags |= FLAG_FALLBACK
@@ -282,12 +319,11 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         row[F_KEY_START] = key_fill
         count = 0
         if index_enable and (sys_flag & TRAN_MASK) != TRAN_ROLLBACK:
-            base = (th * 31 + 35) & _M32  # topic + "#"
             if uniq_s >= 0:
-                h, ok = java_hash_utf8(buf, uniq_s, uniq_e, base)
+                h, units, ok = java_hash_utf8(buf, uniq_s, uniq_e, np.int64(0))
                 if not ok:
                     flags |= FLAG_FALLBACK
-                keys[key_fill + count] = _index_hash(h)
+                keys[key_fill + count] = (units << 32) | h
                 count += 1
             if keys_s >= 0:
                 s = keys_s
@@ -296,10 +332,10 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
                     while e < keys_e and buf[e] != 32:
                         e += 1
                     if e > s:
-                        h, ok = java_hash_utf8(buf, s, e, base)
+                        h, units, ok = java_hash_utf8(buf, s, e, np.int64(0))
                         if not ok:
                             flags |= FLAG_FALLBACK
-                        keys[key_fill + count] = _index_hash(h)
+                        keys[key_fill + count] = (units << 32) | h
                         count += 1
                     s = e + 1
         row[F_KEY_COUNT] = count
@@ -310,18 +346,120 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
 
 
 @numba.njit(cache=True, nogil=True)
-def same_topics(buf, topic_pos, topic_len, first_of_group, group):
-    """True when every record's topic bytes equal those of the first record of its fingerprint
-    group (so a 64-bit fingerprint collision can never merge two topics)."""
-    for r in range(topic_pos.shape[0]):
-        f = first_of_group[group[r]]
-        if topic_len[r] != topic_len[f]:
+def finish_keys(out, lo, hi, topic_ids, topic_state, pow31, keys):
+    """Turn the partial hashes of rows ``lo:hi`` into index key hashes:
+    ``hash(topic + "#" + key) = state(topic + "#") * 31**units(key) + hash(key)`` (mod 2**32),
+    then ``indexKeyHashMethod``. ``topic_state[t]`` is the unsigned hash state of topic ``t`` + "#"."""
+    for r in range(lo, hi):
+        state = topic_state[topic_ids[r]]
+        start = out[r, F_KEY_START]
+        for k in range(start, start + out[r, F_KEY_COUNT]):
+            partial = keys[k]
+            units = partial >> 32
+            h = (state * pow31[units] + (partial & _M32)) & _M32
+            keys[k] = _index_hash(h)
+
+
+def pow31_table(n: int = 1 << 15) -> np.ndarray:
+    """``31**i mod 2**32`` for ``i < n`` (a properties value has at most 32767 UTF-16 units)."""
+    table = np.empty(n, dtype=np.int64)
+    v = 1
+    for i in range(n):
+        table[i] = v
+        v = (v * 31) & 0xFFFFFFFF
+    return table
+
+
+@numba.njit(inline="always")
+def _same_topic(buf, out, a, b):
+    n = out[a, F_TOPIC_LEN]
+    if n != out[b, F_TOPIC_LEN] or out[a, F_TOPIC_FP] != out[b, F_TOPIC_FP]:
+        return False
+    pa, pb = out[a, F_TOPIC_POS], out[b, F_TOPIC_POS]
+    for j in range(n):
+        if buf[pa + j] != buf[pb + j]:
             return False
-        a, b = topic_pos[r], topic_pos[f]
-        for k in range(topic_len[r]):
-            if buf[a + k] != buf[b + k]:
-                return False
     return True
+
+
+@numba.njit(cache=True, nogil=True)
+def local_topics(buf, out, lo, hi, local, first):
+    """Number the distinct topics (by their bytes) of rows ``out[lo:hi]``: ``local[r - lo]`` =
+    0, 1, ... in order of first appearance, ``first[k]`` = the first row of topic ``k``.
+    Returns the count, or -1 when there are more than ``len(first)`` topics."""
+    size = 64
+    while size < 4 * first.shape[0]:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    count = 0
+    last_row, last_k = -1, -1
+    for r in range(lo, hi):
+        if last_row >= 0 and _same_topic(buf, out, r, last_row):
+            local[r - lo] = last_k
+            continue
+        fp = out[r, F_TOPIC_FP]
+        slot = (fp ^ (fp >> 31)) & (size - 1)
+        while True:
+            k = table[slot]
+            if k < 0:
+                if count >= first.shape[0]:
+                    return -1
+                table[slot] = count
+                first[count] = r
+                k = count
+                count += 1
+                break
+            if _same_topic(buf, out, r, first[k]):
+                break
+            slot = (slot + 1) & (size - 1)
+        local[r - lo] = k
+        last_row, last_k = r, k
+    return count
+
+
+@numba.njit(cache=True, nogil=True)
+def group_rows(keys, eligible, order, starts):
+    """Counting sort of the ``eligible`` rows by ``keys`` (stable: rows keep commit log order in
+    each group). Fills ``order`` with row indexes and ``starts`` with group bounds; returns the
+    number of groups and the key of each group (in order of first appearance)."""
+    n = keys.shape[0]
+    size = 64
+    while size < 2 * n + 2:
+        size *= 2
+    table = np.full(size, -1, dtype=np.int64)
+    group_key = np.empty(n + 1, dtype=np.int64)
+    gid = np.empty(n, dtype=np.int64)
+    counts = np.zeros(n + 1, dtype=np.int64)
+    groups = 0
+    for r in range(n):
+        if not eligible[r]:
+            gid[r] = -1
+            continue
+        key = keys[r]
+        slot = (key ^ (key >> 31)) & (size - 1)
+        while True:
+            g = table[slot]
+            if g < 0:
+                g = groups
+                table[slot] = g
+                group_key[g] = key
+                groups += 1
+                break
+            if group_key[g] == key:
+                break
+            slot = (slot + 1) & (size - 1)
+        gid[r] = g
+        counts[g] += 1
+    starts[0] = 0
+    for g in range(groups):
+        starts[g + 1] = starts[g] + counts[g]
+    fill = starts[:groups].copy()
+    for r in range(n):
+        g = gid[r]
+        if g >= 0:
+            order[fill[g]] = r
+            fill[g] += 1
+    return groups, group_key[:groups]
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:

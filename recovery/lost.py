@@ -10,6 +10,8 @@ Bytes that belong to no record are counted, not listed.
 
 from __future__ import annotations
 
+import errno
+import os
 from dataclasses import dataclass, field
 
 import numba
@@ -110,13 +112,44 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
         with MappedFile(seg.path, seg.base_offset) as mf:
             array = as_array(mf.buf)
             try:
-                _walk(array, seg.base_offset, cut - seg.base_offset if i == index else 0, out, result, limit, legacy, accept_v2)
+                start = cut - seg.base_offset if i == index else 0
+                _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start))
             finally:
                 del array
     return result
 
 
-def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool) -> None:
+def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of ``path`` from ``start`` that may hold data: holes of a sparse file
+    (a pre-allocated segment's unwritten part) are skipped with SEEK_DATA / SEEK_HOLE; without
+    them the whole rest of the file is one range."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        extents, pos = [], start
+        while pos < size:
+            try:
+                lo = os.lseek(fd, pos, os.SEEK_DATA)
+                hi = os.lseek(fd, lo, os.SEEK_HOLE)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data after pos
+                    break
+                return [(start, size)] if start < size else []
+            extents.append((lo, min(hi, size)))
+            pos = hi
+        return extents
+    finally:
+        os.close(fd)
+
+
+def _next_data(extents: list[tuple[int, int]], pos: int) -> int | None:
+    for lo, hi in extents:
+        if hi > pos:
+            return max(lo, pos)
+    return None
+
+
+def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents) -> None:
     size = array.shape[0]
     while pos < size:
         count, end, code, _ = walk_segment(array, pos, size, True, False, out)
@@ -131,9 +164,12 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
             continue
         if code == OK_BLANK:
             return
-        nxt = next_self_offset(array, end + 1, base, accept_v2)
+        nxt = -1
+        search = _next_data(extents, end + 1)
+        if search is not None:
+            nxt = next_self_offset(array, max(end + 1, search - (search % 8) - 8), base, accept_v2)
         stop = size if nxt < 0 else nxt
-        garbage = _count_nonzero(array, end, stop)
+        garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop)) for lo, hi in extents if hi > end and lo < stop)
         if garbage:
             result.other_bytes += garbage
             if result.first_other is None:

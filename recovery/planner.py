@@ -39,8 +39,8 @@ from ..store.mappedfile import MappedFile
 from ..store.version import BrokerVersion
 from ..writers import S_WRITE, IndexWriterService, offset_file_name
 from . import fastdispatch as fd
-from .dispatch import TAGS_DELIVERY_TIME, TAGS_HASH, TopicTable, after_phys, phase_scanner, queue_groups
-from .lost import record_at, records_after
+from .dispatch import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, TopicTable, after_phys, phase_scanner, queue_groups
+from .lost import data_extents, record_at, records_after
 from .plan import (
     Action,
     CheckpointPlan,
@@ -111,17 +111,22 @@ def _message(m) -> Message:
 
 
 def last_nonzero(path: Path, start: int, chunk: int = 1 << 24) -> int:
-    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none)."""
+    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none);
+    holes of a sparse file are not read."""
+    extents = data_extents(path, start)
+    if not extents:
+        return start
     with MappedFile(path) as mf:
         array = np.frombuffer(mf.buf, dtype=np.uint8) if mf.size else np.empty(0, dtype=np.uint8)
         try:
-            end = mf.size
-            while end > start:
-                lo = max(start, end - chunk)
-                nz = np.flatnonzero(array[lo:end])
-                if nz.size:
-                    return lo + int(nz[-1]) + 1
-                end = lo
+            for lo, hi in reversed(extents):
+                end = hi
+                while end > lo:
+                    begin = max(lo, end - chunk)
+                    nz = np.flatnonzero(array[begin:end])
+                    if nz.size:
+                        return begin + int(nz[-1]) + 1
+                    end = begin
             return start
         finally:
             del array
@@ -336,8 +341,9 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
 # ---- recover --------------------------------------------------------------------------------
 
 
-def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False) -> Plan:
-    """Everything the broker's load + recovery + start-up reput would do (module docstring)."""
+def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+    """Everything the broker's load + recovery + start-up reput would do (module docstring).
+    ``cache`` keeps the dispatched batches for an apply in the same process."""
     root = store.path()
     version, source = store_version(store)
     rules = RecoveryRules(version)
@@ -381,7 +387,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     dispatch_a = dispatching and (mode == "abnormal" or rules.normal_dispatches)
     threshold_a = max_cq if (dispatching and mode == "normal" and rules.normal_dispatches) else None
     tags_a = TAGS_HASH if (mode == "abnormal" and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
-    topics = TopicTable()
+    topics = cache.topics if cache is not None else TopicTable()
     index_writer = _index_writer(store, rules, kept, dropped) if dispatching and index_enable else None
     scan = _Scan(start, rule)
     phases: list[DispatchPhase] = []
@@ -393,7 +399,10 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     phase_counts = [counts]
     for batch in scanner:
         if dispatch_a:
-            _feed(after_phys(batch, threshold_a), topics, sims, store, rules, index_writer, counts)
+            batch = after_phys(batch, threshold_a)
+            _feed(batch, topics, sims, store, rules, index_writer, counts)
+            if cache is not None:
+                cache.add(0, batch)
     scan.end, scan.records, scan.last_valid = scanner.end, scanner.records, scanner.last_valid_offset
     end = scan.end.offset
     if dispatch_a:
@@ -433,6 +442,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             )
             for batch in reput:
                 _feed(batch, topics, sims, store, rules, index_writer, counts)
+                if cache is not None:
+                    cache.add(len(phases), batch)
             phases.append(DispatchPhase("reput", reput_from, end, "reput", TAGS_DELIVERY_TIME, True, index_enable, counts.records, counts.cq))
             for skipped in reput.skipped:
                 notes.append(f"reput skips an unreadable record at {skipped.offset} ({skipped.reason}: {skipped.detail})")
@@ -509,7 +520,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     return plan.with_inputs(_inputs(store, plan, sims, with_crc=with_crc))
 
 
-def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False) -> Plan:
+def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Cut the commit log after its last valid record (zeroing the dirty bytes, deleting later
     segments) and the consume queue entries at or past the cut, as the broker's
     ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do. No dispatch, no index, no checkpoint."""
@@ -667,7 +678,7 @@ def _rebuild_plan(store: Store, command: str, options: dict, end: int, phase: Di
     return plan
 
 
-def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False) -> Plan:
+def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate consume queue files from the commit log, as the broker's reput service
     writes them when they are missing (``start()`` re-dispatches from the commit log min,
     §8.12): every record from the first segment to the valid end, tags code = delivery time for
@@ -677,8 +688,8 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     version, _ = store_version(store)
     rules = RecoveryRules(version)
     cl = store.commitlog
-    topics = TopicTable()
-    end, _rule, notes = _valid_end(store, rules, topics)
+    topics = cache.topics if cache is not None else TopicTable()
+    end, _rule, notes = _valid_end(store, rules, TopicTable())
     allowed = None
     if options.respect_topic_config:
         doc = store.config_file("topics.json")
@@ -699,6 +710,8 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     )
     for batch in scanner:
         counts.records += len(batch)
+        if cache is not None:
+            cache.add(0, batch)
         for topic, qid, rows in queue_groups(batch, topics.names):
             if not selected(topic, qid):
                 continue
@@ -735,7 +748,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     return plan.with_inputs(_inputs(store, plan, sims, with_crc=with_crc))
 
 
-def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False) -> Plan:
+def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate every index file from the commit log, as ``IndexService.buildIndex`` builds them
     (every record from the first segment to the valid end; ROLLBACK records skipped). New files
     are named from the store time of their first record. The checkpoint's indexMsgTimestamp
@@ -744,8 +757,8 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     version, _ = store_version(store)
     rules = RecoveryRules(version)
     cl = store.commitlog
-    topics = TopicTable()
-    end, _rule, notes = _valid_end(store, rules, topics)
+    topics = cache.topics if cache is not None else TopicTable()
+    end, _rule, notes = _valid_end(store, rules, TopicTable())
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
     old = store.index_files
@@ -757,6 +770,8 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     )
     for batch in scanner:
         _feed_index(batch, writer, counts)
+        if cache is not None:
+            cache.add(0, batch)
     index_plan, actions = _index_plan(store, [], old, writer, True, cl.min_offset)
     index_plan = replace(index_plan, files=tuple(replace(f, reason="replaced by the rebuild") if f.action == "delete" else f for f in index_plan.files))
     actions += _write_action(False, any(f.action == "create" for f in index_plan.files))

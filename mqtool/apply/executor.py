@@ -15,7 +15,9 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import queue
 import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,7 +26,7 @@ from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import index as ixfmt
 from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import TopicTable, after_phys, phase_scanner, queue_groups
+from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, phase_scanner, queue_groups
 from ..recovery.plan import Plan
 from ..recovery.planner import file_crc32
 from ..recovery.rules import RecoveryRules
@@ -101,6 +103,7 @@ class Executor:
     plan: Plan
     backup: BackupSet
     progress: Callable[[str], None] | None = None
+    cache: DispatchCache | None = None  # the plan's dispatch batches, when planned in this process
 
     @property
     def staging(self) -> Path:
@@ -163,7 +166,6 @@ class Executor:
             cq = self._queue_writer(store, rules) if queues else None
             ix = self._index_writer(store, rules) if index else None
             durability_point("dispatch prepared")
-            topics = TopicTable()
             wanted = {(q.topic, q.queue_id) for q in plan.queues if any(f.action != "delete" for f in q.files)}
             for number, phase in enumerate(plan.dispatch):
                 if cq is not None:
@@ -173,27 +175,38 @@ class Executor:
                             cq.seed_queue(q.topic, q.queue_id, QueueState(seed.write_pos, seed.max_phys_offset))
                 if (cq is None or not phase.consume_queues) and (ix is None or not phase.index):
                     continue
-                scanner = phase_scanner(
-                    store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags,
-                    delay_table=store.delay_table, legacy_properties=rules.legacy_properties,
-                    index_enable=bool(plan.index and plan.index.enabled), check_crc=False, topics=topics,
-                )
-                for batch in scanner:
-                    batch = after_phys(batch, phase.after_phys)
-                    if cq is not None and phase.consume_queues:
-                        for topic, qid, rows in queue_groups(batch, topics.names):
-                            if (topic, qid) not in wanted:
-                                continue  # not planned to change (another queue, or all deduplicated)
-                            f = batch.fields[rows]
-                            cq.put_batch(topic, qid, f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE], f[:, fd.F_TAGS])
-                    if ix is not None and phase.index and len(batch):
-                        ix.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+                cached = self.cache.batches(number) if self.cache is not None else None
+                if cached is not None:
+                    batches, topics = cached, self.cache.topics
+                else:
+                    topics = TopicTable()
+                    batches = (
+                        after_phys(batch, phase.after_phys)
+                        for batch in phase_scanner(
+                            store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags,
+                            delay_table=store.delay_table, legacy_properties=rules.legacy_properties,
+                            index_enable=bool(plan.index and plan.index.enabled), check_crc=False, topics=topics,
+                        )
+                    )
+                # the index (random slot access, the heavier half) is built in a second thread
+                with Worker(_put_index if ix is not None and phase.index else None, ix) as index_worker:
+                    for batch in batches:
+                        if cq is not None and phase.consume_queues:
+                            for topic, qid, rows in queue_groups(batch, topics.names):
+                                if (topic, qid) not in wanted:
+                                    continue  # not planned to change (another queue, or all deduplicated)
+                                f = batch.fields[rows]
+                                cq.put_batch(topic, qid, f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE], f[:, fd.F_TAGS])
+                        index_worker.submit(batch)
             durability_point("dispatch written")
-            if cq is not None:
-                written = {os.path.relpath(p, self.root) for p in cq.close()}
-                self._check_written(written, self._planned_queue_files(), "consume queue")
+            with Worker(lambda _, writer: writer.close(), None) as closer:
+                if ix is not None:
+                    closer.submit(ix)  # fsync the index while the consume queues are fsynced here
+                if cq is not None:
+                    written = {os.path.relpath(p, self.root) for p in cq.close()}
+                    self._check_written(written, self._planned_queue_files(), "consume queue")
             if ix is not None:
-                written = {os.path.relpath(p, self.root) for p in ix.close()}
+                written = {os.path.relpath(p, self.root) for p in ix.written}
                 self._check_written(written, self._planned_index_files(), "index")
         finally:
             store.close()
@@ -274,6 +287,55 @@ def hold_store_lock(store_root: Path, force: bool = False):
             os.close(fd)
 
 
+def _put_index(ix: IndexWriterService, batch) -> None:
+    if len(batch):
+        ix.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+
+
+class Worker:
+    """Run ``fn(state, item)`` for submitted items, in order, in a second thread (the compiled
+    kernels release the GIL); errors are re-raised when the ``with`` block ends. With ``fn``
+    None, submitting does nothing."""
+
+    def __init__(self, fn, state):
+        self.fn, self.state = fn, state
+        self.items: queue.Queue = queue.Queue(maxsize=8)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="mqtool-apply", daemon=True) if fn else None
+
+    def _run(self) -> None:
+        while True:
+            item = self.items.get()
+            if item is _END:
+                return
+            if self.error is None:
+                try:
+                    self.fn(self.state, item)
+                except BaseException as exc:  # noqa: BLE001 - handed to the submitting thread
+                    self.error = exc
+
+    def submit(self, item) -> None:
+        if self.thread is not None:
+            if self.error is not None:
+                raise self.error
+            self.items.put(item)
+
+    def __enter__(self) -> "Worker":
+        if self.thread is not None:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.thread is not None:
+            self.items.put(_END)
+            self.thread.join()
+            if self.error is not None and exc[0] is None:
+                raise self.error
+
+
+_END = object()
+
+
 def read_index_header(path: Path) -> ixfmt.IndexHeader:
     with open(path, "rb") as f:
         return ixfmt.read_header(f.read(ixfmt.HEADER_SIZE).ljust(ixfmt.HEADER_SIZE, b"\0"))
@@ -282,8 +344,9 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, progress=None) -> BackupSet:
-    """Apply ``plan`` to its store, backing up into ``backup_dir`` (a new directory)."""
+def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, progress=None, cache: DispatchCache | None = None) -> BackupSet:
+    """Apply ``plan`` to its store, backing up into ``backup_dir`` (a new directory). ``cache``:
+    the dispatch batches computed while planning (same process), to avoid a second pass."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")
@@ -293,7 +356,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, prog
     if verify_inputs:
         check_inputs(root, plan)
     backup = BackupSet.create(backup_dir, root, plan.to_dict())
-    Executor(root, plan, backup, progress).run()
+    Executor(root, plan, backup, progress, cache).run()
     return backup
 
 

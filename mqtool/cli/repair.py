@@ -20,6 +20,7 @@ from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, res
 from ..apply.executor import hold_store_lock
 from ..apply.fileops import write_atomic
 from ..errors import BadInput, Refused, StoreInUse
+from ..recovery.dispatch import DispatchCache
 from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
 from ..store.liveness import store_users
@@ -69,8 +70,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store.close()
             _finish_interrupted(root, yes)
             store = open_store(store_path, broker_config, broker_version)
+    cache = DispatchCache() if plan_out is None and not dry_run else None
     try:
-        plan = make_plan(store, with_crc=plan_out is not None)
+        plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     finally:
         store.close()
     emit_document(plan.to_dict(), fmt, render_plan)
@@ -87,7 +89,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
     with hold_store_lock(root, force):
-        backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
+        backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
     note(f"undo with: mqtool restore {target} --yes")
@@ -118,7 +120,7 @@ def truncate_dirty(
     later segments, and cut consume queue entries at or past the new end."""
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
     run_modifying(
-        "truncate-dirty", store, lambda s, with_crc: plan_truncate_dirty(s, opts, with_crc=with_crc),
+        "truncate-dirty", store, lambda s, with_crc, cache: plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -144,7 +146,7 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc: plan_recover(s, opts, with_crc=with_crc),
+        "recover", store, lambda s, with_crc, cache: plan_recover(s, opts, with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -167,7 +169,7 @@ def rebuild_cq(
     """Regenerate consume queue files from the commit log, byte for byte as the broker writes them."""
     opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
     run_modifying(
-        "rebuild-cq", store, lambda s, with_crc: plan_rebuild_cq(s, opts, with_crc=with_crc),
+        "rebuild-cq", store, lambda s, with_crc, cache: plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -186,7 +188,7 @@ def rebuild_index(
 ) -> None:
     """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."""
     run_modifying(
-        "rebuild-index", store, lambda s, with_crc: plan_rebuild_index(s, PlanOptions(), with_crc=with_crc),
+        "rebuild-index", store, lambda s, with_crc, cache: plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
