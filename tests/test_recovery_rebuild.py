@@ -102,8 +102,8 @@ def test_rebuild_index_answers_like_the_broker(tmp_path, version):
     shutil.rmtree(store_dir / "index")
     plan = rebuild(tmp_path, store_dir, plan_rebuild_index, version, "clean-small")
     assert plan.checkpoint is None  # indexMsgTimestamp already equals the rebuilt full file's end
+    assert [f.read_bytes() for f in sorted((store_dir / "index").iterdir())] == [f.read_bytes() for f in sorted((original / "index").iterdir())]
     with Store.open(store_dir) as store, Store.open(original) as broker:
-        assert [f.header for f in store.index_files] == [f.header for f in broker.index_files]
         end = broker.commitlog.end_of_files
         for m in manifest(version, "clean-small")["messages"]:
             for key in ([m["uniqKey"]] if m["uniqKey"] else []) + m["keys"]:
