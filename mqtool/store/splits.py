@@ -1,0 +1,227 @@
+"""Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact.
+
+A split is the range ``[start, end)`` of one segment. It owns the records whose first byte lies
+in that range and reads the last of them to its end, past ``end`` (a record never crosses a
+segment, reference §2.6). A split that starts at the segment's first byte walks from there; any
+other split resynchronises (``find_split_start``): it resumes at the first position at or after
+``start`` where a message record describes itself (magic prefix ``DA A3 20`` at +4, a record the
+compiled walk accepts, PHYSICALOFFSET at +28 equal to its own offset) and the records after it
+chain the same way for as far as they go.
+
+Resynchronising alone is not safe. The broker never zeroes what it truncates and, since 4.9.1,
+writes only an 8-byte blank record at a segment's end (§2.6, §8.9), so stale records with correct
+self-offsets can sit after the logical end or behind a blank. ``check_handoffs`` therefore accepts
+a split only when its first record starts exactly where the chain of the previous non-empty
+accepted split of the same segment ends; the first non-empty split must start at the segment's
+first byte. The walks and the check use nothing but the records' own bytes, so they run anywhere:
+in Spark tasks, in a process pool, in tests.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Hashable, Iterable, Iterator, NamedTuple
+
+import numpy as np
+
+from ..errors import UsageError
+from . import fastscan as fs
+from .commitlog import CommitLog, ScanEnd, Segment, StopReason
+from .mappedfile import MappedFile
+
+MIN_AUTO_SPLIT = 128 << 20
+MAX_AUTO_SPLIT = 1 << 30
+WINDOW = 64 << 20
+"""Bytes walked per compiled call and per mapping: bounds a batch's size and the resident pages."""
+CHAIN = 3
+"""Records (the candidate and the ones after it) that must describe their own offsets."""
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int) -> int:
+    """``128m``, ``1g``, ``4096``: a byte count (binary multiples; ``MiB``/``MB`` accepted)."""
+    if isinstance(text, int):
+        value = text
+    else:
+        match = _SIZE.match(str(text))
+        if not match:
+            raise UsageError(f"size {text!r}: expected bytes or a number with k, m, g or t")
+        value = int(match.group(1)) << (10 * " kmgt".index(match.group(2).lower() or " "))
+    if value <= 0:
+        raise UsageError(f"size {text!r} must be positive")
+    return value
+
+
+def auto_split_size(total_bytes: int, parallelism: int) -> int:
+    """``clamp(total / (3 × parallelism), 128 MiB, 1 GiB)``: enough splits to keep every core busy,
+    never so small that the per-task cost dominates."""
+    return max(MIN_AUTO_SPLIT, min(MAX_AUTO_SPLIT, total_bytes // max(1, 3 * parallelism)))
+
+
+@dataclass(frozen=True)
+class Split:
+    """``[start, end)`` of the segment file ``path`` (positions inside the segment)."""
+
+    path: str
+    base_offset: int
+    size: int
+    start: int
+    end: int
+
+    @property
+    def offset(self) -> int:
+        """Absolute commit log offset where the range starts (the split's tag on every row)."""
+        return self.base_offset + self.start
+
+    @property
+    def segment(self) -> Segment:
+        return Segment(self.path, self.base_offset, self.size)
+
+
+def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> list[Split]:
+    """One split per segment, or ``split_size`` ranges where a segment is larger."""
+    splits = []
+    for seg in segments:
+        step = seg.size if not split_size or split_size >= seg.size else split_size
+        for start in range(0, max(seg.size, 1), max(step, 1)):
+            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size)))
+    return splits
+
+
+def _chain_continues(array: np.ndarray, pos: int, base: int, scratch: np.ndarray) -> bool:
+    """The records the walk accepts from ``pos`` (up to ``CHAIN``) all carry their own offset.
+
+    The walk may end early (blank, zeros, damage): a split then resumes exactly where a
+    sequential scan would have been, and reads what it would have read."""
+    count, _, _, _ = fs.walk_segment(array, pos, array.shape[0], False, False, scratch)
+    if count == 0:
+        return False
+    positions = np.ascontiguousarray(scratch[:count, fs.COL_POS])
+    phys = fs.gather_be(array, positions, fs.POS_PHYS_OFFSET, 8, True)
+    return bool(np.all(phys == positions + base))
+
+
+def _is_blank(array: np.ndarray, pos: int) -> bool:
+    return int.from_bytes(array[pos + fs.POS_MAGIC : pos + fs.POS_MAGIC + 4].tobytes(), "big") == fs.MAGIC_BLANK
+
+
+def find_split_start(array: np.ndarray, start: int, stop: int, base: int) -> int | None:
+    """Where a split of ``[start, stop)`` resumes: the first self-describing record (or an
+    end-of-file blank whose size is the bytes left, where the walk then ends), or None."""
+    if start == 0:
+        return 0
+    one = np.empty((1, fs.N_COLS), dtype=np.int64)
+    chain = np.empty((CHAIN, fs.N_COLS), dtype=np.int64)
+    p = start
+    while p < stop:
+        p = int(fs.find_record_start(array, p, stop, base, 1, one))
+        if p < 0:
+            return None
+        if _is_blank(array, p) or _chain_continues(array, p, base, chain):
+            return p
+        p += 1
+    return None
+
+
+class SplitScan:
+    """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
+    ``records`` and ``end`` describe what it read.
+
+    Walks ``WINDOW`` bytes per mapping (memory stays flat on 1 GiB segments), checks CRCs without
+    stopping on them (``crc_ok`` per row), and ends where a sequential scan of the segment from the
+    split's first record would end, or at the first record starting at or after ``end``.
+    """
+
+    def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
+        self.split = split
+        self.check_crc = check_crc
+        self.window = window
+        self.batch = batch
+        self.first: int | None = None  # absolute offset of the first record read
+        self.exit: int | None = None  # absolute offset just after the last record read
+        self.records = 0
+        self.end: ScanEnd | None = None
+
+    def __iter__(self) -> Iterator[fs.SegmentBatch]:
+        split = self.split
+        base = split.base_offset
+        with MappedFile(split.path, base) as mf:
+            if mf.size != split.size:
+                raise OSError(f"{split.path}: {mf.size} bytes, planned as {split.size}")
+            array = fs.as_array(mf.buf)
+            try:
+                begin = find_split_start(array, split.start, split.end, base)
+            finally:
+                del array
+        if begin is None:
+            self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
+            return
+        commitlog = CommitLog([split.segment], split.size)
+        pos, stop = base + begin, base + split.end
+        while True:
+            window_stop = min(stop, pos + self.window)
+            scan = fs.FastScan(commitlog, pos, window_stop, check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
+            for batch in scan:
+                if self.first is None:
+                    self.first = base + int(batch.rows[0, fs.COL_POS])
+                self.records += len(batch.rows)
+                yield batch
+            end = scan.end
+            if end.reason == StopReason.LIMIT and end.offset < stop:
+                pos = end.offset  # the window ended, the split did not
+                continue
+            break
+        self.end = end
+        self.exit = end.offset if self.records else None
+
+
+class SplitResult(NamedTuple):
+    """What one split read, for the handoff check. ``segment`` groups the splits of one segment
+    (e.g. ``(broker, segment base offset)``); offsets are absolute."""
+
+    segment: Hashable
+    segment_base: int
+    start: int
+    first: int | None
+    exit: int | None
+
+
+class Rejected(NamedTuple):
+    """A split whose rows must be dropped, with the reason (for the report)."""
+
+    segment: Hashable
+    start: int
+    first: int
+    expected: int
+    reason: str
+
+
+def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
+    """The splits whose first record is not where the chain of the splits before it ends.
+
+    Per segment, in offset order: the chain starts at the segment's first byte; a non-empty
+    split is accepted when its first record starts exactly where the chain ends, and the chain
+    then ends where that split's last record ends. Empty splits (a record spanning the whole
+    range, or nothing after the end) neither break nor extend the chain.
+    """
+    by_segment: dict[Hashable, list[SplitResult]] = {}
+    for r in results:
+        by_segment.setdefault(r.segment, []).append(r)
+    rejected = []
+    for segment, splits in by_segment.items():
+        splits.sort(key=lambda r: r.start)
+        chain_end = splits[0].segment_base
+        for r in splits:
+            if r.first is None:
+                continue
+            if r.first == chain_end:
+                chain_end = r.exit
+                continue
+            if r.first < chain_end:
+                reason = f"its first record at {r.first} lies inside the record the previous split reads up to {chain_end}"
+            else:
+                reason = f"the segment's records end at {chain_end}; what follows at {r.first} is not part of the log (stale bytes)"
+            rejected.append(Rejected(segment, r.start, r.first, chain_end, reason))
+    return rejected
