@@ -1,0 +1,279 @@
+"""Benchmark the Spark scan (``spark/mqtool_scan.py``) against mqtool's own process-pool scan.
+
+    python bench/bench_spark.py --size 2g                         # the lead's full run
+    python bench/bench_spark.py --size 256m --segment-size 64m    # a small run during development
+
+On one generated store (``bench/make_store.py``; page cache warm), best of ``--repeat``:
+
+- ``pool walk``: ``SplitScan`` over every split in a ``multiprocessing`` pool, CRC checked, no
+  rows built: the fastest scan mqtool has (what ``mqtool verify --jobs N`` does per segment);
+- ``pool stats`` / ``pool messages``: the same pool running the Spark tasks' own work without
+  Spark: ``read_messages`` (the Arrow batches the data source yields), then per task a pyarrow
+  group-by (stats) or a Parquet file (messages);
+- ``spark stats`` / ``spark messages`` with ``local[1]`` and ``local[2]``: ``mqtool.spark.job.run``
+  in a fresh driver per master, timed after a warm-up run on one segment (the JVM start and the
+  first data-source query cost ~10 s once per session and are reported apart).
+
+Prints throughput, the ratios the targets name (issue 5: local[2] >= 1.6x local[1]; local[2]
+within 2x of the pool with the same number of processes; peak RSS per Python worker <= 500 MB)
+and the per-core rate used for the 10 TB estimate in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import make_store  # noqa: E402
+
+from mqtool.spark.inputs import resolve_inputs  # noqa: E402
+from mqtool.spark.reader import plan_tasks, read_messages  # noqa: E402
+from mqtool.store.splits import SplitScan, auto_split_size  # noqa: E402
+
+WORKER_RSS_TARGET_MB = 500
+MODES = ("stats", "messages")
+
+
+# ---- the process pool baseline ------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _walk(task) -> tuple[int, float]:
+    records = sum(len(b.rows) for b in SplitScan(task.split, check_crc=True))
+    return records, _rss_mb()
+
+
+def _stats(task) -> tuple[object, float]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    batches = list(read_messages(task))
+    if not batches:
+        return None, _rss_mb()
+    t = pa.Table.from_batches(batches).select(["broker", "topic", "queue_id", "size", "store_time", "store_timestamp"])
+    t = t.append_column("hour", pc.floor_temporal(t["store_time"], unit="hour"))
+    partial = t.group_by(["broker", "topic", "queue_id", "hour"]).aggregate([("size", "count"), ("size", "sum"), ("store_timestamp", "min"), ("store_timestamp", "max")])
+    return partial, _rss_mb()
+
+
+def _messages(args) -> tuple[int, float]:
+    import pyarrow.parquet as pq
+
+    task, out = args
+    rows = 0
+    writer = None
+    for b in read_messages(task):
+        b = b.drop_columns(["split_edge"])
+        if writer is None:
+            writer = pq.ParquetWriter(f"{out}/part-{task.split.offset:020d}.parquet", b.schema, compression="snappy")
+        writer.write_batch(b)
+        rows += b.num_rows
+    if writer is not None:
+        writer.close()
+    return rows, _rss_mb()
+
+
+def pool_run(kind: str, tasks, processes: int, out: Path) -> dict:
+    ctx = multiprocessing.get_context("fork")
+    started = time.perf_counter()
+    with ctx.Pool(processes) as pool:
+        if kind == "walk":
+            results = pool.map(_walk, tasks, chunksize=1)
+            rows = sum(r for r, _ in results)
+        elif kind == "stats":
+            import pyarrow as pa
+
+            results = pool.map(_stats, tasks, chunksize=1)
+            partials = pa.concat_tables([p for p, _ in results if p is not None])
+            final = partials.group_by(["broker", "topic", "queue_id"]).aggregate([("size_count", "sum"), ("size_sum", "sum")])
+            rows = sum(final["size_count_sum"].to_pylist())
+        else:
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            results = pool.map(_messages, [(t, str(out)) for t in tasks], chunksize=1)
+            rows = sum(r for r, _ in results)
+    return {"seconds": time.perf_counter() - started, "rows": rows, "worker_peak_rss_mb": max(m for _, m in results)}
+
+
+# ---- Spark, one fresh driver per master ---------------------------------------------------------
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def spark_child(a: argparse.Namespace) -> int:
+    """Run in a fresh process: one master, every mode, timed after a warm-up; prints JSON."""
+    from pyspark.sql import SparkSession
+
+    from mqtool.spark import job
+
+    local = tempfile.mkdtemp(prefix="bench-spark-")
+    spark = (
+        SparkSession.builder.master(a.child)  # the benchmark harness chooses the master; the job never does
+        .appName("mqtool-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", local)
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm = spark.sparkContext._gateway.proc.pid
+    first_segment = sorted((Path(a.store) / "commitlog").iterdir())[0]
+    t = time.perf_counter()
+    job.run(job.JobOptions(paths=[str(first_segment)], output=f"{local}/warm", mode="stats", split_size="64m"), spark)
+    warm = time.perf_counter() - t
+    results = {"master": a.child, "warmup_s": warm, "modes": {}}
+    for mode in a.modes.split(","):
+        best = None
+        for _ in range(a.repeat):
+            t = time.perf_counter()
+            doc = job.run(job.JobOptions(paths=[a.store], output=f"{local}/{mode}", mode=mode, format="parquet"), spark)
+            elapsed = time.perf_counter() - t
+            best = elapsed if best is None else min(best, elapsed)
+        results["modes"][mode] = {"seconds": best, "splits": doc["splits"], "rows": doc.get("rows_written", doc.get("rows_read"))}
+    workers = [p for p in descendants(jvm) if "python" in _cmdline(p)]
+    results["worker_peak_rss_mb"] = max((peak_rss_mb(p) for p in workers), default=0.0)
+    results["jvm_peak_rss_mb"] = peak_rss_mb(jvm)
+    results["driver_python_peak_rss_mb"] = _rss_mb()
+    spark.stop()
+    shutil.rmtree(local, ignore_errors=True)
+    print(json.dumps(results))
+    return 0
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def spark_run(store: Path, master: str, modes: str, repeat: int) -> dict:
+    cmd = [sys.executable, __file__, "--child", master, "--store", str(store), "--modes", modes, "--repeat", str(repeat)]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"spark run {master} failed:\n{proc.stderr[-3000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - t
+    return result
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def warm_cache(store: Path) -> int:
+    total = 0
+    for seg in sorted((store / "commitlog").iterdir()):
+        with open(seg, "rb") as f:
+            while chunk := f.read(64 << 20):
+                total += len(chunk)
+    return total
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python bench/bench_spark.py", description=__doc__.splitlines()[0])
+    make_store.add_arguments(p)
+    p.add_argument("--repeat", type=int, default=1, help="timed runs per measurement (best is kept)")
+    p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--masters", default="local[1],local[2]")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--store", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        return spark_child(a)
+
+    store = make_store.ensure_store(make_store.spec_from_args(a), log=lambda m: print(m, file=sys.stderr))
+    size = warm_cache(store)
+    inputs = resolve_inputs([store])
+    data = sum(b.bytes for b in inputs)
+    masters = a.masters.split(",")
+    results = {"store": str(store), "bytes": data, "pool": {}, "spark": {}}
+    out = Path(tempfile.mkdtemp(prefix="bench-pool-"))
+    for processes in sorted({int(m[m.index("[") + 1 : -1]) for m in masters if m.startswith("local[")} or {2}):
+        split = auto_split_size(data, processes)
+        tasks = plan_tasks(inputs, None if split >= max(s.size for b in inputs for s in b.segments) else split)
+        for kind in ("walk", *a.modes.split(",")):
+            best = min((pool_run(kind, tasks, processes, out / kind) for _ in range(a.repeat)), key=lambda r: r["seconds"])
+            results["pool"][f"{kind}/{processes}"] = best
+    shutil.rmtree(out, ignore_errors=True)
+    for master in masters:
+        results["spark"][master] = spark_run(store, master, a.modes, a.repeat)
+
+    gb = data / 1e9
+    print(f"store {store} ({data / 2**30:.2f} GiB of commit log, {size / 2**30:.2f} GiB of files), page cache warm")
+    print(f"{'run':34} {'seconds':>8} {'GB/s':>7} {'peak RSS/worker':>16}")
+    for name, r in results["pool"].items():
+        kind, n = name.split("/")
+        print(f"{'pool ' + kind + f' ({n} processes)':34} {r['seconds']:8.2f} {gb / r['seconds']:7.2f} {r['worker_peak_rss_mb']:13.0f} MB")
+    for master, r in results["spark"].items():
+        for mode, m in r["modes"].items():
+            print(f"{'spark ' + mode + ' ' + master:34} {m['seconds']:8.2f} {gb / m['seconds']:7.2f} {r['worker_peak_rss_mb']:13.0f} MB")
+        print(f"{'  (warm-up, process total)':34} {r['warmup_s']:8.2f} {r['process_s']:7.1f}s  JVM peak {r['jvm_peak_rss_mb']:.0f} MB")
+    print()
+    one, two = results["spark"].get("local[1]"), results["spark"].get("local[2]")
+    for mode in a.modes.split(","):
+        if one and two:
+            speedup = one["modes"][mode]["seconds"] / two["modes"][mode]["seconds"]
+            print(f"{mode}: local[2] speed-up over local[1]: {speedup:.2f}x (target >= 1.6x)")
+        if two and f"{mode}/2" in results["pool"]:
+            ratio = two["modes"][mode]["seconds"] / results["pool"][f"{mode}/2"]["seconds"]
+            walk = two["modes"][mode]["seconds"] / results["pool"]["walk/2"]["seconds"]
+            print(f"{mode}: local[2] / pool of 2 doing the same work: {ratio:.2f}x (target <= 2x); / pool walk: {walk:.2f}x")
+        if one:
+            rate = data / one["modes"][mode]["seconds"]
+            cores = 10e12 / rate / 3600
+            print(f"{mode}: per-core rate (local[1]) {rate / 1e6:.0f} MB/s -> 10 TB in 1 hour needs ~{cores:.0f} cores (plus one JVM core per executor)")
+    peaks = [r["worker_peak_rss_mb"] for r in results["spark"].values()]
+    print(f"peak RSS per Python worker: {max(peaks):.0f} MB (target <= {WORKER_RSS_TARGET_MB} MB)")
+    print(json.dumps(results), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

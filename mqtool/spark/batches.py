@@ -1,0 +1,332 @@
+"""Arrow record batches of messages, built column-wise from the compiled walk's rows.
+
+``SplitScan`` (``mqtool.store.splits``) yields ``SegmentBatch`` es: where each valid record and
+its parts lie in the mapped segment. ``MessageBatchBuilder.build`` turns one into a
+``pyarrow.RecordBatch`` with the ``messages`` columns of ``mqtool.spark.schema``: fixed-position
+fields gathered with numpy (``gather_be``, positions from the layouts derived from the construct
+declaration), strings assembled straight into Arrow buffers (``kernels``), hosts formatted once
+per distinct value. Values equal ``mqtool.records.message_dict`` field for field; a batch holding
+anything the column path cannot decide exactly (malformed UTF-8, repeated property names, legacy
+reader corner cases) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..formats import commitlog as fmt
+from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, consume_queue_tags_code
+from ..formats.errors import CorruptRecord
+from ..formats.msgid import format_host
+from ..formats.properties import PropertyKey
+from ..records import BodyEncoding, encode_body, message_dict, sys_flag_names
+from ..store import fastscan as fs
+from . import kernels
+from .schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA, TIMESTAMP
+
+_LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for combo in range(4)}
+_V4 = _LAYOUTS[0]
+_V6_SHIFT = 4  # SysFlag.BORNHOST_V6 is bit 4, STOREHOST_V6 bit 5: (sys_flag >> 4) & 3 picks the layout
+assert int(fmt.SysFlag.BORNHOST_V6) == 1 << _V6_SHIFT and int(fmt.SysFlag.STOREHOST_V6) == 2 << _V6_SHIFT
+HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+MAX_MS = (1 << 63) // 1000 - 1  # larger epoch milliseconds do not fit a TIMESTAMP (microseconds)
+_SCHEDULE = SCHEDULE_TOPIC.encode()
+_LIST_OF_STRINGS = MESSAGE_SCHEMA.field("keys").type
+_COLUMN_NAMES = [name for name, _ in MESSAGE_COLUMNS]
+
+
+def _widths(layout) -> dict[str, int]:
+    ordered = sorted(layout.offsets.items(), key=lambda kv: kv[1])
+    ends = [o for _, o in ordered[1:]] + [layout.size]
+    return {name: end - off for (name, off), end in zip(ordered, ends)}
+
+
+_WIDTHS = {combo: _widths(layout) for combo, layout in _LAYOUTS.items()}
+
+
+def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A string array from int32 offsets and UTF-8 bytes (``valid``: a bool mask, None = no nulls)."""
+    n = len(offsets) - 1
+    bitmap, nulls = None, 0
+    if valid is not None and not valid.all():
+        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(n - valid.sum())
+    return pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+
+
+def _span_strings(array: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    offsets, data = kernels.gather_spans(array, starts, lengths)
+    return _strings(offsets, data, valid)
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return _strings(offsets, np.frombuffer(raw * n, dtype=np.uint8))
+
+
+def _utf8_ok(arr: pa.Array) -> bool:
+    try:
+        arr.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _scatter(n: int, parts: list[tuple[np.ndarray | None, pa.Array]]) -> pa.Array:
+    """Rows of per-layout group arrays put back in batch order (``idx`` None = all rows)."""
+    if len(parts) == 1:
+        return parts[0][1]
+    order = np.concatenate([idx for idx, _ in parts])
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.arange(n)
+    return pa.concat_arrays([a for _, a in parts]).take(pa.array(inverse))
+
+
+def _hosts(array: np.ndarray, pos: np.ndarray, delta: int, width: int) -> pa.Array:
+    """``ip:port`` strings of the host field at ``pos + delta`` (address ``width`` bytes + port),
+    formatted by kernels; IPv4-mapped IPv6 addresses by ``format_host`` itself."""
+    if width == 4:
+        return _strings(*kernels.format_ipv4_hosts(array, pos, delta))
+    offsets, data, mapped = kernels.format_ipv6_hosts(array, pos, delta)
+    hosts = _strings(offsets, data)
+    if mapped.any():
+        fixed = [format_host(bytes(array[p + delta : p + delta + 16]), int.from_bytes(bytes(array[p + delta + 16 : p + delta + 20]), "big", signed=True)) for p in pos[mapped].tolist()]
+        hosts = _scatter(len(pos), [(np.flatnonzero(~mapped), hosts.filter(pa.array(~mapped))), (np.flatnonzero(mapped), pa.array(fixed, pa.string()))])
+    return hosts
+
+
+def _msg_ids(array: np.ndarray, pos: np.ndarray, store_delta: int, width: int) -> pa.Array:
+    """offsetMsgId: uppercase hex of store address + port + PHYSICALOFFSET (``encode_msg_id``)."""
+    raw = np.hstack(
+        [
+            kernels.gather_bytes(array, pos, store_delta, width + 4),
+            kernels.gather_bytes(array, pos, _V4.offset_of("phys_offset"), 8),
+        ]
+    )
+    chars = np.empty((raw.shape[0], raw.shape[1] * 2), dtype=np.uint8)
+    chars[:, 0::2] = HEX[raw >> 4]
+    chars[:, 1::2] = HEX[raw & 15]
+    offsets = np.arange(raw.shape[0] + 1, dtype=np.int32) * chars.shape[1]
+    return _strings(offsets, chars.ravel())
+
+
+def _timestamps(ms: np.ndarray) -> pa.Array:
+    ok = np.abs(ms) <= MAX_MS
+    return pa.array(np.where(ok, ms, 0) * 1000, TIMESTAMP, mask=None if ok.all() else ~ok)
+
+
+HOST_COLUMNS = frozenset({"born_host", "store_host", "msg_id"})
+PROPERTY_COLUMNS = frozenset({"properties", "tags", "keys", "uniq_key", "tags_code"})
+FLAG_COLUMNS = frozenset({"sys_flag_names", "transaction_type"})
+
+
+def projected_schema(columns) -> pa.Schema:
+    """The ``messages`` schema restricted to ``columns`` (None: all), in the schema's order."""
+    if columns is None:
+        return MESSAGE_SCHEMA
+    unknown = set(columns) - set(_COLUMN_NAMES)
+    if unknown:
+        raise ValueError(f"unknown message columns: {', '.join(sorted(unknown))}")
+    return pa.schema([f for f in MESSAGE_SCHEMA if f.name in set(columns)])
+
+
+class MessageBatchBuilder:
+    """Builds ``messages`` record batches for one broker's store (its property reader and delay
+    table decide ``properties`` and ``tags_code`` as in ``message_dict``). ``columns`` restricts
+    the batches to those columns; what no requested column needs is not computed."""
+
+    def __init__(self, broker: str, *, legacy_properties: bool = False, delay_table=DEFAULT_DELAY_TABLE, body: BodyEncoding = BodyEncoding.none, columns=None, force_python: bool = False):
+        self.broker = broker
+        self.legacy = legacy_properties
+        self.delay_table = delay_table
+        self.body = BodyEncoding(body)
+        self.schema = projected_schema(columns)
+        self.names = frozenset(self.schema.names)
+        self.force_python = force_python
+        self.python_batches = 0  # batches that needed the Python decoder (for tests and metrics)
+
+    # ---- the column path ----------------------------------------------------------------------
+
+    def build(self, batch: fs.SegmentBatch, split_start: int) -> pa.RecordBatch:
+        array, rows = batch.array, batch.rows
+        n = len(rows)
+        pos = np.ascontiguousarray(rows[:, fs.COL_POS])
+        if not self.force_python:
+            columns = self._columns(array, rows, pos, batch.base_offset)
+            if columns is not None:
+                return self._finish(columns, n, split_start)
+        self.python_batches += 1
+        return self._python(array, pos, batch.base_offset, split_start)
+
+    def _columns(self, array: np.ndarray, rows: np.ndarray, pos: np.ndarray, base: int) -> dict | None:
+        n = len(pos)
+        need = self.names
+        c: dict[str, pa.Array | np.ndarray] = {}
+
+        def gather(name: str, combo: int = 0, at: np.ndarray = pos) -> np.ndarray:
+            return fs.gather_be(array, at, _LAYOUTS[combo].offset_of(name), _WIDTHS[combo][name], True)
+
+        sys_flag = gather("sys_flag")
+        c["offset"] = pos + base
+        c["size"] = rows[:, fs.COL_SIZE].astype(np.int32)
+        c["crc_ok"] = rows[:, fs.COL_CRC_OK] != 0
+        c["sys_flag"] = sys_flag.astype(np.int32)
+        c["body_length"] = rows[:, fs.COL_BODY_LEN].astype(np.int32)
+        c["born_timestamp"] = gather("born_timestamp")
+        for name, width in (("phys_offset", 64), ("body_crc", 32), ("queue_id", 32), ("flag", 32), ("queue_offset", 64)):
+            if name in need:
+                value = gather(name)
+                c[name] = value if width == 64 else value.astype(np.int32)
+        if "magic_version" in need:
+            c["magic_version"] = np.where(gather("magic_code") == fmt.MESSAGE_MAGIC_V2, 2, 1).astype(np.int32)
+
+        # fields behind the host addresses: per address-width layout
+        combos = (sys_flag >> _V6_SHIFT) & 3
+        present = np.unique(combos)
+        store_ts = np.empty(n, np.int64)
+        reconsume = np.empty(n, np.int64)
+        prepared = np.empty(n, np.int64)
+        hosts: dict[str, list] = {"born_host": [], "store_host": [], "msg_id": []}
+        for combo in present.tolist():
+            layout = _LAYOUTS[combo]
+            idx = None if len(present) == 1 else np.flatnonzero(combos == combo)
+            at = pos if idx is None else np.ascontiguousarray(pos[idx])
+            sel = slice(None) if idx is None else idx
+            store_ts[sel] = gather("store_timestamp", combo, at)
+            reconsume[sel] = gather("reconsume_times", combo, at)
+            prepared[sel] = gather("prepared_transaction_offset", combo, at)
+            born_w, store_w = (16 if combo & 1 else 4), (16 if combo & 2 else 4)
+            if "born_host" in need:
+                hosts["born_host"].append((idx, _hosts(array, at, layout.offset_of("born_host_address"), born_w)))
+            if "store_host" in need:
+                hosts["store_host"].append((idx, _hosts(array, at, layout.offset_of("store_host_address"), store_w)))
+            if "msg_id" in need:
+                hosts["msg_id"].append((idx, _msg_ids(array, at, layout.offset_of("store_host_address"), store_w)))
+        for name, parts in hosts.items():
+            if parts:
+                c[name] = _scatter(n, parts)
+        c["store_timestamp"] = store_ts
+        c["reconsume_times"] = reconsume.astype(np.int32)
+        c["prepared_transaction_offset"] = prepared
+
+        if need & FLAG_COLUMNS:
+            flags, inverse = np.unique(sys_flag, return_inverse=True)
+            inverse = pa.array(inverse.ravel())
+            c["sys_flag_names"] = pa.array([sys_flag_names(int(f)) for f in flags], _LIST_OF_STRINGS).take(inverse)
+            c["transaction_type"] = pa.array([fmt.transaction_type(int(f)).name for f in flags], pa.string()).take(inverse)
+        if "body" in need:
+            c["body"] = self._bodies(array, rows)
+        if not need & (PROPERTY_COLUMNS | {"topic"}):
+            return c
+
+        # topic and properties
+        topic_start = np.ascontiguousarray(rows[:, fs.COL_TOPIC])
+        props_start = np.ascontiguousarray(rows[:, fs.COL_PROPS])
+        topic_len = props_start - fs.PROPS_LEN - topic_start
+        topic = _span_strings(array, topic_start, topic_len)
+        if not _utf8_ok(topic):
+            return None
+        c["topic"] = topic
+        if not need & PROPERTY_COLUMNS:
+            return c
+        props_len = pos + rows[:, fs.COL_SIZE] - props_start
+        counts, name_s, name_l, value_s, value_l, special, fallback = kernels.parse_properties(
+            array, props_start, props_len, self.legacy, kernels.KEY_TAGS, kernels.KEY_KEYS, kernels.KEY_UNIQ, kernels.KEY_DELAY
+        )
+        if fallback.any():
+            return None
+        names = _span_strings(array, name_s, name_l)
+        values = _span_strings(array, value_s, value_l)
+        if not (_utf8_ok(names) and _utf8_ok(values)):
+            return None
+        map_offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(counts, out=map_offsets[1:])
+        c["properties"] = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
+
+        def value_spans(which: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            item = special[:, which]
+            has = item >= 0
+            safe = np.where(has, item, 0)
+            starts = np.where(has, value_s[safe] if len(value_s) else 0, -1)
+            lengths = np.where(has, value_l[safe] if len(value_l) else 0, 0)
+            return starts, lengths, has
+
+        tag_s, tag_l, has_tags = value_spans(0)
+        c["tags"] = _span_strings(array, tag_s, tag_l, has_tags)
+        uniq_s, uniq_l, has_uniq = value_spans(2)
+        c["uniq_key"] = _span_strings(array, uniq_s, uniq_l, has_uniq)
+        keys_s, keys_l, _ = value_spans(1)
+        key_counts, piece_s, piece_l = kernels.split_on_spaces(array, keys_s, keys_l)
+        key_offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(key_counts, out=key_offsets[1:])
+        c["keys"] = pa.ListArray.from_arrays(pa.array(key_offsets), _span_strings(array, piece_s, piece_l), type=_LIST_OF_STRINGS)
+        c["tags_code"] = self._tags_codes(array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts)
+        return c
+
+    def _tags_codes(self, array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts) -> pa.Array:
+        """``consume_queue_tags_code``: the TAGS hash; the delivery time for a delayed record."""
+        codes = kernels.java_hash_utf8(array, tag_s, tag_l)
+        delayed = np.flatnonzero((special[:, 3] >= 0) & (topic_len == len(_SCHEDULE)))
+        if len(delayed) == 0:
+            return pa.array(codes, pa.int64())
+        valid = np.ones(len(codes), dtype=bool)
+        for i in delayed.tolist():
+            if bytes(array[topic_start[i] : topic_start[i] + topic_len[i]]) != _SCHEDULE:
+                continue
+            d = special[i, 3]
+            properties = {PropertyKey.DELAY: bytes(array[value_s[d] : value_s[d] + value_l[d]]).decode()}
+            if tag_s[i] >= 0:
+                properties[PropertyKey.TAGS] = bytes(array[tag_s[i] : tag_s[i] + tag_l[i]]).decode()
+            try:
+                codes[i] = consume_queue_tags_code(SCHEDULE_TOPIC, properties, int(store_ts[i]), self.delay_table)
+            except CorruptRecord:
+                valid[i] = False
+        return pa.array(codes, pa.int64(), mask=~valid)
+
+    def _bodies(self, array: np.ndarray, rows: np.ndarray) -> pa.Array:
+        if self.body is BodyEncoding.none:
+            return pa.nulls(len(rows), pa.string())
+        starts, lengths = rows[:, fs.COL_BODY].tolist(), rows[:, fs.COL_BODY_LEN].tolist()
+        return pa.array([encode_body(array[s : s + max(n, 0)].tobytes(), self.body) for s, n in zip(starts, lengths)], pa.string())
+
+    def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
+        if "broker" in self.names:
+            c["broker"] = _constant_string(self.broker, n)
+        if "born_time" in self.names:
+            c["born_time"] = _timestamps(c["born_timestamp"])
+        if "store_time" in self.names:
+            c["store_time"] = _timestamps(c["store_timestamp"])
+        c["split_start"] = np.full(n, split_start, dtype=np.int64)
+        c["split_edge"] = np.zeros(n, dtype=bool)
+        arrays = [c[f.name] if isinstance(c[f.name], pa.Array) else pa.array(c[f.name], f.type) for f in self.schema]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    # ---- the Python decoder (exact for every record; slow) -------------------------------------
+
+    def _python(self, array: np.ndarray, pos: np.ndarray, base: int, split_start: int) -> pa.RecordBatch:
+        end = array.shape[0]
+        rows = []
+        for p in pos.tolist():
+            record = fmt.decode_record(array, p, base, end)
+            d = message_dict(record, self.body, legacy_properties=self.legacy, delay_table=self.delay_table)
+            d["properties"] = list(d["properties"].items())
+            rows.append(d)
+        c = {name: pa.array([r[name] for r in rows], MESSAGE_SCHEMA.field(name).type) for name in self.names if rows and name in rows[0]}
+        c["born_timestamp"] = np.array([r["born_timestamp"] for r in rows], dtype=np.int64)
+        c["store_timestamp"] = np.array([r["store_timestamp"] for r in rows], dtype=np.int64)
+        return self._finish(c, len(rows), split_start)
+
+
+def with_edges(batch: pa.RecordBatch, first: bool, last: bool) -> pa.RecordBatch:
+    """Mark the first and/or last row of ``batch`` as its split's edge (``split_edge``)."""
+    if not (first or last) or batch.num_rows == 0:
+        return batch
+    edge = np.zeros(batch.num_rows, dtype=bool)
+    edge[0] |= first
+    edge[-1] |= last
+    i = batch.schema.get_field_index("split_edge")
+    if i < 0:
+        return batch
+    return batch.set_column(i, batch.schema.field(i), pa.array(edge))

@@ -1,0 +1,575 @@
+"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify``.
+
+Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
+split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
+without a second pass over the data:
+
+- ``messages`` observes the first and last row of every split while it writes, then deletes the
+  output files of splits that fail the check (each split is one task, so one set of files);
+- ``stats`` aggregates per split first, checks, and aggregates the accepted splits;
+- ``verify`` reads one summary row per split (CRC mismatches, where and why each walk stopped).
+
+Rejected splits are printed on stderr and listed in ``report.json`` next to the output. The
+master is never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from pyspark import SparkConf, StorageLevel
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
+from ..store import StoreConfig, load_broker_config
+from .inputs import BrokerInput, broker_store, resolve_inputs
+from .package import build_zip, imported_from_zip
+from .reader import ScanTask, plan_tasks
+from .source import FORMAT, RocketMQDataSource
+
+MODES = ("messages", "stats", "verify")
+FORMATS = ("parquet", "json", "csv")
+DISPATCHED_TYPES = ("NOT_TYPE", "COMMIT")
+PRINT_ROWS = 200
+
+
+@dataclass
+class JobOptions:
+    paths: list[str]
+    output: str
+    mode: str = "messages"
+    format: str = "parquet"
+    topics: list[str] = field(default_factory=list)
+    queue: int | None = None
+    key: str | None = None
+    tag: str | None = None
+    since: int | None = None
+    until: int | None = None
+    split_size: str | None = None
+    body: str = "none"
+    broker_names: list[str] = field(default_factory=list)
+    broker_versions: list[str] = field(default_factory=list)
+    broker_config: str | None = None
+    keep_going: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> "JobOptions":
+        """From ``spark/mqtool_scan.py``'s argparse namespace."""
+        return cls(
+            paths=list(args.paths),
+            output=args.output,
+            mode=args.mode,
+            format=args.format,
+            topics=list(args.topic),
+            queue=args.queue,
+            key=args.key,
+            tag=args.tag,
+            since=parse_time(args.since, "--since"),
+            until=parse_time(args.until, "--until"),
+            split_size=args.split_size,
+            body=args.body,
+            broker_names=list(args.broker_name),
+            broker_versions=list(args.broker_version),
+            broker_config=args.broker_config,
+            keep_going=args.keep_going,
+        )
+
+
+def parse_time(text: str | None, option: str) -> int | None:
+    """``--since``/``--until``: epoch milliseconds or ISO-8601 (a time without zone is UTC)."""
+    if text is None:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected epoch milliseconds or an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+# ---- session, shipping, reading ------------------------------------------------------------------
+
+
+def session(app: str = "mqtool-scan") -> SparkSession:
+    """The session with mqtool's defaults where the user configured nothing (never the master)."""
+    conf = SparkConf()
+    builder = SparkSession.builder.appName(app)
+    if not conf.contains("spark.sql.session.timeZone"):
+        builder = builder.config("spark.sql.session.timeZone", "UTC")
+    spark = builder.getOrCreate()
+    if not conf.contains("spark.log.level"):
+        spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def ship_package(spark: SparkSession) -> str | None:
+    """On a cluster, send the ``mqtool`` package to the executors unless it came as a zip already
+    (``--py-files``); local masters share the driver's installation."""
+    sc = spark.sparkContext
+    if sc.master.startswith("local") or imported_from_zip():
+        return None
+    path = build_zip(Path(tempfile.mkdtemp(prefix="mqtool-")) / "mqtool.zip")
+    sc.addPyFile(str(path))
+    return str(path)
+
+
+class Scan:
+    """The resolved inputs of one run, their split plan, and DataFrames over them."""
+
+    def __init__(self, spark: SparkSession, o: JobOptions):
+        self.spark = spark
+        self.o = o
+        self.inputs: list[BrokerInput] = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+        self.split_size = self._split_size()
+        self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
+
+    def _split_size(self) -> int | None:
+        largest = max((s.size for b in self.inputs for s in b.segments), default=0)
+        if self.o.split_size:
+            size = parse_size(self.o.split_size)
+        else:
+            total = sum(b.bytes for b in self.inputs)
+            size = auto_split_size(total, self.spark.sparkContext.defaultParallelism)
+        return None if size >= largest else size
+
+    def read(self, body: str = "none", columns: Sequence[str] | None = None) -> DataFrame:
+        paths, names, versions = [], [], []
+        for b in self.inputs:
+            for p in b.paths:
+                paths.append(p)
+                names.append(b.broker)
+                versions.append(b.version)
+        reader = self.spark.read.format(FORMAT).option("body", body)
+        reader = reader.option("brokerNames", json.dumps(names)).option("brokerVersions", json.dumps(versions))
+        if self.o.broker_config:
+            reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
+        if self.split_size:
+            reader = reader.option("splitSize", str(self.split_size))
+        if columns is not None:
+            reader = reader.option("columns", ",".join(columns))
+        return reader.load(paths)
+
+    def rejected(self, edges) -> list[tuple[int, Rejected]]:
+        """``(partition index, Rejected)`` for the splits whose first record is not where the chain
+        before them ends, from the first/last rows (``broker, split_start, offset, size``) seen."""
+        bounds: dict[tuple[str, int], list[int]] = {}
+        for e in edges:
+            b = bounds.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
+            b[0] = min(b[0], e["offset"])
+            b[1] = max(b[1], e["offset"] + e["size"])
+        index = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}
+        results = [t.result(*bounds.get((t.broker, t.split.offset), (None, None))) for t in self.tasks]
+        return [(index[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
+
+
+STATS_COLUMNS = (
+    "broker", "offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok",
+    "transaction_type", "store_timestamp", "store_time", "split_start", "split_edge",
+)
+
+
+def stats_columns(o: JobOptions) -> list[str]:
+    """What ``stats`` reads: its aggregates' inputs, the handoff check's, and the filters'."""
+    return [*STATS_COLUMNS, *(["tags"] if o.tag is not None else []), *(["keys"] if o.key is not None else [])]
+
+
+def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
+    """The ``dump`` filters, as Spark predicates (all given ones must match)."""
+    if o.topics:
+        df = df.filter(F.col("topic").isin(o.topics))
+    if o.queue is not None:
+        df = df.filter(F.col("queue_id") == o.queue)
+    if o.since is not None:
+        df = df.filter(F.col("store_timestamp") >= o.since)
+    if o.until is not None:
+        df = df.filter(F.col("store_timestamp") <= o.until)
+    if o.tag is not None:
+        df = df.filter(F.col("tags") == o.tag)
+    if o.key is not None:
+        df = df.filter(F.array_contains(F.col("keys"), o.key))
+    return df
+
+
+def edges_observed(df: DataFrame, name: str) -> tuple[DataFrame, Observation]:
+    obs = Observation(name)
+    edge = F.struct("broker", "split_start", "offset", "size")
+    return df.observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows")), obs
+
+
+# ---- output ------------------------------------------------------------------------------------
+
+
+class Output:
+    """The output directory (any Hadoop file system path: local, hdfs://, s3a://...)."""
+
+    def __init__(self, spark: SparkSession, root: str, fmt: str):
+        self.spark = spark
+        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
+        self.fmt = fmt
+        jvm = spark.sparkContext._jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self.fs = self._Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def write(self, df: DataFrame, name: str, *, single: bool = False, order: Sequence[str] = ()) -> str:
+        """Write ``df`` as ``name`` (``single``: one file, sorted by ``order``)."""
+        if single:
+            df = df.coalesce(1)
+            if order:
+                df = df.sortWithinPartitions(*order)
+        if self.fmt == "csv":
+            complex_types = ("map", "array", "struct")
+            df = df.select(*[F.to_json(F.col(f.name)).alias(f.name) if f.dataType.typeName() in complex_types else F.col(f.name) for f in df.schema.fields])
+            df.write.mode("overwrite").option("header", True).csv(self.path(name))
+        elif self.fmt == "json":
+            df.write.mode("overwrite").option("ignoreNullFields", False).json(self.path(name))
+        else:
+            df.write.mode("overwrite").parquet(self.path(name))
+        return self.path(name)
+
+    def task_files(self, name: str, partitions: Sequence[int]) -> list[str]:
+        """The files the given write tasks produced (``part-<task index>-...``)."""
+        wanted = set(partitions)
+        files = []
+        for status in self.fs.listStatus(self._Path(self.path(name))):
+            match = re.match(r"part-(\d+)-", status.getPath().getName())
+            if match and int(match.group(1)) in wanted:
+                files.append(status.getPath().toString())
+        return files
+
+    def delete(self, files: Sequence[str]) -> None:
+        for f in files:
+            self.fs.delete(self._Path(f), False)
+
+    def write_text(self, name: str, text: str) -> str:
+        stream = self.fs.create(self._Path(self.path(name)), True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        return self.path(name)
+
+    def count_files(self, files: Sequence[str]) -> int:
+        if not files:
+            return 0
+        reader = self.spark.read.format(self.fmt)
+        if self.fmt == "csv":
+            reader = reader.option("header", True)
+        return reader.load(list(files)).count()
+
+
+# ---- modes ---------------------------------------------------------------------------------------
+
+
+def run_messages(scan: Scan, out: Output) -> dict:
+    df, obs = edges_observed(scan.read(scan.o.body), "mqtool-messages")
+    kept, kept_obs = rows_counted(filtered(df, scan.o))
+    target = out.write(kept.drop("split_edge"), "messages")
+    rejected = scan.rejected(obs.get["edges"])
+    dropped = out.task_files("messages", [i for i, _ in rejected])
+    dropped_rows = out.count_files(dropped)
+    out.delete(dropped)
+    return {"messages": target, "rows_read": obs.get["rows"], "rows_written": kept_obs.get["rows"] - dropped_rows, "rejected": rejected}
+
+
+def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
+    obs = Observation("mqtool-written")
+    return df.observe(obs, F.count(F.lit(1)).alias("rows")), obs
+
+
+def run_stats(scan: Scan, out: Output) -> dict:
+    df, obs = edges_observed(scan.read(columns=stats_columns(scan.o)), "mqtool-stats")
+    df = filtered(df, scan.o)
+    dispatched = F.col("transaction_type").isin(*DISPATCHED_TYPES)
+    partial = (
+        df.groupBy("broker", "split_start", "topic", "queue_id", F.date_trunc("hour", F.col("store_time")).alias("hour"))
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum(F.when(dispatched, 1).otherwise(0)).alias("dispatched"),
+            F.sum("size").alias("bytes"),
+            F.sum(F.greatest(F.col("body_length"), F.lit(0))).alias("body_bytes"),
+            F.sum(F.when(F.col("crc_ok"), 0).otherwise(1)).alias("crc_failures"),
+            F.min("store_timestamp").alias("first_store_timestamp"),
+            F.max("store_timestamp").alias("last_store_timestamp"),
+            F.min(F.when(dispatched, F.col("queue_offset"))).alias("min_queue_offset"),
+            F.max(F.when(dispatched, F.col("queue_offset"))).alias("max_queue_offset"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    queues = None
+    try:
+        partial.count()  # the scan
+        rejected = scan.rejected(obs.get["edges"])
+        if rejected:
+            bad = [f"{r.segment[0]}\x00{r.start}" for _, r in rejected]
+            partial = partial.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
+        sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
+        queues = (
+            partial.groupBy("broker", "topic", "queue_id")
+            .agg(
+                *sums,
+                F.min("first_store_timestamp").alias("first_store_timestamp"),
+                F.max("last_store_timestamp").alias("last_store_timestamp"),
+                F.min("min_queue_offset").alias("min_queue_offset"),
+                F.max("max_queue_offset").alias("max_queue_offset"),
+            )
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        queues = with_times(queues)
+        hourly = partial.groupBy("broker", "topic", "hour").agg(*sums[:3])
+        written = {
+            "queues": out.write(queues, "queues", single=True, order=("broker", "topic", "queue_id")),
+            "hourly": out.write(hourly, "hourly", single=True, order=("broker", "topic", "hour")),
+        }
+        per_hour = partial.groupBy("broker", "hour").agg(*sums[:3]).orderBy("broker", "hour").limit(PRINT_ROWS + 1).collect()
+        totals = queues.groupBy("broker").agg(
+            *sums, F.min("first_store_timestamp").alias("first_store_timestamp"), F.max("last_store_timestamp").alias("last_store_timestamp")
+        ).collect()
+        brokers_rows = broker_rows(scan, {r["broker"]: r.asDict() for r in totals}, obs.get["edges"], rejected)
+        written["brokers"] = out.write(scan.spark.createDataFrame(brokers_rows, BROKER_SCHEMA), "brokers", single=True)
+        print_table("brokers", brokers_rows, [n for n, _ in BROKER_COLUMNS])
+        print_table("queues", [r.asDict() for r in queues.orderBy("broker", "topic", "queue_id").limit(PRINT_ROWS + 1).collect()], QUEUE_PRINT)
+        print_table("hourly (all topics)", [r.asDict() for r in per_hour], ["broker", "hour", "messages", "bytes"])
+    finally:
+        partial.unpersist()
+        if queues is not None:
+            queues.unpersist()
+    return {**written, "rows_read": obs.get["rows"], "rejected": rejected}
+
+
+def with_times(df: DataFrame) -> DataFrame:
+    return df.withColumn("first_store_time", F.timestamp_millis("first_store_timestamp")).withColumn(
+        "last_store_time", F.timestamp_millis("last_store_timestamp")
+    )
+
+
+BROKER_COLUMNS = (
+    ("broker", "string"),
+    ("segments", "int"),
+    ("splits", "int"),
+    ("rejected_splits", "int"),
+    ("min_offset", "bigint"),
+    ("max_offset", "bigint"),
+    ("messages", "bigint"),
+    ("bytes", "bigint"),
+    ("crc_failures", "bigint"),
+    ("first_store_timestamp", "bigint"),
+    ("last_store_timestamp", "bigint"),
+)
+BROKER_SCHEMA = ", ".join(f"{n} {t}" for n, t in BROKER_COLUMNS)
+QUEUE_PRINT = ["broker", "topic", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time"]
+
+
+def broker_rows(scan: Scan, totals: dict[str, dict], edges, rejected) -> list[dict]:
+    """Per broker: the commit log's min offset (first segment) and logical end (where the chain of
+    its last segment with records ends, or the next segment when that is a blank), totals."""
+    bad = {(r.segment[0], r.start) for _, r in rejected}
+    ends: dict[str, int] = {}
+    for e in edges:
+        if (e["broker"], e["split_start"]) not in bad:
+            ends[e["broker"]] = max(ends.get(e["broker"], 0), e["offset"] + e["size"])
+    rows = []
+    for b in scan.inputs:
+        end = ends.get(b.broker, b.segments[0].base_offset if b.segments else 0)
+        end = _past_blank(b, end)
+        t = totals.get(b.broker, {})
+        rows.append(
+            {
+                "broker": b.broker,
+                "segments": len(b.segments),
+                "splits": sum(1 for task in scan.tasks if task.broker == b.broker),
+                "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
+                "min_offset": b.segments[0].base_offset if b.segments else 0,
+                "max_offset": end,
+                "messages": t.get("messages") or 0,
+                "bytes": t.get("bytes") or 0,
+                "crc_failures": t.get("crc_failures") or 0,
+                "first_store_timestamp": t.get("first_store_timestamp"),
+                "last_store_timestamp": t.get("last_store_timestamp"),
+            }
+        )
+    return rows
+
+
+def _past_blank(b: BrokerInput, end: int) -> int:
+    """A chain that ends on a blank record continues in the next segment (``CommitLog.scan``)."""
+    from ..formats.commitlog import BLANK_MAGIC
+    from ..store.mappedfile import MappedFile
+
+    for i, seg in enumerate(b.segments):
+        if seg.base_offset <= end < seg.end_offset and i + 1 < len(b.segments):
+            with MappedFile(seg.path, seg.base_offset) as mf:
+                pos = end - seg.base_offset
+                if pos + 8 <= mf.size and int.from_bytes(mf.buf[pos + 4 : pos + 8], "big", signed=True) == BLANK_MAGIC:
+                    return b.segments[i + 1].base_offset
+    return end
+
+
+FINDING_COLUMNS = (
+    ("broker", "string"),
+    ("kind", "string"),
+    ("severity", "string"),
+    ("file", "string"),
+    ("offset", "bigint"),
+    ("expected", "string"),
+    ("found", "string"),
+    ("message", "string"),
+    ("details", "string"),
+)
+
+
+@contextmanager
+def _reports_from(reports: list):
+    """Feed ``CommitLogCheck`` segment reports computed elsewhere (here: by Spark tasks)."""
+    from ..verify import commitlog as verify_commitlog
+
+    original = verify_commitlog.segment_reports
+
+    def precomputed(tasks, jobs, progress):
+        yield from reports
+
+    verify_commitlog.segment_reports = precomputed
+    try:
+        yield
+    finally:
+        verify_commitlog.segment_reports = original
+
+
+def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: bool):
+    """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
+    a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
+    from ..verify.commitlog import CommitLogCheck
+    from ..verify.segments import analyze_segment
+
+    store = broker_store(b, config)
+    check = CommitLogCheck(store, keep_going=keep_going)
+    tasks = check.tasks()
+    reports = []
+    if tasks:
+        reports = spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect()
+    with _reports_from(reports):
+        findings = list(check.run())
+    return findings, check
+
+
+def run_verify(scan: Scan, out: Output) -> dict:
+    config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
+    rows, brokers = [], []
+    for b in scan.inputs:
+        findings, check = commitlog_findings(scan.spark, b, config, scan.o.keep_going)
+        for f in findings:
+            d = f.as_dict()
+            rows.append({**d, "broker": b.broker, "expected": _text(d["expected"]), "found": _text(d["found"]), "details": json.dumps(d["details"], ensure_ascii=False)})
+        r = check.result
+        brokers.append({"broker": b.broker, "records": r.records, "logical_end": r.logical_end, "end_reason": r.end_reason, "findings": len(findings), "notes": check.notes})
+    df = scan.spark.createDataFrame(rows, ", ".join(f"{n} {t}" for n, t in FINDING_COLUMNS))
+    target = out.write(df, "findings", single=True)
+    print_table("findings", rows, ["broker", "severity", "kind", "offset", "file"])
+    print_table("brokers", brokers, ["broker", "records", "logical_end", "end_reason", "findings"])
+    unsound = any(row["severity"] in ("error", "warning") for row in rows)
+    return {"findings": target, "count": len(rows), "brokers": brokers, "unsound": unsound, "rejected": []}
+
+
+def _text(value) -> str | None:
+    return None if value is None else str(value)
+
+
+# ---- reporting -----------------------------------------------------------------------------------
+
+
+def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=None) -> None:
+    stream = stream or sys.stdout
+    shown = rows[:PRINT_ROWS]
+    cells = [[_cell(r.get(c)) for c in columns] for r in shown]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    stream.write(f"{title}\n")
+    stream.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
+    for row in cells:
+        stream.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    if len(rows) > PRINT_ROWS:
+        stream.write(f"... more rows in the output\n")
+    stream.write("\n")
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, datetime):
+        return v.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if v.tzinfo else v.isoformat(timespec="milliseconds")
+    return str(v)
+
+
+def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> dict:
+    rejected = result.pop("rejected")
+    doc = {
+        "mode": mode,
+        "format": out.fmt,
+        "output": out.root,
+        "brokers": [
+            {"broker": b.broker, "paths": list(b.paths), "version": b.version, "segments": len(b.segments), "bytes": b.bytes}
+            for b in scan.inputs
+        ],
+        "split_size": scan.split_size,
+        "splits": len(scan.tasks),
+        "rejected_splits": [
+            {"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first, "expected_offset": r.expected, "reason": r.reason, "partition": i}
+            for i, r in rejected
+        ],
+        **result,
+        "elapsed_s": round(elapsed, 3),
+    }
+    out.write_text("report.json", json.dumps(doc, indent=2) + "\n")
+    for r in doc["rejected_splits"]:
+        print(f"mqtool-scan: dropped split {r['broker']}@{r['split_start']}: {r['reason']}", file=sys.stderr)
+    return doc
+
+
+def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
+    """Run one mode end to end; returns the report document (also written as report.json)."""
+    if o.mode not in MODES:
+        raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
+    if o.format not in FORMATS:
+        raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
+    started = time.monotonic()
+    spark = spark or session()
+    spark.dataSource.register(RocketMQDataSource)
+    ship_package(spark)
+    scan = Scan(spark, o)
+    out = Output(spark, o.output, o.format)
+    result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
+    doc = report(scan, out, o.mode, result, time.monotonic() - started)
+    print(f"mqtool-scan: {o.mode}: {len(scan.tasks)} splits of {sum(b.bytes for b in scan.inputs)} bytes, "
+          f"{len(doc['rejected_splits'])} dropped; output in {out.root}", file=sys.stderr)
+    return doc
+
+
+def main(args) -> int:
+    """Run from parsed arguments; every failure is one line on stderr and a documented exit code
+    (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
+    try:
+        doc = run(JobOptions.from_args(args))
+    except MqtoolError as exc:
+        print(f"mqtool-scan: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the edge of the program: Py4J and Spark errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"mqtool-scan: error: {type(exc).__name__}: {first}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_FINDINGS if doc.get("unsound") else 0

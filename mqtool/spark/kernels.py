@@ -1,0 +1,350 @@
+"""Compiled helpers that turn the walk's row positions into Arrow column buffers.
+
+``walk_segment`` (``mqtool.store.fastscan``) validates records and says where each part lies;
+these kernels read the variable-length parts in one pass per batch: byte spans gathered into one
+buffer (Arrow string data), the properties string split into name/value spans the way the
+broker reads it (reference §2.8), the KEYS value split on spaces, and Java's ``String.hashCode``
+of the TAGS value (the consume queue tags code, §3.4). Records these kernels cannot decide
+exactly (see ``parse_properties``) are flagged so the caller decodes them with the Python
+decoder instead.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
+KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
+KEY_UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
+KEY_DELAY = np.frombuffer(b"DELAY", dtype=np.uint8)
+NAME_VALUE = 1  # \x01
+PROPERTY_END = 2  # \x02
+SPACE = 32
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_spans(buf, starts, lengths):
+    """Concatenate ``buf[starts[i]:starts[i]+lengths[i]]``: (int32 Arrow offsets, data bytes)."""
+    n = starts.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int32)
+    total = 0
+    offsets[0] = 0
+    for i in range(n):
+        total += max(lengths[i], 0)
+        offsets[i + 1] = total
+    data = np.empty(total, dtype=np.uint8)
+    k = 0
+    for i in range(n):
+        s = starts[i]
+        for j in range(offsets[i + 1] - offsets[i]):
+            data[k] = buf[s + j]
+            k += 1
+    return offsets, data
+
+
+@numba.njit(inline="always")
+def _span_equals(buf, start, length, word):
+    if length != word.shape[0]:
+        return False
+    for j in range(length):
+        if buf[start + j] != word[j]:
+            return False
+    return True
+
+
+@numba.njit(inline="always")
+def _spans_equal(buf, a, b, length):
+    for j in range(length):
+        if buf[a + j] != buf[b + j]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key, delay_key):
+    """Split each record's properties into name/value spans (``string2messageProperties``).
+
+    Items are separated by ``\\x02``; an item is ``name \\x01 value`` and is kept when both sides
+    are non-empty, the value keeping any further ``\\x01`` (4.9.1+ reader). Returns
+    ``(counts, name_start, name_len, value_start, value_len, special, fallback)``: ``special``
+    has per record the item index of TAGS, KEYS, UNIQ_KEY and DELAY (-1 when absent).
+    ``fallback`` marks records whose properties the Python decoder must parse: a repeated name
+    (the last value wins but the first position counts), and for the legacy split-based reader
+    (before 4.9.1) an empty name or a second ``\\x01``.
+    """
+    n = starts.shape[0]
+    capacity = 0
+    for i in range(n):
+        capacity += max(lengths[i], 0) // 3 + 1
+    counts = np.zeros(n, dtype=np.int32)
+    name_start = np.empty(capacity, dtype=np.int64)
+    name_len = np.empty(capacity, dtype=np.int64)
+    value_start = np.empty(capacity, dtype=np.int64)
+    value_len = np.empty(capacity, dtype=np.int64)
+    special = np.full((n, 4), -1, dtype=np.int64)
+    fallback = np.zeros(n, dtype=np.bool_)
+    k = 0
+    for i in range(n):
+        first_item = k
+        p = starts[i]
+        end = p + max(lengths[i], 0)
+        while p < end:
+            item = p
+            sep = -1
+            extra = False
+            while p < end and buf[p] != PROPERTY_END:
+                if buf[p] == NAME_VALUE:
+                    if sep < 0:
+                        sep = p
+                    else:
+                        extra = True
+                p += 1
+            item_end = p
+            p += 1
+            if sep < 0:
+                continue  # empty item or no separator: both readers skip it
+            nlen = sep - item
+            vlen = item_end - sep - 1
+            if legacy and (extra or (nlen == 0 and vlen > 0)):
+                fallback[i] = True
+                continue
+            if nlen == 0 or vlen == 0:
+                continue
+            for t in range(first_item, k):
+                if name_len[t] == nlen and _spans_equal(buf, name_start[t], item, nlen):
+                    fallback[i] = True
+            name_start[k] = item
+            name_len[k] = nlen
+            value_start[k] = sep + 1
+            value_len[k] = vlen
+            if _span_equals(buf, item, nlen, tags_key):
+                special[i, 0] = k
+            elif _span_equals(buf, item, nlen, keys_key):
+                special[i, 1] = k
+            elif _span_equals(buf, item, nlen, uniq_key):
+                special[i, 2] = k
+            elif _span_equals(buf, item, nlen, delay_key):
+                special[i, 3] = k
+            k += 1
+        counts[i] = k - first_item
+    return counts, name_start[:k], name_len[:k], value_start[:k], value_len[:k], special, fallback
+
+
+@numba.njit(cache=True, nogil=True)
+def split_on_spaces(buf, starts, lengths):
+    """``split_keys`` on spans: the non-empty pieces between spaces. Returns (counts per span,
+    piece starts, piece lengths); a negative start means no value (empty list)."""
+    n = starts.shape[0]
+    capacity = 0
+    for i in range(n):
+        capacity += max(lengths[i], 0) // 2 + 1
+    counts = np.zeros(n, dtype=np.int32)
+    piece_start = np.empty(capacity, dtype=np.int64)
+    piece_len = np.empty(capacity, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        if starts[i] < 0:
+            continue
+        p = starts[i]
+        end = p + lengths[i]
+        first = k
+        while p < end:
+            while p < end and buf[p] == SPACE:
+                p += 1
+            s = p
+            while p < end and buf[p] != SPACE:
+                p += 1
+            if p > s:
+                piece_start[k] = s
+                piece_len[k] = p - s
+                k += 1
+        counts[i] = k - first
+    return counts, piece_start[:k], piece_len[:k]
+
+
+@numba.njit(cache=True, nogil=True)
+def java_hash_utf8(buf, starts, lengths):
+    """Java ``String.hashCode`` of each UTF-8 span (over UTF-16 code units, int32 wrap); 0 for a
+    negative start (no value). Spans must be valid UTF-8 (callers validate)."""
+    n = starts.shape[0]
+    result = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        if starts[i] < 0:
+            continue
+        p = starts[i]
+        end = p + lengths[i]
+        h = np.int64(0)
+        while p < end:
+            b = np.int64(buf[p])
+            if b < 0x80:
+                cp = b
+                p += 1
+            elif b < 0xE0:
+                cp = ((b & 0x1F) << 6) | (np.int64(buf[p + 1]) & 0x3F)
+                p += 2
+            elif b < 0xF0:
+                cp = ((b & 0x0F) << 12) | ((np.int64(buf[p + 1]) & 0x3F) << 6) | (np.int64(buf[p + 2]) & 0x3F)
+                p += 3
+            else:
+                cp = ((b & 0x07) << 18) | ((np.int64(buf[p + 1]) & 0x3F) << 12) | ((np.int64(buf[p + 2]) & 0x3F) << 6) | (np.int64(buf[p + 3]) & 0x3F)
+                p += 4
+            if cp >= 0x10000:
+                cp -= 0x10000
+                h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFF
+                h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFF
+            else:
+                h = (h * 31 + cp) & 0xFFFFFFFF
+        result[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
+    return result
+
+
+@numba.njit(cache=True, nogil=True)
+def gather_bytes(buf, positions, delta, width):
+    """The ``width`` bytes at ``positions + delta`` of each row, as an (n, width) matrix."""
+    n = positions.shape[0]
+    out = np.empty((n, width), dtype=np.uint8)
+    for i in range(n):
+        p = positions[i] + delta
+        for j in range(width):
+            out[i, j] = buf[p + j]
+    return out
+
+
+@numba.njit(inline="always")
+def _put_int(out, k, value):
+    """Write ``value`` in decimal at ``out[k:]``; returns the new end."""
+    if value < 0:
+        out[k] = 45  # '-'
+        k += 1
+        value = -value
+    digits = 1
+    v = value
+    while v >= 10:
+        v //= 10
+        digits += 1
+    for j in range(digits - 1, -1, -1):
+        out[k + j] = 48 + value % 10
+        value //= 10
+    return k + digits
+
+
+@numba.njit(cache=True, nogil=True)
+def format_ipv4_hosts(buf, positions, delta):
+    """``a.b.c.d:port`` of the IPv4 host field (4 address bytes + int32 port) at ``positions +
+    delta``, as Arrow string offsets and data (``msgid.format_host`` for IPv4)."""
+    n = positions.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(n * 27, dtype=np.uint8)  # 15 for the address, ':' and at most 11 for the port
+    offsets[0] = 0
+    k = 0
+    for i in range(n):
+        p = positions[i] + delta
+        for j in range(4):
+            k = _put_int(data, k, np.int64(buf[p + j]))
+            data[k] = 46 if j < 3 else 58  # '.' or ':'
+            k += 1
+        port = (np.int64(buf[p + 4]) << 24) | (np.int64(buf[p + 5]) << 16) | (np.int64(buf[p + 6]) << 8) | np.int64(buf[p + 7])
+        if port >= (np.int64(1) << 31):
+            port -= np.int64(1) << 32
+        k = _put_int(data, k, port)
+        offsets[i + 1] = k
+    return offsets, data[:k]
+
+
+@numba.njit(cache=True, nogil=True)
+def join_port(prefix_offsets, prefix_data, which, ports):
+    """``prefix[which[i]] + ':' + ports[i]`` for each row, as Arrow string offsets and data."""
+    n = which.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int32)
+    longest = 0
+    for u in range(prefix_offsets.shape[0] - 1):
+        longest = max(longest, prefix_offsets[u + 1] - prefix_offsets[u])
+    data = np.empty(n * (longest + 12), dtype=np.uint8)
+    offsets[0] = 0
+    k = 0
+    for i in range(n):
+        u = which[i]
+        for j in range(prefix_offsets[u], prefix_offsets[u + 1]):
+            data[k] = prefix_data[j]
+            k += 1
+        data[k] = 58  # ':'
+        k = _put_int(data, k + 1, ports[i])
+        offsets[i + 1] = k
+    return offsets, data[:k]
+
+
+@numba.njit(inline="always")
+def _put_hex(out, k, value):
+    digits = 1
+    v = value >> 4
+    while v:
+        v >>= 4
+        digits += 1
+    for j in range(digits - 1, -1, -1):
+        d = value & 15
+        out[k + j] = 48 + d if d < 10 else 87 + d
+        value >>= 4
+    return k + digits
+
+
+@numba.njit(cache=True, nogil=True)
+def format_ipv6_hosts(buf, positions, delta):
+    """``[compressed]:port`` of the IPv6 host field (16 address bytes + int32 port), compressed as
+    Python's ``ipaddress`` does (longest run of two or more zero hextets, the first on a tie, as
+    ``::``). Returns offsets, data and a mask of IPv4-mapped addresses, which Python versions
+    print differently: callers format those with ``msgid.format_host``."""
+    n = positions.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(n * 54, dtype=np.uint8)
+    mapped = np.zeros(n, dtype=np.bool_)
+    hextets = np.empty(8, dtype=np.int64)
+    offsets[0] = 0
+    k = 0
+    for i in range(n):
+        p = positions[i] + delta
+        for j in range(8):
+            hextets[j] = (np.int64(buf[p + 2 * j]) << 8) | np.int64(buf[p + 2 * j + 1])
+        if hextets[0] == 0 and hextets[1] == 0 and hextets[2] == 0 and hextets[3] == 0 and hextets[4] == 0 and hextets[5] == 0xFFFF:
+            mapped[i] = True
+        best_start, best_len, run_start, run_len = -1, 0, -1, 0
+        for j in range(8):
+            if hextets[j] == 0:
+                run_len += 1
+                if run_start < 0:
+                    run_start = j
+                if run_len > best_len:
+                    best_len, best_start = run_len, run_start
+            else:
+                run_start, run_len = -1, 0
+        data[k] = 91  # '['
+        k += 1
+        if best_len > 1:
+            for j in range(best_start):
+                k = _put_hex(data, k, hextets[j])
+                data[k] = 58
+                k += 1
+            if best_start == 0:
+                data[k] = 58
+                k += 1
+            data[k] = 58
+            k += 1
+            for j in range(best_start + best_len, 8):
+                k = _put_hex(data, k, hextets[j])
+                if j < 7:
+                    data[k] = 58
+                    k += 1
+        else:
+            for j in range(8):
+                k = _put_hex(data, k, hextets[j])
+                if j < 7:
+                    data[k] = 58
+                    k += 1
+        data[k] = 93  # ']'
+        data[k + 1] = 58
+        port = (np.int64(buf[p + 16]) << 24) | (np.int64(buf[p + 17]) << 16) | (np.int64(buf[p + 18]) << 8) | np.int64(buf[p + 19])
+        if port >= (np.int64(1) << 31):
+            port -= np.int64(1) << 32
+        k = _put_int(data, k + 2, port)
+        offsets[i + 1] = k
+    return offsets, data[:k], mapped

@@ -1,0 +1,53 @@
+"""Scan RocketMQ commit logs with Spark: ``spark-submit spark/mqtool_scan.py PATH... --output DIR``.
+
+Modes: ``messages`` (one row per message, the fields of ``mqtool dump``), ``stats`` (per broker,
+topic and queue: counts, bytes, store time range; per hour volumes), ``verify`` (one row per
+commit log finding of ``mqtool verify``). The master comes from spark-submit (default
+``local[*]``); ``--build-zip FILE`` writes the package zip for ``--py-files`` and exits.
+Everything happens in ``mqtool.spark.job``; this file only parses arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mqtool_scan.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="*", metavar="PATH", help="store roots, commitlog folders or segment files")
+    p.add_argument("--output", "-o", metavar="DIR", help="output directory (local path or any Hadoop URI)")
+    p.add_argument("--mode", choices=("messages", "stats", "verify"), default="messages")
+    p.add_argument("--format", choices=("parquet", "json", "csv"), default="parquet")
+    p.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
+    p.add_argument("--queue", type=int, help="only this queue id")
+    p.add_argument("--key", help="only messages whose KEYS contain this key")
+    p.add_argument("--tag", help="only messages with this TAGS value")
+    p.add_argument("--since", help="store time at or after (epoch ms or ISO-8601; naive = UTC)")
+    p.add_argument("--until", help="store time at or before")
+    p.add_argument("--split-size", metavar="SIZE", help="split segments into ranges of SIZE (e.g. 256m); default: one per segment, smaller only when there are too few segments for the cores")
+    p.add_argument("--body", choices=("none", "utf8", "hex", "base64", "sha256"), default="none", help="messages: how to write the body bytes")
+    p.add_argument("--broker-name", action="append", default=[], metavar="NAME", help="broker column value, one per PATH or one for all (default: the store directory's name)")
+    p.add_argument("--broker-version", action="append", default=[], metavar="X.Y.Z", help="version of the broker that wrote the store (default: detected)")
+    p.add_argument("--broker-config", metavar="FILE", help="the brokers' broker.conf (file sizes, delay levels)")
+    p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
+    p.add_argument("--build-zip", metavar="FILE", help="write the mqtool package as a zip for --py-files and exit")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.build_zip:
+        from mqtool.spark.package import build_zip
+
+        print(build_zip(args.build_zip))
+        return 0
+    if not args.paths or not args.output:
+        parser().error("PATH and --output are required")
+    from mqtool.spark import job
+
+    return job.main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,212 @@
+"""The Spark scan's Arrow batches equal ``mqtool dump``'s JSON objects (Spark-free, no JVM)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import VERSIONS, manifest, store_path
+from mqtool.formats import commitlog as cl
+from mqtool.formats.hashing import java_string_hash
+from mqtool.formats.msgid import format_host
+from mqtool.formats.properties import parse_properties
+from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.spark import kernels
+from mqtool.spark.batches import MessageBatchBuilder
+from mqtool.spark.inputs import broker_name_for, resolve_inputs
+from mqtool.spark.reader import plan_tasks, read_messages
+from mqtool.spark.schema import MESSAGE_SCHEMA
+from mqtool.store import Store
+from mqtool.store.commitlog import Segment
+from mqtool.store.splits import SplitScan, plan_splits
+
+STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "rewrite-clean"), ("4.9.7", "retention-small")]
+
+
+def as_dump(row: dict) -> dict:
+    """A batch row reduced to ``mqtool dump``'s fields (the map back to a dict, in stored order)."""
+    d = {k: row[k] for k in MESSAGE_FIELDS}
+    d["properties"] = dict(d["properties"])
+    return d
+
+
+def built_rows(store: Store, body=BodyEncoding.none, split_size=None, **kw) -> tuple[list[dict], MessageBatchBuilder]:
+    builder = MessageBatchBuilder("b", legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, **kw)
+    rows = []
+    for sp in plan_splits(store.commitlog.segments, split_size):
+        for batch in SplitScan(sp, batch=333):
+            rb = builder.build(batch, sp.offset)
+            assert rb.schema.equals(builder.schema)
+            rows.extend(rb.to_pylist())
+    return rows, builder
+
+
+def expected_rows(store: Store, body=BodyEncoding.none) -> list[dict]:
+    return [message_dict(r, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table) for r in store.commitlog.scan()]
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_batches_equal_dump_for_every_fixture_record(version, name):
+    with Store.open(store_path(version, name)) as store:
+        rows, builder = built_rows(store, BodyEncoding.sha256)
+        expected = expected_rows(store, BodyEncoding.sha256)
+    assert builder.python_batches == 0, "the column path decides every real-broker record"
+    assert [as_dump(r) for r in rows] == expected
+    for r in rows:
+        assert r["broker"] == "b"
+        assert r["store_time"].timestamp() * 1000 == pytest.approx(r["store_timestamp"])
+        assert r["born_time"].timestamp() * 1000 == pytest.approx(r["born_timestamp"])
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_batches_match_the_manifest(version):
+    with Store.open(store_path(version, "clean-small")) as store:
+        rows, _ = built_rows(store, BodyEncoding.sha256, split_size=100_000)
+    by_offset = {r["offset"]: r for r in rows}
+    messages = manifest(version, "clean-small")["messages"]
+    assert len(by_offset) == len(messages)
+    for m in messages:
+        r = by_offset[m["commitLogOffset"]]
+        assert (r["topic"], r["queue_id"], r["queue_offset"], r["msg_id"], r["uniq_key"], r["tags"], r["keys"]) == (
+            m["topic"], m["queueId"], m["queueOffset"], m["msgId"], m["uniqKey"], m["tags"], m["keys"]
+        )
+        assert dict(r["properties"]) == m["properties"] and r["body"] == m["bodySha256"] and r["body_crc"] == m["bodyCRC"]
+        if m.get("dispatched"):
+            assert r["tags_code"] == m["cqTagsCode"]
+
+
+def test_the_python_path_gives_the_same_batches():
+    with Store.open(store_path("5.3.3", "crashed-small")) as store:
+        fast, _ = built_rows(store, BodyEncoding.base64)
+        slow, builder = built_rows(store, BodyEncoding.base64, force_python=True)
+    assert builder.python_batches > 0 and fast == slow
+
+
+def _segment_of(tmp_path, records: list[dict]) -> Segment:
+    with Store.open(store_path("4.9.7", "clean-small")) as store:
+        template = next(iter(store.commitlog.scan()))._asdict()
+    template.pop("offset")
+    data, pos = bytearray(), 0
+    for fields in records:
+        raw = cl.encode_message({**template, "phys_offset": pos, **fields}, compute_crc=True)
+        data += raw
+        pos += len(raw)
+    data += bytes((1 << 16) - len(data))
+    path = tmp_path / f"{0:020d}"
+    path.write_bytes(bytes(data))
+    return Segment(path, 0, len(data))
+
+
+ODD_RECORDS = [
+    {"properties": b"TAGS\x01a\x02TAGS\x01b\x02KEYS\x01k1"},  # a repeated name: the last value wins, first position
+    {"properties": b"\x01lonely\x02KEYS\x01 x  y \x02UNIQ_KEY\x01u"},  # an empty name; keys split on spaces
+    {"properties": b"A\x01b\x01c\x02D\x01\x02\x02E"},  # a value holding \x01; an empty value; no separator
+    {"properties": "TAGS\x01t\u00e9\U0001f600\x02K\x01\u4e3b".encode()},  # multi-byte UTF-8, an astral TAGS
+    {"properties": b"TAGS\x01\xff\xfe\x02X\x01y"},  # malformed UTF-8: replaced like Java's decoder
+    {"topic": b"top\xc3", "properties": b"X\x01y"},  # malformed topic
+    {"topic": b"SCHEDULE_TOPIC_XXXX", "properties": b"DELAY\x013\x02TAGS\x01t"},  # delivery time as tags code
+    {"topic": b"SCHEDULE_TOPIC_XXXX", "properties": b"DELAY\x01x"},  # unparsable level: no tags code
+    {"sys_flag": 0x30, "born_host_address": bytes(10) + b"\xff\xff\x0a\x00\x00\x01", "store_host_address": bytes(15) + b"\x01"},
+    {"body": b"", "properties": b""},
+]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_odd_records_equal_the_python_decoder(tmp_path, legacy):
+    seg = _segment_of(tmp_path, ODD_RECORDS)
+    store = Store.open(seg.path)
+    builder = MessageBatchBuilder("b", legacy_properties=legacy, delay_table=store.delay_table, body=BodyEncoding.hex)
+    rows = []
+    for batch in SplitScan(plan_splits([seg])[0], batch=1):  # one record per batch: each decides its own path
+        rows.extend(builder.build(batch, 0).to_pylist())
+    expected = [message_dict(r, BodyEncoding.hex, legacy_properties=legacy, delay_table=store.delay_table) for r in store.commitlog.scan()]
+    assert len(rows) == len(ODD_RECORDS) and [as_dump(r) for r in rows] == expected
+    assert builder.python_batches >= 3  # repeated names and malformed UTF-8 take the Python decoder
+
+
+def test_edges_mark_the_first_and_last_row_of_a_split():
+    inputs = resolve_inputs([store_path("4.9.7", "clean-small")])
+    task = plan_tasks(inputs, 300_000)[1]
+    batches = list(read_messages(task))
+    edges = [e for b in batches for e in b.column("split_edge").to_pylist()]
+    assert len(batches) == 1 or len(edges) > 2
+    assert edges[0] and edges[-1] and not any(edges[1:-1])
+    assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
+
+
+def test_broker_names_come_from_the_store_directory(tmp_path):
+    root = store_path("5.3.3", "clean-small")
+    assert broker_name_for(root) == broker_name_for(root / "commitlog") == broker_name_for(root / "commitlog" / f"{0:020d}") == "clean-small"
+    store_dir = tmp_path / "broker-a" / "store"
+    store_dir.mkdir(parents=True)
+    assert broker_name_for(store_dir) == "broker-a"
+
+
+# ---- the kernels against the Python reference functions ------------------------------------------
+
+property_bytes = st.lists(st.sampled_from([b"a", b"b", b"\x01", b"\x02", b" ", "\u00e9".encode(), b"TAGS", b"KEYS"]), max_size=24).map(b"".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(property_bytes, min_size=1, max_size=6), st.booleans())
+def test_property_kernel_equals_the_broker_reader(strings, legacy):
+    buf = np.frombuffer(b"".join(strings) or b"\0", dtype=np.uint8)
+    lengths = np.array([len(s) for s in strings], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    counts, ns, nl, vs, vl, special, fallback = kernels.parse_properties(buf, starts, lengths, legacy, kernels.KEY_TAGS, kernels.KEY_KEYS, kernels.KEY_UNIQ, kernels.KEY_DELAY)
+    k = 0
+    for i, s in enumerate(strings):
+        items = [(bytes(buf[ns[j] : ns[j] + nl[j]]).decode(), bytes(buf[vs[j] : vs[j] + vl[j]]).decode()) for j in range(k, k + counts[i])]
+        k += counts[i]
+        if not fallback[i]:
+            assert dict(items) == parse_properties(s, legacy=legacy) and len(items) == len(dict(items))
+            names = [n for n, _ in items]
+            assert special[i, 0] == (k - counts[i] + names.index("TAGS") if "TAGS" in names else -1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=12), min_size=1, max_size=8))
+def test_java_hash_kernel_equals_string_hash_code(texts):
+    raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+    if any(b"\xed\xa0" <= r[i : i + 2] <= b"\xed\xbf" for r in raw for i in range(len(r))):
+        return  # lone surrogates are not UTF-8
+    buf = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
+    lengths = np.array([len(r) for r in raw], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    assert kernels.java_hash_utf8(buf, starts, lengths).tolist() == [java_string_hash(t) for t in texts]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.sampled_from([0, 0, 0, 1, 0xFFFF, 0xDB8, 0x2001]), min_size=8, max_size=8), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=20))
+def test_host_kernels_equal_format_host(hosts):
+    raw = b"".join(b"".join(h.to_bytes(2, "big") for h in hextets) + port.to_bytes(4, "big", signed=True) for hextets, port in hosts)
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    pos = np.arange(len(hosts), dtype=np.int64) * 20
+    offsets, data, mapped = kernels.format_ipv6_hosts(buf, pos, 0)
+    for i, (hextets, port) in enumerate(hosts):
+        address = raw[i * 20 : i * 20 + 16]
+        assert mapped[i] == (ipaddress.ip_address(address).ipv4_mapped is not None)
+        if not mapped[i]:
+            assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(address, port)
+    offsets, data = kernels.format_ipv4_hosts(buf, pos, 12)  # the last 4 address bytes and the port
+    for i, (hextets, port) in enumerate(hosts):
+        assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(raw[i * 20 + 12 : i * 20 + 16], port)
+
+
+def test_schema_is_what_the_batches_hold():
+    assert MESSAGE_SCHEMA.names[1 : 1 + len(MESSAGE_FIELDS)] == list(MESSAGE_FIELDS)
+    assert MESSAGE_SCHEMA.field("properties").type == pa.map_(pa.string(), pa.string())
+
+
+@pytest.mark.parametrize("columns", [["broker", "offset", "size", "topic", "store_time", "split_start", "split_edge"], ["tags_code", "offset"], ["msg_id", "born_host", "keys"]])
+def test_projected_batches_hold_the_same_values(columns):
+    with Store.open(store_path("5.3.3", "clean-small")) as store:
+        full, _ = built_rows(store)
+        part, _ = built_rows(store, columns=columns)
+    assert list(part[0]) == [f.name for f in MESSAGE_SCHEMA if f.name in columns]
+    assert part == [{k: r[k] for k in part[0]} for r in full]

@@ -1,0 +1,228 @@
+"""``spark/mqtool_scan.py`` in local mode against the real-broker fixtures and ``mqtool``'s own
+commands: messages equal ``mqtool dump``, stats equal ``mqtool info``, verify equals ``mqtool
+verify``, tiny splits equal one split per file. One SparkSession for the whole file, few jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from argparse import Namespace
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from conftest import ROOT, copy_store, manifest, store_path
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_USAGE
+from mqtool.records import MESSAGE_FIELDS
+from mqtool.store import Store
+from mqtool.verify import Verification, VerifyOptions
+
+pyspark = pytest.importorskip("pyspark")
+
+from mqtool.spark import job  # noqa: E402  (needs pyspark)
+from mqtool.spark.schema import MESSAGE_SCHEMA  # noqa: E402
+
+SCRIPT = ROOT / "spark" / "mqtool_scan.py"
+BROKERS = {"a": ("4.9.7", "clean-small"), "b": ("5.3.3", "clean-small"), "c": ("4.9.7", "rewrite-clean")}
+runner = CliRunner()
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqtool-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def options(out: Path, brokers=BROKERS, **kw) -> job.JobOptions:
+    return job.JobOptions(
+        paths=[str(store_path(*v)) for v in brokers.values()],
+        broker_names=list(brokers),
+        output=str(out),
+        **kw,
+    )
+
+
+def dump_rows(version: str, name: str) -> list[dict]:
+    result = runner.invoke(app, ["dump", str(store_path(version, name)), "--format", "jsonl", "--body", "sha256"])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def parquet_rows(directory: Path) -> list[dict]:
+    return pq.read_table(directory, schema=MESSAGE_SCHEMA.remove(MESSAGE_SCHEMA.get_field_index("split_edge"))).to_pylist()
+
+
+def json_rows(directory: Path) -> list[dict]:
+    return [json.loads(line) for f in sorted(directory.glob("part-*.json")) for line in f.read_text(encoding="utf-8").splitlines()]
+
+
+def by_broker(rows: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for r in sorted(rows, key=lambda r: (r["broker"], r["offset"])):
+        grouped.setdefault(r["broker"], []).append(r)
+    return grouped
+
+
+@pytest.fixture(scope="module")
+def one_split_per_file(spark, tmp_path_factory):
+    out = tmp_path_factory.mktemp("messages")
+    doc = job.run(options(out, body="sha256"), spark)
+    return doc, by_broker(parquet_rows(out / "messages"))
+
+
+def test_messages_equal_dump_and_the_manifest(one_split_per_file):
+    doc, rows = one_split_per_file
+    assert doc["split_size"] is None and doc["splits"] == 12 and doc["rejected_splits"] == []
+    for broker, (version, name) in BROKERS.items():
+        expected = dump_rows(version, name)
+        got = rows[broker]
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            g = {**g, "properties": dict(g["properties"])}
+            assert {k: g[k] for k in MESSAGE_FIELDS} == e
+            assert g["store_time"].timestamp() * 1000 == e["store_timestamp"] and g["split_start"] <= g["offset"]
+        m = manifest(version, name)
+        if name == "clean-small":
+            assert [r["msg_id"] for r in got] == [x["msgId"] for x in sorted(m["messages"], key=lambda x: x["commitLogOffset"])]
+    assert doc["rows_written"] == doc["rows_read"] == sum(len(v) for v in rows.values())
+
+
+def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp_path, one_split_per_file):
+    _, reference = one_split_per_file
+    since = reference["a"][100]["store_timestamp"]
+    topics = ["TopicTest", "orders_eu-west-1"]
+    brokers = {b: BROKERS[b] for b in ("a", "c")}
+    doc = job.run(options(tmp_path, brokers, format="json", split_size="128k", topics=topics, since=since, body="sha256"), spark)
+    assert doc["split_size"] == 128 << 10 and doc["splits"] == 7 * 8
+    rejected = doc["rejected_splits"]
+    assert rejected and {r["broker"] for r in rejected} == {"c"}  # stale records after rewrite-clean's logical end
+    assert all(r["first_offset"] > r["expected_offset"] for r in rejected)
+    got = by_broker(json_rows(tmp_path / "messages"))
+    for broker in brokers:
+        assert [(r["offset"], r["msg_id"], r["body"], r["keys"], r["tags_code"]) for r in got[broker]] == [
+            (r["offset"], r["msg_id"], r["body"], r["keys"], r["tags_code"]) for r in reference[broker]
+            if r["topic"] in topics and r["store_timestamp"] >= since
+        ]
+    assert doc["rows_written"] == sum(len(v) for v in got.values())
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["rejected_splits"] == rejected
+
+
+def info_doc(path) -> dict:
+    result = runner.invoke(app, ["info", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_stats_equal_info(spark, tmp_path, capsys):
+    brokers = {"clean": ("5.3.3", "clean-small"), "retention": ("4.9.7", "retention-small"), "crashed": ("5.3.3", "crashed-small"), "rewrite": ("4.9.7", "rewrite-clean")}
+    doc = job.run(options(tmp_path, brokers, mode="stats", split_size="256k"), spark)
+    printed = capsys.readouterr().out
+    assert "brokers" in printed and "queues" in printed and "hourly" in printed
+    assert {r["broker"] for r in doc["rejected_splits"]} == {"rewrite"}
+    queues = pq.read_table(tmp_path / "queues").to_pylist()
+    hourly = pq.read_table(tmp_path / "hourly").to_pylist()
+    summary = {r["broker"]: r for r in pq.read_table(tmp_path / "brokers").to_pylist()}
+    for broker, (version, name) in brokers.items():
+        info = info_doc(store_path(version, name))
+        dump = dump_rows(version, name)
+        s = summary[broker]
+        assert (s["min_offset"], s["max_offset"]) == (info["commitlog"]["min_offset"], info["commitlog"]["max_offset"])
+        assert s["messages"] == len(dump) and s["bytes"] == sum(r["size"] for r in dump)
+        mine = {(q["topic"], q["queue_id"]): q for q in queues if q["broker"] == broker}
+        assert sum(q["messages"] for q in mine.values()) == len(dump)
+        per_hour = Counter((r["topic"], r["store_timestamp"] // 3_600_000) for r in dump)
+        assert {(h["topic"], int(h["hour"].timestamp()) // 3600): h["messages"] for h in hourly if h["broker"] == broker} == per_hour
+        if name in ("crashed-small", "rewrite-clean"):
+            continue  # consume queues behind (crash) or past (rewrite) the commit log until the broker recovers
+        for q in info["queues"]:
+            row = mine.get((q["topic"], q["queue_id"]))
+            if not q["messages"]:
+                assert row is None or not row["dispatched"]
+            elif row is None or not row["dispatched"]:
+                assert name == "retention-small" and q["min_offset"] == 0  # all its segments expired: the broker keeps min 0
+            else:
+                assert (row["dispatched"], row["min_queue_offset"], row["max_queue_offset"] + 1) == (q["messages"], q["min_offset"], q["max_offset"])
+
+
+def _damage(version: str, tmp_path: Path) -> Path:
+    root = copy_store(version, "clean-small", tmp_path)
+    segments = sorted((root / "commitlog").iterdir())
+    one = bytearray(segments[1].read_bytes())
+    one[5000] ^= 0xFF  # inside a body: a CRC mismatch
+    segments[1].write_bytes(bytes(one))
+    two = bytearray(segments[2].read_bytes())
+    rows = [r.offset - int(segments[2].name) for r in Store.open(root).commitlog.scan(int(segments[2].name), int(segments[2].name) + 200_000)]
+    two[rows[50] : rows[50] + 8] = b"\x00\x00\x00\x10\x12\x34\x56\x78"  # a broken record: the chain breaks, records resume
+    segments[2].write_bytes(bytes(two))
+    return root
+
+
+def test_verify_finds_what_mqtool_verify_finds(spark, tmp_path):
+    stores = {v: _damage(v, tmp_path) for v in ("4.9.7", "5.3.3")}
+    out = tmp_path / "out"
+    o = job.JobOptions(paths=[str(p) for p in stores.values()], broker_names=list(stores), output=str(out), mode="verify", format="csv", keep_going=True)
+    doc = job.run(o, spark)
+    assert doc["unsound"]
+    rows = [line.split(",")[:5] for f in (out / "findings").glob("part-*.csv") for line in f.read_text().splitlines()[1:]]
+    for version, root in stores.items():
+        with Store.open(root) as store:
+            expected = [f for f in Verification(store, VerifyOptions(checks=("commitlog",), keep_going=True)).findings()]
+        assert {f.kind for f in expected} >= {"crc-mismatch", "damaged-range"}
+        assert sorted((r[1], int(r[4])) for r in rows if r[0] == version) == sorted((f.kind, f.offset) for f in expected)
+
+
+def test_the_data_source_from_user_code(spark):
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from mqtool.spark.source import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)
+    df = spark.read.format("rocketmq").option("body", "sha256").load(str(store_path("5.3.3", "clean-small")))
+    assert to_arrow_schema(df.schema, timezone="UTC").equals(MESSAGE_SCHEMA)
+    m = manifest("5.3.3", "clean-small")
+    counts = {r["topic"]: r["count"] for r in df.groupBy("topic").count().collect()}
+    assert counts == Counter(x["topic"] for x in m["messages"])
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, spark):
+    base = dict(output=str(tmp_path), mode="messages", format="parquet", topic=[], queue=None, key=None, tag=None, since=None, until=None,
+                split_size=None, body="none", broker_name=[], broker_version=[], broker_config=None, keep_going=False)
+    assert job.main(Namespace(**base, paths=[str(tmp_path / "missing")])) == EXIT_BAD_INPUT
+    assert job.main(Namespace(**{**base, "since": "yesterday-ish"}, paths=[str(store_path("5.3.3", "clean-small"))])) == EXIT_USAGE
+    two = [str(store_path("4.9.7", "clean-small")), str(store_path("5.3.3", "clean-small"))]
+    assert job.main(Namespace(**base, paths=two)) == EXIT_USAGE  # both are named clean-small
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("mqtool-scan: error: ") for line in err)
+
+
+def test_the_script_builds_the_zip_executors_import(tmp_path):
+    zip_path = tmp_path / "mqtool.zip"
+    subprocess.run([sys.executable, str(SCRIPT), "--build-zip", str(zip_path)], check=True, capture_output=True)
+    probe = f"import sys; sys.path.insert(0, {str(zip_path)!r}); import mqtool.spark.reader, mqtool.formats.commitlog, mqtool.verify.segments; print(mqtool.spark.reader.__file__)"
+    result = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert result.stdout.strip().startswith(str(zip_path))
