@@ -428,7 +428,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     elif walk:
         for sim in sims.values():
             sim.truncate(end)
-    seeds_b = {key: QueueSeed(*_seed(sim)) for key, sim in sims.items()} if walk else {}
+    seeds_b = {key: QueueSeed(*_seed(sim)) for key, sim in sims.items()}  # where the reput starts
 
     # 5. 4.5.1-4.9.8 start(): reput from the max CQ physical offset
     if dispatching and rules.reput_from_cq_max and cl.segments:
@@ -480,6 +480,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             size = path.stat().st_size
             if size != sim.file_size and base in sim.files:
                 notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
+    if dispatching:
+        notes += _dispatch_notes(store, rules, mode, phases, max_cq, end, kept, legacy)
 
     # checkpoint, abort
     cp_plan = None
@@ -525,6 +527,42 @@ def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, w
     segments) and the consume queue entries at or past the cut, as the broker's
     ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do. No dispatch, no index, no checkpoint."""
     return plan_recover(store, options, command="truncate-dirty", with_crc=with_crc)
+
+
+def _dispatch_notes(store: Store, rules: RecoveryRules, mode: str, phases: list, max_cq: int, end: int, kept: list, legacy: bool) -> list[str]:
+    """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
+    notes = []
+    cl = store.commitlog
+    covered_from = min((p.start for p in phases if p.consume_queues), default=end)
+    if 0 <= max_cq < end and covered_from > max_cq and _keyed_or_any_record_between(store, max_cq, min(covered_from, end)):
+        notes.append(
+            f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {rules.version}'s {mode} recovery does not "
+            "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
+        )
+    for p in phases:
+        if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy):
+            notes.append(
+                f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
+                "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
+            )
+    if kept and any(p.index for p in phases):
+        last = kept[-1].header.end_phy_offset
+        if any(p.start <= last < p.stop for p in phases if p.index) and _record_starts_at(store, last, legacy):
+            notes.append(
+                f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
+                "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"
+            )
+    return notes
+
+
+def _record_starts_at(store: Store, offset: int, legacy: bool) -> bool:
+    found = record_at(store.commitlog, offset, legacy)
+    return found is not None and found.topic is not None
+
+
+def _keyed_or_any_record_between(store: Store, start: int, stop: int) -> bool:
+    """True if a record starts in ``[start, stop)``."""
+    return start < stop and _record_starts_at(store, start, False)
 
 
 def _seed(sim: QueueSim) -> tuple[int | None, int]:
