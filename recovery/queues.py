@@ -72,27 +72,49 @@ class QueueSim:
     def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True) -> "QueueSim":
         sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, exists=True)
         sim.original = {base: path for base, path in queue.files}
-        rec = queue.recover()
-        sim.recovered_end, sim.recovered_max_phys = rec.end, rec.max_phys_offset
+        sim.recovered_end, sim.recovered_max_phys = sim._recover()
         for base in sim.original:
-            if base > rec.end:  # truncateDirtyFiles: files wholly after the end are deleted
+            if base > sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
                 sim.deleted.add(base)
             else:
                 sim.files[base] = "original"
-        sim.dropped_units = sim._nonzero_units_from(rec.end)
+        sim.dropped_units = sim._nonzero_units_from(sim.recovered_end)
         if sim.files:
-            sim.state[S_WRITE] = rec.end
-        sim.state[S_MAX_PHYS] = rec.max_phys_offset
+            sim.state[S_WRITE] = sim.recovered_end
+        sim.state[S_MAX_PHYS] = sim.recovered_max_phys
         return sim
+
+    def _recover(self) -> tuple[int, int]:
+        """``ConsumeQueue.recover`` (§5.7), vectorised: from the third-from-last file, the first
+        unit with ``offset < 0 or size <= 0`` ends the queue; a file valid to its end continues
+        into the next. Returns (end, max physical offset or -1)."""
+        bases = sorted(self.original)
+        if not bases:
+            return 0, -1
+        max_phys = -1
+        for i in range(max(0, len(bases) - 3), len(bases)):
+            base = bases[i]
+            units = self._view(base)
+            bad = (units["phys"] < 0) | (units["size"] <= 0)
+            stop = int(np.argmax(bad)) if bad.any() else units.shape[0]
+            if stop:
+                max_phys = int(units["phys"][stop - 1]) + int(units["size"][stop - 1])
+            if stop * ENTRY < self.file_size or i + 1 == len(bases):
+                return base + stop * ENTRY, max_phys
+        raise AssertionError("unreachable")
 
     @classmethod
     def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True) -> "QueueSim":
         return cls(topic, queue_id, directory, file_size, dedup_by_end)
 
-    def _read_original(self, base: int) -> np.ndarray:
-        with MappedFile(self.original[base], base) as mf:
-            usable = min(mf.size, self.file_size)
-            units = np.frombuffer(bytes(mf.buf[: usable - usable % ENTRY]), dtype=CQ_UNIT)
+    def _view(self, base: int) -> np.ndarray:
+        """The units of original file ``base`` as a read-only view of its map (no copy); a
+        file shorter than the configured size reads as zeros past its end (the broker maps the
+        configured size)."""
+        mf = MappedFile(self.original[base], base)
+        usable = min(mf.size, self.file_size)
+        units = np.frombuffer(mf.buf, dtype=CQ_UNIT, count=usable // ENTRY) if usable >= ENTRY else np.zeros(0, dtype=CQ_UNIT)
+        mf.close()  # the map lives on while the view does
         if units.shape[0] < self.file_size // ENTRY:
             units = np.concatenate([units, np.zeros(self.file_size // ENTRY - units.shape[0], dtype=CQ_UNIT)])
         return units
@@ -102,9 +124,7 @@ class QueueSim:
         for base in sorted(self.original):
             if base + self.file_size <= logical:
                 continue
-            units = self._read_original(base)
-            first = max(0, (logical - base) // ENTRY)
-            tail = units[first:]
+            tail = self._view(base)[max(0, (logical - base) // ENTRY) :]
             count += int(np.count_nonzero((tail["phys"] != 0) | (tail["size"] != 0) | (tail["tags"] != 0)))
         return count
 
@@ -113,7 +133,7 @@ class QueueSim:
         excluded) that point at or past ``phys_offset``, oldest first."""
         out = []
         for base in sorted((b for b in self.original if b < self.recovered_end), reverse=True):
-            units = self._read_original(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
+            units = self._view(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
             real = (units["phys"] >= 0) & (units["size"] > 0) & ~((units["phys"] == 0) & (units["size"] == cqfmt.FILLER[1]))
             for i in np.flatnonzero(real & (units["phys"] >= phys_offset))[::-1].tolist():
                 out.append(((base // ENTRY) + i, int(units["phys"][i]), int(units["size"][i])))
@@ -170,16 +190,18 @@ class QueueSim:
 
     # ---- 3. truncateDirtyLogicFiles ---------------------------------------------------------
 
-    def _file_units(self, base: int) -> tuple[np.ndarray, np.ndarray]:
-        """(phys, size) of every unit of file ``base`` as the broker's mapped buffer holds it."""
+    def _file_units(self, base: int, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(phys, size) of the first ``count`` units (default all) of file ``base`` as the
+        broker's mapped buffer holds them: the file's bytes, or zeros, under the placed units."""
+        count = self.file_size // ENTRY if count is None else count
         if self.files.get(base) == "original":
-            units = self._read_original(base)
+            units = self._view(base)[:count]
             phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
         else:
-            phys = np.zeros(self.file_size // ENTRY, dtype=np.int64)
-            size = np.zeros(self.file_size // ENTRY, dtype=np.int64)
+            phys = np.zeros(count, dtype=np.int64)
+            size = np.zeros(count, dtype=np.int64)
         for pos, ph, sz in self._chunks:
-            sel = (pos >= base) & (pos < base + self.file_size)
+            sel = (pos >= base) & (pos < base + count * ENTRY)
             if sel.any():
                 at = (pos[sel] - base) // ENTRY
                 phys[at], size[at] = ph[sel], sz[sel]
@@ -214,7 +236,7 @@ class QueueSim:
         self._chunks = [(p[m], ph[m], sz[m]) for p, ph, sz in self._chunks for m in [(p < base) | (p >= base + self.file_size)] if m.any()]
         if kind == "original":
             self.deleted.add(base)
-            self.cut_units += int(np.count_nonzero(self._read_original(base)["size"] != 0))
+            self.cut_units += int(np.count_nonzero(self._view(base)["size"] != 0))
 
     # ---- results ----------------------------------------------------------------------------
 
@@ -247,7 +269,13 @@ class QueueSim:
 
     def _has_bytes_from(self, base: int, pos: int) -> bool:
         with MappedFile(self.original[base], base) as mf:
-            return any(mf.buf[pos:])
+            if mf.size <= pos:
+                return False
+            view = np.frombuffer(mf.buf, dtype=np.uint8)[pos:]
+            try:
+                return bool(np.count_nonzero(view))
+            finally:
+                del view
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
         """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the
@@ -258,10 +286,11 @@ class QueueSim:
             return 0
         if v5:
             last = end - ENTRY
-            phys, _ = self._file_units(last - last % self.file_size)
-            if phys[(last % self.file_size) // ENTRY] < commitlog_min_offset:
+            base = last - last % self.file_size
+            phys, _ = self._file_units(base, (last - base) // ENTRY + 1)
+            if phys[-1] < commitlog_min_offset:
                 return end // ENTRY
         first = min(self.files)
-        phys, _ = self._file_units(first)
-        hits = np.flatnonzero(phys[: min(end - first, self.file_size) // ENTRY] >= commitlog_min_offset)
-        return first // ENTRY + int(hits[0]) if hits.size else 0
+        phys, _ = self._file_units(first, min(end - first, self.file_size) // ENTRY)
+        hits = phys >= commitlog_min_offset
+        return first // ENTRY + int(np.argmax(hits)) if hits.any() else 0
