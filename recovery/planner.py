@@ -692,7 +692,7 @@ def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[
         start = abnormal_start(cl, rules, cp, index_safe=store.config.message_index_safe and store.config.message_index_enable)
         notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
     else:
-        max_cq = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
+        max_cq = max((QueueSim.load(q).recovered_max_phys for q in store.consume_queues), default=-1)
         start = normal_start(cl, rules, max_cq)
     scanner = phase_scanner(
         cl, start.offset, None, discipline="recovery", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
@@ -706,14 +706,13 @@ def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[
     return end.offset, start.rule, notes
 
 
-def _rebuild_plan(store: Store, command: str, options: dict, end: int, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions, sims) -> Plan:
+def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
     version, source = store_version(store)
-    plan = Plan(
+    return Plan(
         command, str(store.path().resolve()), int(time.time() * 1000), str(version), source, None,
         {**config_options(store), **options}, None, None, (phase,), tuple(queues), index_plan, cp_plan, False,
         tuple(notes), tuple(actions), (),
     )
-    return plan
 
 
 def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
@@ -774,15 +773,15 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     for key, sim in sorted(sims.items()):
         q = existing.get(key)
         if q is not None:
-            rec = q.recover()
-            before = (q.corrected_min_offset(clmin, rec.end, v5=rules.cq_min_offset_v5), rec.max_offset)
+            old = QueueSim.load(q)
+            before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
         else:
             before = (0, 0)
         queue_plans.append(_queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,)))
     deletes, writes = _queue_actions(store, queue_plans, sims)
     phase = DispatchPhase("rebuild", clmin, end, "reput", TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
-    plan = _rebuild_plan(store, "rebuild-cq", opts, end, phase, queue_plans, None, None, notes, deletes + _write_action(writes, False), sims)
+    plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + _write_action(writes, False))
     return plan.with_inputs(_inputs(store, plan, sims, with_crc=with_crc))
 
 
@@ -820,7 +819,7 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, "reput", TAGS_DELIVERY_TIME, False, True, counts.records, 0)
-    plan = _rebuild_plan(store, "rebuild-index", {}, end, phase, (), index_plan, cp_plan, notes, actions, {})
+    plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
     return plan.with_inputs(_inputs(store, plan, {}, with_crc=with_crc))
 
 
