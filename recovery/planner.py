@@ -653,31 +653,27 @@ def _index_plan(store: Store, kept: list, dropped: list, writer: IndexWriterServ
 
 
 def _inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:
-    """Every file the plan read or changes; CRC for those it changes or deletes."""
+    """Every file the plan read (size, mtime) or changes (and, for saved plans, their CRC32)."""
     root = store.path()
-    paths: list[Path] = []
+    read: list[Path] = []
     changed: set[Path] = set()
     cl = store.commitlog
     start = plan.commitlog.scan_from if plan.commitlog else cl.min_offset
     for phase in plan.dispatch:
         start = min(start, phase.start)
-    for seg in cl.segments:
-        if seg.end_offset > start:
-            paths.append(seg.path)
-    for a in plan.actions:
-        if a.op in ("zero-range", "delete"):
-            changed.add(root / a.path)
-    for sim in sims.values():
-        for base, path in sim.original.items():
-            paths.append(path)
-            changed.add(path)
-    for f in store.index_files:
-        paths.append(f.path)
-        changed.add(f.path)
-    for name in ("checkpoint", markers.ABORT_FILE):
-        paths.append(root / name)
-        changed.add(root / name)
-    return fingerprints(store, paths + sorted(changed), changed, with_crc=with_crc)
+    read += [seg.path for seg in cl.segments if seg.end_offset > start]
+    changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
+    for q in plan.queues:
+        sim = sims[(q.topic, q.queue_id)]
+        read += sim.original.values()
+        changed.update(sim.directory / f.name for f in q.files)
+    read += [f.path for f in store.index_files]
+    if plan.index is not None:
+        changed.update(root / "index" / f.name for f in plan.index.files if f.action != "keep")
+    if plan.checkpoint is not None and plan.checkpoint.changed:
+        changed.add(root / "checkpoint")
+    read += [root / "checkpoint", root / markers.ABORT_FILE]
+    return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
 
 
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------

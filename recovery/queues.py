@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,7 @@ class FileFate:
 
 @dataclass
 class QueueSim:
+    PRUNE_MIN: ClassVar[int] = 1 << 16  # placed units kept before pruning to the first and last file
     topic: str
     queue_id: int
     directory: Path
@@ -65,6 +67,7 @@ class QueueSim:
     resurrected_units: int = 0  # stale units past the write position it brings back
     _chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed (pos, phys, size)
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
+    _kept: int = 0  # placed units held in _chunks
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -169,7 +172,8 @@ class QueueSim:
         for base in np.unique(kp - kp % self.file_size).tolist():
             self._new_file(base)
         self._chunks.append((kp, kphys.astype(np.int64), ksize.astype(np.int64)))
-        if self.added > 1 << 24:
+        self._kept += placed
+        if self._kept > max(4 * self.file_size // ENTRY, self.PRUNE_MIN):
             self._prune()
         return placed
 
@@ -182,6 +186,7 @@ class QueueSim:
             if sel.any():
                 pruned.append((pos[sel], phys[sel], size[sel]))
         self._chunks = pruned
+        self._kept = sum(len(c[0]) for c in pruned)
 
     def _new_file(self, base: int) -> None:
         self._overlay.add(base)

@@ -60,3 +60,20 @@ def test_truncate_brings_back_stale_units_below_the_cut(tmp_path):
     sim.place(np.array([4], dtype=np.int64), np.array([400], dtype=np.int64), np.array([100], dtype=np.int64))
     sim.truncate(650)
     assert sim.max_offset == 7 and sim.resurrected_units == 2
+
+
+def test_pruned_placements_give_the_same_results(tmp_path, monkeypatch):
+    """Placed units are kept only for the first and last file once there are many; the results
+    that read them (min offset, the truncate walk, file fates) do not change."""
+    def run(prune_min):
+        monkeypatch.setattr(QueueSim, "PRUNE_MIN", prune_min)
+        sim = QueueSim.new("T", 0, tmp_path / "q", 200)
+        for chunk in range(12):
+            qoff = np.arange(5 + chunk * 8, 5 + (chunk + 1) * 8, dtype=np.int64)
+            sim.place(qoff, 1000 + qoff * 100, np.full(8, 100, dtype=np.int64))
+        before = (sim.min_offset(0, v5=False), sim.min_offset(1600, v5=True), [vars(f) for f in sim.fates()])
+        sim.truncate(1000 + 95 * 100)
+        return before, sim.max_offset, [vars(f) for f in sim.fates()], sim.cut_units
+    unpruned = run(1 << 30)
+    assert run(20) == unpruned
+    assert unpruned[1] == 95 and unpruned[0][0] == 0 and unpruned[0][1] == 6
