@@ -132,3 +132,65 @@ def test_5_3_3_recovery_gives_delayed_messages_their_delivery_time(tmp_path):
             if m["topic"] == SCHEDULE_TOPIC:
                 entry = store.consume_queue(SCHEDULE_TOPIC, m["queueId"]).read_entry(m["queueOffset"])
                 assert entry.tags_code == m["storeTimestamp"] + DEFAULT_DELAY_TABLE[m["delayLevel"]]
+
+
+def test_recovery_that_fills_index_files_rolls_and_moves_the_index_checkpoint(tmp_path):
+    """Small index files (40 entries): the re-dispatch fills several; the broker keeps full files
+    (end <= indexMsgTimestamp), rolls to new ones seeded from the last, and records the last full
+    file's end time as indexMsgTimestamp."""
+    from mqtool.formats.dispatch import dispatch_request
+    from mqtool.synth import SynthSpec, build_store
+
+    from mqtool.formats import checkpoint as cpfmt
+
+    store_dir = tmp_path / "s"
+    build_store(SynthSpec(store_dir, profile="4.9", seed=3, messages=400, hash_slot_num=16, index_num=40, crashed=True))
+    with Store.open(store_dir) as store:
+        cp = store.checkpoint
+        full_files = [f.name for f in store.index_files if f.header.index_count >= 40]
+        second_end = store.index_files[1].header.end_timestamp
+    # the index checkpoint as if it last moved when the second file filled: later files are dropped
+    (store_dir / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cp._replace(index_msg_timestamp=second_end)).ljust(4096, b"\0"))
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    created = [f for f in plan.index.files if f.action == "create"]
+    assert [f.name for f in plan.index.files if f.action == "keep"] == full_files[:2]
+    assert len(created) > 2 and all(f.action in ("keep", "delete", "create") for f in plan.index.files)
+    apply_plan(plan, tmp_path / "backup")
+    with Store.open(store_dir) as store:
+        names = [f.name for f in store.index_files]
+        assert names == sorted(names) and set(f.name for f in created) <= set(names)
+        full = [f for f in store.index_files if f.header.index_count >= 40]
+        assert store.checkpoint.index_msg_timestamp == full[-1].header.end_timestamp == plan.index.index_msg_timestamp_after
+        end = store.commitlog.end_of_files
+        for r in store.commitlog.scan():
+            req = dispatch_request(r, store.delay_table)
+            if req.to_index:
+                for key in ([req.uniq_key] if req.uniq_key else []) + list(req.keys):
+                    assert r.offset in broker_query(store, req.topic, key, end)
+
+
+def test_truncate_dirty_cuts_only(tmp_path):
+    from mqtool.formats.commitlog import header_size
+    from mqtool.recovery.planner import plan_truncate_dirty
+
+    store_dir = copy_store("5.3.3", "crashed-small", tmp_path)
+    msgs = sorted(manifest("5.3.3", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
+    victim = next(m for m in msgs[len(msgs) // 2 :] if m["bodyLength"] > 0)
+    at = victim["commitLogOffset"] + header_size(victim["sysFlag"])
+    segment = store_dir / "commitlog" / f"{at - at % (1 << 20):020d}"
+    data = bytearray(segment.read_bytes())
+    data[at % (1 << 20)] ^= 0x55
+    segment.write_bytes(bytes(data))
+    with Store.open(store_dir) as store:
+        plan = plan_truncate_dirty(store)
+    assert plan.dispatch == () and plan.index is None and plan.checkpoint is None and not plan.remove_abort
+    assert plan.commitlog.valid_end == victim["commitLogOffset"]
+    assert {a.op for a in plan.actions} == {"zero-range", "delete", "write-dispatch"}
+    apply_plan(plan, tmp_path / "backup")
+    assert (store_dir / "abort").exists()
+    with Store.open(store_dir) as store:
+        for q in store.consume_queues:
+            assert all(e.phys_offset < victim["commitLogOffset"] for e in q.entries())
+        again = plan_recover(store)  # the broker's own recovery afterwards cuts nothing more
+    assert again.commitlog.valid_end == victim["commitLogOffset"] and again.lost.count == 0
