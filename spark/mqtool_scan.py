@@ -31,12 +31,22 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-version", action="append", default=[], metavar="X.Y.Z", help="version of the broker that wrote the store (default: detected)")
     p.add_argument("--broker-config", metavar="FILE", help="the brokers' broker.conf (file sizes, delay levels)")
     p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
+    p.add_argument("--debug", action="store_true", help="show the whole error (Spark and Python tracebacks) instead of one line")
     p.add_argument("--build-zip", metavar="FILE", help="write the mqtool package as a zip for --py-files and exit")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    try:
+        import mqtool  # noqa: F401
+    except ImportError:
+        print(
+            "mqtool-scan: error: this Python cannot import mqtool: install it (pip install -e '.[spark]') or pass the "
+            "zip built by --build-zip with --py-files",
+            file=sys.stderr,
+        )
+        return 3
     if args.build_zip:
         from mqtool.spark.package import build_zip
 

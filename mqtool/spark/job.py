@@ -177,6 +177,24 @@ class Scan:
         return [(index[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
 
 
+def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
+    """For notebooks: the ``rocketmq`` messages of ``paths`` split like the job splits them, without
+    the rows of splits that fail the handoff check. Costs one extra pass (only each split's first
+    and last row reach the driver); with one split per segment (``split_size`` at least the segment
+    size) nothing can fail and no pass is made."""
+    spark.dataSource.register(RocketMQDataSource)
+    scan = Scan(spark, JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names)))
+    df = scan.read(body)
+    if scan.split_size is None:
+        return df, []
+    edges = [r.asDict() for r in df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size").collect()]
+    rejected = [r for _, r in scan.rejected(edges)]
+    if rejected:
+        bad = [f"{r.segment[0]}\x00{r.start}" for r in rejected]
+        df = df.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
+    return df, rejected
+
+
 STATS_COLUMNS = (
     "broker", "offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok",
     "transaction_type", "store_timestamp", "store_time", "split_start", "split_edge",
@@ -549,8 +567,8 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
         raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
     started = time.monotonic()
     spark = spark or session()
+    ship_package(spark)  # before the data source is registered: Python processes started from here on see the zip
     spark.dataSource.register(RocketMQDataSource)
-    ship_package(spark)
     scan = Scan(spark, o)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
@@ -558,6 +576,16 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
     print(f"mqtool-scan: {o.mode}: {len(scan.tasks)} splits of {sum(b.bytes for b in scan.inputs)} bytes, "
           f"{len(doc['rejected_splits'])} dropped; output in {out.root}", file=sys.stderr)
     return doc
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for a Spark failure: the Python error inside it when there is one (a worker's
+    traceback travels inside the JVM exception's message), else the message's first line."""
+    text = str(exc).strip()
+    python_errors = re.findall(r"^(\w+(?:Error|Exception)(?::.*)?)$", text, re.MULTILINE)
+    if python_errors:
+        return python_errors[-1].strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def main(args) -> int:
@@ -569,7 +597,8 @@ def main(args) -> int:
         print(f"mqtool-scan: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the edge of the program: Py4J and Spark errors
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"mqtool-scan: error: {type(exc).__name__}: {first}", file=sys.stderr)
+        if getattr(args, "debug", False):
+            raise
+        print(f"mqtool-scan: error: {type(exc).__name__}: {error_line(exc)} (--debug shows the whole error)", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_FINDINGS if doc.get("unsound") else 0

@@ -12,11 +12,13 @@ path), ``brokerVersion`` / ``brokerVersions``, ``brokerConfig`` (a broker.conf),
 API does not prune columns by itself).
 
 With one partition per segment every row is exact. Smaller splits resynchronise inside segments
-and may pick up stale records after a segment's logical end: keep ``split_start`` and
-``split_edge`` and drop what ``mqtool.spark.job.rejected_splits`` names (``spark/mqtool_scan.py``
-does this for you). ``schema()`` and ``partitions()`` run in short-lived Python processes on the
-driver host, ``read()`` in executor Python workers: the ``mqtool`` package must be importable in
-both (``--py-files mqtool.zip``).
+and may pick up stale records after a segment's logical end: every row carries ``split_start``
+and ``split_edge`` for the handoff check that ``spark/mqtool_scan.py`` runs, and
+``mqtool.spark.job.checked_messages`` gives notebooks the checked DataFrame.
+
+``schema()`` and ``partitions()`` run in short-lived Python processes on the driver host,
+``read()`` in executor Python workers: the ``mqtool`` package must be importable in both
+(``--py-files mqtool.zip``).
 """
 
 from __future__ import annotations

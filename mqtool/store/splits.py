@@ -32,7 +32,7 @@ from .mappedfile import MappedFile
 
 MIN_AUTO_SPLIT = 128 << 20
 MAX_AUTO_SPLIT = 1 << 30
-WINDOW = 64 << 20
+WINDOW = 32 << 20
 """Bytes walked per compiled call and per mapping: bounds a batch's size and the resident pages."""
 CHAIN = 3
 """Records (the candidate and the ones after it) that must describe their own offsets."""
