@@ -118,6 +118,11 @@ class DispatchBatch:
         tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
         return tran != clfmt.TransactionType.ROLLBACK
 
+    def queue_columns(self, rows: np.ndarray, tags: bool = False) -> tuple[np.ndarray, ...]:
+        """QUEUEOFFSET, PHYSICALOFFSET, TOTALSIZE (and the tags code) of ``rows``, contiguous."""
+        cols = (fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE) + ((fd.F_TAGS,) if tags else ())
+        return tuple(np.ascontiguousarray(self.fields[rows, c]) for c in cols)
+
     @property
     def nbytes(self) -> int:
         return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes

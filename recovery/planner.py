@@ -594,8 +594,7 @@ def _feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRu
         sim = sims.get((topic, qid))
         if sim is None:
             sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
-        f = batch.fields[rows]
-        placed = sim.place(f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE])
+        placed = sim.place(*batch.queue_columns(rows))
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed
     if index_writer is not None:
@@ -754,8 +753,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
             sim = sims.get((topic, qid))
             if sim is None:
                 sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
-            f = batch.fields[rows]
-            counts.cq += sim.place(f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE])
+            counts.cq += sim.place(*batch.queue_columns(rows))
     for skipped_record in scanner.skipped:
         notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
     for topic, n in sorted(skipped.items()):

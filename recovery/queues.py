@@ -169,7 +169,7 @@ class QueueSim:
             self.first_added = (int(kq[0]), int(kphys[0]))
         self.last_added = (int(kq[-1]), int(kphys[-1]))
         self.added += placed
-        for base in np.unique(kp - kp % self.file_size).tolist():
+        for base in range(int(kp[0] - kp[0] % self.file_size), int(kp[-1]) + 1, self.file_size):  # positions are consecutive
             self._new_file(base)
         self._chunks.append((kp, kphys.astype(np.int64), ksize.astype(np.int64)))
         self._kept += placed

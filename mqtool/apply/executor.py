@@ -195,8 +195,7 @@ class Executor:
                             for topic, qid, rows in queue_groups(batch, topics.names):
                                 if (topic, qid) not in wanted:
                                     continue  # not planned to change (another queue, or all deduplicated)
-                                f = batch.fields[rows]
-                                cq.put_batch(topic, qid, f[:, fd.F_QUEUE_OFFSET], f[:, fd.F_PHYS], f[:, fd.F_SIZE], f[:, fd.F_TAGS])
+                                cq.put_batch(topic, qid, *batch.queue_columns(rows, tags=True))
                         index_worker.submit(batch)
             durability_point("dispatch written")
             with Worker(lambda _, writer: writer.close(), None) as closer:
