@@ -24,6 +24,7 @@ import mmap
 import os
 import shutil
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -269,23 +270,32 @@ class ConsumeQueueWriter:
         return fd
 
     def close(self, *, fsync: bool = True) -> list[Path]:
-        """fsync and rename every written file into place; returns the final paths."""
+        """fsync and rename every written file into place; returns the final paths. The fsyncs
+        run a few at a time (each waits on the disk; together the disk can merge them)."""
         while self._fds:
             _, fd = self._fds.popitem()
             os.close(fd)
-        written = []
-        for q in self.queues.values():
-            for base in sorted(q.files):
-                final = q.directory / offset_file_name(base)
-                tmp = self.tmp_path(final)
-                if fsync:
-                    fsync_file(tmp)
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(tmp, final)
-                written.append(final)
-            if fsync and q.files:
-                fsync_dir(q.directory)
-        return written
+        moves = [(self.tmp_path(q.directory / offset_file_name(base)), q.directory / offset_file_name(base)) for q in self.queues.values() for base in sorted(q.files)]
+        if fsync:
+            parallel(fsync_file, [tmp for tmp, _ in moves])
+        for tmp, final in moves:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+        if fsync:
+            parallel(fsync_dir, sorted({final.parent for _, final in moves}))
+        return [final for _, final in moves]
+
+
+def parallel(fn, items, workers: int = 8) -> None:
+    """``fn(item)`` for every item, on a few threads (for calls that wait on I/O)."""
+    items = list(items)
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        for _ in pool.map(fn, items):
+            pass
 
 
 # ---- index ----------------------------------------------------------------------------------
