@@ -547,7 +547,8 @@ def _dispatch_notes(store: Store, rules: RecoveryRules, mode: str, phases: list,
             )
     if kept and any(p.index for p in phases):
         last = kept[-1].header.end_phy_offset
-        if any(p.start <= last < p.stop for p in phases if p.index) and _record_starts_at(store, last, legacy):
+        dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)
+        if dispatched and _record_starts_at(store, last, legacy):
             notes.append(
                 f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
                 "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"

@@ -194,3 +194,21 @@ def test_truncate_dirty_cuts_only(tmp_path):
             assert all(e.phys_offset < victim["commitLogOffset"] for e in q.entries())
         again = plan_recover(store)  # the broker's own recovery afterwards cuts nothing more
     assert again.commitlog.valid_end == victim["commitLogOffset"] and again.lost.count == 0
+
+
+@pytest.mark.parametrize("version", ["4.8.0", "4.9.7", "5.3.3"])
+def test_clean_store_needs_nothing_but_the_5x_confirm_offset(version):
+    """A cleanly stopped store: nothing is cut or re-dispatched. 5.1.1+ recovery sets the
+    checkpoint's confirmPhyOffset to the last record's start, which the fixture's first broker
+    run (on an empty store) never did, so only that value changes."""
+    with Store.open(store_path(version, "clean-small")) as store:
+        plan = plan_recover(store)
+    assert plan.mode == "normal" and not plan.notes and plan.lost.count == 0
+    assert all(p.records == 0 for p in plan.dispatch)
+    if version == "5.3.3":
+        last = max(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"])
+        assert [a.op for a in plan.actions] == ["write-checkpoint"]
+        changed = {k: v for k, v in plan.checkpoint.after.items() if plan.checkpoint.before[k] != v}
+        assert changed == {"confirm_phy_offset": last}
+    else:
+        assert plan.is_empty
