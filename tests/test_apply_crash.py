@@ -124,3 +124,19 @@ def test_kill_9_then_the_same_command_again(tmp_path, reference, kill_at=7):
     again = mqtool(*args)
     assert again.returncode == 0, again.stderr
     assert tree(store_dir) == final
+
+
+def test_restore_refuses_once_the_store_changed_after_the_repair(tmp_path, reference):
+    """A broker started after the repair writes to the files it left: restoring would destroy
+    that, so restore refuses unless forced."""
+    from mqtool.errors import Refused
+
+    original, _ = reference
+    store_dir = damaged_store(tmp_path)
+    backup = apply_plan(plan_of(store_dir), tmp_path / "backup")
+    checkpoint = store_dir / "checkpoint"
+    checkpoint.write_bytes(checkpoint.read_bytes())  # a broker flushed its checkpoint
+    with pytest.raises(Refused):
+        restore(BackupSet.open(backup.dir))
+    restore(BackupSet.open(backup.dir), force=True)
+    assert tree(store_dir) == original

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, Refused
 from .fileops import copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
@@ -141,6 +141,11 @@ class BackupSet:
     def complete(self) -> bool:
         return any(ev.get("ev") == "complete" for ev in self.journal.events())
 
+    @property
+    def restored(self) -> bool:
+        """A restore ran (then the store holds the backed-up bytes, not what the apply left)."""
+        return any(ev.get("ev") == "restored" for ev in self.journal.events())
+
     def step_done(self, index: int) -> bool:
         return index in self._done
 
@@ -196,10 +201,29 @@ class BackupSet:
         self.journal.append({"ev": "step-done", "index": index, "op": op, "path": path})
         self._done.add(index)
 
+    def touched(self) -> list[str]:
+        return sorted(self._files | self._created | {p for p, _, _ in self._ranges})
+
+    def state_of(self, rel: str) -> list[int] | None:
+        """(size, mtime_ns) of a store file now, None if it does not exist."""
+        try:
+            st = (self.store_root / rel).stat()
+        except FileNotFoundError:
+            return None
+        return [st.st_size, st.st_mtime_ns]
+
     def finish(self) -> None:
+        """Mark the apply complete, recording the state it left every touched file in, so a
+        later ``restore`` can tell whether something (a broker) changed them since."""
+        self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
         self.journal.append({"ev": "complete"})
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
+
+    def changed_since_apply(self) -> list[str]:
+        """Touched files whose size or mtime differ from what the completed apply left."""
+        after = self.manifest.get("after") or {}
+        return [rel for rel, state in after.items() if self.state_of(rel) != state]
 
     # -- summary --
 
@@ -244,12 +268,20 @@ def clear_pending(store_root: Path) -> None:
 # ---- restore ------------------------------------------------------------------------------------
 
 
-def restore(backup: BackupSet) -> dict:
+def restore(backup: BackupSet, *, force: bool = False) -> dict:
     """Undo every journal event in reverse order: files and ranges get their backed-up bytes back,
-    files apply created are deleted. Idempotent; works on complete and interrupted applies."""
+    files apply created are deleted. Idempotent; works on complete and interrupted applies.
+    Refuses when files the apply left have changed since (a broker ran on the store), unless
+    ``force``: restoring would throw those changes away."""
     root = backup.store_root
     if not root.is_dir():
         raise BadInput(f"{root}: the store this backup belongs to does not exist")
+    changed = [] if force or backup.restored else backup.changed_since_apply()
+    if changed:
+        raise Refused(
+            f"{len(changed)} file(s) changed after the repair (first: {changed[0]}); restoring would discard those changes: "
+            "pass --force to restore anyway"
+        )
     restored, deleted = [], []
     for ev in reversed(backup.journal.events()):
         kind, rel = ev.get("ev"), ev.get("path")

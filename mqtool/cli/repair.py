@@ -237,7 +237,8 @@ def restore_cmd(
     force: ForceOpt = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Put back, byte for byte, everything a repair command changed (also after an interrupted one)."""
+    """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
+    Refused if the files it left have changed since (a broker ran), unless --force."""
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
     emit_document(summary, fmt, render_backup)
@@ -246,7 +247,7 @@ def restore_cmd(
         raise Refused("nothing changed: re-run with --yes to restore")
     check_not_in_use(root, [], force)
     with hold_store_lock(root, force):
-        result = restore(backup_set)
+        result = restore(backup_set, force=force)
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
 
 
