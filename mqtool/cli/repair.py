@@ -27,6 +27,8 @@ from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, iso_ms
 
+TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
+
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
@@ -263,14 +265,23 @@ def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
     return table
 
 
+WRAPPED = {"keys", "why", "detail", "files", "path"}
+
+
 def _table(title: str, columns: list[str]) -> Table:
     table = Table(title=title, box=None, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
     for c in columns:
-        table.add_column(c, overflow="fold")
+        table.add_column(c, overflow="fold", no_wrap=c not in WRAPPED)
     return table
 
 
+def _wide(console: Console) -> Console:
+    """Tables of offsets and message ids need more than 80 columns when stdout is not a terminal."""
+    return console if console.is_terminal else Console(file=console.file, highlight=False, width=400)
+
+
 def render_plan(console: Console, doc: dict) -> None:
+    console = _wide(console)
     console.print(_kv(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
     cl = doc.get("commitlog")
     if cl:
@@ -294,9 +305,16 @@ def render_plan(console: Console, doc: dict) -> None:
         if lost["other_bytes"]:
             title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
         table = _table(title, ["offset", "size", "topic", "queue", "queue offset", "stored", "msgId", "uniqKey", "keys", "crc"])
-        for m in lost["messages"]:
-            table.add_row(str(m["offset"]), str(m["size"]), m["topic"], str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), "ok" if m["crc_ok"] else "BAD")
+        for m in lost["messages"][:TABLE_LOST]:
+            table.add_row(str(m["offset"]), str(m["size"]), m["topic"] or "?", str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), "ok" if m["crc_ok"] else "BAD")
         console.print(table)
+        if len(lost["messages"]) > TABLE_LOST:
+            console.print(f"... and {len(lost['messages']) - TABLE_LOST} more listed with --format json")
+        if lost["unreadable"]:
+            table = _table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "topic", "queue", "queue offset"])
+            for r in lost["unreadable"][:TABLE_LOST]:
+                table.add_row(str(r["offset"]), str(r["size"]), r["topic"], str(r["queue_id"]), str(r["queue_offset"]))
+            console.print(table)
     if doc["dispatch"]:
         table = _table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
         for p in doc["dispatch"]:
@@ -334,6 +352,7 @@ def render_plan(console: Console, doc: dict) -> None:
 
 
 def render_backup(console: Console, doc: dict) -> None:
+    console = _wide(console)
     console.print(
         _kv(
             "Backup",
