@@ -10,7 +10,10 @@ import os
 import pytest
 from conftest import MAIN_VERSIONS, copy_store, manifest, recovered
 
+from typer.testing import CliRunner
+
 from mqtool.apply import apply_plan
+from mqtool.cli import app
 from mqtool.formats.commitlog import header_size
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
 from mqtool.recovery.planner import plan_recover, plan_rebuild_index
@@ -44,7 +47,10 @@ def plan_and_apply(tmp_path, store_dir):
 
 
 def assert_sound_up_to(store_dir, version, cut):
-    """Everything before ``cut`` is intact and served; nothing after it is readable."""
+    """Everything before ``cut`` is intact and served; nothing after it is readable; and
+    ``mqtool verify`` finds the store sound."""
+    verdict = CliRunner().invoke(app, ["verify", str(store_dir), "--format", "json"])
+    assert verdict.exit_code == 0, verdict.stdout[-2000:]
     msgs = [m for m in messages(version) if m["commitLogOffset"] < cut]
     with Store.open(store_dir) as store:
         scan = store.commitlog.scan(store.commitlog.min_offset, check_crc=True)
