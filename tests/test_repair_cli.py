@@ -186,3 +186,12 @@ def test_interrupted_apply_is_finished_by_the_next_command(crashed, tmp_path, mo
     done = run("recover", crashed, "--yes")
     assert done.exit_code == 0 and "finishing the interrupted apply" in done.stderr
     assert not (crashed / ".mqtool-pending").exists() and not (crashed / "abort").exists()
+
+
+def test_an_unwritable_backup_dir_changes_nothing(crashed, tmp_path):
+    before = tree(crashed)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    err = error_line(run("recover", crashed, "--yes", "--backup-dir", blocker / "backup"), EXIT_BAD_INPUT)
+    assert "nothing was changed" in err
+    assert tree(crashed) == before

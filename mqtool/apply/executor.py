@@ -41,6 +41,10 @@ class ApplyError(MqtoolError):
     """The files do not match what the plan expects (a bug or a concurrent change)."""
 
 
+class ApplyIOError(BadInput):
+    """The file system refused a write (permissions, space): the apply stopped at a safe point."""
+
+
 _kill_counter = 0
 
 
@@ -116,6 +120,16 @@ class Executor:
         return self.staging / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{final.name}"
 
     def run(self) -> None:
+        try:
+            self._run()
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise ApplyIOError(
+                f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
+                f"or undo it with `mqtool restore {self.backup.dir} --yes`"
+            ) from None
+
+    def _run(self) -> None:
         write_pending(self.root, self.backup.dir)
         durability_point("pending")
         for index, action in enumerate(self.plan.actions):
@@ -271,7 +285,10 @@ def hold_store_lock(store_root: Path, force: bool = False):
     path = Path(store_root) / "lock"
     fd = None
     if path.exists():
-        fd = os.open(path, os.O_RDWR)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except PermissionError:
+            raise BadInput(f"{path}: permission denied (run as the broker's user)") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError:
@@ -354,7 +371,10 @@ def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, prog
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or `mqtool restore {pending} --yes`")
     if verify_inputs:
         check_inputs(root, plan)
-    backup = BackupSet.create(backup_dir, root, plan.to_dict())
+    try:
+        backup = BackupSet.create(backup_dir, root, plan.to_dict())
+    except OSError as exc:
+        raise ApplyIOError(f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}; nothing was changed") from None
     Executor(root, plan, backup, progress, cache).run()
     return backup
 

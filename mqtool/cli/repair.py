@@ -249,7 +249,10 @@ def restore_cmd(
         raise Refused("nothing changed: re-run with --yes to restore")
     check_not_in_use(root, [], force)
     with hold_store_lock(root, force):
-        result = restore(backup_set, force=force)
+        try:
+            result = restore(backup_set, force=force)
+        except OSError as exc:
+            raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
 
 
