@@ -1,0 +1,430 @@
+"""Building blocks shared by the planners (``recover``, ``rebuild``): reading what a store says
+(version, settings, the commit log cut and what it loses), feeding dispatched batches into the
+consume queue simulations and the dry index writer, and turning the results into plan records.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from ..errors import UnknownStoreVersion
+from ..formats import markers
+from ..formats.dispatch import SCHEDULE_TOPIC
+from ..store import Store
+from ..store.commitlog import StopReason
+from ..store.mappedfile import MappedFile
+from ..store.version import BrokerVersion
+from ..writers import IndexWriterService, offset_file_name
+from . import fastdispatch as fd
+from .dispatch import TopicTable, queue_groups
+from .lost import data_extents, record_at, records_after
+from .plan import (
+    Action,
+    CommitLogPlan,
+    Fingerprint,
+    IndexFilePlan,
+    IndexPlan,
+    LostMessages,
+    Message,
+    Plan,
+    QueueFile,
+    QueuePlan,
+    QueueRef,
+)
+from .queues import QueueSim
+from .rules import RecoveryRules
+
+DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    mode: str | None = None  # recover: "abnormal" | "normal" | None (from the abort file)
+    index_safe: bool | None = None  # messageIndexSafe (None: broker.conf's value)
+    lost_limit: int = 1000
+    full_scan: bool = False  # truncate-dirty: validate every segment, not only the broker's range
+    topic: str | None = None  # rebuild-cq
+    queue_id: int | None = None
+    respect_topic_config: bool = False
+
+
+# ---- common pieces --------------------------------------------------------------------------
+
+
+def store_version(store: Store) -> tuple[BrokerVersion, str]:
+    guess = store.version_guess
+    if guess.version is None:
+        raise UnknownStoreVersion("cannot tell which broker version wrote this store; pass --broker-version (e.g. 4.9.7 or 5.3.3)")
+    source = "given" if guess.given else f"detected ({guess.label}: {'; '.join(guess.evidence)})"
+    return guess.version, source
+
+
+def config_options(store: Store) -> dict:
+    """The settings a saved plan must be applied with (``apply`` reopens the store with them)."""
+    c = store.config
+    geometry = store.index_geometry
+    return {
+        "commitlog_file_size": store.commitlog.file_size,
+        "consume_queue_file_size": store.consume_queue_file_size,
+        "hash_slot_num": geometry.hash_slot_num if geometry else c.hash_slot_num,
+        "index_num": geometry.index_num if geometry else c.index_num,
+        "message_index_enable": c.message_index_enable,
+        "message_index_safe": c.message_index_safe,
+        "check_crc_on_recover": c.check_crc_on_recover,
+        "delay_levels": c.delay_levels,
+    }
+
+
+def rel(store: Store, path: Path) -> str:
+    return os.path.relpath(path, store.root)
+
+
+def as_message(m) -> Message:
+    return Message(m.offset, m.size, m.topic, m.queue_id, m.queue_offset, m.transaction_type, m.store_timestamp, m.msg_id, m.uniq_key, m.keys, m.crc_ok)
+
+
+def last_nonzero(path: Path, start: int, chunk: int = 1 << 24) -> int:
+    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none);
+    holes of a sparse file are not read."""
+    extents = data_extents(path, start)
+    if not extents:
+        return start
+    with MappedFile(path) as mf:
+        array = np.frombuffer(mf.buf, dtype=np.uint8) if mf.size else np.empty(0, dtype=np.uint8)
+        try:
+            for lo, hi in reversed(extents):
+                end = hi
+                while end > lo:
+                    begin = max(lo, end - chunk)
+                    nz = np.flatnonzero(array[begin:end])
+                    if nz.size:
+                        return begin + int(nz[-1]) + 1
+                    end = begin
+            return start
+        finally:
+            del array
+
+
+@dataclass
+class ScanResult:
+    """The commit log scan of a recovery (with or without dispatch)."""
+
+    start: int
+    rule: str
+    end: object = None
+    records: int = 0
+    last_valid: int = -1
+
+
+def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool, accept_v2: bool) -> tuple[CommitLogPlan, LostMessages, list[Action]]:
+    cl = store.commitlog
+    end = scan.end
+    actions: list[Action] = []
+    index = cl.segment_index(end.offset)
+    cut_segment, zero_from, zero_to, deleted = None, end.offset, end.offset, []
+    if index is not None:
+        seg = cl.segments[index]
+        cut_segment = seg.path.name
+        stop = seg.base_offset + last_nonzero(seg.path, end.offset - seg.base_offset)
+        if stop > end.offset:
+            zero_to = stop
+            actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))
+        deleted = [s for s in cl.segments[index + 1 :]]
+    for seg in deleted:
+        actions.append(Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)"))
+    found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2)
+    lost = LostMessages(
+        found.records,
+        found.record_bytes,
+        tuple(as_message(m) for m in found.listed),
+        len(found.listed) == found.records,
+        found.other_bytes,
+        found.first_other,
+    )
+    first_invalid = None
+    if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
+        found_first = record_at(cl, end.offset, legacy)
+        first_invalid = as_message(found_first) if found_first is not None else None
+    damage = not end.is_clean or found.records > 0
+    plan = CommitLogPlan(
+        cl.min_offset,
+        cl.end_of_files,
+        scan.start,
+        scan.rule,
+        scan.records,
+        end.offset,
+        end.reason,
+        end.detail,
+        damage,
+        first_invalid,
+        scan.last_valid,
+        cut_segment,
+        zero_from,
+        zero_to,
+        tuple(s.path.name for s in deleted),
+    )
+    return plan, lost, actions
+
+
+def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> list[tuple[int, int]]:
+    """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
+    contiguous in the broker: each begins with the first keyed record after the previous one)."""
+    covered = [(f.end_phy_offset, f) for f in index_plan.files if f.action != "delete" and f.entries_after > 0]
+    starts = {f.name: f for f in index_plan.files}
+    gaps = []
+    prev_end = None  # offset of the last indexed record so far
+    cl = store.commitlog
+    for f in sorted(starts.values(), key=lambda f: f.name):
+        if f.action == "delete" or f.entries_after <= 0:
+            continue
+        begin = _begin_phy(store, f)
+        start_at = cl.min_offset if prev_end is None else prev_end
+        if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
+            gaps.append((start_at, begin))
+        prev_end = max(prev_end or 0, f.end_phy_offset)
+    if covered and prev_end is not None and prev_end < end and _keyed_record_between(store, prev_end, end, skip_first=True, legacy=legacy):
+        gaps.append((prev_end, end))
+    if not covered and _keyed_record_between(store, cl.min_offset, end, skip_first=False, legacy=legacy):
+        gaps.append((cl.min_offset, end))
+    return gaps
+
+
+def _begin_phy(store: Store, f: IndexFilePlan) -> int | None:
+    if f.action == "create":
+        return None  # created by this plan from the dispatch: contiguous by construction
+    with MappedFile(store.path("index", f.name)) as mf:
+        from ..formats import index as ixfmt
+
+        return ixfmt.read_header(mf.buf).begin_phy_offset
+
+
+def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
+    """True if a record with UNIQ_KEY or KEYS lies in ``[start, stop)`` (``start`` excluded if
+    ``skip_first``); reads at most ``limit`` records, then assumes yes."""
+    from ..formats.errors import FormatError
+    from ..formats.properties import PropertyKey
+
+    pos, seen = start, 0
+    cl = store.commitlog
+    while pos < stop and seen < limit:
+        try:
+            record = cl.read_record(pos)
+        except (FormatError, LookupError):
+            return False
+        if not hasattr(record, "properties"):  # a blank: next segment
+            index = cl.segment_index(pos)
+            if index is None or index + 1 >= len(cl.segments):
+                return False
+            pos = cl.segments[index + 1].base_offset
+            continue
+        if not (skip_first and pos == start) and record.transaction_type.name != "ROLLBACK":
+            props = record.property_map(legacy=legacy)
+            if props.get(PropertyKey.UNIQ_KEY) or props.get(PropertyKey.KEYS, "").strip(" "):
+                return True
+            seen += 1
+        pos += record.total_size
+    return seen >= limit
+
+
+def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_invalid: Message | None) -> LostMessages:
+    """Consume queue entries past the cut whose message is not among the decoded lost records."""
+    known = {m.offset for m in lost.messages} | ({first_invalid.offset} if first_invalid else set())
+    refs = []
+    for (topic, qid), sim in sorted(sims.items()):
+        if not sim.exists or sim.recovered_max_phys <= end:
+            continue
+        for qoff, phys, size in sim.entries_from(end):
+            if phys not in known and (lost.complete or phys < (lost.messages[-1].offset if lost.messages else end)):
+                refs.append(QueueRef(topic, qid, qoff, phys, size))
+    return replace(lost, unreadable=tuple(sorted(refs, key=lambda r: (r.offset, r.topic, r.queue_id))))
+
+
+def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: bool, seeds: tuple) -> QueuePlan:
+    files = tuple(QueueFile(offset_file_name(f.base), f.action, f.zero_from) for f in sim.fates())
+    return QueuePlan(
+        sim.topic,
+        sim.queue_id,
+        min_before,
+        max_before,
+        sim.max_offset,
+        sim.min_offset(clmin, v5=v5),
+        sim.dropped_units,
+        sim.cut_units,
+        sim.resurrected_units,
+        sim.added,
+        sim.fillers,
+        sim.first_added[0] if sim.first_added else None,
+        sim.last_added[0] if sim.last_added else None,
+        seeds,
+        files,
+    )
+
+
+def queue_actions(store: Store, queues: Iterable[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
+    """Deletions of consume queue files, and whether any file is rewritten or created."""
+    actions, writes = [], False
+    for q in queues:
+        for f in q.files:
+            if f.action == "delete":
+                path = rel(store, sims[(q.topic, q.queue_id)].directory / f.name)
+                actions.append(Action("delete", path, note=f"consume queue {q.topic}/{q.queue_id}"))
+            else:
+                writes = True
+    return actions, writes
+
+
+def write_action(queues: bool, index: bool) -> list[Action]:
+    if not (queues or index):
+        return []
+    what = " and ".join(w for w, on in (("consume queue", queues), ("index", index)) if on)
+    return [Action("write-dispatch", "", note=f"{what} files rewritten or created, from the dispatch phases")]
+
+
+def fingerprints(store: Store, paths: Iterable[Path], crc_paths: set[Path] = frozenset(), *, with_crc: bool = False) -> tuple[Fingerprint, ...]:
+    """Size and mtime of every path that exists; CRC32 for ``crc_paths`` when ``with_crc``."""
+    out, seen = [], set()
+    for p in paths:
+        if p in seen or not p.exists():
+            continue
+        seen.add(p)
+        st = p.stat()
+        crc = file_crc32(p) if with_crc and p in crc_paths else None
+        out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
+    return tuple(out)
+
+
+def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
+    try:
+        from isal.isal_zlib import crc32
+    except ImportError:  # pragma: no cover
+        from zlib import crc32
+    crc = 0
+    with MappedFile(path) as mf:
+        buf = memoryview(mf.buf) if mf.size else memoryview(b"")
+        try:
+            for p in range(0, mf.size, chunk):
+                crc = crc32(buf[p : p + chunk], crc)
+        finally:
+            buf.release()
+    return crc
+
+
+def seed_of(sim: QueueSim) -> tuple[int | None, int]:
+    s = sim.queue_state
+    return s.write_pos, s.max_phys_offset
+
+
+class PhaseCounts:
+    """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
+    and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
+
+    def __init__(self):
+        self.records = 0
+        self.cq = 0
+        self.sched = 0
+        self.last_cq_ts: int | None = None
+
+
+def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRules, index_writer, counts: PhaseCounts) -> None:
+    """One dispatched batch into the queue simulations and the (dry) index writer."""
+    if len(batch) == 0:
+        return
+    counts.records += len(batch)
+    cq_mask = batch.to_consume_queue
+    if cq_mask.any():
+        counts.cq += int(cq_mask.sum())
+        counts.last_cq_ts = int(batch.fields[np.flatnonzero(cq_mask)[-1], fd.F_STORE_TS])
+    for topic, qid, rows in queue_groups(batch, topics.names):
+        sim = sims.get((topic, qid))
+        if sim is None:
+            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
+        placed = sim.place(*batch.queue_columns(rows))
+        if topic == SCHEDULE_TOPIC:
+            counts.sched += placed
+    if index_writer is not None:
+        index_writer.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+
+
+def geometry(store: Store) -> tuple[int, int]:
+    g = store.index_geometry
+    return (g.hash_slot_num, g.index_num) if g else DEFAULT_GEOMETRY
+
+
+def dry_index_writer(store: Store, rules: RecoveryRules, kept: list, dropped: list) -> IndexWriterService:
+    """A dry ``IndexWriterService`` continuing after the last kept file (``dropped`` names are
+    not reused)."""
+    slots, num = geometry(store)
+    last = kept[-1] if kept else None
+    append = (last.name, last.path) if last is not None and last.header.index_count < num else None
+    return IndexWriterService(
+        store.path("index"),
+        slots,
+        num,
+        previous=last.header if last is not None else None,
+        taken_names={f.name for f in kept + dropped},
+        append_to=append,
+        after_name=last.name if last is not None else None,
+        counts_used_slots=rules.index_counts_used_slots,
+        dry=True,
+    )
+
+
+def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexWriterService | None, enabled: bool, indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
+    slots, num = geometry(store)
+    files, actions = [], []
+    results = {}
+    if writer is not None:
+        writer.close()
+        results = {r.name: r for r in writer.results if r.entries_added or r.created}
+    for f in dropped:
+        h = f.header
+        files.append(IndexFilePlan(f.name, "delete", "newer than the checkpoint's indexMsgTimestamp after an abnormal exit (IndexService.load)", h.entry_count, 0, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
+        actions.append(Action("delete", rel(store, f.path), note="index file newer than indexMsgTimestamp"))
+    for f in kept:
+        h = f.header
+        r = results.pop(f.name, None)
+        if r is None:
+            files.append(IndexFilePlan(f.name, "keep", "", h.entry_count, h.entry_count, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
+        else:
+            files.append(IndexFilePlan(f.name, "append", "re-dispatched records", h.entry_count, r.end.entry_count, r.end.begin_timestamp, r.end.end_timestamp, r.end.end_phy_offset))
+    for r in results.values():
+        files.append(IndexFilePlan(r.name, "create", "dispatched records", 0, r.end.entry_count, r.end.begin_timestamp, r.end.end_timestamp, r.end.end_phy_offset))
+    keys = sum(p.entries_after - p.entries_before for p in files if p.action in ("append", "create"))
+    full = writer.full_end_timestamp if writer is not None and writer.full_end_timestamp else None
+    plan = IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None)
+    return plan, actions
+
+
+def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:
+    """Every file the plan read (size, mtime) or changes (and, for saved plans, their CRC32)."""
+    root = store.path()
+    read: list[Path] = []
+    changed: set[Path] = set()
+    cl = store.commitlog
+    start = plan.commitlog.scan_from if plan.commitlog else cl.min_offset
+    for phase in plan.dispatch:
+        start = min(start, phase.start)
+    read += [seg.path for seg in cl.segments if seg.end_offset > start]
+    changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
+    for q in plan.queues:
+        sim = sims[(q.topic, q.queue_id)]
+        read += sim.original.values()
+        changed.update(sim.directory / f.name for f in q.files)
+    read += [f.path for f in store.index_files]
+    if plan.index is not None:
+        changed.update(root / "index" / f.name for f in plan.index.files if f.action != "keep")
+    if plan.checkpoint is not None and plan.checkpoint.changed:
+        changed.add(root / "checkpoint")
+    read += [root / "checkpoint", root / markers.ABORT_FILE]
+    return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
+
+
+def feed_index(batch, writer: IndexWriterService, counts: PhaseCounts) -> None:
+    if len(batch):
+        counts.records += len(batch)
+        writer.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)

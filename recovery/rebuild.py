@@ -1,0 +1,174 @@
+"""Plans for ``rebuild-cq`` and ``rebuild-index``: regenerate consume queue or index files from the
+commit log, as the broker's reput service and ``IndexService.buildIndex`` write them when they
+are missing (reference §5.10, §6.5-§6.8, §8.12).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ..errors import BadInput
+from ..formats import checkpoint as cpfmt
+from ..formats.config import topic_names
+from ..store import Store
+from .dispatch import TAGS_DELIVERY_TIME, DispatchCache, TopicTable, phase_scanner, queue_groups
+from .pieces import (
+    DEFAULT_GEOMETRY,
+    config_options,
+    dry_index_writer,
+    feed_index,
+    index_plan_of,
+    PhaseCounts,
+    plan_inputs,
+    PlanOptions,
+    queue_actions,
+    queue_plan,
+    store_version,
+    write_action,
+)
+from .plan import Action, CheckpointPlan, DispatchPhase, Plan
+from .queues import QueueSim
+from .rules import RecoveryRules
+from .startfile import abnormal_start, normal_start
+
+# ---- rebuild-cq / rebuild-index -------------------------------------------------------------
+
+
+def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[int, str, list[str]]:
+    """The commit log's valid end as the broker's recovery would find it (no dispatch)."""
+    cl = store.commitlog
+    notes = []
+    if store.abort_present:
+        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+        start = abnormal_start(cl, rules, cp, index_safe=store.config.message_index_safe and store.config.message_index_enable)
+        notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
+    else:
+        max_cq = max((QueueSim.load(q).recovered_max_phys for q in store.consume_queues), default=-1)
+        start = normal_start(cl, rules, max_cq)
+    scanner = phase_scanner(
+        cl, start.offset, None, discipline="recovery", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+        legacy_properties=rules.legacy_properties, index_enable=False, check_crc=store.config.check_crc_on_recover, topics=topics,
+    )
+    for _ in scanner:
+        pass
+    end = scanner.end
+    if not end.is_clean:
+        notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
+    return end.offset, start.rule, notes
+
+
+def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
+    version, source = store_version(store)
+    return Plan(
+        command, str(store.path().resolve()), int(time.time() * 1000), str(version), source, None,
+        {**config_options(store), **options}, None, None, (phase,), tuple(queues), index_plan, cp_plan, False,
+        tuple(notes), tuple(actions), (),
+    )
+
+
+def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+    """Regenerate consume queue files from the commit log, as the broker's reput service
+    writes them when they are missing (``start()`` re-dispatches from the commit log min,
+    §8.12): every record from the first segment to the valid end, tags code = delivery time for
+    delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
+    The selected queues' files are replaced; files the rebuild does not produce are deleted."""
+    store.path()
+    version, _ = store_version(store)
+    rules = RecoveryRules(version)
+    cl = store.commitlog
+    topics = cache.topics if cache is not None else TopicTable()
+    end, _rule, notes = _valid_end(store, rules, TopicTable())
+    allowed = None
+    if options.respect_topic_config:
+        doc = store.config_file("topics.json")
+        if doc is None:
+            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
+        allowed = topic_names(doc)
+
+    def selected(topic: str, qid: int) -> bool:
+        return (options.topic is None or topic == options.topic) and (options.queue_id is None or qid == options.queue_id)
+
+    existing = {(q.topic, q.queue_id): q for q in store.consume_queues if selected(q.topic, q.queue_id)}
+    sims: dict = {}
+    skipped: dict[str, int] = {}
+    counts = PhaseCounts()
+    scanner = phase_scanner(
+        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+        legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False, topics=topics,
+    )
+    for batch in scanner:
+        counts.records += len(batch)
+        if cache is not None:
+            cache.add(0, batch)
+        for topic, qid, rows in queue_groups(batch, topics.names):
+            if not selected(topic, qid):
+                continue
+            if allowed is not None and topic not in allowed:
+                skipped[topic] = skipped.get(topic, 0) + len(rows)
+                continue
+            sim = sims.get((topic, qid))
+            if sim is None:
+                sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
+            counts.cq += sim.place(*batch.queue_columns(rows))
+    for skipped_record in scanner.skipped:
+        notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
+    for topic, n in sorted(skipped.items()):
+        notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
+    for key, q in existing.items():
+        sim = sims.get(key) or QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, dedup_by_end=rules.cq_dedup_by_end)
+        sim.original = {base: path for base, path in q.files}
+        sims[key] = sim
+    clmin = cl.min_offset
+    queue_plans = []
+    for key, sim in sorted(sims.items()):
+        q = existing.get(key)
+        if q is not None:
+            old = QueueSim.load(q)
+            before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
+        else:
+            before = (0, 0)
+        queue_plans.append(queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,)))
+    deletes, writes = queue_actions(store, queue_plans, sims)
+    phase = DispatchPhase("rebuild", clmin, end, "reput", TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
+    opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
+    plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
+    return plan.with_inputs(plan_inputs(store, plan, sims, with_crc=with_crc))
+
+
+def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+    """Regenerate every index file from the commit log, as ``IndexService.buildIndex`` builds them
+    (every record from the first segment to the valid end; ROLLBACK records skipped). New files
+    are named from the store time of their first record. The checkpoint's indexMsgTimestamp
+    becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
+    store.path()
+    version, _ = store_version(store)
+    rules = RecoveryRules(version)
+    cl = store.commitlog
+    topics = cache.topics if cache is not None else TopicTable()
+    end, _rule, notes = _valid_end(store, rules, TopicTable())
+    if store.index_geometry is None:
+        notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
+    old = store.index_files
+    writer = dry_index_writer(store, rules, [], old)
+    counts = PhaseCounts()
+    scanner = phase_scanner(
+        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+        legacy_properties=rules.legacy_properties, index_enable=True, check_crc=False, topics=topics,
+    )
+    for batch in scanner:
+        feed_index(batch, writer, counts)
+        if cache is not None:
+            cache.add(0, batch)
+    index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset)
+    index_plan = replace(index_plan, files=tuple(replace(f, reason="replaced by the rebuild") if f.action == "delete" else f for f in index_plan.files))
+    actions += write_action(False, any(f.action == "create" for f in index_plan.files))
+    cp = store.checkpoint
+    cp_plan = None
+    full = index_plan.index_msg_timestamp_after or 0
+    if cp is not None and cp.index_msg_timestamp != full:
+        cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
+        actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
+    phase = DispatchPhase("rebuild", cl.min_offset, end, "reput", TAGS_DELIVERY_TIME, False, True, counts.records, 0)
+    plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
+    return plan.with_inputs(plan_inputs(store, plan, {}, with_crc=with_crc))
