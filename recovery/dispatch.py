@@ -124,6 +124,11 @@ class DispatchBatch:
         return tuple(np.ascontiguousarray(self.fields[rows, c]) for c in cols)
 
     @property
+    def multi_dispatch(self) -> int:
+        """Records carrying INNER_MULTI_DISPATCH (LMQ), whose extra queue entries mqtool does not write."""
+        return int(np.count_nonzero(self.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH))
+
+    @property
     def nbytes(self) -> int:
         return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
 
@@ -348,7 +353,7 @@ class DispatchScanner:
             keys = ([request.uniq_key] if request.uniq_key is not None else []) + list(request.keys) if indexed else []
             replaced[r] = np.asarray([_partial_key(k) for k in keys], dtype=np.int64)
             out[r, fd.F_TAGS] = request.tags_code
-            out[r, fd.F_FLAGS] = 0
+            out[r, fd.F_FLAGS] &= ~fd.FLAG_FALLBACK
         key_lo = int(out[lo, fd.F_KEY_START]) if hi > lo else acc.key_fill
         key_hi = int(out[hi - 1, fd.F_KEY_START] + out[hi - 1, fd.F_KEY_COUNT]) if hi > lo else key_lo
         pieces, cursor = [], key_lo

@@ -57,11 +57,13 @@ TRAN_ROLLBACK = int(fmt.TransactionType.ROLLBACK)
 ) = range(14)
 N_FIELDS = 14
 FLAG_FALLBACK = 1
+FLAG_MULTI_DISPATCH = 2  # INNER_MULTI_DISPATCH: extra LMQ queue entries the broker may write (§3.6)
 
 _TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 _KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
 _UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
 _DELAY = np.frombuffer(b"DELAY", dtype=np.uint8)
+_MULTI = np.frombuffer(b"INNER_MULTI_DISPATCH", dtype=np.uint8)
 SCHEDULE_TOPIC_BYTES = np.frombuffer(b"SCHEDULE_TOPIC_XXXX", dtype=np.uint8)
 _M32 = np.int64(0xFFFFFFFF)
 
@@ -300,6 +302,9 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
                 elif length == 5:
                     if _is(buf, ks, ke, _DELAY):
                         delay_s, delay_e = vs, ve
+                elif length == 20:
+                    if _is(buf, ks, ke, _MULTI):
+                        flags |= FLAG_MULTI_DISPATCH
             i = j + 1
         tags = np.int64(0)
         if tags_s >= 0:

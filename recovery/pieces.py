@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import UnknownStoreVersion
+from ..errors import BadInput, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
@@ -57,11 +57,25 @@ class PlanOptions:
 
 
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
+    unsupported_queues(store)
     guess = store.version_guess
     if guess.version is None:
         raise UnknownStoreVersion("cannot tell which broker version wrote this store; pass --broker-version (e.g. 4.9.7 or 5.3.3)")
     source = "given" if guess.given else f"detected ({guess.label}: {'; '.join(guess.evidence)})"
     return guess.version, source
+
+
+def unsupported_queues(store: Store) -> None:
+    """Refuse stores whose queues mqtool cannot rebuild: RocksDB consume queues (5.2.0+,
+    ``storeType=defaultRocksDB``) and BatchConsumeQueue topics (5.0.0+), whose records the
+    broker dispatches elsewhere (reference §5.5, §5.6)."""
+    if store.root is None:
+        return
+    if (store.path("consumequeue", "CURRENT")).exists():
+        raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
+    bcq = store.path("batchconsumequeue")
+    if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
+        raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: their records would be put in plain consume queues")
 
 
 def config_options(store: Store) -> dict:
@@ -327,6 +341,7 @@ class PhaseCounts:
         self.records = 0
         self.cq = 0
         self.sched = 0
+        self.multi = 0
         self.last_cq_ts: int | None = None
 
 
@@ -335,6 +350,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRul
     if len(batch) == 0:
         return
     counts.records += len(batch)
+    counts.multi += batch.multi_dispatch
     cq_mask = batch.to_consume_queue
     if cq_mask.any():
         counts.cq += int(cq_mask.sum())

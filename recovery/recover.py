@@ -209,6 +209,12 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     cp_plan = None
     remove_abort = False
     if dispatching:
+        multi = sum(c.multi for c in phase_counts)
+        if multi:
+            notes.append(
+                f"{multi} re-dispatched record(s) carry INNER_MULTI_DISPATCH (LMQ): a broker with enableMultiDispatch/enableLmq also "
+                "writes their entries into the listed queues; mqtool does not (reference §3.6)"
+            )
         last_cq = [c.last_cq_ts for c in phase_counts if c.last_cq_ts is not None]
         after = cp._replace(logics_msg_timestamp=last_cq[-1] if last_cq else cp.logics_msg_timestamp)
         if index_plan is not None and index_plan.index_msg_timestamp_after is not None:

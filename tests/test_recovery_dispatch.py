@@ -134,3 +134,10 @@ def test_index_disabled_yields_no_keys():
     with Store.open(store_path("5.3.3", "clean-small")) as store:
         got, _ = dispatched(store, DispatchOptions(store.delay_table, False, index_enable=False))
     assert all(row[-1] == [] for row in got)
+
+
+def test_multi_dispatch_records_are_flagged(tmp_path):
+    props = [b"TAGS\x01t\x02", b"INNER_MULTI_DISPATCH\x01%LMQ%a,%LMQ%b\x02INNER_MULTI_QUEUE_OFFSET\x013,4\x02"]
+    with Store.open(build(tmp_path, props)) as store:
+        batches = list(DispatchScanner(store.commitlog, 0, None, DispatchOptions(store.delay_table)))
+    assert sum(b.multi_dispatch for b in batches) == 1

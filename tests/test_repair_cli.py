@@ -195,3 +195,12 @@ def test_an_unwritable_backup_dir_changes_nothing(crashed, tmp_path):
     err = error_line(run("recover", crashed, "--yes", "--backup-dir", blocker / "backup"), EXIT_BAD_INPUT)
     assert "nothing was changed" in err
     assert tree(crashed) == before
+
+
+def test_unsupported_queue_stores_are_refused(tmp_path):
+    rocks = copy_store("5.3.3", "clean-small", tmp_path / "rocks")
+    (rocks / "consumequeue" / "CURRENT").write_text("MANIFEST-000001\n")
+    assert "RocksDB" in error_line(run("recover", rocks, "--dry-run"), EXIT_BAD_INPUT)
+    batch = copy_store("5.3.3", "clean-small", tmp_path / "batch")
+    (batch / "batchconsumequeue" / "BatchTopic" / "0").mkdir(parents=True)
+    assert "BatchConsumeQueue" in error_line(run("rebuild-cq", batch, "--dry-run"), EXIT_BAD_INPUT)
