@@ -219,10 +219,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:60} {seconds:8.2f} {rate:8.0f} {rate / BROKER_MB_S[0]:13.2f} {rate / BROKER_MB_S[1]:13.2f}")
         results.append({"what": label, "seconds": round(seconds, 3), "mb_per_s": round(rate, 1)})
     cli_rate = data / cli_s / 1e6
+    recover_rate = data / sum(best) / 1e6
     target = TARGET_RATIO * BROKER_MB_S[1]
-    verdict = "met" if cli_rate >= target else "NOT met"
     print(f"\nre-dispatched {summary.get('records')} records: {summary.get('cq_entries')} consume queue entries, {summary.get('index_entries')} index entries in {len(summary.get('index_files', []))} file(s)")
-    print(f"target >= {TARGET_RATIO} x the broker's {BROKER_MB_S[1]} MB/s = {target:.0f} MB/s end to end: {verdict} ({cli_rate:.0f} MB/s)")
+    print(f"target >= {TARGET_RATIO} x the broker's {BROKER_MB_S[1]} MB/s = {target:.0f} MB/s (the broker's figure is its recovery, without JVM start-up):")
+    print(f"  recovery (in-process): {recover_rate:.0f} MB/s, target {'met' if recover_rate >= target else 'NOT met'}")
+    print(f"  mqtool recover end to end (with interpreter start-up): {cli_rate:.0f} MB/s, {'met' if cli_rate >= target else 'NOT met'}")
     if a.json:
         a.json.write_text(json.dumps({"store": base.name, "bytes": data, "results": results, "summary": summary, "target_mb_s": target}, indent=2))
     return 0
