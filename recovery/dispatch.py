@@ -395,7 +395,7 @@ class DispatchCache:
     process, so the commit log range is walked and parsed once. Over budget it gives up and the
     apply scans again; the result is the same either way."""
 
-    def __init__(self, budget: int = 1 << 30):
+    def __init__(self, budget: int = 512 << 20):
         self.budget = budget
         self.topics = TopicTable()
         self.phases: dict[int, list[DispatchBatch]] = {}

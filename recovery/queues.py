@@ -173,7 +173,7 @@ class QueueSim:
             self._new_file(base)
         self._chunks.append((kp, kphys.astype(np.int64), ksize.astype(np.int64)))
         self._kept += placed
-        if self._kept > max(4 * self.file_size // ENTRY, self.PRUNE_MIN):
+        if self._kept > max(2 * self.file_size // ENTRY, self.PRUNE_MIN):
             self._prune()
         return placed
 
