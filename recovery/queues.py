@@ -178,7 +178,9 @@ class QueueSim:
         return placed
 
     def _prune(self) -> None:
-        """Keep placed units only where later steps read them: the first and the last file."""
+        """Keep placed units only where later steps read them: the first file (min offset) and
+        the last (the truncate walk; it never deletes a file holding placed units, since every
+        dispatched record lies before the cut)."""
         keep = {min(self.files), max(self.files)}
         pruned = []
         for pos, phys, size in self._chunks:
