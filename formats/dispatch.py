@@ -9,6 +9,7 @@ ROLLBACK records, under ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS entry
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Mapping, NamedTuple
 
 from .commitlog import CommitLogRecord, TransactionType, transaction_type
@@ -32,6 +33,22 @@ def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
 DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def java_parse_int(text: str) -> int:
+    """``Integer.parseInt(text)``: optional sign, Unicode decimal digits, int32 range; raises
+    ``ValueError`` otherwise (unlike Python's ``int``: no spaces, no underscores)."""
+    digits = text[1:] if text[:1] in "+-" and len(text) > 1 else text
+    if not digits or any(unicodedata.decimal(ch, None) is None for ch in digits):
+        raise ValueError(text)
+    value = int("".join(str(unicodedata.decimal(ch)) for ch in digits))
+    value = -value if text[0] == "-" else value
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ValueError(text)
+    return value
+
+
 def dispatches_to_consume_queue(sys_flag: int) -> bool:
     return transaction_type(sys_flag) in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
 
@@ -49,9 +66,9 @@ def consume_queue_tags_code(
     delay = properties.get(PropertyKey.DELAY)
     if topic == SCHEDULE_TOPIC and delay is not None:
         try:
-            level = int(delay)
+            level = java_parse_int(delay)
         except ValueError:
-            raise CorruptRecord(-1, f"DELAY property {delay!r} is not a number") from None
+            raise CorruptRecord(-1, f"DELAY property {delay!r} is not an int (Integer.parseInt throws)") from None
         level = min(level, max(delay_table, default=0))
         if level > 0:
             code = store_timestamp + delay_table.get(level, 1000)

@@ -16,36 +16,20 @@ from __future__ import annotations
 
 import queue
 import threading
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import SCHEDULE_TOPIC, dispatch_request
-from ..formats.errors import CorruptRecord, FormatError
+from ..formats.dispatch import dispatch_request
+from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
-from ..formats.properties import PropertyKey
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 POW31 = fd.pow31_table()
-
-
-def java_parse_int(text: str) -> int:
-    """``Integer.parseInt(text)``: optional sign, Unicode decimal digits, int32 range; raises
-    ``ValueError`` otherwise (unlike Python's ``int``, no spaces or underscores)."""
-    digits = text[1:] if text[:1] in "+-" and len(text) > 1 else text
-    if not digits or any(unicodedata.decimal(ch, None) is None for ch in digits):
-        raise ValueError(text)
-    value = int("".join(str(unicodedata.decimal(ch)) for ch in digits))
-    value = -value if text[0] == "-" else value
-    if not INT32_MIN <= value <= INT32_MAX:
-        raise ValueError(text)
-    return value
 
 
 def _partial_key(key: str) -> int:
@@ -374,17 +358,7 @@ class DispatchScanner:
         return hi, bad
 
     def _request(self, record: clfmt.CommitLogRecord):
-        props = record.property_map(legacy=self.options.legacy_properties)
-        delay = props.get(PropertyKey.DELAY)
-        if record.topic_name == SCHEDULE_TOPIC and delay is not None:
-            try:
-                java_parse_int(delay)
-            except ValueError:
-                raise CorruptRecord(record.offset, f"DELAY property {delay!r} is not an int (Integer.parseInt throws)") from None
-        try:
-            return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
-        except FormatError as exc:  # pragma: no cover - guarded by the check above
-            raise CorruptRecord(record.offset, exc.reason) from None
+        return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
 
 
 # ---- dispatch phases (shared by planning and apply) ---------------------------------------

@@ -11,7 +11,8 @@ from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from mqtool.formats.hashing import index_key_hash
 from mqtool.recovery import fastdispatch as fd
-from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner, java_parse_int
+from mqtool.formats.dispatch import java_parse_int
+from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner
 from mqtool.store import Store
 
 
