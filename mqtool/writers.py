@@ -37,10 +37,10 @@ from .formats import consumequeue as cqfmt
 from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
 from .formats.hashing import index_key_hash
+from .store.consumequeue import UNIT_DTYPE
 
 ENTRY = cqfmt.ENTRY_SIZE
-CQ_UNIT = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-FILLER_UNIT = np.array([cqfmt.FILLER], dtype=CQ_UNIT)
+FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
 
 
 def offset_file_name(offset: int) -> str:
@@ -230,8 +230,8 @@ class ConsumeQueueWriter:
                 self._touch(q, int(q.state[S_FILL_FROM]))
         if placed:
             keep = pos >= 0
-            units = np.empty(placed, dtype=CQ_UNIT)
-            units["phys"], units["size"], units["tags"] = phys[keep], size[keep], tags[keep]
+            units = np.empty(placed, dtype=UNIT_DTYPE)
+            units["phys_offset"], units["size"], units["tags_code"] = phys[keep], size[keep], tags[keep]
             self._write(q, int(pos[keep][0]), units)
             q.placed += placed
         return placed

@@ -22,9 +22,9 @@ from typing import ClassVar
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
-from ..store.consumequeue import ConsumeQueue
+from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import MappedFile
-from ..writers import CQ_UNIT, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
+from ..writers import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
 
@@ -75,7 +75,8 @@ class QueueSim:
     def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True) -> "QueueSim":
         sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, exists=True)
         sim.original = {base: path for base, path in queue.files}
-        sim.recovered_end, sim.recovered_max_phys = sim._recover()
+        recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
+        sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_phys_offset
         for base in sim.original:
             if base > sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
                 sim.deleted.add(base)
@@ -87,25 +88,6 @@ class QueueSim:
         sim.state[S_MAX_PHYS] = sim.recovered_max_phys
         return sim
 
-    def _recover(self) -> tuple[int, int]:
-        """``ConsumeQueue.recover`` (§5.7), vectorised: from the third-from-last file, the first
-        unit with ``offset < 0 or size <= 0`` ends the queue; a file valid to its end continues
-        into the next. Returns (end, max physical offset or -1)."""
-        bases = sorted(self.original)
-        if not bases:
-            return 0, -1
-        max_phys = -1
-        for i in range(max(0, len(bases) - 3), len(bases)):
-            base = bases[i]
-            units = self._view(base)
-            bad = (units["phys"] < 0) | (units["size"] <= 0)
-            stop = int(np.argmax(bad)) if bad.any() else units.shape[0]
-            if stop:
-                max_phys = int(units["phys"][stop - 1]) + int(units["size"][stop - 1])
-            if stop * ENTRY < self.file_size or i + 1 == len(bases):
-                return base + stop * ENTRY, max_phys
-        raise AssertionError("unreachable")
-
     @classmethod
     def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True) -> "QueueSim":
         return cls(topic, queue_id, directory, file_size, dedup_by_end)
@@ -114,12 +96,9 @@ class QueueSim:
         """The units of original file ``base`` as a read-only view of its map (no copy); a
         file shorter than the configured size reads as zeros past its end (the broker maps the
         configured size)."""
-        mf = MappedFile(self.original[base], base)
-        usable = min(mf.size, self.file_size)
-        units = np.frombuffer(mf.buf, dtype=CQ_UNIT, count=usable // ENTRY) if usable >= ENTRY else np.zeros(0, dtype=CQ_UNIT)
-        mf.close()  # the map lives on while the view does
+        units = read_units(self.original[base], self.file_size)
         if units.shape[0] < self.file_size // ENTRY:
-            units = np.concatenate([units, np.zeros(self.file_size // ENTRY - units.shape[0], dtype=CQ_UNIT)])
+            units = np.concatenate([units, np.zeros(self.file_size // ENTRY - units.shape[0], dtype=UNIT_DTYPE)])
         return units
 
     def _nonzero_units_from(self, logical: int) -> int:
@@ -128,7 +107,7 @@ class QueueSim:
             if base + self.file_size <= logical:
                 continue
             tail = self._view(base)[max(0, (logical - base) // ENTRY) :]
-            count += int(np.count_nonzero((tail["phys"] != 0) | (tail["size"] != 0) | (tail["tags"] != 0)))
+            count += int(np.count_nonzero((tail["phys_offset"] != 0) | (tail["size"] != 0) | (tail["tags_code"] != 0)))
         return count
 
     def entries_from(self, phys_offset: int) -> list[tuple[int, int, int]]:
@@ -137,10 +116,10 @@ class QueueSim:
         out = []
         for base in sorted((b for b in self.original if b < self.recovered_end), reverse=True):
             units = self._view(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
-            real = (units["phys"] >= 0) & (units["size"] > 0) & ~((units["phys"] == 0) & (units["size"] == cqfmt.FILLER[1]))
-            for i in np.flatnonzero(real & (units["phys"] >= phys_offset))[::-1].tolist():
-                out.append(((base // ENTRY) + i, int(units["phys"][i]), int(units["size"][i])))
-            if units.shape[0] and real[0] and units["phys"][0] < phys_offset:
+            real = (units["phys_offset"] >= 0) & (units["size"] > 0) & ~((units["phys_offset"] == 0) & (units["size"] == cqfmt.FILLER[1]))
+            for i in np.flatnonzero(real & (units["phys_offset"] >= phys_offset))[::-1].tolist():
+                out.append(((base // ENTRY) + i, int(units["phys_offset"][i]), int(units["size"][i])))
+            if units.shape[0] and real[0] and units["phys_offset"][0] < phys_offset:
                 break
         return out[::-1]
 
@@ -203,7 +182,7 @@ class QueueSim:
         count = self.file_size // ENTRY if count is None else count
         if self.files.get(base) == "original":
             units = self._view(base)[:count]
-            phys, size = units["phys"].astype(np.int64), units["size"].astype(np.int64)
+            phys, size = units["phys_offset"].astype(np.int64), units["size"].astype(np.int64)
         else:
             phys = np.zeros(count, dtype=np.int64)
             size = np.zeros(count, dtype=np.int64)

@@ -10,18 +10,17 @@ from conftest import VERSIONS, store_path
 
 from mqtool.recovery.queues import QueueSim
 from mqtool.store import ConsumeQueue, Store
-from mqtool.writers import CQ_UNIT
+from mqtool.store.consumequeue import UNIT_DTYPE
 
 STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "retention-small"), ("4.9.7", "rewrite-clean")]
 
 
 @pytest.mark.parametrize("version,name", STORES)
-def test_simulation_reads_queues_like_the_store_model(version, name):
+def test_simulation_min_offsets_equal_the_store_model(version, name):
     with Store.open(store_path(version, name)) as store:
         for q in store.consume_queues:
             r = q.recover()
             sim = QueueSim.load(q)
-            assert (sim.recovered_end, sim.recovered_max_phys) == (r.end, r.max_phys_offset)
             for v5 in (False, True):
                 assert sim.min_offset(store.commitlog.min_offset, v5=v5) == q.corrected_min_offset(store.commitlog.min_offset, r.end, v5=v5)
 
@@ -29,7 +28,7 @@ def test_simulation_reads_queues_like_the_store_model(version, name):
 def write_queue(directory, files: dict[int, list[tuple[int, int, int]]], file_size=200):
     directory.mkdir(parents=True)
     for base, units in files.items():
-        data = np.zeros(file_size // 20, dtype=CQ_UNIT)
+        data = np.zeros(file_size // 20, dtype=UNIT_DTYPE)
         for i, u in enumerate(units):
             data[i] = u
         (directory / f"{base:020d}").write_bytes(data.tobytes())

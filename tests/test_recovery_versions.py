@@ -12,7 +12,7 @@ from mqtool.apply import apply_plan
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
 from mqtool.recovery.planner import plan_recover
 from mqtool.store import Store, StoreConfig
-from mqtool.writers import CQ_UNIT
+from mqtool.store.consumequeue import UNIT_DTYPE
 from repair_support import broker_query, tree
 
 
@@ -23,8 +23,8 @@ def lagging_queues(tmp_path, version, cut_index):
     msgs = sorted(manifest(version, "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
     cut = msgs[cut_index]["commitLogOffset"]
     for f in (p for p in (store_dir / "consumequeue").rglob("*") if p.is_file()):
-        units = np.frombuffer(f.read_bytes(), dtype=CQ_UNIT).copy()
-        units[units["phys"] >= cut] = np.zeros(1, dtype=CQ_UNIT)
+        units = np.frombuffer(f.read_bytes(), dtype=UNIT_DTYPE).copy()
+        units[units["phys_offset"] >= cut] = np.zeros(1, dtype=UNIT_DTYPE)
         f.write_bytes(units.tobytes())
     return store_dir, msgs, cut
 

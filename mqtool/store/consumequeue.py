@@ -12,11 +12,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, NamedTuple
 
+import numpy as np
+
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
+from ..formats._layout import FixedLayout, derive_whole
 from .mappedfile import MappedFile, offset_named_files
 
 ENTRY_SIZE = fmt.ENTRY_SIZE
+_NUMPY_CODES = {"b": "i1", "h": "i2", "l": "i4", "i": "i4", "q": "i8"}
+
+
+def numpy_dtype(layout: FixedLayout) -> np.dtype:
+    """The big-endian numpy record dtype of a derived fixed layout (same names, same bytes)."""
+    codes = layout.codec.format.lstrip(">")
+    return np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
+
+
+UNIT_DTYPE = numpy_dtype(derive_whole(fmt.ConsumeQueueEntryStruct))
+"""A consume queue unit as a numpy record: ``phys_offset``, ``size``, ``tags_code``."""
+assert UNIT_DTYPE.itemsize == ENTRY_SIZE
 
 
 class QueueRecovery(NamedTuple):
@@ -47,13 +62,8 @@ class ConsumeQueue:
     def __repr__(self) -> str:
         return f"ConsumeQueue({self.topic!r}, {self.queue_id})"
 
-    def _units(self, base: int, path: Path) -> Iterator[tuple[int, int, int, int]]:
-        """``(logical offset, phys_offset, size, tags_code)`` for every unit of one file."""
-        with MappedFile(path, base) as mf:
-            usable = mf.size - mf.size % ENTRY_SIZE
-            data = mf.buf[:usable]
-        for i, unit in enumerate(fmt.ENTRY.iter_unpack(data)):
-            yield (base + i * ENTRY_SIZE, *unit)
+    def units(self, path: Path) -> np.ndarray:
+        return read_units(path, self.file_size)
 
     def entries(self, start_queue_offset: int = 0, *, include_invalid: bool = False) -> Iterator[fmt.ConsumeQueueEntry]:
         """Entries from ``start_queue_offset`` until the first invalid unit (``offset < 0`` or
@@ -62,23 +72,22 @@ class ConsumeQueue:
         for base, path in self.files:
             if base + self.file_size <= start:
                 continue
-            for logical, phys, size, tags in self._units(base, path):
-                if logical < start:
-                    continue
-                if not include_invalid and not fmt.is_valid_unit(phys, size):
-                    return
-                yield fmt.ConsumeQueueEntry(logical // ENTRY_SIZE, phys, size, tags)
+            units = self.units(path)
+            skip = max(start - base, 0) // ENTRY_SIZE
+            stop = units.shape[0] if include_invalid else skip + _first_invalid(units[skip:])
+            for number, (phys, size, tags) in enumerate(units[skip:stop].tolist(), base // ENTRY_SIZE + skip):
+                yield fmt.ConsumeQueueEntry(number, phys, size, tags)
+            if stop * ENTRY_SIZE < self.file_size:  # an invalid unit or a short file ends the queue
+                return
 
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
         logical = queue_offset * ENTRY_SIZE
         base = logical - logical % self.file_size
         for file_base, path in self.files:
             if file_base == base:
-                with MappedFile(path, base) as mf:
-                    pos = logical - base
-                    if pos + ENTRY_SIZE > mf.size:
-                        return None
-                    return fmt.ConsumeQueueEntry(queue_offset, *fmt.ENTRY.unpack_from(mf.buf, pos))
+                units = self.units(path)
+                i = (logical - base) // ENTRY_SIZE
+                return fmt.ConsumeQueueEntry(queue_offset, *units[i].tolist()) if i < units.shape[0] else None
         return None
 
     def recover(self) -> QueueRecovery:
@@ -86,20 +95,17 @@ class ConsumeQueue:
         the queue; a file that is valid to its end continues into the next (§5.7)."""
         if not self.files:
             return QueueRecovery(0, -1, 0)
-        index = max(0, len(self.files) - 3)
+        start = max(0, len(self.files) - 3)
         max_phys = -1
-        while True:
+        for index in range(start, len(self.files)):
             base, path = self.files[index]
-            pos = 0
-            for logical, phys, size, _ in self._units(base, path):
-                if not fmt.is_valid_unit(phys, size):
-                    break
-                pos = logical - base + ENTRY_SIZE
-                max_phys = phys + size
-            if pos == self.file_size and index + 1 < len(self.files):
-                index += 1
-                continue
-            return QueueRecovery(base + pos, max_phys, max(0, len(self.files) - 3))
+            units = self.units(path)
+            stop = _first_invalid(units)
+            if stop:
+                max_phys = int(units["phys_offset"][stop - 1]) + int(units["size"][stop - 1])
+            if stop * ENTRY_SIZE < self.file_size or index + 1 == len(self.files):
+                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start)
+        raise AssertionError("unreachable")
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
         """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9).
@@ -111,20 +117,29 @@ class ConsumeQueue:
         if not self.files or end <= 0:
             return 0
         if v5:
-            last = self._unit_at(end - ENTRY_SIZE)
-            if last is not None and last[0] < commitlog_min_offset:
+            last = self.read_entry(end // ENTRY_SIZE - 1)
+            if last is not None and last.phys_offset < commitlog_min_offset:
                 return end // ENTRY_SIZE
         base, path = self.files[0]
-        for logical, phys, _size, _tags in self._units(base, path):
-            if logical >= end:
-                break
-            if phys >= commitlog_min_offset:
-                return logical // ENTRY_SIZE
-        return 0
+        units = self.units(path)[: max(end - base, 0) // ENTRY_SIZE]
+        hits = np.flatnonzero(units["phys_offset"] >= commitlog_min_offset)
+        return (base + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE if hits.size else 0
 
-    def _unit_at(self, logical: int) -> tuple[int, int, int] | None:
-        entry = self.read_entry(logical // ENTRY_SIZE)
-        return None if entry is None else entry[1:]
+
+def read_units(path: Path, file_size: int) -> np.ndarray:
+    """The units of one consume queue file as a read-only numpy view of its map (no copy; the
+    map lives as long as the view). Only ``file_size`` bytes count, as the broker maps them."""
+    mf = MappedFile(path)
+    count = min(mf.size, file_size) // ENTRY_SIZE
+    units = np.frombuffer(mf.buf, dtype=UNIT_DTYPE, count=count) if count else np.zeros(0, dtype=UNIT_DTYPE)
+    mf.close()
+    return units
+
+
+def _first_invalid(units: np.ndarray) -> int:
+    """Index of the first unit failing the broker's validity rule, or the count of units."""
+    bad = (units["phys_offset"] < 0) | (units["size"] <= 0)
+    return int(np.argmax(bad)) if bad.any() else units.shape[0]
 
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
