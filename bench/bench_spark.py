@@ -8,15 +8,16 @@ On one generated store (``bench/make_store.py``; page cache warm), best of ``--r
 - ``pool walk``: ``SplitScan`` over every split in a ``multiprocessing`` pool, CRC checked, no
   rows built: the fastest scan mqtool has (what ``mqtool verify --jobs N`` does per segment);
 - ``pool stats`` / ``pool messages``: the same pool running the Spark tasks' own work without
-  Spark: ``read_messages`` (the Arrow batches the data source yields), then per task a pyarrow
-  group-by (stats) or a Parquet file (messages);
+  Spark: ``read_stats`` (the per-split aggregates the data source yields) merged with pyarrow,
+  or ``read_messages`` (the Arrow batches) written as one Parquet file per task;
 - ``spark stats`` / ``spark messages`` with ``local[1]`` and ``local[2]``: ``mqtool.spark.job.run``
   in a fresh driver per master, timed after a warm-up run on one segment (the JVM start and the
   first data-source query cost ~10 s once per session and are reported apart).
 
 Prints throughput, the ratios the targets name (issue 5: local[2] >= 1.6x local[1]; local[2]
 within 2x of the pool with the same number of processes; peak RSS per Python worker <= 500 MB)
-and the per-core rate used for the 10 TB estimate in BENCHMARKS.md.
+and the per-core rate used for the 10 TB estimate in BENCHMARKS.md (local[2] throughput divided by
+the two cores it keeps busy: the JVM's share is part of the cost of every core).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ sys.path.insert(0, str(HERE))
 import make_store  # noqa: E402
 
 from mqtool.spark.inputs import resolve_inputs  # noqa: E402
-from mqtool.spark.reader import plan_tasks, read_messages  # noqa: E402
+from mqtool.spark.reader import plan_tasks, read_messages, read_stats  # noqa: E402
+from mqtool.store import fastscan as fs  # noqa: E402
 from mqtool.store.splits import SplitScan, auto_split_size  # noqa: E402
 
 WORKER_RSS_TARGET_MB = 500
@@ -53,22 +55,19 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _walk(task) -> tuple[int, float]:
-    records = sum(len(b.rows) for b in SplitScan(task.split, check_crc=True))
-    return records, _rss_mb()
+def _walk(task) -> tuple[int, float, int]:
+    records = size = 0
+    for b in SplitScan(task.split, check_crc=True):
+        records += len(b.rows)
+        size += int(b.rows[:, fs.COL_SIZE].sum())
+    return records, _rss_mb(), size
 
 
 def _stats(task) -> tuple[object, float]:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    batches = list(read_messages(task))
-    if not batches:
-        return None, _rss_mb()
-    t = pa.Table.from_batches(batches).select(["broker", "topic", "queue_id", "size", "store_time", "store_timestamp"])
-    t = t.append_column("hour", pc.floor_temporal(t["store_time"], unit="hour"))
-    partial = t.group_by(["broker", "topic", "queue_id", "hour"]).aggregate([("size", "count"), ("size", "sum"), ("store_timestamp", "min"), ("store_timestamp", "max")])
-    return partial, _rss_mb()
+    batches = list(read_stats(task))
+    return (pa.Table.from_batches(batches) if batches else None), _rss_mb()
 
 
 def _messages(args) -> tuple[int, float]:
@@ -94,20 +93,25 @@ def pool_run(kind: str, tasks, processes: int, out: Path) -> dict:
     with ctx.Pool(processes) as pool:
         if kind == "walk":
             results = pool.map(_walk, tasks, chunksize=1)
-            rows = sum(r for r, _ in results)
+            rows = sum(r[0] for r in results)
+            record_bytes = sum(r[2] for r in results)
+            results = [r[:2] for r in results]
         elif kind == "stats":
             import pyarrow as pa
 
             results = pool.map(_stats, tasks, chunksize=1)
             partials = pa.concat_tables([p for p, _ in results if p is not None])
-            final = partials.group_by(["broker", "topic", "queue_id"]).aggregate([("size_count", "sum"), ("size_sum", "sum")])
-            rows = sum(final["size_count_sum"].to_pylist())
+            final = partials.group_by(["broker", "topic", "queue_id"]).aggregate([("messages", "sum"), ("bytes", "sum")])
+            rows = sum(final["messages_sum"].to_pylist())
         else:
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir(parents=True)
             results = pool.map(_messages, [(t, str(out)) for t in tasks], chunksize=1)
             rows = sum(r for r, _ in results)
-    return {"seconds": time.perf_counter() - started, "rows": rows, "worker_peak_rss_mb": max(m for _, m in results)}
+    result = {"seconds": time.perf_counter() - started, "rows": rows, "worker_peak_rss_mb": max(m for _, m in results)}
+    if kind == "walk":
+        result["record_bytes"] = record_bytes
+    return result
 
 
 # ---- Spark, one fresh driver per master ---------------------------------------------------------
@@ -159,11 +163,13 @@ def spark_child(a: argparse.Namespace) -> int:
         .config("spark.driver.memory", "2g")
         .getOrCreate()
     )
+    job.configure(spark)  # what spark/mqtool_scan.py's session() does after the master is chosen
     spark.sparkContext.setLogLevel("ERROR")
     jvm = spark.sparkContext._gateway.proc.pid
     first_segment = sorted((Path(a.store) / "commitlog").iterdir())[0]
     t = time.perf_counter()
-    job.run(job.JobOptions(paths=[str(first_segment)], output=f"{local}/warm", mode="stats", split_size="64m"), spark)
+    for mode in a.modes.split(","):  # the first query of each kind pays for Python workers and JIT
+        job.run(job.JobOptions(paths=[str(first_segment)], output=f"{local}/warm-{mode}", mode=mode, split_size="64m"), spark)
     warm = time.perf_counter() - t
     results = {"master": a.child, "warmup_s": warm, "modes": {}}
     for mode in a.modes.split(","):
@@ -173,7 +179,7 @@ def spark_child(a: argparse.Namespace) -> int:
             doc = job.run(job.JobOptions(paths=[a.store], output=f"{local}/{mode}", mode=mode, format="parquet"), spark)
             elapsed = time.perf_counter() - t
             best = elapsed if best is None else min(best, elapsed)
-        results["modes"][mode] = {"seconds": best, "splits": doc["splits"], "rows": doc.get("rows_written", doc.get("rows_read"))}
+        results["modes"][mode] = {"seconds": best, "splits": doc["splits"], "rows": doc.get("rows_written", doc.get("messages"))}
     workers = [p for p in descendants(jvm) if "python" in _cmdline(p)]
     results["worker_peak_rss_mb"] = max((peak_rss_mb(p) for p in workers), default=0.0)
     results["jvm_peak_rss_mb"] = peak_rss_mb(jvm)
@@ -229,24 +235,25 @@ def main(argv=None) -> int:
         return spark_child(a)
 
     store = make_store.ensure_store(make_store.spec_from_args(a), log=lambda m: print(m, file=sys.stderr))
-    size = warm_cache(store)
+    warm_cache(store)
     inputs = resolve_inputs([store])
-    data = sum(b.bytes for b in inputs)
+    files = sum(b.bytes for b in inputs)
     masters = a.masters.split(",")
-    results = {"store": str(store), "bytes": data, "pool": {}, "spark": {}}
+    results = {"store": str(store), "pool": {}, "spark": {}}
     out = Path(tempfile.mkdtemp(prefix="bench-pool-"))
     for processes in sorted({int(m[m.index("[") + 1 : -1]) for m in masters if m.startswith("local[")} or {2}):
-        split = auto_split_size(data, processes)
+        split = auto_split_size(files, processes)
         tasks = plan_tasks(inputs, None if split >= max(s.size for b in inputs for s in b.segments) else split)
         for kind in ("walk", *a.modes.split(",")):
             best = min((pool_run(kind, tasks, processes, out / kind) for _ in range(a.repeat)), key=lambda r: r["seconds"])
             results["pool"][f"{kind}/{processes}"] = best
     shutil.rmtree(out, ignore_errors=True)
+    data = results["bytes"] = next(r["record_bytes"] for k, r in results["pool"].items() if k.startswith("walk/"))
     for master in masters:
         results["spark"][master] = spark_run(store, master, a.modes, a.repeat)
 
     gb = data / 1e9
-    print(f"store {store} ({data / 2**30:.2f} GiB of commit log, {size / 2**30:.2f} GiB of files), page cache warm")
+    print(f"store {store}: {data / 2**30:.2f} GiB of records in {files / 2**30:.2f} GiB of segments, page cache warm; GB/s = record bytes / s")
     print(f"{'run':34} {'seconds':>8} {'GB/s':>7} {'peak RSS/worker':>16}")
     for name, r in results["pool"].items():
         kind, n = name.split("/")
@@ -265,10 +272,10 @@ def main(argv=None) -> int:
             ratio = two["modes"][mode]["seconds"] / results["pool"][f"{mode}/2"]["seconds"]
             walk = two["modes"][mode]["seconds"] / results["pool"]["walk/2"]["seconds"]
             print(f"{mode}: local[2] / pool of 2 doing the same work: {ratio:.2f}x (target <= 2x); / pool walk: {walk:.2f}x")
-        if one:
-            rate = data / one["modes"][mode]["seconds"]
+        if two:
+            rate = data / two["modes"][mode]["seconds"] / 2  # both cores busy: Python workers and the JVM
             cores = 10e12 / rate / 3600
-            print(f"{mode}: per-core rate (local[1]) {rate / 1e6:.0f} MB/s -> 10 TB in 1 hour needs ~{cores:.0f} cores (plus one JVM core per executor)")
+            print(f"{mode}: per-core rate (local[2] throughput / 2 cores, JVM included) {rate / 1e6:.0f} MB/s -> 10 TB in 1 hour needs ~{cores:.0f} cores")
     peaks = [r["worker_peak_rss_mb"] for r in results["spark"].values()]
     print(f"peak RSS per Python worker: {max(peaks):.0f} MB (target <= {WORKER_RSS_TARGET_MB} MB)")
     print(json.dumps(results), file=sys.stderr)

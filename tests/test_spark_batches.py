@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
@@ -15,12 +16,13 @@ from mqtool.formats import commitlog as cl
 from mqtool.formats.hashing import java_string_hash
 from mqtool.formats.msgid import format_host
 from mqtool.formats.properties import parse_properties
+from mqtool.errors import BadInput, UsageError
 from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.spark import kernels
 from mqtool.spark.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs
-from mqtool.spark.reader import plan_tasks, read_messages
-from mqtool.spark.schema import MESSAGE_SCHEMA
+from mqtool.spark.reader import MessageFilter, plan_tasks, read_messages, read_stats
+from mqtool.spark.schema import MESSAGE_SCHEMA, STATS_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
 from mqtool.store.splits import SplitScan, plan_splits
@@ -139,6 +141,20 @@ def test_edges_mark_the_first_and_last_row_of_a_split():
     assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
 
 
+def test_inputs_group_segments_by_broker():
+    root = store_path("5.3.3", "clean-small")
+    one = resolve_inputs([root / "commitlog" / f"{1 << 20:020d}", root / "commitlog" / f"{0:020d}"])
+    assert [b.broker for b in one] == ["clean-small"] and [s.base_offset for s in one[0].segments] == [0, 1 << 20]
+    two = resolve_inputs([root, store_path("4.9.7", "clean-small")], ["x", "y"])
+    assert [(b.broker, b.version, len(b.segments)) for b in two] == [("x", "5.3.3", 5), ("y", "4.9.7", 5)]
+    with pytest.raises(UsageError, match="--broker-name"):
+        resolve_inputs([root, store_path("4.9.7", "clean-small")])  # two stores called clean-small
+    with pytest.raises(UsageError, match="both hold segment 0"):
+        resolve_inputs([root, store_path("4.9.7", "clean-small")], ["same"])
+    with pytest.raises(BadInput):
+        resolve_inputs([root / "nothing-here"])
+
+
 def test_broker_names_come_from_the_store_directory(tmp_path):
     root = store_path("5.3.3", "clean-small")
     assert broker_name_for(root) == broker_name_for(root / "commitlog") == broker_name_for(root / "commitlog" / f"{0:020d}") == "clean-small"
@@ -210,3 +226,32 @@ def test_projected_batches_hold_the_same_values(columns):
         part, _ = built_rows(store, columns=columns)
     assert list(part[0]) == [f.name for f in MESSAGE_SCHEMA if f.name in columns]
     assert part == [{k: r[k] for k in part[0]} for r in full]
+
+
+def test_reader_stats_aggregate_exactly_the_kept_messages():
+    root = store_path("5.3.3", "clean-small")
+    with Store.open(root) as store:
+        rows = expected_rows(store)
+    tasks = plan_tasks(resolve_inputs([root]), 300_000)
+    since = rows[700]["store_timestamp"]
+    keep = MessageFilter(topics=("TopicTest", "orders_eu-west-1"), since=since)
+    got = [r for t in tasks for b in read_stats(t, keep) for r in b.to_pylist()]
+    assert all(b.schema.equals(STATS_SCHEMA) for t in tasks[:2] for b in read_stats(t, keep))
+    kept = [r for r in rows if r["topic"] in keep.topics and r["store_timestamp"] >= since]
+    per_group = Counter((r["topic"], r["queue_id"], r["store_timestamp"] // 3_600_000) for r in kept)
+    totals: Counter = Counter()
+    for r in got:
+        if r["messages"]:
+            totals[(r["topic"], r["queue_id"], int(r["hour"].timestamp()) // 3600)] += r["messages"]
+    assert totals == per_group
+    assert sum(r["bytes"] for r in got) == sum(r["size"] for r in kept)
+    assert sum(r["dispatched"] for r in got) == sum(r["transaction_type"] in ("NOT_TYPE", "COMMIT") for r in kept)
+    # every split that read records reports its bounds, even when nothing was kept
+    nothing = [r for t in tasks for b in read_stats(t, MessageFilter(topics=("no-such-topic",))) for r in b.to_pylist()]
+    assert all(r["messages"] == 0 and r["topic"] is None for r in nothing)
+    firsts = {r["split_start"]: (r["first_offset"], r["exit_offset"]) for r in nothing}
+    for t in tasks:
+        scan = SplitScan(t.split)
+        for _ in scan:
+            pass
+        assert firsts.get(t.split.offset) == ((scan.first, scan.exit) if scan.records else None)

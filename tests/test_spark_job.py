@@ -140,7 +140,7 @@ def info_doc(path) -> dict:
 
 def test_stats_equal_info(spark, tmp_path, capsys):
     brokers = {"clean": ("5.3.3", "clean-small"), "retention": ("4.9.7", "retention-small"), "crashed": ("5.3.3", "crashed-small"), "rewrite": ("4.9.7", "rewrite-clean")}
-    doc = job.run(options(tmp_path, brokers, mode="stats", split_size="512k"), spark)
+    doc = job.run(options(tmp_path, brokers, mode="stats", split_size="256k"), spark)
     printed = capsys.readouterr().out
     assert "brokers" in printed and "queues" in printed and "hourly" in printed
     assert {r["broker"] for r in doc["rejected_splits"]} == {"rewrite"}

@@ -39,8 +39,9 @@ class BrokerInput:
         return sum(s.size for s in self.segments)
 
 
-def broker_name_for(path: Path) -> str:
-    """The broker a path belongs to, named after its store directory."""
+def store_dir_for(path: Path) -> Path:
+    """The directory a path's broker is named after: the store holding a segment or commit log
+    folder (its parent when it is called ``store``, RocketMQ's default ``storePathRootDir``)."""
     path = Path(os.path.abspath(path))
     if path.is_file():
         path = path.parent  # a segment: its commit log folder
@@ -48,7 +49,13 @@ def broker_name_for(path: Path) -> str:
         path = path.parent  # a commit log folder: its store
     if path.name == DEFAULT_STORE_DIR and path.parent.name:
         path = path.parent
-    return path.name or str(path)
+    return path
+
+
+def broker_name_for(path: Path) -> str:
+    """The default ``broker`` value of a path: its store directory's name."""
+    directory = store_dir_for(path)
+    return directory.name or str(directory)
 
 
 def resolve_inputs(
@@ -71,11 +78,16 @@ def resolve_inputs(
         raise UsageError("--broker-version: give one for all paths or one per PATH")
     config = load_broker_config(Path(broker_config)) if broker_config else StoreConfig()
     grouped: dict[str, dict] = {}
+    named_after: dict[str, Path] = {}
     for i, raw in enumerate(paths):
         path = Path(os.path.abspath(raw))
         if not path.exists():
             raise BadInput(f"{raw}: no such file or directory")
         broker = (names[i] if len(names) > 1 else names[0]) if names else broker_name_for(path)
+        if not names and named_after.setdefault(broker, store_dir_for(path)) != store_dir_for(path):
+            raise UsageError(
+                f"{named_after[broker]} and {store_dir_for(path)} would both be broker {broker!r}; name them with --broker-name (one per PATH)"
+            )
         with Store.open(path, config, versions[i]) as store:
             entry = grouped.setdefault(
                 broker,

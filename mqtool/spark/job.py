@@ -41,7 +41,6 @@ from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")
 FORMATS = ("parquet", "json", "csv")
-DISPATCHED_TYPES = ("NOT_TYPE", "COMMIT")
 PRINT_ROWS = 200
 
 
@@ -111,9 +110,18 @@ def session(app: str = "mqtool-scan") -> SparkSession:
     builder = SparkSession.builder.appName(app)
     if not conf.contains("spark.sql.session.timeZone"):
         builder = builder.config("spark.sql.session.timeZone", "UTC")
-    spark = builder.getOrCreate()
+    return configure(builder.getOrCreate(), conf)
+
+
+def configure(spark: SparkSession, conf: SparkConf | None = None) -> SparkSession:
+    """Quiet logs and few shuffle partitions, unless ``conf`` (the user's) sets them."""
+    conf = conf or SparkConf()
     if not conf.contains("spark.log.level"):
         spark.sparkContext.setLogLevel("WARN")
+    if not conf.contains("spark.sql.shuffle.partitions"):
+        # what is shuffled (stats' aggregates) is small; Spark's default of 200 tasks per stage
+        # costs seconds per query on a few cores
+        spark.conf.set("spark.sql.shuffle.partitions", str(2 * spark.sparkContext.defaultParallelism))
     return spark
 
 
@@ -147,7 +155,7 @@ class Scan:
             size = auto_split_size(total, self.spark.sparkContext.defaultParallelism)
         return None if size >= largest else size
 
-    def read(self, body: str = "none", columns: Sequence[str] | None = None) -> DataFrame:
+    def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages") -> DataFrame:
         paths, names, versions = [], [], []
         for b in self.inputs:
             for p in b.paths:
@@ -162,6 +170,12 @@ class Scan:
             reader = reader.option("splitSize", str(self.split_size))
         if columns is not None:
             reader = reader.option("columns", ",".join(columns))
+        if output == "stats":
+            o = self.o
+            reader = reader.option("output", "stats").option("topics", json.dumps(o.topics))
+            for name in ("queue", "since", "until", "tag", "key"):
+                if getattr(o, name) is not None:
+                    reader = reader.option(name, str(getattr(o, name)))
         return reader.load(paths)
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
@@ -172,6 +186,11 @@ class Scan:
             b = bounds.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
             b[0] = min(b[0], e["offset"])
             b[1] = max(b[1], e["offset"] + e["size"])
+        return self.check(bounds)
+
+    def check(self, bounds: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
+        """``rejected`` from ``{(broker, split_start): (first offset, exit offset)}`` of the
+        splits that read records."""
         index = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}
         results = [t.result(*bounds.get((t.broker, t.split.offset), (None, None))) for t in self.tasks]
         return [(index[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
@@ -193,17 +212,6 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
         bad = [f"{r.segment[0]}\x00{r.start}" for r in rejected]
         df = df.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
     return df, rejected
-
-
-STATS_COLUMNS = (
-    "broker", "offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok",
-    "transaction_type", "store_timestamp", "store_time", "split_start", "split_edge",
-)
-
-
-def stats_columns(o: JobOptions) -> list[str]:
-    """What ``stats`` reads: its aggregates' inputs, the handoff check's, and the filters'."""
-    return [*STATS_COLUMNS, *(["tags"] if o.tag is not None else []), *(["keys"] if o.key is not None else [])]
 
 
 def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
@@ -313,63 +321,49 @@ def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
 
 
 def run_stats(scan: Scan, out: Output) -> dict:
-    df, obs = edges_observed(scan.read(columns=stats_columns(scan.o)), "mqtool-stats")
-    df = filtered(df, scan.o)
-    dispatched = F.col("transaction_type").isin(*DISPATCHED_TYPES)
-    partial = (
-        df.groupBy("broker", "split_start", "topic", "queue_id", F.date_trunc("hour", F.col("store_time")).alias("hour"))
-        .agg(
-            F.count(F.lit(1)).alias("messages"),
-            F.sum(F.when(dispatched, 1).otherwise(0)).alias("dispatched"),
-            F.sum("size").alias("bytes"),
-            F.sum(F.greatest(F.col("body_length"), F.lit(0))).alias("body_bytes"),
-            F.sum(F.when(F.col("crc_ok"), 0).otherwise(1)).alias("crc_failures"),
-            F.min("store_timestamp").alias("first_store_timestamp"),
-            F.max("store_timestamp").alias("last_store_timestamp"),
-            F.min(F.when(dispatched, F.col("queue_offset"))).alias("min_queue_offset"),
-            F.max(F.when(dispatched, F.col("queue_offset"))).alias("max_queue_offset"),
-        )
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    queues = None
+    """Per split aggregates from the reader (``output=stats``), checked, then combined: one scan
+    and a handful of small jobs (the per-queue table is small enough for the driver)."""
+    partial = scan.read(output="stats").persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        partial.count()  # the scan
-        rejected = scan.rejected(obs.get["edges"])
+        bounds = {
+            (r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"])
+            for r in partial.select("broker", "split_start", "first_offset", "exit_offset").distinct().collect()
+        }  # the scan
+        rejected = scan.check(bounds)
+        kept = partial.filter(F.col("messages") > 0)  # a split whose records were all filtered out
         if rejected:
             bad = [f"{r.segment[0]}\x00{r.start}" for _, r in rejected]
-            partial = partial.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
+            kept = kept.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
         sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
-        queues = (
-            partial.groupBy("broker", "topic", "queue_id")
-            .agg(
-                *sums,
-                F.min("first_store_timestamp").alias("first_store_timestamp"),
-                F.max("last_store_timestamp").alias("last_store_timestamp"),
-                F.min("min_queue_offset").alias("min_queue_offset"),
-                F.max("max_queue_offset").alias("max_queue_offset"),
-            )
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        queues = with_times(queues)
-        hourly = partial.groupBy("broker", "topic", "hour").agg(*sums[:3])
-        written = {
-            "queues": out.write(queues, "queues", single=True, order=("broker", "topic", "queue_id")),
-            "hourly": out.write(hourly, "hourly", single=True, order=("broker", "topic", "hour")),
-        }
-        per_hour = partial.groupBy("broker", "hour").agg(*sums[:3]).orderBy("broker", "hour").limit(PRINT_ROWS + 1).collect()
-        totals = queues.groupBy("broker").agg(
-            *sums, F.min("first_store_timestamp").alias("first_store_timestamp"), F.max("last_store_timestamp").alias("last_store_timestamp")
-        ).collect()
-        brokers_rows = broker_rows(scan, {r["broker"]: r.asDict() for r in totals}, obs.get["edges"], rejected)
-        written["brokers"] = out.write(scan.spark.createDataFrame(brokers_rows, BROKER_SCHEMA), "brokers", single=True)
-        print_table("brokers", brokers_rows, [n for n, _ in BROKER_COLUMNS])
-        print_table("queues", [r.asDict() for r in queues.orderBy("broker", "topic", "queue_id").limit(PRINT_ROWS + 1).collect()], QUEUE_PRINT)
-        print_table("hourly (all topics)", [r.asDict() for r in per_hour], ["broker", "hour", "messages", "bytes"])
+        queues = kept.groupBy("broker", "topic", "queue_id").agg(
+            *sums,
+            F.min("first_store_timestamp").alias("first_store_timestamp"),
+            F.max("last_store_timestamp").alias("last_store_timestamp"),
+            F.min("min_queue_offset").alias("min_queue_offset"),
+            F.max("max_queue_offset").alias("max_queue_offset"),
+        ).toArrow().sort_by([("broker", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
+        written = {"hourly": out.write(kept.groupBy("broker", "topic", "hour").agg(*sums), "hourly", single=True, order=("broker", "topic", "hour"))}
+        per_hour = kept.groupBy("broker", "hour").agg(*sums[:3]).orderBy("broker", "hour").limit(PRINT_ROWS + 1).collect()
     finally:
         partial.unpersist()
-        if queues is not None:
-            queues.unpersist()
-    return {**written, "rows_read": obs.get["rows"], "rejected": rejected}
+    written["queues"] = out.write(with_times(scan.spark.createDataFrame(queues)), "queues", single=True)
+    totals = queues.group_by("broker").aggregate(
+        [(c, "sum") for c in ("messages", "bytes", "crc_failures")] + [("first_store_timestamp", "min"), ("last_store_timestamp", "max")]
+    )
+    totals = {r["broker"]: {k.rsplit("_", 1)[0]: v for k, v in r.items()} for r in totals.to_pylist()}
+    brokers_rows = broker_rows(scan, totals, bounds, rejected)
+    written["brokers"] = out.write(scan.spark.createDataFrame(brokers_rows, BROKER_SCHEMA), "brokers", single=True)
+    print_table("brokers", brokers_rows, [n for n, _ in BROKER_COLUMNS])
+    queue_rows = queues.slice(0, PRINT_ROWS + 1).to_pylist()
+    for r in queue_rows:
+        r["first_store_time"], r["last_store_time"] = _utc(r["first_store_timestamp"]), _utc(r["last_store_timestamp"])
+    print_table("queues", queue_rows, QUEUE_PRINT)
+    print_table("hourly (all topics)", [r.asDict() for r in per_hour], ["broker", "hour", "messages", "bytes"])
+    return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
+
+
+def _utc(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 def with_times(df: DataFrame) -> DataFrame:
@@ -395,14 +389,14 @@ BROKER_SCHEMA = ", ".join(f"{n} {t}" for n, t in BROKER_COLUMNS)
 QUEUE_PRINT = ["broker", "topic", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time"]
 
 
-def broker_rows(scan: Scan, totals: dict[str, dict], edges, rejected) -> list[dict]:
+def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[dict]:
     """Per broker: the commit log's min offset (first segment) and logical end (where the chain of
     its last segment with records ends, or the next segment when that is a blank), totals."""
     bad = {(r.segment[0], r.start) for _, r in rejected}
     ends: dict[str, int] = {}
-    for e in edges:
-        if (e["broker"], e["split_start"]) not in bad:
-            ends[e["broker"]] = max(ends.get(e["broker"], 0), e["offset"] + e["size"])
+    for (broker, start), (_, exit_offset) in bounds.items():
+        if (broker, start) not in bad:
+            ends[broker] = max(ends.get(broker, 0), exit_offset)
     rows = []
     for b in scan.inputs:
         end = ends.get(b.broker, b.segments[0].base_offset if b.segments else 0)

@@ -2,7 +2,9 @@
 
 ``plan_tasks`` turns resolved inputs into ``ScanTask`` s (one per split, picklable, absolute
 paths); ``read_messages`` yields the ``messages`` record batches of one task, marking the first
-and last row (``split_edge``) for the driver's handoff check. The Spark data source
+and last row (``split_edge``) for the driver's handoff check; ``read_stats`` aggregates them in
+the task (per topic, queue and hour: a combiner, so only aggregates cross into the JVM) and
+reports the split's first record and exit offset with them. The Spark data source
 (``mqtool.spark.source``), the benchmark's process pool and the tests all call these.
 """
 
@@ -11,12 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..formats.dispatch import parse_delay_levels
 from ..records import BodyEncoding
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from .batches import MessageBatchBuilder, with_edges
+from .schema import STATS_SCHEMA, TIMESTAMP
 from .inputs import BrokerInput
 
 @dataclass(frozen=True)
@@ -58,3 +63,146 @@ def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, col
         yield with_edges(pending, first, True)
 
 
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """``stats``' filters, applied in the reader before it aggregates (all given must match)."""
+
+    topics: tuple[str, ...] = ()
+    queue: int | None = None
+    since: int | None = None
+    until: int | None = None
+    tag: str | None = None
+    key: str | None = None
+
+    def columns(self) -> list[str]:
+        return (["tags"] if self.tag is not None else []) + (["keys"] if self.key is not None else [])
+
+    def mask(self, t: pa.Table) -> pa.ChunkedArray | None:
+        conditions = []
+        if self.topics:
+            conditions.append(pc.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
+        if self.queue is not None:
+            conditions.append(pc.equal(t["queue_id"], self.queue))
+        if self.since is not None:
+            conditions.append(pc.greater_equal(t["store_timestamp"], self.since))
+        if self.until is not None:
+            conditions.append(pc.less_equal(t["store_timestamp"], self.until))
+        if self.tag is not None:
+            conditions.append(pc.fill_null(pc.equal(t["tags"], self.tag), False))
+        if self.key is not None:
+            conditions.append(pc.greater(_has_key(t["keys"], self.key), 0))
+        if not conditions:
+            return None
+        mask = conditions[0]
+        for c in conditions[1:]:
+            mask = pc.and_(mask, c)
+        return mask
+
+
+def _has_key(keys: pa.ChunkedArray, key: str) -> pa.Array:
+    """Per row, how many of its KEYS equal ``key``."""
+    keys = keys.combine_chunks()
+    hits = pc.cast(pc.equal(keys.values, key), pa.int64())
+    parents = pc.list_parent_indices(keys)
+    counts = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(counts, parents.to_numpy(), hits.to_numpy(zero_copy_only=False))
+    return pa.array(counts)
+
+
+STATS_INPUT = ("offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok", "transaction_type", "store_timestamp")
+DISPATCHED_TYPES = ("NOT_TYPE", "COMMIT")
+HOUR_MS = 3_600_000
+_PARTIAL_AGGREGATES = [
+    ("one", "sum"),
+    ("dispatched", "sum"),
+    ("size", "sum"),
+    ("body_bytes", "sum"),
+    ("crc_failed", "sum"),
+    ("store_timestamp", "min"),
+    ("store_timestamp", "max"),
+    ("dispatched_offset", "min"),
+    ("dispatched_offset", "max"),
+]
+_MERGE = {"sum": "sum", "min": "min", "max": "max"}
+
+
+def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
+    """The ``stats`` rows of one split: its messages (those ``match`` keeps) aggregated per topic,
+    queue and hour of store time, with the split's first record and where its last ends (for the
+    handoff check; a split with records but none kept yields one row with 0 messages)."""
+    builder = MessageBatchBuilder(
+        task.broker,
+        legacy_properties=task.legacy_properties,
+        delay_table=parse_delay_levels(task.delay_levels),
+        columns=[*STATS_INPUT, *match.columns()],
+    )
+    scan = SplitScan(task.split, check_crc=True)
+    partials = []
+    for batch in scan:
+        t = pa.Table.from_batches([builder.build(batch, task.split.offset)])
+        mask = match.mask(t)
+        if mask is not None:
+            t = t.filter(mask)
+        if t.num_rows:
+            partials.append(_aggregate(t))
+    if scan.first is None:
+        return
+    grouped = _merge(partials) if partials else None
+    n = grouped.num_rows if grouped is not None else 1
+    columns = {
+        "broker": pa.array([task.broker] * n, pa.string()),
+        "split_start": pa.array(np.full(n, task.split.offset, dtype=np.int64)),
+        "first_offset": pa.array(np.full(n, scan.first, dtype=np.int64)),
+        "exit_offset": pa.array(np.full(n, scan.exit, dtype=np.int64)),
+    }
+    if grouped is None:
+        row = {"topic": None, "queue_id": None, "hour": None, **{name: 0 for name in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")}}
+        rest = {k: pa.array([row.get(k)], STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
+    else:
+        rest = {k: grouped[k].combine_chunks().cast(STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
+    yield pa.RecordBatch.from_arrays([{**columns, **rest}[k] for k in STATS_SCHEMA.names], schema=STATS_SCHEMA)
+
+
+def _aggregate(t: pa.Table) -> pa.Table:
+    dispatched = pc.is_in(t["transaction_type"], pa.array(DISPATCHED_TYPES))
+    ts = t["store_timestamp"]
+    hour_ms = ts.to_numpy() // HOUR_MS * HOUR_MS
+    work = pa.table(
+        {
+            "topic": t["topic"],
+            "queue_id": t["queue_id"],
+            "hour": pa.array(hour_ms * 1000, TIMESTAMP),
+            "one": pa.array(np.ones(t.num_rows, dtype=np.int64)),
+            "dispatched": pc.cast(dispatched, pa.int64()),
+            "size": pc.cast(t["size"], pa.int64()),
+            "body_bytes": pc.cast(pc.max_element_wise(t["body_length"], 0), pa.int64()),
+            "crc_failed": pc.cast(pc.invert(t["crc_ok"]), pa.int64()),
+            "store_timestamp": ts,
+            "dispatched_offset": pc.if_else(dispatched, t["queue_offset"], pa.scalar(None, pa.int64())),
+        }
+    )
+    return work.group_by(["topic", "queue_id", "hour"], use_threads=False).aggregate(_PARTIAL_AGGREGATES)
+
+
+_OUTPUT_NAMES = {
+    "one_sum": "messages",
+    "dispatched_sum": "dispatched",
+    "size_sum": "bytes",
+    "body_bytes_sum": "body_bytes",
+    "crc_failed_sum": "crc_failures",
+    "store_timestamp_min": "first_store_timestamp",
+    "store_timestamp_max": "last_store_timestamp",
+    "dispatched_offset_min": "min_queue_offset",
+    "dispatched_offset_max": "max_queue_offset",
+}
+
+
+def _merge(partials: list[pa.Table]) -> pa.Table:
+    """The per-batch aggregates of one split combined, renamed to the ``stats`` columns."""
+    t = pa.concat_tables(partials)
+    if len(partials) > 1:
+        t = t.group_by(["topic", "queue_id", "hour"], use_threads=False).aggregate([(name, name.rsplit("_", 1)[1]) for name in _OUTPUT_NAMES])
+        t = t.rename_columns([n.rsplit("_", 1)[0] if n not in ("topic", "queue_id", "hour") else n for n in t.column_names])
+    return t.rename_columns([_OUTPUT_NAMES.get(n, n) for n in t.column_names])

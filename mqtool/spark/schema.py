@@ -1,5 +1,6 @@
 """The columns the ``rocketmq`` data source yields, as a Spark DDL string and the equal Arrow schema.
 
+``stats`` rows are one split's messages aggregated in the reader (``reader.read_stats``).
 ``messages`` rows carry every field of ``mqtool dump``'s JSON object (``mqtool.records``), with
 the same names and meanings, plus ``broker``, the two timestamps as Spark TIMESTAMPs, and the
 split tag. Python's data source API passes Arrow batches through only when their schema equals
@@ -64,6 +65,26 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("split_edge", "boolean"),  # the first or last record its split read (the handoff check)
 )
 
+STATS_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("broker", "string"),
+    ("split_start", "bigint"),
+    ("first_offset", "bigint"),  # the split's first record, and the offset after its last one:
+    ("exit_offset", "bigint"),  # the handoff check's inputs (for every row of the split)
+    ("topic", "string"),
+    ("queue_id", "int"),
+    ("hour", "timestamp"),  # the UTC hour of store time
+    ("messages", "bigint"),
+    ("dispatched", "bigint"),  # NOT_TYPE and COMMIT records: the ones the consume queue holds
+    ("bytes", "bigint"),
+    ("body_bytes", "bigint"),
+    ("crc_failures", "bigint"),
+    ("first_store_timestamp", "bigint"),
+    ("last_store_timestamp", "bigint"),
+    ("min_queue_offset", "bigint"),  # of dispatched records
+    ("max_queue_offset", "bigint"),
+)
+
+
 def ddl(columns) -> str:
     """Spark DDL of the columns, every one nullable (as the Arrow schema below)."""
     return ", ".join(f"`{name}` {kind}" for name, kind in columns)
@@ -74,3 +95,4 @@ def arrow_schema(columns) -> pa.Schema:
 
 
 MESSAGE_SCHEMA = arrow_schema(MESSAGE_COLUMNS)
+STATS_SCHEMA = arrow_schema(STATS_COLUMNS)

@@ -9,7 +9,9 @@ Options (all optional): ``brokerName`` / ``brokerNames`` (JSON list or comma-sep
 path), ``brokerVersion`` / ``brokerVersions``, ``brokerConfig`` (a broker.conf), ``splitSize``
 (e.g. ``256m``; default one partition per segment), ``body`` (none|utf8|hex|base64|sha256),
 ``columns`` (comma-separated: only these columns are decoded and yielded; the Python data source
-API does not prune columns by itself).
+API does not prune columns by itself), ``output`` (``messages``, or ``stats``: each split's
+messages aggregated in the reader per topic, queue and hour, ``schema.STATS_COLUMNS``, with the
+filters ``topics``, ``queue``, ``since``, ``until`` (epoch ms), ``tag``, ``key``).
 
 With one partition per segment every row is exact. Smaller splits resynchronise inside segments
 and may pick up stale records after a segment's logical end: every row carries ``split_start``
@@ -32,8 +34,8 @@ from ..records import BodyEncoding
 from ..store.splits import parse_size
 from .batches import projected_schema
 from .inputs import resolve_inputs
-from .reader import plan_tasks, read_messages
-from .schema import MESSAGE_COLUMNS, ddl
+from .reader import MessageFilter, plan_tasks, read_messages, read_stats
+from .schema import MESSAGE_COLUMNS, STATS_COLUMNS, ddl
 
 FORMAT = "rocketmq"
 
@@ -64,18 +66,33 @@ class ScanOptions:
         self.body = BodyEncoding(options.get("body", "none"))
         self.columns = _list_option(options, "columns")
         projected_schema(self.columns)  # refuse unknown names on the driver
+        self.output = options.get("output", "messages")
+        if self.output not in ("messages", "stats"):
+            raise ValueError(f"option output={self.output!r}: expected messages or stats")
+        number = lambda name: int(options[name]) if options.get(name) not in (None, "") else None  # noqa: E731
+        self.filter = MessageFilter(
+            topics=tuple(_list_option(options, "topics") or ()),
+            queue=number("queue"),
+            since=number("since"),
+            until=number("until"),
+            tag=options.get("tag"),
+            key=options.get("key"),
+        )
 
 
 class RocketMQDataSource(DataSource):
-    """RocketMQ commit log messages, one row each (``mqtool.spark.schema.MESSAGE_COLUMNS``)."""
+    """RocketMQ commit log messages, one row each (``schema.MESSAGE_COLUMNS``), or per split
+    aggregates of them (``output=stats``)."""
 
     @classmethod
     def name(cls) -> str:
         return FORMAT
 
     def schema(self) -> str:
-        columns = ScanOptions(self.options).columns
-        return ddl([c for c in MESSAGE_COLUMNS if columns is None or c[0] in columns])
+        o = ScanOptions(self.options)
+        if o.output == "stats":
+            return ddl(STATS_COLUMNS)
+        return ddl([c for c in MESSAGE_COLUMNS if o.columns is None or c[0] in o.columns])
 
     def reader(self, schema) -> "RocketMQReader":
         return RocketMQReader(ScanOptions(self.options))
@@ -94,4 +111,7 @@ class RocketMQReader(DataSourceReader):
         task = partition.value
         if task is None:  # Spark's placeholder when there is nothing to read
             return
-        yield from read_messages(task, self.options.body, columns=self.options.columns)
+        if self.options.output == "stats":
+            yield from read_stats(task, self.options.filter)
+        else:
+            yield from read_messages(task, self.options.body, columns=self.options.columns)
