@@ -5,8 +5,9 @@ verify``, tiny splits equal one split per file. One SparkSession for the whole f
 
 from __future__ import annotations
 
+import csv
+import io
 import json
-import shutil
 import subprocess
 import sys
 from argparse import Namespace
@@ -19,7 +20,7 @@ from typer.testing import CliRunner
 
 from conftest import ROOT, copy_store, manifest, store_path
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_USAGE
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_USAGE
 from mqtool.records import MESSAGE_FIELDS
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
@@ -188,7 +189,7 @@ def test_verify_finds_what_mqtool_verify_finds(spark, tmp_path):
     o = job.JobOptions(paths=[str(p) for p in stores.values()], broker_names=list(stores), output=str(out), mode="verify", format="csv", keep_going=True)
     doc = job.run(o, spark)
     assert doc["unsound"]
-    rows = [line.split(",")[:5] for f in (out / "findings").glob("part-*.csv") for line in f.read_text().splitlines()[1:]]
+    rows = [r for f in (out / "findings").glob("part-*.csv") for r in list(csv.reader(io.StringIO(f.read_text())))[1:]]
     for version, root in stores.items():
         with Store.open(root) as store:
             expected = [f for f in Verification(store, VerifyOptions(checks=("commitlog",), keep_going=True)).findings()]

@@ -6,8 +6,10 @@ without a second pass over the data:
 
 - ``messages`` observes the first and last row of every split while it writes, then deletes the
   output files of splits that fail the check (each split is one task, so one set of files);
-- ``stats`` aggregates per split first, checks, and aggregates the accepted splits;
-- ``verify`` reads one summary row per split (CRC mismatches, where and why each walk stopped).
+- ``stats`` gets per split aggregates from the reader, with each split's first record and exit
+  offset, checks them and combines the accepted splits;
+- ``verify`` runs ``mqtool verify``'s per-segment commit log analysis in Spark tasks (one per
+  segment) and stitches the reports with ``mqtool verify``'s own code (no splitting needed).
 
 Rejected splits are printed on stderr and listed in ``report.json`` next to the output. The
 master is never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
@@ -208,10 +210,15 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
         return df, []
     edges = [r.asDict() for r in df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size").collect()]
     rejected = [r for _, r in scan.rejected(edges)]
-    if rejected:
-        bad = [f"{r.segment[0]}\x00{r.start}" for r in rejected]
-        df = df.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
-    return df, rejected
+    return without(df, rejected), rejected
+
+
+def without(df: DataFrame, rejected: Sequence[Rejected]) -> DataFrame:
+    """``df`` without the rows of the ``rejected`` splits (rows carry ``broker`` and ``split_start``)."""
+    if not rejected:
+        return df
+    bad = [f"{r.segment[0]}\x00{r.start}" for r in rejected]
+    return df.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
 
 
 def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
@@ -263,7 +270,7 @@ class Output:
         if self.fmt == "csv":
             complex_types = ("map", "array", "struct")
             df = df.select(*[F.to_json(F.col(f.name)).alias(f.name) if f.dataType.typeName() in complex_types else F.col(f.name) for f in df.schema.fields])
-            df.write.mode("overwrite").option("header", True).csv(self.path(name))
+            df.write.mode("overwrite").option("header", True).option("escape", '"').csv(self.path(name))  # RFC 4180 quotes
         elif self.fmt == "json":
             df.write.mode("overwrite").option("ignoreNullFields", False).json(self.path(name))
         else:
@@ -297,7 +304,7 @@ class Output:
             return 0
         reader = self.spark.read.format(self.fmt)
         if self.fmt == "csv":
-            reader = reader.option("header", True)
+            reader = reader.option("header", True).option("escape", '"').option("multiLine", True)
         return reader.load(list(files)).count()
 
 
@@ -330,10 +337,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
             for r in partial.select("broker", "split_start", "first_offset", "exit_offset").distinct().collect()
         }  # the scan
         rejected = scan.check(bounds)
-        kept = partial.filter(F.col("messages") > 0)  # a split whose records were all filtered out
-        if rejected:
-            bad = [f"{r.segment[0]}\x00{r.start}" for _, r in rejected]
-            kept = kept.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
+        kept = without(partial.filter(F.col("messages") > 0), [r for _, r in rejected])  # > 0: not all filtered out
         sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
         queues = kept.groupBy("broker", "topic", "queue_id").agg(
             *sums,
@@ -490,6 +494,8 @@ def run_verify(scan: Scan, out: Output) -> dict:
             d = f.as_dict()
             rows.append({**d, "broker": b.broker, "expected": _text(d["expected"]), "found": _text(d["found"]), "details": json.dumps(d["details"], ensure_ascii=False)})
         r = check.result
+        for note in check.notes:
+            print(f"mqtool-scan: {b.broker}: {note}", file=sys.stderr)
         brokers.append({"broker": b.broker, "records": r.records, "logical_end": r.logical_end, "end_reason": r.end_reason, "findings": len(findings), "notes": check.notes})
     df = scan.spark.createDataFrame(rows, ", ".join(f"{n} {t}" for n, t in FINDING_COLUMNS))
     target = out.write(df, "findings", single=True)
@@ -516,7 +522,7 @@ def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=Non
     for row in cells:
         stream.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
     if len(rows) > PRINT_ROWS:
-        stream.write(f"... more rows in the output\n")
+        stream.write("... more rows in the output\n")
     stream.write("\n")
 
 
@@ -559,6 +565,10 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
         raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
     if o.format not in FORMATS:
         raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
+    if o.mode == "verify":
+        given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
+        if given:
+            raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     started = time.monotonic()
     spark = spark or session()
     ship_package(spark)  # before the data source is registered: Python processes started from here on see the zip
