@@ -108,6 +108,10 @@ def parse_time(text: str | None, option: str) -> int | None:
 
 def session(app: str = "mqtool-scan") -> SparkSession:
     """The session with mqtool's defaults where the user configured nothing (never the master)."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # started with plain ``python`` (spark-submit sets the gateway port): Python workers would
+        # otherwise be the ``python3`` on PATH, which may lack mqtool and pyarrow
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf()
     builder = SparkSession.builder.appName(app)
     if not conf.contains("spark.sql.session.timeZone"):
@@ -577,8 +581,12 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)
-    print(f"mqtool-scan: {o.mode}: {len(scan.tasks)} splits of {sum(b.bytes for b in scan.inputs)} bytes, "
-          f"{len(doc['rejected_splits'])} dropped; output in {out.root}", file=sys.stderr)
+    size = sum(b.bytes for b in scan.inputs)
+    if o.mode == "verify":
+        what = f"{sum(len(b.segments) for b in scan.inputs)} segments of {size} bytes, {doc['count']} findings"
+    else:
+        what = f"{len(scan.tasks)} splits of {size} bytes, {len(doc['rejected_splits'])} dropped"
+    print(f"mqtool-scan: {o.mode}: {what}; output in {out.root}", file=sys.stderr)
     return doc
 
 
