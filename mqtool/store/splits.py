@@ -19,6 +19,7 @@ in Spark tasks, in a process pool, in tests.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Iterator, NamedTuple
@@ -107,15 +108,20 @@ def _is_blank(array: np.ndarray, pos: int) -> bool:
     return int.from_bytes(array[pos + fs.POS_MAGIC : pos + fs.POS_MAGIC + 4].tobytes(), "big") == fs.MAGIC_BLANK
 
 
-def find_split_start(array: np.ndarray, start: int, stop: int, base: int) -> int | None:
+def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None) -> int | None:
     """Where a split of ``[start, stop)`` resumes: the first self-describing record (or an
-    end-of-file blank whose size is the bytes left, where the walk then ends), or None."""
+    end-of-file blank whose size is the bytes left, where the walk then ends), or None. Zeros are
+    skipped at memory speed, and holes of a sparse file unread when ``fd`` is the file's."""
     if start == 0:
         return 0
     one = np.empty((1, fs.N_COLS), dtype=np.int64)
     chain = np.empty((CHAIN, fs.N_COLS), dtype=np.int64)
     p = start
     while p < stop:
+        data = fs.first_nonzero(array, p, min(array.shape[0], stop + fs.POS_MAGIC), fd)
+        if data < 0:
+            return None  # zeros to the end of the range (e.g. a pre-allocated segment)
+        p = max(p, data - fs.POS_MAGIC)  # a record's first bytes may be zero, its magic is not
         p = int(fs.find_record_start(array, p, stop, base, 1, one))
         if p < 0:
             return None
@@ -151,9 +157,11 @@ class SplitScan:
             if mf.size != split.size:
                 raise OSError(f"{split.path}: {mf.size} bytes, planned as {split.size}")
             array = fs.as_array(mf.buf)
+            fd = os.open(split.path, os.O_RDONLY)
             try:
-                begin = find_split_start(array, split.start, split.end, base)
+                begin = find_split_start(array, split.start, split.end, base, fd)
             finally:
+                os.close(fd)
                 del array
         if begin is None:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
