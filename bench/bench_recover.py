@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,9 +39,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
+from procs import run_measured  # noqa: E402
 
 from mqtool.apply import apply_plan  # noqa: E402
-from mqtool.formats import commitlog as clfmt  # noqa: E402
 from mqtool.formats.dispatch import dispatch_request  # noqa: E402
 from mqtool.formats.markers import ABORT_FILE, LOCK_FILE  # noqa: E402
 from mqtool.recovery.dispatch import DispatchCache  # noqa: E402
@@ -174,12 +173,10 @@ def bench_cli(base: Path, spec, work: Path) -> tuple[float, int]:
     )
     version = "4.9.7" if spec.profile == "4.9" else "5.3.3"
     cmd = [sys.executable, "-m", "mqtool", "--quiet", "recover", str(store_dir), "--abnormal", "--yes", "--broker-config", str(conf), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    elapsed = time.perf_counter() - t
+    proc, elapsed, peak_mb = run_measured(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"bench_recover: mqtool recover failed: {proc.stderr.strip()}")
-    return elapsed, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
+    return elapsed, round(peak_mb)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
+from procs import descendants, rss_mb  # noqa: E402
 
 from mqtool.spark.inputs import resolve_inputs  # noqa: E402
 from mqtool.spark.reader import plan_tasks, read_messages, read_stats  # noqa: E402
@@ -117,33 +118,9 @@ def pool_run(kind: str, tasks, processes: int, out: Path) -> dict:
 # ---- Spark, one fresh driver per master ---------------------------------------------------------
 
 
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
-
-
 def peak_rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    """High-water RSS of a process started by exec (Spark's JVM and Python workers)."""
+    return rss_mb(pid, "VmHWM:")
 
 
 def spark_child(a: argparse.Namespace) -> int:
@@ -183,7 +160,7 @@ def spark_child(a: argparse.Namespace) -> int:
     workers = [p for p in descendants(jvm) if "python" in _cmdline(p)]
     results["worker_peak_rss_mb"] = max((peak_rss_mb(p) for p in workers), default=0.0)
     results["jvm_peak_rss_mb"] = peak_rss_mb(jvm)
-    results["driver_python_peak_rss_mb"] = _rss_mb()
+    results["driver_python_peak_rss_mb"] = peak_rss_mb(os.getpid())
     spark.stop()
     shutil.rmtree(local, ignore_errors=True)
     print(json.dumps(results))

@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
+from procs import run_measured  # noqa: E402
 
 from mqtool.formats import commitlog as clfmt  # noqa: E402
 from mqtool.store import Store  # noqa: E402
@@ -114,7 +115,7 @@ def python_loop(ranges) -> int:
 
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 path, jobs, repeat = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -125,14 +126,15 @@ for _ in range(repeat):
         t = time.perf_counter()
         findings = sum(1 for _ in run.findings())
         times.append(time.perf_counter() - t)
-rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-print(json.dumps({"seconds": min(times), "findings": findings, "records": run.summary.records, "peak_rss_mb": rss / 1024}))
+print(json.dumps({"seconds": min(times), "findings": findings, "records": run.summary.records}))
 """
 
 
 def run_child(store_path: Path, jobs: int, repeat: int) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(store_path), str(jobs), str(repeat)], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    proc, _, peak_mb = run_measured([sys.executable, "-c", CHILD, str(store_path), str(jobs), str(repeat)])
+    if proc.returncode:
+        raise SystemExit(f"bench_verify: child failed: {proc.stderr.strip()}")
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "peak_rss_mb": peak_mb}
 
 
 def run_cli(store_path: Path, jobs: int) -> float:

@@ -237,6 +237,7 @@ class DispatchScanner:
                 check_crc=self.check_crc and self.discipline == "recovery",
                 stop_on_crc=True,
                 batch=self.SUB_BATCH,
+                release_behind=True,
             )
             bad: ScanEnd | None = None
             for seg in scan:

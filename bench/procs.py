@@ -1,0 +1,79 @@
+"""Peak memory of a benchmarked command and every process it starts.
+
+``ru_maxrss`` cannot be used for a child: Linux carries the parent's high-water mark into a
+forked child and across ``exec``, so a child of a large benchmark process reports the parent's
+peak. Instead the benchmark samples ``VmRSS`` of the command and all its descendants from
+``/proc`` while it runs, and reports the largest single process (and the largest sum).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found
+
+
+def rss_mb(pid: int, field: str = "VmRSS:") -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class TreeSampler:
+    """Samples the RSS of ``pid`` and its descendants every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float = 0.01):
+        self.pid, self.interval = pid, interval
+        self.peak_process_mb = 0.0
+        self.peak_total_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sizes = [rss_mb(p) for p in [self.pid, *descendants(self.pid)]]
+            self.peak_process_mb = max(self.peak_process_mb, *sizes)
+            self.peak_total_mb = max(self.peak_total_mb, sum(sizes))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_measured(cmd: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Run ``cmd``; returns (completed process, wall seconds, peak RSS of its largest process in MB)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    with TreeSampler(proc.pid) as sampler:
+        out, err = proc.communicate()
+    elapsed = time.perf_counter() - started
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), elapsed, sampler.peak_process_mb
