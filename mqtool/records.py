@@ -10,8 +10,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import zlib
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
+
+from .errors import UsageError
 
 from .formats import commitlog as clfmt
 from .formats.commitlog import CommitLogRecord
@@ -161,3 +164,18 @@ def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[s
         "time_diff": entry.time_diff,
         "prev_index": entry.prev_index,
     }
+
+
+def parse_time(text: str | None, option: str) -> int | None:
+    """A user's ``--since``/``--until``: epoch milliseconds, or ISO-8601 (a time without zone is UTC)."""
+    if text is None:
+        return None
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected epoch milliseconds or an ISO-8601 time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)

@@ -33,6 +33,8 @@ from typing import Callable
 import numba
 import numpy as np
 
+from .fileops import fsync_dir
+from .fileops import fsync_path as fsync_file
 from .formats import consumequeue as cqfmt
 from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
@@ -45,22 +47,6 @@ FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
 
 def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def default_tmp_path(final: Path) -> Path:

@@ -24,6 +24,7 @@ from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
 from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, walk_segment
 from ..store.mappedfile import MappedFile
+from .plan import Message
 
 _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _PHYS = fmt.PHYS_OFFSET_POSITION
@@ -56,36 +57,18 @@ def next_self_offset(buf, start, base, accept_v2):
     return -1
 
 
-@dataclass(frozen=True)
-class LostRecord:
-    """A record the cut discards (``crc_ok`` False: its body CRC already fails). A record whose
-    variable part no longer decodes is described from its fixed header (``topic`` None)."""
-
-    offset: int
-    size: int
-    topic: str | None
-    queue_id: int
-    queue_offset: int
-    transaction_type: str
-    store_timestamp: int
-    msg_id: str
-    uniq_key: str | None
-    keys: tuple[str, ...]
-    crc_ok: bool
-
-
 @dataclass
 class LostScan:
     records: int = 0
     record_bytes: int = 0
-    listed: list[LostRecord] = field(default_factory=list)
+    listed: list[Message] = field(default_factory=list)
     other_bytes: int = 0  # non-zero bytes after the cut that belong to no record
     first_other: int | None = None
 
 
-def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> LostRecord:
+def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message:
     props = record.property_map(legacy=legacy)
-    return LostRecord(
+    return Message(
         record.offset,
         record.total_size,
         record.topic_name,
@@ -183,7 +166,7 @@ def _count_nonzero(array: np.ndarray, start: int, stop: int, chunk: int = 1 << 2
     return sum(int(np.count_nonzero(array[p : min(p + chunk, stop)])) for p in range(start, stop, chunk))
 
 
-def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> LostRecord | None:
+def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None:
     """The record at ``offset`` if its fields decode (even when its CRC fails); else what its
     fixed header says when that is intact (magic code, sizes in range); else None."""
     try:
@@ -197,7 +180,7 @@ def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> LostRecord | N
     return describe(record, record.crc_ok(), legacy)
 
 
-def _header_at(commitlog: CommitLog, offset: int) -> LostRecord | None:
+def _header_at(commitlog: CommitLog, offset: int) -> Message | None:
     raw = commitlog.read_bytes(offset, fmt.HEADER_LAYOUTS[(True, True)].size)
     if len(raw) < fmt.SYS_FLAG_POSITION + 4:
         return None
@@ -208,7 +191,7 @@ def _header_at(commitlog: CommitLog, offset: int) -> LostRecord | None:
     h = dict(zip(layout.names, layout.codec.unpack_from(raw)))
     if h["magic_code"] not in fmt.MESSAGE_MAGICS or h["total_size"] <= 0 or h["phys_offset"] != offset:
         return None
-    return LostRecord(
+    return Message(
         offset,
         h["total_size"],
         None,

@@ -98,10 +98,6 @@ def rel(store: Store, path: Path) -> str:
     return os.path.relpath(path, store.root)
 
 
-def as_message(m) -> Message:
-    return Message(m.offset, m.size, m.topic, m.queue_id, m.queue_offset, m.transaction_type, m.store_timestamp, m.msg_id, m.uniq_key, m.keys, m.crc_ok)
-
-
 def last_nonzero(path: Path, start: int, chunk: int = 1 << 24) -> int:
     """One past the last non-zero byte of the file at or after ``start`` (``start`` if none);
     holes of a sparse file are not read."""
@@ -155,7 +151,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     lost = LostMessages(
         found.records,
         found.record_bytes,
-        tuple(as_message(m) for m in found.listed),
+        tuple(found.listed),
         len(found.listed) == found.records,
         found.other_bytes,
         found.first_other,
@@ -163,7 +159,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
         found_first = record_at(cl, end.offset, legacy)
-        first_invalid = as_message(found_first) if found_first is not None else None
+        first_invalid = found_first
     damage = not end.is_clean or found.records > 0
     plan = CommitLogPlan(
         cl.min_offset,

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 PLAN_FORMAT = "mqtool-plan/1"

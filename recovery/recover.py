@@ -98,8 +98,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
 
     # 3. the scan, dispatching where the broker does
     if options.full_scan:
-        start_index, rule = 0, "every segment from the first (--full-scan)"
-        start = cl.min_offset
+        start, rule = cl.min_offset, "every segment from the first (--full-scan)"
     elif mode == "abnormal":
         s = abnormal_start(cl, rules, cp, index_safe=index_safe and index_enable)
         start, rule = s.offset, s.rule
@@ -260,7 +259,6 @@ def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, w
 def _dispatch_notes(store: Store, rules: RecoveryRules, mode: str, phases: list, max_cq: int, end: int, kept: list, legacy: bool) -> list[str]:
     """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
     notes = []
-    cl = store.commitlog
     covered_from = min((p.start for p in phases if p.consume_queues), default=end)
     if 0 <= max_cq < end and covered_from > max_cq and _keyed_or_any_record_between(store, max_cq, min(covered_from, end)):
         notes.append(

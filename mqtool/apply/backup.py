@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, Refused
-from .fileops import copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
+from ..fileops import copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"

@@ -34,7 +34,7 @@ from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, write_pending
-from .fileops import makedirs, remove, write_atomic, zero_range
+from ..fileops import makedirs, remove, write_atomic, zero_range
 
 
 class ApplyError(MqtoolError):

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import functools
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from ..errors import EXIT_INTERNAL, MqtoolError, UsageError
+from ..errors import EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat, stderr
 
@@ -71,18 +70,3 @@ FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
     config = load_broker_config(broker_config) if broker_config else StoreConfig()
     return Store.open(path, config, broker_version)
-
-
-def parse_time(text: str | None, option: str) -> int | None:
-    """``--since``/``--until``: epoch milliseconds, or ISO-8601 (a naive time is UTC)."""
-    if text is None:
-        return None
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected epoch milliseconds or an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)

@@ -29,12 +29,13 @@ from ..records import (
     consume_queue_dict,
     index_entry_dict,
     message_dict,
+    parse_time,
 )
 from ..store import ConsumeQueue, IndexFile, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, parse_time
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .progress import ByteProgress
 

@@ -7,20 +7,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..store.summary import store_summary
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store
-from .output import OutputFormat, emit_document, iso_ms
-
-
-def _kv_table(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
-    table.add_column("key", style="dim")
-    table.add_column("value")
-    for k, v in rows:
-        table.add_row(k, "-" if v is None else str(v))
-    return table
+from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
 
 
 def render_info(console: Console, doc: dict[str, Any]) -> None:
@@ -28,7 +18,7 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
     cl = doc["commitlog"]
     abort = doc["abort_file"]
     console.print(
-        _kv_table(
+        kv_table(
             "Store",
             [
                 ("path", doc["store"]),
@@ -41,7 +31,7 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
     )
     if cp:
         console.print(
-            _kv_table(
+            kv_table(
                 "Checkpoint",
                 [
                     ("physicMsgTimestamp", f"{iso_ms(cp['physic_msg_timestamp'])} ({cp['physic_msg_timestamp']})"),
@@ -55,7 +45,7 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
             )
         )
     console.print(
-        _kv_table(
+        kv_table(
             "Commit log",
             [
                 ("segment size", cl["file_size"]),
@@ -65,28 +55,20 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
             ],
         )
     )
-    topics = Table(title="Topics", title_justify="left", title_style="bold", box=None)
-    for c in ("topic", "queues", "messages"):
-        topics.add_column(c)
+    topics = titled_table("Topics", ("topic", "queues", "messages"))
     for name, t in doc["topics"].items():
         topics.add_row(name, str(t["queues"]), str(t["messages"]))
     console.print(topics)
-    queues = Table(title="Consume queues", title_justify="left", title_style="bold", box=None)
-    for c in ("topic", "queue", "min", "max", "messages", "files"):
-        queues.add_column(c)
+    queues = titled_table("Consume queues", ("topic", "queue", "min", "max", "messages", "files"))
     for q in doc["queues"]:
         queues.add_row(q["topic"], str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]))
     console.print(queues)
     index = doc["index"]
     if index:
-        t = Table(
-            title=f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
-            title_justify="left",
-            title_style="bold",
-            box=None,
+        t = titled_table(
+            f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
+            ("file", "begin", "end", "phy offsets", "entries", "slots used"),
         )
-        for c in ("file", "begin", "end", "phy offsets", "entries", "slots used"):
-            t.add_column(c)
         for f in index["files"]:
             t.add_row(
                 f["name"],

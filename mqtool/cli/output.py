@@ -29,6 +29,30 @@ class OutputFormat(str, Enum):
     csv = "csv"
 
 
+def data_console(out) -> Console:
+    """A console for data on ``out``: the terminal's width, or 400 columns when piped, so offsets
+    and message ids are never folded or cut."""
+    return Console(file=out, highlight=False, width=None if out.isatty() else 400)
+
+
+def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
+    """A titled two-column key/value table (``-`` for None)."""
+    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
+    table.add_column("key", style="dim")
+    table.add_column("value")
+    for k, v in rows:
+        table.add_row(k, "-" if v is None else str(v))
+    return table
+
+
+def titled_table(title: str, columns: Sequence[str], wrapped: frozenset[str] = frozenset()) -> Table:
+    """A titled table with a bold header; only ``wrapped`` columns may fold their text."""
+    table = Table(title=title, box=None, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
+    for c in columns:
+        table.add_column(c, overflow="fold", no_wrap=c not in wrapped)
+    return table
+
+
 def iso_ms(ms: int | None) -> str:
     """Epoch milliseconds as an ISO-8601 UTC string (``-`` for 0/None)."""
     if not ms:
@@ -85,7 +109,7 @@ def emit_rows(
             count += 1
     else:
         columns = list(table_columns or fields)
-        console = Console(file=out, highlight=False, width=None if out.isatty() else 400)
+        console = data_console(out)
         batch: list[dict[str, Any]] = []
 
         def flush(first: bool) -> None:
@@ -129,7 +153,7 @@ def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table, out=None
         for key, value in _flatten(doc):
             writer.writerow([key, _cell(value)])
     else:
-        render_table(Console(file=out, highlight=False), doc)
+        render_table(data_console(out), doc)
     out.flush()
 
 

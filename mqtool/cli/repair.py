@@ -10,22 +10,21 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
 from ..apply.executor import hold_store_lock
-from ..apply.fileops import write_atomic
+from ..fileops import write_atomic
 from ..errors import BadInput, Refused, StoreInUse
 from ..recovery.dispatch import DispatchCache
 from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_document, iso_ms
+from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
 
@@ -259,33 +258,11 @@ def restore_cmd(
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-def _kv(title: str, rows: list[tuple[str, Any]]) -> Table:
-    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
-    table.add_column("key", style="dim")
-    table.add_column("value")
-    for k, v in rows:
-        table.add_row(k, "-" if v is None else str(v))
-    return table
-
-
-WRAPPED = {"keys", "why", "detail", "files", "path"}
-
-
-def _table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, box=None, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
-    for c in columns:
-        table.add_column(c, overflow="fold", no_wrap=c not in WRAPPED)
-    return table
-
-
-def _wide(console: Console) -> Console:
-    """Tables of offsets and message ids need more than 80 columns when stdout is not a terminal."""
-    return console if console.is_terminal else Console(file=console.file, highlight=False, width=400)
+WRAPPED = frozenset({"keys", "why", "detail", "files", "path"})
 
 
 def render_plan(console: Console, doc: dict) -> None:
-    console = _wide(console)
-    console.print(_kv(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
+    console.print(kv_table(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
     cl = doc.get("commitlog")
     if cl:
         rows = [
@@ -301,51 +278,51 @@ def render_plan(console: Console, doc: dict) -> None:
             rows.append(("zero", f"{cl['cut_segment']} bytes [{cl['zero_from']}, {cl['zero_to']}) ({cl['zero_to'] - cl['zero_from']} bytes)"))
         if cl["delete_segments"]:
             rows.append(("delete segments", ", ".join(cl["delete_segments"])))
-        console.print(_kv("Commit log", rows))
+        console.print(kv_table("Commit log", rows))
     lost = doc.get("lost")
     if lost and (lost["count"] or lost["other_bytes"]):
         title = f"Lost by the cut: {lost['count']} message(s), {lost['bytes']} bytes" + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
         if lost["other_bytes"]:
             title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
-        table = _table(title, ["offset", "size", "topic", "queue", "queue offset", "stored", "msgId", "uniqKey", "keys", "crc"])
+        table = titled_table(title, ["offset", "size", "topic", "queue", "queue offset", "stored", "msgId", "uniqKey", "keys", "crc"], WRAPPED)
         for m in lost["messages"][:TABLE_LOST]:
             table.add_row(str(m["offset"]), str(m["size"]), m["topic"] or "?", str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), "ok" if m["crc_ok"] else "BAD")
         console.print(table)
         if len(lost["messages"]) > TABLE_LOST:
             console.print(f"... and {len(lost['messages']) - TABLE_LOST} more listed with --format json")
         if lost["unreadable"]:
-            table = _table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "topic", "queue", "queue offset"])
+            table = titled_table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "topic", "queue", "queue offset"], WRAPPED)
             for r in lost["unreadable"][:TABLE_LOST]:
                 table.add_row(str(r["offset"]), str(r["size"]), r["topic"], str(r["queue_id"]), str(r["queue_offset"]))
             console.print(table)
     if doc["dispatch"]:
-        table = _table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
+        table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], WRAPPED)
         for p in doc["dispatch"]:
             table.add_row(p["name"], str(p["start"]), str(p["stop"]), str(p["records"]), str(p["cq_records"]), p["tags"], "yes" if p["index"] else "no")
         console.print(table)
     changed = [q for q in doc["queues"] if q["files"] or q["max_before"] != q["max_after"] or q["min_before"] != q["min_after"]]
     if changed:
-        table = _table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["topic", "queue", "min", "max", "cut", "added", "fillers", "files"])
+        table = titled_table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["topic", "queue", "min", "max", "cut", "added", "fillers", "files"], WRAPPED)
         for q in changed:
             files = ", ".join(f"{f['action']} {f['name']}" for f in q["files"])
             table.add_row(q["topic"], str(q["queue_id"]), f"{q['min_before']} -> {q['min_after']}", f"{q['max_before']} -> {q['max_after']}", str(q["cut"]), str(q["added"]), str(q["fillers"]), files)
         console.print(table)
     ix = doc.get("index")
     if ix and any(f["action"] != "keep" for f in ix["files"]):
-        table = _table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"])
+        table = titled_table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"], WRAPPED)
         for f in ix["files"]:
             table.add_row(f["name"], f["action"], f"{f['entries_before']} -> {f['entries_after']}", str(f["end_phy_offset"]), f["reason"])
         console.print(table)
     cp = doc.get("checkpoint")
     if cp and (cp["before"] != cp["after"] or not cp["exists"]):
         rows = [(k, f"{cp['before'][k]} -> {v}") for k, v in cp["after"].items() if cp["before"].get(k) != v]
-        console.print(_kv("Checkpoint" + ("" if cp["exists"] else " (created)"), rows))
+        console.print(kv_table("Checkpoint" + ("" if cp["exists"] else " (created)"), rows))
     if doc["remove_abort"]:
-        console.print(_kv("Abort file", [("abort", "removed (as a clean shutdown does)")]))
+        console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
     if doc["actions"]:
-        table = _table("Actions", ["#", "operation", "path", "detail"])
+        table = titled_table("Actions", ["#", "operation", "path", "detail"], WRAPPED)
         for i, a in enumerate(doc["actions"], 1):
             span = f"[{a['start']}, {a['end']})" if a["start"] is not None else ""
             table.add_row(str(i), a["op"], a["path"], " ".join(x for x in (span, a["note"]) if x))
@@ -355,9 +332,8 @@ def render_plan(console: Console, doc: dict) -> None:
 
 
 def render_backup(console: Console, doc: dict) -> None:
-    console = _wide(console)
     console.print(
-        _kv(
+        kv_table(
             "Backup",
             [
                 ("backup", doc["backup"]),

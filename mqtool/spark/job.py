@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..records import parse_time
 from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
@@ -86,21 +87,6 @@ class JobOptions:
             broker_config=args.broker_config,
             keep_going=args.keep_going,
         )
-
-
-def parse_time(text: str | None, option: str) -> int | None:
-    """``--since``/``--until``: epoch milliseconds or ISO-8601 (a time without zone is UTC)."""
-    if text is None:
-        return None
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"{option} {text!r}: expected epoch milliseconds or an ISO-8601 time") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
 
 
 # ---- session, shipping, reading ------------------------------------------------------------------

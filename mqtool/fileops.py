@@ -1,4 +1,4 @@
-"""Durable file operations: every change reaches the disk before the journal says it happened.
+"""Durable file operations (used by ``mqtool.apply`` and ``mqtool.writers``): every change reaches the disk before the journal says it happened.
 
 Whole files change through a temporary file + fsync + rename (+ fsync of the directory); byte
 ranges change in place followed by fsync. Copies keep holes (sparse pre-allocated segments stay
@@ -16,6 +16,7 @@ CHUNK = 1 << 22
 
 
 def fsync_path(path: Path) -> None:
+    """fsync a file or a directory (a directory's fsync makes its renames and creations durable)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -23,8 +24,7 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    fsync_path(path)
+fsync_dir = fsync_path
 
 
 def makedirs(path: Path, *, synced: set[Path] | None = None) -> None:
