@@ -23,7 +23,6 @@ import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -441,23 +440,6 @@ FINDING_COLUMNS = (
 )
 
 
-@contextmanager
-def _reports_from(reports: list):
-    """Feed ``CommitLogCheck`` segment reports computed elsewhere (here: by Spark tasks)."""
-    from ..verify import commitlog as verify_commitlog
-
-    original = verify_commitlog.segment_reports
-
-    def precomputed(tasks, jobs, progress):
-        yield from reports
-
-    verify_commitlog.segment_reports = precomputed
-    try:
-        yield
-    finally:
-        verify_commitlog.segment_reports = original
-
-
 def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: bool):
     """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
@@ -470,9 +452,7 @@ def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: 
     reports = []
     if tasks:
         reports = spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect()
-    with _reports_from(reports):
-        findings = list(check.run())
-    return findings, check
+    return list(check.run(reports)), check
 
 
 def run_verify(scan: Scan, out: Output) -> dict:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import multiprocessing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..formats import commitlog as clfmt
 from ..formats.errors import FormatError
@@ -140,12 +140,14 @@ class CommitLogCheck:
     def total_bytes(self) -> int:
         return sum((t.stop if t.stop is not None else self.commitlog.segments[t.index].size) - t.start for t in self.tasks())
 
-    def run(self) -> Iterator[Finding]:
+    def run(self, reports: Iterable[SegmentReport] | None = None) -> Iterator[Finding]:
+        """Findings of the commit log. ``reports`` (in segment order, one per ``tasks()``) may
+        come from elsewhere, e.g. Spark tasks running ``analyze_segment``; by default the
+        segments are analysed here (``jobs`` processes)."""
         yield from self._segment_sequence()
-        tasks = self.tasks()
         result = self.result
         after: list[tuple[SegmentReport, Run | Gap]] = []
-        reports = segment_reports(tasks, self.jobs, self.progress)
+        reports = iter(segment_reports(self.tasks(), self.jobs, self.progress) if reports is None else reports)
         try:
             for report in reports:
                 result.segments += 1
@@ -176,7 +178,8 @@ class CommitLogCheck:
                     result.stopped_early = True
                     break
         finally:
-            reports.close()
+            if hasattr(reports, "close"):
+                reports.close()  # ends a worker pool early
         if result.logical_end is None and result.end_reason is None:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
