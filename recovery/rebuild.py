@@ -58,6 +58,22 @@ def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[
     return end.offset, start.rule, notes
 
 
+def _rebuild_scan(store: Store, cache: DispatchCache | None, *, index: bool):
+    """What both rebuilds start from: the version's rules, the commit log's valid end (with
+    notes), and a reput-discipline scanner (no CRC, as the broker's reput) from the first
+    segment to that end."""
+    store.path()
+    rules = RecoveryRules(store_version(store)[0])
+    end, _rule, notes = _valid_end(store, rules, TopicTable())
+    topics = cache.topics if cache is not None else TopicTable()
+    cl = store.commitlog
+    scanner = phase_scanner(
+        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+        legacy_properties=rules.legacy_properties, index_enable=index, check_crc=False, topics=topics,
+    )
+    return rules, end, notes, topics, scanner
+
+
 def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
     version, source = store_version(store)
     return Plan(
@@ -73,12 +89,8 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     §8.12): every record from the first segment to the valid end, tags code = delivery time for
     delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
     The selected queues' files are replaced; files the rebuild does not produce are deleted."""
-    store.path()
-    version, _ = store_version(store)
-    rules = RecoveryRules(version)
+    rules, end, notes, topics, scanner = _rebuild_scan(store, cache, index=False)
     cl = store.commitlog
-    topics = cache.topics if cache is not None else TopicTable()
-    end, _rule, notes = _valid_end(store, rules, TopicTable())
     allowed = None
     if options.respect_topic_config:
         doc = store.config_file("topics.json")
@@ -93,10 +105,6 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     sims: dict = {}
     skipped: dict[str, int] = {}
     counts = PhaseCounts()
-    scanner = phase_scanner(
-        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-        legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False, topics=topics,
-    )
     for batch in scanner:
         counts.records += len(batch)
         if cache is not None:
@@ -141,21 +149,13 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     (every record from the first segment to the valid end; ROLLBACK records skipped). New files
     are named from the store time of their first record. The checkpoint's indexMsgTimestamp
     becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
-    store.path()
-    version, _ = store_version(store)
-    rules = RecoveryRules(version)
+    rules, end, notes, _topics, scanner = _rebuild_scan(store, cache, index=True)
     cl = store.commitlog
-    topics = cache.topics if cache is not None else TopicTable()
-    end, _rule, notes = _valid_end(store, rules, TopicTable())
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
     old = store.index_files
     writer = dry_index_writer(store, rules, [], old)
     counts = PhaseCounts()
-    scanner = phase_scanner(
-        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-        legacy_properties=rules.legacy_properties, index_enable=True, check_crc=False, topics=topics,
-    )
     for batch in scanner:
         feed_index(batch, writer, counts)
         if cache is not None:
