@@ -24,6 +24,7 @@ import numba
 import numpy as np
 
 from ..formats import commitlog as fmt
+from ..store.textscan import M32, java_hash_utf8, property_item, span_is
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 _V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
@@ -65,7 +66,6 @@ _UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
 _DELAY = np.frombuffer(b"DELAY", dtype=np.uint8)
 _MULTI = np.frombuffer(b"INNER_MULTI_DISPATCH", dtype=np.uint8)
 SCHEDULE_TOPIC_BYTES = np.frombuffer(b"SCHEDULE_TOPIC_XXXX", dtype=np.uint8)
-_M32 = np.int64(0xFFFFFFFF)
 
 
 @numba.njit(inline="always")
@@ -81,61 +81,6 @@ def _signed(v, bits):
     if v >= (np.int64(1) << (bits - 1)):
         return v - (np.int64(1) << bits)
     return v
-
-
-@numba.njit(inline="always")
-def _cont(buf, i, end):
-    return i < end and (buf[i] & 0xC0) == 0x80
-
-
-@numba.njit(cache=True, nogil=True)
-def java_hash_utf8(buf, start, end, h):
-    """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code
-    units of strict UTF-8 ``buf[start:end]``. Returns ``(h, units, ok)``; ``ok`` is False on any
-    malformed sequence (the caller falls back to the Python decoder's replacement rules)."""
-    i = start
-    units = 0
-    while i < end:
-        c = np.int64(buf[i])
-        if c < 0x80:
-            h = (h * 31 + c) & _M32
-            units += 1
-            i += 1
-            continue
-        if c < 0xC2:
-            return h, units, False
-        elif c < 0xE0:
-            if not _cont(buf, i + 1, end):
-                return h, units, False
-            cp = ((c & 0x1F) << 6) | (np.int64(buf[i + 1]) & 0x3F)
-            i += 2
-        elif c < 0xF0:
-            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end)):
-                return h, units, False
-            c1 = np.int64(buf[i + 1])
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
-                return h, units, False
-            cp = ((c & 0x0F) << 12) | ((c1 & 0x3F) << 6) | (np.int64(buf[i + 2]) & 0x3F)
-            i += 3
-        elif c < 0xF5:
-            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end) and _cont(buf, i + 3, end)):
-                return h, units, False
-            c1 = np.int64(buf[i + 1])
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
-                return h, units, False
-            cp = ((c & 0x07) << 18) | ((c1 & 0x3F) << 12) | ((np.int64(buf[i + 2]) & 0x3F) << 6) | (np.int64(buf[i + 3]) & 0x3F)
-            i += 4
-        else:
-            return h, units, False
-        if cp >= 0x10000:
-            cp -= 0x10000
-            h = (h * 31 + (0xD800 + (cp >> 10))) & _M32
-            h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & _M32
-            units += 2
-        else:
-            h = (h * 31 + cp) & _M32
-            units += 1
-    return h, units, True
 
 
 @numba.njit(inline="always")
@@ -174,33 +119,6 @@ def _parse_int32(buf, start, end):
 
 
 @numba.njit(inline="always")
-def _item(buf, i, j, legacy):
-    """Key and value bounds of one ``name \\x01 value`` item in ``[i, j)``, or (-1, ..) if the
-    reader drops it. Modern reader (4.9.1+): the first \\x01, non-empty key and value, the value
-    may contain \\x01. Legacy reader: ``item.split("\\x01")`` minus trailing empties must give
-    exactly 2 parts (the key may be empty)."""
-    if not legacy:
-        k = i
-        while k < j and buf[k] != 1:
-            k += 1
-        if i < k and k < j - 1:
-            return i, k, k + 1, j
-        return -1, -1, -1, -1
-    t = j
-    while t > i and buf[t - 1] == 1:
-        t -= 1
-    k = -1
-    for p in range(i, t):
-        if buf[p] == 1:
-            if k >= 0:
-                return -1, -1, -1, -1
-            k = p
-    if k < 0:
-        return -1, -1, -1, -1
-    return i, k, k + 1, t
-
-
-@numba.njit(inline="always")
 def _word(buf, p, n):
     """Up to 8 bytes at ``p`` as one integer (the topic fingerprint's building block)."""
     v = np.uint64(0)
@@ -218,17 +136,6 @@ def _fingerprint(buf, p, n):
     c = _word(buf, p + max(n // 2 - 4, 0), n)
     x = (a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (c * np.uint64(0x165667B19E3779F9)) ^ np.uint64(n)
     return np.int64(x ^ (x >> np.uint64(29)))
-
-
-@numba.njit(inline="always")
-def _is(buf, start, end, word):
-    n = word.shape[0]
-    if end - start != n or buf[start] != word[0]:
-        return False
-    for i in range(1, n):
-        if buf[start + i] != word[i]:
-            return False
-    return True
 
 
 @numba.njit(cache=True, nogil=True)
@@ -284,7 +191,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
                     k = j
                 j += 1
             if legacy:
-                ks, ke, vs, ve = _item(buf, i, j, True)
+                ks, ke, vs, ve = property_item(buf, i, j, True)
             elif i < k and k < j - 1:
                 ks, ke, vs, ve = i, k, k + 1, j
             else:
@@ -292,18 +199,18 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             if ks >= 0:
                 length = ke - ks
                 if length == 4:
-                    if _is(buf, ks, ke, _TAGS):
+                    if span_is(buf, ks, ke, _TAGS):
                         tags_s, tags_e = vs, ve
-                    elif _is(buf, ks, ke, _KEYS):
+                    elif span_is(buf, ks, ke, _KEYS):
                         keys_s, keys_e = vs, ve
                 elif length == 8:
-                    if _is(buf, ks, ke, _UNIQ):
+                    if span_is(buf, ks, ke, _UNIQ):
                         uniq_s, uniq_e = vs, ve
                 elif length == 5:
-                    if _is(buf, ks, ke, _DELAY):
+                    if span_is(buf, ks, ke, _DELAY):
                         delay_s, delay_e = vs, ve
                 elif length == 20:
-                    if _is(buf, ks, ke, _MULTI):
+                    if span_is(buf, ks, ke, _MULTI):
                         flags |= FLAG_MULTI_DISPATCH
             i = j + 1
         tags = np.int64(0)
@@ -312,7 +219,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             if not ok:
                 flags |= FLAG_FALLBACK
             tags = _signed(h, 32)
-        if delay_s >= 0 and _is(buf, topic, topic + topic_len, sched_topic):
+        if delay_s >= 0 and span_is(buf, topic, topic + topic_len, sched_topic):
             level, ok = _parse_int32(buf, delay_s, delay_e)
             if not ok:
                 flags |= FLAG_FALLBACK
@@ -361,7 +268,7 @@ def finish_keys(out, lo, hi, topic_ids, topic_state, pow31, keys):
         for k in range(start, start + out[r, F_KEY_COUNT]):
             partial = keys[k]
             units = partial >> 32
-            h = (state * pow31[units] + (partial & _M32)) & _M32
+            h = (state * pow31[units] + (partial & M32)) & M32
             keys[k] = _index_hash(h)
 
 

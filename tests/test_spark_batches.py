@@ -194,7 +194,7 @@ def test_java_hash_kernel_equals_string_hash_code(texts):
     buf = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
     lengths = np.array([len(r) for r in raw], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-    assert kernels.java_hash_utf8(buf, starts, lengths).tolist() == [java_string_hash(t) for t in texts]
+    assert kernels.java_hash_spans(buf, starts, lengths).tolist() == [java_string_hash(t) for t in texts]
 
 
 @settings(max_examples=100, deadline=None)

@@ -6,8 +6,8 @@ its parts lie in the mapped segment. ``MessageBatchBuilder.build`` turns one int
 fields gathered with numpy (``gather_be``, positions from the layouts derived from the construct
 declaration), strings assembled straight into Arrow buffers (``kernels``), hosts formatted once
 per distinct value. Values equal ``mqtool.records.message_dict`` field for field; a batch holding
-anything the column path cannot decide exactly (malformed UTF-8, repeated property names, legacy
-reader corner cases) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
+anything the column path cannot decide exactly (malformed UTF-8, repeated property names) is built
+from ``message_dict`` itself. Imports pyarrow, not pyspark.
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ class MessageBatchBuilder:
 
     def _tags_codes(self, array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts) -> pa.Array:
         """``consume_queue_tags_code``: the TAGS hash; the delivery time for a delayed record."""
-        codes = kernels.java_hash_utf8(array, tag_s, tag_l)
+        codes = kernels.java_hash_spans(array, tag_s, tag_l)
         delayed = np.flatnonzero((special[:, 3] >= 0) & (topic_len == len(_SCHEDULE)))
         if len(delayed) == 0:
             return pa.array(codes, pa.int64())

@@ -14,6 +14,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..store.textscan import java_hash_utf8, property_item, span_is
+
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
 KEY_UNIQ = np.frombuffer(b"UNIQ_KEY", dtype=np.uint8)
@@ -44,16 +46,6 @@ def gather_spans(buf, starts, lengths):
 
 
 @numba.njit(inline="always")
-def _span_equals(buf, start, length, word):
-    if length != word.shape[0]:
-        return False
-    for j in range(length):
-        if buf[start + j] != word[j]:
-            return False
-    return True
-
-
-@numba.njit(inline="always")
 def _spans_equal(buf, a, b, length):
     for j in range(length):
         if buf[a + j] != buf[b + j]:
@@ -65,13 +57,12 @@ def _spans_equal(buf, a, b, length):
 def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key, delay_key):
     """Split each record's properties into name/value spans (``string2messageProperties``).
 
-    Items are separated by ``\\x02``; an item is ``name \\x01 value`` and is kept when both sides
-    are non-empty, the value keeping any further ``\\x01`` (4.9.1+ reader). Returns
+    Items are separated by ``\\x02`` and read by ``property_item`` (the 4.9.1+ reader, or with
+    ``legacy`` the split-based one). Returns
     ``(counts, name_start, name_len, value_start, value_len, special, fallback)``: ``special``
     has per record the item index of TAGS, KEYS, UNIQ_KEY and DELAY (-1 when absent).
     ``fallback`` marks records whose properties the Python decoder must parse: a repeated name
-    (the last value wins but the first position counts), and for the legacy split-based reader
-    (before 4.9.1) an empty name or a second ``\\x01``.
+    (the last value wins but the first position counts).
     """
     n = starts.shape[0]
     capacity = 0
@@ -91,40 +82,28 @@ def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key,
         end = p + max(lengths[i], 0)
         while p < end:
             item = p
-            sep = -1
-            extra = False
             while p < end and buf[p] != PROPERTY_END:
-                if buf[p] == NAME_VALUE:
-                    if sep < 0:
-                        sep = p
-                    else:
-                        extra = True
                 p += 1
-            item_end = p
+            ks, ke, vs, ve = property_item(buf, item, p, legacy)
             p += 1
-            if sep < 0:
-                continue  # empty item or no separator: both readers skip it
-            nlen = sep - item
-            vlen = item_end - sep - 1
-            if legacy and (extra or (nlen == 0 and vlen > 0)):
-                fallback[i] = True
-                continue
-            if nlen == 0 or vlen == 0:
-                continue
+            if ks < 0:
+                continue  # the reader drops this item
+            nlen = ke - ks
+            vlen = ve - vs
             for t in range(first_item, k):
-                if name_len[t] == nlen and _spans_equal(buf, name_start[t], item, nlen):
+                if name_len[t] == nlen and _spans_equal(buf, name_start[t], ks, nlen):
                     fallback[i] = True
-            name_start[k] = item
+            name_start[k] = ks
             name_len[k] = nlen
-            value_start[k] = sep + 1
+            value_start[k] = vs
             value_len[k] = vlen
-            if _span_equals(buf, item, nlen, tags_key):
+            if span_is(buf, ks, ke, tags_key):
                 special[i, 0] = k
-            elif _span_equals(buf, item, nlen, keys_key):
+            elif span_is(buf, ks, ke, keys_key):
                 special[i, 1] = k
-            elif _span_equals(buf, item, nlen, uniq_key):
+            elif span_is(buf, ks, ke, uniq_key):
                 special[i, 2] = k
-            elif _span_equals(buf, item, nlen, delay_key):
+            elif span_is(buf, ks, ke, delay_key):
                 special[i, 3] = k
             k += 1
         counts[i] = k - first_item
@@ -164,38 +143,15 @@ def split_on_spaces(buf, starts, lengths):
 
 
 @numba.njit(cache=True, nogil=True)
-def java_hash_utf8(buf, starts, lengths):
-    """Java ``String.hashCode`` of each UTF-8 span (over UTF-16 code units, int32 wrap); 0 for a
-    negative start (no value). Spans must be valid UTF-8 (callers validate)."""
+def java_hash_spans(buf, starts, lengths):
+    """Java ``String.hashCode`` (signed int32) of each UTF-8 span; 0 for a negative start (no
+    value). Spans must be valid UTF-8 (callers validate)."""
     n = starts.shape[0]
     result = np.zeros(n, dtype=np.int64)
     for i in range(n):
-        if starts[i] < 0:
-            continue
-        p = starts[i]
-        end = p + lengths[i]
-        h = np.int64(0)
-        while p < end:
-            b = np.int64(buf[p])
-            if b < 0x80:
-                cp = b
-                p += 1
-            elif b < 0xE0:
-                cp = ((b & 0x1F) << 6) | (np.int64(buf[p + 1]) & 0x3F)
-                p += 2
-            elif b < 0xF0:
-                cp = ((b & 0x0F) << 12) | ((np.int64(buf[p + 1]) & 0x3F) << 6) | (np.int64(buf[p + 2]) & 0x3F)
-                p += 3
-            else:
-                cp = ((b & 0x07) << 18) | ((np.int64(buf[p + 1]) & 0x3F) << 12) | ((np.int64(buf[p + 2]) & 0x3F) << 6) | (np.int64(buf[p + 3]) & 0x3F)
-                p += 4
-            if cp >= 0x10000:
-                cp -= 0x10000
-                h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFF
-                h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFF
-            else:
-                h = (h * 31 + cp) & 0xFFFFFFFF
-        result[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
+        if starts[i] >= 0:
+            h, _units, _ok = java_hash_utf8(buf, starts[i], starts[i] + lengths[i], np.int64(0))
+            result[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
     return result
 
 
