@@ -9,7 +9,7 @@ On one generated store (``bench/make_store.py``; page cache warm), best of ``--r
   rows built: the fastest scan mqtool has (what ``mqtool verify --jobs N`` does per segment);
 - ``pool stats`` / ``pool messages``: the same pool running the Spark tasks' own work without
   Spark: ``read_stats`` (the per-split aggregates the data source yields) merged with pyarrow,
-  or ``read_messages`` (the Arrow batches) written as one Parquet file per task;
+  or ``write_messages`` (each split's messages as one Parquet file, written by pyarrow);
 - ``spark stats`` / ``spark messages`` with ``local[1]`` and ``local[2]``: ``mqtool.spark.job.run``
   in a fresh driver per master, timed after a warm-up run on one segment (the JVM start and the
   first data-source query cost ~10 s once per session and are reported apart).
@@ -41,12 +41,26 @@ import make_store  # noqa: E402
 from procs import descendants, rss_mb  # noqa: E402
 
 from mqtool.spark.inputs import resolve_inputs  # noqa: E402
-from mqtool.spark.reader import plan_tasks, read_messages, read_stats  # noqa: E402
+from mqtool.spark.reader import plan_tasks, read_stats, write_messages  # noqa: E402
 from mqtool.store import fastscan as fs  # noqa: E402
 from mqtool.store.splits import SplitScan, auto_split_size  # noqa: E402
 
 WORKER_RSS_TARGET_MB = 500
-MODES = ("stats", "messages")
+MODES = ("stats", "messages", "messages-spark-writer")
+# messages-spark-writer: messages mode through Spark's own Parquet writer (--writer spark, what JSON,
+# CSV and URI outputs use); its pool baseline is the same as messages'
+
+
+def job_options(mode: str, **kw):
+    from mqtool.spark import job
+
+    if mode == "messages-spark-writer":
+        return job.JobOptions(mode="messages", writer="spark", **kw)
+    return job.JobOptions(mode=mode, **kw)
+
+
+def pool_kind(mode: str) -> str:
+    return "messages" if mode == "messages-spark-writer" else mode
 
 
 # ---- the process pool baseline ------------------------------------------------------------------
@@ -72,19 +86,8 @@ def _stats(task) -> tuple[object, float]:
 
 
 def _messages(args) -> tuple[int, float]:
-    import pyarrow.parquet as pq
-
     task, out = args
-    rows = 0
-    writer = None
-    for b in read_messages(task):
-        b = b.drop_columns(["split_edge"])
-        if writer is None:
-            writer = pq.ParquetWriter(f"{out}/part-{task.split.offset:020d}.parquet", b.schema, compression="snappy")
-        writer.write_batch(b)
-        rows += b.num_rows
-    if writer is not None:
-        writer.close()
+    rows = sum(b["rows_written"][0].as_py() for b in write_messages(task, out))
     return rows, _rss_mb()
 
 
@@ -146,14 +149,14 @@ def spark_child(a: argparse.Namespace) -> int:
     first_segment = sorted((Path(a.store) / "commitlog").iterdir())[0]
     t = time.perf_counter()
     for mode in a.modes.split(","):  # the first query of each kind pays for Python workers and JIT
-        job.run(job.JobOptions(paths=[str(first_segment)], output=f"{local}/warm-{mode}", mode=mode, split_size="64m"), spark)
+        job.run(job_options(mode, paths=[str(first_segment)], output=f"{local}/warm-{mode}", split_size="64m"), spark)
     warm = time.perf_counter() - t
     results = {"master": a.child, "warmup_s": warm, "modes": {}}
     for mode in a.modes.split(","):
         best = None
         for _ in range(a.repeat):
             t = time.perf_counter()
-            doc = job.run(job.JobOptions(paths=[a.store], output=f"{local}/{mode}", mode=mode, format="parquet"), spark)
+            doc = job.run(job_options(mode, paths=[a.store], output=f"{local}/{mode}", format="parquet"), spark)
             elapsed = time.perf_counter() - t
             best = elapsed if best is None else min(best, elapsed)
         results["modes"][mode] = {"seconds": best, "splits": doc["splits"], "rows": doc.get("rows_written", doc.get("messages"))}
@@ -221,7 +224,7 @@ def main(argv=None) -> int:
     for processes in sorted({int(m[m.index("[") + 1 : -1]) for m in masters if m.startswith("local[")} or {2}):
         split = auto_split_size(files, processes)
         tasks = plan_tasks(inputs, None if split >= max(s.size for b in inputs for s in b.segments) else split)
-        for kind in ("walk", *a.modes.split(",")):
+        for kind in dict.fromkeys(("walk", *map(pool_kind, a.modes.split(",")))):
             best = min((pool_run(kind, tasks, processes, out / kind) for _ in range(a.repeat)), key=lambda r: r["seconds"])
             results["pool"][f"{kind}/{processes}"] = best
     shutil.rmtree(out, ignore_errors=True)
@@ -245,8 +248,8 @@ def main(argv=None) -> int:
         if one and two:
             speedup = one["modes"][mode]["seconds"] / two["modes"][mode]["seconds"]
             print(f"{mode}: local[2] speed-up over local[1]: {speedup:.2f}x (target >= 1.6x)")
-        if two and f"{mode}/2" in results["pool"]:
-            ratio = two["modes"][mode]["seconds"] / results["pool"][f"{mode}/2"]["seconds"]
+        if two and f"{pool_kind(mode)}/2" in results["pool"]:
+            ratio = two["modes"][mode]["seconds"] / results["pool"][f"{pool_kind(mode)}/2"]["seconds"]
             walk = two["modes"][mode]["seconds"] / results["pool"]["walk/2"]["seconds"]
             print(f"{mode}: local[2] / pool of 2 doing the same work: {ratio:.2f}x (target <= 2x); / pool walk: {walk:.2f}x")
         if two:

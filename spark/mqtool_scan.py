@@ -30,6 +30,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-name", action="append", default=[], metavar="NAME", help="broker column value, one per PATH or one for all (default: the store directory's name)")
     p.add_argument("--broker-version", action="append", default=[], metavar="X.Y.Z", help="version of the broker that wrote the store (default: detected)")
     p.add_argument("--broker-config", metavar="FILE", help="the brokers' broker.conf (file sizes, delay levels)")
+    p.add_argument("--writer", choices=("auto", "python", "spark"), default="auto", help="messages: who writes Parquet: python (each task, with pyarrow; the default for a path), spark (Spark's writer; the default for JSON, CSV and URIs)")
     p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
     p.add_argument("--debug", action="store_true", help="show the whole error (Spark and Python tracebacks) instead of one line")
     p.add_argument("--build-zip", metavar="FILE", help="write the mqtool package as a zip for --py-files and exit")

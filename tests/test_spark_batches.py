@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,8 +22,8 @@ from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.spark import kernels
 from mqtool.spark.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs
-from mqtool.spark.reader import MessageFilter, plan_tasks, read_messages, read_stats
-from mqtool.spark.schema import MESSAGE_SCHEMA, STATS_SCHEMA
+from mqtool.spark.reader import MessageFilter, plan_tasks, read_messages, read_stats, write_messages
+from mqtool.spark.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
 from mqtool.store.splits import SplitScan, plan_splits
@@ -255,3 +256,31 @@ def test_reader_stats_aggregate_exactly_the_kept_messages():
         for _ in scan:
             pass
         assert firsts.get(t.split.offset) == ((scan.first, scan.exit) if scan.records else None)
+
+
+def test_written_files_hold_what_the_reader_yields(tmp_path):
+    root = store_path("4.9.7", "clean-small")
+    tasks = plan_tasks(resolve_inputs([root]), 300_000)
+    keep = MessageFilter(topics=("TopicTest",), key="ключ-2")
+    kept_rows = 0
+    for task in tasks:
+        read = [r for b in read_messages(task, BodyEncoding.sha256) for r in b.to_pylist()]
+        rows = [b for b in write_messages(task, str(tmp_path), BodyEncoding.sha256)]
+        again = [b for b in write_messages(task, str(tmp_path), BodyEncoding.sha256, keep)]
+        if not read:
+            assert rows == again == []
+            continue
+        assert len(rows) == len(again) == 1 and rows[0].schema.equals(WRITTEN_SCHEMA)
+        row, kept = rows[0].to_pylist()[0], again[0].to_pylist()[0]
+        assert row["file"] != kept["file"]  # each attempt its own file
+        scan = SplitScan(task.split)
+        for _ in scan:
+            pass
+        assert (row["first_offset"], row["exit_offset"], row["rows_read"]) == (scan.first, scan.exit, len(read))
+        written = pq.read_table(row["file"])
+        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [{k: v for k, v in r.items() if k != "split_edge"} for r in read]
+        expected = [r for r in read if r["topic"] == "TopicTest" and "ключ-2" in (r["keys"] or [])]
+        assert kept["rows_read"] == len(read) and kept["rows_written"] == len(expected)
+        kept_rows += len(expected)
+        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k != "split_edge"} for r in expected]
+    assert kept_rows  # the filter keeps some rows of some splits, none of others

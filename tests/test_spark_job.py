@@ -112,25 +112,44 @@ def test_messages_equal_dump_and_the_manifest(one_split_per_file):
     assert doc["rows_written"] == doc["rows_read"] == sum(len(v) for v in rows.values())
 
 
-def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp_path, one_split_per_file):
+@pytest.mark.parametrize("fmt, writer", [("json", "auto"), ("parquet", "auto"), ("parquet", "spark")])
+def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp_path, one_split_per_file, fmt, writer):
     _, reference = one_split_per_file
     since = reference["a"][100]["store_timestamp"]
     topics = ["TopicTest", "orders_eu-west-1"]
     brokers = {b: BROKERS[b] for b in ("a", "c")}
-    doc = job.run(options(tmp_path, brokers, format="json", split_size="128k", topics=topics, since=since, body="sha256"), spark)
+    doc = job.run(options(tmp_path, brokers, format=fmt, writer=writer, split_size="128k", topics=topics, since=since, body="sha256"), spark)
     assert doc["split_size"] == 128 << 10 and doc["splits"] == 7 * 8
     rejected = doc["rejected_splits"]
     assert rejected and {r["broker"] for r in rejected} == {"c"}  # stale records after rewrite-clean's logical end
     assert all(r["first_offset"] > r["expected_offset"] for r in rejected)
-    got = by_broker(json_rows(tmp_path / "messages"))
+    got = by_broker(json_rows(tmp_path / "messages") if fmt == "json" else parquet_rows(tmp_path / "messages"))
     for broker in brokers:
         assert [(r["offset"], r["msg_id"], r["body"], r["keys"], r["tags_code"]) for r in got[broker]] == [
             (r["offset"], r["msg_id"], r["body"], r["keys"], r["tags_code"]) for r in reference[broker]
             if r["topic"] in topics and r["store_timestamp"] >= since
         ]
     assert doc["rows_written"] == sum(len(v) for v in got.values())
+    assert doc["rows_read"] == sum(len(reference[b]) for b in brokers) + sum(stale_rows(spark, tmp_path, rejected))
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["rejected_splits"] == rejected
+    assert (tmp_path / "messages" / "_SUCCESS").exists() and not list((tmp_path / "messages").glob("_temporary*"))
+
+
+def stale_rows(spark, tmp_path, rejected):
+    """The rows each rejected split read (its stale records), counted by the data source itself."""
+    root = store_path(*BROKERS["c"])
+    df = spark.read.format("rocketmq").option("splitSize", str(128 << 10)).option("columns", "split_start").load(str(root))
+    counts = {r["split_start"]: r["count"] for r in df.groupBy("split_start").count().collect()}
+    return [counts[r["split_start"]] for r in rejected]
+
+
+def test_the_tasks_writer_keeps_the_schema_when_nothing_matches(spark, tmp_path):
+    doc = job.run(options(tmp_path, {"a": BROKERS["a"]}, topics=["no-such-topic"]), spark)
+    assert doc["rows_written"] == 0 and doc["rows_read"] == len(dump_rows(*BROKERS["a"]))
+    files = list((tmp_path / "messages").glob("part-*.parquet"))
+    assert len(files) == 1 and pq.read_table(files[0]).schema.equals(MESSAGE_SCHEMA.remove(MESSAGE_SCHEMA.get_field_index("split_edge")))
+    assert spark.read.parquet(str(tmp_path / "messages")).count() == 0
 
 
 def info_doc(path) -> dict:
@@ -215,13 +234,15 @@ def test_the_data_source_from_user_code(spark):
 
 def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, spark):
     base = dict(output=str(tmp_path), mode="messages", format="parquet", topic=[], queue=None, key=None, tag=None, since=None, until=None,
-                split_size=None, body="none", broker_name=[], broker_version=[], broker_config=None, keep_going=False)
+                split_size=None, body="none", broker_name=[], broker_version=[], broker_config=None, keep_going=False, writer="auto")
     assert job.main(Namespace(**base, paths=[str(tmp_path / "missing")])) == EXIT_BAD_INPUT
     assert job.main(Namespace(**{**base, "since": "yesterday-ish"}, paths=[str(store_path("5.3.3", "clean-small"))])) == EXIT_USAGE
     two = [str(store_path("4.9.7", "clean-small")), str(store_path("5.3.3", "clean-small"))]
     assert job.main(Namespace(**base, paths=two)) == EXIT_USAGE  # both are named clean-small
+    one = [str(store_path("5.3.3", "clean-small"))]
+    assert job.main(Namespace(**{**base, "format": "json", "writer": "python"}, paths=one)) == EXIT_USAGE
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("mqtool-scan: error: ") for line in err)
+    assert len(err) == 4 and all(line.startswith("mqtool-scan: error: ") for line in err)
 
 
 def test_the_script_builds_the_zip_executors_import(tmp_path):

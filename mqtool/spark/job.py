@@ -4,8 +4,11 @@ Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) 
 split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
 without a second pass over the data:
 
-- ``messages`` observes the first and last row of every split while it writes, then deletes the
-  output files of splits that fail the check (each split is one task, so one set of files);
+- ``messages`` to Parquet at a path: every task writes its split's file with pyarrow (data source
+  option ``output=parquet``) and reports the split's bounds; the driver keeps the files of the
+  splits that pass. Otherwise (JSON, CSV, a Hadoop URI, ``--writer spark``) Spark's writer
+  writes the rows while the first and last row of every split are observed, and the files of
+  the splits that fail are deleted afterwards (each split is one task, so one set of files);
 - ``stats`` gets per split aggregates from the reader, with each split's first record and exit
   offset, checks them and combines the accepted splits;
 - ``verify`` runs ``mqtool verify``'s per-segment commit log analysis in Spark tasks (one per
@@ -20,14 +23,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
+import pyarrow.parquet as pq
 from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -39,10 +45,14 @@ from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
+from .schema import MESSAGE_FILE_SCHEMA
 from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")
 FORMATS = ("parquet", "json", "csv")
+WRITERS = ("auto", "python", "spark")
+# spark.sql.parquet.compression.codec -> pyarrow's name, for the tasks' own Parquet writer
+PYARROW_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw": "lz4", "brotli": "brotli", "none": "none", "uncompressed": "none"}
 PRINT_ROWS = 200
 
 
@@ -64,6 +74,7 @@ class JobOptions:
     broker_versions: list[str] = field(default_factory=list)
     broker_config: str | None = None
     keep_going: bool = False
+    writer: str = "auto"
 
     @classmethod
     def from_args(cls, args) -> "JobOptions":
@@ -85,6 +96,7 @@ class JobOptions:
             broker_versions=list(args.broker_version),
             broker_config=args.broker_config,
             keep_going=args.keep_going,
+            writer=args.writer,
         )
 
 
@@ -146,14 +158,16 @@ class Scan:
             size = auto_split_size(total, self.spark.sparkContext.defaultParallelism)
         return None if size >= largest else size
 
-    def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages") -> DataFrame:
+    def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages", **options: str) -> DataFrame:
+        """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
+        takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
         paths, names, versions = [], [], []
         for b in self.inputs:
             for p in b.paths:
                 paths.append(p)
                 names.append(b.broker)
                 versions.append(b.version)
-        reader = self.spark.read.format(FORMAT).option("body", body)
+        reader = self.spark.read.format(FORMAT).option("body", body).option("output", output)
         reader = reader.option("brokerNames", json.dumps(names)).option("brokerVersions", json.dumps(versions))
         if self.o.broker_config:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
@@ -161,12 +175,14 @@ class Scan:
             reader = reader.option("splitSize", str(self.split_size))
         if columns is not None:
             reader = reader.option("columns", ",".join(columns))
-        if output == "stats":
+        if output in ("stats", "parquet"):
             o = self.o
-            reader = reader.option("output", "stats").option("topics", json.dumps(o.topics))
+            reader = reader.option("topics", json.dumps(o.topics))
             for name in ("queue", "since", "until", "tag", "key"):
                 if getattr(o, name) is not None:
                     reader = reader.option(name, str(getattr(o, name)))
+        for name, value in options.items():
+            reader = reader.option(name, value)
         return reader.load(paths)
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
@@ -241,7 +257,8 @@ class Output:
 
     def __init__(self, spark: SparkSession, root: str, fmt: str):
         self.spark = spark
-        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
+        self.local = "://" not in root  # a path (on a mount every executor shares, on a cluster)
+        self.root = os.path.abspath(root) if self.local else root.rstrip("/")
         self.fmt = fmt
         jvm = spark.sparkContext._jvm
         self._Path = jvm.org.apache.hadoop.fs.Path
@@ -301,6 +318,8 @@ class Output:
 
 
 def run_messages(scan: Scan, out: Output) -> dict:
+    if tasks_write(scan, out):
+        return run_messages_in_tasks(scan, out)
     df, obs = edges_observed(scan.read(scan.o.body), "mqtool-messages")
     kept, kept_obs = rows_counted(filtered(df, scan.o))
     target = out.write(kept.drop("split_edge"), "messages")
@@ -309,6 +328,53 @@ def run_messages(scan: Scan, out: Output) -> dict:
     dropped_rows = out.count_files(dropped)
     out.delete(dropped)
     return {"messages": target, "rows_read": obs.get["rows"], "rows_written": kept_obs.get["rows"] - dropped_rows, "rejected": rejected}
+
+
+def tasks_write(scan: Scan, out: Output) -> bool:
+    """Whether the tasks write ``messages`` Parquet themselves (``--writer``, default: Parquet to
+    a path). Spark's own writer turns the Arrow batches into rows and encodes them again in the
+    JVM, which costs more CPU than decoding them (BENCHMARKS.md)."""
+    o = scan.o
+    if o.writer == "spark":
+        return False
+    possible = o.format == "parquet" and out.local
+    if o.writer == "python" and not possible:
+        raise UsageError("--writer python: needs --format parquet and an output path (a mount every executor shares), not a URI")
+    return possible
+
+
+def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
+    """``messages`` as Parquet files written by the tasks (data source ``output=parquet``) into a
+    staging folder; the driver checks the splits' bounds and moves the files of the splits that
+    pass into place (``part-<partition>-<run>.<codec>.parquet``, then ``_SUCCESS``), so a failed,
+    retried or speculative attempt leaves nothing behind. An output without rows still gets one
+    file with the schema, as Spark's writer does."""
+    conf = scan.spark.conf.get("spark.sql.parquet.compression.codec", "snappy").lower()
+    codec = PYARROW_CODECS.get(conf)
+    if codec is None:
+        raise UsageError(f"spark.sql.parquet.compression.codec={conf}: pyarrow cannot write it; use --writer spark")
+    target = Path(out.path("messages"))
+    shutil.rmtree(target, ignore_errors=True)  # overwrite, as the other outputs
+    staging = target / "_temporary"
+    staging.mkdir(parents=True)
+    written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=codec).collect()
+    rejected = scan.check({(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in written})
+    bad = {(r.segment[0], r.start) for _, r in rejected}
+    partition = {(t.broker, t.split.offset): i for i, t in enumerate(scan.tasks)}
+    run_id, kept, files = uuid.uuid4().hex, 0, 0
+    suffix = "" if codec == "none" else f".{conf}"
+    for r in written:
+        key = (r["broker"], r["split_start"])
+        if key in bad or r["file"] is None:
+            continue
+        os.replace(r["file"], target / f"part-{partition[key]:05d}-{run_id}{suffix}.parquet")
+        kept += r["rows_written"]
+        files += 1
+    if not files:
+        pq.write_table(MESSAGE_FILE_SCHEMA.empty_table(), target / f"part-00000-{run_id}{suffix}.parquet", compression=codec)
+    shutil.rmtree(staging)
+    (target / "_SUCCESS").touch()
+    return {"messages": str(target), "rows_read": sum(r["rows_read"] for r in written), "rows_written": kept, "rejected": rejected}
 
 
 def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
@@ -535,6 +601,8 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
         raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
     if o.format not in FORMATS:
         raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
+    if o.writer not in WRITERS:
+        raise UsageError(f"--writer {o.writer!r}: expected one of {', '.join(WRITERS)}")
     if o.mode == "verify":
         given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
         if given:

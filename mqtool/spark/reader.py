@@ -2,26 +2,30 @@
 
 ``plan_tasks`` turns resolved inputs into ``ScanTask`` s (one per split, picklable, absolute
 paths); ``read_messages`` yields the ``messages`` record batches of one task, marking the first
-and last row (``split_edge``) for the driver's handoff check; ``read_stats`` aggregates them in
-the task (per topic, queue and hour: a combiner, so only aggregates cross into the JVM) and
-reports the split's first record and exit offset with them. The Spark data source
-(``mqtool.spark.source``), the benchmark's process pool and the tests all call these.
+and last row (``split_edge``) for the driver's handoff check; ``write_messages`` writes them
+(those the filters keep) as one Parquet file with pyarrow and yields one row about it;
+``read_stats`` aggregates them in the task (per topic, queue and hour: a combiner, so only
+aggregates cross into the JVM). Both report the split's first record and exit offset. The Spark
+data source (``mqtool.spark.source``), the benchmark's process pool and the tests all call these.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..formats.dispatch import parse_delay_levels
 from ..records import BodyEncoding
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from .batches import MessageBatchBuilder, with_edges
-from .schema import STATS_SCHEMA, TIMESTAMP
+from .schema import MESSAGE_FILE_SCHEMA, STATS_SCHEMA, TIMESTAMP, WRITTEN_SCHEMA
 from .inputs import BrokerInput
 
 @dataclass(frozen=True)
@@ -63,11 +67,9 @@ def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, col
         yield with_edges(pending, first, True)
 
 
-
-
 @dataclass(frozen=True)
 class MessageFilter:
-    """``stats``' filters, applied in the reader before it aggregates (all given must match)."""
+    """``mqtool dump``'s filters, applied in the reader (all given must match)."""
 
     topics: tuple[str, ...] = ()
     queue: int | None = None
@@ -78,6 +80,10 @@ class MessageFilter:
 
     def columns(self) -> list[str]:
         return (["tags"] if self.tag is not None else []) + (["keys"] if self.key is not None else [])
+
+    def apply(self, t: pa.Table) -> pa.Table:
+        mask = self.mask(t)
+        return t if mask is None else t.filter(mask)
 
     def mask(self, t: pa.Table) -> pa.ChunkedArray | None:
         conditions = []
@@ -111,6 +117,65 @@ def _has_key(keys: pa.ChunkedArray, key: str) -> pa.Array:
     return pa.array(counts)
 
 
+# Parquet row groups of about 32 MiB of Arrow data, decoded 8192 records at a time: a writing
+# task's memory stays well under 500 MB whatever the segment size (bench/bench_spark.py)
+ROW_GROUP_BYTES = 32 << 20
+WRITE_BATCH = 1 << 13
+
+
+def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEncoding.none, match: MessageFilter = MessageFilter(), compression: str = "snappy") -> Iterator[pa.RecordBatch]:
+    """Write the split's messages (those ``match`` keeps) as one Parquet file of
+    ``MESSAGE_FILE_SCHEMA`` in ``directory`` (a new name per call: retried and speculative task
+    attempts never collide), and yield its one ``WRITTEN_SCHEMA`` row. A split without records
+    yields nothing; one whose records were all filtered out writes no file."""
+    builder = MessageBatchBuilder(
+        task.broker,
+        legacy_properties=task.legacy_properties,
+        delay_table=parse_delay_levels(task.delay_levels),
+        body=body,
+        columns=MESSAGE_FILE_SCHEMA.names,
+    )
+    path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
+    scan = SplitScan(task.split, check_crc=True, batch=WRITE_BATCH)
+    rows_read = rows_written = 0
+    pending: list[pa.Table] = []
+    writer = None
+
+    def flush():
+        nonlocal writer, pending
+        writer = writer or pq.ParquetWriter(path, MESSAGE_FILE_SCHEMA, compression=compression)
+        group = pa.concat_tables(pending)
+        writer.write_table(group, row_group_size=group.num_rows)
+        pending = []
+
+    try:
+        for batch in scan:
+            t = match.apply(pa.Table.from_batches([builder.build(batch, task.split.offset)]))
+            rows_read += batch.rows.shape[0]
+            if t.num_rows:
+                pending.append(t)
+                rows_written += t.num_rows
+                if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:
+                    flush()
+        if pending:
+            flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    if scan.first is None:
+        return
+    row = {
+        "broker": [task.broker],
+        "split_start": [task.split.offset],
+        "first_offset": [scan.first],
+        "exit_offset": [scan.exit],
+        "rows_read": [rows_read],
+        "rows_written": [rows_written],
+        "file": [path if writer is not None else None],
+    }
+    yield pa.RecordBatch.from_pydict(row, schema=WRITTEN_SCHEMA)
+
+
 STATS_INPUT = ("offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok", "transaction_type", "store_timestamp")
 DISPATCHED_TYPES = ("NOT_TYPE", "COMMIT")
 HOUR_MS = 3_600_000
@@ -141,10 +206,7 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     scan = SplitScan(task.split, check_crc=True)
     partials = []
     for batch in scan:
-        t = pa.Table.from_batches([builder.build(batch, task.split.offset)])
-        mask = match.mask(t)
-        if mask is not None:
-            t = t.filter(mask)
+        t = match.apply(pa.Table.from_batches([builder.build(batch, task.split.offset)]))
         if t.num_rows:
             partials.append(_aggregate(t))
     if scan.first is None:

@@ -85,6 +85,17 @@ STATS_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+WRITTEN_COLUMNS: tuple[tuple[str, str], ...] = (  # ``output=parquet``: one row per split read
+    ("broker", "string"),
+    ("split_start", "bigint"),
+    ("first_offset", "bigint"),  # the handoff check's inputs, as in STATS_COLUMNS
+    ("exit_offset", "bigint"),
+    ("rows_read", "bigint"),
+    ("rows_written", "bigint"),  # the rows the filters kept, in ``file``
+    ("file", "string"),  # the Parquet file the task wrote (null when no row was kept)
+)
+
+
 def ddl(columns) -> str:
     """Spark DDL of the columns, every one nullable (as the Arrow schema below)."""
     return ", ".join(f"`{name}` {kind}" for name, kind in columns)
@@ -96,3 +107,5 @@ def arrow_schema(columns) -> pa.Schema:
 
 MESSAGE_SCHEMA = arrow_schema(MESSAGE_COLUMNS)
 STATS_SCHEMA = arrow_schema(STATS_COLUMNS)
+WRITTEN_SCHEMA = arrow_schema(WRITTEN_COLUMNS)
+MESSAGE_FILE_SCHEMA = arrow_schema([c for c in MESSAGE_COLUMNS if c[0] != "split_edge"])  # a written file's columns

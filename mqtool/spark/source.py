@@ -9,9 +9,13 @@ Options (all optional): ``brokerName`` / ``brokerNames`` (JSON list or comma-sep
 path), ``brokerVersion`` / ``brokerVersions``, ``brokerConfig`` (a broker.conf), ``splitSize``
 (e.g. ``256m``; default one partition per segment), ``body`` (none|utf8|hex|base64|sha256),
 ``columns`` (comma-separated: only these columns are decoded and yielded; the Python data source
-API does not prune columns by itself), ``output`` (``messages``, or ``stats``: each split's
-messages aggregated in the reader per topic, queue and hour, ``schema.STATS_COLUMNS``, with the
-filters ``topics``, ``queue``, ``since``, ``until`` (epoch ms), ``tag``, ``key``).
+API does not prune columns by itself), ``output``: ``messages`` (the default), ``stats`` (each
+split's messages aggregated in the reader per topic, queue and hour, ``schema.STATS_COLUMNS``) or
+``parquet`` (each task writes its split's messages as one Parquet file with pyarrow into the
+directory given as ``directory``, compressed with ``compression`` (default snappy), and yields one
+row about it, ``schema.WRITTEN_COLUMNS``; what ``spark/mqtool_scan.py`` writes Parquet with).
+``stats`` and ``parquet`` take the filters ``topics`` (a JSON list), ``queue``, ``since``,
+``until`` (epoch ms), ``tag``, ``key``.
 
 With one partition per segment every row is exact. Smaller splits resynchronise inside segments
 and may pick up stale records after a segment's logical end: every row carries ``split_start``
@@ -34,8 +38,8 @@ from ..records import BodyEncoding
 from ..store.splits import parse_size
 from .batches import projected_schema
 from .inputs import resolve_inputs
-from .reader import MessageFilter, plan_tasks, read_messages, read_stats
-from .schema import MESSAGE_COLUMNS, STATS_COLUMNS, ddl
+from .reader import MessageFilter, plan_tasks, read_messages, read_stats, write_messages
+from .schema import MESSAGE_COLUMNS, STATS_COLUMNS, WRITTEN_COLUMNS, ddl
 
 FORMAT = "rocketmq"
 
@@ -67,8 +71,12 @@ class ScanOptions:
         self.columns = _list_option(options, "columns")
         projected_schema(self.columns)  # refuse unknown names on the driver
         self.output = options.get("output", "messages")
-        if self.output not in ("messages", "stats"):
-            raise ValueError(f"option output={self.output!r}: expected messages or stats")
+        if self.output not in ("messages", "stats", "parquet"):
+            raise ValueError(f"option output={self.output!r}: expected messages, stats or parquet")
+        self.directory = options.get("directory")
+        if self.output == "parquet" and not self.directory:
+            raise ValueError("option output=parquet needs the option directory")
+        self.compression = options.get("compression", "snappy")
         number = lambda name: int(options[name]) if options.get(name) not in (None, "") else None  # noqa: E731
         self.filter = MessageFilter(
             topics=tuple(_list_option(options, "topics") or ()),
@@ -92,6 +100,8 @@ class RocketMQDataSource(DataSource):
         o = ScanOptions(self.options)
         if o.output == "stats":
             return ddl(STATS_COLUMNS)
+        if o.output == "parquet":
+            return ddl(WRITTEN_COLUMNS)
         return ddl([c for c in MESSAGE_COLUMNS if o.columns is None or c[0] in o.columns])
 
     def reader(self, schema) -> "RocketMQReader":
@@ -111,7 +121,10 @@ class RocketMQReader(DataSourceReader):
         task = partition.value
         if task is None:  # Spark's placeholder when there is nothing to read
             return
-        if self.options.output == "stats":
-            yield from read_stats(task, self.options.filter)
+        o = self.options
+        if o.output == "stats":
+            yield from read_stats(task, o.filter)
+        elif o.output == "parquet":
+            yield from write_messages(task, o.directory, o.body, o.filter, o.compression)
         else:
-            yield from read_messages(task, self.options.body, columns=self.options.columns)
+            yield from read_messages(task, o.body, columns=o.columns)
