@@ -33,6 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -45,7 +47,7 @@ from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
-from .schema import MESSAGE_FILE_SCHEMA
+from .schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
 from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")
@@ -260,6 +262,8 @@ class Output:
         self.local = "://" not in root  # a path (on a mount every executor shares, on a cluster)
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
         self.fmt = fmt
+        self.codec_name = spark.conf.get("spark.sql.parquet.compression.codec", "snappy").lower()
+        self.codec = PYARROW_CODECS.get(self.codec_name)  # None: pyarrow cannot write it
         jvm = spark.sparkContext._jvm
         self._Path = jvm.org.apache.hadoop.fs.Path
         self.fs = self._Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
@@ -282,6 +286,27 @@ class Output:
         else:
             df.write.mode("overwrite").parquet(self.path(name))
         return self.path(name)
+
+    @property
+    def pyarrow_writes(self) -> bool:
+        """Whether pyarrow can write this output itself: Parquet, to a path, in a codec it has."""
+        return self.fmt == "parquet" and self.local and self.codec is not None
+
+    def part_name(self, partition: int, run: str) -> str:
+        suffix = "" if self.codec == "none" else f".{self.codec_name}"
+        return f"part-{partition:05d}-{run}{suffix}.parquet"
+
+    def write_table(self, table: pa.Table, name: str) -> str:
+        """Write a small table the driver holds as ``name``, one file: with pyarrow when it can
+        (no Spark job), else with Spark's writer like the other outputs."""
+        if not self.pyarrow_writes:
+            return self.write(self.spark.createDataFrame(table), name, single=True)
+        target = Path(self.path(name))
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        pq.write_table(table, target / self.part_name(0, uuid.uuid4().hex), compression=self.codec)
+        (target / "_SUCCESS").touch()
+        return str(target)
 
     def task_files(self, name: str, partitions: Sequence[int]) -> list[str]:
         """The files the given write tasks produced (``part-<task index>-...``)."""
@@ -337,10 +362,12 @@ def tasks_write(scan: Scan, out: Output) -> bool:
     o = scan.o
     if o.writer == "spark":
         return False
-    possible = o.format == "parquet" and out.local
-    if o.writer == "python" and not possible:
-        raise UsageError("--writer python: needs --format parquet and an output path (a mount every executor shares), not a URI")
-    return possible
+    if o.writer == "python" and not out.pyarrow_writes:
+        raise UsageError(
+            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
+            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
+        )
+    return out.pyarrow_writes
 
 
 def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
@@ -349,29 +376,24 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     pass into place (``part-<partition>-<run>.<codec>.parquet``, then ``_SUCCESS``), so a failed,
     retried or speculative attempt leaves nothing behind. An output without rows still gets one
     file with the schema, as Spark's writer does."""
-    conf = scan.spark.conf.get("spark.sql.parquet.compression.codec", "snappy").lower()
-    codec = PYARROW_CODECS.get(conf)
-    if codec is None:
-        raise UsageError(f"spark.sql.parquet.compression.codec={conf}: pyarrow cannot write it; use --writer spark")
     target = Path(out.path("messages"))
     shutil.rmtree(target, ignore_errors=True)  # overwrite, as the other outputs
     staging = target / "_temporary"
     staging.mkdir(parents=True)
-    written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=codec).collect()
+    written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=out.codec).collect()
     rejected = scan.check({(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in written})
     bad = {(r.segment[0], r.start) for _, r in rejected}
     partition = {(t.broker, t.split.offset): i for i, t in enumerate(scan.tasks)}
     run_id, kept, files = uuid.uuid4().hex, 0, 0
-    suffix = "" if codec == "none" else f".{conf}"
     for r in written:
         key = (r["broker"], r["split_start"])
         if key in bad or r["file"] is None:
             continue
-        os.replace(r["file"], target / f"part-{partition[key]:05d}-{run_id}{suffix}.parquet")
+        os.replace(r["file"], target / out.part_name(partition[key], run_id))
         kept += r["rows_written"]
         files += 1
     if not files:
-        pq.write_table(MESSAGE_FILE_SCHEMA.empty_table(), target / f"part-00000-{run_id}{suffix}.parquet", compression=codec)
+        pq.write_table(MESSAGE_FILE_SCHEMA.empty_table(), target / out.part_name(0, run_id), compression=out.codec)
     shutil.rmtree(staging)
     (target / "_SUCCESS").touch()
     return {"messages": str(target), "rows_read": sum(r["rows_read"] for r in written), "rows_written": kept, "rejected": rejected}
@@ -394,41 +416,39 @@ def run_stats(scan: Scan, out: Output) -> dict:
         rejected = scan.check(bounds)
         kept = without(partial.filter(F.col("messages") > 0), [r for _, r in rejected])  # > 0: not all filtered out
         sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
-        queues = kept.groupBy("broker", "topic", "queue_id").agg(
+        written = {"hourly": out.write(kept.groupBy("broker", "topic", "hour").agg(*sums), "hourly", single=True, order=("broker", "topic", "hour"))}
+        # per queue, and per broker and hour (printed): both small enough for the driver, one job
+        both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
+            F.grouping("hour").alias("per_queue"),
             *sums,
             F.min("first_store_timestamp").alias("first_store_timestamp"),
             F.max("last_store_timestamp").alias("last_store_timestamp"),
             F.min("min_queue_offset").alias("min_queue_offset"),
             F.max("max_queue_offset").alias("max_queue_offset"),
-        ).toArrow().sort_by([("broker", "ascending"), ("topic", "ascending"), ("queue_id", "ascending")])
-        written = {"hourly": out.write(kept.groupBy("broker", "topic", "hour").agg(*sums), "hourly", single=True, order=("broker", "topic", "hour"))}
-        per_hour = kept.groupBy("broker", "hour").agg(*sums[:3]).orderBy("broker", "hour").limit(PRINT_ROWS + 1).collect()
+        ).toArrow()
     finally:
         partial.unpersist()
-    written["queues"] = out.write(with_times(scan.spark.createDataFrame(queues)), "queues", single=True)
+    per_queue = pc.equal(both["per_queue"], 1)
+    queues = with_times(both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")]))
+    per_hour = both.filter(pc.invert(per_queue)).sort_by([("broker", "ascending"), ("hour", "ascending")]).slice(0, PRINT_ROWS + 1).to_pylist()
+    written["queues"] = out.write_table(queues, "queues")
     totals = queues.group_by("broker").aggregate(
         [(c, "sum") for c in ("messages", "bytes", "crc_failures")] + [("first_store_timestamp", "min"), ("last_store_timestamp", "max")]
     )
     totals = {r["broker"]: {k.rsplit("_", 1)[0]: v for k, v in r.items()} for r in totals.to_pylist()}
     brokers_rows = broker_rows(scan, totals, bounds, rejected)
-    written["brokers"] = out.write(scan.spark.createDataFrame(brokers_rows, BROKER_SCHEMA), "brokers", single=True)
+    written["brokers"] = out.write_table(pa.Table.from_pylist(brokers_rows, schema=arrow_schema(BROKER_COLUMNS)), "brokers")
     print_table("brokers", brokers_rows, [n for n, _ in BROKER_COLUMNS])
-    queue_rows = queues.slice(0, PRINT_ROWS + 1).to_pylist()
-    for r in queue_rows:
-        r["first_store_time"], r["last_store_time"] = _utc(r["first_store_timestamp"]), _utc(r["last_store_timestamp"])
-    print_table("queues", queue_rows, QUEUE_PRINT)
-    print_table("hourly (all topics)", [r.asDict() for r in per_hour], ["broker", "hour", "messages", "bytes"])
+    print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT)
+    print_table("hourly (all topics)", per_hour, ["broker", "hour", "messages", "bytes"])
     return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
 
 
-def _utc(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, timezone.utc)
-
-
-def with_times(df: DataFrame) -> DataFrame:
-    return df.withColumn("first_store_time", F.timestamp_millis("first_store_timestamp")).withColumn(
-        "last_store_time", F.timestamp_millis("last_store_timestamp")
-    )
+def with_times(t: pa.Table) -> pa.Table:
+    """The two store timestamps also as TIMESTAMP columns (``first_store_time``, ``last_store_time``)."""
+    for name in ("first_store", "last_store"):
+        t = t.append_column(f"{name}_time", pc.cast(pc.multiply(t[f"{name}_timestamp"], 1000), TIMESTAMP))
+    return t
 
 
 BROKER_COLUMNS = (
@@ -444,7 +464,6 @@ BROKER_COLUMNS = (
     ("first_store_timestamp", "bigint"),
     ("last_store_timestamp", "bigint"),
 )
-BROKER_SCHEMA = ", ".join(f"{n} {t}" for n, t in BROKER_COLUMNS)
 QUEUE_PRINT = ["broker", "topic", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time"]
 
 
@@ -533,8 +552,7 @@ def run_verify(scan: Scan, out: Output) -> dict:
         for note in check.notes:
             print(f"mqtool-scan: {b.broker}: {note}", file=sys.stderr)
         brokers.append({"broker": b.broker, "records": r.records, "logical_end": r.logical_end, "end_reason": r.end_reason, "findings": len(findings), "notes": check.notes})
-    df = scan.spark.createDataFrame(rows, ", ".join(f"{n} {t}" for n, t in FINDING_COLUMNS))
-    target = out.write(df, "findings", single=True)
+    target = out.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(FINDING_COLUMNS)), "findings")
     print_table("findings", rows, ["broker", "severity", "kind", "offset", "file"])
     print_table("brokers", brokers, ["broker", "records", "logical_end", "end_reason", "findings"])
     unsound = any(row["severity"] in ("error", "warning") for row in rows)
