@@ -407,12 +407,12 @@ def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
 def run_stats(scan: Scan, out: Output) -> dict:
     """Per split aggregates from the reader (``output=stats``), checked, then combined: one scan
     and a handful of small jobs (the per-queue table is small enough for the driver)."""
-    partial = scan.read(output="stats").persist(StorageLevel.MEMORY_AND_DISK)
+    obs = Observation("mqtool-stats")
+    split = F.struct("broker", "split_start", "first_offset", "exit_offset")
+    partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        bounds = {
-            (r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"])
-            for r in partial.select("broker", "split_start", "first_offset", "exit_offset").distinct().collect()
-        }  # the scan
+        partial.count()  # the scan: fills the cache and the observation (no shuffle)
+        bounds = {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in obs.get["splits"]}
         rejected = scan.check(bounds)
         kept = without(partial.filter(F.col("messages") > 0), [r for _, r in rejected])  # > 0: not all filtered out
         sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
