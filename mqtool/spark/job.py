@@ -405,8 +405,9 @@ def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
 
 
 def run_stats(scan: Scan, out: Output) -> dict:
-    """Per split aggregates from the reader (``output=stats``), checked, then combined: one scan
-    and a handful of small jobs (the per-queue table is small enough for the driver)."""
+    """Per split aggregates from the reader (``output=stats``), checked, then combined: the scan
+    (the split bounds observed on the way), the hourly output, and one grouping-sets job for the
+    per-queue and per-broker-hour tables, which are small enough for the driver."""
     obs = Observation("mqtool-stats")
     split = F.struct("broker", "split_start", "first_offset", "exit_offset")
     partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)

@@ -137,28 +137,22 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
     )
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
     scan = SplitScan(task.split, check_crc=True, batch=WRITE_BATCH)
-    rows_read = rows_written = 0
+    rows_read = rows_written = pending_bytes = 0
     pending: list[pa.Table] = []
     writer = None
-
-    def flush():
-        nonlocal writer, pending
-        writer = writer or pq.ParquetWriter(path, MESSAGE_FILE_SCHEMA, compression=compression)
-        group = pa.concat_tables(pending)
-        writer.write_table(group, row_group_size=group.num_rows)
-        pending = []
-
     try:
         for batch in scan:
             t = match.apply(pa.Table.from_batches([builder.build(batch, task.split.offset)]))
             rows_read += batch.rows.shape[0]
+            rows_written += t.num_rows
             if t.num_rows:
                 pending.append(t)
-                rows_written += t.num_rows
-                if sum(p.nbytes for p in pending) >= ROW_GROUP_BYTES:
-                    flush()
+                pending_bytes += t.nbytes
+            if pending_bytes >= ROW_GROUP_BYTES:
+                writer = _write_row_group(writer, path, pending, compression)
+                pending, pending_bytes = [], 0
         if pending:
-            flush()
+            writer = _write_row_group(writer, path, pending, compression)
     finally:
         if writer is not None:
             writer.close()
@@ -174,6 +168,14 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
         "file": [path if writer is not None else None],
     }
     yield pa.RecordBatch.from_pydict(row, schema=WRITTEN_SCHEMA)
+
+
+def _write_row_group(writer: pq.ParquetWriter | None, path: str, tables: list[pa.Table], compression: str) -> pq.ParquetWriter:
+    """``tables`` as one row group of the file at ``path`` (opened by the first call)."""
+    writer = writer or pq.ParquetWriter(path, MESSAGE_FILE_SCHEMA, compression=compression)
+    group = pa.concat_tables(tables)
+    writer.write_table(group, row_group_size=group.num_rows)
+    return writer
 
 
 STATS_INPUT = ("offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok", "transaction_type", "store_timestamp")
