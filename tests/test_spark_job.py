@@ -251,3 +251,14 @@ def test_the_script_builds_the_zip_executors_import(tmp_path):
     probe = f"import sys; sys.path.insert(0, {str(zip_path)!r}); import mqtool.spark.reader, mqtool.formats.commitlog, mqtool.verify.segments; print(mqtool.spark.reader.__file__)"
     result = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)
     assert result.stdout.strip().startswith(str(zip_path))
+
+
+def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
+    """A Spark Python worker started in the checkout (its working directory first on the path,
+    mqtool not installed, e.g. a cluster's Python) finds formats/ and recovery/ beside mqtool/."""
+    probe = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import importlib.util, mqtool; "
+        "print(importlib.util.find_spec('mqtool.formats').origin); print(importlib.util.find_spec('mqtool.recovery').origin)"
+    )
+    result = subprocess.run([sys.executable, "-S", "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)  # -S: no site-packages
+    assert result.stdout.split() == [str(ROOT / "formats" / "__init__.py"), str(ROOT / "recovery" / "__init__.py")]

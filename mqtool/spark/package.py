@@ -26,7 +26,7 @@ def package_dirs() -> dict[str, Path]:
     for root in ("mqtool", *MAPPED):
         module = importlib.import_module(root)
         dirs[root] = Path(module.__file__).parent
-        for info in pkgutil.walk_packages(module.__path__, root + ".", onerror=lambda name: None):
+        for info in pkgutil.walk_packages([str(dirs[root])], root + ".", onerror=lambda name: None):
             if info.ispkg:
                 dirs[info.name] = Path(importlib.import_module(info.name).__file__).parent
     return dirs
