@@ -301,12 +301,17 @@ class Output:
         (no Spark job), else with Spark's writer like the other outputs."""
         if not self.pyarrow_writes:
             return self.write(self.spark.createDataFrame(table), name, single=True)
-        target = Path(self.path(name))
-        shutil.rmtree(target, ignore_errors=True)
-        target.mkdir(parents=True)
+        target = self.fresh_dir(name)
         pq.write_table(table, target / self.part_name(0, uuid.uuid4().hex), compression=self.codec)
         (target / "_SUCCESS").touch()
         return str(target)
+
+    def fresh_dir(self, name: str) -> Path:
+        """The local directory of output ``name``, emptied (overwrite, as Spark's writer)."""
+        target = Path(self.path(name))
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir(parents=True)
+        return target
 
     def task_files(self, name: str, partitions: Sequence[int]) -> list[str]:
         """The files the given write tasks produced (``part-<task index>-...``)."""
@@ -376,10 +381,9 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     pass into place (``part-<partition>-<run>.<codec>.parquet``, then ``_SUCCESS``), so a failed,
     retried or speculative attempt leaves nothing behind. An output without rows still gets one
     file with the schema, as Spark's writer does."""
-    target = Path(out.path("messages"))
-    shutil.rmtree(target, ignore_errors=True)  # overwrite, as the other outputs
+    target = out.fresh_dir("messages")
     staging = target / "_temporary"
-    staging.mkdir(parents=True)
+    staging.mkdir()
     written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=out.codec).collect()
     rejected = scan.check({(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in written})
     bad = {(r.segment[0], r.start) for _, r in rejected}
