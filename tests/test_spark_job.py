@@ -158,12 +158,14 @@ def info_doc(path) -> dict:
     return json.loads(result.stdout)
 
 
-def test_stats_equal_info(spark, tmp_path, capsys):
+@pytest.mark.parametrize("split_size, dropped", [("256k", {"rewrite"}), (None, set())], ids=["tiny-splits", "one-per-file"])
+def test_stats_equal_info(spark, tmp_path, capsys, split_size, dropped):
     brokers = {"clean": ("5.3.3", "clean-small"), "retention": ("4.9.7", "retention-small"), "crashed": ("5.3.3", "crashed-small"), "rewrite": ("4.9.7", "rewrite-clean")}
-    doc = job.run(options(tmp_path, brokers, mode="stats", split_size="256k"), spark)
+    doc = job.run(options(tmp_path, brokers, mode="stats", split_size=split_size), spark)
     printed = capsys.readouterr().out
     assert "brokers" in printed and "queues" in printed and "hourly" in printed
-    assert {r["broker"] for r in doc["rejected_splits"]} == {"rewrite"}
+    assert {r["broker"] for r in doc["rejected_splits"]} == dropped
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["brokers", "hourly", "queues", "report.json"]  # no staging left
     queues = pq.read_table(tmp_path / "queues").to_pylist()
     hourly = pq.read_table(tmp_path / "hourly").to_pylist()
     summary = {r["broker"]: r for r in pq.read_table(tmp_path / "brokers").to_pylist()}

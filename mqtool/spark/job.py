@@ -323,9 +323,16 @@ class Output:
                 files.append(status.getPath().toString())
         return files
 
-    def delete(self, files: Sequence[str]) -> None:
-        for f in files:
-            self.fs.delete(self._Path(f), False)
+    def delete(self, paths: Sequence[str]) -> None:
+        for p in paths:
+            self.fs.delete(self._Path(p), True)
+
+    def rename(self, name: str, new_name: str) -> str:
+        """Move output ``name`` to ``new_name``, replacing it."""
+        self.delete([self.path(new_name)])
+        if not self.fs.rename(self._Path(self.path(name)), self._Path(self.path(new_name))):
+            raise MqtoolError(f"could not rename {self.path(name)} to {self.path(new_name)}")
+        return self.path(new_name)
 
     def write_text(self, name: str, text: str) -> str:
         stream = self.fs.create(self._Path(self.path(name)), True)
@@ -410,18 +417,28 @@ def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
 
 def run_stats(scan: Scan, out: Output) -> dict:
     """Per split aggregates from the reader (``output=stats``), checked, then combined: the scan
-    (the split bounds observed on the way), the hourly output, and one grouping-sets job for the
-    per-queue and per-broker-hour tables, which are small enough for the driver."""
+    writes the hourly output under a staging name while the split bounds are observed (renamed
+    when every split passes, written again from the cache without those that fail), then one
+    grouping-sets job gives the per-queue and per-broker-hour tables, small enough for the driver."""
     obs = Observation("mqtool-stats")
     split = F.struct("broker", "split_start", "first_offset", "exit_offset")
     partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)
+    sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
+
+    def write_hourly(df: DataFrame, name: str) -> str:
+        return out.write(df.groupBy("broker", "topic", "hour").agg(*sums), name, single=True, order=("broker", "topic", "hour"))
+
     try:
-        partial.count()  # the scan: fills the cache and the observation (no shuffle)
+        nonempty = partial.filter(F.col("messages") > 0)  # > 0: not all filtered out
+        write_hourly(nonempty, "_hourly_unchecked")  # the scan: fills the cache and the observation
         bounds = {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in obs.get["splits"]}
         rejected = scan.check(bounds)
-        kept = without(partial.filter(F.col("messages") > 0), [r for _, r in rejected])  # > 0: not all filtered out
-        sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
-        written = {"hourly": out.write(kept.groupBy("broker", "topic", "hour").agg(*sums), "hourly", single=True, order=("broker", "topic", "hour"))}
+        kept = without(nonempty, [r for _, r in rejected])
+        if rejected:  # rare (stale records after a truncation): written again without them, from the cache
+            written = {"hourly": write_hourly(kept, "hourly")}
+            out.delete([out.path("_hourly_unchecked")])
+        else:
+            written = {"hourly": out.rename("_hourly_unchecked", "hourly")}
         # per queue, and per broker and hour (printed): both small enough for the driver, one job
         both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
             F.grouping("hour").alias("per_queue"),
