@@ -13,8 +13,9 @@ On one generated store (``bench/make_store.py``; page cache warm), best of ``--r
 - ``spark stats`` / ``spark messages`` with ``local[1]`` and ``local[2]``: ``mqtool.spark.job.run``
   in a fresh driver per master, timed after ``--warmup`` queries of each mode on one segment
   (the JVM start and the first data-source query cost ~10 s once per session and are reported
-  apart; for its first few queries the JVM also keeps compiling Spark's own code, 2-4 CPU-s per
-  query whatever its size, about 1.6 s after five: the ``JVM CPU`` column).
+  apart; through a session's first queries the JVM also keeps compiling Spark's own code, 3-4
+  CPU-s per query in a fresh session, 1.5-3 s after five, not in proportion to the bytes read:
+  the ``JVM CPU`` column).
 
 Prints throughput, the ratios the targets name (issue 5: local[2] >= 1.6x local[1]; local[2]
 within 2x of the pool with the same number of processes; peak RSS per Python worker <= 500 MB)

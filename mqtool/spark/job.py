@@ -430,15 +430,17 @@ def run_stats(scan: Scan, out: Output) -> dict:
 
     try:
         nonempty = partial.filter(F.col("messages") > 0)  # > 0: not all filtered out
-        write_hourly(nonempty, "_hourly_unchecked")  # the scan: fills the cache and the observation
+        staged = "_hourly_unchecked"
+        write_hourly(nonempty, staged)  # the scan: fills the cache and the observation
         bounds = {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in obs.get["splits"]}
         rejected = scan.check(bounds)
         kept = without(nonempty, [r for _, r in rejected])
         if rejected:  # rare (stale records after a truncation): written again without them, from the cache
-            written = {"hourly": write_hourly(kept, "hourly")}
-            out.delete([out.path("_hourly_unchecked")])
+            hourly = write_hourly(kept, "hourly")
+            out.delete([out.path(staged)])
         else:
-            written = {"hourly": out.rename("_hourly_unchecked", "hourly")}
+            hourly = out.rename(staged, "hourly")
+        written = {"hourly": hourly}
         # per queue, and per broker and hour (printed): both small enough for the driver, one job
         both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
             F.grouping("hour").alias("per_queue"),
