@@ -83,11 +83,13 @@ def resolve_inputs(
         path = Path(os.path.abspath(raw))
         if not path.exists():
             raise BadInput(f"{raw}: no such file or directory")
-        broker = (names[i] if len(names) > 1 else names[0]) if names else broker_name_for(path)
-        if not names and named_after.setdefault(broker, store_dir_for(path)) != store_dir_for(path):
-            raise UsageError(
-                f"{named_after[broker]} and {store_dir_for(path)} would both be broker {broker!r}; name them with --broker-name (one per PATH)"
-            )
+        if names:
+            broker = names[i] if len(names) > 1 else names[0]
+        else:
+            broker = broker_name_for(path)
+            directory = store_dir_for(path)
+            if named_after.setdefault(broker, directory) != directory:
+                raise UsageError(f"{named_after[broker]} and {directory} would both be broker {broker!r}; name them with --broker-name (one per PATH)")
         with Store.open(path, config, versions[i]) as store:
             entry = grouped.setdefault(
                 broker,

@@ -150,6 +150,7 @@ class Scan:
         self.inputs: list[BrokerInput] = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
         self.split_size = self._split_size()
         self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
+        self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
 
     def _split_size(self) -> int | None:
         largest = max((s.size for b in self.inputs for s in b.segments), default=0)
@@ -200,9 +201,8 @@ class Scan:
     def check(self, bounds: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
         """``rejected`` from ``{(broker, split_start): (first offset, exit offset)}`` of the
         splits that read records."""
-        index = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}
         results = [t.result(*bounds.get((t.broker, t.split.offset), (None, None))) for t in self.tasks]
-        return [(index[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
+        return [(self.partition[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
@@ -218,6 +218,12 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     edges = [r.asDict() for r in df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size").collect()]
     rejected = [r for _, r in scan.rejected(edges)]
     return without(df, rejected), rejected
+
+
+def split_bounds(rows) -> dict[tuple[str, int], tuple[int, int]]:
+    """``{(broker, split_start): (first_offset, exit_offset)}`` from the rows the reader reports
+    per split (``output=stats`` or ``output=parquet``): what ``Scan.check`` takes."""
+    return {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in rows}
 
 
 def without(df: DataFrame, rejected: Sequence[Rejected]) -> DataFrame:
@@ -392,15 +398,14 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     staging = target / "_temporary"
     staging.mkdir()
     written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=out.codec).collect()
-    rejected = scan.check({(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in written})
+    rejected = scan.check(split_bounds(written))
     bad = {(r.segment[0], r.start) for _, r in rejected}
-    partition = {(t.broker, t.split.offset): i for i, t in enumerate(scan.tasks)}
     run_id, kept, files = uuid.uuid4().hex, 0, 0
     for r in written:
         key = (r["broker"], r["split_start"])
         if key in bad or r["file"] is None:
             continue
-        os.replace(r["file"], target / out.part_name(partition[key], run_id))
+        os.replace(r["file"], target / out.part_name(scan.partition[key], run_id))
         kept += r["rows_written"]
         files += 1
     if not files:
@@ -432,7 +437,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         nonempty = partial.filter(F.col("messages") > 0)  # > 0: not all filtered out
         staged = "_hourly_unchecked"
         write_hourly(nonempty, staged)  # the scan: fills the cache and the observation
-        bounds = {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in obs.get["splits"]}
+        bounds = split_bounds(obs.get["splits"])
         rejected = scan.check(bounds)
         kept = without(nonempty, [r for _, r in rejected])
         if rejected:  # rare (stale records after a truncation): written again without them, from the cache

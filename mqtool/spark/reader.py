@@ -37,6 +37,10 @@ class ScanTask:
     legacy_properties: bool
     delay_levels: str
 
+    def builder(self, **options) -> MessageBatchBuilder:
+        """The batch builder for this task's records (``options``: ``body``, ``columns``)."""
+        return MessageBatchBuilder(self.broker, legacy_properties=self.legacy_properties, delay_table=parse_delay_levels(self.delay_levels), **options)
+
     def result(self, first: int | None, exit: int | None) -> SplitResult:
         return SplitResult((self.broker, self.split.base_offset), self.split.base_offset, self.split.offset, first, exit)
 
@@ -53,9 +57,7 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> 
 def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
     """The ``messages`` batches of one split (only ``columns`` when given); the first and last
     row carry ``split_edge``."""
-    builder = MessageBatchBuilder(
-        task.broker, legacy_properties=task.legacy_properties, delay_table=parse_delay_levels(task.delay_levels), body=body, columns=columns
-    )
+    builder = task.builder(body=body, columns=columns)
     pending, first = None, True
     for batch in SplitScan(task.split, check_crc=check_crc):
         built = builder.build(batch, task.split.offset)
@@ -128,13 +130,7 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
     ``MESSAGE_FILE_SCHEMA`` in ``directory`` (a new name per call: retried and speculative task
     attempts never collide), and yield its one ``WRITTEN_SCHEMA`` row. A split without records
     yields nothing; one whose records were all filtered out writes no file."""
-    builder = MessageBatchBuilder(
-        task.broker,
-        legacy_properties=task.legacy_properties,
-        delay_table=parse_delay_levels(task.delay_levels),
-        body=body,
-        columns=MESSAGE_FILE_SCHEMA.names,
-    )
+    builder = task.builder(body=body, columns=MESSAGE_FILE_SCHEMA.names)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
     scan = SplitScan(task.split, check_crc=True, batch=WRITE_BATCH)
     rows_read = rows_written = pending_bytes = 0
@@ -199,12 +195,7 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     """The ``stats`` rows of one split: its messages (those ``match`` keeps) aggregated per topic,
     queue and hour of store time, with the split's first record and where its last ends (for the
     handoff check; a split with records but none kept yields one row with 0 messages)."""
-    builder = MessageBatchBuilder(
-        task.broker,
-        legacy_properties=task.legacy_properties,
-        delay_table=parse_delay_levels(task.delay_levels),
-        columns=[*STATS_INPUT, *match.columns()],
-    )
+    builder = task.builder(columns=[*STATS_INPUT, *match.columns()])
     scan = SplitScan(task.split, check_crc=True)
     partials = []
     for batch in scan:
