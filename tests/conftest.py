@@ -17,6 +17,12 @@ FIXTURES = ROOT / "fixtures"
 VERSIONS = ("4.8.0", "4.9.7", "5.3.3")
 MAIN_VERSIONS = ("4.9.7", "5.3.3")
 
+sys.path.insert(0, str(FIXTURES))
+from unpack import unpack  # noqa: E402  (the fixture files kept gzipped: fixtures/unpack.py)
+
+unpack()
+sys.path.remove(str(FIXTURES))
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
