@@ -83,3 +83,15 @@ def test_nothing_imports_the_cli():
     spark = ROOT / "spark" / "mqtool_scan.py"
     if spark.exists():
         assert not any(i.startswith("mqtool.cli") for i in imports("mqtool_scan", spark, False))
+
+
+def test_the_columnar_scan_sits_on_the_store_model_and_knows_no_ui_or_spark():
+    """``mqtool/scan`` reads through the store model; the store model never imports it upward."""
+    for name, path, pkg in modules():
+        found = imports(name, path, pkg)
+        if name.startswith("mqtool.scan"):
+            for imp in found:
+                assert top(imp) not in UI, f"{path}: imports {imp}"
+                assert not imp.startswith(("mqtool.cli", "mqtool.spark", "mqtool.apply")), f"{path}: imports {imp}"
+        if name.startswith(("mqtool.store", "mqtool.formats")):
+            assert not any(i.startswith("mqtool.scan") for i in found), f"{path}: imports the columnar scan"

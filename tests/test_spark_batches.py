@@ -19,11 +19,12 @@ from mqtool.formats.msgid import format_host
 from mqtool.formats.properties import parse_properties
 from mqtool.errors import BadInput, UsageError
 from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
-from mqtool.spark import kernels
-from mqtool.spark.batches import MessageBatchBuilder
+from mqtool.scan import kernels
+from mqtool.scan.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs
-from mqtool.spark.reader import MessageFilter, plan_tasks, read_messages, read_stats, write_messages
-from mqtool.spark.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
+from mqtool.scan.filter import MessageFilter
+from mqtool.spark.reader import plan_tasks, read_messages, read_stats, write_messages
+from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
 from mqtool.store.splits import SplitScan, plan_splits

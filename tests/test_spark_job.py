@@ -28,7 +28,7 @@ from mqtool.verify import Verification, VerifyOptions
 pyspark = pytest.importorskip("pyspark")
 
 from mqtool.spark import job  # noqa: E402  (needs pyspark)
-from mqtool.spark.schema import MESSAGE_SCHEMA  # noqa: E402
+from mqtool.scan.schema import MESSAGE_SCHEMA  # noqa: E402
 
 SCRIPT = ROOT / "spark" / "mqtool_scan.py"
 BROKERS = {"a": ("4.9.7", "clean-small"), "b": ("5.3.3", "clean-small"), "c": ("4.9.7", "rewrite-clean")}

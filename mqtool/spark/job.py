@@ -47,7 +47,7 @@ from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
-from .schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
+from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
 from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")

@@ -36,10 +36,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from ..records import BodyEncoding
 from ..store.splits import parse_size
-from .batches import projected_schema
+from ..scan.batches import projected_schema
 from .inputs import resolve_inputs
-from .reader import MessageFilter, plan_tasks, read_messages, read_stats, write_messages
-from .schema import MESSAGE_COLUMNS, STATS_COLUMNS, WRITTEN_COLUMNS, ddl
+from ..scan.filter import MessageFilter
+from .reader import plan_tasks, read_messages, read_stats, write_messages
+from ..scan.schema import MESSAGE_COLUMNS, STATS_COLUMNS, WRITTEN_COLUMNS, ddl
 
 FORMAT = "rocketmq"
 

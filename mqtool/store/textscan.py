@@ -1,5 +1,5 @@
 """Compiled readers of a record's text fields, shared by the recovery dispatch
-(``recovery/fastdispatch.py``) and the Spark reader (``mqtool/spark/kernels.py``).
+(``recovery/fastdispatch.py``) and the Spark reader (``mqtool/scan/kernels.py``).
 
 - ``java_hash_utf8``: Java ``String.hashCode`` over the UTF-16 code units of strict UTF-8
   (reference §3.4), the state carried so that ``topic#key`` hashes compose;

@@ -1,0 +1,60 @@
+"""``MessageFilter``: the one implementation of ``mqtool dump``'s filters, applied to Arrow batches of
+``MESSAGE_SCHEMA`` columns (``mqtool/scan/schema.py``) by every reader of the columnar scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class MessageFilter:
+    """``mqtool dump``'s filters, applied in the reader (all given must match)."""
+
+    topics: tuple[str, ...] = ()
+    queue: int | None = None
+    since: int | None = None
+    until: int | None = None
+    tag: str | None = None
+    key: str | None = None
+
+    def columns(self) -> list[str]:
+        return (["tags"] if self.tag is not None else []) + (["keys"] if self.key is not None else [])
+
+    def apply(self, t: pa.Table) -> pa.Table:
+        mask = self.mask(t)
+        return t if mask is None else t.filter(mask)
+
+    def mask(self, t: pa.Table) -> pa.ChunkedArray | None:
+        conditions = []
+        if self.topics:
+            conditions.append(pc.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
+        if self.queue is not None:
+            conditions.append(pc.equal(t["queue_id"], self.queue))
+        if self.since is not None:
+            conditions.append(pc.greater_equal(t["store_timestamp"], self.since))
+        if self.until is not None:
+            conditions.append(pc.less_equal(t["store_timestamp"], self.until))
+        if self.tag is not None:
+            conditions.append(pc.fill_null(pc.equal(t["tags"], self.tag), False))
+        if self.key is not None:
+            conditions.append(pc.greater(_has_key(t["keys"], self.key), 0))
+        if not conditions:
+            return None
+        mask = conditions[0]
+        for c in conditions[1:]:
+            mask = pc.and_(mask, c)
+        return mask
+
+
+def _has_key(keys: pa.ChunkedArray, key: str) -> pa.Array:
+    """Per row, how many of its KEYS equal ``key``."""
+    keys = keys.combine_chunks()
+    hits = pc.cast(pc.equal(keys.values, key), pa.int64())
+    parents = pc.list_parent_indices(keys)
+    counts = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(counts, parents.to_numpy(), hits.to_numpy(zero_copy_only=False))
+    return pa.array(counts)
