@@ -20,15 +20,19 @@ class MessageFilter:
     until: int | None = None
     tag: str | None = None
     key: str | None = None
+    uniq_key: str | None = None
 
     def columns(self) -> list[str]:
-        return (["tags"] if self.tag is not None else []) + (["keys"] if self.key is not None else [])
+        """The message columns the given filters read."""
+        wanted = {"topic": self.topics, "queue_id": self.queue is not None, "store_timestamp": self.since is not None or self.until is not None,
+                  "tags": self.tag is not None, "keys": self.key is not None, "uniq_key": self.uniq_key is not None}
+        return [name for name, used in wanted.items() if used]
 
     def apply(self, t: pa.Table) -> pa.Table:
         mask = self.mask(t)
         return t if mask is None else t.filter(mask)
 
-    def mask(self, t: pa.Table) -> pa.ChunkedArray | None:
+    def mask(self, t: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | pa.Array | None:
         conditions = []
         if self.topics:
             conditions.append(pc.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
@@ -42,6 +46,8 @@ class MessageFilter:
             conditions.append(pc.fill_null(pc.equal(t["tags"], self.tag), False))
         if self.key is not None:
             conditions.append(pc.greater(_has_key(t["keys"], self.key), 0))
+        if self.uniq_key is not None:
+            conditions.append(pc.fill_null(pc.equal(t["uniq_key"], self.uniq_key), False))
         if not conditions:
             return None
         mask = conditions[0]
@@ -50,9 +56,10 @@ class MessageFilter:
         return mask
 
 
-def _has_key(keys: pa.ChunkedArray, key: str) -> pa.Array:
+def _has_key(keys: pa.ChunkedArray | pa.Array, key: str) -> pa.Array:
     """Per row, how many of its KEYS equal ``key``."""
-    keys = keys.combine_chunks()
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
     hits = pc.cast(pc.equal(keys.values, key), pa.int64())
     parents = pc.list_parent_indices(keys)
     counts = np.zeros(len(keys), dtype=np.int64)

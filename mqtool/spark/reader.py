@@ -146,7 +146,7 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     """The ``stats`` rows of one split: its messages (those ``match`` keeps) aggregated per topic,
     queue and hour of store time, with the split's first record and where its last ends (for the
     handoff check; a split with records but none kept yields one row with 0 messages)."""
-    builder = task.builder(columns=[*STATS_INPUT, *match.columns()])
+    builder = task.builder(columns=list(dict.fromkeys([*STATS_INPUT, *match.columns()])))
     scan = SplitScan(task.split, check_crc=True)
     partials = []
     for batch in scan:

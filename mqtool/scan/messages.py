@@ -1,0 +1,52 @@
+"""``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan.
+
+The records are those the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``):
+from ``start`` (default: the commit log's min offset) to the logical end or ``stop``, walked by the compiled
+``FastScan`` and decoded by ``MessageBatchBuilder``; ``match`` (``mqtool/scan/filter.py``) is applied to each
+batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow as pa
+
+from ..records import BodyEncoding
+from ..store import Store
+from ..store.fastscan import FastScan
+from .batches import MessageBatchBuilder
+from .filter import MessageFilter
+
+
+class MessageScan:
+    """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
+
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, broker: str | None = None, batch: int = 1 << 15):
+        self.store = store
+        self.match = match
+        wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
+        name = broker if broker is not None else (store.root.name if store.root is not None else "")
+        self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, columns=wanted)
+        self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, batch=batch, release_behind=True)
+        self.columns = columns
+
+    @property
+    def end(self):
+        return self.walk.end
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for segment_batch in self.walk:
+            batch = self.builder.build(segment_batch, segment_batch.base_offset)
+            mask = self.match.mask(batch)
+            if mask is not None:
+                batch = batch.filter(mask)
+            if self.columns is not None:
+                batch = batch.select(list(self.columns))
+            if batch.num_rows:
+                yield batch
+
+
+def read_batches(store: Store, **options) -> Iterator[pa.RecordBatch]:
+    """The store's messages as record batches (options as ``MessageScan``)."""
+    yield from MessageScan(store, **options)
