@@ -39,7 +39,7 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note,
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .progress import ByteProgress
 
-KINDS = ("commitlog", "consumequeue", "index", "checkpoint")
+KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer")
 MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
 CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
 
@@ -220,7 +220,7 @@ def _render_checkpoint(console, doc) -> None:
 
 @guarded
 def dump(
-    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint) and a path.")],
+    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer) and a path.")],
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", "-q", help="Only this queue id.")] = None,
     from_offset: Annotated[Optional[int], typer.Option("--from-offset", help="Commit log offset to start at (queue offset for consumequeue).")] = None,
@@ -258,5 +258,9 @@ def dump(
         emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
     elif kind == "index":
         emit_rows(index_rows(path, broker_config, topic, key, limit), format, INDEX_ENTRY_FIELDS)
+    elif kind == "timer":
+        from .timer import dump_timer
+
+        dump_timer(path, format, broker_config, broker_version, limit)
     else:
         emit_document(checkpoint_doc(path), format, _render_checkpoint)

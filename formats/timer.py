@@ -1,0 +1,129 @@
+"""The 5.x timer store (reference §9; ``TimerLog``, ``TimerWheel``, ``Slot``, ``TimerCheckpoint`` @5.0.0-5.3.3).
+
+- ``TimerLogUnitStruct``: the 52-byte unit of ``timerlog/`` files (``TimerLog.UNIT_SIZE``), one per timer message
+  enqueued from the ``rmq_sys_wheel_timer`` consume queue. The delivery time is ``curr_write_time_ms + delay_time``
+  (``TimerMessageStore.doEnqueue``); ``offset_py``/``size_py`` name the ``rmq_sys_wheel_timer`` record.
+  A file ends with a 16-byte blank: int32 bytes left, int64 0, int32 ``BLANK_MAGIC`` at offset 12.
+- ``WheelSlotStruct``: the 32-byte ``Slot`` of the ``timerwheel`` file (``slotsTotal`` x 2 slots; slot index =
+  ``time_ms / precision_ms % (slotsTotal * 2)``).
+- ``TimerCheckStruct``: ``config/timercheck``, a 4096-byte page of int64s (``TimerCheckpoint``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Int32sb, Int64sb, Padding, Struct
+
+from ._layout import derive_whole
+
+TimerLogUnitStruct = Struct(
+    "size" / Int32sb,
+    "prev_pos" / Int64sb,
+    "magic" / Int32sb,
+    "curr_write_time_ms" / Int64sb,
+    "delay_time" / Int32sb,
+    "offset_py" / Int64sb,
+    "size_py" / Int32sb,
+    "hash_topic" / Int32sb,
+    "reserved" / Int64sb,
+)
+
+WheelSlotStruct = Struct(
+    "time_slot" / Int64sb,
+    "first_pos" / Int64sb,
+    "last_pos" / Int64sb,
+    "num" / Int32sb,
+    "magic" / Int32sb,
+)
+
+TIMER_CHECK_FILE_SIZE = 4096
+
+TimerCheckStruct = Struct(
+    "last_read_time_ms" / Int64sb,
+    "last_timer_log_flush_pos" / Int64sb,
+    "last_timer_queue_offset" / Int64sb,
+    "master_timer_queue_offset" / Int64sb,
+    "state_version" / Int64sb,
+    "data_version_timestamp" / Int64sb,
+    "data_version_counter" / Int64sb,
+    Padding(TIMER_CHECK_FILE_SIZE - 56),
+)
+
+UNIT = derive_whole(TimerLogUnitStruct).codec
+UNIT_SIZE = UNIT.size  # 52
+SLOT = derive_whole(WheelSlotStruct).codec
+SLOT_SIZE = SLOT.size  # 32
+_CHECK = derive_whole(TimerCheckStruct).codec
+
+MAGIC_DEFAULT = 1
+MAGIC_ROLL = 2
+MAGIC_DELETE = 4
+BLANK_MAGIC = -875286124
+"""``TimerLog.BLANK_MAGIC_CODE`` (0xBBCCDDEE ^ (1880681586 + 8)), at offset 12 of the 16-byte end-of-file blank."""
+BLANK_SIZE = 16
+SLOTS_TOTAL = 7 * 86400
+"""``TimerMessageStore.TIMER_WHEEL_TTL_DAY * DAY_SECS``: the wheel holds ``2 * SLOTS_TOTAL`` slots."""
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+
+
+class TimerLogUnit(NamedTuple):
+    """A decoded timer log unit and its timer log offset."""
+
+    timer_log_offset: int
+    size: int
+    prev_pos: int
+    magic: int
+    curr_write_time_ms: int
+    delay_time: int
+    offset_py: int
+    size_py: int
+    hash_topic: int
+    reserved: int
+
+    @property
+    def delivery_time(self) -> int:
+        return self.curr_write_time_ms + self.delay_time
+
+    @property
+    def is_valid(self) -> bool:
+        """``TimerMessageStore.recoverAndRevise``: a unit of size 52 whose magic has no bit above 0xF."""
+        return self.size == UNIT_SIZE and (self.magic | 0xF) == 0xF
+
+
+class WheelSlot(NamedTuple):
+    slot: int
+    time_slot: int
+    first_pos: int
+    last_pos: int
+    num: int
+    magic: int
+
+
+class TimerCheck(NamedTuple):
+    last_read_time_ms: int
+    last_timer_log_flush_pos: int
+    last_timer_queue_offset: int
+    master_timer_queue_offset: int
+    state_version: int
+    data_version_timestamp: int
+    data_version_counter: int
+
+
+def decode_unit(buf, pos: int) -> TimerLogUnit:
+    return TimerLogUnit(pos, *UNIT.unpack_from(buf, pos))
+
+
+def is_blank(buf, pos: int) -> bool:
+    """The 16-byte end-of-file blank starts at ``pos`` (its magic at ``pos + 12``)."""
+    return len(buf) - pos >= BLANK_SIZE and int.from_bytes(bytes(buf[pos + 12 : pos + 16]), "big", signed=True) == BLANK_MAGIC
+
+
+def decode_slot(buf, index: int) -> WheelSlot:
+    return WheelSlot(index, *SLOT.unpack_from(buf, index * SLOT_SIZE))
+
+
+def decode_timer_check(buf) -> TimerCheck:
+    """A shorter page reads as zero past its end (as a fresh map does)."""
+    page = bytes(buf[:TIMER_CHECK_FILE_SIZE]).ljust(TIMER_CHECK_FILE_SIZE, b"\0")
+    return TimerCheck(*_CHECK.unpack(page))

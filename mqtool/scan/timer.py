@@ -1,0 +1,125 @@
+"""Timer messages and their fate: the timer log units joined with the commit log (reference §9, §2.13).
+
+Each unit of ``timerlog/`` names the ``rmq_sys_wheel_timer`` record it was enqueued from (``offset_py``). When a slot
+is due, ``TimerMessageStore`` re-puts the message to ``REAL_TOPIC``/``REAL_QID`` as a new record with the same
+UNIQ_KEY (``TimerMessageStore.convertMessage``). A unit's ``state``:
+
+- ``delivered``: a record of the real topic with the same UNIQ_KEY follows the timer record in the commit log;
+- ``lost``: ``offset_py`` is outside the commit log's readable range (before its min offset, past its logical end:
+  a stale reference after a truncation, apache/rocketmq#10668) or does not hold that timer record;
+- ``cancelled``: the unit carries ``MAGIC_DELETE`` (a cancel request);
+- ``rolled``: not delivered, and ``MAGIC_ROLL`` says it is re-enqueued at the roll window instead of delivered;
+- ``pending``: waiting for its delivery time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..formats import timer as fmt
+from ..formats.errors import FormatError
+from ..formats.properties import PropertyKey
+from ..store import Store
+from ..store.timer import TimerLogEnd, TimerStore
+from .messages import MessageScan
+
+TIMER_FIELDS = (
+    "timer_log_offset", "magic", "prev_pos", "enqueue_time", "delivery_time", "offset", "size",
+    "real_topic", "real_queue_id", "uniq_key", "keys", "state", "delivered_offset",
+)
+STATES = ("pending", "delivered", "rolled", "cancelled", "lost")
+
+
+@dataclass
+class TimerReport:
+    """The rows (one per timer log unit, in log order) and where the log and the commit log end."""
+
+    rows: list[dict]
+    log_end: TimerLogEnd
+    commitlog_end: int
+
+
+def _timer_record(store: Store, offset: int, size: int):
+    """The ``rmq_sys_wheel_timer`` record at ``offset`` with ``size`` bytes, or None."""
+    try:
+        record = store.commitlog.read_record(offset)
+    except (FormatError, LookupError):
+        return None
+    if record.total_size != size or record.topic_name != fmt.TIMER_TOPIC:
+        return None
+    return record
+
+
+def _identity(uniq_key: str | None, born_timestamp: int, body_crc: int) -> str:
+    """What ties a delivered copy to its timer record: the UNIQ_KEY, else born time and body CRC (both copied)."""
+    return f"u:{uniq_key}" if uniq_key else f"b:{born_timestamp}:{body_crc}"
+
+
+def _deliveries(store: Store, identities: set[str]) -> tuple[dict[str, list[tuple[int, str]]], int]:
+    """For each of ``identities``: the (offset, topic) of the records carrying it; and the commit log's logical end."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    uniq = pa.array(sorted(i[2:] for i in identities if i.startswith("u:")), pa.string())
+    born = pa.array(sorted({int(i.split(":")[1]) for i in identities if i.startswith("b:")}), pa.int64())
+    scan = MessageScan(store, columns=["offset", "topic", "uniq_key", "born_timestamp", "body_crc"], check_crc=False)
+    for batch in scan:
+        wanted = pc.or_(pc.fill_null(pc.is_in(batch["uniq_key"], value_set=uniq), False),
+                        pc.and_(pc.is_null(batch["uniq_key"]), pc.is_in(batch["born_timestamp"], value_set=born)))
+        for row in batch.filter(wanted).to_pylist():
+            identity = _identity(row["uniq_key"], row["born_timestamp"], row["body_crc"])
+            if identity in identities:
+                found.setdefault(identity, []).append((row["offset"], row["topic"]))
+    return found, scan.end.offset
+
+
+def timer_report(store: Store, timer: TimerStore) -> TimerReport:
+    units = list(timer.log.walk())
+    records = {}
+    for unit in units:
+        if unit.offset_py not in records:
+            records[unit.offset_py] = _timer_record(store, unit.offset_py, unit.size_py)
+    legacy = store.legacy_properties
+    props = {offset: r.property_map(legacy=legacy) for offset, r in records.items() if r is not None}
+    identity = {offset: _identity(props[offset].get(PropertyKey.UNIQ_KEY), r.born_timestamp, r.body_crc) for offset, r in records.items() if r is not None}
+    deliveries, end = _deliveries(store, set(identity.values()))
+    rows = []
+    for unit in units:
+        p = props.get(unit.offset_py)
+        readable = p is not None and store.commitlog.min_offset <= unit.offset_py < end
+        real_topic = p.get(PropertyKey.REAL_TOPIC) if p else None
+        uniq_key = p.get(PropertyKey.UNIQ_KEY) if p else None
+        delivered = next((o for o, t in deliveries.get(identity.get(unit.offset_py), ()) if t == real_topic and o > unit.offset_py), None) if readable else None
+        if not readable:
+            state = "lost"
+        elif delivered is not None:
+            state = "delivered"
+        elif unit.magic & fmt.MAGIC_DELETE:
+            state = "cancelled"
+        elif unit.magic & fmt.MAGIC_ROLL:
+            state = "rolled"
+        else:
+            state = "pending"
+        real_qid = p.get(PropertyKey.REAL_QID) if p else None
+        rows.append({
+            "timer_log_offset": unit.timer_log_offset,
+            "magic": unit.magic,
+            "prev_pos": unit.prev_pos,
+            "enqueue_time": unit.curr_write_time_ms,
+            "delivery_time": unit.delivery_time,
+            "offset": unit.offset_py,
+            "size": unit.size_py,
+            "real_topic": real_topic,
+            "real_queue_id": int(real_qid) if real_qid and real_qid.lstrip("-").isdigit() else None,
+            "uniq_key": uniq_key,
+            "keys": p.get(PropertyKey.KEYS, "").split() if p else [],
+            "state": state,
+            "delivered_offset": delivered,
+        })
+    return TimerReport(rows, timer.log.end, end)
+
+
+def timer_rows(store: Store, timer: TimerStore) -> Iterator[dict]:
+    yield from timer_report(store, timer).rows

@@ -1,0 +1,92 @@
+"""The 5.x timer store of a broker store directory, read-only (reference §9).
+
+``timerlog/`` is a file queue of 52-byte units (``formats/timer.py``), ``timerwheel`` a table of 32-byte slots and
+``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units the way ``TimerMessageStore.recoverAndRevise``
+does: a blank unit moves to the next file, the first unit of a wrong size or magic ends the log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..formats import timer as fmt
+from .mappedfile import MappedFile, file_size, offset_named_files
+
+
+@dataclass(frozen=True)
+class TimerLogEnd:
+    """Where the walk of the timer log stopped: ``offset`` (timer log offset) and why."""
+
+    offset: int
+    reason: str
+    clean: bool
+
+
+@dataclass
+class TimerLog:
+    files: list[tuple[int, Path]]
+    end: TimerLogEnd | None = None
+
+    def walk(self) -> Iterator[fmt.TimerLogUnit]:
+        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped."""
+        expected = self.files[0][0] if self.files else 0
+        for base, path in self.files:
+            if base != expected:
+                self.end = TimerLogEnd(expected, f"no timer log file at offset {expected} (next is {path.name})", False)
+                return
+            with MappedFile(path, base) as mf:
+                buf, size, pos = mf.buf, mf.size, 0
+                while size - pos >= fmt.UNIT_SIZE and not fmt.is_blank(buf, pos):
+                    unit = fmt.decode_unit(buf, pos)
+                    if not unit.is_valid:
+                        zeros = not any(bytes(buf[pos : pos + fmt.UNIT_SIZE]))
+                        self.end = TimerLogEnd(base + pos, "zeros" if zeros else f"invalid unit (size {unit.size}, magic {unit.magic})", zeros)
+                        return
+                    yield unit._replace(timer_log_offset=base + pos)
+                    pos += fmt.UNIT_SIZE
+            expected = base + size
+        self.end = TimerLogEnd(expected, "end of the last file", True)
+
+
+@dataclass
+class TimerStore:
+    """The timer files of a store; ``TimerStore.open`` returns None when the store has none."""
+
+    root: Path
+    log: TimerLog
+    wheel_path: Path | None
+    check: fmt.TimerCheck | None
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, root: Path) -> "TimerStore | None":
+        log_dir, wheel, check = root / "timerlog", root / "timerwheel", root / "config" / "timercheck"
+        if not (log_dir.is_dir() or wheel.exists() or check.exists()):
+            return None
+        files = offset_named_files(log_dir) if log_dir.is_dir() else []
+        decoded = None
+        if check.exists():
+            with MappedFile(check) as mf:
+                decoded = fmt.decode_timer_check(mf.buf)
+        return cls(root, TimerLog(files), wheel if wheel.exists() else None, decoded)
+
+    @property
+    def wheel_size(self) -> int:
+        return file_size(self.wheel_path) if self.wheel_path is not None else 0
+
+    def wheel_slots(self) -> list[fmt.WheelSlot]:
+        """The slots of ``timerwheel`` ever used (time field non-zero), in slot order."""
+        if self.wheel_path is None:
+            return []
+        with MappedFile(self.wheel_path) as mf:
+            if not mf.size:
+                return []
+            count = mf.size // fmt.SLOT_SIZE
+            times = np.frombuffer(mf.buf, dtype=">i8", count=count * 4).reshape(count, 4)[:, 0]
+            used = np.flatnonzero(times)
+            del times
+            return [fmt.decode_slot(mf.buf, int(i)) for i in used]

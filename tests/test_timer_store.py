@@ -1,0 +1,115 @@
+"""The 5.x timer store (reference §9) against the real broker's timer fixtures and their manifests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import manifest, store_path
+from mqtool.cli import app
+from mqtool.formats import timer as fmt
+from mqtool.scan.timer import timer_report
+from mqtool.store import Store
+from mqtool.store.timer import TimerStore
+
+TIMER_STORES = ["timer-small", "timer-crashed"]
+
+
+def _units_by_offset(m: dict) -> dict[int, tuple[dict, dict, dict]]:
+    """timer log offset -> (message, its timer section, the unit) from the manifest's messages."""
+    found = {}
+    for message in m["messages"]:
+        timer = message.get("timer")
+        for unit in (timer or {}).get("timerLogUnits", ()):
+            found[unit["timerLogOffset"]] = (message, timer, unit)
+    return found
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_timer_log_units_equal_the_manifest(name):
+    m = manifest("5.3.3", name)
+    timer = TimerStore.open(store_path("5.3.3", name))
+    units = list(timer.log.walk())
+    assert len(units) == m["timer"]["timerlog"]["unitCount"] == len(_units_by_offset(m))
+    listed = {u["offset"]: u for u in m["timer"]["timerlog"]["units"]}
+    for unit in units:
+        if unit.timer_log_offset in listed:
+            e = listed[unit.timer_log_offset]
+            assert (unit.size, unit.prev_pos, unit.magic, unit.curr_write_time_ms, unit.delay_time, unit.offset_py, unit.size_py, unit.hash_topic, unit.reserved) == (
+                e["size"], e["prevPos"], e["magic"], e["currWriteTimeMs"], e["delayTime"], e["offsetPy"], e["sizePy"], e["hashTopic"], e["reserved"])
+        message, _, e = _units_by_offset(m)[unit.timer_log_offset]
+        assert (unit.offset_py, unit.size_py, unit.magic, unit.delivery_time) == (message["commitLogOffset"], message["size"], e["magic"], e["delayedTimeMs"])
+    assert timer.log.end.clean and timer.log.end.offset == units[-1].timer_log_offset + fmt.UNIT_SIZE
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_fast_codecs_equal_the_construct_schemas(name):
+    root = store_path("5.3.3", name)
+    for path in sorted((root / "timerlog").iterdir()):
+        data = path.read_bytes()
+        for pos in range(0, len(data) - fmt.UNIT_SIZE + 1, fmt.UNIT_SIZE):
+            if fmt.is_blank(data, pos):
+                break
+            parsed = fmt.TimerLogUnitStruct.parse(data[pos : pos + fmt.UNIT_SIZE])
+            assert fmt.decode_unit(data, pos)[1:] == tuple(v for k, v in parsed.items() if not k.startswith("_"))
+    page = (root / "config" / "timercheck").read_bytes()
+    parsed = fmt.TimerCheckStruct.parse(page)
+    assert tuple(fmt.decode_timer_check(page)) == tuple(v for k, v in parsed.items() if not k.startswith("_"))
+    for slot in TimerStore.open(root).wheel_slots()[:20]:
+        raw = (root / "timerwheel").read_bytes()[slot.slot * fmt.SLOT_SIZE : (slot.slot + 1) * fmt.SLOT_SIZE]
+        assert tuple(slot[1:]) == tuple(v for k, v in fmt.WheelSlotStruct.parse(raw).items() if not k.startswith("_"))
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_wheel_and_timercheck_equal_the_manifest(name):
+    m = manifest("5.3.3", name)["timer"]
+    timer = TimerStore.open(store_path("5.3.3", name))
+    slots = [(s.slot, s.time_slot * 1000, s.first_pos, s.last_pos, s.num, s.magic) for s in timer.wheel_slots()]
+    assert slots == [(s["slot"], s["timeMs"], s["firstPos"], s["lastPos"], s["num"], s["magic"]) for s in m["timerwheel"]["nonEmptySlots"]]
+    assert len(slots) == m["timerwheel"]["nonEmptySlotCount"]
+    c, e = timer.check, m["timercheck"]
+    assert (c.last_read_time_ms, c.last_timer_log_flush_pos, c.last_timer_queue_offset, c.master_timer_queue_offset, c.state_version, c.data_version_timestamp, c.data_version_counter) == (
+        e["lastReadTimeMs"], e["lastTimerLogFlushPos"], e["lastTimerQueueOffset"], e["masterTimerQueueOffset"], e["dataVersionStateVersion"], e["dataVersionTimestamp"], e["dataVersionCounter"])
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_states_equal_what_the_broker_delivered(name):
+    m = manifest("5.3.3", name)
+    expected = _units_by_offset(m)
+    with Store.open(store_path("5.3.3", name)) as store:
+        report = timer_report(store, TimerStore.open(store.root))
+    assert sum(r["state"] == "delivered" for r in report.rows) == len({t["wheelCommitLogOffset"] for _, t, _ in expected.values() if t["delivered"]}) > 0
+    for row in report.rows:
+        message, timer, unit = expected[row["timer_log_offset"]]
+        state = "delivered" if timer["delivered"] else "rolled" if unit["magic"] & fmt.MAGIC_ROLL else "pending"
+        assert row["state"] == state, row
+        assert row["delivered_offset"] == (timer["delivery"]["commitLogOffset"] if timer["delivered"] else None)
+        assert (row["offset"], row["real_topic"], row["real_queue_id"], row["uniq_key"]) == (message["commitLogOffset"], timer["realTopic"], int(timer["realQueueId"]), message.get("uniqKey"))
+
+
+def test_a_unit_pointing_past_the_commit_log_end_is_lost(store_copy):
+    """A stale timer log reference after a commit log truncation (apache/rocketmq#10668)."""
+    root = store_copy("5.3.3", "timer-small")
+    m = manifest("5.3.3", "timer-small")
+    log = root / "timerlog" / "00000000000000000000"
+    data = bytearray(log.read_bytes())
+    past_end = m["commitLogMaxOffset"] + 1000
+    data[52 + 28 : 52 + 36] = past_end.to_bytes(8, "big", signed=True)
+    log.write_bytes(bytes(data))
+    with Store.open(root) as store:
+        rows = {r["timer_log_offset"]: r for r in timer_report(store, TimerStore.open(root)).rows}
+    assert rows[52]["state"] == "lost" and rows[52]["offset"] == past_end
+    assert rows[0]["state"] == "pending"
+
+
+def test_dump_timer_cli(tmp_path):
+    result = CliRunner().invoke(app, ["dump", "timer", str(store_path("5.3.3", "timer-small")), "--format", "jsonl"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == manifest("5.3.3", "timer-small")["timer"]["timerlog"]["unitCount"]
+    for field in ("timer_log_offset", "magic", "offset", "delivery_time", "real_topic", "real_queue_id", "state"):
+        assert field in rows[0]
+    missing = CliRunner().invoke(app, ["dump", "timer", str(store_path("5.3.3", "clean-small"))])
+    assert missing.exit_code == 3 and "no timer store" in missing.output
