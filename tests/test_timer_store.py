@@ -113,3 +113,55 @@ def test_dump_timer_cli(tmp_path):
         assert field in rows[0]
     missing = CliRunner().invoke(app, ["dump", "timer", str(store_path("5.3.3", "clean-small"))])
     assert missing.exit_code == 3 and "no timer store" in missing.output
+
+
+# ---- verify --only timer, on damaged copies ------------------------------------------------------
+
+from mqtool.verify import Verification, VerifyOptions  # noqa: E402
+
+
+def _timer_findings(root):
+    with Store.open(root) as store:
+        return [f for f in Verification(store, VerifyOptions(checks=("timer",))).findings()]
+
+
+def _patch(path, at: int, value: int, width: int = 8) -> None:
+    data = bytearray(path.read_bytes())
+    data[at : at + width] = value.to_bytes(width, "big", signed=True)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_verify_timer_is_clean_on_the_real_stores(name):
+    assert _timer_findings(store_path("5.3.3", name)) == []
+
+
+def test_verify_timer_finds_each_damage(store_copy):
+    m = manifest("5.3.3", "timer-small")
+    root = store_copy("5.3.3", "timer-small")
+    log = root / "timerlog" / "00000000000000000000"
+    past_end = m["commitLogMaxOffset"] + 4096
+    _patch(log, 52 + 28, past_end)                 # unit 1 names an offset past the commit log end
+    _patch(log, 104 + 28, 2709 + 1)                # unit 2 names an offset where its record does not start
+    _patch(log, 52 * 100 + 12, 0x100, 4)           # unit 100's magic is invalid: the log ends there
+    slot = next(s for s in m["timer"]["timerwheel"]["nonEmptySlots"])
+    _patch(root / "timerwheel", slot["slot"] * 32 + 8, 13)  # a slot's first position is no unit
+    _patch(root / "config" / "timercheck", 8, 10012 + 52 * 10)  # flushed further than the log holds
+    findings = _timer_findings(root)
+    found = {(f.kind, f.offset, f.severity.value) for f in findings}
+    assert ("timer-reference", past_end, "error") in found
+    assert ("timer-reference", 2709 + 1, "error") in found
+    damaged = [f for f in findings if f.kind == "timer-log-damaged"]
+    assert len(damaged) == 1 and damaged[0].details["timer_log_offset"] == 52 * 100
+    wheel = [f for f in findings if f.kind == "timer-wheel"]
+    assert any(f.details["slot"] == slot["slot"] and f.found == 13 for f in wheel)
+    ahead = [f for f in findings if f.kind == "timercheck-ahead"]
+    assert len(ahead) == 1 and ahead[0].found == 10012 + 52 * 10 and ahead[0].expected == "<= 5200"
+
+
+def test_verify_timer_refuses_a_wheel_of_the_wrong_size(store_copy):
+    root = store_copy("5.3.3", "timer-small")
+    with open(root / "timerwheel", "r+b") as f:
+        f.truncate(1 << 20)
+    wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
+    assert len(wheel) == 1 and wheel[0].severity.value == "error" and wheel[0].found == 1 << 20

@@ -7,7 +7,8 @@ yields ``Finding``s as it goes and fills ``summary``:
    parallel over segments with ``jobs > 1``;
 2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
    consume queue (``consumequeue.py``) and the index files (``index.py``);
-3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``).
+3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``);
+4. ``timer``: the 5.x timer store, where there is one (``timer.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .logstream import LogStream
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, redispatch_start
 
-CHECKS = ("commitlog", "cq", "index", "checkpoint")
+CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
@@ -113,6 +114,12 @@ class Verification:
             yield from checkpoint_findings(store, last_timestamp, records)
             yield from abort_findings(store)
             yield from config_findings(store)
+        if "timer" in opts.checks and store.root is not None:
+            from .timer import timer_findings  # pyarrow: only where a timer store is checked
+
+            line = yield from timer_findings(store)
+            if line:
+                summary.notes.append(line)
 
     def _cross_check(self, stream: LogStream, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Iterator[Finding]:
         store, summary = self.store, self.summary

@@ -64,6 +64,11 @@ KINDS: dict[str, str] = {
     "index-keys-missing": "keys the broker would have indexed are in no index file",
     "index-file-size": "an index file's length does not match the index geometry",
     "index-file-dropped": "an index file the broker will delete on its next (abnormal) start",
+    # timer store (5.x)
+    "timer-log-damaged": "the timer log holds an invalid unit where the broker's timer recovery stops and truncates",
+    "timer-reference": "a timer log unit names a commit log record that is not its timer message (stale after a truncation)",
+    "timer-wheel": "the timer wheel file's size or a slot's timer log positions are inconsistent",
+    "timercheck-ahead": "config/timercheck says more was enqueued or flushed than the timer log and its queue hold",
     # checkpoint, abort, config
     "checkpoint-missing": "no checkpoint file",
     "checkpoint-size": "the checkpoint file is not 4096 bytes",

@@ -1,0 +1,102 @@
+"""``verify``'s timer store check (5.x, reference §9): the timer log, the wheel and ``config/timercheck``
+against each other and against the commit log.
+
+- ``timer-log-damaged``: the walk of ``TimerMessageStore.recoverAndRevise`` stops at a non-zero invalid unit
+  (or a missing file): the broker truncates the timer log there and the units after it are lost.
+- ``timer-reference``: a unit whose ``offset_py`` is past the commit log's logical end, or does not hold its
+  ``rmq_sys_wheel_timer`` record: after a commit log truncation the broker retries such units forever
+  (apache/rocketmq#10668). One finding per unit; units before the commit log's min offset (expired) are info.
+- ``timer-wheel``: a ``timerwheel`` of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to
+  start), or a slot whose first/last positions are not unit positions inside the timer log.
+- ``timercheck-ahead``: ``lastTimerLogFlushPos`` past the timer log's end, or ``lastTimerQueueOffset`` past the
+  ``rmq_sys_wheel_timer`` queue's max offset.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..formats import timer as fmt
+from ..scan.timer import TimerReport, timer_report
+from ..store import Store
+from ..store.timer import TimerStore
+from .findings import Finding, error, info, warning
+
+WHEEL_FILE_SIZE = 2 * fmt.SLOTS_TOTAL * fmt.SLOT_SIZE
+
+
+def timer_findings(store: Store) -> Iterator[Finding]:
+    """The findings; the generator's return value is a one-line summary (None without a timer store)."""
+    timer = TimerStore.open(store.root)
+    if timer is None:
+        return None
+    report = timer_report(store, timer)
+    yield from _log_findings(report)
+    yield from _reference_findings(store, report)
+    yield from _wheel_findings(timer, report)
+    yield from _check_findings(store, timer, report)
+    states = {}
+    for row in report.rows:
+        states[row["state"]] = states.get(row["state"], 0) + 1
+    counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+    return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
+
+
+def _log_findings(report: TimerReport) -> Iterator[Finding]:
+    end = report.log_end
+    if not end.clean:
+        yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
+                    file="timerlog", details={"timer_log_offset": end.offset})
+
+
+def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
+    min_offset = store.commitlog.min_offset
+    for row in report.rows:
+        if row["state"] != "lost":
+            continue
+        where = {"timer_log_offset": row["timer_log_offset"], "size": row["size"]}
+        if row["offset"] < min_offset:
+            yield info("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, before the commit log's min offset {min_offset} (expired)",
+                       file="timerlog", offset=row["offset"], details=where)
+        elif row["offset"] >= report.commitlog_end:
+            yield error("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, past the commit log's logical end {report.commitlog_end}: the broker retries it forever",
+                        file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details=where)
+        else:
+            yield error("timer-reference", f"timer log unit at {row['timer_log_offset']}: no {fmt.TIMER_TOPIC} record of {row['size']} bytes at offset {row['offset']}",
+                        file="timerlog", offset=row["offset"], details=where)
+
+
+def _unit_positions(report: TimerReport) -> set[int]:
+    return {row["timer_log_offset"] for row in report.rows}
+
+
+def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
+    if timer.wheel_path is None:
+        return
+    size = timer.wheel_size
+    if size and size != WHEEL_FILE_SIZE:
+        yield error("timer-wheel", f"timerwheel is {size} bytes; the broker expects {WHEEL_FILE_SIZE} and refuses to start", file="timerwheel", expected=WHEEL_FILE_SIZE, found=size)
+        return
+    units = _unit_positions(report)
+    for slot in timer.wheel_slots():
+        bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
+        if bad:
+            yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts",
+                          file="timerwheel", expected="a unit position", found=bad[0], details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num})
+
+
+def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
+    check = timer.check
+    if check is None:
+        return
+    if check.last_timer_log_flush_pos > report.log_end.offset:
+        yield warning("timercheck-ahead", f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {report.log_end.offset}",
+                      file="config/timercheck", expected=f"<= {report.log_end.offset}", found=check.last_timer_log_flush_pos)
+    try:
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        max_offset = queue.recover().max_offset if queue.files else 0
+    except (LookupError, OSError, ValueError):
+        return
+    if check.last_timer_queue_offset > max_offset:
+        yield warning("timercheck-ahead", f"timercheck says {check.last_timer_queue_offset} timer messages were enqueued, but {fmt.TIMER_TOPIC} queue 0 ends at {max_offset}",
+                      file="config/timercheck", expected=f"<= {max_offset}", found=check.last_timer_queue_offset)
