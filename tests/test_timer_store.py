@@ -165,3 +165,20 @@ def test_verify_timer_refuses_a_wheel_of_the_wrong_size(store_copy):
         f.truncate(1 << 20)
     wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
     assert len(wheel) == 1 and wheel[0].severity.value == "error" and wheel[0].found == 1 << 20
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_info_shows_the_timer_store(name):
+    m = manifest("5.3.3", name)
+    result = CliRunner().invoke(app, ["info", str(store_path("5.3.3", name)), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    timer = json.loads(result.stdout)["timer"]
+    units = _units_by_offset(m)
+    delivered = sum(1 for _, t, _ in units.values() if t["delivered"])
+    assert timer["units"] == len(units) and timer["states"]["delivered"] == delivered
+    assert timer["states"]["pending"] + timer["states"]["rolled"] == len(units) - delivered
+    waiting = sorted(u["delayedTimeMs"] for _, t, u in units.values() if not t["delivered"])
+    assert [d["delivery_time"] for d in timer["next_deliveries"]] == waiting[:5]
+    assert sum(b["messages"] for b in timer["backlog_by_hour"]) == len(waiting)
+    assert timer["timercheck"]["last_timer_queue_offset"] == m["timer"]["timercheck"]["lastTimerQueueOffset"]
+    assert timer["not_enqueued"] == max(timer["queue_max_offset"] - m["timer"]["timercheck"]["lastTimerQueueOffset"], 0)

@@ -79,8 +79,36 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
                 str(f["hash_slot_count"]),
             )
         console.print(t)
+    if doc.get("timer"):
+        render_timer(console, doc["timer"])
     for n in doc["notes"]:
         console.print(f"note: {n}")
+
+
+def render_timer(console: Console, timer: dict[str, Any]) -> None:
+    check = timer["timercheck"] or {}
+    states = ", ".join(f"{n} {state}" for state, n in timer["states"].items() if n)
+    rows = [("timer log units", f"{timer['units']} ({states or 'none'}); log end {timer['log_end']} ({timer['log_end_reason']})")]
+    if check:
+        rows += [
+            ("lastReadTimeMs", f"{iso_ms(check['last_read_time_ms'])} ({check['last_read_time_ms']})"),
+            ("lastTimerLogFlushPos", check["last_timer_log_flush_pos"]),
+            ("lastTimerQueueOffset", check["last_timer_queue_offset"]),
+            ("masterTimerQueueOffset", check["master_timer_queue_offset"]),
+        ]
+    if timer["not_enqueued"] is not None:
+        rows.append(("not yet enqueued", f"{timer['not_enqueued']} (rmq_sys_wheel_timer queue ends at {timer['queue_max_offset']})"))
+    console.print(kv_table("Timer store", rows))
+    if timer["next_deliveries"]:
+        t = titled_table("Next timer deliveries", ("delivery time", "topic", "queue", "offset", "state"))
+        for d in timer["next_deliveries"]:
+            t.add_row(iso_ms(d["delivery_time"]), str(d["real_topic"]), str(d["real_queue_id"]), str(d["offset"]), d["state"])
+        console.print(t)
+    if timer["backlog_by_hour"]:
+        t = titled_table("Timer backlog by hour (UTC)", ("hour", "messages"))
+        for b in timer["backlog_by_hour"]:
+            t.add_row(iso_ms(b["hour"]), str(b["messages"]))
+        console.print(t)
 
 
 @guarded
@@ -92,4 +120,9 @@ def info(
 ) -> None:
     """Show what a store holds: version, checkpoint, commit log range, queues, index files."""
     with open_store(store_path, broker_config, broker_version) as store:
-        emit_document(store_summary(store), format, render_info)
+        doc = store_summary(store)
+        if store.root is not None and (store.root / "timerlog").is_dir():
+            from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
+
+            doc["timer"] = timer_summary(store)
+        emit_document(doc, format, render_info)

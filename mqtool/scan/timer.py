@@ -123,3 +123,39 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
 
 def timer_rows(store: Store, timer: TimerStore) -> Iterator[dict]:
     yield from timer_report(store, timer).rows
+
+
+def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
+    """``info``'s timer section: units by state, the next deliveries, the pending backlog per hour (UTC, epoch ms
+    of the hour's start), ``config/timercheck`` and how many timer messages wait in their queue, not yet enqueued."""
+    timer = TimerStore.open(store.root) if store.root is not None else None
+    if timer is None:
+        return None
+    report = timer_report(store, timer)
+    states = {state: 0 for state in STATES}
+    backlog: dict[int, int] = {}
+    waiting = []
+    for row in report.rows:
+        states[row["state"]] += 1
+        if row["state"] in ("pending", "rolled"):
+            waiting.append(row)
+            hour = row["delivery_time"] - row["delivery_time"] % 3_600_000
+            backlog[hour] = backlog.get(hour, 0) + 1
+    waiting.sort(key=lambda r: (r["delivery_time"], r["timer_log_offset"]))
+    check = timer.check
+    queue_max = None
+    if store.path("consumequeue", fmt.TIMER_TOPIC, "0").is_dir():
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        queue_max = queue.recover().max_offset if queue.files else 0
+    return {
+        "units": len(report.rows),
+        "states": states,
+        "log_end": report.log_end.offset,
+        "log_end_reason": report.log_end.reason,
+        "next_deliveries": [{k: r[k] for k in ("delivery_time", "real_topic", "real_queue_id", "uniq_key", "offset", "state")} for r in waiting[:next_count]],
+        "backlog_by_hour": [{"hour": h, "messages": n} for h, n in sorted(backlog.items())],
+        "timercheck": check._asdict() if check is not None else None,
+        "queue_max_offset": queue_max,
+        "not_enqueued": max(queue_max - check.last_timer_queue_offset, 0) if check is not None and queue_max is not None else None,
+        "wheel_size": timer.wheel_size,
+    }
