@@ -129,3 +129,35 @@ def dispatch_request(
         record.sys_flag,
         record.prepared_transaction_offset,
     )
+
+
+LMQ_PREFIX = "%LMQ%"
+MULTI_DISPATCH_SEPARATOR = ","
+
+
+def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, v5: bool) -> list[tuple[str, int, int]]:
+    """The extra consume queue entries a record with ``INNER_MULTI_DISPATCH`` gets (reference §3.6): one
+    ``(queue name, queue id, queue offset)`` per target queue, the offsets from ``INNER_MULTI_QUEUE_OFFSET``.
+
+    ``ConsumeQueue.multiDispatchLmqQueue`` (4.9.x ``MultiDispatch``, 5.x ``MultiDispatchUtils``): nothing unless both
+    properties are non-blank and list as many queues as offsets; the queue id is 0 for ``%LMQ%`` names (``enableLmq``),
+    else the record's own; 5.x skips ``%RETRY%``, ``rmq_sys_`` and ``SCHEDULE_TOPIC_XXXX`` records and names holding
+    a path separator.
+    """
+    queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
+    if not queues.strip() or not offsets.strip():
+        return []
+    if v5 and (topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC):
+        return []
+    names, values = queues.split(MULTI_DISPATCH_SEPARATOR), offsets.split(MULTI_DISPATCH_SEPARATOR)
+    if len(names) != len(values):
+        return []
+    targets = []
+    for name, value in zip(names, values):
+        if v5 and "/" in name:
+            continue
+        digits = value[1:] if value[:1] in "+-" else value
+        if not digits.isascii() or not digits.isdigit():
+            return []  # Long.parseLong throws: the broker's dispatch of this record fails
+        targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, int(value)))
+    return targets

@@ -22,7 +22,7 @@ from typing import Iterator, Mapping, NamedTuple
 import numpy as np
 
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import dispatch_request
+from ..formats.dispatch import dispatch_request, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
@@ -439,3 +439,40 @@ def queue_groups(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, 
         key = int(group_keys[g])
         queue_id = key & 0xFFFFFFFF
         yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order[starts[g] : starts[g + 1]]
+
+
+class MultiDispatch(NamedTuple):
+    """What the LMQ dispatch needs besides a batch: where to read the flagged records, and how."""
+
+    commitlog: CommitLog
+    legacy_properties: bool
+    v5: bool
+
+
+def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
+    """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
+    tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
+    the extra LMQ entries."""
+    for topic, queue_id, rows in queue_groups(batch, names):
+        yield topic, queue_id, batch.queue_columns(rows, tags=True)
+    if multi is not None:
+        yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
+
+
+def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: list[str], *, legacy_properties: bool, v5: bool) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
+    """``(queue name, queue id, (queue offsets, phys offsets, sizes, tags codes))`` of the extra consume queue
+    entries the batch's ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the flagged
+    records are decoded again (their properties), so a batch without them costs one mask."""
+    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
+    if not len(rows):
+        return
+    grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+    for row in rows.tolist():
+        f = batch.fields[row]
+        record = commitlog.read_record(int(f[fd.F_POS]))
+        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=legacy_properties), v5=v5)
+        for name, queue_id, queue_offset in targets:
+            grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
+    for (name, queue_id), entries in grouped.items():
+        columns = np.array(entries, dtype=np.int64).T
+        yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)

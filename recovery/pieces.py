@@ -21,7 +21,7 @@ from ..store.mappedfile import MappedFile
 from ..store.version import BrokerVersion
 from ..writers import IndexWriterService, offset_file_name
 from . import fastdispatch as fd
-from .dispatch import TopicTable, queue_groups
+from .dispatch import MultiDispatch, TopicTable, consume_queue_entries
 from .lost import data_extents, record_at, records_after
 from .plan import (
     Action,
@@ -91,6 +91,7 @@ def config_options(store: Store) -> dict:
         "message_index_safe": c.message_index_safe,
         "check_crc_on_recover": c.check_crc_on_recover,
         "delay_levels": c.delay_levels,
+        "multi_dispatch": store.multi_dispatch,
     }
 
 
@@ -341,6 +342,11 @@ class PhaseCounts:
         self.last_cq_ts: int | None = None
 
 
+def multi_dispatch(store: Store, rules: RecoveryRules) -> MultiDispatch | None:
+    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``)."""
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.v5) if store.multi_dispatch else None
+
+
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRules, index_writer, counts: PhaseCounts) -> None:
     """One dispatched batch into the queue simulations and the (dry) index writer."""
     if len(batch) == 0:
@@ -351,11 +357,11 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRul
     if cq_mask.any():
         counts.cq += int(cq_mask.sum())
         counts.last_cq_ts = int(batch.fields[np.flatnonzero(cq_mask)[-1], fd.F_STORE_TS])
-    for topic, qid, rows in queue_groups(batch, topics.names):
+    for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
             sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
-        placed = sim.place(*batch.queue_columns(rows))
+        placed = sim.place(*columns[:3])
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed
     if index_writer is not None:

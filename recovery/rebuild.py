@@ -11,14 +11,16 @@ from dataclasses import replace
 from ..errors import BadInput
 from ..formats import checkpoint as cpfmt
 from ..formats.config import topic_names
+from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
-from .dispatch import TAGS_DELIVERY_TIME, DispatchCache, TopicTable, phase_scanner, queue_groups
+from .dispatch import TAGS_DELIVERY_TIME, DispatchCache, TopicTable, consume_queue_entries, phase_scanner
 from .pieces import (
     DEFAULT_GEOMETRY,
     config_options,
     dry_index_writer,
     feed_index,
     index_plan_of,
+    multi_dispatch,
     PhaseCounts,
     plan_inputs,
     PlanOptions,
@@ -104,21 +106,22 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     existing = {(q.topic, q.queue_id): q for q in store.consume_queues if selected(q.topic, q.queue_id)}
     sims: dict = {}
     skipped: dict[str, int] = {}
+    multi = multi_dispatch(store, rules)
     counts = PhaseCounts()
     for batch in scanner:
         counts.records += len(batch)
         if cache is not None:
             cache.add(0, batch)
-        for topic, qid, rows in queue_groups(batch, topics.names):
+        for topic, qid, columns in consume_queue_entries(batch, topics.names, multi):
             if not selected(topic, qid):
                 continue
-            if allowed is not None and topic not in allowed:
-                skipped[topic] = skipped.get(topic, 0) + len(rows)
+            if allowed is not None and topic not in allowed and not topic.startswith(LMQ_PREFIX):
+                skipped[topic] = skipped.get(topic, 0) + len(columns[0])
                 continue
             sim = sims.get((topic, qid))
             if sim is None:
                 sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
-            counts.cq += sim.place(*batch.queue_columns(rows))
+            counts.cq += sim.place(*columns[:3])
     for skipped_record in scanner.skipped:
         notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
     for topic, n in sorted(skipped.items()):

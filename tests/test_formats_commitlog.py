@@ -31,11 +31,14 @@ def fixture_records(version: str, name: str = "clean-small"):
         yield msg, data[pos : pos + msg["size"]], data, pos
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_every_message_decodes_to_the_manifest(version):
+STORES = [(v, "clean-small") for v in VERSIONS] + [("4.9.7", "batch-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_every_message_decodes_to_the_manifest(version, name):
     legacy = version < "4.9.1"
     count = 0
-    for msg, raw, data, pos in fixture_records(version):
+    for msg, raw, data, pos in fixture_records(version, name):
         base = msg["commitLogOffset"] - pos
         r = cl.decode_record(data, pos, base)
         props = r.property_map(legacy=legacy)
@@ -60,8 +63,10 @@ def test_every_message_decodes_to_the_manifest(version):
         if msg.get("dispatched"):
             req = dispatch_request(r, DEFAULT_DELAY_TABLE, legacy_properties=legacy)
             assert req.tags_code == msg["cqTagsCode"]
+        if msg.get("batch"):  # a batch member carries the batch's properties after its own (WAIT twice)
+            assert r.properties.decode().count("WAIT\x01") == 2
         count += 1
-    assert count == manifest(version, "clean-small")["messageCount"]
+    assert count == manifest(version, name)["messageCount"]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -26,7 +26,8 @@ from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import index as ixfmt
 from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, phase_scanner, queue_groups
+from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
+from ..recovery.pieces import multi_dispatch
 from ..recovery.plan import Plan
 from ..recovery.planner import file_crc32
 from ..recovery.rules import RecoveryRules
@@ -70,6 +71,7 @@ def store_config(plan: Plan) -> StoreConfig:
         message_index_safe=o.get("message_index_safe", False),
         check_crc_on_recover=o.get("check_crc_on_recover", True),
         delay_levels=o["delay_levels"],
+        enable_multi_dispatch=o.get("multi_dispatch", False),
     )
 
 
@@ -181,6 +183,7 @@ class Executor:
             ix = self._index_writer(store, rules) if index else None
             durability_point("dispatch prepared")
             wanted = {(q.topic, q.queue_id) for q in plan.queues if any(f.action != "delete" for f in q.files)}
+            multi = multi_dispatch(store, rules)
             for number, phase in enumerate(plan.dispatch):
                 if cq is not None:
                     for q in plan.queues:
@@ -206,10 +209,10 @@ class Executor:
                 with Worker(_put_index if ix is not None and phase.index else None, ix) as index_worker:
                     for batch in batches:
                         if cq is not None and phase.consume_queues:
-                            for topic, qid, rows in queue_groups(batch, topics.names):
+                            for topic, qid, columns in consume_queue_entries(batch, topics.names, multi):
                                 if (topic, qid) not in wanted:
                                     continue  # not planned to change (another queue, or all deduplicated)
-                                cq.put_batch(topic, qid, *batch.queue_columns(rows, tags=True))
+                                cq.put_batch(topic, qid, *columns)
                         index_worker.submit(batch)
             durability_point("dispatch written")
             with Worker(lambda _, writer: writer.close(), None) as closer:

@@ -27,6 +27,7 @@ class StoreConfig:
     message_index_safe: bool = False
     check_crc_on_recover: bool = True
     delay_levels: str = DEFAULT_DELAY_LEVELS
+    enable_multi_dispatch: bool | None = None  # None: the store's %LMQ% queues decide (Store.multi_dispatch)
 
     def with_overrides(self, **values) -> "StoreConfig":
         return replace(self, **{k: v for k, v in values.items() if v is not None})
@@ -70,4 +71,5 @@ def load_broker_config(path: Path) -> StoreConfig:
         message_index_safe=_bool(conf, "messageIndexSafe", False),
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
+        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False) if "enableMultiDispatch" in conf else None,
     )

@@ -23,6 +23,7 @@ from .commitlog import CommitLogCheck, CommitLogResult
 from .consumequeue import ConsumeQueueCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .index import IndexCheck
+from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, redispatch_start
@@ -99,6 +100,10 @@ class Verification:
             total = (stop if stop is not None else logical_end if logical_end is not None else store.commitlog.end_of_files) - start
             stream.progress = self._stage("cross-check", max(total, 0))
             yield from self._cross_check(stream, cross, start, stop, logical_end)
+            if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
+                line = yield from lmq_findings(store, start, stop)
+                if line:
+                    summary.notes.append(line)
             if last_timestamp is None:
                 last_timestamp, records = self._stream_last_ts, stream.records
             if summary.logical_end is None and stream.end is not None:
@@ -148,8 +153,6 @@ class Verification:
                 summary.consume_queues, summary.consume_queue_entries = check.queues, check.entries
                 if check.batch_topics:
                     summary.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
-                if check.skipped_queues:
-                    summary.notes.append(f"{len(check.skipped_queues)} multi-dispatch (LMQ) queues not checked")
                 if check.ext_addresses:
                     summary.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
             else:

@@ -1,0 +1,95 @@
+"""``verify``'s check of the LMQ multi-dispatch queues (``consumequeue/%LMQ%<name>/0/``, reference §3.6).
+
+The entries the broker must have written are derived from the records themselves: every record dispatched to a
+consume queue (NOT_TYPE, COMMIT) that carries ``INNER_MULTI_DISPATCH`` and ``INNER_MULTI_QUEUE_OFFSET`` gets, per
+target queue, ``(offset, size, tags code)`` at the listed queue offset (``formats.dispatch.multi_dispatch_targets``).
+Each LMQ queue's units are compared with them: a unit no record claims (``cq-entry-dangling``, or
+``cq-entry-beyond-end`` past the logical end), a unit that differs (``cq-entry-mismatch``), expected entries the
+queue lacks (``cq-entry-missing``, one finding per run).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pyarrow.compute as pc
+
+from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
+from ..scan.messages import MessageScan
+from ..store import Store
+from .findings import Finding, error, warning
+
+_COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
+
+
+def lmq_queue_dirs(store: Store) -> list[str]:
+    cq = store.path("consumequeue")
+    return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
+
+
+def expected_lmq_entries(store: Store, start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
+    """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records, and the logical end."""
+    v5 = store.version is not None and store.version.major >= 5
+    expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+    scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, check_crc=False)
+    for batch in scan:
+        flagged = pc.is_valid(pc.map_lookup(batch["properties"], "INNER_MULTI_DISPATCH", "first"))
+        dispatched = pc.is_in(batch["transaction_type"], value_set=pc.cast(["NOT_TYPE", "COMMIT"], "string"))
+        for row in batch.filter(pc.and_(flagged, dispatched)).to_pylist():
+            for name, queue_id, queue_offset in multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), v5=v5):
+                expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
+    return expected, scan.end.offset
+
+
+def lmq_findings(store: Store, start: int | None = None, stop: int | None = None) -> Iterator[Finding]:
+    """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
+    and no record asks for one)."""
+    expected, end = expected_lmq_entries(store, start, stop)
+    names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
+    if not names:
+        return None
+    entries = 0
+    for name in sorted(names):
+        queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
+        queue_ids = {int(p.name) for p in queue_dirs if p.name.lstrip("-").isdigit()} | {q for n, q in expected if n == name}
+        for queue_id in sorted(queue_ids):
+            want = expected.get((name, queue_id), {})
+            queue = store.consume_queue(name, queue_id)
+            have = {e.queue_offset: (e.phys_offset, e.size, e.tags_code) for e in queue.entries() if not e.is_filler}
+            entries += len(have)
+            rel = f"consumequeue/{name}/{queue_id}"
+            for queue_offset, unit in sorted(have.items()):
+                if start is not None and unit[0] < start or stop is not None and unit[0] >= stop:
+                    continue
+                wanted = want.get(queue_offset)
+                if wanted == unit:
+                    continue
+                details = {"topic": name, "queue_id": queue_id, "queue_offset": queue_offset}
+                if wanted is not None:
+                    yield error("cq-entry-mismatch", f"{name}/{queue_id} entry {queue_offset} is (offset {unit[0]}, size {unit[1]}, tags {unit[2]}); the record that dispatched it says (offset {wanted[0]}, size {wanted[1]}, tags {wanted[2]})",
+                                file=rel, offset=unit[0], expected=list(wanted), found=list(unit), details=details)
+                elif unit[0] >= end:
+                    yield warning("cq-entry-beyond-end", f"{name}/{queue_id} entry {queue_offset} points at {unit[0]}, past the commit log's logical end {end}",
+                                  file=rel, offset=unit[0], expected=f"< {end}", found=unit[0], details=details)
+                else:
+                    yield error("cq-entry-dangling", f"{name}/{queue_id} entry {queue_offset} points at {unit[0]}, where no record dispatched to this LMQ queue at that offset",
+                                file=rel, offset=unit[0], details=details)
+            missing = sorted(q for q in want if q not in have)
+            for first, last in _runs(missing):
+                details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
+                yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
+                            file=rel, offset=want[first][0], details=details)
+    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
+
+
+def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
+    """Consecutive runs ``(first, last)`` of sorted integers."""
+    if not values:
+        return
+    first = last = values[0]
+    for v in values[1:]:
+        if v != last + 1:
+            yield first, last
+            first = v
+        last = v
+    yield first, last

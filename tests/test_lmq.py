@@ -1,0 +1,112 @@
+"""LMQ multi-dispatch queues (reference §3.6) against the real 5.3.3 broker's ``lmq-small`` store."""
+
+from __future__ import annotations
+
+import filecmp
+import shutil
+
+from typer.testing import CliRunner
+
+from conftest import manifest, store_path
+from mqtool.cli import app
+from mqtool.formats.dispatch import multi_dispatch_targets
+from mqtool.store import Store
+
+
+def test_targets_equal_what_the_broker_wrote():
+    m = manifest("5.3.3", "lmq-small")
+    carrying = [msg for msg in m["messages"] if msg.get("lmq")]
+    assert len(carrying) == 174
+    with Store.open(store_path("5.3.3", "lmq-small")) as store:
+        for msg in m["messages"]:
+            record = store.commitlog.read_record(msg["commitLogOffset"])
+            targets = multi_dispatch_targets(msg["topic"], msg["queueId"], record.property_map(), v5=True)
+            lmq = msg.get("lmq")
+            expected = [(q, lmq["queueId"], o) for q, o, d in zip(lmq["queues"], lmq["queueOffsets"], lmq["dispatched"]) if d] if lmq else []
+            assert targets == expected, msg["seq"]
+
+
+def _rebuild(root, *extra):
+    result = CliRunner().invoke(app, ["rebuild-cq", str(root), "--yes", *extra])
+    assert result.exit_code == 0, result.output
+
+
+def test_rebuild_cq_writes_the_lmq_queues_byte_identical(store_copy):
+    original = store_path("5.3.3", "lmq-small") / "consumequeue"
+    root = store_copy("5.3.3", "lmq-small")
+    lmq = sorted(p.name for p in original.iterdir() if p.name.startswith("%LMQ%"))
+    assert len(lmq) == 6
+    for name in lmq:
+        shutil.rmtree(root / "consumequeue" / name)
+    _rebuild(root)
+    compared = filecmp.dircmp(original, root / "consumequeue")
+    assert sorted(p.name for p in (root / "consumequeue").iterdir()) == sorted(p.name for p in original.iterdir())
+    for name in lmq:
+        files = sorted(p.name for p in (original / name / "0").iterdir())
+        match, mismatch, errors = filecmp.cmpfiles(original / name / "0", root / "consumequeue" / name / "0", files, shallow=False)
+        assert (mismatch, errors) == ([], []) and match == files
+    assert not compared.diff_files
+
+
+def test_a_broker_config_without_multi_dispatch_writes_no_lmq_queue(store_copy, tmp_path):
+    root = store_copy("5.3.3", "lmq-small")
+    for p in (root / "consumequeue").iterdir():
+        if p.name.startswith("%LMQ%"):
+            shutil.rmtree(p)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=false\nmappedFileSizeConsumeQueue=20000\n")
+    _rebuild(root, "--broker-config", str(conf))
+    assert not any(p.name.startswith("%LMQ%") for p in (root / "consumequeue").iterdir())
+
+
+# ---- verify: the LMQ queues against the records ---------------------------------------------------
+
+from mqtool.verify import Verification, VerifyOptions  # noqa: E402
+
+
+def _cq_findings(root):
+    with Store.open(root) as store:
+        run = Verification(store, VerifyOptions(checks=("cq",)))
+        findings = list(run.findings())
+        return findings, run.summary
+
+
+def _lmq_expected(queue: str) -> list[tuple[int, int, int]]:
+    """(queue offset, commit log offset, size) of the manifest's messages dispatched to ``queue``."""
+    out = []
+    for msg in manifest("5.3.3", "lmq-small")["messages"]:
+        lmq = msg.get("lmq")
+        for q, o, d in zip(*(lmq[k] for k in ("queues", "queueOffsets", "dispatched"))) if lmq else ():
+            if q == queue and d:
+                out.append((o, msg["commitLogOffset"], msg["size"]))
+    return sorted(out)
+
+
+def test_verify_checks_the_lmq_queues_of_the_real_store():
+    findings, summary = _cq_findings(store_path("5.3.3", "lmq-small"))
+    assert findings == []
+    total = sum(len(_lmq_expected(p.name)) for p in (store_path("5.3.3", "lmq-small") / "consumequeue").iterdir() if p.name.startswith("%LMQ%"))
+    assert f"6 LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {total} entries" in summary.notes
+
+
+def test_verify_finds_damaged_lmq_queues(store_copy):
+    root = store_copy("5.3.3", "lmq-small")
+    shutil.rmtree(root / "consumequeue" / "%LMQ%user_42")
+    room = root / "consumequeue" / "%LMQ%chat-room-1" / "0" / "00000000000000000000"
+    data = bytearray(room.read_bytes())
+    data[20 * 2 + 8 : 20 * 2 + 12] = (999).to_bytes(4, "big")          # entry 2: wrong size
+    n = len(_lmq_expected("%LMQ%chat-room-1"))
+    data[20 * n : 20 * n + 20] = (10**9).to_bytes(8, "big") + (100).to_bytes(4, "big") + (0).to_bytes(8, "big")  # one entry past the end
+    room.write_bytes(bytes(data))
+    findings, _ = _cq_findings(root)
+    by_kind = {}
+    for f in findings:
+        by_kind.setdefault(f.kind, []).append(f)
+    lost = _lmq_expected("%LMQ%user_42")
+    assert [(f.details["topic"], f.details["count"], f.offset) for f in by_kind["cq-entry-missing"]] == [("%LMQ%user_42", len(lost), lost[0][1])]
+    room_entries = _lmq_expected("%LMQ%chat-room-1")
+    [mismatch] = by_kind["cq-entry-mismatch"]
+    assert (mismatch.details["queue_offset"], mismatch.offset, mismatch.found[1], mismatch.expected[1]) == (2, room_entries[2][1], 999, room_entries[2][2])
+    [beyond] = by_kind["cq-entry-beyond-end"]
+    assert (beyond.details["queue_offset"], beyond.offset) == (n, 10**9)
+    assert set(by_kind) == {"cq-entry-missing", "cq-entry-mismatch", "cq-entry-beyond-end"}
