@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .fastscan import FastScan
+from .layout import unchecked_parts
 from .store import Store
 from .version import BrokerVersion
 
@@ -101,5 +102,5 @@ def store_summary(store: Store) -> dict[str, Any]:
         "topics": topics,
         "queues": queues,
         "index": index_summary(store),
-        "notes": list(store.notes),
+        "notes": [*store.notes, *unchecked_parts(store.root)],
     }

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.layout import unchecked_parts
 from .commitlog import CommitLogCheck, CommitLogResult
 from .consumequeue import ConsumeQueueCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
@@ -63,6 +64,7 @@ class Verification:
             checks=tuple(c for c in CHECKS if c in options.checks),
         )
         self.commitlog: CommitLogResult | None = None
+        self.summary.notes.extend(unchecked_parts(store.root))
 
     def _stage(self, name: str, total: int):
         if self.progress is None:

@@ -1,0 +1,46 @@
+"""What a store directory holds beyond the parts mqtool reads (reference §1.1, §16): ``info`` and ``verify`` name
+each such part as not checked, so nothing a broker wrote is silently ignored and nothing unknown stops a command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+READ = {
+    "commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "abort.bak", "lock", "config",
+    "timerlog", "timerwheel",
+}
+"""Store parts mqtool reads and checks (``dledger-<id>/`` too: the DLedger commit log)."""
+
+FEATURES = {
+    "consumequeue_rocksdb": "RocksDB consume queues (storeType=defaultRocksDB, 5.2+)",
+    "rocksdb": "a RocksDB store (RocksDB consume queues or config, 5.2+)",
+    "compaction": "the compaction store of cleanup.policy=COMPACTION topics (5.x)",
+    "batchconsumequeue": "batch consume queues (queue.type=BatchCQ, 5.x)",
+    "tieredstore": "tiered storage (5.x)",
+    "tiered_store": "tiered storage (5.x)",
+}
+
+
+def _holds_data(path: Path) -> bool:
+    """A feature folder the broker creates on every start holds nothing of interest until used: 5.x writes
+    ``compaction/position-checkpoint`` on every store."""
+    if not path.is_dir():
+        return True
+    return any(p.name != "position-checkpoint" for p in path.iterdir())
+
+
+def unchecked_parts(root: Path | None) -> list[str]:
+    """One line per top-level entry of ``root`` that mqtool does not check, saying what it is."""
+    if root is None or not root.is_dir():
+        return []
+    lines = []
+    for path in sorted(root.iterdir()):
+        name = path.name
+        if name in READ or name.startswith("dledger-") or name.startswith("."):
+            continue
+        if name in FEATURES:
+            if _holds_data(path):
+                lines.append(f"{name}{'/' if path.is_dir() else ''}: {FEATURES[name]}, not checked")
+        else:
+            lines.append(f"{name}{'/' if path.is_dir() else ''}: not a part of a RocketMQ store mqtool knows, not checked")
+    return lines
