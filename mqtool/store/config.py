@@ -27,7 +27,10 @@ class StoreConfig:
     message_index_safe: bool = False
     check_crc_on_recover: bool = True
     delay_levels: str = DEFAULT_DELAY_LEVELS
-    enable_multi_dispatch: bool | None = None  # None: the store's %LMQ% queues decide (Store.multi_dispatch)
+    enable_multi_dispatch: bool | None = None  # enableMultiDispatch; None: the records decide (Store.multi_dispatch)
+    dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
+    dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
+    dledger_self_id: str | None = None  # dLegerSelfId
 
     def with_overrides(self, **values) -> "StoreConfig":
         return replace(self, **{k: v for k, v in values.items() if v is not None})
@@ -72,4 +75,7 @@ def load_broker_config(path: Path) -> StoreConfig:
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False) if "enableMultiDispatch" in conf else None,
+        dledger=_bool(conf, "enableDLegerCommitLog", False) if "enableDLegerCommitLog" in conf else None,
+        dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
+        dledger_self_id=conf.get("dLegerSelfId") or None,
     )

@@ -258,6 +258,10 @@ class FastScan:
             self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
             return
         pos = self.start - segments[index].base_offset
+        entry_walker = getattr(self.commitlog, "entry_walker", None)  # DLedger entries (store.dledger)
+        walk = entry_walker() if entry_walker else (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
+        if entry_walker and self.start > segments[index].base_offset:
+            pos = self.commitlog.entry_start(self.start) - segments[index].base_offset
         while True:
             seg = segments[index]
             stop = seg.size if self.stop is None else min(seg.size, self.stop - seg.base_offset)
@@ -265,7 +269,7 @@ class FastScan:
                 array = as_array(mf.buf)
                 try:
                     while True:
-                        count, pos, code, detail = walk_segment(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out)
+                        count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out, seg.base_offset)
                         if count:
                             self.records += count
                             yield SegmentBatch(seg.base_offset, array, self.out[:count])
@@ -277,7 +281,8 @@ class FastScan:
                         offset = seg.base_offset + pos
                         if code == END_LIMIT and (self.stop is None or offset < self.stop):
                             code = END_SEGMENT  # clipped by the segment end, not by ``stop``
-                        self.end = ScanEnd(offset, CODE_REASONS[code], _detail(code, array, pos, detail), detail if code in (END_LENGTH_MISMATCH, END_CRC) else None)
+                        reason = getattr(walk, "reason", lambda: "")() or _detail(code, array, pos, detail)
+                        self.end = ScanEnd(offset, CODE_REASONS[code], reason, detail if code in (END_LENGTH_MISMATCH, END_CRC) else None)
                         return
                     self.blanks.append(seg.base_offset + pos)
                 finally:

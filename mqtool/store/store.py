@@ -19,6 +19,7 @@ from ..formats import markers
 from ..formats.dispatch import parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
+from . import dledger
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, infer_index_geometry, list_index_files
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
@@ -47,6 +48,10 @@ class Store:
             raise StoreNotFound(f"{path}: no such file or directory")
         if path.is_file():
             return cls._open_segment_file(path, config, version)
+        if config.dledger is not False and (layout := dledger.locate(path, config.dledger_data_path, config.dledger_self_id)):
+            return cls._open_dledger(layout, path, config, version)
+        if config.dledger and (path / "commitlog").is_dir() is False:
+            raise NotAStore(f"{path}: the broker config enables DLedger but there is no dledger-*/data folder")
         if any((path / part).exists() for part in STORE_PARTS):
             return cls._open_commitlog_dirs(config.commitlog_dirs or (path / "commitlog",), path, config, version)
         if offset_named_files(path):
@@ -88,6 +93,20 @@ class Store:
         segments = [Segment(p, base, size) for base, p, size in sizes]
         store = cls(root, CommitLog(segments, expected or 1 << 30), config, notes)
         return store._finish(version)
+
+    @classmethod
+    def _open_dledger(cls, layout: "dledger.DLedgerLayout", root: Path, config: StoreConfig, version: str | None) -> "Store":
+        """A DLedger store (§15): entry files, after a mixed store's classic segments (§15.5)."""
+        classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
+        segments = classic.commitlog.segments if classic else []
+        store = cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])
+        if version is not None:
+            store._version = BrokerVersion.parse(version)
+        return store
+
+    @property
+    def is_dledger(self) -> bool:
+        return isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
     def _finish(self, version: str | None) -> "Store":
         if version is not None:

@@ -1,0 +1,118 @@
+"""DLedger commit log files (reference §15): the 48-byte entry header and the 32-byte index unit.
+
+- ``DLedgerEntryHeaderStruct``: ``DLedgerEntryCoder.encode`` (openmessaging/dledger
+  ``entry/DLedgerEntry.java``: ``BODY_OFFSET = 48``). The body is exactly one RocketMQ commit log
+  record whose PHYSICALOFFSET is ``pos + 48`` (RocketMQ ``DLedgerCommitLog``'s append hook).
+  A data file ends with a blank: magic ``-1`` then the bytes left (``MmapFileList.BLANK_MAGIC_CODE``).
+- ``DLedgerIndexUnitStruct``: ``DLedgerMmapFileStore.INDEX_UNIT_SIZE`` (32); unit ``i`` is entry ``i``.
+- ``checkpoint`` / ``currterm``: Java properties text (``DLedgerMmapFileStore.persistCheckPoint``,
+  ``MemberState.persistState``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from construct import Int32sb, Int64sb, Struct
+
+from ._layout import derive_whole
+
+DLedgerEntryHeaderStruct = Struct(
+    "magic" / Int32sb,
+    "size" / Int32sb,
+    "index" / Int64sb,
+    "term" / Int64sb,
+    "pos" / Int64sb,
+    "channel" / Int32sb,
+    "chain_crc" / Int32sb,
+    "body_crc" / Int32sb,
+    "body_size" / Int32sb,
+)
+
+DLedgerIndexUnitStruct = Struct(
+    "magic" / Int32sb,
+    "pos" / Int64sb,
+    "size" / Int32sb,
+    "index" / Int64sb,
+    "term" / Int64sb,
+)
+
+ENTRY_HEADER_LAYOUT = derive_whole(DLedgerEntryHeaderStruct)
+ENTRY_HEADER = ENTRY_HEADER_LAYOUT.codec
+ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # DLedgerEntry.BODY_OFFSET
+INDEX_UNIT_LAYOUT = derive_whole(DLedgerIndexUnitStruct)
+INDEX_UNIT = INDEX_UNIT_LAYOUT.codec
+INDEX_UNIT_SIZE = INDEX_UNIT.size  # DLedgerMmapFileStore.INDEX_UNIT_SIZE
+
+ENTRY_MAGIC = 1  # DLedgerEntry.MAGIC / DLedgerMmapFileStore.MAGIC_1
+BLANK_MAGIC = -1  # MmapFileList.BLANK_MAGIC_CODE
+assert ENTRY_HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32
+
+
+class EntryHeader(NamedTuple):
+    """One entry header; ``offset`` is where it lies in the data file list (= ``pos`` when sound)."""
+
+    offset: int
+    magic: int
+    size: int
+    index: int
+    term: int
+    pos: int
+    channel: int
+    chain_crc: int
+    body_crc: int
+    body_size: int
+
+    @property
+    def is_blank(self) -> bool:
+        return self.magic == BLANK_MAGIC
+
+    @property
+    def record_offset(self) -> int:
+        """The commit log offset of the message inside (what queues, index and msg ids hold)."""
+        return self.pos + ENTRY_HEADER_SIZE
+
+
+class IndexUnit(NamedTuple):
+    """One unit of ``index/``: ``number`` is its position (the entry index it stands for)."""
+
+    number: int
+    magic: int
+    pos: int
+    size: int
+    index: int
+    term: int
+
+
+def decode_entry_header(buf, pos: int = 0, base_offset: int = 0) -> EntryHeader:
+    """The 48 header bytes at ``buf[pos:]`` (a blank is only 8 bytes: the rest reads as zero)."""
+    raw = bytes(buf[pos : pos + ENTRY_HEADER_SIZE])
+    if len(raw) < ENTRY_HEADER_SIZE:
+        raw = raw.ljust(ENTRY_HEADER_SIZE, b"\0")
+    return EntryHeader(base_offset + pos, *ENTRY_HEADER.unpack(raw))
+
+
+def encode_entry_header(magic: int, size: int, index: int, term: int, pos: int, channel: int = 0, chain_crc: int = 0, body_crc: int = 0, body_size: int | None = None) -> bytes:
+    if body_size is None:
+        body_size = size - ENTRY_HEADER_SIZE
+    return ENTRY_HEADER.pack(magic, size, index, term, pos, channel, chain_crc, body_crc, body_size)
+
+
+def decode_index_unit(buf, pos: int, number: int) -> IndexUnit:
+    return IndexUnit(number, *INDEX_UNIT.unpack_from(buf, pos))
+
+
+def encode_index_unit(magic: int, pos: int, size: int, index: int, term: int) -> bytes:
+    return INDEX_UNIT.pack(magic, pos, size, index, term)
+
+
+def parse_properties_text(text: str) -> dict[str, str]:
+    """``checkpoint`` / ``currterm``: ``key=value`` lines as ``java.util.Properties`` stores them."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!" or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip()
+    return values

@@ -1,0 +1,314 @@
+"""DLedger commit logs (reference §15): where their files are, and a commit log view over them.
+
+A broker with ``enableDLegerCommitLog=true`` (RocketMQ ``DLedgerCommitLog``) keeps its commit
+log in ``<root>/dledger-<selfId>/data/`` (``DLedgerConfig.getDataStorePath``; the data path is
+``storePathDLedgerCommitLog`` when set), its entry index in ``dledger-<selfId>/index/`` and
+``checkpoint`` / ``currterm`` as properties text beside them. Every entry is a 48-byte header
+around one ordinary record whose PHYSICALOFFSET is ``pos + 48``: ``DLedgerCommitLog`` reads
+records at those offsets, so random access (``read_record``) is the classic one, and only the
+sequential walk differs (``DLedgerScan``, ``dledgerwalk.walk_entries``).
+
+A mixed store (§15.5: a classic ``commitlog/`` then DLedger data in the same offset space) is
+one view: classic segments below ``divided_offset``, entry files from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import BadStoreFile
+from ..formats import commitlog as fmt
+from ..formats import dledger as dfmt
+from ..formats.errors import FormatError
+from ..formats.hashing import body_crc
+from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify
+from .mappedfile import MappedFile, file_size, offset_named_files
+
+
+@dataclass(frozen=True)
+class DLedgerLayout:
+    """The files of one DLedger member: ``home`` is ``dledger-<selfId>`` (checkpoint, currterm)."""
+
+    home: Path
+    data_dir: Path
+    index_dir: Path
+
+    @property
+    def self_id(self) -> str:
+        return self.home.name.removeprefix("dledger-")
+
+    def properties(self, name: str) -> dict[str, str] | None:
+        """``checkpoint`` or ``currterm`` (falling back to ``.bak`` as ``IOUtils.file2String`` does)."""
+        for candidate in (self.home / name, self.home / (name + ".bak")):
+            if candidate.is_file():
+                return dfmt.parse_properties_text(candidate.read_text(encoding="utf-8", errors="replace"))
+        return None
+
+    @cached_property
+    def checkpoint(self) -> dict[str, str] | None:
+        return self.properties("checkpoint")
+
+    @cached_property
+    def currterm(self) -> dict[str, str] | None:
+        return self.properties("currterm")
+
+    def checkpoint_value(self, key: str) -> int | None:
+        try:
+            return int((self.checkpoint or {})[key])
+        except (KeyError, ValueError):
+            return None
+
+    @property
+    def committed_index(self) -> int | None:
+        return self.checkpoint_value("committedIndex")
+
+    @property
+    def end_index(self) -> int | None:
+        return self.checkpoint_value("endIndex")
+
+    def data_files(self) -> list[tuple[int, Path]]:
+        return offset_named_files(self.data_dir)
+
+    def index_files(self) -> list[tuple[int, Path]]:
+        return offset_named_files(self.index_dir)
+
+
+def locate(root: Path, data_path: Path | None = None, self_id: str | None = None) -> DLedgerLayout | None:
+    """The DLedger member under store ``root``: ``dledger-<selfId>/`` (the only one when no id is
+    given), or the data folder ``storePathDLedgerCommitLog`` names. None for a classic store."""
+    homes = [root / f"dledger-{self_id}"] if self_id else sorted(p for p in root.glob("dledger-*") if p.is_dir())
+    homes = [h for h in homes if h.is_dir()]
+    if data_path is not None:
+        home = homes[0] if homes else data_path.parent
+        return DLedgerLayout(home, data_path, home / "index")
+    for home in homes:
+        if (home / "data").is_dir():
+            return DLedgerLayout(home, home / "data", home / "index")
+    return None
+
+
+def layout_of_path(path: Path) -> DLedgerLayout | None:
+    """A DLedger layout from a path a user gives ``dump dledger``: a store root, a
+    ``dledger-<id>`` folder or its ``data/`` folder."""
+    if (path / "data").is_dir() and path.name.startswith("dledger-"):
+        return DLedgerLayout(path, path / "data", path / "index")
+    if path.name == "data" and path.parent.name.startswith("dledger-"):
+        return DLedgerLayout(path.parent, path, path.parent / "index")
+    return locate(path)
+
+
+def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) -> tuple[list[Segment], int | None]:
+    """Fixed-size files like ``MmapFileList.load``: a file of another length is refused."""
+    sizes = [(base, p, file_size(p)) for base, p in paths]
+    if expected is None and sizes:
+        counts: dict[int, int] = {}
+        for _, _, size in sizes:
+            counts[size] = counts.get(size, 0) + 1
+        expected = max(counts, key=lambda s: (counts[s], s))
+    for base, p, size in sizes:
+        if size != expected:
+            raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other {what} files (the broker refuses to load it)")
+    return [Segment(p, base, size) for base, p, size in sizes], expected
+
+
+class DLedgerCommitLog(CommitLog):
+    """The commit log of a DLedger store: records sit inside entries (offsets = pos + 48)."""
+
+    entry_header_size = dfmt.ENTRY_HEADER_SIZE
+
+    def __init__(self, layout: DLedgerLayout, segments: list[Segment], file_size: int, divided_offset: int = 0):
+        super().__init__(segments, file_size)
+        self.layout = layout
+        self.divided_offset = divided_offset
+
+    def is_entry_file(self, segment: Segment) -> bool:
+        return segment.base_offset >= self.divided_offset
+
+    def scan(self, start: int | None = None, stop: int | None = None, *, check_crc: bool = False) -> "DLedgerScan":
+        return DLedgerScan(self, self.min_offset if start is None else start, stop, check_crc)
+
+    def entry_walker(self):
+        """The compiled walk ``FastScan`` uses on these files (imported here: numba)."""
+        from .dledgerwalk import EntryWalker
+
+        return EntryWalker(self.divided_offset)
+
+    def entries(self, start: int | None = None) -> "EntryScan":
+        """Raw entry headers from ``start`` (an entry position) to where the entry walk stops."""
+        return EntryScan(self, self.min_offset if start is None else start)
+
+    def entry_start(self, offset: int) -> int:
+        """The entry position for a start ``offset``: a record offset (pos + 48) means its entry."""
+        index = self.segment_index(offset)
+        if index is None or not self.is_entry_file(self.segments[index]):
+            return offset
+        segment = self.segments[index]
+        pos = offset - segment.base_offset - dfmt.ENTRY_HEADER_SIZE
+        if pos < 0:
+            return offset
+        header = dfmt.decode_entry_header(self.mapped(index).buf, pos, segment.base_offset)
+        return header.offset if header.magic == dfmt.ENTRY_MAGIC and header.pos == header.offset else offset
+
+    def entry_segments(self) -> list[Segment]:
+        return [s for s in self.segments if self.is_entry_file(s)]
+
+    def index_units(self) -> Iterator[dfmt.IndexUnit]:
+        """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
+        number = 0
+        for base, path in self.layout.index_files():
+            with MappedFile(path, base) as mf:
+                size = mf.size - mf.size % dfmt.INDEX_UNIT_SIZE
+                number = base // dfmt.INDEX_UNIT_SIZE
+                for p in range(0, size, dfmt.INDEX_UNIT_SIZE):
+                    unit = dfmt.decode_index_unit(mf.buf, p, number)
+                    if not any(unit[1:]):
+                        return
+                    yield unit
+                    number += 1
+
+
+def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -> str | None:
+    """Why ``DLedgerMmapFileStore.recover`` stops at this entry, or None (§15.4)."""
+    if header.magic != dfmt.ENTRY_MAGIC:
+        return f"entry magic {header.magic} is not 1"
+    if header.size <= dfmt.ENTRY_HEADER_SIZE - 4 or header.size != header.body_size + dfmt.ENTRY_HEADER_SIZE:
+        return f"entry size {header.size} is not body length {header.body_size} + 48"
+    if header.pos != header.offset:
+        return f"entry pos {header.pos} is not its own offset {header.offset}"
+    if previous is not None and header.index != previous.index + 1:
+        return f"entry index {header.index} does not follow {previous.index}"
+    if previous is not None and header.term < previous.term:
+        return f"entry term {header.term} is lower than the previous {previous.term}"
+    return None
+
+
+class EntryScan:
+    """Entry headers in order (blanks move to the next file); afterwards ``end`` says where and
+    why the walk stopped, as ``DLedgerMmapFileStore.recover`` would (no record check)."""
+
+    def __init__(self, commitlog: DLedgerCommitLog, start: int):
+        self.commitlog = commitlog
+        self.start = start
+        self.end: ScanEnd | None = None
+        self.blanks: list[dfmt.EntryHeader] = []
+
+    def __iter__(self) -> Iterator[dfmt.EntryHeader]:
+        segments = self.commitlog.entry_segments()
+        pos_abs = max(self.start, self.commitlog.divided_offset)
+        previous = None
+        for segment in segments:
+            if segment.end_offset <= pos_abs:
+                continue
+            pos = max(pos_abs - segment.base_offset, 0)
+            with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
+                while True:
+                    if pos >= mf.size:
+                        break
+                    header = dfmt.decode_entry_header(mf.buf, pos, segment.base_offset)
+                    if header.is_blank:
+                        self.blanks.append(header)
+                        break
+                    if header.magic == 0 and header.size == 0:
+                        self.end = ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
+                        return
+                    problem = entry_problem(header, previous)
+                    if problem is None and pos + header.size > mf.size:
+                        problem = "entry runs past the end of its file"
+                    if problem is not None:
+                        self.end = ScanEnd(header.offset, StopReason.CORRUPT, problem)
+                        return
+                    yield header
+                    previous = header
+                    pos += header.size
+        last = segments[-1].end_offset if segments else self.start
+        self.end = ScanEnd(last, StopReason.BLANK_LAST, "blank at the end of the last data file")
+
+
+class DLedgerScan(CommitLogScan):
+    """``CommitLog.scan`` over DLedger entries: the records inside, with the entry checks of
+    §15.4; ``end.offset`` is an entry position (where the broker's recovery cuts)."""
+
+    def __init__(self, commitlog: DLedgerCommitLog, start: int, stop: int | None, check_crc: bool):
+        super().__init__(commitlog, start, stop, check_crc)
+        self.entries = 0
+
+    def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
+        cl: DLedgerCommitLog = self.commitlog
+        segments = cl.segments
+        header_size = dfmt.ENTRY_HEADER_SIZE
+        index = cl.segment_index(self.start)
+        if index is None:
+            self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
+            return
+        if not cl.is_entry_file(segments[index]):
+            classic = CommitLogScan(cl, self.start, min(self.stop, cl.divided_offset) if self.stop is not None else cl.divided_offset, self.check_crc)
+            yield from classic
+            self.blanks.extend(classic.blanks)
+            if classic.end.reason != StopReason.LIMIT or classic.end.offset < cl.divided_offset:
+                self.end = classic.end
+                return
+            index = cl.segment_index(cl.divided_offset)
+            if index is None:
+                self.end = ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file")
+                return
+        pos = max(self.start, segments[index].base_offset) - segments[index].base_offset
+        stop, check_crc, previous = self.stop, self.check_crc, None
+        if self.start == segments[index].base_offset + pos:
+            pos = cl.entry_start(self.start) - segments[index].base_offset
+        while True:
+            segment = segments[index]
+            with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
+                buf, base, size = mf.buf, segment.base_offset, mf.size
+                while True:
+                    if stop is not None and base + pos >= stop:
+                        self.end = ScanEnd(base + pos, StopReason.LIMIT)
+                        return
+                    if pos >= size:
+                        break
+                    header = dfmt.decode_entry_header(buf, pos, base)
+                    if header.is_blank:
+                        self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
+                        break
+                    if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + header_size, size)]):
+                        self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
+                        return
+                    problem = entry_problem(header, previous)
+                    if problem is None and pos + header.size > size:
+                        self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
+                        return
+                    if problem is not None:
+                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
+                        return
+                    try:
+                        record = fmt.decode_record(buf, pos + header_size, base, pos + header.size)
+                    except FormatError as exc:
+                        end = _classify(buf, pos + header_size, base, pos + header.size, exc)
+                        self.end = ScanEnd(base + pos, end.reason, f"record in entry {header.index}: {end.detail}", end.total_size)
+                        return
+                    if record.magic_code == fmt.BLANK_MAGIC or record.total_size != header.body_size:
+                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, f"entry {header.index}: body is not exactly one message record")
+                        return
+                    if check_crc and not record.crc_ok():
+                        self.end = ScanEnd(base + pos, StopReason.CRC, f"body CRC {body_crc(record.body)} != stored {record.body_crc}", record.total_size)
+                        return
+                    self.entries += 1
+                    yield record
+                    previous = header
+                    pos += header.size
+            index += 1
+            if index >= len(segments):
+                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank at the end of the last data file")
+                return
+            pos = 0
+
+
+def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
+    """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
+    data, size = segments_of(layout.data_files(), file_size, "DLedger data")
+    divided = classic[-1].end_offset if classic else 0
+    data = [s for s in data if s.base_offset >= divided]
+    size = size or file_size or 1 << 30
+    return DLedgerCommitLog(layout, classic + data, size, divided)

@@ -1,0 +1,146 @@
+"""DLedger stores (reference §15) against the real brokers' manifests: entry headers, index units,
+the records inside (every field), the compiled walk, and the DLedger checkpoint."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from conftest import MAIN_VERSIONS, manifest, store_path
+from mqtool.formats import commitlog as cl
+from mqtool.formats import dledger as dfmt
+from mqtool.formats.hashing import tags_code
+from mqtool.formats.msgid import parse_host
+from mqtool.errors import NotAStore
+from mqtool.store import Store
+from mqtool.store.dledger import DLedgerCommitLog
+from mqtool.store.fastscan import FastScan
+
+STORES = [(v, n) for v in MAIN_VERSIONS for n in ("dledger-small", "dledger-crashed")] + [("5.3.3", "dledger-crashed-cqloss")]
+HEADER_FIELDS = {"magic": "magic", "size": "size", "index": "index", "term": "term", "pos": "pos", "channel": "channel", "chain_crc": "chainCrc", "body_crc": "bodyCrc", "body_size": "bodySize"}
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_entry_headers_equal_the_manifest_and_construct(version, name):
+    m = manifest(version, name)
+    with Store.open(store_path(version, name)) as store:
+        assert store.is_dledger and isinstance(store.commitlog, DLedgerCommitLog)
+        scan = store.commitlog.entries()
+        headers = list(scan)
+        assert len(headers) == m["dledger"]["entryCount"] == len(m["messages"])
+        for header, msg in zip(headers, m["messages"]):
+            e = msg["dledgerEntry"]
+            assert {f: getattr(header, f) for f in HEADER_FIELDS} == {f: e[k] for f, k in HEADER_FIELDS.items()}
+            assert header.offset == header.pos and header.record_offset == msg["commitLogOffset"]
+            raw = store.commitlog.read_bytes(header.offset, dfmt.ENTRY_HEADER_SIZE)
+            assert dict(dfmt.DLedgerEntryHeaderStruct.parse(raw), _io=None) | {"_io": None} == {f: getattr(header, f) for f in HEADER_FIELDS} | {"_io": None}
+            assert dfmt.encode_entry_header(*(getattr(header, f) for f in HEADER_FIELDS)) == raw
+        assert [b.offset for b in scan.blanks] == [b["offset"] for b in m["dledger"]["blanks"]]
+        assert [b.size for b in scan.blanks] == [b["sizeField"] for b in m["dledger"]["blanks"]]
+        assert scan.end.offset == m["dledger"]["endPos"]
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_index_units_equal_the_manifest_and_the_entries(version, name):
+    m = manifest(version, name)
+    with Store.open(store_path(version, name)) as store:
+        units = list(store.commitlog.index_units())
+        headers = list(store.commitlog.entries())
+        first = m["dledger"]["firstIndexEntries"]
+        for unit, e in zip(units, first):
+            assert (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (e["magic"], e["pos"], e["size"], e["index"], e["term"])
+            raw = bytes.fromhex(e["hex"])
+            assert dfmt.encode_index_unit(unit.magic, unit.pos, unit.size, unit.index, unit.term) == raw
+            parsed = dfmt.DLedgerIndexUnitStruct.parse(raw)
+            assert (parsed.magic, parsed.pos, parsed.size, parsed.index, parsed.term) == unit[1:]
+        assert len(units) == m["dledger"]["indexEntryCount"]
+        assert [(u.pos, u.size, u.index, u.term) for u in units] == [(h.pos, h.size, h.index, h.term) for h in headers][: len(units)]
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_every_message_inside_an_entry_decodes_to_the_manifest(version, name):
+    m = manifest(version, name)
+    with Store.open(store_path(version, name)) as store:
+        scan = store.commitlog.scan(check_crc=True)
+        records = list(scan)
+        assert len(records) == len(m["messages"])
+        for r, msg in zip(records, m["messages"]):
+            props = r.property_map()
+            assert r.offset == r.phys_offset == msg["commitLogOffset"] == msg["dledgerEntry"]["pos"] + 48
+            assert r.total_size == msg["size"] == msg["dledgerEntry"]["bodySize"]
+            assert r.topic_name == msg["topic"]
+            assert (r.queue_id, r.queue_offset, r.sys_flag, r.flag) == (msg["queueId"], msg["queueOffset"], msg["sysFlag"], msg["flag"])
+            assert r.body_crc == msg["bodyCRC"] and r.crc_ok()
+            assert (r.born_timestamp, r.store_timestamp) == (msg["bornTimestamp"], msg["storeTimestamp"])
+            assert parse_host(r.born_host) == parse_host(msg["bornHost"])
+            assert parse_host(r.store_host) == parse_host(msg["storeHost"])
+            assert (r.reconsume_times, r.prepared_transaction_offset) == (msg["reconsumeTimes"], msg["preparedTransactionOffset"])
+            assert r.msg_id == msg["msgId"]
+            assert props == msg["properties"]
+            assert tags_code(props.get("TAGS")) == msg["tagsHashCode"]
+            assert cl.record_keys(r, props) == msg["keys"]
+            assert hashlib.sha256(r.body).hexdigest() == msg["bodySha256"]
+            assert store.commitlog.read_record(msg["commitLogOffset"]) == r
+        assert scan.end.offset == m["dledger"]["endPos"] and scan.end.is_clean
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_compiled_walk_equals_the_record_scan(version, name):
+    m = manifest(version, name)
+    offsets = [msg["commitLogOffset"] for msg in m["messages"]]
+    sizes = [msg["size"] for msg in m["messages"]]
+    with Store.open(store_path(version, name)) as store:
+        for start in (None, offsets[len(offsets) // 2], m["dledger"]["blanks"][0]["offset"] + m["dledger"]["blanks"][0]["sizeField"]):
+            fast = FastScan(store.commitlog, start)
+            rows = [(b.base_offset + int(r[0]), int(r[1]), int(r[6])) for b in fast for r in b.rows]
+            first = 0 if start is None else next(i for i, o in enumerate(offsets) if o >= start)
+            assert rows == [(o, s, 1) for o, s in zip(offsets[first:], sizes[first:])]
+            assert fast.end.offset == m["dledger"]["endPos"] and fast.end.is_clean
+            assert fast.blanks == [b["offset"] for b in m["dledger"]["blanks"] if b["offset"] >= (start or 0)]
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_dledger_checkpoint_and_term(version, name):
+    d = manifest(version, name)["dledger"]
+    with Store.open(store_path(version, name)) as store:
+        layout = store.commitlog.layout
+        assert layout.self_id == "n0"
+        assert layout.checkpoint == d["checkpoint"]["parsed"]
+        assert layout.currterm == d["currterm"]["parsed"]
+        assert layout.committed_index == int(d["checkpoint"]["parsed"]["committedIndex"])
+
+
+def test_broker_config_names_the_dledger_data_path(tmp_path):
+    src = store_path("4.9.7", "dledger-small")
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"enableDLegerCommitLog=true\nstorePathDLedgerCommitLog={src / 'dledger-n0' / 'data'}\ndLegerSelfId=n0\n")
+    from mqtool.store import load_broker_config
+
+    config = load_broker_config(conf)
+    assert config.dledger and config.dledger_self_id == "n0"
+    with Store.open(src, config) as store:
+        assert store.is_dledger and sum(1 for _ in store.commitlog.scan()) == manifest("4.9.7", "dledger-small")["messageCount"]
+    conf.write_text("enableDLegerCommitLog=true\n")
+    (tmp_path / "empty" / "consumequeue").mkdir(parents=True)
+    with pytest.raises(NotAStore, match="no dledger"):
+        Store.open(tmp_path / "empty", load_broker_config(conf))
+
+
+def test_damaged_entry_header_ends_both_walks_at_the_entry(tmp_path):
+    from conftest import copy_store
+
+    m = manifest("4.9.7", "dledger-small")
+    target = copy_store("4.9.7", "dledger-small", tmp_path)
+    victim = m["messages"][200]["dledgerEntry"]
+    path = target / "dledger-n0" / victim["file"]
+    data = bytearray(path.read_bytes())
+    data[victim["filePosition"] + 8 : victim["filePosition"] + 16] = (victim["index"] + 5).to_bytes(8, "big")
+    path.write_bytes(bytes(data))
+    with Store.open(target) as store:
+        scan = store.commitlog.scan()
+        assert sum(1 for _ in scan) == 200
+        assert scan.end.offset == victim["pos"] and "index" in scan.end.detail
+        fast = FastScan(store.commitlog)
+        assert sum(len(b.rows) for b in fast) == 200
+        assert fast.end.offset == victim["pos"] and "index" in fast.end.detail
