@@ -116,3 +116,8 @@ def parse_properties_text(text: str) -> dict[str, str]:
         key, _, value = line.partition("=")
         values[key.strip()] = value.strip()
     return values
+
+
+def encode_checkpoint_text(committed_index: int, end_index: int) -> str:
+    """``DLedgerMmapFileStore.persistCheckPoint``'s text, as the fixtures hold it."""
+    return f"committedIndex={committed_index}\nendIndex={end_index}\n"

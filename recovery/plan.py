@@ -203,7 +203,8 @@ class Action:
 
     ops: ``zero-range`` (in place, ``start``..``end``), ``delete``, ``write-dispatch`` (every
     consume queue file of ``QueuePlan.files`` and index file of ``IndexPlan.files`` that is
-    rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``.
+    rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``,
+    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``).
     """
 
     op: str

@@ -35,6 +35,7 @@ from .dispatch import (
     after_phys,
     phase_scanner,
 )
+from . import dledger
 from .lost import record_at
 from .pieces import (
     commitlog_plan,
@@ -97,7 +98,16 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             kept.append(f)
 
     # 3. the scan, dispatching where the broker does
-    if options.full_scan:
+    dl = dledger.data_recovery(store) if store.is_dledger else None
+    if dl is not None:  # DLedgerCommitLog (§15.4): see recovery/dledger.py
+        if mode == "abnormal" and dledger.dispatches_on_abnormal(version) and not options.full_scan:
+            bound = cp.min_timestamp_index if (index_safe and index_enable) else cp.min_timestamp
+            s = dledger.abnormal_start(cl, bound, "min(physic, logics) timestamps - 3 s" if not (index_safe and index_enable) else "min(physic, logics, index) timestamps - 3 s")
+            start, rule = s.offset, s.rule
+        else:
+            start = cl.segments[dl.start_file].base_offset if cl.segments else 0
+            rule = "DLedgerMmapFileStore.recover: the third-from-last data file"
+    elif options.full_scan:
         start, rule = cl.min_offset, "every segment from the first (--full-scan)"
     elif mode == "abnormal":
         s = abnormal_start(cl, rules, cp, index_safe=index_safe and index_enable)
@@ -106,6 +116,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
         s = normal_start(cl, rules, max_cq)
         start, rule = s.offset, s.rule
     dispatch_a = dispatching and (mode == "abnormal" or rules.normal_dispatches)
+    if dl is not None:
+        dispatch_a = dispatching and mode == "abnormal" and dledger.dispatches_on_abnormal(version)
     threshold_a = max_cq if (dispatching and mode == "normal" and rules.normal_dispatches) else None
     tags_a = TAGS_HASH if (mode == "abnormal" and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
     topics = cache.topics if cache is not None else TopicTable()
@@ -125,6 +137,15 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             if cache is not None:
                 cache.add(0, batch)
     scan.end, scan.records, scan.last_valid = scanner.end, scanner.records, scanner.last_valid_offset
+    cq_cut = scan.end.offset
+    if dl is not None:
+        cq_cut = dledger.headerless_end(cl, scan.end) if dispatch_a else dl.end.offset
+        if cq_cut < dl.end.offset:
+            notes.append(
+                f"{version}'s abnormal DLedger recovery adds up record sizes without their 48-byte entry headers: it takes {cq_cut} "
+                f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there"
+            )
+        scan.end = dl.end  # DLedgerMmapFileStore.recover truncates the data where its entry walk stops
     end = scan.end.offset
     if dispatch_a:
         phases.append(DispatchPhase("recovery", start, end, "recovery", tags_a, True, index_enable, counts.records, counts.cq, counts.sched if tags_a == TAGS_HASH else 0, threshold_a))
@@ -138,7 +159,9 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     cl_plan, lost, actions = commitlog_plan(store, scan, options.lost_limit, legacy, rules.accepts_v2_magic)
     lost = unreadable_from_queues(lost, sims, end, cl_plan.first_invalid)
     walk = rules.abnormal_truncates_cq_always if mode == "abnormal" else False
-    if mode == "abnormal" or rules.normal_truncates_cq:
+    if dl is not None:
+        walk = max_cq >= cq_cut
+    elif mode == "abnormal" or rules.normal_truncates_cq:
         walk = walk or max_cq >= end
     if not cl.segments:  # destroyLogics (§8.10)
         for sim in sims.values():
@@ -148,12 +171,16 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
         notes.append("no commit log segment: every consume queue file is deleted (destroyLogics)")
     elif walk:
         for sim in sims.values():
-            sim.truncate(end)
+            sim.truncate(cq_cut)
     seeds_b = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}  # where the reput starts
 
     # 5. 4.5.1-4.9.8 start(): reput from the max CQ physical offset
+    reput_from = None
     if dispatching and rules.reput_from_cq_max and cl.segments:
         reput_from = max([clmin, 0] + [int(s.state[1]) for s in sims.values()])
+    elif dispatching and dl is not None and dl.committed_pos is not None:  # 5.x: from the confirm offset = DLedger's committed position
+        reput_from = dl.committed_pos
+    if reput_from is not None:
         if reput_from < end:
             counts = PhaseCounts()
             phase_counts.append(counts)
@@ -201,8 +228,13 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             size = path.stat().st_size
             if size != sim.file_size and base in sim.files:
                 notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
-    if dispatching:
+    if dispatching and dl is None:
         notes += _dispatch_notes(store, rules, mode, phases, max_cq, end, kept, legacy)
+    if dl is not None:
+        actions += dledger.index_actions(store, dl)
+        if dispatching:
+            indexed_from = min((p.start for p in phases if p.index), default=None)
+            notes += dledger.loss_notes(store, version, dl, cq_cut, reput_from, dropped if index_enable else [], indexed_from)
 
     # checkpoint, abort
     cp_plan = None
@@ -218,11 +250,15 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
         after = cp._replace(logics_msg_timestamp=last_cq[-1] if last_cq else cp.logics_msg_timestamp)
         if index_plan is not None and index_plan.index_msg_timestamp_after is not None:
             after = after._replace(index_msg_timestamp=index_plan.index_msg_timestamp_after)
-        if rules.writes_confirm_offset and scan.last_valid >= 0:
+        if rules.writes_confirm_offset and scan.last_valid >= 0 and dl is None:
             after = after._replace(confirm_phy_offset=scan.last_valid)
+        if dl is not None and rules.v5 and len(phase_counts) > 1 and phase_counts[-1].last_cq_ts is not None:
+            after = after._replace(physic_msg_timestamp=phase_counts[-1].last_cq_ts)  # 5.x reput on DLedger (observed)
         cp_plan = CheckpointPlan(cp_exists, cp._asdict(), after._asdict())
         if cp_plan.changed:
             actions.append(Action("write-checkpoint", "checkpoint", note="values the broker persists after this recovery"))
+        if dl is not None:
+            actions += dledger.checkpoint_actions(store, dl)
         remove_abort = store.abort_present
         if remove_abort:
             actions.append(Action("delete", markers.ABORT_FILE, note="a clean shutdown removes the abort file"))

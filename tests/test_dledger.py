@@ -144,3 +144,87 @@ def test_damaged_entry_header_ends_both_walks_at_the_entry(tmp_path):
         fast = FastScan(store.commitlog)
         assert sum(len(b.rows) for b in fast) == 200
         assert fast.end.offset == victim["pos"] and "index" in fast.end.detail
+
+
+# ---- recovery: the broker's DLedger recovery predicted exactly (recovered JSON) -----------------
+
+CRASHED = [("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-crashed"), ("5.3.3", "dledger-crashed-cqloss")]
+
+
+def _recover_copy(tmp_path, version, name):
+    from conftest import copy_store
+
+    from mqtool.apply import apply_plan
+    from mqtool.recovery.planner import plan_recover
+
+    store_dir = copy_store(version, name, tmp_path)
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    apply_plan(plan, tmp_path / "backup")
+    return store_dir, plan
+
+
+@pytest.mark.parametrize("version,name", CRASHED)
+def test_recover_equals_the_broker(tmp_path, version, name):
+    from conftest import recovered
+    from repair_support import broker_query, queue_entries, queue_view
+
+    rec = recovered(version, name)
+    store_dir, plan = _recover_copy(tmp_path, version, name)
+    assert plan.mode == rec["recoveryMode"] == "abnormal"
+    assert plan.commitlog.valid_end == rec["commitLog"]["maxOffset"] == rec["dledgerAfterStart"]["dataMaxWrotePosition"]
+    names = {"physicMsgTimestamp": "physic_msg_timestamp", "logicsMsgTimestamp": "logics_msg_timestamp", "indexMsgTimestamp": "index_msg_timestamp", "masterFlushedOffset": "master_flushed_offset", "confirmPhyOffset": "confirm_phy_offset"}
+    assert plan.checkpoint.after == {**plan.checkpoint.before, **{names[k]: v for k, v in rec["checkpointAfterShutdown"].items() if k in names}}
+    with Store.open(store_dir) as store:
+        assert not store.abort_present
+        view = queue_view(store)
+        broker = {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in rec["queues"] if (q["topic"], q["queueId"]) in view or q["maxOffset"]}
+        assert view == broker
+        assert {(q.topic, q.queue_id): (q.min_after, q.max_after) for q in plan.queues} == view
+        for q in rec["queues"]:
+            expected = [(e["queueOffset"], e["cq"]["phyOffset"], e["cq"]["size"], e["cq"]["tagsCode"]) for e in q["entries"]]
+            assert queue_entries(store, q["topic"], q["queueId"], q["minOffset"], q["maxOffset"]) == expected, (q["topic"], q["queueId"])
+        end = rec["commitLog"]["maxOffset"]
+        for query in rec["queries"]:
+            assert broker_query(store, query["topic"], query["key"], end) == [r["commitLogOffset"] for r in query["results"]], query["key"]
+
+
+def test_recover_says_what_the_broker_loses(tmp_path):
+    """5.3.3 cqloss: the 8 acknowledged messages without a consume queue entry after the broker's
+    recovery are named; 4.9.7: the dropped index is never rebuilt."""
+    from conftest import recovered
+
+    from mqtool.recovery.planner import plan_recover
+
+    rec = recovered("5.3.3", "dledger-crashed-cqloss")
+    served = {e["cq"]["phyOffset"] for q in rec["queues"] for e in q["entries"]}
+    m = manifest("5.3.3", "dledger-crashed-cqloss")
+    lost = [msg["commitLogOffset"] for msg in m["messages"] if msg["dispatchToConsumeQueue"] and msg["commitLogOffset"] not in served]
+    with Store.open(store_path("5.3.3", "dledger-crashed-cqloss")) as store:
+        notes = plan_recover(store).notes
+    assert any(f"loses {len(lost)} acknowledged message(s) at [{lost[0]}, {lost[-1]}]" in n for n in notes), notes
+    with Store.open(store_path("4.9.7", "dledger-crashed")) as store:
+        notes = plan_recover(store).notes
+    rec = recovered("4.9.7", "dledger-crashed")
+    assert all(not q["results"] for q in rec["queries"])
+    first = manifest("4.9.7", "dledger-crashed")["messages"][0]["commitLogOffset"]
+    assert any(f"never re-indexes [{first}, {rec['commitLog']['maxOffset']})" in n and "returns nothing" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_recover_of_a_clean_dledger_store_changes_nothing(version):
+    from mqtool.recovery.planner import plan_recover
+
+    with Store.open(store_path(version, "dledger-small")) as store:
+        plan = plan_recover(store)
+    assert plan.mode == "normal" and plan.is_empty and plan.commitlog.valid_end == manifest(version, "dledger-small")["dledger"]["endPos"]
+
+
+@pytest.mark.parametrize("version,name", CRASHED)
+def test_second_recover_changes_nothing(tmp_path, version, name):
+    from mqtool.recovery.planner import plan_recover
+
+    store_dir, _ = _recover_copy(tmp_path, version, name)
+    with Store.open(store_dir) as store:
+        again = plan_recover(store)
+    assert again.mode == "normal" and again.is_empty

@@ -24,6 +24,7 @@ from typing import Callable
 
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
+from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
@@ -165,6 +166,12 @@ class Executor:
         fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
         data = cpfmt.encode_checkpoint(fields).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
         write_atomic(self.root / action.path, data, self.staging)
+
+    def _write_dledger_checkpoint(self, action) -> None:
+        """DLedger's ``checkpoint`` (committedIndex ``start``, endIndex ``end``), as a clean stop leaves it."""
+        self.backup.backup_file(action.path)
+        durability_point("checkpoint backed up")
+        write_atomic(self.root / action.path, dlfmt.encode_checkpoint_text(action.start, action.end).encode(), self.staging)
 
     def _write_dispatch(self, action) -> None:
         self._dispatch(queues=bool(self._planned_queue_files()), index=bool(self.plan.index and self._planned_index_files()))

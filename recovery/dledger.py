@@ -1,0 +1,202 @@
+"""DLedger recovery (reference §15.4): what a DLedger broker's load does, as plan inputs.
+
+1. ``DLedgerMmapFileStore.recover``: from the third-from-last data file (stepping back while a
+   file's first entry disagrees with its index unit), walk entries (magic, pos = own offset,
+   size = body + 48, index contiguous, term never decreasing; no CRC, no record check); data
+   and index are truncated where the walk stops (index at ``(last index + 1) x 32``).
+2. ``DLedgerCommitLog`` on top, per version:
+
+   - 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume
+     queues are truncated at the data end if their max physical offset reaches it. 4.5.1-4.9.8
+     ``start()`` then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x
+     abnormal exit re-indexes only that tail: the index files the abnormal load deleted
+     (§6.9) are never rebuilt;
+   - 5.x abnormal (``dledgerRecoverAbnormally``): from the newest data file whose first record
+     is V1 and stored at or before the checkpoint bound (``isMmapFileMatchedRecover``), every
+     record is dispatched; the recovered end it compares the consume queues with adds up
+     record sizes *without* the 48-byte entry headers (``mmapFileOffset += size``), so it lies
+     48 x (entries walked in the last file) before the real end, and queues are truncated
+     there. ``start()`` then re-puts from the commit log's confirm offset, which is DLedger's
+     committed position as the ``checkpoint`` file's ``committedIndex`` leaves it: records
+     between the early truncation and that position lose their consume queue entry, and later
+     records land at shifted queue offsets (observed on 5.3.3, ``dledger-crashed-cqloss``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import commitlog as clfmt
+from ..formats import dledger as dfmt
+from ..store import Store
+from ..store.commitlog import ScanEnd
+from ..store.dledger import DLedgerCommitLog, EntryScan
+from ..store.fastscan import COL_SIZE, FastScan
+from ..store.mappedfile import MappedFile
+from ..store.version import BrokerVersion
+from .startfile import ScanStart
+
+V5_0_0 = BrokerVersion(5, 0, 0)
+_STORE_TS = {born6: clfmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
+_MAGIC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
+
+
+@dataclass(frozen=True)
+class DataRecovery:
+    """Where ``DLedgerMmapFileStore.recover`` starts and stops."""
+
+    start_file: int  # index of the data file the walk starts from
+    end: ScanEnd  # entry walk end: data truncated here
+    last_index: int  # last valid entry index (-1: none)
+    index_units_on_disk: int  # units written in index/ (up to the first all-zero unit)
+    committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
+    committed_pos: int | None  # end of that entry: the commit log max offset right after load
+
+    @property
+    def index_cut(self) -> int:
+        return (self.last_index + 1) * dfmt.INDEX_UNIT_SIZE
+
+
+def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> bool:
+    """The pre-check of ``recover``: the file's first entry against its index unit."""
+    seg = cl.segments[index]
+    with MappedFile(seg.path, seg.base_offset) as mf:
+        h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
+    unit = units.get(h.index)
+    return (
+        h.magic == dfmt.ENTRY_MAGIC
+        and h.size > dfmt.ENTRY_HEADER_SIZE - 4
+        and h.pos == seg.base_offset
+        and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
+        and unit is not None
+        and (unit.magic, unit.size, unit.index, unit.term, unit.pos) == (h.magic, h.size, h.index, h.term, seg.base_offset)
+    )
+
+
+def data_recovery(store: Store) -> DataRecovery:
+    cl: DLedgerCommitLog = store.commitlog
+    files = cl.entry_segments()
+    offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
+    units = {u.index: u for u in cl.index_units()}
+    start = max(len(files) - 3, 0)
+    for i in range(start, -1, -1):
+        start = i
+        if _first_entry_matches_index(cl, offset + i, units):
+            break
+    scan = EntryScan(cl, files[start].base_offset if files else cl.divided_offset)
+    last = None
+    for header in scan:
+        last = header
+    last_index = last.index if last is not None else -1
+    committed = cl.layout.committed_index
+    committed_pos = None
+    if committed is not None and last is not None:
+        committed = min(committed, last_index)
+        pos = _entry_end(cl, committed, units)
+        committed_pos = pos
+    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos)
+
+
+def _entry_end(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> int | None:
+    """``updateCommittedIndex``: the committed position is the end of entry ``index``."""
+    unit = units.get(index)
+    if unit is None:
+        return None
+    return unit.pos + unit.size
+
+
+def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
+    """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
+    first whose first record has magic V1 (V2 is not accepted) and a store time in (0, bound]."""
+    files = cl.entry_segments()
+    offset = len(cl.segments) - len(files)
+    for i in range(len(files) - 1, -1, -1):
+        seg = files[i]
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            head = bytes(mf.buf[dfmt.ENTRY_HEADER_SIZE : dfmt.ENTRY_HEADER_SIZE + _STORE_TS[True] + 8])
+        if len(head) < _STORE_TS[True] + 8 or int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True) != clfmt.MESSAGE_MAGIC_V1:
+            continue
+        flags = int.from_bytes(head[clfmt.SYS_FLAG_POSITION : clfmt.SYS_FLAG_POSITION + 4], "big", signed=True)
+        ts = int.from_bytes(head[_STORE_TS[bool(flags & clfmt.SysFlag.BORNHOST_V6)] :][:8], "big", signed=True)
+        if ts != 0 and ts <= bound:
+            return ScanStart(offset + i, seg.base_offset, f"newest DLedger data file whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
+    first = files[0].base_offset if files else cl.divided_offset
+    return ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
+
+
+def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
+    """``dledgerRecoverAbnormally``'s ``processOffset``: the base of the file where the record
+    walk stopped plus the sizes of the records walked in it, without their entry headers."""
+    index = cl.segment_index(walk_end.offset)
+    if index is None:
+        return walk_end.offset
+    if walk_end.offset == cl.segments[index].base_offset and index > 0 and walk_end.reason != "zeros":
+        index -= 1
+    seg = cl.segments[index]
+    scan = FastScan(cl, seg.base_offset, walk_end.offset, check_crc=False, stop_on_crc=False)
+    return seg.base_offset + sum(int(batch.rows[:, COL_SIZE].sum()) for batch in scan)
+
+
+def dispatches_on_abnormal(version: BrokerVersion) -> bool:
+    """5.x ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.x ``recover`` does not."""
+    return version >= V5_0_0
+
+
+def index_actions(store: Store, dl: DataRecovery) -> list:
+    """Zero the index units past the last valid entry (``indexFileList.truncateOffset``)."""
+    from .plan import Action
+    from .pieces import rel
+
+    cl: DLedgerCommitLog = store.commitlog
+    actions = []
+    if dl.index_units_on_disk <= dl.last_index + 1:
+        return actions
+    cut, stop = dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE
+    for base, path in cl.layout.index_files():
+        size = path.stat().st_size
+        lo, hi = max(cut, base), min(stop, base + size)
+        if lo < hi:
+            actions.append(Action("zero-range", rel(store, path), lo - base, hi - base, "DLedger index units past the last valid entry (truncateOffset)"))
+    return actions
+
+
+def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
+    """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
+    committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
+    from .plan import Action
+    from .pieces import rel
+
+    layout = store.commitlog.layout
+    if dl.last_index < 0 or (layout.committed_index, layout.end_index) == (dl.last_index, dl.last_index):
+        return []
+    return [Action("write-dledger-checkpoint", rel(store, layout.home / "checkpoint"), dl.last_index, dl.last_index, "committedIndex and endIndex of the last recovered entry, as the broker persists them")]
+
+
+def loss_notes(store: Store, version: BrokerVersion, dl: DataRecovery, cq_cut: int, reput_from: int | None, dropped: list, indexed_from: int | None) -> list[str]:
+    """What the broker's DLedger recovery loses, in words an operator can act on."""
+    from ..formats.dispatch import dispatches_to_consume_queue
+
+    notes = []
+    end = dl.end.offset
+    if reput_from is not None and cq_cut < reput_from:
+        cl = store.commitlog
+        lost = [r for r in cl.scan(cl.segments[cl.segment_index(cq_cut)].base_offset, reput_from) if cq_cut <= r.offset < reput_from and dispatches_to_consume_queue(r.sys_flag)]
+        if lost:
+            queues = {(r.topic_name, r.queue_id) for r in lost}
+            shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
+            notes.append(
+                f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
+                f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
+                f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
+                + ". `mqtool rebuild-cq` keeps them all"
+            )
+    if dropped:
+        first = min(f.header.begin_phy_offset for f in dropped)
+        upto = end if indexed_from is None else min(indexed_from, end)
+        if first < upto:
+            notes.append(
+                f"{version}'s DLedger recovery deletes {len(dropped)} index file(s) (abnormal exit, indexMsgTimestamp "
+                f"{store.checkpoint.index_msg_timestamp if store.checkpoint else 0}) and never re-indexes [{first}, {upto}): "
+                "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them"
+            )
+    return notes
