@@ -64,6 +64,10 @@ MESSAGE_FIELDS = (
 )
 CONSUME_QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code", "filler")
 INDEX_ENTRY_FIELDS = ("file", "slot", "position", "key_hash", "phys_offset", "time_diff", "prev_index")
+DLEDGER_ENTRY_FIELDS = (
+    "file", "offset", "magic", "size", "index", "term", "pos", "channel", "chain_crc", "body_crc", "body_size",
+    "record_offset", "index_unit", "topic", "queue_id", "queue_offset", "msg_id",
+)
 
 
 def decompress_body(record: CommitLogRecord) -> bytes:
@@ -164,6 +168,27 @@ def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[s
         "time_diff": entry.time_diff,
         "prev_index": entry.prev_index,
     }
+
+
+def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
+    """One DLedger entry (reference §15.2): its header, whether its index unit agrees
+    (``ok``, ``mismatch``, ``missing``; None for a blank) and the message inside."""
+    blank = header.is_blank
+    row = {"file": file, **{k: (None if blank and k not in ("offset", "magic", "size") else v) for k, v in header._asdict().items()}}
+    row["record_offset"] = None if blank else header.record_offset
+    if blank:
+        row["index_unit"] = None
+    elif unit is None:
+        row["index_unit"] = "missing"
+    else:
+        same = (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (header.magic, header.pos, header.size, header.index, header.term)
+        row["index_unit"] = "ok" if same else "mismatch"
+    ok = isinstance(record, CommitLogRecord)
+    row["topic"] = record.topic_name if ok else None
+    row["queue_id"] = record.queue_id if ok else None
+    row["queue_offset"] = record.queue_offset if ok else None
+    row["msg_id"] = record.msg_id if ok else None
+    return row
 
 
 def parse_time(text: str | None, option: str) -> int | None:

@@ -275,3 +275,69 @@ def test_rebuild_index_answers_every_key_of_the_manifest(tmp_path, version, name
                 continue
             for key in msg["keys"] + ([msg["uniqKey"]] if msg["uniqKey"] else []):
                 assert msg["commitLogOffset"] in broker_query(store, msg["topic"], key, end), (msg["seq"], key)
+
+
+# ---- the CLI: dump dledger, dump, info ----------------------------------------------------------
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_dump_dledger_rows_equal_the_manifest(version, name):
+    import json
+
+    m = manifest(version, name)
+    result = _cli("dump", "dledger", store_path(version, name), "--format", "jsonl")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    entries = [r for r in rows if r["magic"] != dfmt.BLANK_MAGIC]
+    blanks = [r for r in rows if r["magic"] == dfmt.BLANK_MAGIC]
+    assert [(b["offset"], b["size"]) for b in blanks] == [(b["offset"], b["sizeField"]) for b in m["dledger"]["blanks"]]
+    assert len(entries) == len(m["messages"])
+    for row, msg in zip(entries, m["messages"]):
+        e = msg["dledgerEntry"]
+        assert {f: row[f] for f in HEADER_FIELDS} == {f: e[k] for f, k in HEADER_FIELDS.items()}
+        assert (row["file"], row["offset"]) == (e["file"].split("/")[-1], e["pos"])
+        assert (row["record_offset"], row["topic"], row["queue_id"], row["queue_offset"], row["msg_id"]) == (msg["commitLogOffset"], msg["topic"], msg["queueId"], msg["queueOffset"], msg["msgId"])
+        assert row["index_unit"] == "ok"
+
+
+def test_dump_dledger_of_one_data_file_from_an_offset_and_bad_paths(tmp_path):
+    import json
+
+    m = manifest("5.3.3", "dledger-small")
+    second = [msg["dledgerEntry"] for msg in m["messages"] if msg["dledgerEntry"]["file"].endswith("00000000000001048576")]
+    path = store_path("5.3.3", "dledger-small") / "dledger-n0" / "data" / "00000000000001048576"
+    result = _cli("dump", "dledger", path, "--format", "jsonl", "--from-offset", second[10]["pos"] - 1, "--limit", 3)
+    assert [json.loads(line)["index"] for line in result.stdout.splitlines()] == [e["index"] for e in second[10:13]]
+    result = _cli("dump", "dledger", store_path("5.3.3", "clean-small"))
+    assert result.exit_code == 3 and result.stderr.startswith("mqtool: error: ") and "no DLedger data" in result.stderr
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_and_info_read_the_messages_at_the_broker_offsets(version):
+    import json
+
+    m = manifest(version, "dledger-small")
+    result = _cli("dump", store_path(version, "dledger-small"), "--format", "jsonl")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [(r["offset"], r["msg_id"], r["queue_offset"]) for r in rows] == [(x["commitLogOffset"], x["msgId"], x["queueOffset"]) for x in m["messages"]]
+    msg = m["messages"][123]
+    result = _cli("dump", store_path(version, "dledger-small"), "--msg-id", msg["msgId"], "--format", "jsonl")
+    assert json.loads(result.stdout)["offset"] == msg["commitLogOffset"]
+    result = _cli("info", store_path(version, "dledger-small"), "--format", "json")
+    doc = json.loads(result.stdout)
+    d = m["dledger"]
+    assert doc["commitlog"]["max_offset"] == d["endPos"]
+    assert doc["dledger"]["entries"] == d["entryCount"] and doc["dledger"]["last_index"] == d["lastIndex"]
+    assert doc["dledger"]["committed_index"] == int(d["checkpoint"]["parsed"]["committedIndex"])
+    assert doc["dledger"]["index_units"] == d["indexEntryCount"]
+    committed = int(d["checkpoint"]["parsed"]["committedIndex"])
+    assert doc["dledger"]["committed_pos"] == m["messages"][committed]["dledgerEntry"]["pos"] + m["messages"][committed]["dledgerEntry"]["size"]

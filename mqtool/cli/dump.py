@@ -23,25 +23,29 @@ from ..formats.msgid import decode_msg_id
 from ..formats.properties import PropertyKey, split_keys
 from ..records import (
     CONSUME_QUEUE_FIELDS,
+    DLEDGER_ENTRY_FIELDS,
     INDEX_ENTRY_FIELDS,
     MESSAGE_FIELDS,
     BodyEncoding,
     consume_queue_dict,
+    dledger_entry_dict,
     index_entry_dict,
     message_dict,
     parse_time,
 )
 from ..store import ConsumeQueue, IndexFile, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
+from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .progress import ByteProgress
 
-KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer")
+KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer", "dledger")
 MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
 CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
+DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "topic", "queue_id", "queue_offset")
 
 
 class MessageFilter:
@@ -199,6 +203,36 @@ def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
             f.close()
 
 
+def dledger_rows(path: Path, start, stop, limit) -> Iterator[dict]:
+    """DLedger entries in order (blanks included), as ``DLedgerMmapFileStore.recover`` walks
+    them; where the walk stops early, stderr says why."""
+    cl = open_entry_files(path)
+    try:
+        index = cl.segment_index(start) if start is not None else None
+        scan = cl.entries(cl.segments[index].base_offset if index is not None else None, with_blanks=True)
+        count = 0
+        for header in scan:
+            if start is not None and header.offset < start:
+                continue
+            if stop is not None and header.offset >= stop:
+                return
+            segment = cl.segments[cl.segment_index(header.offset)]
+            record = None
+            if not header.is_blank:
+                try:
+                    record = cl.read_record(header.record_offset)
+                except (FormatError, LookupError) as exc:
+                    record = exc
+            yield dledger_entry_dict(segment.path.name, header, None if header.is_blank else cl.index_unit(header.index), record)
+            count += 1
+            if limit is not None and count >= limit:
+                return
+        if scan.end is not None and not scan.end.is_clean:
+            note(f"stopped at offset {scan.end.offset}: {scan.end.detail}")
+    finally:
+        cl.close()
+
+
 def checkpoint_doc(path: Path) -> dict:
     path = path / "checkpoint" if path.is_dir() else path
     if not path.is_file():
@@ -220,7 +254,7 @@ def _render_checkpoint(console, doc) -> None:
 
 @guarded
 def dump(
-    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer) and a path.")],
+    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer|dledger) and a path.")],
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", "-q", help="Only this queue id.")] = None,
     from_offset: Annotated[Optional[int], typer.Option("--from-offset", help="Commit log offset to start at (queue offset for consumequeue).")] = None,
@@ -256,6 +290,8 @@ def dump(
             emit_rows(rows, format, MESSAGE_FIELDS, MESSAGE_TABLE)
     elif kind == "consumequeue":
         emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
+    elif kind == "dledger":
+        emit_rows(dledger_rows(path, from_offset, to_offset, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE)
     elif kind == "index":
         emit_rows(index_rows(path, broker_config, topic, key, limit), format, INDEX_ENTRY_FIELDS)
     elif kind == "timer":

@@ -123,6 +123,7 @@ class DLedgerCommitLog(CommitLog):
         super().__init__(segments, file_size)
         self.layout = layout
         self.divided_offset = divided_offset
+        self._index_maps: list[MappedFile] | None = None
 
     def is_entry_file(self, segment: Segment) -> bool:
         return segment.base_offset >= self.divided_offset
@@ -136,9 +137,9 @@ class DLedgerCommitLog(CommitLog):
 
         return EntryWalker(self.divided_offset)
 
-    def entries(self, start: int | None = None) -> "EntryScan":
+    def entries(self, start: int | None = None, *, with_blanks: bool = False) -> "EntryScan":
         """Raw entry headers from ``start`` (an entry position) to where the entry walk stops."""
-        return EntryScan(self, self.min_offset if start is None else start)
+        return EntryScan(self, self.min_offset if start is None else start, with_blanks)
 
     def entry_start(self, offset: int) -> int:
         """The entry position for a start ``offset``: a record offset (pos + 48) means its entry."""
@@ -154,6 +155,22 @@ class DLedgerCommitLog(CommitLog):
 
     def entry_segments(self) -> list[Segment]:
         return [s for s in self.segments if self.is_entry_file(s)]
+
+    def index_unit(self, number: int) -> dfmt.IndexUnit | None:
+        """Unit ``number`` of ``index/`` (byte ``number x 32`` of its file list), or None."""
+        offset = number * dfmt.INDEX_UNIT_SIZE
+        if self._index_maps is None:
+            self._index_maps = [MappedFile(path, base) for base, path in self.layout.index_files()]
+        for mf in self._index_maps:
+            if mf.base_offset <= offset and offset + dfmt.INDEX_UNIT_SIZE <= mf.base_offset + mf.size:
+                return dfmt.decode_index_unit(mf.buf, offset - mf.base_offset, number)
+        return None
+
+    def close(self) -> None:
+        super().close()
+        for mf in self._index_maps or []:
+            mf.close()
+        self._index_maps = None
 
     def index_units(self) -> Iterator[dfmt.IndexUnit]:
         """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
@@ -189,9 +206,10 @@ class EntryScan:
     """Entry headers in order (blanks move to the next file); afterwards ``end`` says where and
     why the walk stopped, as ``DLedgerMmapFileStore.recover`` would (no record check)."""
 
-    def __init__(self, commitlog: DLedgerCommitLog, start: int):
+    def __init__(self, commitlog: DLedgerCommitLog, start: int, with_blanks: bool = False):
         self.commitlog = commitlog
         self.start = start
+        self.with_blanks = with_blanks  # also yield the end-of-file blanks
         self.end: ScanEnd | None = None
         self.blanks: list[dfmt.EntryHeader] = []
 
@@ -210,6 +228,8 @@ class EntryScan:
                     header = dfmt.decode_entry_header(mf.buf, pos, segment.base_offset)
                     if header.is_blank:
                         self.blanks.append(header)
+                        if self.with_blanks:
+                            yield header
                         break
                     if header.magic == 0 and header.size == 0:
                         self.end = ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
@@ -312,3 +332,22 @@ def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int
     data = [s for s in data if s.base_offset >= divided]
     size = size or file_size or 1 << 30
     return DLedgerCommitLog(layout, classic + data, size, divided)
+
+
+def open_entry_files(path: Path) -> DLedgerCommitLog:
+    """``dump dledger PATH``: a store, a ``dledger-<id>`` folder, its ``data/`` folder or one data file."""
+    from ..errors import BadInput
+
+    if path.is_file():
+        from .mappedfile import OFFSET_NAME
+
+        if not OFFSET_NAME.match(path.name):
+            raise BadInput(f"{path}: a DLedger data file is named by its 20-digit start offset")
+        home = path.parent.parent
+        layout = DLedgerLayout(home, path.parent, home / "index")
+        size = file_size(path)
+        return DLedgerCommitLog(layout, [Segment(path, int(path.name), size)], size)
+    layout = layout_of_path(path)
+    if layout is None:
+        raise BadInput(f"{path}: no DLedger data here (expected dledger-<id>/data/ under a store, a dledger-<id> folder or its data/ folder)")
+    return open_commitlog(layout, [], None)

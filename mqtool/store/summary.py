@@ -102,5 +102,48 @@ def store_summary(store: Store) -> dict[str, Any]:
         "topics": topics,
         "queues": queues,
         "index": index_summary(store),
+        "dledger": dledger_summary(store) if store.is_dledger else None,
         "notes": [*store.notes, *unchecked_parts(store.root)],
+    }
+
+
+def dledger_summary(store: Store) -> dict[str, Any]:
+    """A DLedger store's member, entries and checkpoint (reference §15): the entry walk from the
+    third-from-last data file, as ``DLedgerMmapFileStore.recover`` does it."""
+    from ..formats import dledger as dfmt
+    from .dledgerwalk import ST_INDEX, ST_TERM
+
+    cl = store.commitlog
+    layout = cl.layout
+    files = cl.entry_segments()
+    first = dfmt.decode_entry_header(cl.mapped(cl.segment_index(files[0].base_offset)).buf, 0, files[0].base_offset) if files else None
+    scan = FastScan(cl, files[max(0, len(files) - 3)].base_offset if files else cl.min_offset, check_crc=False, stop_on_crc=False)
+    for _ in scan:
+        pass
+    last_index = int(scan.walker.state[ST_INDEX]) if files else -1
+    first_index = first.index if first is not None and first.magic == dfmt.ENTRY_MAGIC else None
+    index_files = layout.index_files()
+    units = sum(1 for _ in cl.index_units())
+    currterm = layout.currterm or {}
+    committed = cl.index_unit(layout.committed_index) if layout.committed_index is not None and layout.committed_index >= 0 else None
+    return {
+        "home": str(layout.home),
+        "self_id": layout.self_id,
+        "data_files": len(files),
+        "data_file_size": cl.file_size,
+        "divided_offset": cl.divided_offset,
+        "first_index": first_index,
+        "last_index": last_index,
+        "last_term": int(scan.walker.state[ST_TERM]) if files else None,
+        "entries": last_index - first_index + 1 if first_index is not None and last_index >= 0 else 0,
+        "end_offset": scan.end.offset if scan.end else None,
+        "end_reason": scan.end.reason if scan.end else None,
+        "committed_index": layout.committed_index,
+        "end_index": layout.end_index,
+        "committed_pos": committed.pos + committed.size if committed is not None and committed.magic == dfmt.ENTRY_MAGIC else None,
+        "current_term": currterm.get("currTerm"),
+        "vote_leader": currterm.get("voteLeader"),
+        "index_files": len(index_files),
+        "index_file_size": index_files[0][1].stat().st_size if index_files else None,
+        "index_units": units,
     }
