@@ -341,3 +341,72 @@ def test_dump_and_info_read_the_messages_at_the_broker_offsets(version):
     assert doc["dledger"]["index_units"] == d["indexEntryCount"]
     committed = int(d["checkpoint"]["parsed"]["committedIndex"])
     assert doc["dledger"]["committed_pos"] == m["messages"][committed]["dledgerEntry"]["pos"] + m["messages"][committed]["dledgerEntry"]["size"]
+
+
+# ---- verify --------------------------------------------------------------------------------------
+
+
+def _verify(path, *args):
+    import json
+
+    result = _cli("verify", path, "--format", "jsonl", "--no-progress", *args)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+    assert lines and "summary" in lines[-1], result.output
+    return result.exit_code, lines[:-1], lines[-1]["summary"]
+
+
+def _patch(path, position: int, data: bytes) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[position : position + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_verify_is_clean_on_the_small_stores(version):
+    m = manifest(version, "dledger-small")
+    code, findings, summary = _verify(store_path(version, "dledger-small"))
+    assert code == 0 and findings == [] and summary["sound"]
+    assert summary["commitlog"]["records"] == len(m["messages"]) and summary["commitlog"]["logical_end"] == m["dledger"]["endPos"]
+    assert summary["consume_queues"]["entries"] == sum(x["dispatchToConsumeQueue"] for x in m["messages"])
+
+
+def test_verify_names_each_damage_at_its_offset(tmp_path):
+    from conftest import copy_store
+
+    m = manifest("5.3.3", "dledger-small")
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    data = store_dir / "dledger-n0"
+    body_victim = next(x for x in m["messages"][100:] if x["bodyLength"] > 0)
+    e = body_victim["dledgerEntry"]
+    with Store.open(store_dir) as store:
+        body = store.commitlog.read_record(body_victim["commitLogOffset"]).body
+    raw = (data / e["file"]).read_bytes()
+    body_at = raw.index(body, e["filePosition"] + 48)
+    _patch(data / e["file"], body_at, bytes([raw[body_at] ^ 0xFF]))
+    unit_victim = m["messages"][50]["dledgerEntry"]
+    _patch(data / "index" / "00000000000000000000", unit_victim["index"] * 32 + 12, (unit_victim["size"] + 1).to_bytes(4, "big"))
+    head_victim = m["messages"][600]["dledgerEntry"]
+    _patch(data / head_victim["file"], head_victim["filePosition"] + 16, (head_victim["term"] - 1).to_bytes(8, "big", signed=True))
+    code, findings, summary = _verify(store_dir, "--only", "commitlog")
+    by_kind = {}
+    for f in findings:
+        by_kind.setdefault(f["kind"], []).append(f)
+    assert code == 1
+    assert [f["offset"] for f in by_kind["crc-mismatch"]] == [body_victim["commitLogOffset"]]
+    assert [f["details"]["index"] for f in by_kind["dledger-index"] if "index" in f["details"]] == [unit_victim["index"]]
+    [entry] = by_kind["dledger-entry"]
+    assert entry["offset"] == head_victim["pos"] and "term" in entry["message"]
+    assert entry["details"]["entries_after"] == len(m["messages"]) - 601
+    assert summary["commitlog"]["logical_end"] == head_victim["pos"] and summary["commitlog"]["records"] == 600
+
+
+def test_verify_checkpoint_ahead_of_the_data(tmp_path):
+    from conftest import copy_store
+
+    m = manifest("4.9.7", "dledger-small")
+    store_dir = copy_store("4.9.7", "dledger-small", tmp_path)
+    last = m["dledger"]["lastIndex"]
+    (store_dir / "dledger-n0" / "checkpoint").write_text(dfmt.encode_checkpoint_text(last + 5, last + 5))
+    code, findings, _ = _verify(store_dir, "--only", "commitlog")
+    kinds = [(f["kind"], f["severity"], f["expected"], f["found"]) for f in findings]
+    assert ("dledger-checkpoint", "error", last, last + 5) in kinds and code == 1

@@ -4,7 +4,8 @@ Imports ``formats`` and ``mqtool.store`` only (never the CLI). ``Verification(st
 yields ``Finding``s as it goes and fills ``summary``:
 
 1. ``commitlog``: every record of every segment on the compiled walk (``commitlog.py``), in
-   parallel over segments with ``jobs > 1``;
+   parallel over segments with ``jobs > 1``; on a DLedger store every entry and the record inside
+   it, the entry index and DLedger's checkpoint (``dledger.py``);
 2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
    consume queue (``consumequeue.py``) and the index files (``index.py``);
 3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``);
@@ -22,6 +23,7 @@ from ..store import fastscan as fs
 from ..store.layout import unchecked_parts
 from .commitlog import CommitLogCheck, CommitLogResult
 from .consumequeue import ConsumeQueueCheck
+from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .index import IndexCheck
 from .lmq import lmq_findings, lmq_queue_dirs
@@ -88,7 +90,8 @@ class Verification:
         records = 0
         logical_end = None
         if "commitlog" in opts.checks:
-            check = CommitLogCheck(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going)
+            log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
+            check = log_check(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going)
             check.progress = self._stage("commitlog", check.total_bytes)
             yield from check.run()
             result = self.commitlog = check.result

@@ -48,6 +48,10 @@ KINDS: dict[str, str] = {
     "stale-records": "valid-looking records after the logical end or a blank, older than the log: never read",
     "stale-after-blank": "leftover bytes after an end-of-file blank record (normal before 4.9.1)",
     "blank-size": "an end-of-file blank record whose TOTALSIZE is not the bytes left in the segment",
+    # DLedger commit log (reference §15)
+    "dledger-entry": "a DLedger entry header breaks a rule of DLedger's recovery (magic, size, pos, index, term, body): data and index are truncated there",
+    "dledger-index": "DLedger's index/ disagrees with the entries (the broker rewrites or truncates it on its next start)",
+    "dledger-checkpoint": "DLedger's checkpoint (committedIndex, endIndex) disagrees with the last entry",
     # consume queues
     "cq-file-gap": "a consume queue file is missing between two others",
     "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",

@@ -1,0 +1,206 @@
+"""Commit log verification of a DLedger store (reference §15): entries, the records inside, the
+entry index and DLedger's checkpoint. Takes ``CommitLogCheck``'s place (same ``result``).
+
+- every entry on the compiled walk (``store.dledgerwalk``): magic, size = body + 48, pos = its
+  own offset, index = previous + 1, term never decreasing, the body exactly one record with every
+  check of the record decoder; body CRC failures do not end the walk (one finding each); the
+  record's PHYSICALOFFSET = pos + 48 (``DLedgerCommitLog``'s append hook);
+- where the walk stops: the broker's ``DLedgerMmapFileStore.recover`` truncates data and index
+  there; what lies after it (zeros; non-zero bytes; valid entries after damage, counted);
+- ``index/``: unit ``i`` against entry ``i`` (the broker rewrites the index from the first
+  mismatch on its next start), units past the last entry (truncated on that start);
+- ``checkpoint``: ``committedIndex``/``endIndex`` against the last entry.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..formats import dledger as dfmt
+from ..store import Store
+from ..store import fastscan as fs
+from ..store.dledger import DLedgerCommitLog
+from ..store.mappedfile import MappedFile
+from .commitlog import CommitLogResult, relative
+from .findings import Finding, error, info, warning
+from .segments import store_timestamp_at
+
+Progress = Callable[[int], None]
+HEADER = dfmt.ENTRY_HEADER_SIZE
+_L = dfmt.ENTRY_HEADER_LAYOUT
+UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
+assert UNIT_DTYPE.itemsize == dfmt.INDEX_UNIT_SIZE and UNIT_DTYPE.names == tuple(dfmt.INDEX_UNIT_LAYOUT.names)
+
+
+class IndexUnits:
+    """The ``index/`` files as one big-endian structured array per file (mapped, no copy)."""
+
+    def __init__(self, commitlog: DLedgerCommitLog):
+        self.maps = [MappedFile(path, base) for base, path in commitlog.layout.index_files()]
+        self.arrays = [(mf.base_offset // dfmt.INDEX_UNIT_SIZE, np.frombuffer(mf.buf, dtype=UNIT_DTYPE, count=mf.size // dfmt.INDEX_UNIT_SIZE) if mf.size else np.empty(0, UNIT_DTYPE)) for mf in self.maps]
+
+    def lookup(self, numbers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(units, found) for entry indexes ``numbers``."""
+        units = np.zeros(numbers.shape[0], dtype=UNIT_DTYPE)
+        found = np.zeros(numbers.shape[0], dtype=bool)
+        for first, array in self.arrays:
+            sel = (numbers >= first) & (numbers < first + array.shape[0])
+            if sel.any():
+                units[sel] = array[numbers[sel] - first]
+                found |= sel
+        return units, found
+
+    def written(self) -> int:
+        """Units up to the first all-zero one."""
+        total = 0
+        for _, array in self.arrays:
+            raw = array.view(np.uint8).reshape(-1, dfmt.INDEX_UNIT_SIZE) if array.shape[0] else np.empty((0, 32), np.uint8)
+            empty = np.flatnonzero(~raw.any(axis=1))
+            if empty.size:
+                return total + int(empty[0])
+            total += array.shape[0]
+        return total
+
+    def close(self) -> None:
+        self.arrays = []
+        for mf in self.maps:
+            mf.close()
+
+
+class DLedgerLogCheck:
+    """``CommitLogCheck`` for a DLedger commit log; ``result`` is filled as ``run`` goes."""
+
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None):
+        self.store = store
+        self.commitlog: DLedgerCommitLog = store.commitlog
+        self.start = self.commitlog.min_offset if start is None else start
+        self.stop = stop
+        self.keep_going = keep_going
+        self.progress = progress
+        self.result = CommitLogResult()
+        self.notes: list[str] = []
+
+    @property
+    def total_bytes(self) -> int:
+        end = self.stop if self.stop is not None else self.commitlog.end_of_files
+        return max(end - self.start, 0)
+
+    def _file(self, offset: int) -> str | None:
+        index = self.commitlog.segment_index(offset)
+        return relative(self.store, self.commitlog.segments[index].path) if index is not None else None
+
+    def run(self) -> Iterator[Finding]:
+        cl, result = self.commitlog, self.result
+        if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
+            self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
+        units = IndexUnits(cl)
+        scan = fs.FastScan(cl, self.start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
+        first_mismatch: tuple[int, int] | None = None
+        missing_units = 0
+        last_pos = self.start
+        try:
+            for batch in scan:
+                rows, array, base = batch.rows, batch.array, batch.base_offset
+                result.records += rows.shape[0]
+                pos = rows[:, fs.COL_POS]
+                phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
+                for i in np.flatnonzero(phys != base + pos):
+                    yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
+                for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
+                    yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
+                entry = pos - HEADER
+                numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
+                unit, found = units.lookup(numbers)
+                missing_units += int((~found).sum())
+                same = found & (unit["magic"] == dfmt.ENTRY_MAGIC) & (unit["pos"] == base + entry) & (unit["index"] == numbers)
+                same &= unit["size"] == fs.gather_be(array, entry, _L.offset_of("size"), 4, True)
+                same &= unit["term"] == fs.gather_be(array, entry, _L.offset_of("term"), 8, True)
+                if first_mismatch is None and not same.all():
+                    k = int(np.flatnonzero(~same)[0])
+                    first_mismatch = (int(numbers[k]), base + int(entry[k]))
+                last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
+                result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
+                if self.progress:
+                    self.progress(last_pos - self.start)
+            end = scan.end
+            result.logical_end, result.end_reason = end.offset, end.reason
+            result.bytes = max(end.offset - self.start, 0)
+            result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
+            last_index = int(scan.walker.state[0])
+            yield from self._end(end)
+            yield from self._index(units, first_mismatch, missing_units, last_index)
+            yield from self._checkpoint(last_index)
+        finally:
+            units.close()
+
+    def _end(self, end) -> Iterator[Finding]:
+        cl = self.commitlog
+        index = cl.segment_index(end.offset)
+        if end.reason == "limit" or index is None:
+            return
+        seg = cl.segments[index]
+        if end.is_clean:
+            with MappedFile(seg.path, seg.base_offset) as mf:
+                array = fs.as_array(mf.buf)
+                nz = fs.first_nonzero(array, end.offset - seg.base_offset, mf.size)
+                del array
+            if nz >= 0:
+                yield warning("data-after-end", "non-zero bytes after the last entry: DLedger's recovery ignores them and the next append overwrites them", file=relative(self.store, seg.path), offset=seg.base_offset + nz)
+            return
+        self.result.stopped_early = True
+        after = _entries_after(cl, end.offset)
+        yield error(
+            "dledger-entry",
+            f"{end.detail}: DLedger's recovery (DLedgerMmapFileStore.recover) stops here and truncates the data and the index, "
+            f"discarding {after} well-formed entr{'y' if after == 1 else 'ies'} after it" + (" (if this is more than one file before the last, the broker exits: \"check it manually\")" if index < len(cl.segments) - 2 else ""),
+            file=relative(self.store, seg.path),
+            offset=end.offset,
+            details={"reason": end.reason, "entries_after": after},
+        )
+
+    def _index(self, units: IndexUnits, first_mismatch, missing: int, last_index: int) -> Iterator[Finding]:
+        home = relative(self.store, self.commitlog.layout.index_dir)
+        if first_mismatch is not None:
+            number, offset = first_mismatch
+            yield warning("dledger-index", f"index unit {number} disagrees with its entry: the broker rewrites the index from there on its next start ({missing} unit(s) missing)", file=home, offset=offset, details={"index": number})
+        written = units.written()
+        if last_index >= 0 and written > last_index + 1:
+            yield warning("dledger-index", f"{written - last_index - 1} index unit(s) past the last entry {last_index}: truncated on the broker's next start", file=home, expected=last_index + 1, found=written)
+
+    def _checkpoint(self, last_index: int) -> Iterator[Finding]:
+        layout = self.commitlog.layout
+        path = relative(self.store, layout.home / "checkpoint")
+        committed, end_index = layout.committed_index, layout.end_index
+        if layout.checkpoint is None or last_index < 0:
+            return
+        if committed is not None and committed > last_index:
+            yield error("dledger-checkpoint", f"DLedger's checkpoint says entry {committed} was committed but the data ends at entry {last_index}: committed (acknowledged) entries are gone", file=path, expected=last_index, found=committed)
+        elif committed is not None and committed < last_index:
+            yield info(
+                "dledger-checkpoint",
+                f"entries {committed + 1}..{last_index} are written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
+                "see `mqtool recover --dry-run` for what the broker's recovery does with them",
+                file=path, expected=last_index, found=committed,
+            )
+        if end_index is not None and end_index > last_index:
+            yield warning("dledger-checkpoint", f"DLedger's checkpoint endIndex {end_index} is past the last entry {last_index}", file=path, expected=last_index, found=end_index)
+
+
+def _entries_after(cl: DLedgerCommitLog, offset: int) -> int:
+    """Well-formed entries after damage: positions holding magic 1 and their own offset as pos."""
+    count = 0
+    for seg in cl.entry_segments():
+        if seg.end_offset <= offset:
+            continue
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            array = fs.as_array(mf.buf)
+            lo = max(offset - seg.base_offset + 1, 0)
+            ones = np.flatnonzero(array[lo + 3 : mf.size - HEADER + 4] == 1) + lo  # last byte of magic = 1
+            cand = ones[(array[ones] == 0) & (array[ones + 1] == 0) & (array[ones + 2] == 0)]
+            if cand.size:
+                pos = fs.gather_be(array, cand, _L.offset_of("pos"), 8, True)
+                count += int((pos == seg.base_offset + cand).sum())
+            del array
+    return count
