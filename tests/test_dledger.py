@@ -410,3 +410,51 @@ def test_verify_checkpoint_ahead_of_the_data(tmp_path):
     code, findings, _ = _verify(store_dir, "--only", "commitlog")
     kinds = [(f["kind"], f["severity"], f["expected"], f["found"]) for f in findings]
     assert ("dledger-checkpoint", "error", last, last + 5) in kinds and code == 1
+
+
+# ---- Spark splits over DLedger data ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_splits_cut_anywhere_read_exactly_the_records_of_the_sequential_scan(version, name):
+    from mqtool.store.splits import Split, SplitResult, SplitScan, check_handoffs, plan_splits
+
+    m = manifest(version, name)
+    expected = [x["commitLogOffset"] for x in m["messages"]]
+    with Store.open(store_path(version, name)) as store:
+        segments = store.commitlog.segments
+        assert all(s.entries for s in segments)
+        cuts_by_segment = {}
+        for seg in segments:
+            offsets = [x for x in expected if seg.base_offset <= x < seg.end_offset]
+            cuts = set()
+            for o in offsets[::5]:
+                p = o - seg.base_offset
+                cuts.update({p - 48, p - 47, p - 44, p, p + 7, p + 100})  # on an entry, inside its header, inside the record
+            cuts.update({seg.size // 2, seg.size - 300})
+            cuts_by_segment[seg] = sorted(c for c in cuts if 0 < c < seg.size)
+        for size in (None, 100_000):
+            splits = plan_splits(segments, size) if size else [
+                Split(str(seg.path), seg.base_offset, seg.size, a, b, True)
+                for seg, cuts in cuts_by_segment.items()
+                for a, b in zip([0, *cuts], [*cuts, seg.size])
+            ]
+            read, results = {}, []
+            for sp in splits:
+                scan = SplitScan(sp, batch=64)
+                read[sp.offset] = [b.base_offset + int(r) for b in scan for r in b.rows[:, 0]]
+                results.append(SplitResult(sp.base_offset, sp.base_offset, sp.offset, scan.first, scan.exit))
+            assert check_handoffs(results) == []
+            assert [o for sp in splits for o in read[sp.offset]] == expected
+
+
+def test_spark_inputs_keep_dledger_segments():
+    from mqtool.spark.inputs import broker_store, resolve_inputs
+
+    m = manifest("5.3.3", "dledger-small")
+    data = store_path("5.3.3", "dledger-small") / "dledger-n0" / "data"
+    [b] = resolve_inputs([store_path("5.3.3", "dledger-small")])
+    assert all(s.entries for s in b.segments)
+    [b2] = resolve_inputs([data / "00000000000000000000", data / "00000000000001048576"], ["b"], broker_versions=["5.3.3"])
+    with broker_store(b2) as store:
+        assert [r.offset for r in store.commitlog.scan()] == [x["commitLogOffset"] for x in m["messages"]]

@@ -18,6 +18,7 @@ from typing import Sequence
 from ..errors import BadInput, UsageError
 from ..formats.dispatch import DEFAULT_DELAY_LEVELS
 from ..store import BrokerVersion, CommitLog, Segment, Store, StoreConfig, load_broker_config
+from ..store.dledger import commitlog_of
 
 DEFAULT_STORE_DIR = "store"
 
@@ -104,7 +105,7 @@ def resolve_inputs(
             )
             entry["paths"].append(str(path))
             for seg in store.commitlog.segments:
-                seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size)
+                seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
                 other = entry["segments"].get(seg.base_offset)
                 if other is not None and other.path != seg.path:
                     raise UsageError(
@@ -133,4 +134,4 @@ def broker_store(b: BrokerInput, config: StoreConfig | None = None) -> Store:
     if len(b.paths) == 1:
         return Store.open(b.paths[0], config, b.version)
     version = BrokerVersion.parse(b.version) if b.version else None
-    return Store(None, CommitLog(list(b.segments), b.file_size), config, _version=version)
+    return Store(None, commitlog_of(list(b.segments), b.file_size), config, _version=version)

@@ -27,6 +27,7 @@ class Segment:
     path: Path
     base_offset: int
     size: int
+    entries: bool = False  # a DLedger data file: records sit inside 48-byte entries (§15)
 
     @property
     def end_offset(self) -> int:

@@ -111,7 +111,7 @@ def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) 
     for base, p, size in sizes:
         if size != expected:
             raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other {what} files (the broker refuses to load it)")
-    return [Segment(p, base, size) for base, p, size in sizes], expected
+    return [Segment(p, base, size, True) for base, p, size in sizes], expected
 
 
 class DLedgerCommitLog(CommitLog):
@@ -119,7 +119,7 @@ class DLedgerCommitLog(CommitLog):
 
     entry_header_size = dfmt.ENTRY_HEADER_SIZE
 
-    def __init__(self, layout: DLedgerLayout, segments: list[Segment], file_size: int, divided_offset: int = 0):
+    def __init__(self, layout: DLedgerLayout | None, segments: list[Segment], file_size: int, divided_offset: int = 0):
         super().__init__(segments, file_size)
         self.layout = layout
         self.divided_offset = divided_offset
@@ -159,6 +159,8 @@ class DLedgerCommitLog(CommitLog):
     def index_unit(self, number: int) -> dfmt.IndexUnit | None:
         """Unit ``number`` of ``index/`` (byte ``number x 32`` of its file list), or None."""
         offset = number * dfmt.INDEX_UNIT_SIZE
+        if self.layout is None:
+            return None
         if self._index_maps is None:
             self._index_maps = [MappedFile(path, base) for base, path in self.layout.index_files()]
         for mf in self._index_maps:
@@ -175,7 +177,7 @@ class DLedgerCommitLog(CommitLog):
     def index_units(self) -> Iterator[dfmt.IndexUnit]:
         """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
         number = 0
-        for base, path in self.layout.index_files():
+        for base, path in self.layout.index_files() if self.layout is not None else []:
             with MappedFile(path, base) as mf:
                 size = mf.size - mf.size % dfmt.INDEX_UNIT_SIZE
                 number = base // dfmt.INDEX_UNIT_SIZE
@@ -346,8 +348,38 @@ def open_entry_files(path: Path) -> DLedgerCommitLog:
         home = path.parent.parent
         layout = DLedgerLayout(home, path.parent, home / "index")
         size = file_size(path)
-        return DLedgerCommitLog(layout, [Segment(path, int(path.name), size)], size)
+        return DLedgerCommitLog(layout, [Segment(path, int(path.name), size, True)], size)
     layout = layout_of_path(path)
     if layout is None:
         raise BadInput(f"{path}: no DLedger data here (expected dledger-<id>/data/ under a store, a dledger-<id> folder or its data/ folder)")
     return open_commitlog(layout, [], None)
+
+
+def commitlog_of(segments: list[Segment], file_size: int) -> CommitLog:
+    """A commit log over gathered segments (Spark inputs): a DLedger view when they are entry files."""
+    if any(s.entries for s in segments):
+        classic = [s for s in segments if not s.entries]
+        return DLedgerCommitLog(None, segments, file_size, classic[-1].end_offset if classic else 0)
+    return CommitLog(segments, file_size)
+
+
+def is_entry_file(path: Path, base: int) -> bool:
+    """True when a file's first bytes are a DLedger entry describing itself (§15.6: magic 1,
+    pos = the file's start offset, size = body length + 48), not a classic record."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(dfmt.ENTRY_HEADER_SIZE)
+    except OSError:
+        return False
+    if len(head) < dfmt.ENTRY_HEADER_SIZE:
+        return False
+    h = dfmt.decode_entry_header(head, 0, base)
+    return h.magic == dfmt.ENTRY_MAGIC and h.pos == base and h.size == h.body_size + dfmt.ENTRY_HEADER_SIZE and h.size > dfmt.ENTRY_HEADER_SIZE - 4
+
+
+def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLedgerCommitLog:
+    """Entry files given without their store (a data folder, one file)."""
+    home = paths[0][1].parent.parent
+    layout = DLedgerLayout(home, paths[0][1].parent, home / "index")
+    segments, size = segments_of(paths, file_size, "DLedger data")
+    return DLedgerCommitLog(layout, segments, size or file_size or 1 << 30)

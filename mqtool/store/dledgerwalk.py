@@ -117,6 +117,25 @@ def walk_entries(buf, pos, stop, check_crc, stop_on_crc, out, base, state):
         pos = nxt
 
 
+@numba.njit(cache=True, nogil=True)
+def find_entry_start(buf, start, stop, base):
+    """The first position in ``[start, stop)`` where an entry describes itself (magic 1, ``pos``
+    = its own offset, ``size`` = body length + 48) or an end-of-file blank whose size is exactly
+    the bytes left; -1 when there is none. Where a split of a data file resumes."""
+    end = buf.shape[0]
+    limit = min(stop, end - 8 + 1)
+    for p in range(start, limit):
+        if buf[p + 3] == 1 and buf[p] == 0 and buf[p + 1] == 0 and buf[p + 2] == 0:
+            if p + HEADER <= end and _be64(buf, p + POS_POS) == base + p:
+                size = fs._signed32(fs._be32(buf, p + POS_SIZE))
+                if size > HEADER - 4 and size == fs._signed32(fs._be32(buf, p + POS_BODY_SIZE)) + HEADER:
+                    return p
+        elif buf[p] == 0xFF and buf[p + 1] == 0xFF and buf[p + 2] == 0xFF and buf[p + 3] == 0xFF:
+            if fs._signed32(fs._be32(buf, p + POS_SIZE)) == end - p:
+                return p
+    return -1
+
+
 class EntryWalker:
     """``FastScan``'s walk for a DLedger commit log: ``walk_entries`` with the index/term state
     carried from file to file; a segment below ``divided_offset`` (the classic commit log of a

@@ -15,6 +15,10 @@ a split only when its first record starts exactly where the chain of the previou
 accepted split of the same segment ends; the first non-empty split must start at the segment's
 first byte. The walks and the check use nothing but the records' own bytes, so they run anywhere:
 in Spark tasks, in a process pool, in tests.
+
+A DLedger data file (``Split.entries``, reference §15) resumes at the first entry header that
+describes itself (magic 1, pos = its own offset, size = body + 48) and is walked entry by entry;
+``first``/``exit`` are entry positions there, so the same handoff check applies.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import numpy as np
 
 from ..errors import UsageError
 from . import fastscan as fs
+from ..formats.dledger import ENTRY_HEADER_SIZE
 from .commitlog import CommitLog, ScanEnd, Segment, StopReason
+from .dledger import commitlog_of
 from .mappedfile import MappedFile
 
 MIN_AUTO_SPLIT = 128 << 20
@@ -70,6 +76,7 @@ class Split:
     size: int
     start: int
     end: int
+    entries: bool = False  # a DLedger data file (records inside 48-byte entries, §15)
 
     @property
     def offset(self) -> int:
@@ -78,7 +85,7 @@ class Split:
 
     @property
     def segment(self) -> Segment:
-        return Segment(self.path, self.base_offset, self.size)
+        return Segment(self.path, self.base_offset, self.size, self.entries)
 
 
 def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> list[Split]:
@@ -87,7 +94,7 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> l
     for seg in segments:
         step = seg.size if not split_size or split_size >= seg.size else split_size
         for start in range(0, max(seg.size, 1), max(step, 1)):
-            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size)))
+            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size), seg.entries))
     return splits
 
 
@@ -131,6 +138,17 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
     return None
 
 
+def find_entry_split_start(array: np.ndarray, start: int, stop: int, base: int) -> int | None:
+    """``find_split_start`` for a DLedger data file: the first self-describing entry header
+    (``dledgerwalk.find_entry_start``), or None."""
+    if start == 0:
+        return 0
+    from .dledgerwalk import find_entry_start
+
+    p = int(find_entry_start(array, start, stop, base))
+    return None if p < 0 else p
+
+
 class SplitScan:
     """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
     ``records`` and ``end`` describe what it read.
@@ -159,21 +177,25 @@ class SplitScan:
             array = fs.as_array(mf.buf)
             fd = os.open(split.path, os.O_RDONLY)
             try:
-                begin = find_split_start(array, split.start, split.end, base, fd)
+                if split.entries:
+                    begin = find_entry_split_start(array, split.start, split.end, base)
+                else:
+                    begin = find_split_start(array, split.start, split.end, base, fd)
             finally:
                 os.close(fd)
                 del array
         if begin is None:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
             return
-        commitlog = CommitLog([split.segment], split.size)
+        commitlog = commitlog_of([split.segment], split.size)
+        header = ENTRY_HEADER_SIZE if split.entries else 0  # handoffs compare entry positions
         pos, stop = base + begin, base + split.end
         while True:
             window_stop = min(stop, pos + self.window)
             scan = fs.FastScan(commitlog, pos, window_stop, check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
             for batch in scan:
                 if self.first is None:
-                    self.first = base + int(batch.rows[0, fs.COL_POS])
+                    self.first = base + int(batch.rows[0, fs.COL_POS]) - header
                 self.records += len(batch.rows)
                 yield batch
             end = scan.end

@@ -47,14 +47,20 @@ class Store:
         if not path.exists():
             raise StoreNotFound(f"{path}: no such file or directory")
         if path.is_file():
+            if OFFSET_NAME.match(path.name) and dledger.is_entry_file(path, int(path.name)):
+                return cls._open_dledger_files([(int(path.name), path)], config, version)
             return cls._open_segment_file(path, config, version)
+        if path.name.startswith("dledger-") and (path / "data").is_dir():
+            path = path / "data"
         if config.dledger is not False and (layout := dledger.locate(path, config.dledger_data_path, config.dledger_self_id)):
             return cls._open_dledger(layout, path, config, version)
         if config.dledger and (path / "commitlog").is_dir() is False:
             raise NotAStore(f"{path}: the broker config enables DLedger but there is no dledger-*/data folder")
         if any((path / part).exists() for part in STORE_PARTS):
             return cls._open_commitlog_dirs(config.commitlog_dirs or (path / "commitlog",), path, config, version)
-        if offset_named_files(path):
+        if files := offset_named_files(path):
+            if dledger.is_entry_file(files[0][1], files[0][0]):
+                return cls._open_dledger_files(files, config, version)
             return cls._open_commitlog_dirs((path,), None, config, version)
         raise NotAStore(f"{path}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
 
@@ -100,6 +106,14 @@ class Store:
         classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
         segments = classic.commitlog.segments if classic else []
         store = cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])
+        if version is not None:
+            store._version = BrokerVersion.parse(version)
+        return store
+
+    @classmethod
+    def _open_dledger_files(cls, files, config: StoreConfig, version: str | None) -> "Store":
+        """DLedger data files without their store (a ``data/`` folder, one file)."""
+        store = cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)
         if version is not None:
             store._version = BrokerVersion.parse(version)
         return store
