@@ -458,3 +458,42 @@ def test_spark_inputs_keep_dledger_segments():
     [b2] = resolve_inputs([data / "00000000000000000000", data / "00000000000001048576"], ["b"], broker_versions=["5.3.3"])
     with broker_store(b2) as store:
         assert [r.offset for r in store.commitlog.scan()] == [x["commitLogOffset"] for x in m["messages"]]
+
+
+def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
+    """§15.5: a broker switched to DLedger keeps commitlog/ (its last file closed by a blank,
+    ``setRecoverPosition``) and DLedger data continues at the end of that file. Built here from
+    4.9.7 clean-small's commit log and dledger-small's entries moved to that offset."""
+    import shutil
+
+    from mqtool.formats import commitlog as clfmt
+
+    classic = manifest("4.9.7", "clean-small")
+    dl = manifest("4.9.7", "dledger-small")
+    root = tmp_path / "mixed"
+    shutil.copytree(store_path("4.9.7", "clean-small") / "commitlog", root / "commitlog")
+    last = max(classic["messages"], key=lambda x: x["commitLogOffset"])
+    files = sorted((root / "commitlog").iterdir())
+    divided = int(files[-1].name) + files[-1].stat().st_size
+    end = last["commitLogOffset"] + last["size"] - int(files[-1].name)
+    _patch(files[-1], end, (files[-1].stat().st_size - end).to_bytes(4, "big") + (clfmt.BLANK_MAGIC & 0xFFFFFFFF).to_bytes(4, "big"))
+    data = root / "dledger-n0" / "data"
+    data.mkdir(parents=True)
+    phys_at = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("phys_offset")
+    for src in sorted((store_path("4.9.7", "dledger-small") / "dledger-n0" / "data").iterdir()):
+        raw = bytearray(src.read_bytes())
+        for msg in dl["messages"]:
+            e = msg["dledgerEntry"]
+            if e["file"].endswith(src.name):
+                p = e["filePosition"]
+                raw[p + 24 : p + 32] = (e["pos"] + divided).to_bytes(8, "big")
+                raw[p + 48 + phys_at : p + 48 + phys_at + 8] = (msg["commitLogOffset"] + divided).to_bytes(8, "big")
+        (data / f"{int(src.name) + divided:020d}").write_bytes(bytes(raw))
+    expected = sorted(x["commitLogOffset"] for x in classic["messages"]) + [x["commitLogOffset"] + divided for x in dl["messages"]]
+    with Store.open(root) as store:
+        assert store.is_dledger and store.commitlog.divided_offset == divided
+        scan = store.commitlog.scan(check_crc=True)
+        assert [r.offset for r in scan] == expected and scan.end.offset == dl["dledger"]["endPos"] + divided
+        fast = FastScan(store.commitlog)
+        assert [b.base_offset + int(r) for b in fast for r in b.rows[:, 0]] == expected
+        assert store.commitlog.read_record(expected[-1]).phys_offset == expected[-1]
