@@ -497,3 +497,26 @@ def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
         fast = FastScan(store.commitlog)
         assert [b.base_offset + int(r) for b in fast for r in b.rows[:, 0]] == expected
         assert store.commitlog.read_record(expected[-1]).phys_offset == expected[-1]
+
+
+def test_after_the_brokers_recovery_verify_names_the_lost_entries_and_rebuild_cq_restores_them(tmp_path):
+    """5.3.3 cqloss: ``recover`` leaves the store as the broker does; ``verify`` then reports
+    exactly the acknowledged messages without a consume queue entry; ``rebuild-cq`` gives them back."""
+    from conftest import recovered
+
+    from mqtool.apply import apply_plan
+    from mqtool.recovery.planner import plan_rebuild_cq
+
+    rec = recovered("5.3.3", "dledger-crashed-cqloss")
+    served = {e["cq"]["phyOffset"] for q in rec["queues"] for e in q["entries"]}
+    lost = [x for x in manifest("5.3.3", "dledger-crashed-cqloss")["messages"] if x["dispatchToConsumeQueue"] and x["commitLogOffset"] not in served]
+    store_dir, _ = _recover_copy(tmp_path, "5.3.3", "dledger-crashed-cqloss")
+    code, findings, _ = _verify(store_dir, "--only", "cq")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    assert code == 1 and sum(int(f["expected"].split()[0]) for f in missing) == len(lost)
+    assert {(f["details"]["topic"], f["details"]["queue_id"]) for f in missing} == {(x["topic"], x["queueId"]) for x in lost}
+    with Store.open(store_dir) as store:
+        plan = plan_rebuild_cq(store)
+    apply_plan(plan, tmp_path / "backup-rebuild")
+    code, findings, summary = _verify(store_dir, "--only", "cq")
+    assert code == 0 and findings == [] and summary["consume_queues"]["entries"] == len(served) + len(lost)
