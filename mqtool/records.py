@@ -72,15 +72,21 @@ DLEDGER_ENTRY_FIELDS = (
 
 def decompress_body(record: CommitLogRecord) -> bytes:
     """The body inflated when the COMPRESSED flag is set (zlib; LZ4/ZSTD are not bundled)."""
-    if not record.sys_flag & clfmt.SysFlag.COMPRESSED:
-        return record.body
-    kind = clfmt.compression_type(record.sys_flag)
+    return inflate_body(record.body, record.sys_flag, record.offset)
+
+
+def inflate_body(body: bytes, sys_flag: int, offset: int) -> bytes:
+    """``body`` inflated when ``sys_flag`` has COMPRESSED (reference §2.11, ``MessageDecoder``
+    with ``UtilAll.uncompress``); ``offset`` names the record in the error."""
+    if not sys_flag & clfmt.SysFlag.COMPRESSED:
+        return body
+    kind = clfmt.compression_type(sys_flag)
     if kind in (clfmt.CompressionType.ZLIB_LEGACY, clfmt.CompressionType.ZLIB):
         try:
-            return zlib.decompress(record.body)
+            return zlib.decompress(body)
         except zlib.error as exc:
-            raise CorruptRecord(record.offset, f"compressed body does not inflate: {exc}") from None
-    raise CorruptRecord(record.offset, f"body compression type {kind} (LZ4/ZSTD) is not supported")
+            raise CorruptRecord(offset, f"compressed body does not inflate: {exc}") from None
+    raise CorruptRecord(offset, f"body compression type {kind} (LZ4/ZSTD) is not supported")
 
 
 def encode_body(body: bytes, encoding: BodyEncoding) -> str | None:

@@ -8,19 +8,22 @@ prints one kind of file: ``commitlog`` (a store, a commitlog folder or one segme
 
 from __future__ import annotations
 
+import csv
+import io
+import sys
 from pathlib import Path
-from typing import Annotated, Iterator, Optional
+from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
 
 import typer
 
 from ..errors import BadInput, UsageError
 from ..formats.checkpoint import decode_checkpoint
+from ..formats import commitlog as clfmt
 from ..formats.commitlog import CommitLogRecord
 from ..formats.errors import FormatError
 from ..formats.hashing import index_key_hash
 from ..formats.index import index_key
 from ..formats.msgid import decode_msg_id
-from ..formats.properties import PropertyKey, split_keys
 from ..records import (
     CONSUME_QUEUE_FIELDS,
     DLEDGER_ENTRY_FIELDS,
@@ -33,7 +36,7 @@ from ..records import (
     message_dict,
     parse_time,
 )
-from ..store import ConsumeQueue, IndexFile, Store, load_broker_config
+from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
@@ -42,74 +45,185 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note,
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .progress import ByteProgress
 
+if TYPE_CHECKING:
+    from ..scan.filter import MessageFilter
+
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer", "dledger")
 MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
 CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "topic", "queue_id", "queue_offset")
 
 
-class MessageFilter:
-    """The message filters of ``dump`` (all given filters must match)."""
-
-    def __init__(self, topics, queue, since, until, key, tag, uniq_key):
-        self.topics = {t.encode() for t in topics} if topics else None
-        self.queue, self.since, self.until = queue, since, until
-        self.key, self.tag, self.uniq_key = key, tag, uniq_key
-        self.needs_properties = key is not None or tag is not None or uniq_key is not None
-
-    def __call__(self, record, legacy: bool) -> bool:
-        if self.topics is not None and record.topic not in self.topics:
-            return False
-        if self.queue is not None and record.queue_id != self.queue:
-            return False
-        if self.since is not None and record.store_timestamp < self.since:
-            return False
-        if self.until is not None and record.store_timestamp > self.until:
-            return False
-        if self.needs_properties:
-            props = record.property_map(legacy=legacy)
-            if self.tag is not None and props.get(PropertyKey.TAGS) != self.tag:
-                return False
-            if self.uniq_key is not None and props.get(PropertyKey.UNIQ_KEY) != self.uniq_key:
-                return False
-            if self.key is not None and self.key not in split_keys(props.get(PropertyKey.KEYS)):
-                return False
-        return True
+def _msg_id_offset(msg_id: str) -> int:
+    try:
+        return decode_msg_id(msg_id).commit_log_offset
+    except ValueError:
+        raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
 
 
-def message_rows(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress) -> Iterator[dict]:
-    legacy = store.legacy_properties
-    as_dict = lambda r: message_dict(r, body, decompress=decompress, legacy_properties=legacy, delay_table=store.delay_table)  # noqa: E731
-    if msg_id is not None:
+def _record_start(store: Store, offset: int) -> int:
+    """``--from-offset``: ``offset`` when a record starts there, else the next record start after it
+    (``fastscan.find_record_start``: magic, size chain and self-describing PHYSICALOFFSET agree),
+    or the next segment when none follows in this one (past the end-of-file blank; before 4.9.1
+    the blank is followed by leftovers of older records). Offsets no segment holds are kept (the
+    scan then says so); so is ``offset`` when nothing follows it anywhere."""
+    import numpy as np
+
+    from ..store import fastscan as fs
+
+    segments = store.commitlog.segments
+    index = store.commitlog.segment_index(offset)
+    if index is None:
+        return offset
+    seg = segments[index]
+    with MappedFile(seg.path, seg.base_offset) as mf:
+        array = fs.as_array(mf.buf)
         try:
-            offset = decode_msg_id(msg_id).commit_log_offset
-        except ValueError:
-            raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
+            pos = offset - seg.base_offset
+            scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
+            if fs.walk_segment(array, pos, pos + 1, False, False, scratch)[0] == 1:
+                return offset
+            found = int(fs.find_record_start(array, pos + 1, array.shape[0], seg.base_offset, RESYNC_CHAIN, scratch))
+            is_blank = found >= 0 and int.from_bytes(bytes(array[found + 4 : found + 8]), "big") == clfmt.BLANK_MAGIC & 0xFFFFFFFF
+        finally:
+            del array
+    if found >= 0 and not is_blank:
+        return seg.base_offset + found
+    return segments[index + 1].base_offset if index + 1 < len(segments) else offset
+
+
+RESYNC_CHAIN = 2  # records that must chain from a resync candidate (or end the data) to trust it
+
+
+def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
+    """The commit log offsets the index names for ``--key``/``--uniq-key`` under each ``--topic``
+    (``IndexService.queryOffset`` without its 64-result cap; newest file first), ascending and
+    unique; or None and why the index cannot answer (the caller scans instead)."""
+    wanted = match.uniq_key if match.uniq_key is not None else match.key
+    option = "--uniq-key" if match.uniq_key is not None else "--key"
+    if not match.topics:
+        return None, f"{option} without --topic: the index is keyed by topic#key"
+    if store.root is None:
+        return None, f"{option}: no index files beside a commit log folder or segment"
+    if not list_index_files(store.path("index")):
+        return None, f"{option}: the store has no index files"
+    if store.abort_present:
+        return None, f"{option}: the store was not shut down cleanly (abort file), its index may lag the commit log"
+    offsets: set[int] = set()
+    for f in store.index_files:
+        for topic in match.topics:
+            offsets.update(f.select_phy_offsets(index_key(topic, wanted), sys.maxsize))
+    return sorted(offsets), ""
+
+
+def message_batches(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, index: bool = True) -> Iterator:
+    """The Arrow batches ``dump`` prints (``mqtool.scan``), ``limit`` rows at most; the end of the
+    scan (or why a lookup found nothing) goes to stderr afterwards."""
+    from ..scan.messages import MessageScan
+
+    if limit == 0:
+        return
+    options = dict(body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False)
+    if msg_id is not None:
+        offset = _msg_id_offset(msg_id)
         try:
             record = store.commitlog.read_record(offset)
         except (FormatError, LookupError) as exc:
             note(f"no message at offset {offset} of --msg-id: {exc}")
             return
-        if getattr(record, "msg_id", None) == msg_id.upper() and match(record, legacy):
-            yield as_dict(record)
+        if getattr(record, "msg_id", None) == msg_id.upper():
+            yield from MessageScan(store, start=offset, stop=offset + 1, batch=1, **options)
         return
+    if index and (match.key is not None or match.uniq_key is not None):
+        offsets, why = _index_lookup(store, match)
+        if offsets is None:
+            note(f"{why}; scanning the commit log")
+        else:
+            yield from _looked_up(store, offsets, start, stop, limit, options)
+            return
+    if start is not None:
+        start = _record_start(store, start)
     start = store.commitlog.min_offset if start is None else start
-    scan = store.commitlog.scan(start, stop)
+    batch = 1 << 15 if limit is None else min(1 << 15, max(limit, 256))
+    scan = MessageScan(store, start=start, stop=stop, batch=batch, **options)
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
-        for record in scan:
-            bar.advance(record.offset)
-            if not match(record, legacy):
-                continue
-            yield as_dict(record)
-            count += 1
-            if limit is not None and count >= limit:
+        for b in scan:
+            if limit is not None and count + b.num_rows >= limit:
+                yield b.slice(0, limit - count)
                 return
-    end = scan.end
+            count += b.num_rows
+            yield b
+            bar.advance(b.column("offset")[-1].as_py())
+    end = _reference_end(store, scan.end, stop)
     if end.is_clean:
         note(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
         note(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
+
+
+def _looked_up(store: Store, offsets: list[int], start, stop, limit, options) -> Iterator:
+    """The records at the index's offsets that pass the filters (a hash collision or another
+    topic's key fails them), in commit log order."""
+    from ..scan.messages import MessageScan
+
+    count = 0
+    for offset in offsets:
+        if (start is not None and offset < start) or (stop is not None and offset >= stop):
+            continue
+        if store.commitlog.segment_index(offset) is None:
+            continue  # the index outlives expired segments
+        for b in MessageScan(store, start=offset, stop=offset + 1, batch=1, **options):
+            yield b
+            count += b.num_rows
+        if limit is not None and count >= limit:
+            return
+    note(f"looked up through the index: {len(offsets)} offsets, {count} matching messages")
+
+
+def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
+    """Where the scan stopped, worded by the record decoder (``CommitLog.scan``) when it is damage."""
+    if end.is_clean:
+        return end
+    reference = store.commitlog.scan(end.offset, stop)
+    if next(iter(reference), None) is None and reference.end is not None and reference.end.offset == end.offset:
+        return reference.end
+    return end
+
+
+def _row_dict(row: dict) -> dict:
+    row["properties"] = dict(row["properties"])
+    return row
+
+
+def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
+    """Print message batches: JSON Lines, JSON and CSV by the compiled text encoder, the table
+    through ``emit_rows`` (bytes as ``emit_rows`` writes the rows as dicts)."""
+    if fmt is OutputFormat.table:
+        emit_rows((_row_dict(r) for b in batches for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE)
+        return
+    from ..scan.text import BatchText, TextFormat
+
+    out = sys.stdout
+    out.flush()
+    raw = out.buffer
+    if fmt is OutputFormat.csv:
+        header = io.StringIO()
+        csv.writer(header, lineterminator="\n").writerow(MESSAGE_FIELDS)
+        raw.write(header.getvalue().encode())
+    elif fmt is OutputFormat.json:
+        raw.write(b"[")
+    encoder = BatchText(MESSAGE_FIELDS, TextFormat(fmt.value))
+    count = 0
+    for b in batches:
+        text = encoder.encode(b)
+        if fmt is OutputFormat.json and count == 0 and text:
+            text = text[1:]  # the first item has no comma before it
+        raw.write(text)
+        count += b.num_rows
+    if fmt is OutputFormat.json:
+        raw.write(b"\n]\n" if count else b"]\n")
+    raw.flush()
 
 
 def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | None]:
@@ -257,13 +371,14 @@ def dump(
     target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer|dledger) and a path.")],
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", "-q", help="Only this queue id.")] = None,
-    from_offset: Annotated[Optional[int], typer.Option("--from-offset", help="Commit log offset to start at (queue offset for consumequeue).")] = None,
+    from_offset: Annotated[Optional[int], typer.Option("--from-offset", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue).")] = None,
     to_offset: Annotated[Optional[int], typer.Option("--to-offset", help="Stop before this offset (exclusive).")] = None,
     since: Annotated[Optional[str], typer.Option("--since", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")] = None,
     until: Annotated[Optional[str], typer.Option("--until", help="Store time at or before.")] = None,
     key: Annotated[Optional[str], typer.Option("--key", help="Only messages with this KEYS entry.")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag", help="Only messages with this TAGS value.")] = None,
     msg_id: Annotated[Optional[str], typer.Option("--msg-id", help="The message with this offsetMsgId (direct lookup).")] = None,
+    use_index: Annotated[bool, typer.Option("--index/--no-index", help="--key/--uniq-key with --topic: look up through the index files (clean stores).")] = True,
     uniq_key: Annotated[Optional[str], typer.Option("--uniq-key", help="Only messages with this UNIQ_KEY.")] = None,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=0, help="At most this many rows.")] = None,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
@@ -284,10 +399,11 @@ def dump(
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
     if kind == "commitlog":
+        from ..scan.filter import MessageFilter
+
         with open_store(path, broker_config, broker_version) as store:
-            match = MessageFilter(topic, queue, parse_time(since, "--since"), parse_time(until, "--until"), key, tag, uniq_key)
-            rows = message_rows(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress)
-            emit_rows(rows, format, MESSAGE_FIELDS, MESSAGE_TABLE)
+            match = MessageFilter(tuple(topic or ()), queue, parse_time(since, "--since"), parse_time(until, "--until"), tag, key, uniq_key)
+            emit_messages(message_batches(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index), format)
     elif kind == "consumequeue":
         emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
     elif kind == "dledger":

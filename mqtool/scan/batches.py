@@ -20,7 +20,7 @@ from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, consume_queu
 from ..formats.errors import CorruptRecord
 from ..formats.msgid import format_host
 from ..formats.properties import PropertyKey
-from ..records import BodyEncoding, encode_body, message_dict, sys_flag_names
+from ..records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
 from ..store import fastscan as fs
 from . import kernels
 from .schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA, TIMESTAMP
@@ -137,11 +137,12 @@ class MessageBatchBuilder:
     table decide ``properties`` and ``tags_code`` as in ``message_dict``). ``columns`` restricts
     the batches to those columns; what no requested column needs is not computed."""
 
-    def __init__(self, broker: str, *, legacy_properties: bool = False, delay_table=DEFAULT_DELAY_TABLE, body: BodyEncoding = BodyEncoding.none, columns=None, force_python: bool = False):
+    def __init__(self, broker: str, *, legacy_properties: bool = False, delay_table=DEFAULT_DELAY_TABLE, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, force_python: bool = False):
         self.broker = broker
         self.legacy = legacy_properties
         self.delay_table = delay_table
         self.body = BodyEncoding(body)
+        self.decompress = decompress  # inflate compressed bodies before encoding them (``message_dict``)
         self.schema = projected_schema(columns)
         self.names = frozenset(self.schema.names)
         self.force_python = force_python
@@ -217,7 +218,7 @@ class MessageBatchBuilder:
             c["sys_flag_names"] = pa.array([sys_flag_names(int(f)) for f in flags], _LIST_OF_STRINGS).take(inverse)
             c["transaction_type"] = pa.array([fmt.transaction_type(int(f)).name for f in flags], pa.string()).take(inverse)
         if "body" in need:
-            c["body"] = self._bodies(array, rows)
+            c["body"] = self._bodies(array, rows, sys_flag, pos + base)
         if not need & (PROPERTY_COLUMNS | {"topic"}):
             return c
 
@@ -285,11 +286,15 @@ class MessageBatchBuilder:
                 valid[i] = False
         return pa.array(codes, pa.int64(), mask=~valid)
 
-    def _bodies(self, array: np.ndarray, rows: np.ndarray) -> pa.Array:
+    def _bodies(self, array: np.ndarray, rows: np.ndarray, sys_flag: np.ndarray, offsets: np.ndarray) -> pa.Array:
         if self.body is BodyEncoding.none:
             return pa.nulls(len(rows), pa.string())
         starts, lengths = rows[:, fs.COL_BODY].tolist(), rows[:, fs.COL_BODY_LEN].tolist()
-        return pa.array([encode_body(array[s : s + max(n, 0)].tobytes(), self.body) for s, n in zip(starts, lengths)], pa.string())
+        body, data = self.body, array.data
+        if not self.decompress or not (sys_flag & int(fmt.SysFlag.COMPRESSED)).any():
+            return pa.array([encode_body(data[s : s + max(n, 0)].tobytes(), body) for s, n in zip(starts, lengths)], pa.string())
+        raw = (inflate_body(data[s : s + max(n, 0)].tobytes(), f, o) for s, n, f, o in zip(starts, lengths, sys_flag.tolist(), offsets.tolist()))
+        return pa.array([encode_body(b, body) for b in raw], pa.string())
 
     def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
         if "broker" in self.names:
@@ -310,7 +315,7 @@ class MessageBatchBuilder:
         rows = []
         for p in pos.tolist():
             record = fmt.decode_record(array, p, base, end)
-            d = message_dict(record, self.body, legacy_properties=self.legacy, delay_table=self.delay_table)
+            d = message_dict(record, self.body, decompress=self.decompress, legacy_properties=self.legacy, delay_table=self.delay_table)
             d["properties"] = list(d["properties"].items())
             rows.append(d)
         c = {name: pa.array([r[name] for r in rows], MESSAGE_SCHEMA.field(name).type) for name in self.names if rows and name in rows[0]}

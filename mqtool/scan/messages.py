@@ -2,7 +2,8 @@
 
 The records are those the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``):
 from ``start`` (default: the commit log's min offset) to the logical end or ``stop``, walked by the compiled
-``FastScan`` and decoded by ``MessageBatchBuilder``; ``match`` (``mqtool/scan/filter.py``) is applied to each
+``FastScan`` and decoded by ``MessageBatchBuilder``; with ``stop_on_crc=False`` a record whose body CRC fails is
+read with ``crc_ok`` false and the walk goes on (``CommitLog.scan`` without ``check_crc``, as ``dump`` reads); ``match`` (``mqtool/scan/filter.py``) is applied to each
 batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
 """
 
@@ -22,13 +23,13 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, broker: str | None = None, batch: int = 1 << 15):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15):
         self.store = store
         self.match = match
         wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
         name = broker if broker is not None else (store.root.name if store.root is not None else "")
-        self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, columns=wanted)
-        self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, batch=batch, release_behind=True)
+        self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, decompress=decompress, columns=wanted)
+        self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
         self.columns = columns
 
     @property
