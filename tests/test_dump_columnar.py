@@ -124,8 +124,8 @@ def test_text_encoder_equals_json_and_csv_on_the_python_decoder_too():
                 batch = builder.build(seg, seg.base_offset).select(list(MESSAGE_FIELDS))
                 records = [store.commitlog.read_record(o) for o in batch.column("offset").to_pylist()]
                 rows = [message_dict(r, BodyEncoding.utf8, legacy_properties=store.legacy_properties, delay_table=store.delay_table) for r in records]
-                assert BatchText(MESSAGE_FIELDS, TextFormat.jsonl).encode(batch).decode() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-                assert BatchText(MESSAGE_FIELDS, TextFormat.jsonl).encode(batch.slice(7, 100)).decode() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[7:107])
+                assert BatchText(MESSAGE_FIELDS, TextFormat.jsonl).encode(batch).tobytes().decode() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+                assert BatchText(MESSAGE_FIELDS, TextFormat.jsonl).encode(batch.slice(7, 100)).tobytes().decode() == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[7:107])
                 break
             assert builder.python_batches == (1 if force else 0)
 

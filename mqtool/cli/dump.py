@@ -217,9 +217,9 @@ def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
     count = 0
     for b in batches:
         text = encoder.encode(b)
-        if fmt is OutputFormat.json and count == 0 and text:
+        if fmt is OutputFormat.json and count == 0 and len(text):
             text = text[1:]  # the first item has no comma before it
-        raw.write(text)
+        raw.write(memoryview(text))
         count += b.num_rows
     if fmt is OutputFormat.json:
         raw.write(b"\n]\n" if count else b"]\n")

@@ -232,26 +232,29 @@ def _csv_cells(offsets, data, valid):
 
 
 @numba.njit(cache=True, nogil=True)
-def _interleave(cell_offsets, cell_base, cells, piece_offsets, pieces):
-    """Rows of text: piece 0, cell 0 of the row, piece 1, cell 1, ..., the last piece. Column ``c``'s
-    cells are ``cells[cell_base[c] + cell_offsets[c, i] : ...]``."""
-    columns, n1 = cell_offsets.shape
-    n = n1 - 1
+def _interleave(cell_offsets, cells, piece_offsets, pieces):
+    """Rows of text: piece 0, cell 0 of the row, piece 1, cell 1, ..., the last piece. Column
+    ``c``'s cells are ``cells[c][cell_offsets[c][i] : cell_offsets[c][i + 1]]`` (tuples of arrays)."""
+    columns = len(cells)
+    n = cell_offsets[0].shape[0] - 1
     total = n * (piece_offsets[columns + 1] - piece_offsets[0])
     for c in range(columns):
-        total += cell_offsets[c, n] - cell_offsets[c, 0]
+        total += cell_offsets[c][n]
     out = np.empty(total, dtype=np.uint8)
     k = 0
     for i in range(n):
-        for c in range(columns + 1):
+        for c in range(columns):
             for j in range(piece_offsets[c], piece_offsets[c + 1]):
                 out[k] = pieces[j]
                 k += 1
-            if c < columns:
-                base = cell_base[c]
-                for j in range(base + cell_offsets[c, i], base + cell_offsets[c, i + 1]):
-                    out[k] = cells[j]
-                    k += 1
+            data = cells[c]
+            offsets = cell_offsets[c]
+            for j in range(offsets[i], offsets[i + 1]):
+                out[k] = data[j]
+                k += 1
+        for j in range(piece_offsets[columns], piece_offsets[columns + 1]):
+            out[k] = pieces[j]
+            k += 1
     return out
 
 
@@ -330,14 +333,10 @@ class BatchText:
         self.fmt = TextFormat(fmt)
         self.piece_offsets, self.pieces = _pieces(self.fields, self.fmt)
 
-    def encode(self, batch: pa.RecordBatch) -> bytes:
-        n = batch.num_rows
-        if n == 0:
-            return b""
+    def encode(self, batch: pa.RecordBatch) -> np.ndarray:
+        """The text of the batch's rows (uint8 array; write it as a buffer)."""
+        if batch.num_rows == 0:
+            return _EMPTY
         encode = _csv_column if self.fmt is TextFormat.csv else _json_cells
         cells = [encode(batch.column(name)) for name in self.fields]
-        cell_offsets = np.stack([offsets for offsets, _ in cells])  # each starts at 0
-        cell_base = np.zeros(len(cells) + 1, dtype=np.int64)
-        np.cumsum([len(data) for _, data in cells], out=cell_base[1:])
-        joined = np.concatenate([data for _, data in cells])
-        return _interleave(cell_offsets, cell_base, joined, self.piece_offsets, self.pieces).tobytes()
+        return _interleave(tuple(offsets for offsets, _ in cells), tuple(data for _, data in cells), self.piece_offsets, self.pieces)
