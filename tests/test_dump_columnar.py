@@ -5,6 +5,8 @@ offsets, ``--msg-id`` and the end note; index lookups and ``--from-offset`` resy
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -12,6 +14,7 @@ from typer.testing import CliRunner
 from conftest import manifest, store_path
 from dump_reference import reference_dump
 from mqtool.cli import app
+from mqtool.cli import dump as dump_cli
 from mqtool.formats.hashing import java_string_hash
 from mqtool.formats.index import index_key
 from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
@@ -21,6 +24,14 @@ from mqtool.store import Store
 from mqtool.store.fastscan import FastScan
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def columnar(monkeypatch):
+    """Every scan here goes through the columnar core (fixture stores are small enough for the
+    record-by-record path, which ``test_the_small_read_path_prints_the_same`` covers)."""
+    monkeypatch.setattr(dump_cli, "SMALL_READ", -1)
+    monkeypatch.setattr(dump_cli, "SMALL_LIMIT", -1)
 CLASSIC = [("4.8.0", "clean-small"), ("4.8.0", "crashed-small"), ("4.9.7", "clean-small"), ("4.9.7", "crashed-small"),
            ("4.9.7", "retention-small"), ("4.9.7", "rewrite-clean"), ("4.9.7", "batch-small"), ("4.9.7", "config-real"),
            ("5.3.3", "clean-small"), ("5.3.3", "crashed-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
@@ -183,3 +194,27 @@ def test_key_lookups_fall_back_to_the_scan_and_say_why():
     assert err.splitlines()[0] == "mqtool: --key: the store was not shut down cleanly (abort file), its index may lag the commit log; scanning the commit log"
     out, err = dump(store_path("4.9.7", "clean-small"), "jsonl", key=m["keys"][0])
     assert err.splitlines()[0] == "mqtool: --key without --topic: the index is keyed by topic#key; scanning the commit log"
+
+
+def test_the_small_read_path_prints_the_same(monkeypatch):
+    """Small spans are decoded record by record (no compiled start-up): the same bytes, the same filter."""
+    monkeypatch.setattr(dump_cli, "SMALL_READ", 1 << 40)
+    path = store_path("5.3.3", "clean-small")
+    probe = next(m for m in manifest("5.3.3", "clean-small")["messages"] if len(m["keys"]) >= 2 and m["tags"])
+    for fmt, options in (("jsonl", {}), ("csv", dict(tag=probe["tags"])), ("json", dict(topics=[probe["topic"]], queue=probe["queueId"], limit=3)),
+                         ("jsonl", dict(key=probe["keys"][1])), ("table", dict(limit=40))):
+        assert_same(path, fmt, "base64", **options)
+    assert_same(store_path("4.8.0", "crashed-small"), "jsonl", "hex", decompress=True)
+
+
+def test_help_lists_commands_without_importing_them():
+    from mqtool.cli import LAZY_COMMANDS, load_command
+
+    for name, (_module, _function, summary) in LAZY_COMMANDS.items():
+        command = load_command(name)
+        assert " ".join(line.strip() for line in command.help.split("\n\n")[0].splitlines()) == summary
+    probe = ("import sys; from typer.testing import CliRunner; from mqtool.cli import app; out = CliRunner().invoke(app, ['--help']).stdout;"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'pyarrow', 'rich', 'pydantic') or m.startswith('mqtool.cli.'))); print(out)")
+    loaded, listing = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n", 1)
+    assert loaded == "['mqtool.cli.state']"
+    assert all(f"  {name} " in listing for name in LAZY_COMMANDS)

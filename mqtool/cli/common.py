@@ -12,11 +12,7 @@ import typer
 from ..errors import EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat, stderr
-
-
-class State:
-    debug = False
-    quiet = False
+from .state import State  # noqa: F401  (commands import it from here)
 
 
 def fail(message: str, code: int) -> None:

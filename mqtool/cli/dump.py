@@ -43,7 +43,6 @@ from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
-from .progress import ByteProgress
 
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
@@ -116,36 +115,116 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
     return sorted(offsets), ""
 
 
-def message_batches(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, index: bool = True) -> Iterator:
-    """The Arrow batches ``dump`` prints (``mqtool.scan``), ``limit`` rows at most; the end of the
-    scan (or why a lookup found nothing) goes to stderr afterwards."""
+SMALL_READ = 4 << 20  # commit log bytes up to which dump decodes record by record (no numba start-up)
+SMALL_LIMIT = 64  # so does an unfiltered --limit up to this
+
+
+def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat) -> None:
+    """Print the messages ``dump`` selects. A scan reads the columnar core (``mqtool.scan``) and
+    prints through the compiled text encoder; a small read, ``--msg-id`` and the index lookups
+    decode their few records one by one (``message_dict``). Both print the same bytes and apply
+    the one ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
+    if msg_id is not None:
+        return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt)
+    if use_index and (match.key is not None or match.uniq_key is not None):
+        offsets, why = _index_lookup(store, match)
+        if offsets is not None:
+            return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt)
+        note(f"{why}; scanning the commit log")
+    start = store.commitlog.min_offset if start is None else _record_start(store, start)
+    span = (stop if stop is not None else store.commitlog.end_of_files) - start
+    if span <= SMALL_READ or (limit is not None and limit <= SMALL_LIMIT and not match.columns()):
+        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress), fmt)
+    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress), fmt)
+
+
+def _emit_rows(rows: Iterable[dict], fmt: OutputFormat) -> None:
+    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE)
+
+
+def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
+    return lambda record: message_dict(record, body, decompress=decompress, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
+
+
+def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
+    """The rows ``match`` keeps (the one filter, on a table of the columns it reads)."""
+    columns = match.columns()
+    if not columns or not rows:
+        return rows
+    import pyarrow as pa
+
+    from ..scan.schema import MESSAGE_SCHEMA
+
+    table = pa.Table.from_pylist([{c: r[c] for c in columns} for r in rows], schema=pa.schema([MESSAGE_SCHEMA.field(c) for c in columns]))
+    return [r for r, keep in zip(rows, match.mask(table).to_pylist()) if keep]
+
+
+def _record_rows(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress) -> Iterator[dict]:
+    """The record-by-record read of a small span (``CommitLog.scan``, as the broker's recovery reads)."""
+    if limit == 0:
+        return
+    as_dict = _as_dict(store, body, decompress)
+    scan = store.commitlog.scan(start, stop)
+    chunk = 256 if match.columns() else 1
+    count, rows = 0, []
+    for record in scan:
+        rows.append(as_dict(record))
+        if len(rows) < chunk:
+            continue
+        for row in _matching(rows, match):
+            yield row
+            count += 1
+            if count == limit:
+                return
+        rows = []
+    for row in _matching(rows, match):
+        yield row
+        count += 1
+        if count == limit:
+            return
+    _note_end(store, scan.end, stop)
+
+
+def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:
+    """``--msg-id``: the offsetMsgId names the record's ``offset``; read that record alone."""
+    try:
+        record = store.commitlog.read_record(offset)
+    except (FormatError, LookupError) as exc:
+        note(f"no message at offset {offset} of --msg-id: {exc}")
+        return
+    if getattr(record, "msg_id", None) == msg_id.upper() and limit != 0:
+        yield from _matching([_as_dict(store, body, decompress)(record)], match)
+
+
+def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], start, stop, limit, body, decompress) -> Iterator[dict]:
+    """The records at the index's offsets that pass the filters (a hash collision or another
+    topic's key fails them), in commit log order."""
+    as_dict = _as_dict(store, body, decompress)
+    rows = []
+    for offset in offsets:
+        if (start is not None and offset < start) or (stop is not None and offset >= stop):
+            continue
+        try:
+            record = store.commitlog.read_record(offset)
+        except (FormatError, LookupError):
+            continue  # the index outlives expired segments
+        if isinstance(record, CommitLogRecord):
+            rows.append(as_dict(record))
+    rows = _matching(rows, match)
+    note(f"looked up through the index: {len(offsets)} offsets, {len(rows)} matching messages")
+    yield from rows[:limit]
+
+
+def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress) -> Iterator:
+    """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
+    as the record read has them), ``limit`` rows at most."""
     from ..scan.messages import MessageScan
+    from .progress import ByteProgress
 
     if limit == 0:
         return
-    options = dict(body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False)
-    if msg_id is not None:
-        offset = _msg_id_offset(msg_id)
-        try:
-            record = store.commitlog.read_record(offset)
-        except (FormatError, LookupError) as exc:
-            note(f"no message at offset {offset} of --msg-id: {exc}")
-            return
-        if getattr(record, "msg_id", None) == msg_id.upper():
-            yield from MessageScan(store, start=offset, stop=offset + 1, batch=1, **options)
-        return
-    if index and (match.key is not None or match.uniq_key is not None):
-        offsets, why = _index_lookup(store, match)
-        if offsets is None:
-            note(f"{why}; scanning the commit log")
-        else:
-            yield from _looked_up(store, offsets, start, stop, limit, options)
-            return
-    if start is not None:
-        start = _record_start(store, start)
-    start = store.commitlog.min_offset if start is None else start
     batch = 1 << 15 if limit is None else min(1 << 15, max(limit, 256))
-    scan = MessageScan(store, start=start, stop=stop, batch=batch, **options)
+    scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
         for b in scan:
@@ -155,30 +234,14 @@ def message_batches(store: Store, match: MessageFilter, start, stop, msg_id, lim
             count += b.num_rows
             yield b
             bar.advance(b.column("offset")[-1].as_py())
-    end = _reference_end(store, scan.end, stop)
+    _note_end(store, _reference_end(store, scan.end, stop), stop)
+
+
+def _note_end(store: Store, end: ScanEnd, stop) -> None:
     if end.is_clean:
         note(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
         note(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
-
-
-def _looked_up(store: Store, offsets: list[int], start, stop, limit, options) -> Iterator:
-    """The records at the index's offsets that pass the filters (a hash collision or another
-    topic's key fails them), in commit log order."""
-    from ..scan.messages import MessageScan
-
-    count = 0
-    for offset in offsets:
-        if (start is not None and offset < start) or (stop is not None and offset >= stop):
-            continue
-        if store.commitlog.segment_index(offset) is None:
-            continue  # the index outlives expired segments
-        for b in MessageScan(store, start=offset, stop=offset + 1, batch=1, **options):
-            yield b
-            count += b.num_rows
-        if limit is not None and count >= limit:
-            return
-    note(f"looked up through the index: {len(offsets)} offsets, {count} matching messages")
 
 
 def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
@@ -378,8 +441,8 @@ def dump(
     key: Annotated[Optional[str], typer.Option("--key", help="Only messages with this KEYS entry.")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag", help="Only messages with this TAGS value.")] = None,
     msg_id: Annotated[Optional[str], typer.Option("--msg-id", help="The message with this offsetMsgId (direct lookup).")] = None,
-    use_index: Annotated[bool, typer.Option("--index/--no-index", help="--key/--uniq-key with --topic: look up through the index files (clean stores).")] = True,
     uniq_key: Annotated[Optional[str], typer.Option("--uniq-key", help="Only messages with this UNIQ_KEY.")] = None,
+    use_index: Annotated[bool, typer.Option("--index/--no-index", help="--key/--uniq-key with --topic: look up through the index files (clean stores).")] = True,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=0, help="At most this many rows.")] = None,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
     decompress: Annotated[bool, typer.Option("--decompress", help="Inflate compressed bodies before --body encodes them.")] = False,
@@ -403,7 +466,7 @@ def dump(
 
         with open_store(path, broker_config, broker_version) as store:
             match = MessageFilter(tuple(topic or ()), queue, parse_time(since, "--since"), parse_time(until, "--until"), tag, key, uniq_key)
-            emit_messages(message_batches(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index), format)
+            dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format)
     elif kind == "consumequeue":
         emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
     elif kind == "dledger":

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class MessageFilter:
         return t if mask is None else t.filter(mask)
 
     def mask(self, t: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | pa.Array | None:
+        import pyarrow as pa  # here, not at import: a command may build the filter without reading batches
+        import pyarrow.compute as pc
+
         conditions = []
         if self.topics:
             conditions.append(pc.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
@@ -58,6 +61,10 @@ class MessageFilter:
 
 def _has_key(keys: pa.ChunkedArray | pa.Array, key: str) -> pa.Array:
     """Per row, how many of its KEYS equal ``key``."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     hits = pc.cast(pc.equal(keys.values, key), pa.int64())
