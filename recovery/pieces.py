@@ -51,6 +51,7 @@ class PlanOptions:
     topic: str | None = None  # rebuild-cq
     queue_id: int | None = None
     respect_topic_config: bool = False
+    queues: frozenset[tuple[str, int]] | None = None  # rebuild-cq: only these (topic, queue id) (repair)
 
 
 # ---- common pieces --------------------------------------------------------------------------

@@ -204,7 +204,10 @@ class Action:
     ops: ``zero-range`` (in place, ``start``..``end``), ``delete``, ``write-dispatch`` (every
     consume queue file of ``QueuePlan.files`` and index file of ``IndexPlan.files`` that is
     rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``,
-    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``).
+    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``); and
+    for ``repair``: ``quarantine`` (a stray file moved into the backup), ``resize`` (a segment
+    of ``start`` bytes padded with zeros or trimmed to ``end``), ``restore-config`` (a config
+    file replaced by its ``.bak``).
     """
 
     op: str
@@ -212,6 +215,20 @@ class Action:
     start: int | None = None
     end: int | None = None
     note: str = ""
+
+
+@dataclass(frozen=True)
+class Expected:
+    """A finding ``verify`` will report after the plan is applied: ``lost_data`` when it names
+    data that is gone, else the repair step that removes it (``fixed_by``, None: none)."""
+
+    kind: str
+    severity: str
+    file: str | None
+    offset: int | None
+    message: str
+    lost_data: bool
+    fixed_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +251,7 @@ class Plan:
     actions: tuple[Action, ...]
     inputs: tuple[Fingerprint, ...]
     format: str = PLAN_FORMAT
+    verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
 
     @property
     def is_empty(self) -> bool:

@@ -101,7 +101,11 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
         allowed = topic_names(doc)
 
     def selected(topic: str, qid: int) -> bool:
-        return (options.topic is None or topic == options.topic) and (options.queue_id is None or qid == options.queue_id)
+        return (
+            (options.topic is None or topic == options.topic)
+            and (options.queue_id is None or qid == options.queue_id)
+            and (options.queues is None or (topic, qid) in options.queues)
+        )
 
     existing = {(q.topic, q.queue_id): q for q in store.consume_queues if selected(q.topic, q.queue_id)}
     sims: dict = {}

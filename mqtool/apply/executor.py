@@ -36,7 +36,7 @@ from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, write_pending
-from ..fileops import makedirs, remove, write_atomic, zero_range
+from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, zero_range
 
 
 class ApplyError(MqtoolError):
@@ -157,6 +157,33 @@ class Executor:
         self.backup.backup_file(action.path)
         durability_point("file backed up")
         remove(self.root / action.path)
+
+    def _quarantine(self, action) -> None:
+        """A stray file moves into the backup (``restore`` puts it back)."""
+        self._delete(action)
+
+    def _resize(self, action) -> None:
+        """A file cut short is padded with zeros, one with bytes appended is trimmed, to
+        ``action.end`` bytes; written beside it and renamed over it, so the backup (possibly a
+        hard link to the original) keeps the original bytes."""
+        path = self.root / action.path
+        self.backup.backup_file(action.path)
+        durability_point("file backed up")
+        makedirs(self.staging)
+        tmp = self.tmp_path(path)
+        copy_sparse(path, tmp)
+        os.truncate(tmp, action.end)
+        fsync_path(tmp)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+
+    def _restore_config(self, action) -> None:
+        """``config/X.json`` gets the bytes of its ``X.json.bak`` (ConfigManager.loadBak's source)."""
+        self.backup.backup_file(action.path)
+        durability_point("config backed up")
+        data = (self.root / (action.path + ".bak")).read_bytes()
+        makedirs(self.staging)
+        write_atomic(self.root / action.path, data, self.staging)
 
     def _write_checkpoint(self, action) -> None:
         self.backup.backup_file(action.path)

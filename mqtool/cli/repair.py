@@ -1,4 +1,4 @@
-"""Repair commands: ``truncate-dirty``, ``recover``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``.
+"""Repair commands: ``truncate-dirty``, ``recover``, ``repair``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``.
 
 Each modifying command plans first (``mqtool.recovery``), prints the plan, and changes nothing
 unless ``--yes`` is given (``--dry-run``: print only; ``--plan-out FILE``: save the plan for
@@ -9,6 +9,7 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,10 +19,11 @@ from rich.console import Console
 from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
 from ..apply.executor import hold_store_lock
 from ..fileops import write_atomic
-from ..errors import BadInput, Refused, StoreInUse
+from ..errors import EXIT_FINDINGS, BadInput, Refused, StoreInUse
 from ..recovery.dispatch import DispatchCache
 from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
+from ..recovery import repair as rp
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
@@ -147,9 +149,125 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc, cache: plan_recover(s, opts, with_crc=with_crc, cache=cache),
+        "recover", store, lambda s, with_crc, cache: with_verify_after(s, plan_recover(s, opts, with_crc=with_crc, cache=cache)),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
+
+
+def with_verify_after(store, plan: Plan) -> Plan:
+    """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
+    minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
+    findings, run = rp.verify_findings(store)
+    after = rp.triage(rp.predict_after_recovery(findings, plan), run.commitlog.last_timestamp if run.commitlog else None)
+    return replace(plan, verify_after=tuple(rp.expected_after(after)))
+
+
+@guarded
+def repair(
+    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    backup_dir: BackupDirOpt = None,
+    force: ForceOpt = False,
+    fmt: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """From "crashed" to "sound": the broker's recovery, then the fixes the broker never makes
+    (stray files quarantined, missing or wrong consume queue entries and index files regenerated,
+    the checkpoint rewritten to the valid log, a config restored from its .bak), each marked
+    beyond_broker with why. Afterwards `verify` passes, or reports only the data that is lost.
+    Exit codes: 0 sound (or plan printed), 1 lost data remains, 3 bad input, 4 refused.
+
+    Example: mqtool repair /data/rocketmq/store --yes
+    """
+    root = Path(store)
+    if not root.is_dir():
+        open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
+        raise BadInput(f"{root}: repair needs the store's root directory")
+    if not dry_run:
+        check_not_in_use(root, [root / "commitlog"], force)
+        _finish_interrupted(root, yes)
+    plan = _plan_repair(root, broker_config, broker_version)
+    emit_document(plan.to_dict(), fmt, render_repair)
+    if dry_run:
+        return
+    if plan.is_empty:
+        note("nothing to do: verify finds nothing to repair")
+        return
+    if not yes:
+        raise Refused("nothing changed: re-run with --yes to apply this repair")
+    target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
+    stages = RepairStages(root, target)
+    with hold_store_lock(root, force):
+        if plan.files is not None:
+            stages.apply("files", plan.files)
+        with open_store(root, broker_config, broker_version) as opened:
+            cache = DispatchCache()
+            recover_plan = plan_recover(opened, cache=cache)
+        if not recover_plan.is_empty:
+            stages.apply("recover", recover_plan, cache)
+        for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
+            with open_store(root, broker_config, broker_version) as opened:
+                findings, run = rp.verify_findings(opened)
+                t = rp.triage(findings, run.commitlog.last_timestamp if run.commitlog else None)
+            if not t.fixable:
+                break
+            for step in rp.steps_of(t):
+                note(f"beyond the broker: {step.step}: {step.why}")
+            if t.queues:
+                with open_store(root, broker_config, broker_version) as opened:
+                    queue_plan = rp.plan_queue_rebuild(opened, t.queues)
+                stages.apply("rebuild-cq", queue_plan)
+            if t.index:
+                with open_store(root, broker_config, broker_version) as opened:
+                    index_plan = rp.plan_index_rebuild(opened)
+                stages.apply("rebuild-index", index_plan)
+            with open_store(root, broker_config, broker_version) as opened:
+                state_plan = rp.plan_state_fixes(opened, t)
+            if state_plan is not None:
+                stages.apply("state", state_plan)
+        with open_store(root, broker_config, broker_version) as opened:
+            findings, _run = rp.verify_findings(opened)
+    note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
+    note(f"undo with: mqtool restore {target} --yes")
+    if findings:
+        lost = rp.triage(findings)
+        note(f"verify still reports {len(findings)} finding(s), {sum(e.lost_data for e in lost.lost)} of them lost data:")
+        for f in findings[:10]:
+            note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
+        raise typer.Exit(EXIT_FINDINGS)
+    note("verify: the store is sound")
+
+
+class RepairStages:
+    """``repair`` applies several plans in order, each with its backup set in a numbered
+    subdirectory of one backup directory (``mqtool restore`` undoes them in reverse)."""
+
+    def __init__(self, root: Path, target: Path):
+        self.root, self.target, self.done = root, target, []
+
+    def apply(self, name: str, plan: Plan, cache=None) -> None:
+        if plan.is_empty:
+            return
+        directory = self.target / f"{len(self.done) + 1:02d}-{name}"
+        apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        self.done.append(directory)
+
+
+def _plan_repair(root: Path, broker_config, broker_version) -> rp.RepairPlan:
+    file_steps, _ = rp.plan_file_fixes(root)
+    try:
+        opened = open_store(root, broker_config, broker_version)
+    except BadInput as exc:
+        if not file_steps:
+            raise
+        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc))
+    with opened:
+        recover_plan = plan_recover(opened)
+        findings, run = rp.verify_findings(opened)
+        last = run.commitlog.last_timestamp if run.commitlog else None
+        return rp.plan_repair(opened, root, recover_plan, findings, last)
 
 
 @guarded
@@ -240,6 +358,12 @@ def restore_cmd(
 ) -> None:
     """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
     Refused if the files it left have changed since (a broker ran), unless --force."""
+    stages = repair_stages(Path(backup))
+    if stages:
+        for stage in reversed(stages):  # `repair` wrote one backup set per stage
+            note(f"stage {stage.name}:")
+            restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+        return
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
     emit_document(summary, fmt, render_backup)
@@ -253,6 +377,13 @@ def restore_cmd(
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
+
+
+def repair_stages(backup: Path) -> list[Path]:
+    """The per-stage backup sets of a ``repair`` backup directory, in the order applied."""
+    if not backup.is_dir() or (backup / "manifest.json").exists():
+        return []
+    return sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
 
 
 # ---- rendering --------------------------------------------------------------------------------------
@@ -321,6 +452,8 @@ def render_plan(console: Console, doc: dict) -> None:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
+    if doc["command"] == "recover":
+        render_verify_after(console, doc.get("verify_after") or [])
     if doc["actions"]:
         table = titled_table("Actions", ["#", "operation", "path", "detail"], WRAPPED)
         for i, a in enumerate(doc["actions"], 1):
@@ -329,6 +462,40 @@ def render_plan(console: Console, doc: dict) -> None:
         console.print(table)
     else:
         console.print("No changes.")
+
+
+def render_verify_after(console: Console, items: list[dict]) -> None:
+    if not items:
+        return
+    table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "file", "offset", "lost data", "fixed by"], WRAPPED)
+    for e in items:
+        table.add_row(e["kind"], e["severity"], e["file"] or "", "" if e["offset"] is None else str(e["offset"]), "yes" if e["lost_data"] else "no", e["fixed_by"] or "")
+    console.print(table)
+    if any(e["fixed_by"] for e in items):
+        console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
+
+
+def render_repair(console: Console, doc: dict) -> None:
+    console.print(kv_table("Plan: repair", [("store", doc["store"]), ("steps", len(doc["steps"])), ("beyond the broker", sum(1 for s in doc["steps"] if s["beyond_broker"]))]))
+    if doc["steps"]:
+        table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], WRAPPED | {"paths"})
+        for i, st in enumerate(doc["steps"], 1):
+            paths = st["paths"]
+            shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+            table.add_row(str(i), st["step"], "yes" if st["beyond_broker"] else "no", st["why"], shown)
+        console.print(table)
+    else:
+        console.print("No changes: verify finds nothing to repair.")
+    if doc["recover"] is not None and doc["recover"]["actions"]:
+        render_plan(console, doc["recover"])
+    remaining = doc["remaining"]
+    if remaining:
+        table = titled_table(f"Lost data: `verify` will still report {len(remaining)} finding(s) after the repair", ["kind", "severity", "file", "offset", "message"], WRAPPED | {"message"})
+        for e in remaining[:TABLE_LOST]:
+            table.add_row(e["kind"], e["severity"], e["file"] or "", "" if e["offset"] is None else str(e["offset"]), e["message"])
+        console.print(table)
+    for n in doc["notes"]:
+        console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
 
 
 def render_backup(console: Console, doc: dict) -> None:
@@ -358,6 +525,7 @@ def render_backup(console: Console, doc: dict) -> None:
 def register(app: typer.Typer) -> None:
     app.command("truncate-dirty")(truncate_dirty)
     app.command()(recover)
+    app.command()(repair)
     app.command("rebuild-cq")(rebuild_cq)
     app.command("rebuild-index")(rebuild_index)
     app.command()(apply)

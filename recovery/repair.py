@@ -1,0 +1,398 @@
+"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5).
+
+``recover`` reproduces ``DefaultMessageStore.load`` + ``recover`` exactly; afterwards ``verify``
+can still report what no broker start repairs. ``repair`` plans, in order:
+
+1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
+   name in ``commitlog/`` and refuses a segment of the wrong length; ``IndexService.load`` maps
+   every file in ``index/``): stray files are quarantined into the backup, a segment cut short is
+   padded with zeros (its missing bytes are lost) and one with garbage appended is trimmed;
+2. the broker's recovery (``plan_recover``), unchanged;
+3. planned on the store as recovery leaves it, from ``verify``'s own findings: the consume
+   queues with missing, dangling or beyond-the-end entries regenerated from the commit log
+   (``plan_rebuild_cq``), the index regenerated when any entry is wrong (``plan_rebuild_index``),
+   the checkpoint rewritten to the valid log, an unreadable ``config/*.json`` restored from its
+   valid ``.bak``, a left-over abort file removed.
+
+Findings that describe lost data (a damaged record in the middle of the log, a missing
+segment, a config whose ``.bak`` is unreadable too) cannot be repaired: they are listed as
+``lost_data`` in ``remaining``. Every step says whether the broker would do it
+(``beyond_broker``) and ``why``. Nothing here writes: ``mqtool.apply`` executes the plans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..formats import checkpoint as cpfmt
+from ..store import Store
+from ..store.mappedfile import OFFSET_NAME
+from ..verify import Finding, Verification
+from .pieces import PlanOptions
+from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
+from .rebuild import plan_rebuild_cq, plan_rebuild_index
+
+# Commit log findings that name bytes which are gone: no repair brings the records back.
+LOST_KINDS = frozenset(
+    {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end"}
+)
+CQ_KINDS = frozenset({"cq-file-gap", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing"})
+INDEX_KINDS = frozenset(
+    {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
+)
+CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
+INDEX_NAME = re.compile(r"^\d+$")
+
+
+@dataclass(frozen=True)
+class RepairStep:
+    """One step of ``repair``: ``step`` names it, ``paths`` what it changes (empty: decided by
+    its plan), ``beyond_broker`` whether a broker start would not do it, ``why`` the reason."""
+
+    step: str
+    beyond_broker: bool
+    why: str
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What ``repair`` will do: ``steps`` in order; ``files`` (file-level fixes) and ``recover``
+    (the broker's recovery) as exact plans; the steps after recovery are planned again on the
+    recovered store when applied (``predicted``: they were predicted from today's findings).
+    ``remaining``: what ``verify`` will still report (lost data)."""
+
+    store: str
+    created_ms: int
+    steps: tuple[RepairStep, ...]
+    files: Plan | None
+    recover: Plan | None
+    recover_error: str | None  # why the recovery cannot be planned before the file fixes
+    remaining: tuple[Expected, ...]
+    notes: tuple[str, ...]
+    predicted: bool = True
+    command: str = "repair"
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.steps
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = _to_json_value(self)
+        doc["is_empty"] = self.is_empty
+        return doc
+
+
+# ---- 1. file-level fixes ----------------------------------------------------------------------
+
+
+def plan_file_fixes(root: Path) -> tuple[list[RepairStep], Plan | None]:
+    """Stray files the broker would choke on and commit log segments of the wrong length, found
+    from the directory listings alone (the store model cannot open a store holding them)."""
+    root = Path(root)
+    steps: list[RepairStep] = []
+    actions: list[Action] = []
+
+    def quarantine(path: Path, why: str) -> None:
+        rel = os.path.relpath(path, root)
+        steps.append(RepairStep("quarantine", True, why, (rel,)))
+        actions.append(Action("quarantine", rel, note=why))
+
+    cl_dir = root / "commitlog"
+    segments = []
+    for entry in _files(cl_dir):
+        if OFFSET_NAME.match(entry.name):
+            segments.append((int(entry.name), entry, entry.stat().st_size))
+        else:
+            quarantine(entry, "not a commit log segment: MappedFileQueue.load parses every file name in commitlog/ as an offset and the broker fails to start")
+    sizes = [s for _, _, s in segments if s > 0]
+    if sizes:
+        counts: dict[int, int] = {}
+        for s in sizes:
+            counts[s] = counts.get(s, 0) + 1
+        expected = max(counts, key=lambda s: (counts[s], s))
+        last = max(b for b, _, _ in segments)
+        for base, path, size in sorted(segments):
+            rel = os.path.relpath(path, root)
+            if size == expected or (size == 0 and base == last):
+                continue
+            if base % expected:
+                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
+            elif size < expected:
+                why = f"{size} bytes, not {expected}: the broker refuses to load a short segment; padded with zeros (the bytes after {size} are lost)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+            else:
+                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the segment's end; trimmed (the broker refuses to load it)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+    for entry in _files(root / "index"):
+        if not INDEX_NAME.match(entry.name):
+            quarantine(entry, "not an index file: IndexService.load maps every file in index/ as an index file")
+    cq_dir = root / "consumequeue"
+    for topic in _dirs(cq_dir):
+        for queue in _dirs(Path(topic.path)):
+            for entry in _files(Path(queue.path)):
+                if not OFFSET_NAME.match(entry.name):
+                    quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
+    if not actions:
+        return steps, None
+    plan = Plan(
+        "repair", str(root.resolve()), int(time.time() * 1000), "unknown", "not needed for file fixes", None, {}, None, None, (), (), None, None, False,
+        (), tuple(actions), (),
+    )
+    return steps, plan
+
+
+def _files(directory: Path) -> list[os.DirEntry]:
+    try:
+        return sorted((e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _dirs(directory: Path) -> list[os.DirEntry]:
+    try:
+        return sorted((e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+# ---- findings: lost data or fixable -------------------------------------------------------------
+
+
+@dataclass
+class Triage:
+    """``verify``'s findings sorted into what a repair step fixes and what is lost."""
+
+    queues: dict[tuple[str, int], list[Finding]] = dataclasses.field(default_factory=dict)
+    index: list[Finding] = dataclasses.field(default_factory=list)
+    checkpoint: list[Finding] = dataclasses.field(default_factory=list)
+    configs: list[Finding] = dataclasses.field(default_factory=list)
+    abort: list[Finding] = dataclasses.field(default_factory=list)
+    lost: list[Expected] = dataclasses.field(default_factory=list)
+    last_timestamp: int | None = None
+
+    @property
+    def fixable(self) -> bool:
+        return bool(self.queues or self.index or self.checkpoint or self.configs or self.abort)
+
+
+def verify_findings(store: Store) -> tuple[list[Finding], Verification]:
+    """Run ``verify`` (its public entry point, every check) and keep the failing findings."""
+    run = Verification(store)
+    return [f for f in run.findings() if f.severity.fails], run
+
+
+def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Triage:
+    findings = list(findings)
+    out = Triage(last_timestamp=last_timestamp)
+    lost_ranges = []
+    for f in findings:
+        if f.kind in LOST_KINDS:
+            start = f.offset if f.offset is not None else -1
+            d = f.details or {}
+            end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
+            lost_ranges.append((start, max(int(end), start + 1)))
+            out.lost.append(expected(f, True))
+
+    def in_lost(offset: int | None) -> bool:
+        return offset is not None and any(a <= offset < b for a, b in lost_ranges)
+
+    lost_queues = set()
+    for f in findings:
+        if f.kind in CQ_KINDS and in_lost(f.offset):
+            lost_queues.add(_queue_of(f))
+    for f in findings:
+        if f.kind in LOST_KINDS:
+            continue
+        if f.kind in CQ_KINDS:
+            key = _queue_of(f)
+            if key in lost_queues or key is None:
+                out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
+            else:
+                out.queues.setdefault(key, []).append(f)
+        elif f.kind in INDEX_KINDS:
+            if in_lost(f.offset):
+                out.lost.append(expected(f, True))
+            else:
+                out.index.append(f)
+        elif f.kind in CHECKPOINT_KINDS:
+            out.checkpoint.append(f)
+        elif f.kind == "abort-present":
+            out.abort.append(f)
+        elif f.kind == "config-unreadable":
+            if f.severity.value == "warning":  # its .bak is valid
+                out.configs.append(f)
+            else:
+                out.lost.append(expected(f, True))
+        else:
+            # consumer offsets outside their queue after lost messages, and anything unknown
+            out.lost.append(expected(f, bool(lost_ranges) or f.kind == "consumer-offset-range"))
+    return out
+
+
+def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expected:
+    return Expected(f.kind, f.severity.value, f.file, f.offset, f.message, lost_data, fixed_by)
+
+
+def expected_after(t: Triage) -> list[Expected]:
+    """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
+    out = [expected(f, False, "rebuild-cq") for fs in t.queues.values() for f in fs]
+    out += [expected(f, False, "rebuild-index") for f in t.index]
+    out += [expected(f, False, "rewrite-checkpoint") for f in t.checkpoint]
+    out += [expected(f, False, "restore-config") for f in t.configs]
+    out += [expected(f, False, "remove-abort") for f in t.abort]
+    return out + t.lost
+
+
+def _queue_of(f: Finding) -> tuple[str, int] | None:
+    d = f.details or {}
+    if "topic" in d and "queue_id" in d:
+        return d["topic"], int(d["queue_id"])
+    parts = (f.file or "").split("/")
+    if len(parts) >= 3 and parts[0] == "consumequeue" and parts[2].isdigit():
+        return parts[1], int(parts[2])
+    return None
+
+
+def steps_of(t: Triage) -> list[RepairStep]:
+    """The repair steps the triaged findings call for, in the order they are applied."""
+    steps = []
+    if t.queues:
+        kinds = sorted({f.kind for fs in t.queues.values() for f in fs})
+        names = tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))
+        steps.append(RepairStep(
+            "rebuild-cq", True,
+            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log as the reput service writes them "
+            "(a broker start never rebuilds missing entries nor drops entries past the end or into overwritten bytes)",
+            names,
+        ))
+    if t.index:
+        kinds = sorted({f.kind for f in t.index})
+        steps.append(RepairStep(
+            "rebuild-index", True,
+            f"{', '.join(kinds)}: every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)",
+            ("index",),
+        ))
+    if t.checkpoint:
+        kinds = sorted({f.kind for f in t.checkpoint})
+        steps.append(RepairStep(
+            "rewrite-checkpoint", True,
+            f"{', '.join(kinds)}: the checkpoint is rewritten to the valid log (a broker start trusts it as it is)",
+            ("checkpoint",),
+        ))
+    for f in t.configs:
+        steps.append(RepairStep(
+            "restore-config", True,
+            f"{f.file} does not decode and its .bak does: the .bak is copied over it (the broker reads the .bak on every start but never rewrites the file)",
+            (f.file,),
+        ))
+    if t.abort:
+        steps.append(RepairStep("remove-abort", True, "the abort file is still present after the recovery", ("abort",)))
+    return steps
+
+
+# ---- 3. the plans of the steps beyond the broker ----------------------------------------------
+
+
+def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]]) -> Plan:
+    plan = plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues)))
+    return dataclasses.replace(plan, command="repair")
+
+
+def plan_index_rebuild(store: Store) -> Plan:
+    return dataclasses.replace(plan_rebuild_index(store), command="repair")
+
+
+def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
+    """Checkpoint, config and abort fixes as one plan of the current store."""
+    actions: list[Action] = []
+    cp_plan = None
+    if t.checkpoint:
+        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+        last = t.last_timestamp or 0
+        after = cp._replace(
+            physic_msg_timestamp=min(cp.physic_msg_timestamp, last) if cp.physic_msg_timestamp else last,
+            logics_msg_timestamp=min(cp.logics_msg_timestamp, last) if cp.logics_msg_timestamp else last,
+            index_msg_timestamp=min(cp.index_msg_timestamp, last),
+        )
+        cp_plan = CheckpointPlan(store.checkpoint is not None and store.path("checkpoint").stat().st_size == cpfmt.CHECKPOINT_FILE_SIZE, cp._asdict(), after._asdict())
+        actions.append(Action("write-checkpoint", "checkpoint", note=f"timestamps no later than the last valid message ({last})"))
+    for f in t.configs:
+        actions.append(Action("restore-config", f.file, note=f"copied from {Path(f.file).name}.bak"))
+    if t.abort:
+        actions.append(Action("delete", "abort", note="the abort file is still present after the recovery"))
+    if not actions:
+        return None
+    version = store.version
+    return Plan(
+        "repair", str(store.path().resolve()), int(time.time() * 1000), str(version) if version else "unknown", "detected", None, {},
+        None, None, (), (), None, cp_plan, bool(t.abort), (), tuple(actions), (),
+    )
+
+
+# ---- what verify reports after the broker's recovery -------------------------------------------
+
+
+def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[Finding]:
+    """The findings of ``verify`` today that the broker's recovery (``recover``) leaves in place:
+    those at or past the cut, the abort file and the index files it drops, the entries it
+    re-dispatches, and a checkpoint it creates go away; the rest stay."""
+    cl = recover.commitlog
+    end = cl.valid_end if cl is not None else None
+    dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
+    cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
+    ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
+    changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
+    keep = []
+    for f in findings:
+        past_end = end is not None and f.offset is not None and f.offset >= end
+        if f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort:
+            continue
+        if f.kind in LOST_KINDS and past_end:
+            continue
+        if f.kind == "cq-entry-beyond-end" and _queue_of(f) in changed_queues:
+            continue
+        if f.kind == "cq-entry-missing" and ((f.details or {}).get("rebuilt_by_broker") or (cq_from is not None and f.offset is not None and f.offset >= cq_from)):
+            continue
+        if f.kind == "index-keys-missing" and ix_from is not None and f.offset is not None and f.offset >= ix_from:
+            continue
+        if f.kind.startswith("index-") and f.file in dropped:
+            continue
+        if f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed:
+            continue
+        keep.append(f)
+    return keep
+
+
+def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
+    """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
+    the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
+    file_steps, files = plan_file_fixes(root)
+    steps = list(file_steps)
+    notes = []
+    if recover is not None and not recover.is_empty:
+        cl = recover.commitlog
+        why = "the broker's own start-up recovery, exactly (see `mqtool recover`)"
+        if cl is not None and cl.end_is_damage:
+            why += f": the commit log is cut at {cl.valid_end} ({cl.end_reason})"
+        steps.append(RepairStep("recover", False, why, tuple(a.path for a in recover.actions if a.path)))
+    remaining: list[Expected] = []
+    if findings is not None and recover is not None:
+        t = triage(predict_after_recovery(findings, recover), last_timestamp)
+        steps += steps_of(t)
+        remaining = t.lost
+    elif recover_error is not None:
+        notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
+    if recover is not None and recover.lost is not None and recover.lost.count:
+        notes.append(f"the recovery's cut loses {recover.lost.count} message(s) ({recover.lost.bytes} bytes): see the recovery plan")
+    notes.append("the steps after the recovery are planned again on the recovered store when applied")
+    return RepairPlan(str(Path(root).resolve()), int(time.time() * 1000), tuple(steps), files, recover, recover_error, tuple(remaining), tuple(notes))
+
