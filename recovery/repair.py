@@ -378,7 +378,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     file_steps, files = plan_file_fixes(root)
     steps = list(file_steps)
     notes = []
-    if recover is not None and not recover.is_empty:
+    sound = findings is not None and not findings and not file_steps
+    if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone
         cl = recover.commitlog
         why = "the broker's own start-up recovery, exactly (see `mqtool recover`)"
         if cl is not None and cl.end_is_damage:
