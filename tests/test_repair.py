@@ -20,7 +20,7 @@ from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.store import Store
 from mqtool.recovery.planner import plan_truncate_dirty
-from repair_support import queue_entries, tree
+from repair_support import mqtool, queue_entries, tree
 
 runner = CliRunner()
 
@@ -205,3 +205,18 @@ def test_repair_plan_table_at_100_columns_cuts_no_number(tmp_path):
         assert str(number) in flat
     for step in doc["steps"]:
         assert step["step"] in text
+
+
+@pytest.mark.parametrize("kill_at", (2, 6))
+def test_a_killed_repair_is_finished_by_the_next_one(kill_at, tmp_path):
+    """SIGKILL at a durability point of a multi-stage repair, then `repair --yes` again: the
+    interrupted stage is finished first, the rest planned again, and the store ends sound."""
+    root, cut, _ = _lost_tail("4.9.7", tmp_path, keep=1990)
+    (root / "consumequeue" / "TopicTest" / "1" / "00000000000000000000").unlink()
+    killed = mqtool("repair", root, "--yes", env={"MQTOOL_TEST_KILL_AT": str(kill_at)})
+    assert killed.returncode == -9, killed.stderr
+    again = mqtool("repair", root, "--yes")
+    assert again.returncode == EXIT_OK, again.stderr
+    assert "finishing the interrupted apply" in again.stderr
+    doc = verify_doc(root)
+    assert doc["exit"] == EXIT_OK and doc["summary"]["commitlog"]["logical_end"] == cut

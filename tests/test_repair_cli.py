@@ -18,7 +18,7 @@ from mqtool.store.liveness import lock_holder, store_users
 from repair_support import tree
 
 runner = CliRunner()
-MODIFYING = ("truncate-dirty", "recover", "rebuild-cq", "rebuild-index")
+MODIFYING = ("truncate-dirty", "recover", "repair", "rebuild-cq", "rebuild-index")
 
 
 def run(*args):
