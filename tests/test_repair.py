@@ -220,3 +220,23 @@ def test_a_killed_repair_is_finished_by_the_next_one(kill_at, tmp_path):
     assert "finishing the interrupted apply" in again.stderr
     doc = verify_doc(root)
     assert doc["exit"] == EXIT_OK and doc["summary"]["commitlog"]["logical_end"] == cut
+
+
+def test_stale_entries_past_the_end_and_into_overwritten_bytes_are_dropped(tmp_path):
+    """4.9.7 rewrite-clean: the broker keeps and serves consume queue entries past the logical end
+    (some into overwritten bytes); repair regenerates those queues: every acknowledged message
+    keeps its queue offset, no manifest-listed stale entry is left, verify passes."""
+    doc = manifest("4.9.7", "rewrite-clean")
+    root = copy_store("4.9.7", "rewrite-clean", tmp_path)
+    plan = repair_plan(root)
+    rebuild = [s for s in plan["steps"] if s["step"] == "rebuild-cq"]
+    assert rebuild and rebuild[0]["beyond_broker"] and "cq-entry-dangling" in rebuild[0]["why"]
+    assert repair_yes(root, tmp_path).exit_code == EXIT_OK
+    assert verify_doc(root)["exit"] == EXIT_OK
+    with Store.open(root) as store:
+        for m in (m for m in doc["messages"] if m["dispatchToConsumeQueue"]):  # PREPARED ones have no entry
+            entry = store.consume_queue(m["topic"], m["queueId"]).read_entry(m["queueOffset"])
+            assert entry is not None and (entry.phys_offset, entry.size) == (m["commitLogOffset"], m["size"]), m["seq"]
+        for stale in doc["consumeQueueEntriesBeyondLogicalEnd"]["entries"]:
+            entry = store.consume_queue(stale["topic"], stale["queueId"]).read_entry(stale["queueOffset"])
+            assert entry is None or entry.phys_offset != stale["phyOffset"], stale
