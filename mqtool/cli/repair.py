@@ -193,6 +193,9 @@ def repair(
     if dry_run:
         return
     if plan.is_empty:
+        if plan.remaining:
+            note(f"nothing can be repaired: verify reports {len(plan.remaining)} finding(s) of lost data (listed in the plan)")
+            raise typer.Exit(EXIT_FINDINGS)
         note("nothing to do: verify finds nothing to repair")
         return
     if not yes:
