@@ -15,7 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.cli.repair import render_repair
+from mqtool.cli.repair import render_plan, render_repair
 from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.store import Store
@@ -205,6 +205,16 @@ def test_repair_plan_table_at_100_columns_cuts_no_number(tmp_path):
         assert str(number) in flat
     for step in doc["steps"]:
         assert step["step"] in text
+    # recover's plan, with what verify still reports after it, at the same width
+    rec = json.loads(run("recover", root, "--format", "json").stdout)
+    out = io.StringIO()
+    render_plan(Console(file=out, width=100, highlight=False, color_system=None), rec)
+    text = out.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 100
+    flat = re.sub(r"\s+", "", text)
+    for e in rec["verify_after"]:
+        assert e["kind"] in flat and (e["offset"] is None or str(e["offset"]) in flat)
+    assert "mqtoolrepair" in flat
 
 
 @pytest.mark.parametrize("kill_at", (2, 6))
