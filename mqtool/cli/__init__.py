@@ -28,6 +28,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
     "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
     "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
+    "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
     "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
     "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
 }

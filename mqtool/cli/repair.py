@@ -173,10 +173,12 @@ def repair(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """From "crashed" to "sound": the broker's recovery, then the fixes the broker never makes
-    (stray files quarantined, missing or wrong consume queue entries and index files regenerated,
-    the checkpoint rewritten to the valid log, a config restored from its .bak), each marked
-    beyond_broker with why. Afterwards `verify` passes, or reports only the data that is lost.
+    """From "crashed" to "sound": the broker's recovery, then the fixes the broker never makes.
+
+    The fixes: stray files quarantined, missing or wrong consume queue entries and index files
+    regenerated, the checkpoint rewritten to the valid log, a config restored from its .bak; each
+    step is marked beyond_broker with why. Afterwards `verify` passes, or reports only the data
+    that is lost.
     Exit codes: 0 sound (or plan printed), 1 lost data remains, 3 bad input, 4 refused.
 
     Example: mqtool repair /data/rocketmq/store --yes
