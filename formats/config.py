@@ -1,20 +1,25 @@
 """The broker's JSON config files under ``config/`` (reference §1.4) and ``broker.conf``.
 
 Written by ``ConfigManager.persist`` (fastjson) with a ``.bak`` copy of the previous content;
-the broker loads the ``.bak`` when the file is missing, empty or undecodable. These are read
-with the standard ``json`` module; ``validate_*`` check only the shape the store relies on.
+the broker loads the ``.bak`` when the file is missing, empty or undecodable. They are not
+strict JSON (bare integer map keys, ``{0:76}``): they are read with ``formats.fastjson``, which
+accepts what fastjson's own parser accepts; ``decode_config`` checks only the shape the store
+relies on.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from . import fastjson
+
 CONFIG_FILES = {
-    "topics.json": "topicConfigTable",
-    "consumerOffset.json": "offsetTable",
-    "delayOffset.json": "offsetTable",
-    "subscriptionGroup.json": "subscriptionGroupTable",
+    "topics.json": "topicConfigTable",  # TopicConfigManager
+    "consumerOffset.json": "offsetTable",  # ConsumerOffsetManager
+    "delayOffset.json": "offsetTable",  # ScheduleMessageService (delay level -> offset)
+    "subscriptionGroup.json": "subscriptionGroupTable",  # SubscriptionGroupManager
+    "consumerFilter.json": "filterDataByTopic",  # ConsumerFilterManager
+    "timermetrics": "timingCount",  # 5.x TimerMetrics
 }
 
 
@@ -27,9 +32,9 @@ def decode_config(name: str, text: str) -> dict[str, Any]:
     if not text.strip():
         raise ConfigError(f"{name} is empty")
     try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{name} is not valid JSON: {exc.msg} at line {exc.lineno}") from None
+        doc = fastjson.loads(text)
+    except fastjson.FastjsonError as exc:
+        raise ConfigError(f"{name} is not JSON fastjson can read: {exc}") from None
     table = CONFIG_FILES.get(name)
     if not isinstance(doc, dict) or (table and not isinstance(doc.get(table), dict)):
         raise ConfigError(f"{name} has no {table!r} object")
@@ -41,7 +46,8 @@ def topic_names(topics_doc: dict[str, Any]) -> set[str]:
 
 
 def consumer_offsets(offsets_doc: dict[str, Any]) -> dict[tuple[str, str, int], int]:
-    """``{"<topic>@<group>": {"<queueId>": offset}}`` as ``{(topic, group, queue_id): offset}``."""
+    """``{"<topic>@<group>": {<queueId>: offset}}`` as ``{(topic, group, queue_id): offset}``
+    (fastjson writes the queue ids bare; quoted ones are read too)."""
     result = {}
     for topic_group, queues in offsets_doc["offsetTable"].items():
         topic, _, group = topic_group.rpartition("@")

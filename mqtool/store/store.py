@@ -242,13 +242,16 @@ class Store:
         return self.root is not None and self.path(markers.LOCK_FILE).is_file()
 
     def config_file(self, name: str) -> dict | None:
-        """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None."""
+        """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None.
+
+        Read as ``ConfigManager.load`` reads it: fastjson's leniencies accepted
+        (``formats.fastjson``), malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does."""
         if self.root is None:
             return None
         for candidate in (self.path("config", name), self.path("config", name + ".bak")):
             if candidate.is_file():
                 try:
-                    return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8"))
-                except cfgfmt.ConfigError:
+                    return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8", errors="replace"))
+                except (cfgfmt.ConfigError, OSError):
                     continue
         return None

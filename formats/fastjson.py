@@ -1,0 +1,226 @@
+"""JSON as fastjson writes and reads it: the broker's ``config/*.json`` files (reference §1.4).
+
+The broker persists its managers with ``RemotingSerializable.toJson(obj, prettyFormat)``
+(fastjson 1.2.x) and loads them with ``JSON.parseObject``. Strict JSON readers reject what that
+writer produces: map keys that are not strings are written bare (``{0:76,1:84}``: queue ids,
+delay levels), pretty format indents with tabs. fastjson's parser (``DefaultJSONParser`` with
+``JSON.DEFAULT_PARSER_FEATURE``: ``AllowUnQuotedFieldNames``, ``AllowSingleQuotes``,
+``AllowArbitraryCommas``; ``JSONLexerBase`` skips ``/* */`` and ``//`` comments and a BOM) reads
+more, so a file is unreadable here only where fastjson could not read it either.
+
+Pure parsing, no file access. ``loads`` returns plain Python values; a bare integer key is
+returned as an ``int`` (a quoted one stays a ``str``), so the document says how it was written.
+``replace_value`` changes one value and leaves every other byte of the text as it was, for a
+command that must rewrite a config file without re-serialising it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Hashable
+
+Path = tuple[Hashable, ...]
+
+_WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
+_NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
+_BARE_KEY = re.compile(r"[A-Za-z0-9_$\-.]+")
+_ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "0": "\0"}
+_LITERALS = {"true": True, "false": False, "null": None, "undefined": None}
+
+
+class FastjsonError(ValueError):
+    """Text fastjson's parser would reject; ``pos`` is the character offset of the problem."""
+
+    def __init__(self, message: str, text: str, pos: int):
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        super().__init__(f"{message} at line {line} column {column}")
+        self.pos = pos
+
+
+class _Parser:
+    def __init__(self, text: str, spans: dict[Path, tuple[int, int]] | None):
+        self.text = text
+        self.pos = 1 if text.startswith("\ufeff") else 0
+        self.spans = spans
+
+    def fail(self, message: str, pos: int | None = None):
+        raise FastjsonError(message, self.text, self.pos if pos is None else pos)
+
+    def skip(self) -> None:
+        self.pos = _WS.match(self.text, self.pos).end()
+
+    def peek(self) -> str:
+        self.skip()
+        return self.text[self.pos : self.pos + 1]
+
+    def document(self) -> Any:
+        value = self.value(())
+        if self.peek():
+            self.fail("text after the end of the document (fastjson: not close json text)")
+        return value
+
+    def value(self, path: Path) -> Any:
+        ch = self.peek()
+        start = self.pos
+        if ch == "{":
+            result: Any = self.obj(path)
+        elif ch == "[":
+            result = self.array(path)
+        elif ch and ch in "\"'":
+            result = self.string()
+        elif ch == "-" or ch.isdigit():
+            result = self.number()
+        elif not ch:
+            self.fail("unexpected end of text")
+        else:
+            m = re.compile(r"[A-Za-z]+").match(self.text, self.pos)
+            word = m.group() if m else ""
+            if word not in _LITERALS:
+                self.fail(f"unexpected {self.text[self.pos:self.pos + 12]!r}")
+            self.pos += len(word)
+            result = _LITERALS[word]
+        if self.spans is not None:
+            self.spans[path] = (start, self.pos)
+        return result
+
+    def obj(self, path: Path) -> dict:
+        self.pos += 1
+        out: dict = {}
+        while True:
+            ch = self.peek()
+            if ch == "}":
+                self.pos += 1
+                return out
+            if ch == ",":  # AllowArbitraryCommas: {,"a":1,,}
+                self.pos += 1
+                continue
+            key = self.key()
+            if self.peek() != ":":
+                self.fail("expected ':' after an object key")
+            self.pos += 1
+            out[key] = self.value(path + (key,))
+            ch = self.peek()
+            if ch == ",":
+                self.pos += 1
+            elif ch != "}":
+                self.fail("expected ',' or '}' in an object")
+
+    def key(self) -> Hashable:
+        ch = self.peek()
+        if ch and ch in "\"'":
+            return self.string()
+        m = _BARE_KEY.match(self.text, self.pos)
+        if not m:
+            self.fail("expected an object key")
+        self.pos = m.end()
+        word = m.group()
+        if re.fullmatch(r"-?\d+", word):
+            return int(word)  # fastjson writes Integer/Long map keys bare
+        return word  # AllowUnQuotedFieldNames
+
+    def array(self, path: Path) -> list:
+        self.pos += 1
+        out: list = []
+        while True:
+            ch = self.peek()
+            if ch == "]":
+                self.pos += 1
+                return out
+            if ch == ",":
+                self.pos += 1
+                continue
+            out.append(self.value(path + (len(out),)))
+            ch = self.peek()
+            if ch == ",":
+                self.pos += 1
+            elif ch != "]":
+                self.fail("expected ',' or ']' in an array")
+
+    def string(self) -> str:
+        text, quote = self.text, self.text[self.pos]
+        i = self.pos + 1
+        parts = []
+        while True:
+            j = i
+            while j < len(text) and text[j] != quote and text[j] != "\\":
+                j += 1
+            parts.append(text[i:j])
+            if j >= len(text):
+                self.fail("unclosed string", self.pos)
+            if text[j] == quote:
+                self.pos = j + 1
+                return "".join(parts)
+            esc = text[j + 1 : j + 2]
+            if esc == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[j + 2 : j + 6]):
+                parts.append(chr(int(text[j + 2 : j + 6], 16)))
+                i = j + 6
+            elif esc == "x" and re.fullmatch(r"[0-9A-Fa-f]{2}", text[j + 2 : j + 4]):
+                parts.append(chr(int(text[j + 2 : j + 4], 16)))
+                i = j + 4
+            elif esc in _ESCAPES:
+                parts.append(_ESCAPES[esc])
+                i = j + 2
+            else:
+                self.fail(f"invalid escape {text[j:j + 2]!r}", j)
+        # unreachable
+
+    def number(self) -> int | float:
+        m = _NUMBER.match(self.text, self.pos)
+        if not m:
+            self.fail("invalid number")
+        self.pos = m.end()
+        word = m.group().rstrip("LSBFD")
+        if "." in word or "e" in word or "E" in word:
+            return float(word)
+        return int(word)
+
+
+def loads(text: str) -> Any:
+    """Parse ``text`` as fastjson's ``JSON.parse`` would (raises ``FastjsonError``)."""
+    return _Parser(text, None).document()
+
+
+def value_spans(text: str) -> dict[Path, tuple[int, int]]:
+    """``{path: (start, end)}`` of every value in ``text``; a path is the keys and indexes
+    leading to it (``()`` is the whole document)."""
+    spans: dict[Path, tuple[int, int]] = {}
+    _Parser(text, spans).document()
+    return spans
+
+
+def encode_scalar(value: Any) -> str:
+    """A number, string, boolean or null as fastjson writes it (``SerializeWriter``)."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        out = ['"']
+        for ch in value:
+            if ch in '"\\':
+                out.append("\\" + ch)
+            elif ch == "\n":
+                out.append("\\n")
+            elif ch == "\r":
+                out.append("\\r")
+            elif ch == "\t":
+                out.append("\\t")
+            elif ord(ch) < 0x20:
+                out.append(f"\\u{ord(ch):04X}")
+            else:
+                out.append(ch)
+        out.append('"')
+        return "".join(out)
+    raise TypeError(f"not a JSON scalar: {value!r}")
+
+
+def replace_value(text: str, path: Path, value: Any) -> str:
+    """``text`` with the scalar at ``path`` replaced by ``value``; every other byte unchanged."""
+    spans = value_spans(text)
+    if path not in spans:
+        raise KeyError(path)
+    start, end = spans[path]
+    return text[:start] + encode_scalar(value) + text[end:]
