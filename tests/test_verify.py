@@ -375,12 +375,18 @@ def test_json_output_has_the_documented_shape(store_copy):
     assert code == 1 and "crc-mismatch" in out and "NOT sound" in out
 
 
-def test_a_segment_of_the_wrong_length_is_bad_input(store_copy):
+def test_a_segment_of_the_wrong_length_is_a_finding(store_copy):
+    """The broker refuses to start ("length not matched message store config value"): a
+    finding naming the file, and the rest of the store is still checked."""
     root = store_copy("5.3.3", "clean-small")
     os.truncate(root / "commitlog" / f"{SEGMENT:020d}", SEGMENT - 4096)
-    code, out, err = cli("verify", root)
-    assert code == 3 and out == ""
-    assert err.startswith("mqtool: error: ") and err.count("\n") == 1 and "Traceback" not in err
+    code, findings, summary = verify(root)
+    assert code == 1
+    sized = [f for f in findings if f["kind"] == "segment-size"]
+    assert [(f["file"], f["expected"], f["found"], f["severity"]) for f in sized] == [(f"commitlog/{SEGMENT:020d}", SEGMENT, SEGMENT - 4096, "error")]
+    assert not [f for f in findings if f["kind"] == "segment-gap"]  # the file is there, with the wrong length
+    outside = [m for m in manifest("5.3.3", "clean-small")["messages"] if m["commitLogOffset"] // SEGMENT != 1]
+    assert summary["commitlog"]["records"] == len(outside) and summary["consume_queues"]["queues"] > 0
 
 
 @pytest.mark.parametrize("args", [["/no/such/store"], ["{fixture}", "--only", "everything"], ["{fixture}", "--from-offset", "10", "--to-offset", "5"]])

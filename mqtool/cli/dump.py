@@ -60,40 +60,6 @@ def _msg_id_offset(msg_id: str) -> int:
         raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
 
 
-def _record_start(store: Store, offset: int) -> int:
-    """``--from-offset``: ``offset`` when a record starts there, else the next record start after it
-    (``fastscan.find_record_start``: magic, size chain and self-describing PHYSICALOFFSET agree),
-    or the next segment when none follows in this one (past the end-of-file blank; before 4.9.1
-    the blank is followed by leftovers of older records). Offsets no segment holds are kept (the
-    scan then says so); so is ``offset`` when nothing follows it anywhere."""
-    import numpy as np
-
-    from ..store import fastscan as fs
-
-    segments = store.commitlog.segments
-    index = store.commitlog.segment_index(offset)
-    if index is None:
-        return offset
-    seg = segments[index]
-    with MappedFile(seg.path, seg.base_offset) as mf:
-        array = fs.as_array(mf.buf)
-        try:
-            pos = offset - seg.base_offset
-            scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
-            if fs.walk_segment(array, pos, pos + 1, False, False, scratch)[0] == 1:
-                return offset
-            found = int(fs.find_record_start(array, pos + 1, array.shape[0], seg.base_offset, RESYNC_CHAIN, scratch))
-            is_blank = found >= 0 and int.from_bytes(bytes(array[found + 4 : found + 8]), "big") == clfmt.BLANK_MAGIC & 0xFFFFFFFF
-        finally:
-            del array
-    if found >= 0 and not is_blank:
-        return seg.base_offset + found
-    return segments[index + 1].base_offset if index + 1 < len(segments) else offset
-
-
-RESYNC_CHAIN = 2  # records that must chain from a resync candidate (or end the data) to trust it
-
-
 def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
     """The commit log offsets the index names for ``--key``/``--uniq-key`` under each ``--topic``
     (``IndexService.queryOffset`` without its 64-result cap; newest file first), ascending and
@@ -120,7 +86,7 @@ SMALL_LIMIT = 64  # so does an unfiltered --limit up to this
 SCAN_BATCH = 1 << 13  # records per batch: less CPU per record than 32 k (cache-sized) and a quarter of the memory
 
 
-def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat) -> None:
+def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
     """Print the messages ``dump`` selects. A scan reads the columnar core (``mqtool.scan``) and
     prints through the compiled text encoder; a small read, ``--msg-id`` and the index lookups
     decode their few records one by one (``message_dict``). Both print the same bytes and apply
@@ -132,11 +98,36 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
         if offsets is not None:
             return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt)
         note(f"{why}; scanning the commit log")
-    start = store.commitlog.min_offset if start is None else _record_start(store, start)
+    start = _scan_from(store, start)
     span = (stop if stop is not None else store.commitlog.end_of_files) - start
     if span <= SMALL_READ or (limit is not None and limit <= SMALL_LIMIT and not match.columns()):
-        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress), fmt)
-    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress), fmt)
+        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt)
+    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going), fmt)
+
+
+def _scan_from(store: Store, start: int | None) -> int:
+    """Where the scan of ``--from-offset`` begins: that offset when a record starts there, else the next
+    record (``fastscan.scan_start``, the one resynchronisation of dump and verify)."""
+    if start is None:
+        return store.commitlog.min_offset
+    from ..store.fastscan import scan_start
+
+    start = max(start, store.commitlog.min_offset)
+    resumed = scan_start(store.commitlog, start)
+    if resumed != start:
+        note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
+    return resumed
+
+
+def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
+    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows."""
+    from ..store.fastscan import scan_start
+
+    resumed = scan_start(store.commitlog, end.offset + 1)
+    if resumed <= end.offset or (stop is not None and resumed >= stop):
+        return None
+    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")
+    return resumed
 
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat) -> None:
@@ -160,30 +151,36 @@ def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
     return [r for r, keep in zip(rows, match.mask(table).to_pylist()) if keep]
 
 
-def _record_rows(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress) -> Iterator[dict]:
+def _record_rows(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, keep_going: bool = False) -> Iterator[dict]:
     """The record-by-record read of a small span (``CommitLog.scan``, as the broker's recovery reads)."""
     if limit == 0:
         return
     as_dict = _as_dict(store, body, decompress)
-    scan = store.commitlog.scan(start, stop)
     chunk = 256 if match.columns() else 1
-    count, rows = 0, []
-    for record in scan:
-        rows.append(as_dict(record))
-        if len(rows) < chunk:
-            continue
+    count = 0
+    while True:
+        scan = store.commitlog.scan(start, stop)
+        rows = []
+        for record in scan:
+            rows.append(as_dict(record))
+            if len(rows) < chunk:
+                continue
+            for row in _matching(rows, match):
+                yield row
+                count += 1
+                if count == limit:
+                    return
+            rows = []
         for row in _matching(rows, match):
             yield row
             count += 1
             if count == limit:
                 return
-        rows = []
-    for row in _matching(rows, match):
-        yield row
-        count += 1
-        if count == limit:
-            return
-    _note_end(store, scan.end, stop)
+        resumed = None if scan.end.is_clean or not keep_going else _resume_after(store, scan.end, stop)
+        if resumed is None:
+            break
+        start = resumed
+    _note_end(store, scan.end, stop, keep_going)
 
 
 def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:
@@ -216,7 +213,7 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
     yield from rows[:limit]
 
 
-def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress) -> Iterator:
+def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False) -> Iterator:
     """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
     as the record read has them), ``limit`` rows at most."""
     from ..scan.messages import MessageScan
@@ -225,24 +222,31 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     if limit == 0:
         return
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
-    scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
-        for b in scan:
-            if limit is not None and count + b.num_rows >= limit:
-                yield b.slice(0, limit - count)
-                return
-            count += b.num_rows
-            yield b
-            bar.advance(b.column("offset")[-1].as_py())
-    _note_end(store, _reference_end(store, scan.end, stop), stop)
+        while True:
+            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
+            for b in scan:
+                if limit is not None and count + b.num_rows >= limit:
+                    yield b.slice(0, limit - count)
+                    return
+                count += b.num_rows
+                yield b
+                bar.advance(b.column("offset")[-1].as_py())
+            end = _reference_end(store, scan.end, stop)
+            resumed = None if end.is_clean or not keep_going else _resume_after(store, end, stop)
+            if resumed is None:
+                break
+            start = resumed
+    _note_end(store, end, stop, keep_going)
 
 
-def _note_end(store: Store, end: ScanEnd, stop) -> None:
+def _note_end(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> None:
     if end.is_clean:
         note(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
-        note(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
+        more = "" if keep_going else "; --keep-going reads past it"
+        note(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here{more})")
 
 
 def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
@@ -443,6 +447,7 @@ def dump(
     tag: Annotated[Optional[str], typer.Option("--tag", help="Only messages with this TAGS value.")] = None,
     msg_id: Annotated[Optional[str], typer.Option("--msg-id", help="The message with this offsetMsgId (direct lookup).")] = None,
     uniq_key: Annotated[Optional[str], typer.Option("--uniq-key", help="Only messages with this UNIQ_KEY.")] = None,
+    keep_going: Annotated[bool, typer.Option("--keep-going", help="Read past damaged ranges of the commit log (the broker would cut the log at the first).")] = False,
     use_index: Annotated[bool, typer.Option("--index/--no-index", help="--key/--uniq-key with --topic: look up through the index files (clean stores).")] = True,
     limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=0, help="At most this many rows.")] = None,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
@@ -467,7 +472,7 @@ def dump(
 
         with open_store(path, broker_config, broker_version) as store:
             match = MessageFilter(tuple(topic or ()), queue, parse_time(since, "--since"), parse_time(until, "--until"), tag, key, uniq_key)
-            dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format)
+            dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
         emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
     elif kind == "dledger":

@@ -79,6 +79,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     finally:
         store.close()
     emit_document(plan.to_dict(), fmt, render_plan)
+    for n in plan.notes:
+        if n.startswith("DAMAGE:"):
+            note(n)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(Path(plan_out), plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with `mqtool apply {plan_out} --yes`")

@@ -428,3 +428,34 @@ def release_pages(buf, start: int, stop: int) -> None:
             buf.madvise(mmap.MADV_DONTNEED, first, last - first)
         except (AttributeError, OSError, ValueError):
             pass
+
+
+RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
+
+
+def scan_start(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int:
+    """Where a scan asked to begin at ``offset`` begins: ``offset`` when a valid record (or an
+    end-of-file blank) starts there, otherwise the next position where the log can be resumed
+    (``find_record_start``: magic, size chain and self-describing PHYSICALOFFSET agree), the
+    next segment's start when the rest of this segment holds none. The one resynchronisation
+    of ``dump --from-offset``, ``verify --from-offset`` and version detection past damage.
+    Returns ``offset`` itself when no segment holds it or nothing after it can be resumed."""
+    index = commitlog.segment_index(offset)
+    if index is None:
+        return offset
+    scratch = np.empty((1, N_COLS), dtype=np.int64)
+    for i in range(index, len(commitlog.segments)):
+        seg = commitlog.segments[i]
+        pos = offset - seg.base_offset if i == index else 0
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            array = as_array(mf.buf)
+            try:
+                count, _, code, _ = walk_segment(array, pos, pos + 1, False, False, scratch)
+                if count == 1 or code == OK_BLANK:
+                    return seg.base_offset + pos
+                found = find_record_start(array, pos, array.shape[0], seg.base_offset, chain, scratch)
+            finally:
+                del array
+        if found >= 0:
+            return seg.base_offset + found
+    return offset

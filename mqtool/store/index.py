@@ -32,17 +32,19 @@ class IndexGeometry:
 
 
 class IndexFile:
-    """One index file, mapped read-only, decoded with the broker's geometry."""
+    """One index file, mapped read-only, decoded with the broker's geometry.
+
+    The broker maps every index file with its configured size (``IndexFile`` constructor,
+    ``MappedFile(fileName, fileTotalSize)``), so the bytes a truncated file lacks read as zeros:
+    so they do here (``header``, ``slot``, ``entry``), and ``verify`` reports the short file
+    (``index-file-size``) without losing the rest."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
         self.path = Path(path)
         self.name = self.path.name
         self.geometry = geometry
         self._mf = MappedFile(self.path)
-        if self._mf.size < fmt.HEADER_SIZE:
-            self._mf.close()
-            raise BadStoreFile(f"{self.path}: {self._mf.size} bytes, too short for an index header")
-        self.header = fmt.read_header(self._mf.buf)
+        self.header = fmt.read_header(bytes(self._mf.buf[: fmt.HEADER_SIZE]).ljust(fmt.HEADER_SIZE, b"\0"))
 
     @property
     def size(self) -> int:
@@ -52,13 +54,18 @@ class IndexFile:
         self._mf.close()
 
     def slot(self, slot: int) -> int:
-        return fmt.SLOT.unpack_from(self._mf.buf, fmt.slot_position(slot))[0]
+        pos = fmt.slot_position(slot)
+        if pos + fmt.SLOT_SIZE > self.size:
+            return 0  # beyond a truncated file: zeros, as the broker's full-size map reads
+        return fmt.SLOT.unpack_from(self._mf.buf, pos)[0]
 
     def _in_file(self, number: int) -> bool:
         return 0 < number < self.geometry.index_num and fmt.entry_position(self.geometry.hash_slot_num, number) + fmt.ENTRY_SIZE <= self.size
 
     def entry(self, number: int) -> fmt.IndexEntry:
         pos = fmt.entry_position(self.geometry.hash_slot_num, number)
+        if pos + fmt.ENTRY_SIZE > self.size:
+            return fmt.IndexEntry(number, 0, 0, 0, 0)  # beyond a truncated file: zeros
         return fmt.IndexEntry(number, *fmt.ENTRY.unpack_from(self._mf.buf, pos))
 
     def entries(self) -> Iterator[fmt.IndexEntry]:
@@ -159,6 +166,21 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
             if count <= entries and _geometry_fits(mf.buf, slots, entries, count):
                 return IndexGeometry(slots, entries)
     raise BadStoreFile(f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file; pass --broker-config")
+
+
+def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
+    """The geometry of a store's index files without broker.conf: inferred from the newest file
+    that shows it (a truncated or damaged file does not; all files share the broker's
+    configured geometry). None without index files; ``BadStoreFile`` when none shows it."""
+    failure = None
+    for path in sorted(paths, key=lambda p: (os.stat(p).st_size, p.name), reverse=True):  # full-size files first
+        try:
+            return infer_index_geometry(path)
+        except BadStoreFile as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise BadStoreFile(f"{str(failure).removesuffix('; pass --broker-config')}, nor from the other {len(paths) - 1} index file(s); pass --broker-config" if len(paths) > 1 else str(failure))
+    return None
 
 
 def list_index_files(index_dir: Path) -> list[Path]:

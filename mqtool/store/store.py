@@ -2,12 +2,16 @@
 
 Layout (reference §1.1): ``commitlog/``, ``consumequeue/<topic>/<queueId>/``, ``index/``,
 ``checkpoint``, ``abort``, ``lock``, ``config/``. File sizes come from ``--broker-config``
-where given, otherwise from the files themselves; like ``MappedFileQueue.load``, a commit log
-segment whose length differs from the others is refused.
+where given, otherwise from the files themselves. A commit log file whose length differs from
+the others (``MappedFileQueue.load``: "length not matched message store config value", the
+broker refuses to start) or whose name is not a multiple of the segment size is left out of the
+segment list and kept in ``Store.problems``: a finding for ``verify``, a note for the other
+commands, never a refusal to look at the rest.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,11 +25,23 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from . import dledger
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
-from .index import IndexFile, IndexGeometry, infer_index_geometry, list_index_files
+from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
-from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
+from .version import FAMILY_LABELS, BrokerVersion, VersionGuess, check_first_record, detect_version
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    """A store file the broker would refuse or misplace, left out of the model (``verify``
+    reports it as a finding of this ``kind``; ``path`` is absolute)."""
+
+    kind: str
+    path: Path
+    message: str
+    expected: int | str | None = None
+    found: int | str | None = None
 
 
 @dataclass
@@ -36,6 +52,7 @@ class Store:
     commitlog: CommitLog
     config: StoreConfig
     notes: list[str] = field(default_factory=list)
+    problems: list[FileProblem] = field(default_factory=list)
     _version: BrokerVersion | None = None
 
     # ---- opening --------------------------------------------------------------------------
@@ -89,15 +106,25 @@ class Store:
             for _, _, size in sizes:
                 counts[size] = counts.get(size, 0) + 1
             expected = max(counts, key=lambda s: (counts[s], s))
+        problems, kept = [], []
         for base, p, size in sizes:
             if size != expected:
-                raise BadStoreFile(
-                    f"{p}: {size} bytes, expected {expected} like the other segments (the broker refuses to load it)"
-                )
-            if base % expected:
-                raise BadStoreFile(f"{p}: name is not a multiple of the segment size {expected}")
-        segments = [Segment(p, base, size) for base, p, size in sizes]
-        store = cls(root, CommitLog(segments, expected or 1 << 30), config, notes)
+                problems.append(FileProblem(
+                    "segment-size", p,
+                    f"{p.name}: {size} bytes, expected {expected} like the other segments: the broker logs \"length not matched "
+                    "message store config value, please check it manually\" and refuses to start; mqtool leaves it out",
+                    expected, size,
+                ))
+            elif base % expected:
+                problems.append(FileProblem(
+                    "segment-name", p,
+                    f"{p.name}: not a multiple of the segment size {expected}, so it is no commit log segment the broker "
+                    "can place (\"[BUG]The mappedFile queue's data is damaged\"); mqtool leaves it out",
+                    f"a multiple of {expected}", base,
+                ))
+            else:
+                kept.append(Segment(p, base, size))
+        store = cls(root, CommitLog(kept, expected or 1 << 30), config, notes, problems)
         return store._finish(version)
 
     @classmethod
@@ -123,6 +150,7 @@ class Store:
         return isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
     def _finish(self, version: str | None) -> "Store":
+        self.notes.extend(problem.message for problem in self.problems)
         if version is not None:
             self._version = BrokerVersion.parse(version)
         check_first_record(self)
@@ -157,6 +185,17 @@ class Store:
     @property
     def version(self) -> BrokerVersion | None:
         return self.version_guess.version
+
+    @contextmanager
+    def assumed_version(self, candidate: BrokerVersion):
+        """Within the block, read the store as written by ``candidate`` (one of the detected
+        candidates: a planner runs under each when the evidence does not decide)."""
+        guess = self.version_guess
+        self.__dict__["version_guess"] = VersionGuess(candidate, FAMILY_LABELS.get(candidate, str(candidate)), guess.evidence, candidates=guess.candidates)
+        try:
+            yield candidate
+        finally:
+            self.__dict__["version_guess"] = guess
 
     @property
     def legacy_properties(self) -> bool:
@@ -201,9 +240,7 @@ class Store:
         if self.config.hash_slot_num and self.config.index_num:
             return IndexGeometry(self.config.hash_slot_num, self.config.index_num)
         paths = list_index_files(self.path("index")) if self.root is not None else []
-        if not paths:
-            return None
-        return infer_index_geometry(paths[-1])
+        return store_index_geometry(paths)
 
     @cached_property
     def index_files(self) -> list[IndexFile]:

@@ -61,10 +61,15 @@ FAMILY_LABELS = {LEGACY_4: "4.0-4.9.0", MODERN_4: "4.9.1-4.9.8", V5: "5.x"}
 
 @dataclass
 class VersionGuess:
+    """The detected (or given) version. ``version`` is None when the evidence leaves several
+    families: ``candidates`` then lists their representatives (commands that need a version
+    plan under each, see ``recovery.pieces.plan_under_candidates``)."""
+
     version: BrokerVersion | None
     label: str
     evidence: list[str] = field(default_factory=list)
     given: bool = False
+    candidates: tuple[BrokerVersion, ...] = ()
 
     def __str__(self) -> str:
         if self.given:
@@ -72,15 +77,29 @@ class VersionGuess:
         return self.label if self.version is None else f"{self.label} (detected)"
 
 
-def _first_records(store: "Store", limit: int = 64):
-    """Up to ``limit`` valid records of the first segment that has any, plus its first blank."""
+def _take(scan, limit: int) -> list:
+    records = []
+    for record in scan:
+        records.append(record)
+        if len(records) >= limit:
+            break
+    return records
+
+
+def _first_records(store: "Store", evidence: list[str], limit: int = 64):
+    """Up to ``limit`` valid records of the first segment that has any. When a segment's first
+    record is damaged, the records after the damage are read instead (``fastscan.scan_start``)."""
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
-        records = []
-        for record in scan:
-            records.append(record)
-            if len(records) >= limit:
-                break
+        records = _take(scan, limit)
+        if not records and scan.end is not None and not scan.end.is_clean:
+            from .fastscan import scan_start  # compiled walk; imported lazily (numba start-up)
+
+            resumed = scan_start(store.commitlog, segment.base_offset)
+            if segment.base_offset < resumed < segment.end_offset:
+                records = _take(store.commitlog.scan(resumed, segment.end_offset), limit)
+                if records:
+                    evidence.append(f"no valid record at {segment.base_offset}; records from {resumed} read instead")
         if records:
             return records
     return []
@@ -88,12 +107,18 @@ def _first_records(store: "Store", limit: int = 64):
 
 def _blank_tail(store: "Store") -> bytes | None:
     """The 56 bytes after the end-of-file blank record of the first segment that has one."""
-    from .fastscan import FastScan  # compiled walk; imported lazily (numba start-up)
+    from .fastscan import FastScan, scan_start  # compiled walk; imported lazily (numba start-up)
 
     for segment in store.commitlog.segments[:-1]:
         scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
         for _ in scan:
             pass
+        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
+            resumed = scan_start(store.commitlog, scan.end.offset)
+            if scan.end.offset < resumed < segment.end_offset:
+                scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
+                for _ in scan:
+                    pass
         if scan.blanks:
             with MappedFile(segment.path) as mf:
                 pos = scan.blanks[0] - segment.base_offset + 8
@@ -102,7 +127,9 @@ def _blank_tail(store: "Store") -> bytes | None:
 
 
 def check_first_record(store: "Store") -> None:
-    """Refuse commit logs whose first bytes are neither zeros nor a RocketMQ record."""
+    """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0
+    stores, other files). A damaged first record is not refused: the records after it are
+    found (``fastscan.scan_start``) and the damage is ``verify``'s finding."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
             head = bytes(mf.buf[:8])
@@ -110,11 +137,28 @@ def check_first_record(store: "Store") -> None:
                 return
             try:
                 clfmt.decode_record(mf.buf, 0, segment.base_offset, mf.size)
+                return
             except FormatError as exc:
-                raise UnknownStoreVersion(
-                    f"{segment.path}: first record is not a RocketMQ 4.x/5.x message ({exc.reason}); "
-                    "DLedger commit logs and pre-4.0 stores are not supported"
-                ) from None
+                reason = exc.reason
+        from .fastscan import scan_start  # compiled walk; imported lazily (numba start-up)
+
+        if scan_start(store.commitlog, segment.base_offset) != segment.base_offset:
+            return
+        raise UnknownStoreVersion(
+            f"{segment.path}: first record is not a RocketMQ 4.x/5.x message ({reason}) and no valid record follows; "
+            "DLedger commit logs and pre-4.0 stores are not supported"
+        )
+
+
+def _five_in_config(store: "Store") -> str | None:
+    """5.x managers write ``dataVersion.stateVersion`` and per-topic/group ``attributes``."""
+    for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json"):
+        doc = store.config_file(name)
+        if not isinstance(doc, dict):
+            continue
+        if isinstance(doc.get("dataVersion"), dict) and "stateVersion" in doc["dataVersion"]:
+            return f"config/{name} has dataVersion.stateVersion (5.x managers)"
+    return None
 
 
 def detect_version(store: "Store") -> VersionGuess:
@@ -129,24 +173,37 @@ def detect_version(store: "Store") -> VersionGuess:
         for name in ("compaction", "timerlog", "timerwheel", "batchconsumequeue"):
             if (root / name).exists():
                 five.append(f"{name} exists")
-    records = _first_records(store)
+        cp = store.checkpoint
+        if cp is not None and (cp.master_flushed_offset or cp.confirm_phy_offset):
+            five.append("checkpoint holds masterFlushedOffset/confirmPhyOffset (5.x)")
+        config_mark = _five_in_config(store)
+        if config_mark:
+            five.append(config_mark)
+    records = _first_records(store, evidence)
     if any(r.magic_code == clfmt.MESSAGE_MAGIC_V2 for r in records):
         five.append("V2 magic records (5.1.0+)")
     if five:
-        return VersionGuess(V5, FAMILY_LABELS[V5], five)
+        return VersionGuess(V5, FAMILY_LABELS[V5], evidence + five)
     with_props = [r for r in records if r.properties_length > 0]
+    candidates = [LEGACY_4, MODERN_4, V5]
     if with_props:
         trailing = sum(r.properties.endswith(b"\x02") for r in with_props)
         if trailing == 0:
             evidence.append("properties end without \\x02 (4.9.1-4.9.x writer)")
             return VersionGuess(MODERN_4, FAMILY_LABELS[MODERN_4], evidence)
         evidence.append("properties end with \\x02 (4.0-4.9.0 or 5.x writer)")
+        candidates = [LEGACY_4, V5]
     tail = _blank_tail(store)
     if tail is not None:
         if any(tail):
             evidence.append("stale bytes after an end-of-file blank (writer before 4.9.1)")
             return VersionGuess(LEGACY_4, FAMILY_LABELS[LEGACY_4], evidence)
         evidence.append("zeros after an end-of-file blank (writer 4.9.1+)")
-        if with_props:
-            return VersionGuess(V5, FAMILY_LABELS[V5], evidence)
-    return VersionGuess(None, "unknown", evidence or ["not enough data to tell"])
+        candidates = [c for c in candidates if c != LEGACY_4]
+        if len(candidates) == 1:
+            return VersionGuess(candidates[0], FAMILY_LABELS[candidates[0]], evidence)
+    if store.abort is not None and store.abort.pid is None:
+        evidence.append("the abort file is empty (4.x; 5.3.3 writes its PID)")
+    evidence.append("no end-of-file blank record to read the writer's marks from" if tail is None else "")
+    label = " or ".join(FAMILY_LABELS[c] for c in candidates)
+    return VersionGuess(None, label, [e for e in evidence if e] or ["not enough data to tell"], candidates=tuple(candidates))

@@ -100,6 +100,8 @@ class Verification:
             summary.notes.extend(check.notes)
             last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
         cross = [c for c in ("cq", "index") if c in opts.checks]
+        if cross and store.root is not None and opts.from_offset is not None and start > store.commitlog.min_offset:
+            start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross and store.root is not None:
             stream = LogStream(store, start, stop)
             total = (stop if stop is not None else logical_end if logical_end is not None else store.commitlog.end_of_files) - start

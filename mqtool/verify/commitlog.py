@@ -191,9 +191,15 @@ class CommitLogCheck:
     # ---- structure of the segment sequence ----
 
     def _segment_sequence(self) -> Iterator[Finding]:
+        for problem in self.store.problems:  # files Store.open left out of the segment list
+            if problem.kind in ("segment-size", "segment-name"):
+                yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
         segments, size = self.commitlog.segments, self.commitlog.file_size
+        left_out = {int(p.path.name) for p in self.store.problems if p.kind == "segment-size"}
         for prev, seg in zip(segments, segments[1:]):
             if seg.base_offset != prev.base_offset + size:
+                if all(base in left_out for base in range(prev.end_offset, seg.base_offset, size)):
+                    continue  # the segment(s) there exist with the wrong length: reported above
                 missing = (seg.base_offset - prev.base_offset) // size - 1
                 yield error(
                     "segment-gap",

@@ -39,6 +39,8 @@ class Severity(str, enum.Enum):
 KINDS: dict[str, str] = {
     # commit log
     "segment-gap": "a commit log segment is missing between two others",
+    "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start)",
+    "segment-name": "a commit log file's name is not a multiple of the segment size",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
     "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
     "phys-offset-mismatch": "a record's PHYSICALOFFSET field is not its own position",

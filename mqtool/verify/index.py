@@ -125,7 +125,8 @@ class IndexEntries:
                 for i, (h, phy, diff, prev) in enumerate(chunk.tolist()):
                     yield number + i, h, phy, diff, prev
                 number += len(chunk)
-            table = np.frombuffer(os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE), dtype=">i4")
+            raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
+            table = np.frombuffer(raw, dtype=">i4")
         finally:
             os.close(fd)
         self.check.structure(self, bad, first_bad, negative, heads, last_seen, table)

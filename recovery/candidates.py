@@ -1,0 +1,89 @@
+"""Planning when the store does not say which broker version wrote it.
+
+``store.version_guess`` leaves several candidate families when the version marks are missing
+(e.g. a 4.8.0 broker killed at its first segment roll: no end-of-file blank to read the
+writer's marks from, properties ending with ``\\x02`` as both 4.0-4.9.0 and 5.x write them).
+The broker itself does not need to know; the planner does, because recovery rules differ by
+version (``rules.RecoveryRules``). ``plan_under_candidates`` plans under every candidate: where
+the plans agree, the plan goes ahead and says which candidates were considered; where they
+differ, it stops with a usage error that shows the difference and asks for
+``--broker-version``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable
+
+from ..errors import UsageError
+from ..store import Store
+from ..store.version import FAMILY_LABELS
+from .plan import Plan
+
+IGNORED = ("created_ms", "broker_version", "version_source", "notes")  # what may differ between candidates
+IMMATERIAL = {
+    # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a
+    # 5.x broker outside controller/duplication mode (the only mode mqtool plans for) reads neither
+    # back (reference §7, §8.2, §8.5)
+    "checkpoint.after.master_flushed_offset",
+    "checkpoint.after.confirm_phy_offset",
+}
+SHOWN = 140  # characters of each differing value in the error
+
+
+def _comparable(plan: Plan) -> dict[str, Any]:
+    doc = plan.to_dict()
+    return {k: v for k, v in doc.items() if k not in IGNORED}
+
+
+def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """The first differing leaves of two plan documents, as (path, value in a, value in b)."""
+    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
+        out = []
+        for key in a:
+            out += _differences(a[key], b[key], f"{path}.{key}" if path else key)
+        return out
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        out = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += _differences(x, y, f"{path}[{i}]")
+        return out
+    return [] if a == b else [(path, a, b)]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
+
+
+def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
+    """``make_plan(store, cache)`` under the detected version, or under every candidate when
+    detection leaves several (module docstring). The plans are compared without the fields no
+    candidate broker reads back (``IMMATERIAL``); when they agree the newest candidate's plan is
+    returned, and ``cache`` (a ``DispatchCache``) is filled by that run only."""
+    guess = store.version_guess
+    if guess.version is not None or len(guess.candidates) < 2:
+        return make_plan(store, cache)
+    candidates = sorted(guess.candidates, reverse=True)  # newest first: its plan is the one kept
+    plans: list[Plan] = []
+    for i, candidate in enumerate(candidates):
+        with store.assumed_version(candidate):
+            plans.append(make_plan(store, cache if i == 0 else None))
+    labels = [FAMILY_LABELS.get(c, str(c)) for c in candidates]
+    first = _comparable(plans[0])
+    for label, plan in zip(labels[1:], plans[1:]):
+        diffs = [d for d in _differences(first, _comparable(plan)) if d[0] not in IMMATERIAL]
+        if diffs:
+            shown = "; ".join(f"{path}: {_short(x)} ({labels[0]}) vs {_short(y)} ({label})" for path, x, y in diffs[:3])
+            more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
+            raise UsageError(
+                f"cannot tell which broker version wrote this store ({'; '.join(guess.evidence)}), and the plans differ "
+                f"under {labels[0]} and {label}: {shown}{more}; pass --broker-version (e.g. {plans[0].broker_version} or {plan.broker_version})"
+            )
+    considered = ", ".join(labels)
+    source = f"not decided by the store ({'; '.join(guess.evidence)}); considered {considered}: the plans are equal"
+    note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
+    # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
+    # candidate plans the same
+    return dataclasses.replace(plans[0], version_source=source, notes=(note,) + plans[0].notes)
