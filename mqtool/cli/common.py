@@ -11,6 +11,7 @@ import typer
 
 from ..errors import EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
+from ..store.mappedfile import exit_on_sigbus
 from .output import OutputFormat, stderr
 from .state import State  # noqa: F401  (commands import it from here)
 
@@ -64,5 +65,6 @@ FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output 
 
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
+    exit_on_sigbus()  # a mapped file that shrinks or a full filesystem: one line and exit 3, not "Bus error"
     config = load_broker_config(broker_config) if broker_config else StoreConfig()
     return Store.open(path, config, broker_version)

@@ -20,6 +20,7 @@ offset order:
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -28,6 +29,7 @@ from ..formats import commitlog as clfmt
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
 from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, warm_up
 
@@ -66,6 +68,9 @@ _worker_counter = None
 def _init_worker(counter) -> None:
     global _worker_counter
     _worker_counter = counter
+    if sigbus_handled():
+        exit_on_sigbus(worker=True)  # a failed mapped read ends the parent with its one line, not a hang
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # and the other workers end silently when it is gone
 
 
 def _count(delta: int) -> None:
