@@ -16,6 +16,7 @@ command that must rewrite a config file without re-serialising it.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Hashable
 
@@ -25,6 +26,7 @@ _WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_$\-.]+")
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "0": "\0"}
+_PLAIN = {'"': re.compile(r'[^"\\]*'), "'": re.compile(r"[^'\\]*")}  # string characters up to a quote or escape
 _LITERALS = {"true": True, "false": False, "null": None, "undefined": None}
 
 
@@ -141,10 +143,9 @@ class _Parser:
         text, quote = self.text, self.text[self.pos]
         i = self.pos + 1
         parts = []
+        plain = _PLAIN[quote]
         while True:
-            j = i
-            while j < len(text) and text[j] != quote and text[j] != "\\":
-                j += 1
+            j = plain.match(text, i).end()
             parts.append(text[i:j])
             if j >= len(text):
                 self.fail("unclosed string", self.pos)
@@ -177,8 +178,18 @@ class _Parser:
 
 
 def loads(text: str) -> Any:
-    """Parse ``text`` as fastjson's ``JSON.parse`` would (raises ``FastjsonError``)."""
-    return _Parser(text, None).document()
+    """Parse ``text`` as fastjson's ``JSON.parse`` would (raises ``FastjsonError``).
+
+    Strict JSON (most files: fastjson quotes string keys) goes through the C ``json`` decoder,
+    which reads it exactly the same; anything else through the lenient parser."""
+    try:
+        return json.loads(text, parse_constant=_reject)
+    except (ValueError, RecursionError):
+        return _Parser(text, None).document()
+
+
+def _reject(name: str):
+    raise ValueError(name)  # NaN / Infinity: not fastjson's; let the lenient parser judge
 
 
 def value_spans(text: str) -> dict[Path, tuple[int, int]]:
