@@ -151,7 +151,7 @@ def check_first_record(store: "Store") -> None:
 
 
 def _five_in_config(store: "Store") -> str | None:
-    """5.x managers write ``dataVersion.stateVersion`` and per-topic/group ``attributes``."""
+    """5.x config managers write ``dataVersion.stateVersion`` (4.x ones do not: ``config-real`` fixtures)."""
     for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json"):
         doc = store.config_file(name)
         if not isinstance(doc, dict):
