@@ -72,7 +72,7 @@ def message_rows(store: Store, match: RecordFilter, start, stop, msg_id, limit, 
     if end.is_clean:
         notes.append(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
-        notes.append(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
+        notes.append(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here; --keep-going reads past it)")
 
 
 def reference_dump(path, fmt="table", body="none", decompress=False, start=None, stop=None, msg_id=None, limit=None, keep=None, **filters):
