@@ -12,7 +12,7 @@ from typing import Iterable
 
 import numpy as np
 
-from ..errors import BadInput, UnknownStoreVersion
+from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
@@ -59,11 +59,21 @@ class PlanOptions:
 
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unsupported_queues(store)
+    unloadable_files(store)
     guess = store.version_guess
     if guess.version is None:
         raise UnknownStoreVersion("cannot tell which broker version wrote this store; pass --broker-version (e.g. 4.9.7 or 5.3.3)")
     source = "given" if guess.given else f"detected ({guess.label}: {'; '.join(guess.evidence)})"
     return guess.version, source
+
+
+def unloadable_files(store: Store) -> None:
+    """Refuse a store whose commit log holds a file the broker refuses to load (``MappedFileQueue.load``:
+    a segment of the wrong length or name, ``Store.problems``): the broker would not start, so there is no
+    recovery of its to plan. ``mqtool repair`` fixes such files first."""
+    if store.problems:
+        problem = store.problems[0]
+        raise BadStoreFile(f"{problem.path}: {problem.kind}: the broker refuses to start on this store, so it recovers nothing; `mqtool repair` fixes the file first")
 
 
 def unsupported_queues(store: Store) -> None:

@@ -25,6 +25,7 @@ from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
 from ..recovery import repair as rp
 from ..store.liveness import store_users
+from ..recovery.pieces import unloadable_files
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
 
@@ -267,6 +268,9 @@ def _plan_repair(root: Path, broker_config, broker_version) -> rp.RepairPlan:
     file_steps, _ = rp.plan_file_fixes(root)
     try:
         opened = open_store(root, broker_config, broker_version)
+        if file_steps and opened.problems:
+            opened.close()
+            unloadable_files(opened)  # raises: the file fixes come first, the broker would not load the store before them
     except BadInput as exc:
         if not file_steps:
             raise
