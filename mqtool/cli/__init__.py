@@ -28,6 +28,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
     "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
     "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
+    "query": ("query", "app", "The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time."),
     "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
     "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
     "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
@@ -38,6 +39,8 @@ def load_command(name: str):
     """The click command ``name`` of ``LAZY_COMMANDS``, its module imported now."""
     module, function, _ = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(f".{module}", __name__), function)
+    if isinstance(target, typer.Typer):  # a command group (``query``)
+        return typer.main.get_group(target)
     holder = typer.Typer(rich_markup_mode=None)
     if function == "register":
         target(holder)

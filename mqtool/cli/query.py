@@ -1,0 +1,219 @@
+"""``mqtool query``: the broker's own lookups, offline (``mqtool/store/lookup.py``).
+
+``key`` / ``uniq-key`` walk the index as ``DefaultMessageStore.queryMessage`` does, ``msg-id`` reads
+the record an offsetMsgId names, ``offset`` goes through the consume queue, ``time`` answers
+``getOffsetInQueueByTime``. Exit 0 when a message matches, 1 when none does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional
+
+import typer
+
+from ..errors import EXIT_FINDINGS, UsageError
+from ..formats.msgid import decode_msg_id
+from ..records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
+from ..store import Store
+from ..store import lookup
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .output import OutputFormat, emit_rows
+
+app = typer.Typer(
+    name="query",
+    help="The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", *MESSAGE_FIELDS)
+HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id")
+QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "status", "queue_min_offset", "queue_max_offset", "cq_phys_offset", "cq_size", "cq_tags_code", "error", *[f for f in MESSAGE_FIELDS if f not in ("topic", "queue_id", "queue_offset")])
+QUEUE_TABLE = ("topic", "queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id")
+TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_min_offset", "queue_max_offset", "message_offset", "message_store_timestamp")
+
+StoreArg = Annotated[Path, typer.Argument(help="The store directory (broker stopped).")]
+TopicArg = Annotated[str, typer.Argument(help="The topic (as stored: SCHEDULE_TOPIC_XXXX for delayed messages).")]
+BodyOpt = Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")]
+
+
+def _message(store: Store, record, body: BodyEncoding) -> dict[str, Any]:
+    return message_dict(record, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
+
+
+def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> Iterator[dict]:
+    for f in found:
+        row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error}
+        if f.record is not None:
+            row.update(_message(store, f.record, body))
+        else:
+            row["offset"] = f.offset
+        yield row
+
+
+def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, begin, end, body, format, broker_config, broker_version) -> None:
+    b = parse_time(begin, "--begin")
+    e = parse_time(end, "--end")
+    with open_store(path, broker_config, broker_version) as store:
+        result = lookup.query_message(store, topic, key, kind, max_hits, b if b is not None else 0, e if e is not None else lookup.LONG_MAX)
+        if not result.indexed:
+            from ..scan.lookup import scan_key_offsets  # the columnar scan: only when there is no index
+            from .progress import ByteProgress
+
+            note(result.notes.pop())
+            with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, desc="scan") as bar:
+                offsets, result.logical_end = scan_key_offsets(store, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e, progress=bar.advance)
+            result.found = lookup.found_by_scan(store, offsets, topic, key, kind)
+        for n in result.notes:
+            note(n)
+        collisions = sum(1 for f in result.found if f.key_matches is False)
+        if collisions:
+            note(f"{collisions} index hit(s) are hash collisions (key_matches false: another key with the same hash)")
+        emit_rows(_hit_rows(store, result.found, body), format, HIT_FIELDS, HIT_TABLE)
+        if not result.matches:
+            raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("key")
+@guarded
+def query_key(
+    store: StoreArg,
+    topic: TopicArg,
+    key: Annotated[str, typer.Argument(help="One KEYS entry.")],
+    max_hits: Annotated[int, typer.Option("--max", min=1, help="At most this many index hits (the broker caps at 64).")] = lookup.DEFAULT_MAX_KEY,
+    begin: Annotated[Optional[str], typer.Option("--begin", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
+    end: Annotated[Optional[str], typer.Option("--end", help="Store time until.")] = None,
+    body: BodyOpt = BodyEncoding.none,
+    format: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Messages by KEYS through the index (IndexService.queryOffset, newest first; collisions flagged)."""
+    _by_key(store, topic, key, lookup.KEY, max_hits, begin, end, body, format, broker_config, broker_version)
+
+
+@app.command("uniq-key")
+@guarded
+def query_uniq_key(
+    store: StoreArg,
+    topic: TopicArg,
+    uniq_key: Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
+    max_hits: Annotated[int, typer.Option("--max", min=1, help="At most this many index hits (broker default 32).")] = lookup.DEFAULT_MAX_UNIQ,
+    begin: Annotated[Optional[str], typer.Option("--begin", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
+    end: Annotated[Optional[str], typer.Option("--end", help="Store time until.")] = None,
+    body: BodyOpt = BodyEncoding.none,
+    format: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY."""
+    _by_key(store, topic, uniq_key, lookup.UNIQ_KEY, max_hits, begin, end, body, format, broker_config, broker_version)
+
+
+@app.command("msg-id")
+@guarded
+def query_msg_id(
+    store: StoreArg,
+    msg_id: Annotated[str, typer.Argument(metavar="OFFSET_MSG_ID", help="The broker's offsetMsgId (32 or 56 hex characters).")],
+    body: BodyOpt = BodyEncoding.none,
+    format: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """The message an offsetMsgId names: its commit log offset read directly (viewMessage)."""
+    try:
+        decoded = decode_msg_id(msg_id)
+    except ValueError:
+        raise UsageError(f"{msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
+    with open_store(store, broker_config, broker_version) as s:
+        record, error = lookup.read_message(s, decoded.commit_log_offset)
+        if record is not None and record.msg_id != msg_id.upper():
+            note(f"the record at offset {decoded.commit_log_offset} has msg_id {record.msg_id} (store host differs: {decoded.host} in the id)")
+        found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
+        if error:
+            note(error)
+        emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE)
+        if record is None:
+            raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("offset")
+@guarded
+def query_offset(
+    store: StoreArg,
+    topic: TopicArg,
+    queue: Annotated[int, typer.Argument(metavar="QUEUE", min=0, help="Queue id.")],
+    queue_offset: Annotated[int, typer.Argument(metavar="QUEUE_OFFSET", min=0, help="Offset in the queue.")],
+    body: BodyOpt = BodyEncoding.none,
+    format: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """The message at a queue offset, through the consume queue (as getMessage reads it)."""
+    with open_store(store, broker_config, broker_version) as s:
+        rng = lookup.queue_range(s, topic, queue)
+        row: dict[str, Any] = {"topic": topic, "queue_id": queue, "queue_offset": queue_offset}
+        record = None
+        if rng is None:
+            row.update(status="NO_MATCHED_LOGIC_QUEUE", error=f"no consume queue {topic}/{queue}")
+        else:
+            row.update(queue_min_offset=rng.min_offset, queue_max_offset=rng.max_offset)
+            entry = lookup.queue_entry(s, topic, queue, queue_offset)
+            if entry is not None:
+                row.update(cq_phys_offset=entry.phys_offset, cq_size=entry.size, cq_tags_code=entry.tags_code)
+            if queue_offset < rng.min_offset:
+                row["status"] = "OFFSET_TOO_SMALL"
+            elif queue_offset >= rng.max_offset:
+                row["status"] = "OFFSET_OVERFLOW_BADLY" if queue_offset > rng.max_offset else "OFFSET_OVERFLOW_ONE"
+            if entry is not None and entry.is_valid and not entry.is_filler:
+                record, error = lookup.read_message(s, entry.phys_offset)
+                row.setdefault("status", "FOUND" if record is not None else "MESSAGE_WAS_REMOVING")
+                row["error"] = error
+            else:
+                row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
+        if record is not None:
+            msg = _message(s, record, body)
+            if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
+                row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
+            row.update({k: v for k, v in msg.items() if k not in row})
+        emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE)
+        if record is None:
+            raise typer.Exit(EXIT_FINDINGS)
+
+
+@app.command("time")
+@guarded
+def query_time(
+    store: StoreArg,
+    topic: TopicArg,
+    queue: Annotated[int, typer.Argument(metavar="QUEUE", min=0, help="Queue id.")],
+    time: Annotated[str, typer.Argument(metavar="TIME", help="Store time: epoch ms or ISO-8601 (naive = UTC).")],
+    format: FormatOpt = OutputFormat.table,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """The queue offset getOffsetInQueueByTime returns (the input of resetOffsetByTime)."""
+    timestamp = parse_time(time, "TIME")
+    with open_store(store, broker_config, broker_version) as s:
+        rng = lookup.queue_range(s, topic, queue)
+        if rng is None:
+            note(f"no consume queue {topic}/{queue}: the broker answers 0")
+        offset = lookup.queue_offset_by_time(s, topic, queue, timestamp)
+        row: dict[str, Any] = {
+            "topic": topic,
+            "queue_id": queue,
+            "timestamp": timestamp,
+            "queue_offset": offset,
+            "rule": "5.x BoundaryType.LOWER" if lookup.is_v5(s) else "4.x nearest",
+            "queue_min_offset": rng.min_offset if rng else None,
+            "queue_max_offset": rng.max_offset if rng else None,
+        }
+        entry = lookup.queue_entry(s, topic, queue, offset) if rng and offset < rng.max_offset else None
+        if entry is not None and entry.is_valid and not entry.is_filler:
+            row["message_offset"] = entry.phys_offset
+            ts = lookup.pickup_store_timestamp(s, entry.phys_offset, entry.size)
+            row["message_store_timestamp"] = ts if ts >= 0 else None
+        emit_rows([row], format, TIME_FIELDS)
+        if rng is None:
+            raise typer.Exit(EXIT_FINDINGS)

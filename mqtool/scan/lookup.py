@@ -1,0 +1,27 @@
+"""A key or UNIQ_KEY lookup by scanning the whole commit log: ``mqtool query``'s fallback when a store
+has no index file (deleted, or ``messageIndexEnable`` off). Reads through ``read_batches`` with the one
+``MessageFilter``; returns the offsets mqadmin would keep (the key among KEYS, or the UNIQ_KEY equal),
+without ROLLBACK records, which ``IndexService.buildIndex`` never indexes."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pyarrow.compute as pc
+
+from ..store import Store
+from .filter import MessageFilter
+from .messages import MessageScan
+
+
+def scan_key_offsets(store: Store, topic: str, key: str, *, uniq: bool, begin: int | None = None, end: int | None = None, progress: Callable[[int], None] | None = None) -> tuple[list[int], int]:
+    """The offsets of the records matching ``topic`` and ``key``, and where the scan ended."""
+    match = MessageFilter(topics=(topic,), since=begin, until=end, key=None if uniq else key, uniq_key=key if uniq else None)
+    scan = MessageScan(store, columns=["offset", "transaction_type"], match=match, check_crc=False)
+    offsets: list[int] = []
+    for batch in scan:
+        kept = batch.filter(pc.not_equal(batch["transaction_type"], "ROLLBACK"))
+        offsets.extend(kept["offset"].to_pylist())
+        if progress is not None:
+            progress(batch["offset"][-1].as_py())
+    return offsets, scan.end.offset

@@ -1,0 +1,377 @@
+"""The broker's own lookups, offline: key / UNIQ_KEY through the index, a message by offsetMsgId,
+by queue offset, and a queue offset by store time (reference §5, §6).
+
+- ``index_hits``: ``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset`` (newest file first,
+  each slot chain newest entry first, at most ``min(maxNum, maxMsgsNumBatch=64)`` hits, only the
+  31-bit hash compared, so hash collisions come back as the broker returns them).
+- ``query_message``: ``DefaultMessageStore.queryMessage`` (up to three walks, offsets sorted, each
+  record read; unreadable ones skipped), plus the records written after the index's last entry
+  (``source="unindexed"``: what the broker's dispatch would index next, §6.5 ``buildIndex``).
+- ``queue_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x
+  (``BoundaryType.LOWER``, clamped to the queue's range by ``DefaultMessageStore``) do it.
+
+Reads only the slots, entries, consume queue units and records a lookup needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from ..formats import commitlog as clfmt
+from ..formats import index as ixfmt
+from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
+from ..formats.commitlog import TransactionType
+from ..formats.errors import FormatError
+from ..formats.hashing import index_key_hash
+from ..formats.properties import PropertyKey, split_keys
+from .index import LONG_MAX, IndexFile
+from .store import Store
+from .version import BrokerVersion
+
+DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
+DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQueryMaxNum = 32
+KEY, UNIQ_KEY = "key", "uniq-key"
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    """One index entry on ``topic#key``'s slot chain whose hash equals the key's hash."""
+
+    offset: int  # the commit log offset the entry points to
+    file: str  # the index file's name
+    entry: int  # the entry number in that file
+    store_time: int  # header begin time + time diff (second precision, as the broker compares)
+
+
+def index_hits(store: Store, topic: str, key: str, max_hits: int = DEFAULT_MAX_KEY, begin: int = 0, end: int = LONG_MAX) -> list[IndexHit]:
+    """``IndexService.queryOffset(topic, key, maxNum, begin, end)`` with where each hit came from."""
+    max_hits = min(max_hits, ixfmt.MAX_QUERY_RESULTS)
+    full_key = ixfmt.index_key(topic, key)
+    hits: list[IndexHit] = []
+    for f in reversed(store.index_files):
+        if f.is_time_matched(begin, end):
+            _select(f, full_key, max_hits, begin, end, hits)
+        if f.header.begin_timestamp < begin or len(hits) >= max_hits:
+            break
+    return hits
+
+
+def _select(f: IndexFile, full_key: str, max_hits: int, begin: int, end: int, hits: list[IndexHit]) -> None:
+    """``IndexFile.selectPhyOffset``: follow the slot chain while entries stay in the window."""
+    h = index_key_hash(full_key)
+    count = f.header.index_count
+    number = f.slot(h % f.geometry.hash_slot_num)
+    if number <= 0 or number > count or count <= 1:
+        return
+    while len(hits) < max_hits and f._in_file(number):
+        e = f.entry(number)
+        if e.time_diff < 0:
+            break
+        t = f.header.begin_timestamp + e.time_diff * 1000
+        if e.key_hash == h and begin <= t <= end:
+            hits.append(IndexHit(e.phy_offset, f.name, number, t))
+        if e.prev_index <= 0 or e.prev_index > count or e.prev_index == number or t < begin:
+            break
+        number = e.prev_index
+
+
+@dataclass
+class Found:
+    """A lookup result: the commit log offset, how it was found, and the record (None when the
+    broker would not return it: ``error`` says why)."""
+
+    offset: int
+    source: str  # "index", "unindexed" (after the index's last entry) or "scan" (no index)
+    record: clfmt.CommitLogRecord | None = None
+    key_matches: bool | None = None
+    hit: IndexHit | None = None
+    error: str | None = None
+
+
+@dataclass
+class Lookup:
+    """``query_message``'s answer: every index hit in the broker's order, plus what was scanned."""
+
+    found: list[Found] = field(default_factory=list)
+    indexed_until: int | None = None  # the newest index file's end_phy_offset
+    logical_end: int | None = None  # where the commit log's records end (when the tail was scanned)
+    indexed: bool = True  # False: no index file, the caller scans (``mqtool.scan.lookup``)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def matches(self) -> list[Found]:
+        return [f for f in self.found if f.key_matches]
+
+
+def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, legacy: bool) -> bool:
+    """What mqadmin keeps (``MQAdminImpl.queryMessage``): the topic, and the key among KEYS or the
+    UNIQ_KEY equal, by kind."""
+    if record.topic_name != topic:
+        return False
+    props = record.property_map(legacy=legacy)
+    if kind == UNIQ_KEY:
+        return props.get(PropertyKey.UNIQ_KEY) == key
+    return key in split_keys(props.get(PropertyKey.KEYS))
+
+
+def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool) -> list[str]:
+    """The keys ``IndexService.buildIndex`` puts for a record (none for a rollback)."""
+    if record.transaction_type is TransactionType.ROLLBACK:
+        return []
+    props = record.property_map(legacy=legacy)
+    keys = []
+    if props.get(PropertyKey.UNIQ_KEY):
+        keys.append(props[PropertyKey.UNIQ_KEY])
+    keys.extend(split_keys(props.get(PropertyKey.KEYS)))
+    return keys
+
+
+def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
+    """The record at ``offset`` as ``CommitLog.getData`` would serve it, or why not."""
+    if offset < store.commitlog.min_offset:
+        return None, f"offset {offset} is below the commit log's min offset {store.commitlog.min_offset} (expired)"
+    if logical_end is not None and offset >= logical_end:
+        return None, f"offset {offset} is at or after the commit log's end {logical_end}"
+    try:
+        record = store.commitlog.read_record(offset)
+    except LookupError:
+        return None, f"no commit log segment holds offset {offset}"
+    except FormatError as exc:
+        return None, f"no record at offset {offset}: {exc}"
+    if not isinstance(record, clfmt.CommitLogRecord):
+        return None, f"a blank record at offset {offset}"
+    return record, None
+
+
+def _after_index(store: Store) -> tuple[int | None, int | None]:
+    """The offset of the index's last entry (newest file's ``end_phy_offset``) and of the record
+    after it (None when that entry does not lead to a record)."""
+    files = store.index_files
+    if not files or files[-1].header.index_count <= 1:
+        return None, None
+    last = files[-1].header.end_phy_offset
+    record, _ = read_message(store, last)
+    return last, None if record is None else last + record.total_size
+
+
+def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX, *, scan_tail: bool = True) -> Lookup:
+    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked.
+
+    The broker returns the hits' records in offset order (collisions included: ``key_matches``
+    says which mqadmin would drop). With ``scan_tail``, records written after the index's last
+    entry are matched too (``source="unindexed"``): on a store whose index lags its commit log
+    (a crash), they are what the broker indexes again on restart.
+    """
+    if max_hits is None:
+        max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
+    legacy = store.legacy_properties
+    result = Lookup()
+    logical_end = None
+    tail_records: list[clfmt.CommitLogRecord] = []
+    if store.index_files:
+        result.indexed_until, first_after = _after_index(store)
+        if scan_tail and first_after is not None:
+            scan = store.commitlog.scan(first_after)
+            for record in scan:
+                if begin <= record.store_timestamp <= end and record.topic_name == topic and key in _indexed_keys(record, legacy):
+                    tail_records.append(record)
+            logical_end = scan.end.offset
+            result.logical_end = logical_end
+    else:
+        result.indexed = False
+        result.notes.append("no index file (deleted, or messageIndexEnable off): the commit log has to be scanned")
+        return result
+    last_time = end
+    for _ in range(3):
+        hits = index_hits(store, topic, key, max_hits, begin, last_time)
+        if not hits:
+            break
+        hits.sort(key=lambda h: h.offset)
+        found = []
+        for m, hit in enumerate(hits):
+            record, error = read_message(store, hit.offset, logical_end)
+            if m == 0 and record is not None:
+                last_time = record.store_timestamp
+            matched = None if record is None else key_matches(record, topic, key, kind, legacy)
+            found.append(Found(hit.offset, "index", record, matched, hit, error))
+        result.found = found
+        if any(f.record is not None for f in found) or last_time < begin:
+            break
+    seen = {f.offset for f in result.found}
+    for record in tail_records:
+        if record.offset not in seen:
+            result.found.append(Found(record.offset, "unindexed", record, key_matches(record, topic, key, kind, legacy)))
+    if tail_records:
+        result.notes.append(f"{len(tail_records)} record(s) after the index's last entry (offset {result.indexed_until}) matched by a scan")
+    return result
+
+
+def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: str) -> list[Found]:
+    """The records a scan matched (``mqtool.scan.lookup.scan_key_offsets``), read and checked."""
+    found = []
+    for offset in offsets:
+        record, error = read_message(store, offset)
+        matched = None if record is None else key_matches(record, topic, key, kind, store.legacy_properties)
+        found.append(Found(offset, "scan", record, matched, None, error))
+    return found
+
+
+# ---- consume queue lookups -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    """A queue's offsets as the broker loads them (recovery end, ``correctMinOffset``)."""
+
+    min_offset: int
+    max_offset: int
+
+
+FIVE = BrokerVersion(5, 0, 0)
+
+
+def is_v5(store: Store) -> bool:
+    return store.version is not None and store.version >= FIVE
+
+
+def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
+    """``getMinOffsetInQueue`` / ``getMaxOffsetInQueue`` as loaded, or None without such a queue."""
+    queue = store.consume_queue(topic, queue_id)
+    if not queue.files:
+        return None
+    recovered = queue.recover()
+    return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=is_v5(store)), recovered.max_offset)
+
+
+def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
+    return store.consume_queue(topic, queue_id).read_entry(queue_offset)
+
+
+def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
+    """``CommitLog.pickupStoreTimestamp``: the record's store time, -1 below the min offset or
+    where no record can be read."""
+    if phys_offset < store.commitlog.min_offset:
+        return -1
+    record, _ = read_message(store, phys_offset)
+    return -1 if record is None else record.store_timestamp
+
+
+class _QueueFile:
+    """One consume queue file with the readable range the broker gives it after load."""
+
+    def __init__(self, store: Store, base: int, units, readable: int):
+        self.store, self.base, self.units, self.readable = store, base, units, readable
+
+    def unit(self, pos: int) -> tuple[int, int]:
+        u = self.units[pos // ENTRY_SIZE]
+        return int(u["phys_offset"]), int(u["size"])
+
+    def time_at(self, pos: int) -> int:
+        return pickup_store_timestamp(self.store, *self.unit(pos))
+
+
+def queue_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> int:
+    """``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``: 0 without the queue.
+
+    The file is chosen from the store times of its first and last entries (5.x
+    ``getConsumeQueueMappedFileByTime``, LOWER: the first file whose last entry is at or after
+    ``timestamp``, else the last). 4.x chooses by file modification time (``getMappedFileByTime``),
+    which a copied store does not keep: the last entry's store time stands for it.
+    """
+    queue = store.consume_queue(topic, queue_id)
+    if not queue.files:
+        return 0
+    recovered = queue.recover()
+    v5 = is_v5(store)
+    min_offset = queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=v5)
+    files = []
+    for base, path in queue.files:
+        if base >= recovered.end and files:
+            break  # truncated away on load (truncateDirtyFiles)
+        readable = min(queue.file_size, max(recovered.end - base, 0))
+        files.append(_QueueFile(store, base, queue.units(path), readable))
+    chosen = _file_by_time(files, timestamp, queue.file_size)
+    if v5:
+        offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)
+        return min(max(offset, min_offset), recovered.max_offset)
+    return _search_v4(chosen, timestamp, min_offset * ENTRY_SIZE)
+
+
+def _file_by_time(files: list[_QueueFile], timestamp: int, file_size: int) -> _QueueFile:
+    for i, f in enumerate(files[:-1]):
+        if f.readable >= ENTRY_SIZE and f.time_at(file_size - ENTRY_SIZE) >= timestamp:
+            return f
+    return files[-1]
+
+
+def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
+    """4.x ``ConsumeQueue.getOffsetInQueueByTime``: binary search; a time between two entries
+    gives the nearer one (the earlier on a tie); before the first / after the last, that entry."""
+    low = max(min_logic - f.base, 0)
+    high = f.readable - ENTRY_SIZE
+    target = left = right = -1
+    left_value = right_value = -1
+    min_phys = f.store.commitlog.min_offset
+    while high >= low:
+        mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
+        phys, size = f.unit(mid)
+        if phys < min_phys:
+            low, left = mid + ENTRY_SIZE, mid
+            continue
+        t = pickup_store_timestamp(f.store, phys, size)
+        if t < 0:
+            return 0
+        if t == timestamp:
+            target = mid
+            break
+        if t > timestamp:
+            high, right, right_value = mid - ENTRY_SIZE, mid, t
+        else:
+            low, left, left_value = mid + ENTRY_SIZE, mid, t
+    if target != -1:
+        offset = target
+    elif left_value == -1:
+        offset = right
+    elif right_value == -1:
+        offset = left
+    else:
+        offset = right if abs(timestamp - left_value) > abs(timestamp - right_value) else left
+    position = f.base + offset
+    return -(-position // ENTRY_SIZE) if position < 0 else position // ENTRY_SIZE  # Java's division: -1 / 20 == 0
+
+
+def _search_v5(f: _QueueFile, timestamp: int, min_logic: int, file_size: int) -> int:
+    """5.x ``ConsumeQueue.binarySearchInQueueByTime`` with ``BoundaryType.LOWER``: the first entry
+    stored at or after ``timestamp`` (the queue's max offset after the last one)."""
+    low = max(min_logic - f.base, 0)
+    readable = f.readable if 0 < f.readable < file_size else file_size
+    ceiling = readable - ENTRY_SIZE
+    floor, high = low, ceiling
+    if f.time_at(ceiling) < timestamp:
+        return (f.base + ceiling + ENTRY_SIZE) // ENTRY_SIZE
+    if f.time_at(floor) > timestamp:
+        return f.base // ENTRY_SIZE
+    target = right = -1
+    min_phys = f.store.commitlog.min_offset
+    while high >= low:
+        mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
+        phys, size = f.unit(mid)
+        if phys < min_phys:
+            low = mid + ENTRY_SIZE
+            continue
+        t = pickup_store_timestamp(f.store, phys, size)
+        if t < 0:
+            return 0
+        if t == timestamp:
+            target = mid
+            break
+        if t > timestamp:
+            high, right = mid - ENTRY_SIZE, mid
+        else:
+            low = mid + ENTRY_SIZE
+    if target != -1:
+        offset = target
+        while offset - ENTRY_SIZE >= floor and f.time_at(offset - ENTRY_SIZE) == timestamp:
+            offset -= ENTRY_SIZE
+    else:
+        offset = right
+    return (f.base + offset) // ENTRY_SIZE

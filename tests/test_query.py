@@ -1,0 +1,228 @@
+"""``mqtool query`` against the real broker: every KEYS / UNIQ_KEY lookup of every fixture's recovered
+JSON (made by the broker's own ``queryMessage``), and ``getOffsetInQueueByTime``'s rules on the
+fixtures' queues (their entries' store times as the broker read them)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import recovered, store_path
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+from mqtool.formats.hashing import java_string_hash
+from mqtool.store import Store
+from mqtool.store.lookup import KEY, UNIQ_KEY, query_message, queue_offset_by_time
+
+# Every fixture with queries in its recovered JSON, except the DLedger stores (no commitlog/: the
+# store model does not read DLedger entries yet).
+QUERIED = [
+    ("4.8.0", "crashed-small"),
+    ("4.9.7", "batch-small"),
+    ("4.9.7", "config-real"),
+    ("4.9.7", "crashed-small"),
+    ("4.9.7", "retention-small"),
+    ("4.9.7", "rewrite-clean"),
+    ("5.3.3", "config-real"),
+    ("5.3.3", "crashed-small"),
+    ("5.3.3", "lmq-small"),
+    ("5.3.3", "timer-crashed"),
+    ("5.3.3", "timer-small"),
+]
+
+
+@pytest.mark.parametrize("version,name", QUERIED)
+def test_every_key_and_uniq_key_returns_the_brokers_offsets(version, name):
+    doc = recovered(version, name)
+    # After its restart, the timer store of timer-crashed delivered due messages: records the broker
+    # wrote after loading (past afterLoad.commitLogMaxOffset), not in the files we read.
+    written_after_load = doc["afterLoad"]["commitLogMaxOffset"] if name == "timer-crashed" else None
+    compared = 0
+    with Store.open(store_path(version, name)) as store:
+        for q in doc["queries"]:
+            kind = UNIQ_KEY if q["kind"] == "UNIQ_KEY" else KEY
+            want = sorted(r["commitLogOffset"] for r in q["results"])
+            if written_after_load is not None:
+                want = [o for o in want if o < written_after_load]
+            result = query_message(store, q["topic"], q["key"], kind, q["maxNum"])
+            got = sorted(f.offset for f in result.found if f.record is not None)
+            assert got == want, (q["kind"], q["topic"], q["key"])
+            for f in result.found:
+                if f.record is not None:
+                    assert f.key_matches, (q["key"], f.offset)
+            compared += 1
+    assert compared == len(doc["queries"]) > 0
+
+
+def test_duplicates_the_broker_returns_are_returned():
+    doc = recovered("4.9.7", "crashed-small")
+    dup = next(q for q in doc["queries"] if len(q["results"]) != len({r["commitLogOffset"] for r in q["results"]}))
+    with Store.open(store_path("4.9.7", "crashed-small")) as store:
+        result = query_message(store, dup["topic"], dup["key"], UNIQ_KEY if dup["kind"] == "UNIQ_KEY" else KEY, dup["maxNum"])
+    offsets = [f.offset for f in result.found]
+    assert len(offsets) > len(set(offsets))
+
+
+def _colliding(key: str) -> str:
+    """Another key with the same Java hash: the last two chars (a, b) become (a - 1, b + 31)."""
+    a, b = ord(key[-2]), ord(key[-1])
+    other = key[:-2] + chr(a - 1) + chr(b + 31)
+    assert other != key and java_string_hash(other) == java_string_hash(key)
+    return other
+
+
+def test_hash_collisions_are_shown_and_flagged():
+    doc = recovered("4.9.7", "config-real")
+    q = next(q for q in doc["queries"] if q["kind"] == "KEYS" and q["results"] and q["key"].isascii())
+    other = _colliding(q["key"])
+    with Store.open(store_path("4.9.7", "config-real")) as store:
+        result = query_message(store, q["topic"], other, KEY, 64)
+    readable = [f for f in result.found if f.record is not None]
+    assert sorted(f.offset for f in readable) == sorted(r["commitLogOffset"] for r in q["results"])
+    assert all(f.key_matches is False for f in readable)
+    assert all(f.error for f in result.found if f.record is None)  # e.g. into the expired segment
+    assert result.matches == []
+    res = CliRunner().invoke(app, ["query", "key", str(store_path("4.9.7", "config-real")), q["topic"], other, "--format", "json"])
+    assert res.exit_code == 1
+    rows = json.loads(res.stdout)
+    assert [r["key_matches"] for r in rows if r["error"] is None] == [False] * len(q["results"])
+    assert "hash collisions" in res.stderr
+
+
+def test_cli_key_json_rows_and_exit_codes():
+    doc = recovered("5.3.3", "config-real")
+    q = next(q for q in doc["queries"] if q["kind"] == "KEYS" and len(q["results"]) > 1)
+    path = str(store_path("5.3.3", "config-real"))
+    res = CliRunner().invoke(app, ["query", "key", path, q["topic"], q["key"], "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    expired = [r for r in rows if r["error"] is not None]  # hits into the segment the broker's expiry deleted
+    assert all("below the commit log's min offset" in r["error"] and r["key_matches"] is None for r in expired)
+    rows = [r for r in rows if r["error"] is None]
+    assert [r["offset"] for r in rows] == [r["commitLogOffset"] for r in q["results"]]
+    for row, want in zip(rows, q["results"]):
+        assert row["key_matches"] is True and row["source"] == "index"
+        assert (row["msg_id"], row["uniq_key"], row["store_timestamp"], row["size"]) == (want["msgId"], want["uniqKey"], want["storeTimestamp"], want["size"])
+        assert row["keys"] == want["keys"]
+    res = CliRunner().invoke(app, ["query", "key", path, q["topic"], "no-such-key-anywhere", "--format", "json"])
+    assert res.exit_code == 1 and json.loads(res.stdout) == []
+    res = CliRunner().invoke(app, ["query", "key", path + "-missing", q["topic"], q["key"]])
+    assert res.exit_code == 3
+
+
+def test_uniq_key_max_defaults_to_32_and_caps_at_64():
+    doc = recovered("4.9.7", "config-real")
+    q = next(q for q in doc["queries"] if q["kind"] == "UNIQ_KEY" and q["results"])
+    path = str(store_path("4.9.7", "config-real"))
+    res = CliRunner().invoke(app, ["query", "uniq-key", path, q["topic"], q["key"], "-f", "jsonl"])
+    assert res.exit_code == 0
+    assert [json.loads(line)["offset"] for line in res.stdout.splitlines()] == [r["commitLogOffset"] for r in q["results"]]
+
+
+def test_without_index_the_lookup_scans_and_says_so(store_copy):
+    path = store_copy("4.9.7", "config-real")
+    shutil.rmtree(path / "index")
+    doc = recovered("4.9.7", "config-real")
+    q = next(q for q in doc["queries"] if q["kind"] == "KEYS" and len(q["results"]) > 2)
+    res = CliRunner().invoke(app, ["query", "key", str(path), q["topic"], q["key"], "-f", "json"])
+    assert res.exit_code == 0
+    assert "no index file" in res.stderr
+    rows = json.loads(res.stdout)
+    # the broker's answer, less the records whose segment its expiry deleted (it skips them too)
+    assert sorted(r["offset"] for r in rows) == sorted(r["commitLogOffset"] for r in q["results"])
+    assert {r["source"] for r in rows} == {"scan"}
+
+
+def test_msg_id_and_queue_offset_read_the_records_the_broker_serves():
+    doc = recovered("5.3.3", "config-real")
+    path = str(store_path("5.3.3", "config-real"))
+    queue = next(q for q in doc["queues"] if q["maxOffset"] - q["minOffset"] > 2)
+    entry = next(e for e in queue["entries"] if e["getStatus"] == "FOUND" and e["queueOffset"] >= queue["minOffset"])
+    msg = entry["messages"][0]
+    res = CliRunner().invoke(app, ["query", "offset", path, queue["topic"], str(queue["queueId"]), str(entry["queueOffset"]), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert (row["status"], row["offset"], row["msg_id"], row["store_timestamp"]) == ("FOUND", msg["commitLogOffset"], msg["msgId"], msg["storeTimestamp"])
+    assert (row["queue_min_offset"], row["queue_max_offset"]) == (queue["minOffset"], queue["maxOffset"])
+    res = CliRunner().invoke(app, ["query", "msg-id", path, msg["msgId"], "-f", "json"])
+    assert res.exit_code == 0
+    (row,) = json.loads(res.stdout)
+    assert (row["offset"], row["uniq_key"], row["size"]) == (msg["commitLogOffset"], msg["uniqKey"], msg["size"])
+    res = CliRunner().invoke(app, ["query", "offset", path, queue["topic"], str(queue["queueId"]), str(queue["maxOffset"] + 5), "-f", "json"])
+    assert res.exit_code == 1 and json.loads(res.stdout)[0]["status"] == "OFFSET_OVERFLOW_BADLY"
+    res = CliRunner().invoke(app, ["query", "msg-id", path, "XYZ"])
+    assert res.exit_code == 2
+
+
+# ---- getOffsetInQueueByTime -----------------------------------------------------------------------
+
+TIMED = [("4.9.7", "batch-small"), ("4.9.7", "config-real"), ("4.9.7", "retention-small"), ("5.3.3", "config-real"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
+
+
+def _queue_times(queue: dict) -> list[tuple[int, int]]:
+    """(queue offset, store time) of the entries the broker served in [min, max)."""
+    return [
+        (e["queueOffset"], e["messages"][0]["storeTimestamp"])
+        for e in queue["entries"]
+        if e["getStatus"] == "FOUND" and e["messages"] and queue["minOffset"] <= e["queueOffset"] < queue["maxOffset"]
+    ]
+
+
+def _probe_times(times: list[int]) -> set[int]:
+    first, last = times[0], times[-1]
+    probes = {first, last, first - 1, first - 86_400_000, last + 1, last + 86_400_000}
+    for a, b in zip(times, times[1:]):
+        if b - a > 2:
+            probes.update({a + 1, b - 1, (a + b) // 2})
+        if a == b:
+            probes.add(a)
+    return probes
+
+
+@pytest.mark.parametrize("version,name", TIMED)
+def test_time_lookup_follows_the_brokers_rule(version, name):
+    doc = recovered(version, name)
+    checked = 0
+    with Store.open(store_path(version, name)) as store:
+        for queue in doc["queues"]:
+            entries = _queue_times(queue)
+            if not entries:
+                continue
+            times = [t for _, t in entries]
+            assert times == sorted(times)
+            for t in sorted(_probe_times(times)):
+                got = queue_offset_by_time(store, queue["topic"], queue["queueId"], t)
+                if version.startswith("5"):
+                    # BoundaryType.LOWER: the first entry stored at or after t; after the last: max
+                    want = next((o for o, ts in entries if ts >= t), queue["maxOffset"])
+                    assert got == want, (queue["topic"], queue["queueId"], t)
+                else:
+                    at = dict(entries)
+                    if t in times:  # an equal time: one of the entries stored at t
+                        assert at.get(got) == t, (queue["topic"], queue["queueId"], t)
+                    elif t < times[0]:
+                        assert got == entries[0][0]
+                    elif t > times[-1]:
+                        assert got == entries[-1][0]
+                    else:  # between two entries: the nearer, the earlier on a tie
+                        left = max((o, ts) for o, ts in entries if ts < t)
+                        right = min((o, ts) for o, ts in entries if ts > t)
+                        want = right[0] if t - left[1] > right[1] - t else left[0]
+                        assert got == want, (queue["topic"], queue["queueId"], t)
+                checked += 1
+    assert checked > 50
+
+
+def test_time_lookup_cli():
+    doc = recovered("5.3.3", "config-real")
+    queue = next(q for q in doc["queues"] if len(_queue_times(q)) > 3)
+    entries = _queue_times(queue)
+    path = str(store_path("5.3.3", "config-real"))
+    res = CliRunner().invoke(app, ["query", "time", path, queue["topic"], str(queue["queueId"]), str(entries[1][1]), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    (row,) = json.loads(res.stdout)
+    assert row["queue_offset"] == next(o for o, ts in entries if ts >= entries[1][1])
+    assert row["rule"] == "5.x BoundaryType.LOWER"
+    assert row["message_store_timestamp"] == entries[1][1] or row["message_store_timestamp"] >= entries[1][1]
