@@ -18,7 +18,6 @@ from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..formats.dispatch import parse_delay_levels
@@ -27,6 +26,7 @@ from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from ..scan.batches import MessageBatchBuilder, with_edges
 from ..scan.filter import MessageFilter
 from ..scan.schema import MESSAGE_FILE_SCHEMA, STATS_SCHEMA, TIMESTAMP, WRITTEN_SCHEMA
+from ..scan.stats import HOUR_MS, STATS_INPUT, aggregate, merge
 from .inputs import BrokerInput
 
 @dataclass(frozen=True)
@@ -125,37 +125,21 @@ def _write_row_group(writer: pq.ParquetWriter | None, path: str, tables: list[pa
     return writer
 
 
-STATS_INPUT = ("offset", "size", "topic", "queue_id", "queue_offset", "body_length", "crc_ok", "transaction_type", "store_timestamp")
-DISPATCHED_TYPES = ("NOT_TYPE", "COMMIT")
-HOUR_MS = 3_600_000
-_PARTIAL_AGGREGATES = [
-    ("one", "sum"),
-    ("dispatched", "sum"),
-    ("size", "sum"),
-    ("body_bytes", "sum"),
-    ("crc_failed", "sum"),
-    ("store_timestamp", "min"),
-    ("store_timestamp", "max"),
-    ("dispatched_offset", "min"),
-    ("dispatched_offset", "max"),
-]
-_MERGE = {"sum": "sum", "min": "min", "max": "max"}
-
-
 def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
     """The ``stats`` rows of one split: its messages (those ``match`` keeps) aggregated per topic,
-    queue and hour of store time, with the split's first record and where its last ends (for the
-    handoff check; a split with records but none kept yields one row with 0 messages)."""
+    queue and hour of store time (``mqtool.scan.stats``, as ``mqtool stats``), with the split's
+    first record and where its last ends (for the handoff check; a split with records but none
+    kept yields one row with 0 messages)."""
     builder = task.builder(columns=list(dict.fromkeys([*STATS_INPUT, *match.columns()])))
     scan = SplitScan(task.split, check_crc=True)
     partials = []
     for batch in scan:
         t = match.apply(pa.Table.from_batches([builder.build(batch, task.split.offset)]))
         if t.num_rows:
-            partials.append(_aggregate(t))
+            partials.append(aggregate(t, HOUR_MS))
     if scan.first is None:
         return
-    grouped = _merge(partials) if partials else None
+    grouped = merge(partials) if partials else None
     n = grouped.num_rows if grouped is not None else 1
     columns = {
         "broker": pa.array([task.broker] * n, pa.string()),
@@ -167,48 +151,6 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
         row = {"topic": None, "queue_id": None, "hour": None, **{name: 0 for name in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")}}
         rest = {k: pa.array([row.get(k)], STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
     else:
+        grouped = grouped.append_column("hour", pa.array(grouped["period"].to_numpy() * 1000, TIMESTAMP))
         rest = {k: grouped[k].combine_chunks().cast(STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
     yield pa.RecordBatch.from_arrays([{**columns, **rest}[k] for k in STATS_SCHEMA.names], schema=STATS_SCHEMA)
-
-
-def _aggregate(t: pa.Table) -> pa.Table:
-    dispatched = pc.is_in(t["transaction_type"], pa.array(DISPATCHED_TYPES))
-    ts = t["store_timestamp"]
-    hour_ms = ts.to_numpy() // HOUR_MS * HOUR_MS
-    work = pa.table(
-        {
-            "topic": t["topic"],
-            "queue_id": t["queue_id"],
-            "hour": pa.array(hour_ms * 1000, TIMESTAMP),
-            "one": pa.array(np.ones(t.num_rows, dtype=np.int64)),
-            "dispatched": pc.cast(dispatched, pa.int64()),
-            "size": pc.cast(t["size"], pa.int64()),
-            "body_bytes": pc.cast(pc.max_element_wise(t["body_length"], 0), pa.int64()),
-            "crc_failed": pc.cast(pc.invert(t["crc_ok"]), pa.int64()),
-            "store_timestamp": ts,
-            "dispatched_offset": pc.if_else(dispatched, t["queue_offset"], pa.scalar(None, pa.int64())),
-        }
-    )
-    return work.group_by(["topic", "queue_id", "hour"], use_threads=False).aggregate(_PARTIAL_AGGREGATES)
-
-
-_OUTPUT_NAMES = {
-    "one_sum": "messages",
-    "dispatched_sum": "dispatched",
-    "size_sum": "bytes",
-    "body_bytes_sum": "body_bytes",
-    "crc_failed_sum": "crc_failures",
-    "store_timestamp_min": "first_store_timestamp",
-    "store_timestamp_max": "last_store_timestamp",
-    "dispatched_offset_min": "min_queue_offset",
-    "dispatched_offset_max": "max_queue_offset",
-}
-
-
-def _merge(partials: list[pa.Table]) -> pa.Table:
-    """The per-batch aggregates of one split combined, renamed to the ``stats`` columns."""
-    t = pa.concat_tables(partials)
-    if len(partials) > 1:
-        t = t.group_by(["topic", "queue_id", "hour"], use_threads=False).aggregate([(name, name.rsplit("_", 1)[1]) for name in _OUTPUT_NAMES])
-        t = t.rename_columns([n.rsplit("_", 1)[0] if n not in ("topic", "queue_id", "hour") else n for n in t.column_names])
-    return t.rename_columns([_OUTPUT_NAMES.get(n, n) for n in t.column_names])

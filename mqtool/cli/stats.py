@@ -1,0 +1,63 @@
+"""``mqtool stats STORE``: what is in the store, per topic and queue (``mqtool/scan/stats.py``).
+
+One compiled pass over the records the broker's recovery would keep. Rows: one per topic and queue
+(``row: "queue"``), then with ``--by`` one per topic and period (``row: "period"``). Exit 0, or
+3 on bad input.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .output import OutputFormat, emit_rows
+from .progress import ByteProgress
+
+
+class Period(str, enum.Enum):
+    minute = "minute"
+    hour = "hour"
+    day = "day"
+
+
+QUEUE_TABLE = ("topic", "queue_id", "messages", "bytes", "first_store_time", "last_store_time", "delay_median_ms", "prepared", "rollback", "compressed", "crc_failures")
+PERIOD_TABLE = ("topic", "period_start_time", "messages", "bytes")
+
+
+@guarded
+def stats(
+    store: Annotated[Path, typer.Argument(help="The store directory (broker stopped).")],
+    topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
+    by: Annotated[Optional[Period], typer.Option("--by", help="Also volumes per topic and minute, hour or day of store time.")] = None,
+    format: FormatOpt = OutputFormat.table,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics."""
+    from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
+
+    with open_store(store, broker_config, broker_version) as s:
+        start, stop = s.commitlog.min_offset, s.commitlog.end_of_files
+        with ByteProgress(start, stop, enabled=progress, desc="stats") as bar:
+            result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance)
+        end = result.end
+        if end is not None and not end.is_clean:
+            note(f"the records end at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
+        rows = queue_rows(result, topic)
+        if topic:
+            missing = sorted(set(topic) - {r["topic"] for r in rows})
+            if missing:
+                note(f"no records of topic {', '.join(missing)}")
+        periods = period_rows(result, by.value, topic) if by else []
+        if format is OutputFormat.table:
+            emit_rows(rows, format, QUEUE_FIELDS, QUEUE_TABLE, title=f"{result.records} records, {len(rows)} queues")
+            if by:
+                emit_rows(periods, format, PERIOD_FIELDS, PERIOD_TABLE, title=f"per {by.value}")
+        else:
+            fields = list(dict.fromkeys([*QUEUE_FIELDS, *PERIOD_FIELDS]))
+            emit_rows(iter(rows + periods), format, fields)
