@@ -173,7 +173,8 @@ POS_BORN_TS = _V4.offset_of("born_timestamp")
 POS_STORE_TS_V4 = _V4.offset_of("store_timestamp")
 POS_STORE_TS_BORN_V6 = _BORN_V6.offset_of("store_timestamp")
 BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
-F_TOPIC, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_STORE_TS, F_QUEUE_OFFSET, N_FIELDS = range(7)
+# rows of the field block ``stats_fields`` fills (one column per record)
+F_TOPIC, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_STORE_TS, F_QUEUE_OFFSET, F_SIZE, F_BODY_LEN, F_CRC_OK, F_BUCKET, F_TOPIC_AT, F_TOPIC_LEN, N_FIELDS = range(13)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -186,26 +187,68 @@ def _be(buf, p, width):
     return v
 
 
+@numba.njit(inline="always")
+def _signed32(v):
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@numba.njit(inline="always")
+def _bucket(delay):
+    """``delay_bucket`` for one value."""
+    a = -delay if delay < 0 else delay
+    if a < EXACT:
+        b = a
+    else:
+        e = np.int64(_EXACT_BITS)
+        while (a >> (e + 1)) > 0:
+            e += 1
+        b = EXACT + (e - _EXACT_BITS) * (np.int64(1) << SUB_BITS) + ((a >> (e - SUB_BITS)) & ((np.int64(1) << SUB_BITS) - 1))
+    return -b - 1 if delay < 0 else b
+
+
+@numba.njit(inline="always")
+def _topic_key(buf, start, stop):
+    """A 64-bit key of the topic bytes: FNV-1a over 8-byte words, then the tail bytes, then the
+    length (two different topics share a key with probability ~2**-64 per pair)."""
+    h = _FNV_OFFSET
+    k = start
+    while k + 8 <= stop:
+        h = (h ^ np.uint64(_be(buf, k, 8))) * _FNV_PRIME
+        k += 8
+    while k < stop:
+        h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
+        k += 1
+    return np.int64((h ^ np.uint64(stop - start)) * _FNV_PRIME)
+
+
 @numba.njit(cache=True, nogil=True)
-def stats_fields(buf, rows, out):
-    """Per valid record (``rows`` of the walk): FNV-1a 64 of the topic bytes, queue id, sys flag,
-    born and store timestamps, queue offset; one visit of each record's header."""
+def stats_fields(buf, base, rows, out, at):
+    """Per valid record (``rows`` of the walk), into column ``at + i`` of ``out``: topic key,
+    queue id, sys flag, born and store timestamps, queue offset, size, body length, CRC ok, delay
+    bucket, topic offset and length; one visit of each record's header."""
     for i in range(rows.shape[0]):
         p = rows[i, 0]
-        h = _FNV_OFFSET
-        for k in range(rows[i, 4], rows[i, 5] - 2):
-            h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
-        out[i, 0] = np.int64(h)
-        q = _be(buf, p + POS_QUEUE_ID, 4)
-        out[i, 1] = q - (np.int64(1) << 32) if q >= (np.int64(1) << 31) else q
-        flag = _be(buf, p + POS_SYS_FLAG, 4)
-        out[i, 2] = flag - (np.int64(1) << 32) if flag >= (np.int64(1) << 31) else flag
-        out[i, 3] = _be(buf, p + POS_BORN_TS, 8)
-        out[i, 4] = _be(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4), 8)
-        out[i, 5] = _be(buf, p + POS_QUEUE_OFFSET, 8)
+        j = at + i
+        topic_start, topic_stop = rows[i, 4], rows[i, 5] - 2
+        out[0, j] = _topic_key(buf, topic_start, topic_stop)
+        out[10, j] = base + topic_start
+        out[11, j] = topic_stop - topic_start
+        out[1, j] = _signed32(_be(buf, p + POS_QUEUE_ID, 4))
+        flag = _signed32(_be(buf, p + POS_SYS_FLAG, 4))
+        out[2, j] = flag
+        born = _be(buf, p + POS_BORN_TS, 8)
+        store = _be(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4), 8)
+        out[3, j] = born
+        out[4, j] = store
+        out[5, j] = _be(buf, p + POS_QUEUE_OFFSET, 8)
+        out[6, j] = rows[i, 1]
+        out[7, j] = rows[i, 3]
+        out[8, j] = rows[i, 6]
+        out[9, j] = _bucket(store - born)
 
 
-assert fs.COL_POS == 0 and fs.COL_TOPIC == 4 and fs.COL_PROPS == 5 and fs.PROPS_LEN == 2
+assert (F_TOPIC, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_STORE_TS, F_QUEUE_OFFSET, F_SIZE, F_BODY_LEN, F_CRC_OK, F_BUCKET, F_TOPIC_AT, F_TOPIC_LEN) == tuple(range(12))
+assert (fs.COL_POS, fs.COL_SIZE, fs.COL_BODY_LEN, fs.COL_TOPIC, fs.COL_PROPS, fs.COL_CRC_OK, fs.PROPS_LEN) == (0, 1, 3, 4, 5, 6, 2)
 
 
 @dataclass
@@ -213,65 +256,59 @@ class StoreStats:
     """The aggregates of one pass: per topic/queue (all time) and per topic/queue/period."""
 
     per_period: pa.Table  # KEYS + aggregate columns (period start in epoch ms)
-    histogram: pa.Table  # topic, queue_id, bucket, n_sum
+    histogram: pa.Table  # topic, queue_id, bucket, n
     topics: dict[int, str]  # topic key -> topic name
     end: object = None  # the walk's ScanEnd
     records: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
-ACCUMULATE = 1 << 16  # rows gathered before one aggregation (Arrow's group-by per call has a cost)
+ACCUMULATE = 1 << 16  # records gathered before one aggregation (Arrow's group-by per call has a cost)
+WALK_BATCH = 1 << 10  # records per walk call: their bytes are still in cache when the kernel reads them
 
 
-def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = 1 << 12) -> StoreStats:
+def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH) -> StoreStats:
     """One pass over the store's records (the broker's recovery scan) into ``StoreStats``."""
     walk = fs.FastScan(store.commitlog, check_crc=True, batch=batch, release_behind=True)
     topics: dict[int, str] = {}
     partials: list[pa.Table] = []
     histograms: list[pa.Table] = []
-    pending: list[dict[str, np.ndarray]] = []
-    pending_rows = 0
+    block = np.empty((N_FIELDS, ACCUMULATE + batch), dtype=np.int64)
+    filled = 0
 
     def flush() -> None:
-        nonlocal pending, pending_rows
-        if not pending:
-            return
-        t = pa.table({k: np.concatenate([p[k] for p in pending]) for k in pending[0]})
-        partials.append(aggregate(t, period_ms, extended=True))
-        histograms.append(delay_histogram(t))
-        pending, pending_rows = [], 0
-
-    out = np.empty((batch, N_FIELDS), dtype=np.int64)
-    for b in walk:
-        rows = b.rows
-        n = len(rows)
-        f = out[:n]
-        stats_fields(b.array, rows, f)
-        keys = f[:, F_TOPIC]
-        for key in np.unique(keys).tolist():
+        c = block[:, :filled]
+        keys, first = np.unique(c[F_TOPIC], return_index=True)
+        for key, i in zip(keys.tolist(), first.tolist()):
             if key not in topics:
-                i = int(np.argmax(keys == key))
-                start, stop = int(rows[i, fs.COL_TOPIC]), int(rows[i, fs.COL_PROPS]) - fs.PROPS_LEN
-                topics[key] = bytes(b.array[start:stop]).decode("utf-8", "replace")
-        pending.append(
+                topics[key] = store.commitlog.read_bytes(int(c[F_TOPIC_AT, i]), int(c[F_TOPIC_LEN, i])).decode("utf-8", "replace")
+        t = pa.table(
             {
-                "topic": keys.copy(),
-                "queue_id": f[:, F_QUEUE_ID].astype(np.int32),
-                "size": rows[:, fs.COL_SIZE].copy(),
-                "body_length": rows[:, fs.COL_BODY_LEN].copy(),
-                "crc_ok": rows[:, fs.COL_CRC_OK] != 0,
-                "sys_flag": f[:, F_SYS_FLAG].copy(),
-                "born_timestamp": f[:, F_BORN_TS].copy(),
-                "store_timestamp": f[:, F_STORE_TS].copy(),
-                "queue_offset": f[:, F_QUEUE_OFFSET].copy(),
+                "topic": c[F_TOPIC],
+                "queue_id": c[F_QUEUE_ID].astype(np.int32),
+                "size": c[F_SIZE],
+                "body_length": c[F_BODY_LEN],
+                "crc_ok": c[F_CRC_OK] != 0,
+                "sys_flag": c[F_SYS_FLAG],
+                "born_timestamp": c[F_BORN_TS],
+                "store_timestamp": c[F_STORE_TS],
+                "queue_offset": c[F_QUEUE_OFFSET],
             }
         )
-        pending_rows += n
-        if pending_rows >= ACCUMULATE:
+        partials.append(aggregate(t, period_ms, extended=True))
+        work = pa.table({"topic": t["topic"], "queue_id": t["queue_id"], "bucket": c[F_BUCKET], "n": np.ones(filled, dtype=np.int64)})
+        histograms.append(work.group_by(["topic", "queue_id", "bucket"], use_threads=False).aggregate([("n", "sum")]))
+
+    for b in walk:
+        rows = b.rows
+        stats_fields(b.array, b.base_offset, rows, block, filled)
+        filled += len(rows)
+        if filled >= ACCUMULATE:
             flush()
+            filled = 0
         if progress is not None:
             progress(b.base_offset + int(rows[-1, fs.COL_POS]))
-    flush()
+    if filled:
+        flush()
     if partials:
         per_period = merge(partials, extended=True)
         hist = pa.concat_tables(histograms).group_by(["topic", "queue_id", "bucket"], use_threads=False).aggregate([("n_sum", "sum")]).rename_columns(["topic", "queue_id", "bucket", "n"])
