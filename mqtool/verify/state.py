@@ -13,6 +13,7 @@ from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats.errors import FormatError
 from ..store import Store
+from ..store import offsets
 from ..store.version import BrokerVersion
 from .commitlog import relative
 from .findings import Finding, error, info, warning
@@ -168,27 +169,23 @@ def _config_problem(name: str, path: Path) -> str | None:
 
 
 def _consumer_offsets(store: Store) -> Iterator[Finding]:
-    doc = store.config_file("consumerOffset.json")
-    if doc is None:
+    """``consumer-offset-range``: the committed offsets ``mqtool offsets`` places (``store.offsets``)."""
+    if store.config_file("consumerOffset.json") is None:
         return
     try:
-        offsets = cfgfmt.consumer_offsets(doc)
+        _, rows = offsets.consumer_offsets(store)
     except (ValueError, TypeError, AttributeError) as exc:
         yield warning("config-unreadable", f"config/consumerOffset.json: unexpected shape ({exc})", file="config/consumerOffset.json")
         return
-    v5 = store.version is not None and store.version >= BrokerVersion(5, 0, 0)
-    bounds = {}
-    for queue in store.consume_queues:
-        recovered = queue.recover()
-        bounds[(queue.topic, queue.queue_id)] = (queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=v5), recovered.max_offset)
-    for (topic, group, queue_id), offset in sorted(offsets.items()):
+    for r in sorted(rows, key=lambda r: (r["topic"], r["group"], r["queue_id"])):
+        topic, group, queue_id, offset = r["topic"], r["group"], r["queue_id"], r["offset"]
         where = f"consumer group {group} on {topic}/{queue_id}"
         common = dict(file="config/consumerOffset.json", found=offset, details={"topic": topic, "group": group, "queue_id": queue_id})
-        if (topic, queue_id) not in bounds:
+        if r["relation"] == offsets.NO_QUEUE:
             yield info("consumer-offset-range", f"{where} has offset {offset} but the store has no such consume queue", expected="an existing queue", **common)
             continue
-        low, high = bounds[(topic, queue_id)]
-        if offset > high:
+        low, high = r["queue_min_offset"], r["queue_max_offset"]
+        if r["relation"] == offsets.BEYOND_MAX:
             yield warning(
                 "consumer-offset-range",
                 f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker answers OFFSET_OVERFLOW and moves it "
@@ -196,7 +193,7 @@ def _consumer_offsets(store: Store) -> Iterator[Finding]:
                 expected=f"<= {high}",
                 **common,
             )
-        elif offset < low:
+        elif r["relation"] == offsets.BELOW_MIN:
             yield info(
                 "consumer-offset-range",
                 f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in between expired): the broker "

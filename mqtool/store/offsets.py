@@ -1,0 +1,160 @@
+"""Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
+
+- ``config/consumerOffset.json`` (``ConsumerOffsetManager``): ``{"topic@group": {queueId: offset}}``,
+  loaded as ``ConfigManager.load`` does: the ``.bak`` when the main file is missing, empty or
+  undecodable.
+- ``config/delayOffset.json`` (``ScheduleMessageService``): ``{level: offset}`` in the queue
+  ``SCHEDULE_TOPIC_XXXX/(level - 1)``; 4.9.x+ clamps each into the queue's range on load
+  (``correctDelayOffset``).
+- ``config/timercheck`` (5.x ``TimerCheckpoint``): ``lastTimerQueueOffset`` in ``rmq_sys_wheel_timer/0``.
+
+Each committed offset is placed against the queue's [min, max] as the broker loads them (CQ recovery
+end, ``correctMinOffset``): ``at_min``, ``in_range``, ``at_max``, ``beyond_max`` (the broker answers
+OFFSET_OVERFLOW and the consumer resets or skips), ``below_min`` (messages expired before they were
+consumed) or ``no_queue``. Lag in messages and bytes comes from the consume queue units alone.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..formats import config as cfgfmt
+from ..formats.consumequeue import ENTRY_SIZE
+from ..formats.dispatch import SCHEDULE_TOPIC
+from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
+from .store import Store
+from .version import BrokerVersion
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
+_TIMERCHECK = struct.Struct(">" + "q" * len(TIMERCHECK_FIELDS))
+CORRECTS_DELAY_OFFSETS = BrokerVersion(4, 9, 0)  # ScheduleMessageService.correctDelayOffset on load
+
+AT_MIN, IN_RANGE, AT_MAX, BEYOND_MAX, BELOW_MIN, NO_QUEUE = "at_min", "in_range", "at_max", "beyond_max", "below_min", "no_queue"
+
+
+def relation(offset: int, rng: QueueRange | None) -> str:
+    """Where a committed offset lies in its queue (max first: an empty queue's offset is at max)."""
+    if rng is None:
+        return NO_QUEUE
+    if offset > rng.max_offset:
+        return BEYOND_MAX
+    if offset == rng.max_offset:
+        return AT_MAX
+    if offset < rng.min_offset:
+        return BELOW_MIN
+    if offset == rng.min_offset:
+        return AT_MIN
+    return IN_RANGE
+
+
+@dataclass
+class ConfigDocument:
+    """A config file as the broker would load it: which file, and why not the main one."""
+
+    name: str
+    doc: dict[str, Any] | None
+    source: str | None  # "config/<name>" or "config/<name>.bak"
+    notes: list[str] = field(default_factory=list)
+
+
+def load_config(store: Store, name: str) -> ConfigDocument:
+    """``ConfigManager.load``: the main file, else its ``.bak`` (missing, empty or undecodable)."""
+    notes = []
+    for candidate in (name, name + ".bak"):
+        path = store.path("config", candidate)
+        if not path.is_file():
+            notes.append(f"config/{candidate}: missing")
+            continue
+        try:
+            doc = cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
+        except cfgfmt.ConfigError as exc:
+            notes.append(f"config/{candidate}: {exc}")
+            continue
+        return ConfigDocument(name, doc, f"config/{candidate}", notes if candidate != name else [])
+    return ConfigDocument(name, None, None, notes)
+
+
+def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: dict) -> dict[str, Any]:
+    """One committed offset against its queue: range, relation, lag, next message's store time."""
+    key = (topic, queue_id)
+    if key not in cache:
+        cache[key] = queue_range(store, topic, queue_id)
+    rng = cache[key]
+    row: dict[str, Any] = {"topic": topic, "queue_id": queue_id, "offset": offset, "relation": relation(offset, rng)}
+    row["queue_min_offset"] = rng.min_offset if rng else None
+    row["queue_max_offset"] = rng.max_offset if rng else None
+    row["lag_messages"] = row["lag_bytes"] = row["next_store_timestamp"] = None
+    if rng is not None:
+        start = min(max(offset, rng.min_offset), rng.max_offset)  # where the broker resumes
+        row["lag_messages"] = rng.max_offset - start
+        row["lag_bytes"] = _bytes_between(store, topic, queue_id, start, rng.max_offset)
+        if start < rng.max_offset:
+            entry = store.consume_queue(topic, queue_id).read_entry(start)
+            if entry is not None:
+                ts = pickup_store_timestamp(store, entry.phys_offset, entry.size)
+                row["next_store_timestamp"] = ts if ts >= 0 else None
+    return row
+
+
+def _bytes_between(store: Store, topic: str, queue_id: int, start: int, stop: int) -> int:
+    """Sum of the record sizes the consume queue units [start, stop) name."""
+    queue = store.consume_queue(topic, queue_id)
+    total = 0
+    for base, path in queue.files:
+        first, last = base // ENTRY_SIZE, (base + queue.file_size) // ENTRY_SIZE
+        if last <= start or first >= stop:
+            continue
+        units = queue.units(path)
+        total += int(units["size"][max(start - first, 0) : min(stop, last) - first].sum())
+    return total
+
+
+def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
+    """Every committed offset of ``consumerOffset.json`` (of ``groups`` when given)."""
+    loaded = load_config(store, "consumerOffset.json")
+    cache = {} if cache is None else cache
+    rows = []
+    if loaded.doc is not None:
+        for (topic, group, queue_id), offset in sorted(cfgfmt.consumer_offsets(loaded.doc).items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+            if groups and group not in groups:
+                continue
+            rows.append({"kind": "consumer", "group": group, **progress_row(store, topic, queue_id, offset, cache)})
+    return loaded, rows
+
+
+def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
+    """Schedule progress per delay level (``delayOffset.json``), with the offset the broker uses
+    after loading (``loaded_offset``: clamped into the queue's range from 4.9.0 on)."""
+    loaded = load_config(store, "delayOffset.json")
+    cache = {} if cache is None else cache
+    rows = []
+    clamps = store.version is None or store.version >= CORRECTS_DELAY_OFFSETS
+    if loaded.doc is not None:
+        for level, offset in sorted((int(k), int(v)) for k, v in loaded.doc["offsetTable"].items()):
+            row = {"kind": "delay", "group": None, "delay_level": level, **progress_row(store, SCHEDULE_TOPIC, level - 1, offset, cache)}
+            lo, hi = row["queue_min_offset"], row["queue_max_offset"]
+            row["loaded_offset"] = min(max(offset, lo), hi) if clamps and lo is not None else offset
+            rows.append(row)
+    return loaded, rows
+
+
+def timer_progress(store: Store, cache: dict | None = None) -> list[dict[str, Any]]:
+    """5.x: the timer store's checkpointed offset in ``rmq_sys_wheel_timer/0`` (``config/timercheck``)."""
+    if not is_v5(store) or store.root is None:
+        return []
+    path = store.path("config", "timercheck")
+    if not path.is_file():
+        return []
+    raw = path.read_bytes()
+    if len(raw) < _TIMERCHECK.size:
+        return [{"kind": "timer", "group": None, "topic": TIMER_TOPIC, "queue_id": 0, "relation": None, "error": f"config/timercheck: {len(raw)} bytes, too short"}]
+    check = dict(zip(TIMERCHECK_FIELDS, _TIMERCHECK.unpack_from(raw)))
+    row = {"kind": "timer", "group": None, **progress_row(store, TIMER_TOPIC, 0, check["last_timer_queue_offset"], {} if cache is None else cache)}
+    row["timercheck"] = check
+    return [row]
+
+
+FIELDS = ("kind", "group", "topic", "queue_id", "delay_level", "offset", "loaded_offset", "relation", "queue_min_offset", "queue_max_offset", "lag_messages", "lag_bytes", "next_store_timestamp", "timercheck", "error")
