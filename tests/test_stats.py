@@ -148,3 +148,44 @@ def test_cli_stats_jsonl_rows_topic_filter_and_periods():
     assert all(r["period"] == "minute" and r["topic"] == "TopicTest" for r in periods)
     res = CliRunner().invoke(app, ["stats", str(root) + "-missing"])
     assert res.exit_code == 3
+
+
+def test_aggregation_grows_its_table_and_equals_a_plain_group_by():
+    from mqtool.scan.stats import aggregate
+    import pyarrow as pa
+
+    rng = np.random.default_rng(7)
+    n = 20_000
+    t = pa.table(
+        {
+            "topic": pa.array([f"t{i}" for i in rng.integers(0, 7, n)]),
+            "queue_id": pa.array(rng.integers(0, 900, n).astype(np.int32)),
+            "size": pa.array(rng.integers(100, 2000, n).astype(np.int32)),
+            "body_length": pa.array(rng.integers(-1, 1000, n).astype(np.int32)),
+            "crc_ok": pa.array(rng.random(n) > 0.01),
+            "sys_flag": pa.array(rng.choice([0, 4, 8, 12, 1, 16], n).astype(np.int32)),
+            "store_timestamp": pa.array(rng.integers(0, 3 * 3_600_000, n)),
+            "queue_offset": pa.array(rng.integers(0, 10**6, n)),
+        }
+    )
+    got = {(r["topic"], r["queue_id"], r["period"]): r for r in aggregate(t, 3_600_000).to_pylist()}
+    assert len(got) > 1024  # more groups than the table's first capacity
+    want = defaultdict(lambda: {"messages": 0, "bytes": 0, "dispatched": 0, "body_bytes": 0, "crc_failures": 0})
+    mins: dict = {}
+
+    def key_of(r):
+        return r["topic"], r["queue_id"], r["store_timestamp"] // 3_600_000 * 3_600_000
+
+    for r in t.to_pylist():
+        w = want[key_of(r)]
+        w["messages"] += 1
+        w["bytes"] += r["size"]
+        w["body_bytes"] += max(r["body_length"], 0)
+        w["crc_failures"] += not r["crc_ok"]
+        if r["sys_flag"] & 12 in (0, 8):
+            w["dispatched"] += 1
+            mins[key_of(r)] = min(mins.get(key_of(r), 2**63), r["queue_offset"])
+    assert set(got) == set(want)
+    for key, w in want.items():
+        assert {k: got[key][k] for k in w} == w
+        assert got[key]["min_queue_offset"] == mins.get(key)

@@ -61,41 +61,155 @@ STATS_INPUT = ("topic", "queue_id", "size", "body_length", "crc_ok", "sys_flag",
 EXTENDED_INPUT = (*STATS_INPUT, "born_timestamp")
 
 
-def _np(column) -> np.ndarray:
-    return column.to_numpy() if not isinstance(column, np.ndarray) else column
+AGGREGATES = BASE_AGGREGATES + EXTENDED_AGGREGATES
+_INT64_MAX, _INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+_INIT = np.array([{"sum": 0, "min": _INT64_MAX, "max": _INT64_MIN}[op] for _, _, op in AGGREGATES], dtype=np.int64)
+_OPS = np.array([{"sum": 0, "min": 1, "max": 2}[op] for _, _, op in AGGREGATES], dtype=np.int64)
+
+
+class GroupTable:
+    """Aggregates per (topic key, queue id, period): an open-addressing hash table in arrays, filled
+    by the compiled ``accumulate`` (the one aggregation of ``mqtool stats`` and the Spark reader)."""
+
+    def __init__(self, init: np.ndarray = _INIT, ops: np.ndarray = _OPS, capacity: int = 1 << 10):
+        self.init, self.ops = init, ops
+        self.keys = np.zeros((capacity, 3), dtype=np.int64)
+        self.used = np.zeros(capacity, dtype=np.bool_)
+        self.values = np.zeros((capacity, len(init)), dtype=np.int64)
+        self.count = np.zeros(1, dtype=np.int64)
+
+    def grow(self) -> None:
+        old = (self.keys, self.used, self.values)
+        capacity = len(self.used) * 2
+        self.keys = np.zeros((capacity, 3), dtype=np.int64)
+        self.used = np.zeros(capacity, dtype=np.bool_)
+        self.values = np.zeros((capacity, len(self.init)), dtype=np.int64)
+        self.count[0] = 0
+        _combine(self.keys, self.used, self.values, self.count, self.init, self.ops, *old)
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.keys[self.used], self.values[self.used]
+
+
+@numba.njit(inline="always")
+def _slot(keys, used, values, count, init, a, b, c):
+    """The slot of key (a, b, c), claimed and initialised when new (linear probing)."""
+    mask = np.uint64(used.shape[0] - 1)
+    h = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(b) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (np.uint64(c) * np.uint64(0x165667B19E3779F9))
+    s = np.int64((h ^ (h >> np.uint64(29))) & mask)
+    while used[s]:
+        if keys[s, 0] == a and keys[s, 1] == b and keys[s, 2] == c:
+            return s
+        s = (s + 1) & np.int64(mask)
+    used[s] = True
+    keys[s, 0], keys[s, 1], keys[s, 2] = a, b, c
+    values[s, :] = init
+    count[0] += 1
+    return s
+
+
+@numba.njit(cache=True, nogil=True)
+def _combine(keys, used, values, count, init, ops, src_keys, src_used, src_values):
+    """Fold another table's groups into this one (``ops``: 0 sum, 1 min, 2 max)."""
+    for i in range(src_used.shape[0]):
+        if not src_used[i]:
+            continue
+        s = _slot(keys, used, values, count, init, src_keys[i, 0], src_keys[i, 1], src_keys[i, 2])
+        for k in range(ops.shape[0]):
+            v = src_values[i, k]
+            if ops[k] == 0:
+                values[s, k] += v
+            elif ops[k] == 1:
+                values[s, k] = min(values[s, k], v)
+            else:
+                values[s, k] = max(values[s, k], v)
+
+
+@numba.njit(cache=True, nogil=True)
+def _accumulate(keys, used, values, count, init, start, topic, queue_id, size, body_length, crc_ok, sys_flag, store_ts, born_ts, queue_offset, period_ms):
+    """Rows ``start ..`` into the table; returns where it stopped (the table half full: grow it)."""
+    capacity = used.shape[0]
+    for i in range(start, topic.shape[0]):
+        if 2 * count[0] >= capacity:
+            return i
+        ts = store_ts[i]
+        s = _slot(keys, used, values, count, init, topic[i], queue_id[i], ts // period_ms * period_ms)
+        kind = sys_flag[i] & TRANSACTION_MASK
+        dispatched = kind == 0 or kind == COMMIT
+        delay = ts - born_ts[i]
+        v = values[s]
+        v[0] += 1
+        v[1] += dispatched
+        v[2] += size[i]
+        v[3] += max(body_length[i], 0)
+        v[4] += crc_ok[i] == 0
+        v[5] = min(v[5], ts)
+        v[6] = max(v[6], ts)
+        if dispatched:
+            v[7] = min(v[7], queue_offset[i])
+            v[8] = max(v[8], queue_offset[i])
+        v[9] += kind == 0
+        v[10] += kind == PREPARED
+        v[11] += kind == COMMIT
+        v[12] += kind == ROLLBACK
+        v[13] += (sys_flag[i] & COMPRESSED) != 0
+        v[14] = min(v[14], delay)
+        v[15] = max(v[15], delay)
+    return topic.shape[0]
+
+
+COMPRESSED = int(fmt.SysFlag.COMPRESSED)
+assert [out for out, _, _ in AGGREGATES] == [
+    "messages", "dispatched", "bytes", "body_bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp", "min_queue_offset",
+    "max_queue_offset", "not_type", "prepared", "commit", "rollback", "compressed", "delay_min_ms", "delay_max_ms",
+]  # fmt: skip  (the value columns _accumulate writes)
+
+
+def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int) -> None:
+    """Add rows (int64 columns named as ``EXTENDED_INPUT``, ``topic`` as an int64 key) to ``table``."""
+    c = columns
+    start, n = 0, len(c["topic"])
+    while start < n:
+        start = _accumulate(table.keys, table.used, table.values, table.count, table.init, start, c["topic"], c["queue_id"], c["size"], c["body_length"], c["crc_ok"], c["sys_flag"], c["store_timestamp"], c["born_timestamp"], c["queue_offset"], period_ms)
+        if start < n:
+            table.grow()
+
+
+def to_arrow(table: GroupTable, topic_of: Callable[[np.ndarray], pa.Array], *, extended: bool) -> pa.Table:
+    """The table's groups as Arrow: ``KEYS`` then the aggregate columns (``topic_of`` turns the
+    topic keys into the topic column; a queue without dispatched records has null queue offsets)."""
+    keys, values = table.groups()
+    order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))
+    keys, values = keys[order], values[order]
+    columns = {"topic": topic_of(keys[:, 0]), "queue_id": pa.array(keys[:, 1].astype(np.int32)), "period": pa.array(keys[:, 2])}
+    specs = AGGREGATES if extended else BASE_AGGREGATES
+    for k, (out, _, _) in enumerate(specs):
+        v = values[:, k]
+        unset = v == (_INT64_MAX if out.startswith("min_") else _INT64_MIN) if out in ("min_queue_offset", "max_queue_offset") else None
+        columns[out] = pa.array(v, pa.int64(), mask=unset)
+    return pa.table(columns)
+
+
+def _int64(column, default=None) -> np.ndarray:
+    if column is None:
+        return default
+    return np.ascontiguousarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) -> pa.Table:
-    """One table of messages aggregated per topic, queue and period (start, epoch ms)."""
-    sys_flag = _np(t["sys_flag"])
-    kind = sys_flag & TRANSACTION_MASK
-    dispatched = (kind == 0) | (kind == COMMIT)
-    ts = _np(t["store_timestamp"])
-    queue_offset = _np(t["queue_offset"])
-    work = {
-        "topic": t["topic"],
-        "queue_id": t["queue_id"],
-        "period": pa.array(ts // period_ms * period_ms),
-        "one": pa.array(np.ones(len(ts), dtype=np.int64)),
-        "dispatched": pa.array(dispatched.astype(np.int64)),
-        "size": pa.array(_np(t["size"]).astype(np.int64)),
-        "body_bytes": pa.array(np.maximum(_np(t["body_length"]), 0).astype(np.int64)),
-        "crc_failed": pa.array((~_np(t["crc_ok"]).astype(bool)).astype(np.int64)),
-        "store_timestamp": pa.array(ts),
-        "dispatched_offset": pa.array(queue_offset, pa.int64(), mask=~dispatched),
+    """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too when ``extended``)
+    aggregated per topic, queue and period (start, epoch ms)."""
+    encoded = pc.dictionary_encode(t["topic"]).combine_chunks()
+    store_ts = _int64(t["store_timestamp"])
+    columns = {
+        "topic": np.ascontiguousarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
+        **{k: _int64(t[k]) for k in ("queue_id", "size", "body_length", "crc_ok", "sys_flag", "queue_offset")},
+        "store_timestamp": store_ts,
+        "born_timestamp": _int64(t["born_timestamp"]) if "born_timestamp" in t.column_names else store_ts,
     }
-    specs = BASE_AGGREGATES
-    if extended:
-        work.update(
-            not_type=pa.array((kind == 0).astype(np.int64)),
-            prepared=pa.array((kind == PREPARED).astype(np.int64)),
-            commit=pa.array((kind == COMMIT).astype(np.int64)),
-            rollback=pa.array((kind == ROLLBACK).astype(np.int64)),
-            compressed=pa.array((sys_flag & int(fmt.SysFlag.COMPRESSED) != 0).astype(np.int64)),
-            delay=pa.array(ts - _np(t["born_timestamp"])),
-        )
-        specs = BASE_AGGREGATES + EXTENDED_AGGREGATES
-    return _group(pa.table(work), [(src, op, out) for out, src, op in specs])
+    table = GroupTable()
+    accumulate(table, columns, period_ms)
+    return to_arrow(table, lambda codes: encoded.dictionary.take(pa.array(codes)), extended=extended)
 
 
 def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:
@@ -103,16 +217,9 @@ def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:
     t = pa.concat_tables(partials)
     if len(partials) == 1:
         return t
-    specs = BASE_AGGREGATES + (EXTENDED_AGGREGATES if extended else [])
-    return _group(t, [(out, op, out) for out, _, op in specs])
-
-
-def _group(t: pa.Table, specs: list[tuple[str, str, str]]) -> pa.Table:
-    """Group ``t`` by ``KEYS``; ``specs``: (column, aggregation, output name)."""
-    unique = list(dict.fromkeys((col, op) for col, op, _ in specs))
-    grouped = t.group_by(KEYS, use_threads=False).aggregate(unique)
-    columns = {name: grouped[f"{col}_{op}"] for col, op, name in specs}
-    return pa.table({**{k: grouped[k] for k in KEYS}, **columns})
+    specs = AGGREGATES if extended else BASE_AGGREGATES
+    grouped = t.group_by(KEYS, use_threads=False).aggregate([(out, op) for out, _, op in specs])
+    return pa.table({**{k: grouped[k] for k in KEYS}, **{out: grouped[f"{out}_{op}"] for out, _, op in specs}})
 
 
 # ---- born-to-store delay histogram ----------------------------------------------------------------
@@ -262,66 +369,52 @@ class StoreStats:
     records: int = 0
 
 
-ACCUMULATE = 1 << 16  # records gathered before one aggregation (Arrow's group-by per call has a cost)
 WALK_BATCH = 1 << 10  # records per walk call: their bytes are still in cache when the kernel reads them
+_COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def _count(keys, used, values, count, init, start, a, b, c):
+    """Count rows per key (a, b, c) from ``start``; returns where it stopped (half full: grow)."""
+    capacity = used.shape[0]
+    for i in range(start, a.shape[0]):
+        if 2 * count[0] >= capacity:
+            return i
+        values[_slot(keys, used, values, count, init, a[i], b[i], c[i]), 0] += 1
+    return a.shape[0]
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH) -> StoreStats:
     """One pass over the store's records (the broker's recovery scan) into ``StoreStats``."""
     walk = fs.FastScan(store.commitlog, check_crc=True, batch=batch, release_behind=True)
     topics: dict[int, str] = {}
-    partials: list[pa.Table] = []
-    histograms: list[pa.Table] = []
-    block = np.empty((N_FIELDS, ACCUMULATE + batch), dtype=np.int64)
-    filled = 0
-
-    def flush() -> None:
-        c = block[:, :filled]
-        keys, first = np.unique(c[F_TOPIC], return_index=True)
-        for key, i in zip(keys.tolist(), first.tolist()):
-            if key not in topics:
-                topics[key] = store.commitlog.read_bytes(int(c[F_TOPIC_AT, i]), int(c[F_TOPIC_LEN, i])).decode("utf-8", "replace")
-        t = pa.table(
-            {
-                "topic": c[F_TOPIC],
-                "queue_id": c[F_QUEUE_ID].astype(np.int32),
-                "size": c[F_SIZE],
-                "body_length": c[F_BODY_LEN],
-                "crc_ok": c[F_CRC_OK] != 0,
-                "sys_flag": c[F_SYS_FLAG],
-                "born_timestamp": c[F_BORN_TS],
-                "store_timestamp": c[F_STORE_TS],
-                "queue_offset": c[F_QUEUE_OFFSET],
-            }
-        )
-        partials.append(aggregate(t, period_ms, extended=True))
-        work = pa.table({"topic": t["topic"], "queue_id": t["queue_id"], "bucket": c[F_BUCKET], "n": np.ones(filled, dtype=np.int64)})
-        histograms.append(work.group_by(["topic", "queue_id", "bucket"], use_threads=False).aggregate([("n", "sum")]))
-
+    groups = GroupTable()
+    buckets = GroupTable(_COUNT_INIT, _COUNT_OPS)
+    block = np.empty((N_FIELDS, batch), dtype=np.int64)
+    known_groups = 0
+    names = {k: i for i, k in enumerate(("topic", "queue_id", "sys_flag", "born_timestamp", "store_timestamp", "queue_offset", "size", "body_length", "crc_ok"))}
     for b in walk:
         rows = b.rows
-        stats_fields(b.array, b.base_offset, rows, block, filled)
-        filled += len(rows)
-        if filled >= ACCUMULATE:
-            flush()
-            filled = 0
+        n = len(rows)
+        c = block[:, :n]
+        stats_fields(b.array, b.base_offset, rows, block, 0)
+        accumulate(groups, {k: c[i] for k, i in names.items()}, period_ms)
+        start = 0
+        while start < n:
+            start = _count(buckets.keys, buckets.used, buckets.values, buckets.count, buckets.init, start, c[F_TOPIC], c[F_QUEUE_ID], c[F_BUCKET])
+            if start < n:
+                buckets.grow()
+        if groups.count[0] != known_groups:  # a new group: maybe a new topic
+            known_groups = int(groups.count[0])
+            for key, i in zip(*np.unique(c[F_TOPIC], return_index=True)):
+                if int(key) not in topics:
+                    topics[int(key)] = store.commitlog.read_bytes(int(c[F_TOPIC_AT, i]), int(c[F_TOPIC_LEN, i])).decode("utf-8", "replace")
         if progress is not None:
             progress(b.base_offset + int(rows[-1, fs.COL_POS]))
-    if filled:
-        flush()
-    if partials:
-        per_period = merge(partials, extended=True)
-        hist = pa.concat_tables(histograms).group_by(["topic", "queue_id", "bucket"], use_threads=False).aggregate([("n_sum", "sum")]).rename_columns(["topic", "queue_id", "bucket", "n"])
-    else:
-        per_period = _empty_aggregate()
-        hist = pa.table({"topic": pa.array([], pa.int64()), "queue_id": pa.array([], pa.int32()), "bucket": pa.array([], pa.int64()), "n": pa.array([], pa.int64())})
+    per_period = to_arrow(groups, pa.array, extended=True)
+    bucket_keys, bucket_counts = buckets.groups()
+    hist = pa.table({"topic": pa.array(bucket_keys[:, 0]), "queue_id": pa.array(bucket_keys[:, 1].astype(np.int32)), "bucket": pa.array(bucket_keys[:, 2]), "n": pa.array(bucket_counts[:, 0])})
     return StoreStats(per_period, hist, topics, walk.end, walk.records)
-
-
-def _empty_aggregate() -> pa.Table:
-    empty = {k: np.zeros(0, dtype=np.int64) for k in EXTENDED_INPUT}
-    empty["crc_ok"] = np.zeros(0, dtype=bool)
-    return aggregate(pa.table(empty), HOUR_MS, extended=True)
 
 
 QUEUE_FIELDS = (
