@@ -28,7 +28,7 @@ app = typer.Typer(
 )
 
 HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", *MESSAGE_FIELDS)
-HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id")
+HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id", "error")
 QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "status", "queue_min_offset", "queue_max_offset", "cq_phys_offset", "cq_size", "cq_tags_code", "error", *[f for f in MESSAGE_FIELDS if f not in ("topic", "queue_id", "queue_offset")])
 QUEUE_TABLE = ("topic", "queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id")
 TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_min_offset", "queue_max_offset", "message_offset", "message_store_timestamp")
@@ -132,7 +132,7 @@ def query_msg_id(
             note(f"the record at offset {decoded.commit_log_offset} has msg_id {record.msg_id} (store host differs: {decoded.host} in the id)")
         found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
         if error:
-            note(error)
+            note(f"offset {decoded.commit_log_offset}: {error}")
         emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)

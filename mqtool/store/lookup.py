@@ -128,17 +128,17 @@ def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool) -> list[str]:
 def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
     """The record at ``offset`` as ``CommitLog.getData`` would serve it, or why not."""
     if offset < store.commitlog.min_offset:
-        return None, f"offset {offset} is below the commit log's min offset {store.commitlog.min_offset} (expired)"
+        return None, f"expired (below the log's min {store.commitlog.min_offset})"
     if logical_end is not None and offset >= logical_end:
-        return None, f"offset {offset} is at or after the commit log's end {logical_end}"
+        return None, f"past the log's end {logical_end}"
     try:
         record = store.commitlog.read_record(offset)
     except LookupError:
-        return None, f"no commit log segment holds offset {offset}"
+        return None, "no commit log segment holds it"
     except FormatError as exc:
-        return None, f"no record at offset {offset}: {exc}"
+        return None, f"no record: {exc}"
     if not isinstance(record, clfmt.CommitLogRecord):
-        return None, f"a blank record at offset {offset}"
+        return None, "a blank record"
     return record, None
 
 
