@@ -267,6 +267,7 @@ class FastScan:
             stop = seg.size if self.stop is None else min(seg.size, self.stop - seg.base_offset)
             with MappedFile(seg.path, seg.base_offset, sequential=True) as mf:
                 array = as_array(mf.buf)
+                released = 0  # pages before this are already dropped (releasing from 0 each time is quadratic)
                 try:
                     while True:
                         count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out, seg.base_offset)
@@ -274,7 +275,8 @@ class FastScan:
                             self.records += count
                             yield SegmentBatch(seg.base_offset, array, self.out[:count])
                             if self.release_behind:
-                                release_pages(mf.buf, 0, pos)
+                                release_pages(mf.buf, released, pos)
+                                released = pos - pos % mmap.PAGESIZE
                         if code != END_CAPACITY:
                             break
                     if code != OK_BLANK:
