@@ -1,16 +1,16 @@
 """What is in a store: messages aggregated per topic, queue and period of store time.
 
-One aggregation (``aggregate`` then ``merge``) serves ``mqtool stats`` and the Spark reader
-(``mqtool.spark.reader.read_stats``: per split, hourly). Its input is a table of message columns
-(``topic``, ``queue_id``, ``size``, ``body_length``, ``crc_ok``, ``sys_flag``, ``store_timestamp``,
-``queue_offset``, and ``born_timestamp`` for the extended figures); ``topic`` may be the topic
-string or any exact key standing for it.
+One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``:
+per split, hourly): ``accumulate``, compiled, adds message rows to a ``GroupTable`` (per topic
+key, queue id and period of store time: counts, bytes, store time and queue offset ranges,
+transaction types, compressed, born-to-store delay range); ``aggregate`` feeds it an Arrow table
+of message columns (Spark), ``merge`` combines partial results.
 
-``StoreStats`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
-scan, reference §8.3) and one compiled kernel per batch (``stats_fields``: every field a record
-contributes, read in one visit of its header, positions from the layouts derived from the
-construct schema), then the aggregation above. Born-to-store delay medians come from a
-log-bucketed histogram (exact below 1024 ms, within 1/128 above).
+``collect`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
+scan, reference §8.3), one compiled kernel per batch (``stats_fields``: every field a record
+contributes, positions from the layouts derived from the construct schema; the topic as a 64-bit
+key of its bytes), then ``accumulate``. Born-to-store delay medians come from a log-bucketed
+histogram (exact below 1024 ms, within 1/128 above).
 """
 
 from __future__ import annotations
@@ -190,9 +190,7 @@ def to_arrow(table: GroupTable, topic_of: Callable[[np.ndarray], pa.Array], *, e
     return pa.table(columns)
 
 
-def _int64(column, default=None) -> np.ndarray:
-    if column is None:
-        return default
+def _int64(column) -> np.ndarray:
     return np.ascontiguousarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
@@ -247,13 +245,6 @@ def bucket_floor(bucket: int) -> int:
     e, sub = divmod(bucket - EXACT, 1 << SUB_BITS)
     e += _EXACT_BITS
     return (1 << e) | (sub << (e - SUB_BITS))
-
-
-def delay_histogram(t: pa.Table) -> pa.Table:
-    """Counts per topic, queue and delay bucket."""
-    delay = _np(t["store_timestamp"]) - _np(t["born_timestamp"])
-    work = pa.table({"topic": t["topic"], "queue_id": t["queue_id"], "bucket": pa.array(delay_bucket(delay)), "n": pa.array(np.ones(len(delay), dtype=np.int64))})
-    return work.group_by(["topic", "queue_id", "bucket"], use_threads=False).aggregate([("n", "sum")])
 
 
 def median_from_histogram(buckets: list[int], counts: list[int]) -> int:
