@@ -25,8 +25,8 @@ def test_fastjson_files_parse_with_their_integer_keys(version):
     doc = fastjson.loads(text)
     committed = manifest(version, "config-real")["brokerConfigs"]["committedOffsets"]
     for c in committed:
-        assert doc["offsetTable"][f"{c['topic']}@{c['group']}"][str(c["queueId"])] == c["committedOffset"]
-    assert fastjson.loads('{"a,{1:b": {0:1, 12 :2}}') == {"a,{1:b": {"0": 1, "12": 2}}
+        assert doc["offsetTable"][f"{c['topic']}@{c['group']}"][c["queueId"]] == c["committedOffset"]
+    assert fastjson.loads('{"a,{1:b": {0:1, 12 :2}}') == {"a,{1:b": {0: 1, 12: 2}}
 
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
