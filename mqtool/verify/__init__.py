@@ -22,16 +22,15 @@ from ..store import Store
 from ..store import fastscan as fs
 from ..store.layout import unchecked_parts
 from .commitlog import CommitLogCheck, CommitLogResult
-from .consumequeue import ConsumeQueueCheck
 from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
-from .index import IndexCheck
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, redispatch_start
 
 CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
+ENGINES = ("columnar", "records")
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
@@ -46,11 +45,14 @@ class VerifyOptions:
     to_offset: int | None = None
     jobs: int = 1
     keep_going: bool = False
+    engine: str = "columnar"  # cq/index cross-checks: "columnar" (batch joins) or "records" (the reference)
 
     def __post_init__(self):
         unknown = set(self.checks) - set(CHECKS)
         if unknown:
             raise ValueError(f"unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 
 
 class Verification:
@@ -67,6 +69,7 @@ class Verification:
         )
         self.commitlog: CommitLogResult | None = None
         self.summary.notes.extend(unchecked_parts(store.root))
+        self.cross_checks: list = []  # the cq and index checks of the last run
 
     def _stage(self, name: str, total: int):
         if self.progress is None:
@@ -137,26 +140,37 @@ class Verification:
         store, summary = self.store, self.summary
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
         checks = []
+        columnar = self.options.engine == "columnar"
+        if columnar:
+            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
+            from .indexjoin import ColumnarIndexCheck as IndexCheck
+        else:
+            from .consumequeue import ConsumeQueueCheck
+            from .index import IndexCheck
         if "cq" in cross:
             redispatch_from, why = redispatch_start(store)
             checks.append(ConsumeQueueCheck(store, lower=start, upper=stop, logical_end=end_guess, redispatch_from=redispatch_from, redispatch_why=why))
         if "index" in cross:
             cp = store.checkpoint
             checks.append(IndexCheck(store, lower=start, upper=stop, logical_end=end_guess, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+        self.cross_checks = checks
         for check in checks:
             yield from check.take()
         self._stream_last_ts = None
-        for batch in stream.batches():
-            for check in checks:
-                check.on_batch(batch)
-                yield from check.take()
-            self._stream_last_ts = batch[-1].store_timestamp
+        if self.options.engine == "records":
+            for batch in stream.batches():
+                for check in checks:
+                    check.on_batch(batch)
+                    yield from check.take()
+                self._stream_last_ts = batch[-1].store_timestamp
+        else:
+            yield from self._joined(stream, checks)
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         for check in checks:
             check.logical_end = end
             check.finish()
             yield from check.take()
-            if isinstance(check, ConsumeQueueCheck):
+            if "cq" in cross and check is checks[0]:
                 summary.consume_queues, summary.consume_queue_entries = check.queues, check.entries
                 if check.batch_topics:
                     summary.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
@@ -164,6 +178,31 @@ class Verification:
                     summary.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
             else:
                 summary.index_files, summary.index_entries = len(check.files), check.entries
+
+    def _joined(self, stream: LogStream, checks: list) -> Iterator[Finding]:
+        """The cross-checks as batch joins on record columns (``columns.py``); a batch a join
+        declines goes through the record engine, so the findings are the same."""
+        from ..recovery.dispatch import TopicTable
+        from ..recovery.fastdispatch import delay_array
+        from .columns import RecordColumns
+        from .logstream import records_of
+
+        store = self.store
+        topics, names = TopicTable(), {}
+        delay_ms, legacy = delay_array(dict(store.delay_table)), store.legacy_properties
+        for batch in stream.walk():
+            columns = RecordColumns.of(batch, topics, delay_ms, legacy)
+            records = None
+            for check in checks:
+                if not columns.fallback and check.on_columns(columns):
+                    check.joined += 1
+                else:
+                    if records is None:
+                        records = records_of(batch, legacy, names)
+                    check.on_batch(records)
+                    check.declined += 1
+                yield from check.take()
+            self._stream_last_ts = int(columns.store_ts[-1])
 
     def _last_timestamp(self) -> tuple[int | None, int]:
         """Store time of the last valid record, from a walk of the last three segments."""

@@ -93,17 +93,7 @@ class QueueCursor:
         invalid_from = None  # queue offset where a run of invalid units started
         for base, path in queue.files:
             if expected_base is not None and base != expected_base:
-                self.check.emit(
-                    error(
-                        "cq-file-gap",
-                        f"consume queue {self.label}: file(s) missing before {path.name}: entries for queue offsets "
-                        f"{expected_base // unit}..{base // unit - 1} are gone (consumers cannot read those messages)",
-                        file=relative(self.check.store, path),
-                        expected=expected_base,
-                        found=base,
-                        details={"topic": self.topic, "queue_id": self.queue_id, "first_missing_queue_offset": expected_base // unit, "next_queue_offset": base // unit},
-                    )
-                )
+                self.check.emit(self.gap_finding(path, expected_base, base))
                 invalid_from = None
             expected_base = base + queue.file_size
             end = _data_end(path)
@@ -138,17 +128,30 @@ class QueueCursor:
             if end < queue.file_size and invalid_from is None:
                 invalid_from = (base + end) // unit  # the zeros after the last unit
 
+    def gap_finding(self, path, expected_base: int, base: int) -> Finding:
+        unit = cqfmt.ENTRY_SIZE
+        return error(
+            "cq-file-gap",
+            f"consume queue {self.label}: file(s) missing before {path.name}: entries for queue offsets "
+            f"{expected_base // unit}..{base // unit - 1} are gone (consumers cannot read those messages)",
+            file=relative(self.check.store, path),
+            expected=expected_base,
+            found=base,
+            details={"topic": self.topic, "queue_id": self.queue_id, "first_missing_queue_offset": expected_base // unit, "next_queue_offset": base // unit},
+        )
+
     def _report_invalid(self, path, first: int, resume: int) -> None:
-        self.check.emit(
-            error(
-                "cq-invalid-unit",
-                f"consume queue {self.label}: queue offsets {first}..{resume - 1} hold invalid units (offset < 0 or size <= 0) but "
-                f"entries follow from {resume}: the broker's consume queue recovery stops at the first invalid unit and drops the rest",
-                file=relative(self.check.store, path),
-                expected="valid units",
-                found=f"invalid units at queue offsets {first}..{resume - 1}",
-                details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
-            )
+        self.check.emit(self.invalid_finding(path, first, resume))
+
+    def invalid_finding(self, path, first: int, resume: int) -> Finding:
+        return error(
+            "cq-invalid-unit",
+            f"consume queue {self.label}: queue offsets {first}..{resume - 1} hold invalid units (offset < 0 or size <= 0) but "
+            f"entries follow from {resume}: the broker's consume queue recovery stops at the first invalid unit and drops the rest",
+            file=relative(self.check.store, path),
+            expected="valid units",
+            found=f"invalid units at queue offsets {first}..{resume - 1}",
+            details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
         )
 
 
@@ -164,6 +167,8 @@ class MissingRun:
 class ConsumeQueueCheck:
     """Feed ``on_record`` every valid record in offset order, then ``finish``; findings are
     collected through ``emit`` and drained with ``take``."""
+
+    cursor_class = QueueCursor
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str):
         self.store = store
@@ -182,7 +187,7 @@ class ConsumeQueueCheck:
             if queue.topic.startswith(LMQ_PREFIX):
                 self.skipped_queues.append(f"{queue.topic}/{queue.queue_id}")
                 continue
-            cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
+            cursor = self.cursor_class(self, queue, queue.topic, queue.queue_id)
             self._skip_below(cursor)
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
@@ -235,7 +240,7 @@ class ConsumeQueueCheck:
         key = (record.topic, record.queue_id)
         cursor = self.cursors.get(key)
         if cursor is None:
-            cursor = self.cursors[key] = QueueCursor(self, None, *key)
+            cursor = self.cursors[key] = self.cursor_class(self, None, *key)
         while cursor.head is not None and cursor.head.phys < record.offset:
             self._stray(cursor, cursor.head)
             cursor.advance()

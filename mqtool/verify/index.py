@@ -104,7 +104,16 @@ class IndexEntries:
         self.name = relative(check.store, file.path)
 
     def __iter__(self) -> Iterator[tuple[int, int, int, int, int]]:
-        """(entry number, hash, phy offset, time diff, prev) for entries 1 .. index_count - 1."""
+        """(entry number, hash, phy offset, time diff, prev) for entries 1 .. index_count - 1;
+        the structural findings once they are exhausted."""
+        for number, chunk in self.chunks():
+            for i, (h, phy, diff, prev) in enumerate(chunk.tolist()):
+                yield number + i, h, phy, diff, prev
+        self.check.structure(self, *self.state)
+
+    def chunks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first entry number, entries) ``CHUNK_ENTRIES`` at a time, replaying the hash chains
+        as they are read; ``state`` holds the chain results once they are exhausted."""
         slots = self.geometry.hash_slot_num
         last_seen = np.zeros(slots, dtype=np.int64)
         bad = negative = heads = 0
@@ -122,14 +131,13 @@ class IndexEntries:
                 bad, negative, heads = bad + b, negative + neg, heads + hd
                 if first_bad < 0 and fb >= 0:
                     first_bad = fb
-                for i, (h, phy, diff, prev) in enumerate(chunk.tolist()):
-                    yield number + i, h, phy, diff, prev
+                yield number, chunk
                 number += len(chunk)
             raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
             table = np.frombuffer(raw, dtype=">i4")
         finally:
             os.close(fd)
-        self.check.structure(self, bad, first_bad, negative, heads, last_seen, table)
+        self.state = (bad, first_bad, negative, heads, last_seen, table)
 
 
 class IndexCheck:
@@ -170,8 +178,7 @@ class IndexCheck:
                     )
                 )
             self._files_meta.append(IndexEntries(self, f, position))
-        self._entries = self._all_entries()
-        self.head = next(self._entries, None)
+        self._start_entries()
         self.missing: list | None = None  # [first offset, last offset, records]
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
@@ -185,6 +192,11 @@ class IndexCheck:
     def take(self) -> list[Finding]:
         out, self._out = self._out, []
         return out
+
+    def _start_entries(self) -> None:
+        """Set ``head`` to the first entry of the first file (``_advance`` moves it on)."""
+        self._entries = self._all_entries()
+        self.head = next(self._entries, None)
 
     def _all_entries(self):
         for meta in self._files_meta:

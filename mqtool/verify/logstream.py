@@ -21,6 +21,7 @@ from ..store.commitlog import ScanEnd
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
 _POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
+BATCH = 8192  # records per walk batch: the unit in which cross-check findings are drained
 _STORE_TS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 
 
@@ -47,6 +48,7 @@ class LogStream:
         self.progress = progress
         self.end: ScanEnd | None = None
         self.records = 0
+        self._topics: dict[bytes, str] = {}
 
     def __iter__(self) -> Iterator[LogRecord]:
         for batch in self.batches():
@@ -54,43 +56,52 @@ class LogStream:
 
     def batches(self) -> Iterator[list[LogRecord]]:
         """The records, one list per compiled-walk batch."""
-        scan = fs.FastScan(self.store.commitlog, self.start, self.stop, check_crc=False, stop_on_crc=False, batch=8192, release_behind=True)
-        legacy = self.store.legacy_properties
-        topics: dict[bytes, str] = {}
+        for batch in self.walk():
+            yield records_of(batch, self.store.legacy_properties, self._topics)
+
+    def walk(self) -> Iterator[fs.SegmentBatch]:
+        """The compiled walk's batches (``BATCH`` rows each at most), counting records and
+        reporting progress; ``end`` is set when it is exhausted."""
+        scan = fs.FastScan(self.store.commitlog, self.start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, release_behind=True)
         shown = self.start
         for batch in scan:
-            array, rows, base = batch.array, batch.rows, batch.base_offset
-            positions = rows[:, fs.COL_POS]
-            queue_ids = fs.gather_be(array, positions, _POS_QUEUE_ID, 4, True)
-            queue_offsets = fs.gather_be(array, positions, _POS_QUEUE_OFFSET, 8, True)
-            sys_flags = fs.gather_be(array, positions, fs.POS_SYS_FLAG, 4, True)
-            ts4 = fs.gather_be(array, positions, _STORE_TS[False], 8, True)
-            ts6 = fs.gather_be(array, positions, _STORE_TS[True], 8, True)
-            store_ts = np.where(sys_flags & fs.BORN_V6, ts6, ts4)
-            out: list[LogRecord] = []
-            columns = rows[:, [fs.COL_POS, fs.COL_SIZE, fs.COL_TOPIC, fs.COL_PROPS]].tolist()
-            for (pos, size, topic_at, props_at), queue_id, queue_offset, sys_flag, ts in zip(
-                columns, queue_ids.tolist(), queue_offsets.tolist(), sys_flags.tolist(), store_ts.tolist()
-            ):
-                raw_topic = array[topic_at : props_at - clfmt.PROPERTIES_LENGTH.size].tobytes()
-                topic = topics.get(raw_topic)
-                if topic is None:
-                    topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
-                props_end = pos + size
-                out.append(LogRecord(
-                    base + pos,
-                    size,
-                    topic,
-                    queue_id,
-                    queue_offset,
-                    sys_flag,
-                    ts,
-                    parse_properties(array[props_at:props_end].tobytes(), legacy=legacy) if props_end > props_at else {},
-                ))
-            yield out
-            self.records += len(rows)
+            yield batch
+            self.records += len(batch.rows)
             if self.progress is not None:
-                done = base + int(positions[-1])
+                done = batch.base_offset + int(batch.rows[-1, fs.COL_POS])
                 self.progress(done - shown)
                 shown = done
         self.end = scan.end
+
+
+def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
+    """``LogRecord``s of one walk batch (``topics`` memoises decoded topic names)."""
+    array, rows, base = batch.array, batch.rows, batch.base_offset
+    positions = rows[:, fs.COL_POS]
+    queue_ids = fs.gather_be(array, positions, _POS_QUEUE_ID, 4, True)
+    queue_offsets = fs.gather_be(array, positions, _POS_QUEUE_OFFSET, 8, True)
+    sys_flags = fs.gather_be(array, positions, fs.POS_SYS_FLAG, 4, True)
+    ts4 = fs.gather_be(array, positions, _STORE_TS[False], 8, True)
+    ts6 = fs.gather_be(array, positions, _STORE_TS[True], 8, True)
+    store_ts = np.where(sys_flags & fs.BORN_V6, ts6, ts4)
+    out: list[LogRecord] = []
+    columns = rows[:, [fs.COL_POS, fs.COL_SIZE, fs.COL_TOPIC, fs.COL_PROPS]].tolist()
+    for (pos, size, topic_at, props_at), queue_id, queue_offset, sys_flag, ts in zip(
+        columns, queue_ids.tolist(), queue_offsets.tolist(), sys_flags.tolist(), store_ts.tolist()
+    ):
+        raw_topic = array[topic_at : props_at - clfmt.PROPERTIES_LENGTH.size].tobytes()
+        topic = topics.get(raw_topic)
+        if topic is None:
+            topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
+        props_end = pos + size
+        out.append(LogRecord(
+            base + pos,
+            size,
+            topic,
+            queue_id,
+            queue_offset,
+            sys_flag,
+            ts,
+            parse_properties(array[props_at:props_end].tobytes(), legacy=legacy) if props_end > props_at else {},
+        ))
+    return out

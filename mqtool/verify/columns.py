@@ -1,0 +1,78 @@
+"""Per-record columns of one walk batch, for the columnar cross-checks (reference §3.2-§3.5, §6.5).
+
+``RecordColumns.of`` runs the recovery's compiled dispatch (``recovery/fastdispatch.py``:
+``dispatch_rows``, ``local_topics``, ``finish_keys``; the same code ``recover`` and
+``rebuild-*`` use) over the rows ``fastscan.walk_segment`` found, giving per record: commit log
+offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, the consume queue
+tags code (``checkMessageAndReturnSize``) and the index key hashes of ``topic#UNIQ_KEY`` and
+``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
+(``FLAG_FALLBACK``) make ``fallback`` true: the checks then take the batch record by record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..recovery import fastdispatch as fd
+from ..recovery.dispatch import POW31, TopicTable
+from ..store import fastscan as fs
+
+
+@dataclass
+class RecordColumns:
+    offsets: np.ndarray  # commit log offset of each record
+    sizes: np.ndarray
+    topic_ids: np.ndarray  # into ``topics.names``
+    queue_ids: np.ndarray
+    queue_offsets: np.ndarray
+    sys_flags: np.ndarray
+    store_ts: np.ndarray
+    tags: np.ndarray  # consume queue tags code
+    key_counts: np.ndarray  # index keys per record (0 for ROLLBACK)
+    keys: np.ndarray  # index key hashes, record after record in put order
+    topics: TopicTable
+    fallback: bool  # some record needs the Python decoder
+
+    def __len__(self) -> int:
+        return self.offsets.shape[0]
+
+    @classmethod
+    def of(cls, batch: fs.SegmentBatch, topics: TopicTable, delay_ms: np.ndarray, legacy: bool) -> "RecordColumns":
+        array, rows = batch.array, batch.rows
+        n = rows.shape[0]
+        out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
+        props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
+        keys = np.empty(int(props_bytes.sum()) // 2 + 2 * n + 2, dtype=np.int64)
+        done, key_fill = fd.dispatch_rows(array, rows, 0, legacy, fd.SCHEDULE_TOPIC_BYTES, delay_ms, True, out, 0, keys, 0)
+        assert done == n, "the key buffer is sized for every record"
+        topic_ids = np.empty(n, dtype=np.int32)
+        local = np.empty(n, dtype=np.int64)
+        first = np.empty(min(n, 256), dtype=np.int64)
+        count = fd.local_topics(array, out, 0, n, local, first) if n else 0
+        if count >= 0:
+            ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
+            topic_ids[:] = np.asarray(ids, dtype=np.int32)[local]
+        else:  # more than 256 topics in one batch
+            for r, (p, k) in enumerate(out[:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()):
+                topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
+        fd.finish_keys(out, 0, n, topic_ids, topics.state, POW31, keys)
+        return cls(
+            offsets=out[:, fd.F_POS] + batch.base_offset,
+            sizes=out[:, fd.F_SIZE],
+            topic_ids=topic_ids.astype(np.int64),
+            queue_ids=out[:, fd.F_QUEUE_ID],
+            queue_offsets=out[:, fd.F_QUEUE_OFFSET],
+            sys_flags=out[:, fd.F_SYS_FLAG],
+            store_ts=out[:, fd.F_STORE_TS],
+            tags=out[:, fd.F_TAGS],
+            key_counts=out[:, fd.F_KEY_COUNT],
+            keys=keys[:key_fill],
+            topics=topics,
+            fallback=bool(np.any(out[:, fd.F_FLAGS] & fd.FLAG_FALLBACK)),
+        )
+
+    @property
+    def transaction_types(self) -> np.ndarray:
+        return self.sys_flags & fd.TRAN_MASK

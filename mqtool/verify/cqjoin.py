@@ -1,0 +1,275 @@
+"""The consume queue check as a join of record columns against queue entries read as arrays.
+
+``ColumnarConsumeQueueCheck`` is ``ConsumeQueueCheck`` (the record engine, the reference) with
+``on_columns``: for one walk batch it groups the dispatched records by queue and compares each
+group with the next entries of its queue in numpy (offset, size, QUEUEOFFSET, tags code, §5.1).
+When every queue of the batch either matches exactly or has no entries for it (a run of
+missing entries growing, which emits nothing yet), the batch is done; anything else (a
+mismatch, a stray entry, a closing missing run, a gap or invalid-unit finding due) returns
+False before any state changed, and the caller hands the batch to the record engine. Findings,
+their order and the summary are therefore the record engine's, batch for batch.
+
+``ArrayQueueCursor`` reads a queue as the record engine's ``QueueCursor`` does (same skipping of
+filler units, same cq-file-gap and cq-invalid-unit findings, emitted when the same entry
+becomes the head) but keeps the entries as arrays, ``CHUNK_UNITS`` at a time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from typing import Iterator
+
+import numpy as np
+
+from ..formats import commitlog as clfmt
+from ..formats import consumequeue as cqfmt
+from ..recovery import fastdispatch as fd
+from ..store import ConsumeQueue
+from ..store.consumequeue import UNIT_DTYPE
+from .columns import RecordColumns
+from .consumequeue import ConsumeQueueCheck, Entry, MissingRun, QueueCursor, _data_end
+
+CHUNK_UNITS = 1 << 16
+_PHYS, _SIZE, _TAGS = UNIT_DTYPE.names
+_FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
+_TO_CQ = (int(clfmt.TransactionType.NOT_TYPE), int(clfmt.TransactionType.COMMIT))
+
+
+class _Chunk:
+    """Entries of a queue; ``events[i]``: findings due when entry ``i`` becomes the head
+    (for the last, empty chunk: when the head becomes None)."""
+
+    __slots__ = ("qoff", "phys", "size", "tags", "events", "last")
+
+    def __init__(self, qoff, phys, size, tags, events: dict[int, list], last: bool = False):
+        self.qoff, self.phys, self.size, self.tags, self.events, self.last = qoff, phys, size, tags, events, last
+
+    def __len__(self) -> int:
+        return self.phys.shape[0]
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+class ArrayQueueCursor:
+    """``QueueCursor``'s ``head`` / ``advance`` / ``entries``, plus ``peek`` and ``skip``."""
+
+    label = QueueCursor.label
+    gap_finding = QueueCursor.gap_finding
+    invalid_finding = QueueCursor.invalid_finding
+
+    def __init__(self, check: ConsumeQueueCheck, queue: ConsumeQueue | None, topic: str, queue_id: int):
+        self.check = check
+        self.queue = queue
+        self.topic, self.queue_id = topic, queue_id
+        self._gen = self._chunks() if queue is not None else iter((_Chunk(_EMPTY, _EMPTY, _EMPTY, _EMPTY, {}, True),))
+        self._loaded: deque[_Chunk] = deque()
+        self._i = 0
+        self._passed = 0  # entries the head has moved past
+        self.head: Entry | None = None
+        self._fill(1)
+        self._arrive()
+
+    @property
+    def entries(self) -> int:
+        """Entries read so far: those passed and the head (as ``QueueCursor`` counts them)."""
+        return self._passed + (self.head is not None)
+
+    # ---- reading ----
+
+    def _chunks(self) -> Iterator[_Chunk]:
+        """``QueueCursor._iterate`` with the entries in arrays and the findings as events."""
+        queue = self.queue
+        unit = cqfmt.ENTRY_SIZE
+        expected_base = None
+        invalid_from = None
+        pending: list = []  # findings due before the next entry
+        for base, path in queue.files:
+            if expected_base is not None and base != expected_base:
+                pending.append(self.gap_finding(path, expected_base, base))
+                invalid_from = None
+            expected_base = base + queue.file_size
+            end = _data_end(path)
+            if end is None:
+                continue
+            try:
+                fd_ = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                pos = 0
+                while pos < end:
+                    data = os.pread(fd_, min(CHUNK_UNITS * unit, end - pos), pos)
+                    usable = len(data) - len(data) % unit
+                    if not usable:
+                        break
+                    units = np.frombuffer(data, dtype=UNIT_DTYPE, count=usable // unit)
+                    phys = units[_PHYS].astype(np.int64)
+                    size = units[_SIZE].astype(np.int64)
+                    tags = units[_TAGS].astype(np.int64)
+                    first_qoff = (base + pos) // unit
+                    valid = (phys >= 0) & (size > 0)
+                    keep = valid & ~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))
+                    if invalid_from is None and valid.all():
+                        idx = np.flatnonzero(keep)
+                        events = {}
+                        if pending and len(idx):
+                            events, pending = {0: pending}, []
+                    else:
+                        idx, events, pending, invalid_from = self._slow_units(path, phys, size, tags, first_qoff, pending, invalid_from)
+                    if len(idx):
+                        yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
+                    pos += usable
+            finally:
+                os.close(fd_)
+            if end < queue.file_size and invalid_from is None:
+                invalid_from = (base + end) // unit
+        yield _Chunk(_EMPTY, _EMPTY, _EMPTY, _EMPTY, {0: pending} if pending else {}, True)
+
+    def _slow_units(self, path, phys, size, tags, first_qoff: int, pending: list, invalid_from):
+        """Units with invalid ones among them, one by one as ``QueueCursor._iterate`` reads them."""
+        kept: list[int] = []
+        events: dict[int, list] = {}
+        for i, (p, n, t) in enumerate(zip(phys.tolist(), size.tolist(), tags.tolist())):
+            queue_offset = first_qoff + i
+            if p >= 0 and n > 0:
+                if (p, n, t) == cqfmt.FILLER:
+                    continue
+                if invalid_from is not None:
+                    pending.append(self.invalid_finding(path, invalid_from, queue_offset))
+                    invalid_from = None
+                if pending:
+                    events[len(kept)], pending = pending, []
+                kept.append(i)
+            elif invalid_from is None:
+                invalid_from = queue_offset
+        return np.asarray(kept, dtype=np.int64), events, pending, invalid_from
+
+    def _fill(self, n: int) -> None:
+        """Load chunks until ``n`` entries from the head on are loaded, or the last chunk is."""
+        have = sum(len(c) for c in self._loaded) - self._i
+        while have < n and not (self._loaded and self._loaded[-1].last):
+            chunk = next(self._gen)
+            self._loaded.append(chunk)
+            have += len(chunk)
+
+    # ---- moving ----
+
+    def _arrive(self) -> None:
+        """The head is at ``(_loaded[0], _i)``: emit what is due there and set ``head``."""
+        chunk = self._loaded[0]
+        for finding in chunk.events.get(self._i, ()):
+            self.check.emit(finding)
+        if chunk.last:
+            self.head = None
+        else:
+            i = self._i
+            self.head = Entry(int(chunk.qoff[i]), int(chunk.phys[i]), int(chunk.size[i]), int(chunk.tags[i]))
+
+    def advance(self) -> None:
+        self.skip(1)
+
+    def skip(self, n: int) -> None:
+        """Move the head ``n`` entries on, emitting what is due on the way."""
+        while n > 0 and self.head is not None:
+            chunk = self._loaded[0]
+            step = min(n, len(chunk) - self._i)
+            target = self._i + step
+            for k in sorted(k for k in chunk.events if self._i < k < target):
+                for finding in chunk.events[k]:
+                    self.check.emit(finding)
+            self._passed += step
+            n -= step
+            if target == len(chunk):
+                self._loaded.popleft()
+                self._fill(1)
+                self._i = 0
+            else:
+                self._i = target
+            self._arrive()
+
+    def peek(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
+        """(queue offsets, offsets, sizes, tags codes) of the head and the ``n - 1`` entries
+        after it (fewer at the end), and whether moving the head ``n`` on would emit findings."""
+        self._fill(n + 1)
+        parts, due, at = [], False, 0  # at: position (from the head) of the chunk's first unread entry
+        for c, chunk in enumerate(self._loaded):
+            lo = self._i if c == 0 else 0
+            hi = min(len(chunk), lo + n - at)
+            if hi > lo:
+                parts.append((chunk.qoff[lo:hi], chunk.phys[lo:hi], chunk.size[lo:hi], chunk.tags[lo:hi]))
+            due = due or any(k >= lo and 1 <= at + k - lo <= n for k in chunk.events)
+            at += len(chunk) - lo
+            if at > n or chunk.last:
+                break
+        if len(parts) == 1:
+            return (*parts[0], due)
+        if not parts:
+            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, due
+        return (*(np.concatenate(cols) for cols in zip(*parts)), due)
+
+
+class ColumnarConsumeQueueCheck(ConsumeQueueCheck):
+    """``ConsumeQueueCheck`` with a batch join (``on_columns``); the record path stays for the
+    batches the join declines."""
+
+    cursor_class = ArrayQueueCursor
+    joined = declined = 0  # batches the join took / handed to the record engine
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._batch_topic_ids: dict[int, bool] = {}
+
+    def _not_batch_topic(self, columns: RecordColumns) -> np.ndarray:
+        names = columns.topics.names
+        for tid in range(len(self._batch_topic_ids), len(names)):
+            self._batch_topic_ids[tid] = names[tid] in self.batch_topics
+        flagged = [tid for tid, batch in self._batch_topic_ids.items() if batch]
+        return ~np.isin(columns.topic_ids, flagged) if flagged else np.ones(len(columns), dtype=bool)
+
+    def on_columns(self, columns: RecordColumns) -> bool:
+        """Check one batch; False (nothing done) when the record engine must take it."""
+        n = len(columns)
+        tran = columns.transaction_types
+        dispatched = ((tran == _TO_CQ[0]) | (tran == _TO_CQ[1])) & self._not_batch_topic(columns)
+        keys = (columns.topic_ids << 32) | (columns.queue_ids & 0xFFFFFFFF)
+        order = np.empty(n, dtype=np.int64)
+        starts = np.empty(n + 1, dtype=np.int64)
+        groups, group_keys = fd.group_rows(keys, dispatched, order, starts)
+        names = columns.topics.names
+        plan = []
+        for g, key in enumerate(group_keys.tolist()):
+            rows = order[starts[g] : starts[g + 1]]
+            queue_id = key & 0xFFFFFFFF
+            qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
+            cursor = self.cursors.get(qkey)
+            offsets = columns.offsets[rows]
+            if cursor is None or cursor.head is None or cursor.head.phys > offsets[-1]:
+                plan.append((qkey, cursor, rows, None))
+                continue
+            if qkey in self.missing:
+                return False  # a missing run closes here: its finding comes from the record path
+            qoff, phys, size, tags, due = cursor.peek(len(rows))
+            if due or phys.shape[0] != rows.shape[0] or not np.array_equal(phys, offsets):
+                return False
+            if not (np.array_equal(size, columns.sizes[rows]) and np.array_equal(qoff, columns.queue_offsets[rows])):
+                return False
+            ext = tags <= cqfmt.EXT_MAX_ADDRESS
+            if not np.array_equal(tags[~ext], columns.tags[rows][~ext]):
+                return False
+            plan.append((qkey, cursor, rows, int(np.count_nonzero(ext))))
+        for qkey, cursor, rows, ext in plan:
+            if ext is not None:
+                cursor.skip(rows.shape[0])
+                self.ext_addresses += ext
+                continue
+            if cursor is None:
+                self.cursors[qkey] = self.cursor_class(self, None, *qkey)
+            first, last = int(columns.offsets[rows[0]]), int(columns.offsets[rows[-1]])
+            run = self.missing.get(qkey)
+            if run is None:
+                self.missing[qkey] = MissingRun(first, last, int(columns.queue_offsets[rows[0]]), int(columns.queue_offsets[rows[-1]]), rows.shape[0])
+            else:
+                run.last_offset, run.last_queue_offset, run.count = last, int(columns.queue_offsets[rows[-1]]), run.count + rows.shape[0]
+        return True
