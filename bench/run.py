@@ -1,39 +1,237 @@
-"""Run every benchmark, one after the other: ``python bench/run.py [--size 2g] [NAME ...]``.
+"""Every command on one benchmark store, each against baselines measured in the same run.
 
-NAME is ``verify``, ``recover`` or ``spark`` (default: all three). Each benchmark generates or
-reuses its store under ``bench/out/`` (``bench/make_store.py``) and prints its numbers next to
-baselines measured in the same run. Results are recorded in BENCHMARKS.md.
+    python bench/run.py --size 256m                        # quick (after each hot-path change)
+    python bench/run.py --size 2g --record 1k --record 128  # the full table of BENCHMARKS.md
+    python bench/run.py --size 8g --only verify,info --out /tmp/x   # the memory rows
+    python bench/run.py --suite verify --size 2g           # a detailed suite (bench_verify.py ...)
+
+For each store (``bench/make_store.py``: 1 GiB segments, 19 queues, index on; generated once
+into ``--out``), page cache warm, it runs each command as a user does (the ``mqtool`` CLI in a
+fresh process, start-up included; best of ``--repeat``) and prints its wall time, throughput
+(commit log record bytes per second, or records per second), peak RSS of its largest process
+(sampled from /proc) and two ratios of its time: against an ISA-L CRC32 pass over the same
+commit log bytes (in this process) and against ``mqtool verify --only commitlog``. A plain
+Python walk (struct + zlib CRC, over at most the first 256 MiB, extrapolated) is the third
+baseline: ``x plain`` is a command's throughput over that walk's.
+
+``recover --abnormal`` runs on a crashed copy (segments hard-linked, no consume queues, no
+index, zeroed checkpoint, abort file), ``rebuild-cq`` and ``rebuild-index`` on a copy without
+consume queues / index; the copies live under ``--out`` and are deleted afterwards. ``dump`` is
+measured by ``bench/bench_dump.py`` when it exists (run as is, its output shown).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import mmap
+import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHES = {"verify": "bench_verify.py", "recover": "bench_recover.py", "spark": "bench_spark.py"}
+sys.path.insert(0, str(HERE))
+
+import make_store  # noqa: E402
+from bench_recover import crashed_copy  # noqa: E402
+from bench_verify import data_ranges, python_loop, warm  # noqa: E402
+from procs import run_measured  # noqa: E402
+
+SUITES = {"verify": "bench_verify.py", "recover": "bench_recover.py", "spark": "bench_spark.py"}
+PLAIN_LIMIT = 256 << 20
+ROWS = ("help", "verify", "info", "dump", "recover", "rebuild-cq", "rebuild-index")
+# targets of issue #10: (row, record size) -> ("GB/s" or "MB", bound)
+TARGETS = {
+    ("verify", "1k"): ("GB/s", 1.0),
+    ("verify", "128"): ("GB/s", 0.4),
+    ("verify --jobs 2", "1k"): ("GB/s", 1.6),
+    ("info", None): ("s", 1.5),
+    ("recover --abnormal", None): ("GB/s", 0.6),
+}
+RSS_TARGET_MB = 300
+
+
+def mqtool_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("mqtool")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "mqtool"]
+
+
+def crc_seconds(ranges, repeat: int) -> float:
+    from isal import isal_zlib
+
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for path, n in ranges:
+            with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                view = memoryview(m)
+                value = 0
+                for p in range(0, n, 64 << 20):
+                    value = isal_zlib.crc32(view[p : min(n, p + (64 << 20))], value)
+                view.release()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def plain_walk_bytes_per_s(ranges) -> float:
+    """The plain Python walk's throughput on at most ``PLAIN_LIMIT`` bytes."""
+    part, left = [], PLAIN_LIMIT
+    for path, n in ranges:
+        if left <= 0:
+            break
+        part.append((path, min(n, left)))
+        left -= n
+    t = time.perf_counter()
+    python_loop(part)
+    return sum(n for _, n in part) / (time.perf_counter() - t)
+
+
+def rebuild_copy(base: Path, work: Path) -> Path:
+    """A clean copy without consume queues and index: segments hard-linked, checkpoint and config copied."""
+    shutil.rmtree(work, ignore_errors=True)
+    store = work / "store"
+    (store / "commitlog").mkdir(parents=True)
+    for seg in sorted((base / "commitlog").iterdir()):
+        os.link(seg, store / "commitlog" / seg.name)
+    shutil.copy(base / "checkpoint", store / "checkpoint")
+    if (base / "config").is_dir():
+        shutil.copytree(base / "config", store / "config")
+    return store
+
+
+def broker_args(spec, work: Path) -> list[str]:
+    conf = work / "broker.conf"
+    conf.write_text(
+        f"mappedFileSizeCommitLog={spec.segment_size}\nmappedFileSizeConsumeQueue={spec.cq_file_size}\n"
+        f"maxHashSlotNum={spec.hash_slot_num}\nmaxIndexNum={spec.index_num}\n"
+    )
+    return ["--broker-config", str(conf), "--broker-version", "4.9.7" if spec.profile == "4.9" else "5.3.3"]
+
+
+def measure(cmd: list[str], repeat: int, prepare=None) -> tuple[float, float, str]:
+    """Best wall time and the peak RSS (MB) of ``cmd`` over ``repeat`` runs."""
+    best, peak, out = float("inf"), 0.0, ""
+    for _ in range(repeat):
+        if prepare is not None:
+            prepare()
+        proc, wall, rss = run_measured(cmd)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        best, peak, out = min(best, wall), max(peak, rss), proc.stdout
+    return best, peak, out
+
+
+def bench_store(spec, label: str, a) -> list[dict]:
+    path = make_store.ensure_store(spec, a.out, log=lambda m: print(m, file=sys.stderr))
+    ranges = data_ranges(path)
+    data = sum(n for _, n in ranges)
+    records = data // spec.message_size
+    warm(ranges)
+    crc = crc_seconds(ranges, a.repeat)
+    plain = plain_walk_bytes_per_s(ranges) if "verify" in a.only else None
+    mq = mqtool_cmd()
+    rows: list[dict] = []
+
+    def row(name: str, wall: float, rss: float | None, per_byte: bool = True, note: str = "") -> None:
+        rows.append({"store": label, "command": name, "wall_s": wall, "gb_s": data / wall / 1e9 if per_byte else None, "msgs_s": records / wall if per_byte else None, "peak_rss_mb": rss, "note": note})
+
+    row("baseline: isal.crc32 over the commit log bytes", crc, None)
+    if plain is not None:
+        row("baseline: plain Python walk (struct + zlib CRC)", data / plain, None)
+    if "help" in a.only:
+        wall, rss, _ = measure([*mq, "--help"], a.repeat)
+        row("mqtool --help (start-up)", wall, rss, per_byte=False)
+    verify = [*mq, "verify", str(path), "--no-progress", "--format", "json"]
+    if "verify" in a.only:
+        for name, extra in (
+            ("verify --only commitlog", ["--only", "commitlog"]),
+            ("verify", []),
+            ("verify --jobs 2", ["--jobs", "2"]),
+            ("verify --only cq", ["--only", "cq"]),
+            ("verify --only index", ["--only", "index"]),
+            ("verify --only checkpoint", ["--only", "checkpoint"]),
+        ):
+            wall, rss, out = measure([*verify, *extra], a.repeat)
+            summary = json.loads(out)["summary"]
+            findings = sum(summary["findings"].values())
+            row(name, wall, rss, note=f"{findings} findings!" if findings else "")
+    if "info" in a.only:
+        wall, rss, _ = measure([*mq, "info", str(path), "--format", "json"], a.repeat)
+        row("info", wall, rss)
+    if "dump" in a.only:
+        dump_bench = HERE / "bench_dump.py"
+        if dump_bench.exists():
+            print(f"\n---- {dump_bench.name} --size {a.size} --message-size {label}", flush=True)
+            subprocess.call([sys.executable, str(dump_bench), "--size", a.size, "--message-size", label])
+        else:
+            print("\n(dump: bench/bench_dump.py is not there yet; when it is, this script runs it here)", flush=True)
+    work = a.out / f"work-{label}"
+    try:
+        if "recover" in a.only:
+            cmd = [*mq, "--quiet", "recover", str(work / "store"), "--abnormal", "--yes", *broker_args(spec, a.out), "--backup-dir", str(work / "backup"), "-f", "json"]
+            wall, rss, _ = measure(cmd, a.repeat, prepare=lambda: crashed_copy(path, work))
+            row("recover --abnormal", wall, rss)
+        for name in ("rebuild-cq", "rebuild-index"):
+            if name in a.only:
+                cmd = [*mq, "--quiet", name, str(work / "store"), "--yes", *broker_args(spec, a.out), "--backup-dir", str(work / "backup"), "-f", "json"]
+                wall, rss, _ = measure(cmd, a.repeat, prepare=lambda: rebuild_copy(path, work))
+                row(name, wall, rss)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    base = next((r["wall_s"] for r in rows if r["command"] == "verify --only commitlog"), None)
+    for r in rows:
+        r["x_crc"] = r["wall_s"] / crc
+        r["x_commitlog"] = r["wall_s"] / base if base else None
+        r["x_plain"] = r["gb_s"] * 1e9 / plain if plain and r["gb_s"] else None
+    print(f"\n{label} records: {data / 1e9:.2f} GB, {records:,} records, {len(ranges)} segments ({path})")
+    print(f"{'command':50} {'wall s':>7} {'GB/s':>6} {'Mmsg/s':>7} {'RSS MB':>7} {'÷ crc':>6} {'÷ cl':>5} {'x plain':>7}  notes")
+    for r in rows:
+        notes = [r["note"]] if r["note"] else []
+        target = TARGETS.get((r["command"], label)) or TARGETS.get((r["command"], None))
+        if target:
+            unit, bound = target
+            ok = r["wall_s"] <= bound if unit == "s" else (r["gb_s"] or 0) >= bound
+            notes.append(f"target {'<=' if unit == 's' else '>='} {bound} {unit}: {'met' if ok else 'NOT met'}")
+        if r["peak_rss_mb"] is not None and r["command"] != "mqtool --help (start-up)":
+            notes.append(f"RSS {'<=' if r['peak_rss_mb'] <= RSS_TARGET_MB else '>'} {RSS_TARGET_MB} MB")
+        if r["command"] == "verify" and r["x_commitlog"]:
+            notes.append(f"target <= 1.6 x commitlog: {'met' if r['x_commitlog'] <= 1.6 else 'NOT met'}")
+        print(
+            f"{r['command']:50} {r['wall_s']:7.2f} {r['gb_s'] or 0:6.2f} {(r['msgs_s'] or 0) / 1e6:7.2f} "
+            f"{'' if r['peak_rss_mb'] is None else round(r['peak_rss_mb']):>7} {r['x_crc']:6.1f} "
+            f"{'' if r['x_commitlog'] is None else format(r['x_commitlog'], '.2f'):>5} {'' if r['x_plain'] is None else format(r['x_plain'], '.1f'):>7}  {'; '.join(notes)}",
+            flush=True,
+        )
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", metavar="NAME", help=f"benchmarks to run: {', '.join(BENCHES)} (default: all)")
-    p.add_argument("--size", default="2g", help="commit log bytes per store (default 2g; e.g. 256m for a quick run)")
+    p.add_argument("--size", default="256m", help="commit log bytes per store (default 256m; 2g for the BENCHMARKS.md table)")
+    p.add_argument("--record", action="append", choices=("1k", "128"), help="record size of the store (repeatable; default 1k)")
+    p.add_argument("--repeat", type=int, default=1, help="best of this many runs per command")
+    p.add_argument("--only", default=",".join(ROWS), help=f"comma-separated commands to run (default all: {','.join(ROWS)})")
+    p.add_argument("--out", type=Path, default=make_store.OUT, help="where stores are generated and kept (default bench/out)")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    p.add_argument("--suite", choices=sorted(SUITES), action="append", help="run a detailed benchmark script instead (repeatable)")
     a = p.parse_args(argv)
-    unknown = set(a.names) - set(BENCHES)
+    if a.suite:
+        failed = [name for name in a.suite if subprocess.call([sys.executable, str(HERE / SUITES[name]), "--size", a.size])]
+        return 1 if failed else 0
+    a.only = set(a.only.split(","))
+    unknown = a.only - set(ROWS)
     if unknown:
-        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
-    failed = []
-    for name in a.names or list(BENCHES):
-        print(f"\n==== {name}: python bench/{BENCHES[name]} --size {a.size}", flush=True)
-        started = time.perf_counter()
-        rc = subprocess.call([sys.executable, str(HERE / BENCHES[name]), "--size", a.size])
-        print(f"==== {name}: exit {rc} after {time.perf_counter() - started:.0f} s", flush=True)
-        if rc:
-            failed.append(name)
-    return 1 if failed else 0
+        p.error(f"unknown command(s) for --only: {', '.join(sorted(unknown))}")
+    rows = []
+    for label in a.record or ["1k"]:
+        spec = make_store.StoreSpec(size=make_store.parse_size(a.size), message_size=make_store.parse_size(label), segment_size=make_store.parse_size("1g"))
+        rows += bench_store(spec, label, a)
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=2))
+    return 0
 
 
 if __name__ == "__main__":

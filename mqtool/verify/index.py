@@ -400,7 +400,7 @@ class IndexCheck:
                 )
             )
         if len(table) == len(last_seen):
-            wrong = np.flatnonzero(table.astype(np.int64) != last_seen)
+            wrong = np.flatnonzero(table != last_seen)
             if len(wrong):
                 slot = int(wrong[0])
                 self.emit(
