@@ -290,6 +290,7 @@ def parallel(fn, items, workers: int = 8) -> None:
 H_BEGIN_TS, H_END_TS, H_BEGIN_PHY, H_END_PHY, H_SLOT_COUNT, H_INDEX_COUNT, H_PUT, H_SCRATCH = range(8)
 ROLL_NEEDED, BATCH_DONE = 1, 0
 PREFETCH = 16  # keys ahead whose hash slot is loaded early
+RELEASE_BYTES = 16 << 20  # written index entries dropped from the map in runs of this size
 
 
 @numba.njit(cache=True, nogil=True)
@@ -449,6 +450,7 @@ class IndexWriterService:
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
         self._final = self.index_dir / name
         self._created = seed is not None
+        self._released = 0
         if self.dry:
             header = seed
             if header is None:
@@ -511,6 +513,22 @@ class IndexWriterService:
             )
             if status == ROLL_NEEDED:
                 self._roll(int(store_ts[rec]))
+            else:
+                self._release_written()
+
+    def _release_written(self) -> None:
+        """Drop the entries written so far from this process's map (they stay dirty in the page
+        cache and reach the file on ``flush``): only the slot table and the entries being
+        appended stay resident, so RSS does not grow with the file."""
+        if self.dry or self._map is None:
+            return
+        page = mmap.PAGESIZE
+        table_end = ixfmt.entry_position(self.hash_slot_num, 0)
+        start = max(self._released, -(-table_end // page) * page)
+        end = ixfmt.entry_position(self.hash_slot_num, int(self.hdr[H_INDEX_COUNT])) // page * page
+        if end - start >= RELEASE_BYTES:
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+            self._released = end
 
     def put_request(self, request: DispatchRequest) -> None:
         keys = np.array([index_key_hash(k) for k in request.index_keys()], dtype=np.int64)

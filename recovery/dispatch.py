@@ -368,9 +368,10 @@ class DispatchScanner:
 class DispatchCache:
     """Dispatch batches a plan computed, kept (up to ``budget`` bytes) for an apply in the same
     process, so the commit log range is walked and parsed once. Over budget it gives up and the
-    apply scans again; the result is the same either way."""
+    apply scans again; the result is the same either way. The budget bounds the memory a repair
+    holds whatever the store size (64 MiB: the batches of some 500,000 records)."""
 
-    def __init__(self, budget: int = 512 << 20):
+    def __init__(self, budget: int = 64 << 20):
         self.budget = budget
         self.topics = TopicTable()
         self.phases: dict[int, list[DispatchBatch]] = {}

@@ -22,7 +22,7 @@ from ..formats import msgid
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
-from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, walk_segment
+from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, release_pages, walk_segment
 from ..store.mappedfile import MappedFile
 from .plan import Message
 
@@ -30,6 +30,7 @@ _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _PHYS = fmt.PHYS_OFFSET_POSITION
 _V1 = (fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
 _V2_LAST = (fmt.MESSAGE_MAGIC_V2 & 0xFF)
+WINDOW = 64 << 20  # bytes searched for a record start between page releases
 
 
 @numba.njit(cache=True, nogil=True)
@@ -96,8 +97,9 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
             array = as_array(mf.buf)
             try:
                 start = cut - seg.base_offset if i == index else 0
-                _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start))
+                _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start), mf.buf)
             finally:
+                release_pages(mf.buf, 0, mf.size)
                 del array
     return result
 
@@ -132,7 +134,23 @@ def _next_data(extents: list[tuple[int, int]], pos: int) -> int | None:
     return None
 
 
-def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents) -> None:
+def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf) -> int:
+    """``next_self_offset`` a window at a time, releasing the pages it has searched (a 1 GiB
+    segment of zeros after the cut is not kept resident)."""
+    size = array.shape[0]
+    tail = _PHYS + 8
+    q = start
+    while True:
+        w = min(size, q + WINDOW + tail)
+        found = next_self_offset(array[:w], q, base, accept_v2)
+        if found >= 0 or w == size:
+            return found
+        searched = w - tail + 1  # every q' < searched was tried
+        release_pages(buf, q, searched)
+        q = searched
+
+
+def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None) -> None:
     size = array.shape[0]
     while pos < size:
         count, end, code, _ = walk_segment(array, pos, size, True, False, out)
@@ -150,9 +168,9 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         nxt = -1
         search = _next_data(extents, end + 1)
         if search is not None:
-            nxt = next_self_offset(array, max(end + 1, search - (search % 8) - 8), base, accept_v2)
+            nxt = _next_self_offset(array, max(end + 1, search - (search % 8) - 8), base, accept_v2, buf)
         stop = size if nxt < 0 else nxt
-        garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop)) for lo, hi in extents if hi > end and lo < stop)
+        garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
         if garbage:
             result.other_bytes += garbage
             if result.first_other is None:
@@ -162,8 +180,12 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         pos = nxt
 
 
-def _count_nonzero(array: np.ndarray, start: int, stop: int, chunk: int = 1 << 24) -> int:
-    return sum(int(np.count_nonzero(array[p : min(p + chunk, stop)])) for p in range(start, stop, chunk))
+def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = 1 << 24) -> int:
+    total = 0
+    for p in range(start, stop, chunk):
+        total += int(np.count_nonzero(array[p : min(p + chunk, stop)]))
+        release_pages(buf, p, min(p + chunk, stop))
+    return total
 
 
 def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None:

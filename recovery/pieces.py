@@ -18,6 +18,7 @@ from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile
+from ..store.fastscan import release_pages
 from ..store.version import BrokerVersion
 from ..writers import IndexWriterService, offset_file_name
 from . import fastdispatch as fd
@@ -124,6 +125,7 @@ def last_nonzero(path: Path, start: int, chunk: int = 1 << 24) -> int:
                 while end > lo:
                     begin = max(lo, end - chunk)
                     nz = np.flatnonzero(array[begin:end])
+                    release_pages(mf.buf, begin, end)  # flat RSS over a 1 GiB segment of zeros
                     if nz.size:
                         return begin + int(nz[-1]) + 1
                     end = begin
@@ -331,6 +333,7 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
         try:
             for p in range(0, mf.size, chunk):
                 crc = crc32(buf[p : p + chunk], crc)
+                release_pages(mf.buf, p, p + chunk)
         finally:
             buf.release()
     return crc
