@@ -208,6 +208,31 @@ def bench_store(spec, label: str, a) -> list[dict]:
     return rows
 
 
+def markdown(rows: list[dict], command_line: str) -> str:
+    """One table per command family, as BENCHMARKS.md shows them."""
+    families = {
+        "verify": lambda c: c.startswith(("verify", "baseline")),
+        "info": lambda c: c == "info",
+        "recover, rebuild-cq, rebuild-index": lambda c: c.startswith(("recover", "rebuild")),
+        "start-up": lambda c: c.startswith("mqtool --help"),
+    }
+    out = []
+    for title, member in families.items():
+        chosen = [r for r in rows if member(r["command"])]
+        if not chosen or all(r["command"].startswith("baseline") for r in chosen):
+            continue
+        out += [f"### {title}", "", f"`{command_line}`", "", "| store | command | wall s | GB/s | M records/s | peak RSS MB | ÷ CRC | ÷ commitlog | x plain walk |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in chosen:
+            cells = [
+                r["store"], r["command"], f"{r['wall_s']:.2f}", "" if r["gb_s"] is None else f"{r['gb_s']:.2f}",
+                "" if r["msgs_s"] is None else f"{r['msgs_s'] / 1e6:.2f}", "" if r["peak_rss_mb"] is None else str(round(r["peak_rss_mb"])),
+                f"{r['x_crc']:.1f}", "" if r["x_commitlog"] is None else f"{r['x_commitlog']:.2f}", "" if r["x_plain"] is None else f"{r['x_plain']:.1f}",
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/run.py", description=__doc__.splitlines()[0])
     p.add_argument("--size", default="256m", help="commit log bytes per store (default 256m; 2g for the BENCHMARKS.md table)")
@@ -216,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default=",".join(ROWS), help=f"comma-separated commands to run (default all: {','.join(ROWS)})")
     p.add_argument("--out", type=Path, default=make_store.OUT, help="where stores are generated and kept (default bench/out)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    p.add_argument("--markdown", action="store_true", help="also print the tables as BENCHMARKS.md shows them")
     p.add_argument("--suite", choices=sorted(SUITES), action="append", help="run a detailed benchmark script instead (repeatable)")
     a = p.parse_args(argv)
     if a.suite:
@@ -231,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += bench_store(spec, label, a)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))
+    if a.markdown:
+        print("\n" + markdown(rows, "python bench/run.py " + " ".join(argv if argv is not None else sys.argv[1:])))
     return 0
 
 
