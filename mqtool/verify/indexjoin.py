@@ -24,7 +24,7 @@ from ..formats import index as ixfmt
 from .columns import RecordColumns
 from .index import IndexCheck, IndexEntries
 
-MAX_LOOKAHEAD = 1 << 22  # entries peeked for one batch before the record engine takes it
+MAX_LOOKAHEAD = 1 << 18  # entries peeked for one batch (about 8 MB) before the record engine takes it
 
 
 class _Chunk:
@@ -102,6 +102,13 @@ class IndexEntryCursor:
             n -= step
             self._settle()
 
+    def skip_below(self, limit: int) -> None:
+        """Move the head past the leading entries that point below ``limit``."""
+        while self.head is not None and self.head[3] < limit:
+            chunk = self._loaded[0]
+            at_or_above = np.flatnonzero(chunk.phy[self._i :] >= limit)
+            self.skip(int(at_or_above[0]) if len(at_or_above) else len(chunk) - self._i)
+
     def peek_until(self, limit: int) -> tuple[list[tuple[_Chunk, int, int]], bool]:
         """The entries from the head up to the first one pointing past ``limit`` (not included),
         as (chunk, lo, hi) slices; False when more than ``MAX_LOOKAHEAD`` are that far."""
@@ -156,6 +163,10 @@ class ColumnarIndexCheck(IndexCheck):
     def on_columns(self, columns: RecordColumns) -> bool:
         """Check one batch; False (nothing done) when the record engine must take it."""
         offsets = columns.offsets
+        # entries below the checked range lead (expired, or before --from-offset): the record
+        # engine passes them over without a finding, so they are skipped in bulk
+        self._cursor.skip_below(self.lower)
+        self.head = self._cursor.head
         slices, complete = self._cursor.peek_until(int(offsets[-1]))
         if not complete:
             return False
