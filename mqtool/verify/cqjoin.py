@@ -30,7 +30,7 @@ from ..store.consumequeue import UNIT_DTYPE
 from .columns import RecordColumns
 from .consumequeue import ConsumeQueueCheck, Entry, MissingRun, QueueCursor, _data_end
 
-CHUNK_UNITS = 1 << 16
+CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 _PHYS, _SIZE, _TAGS = UNIT_DTYPE.names
 _FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
 _TO_CQ = (int(clfmt.TransactionType.NOT_TYPE), int(clfmt.TransactionType.COMMIT))

@@ -115,7 +115,7 @@ class IndexEntries:
         """(first entry number, entries) ``CHUNK_ENTRIES`` at a time, replaying the hash chains
         as they are read; ``state`` holds the chain results once they are exhausted."""
         slots = self.geometry.hash_slot_num
-        last_seen = np.zeros(slots, dtype=np.int64)
+        last_seen = np.zeros(slots, dtype=np.int32)  # entry numbers fit: index_num <= INT32_MAX
         bad = negative = heads = 0
         first_bad = -1
         fd = os.open(self.file.path, os.O_RDONLY)
