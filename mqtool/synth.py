@@ -167,15 +167,15 @@ class MessageMix:
 class CommitLogWriter:
     """Append records to segments, closing each with the end-of-file blank the profile writes."""
 
-    def __init__(self, directory: Path, segment_size: int, legacy_blank: bool):
+    def __init__(self, directory: Path, segment_size: int, legacy_blank: bool, base: int = 0):
         self.directory = directory
         self.segment_size = segment_size
         self.legacy_blank = legacy_blank
         self.scratch = bytearray()  # the broker's reusable msgStoreItemMemory (for <4.9.1 blanks)
-        self.base = 0
+        self.base = base  # the first segment's offset (a store whose older segments expired)
         self.pos = 0
         directory.mkdir(parents=True, exist_ok=True)
-        self.file = open(directory / offset_file_name(0), "wb")
+        self.file = open(directory / offset_file_name(base), "wb")
 
     def offset_for(self, length: int) -> int:
         """Where a record of ``length`` bytes goes, rolling the segment first if it must."""

@@ -1,0 +1,164 @@
+"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``).
+
+It never writes to the source store. Records arrive in commit log order (``mqtool.scan.salvage``):
+
+- a ``live`` record keeps its offset: it is copied byte for byte to the same position, which the
+  broker's own append rule gives it again (``CommitLog.DefaultAppendMessageCallback.doAppend``:
+  a record that does not fit with the 8-byte blank closes the segment, reference §2.6);
+- any other record is appended after them at the next free position, re-encoded by the one
+  record encoder (``formats.commitlog.encode_message``) with its new PHYSICALOFFSET and, when the
+  broker dispatches it (NOT_TYPE / COMMIT), the next QUEUEOFFSET of its queue (contiguous per
+  queue); a ``__CRC32#`` property (5.2+, §2.10) is recomputed over the new bytes.
+
+Segments are written by ``mqtool.synth.CommitLogWriter`` (end-of-file blanks as the source
+version writes them), consume queues and index files by ``mqtool.writers`` (the broker's
+``putMessagePositionInfo`` and ``IndexService.buildIndex`` rules), then the checkpoint with the
+last message's store time (``StoreCheckpoint``, §7) and the source's ``config/*.json``. No
+``abort`` file: a broker opens the new store with a normal recovery.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import Refused
+from ..fileops import fsync_dir, fsync_path
+from ..formats import checkpoint as cpfmt
+from ..formats import commitlog as clfmt
+from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
+from ..store import Store
+from ..store.version import BrokerVersion
+from ..synth import CommitLogWriter
+from ..verify.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
+from ..writers import ConsumeQueueWriter, IndexWriterService
+
+BROKER_INDEX_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
+
+
+def check_target(source: Store, target: Path) -> Path:
+    """``target`` resolved; refused when it is inside the source store (or holds it) or is a
+    non-empty directory or a file."""
+    target = target.expanduser().resolve()
+    root = source.root.resolve() if source.root is not None else source.commitlog.segments[0].path.parent.resolve()
+    if target == root or root in target.parents or target in root.parents:
+        raise Refused(f"{target}: the salvaged store must be outside the store it is salvaged from ({root})")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise Refused(f"{target}: not an empty directory; --to-store needs a new or empty directory")
+    return target
+
+
+@dataclass
+class Placed:
+    """Where one record went in the new store."""
+
+    offset: int
+    queue_offset: int
+    moved: bool  # re-appended at a new offset (not a byte copy at its original offset)
+
+
+@dataclass
+class NewStoreSummary:
+    path: str
+    min_offset: int
+    end_offset: int = 0
+    records: int = 0
+    kept: int = 0  # live records at their original offsets
+    moved: int = 0  # re-appended
+    queues: int = 0
+    consume_queue_entries: int = 0
+    index_files: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+class SalvageStoreWriter:
+    """Write records into a new store at ``target`` (``check_target`` first); ``close`` finishes it."""
+
+    def __init__(self, source: Store, target: Path):
+        self.source = source
+        self.target = target
+        version = source.version
+        self.v5 = version is not None and version >= BrokerVersion(5, 0, 0)
+        legacy_blank = version is not None and version < BrokerVersion(4, 9, 1)
+        self.min_offset = source.commitlog.min_offset
+        target.mkdir(parents=True, exist_ok=True)
+        self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, legacy_blank, base=self.min_offset)
+        self.cq = ConsumeQueueWriter(target / "consumequeue", source.consume_queue_file_size)
+        geometry = source.index_geometry
+        slots, entries = (geometry.hash_slot_num, geometry.index_num) if geometry is not None else BROKER_INDEX_GEOMETRY
+        self.index = IndexWriterService(target / "index", slots, entries)
+        self.next_queue_offset: dict[tuple[str, int], int] = {}
+        self.last_store_timestamp = 0
+        self.summary = NewStoreSummary(str(target), self.min_offset)
+
+    def add(self, raw: bytes, *, live: bool, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
+            tags_code: int, keys, uniq_key: str | None, prepared_transaction_offset: int) -> Placed:
+        """Append one record (its stored bytes and the decoded fields dispatch needs)."""
+        new_offset = self.log.offset_for(len(raw))
+        dispatched = dispatches_to_consume_queue(sys_flag)
+        queue = (topic, queue_id)
+        new_qoff = queue_offset
+        if dispatched:
+            expected = self.next_queue_offset.get(queue, queue_offset)
+            if not (live and new_offset == offset and expected == queue_offset):
+                new_qoff = expected
+            self.next_queue_offset[queue] = new_qoff + 1
+        moved = new_offset != offset or new_qoff != queue_offset
+        if moved:
+            record = clfmt.decode_record(raw)._replace(phys_offset=new_offset, queue_offset=new_qoff)
+            raw = _reseal_property_crc(clfmt.encode_message(record))
+            self.summary.moved += 1
+        else:
+            self.summary.kept += 1
+        self.log.write(raw)
+        request = DispatchRequest(topic, queue_id, new_offset, len(raw), tags_code, store_timestamp, new_qoff, tuple(keys or ()), uniq_key, sys_flag, prepared_transaction_offset)
+        if dispatched:
+            self.cq.put_request(request)
+        self.index.put_request(request)
+        self.summary.records += 1
+        self.last_store_timestamp = max(self.last_store_timestamp, store_timestamp)
+        return Placed(new_offset, new_qoff, moved)
+
+    def close(self) -> NewStoreSummary:
+        s = self.summary
+        s.end_offset = self.log.close()
+        written = self.cq.close()
+        s.queues = len(self.cq.queues)
+        s.consume_queue_entries = sum(q.placed for q in self.cq.queues.values())
+        s.index_files = len(self.index.close())
+        for path in sorted((self.target / "commitlog").iterdir()):
+            fsync_path(path)
+        ts = self.last_store_timestamp
+        wide = self.v5 and (self.source.checkpoint_used_bytes or 0) > 32
+        checkpoint = cpfmt.StoreCheckpoint(ts, ts, self.index.full_end_timestamp, 0, s.end_offset if wide else 0)
+        (self.target / "checkpoint").write_bytes(cpfmt.encode_checkpoint(checkpoint))
+        fsync_path(self.target / "checkpoint")
+        self._copy_config()
+        if not written and s.records:
+            s.notes.append("no record is dispatched to a consume queue")
+        if self.source.root is not None and (self.source.root / "timerlog").exists():
+            s.notes.append("the timer store (timerlog, timerwheel) is not carried over: timer messages not yet due stay in rmq_sys_wheel_timer")
+        fsync_dir(self.target)
+        return s
+
+    def _copy_config(self) -> None:
+        """The topic, subscription and offset tables (``config/*.json`` and their ``.bak``)."""
+        if self.source.root is None or not (self.source.root / "config").is_dir():
+            return
+        config = self.target / "config"
+        config.mkdir(exist_ok=True)
+        for path in sorted((self.source.root / "config").iterdir()):
+            if path.is_file() and path.name.endswith((".json", ".json.bak")):
+                shutil.copyfile(path, config / path.name)
+
+
+def _reseal_property_crc(raw: bytes) -> bytes:
+    """Recompute a trailing ``__CRC32#`` property (``MessageDecoder.createCrc32``: 10 decimal
+    digits, least significant first) after the record's bytes changed."""
+    tail = raw[-PROP_CRC_LEN:]
+    if len(raw) <= PROP_CRC_LEN or not tail.startswith(PROP_CRC_KEY) or tail[-1:] != b"\x02":
+        return raw
+    crc, _ = property_crc(raw)
+    digits = "".join(str(crc // 10**i % 10) for i in range(10)).encode()
+    return raw[:-PROP_CRC_LEN] + PROP_CRC_KEY + digits + b"\x02"

@@ -1,0 +1,141 @@
+"""``mqtool salvage STORE``: every readable message, including those past the damage.
+
+Reads the whole commit log with ``mqtool.scan.salvage.SalvageScan`` (the broker's records, then
+``verify --keep-going``'s resynchronisation past damage) and writes every valid record with its
+``status`` (``live``, ``past-damage``, ``stale`` with ``--include-stale``) as table, JSON, JSON
+Lines, CSV or Parquet, with the fields of ``mqtool dump``. ``--to-store DIR`` also writes a new
+store holding them (``mqtool.apply.salvage_store``); the rows then give each message's
+``new_offset`` and ``new_queue_offset`` there. The source store is only read.
+
+Exit 0: nothing lies past damage; 1: records were found past damage or skipped for a bad CRC (the
+broker would lose them); 3: bad input; 4: ``--to-store`` refused (inside the store, not empty).
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated, Iterator, Optional
+
+import typer
+
+from ..errors import EXIT_FINDINGS, BadInput, UsageError
+from ..records import MESSAGE_FIELDS, BodyEncoding
+from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
+from .output import OutputFormat, emit_rows
+from .progress import ByteProgress
+
+TABLE = ("offset", "status", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "uniq_key", "msg_id")
+NEW_FIELDS = ("new_offset", "new_queue_offset")
+DISPATCH = ("offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags_code", "keys", "uniq_key", "prepared_transaction_offset")
+
+
+class SalvageFormat(str, enum.Enum):
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"
+    csv = "csv"
+    parquet = "parquet"
+
+
+def _rows(batches, writer, store) -> Iterator[dict]:
+    for batch in batches:
+        for row in batch.to_pylist():
+            if "properties" in row and row["properties"] is not None:
+                row["properties"] = dict(row["properties"])
+            if writer is not None:
+                placed = _place(writer, store, row)
+                row["new_offset"], row["new_queue_offset"] = (placed.offset, placed.queue_offset) if placed else (None, None)
+            yield row
+
+
+def _place(writer, store, row: dict):
+    if row["status"] == "stale":
+        return None  # stale records are never written to the new store
+    raw = store.commitlog.read_bytes(row["offset"], row["size"])
+    return writer.add(raw, live=row["status"] == "live", **{k: row[k] for k in DISPATCH if k != "size"})
+
+
+def _parquet(batches, out: Path, writer, store) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    count = 0
+    sink = None
+    try:
+        for batch in batches:
+            if writer is not None:
+                placed = [_place(writer, store, row) for row in batch.select(list(DISPATCH) + ["status"]).to_pylist()]
+                batch = batch.append_column("new_offset", pa.array([p.offset if p else None for p in placed], pa.int64()))
+                batch = batch.append_column("new_queue_offset", pa.array([p.queue_offset if p else None for p in placed], pa.int64()))
+            if sink is None:
+                sink = pq.ParquetWriter(out, batch.schema)
+            sink.write_batch(batch)
+            count += batch.num_rows
+    finally:
+        if sink is not None:
+            sink.close()
+    return count
+
+
+@guarded
+def salvage(
+    store_path: Annotated[Path, typer.Argument(metavar="STORE", help="The store to read (never modified).")],
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the rows to this file (default: stdout; required for parquet).")] = None,
+    to_store: Annotated[Optional[Path], typer.Option("--to-store", help="Also write a new store holding the salvaged messages into this new or empty directory.")] = None,
+    include_stale: Annotated[bool, typer.Option("--include-stale", help="Also list stale records (overwritten history after the logical end; never written by --to-store).")] = False,
+    body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
+    format: Annotated[SalvageFormat, typer.Option("--format", "-f", help="Output format.")] = SalvageFormat.table,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale."""
+    from ..scan.salvage import SalvageScan
+
+    if format is SalvageFormat.parquet and out is None:
+        raise UsageError("--format parquet needs --out FILE")
+    if not store_path.exists():
+        raise BadInput(f"{store_path}: no such file or directory")
+    with open_store(store_path, broker_config, broker_version) as store:
+        writer = None
+        if to_store is not None:
+            from ..apply.salvage_store import SalvageStoreWriter, check_target
+
+            writer = SalvageStoreWriter(store, check_target(store, to_store))
+        with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
+            scan = SalvageScan(store, columns=list(MESSAGE_FIELDS), body=body, include_stale=include_stale, progress=bar.advance)
+            if format is SalvageFormat.parquet:
+                _parquet(scan, out, writer, store)
+            else:
+                fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
+                table = TABLE + (("new_offset",) if writer else ())
+                stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
+                try:
+                    emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, out=stream)
+                finally:
+                    if out is not None:
+                        stream.close()
+        new_store = writer.close() if writer is not None else None
+    _report(scan.summary, new_store, include_stale)
+    if scan.summary.damaged:
+        raise typer.Exit(EXIT_FINDINGS)
+
+
+def _report(summary, new_store, include_stale: bool) -> None:
+    c = summary.counts
+    cut = summary.cut
+    note(f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
+    stale = sum(s.records for s in summary.stretches if s.status == "stale")
+    note(f"salvaged {c['live'] + c['past-damage']} records: {c['live']} live, {c['past-damage']} past damage; {stale} stale records {'listed' if include_stale else 'not listed (--include-stale)'}")
+    for u in summary.unreadable:
+        note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
+    for offset, size in summary.skipped:
+        note(f"skipped the record at {offset} ({size} bytes): its body CRC does not match")
+    if new_store is not None:
+        n = new_store
+        note(f"new store {n.path}: commit log [{n.min_offset}, {n.end_offset}), {n.records} records ({n.kept} at their original offsets, {n.moved} re-appended), "
+             f"{n.consume_queue_entries} consume queue entries in {n.queues} queues, {n.index_files} index files; check it with `mqtool verify {n.path}`")
+        for line in n.notes:
+            note(line)

@@ -1,0 +1,154 @@
+"""``SalvageScan``: every valid record of a commit log as Arrow batches, including those after damage.
+
+The broker's recovery keeps the records up to the first invalid one (``CommitLog.recoverNormally`` /
+``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
+reads, with a ``status`` column:
+
+- ``live``: the records ``read_batches`` reads (from the first segment to the first invalid record,
+  CRC checked): what the broker keeps;
+- ``past-damage``: valid records (CRC good) after that cut and newer than the last record before
+  them: the broker would discard them with everything after the damage;
+- ``stale`` (``include_stale``): valid records after the cut stored *before* the last record
+  before them: leftovers of a log the broker cut back and rewrote (§8.9), never read by it.
+
+Past the cut, segments are analysed with ``mqtool.verify.segments.analyze_segment``, the walk that
+``verify --keep-going`` uses: its resynchronisation (``fastscan.find_record_start``: magic, size
+chain and self-describing PHYSICALOFFSET agree) finds where valid records resume, and each run of
+valid records is classified as ``CommitLogCheck._after_end`` classifies it (stale when its first
+record is older than the last message before it). Each run is then read through ``read_batches``;
+a record whose body CRC fails is skipped (``skipped``) and the read resumes after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from ..records import BodyEncoding
+from ..store import Store
+from ..store.commitlog import ScanEnd, StopReason
+from ..verify.segments import SegmentTask, analyze_segment
+from .messages import MessageScan
+
+LIVE, PAST_DAMAGE, STALE = "live", "past-damage", "stale"
+STATUSES = (LIVE, PAST_DAMAGE, STALE)
+
+
+@dataclass(frozen=True)
+class Stretch:
+    """A run of valid records after the cut: ``[start, stop)`` commit log offsets."""
+
+    start: int
+    stop: int
+    status: str
+    records: int
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """Bytes after the cut that hold no valid record: ``[start, stop)``; ``resumed``: valid
+    records start at ``stop``."""
+
+    start: int
+    stop: int
+    resumed: bool
+
+
+@dataclass
+class SalvageSummary:
+    cut: ScanEnd | None = None  # where the broker's recovery scan ends
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
+    stretches: list[Stretch] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    skipped: list[tuple[int, int]] = field(default_factory=list)  # (offset, size) of records with a bad body CRC
+
+    @property
+    def damaged(self) -> bool:
+        """True when valid records lie where the broker would not read them: past damage, or
+        skipped for a bad body CRC."""
+        return bool(self.counts[PAST_DAMAGE] or self.skipped)
+
+    def as_dict(self) -> dict:
+        return {
+            "cut": None if self.cut is None else {"offset": self.cut.offset, "reason": self.cut.reason, "detail": self.cut.detail},
+            "records": dict(self.counts),
+            "stretches": [vars(s) for s in self.stretches],
+            "unreadable": [vars(u) for u in self.unreadable],
+            "skipped_bad_crc": [{"offset": o, "size": s} for o, s in self.skipped],
+        }
+
+
+Progress = Callable[[int], None]  # called with the commit log offset reached
+
+
+class SalvageScan:
+    """Iterate to get ``messages`` batches (``columns`` + ``status``); ``summary`` fills as it goes."""
+
+    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Progress | None = None, batch: int = 1 << 15):
+        self.store = store
+        self.columns = None if columns is None else list(columns)
+        self.read = None if columns is None else list(dict.fromkeys([*columns, "offset", "size", "store_timestamp"]))
+        self.body = body
+        self.include_stale = include_stale
+        self.progress = progress
+        self.batch = batch
+        self.summary = SalvageSummary()
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        live = MessageScan(self.store, columns=self.read, body=self.body, batch=self.batch)
+        last_ts = None
+        for batch in live:
+            last_ts = int(batch["store_timestamp"][-1].as_py())
+            yield self._finish(batch, LIVE)
+        self.summary.cut = cut = live.end
+        for stretch in self._stretches(cut, last_ts):
+            self.summary.stretches.append(stretch)
+            if stretch.status == STALE and not self.include_stale:
+                continue
+            yield from self._read(stretch)
+
+    def _finish(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
+        self.summary.counts[status] += batch.num_rows
+        if self.progress is not None:
+            self.progress(int(batch["offset"][-1].as_py()))
+        if self.columns is not None:
+            batch = batch.select(self.columns)
+        return batch.append_column("status", pa.array(np.full(batch.num_rows, status, dtype=object), pa.string()))
+
+    def _stretches(self, cut: ScanEnd, last_ts: int | None) -> Iterator[Stretch]:
+        """Runs of valid records after ``cut``, classified, in offset order."""
+        segments = self.store.commitlog.segments
+        first = self.store.commitlog.segment_index(cut.offset)
+        if first is None:  # the cut is the end of the last segment
+            return
+        for i in range(first, len(segments)):
+            seg = segments[i]
+            start = cut.offset - seg.base_offset if i == first else 0
+            report = analyze_segment(SegmentTask(i, str(seg.path), seg.base_offset, start, None))
+            for gap in report.gaps:
+                self.summary.unreadable.append(Unreadable(seg.base_offset + gap.first_nonzero, seg.base_offset + gap.end, gap.resumed))
+            for run in report.runs:
+                if not run.records:
+                    continue
+                stale = last_ts is not None and run.first_ts is not None and run.first_ts < last_ts  # CommitLogCheck._is_stale
+                if not stale:
+                    last_ts = run.last_ts
+                yield Stretch(seg.base_offset + run.start, seg.base_offset + run.end, STALE if stale else PAST_DAMAGE, run.records)
+            if self.progress is not None:
+                self.progress(seg.end_offset)
+
+    def _read(self, stretch: Stretch) -> Iterator[pa.RecordBatch]:
+        """The stretch's records through ``read_batches``; a bad-CRC record is skipped."""
+        start = stretch.start
+        while start < stretch.stop:
+            scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch)
+            for batch in scan:
+                yield self._finish(batch, stretch.status)
+            end = scan.end
+            if end.reason != StopReason.CRC or end.total_size is None:
+                return
+            self.summary.skipped.append((end.offset, end.total_size))
+            start = end.offset + end.total_size
