@@ -31,6 +31,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "query": ("query", "app", "The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time."),
     "stats": ("stats", "stats", 'Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics.'),
     "offsets": ("offsets", "offsets", 'Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.'),
+    "salvage": ("salvage", "salvage", 'Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.'),
+    "survivors": ("survivors", "survivors", 'Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.'),
     "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
     "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
     "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),

@@ -1,0 +1,108 @@
+"""``mqtool survivors STORE IDS_FILE``: which of these messages survived, and can a consumer get them.
+
+IDS_FILE (``-``: stdin) holds one id per line, or is CSV (with a header) / JSON Lines with
+``--column NAME``. Each id gets a status (``mqtool.scan.survivors``): found,
+found-not-consumable, duplicated, past-damage, missing. Exit 0 when every id is found (or
+duplicated) and consumable, 1 otherwise, 2 on a usage error, 3 on bad input.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ..errors import EXIT_FINDINGS, BadInput, UsageError
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .output import OutputFormat, data_console, emit_rows, kv_table
+from .progress import ByteProgress
+
+
+def read_ids(source: str, column: str | None) -> list[str]:
+    """Ids from a file or stdin (``-``): one per line, or the ``column`` of CSV / JSON Lines."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{source}: cannot read the ids: {exc}") from None
+    lines = text.splitlines()
+    if column is None:
+        return [line.strip() for line in lines if line.strip()]
+    first = next((line for line in lines if line.strip()), "")
+    if first.lstrip().startswith("{"):
+        ids = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line).get(column)
+            except (json.JSONDecodeError, AttributeError):
+                raise BadInput(f"{source}:{number}: not a JSON object") from None
+            if value is not None and str(value).strip():
+                ids.append(str(value).strip())
+        return ids
+    reader = csv.DictReader(lines)
+    if reader.fieldnames is None or column not in reader.fieldnames:
+        raise UsageError(f"--column {column!r}: the CSV header of {source} has {', '.join(reader.fieldnames or [])}")
+    return [row[column].strip() for row in reader if row.get(column) and row[column].strip()]
+
+
+def _render_summary(console, summary: dict) -> None:
+    console.print(kv_table("Summary", [(k, v) for k, v in summary.items()]))
+
+
+@guarded
+def survivors(
+    store_path: Annotated[Path, typer.Argument(metavar="STORE", help="The store (read only).")],
+    ids_file: Annotated[str, typer.Argument(metavar="IDS_FILE", help="One id per line (or CSV / JSON Lines with --column); - for stdin.")],
+    by: Annotated[Optional[str], typer.Option("--by", help="What the ids are: uniq-key (client msgId), msg-id (offsetMsgId) or key (KEYS). Default: detected.")] = None,
+    column: Annotated[Optional[str], typer.Option("--column", help="The CSV column or JSON Lines field holding the ids.")] = None,
+    format: FormatOpt = OutputFormat.table,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    broker_config: BrokerConfigOpt = None,
+    broker_version: BrokerVersionOpt = None,
+) -> None:
+    """Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id."""
+    from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
+
+    kind = None
+    if by is not None:
+        try:
+            kind = IdKind(by)
+        except ValueError:
+            raise UsageError(f"--by {by!r}: choose uniq-key, msg-id or key") from None
+    if not store_path.exists():
+        raise BadInput(f"{store_path}: no such file or directory")
+    ids = read_ids(ids_file, column)
+    if not ids:
+        raise BadInput(f"{ids_file}: no ids")
+    with open_store(store_path, broker_config, broker_version) as store:
+        if kind is None:
+            kind = detect_kind(ids, store)
+            note(f"ids read as {kind.value} (--by to say otherwise)")
+        with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="survivors") as bar:
+            search = SurvivorSearch(store, ids, kind, progress=bar.advance)
+            rows = search.rows()
+            if format is OutputFormat.json:
+                doc = {"ids": list(rows), "summary": search.summary.as_dict()}
+                sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+            else:
+                emit_rows(rows, format, ROW_FIELDS)
+                summary = search.summary.as_dict()
+                if format is OutputFormat.jsonl:
+                    sys.stdout.write(json.dumps({"summary": summary}, ensure_ascii=False) + "\n")
+                elif format is OutputFormat.table:
+                    _render_summary(data_console(sys.stdout), summary)
+        s = search.summary
+        counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
+        note(f"{s.ids} ids: {counts}")
+        if s.records_past_damage:
+            note(f"the broker's recovery ends the commit log at {s.commitlog_end} ({s.end_reason}); {s.records_past_damage} valid records lie past it: `mqtool salvage` recovers them")
+        if store.abort_present and s.counts["found-not-consumable"]:
+            note("the abort file is present: the broker's recovery at its next start re-dispatches records missing from their consume queue")
+    sys.stdout.flush()
+    if not s.all_survived:
+        raise typer.Exit(EXIT_FINDINGS)
