@@ -1,0 +1,176 @@
+"""``mqtool survivors``: every status against the real-broker fixtures' manifests (ids dropped, unknown
+ids added, a message duplicated in a copied store, damaged copies)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
+from mqtool.cli import app
+from mqtool.formats import commitlog as clfmt
+from mqtool.store import Store
+from test_salvage import damage_torn_segment, damage_zeroed_range, messages
+
+UNKNOWN = ["0A0000010000000000000000DEAD0001", "0A0000010000000000000000DEAD0002"]
+
+
+def cli(*args, input: str | None = None):
+    result = CliRunner().invoke(app, [str(a) for a in args], input=input)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def survivors(store: Path, ids: list[str], *args, tmp: Path) -> tuple[int, list[dict], dict]:
+    path = tmp / "ids.txt"
+    path.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    code, out, err = cli("survivors", store, path, "--format", "jsonl", "--no-progress", *args)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code in (0, 1) and "summary" in lines[-1], (code, err)
+    return code, lines[:-1], lines[-1]["summary"]
+
+
+def located(m: dict) -> dict:
+    return {"offset": m["commitLogOffset"], "topic": m["topic"], "queue_id": m["queueId"], "queue_offset": m["queueOffset"], "store_timestamp": m["storeTimestamp"]}
+
+
+def where(row: dict) -> dict:
+    return {k: row[k] for k in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp")}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_manifest_ids_dropped_and_unknown(version, tmp_path):
+    msgs = [m for m in messages(version) if m.get("uniqKey")]
+    kept = [m for i, m in enumerate(msgs) if i % 10]
+    code, rows, summary = survivors(store_path(version, "clean-small"), [m["uniqKey"] for m in kept] + UNKNOWN, tmp=tmp_path)
+    assert code == 1
+    assert [r["id"] for r in rows] == [m["uniqKey"] for m in kept] + UNKNOWN
+    for row, m in zip(rows, kept):
+        assert row["status"] == ("found" if m["dispatchToConsumeQueue"] else "found-not-consumable"), m["seq"]
+        assert where(row) == located(m) and row["copies"] == 1 and row["consumable"] is m["dispatchToConsumeQueue"]
+    assert [r["status"] for r in rows[len(kept):]] == ["missing", "missing"]
+    expected = Counter("found" if m["dispatchToConsumeQueue"] else "found-not-consumable" for m in kept)
+    assert (summary["found"], summary["found-not-consumable"], summary["missing"], summary["by"]) == (expected["found"], expected["found-not-consumable"], 2, "uniq-key")
+
+    consumable = [m["uniqKey"] for m in kept if m["dispatchToConsumeQueue"]]
+    code, rows, summary = survivors(store_path(version, "clean-small"), consumable, tmp=tmp_path)
+    assert code == 0 and summary["all_survived"] and {r["status"] for r in rows} == {"found"}
+
+
+def duplicate_last_dispatched(root: Path, version: str) -> dict:
+    """Append a second copy of a dispatched message at the logical end (a producer retry: new
+    offset, the queue's next offset) with its consume queue unit, as the broker would store it."""
+    msgs = messages(version)
+    m = next(x for x in reversed(msgs) if x["dispatchToConsumeQueue"] and x.get("uniqKey") and not x["topic"].startswith("%"))
+    end = manifest(version, "clean-small")["commitLogMaxOffset"]
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(m["commitLogOffset"])
+        queue = store.consume_queue(m["topic"], m["queueId"])
+        next_offset = queue.recover().max_offset
+        file_size = queue.file_size
+    raw = clfmt.encode_message(record._replace(phys_offset=end, queue_offset=next_offset))
+    segment = 1 << 20
+    with open(root / "commitlog" / f"{end - end % segment:020d}", "r+b") as f:
+        f.seek(end % segment)
+        f.write(raw)
+    logical = next_offset * 20
+    with open(root / "consumequeue" / m["topic"] / str(m["queueId"]) / f"{logical - logical % file_size:020d}", "r+b") as f:
+        f.seek(logical % file_size)
+        f.write(struct.pack(">qiq", end, len(raw), m["cqTagsCode"]))
+    return m
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_a_message_stored_twice_is_duplicated(version, store_copy, tmp_path):
+    root = store_copy(version, "clean-small")
+    dup = duplicate_last_dispatched(root, version)
+    ids = [m["uniqKey"] for m in messages(version) if m.get("uniqKey") and m["dispatchToConsumeQueue"]]
+    code, rows, summary = survivors(root, ids, tmp=tmp_path)
+    assert code == 0  # duplicated and consumable counts as survived
+    row = next(r for r in rows if r["id"] == dup["uniqKey"])
+    assert (row["status"], row["copies"], row["consumable"]) == ("duplicated", 2, True)
+    assert where(row) == located(dup)  # the first consumable copy
+    assert summary["duplicated"] == 1 and summary["found"] == len(ids) - 1
+
+
+@pytest.mark.parametrize("damage", [damage_zeroed_range, damage_torn_segment])
+def test_a_damaged_copy_sorts_ids_into_found_missing_and_past_damage(damage, store_copy, tmp_path):
+    root = store_copy("5.3.3", "clean-small")
+    msgs = messages("5.3.3")
+    lost = damage(root, msgs)
+    cut = min(lost)
+    with_keys = [m for m in msgs if m.get("uniqKey")]
+    code, rows, summary = survivors(root, [m["uniqKey"] for m in with_keys], tmp=tmp_path)
+    assert code == 1
+    for row, m in zip(rows, with_keys):
+        if m["commitLogOffset"] in lost:
+            assert row["status"] == "missing", m["seq"]
+        elif m["commitLogOffset"] > cut:
+            assert row["status"] == "past-damage" and where(row) == located(m) and row["consumable"] is False, m["seq"]
+        else:
+            assert row["status"] == ("found" if m["dispatchToConsumeQueue"] else "found-not-consumable"), m["seq"]
+    assert summary["missing"] == sum(1 for m in with_keys if m["commitLogOffset"] in lost) > 0
+    assert summary["past-damage"] == sum(1 for m in with_keys if m["commitLogOffset"] > cut and m["commitLogOffset"] not in lost) > 0
+    assert summary["commitlog_end"] == cut
+
+
+def test_records_cut_off_by_a_rewrite_are_past_damage_or_missing(tmp_path):
+    m = manifest("4.9.7", "rewrite-clean")
+    stale = [x for x in m["stalePhase1Records"]["records"] if x.get("uniqKey")]
+    live = [x for x in messages("4.9.7", "rewrite-clean") if x.get("uniqKey")]
+    code, rows, summary = survivors(store_path("4.9.7", "rewrite-clean"), [x["uniqKey"] for x in live + stale], tmp=tmp_path)
+    assert code == 1
+    got = {r["id"]: r for r in rows}
+    for x in live:
+        assert got[x["uniqKey"]]["status"] == ("found" if x["dispatchToConsumeQueue"] else "found-not-consumable")
+    for x in stale:
+        assert got[x["uniqKey"]]["status"] == ("past-damage" if x["intactAtEnd"] else "missing"), x["seq"]
+    assert summary["past-damage"] == sum(1 for x in stale if x["intactAtEnd"]) > 0
+
+
+def test_offset_msg_ids_and_keys(tmp_path):
+    msgs = messages("4.9.7")
+    root = store_path("4.9.7", "clean-small")
+    sample = msgs[::97]
+    code, rows, summary = survivors(root, [m["msgId"].lower() for m in sample], tmp=tmp_path)
+    assert summary["by"] == "msg-id"
+    assert [(r["id"], r["offset"]) for r in rows] == [(m["msgId"], m["commitLogOffset"]) for m in sample]
+
+    per_key = Counter(k for m in msgs for k in set(m.get("keys") or []))
+    keys = sorted(per_key)[:40] + ["no-such-key"]
+    code, rows, summary = survivors(root, keys, tmp=tmp_path)
+    assert summary["by"] == "key" and code == 1
+    assert [r["copies"] for r in rows] == [per_key[k] for k in keys[:-1]] + [0]
+    assert rows[-1]["status"] == "missing" and {r["status"] for r in rows[:-1]} <= {"found", "found-not-consumable"}
+
+
+def test_csv_and_jsonl_columns_and_stdin(tmp_path):
+    msgs = [m for m in messages("4.9.7") if m.get("uniqKey")][:30]
+    root = store_path("4.9.7", "clean-small")
+    csv_file = tmp_path / "ids.csv"
+    csv_file.write_text("seq,client_id\n" + "".join(f"{m['seq']},{m['uniqKey']}\n" for m in msgs))
+    code, out, _ = cli("survivors", root, csv_file, "--column", "client_id", "--by", "uniq-key", "-f", "jsonl", "--no-progress")
+    from_csv = [json.loads(line) for line in out.splitlines()][:-1]
+    assert [r["offset"] for r in from_csv] == [m["commitLogOffset"] for m in msgs]
+    jsonl = "".join(json.dumps({"msg": m["uniqKey"]}) + "\n" for m in msgs)
+    code, out, _ = cli("survivors", root, "-", "--column", "msg", "-f", "jsonl", "--no-progress", input=jsonl)
+    assert [json.loads(line) for line in out.splitlines()][:-1] == from_csv
+    code, out, _ = cli("survivors", root, "-", "-f", "json", "--no-progress", input="\n".join(m["uniqKey"] for m in msgs))
+    doc = json.loads(out)
+    assert doc["ids"] == from_csv and doc["summary"]["ids"] == len(msgs)
+
+
+def test_bad_input_and_usage(tmp_path):
+    root = store_path("4.9.7", "clean-small")
+    assert cli("survivors", root, tmp_path / "none.txt", "--no-progress")[0] == 3
+    (tmp_path / "empty.txt").write_text("\n")
+    assert cli("survivors", root, tmp_path / "empty.txt", "--no-progress")[0] == 3
+    (tmp_path / "ids.txt").write_text(UNKNOWN[0] + "\nplain-key\n")
+    assert cli("survivors", root, tmp_path / "ids.txt", "--no-progress")[0] == 2  # mixed forms: say --by
+    assert cli("survivors", root, tmp_path / "ids.txt", "--by", "nonsense", "--no-progress")[0] == 2
+    code, out, err = cli("survivors", tmp_path / "no-store", tmp_path / "ids.txt", "--no-progress")
+    assert code == 3 and "Traceback" not in err
