@@ -174,3 +174,15 @@ def test_bad_input_and_usage(tmp_path):
     assert cli("survivors", root, tmp_path / "ids.txt", "--by", "nonsense", "--no-progress")[0] == 2
     code, out, err = cli("survivors", tmp_path / "no-store", tmp_path / "ids.txt", "--no-progress")
     assert code == 3 and "Traceback" not in err
+
+
+def test_jsonl_lines_are_what_json_dumps_writes(tmp_path):
+    msgs = messages("5.3.3")  # unicode topics; KEYS with quotes or backslashes as ids
+    keys = sorted({k for m in msgs for k in m.get("keys") or []})[:50] + ['a "quoted" \\ key', "ключ-нет"]
+    path = tmp_path / "ids.txt"
+    path.write_text("\n".join(keys) + "\n", encoding="utf-8")
+    code, out, _ = cli("survivors", store_path("5.3.3", "clean-small"), path, "--by", "key", "-f", "jsonl", "--no-progress")
+    lines = out.splitlines()
+    assert len(lines) == len(keys) + 1
+    assert all(line == json.dumps(json.loads(line), ensure_ascii=False) for line in lines)
+    assert [json.loads(line)["id"] for line in lines[:-1]] == keys

@@ -9,10 +9,11 @@ duplicated) and consumable, 1 otherwise, 2 on a usage error, 3 on bad input.
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Iterator, Optional
 
 import typer
 
@@ -50,6 +51,30 @@ def read_ids(source: str, column: str | None) -> list[str]:
     return [row[column].strip() for row in reader if row.get(column) and row[column].strip()]
 
 
+_quote = json.encoder.encode_basestring  # what json.dumps(..., ensure_ascii=False) writes for a str
+_MISSING_TAIL = ', "status": "missing", "offset": null, "topic": null, "queue_id": null, "queue_offset": null, "store_timestamp": null, "copies": 0, "consumable": null}\n'
+
+
+def jsonl_lines(records) -> Iterator[str]:
+    """JSON Lines of ``SurvivorSearch.records()`` tuples, equal to ``json.dumps(row, ensure_ascii=False)``
+    of each row dict (a million rows: about a tenth of the time)."""
+    for id_, status, offset, topic, queue_id, queue_offset, store_ts, copies, consumable in records:
+        if offset is None:
+            yield '{"id": ' + _quote(id_) + _MISSING_TAIL
+        else:
+            yield (f'{{"id": {_quote(id_)}, "status": "{status}", "offset": {offset}, "topic": {_quote(topic)}, "queue_id": {queue_id}, '
+                   f'"queue_offset": {queue_offset}, "store_timestamp": {store_ts}, "copies": {copies}, "consumable": {"true" if consumable else "false"}}}\n')
+
+
+def _write_jsonl(records, out) -> None:
+    lines = jsonl_lines(records)
+    while True:
+        chunk = list(itertools.islice(lines, 8192))
+        if not chunk:
+            return
+        out.write("".join(chunk))
+
+
 def _render_summary(console, summary: dict) -> None:
     console.print(kv_table("Summary", [(k, v) for k, v in summary.items()]))
 
@@ -85,17 +110,16 @@ def survivors(
             note(f"ids read as {kind.value} (--by to say otherwise)")
         with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="survivors") as bar:
             search = SurvivorSearch(store, ids, kind, progress=bar.advance)
-            rows = search.rows()
             if format is OutputFormat.json:
-                doc = {"ids": list(rows), "summary": search.summary.as_dict()}
+                doc = {"ids": list(search.rows()), "summary": search.summary.as_dict()}
                 sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+            elif format is OutputFormat.jsonl:
+                _write_jsonl(search.records(), sys.stdout)
+                sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
             else:
-                emit_rows(rows, format, ROW_FIELDS)
-                summary = search.summary.as_dict()
-                if format is OutputFormat.jsonl:
-                    sys.stdout.write(json.dumps({"summary": summary}, ensure_ascii=False) + "\n")
-                elif format is OutputFormat.table:
-                    _render_summary(data_console(sys.stdout), summary)
+                emit_rows(search.rows(), format, ROW_FIELDS)
+                if format is OutputFormat.table:
+                    _render_summary(data_console(sys.stdout), search.summary.as_dict())
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")

@@ -27,6 +27,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,8 +40,8 @@ from .salvage import LIVE, PAST_DAMAGE, STALE, SalvageScan
 
 FOUND, NOT_CONSUMABLE, MISSING, DUPLICATED = "found", "found-not-consumable", "missing", "duplicated"
 STATUSES = (FOUND, NOT_CONSUMABLE, DUPLICATED, PAST_DAMAGE, MISSING)
+_CODE = {status: i for i, status in enumerate(STATUSES)}
 ROW_FIELDS = ("id", "status", "offset", "topic", "queue_id", "queue_offset", "store_timestamp", "copies", "consumable")
-_REGION = {LIVE: 0, PAST_DAMAGE: 1, STALE: 2}
 _HEX_ID = re.compile(r"[0-9A-Fa-f]{32}(?:[0-9A-Fa-f]{24})?")
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_", SCHEDULE_TOPIC)
 
@@ -79,6 +80,59 @@ def is_delivery(topic: str, sys_flag: int) -> bool:
     return dispatches_to_consume_queue(sys_flag) and not topic.startswith(_SYSTEM_PREFIXES)
 
 
+@numba.njit(cache=True, nogil=True)
+def fnv1a64(offsets, data, first):
+    """64-bit FNV-1a of each string of an Arrow string array (``offsets`` from ``first``)."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, dtype=np.uint64)
+    for i in range(n):
+        h = np.uint64(0xCBF29CE484222325)
+        for p in range(offsets[i] - first, offsets[i + 1] - first):
+            h = (h ^ np.uint64(data[p])) * np.uint64(0x100000001B3)
+        out[i] = h
+    return out
+
+
+def string_hashes(arr: pa.Array) -> np.ndarray:
+    """``fnv1a64`` of every value of a string array (nulls hash as empty strings)."""
+    if len(arr) == 0:
+        return np.empty(0, dtype=np.uint64)
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
+    first = int(offsets[0])
+    data = np.frombuffer(data_buf, dtype=np.uint8)[first:] if data_buf is not None else np.zeros(0, dtype=np.uint8)
+    return fnv1a64(offsets, data, first)
+
+
+class IdMatcher:
+    """Which values of a string column are among the ids: built once (hashes sorted), probed per
+    batch with a binary search and confirmed by comparing the strings themselves, so the id set
+    is never re-hashed per batch (Arrow's ``is_in`` rebuilds its hash table at every call)."""
+
+    def __init__(self, ids: list[str]):
+        self.ids = pa.array(ids, pa.string())
+        hashes = string_hashes(self.ids)
+        self.order = np.argsort(hashes, kind="stable")
+        self.sorted = hashes[self.order]
+        self.exact = len(ids) < 2 or not (self.sorted[1:] == self.sorted[:-1]).any()  # no two ids share a hash
+
+    def match(self, values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in ``values``, index of the id each equals)."""
+        if not self.exact:  # a 64-bit hash collision between two ids: let Arrow decide
+            index = pc.index_in(values, value_set=self.ids).to_numpy(zero_copy_only=False)
+            rows = np.flatnonzero(~np.isnan(index.astype(float)))
+            return rows, index[rows].astype(np.int64)
+        hashes = string_hashes(values)
+        pos = np.searchsorted(self.sorted, hashes)
+        pos[pos == len(self.sorted)] = 0
+        rows = np.flatnonzero((self.sorted[pos] == hashes) & values.is_valid().to_numpy(zero_copy_only=False))
+        if len(rows) == 0:
+            return rows, rows
+        who = self.order[pos[rows]]
+        same = pc.equal(values.take(rows), self.ids.take(who)).to_numpy(zero_copy_only=False)
+        return rows[same], who[same]
+
+
 @dataclass
 class SurvivorSummary:
     ids: int = 0
@@ -101,7 +155,7 @@ class SurvivorSummary:
 
 
 class SurvivorSearch:
-    """``rows()`` yields one dict per distinct id (``ROW_FIELDS``), in input order; then ``summary``."""
+    """``rows()`` / ``records()``: one row per distinct id, in input order; then ``summary``."""
 
     def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None):
         self.store = store
@@ -112,8 +166,8 @@ class SurvivorSearch:
         self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value)
 
     def _hits(self) -> pa.Table:
-        """Every record carrying one of the ids: ``id`` + a few columns + ``region``."""
-        value_set = pa.array(self.ids, pa.string())
+        """Every record carrying one of the ids: ``who`` (index of the id) + a few columns + ``status``."""
+        matcher = IdMatcher(self.ids)
         column = self.kind.column
         columns = ["offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sys_flag", column]
         scan = SalvageScan(self.store, columns=columns, include_stale=True, progress=self.progress, batch=1 << 17)
@@ -121,24 +175,21 @@ class SurvivorSearch:
         for batch in scan:
             if self.kind is IdKind.key:
                 keys = batch["keys"]
-                flat = pc.list_flatten(keys)
-                mask = pc.is_in(flat, value_set=value_set)
-                if not pc.any(mask).as_py():
-                    continue
-                rows = pc.list_parent_indices(keys).filter(mask)
-                found, matched = flat.filter(mask), batch.take(rows)
+                flat, parents = pc.list_flatten(keys), pc.list_parent_indices(keys).to_numpy()
+                at, who = matcher.match(flat)
+                rows = parents[at]
             else:
-                mask = pc.is_in(batch[column], value_set=value_set)
-                if not pc.any(mask).as_py():
-                    continue
-                matched = batch.filter(mask)
-                found = matched[column]
-            parts.append(pa.table({"id": found, **{c: matched[c] for c in columns[:-1]}, "status": matched["status"]}))
-        self.summary.commitlog_end = scan.summary.cut.offset if scan.summary.cut else None
-        self.summary.end_reason = scan.summary.cut.reason if scan.summary.cut else None
+                rows, who = matcher.match(batch[column])
+            if len(rows) == 0:
+                continue
+            matched = batch.take(pa.array(rows))
+            parts.append(pa.table({"who": pa.array(who, pa.int64()), **{c: matched[c] for c in columns[:-1]}, "status": matched["status"]}))
+        cut = scan.summary.cut
+        self.summary.commitlog_end = cut.offset if cut else None
+        self.summary.end_reason = cut.reason if cut else None
         self.summary.records_past_damage = scan.summary.counts[PAST_DAMAGE]
         if not parts:
-            return pa.table({"id": pa.array([], pa.string())})
+            return pa.table({"who": pa.array([], pa.int64())})
         return pa.concat_tables(parts)
 
     def _consumable(self, topic: list[str], queue_id: np.ndarray, qoff: np.ndarray, offset: np.ndarray, size: np.ndarray, candidate: np.ndarray) -> np.ndarray:
@@ -173,60 +224,71 @@ class SurvivorSearch:
         return result
 
     def rows(self) -> Iterator[dict]:
+        """One dict per distinct id (``ROW_FIELDS``), in input order."""
+        for values in self.records():
+            yield dict(zip(ROW_FIELDS, values))
+
+    def records(self) -> Iterator[tuple]:
+        """One tuple per distinct id, values in ``ROW_FIELDS`` order; ``summary`` is complete once
+        the first one is yielded."""
         hits = self._hits()
         n_ids = len(self.ids)
-        counts = self.summary.counts
-        if hits.num_rows == 0:
-            counts[MISSING] = n_ids
-            for i in self.ids:
-                yield {"id": i, "status": MISSING, "offset": None, "topic": None, "queue_id": None, "queue_offset": None, "store_timestamp": None, "copies": 0, "consumable": None}
-            return
-        value_set = pa.array(self.ids, pa.string())
-        who = pc.index_in(hits["id"], value_set=value_set).to_numpy()
-        offset = hits["offset"].to_numpy()
-        size = hits["size"].to_numpy().astype(np.int64)
-        queue_id = hits["queue_id"].to_numpy()
-        qoff = hits["queue_offset"].to_numpy()
-        sys_flag = hits["sys_flag"].to_numpy()
-        topic = hits["topic"].to_pylist()
-        region = np.array([_REGION[s] for s in hits["status"].to_pylist()], dtype=np.int64)
-        live = region == 0
-        tran = sys_flag & 0xC  # MessageSysFlag.TRANSACTION_*: dispatched when NOT_TYPE (0) or COMMIT (8)
-        dispatched = (tran == 0) | (tran == 8)
-        consumable = self._consumable(topic, queue_id, qoff, offset, size, live & dispatched)
-        system = np.zeros(len(offset), dtype=bool)
-        for prefix in _SYSTEM_PREFIXES:
-            system |= pc.starts_with(hits["topic"], prefix).to_numpy(zero_copy_only=False)
-        delivery = live & dispatched & ~system  # ``is_delivery``, column-wise
-
-        copies = np.bincount(who, minlength=n_ids)
-        live_n = np.bincount(who, weights=live, minlength=n_ids)
-        delivery_n = np.bincount(who, weights=delivery, minlength=n_ids)
-        consumable_n = np.bincount(who, weights=consumable, minlength=n_ids)
-        delivery_consumable_n = np.bincount(who, weights=delivery & consumable, minlength=n_ids)
-        rank = region * 4 + np.where(consumable, 0, np.where(delivery, 1, 2))  # the hit shown for an id
-        order = np.lexsort((offset, rank, who))
+        who = hits["who"].to_numpy()
+        code = np.full(n_ids, _CODE[MISSING], dtype=np.int8)
         first = np.full(n_ids, -1, dtype=np.int64)
-        sorted_who = who[order]
-        starts = np.flatnonzero(np.r_[True, sorted_who[1:] != sorted_who[:-1]])
-        first[sorted_who[starts]] = order[starts]
+        consumable_id = np.zeros(n_ids, dtype=bool)
+        copies = np.bincount(who, minlength=n_ids)
+        if hits.num_rows:
+            offset = hits["offset"].to_numpy()
+            size = hits["size"].to_numpy().astype(np.int64)
+            queue_id = hits["queue_id"].to_numpy()
+            qoff = hits["queue_offset"].to_numpy()
+            sys_flag = hits["sys_flag"].to_numpy()
+            region = pc.index_in(hits["status"], value_set=pa.array([LIVE, PAST_DAMAGE, STALE])).to_numpy()
+            live = region == 0
+            tran = sys_flag & 0xC  # MessageSysFlag.TRANSACTION_*: dispatched when NOT_TYPE (0) or COMMIT (8)
+            dispatched = (tran == 0) | (tran == 8)
+            consumable = self._consumable(hits["topic"].to_pylist(), queue_id, qoff, offset, size, live & dispatched)
+            system = np.zeros(len(offset), dtype=bool)
+            for prefix in _SYSTEM_PREFIXES:
+                system |= pc.starts_with(hits["topic"], prefix).to_numpy(zero_copy_only=False)
+            delivery = live & dispatched & ~system  # ``is_delivery``, column-wise
 
-        store_ts = hits["store_timestamp"].to_numpy()
+            live_n = np.bincount(who, weights=live, minlength=n_ids)
+            delivery_n = np.bincount(who, weights=delivery, minlength=n_ids)
+            consumable_n = np.bincount(who, weights=consumable, minlength=n_ids)
+            delivery_consumable_n = np.bincount(who, weights=delivery & consumable, minlength=n_ids)
+            rank = region * 4 + np.where(consumable, 0, np.where(delivery, 1, 2))  # the hit shown for an id
+            order = np.lexsort((offset, rank, who))
+            sorted_who = who[order]
+            starts = np.flatnonzero(np.r_[True, sorted_who[1:] != sorted_who[:-1]])
+            first[sorted_who[starts]] = order[starts]
+
+            seen = first >= 0
+            duplicated = seen & (live_n > 0) & (delivery_n >= 2) if self.kind is IdKind.uniq_key else np.zeros(n_ids, dtype=bool)
+            code[seen] = np.where(live_n[seen] == 0, _CODE[PAST_DAMAGE], np.where(consumable_n[seen] > 0, _CODE[FOUND], _CODE[NOT_CONSUMABLE]))
+            code[duplicated] = _CODE[DUPLICATED]
+            consumable_id = np.where(duplicated, delivery_consumable_n > 0, code == _CODE[FOUND])
+            self.summary.not_consumable_duplicates = int((duplicated & ~consumable_id).sum())
+        for status, n in zip(STATUSES, np.bincount(code, minlength=len(STATUSES)).tolist()):
+            self.summary.counts[status] = n
+        yield from self._emit(hits, code, first, copies, consumable_id)
+
+    def _emit(self, hits: pa.Table, code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray) -> Iterator[tuple]:
+        columns = {}
+        if hits.num_rows:
+            take = pa.array(np.maximum(first, 0))
+            columns = {name: hits[name].take(take).to_pylist() for name in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp")}
+        names = [STATUSES[c] for c in code.tolist()]
+        copies, consumable = copies.tolist(), consumable.tolist()
+        if not columns:
+            for id_ in self.ids:
+                yield (id_, MISSING, None, None, None, None, None, 0, None)
+            return
+        offset, topic, queue_id, queue_offset, store_ts = (columns[k] for k in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp"))
         for i, id_ in enumerate(self.ids):
-            h = int(first[i])
-            if h < 0:
-                counts[MISSING] += 1
-                yield {"id": id_, "status": MISSING, "offset": None, "topic": None, "queue_id": None, "queue_offset": None, "store_timestamp": None, "copies": 0, "consumable": None}
-                continue
-            if live_n[i] == 0:
-                status, ok = PAST_DAMAGE, False
-            elif self.kind is IdKind.uniq_key and delivery_n[i] >= 2:
-                status, ok = DUPLICATED, bool(delivery_consumable_n[i] > 0)
-                if not ok:
-                    self.summary.not_consumable_duplicates += 1
+            status = names[i]
+            if status == MISSING:
+                yield (id_, MISSING, None, None, None, None, None, 0, None)
             else:
-                ok = bool(consumable_n[i] > 0)
-                status = FOUND if ok else NOT_CONSUMABLE
-            counts[status] += 1
-            yield {"id": id_, "status": status, "offset": int(offset[h]), "topic": topic[h], "queue_id": int(queue_id[h]), "queue_offset": int(qoff[h]),
-                   "store_timestamp": int(store_ts[h]), "copies": int(copies[i]), "consumable": ok}
+                yield (id_, status, offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], copies[i], consumable[i])
