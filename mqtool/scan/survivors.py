@@ -34,9 +34,9 @@ import pyarrow.compute as pc
 
 from ..errors import UsageError
 from ..formats.consumequeue import ENTRY_SIZE
-from ..formats.dispatch import SCHEDULE_TOPIC, dispatches_to_consume_queue
+from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
-from .salvage import LIVE, PAST_DAMAGE, STALE, SalvageScan
+from .salvage import LIVE, PAST_DAMAGE, STATUSES as REGIONS, SalvageScan
 
 FOUND, NOT_CONSUMABLE, MISSING, DUPLICATED = "found", "found-not-consumable", "missing", "duplicated"
 STATUSES = (FOUND, NOT_CONSUMABLE, DUPLICATED, PAST_DAMAGE, MISSING)
@@ -73,11 +73,6 @@ def detect_kind(ids: list[str], store: Store) -> IdKind:
     if inside == 0:
         return IdKind.uniq_key
     raise UsageError(f"{inside} of {len(ids)} hex ids look like offsetMsgIds and the rest like UNIQ_KEYs: say which with --by uniq-key|msg-id")
-
-
-def is_delivery(topic: str, sys_flag: int) -> bool:
-    """A record a consumer of its topic receives (not a holding, retry or system topic copy)."""
-    return dispatches_to_consume_queue(sys_flag) and not topic.startswith(_SYSTEM_PREFIXES)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -164,62 +159,70 @@ class SurvivorSearch:
         self.ids = list(dict.fromkeys(ids))
         self.progress = progress
         self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value)
+        self.topics: list[str] = []
 
-    def _hits(self) -> pa.Table:
-        """Every record carrying one of the ids: ``who`` (index of the id) + a few columns + ``status``."""
+    def _hits(self) -> dict[str, np.ndarray]:
+        """Every record carrying one of the ids, as arrays: ``who`` (index of the id), ``topic``
+        (index into ``self.topics``), ``region`` (index into ``REGIONS``) and a few fields."""
         matcher = IdMatcher(self.ids)
         column = self.kind.column
-        columns = ["offset", "size", "topic", "queue_id", "queue_offset", "store_timestamp", "sys_flag", column]
-        scan = SalvageScan(self.store, columns=columns, include_stale=True, progress=self.progress, batch=1 << 17)
-        parts = []
+        fields = ["offset", "size", "queue_id", "queue_offset", "store_timestamp", "sys_flag"]
+        scan = SalvageScan(self.store, columns=[*fields, "topic", column], include_stale=True, progress=self.progress)
+        topic_codes: dict[str, int] = {}
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in ("who", "topic", "region", *fields)}
         for batch in scan:
             if self.kind is IdKind.key:
                 keys = batch["keys"]
-                flat, parents = pc.list_flatten(keys), pc.list_parent_indices(keys).to_numpy()
-                at, who = matcher.match(flat)
-                rows = parents[at]
+                at, who = matcher.match(pc.list_flatten(keys))
+                rows = pc.list_parent_indices(keys).to_numpy()[at]
             else:
                 rows, who = matcher.match(batch[column])
             if len(rows) == 0:
                 continue
             matched = batch.take(pa.array(rows))
-            parts.append(pa.table({"who": pa.array(who, pa.int64()), **{c: matched[c] for c in columns[:-1]}, "status": matched["status"]}))
+            topics = pc.dictionary_encode(matched["topic"])
+            codes = np.array([topic_codes.setdefault(t, len(topic_codes)) for t in topics.dictionary.to_pylist()], dtype=np.int32)
+            parts["who"].append(np.asarray(who, dtype=np.int64))
+            parts["topic"].append(codes[topics.indices.to_numpy()])
+            parts["region"].append(np.full(len(rows), REGIONS.index(matched["status"][0].as_py()), dtype=np.int8))
+            for name in fields:
+                parts[name].append(matched[name].to_numpy())
         cut = scan.summary.cut
         self.summary.commitlog_end = cut.offset if cut else None
         self.summary.end_reason = cut.reason if cut else None
         self.summary.records_past_damage = scan.summary.counts[PAST_DAMAGE]
-        if not parts:
-            return pa.table({"who": pa.array([], pa.int64())})
-        return pa.concat_tables(parts)
+        self.topics = list(topic_codes)
+        return {name: np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64) for name, arrays in parts.items()}
 
-    def _consumable(self, topic: list[str], queue_id: np.ndarray, qoff: np.ndarray, offset: np.ndarray, size: np.ndarray, candidate: np.ndarray) -> np.ndarray:
-        """Per hit: the consume queue unit at its queue offset holds its offset and size, below the queue's end."""
-        result = np.zeros(len(offset), dtype=bool)
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i in np.flatnonzero(candidate).tolist():
-            groups.setdefault((topic[i], int(queue_id[i])), []).append(i)
-        for (t, q), members in groups.items():
-            try:
-                queue = self.store.consume_queue(t, q)
-            except (OSError, ValueError):
-                continue
+    def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
+        """Per hit: the consume queue unit at its queue offset holds its offset and size, below
+        the queue's recovered end (``ConsumeQueue.recover``)."""
+        result = np.zeros(len(candidate), dtype=bool)
+        if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
+            return result
+        members = np.flatnonzero(candidate)
+        queue_key = hits["topic"][members].astype(np.int64) << 32 | (hits["queue_id"][members].astype(np.int64) & 0xFFFFFFFF)
+        order = np.argsort(queue_key, kind="stable")
+        members, queue_key = members[order], queue_key[order]
+        bounds = np.flatnonzero(np.r_[True, queue_key[1:] != queue_key[:-1], True])
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+            idx = members[lo:hi]
+            queue = self.store.consume_queue(self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]]))
             if not queue.files:
                 continue
-            idx = np.array(members, dtype=np.int64)
             end = queue.recover().end  # logical bytes
-            logical = qoff[idx] * ENTRY_SIZE
+            logical = hits["queue_offset"][idx] * ENTRY_SIZE
+            offset, size = hits["offset"][idx], hits["size"][idx]
             ok = np.zeros(len(idx), dtype=bool)
             for base, path in queue.files:
-                inside = (logical >= base) & (logical < base + queue.file_size) & (logical < end)
-                if not inside.any():
+                inside = np.flatnonzero((logical >= base) & (logical < base + queue.file_size) & (logical < end))
+                if len(inside) == 0:
                     continue
                 units = queue.units(path)
                 unit = (logical[inside] - base) // ENTRY_SIZE
                 within = unit < units.shape[0]
-                hold = np.zeros(len(unit), dtype=bool)
                 u = units[unit[within]]
-                hold[within] = (u["phys_offset"] == offset[idx[inside]][within]) & (u["size"] == size[idx[inside]][within])
-                ok[np.flatnonzero(inside)] = hold
+                ok[inside[within]] = (u["phys_offset"] == offset[inside[within]]) & (u["size"] == size[inside[within]])
             result[idx] = ok
         return result
 
@@ -233,33 +236,26 @@ class SurvivorSearch:
         the first one is yielded."""
         hits = self._hits()
         n_ids = len(self.ids)
-        who = hits["who"].to_numpy()
+        who = hits["who"]
         code = np.full(n_ids, _CODE[MISSING], dtype=np.int8)
         first = np.full(n_ids, -1, dtype=np.int64)
         consumable_id = np.zeros(n_ids, dtype=bool)
         copies = np.bincount(who, minlength=n_ids)
-        if hits.num_rows:
-            offset = hits["offset"].to_numpy()
-            size = hits["size"].to_numpy().astype(np.int64)
-            queue_id = hits["queue_id"].to_numpy()
-            qoff = hits["queue_offset"].to_numpy()
-            sys_flag = hits["sys_flag"].to_numpy()
-            region = pc.index_in(hits["status"], value_set=pa.array([LIVE, PAST_DAMAGE, STALE])).to_numpy()
-            live = region == 0
-            tran = sys_flag & 0xC  # MessageSysFlag.TRANSACTION_*: dispatched when NOT_TYPE (0) or COMMIT (8)
+        if len(who):
+            region = hits["region"]
+            live = region == REGIONS.index(LIVE)
+            tran = hits["sys_flag"] & 0xC  # MessageSysFlag.TRANSACTION_*: dispatched when NOT_TYPE (0) or COMMIT (8)
             dispatched = (tran == 0) | (tran == 8)
-            consumable = self._consumable(hits["topic"].to_pylist(), queue_id, qoff, offset, size, live & dispatched)
-            system = np.zeros(len(offset), dtype=bool)
-            for prefix in _SYSTEM_PREFIXES:
-                system |= pc.starts_with(hits["topic"], prefix).to_numpy(zero_copy_only=False)
-            delivery = live & dispatched & ~system  # ``is_delivery``, column-wise
+            consumable = self._consumable(hits, live & dispatched)
+            system_topic = np.array([t.startswith(_SYSTEM_PREFIXES) for t in self.topics], dtype=bool)
+            delivery = live & dispatched & ~system_topic[hits["topic"]]  # what a consumer of the topic receives
 
             live_n = np.bincount(who, weights=live, minlength=n_ids)
             delivery_n = np.bincount(who, weights=delivery, minlength=n_ids)
             consumable_n = np.bincount(who, weights=consumable, minlength=n_ids)
             delivery_consumable_n = np.bincount(who, weights=delivery & consumable, minlength=n_ids)
             rank = region * 4 + np.where(consumable, 0, np.where(delivery, 1, 2))  # the hit shown for an id
-            order = np.lexsort((offset, rank, who))
+            order = np.lexsort((hits["offset"], rank, who))
             sorted_who = who[order]
             starts = np.flatnonzero(np.r_[True, sorted_who[1:] != sorted_who[:-1]])
             first[sorted_who[starts]] = order[starts]
@@ -274,21 +270,25 @@ class SurvivorSearch:
             self.summary.counts[status] = n
         yield from self._emit(hits, code, first, copies, consumable_id)
 
-    def _emit(self, hits: pa.Table, code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray) -> Iterator[tuple]:
-        columns = {}
-        if hits.num_rows:
-            take = pa.array(np.maximum(first, 0))
-            columns = {name: hits[name].take(take).to_pylist() for name in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp")}
-        names = [STATUSES[c] for c in code.tolist()]
-        copies, consumable = copies.tolist(), consumable.tolist()
-        if not columns:
-            for id_ in self.ids:
-                yield (id_, MISSING, None, None, None, None, None, 0, None)
-            return
-        offset, topic, queue_id, queue_offset, store_ts = (columns[k] for k in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp"))
-        for i, id_ in enumerate(self.ids):
-            status = names[i]
-            if status == MISSING:
-                yield (id_, MISSING, None, None, None, None, None, 0, None)
-            else:
-                yield (id_, status, offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], copies[i], consumable[i])
+    def _emit(self, hits: dict[str, np.ndarray], code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray, chunk: int = 65536) -> Iterator[tuple]:
+        """The rows, ``chunk`` ids at a time (Python objects only for one chunk)."""
+        missing = (MISSING, None, None, None, None, None, 0, None)
+        for lo in range(0, len(self.ids), chunk):
+            hi = min(lo + chunk, len(self.ids))
+            at = first[lo:hi]
+            found = at >= 0
+            if not found.any():
+                for id_ in self.ids[lo:hi]:
+                    yield (id_, *missing)
+                continue
+            pick = np.where(found, at, 0)
+            offset, queue_id, queue_offset, store_ts = (hits[k][pick].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
+            topic = [self.topics[t] for t in hits["topic"][pick].tolist()]
+            names = [STATUSES[c] for c in code[lo:hi].tolist()]
+            n_copies, ok = copies[lo:hi].tolist(), consumable[lo:hi].tolist()
+            for i, id_ in enumerate(self.ids[lo:hi]):
+                status = names[i]
+                if status == MISSING:
+                    yield (id_, *missing)
+                else:
+                    yield (id_, status, offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])
