@@ -118,7 +118,9 @@ class IdMatcher:
             rows = np.flatnonzero(~np.isnan(index.astype(float)))
             return rows, index[rows].astype(np.int64)
         hashes = string_hashes(values)
-        pos = np.searchsorted(self.sorted, hashes)
+        probe = np.argsort(hashes)  # increasing keys: numpy's binary search resumes where the last one ended
+        pos = np.empty(len(hashes), dtype=np.int64)
+        pos[probe] = np.searchsorted(self.sorted, hashes[probe])
         pos[pos == len(self.sorted)] = 0
         rows = np.flatnonzero((self.sorted[pos] == hashes) & values.is_valid().to_numpy(zero_copy_only=False))
         if len(rows) == 0:
@@ -232,8 +234,8 @@ class SurvivorSearch:
             yield dict(zip(ROW_FIELDS, values))
 
     def records(self) -> Iterator[tuple]:
-        """One tuple per distinct id, values in ``ROW_FIELDS`` order; ``summary`` is complete once
-        the first one is yielded."""
+        """Search, then return the rows: one tuple per distinct id, values in ``ROW_FIELDS`` order
+        (``summary`` is complete when this returns)."""
         hits = self._hits()
         n_ids = len(self.ids)
         who = hits["who"]
@@ -268,7 +270,7 @@ class SurvivorSearch:
             self.summary.not_consumable_duplicates = int((duplicated & ~consumable_id).sum())
         for status, n in zip(STATUSES, np.bincount(code, minlength=len(STATUSES)).tolist()):
             self.summary.counts[status] = n
-        yield from self._emit(hits, code, first, copies, consumable_id)
+        return self._emit(hits, code, first, copies, consumable_id)
 
     def _emit(self, hits: dict[str, np.ndarray], code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray, chunk: int = 65536) -> Iterator[tuple]:
         """The rows, ``chunk`` ids at a time (Python objects only for one chunk)."""
