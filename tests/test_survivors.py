@@ -186,3 +186,20 @@ def test_jsonl_lines_are_what_json_dumps_writes(tmp_path):
     assert len(lines) == len(keys) + 1
     assert all(line == json.dumps(json.loads(line), ensure_ascii=False) for line in lines)
     assert [json.loads(line)["id"] for line in lines[:-1]] == keys
+
+
+def test_a_wrong_consume_queue_entry_makes_a_message_not_consumable(store_copy, tmp_path):
+    root = store_copy("4.9.7", "clean-small")
+    msgs = [m for m in messages("4.9.7") if m.get("uniqKey") and m["dispatchToConsumeQueue"]]
+    victim = msgs[len(msgs) // 2]
+    with Store.open(root) as store:
+        file_size = store.consume_queue(victim["topic"], victim["queueId"]).file_size
+    logical = victim["queueOffset"] * 20
+    with open(root / "consumequeue" / victim["topic"] / str(victim["queueId"]) / f"{logical - logical % file_size:020d}", "r+b") as f:
+        f.seek(logical % file_size + 8)
+        f.write(struct.pack(">i", victim["size"] + 1))  # the unit's size no longer matches the record
+    code, rows, summary = survivors(root, [m["uniqKey"] for m in msgs], tmp=tmp_path)
+    assert code == 1
+    assert [r["id"] for r in rows if r["status"] != "found"] == [victim["uniqKey"]]
+    row = next(r for r in rows if r["id"] == victim["uniqKey"])
+    assert (row["status"], row["consumable"]) == ("found-not-consumable", False) and where(row) == located(victim)

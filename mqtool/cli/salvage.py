@@ -92,8 +92,6 @@ def salvage(
     broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale."""
-    from ..scan.salvage import SalvageScan
-
     if format is SalvageFormat.parquet and out is None:
         raise UsageError("--format parquet needs --out FILE")
     if not store_path.exists():
@@ -104,23 +102,36 @@ def salvage(
             from ..apply.salvage_store import SalvageStoreWriter, check_target
 
             writer = SalvageStoreWriter(store, check_target(store, to_store))
-        with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-            scan = SalvageScan(store, columns=list(MESSAGE_FIELDS), body=body, include_stale=include_stale, progress=bar.advance)
-            if format is SalvageFormat.parquet:
-                _parquet(scan, out, writer, store)
-            else:
-                fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
-                table = TABLE + (("new_offset",) if writer else ())
-                stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
-                try:
-                    emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, out=stream)
-                finally:
-                    if out is not None:
-                        stream.close()
-        new_store = writer.close() if writer is not None else None
+        try:
+            scan = _salvage(store, writer, out, format, body, include_stale, progress)
+            new_store = writer.close() if writer is not None else None
+        except BaseException:
+            if writer is not None:
+                note(f"{writer.target}: the new store is incomplete; delete it before trying again")
+            raise
     _report(scan.summary, new_store, include_stale)
     if scan.summary.damaged:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None):
+    """Scan and write the rows (and the new store's records); returns the finished scan."""
+    from ..scan.salvage import SalvageScan
+
+    with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
+        scan = SalvageScan(store, columns=list(MESSAGE_FIELDS), body=body, include_stale=include_stale, progress=bar.advance)
+        if format is SalvageFormat.parquet:
+            _parquet(scan, out, writer, store)
+            return scan
+        fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
+        table = TABLE + (("new_offset",) if writer else ())
+        stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
+        try:
+            emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, out=stream)
+        finally:
+            if out is not None:
+                stream.close()
+    return scan
 
 
 def _report(summary, new_store, include_stale: bool) -> None:
