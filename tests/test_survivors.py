@@ -203,3 +203,21 @@ def test_a_wrong_consume_queue_entry_makes_a_message_not_consumable(store_copy, 
     assert [r["id"] for r in rows if r["status"] != "found"] == [victim["uniqKey"]]
     row = next(r for r in rows if r["id"] == victim["uniqKey"])
     assert (row["status"], row["consumable"]) == ("found-not-consumable", False) and where(row) == located(victim)
+
+
+def test_the_id_matcher_agrees_with_arrow_on_every_value():
+    import pyarrow as pa
+
+    from mqtool.scan.survivors import IdMatcher
+
+    msgs = messages("5.3.3")
+    ids = [m["uniqKey"] for m in msgs[::3] if m.get("uniqKey")] + ["Tópico-主题-тема", ""]
+    values = pa.array([m.get("uniqKey") for m in msgs] + ["Tópico-主题-тема", "", None, "x"], pa.string()).slice(1)
+    exact = IdMatcher(ids)
+    assert exact.exact
+    rows, who = exact.match(values)
+    expected = [(i, ids.index(v)) for i, v in enumerate(values.to_pylist()) if v in ids]
+    assert list(zip(rows.tolist(), who.tolist())) == expected and len(expected) > 600
+    exact.exact = False  # the path taken when two ids share a 64-bit hash
+    rows, who = exact.match(values)
+    assert list(zip(rows.tolist(), who.tolist())) == expected

@@ -3,7 +3,8 @@
 Ids are UNIQ_KEYs (the client's msgId), offsetMsgIds (store host + commit log offset) or KEYS
 entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, then ``verify
 --keep-going``'s resynchronisation past it) matches every record's id column against the id set
-(Arrow ``is_in``, per batch); then, per id:
+(``IdMatcher``: a compiled 64-bit hash of each value, a binary search in the ids' sorted hashes,
+the strings compared where the hashes agree); then, per id:
 
 - ``missing``: no valid record carries it;
 - ``past-damage``: only records after the broker's cut carry it (the broker's recovery would
