@@ -141,7 +141,9 @@ def test_offset_msg_ids_and_keys(tmp_path):
     assert [(r["id"], r["offset"]) for r in rows] == [(m["msgId"], m["commitLogOffset"]) for m in sample]
 
     per_key = Counter(k for m in msgs for k in set(m.get("keys") or []))
-    keys = sorted(per_key)[:40] + ["no-such-key"]
+    repeated = sorted({k for m in msgs for k in m.get("keys") or [] if m["keys"].count(k) > 1})  # a key twice in one record's KEYS
+    keys = list(dict.fromkeys(sorted(per_key)[:40] + repeated[:5] + ["no-such-key"]))
+    assert repeated
     code, rows, summary = survivors(root, keys, tmp=tmp_path)
     assert summary["by"] == "key" and code == 1
     assert [r["copies"] for r in rows] == [per_key[k] for k in keys[:-1]] + [0]

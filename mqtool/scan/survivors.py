@@ -177,7 +177,8 @@ class SurvivorSearch:
             if self.kind is IdKind.key:
                 keys = batch["keys"]
                 at, who = matcher.match(pc.list_flatten(keys))
-                rows = pc.list_parent_indices(keys).to_numpy()[at]
+                pairs = np.unique(np.stack([pc.list_parent_indices(keys).to_numpy()[at], who], axis=1), axis=0)  # a key repeated in one record counts once
+                rows, who = pairs[:, 0], pairs[:, 1]
             else:
                 rows, who = matcher.match(batch[column])
             if len(rows) == 0:
