@@ -182,3 +182,28 @@ def test_info_shows_the_timer_store(name):
     assert sum(b["messages"] for b in timer["backlog_by_hour"]) == len(waiting)
     assert timer["timercheck"]["last_timer_queue_offset"] == m["timer"]["timercheck"]["lastTimerQueueOffset"]
     assert timer["not_enqueued"] == max(timer["queue_max_offset"] - m["timer"]["timercheck"]["lastTimerQueueOffset"], 0)
+
+
+@pytest.mark.parametrize("name", TIMER_STORES)
+def test_query_says_what_became_of_a_timer_message(name):
+    """``query key STORE REAL_TOPIC KEY`` finds the timer message under rmq_sys_wheel_timer too, with its fate."""
+    m = manifest("5.3.3", name)
+    timers = [msg for msg in m["messages"] if msg.get("timer") and msg["keys"]]
+    checked = 0
+    for msg in timers[:: max(1, len(timers) // 12)]:
+        timer = msg["timer"]
+        result = CliRunner().invoke(app, ["query", "key", str(store_path("5.3.3", name)), timer["realTopic"], msg["keys"][0], "--format", "json"])
+        assert result.exit_code == 0, result.output
+        rows = [r for r in json.loads(result.stdout) if r["offset"] == msg["commitLogOffset"]]
+        assert len(rows) == 1 and rows[0]["source"] == "timer", rows
+        units = timer["timerLogUnits"]
+        if timer["delivered"]:
+            expected = ("delivered", timer["delivery"]["commitLogOffset"])
+        elif units:
+            expected = ("rolled" if units[-1]["magic"] & fmt.MAGIC_ROLL else "pending", None)
+        else:
+            expected = ("pending", None)  # not enqueued into the timer log yet
+        assert (rows[0]["timer_state"], rows[0]["delivered_offset"]) == expected
+        assert rows[0]["delivery_time"] == (units[-1]["delayedTimeMs"] if units else timer["timerOutMs"])
+        checked += 1
+    assert checked >= 10

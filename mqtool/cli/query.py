@@ -7,6 +7,7 @@ the record an offsetMsgId names, ``offset`` goes through the consume queue, ``ti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
 
@@ -14,9 +15,12 @@ import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..formats.msgid import decode_msg_id
+from ..formats.properties import PropertyKey
+from ..formats.timer import TIMER_TOPIC
 from ..records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
 from ..store import Store
 from ..store import lookup
+from ..store.timer import TimerStore
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_rows
 
@@ -27,8 +31,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", *MESSAGE_FIELDS)
-HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id", "error")
+HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", "timer_state", "delivery_time", "delivered_offset", *MESSAGE_FIELDS)
+HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id", "timer_state", "error")
 QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "status", "queue_min_offset", "queue_max_offset", "cq_phys_offset", "cq_size", "cq_tags_code", "error", *[f for f in MESSAGE_FIELDS if f not in ("topic", "queue_id", "queue_offset")])
 QUEUE_TABLE = ("topic", "queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id")
 TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_min_offset", "queue_max_offset", "message_offset", "message_store_timestamp")
@@ -44,7 +48,8 @@ def _message(store: Store, record, body: BodyEncoding) -> dict[str, Any]:
 
 def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> Iterator[dict]:
     for f in found:
-        row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error}
+        row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error,
+                               "timer_state": None, "delivery_time": None, "delivered_offset": None}
         if f.record is not None:
             row.update(_message(store, f.record, body))
         else:
@@ -70,9 +75,46 @@ def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, begin, end, b
         collisions = sum(1 for f in result.found if f.key_matches is False)
         if collisions:
             note(f"{collisions} index hit(s) are hash collisions (key_matches false: another key with the same hash)")
-        emit_rows(_hit_rows(store, result.found, body), format, HIT_FIELDS, HIT_TABLE)
-        if not result.matches:
+        waiting = _waiting_timer_messages(store, topic, key, kind, max_hits, b, e)
+        rows = list(_hit_rows(store, [*result.found, *waiting], body))
+        _add_timer_states(store, rows)
+        emit_rows(rows, format, HIT_FIELDS, HIT_TABLE)
+        if not result.matches and not waiting:
             raise typer.Exit(EXIT_FINDINGS)
+
+
+def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, begin, end) -> list[lookup.Found]:
+    """A 5.x timer message is stored, and indexed, as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
+    until it is delivered (reference §9): looked up there too, so a message sent with a delay is found before its
+    delivery (``source: timer``)."""
+    if topic == TIMER_TOPIC or store.root is None or not (store.root / "timerlog").is_dir():
+        return []
+    result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, begin if begin is not None else 0, end if end is not None else lookup.LONG_MAX)
+    legacy = store.legacy_properties
+    return [replace(f, source="timer") for f in result.matches if f.record.property_map(legacy=legacy).get(PropertyKey.REAL_TOPIC) == topic]
+
+
+def _add_timer_states(store: Store, rows: list[dict]) -> None:
+    """``timer_state`` (``pending``, ``delivered``, ``rolled``, ``cancelled``, ``lost``: ``mqtool/scan/timer.py``),
+    ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer`` row; a timer message the timer
+    store has not enqueued yet is ``pending`` with the delivery time of its ``TIMER_OUT_MS``."""
+    timer_rows = [r for r in rows if r.get("topic") == TIMER_TOPIC]
+    timer = TimerStore.open(store.root) if timer_rows and store.root is not None else None
+    if timer is None:
+        return
+    from ..scan.timer import timer_report  # pyarrow: only when a hit is a timer message
+
+    units: dict[int, dict] = {}
+    for unit in timer_report(store, timer).rows:
+        if units.get(unit["offset"], {}).get("state") != "delivered":  # a re-enqueued message: its delivery wins
+            units[unit["offset"]] = unit
+    for row in timer_rows:
+        unit = units.get(row["offset"])
+        if unit is not None:
+            row.update(timer_state=unit["state"], delivery_time=unit["delivery_time"], delivered_offset=unit["delivered_offset"])
+        else:
+            out = (row.get("properties") or {}).get(PropertyKey.TIMER_OUT_MS)
+            row.update(timer_state="pending", delivery_time=int(out) if out and out.isdigit() else None, delivered_offset=None)
 
 
 @app.command("key")
