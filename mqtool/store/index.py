@@ -86,27 +86,34 @@ class IndexFile:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
-    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, out: list[int] | None = None) -> list[int]:
-        """``IndexFile.selectPhyOffset``: walk the slot chain of ``key`` (a full ``topic#key``).
-
-        Only the 31-bit hash is compared, so collisions are returned as the broker returns them.
-        """
-        out = [] if out is None else out
+    def chain(self, key: str, begin: int = 0, end: int = LONG_MAX) -> Iterator[tuple[int, int, int]]:
+        """``IndexFile.selectPhyOffset``'s walk of the slot chain of ``key`` (a full ``topic#key``):
+        ``(entry number, phy offset, store time)`` of each entry whose hash is the key's and whose time
+        is in ``[begin, end]``, newest first. Only the 31-bit hash is compared, so collisions are
+        included, as the broker returns them."""
         h = hashing.index_key_hash(key)
         count = self.header.index_count
         number = self.slot(h % self.geometry.hash_slot_num)
         if number <= 0 or number > count or count <= 1:
-            return out
-        while len(out) < max_num and self._in_file(number):
+            return
+        while self._in_file(number):
             e = self.entry(number)
             if e.time_diff < 0:
                 break
             t = self.header.begin_timestamp + e.time_diff * 1000
             if e.key_hash == h and begin <= t <= end:
-                out.append(e.phy_offset)
+                yield number, e.phy_offset, t
             if e.prev_index <= 0 or e.prev_index > count or e.prev_index == number or t < begin:
                 break
             number = e.prev_index
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, out: list[int] | None = None) -> list[int]:
+        """The phy offsets of ``chain``, appended to ``out`` until it holds ``max_num``."""
+        out = [] if out is None else out
+        for _number, phy_offset, _t in self.chain(key, begin, end):
+            if len(out) >= max_num:
+                break
+            out.append(phy_offset)
         return out
 
 

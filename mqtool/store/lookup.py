@@ -21,7 +21,6 @@ from ..formats import index as ixfmt
 from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
 from ..formats.commitlog import TransactionType
 from ..formats.errors import FormatError
-from ..formats.hashing import index_key_hash
 from ..formats.properties import PropertyKey, split_keys
 from .index import LONG_MAX, IndexFile
 from .store import Store
@@ -56,22 +55,11 @@ def index_hits(store: Store, topic: str, key: str, max_hits: int = DEFAULT_MAX_K
 
 
 def _select(f: IndexFile, full_key: str, max_hits: int, begin: int, end: int, hits: list[IndexHit]) -> None:
-    """``IndexFile.selectPhyOffset``: follow the slot chain while entries stay in the window."""
-    h = index_key_hash(full_key)
-    count = f.header.index_count
-    number = f.slot(h % f.geometry.hash_slot_num)
-    if number <= 0 or number > count or count <= 1:
-        return
-    while len(hits) < max_hits and f._in_file(number):
-        e = f.entry(number)
-        if e.time_diff < 0:
+    """``IndexFile.selectPhyOffset``: the slot chain's hits in the window, until ``hits`` holds ``max_hits``."""
+    for number, phy_offset, t in f.chain(full_key, begin, end):
+        if len(hits) >= max_hits:
             break
-        t = f.header.begin_timestamp + e.time_diff * 1000
-        if e.key_hash == h and begin <= t <= end:
-            hits.append(IndexHit(e.phy_offset, f.name, number, t))
-        if e.prev_index <= 0 or e.prev_index > count or e.prev_index == number or t < begin:
-            break
-        number = e.prev_index
+        hits.append(IndexHit(phy_offset, f.name, number, t))
 
 
 @dataclass
