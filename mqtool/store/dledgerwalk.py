@@ -41,14 +41,6 @@ ENTRY_REASONS = {
 }
 
 
-@numba.njit(inline="always")
-def _be64(buf, p):
-    v = np.int64(0)
-    for j in range(8):
-        v = (v << 8) | np.int64(buf[p + j])
-    return v
-
-
 @numba.njit(cache=True, nogil=True)
 def walk_entries(buf, pos, stop, check_crc, stop_on_crc, out, base, state):
     """Walk entries from ``pos`` while ``pos < stop``; one ``out`` row per valid record.
@@ -89,11 +81,11 @@ def walk_entries(buf, pos, stop, check_crc, stop_on_crc, out, base, state):
         if size <= HEADER - 4 or size != body_size + HEADER:
             state[ST_WHY] = ENTRY_SIZE_BAD
             return count, pos, fs.END_CORRUPT, 0
-        if _be64(buf, pos + POS_POS) != base + pos:
+        if fs._be64(buf, pos + POS_POS) != base + pos:
             state[ST_WHY] = ENTRY_POS_BAD
             return count, pos, fs.END_CORRUPT, 0
-        index = _be64(buf, pos + POS_INDEX)
-        term = _be64(buf, pos + POS_TERM)
+        index = fs._be64(buf, pos + POS_INDEX)
+        term = fs._be64(buf, pos + POS_TERM)
         if state[ST_INDEX] >= 0 and index != state[ST_INDEX] + 1:
             state[ST_WHY] = ENTRY_INDEX_BAD
             return count, pos, fs.END_CORRUPT, 0
@@ -126,7 +118,7 @@ def find_entry_start(buf, start, stop, base):
     limit = min(stop, end - 8 + 1)
     for p in range(start, limit):
         if buf[p + 3] == 1 and buf[p] == 0 and buf[p + 1] == 0 and buf[p + 2] == 0:
-            if p + HEADER <= end and _be64(buf, p + POS_POS) == base + p:
+            if p + HEADER <= end and fs._be64(buf, p + POS_POS) == base + p:
                 size = fs._signed32(fs._be32(buf, p + POS_SIZE))
                 if size > HEADER - 4 and size == fs._signed32(fs._be32(buf, p + POS_BODY_SIZE)) + HEADER:
                     return p
