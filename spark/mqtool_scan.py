@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
+
+LOG_CONFIG = Path(__file__).resolve().with_name("log4j2.properties")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,6 +35,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--broker-config", metavar="FILE", help="the brokers' broker.conf (file sizes, delay levels)")
     p.add_argument("--writer", choices=("auto", "python", "spark"), default="auto", help="messages: who writes Parquet: python (each task, with pyarrow; the default for a path), spark (Spark's writer; the default for JSON, CSV and URIs)")
     p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
+    p.add_argument("--verbose", action="store_true", help="keep Spark's INFO logging (default: WARN, from log4j2.properties next to this script)")
     p.add_argument("--debug", action="store_true", help="show the whole error (Spark and Python tracebacks) instead of one line")
     p.add_argument("--build-zip", metavar="FILE", help="write the mqtool package as a zip for --py-files and exit")
     return p
@@ -55,9 +59,34 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.paths or not args.output:
         parser().error("PATH and --output are required")
+    set_log_level(verbose=args.verbose)
     from mqtool.spark import job
 
     return job.main(args)
+
+
+def set_log_level(*, verbose: bool) -> None:
+    """Spark logs at WARN unless ``verbose`` (INFO): its ~50 start-up INFO lines would bury the result.
+
+    Started with plain ``python``, the driver JVM starts here with log4j2.properties (next to this
+    script); under spark-submit the JVM is already running, so ``spark.log.level`` is set before the
+    SparkContext starts (only its first three lines stay). A ``spark.log.level`` or a log4j2
+    configuration the user gave is left alone."""
+    import os
+
+    from pyspark import SparkContext
+
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ and not verbose:
+        if "log4j2.configurationFile" not in submit_args and LOG_CONFIG.is_file():
+            os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options=-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} {submit_args}"
+    try:
+        SparkContext._ensure_initialized()
+    except Exception:  # noqa: BLE001 - no JVM: the job reports that failure in its own words
+        return
+    system = SparkContext._jvm.java.lang.System
+    if system.getProperty("spark.log.level") is None:
+        system.setProperty("spark.log.level", "INFO" if verbose else "WARN")
 
 
 if __name__ == "__main__":

@@ -3,25 +3,35 @@
 Nothing imports this package except ``mqtool.__main__`` and the console script. Command modules
 are imported only when their command runs (or prints its own help): ``mqtool --help`` and
 ``--version`` import typer and nothing heavy, and ``mqtool dump`` never loads what ``verify`` or
-the repair commands need.
+the repair commands need. The edge of the program is ``MqtoolGroup.main``: usage errors are one
+line ``mqtool: error: ...`` with exit 2, a closed pipe exits 0 quietly, and ``-q/--quiet``,
+``--debug`` and ``-V/--version`` are accepted before or after the command name (every command
+gets them when it is loaded, including ones added later).
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Annotated
 
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+try:  # typer vendors a trimmed click since 0.2x
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - older typer on real click
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
 from .. import __version__
+from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, MqtoolError
 from .state import State
 
 # name -> (module, function, the first paragraph of its help). Keep this list in README order.
 # The repair commands come from ``repair.register``. tests/test_cli_startup.py holds the help
 # texts equal to the commands' own.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, queues, index files."),
+    "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),
     "verify": ("verify", "verify", "Check every CRC and every cross-file reference of a store; report each problem and where it is."),
     "truncate-dirty": ("repair", "register", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
@@ -50,14 +60,73 @@ def load_command(name: str):
         target(holder)
     else:
         holder.command(name=name)(target)
-    return typer.main.get_group(holder).commands[name]
+    command = typer.main.get_group(holder).commands[name]
+    add_global_options(command)
+    return command
 
 
-class LazyCommands(TyperGroup):
-    """The top-level group: lazily loaded commands first, then any registered the usual way.
-    Listing them in ``--help`` shows their help text without importing them."""
+
+
+def _error(message: str, code: int) -> int:
+    from .terminal import clear_bars, stderr  # rich: only once something is written
+
+    clear_bars()
+    stderr.print("mqtool: error: " + " ".join(str(message).split()), markup=False)
+    return code
+
+
+def _set_quiet(value: bool) -> None:
+    if value:
+        State.quiet = True
+
+
+def _set_debug(value: bool) -> None:
+    if value:
+        State.debug = True
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mqtool {__version__}")
+        raise typer.Exit()
+
+
+def _global_options(
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet, help="No progress bars or notes on stderr.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", callback=_set_debug, help="Show a traceback for unexpected errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    """The options every command accepts after its name too (they only set ``State``)."""
+
+
+def global_options() -> list:
+    """Fresh click parameters for ``_global_options``, not passed to the command's function."""
+    holder = typer.Typer(add_completion=False)
+    holder.command()(_global_options)
+    params = [p for p in typer.main.get_command(holder).params if "--help" not in p.opts]
+    for p in params:
+        p.expose_value = False
+    return params
+
+
+def add_global_options(command) -> None:
+    """Give ``command`` the global options it does not define itself, before its ``--help``."""
+    taken = {opt for p in command.params for opt in p.opts}
+    help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
+    command.params[help_at:help_at] = [o for o in global_options() if not taken.intersection(o.opts)]
+
+
+class MqtoolGroup(TyperGroup):
+    """The ``mqtool`` group: lazily loaded commands first, then any registered the usual way;
+    global options on every command; errors as one line. Listing the commands in ``--help``
+    shows their help text without importing them."""
 
     listing = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            add_global_options(command)
 
     def list_commands(self, ctx) -> list[str]:
         return [*LAZY_COMMANDS, *(name for name in self.commands if name not in LAZY_COMMANDS)]
@@ -66,7 +135,7 @@ class LazyCommands(TyperGroup):
         if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
             return self.commands.get(cmd_name)
         if self.listing:
-            return TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2], short_help=LAZY_COMMANDS[cmd_name][2])
+            return TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])  # one line each, shortened to the width
         self.commands[cmd_name] = command = load_command(cmd_name)
         return command
 
@@ -77,17 +146,48 @@ class LazyCommands(TyperGroup):
         finally:
             self.listing = False
 
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        State.debug = State.quiet = False
+        try:
+            code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
+            code = code if isinstance(code, int) else EXIT_OK
+        except NoArgsIsHelpError as exc:
+            typer.echo(exc.ctx.get_help())
+            code = EXIT_USAGE
+        except UsageError as exc:
+            hint = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
+            code = _error(exc.format_message() + hint, EXIT_USAGE)
+        except ClickException as exc:
+            code = _error(exc.format_message(), exc.exit_code)
+        except typer.Abort:
+            code = _error("interrupted", 130)
+        except MqtoolError as exc:
+            if State.debug:
+                raise
+            code = _error(str(exc), exc.exit_code)
+        except BrokenPipeError:
+            from .common import quiet_broken_pipe
+
+            quiet_broken_pipe()
+            code = EXIT_OK
+        except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
+            if State.debug:
+                raise
+            code = _error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
 
 app = typer.Typer(
     name="mqtool",
-    cls=LazyCommands,
-    rich_markup_mode=None,
-    help="Decode, check and repair Apache RocketMQ broker store directories offline (broker stopped).",
+    cls=MqtoolGroup,
+    epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error.",
     no_args_is_help=True,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
 )
 
 
@@ -100,10 +200,18 @@ def _version(value: bool) -> None:
 @app.callback()
 def _options(
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for unexpected errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars or notes on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
-    State.debug, State.quiet = debug, quiet
+    """Decode, check and repair Apache RocketMQ broker store directories offline (broker stopped).
+
+    \b
+    Examples:
+      mqtool info /data/rocketmq/store
+      mqtool verify /data/rocketmq/store
+      mqtool recover /data/rocketmq/store
+    """
+    State.debug, State.quiet = State.debug or debug, State.quiet or quiet
 
 
 # Commands registered the usual way (``app.command()(fn)``) are imported at start-up; prefer an

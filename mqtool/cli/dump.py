@@ -3,13 +3,15 @@
 ``mqtool dump STORE`` prints the messages of a store's commit log; ``mqtool dump KIND PATH``
 prints one kind of file: ``commitlog`` (a store, a commitlog folder or one segment),
 ``consumequeue`` (a store, the consumequeue folder, a topic or queue folder, or one file),
-``index`` (a store, the index folder or one file) or ``checkpoint``.
+``index`` (a store, the index folder or one file), ``checkpoint``, ``timer`` (a 5.x store's timer
+units) or ``dledger`` (a DLedger commit log's entries).
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
@@ -43,6 +45,7 @@ from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
+from .terminal import clear_bars
 
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
@@ -50,7 +53,20 @@ if TYPE_CHECKING:
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer", "dledger")
 MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
 CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
-DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "topic", "queue_id", "queue_offset")
+DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
+# table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
+MESSAGE_TABLE_OPTIONAL = ("size", "uniq_key", "tags", "store_timestamp", "keys", "queue_offset")
+CQ_TABLE_OPTIONAL = ("tags_code", "size")
+DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
+# the options each KIND uses; any other one given is a usage error, never silently ignored
+KIND_OPTIONS = {
+    "commitlog": {"--topic", "--queue", "--from-offset", "--to-offset", "--since", "--until", "--key", "--tag", "--msg-id", "--uniq-key", "--keep-going", "--no-index", "--limit", "--body", "--decompress", "--progress", "--broker-config", "--broker-version"},
+    "consumequeue": {"--topic", "--queue", "--from-offset", "--to-offset", "--limit", "--follow", "--body"},
+    "index": {"--topic", "--key", "--limit", "--broker-config"},
+    "checkpoint": set(),
+    "timer": {"--limit", "--broker-config", "--broker-version"},
+    "dledger": {"--from-offset", "--to-offset", "--limit"},
+}
 
 
 def _msg_id_offset(msg_id: str) -> int:
@@ -131,7 +147,7 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
 
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE)
+    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
@@ -268,7 +284,7 @@ def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
     """Print message batches: JSON Lines, JSON and CSV by the compiled text encoder, the table
     through ``emit_rows`` (bytes as ``emit_rows`` writes the rows as dicts)."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b in batches for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE)
+        emit_rows((_row_dict(r) for b in batches for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
         return
     from ..scan.text import BatchText, TextFormat
 
@@ -287,6 +303,7 @@ def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
         text = encoder.encode(b)
         if fmt is OutputFormat.json and count == 0 and len(text):
             text = text[1:]  # the first item has no comma before it
+        clear_bars()  # a progress bar on the same terminal: erased before the rows
         raw.write(memoryview(text))
         count += b.num_rows
     if fmt is OutputFormat.json:
@@ -434,23 +451,43 @@ def _render_checkpoint(console, doc) -> None:
         console.print(f"{k:28} {v}")
 
 
+def check_options(kind: str, given: dict[str, object]) -> None:
+    """Refuse, as usage errors, the options ``kind`` does not use and contradictory ones."""
+    used = {name for name, value in given.items() if not (value is None or value is False or value == [] or value is BodyEncoding.none)}
+    extra = sorted(used - KIND_OPTIONS[kind])
+    if extra:
+        raise UsageError(f"{', '.join(extra)} do{'es' if len(extra) == 1 else ''} not apply to `dump {kind}`")
+    if kind == "consumequeue" and "--body" in used and "--follow" not in used:
+        raise UsageError("--body on a consumequeue dump needs --follow (the entries hold no body)")
+    if kind == "index" and "--topic" in used and "--key" not in used:
+        raise UsageError("--topic on an index dump needs --key (the index hashes topic#key)")
+    if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
+        raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
+    start, stop = given.get("--from-offset"), given.get("--to-offset")
+    if start is not None and stop is not None and stop < start:
+        raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
+    since, until = given.get("--since"), given.get("--until")
+    if since is not None and until is not None and since > until:
+        raise UsageError("--since is after --until")
+
+
 @guarded
 def dump(
     target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer|dledger) and a path.")],
-    topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
-    queue: Annotated[Optional[int], typer.Option("--queue", "-q", help="Only this queue id.")] = None,
-    from_offset: Annotated[Optional[int], typer.Option("--from-offset", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue).")] = None,
-    to_offset: Annotated[Optional[int], typer.Option("--to-offset", help="Stop before this offset (exclusive).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", help="Store time at or before.")] = None,
-    key: Annotated[Optional[str], typer.Option("--key", help="Only messages with this KEYS entry.")] = None,
-    tag: Annotated[Optional[str], typer.Option("--tag", help="Only messages with this TAGS value.")] = None,
-    msg_id: Annotated[Optional[str], typer.Option("--msg-id", help="The message with this offsetMsgId (direct lookup).")] = None,
-    uniq_key: Annotated[Optional[str], typer.Option("--uniq-key", help="Only messages with this UNIQ_KEY.")] = None,
+    topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic (repeatable); index: the topic of --key.")] = None,
+    queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
+    from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, metavar="OFFSET", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue, entry offset for dledger).")] = None,
+    to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, metavar="OFFSET", help="Stop before this offset (exclusive).")] = None,
+    since: Annotated[Optional[str], typer.Option("--since", metavar="TIME", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")] = None,
+    until: Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")] = None,
+    key: Annotated[Optional[str], typer.Option("--key", metavar="KEY", help="Only messages with this KEYS entry (index: entries of topic#KEY).")] = None,
+    tag: Annotated[Optional[str], typer.Option("--tag", metavar="TAG", help="Only messages with this TAGS value.")] = None,
+    msg_id: Annotated[Optional[str], typer.Option("--msg-id", metavar="ID", help="The message with this offsetMsgId (direct lookup).")] = None,
+    uniq_key: Annotated[Optional[str], typer.Option("--uniq-key", metavar="KEY", help="Only messages with this UNIQ_KEY.")] = None,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="Read past damaged ranges of the commit log (the broker would cut the log at the first).")] = False,
     use_index: Annotated[bool, typer.Option("--index/--no-index", help="--key/--uniq-key with --topic: look up through the index files (clean stores).")] = True,
-    limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=0, help="At most this many rows.")] = None,
-    body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
+    limit: Annotated[Optional[int], typer.Option("--limit", "-n", min=0, metavar="N", help="At most this many rows (0: none).")] = None,
+    body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes (consumequeue: with --follow).")] = BodyEncoding.none,
     decompress: Annotated[bool, typer.Option("--decompress", help="Inflate compressed bodies before --body encodes them.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="consumequeue: decode the message each entry points to.")] = False,
     format: FormatOpt = OutputFormat.table,
@@ -458,27 +495,46 @@ def dump(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Decode store files: messages, consume queue entries, index entries or the checkpoint."""
+    """Decode store files: messages, consume queue entries, index entries or the checkpoint.
+
+    An option a KIND does not use is an error (commitlog: every filter, --keep-going, --no-index;
+    consumequeue: --topic, --queue, queue offsets, --follow, --limit; index: --topic with --key,
+    --limit; timer: --limit, --broker-config, --broker-version; dledger: entry offsets, --limit;
+    checkpoint: none).
+
+    \b
+    Example:
+      mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
+    """
     if len(target) == 1:
         kind, path = "commitlog", Path(target[0])
     elif len(target) == 2 and target[0] in KINDS:
         kind, path = target[0], Path(target[1])
     else:
         raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+    since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
+    check_options(kind, {
+        "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,
+        "--until": until_ms, "--key": key, "--tag": tag, "--msg-id": msg_id, "--uniq-key": uniq_key, "--limit": limit,
+        "--keep-going": keep_going, "--no-index": not use_index, "--body": body, "--decompress": decompress, "--follow": follow, "--progress": progress is not None or None,
+        "--broker-config": broker_config, "--broker-version": broker_version,
+    })
     if not path.exists():
         raise BadInput(f"{path}: no such file or directory")
     if kind == "commitlog":
         from ..scan.filter import MessageFilter
 
         with open_store(path, broker_config, broker_version) as store:
-            match = MessageFilter(tuple(topic or ()), queue, parse_time(since, "--since"), parse_time(until, "--until"), tag, key, uniq_key)
+            match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        emit_rows(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE)
+        rows = cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit)
+        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
     elif kind == "dledger":
-        emit_rows(dledger_rows(path, from_offset, to_offset, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE)
+        rows = dledger_rows(path, from_offset, to_offset, limit)
+        emit_rows(itertools.islice(rows, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
     elif kind == "index":
-        emit_rows(index_rows(path, broker_config, topic, key, limit), format, INDEX_ENTRY_FIELDS)
+        emit_rows(itertools.islice(index_rows(path, broker_config, topic, key, limit), limit), format, INDEX_ENTRY_FIELDS)
     elif kind == "timer":
         from .timer import dump_timer
 

@@ -6,14 +6,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from ..store import Store
 from ..store.summary import store_summary
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store
-from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
+from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
 
-def render_info(console: Console, doc: dict[str, Any]) -> None:
+def render_info(console: Screen, doc: dict[str, Any]) -> None:
     cp = doc["checkpoint"]
     cl = doc["commitlog"]
     abort = doc["abort_file"]
@@ -71,19 +71,24 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
                 ],
             )
         )
-    topics = titled_table("Topics", ("topic", "queues", "messages"))
+    from_log = doc.get("topics_source") == "commitlog"
+    topics = titled_table("Topics (from the commit log: no consume queues)" if from_log else "Topics", ("messages", "queues", "topic"))  # topic last: a long one runs past the edge
     for name, t in doc["topics"].items():
-        topics.add_row(name, str(t["queues"]), str(t["messages"]))
+        topics.add_row(str(t["messages"]), str(t["queues"]), name)
     console.print(topics)
-    queues = titled_table("Consume queues", ("topic", "queue", "min", "max", "messages", "files"))
-    for q in doc["queues"]:
-        queues.add_row(q["topic"], str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]))
-    console.print(queues)
+    if doc["queues"]:
+        queues = titled_table("Consume queues", ("queue", "min", "max", "messages", "files", "topic"))
+        for q in doc["queues"]:
+            queues.add_row(str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]), q["topic"])
+        console.print(queues)
+    else:
+        console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
     index = doc["index"]
     if index:
         t = titled_table(
             f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
             ("file", "begin", "end", "phy offsets", "entries", "slots used"),
+            optional=("slots used", "begin"),
         )
         for f in index["files"]:
             t.add_row(
@@ -98,10 +103,44 @@ def render_info(console: Console, doc: dict[str, Any]) -> None:
     if doc.get("timer"):
         render_timer(console, doc["timer"])
     for n in doc["notes"]:
-        console.print(f"note: {n}")
+        console.print(f"note: {n}", markup=False)
 
 
-def render_timer(console: Console, timer: dict[str, Any]) -> None:
+def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
+    """Topics, queue counts and message counts as the commit log holds them (every record up to
+    the logical end: what the broker would dispatch), for a store without consume queues."""
+    import pyarrow as pa  # only here: info otherwise needs no Arrow
+
+    from ..scan.messages import read_batches
+
+    per_queue: dict[tuple[str, int], int] = {}
+    for batch in read_batches(store, columns=["topic", "queue_id"]):
+        grouped = pa.Table.from_batches([batch]).group_by(["topic", "queue_id"]).aggregate([([], "count_all")])
+        for row in grouped.to_pylist():
+            key = (row["topic"], row["queue_id"])
+            per_queue[key] = per_queue.get(key, 0) + row["count_all"]
+    topics: dict[str, dict[str, int]] = {}
+    for (topic, _), count in sorted(per_queue.items()):
+        t = topics.setdefault(topic, {"queues": 0, "messages": 0})
+        t["queues"] += 1
+        t["messages"] += count
+    return topics
+
+
+def info_document(store: Store) -> dict[str, Any]:
+    """``store_summary``; without consume queues its topics come from the commit log (and
+    ``topics_source`` says so)."""
+    doc = store_summary(store)
+    doc["topics_source"] = "consumequeue"
+    if not doc["queues"]:
+        doc["topics"] = commitlog_topics(store)
+        doc["topics_source"] = "commitlog"
+        if doc["topics"]:
+            doc["notes"].append("no consume queues: topics and message counts are those of the commit log records (rebuild the queues with `mqtool rebuild-cq`)")
+    return doc
+
+
+def render_timer(console: Screen, timer: dict[str, Any]) -> None:
     check = timer["timercheck"] or {}
     states = ", ".join(f"{n} {state}" for state, n in timer["states"].items() if n)
     rows = [("timer log units", f"{timer['units']} ({states or 'none'}); log end {timer['log_end']} ({timer['log_end_reason']})")]
@@ -116,9 +155,9 @@ def render_timer(console: Console, timer: dict[str, Any]) -> None:
         rows.append(("not yet enqueued", f"{timer['not_enqueued']} (rmq_sys_wheel_timer queue ends at {timer['queue_max_offset']})"))
     console.print(kv_table("Timer store", rows))
     if timer["next_deliveries"]:
-        t = titled_table("Next timer deliveries", ("delivery time", "topic", "queue", "offset", "state"))
+        t = titled_table("Next timer deliveries", ("delivery time", "queue", "offset", "state", "topic"), optional=("state",))  # topic last: a long one runs past the edge
         for d in timer["next_deliveries"]:
-            t.add_row(iso_ms(d["delivery_time"]), str(d["real_topic"]), str(d["real_queue_id"]), str(d["offset"]), d["state"])
+            t.add_row(iso_ms(d["delivery_time"]), str(d["real_queue_id"]), str(d["offset"]), d["state"], str(d["real_topic"]))
         console.print(t)
     if timer["backlog_by_hour"]:
         t = titled_table("Timer backlog by hour (UTC)", ("hour", "messages"))
@@ -134,9 +173,16 @@ def info(
     broker_version: BrokerVersionOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Show what a store holds: version, checkpoint, commit log range, queues, index files."""
+    """Show what a store holds: version, checkpoint, commit log range, topics, queues, index files.
+
+    Without consume queues, the topics and their message counts come from the commit log.
+
+    \b
+    Example:
+      mqtool info /data/rocketmq/store
+    """
     with open_store(store_path, broker_config, broker_version) as store:
-        doc = store_summary(store)
+        doc = info_document(store)
         if store.root is not None and (store.root / "timerlog").is_dir():
             from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
 

@@ -3,23 +3,35 @@
 Data goes to stdout, messages and progress to stderr. The default format is ``table`` for
 every command, whether stdout is a terminal or not; ``json`` (one array or document),
 ``jsonl`` (one object per line) and ``csv`` are for machines.
+
+How a command prints a table (it then never cuts a number or an id, wraps text at spaces,
+drops the columns it may drop with a note, or switches to vertical records: see ``table.py``):
+
+- rows streamed from an iterator of dicts: ``emit_rows(rows, fmt, FIELDS, TABLE_COLUMNS,
+  optional=("size", "tags"))``; ``optional`` lists the table columns that may be left out
+  to fit the width, least important first (JSON/CSV always carry every field);
+- a document (``info``, a plan): ``emit_document(doc, fmt, render)`` where ``render(screen, doc)``
+  calls ``screen.print(...)`` with ``kv_table(title, [(key, value), ...])``,
+  ``titled_table(title, columns, optional=...)`` (then ``table.add_row(*cells)``), or text
+  (rich markup allowed; wrapped at spaces with its indent kept, never cut).
+
+Put long single-word columns (topics, paths) last: the last column may run past the edge.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import sys
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Iterable, Sequence
 
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
+
+from . import terminal
+from .table import BOLD, RESET, Layout, Table, line_spans, wrap
 
 TABLE_BATCH = 200
-
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class OutputFormat(str, Enum):
@@ -29,28 +41,69 @@ class OutputFormat(str, Enum):
     csv = "csv"
 
 
-def data_console(out) -> Console:
-    """A console for data on ``out``: the terminal's width, or 400 columns when piped, so offsets
-    and message ids are never folded or cut."""
-    return Console(file=out, highlight=False, width=None if out.isatty() else 400)
-
-
 def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     """A titled two-column key/value table (``-`` for None)."""
-    table = Table(title=title, show_header=False, box=None, title_justify="left", title_style="bold")
-    table.add_column("key", style="dim")
-    table.add_column("value")
+    table = Table(("key", "value"), title=title, header=False)
     for k, v in rows:
         table.add_row(k, "-" if v is None else str(v))
     return table
 
 
-def titled_table(title: str, columns: Sequence[str], wrapped: frozenset[str] = frozenset()) -> Table:
-    """A titled table with a bold header; only ``wrapped`` columns may fold their text."""
-    table = Table(title=title, box=None, title_justify="left", title_style="bold", header_style="bold", pad_edge=False)
-    for c in columns:
-        table.add_column(c, overflow="fold", no_wrap=c not in wrapped)
-    return table
+def titled_table(title: str, columns: Sequence[str], wrapped: frozenset[str] = frozenset(), *, optional: Sequence[str] = ()) -> Table:
+    """A titled table with a header; ``optional`` columns may be dropped to fit, least important
+    first. (``wrapped`` is accepted for older callers: every column wraps at spaces.)"""
+    return Table(columns, title=title, optional=optional)
+
+
+class Screen:
+    """What a document renderer prints to: ``Table`` objects laid out to the width, anything
+    else through rich (markup allowed), wrapped at spaces only: a longer word runs past the edge."""
+
+    def __init__(self, out):
+        self.out = terminal.data_stream(out)
+        self.width = terminal.width()
+        self.color = terminal.color(out)
+        self.console = terminal.DataConsole(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color or None)
+        self.printed = False
+
+    def print(self, obj: Any = "", **kwargs) -> None:
+        if isinstance(obj, Table):
+            if self.printed and obj.title:
+                self.out.write("\n")  # a blank line between titled tables
+            print_table(self.out, obj, self.width, self.color)
+        elif isinstance(obj, str):
+            self._print_text(obj, **kwargs)
+        else:
+            self.console.print(obj, **kwargs)
+        self.printed = True
+
+    def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
+        styled = self.console.render_str(text, markup=markup, highlight=False)
+        for line in styled.split("\n", allow_blank=True):
+            plain = line.plain
+            indent = plain[: len(plain) - len(plain.lstrip(" "))]
+            for k, (start, end) in enumerate(line_spans(plain, self.width)):
+                piece = line[start:end] if k else line[:end]
+                self.console.print(Text(indent) + piece if k else piece, soft_wrap=True, **kwargs)
+
+
+def print_table(out, table: Table, width: int, color: bool, keep: Layout | None = None, *, first_record: int = 1) -> Layout:
+    """Write ``table`` (title included unless ``keep`` says it was printed already) and return
+    its layout; a note on stderr says which columns were dropped."""
+    layout = table.layout(width, keep=keep)
+    if layout.dropped and (keep is None or keep.dropped != layout.dropped):
+        out.flush()
+        terminal.note(f"not shown at {width} columns: {', '.join(layout.dropped)} (--format json shows every field)")
+    lines = []
+    if keep is None and table.title:
+        lines += [BOLD + t + RESET if color else t for t in wrap(table.title, width)]
+    new_header = keep is None or keep.columns != layout.columns or keep.widths != layout.widths
+    if keep is not None and new_header and not layout.vertical:
+        lines.append("")
+    lines += table.render(layout, width=width, color=color, show_header=new_header, first_record=first_record)
+    if lines:
+        out.write("\n".join(lines) + "\n")
+    return layout
 
 
 def iso_ms(ms: int | None) -> str:
@@ -82,14 +135,16 @@ def emit_rows(
     table_columns: Sequence[str] | None = None,
     *,
     title: str | None = None,
+    optional: Sequence[str] = (),
     out=None,
 ) -> int:
     """Stream ``rows`` in ``fmt``; returns how many were written.
 
     ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
-    (default: all fields), in batches so memory stays bounded.
+    (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
+    dropped to fit the width, least important first.
     """
-    out = out or sys.stdout
+    out = terminal.data_stream(out)
     count = 0
     if fmt is OutputFormat.jsonl:
         for row in rows:
@@ -108,29 +163,25 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        columns = list(table_columns or fields)
-        console = data_console(out)
-        batch: list[dict[str, Any]] = []
-
-        def flush(first: bool) -> None:
-            table = Table(title=title if first else None, show_header=first, header_style="bold", box=None, pad_edge=False)
-            for c in columns:
-                table.add_column(c, no_wrap=True, overflow="ellipsis", max_width=48)
-            for row in batch:
-                table.add_row(*(_cell(_table_value(c, row.get(c))) for c in columns))
-            console.print(table)
-            batch.clear()
-
-        first = True
-        for row in rows:
-            batch.append(row)
-            count += 1
-            if len(batch) >= TABLE_BATCH:
-                flush(first)
-                first = False
-        if batch or first:
-            flush(first)
+        count = _emit_table(rows, list(table_columns or fields), optional, title, out)
     out.flush()
+    return count
+
+
+def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], title: str | None, out) -> int:
+    """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
+    where it fits (the header is repeated only when the column widths change)."""
+    width, color = terminal.width(), terminal.color(out)
+    count, layout = 0, None
+    table = Table(columns, title=title, optional=optional)
+    for row in rows:
+        table.add_row(*(_cell(_table_value(c, row.get(c))) for c in columns))
+        count += 1
+        if len(table.rows) >= TABLE_BATCH:
+            layout = print_table(out, table, width, color, layout, first_record=count - len(table.rows) + 1)
+            table.rows.clear()
+    if table.rows:
+        print_table(out, table, width, color, layout, first_record=count - len(table.rows) + 1)
     return count
 
 
@@ -144,7 +195,7 @@ def _table_value(column: str, value: Any) -> Any:
 
 def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table, out=None) -> None:
     """A single document (``info``, a plan, a summary): JSON as is, or a human rendering."""
-    out = out or sys.stdout
+    out = terminal.data_stream(out)
     if fmt in (OutputFormat.json, OutputFormat.jsonl):
         out.write(json.dumps(doc, ensure_ascii=False, indent=None if fmt is OutputFormat.jsonl else 2) + "\n")
     elif fmt is OutputFormat.csv:
@@ -153,7 +204,7 @@ def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table, out=None
         for key, value in _flatten(doc):
             writer.writerow([key, _cell(value)])
     else:
-        render_table(data_console(out), doc)
+        render_table(Screen(out), doc)
     out.flush()
 
 

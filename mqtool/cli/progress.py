@@ -1,10 +1,12 @@
-"""Progress bars for long scans: tqdm on stderr, in bytes, off when stderr is not a terminal."""
+"""Progress bars for long scans: tqdm on stderr, in bytes, off when stderr is not a terminal or with
+``--quiet``; erased before any finding, row or message is written (``terminal.clear_bars``)."""
 
 from __future__ import annotations
 
 from tqdm import tqdm
 
-from .common import State
+from . import terminal
+from .terminal import State
 
 
 class ByteProgress:
@@ -19,6 +21,8 @@ class ByteProgress:
         self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=disable, leave=False)
         self.start = start
         self.shown = start
+        if not self.bar.disable:
+            terminal.show_bar(self.bar)  # cleared before data or a message is written
 
     def advance(self, offset: int) -> None:
         if offset - self.shown >= self.STEP:
@@ -26,6 +30,7 @@ class ByteProgress:
             self.shown = offset
 
     def close(self) -> None:
+        terminal.hide_bar(self.bar)
         self.bar.close()
 
     def __enter__(self) -> "ByteProgress":

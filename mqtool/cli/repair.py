@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
 from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
 from ..apply.executor import hold_store_lock
@@ -26,17 +25,17 @@ from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index,
 from ..recovery import repair as rp
 from ..store.liveness import store_users
 from ..recovery.pieces import unloadable_files
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_document, iso_ms, kv_table, titled_table
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
+from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
 
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
-PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
+PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
 BackupDirOpt = Annotated[
     Optional[Path],
-    typer.Option("--backup-dir", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
+    typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 
@@ -59,7 +58,7 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     if pending is None:
         return
     if not yes:
-        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or `mqtool restore {pending} --yes`")
+        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or `mqtool restore {shell_path(pending)} --yes`")
     note(f"finishing the interrupted apply first (backup {pending})")
     resume_pending(root, progress=lambda m: note(f"  {m}"))
 
@@ -85,7 +84,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             note(n)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(Path(plan_out), plan.to_json().encode())
-        note(f"plan saved to {plan_out}; apply it with `mqtool apply {plan_out} --yes`")
+        note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
         return
     if dry_run:
         return
@@ -99,7 +98,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
-    note(f"undo with: mqtool restore {target} --yes")
+    note(f"undo with: mqtool restore {shell_path(target)} --yes")
 
 
 def _options(**kw) -> PlanOptions:
@@ -113,7 +112,7 @@ def _options(**kw) -> PlanOptions:
 def truncate_dirty(
     store: Annotated[Path, typer.Argument(help="Store root directory.")],
     full_scan: Annotated[bool, typer.Option("--full-scan", help="Validate every segment from the first, not only those the broker's recovery scans.")] = False,
-    lost_limit: Annotated[int, typer.Option("--lost-limit", help="List at most this many lost messages in the plan.")] = 1000,
+    lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     plan_out: PlanOutOpt = None,
@@ -124,7 +123,12 @@ def truncate_dirty(
     broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete
-    later segments, and cut consume queue entries at or past the new end."""
+    later segments, and cut consume queue entries at or past the new end.
+
+    \b
+    Example:
+      mqtool truncate-dirty /data/rocketmq/store --plan-out /tmp/plan.json
+    """
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
     run_modifying(
         "truncate-dirty", store, lambda s, with_crc, cache: plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
@@ -137,7 +141,7 @@ def recover(
     store: Annotated[Path, typer.Argument(help="Store root directory.")],
     abnormal: Annotated[Optional[bool], typer.Option("--abnormal/--normal", help="Recovery after a crash / after a clean stop (default: --abnormal if the abort file exists).", show_default=False)] = None,
     index_safe: Annotated[Optional[bool], typer.Option("--index-safe/--no-index-safe", help="messageIndexSafe: also start abnormal recovery before the index checkpoint, so no index entry is lost (default: broker.conf, else off).", show_default=False)] = None,
-    lost_limit: Annotated[int, typer.Option("--lost-limit", help="List at most this many lost messages in the plan.")] = 1000,
+    lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     plan_out: PlanOutOpt = None,
@@ -149,7 +153,12 @@ def recover(
 ) -> None:
     """Do offline what the broker's start-up recovery would do: cut the commit log at the first
     invalid record, re-dispatch missing consume queue and index entries, update the checkpoint
-    and remove the abort file, so a broker started afterwards cuts nothing."""
+    and remove the abort file, so a broker started afterwards cuts nothing.
+
+    \b
+    Example:
+      mqtool recover /data/rocketmq/store
+    """
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
@@ -185,7 +194,9 @@ def repair(
     that is lost.
     Exit codes: 0 sound (or plan printed), 1 lost data remains, 3 bad input, 4 refused.
 
-    Example: mqtool repair /data/rocketmq/store --yes
+    \b
+    Example:
+      mqtool repair /data/rocketmq/store --yes
     """
     root = Path(store)
     if not root.is_dir():
@@ -239,7 +250,7 @@ def repair(
         with open_store(root, broker_config, broker_version) as opened:
             findings, _run = rp.verify_findings(opened)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
-    note(f"undo with: mqtool restore {target} --yes")
+    note(f"undo with: mqtool restore {shell_path(target)} --yes")
     if findings:
         lost = rp.triage(findings)
         note(f"verify still reports {len(findings)} finding(s), {sum(e.lost_data for e in lost.lost)} of them lost data:")
@@ -285,8 +296,8 @@ def _plan_repair(root: Path, broker_config, broker_version) -> rp.RepairPlan:
 @guarded
 def rebuild_cq(
     store: Annotated[Path, typer.Argument(help="Store root directory.")],
-    topic: Annotated[Optional[str], typer.Option("--topic", help="Only this topic's queues.")] = None,
-    queue: Annotated[Optional[int], typer.Option("--queue", help="Only this queue id.")] = None,
+    topic: Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic's queues.")] = None,
+    queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
@@ -297,7 +308,12 @@ def rebuild_cq(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Regenerate consume queue files from the commit log, byte for byte as the broker writes them."""
+    """Regenerate consume queue files from the commit log, byte for byte as the broker writes them.
+
+    \b
+    Example:
+      mqtool rebuild-cq /data/rocketmq/store --topic TopicTest --yes
+    """
     opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
     run_modifying(
         "rebuild-cq", store, lambda s, with_crc, cache: plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache),
@@ -317,7 +333,12 @@ def rebuild_index(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."""
+    """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's).
+
+    \b
+    Example:
+      mqtool rebuild-index /data/rocketmq/store --yes
+    """
     run_modifying(
         "rebuild-index", store, lambda s, with_crc, cache: plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
@@ -332,7 +353,12 @@ def apply(
     force: ForceOpt = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Apply a saved plan exactly, refusing if any file it read or changes differs since planning."""
+    """Apply a saved plan exactly, refusing if any file it read or changes differs since planning.
+
+    \b
+    Example:
+      mqtool apply /tmp/plan.json --yes
+    """
     try:
         plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -358,7 +384,7 @@ def apply(
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
     with hold_store_lock(root, force):
         apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
-    note(f"{plan.command} applied; undo with: mqtool restore {target} --yes")
+    note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
 
 @guarded
@@ -369,7 +395,12 @@ def restore_cmd(
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
-    Refused if the files it left have changed since (a broker ran), unless --force."""
+    Refused if the files it left have changed since (a broker ran), unless --force.
+
+    \b
+    Example:
+      mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000Z-recover --yes
+    """
     stages = repair_stages(Path(backup))
     if stages:
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
@@ -401,10 +432,7 @@ def repair_stages(backup: Path) -> list[Path]:
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-WRAPPED = frozenset({"keys", "why", "detail", "files", "path"})
-
-
-def render_plan(console: Console, doc: dict) -> None:
+def render_plan(console: Screen, doc: dict) -> None:
     console.print(kv_table(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
     cl = doc.get("commitlog")
     if cl:
@@ -427,32 +455,33 @@ def render_plan(console: Console, doc: dict) -> None:
         title = f"Lost by the cut: {lost['count']} message(s), {lost['bytes']} bytes" + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
         if lost["other_bytes"]:
             title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
-        table = titled_table(title, ["offset", "size", "topic", "queue", "queue offset", "stored", "msgId", "uniqKey", "keys", "crc"], WRAPPED)
+        columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]
+        table = titled_table(title, columns, optional=["size", "uniqKey", "stored", "keys", "queue offset"])
         for m in lost["messages"][:TABLE_LOST]:
-            table.add_row(str(m["offset"]), str(m["size"]), m["topic"] or "?", str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), "ok" if m["crc_ok"] else "BAD")
+            table.add_row(str(m["offset"]), str(m["size"]), str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), "ok" if m["crc_ok"] else "BAD", m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), m["topic"] or "?")
         console.print(table)
         if len(lost["messages"]) > TABLE_LOST:
             console.print(f"... and {len(lost['messages']) - TABLE_LOST} more listed with --format json")
         if lost["unreadable"]:
-            table = titled_table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "topic", "queue", "queue offset"], WRAPPED)
+            table = titled_table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"])
             for r in lost["unreadable"][:TABLE_LOST]:
-                table.add_row(str(r["offset"]), str(r["size"]), r["topic"], str(r["queue_id"]), str(r["queue_offset"]))
+                table.add_row(str(r["offset"]), str(r["size"]), str(r["queue_id"]), str(r["queue_offset"]), r["topic"])
             console.print(table)
     if doc["dispatch"]:
-        table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], WRAPPED)
+        table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
         for p in doc["dispatch"]:
             table.add_row(p["name"], str(p["start"]), str(p["stop"]), str(p["records"]), str(p["cq_records"]), p["tags"], "yes" if p["index"] else "no")
         console.print(table)
     changed = [q for q in doc["queues"] if q["files"] or q["max_before"] != q["max_after"] or q["min_before"] != q["min_after"]]
     if changed:
-        table = titled_table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["topic", "queue", "min", "max", "cut", "added", "fillers", "files"], WRAPPED)
+        table = titled_table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"])
         for q in changed:
             files = ", ".join(f"{f['action']} {f['name']}" for f in q["files"])
-            table.add_row(q["topic"], str(q["queue_id"]), f"{q['min_before']} -> {q['min_after']}", f"{q['max_before']} -> {q['max_after']}", str(q["cut"]), str(q["added"]), str(q["fillers"]), files)
+            table.add_row(str(q["queue_id"]), f"{q['min_before']} -> {q['min_after']}", f"{q['max_before']} -> {q['max_after']}", str(q["cut"]), str(q["added"]), str(q["fillers"]), files, q["topic"])
         console.print(table)
     ix = doc.get("index")
     if ix and any(f["action"] != "keep" for f in ix["files"]):
-        table = titled_table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"], WRAPPED)
+        table = titled_table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"])
         for f in ix["files"]:
             table.add_row(f["name"], f["action"], f"{f['entries_before']} -> {f['entries_after']}", str(f["end_phy_offset"]), f["reason"])
         console.print(table)
@@ -467,7 +496,7 @@ def render_plan(console: Console, doc: dict) -> None:
     if doc["command"] == "recover":
         render_verify_after(console, doc.get("verify_after") or [])
     if doc["actions"]:
-        table = titled_table("Actions", ["#", "operation", "path", "detail"], WRAPPED)
+        table = titled_table("Actions", ["#", "operation", "path", "detail"])
         for i, a in enumerate(doc["actions"], 1):
             span = f"[{a['start']}, {a['end']})" if a["start"] is not None else ""
             table.add_row(str(i), a["op"], a["path"], " ".join(x for x in (span, a["note"]) if x))
@@ -476,21 +505,21 @@ def render_plan(console: Console, doc: dict) -> None:
         console.print("No changes.")
 
 
-def render_verify_after(console: Console, items: list[dict]) -> None:
+def render_verify_after(console: Screen, items: list[dict]) -> None:
     if not items:
         return
-    table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "file", "offset", "lost data", "fixed by"], WRAPPED)
+    table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"])
     for e in items:
-        table.add_row(e["kind"], e["severity"], e["file"] or "", "" if e["offset"] is None else str(e["offset"]), "yes" if e["lost_data"] else "no", e["fixed_by"] or "")
+        table.add_row(e["kind"], e["severity"], "" if e["offset"] is None else str(e["offset"]), "yes" if e["lost_data"] else "no", e["fixed_by"] or "", e["file"] or "")
     console.print(table)
     if any(e["fixed_by"] for e in items):
         console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
 
-def render_repair(console: Console, doc: dict) -> None:
+def render_repair(console: Screen, doc: dict) -> None:
     console.print(kv_table("Plan: repair", [("store", doc["store"]), ("steps", len(doc["steps"])), ("beyond the broker", sum(1 for s in doc["steps"] if s["beyond_broker"]))]))
     if doc["steps"]:
-        table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], WRAPPED | {"paths"})
+        table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"])
         for i, st in enumerate(doc["steps"], 1):
             paths = st["paths"]
             shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
@@ -502,15 +531,17 @@ def render_repair(console: Console, doc: dict) -> None:
         render_plan(console, doc["recover"])
     remaining = doc["remaining"]
     if remaining:
-        table = titled_table(f"Lost data: `verify` will still report {len(remaining)} finding(s) after the repair", ["kind", "severity", "file", "offset", "message"], WRAPPED | {"message"})
+        table = titled_table(f"Lost data: `verify` will still report {len(remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
         for e in remaining[:TABLE_LOST]:
-            table.add_row(e["kind"], e["severity"], e["file"] or "", "" if e["offset"] is None else str(e["offset"]), e["message"])
+            table.add_row(e["kind"], e["severity"], "" if e["offset"] is None else str(e["offset"]), e["message"], e["file"] or "")
         console.print(table)
+        if len(remaining) > TABLE_LOST:
+            console.print(f"... and {len(remaining) - TABLE_LOST} more listed with --format json")
     for n in doc["notes"]:
         console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
 
 
-def render_backup(console: Console, doc: dict) -> None:
+def render_backup(console: Screen, doc: dict) -> None:
     console.print(
         kv_table(
             "Backup",

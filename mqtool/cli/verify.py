@@ -13,13 +13,12 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, Verification, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_rows
+from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
@@ -48,13 +47,13 @@ class StageProgress:
             bar.close()
 
 
-def _render_finding(console: Console, f: dict[str, Any]) -> None:
+def _render_finding(console: Screen, f: dict[str, Any]) -> None:
     where = " ".join(x for x in (f"offset {f['offset']}" if f["offset"] is not None else "", f["file"] or "") if x)
     console.print(f"[{SEVERITY_STYLE[f['severity']]}]{f['severity'].upper():7}[/] [bold]{f['kind']}[/] {escape(where)}")
     console.print(f"        {escape(f['message'])}")
 
 
-def _render_summary(console: Console, s: dict[str, Any]) -> None:
+def _render_summary(console: Screen, s: dict[str, Any]) -> None:
     cl = s["commitlog"]
     rate = s["throughput_bytes_per_s"] / 1e6
     console.print(
@@ -76,7 +75,7 @@ def _render_summary(console: Console, s: dict[str, Any]) -> None:
 def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
-        console = Console(file=out, highlight=False, soft_wrap=not out.isatty())
+        console = Screen(out)
         for finding in findings:
             _render_finding(console, finding.as_dict())
         _render_summary(console, summary.as_dict())
@@ -116,7 +115,9 @@ def verify(
     every entry against its record, missing keys), checkpoint (checkpoint, abort file,
     config/*.json, consumer offsets). Exit codes: 0 sound, 1 findings, 3 bad input.
 
-    Example: mqtool verify /data/rocketmq/store --jobs 2 --keep-going --format jsonl
+    \b
+    Example:
+      mqtool verify /data/rocketmq/store --jobs 2 --keep-going --format jsonl
     """
     if from_offset is not None and to_offset is not None and to_offset <= from_offset:
         raise UsageError("--to-offset must be greater than --from-offset")

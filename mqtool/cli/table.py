@@ -1,0 +1,233 @@
+"""Tables that never lie: laid out to the terminal width without ever cutting a number or an id.
+
+Rules, in order (issue #11 §3):
+
+1. Text wraps at spaces only, so a word (a number, an offset, a msg id, a topic) is never split.
+   Every column is at least as wide as its longest word; the last column may be narrower, its
+   longer words running past the edge whole (a terminal copy still pastes them).
+2. If the columns do not fit, the table's *optional* columns are dropped, least important first,
+   and a note on stderr says which (``--format json`` shows everything).
+3. If even the remaining columns cannot fit, every row is printed as a vertical record, one
+   ``name | value`` line per column (as ``psql \\x``).
+
+Widths are measured in terminal cells (CJK characters take two).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from rich.cells import cell_len
+
+GAP = 2  # spaces between columns
+MIN_LAST = 12  # the last column gets at least this much room before the table gives up
+NUMBER = re.compile(r"-?\d+")
+BOLD, RESET = "\x1b[1m", "\x1b[0m"
+
+
+def longest_word(text: str) -> int:
+    return max((cell_len(w) for w in text.split()), default=0)
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
+    line of its own and runs past ``width``); explicit newlines are kept."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line, used = [], 0
+        for word in paragraph.split():
+            n = cell_len(word)
+            if line and used + 1 + n > width:
+                lines.append(" ".join(line))
+                line, used = [], 0
+            used += n + (1 if line else 0)
+            line.append(word)
+        lines.append(" ".join(line))
+    return lines
+
+
+def line_spans(line: str, width: int) -> list[tuple[int, int]]:
+    """Where to cut ``line`` into lines of at most ``width`` cells at spaces only, each
+    continuation indented like ``line``: (start, end) character spans of the words on each line
+    (a word longer than the room gets a line of its own)."""
+    room = width - (len(line) - len(line.lstrip(" ")))
+    spans: list[tuple[int, int]] = []
+    start = end = None
+    used = 0
+    for m in re.finditer(r"\S+", line):
+        n = cell_len(m.group())
+        if start is not None and used + 1 + n > room:
+            spans.append((start, end))
+            start = None
+        if start is None:
+            start, used = m.start(), n
+        else:
+            used += 1 + n
+        end = m.end()
+    if start is not None:
+        spans.append((start, end))
+    return spans or [(0, 0)]
+
+
+def pad(text: str, width: int, right: bool) -> str:
+    gap = " " * max(width - cell_len(text), 0)
+    return gap + text if right else text + gap
+
+
+@dataclass
+class Layout:
+    """How a table is shown at a width: the visible columns and their widths, or vertical."""
+
+    columns: list[int]  # indexes of the visible columns
+    widths: list[int]
+    vertical: bool = False
+    dropped: list[str] = field(default_factory=list)
+
+
+class Table:
+    """A title, named columns and rows of strings; ``optional`` names the columns that may be
+    dropped to fit, least important first; ``header=False`` for a key/value table."""
+
+    def __init__(self, columns: Sequence[str], *, title: str | None = None, optional: Sequence[str] = (), header: bool = True):
+        self.names = list(columns)
+        unknown = [c for c in optional if c not in self.names]
+        if unknown:
+            raise ValueError(f"optional columns {unknown} are not columns of {self.names}")
+        self.title = title
+        self.optional = list(optional)
+        self.header = header
+        self.rows: list[list[str]] = []
+
+    def add_row(self, *cells) -> None:
+        if len(cells) != len(self.names):
+            raise ValueError(f"{len(cells)} cells for {len(self.names)} columns")
+        self.rows.append(["" if c is None else str(c) for c in cells])
+
+    # ---- layout ---------------------------------------------------------------------------
+
+    def _header_cells(self) -> list[str]:
+        return self.names if self.header else ["" for _ in self.names]
+
+    def _measure(self) -> tuple[list[int], list[int]]:
+        """Each column's natural width (its widest line) and minimum width (its longest word)."""
+        natural, minimum = [], []
+        for i, name in enumerate(self._header_cells()):
+            cells = [name] + [r[i] for r in self.rows]
+            natural.append(max(cell_len(line) for c in cells for line in c.split("\n")))
+            minimum.append(max(longest_word(c) for c in cells))
+        return natural, minimum
+
+    def _longest_word_within(self, i: int, limit: int) -> int:
+        """Column ``i``'s longest word of at most ``limit`` cells (the longer ones run past the edge)."""
+        cells = [self._header_cells()[i]] + [r[i] for r in self.rows]
+        return max((n for c in cells for n in map(cell_len, c.split()) if n <= limit), default=0)
+
+    def layout(self, width: int, *, keep: Layout | None = None) -> Layout:
+        """The layout at ``width``; ``keep`` (the previous batch's layout of a streamed table)
+        keeps its dropped columns dropped, vertical vertical, and its widths where they fit."""
+        if keep is not None and keep.vertical:
+            return Layout([], [], vertical=True, dropped=[])
+        natural, minimum = self._measure()
+        # the last column may overflow only with a word longer than a vertical record can hold
+        room = self._vertical_value_width(width) if self.header else 0  # key/value tables never go vertical
+        for capped in (False, True):
+            dropped = list(keep.dropped) if keep else []
+            droppable = [c for c in self.optional if c not in dropped]
+            while True:
+                visible = [i for i, n in enumerate(self.names) if n not in dropped]
+                mins = [minimum[i] for i in visible]
+                if mins and capped and minimum[visible[-1]] > room:
+                    mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], room))
+                if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
+                    break
+                if not droppable:
+                    break
+                dropped.append(droppable.pop(0))
+            if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
+                break
+        else:
+            if self.header:
+                return Layout([], [], vertical=True)
+            mins[-1] = max(width - sum(mins[:-1]) - GAP * (len(visible) - 1), 1)
+        widths = self._distribute(mins, [natural[i] for i in visible], width - GAP * (len(visible) - 1))
+        if keep is not None and keep.columns == visible:
+            grown = [max(a, b) for a, b in zip(widths, keep.widths)]
+            if sum(grown[:-1]) + mins[-1] + GAP * (len(visible) - 1) <= width:
+                grown[-1] = min(grown[-1], width - GAP * (len(visible) - 1) - sum(grown[:-1]))
+                widths = grown
+        return Layout(visible, widths, dropped=dropped)
+
+    @staticmethod
+    def _distribute(mins: list[int], natural: list[int], room: int) -> list[int]:
+        """Widen the columns from their minimum width: first those that then fit whole (the
+        narrowest need first, so short labels never wrap), then the rest, the one lacking most
+        first, until ``room`` is used."""
+        widths = list(mins)
+        spare = room - sum(widths)
+        for need, i in sorted((natural[i] - w, i) for i, w in enumerate(widths)):
+            if 0 < need <= spare:
+                widths[i] += need
+                spare -= need
+        while spare > 0:
+            lacking = [(natural[i] - w, i) for i, w in enumerate(widths) if w < natural[i]]
+            if not lacking:
+                break
+            _, i = max(lacking)
+            widths[i] += 1
+            spare -= 1
+        return widths
+
+    # ---- rendering ------------------------------------------------------------------------
+
+    def render(self, layout: Layout, *, width: int, color: bool = False, show_header: bool = True, first_record: int = 1) -> list[str]:
+        """The table's lines (without the title) in ``layout``."""
+        if layout.vertical:
+            return self._render_vertical(width, color, first_record)
+        visible, widths = layout.columns, layout.widths
+        right = [self._numeric(i) for i in visible]
+        lines: list[str] = []
+        if self.header and show_header:
+            head = self._row_lines([self.names[i] for i in visible], widths, right)
+            lines += [BOLD + h + RESET if color else h for h in head]
+            lines.append("  ".join("-" * w for w in widths).rstrip())
+        for row in self.rows:
+            lines += self._row_lines([row[i] for i in visible], widths, right)
+        return lines
+
+    def _numeric(self, i: int) -> bool:
+        cells = [r[i] for r in self.rows if r[i] not in ("", "-")]
+        return bool(cells) and all(NUMBER.fullmatch(c) for c in cells)
+
+    @staticmethod
+    def _row_lines(cells: list[str], widths: list[int], right: list[bool]) -> list[str]:
+        wrapped = [wrap(c, w) for c, w in zip(cells, widths)]
+        height = max(len(w) for w in wrapped)
+        lines = []
+        for k in range(height):
+            parts = []
+            for j, (cell, w) in enumerate(zip(wrapped, widths)):
+                text = cell[k] if k < len(cell) else ""
+                last = j == len(widths) - 1
+                parts.append(pad(text, w, right[j]) if (right[j] or not last) else text)
+            lines.append((" " * GAP).join(parts).rstrip())
+        return lines
+
+    def _vertical_value_width(self, width: int) -> int:
+        return max(width - max((cell_len(n) for n in self._header_cells()), default=0) - 3, MIN_LAST)
+
+    def _render_vertical(self, width: int, color: bool, first_record: int) -> list[str]:
+        labels = self._header_cells()
+        label_width = max((cell_len(n) for n in labels), default=0)
+        value_width = self._vertical_value_width(width)
+        lines = []
+        for k, row in enumerate(self.rows):
+            longest = max((cell_len(line) for v in row for line in wrap(v, value_width)), default=0)
+            banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
+            banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
+            lines.append(BOLD + banner + RESET if color else banner)
+            for label, value in zip(labels, row):
+                for j, text in enumerate(wrap(value, value_width)):
+                    lines.append(f"{pad(label if j == 0 else '', label_width, False)} | {text}".rstrip())
+        return lines

@@ -1,0 +1,84 @@
+"""The table layout rules of ``mqtool/cli/table.py`` on rows taken from a real-broker manifest."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+
+from conftest import manifest
+from mqtool.cli.table import Table, line_spans, wrap
+
+COLUMNS = ("offset", "topic", "queue", "keys", "uniqKey", "msgId")
+
+
+def message_table(messages, optional=("uniqKey", "keys")) -> Table:
+    table = Table(COLUMNS, title="messages", optional=optional)
+    for m in messages:
+        table.add_row(m["commitLogOffset"], m["topic"], m["queueId"], " ".join(m["keys"]), m["uniqKey"], m["msgId"])
+    return table
+
+
+def rendered(table: Table, width: int) -> tuple[list[str], list[str]]:
+    layout = table.layout(width)
+    return table.render(layout, width=width), layout.dropped
+
+
+def short_topic_messages():
+    return [m for m in manifest("4.9.7", "clean-small")["messages"] if m["topic"] == "TopicTest" and len(m["msgId"]) == 32][:40]
+
+
+def test_wide_enough_shows_everything_aligned():
+    messages = short_topic_messages()
+    lines, dropped = rendered(message_table(messages), 200)
+    assert dropped == [] and lines[0].split() == list(COLUMNS)
+    for line, m in zip(lines[2:], messages):
+        assert line.split()[0] == str(m["commitLogOffset"]) and line.endswith(m["msgId"])
+        assert line.split()[:3] == [str(m["commitLogOffset"]), m["topic"], str(m["queueId"])]
+
+
+def test_narrower_drops_optional_columns_in_order_then_goes_vertical():
+    messages = short_topic_messages()
+    table = message_table(messages)
+    lines, dropped = rendered(table, 80)
+    assert dropped == ["uniqKey"] and all(cell_len(line) <= 80 for line in lines)
+    lines, dropped = rendered(table, 62)
+    assert dropped == ["uniqKey", "keys"] and lines[0].split() == ["offset", "topic", "queue", "msgId"]
+    lines, _ = rendered(table, 45)  # a msgId fits a record's 35-column value, not beside the rest
+    assert lines[0].startswith("-[ RECORD 1 ]") and f"msgId   | {messages[0]['msgId']}" in lines
+    assert sum(line.startswith("-[ RECORD") for line in lines) == len(messages)
+
+
+def test_keys_wrap_at_spaces_never_inside_a_word():
+    messages = [m for m in short_topic_messages() if len(m["keys"]) >= 3]
+    lines, _ = rendered(message_table(messages, optional=()), 90)
+    text = "\n".join(lines)
+    for m in messages:
+        for key in m["keys"]:
+            assert f" {key}" in text or f"{key} " in text
+
+
+def test_a_word_too_long_for_any_layout_runs_past_the_edge_whole():
+    messages = manifest("4.9.7", "clean-small")["messages"]
+    long_topic = max((m["topic"] for m in messages), key=len)
+    table = Table(("offset", "queue", "topic"))
+    for m in messages[:50]:
+        table.add_row(m["commitLogOffset"], m["queueId"], m["topic"])
+    lines, _ = rendered(table, 80)
+    assert not lines[0].startswith("-[ RECORD")  # a table: the long topic is last
+    assert any(line.endswith(" " + long_topic) for line in lines)
+    assert all(cell_len(line) <= 80 for line in lines if long_topic not in line)
+
+
+def test_cjk_cells_count_two_columns():
+    topic = next(m["topic"] for m in manifest("4.9.7", "clean-small")["messages"] if "主题" in m["topic"])
+    table = Table(("topic", "n"))
+    table.add_row(topic, 1)
+    table.add_row("x", 22)
+    lines, _ = rendered(table, 80)
+    assert cell_len(lines[2]) == cell_len(lines[3])  # the number column lines up
+
+
+def test_wrap_and_line_spans():
+    assert wrap("aa bb cc", 5) == ["aa bb", "cc"]
+    assert wrap("C0A8016400002A9F0000000000000000 x", 10) == ["C0A8016400002A9F0000000000000000", "x"]
+    line = "    one two three four"
+    assert [line[a:b] for a, b in line_spans(line, 13)] == ["one two", "three", "four"]
