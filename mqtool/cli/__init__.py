@@ -34,16 +34,16 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),
     "verify": ("verify", "verify", "Check every CRC and every cross-file reference of a store; report each problem and where it is."),
-    "truncate-dirty": ("repair", "register", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
-    "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
-    "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
-    "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
     "query": ("query", "app", "The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time."),
     "stats": ("stats", "stats", 'Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics.'),
     "offsets": ("offsets", "offsets", 'Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.'),
-    "salvage": ("salvage", "salvage", 'Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.'),
     "survivors": ("survivors", "survivors", 'Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.'),
+    "salvage": ("salvage", "salvage", 'Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.'),
+    "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
     "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
+    "truncate-dirty": ("repair", "register", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
+    "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
+    "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
     "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
     "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
 }
@@ -156,7 +156,7 @@ class MqtoolGroup(TyperGroup):
             code = EXIT_USAGE
         except UsageError as exc:
             hint = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
-            code = _error(exc.format_message() + hint, EXIT_USAGE)
+            code = _error(exc.format_message().rstrip(".") + hint, EXIT_USAGE)
         except ClickException as exc:
             code = _error(exc.format_message(), exc.exit_code)
         except typer.Abort:

@@ -24,8 +24,10 @@ class Period(str, enum.Enum):
     day = "day"
 
 
-QUEUE_TABLE = ("topic", "queue_id", "messages", "bytes", "first_store_time", "last_store_time", "delay_median_ms", "prepared", "rollback", "compressed", "crc_failures")
-PERIOD_TABLE = ("topic", "period_start_time", "messages", "bytes")
+# topic last: a long one runs past the edge whole; the least important columns are left out first at a narrow width
+QUEUE_TABLE = ("queue_id", "messages", "bytes", "first_store_time", "last_store_time", "delay_median_ms", "prepared", "rollback", "compressed", "crc_failures", "topic")
+QUEUE_TABLE_OPTIONAL = ("crc_failures", "compressed", "rollback", "prepared", "delay_median_ms", "first_store_time")
+PERIOD_TABLE = ("period_start_time", "messages", "bytes", "topic")
 
 
 @guarded
@@ -55,7 +57,7 @@ def stats(
                 note(f"no records of topic {', '.join(missing)}")
         periods = period_rows(result, by.value, topic) if by else []
         if format is OutputFormat.table:
-            emit_rows(rows, format, QUEUE_FIELDS, QUEUE_TABLE, title=f"{result.records} records, {len(rows)} queues")
+            emit_rows(rows, format, QUEUE_FIELDS, QUEUE_TABLE, title=f"{result.records} records, {len(rows)} queues", optional=QUEUE_TABLE_OPTIONAL)
             if by:
                 emit_rows(periods, format, PERIOD_FIELDS, PERIOD_TABLE, title=f"per {by.value}")
         else:
