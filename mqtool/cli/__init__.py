@@ -53,8 +53,11 @@ def load_command(name: str):
     """The click command ``name`` of ``LAZY_COMMANDS``, its module imported now."""
     module, function, _ = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(f".{module}", __name__), function)
-    if isinstance(target, typer.Typer):  # a command group (``query``)
-        return typer.main.get_group(target)
+    if isinstance(target, typer.Typer):  # a command group (``query``): the options on it and on each subcommand
+        group = typer.main.get_group(target)
+        for command in (group, *group.commands.values()):
+            add_global_options(command)
+        return group
     holder = typer.Typer(rich_markup_mode=None)
     if function == "register":
         target(holder)
@@ -63,8 +66,6 @@ def load_command(name: str):
     command = typer.main.get_group(holder).commands[name]
     add_global_options(command)
     return command
-
-
 
 
 def _error(message: str, code: int) -> int:

@@ -33,7 +33,10 @@ def offsets(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings."""
+    """Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.
+
+    Example: mqtool offsets /data/rocketmq/store --group order_consumer_group
+    """
     with open_store(store, broker_config, broker_version) as s:
         cache: dict = {}
         consumers, rows = progress.consumer_offsets(s, set(group) if group else None, cache)

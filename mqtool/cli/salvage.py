@@ -91,7 +91,10 @@ def salvage(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale."""
+    """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.
+
+    Example: mqtool salvage /data/rocketmq/store --to-store /data/salvaged --out report.jsonl -f jsonl
+    """
     if format is SalvageFormat.parquet and out is None:
         raise UsageError("--format parquet needs --out FILE")
     if not store_path.exists():

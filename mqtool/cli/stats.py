@@ -40,7 +40,10 @@ def stats(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics."""
+    """Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics.
+
+    Example: mqtool stats /data/rocketmq/store --topic TopicTest --by hour
+    """
     from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
 
     with open_store(store, broker_config, broker_version) as s:

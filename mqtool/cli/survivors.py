@@ -19,7 +19,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, data_console, emit_rows, kv_table
+from .output import OutputFormat, Screen, emit_rows, kv_table
 from .progress import ByteProgress
 
 
@@ -90,7 +90,10 @@ def survivors(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id."""
+    """Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.
+
+    Example: mqtool survivors /data/rocketmq/store sent-ids.txt --format jsonl
+    """
     from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
 
     kind = None
@@ -119,7 +122,7 @@ def survivors(
             else:
                 emit_rows(search.rows(), format, ROW_FIELDS)
                 if format is OutputFormat.table:
-                    _render_summary(data_console(sys.stdout), search.summary.as_dict())
+                    _render_summary(Screen(sys.stdout), search.summary.as_dict())
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")
