@@ -278,19 +278,6 @@ _FNV_PRIME = np.uint64(0x100000001B3)
 
 
 @numba.njit(inline="always")
-def _be(buf, p, width):
-    v = np.int64(0)
-    for j in range(width):
-        v = (v << 8) | np.int64(buf[p + j])
-    return v
-
-
-@numba.njit(inline="always")
-def _signed32(v):
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
-@numba.njit(inline="always")
 def _bucket(delay):
     """``delay_bucket`` for one value."""
     a = -delay if delay < 0 else delay
@@ -311,7 +298,7 @@ def _topic_key(buf, start, stop):
     h = _FNV_OFFSET
     k = start
     while k + 8 <= stop:
-        h = (h ^ np.uint64(_be(buf, k, 8))) * _FNV_PRIME
+        h = (h ^ np.uint64(fs._be64(buf, k))) * _FNV_PRIME
         k += 8
     while k < stop:
         h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
@@ -331,14 +318,14 @@ def stats_fields(buf, base, rows, out, at):
         out[0, j] = _topic_key(buf, topic_start, topic_stop)
         out[10, j] = base + topic_start
         out[11, j] = topic_stop - topic_start
-        out[1, j] = _signed32(_be(buf, p + POS_QUEUE_ID, 4))
-        flag = _signed32(_be(buf, p + POS_SYS_FLAG, 4))
+        out[1, j] = fs._signed32(fs._be32(buf, p + POS_QUEUE_ID))
+        flag = fs._signed32(fs._be32(buf, p + POS_SYS_FLAG))
         out[2, j] = flag
-        born = _be(buf, p + POS_BORN_TS, 8)
-        store = _be(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4), 8)
+        born = fs._be64(buf, p + POS_BORN_TS)
+        store = fs._be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
         out[3, j] = born
         out[4, j] = store
-        out[5, j] = _be(buf, p + POS_QUEUE_OFFSET, 8)
+        out[5, j] = fs._be64(buf, p + POS_QUEUE_OFFSET)
         out[6, j] = rows[i, 1]
         out[7, j] = rows[i, 3]
         out[8, j] = rows[i, 6]

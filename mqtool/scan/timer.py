@@ -15,8 +15,6 @@ UNIQ_KEY (``TimerMessageStore.convertMessage``). A unit's ``state``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -119,10 +117,6 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
             "delivered_offset": delivered,
         })
     return TimerReport(rows, timer.log.end, end)
-
-
-def timer_rows(store: Store, timer: TimerStore) -> Iterator[dict]:
-    yield from timer_report(store, timer).rows
 
 
 def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
