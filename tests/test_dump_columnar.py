@@ -218,3 +218,15 @@ def test_help_lists_commands_without_importing_them():
     loaded, listing = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n", 1)
     assert loaded == "['mqtool.cli.state']"
     assert all(f"  {name} " in listing for name in LAZY_COMMANDS)
+
+
+def test_a_lookup_loads_no_compiled_code():
+    """``dump --msg-id`` reads one record: neither numba nor the SIGBUS handler's set-up loads a compiler."""
+    path = store_path("5.3.3", "clean-small")
+    probe = manifest("5.3.3", "clean-small")["messages"][7]
+    code = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
+            f"sys.argv = ['mqtool', 'dump', {str(path)!r}, '--msg-id', {probe['msgId']!r}, '--format', 'jsonl']; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["offset"] == probe["commitLogOffset"]
+    assert proc.stderr.strip().splitlines()[-1] == "False"

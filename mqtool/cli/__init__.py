@@ -213,6 +213,9 @@ def _options(
       mqtool recover /data/rocketmq/store
     """
     State.debug, State.quiet = State.debug or debug, State.quiet or quiet
+    from ..store.mappedfile import exit_on_sigbus
+
+    exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
 
 
 # Commands registered the usual way (``app.command()(fn)``) are imported at start-up; prefer an

@@ -14,7 +14,6 @@ import typer
 
 from ..errors import EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
-from ..store.mappedfile import exit_on_sigbus
 from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, stderr
@@ -92,6 +91,5 @@ FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output 
 
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
-    exit_on_sigbus()  # a mapped file that shrinks or a full filesystem: one line and exit 3, not "Bus error"
     config = load_broker_config(broker_config) if broker_config else StoreConfig()
     return Store.open(path, config, broker_version)

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from ..formats.dispatch import parse_delay_levels
 from ..records import BodyEncoding
+from ..store.mappedfile import exit_on_sigbus
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from ..scan.batches import MessageBatchBuilder, with_edges
 from ..scan.filter import MessageFilter
@@ -42,6 +43,13 @@ class ScanTask:
         """The batch builder for this task's records (``options``: ``body``, ``columns``)."""
         return MessageBatchBuilder(self.broker, legacy_properties=self.legacy_properties, delay_table=parse_delay_levels(self.delay_levels), **options)
 
+    def scan(self, **options) -> SplitScan:
+        """The compiled walk of this task's split. In the Python worker, a failed read through
+        the map (the file shrank, a full filesystem) ends the worker with mqtool's one SIGBUS
+        line on its stderr, which Spark shows, rather than a bare "Bus error"."""
+        exit_on_sigbus()
+        return SplitScan(self.split, **options)
+
     def result(self, first: int | None, exit: int | None) -> SplitResult:
         return SplitResult((self.broker, self.split.base_offset), self.split.base_offset, self.split.offset, first, exit)
 
@@ -60,7 +68,7 @@ def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, col
     row carry ``split_edge``."""
     builder = task.builder(body=body, columns=columns)
     pending, first = None, True
-    for batch in SplitScan(task.split, check_crc=check_crc):
+    for batch in task.scan(check_crc=check_crc):
         built = builder.build(batch, task.split.offset)
         if pending is not None:
             yield with_edges(pending, first, False)
@@ -83,7 +91,7 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
     yields nothing; one whose records were all filtered out writes no file."""
     builder = task.builder(body=body, columns=MESSAGE_FILE_SCHEMA.names)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
-    scan = SplitScan(task.split, check_crc=True, batch=WRITE_BATCH)
+    scan = task.scan(check_crc=True, batch=WRITE_BATCH)
     rows_read = rows_written = pending_bytes = 0
     pending: list[pa.Table] = []
     writer = None
@@ -131,7 +139,7 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     first record and where its last ends (for the handoff check; a split with records but none
     kept yields one row with 0 messages)."""
     builder = task.builder(columns=list(dict.fromkeys([*STATS_INPUT, *match.columns()])))
-    scan = SplitScan(task.split, check_crc=True)
+    scan = task.scan(check_crc=True)
     partials = []
     for batch in scan:
         t = match.apply(pa.Table.from_batches([builder.build(batch, task.split.offset)]))

@@ -93,12 +93,12 @@ SIGBUS_MESSAGE = (
     b"mqtool: error: a store file could not be read through its memory map (SIGBUS: the file shrank while "
     b"mapped, or its filesystem is full, e.g. a full tmpfs); check the disk and run the command again\n"
 )
-_sigbus_handler = None  # the installed handler's address
+_sigbus_handled = False
 
 
 def sigbus_handled() -> bool:
     """Whether ``exit_on_sigbus`` was installed in this process (or the one it was forked from)."""
-    return _sigbus_handler is not None
+    return _sigbus_handled
 
 
 def exit_on_sigbus(*, worker: bool = False) -> None:
@@ -106,21 +106,14 @@ def exit_on_sigbus(*, worker: bool = False) -> None:
 
     A read through a map faults with SIGBUS when the file shrank after it was mapped, or when the
     kernel cannot supply its pages (a sparse file on a full tmpfs). Python cannot catch it: its
-    signal handler only sets a flag and returns to the faulting instruction. A compiled C
-    handler (numba ``cfunc``, cached) writes the line with ``write(2)`` and calls ``_exit(3)``,
-    both async-signal-safe. Forked workers inherit it; a worker whose parent waits for its
-    results installs the ``worker`` variant, which hands the signal to the parent instead."""
-    global _sigbus_handler
-    if _sigbus_handler is not None and not worker:
+    signal handler only sets a flag and returns to the faulting instruction. A C-callable handler
+    (``sigbus.py``) writes the line and calls ``_exit(3)``. Forked workers inherit it; a worker
+    whose parent waits for its results installs the ``worker`` variant, which hands the signal
+    to the parent instead."""
+    global _sigbus_handled
+    if _sigbus_handled and not worker:
         return
-    import ctypes
-    import signal
+    from .sigbus import install
 
-    from .sigbus import handler_address
-
-    libc = ctypes.CDLL(None)
-    install = libc.signal
-    install.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    install.restype = ctypes.c_void_p
-    _sigbus_handler = handler_address(worker)
-    install(signal.SIGBUS, _sigbus_handler)
+    install(SIGBUS_MESSAGE, worker=worker)
+    _sigbus_handled = True

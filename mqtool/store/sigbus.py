@@ -1,49 +1,47 @@
-"""The compiled SIGBUS handlers ``mappedfile.exit_on_sigbus`` installs (numba ``cfunc``).
+"""The SIGBUS handlers ``mappedfile.exit_on_sigbus`` installs: C-callable ``ctypes`` callbacks.
 
-They run in signal context on the faulting thread, so they call only ``write(2)``, ``kill(2)``,
-``getppid(2)`` and ``_exit(2)`` (async-signal-safe). A worker process (``verify --jobs``) does
-not print: it sends SIGBUS to its parent, whose handler prints the one line and exits, so the
-parent never waits for a result that will not come. Both are registered with LLVM under fixed names and linked by name, and
-the message is a constant compiled into the code, so numba can cache the handler on disk.
+A read through a map that faults re-executes the faulting instruction when a handler returns, so
+Python's own ``signal`` module (which only sets a flag and returns) cannot end it. These
+callbacks are C function pointers installed with ``signal(2)``; each ends the process without
+returning. They run on the faulting thread while it holds the GIL (a read of a mapped file from
+Python code, numpy or a compiled numba kernel, with or without ``nogil``), so ``ctypes`` takes
+the GIL it already has and the body does only two system calls: ``write(2)`` of a prepared
+line and ``_exit(2)``; nothing is flushed or freed. A worker process (``verify --jobs``) does not
+print: it sends SIGBUS to its parent, whose handler prints the one line and exits, so the parent
+never waits for a result that will not come.
+
+An earlier version compiled the same two calls with numba's ``cfunc``: loading numba cost
+0.5 s of start-up in every command that opens a store.
 """
 
 from __future__ import annotations
 
 import ctypes
-
-import numba
-import numpy as np
-from llvmlite import binding as llvm_binding
-from numba import types
+import os
+import signal
 
 from ..errors import EXIT_BAD_INPUT
-from .mappedfile import SIGBUS_MESSAGE
 
-_libc = ctypes.CDLL(None)
-llvm_binding.add_symbol("mqtool_write", ctypes.cast(_libc.write, ctypes.c_void_p).value)
-llvm_binding.add_symbol("mqtool_exit", ctypes.cast(_libc._exit, ctypes.c_void_p).value)
-llvm_binding.add_symbol("mqtool_kill", ctypes.cast(_libc.kill, ctypes.c_void_p).value)
-llvm_binding.add_symbol("mqtool_getppid", ctypes.cast(_libc.getppid, ctypes.c_void_p).value)
-_kill = types.ExternalFunction("mqtool_kill", types.int32(types.int32, types.int32))
-_getppid = types.ExternalFunction("mqtool_getppid", types.int32())
-_write = types.ExternalFunction("mqtool_write", types.intp(types.int32, types.voidptr, types.uintp))
-_exit = types.ExternalFunction("mqtool_exit", types.void(types.int32))
-
-_MESSAGE = np.frombuffer(SIGBUS_MESSAGE, dtype=np.uint8)
+_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
 _STDERR = 2
 
 
-@numba.cfunc(types.void(types.int32), cache=True)
-def _on_sigbus(signum):
-    _write(_STDERR, _MESSAGE.ctypes.data, _MESSAGE.size)
-    _exit(EXIT_BAD_INPUT)
+_installed: list = []  # the callbacks installed, kept alive: a collected callback would be a dangling pointer
 
 
-@numba.cfunc(types.void(types.int32), cache=True)
-def _on_sigbus_in_worker(signum):
-    _kill(_getppid(), signum)
-    _exit(EXIT_BAD_INPUT)
+def install(message: bytes, *, worker: bool) -> None:
+    """Install the handler for SIGBUS (``worker``: hand the signal to the parent instead)."""
 
+    def on_sigbus(signum: int) -> None:
+        if worker:
+            os.kill(os.getppid(), signum)
+        else:
+            os.write(_STDERR, message)
+        os._exit(EXIT_BAD_INPUT)
 
-def handler_address(worker: bool = False) -> int:
-    return (_on_sigbus_in_worker if worker else _on_sigbus).address
+    handler = _HANDLER(on_sigbus)
+    _installed.append(handler)
+    libc = ctypes.CDLL(None)
+    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.signal.restype = ctypes.c_void_p
+    libc.signal(signal.SIGBUS, ctypes.cast(handler, ctypes.c_void_p).value)
