@@ -54,12 +54,29 @@ def run(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
     return findings, summary
 
 
+FORKED: list[bool] = []  # whether the last --jobs 2 run took the forked cross-checks' findings
+
+
+def run_jobs(path: Path, jobs: int) -> tuple[list[dict], dict]:
+    with Store.open(path) as store:
+        v = Verification(store, VerifyOptions(jobs=jobs))
+        findings = [f.as_dict() for f in v.findings()]
+        summary = v.summary.as_dict()
+        FORKED[:] = [v.cross_checks_forked]
+    for volatile in ("elapsed_s", "throughput_bytes_per_s"):
+        summary.pop(volatile)
+    return findings, summary
+
+
 def same(path: Path, **options) -> list[dict]:
-    """Both engines' findings, asserted equal; returns them."""
+    """Both engines' findings, asserted equal, and with ``--jobs 2`` (the cross-checks forked
+    beside the commit log check) equal again; returns them."""
     columnar, columnar_summary = run(path, "columnar", **options)
     records, records_summary = run(path, "records", **options)
     assert columnar == records
     assert columnar_summary == records_summary
+    if not options:
+        assert run_jobs(path, 2) == (columnar, columnar_summary)
     return columnar
 
 
@@ -244,3 +261,34 @@ def test_a_record_the_compiled_dispatch_cannot_decide_goes_through_the_record_en
         f.write(b"\xff")
     found = same(root, checks=("cq", "index"))
     assert "cq-entry-mismatch" in kinds(found)
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_jobs_2_forks_the_cross_checks_and_their_findings_are_those_of_jobs_1(version, store_copy):
+    """Sound store: the forked process's findings are used (``--jobs 1`` never forks). A flipped
+    body byte (CRC) and a zeroed range: the findings are exactly those of ``--jobs 1``, whether
+    the parent kept the child's result or ran the cross-checks itself."""
+    root = FIXTURES / f"rocketmq-{version}" / "clean-small"
+    assert run_jobs(root, 1) and FORKED == [False]
+    assert run_jobs(root, 2) == run_jobs(root, 1)
+    run_jobs(root, 2)
+    assert FORKED == [True]
+    root = store_copy(version, "clean-small")
+    ordered = sorted(manifest(version, "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    victim = [m for m in ordered if m["bodyLength"] > 8][len(ordered) // 3]
+    at = victim["commitLogOffset"] + cl.header_size(victim["sysFlag"]) + victim["bodyLength"] // 2
+    segment = root / "commitlog" / f"{at - at % (1 << 20):020d}"
+    with open(segment, "r+b") as f:
+        f.seek(at % (1 << 20))
+        byte = f.read(1)[0]
+        f.seek(at % (1 << 20))
+        f.write(bytes([byte ^ 0x20]))
+    forked = run_jobs(root, 2)
+    assert "crc-mismatch" in kinds(forked[0])
+    assert forked == run_jobs(root, 1)
+    end = ordered[2 * len(ordered) // 3]["commitLogOffset"]
+    with open(root / "commitlog" / f"{end - end % (1 << 20):020d}", "r+b") as f:
+        f.seek(end % (1 << 20))
+        f.write(bytes(64))
+    forked = run_jobs(root, 2)
+    assert forked == run_jobs(root, 1)

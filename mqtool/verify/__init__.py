@@ -14,9 +14,10 @@ yields ``Finding``s as it goes and fills ``summary``:
 
 from __future__ import annotations
 
+import os
 import time
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Generator, Iterator
 
 from ..store import Store
 from ..store import fastscan as fs
@@ -36,6 +37,20 @@ Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
 
 __all__ = ["CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
+
+
+@dataclass
+class CrossCheckOutcome:
+    """What the cq and index checks tell the summary (their findings are yielded as they go)."""
+
+    records: int = 0
+    end: object = None  # the stream's ``ScanEnd``
+    last_timestamp: int | None = None
+    consume_queues: int | None = None
+    consume_queue_entries: int | None = None
+    index_files: int | None = None
+    index_entries: int | None = None
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,7 @@ class Verification:
         self.commitlog: CommitLogResult | None = None
         self.summary.notes.extend(unchecked_parts(store.root))
         self.cross_checks: list = []  # the cq and index checks of the last run
+        self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
 
     def _stage(self, name: str, total: int):
         if self.progress is None:
@@ -86,9 +102,23 @@ class Verification:
             self.summary.elapsed_s = time.perf_counter() - started
 
     def _run(self) -> Iterator[Finding]:
-        opts, store, summary = self.options, self.store, self.summary
+        opts, store = self.options, self.store
         start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
         stop = opts.to_offset
+        cross = [c for c in ("cq", "index") if c in opts.checks] if store.root is not None else []
+        forked = None
+        if opts.jobs > 1 and cross and "commitlog" in opts.checks and opts.from_offset is None and stop is None and hasattr(os, "fork"):
+            from .forked import ForkedCrossCheck
+
+            forked = ForkedCrossCheck(self, cross, start)
+        try:
+            yield from self._checks(start, stop, cross, forked)
+        finally:
+            if forked is not None:
+                forked.close()
+
+    def _checks(self, start: int, stop: int | None, cross: list[str], forked) -> Iterator[Finding]:
+        opts, store, summary = self.options, self.store, self.summary
         last_timestamp = None
         records = 0
         logical_end = None
@@ -102,26 +132,28 @@ class Verification:
             summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
             summary.notes.extend(check.notes)
             last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
-        cross = [c for c in ("cq", "index") if c in opts.checks]
-        if cross and store.root is not None and opts.from_offset is not None and start > store.commitlog.min_offset:
+        if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
-        if cross and store.root is not None:
-            stream = LogStream(store, start, stop)
-            total = (stop if stop is not None else logical_end if logical_end is not None else store.commitlog.end_of_files) - start
-            stream.progress = self._stage("cross-check", max(total, 0))
-            yield from self._cross_check(stream, cross, start, stop, logical_end)
+        if cross:
+            ahead = forked.result(logical_end, self._stage("cross-check", max(logical_end - start, 0))) if forked is not None else None
+            self.cross_checks_forked = ahead is not None
+            if ahead is not None:
+                outcome = yield from ahead.replay()
+            else:
+                outcome = yield from self._cross_check(cross, start, stop, logical_end)
+            self._take(outcome)
             if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
                 line = yield from lmq_findings(store, start, stop)
                 if line:
                     summary.notes.append(line)
             if last_timestamp is None:
-                last_timestamp, records = self._stream_last_ts, stream.records
-            if summary.logical_end is None and stream.end is not None:
-                summary.logical_end, summary.end_reason = stream.end.offset, stream.end.reason
+                last_timestamp, records = outcome.last_timestamp, outcome.records
+            if summary.logical_end is None and outcome.end is not None:
+                summary.logical_end, summary.end_reason = outcome.end.offset, outcome.end.reason
             if "commitlog" not in opts.checks:
-                summary.records = stream.records
-                summary.bytes = max((stream.end.offset if stream.end else start) - start, 0)
-        elif cross:
+                summary.records = outcome.records
+                summary.bytes = max((outcome.end.offset if outcome.end else start) - start, 0)
+        elif store.root is None and any(c in opts.checks for c in ("cq", "index")):
             summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
         if "checkpoint" in opts.checks and store.root is not None:
             if last_timestamp is None:
@@ -136,9 +168,15 @@ class Verification:
             if line:
                 summary.notes.append(line)
 
-    def _cross_check(self, stream: LogStream, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Iterator[Finding]:
-        store, summary = self.store, self.summary
+    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None, progress=None) -> Generator[Finding, None, CrossCheckOutcome]:
+        """The cq and index checks over one stream of the valid records (``LogStream``);
+        ``logical_end``: the commit log check's, when it ran first (else the end of the files)."""
+        store = self.store
+        stream = LogStream(store, start, stop)
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
+        total = (stop if stop is not None else end_guess) - start
+        stream.progress = progress or self._stage("cross-check", max(total, 0))
+        outcome = CrossCheckOutcome()
         checks = []
         columnar = self.options.engine == "columnar"
         if columnar:
@@ -156,30 +194,39 @@ class Verification:
         self.cross_checks = checks
         for check in checks:
             yield from check.take()
-        self._stream_last_ts = None
-        if self.options.engine == "records":
+        if columnar:
+            outcome.last_timestamp = yield from self._joined(stream, checks)
+        else:
             for batch in stream.batches():
                 for check in checks:
                     check.on_batch(batch)
                     yield from check.take()
-                self._stream_last_ts = batch[-1].store_timestamp
-        else:
-            yield from self._joined(stream, checks)
+                outcome.last_timestamp = batch[-1].store_timestamp
+        outcome.records, outcome.end = stream.records, stream.end
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         for check in checks:
             check.logical_end = end
             check.finish()
             yield from check.take()
             if "cq" in cross and check is checks[0]:
-                summary.consume_queues, summary.consume_queue_entries = check.queues, check.entries
+                outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
                 if check.batch_topics:
-                    summary.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
+                    outcome.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
                 if check.ext_addresses:
-                    summary.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
+                    outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
             else:
-                summary.index_files, summary.index_entries = len(check.files), check.entries
+                outcome.index_files, outcome.index_entries = len(check.files), check.entries
+        return outcome
 
-    def _joined(self, stream: LogStream, checks: list) -> Iterator[Finding]:
+    def _take(self, outcome: CrossCheckOutcome) -> None:
+        summary = self.summary
+        summary.notes.extend(outcome.notes)
+        if outcome.consume_queues is not None:
+            summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
+        if outcome.index_files is not None:
+            summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
+
+    def _joined(self, stream: LogStream, checks: list) -> Generator[Finding, None, int | None]:
         """The cross-checks as batch joins on record columns (``columns.py``); a batch a join
         declines goes through the record engine, so the findings are the same."""
         from ..recovery.dispatch import TopicTable
@@ -188,6 +235,7 @@ class Verification:
         from .logstream import records_of
 
         store = self.store
+        last = None
         topics, names = TopicTable(), {}
         delay_ms, legacy = delay_array(dict(store.delay_table)), store.legacy_properties
         for batch in stream.walk():
@@ -202,7 +250,8 @@ class Verification:
                     check.on_batch(records)
                     check.declined += 1
                 yield from check.take()
-            self._stream_last_ts = int(columns.store_ts[-1])
+            last = int(columns.store_ts[-1])
+        return last
 
     def _last_timestamp(self) -> tuple[int | None, int]:
         """Store time of the last valid record, from a walk of the last three segments."""
