@@ -10,28 +10,45 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, NamedTuple
-
-import numpy as np
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout, derive_whole
 from .mappedfile import MappedFile, offset_named_files
 
+if TYPE_CHECKING:
+    import numpy as np
+
 ENTRY_SIZE = fmt.ENTRY_SIZE
 _NUMPY_CODES = {"b": "i1", "h": "i2", "l": "i4", "i": "i4", "q": "i8"}
 
 
-def numpy_dtype(layout: FixedLayout) -> np.dtype:
+def numpy_dtype(layout: FixedLayout) -> "np.dtype":
     """The big-endian numpy record dtype of a derived fixed layout (same names, same bytes)."""
+    import numpy as np
+
     codes = layout.codec.format.lstrip(">")
     return np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
 
 
-UNIT_DTYPE = numpy_dtype(derive_whole(fmt.ConsumeQueueEntryStruct))
-"""A consume queue unit as a numpy record: ``phys_offset``, ``size``, ``tags_code``."""
-assert UNIT_DTYPE.itemsize == ENTRY_SIZE
+def unit_dtype() -> "np.dtype":
+    """A consume queue unit as a numpy record (``phys_offset``, ``size``, ``tags_code``), made on
+    first use: numpy loads only where units are read as arrays, not for a single lookup."""
+    global _unit_dtype
+    if _unit_dtype is None:
+        _unit_dtype = numpy_dtype(derive_whole(fmt.ConsumeQueueEntryStruct))
+        assert _unit_dtype.itemsize == ENTRY_SIZE
+    return _unit_dtype
+
+
+_unit_dtype = None
+
+
+def __getattr__(name: str):
+    if name == "UNIT_DTYPE":  # ``from .consumequeue import UNIT_DTYPE`` in the modules that use numpy anyway
+        return unit_dtype()
+    raise AttributeError(name)
 
 
 class QueueRecovery(NamedTuple):
@@ -120,6 +137,8 @@ class ConsumeQueue:
             last = self.read_entry(end // ENTRY_SIZE - 1)
             if last is not None and last.phys_offset < commitlog_min_offset:
                 return end // ENTRY_SIZE
+        import numpy as np
+
         base, path = self.files[0]
         units = self.units(path)[: max(end - base, 0) // ENTRY_SIZE]
         hits = np.flatnonzero(units["phys_offset"] >= commitlog_min_offset)
@@ -129,15 +148,19 @@ class ConsumeQueue:
 def read_units(path: Path, file_size: int) -> np.ndarray:
     """The units of one consume queue file as a read-only numpy view of its map (no copy; the
     map lives as long as the view). Only ``file_size`` bytes count, as the broker maps them."""
+    import numpy as np
+
     mf = MappedFile(path)
     count = min(mf.size, file_size) // ENTRY_SIZE
-    units = np.frombuffer(mf.buf, dtype=UNIT_DTYPE, count=count) if count else np.zeros(0, dtype=UNIT_DTYPE)
+    units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
     mf.close()
     return units
 
 
 def _first_invalid(units: np.ndarray) -> int:
     """Index of the first unit failing the broker's validity rule, or the count of units."""
+    import numpy as np
+
     bad = (units["phys_offset"] < 0) | (units["size"] <= 0)
     return int(np.argmax(bad)) if bad.any() else units.shape[0]
 
