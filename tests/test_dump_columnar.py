@@ -220,13 +220,16 @@ def test_help_lists_commands_without_importing_them():
     assert all(f"  {name} " in listing for name in LAZY_COMMANDS)
 
 
-def test_a_lookup_loads_no_compiled_code():
-    """``dump --msg-id`` reads one record: no compiled code (numba) and no numpy load for it."""
+@pytest.mark.parametrize("command", [["dump", "{store}", "--msg-id", "{msgId}", "--format", "jsonl"], ["query", "msg-id", "{store}", "{msgId}", "--format", "jsonl"],
+                                     ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"]])
+def test_a_lookup_loads_no_compiled_code(command):
+    """A lookup reads a few records: no compiled code (numba) and no numpy load for it."""
     path = store_path("5.3.3", "clean-small")
     probe = manifest("5.3.3", "clean-small")["messages"][7]
+    argv = [a.format(store=path, **probe) for a in command]
     code = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules or 'numpy' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
-            f"sys.argv = ['mqtool', 'dump', {str(path)!r}, '--msg-id', {probe['msgId']!r}, '--format', 'jsonl']; main()")
+            f"sys.argv = ['mqtool', *{argv!r}]; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["offset"] == probe["commitLogOffset"]
+    assert json.loads(proc.stdout.splitlines()[0])["offset"] == probe["commitLogOffset"]
     assert proc.stderr.strip().splitlines()[-1] == "False"

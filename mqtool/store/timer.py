@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from ..formats import timer as fmt
 from .mappedfile import MappedFile, file_size, offset_named_files
 
@@ -82,6 +80,8 @@ class TimerStore:
         """The slots of ``timerwheel`` ever used (time field non-zero), in slot order."""
         if self.wheel_path is None:
             return []
+        import numpy as np  # the wheel is read as an array; a lookup that never reads it does not load numpy
+
         with MappedFile(self.wheel_path) as mf:
             if not mf.size:
                 return []
