@@ -124,3 +124,24 @@ def test_batch_and_ext_units_are_symmetric():
     assert cq.ConsumeQueueExtUnitStruct.parse(ext).filter_bitmap == b"\xff" * 8
     assert cq.is_ext_address(cq.EXT_MAX_ADDRESS) and not cq.is_ext_address(-(2**31))
     assert cq.ext_address_to_offset(-(2**63) + 100) == 100
+
+
+def test_compiled_java_hash_equals_java_string_hash_at_every_length_and_alignment():
+    """``textscan.java_hash_utf8`` (four ASCII bytes at a time, then byte by byte) equals
+    ``java_string_hash`` for ASCII, 2-, 3- and 4-byte UTF-8 at every position, and composes."""
+    import numpy as np
+
+    from mqtool.store.textscan import java_hash_utf8
+
+    pieces = ["a", "Z", "0", " ", "é", "主", "😀", "~"]
+    rng = np.random.default_rng(7)
+    for length in range(0, 41):
+        for _ in range(6):
+            text = "".join(pieces[i] for i in rng.integers(0, len(pieces), length))
+            raw = np.frombuffer(b"xx" + text.encode() + b"yy", dtype=np.uint8)
+            h, units, ok = java_hash_utf8(raw, 2, raw.shape[0] - 2, np.int64(0))
+            assert ok and units == len(text.encode("utf-16-le")) // 2
+            assert h == java_string_hash(text) & 0xFFFFFFFF, text
+            cut = len(text[: length // 2].encode()) + 2
+            first, _, _ = java_hash_utf8(raw, 2, cut, np.int64(0))
+            assert java_hash_utf8(raw, cut, raw.shape[0] - 2, first)[0] == h  # the state carries on
