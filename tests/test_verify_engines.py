@@ -19,14 +19,14 @@ from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats import index as ixfmt
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.verify import cqjoin, index, logstream
+from mqtool.verify import columns, cqjoin, index, logstream
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)
     for p in FIXTURES.glob("rocketmq-*/*")
     if p.is_dir() and (p.parent / f"{p.name}.manifest.json").is_file()
 )
-SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3}
+SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "dispatch_chunk": 4, "topic_slots": 2}
 
 
 @pytest.fixture(params=["default", "small"])
@@ -35,6 +35,8 @@ def sizes(request, monkeypatch):
         monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])
         monkeypatch.setattr(cqjoin, "CHUNK_UNITS", SMALL["cq_chunk"])
         monkeypatch.setattr(index, "CHUNK_ENTRIES", SMALL["index_chunk"])
+        monkeypatch.setattr(columns, "CHUNK", SMALL["dispatch_chunk"])  # chunks of a batch, and
+        monkeypatch.setattr(columns, "TOPIC_SLOTS", SMALL["topic_slots"])  # chunks with more topics than slots
     return request.param
 
 

@@ -20,6 +20,10 @@ from ..recovery.dispatch import POW31, TopicTable
 from ..store import fastscan as fs
 
 
+CHUNK = 1024  # records dispatched and numbered by topic per call: about 1 MiB of 1 KiB records, in cache
+TOPIC_SLOTS = 256  # distinct topics ``local_topics`` numbers per call; a chunk with more is named record by record
+
+
 @dataclass
 class RecordColumns:
     offsets: np.ndarray  # commit log offset of each record
@@ -45,18 +49,21 @@ class RecordColumns:
         out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
         props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
         keys = np.empty(int(props_bytes.sum()) // 2 + 2 * n + 2, dtype=np.int64)
-        done, key_fill = fd.dispatch_rows(array, rows, 0, legacy, fd.SCHEDULE_TOPIC_BYTES, delay_ms, True, out, 0, keys, 0)
-        assert done == n, "the key buffer is sized for every record"
         topic_ids = np.empty(n, dtype=np.int32)
         local = np.empty(n, dtype=np.int64)
-        first = np.empty(min(n, 256), dtype=np.int64)
-        count = fd.local_topics(array, out, 0, n, local, first) if n else 0
-        if count >= 0:
-            ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
-            topic_ids[:] = np.asarray(ids, dtype=np.int32)[local]
-        else:  # more than 256 topics in one batch
-            for r, (p, k) in enumerate(out[:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()):
-                topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
+        first = np.empty(min(n, TOPIC_SLOTS), dtype=np.int64)
+        key_fill = 0
+        for lo in range(0, n, CHUNK):  # a chunk's records are still in cache when their topics are told apart
+            hi = min(n, lo + CHUNK)
+            done, key_fill = fd.dispatch_rows(array, rows[lo:hi], 0, legacy, fd.SCHEDULE_TOPIC_BYTES, delay_ms, True, out, lo, keys, key_fill)
+            assert done == hi - lo, "the key buffer is sized for every record"
+            count = fd.local_topics(array, out, lo, hi, local[lo:hi], first)
+            if count >= 0:
+                ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
+                topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
+            else:  # more than TOPIC_SLOTS topics in the chunk
+                for r, (p, k) in enumerate(out[lo:hi, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist(), lo):
+                    topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
         fd.finish_keys(out, 0, n, topic_ids, topics.state, POW31, keys)
         return cls(
             offsets=out[:, fd.F_POS] + batch.base_offset,
