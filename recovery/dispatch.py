@@ -14,7 +14,9 @@ checked byte for byte), and hands every record the fast path cannot decide to
 
 from __future__ import annotations
 
+import os
 import queue
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, NamedTuple
@@ -173,7 +175,7 @@ class DispatchScanner:
     """
 
     SUB_BATCH = 2048
-    BATCH = 1 << 16
+    BATCH = 1 << 15
 
     commitlog: CommitLog
     start: int
@@ -193,7 +195,7 @@ class DispatchScanner:
         if not self.threaded:
             yield from self._produce()
             return
-        channel: queue.Queue = queue.Queue(maxsize=4)
+        channel: queue.Queue = queue.Queue(maxsize=2)
         stop = threading.Event()
 
         def run() -> None:
@@ -366,29 +368,97 @@ class DispatchScanner:
 
 
 class DispatchCache:
-    """Dispatch batches a plan computed, kept (up to ``budget`` bytes) for an apply in the same
-    process, so the commit log range is walked and parsed once. Over budget it gives up and the
-    apply scans again; the result is the same either way. The budget bounds the memory a repair
-    holds whatever the store size (64 MiB: the batches of some 500,000 records)."""
+    """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
+    range is walked and parsed once.
 
-    def __init__(self, budget: int = 64 << 20):
+    The batches are spilled, only the columns the writers read (``SPILL_DTYPE``, about 61 bytes a
+    record plus 4 a key), to an unnamed temporary file (``tempfile``'s directory: page cache,
+    never fsynced, gone when the process ends) and read back one batch at a time, so the memory
+    a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
+    when the file cannot be written, it gives up and the apply walks the range again; the result
+    is the same either way (1 GiB: some 15 million records)."""
+
+    def __init__(self, budget: int = 1 << 30):
         self.budget = budget
         self.topics = TopicTable()
-        self.phases: dict[int, list[DispatchBatch]] = {}
+        self.phases: dict[int, list[tuple[int, int, int]]] = {}  # phase -> [(file offset, rows, keys)]
         self.nbytes = 0
         self.enabled = budget > 0
+        self._file = None
 
     def add(self, phase: int, batch: DispatchBatch) -> None:
         if not self.enabled:
             return
-        self.nbytes += batch.nbytes
-        if self.nbytes > self.budget:
-            self.enabled, self.phases = False, {}
+        keys = batch.keys
+        size = len(batch) * SPILL_DTYPE.itemsize + keys.size * 4
+        if self.nbytes + size > self.budget or (keys.size and (keys.min() < 0 or keys.max() > 0x7FFFFFFF)):
+            self._give_up()
             return
-        self.phases.setdefault(phase, []).append(batch)
+        rows = np.empty(len(batch), dtype=SPILL_DTYPE)
+        for name, col in SPILL_FIELDS:
+            rows[name] = batch.fields[:, col]
+        rows["topic_id"] = batch.topic_ids
+        try:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
+            offset = self.nbytes
+            self._file.write(rows.tobytes())
+            self._file.write(keys.astype(np.int32).tobytes())
+        except OSError:
+            self._give_up()
+            return
+        self.nbytes += size
+        self.phases.setdefault(phase, []).append((offset, len(batch), keys.size))
 
-    def batches(self, phase: int) -> list[DispatchBatch] | None:
-        return self.phases.get(phase, []) if self.enabled else None
+    def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
+        """The batches of ``phase`` in order (read back lazily), or None when the cache gave up."""
+        if not self.enabled:
+            return None
+        if self._file is not None:
+            self._file.flush()
+        return self._read(self.phases.get(phase, []))
+
+    def _read(self, entries: list[tuple[int, int, int]]) -> Iterator[DispatchBatch]:
+        for offset, n, n_keys in entries:
+            data = os.pread(self._file.fileno(), n * SPILL_DTYPE.itemsize + n_keys * 4, offset)
+            rows = np.frombuffer(data, dtype=SPILL_DTYPE, count=n)
+            fields = np.zeros((n, fd.N_FIELDS), dtype=np.int64)
+            for name, col in SPILL_FIELDS:
+                fields[:, col] = rows[name]
+            counts = fields[:, fd.F_KEY_COUNT]
+            fields[:, fd.F_KEY_START] = np.cumsum(counts) - counts
+            keys = np.frombuffer(data, dtype=np.int32, count=n_keys, offset=n * SPILL_DTYPE.itemsize).astype(np.int64)
+            yield DispatchBatch(fields, keys, rows["topic_id"].copy())
+
+    def _give_up(self) -> None:
+        self.enabled, self.phases = False, {}
+        self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+# what a DispatchCache keeps of a batch: the columns the consume queue and index writers (and the
+# LMQ dispatch) read; the topic byte columns are replaced by the topic id, the key starts are the
+# running sum of the key counts
+SPILL_FIELDS = (
+    ("pos", fd.F_POS),
+    ("queue_id", fd.F_QUEUE_ID),
+    ("queue_offset", fd.F_QUEUE_OFFSET),
+    ("phys", fd.F_PHYS),
+    ("size", fd.F_SIZE),
+    ("sys_flag", fd.F_SYS_FLAG),
+    ("store_ts", fd.F_STORE_TS),
+    ("tags", fd.F_TAGS),
+    ("key_count", fd.F_KEY_COUNT),
+    ("flags", fd.F_FLAGS),
+)
+SPILL_DTYPE = np.dtype(
+    [("pos", "<i8"), ("queue_id", "<i4"), ("queue_offset", "<i8"), ("phys", "<i8"), ("size", "<i4"), ("sys_flag", "<i4"),
+     ("store_ts", "<i8"), ("tags", "<i8"), ("key_count", "<i4"), ("flags", "i1"), ("topic_id", "<i4")]
+)
 
 TAGS_DELIVERY_TIME = "delivery-time"
 TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet

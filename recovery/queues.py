@@ -65,7 +65,7 @@ class QueueSim:
     last_added: tuple[int, int] | None = None
     cut_units: int = 0  # units removed by truncateDirtyLogicFiles
     resurrected_units: int = 0  # stale units past the write position it brings back
-    _chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed (pos, phys, size)
+    _chunks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed runs (first pos, phys, size): consecutive units
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
     _kept: int = 0  # placed units held in _chunks
 
@@ -138,8 +138,8 @@ class QueueSim:
             start, stop = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO])
             self.fillers += (stop - start) // ENTRY
             self._new_file(start - start % self.file_size)
-            fpos = np.arange(start, stop, ENTRY, dtype=np.int64)
-            self._chunks.append((fpos, np.zeros_like(fpos), np.full_like(fpos, cqfmt.FILLER[1])))
+            count = (stop - start) // ENTRY
+            self._chunks.append((start, np.zeros(count, dtype=np.int64), np.full(count, cqfmt.FILLER[1], dtype=np.int32)))
         if not placed:
             return 0
         keep = pos >= 0
@@ -150,7 +150,7 @@ class QueueSim:
         self.added += placed
         for base in range(int(kp[0] - kp[0] % self.file_size), int(kp[-1]) + 1, self.file_size):  # positions are consecutive
             self._new_file(base)
-        self._chunks.append((kp, kphys.astype(np.int64), ksize.astype(np.int64)))
+        self._chunks.append((int(kp[0]), kphys.astype(np.int64), ksize.astype(np.int32)))  # placed positions are consecutive
         self._kept += placed
         if self._kept > max(2 * self.file_size // ENTRY, self.PRUNE_MIN):
             self._prune()
@@ -160,14 +160,9 @@ class QueueSim:
         """Keep placed units only where later steps read them: the first file (min offset) and
         the last (the truncate walk; it never deletes a file holding placed units, since every
         dispatched record lies before the cut)."""
-        keep = {min(self.files), max(self.files)}
-        pruned = []
-        for pos, phys, size in self._chunks:
-            sel = np.isin(pos - pos % self.file_size, list(keep))
-            if sel.any():
-                pruned.append((pos[sel], phys[sel], size[sel]))
-        self._chunks = pruned
-        self._kept = sum(len(c[0]) for c in pruned)
+        keep = sorted({min(self.files), max(self.files)})
+        self._chunks = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
+        self._kept = sum(len(c[1]) for c in self._chunks)
 
     def _new_file(self, base: int) -> None:
         self._overlay.add(base)
@@ -186,11 +181,11 @@ class QueueSim:
         else:
             phys = np.zeros(count, dtype=np.int64)
             size = np.zeros(count, dtype=np.int64)
-        for pos, ph, sz in self._chunks:
-            sel = (pos >= base) & (pos < base + count * ENTRY)
-            if sel.any():
-                at = (pos[sel] - base) // ENTRY
-                phys[at], size[at] = ph[sel], sz[sel]
+        for chunk in self._chunks:
+            part = _clip(chunk, base, base + count * ENTRY)
+            if part is not None:
+                at = (part[0] - base) // ENTRY
+                phys[at : at + len(part[1])], size[at : at + len(part[1])] = part[1], part[2]
         return phys, size
 
     def truncate(self, phy_offset: int) -> None:
@@ -219,7 +214,7 @@ class QueueSim:
     def _delete(self, base: int) -> None:
         kind = self.files.pop(base)
         self._overlay.discard(base)
-        self._chunks = [(p[m], ph[m], sz[m]) for p, ph, sz in self._chunks for m in [(p < base) | (p >= base + self.file_size)] if m.any()]
+        self._chunks = [part for chunk in self._chunks for lo, hi in ((-1, base), (base + self.file_size, 1 << 62)) for part in [_clip(chunk, lo, hi)] if part is not None]
         if kind == "original":
             self.deleted.add(base)
             self.cut_units += int(np.count_nonzero(self._view(base)["size"] != 0))
@@ -280,3 +275,15 @@ class QueueSim:
         phys, _ = self._file_units(first, min(end - first, self.file_size) // ENTRY)
         hits = phys >= commitlog_min_offset
         return first // ENTRY + int(np.argmax(hits)) if hits.any() else 0
+
+
+def _clip(chunk: tuple[int, np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """The units of a run of consecutive placed units that lie in logical positions ``[lo, hi)`` (None if none)."""
+    start, phys, size = chunk
+    a = min(max(-(-(lo - start) // ENTRY), 0), len(phys))
+    b = min(max(-(-(hi - start) // ENTRY), 0), len(phys))
+    if b <= a:
+        return None
+    if b - a == len(phys):
+        return chunk
+    return start + a * ENTRY, phys[a:b].copy(), size[a:b].copy()  # copies: a pruned run frees the rest

@@ -352,7 +352,7 @@ class Worker:
 
     def __init__(self, fn, state):
         self.fn, self.state = fn, state
-        self.items: queue.Queue = queue.Queue(maxsize=8)
+        self.items: queue.Queue = queue.Queue(maxsize=2)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="mqtool-apply", daemon=True) if fn else None
 
