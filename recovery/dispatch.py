@@ -19,6 +19,7 @@ import queue
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
@@ -92,22 +93,17 @@ class DispatchBatch:
     def sizes(self) -> np.ndarray:
         return self.fields[:, fd.F_SIZE]
 
-    @property
+    @cached_property
     def to_consume_queue(self) -> np.ndarray:
         """NOT_TYPE and COMMIT records only (``CommitLogDispatcherBuildConsumeQueue``)."""
         tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
         return (tran == clfmt.TransactionType.NOT_TYPE) | (tran == clfmt.TransactionType.COMMIT)
 
-    @property
+    @cached_property
     def to_index(self) -> np.ndarray:
         """Everything but ROLLBACK (``IndexService.buildIndex``)."""
         tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
         return tran != clfmt.TransactionType.ROLLBACK
-
-    def queue_columns(self, rows: np.ndarray, tags: bool = False) -> tuple[np.ndarray, ...]:
-        """QUEUEOFFSET, PHYSICALOFFSET, TOTALSIZE (and the tags code) of ``rows``, contiguous."""
-        cols = (fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE) + ((fd.F_TAGS,) if tags else ())
-        return tuple(np.ascontiguousarray(self.fields[rows, c]) for c in cols)
 
     @property
     def multi_dispatch(self) -> int:
@@ -371,7 +367,7 @@ class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
     range is walked and parsed once.
 
-    The batches are spilled, only the columns the writers read (``SPILL_DTYPE``, about 61 bytes a
+    The batches are spilled, only the columns the writers read (``SPILL_COLUMNS``, 61 bytes a
     record plus 4 a key), to an unnamed temporary file (``tempfile``'s directory: page cache,
     never fsynced, gone when the process ends) and read back one batch at a time, so the memory
     a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
@@ -390,20 +386,18 @@ class DispatchCache:
         if not self.enabled:
             return
         keys = batch.keys
-        size = len(batch) * SPILL_DTYPE.itemsize + keys.size * 4
+        size = len(batch) * SPILL_ROW_BYTES + keys.size * 4
         if self.nbytes + size > self.budget or (keys.size and (keys.min() < 0 or keys.max() > 0x7FFFFFFF)):
             self._give_up()
             return
-        rows = np.empty(len(batch), dtype=SPILL_DTYPE)
-        for name, col in SPILL_FIELDS:
-            rows[name] = batch.fields[:, col]
-        rows["topic_id"] = batch.topic_ids
         try:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
             offset = self.nbytes
-            self._file.write(rows.tobytes())
-            self._file.write(keys.astype(np.int32).tobytes())
+            for col, dtype in SPILL_COLUMNS:
+                self._file.write(batch.fields[:, col].astype(dtype).data)
+            self._file.write(batch.topic_ids.astype(np.int32).data)
+            self._file.write(keys.astype(np.int32).data)
         except OSError:
             self._give_up()
             return
@@ -420,15 +414,17 @@ class DispatchCache:
 
     def _read(self, entries: list[tuple[int, int, int]]) -> Iterator[DispatchBatch]:
         for offset, n, n_keys in entries:
-            data = os.pread(self._file.fileno(), n * SPILL_DTYPE.itemsize + n_keys * 4, offset)
-            rows = np.frombuffer(data, dtype=SPILL_DTYPE, count=n)
+            data = os.pread(self._file.fileno(), n * SPILL_ROW_BYTES + n_keys * 4, offset)
             fields = np.zeros((n, fd.N_FIELDS), dtype=np.int64)
-            for name, col in SPILL_FIELDS:
-                fields[:, col] = rows[name]
+            at = 0
+            for col, dtype in SPILL_COLUMNS:
+                fields[:, col] = np.frombuffer(data, dtype=dtype, count=n, offset=at)
+                at += n * np.dtype(dtype).itemsize
+            topic_ids = np.frombuffer(data, dtype=np.int32, count=n, offset=at).copy()
+            keys = np.frombuffer(data, dtype=np.int32, count=n_keys, offset=at + 4 * n).astype(np.int64)
             counts = fields[:, fd.F_KEY_COUNT]
             fields[:, fd.F_KEY_START] = np.cumsum(counts) - counts
-            keys = np.frombuffer(data, dtype=np.int32, count=n_keys, offset=n * SPILL_DTYPE.itemsize).astype(np.int64)
-            yield DispatchBatch(fields, keys, rows["topic_id"].copy())
+            yield DispatchBatch(fields, keys, topic_ids)
 
     def _give_up(self) -> None:
         self.enabled, self.phases = False, {}
@@ -440,25 +436,23 @@ class DispatchCache:
             self._file = None
 
 
-# what a DispatchCache keeps of a batch: the columns the consume queue and index writers (and the
-# LMQ dispatch) read; the topic byte columns are replaced by the topic id, the key starts are the
+# what a DispatchCache keeps of a batch, column by column: the columns the consume queue and index
+# writers (and the LMQ dispatch) read, then the topic ids (int32) and the keys (int32: a finished
+# index key hash is below 2**31); the topic byte columns are not kept, the key starts are the
 # running sum of the key counts
-SPILL_FIELDS = (
-    ("pos", fd.F_POS),
-    ("queue_id", fd.F_QUEUE_ID),
-    ("queue_offset", fd.F_QUEUE_OFFSET),
-    ("phys", fd.F_PHYS),
-    ("size", fd.F_SIZE),
-    ("sys_flag", fd.F_SYS_FLAG),
-    ("store_ts", fd.F_STORE_TS),
-    ("tags", fd.F_TAGS),
-    ("key_count", fd.F_KEY_COUNT),
-    ("flags", fd.F_FLAGS),
+SPILL_COLUMNS = (
+    (fd.F_POS, "<i8"),
+    (fd.F_QUEUE_ID, "<i4"),
+    (fd.F_QUEUE_OFFSET, "<i8"),
+    (fd.F_PHYS, "<i8"),
+    (fd.F_SIZE, "<i4"),
+    (fd.F_SYS_FLAG, "<i4"),
+    (fd.F_STORE_TS, "<i8"),
+    (fd.F_TAGS, "<i8"),
+    (fd.F_KEY_COUNT, "<i4"),
+    (fd.F_FLAGS, "i1"),
 )
-SPILL_DTYPE = np.dtype(
-    [("pos", "<i8"), ("queue_id", "<i4"), ("queue_offset", "<i8"), ("phys", "<i8"), ("size", "<i4"), ("sys_flag", "<i4"),
-     ("store_ts", "<i8"), ("tags", "<i8"), ("key_count", "<i4"), ("flags", "i1"), ("topic_id", "<i4")]
-)
+SPILL_ROW_BYTES = sum(np.dtype(t).itemsize for _, t in SPILL_COLUMNS) + 4
 
 TAGS_DELIVERY_TIME = "delivery-time"
 TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet
@@ -497,8 +491,9 @@ def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:
     return DispatchBatch(fields, keys, batch.topic_ids[idx])
 
 
-def queue_groups(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, int, np.ndarray]]:
-    """``(topic, queue id, row indexes)`` of the records each consume queue receives, in order."""
+def _queue_runs(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, int, np.ndarray, int, int]]:
+    """``(topic, queue id, order, lo, hi)``: ``order[lo:hi]`` are the rows one consume queue receives, in order;
+    the queues' runs follow each other in ``order``."""
     n = len(batch)
     if n == 0:
         return
@@ -506,10 +501,12 @@ def queue_groups(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, 
     order = np.empty(n, dtype=np.int64)
     starts = np.empty(n + 1, dtype=np.int64)
     groups, group_keys = fd.group_rows(keys, batch.to_consume_queue, order, starts)
-    for g in range(groups):
-        key = int(group_keys[g])
+    for g, key in enumerate(group_keys.tolist()):
         queue_id = key & 0xFFFFFFFF
-        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order[starts[g] : starts[g + 1]]
+        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order, int(starts[g]), int(starts[g + 1])
+
+
+_CQ_COLUMNS = [fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_TAGS]
 
 
 class MultiDispatch(NamedTuple):
@@ -524,8 +521,12 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
     the extra LMQ entries."""
-    for topic, queue_id, rows in queue_groups(batch, names):
-        yield topic, queue_id, batch.queue_columns(rows, tags=True)
+    columns = None
+    for topic, queue_id, order, lo, hi in _queue_runs(batch, names):
+        if columns is None:  # the four columns of every queued row, grouped by queue: one gather per batch
+            rows = batch.fields.take(order[: int(np.count_nonzero(batch.to_consume_queue))], axis=0)
+            columns = np.ascontiguousarray(rows[:, _CQ_COLUMNS].T)
+        yield topic, queue_id, (columns[0, lo:hi], columns[1, lo:hi], columns[2, lo:hi], columns[3, lo:hi])
     if multi is not None:
         yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
 
