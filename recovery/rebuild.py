@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import Iterator
 
 from ..errors import BadInput
 from ..formats import checkpoint as cpfmt
 from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
-from .dispatch import TAGS_DELIVERY_TIME, DispatchCache, TopicTable, consume_queue_entries, phase_scanner
+from ..store.commitlog import ScanEnd, StopReason
+from .dispatch import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
 from .pieces import (
     DEFAULT_GEOMETRY,
     config_options,
@@ -37,8 +39,8 @@ from .startfile import abnormal_start, normal_start
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
-def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[int, str, list[str]]:
-    """The commit log's valid end as the broker's recovery would find it (no dispatch)."""
+def _recovery_start(store: Store, rules: RecoveryRules) -> tuple[int, list[str]]:
+    """Where the broker's recovery would start scanning (a segment's first offset), with notes."""
     cl = store.commitlog
     notes = []
     if store.abort_present:
@@ -48,32 +50,60 @@ def _valid_end(store: Store, rules: RecoveryRules, topics: TopicTable) -> tuple[
     else:
         max_cq = max((QueueSim.load(q).recovered_max_phys for q in store.consume_queues), default=-1)
         start = normal_start(cl, rules, max_cq)
-    scanner = phase_scanner(
-        cl, start.offset, None, discipline="recovery", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-        legacy_properties=rules.legacy_properties, index_enable=False, check_crc=store.config.check_crc_on_recover, topics=topics,
-    )
-    for _ in scanner:
-        pass
-    end = scanner.end
-    if not end.is_clean:
-        notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
-    return end.offset, start.rule, notes
+    return start.offset, notes
 
 
-def _rebuild_scan(store: Store, cache: DispatchCache | None, *, index: bool):
-    """What both rebuilds start from: the version's rules, the commit log's valid end (with
-    notes), and a reput-discipline scanner (no CRC, as the broker's reput) from the first
-    segment to that end."""
-    store.path()
-    rules = RecoveryRules(store_version(store)[0])
-    end, _rule, notes = _valid_end(store, rules, TopicTable())
-    topics = cache.topics if cache is not None else TopicTable()
-    cl = store.commitlog
-    scanner = phase_scanner(
-        cl, cl.min_offset, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-        legacy_properties=rules.legacy_properties, index_enable=index, check_crc=False, topics=topics,
-    )
-    return rules, end, notes, topics, scanner
+class RebuildScan:
+    """The dispatch both rebuilds write: the reput (``ReputMessageService``, no CRC, §8.12) of every
+    record from the first segment to the valid end the broker's recovery would find (§8.3).
+
+    One walk: the recovery scan from its start segment both finds that end and dispatches the records
+    before it (each passed every recovery check, so the reput dispatches exactly these); a reput scan
+    covers the segments before the start first. Only when that reput skips a record whose TOTALSIZE
+    reaches past the start segment's first offset does the recovery scan run on its own (to find the
+    end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
+
+    def __init__(self, store: Store, rules: RecoveryRules, topics: TopicTable, *, index: bool):
+        self.store, self.rules, self.topics, self.index = store, rules, topics, index
+        self.start, self.notes = _recovery_start(store, rules)
+        self.end: ScanEnd | None = None
+        self.skipped: list[ScanEnd] = []
+
+    def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool) -> DispatchScanner:
+        recovery = discipline == "recovery"
+        return phase_scanner(
+            self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
+            legacy_properties=self.rules.legacy_properties, index_enable=index, check_crc=recovery and self.store.config.check_crc_on_recover,
+            topics=self.topics,
+        )
+
+    def __iter__(self) -> Iterator[DispatchBatch]:
+        cl = self.store.commitlog
+        if self.start > cl.min_offset:
+            head = self._scanner(cl.min_offset, self.start, "reput", index=self.index)
+            yield from head
+            self.skipped += head.skipped
+            over = head.end
+            if over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
+                self.skipped.append(over)
+                recovery = self._scanner(self.start, None, "recovery", index=False)
+                for _ in recovery:
+                    pass
+                self._found(recovery.end)
+                resume = over.offset + over.total_size
+                if resume < self.end.offset:
+                    tail = self._scanner(resume, self.end.offset, "reput", index=self.index)
+                    yield from tail
+                    self.skipped += tail.skipped
+                return
+        recovery = self._scanner(self.start, None, "recovery", index=self.index)
+        yield from recovery
+        self._found(recovery.end)
+
+    def _found(self, end: ScanEnd) -> None:
+        self.end = end
+        if not end.is_clean:
+            self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
 
 
 def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
@@ -91,7 +121,10 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     §8.12): every record from the first segment to the valid end, tags code = delivery time for
     delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
     The selected queues' files are replaced; files the rebuild does not produce are deleted."""
-    rules, end, notes, topics, scanner = _rebuild_scan(store, cache, index=False)
+    store.path()
+    rules = RecoveryRules(store_version(store)[0])
+    topics = cache.topics if cache is not None else TopicTable()
+    scanner = RebuildScan(store, rules, topics, index=False)
     cl = store.commitlog
     allowed = None
     if options.respect_topic_config:
@@ -126,6 +159,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
             if sim is None:
                 sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
             counts.cq += sim.place(*columns[:3])
+    end, notes = scanner.end.offset, scanner.notes
     for skipped_record in scanner.skipped:
         notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
     for topic, n in sorted(skipped.items()):
@@ -156,8 +190,11 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     (every record from the first segment to the valid end; ROLLBACK records skipped). New files
     are named from the store time of their first record. The checkpoint's indexMsgTimestamp
     becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
-    rules, end, notes, _topics, scanner = _rebuild_scan(store, cache, index=True)
+    store.path()
+    rules = RecoveryRules(store_version(store)[0])
+    scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
     cl = store.commitlog
+    notes = []
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
     old = store.index_files
@@ -167,6 +204,7 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
         feed_index(batch, writer, counts)
         if cache is not None:
             cache.add(0, batch)
+    end, notes = scanner.end.offset, scanner.notes + notes
     index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset)
     index_plan = replace(index_plan, files=tuple(replace(f, reason="replaced by the rebuild") if f.action == "delete" else f for f in index_plan.files))
     actions += write_action(False, any(f.action == "create" for f in index_plan.files))
