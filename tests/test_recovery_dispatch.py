@@ -4,12 +4,14 @@ on hand-made records that force its fallback (malformed UTF-8, odd DELAY values,
 
 from __future__ import annotations
 
+import numba
+import numpy as np
 import pytest
 from conftest import VERSIONS, store_path
 
 from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
-from mqtool.formats.hashing import index_key_hash
+from mqtool.formats.hashing import index_key_hash, java_string_hash
 from mqtool.recovery import fastdispatch as fd
 from mqtool.formats.dispatch import java_parse_int
 from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner
@@ -142,3 +144,22 @@ def test_multi_dispatch_records_are_flagged(tmp_path):
     with Store.open(build(tmp_path, props)) as store:
         batches = list(DispatchScanner(store.commitlog, 0, None, DispatchOptions(store.delay_table)))
     assert sum(b.multi_dispatch for b in batches) == 1
+
+
+
+@numba.njit
+def _hash_inner(buf):
+    return fd._hash_utf8(buf, 1, buf.shape[0] - 1)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "T", "Ta", "TagA", "TagAB", "A1D990BC856629E4C99D4FA1BE000000", "k000000080", "ü", "aü", "abü", "Tópico-主题-тема", "x😀", "😀y", "ab" * 300 + "é"],
+)
+def test_hash_of_a_value_equals_java_string_hash(text):
+    """The two-bytes-a-step ASCII prefix then ``java_hash_utf8``: Java's hash and UTF-16 length
+    of a value between property separators."""
+    raw = np.frombuffer(b"\x01" + text.encode("utf-8") + b"\x02", dtype=np.uint8)
+    h, units, ok = _hash_inner(raw)
+    assert ok and units == len(text.encode("utf-16-be")) // 2
+    assert h == java_string_hash(text) & 0xFFFFFFFF
