@@ -30,7 +30,7 @@ _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _PHYS = fmt.PHYS_OFFSET_POSITION
 _V1 = (fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
 _V2_LAST = (fmt.MESSAGE_MAGIC_V2 & 0xFF)
-WINDOW = 64 << 20  # bytes searched for a record start between page releases
+WINDOW = 8 << 20  # bytes searched for a record start between page releases (what stays resident)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -180,7 +180,7 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         pos = nxt
 
 
-def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = 1 << 24) -> int:
+def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = WINDOW) -> int:
     total = 0
     for p in range(start, stop, chunk):
         total += int(np.count_nonzero(array[p : min(p + chunk, stop)]))
