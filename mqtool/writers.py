@@ -290,7 +290,7 @@ def parallel(fn, items, workers: int = 8) -> None:
 H_BEGIN_TS, H_END_TS, H_BEGIN_PHY, H_END_PHY, H_SLOT_COUNT, H_INDEX_COUNT, H_PUT, H_SCRATCH = range(8)
 ROLL_NEEDED, BATCH_DONE = 1, 0
 PREFETCH = 16  # keys ahead whose hash slot is loaded early
-RELEASE_BYTES = 16 << 20  # written index entries dropped from the map in runs of this size
+RELEASE_BYTES = 4 << 20  # written index entries dropped from the map in runs of this size
 
 
 @numba.njit(cache=True, nogil=True)

@@ -36,6 +36,7 @@ from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, write_pending
+from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, zero_range
 
 
@@ -408,6 +409,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, prog
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or `mqtool restore {pending} --yes`")
     if verify_inputs:
         check_inputs(root, plan)
+    release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
     except OSError as exc:

@@ -17,6 +17,7 @@ import typer
 
 from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
 from ..apply.executor import hold_store_lock
+from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, Refused, StoreInUse
 from ..recovery.dispatch import DispatchCache
@@ -170,6 +171,7 @@ def recover(
 def with_verify_after(store, plan: Plan) -> Plan:
     """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
     minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
+    release_free_heap()  # what the plan's dispatch freed, before verify's own working set
     findings, run = rp.verify_findings(store)
     after = rp.triage(rp.predict_after_recovery(findings, plan), run.commitlog.last_timestamp if run.commitlog else None)
     return replace(plan, verify_after=tuple(rp.expected_after(after)))

@@ -1,0 +1,24 @@
+"""Give the C heap's freed pages back to the system before a phase that needs memory.
+
+A plan's dispatch allocates and frees some hundred megabytes of numpy batches, many of them in
+the malloc arena of the thread that walked the commit log; glibc keeps such freed pages mapped
+(they count in the resident size) until ``malloc_trim``. Called between a plan and its apply (and
+before ``recover``'s verify-after run), it keeps the next phase's peak at its own working set:
+on a 2 GiB ``recover --abnormal`` some 30-60 MB. Does nothing where the C library has no
+``malloc_trim``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+
+
+def release_free_heap() -> None:
+    gc.collect()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
