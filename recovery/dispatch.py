@@ -524,8 +524,10 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     columns = None
     for topic, queue_id, order, lo, hi in _queue_runs(batch, names):
         if columns is None:  # the four columns of every queued row, grouped by queue: one gather per batch
-            rows = batch.fields.take(order[: int(np.count_nonzero(batch.to_consume_queue))], axis=0)
-            columns = np.ascontiguousarray(rows[:, _CQ_COLUMNS].T)
+            queued = order[: int(np.count_nonzero(batch.to_consume_queue))]
+            columns = np.empty((len(_CQ_COLUMNS), queued.shape[0]), dtype=np.int64)
+            for i, col in enumerate(_CQ_COLUMNS):
+                np.take(batch.fields[:, col], queued, out=columns[i])
         yield topic, queue_id, (columns[0, lo:hi], columns[1, lo:hi], columns[2, lo:hi], columns[3, lo:hi])
     if multi is not None:
         yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
