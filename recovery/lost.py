@@ -142,8 +142,8 @@ def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf) -> int
     q = start
     while True:
         w = min(size, q + WINDOW + tail)
-        # a window of zeros holds no record start (a magic code has no zero byte): numpy tells at memory speed
-        found = next_self_offset(array[:w], q, base, accept_v2) if array[q:w].any() else -1
+        # a window of zeros holds no record start (a magic code has no zero byte): numpy max() tells fastest
+        found = next_self_offset(array[:w], q, base, accept_v2) if array[q:w].max() else -1
         if found >= 0 or w == size:
             return found
         searched = w - tail + 1  # every q' < searched was tried
