@@ -2,7 +2,7 @@
 all be rebuilt, against baselines measured in the same run.
 
     python bench/bench_recover.py --size 2g                  # the lead's full run
-    python bench/bench_recover.py --size 256m --segment-size 64m
+    python bench/bench_recover.py --size 256m --segment-size 64m --out /tmp/x
 
 The store comes from ``bench/make_store.py`` (generated once under ``bench/out/``, 1 KiB records
 by default). Each measured run works on a fresh crashed copy of it: commit log segments
@@ -185,10 +185,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     p.add_argument("--python-mib", type=int, default=32, help="MiB the plain Python baseline runs on (extrapolated)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--out", type=Path, default=make_store.OUT, help="where the store and the crashed copies go (default bench/out)")
     a = p.parse_args(argv)
     spec = make_store.spec_from_args(a)
-    base = make_store.ensure_store(spec, log=lambda m: print(m, file=sys.stderr))
-    work = make_store.OUT / f"recover-work-{spec.name}"
+    base = make_store.ensure_store(spec, a.out, log=lambda m: print(m, file=sys.stderr))
+    work = a.out / f"recover-work-{spec.name}"
     end = logical_end(base)
     data = end - 0
     warm(base)
