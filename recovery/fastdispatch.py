@@ -138,23 +138,6 @@ def _fingerprint(buf, p, n):
     return np.int64(x ^ (x >> np.uint64(29)))
 
 
-@numba.njit(inline="always")
-def _hash_utf8(buf, start, end):
-    """``java_hash_utf8`` from state 0, its ASCII prefix two bytes a step (``h * 31**2 + c0 * 31 +
-    c1``: half the chain of dependent multiplies), the rest by ``java_hash_utf8`` itself."""
-    h = np.int64(0)
-    i = start
-    while i + 1 < end:
-        c0 = np.int64(buf[i])
-        c1 = np.int64(buf[i + 1])
-        if (c0 | c1) >= 0x80:
-            break
-        h = (h * 961 + c0 * 31 + c1) & M32
-        i += 2
-    h, units, ok = java_hash_utf8(buf, i, end, h)
-    return h, units + (i - start), ok  # an ASCII byte is one UTF-16 unit
-
-
 @numba.njit(cache=True, nogil=True)
 def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, out_base, keys, key_fill):
     """Fill ``out[out_base + r]`` for ``rows[first_row:]`` and append partial key hashes to
@@ -232,7 +215,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             i = j + 1
         tags = np.int64(0)
         if tags_s >= 0:
-            h, _, ok = _hash_utf8(buf, tags_s, tags_e)
+            h, _, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
             if not ok:
                 flags |= FLAG_FALLBACK
             tags = _signed(h, 32)
@@ -249,7 +232,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         count = 0
         if index_enable and (sys_flag & TRAN_MASK) != TRAN_ROLLBACK:
             if uniq_s >= 0:
-                h, units, ok = _hash_utf8(buf, uniq_s, uniq_e)
+                h, units, ok = java_hash_utf8(buf, uniq_s, uniq_e, np.int64(0))
                 if not ok:
                     flags |= FLAG_FALLBACK
                 keys[key_fill + count] = (units << 32) | h
@@ -261,7 +244,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
                     while e < keys_e and buf[e] != 32:
                         e += 1
                     if e > s:
-                        h, units, ok = _hash_utf8(buf, s, e)
+                        h, units, ok = java_hash_utf8(buf, s, e, np.int64(0))
                         if not ok:
                             flags |= FLAG_FALLBACK
                         keys[key_fill + count] = (units << 32) | h

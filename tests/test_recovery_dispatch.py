@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from conftest import VERSIONS, store_path
 
+from mqtool.store.textscan import java_hash_utf8
 from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from mqtool.formats.hashing import index_key_hash, java_string_hash
@@ -149,7 +150,7 @@ def test_multi_dispatch_records_are_flagged(tmp_path):
 
 @numba.njit
 def _hash_inner(buf):
-    return fd._hash_utf8(buf, 1, buf.shape[0] - 1)
+    return java_hash_utf8(buf, 1, buf.shape[0] - 1, np.int64(0))
 
 
 @pytest.mark.parametrize(
@@ -157,8 +158,8 @@ def _hash_inner(buf):
     ["", "T", "Ta", "TagA", "TagAB", "A1D990BC856629E4C99D4FA1BE000000", "k000000080", "ü", "aü", "abü", "Tópico-主题-тема", "x😀", "😀y", "ab" * 300 + "é"],
 )
 def test_hash_of_a_value_equals_java_string_hash(text):
-    """The two-bytes-a-step ASCII prefix then ``java_hash_utf8``: Java's hash and UTF-16 length
-    of a value between property separators."""
+    """``java_hash_utf8`` as dispatch calls it (four ASCII bytes a step, then byte by byte): Java's
+    hash and UTF-16 length of a value between property separators."""
     raw = np.frombuffer(b"\x01" + text.encode("utf-8") + b"\x02", dtype=np.uint8)
     h, units, ok = _hash_inner(raw)
     assert ok and units == len(text.encode("utf-16-be")) // 2
