@@ -7,10 +7,11 @@ transaction types, compressed, born-to-store delay range); ``aggregate`` feeds i
 of message columns (Spark), ``merge`` combines partial results.
 
 ``collect`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
-scan, reference §8.3), one compiled kernel per batch (``stats_fields``: every field a record
-contributes, positions from the layouts derived from the construct schema; the topic as a 64-bit
-key of its bytes), then ``accumulate``. Born-to-store delay medians come from a log-bucketed
-histogram (exact below 1024 ms, within 1/128 above).
+scan, reference §8.3), then one compiled call per batch (``stats_batch``: every field a record
+contributes, read at the positions of the layouts derived from the construct schema, the topic
+as a 64-bit key of its bytes, added to the group table and the delay histogram in the same
+loop, while the batch's bytes are still in cache). Born-to-store delay medians come from a
+log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from llvmlite import ir
+from numba.extending import intrinsic
 
 from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
@@ -35,6 +38,7 @@ KEYS = ["topic", "queue_id", "period"]
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x timer messages wait here (TimerMessageStore)
 TRANSACTION_MASK = int(fmt.SysFlag.TRANSACTION_PREPARED | fmt.SysFlag.TRANSACTION_COMMIT)
 PREPARED, COMMIT, ROLLBACK = int(fmt.TransactionType.PREPARED), int(fmt.TransactionType.COMMIT), int(fmt.TransactionType.ROLLBACK)
+COMPRESSED = int(fmt.SysFlag.COMPRESSED)
 
 # (output column, work column, Arrow aggregation); merging applies the same kind again
 BASE_AGGREGATES = [
@@ -125,6 +129,30 @@ def _combine(keys, used, values, count, init, ops, src_keys, src_used, src_value
                 values[s, k] = max(values[s, k], v)
 
 
+@numba.njit(inline="always")
+def _add_message(v, size, body_length, crc_ok, sys_flag, ts, delay, queue_offset):
+    """One message into its group's values ``v`` (the ``AGGREGATES`` columns, in order)."""
+    kind = sys_flag & TRANSACTION_MASK
+    dispatched = kind == 0 or kind == COMMIT
+    v[0] += 1
+    v[1] += dispatched
+    v[2] += size
+    v[3] += max(body_length, 0)
+    v[4] += crc_ok == 0
+    v[5] = min(v[5], ts)
+    v[6] = max(v[6], ts)
+    if dispatched:
+        v[7] = min(v[7], queue_offset)
+        v[8] = max(v[8], queue_offset)
+    v[9] += kind == 0
+    v[10] += kind == PREPARED
+    v[11] += kind == COMMIT
+    v[12] += kind == ROLLBACK
+    v[13] += (sys_flag & COMPRESSED) != 0
+    v[14] = min(v[14], delay)
+    v[15] = max(v[15], delay)
+
+
 @numba.njit(cache=True, nogil=True)
 def _accumulate(keys, used, values, count, init, start, topic, queue_id, size, body_length, crc_ok, sys_flag, store_ts, born_ts, queue_offset, period_ms):
     """Rows ``start ..`` into the table; returns where it stopped (the table half full: grow it)."""
@@ -134,31 +162,10 @@ def _accumulate(keys, used, values, count, init, start, topic, queue_id, size, b
             return i
         ts = store_ts[i]
         s = _slot(keys, used, values, count, init, topic[i], queue_id[i], ts // period_ms * period_ms)
-        kind = sys_flag[i] & TRANSACTION_MASK
-        dispatched = kind == 0 or kind == COMMIT
-        delay = ts - born_ts[i]
-        v = values[s]
-        v[0] += 1
-        v[1] += dispatched
-        v[2] += size[i]
-        v[3] += max(body_length[i], 0)
-        v[4] += crc_ok[i] == 0
-        v[5] = min(v[5], ts)
-        v[6] = max(v[6], ts)
-        if dispatched:
-            v[7] = min(v[7], queue_offset[i])
-            v[8] = max(v[8], queue_offset[i])
-        v[9] += kind == 0
-        v[10] += kind == PREPARED
-        v[11] += kind == COMMIT
-        v[12] += kind == ROLLBACK
-        v[13] += (sys_flag[i] & COMPRESSED) != 0
-        v[14] = min(v[14], delay)
-        v[15] = max(v[15], delay)
+        _add_message(values[s], size[i], body_length[i], crc_ok[i], sys_flag[i], ts, ts - born_ts[i], queue_offset[i])
     return topic.shape[0]
 
 
-COMPRESSED = int(fmt.SysFlag.COMPRESSED)
 assert [out for out, _, _ in AGGREGATES] == [
     "messages", "dispatched", "bytes", "body_bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp", "min_queue_offset",
     "max_queue_offset", "not_type", "prepared", "commit", "rollback", "compressed", "delay_min_ms", "delay_max_ms",
@@ -271,8 +278,6 @@ POS_BORN_TS = _V4.offset_of("born_timestamp")
 POS_STORE_TS_V4 = _V4.offset_of("store_timestamp")
 POS_STORE_TS_BORN_V6 = _BORN_V6.offset_of("store_timestamp")
 BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
-# rows of the field block ``stats_fields`` fills (one column per record)
-F_TOPIC, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_STORE_TS, F_QUEUE_OFFSET, F_SIZE, F_BODY_LEN, F_CRC_OK, F_BUCKET, F_TOPIC_AT, F_TOPIC_LEN, N_FIELDS = range(13)
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -291,49 +296,76 @@ def _bucket(delay):
     return -b - 1 if delay < 0 else b
 
 
+@intrinsic
+def _load_u64(typingctx, address):
+    """The 8 bytes at ``address`` as one native-order unaligned load (numba does not combine the
+    byte loads of ``fastscan._be64`` into one)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
+
+    return numba.types.uint64(numba.types.intp), codegen
+
+
 @numba.njit(inline="always")
 def _topic_key(buf, start, stop):
-    """A 64-bit key of the topic bytes: FNV-1a over 8-byte words, then the tail bytes, then the
-    length (two different topics share a key with probability ~2**-64 per pair)."""
+    """A 64-bit key of the topic bytes ``buf[start:stop]``: FNV-1a over native 8-byte words (the
+    last word overlapping when the length is not a multiple of 8; bytes one by one below 8),
+    then the length (two different topics share a key with probability ~2**-64 per pair)."""
+    address = buf.ctypes.data
     h = _FNV_OFFSET
     k = start
     while k + 8 <= stop:
-        h = (h ^ np.uint64(fs._be64(buf, k))) * _FNV_PRIME
+        h = (h ^ _load_u64(address + k)) * _FNV_PRIME
         k += 8
-    while k < stop:
-        h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
-        k += 1
+    if k < stop and stop - start >= 8:
+        h = (h ^ _load_u64(address + stop - 8)) * _FNV_PRIME
+    else:
+        while k < stop:
+            h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
+            k += 1
     return np.int64((h ^ np.uint64(stop - start)) * _FNV_PRIME)
 
 
 @numba.njit(cache=True, nogil=True)
-def stats_fields(buf, base, rows, out, at):
-    """Per valid record (``rows`` of the walk), into column ``at + i`` of ``out``: topic key,
-    queue id, sys flag, born and store timestamps, queue offset, size, body length, CRC ok, delay
-    bucket, topic offset and length; one visit of each record's header."""
-    for i in range(rows.shape[0]):
+def stats_batch(buf, base, rows, start, period_ms, groups, buckets, topics, new_topics):
+    """Valid records ``rows[start:]`` of a walk batch, read from their bytes, into the tables
+    (each ``(keys, used, values, count, init)`` of a ``GroupTable``): ``groups`` per topic key,
+    queue id and period (``_add_message``), ``buckets`` counts per topic key, queue id and delay
+    bucket, ``topics`` the topic keys seen. One visit of each record's header and topic; fields
+    at the positions of the layouts derived from the construct schema. A topic seen for the first
+    time goes into ``new_topics`` as (key, commit log offset, length). Returns (where it stopped,
+    new topics): before ``len(rows)`` when a table is half full (grow it, call again from there)."""
+    gkeys, gused, gvalues, gcount, ginit = groups
+    bkeys, bused, bvalues, bcount, binit = buckets
+    tkeys, tused, tvalues, tcount, tinit = topics
+    found = 0
+    for i in range(start, rows.shape[0]):
+        if 2 * gcount[0] >= gused.shape[0] or 2 * bcount[0] >= bused.shape[0] or 2 * tcount[0] >= tused.shape[0]:
+            return i, found
         p = rows[i, 0]
-        j = at + i
-        topic_start, topic_stop = rows[i, 4], rows[i, 5] - 2
-        out[0, j] = _topic_key(buf, topic_start, topic_stop)
-        out[10, j] = base + topic_start
-        out[11, j] = topic_stop - topic_start
-        out[1, j] = fs._signed32(fs._be32(buf, p + POS_QUEUE_ID))
+        topic_start, topic_stop = rows[i, 4], rows[i, 5] - fs.PROPS_LEN
+        key = _topic_key(buf, topic_start, topic_stop)
+        queue_id = fs._signed32(fs._be32(buf, p + POS_QUEUE_ID))
         flag = fs._signed32(fs._be32(buf, p + POS_SYS_FLAG))
-        out[2, j] = flag
         born = fs._be64(buf, p + POS_BORN_TS)
-        store = fs._be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
-        out[3, j] = born
-        out[4, j] = store
-        out[5, j] = fs._be64(buf, p + POS_QUEUE_OFFSET)
-        out[6, j] = rows[i, 1]
-        out[7, j] = rows[i, 3]
-        out[8, j] = rows[i, 6]
-        out[9, j] = _bucket(store - born)
+        ts = fs._be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
+        known = gcount[0]
+        s = _slot(gkeys, gused, gvalues, gcount, ginit, key, queue_id, ts // period_ms * period_ms)
+        _add_message(gvalues[s], rows[i, 1], rows[i, 3], rows[i, 6], flag, ts, ts - born, fs._be64(buf, p + POS_QUEUE_OFFSET))
+        bvalues[_slot(bkeys, bused, bvalues, bcount, binit, key, queue_id, _bucket(ts - born)), 0] += 1
+        if gcount[0] != known:  # a new group: maybe a new topic
+            seen = tcount[0]
+            _slot(tkeys, tused, tvalues, tcount, tinit, key, 0, 0)
+            if tcount[0] != seen:
+                new_topics[found, 0] = key
+                new_topics[found, 1] = base + topic_start
+                new_topics[found, 2] = topic_stop - topic_start
+                found += 1
+    return rows.shape[0], found
 
 
-assert (F_TOPIC, F_QUEUE_ID, F_SYS_FLAG, F_BORN_TS, F_STORE_TS, F_QUEUE_OFFSET, F_SIZE, F_BODY_LEN, F_CRC_OK, F_BUCKET, F_TOPIC_AT, F_TOPIC_LEN) == tuple(range(12))
-assert (fs.COL_POS, fs.COL_SIZE, fs.COL_BODY_LEN, fs.COL_TOPIC, fs.COL_PROPS, fs.COL_CRC_OK, fs.PROPS_LEN) == (0, 1, 3, 4, 5, 6, 2)
+assert (fs.COL_POS, fs.COL_SIZE, fs.COL_BODY_LEN, fs.COL_TOPIC, fs.COL_PROPS, fs.COL_CRC_OK) == (0, 1, 3, 4, 5, 6)
 
 
 @dataclass
@@ -347,19 +379,12 @@ class StoreStats:
     records: int = 0
 
 
-WALK_BATCH = 1 << 10  # records per walk call: their bytes are still in cache when the kernel reads them
+WALK_BATCH = 1 << 11  # records per walk call: their bytes are still in cache when the kernel reads them
 _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
-def _count(keys, used, values, count, init, start, a, b, c):
-    """Count rows per key (a, b, c) from ``start``; returns where it stopped (half full: grow)."""
-    capacity = used.shape[0]
-    for i in range(start, a.shape[0]):
-        if 2 * count[0] >= capacity:
-            return i
-        values[_slot(keys, used, values, count, init, a[i], b[i], c[i]), 0] += 1
-    return a.shape[0]
+def _parts(table: GroupTable) -> tuple:
+    return table.keys, table.used, table.values, table.count, table.init
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH) -> StoreStats:
@@ -368,25 +393,22 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
     topics: dict[int, str] = {}
     groups = GroupTable()
     buckets = GroupTable(_COUNT_INIT, _COUNT_OPS)
-    block = np.empty((N_FIELDS, batch), dtype=np.int64)
-    known_groups = 0
-    names = {k: i for i, k in enumerate(("topic", "queue_id", "sys_flag", "born_timestamp", "store_timestamp", "queue_offset", "size", "body_length", "crc_ok"))}
+    seen = GroupTable(_COUNT_INIT, _COUNT_OPS, capacity=1 << 6)
+    new_topics = np.empty((batch, 3), dtype=np.int64)
+    parts = _parts(groups), _parts(buckets), _parts(seen)
     for b in walk:
         rows = b.rows
-        n = len(rows)
-        c = block[:, :n]
-        stats_fields(b.array, b.base_offset, rows, block, 0)
-        accumulate(groups, {k: c[i] for k, i in names.items()}, period_ms)
         start = 0
-        while start < n:
-            start = _count(buckets.keys, buckets.used, buckets.values, buckets.count, buckets.init, start, c[F_TOPIC], c[F_QUEUE_ID], c[F_BUCKET])
-            if start < n:
-                buckets.grow()
-        if groups.count[0] != known_groups:  # a new group: maybe a new topic
-            known_groups = int(groups.count[0])
-            for key, i in zip(*np.unique(c[F_TOPIC], return_index=True)):
-                if int(key) not in topics:
-                    topics[int(key)] = store.commitlog.read_bytes(int(c[F_TOPIC_AT, i]), int(c[F_TOPIC_LEN, i])).decode("utf-8", "replace")
+        while True:
+            start, found = stats_batch(b.array, b.base_offset, rows, start, period_ms, *parts, new_topics)
+            for key, at, length in new_topics[:found].tolist():
+                topics[key] = store.commitlog.read_bytes(at, length).decode("utf-8", "replace")
+            if start == len(rows):
+                break
+            for table in (groups, buckets, seen):
+                if 2 * table.count[0] >= len(table.used):
+                    table.grow()
+            parts = _parts(groups), _parts(buckets), _parts(seen)
         if progress is not None:
             progress(b.base_offset + int(rows[-1, fs.COL_POS]))
     per_period = to_arrow(groups, pa.array, extended=True)
