@@ -180,7 +180,7 @@ def test_bad_input_and_usage(tmp_path):
 
 def test_jsonl_lines_are_what_json_dumps_writes(tmp_path):
     msgs = messages("5.3.3")  # unicode topics; KEYS with quotes or backslashes as ids
-    keys = sorted({k for m in msgs for k in m.get("keys") or []})[:50] + ['a "quoted" \\ key', "ключ-нет"]
+    keys = sorted({k for m in msgs for k in m.get("keys") or []})[:50] + ['a "quoted" \\ key', "ключ-нет", "tab\there", "bell\x07and\x1fus"]
     path = tmp_path / "ids.txt"
     path.write_text("\n".join(keys) + "\n", encoding="utf-8")
     code, out, _ = cli("survivors", store_path("5.3.3", "clean-small"), path, "--by", "key", "-f", "jsonl", "--no-progress")

@@ -9,7 +9,6 @@ duplicated) and consumable, 1 otherwise, 2 on a usage error, 3 on bad input.
 from __future__ import annotations
 
 import csv
-import itertools
 import json
 import sys
 from pathlib import Path
@@ -53,26 +52,67 @@ def read_ids(source: str, column: str | None) -> list[str]:
 
 _quote = json.encoder.encode_basestring  # what json.dumps(..., ensure_ascii=False) writes for a str
 _MISSING_TAIL = ', "status": "missing", "offset": null, "topic": null, "queue_id": null, "queue_offset": null, "store_timestamp": null, "copies": 0, "consumable": null}\n'
+_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'  # the characters encode_basestring escapes; any other is written as it is
 
 
-def jsonl_lines(records) -> Iterator[str]:
-    """JSON Lines of ``SurvivorSearch.records()`` tuples, equal to ``json.dumps(row, ensure_ascii=False)``
-    of each row dict (a million rows: about a tenth of the time)."""
-    for id_, status, offset, topic, queue_id, queue_offset, store_ts, copies, consumable in records:
-        if offset is None:
-            yield '{"id": ' + _quote(id_) + _MISSING_TAIL
+def _json_strings(values):
+    """Each string of an Arrow array as a JSON string literal (``_quote``): quotes around it,
+    escaped in Python only where it holds a character JSON escapes."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    quoted = pc.binary_join_element_wise('"', values, '"', "")
+    odd = pc.match_substring_regex(values, _NEEDS_ESCAPE)
+    if pc.any(odd).as_py():
+        escaped = pa.array([_quote(v) for v in pc.filter(values, odd).to_pylist()], pa.string())
+        quoted = pc.replace_with_mask(quoted, odd, escaped)
+    return quoted
+
+
+def jsonl_chunks(search) -> Iterator[memoryview]:
+    """JSON Lines of ``SurvivorSearch.chunks()``, each line equal to ``json.dumps(row,
+    ensure_ascii=False)`` of the row dict, built a chunk of ids at a time with Arrow's string
+    kernels (a million rows: a few tenths of a second instead of seconds of Python)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ..scan.survivors import STATUSES
+
+    def text(values: np.ndarray) -> pa.Array:
+        return pc.cast(pa.array(values), pa.string())
+
+    topics, statuses = None, pa.array(STATUSES, pa.string())
+    booleans = pa.array(["false", "true"], pa.string())
+    for c in search.chunks():
+        if topics is None:  # known once the search has run
+            topics = pa.array([_quote(t) for t in search.topics], pa.string())
+        ids = _json_strings(c.id_array)
+        lines = pc.binary_join_element_wise('{"id": ', ids, _MISSING_TAIL, "")
+        if c.found.any():
+            found = pc.binary_join_element_wise(
+                '{"id": ', ids, ', "status": "', statuses.take(pa.array(c.code)), '", "offset": ', text(c.offset),
+                ', "topic": ', topics.take(pa.array(c.topic)), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
+                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', booleans.take(pa.array(c.consumable.astype(np.int8))), "}\n",
+                "",
+            )  # fmt: skip
+            lines = pc.if_else(pa.array(c.found), found, lines)
+        _, offsets, data = lines.buffers()
+        bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
+        yield memoryview(data)[int(bounds[0]) : int(bounds[-1])]
+
+
+def _write_jsonl(search, out) -> None:
+    """``jsonl_chunks`` to a text stream (its binary buffer when it has one)."""
+    binary = getattr(out, "buffer", None)
+    out.flush()
+    for chunk in jsonl_chunks(search):
+        if binary is not None:
+            binary.write(chunk)
         else:
-            yield (f'{{"id": {_quote(id_)}, "status": "{status}", "offset": {offset}, "topic": {_quote(topic)}, "queue_id": {queue_id}, '
-                   f'"queue_offset": {queue_offset}, "store_timestamp": {store_ts}, "copies": {copies}, "consumable": {"true" if consumable else "false"}}}\n')
-
-
-def _write_jsonl(records, out) -> None:
-    lines = jsonl_lines(records)
-    while True:
-        chunk = list(itertools.islice(lines, 8192))
-        if not chunk:
-            return
-        out.write("".join(chunk))
+            out.write(bytes(chunk).decode("utf-8"))
+    if binary is not None:
+        binary.flush()
 
 
 def _render_summary(console, summary: dict) -> None:
@@ -117,7 +157,7 @@ def survivors(
                 doc = {"ids": list(search.rows()), "summary": search.summary.as_dict()}
                 sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
             elif format is OutputFormat.jsonl:
-                _write_jsonl(search.records(), sys.stdout)
+                _write_jsonl(search, sys.stdout)
                 sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
             else:
                 emit_rows(search.rows(), format, ROW_FIELDS)

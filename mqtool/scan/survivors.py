@@ -132,6 +132,24 @@ class IdMatcher:
 
 
 @dataclass
+class SurvivorChunk:
+    """Consecutive ids' rows as columns: ``code`` indexes ``STATUSES``, ``topic`` the search's
+    ``topics``; where ``found`` is false (missing) the location columns hold nothing meaningful."""
+
+    ids: list[str]
+    id_array: pa.Array
+    code: np.ndarray
+    found: np.ndarray
+    copies: np.ndarray
+    consumable: np.ndarray
+    offset: np.ndarray
+    topic: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    store_timestamp: np.ndarray
+
+
+@dataclass
 class SurvivorSummary:
     ids: int = 0
     by: str = ""
@@ -163,11 +181,13 @@ class SurvivorSearch:
         self.progress = progress
         self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value)
         self.topics: list[str] = []
+        self.id_array: pa.Array | None = None
 
     def _hits(self) -> dict[str, np.ndarray]:
         """Every record carrying one of the ids, as arrays: ``who`` (index of the id), ``topic``
         (index into ``self.topics``), ``region`` (index into ``REGIONS``) and a few fields."""
         matcher = IdMatcher(self.ids)
+        self.id_array = matcher.ids
         column = self.kind.column
         fields = ["offset", "size", "queue_id", "queue_offset", "store_timestamp", "sys_flag"]
         scan = SalvageScan(self.store, columns=[*fields, "topic", column], include_stale=True, progress=self.progress)
@@ -238,6 +258,11 @@ class SurvivorSearch:
     def records(self) -> Iterator[tuple]:
         """Search, then return the rows: one tuple per distinct id, values in ``ROW_FIELDS`` order
         (``summary`` is complete when this returns)."""
+        return self._emit(self.chunks())
+
+    def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
+        """Search, then return the rows as columns, ``chunk`` ids at a time, in input order
+        (``summary`` is complete when this returns)."""
         hits = self._hits()
         n_ids = len(self.ids)
         who = hits["who"]
@@ -272,25 +297,31 @@ class SurvivorSearch:
             self.summary.not_consumable_duplicates = int((duplicated & ~consumable_id).sum())
         for status, n in zip(STATUSES, np.bincount(code, minlength=len(STATUSES)).tolist()):
             self.summary.counts[status] = n
-        return self._emit(hits, code, first, copies, consumable_id)
+        return self._chunks(hits, code, first, copies, consumable_id, chunk)
 
-    def _emit(self, hits: dict[str, np.ndarray], code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray, chunk: int = 65536) -> Iterator[tuple]:
-        """The rows, ``chunk`` ids at a time (Python objects only for one chunk)."""
-        missing = (MISSING, None, None, None, None, None, 0, None)
+    def _chunks(self, hits: dict[str, np.ndarray], code: np.ndarray, first: np.ndarray, copies: np.ndarray, consumable: np.ndarray, chunk: int) -> Iterator[SurvivorChunk]:
         for lo in range(0, len(self.ids), chunk):
             hi = min(lo + chunk, len(self.ids))
             at = first[lo:hi]
             found = at >= 0
-            if not found.any():
-                for id_ in self.ids[lo:hi]:
+            pick = np.where(found, at, 0)
+            empty = not len(hits["who"])
+            located = {k: np.zeros(hi - lo, dtype=np.int64) if empty else hits[k][pick] for k in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp")}
+            yield SurvivorChunk(self.ids[lo:hi], self.id_array.slice(lo, hi - lo), code[lo:hi], found, copies[lo:hi], consumable[lo:hi], **located)
+
+    def _emit(self, chunks: Iterator[SurvivorChunk]) -> Iterator[tuple]:
+        """The rows as tuples (Python objects only for one chunk)."""
+        missing = (MISSING, None, None, None, None, None, 0, None)
+        for c in chunks:
+            if not c.found.any():
+                for id_ in c.ids:
                     yield (id_, *missing)
                 continue
-            pick = np.where(found, at, 0)
-            offset, queue_id, queue_offset, store_ts = (hits[k][pick].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
-            topic = [self.topics[t] for t in hits["topic"][pick].tolist()]
-            names = [STATUSES[c] for c in code[lo:hi].tolist()]
-            n_copies, ok = copies[lo:hi].tolist(), consumable[lo:hi].tolist()
-            for i, id_ in enumerate(self.ids[lo:hi]):
+            offset, queue_id, queue_offset, store_ts = (c.__dict__[k].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
+            topic = [self.topics[t] for t in c.topic.tolist()]
+            names = [STATUSES[k] for k in c.code.tolist()]
+            n_copies, ok = c.copies.tolist(), c.consumable.tolist()
+            for i, id_ in enumerate(c.ids):
                 status = names[i]
                 if status == MISSING:
                     yield (id_, *missing)
