@@ -34,6 +34,8 @@ MAX_MS = (1 << 63) // 1000 - 1  # larger epoch milliseconds do not fit a TIMESTA
 _SCHEDULE = SCHEDULE_TOPIC.encode()
 _LIST_OF_STRINGS = MESSAGE_SCHEMA.field("keys").type
 _COLUMN_NAMES = [name for name, _ in MESSAGE_COLUMNS]
+_BODY_MODES = {BodyEncoding.base64: kernels.BODY_BASE64, BodyEncoding.hex: kernels.BODY_HEX, BodyEncoding.utf8: kernels.BODY_UTF8}
+_MAX_INT32 = (1 << 31) - 1
 
 
 def _widths(layout) -> dict[str, int]:
@@ -287,14 +289,36 @@ class MessageBatchBuilder:
         return pa.array(codes, pa.int64(), mask=~valid)
 
     def _bodies(self, array: np.ndarray, rows: np.ndarray, sys_flag: np.ndarray, offsets: np.ndarray) -> pa.Array:
+        """``encode_body`` of each record's body: base64, hex and UTF-8 by ``kernels.body_text``
+        straight into the Arrow buffers; sha256, bodies to inflate (``--decompress``) and bodies
+        that are not strict UTF-8 by ``encode_body`` itself, row by row."""
         if self.body is BodyEncoding.none:
             return pa.nulls(len(rows), pa.string())
-        starts, lengths = rows[:, fs.COL_BODY].tolist(), rows[:, fs.COL_BODY_LEN].tolist()
-        body, data = self.body, array.data
-        if not self.decompress or not (sys_flag & int(fmt.SysFlag.COMPRESSED)).any():
-            return pa.array([encode_body(data[s : s + max(n, 0)].tobytes(), body) for s, n in zip(starts, lengths)], pa.string())
-        raw = (inflate_body(data[s : s + max(n, 0)].tobytes(), f, o) for s, n, f, o in zip(starts, lengths, sys_flag.tolist(), offsets.tolist()))
-        return pa.array([encode_body(b, body) for b in raw], pa.string())
+        starts, lengths = rows[:, fs.COL_BODY], rows[:, fs.COL_BODY_LEN]
+        python_rows = np.zeros(len(rows), dtype=np.bool_)
+        if self.decompress:
+            python_rows |= (sys_flag & int(fmt.SysFlag.COMPRESSED)) != 0
+        mode = _BODY_MODES.get(self.body)
+        if mode is None:
+            python_rows[:] = True
+            mode = kernels.BODY_UTF8
+        text_offsets, data = kernels.body_text(array, np.ascontiguousarray(starts), np.ascontiguousarray(lengths), mode, python_rows)
+        redo = np.flatnonzero(python_rows)
+        if len(redo):
+            texts = [self._python_body(array, int(starts[i]), int(lengths[i]), int(sys_flag[i]), int(offsets[i])).encode() for i in redo.tolist()]
+            row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+            np.cumsum([len(t) for t in texts], out=row_offsets[1:])
+            text_offsets, data = kernels.splice_rows(text_offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
+        if text_offsets[-1] > _MAX_INT32:  # more text than one Arrow string array holds
+            return pa.array([encode_body(self._raw_body(array, int(s), int(n), int(f), int(o)), self.body) for s, n, f, o in zip(starts, lengths, sys_flag, offsets)], pa.string())
+        return _strings(text_offsets.astype(np.int32), data)
+
+    def _raw_body(self, array: np.ndarray, start: int, length: int, flag: int, offset: int) -> bytes:
+        raw = array.data[start : start + max(length, 0)].tobytes()
+        return inflate_body(raw, flag, offset) if self.decompress else raw
+
+    def _python_body(self, array: np.ndarray, start: int, length: int, flag: int, offset: int) -> str:
+        return encode_body(self._raw_body(array, start, length, flag, offset), self.body)
 
     def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
         if "broker" in self.names:

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
+from .bytecopy import copy_bytes
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
@@ -36,12 +37,8 @@ def gather_spans(buf, starts, lengths):
         total += max(lengths[i], 0)
         offsets[i + 1] = total
     data = np.empty(total, dtype=np.uint8)
-    k = 0
     for i in range(n):
-        s = starts[i]
-        for j in range(offsets[i + 1] - offsets[i]):
-            data[k] = buf[s + j]
-            k += 1
+        copy_bytes(data, offsets[i], buf, starts[i], offsets[i + 1] - offsets[i])
     return offsets, data
 
 
@@ -304,3 +301,133 @@ def format_ipv6_hosts(buf, positions, delta):
         k = _put_int(data, k + 2, port)
         offsets[i + 1] = k
     return offsets, data[:k], mapped
+
+
+BODY_BASE64, BODY_HEX, BODY_UTF8 = 0, 1, 2
+_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)
+_LOWER_HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+@numba.njit(inline="always")
+def _utf8_length(buf, p, end):
+    """Length of the strict UTF-8 sequence at ``buf[p]`` (RFC 3629: no overlongs, surrogates or
+    code points past U+10FFFF, as Python's decoder), or 0 when it is malformed."""
+    b = buf[p]
+    if b < 0x80:
+        return 1
+    if b < 0xC2:
+        return 0
+    if b < 0xE0:
+        n, lo, hi = 2, 0x80, 0xBF
+    elif b < 0xF0:
+        n = 3
+        lo = 0xA0 if b == 0xE0 else 0x80
+        hi = 0x9F if b == 0xED else 0xBF
+    elif b < 0xF5:
+        n = 4
+        lo = 0x90 if b == 0xF0 else 0x80
+        hi = 0x8F if b == 0xF4 else 0xBF
+    else:
+        return 0
+    if p + n > end or buf[p + 1] < lo or buf[p + 1] > hi:
+        return 0
+    for j in range(2, n):
+        if buf[p + j] < 0x80 or buf[p + j] > 0xBF:
+            return 0
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def is_utf8(buf, start, end):
+    """``buf[start:end]`` is strict UTF-8 (``bytes.decode("utf-8")`` would not fail)."""
+    p = start
+    while p < end:
+        if buf[p] < 0x80:
+            p += 1
+            continue
+        n = _utf8_length(buf, p, end)
+        if n == 0:
+            return False
+        p += n
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def body_text(buf, starts, lengths, mode, python_rows):
+    """``encode_body`` of each body span (a negative length is an empty body), as Arrow string
+    offsets (int64: the caller checks they fit int32) and data. ``mode``: ``BODY_BASE64`` (RFC
+    4648 with padding, ``base64.b64encode``), ``BODY_HEX`` (lowercase, ``bytes.hex``) or
+    ``BODY_UTF8`` (strict UTF-8 copied as is). Rows set in ``python_rows`` (in: rows the caller
+    encodes itself; out: also bodies that are not strict UTF-8, whose replacement characters
+    Python's decoder decides) are left empty."""
+    n = starts.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
+    offsets[0] = 0
+    total = 0
+    for i in range(n):
+        length = max(lengths[i], 0)
+        if python_rows[i]:
+            length = 0
+        elif mode == BODY_BASE64:
+            length = (length + 2) // 3 * 4
+        elif mode == BODY_HEX:
+            length *= 2
+        elif not is_utf8(buf, starts[i], starts[i] + length):
+            python_rows[i] = True
+            length = 0
+        total += length
+        offsets[i + 1] = total
+    data = np.empty(total, dtype=np.uint8)
+    for i in range(n):
+        k = offsets[i]
+        if k == offsets[i + 1]:
+            continue
+        s = starts[i]
+        length = max(lengths[i], 0)
+        if mode == BODY_UTF8:
+            copy_bytes(data, k, buf, s, length)
+        elif mode == BODY_HEX:
+            for j in range(length):
+                b = buf[s + j]
+                data[k] = _LOWER_HEX[b >> 4]
+                data[k + 1] = _LOWER_HEX[b & 15]
+                k += 2
+        else:
+            whole = length - length % 3
+            for j in range(s, s + whole, 3):
+                v = (np.uint32(buf[j]) << 16) | (np.uint32(buf[j + 1]) << 8) | np.uint32(buf[j + 2])
+                data[k] = _B64[v >> 18]
+                data[k + 1] = _B64[(v >> 12) & 63]
+                data[k + 2] = _B64[(v >> 6) & 63]
+                data[k + 3] = _B64[v & 63]
+                k += 4
+            rest = length - whole
+            if rest:
+                v = np.uint32(buf[s + whole]) << 16
+                if rest == 2:
+                    v |= np.uint32(buf[s + whole + 1]) << 8
+                data[k] = _B64[v >> 18]
+                data[k + 1] = _B64[(v >> 12) & 63]
+                data[k + 2] = _B64[(v >> 6) & 63] if rest == 2 else 61  # '='
+                data[k + 3] = 61
+    return offsets, data
+
+
+@numba.njit(cache=True, nogil=True)
+def splice_rows(offsets, data, rows, row_offsets, row_data):
+    """Strings ``offsets``/``data`` with row ``rows[j]`` replaced by ``row_data[row_offsets[j]:
+    row_offsets[j + 1]]`` (rows ascending and empty in ``data``): new (offsets, data)."""
+    n = offsets.shape[0] - 1
+    out_offsets = np.empty(n + 1, dtype=np.int64)
+    out = np.empty(offsets[n] + row_offsets[rows.shape[0]], dtype=np.uint8)
+    out_offsets[0] = 0
+    k = 0
+    j = 0
+    for i in range(n):
+        if j < rows.shape[0] and rows[j] == i:
+            k = copy_bytes(out, k, row_data, row_offsets[j], row_offsets[j + 1] - row_offsets[j])
+            j += 1
+        else:
+            k = copy_bytes(out, k, data, offsets[i], offsets[i + 1] - offsets[i])
+        out_offsets[i + 1] = k
+    return out_offsets, out
