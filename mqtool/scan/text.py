@@ -2,9 +2,10 @@
 
 The bytes equal what ``mqtool/cli/output.py`` writes for the same rows as dicts (``json.dumps(row,
 ensure_ascii=False)`` per line; ``csv.writer(lineterminator="\\n")`` of each cell, lists and maps as
-their JSON text) and tests hold them equal on every fixture record. Each column is encoded on its own
-by a compiled kernel into Arrow-style (offsets, bytes) cells, then one kernel interleaves the cells
-row by row with the constant text between them (``{"offset": ``, ``, "size": ``, ... or commas).
+their JSON text) and tests hold them equal on every fixture record. One compiled kernel writes the
+rows straight into one reused output buffer, row by row: the constant text between cells
+(``{"offset": ``, ``, "size": ``, ... or commas) and each cell from the column's Arrow buffers,
+plain runs of string bytes copied with ``memcpy`` (``bytecopy``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,16 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from .bytecopy import copy_bytes
+
 QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
-_NULL = np.frombuffer(b"null", dtype=np.uint8)
 _EMPTY = np.zeros(0, dtype=np.uint8)
+_EMPTY.flags.writeable = False
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+# a column's kind: how the kernel writes its cells
+KIND_INT, KIND_BOOL, KIND_STRING, KIND_LIST, KIND_MAP = range(5)
+# the words of a boolean or a null cell: JSON and CSV (``output._cell``: str(True), "" for None)
+_WORDS = {False: [b"false", b"true", b"null"], True: [b"False", b"True", b""]}
 
 
 class TextFormat(str, Enum):
@@ -28,237 +35,144 @@ class TextFormat(str, Enum):
     csv = "csv"  # one row per line, no header
 
 
-# ---- kernels ---------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def _ints(values, valid, null_text):
-    """Decimal text of each value (``null_text`` where not ``valid``)."""
-    n = values.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    data = np.empty(n * 20 + n * null_text.shape[0] + 1, dtype=np.uint8)
-    offsets[0] = 0
-    k = 0
-    for i in range(n):
-        if not valid[i]:
-            for j in range(null_text.shape[0]):
-                data[k] = null_text[j]
-                k += 1
-        else:
-            v = values[i]
-            if v < 0:
-                data[k] = 45
-                k += 1
-                v = -v
-            digits = 1
-            t = v
-            while t >= 10:
-                t //= 10
-                digits += 1
-            for j in range(digits - 1, -1, -1):
-                data[k + j] = 48 + v % 10
-                v //= 10
-            k += digits
-        offsets[i + 1] = k
-    return offsets, data[:k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _choices(codes, table_offsets, table_data):
-    """Cell ``i`` is entry ``codes[i]`` of a small table of byte strings."""
-    n = codes.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int64)
-    longest = 0
-    for t in range(table_offsets.shape[0] - 1):
-        longest = max(longest, table_offsets[t + 1] - table_offsets[t])
-    data = np.empty(n * longest + 1, dtype=np.uint8)
-    offsets[0] = 0
-    k = 0
-    for i in range(n):
-        c = codes[i]
-        for j in range(table_offsets[c], table_offsets[c + 1]):
-            data[k] = table_data[j]
-            k += 1
-        offsets[i + 1] = k
-    return offsets, data[:k]
+# ---- the kernel ---------------------------------------------------------------------------------
 
 
 @numba.njit(inline="always")
-def _put_json_string(out, k, data, s, e):
-    """``json.dumps(str, ensure_ascii=False)`` of UTF-8 ``data[s:e]`` at ``out[k:]``."""
-    out[k] = QUOTE
-    k += 1
+def _put(out, k, byte, doubled):
+    """One byte; a quote twice when ``doubled`` (JSON text inside a CSV cell)."""
+    out[k] = byte
+    if doubled and byte == QUOTE:
+        out[k + 1] = QUOTE
+        return k + 2
+    return k + 1
+
+
+@numba.njit(inline="always")
+def _put_json_string(out, k, data, s, e, doubled):
+    """``json.dumps(str, ensure_ascii=False)`` of UTF-8 ``data[s:e]`` at ``out[k:]`` (quotes
+    doubled when ``doubled``)."""
+    k = _put(out, k, QUOTE, doubled)
+    run = s
     for p in range(s, e):
         b = data[p]
+        if b >= 32 and b != QUOTE and b != BACKSLASH:
+            continue
+        k = copy_bytes(out, k, data, run, p - run)
+        run = p + 1
+        out[k] = BACKSLASH
         if b == QUOTE or b == BACKSLASH:
-            out[k] = BACKSLASH
-            out[k + 1] = b
-            k += 2
-        elif b >= 32:
-            out[k] = b
-            k += 1
+            k = _put(out, k + 1, b, doubled)
         elif b == 10 or b == 13 or b == 9 or b == 8 or b == 12:
-            out[k] = BACKSLASH
             out[k + 1] = 110 if b == 10 else 114 if b == 13 else 116 if b == 9 else 98 if b == 8 else 102
             k += 2
         else:
-            out[k] = BACKSLASH
             out[k + 1] = 117  # u00XX
             out[k + 2] = 48
             out[k + 3] = 48
             out[k + 4] = _HEX[b >> 4]
             out[k + 5] = _HEX[b & 15]
             k += 6
-    out[k] = QUOTE
-    return k + 1
+    k = copy_bytes(out, k, data, run, e - run)
+    return _put(out, k, QUOTE, doubled)
+
+
+@numba.njit(inline="always")
+def _put_csv_cell(out, k, data, s, e):
+    """``csv.writer`` (QUOTE_MINIMAL) of ``data[s:e]``: quoted, quotes doubled, when it holds a
+    comma, a quote or a newline."""
+    for p in range(s, e):
+        b = data[p]
+        if b == COMMA or b == QUOTE or b == NEWLINE:
+            out[k] = QUOTE
+            k = copy_bytes(out, k + 1, data, s, p - s)
+            for q in range(p, e):
+                k = _put(out, k, data[q], True)
+            out[k] = QUOTE
+            return k + 1
+    return copy_bytes(out, k, data, s, e - s)
+
+
+@numba.njit(inline="always")
+def _put_int(out, k, v):
+    if v < 0:
+        out[k] = 45
+        k += 1
+        v = -v
+    digits = 1
+    t = v
+    while t >= 10:
+        t //= 10
+        digits += 1
+    for j in range(digits - 1, -1, -1):
+        out[k + j] = 48 + v % 10
+        v //= 10
+    return k + digits
 
 
 @numba.njit(cache=True, nogil=True)
-def _json_strings(offsets, data, valid):
-    """JSON text of each string (``null`` where not ``valid``)."""
-    n = offsets.shape[0] - 1
-    out_offsets = np.empty(n + 1, dtype=np.int64)
-    out = np.empty(6 * (offsets[n] - offsets[0]) + 4 * n + 1, dtype=np.uint8)
-    out_offsets[0] = 0
-    k = 0
-    for i in range(n):
-        if valid[i]:
-            k = _put_json_string(out, k, data, offsets[i], offsets[i + 1])
-        else:
-            for j in range(4):
-                out[k + j] = _NULL[j]
-            k += 4
-        out_offsets[i + 1] = k
-    return out_offsets, out[:k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _json_string_lists(list_offsets, valid, offsets, data):
-    """JSON text of each list of strings: ``["a", "b"]`` (``null`` where not ``valid``)."""
-    n = list_offsets.shape[0] - 1
-    first, last = list_offsets[0], list_offsets[n]
-    out_offsets = np.empty(n + 1, dtype=np.int64)
-    out = np.empty(6 * (offsets[last] - offsets[first]) + 4 * (last - first) + 4 * n + 1, dtype=np.uint8)
-    out_offsets[0] = 0
-    k = 0
-    for i in range(n):
-        if not valid[i]:
-            for j in range(4):
-                out[k + j] = _NULL[j]
-            k += 4
-        else:
-            out[k] = 91  # [
-            k += 1
-            for item in range(list_offsets[i], list_offsets[i + 1]):
-                if item > list_offsets[i]:
-                    out[k] = COMMA
-                    out[k + 1] = 32
-                    k += 2
-                k = _put_json_string(out, k, data, offsets[item], offsets[item + 1])
-            out[k] = 93  # ]
-            k += 1
-        out_offsets[i + 1] = k
-    return out_offsets, out[:k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _json_string_maps(map_offsets, valid, key_offsets, key_data, value_offsets, value_data):
-    """JSON text of each string-to-string map: ``{"k": "v", "k2": "v2"}``."""
-    n = map_offsets.shape[0] - 1
-    first, last = map_offsets[0], map_offsets[n]
-    text = (key_offsets[last] - key_offsets[first]) + (value_offsets[last] - value_offsets[first])
-    out_offsets = np.empty(n + 1, dtype=np.int64)
-    out = np.empty(6 * text + 8 * (last - first) + 4 * n + 1, dtype=np.uint8)
-    out_offsets[0] = 0
-    k = 0
-    for i in range(n):
-        if not valid[i]:
-            for j in range(4):
-                out[k + j] = _NULL[j]
-            k += 4
-        else:
-            out[k] = 123  # {
-            k += 1
-            for item in range(map_offsets[i], map_offsets[i + 1]):
-                if item > map_offsets[i]:
-                    out[k] = COMMA
-                    out[k + 1] = 32
-                    k += 2
-                k = _put_json_string(out, k, key_data, key_offsets[item], key_offsets[item + 1])
-                out[k] = 58  # :
-                out[k + 1] = 32
-                k = _put_json_string(out, k + 2, value_data, value_offsets[item], value_offsets[item + 1])
-            out[k] = 125  # }
-            k += 1
-        out_offsets[i + 1] = k
-    return out_offsets, out[:k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _csv_cells(offsets, data, valid):
-    """``csv.writer`` (QUOTE_MINIMAL, ``lineterminator="\\n"``) of each text: quoted, with quotes
-    doubled, when it holds a comma, a quote or a newline; empty where not ``valid``."""
-    n = offsets.shape[0] - 1
-    out_offsets = np.empty(n + 1, dtype=np.int64)
-    out = np.empty(2 * (offsets[n] - offsets[0]) + 2 * n + 1, dtype=np.uint8)
-    out_offsets[0] = 0
-    k = 0
-    for i in range(n):
-        if valid[i]:
-            s, e = offsets[i], offsets[i + 1]
-            quote = False
-            for p in range(s, e):
-                b = data[p]
-                if b == COMMA or b == QUOTE or b == NEWLINE:
-                    quote = True
-                    break
-            if quote:
-                out[k] = QUOTE
-                k += 1
-                for p in range(s, e):
-                    out[k] = data[p]
-                    k += 1
-                    if data[p] == QUOTE:
-                        out[k] = QUOTE
-                        k += 1
-                out[k] = QUOTE
-                k += 1
-            else:
-                for p in range(s, e):
-                    out[k] = data[p]
-                    k += 1
-        out_offsets[i + 1] = k
-    return out_offsets, out[:k]
-
-
-@numba.njit(cache=True, nogil=True)
-def _interleave(cell_offsets, cells, piece_offsets, pieces):
-    """Rows of text: piece 0, cell 0 of the row, piece 1, cell 1, ..., the last piece. Column
-    ``c``'s cells are ``cells[c][cell_offsets[c][i] : cell_offsets[c][i + 1]]`` (tuples of arrays)."""
-    columns = len(cells)
-    n = cell_offsets[0].shape[0] - 1
-    total = n * (piece_offsets[columns + 1] - piece_offsets[0])
-    for c in range(columns):
-        total += cell_offsets[c][n]
-    out = np.empty(total, dtype=np.uint8)
+def _render(n, kinds, slots, ints, valid, words_offsets, words, str_offsets, str_data, nest_offsets, piece_offsets, pieces, csv, out):
+    """Rows of text into ``out``: piece 0, cell 0 of the row, piece 1, cell 1, ..., the last
+    piece; returns the length written. Column ``c`` is of kind ``kinds[c]``: ``KIND_INT`` and
+    ``KIND_BOOL`` read ``ints[slots[c, 0]]``, ``KIND_STRING`` the strings ``slots[c, 0]`` of
+    ``str_offsets``/``str_data``, ``KIND_LIST`` the lists ``nest_offsets[slots[c, 0]]`` of strings
+    ``slots[c, 1]``, ``KIND_MAP`` the maps ``nest_offsets[slots[c, 0]]`` of keys ``slots[c, 1]``
+    and values ``slots[c, 2]``; ``valid[c]`` is false for a null. ``words``: false, true, null."""
+    columns = kinds.shape[0]
     k = 0
     for i in range(n):
         for c in range(columns):
-            for j in range(piece_offsets[c], piece_offsets[c + 1]):
-                out[k] = pieces[j]
+            k = copy_bytes(out, k, pieces, piece_offsets[c], piece_offsets[c + 1] - piece_offsets[c])
+            kind = kinds[c]
+            if not valid[c, i] or kind == KIND_BOOL:
+                w = 2 if not valid[c, i] else ints[slots[c, 0], i]
+                k = copy_bytes(out, k, words, words_offsets[w], words_offsets[w + 1] - words_offsets[w])
+            elif kind == KIND_INT:
+                k = _put_int(out, k, ints[slots[c, 0], i])
+            elif kind == KIND_STRING:
+                offsets, data = str_offsets[slots[c, 0]], str_data[slots[c, 0]]
+                if csv:
+                    k = _put_csv_cell(out, k, data, offsets[i], offsets[i + 1])
+                else:
+                    k = _put_json_string(out, k, data, offsets[i], offsets[i + 1], False)
+            else:
+                nest = nest_offsets[slots[c, 0]]
+                first, last = nest[i], nest[i + 1]
+                quoted = csv and last > first  # the JSON text holds quotes: csv.writer quotes it
+                if quoted:
+                    out[k] = QUOTE
+                    k += 1
+                out[k] = 91 if kind == KIND_LIST else 123  # [ or {
                 k += 1
-            data = cells[c]
-            offsets = cell_offsets[c]
-            for j in range(offsets[i], offsets[i + 1]):
-                out[k] = data[j]
+                key_offsets, key_data = str_offsets[slots[c, 1]], str_data[slots[c, 1]]
+                value_offsets, value_data = str_offsets[slots[c, 2]], str_data[slots[c, 2]]
+                for item in range(first, last):
+                    if item > first:
+                        out[k] = COMMA
+                        out[k + 1] = 32
+                        k += 2
+                    k = _put_json_string(out, k, key_data, key_offsets[item], key_offsets[item + 1], quoted)
+                    if kind == KIND_MAP:
+                        out[k] = 58  # :
+                        out[k + 1] = 32
+                        k = _put_json_string(out, k + 2, value_data, value_offsets[item], value_offsets[item + 1], quoted)
+                out[k] = 93 if kind == KIND_LIST else 125  # ] or }
                 k += 1
-        for j in range(piece_offsets[columns], piece_offsets[columns + 1]):
-            out[k] = pieces[j]
-            k += 1
-    return out
+                if quoted:
+                    out[k] = QUOTE
+                    k += 1
+        k = copy_bytes(out, k, pieces, piece_offsets[columns], piece_offsets[columns + 1] - piece_offsets[columns])
+    return k
 
 
 # ---- Arrow buffers -----------------------------------------------------------------------------
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: the kernel's tuples of arrays must all have one numba type."""
+    a = a.view()
+    a.flags.writeable = False
+    return a
 
 
 def _validity(arr: pa.Array) -> np.ndarray:
@@ -267,53 +181,71 @@ def _validity(arr: pa.Array) -> np.ndarray:
     return arr.is_valid().to_numpy(zero_copy_only=False)
 
 
-def _string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets of the array's rows, UTF-8 data) of a string array, slices included."""
-    _bitmap, offsets, data = arr.buffers()
-    offs = np.frombuffer(offsets, dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :].astype(np.int64)
-    return offs, (np.frombuffer(data, dtype=np.uint8) if data is not None else _EMPTY)
+def _offsets(arr: pa.Array, which: int = 1) -> np.ndarray:
+    """The int32 offsets of the array's rows (a slice's rows included)."""
+    return _readonly(np.frombuffer(arr.buffers()[which], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :])
 
 
-def _list_offsets(arr: pa.Array) -> np.ndarray:
-    return np.frombuffer(arr.buffers()[1], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :].astype(np.int64)
+def _data(arr: pa.Array) -> np.ndarray:
+    data = arr.buffers()[2]
+    return _readonly(np.frombuffer(data, dtype=np.uint8)) if data is not None and data.size else _EMPTY
 
 
-def _json_cells(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """JSON text of each value of one column (as ``json.dumps`` writes the Python value)."""
-    t = arr.type
-    if pa.types.is_string(t):
-        return _json_strings(*_string_buffers(arr), _validity(arr))
-    if pa.types.is_boolean(t):
-        codes = np.where(_validity(arr), arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64), 2)
-        return _choices(codes, *_table([b"false", b"true", b"null"]))
-    if pa.types.is_integer(t):
-        return _ints(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), _validity(arr), _NULL)
-    if pa.types.is_map(t):
-        keys, items = arr.keys, arr.items
-        return _json_string_maps(_list_offsets(arr), _validity(arr), *_string_buffers(keys), *_string_buffers(items))
-    if pa.types.is_list(t):
-        return _json_string_lists(_list_offsets(arr), _validity(arr), *_string_buffers(arr.values))
-    raise TypeError(f"no text encoding for {t}")
+class _Columns:
+    """A batch's columns laid out for ``_render``, and an upper bound of the text's length."""
 
+    def __init__(self, batch: pa.RecordBatch, fields: list[str]):
+        n = batch.num_rows
+        self.kinds = np.empty(len(fields), dtype=np.int64)
+        self.slots = np.zeros((len(fields), 3), dtype=np.int64)
+        self.valid = np.empty((len(fields), n), dtype=np.bool_)
+        ints, self.str_offsets, self.str_data, self.nests = [], [], [], []
+        self.bound = 0
+        for c, name in enumerate(fields):
+            arr = batch.column(name)
+            t = arr.type
+            self.valid[c] = _validity(arr)
+            if pa.types.is_boolean(t) or pa.types.is_integer(t):
+                self.kinds[c] = KIND_BOOL if pa.types.is_boolean(t) else KIND_INT
+                self.slots[c, 0] = len(ints)
+                ints.append((arr.fill_null(False if pa.types.is_boolean(t) else 0) if arr.null_count else arr).to_numpy(zero_copy_only=False))
+                self.bound += 20 * n
+            elif pa.types.is_string(t):
+                self.kinds[c] = KIND_STRING
+                self.slots[c, 0] = self._string(arr)
+                offsets = self.str_offsets[-1]
+                self.bound += 6 * int(offsets[-1] - offsets[0]) + 4 * n
+            elif pa.types.is_list(t) or pa.types.is_map(t):
+                is_map = pa.types.is_map(t)
+                self.kinds[c] = KIND_MAP if is_map else KIND_LIST
+                nest = _offsets(arr)
+                self.slots[c, 0] = len(self.nests)
+                self.nests.append(nest)
+                parts = [arr.keys, arr.items] if is_map else [arr.values]
+                self.slots[c, 1] = self._string(parts[0])
+                self.slots[c, 2] = self._string(parts[-1])
+                items = int(nest[-1] - nest[0])
+                text = sum(int(o[nest[-1]] - o[nest[0]]) for o in (self.str_offsets[s] for s in set(self.slots[c, 1:].tolist())))
+                self.bound += 6 * text + 14 * items + 4 * n
+            else:
+                raise TypeError(f"no text encoding for {t}")
+        self.ints = np.array(ints, dtype=np.int64).reshape(len(ints) or 1, n) if ints else np.zeros((1, n), dtype=np.int64)
+        for group in (self.str_offsets, self.nests):
+            if not group:
+                group.append(_readonly(np.zeros(1, dtype=np.int32)))
+        if not self.str_data:
+            self.str_data.append(_EMPTY)
 
-def _csv_column(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """``csv.writer`` cells of one column, values as ``output._cell`` turns them into text."""
-    t = arr.type
-    valid = _validity(arr)
-    if pa.types.is_string(t):
-        return _csv_cells(*_string_buffers(arr), valid)
-    if pa.types.is_boolean(t):
-        codes = np.where(valid, arr.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int64), 2)
-        return _choices(codes, *_table([b"False", b"True", b""]))
-    if pa.types.is_integer(t):
-        return _ints(arr.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64), valid, _EMPTY)
-    return _csv_cells(*_json_cells(arr), valid)
+    def _string(self, arr: pa.Array) -> int:
+        self.str_offsets.append(_offsets(arr))
+        self.str_data.append(_data(arr))
+        return len(self.str_offsets) - 1
 
 
 def _table(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum([len(x) for x in items], out=offsets[1:])
-    return offsets, np.frombuffer(b"".join(items) or b"\0", dtype=np.uint8)
+    return offsets, _readonly(np.frombuffer(b"".join(items) or b"\0", dtype=np.uint8))
 
 
 def _pieces(fields, fmt: TextFormat) -> tuple[np.ndarray, np.ndarray]:
@@ -331,12 +263,19 @@ class BatchText:
     def __init__(self, fields, fmt: TextFormat):
         self.fields = list(fields)
         self.fmt = TextFormat(fmt)
+        self.csv = self.fmt is TextFormat.csv
         self.piece_offsets, self.pieces = _pieces(self.fields, self.fmt)
+        self.words_offsets, self.words = _table(_WORDS[self.csv])
+        self.out = _EMPTY
 
     def encode(self, batch: pa.RecordBatch) -> np.ndarray:
-        """The text of the batch's rows (uint8 array; write it as a buffer)."""
+        """The text of the batch's rows (uint8 array; write it as a buffer). The array is a view
+        of a buffer the next ``encode`` reuses: write or copy it before."""
         if batch.num_rows == 0:
             return _EMPTY
-        encode = _csv_column if self.fmt is TextFormat.csv else _json_cells
-        cells = [encode(batch.column(name)) for name in self.fields]
-        return _interleave(tuple(offsets for offsets, _ in cells), tuple(data for _, data in cells), self.piece_offsets, self.pieces)
+        c = _Columns(batch, self.fields)
+        bound = c.bound + batch.num_rows * int(self.piece_offsets[-1])
+        if len(self.out) < bound:
+            self.out = np.empty(max(bound, 2 * len(self.out)), dtype=np.uint8)
+        k = _render(batch.num_rows, c.kinds, c.slots, c.ints, c.valid, self.words_offsets, self.words, tuple(c.str_offsets), tuple(c.str_data), tuple(c.nests), self.piece_offsets, self.pieces, self.csv, self.out)
+        return self.out[:k]
