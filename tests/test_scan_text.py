@@ -1,0 +1,49 @@
+"""The compiled text encoder (``BatchText``) writes, for every fixture record, the bytes
+``json.dumps`` and ``csv.writer`` write for ``message_dict``'s row (as ``cli/output.py`` does):
+JSON Lines, JSON array items and CSV, bodies absent and as text (escapes, replacement characters),
+whole batches and slices of them."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from conftest import FIXTURES
+from mqtool.cli.output import _cell
+from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.scan.messages import MessageScan
+from mqtool.scan.text import BatchText, TextFormat
+from mqtool.store import Store
+
+STORES = sorted(FIXTURES.glob("rocketmq-*/*.manifest.json"))
+
+
+def expected_text(rows: list[dict], fmt: TextFormat) -> str:
+    if fmt is TextFormat.csv:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        for row in rows:
+            writer.writerow([_cell(row[f]) for f in MESSAGE_FIELDS])
+        return out.getvalue()
+    prefix, end = (",\n", "") if fmt is TextFormat.json else ("", "\n")
+    return "".join(prefix + json.dumps(row, ensure_ascii=False) + end for row in rows)
+
+
+@pytest.mark.parametrize("manifest_path", STORES, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+def test_text_equals_json_and_csv_of_message_dict_on_every_fixture_record(manifest_path):
+    path = manifest_path.with_name(manifest_path.name[: -len(".manifest.json")])
+    with Store.open(path) as store:
+        as_dict = lambda r, body: message_dict(r, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)  # noqa: E731
+        encoders = {fmt: BatchText(MESSAGE_FIELDS, fmt) for fmt in TextFormat}
+        seen = 0
+        for body in (BodyEncoding.none, BodyEncoding.utf8):
+            for batch in MessageScan(store, body=body, columns=MESSAGE_FIELDS, stop_on_crc=False, batch=400):
+                rows = [as_dict(store.commitlog.read_record(o), body) for o in batch.column("offset").to_pylist()]
+                for fmt, encoder in encoders.items():
+                    assert encoder.encode(batch).tobytes().decode() == expected_text(rows, fmt), (body, fmt)
+                    assert encoder.encode(batch.slice(5, 150)).tobytes().decode() == expected_text(rows[5:155], fmt), (body, fmt)
+                seen += batch.num_rows
+        assert seen == 2 * sum(1 for _ in store.commitlog.scan()) > 0
