@@ -231,8 +231,10 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
 
 def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False) -> Iterator:
     """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
-    as the record read has them), ``limit`` rows at most."""
+    as the record read has them), ``limit`` rows at most, built a batch or two ahead in a thread
+    (``Prefetch``)."""
     from ..scan.messages import MessageScan
+    from ..scan.prefetch import Prefetch
     from .progress import ByteProgress
 
     if limit == 0:
@@ -242,13 +244,14 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
         while True:
             scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
-            for b in scan:
-                if limit is not None and count + b.num_rows >= limit:
-                    yield b.slice(0, limit - count)
-                    return
-                count += b.num_rows
-                yield b
-                bar.advance(b.column("offset")[-1].as_py())
+            with Prefetch(scan) as batches:  # the next batch is built while this one is printed
+                for b in batches:
+                    if limit is not None and count + b.num_rows >= limit:
+                        yield b.slice(0, limit - count)
+                        return
+                    count += b.num_rows
+                    yield b
+                    bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
             resumed = None if end.is_clean or not keep_going else _resume_after(store, end, stop)
             if resumed is None:

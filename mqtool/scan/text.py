@@ -23,6 +23,7 @@ QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
 _EMPTY = np.zeros(0, dtype=np.uint8)
 _EMPTY.flags.writeable = False
 _HEX = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+_PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), dtype=np.uint8)  # "00" to "99"
 # a column's kind: how the kernel writes its cells
 KIND_INT, KIND_BOOL, KIND_STRING, KIND_LIST, KIND_MAP = range(5)
 # the words of a boolean or a null cell: JSON and CSV (``output._cell``: str(True), "" for None)
@@ -95,18 +96,32 @@ def _put_csv_cell(out, k, data, s, e):
 
 @numba.njit(inline="always")
 def _put_int(out, k, v):
+    """Decimal ``v`` (int64, its minimum included) at ``out[k:]``, two digits per step."""
     if v < 0:
-        out[k] = 45
+        out[k] = 45  # '-'
         k += 1
-        v = -v
+        u = np.uint64(-(v + 1)) + np.uint64(1)
+    else:
+        u = np.uint64(v)
     digits = 1
-    t = v
-    while t >= 10:
-        t //= 10
+    t = u
+    while t >= 100:
+        t //= np.uint64(100)
+        digits += 2
+    if t >= 10:
         digits += 1
-    for j in range(digits - 1, -1, -1):
-        out[k + j] = 48 + v % 10
-        v //= 10
+    j = k + digits
+    while u >= 100:
+        pair = (u % np.uint64(100)) * np.uint64(2)
+        u //= np.uint64(100)
+        out[j - 1] = _PAIRS[pair + np.uint64(1)]
+        out[j - 2] = _PAIRS[pair]
+        j -= 2
+    if u >= 10:
+        out[j - 1] = _PAIRS[u * np.uint64(2) + np.uint64(1)]
+        out[j - 2] = _PAIRS[u * np.uint64(2)]
+    else:
+        out[j - 1] = np.uint8(48) + np.uint8(u)
     return k + digits
 
 
