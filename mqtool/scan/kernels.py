@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from .bytecopy import copy_bytes
+from .bytecopy import HIGH, copy_bytes, load8
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
@@ -342,6 +342,9 @@ def is_utf8(buf, start, end):
     """``buf[start:end]`` is strict UTF-8 (``bytes.decode("utf-8")`` would not fail)."""
     p = start
     while p < end:
+        if p + 8 <= end and (load8(buf, p) & HIGH) == 0:  # eight ASCII bytes
+            p += 8
+            continue
         if buf[p] < 0x80:
             p += 1
             continue

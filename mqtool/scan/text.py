@@ -17,7 +17,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from .bytecopy import copy_bytes
+from .bytecopy import copy_bytes, has_byte, has_byte_below, load8
 
 QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
 _EMPTY = np.zeros(0, dtype=np.uint8)
@@ -55,12 +55,19 @@ def _put_json_string(out, k, data, s, e, doubled):
     doubled when ``doubled``)."""
     k = _put(out, k, QUOTE, doubled)
     run = s
-    for p in range(s, e):
+    p = s
+    while p < e:
+        if p + 8 <= e:
+            x = load8(data, p)
+            if not (has_byte_below(x, 32) or has_byte(x, QUOTE) or has_byte(x, BACKSLASH)):
+                p += 8
+                continue
         b = data[p]
+        p += 1
         if b >= 32 and b != QUOTE and b != BACKSLASH:
             continue
-        k = copy_bytes(out, k, data, run, p - run)
-        run = p + 1
+        k = copy_bytes(out, k, data, run, p - 1 - run)
+        run = p
         out[k] = BACKSLASH
         if b == QUOTE or b == BACKSLASH:
             k = _put(out, k + 1, b, doubled)
@@ -82,7 +89,13 @@ def _put_json_string(out, k, data, s, e, doubled):
 def _put_csv_cell(out, k, data, s, e):
     """``csv.writer`` (QUOTE_MINIMAL) of ``data[s:e]``: quoted, quotes doubled, when it holds a
     comma, a quote or a newline."""
-    for p in range(s, e):
+    p = s
+    while p + 8 <= e:
+        x = load8(data, p)
+        if has_byte(x, COMMA) or has_byte(x, QUOTE) or has_byte(x, NEWLINE):
+            break
+        p += 8
+    for p in range(p, e):
         b = data[p]
         if b == COMMA or b == QUOTE or b == NEWLINE:
             out[k] = QUOTE
