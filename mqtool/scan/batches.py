@@ -29,7 +29,6 @@ _LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for co
 _V4 = _LAYOUTS[0]
 _V6_SHIFT = 4  # SysFlag.BORNHOST_V6 is bit 4, STOREHOST_V6 bit 5: (sys_flag >> 4) & 3 picks the layout
 assert int(fmt.SysFlag.BORNHOST_V6) == 1 << _V6_SHIFT and int(fmt.SysFlag.STOREHOST_V6) == 2 << _V6_SHIFT
-HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
 MAX_MS = (1 << 63) // 1000 - 1  # larger epoch milliseconds do not fit a TIMESTAMP (microseconds)
 _SCHEDULE = SCHEDULE_TOPIC.encode()
 _LIST_OF_STRINGS = MESSAGE_SCHEMA.field("keys").type
@@ -45,6 +44,14 @@ def _widths(layout) -> dict[str, int]:
 
 
 _WIDTHS = {combo: _widths(layout) for combo, layout in _LAYOUTS.items()}
+# header fields gathered in one pass: those before the born host (every layout) and after it
+_HEAD = ("sys_flag", "born_timestamp", "phys_offset", "body_crc", "queue_id", "flag", "queue_offset", "magic_code")
+_TAIL = ("store_timestamp", "reconsume_times", "prepared_transaction_offset")
+_FIELDS = {
+    (combo, names): (np.array([_LAYOUTS[combo].offset_of(f) for f in names], dtype=np.int64), np.array([_WIDTHS[combo][f] for f in names], dtype=np.int64))
+    for combo in range(4)
+    for names in (_HEAD, _TAIL)
+}
 
 
 def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -101,17 +108,7 @@ def _hosts(array: np.ndarray, pos: np.ndarray, delta: int, width: int) -> pa.Arr
 
 def _msg_ids(array: np.ndarray, pos: np.ndarray, store_delta: int, width: int) -> pa.Array:
     """offsetMsgId: uppercase hex of store address + port + PHYSICALOFFSET (``encode_msg_id``)."""
-    raw = np.hstack(
-        [
-            kernels.gather_bytes(array, pos, store_delta, width + 4),
-            kernels.gather_bytes(array, pos, _V4.offset_of("phys_offset"), 8),
-        ]
-    )
-    chars = np.empty((raw.shape[0], raw.shape[1] * 2), dtype=np.uint8)
-    chars[:, 0::2] = HEX[raw >> 4]
-    chars[:, 1::2] = HEX[raw & 15]
-    offsets = np.arange(raw.shape[0] + 1, dtype=np.int32) * chars.shape[1]
-    return _strings(offsets, chars.ravel())
+    return _strings(*kernels.format_msg_ids(array, pos, store_delta, width, _V4.offset_of("phys_offset")))
 
 
 def _timestamps(ms: np.ndarray) -> pa.Array:
@@ -168,22 +165,19 @@ class MessageBatchBuilder:
         need = self.names
         c: dict[str, pa.Array | np.ndarray] = {}
 
-        def gather(name: str, combo: int = 0, at: np.ndarray = pos) -> np.ndarray:
-            return fs.gather_be(array, at, _LAYOUTS[combo].offset_of(name), _WIDTHS[combo][name], True)
-
-        sys_flag = gather("sys_flag")
+        head = dict(zip(_HEAD, kernels.gather_fields(array, pos, *_FIELDS[0, _HEAD])))
+        sys_flag = head["sys_flag"]
         c["offset"] = pos + base
         c["size"] = rows[:, fs.COL_SIZE].astype(np.int32)
         c["crc_ok"] = rows[:, fs.COL_CRC_OK] != 0
         c["sys_flag"] = sys_flag.astype(np.int32)
         c["body_length"] = rows[:, fs.COL_BODY_LEN].astype(np.int32)
-        c["born_timestamp"] = gather("born_timestamp")
-        for name, width in (("phys_offset", 64), ("body_crc", 32), ("queue_id", 32), ("flag", 32), ("queue_offset", 64)):
-            if name in need:
-                value = gather(name)
-                c[name] = value if width == 64 else value.astype(np.int32)
-        if "magic_version" in need:
-            c["magic_version"] = np.where(gather("magic_code") == fmt.MESSAGE_MAGIC_V2, 2, 1).astype(np.int32)
+        c["born_timestamp"] = head["born_timestamp"]
+        c["phys_offset"] = head["phys_offset"]
+        c["queue_offset"] = head["queue_offset"]
+        for name in ("body_crc", "queue_id", "flag"):
+            c[name] = head[name].astype(np.int32)
+        c["magic_version"] = np.where(head["magic_code"] == fmt.MESSAGE_MAGIC_V2, 2, 1).astype(np.int32)
 
         # fields behind the host addresses: per address-width layout
         combos = (sys_flag >> _V6_SHIFT) & 3
@@ -197,9 +191,7 @@ class MessageBatchBuilder:
             idx = None if len(present) == 1 else np.flatnonzero(combos == combo)
             at = pos if idx is None else np.ascontiguousarray(pos[idx])
             sel = slice(None) if idx is None else idx
-            store_ts[sel] = gather("store_timestamp", combo, at)
-            reconsume[sel] = gather("reconsume_times", combo, at)
-            prepared[sel] = gather("prepared_transaction_offset", combo, at)
+            store_ts[sel], reconsume[sel], prepared[sel] = kernels.gather_fields(array, at, *_FIELDS[combo, _TAIL])
             born_w, store_w = (16 if combo & 1 else 4), (16 if combo & 2 else 4)
             if "born_host" in need:
                 hosts["born_host"].append((idx, _hosts(array, at, layout.offset_of("born_host_address"), born_w)))
@@ -249,12 +241,7 @@ class MessageBatchBuilder:
         c["properties"] = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
 
         def value_spans(which: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            item = special[:, which]
-            has = item >= 0
-            safe = np.where(has, item, 0)
-            starts = np.where(has, value_s[safe] if len(value_s) else 0, -1)
-            lengths = np.where(has, value_l[safe] if len(value_l) else 0, 0)
-            return starts, lengths, has
+            return kernels.item_spans(np.ascontiguousarray(special[:, which]), value_s, value_l)
 
         tag_s, tag_l, has_tags = value_spans(0)
         c["tags"] = _span_strings(array, tag_s, tag_l, has_tags)

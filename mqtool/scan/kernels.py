@@ -153,15 +153,38 @@ def java_hash_spans(buf, starts, lengths):
 
 
 @numba.njit(cache=True, nogil=True)
-def gather_bytes(buf, positions, delta, width):
-    """The ``width`` bytes at ``positions + delta`` of each row, as an (n, width) matrix."""
+def gather_fields(buf, positions, deltas, widths):
+    """Signed big-endian integers of ``widths[f]`` bytes at ``positions + deltas[f]``: one row per
+    field, read in one pass over the records (``fastscan.gather_be`` for several fields)."""
     n = positions.shape[0]
-    out = np.empty((n, width), dtype=np.uint8)
+    fields = deltas.shape[0]
+    result = np.empty((fields, n), dtype=np.int64)
     for i in range(n):
-        p = positions[i] + delta
-        for j in range(width):
-            out[i, j] = buf[p + j]
-    return out
+        p = positions[i]
+        for f in range(fields):
+            width = widths[f]
+            v = np.int64(0)
+            for j in range(width):
+                v = (v << 8) | np.int64(buf[p + deltas[f] + j])
+            if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
+                v -= np.int64(1) << (8 * width)
+            result[f, i] = v
+    return result
+
+
+@numba.njit(cache=True, nogil=True)
+def item_spans(items, value_start, value_len):
+    """(start, length, present) of the value of item ``items[i]`` of each record (-1: absent,
+    start -1 and length 0)."""
+    n = items.shape[0]
+    starts = np.full(n, -1, dtype=np.int64)
+    lengths = np.zeros(n, dtype=np.int64)
+    present = items >= 0
+    for i in range(n):
+        if items[i] >= 0:
+            starts[i] = value_start[items[i]]
+            lengths[i] = value_len[items[i]]
+    return starts, lengths, present
 
 
 @numba.njit(inline="always")
@@ -434,3 +457,26 @@ def splice_rows(offsets, data, rows, row_offsets, row_data):
             k = copy_bytes(out, k, data, offsets[i], offsets[i + 1] - offsets[i])
         out_offsets[i + 1] = k
     return out_offsets, out
+
+
+_UPPER_HEX = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+
+
+@numba.njit(cache=True, nogil=True)
+def format_msg_ids(buf, positions, store_delta, store_width, phys_delta):
+    """offsetMsgId of each record: uppercase hex of the store host's address and port
+    (``store_width`` + 4 bytes at ``positions + store_delta``) then PHYSICALOFFSET (8 bytes at
+    ``positions + phys_delta``), as Arrow string offsets and data (``msgid.encode_msg_id``)."""
+    n = positions.shape[0]
+    width = 2 * (store_width + 4 + 8)
+    offsets = np.arange(n + 1).astype(np.int32) * np.int32(width)
+    data = np.empty(n * width, dtype=np.uint8)
+    k = 0
+    for i in range(n):
+        p = positions[i]
+        for j in range(store_width + 4 + 8):
+            b = buf[p + store_delta + j] if j < store_width + 4 else buf[p + phys_delta + j - store_width - 4]
+            data[k] = _UPPER_HEX[b >> 4]
+            data[k + 1] = _UPPER_HEX[b & 15]
+            k += 2
+    return offsets, data
