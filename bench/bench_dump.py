@@ -5,8 +5,9 @@
 
 The store (1 KiB records, generated or reused by ``bench/make_store.py``) is read once to warm the
 page cache. Each ``mqtool dump`` variant runs as a subprocess with stdout to /dev/null: wall time,
-CPU time (user + system, the process's own: the machine may be shared), messages per second of
-wall and of CPU, and peak RSS (``procs.TreeSampler``). Baselines, measured in the same run:
+CPU time (user + system, the process's own: the machine may be shared; ``dump`` runs its walk and
+its text encoder on two threads, so CPU time can exceed wall), messages per second of wall and of
+CPU, peak RSS (``procs.TreeSampler``), and the load average while the scans ran. Baselines, measured in the same run:
 
 - ``plain loop``: a Python walk of the same records (``struct.unpack_from`` of the header with
   the layout derived from the construct schema, ``zlib.crc32`` of the body);
@@ -162,8 +163,10 @@ def main() -> int:
     ]
     print(f"\n| command | wall s | CPU s | k msgs/s (wall) | k msgs/s (CPU) | x plain loop (CPU) | x isal.crc32 time (CPU) | peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
+    loads = [os.getloadavg()[0]]
     for name, args in [] if a.lookups_only else scans:
         wall, cpu, rss = best([*MQTOOL, "dump", s, *args], a.repeat)
+        loads.append(os.getloadavg()[0])
         print(f"| dump {name} | {wall:.2f} | {cpu:.2f} | {records / wall / 1e3:.0f} | {records / cpu / 1e3:.0f} | "
               f"{loop_cpu / cpu:.1f} | {cpu / crc_cpu:.0f} | {rss:.0f} MB |")
     for name, args in lookups:
@@ -172,6 +175,7 @@ def main() -> int:
     for name, args in startup:
         wall, cpu, rss = best([*MQTOOL, *args], max(a.repeat, 3))
         print(f"| {name} | {wall:.2f} | {cpu:.2f} | | | | | {rss:.0f} MB |")
+    print(f"\nload average (1 min) during the scans: {min(loads):.1f} to {max(loads):.1f} on {os.cpu_count()} CPUs")
     return 0
 
 
