@@ -47,3 +47,25 @@ def test_text_equals_json_and_csv_of_message_dict_on_every_fixture_record(manife
                     assert encoder.encode(batch.slice(5, 150)).tobytes().decode() == expected_text(rows[5:155], fmt), (body, fmt)
                 seen += batch.num_rows
         assert seen == 2 * sum(1 for _ in store.commitlog.scan()) > 0
+
+
+def test_integers_at_every_digit_count_and_the_int64_extremes():
+    """The encoder writes integers in groups of eight digits: every length from 1 to 19 digits,
+    both signs, the values around each power of ten, and -2**63 (whose negation overflows)."""
+    import pyarrow as pa
+
+    values = [0, -(2**63), 2**63 - 1]
+    for digits in range(1, 19):
+        p = 10**digits
+        values += [p - 1, p, p + 1, -(p - 1), -p, -(p + 1)]
+    batch = pa.RecordBatch.from_arrays([pa.array(values, pa.int64())], names=["v"])
+    for fmt in TextFormat:
+        text = BatchText(["v"], fmt).encode(batch).tobytes().decode()
+        assert text == expected_text_of_column("v", values, fmt)
+
+
+def expected_text_of_column(name: str, values: list, fmt: TextFormat) -> str:
+    if fmt is TextFormat.csv:
+        return "".join(f"{v}\n" for v in values)
+    prefix, end = (",\n", "") if fmt is TextFormat.json else ("", "\n")
+    return "".join(prefix + json.dumps({name: v}) + end for v in values)

@@ -49,7 +49,7 @@ def _put(out, k, byte, doubled):
     return k + 1
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True, nogil=True)
 def _put_json_string(out, k, data, s, e, doubled):
     """``json.dumps(str, ensure_ascii=False)`` of UTF-8 ``data[s:e]`` at ``out[k:]`` (quotes
     doubled when ``doubled``)."""
@@ -85,7 +85,7 @@ def _put_json_string(out, k, data, s, e, doubled):
     return _put(out, k, QUOTE, doubled)
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True, nogil=True)
 def _put_csv_cell(out, k, data, s, e):
     """``csv.writer`` (QUOTE_MINIMAL) of ``data[s:e]``: quoted, quotes doubled, when it holds a
     comma, a quote or a newline."""
@@ -108,34 +108,60 @@ def _put_csv_cell(out, k, data, s, e):
 
 
 @numba.njit(inline="always")
+def _put_pair(out, k, v):
+    """Two digits of ``v < 100`` at ``out[k:k+2]``."""
+    out[k] = _PAIRS[v * np.uint64(2)]
+    out[k + 1] = _PAIRS[v * np.uint64(2) + np.uint64(1)]
+
+
+@numba.njit(inline="always")
+def _put_8_digits(out, k, v):
+    """``v < 10**8`` as exactly eight digits (leading zeros) at ``out[k:k+8]``."""
+    high, low = v // np.uint64(10000), v % np.uint64(10000)
+    _put_pair(out, k, high // np.uint64(100))
+    _put_pair(out, k + 2, high % np.uint64(100))
+    _put_pair(out, k + 4, low // np.uint64(100))
+    _put_pair(out, k + 6, low % np.uint64(100))
+    return k + 8
+
+
+@numba.njit(inline="always")
+def _put_short(out, k, v):
+    """``v < 10**8`` in decimal (no leading zeros) at ``out[k:]``; returns the new end."""
+    digits = 1
+    t = np.uint64(10)
+    while digits < 8 and v >= t:
+        t *= np.uint64(10)
+        digits += 1
+    j = k + digits
+    while v >= 100:
+        j -= 2
+        _put_pair(out, j, v % np.uint64(100))
+        v //= np.uint64(100)
+    if v >= 10:
+        _put_pair(out, j - 2, v)
+    else:
+        out[j - 1] = np.uint8(48) + np.uint8(v)
+    return k + digits
+
+
+@numba.njit(inline="always")
 def _put_int(out, k, v):
-    """Decimal ``v`` (int64, its minimum included) at ``out[k:]``, two digits per step."""
+    """Decimal ``v`` (int64, its minimum included) at ``out[k:]``, in groups of eight digits
+    that do not wait on each other's divisions."""
     if v < 0:
         out[k] = 45  # '-'
         k += 1
         u = np.uint64(-(v + 1)) + np.uint64(1)
     else:
         u = np.uint64(v)
-    digits = 1
-    t = u
-    while t >= 100:
-        t //= np.uint64(100)
-        digits += 2
-    if t >= 10:
-        digits += 1
-    j = k + digits
-    while u >= 100:
-        pair = (u % np.uint64(100)) * np.uint64(2)
-        u //= np.uint64(100)
-        out[j - 1] = _PAIRS[pair + np.uint64(1)]
-        out[j - 2] = _PAIRS[pair]
-        j -= 2
-    if u >= 10:
-        out[j - 1] = _PAIRS[u * np.uint64(2) + np.uint64(1)]
-        out[j - 2] = _PAIRS[u * np.uint64(2)]
-    else:
-        out[j - 1] = np.uint8(48) + np.uint8(u)
-    return k + digits
+    e8 = np.uint64(100000000)
+    if u < e8:
+        return _put_short(out, k, u)
+    high, low = u // e8, u % e8
+    if high < e8:
+        return _put_8_digits(out, _put_short(out, k, high), low)
+    return _put_8_digits(out, _put_8_digits(out, _put_short(out, k, high // e8), high % e8), low)
 
 
 @numba.njit(cache=True, nogil=True)
