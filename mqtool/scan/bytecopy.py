@@ -70,6 +70,15 @@ def copy_bytes(out, k, buf, s, n):
 
 
 @numba.njit(inline="always")
+def copy_span(out, k, buf, s, n):
+    """``copy_bytes`` always through ``memcpy``: for spans whose lengths vary from one to the
+    next (a byte loop mispredicts its exit); returns ``k + n``."""
+    if n > 0:
+        _memcpy(_address(out) + numba.uintp(k), _address(buf) + numba.uintp(s), numba.intp(n))
+    return k + n
+
+
+@numba.njit(inline="always")
 def load8(buf, p):
     """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""
     return _load_u64(_address(buf) + numba.uintp(p))

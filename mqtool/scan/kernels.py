@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from .bytecopy import HIGH, copy_bytes, load8
+from .bytecopy import HIGH, copy_bytes, copy_span, load8
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
@@ -38,7 +38,7 @@ def gather_spans(buf, starts, lengths):
         offsets[i + 1] = total
     data = np.empty(total, dtype=np.uint8)
     for i in range(n):
-        copy_bytes(data, offsets[i], buf, starts[i], offsets[i + 1] - offsets[i])
+        copy_span(data, offsets[i], buf, starts[i], offsets[i + 1] - offsets[i])
     return offsets, data
 
 
