@@ -8,6 +8,9 @@ is what makes those loops slow. A call to ``memcpy`` of a few bytes whose length
 constant costs about 15 ns there, and the text encoder copies about 40 short pieces a row: spans
 up to ``SHORT`` bytes are moved by a byte loop over unsigned indices (about 9 ns for 16 bytes),
 longer ones by ``memcpy``. Callers own the bounds: nothing is checked.
+
+numba's on-disk cache checks only the source file of each cached kernel: after editing this
+module, touch ``kernels.py`` and ``text.py`` (whose kernels inline these) or they run stale code.
 """
 
 from __future__ import annotations
