@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -12,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import EXIT_INTERNAL, MqtoolError
+from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat
 from .state import State
@@ -35,6 +36,30 @@ def shell_path(path) -> str:
 def quiet_broken_pipe() -> None:
     """The reader of stdout went away (``| head``): point stdout at /dev/null so the final flush
     at exit cannot fail again, and say nothing."""
+    silence_stdout()
+
+
+# What the machine refused, not a bug in mqtool: a full disk or quota, an unwritable or missing
+# output path, a directory where a file is expected, a read-only filesystem, an I/O error.
+ENVIRONMENT_ERRORS = frozenset({
+    errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+    errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EMFILE, errno.ENFILE,
+})
+
+
+def environment_error(exc: OSError) -> str | None:
+    """One line for an ``OSError`` the machine caused (``None`` for anything else): the file and
+    the system's reason, e.g. ``out.jsonl: No space left on device``."""
+    if exc.errno not in ENVIRONMENT_ERRORS:
+        return None
+    reason = exc.strerror or os.strerror(exc.errno)
+    if exc.filename:
+        return f"{exc.filename}: {reason}"
+    return f"cannot write: {reason}" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else reason
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so that the final flush at exit cannot fail again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -45,7 +70,8 @@ def quiet_broken_pipe() -> None:
 
 def guarded(fn):
     """Turn every failure into one line on stderr and a documented exit code (``--debug``
-    re-raises unexpected errors with their traceback)."""
+    re-raises unexpected errors with their traceback): a full disk, an unwritable output or a
+    directory given for a file is bad input (exit 3), not an internal error."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -62,6 +88,17 @@ def guarded(fn):
             raise typer.Exit(0)
         except KeyboardInterrupt:
             fail("interrupted", 130)
+        except OSError as exc:
+            line = environment_error(exc)
+            if State.debug:
+                raise
+            if line is None:
+                fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+            try:
+                sys.stdout.flush()
+            except OSError:
+                silence_stdout()  # stdout is what failed: its buffer would fail again at exit
+            fail(line, EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the edge of the program
             if State.debug:
                 raise

