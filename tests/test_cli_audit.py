@@ -76,3 +76,68 @@ def test_apply_and_restore_given_the_wrong_kind_of_path(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
     assert "not an mqtool backup" in error_line(run("restore", plan, "--yes"), EXIT_BAD_INPUT)
+
+
+# ---- Ctrl-C while a repair writes ---------------------------------------------------------------------
+
+
+def test_ctrl_c_while_applying_says_how_to_finish_or_undo(tmp_path, monkeypatch):
+    """Before: Ctrl-C in the middle of `recover --yes` printed only "interrupted": nothing said that
+    the store was half-changed, nor how to finish or undo it; `verify` then reported the half-applied
+    store's findings without a word about it."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")  # a path with a space
+    before = tree(store)
+    calls = {"n": 0}
+
+    def ctrl_c(label):
+        calls["n"] += 1
+        if calls["n"] == 3:  # after the first file operation
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    err = error_line(run("recover", store, "--yes"), 130)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    assert "partly changed" in err and "run the same command again with --yes to finish" in err
+    assert tree(store) != before
+    undo = shlex.split(err.split("undo with: ", 1)[1])  # the printed command pastes as it is
+    assert undo[:2] == ["mqtool", "restore"] and undo[3] == "--yes"
+
+    checked = run("verify", store, "--only", "checkpoint")
+    assert "an apply on this store was interrupted" in checked.stderr and shlex.quote(undo[2]) in checked.stderr
+    planned = run("recover", store, "--dry-run")
+    assert planned.exit_code == 0 and "an earlier apply on this store was interrupted" in planned.stderr
+
+    assert run(*undo[1:]).exit_code == 0
+    assert tree(store) == before  # byte for byte, as before the interrupted apply
+
+
+def test_ctrl_c_before_the_apply_starts_says_nothing_changed(tmp_path, monkeypatch):
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    before = tree(store)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("mqtool.cli.repair.apply_plan", ctrl_c)
+    assert error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "bk"), 130) == "mqtool: error: interrupted before anything was changed"
+    assert tree(store) == before
+
+
+# ---- a store a process still holds --------------------------------------------------------------------
+
+
+def test_a_live_lock_is_named_once_and_verify_warns(tmp_path):
+    """Before: the refusal named the lock holder twice (lock, open file), and `verify` on a store a
+    running broker holds said nothing about it."""
+    store = copy_store("5.3.3", "clean-small", tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)", str(store / "lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        err = error_line(run("rebuild-index", store, "--yes"), EXIT_REFUSED)
+        assert err.count(f"pid {holder.pid} ") == 1 and "holds the POSIX lock on" in err and "has open" in err
+        checked = run("verify", store, "--only", "checkpoint")
+        assert f"pid {holder.pid} holds the store's lock" in checked.stderr
+    finally:
+        holder.kill()
+        holder.wait()

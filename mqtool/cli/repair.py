@@ -9,6 +9,7 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +20,7 @@ from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, res
 from ..apply.executor import hold_store_lock
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
-from ..errors import EXIT_FINDINGS, BadInput, Refused, StoreInUse
+from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse
 from ..recovery.dispatch import DispatchCache
 from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
@@ -44,14 +45,59 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another
 # ---- shared flow ------------------------------------------------------------------------------
 
 
+class Interrupted(MqtoolError):
+    """Ctrl-C while a repair command was changing the store (exit 130, as for any interrupt)."""
+
+    exit_code = 130
+
+
+@contextmanager
+def explain_interrupt(root: Path, backup: Path):
+    """Ctrl-C while applying: say in one line what state the store is left in and how to finish
+    or undo the apply (``mqtool.apply`` keeps every step restartable and restorable)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        undo = f"mqtool restore {shell_path(backup)} --yes"
+        if read_pending(root) is not None:
+            raise Interrupted(f"interrupted while applying: the store is partly changed; run the same command again with --yes to finish, or undo with: {undo}") from None
+        if backup.exists():
+            raise Interrupted(f"interrupted: the changes applied so far are complete; run the same command again to go on, or undo them with: {undo}") from None
+        raise Interrupted("interrupted before anything was changed") from None
+
+
+USE = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has mapped"}
+
+
+def describe_users(users, most: int = 3) -> str:
+    """The processes using a store, each named once: ``pid 7016 (java ...) holds the POSIX lock
+    on X, has open Y``; at most ``most`` processes and two files each."""
+    by_pid: dict[int, list] = {}
+    for u in users:
+        by_pid.setdefault(u.pid, []).append(u)
+    parts = []
+    for pid, uses in list(by_pid.items())[:most]:
+        what = list(dict.fromkeys(f"{USE.get(u.how, u.how)} {u.path}" for u in uses))
+        parts.append(f"pid {pid} ({uses[0].command or '?'}) " + ", ".join(what[:2]) + (f" and {len(what) - 2} more files" if len(what) > 2 else ""))
+    more = len(by_pid) - most
+    return "; ".join(parts) + (f"; and {more} more processes" if more > 0 else "")
+
+
 def check_not_in_use(root: Path, extra_dirs, force: bool) -> None:
     users = store_users(root, extra_dirs)
     if not users:
         return
-    detail = "; ".join(u.describe() for u in users[:3]) + (f"; and {len(users) - 3} more" if len(users) > 3 else "")
+    detail = describe_users(users)
     if not force:
         raise StoreInUse(f"{root} is in use ({detail}); stop the broker first, or pass --force")
     note(f"warning: --force: the store is in use ({detail})")
+
+
+def note_interrupted(root: Path) -> None:
+    """A plan printed without applying (``--dry-run``, ``--plan-out``) on a half-applied store."""
+    pending = read_pending(root)
+    note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
+         f"run the command with --yes to finish that apply first, or undo it with: mqtool restore {shell_path(pending)} --yes")
 
 
 def _finish_interrupted(root: Path, yes: bool) -> None:
@@ -74,6 +120,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store.close()
             _finish_interrupted(root, yes)
             store = open_store(store_path, broker_config, broker_version)
+    elif read_pending(root) is not None:
+        note_interrupted(root)
     cache = DispatchCache() if plan_out is None and not dry_run else None
     try:
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
@@ -95,7 +143,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
-    with hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force):
         backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
@@ -207,6 +255,8 @@ def repair(
     if not dry_run:
         check_not_in_use(root, [root / "commitlog"], force)
         _finish_interrupted(root, yes)
+    elif read_pending(root) is not None:
+        note_interrupted(root)
     plan = _plan_repair(root, broker_config, broker_version)
     emit_document(plan.to_dict(), fmt, render_repair)
     if dry_run:
@@ -221,7 +271,7 @@ def repair(
         raise Refused("nothing changed: re-run with --yes to apply this repair")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
-    with hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force):
         if plan.files is not None:
             stages.apply("files", plan.files)
         with open_store(root, broker_config, broker_version) as opened:
@@ -361,6 +411,8 @@ def apply(
     Example:
       mqtool apply /tmp/plan.json --yes
     """
+    if Path(plan_file).is_dir():
+        raise BadInput(f"{plan_file}: a directory; give the plan file saved with --plan-out")
     try:
         plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -384,7 +436,7 @@ def apply(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
-    with hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force):
         apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
     note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
@@ -403,6 +455,8 @@ def restore_cmd(
     Example:
       mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000Z-recover --yes
     """
+    if Path(backup).exists() and not Path(backup).is_dir():
+        raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
     stages = repair_stages(Path(backup))
     if stages:
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
@@ -419,6 +473,8 @@ def restore_cmd(
     with hold_store_lock(root, force):
         try:
             result = restore(backup_set, force=force)
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)") from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")

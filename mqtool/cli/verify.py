@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, Verification, VerifyOptions
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
 
@@ -94,6 +94,22 @@ def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
     out.flush()
 
 
+def warn_store_state(root: Path) -> None:
+    """Say first what makes findings misleading: an apply of a repair command that was
+    interrupted (its ``.mqtool-pending`` marker; ``mqtool.apply``) or a process that holds the
+    store's lock (a running broker still writes: the end of the log and the queues move)."""
+    from ..apply.backup import read_pending
+    from ..store.liveness import lock_holder
+
+    pending = read_pending(root)
+    if pending is not None:
+        note(f"an apply on this store was interrupted (backup {pending}): the findings describe a half-applied repair; "
+             f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
+    holder = lock_holder(root)
+    if holder is not None:
+        note(f"pid {holder} holds the store's lock (a running broker?): it may be writing while this runs; findings near the end of the log may be transient")
+
+
 @guarded
 def verify(
     store: Annotated[Path, typer.Argument(help="A store directory (or a commitlog folder, or one segment).", show_default=False)],
@@ -124,6 +140,8 @@ def verify(
     checks = tuple(c.value for c in only) if only else CHECKS
     options = VerifyOptions(checks=checks, from_offset=from_offset, to_offset=to_offset, jobs=jobs, keep_going=keep_going)
     with open_store(store, broker_config, broker_version) as opened:
+        if opened.root is not None:
+            warn_store_state(opened.root)
         bars = StageProgress(progress)
         run = Verification(opened, options, bars)
 
