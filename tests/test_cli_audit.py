@@ -141,3 +141,64 @@ def test_a_live_lock_is_named_once_and_verify_warns(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+# ---- pipes and Ctrl-C in scans ------------------------------------------------------------------------
+
+
+def stderr_on_a_terminal(args, columns=100) -> tuple[str, str]:
+    """Run mqtool with stderr on a pseudo-terminal and stdout into a pipe (`mqtool ... | head`):
+    (what the terminal shows from stderr, stdout)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=ROOT, close_fds=True)
+    os.close(slave)
+    out = proc.stdout.read().decode()
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    proc.wait(timeout=300)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace"), out
+
+
+def test_no_progress_bar_when_stdout_is_a_pipe():
+    """Before: `mqtool verify STORE -f jsonl | head -1` drew the bar on the terminal and head's line
+    landed after it (`commitlog:   0%|...| 0.00/5.24M [00:00<?, ?B/s]{"kind": ...`)."""
+    args = ["verify", store_path("5.3.3", "crashed-small"), "-f", "jsonl", "--only", "commitlog"]
+    shown, out = stderr_on_a_terminal(args)
+    assert out.splitlines()[-1].startswith('{"summary"') and "B/s" not in shown and "%|" not in shown
+    forced, _ = stderr_on_a_terminal([*args, "--progress"])
+    assert "commitlog" in forced and "B/s" in forced  # --progress still draws it
+
+
+def test_ctrl_c_inside_compiled_code_is_an_interrupt():
+    """Before: Ctrl-C during `dump STORE -f jsonl > file` on a big store said "internal error:
+    SystemError: CPUDispatcher(<function _json_strings ...>) returned a result with an exception
+    set" with exit 5: numba turns the KeyboardInterrupt into a SystemError caused by it."""
+    import typer
+
+    from mqtool.cli.common import guarded
+
+    @guarded
+    def scan():
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function _json_strings>) returned a result with an exception set") from exc
+
+    with pytest.raises(typer.Exit) as stopped:
+        scan()
+    assert stopped.value.exit_code == 130

@@ -58,6 +58,17 @@ def environment_error(exc: OSError) -> str | None:
     return f"cannot write: {reason}" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else reason
 
 
+def interrupted(exc: BaseException) -> bool:
+    """Ctrl-C inside a compiled (numba) function reaches Python as a ``SystemError`` ("returned a
+    result with an exception set") caused by the ``KeyboardInterrupt``."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def silence_stdout() -> None:
     """Point stdout at /dev/null so that the final flush at exit cannot fail again."""
     try:
@@ -100,6 +111,8 @@ def guarded(fn):
                 silence_stdout()  # stdout is what failed: its buffer would fail again at exit
             fail(line, EXIT_BAD_INPUT)
         except Exception as exc:  # noqa: BLE001 - the edge of the program
+            if interrupted(exc):
+                fail("interrupted", 130)
             if State.debug:
                 raise
             fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)

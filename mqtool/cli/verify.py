@@ -121,7 +121,7 @@ def verify(
     fmt: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: when stderr is a terminal).")] = None,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe).")] = None,
 ) -> None:
     """Check every CRC and every cross-file reference of a store; report each problem and where it is.
 
