@@ -5,6 +5,7 @@ kind of path, Ctrl-C in the middle of a repair, a store a process still holds, t
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -202,3 +203,48 @@ def test_ctrl_c_inside_compiled_code_is_an_interrupt():
     with pytest.raises(typer.Exit) as stopped:
         scan()
     assert stopped.value.exit_code == 130
+
+
+# ---- tables a 100-column terminal can read ------------------------------------------------------------
+
+
+def table_lines(result) -> list[list[str]]:
+    """The data lines of a table (after the header's dashes), split on runs of spaces; the lines a
+    long last column wraps onto (in the terminal) are not there: the table prints them whole."""
+    assert result.exit_code in (0, 1), result.stderr
+    lines = result.stdout.splitlines()
+    assert not any(line.startswith("-[ RECORD") for line in lines), "vertical records instead of a table"
+    dashes = {i for i, line in enumerate(lines) if line.startswith("---")}
+    assert dashes, "no table header"
+    headers = dashes | {i - 1 for i in dashes}  # a streamed table repeats its header when widths change
+    return [line.split() for i, line in enumerate(lines) if i > min(dashes) and i not in headers and line.strip()]
+
+
+def test_offsets_is_a_table_at_100_columns():
+    """Before: every committed offset was a 13-line vertical record at 100 (and 120) columns: the
+    first screen showed three of them."""
+    store = store_path("4.9.7", "config-real")
+    rows = json.loads(run("offsets", store, "-f", "json").stdout)
+    shown = table_lines(run("offsets", store, env={"COLUMNS": "100"}))
+    assert len(shown) == len(rows)
+    for cells, row in zip(shown, rows):
+        who = row["group"] if row["kind"] == "consumer" else f"delay level {row['delay_level']}" if row["kind"] == "delay" else row["kind"]
+        n = len(who.split())
+        assert cells[:n] == who.split() and cells[-1] == row["topic"].split()[-1]
+        assert [int(x) for x in (cells[n], cells[n + 1])] == [row["queue_id"], row["offset"]] and cells[n + 2] == row["relation"]
+        assert [int(x) for x in cells[n + 3:n + 6]] == [row["queue_min_offset"], row["queue_max_offset"], row["lag_messages"]]
+
+
+def test_salvage_and_query_are_tables_at_100_columns():
+    """Before: `salvage` and `query key` printed vertical records at 100 columns (the topic column in
+    the middle, a 127-character topic, nothing that could be left out)."""
+    store = store_path("5.3.3", "crashed-small")
+    m = manifest("5.3.3", "crashed-small")
+    shown = table_lines(run("salvage", store, env={"COLUMNS": "100"}))
+    acked = sorted(x["commitLogOffset"] for x in m["messages"])
+    assert [int(c[0]) for c in shown] == acked and {c[1] for c in shown} == {"live"}
+    msg = next(x for x in m["messages"] if x["keys"] and x["topic"] == "TopicTest")
+    hits = json.loads(run("query", "key", store, "TopicTest", msg["keys"][0], "-f", "json").stdout)
+    shown = table_lines(run("query", "key", store, "TopicTest", msg["keys"][0], env={"COLUMNS": "100"}))
+    assert [int(c[0]) for c in shown] == [h["offset"] for h in hits] and msg["commitLogOffset"] in [h["offset"] for h in hits]
+    assert all(c[-1] == "TopicTest" and h["msg_id"] in c for c, h in zip(shown, hits))

@@ -15,9 +15,13 @@ import typer
 from ..errors import EXIT_FINDINGS
 from ..store import offsets as progress
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_rows
+from .output import OutputFormat, emit_rows, iso_ms
 
-TABLE = ("kind", "group", "delay_level", "topic", "queue_id", "offset", "relation", "queue_min_offset", "queue_max_offset", "lag_messages", "lag_bytes", "next_store_timestamp")
+# The table's columns (headers wrap at their spaces; topic last: a long one runs past the edge) and
+# the JSON fields they show; "group" names the delay level or the timer on those rows.
+TABLE = {"group": None, "queue": "queue_id", "offset": "offset", "relation": "relation", "min": "queue_min_offset", "max": "queue_max_offset",
+         "lag": "lag_messages", "lag bytes": "lag_bytes", "next message": "next_store_timestamp", "topic": "topic"}
+TABLE_OPTIONAL = ("next message", "lag bytes")
 FINDINGS = {
     progress.BEYOND_MAX: "beyond the queue's max offset: the broker answers OFFSET_OVERFLOW; the consumer resets or skips what is written meanwhile",
     progress.BELOW_MIN: "below the queue's min offset: the messages in between expired before they were consumed",
@@ -57,6 +61,16 @@ def offsets(
             who = f"group {r['group']}" if r["group"] else f"delay level {r.get('delay_level')}" if r["kind"] == "delay" else r["kind"]
             moved = f" (the broker moves it to {r['loaded_offset']} on load)" if r.get("loaded_offset") not in (None, r["offset"]) else ""
             note(f"{who} on {r['topic']}/{r['queue_id']} at offset {r['offset']}: {FINDINGS[r['relation']]}{moved}")
-        emit_rows(rows, format, progress.FIELDS, TABLE)
+        if format is OutputFormat.table:
+            emit_rows(map(_table_row, rows), format, list(TABLE), optional=TABLE_OPTIONAL)
+        else:
+            emit_rows(rows, format, progress.FIELDS)
         if bad:
             raise typer.Exit(EXIT_FINDINGS)
+
+
+def _table_row(row: dict) -> dict:
+    who = row["group"] if row["kind"] == "consumer" else f"delay level {row.get('delay_level')}" if row["kind"] == "delay" else row["kind"]
+    shown = {label: row.get(field) for label, field in TABLE.items() if field}
+    shown["next message"] = iso_ms(row.get("next_store_timestamp")) if row.get("next_store_timestamp") else None
+    return {"group": who, **shown}

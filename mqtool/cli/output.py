@@ -136,13 +136,15 @@ def emit_rows(
     *,
     title: str | None = None,
     optional: Sequence[str] = (),
+    headers: dict[str, str] | None = None,
     out=None,
 ) -> int:
     """Stream ``rows`` in ``fmt``; returns how many were written.
 
     ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
     (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
-    dropped to fit the width, least important first.
+    dropped to fit the width, least important first; ``headers`` gives a table column a shorter
+    heading than its field name (headings wrap at their spaces).
     """
     out = terminal.data_stream(out)
     count = 0
@@ -163,17 +165,17 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        count = _emit_table(rows, list(table_columns or fields), optional, title, out)
+        count = _emit_table(rows, list(table_columns or fields), optional, title, out, headers or {})
     out.flush()
     return count
 
 
-def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], title: str | None, out) -> int:
+def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
     """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
     where it fits (the header is repeated only when the column widths change)."""
     width, color = terminal.width(), terminal.color(out)
     count, layout = 0, None
-    table = Table(columns, title=title, optional=optional)
+    table = Table([headers.get(c, c) for c in columns], title=title, optional=[headers.get(c, c) for c in optional])
     for row in rows:
         table.add_row(*(_cell(_table_value(c, row.get(c))) for c in columns))
         count += 1

@@ -34,9 +34,12 @@ app = typer.Typer(
 )
 
 HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", "timer_state", "delivery_time", "delivered_offset", *MESSAGE_FIELDS)
-HIT_TABLE = ("offset", "source", "key_matches", "topic", "queue_id", "queue_offset", "store_timestamp", "keys", "uniq_key", "msg_id", "timer_state", "error")
+HIT_TABLE = ("offset", "source", "key_matches", "queue_id", "queue_offset", "store_timestamp", "msg_id", "uniq_key", "keys", "timer_state", "error", "topic")  # topic last
+HIT_TABLE_OPTIONAL = ("timer_state", "uniq_key", "keys", "source", "queue_offset", "store_timestamp")  # left out first to fit the width
+HEADERS = {"key_matches": "match", "queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored", "timer_state": "timer"}  # an IPv6 msg_id takes 56
 QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "status", "queue_min_offset", "queue_max_offset", "cq_phys_offset", "cq_size", "cq_tags_code", "error", *[f for f in MESSAGE_FIELDS if f not in ("topic", "queue_id", "queue_offset")])
-QUEUE_TABLE = ("topic", "queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id")
+QUEUE_TABLE = ("queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id", "topic")  # topic last
+QUEUE_TABLE_OPTIONAL = ("size", "tags", "keys", "store_timestamp")
 TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_min_offset", "queue_max_offset", "message_offset", "message_store_timestamp")
 
 StoreArg = Annotated[Path, typer.Argument(help="The store directory (broker stopped).")]
@@ -80,7 +83,7 @@ def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, begin, end, b
         waiting = _waiting_timer_messages(store, topic, key, kind, max_hits, b, e)
         rows = list(_hit_rows(store, [*result.found, *waiting], body))
         _add_timer_states(store, rows)
-        emit_rows(rows, format, HIT_FIELDS, HIT_TABLE)
+        emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if not result.matches and not waiting:
             raise typer.Exit(EXIT_FINDINGS)
 
@@ -177,7 +180,7 @@ def query_msg_id(
         found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
         if error:
             note(f"offset {decoded.commit_log_offset}: {error}")
-        emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE)
+        emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
 
@@ -221,7 +224,7 @@ def query_offset(
             if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})
-        emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE)
+        emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE, optional=QUEUE_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
 

@@ -26,7 +26,8 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress
 
-TABLE = ("offset", "status", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "uniq_key", "msg_id")
+TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
+TABLE_OPTIONAL = ("size", "uniq_key", "msg_id", "queue_offset", "store_timestamp")  # left out first to fit the width (an IPv6 msg_id is 56 characters)
 NEW_FIELDS = ("new_offset", "new_queue_offset")
 DISPATCH = ("offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags_code", "keys", "uniq_key", "prepared_transaction_offset")
 
@@ -127,10 +128,10 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
             _parquet(scan, out, writer, store)
             return scan
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
-        table = TABLE + (("new_offset",) if writer else ())
+        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
         try:
-            emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, out=stream)
+            emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, optional=TABLE_OPTIONAL, out=stream)
         finally:
             if out is not None:
                 stream.close()
