@@ -31,15 +31,17 @@ FINDINGS = {
 
 @guarded
 def offsets(
-    store: Annotated[Path, typer.Argument(help="The store directory (broker stopped).")],
-    group: Annotated[Optional[list[str]], typer.Option("--group", "-g", help="Only this consumer group (repeatable).")] = None,
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="The store directory (broker stopped).")],
+    group: Annotated[Optional[list[str]], typer.Option("--group", "-g", metavar="GROUP", help="Only this consumer group (repeatable).")] = None,
     format: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.
 
-    Example: mqtool offsets /data/rocketmq/store --group order_consumer_group
+    \b
+    Example:
+      mqtool offsets /data/rocketmq/store --group order_consumer_group
     """
     with open_store(store, broker_config, broker_version) as s:
         cache: dict = {}

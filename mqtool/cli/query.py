@@ -42,8 +42,8 @@ QUEUE_TABLE = ("queue_id", "queue_offset", "status", "offset", "size", "store_ti
 QUEUE_TABLE_OPTIONAL = ("size", "tags", "keys", "store_timestamp")
 TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_min_offset", "queue_max_offset", "message_offset", "message_store_timestamp")
 
-StoreArg = Annotated[Path, typer.Argument(help="The store directory (broker stopped).")]
-TopicArg = Annotated[str, typer.Argument(help="The topic (as stored: SCHEDULE_TOPIC_XXXX for delayed messages).")]
+StoreArg = Annotated[Path, typer.Argument(metavar="STORE", help="The store directory (broker stopped).")]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="The topic (as stored: SCHEDULE_TOPIC_XXXX for delayed messages).")]
 BodyOpt = Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")]
 
 
@@ -127,16 +127,21 @@ def _add_timer_states(store: Store, rows: list[dict]) -> None:
 def query_key(
     store: StoreArg,
     topic: TopicArg,
-    key: Annotated[str, typer.Argument(help="One KEYS entry.")],
-    max_hits: Annotated[int, typer.Option("--max", min=1, help="At most this many index hits (the broker caps at 64).")] = lookup.DEFAULT_MAX_KEY,
-    begin: Annotated[Optional[str], typer.Option("--begin", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
-    end: Annotated[Optional[str], typer.Option("--end", help="Store time until.")] = None,
+    key: Annotated[str, typer.Argument(metavar="KEY", help="One KEYS entry.")],
+    max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (the broker caps at 64).")] = lookup.DEFAULT_MAX_KEY,
+    begin: Annotated[Optional[str], typer.Option("--begin", metavar="TIME", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
+    end: Annotated[Optional[str], typer.Option("--end", metavar="TIME", help="Store time until.")] = None,
     body: BodyOpt = BodyEncoding.none,
     format: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Messages by KEYS through the index (IndexService.queryOffset, newest first; collisions flagged)."""
+    """Messages by KEYS through the index (IndexService.queryOffset, newest first; collisions flagged).
+
+    \b
+    Example:
+      mqtool query key /data/rocketmq/store TopicTest order-42 --begin 2024-05-01T03:00
+    """
     _by_key(store, topic, key, lookup.KEY, max_hits, begin, end, body, format, broker_config, broker_version)
 
 
@@ -146,15 +151,20 @@ def query_uniq_key(
     store: StoreArg,
     topic: TopicArg,
     uniq_key: Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
-    max_hits: Annotated[int, typer.Option("--max", min=1, help="At most this many index hits (broker default 32).")] = lookup.DEFAULT_MAX_UNIQ,
-    begin: Annotated[Optional[str], typer.Option("--begin", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
-    end: Annotated[Optional[str], typer.Option("--end", help="Store time until.")] = None,
+    max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (broker default 32).")] = lookup.DEFAULT_MAX_UNIQ,
+    begin: Annotated[Optional[str], typer.Option("--begin", metavar="TIME", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
+    end: Annotated[Optional[str], typer.Option("--end", metavar="TIME", help="Store time until.")] = None,
     body: BodyOpt = BodyEncoding.none,
     format: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY."""
+    """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY.
+
+    \b
+    Example:
+      mqtool query uniq-key /data/rocketmq/store TopicTest 7F0000010BB818B4AAC2155B6BD20000
+    """
     _by_key(store, topic, uniq_key, lookup.UNIQ_KEY, max_hits, begin, end, body, format, broker_config, broker_version)
 
 
@@ -168,7 +178,12 @@ def query_msg_id(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """The message an offsetMsgId names: its commit log offset read directly (viewMessage)."""
+    """The message an offsetMsgId names: its commit log offset read directly (viewMessage).
+
+    \b
+    Example:
+      mqtool query msg-id /data/rocketmq/store 0A0000010000291F000000000008A3C0 --body utf8
+    """
     try:
         decoded = decode_msg_id(msg_id)
     except ValueError:
@@ -197,7 +212,12 @@ def query_offset(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """The message at a queue offset, through the consume queue (as getMessage reads it)."""
+    """The message at a queue offset, through the consume queue (as getMessage reads it).
+
+    \b
+    Example:
+      mqtool query offset /data/rocketmq/store TopicTest 2 1041
+    """
     with open_store(store, broker_config, broker_version) as s:
         rng = lookup.queue_range(s, topic, queue)
         row: dict[str, Any] = {"topic": topic, "queue_id": queue, "queue_offset": queue_offset}
@@ -240,7 +260,12 @@ def query_time(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """The queue offset getOffsetInQueueByTime returns (the input of resetOffsetByTime)."""
+    """The queue offset getOffsetInQueueByTime returns (the input of resetOffsetByTime).
+
+    \b
+    Example:
+      mqtool query time /data/rocketmq/store TopicTest 2 2024-05-01T03:00
+    """
     timestamp = parse_time(time, "TIME")
     with open_store(store, broker_config, broker_version) as s:
         rng = lookup.queue_range(s, topic, queue)

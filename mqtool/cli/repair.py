@@ -159,7 +159,7 @@ def _options(**kw) -> PlanOptions:
 
 @guarded
 def truncate_dirty(
-    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     full_scan: Annotated[bool, typer.Option("--full-scan", help="Validate every segment from the first, not only those the broker's recovery scans.")] = False,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
     yes: YesOpt = False,
@@ -187,7 +187,7 @@ def truncate_dirty(
 
 @guarded
 def recover(
-    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     abnormal: Annotated[Optional[bool], typer.Option("--abnormal/--normal", help="Recovery after a crash / after a clean stop (default: --abnormal if the abort file exists).", show_default=False)] = None,
     index_safe: Annotated[Optional[bool], typer.Option("--index-safe/--no-index-safe", help="messageIndexSafe: also start abnormal recovery before the index checkpoint, so no index entry is lost (default: broker.conf, else off).", show_default=False)] = None,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
@@ -227,7 +227,7 @@ def with_verify_after(store, plan: Plan) -> Plan:
 
 @guarded
 def repair(
-    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     backup_dir: BackupDirOpt = None,
@@ -347,7 +347,7 @@ def _plan_repair(root: Path, broker_config, broker_version) -> rp.RepairPlan:
 
 @guarded
 def rebuild_cq(
-    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     topic: Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic's queues.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
@@ -375,7 +375,7 @@ def rebuild_cq(
 
 @guarded
 def rebuild_index(
-    store: Annotated[Path, typer.Argument(help="Store root directory.")],
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     plan_out: PlanOutOpt = None,
@@ -453,7 +453,7 @@ def restore_cmd(
 
     \b
     Example:
-      mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000Z-recover --yes
+      mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000000-recover --yes
     """
     if Path(backup).exists() and not Path(backup).is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")

@@ -83,8 +83,8 @@ def _parquet(batches, out: Path, writer, store) -> int:
 @guarded
 def salvage(
     store_path: Annotated[Path, typer.Argument(metavar="STORE", help="The store to read (never modified).")],
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Write the rows to this file (default: stdout; required for parquet).")] = None,
-    to_store: Annotated[Optional[Path], typer.Option("--to-store", help="Also write a new store holding the salvaged messages into this new or empty directory.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", metavar="FILE", help="Write the rows to this file (default: stdout; required for parquet).")] = None,
+    to_store: Annotated[Optional[Path], typer.Option("--to-store", metavar="DIR", help="Also write a new store holding the salvaged messages into this new or empty directory.")] = None,
     include_stale: Annotated[bool, typer.Option("--include-stale", help="Also list stale records (overwritten history after the logical end; never written by --to-store).")] = False,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
     format: Annotated[SalvageFormat, typer.Option("--format", "-f", help="Output format.")] = SalvageFormat.table,
@@ -94,7 +94,9 @@ def salvage(
 ) -> None:
     """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.
 
-    Example: mqtool salvage /data/rocketmq/store --to-store /data/salvaged --out report.jsonl -f jsonl
+    \b
+    Example:
+      mqtool salvage /data/rocketmq/store --to-store /data/salvaged --out report.jsonl -f jsonl
     """
     if format is SalvageFormat.parquet and out is None:
         raise UsageError("--format parquet needs --out FILE")

@@ -112,11 +112,11 @@ def warn_store_state(root: Path) -> None:
 
 @guarded
 def verify(
-    store: Annotated[Path, typer.Argument(help="A store directory (or a commitlog folder, or one segment).", show_default=False)],
-    only: Annotated[Optional[list[Check]], typer.Option("--only", help="Run only this check (repeatable).")] = None,
-    from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, help="Check the commit log from this offset (and only the entries pointing there).")] = None,
-    to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, help="Stop before this commit log offset.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Processes for the commit log check (segments in parallel).")] = 1,
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="A store directory (or a commitlog folder, or one segment).", show_default=False)],
+    only: Annotated[Optional[list[Check]], typer.Option("--only", metavar="CHECK", help="Run only this check: commitlog, cq, index, checkpoint or timer (repeatable).")] = None,
+    from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, metavar="OFFSET", help="Check the commit log from this offset (and only the entries pointing there).")] = None,
+    to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, metavar="OFFSET", help="Stop before this commit log offset.")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N", help="Processes for the commit log check (segments in parallel).")] = 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="After damage, resynchronise and check the rest of the log; count the valid records after each damaged range.")] = False,
     fmt: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
@@ -129,7 +129,8 @@ def verify(
     blank records, segment sequence, what lies after the logical end), cq (every consume queue
     entry against its record, and records missing from their queue), index (chains, headers,
     every entry against its record, missing keys), checkpoint (checkpoint, abort file,
-    config/*.json, consumer offsets). Exit codes: 0 sound, 1 findings, 3 bad input.
+    config/*.json, consumer offsets), timer (5.x timer log, wheel and timercheck). Exit codes:
+    0 sound, 1 findings, 3 bad input.
 
     \b
     Example:
