@@ -276,3 +276,14 @@ def test_every_help_has_an_example_kept_whole_and_plain_metavars(command):
         name = default_backup_dir(Path("/data/rocketmq/store"), "recover").name
         shown = example.split()[2].rsplit("/", 1)[1]
         assert len(shown) == len(name) and shown.split("-")[0] == "store" and shown.endswith("-recover")
+
+
+def test_rebuild_cq_of_a_topic_that_is_not_there_says_so():
+    """Before: `rebuild-cq STORE --topic TopicTset` (a typo) printed an empty plan and "nothing to
+    do", as if the queues were sound."""
+    store = store_path("5.3.3", "clean-small")
+    assert {x["topic"] for x in manifest("5.3.3", "clean-small")["messages"]} >= {"TopicTest"}
+    typo = run("rebuild-cq", store, "--topic", "TopicTset", "--dry-run")
+    assert typo.exit_code == 0 and "no record of topic TopicTset in the commit log" in typo.stderr
+    real = run("rebuild-cq", store, "--topic", "TopicTest", "--dry-run")
+    assert real.exit_code == 0 and "no record of" not in real.stderr

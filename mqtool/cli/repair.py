@@ -367,8 +367,16 @@ def rebuild_cq(
       mqtool rebuild-cq /data/rocketmq/store --topic TopicTest --yes
     """
     opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
+
+    def make_plan(s, with_crc, cache):
+        plan = plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
+        if (topic is not None or queue is not None) and not plan.queues:
+            which = " ".join(x for x in (f"topic {topic}" if topic is not None else "", f"queue {queue}" if queue is not None else "") if x)
+            note(f"no record of {which} in the commit log and no such consume queue: nothing to rebuild (`mqtool info` lists the topics and queues)")
+        return plan
+
     run_modifying(
-        "rebuild-cq", store, lambda s, with_crc, cache: plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache),
+        "rebuild-cq", store, make_plan,
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
