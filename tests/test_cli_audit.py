@@ -287,3 +287,15 @@ def test_rebuild_cq_of_a_topic_that_is_not_there_says_so():
     assert typo.exit_code == 0 and "no record of topic TopicTset in the commit log" in typo.stderr
     real = run("rebuild-cq", store, "--topic", "TopicTest", "--dry-run")
     assert real.exit_code == 0 and "no record of" not in real.stderr
+
+
+def test_dump_timer_table_shows_delivery_times_as_dates():
+    """Before: the table of `dump timer` showed `delivery_time` as epoch milliseconds
+    (1795522280000), unreadable at 3 a.m.; JSON keeps the number."""
+    from mqtool.cli.output import iso_ms
+
+    store = store_path("5.3.3", "timer-small")
+    rows = json.loads(run("dump", "timer", store, "--limit", "2", "-f", "json").stdout)
+    shown = table_lines(run("dump", "timer", store, "--limit", "2", env={"COLUMNS": "120"}))
+    assert len(shown) == 2 and all(isinstance(r["delivery_time"], int) for r in rows)
+    assert all(iso_ms(r["delivery_time"]) in c and str(r["delivery_time"]) not in c for c, r in zip(shown, rows))

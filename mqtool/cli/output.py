@@ -188,7 +188,7 @@ def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Se
 
 
 def _table_value(column: str, value: Any) -> Any:
-    if column.endswith("timestamp") and isinstance(value, int):
+    if column.endswith(("timestamp", "_time")) and isinstance(value, int):  # epoch ms: a date people read
         return iso_ms(value)
     if isinstance(value, list):
         return " ".join(map(str, value))
