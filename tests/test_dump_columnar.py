@@ -216,20 +216,21 @@ def test_help_lists_commands_without_importing_them():
     probe = ("import sys; from typer.testing import CliRunner; from mqtool.cli import app; out = CliRunner().invoke(app, ['--help']).stdout;"
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'pyarrow', 'rich', 'pydantic') or m.startswith('mqtool.cli.'))); print(out)")
     loaded, listing = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split("\n", 1)
-    assert loaded == "['mqtool.cli.state']"
+    assert loaded == "['mqtool.cli.coercion', 'mqtool.cli.state']"
     assert all(f"  {name} " in listing for name in LAZY_COMMANDS)
 
 
 @pytest.mark.parametrize("command", [["dump", "{store}", "--msg-id", "{msgId}", "--format", "jsonl"], ["query", "msg-id", "{store}", "{msgId}", "--format", "jsonl"],
                                      ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"]])
 def test_a_lookup_loads_no_compiled_code(command):
-    """A lookup reads a few records: no compiled code (numba) and no numpy load for it."""
+    """A lookup reads a few records: no compiled code (numba), no numpy and no pydantic (typer's
+    value conversion, ``mqtool/cli/coercion.py``) load for it."""
     path = store_path("5.3.3", "clean-small")
     probe = manifest("5.3.3", "clean-small")["messages"][7]
     argv = [a.format(store=path, **probe) for a in command]
-    code = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules or 'numpy' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'numba', 'numpy', 'pydantic'} & set(sys.modules)), file=sys.stderr)); from mqtool.cli import main;"
             f"sys.argv = ['mqtool', *{argv!r}]; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[0])["offset"] == probe["commitLogOffset"]
-    assert proc.stderr.strip().splitlines()[-1] == "False"
+    assert proc.stderr.strip().splitlines()[-1] == "[]"

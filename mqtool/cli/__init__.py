@@ -148,7 +148,10 @@ class MqtoolGroup(TyperGroup):
             self.listing = False
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        from .coercion import install
+
         State.debug = State.quiet = False
+        install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else EXIT_OK

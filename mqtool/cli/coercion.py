@@ -1,0 +1,89 @@
+"""Command-line values converted without pydantic.
+
+typer 0.2x converts every parameter value through a pydantic ``TypeAdapter`` built on first use
+(``typer/_coercion.py``: ``build_runtime_param``), and even a plain ``Path`` argument imports
+pydantic (``_param_types.coerce_cli_path``). Importing pydantic and building a command's adapters
+cost about 0.25 s of every command's start-up: more than a ``--msg-id`` lookup in a 2 GiB store.
+The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
+choice, lists of ``str``) are converted here with typer's own pydantic-free helpers, so checks and
+messages stay typer's; any other value, and every value these rules do not accept, goes to
+typer's own conversion as before. With a typer that lacks these internals nothing changes.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+try:
+    from typer._coercion import RuntimeParam, build_runtime_param
+    from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
+    from typer.core import _TyperParameter
+except ImportError:  # pragma: no cover - a typer without runtime params: its own conversion
+    RuntimeParam = None
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_TYPER = object()  # "not a plain value: typer converts it"
+
+
+def install() -> None:
+    """Have every typer parameter convert its values as this module says (once per process)."""
+    if RuntimeParam is None or getattr(_TyperParameter.get_runtime_param, "plain", False):
+        return
+
+    def get_runtime_param(param) -> RuntimeParam:
+        if param._runtime_param is None:
+            descriptor = param.type_descriptor
+            param._runtime_param = PlainRuntimeParam(descriptor.parameter_info, descriptor.annotation, descriptor)
+        return param._runtime_param
+
+    get_runtime_param.plain = True
+    _TyperParameter.get_runtime_param = get_runtime_param
+
+
+if RuntimeParam is not None:
+
+    @dataclass(frozen=True)
+    class PlainRuntimeParam(RuntimeParam):
+        """typer's ``RuntimeParam`` (its ``None`` and multi-value rules) for plain values."""
+
+        descriptor: Any
+
+        def _coerce_value(self, value: Any, param, ctx) -> Any:
+            plain = self._plain(value, param, ctx)
+            if plain is _TYPER:
+                return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+            return plain
+
+        def _plain(self, value: Any, param, ctx) -> Any:
+            kind, info = self.annotation, self.parameter_info
+            if kind is str or kind is bool:
+                return value if isinstance(value, kind) else _TYPER
+            if isinstance(kind, type) and issubclass(kind, Enum):
+                try:
+                    return coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
+                except ValueError:  # typer words the refusal
+                    return _TYPER
+            if kind is int:
+                return _integer(value, info)
+            if get_origin(kind) is list and get_args(kind) == (str,):
+                return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _TYPER
+            if kind is Path and info.path_type is None and routes_to_path(kind, info) and isinstance(value, (str, Path)):
+                return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            return _TYPER
+
+
+def _integer(value: Any, info) -> Any:
+    """``value`` as an int when it is written plainly and within the option's range."""
+    if info.clamp:
+        return _TYPER
+    if isinstance(value, str) and _INTEGER.fullmatch(value):
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _TYPER
+    if (info.min is not None and value < info.min) or (info.max is not None and value > info.max):
+        return _TYPER
+    return value

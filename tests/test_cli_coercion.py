@@ -1,0 +1,44 @@
+"""mqtool's own conversion of command-line values (``mqtool/cli/coercion.py``) gives what typer's
+pydantic conversion gives, value for value, and the same usage error where typer refuses one."""
+
+from __future__ import annotations
+
+import pytest
+from typer._click import Context
+from typer._click.exceptions import BadParameter
+from typer._coercion import build_runtime_param
+
+from mqtool.cli import LAZY_COMMANDS, load_command
+from mqtool.cli.coercion import PlainRuntimeParam
+
+SAMPLES = ["", "0", "7", "-1", "+3", "2147483648", "1_000", " 5", "abc", "jsonl", "JSONL", "table", "base64", "/tmp/a b", "-", "x,y", "hour"]
+
+
+def _parameters():
+    for name in LAZY_COMMANDS:
+        command = load_command(name)
+        for sub in (command, *getattr(command, "commands", {}).values()):
+            for param in sub.params:
+                if getattr(param, "type_descriptor", None) is not None:
+                    yield f"{name} {sub.name} {param.name}", sub, param
+
+
+def _outcome(runtime, value, param, ctx):
+    try:
+        return "value", runtime.coerce(value, param=param, ctx=ctx)
+    except BadParameter as exc:
+        return "error", exc.format_message()
+
+
+PARAMETERS = list(_parameters())
+
+
+@pytest.mark.parametrize("label,command,param", PARAMETERS, ids=[p[0] for p in PARAMETERS])
+def test_values_convert_as_typer_converts_them(label, command, param):
+    descriptor = param.type_descriptor
+    plain = PlainRuntimeParam(descriptor.parameter_info, descriptor.annotation, descriptor)
+    typer_own = build_runtime_param(descriptor)
+    ctx = Context(command)
+    values = [None, param.default] + ([tuple(SAMPLES[:3]), list(SAMPLES[-3:])] if param.multiple or param.nargs == -1 else SAMPLES)
+    for value in values:
+        assert _outcome(plain, value, param, ctx) == _outcome(typer_own, value, param, ctx), (label, value)
