@@ -33,20 +33,29 @@ def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
 DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-
-
-def java_parse_int(text: str) -> int:
-    """``Integer.parseInt(text)``: optional sign, Unicode decimal digits, int32 range; raises
-    ``ValueError`` otherwise (unlike Python's ``int``: no spaces, no underscores)."""
+def java_parse_int(text: str, bits: int = 32) -> int:
+    """``Integer.parseInt(text)`` (``bits=64``: ``Long.parseLong``, 16: ``Short.parseShort``):
+    optional sign, Unicode decimal digits, in range; raises ``ValueError`` otherwise (unlike
+    Python's ``int``: no spaces, no underscores)."""
     digits = text[1:] if text[:1] in "+-" and len(text) > 1 else text
     if not digits or any(unicodedata.decimal(ch, None) is None for ch in digits):
         raise ValueError(text)
     value = int("".join(str(unicodedata.decimal(ch)) for ch in digits))
     value = -value if text[0] == "-" else value
-    if not INT32_MIN <= value <= INT32_MAX:
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise ValueError(text)
     return value
+
+
+def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[int, int]:
+    """``(msgBaseOffset, batchSize)`` of the BatchConsumeQueue unit a record gets (reference §3.1
+    step 10, §5.5; 5.0.0+): ``INNER_BASE`` and ``INNER_NUM`` when both are present (an inner
+    batch), else the record's QUEUEOFFSET and 1. ``ValueError`` where ``Long.parseLong`` or
+    ``Short.parseShort`` would throw."""
+    base, count = properties.get(PropertyKey.INNER_BASE), properties.get(PropertyKey.INNER_NUM)
+    if base is None or count is None:
+        return queue_offset, 1
+    return java_parse_int(base, 64), java_parse_int(count, 16)
 
 
 def dispatches_to_consume_queue(sys_flag: int) -> bool:

@@ -12,7 +12,7 @@ import hashlib
 import zlib
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
 
@@ -23,6 +23,9 @@ from .formats.dispatch import DEFAULT_DELAY_TABLE, consume_queue_tags_code
 from .formats.errors import CorruptRecord
 from .formats.index import IndexEntry
 from .formats.properties import PropertyKey, split_keys
+
+if TYPE_CHECKING:
+    from .store.batchconsumequeue import BatchUnit
 
 
 class BodyEncoding(str, Enum):
@@ -63,6 +66,7 @@ MESSAGE_FIELDS = (
     "body",
 )
 CONSUME_QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code", "filler")
+BATCH_UNIT_FIELDS = ("topic", "queue_id", "position", "phys_offset", "size", "tags_code", "store_time", "msg_base_offset", "batch_size", "compacted_offset", "reserved", "valid")
 INDEX_ENTRY_FIELDS = ("file", "slot", "position", "key_hash", "phys_offset", "time_diff", "prev_index")
 DLEDGER_ENTRY_FIELDS = (
     "file", "offset", "magic", "size", "index", "term", "pos", "channel", "chain_crc", "body_crc", "body_size",
@@ -162,6 +166,11 @@ def consume_queue_dict(topic: str, queue_id: int, entry: ConsumeQueueEntry) -> d
         "tags_code": entry.tags_code,
         "filler": entry.is_filler,
     }
+
+
+def batch_unit_dict(topic: str, queue_id: int, unit: BatchUnit) -> dict[str, Any]:
+    """A batch consume queue unit (reference §5.5); ``position``: its byte offset in the queue."""
+    return {"topic": topic, "queue_id": queue_id, **unit._asdict(), "valid": unit.is_valid}
 
 
 def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[str, Any]:

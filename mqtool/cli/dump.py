@@ -27,11 +27,13 @@ from ..formats.hashing import index_key_hash
 from ..formats.index import index_key
 from ..formats.msgid import decode_msg_id
 from ..records import (
+    BATCH_UNIT_FIELDS,
     CONSUME_QUEUE_FIELDS,
     DLEDGER_ENTRY_FIELDS,
     INDEX_ENTRY_FIELDS,
     MESSAGE_FIELDS,
     BodyEncoding,
+    batch_unit_dict,
     consume_queue_dict,
     dledger_entry_dict,
     index_entry_dict,
@@ -39,6 +41,7 @@ from ..records import (
     parse_time,
 )
 from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
+from ..store.batchconsumequeue import discover_batch_queues
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
@@ -50,18 +53,21 @@ from .terminal import clear_bars
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
 
-KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "timer", "dledger")
+KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "timer", "dledger")
 MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
 CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
+BCQ_TABLE = ("position", "phys_offset", "size", "msg_base_offset", "batch_size", "store_time", "tags_code", "valid", "queue_id", "topic")
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
 # table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
 MESSAGE_TABLE_OPTIONAL = ("size", "uniq_key", "tags", "store_timestamp", "keys", "queue_offset")
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
+BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
 # the options each KIND uses; any other one given is a usage error, never silently ignored
 KIND_OPTIONS = {
     "commitlog": {"--topic", "--queue", "--from-offset", "--to-offset", "--since", "--until", "--key", "--tag", "--msg-id", "--uniq-key", "--keep-going", "--no-index", "--limit", "--body", "--decompress", "--progress", "--broker-config", "--broker-version"},
     "consumequeue": {"--topic", "--queue", "--from-offset", "--to-offset", "--limit", "--follow", "--body"},
+    "batchconsumequeue": {"--topic", "--queue", "--limit"},
     "index": {"--topic", "--key", "--limit", "--broker-config"},
     "checkpoint": set(),
     "timer": {"--limit", "--broker-config", "--broker-version"},
@@ -314,23 +320,27 @@ def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
     raw.flush()
 
 
-def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | None]:
-    """The consume queues a dump path names (store, consumequeue/, topic, queue folder or one
-    file), and the store root when the path lies inside a store."""
+def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | None, int | None, Path | None]:
+    """What a dump path names in ``folder`` (``consumequeue`` or ``batchconsumequeue``): a store,
+    the folder, a topic or queue folder, or one file; as (the folder, topics, queue id, the file)."""
     path = path.resolve()
     single = None
     if path.is_file():
         if not OFFSET_NAME.match(path.name) or not path.parent.name.isdigit():
-            raise BadInput(f"{path}: not a consume queue file (…/<topic>/<queueId>/<20-digit offset>)")
+            raise BadInput(f"{path}: not a {folder} file (…/<topic>/<queueId>/<20-digit offset>)")
         single, path = path, path.parent
-    if (path / "consumequeue").is_dir():
-        cq_dir = path / "consumequeue"
-    elif path.name == "consumequeue":
-        cq_dir = path
-    elif path.name.isdigit():
-        cq_dir, topics, queue = path.parent.parent, [path.parent.name], int(path.name)
-    else:
-        cq_dir, topics = path.parent, [path.name]
+    if (path / folder).is_dir():
+        return path / folder, topics, queue, single
+    if path.name == folder:
+        return path, topics, queue, single
+    if path.name.isdigit():
+        return path.parent.parent, [path.parent.name], int(path.name), single
+    return path.parent, [path.name], queue, single
+
+
+def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | None]:
+    """The consume queues a dump path names, and the store root when the path lies inside a store."""
+    cq_dir, topics, queue, single = _queue_scope(path, "consumequeue", topics, queue)
     size = single.stat().st_size if single else infer_queue_file_size(cq_dir) or 6_000_000
     queues = [q for q in discover_queues(cq_dir, size) if (not topics or q.topic in topics) and (queue is None or q.queue_id == queue)]
     if single is not None:
@@ -338,6 +348,17 @@ def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | No
             q.files = [(base, p) for base, p in q.files if p == single]
     root = cq_dir.parent if cq_dir.name == "consumequeue" else None
     return queues, root
+
+
+def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
+    """Every unit of the batch consume queues a dump path names, invalid ones included (``valid``)."""
+    bcq_dir, topics, queue, single = _queue_scope(path, "batchconsumequeue", topics, queue)
+    for q in discover_batch_queues(bcq_dir):
+        if (topics and q.topic not in topics) or (queue is not None and q.queue_id != queue):
+            continue
+        for unit in q.entries(include_invalid=True):
+            if single is None or q.directory / f"{unit.position - unit.position % q.file_size:020d}" == single:
+                yield batch_unit_dict(q.topic, q.queue_id, unit)
 
 
 def cq_rows(path: Path, topics, queue, start, stop, follow, body, limit) -> Iterator[dict]:
@@ -476,7 +497,7 @@ def check_options(kind: str, given: dict[str, object]) -> None:
 
 @guarded
 def dump(
-    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|index|checkpoint|timer|dledger) and a path.")],
+    target: Annotated[list[str], typer.Argument(metavar="[KIND] PATH", help="A store, or KIND (commitlog|consumequeue|batchconsumequeue|index|checkpoint|timer|dledger) and a path.")],
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic (repeatable); index: the topic of --key.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, metavar="OFFSET", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue, entry offset for dledger).")] = None,
@@ -501,7 +522,8 @@ def dump(
     """Decode store files: messages, consume queue entries, index entries or the checkpoint.
 
     An option a KIND does not use is an error (commitlog: every filter, --keep-going, --no-index;
-    consumequeue: --topic, --queue, queue offsets, --follow, --limit; index: --topic with --key,
+    consumequeue: --topic, --queue, queue offsets, --follow, --limit; batchconsumequeue: --topic,
+    --queue, --limit; index: --topic with --key,
     --limit; timer: --limit, --broker-config, --broker-version; dledger: entry offsets, --limit;
     checkpoint: none).
 
@@ -533,6 +555,8 @@ def dump(
     elif kind == "consumequeue":
         rows = cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit)
         emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+    elif kind == "batchconsumequeue":
+        emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
         rows = dledger_rows(path, from_offset, to_offset, limit)
         emit_rows(itertools.islice(rows, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)

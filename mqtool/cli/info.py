@@ -83,6 +83,11 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
         console.print(queues)
     else:
         console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
+    if doc.get("batch_queues"):
+        batch = titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"))
+        for q in doc["batch_queues"]:
+            batch.add_row(*(str(q[k]) for k in ("queue_id", "min_offset", "max_offset", "messages", "units", "files")), q["topic"])
+        console.print(batch)
     index = doc["index"]
     if index:
         t = titled_table(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 READ = {
     "commitlog", "consumequeue", "consumequeue_ext", "index", "checkpoint", "abort", "abort.bak", "lock", "config",
-    "timerlog", "timerwheel",
+    "timerlog", "timerwheel", "batchconsumequeue",
 }
 """Store parts mqtool reads and checks (``dledger-<id>/`` too: the DLedger commit log)."""
 
@@ -15,7 +15,6 @@ FEATURES = {
     "consumequeue_rocksdb": "RocksDB consume queues (storeType=defaultRocksDB, 5.2+)",
     "rocksdb": "a RocksDB store (RocksDB consume queues or config, 5.2+)",
     "compaction": "the compaction store of cleanup.policy=COMPACTION topics (5.x)",
-    "batchconsumequeue": "batch consume queues (queue.type=BatchCQ, 5.x)",
     "tieredstore": "tiered storage (5.x)",
     "tiered_store": "tiered storage (5.x)",
 }

@@ -24,6 +24,7 @@ from ..formats.dispatch import parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from . import dledger
+from .batchconsumequeue import BatchConsumeQueue, discover_batch_queues
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
@@ -221,6 +222,11 @@ class Store:
         if self.root is None:
             return []
         return discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
+
+    @cached_property
+    def batch_consume_queues(self) -> list[BatchConsumeQueue]:
+        """The 5.x batch consume queues (``batchconsumequeue/``, §5.5)."""
+        return [] if self.root is None else discover_batch_queues(self.path("batchconsumequeue"))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         directory = self.path("consumequeue", topic, str(queue_id))

@@ -108,6 +108,26 @@ def index_summary(store: Store) -> dict[str, Any] | None:
     }
 
 
+def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
+    """Each batch consume queue as the broker loads it (§5.5): units up to its recovery's end,
+    queue offsets ``[first msgBaseOffset, last msgBaseOffset + batchSize)``."""
+    out = []
+    for q in store.batch_consume_queues:
+        end = q.recover().end
+        first = last = None
+        units = 0
+        for unit in q.entries():
+            if unit.position >= end:
+                break
+            first = unit if first is None else first
+            last, units = unit, units + 1
+        min_offset = first.msg_base_offset if first else 0
+        max_offset = last.msg_base_offset + last.batch_size if last else 0
+        out.append({"topic": q.topic, "queue_id": q.queue_id, "units": units, "min_offset": min_offset, "max_offset": max_offset,
+                    "messages": max_offset - min_offset, "files": len(q.files)})
+    return out
+
+
 def store_summary(store: Store) -> dict[str, Any]:
     guess = store.version_guess
     cp = store.checkpoint
@@ -128,6 +148,7 @@ def store_summary(store: Store) -> dict[str, Any]:
         "commitlog": commitlog_summary(store),
         "topics": topics,
         "queues": queues,
+        "batch_queues": batch_queue_summaries(store),
         "index": index_summary(store),
         "dledger": dledger_summary(store) if store.is_dledger else None,
         "notes": [*store.notes, *unchecked_parts(store.root)],

@@ -146,6 +146,11 @@ class Verification:
                 line = yield from lmq_findings(store, start, stop)
                 if line:
                     summary.notes.append(line)
+            if "cq" in cross and store.batch_consume_queues:
+                from .batchqueue import batch_queue_findings
+
+                line = yield from batch_queue_findings(store, start, stop)
+                summary.notes.append(line)
             if last_timestamp is None:
                 last_timestamp, records = outcome.last_timestamp, outcome.records
             if summary.logical_end is None and outcome.end is not None:
@@ -210,8 +215,6 @@ class Verification:
             yield from check.take()
             if "cq" in cross and check is checks[0]:
                 outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
-                if check.batch_topics:
-                    outcome.notes.append(f"{len(check.batch_topics)} BatchCQ topics (batchconsumequeue/) not checked")
                 if check.ext_addresses:
                     outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
             else:

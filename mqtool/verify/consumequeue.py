@@ -35,7 +35,7 @@ from .logstream import LogRecord
 CHUNK_UNITS = 4096
 LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
-# ``consumequeue/``; their batch units are not checked.
+# ``consumequeue/``; ``batchqueue.py`` checks their units.
 QUIRK_VERSIONS = (BrokerVersion(4, 9, 2), BrokerVersion(4, 9, 8))
 
 

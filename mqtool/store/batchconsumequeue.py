@@ -1,0 +1,157 @@
+"""Batch consume queues: ``batchconsumequeue/<topic>/<queueId>/`` file-queues of 46-byte units
+(reference §5.5; ``BatchConsumeQueue.java @5.3.3``), written for topics whose ``queue.type`` is
+``BatchCQ`` (5.0.0+).
+
+Unlike a consume queue, a unit's position says nothing of its queue offset: units are appended
+back to back (files are named by byte offset) and each holds ``msgBaseOffset`` and ``batchSize``,
+the queue offsets ``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record (an
+inner batch, or one message). A unit is valid when ``offset >= 0 && size > 0 && msgBaseOffset
+>= 0 && batchSize > 0``; the broker's recovery (§5.7) stops each queue at the first invalid one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, NamedTuple
+
+from ..errors import BadStoreFile
+from ..formats import consumequeue as fmt
+from ..formats._layout import derive_whole
+from .consumequeue import _subdirs, numpy_dtype
+from .mappedfile import MappedFile, offset_named_files
+
+if TYPE_CHECKING:
+    import numpy as np
+
+UNIT_SIZE = fmt.BATCH_UNIT_SIZE
+DEFAULT_FILE_SIZE = 300_000 * UNIT_SIZE  # ``mapperFileSizeBatchConsumeQueue``
+
+
+def unit_dtype() -> "np.dtype":
+    """A unit as a numpy record, derived from ``BatchConsumeQueueUnitStruct`` (same names, same bytes)."""
+    dtype = numpy_dtype(derive_whole(fmt.BatchConsumeQueueUnitStruct))
+    assert dtype.itemsize == UNIT_SIZE
+    return dtype
+
+
+class BatchUnit(NamedTuple):
+    """One unit and where it lies: ``position`` is its byte offset in the queue (file name + position in the file)."""
+
+    position: int
+    phys_offset: int
+    size: int
+    tags_code: int
+    store_time: int
+    msg_base_offset: int
+    batch_size: int
+    compacted_offset: int
+    reserved: int
+
+    @property
+    def is_valid(self) -> bool:
+        return is_valid_unit(self.phys_offset, self.size, self.msg_base_offset, self.batch_size)
+
+
+def is_valid_unit(phys_offset: int, size: int, msg_base_offset: int, batch_size: int) -> bool:
+    """``BatchConsumeQueue``'s recovery rule (four parts, where a consume queue has two)."""
+    return phys_offset >= 0 and size > 0 and msg_base_offset >= 0 and batch_size > 0
+
+
+class BatchQueueRecovery(NamedTuple):
+    end: int  # byte offset of the first invalid unit (processOffset)
+    start_file: int  # index of the file the scan started from (third from last)
+
+
+@dataclass
+class BatchConsumeQueue:
+    topic: str
+    queue_id: int
+    directory: Path
+    file_size: int = DEFAULT_FILE_SIZE
+
+    def __post_init__(self):
+        self.files = offset_named_files(self.directory)
+        for base, path in self.files:
+            if base % self.file_size:
+                raise BadStoreFile(f"{path}: name is not a multiple of the batch consume queue file size {self.file_size}")
+
+    def __repr__(self) -> str:
+        return f"BatchConsumeQueue({self.topic!r}, {self.queue_id})"
+
+    def units(self, path: Path) -> "np.ndarray":
+        """The units of one file as a numpy view of its map (only ``file_size`` bytes count)."""
+        import numpy as np
+
+        mf = MappedFile(path)
+        count = min(mf.size, self.file_size) // UNIT_SIZE
+        units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
+        mf.close()
+        return units
+
+    def entries(self, *, include_invalid: bool = False) -> Iterator[BatchUnit]:
+        """Units in order until the first invalid one; with ``include_invalid``, every unit up to
+        the last non-zero one of each file (the rest of a file is the broker's preallocated zeros)."""
+        for base, path in self.files:
+            units = self.units(path)
+            stop = data_end(units) if include_invalid else first_invalid(units)
+            for i, fields in enumerate(units[:stop].tolist()):
+                yield BatchUnit(base + i * UNIT_SIZE, *fields)
+            if not include_invalid and stop * UNIT_SIZE < self.file_size:
+                return
+
+    def recover(self) -> BatchQueueRecovery:
+        """``BatchConsumeQueue.recover``: the consume queue loop (§5.7) with the four-part rule."""
+        if not self.files:
+            return BatchQueueRecovery(0, 0)
+        start = max(0, len(self.files) - 3)
+        for index in range(start, len(self.files)):
+            base, path = self.files[index]
+            stop = first_invalid(self.units(path))
+            if stop * UNIT_SIZE < self.file_size or index + 1 == len(self.files):
+                return BatchQueueRecovery(base + stop * UNIT_SIZE, start)
+        raise AssertionError("unreachable")
+
+
+def valid_mask(units: "np.ndarray") -> "np.ndarray":
+    """Which units pass the four-part rule."""
+    return (units["phys_offset"] >= 0) & (units["size"] > 0) & (units["msg_base_offset"] >= 0) & (units["batch_size"] > 0)
+
+
+def data_end(units: "np.ndarray") -> int:
+    """One past the last unit holding a non-zero byte."""
+    import numpy as np
+
+    nonzero = np.flatnonzero(units.view(np.uint8).reshape(-1, UNIT_SIZE).any(axis=1)) if units.shape[0] else units
+    return int(nonzero[-1]) + 1 if nonzero.shape[0] else 0
+
+
+def first_invalid(units: "np.ndarray") -> int:
+    """Index of the first unit failing the four-part rule, or the count of units."""
+    import numpy as np
+
+    bad = ~valid_mask(units)
+    return int(np.argmax(bad)) if bad.any() else units.shape[0]
+
+
+def infer_batch_queue_file_size(directory: Path) -> int:
+    """The configured file size: the largest unit-multiple file size under ``batchconsumequeue/``
+    (every file but a queue's newest is full), else the broker's default."""
+    sizes = {p.stat().st_size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q)}
+    sizes.discard(0)
+    size = max(sizes, default=DEFAULT_FILE_SIZE)
+    if size % UNIT_SIZE:
+        raise BadStoreFile(f"{directory}: batch consume queue files are {size} bytes, not a multiple of {UNIT_SIZE}")
+    return size
+
+
+def discover_batch_queues(directory: Path) -> list[BatchConsumeQueue]:
+    """Every ``<topic>/<queueId>`` directory under ``batchconsumequeue/`` (non-numeric ids skipped)."""
+    if not directory.is_dir():
+        return []
+    size = infer_batch_queue_file_size(directory)
+    queues = [
+        BatchConsumeQueue(t.name, int(q.name), q, size) for t in _subdirs(directory) for q in _subdirs(t) if q.name.isdigit()
+    ]
+    queues.sort(key=lambda q: (q.topic, q.queue_id))
+    return queues
