@@ -4,6 +4,7 @@ the records inside (every field), the compiled walk, and the DLedger checkpoint.
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -520,3 +521,39 @@ def test_after_the_brokers_recovery_verify_names_the_lost_entries_and_rebuild_cq
     apply_plan(plan, tmp_path / "backup-rebuild")
     code, findings, summary = _verify(store_dir, "--only", "cq")
     assert code == 0 and findings == [] and summary["consume_queues"]["entries"] == len(served) + len(lost)
+
+
+def _jsonl(*args):
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code in (0, 1), result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_stats_survivors_and_salvage_read_the_messages_inside_the_entries(tmp_path, version):
+    """The on-call commands on a DLedger store: each sees exactly the manifest's messages, at the
+    broker's offsets (entry pos + 48)."""
+    root, messages = store_path(version, "dledger-small"), manifest(version, "dledger-small")["messages"]
+    per_queue = {}
+    for m in messages:
+        per_queue.setdefault((m["topic"], m["queueId"]), []).append(m)
+    stats = {(r["topic"], r["queue_id"]): r for r in _jsonl("stats", root, "--format", "jsonl") if r["row"] == "queue"}
+    assert set(stats) == set(per_queue)
+    for key, ms in per_queue.items():
+        times = [m["storeTimestamp"] for m in ms]
+        assert (stats[key]["messages"], stats[key]["bytes"], stats[key]["first_store_timestamp"], stats[key]["last_store_timestamp"]) == (
+            len(ms), sum(m["size"] for m in ms), min(times), max(times)), key
+
+    salvaged = _jsonl("salvage", root, "--format", "jsonl")
+    assert [(r["offset"], r["status"]) for r in salvaged] == [(m["commitLogOffset"], "live") for m in sorted(messages, key=lambda m: m["commitLogOffset"])]
+
+    ids = tmp_path / "ids.txt"
+    ids.write_text("\n".join(m["msgId"] for m in messages) + "\n")
+    rows = {r["id"]: r for r in _jsonl("survivors", root, ids, "--by", "msg-id", "--format", "jsonl") if "id" in r}
+    for m in messages:
+        row = rows[m["msgId"]]
+        assert (row["status"], row["offset"], row["consumable"]) == ("found" if m["dispatched"] else "found-not-consumable", m["commitLogOffset"], m["dispatched"]), m["seq"]
