@@ -69,24 +69,44 @@ def set_log_level(*, verbose: bool) -> None:
     """Spark logs at WARN unless ``verbose`` (INFO): its ~50 start-up INFO lines would bury the result.
 
     Started with plain ``python``, the driver JVM starts here with log4j2.properties (next to this
-    script); under spark-submit the JVM is already running, so ``spark.log.level`` is set before the
-    SparkContext starts (only its first three lines stay). A ``spark.log.level`` or a log4j2
-    configuration the user gave is left alone."""
+    script). Under spark-submit the JVM is already running and SparkSubmit has reset Spark's logging
+    (``Logging.uninitialize``), so the SparkContext would load Spark's INFO defaults again: Spark's
+    logging is initialised here instead and log4j2.properties loaded over it (``_load_log_config``).
+    A ``spark.log.level`` or a log4j2 configuration the user gave is left alone."""
     import os
 
     from pyspark import SparkContext
 
     submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")
-    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ and not verbose:
+    under_submit = SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" in os.environ
+    if SparkContext._gateway is None and not under_submit and not verbose:
         if "log4j2.configurationFile" not in submit_args and LOG_CONFIG.is_file():
             os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-java-options=-Dlog4j2.configurationFile={LOG_CONFIG.as_uri()} {submit_args}"
     try:
         SparkContext._ensure_initialized()
     except Exception:  # noqa: BLE001 - no JVM: the job reports that failure in its own words
         return
-    system = SparkContext._jvm.java.lang.System
+    jvm = SparkContext._jvm
+    system = jvm.java.lang.System
+    if under_submit and not verbose and LOG_CONFIG.is_file() and system.getProperty("log4j2.configurationFile") is None:
+        _load_log_config(jvm)
     if system.getProperty("spark.log.level") is None:
         system.setProperty("spark.log.level", "INFO" if verbose else "WARN")
+
+
+def _load_log_config(jvm) -> None:
+    """Initialise Spark's logging now (its defaults; the line announcing them hidden), then load
+    log4j2.properties: Spark finds itself initialised and keeps that configuration."""
+    system = jvm.java.lang.System
+    err = system.err
+    system.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+    try:
+        jvm.org.apache.spark.SparkConf().initializeLogIfNecessary(False)
+    except Exception:  # noqa: BLE001 - another Spark: its own logging, as before
+        return
+    finally:
+        system.setErr(err)
+    jvm.org.apache.logging.log4j.LogManager.getContext(False).setConfigLocation(jvm.java.net.URI(LOG_CONFIG.as_uri()))
 
 
 if __name__ == "__main__":

@@ -264,3 +264,19 @@ def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
     )
     result = subprocess.run([sys.executable, "-S", "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)  # -S: no site-packages
     assert result.stdout.split() == [str(ROOT / "formats" / "__init__.py"), str(ROOT / "recovery" / "__init__.py")]
+
+
+def test_spark_submit_prints_no_info_line(tmp_path):
+    """Under spark-submit (its JVM already running) the job still logs at WARN: no INFO line, the
+    stats result printed, report.json written."""
+    import os
+
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    out = tmp_path / "out"
+    result = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(SCRIPT), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--output", str(out)],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    printed = result.stdout + result.stderr
+    assert [line for line in printed.splitlines() if " INFO " in line] == []
+    assert "clean-small" in result.stdout and (out / "report.json").is_file()
