@@ -71,3 +71,15 @@ def normal_start(commitlog: CommitLog, rules: RecoveryRules, max_cq_phys_offset:
         return ScanStart(0, segments[0].base_offset, f"no later segment starts at or below the consume queues' max physical offset {max_cq_phys_offset} (5.3.2+)")
     index = max(0, len(segments) - 3)
     return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
+
+
+def recovery_start(store, rules: RecoveryRules) -> ScanStart:
+    """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
+    present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
+    never read by the broker's recovery."""
+    cl = store.commitlog
+    if store.abort_present:
+        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+        return abnormal_start(cl, rules, cp, index_safe=store.config.message_index_safe and store.config.message_index_enable)
+    max_cq = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1) if rules.normal_start_from_cq_max else -1
+    return normal_start(cl, rules, max_cq)

@@ -70,6 +70,9 @@ def broker_conf(tmp_path: Path, version: str, name: str) -> Path:
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_damaged_first_record_is_a_damaged_range(tmp_path, version):
+    """Clean store (no abort file): the broker's normal recovery scans from the third-from-last
+    segment and never reads the damage, so the log it serves still ends where the manifest says;
+    the damaged record's consume queue entry and index keys point at nothing readable."""
     root = copy_store(version, "clean-small", tmp_path)
     zero_first_magic(root)
     msgs = offsets(version, "clean-small")
@@ -80,10 +83,26 @@ def test_damaged_first_record_is_a_damaged_range(tmp_path, version):
         code, findings, summary = verify(root, *args)
         assert code == EXIT_FINDINGS
         damaged = [f for f in findings if f["kind"] == "damaged-range"]
-        assert [(f["offset"], f["file"], f["details"]["range_end"], f["details"]["valid_records_after"]) for f in damaged] == [
-            (0, f"commitlog/{0:020d}", msgs[1], counted)
+        assert [(f["offset"], f["file"], f["details"]["range_end"], f["details"]["valid_records_after"], f["details"]["read_by_broker_recovery"]) for f in damaged] == [
+            (0, f"commitlog/{0:020d}", msgs[1], counted, False)
         ]
-        assert summary["commitlog"]["logical_end"] == 0
+        assert "never reads it" in damaged[0]["message"]
+        assert sorted({(f["kind"], f["offset"]) for f in findings}) == [("cq-entry-dangling", 0), ("damaged-range", 0), ("index-entry-dangling", 0)]
+        assert summary["commitlog"]["logical_end"] == manifest(version, "clean-small")["commitLogMaxOffset"]
+        assert summary["commitlog"]["records"] == len(msgs) - 1
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_damaged_first_record_read_by_abnormal_recovery_ends_the_log(tmp_path, version):
+    """Crashed store: abnormal recovery scans from the first segment and cuts at the damage."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    zero_first_magic(root)
+    code, findings, summary = verify(root)
+    assert code == EXIT_FINDINGS
+    [damaged] = [f for f in findings if f["kind"] == "damaged-range"]
+    assert (damaged["offset"], damaged["details"]["read_by_broker_recovery"]) == (0, True)
+    assert "truncates the log at 0" in damaged["message"]
+    assert summary["commitlog"]["logical_end"] == 0
 
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)

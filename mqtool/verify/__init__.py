@@ -86,6 +86,20 @@ class Verification:
         self.summary.notes.extend(unchecked_parts(store.root))
         self.cross_checks: list = []  # the cq and index checks of the last run
         self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
+        self._broker_start: int | None = None
+
+    def broker_start(self) -> int:
+        """Where the broker's start-up recovery scans from (``recovery.startfile``): damage before
+        it does not end the log the broker serves. The first segment when the version is unknown."""
+        if self._broker_start is None:
+            store = self.store
+            self._broker_start = store.commitlog.min_offset
+            if store.version is not None and store.root is not None:
+                from ..recovery.rules import RecoveryRules
+                from ..recovery.startfile import recovery_start
+
+                self._broker_start = recovery_start(store, RecoveryRules(store.version)).offset
+        return self._broker_start
 
     def _stage(self, name: str, total: int):
         if self.progress is None:
@@ -124,7 +138,7 @@ class Verification:
         logical_end = None
         if "commitlog" in opts.checks:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
-            check = log_check(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going)
+            check = log_check(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going, **({} if store.is_dledger else {"unread_before": self.broker_start}))
             check.progress = self._stage("commitlog", check.total_bytes)
             yield from check.run()
             result = self.commitlog = check.result
@@ -177,7 +191,7 @@ class Verification:
         """The cq and index checks over one stream of the valid records (``LogStream``);
         ``logical_end``: the commit log check's, when it ran first (else the end of the files)."""
         store = self.store
-        stream = LogStream(store, start, stop)
+        stream = LogStream(store, start, stop, unread_before=None if store.is_dledger else self.broker_start)
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
         total = (stop if stop is not None else end_guess) - start
         stream.progress = progress or self._stage("cross-check", max(total, 0))

@@ -116,8 +116,12 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
 class CommitLogCheck:
     """Stitch segment reports into findings; ``result`` is filled as the generator runs."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None,
+                 unread_before: Callable[[], int] | None = None):
         self.store = store
+        self.unread_before = unread_before  # where the broker's recovery starts scanning (asked only at damage)
+        self._broker_start: int | None = None  # set when the chain ends at damage before it
+        self._resume: int | None = None  # where valid records resume after that damage
         self.commitlog = store.commitlog
         self.start = self.commitlog.min_offset if start is None else start
         self.stop = stop
@@ -189,7 +193,22 @@ class CommitLogCheck:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
+        damaged_end = result.end_reason not in (fs.StopReason.ZEROS, fs.StopReason.BLANK_LAST, fs.StopReason.LIMIT, fs.StopReason.NO_SEGMENTS)
+        if damaged_end and self.unread_before is not None and result.logical_end < self.unread_before():
+            self._broker_start = self.unread_before()
         yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
+        if self._broker_start is not None and self._resume is not None:  # the log the broker serves goes on past the damage
+            from ..store.summary import logical_end as recovery_end
+            from .logstream import LogStream
+
+            _, end = recovery_end(self.store, self._broker_start)
+            served = LogStream(self.store, self._resume, self.stop, unread_before=lambda: self._broker_start)
+            for _ in served.walk():
+                pass
+            self.notes.append(f"the damage at {result.logical_end} lies before {self._broker_start}, where the broker's recovery starts scanning: "
+                              f"the broker never reads it and serves the log to {end.offset}")
+            result.records += served.records
+            result.logical_end, result.end_reason = end.offset, end.reason
         if result.stopped_early:
             self.notes.append("stopped at the first damaged range of the commit log; run with --keep-going to check and count what follows")
 
@@ -363,16 +382,21 @@ class CommitLogCheck:
             found, line = self._describe_end(start, code, detail)
             after_count = sum(live_records[i:]) if self.keep_going else None
             counted = f"{after_count} valid records lie after it" if after_count is not None else "run with --keep-going to count the valid records after it"
+            unread = self._broker_start is not None and start < self._broker_start
+            if unread and self._resume is None:
+                self._resume = resume
+            effect = (f"the broker's recovery starts scanning at {self._broker_start} and never reads it, so the broker keeps the log and "
+                      "serves the records around it; a consumer reading this range gets no message" if unread else
+                      f"the broker's recovery logs \"{line}\" and truncates the log at {start}, discarding everything after it")
             findings.append(
                 error(
                     "damaged-range",
-                    f"no valid record at {start} ({found}) but valid records resume at {resume}: the broker's recovery logs "
-                    f"\"{line}\" and truncates the log at {start}, discarding everything after it; {counted}",
+                    f"no valid record at {start} ({found}) but valid records resume at {resume}: {effect}; {counted}",
                     file=relative(self.store, self._path_of(start)),
                     offset=start,
                     expected="a valid record or the end of data",
                     found=found,
-                    details={"range_end": resume, "range_bytes": resume - start, "valid_records_after": after_count},
+                    details={"range_end": resume, "range_bytes": resume - start, "valid_records_after": after_count, "read_by_broker_recovery": not unread},
                 )
             )
         if stale:

@@ -41,8 +41,11 @@ class LogRecord(NamedTuple):
 class LogStream:
     """Iterate ``LogRecord``s from ``start`` to the logical end (or ``stop``); then ``end``."""
 
-    def __init__(self, store: Store, start: int | None = None, stop: int | None = None, progress: Callable[[int], None] | None = None):
+    def __init__(self, store: Store, start: int | None = None, stop: int | None = None, progress: Callable[[int], None] | None = None,
+                 unread_before: Callable[[], int] | None = None):
         self.store = store
+        self.unread_before = unread_before  # where the broker's recovery starts (asked only at damage)
+        self.skipped: list[tuple[int, int]] = []  # damaged ranges before it, walked past
         self.start = store.commitlog.min_offset if start is None else start
         self.stop = stop
         self.progress = progress
@@ -61,17 +64,28 @@ class LogStream:
 
     def walk(self) -> Iterator[fs.SegmentBatch]:
         """The compiled walk's batches (``BATCH`` rows each at most), counting records and
-        reporting progress; ``end`` is set when it is exhausted."""
-        scan = fs.FastScan(self.store.commitlog, self.start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, release_behind=True)
-        shown = self.start
-        for batch in scan:
-            yield batch
-            self.records += len(batch.rows)
-            if self.progress is not None:
-                done = batch.base_offset + int(batch.rows[-1, fs.COL_POS])
-                self.progress(done - shown)
-                shown = done
-        self.end = scan.end
+        reporting progress; ``end`` is set when it is exhausted. Damage before the broker's
+        recovery start (``unread_before``) does not end the log the broker serves: the walk
+        resumes at the next record (``fs.scan_start``) and notes the range in ``skipped``."""
+        start = shown = self.start
+        while True:
+            scan = fs.FastScan(self.store.commitlog, start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, release_behind=True)
+            for batch in scan:
+                yield batch
+                self.records += len(batch.rows)
+                if self.progress is not None:
+                    done = batch.base_offset + int(batch.rows[-1, fs.COL_POS])
+                    self.progress(done - shown)
+                    shown = done
+            end = scan.end
+            if self.unread_before is not None and not end.is_clean and end.offset < self.unread_before():
+                resume = fs.scan_start(self.store.commitlog, end.offset + 1)
+                if resume > end.offset and (self.stop is None or resume < self.stop):
+                    self.skipped.append((end.offset, resume))
+                    start = resume
+                    continue
+            self.end = end
+            return
 
 
 def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
