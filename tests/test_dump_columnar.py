@@ -221,7 +221,8 @@ def test_help_lists_commands_without_importing_them():
 
 
 @pytest.mark.parametrize("command", [["dump", "{store}", "--msg-id", "{msgId}", "--format", "jsonl"], ["query", "msg-id", "{store}", "{msgId}", "--format", "jsonl"],
-                                     ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"]])
+                                     ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"],
+                                     ["dump", "{store}", "--from-offset", "{commitLogOffset}", "--limit", "2", "--format", "jsonl"]])
 def test_a_lookup_loads_no_compiled_code(command):
     """A lookup reads a few records: no compiled code (numba), no numpy and no pydantic (typer's
     value conversion, ``mqtool/cli/coercion.py``) load for it."""

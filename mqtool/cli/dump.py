@@ -132,9 +132,14 @@ def _scan_from(store: Store, start: int | None) -> int:
     record (``fastscan.scan_start``, the one resynchronisation of dump and verify)."""
     if start is None:
         return store.commitlog.min_offset
+    start = max(start, store.commitlog.min_offset)
+    try:  # a record (or end-of-file blank) starts there: no compiled resynchronisation to load
+        store.commitlog.read_record(start)
+        return start
+    except (FormatError, LookupError):
+        pass
     from ..store.fastscan import scan_start
 
-    start = max(start, store.commitlog.min_offset)
     resumed = scan_start(store.commitlog, start)
     if resumed != start:
         note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
