@@ -220,9 +220,7 @@ def with_verify_after(store, plan: Plan) -> Plan:
     """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
     minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
     release_free_heap()  # what the plan's dispatch freed, before verify's own working set
-    findings, run = rp.verify_findings(store)
-    after = rp.triage(rp.predict_after_recovery(findings, plan), run.commitlog.last_timestamp if run.commitlog else None)
-    return replace(plan, verify_after=tuple(rp.expected_after(after)))
+    return replace(plan, verify_after=tuple(rp.verify_after(store, plan)))
 
 
 @guarded

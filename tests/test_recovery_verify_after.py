@@ -1,0 +1,85 @@
+"""``recover``'s ``verify_after`` (what ``verify`` still reports after the broker's recovery) without
+verify's cq and index checks where the recovery settles them (``repair.cross_checks_settled``): the
+same list as with every check, on crashed copies of the real-broker fixtures whose consume queues
+and index are lost; and the full run wherever a queue or a kept index file could leave a finding."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from conftest import VERSIONS, copy_store, manifest
+
+from mqtool.formats import checkpoint as cpfmt
+from mqtool.formats import commitlog as clfmt
+from mqtool.recovery import repair as rp
+from mqtool.recovery.planner import PlanOptions, plan_recover
+from mqtool.store import Store
+
+BODY_CRC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("body_crc")
+
+
+def lose_queues_and_index(root, *, bad_config: bool = True):
+    """What the bench's crashed copy is: no consume queues, no index, a zeroed checkpoint, an
+    abort file; with ``bad_config`` also an unreadable config file without a .bak, so the list
+    is not empty (lost data verify keeps reporting)."""
+    shutil.rmtree(root / "consumequeue", ignore_errors=True)
+    shutil.rmtree(root / "index", ignore_errors=True)
+    (root / "checkpoint").write_bytes(bytes(cpfmt.CHECKPOINT_FILE_SIZE))
+    (root / "abort").write_bytes(b"")
+    if bad_config:
+        (root / "config").mkdir(exist_ok=True)
+        (root / "config" / "consumerOffset.json").write_text("{not json")
+        (root / "config" / "consumerOffset.json.bak").unlink(missing_ok=True)
+    return root
+
+
+def both(root):
+    with Store.open(root) as store:
+        plan = plan_recover(store, PlanOptions(mode="abnormal"))
+        settled = rp.cross_checks_settled(store, plan)
+        fast = rp.verify_after(store, plan)
+        full = rp.verify_after(store, plan, cross_checks=True)
+    return plan, settled, fast, full
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ("clean-small", "crashed-small"))
+def test_without_queues_and_index_the_cross_checks_are_settled_and_the_list_is_the_same(version, name, tmp_path):
+    root = lose_queues_and_index(copy_store(version, name, tmp_path))
+    plan, settled, fast, full = both(root)
+    assert settled
+    assert [p.start for p in plan.dispatch if p.consume_queues and p.index][0] == plan.commitlog.min_offset
+    assert fast == full
+    kinds = [(e.kind, e.lost_data, e.fixed_by) for e in fast]
+    assert ("config-unreadable", True, None) in kinds
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3"))
+def test_a_damaged_record_in_the_middle_gives_the_same_list(version, tmp_path):
+    """The recovery cuts at a flipped body byte; verify's commit log check still runs in full."""
+    root = lose_queues_and_index(copy_store(version, "clean-small", tmp_path), bad_config=False)
+    messages = manifest(version, "clean-small")["messages"]
+    victim = messages[len(messages) // 2]
+    size = manifest(version, "clean-small")["storeConfig"]["mappedFileSizeCommitLog"]
+    offset = victim["commitLogOffset"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01  # the stored BODYCRC no longer matches the body
+    seg.write_bytes(data)
+    plan, settled, fast, full = both(root)
+    assert settled and plan.commitlog.valid_end == offset
+    assert fast == full
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_queues_or_a_kept_index_file_run_every_check(version, tmp_path):
+    root = copy_store(version, "crashed-small", tmp_path)
+    with Store.open(root) as store:
+        plan = plan_recover(store, PlanOptions())
+        assert store.consume_queues and not rp.cross_checks_settled(store, plan)
+    shutil.rmtree(root / "consumequeue")
+    with Store.open(root) as store:  # the index files the checkpoint covers are kept
+        plan = plan_recover(store, PlanOptions())
+        kept = [f.name for f in plan.index.files if f.action in ("keep", "append")]
+        assert not kept or not rp.cross_checks_settled(store, plan)
