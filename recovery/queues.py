@@ -45,7 +45,7 @@ class FileFate:
 
 @dataclass
 class QueueSim:
-    PRUNE_MIN: ClassVar[int] = 1 << 16  # placed units kept before pruning to the first and last file
+    PRUNE_EVERY: ClassVar[int] = 1 << 16  # placed units added between two prunes to the first and last file
     topic: str
     queue_id: int
     directory: Path
@@ -68,6 +68,7 @@ class QueueSim:
     _chunks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed runs (first pos, phys, size): consecutive units
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
     _kept: int = 0  # placed units held in _chunks
+    _pruned: int = 0  # placed units held after the last prune
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -152,7 +153,7 @@ class QueueSim:
             self._new_file(base)
         self._chunks.append((int(kp[0]), kphys.astype(np.int64), ksize.astype(np.int32)))  # placed positions are consecutive
         self._kept += placed
-        if self._kept > max(2 * self.file_size // ENTRY, self.PRUNE_MIN):
+        if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most the first and last file, and PRUNE_EVERY units
             self._prune()
         return placed
 
@@ -162,7 +163,7 @@ class QueueSim:
         dispatched record lies before the cut)."""
         keep = sorted({min(self.files), max(self.files)})
         self._chunks = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
-        self._kept = sum(len(c[1]) for c in self._chunks)
+        self._kept = self._pruned = sum(len(c[1]) for c in self._chunks)
 
     def _new_file(self, base: int) -> None:
         self._overlay.add(base)

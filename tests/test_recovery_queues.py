@@ -64,8 +64,8 @@ def test_truncate_brings_back_stale_units_below_the_cut(tmp_path):
 def test_pruned_placements_give_the_same_results(tmp_path, monkeypatch):
     """Placed units are kept only for the first and last file once there are many; the results
     that read them (min offset, the truncate walk, file fates) do not change."""
-    def run(prune_min):
-        monkeypatch.setattr(QueueSim, "PRUNE_MIN", prune_min)
+    def run(prune_every):
+        monkeypatch.setattr(QueueSim, "PRUNE_EVERY", prune_every)
         sim = QueueSim.new("T", 0, tmp_path / "q", 200)
         for chunk in range(12):
             qoff = np.arange(5 + chunk * 8, 5 + (chunk + 1) * 8, dtype=np.int64)
