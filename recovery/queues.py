@@ -15,6 +15,8 @@ the broker only cut logically, so the next load reads the same queue). Steps, in
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -69,6 +71,7 @@ class QueueSim:
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
     _kept: int = 0  # placed units held in _chunks
     _pruned: int = 0  # placed units held after the last prune
+    _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # first-file runs moved to SPILL: (first pos, where, units)
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -161,8 +164,13 @@ class QueueSim:
         """Keep placed units only where later steps read them: the first file (min offset) and
         the last (the truncate walk; it never deletes a file holding placed units, since every
         dispatched record lies before the cut)."""
-        keep = sorted({min(self.files), max(self.files)})
+        first, last = min(self.files), max(self.files)
+        keep = sorted({first, last})
         self._chunks = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
+        if first != last:  # the first file is complete: its runs wait in SPILL (min offset reads them once, at the end)
+            done = [c for c in self._chunks if c[0] < first + self.file_size]
+            self._chunks = [c for c in self._chunks if c[0] >= first + self.file_size]
+            self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in done]
         self._kept = self._pruned = sum(len(c[1]) for c in self._chunks)
 
     def _new_file(self, base: int) -> None:
@@ -182,7 +190,8 @@ class QueueSim:
         else:
             phys = np.zeros(count, dtype=np.int64)
             size = np.zeros(count, dtype=np.int64)
-        for chunk in self._chunks:
+        spilled = [(start, *SPILL.get(where, n)) for start, where, n in self._spilled if base <= start < base + count * ENTRY]
+        for chunk in spilled + self._chunks:
             part = _clip(chunk, base, base + count * ENTRY)
             if part is not None:
                 at = (part[0] - base) // ENTRY
@@ -216,6 +225,7 @@ class QueueSim:
         kind = self.files.pop(base)
         self._overlay.discard(base)
         self._chunks = [part for chunk in self._chunks for lo, hi in ((-1, base), (base + self.file_size, 1 << 62)) for part in [_clip(chunk, lo, hi)] if part is not None]
+        self._spilled = [run for run in self._spilled if not base <= run[0] < base + self.file_size]
         if kind == "original":
             self.deleted.add(base)
             self.cut_units += int(np.count_nonzero(self._view(base)["size"] != 0))
@@ -276,6 +286,33 @@ class QueueSim:
         phys, _ = self._file_units(first, min(end - first, self.file_size) // ENTRY)
         hits = phys >= commitlog_min_offset
         return first // ENTRY + int(np.argmax(hits)) if hits.any() else 0
+
+
+class UnitSpill:
+    """Placed units of complete first files, out of memory: an unnamed temporary file shared by
+    every queue simulation of the process (page cache, never fsynced), read back by ``get``. A
+    queue holds in memory at most its last file's units (2 GiB of 128-byte records in 18 queues:
+    some 65 MB less)."""
+
+    def __init__(self):
+        self._file = None
+        self._end = 0
+
+    def put(self, phys: np.ndarray, size: np.ndarray) -> int:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="mqtool-queue-units-")
+        where = self._end
+        data = phys.astype("<i8").tobytes() + size.astype("<i4").tobytes()
+        os.pwrite(self._file.fileno(), data, where)
+        self._end += len(data)
+        return where
+
+    def get(self, where: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+        data = os.pread(self._file.fileno(), 12 * n, where)
+        return np.frombuffer(data, "<i8", n).astype(np.int64), np.frombuffer(data, "<i4", n, 8 * n).astype(np.int32)
+
+
+SPILL = UnitSpill()
 
 
 def _clip(chunk: tuple[int, np.ndarray, np.ndarray], lo: int, hi: int) -> tuple[int, np.ndarray, np.ndarray] | None:
