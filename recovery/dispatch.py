@@ -507,7 +507,7 @@ def _queue_runs(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, i
         yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order, int(starts[g]), int(starts[g + 1])
 
 
-_CQ_COLUMNS = [fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_TAGS]
+_CQ_COLUMNS = np.array([fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_TAGS], dtype=np.int64)
 
 
 class MultiDispatch(NamedTuple):
@@ -525,10 +525,9 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     columns = None
     for topic, queue_id, order, lo, hi in _queue_runs(batch, names):
         if columns is None:  # the four columns of every queued row, grouped by queue: one gather per batch
-            queued = order[: int(np.count_nonzero(batch.to_consume_queue))]
-            columns = np.empty((len(_CQ_COLUMNS), queued.shape[0]), dtype=np.int64)
-            for i, col in enumerate(_CQ_COLUMNS):
-                np.take(batch.fields[:, col], queued, out=columns[i])
+            queued = int(np.count_nonzero(batch.to_consume_queue))
+            columns = np.empty((len(_CQ_COLUMNS), queued), dtype=np.int64)
+            fd.gather_rows(batch.fields, order, queued, _CQ_COLUMNS, columns)
         yield topic, queue_id, (columns[0, lo:hi], columns[1, lo:hi], columns[2, lo:hi], columns[3, lo:hi])
     if multi is not None:
         yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)

@@ -374,6 +374,16 @@ def group_rows(keys, eligible, order, starts):
     return groups, group_key[:groups]
 
 
+@numba.njit(cache=True, nogil=True)
+def gather_rows(fields, order, count, cols, out):
+    """``out[i, j] = fields[order[j], cols[i]]`` for ``j < count``: some columns of a batch in
+    the order ``group_rows`` gives, in one pass over the rows (not one strided gather a column)."""
+    for j in range(count):
+        r = order[j]
+        for i in range(cols.shape[0]):
+            out[i, j] = fields[r, cols[i]]
+
+
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:
     """``delay_ms[level]`` for levels 1..max (index 0 unused); levels missing from a gapped
     table fall back to 1000 ms like ``computeDeliverTimestamp``."""
