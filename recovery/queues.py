@@ -154,7 +154,7 @@ class QueueSim:
         self.added += placed
         for base in range(int(kp[0] - kp[0] % self.file_size), int(kp[-1]) + 1, self.file_size):  # positions are consecutive
             self._new_file(base)
-        self._chunks.append((int(kp[0]), kphys.astype(np.int64), ksize.astype(np.int32)))  # placed positions are consecutive
+        self._chunks.append((int(kp[0]), kphys.astype(np.int64, copy=False), ksize.astype(np.int32)))  # placed positions are consecutive
         self._kept += placed
         if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most the first and last file, and PRUNE_EVERY units
             self._prune()
