@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Iterator
 
 from ..errors import BadInput
-from ..formats import checkpoint as cpfmt
 from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
@@ -34,23 +33,17 @@ from .pieces import (
 from .plan import Action, CheckpointPlan, DispatchPhase, Plan
 from .queues import QueueSim
 from .rules import RecoveryRules
-from .startfile import abnormal_start, normal_start
+from .startfile import recovery_start
 
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
 def _recovery_start(store: Store, rules: RecoveryRules) -> tuple[int, list[str]]:
     """Where the broker's recovery would start scanning (a segment's first offset), with notes."""
-    cl = store.commitlog
     notes = []
     if store.abort_present:
-        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
-        start = abnormal_start(cl, rules, cp, index_safe=store.config.message_index_safe and store.config.message_index_enable)
         notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
-    else:
-        max_cq = max((QueueSim.load(q).recovered_max_phys for q in store.consume_queues), default=-1)
-        start = normal_start(cl, rules, max_cq)
-    return start.offset, notes
+    return recovery_start(store, rules).offset, notes
 
 
 class RebuildScan:
