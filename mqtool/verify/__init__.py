@@ -70,6 +70,14 @@ class VerifyOptions:
             raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 
 
+def _cpus() -> int:
+    """CPUs this process may run on (a forked cross-check cannot overlap anything on one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 class Verification:
     """One verification run over an opened store."""
 
@@ -121,7 +129,7 @@ class Verification:
         stop = opts.to_offset
         cross = [c for c in ("cq", "index") if c in opts.checks] if store.root is not None else []
         forked = None
-        if opts.jobs > 1 and cross and "commitlog" in opts.checks and opts.from_offset is None and stop is None and hasattr(os, "fork"):
+        if opts.jobs > 1 and cross and "commitlog" in opts.checks and opts.from_offset is None and stop is None and hasattr(os, "fork") and _cpus() > 1:
             from .forked import ForkedCrossCheck
 
             forked = ForkedCrossCheck(self, cross, start)
@@ -138,7 +146,10 @@ class Verification:
         logical_end = None
         if "commitlog" in opts.checks:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
-            check = log_check(store, start=start, stop=stop, jobs=opts.jobs, keep_going=opts.keep_going, **({} if store.is_dledger else {"unread_before": self.broker_start}))
+            # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
+            # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both)
+            jobs = opts.jobs - 1 if forked is not None else opts.jobs
+            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **({} if store.is_dledger else {"unread_before": self.broker_start}))
             check.progress = self._stage("commitlog", check.total_bytes)
             yield from check.run()
             result = self.commitlog = check.result
