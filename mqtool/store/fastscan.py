@@ -237,9 +237,12 @@ class FastScan:
     batch rows carry ``crc_ok = 0`` and the walk continues (verification). ``release_behind``
     unmaps pages once their batch is consumed, so the resident size stays flat on 1 GiB segments
     (rows of earlier batches stay readable: their pages fault back in from the page cache).
+    ``batch_bytes``: batches after the first hold about that many bytes of records, between
+    ``batch // 8`` rows (the first batch's) and ``batch`` (few records per call on small records
+    is per-call overhead for the consumer; many on large ones, resident pages).
     """
 
-    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, release_behind: bool = False):
+    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False):
         self.commitlog = commitlog
         self.release_behind = release_behind  # drop pages already walked from this process (bounded RSS)
         self.start = commitlog.min_offset if start is None else start
@@ -247,6 +250,7 @@ class FastScan:
         self.check_crc = check_crc
         self.stop_on_crc = stop_on_crc
         self.out = np.empty((batch, N_COLS), dtype=np.int64)
+        self.batch_bytes = batch_bytes
         self.end: ScanEnd | None = None
         self.blanks: list[int] = []
         self.records = 0
@@ -262,6 +266,8 @@ class FastScan:
         walk = self.walker = entry_walker() if entry_walker else (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
         if entry_walker and self.start > segments[index].base_offset:
             pos = self.commitlog.entry_start(self.start) - segments[index].base_offset
+        most = self.out.shape[0]
+        rows = most if self.batch_bytes is None else max(most // 8, 1)
         while True:
             seg = segments[index]
             stop = seg.size if self.stop is None else min(seg.size, self.stop - seg.base_offset)
@@ -270,9 +276,12 @@ class FastScan:
                 released = 0  # pages before this are already dropped (releasing from 0 each time is quadratic)
                 try:
                     while True:
-                        count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out, seg.base_offset)
+                        count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out[:rows], seg.base_offset)
                         if count:
                             self.records += count
+                            if self.batch_bytes is not None:
+                                span = int(self.out[count - 1, COL_POS] + self.out[count - 1, COL_SIZE] - self.out[0, COL_POS])
+                                rows = min(most, max(most // 8, self.batch_bytes * count // max(span, 1)))
                             yield SegmentBatch(seg.base_offset, array, self.out[:count])
                             if self.release_behind:
                                 release_pages(mf.buf, released, pos)

@@ -20,7 +20,8 @@ from ..recovery.dispatch import POW31, TopicTable
 from ..store import fastscan as fs
 
 
-CHUNK = 1024  # records dispatched and numbered by topic per call: about 1 MiB of 1 KiB records, in cache
+CHUNK_BYTES = 1 << 20  # records dispatched and numbered by topic per call: about 1 MiB of them, in cache
+CHUNK = 1024  # and at least this many records
 TOPIC_SLOTS = 256  # distinct topics ``local_topics`` numbers per call; a chunk with more is named record by record
 
 
@@ -53,8 +54,10 @@ class RecordColumns:
         local = np.empty(n, dtype=np.int64)
         first = np.empty(min(n, TOPIC_SLOTS), dtype=np.int64)
         key_fill = 0
-        for lo in range(0, n, CHUNK):  # a chunk's records are still in cache when their topics are told apart
-            hi = min(n, lo + CHUNK)
+        span = int(rows[n - 1, fs.COL_POS] + rows[n - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
+        chunk = max(CHUNK, CHUNK_BYTES * n // max(span, 1))
+        for lo in range(0, n, chunk):  # a chunk's records are still in cache when their topics are told apart
+            hi = min(n, lo + chunk)
             done, key_fill = fd.dispatch_rows(array, rows[lo:hi], 0, legacy, fd.SCHEDULE_TOPIC_BYTES, delay_ms, True, out, lo, keys, key_fill)
             assert done == hi - lo, "the key buffer is sized for every record"
             count = fd.local_topics(array, out, lo, hi, local[lo:hi], first)

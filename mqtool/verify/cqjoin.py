@@ -118,7 +118,9 @@ class ArrayQueueCursor:
                             events, pending = {0: pending}, []
                     else:
                         idx, events, pending, invalid_from = self._slow_units(path, phys, size, tags, first_qoff, pending, invalid_from)
-                    if len(idx):
+                    if len(idx) == len(phys):  # no filler, nothing skipped: the arrays as read
+                        yield _Chunk(np.arange(first_qoff, first_qoff + len(phys), dtype=np.int64), phys, size, tags, events)
+                    elif len(idx):
                         yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
                     pos += usable
             finally:
@@ -238,38 +240,43 @@ class ColumnarConsumeQueueCheck(ConsumeQueueCheck):
         starts = np.empty(n + 1, dtype=np.int64)
         groups, group_keys = fd.group_rows(keys, dispatched, order, starts)
         names = columns.topics.names
+        # the dispatched records' columns gathered once, queue after queue: a queue's are a slice
+        grouped = order[: starts[groups]]
+        g_offsets, g_sizes = columns.offsets[grouped], columns.sizes[grouped]
+        g_qoffs, g_tags = columns.queue_offsets[grouped], columns.tags[grouped]
+        bounds = starts[: groups + 1].tolist()
         plan = []
         for g, key in enumerate(group_keys.tolist()):
-            rows = order[starts[g] : starts[g + 1]]
+            lo, hi = bounds[g], bounds[g + 1]
             queue_id = key & 0xFFFFFFFF
             qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
             cursor = self.cursors.get(qkey)
-            offsets = columns.offsets[rows]
-            if cursor is None or cursor.head is None or cursor.head.phys > offsets[-1]:
-                plan.append((qkey, cursor, rows, None))
+            if cursor is None or cursor.head is None or cursor.head.phys > g_offsets[hi - 1]:
+                plan.append((qkey, cursor, lo, hi, None))
                 continue
             if qkey in self.missing:
                 return False  # a missing run closes here: its finding comes from the record path
-            qoff, phys, size, tags, due = cursor.peek(len(rows))
-            if due or phys.shape[0] != rows.shape[0] or not np.array_equal(phys, offsets):
+            qoff, phys, size, tags, due = cursor.peek(hi - lo)
+            if due or phys.shape[0] != hi - lo or not np.array_equal(phys, g_offsets[lo:hi]):
                 return False
-            if not (np.array_equal(size, columns.sizes[rows]) and np.array_equal(qoff, columns.queue_offsets[rows])):
+            if not (np.array_equal(size, g_sizes[lo:hi]) and np.array_equal(qoff, g_qoffs[lo:hi])):
                 return False
             ext = tags <= cqfmt.EXT_MAX_ADDRESS
-            if not np.array_equal(tags[~ext], columns.tags[rows][~ext]):
+            ext_count = int(np.count_nonzero(ext))
+            if not (np.array_equal(tags, g_tags[lo:hi]) if ext_count == 0 else np.array_equal(tags[~ext], g_tags[lo:hi][~ext])):
                 return False
-            plan.append((qkey, cursor, rows, int(np.count_nonzero(ext))))
-        for qkey, cursor, rows, ext in plan:
+            plan.append((qkey, cursor, lo, hi, ext_count))
+        for qkey, cursor, lo, hi, ext in plan:
             if ext is not None:
-                cursor.skip(rows.shape[0])
+                cursor.skip(hi - lo)
                 self.ext_addresses += ext
                 continue
             if cursor is None:
                 self.cursors[qkey] = self.cursor_class(self, None, *qkey)
-            first, last = int(columns.offsets[rows[0]]), int(columns.offsets[rows[-1]])
+            first, last = int(g_offsets[lo]), int(g_offsets[hi - 1])
             run = self.missing.get(qkey)
             if run is None:
-                self.missing[qkey] = MissingRun(first, last, int(columns.queue_offsets[rows[0]]), int(columns.queue_offsets[rows[-1]]), rows.shape[0])
+                self.missing[qkey] = MissingRun(first, last, int(g_qoffs[lo]), int(g_qoffs[hi - 1]), hi - lo)
             else:
-                run.last_offset, run.last_queue_offset, run.count = last, int(columns.queue_offsets[rows[-1]]), run.count + rows.shape[0]
+                run.last_offset, run.last_queue_offset, run.count = last, int(g_qoffs[hi - 1]), run.count + hi - lo
         return True

@@ -21,7 +21,8 @@ from ..store.commitlog import ScanEnd
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
 _POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
-BATCH = 8192  # records per walk batch: the unit in which cross-check findings are drained
+BATCH = 1 << 16  # records per walk batch at most (8192 in the first): the unit in which cross-check findings are drained
+BATCH_BYTES = 8 << 20  # and about this many bytes of records per batch after the first (8192 of 1 KiB)
 _STORE_TS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 
 
@@ -69,7 +70,7 @@ class LogStream:
         resumes at the next record (``fs.scan_start``) and notes the range in ``skipped``."""
         start = shown = self.start
         while True:
-            scan = fs.FastScan(self.store.commitlog, start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, release_behind=True)
+            scan = fs.FastScan(self.store.commitlog, start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, batch_bytes=BATCH_BYTES, release_behind=True)
             for batch in scan:
                 yield batch
                 self.records += len(batch.rows)
