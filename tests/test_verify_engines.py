@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import FIXTURES, manifest
@@ -36,6 +37,7 @@ def sizes(request, monkeypatch):
         monkeypatch.setattr(cqjoin, "CHUNK_UNITS", SMALL["cq_chunk"])
         monkeypatch.setattr(index, "CHUNK_ENTRIES", SMALL["index_chunk"])
         monkeypatch.setattr(columns, "CHUNK", SMALL["dispatch_chunk"])  # chunks of a batch, and
+        monkeypatch.setattr(columns, "CHUNK_BYTES", 1)  # (of CHUNK records whatever their size)
         monkeypatch.setattr(columns, "TOPIC_SLOTS", SMALL["topic_slots"])  # chunks with more topics than slots
     return request.param
 
@@ -118,6 +120,26 @@ def units(path: Path) -> int:
 
 def largest_queue(root: Path) -> Path:
     return max(queue_files(root), key=lambda p: (units(p), str(p)))
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(version, name):
+    """``cqjoin.decode_units`` against the construct schema's codec, unit by unit, with its
+    counts of invalid and filler units; plus a filler and an invalid unit of our own."""
+    root = FIXTURES / f"rocketmq-{version}" / name
+    files = queue_files(root)
+    if not files:
+        pytest.skip("no consume queue files (a DLedger or commit-log-only fixture)")
+    extra = cqfmt.ENTRY.pack(*cqfmt.FILLER) + cqfmt.ENTRY.pack(-1, 0, 7) + cqfmt.ENTRY.pack(5, -3, -(1 << 40))
+    for path in files:
+        raw = path.read_bytes()[: units(path) * cqfmt.ENTRY_SIZE] + extra
+        n = len(raw) // cqfmt.ENTRY_SIZE
+        phys, size, tags = (np.empty(n, dtype=np.int64) for _ in range(3))
+        invalid, fillers = cqjoin.decode_units(np.frombuffer(raw, dtype=np.uint8), phys, size, tags)
+        expected = [cqfmt.ENTRY.unpack_from(raw, i * cqfmt.ENTRY_SIZE) for i in range(n)]
+        assert list(zip(phys.tolist(), size.tolist(), tags.tolist())) == expected
+        assert invalid == sum(1 for p, s, _ in expected if p < 0 or s <= 0) >= 2
+        assert fillers == sum(1 for e in expected if e == cqfmt.FILLER) >= 1
 
 
 def rewrite_unit(path: Path, number: int, change) -> tuple:

@@ -281,7 +281,7 @@ class FastScan:
                             self.records += count
                             if self.batch_bytes is not None:
                                 span = int(self.out[count - 1, COL_POS] + self.out[count - 1, COL_SIZE] - self.out[0, COL_POS])
-                                rows = min(most, max(most // 8, self.batch_bytes * count // max(span, 1)))
+                                rows = min(most, max(most // 8, 1, self.batch_bytes * count // max(span, 1)))
                             yield SegmentBatch(seg.base_offset, array, self.out[:count])
                             if self.release_behind:
                                 release_pages(mf.buf, released, pos)

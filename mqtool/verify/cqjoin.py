@@ -20,6 +20,7 @@ import os
 from collections import deque
 from typing import Iterator
 
+import numba
 import numpy as np
 
 from ..formats import commitlog as clfmt
@@ -34,6 +35,65 @@ CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not the
 _PHYS, _SIZE, _TAGS = UNIT_DTYPE.names
 _FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
 _TO_CQ = (int(clfmt.TransactionType.NOT_TYPE), int(clfmt.TransactionType.COMMIT))
+
+
+# where ``decode_units`` finds the fields: the schema's (``UNIT_DTYPE``, from the construct struct)
+_UNIT = UNIT_DTYPE.itemsize
+(_PHYS_AT, _PHYS_W), (_SIZE_AT, _SIZE_W), (_TAGS_AT, _TAGS_W) = ((UNIT_DTYPE.fields[f][1], UNIT_DTYPE[f].itemsize) for f in (_PHYS, _SIZE, _TAGS))
+assert all(UNIT_DTYPE[f].kind == "i" and UNIT_DTYPE[f].byteorder == ">" for f in (_PHYS, _SIZE, _TAGS))
+
+
+@numba.njit(inline="always")
+def _signed_be(data, p, width):
+    v = np.int64(0)
+    for j in range(width):
+        v = (v << 8) | np.int64(data[p + j])
+    if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
+        v -= np.int64(1) << (8 * width)
+    return v
+
+
+@numba.njit(cache=True, nogil=True)
+def decode_units(data, phys, size, tags):
+    """The units of ``data`` into ``phys``, ``size``, ``tags`` (§5.1; ``UNIT_DTYPE`` read in one
+    pass); returns (units that are not entries, phys < 0 or size <= 0: filler units)."""
+    invalid = fillers = 0
+    for i in range(phys.shape[0]):
+        p = _UNIT * i
+        a = _signed_be(data, p + _PHYS_AT, _PHYS_W)
+        b = _signed_be(data, p + _SIZE_AT, _SIZE_W)
+        c = _signed_be(data, p + _TAGS_AT, _TAGS_W)
+        phys[i], size[i], tags[i] = a, b, c
+        if a < 0 or b <= 0:
+            invalid += 1
+        elif a == _FILLER_PHYS and b == _FILLER_SIZE and c == _FILLER_TAGS:
+            fillers += 1
+    return invalid, fillers
+
+
+@numba.njit(cache=True, nogil=True)
+def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, queue_offsets, tags):
+    """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
+    ``CommitLogDispatcherBuildConsumeQueue``; topics in ``skip_topic`` left out), grouped by
+    queue (``fd.group_rows`` on topic id << 32 | QUEUEID): returns the group keys, the group
+    bounds and the records' offset, size, QUEUEOFFSET and tags code, queue after queue."""
+    n = topic_ids.shape[0]
+    keys = np.empty(n, dtype=np.int64)
+    eligible = np.empty(n, dtype=np.bool_)
+    for r in range(n):
+        tran = sys_flags[r] & fd.TRAN_MASK
+        eligible[r] = (tran == _TO_CQ[0] or tran == _TO_CQ[1]) and not skip_topic[topic_ids[r]]
+        keys[r] = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
+    order = np.empty(n, dtype=np.int64)
+    starts = np.empty(n + 1, dtype=np.int64)
+    groups, group_keys = fd.group_rows(keys, eligible, order, starts)
+    m = starts[groups]
+    g_offsets, g_sizes = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    g_qoffs, g_tags = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    for i in range(m):
+        r = order[i]
+        g_offsets[i], g_sizes[i], g_qoffs[i], g_tags[i] = offsets[r], sizes[r], queue_offsets[r], tags[r]
+    return group_keys, starts[: groups + 1], g_offsets, g_sizes, g_qoffs, g_tags
 
 
 class _Chunk:
@@ -104,22 +164,19 @@ class ArrayQueueCursor:
                     usable = len(data) - len(data) % unit
                     if not usable:
                         break
-                    units = np.frombuffer(data, dtype=UNIT_DTYPE, count=usable // unit)
-                    phys = units[_PHYS].astype(np.int64)
-                    size = units[_SIZE].astype(np.int64)
-                    tags = units[_TAGS].astype(np.int64)
+                    count = usable // unit
+                    phys, size, tags = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count, np.int64)
+                    invalid, fillers = decode_units(np.frombuffer(data, dtype=np.uint8, count=usable), phys, size, tags)
                     first_qoff = (base + pos) // unit
-                    valid = (phys >= 0) & (size > 0)
-                    keep = valid & ~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))
-                    if invalid_from is None and valid.all():
-                        idx = np.flatnonzero(keep)
+                    if invalid_from is None and not invalid:
+                        idx = np.flatnonzero(~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))) if fillers else None
                         events = {}
-                        if pending and len(idx):
+                        if pending and (idx is None or len(idx)):
                             events, pending = {0: pending}, []
                     else:
                         idx, events, pending, invalid_from = self._slow_units(path, phys, size, tags, first_qoff, pending, invalid_from)
-                    if len(idx) == len(phys):  # no filler, nothing skipped: the arrays as read
-                        yield _Chunk(np.arange(first_qoff, first_qoff + len(phys), dtype=np.int64), phys, size, tags, events)
+                    if idx is None:  # no filler, nothing skipped: the arrays as read
+                        yield _Chunk(np.arange(first_qoff, first_qoff + count, dtype=np.int64), phys, size, tags, events)
                     elif len(idx):
                         yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
                     pos += usable
@@ -221,30 +278,23 @@ class ColumnarConsumeQueueCheck(ConsumeQueueCheck):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._batch_topic_ids: dict[int, bool] = {}
+        self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
 
-    def _not_batch_topic(self, columns: RecordColumns) -> np.ndarray:
+    def _skip_topic(self, columns: RecordColumns) -> np.ndarray:
         names = columns.topics.names
-        for tid in range(len(self._batch_topic_ids), len(names)):
-            self._batch_topic_ids[tid] = names[tid] in self.batch_topics
-        flagged = [tid for tid, batch in self._batch_topic_ids.items() if batch]
-        return ~np.isin(columns.topic_ids, flagged) if flagged else np.ones(len(columns), dtype=bool)
+        known = len(self._batch_topic)
+        if known < len(names):
+            self._batch_topic = np.concatenate([self._batch_topic, np.array([name in self.batch_topics for name in names[known:]], dtype=np.bool_)])
+        return self._batch_topic
 
     def on_columns(self, columns: RecordColumns) -> bool:
         """Check one batch; False (nothing done) when the record engine must take it."""
-        n = len(columns)
-        tran = columns.transaction_types
-        dispatched = ((tran == _TO_CQ[0]) | (tran == _TO_CQ[1])) & self._not_batch_topic(columns)
-        keys = (columns.topic_ids << 32) | (columns.queue_ids & 0xFFFFFFFF)
-        order = np.empty(n, dtype=np.int64)
-        starts = np.empty(n + 1, dtype=np.int64)
-        groups, group_keys = fd.group_rows(keys, dispatched, order, starts)
         names = columns.topics.names
-        # the dispatched records' columns gathered once, queue after queue: a queue's are a slice
-        grouped = order[: starts[groups]]
-        g_offsets, g_sizes = columns.offsets[grouped], columns.sizes[grouped]
-        g_qoffs, g_tags = columns.queue_offsets[grouped], columns.tags[grouped]
-        bounds = starts[: groups + 1].tolist()
+        # the dispatched records' columns, queue after queue: a queue's are a slice
+        group_keys, starts, g_offsets, g_sizes, g_qoffs, g_tags = queue_groups(
+            columns.topic_ids, columns.queue_ids, columns.sys_flags, self._skip_topic(columns), columns.offsets, columns.sizes, columns.queue_offsets, columns.tags
+        )
+        bounds = starts.tolist()
         plan = []
         for g, key in enumerate(group_keys.tolist()):
             lo, hi = bounds[g], bounds[g + 1]

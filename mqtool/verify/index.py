@@ -106,14 +106,15 @@ class IndexEntries:
     def __iter__(self) -> Iterator[tuple[int, int, int, int, int]]:
         """(entry number, hash, phy offset, time diff, prev) for entries 1 .. index_count - 1;
         the structural findings once they are exhausted."""
-        for number, chunk in self.chunks():
+        for number, chunk, _ in self.chunks():
             for i, (h, phy, diff, prev) in enumerate(chunk.tolist()):
                 yield number + i, h, phy, diff, prev
         self.check.structure(self, *self.state)
 
-    def chunks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(first entry number, entries) ``CHUNK_ENTRIES`` at a time, replaying the hash chains
-        as they are read; ``state`` holds the chain results once they are exhausted."""
+    def chunks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+        """(first entry number, entries, (their hashes, their prevs) as int64) ``CHUNK_ENTRIES``
+        at a time, replaying the hash chains as they are read; ``state`` holds the chain results
+        once they are exhausted."""
         slots = self.geometry.hash_slot_num
         last_seen = np.zeros(slots, dtype=np.int32)  # entry numbers fit: index_num <= INT32_MAX
         bad = negative = heads = 0
@@ -127,11 +128,12 @@ class IndexEntries:
                 chunk = np.frombuffer(raw[: len(raw) - len(raw) % ixfmt.ENTRY_SIZE], dtype=ENTRY_DTYPE)
                 if not len(chunk):
                     break
-                b, fb, neg, hd = check_chains(chunk["hash"].astype(np.int64), chunk["prev"].astype(np.int64), number, last_seen, slots)
+                hashes, prevs = chunk["hash"].astype(np.int64), chunk["prev"].astype(np.int64)
+                b, fb, neg, hd = check_chains(hashes, prevs, number, last_seen, slots)
                 bad, negative, heads = bad + b, negative + neg, heads + hd
                 if first_bad < 0 and fb >= 0:
                     first_bad = fb
-                yield number, chunk
+                yield number, chunk, (hashes, prevs)
                 number += len(chunk)
             raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
             table = np.frombuffer(raw, dtype=">i4")

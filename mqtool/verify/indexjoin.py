@@ -33,16 +33,15 @@ class _Chunk:
 
     __slots__ = ("meta", "number", "hash", "phy", "diff", "prev", "end")
 
-    def __init__(self, meta: IndexEntries, number: int, entries: np.ndarray | None):
+    def __init__(self, meta: IndexEntries, number: int, entries: np.ndarray | None, hashes_prevs=None):
         self.meta, self.number = meta, number
         self.end = entries is None
         if entries is None:
             self.hash = self.phy = self.diff = self.prev = np.empty(0, dtype=np.int64)
         else:
-            self.hash = entries["hash"].astype(np.int64)
+            self.hash, self.prev = hashes_prevs  # converted once, for the chain replay
             self.phy = entries["phy"].astype(np.int64)
             self.diff = entries["time_diff"].astype(np.int64)
-            self.prev = entries["prev"].astype(np.int64)
 
     def __len__(self) -> int:
         return self.phy.shape[0]
@@ -64,8 +63,8 @@ class IndexEntryCursor:
 
     def _chunks(self):
         for meta in self.check._files_meta:
-            for number, entries in meta.chunks():
-                yield _Chunk(meta, number, entries)
+            for number, entries, hashes_prevs in meta.chunks():
+                yield _Chunk(meta, number, entries, hashes_prevs)
             yield _Chunk(meta, 0, None)
 
     def _load(self) -> bool:
