@@ -26,6 +26,7 @@ import argparse
 import json
 import mmap
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -154,10 +155,13 @@ def bench_store(spec, label: str, a) -> list[dict]:
             ("verify --only index", ["--only", "index"]),
             ("verify --only checkpoint", ["--only", "checkpoint"]),
         ):
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
             wall, rss, out = measure([*verify, *extra], a.repeat)
+            now = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (now.ru_utime + now.ru_stime - used.ru_utime - used.ru_stime) / a.repeat  # all its processes, mean of the runs
             summary = json.loads(out)["summary"]
             findings = sum(summary["findings"].values())
-            row(name, wall, rss, note=f"{findings} findings!" if findings else "")
+            row(name, wall, rss, note=f"CPU {cpu:.2f} s" + (f"; {findings} findings!" if findings else ""))
     if "info" in a.only:
         wall, rss, _ = measure([*mq, "info", str(path), "--format", "json"], a.repeat)
         row("info", wall, rss)
