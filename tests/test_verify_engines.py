@@ -142,6 +142,30 @@ def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(ver
         assert fillers == sum(1 for e in expected if e == cqfmt.FILLER) >= 1
 
 
+@pytest.mark.parametrize("queues", [1, 40, 700])
+def test_queue_groups_equals_a_python_grouping(queues):
+    """``cqjoin.queue_groups`` (its own hash table, grown past 32 groups and 64 slots) against
+    a dict grouping: queues in order of first appearance, records in order, only NOT_TYPE and
+    COMMIT records of topics not skipped."""
+    rng = np.random.default_rng(queues)
+    n = 5000
+    topic_ids = rng.integers(0, 5, n)
+    queue_ids = rng.integers(-2, queues, n)  # negative QUEUEIDs too
+    sys_flags = rng.choice([0, 4, 8, 12, 1, 9], n)  # every transaction type, other bits set
+    skip = np.array([False, False, True, False, False])
+    offsets, sizes, qoffs, tags = (rng.integers(-(1 << 40), 1 << 40, n) for _ in range(4))
+    expected: dict[tuple[int, int], list[int]] = {}
+    for r in range(n):
+        if sys_flags[r] & cl.TRANSACTION_TYPE_MASK in (0, 8) and not skip[topic_ids[r]]:
+            expected.setdefault((int(topic_ids[r]), int(queue_ids[r])), []).append(r)
+    keys, starts, g_off, g_size, g_qoff, g_tags = cqjoin.queue_groups(topic_ids, queue_ids, sys_flags, skip, offsets, sizes, qoffs, tags)
+    assert [(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in keys.tolist()] == list(expected)
+    rows = [r for group in expected.values() for r in group]
+    assert starts.tolist() == np.cumsum([0, *map(len, expected.values())]).tolist()
+    for got, column in ((g_off, offsets), (g_size, sizes), (g_qoff, qoffs), (g_tags, tags)):
+        assert got.tolist() == column[rows].tolist()
+
+
 def rewrite_unit(path: Path, number: int, change) -> tuple:
     raw = bytearray(path.read_bytes())
     pos = number * cqfmt.ENTRY_SIZE

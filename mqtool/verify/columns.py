@@ -22,7 +22,7 @@ from ..store import fastscan as fs
 
 CHUNK_BYTES = 1 << 20  # records dispatched and numbered by topic per call: about 1 MiB of them, in cache
 CHUNK = 1024  # and at least this many records
-TOPIC_SLOTS = 256  # distinct topics ``local_topics`` numbers per call; a chunk with more is named record by record
+TOPIC_SLOTS = 1024  # distinct topics ``local_topics`` numbers per call; a chunk with more is named record by record
 
 
 @dataclass

@@ -75,25 +75,63 @@ def decode_units(data, phys, size, tags):
 def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, queue_offsets, tags):
     """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
     ``CommitLogDispatcherBuildConsumeQueue``; topics in ``skip_topic`` left out), grouped by
-    queue (``fd.group_rows`` on topic id << 32 | QUEUEID): returns the group keys, the group
-    bounds and the records' offset, size, QUEUEOFFSET and tags code, queue after queue."""
+    queue (topic id << 32 | QUEUEID; queues in order of first appearance, records in commit log
+    order): returns the group keys, the group bounds and the records' offset, size, QUEUEOFFSET
+    and tags code, queue after queue. Two sequential passes over the columns (a counting sort):
+    the hash table holds the batch's queues, not its records."""
     n = topic_ids.shape[0]
-    keys = np.empty(n, dtype=np.int64)
-    eligible = np.empty(n, dtype=np.bool_)
+    size = 64
+    table = np.full(size, -1, dtype=np.int64)
+    group_key = np.empty(32, dtype=np.int64)
+    counts = np.zeros(32, dtype=np.int64)
+    gid = np.empty(n, dtype=np.int64)
+    groups = 0
     for r in range(n):
         tran = sys_flags[r] & fd.TRAN_MASK
-        eligible[r] = (tran == _TO_CQ[0] or tran == _TO_CQ[1]) and not skip_topic[topic_ids[r]]
-        keys[r] = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
-    order = np.empty(n, dtype=np.int64)
-    starts = np.empty(n + 1, dtype=np.int64)
-    groups, group_keys = fd.group_rows(keys, eligible, order, starts)
+        if not ((tran == _TO_CQ[0] or tran == _TO_CQ[1]) and not skip_topic[topic_ids[r]]):
+            gid[r] = -1
+            continue
+        key = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
+        slot = (key ^ (key >> 31)) & (size - 1)
+        while True:
+            g = table[slot]
+            if g < 0 or group_key[g] == key:
+                break
+            slot = (slot + 1) & (size - 1)
+        if g < 0:
+            g = groups
+            groups += 1
+            if g == group_key.shape[0]:
+                group_key = np.concatenate((group_key, np.empty(g, dtype=np.int64)))
+                counts = np.concatenate((counts, np.zeros(g, dtype=np.int64)))
+            group_key[g] = key
+            table[slot] = g
+            if 2 * groups > size:  # keep the table at most half full
+                size *= 2
+                table = np.full(size, -1, dtype=np.int64)
+                for h in range(groups):
+                    k = group_key[h]
+                    s = (k ^ (k >> 31)) & (size - 1)
+                    while table[s] >= 0:
+                        s = (s + 1) & (size - 1)
+                    table[s] = h
+        gid[r] = g
+        counts[g] += 1
+    starts = np.empty(groups + 1, dtype=np.int64)
+    starts[0] = 0
+    for g in range(groups):
+        starts[g + 1] = starts[g] + counts[g]
     m = starts[groups]
+    fill = starts[:groups].copy()
     g_offsets, g_sizes = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     g_qoffs, g_tags = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    for i in range(m):
-        r = order[i]
-        g_offsets[i], g_sizes[i], g_qoffs[i], g_tags[i] = offsets[r], sizes[r], queue_offsets[r], tags[r]
-    return group_keys, starts[: groups + 1], g_offsets, g_sizes, g_qoffs, g_tags
+    for r in range(n):
+        g = gid[r]
+        if g >= 0:
+            i = fill[g]
+            fill[g] = i + 1
+            g_offsets[i], g_sizes[i], g_qoffs[i], g_tags[i] = offsets[r], sizes[r], queue_offsets[r], tags[r]
+    return group_key[:groups].copy(), starts, g_offsets, g_sizes, g_qoffs, g_tags
 
 
 class _Chunk:
