@@ -81,6 +81,36 @@ def copy_span(out, k, buf, s, n):
     return k + n
 
 
+@intrinsic
+def _store_u64(typingctx, addr, value):
+    """Store a uint64 at a raw address (native byte order, no alignment needed)."""
+
+    def codegen(context, builder, signature, args):
+        builder.store(args[1], builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return types.void(types.uintp, types.uint64), codegen
+
+
+WORD_SLACK = 8  # bytes past the end of a span ``copy_words`` may write (and read, when the source has them)
+
+
+@numba.njit(inline="always")
+def copy_words(out, k, buf, s, n):
+    """``out[k:k+n] = buf[s:s+n]`` eight bytes at a time, for many short spans copied one after the
+    other into one buffer: it may write up to ``WORD_SLACK - 1`` bytes past ``k + n`` (the next span
+    overwrites them; ``out`` needs that slack at its end). Spans near the end of ``buf`` are copied
+    by ``copy_bytes``. Returns ``k + n``."""
+    if n <= 0:
+        return k
+    if s + n + WORD_SLACK > buf.shape[0]:
+        return copy_bytes(out, k, buf, s, n)
+    o, b = _address(out) + numba.uintp(k), _address(buf) + numba.uintp(s)
+    for j in range(0, numba.uintp(n), numba.uintp(8)):
+        _store_u64(o + j, _load_u64(b + j))
+    return k + n
+
+
 @numba.njit(inline="always")
 def load8(buf, p):
     """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""

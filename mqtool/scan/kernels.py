@@ -15,7 +15,7 @@ import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from .bytecopy import HIGH, copy_bytes, copy_span, load8
+from .bytecopy import HIGH, WORD_SLACK, copy_bytes, copy_span, copy_words, has_byte, load8
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)
@@ -36,10 +36,10 @@ def gather_spans(buf, starts, lengths):
     for i in range(n):
         total += max(lengths[i], 0)
         offsets[i + 1] = total
-    data = np.empty(total, dtype=np.uint8)
+    data = np.empty(total + WORD_SLACK, dtype=np.uint8)
     for i in range(n):
-        copy_span(data, offsets[i], buf, starts[i], offsets[i + 1] - offsets[i])
-    return offsets, data
+        copy_words(data, offsets[i], buf, starts[i], offsets[i + 1] - offsets[i])
+    return offsets, data[:total]
 
 
 @numba.njit(inline="always")
@@ -79,6 +79,8 @@ def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key,
         end = p + max(lengths[i], 0)
         while p < end:
             item = p
+            while p + 8 <= end and not has_byte(load8(buf, p), PROPERTY_END):
+                p += 8
             while p < end and buf[p] != PROPERTY_END:
                 p += 1
             ks, ke, vs, ve = property_item(buf, item, p, legacy)
@@ -152,6 +154,25 @@ def java_hash_spans(buf, starts, lengths):
     return result
 
 
+@numba.njit(inline="always")
+def _be_signed(buf, p, width):
+    """The signed big-endian integer of ``width`` bytes at ``buf[p]``: 4 and 8 bytes unrolled
+    (LLVM turns each into one load and a byte swap), other widths byte by byte."""
+    if width == 4:
+        v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
+        return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+    if width == 8:
+        hi = (np.uint64(buf[p]) << np.uint64(24)) | (np.uint64(buf[p + 1]) << np.uint64(16)) | (np.uint64(buf[p + 2]) << np.uint64(8)) | np.uint64(buf[p + 3])
+        lo = (np.uint64(buf[p + 4]) << np.uint64(24)) | (np.uint64(buf[p + 5]) << np.uint64(16)) | (np.uint64(buf[p + 6]) << np.uint64(8)) | np.uint64(buf[p + 7])
+        return np.int64((hi << np.uint64(32)) | lo)
+    v = np.int64(0)
+    for j in range(width):
+        v = (v << 8) | np.int64(buf[p + j])
+    if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
+        v -= np.int64(1) << (8 * width)
+    return v
+
+
 @numba.njit(cache=True, nogil=True)
 def gather_fields(buf, positions, deltas, widths):
     """Signed big-endian integers of ``widths[f]`` bytes at ``positions + deltas[f]``: one row per
@@ -159,16 +180,18 @@ def gather_fields(buf, positions, deltas, widths):
     n = positions.shape[0]
     fields = deltas.shape[0]
     result = np.empty((fields, n), dtype=np.int64)
-    for i in range(n):
-        p = positions[i]
-        for f in range(fields):
-            width = widths[f]
-            v = np.int64(0)
-            for j in range(width):
-                v = (v << 8) | np.int64(buf[p + deltas[f] + j])
-            if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
-                v -= np.int64(1) << (8 * width)
-            result[f, i] = v
+    for f in range(fields):
+        delta, width = deltas[f], widths[f]
+        row = result[f]
+        if width == 4:
+            for i in range(n):
+                row[i] = _be_signed(buf, positions[i] + delta, 4)
+        elif width == 8:
+            for i in range(n):
+                row[i] = _be_signed(buf, positions[i] + delta, 8)
+        else:
+            for i in range(n):
+                row[i] = _be_signed(buf, positions[i] + delta, width)
     return result
 
 
