@@ -254,7 +254,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
         while True:
-            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, walk_ahead=True)
+            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
             with Prefetch(scan) as batches:  # the next batch is built while this one is printed
                 for b in batches:
                     if limit is not None and count + b.num_rows >= limit:

@@ -5,22 +5,17 @@ from ``start`` (default: the commit log's min offset) to the logical end or ``st
 ``FastScan`` and decoded by ``MessageBatchBuilder``; with ``stop_on_crc=False`` a record whose body CRC fails is
 read with ``crc_ok`` false and the walk goes on (``CommitLog.scan`` without ``check_crc``, as ``dump`` reads); ``match`` (``mqtool/scan/filter.py``) is applied to each
 batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
-
-With ``walk_ahead`` the walk runs in a thread of its own (``Prefetch``), a batch or two ahead of the
-builder: the walk (CRC of every body) and the build then take a core each while a consumer (``dump``'s text
-encoder) shares them. The walk drops the pages of a batch it has passed (``release_behind``); the builder
-reads them again from the page cache.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Iterator
 
 import pyarrow as pa
 
 from ..records import BodyEncoding
 from ..store import Store
-from ..store.fastscan import FastScan, SegmentBatch
+from ..store.fastscan import FastScan
 from .batches import MessageBatchBuilder
 from .filter import MessageFilter
 
@@ -28,7 +23,7 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, walk_ahead: bool = False):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15):
         self.store = store
         self.match = match
         wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
@@ -36,23 +31,13 @@ class MessageScan:
         self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, decompress=decompress, columns=wanted)
         self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
         self.columns = columns
-        self.walk_ahead = walk_ahead
 
     @property
     def end(self):
         return self.walk.end
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        if not self.walk_ahead:
-            yield from self._built(self.walk)
-            return
-        from .prefetch import Prefetch
-
-        with Prefetch(_detached(self.walk)) as walked:
-            yield from self._built(walked)
-
-    def _built(self, walked: Iterable[SegmentBatch]) -> Iterator[pa.RecordBatch]:
-        for segment_batch in walked:
+        for segment_batch in self.walk:
             batch = self.builder.build(segment_batch, segment_batch.base_offset)
             mask = self.match.mask(batch)
             if mask is not None:
@@ -61,12 +46,6 @@ class MessageScan:
                 batch = batch.select(list(self.columns))
             if batch.num_rows:
                 yield batch
-
-
-def _detached(walk: FastScan) -> Iterator[SegmentBatch]:
-    """The walk's batches with rows of their own (``FastScan`` reuses its row buffer)."""
-    for b in walk:
-        yield SegmentBatch(b.base_offset, b.array, b.rows.copy())
 
 
 def read_batches(store: Store, **options) -> Iterator[pa.RecordBatch]:
