@@ -168,8 +168,9 @@ def bench_store(spec, label: str, a) -> list[dict]:
     if "dump" in a.only:
         dump_bench = HERE / "bench_dump.py"
         if dump_bench.exists():
-            print(f"\n---- {dump_bench.name} --size {a.size} --message-size {label}", flush=True)
-            subprocess.call([sys.executable, str(dump_bench), "--size", a.size, "--message-size", label])
+            args = ["--store", str(path), "--out", str(a.out), "--repeat", str(a.repeat)]
+            print(f"\n---- {dump_bench.name} {' '.join(args)}", flush=True)
+            subprocess.call([sys.executable, str(dump_bench), *args])
         else:
             print("\n(dump: bench/bench_dump.py is not there yet; when it is, this script runs it here)", flush=True)
     work = a.out / f"work-{label}"
