@@ -37,3 +37,22 @@ def test_filters_apply_on_batches(version):
         assert got == [r["offset"] for r in rows if r["topic"] == probe["topic"] and r["queue_id"] == probe["queue_id"] and r["tags"] == probe["tags"]
                        and probe["keys"][0] in r["keys"] and r["uniq_key"] == probe["uniq_key"]]
         assert probe["offset"] in got
+
+
+@pytest.mark.parametrize("version,name", [("4.9.7", "clean-small"), ("5.3.3", "timer-small"), ("4.8.0", "crashed-small")])
+def test_a_filter_decided_first_gives_the_rows_of_the_filtered_full_batches(version, name):
+    """The filter is decided on its own columns, then the kept rows alone are built: every field of
+    every row equals the unfiltered scan's row, over batches the filter keeps whole, in part or not at all."""
+    with Store.open(store_path(version, name)) as store:
+        rows = [r for b in MessageScan(store, batch=64) for r in b.to_pylist()]
+        probe = next(r for r in rows[len(rows) // 2 :] if r["tags"])
+        cases = [
+            (MessageFilter(since=probe["store_timestamp"]), lambda r: r["store_timestamp"] >= probe["store_timestamp"]),
+            (MessageFilter(topics=(probe["topic"],)), lambda r: r["topic"] == probe["topic"]),
+            (MessageFilter(tag=probe["tags"]), lambda r: r["tags"] == probe["tags"]),
+            (MessageFilter(topics=(probe["topic"],), until=probe["store_timestamp"]), lambda r: r["topic"] == probe["topic"] and r["store_timestamp"] <= probe["store_timestamp"]),
+        ]
+        for match, keeps in cases:
+            expected = [r for r in rows if keeps(r)]
+            got = [r for b in MessageScan(store, match=match, batch=64) for r in b.to_pylist()]
+            assert 0 < len(got) < len(rows) and got == expected, match
