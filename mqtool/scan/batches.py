@@ -45,6 +45,8 @@ def _widths(layout) -> dict[str, int]:
 
 _WIDTHS = {combo: _widths(layout) for combo, layout in _LAYOUTS.items()}
 # header fields gathered in one pass: those before the born host (every layout) and after it
+# where each layout has its host addresses, indexed by the layout number ((sys_flag >> 4) & 3)
+_HOST_AT = {name: np.array([_LAYOUTS[combo].offset_of(name) for combo in range(4)], dtype=np.int64) for name in ("born_host_address", "store_host_address")}
 _HEAD = ("sys_flag", "born_timestamp", "phys_offset", "body_crc", "queue_id", "flag", "queue_offset", "magic_code")
 _TAIL = ("store_timestamp", "reconsume_times", "prepared_transaction_offset")
 _FIELDS = {
@@ -83,32 +85,18 @@ def _utf8_ok(arr: pa.Array) -> bool:
     return True
 
 
-def _scatter(n: int, parts: list[tuple[np.ndarray | None, pa.Array]]) -> pa.Array:
-    """Rows of per-layout group arrays put back in batch order (``idx`` None = all rows)."""
-    if len(parts) == 1:
-        return parts[0][1]
-    order = np.concatenate([idx for idx, _ in parts])
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[order] = np.arange(n)
-    return pa.concat_arrays([a for _, a in parts]).take(pa.array(inverse))
-
-
-def _hosts(array: np.ndarray, pos: np.ndarray, delta: int, width: int) -> pa.Array:
-    """``ip:port`` strings of the host field at ``pos + delta`` (address ``width`` bytes + port),
-    formatted by kernels; IPv4-mapped IPv6 addresses by ``format_host`` itself."""
-    if width == 4:
-        return _strings(*kernels.format_ipv4_hosts(array, pos, delta))
-    offsets, data, mapped = kernels.format_ipv6_hosts(array, pos, delta)
-    hosts = _strings(offsets, data)
+def _hosts(array: np.ndarray, pos: np.ndarray, at: np.ndarray, wide: np.ndarray) -> pa.Array:
+    """``ip:port`` strings of the host field at ``pos + at`` (16 address bytes where ``wide``, else
+    4, then the port), formatted by ``kernels.format_hosts`` in one pass whatever the batch's mix of
+    layouts; IPv4-mapped IPv6 addresses by ``format_host`` itself, spliced in."""
+    offsets, data, mapped = kernels.format_hosts(array, pos, at, wide)
     if mapped.any():
-        fixed = [format_host(bytes(array[p + delta : p + delta + 16]), int.from_bytes(bytes(array[p + delta + 16 : p + delta + 20]), "big", signed=True)) for p in pos[mapped].tolist()]
-        hosts = _scatter(len(pos), [(np.flatnonzero(~mapped), hosts.filter(pa.array(~mapped))), (np.flatnonzero(mapped), pa.array(fixed, pa.string()))])
-    return hosts
-
-
-def _msg_ids(array: np.ndarray, pos: np.ndarray, store_delta: int, width: int) -> pa.Array:
-    """offsetMsgId: uppercase hex of store address + port + PHYSICALOFFSET (``encode_msg_id``)."""
-    return _strings(*kernels.format_msg_ids(array, pos, store_delta, width, _V4.offset_of("phys_offset")))
+        redo = np.flatnonzero(mapped)
+        texts = [format_host(bytes(array[p : p + 16]), int.from_bytes(bytes(array[p + 16 : p + 20]), "big", signed=True)).encode() for p in (pos[redo] + at[redo]).tolist()]
+        row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        np.cumsum([len(t) for t in texts], out=row_offsets[1:])
+        offsets, data = kernels.splice_rows(offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
+    return _strings(offsets.astype(np.int32), data)
 
 
 def _timestamps(ms: np.ndarray) -> pa.Array:
@@ -185,23 +173,19 @@ class MessageBatchBuilder:
         store_ts = np.empty(n, np.int64)
         reconsume = np.empty(n, np.int64)
         prepared = np.empty(n, np.int64)
-        hosts: dict[str, list] = {"born_host": [], "store_host": [], "msg_id": []}
         for combo in present.tolist():
-            layout = _LAYOUTS[combo]
             idx = None if len(present) == 1 else np.flatnonzero(combos == combo)
             at = pos if idx is None else np.ascontiguousarray(pos[idx])
             sel = slice(None) if idx is None else idx
             store_ts[sel], reconsume[sel], prepared[sel] = kernels.gather_fields(array, at, *_FIELDS[combo, _TAIL])
-            born_w, store_w = (16 if combo & 1 else 4), (16 if combo & 2 else 4)
-            if "born_host" in need:
-                hosts["born_host"].append((idx, _hosts(array, at, layout.offset_of("born_host_address"), born_w)))
-            if "store_host" in need:
-                hosts["store_host"].append((idx, _hosts(array, at, layout.offset_of("store_host_address"), store_w)))
-            if "msg_id" in need:
-                hosts["msg_id"].append((idx, _msg_ids(array, at, layout.offset_of("store_host_address"), store_w)))
-        for name, parts in hosts.items():
-            if parts:
-                c[name] = _scatter(n, parts)
+        born_wide, store_wide = (combos & 1) != 0, (combos & 2) != 0
+        store_at = _HOST_AT["store_host_address"][combos]
+        if "born_host" in need:
+            c["born_host"] = _hosts(array, pos, _HOST_AT["born_host_address"][combos], born_wide)
+        if "store_host" in need:
+            c["store_host"] = _hosts(array, pos, store_at, store_wide)
+        if "msg_id" in need:
+            c["msg_id"] = _strings(*kernels.format_msg_ids_rows(array, pos, store_at, store_wide, _V4.offset_of("phys_offset")))
         c["store_timestamp"] = store_ts
         c["reconsume_times"] = reconsume.astype(np.int32)
         c["prepared_transaction_offset"] = prepared
@@ -232,27 +216,34 @@ class MessageBatchBuilder:
         )
         if fallback.any():
             return None
-        names = _span_strings(array, name_s, name_l)
-        values = _span_strings(array, value_s, value_l)
-        if not (_utf8_ok(names) and _utf8_ok(values)):
-            return None
-        map_offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(counts, out=map_offsets[1:])
-        c["properties"] = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
+        if "properties" in need:
+            names = _span_strings(array, name_s, name_l)
+            values = _span_strings(array, value_s, value_l)
+            if not (_utf8_ok(names) and _utf8_ok(values)):
+                return None
+            map_offsets = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(counts, out=map_offsets[1:])
+            c["properties"] = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
+        elif not (kernels.spans_are_utf8(array, name_s, name_l) and kernels.spans_are_utf8(array, value_s, value_l)):
+            return None  # the same records go to the Python decoder whichever columns are asked for
 
         def value_spans(which: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             return kernels.item_spans(np.ascontiguousarray(special[:, which]), value_s, value_l)
 
-        tag_s, tag_l, has_tags = value_spans(0)
-        c["tags"] = _span_strings(array, tag_s, tag_l, has_tags)
-        uniq_s, uniq_l, has_uniq = value_spans(2)
-        c["uniq_key"] = _span_strings(array, uniq_s, uniq_l, has_uniq)
-        keys_s, keys_l, _ = value_spans(1)
-        key_counts, piece_s, piece_l = kernels.split_on_spaces(array, keys_s, keys_l)
-        key_offsets = np.zeros(n + 1, dtype=np.int32)
-        np.cumsum(key_counts, out=key_offsets[1:])
-        c["keys"] = pa.ListArray.from_arrays(pa.array(key_offsets), _span_strings(array, piece_s, piece_l), type=_LIST_OF_STRINGS)
-        c["tags_code"] = self._tags_codes(array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts)
+        if need & {"tags", "tags_code"}:
+            tag_s, tag_l, has_tags = value_spans(0)
+            c["tags"] = _span_strings(array, tag_s, tag_l, has_tags)
+            if "tags_code" in need:
+                c["tags_code"] = self._tags_codes(array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts)
+        if "uniq_key" in need:
+            uniq_s, uniq_l, has_uniq = value_spans(2)
+            c["uniq_key"] = _span_strings(array, uniq_s, uniq_l, has_uniq)
+        if "keys" in need:
+            keys_s, keys_l, _ = value_spans(1)
+            key_counts, piece_s, piece_l = kernels.split_on_spaces(array, keys_s, keys_l)
+            key_offsets = np.zeros(n + 1, dtype=np.int32)
+            np.cumsum(key_counts, out=key_offsets[1:])
+            c["keys"] = pa.ListArray.from_arrays(pa.array(key_offsets), _span_strings(array, piece_s, piece_l), type=_LIST_OF_STRINGS)
         return c
 
     def _tags_codes(self, array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts) -> pa.Array:

@@ -228,6 +228,19 @@ def _put_int(out, k, value):
     return k + digits
 
 
+@numba.njit(inline="always")
+def _put_ipv4_host(data, k, buf, p):
+    """``a.b.c.d:port`` of the 4 address bytes and int32 port at ``buf[p]``, at ``data[k:]``; returns the new end."""
+    for j in range(4):
+        k = _put_int(data, k, np.int64(buf[p + j]))
+        data[k] = 46 if j < 3 else 58  # '.' or ':'
+        k += 1
+    port = (np.int64(buf[p + 4]) << 24) | (np.int64(buf[p + 5]) << 16) | (np.int64(buf[p + 6]) << 8) | np.int64(buf[p + 7])
+    if port >= (np.int64(1) << 31):
+        port -= np.int64(1) << 32
+    return _put_int(data, k, port)
+
+
 @numba.njit(cache=True, nogil=True)
 def format_ipv4_hosts(buf, positions, delta):
     """``a.b.c.d:port`` of the IPv4 host field (4 address bytes + int32 port) at ``positions +
@@ -238,15 +251,7 @@ def format_ipv4_hosts(buf, positions, delta):
     offsets[0] = 0
     k = 0
     for i in range(n):
-        p = positions[i] + delta
-        for j in range(4):
-            k = _put_int(data, k, np.int64(buf[p + j]))
-            data[k] = 46 if j < 3 else 58  # '.' or ':'
-            k += 1
-        port = (np.int64(buf[p + 4]) << 24) | (np.int64(buf[p + 5]) << 16) | (np.int64(buf[p + 6]) << 8) | np.int64(buf[p + 7])
-        if port >= (np.int64(1) << 31):
-            port -= np.int64(1) << 32
-        k = _put_int(data, k, port)
+        k = _put_ipv4_host(data, k, buf, positions[i] + delta)
         offsets[i + 1] = k
     return offsets, data[:k]
 
@@ -287,6 +292,54 @@ def _put_hex(out, k, value):
     return k + digits
 
 
+@numba.njit(inline="always")
+def _put_ipv6_host(data, k, buf, p, hextets):
+    """``[compressed]:port`` of the 16 address bytes and int32 port at ``buf[p]``, at ``data[k:]``
+    (``hextets``: 8 int64 of scratch); returns the new end and whether the address is IPv4-mapped."""
+    for j in range(8):
+        hextets[j] = (np.int64(buf[p + 2 * j]) << 8) | np.int64(buf[p + 2 * j + 1])
+    mapped = hextets[0] == 0 and hextets[1] == 0 and hextets[2] == 0 and hextets[3] == 0 and hextets[4] == 0 and hextets[5] == 0xFFFF
+    best_start, best_len, run_start, run_len = -1, 0, -1, 0
+    for j in range(8):
+        if hextets[j] == 0:
+            run_len += 1
+            if run_start < 0:
+                run_start = j
+            if run_len > best_len:
+                best_len, best_start = run_len, run_start
+        else:
+            run_start, run_len = -1, 0
+    data[k] = 91  # '['
+    k += 1
+    if best_len > 1:
+        for j in range(best_start):
+            k = _put_hex(data, k, hextets[j])
+            data[k] = 58
+            k += 1
+        if best_start == 0:
+            data[k] = 58
+            k += 1
+        data[k] = 58
+        k += 1
+        for j in range(best_start + best_len, 8):
+            k = _put_hex(data, k, hextets[j])
+            if j < 7:
+                data[k] = 58
+                k += 1
+    else:
+        for j in range(8):
+            k = _put_hex(data, k, hextets[j])
+            if j < 7:
+                data[k] = 58
+                k += 1
+    data[k] = 93  # ']'
+    data[k + 1] = 58
+    port = (np.int64(buf[p + 16]) << 24) | (np.int64(buf[p + 17]) << 16) | (np.int64(buf[p + 18]) << 8) | np.int64(buf[p + 19])
+    if port >= (np.int64(1) << 31):
+        port -= np.int64(1) << 32
+    return _put_int(data, k + 2, port), mapped
+
+
 @numba.njit(cache=True, nogil=True)
 def format_ipv6_hosts(buf, positions, delta):
     """``[compressed]:port`` of the IPv6 host field (16 address bytes + int32 port), compressed as
@@ -301,50 +354,28 @@ def format_ipv6_hosts(buf, positions, delta):
     offsets[0] = 0
     k = 0
     for i in range(n):
-        p = positions[i] + delta
-        for j in range(8):
-            hextets[j] = (np.int64(buf[p + 2 * j]) << 8) | np.int64(buf[p + 2 * j + 1])
-        if hextets[0] == 0 and hextets[1] == 0 and hextets[2] == 0 and hextets[3] == 0 and hextets[4] == 0 and hextets[5] == 0xFFFF:
-            mapped[i] = True
-        best_start, best_len, run_start, run_len = -1, 0, -1, 0
-        for j in range(8):
-            if hextets[j] == 0:
-                run_len += 1
-                if run_start < 0:
-                    run_start = j
-                if run_len > best_len:
-                    best_len, best_start = run_len, run_start
-            else:
-                run_start, run_len = -1, 0
-        data[k] = 91  # '['
-        k += 1
-        if best_len > 1:
-            for j in range(best_start):
-                k = _put_hex(data, k, hextets[j])
-                data[k] = 58
-                k += 1
-            if best_start == 0:
-                data[k] = 58
-                k += 1
-            data[k] = 58
-            k += 1
-            for j in range(best_start + best_len, 8):
-                k = _put_hex(data, k, hextets[j])
-                if j < 7:
-                    data[k] = 58
-                    k += 1
+        k, mapped[i] = _put_ipv6_host(data, k, buf, positions[i] + delta, hextets)
+        offsets[i + 1] = k
+    return offsets, data[:k], mapped
+
+
+@numba.njit(cache=True, nogil=True)
+def format_hosts(buf, positions, deltas, wide):
+    """The host field at ``positions + deltas`` of each record, IPv6 (``format_ipv6_hosts``) where
+    ``wide`` is set and IPv4 (``format_ipv4_hosts``) elsewhere: one pass over a batch whatever its
+    mix of layouts. Returns offsets (int64), data and the IPv4-mapped mask."""
+    n = positions.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int64)
+    data = np.empty(n * 54, dtype=np.uint8)
+    mapped = np.zeros(n, dtype=np.bool_)
+    hextets = np.empty(8, dtype=np.int64)
+    offsets[0] = 0
+    k = 0
+    for i in range(n):
+        if wide[i]:
+            k, mapped[i] = _put_ipv6_host(data, k, buf, positions[i] + deltas[i], hextets)
         else:
-            for j in range(8):
-                k = _put_hex(data, k, hextets[j])
-                if j < 7:
-                    data[k] = 58
-                    k += 1
-        data[k] = 93  # ']'
-        data[k + 1] = 58
-        port = (np.int64(buf[p + 16]) << 24) | (np.int64(buf[p + 17]) << 16) | (np.int64(buf[p + 18]) << 8) | np.int64(buf[p + 19])
-        if port >= (np.int64(1) << 31):
-            port -= np.int64(1) << 32
-        k = _put_int(data, k + 2, port)
+            k = _put_ipv4_host(data, k, buf, positions[i] + deltas[i])
         offsets[i + 1] = k
     return offsets, data[:k], mapped
 
@@ -398,6 +429,16 @@ def is_utf8(buf, start, end):
         if n == 0:
             return False
         p += n
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def spans_are_utf8(buf, starts, lengths):
+    """Every span ``buf[starts[i]:starts[i]+lengths[i]]`` is strict UTF-8 (what ``pa.Array.validate(full=True)``
+    checks of the strings gathered from them, without gathering them)."""
+    for i in range(starts.shape[0]):
+        if not is_utf8(buf, starts[i], starts[i] + lengths[i]):
+            return False
     return True
 
 
@@ -503,3 +544,30 @@ def format_msg_ids(buf, positions, store_delta, store_width, phys_delta):
             data[k + 1] = _UPPER_HEX[b & 15]
             k += 2
     return offsets, data
+
+
+@numba.njit(cache=True, nogil=True)
+def format_msg_ids_rows(buf, positions, store_deltas, wide, phys_delta):
+    """``format_msg_ids`` with each record's own store host position and width (16 bytes where
+    ``wide`` is set, else 4): one pass over a batch whatever its mix of layouts."""
+    n = positions.shape[0]
+    offsets = np.empty(n + 1, dtype=np.int32)
+    data = np.empty(n * 2 * (16 + 4 + 8), dtype=np.uint8)
+    offsets[0] = 0
+    k = 0
+    for i in range(n):
+        p = positions[i]
+        host = p + store_deltas[i]
+        width = (16 if wide[i] else 4) + 4
+        for j in range(width):
+            b = buf[host + j]
+            data[k] = _UPPER_HEX[b >> 4]
+            data[k + 1] = _UPPER_HEX[b & 15]
+            k += 2
+        for j in range(8):
+            b = buf[p + phys_delta + j]
+            data[k] = _UPPER_HEX[b >> 4]
+            data[k + 1] = _UPPER_HEX[b & 15]
+            k += 2
+        offsets[i + 1] = k
+    return offsets, data[:k]
