@@ -56,3 +56,18 @@ def test_a_filter_decided_first_gives_the_rows_of_the_filtered_full_batches(vers
             expected = [r for r in rows if keeps(r)]
             got = [r for b in MessageScan(store, match=match, batch=64) for r in b.to_pylist()]
             assert 0 < len(got) < len(rows) and got == expected, match
+
+
+@pytest.mark.parametrize("version,name", CLASSIC)
+def test_builder_threads_give_the_same_batches_in_order(version, name):
+    """``workers=2`` (``dump``'s scan): the same rows, every field, in the same order, and the same end."""
+    with Store.open(store_path(version, name)) as store:
+        one = MessageScan(store, stop_on_crc=False, batch=50)
+        expected = [r for b in one for r in b.to_pylist()]
+        two = MessageScan(store, stop_on_crc=False, batch=50, workers=2)
+        got = [r for b in two for r in b.to_pylist()]
+        assert len(got) > 0 and got == expected
+        assert (two.end.offset, two.end.reason, two.end.detail) == (one.end.offset, one.end.reason, one.end.detail)
+        probe = next(r for r in expected if r["tags"])
+        match = MessageFilter(tag=probe["tags"])
+        assert [r for b in MessageScan(store, match=match, batch=50, stop_on_crc=False, workers=2) for r in b.to_pylist()] == [r for r in expected if r["tags"] == probe["tags"]]

@@ -13,6 +13,7 @@ import csv
 import io
 import itertools
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
 
@@ -106,6 +107,7 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
 SMALL_READ = 4 << 20  # commit log bytes up to which dump decodes record by record (no numba start-up)
 SMALL_LIMIT = 64  # so does an unfiltered --limit up to this
 SCAN_BATCH = 1 << 13  # records per batch: less CPU per record than 32 k (cache-sized) and a quarter of the memory
+BUILDERS = 2  # threads building batches while the main thread walks and prints: building is most of the work
 
 
 def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
@@ -242,10 +244,9 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
 
 def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False) -> Iterator:
     """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
-    as the record read has them), ``limit`` rows at most, built a batch or two ahead in a thread
-    (``Prefetch``)."""
+    as the record read has them), ``limit`` rows at most, built a few batches ahead in ``BUILDERS``
+    threads."""
     from ..scan.messages import MessageScan
-    from ..scan.prefetch import Prefetch
     from .progress import ByteProgress
 
     if limit == 0:
@@ -254,8 +255,9 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
         while True:
-            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch)
-            with Prefetch(scan) as batches:  # the next batch is built while this one is printed
+            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS)
+            batches = iter(scan)  # the next batches are built in threads while this one is printed
+            with closing(batches):
                 for b in batches:
                     if limit is not None and count + b.num_rows >= limit:
                         yield b.slice(0, limit - count)

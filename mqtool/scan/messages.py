@@ -9,10 +9,16 @@ batch. After the iteration ``scan.end`` tells where and why the walk stopped, as
 A filter is decided first, on a batch of only the columns it reads (``topic``, ``store_timestamp``, ...); the
 other columns are then built for the rows it keeps alone: a filter costs little more than its own columns
 when it keeps few rows, and never more than one extra build of those columns when it keeps them all.
+
+With ``workers`` > 1 the batches are built in that many threads (the kernels release the GIL) while the
+iterating thread walks on and uses them in order (``dump`` encodes them as text): a few batches in flight,
+memory flat. The walk drops the pages behind it (``release_behind``), so each builder drops the pages of its
+batch again once built (``fastscan.release_pages``): the resident size stays that of the batches in flight.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Iterator
 
 import numpy as np
@@ -20,7 +26,7 @@ import pyarrow as pa
 
 from ..records import BodyEncoding
 from ..store import Store
-from ..store.fastscan import FastScan, SegmentBatch
+from ..store.fastscan import COL_POS, COL_SIZE, FastScan, SegmentBatch, release_pages
 from .batches import MessageBatchBuilder
 from .filter import MessageFilter
 
@@ -28,7 +34,7 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1):
         self.store = store
         self.match = match
         wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
@@ -40,29 +46,67 @@ class MessageScan:
             self.deciding = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, columns=decided_by)
         self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
         self.columns = columns
+        self.workers = workers
 
     @property
     def end(self):
         return self.walk.end
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for segment_batch in self.walk:
-            if self.deciding is not None:
-                keep = self._kept(segment_batch)
-                if not keep.any():
-                    continue
-                if not keep.all():
-                    segment_batch = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows[keep])
-                batch = self.builder.build(segment_batch, segment_batch.base_offset)
-            else:
-                batch = self.builder.build(segment_batch, segment_batch.base_offset)
-                mask = self.match.mask(batch)
-                if mask is not None:
-                    batch = batch.filter(mask)
-            if self.columns is not None:
-                batch = batch.select(list(self.columns))
-            if batch.num_rows:
-                yield batch
+        if self.workers <= 1:
+            for segment_batch in self.walk:
+                batch = self._batch(segment_batch)
+                if batch is not None:
+                    yield batch
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        pending: deque = deque()
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="mqtool-build") as pool:
+            try:
+                for segment_batch in self.walk:
+                    detached = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows.copy())  # the walk reuses its rows
+                    pending.append(pool.submit(self._released_batch, detached))
+                    while len(pending) > self.workers or (pending and pending[0].done()):
+                        batch = pending.popleft().result()
+                        if batch is not None:
+                            yield batch
+                while pending:
+                    batch = pending.popleft().result()
+                    if batch is not None:
+                        yield batch
+            finally:
+                for future in pending:  # closed early (a --limit reached, a closed pipe)
+                    future.cancel()
+
+    def _batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
+        """The record batch of one walk batch: filtered, projected; None when no row is left."""
+        if self.deciding is not None:
+            keep = self._kept(segment_batch)
+            if not keep.any():
+                return None
+            if not keep.all():
+                segment_batch = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows[keep])
+            batch = self.builder.build(segment_batch, segment_batch.base_offset)
+        else:
+            batch = self.builder.build(segment_batch, segment_batch.base_offset)
+            mask = self.match.mask(batch)
+            if mask is not None:
+                batch = batch.filter(mask)
+        if self.columns is not None:
+            batch = batch.select(list(self.columns))
+        return batch if batch.num_rows else None
+
+    def _released_batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
+        """``_batch``, then the pages its records lie in dropped from this process (the builder
+        faulted back in those the walk had already released)."""
+        try:
+            return self._batch(segment_batch)
+        finally:
+            rows, view = segment_batch.rows, segment_batch.array.base
+            mapped = getattr(view, "obj", None)
+            if len(rows) and mapped is not None:
+                release_pages(mapped, int(rows[0, COL_POS]), int(rows[-1, COL_POS] + rows[-1, COL_SIZE]))
 
     def _kept(self, segment_batch: SegmentBatch) -> np.ndarray:
         """The rows of the walk's batch that the filter keeps (a null condition drops the row, as ``filter``)."""
