@@ -92,6 +92,7 @@ def _store_u64(typingctx, addr, value):
     return types.void(types.uintp, types.uint64), codegen
 
 
+WORD_LOOP = 64  # longer spans go to ``memcpy``
 WORD_SLACK = 8  # bytes past the end of a span ``copy_words`` may write (and read, when the source has them)
 
 
@@ -103,8 +104,8 @@ def copy_words(out, k, buf, s, n):
     by ``copy_bytes``. Returns ``k + n``."""
     if n <= 0:
         return k
-    if s + n + WORD_SLACK > buf.shape[0]:
-        return copy_bytes(out, k, buf, s, n)
+    if n > WORD_LOOP or s + n + WORD_SLACK > buf.shape[0]:
+        return copy_bytes(out, k, buf, s, n)  # memcpy beyond WORD_LOOP bytes
     o, b = _address(out) + numba.uintp(k), _address(buf) + numba.uintp(s)
     for j in range(0, numba.uintp(n), numba.uintp(8)):
         _store_u64(o + j, _load_u64(b + j))

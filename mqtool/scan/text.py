@@ -5,7 +5,7 @@ ensure_ascii=False)`` per line; ``csv.writer(lineterminator="\\n")`` of each cel
 their JSON text) and tests hold them equal on every fixture record. One compiled kernel writes the
 rows straight into one reused output buffer, row by row: the constant text between cells
 (``{"offset": ``, ``, "size": ``, ... or commas) and each cell from the column's Arrow buffers,
-plain runs of string bytes copied with ``memcpy`` (``bytecopy``).
+plain runs of string bytes copied a word at a time (``bytecopy.copy_words``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from .bytecopy import copy_bytes, has_byte, has_byte_below, load8
+from .bytecopy import WORD_SLACK, copy_words, has_byte, has_byte_below, load8
 
 QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
 _EMPTY = np.zeros(0, dtype=np.uint8)
@@ -66,7 +66,7 @@ def _put_json_string(out, k, data, s, e, doubled):
         p += 1
         if b >= 32 and b != QUOTE and b != BACKSLASH:
             continue
-        k = copy_bytes(out, k, data, run, p - 1 - run)
+        k = copy_words(out, k, data, run, p - 1 - run)
         run = p
         out[k] = BACKSLASH
         if b == QUOTE or b == BACKSLASH:
@@ -81,7 +81,7 @@ def _put_json_string(out, k, data, s, e, doubled):
             out[k + 4] = _HEX[b >> 4]
             out[k + 5] = _HEX[b & 15]
             k += 6
-    k = copy_bytes(out, k, data, run, e - run)
+    k = copy_words(out, k, data, run, e - run)
     return _put(out, k, QUOTE, doubled)
 
 
@@ -99,12 +99,12 @@ def _put_csv_cell(out, k, data, s, e):
         b = data[p]
         if b == COMMA or b == QUOTE or b == NEWLINE:
             out[k] = QUOTE
-            k = copy_bytes(out, k + 1, data, s, p - s)
+            k = copy_words(out, k + 1, data, s, p - s)
             for q in range(p, e):
                 k = _put(out, k, data[q], True)
             out[k] = QUOTE
             return k + 1
-    return copy_bytes(out, k, data, s, e - s)
+    return copy_words(out, k, data, s, e - s)
 
 
 @numba.njit(inline="always")
@@ -176,11 +176,11 @@ def _render(n, kinds, slots, ints, valid, words_offsets, words, str_offsets, str
     k = 0
     for i in range(n):
         for c in range(columns):
-            k = copy_bytes(out, k, pieces, piece_offsets[c], piece_offsets[c + 1] - piece_offsets[c])
+            k = copy_words(out, k, pieces, piece_offsets[c], piece_offsets[c + 1] - piece_offsets[c])
             kind = kinds[c]
             if not valid[c, i] or kind == KIND_BOOL:
                 w = 2 if not valid[c, i] else ints[slots[c, 0], i]
-                k = copy_bytes(out, k, words, words_offsets[w], words_offsets[w + 1] - words_offsets[w])
+                k = copy_words(out, k, words, words_offsets[w], words_offsets[w + 1] - words_offsets[w])
             elif kind == KIND_INT:
                 k = _put_int(out, k, ints[slots[c, 0], i])
             elif kind == KIND_STRING:
@@ -215,7 +215,7 @@ def _render(n, kinds, slots, ints, valid, words_offsets, words, str_offsets, str
                 if quoted:
                     out[k] = QUOTE
                     k += 1
-        k = copy_bytes(out, k, pieces, piece_offsets[columns], piece_offsets[columns + 1] - piece_offsets[columns])
+        k = copy_words(out, k, pieces, piece_offsets[columns], piece_offsets[columns + 1] - piece_offsets[columns])
     return k
 
 
@@ -299,7 +299,7 @@ class _Columns:
 def _table(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum([len(x) for x in items], out=offsets[1:])
-    return offsets, _readonly(np.frombuffer(b"".join(items) or b"\0", dtype=np.uint8))
+    return offsets, _readonly(np.frombuffer(b"".join(items) + bytes(WORD_SLACK), dtype=np.uint8))  # padded: ``copy_words`` reads words
 
 
 def _pieces(fields, fmt: TextFormat) -> tuple[np.ndarray, np.ndarray]:
@@ -322,14 +322,19 @@ class BatchText:
         self.words_offsets, self.words = _table(_WORDS[self.csv])
         self.out = _EMPTY
 
-    def encode(self, batch: pa.RecordBatch) -> np.ndarray:
+    def encode(self, batch: pa.RecordBatch, *, fresh: bool = False) -> np.ndarray:
         """The text of the batch's rows (uint8 array; write it as a buffer). The array is a view
-        of a buffer the next ``encode`` reuses: write or copy it before."""
+        of a buffer the next ``encode`` reuses: write or copy it before; with ``fresh`` it has a
+        buffer of its own (threads may then encode at once)."""
         if batch.num_rows == 0:
             return _EMPTY
         c = _Columns(batch, self.fields)
-        bound = c.bound + batch.num_rows * int(self.piece_offsets[-1])
-        if len(self.out) < bound:
-            self.out = np.empty(max(bound, 2 * len(self.out)), dtype=np.uint8)
-        k = _render(batch.num_rows, c.kinds, c.slots, c.ints, c.valid, self.words_offsets, self.words, tuple(c.str_offsets), tuple(c.str_data), tuple(c.nests), self.piece_offsets, self.pieces, self.csv, self.out)
-        return self.out[:k]
+        bound = c.bound + batch.num_rows * int(self.piece_offsets[-1]) + WORD_SLACK  # ``copy_words`` writes up to a word past the text
+        if fresh:
+            out = np.empty(bound, dtype=np.uint8)
+        else:
+            if len(self.out) < bound:
+                self.out = np.empty(max(bound, 2 * len(self.out)), dtype=np.uint8)
+            out = self.out
+        k = _render(batch.num_rows, c.kinds, c.slots, c.ints, c.valid, self.words_offsets, self.words, tuple(c.str_offsets), tuple(c.str_data), tuple(c.nests), self.piece_offsets, self.pieces, self.csv, out)
+        return out[:k]
