@@ -126,7 +126,17 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
     span = (stop if stop is not None else store.commitlog.end_of_files) - start
     if span <= SMALL_READ or (limit is not None and limit <= SMALL_LIMIT and not match.columns()):
         return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt)
-    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going), fmt)
+    encoder = _text_encoder(fmt)
+    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder)
+
+
+def _text_encoder(fmt: OutputFormat):
+    """The compiled text encoder of a JSON Lines, JSON or CSV dump (None for the table)."""
+    if fmt is OutputFormat.table:
+        return None
+    from ..scan.text import BatchText, TextFormat
+
+    return BatchText(MESSAGE_FIELDS, TextFormat(fmt.value))
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -242,10 +252,11 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
     yield from rows[:limit]
 
 
-def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False) -> Iterator:
+def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False, encoder=None) -> Iterator:
     """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
     as the record read has them), ``limit`` rows at most, built a few batches ahead in ``BUILDERS``
-    threads."""
+    threads: (batch, text) pairs, the text encoded by ``encoder`` in the builder's thread (None:
+    not encoded)."""
     from ..scan.messages import MessageScan
     from .progress import ByteProgress
 
@@ -255,15 +266,17 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     count = 0
     with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
         while True:
-            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS)
-            batches = iter(scan)  # the next batches are built in threads while this one is printed
-            with closing(batches):
-                for b in batches:
+            then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
+            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)
+            items = iter(scan)  # the next batches are built and encoded in threads while this one is printed
+            with closing(items):
+                for item in items:
+                    b, text = item if then is not None else (item, None)
                     if limit is not None and count + b.num_rows >= limit:
-                        yield b.slice(0, limit - count)
+                        yield b.slice(0, limit - count), None
                         return
                     count += b.num_rows
-                    yield b
+                    yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
             resumed = None if end.is_clean or not keep_going else _resume_after(store, end, stop)
@@ -296,14 +309,13 @@ def _row_dict(row: dict) -> dict:
     return row
 
 
-def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
-    """Print message batches: JSON Lines, JSON and CSV by the compiled text encoder, the table
-    through ``emit_rows`` (bytes as ``emit_rows`` writes the rows as dicts)."""
+def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None) -> None:
+    """Print (batch, text) pairs of messages: JSON Lines, JSON and CSV as the compiled text encoder
+    wrote them (``encoder`` encodes a batch whose text is None), the table through ``emit_rows``
+    (bytes as ``emit_rows`` writes the rows as dicts)."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b in batches for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
+        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
         return
-    from ..scan.text import BatchText, TextFormat
-
     out = sys.stdout
     out.flush()
     raw = out.buffer
@@ -313,10 +325,11 @@ def emit_messages(batches: Iterable, fmt: OutputFormat) -> None:
         raw.write(header.getvalue().encode())
     elif fmt is OutputFormat.json:
         raw.write(b"[")
-    encoder = BatchText(MESSAGE_FIELDS, TextFormat(fmt.value))
+    encoder = encoder or _text_encoder(fmt)
     count = 0
-    for b in batches:
-        text = encoder.encode(b)
+    for b, text in items:
+        if text is None:
+            text = encoder.encode(b)
         if fmt is OutputFormat.json and count == 0 and len(text):
             text = text[1:]  # the first item has no comma before it
         clear_bars()  # a progress bar on the same terminal: erased before the rows

@@ -12,14 +12,14 @@ when it keeps few rows, and never more than one extra build of those columns whe
 
 With ``workers`` > 1 the batches are built in that many threads (the kernels release the GIL) while the
 iterating thread walks on and uses them in order (``dump`` encodes them as text): a few batches in flight,
-memory flat. The walk drops the pages behind it (``release_behind``), so each builder drops the pages of its
+memory flat; ``then`` (``dump``: the text encoder) runs on each batch in the same thread. The walk drops the pages behind it (``release_behind``), so each builder drops the pages of its
 batch again once built (``fastscan.release_pages``): the resident size stays that of the batches in flight.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +34,7 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1, then: Callable[[pa.RecordBatch], object] | None = None):
         self.store = store
         self.match = match
         wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
@@ -47,15 +47,16 @@ class MessageScan:
         self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
         self.columns = columns
         self.workers = workers
+        self.then = then  # also run on each batch, in its builder thread: the items are then (batch, then(batch))
 
     @property
     def end(self):
         return self.walk.end
 
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
+    def __iter__(self) -> Iterator:
         if self.workers <= 1:
             for segment_batch in self.walk:
-                batch = self._batch(segment_batch)
+                batch = self._item(segment_batch)
                 if batch is not None:
                     yield batch
             return
@@ -97,11 +98,15 @@ class MessageScan:
             batch = batch.select(list(self.columns))
         return batch if batch.num_rows else None
 
-    def _released_batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
+    def _item(self, segment_batch: SegmentBatch):
+        batch = self._batch(segment_batch)
+        return batch if batch is None or self.then is None else (batch, self.then(batch))
+
+    def _released_batch(self, segment_batch: SegmentBatch):
         """``_batch``, then the pages its records lie in dropped from this process (the builder
         faulted back in those the walk had already released)."""
         try:
-            return self._batch(segment_batch)
+            return self._item(segment_batch)
         finally:
             rows, view = segment_batch.rows, segment_batch.array.base
             mapped = getattr(view, "obj", None)
