@@ -68,7 +68,7 @@ class MessageScan:
                 for segment_batch in self.walk:
                     detached = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows.copy())  # the walk reuses its rows
                     pending.append(pool.submit(self._released_batch, detached))
-                    while len(pending) > self.workers or (pending and pending[0].done()):
+                    while len(pending) >= self.workers or (pending and pending[0].done()):
                         batch = pending.popleft().result()
                         if batch is not None:
                             yield batch
