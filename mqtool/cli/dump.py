@@ -55,12 +55,13 @@ if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
 
 KINDS = ("commitlog", "consumequeue", "batchconsumequeue", "index", "checkpoint", "timer", "dledger")
-MESSAGE_TABLE = ("offset", "topic", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "uniq_key", "msg_id")
-CQ_TABLE = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code")
+MESSAGE_TABLE = ("offset", "queue_id", "queue_offset", "store_timestamp", "size", "tags", "keys", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
+CQ_TABLE = ("queue_id", "queue_offset", "phys_offset", "size", "tags_code", "topic")
 BCQ_TABLE = ("position", "phys_offset", "size", "msg_base_offset", "batch_size", "store_time", "tags_code", "valid", "queue_id", "topic")
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
 # table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
-MESSAGE_TABLE_OPTIONAL = ("size", "uniq_key", "tags", "store_timestamp", "keys", "queue_offset")
+MESSAGE_TABLE_OPTIONAL = ("size", "tags", "keys", "uniq_key", "store_timestamp", "queue_offset")  # an IPv6 msg_id takes 56
+MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored", "phys_offset": "phys offset", "tags_code": "tags code"}
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
 BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
@@ -170,7 +171,7 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
 
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
+    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
 
 
 def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
@@ -258,13 +259,13 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     threads: (batch, text) pairs, the text encoded by ``encoder`` in the builder's thread (None:
     not encoded)."""
     from ..scan.messages import MessageScan
-    from .progress import ByteProgress
+    from .progress import ByteProgress, written_end
 
     if limit == 0:
         return
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
     count = 0
-    with ByteProgress(start, stop or store.commitlog.end_of_files, enabled=progress, desc="dump") as bar:
+    with ByteProgress(start, written_end(store.commitlog, stop), enabled=progress, desc="dump") as bar:
         while True:
             then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
             scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)
@@ -314,7 +315,7 @@ def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None) -> None:
     wrote them (``encoder`` encodes a batch whose text is None), the table through ``emit_rows``
     (bytes as ``emit_rows`` writes the rows as dicts)."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL)
+        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
         return
     out = sys.stdout
     out.flush()
@@ -574,9 +575,9 @@ def dump(
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
         rows = cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit)
-        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
     elif kind == "batchconsumequeue":
-        emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
+        emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
     elif kind == "dledger":
         rows = dledger_rows(path, from_offset, to_offset, limit)
         emit_rows(itertools.islice(rows, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)

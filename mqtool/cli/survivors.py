@@ -115,6 +115,11 @@ def _write_jsonl(search, out) -> None:
         binary.flush()
 
 
+TABLE = ("id", "status", "offset", "queue_id", "queue_offset", "store_timestamp", "copies", "consumable", "topic")  # topic last: a long one runs past the edge
+TABLE_OPTIONAL = ("copies", "store_timestamp", "queue_offset")  # left out first to fit the width (an IPv6 msg id takes 56)
+HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
+
+
 def _render_summary(console, summary: dict) -> None:
     console.print(kv_table("Summary", [(k, v) for k, v in summary.items()]))
 
@@ -160,9 +165,11 @@ def survivors(
                 _write_jsonl(search, sys.stdout)
                 sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
             else:
-                emit_rows(search.rows(), format, ROW_FIELDS)
+                shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL, headers=HEADERS)
                 if format is OutputFormat.table:
-                    _render_summary(Screen(sys.stdout), search.summary.as_dict())
+                    screen = Screen(sys.stdout)
+                    screen.printed = bool(shown)  # a blank line between the rows and the summary
+                    _render_summary(screen, search.summary.as_dict())
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")
