@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, store_path
+from conftest import copy_store, manifest, recovered, store_path
 from mqtool.apply import executor
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
@@ -299,3 +299,73 @@ def test_dump_timer_table_shows_delivery_times_as_dates():
     shown = table_lines(run("dump", "timer", store, "--limit", "2", env={"COLUMNS": "120"}))
     assert len(shown) == 2 and all(isinstance(r["delivery_time"], int) for r in rows)
     assert all(iso_ms(r["delivery_time"]) in c and str(r["delivery_time"]) not in c for c, r in zip(shown, rows))
+
+
+def test_dump_and_survivors_tables_put_the_topic_last_at_100_columns(tmp_path):
+    """Before: `dump` printed 10-line vertical records at 100 columns (the topic, up to 180
+    characters, second), and `survivors` likewise; now each is a table whose last column is the
+    topic, numbers and ids whole."""
+    store = store_path("5.3.3", "crashed-small")
+    m = manifest("5.3.3", "crashed-small")
+    acked = sorted(m["messages"], key=lambda x: x["commitLogOffset"])[:40]
+    shown = table_lines(run("dump", store, "-n", "40", env={"COLUMNS": "100"}))
+    assert len(shown) == len(acked)
+    for cells, msg in zip(shown, acked):
+        assert [int(c) for c in cells[:3]] == [msg["commitLogOffset"], msg["queueId"], msg["queueOffset"]]
+        assert msg["msgId"] in cells and cells[-1] == msg["topic"]
+    assert all(len(line) <= 100 or line.rstrip().endswith(tuple(x["topic"] for x in acked)) for line in run("dump", store, "-n", "40", env={"COLUMNS": "100"}).stdout.splitlines())
+
+    ids = tmp_path / "ids.txt"
+    wanted = [x for x in acked if x["uniqKey"]][:10]
+    ids.write_text("\n".join([x["uniqKey"] for x in wanted] + ["no-such-id"]) + "\n")
+    result = run("survivors", store, ids, "--by", "uniq-key", env={"COLUMNS": "100"})
+    rows = table_lines(result)[: len(wanted) + 1]
+    for cells, msg in zip(rows, wanted):
+        assert cells[:3] == [msg["uniqKey"], "found", str(msg["commitLogOffset"])] and cells[-1] == msg["topic"]
+        assert str(msg["queueId"]) in cells[3:-1]
+    assert rows[-1] == ["no-such-id", "missing"]
+
+
+def sparse_copy(version: str, name: str, dest: Path) -> Path:
+    """A copy of a fixture store whose all-zero 4 KiB blocks are holes, as the broker's files are
+    (a segment is created with setLength and written from its start)."""
+    target = copy_store(version, name, dest)
+    for seg in (target / "commitlog").iterdir():
+        data = seg.read_bytes()
+        with open(seg, "wb") as f:
+            for at in range(0, len(data), 4096):
+                block = data[at:at + 4096]
+                if block.count(0) == len(block):
+                    f.seek(len(block), os.SEEK_CUR)
+                else:
+                    f.write(block)
+            f.truncate(len(data))
+    return target
+
+
+def test_progress_total_is_the_bytes_the_scan_reads(tmp_path, monkeypatch):
+    """Before: `dump` and `stats` sized their bar by the files (crashed-small: 5 MiB, a never-written
+    pre-allocated segment included) while the scan stops at the logical end (3.6 MB): the bar
+    ended at 70% and its rate and ETA were wrong."""
+    from mqtool.cli import progress as progress_module
+    from mqtool.cli import stats as stats_module
+
+    totals = []
+
+    class Recorded(progress_module.ByteProgress):
+        def __init__(self, start, stop, **kwargs):
+            super().__init__(start, stop, **kwargs)
+            totals.append((kwargs.get("desc"), start, stop))
+
+    monkeypatch.setattr(progress_module, "ByteProgress", Recorded)
+    monkeypatch.setattr(stats_module, "ByteProgress", Recorded)
+    logical_end = recovered("5.3.3", "crashed-small")["commitLog"]["maxOffset"]
+    segment = manifest("5.3.3", "crashed-small")["storeConfig"]["mappedFileSizeCommitLog"]
+    for store, slack in ((store_path("5.3.3", "crashed-small"), segment), (sparse_copy("5.3.3", "crashed-small", tmp_path), 4096)):
+        totals.clear()
+        assert run("dump", store, "-f", "jsonl").exit_code == 0
+        assert run("stats", store, "-f", "json").exit_code == 0
+        assert run("dump", store, "-f", "jsonl", "--from-offset", 1000000).exit_code == 0
+        (_, d0, d1), (_, s0, s1), (_, f0, f1) = totals
+        assert d0 == s0 == 0 and 1000000 <= f0 < 1000000 + 30000
+        assert logical_end <= d1 == s1 == f1 < logical_end + slack  # before: 5242880, the end of the files

@@ -46,6 +46,28 @@ class ByteProgress:
         self.close()
 
 
+def written_end(commitlog, stop: int | None = None) -> int:
+    """Where the bytes a scan up to the logical end will read end, as far as the file system
+    knows without reading them, for a bar's total (``stop`` bounds it; the scan's real end is
+    the first invalid record). Not ``end_of_files``: the broker pre-allocates the next segment
+    (``AllocateMappedFileService``) and a segment is written from its start on, so trailing
+    segments whose first record size is 0 were never written, and in the last written one the
+    first hole of a sparse file (``SEEK_HOLE``) is where the writes stopped (to a block)."""
+    end = commitlog.end_of_files
+    for seg in reversed(commitlog.segments):
+        try:
+            with open(seg.path, "rb") as f:
+                if f.read(4) in (b"", b"\0\0\0\0"):
+                    end = seg.base_offset  # never written: pre-allocated
+                    continue
+                hole = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
+        except (OSError, AttributeError):  # no SEEK_HOLE here: the whole file counts
+            hole = seg.size
+        end = seg.base_offset + min(hole, seg.size)
+        break
+    return end if stop is None else min(stop, end)
+
+
 def stdout_is_a_pipe() -> bool:
     try:
         return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)

@@ -69,10 +69,10 @@ def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, begin, end, b
         result = lookup.query_message(store, topic, key, kind, max_hits, b if b is not None else 0, e if e is not None else lookup.LONG_MAX)
         if not result.indexed:
             from ..scan.lookup import scan_key_offsets  # the columnar scan: only when there is no index
-            from .progress import ByteProgress
+            from .progress import ByteProgress, written_end
 
             note(result.notes.pop())
-            with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, desc="scan") as bar:
+            with ByteProgress(store.commitlog.min_offset, written_end(store.commitlog), desc="scan") as bar:
                 offsets, result.logical_end = scan_key_offsets(store, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e, progress=bar.advance)
             result.found = lookup.found_by_scan(store, offsets, topic, key, kind)
         for n in result.notes:

@@ -15,7 +15,7 @@ import typer
 
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_rows
-from .progress import ByteProgress
+from .progress import ByteProgress, written_end
 
 
 class Period(str, enum.Enum):
@@ -47,7 +47,7 @@ def stats(
     from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
 
     with open_store(store, broker_config, broker_version) as s:
-        start, stop = s.commitlog.min_offset, s.commitlog.end_of_files
+        start, stop = s.commitlog.min_offset, written_end(s.commitlog)
         with ByteProgress(start, stop, enabled=progress, desc="stats") as bar:
             result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance)
         end = result.end
