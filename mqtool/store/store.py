@@ -33,6 +33,16 @@ from .version import FAMILY_LABELS, BrokerVersion, VersionGuess, check_first_rec
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 
 
+def not_a_store(path: Path) -> NotAStore:
+    """The error for a path that is none of what ``Store.open`` reads: what was expected, the
+    absolute path, and the store it is probably part of (a ``consumequeue/`` given for its store)."""
+    shown = path.absolute()
+    found = "a file" if path.is_file() else "an empty directory" if not any(path.iterdir()) else "a directory without commitlog/, consumequeue/, index/ or checkpoint"
+    hint = next((f"; its store is probably {p}" for p in shown.parents if (p / "commitlog").is_dir()), "")
+    return NotAStore(f"{shown}: not a RocketMQ store: expected a broker store directory (with commitlog/), a commitlog/ folder "
+                     f"or one segment file named by its 20-digit start offset; found {found}{hint}")
+
+
 @dataclass(frozen=True)
 class FileProblem:
     """A store file the broker would refuse or misplace, left out of the model (``verify``
@@ -80,12 +90,12 @@ class Store:
             if dledger.is_entry_file(files[0][1], files[0][0]):
                 return cls._open_dledger_files(files, config, version)
             return cls._open_commitlog_dirs((path,), None, config, version)
-        raise NotAStore(f"{path}: not a RocketMQ store (no commitlog/, consumequeue/, index/ or checkpoint)")
+        raise not_a_store(path)
 
     @classmethod
     def _open_segment_file(cls, path: Path, config: StoreConfig, version: str | None) -> "Store":
         if not OFFSET_NAME.match(path.name):
-            raise BadInput(f"{path}: a commit log segment is named by its 20-digit start offset")
+            raise not_a_store(path)
         size = file_size(path)
         if size == 0:
             raise BadStoreFile(f"{path}: empty file")
