@@ -111,7 +111,11 @@ def global_options() -> list:
 
 
 def add_global_options(command) -> None:
-    """Give ``command`` the global options it does not define itself, before its ``--help``."""
+    """Give ``command`` the global options it does not define itself, before its ``--help``;
+    its arguments are shown by name (``metavars.plain_arguments``)."""
+    from .metavars import plain_arguments
+
+    plain_arguments(command)
     taken = {opt for p in command.params for opt in p.opts}
     help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
     command.params[help_at:help_at] = [o for o in global_options() if not taken.intersection(o.opts)]

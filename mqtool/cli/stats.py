@@ -32,8 +32,8 @@ PERIOD_TABLE = ("period_start_time", "messages", "bytes", "topic")
 
 @guarded
 def stats(
-    store: Annotated[Path, typer.Argument(help="The store directory (broker stopped).")],
-    topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", help="Only this topic (repeatable).")] = None,
+    store: Annotated[Path, typer.Argument(metavar="STORE", help="The store directory (broker stopped).")],
+    topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic (repeatable).")] = None,
     by: Annotated[Optional[Period], typer.Option("--by", help="Also volumes per topic and minute, hour or day of store time.")] = None,
     format: FormatOpt = OutputFormat.table,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
