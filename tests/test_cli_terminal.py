@@ -93,7 +93,8 @@ def test_dump_drops_columns_with_a_note_when_topics_are_short():
     assert len(rows) == sum(x["topic"] == "TopicTest" for x in m["messages"])
     assert any(len(r["msg_id"]) == 56 for r in rows)
     assert "RECORD" not in table.stdout and "size" in dropped_columns(table.stderr)  # a table, not records
-    assert table.stdout.splitlines()[0].split()[:3] == ["offset", "topic", "queue_id"]
+    header = table.stdout.splitlines()[0].split()
+    assert header[:2] == ["offset", "queue"] and header[-1] == "topic"  # the topic last: a long one runs past the edge
     assert_fits(table.stdout, width)
     assert all(len(line) <= width for line in table.stdout.splitlines())
     for row in rows:
@@ -275,7 +276,7 @@ def test_limit_zero_prints_nothing():
 def test_global_options_after_the_command():
     store = store_path("5.3.3", "clean-small")
     loud = run("dump", store, "-n", "1")
-    assert "end of the commit log" in loud.stderr or loud.stderr == ""
+    assert all("end of the commit log" in line or "not shown at" in line for line in loud.stderr.splitlines())
     quiet = run("dump", store, "-n", "5", "-q", "--topic", "TopicTest")
     assert quiet.exit_code == 0 and quiet.stderr == "" and quiet.stdout
     assert run("--quiet", "dump", store, "-n", "1", "--topic", "TopicTest").stderr == ""

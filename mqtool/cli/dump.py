@@ -61,7 +61,7 @@ BCQ_TABLE = ("position", "phys_offset", "size", "msg_base_offset", "batch_size",
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
 # table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
 MESSAGE_TABLE_OPTIONAL = ("size", "tags", "keys", "uniq_key", "store_timestamp", "queue_offset")  # an IPv6 msg_id takes 56
-MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored", "phys_offset": "phys offset", "tags_code": "tags code"}
+MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
 BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
@@ -575,9 +575,9 @@ def dump(
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
         rows = cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit)
-        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
     elif kind == "batchconsumequeue":
-        emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
         rows = dledger_rows(path, from_offset, to_offset, limit)
         emit_rows(itertools.islice(rows, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
