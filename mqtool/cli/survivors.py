@@ -128,8 +128,8 @@ def _render_summary(console, summary: dict) -> None:
 def survivors(
     store_path: Annotated[Path, typer.Argument(metavar="STORE", help="The store (read only).")],
     ids_file: Annotated[str, typer.Argument(metavar="IDS_FILE", help="One id per line (or CSV / JSON Lines with --column); - for stdin.")],
-    by: Annotated[Optional[str], typer.Option("--by", help="What the ids are: uniq-key (client msgId), msg-id (offsetMsgId) or key (KEYS). Default: detected.")] = None,
-    column: Annotated[Optional[str], typer.Option("--column", help="The CSV column or JSON Lines field holding the ids.")] = None,
+    by: Annotated[Optional[str], typer.Option("--by", metavar="<uniq-key|msg-id|key>", help="What the ids are: uniq-key (client msgId), msg-id (offsetMsgId) or key (KEYS). Default: detected.")] = None,
+    column: Annotated[Optional[str], typer.Option("--column", metavar="NAME", help="The CSV column or JSON Lines field holding the ids.")] = None,
     format: FormatOpt = OutputFormat.table,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
     broker_config: BrokerConfigOpt = None,
