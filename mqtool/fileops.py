@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 CHUNK = 1 << 22
+TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
 
 
 def fsync_path(path: Path) -> None:
@@ -87,7 +88,7 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None) -> None:
     """Replace ``path`` with ``data``: write a temporary file, fsync, rename, fsync the directory."""
     tmp_dir = tmp_dir or path.parent
     makedirs(tmp_dir)
-    tmp = tmp_dir / (path.name + ".mqtool-tmp")
+    tmp = tmp_dir / (path.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()

@@ -369,3 +369,158 @@ def test_progress_total_is_the_bytes_the_scan_reads(tmp_path, monkeypatch):
         (_, d0, d1), (_, s0, s1), (_, f0, f1) = totals
         assert d0 == s0 == 0 and 1000000 <= f0 < 1000000 + 30000
         assert logical_end <= d1 == s1 == f1 < logical_end + slack  # before: 5242880, the end of the files
+
+
+# ---- what info says first, what an interrupted apply leaves, restore twice -----------------------------
+
+
+def hold_lock(store: Path) -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl,sys,time; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)", str(store / "lock")],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
+    """Before: `info` on a store a running broker holds, or half-changed by an interrupted apply,
+    said neither (only "lock file: present"); `verify` said both."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
+    holder = hold_lock(store)
+    try:
+        shown = run("info", store, env={"COLUMNS": "100"})
+        as_json = json.loads(run("info", store, "-f", "json").stdout)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert shown.exit_code == 0 and shown.stderr.count("\n") == 1
+    assert shown.stderr.startswith(f"mqtool: pid {holder.pid} holds the store's lock (a running broker?)")
+    assert f"lock file present, HELD by pid {holder.pid} (a running broker?)" in " ".join(shown.stdout.split())
+    assert as_json["lock_holder"] == holder.pid and as_json["interrupted_apply"] is None
+
+    calls = {"n": 0}
+
+    def ctrl_c(label):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    backup = tmp_path / "my backup"
+    error_line(run("recover", store, "--yes", "--backup-dir", backup), 130)
+    shown = run("info", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 0 and shown.stderr.count("\n") == 1
+    line = shown.stderr.strip()
+    assert line.startswith(f"mqtool: an apply on this store was interrupted (backup {backup})")
+    assert shlex.split(line.split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(backup), "--yes"]
+    assert json.loads(run("info", store, "-f", "json").stdout)["interrupted_apply"] == str(backup)
+    assert "lock file present interrupted apply backup" in " ".join(shown.stdout.split())
+
+
+def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_up(tmp_path, monkeypatch):
+    """Before: after a failed apply the executor printed `mqtool restore /x/my backup --yes`
+    unquoted (the shell splits it at the space), and the temporary file the full disk left
+    (`.mqtool-pending.mqtool-tmp`) stayed in the store, named by nothing."""
+    import errno
+
+    from mqtool import fileops
+
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
+    before = tree(store)
+    real_replace = os.replace
+
+    def full_disk(src, dst, *args, **kwargs):
+        if Path(dst).name == ".mqtool-pending":
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(fileops.os, "replace", full_disk)
+    backup = tmp_path / "my backup"
+    err = error_line(run("recover", store, "--yes", "--backup-dir", backup), EXIT_BAD_INPUT)
+    monkeypatch.setattr(fileops.os, "replace", real_replace)
+    undo = shlex.split(err.split("undo it with: ", 1)[1])
+    assert undo == ["mqtool", "restore", str(backup), "--yes"]
+    assert (store / ".mqtool-pending.mqtool-tmp").exists()
+
+    for command in (("info",), ("verify", "--only", "checkpoint")):
+        said = run(*command, store).stderr
+        assert "temporary files an interrupted mqtool left in the store: .mqtool-pending.mqtool-tmp;" in said, said
+    restored = run(*undo[1:])
+    assert restored.exit_code == 0 and "removed the temporary files an interrupted mqtool had left: .mqtool-pending.mqtool-tmp" in restored.stderr
+    assert tree(store) == before
+    assert "temporary files" not in run("info", store).stderr
+
+
+def test_apply_refuses_a_pending_store_with_a_command_that_pastes(tmp_path):
+    from mqtool.apply import apply_plan
+    from mqtool.apply.backup import write_pending
+    from mqtool.errors import Refused
+    from mqtool.recovery.plan import Plan
+
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
+    plan = Plan.from_dict(json.loads(run("recover", store, "--dry-run", "-f", "json").stdout))
+    write_pending(store, tmp_path / "a backup")
+    with pytest.raises(Refused) as refused:
+        apply_plan(plan, tmp_path / "other backup")
+    assert shlex.split(str(refused.value).split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(tmp_path / "a backup"), "--yes"]
+
+
+def test_restore_twice_says_there_is_nothing_to_restore(tmp_path):
+    """Before: a second `restore --yes` copied the backup over the store again, silently; had a
+    broker run since the first, what it wrote was thrown away."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
+    backup = tmp_path / "my backup"
+    assert run("recover", store, "--yes", "--backup-dir", backup).exit_code == 0
+    first = run("restore", backup, "--yes")
+    assert first.exit_code == 0 and "restored" in first.stderr
+    restored_ms = json.loads(run("restore", backup, "-f", "json").stdout)["restored_ms"]
+    assert isinstance(restored_ms, int)
+    with open(store / "checkpoint", "r+b") as f:  # a broker started since writes its checkpoint
+        f.write(b"\x01" * 8)
+    after_broker = tree(store)
+    for args in (("--yes",), ()):
+        again = run("restore", backup, *args, env={"COLUMNS": "200"})
+        assert again.exit_code == 0, again.stderr
+        from mqtool.cli.output import iso_ms
+
+        assert again.stderr.strip() == f"mqtool: nothing to restore: {backup} was already restored ({iso_ms(restored_ms)}); its files were put back then"
+        assert f"restored yes, {iso_ms(restored_ms)}" in " ".join(again.stdout.split())
+        assert "  restore " not in again.stdout  # no list of files it would put back
+    assert tree(store) == after_broker
+
+
+@pytest.mark.parametrize("given", ["empty dir", "a file.txt", "consumequeue"])
+def test_not_a_store_says_what_was_expected_and_the_path(tmp_path, given, monkeypatch):
+    """Before: `info DIR` said "DIR: not a RocketMQ store (no commitlog/, ...)" with the path as
+    given, and a file not named by an offset was "a commit log segment is named by its 20-digit
+    start offset", as if a segment had been meant."""
+    store = copy_store("5.3.3", "clean-small", tmp_path)
+    (tmp_path / "empty dir").mkdir()
+    (tmp_path / "a file.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    path = Path(f"{store.name}/consumequeue") if given == "consumequeue" else Path(given)
+    line = error_line(run("info", path), EXIT_BAD_INPUT)
+    found = {"empty dir": "an empty directory", "a file.txt": "a file", "consumequeue": "a directory without commitlog/, consumequeue/, index/ or checkpoint"}[given]
+    expected = (f"mqtool: error: {tmp_path / path}: not a RocketMQ store: expected a broker store directory (with commitlog/), "
+                f"a commitlog/ folder or one segment file named by its 20-digit start offset; found {found}")
+    assert line == expected + (f"; its store is probably {store}" if given == "consumequeue" else "")
+
+
+ALL_COMMANDS = ["info", "dump", "verify", "stats", "offsets", "survivors", "salvage", *MY_COMMANDS[1:6], *MY_COMMANDS[7:]]
+
+
+@pytest.mark.parametrize("command", ALL_COMMANDS)
+def test_help_names_arguments_and_option_values_by_a_word_or_the_choices(command):
+    """Before: `survivors --by <str>`, `--column <str>`, `stats --topic <list[str]>`, arguments
+    followed by their type (`TOPIC <str>`, `QUEUE <int range>`, `STORE <path>`) and required
+    ones in braces in the usage line (`{STORE}`), `stats`'s argument in lower case."""
+    text = run(*command.split(), "--help", env={"COLUMNS": "100"}).stdout
+    usage = text.splitlines()[0]
+    assert "{" not in usage and usage.split("[OPTIONS] ", 1)[1].replace("[KIND] ", "").split()[0] in ("STORE", "PATH", "PLAN", "BACKUP")
+    arguments = text.split("Arguments:")[1].split("Options:")[0]
+    assert not any(t in arguments for t in ("<str>", "<int range>", "<path>", "<list[", "<int>"))
+    options = text.split("Options:")[1]
+    assert "<str>" not in options and "<list[" not in options and "<int range>" not in options and "<path>" not in options
+    if command == "survivors":
+        assert "--by <uniq-key|msg-id|key>" in options and "--column NAME" in options
+    if command == "stats":
+        assert "--topic TOPIC" in options and "--by <minute|hour|day>" in options

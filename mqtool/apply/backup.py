@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput, Refused
-from ..fileops import copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
+from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -144,7 +144,13 @@ class BackupSet:
     @property
     def restored(self) -> bool:
         """A restore ran (then the store holds the backed-up bytes, not what the apply left)."""
-        return any(ev.get("ev") == "restored" for ev in self.journal.events())
+        return self.restored_ms is not None
+
+    @property
+    def restored_ms(self) -> int | None:
+        """When the last restore of this backup finished (epoch ms), None if none did."""
+        times = [ev.get("ms", 0) for ev in self.journal.events() if ev.get("ev") == "restored"]
+        return times[-1] if times else None
 
     def step_done(self, index: int) -> bool:
         return index in self._done
@@ -234,6 +240,7 @@ class BackupSet:
             "store": str(self.store_root),
             "command": self.manifest.get("command"),
             "complete": self.complete,
+            "restored_ms": self.restored_ms,
             "files": files,
             "ranges": [{"path": p, "start": s, "end": e} for p, s, e in sorted(self._ranges)],
             "created": sorted(self._created),
@@ -255,6 +262,28 @@ def read_pending(store_root: Path) -> Path | None:
         return None
     text = marker.read_text(encoding="utf-8").strip()
     return Path(text) if text else None
+
+
+def leftover_temporaries(store_root: Path) -> list[Path]:
+    """What an interrupted mqtool can leave in a store: the staging directory (``Executor``'s
+    temporary files) and ``*.mqtool-tmp`` beside the pending marker (``write_atomic`` stopped by a
+    full disk or Ctrl-C). The pending apply, if any, owns them (``clear_pending``)."""
+    root = Path(store_root)
+    found = sorted(p for p in root.glob("*" + TMP_SUFFIX) if p.is_file())
+    staging = root / STAGING_DIR
+    return ([staging] if staging.is_dir() else []) + found
+
+
+def remove_leftovers(store_root: Path) -> list[Path]:
+    """Delete ``leftover_temporaries`` when no apply is pending on the store; returns them."""
+    if read_pending(store_root) is not None:
+        return []
+    found = leftover_temporaries(store_root)
+    for p in found:
+        shutil.rmtree(p) if p.is_dir() else remove(p)
+    if found:
+        fsync_dir(store_root)
+    return found
 
 
 def clear_pending(store_root: Path) -> None:
@@ -303,5 +332,6 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     pending = read_pending(root)
     if pending is not None and pending.resolve() == backup.dir.resolve():
         clear_pending(root)
+    leftovers = [str(p.relative_to(root)) for p in remove_leftovers(root)]
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
-    return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted}
+    return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": leftovers}

@@ -16,6 +16,7 @@ import fcntl
 import hashlib
 import os
 import queue
+import shlex
 import signal
 import threading
 from dataclasses import dataclass
@@ -130,7 +131,7 @@ class Executor:
             where = f"{exc.filename}: " if exc.filename else ""
             raise ApplyIOError(
                 f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                f"or undo it with `mqtool restore {self.backup.dir} --yes`"
+                f"or undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes"
             ) from None
 
     def _run(self) -> None:
@@ -406,7 +407,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, prog
         raise BadInput(f"{root}: the plan's store does not exist")
     pending = read_pending(root)
     if pending is not None:
-        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or `mqtool restore {pending} --yes`")
+        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: mqtool restore {shlex.quote(str(pending))} --yes")
     if verify_inputs:
         check_inputs(root, plan)
     release_free_heap()  # what planning freed, before the writers' working set

@@ -11,6 +11,7 @@ from ..store import Store
 from ..store.summary import store_summary
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
+from .store_state import warn_store_state
 
 
 def render_info(console: Screen, doc: dict[str, Any]) -> None:
@@ -25,7 +26,9 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
                 ("broker version", doc["version"]["label"]),
                 ("evidence", "; ".join(doc["version"]["evidence"])),
                 ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
-                ("lock file", "present" if doc["lock_file"] else "absent"),
+                ("lock file", lock_text(doc)),
+                *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
+                *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
             ],
         )
     )
@@ -111,6 +114,13 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
         console.print(f"note: {n}", markup=False)
 
 
+def lock_text(doc: dict[str, Any]) -> str:
+    if not doc["lock_file"]:
+        return "absent"
+    holder = doc.get("lock_holder")
+    return "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+
+
 def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
     """Topics, queue counts and message counts as the commit log holds them (every record up to
     the logical end: what the broker would dispatch), for a store without consume queues."""
@@ -187,7 +197,9 @@ def info(
       mqtool info /data/rocketmq/store
     """
     with open_store(store_path, broker_config, broker_version) as store:
+        state = warn_store_state(store.root)
         doc = info_document(store)
+        doc.update(state)
         if store.root is not None and (store.root / "timerlog").is_dir():
             from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
 

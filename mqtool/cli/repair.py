@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
+from ..apply.backup import remove_leftovers
 from ..apply.executor import hold_store_lock
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
@@ -105,7 +106,7 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     if pending is None:
         return
     if not yes:
-        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or `mqtool restore {shell_path(pending)} --yes`")
+        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
     note(f"finishing the interrupted apply first (backup {pending})")
     resume_pending(root, progress=lambda m: note(f"  {m}"))
 
@@ -473,6 +474,11 @@ def restore_cmd(
     summary = backup_set.summary()
     emit_document(summary, fmt, render_backup)
     root = backup_set.store_root
+    if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
+        note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
+        if yes and root.is_dir() and not store_users(root, []):  # another mqtool applying owns its temporaries
+            _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
+        return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
     check_not_in_use(root, [], force)
@@ -484,6 +490,12 @@ def restore_cmd(
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
+    _note_removed(result["temporaries_removed"])
+
+
+def _note_removed(leftovers: list[str]) -> None:
+    if leftovers:
+        note(f"removed the temporary files an interrupted mqtool had left: {', '.join(leftovers)}")
 
 
 def repair_stages(backup: Path) -> list[Path]:
@@ -614,13 +626,16 @@ def render_backup(console: Screen, doc: dict) -> None:
                 ("store", doc["store"]),
                 ("command", doc["command"]),
                 ("complete", doc["complete"]),
+                ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
                 ("whole files", len(doc["files"])),
                 ("byte ranges", len(doc["ranges"])),
-                ("files created by the repair (deleted on restore)", len(doc["created"])),
+                ("files it created", f"{len(doc['created'])} (deleted on restore)"),
                 ("bytes kept", doc["bytes"]),
             ],
         )
     )
+    if doc["restored_ms"] is not None:
+        return  # what it would put back was put back then
     for path in doc["files"]:
         console.print(f"  restore {path}")
     for r in doc["ranges"]:

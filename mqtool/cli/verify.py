@@ -20,6 +20,7 @@ from ..verify import CHECKS, FINDING_FIELDS, Summary, Verification, VerifyOption
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
+from .store_state import warn_store_state
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -92,22 +93,6 @@ def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
         emit_rows((f.as_dict() for f in findings), fmt, FINDING_FIELDS, out=out)
         note(json.dumps(summary.as_dict(), ensure_ascii=False))
     out.flush()
-
-
-def warn_store_state(root: Path) -> None:
-    """Say first what makes findings misleading: an apply of a repair command that was
-    interrupted (its ``.mqtool-pending`` marker; ``mqtool.apply``) or a process that holds the
-    store's lock (a running broker still writes: the end of the log and the queues move)."""
-    from ..apply.backup import read_pending
-    from ..store.liveness import lock_holder
-
-    pending = read_pending(root)
-    if pending is not None:
-        note(f"an apply on this store was interrupted (backup {pending}): the findings describe a half-applied repair; "
-             f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
-    holder = lock_holder(root)
-    if holder is not None:
-        note(f"pid {holder} holds the store's lock (a running broker?): it may be writing while this runs; findings near the end of the log may be transient")
 
 
 @guarded
