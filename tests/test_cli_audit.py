@@ -504,6 +504,12 @@ def test_not_a_store_says_what_was_expected_and_the_path(tmp_path, given, monkey
                 f"a commitlog/ folder or one segment file named by its 20-digit start offset; found {found}")
     assert line == expected + (f"; its store is probably {store}" if given == "consumequeue" else "")
 
+    home = tmp_path / "rocketmq home"  # the broker's home given for its store/
+    home.mkdir()
+    store.rename(home / "store")
+    line = error_line(run("info", home), EXIT_BAD_INPUT)
+    assert line.endswith(f"; found a directory without commitlog/, consumequeue/, index/ or checkpoint; the store is probably {home / 'store'}")
+
 
 ALL_COMMANDS = ["info", "dump", "verify", "stats", "offsets", "survivors", "salvage", *MY_COMMANDS[1:6], *MY_COMMANDS[7:]]
 

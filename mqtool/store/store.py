@@ -11,6 +11,8 @@ commands, never a refusal to look at the rest.
 
 from __future__ import annotations
 
+import itertools
+
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -35,10 +37,17 @@ STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 
 def not_a_store(path: Path) -> NotAStore:
     """The error for a path that is none of what ``Store.open`` reads: what was expected, the
-    absolute path, and the store it is probably part of (a ``consumequeue/`` given for its store)."""
+    absolute path, and the store it probably means (a ``consumequeue/`` given for its store, the
+    broker's home given for its ``store/``)."""
     shown = path.absolute()
-    found = "a file" if path.is_file() else "an empty directory" if not any(path.iterdir()) else "a directory without commitlog/, consumequeue/, index/ or checkpoint"
-    hint = next((f"; its store is probably {p}" for p in shown.parents if (p / "commitlog").is_dir()), "")
+    try:
+        found = "a file" if path.is_file() else "an empty directory" if not any(path.iterdir()) else "a directory without commitlog/, consumequeue/, index/ or checkpoint"
+        hint = next((f"; its store is probably {p}" for p in shown.parents if (p / "commitlog").is_dir()), "")
+        if not hint and path.is_dir():
+            inner = sorted(str(c) for c in itertools.islice(shown.iterdir(), 1000) if (c / "commitlog").is_dir())
+            hint = f"; the store is probably {inner[0]}" if len(inner) == 1 else f"; stores inside: {', '.join(inner[:3])}" if inner else ""
+    except OSError:  # an unreadable directory: say what is known
+        found, hint = "something else", ""
     return NotAStore(f"{shown}: not a RocketMQ store: expected a broker store directory (with commitlog/), a commitlog/ folder "
                      f"or one segment file named by its 20-digit start offset; found {found}{hint}")
 
