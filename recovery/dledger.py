@@ -145,7 +145,7 @@ def dispatches_on_abnormal(version: BrokerVersion) -> bool:
 def index_actions(store: Store, dl: DataRecovery) -> list:
     """Zero the index units past the last valid entry (``indexFileList.truncateOffset``)."""
     from .plan import Action
-    from .pieces import rel
+    from .plansteps import rel
 
     cl: DLedgerCommitLog = store.commitlog
     actions = []
@@ -164,7 +164,7 @@ def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
     """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
     committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
     from .plan import Action
-    from .pieces import rel
+    from .plansteps import rel
 
     layout = store.commitlog.layout
     if dl.last_index < 0 or (layout.committed_index, layout.end_index) == (dl.last_index, dl.last_index):

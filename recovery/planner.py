@@ -6,7 +6,7 @@ import functools
 
 from . import rebuild, recover
 from .candidates import plan_under_candidates
-from .pieces import PlanOptions, file_crc32, last_nonzero
+from .plansteps import PlanOptions, file_crc32, last_nonzero
 
 
 def _under_candidates(planner):

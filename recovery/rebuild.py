@@ -15,7 +15,7 @@ from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from .dispatch import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
-from .pieces import (
+from .plansteps import (
     DEFAULT_GEOMETRY,
     config_options,
     dry_index_writer,

@@ -37,7 +37,7 @@ from .dispatch import (
 )
 from . import dledger
 from .lost import record_at
-from .pieces import (
+from .plansteps import (
     commitlog_plan,
     config_options,
     dry_index_writer,

@@ -18,7 +18,7 @@ from mqtool.recovery import fastdispatch as fd
 from mqtool.recovery.dispatch import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
 from mqtool.recovery.rebuild import RebuildScan
 from mqtool.recovery.rules import RecoveryRules
-from mqtool.recovery.pieces import store_version
+from mqtool.recovery.plansteps import store_version
 from mqtool.store import Store
 
 COMPARED = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_KEY_START)]

@@ -29,7 +29,7 @@ from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.pieces import multi_dispatch
+from ..recovery.plansteps import multi_dispatch
 from ..recovery.plan import Plan
 from ..recovery.planner import file_crc32
 from ..recovery.rules import RecoveryRules

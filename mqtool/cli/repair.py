@@ -27,7 +27,7 @@ from ..recovery.plan import Plan
 from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
 from ..recovery import repair as rp
 from ..store.liveness import store_users
-from ..recovery.pieces import unloadable_files
+from ..recovery.plansteps import unloadable_files
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 

@@ -63,7 +63,7 @@ FAMILY_LABELS = {LEGACY_4: "4.0-4.9.0", MODERN_4: "4.9.1-4.9.8", V5: "5.x"}
 class VersionGuess:
     """The detected (or given) version. ``version`` is None when the evidence leaves several
     families: ``candidates`` then lists their representatives (commands that need a version
-    plan under each, see ``recovery.pieces.plan_under_candidates``)."""
+    plan under each, see ``recovery.candidates.plan_under_candidates``)."""
 
     version: BrokerVersion | None
     label: str

@@ -1,4 +1,4 @@
-"""Building blocks shared by the planners (``recover``, ``rebuild``): reading what a store says
+"""The steps the planners (``recover``, ``rebuild``) share: reading what a store says
 (version, settings, the commit log cut and what it loses), feeding dispatched batches into the
 consume queue simulations and the dry index writer, and turning the results into plan records.
 """
