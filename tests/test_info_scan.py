@@ -72,3 +72,18 @@ def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind,
                 got = summary.logical_end(store, start)
                 assert got == compiled_end(store, start)
                 assert got[1].offset == victim["commitLogOffset"] and got[1].reason == REASONS[kind]
+
+
+def test_info_of_a_small_store_loads_no_compiled_code():
+    """The small-store path (and the lock/pending-apply check every info makes) loads no numba."""
+    import json
+    import subprocess
+    import sys
+
+    root = FIXTURES / "rocketmq-5.3.3" / "clean-small"
+    code = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
+            f"sys.argv = ['mqtool', 'info', {str(root)!r}, '--format', 'json']; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["commitlog"]["max_offset"] == manifest("5.3.3", "clean-small")["commitLogMaxOffset"]
+    assert proc.stderr.strip().splitlines()[-1] == "False"

@@ -1,10 +1,21 @@
 """The only code that writes to a store: executes plans with backups, fsync and a journal.
 
 ``apply_plan`` carries out a ``mqtool.recovery.plan.Plan``; ``resume_pending`` finishes an apply
-that was killed; ``restore`` puts a store back from a backup set byte for byte.
+that was killed; ``restore`` puts a store back from a backup set byte for byte. The executor (and
+the compiled dispatch it loads) is imported on first use: ``info`` and ``verify`` read a store's
+pending-apply marker through ``backup`` alone.
 """
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore
-from .executor import ApplyError, apply_plan, check_inputs, resume_pending
 
-__all__ = ["ApplyError", "BackupSet", "apply_plan", "check_inputs", "default_backup_dir", "read_pending", "restore", "resume_pending"]
+_EXECUTOR = ("ApplyError", "apply_plan", "check_inputs", "resume_pending")
+
+__all__ = ["BackupSet", "default_backup_dir", "read_pending", "restore", *_EXECUTOR]
+
+
+def __getattr__(name: str):
+    if name in _EXECUTOR:
+        from . import executor
+
+        return getattr(executor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
