@@ -205,15 +205,21 @@ def test_host_kernels_equal_format_host(hosts):
     raw = b"".join(b"".join(h.to_bytes(2, "big") for h in hextets) + port.to_bytes(4, "big", signed=True) for hextets, port in hosts)
     buf = np.frombuffer(raw, dtype=np.uint8)
     pos = np.arange(len(hosts), dtype=np.int64) * 20
-    offsets, data, mapped = kernels.format_ipv6_hosts(buf, pos, 0)
+    n = len(hosts)
+    wide = np.ones(n, dtype=np.bool_)
+    offsets, data, mapped = kernels.format_hosts(buf, pos, np.zeros(n, dtype=np.int64), wide)
     for i, (hextets, port) in enumerate(hosts):
         address = raw[i * 20 : i * 20 + 16]
         assert mapped[i] == (ipaddress.ip_address(address).ipv4_mapped is not None)
         if not mapped[i]:
             assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(address, port)
-    offsets, data = kernels.format_ipv4_hosts(buf, pos, 12)  # the last 4 address bytes and the port
+    wide[::2] = False  # a mix of layouts in one pass: IPv4 reads the last 4 address bytes and the port
+    offsets, data, mapped = kernels.format_hosts(buf, pos, np.where(wide, 0, 12).astype(np.int64), wide)
     for i, (hextets, port) in enumerate(hosts):
-        assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(raw[i * 20 + 12 : i * 20 + 16], port)
+        if not wide[i]:
+            assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(raw[i * 20 + 12 : i * 20 + 16], port)
+        elif not mapped[i]:
+            assert bytes(data[offsets[i] : offsets[i + 1]]).decode() == format_host(raw[i * 20 : i * 20 + 16], port)
 
 
 def test_schema_is_what_the_batches_hold():

@@ -155,7 +155,7 @@ def java_hash_spans(buf, starts, lengths):
 
 
 @numba.njit(inline="always")
-def _be_signed(buf, p, width):
+def be_signed(buf, p, width):
     """The signed big-endian integer of ``width`` bytes at ``buf[p]``: 4 and 8 bytes unrolled
     (LLVM turns each into one load and a byte swap), other widths byte by byte."""
     if width == 4:
@@ -185,13 +185,13 @@ def gather_fields(buf, positions, deltas, widths):
         row = result[f]
         if width == 4:
             for i in range(n):
-                row[i] = _be_signed(buf, positions[i] + delta, 4)
+                row[i] = be_signed(buf, positions[i] + delta, 4)
         elif width == 8:
             for i in range(n):
-                row[i] = _be_signed(buf, positions[i] + delta, 8)
+                row[i] = be_signed(buf, positions[i] + delta, 8)
         else:
             for i in range(n):
-                row[i] = _be_signed(buf, positions[i] + delta, width)
+                row[i] = be_signed(buf, positions[i] + delta, width)
     return result
 
 
@@ -239,21 +239,6 @@ def _put_ipv4_host(data, k, buf, p):
     if port >= (np.int64(1) << 31):
         port -= np.int64(1) << 32
     return _put_int(data, k, port)
-
-
-@numba.njit(cache=True, nogil=True)
-def format_ipv4_hosts(buf, positions, delta):
-    """``a.b.c.d:port`` of the IPv4 host field (4 address bytes + int32 port) at ``positions +
-    delta``, as Arrow string offsets and data (``msgid.format_host`` for IPv4)."""
-    n = positions.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int32)
-    data = np.empty(n * 27, dtype=np.uint8)  # 15 for the address, ':' and at most 11 for the port
-    offsets[0] = 0
-    k = 0
-    for i in range(n):
-        k = _put_ipv4_host(data, k, buf, positions[i] + delta)
-        offsets[i + 1] = k
-    return offsets, data[:k]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -341,29 +326,12 @@ def _put_ipv6_host(data, k, buf, p, hextets):
 
 
 @numba.njit(cache=True, nogil=True)
-def format_ipv6_hosts(buf, positions, delta):
-    """``[compressed]:port`` of the IPv6 host field (16 address bytes + int32 port), compressed as
-    Python's ``ipaddress`` does (longest run of two or more zero hextets, the first on a tie, as
-    ``::``). Returns offsets, data and a mask of IPv4-mapped addresses, which Python versions
-    print differently: callers format those with ``msgid.format_host``."""
-    n = positions.shape[0]
-    offsets = np.empty(n + 1, dtype=np.int32)
-    data = np.empty(n * 54, dtype=np.uint8)
-    mapped = np.zeros(n, dtype=np.bool_)
-    hextets = np.empty(8, dtype=np.int64)
-    offsets[0] = 0
-    k = 0
-    for i in range(n):
-        k, mapped[i] = _put_ipv6_host(data, k, buf, positions[i] + delta, hextets)
-        offsets[i + 1] = k
-    return offsets, data[:k], mapped
-
-
-@numba.njit(cache=True, nogil=True)
 def format_hosts(buf, positions, deltas, wide):
-    """The host field at ``positions + deltas`` of each record, IPv6 (``format_ipv6_hosts``) where
-    ``wide`` is set and IPv4 (``format_ipv4_hosts``) elsewhere: one pass over a batch whatever its
-    mix of layouts. Returns offsets (int64), data and the IPv4-mapped mask."""
+    """``msgid.format_host`` of the host field at ``positions + deltas`` of each record: IPv6
+    (``[compressed]:port``, compressed as Python's ``ipaddress`` does) where ``wide`` is set, IPv4
+    (``a.b.c.d:port``) elsewhere; one pass over a batch whatever its mix of layouts. Returns
+    offsets (int64), data and a mask of IPv4-mapped IPv6 addresses, which Python versions print
+    differently: callers format those with ``msgid.format_host``."""
     n = positions.shape[0]
     offsets = np.empty(n + 1, dtype=np.int64)
     data = np.empty(n * 54, dtype=np.uint8)

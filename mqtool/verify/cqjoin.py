@@ -26,6 +26,7 @@ import numpy as np
 from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
 from ..recovery import fastdispatch as fd
+from ..scan.kernels import be_signed
 from ..store import ConsumeQueue
 from ..store.consumequeue import UNIT_DTYPE
 from .columns import RecordColumns
@@ -43,16 +44,6 @@ _UNIT = UNIT_DTYPE.itemsize
 assert all(UNIT_DTYPE[f].kind == "i" and UNIT_DTYPE[f].byteorder == ">" for f in (_PHYS, _SIZE, _TAGS))
 
 
-@numba.njit(inline="always")
-def _signed_be(data, p, width):
-    v = np.int64(0)
-    for j in range(width):
-        v = (v << 8) | np.int64(data[p + j])
-    if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
-        v -= np.int64(1) << (8 * width)
-    return v
-
-
 @numba.njit(cache=True, nogil=True)
 def decode_units(data, phys, size, tags):
     """The units of ``data`` into ``phys``, ``size``, ``tags`` (§5.1; ``UNIT_DTYPE`` read in one
@@ -60,9 +51,9 @@ def decode_units(data, phys, size, tags):
     invalid = fillers = 0
     for i in range(phys.shape[0]):
         p = _UNIT * i
-        a = _signed_be(data, p + _PHYS_AT, _PHYS_W)
-        b = _signed_be(data, p + _SIZE_AT, _SIZE_W)
-        c = _signed_be(data, p + _TAGS_AT, _TAGS_W)
+        a = be_signed(data, p + _PHYS_AT, _PHYS_W)
+        b = be_signed(data, p + _SIZE_AT, _SIZE_W)
+        c = be_signed(data, p + _TAGS_AT, _TAGS_W)
         phys[i], size[i], tags[i] = a, b, c
         if a < 0 or b <= 0:
             invalid += 1
