@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as fmt
+from ..store import Store
 from ..store.commitlog import CommitLog
 from ..store.mappedfile import MappedFile
 from .rules import RecoveryRules
@@ -73,7 +74,7 @@ def normal_start(commitlog: CommitLog, rules: RecoveryRules, max_cq_phys_offset:
     return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
 
 
-def recovery_start(store, rules: RecoveryRules) -> ScanStart:
+def recovery_start(store: Store, rules: RecoveryRules) -> ScanStart:
     """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
     present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
     never read by the broker's recovery."""

@@ -377,9 +377,10 @@ def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
     for q in discover_batch_queues(bcq_dir):
         if (topics and q.topic not in topics) or (queue is not None and q.queue_id != queue):
             continue
+        if single is not None:
+            q.files = [(base, p) for base, p in q.files if p == single]
         for unit in q.entries(include_invalid=True):
-            if single is None or q.directory / f"{unit.position - unit.position % q.file_size:020d}" == single:
-                yield batch_unit_dict(q.topic, q.queue_id, unit)
+            yield batch_unit_dict(q.topic, q.queue_id, unit)
 
 
 def cq_rows(path: Path, topics, queue, start, stop, follow, body, limit) -> Iterator[dict]:

@@ -50,17 +50,8 @@ class BatchUnit(NamedTuple):
 
     @property
     def is_valid(self) -> bool:
-        return is_valid_unit(self.phys_offset, self.size, self.msg_base_offset, self.batch_size)
-
-
-def is_valid_unit(phys_offset: int, size: int, msg_base_offset: int, batch_size: int) -> bool:
-    """``BatchConsumeQueue``'s recovery rule (four parts, where a consume queue has two)."""
-    return phys_offset >= 0 and size > 0 and msg_base_offset >= 0 and batch_size > 0
-
-
-class BatchQueueRecovery(NamedTuple):
-    end: int  # byte offset of the first invalid unit (processOffset)
-    start_file: int  # index of the file the scan started from (third from last)
+        """``BatchConsumeQueue``'s recovery rule (four parts, where a consume queue has two)."""
+        return self.phys_offset >= 0 and self.size > 0 and self.msg_base_offset >= 0 and self.batch_size > 0
 
 
 @dataclass
@@ -100,16 +91,25 @@ class BatchConsumeQueue:
             if not include_invalid and stop * UNIT_SIZE < self.file_size:
                 return
 
-    def recover(self) -> BatchQueueRecovery:
-        """``BatchConsumeQueue.recover``: the consume queue loop (§5.7) with the four-part rule."""
+    def unit_at(self, position: int) -> BatchUnit | None:
+        """The unit at byte ``position`` of the queue, None where no file holds it."""
+        for base, path in self.files:
+            if base <= position < base + self.file_size:
+                units = self.units(path)
+                i = (position - base) // UNIT_SIZE
+                return BatchUnit(position, *units[i].tolist()) if i < units.shape[0] else None
+        return None
+
+    def recover(self) -> int:
+        """``BatchConsumeQueue.recover``: the consume queue loop (§5.7) with the four-part rule;
+        the byte offset of the first invalid unit (``processOffset``)."""
         if not self.files:
-            return BatchQueueRecovery(0, 0)
-        start = max(0, len(self.files) - 3)
-        for index in range(start, len(self.files)):
+            return 0
+        for index in range(max(0, len(self.files) - 3), len(self.files)):
             base, path = self.files[index]
             stop = first_invalid(self.units(path))
             if stop * UNIT_SIZE < self.file_size or index + 1 == len(self.files):
-                return BatchQueueRecovery(base + stop * UNIT_SIZE, start)
+                return base + stop * UNIT_SIZE
         raise AssertionError("unreachable")
 
 

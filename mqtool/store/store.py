@@ -12,7 +12,6 @@ commands, never a refusal to look at the rest.
 from __future__ import annotations
 
 import itertools
-
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
 from .layout import unchecked_parts
 from .store import Store
@@ -109,18 +110,13 @@ def index_summary(store: Store) -> dict[str, Any] | None:
 
 
 def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
-    """Each batch consume queue as the broker loads it (§5.5): units up to its recovery's end,
-    queue offsets ``[first msgBaseOffset, last msgBaseOffset + batchSize)``."""
+    """Each batch consume queue as the broker loads it (§5.5): units from its first file's start
+    to its recovery's end, queue offsets ``[first msgBaseOffset, last msgBaseOffset + batchSize)``."""
     out = []
     for q in store.batch_consume_queues:
-        end = q.recover().end
-        first = last = None
-        units = 0
-        for unit in q.entries():
-            if unit.position >= end:
-                break
-            first = unit if first is None else first
-            last, units = unit, units + 1
+        begin, end = (q.files[0][0] if q.files else 0), q.recover()
+        units = max(end - begin, 0) // UNIT_SIZE
+        first, last = (q.unit_at(begin), q.unit_at(end - UNIT_SIZE)) if units else (None, None)
         min_offset = first.msg_base_offset if first else 0
         max_offset = last.msg_base_offset + last.batch_size if last else 0
         out.append({"topic": q.topic, "queue_id": q.queue_id, "units": units, "min_offset": min_offset, "max_offset": max_offset,

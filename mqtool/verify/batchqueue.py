@@ -93,7 +93,7 @@ def _queue_findings(store: Store, queue: BatchConsumeQueue, want: dict[int, tupl
 
 def _units_after_stop(queue: BatchConsumeQueue, rel: str) -> Iterator[Finding]:
     """Valid units after the first invalid one: the broker's recovery ends the queue there."""
-    stop = queue.recover().end
+    stop = queue.recover()
     valid = 0
     for base, path in queue.files:
         if base + queue.file_size > stop:

@@ -194,8 +194,9 @@ class CommitLogCheck:
             result.logical_end = last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
         damaged_end = result.end_reason not in (fs.StopReason.ZEROS, fs.StopReason.BLANK_LAST, fs.StopReason.LIMIT, fs.StopReason.NO_SEGMENTS)
-        if damaged_end and self.unread_before is not None and result.logical_end < self.unread_before():
-            self._broker_start = self.unread_before()
+        broker_start = self.unread_before() if damaged_end and self.unread_before is not None else None
+        if broker_start is not None and result.logical_end < broker_start:
+            self._broker_start = broker_start
         yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
         if self._broker_start is not None and self._resume is not None:  # the log the broker serves goes on past the damage
             from ..store.summary import logical_end as recovery_end

@@ -46,7 +46,6 @@ class LogStream:
                  unread_before: Callable[[], int] | None = None):
         self.store = store
         self.unread_before = unread_before  # where the broker's recovery starts (asked only at damage)
-        self.skipped: list[tuple[int, int]] = []  # damaged ranges before it, walked past
         self.start = store.commitlog.min_offset if start is None else start
         self.stop = stop
         self.progress = progress
@@ -67,7 +66,7 @@ class LogStream:
         """The compiled walk's batches (``BATCH`` rows each at most), counting records and
         reporting progress; ``end`` is set when it is exhausted. Damage before the broker's
         recovery start (``unread_before``) does not end the log the broker serves: the walk
-        resumes at the next record (``fs.scan_start``) and notes the range in ``skipped``."""
+        resumes at the next record (``fs.scan_start``)."""
         start = shown = self.start
         while True:
             scan = fs.FastScan(self.store.commitlog, start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, batch_bytes=BATCH_BYTES, release_behind=True)
@@ -82,7 +81,6 @@ class LogStream:
             if self.unread_before is not None and not end.is_clean and end.offset < self.unread_before():
                 resume = fs.scan_start(self.store.commitlog, end.offset + 1)
                 if resume > end.offset and (self.stop is None or resume < self.stop):
-                    self.skipped.append((end.offset, resume))
                     start = resume
                     continue
             self.end = end
