@@ -8,6 +8,9 @@ store: the recovered end (``ConsumeQueue.recover``, §5.7) and the corrected min
 from __future__ import annotations
 
 import os
+import struct
+import sys
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -98,28 +101,29 @@ class ConsumeQueue:
                 return
 
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
+        """The unit at ``queue_offset`` (one ``pread``), None past its file's mapped bytes."""
         logical = queue_offset * ENTRY_SIZE
         base = logical - logical % self.file_size
         for file_base, path in self.files:
             if file_base == base:
-                units = self.units(path)
-                i = (logical - base) // ENTRY_SIZE
-                return fmt.ConsumeQueueEntry(queue_offset, *units[i].tolist()) if i < units.shape[0] else None
+                with _open(path) as f:
+                    data = os.pread(f.fileno(), ENTRY_SIZE, logical - base)
+                return fmt.ConsumeQueueEntry(queue_offset, *fmt.ENTRY.unpack(data)) if len(data) == ENTRY_SIZE else None
         return None
 
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
-        the queue; a file that is valid to its end continues into the next (§5.7)."""
+        the queue; a file that is valid to its end continues into the next (§5.7). Reads each
+        file in chunks until its first invalid unit (no numpy: a lookup needs only this)."""
         if not self.files:
             return QueueRecovery(0, -1, 0)
         start = max(0, len(self.files) - 3)
         max_phys = -1
         for index in range(start, len(self.files)):
             base, path = self.files[index]
-            units = self.units(path)
-            stop = _first_invalid(units)
-            if stop:
-                max_phys = int(units["phys_offset"][stop - 1]) + int(units["size"][stop - 1])
+            stop, last = _valid_prefix(path, self.file_size)
+            if last is not None:
+                max_phys = last[0] + last[1]
             if stop * ENTRY_SIZE < self.file_size or index + 1 == len(self.files):
                 return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start)
         raise AssertionError("unreachable")
@@ -137,12 +141,9 @@ class ConsumeQueue:
             last = self.read_entry(end // ENTRY_SIZE - 1)
             if last is not None and last.phys_offset < commitlog_min_offset:
                 return end // ENTRY_SIZE
-        import numpy as np
-
         base, path = self.files[0]
-        units = self.units(path)[: max(end - base, 0) // ENTRY_SIZE]
-        hits = np.flatnonzero(units["phys_offset"] >= commitlog_min_offset)
-        return (base + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE if hits.size else 0
+        first = _first_unit_at_or_above(path, max(end - base, 0) // ENTRY_SIZE, commitlog_min_offset)
+        return (base + first * ENTRY_SIZE) // ENTRY_SIZE if first is not None else 0
 
 
 def read_units(path: Path, file_size: int) -> np.ndarray:
@@ -163,6 +164,72 @@ def _first_invalid(units: np.ndarray) -> int:
 
     bad = (units["phys_offset"] < 0) | (units["size"] <= 0)
     return int(np.argmax(bad)) if bad.any() else units.shape[0]
+
+
+_CHUNK_UNITS = 3276  # units per read (64 KiB)
+
+
+def _open(path: Path):
+    """A raw read-only descriptor as a context manager (``os.pread`` on its ``fileno``)."""
+    try:
+        return open(path, "rb", buffering=0)
+    except PermissionError:
+        raise BadInput(f"{path}: permission denied") from None
+
+
+def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:
+    """``(first unit number, bytes)`` of the first ``units`` units of a file, a chunk at a time
+    (fewer where the file is shorter)."""
+    with _open(path) as f:
+        for first in range(0, units, _CHUNK_UNITS):
+            data = os.pread(f.fileno(), min(_CHUNK_UNITS, units - first) * ENTRY_SIZE, first * ENTRY_SIZE)
+            data = data[: len(data) - len(data) % ENTRY_SIZE]
+            if data:
+                yield first, data
+            if len(data) < _CHUNK_UNITS * ENTRY_SIZE:
+                return
+
+
+def _words(data: bytes) -> array:
+    """The bytes as big-endian signed 32-bit words (a unit is five: phys high, phys low, size, tags high, tags low)."""
+    words = array("i", data)
+    if sys.byteorder == "little":
+        words.byteswap()
+    return words
+
+
+def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
+    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
+    and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
+    broker maps them. Each chunk is judged by two C-level ``min`` calls over its words."""
+    last = None
+    count = 0
+    for first, data in _chunks(path, file_size // ENTRY_SIZE):
+        words = _words(data)
+        highs, sizes = words[0::5], words[2::5]
+        if min(highs) >= 0 and min(sizes) > 0:
+            stop = len(sizes)
+        else:
+            stop = next(i for i, (h, n) in enumerate(zip(highs, sizes)) if h < 0 or n <= 0)
+        if stop:
+            phys, size, _ = fmt.ENTRY.unpack_from(data, (stop - 1) * ENTRY_SIZE)
+            last = (phys, size)
+        count = first + stop
+        if stop < len(sizes):
+            break
+    return count, last
+
+
+def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | None:
+    """Number of the first of a file's first ``units`` units pointing at or past ``phys_offset``."""
+    for first, data in _chunks(path, units):
+        for i, (phys,) in enumerate(_PHYS.iter_unpack(data)):
+            if phys >= phys_offset:
+                return first + i
+    return None
+
+
+_PHYS = struct.Struct(">q12x")
 
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:

@@ -15,10 +15,12 @@ Reads only the slots, entries, consume queue units and records a lookup needs.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
-from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
+from ..formats.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueueEntry
 from ..formats.commitlog import TransactionType
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
@@ -244,14 +246,21 @@ def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
 
 
 class _QueueFile:
-    """One consume queue file with the readable range the broker gives it after load."""
+    """One consume queue file with the readable range the broker gives it after load; its units
+    are read one ``pread`` at a time, only those the search visits."""
 
-    def __init__(self, store: Store, base: int, units, readable: int):
-        self.store, self.base, self.units, self.readable = store, base, units, readable
+    def __init__(self, store: Store, base: int, path, readable: int):
+        self.store, self.base, self.path, self.readable = store, base, path, readable
+        self._units: dict[int, tuple[int, int]] = {}
 
     def unit(self, pos: int) -> tuple[int, int]:
-        u = self.units[pos // ENTRY_SIZE]
-        return int(u["phys_offset"]), int(u["size"])
+        unit = self._units.get(pos)
+        if unit is None:
+            with open(self.path, "rb", buffering=0) as f:
+                data = os.pread(f.fileno(), ENTRY_SIZE, pos)
+            phys, size, _ = ENTRY.unpack(data) if len(data) == ENTRY_SIZE else (0, 0, 0)
+            unit = self._units[pos] = (phys, size)
+        return unit
 
     def time_at(self, pos: int) -> int:
         return pickup_store_timestamp(self.store, *self.unit(pos))
@@ -276,7 +285,7 @@ def queue_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int
         if base >= recovered.end and files:
             break  # truncated away on load (truncateDirtyFiles)
         readable = min(queue.file_size, max(recovered.end - base, 0))
-        files.append(_QueueFile(store, base, queue.units(path), readable))
+        files.append(_QueueFile(store, base, path, readable))
     chosen = _file_by_time(files, timestamp, queue.file_size)
     if v5:
         offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)

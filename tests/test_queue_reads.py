@@ -1,0 +1,91 @@
+"""The consume queue's recovery, min offset and unit reads without numpy (``ConsumeQueue.recover``,
+``corrected_min_offset``, ``read_entry``: chunked ``pread`` judged with ``array``, §5.7, §5.9)
+give what the numpy view of the same files (``read_units``) gives, on every fixture queue and on
+damage placed at chunk boundaries; and a lookup does not load numpy."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, manifest, store_path
+
+from mqtool.store import ConsumeQueue, Store
+from mqtool.store import consumequeue as cq
+from mqtool.store.consumequeue import ENTRY_SIZE, UNIT_DTYPE, read_units
+
+STORES = sorted((p.parent.name.removeprefix("rocketmq-"), p.name) for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir() and (p / "consumequeue").is_dir())
+
+
+def numpy_recover(queue: ConsumeQueue) -> tuple[int, int]:
+    """The recovery loop over numpy views (the previous implementation), as ``(end, max_phys)``."""
+    start, max_phys = max(0, len(queue.files) - 3), -1
+    for index in range(start, len(queue.files)):
+        base, path = queue.files[index]
+        units = read_units(path, queue.file_size)
+        stop = cq._first_invalid(units)
+        if stop:
+            max_phys = int(units["phys_offset"][stop - 1]) + int(units["size"][stop - 1])
+        if stop * ENTRY_SIZE < queue.file_size or index + 1 == len(queue.files):
+            return base + stop * ENTRY_SIZE, max_phys
+    raise AssertionError
+
+
+def numpy_min(queue: ConsumeQueue, cl_min: int, end: int) -> int:
+    base, path = queue.files[0]
+    units = read_units(path, queue.file_size)[: max(end - base, 0) // ENTRY_SIZE]
+    hits = np.flatnonzero(units["phys_offset"] >= cl_min)
+    return (base + int(hits[0]) * ENTRY_SIZE) // ENTRY_SIZE if hits.size else 0
+
+
+def assert_queue_equal(queue: ConsumeQueue, cl_min: int) -> None:
+    r = queue.recover()
+    assert (r.end, r.max_phys_offset) == numpy_recover(queue)
+    if r.end > 0:
+        assert queue.corrected_min_offset(cl_min, r.end, v5=False) == numpy_min(queue, cl_min, r.end)
+    for base, path in queue.files:
+        units = read_units(path, queue.file_size)
+        for i in sorted({0, len(units) // 2, len(units) - 1} - {-1}):
+            e = queue.read_entry(base // ENTRY_SIZE + i)
+            assert (e.phys_offset, e.size, e.tags_code) == tuple(units[i].tolist())
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_fixture_queues_read_as_the_numpy_view(version, name):
+    with Store.open(store_path(version, name)) as store:
+        assert store.consume_queues
+        for queue in store.consume_queues:
+            assert_queue_equal(queue, store.commitlog.min_offset)
+            assert_queue_equal(queue, store.commitlog.min_offset + 1_000_000)  # retention: the min moves into the queue
+
+
+@pytest.mark.parametrize("bad_at", [0, 1, cq._CHUNK_UNITS - 1, cq._CHUNK_UNITS, cq._CHUNK_UNITS + 1, 2 * cq._CHUNK_UNITS + 5, None])
+@pytest.mark.parametrize("bad", [(-1, 100, 0), (1 << 40, 0, 0), (1 << 40, -5, 0), (-(1 << 40), 7, 0)])
+def test_an_invalid_unit_anywhere_ends_the_queue_as_numpy_finds_it(tmp_path, bad_at, bad):
+    count = 3 * cq._CHUNK_UNITS
+    file_size = (count + 10) * ENTRY_SIZE
+    directory = tmp_path / "q"
+    directory.mkdir()
+    for n, base in enumerate((0, file_size)):
+        data = np.zeros(file_size // ENTRY_SIZE, dtype=UNIT_DTYPE)
+        data["phys_offset"][: count + 10] = np.arange(count + 10) * 100 + n * 10_000_000 + 5_000_000_000
+        data["size"][: count + 10] = 100
+        if n == 0 and bad_at is not None:
+            data[bad_at] = bad
+        (directory / f"{base:020d}").write_bytes(data.tobytes())
+    queue = ConsumeQueue("T", 0, directory, file_size)
+    assert_queue_equal(queue, 5_000_000_000 + 100 * (cq._CHUNK_UNITS + 3))
+    assert_queue_equal(queue, 0)
+
+
+def test_a_queue_lookup_loads_no_numpy():
+    m = manifest("5.3.3", "clean-small")["messages"][3]
+    code = (
+        "import sys\nfrom mqtool.cli import app\n"
+        f"try:\n    app(['query', 'offset', {str(store_path('5.3.3', 'clean-small'))!r}, {m['topic']!r}, '{m['queueId']}', '0'])\n"
+        "except SystemExit:\n    pass\nprint(sorted(m for m in ('numpy', 'numba', 'pyarrow') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("[]")
