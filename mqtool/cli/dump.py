@@ -47,6 +47,7 @@ from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
+from .engine import PYTHON, engine_for, estimated_records
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .terminal import clear_bars
@@ -105,16 +106,15 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
     return sorted(offsets), ""
 
 
-SMALL_READ = 4 << 20  # commit log bytes up to which dump decodes record by record (no numba start-up)
-SMALL_LIMIT = 64  # so does an unfiltered --limit up to this
+SMALL_LIMIT = 64  # an unfiltered --limit up to this reads a few records: decoded one by one whatever the span
 SCAN_BATCH = 1 << 12  # records per batch: with two builders and their texts in flight, 8 k kept about 300 MB resident (4 k: 256 MB)
 BUILDERS = 2  # threads building batches while the main thread walks and prints: building is most of the work
 
 
 def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
     """Print the messages ``dump`` selects. A scan reads the columnar core (``mqtool.scan``) and
-    prints through the compiled text encoder; a small read, ``--msg-id`` and the index lookups
-    decode their few records one by one (``message_dict``). Both print the same bytes and apply
+    prints through the compiled text encoder; a small read (``engine.engine_for``), ``--msg-id``
+    and the index lookups decode their records one by one (``message_dict``). Both print the same bytes and apply
     the one ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
     if msg_id is not None:
         return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt)
@@ -124,8 +124,8 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
             return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt)
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
-    span = (stop if stop is not None else store.commitlog.end_of_files) - start
-    if span <= SMALL_READ or (limit is not None and limit <= SMALL_LIMIT and not match.columns()):
+    few = limit is not None and limit <= SMALL_LIMIT and not match.columns()  # a few records whatever the span
+    if engine_for(limit if few else estimated_records(store.commitlog, start, stop)) == PYTHON:
         return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt)
     encoder = _text_encoder(fmt)
     emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder)
