@@ -8,7 +8,8 @@ a copy under ``--tmp`` so that nothing touches the fixtures, and lookups on a st
 ``bench/make_store.py`` (its topic ``%RETRY%bench_group``, its first record). Issue #10's target
 is <= 0.3 s for ``--help``, ``--version`` and any command on a small store; issue #12's, <= 0.3 s
 for one lookup on a 2 GiB store. Run it with ``PYTHONDONTWRITEBYTECODE`` unset, as a user's
-install runs.
+install runs. ``--crossover`` also times both engines (``MQTOOL_ENGINE``) on the first
+1, 4 and 16 MiB of STORE: the crossover behind ``mqtool/cli/engine.py``'s ``COMPILED_FROM``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", type=Path, help="a store from bench/make_store.py (e.g. 2 GiB of 1 KiB records) for the lookups")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--crossover", action="store_true", help="also time `dump STORE --to-offset N -f jsonl` on each engine (the engine policy's crossover)")
     p.add_argument("--tmp", type=Path, default=Path("/tmp/mqtool-bench-startup"), help="where the fixture copies go (removed at the end)")
     args = p.parse_args()
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
@@ -87,9 +89,22 @@ def main() -> int:
             best = min(_wall(c) for _ in range(args.repeat))
             shown = " ".join(_shown(a, names) for a in c)
             print(f"| `mqtool {shown}` | {best:.2f} | <= {TARGET} s: {'met' if best <= TARGET else '**NOT met**'} |", flush=True)
+        if args.crossover and args.store is not None:
+            crossover(args.store, args.repeat)
     finally:
         shutil.rmtree(args.tmp, ignore_errors=True)
     return 0
+
+
+def crossover(store: Path, repeat: int) -> None:
+    """Both engines on the first N MiB of ``store`` (``MQTOOL_ENGINE``): where the record-by-record
+    one stops being faster (``mqtool/cli/engine.py``'s ``COMPILED_FROM``, in records)."""
+    print("\n| dump STORE --to-offset N -f jsonl | records | python s | compiled s | python / compiled |\n|---|---|---|---|---|")
+    for mib in (1, 4, 16):
+        stop = str(mib << 20)
+        rows = subprocess.run([*mqtool(), "dump", str(store), "--to-offset", stop, "-f", "jsonl"], capture_output=True, text=True, check=True).stdout.count("\n")
+        walls = {e: min(_wall(["dump", str(store), "--to-offset", stop, "-f", "jsonl"], {"MQTOOL_ENGINE": e}) for _ in range(repeat)) for e in ("python", "compiled")}
+        print(f"| {mib} MiB | {rows} | {walls['python']:.2f} | {walls['compiled']:.2f} | {walls['python'] / walls['compiled']:.2f} |", flush=True)
 
 
 def _shown(arg: str, names: dict[str, str]) -> str:
@@ -98,9 +113,9 @@ def _shown(arg: str, names: dict[str, str]) -> str:
     return arg if len(arg) < 40 else arg[:12] + "…"
 
 
-def _wall(command: list[str]) -> float:
+def _wall(command: list[str], env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
-    done = subprocess.run([*mqtool(), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    done = subprocess.run([*mqtool(), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env} if env else None)
     if done.returncode not in (0, 1):  # 1: findings (verify, survivors), a plan that changes things
         raise SystemExit(f"mqtool {' '.join(command)}: exit {done.returncode}: {done.stderr.decode(errors='replace').strip()}")
     return time.perf_counter() - started
