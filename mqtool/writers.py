@@ -20,7 +20,6 @@ recovery can continue a queue or an index file exactly where the broker would.
 
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
 from collections import OrderedDict
@@ -288,91 +287,93 @@ def parallel(fn, items, workers: int = 8) -> None:
 
 # header state: IndexHeader fields in order, plus whether a put happened in this session
 H_BEGIN_TS, H_END_TS, H_BEGIN_PHY, H_END_PHY, H_SLOT_COUNT, H_INDEX_COUNT, H_PUT, H_SCRATCH = range(8)
-ROLL_NEEDED, BATCH_DONE = 1, 0
-PREFETCH = 16  # keys ahead whose hash slot is loaded early
-RELEASE_BYTES = 4 << 20  # written index entries dropped from the map in runs of this size
-
-
-@numba.njit(cache=True, nogil=True)
-def _put_key(buf, slots, hdr, key_hash, phy, ts, counts_used_slots):
-    """``IndexFile.putKey`` (§6.6) on a writable uint8 view of a whole index file."""
-    slot_pos = 40 + (key_hash % slots) * 4
-    prev = (np.int64(buf[slot_pos]) << 24) | (np.int64(buf[slot_pos + 1]) << 16) | (np.int64(buf[slot_pos + 2]) << 8) | np.int64(buf[slot_pos + 3])
-    if prev >= np.int64(1) << 31:
-        prev -= np.int64(1) << 32
-    count = hdr[H_INDEX_COUNT]
-    if prev <= 0 or prev > count:
-        prev = 0
-    diff = np.int64(0)
-    if hdr[H_BEGIN_TS] > 0:
-        d = ts - hdr[H_BEGIN_TS]
-        diff = d // 1000 if d >= 0 else -((-d) // 1000)
-        if diff > 0x7FFFFFFF:
-            diff = 0x7FFFFFFF
-        elif diff < 0:
-            diff = 0
-    p = 40 + slots * 4 + count * 20
-    for j in range(4):
-        buf[p + j] = (key_hash >> (24 - 8 * j)) & 0xFF
-    for j in range(8):
-        buf[p + 4 + j] = (phy >> (56 - 8 * j)) & 0xFF
-    for j in range(4):
-        buf[p + 12 + j] = (diff >> (24 - 8 * j)) & 0xFF
-        buf[p + 16 + j] = (prev >> (24 - 8 * j)) & 0xFF
-        buf[slot_pos + j] = (count >> (24 - 8 * j)) & 0xFF
-    if count <= 1:
-        hdr[H_BEGIN_PHY] = phy
-        hdr[H_BEGIN_TS] = ts
-    if prev == 0 or not counts_used_slots:
-        hdr[H_SLOT_COUNT] += 1
-    hdr[H_INDEX_COUNT] = count + 1
-    hdr[H_END_PHY] = phy
-    hdr[H_END_TS] = ts
-    hdr[H_PUT] = 1
+ROLL_NEEDED, BATCH_DONE, BUFFER_FULL = 1, 0, 2
+ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
 
 
 @numba.njit(inline="always")
-def _count_key(hdr, phy, ts):
-    """The header bookkeeping of ``putKey`` without a file (plans count entries this way)."""
-    if hdr[H_INDEX_COUNT] <= 1:
-        hdr[H_BEGIN_PHY] = phy
-        hdr[H_BEGIN_TS] = ts
-    hdr[H_INDEX_COUNT] += 1
-    hdr[H_END_PHY] = phy
-    hdr[H_END_TS] = ts
-    hdr[H_PUT] = 1
+def _put_entry(ent, at, key_hash, phy, diff, prev):
+    """An index entry's 20 bytes, big-endian (§6.3): key hash, phy offset, time diff, prev."""
+    for j in range(4):
+        ent[at + j] = (key_hash >> (24 - 8 * j)) & 0xFF
+    for j in range(8):
+        ent[at + 4 + j] = (phy >> (56 - 8 * j)) & 0xFF
+    for j in range(4):
+        ent[at + 12 + j] = (diff >> (24 - 8 * j)) & 0xFF
+        ent[at + 16 + j] = (prev >> (24 - 8 * j)) & 0xFF
 
 
 @numba.njit(cache=True, nogil=True)
-def index_records(buf, slots, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, dry):
-    """``buildIndex`` for records ``rec_from..``; resumes inside record ``rec_from`` at key
-    ``key_from`` after a roll. Returns ``(rec, key, status)``: ``ROLL_NEEDED`` when the file is
-    full (call again with a new file from ``(rec, key)``), else ``BATCH_DONE``. ``dry`` only
-    counts (no ``buf``)."""
-    touched = 0
-    n_keys = keys.shape[0]
-    for r in range(rec_from, phys.shape[0]):
+def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, ent, dry):
+    """``buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.6) for records ``rec_from..``; resumes
+    inside record ``rec_from`` at key ``key_from`` after a roll. ``slot_tbl`` is the file's slot
+    table (native int32, the values the file holds); new entries go to ``ent`` (20 bytes each,
+    in order, the first being entry number ``hdr[H_INDEX_COUNT]`` at the call). Returns ``(rec,
+    key, status, entries)``: ``ROLL_NEEDED`` when the file is full (call again with a new file
+    from ``(rec, key)``), ``BUFFER_FULL`` when ``ent`` is (write it out, call again), else
+    ``BATCH_DONE``. ``dry`` only counts (no slot table, no entries). The header fields are
+    kept in locals and stored back on return (the compiler cannot keep array fields in registers
+    across the entry stores)."""
+    begin_ts, end_ts, begin_phy, end_phy = hdr[H_BEGIN_TS], hdr[H_END_TS], hdr[H_BEGIN_PHY], hdr[H_END_PHY]
+    slot_count, count, put = hdr[H_SLOT_COUNT], hdr[H_INDEX_COUNT], hdr[H_PUT]
+    slots = slot_tbl.shape[0]
+    cap = ent.shape[0] // 20
+    n = 0
+    rec, key, status = phys.shape[0], 0, BATCH_DONE
+    r = rec_from
+    while r < phys.shape[0]:
         k = 0
         if r == rec_from and key_from > 0:
             k = key_from
         else:
-            if hdr[H_INDEX_COUNT] >= index_num:
-                return r, 0, ROLL_NEEDED
-            if phys[r] < hdr[H_END_PHY] or not indexable[r]:
+            if count >= index_num:
+                rec, key, status = r, 0, ROLL_NEEDED
+                break
+            if phys[r] < end_phy or not indexable[r]:
+                r += 1
                 continue
+        stop = False
         while k < key_count[r]:
-            if hdr[H_INDEX_COUNT] >= index_num:
-                return r, k, ROLL_NEEDED
-            j = key_start[r] + k
-            if dry:
-                _count_key(hdr, phys[r], ts[r])
-            else:
-                if j + PREFETCH < n_keys:  # load a slot ahead: the CPU overlaps the cache misses
-                    touched += buf[40 + (keys[j + PREFETCH] % slots) * 4]
-                _put_key(buf, slots, hdr, keys[j], phys[r], ts[r], counts_used_slots)
+            if count >= index_num:
+                rec, key, status, stop = r, k, ROLL_NEEDED, True
+                break
+            phy, t = phys[r], ts[r]
+            if not dry:
+                if n >= cap:  # nothing of key k is put yet: the next call resumes here
+                    rec, key, status, stop = r, k, BUFFER_FULL, True
+                    break
+                key_hash = keys[key_start[r] + k]
+                slot = key_hash % slots
+                prev = np.int64(slot_tbl[slot])
+                if prev <= 0 or prev > count:
+                    prev = 0
+                diff = np.int64(0)
+                if begin_ts > 0:
+                    d = t - begin_ts
+                    diff = d // 1000 if d >= 0 else -((-d) // 1000)
+                    if diff > 0x7FFFFFFF:
+                        diff = 0x7FFFFFFF
+                    elif diff < 0:
+                        diff = 0
+                _put_entry(ent, n * 20, key_hash, phy, diff, prev)
+                n += 1
+                slot_tbl[slot] = count
+                if prev == 0 or not counts_used_slots:
+                    slot_count += 1
+            if count <= 1:
+                begin_phy = phy
+                begin_ts = t
+            count += 1
+            end_phy = phy
+            end_ts = t
+            put = 1
             k += 1
-    hdr[H_SCRATCH] = touched  # a store keeps the prefetch loads from being optimised away
-    return phys.shape[0], 0, BATCH_DONE
+        if stop:
+            break
+        r += 1
+    hdr[H_BEGIN_TS], hdr[H_END_TS], hdr[H_BEGIN_PHY], hdr[H_END_PHY] = begin_ts, end_ts, begin_phy, end_phy
+    hdr[H_SLOT_COUNT], hdr[H_INDEX_COUNT], hdr[H_PUT] = slot_count, count, put
+    return rec, key, status, n
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
@@ -428,8 +429,9 @@ class IndexWriterService:
         self.counts_used_slots = counts_used_slots
         self.tmp_path = tmp_path
         self.hdr: np.ndarray | None = None
-        self._map: mmap.mmap | None = None
-        self._buf: np.ndarray | None = None
+        self._fd: int | None = None
+        self._slots: np.ndarray | None = None  # the current file's slot table (native int32)
+        self._ent = np.empty(0 if dry else ENTRY_BUFFER * ixfmt.ENTRY_SIZE, dtype=np.uint8)
         self._final: Path | None = None
         self.written: list[Path] = []
         self.full_end_timestamp = 0  # what the broker stores as checkpoint indexMsgTimestamp
@@ -448,15 +450,17 @@ class IndexWriterService:
         return None if self._final is None else self._final.name
 
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
+        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``.
+        The slot table is held in memory and written back whole by ``_finish_current``; entries
+        are appended with ``pwrite`` (a file mapped and written page by page costs a fault a page)."""
         self._final = self.index_dir / name
         self._created = seed is not None
-        self._released = 0
         if self.dry:
             header = seed
             if header is None:
                 with open(source, "rb") as f:
                     header = ixfmt.read_header(f.read(ixfmt.HEADER_SIZE).ljust(ixfmt.HEADER_SIZE, b"\0"))
-            self._buf = np.zeros(1, dtype=np.uint8)
+            self._slots = np.zeros(1, dtype=np.int32)
             self.hdr = np.array([*header, 0, 0], dtype=np.int64)
             self._start = self._header()
             if self.hdr[H_INDEX_COUNT] <= 0:
@@ -471,15 +475,21 @@ class IndexWriterService:
         try:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, self.size)  # the broker maps the configured size
-            self._map = mmap.mmap(fd, self.size)
-        finally:
+            table_bytes = ixfmt.SLOT_SIZE * self.hash_slot_num
+            if seed is None:
+                head = os.pread(fd, ixfmt.HEADER_SIZE + table_bytes, 0)
+                header = ixfmt.read_header(head)
+                self._slots = np.frombuffer(head, dtype=">i4", count=self.hash_slot_num, offset=ixfmt.HEADER_SIZE).astype(np.int32)
+            else:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed
+                header = seed
+                os.pwrite(fd, ixfmt.HEADER.pack(*ixfmt.IndexHeader(*header[:4], 0, 0)), 0)
+                self._slots = np.zeros(self.hash_slot_num, dtype=np.int32)
+        except BaseException:
             os.close(fd)
-        self._buf = np.frombuffer(self._map, dtype=np.uint8)
-        header = ixfmt.read_header(self._map) if seed is None else seed
+            raise
+        self._fd = fd
         self.hdr = np.array([*header, 0, 0], dtype=np.int64)
         self._start = self._header()
-        if seed is not None:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed
-            ixfmt.HEADER.pack_into(self._map, 0, *ixfmt.IndexHeader(*header[:4], 0, 0))
         if self.hdr[H_INDEX_COUNT] <= 0:
             self.hdr[H_INDEX_COUNT] = 1
 
@@ -508,27 +518,14 @@ class IndexWriterService:
         while rec < n:
             if self.hdr is None:
                 self._roll(int(store_ts[rec]))
-            rec, key, status = index_records(
-                self._buf, self.hash_slot_num, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self.dry
+            first = int(self.hdr[H_INDEX_COUNT])
+            rec, key, status, added = index_records(
+                self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self._ent, self.dry
             )
+            if added:
+                os.pwrite(self._fd, self._ent[: added * ixfmt.ENTRY_SIZE], ixfmt.entry_position(self.hash_slot_num, first))
             if status == ROLL_NEEDED:
                 self._roll(int(store_ts[rec]))
-            else:
-                self._release_written()
-
-    def _release_written(self) -> None:
-        """Drop the entries written so far from this process's map (they stay dirty in the page
-        cache and reach the file on ``flush``): only the slot table and the entries being
-        appended stay resident, so RSS does not grow with the file."""
-        if self.dry or self._map is None:
-            return
-        page = mmap.PAGESIZE
-        table_end = ixfmt.entry_position(self.hash_slot_num, 0)
-        start = max(self._released, -(-table_end // page) * page)
-        end = ixfmt.entry_position(self.hash_slot_num, int(self.hdr[H_INDEX_COUNT])) // page * page
-        if end - start >= RELEASE_BYTES:
-            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
-            self._released = end
 
     def put_request(self, request: DispatchRequest) -> None:
         keys = np.array([index_key_hash(k) for k in request.index_keys()], dtype=np.int64)
@@ -546,14 +543,17 @@ class IndexWriterService:
             return
         self.results.append(IndexFileResult(self._final.name, self._created, self._start, self._header()))
         if self.dry:
-            self.hdr = self._final = None
+            self.hdr = self._final = self._slots = None
             return
-        if self.hdr[H_PUT]:  # the broker writes the header fields as each put changes them
-            ixfmt.HEADER.pack_into(self._map, 0, *self._header())
-        self._map.flush()
-        del self._buf
-        self._buf = None
-        self._map.close()
+        try:
+            if self.hdr[H_PUT]:  # the broker writes the header fields and slots as each put changes them
+                os.pwrite(self._fd, self._slots.astype(">i4").data, ixfmt.HEADER_SIZE)
+                os.pwrite(self._fd, ixfmt.HEADER.pack(*self._header()), 0)
+            os.fsync(self._fd)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+        self._slots = None
         os.replace(self.tmp_path(self._final), self._final)
         self.written.append(self._final)
         self.hdr = None
