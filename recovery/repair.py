@@ -25,10 +25,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..formats import checkpoint as cpfmt
 from ..store import Store
@@ -388,15 +389,24 @@ def cross_checks_settled(store: Store, recover: Plan) -> bool:
     every record from the first segment into both (``DispatchPhase`` from the commit log's min
     offset, CQ and index): then the missing entries and keys are all rebuilt. This is the store a
     crash leaves when the consume queues and index are lost (the bench's crashed copy)."""
-    if store.root is None or store.is_dledger or store.consume_queues:
-        return False
-    if store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
+    if not cross_checks_may_settle(store):
         return False
     if recover.index is None or any(f.action not in ("delete", "create") for f in recover.index.files):
         return False
     clmin = store.commitlog.min_offset
     full = [p for p in recover.dispatch if p.start <= clmin and p.after_phys is None]
     return any(p.consume_queues for p in full) and any(p.index for p in full)
+
+
+def cross_checks_may_settle(store: Store) -> bool:
+    """The half of ``cross_checks_settled`` known before the recovery is planned: no consume
+    queue, no LMQ queue, not DLedger."""
+    if store.root is None or store.is_dledger or store.consume_queues:
+        return False
+    return not (store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch))
+
+
+LOCAL_CHECKS = tuple(c for c in CHECKS if c not in CROSS_CHECKS)
 
 
 def verify_after(store: Store, recover: Plan, *, cross_checks: bool | None = None) -> list[Expected]:
@@ -407,10 +417,56 @@ def verify_after(store: Store, recover: Plan, *, cross_checks: bool | None = Non
     (``cross_checks_settled``); ``cross_checks=True`` runs them always (tests)."""
     if cross_checks is None:
         cross_checks = not cross_checks_settled(store, recover)
-    checks = CHECKS if cross_checks else tuple(c for c in CHECKS if c not in CROSS_CHECKS)
-    findings, run = verify_findings(store, checks)
+    return _expected_after(verify_findings(store, CHECKS if cross_checks else LOCAL_CHECKS), recover)
+
+
+def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
+    findings, run = verified
     after = triage(predict_after_recovery(findings, recover), run.commitlog.last_timestamp if run.commitlog else None)
     return expected_after(after)
+
+
+def plan_with_verify_after(store: Store, make_plan: Callable[[], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
+    """``make_plan()`` (a recovery plan of ``store``) with its ``verify_after``.
+
+    When the cross checks may be settled (``cross_checks_may_settle``: the crashed store that
+    lost its consume queues and index), ``verify``'s other checks (a CRC walk of the whole
+    commit log) run in a second thread while the plan is made: both only read the store, and the
+    plan's walk leaves a core mostly idle. Their findings are used if the plan settles the cross
+    checks; otherwise (or if that verify failed) ``verify_after`` runs after the plan, as it
+    would alone: the result is the same either way. ``before_verify`` runs before a verify
+    that follows the plan."""
+    ahead: dict[str, Any] = {}
+    worker = None
+    if _prepared_for_threads(store) and cross_checks_may_settle(store):
+        def run() -> None:
+            try:
+                ahead["verified"] = verify_findings(store, LOCAL_CHECKS)
+            except BaseException:  # noqa: BLE001 - the verify after the plan runs again and reports it
+                pass
+
+        worker = threading.Thread(target=run, name="mqtool-verify-after", daemon=True)
+        worker.start()
+    try:
+        plan = make_plan()
+    finally:
+        if worker is not None:
+            worker.join()  # the caller closes the store next
+    if "verified" in ahead and cross_checks_settled(store, plan):
+        return dataclasses.replace(plan, verify_after=tuple(_expected_after(ahead["verified"], plan)))
+    if before_verify is not None:
+        before_verify()
+    return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
+
+
+def _prepared_for_threads(store: Store) -> bool:
+    """Load the store model's lazily read parts both threads use (so neither loads them while
+    the other does); False when one cannot be read (the plan reports it)."""
+    try:
+        store.commitlog.segments, store.checkpoint, store.index_files, store.consume_queues, store.config
+    except Exception:  # noqa: BLE001
+        return False
+    return True
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:

@@ -83,3 +83,33 @@ def test_queues_or_a_kept_index_file_run_every_check(version, tmp_path):
         plan = plan_recover(store, PlanOptions())
         kept = [f.name for f in plan.index.files if f.action in ("keep", "append")]
         assert not kept or not rp.cross_checks_settled(store, plan)
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3"))
+@pytest.mark.parametrize("lose", (True, False))
+def test_verify_alongside_the_plan_gives_the_list_verify_after_the_plan_gives(version, lose, tmp_path, monkeypatch):
+    """``plan_with_verify_after`` runs verify's local checks in a thread while the plan is made
+    (only where the cross checks may be settled: queues and index lost); its ``verify_after`` is
+    the one ``verify_after`` computes after the plan, and with queues present it runs after."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    if lose:
+        lose_queues_and_index(root)
+    threads = []
+    real = rp.verify_findings
+
+    def spy(store, checks=rp.CHECKS):
+        import threading
+
+        threads.append((threading.current_thread().name, checks))
+        return real(store, checks)
+
+    monkeypatch.setattr(rp, "verify_findings", spy)
+    with Store.open(root) as store:
+        plan = rp.plan_with_verify_after(store, lambda: plan_recover(store, PlanOptions(mode="abnormal")))
+    with Store.open(root) as store:
+        alone = rp.verify_after(store, plan_recover(store, PlanOptions(mode="abnormal")))
+    assert list(plan.verify_after) == alone
+    assert len(threads) == 2  # one with the plan, one for ``alone``
+    assert threads[0] == (("mqtool-verify-after", rp.LOCAL_CHECKS) if lose else ("MainThread", rp.CHECKS))
+    if lose:
+        assert ("config-unreadable", True, None) in [(e.kind, e.lost_data, e.fixed_by) for e in alone]

@@ -212,16 +212,16 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, plan_recover(s, opts, with_crc=with_crc, cache=cache)),
+        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda: plan_recover(s, opts, with_crc=with_crc, cache=cache)),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
 
-def with_verify_after(store, plan: Plan) -> Plan:
+def with_verify_after(store, make_plan) -> Plan:
     """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
     minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
-    release_free_heap()  # what the plan's dispatch freed, before verify's own working set
-    return replace(plan, verify_after=tuple(rp.verify_after(store, plan)))
+    # release_free_heap: what the plan's dispatch freed, before verify's own working set
+    return rp.plan_with_verify_after(store, make_plan, before_verify=release_free_heap)
 
 
 @guarded
