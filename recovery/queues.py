@@ -71,7 +71,7 @@ class QueueSim:
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
     _kept: int = 0  # placed units held in _chunks
     _pruned: int = 0  # placed units held after the last prune
-    _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # first-file runs moved to SPILL: (first pos, where, units)
+    _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -156,22 +156,22 @@ class QueueSim:
             self._new_file(base)
         self._chunks.append((int(kp[0]), kphys.astype(np.int64, copy=False), ksize.astype(np.int32)))  # placed positions are consecutive
         self._kept += placed
-        if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most the first and last file, and PRUNE_EVERY units
+        if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most PRUNE_EVERY units
             self._prune()
         return placed
 
     def _prune(self) -> None:
         """Keep placed units only where later steps read them: the first file (min offset) and
         the last (the truncate walk; it never deletes a file holding placed units, since every
-        dispatched record lies before the cut)."""
+        dispatched record lies before the cut); they wait in SPILL, in the order they were placed
+        (a later run over the same positions, after a truncation, wins), so a queue holds at most
+        ``PRUNE_EVERY`` placed units in memory."""
         first, last = min(self.files), max(self.files)
         keep = sorted({first, last})
-        self._chunks = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
-        if first != last:  # the first file is complete: its runs wait in SPILL (min offset reads them once, at the end)
-            done = [c for c in self._chunks if c[0] < first + self.file_size]
-            self._chunks = [c for c in self._chunks if c[0] >= first + self.file_size]
-            self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in done]
-        self._kept = self._pruned = sum(len(c[1]) for c in self._chunks)
+        kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
+        self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
+        self._chunks = []
+        self._kept = self._pruned = 0
 
     def _new_file(self, base: int) -> None:
         self._overlay.add(base)
@@ -289,10 +289,8 @@ class QueueSim:
 
 
 class UnitSpill:
-    """Placed units of complete first files, out of memory: an unnamed temporary file shared by
-    every queue simulation of the process (page cache, never fsynced), read back by ``get``. A
-    queue holds in memory at most its last file's units (2 GiB of 128-byte records in 18 queues:
-    some 65 MB less)."""
+    """Placed units of the first and last files, out of memory: an unnamed temporary file shared
+    by every queue simulation of the process (page cache, never fsynced), read back by ``get``."""
 
     def __init__(self):
         self._file = None

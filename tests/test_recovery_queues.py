@@ -76,3 +76,25 @@ def test_pruned_placements_give_the_same_results(tmp_path, monkeypatch):
     unpruned = run(1 << 30)
     assert run(20) == unpruned
     assert unpruned[1] == 101 and unpruned[0][0] == 0 and unpruned[0][1] == 6
+
+
+def test_pruned_placements_across_a_truncation_and_a_reput_give_the_same_results(tmp_path, monkeypatch):
+    """Recovery's order: dispatch, the truncate walk at the log's end (every placed unit lies
+    before it), the reput placing more; with every placed unit spilled (first and last files alike)
+    min offset, the truncate walk and file fates read the same units."""
+    def run(prune_every):
+        monkeypatch.setattr(QueueSim, "PRUNE_EVERY", prune_every)
+        sim = QueueSim.new("T", 0, tmp_path / "q", 200)
+        for chunk in range(6):
+            qoff = np.arange(chunk * 8, (chunk + 1) * 8, dtype=np.int64)
+            sim.place(qoff, 1000 + qoff * 100, np.full(8, 100, dtype=np.int64))
+        sim.truncate(1000 + 48 * 100)
+        for chunk in range(4):  # the reput
+            qoff = np.arange(48 + chunk * 8, 48 + (chunk + 1) * 8, dtype=np.int64)
+            sim.place(qoff, 1000 + qoff * 100, np.full(8, 100, dtype=np.int64))
+        seen = (sim.min_offset(0, v5=False), sim.min_offset(1000 + 35 * 100, v5=True), [vars(f) for f in sim.fates()])
+        sim.truncate(1000 + 80 * 100)
+        return seen, sim.max_offset, sim.queue_state, sim.cut_units, [vars(f) for f in sim.fates()]
+    unpruned = run(1 << 30)
+    assert run(5) == unpruned
+    assert unpruned[1] == 80 and unpruned[2].max_phys_offset == 1000 + 80 * 100
