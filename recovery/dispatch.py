@@ -31,6 +31,7 @@ from ..formats.hashing import java_string_hash
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
+from . import spillrows
 
 POW31 = fd.pow31_table()
 
@@ -367,7 +368,7 @@ class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
     range is walked and parsed once.
 
-    The batches are spilled, only the columns the writers read (``SPILL_COLUMNS``, 61 bytes a
+    The batches are spilled, only the columns the writers read (``spillrows``, 61 bytes a
     record plus 4 a key), to an unnamed temporary file (``tempfile``'s directory: page cache,
     never fsynced, gone when the process ends) and read back one batch at a time, so the memory
     a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
@@ -387,7 +388,7 @@ class DispatchCache:
         if not self.enabled:
             return
         keys = batch.keys
-        size = len(batch) * SPILL_ROW_BYTES + keys.size * 4
+        size = spillrows.spill_size(len(batch), keys.size)
         if self.nbytes + size > self.budget or (keys.size and (keys.min() < 0 or keys.max() > 0x7FFFFFFF)):
             self._give_up()
             return
@@ -395,10 +396,8 @@ class DispatchCache:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
             offset = self.nbytes
-            for col, dtype in SPILL_COLUMNS:
-                self._file.write(batch.fields[:, col].astype(dtype).data)
-            self._file.write(batch.topic_ids.astype(np.int32).data)
-            self._file.write(keys.astype(np.int32).data)
+            if os.pwrite(self._file.fileno(), spillrows.pack(batch.fields, batch.topic_ids, keys).data, offset) != size:
+                raise OSError("short write to the dispatch spill")
         except OSError:
             self._give_up()
             return
@@ -415,16 +414,8 @@ class DispatchCache:
 
     def _read(self, entries: list[tuple[int, int, int]]) -> Iterator[DispatchBatch]:
         for offset, n, n_keys in entries:
-            data = os.pread(self._file.fileno(), n * SPILL_ROW_BYTES + n_keys * 4, offset)
-            fields = np.zeros((n, fd.N_FIELDS), dtype=np.int64)
-            at = 0
-            for col, dtype in SPILL_COLUMNS:
-                fields[:, col] = np.frombuffer(data, dtype=dtype, count=n, offset=at)
-                at += n * np.dtype(dtype).itemsize
-            topic_ids = np.frombuffer(data, dtype=np.int32, count=n, offset=at).copy()
-            keys = np.frombuffer(data, dtype=np.int32, count=n_keys, offset=at + 4 * n).astype(np.int64)
-            counts = fields[:, fd.F_KEY_COUNT]
-            fields[:, fd.F_KEY_START] = np.cumsum(counts) - counts
+            data = os.pread(self._file.fileno(), spillrows.spill_size(n, n_keys), offset)
+            fields, topic_ids, keys = spillrows.unpack(data, n, n_keys)
             yield DispatchBatch(fields, keys, topic_ids)
 
     def _give_up(self) -> None:
@@ -436,24 +427,6 @@ class DispatchCache:
             self._file.close()
             self._file = None
 
-
-# what a DispatchCache keeps of a batch, column by column: the columns the consume queue and index
-# writers (and the LMQ dispatch) read, then the topic ids (int32) and the keys (int32: a finished
-# index key hash is below 2**31); the topic byte columns are not kept, the key starts are the
-# running sum of the key counts
-SPILL_COLUMNS = (
-    (fd.F_POS, "<i8"),
-    (fd.F_QUEUE_ID, "<i4"),
-    (fd.F_QUEUE_OFFSET, "<i8"),
-    (fd.F_PHYS, "<i8"),
-    (fd.F_SIZE, "<i4"),
-    (fd.F_SYS_FLAG, "<i4"),
-    (fd.F_STORE_TS, "<i8"),
-    (fd.F_TAGS, "<i8"),
-    (fd.F_KEY_COUNT, "<i4"),
-    (fd.F_FLAGS, "i1"),
-)
-SPILL_ROW_BYTES = sum(np.dtype(t).itemsize for _, t in SPILL_COLUMNS) + 4
 
 TAGS_DELIVERY_TIME = "delivery-time"
 TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet

@@ -1,0 +1,93 @@
+"""The compiled packing of ``DispatchCache``'s spill: the columns of a dispatch batch the consume
+queue and index writers read, moved between the batch's row-major ``fields`` and the spill's
+column blocks in one pass over the rows each way (a numpy column at a time strides through every
+row once per column).
+
+A batch of ``n`` rows and ``k`` keys is spilled as, in order: the ``WIDE`` columns as ``n``
+little-endian int64 each, the ``NARROW`` columns and the topic ids as int32 each (a queue id,
+size, sys flag or key count fits in 32 bits; a topic id is below 2**31), the flags as int8,
+zero padding to 8 bytes, then the ``k`` finished index key hashes as int32 (each below 2**31:
+``DispatchCache.add`` checks). Blocks start 8-byte aligned for the int64 ones and 4-byte aligned
+for the int32 ones, so they are read and written as typed views.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from . import fastdispatch as fd
+
+WIDE = (fd.F_POS, fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_STORE_TS, fd.F_TAGS)
+NARROW = (fd.F_QUEUE_ID, fd.F_SIZE, fd.F_SYS_FLAG, fd.F_KEY_COUNT)
+UNSPILLED = tuple(c for c in range(fd.N_FIELDS) if c not in WIDE + NARROW + (fd.F_FLAGS, fd.F_KEY_START))  # the topic byte columns: zero when read back
+ROW_BYTES = 8 * len(WIDE) + 4 * (len(NARROW) + 1) + 1
+
+
+def spill_size(rows: int, keys: int) -> int:
+    return _keys_at(rows) + 4 * keys
+
+
+def _keys_at(rows: int) -> int:
+    end = ROW_BYTES * rows
+    return -(-end // 8) * 8
+
+
+def _views(buf: np.ndarray, rows: int, keys: int):
+    wide = buf[: 8 * len(WIDE) * rows].view("<i8").reshape(len(WIDE), rows)
+    at = 8 * len(WIDE) * rows
+    narrow = buf[at : at + 4 * (len(NARROW) + 1) * rows].view("<i4").reshape(len(NARROW) + 1, rows)
+    at += 4 * (len(NARROW) + 1) * rows
+    flags = buf[at : at + rows].view("i1")
+    at = _keys_at(rows)
+    return wide, narrow, flags, buf[at : at + 4 * keys].view("<i4")
+
+
+def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """The spill bytes of a batch (uint8)."""
+    rows, n_keys = fields.shape[0], keys.shape[0]
+    buf = np.zeros(spill_size(rows, n_keys), dtype=np.uint8)
+    _pack(fields, topic_ids, keys, *_views(buf, rows, n_keys))
+    return buf
+
+
+def unpack(data, rows: int, keys: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(fields, topic_ids, keys)`` of spilled bytes; ``F_KEY_START`` is the running sum of the
+    key counts, the topic byte columns are zero."""
+    buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys))
+    fields = np.empty((rows, fd.N_FIELDS), dtype=np.int64)
+    topic_ids = np.empty(rows, dtype=np.int32)
+    out_keys = np.empty(keys, dtype=np.int64)
+    _unpack(*_views(buf, rows, keys), fields, topic_ids, out_keys)
+    return fields, topic_ids, out_keys
+
+
+@numba.njit(cache=True, nogil=True)
+def _pack(fields, topic_ids, keys, wide, narrow, flags, key_out):
+    for r in range(fields.shape[0]):
+        for i in range(len(WIDE)):
+            wide[i, r] = fields[r, WIDE[i]]
+        for i in range(len(NARROW)):
+            narrow[i, r] = fields[r, NARROW[i]]
+        narrow[len(NARROW), r] = topic_ids[r]
+        flags[r] = fields[r, fd.F_FLAGS]
+    for k in range(keys.shape[0]):
+        key_out[k] = keys[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _unpack(wide, narrow, flags, key_in, fields, topic_ids, keys):
+    start = np.int64(0)
+    for r in range(fields.shape[0]):
+        for i in range(len(WIDE)):
+            fields[r, WIDE[i]] = wide[i, r]
+        for i in range(len(NARROW)):
+            fields[r, NARROW[i]] = narrow[i, r]
+        for c in UNSPILLED:
+            fields[r, c] = 0
+        topic_ids[r] = narrow[len(NARROW), r]
+        fields[r, fd.F_FLAGS] = flags[r]
+        fields[r, fd.F_KEY_START] = start
+        start += fields[r, fd.F_KEY_COUNT]
+    for k in range(key_in.shape[0]):
+        keys[k] = key_in[k]
