@@ -4,6 +4,7 @@ Both engines run on every fixture store and on damaged copies; the finding lists
 in the order printed) and the summaries must be equal. Each damage is also checked to produce
 the finding it is about, so a comparison of two empty lists cannot pass for one of damage.
 Small batch and chunk sizes make findings fall in many batches and entries cross chunk ends.
+The cross-checks also run on a walk of their own, not the commit log check's: the same again.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from mqtool.formats import commitlog as cl
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats import index as ixfmt
 from mqtool.store import Store
+import mqtool.verify as verify_module
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.verify import columns, cqjoin, index, logstream
+from mqtool.verify import columns, cqjoin, index, logstream, segments
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)
     for p in FIXTURES.glob("rocketmq-*/*")
     if p.is_dir() and (p.parent / f"{p.name}.manifest.json").is_file()
 )
-SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "dispatch_chunk": 4, "topic_slots": 2}
+SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "dispatch_chunk": 4, "topic_slots": 2, "shown_step": 1000}
 
 
 @pytest.fixture(params=["default", "small"])
@@ -39,10 +41,12 @@ def sizes(request, monkeypatch):
         monkeypatch.setattr(columns, "CHUNK", SMALL["dispatch_chunk"])  # chunks of a batch, and
         monkeypatch.setattr(columns, "CHUNK_BYTES", 1)  # (of CHUNK records whatever their size)
         monkeypatch.setattr(columns, "TOPIC_SLOTS", SMALL["topic_slots"])  # chunks with more topics than slots
+        monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])  # a batch's columns built from several walk calls
     return request.param
 
 
 JOINED: dict[str, int] = {}  # batches the joins took in the last columnar run, per check
+SHARED: list[bool] = []  # whether the last run's cross-checks read the commit log check's walk
 
 
 def run(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
@@ -50,6 +54,7 @@ def run(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
         v = Verification(store, VerifyOptions(engine=engine, **options))
         findings = [f.as_dict() for f in v.findings()]
         summary = v.summary.as_dict()
+        SHARED[:] = [v.cross_checks_shared]
         if engine == "columnar":
             JOINED.clear()
             JOINED.update({type(c).__name__: c.joined for c in v.cross_checks})
@@ -72,13 +77,28 @@ def run_jobs(path: Path, jobs: int) -> tuple[list[dict], dict]:
     return findings, summary
 
 
+def run_separate_walk(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
+    """``run`` with the cross-checks on a walk of their own (``LogStream``), never on the
+    commit log check's (``sharedwalk.py``)."""
+    verify_module.SHARE_WALK = False
+    try:
+        return run(path, engine, **options)
+    finally:
+        verify_module.SHARE_WALK = True
+
+
 def same(path: Path, **options) -> list[dict]:
-    """Both engines' findings, asserted equal, and with ``--jobs 2`` (the cross-checks forked
-    beside the commit log check) equal again; returns them."""
+    """Both engines' findings, asserted equal, and with the cross-checks on a walk of their own
+    instead of the commit log check's, and with ``--jobs 2`` (the cross-checks forked beside the
+    commit log check) equal again; returns them."""
     columnar, columnar_summary = run(path, "columnar", **options)
+    shared = SHARED[0]
     records, records_summary = run(path, "records", **options)
     assert columnar == records
     assert columnar_summary == records_summary
+    assert run_separate_walk(path, "columnar", **options) == (columnar, columnar_summary)
+    assert SHARED == [False]
+    SHARED[:] = [shared]
     if not options:
         assert run_jobs(path, 2) == (columnar, columnar_summary)
     return columnar
@@ -99,6 +119,8 @@ def test_both_engines_agree_on_every_fixture_store(version, name, sizes):
     same(path)
     records = sum(1 for m in manifest(version, name)["messages"])
     walked = run(path, "columnar")[1]["commitlog"]["records"]
+    with Store.open(path) as store:
+        assert SHARED == [walked > 0 and not store.is_dledger]  # the comparison above covers the shared walk
     if walked and sizes == "small":  # (DLedger commit logs are not walked as plain records)
         assert records and JOINED["ColumnarConsumeQueueCheck"] > walked // SMALL["batch"] // 2
         assert JOINED["ColumnarIndexCheck"] > walked // SMALL["batch"] // 2

@@ -16,41 +16,29 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Generator, Iterator
 
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.layout import unchecked_parts
 from .commitlog import CommitLogCheck, CommitLogResult
+from .crosscheck import CrossCheckOutcome, CrossChecks
 from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
 from .segments import store_timestamp_at
-from .state import abort_findings, checkpoint_findings, config_findings, redispatch_start
+from .state import abort_findings, checkpoint_findings, config_findings
 
 CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
 ENGINES = ("columnar", "records")
+SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
 
 __all__ = ["CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
-
-
-@dataclass
-class CrossCheckOutcome:
-    """What the cq and index checks tell the summary (their findings are yielded as they go)."""
-
-    records: int = 0
-    end: object = None  # the stream's ``ScanEnd``
-    last_timestamp: int | None = None
-    consume_queues: int | None = None
-    consume_queue_entries: int | None = None
-    index_files: int | None = None
-    index_entries: int | None = None
-    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -94,6 +82,7 @@ class Verification:
         self.summary.notes.extend(unchecked_parts(store.root))
         self.cross_checks: list = []  # the cq and index checks of the last run
         self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
+        self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
         self._broker_start: int | None = None
 
     def broker_start(self) -> int:
@@ -144,14 +133,25 @@ class Verification:
         last_timestamp = None
         records = 0
         logical_end = None
+        shared = None
         if "commitlog" in opts.checks:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
             # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
             # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both)
             jobs = opts.jobs - 1 if forked is not None else opts.jobs
-            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **({} if store.is_dledger else {"unread_before": self.broker_start}))
+            if SHARE_WALK and cross and forked is None and not store.is_dledger and opts.from_offset is None and stop is None and jobs <= 1:
+                from .sharedwalk import SharedWalk  # the cross-checks on this walk's rows: one walk
+
+                shared = SharedWalk(self, cross, start)
+            extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared}
+            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **extra)
             check.progress = self._stage("commitlog", check.total_bytes)
-            yield from check.run()
+            try:
+                yield from check.run()
+            except BaseException:
+                if shared is not None:
+                    shared.close()
+                raise
             result = self.commitlog = check.result
             summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
             summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
@@ -162,8 +162,19 @@ class Verification:
         if cross:
             ahead = forked.result(logical_end, self._stage("cross-check", max(logical_end - start, 0))) if forked is not None else None
             self.cross_checks_forked = ahead is not None
+            if shared is not None:
+                ahead = shared.result(logical_end)
+                self.cross_checks_shared = ahead is not None
+                if ahead is None:
+                    shared.close()
+                else:
+                    self.cross_checks = shared.checks.checks
             if ahead is not None:
-                outcome = yield from ahead.replay()
+                try:
+                    outcome = yield from ahead.replay()
+                finally:
+                    if shared is not None:
+                        shared.close()
             else:
                 outcome = yield from self._cross_check(cross, start, stop, logical_end)
             self._take(outcome)
@@ -206,45 +217,14 @@ class Verification:
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
         total = (stop if stop is not None else end_guess) - start
         stream.progress = progress or self._stage("cross-check", max(total, 0))
-        outcome = CrossCheckOutcome()
-        checks = []
-        columnar = self.options.engine == "columnar"
-        if columnar:
-            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
-            from .indexjoin import ColumnarIndexCheck as IndexCheck
-        else:
-            from .consumequeue import ConsumeQueueCheck
-            from .index import IndexCheck
-        if "cq" in cross:
-            redispatch_from, why = redispatch_start(store)
-            checks.append(ConsumeQueueCheck(store, lower=start, upper=stop, logical_end=end_guess, redispatch_from=redispatch_from, redispatch_why=why))
-        if "index" in cross:
-            cp = store.checkpoint
-            checks.append(IndexCheck(store, lower=start, upper=stop, logical_end=end_guess, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
-        self.cross_checks = checks
-        for check in checks:
-            yield from check.take()
-        if columnar:
-            outcome.last_timestamp = yield from self._joined(stream, checks)
-        else:
-            for batch in stream.batches():
-                for check in checks:
-                    check.on_batch(batch)
-                    yield from check.take()
-                outcome.last_timestamp = batch[-1].store_timestamp
-        outcome.records, outcome.end = stream.records, stream.end
+        cross_checks = CrossChecks(store, cross, start, stop, end_guess, self.options.engine == "columnar")
+        self.cross_checks = cross_checks.checks
+        yield from cross_checks.begin()
+        for batch in stream.walk():
+            yield from cross_checks.feed(batch)
+        outcome = CrossCheckOutcome(records=stream.records, end=stream.end)
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
-        for check in checks:
-            check.logical_end = end
-            check.finish()
-            yield from check.take()
-            if "cq" in cross and check is checks[0]:
-                outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
-                if check.ext_addresses:
-                    outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
-            else:
-                outcome.index_files, outcome.index_entries = len(check.files), check.entries
-        return outcome
+        return (yield from cross_checks.finish(end, outcome))
 
     def _take(self, outcome: CrossCheckOutcome) -> None:
         summary = self.summary
@@ -253,33 +233,6 @@ class Verification:
             summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
         if outcome.index_files is not None:
             summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
-
-    def _joined(self, stream: LogStream, checks: list) -> Generator[Finding, None, int | None]:
-        """The cross-checks as batch joins on record columns (``columns.py``); a batch a join
-        declines goes through the record engine, so the findings are the same."""
-        from ..recovery.dispatch import TopicTable
-        from ..recovery.fastdispatch import delay_array
-        from .columns import RecordColumns
-        from .logstream import records_of
-
-        store = self.store
-        last = None
-        topics, names = TopicTable(), {}
-        delay_ms, legacy = delay_array(dict(store.delay_table)), store.legacy_properties
-        for batch in stream.walk():
-            columns = RecordColumns.of(batch, topics, delay_ms, legacy)
-            records = None
-            for check in checks:
-                if not columns.fallback and check.on_columns(columns):
-                    check.joined += 1
-                else:
-                    if records is None:
-                        records = records_of(batch, legacy, names)
-                    check.on_batch(records)
-                    check.declined += 1
-                yield from check.take()
-            last = int(columns.store_ts[-1])
-        return last
 
     def _last_timestamp(self) -> tuple[int | None, int]:
         """Store time of the last valid record, from a walk of the last three segments."""

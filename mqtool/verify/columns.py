@@ -45,44 +45,70 @@ class RecordColumns:
 
     @classmethod
     def of(cls, batch: fs.SegmentBatch, topics: TopicTable, delay_ms: np.ndarray, legacy: bool) -> "RecordColumns":
-        array, rows = batch.array, batch.rows
+        builder = ColumnBuilder(topics, delay_ms, legacy, batch.rows.shape[0])
+        builder.add(batch.array, batch.rows)
+        return builder.build(batch.base_offset)
+
+    @property
+    def transaction_types(self) -> np.ndarray:
+        return self.sys_flags & fd.TRAN_MASK
+
+
+class ColumnBuilder:
+    """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
+    segment's array), so a reader of a walk dispatches records while they are in cache; ``build``
+    once the batch is whole. Results do not depend on how the rows were cut into ``add`` calls."""
+
+    def __init__(self, topics: TopicTable, delay_ms: np.ndarray, legacy: bool, capacity: int):
+        self.topics, self.delay_ms, self.legacy = topics, delay_ms, legacy
+        self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
+        self.topic_ids = np.empty(capacity, dtype=np.int32)
+        self.local = np.empty(capacity, dtype=np.int64)
+        self.first = np.empty(min(capacity, TOPIC_SLOTS), dtype=np.int64)
+        self.keys = np.empty(0, dtype=np.int64)
+        self.n = self.key_fill = 0
+
+    def add(self, array: np.ndarray, rows: np.ndarray) -> None:
         n = rows.shape[0]
-        out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
+        if not n:
+            return
         props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
-        keys = np.empty(int(props_bytes.sum()) // 2 + 2 * n + 2, dtype=np.int64)
-        topic_ids = np.empty(n, dtype=np.int32)
-        local = np.empty(n, dtype=np.int64)
-        first = np.empty(min(n, TOPIC_SLOTS), dtype=np.int64)
-        key_fill = 0
+        need = self.key_fill + int(props_bytes.sum()) // 2 + 2 * n + 2
+        if need > self.keys.shape[0]:
+            keys = np.empty(max(need, 2 * self.keys.shape[0]), dtype=np.int64)
+            keys[: self.key_fill] = self.keys[: self.key_fill]
+            self.keys = keys
+        out, topics, local, first, base = self.out, self.topics, self.local, self.first, self.n
         span = int(rows[n - 1, fs.COL_POS] + rows[n - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
         chunk = max(CHUNK, CHUNK_BYTES * n // max(span, 1))
         for lo in range(0, n, chunk):  # a chunk's records are still in cache when their topics are told apart
             hi = min(n, lo + chunk)
-            done, key_fill = fd.dispatch_rows(array, rows[lo:hi], 0, legacy, fd.SCHEDULE_TOPIC_BYTES, delay_ms, True, out, lo, keys, key_fill)
+            done, self.key_fill = fd.dispatch_rows(array, rows[lo:hi], 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, out, base + lo, self.keys, self.key_fill)
             assert done == hi - lo, "the key buffer is sized for every record"
+            lo, hi = base + lo, base + hi
             count = fd.local_topics(array, out, lo, hi, local[lo:hi], first)
             if count >= 0:
                 ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
-                topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
+                self.topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
             else:  # more than TOPIC_SLOTS topics in the chunk
                 for r, (p, k) in enumerate(out[lo:hi, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist(), lo):
-                    topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
-        fd.finish_keys(out, 0, n, topic_ids, topics.state, POW31, keys)
-        return cls(
-            offsets=out[:, fd.F_POS] + batch.base_offset,
+                    self.topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
+        self.n += n
+
+    def build(self, base_offset: int) -> RecordColumns:
+        n, out = self.n, self.out[: self.n]
+        fd.finish_keys(out, 0, n, self.topic_ids, self.topics.state, POW31, self.keys)
+        return RecordColumns(
+            offsets=out[:, fd.F_POS] + base_offset,
             sizes=out[:, fd.F_SIZE],
-            topic_ids=topic_ids.astype(np.int64),
+            topic_ids=self.topic_ids[:n].astype(np.int64),
             queue_ids=out[:, fd.F_QUEUE_ID],
             queue_offsets=out[:, fd.F_QUEUE_OFFSET],
             sys_flags=out[:, fd.F_SYS_FLAG],
             store_ts=out[:, fd.F_STORE_TS],
             tags=out[:, fd.F_TAGS],
             key_counts=out[:, fd.F_KEY_COUNT],
-            keys=keys[:key_fill],
-            topics=topics,
+            keys=self.keys[: self.key_fill],
+            topics=self.topics,
             fallback=bool(np.any(out[:, fd.F_FLAGS] & fd.FLAG_FALLBACK)),
         )
-
-    @property
-    def transaction_types(self) -> np.ndarray:
-        return self.sys_flags & fd.TRAN_MASK

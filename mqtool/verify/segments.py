@@ -31,6 +31,7 @@ from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
+SHOWN_STEP = 1 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache
 BATCH_ROWS = 16384
 RESYNC_CHAIN = 3  # records that must chain after a resync candidate (fewer if the segment ends)
 MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
@@ -169,16 +170,20 @@ def property_crc(record) -> tuple[int, object]:
     return expected, sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
 
 
-def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None) -> Run:
-    """Walk valid records from ``pos`` (windowed; pages behind the walk are released)."""
+def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None) -> Run:
+    """Walk valid records from ``pos`` (windowed; pages behind the walk are released);
+    ``on_rows(array, rows)`` sees every call's rows while they are in cache."""
     run = Run(pos)
     released = pos
+    step = WINDOW if on_rows is None else SHOWN_STEP
     while True:
-        window_stop = min(stop, pos + WINDOW)
+        window_stop = min(stop, pos + step)
         count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
         if count:
             run.records += count
             _check_rows(array, out[:count], base, run)
+            if on_rows is not None:
+                on_rows(array, out[:count])
         pos = npos
         if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
             if pos - released >= WINDOW:
@@ -193,10 +198,22 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
         return run
 
 
-def analyze_segment(task: SegmentTask, progress=None) -> SegmentReport:
+class ChainReader:
+    """What ``analyze_segment`` shows of the chain run (the one the broker reads) to a reader
+    of the same walk, e.g. the cross-checks (``sharedwalk.py``); the segment is mapped meanwhile."""
+
+    def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
+        """Rows of ``walk_segment`` (with CRC results), in order."""
+
+    def end(self, array: np.ndarray, run: Run) -> None:
+        """The chain run ended (``run.end``, ``run.code``)."""
+
+
+def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None) -> SegmentReport:
     """Walk one segment: its runs of valid records, the gaps between them, its blank record.
 
-    ``progress(n)`` is called with byte counts that add up to the segment's checked range."""
+    ``progress(n)`` is called with byte counts that add up to the segment's checked range;
+    ``chain`` is shown the chain run's rows as they are walked."""
     shown = 0
 
     def tick(n: int) -> None:
@@ -204,13 +221,13 @@ def analyze_segment(task: SegmentTask, progress=None) -> SegmentReport:
         shown += n
         progress(n)
 
-    report = _analyze(task, tick if progress is not None else None)
+    report = _analyze(task, tick if progress is not None else None, chain)
     if progress is not None and report.bytes > shown:
         progress(report.bytes - shown)
     return report
 
 
-def _analyze(task: SegmentTask, progress) -> SegmentReport:
+def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None) -> SegmentReport:
     with MappedFile(task.path, task.base, sequential=True) as mf:
         array = fs.as_array(mf.buf)
         stop = mf.size if task.stop is None else min(task.stop, mf.size)
@@ -224,8 +241,11 @@ def _analyze(task: SegmentTask, progress) -> SegmentReport:
                 found = fs.find_record_start(array, pos, stop, task.base, RESYNC_CHAIN, scratch)
                 pos = report.resumed_at = found if found >= 0 else stop
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress)
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, chain.rows if chain is not None else None)
                 report.runs.append(run)
+                if chain is not None:
+                    chain.end(array, run)
+                    chain = None
                 if run.code == fs.OK_BLANK:
                     _after_blank(report, array, run.end, fd, scratch, out)
                     break

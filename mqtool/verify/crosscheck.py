@@ -1,0 +1,119 @@
+"""The cq and index cross-checks fed walk batch by walk batch, whoever walks.
+
+``CrossChecks`` builds the checks (``cqjoin``/``indexjoin`` on record columns, or the record
+engine ``consumequeue``/``index``, the reference), takes one ``fastscan.SegmentBatch`` of valid
+records at a time (``feed``) and finishes them at the stream's end (``finish``). The batches
+come from ``LogStream`` (a walk of its own) or from the commit log check's walk
+(``sharedwalk.py``); given the same batches, the findings are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generator, Iterator
+
+from ..store import Store
+from ..store import fastscan as fs
+from .findings import Finding
+from .logstream import records_of
+from .state import redispatch_start
+
+
+@dataclass
+class CrossCheckOutcome:
+    """What the cq and index checks tell the summary (their findings are yielded as they go)."""
+
+    records: int = 0
+    end: object = None  # the stream's ``ScanEnd``
+    last_timestamp: int | None = None
+    consume_queues: int | None = None
+    consume_queue_entries: int | None = None
+    index_files: int | None = None
+    index_entries: int | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class CrossChecks:
+    """The checks of ``cross`` (``"cq"``, ``"index"``) over records in ``[lower, upper)``;
+    ``logical_end``: the commit log's (or a stand-in no lower than the stream's end)."""
+
+    def __init__(self, store: Store, cross: list[str], lower: int, upper: int | None, logical_end: int, columnar: bool):
+        self.store = store
+        self.cross = cross
+        self.columnar = columnar
+        if columnar:
+            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
+            from .indexjoin import ColumnarIndexCheck as IndexCheck
+        else:
+            from .consumequeue import ConsumeQueueCheck
+            from .index import IndexCheck
+        self.checks: list = []
+        if "cq" in cross:
+            redispatch_from, why = redispatch_start(store)
+            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
+        if "index" in cross:
+            cp = store.checkpoint
+            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+        self.last_timestamp: int | None = None
+        self.names: dict[bytes, str] = {}
+        if columnar:
+            from ..recovery.dispatch import TopicTable
+            from ..recovery.fastdispatch import delay_array
+
+            self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
+
+    def column_builder(self, capacity: int):
+        """A ``columns.ColumnBuilder`` for the next batch (columnar only, else None)."""
+        if not self.columnar:
+            return None
+        from .columns import ColumnBuilder
+
+        return ColumnBuilder(self.topics, self.delay_ms, self.store.legacy_properties, capacity)
+
+    def begin(self) -> Iterator[Finding]:
+        """Findings the checks make before any record (e.g. of the queue files alone)."""
+        for check in self.checks:
+            yield from check.take()
+
+    def feed(self, batch: fs.SegmentBatch, columns=None) -> Iterator[Finding]:
+        """One batch of valid records; its findings. Columnar: joins on record columns
+        (``columns.py``; ``columns`` when already built); a batch a join declines goes through
+        the record engine, so the findings are the same."""
+        legacy = self.store.legacy_properties
+        if not self.columnar:
+            records = records_of(batch, legacy, self.names)
+            for check in self.checks:
+                check.on_batch(records)
+                yield from check.take()
+            self.last_timestamp = records[-1].store_timestamp
+            return
+        if columns is None:
+            from .columns import RecordColumns
+
+            columns = RecordColumns.of(batch, self.topics, self.delay_ms, legacy)
+        records = None
+        for check in self.checks:
+            if not columns.fallback and check.on_columns(columns):
+                check.joined += 1
+            else:
+                if records is None:
+                    records = records_of(batch, legacy, self.names)
+                check.on_batch(records)
+                check.declined += 1
+            yield from check.take()
+        self.last_timestamp = int(columns.store_ts[-1])
+
+    def finish(self, end: int, outcome: CrossCheckOutcome) -> Generator[Finding, None, CrossCheckOutcome]:
+        """The stream ended at ``end``: the checks' last findings; ``outcome`` filled."""
+        outcome.last_timestamp = self.last_timestamp
+        for check in self.checks:
+            check.logical_end = end
+            check.finish()
+            yield from check.take()
+            if "cq" in self.cross and check is self.checks[0]:
+                outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
+                if check.ext_addresses:
+                    outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
+            else:
+                outcome.index_files, outcome.index_entries = len(check.files), check.entries
+        return outcome

@@ -1,0 +1,151 @@
+"""The cq and index checks on the commit log check's own walk: the valid records are walked once.
+
+The cross-checks need the records of the broker's chain (``LogStream``: first segment to the
+logical end, blank records jumping to the next segment, CRC not checked). The commit log check
+walks the same chain first in each segment (``segments.analyze_segment``'s chain run, CRC
+checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown those rows
+(``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
+(``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
+record columns of the joins are built as the rows come, while the records are in cache
+(``columns.ColumnBuilder``; the walk is shown 1 MiB at a time). Their
+findings are spilled to an unlinked temporary file as they come (memory stays flat) and
+replayed once the commit log's findings are out, as if the checks had run after it.
+
+The checks run with the end of the files standing in for the commit log's logical end, as the
+forked child does (``forked.py``): the findings are those of a separate walk whenever the
+logical end is not below where the stream ended. ``result`` declines otherwise, and when the
+chain was not seen whole (a worker pool walked it, the check stopped) or the stream would have
+resumed after damage before the broker's recovery start (``LogStream.walk``): the caller then
+walks again.
+"""
+
+from __future__ import annotations
+
+import pickle
+import tempfile
+from typing import TYPE_CHECKING, Generator
+
+import numpy as np
+
+from ..store import fastscan as fs
+from ..store.commitlog import ScanEnd, StopReason
+from . import logstream
+from .crosscheck import CrossCheckOutcome, CrossChecks
+from .findings import Finding
+from .segments import ChainReader, Run, SegmentTask
+
+if TYPE_CHECKING:
+    from . import Verification
+
+CHUNK = 4096  # findings per pickled chunk
+
+
+class SharedWalk(ChainReader):
+    """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand."""
+
+    def __init__(self, verification: "Verification", cross: list[str], start: int):
+        store = verification.store
+        self.verification = verification
+        self.segments = store.commitlog.segments
+        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.engine == "columnar")
+        self.outcome = CrossCheckOutcome()
+        self.next_index = store.commitlog.segment_index(start) if self.segments else None
+        self.base = 0
+        self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
+        self.spill = None
+        self.pending: list[Finding] = list(self.checks.begin())
+        # FastScan(batch=BATCH, batch_bytes=BATCH_BYTES): the first batch an eighth of the most
+        self.most = logstream.BATCH
+        self.rows_per_batch = max(self.most // 8, 1)
+        self.buffer = np.empty((self.most, fs.N_COLS), dtype=np.int64)
+        self.fill = 0
+        self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
+
+    # ---- fed by the commit log check ----
+
+    def wants(self, task: SegmentTask) -> bool:
+        """Whether to be shown ``task``'s chain run: the next segment of an unbroken chain."""
+        if self.stream_end is not None or self.next_index is None or task.index != self.next_index or task.resync:
+            self.next_index = None  # a segment skipped: the chain is not followed any further
+            return False
+        self.base = task.base
+        return True
+
+    def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
+        at, n = 0, rows.shape[0]
+        while at < n:
+            take = min(n - at, self.rows_per_batch - self.fill)
+            self.buffer[self.fill : self.fill + take] = rows[at : at + take]
+            if self.builder is not None:
+                self.builder.add(array, rows[at : at + take])
+            self.fill += take
+            at += take
+            if self.fill == self.rows_per_batch:
+                self._batch(array)
+
+    def end(self, array: np.ndarray, run: Run) -> None:
+        if self.fill:
+            self._batch(array)
+        index = self.next_index
+        if run.code == fs.OK_BLANK:
+            if index + 1 < len(self.segments):
+                self.next_index = index + 1
+                return
+            self.stream_end = ScanEnd(self.base + run.end, StopReason.BLANK_LAST, "blank record at the end of the last segment")
+        else:
+            code = fs.END_SEGMENT if run.code == fs.END_LIMIT else run.code  # no ``stop``: clipped by the segment end
+            self.stream_end = ScanEnd(self.base + run.end, fs.CODE_REASONS[code], fs._detail(code, array, run.end, run.detail),
+                               run.detail if code in (fs.END_LENGTH_MISMATCH, fs.END_CRC) else None)
+        self.next_index = None
+
+    def _batch(self, array: np.ndarray) -> None:
+        count = self.fill
+        rows = self.buffer[:count]
+        self.outcome.records += count
+        columns = self.builder.build(self.base) if self.builder is not None else None
+        for finding in self.checks.feed(fs.SegmentBatch(self.base, array, rows), columns):
+            self.pending.append(finding)
+            if len(self.pending) >= CHUNK:
+                self._spill()
+        span = int(rows[count - 1, fs.COL_POS] + rows[count - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
+        self.rows_per_batch = min(self.most, max(self.most // 8, 1, logstream.BATCH_BYTES * count // max(span, 1)))
+        self.fill = 0
+        self.builder = self.checks.column_builder(self.rows_per_batch)
+
+    def _spill(self) -> None:
+        if self.spill is None:
+            self.spill = tempfile.TemporaryFile(prefix="mqtool-verify-")
+        pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
+        self.pending = []
+
+    # ---- after the commit log check ----
+
+    def result(self, logical_end: int | None) -> "SharedWalk | None":
+        """Self when the findings are those of a separate walk of the chain, else None."""
+        end = self.stream_end
+        if end is None or logical_end is None or logical_end < end.offset:
+            return None
+        if not end.is_clean and not self.verification.store.is_dledger and end.offset < self.verification.broker_start():
+            return None  # ``LogStream`` would resume after this damage: the broker reads on
+        return self
+
+    def replay(self) -> Generator[Finding, None, CrossCheckOutcome]:
+        if self.spill is not None:
+            self.spill.seek(0)
+            while True:
+                try:
+                    chunk = pickle.load(self.spill)
+                except EOFError:
+                    break
+                yield from chunk
+        yield from self.pending
+        self.pending = []
+        self.outcome.end = self.stream_end
+        return (yield from self.checks.finish(self.stream_end.offset, self.outcome))
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
+            self.spill = None
+        self.pending = []
+
