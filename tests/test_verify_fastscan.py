@@ -153,3 +153,68 @@ def test_compiled_index_key_hash_on_any_text(topic, keys):
 
     prefix = java_string_hash(topic + "#")
     assert key_hashes([(prefix, k) for k in keys]).tolist() == [index_key_hash(f"{topic}#{k}") for k in keys]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_row_flags_equal_the_decoder_on_every_fixture_record(version):
+    """``segments.row_flags`` against the Python decoder, every record of every segment: clean
+    records unflagged; a PHYSICALOFFSET changed and a body CRC made wrong (in the rows) flagged."""
+    from mqtool.verify import segments as vs
+
+    checked = 0
+    for base, data in segments(version):
+        data = data.copy()
+        out = np.empty((1 << 16, fs.N_COLS), dtype=np.int64)
+        count, _, _, _ = fs.walk_segment(data, 0, len(data), True, False, out)
+        rows = out[:count].copy()
+        if not count:
+            continue
+        flags = np.empty(count, dtype=np.int8)
+        assert vs.row_flags(data, rows, base, flags) == 0 and not flags.any()
+        raw = data.tobytes()
+        victim = count // 2
+        pos = int(rows[victim, fs.COL_POS])
+        record = cl.decode_record(raw, pos, base)
+        assert record.phys_offset == base + pos
+        data[pos + fs.POS_PHYS_OFFSET + 7] ^= 1
+        rows[0, fs.COL_CRC_OK] = 0
+        assert vs.row_flags(data, rows, base, flags) == 2
+        assert flags[0] == 1 and flags[victim] == 2 and np.count_nonzero(flags) == 2
+        checked += count
+    assert checked == len(manifest(version, "clean-small")["messages"])
+
+
+def test_a_wrong_crc32_property_is_a_finding_and_a_right_one_is_not(tmp_path):
+    """No fixture broker wrote ``__CRC32#`` (5.2+ with ``enableCalcPropCRC``), so the records are
+    made with the schema's encoder: the property holds ``crc32(record[:-20]) & 0x7FFFFFFF`` in 10
+    digits, least significant first (``MessageDecoder.createCrc32``, reference §2.10)."""
+    from mqtool.formats.hashing import CRC31_MASK, body_crc
+    from mqtool.verify import segments as vs
+
+    fields = dict(
+        magic_code=cl.MESSAGE_MAGIC_V2, body_crc=0, queue_id=0, flag=0, queue_offset=0, sys_flag=0, born_timestamp=1,
+        born_host_address=bytes(4), born_host_port=1, store_timestamp=1, store_host_address=bytes(4), store_host_port=1,
+        reconsume_times=0, prepared_transaction_offset=0, body=b"payload", topic=b"t",
+    )
+
+    def record(at: int, digits: bytes | None) -> bytes:
+        props = b"KEYS\x01k\x02__CRC32#\x01" + (digits or b"0" * 10) + b"\x02"
+        raw = cl.encode_message({**fields, "phys_offset": at, "properties": props}, compute_crc=True)
+        if digits is None:  # the right value
+            crc = body_crc(raw[: len(raw) - vs.PROP_CRC_LEN]) & CRC31_MASK
+            right = "".join(str(crc // 10**i % 10) for i in range(10)).encode()
+            raw = raw[: len(raw) - 11] + right + b"\x02"
+        return raw
+
+    good = record(0, None)
+    bad = record(len(good), b"1234567890")
+    data = bytearray(4096)
+    data[: len(good) + len(bad)] = good + bad
+    data[len(good) + len(bad) : len(good) + len(bad) + 8] = cl.encode_blank(4096 - len(good) - len(bad))
+    path = tmp_path / f"{0:020d}"
+    path.write_bytes(bytes(data))
+    report = vs.analyze_segment(vs.SegmentTask(0, str(path), 0, 0, None))
+    assert report.chain.records == 2 and report.chain.code == fs.OK_BLANK
+    expected = body_crc(bad[: len(bad) - vs.PROP_CRC_LEN]) & CRC31_MASK
+    assert report.chain.prop_crc == [(len(good), expected, 987654321)]
+    assert report.chain.crc == [] and report.chain.phys == []

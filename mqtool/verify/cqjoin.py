@@ -125,6 +125,23 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, qu
     return group_key[:groups].copy(), starts, g_offsets, g_sizes, g_qoffs, g_tags
 
 
+@numba.njit(cache=True, nogil=True)
+def entries_match(qoff, phys, size, tags, g_qoffs, g_offsets, g_sizes, g_tags, lo):
+    """Whether queue entries equal the records ``lo:lo + len(phys)`` of a group (offset, size,
+    QUEUEOFFSET, and the tags code unless the entry's is a ConsumeQueueExt address, §5.1, which
+    is not compared): the number of such addresses, or -1 at the first difference."""
+    ext = 0
+    for i in range(phys.shape[0]):
+        r = lo + i
+        if phys[i] != g_offsets[r] or size[i] != g_sizes[r] or qoff[i] != g_qoffs[r]:
+            return -1
+        if tags[i] <= cqfmt.EXT_MAX_ADDRESS:
+            ext += 1
+        elif tags[i] != g_tags[r]:
+            return -1
+    return ext
+
+
 class _Chunk:
     """Entries of a queue; ``events[i]``: findings due when entry ``i`` becomes the head
     (for the last, empty chunk: when the head becomes None)."""
@@ -336,13 +353,10 @@ class ColumnarConsumeQueueCheck(ConsumeQueueCheck):
             if qkey in self.missing:
                 return False  # a missing run closes here: its finding comes from the record path
             qoff, phys, size, tags, due = cursor.peek(hi - lo)
-            if due or phys.shape[0] != hi - lo or not np.array_equal(phys, g_offsets[lo:hi]):
+            if due or phys.shape[0] != hi - lo:
                 return False
-            if not (np.array_equal(size, g_sizes[lo:hi]) and np.array_equal(qoff, g_qoffs[lo:hi])):
-                return False
-            ext = tags <= cqfmt.EXT_MAX_ADDRESS
-            ext_count = int(np.count_nonzero(ext))
-            if not (np.array_equal(tags, g_tags[lo:hi]) if ext_count == 0 else np.array_equal(tags[~ext], g_tags[lo:hi][~ext])):
+            ext_count = entries_match(qoff, phys, size, tags, g_qoffs, g_offsets, g_sizes, g_tags, lo)
+            if ext_count < 0:
                 return False
             plan.append((qkey, cursor, lo, hi, ext_count))
         for qkey, cursor, lo, hi, ext in plan:
