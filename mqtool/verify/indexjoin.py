@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
+import numba
 import numpy as np
 
 from ..formats import index as ixfmt
@@ -130,11 +131,48 @@ class IndexEntryCursor:
             c += 1
 
 
-def _time_diffs(store_ts: np.ndarray, begin: np.ndarray) -> np.ndarray:
-    """``ixfmt.time_diff_seconds`` over arrays (negative differences clamp to 0)."""
-    diff = store_ts - begin
-    out = np.minimum(np.maximum(diff, 0) // 1000, ixfmt.INT32_MAX)
-    return np.where(begin <= 0, 0, out)
+@numba.njit(cache=True, nogil=True)
+def entries_match(phy, hashes, diffs, begins, ends, offsets, counts, keys, store_ts, lower):
+    """Whether index entries (in file order; entry ``j`` of the file slice ``k`` where
+    ``ends[k - 1] <= j < ends[k]`` has that file's ``begins[k]``) are exactly the keys of the
+    batch's records (``offsets``, ``counts`` keys each, ``keys`` in put order): entries below
+    ``lower`` lead and are not judged; the others point at records in order, each record has as
+    many entries as keys, each carries its record's time difference (``ixfmt.time_diff_seconds``,
+    §6.6). Returns (code, entries skipped below ``lower``): code -1 a difference, 0 equal,
+    1 equal but for the hashes' order (the caller compares each record's keys as a multiset)."""
+    m, n = phy.shape[0], offsets.shape[0]
+    for j in range(1, m):
+        if phy[j] < phy[j - 1]:
+            return -1, 0
+    skipped = 0
+    while skipped < m and phy[skipped] < lower:
+        skipped += 1
+    seen = np.zeros(n, dtype=np.int64)
+    r = 0
+    k = 0
+    for j in range(skipped, m):
+        p = phy[j]
+        while r < n and offsets[r] < p:
+            r += 1
+        if r >= n or offsets[r] != p:
+            return -1, skipped
+        seen[r] += 1
+        while ends[k] <= j:
+            k += 1
+        begin = begins[k]
+        expected = 0
+        if begin > 0:
+            d = store_ts[r] - begin
+            expected = min((d if d > 0 else 0) // 1000, ixfmt.INT32_MAX)
+        if diffs[j] != expected:
+            return -1, skipped
+    for r in range(n):
+        if seen[r] != counts[r]:
+            return -1, skipped
+    for t in range(m - skipped):
+        if hashes[skipped + t] != keys[t]:
+            return 1, skipped
+    return 0, skipped
 
 
 class ColumnarIndexCheck(IndexCheck):
@@ -184,25 +222,19 @@ class ColumnarIndexCheck(IndexCheck):
             return True
         if not self.enabled or self.missing is not None:
             return False
-        phy = np.concatenate([c.phy[lo:hi] for c, lo, hi in slices])
-        if np.any(phy[1:] < phy[:-1]):
+        phy = np.concatenate([c.phy[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].phy[slices[0][1] : slices[0][2]]
+        hashes = np.concatenate([c.hash[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].hash[slices[0][1] : slices[0][2]]
+        diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].diff[slices[0][1] : slices[0][2]]
+        begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
+        ends = np.cumsum([hi - lo for _, lo, hi in slices])
+        match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower)
+        if match < 0:
             return False
-        skipped = int(np.searchsorted(phy, self.lower))  # below the checked range: not judged
-        phy = phy[skipped:]
-        at = np.searchsorted(offsets, phy)
-        if np.any(at >= len(offsets)) or not np.array_equal(offsets[np.minimum(at, len(offsets) - 1)], phy):
-            return False
-        if not np.array_equal(np.bincount(at, minlength=len(offsets)), counts):
-            return False
-        hashes = np.concatenate([c.hash[lo:hi] for c, lo, hi in slices])[skipped:]
-        if not np.array_equal(hashes, columns.keys):  # not in put order: compare each record's keys as a multiset
+        if match == 1:  # the keys not in put order: compare each record's keys as a multiset
+            at = np.searchsorted(offsets, phy[skipped:])
             owners = np.repeat(np.arange(len(offsets)), counts)
-            if not np.array_equal(np.sort(at * (1 << 32) + hashes), np.sort(owners * (1 << 32) + columns.keys)):
+            if not np.array_equal(np.sort(at * (1 << 32) + hashes[skipped:]), np.sort(owners * (1 << 32) + columns.keys)):
                 return False
-        diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices])[skipped:]
-        begins = np.concatenate([np.full(hi - lo, c.meta.header.begin_timestamp, dtype=np.int64) for c, lo, hi in slices])[skipped:]
-        if not np.array_equal(diffs, _time_diffs(columns.store_ts[at], begins)):
-            return False
         self._cursor.skip(sum(hi - lo for _, lo, hi in slices))
         self.head = self._cursor.head
         return True
