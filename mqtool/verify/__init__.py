@@ -7,7 +7,8 @@ yields ``Finding``s as it goes and fills ``summary``:
    parallel over segments with ``jobs > 1``; on a DLedger store every entry and the record inside
    it, the entry index and DLedger's checkpoint (``dledger.py``);
 2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
-   consume queue (``consumequeue.py``) and the index files (``index.py``);
+   consume queue (``consumequeue.py``) and the index files (``index.py``); the records of the
+   commit log check's own walk where it can (``sharedwalk.py``), else a walk of their own;
 3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``);
 4. ``timer``: the 5.x timer store, where there is one (``timer.py``).
 """
