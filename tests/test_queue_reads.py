@@ -1,4 +1,4 @@
-"""The consume queue's recovery, min offset and unit reads without numpy (``ConsumeQueue.recover``,
+"""The consume queue's recovery, min offset and unit reads with and without numpy (``ConsumeQueue.recover``,
 ``corrected_min_offset``, ``read_entry``: chunked ``pread`` judged with ``array``, §5.7, §5.9)
 give what the numpy view of the same files (``read_units``) gives, on every fixture queue and on
 damage placed at chunk boundaries; and a lookup does not load numpy."""
@@ -52,8 +52,14 @@ def assert_queue_equal(queue: ConsumeQueue, cl_min: int) -> None:
             assert (e.phys_offset, e.size, e.tags_code) == tuple(units[i].tolist())
 
 
+@pytest.fixture(params=["words", "numpy"])
+def recovery_path(request, monkeypatch):
+    """Each test on both of ``_valid_prefix``'s paths: without numpy (a lookup) and on the numpy view (a scan)."""
+    monkeypatch.setattr(cq, "_numpy_loaded", lambda: request.param == "numpy")
+
+
 @pytest.mark.parametrize("version,name", STORES)
-def test_fixture_queues_read_as_the_numpy_view(version, name):
+def test_fixture_queues_read_as_the_numpy_view(version, name, recovery_path):
     with Store.open(store_path(version, name)) as store:
         assert store.consume_queues
         for queue in store.consume_queues:
@@ -63,7 +69,7 @@ def test_fixture_queues_read_as_the_numpy_view(version, name):
 
 @pytest.mark.parametrize("bad_at", [0, 1, cq._CHUNK_UNITS - 1, cq._CHUNK_UNITS, cq._CHUNK_UNITS + 1, 2 * cq._CHUNK_UNITS + 5, None])
 @pytest.mark.parametrize("bad", [(-1, 100, 0), (1 << 40, 0, 0), (1 << 40, -5, 0), (-(1 << 40), 7, 0)])
-def test_an_invalid_unit_anywhere_ends_the_queue_as_numpy_finds_it(tmp_path, bad_at, bad):
+def test_an_invalid_unit_anywhere_ends_the_queue_as_numpy_finds_it(tmp_path, bad_at, bad, recovery_path):
     count = 3 * cq._CHUNK_UNITS
     file_size = (count + 10) * ENTRY_SIZE
     directory = tmp_path / "q"

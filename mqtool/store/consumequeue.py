@@ -114,7 +114,7 @@ class ConsumeQueue:
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
         the queue; a file that is valid to its end continues into the next (§5.7). Reads each
-        file in chunks until its first invalid unit (no numpy: a lookup needs only this)."""
+        file until its first invalid unit (``_valid_prefix``)."""
         if not self.files:
             return QueueRecovery(0, -1, 0)
         start = max(0, len(self.files) - 3)
@@ -198,10 +198,24 @@ def _words(data: bytes) -> array:
     return words
 
 
+def _numpy_loaded() -> bool:
+    return "numpy" in sys.modules
+
+
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
     """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
     and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
-    broker maps them. Each chunk is judged by two C-level ``min`` calls over its words."""
+    broker maps them. Judged on the numpy view when numpy is loaded already (a scan over every
+    queue: about ten times faster), else in chunks of words (a lookup loads no numpy)."""
+    if _numpy_loaded():
+        units = read_units(path, file_size)
+        stop = _first_invalid(units)
+        return stop, (int(units["phys_offset"][stop - 1]), int(units["size"][stop - 1])) if stop else None
+    return _valid_prefix_words(path, file_size)
+
+
+def _valid_prefix_words(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
+    """``_valid_prefix`` without numpy: each chunk judged by two C-level ``min`` calls over its words."""
     last = None
     count = 0
     for first, data in _chunks(path, file_size // ENTRY_SIZE):
