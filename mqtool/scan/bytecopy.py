@@ -38,7 +38,8 @@ def _memcpy(typingctx, dst, src, n):
 
 @intrinsic
 def _load_u64(typingctx, addr):
-    """The 8 bytes at a raw address as a uint64 (native byte order, no alignment needed)."""
+    """The 8 bytes at a raw address as a uint64 (native byte order, no alignment needed); the
+    ``uintp`` twin of ``textscan.load_u64`` for the address arithmetic here."""
 
     def codegen(context, builder, signature, args):
         return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)

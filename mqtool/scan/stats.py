@@ -24,13 +24,12 @@ import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from llvmlite import ir
-from numba.extending import intrinsic
 
 from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.textscan import load_u64
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
@@ -296,17 +295,6 @@ def _bucket(delay):
     return -b - 1 if delay < 0 else b
 
 
-@intrinsic
-def _load_u64(typingctx, address):
-    """The 8 bytes at ``address`` as one native-order unaligned load (numba does not combine the
-    byte loads of ``fastscan._be64`` into one)."""
-
-    def codegen(context, builder, signature, args):
-        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
-
-    return numba.types.uint64(numba.types.intp), codegen
-
-
 @numba.njit(inline="always")
 def _topic_key(buf, start, stop):
     """A 64-bit key of the topic bytes ``buf[start:stop]``: FNV-1a over native 8-byte words (the
@@ -316,10 +304,10 @@ def _topic_key(buf, start, stop):
     h = _FNV_OFFSET
     k = start
     while k + 8 <= stop:
-        h = (h ^ _load_u64(address + k)) * _FNV_PRIME
+        h = (h ^ load_u64(address + k)) * _FNV_PRIME
         k += 8
     if k < stop and stop - start >= 8:
-        h = (h ^ _load_u64(address + stop - 8)) * _FNV_PRIME
+        h = (h ^ load_u64(address + stop - 8)) * _FNV_PRIME
     else:
         while k < stop:
             h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
