@@ -304,9 +304,16 @@ def _same_topic(buf, out, a, b):
     if n != out[b, F_TOPIC_LEN] or out[a, F_TOPIC_FP] != out[b, F_TOPIC_FP]:
         return False
     pa, pb = out[a, F_TOPIC_POS], out[b, F_TOPIC_POS]
-    for j in range(n):
+    address = buf.ctypes.data
+    j = 0
+    while j + 8 <= n:  # eight bytes at a time
+        if load_u64(address + pa + j) != load_u64(address + pb + j):
+            return False
+        j += 8
+    while j < n:
         if buf[pa + j] != buf[pb + j]:
             return False
+        j += 1
     return True
 
 

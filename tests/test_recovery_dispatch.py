@@ -164,3 +164,27 @@ def test_hash_of_a_value_equals_java_string_hash(text):
     h, units, ok = _hash_inner(raw)
     assert ok and units == len(text.encode("utf-16-be")) // 2
     assert h == java_string_hash(text) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize("length", [8, 13, 37, 64, 130])
+def test_local_topics_tell_apart_topics_the_fingerprint_does_not(length):
+    """Topics of one length that differ only where the fingerprint does not look (its first,
+    middle and last eight bytes) are told apart byte for byte, at every position a word or the
+    tail compares; equal topics share a number."""
+    base = bytes(range(65, 65 + length))
+    topics = [base]
+    for at in range(length):
+        changed = bytearray(base)
+        changed[at] ^= 0x20
+        topics.append(bytes(changed))
+    topics.append(base)
+    buf = np.frombuffer(b"".join(topics), dtype=np.uint8)
+    out = np.zeros((len(topics), fd.N_FIELDS), dtype=np.int64)
+    out[:, fd.F_TOPIC_POS] = np.arange(len(topics)) * length
+    out[:, fd.F_TOPIC_LEN] = length
+    out[:, fd.F_TOPIC_FP] = 7  # every fingerprint equal: only the bytes decide
+    local = np.empty(len(topics), dtype=np.int64)
+    first = np.empty(len(topics), dtype=np.int64)
+    count = fd.local_topics(buf, out, 0, len(topics), local, first)
+    assert count == len(topics) - 1
+    assert local.tolist() == [*range(len(topics) - 1), 0]
