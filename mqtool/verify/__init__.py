@@ -204,7 +204,7 @@ class Verification:
             yield from abort_findings(store)
             yield from config_findings(store)
         if "timer" in opts.checks and store.root is not None:
-            from .timer import timer_findings  # pyarrow: only where a timer store is checked
+            from .timer import timer_findings
 
             line = yield from timer_findings(store)
             if line:

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import pyarrow.compute as pc
-
 from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
-from ..scan.messages import MessageScan
 from ..store import Store
 from .findings import Finding, error, warning
 
@@ -29,6 +26,10 @@ def lmq_queue_dirs(store: Store) -> list[str]:
 
 def expected_lmq_entries(store: Store, start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
     """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records, and the logical end."""
+    import pyarrow.compute as pc  # here: a store without LMQ never loads pyarrow
+
+    from ..scan.messages import MessageScan
+
     v5 = store.version is not None and store.version.major >= 5
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, check_crc=False)

@@ -14,13 +14,15 @@ against each other and against the commit log.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..formats import timer as fmt
-from ..scan.timer import TimerReport, timer_report
 from ..store import Store
 from ..store.timer import TimerStore
 from .findings import Finding, error, info, warning
+
+if TYPE_CHECKING:
+    from ..scan.timer import TimerReport
 
 WHEEL_FILE_SIZE = 2 * fmt.SLOTS_TOTAL * fmt.SLOT_SIZE
 
@@ -30,6 +32,8 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
+    from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
+
     report = timer_report(store, timer)
     yield from _log_findings(report)
     yield from _reference_findings(store, report)
