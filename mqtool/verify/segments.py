@@ -133,23 +133,15 @@ def row_flags(buf, rows, base, flags):
         f = 0
         if rows[i, fs.COL_CRC_OK] == 0:
             f |= 1
-        if _be64(buf, pos + fs.POS_PHYS_OFFSET) != pos + base:
+        if fs._be64(buf, pos + fs.POS_PHYS_OFFSET) != pos + base:
             f |= 2
         tail = pos + rows[i, fs.COL_SIZE] - PROP_CRC_LEN
-        if tail >= rows[i, fs.COL_PROPS] and _be64(buf, tail) == _PROP_CRC_TAG:
+        if tail >= rows[i, fs.COL_PROPS] and fs._be64(buf, tail) == _PROP_CRC_TAG:
             f |= 4
         flags[i] = f
         if f:
             flagged += 1
     return flagged
-
-
-@numba.njit(inline="always")
-def _be64(buf, p):
-    v = np.int64(0)
-    for j in range(8):
-        v = (v << 8) | np.int64(buf[p + j])
-    return v
 
 
 def _check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
