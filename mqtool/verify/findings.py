@@ -20,8 +20,9 @@ Only ``error`` and ``warning`` findings make ``verify`` exit 1; ``info`` finding
 from __future__ import annotations
 
 import enum
+import pickle
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import IO, Any, Iterator, Mapping
 
 
 class Severity(str, enum.Enum):
@@ -116,6 +117,17 @@ class Finding:
 
 
 FINDING_FIELDS = ("kind", "severity", "file", "offset", "expected", "found", "message", "details")
+
+
+def replay_spilled(file: IO[bytes]) -> Iterator[Finding]:
+    """The findings a check spilled to ``file`` in pickled chunks (lists), in order."""
+    file.seek(0)
+    while True:
+        try:
+            chunk = pickle.load(file)
+        except EOFError:
+            return
+        yield from chunk
 
 
 def error(kind: str, message: str, **kw) -> Finding:

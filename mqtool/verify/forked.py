@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Generator
 
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
-from .findings import Finding
+from .findings import Finding, replay_spilled
 from .segments import warm_up
 
 if TYPE_CHECKING:
@@ -98,13 +98,7 @@ class ForkedCrossCheck:
         return self
 
     def replay(self) -> Generator[Finding, None, "CrossCheckOutcome"]:
-        self.findings.seek(0)
-        while True:
-            try:
-                chunk = pickle.load(self.findings)
-            except EOFError:
-                break
-            yield from chunk
+        yield from replay_spilled(self.findings)
         return self.outcome
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
-from .findings import Finding
+from .findings import Finding, replay_spilled
 from .segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
@@ -131,13 +131,7 @@ class SharedWalk(ChainReader):
 
     def replay(self) -> Generator[Finding, None, CrossCheckOutcome]:
         if self.spill is not None:
-            self.spill.seek(0)
-            while True:
-                try:
-                    chunk = pickle.load(self.spill)
-                except EOFError:
-                    break
-                yield from chunk
+            yield from replay_spilled(self.spill)
         yield from self.pending
         self.pending = []
         self.outcome.end = self.stream_end
