@@ -32,6 +32,7 @@ from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
 from . import spillrows
+from .queuegroups import QueueGroups, group_queues
 
 POW31 = fd.pow31_table()
 
@@ -74,6 +75,7 @@ class DispatchBatch:
     fields: np.ndarray  # (n, fd.N_FIELDS) int64
     keys: np.ndarray  # index key hashes
     topic_ids: np.ndarray  # int32, into the scanner's TopicTable
+    groups: QueueGroups | None = None  # the consume queue grouping, when already known (a spilled batch)
 
     def __len__(self) -> int:
         return self.fields.shape[0]
@@ -107,9 +109,16 @@ class DispatchBatch:
         return tran != clfmt.TransactionType.ROLLBACK
 
     @property
+    def queue_groups(self) -> QueueGroups:
+        """The consume queue rows grouped by queue (``queuegroups``), computed once per batch."""
+        if self.groups is None:
+            self.groups = group_queues(self.fields, self.topic_ids)
+        return self.groups
+
+    @property
     def multi_dispatch(self) -> int:
         """Records carrying INNER_MULTI_DISPATCH (LMQ), whose extra queue entries mqtool does not write."""
-        return int(np.count_nonzero(self.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH))
+        return self.queue_groups.multi
 
     @property
     def nbytes(self) -> int:
@@ -379,7 +388,7 @@ class DispatchCache:
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
         self.topics = TopicTable()
-        self.phases: dict[int, list[tuple[int, int, int]]] = {}  # phase -> [(file offset, rows, keys)]
+        self.phases: dict[int, list[tuple[int, int, int, int]]] = {}  # phase -> [(file offset, rows, keys, queue groups)]
         self.nbytes = 0
         self.enabled = budget > 0
         self._file = None
@@ -387,8 +396,8 @@ class DispatchCache:
     def add(self, phase: int, batch: DispatchBatch) -> None:
         if not self.enabled:
             return
-        keys = batch.keys
-        size = spillrows.spill_size(len(batch), keys.size)
+        keys, groups = batch.keys, batch.queue_groups
+        size = spillrows.spill_size(len(batch), keys.size, groups.keys.size)
         if self.nbytes + size > self.budget or (keys.size and (keys.min() < 0 or keys.max() > 0x7FFFFFFF)):
             self._give_up()
             return
@@ -396,13 +405,13 @@ class DispatchCache:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
             offset = self.nbytes
-            if os.pwrite(self._file.fileno(), spillrows.pack(batch.fields, batch.topic_ids, keys).data, offset) != size:
+            if os.pwrite(self._file.fileno(), spillrows.pack(batch.fields, batch.topic_ids, keys, groups).data, offset) != size:
                 raise OSError("short write to the dispatch spill")
         except OSError:
             self._give_up()
             return
         self.nbytes += size
-        self.phases.setdefault(phase, []).append((offset, len(batch), keys.size))
+        self.phases.setdefault(phase, []).append((offset, len(batch), keys.size, groups.keys.size))
 
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
         """The batches of ``phase`` in order (read back lazily), or None when the cache gave up."""
@@ -412,11 +421,11 @@ class DispatchCache:
             self._file.flush()
         return self._read(self.phases.get(phase, []))
 
-    def _read(self, entries: list[tuple[int, int, int]]) -> Iterator[DispatchBatch]:
-        for offset, n, n_keys in entries:
-            data = os.pread(self._file.fileno(), spillrows.spill_size(n, n_keys), offset)
-            fields, topic_ids, keys = spillrows.unpack(data, n, n_keys)
-            yield DispatchBatch(fields, keys, topic_ids)
+    def _read(self, entries: list[tuple[int, int, int, int]]) -> Iterator[DispatchBatch]:
+        for offset, n, n_keys, n_groups in entries:
+            data = os.pread(self._file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
+            fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
+            yield DispatchBatch(fields, keys, topic_ids, groups)
 
     def _give_up(self) -> None:
         self.enabled, self.phases = False, {}
@@ -465,24 +474,6 @@ def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:
     return DispatchBatch(fields, keys, batch.topic_ids[idx])
 
 
-def _queue_runs(batch: DispatchBatch, names: list[str]) -> Iterator[tuple[str, int, np.ndarray, int, int]]:
-    """``(topic, queue id, order, lo, hi)``: ``order[lo:hi]`` are the rows one consume queue receives, in order;
-    the queues' runs follow each other in ``order``."""
-    n = len(batch)
-    if n == 0:
-        return
-    keys = (batch.topic_ids.astype(np.int64) << 32) | (batch.fields[:, fd.F_QUEUE_ID] & 0xFFFFFFFF)
-    order = np.empty(n, dtype=np.int64)
-    starts = np.empty(n + 1, dtype=np.int64)
-    groups, group_keys = fd.group_rows(keys, batch.to_consume_queue, order, starts)
-    for g, key in enumerate(group_keys.tolist()):
-        queue_id = key & 0xFFFFFFFF
-        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, order, int(starts[g]), int(starts[g + 1])
-
-
-_CQ_COLUMNS = np.array([fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_TAGS], dtype=np.int64)
-
-
 class MultiDispatch(NamedTuple):
     """What the LMQ dispatch needs besides a batch: where to read the flagged records, and how."""
 
@@ -495,21 +486,23 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
     the extra LMQ entries."""
-    columns = None
-    for topic, queue_id, order, lo, hi in _queue_runs(batch, names):
-        if columns is None:  # the four columns of every queued row, grouped by queue: one gather per batch
-            queued = int(np.count_nonzero(batch.to_consume_queue))
-            columns = np.empty((len(_CQ_COLUMNS), queued), dtype=np.int64)
-            fd.gather_rows(batch.fields, order, queued, _CQ_COLUMNS, columns)
-        yield topic, queue_id, (columns[0, lo:hi], columns[1, lo:hi], columns[2, lo:hi], columns[3, lo:hi])
-    if multi is not None:
+    if len(batch) == 0:
+        return
+    groups = batch.queue_groups
+    qoff, phys, size, tags = groups.columns
+    starts = groups.starts.tolist()
+    for g, key in enumerate(groups.keys.tolist()):
+        queue_id = key & 0xFFFFFFFF
+        lo, hi = starts[g], starts[g + 1]
+        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
+    if multi is not None and groups.multi_queued:
         yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
 
 
 def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: list[str], *, legacy_properties: bool, v5: bool) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
     """``(queue name, queue id, (queue offsets, phys offsets, sizes, tags codes))`` of the extra consume queue
     entries the batch's ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the flagged
-    records are decoded again (their properties), so a batch without them costs one mask."""
+    records are decoded again (their properties); ``consume_queue_entries`` calls it only for a batch that has some."""
     rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
     if not len(rows):
         return

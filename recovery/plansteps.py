@@ -366,11 +366,11 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRul
     if len(batch) == 0:
         return
     counts.records += len(batch)
-    counts.multi += batch.multi_dispatch
-    cq_mask = batch.to_consume_queue
-    if cq_mask.any():
-        counts.cq += int(cq_mask.sum())
-        counts.last_cq_ts = int(batch.fields[np.flatnonzero(cq_mask)[-1], fd.F_STORE_TS])
+    groups = batch.queue_groups
+    counts.multi += groups.multi
+    if groups.queued:
+        counts.cq += groups.queued
+        counts.last_cq_ts = int(batch.fields[groups.last_queued, fd.F_STORE_TS])
     for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:

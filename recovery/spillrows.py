@@ -7,8 +7,11 @@ A batch of ``n`` rows and ``k`` keys is spilled as, in order: the ``WIDE`` colum
 little-endian int64 each, the ``NARROW`` columns and the topic ids as int32 each (a queue id,
 size, sys flag or key count fits in 32 bits; a topic id is below 2**31), the flags as int8,
 zero padding to 8 bytes, then the ``k`` finished index key hashes as int32 (each below 2**31:
-``DispatchCache.add`` checks). Blocks start 8-byte aligned for the int64 ones and 4-byte aligned
-for the int32 ones, so they are read and written as typed views.
+``DispatchCache.add`` checks), then the batch's consume queue grouping (``queuegroups``): zero
+padding to 8 bytes, the ``g`` group keys and ``g + 1`` group starts as int64, and each row's
+place in the grouped columns (``dest``) as int32, so the apply gets the grouped columns while
+unpacking, without grouping again. Blocks start 8-byte aligned for the int64 ones and 4-byte
+aligned for the int32 ones, so they are read and written as typed views.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numba
 import numpy as np
 
 from . import fastdispatch as fd
+from .queuegroups import QueueGroups, group_unpacked
 
 WIDE = (fd.F_POS, fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_STORE_TS, fd.F_TAGS)
 NARROW = (fd.F_QUEUE_ID, fd.F_SIZE, fd.F_SYS_FLAG, fd.F_KEY_COUNT)
@@ -24,8 +28,12 @@ UNSPILLED = tuple(c for c in range(fd.N_FIELDS) if c not in WIDE + NARROW + (fd.
 ROW_BYTES = 8 * len(WIDE) + 4 * (len(NARROW) + 1) + 1
 
 
-def spill_size(rows: int, keys: int) -> int:
-    return _keys_at(rows) + 4 * keys
+def spill_size(rows: int, keys: int, groups: int) -> int:
+    return _groups_at(rows, keys) + 8 * (2 * groups + 1) + 4 * rows
+
+
+def _groups_at(rows: int, keys: int) -> int:
+    return -(-(_keys_at(rows) + 4 * keys) // 8) * 8
 
 
 def _keys_at(rows: int) -> int:
@@ -43,23 +51,37 @@ def _views(buf: np.ndarray, rows: int, keys: int):
     return wide, narrow, flags, buf[at : at + 4 * keys].view("<i4")
 
 
-def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def _group_views(buf: np.ndarray, rows: int, keys: int, groups: int):
+    at = _groups_at(rows, keys)
+    group_keys = buf[at : at + 8 * groups].view("<i8")
+    at += 8 * groups
+    starts = buf[at : at + 8 * (groups + 1)].view("<i8")
+    at += 8 * (groups + 1)
+    return group_keys, starts, buf[at : at + 4 * rows].view("<i4")
+
+
+def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: QueueGroups) -> np.ndarray:
     """The spill bytes of a batch (uint8)."""
-    rows, n_keys = fields.shape[0], keys.shape[0]
-    buf = np.zeros(spill_size(rows, n_keys), dtype=np.uint8)
+    rows, n_keys, n_groups = fields.shape[0], keys.shape[0], groups.keys.shape[0]
+    buf = np.zeros(spill_size(rows, n_keys, n_groups), dtype=np.uint8)
     _pack(fields, topic_ids, keys, *_views(buf, rows, n_keys))
+    group_keys, starts, dest = _group_views(buf, rows, n_keys, n_groups)
+    group_keys[:], starts[:], dest[:] = groups.keys, groups.starts, groups.dest
     return buf
 
 
-def unpack(data, rows: int, keys: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(fields, topic_ids, keys)`` of spilled bytes; ``F_KEY_START`` is the running sum of the
-    key counts, the topic byte columns are zero."""
-    buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys))
+def unpack(data, rows: int, keys: int, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, QueueGroups]:
+    """``(fields, topic_ids, keys, queue groups)`` of spilled bytes; ``F_KEY_START`` is the
+    running sum of the key counts, the topic byte columns are zero."""
+    buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys, groups))
     fields = np.empty((rows, fd.N_FIELDS), dtype=np.int64)
     topic_ids = np.empty(rows, dtype=np.int32)
     out_keys = np.empty(keys, dtype=np.int64)
-    _unpack(*_views(buf, rows, keys), fields, topic_ids, out_keys)
-    return fields, topic_ids, out_keys
+    wide, narrow, flags, key_in = _views(buf, rows, keys)
+    _unpack(wide, narrow, flags, key_in, fields, topic_ids, out_keys)
+    group_keys, starts, dest = _group_views(buf, rows, keys, groups)
+    grouped = group_unpacked(group_keys.astype(np.int64), starts.astype(np.int64), dest.astype(np.int32), wide, narrow, flags, WIDE, NARROW)
+    return fields, topic_ids, out_keys, grouped
 
 
 @numba.njit(cache=True, nogil=True)

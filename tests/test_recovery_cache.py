@@ -93,3 +93,39 @@ def test_spilled_batches_read_back_equal(tmp_path, version):
     for a, b in zip(originals, back):
         assert np.array_equal(a.fields[:, kept], b.fields[:, kept])
         assert np.array_equal(a.keys, b.keys) and np.array_equal(a.topic_ids, b.topic_ids)
+        ga, gb = a.queue_groups, b.queue_groups  # the plan's grouping, and the one rebuilt from the spill
+        assert np.array_equal(ga.keys, gb.keys) and np.array_equal(ga.starts, gb.starts) and np.array_equal(ga.dest, gb.dest)
+        assert np.array_equal(ga.columns, gb.columns)
+        assert (ga.multi, ga.multi_queued, ga.last_queued) == (gb.multi, gb.multi_queued, gb.last_queued)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
+    """``queuegroups.group_queues`` against the broker's rule applied row by row: NOT_TYPE and COMMIT
+    records go to ``(topic, queue id)`` in commit log order, with (queue offset, phys, size, tags)."""
+    from mqtool.formats.dispatch import dispatches_to_consume_queue
+    from mqtool.recovery import fastdispatch as fd
+
+    with Store.open(copy_store(version, "crashed-small", tmp_path)) as store:
+        scanner = phase_scanner(
+            store.commitlog, store.commitlog.min_offset, None, discipline="reput", tags="delivery-time", delay_table=store.delay_table,
+            legacy_properties=False, index_enable=True, check_crc=False,
+        )
+        scanner.BATCH = 64
+        checked = 0
+        for batch in scanner:
+            expected: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+            for row, tid in zip(batch.fields.tolist(), batch.topic_ids.tolist()):
+                if dispatches_to_consume_queue(row[fd.F_SYS_FLAG]):
+                    expected.setdefault((tid, row[fd.F_QUEUE_ID]), []).append((row[fd.F_QUEUE_OFFSET], row[fd.F_PHYS], row[fd.F_SIZE], row[fd.F_TAGS]))
+            groups = batch.queue_groups
+            got = {}
+            for g, key in enumerate(groups.keys.tolist()):
+                qid = key & 0xFFFFFFFF
+                lo, hi = groups.starts[g], groups.starts[g + 1]
+                got[(key >> 32, qid - (1 << 32) if qid >= 1 << 31 else qid)] = [tuple(c) for c in groups.columns[:, lo:hi].T.tolist()]
+            assert got == expected and list(got) == list(expected)  # first-appearance order too
+            flagged = batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH != 0
+            assert groups.multi == int(flagged.sum())
+            checked += groups.queued
+    assert checked > 0
