@@ -142,10 +142,13 @@ class _Accumulator:
     """Rows dispatched sub-batch by sub-batch, handed out as ``DispatchBatch`` es of ``size``."""
 
     def __init__(self, size: int, sub: int):
-        self.size = size
-        self.out = np.empty((size + sub, fd.N_FIELDS), dtype=np.int64)
-        self.topic_ids = np.empty(size + sub, dtype=np.int32)
-        self.keys = np.empty(4 * (size + sub), dtype=np.int64)
+        self.size, self.sub = size, sub
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.out = np.empty((self.size + self.sub, fd.N_FIELDS), dtype=np.int64)
+        self.topic_ids = np.empty(self.size + self.sub, dtype=np.int32)
+        self.keys = np.empty(4 * (self.size + self.sub), dtype=np.int64)
         self.n = 0
         self.key_fill = 0
 
@@ -158,8 +161,9 @@ class _Accumulator:
         return self.n >= self.size
 
     def take(self) -> DispatchBatch:
-        batch = DispatchBatch(self.out[: self.n].copy(), self.keys[: self.key_fill].copy(), self.topic_ids[: self.n].copy())
-        self.n = self.key_fill = 0
+        """The rows so far, handed over (not copied): the accumulator starts on new buffers."""
+        batch = DispatchBatch(self.out[: self.n], self.keys[: self.key_fill], self.topic_ids[: self.n])
+        self._fresh()
         return batch
 
 
@@ -398,14 +402,18 @@ class DispatchCache:
             return
         keys, groups = batch.keys, batch.queue_groups
         size = spillrows.spill_size(len(batch), keys.size, groups.keys.size)
-        if self.nbytes + size > self.budget or (keys.size and (keys.min() < 0 or keys.max() > 0x7FFFFFFF)):
+        if self.nbytes + size > self.budget:
+            self._give_up()
+            return
+        data = spillrows.pack(batch.fields, batch.topic_ids, keys, groups)
+        if data is None:  # a key hash outside int32: cannot happen for finished hashes, but then walk again
             self._give_up()
             return
         try:
             if self._file is None:
                 self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
             offset = self.nbytes
-            if os.pwrite(self._file.fileno(), spillrows.pack(batch.fields, batch.topic_ids, keys, groups).data, offset) != size:
+            if os.pwrite(self._file.fileno(), data.data, offset) != size:
                 raise OSError("short write to the dispatch spill")
         except OSError:
             self._give_up()

@@ -146,15 +146,18 @@ class QueueSim:
             self._chunks.append((start, np.zeros(count, dtype=np.int64), np.full(count, cqfmt.FILLER[1], dtype=np.int32)))
         if not placed:
             return 0
-        keep = pos >= 0
-        kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep], size[keep]
+        if placed == qoff.shape[0]:  # the usual case: every unit placed, no mask to apply
+            kp, kq, kphys, ksize = pos, qoff, phys.astype(np.int64), size.astype(np.int32)  # copies: the batch is not kept
+        else:
+            keep = pos >= 0
+            kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep].astype(np.int64, copy=False), size[keep].astype(np.int32)
         if self.first_added is None:
             self.first_added = (int(kq[0]), int(kphys[0]))
         self.last_added = (int(kq[-1]), int(kphys[-1]))
         self.added += placed
         for base in range(int(kp[0] - kp[0] % self.file_size), int(kp[-1]) + 1, self.file_size):  # positions are consecutive
             self._new_file(base)
-        self._chunks.append((int(kp[0]), kphys.astype(np.int64, copy=False), ksize.astype(np.int32)))  # placed positions are consecutive
+        self._chunks.append((int(kp[0]), kphys, ksize))  # placed positions are consecutive
         self._kept += placed
         if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most PRUNE_EVERY units
             self._prune()
@@ -300,9 +303,11 @@ class UnitSpill:
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="mqtool-queue-units-")
         where = self._end
-        data = phys.astype("<i8").tobytes() + size.astype("<i4").tobytes()
-        os.pwrite(self._file.fileno(), data, where)
-        self._end += len(data)
+        blocks = [np.ascontiguousarray(phys, dtype="<i8"), np.ascontiguousarray(size, dtype="<i4")]  # copies only if needed
+        written = os.pwritev(self._file.fileno(), blocks, where)
+        if written != 12 * len(phys):
+            raise OSError("short write to the queue unit spill")
+        self._end += written
         return where
 
     def get(self, where: int, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -60,11 +60,12 @@ def _group_views(buf: np.ndarray, rows: int, keys: int, groups: int):
     return group_keys, starts, buf[at : at + 4 * rows].view("<i4")
 
 
-def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: QueueGroups) -> np.ndarray:
-    """The spill bytes of a batch (uint8)."""
+def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: QueueGroups) -> np.ndarray | None:
+    """The spill bytes of a batch (uint8), or None when a key is outside ``[0, 2**31)``."""
     rows, n_keys, n_groups = fields.shape[0], keys.shape[0], groups.keys.shape[0]
     buf = np.zeros(spill_size(rows, n_keys, n_groups), dtype=np.uint8)
-    _pack(fields, topic_ids, keys, *_views(buf, rows, n_keys))
+    if not _pack(fields, topic_ids, keys, *_views(buf, rows, n_keys)):
+        return None
     group_keys, starts, dest = _group_views(buf, rows, n_keys, n_groups)
     group_keys[:], starts[:], dest[:] = groups.keys, groups.starts, groups.dest
     return buf
@@ -94,7 +95,11 @@ def _pack(fields, topic_ids, keys, wide, narrow, flags, key_out):
         narrow[len(NARROW), r] = topic_ids[r]
         flags[r] = fields[r, fd.F_FLAGS]
     for k in range(keys.shape[0]):
-        key_out[k] = keys[k]
+        key = keys[k]
+        if key < 0 or key > 0x7FFFFFFF:
+            return False
+        key_out[k] = key
+    return True
 
 
 @numba.njit(cache=True, nogil=True)
