@@ -62,11 +62,11 @@ def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
 @numba.njit(cache=True, nogil=True)
 def _group(fields, topic_ids, keys, starts, dest, columns, stats):
     n = fields.shape[0]
-    size = 64
-    while size < 2 * n + 2:
-        size *= 2
+    size = 256  # open addressing, doubled when half full: a batch has few queues, a small table stays in cache
     table = np.full(size, -1, dtype=np.int64)
     counts = np.zeros(n + 1, dtype=np.int64)
+    last_key = np.int64(-1)
+    last_g = -1
     groups = 0
     queued = 0
     multi = 0
@@ -85,18 +85,30 @@ def _group(fields, topic_ids, keys, starts, dest, columns, stats):
         queued += 1
         last = r
         key = (np.int64(topic_ids[r]) << 32) | (fields[r, fd.F_QUEUE_ID] & 0xFFFFFFFF)
-        slot = (key ^ (key >> 31)) & (size - 1)
-        while True:
-            g = table[slot]
-            if g < 0:
-                g = groups
-                table[slot] = g
-                keys[g] = key
-                groups += 1
-                break
-            if keys[g] == key:
-                break
-            slot = (slot + 1) & (size - 1)
+        if key == last_key:
+            g = last_g
+        else:
+            slot = (key ^ (key >> 31)) & (size - 1)
+            while True:
+                g = table[slot]
+                if g < 0:
+                    g = groups
+                    table[slot] = g
+                    keys[g] = key
+                    groups += 1
+                    if 2 * groups >= size:
+                        size *= 2
+                        table = np.full(size, -1, dtype=np.int64)
+                        for h in range(groups):
+                            s = (keys[h] ^ (keys[h] >> 31)) & (size - 1)
+                            while table[s] >= 0:
+                                s = (s + 1) & (size - 1)
+                            table[s] = h
+                    break
+                if keys[g] == key:
+                    break
+                slot = (slot + 1) & (size - 1)
+            last_key, last_g = key, g
         dest[r] = g  # the group for now, the place below
         counts[g] += 1
     starts[0] = 0

@@ -99,11 +99,30 @@ def test_spilled_batches_read_back_equal(tmp_path, version):
         assert (ga.multi, ga.multi_queued, ga.last_queued) == (gb.multi, gb.multi_queued, gb.last_queued)
 
 
+def _row_by_row_groups(fields, topic_ids):
+    from mqtool.formats.dispatch import dispatches_to_consume_queue
+    from mqtool.recovery import fastdispatch as fd
+
+    expected: dict[tuple[int, int], list[tuple[int, ...]]] = {}
+    for row, tid in zip(fields.tolist(), topic_ids.tolist()):
+        if dispatches_to_consume_queue(row[fd.F_SYS_FLAG]):
+            expected.setdefault((tid, row[fd.F_QUEUE_ID]), []).append((row[fd.F_QUEUE_OFFSET], row[fd.F_PHYS], row[fd.F_SIZE], row[fd.F_TAGS]))
+    return expected
+
+
+def _grouped(groups):
+    got = {}
+    for g, key in enumerate(groups.keys.tolist()):
+        qid = key & 0xFFFFFFFF
+        lo, hi = groups.starts[g], groups.starts[g + 1]
+        got[(key >> 32, qid - (1 << 32) if qid >= 1 << 31 else qid)] = [tuple(c) for c in groups.columns[:, lo:hi].T.tolist()]
+    return got
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
     """``queuegroups.group_queues`` against the broker's rule applied row by row: NOT_TYPE and COMMIT
     records go to ``(topic, queue id)`` in commit log order, with (queue offset, phys, size, tags)."""
-    from mqtool.formats.dispatch import dispatches_to_consume_queue
     from mqtool.recovery import fastdispatch as fd
 
     with Store.open(copy_store(version, "crashed-small", tmp_path)) as store:
@@ -114,18 +133,37 @@ def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
         scanner.BATCH = 64
         checked = 0
         for batch in scanner:
-            expected: dict[tuple[int, int], list[tuple[int, ...]]] = {}
-            for row, tid in zip(batch.fields.tolist(), batch.topic_ids.tolist()):
-                if dispatches_to_consume_queue(row[fd.F_SYS_FLAG]):
-                    expected.setdefault((tid, row[fd.F_QUEUE_ID]), []).append((row[fd.F_QUEUE_OFFSET], row[fd.F_PHYS], row[fd.F_SIZE], row[fd.F_TAGS]))
+            expected = _row_by_row_groups(batch.fields, batch.topic_ids)
             groups = batch.queue_groups
-            got = {}
-            for g, key in enumerate(groups.keys.tolist()):
-                qid = key & 0xFFFFFFFF
-                lo, hi = groups.starts[g], groups.starts[g + 1]
-                got[(key >> 32, qid - (1 << 32) if qid >= 1 << 31 else qid)] = [tuple(c) for c in groups.columns[:, lo:hi].T.tolist()]
+            got = _grouped(groups)
             assert got == expected and list(got) == list(expected)  # first-appearance order too
             flagged = batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH != 0
             assert groups.multi == int(flagged.sum())
             checked += groups.queued
     assert checked > 0
+
+
+def test_queue_groups_with_more_queues_than_the_first_table(tmp_path):
+    """A batch spread over more queues than ``group_queues``' first hash table holds (it grows):
+    the fixture's rows repeated, each copy in other queue ids (some negative), still grouped as
+    row by row."""
+    from mqtool.recovery import fastdispatch as fd
+    from mqtool.recovery.queuegroups import group_queues
+
+    with Store.open(copy_store(VERSIONS[-1], "crashed-small", tmp_path)) as store:
+        scanner = phase_scanner(
+            store.commitlog, store.commitlog.min_offset, None, discipline="reput", tags="delivery-time", delay_table=store.delay_table,
+            legacy_properties=False, index_enable=True, check_crc=False,
+        )
+        batches = list(scanner)
+    fields = np.concatenate([b.fields for b in batches])
+    topic_ids = np.concatenate([b.topic_ids for b in batches])
+    copies = max(1, 2000 // len(fields) + 1)
+    fields = np.concatenate([fields] * copies)
+    topic_ids = np.concatenate([topic_ids] * copies)
+    fields[:, fd.F_QUEUE_ID] = (np.arange(len(fields)) % 997) - 3
+    groups = group_queues(fields, topic_ids)
+    expected = _row_by_row_groups(fields, topic_ids)
+    assert len(expected) > 256
+    got = _grouped(groups)
+    assert got == expected and list(got) == list(expected)
