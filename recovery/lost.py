@@ -134,9 +134,18 @@ def _next_data(extents: list[tuple[int, int]], pos: int) -> int | None:
     return None
 
 
-def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf) -> int:
+def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
+    """Where a search for a record start at or after ``pos`` begins: in the first data range
+    from ``pos``, a few bytes before it (a record's leading size bytes may be zeros in the hole
+    before), never before ``pos``; None when no data follows."""
+    search = _next_data(extents, pos)
+    return None if search is None else max(pos, search - (search % 8) - 8)
+
+
+def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
     """``next_self_offset`` a window at a time, releasing the pages it has searched (a 1 GiB
-    segment of zeros after the cut is not kept resident)."""
+    segment of zeros after the cut is not kept resident); a window of zeros moves the search
+    to the next data range of ``extents`` (the holes of a sparse segment are not read)."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start
@@ -148,7 +157,10 @@ def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf) -> int
             return found
         searched = w - tail + 1  # every q' < searched was tried
         release_pages(buf, q, searched)
-        q = searched
+        nxt = _search_from(extents, searched)
+        if nxt is None:
+            return -1
+        q = nxt
 
 
 def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None) -> None:
@@ -167,9 +179,9 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         if code == OK_BLANK:
             return
         nxt = -1
-        search = _next_data(extents, end + 1)
+        search = _search_from(extents, end + 1)
         if search is not None:
-            nxt = _next_self_offset(array, max(end + 1, search - (search % 8) - 8), base, accept_v2, buf)
+            nxt = _next_self_offset(array, search, base, accept_v2, buf, extents)
         stop = size if nxt < 0 else nxt
         garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
         if garbage:

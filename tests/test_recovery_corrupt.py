@@ -209,3 +209,47 @@ def test_missing_index_file_of_a_clean_store_is_reported_then_rebuilt(tmp_path, 
         for m in manifest(version, "clean-small")["messages"]:
             for key in ([m["uniqKey"]] if m["uniqKey"] else []) + m["keys"]:
                 assert broker_query(store, m["topic"], key, end) == broker_query(broker, m["topic"], key, end)
+
+
+def _resparsify(path, page: int = 4096) -> None:
+    """Rewrite ``path`` with every all-zero page left as a hole (as a pre-allocated segment has)."""
+    data = path.read_bytes()
+    path.unlink()
+    with open(path, "wb") as f:
+        for at in range(0, len(data), page):
+            chunk = data[at : at + page]
+            if chunk.count(0) != len(chunk):
+                f.seek(at)
+                f.write(chunk)
+        f.truncate(len(data))
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_zeroed_range_over_holes_of_a_sparse_segment(tmp_path, version, monkeypatch):
+    """A zeroed range that is mostly holes, longer than the lost scan's search window: the search
+    for the next record start skips the holes (not reading them) and still finds every message
+    after the range (the manifest's)."""
+    from mqtool.recovery import lost
+
+    store_dir = copy_store(version, NAME, tmp_path)
+    msgs = messages(version)
+    k = 1
+    while msgs[k]["commitLogOffset"] % (1 << 20) > (1 << 19):
+        k += 1
+    j = k
+    while msgs[j]["commitLogOffset"] < msgs[k]["commitLogOffset"] + 5 * 4096 and msgs[j]["commitLogOffset"] // (1 << 20) == msgs[k]["commitLogOffset"] // (1 << 20):
+        j += 1
+    start, stop = msgs[k]["commitLogOffset"], msgs[j - 1]["commitLogOffset"] + 10
+    assert stop - start > 3 * 4096, "the fixture's records are too large for this test"
+    patch(store_dir, start, bytes(stop - start))
+    path, _ = segment_of(store_dir, start)
+    _resparsify(path)
+    extents = lost.data_extents(path)
+    if len(extents) < 2:
+        pytest.skip("this file system does not keep holes")
+    monkeypatch.setattr(lost, "WINDOW", 1024)  # the hole spans several windows
+    plan = plan_and_apply(tmp_path, store_dir)
+    assert plan.commitlog.valid_end == start and plan.commitlog.end_is_damage
+    after = [m for m in msgs if m["commitLogOffset"] >= msgs[j]["commitLogOffset"]]
+    assert plan.lost.count == len(after)
+    assert [m.offset for m in plan.lost.messages] == [m["commitLogOffset"] for m in after][:1000]
