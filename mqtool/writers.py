@@ -214,10 +214,14 @@ class ConsumeQueueWriter:
             else:
                 self._touch(q, int(q.state[S_FILL_FROM]))
         if placed:
-            keep = pos >= 0
             units = np.empty(placed, dtype=UNIT_DTYPE)
-            units["phys_offset"], units["size"], units["tags_code"] = phys[keep], size[keep], tags[keep]
-            self._write(q, int(pos[keep][0]), units)
+            if placed == n:  # the usual case: every request placed, no mask to apply
+                units["phys_offset"], units["size"], units["tags_code"] = phys, size, tags
+                self._write(q, int(pos[0]), units)
+            else:
+                keep = pos >= 0
+                units["phys_offset"], units["size"], units["tags_code"] = phys[keep], size[keep], tags[keep]
+                self._write(q, int(pos[keep][0]), units)
             q.placed += placed
         return placed
 
@@ -228,8 +232,8 @@ class ConsumeQueueWriter:
 
     def _write(self, q: _Queue, at: int, units: np.ndarray) -> None:
         """Units are consecutive from logical position ``at``; split them at file ends."""
-        data = units.tobytes()
-        while data:
+        data = units.view(np.uint8)  # the units' bytes, not a copy
+        while len(data):
             base = at - at % self.file_size
             chunk = data[: base + self.file_size - at]
             q.files.add(base)

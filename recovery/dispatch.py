@@ -105,6 +105,8 @@ class DispatchBatch:
     @cached_property
     def to_index(self) -> np.ndarray:
         """Everything but ROLLBACK (``IndexService.buildIndex``)."""
+        if self.groups is not None:  # already computed by the queue grouping's pass
+            return self.groups.indexed
         tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
         return tran != clfmt.TransactionType.ROLLBACK
 

@@ -7,7 +7,8 @@ does in one compiled pass over the batch's row-major ``fields`` what a numpy col
 in several strided passes: the eligibility mask, a stable counting sort of the eligible rows by
 queue, the four columns ``putMessagePositionInfo`` reads (queue offset, physical offset, size,
 tags code) gathered into queue order, and the counts the plan reports (queued rows, the
-INNER_MULTI_DISPATCH rows, the last queued row). ``dest[r]`` is where row ``r`` lands in the
+INNER_MULTI_DISPATCH rows, the last queued row), and by the way the index dispatcher's mask (all
+but ROLLBACK, §6.5). ``dest[r]`` is where row ``r`` lands in the
 grouped columns (-1 when it is not queued): the spill keeps it, so an apply rebuilds the grouped
 columns while unpacking, without grouping again.
 """
@@ -25,6 +26,7 @@ from . import fastdispatch as fd
 TRAN_MASK = clfmt.TRANSACTION_TYPE_MASK
 TRAN_NOT_TYPE = int(clfmt.TransactionType.NOT_TYPE)
 TRAN_COMMIT = int(clfmt.TransactionType.COMMIT)
+TRAN_ROLLBACK = int(clfmt.TransactionType.ROLLBACK)
 CQ_COLUMNS = (fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_TAGS)
 # stats slots
 S_GROUPS, S_QUEUED, S_MULTI, S_MULTI_QUEUED, S_LAST_QUEUED = range(5)
@@ -38,6 +40,7 @@ class QueueGroups(NamedTuple):
     starts: np.ndarray  # int64 (groups + 1,)
     columns: np.ndarray  # int64 (4, queued): queue offset, phys offset, size, tags code
     dest: np.ndarray  # int32 (rows,): the row's place in ``columns``, -1 if not queued
+    indexed: np.ndarray  # bool (rows,): all but ROLLBACK (``IndexService.buildIndex``)
     multi: int  # rows flagged INNER_MULTI_DISPATCH
     multi_queued: int  # of them, rows the consume queue dispatcher takes
     last_queued: int  # index of the last queued row, -1 if none
@@ -52,15 +55,16 @@ def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
     keys = np.empty(n + 1, dtype=np.int64)
     starts = np.empty(n + 2, dtype=np.int64)
     dest = np.empty(n, dtype=np.int32)
+    indexed = np.empty(n, dtype=np.bool_)
     columns = np.empty((len(CQ_COLUMNS), n), dtype=np.int64)
     stats = np.zeros(5, dtype=np.int64)
-    _group(fields, topic_ids, keys, starts, dest, columns, stats)
+    _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats)
     groups, queued = int(stats[S_GROUPS]), int(stats[S_QUEUED])
-    return QueueGroups(keys[:groups], starts[: groups + 1], columns[:, :queued], dest, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
+    return QueueGroups(keys[:groups], starts[: groups + 1], columns[:, :queued], dest, indexed, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
 
 
 @numba.njit(cache=True, nogil=True)
-def _group(fields, topic_ids, keys, starts, dest, columns, stats):
+def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats):
     n = fields.shape[0]
     size = 256  # open addressing, doubled when half full: a batch has few queues, a small table stays in cache
     table = np.full(size, -1, dtype=np.int64)
@@ -77,6 +81,7 @@ def _group(fields, topic_ids, keys, starts, dest, columns, stats):
         if flagged:
             multi += 1
         tran = fields[r, fd.F_SYS_FLAG] & TRAN_MASK
+        indexed[r] = tran != TRAN_ROLLBACK
         if tran != TRAN_NOT_TYPE and tran != TRAN_COMMIT:
             dest[r] = -1
             continue
@@ -140,16 +145,18 @@ def group_unpacked(keys: np.ndarray, starts: np.ndarray, dest: np.ndarray, wide:
     src_wide = np.array([wide_cols.index(c) if c in wide_cols else -1 for c in CQ_COLUMNS], dtype=np.int64)
     src_narrow = np.array([narrow_cols.index(c) if c in narrow_cols else -1 for c in CQ_COLUMNS], dtype=np.int64)
     stats = np.zeros(5, dtype=np.int64)
-    _scatter(dest, wide, narrow, flags, src_wide, src_narrow, columns, stats)
-    return QueueGroups(keys, starts, columns, dest, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
+    indexed = np.empty(dest.shape[0], dtype=np.bool_)
+    _scatter(dest, wide, narrow, flags, narrow_cols.index(fd.F_SYS_FLAG), src_wide, src_narrow, columns, indexed, stats)
+    return QueueGroups(keys, starts, columns, dest, indexed, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
 
 
 @numba.njit(cache=True, nogil=True)
-def _scatter(dest, wide, narrow, flags, src_wide, src_narrow, columns, stats):
+def _scatter(dest, wide, narrow, flags, sys_flag_row, src_wide, src_narrow, columns, indexed, stats):
     multi = 0
     multi_queued = 0
     last = -1
     for r in range(dest.shape[0]):
+        indexed[r] = (narrow[sys_flag_row, r] & TRAN_MASK) != TRAN_ROLLBACK
         flagged = (flags[r] & fd.FLAG_MULTI_DISPATCH) != 0
         if flagged:
             multi += 1

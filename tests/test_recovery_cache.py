@@ -95,7 +95,7 @@ def test_spilled_batches_read_back_equal(tmp_path, version):
         assert np.array_equal(a.keys, b.keys) and np.array_equal(a.topic_ids, b.topic_ids)
         ga, gb = a.queue_groups, b.queue_groups  # the plan's grouping, and the one rebuilt from the spill
         assert np.array_equal(ga.keys, gb.keys) and np.array_equal(ga.starts, gb.starts) and np.array_equal(ga.dest, gb.dest)
-        assert np.array_equal(ga.columns, gb.columns)
+        assert np.array_equal(ga.columns, gb.columns) and np.array_equal(ga.indexed, gb.indexed)
         assert (ga.multi, ga.multi_queued, ga.last_queued) == (gb.multi, gb.multi_queued, gb.last_queued)
 
 
@@ -123,6 +123,7 @@ def _grouped(groups):
 def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
     """``queuegroups.group_queues`` against the broker's rule applied row by row: NOT_TYPE and COMMIT
     records go to ``(topic, queue id)`` in commit log order, with (queue offset, phys, size, tags)."""
+    from mqtool.formats.dispatch import is_indexed
     from mqtool.recovery import fastdispatch as fd
 
     with Store.open(copy_store(version, "crashed-small", tmp_path)) as store:
@@ -139,6 +140,7 @@ def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
             assert got == expected and list(got) == list(expected)  # first-appearance order too
             flagged = batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH != 0
             assert groups.multi == int(flagged.sum())
+            assert groups.indexed.tolist() == [is_indexed(f) for f in batch.fields[:, fd.F_SYS_FLAG].tolist()]
             checked += groups.queued
     assert checked > 0
 
