@@ -383,12 +383,12 @@ class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
     range is walked and parsed once.
 
-    The batches are spilled, only the columns the writers read (``spillrows``, 61 bytes a
-    record plus 4 a key), to an unnamed temporary file (``tempfile``'s directory: page cache,
+    The batches are spilled, only the columns the writers read (``spillrows``, 65 bytes a
+    record with its consume queue grouping, plus 4 a key and 16 a queue), to an unnamed temporary file (``tempfile``'s directory: page cache,
     never fsynced, gone when the process ends) and read back one batch at a time, so the memory
     a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
     when the file cannot be written, it gives up and the apply walks the range again; the result
-    is the same either way (2 GiB: some 30 million records, 2 GiB of 128-byte records; reading
+    is the same either way (2 GiB: some 29 million records, 2 GiB of 128-byte records; reading
     it back costs about half of walking and parsing the range again)."""
 
     def __init__(self, budget: int = 2 << 30):
