@@ -352,61 +352,6 @@ def local_topics(buf, out, lo, hi, local, first):
     return count
 
 
-@numba.njit(cache=True, nogil=True)
-def group_rows(keys, eligible, order, starts):
-    """Counting sort of the ``eligible`` rows by ``keys`` (stable: rows keep commit log order in
-    each group). Fills ``order`` with row indexes and ``starts`` with group bounds; returns the
-    number of groups and the key of each group (in order of first appearance)."""
-    n = keys.shape[0]
-    size = 64
-    while size < 2 * n + 2:
-        size *= 2
-    table = np.full(size, -1, dtype=np.int64)
-    group_key = np.empty(n + 1, dtype=np.int64)
-    gid = np.empty(n, dtype=np.int64)
-    counts = np.zeros(n + 1, dtype=np.int64)
-    groups = 0
-    for r in range(n):
-        if not eligible[r]:
-            gid[r] = -1
-            continue
-        key = keys[r]
-        slot = (key ^ (key >> 31)) & (size - 1)
-        while True:
-            g = table[slot]
-            if g < 0:
-                g = groups
-                table[slot] = g
-                group_key[g] = key
-                groups += 1
-                break
-            if group_key[g] == key:
-                break
-            slot = (slot + 1) & (size - 1)
-        gid[r] = g
-        counts[g] += 1
-    starts[0] = 0
-    for g in range(groups):
-        starts[g + 1] = starts[g] + counts[g]
-    fill = starts[:groups].copy()
-    for r in range(n):
-        g = gid[r]
-        if g >= 0:
-            order[fill[g]] = r
-            fill[g] += 1
-    return groups, group_key[:groups]
-
-
-@numba.njit(cache=True, nogil=True)
-def gather_rows(fields, order, count, cols, out):
-    """``out[i, j] = fields[order[j], cols[i]]`` for ``j < count``: some columns of a batch in
-    the order ``group_rows`` gives, in one pass over the rows (not one strided gather a column)."""
-    for j in range(count):
-        r = order[j]
-        for i in range(cols.shape[0]):
-            out[i, j] = fields[r, cols[i]]
-
-
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:
     """``delay_ms[level]`` for levels 1..max (index 0 unused); levels missing from a gapped
     table fall back to 1000 ms like ``computeDeliverTimestamp``."""
