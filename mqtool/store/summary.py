@@ -14,6 +14,7 @@ ends at damage, the compiled walk gives the end, so its words are those of ``ver
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .batchconsumequeue import UNIT_SIZE
@@ -24,6 +25,7 @@ from .version import BrokerVersion
 
 FIVE = BrokerVersion(5, 0, 0)
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks (~30 us each) before the compiled walk takes over
+WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
 
 
 def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
@@ -41,11 +43,51 @@ def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
             if scan.end.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS):
                 return count, scan.end
             count, resume = 0, start  # damage: the compiled walk words the end
+    walked, end = compiled_end(store, resume)
+    return count + walked, end
+
+
+def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
+    """``logical_end``'s compiled walk from ``start``: (valid records, end).
+
+    The broker's scan leaves a segment only at a blank record, for the next segment's start
+    (§8.3), so each segment's walk can start before the one before it is done: the segments are
+    walked ``workers`` at a time (the compiled walk releases the GIL), and the first whose walk
+    does not end at a blank ends the chain. Where that walk stopped at the next segment's start
+    without a blank (a segment filled to the byte, or a walk that ends at damage), the chain's end
+    is worded by the one sequential scan from that segment (``FastScan`` without a ``stop``)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from .fastscan import FastScan  # numba: only for a big commit log, or an end at damage
 
-    fast = FastScan(store.commitlog, resume, check_crc=True, stop_on_crc=True, release_behind=True)  # pages behind the walk dropped: flat RSS
-    count += sum(len(batch.rows) for batch in fast)
-    return count, fast.end
+    commitlog = store.commitlog
+    segments = commitlog.segments
+    first = commitlog.segment_index(start)
+    workers = workers or min(os.cpu_count() or 1, 2)
+
+    def walk(begin: int, stop: int | None) -> tuple[int, ScanEnd, bool]:
+        scan = FastScan(commitlog, begin, stop, check_crc=True, stop_on_crc=True, batch_bytes=WALK_BATCH_BYTES, release_behind=True)  # pages behind the walk dropped: flat RSS
+        return sum(len(batch.rows) for batch in scan), scan.end, bool(scan.blanks)
+
+    if store.is_dledger or first is None or first + 1 >= len(segments) or workers < 2:
+        count, end, _ = walk(start, None)
+        return count, end
+    spans = [(start if i == first else segments[i].base_offset, segments[i + 1].base_offset if i + 1 < len(segments) else None) for i in range(first, len(segments))]
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="mqtool-info-walk")
+    try:
+        futures = [pool.submit(walk, begin, stop) for begin, stop in spans]
+        count = 0
+        for (begin, stop), future in zip(spans, futures):
+            walked, end, blank = future.result()
+            if stop is None:
+                return count + walked, end
+            if not (blank and end.offset == stop):
+                walked, end, _ = walk(begin, None)
+                return count + walked, end
+            count += walked
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # walks of segments past the end not started
+    raise AssertionError("unreachable: the last segment's walk ends the chain")
 
 
 def commitlog_summary(store: Store) -> dict[str, Any]:
