@@ -24,7 +24,8 @@ import numba
 import numpy as np
 
 from ..formats import commitlog as fmt
-from ..store.textscan import M32, java_hash_utf8, load_u64, property_item, span_is
+from ..store.textscan import M32, java_hash_utf8, property_item, span_is
+from ..store.words import has_byte_below, load8
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 _V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
@@ -138,17 +139,6 @@ def _fingerprint(buf, p, n):
     return np.int64(x ^ (x >> np.uint64(29)))
 
 
-_LOW3 = np.uint64(0x0303030303030303)
-_HIGH = np.uint64(0x8080808080808080)
-
-
-@numba.njit(inline="always")
-def _has_separator(w):
-    """Some byte of the word is below 3 (\\x01, \\x02 or a zero): the classic SWAR "has less than"
-    test, exact for whether any byte is (not for which)."""
-    return ((w - _LOW3) & ~w & _HIGH) != np.uint64(0)
-
-
 @numba.njit(cache=True, nogil=True)
 def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, out_base, keys, key_fill):
     """Fill ``out[out_base + r]`` for ``rows[first_row:]`` and append partial key hashes to
@@ -163,7 +153,6 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
     """
     n = rows.shape[0]
     max_level = delay_ms.shape[0] - 1
-    address = buf.ctypes.data
     r = first_row
     while r < n:
         pos = rows[r, 0]
@@ -196,7 +185,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             j = i
             k = -1
             while j < props_end:
-                while j + 8 <= props_end and not _has_separator(load_u64(address + j)):
+                while j + 8 <= props_end and not has_byte_below(load8(buf, j), 3):
                     j += 8  # no byte below 3 in these eight: no separator
                 if j >= props_end:
                     break
@@ -304,10 +293,9 @@ def _same_topic(buf, out, a, b):
     if n != out[b, F_TOPIC_LEN] or out[a, F_TOPIC_FP] != out[b, F_TOPIC_FP]:
         return False
     pa, pb = out[a, F_TOPIC_POS], out[b, F_TOPIC_POS]
-    address = buf.ctypes.data
     j = 0
     while j + 8 <= n:  # eight bytes at a time
-        if load_u64(address + pa + j) != load_u64(address + pb + j):
+        if load8(buf, pa + j) != load8(buf, pb + j):
             return False
         j += 8
     while j < n:

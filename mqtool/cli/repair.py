@@ -10,7 +10,6 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 

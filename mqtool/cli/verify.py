@@ -17,7 +17,7 @@ from rich.markup import escape
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, Verification, VerifyOptions
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
 from .store_state import warn_store_state

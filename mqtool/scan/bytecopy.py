@@ -1,5 +1,5 @@
-"""Raw byte access inside compiled kernels: ``copy_bytes`` (``memcpy`` between uint8 arrays) and
-``load8`` (eight bytes at any position as one uint64, for scans that test a word at a time).
+"""Byte copies inside compiled kernels: ``copy_bytes`` (``memcpy`` between uint8 arrays) and
+``copy_words`` (many short spans, eight bytes at a time; the word loads are ``store.words``).
 
 numba compiles ``out[k + j] = buf[s + j]`` loops over signed indices into scalar byte moves (about
 0.5 GB/s on the bench machine, against 2 GB/s and more for ``llvm.memcpy`` on spans of 10-60
@@ -16,10 +16,11 @@ module, touch ``kernels.py`` and ``text.py`` (whose kernels inline these) or the
 from __future__ import annotations
 
 import numba
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
+
+from ..store.words import array_address, load_u64
 
 
 @intrinsic
@@ -36,28 +37,6 @@ def _memcpy(typingctx, dst, src, n):
     return types.void(types.uintp, types.uintp, types.intp), codegen
 
 
-@intrinsic
-def _load_u64(typingctx, addr):
-    """The 8 bytes at a raw address as a uint64 (native byte order, no alignment needed); the
-    ``uintp`` twin of ``textscan.load_u64`` for the address arithmetic here."""
-
-    def codegen(context, builder, signature, args):
-        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
-
-    return types.uint64(types.uintp), codegen
-
-
-@intrinsic
-def _address(typingctx, array):
-    """The address of an array's first element (``array.ctypes.data`` without the ctypes view)."""
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        return builder.ptrtoint(data, ir.IntType(64))
-
-    return types.uintp(array), codegen
-
-
 SHORT = 32  # spans up to this long are moved by an inline byte loop, longer ones by memcpy
 
 
@@ -65,20 +44,11 @@ SHORT = 32  # spans up to this long are moved by an inline byte loop, longer one
 def copy_bytes(out, k, buf, s, n):
     """``out[k:k+n] = buf[s:s+n]`` (uint8 arrays, ``n >= 0``, spans not overlapping); returns ``k + n``."""
     if n > SHORT:
-        _memcpy(_address(out) + numba.uintp(k), _address(buf) + numba.uintp(s), numba.intp(n))
+        _memcpy(array_address(out) + numba.uintp(k), array_address(buf) + numba.uintp(s), numba.intp(n))
         return k + n
     o, b = numba.uintp(k), numba.uintp(s)  # unsigned: no negative-index wraparound per byte
     for j in range(numba.uintp(max(n, 0))):
         out[o + j] = buf[b + j]
-    return k + n
-
-
-@numba.njit(inline="always")
-def copy_span(out, k, buf, s, n):
-    """``copy_bytes`` always through ``memcpy``: for spans whose lengths vary from one to the
-    next (a byte loop mispredicts its exit); returns ``k + n``."""
-    if n > 0:
-        _memcpy(_address(out) + numba.uintp(k), _address(buf) + numba.uintp(s), numba.intp(n))
     return k + n
 
 
@@ -107,29 +77,7 @@ def copy_words(out, k, buf, s, n):
         return k
     if n > WORD_LOOP or s + n + WORD_SLACK > buf.shape[0]:
         return copy_bytes(out, k, buf, s, n)  # memcpy beyond WORD_LOOP bytes
-    o, b = _address(out) + numba.uintp(k), _address(buf) + numba.uintp(s)
+    o, b = array_address(out) + numba.uintp(k), array_address(buf) + numba.uintp(s)
     for j in range(0, numba.uintp(n), numba.uintp(8)):
-        _store_u64(o + j, _load_u64(b + j))
+        _store_u64(o + j, load_u64(b + j))
     return k + n
-
-
-@numba.njit(inline="always")
-def load8(buf, p):
-    """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""
-    return _load_u64(_address(buf) + numba.uintp(p))
-
-
-ONES = np.uint64(0x0101010101010101)
-HIGH = np.uint64(0x8080808080808080)
-
-
-@numba.njit(inline="always")
-def has_byte_below(x, n):
-    """Some byte of ``x`` is below ``n`` (``n <= 128``; exact: a borrow only starts at such a byte)."""
-    return ((x - ONES * np.uint64(n)) & ~x & HIGH) != 0
-
-
-@numba.njit(inline="always")
-def has_byte(x, b):
-    """Some byte of ``x`` equals ``b``."""
-    return has_byte_below(x ^ (ONES * np.uint64(b)), 1)

@@ -15,7 +15,8 @@ import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from .bytecopy import HIGH, WORD_SLACK, copy_bytes, copy_span, copy_words, has_byte, load8
+from ..store.words import HIGH, has_byte, load8
+from .bytecopy import WORD_SLACK, copy_bytes, copy_words
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
 KEY_KEYS = np.frombuffer(b"KEYS", dtype=np.uint8)

@@ -29,7 +29,7 @@ from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.textscan import load_u64
+from ..store.words import load8
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
@@ -300,14 +300,13 @@ def _topic_key(buf, start, stop):
     """A 64-bit key of the topic bytes ``buf[start:stop]``: FNV-1a over native 8-byte words (the
     last word overlapping when the length is not a multiple of 8; bytes one by one below 8),
     then the length (two different topics share a key with probability ~2**-64 per pair)."""
-    address = buf.ctypes.data
     h = _FNV_OFFSET
     k = start
     while k + 8 <= stop:
-        h = (h ^ load_u64(address + k)) * _FNV_PRIME
+        h = (h ^ load8(buf, k)) * _FNV_PRIME
         k += 8
     if k < stop and stop - start >= 8:
-        h = (h ^ load_u64(address + stop - 8)) * _FNV_PRIME
+        h = (h ^ load8(buf, stop - 8)) * _FNV_PRIME
     else:
         while k < stop:
             h = (h ^ np.uint64(buf[k])) * _FNV_PRIME

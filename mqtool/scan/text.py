@@ -17,7 +17,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from .bytecopy import WORD_SLACK, copy_words, has_byte, has_byte_below, load8
+from ..store.words import has_byte, has_byte_below, load8
+from .bytecopy import WORD_SLACK, copy_words
 
 QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
 _EMPTY = np.zeros(0, dtype=np.uint8)

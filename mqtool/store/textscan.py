@@ -15,21 +15,8 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
-from numba.extending import intrinsic
 
 M32 = np.int64(0xFFFFFFFF)
-
-
-@intrinsic
-def load_u64(typingctx, address):
-    """The 8 bytes at a raw ``address`` as one uint64 (native byte order, no alignment needed):
-    numba does not combine single byte loads into one."""
-
-    def codegen(context, builder, signature, args):
-        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
-
-    return numba.types.uint64(numba.types.intp), codegen
 
 
 @numba.njit(inline="always")

@@ -1,0 +1,62 @@
+"""Raw word access inside compiled kernels: ``load8`` (the eight bytes at any position of a uint8
+array as one uint64, native byte order) and the SWAR tests on such a word (``has_byte_below``,
+``has_byte``), for scans that skip a word at a time where no byte they look for can be. Shared
+by the store's readers, the recovery dispatch (``recovery/fastdispatch.py``) and the columnar
+scan (``mqtool/scan``). Callers own the bounds: nothing is checked.
+
+numba's on-disk cache checks only the source file of each cached kernel: after editing this
+module, touch the modules whose kernels inline these (``recovery/fastdispatch.py``,
+``mqtool/scan/bytecopy.py``, ``kernels.py``, ``text.py``, ``stats.py``) or they run stale code.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def load_u64(typingctx, addr):
+    """The 8 bytes at a raw address as a uint64 (native byte order, no alignment needed): numba
+    does not combine single byte loads into one."""
+
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
+
+    return types.uint64(types.uintp), codegen
+
+
+@intrinsic
+def array_address(typingctx, array):
+    """The address of an array's first element (``array.ctypes.data`` without the ctypes view)."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        return builder.ptrtoint(data, ir.IntType(64))
+
+    return types.uintp(array), codegen
+
+
+@numba.njit(inline="always")
+def load8(buf, p):
+    """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""
+    return load_u64(array_address(buf) + numba.uintp(p))
+
+
+ONES = np.uint64(0x0101010101010101)
+HIGH = np.uint64(0x8080808080808080)
+
+
+@numba.njit(inline="always")
+def has_byte_below(x, n):
+    """Some byte of ``x`` is below ``n`` (``n <= 128``; exact: a borrow only starts at such a byte)."""
+    return ((x - ONES * np.uint64(n)) & ~x & HIGH) != 0
+
+
+@numba.njit(inline="always")
+def has_byte(x, b):
+    """Some byte of ``x`` equals ``b``."""
+    return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
