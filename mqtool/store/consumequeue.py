@@ -106,9 +106,8 @@ class ConsumeQueue:
         base = logical - logical % self.file_size
         for file_base, path in self.files:
             if file_base == base:
-                with _open(path) as f:
-                    data = os.pread(f.fileno(), ENTRY_SIZE, logical - base)
-                return fmt.ConsumeQueueEntry(queue_offset, *fmt.ENTRY.unpack(data)) if len(data) == ENTRY_SIZE else None
+                unit = read_unit(path, logical - base)
+                return None if unit is None else fmt.ConsumeQueueEntry(queue_offset, *unit)
         return None
 
     def recover(self) -> QueueRecovery:
@@ -175,6 +174,14 @@ def _open(path: Path):
         return open(path, "rb", buffering=0)
     except PermissionError:
         raise BadInput(f"{path}: permission denied") from None
+
+
+def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
+    """``(phys_offset, size, tags_code)`` of the unit at byte ``position`` of one file (one
+    ``pread``), None past the file's end."""
+    with _open(path) as f:
+        data = os.pread(f.fileno(), ENTRY_SIZE, position)
+    return fmt.ENTRY.unpack(data) if len(data) == ENTRY_SIZE else None
 
 
 def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:

@@ -15,15 +15,15 @@ Reads only the slots, entries, consume queue units and records a lookup needs.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
-from ..formats.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueueEntry
+from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
 from ..formats.commitlog import TransactionType
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
+from .consumequeue import read_unit
 from .index import LONG_MAX, IndexFile
 from .store import Store
 from .version import BrokerVersion
@@ -256,9 +256,7 @@ class _QueueFile:
     def unit(self, pos: int) -> tuple[int, int]:
         unit = self._units.get(pos)
         if unit is None:
-            with open(self.path, "rb", buffering=0) as f:
-                data = os.pread(f.fileno(), ENTRY_SIZE, pos)
-            phys, size, _ = ENTRY.unpack(data) if len(data) == ENTRY_SIZE else (0, 0, 0)
+            phys, size, _ = read_unit(self.path, pos) or (0, 0, 0)
             unit = self._units[pos] = (phys, size)
         return unit
 
