@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterable
 from ..formats import checkpoint as cpfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME
-from ..verify import CHECKS, Finding, Verification, VerifyOptions
+from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plansteps import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
@@ -372,9 +372,6 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             continue
         keep.append(f)
     return keep
-
-
-CROSS_CHECKS = ("cq", "index")
 
 
 def cross_checks_settled(store: Store, recover: Plan) -> bool:

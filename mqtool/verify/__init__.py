@@ -33,13 +33,14 @@ from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
 
 CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
+CROSS_CHECKS = ("cq", "index")  # the checks that join the records with the consume queues and the index
 ENGINES = ("columnar", "records")
 SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
 
-__all__ = ["CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
+__all__ = ["CHECKS", "CROSS_CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class Verification:
         opts, store = self.options, self.store
         start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
         stop = opts.to_offset
-        cross = [c for c in ("cq", "index") if c in opts.checks] if store.root is not None else []
+        cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
         forked = None
         if opts.jobs > 1 and cross and "commitlog" in opts.checks and opts.from_offset is None and stop is None and hasattr(os, "fork") and _cpus() > 1:
             from .forked import ForkedCrossCheck
@@ -195,7 +196,7 @@ class Verification:
             if "commitlog" not in opts.checks:
                 summary.records = outcome.records
                 summary.bytes = max((outcome.end.offset if outcome.end else start) - start, 0)
-        elif store.root is None and any(c in opts.checks for c in ("cq", "index")):
+        elif store.root is None and any(c in opts.checks for c in CROSS_CHECKS):
             summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
         if "checkpoint" in opts.checks and store.root is not None:
             if last_timestamp is None:
