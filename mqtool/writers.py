@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-import numba
+from .jit import numba
 import numpy as np
 
 from .fileops import fsync_dir

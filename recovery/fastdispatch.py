@@ -20,7 +20,7 @@ the two paths equal on every fixture record.
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as fmt

@@ -14,7 +14,7 @@ import errno
 import os
 from dataclasses import dataclass, field
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as fmt

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as clfmt

@@ -16,7 +16,7 @@ aligned for the int32 ones, so they are read and written as typed views.
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from . import fastdispatch as fd

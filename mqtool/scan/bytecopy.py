@@ -15,7 +15,7 @@ module, touch ``kernels.py`` and ``text.py`` (whose kernels inline these) or the
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic

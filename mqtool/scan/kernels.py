@@ -11,7 +11,7 @@ decoder instead.
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is

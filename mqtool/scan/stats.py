@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
-import numba
+from ..jit import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numba
+from ..jit import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc

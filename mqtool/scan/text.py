@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from enum import Enum
 
-import numba
+from ..jit import numba
 import numpy as np
 import pyarrow as pa
 

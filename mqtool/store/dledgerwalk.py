@@ -10,7 +10,7 @@ positions come from the construct schema (``formats.dledger``).
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import dledger as dfmt

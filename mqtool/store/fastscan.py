@@ -18,7 +18,7 @@ import mmap
 import os
 from typing import Iterator, NamedTuple
 
-import numba
+from ..jit import numba
 import numpy as np
 from llvmlite import binding as llvm_binding
 

@@ -13,7 +13,7 @@ Tests hold them equal to ``formats.hashing.java_string_hash`` and
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 
 M32 = np.int64(0xFFFFFFFF)

@@ -11,7 +11,7 @@ module, touch the modules whose kernels inline these (``recovery/fastdispatch.py
 
 from __future__ import annotations
 
-import numba
+from ..jit import numba
 import numpy as np
 from llvmlite import ir
 from numba import types

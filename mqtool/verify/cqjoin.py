@@ -20,7 +20,7 @@ import os
 from collections import deque
 from typing import Iterator
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as clfmt

@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from typing import Iterator
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import index as ixfmt

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import deque
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import index as ixfmt

@@ -23,7 +23,7 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 
-import numba
+from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as clfmt
