@@ -451,6 +451,38 @@ def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_u
     assert "temporary files" not in run("info", store).stderr
 
 
+def test_a_restore_stopped_by_a_full_disk_leaves_nothing_where_the_broker_loads_files(tmp_path, monkeypatch):
+    """Before: `restore` copied each backed-up file to `<file>.mqtool-restore` in the file's own
+    directory; stopped there (full disk, Ctrl-C), it left `00000000000000000000.mqtool-restore` in
+    commitlog/, a name the broker refuses to start on, and nothing named it."""
+    import errno
+
+    from mqtool.apply import backup as backups
+
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
+    before = tree(store)
+    backup = tmp_path / "my backup"
+    assert run("recover", store, "--yes", "--backup-dir", backup).exit_code == 0
+    repaired = tree(store)
+    real_copy = backups.copy_sparse
+
+    def full_disk(src, dst):
+        real_copy(src, dst)
+        with open(dst, "r+b") as f:
+            f.truncate(os.path.getsize(dst) // 2)
+        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    monkeypatch.setattr(backups, "copy_sparse", full_disk)
+    error_line(run("restore", backup, "--yes"), EXIT_BAD_INPUT)
+    monkeypatch.setattr(backups, "copy_sparse", real_copy)
+    staged = [rel for rel in tree(store) if rel not in before and rel not in repaired]
+    assert staged and all(rel.startswith(".mqtool-staging/") for rel in staged), staged
+    assert "temporary files an interrupted mqtool left in the store: .mqtool-staging/;" in run("info", store).stderr
+    again = run("restore", backup, "--yes")
+    assert again.exit_code == 0, again.stderr
+    assert tree(store) == before
+
+
 def test_apply_refuses_a_pending_store_with_a_command_that_pastes(tmp_path):
     from mqtool.apply import apply_plan
     from mqtool.apply.backup import write_pending

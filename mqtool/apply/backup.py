@@ -35,6 +35,14 @@ STAGING_DIR = ".mqtool-staging"
 BACKUPS_DIR = ".mqtool-backups"
 
 
+def staging_path(store_root: Path, final: Path) -> Path:
+    """Where a file of the store is written before it is renamed into place: the store's staging
+    directory, never the file's own directory (the broker refuses to start on a file in a commit log,
+    queue or index directory whose name is not an offset: ``MappedFileQueue.load``)."""
+    rel = os.path.relpath(final, store_root)
+    return Path(store_root) / STAGING_DIR / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{Path(final).name}"
+
+
 def default_backup_dir(store_root: Path, command: str) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{int(time.time() * 1000) % 1000:03d}"
     return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
@@ -317,7 +325,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         target = root / rel if rel else None
         if kind == "backup-file":
             makedirs(target.parent)
-            tmp = target.with_name(target.name + ".mqtool-restore")
+            tmp = staging_path(root, target)
+            makedirs(tmp.parent)
             copy_sparse(backup.file_copy(rel), tmp)
             os.replace(tmp, target)
             fsync_dir(target.parent)

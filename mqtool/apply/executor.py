@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import queue
 import shlex
@@ -36,7 +35,7 @@ from ..recovery.rules import RecoveryRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, staging_path, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, zero_range
 
@@ -119,10 +118,7 @@ class Executor:
         return self.root / STAGING_DIR
 
     def tmp_path(self, final: Path) -> Path:
-        """Temporary files live in the store's staging directory, never in a queue directory
-        (the broker refuses to load a file there whose name is not an offset)."""
-        rel = os.path.relpath(final, self.root)
-        return self.staging / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{final.name}"
+        return staging_path(self.root, final)
 
     def run(self) -> None:
         try:
