@@ -169,6 +169,7 @@ def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
 def store_summary(store: Store) -> dict[str, Any]:
     guess = store.version_guess
     cp = store.checkpoint
+    commitlog = commitlog_summary(store)  # first: a long walk loads numpy, and the queues are then judged on its view
     queues = queue_summaries(store)
     topics: dict[str, dict[str, int]] = {}
     for q in queues:
@@ -183,7 +184,7 @@ def store_summary(store: Store) -> dict[str, Any]:
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
-        "commitlog": commitlog_summary(store),
+        "commitlog": commitlog,
         "topics": topics,
         "queues": queues,
         "batch_queues": batch_queue_summaries(store),
