@@ -20,7 +20,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from ..store.fastscan import FastScan
 from . import fastdispatch as fd
 from . import spillrows
 from .queuegroups import QueueGroups, group_queues
+
+if TYPE_CHECKING:
+    from .walkedchain import WalkedChain
 
 POW31 = fd.pow31_table()
 
@@ -202,6 +205,7 @@ class DispatchScanner:
     skipped: list[ScanEnd] = field(default_factory=list)  # reput: what it skipped over
 
     threaded: bool = True  # walk and parse in a background thread while the caller consumes
+    shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         if not self.threaded:
@@ -255,6 +259,8 @@ class DispatchScanner:
             )
             bad: ScanEnd | None = None
             for seg in scan:
+                if self.shown is not None:
+                    self.shown.rows(seg)
                 bad = self._dispatch(acc, seg, delay_ms)
                 if acc.full or bad is not None:
                     yield from self._take(acc)
@@ -463,9 +469,10 @@ def phase_scanner(
     index_enable: bool,
     check_crc: bool,
     topics: TopicTable | None = None,
+    shown: "WalkedChain | None" = None,
 ) -> DispatchScanner:
     options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_enable)
-    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable())
+    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown)
 
 
 def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:

@@ -11,8 +11,9 @@ from .plansteps import PlanOptions, file_crc32, last_nonzero
 
 def _under_candidates(planner):
     @functools.wraps(planner)
-    def plan(store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache=None):
-        return plan_under_candidates(store, lambda s, c: planner(s, options, with_crc=with_crc, cache=c), cache)
+    def plan(store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache=None, **shown):
+        # ``shown`` (plan_recover's ``walked``) sees every candidate's scan: each walk is of the same bytes
+        return plan_under_candidates(store, lambda s, c: planner(s, options, with_crc=with_crc, cache=c, **shown), cache)
 
     return plan
 

@@ -21,6 +21,7 @@ units past each queue's end) so the next scan cannot read them back.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
@@ -61,12 +62,17 @@ from .queues import QueueSim
 from .rules import RecoveryRules
 from .startfile import abnormal_start, normal_start
 
+if TYPE_CHECKING:
+    from .walkedchain import WalkedChain
+
 # ---- recover --------------------------------------------------------------------------------
 
 
-def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False, cache: DispatchCache | None = None,
+                 walked: WalkedChain | None = None) -> Plan:
     """Everything the broker's load + recovery + start-up reput would do (module docstring).
-    ``cache`` keeps the dispatched batches for an apply in the same process."""
+    ``cache`` keeps the dispatched batches for an apply in the same process; ``walked`` is shown
+    the recovery scan's rows where it checks the CRC, for ``verify_after`` (``walkedchain``)."""
     root = store.path()
     version, source = store_version(store)
     rules = RecoveryRules(version)
@@ -127,6 +133,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     scanner = phase_scanner(
         cl, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=legacy,
         index_enable=index_enable, check_crc=config.check_crc_on_recover, topics=topics,
+        shown=walked if dl is None and config.check_crc_on_recover else None,
     )
     counts = PhaseCounts()
     phase_counts = [counts]

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from ..verify.lmq import lmq_queue_dirs
 from .plansteps import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
+from .walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
 LOST_KINDS = frozenset(
@@ -186,9 +186,11 @@ class Triage:
         return bool(self.queues or self.index or self.checkpoint or self.configs or self.abort)
 
 
-def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS) -> tuple[list[Finding], Verification]:
-    """Run ``verify`` (its public entry point; every check unless ``checks``) and keep the failing findings."""
+def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
+    """Run ``verify`` (its public entry point; every check unless ``checks``) and keep the failing
+    findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``)."""
     run = Verification(store, VerifyOptions(checks=checks))
+    run.walked = walked
     return [f for f in run.findings() if f.severity.fails], run
 
 
@@ -423,47 +425,32 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan)
     return expected_after(after)
 
 
-def plan_with_verify_after(store: Store, make_plan: Callable[[], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
-    """``make_plan()`` (a recovery plan of ``store``) with its ``verify_after``.
+def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
+    """``make_plan(walked)`` (a recovery plan of ``store``, its recovery scan shown to ``walked``)
+    with its ``verify_after``.
 
     When the cross checks may be settled (``cross_checks_may_settle``: the crashed store that
-    lost its consume queues and index), ``verify``'s other checks (a CRC walk of the whole
-    commit log) run in a second thread while the plan is made: both only read the store, and the
-    plan's walk leaves a core mostly idle. Their findings are used if the plan settles the cross
-    checks; otherwise (or if that verify failed) ``verify_after`` runs after the plan, as it
-    would alone: the result is the same either way. ``before_verify`` runs before a verify
-    that follows the plan."""
-    ahead: dict[str, Any] = {}
-    worker = None
-    if _prepared_for_threads(store) and cross_checks_may_settle(store):
-        def run() -> None:
-            try:
-                ahead["verified"] = verify_findings(store, LOCAL_CHECKS)
-            except BaseException:  # noqa: BLE001 - the verify after the plan runs again and reports it
-                pass
-
-        worker = threading.Thread(target=run, name="mqtool-verify-after", daemon=True)
-        worker.start()
-    try:
-        plan = make_plan()
-    finally:
-        if worker is not None:
-            worker.join()  # the caller closes the store next
-    if "verified" in ahead and cross_checks_settled(store, plan):
-        return dataclasses.replace(plan, verify_after=tuple(_expected_after(ahead["verified"], plan)))
+    lost its consume queues and index), the plan's scan keeps what verify's commit log check
+    would find in the records it walks (``walkedchain.WalkedChain``: CRC verdicts and the other
+    per-record checks), and if the plan settles the cross checks, verify's other checks run
+    after it on that walk: each segment's chain is walked on from where the plan's scan stopped,
+    not from its first byte. Otherwise ``verify_after`` runs after the plan with every check, as
+    it would alone: the result is the same either way. ``before_verify`` runs before verify."""
+    walked = WalkedChain() if _may_settle(store) else None
+    plan = make_plan(walked)
     if before_verify is not None:
         before_verify()
+    if walked is not None and cross_checks_settled(store, plan):
+        return dataclasses.replace(plan, verify_after=tuple(_expected_after(verify_findings(store, LOCAL_CHECKS, walked=walked.runs), plan)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
 
 
-def _prepared_for_threads(store: Store) -> bool:
-    """Load the store model's lazily read parts both threads use (so neither loads them while
-    the other does); False when one cannot be read (the plan reports it)."""
+def _may_settle(store: Store) -> bool:
+    """``cross_checks_may_settle``; False when a part it reads cannot be read (the plan reports it)."""
     try:
-        store.commitlog.segments, store.checkpoint, store.index_files, store.consume_queues, store.config
+        return cross_checks_may_settle(store)
     except Exception:  # noqa: BLE001
         return False
-    return True
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:

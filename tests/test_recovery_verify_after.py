@@ -87,29 +87,43 @@ def test_queues_or_a_kept_index_file_run_every_check(version, tmp_path):
 
 @pytest.mark.parametrize("version", ("4.9.7", "5.3.3"))
 @pytest.mark.parametrize("lose", (True, False))
-def test_verify_alongside_the_plan_gives_the_list_verify_after_the_plan_gives(version, lose, tmp_path, monkeypatch):
-    """``plan_with_verify_after`` runs verify's local checks in a thread while the plan is made
-    (only where the cross checks may be settled: queues and index lost); its ``verify_after`` is
-    the one ``verify_after`` computes after the plan, and with queues present it runs after."""
+@pytest.mark.parametrize("damaged", (False, True))
+def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(version, lose, damaged, tmp_path, monkeypatch):
+    """``plan_with_verify_after`` shows the plan's scan to verify's commit log check (only where
+    the cross checks may be settled: queues and index lost), which walks on from where the scan
+    stopped; its ``verify_after`` is the one ``verify_after`` computes after the plan on a walk of
+    its own, whole and with a flipped body CRC (the recovery's walk stops there, verify's goes on)."""
     root = copy_store(version, "crashed-small", tmp_path)
     if lose:
         lose_queues_and_index(root)
-    threads = []
+    if damaged:
+        messages = manifest(version, "crashed-small")["messages"]
+        offset = messages[len(messages) // 3]["commitLogOffset"]
+        with Store.open(root) as store:
+            size = store.commitlog.file_size
+        seg = root / "commitlog" / f"{offset // size * size:020d}"
+        data = bytearray(seg.read_bytes())
+        data[offset % size + BODY_CRC] ^= 0x01
+        seg.write_bytes(data)
+    calls = []
     real = rp.verify_findings
 
-    def spy(store, checks=rp.CHECKS):
-        import threading
-
-        threads.append((threading.current_thread().name, checks))
-        return real(store, checks)
+    def spy(store, checks=rp.CHECKS, *, walked=None):
+        calls.append((checks, sum(r.records for r in walked.values()) if walked is not None else None))
+        return real(store, checks, walked=walked)
 
     monkeypatch.setattr(rp, "verify_findings", spy)
     with Store.open(root) as store:
-        plan = rp.plan_with_verify_after(store, lambda: plan_recover(store, PlanOptions(mode="abnormal")))
+        plan = rp.plan_with_verify_after(store, lambda walked: plan_recover(store, PlanOptions(mode="abnormal"), walked=walked))
     with Store.open(root) as store:
         alone = rp.verify_after(store, plan_recover(store, PlanOptions(mode="abnormal")))
     assert list(plan.verify_after) == alone
-    assert len(threads) == 2  # one with the plan, one for ``alone``
-    assert threads[0] == (("mqtool-verify-after", rp.LOCAL_CHECKS) if lose else ("MainThread", rp.CHECKS))
+    assert len(calls) == 2  # one after the plan, one for ``alone``
+    checks, walked_records = calls[0]
     if lose:
+        assert checks == rp.LOCAL_CHECKS and walked_records == plan.dispatch[0].records  # every record the plan's scan took
         assert ("config-unreadable", True, None) in [(e.kind, e.lost_data, e.fixed_by) for e in alone]
+    else:
+        assert calls[0] == (rp.CHECKS, None)
+    if damaged:
+        assert plan.commitlog.valid_end == offset  # the recovery cuts at the flipped CRC (verify's finding there goes with the cut)

@@ -211,7 +211,7 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda: plan_recover(s, opts, with_crc=with_crc, cache=cache)),
+        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 

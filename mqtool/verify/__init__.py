@@ -86,6 +86,8 @@ class Verification:
         self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
         self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
         self._broker_start: int | None = None
+        # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
+        self.walked: dict | None = None
 
     def broker_start(self) -> int:
         """Where the broker's start-up recovery scans from (``recovery.startfile``): damage before
@@ -145,7 +147,7 @@ class Verification:
                 from .sharedwalk import SharedWalk  # the cross-checks on this walk's rows: one walk
 
                 shared = SharedWalk(self, cross, start)
-            extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared}
+            extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
             check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **extra)
             check.progress = self._stage("commitlog", check.total_bytes)
             try:

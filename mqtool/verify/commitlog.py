@@ -82,13 +82,14 @@ def _analyze_in_worker(task: SegmentTask) -> SegmentReport:
     return analyze_segment(task, _count)
 
 
-def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | None, chain=None) -> Iterator[SegmentReport]:
+def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | None, chain=None, walked: dict[int, Run] | None = None) -> Iterator[SegmentReport]:
     """Reports in segment order. ``jobs > 1`` forks a pool (one segment per task); closing the
     generator early terminates it. Serially, ``chain`` (``sharedwalk.SharedWalk``) is shown the
-    chain run of each segment it ``wants``."""
+    chain run of each segment it ``wants``, and a segment whose base is in ``walked`` continues
+    that walked chain prefix (``segments.analyze_segment``)."""
     if jobs <= 1 or len(tasks) <= 1:
         for task in tasks:
-            yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None)
+            yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None, (walked or {}).get(task.base))
         return
     warm_up()
     ctx = multiprocessing.get_context("fork")
@@ -118,9 +119,10 @@ class CommitLogCheck:
     """Stitch segment reports into findings; ``result`` is filled as the generator runs."""
 
     def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None,
-                 unread_before: Callable[[], int] | None = None, chain=None):
+                 unread_before: Callable[[], int] | None = None, chain=None, walked: dict[int, Run] | None = None):
         self.store = store
         self.chain = chain  # shown the chain's rows as they are walked (``segment_reports``)
+        self.walked = walked  # segment base -> chain prefix another reader walked (``segment_reports``)
         self.unread_before = unread_before  # where the broker's recovery starts scanning (asked only at damage)
         self._broker_start: int | None = None  # set when the chain ends at damage before it
         self._resume: int | None = None  # where valid records resume after that damage
@@ -158,7 +160,7 @@ class CommitLogCheck:
         yield from self._segment_sequence()
         result = self.result
         after: list[tuple[SegmentReport, Run | Gap]] = []
-        reports = iter(segment_reports(self.tasks(), self.jobs, self.progress, self.chain) if reports is None else reports)
+        reports = iter(segment_reports(self.tasks(), self.jobs, self.progress, self.chain, self.walked) if reports is None else reports)
         try:
             for report in reports:
                 result.segments += 1

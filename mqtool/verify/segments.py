@@ -124,7 +124,7 @@ def store_timestamp_at(array: np.ndarray, pos: int) -> int:
 
 @numba.njit(cache=True, nogil=True)
 def row_flags(buf, rows, base, flags):
-    """Per valid record, what ``_check_rows`` looks at (one pass, no per-call set-up): bit 1 body
+    """Per valid record, what ``check_rows`` looks at (one pass, no per-call set-up): bit 1 body
     CRC failed, bit 2 PHYSICALOFFSET is not the record's offset (§2.1), bit 4 the record ends
     with a ``__CRC32#`` property (§2.10). Returns the number of flagged records."""
     flagged = 0
@@ -144,7 +144,7 @@ def row_flags(buf, rows, base, flags):
     return flagged
 
 
-def _check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
+def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
     """Checks of one batch of valid records (``row_flags``); details only for the failures."""
     positions = rows[:, fs.COL_POS]
     if run.first_ts is None:
@@ -191,10 +191,11 @@ def property_crc(record) -> tuple[int, object]:
     return expected, sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
 
 
-def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None) -> Run:
+def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None, run: Run | None = None) -> Run:
     """Walk valid records from ``pos`` (windowed; pages behind the walk are released);
-    ``on_rows(array, rows)`` sees every call's rows while they are in cache."""
-    run = Run(pos)
+    ``on_rows(array, rows)`` sees every call's rows while they are in cache. ``run``: a run
+    ending at ``pos`` to continue (its records already walked and checked, ``check_rows``)."""
+    run = Run(pos) if run is None else run
     released = pos
     step = WINDOW if on_rows is None else SHOWN_STEP
     while True:
@@ -202,7 +203,7 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
         count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
         if count:
             run.records += count
-            _check_rows(array, out[:count], base, run)
+            check_rows(array, out[:count], base, run)
             if on_rows is not None:
                 on_rows(array, out[:count])
         pos = npos
@@ -230,11 +231,13 @@ class ChainReader:
         """The chain run ended (``run.end``, ``run.code``)."""
 
 
-def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None) -> SegmentReport:
+def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     """Walk one segment: its runs of valid records, the gaps between them, its blank record.
 
     ``progress(n)`` is called with byte counts that add up to the segment's checked range;
-    ``chain`` is shown the chain run's rows as they are walked."""
+    ``chain`` is shown the chain run's rows as they are walked. ``walked``: the chain run's
+    first records, walked from the segment's first byte with CRC and checked (``check_rows``)
+    by another reader of the same bytes (``recover``'s plan): the chain continues from its end."""
     shown = 0
 
     def tick(n: int) -> None:
@@ -242,13 +245,13 @@ def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None 
         shown += n
         progress(n)
 
-    report = _analyze(task, tick if progress is not None else None, chain)
+    report = _analyze(task, tick if progress is not None else None, chain, walked)
     if progress is not None and report.bytes > shown:
         progress(report.bytes - shown)
     return report
 
 
-def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None) -> SegmentReport:
+def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     with MappedFile(task.path, task.base, sequential=True) as mf:
         array = fs.as_array(mf.buf)
         stop = mf.size if task.stop is None else min(task.stop, mf.size)
@@ -261,8 +264,13 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None) -> S
             if task.resync:
                 found = fs.find_record_start(array, pos, stop, task.base, RESYNC_CHAIN, scratch)
                 pos = report.resumed_at = found if found >= 0 else stop
+            if walked is not None and (task.start != 0 or task.resync or walked.start != 0 or walked.end > stop or chain is not None):
+                walked = None  # not this walk's prefix: walk it all
+            if walked is not None:
+                pos = walked.end
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, chain.rows if chain is not None else None)
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, chain.rows if chain is not None else None, walked)
+                walked = None
                 report.runs.append(run)
                 if chain is not None:
                     chain.end(array, run)

@@ -1,0 +1,44 @@
+"""The plan's commit log walk kept for ``verify_after``: the records are walked and CRC-checked once.
+
+The recovery scan (``dispatch.DispatchScanner``, discipline ``recovery`` with the CRC checked)
+walks each segment's chain from its first byte with ``fastscan.walk_segment``, as ``verify``'s
+commit log check does (``verify.segments.analyze_segment``); the two walks differ only at a CRC
+failure, which ends the recovery (``CommitLog.checkMessageAndReturnSize`` with
+``checkCRCOnRecover``) and not verify's chain. ``WalkedChain`` is shown every sub-batch of rows
+the scan walks, while they are in cache, and applies verify's own per-record checks to them
+(``segments.check_rows``: CRC verdict, PHYSICALOFFSET, ``__CRC32#`` property), building per
+segment the prefix of the chain run verify would build. ``verify_after``'s commit log check then
+continues each segment's walk from where the plan's stopped (``analyze_segment(walked=...)``)
+instead of walking it again; its findings are those of a walk of its own.
+"""
+
+from __future__ import annotations
+
+from ..store import fastscan as fs
+from ..verify.segments import Run, check_rows
+
+
+class WalkedChain:
+    """Per segment base offset, the chain run prefix (``runs``) of the rows shown."""
+
+    def __init__(self) -> None:
+        self.runs: dict[int, Run] = {}
+        self._base: int | None = None
+        self._run: Run | None = None
+
+    def rows(self, batch: fs.SegmentBatch) -> None:
+        """One call's rows of ``walk_segment`` (CRC checked), in walk order."""
+        rows = batch.rows
+        if batch.base_offset != self._base:
+            self._base = batch.base_offset
+            # only a walk from the segment's first byte is a prefix of verify's chain run
+            self._run = self.runs[batch.base_offset] = Run(0) if int(rows[0, fs.COL_POS]) == 0 else None
+            if self._run is None:
+                del self.runs[batch.base_offset]
+        run = self._run
+        if run is None:
+            return
+        run.records += rows.shape[0]
+        check_rows(batch.array, rows, batch.base_offset, run)
+        last = rows.shape[0] - 1
+        run.end = int(rows[last, fs.COL_POS] + rows[last, fs.COL_SIZE])
