@@ -55,18 +55,21 @@ class TopicTable:
         self._by_name: dict[str, int] = {}
         self._by_raw: dict[bytes, int] = {}
         self.state = np.empty(0, dtype=np.int64)
+        self._lock = threading.Lock()  # segments dispatched in two threads share the table
 
     def id_of(self, raw: bytes) -> int:
         tid = self._by_raw.get(raw)
         if tid is not None:
             return tid
-        name = raw.decode("utf-8", "replace")
-        tid = self._by_name.get(name)
-        if tid is None:
-            tid = self._by_name[name] = len(self.names)
-            self.names.append(name)
-            self.state = np.append(self.state, java_string_hash(name + "#") & 0xFFFFFFFF)
-        self._by_raw[raw] = tid
+        with self._lock:
+            name = raw.decode("utf-8", "replace")
+            tid = self._by_name.get(name)
+            if tid is None:
+                state = np.append(self.state, java_string_hash(name + "#") & 0xFFFFFFFF)
+                self.names.append(name)
+                self.state = state  # before the id is handed out: a key hash reads state[id]
+                tid = self._by_name[name] = len(self.names) - 1
+            self._by_raw[raw] = tid
         return tid
 
 
@@ -79,6 +82,7 @@ class DispatchBatch:
     keys: np.ndarray  # index key hashes
     topic_ids: np.ndarray  # int32, into the scanner's TopicTable
     groups: QueueGroups | None = None  # the consume queue grouping, when already known (a spilled batch)
+    spilled: tuple | None = None  # (file, offset, rows, keys, groups) where it is spilled already (``_Ahead``)
 
     def __len__(self) -> int:
         return self.fields.shape[0]
@@ -205,6 +209,7 @@ class DispatchScanner:
     skipped: list[ScanEnd] = field(default_factory=list)  # reput: what it skipped over
 
     threaded: bool = True  # walk and parse in a background thread while the caller consumes
+    ahead: bool = False  # recovery: dispatch the next segment in a second thread meanwhile (``_Ahead``)
     shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
@@ -244,6 +249,9 @@ class DispatchScanner:
             worker.join()
 
     def _produce(self) -> Iterator[DispatchBatch]:
+        if self._parallel():
+            yield from self._produce_ahead()
+            return
         delay_ms = self.options.delay_ms
         acc = _Accumulator(self.BATCH, self.SUB_BATCH)
         pos = self.start
@@ -278,6 +286,77 @@ class DispatchScanner:
                 return
             self.skipped.append(end)
             pos = nxt
+
+    def _parallel(self) -> bool:
+        """Whether segments may be dispatched ahead (``_produce_ahead``): the recovery discipline
+        over plain segments (not DLedger entries), to the end of the log, from before the last segment."""
+        if not (self.ahead and self.threaded and self.discipline == "recovery" and self.stop is None):
+            return False
+        if getattr(self.commitlog, "entry_walker", None) is not None:
+            return False
+        index = self.commitlog.segment_index(self.start)
+        return index is not None and index + 1 < len(self.commitlog.segments)
+
+    def _produce_ahead(self) -> Iterator[DispatchBatch]:
+        """The recovery's batches in order, segment after segment, while the next segment is
+        dispatched in a second thread (``_Ahead``). Records never cross a segment, and the
+        chain enters a segment at its first byte (the blank ends the one before, reference §2,
+        §8.3), so segment ``i + 1``'s walk from its first byte is the one the chain makes if
+        segment ``i`` ends at a blank; if it ends otherwise, the work ahead is dropped."""
+        index = self.commitlog.segment_index(self.start)
+        ahead = _Ahead.start(self, index + 1)
+        job = None
+        try:
+            crossed, end = yield from self._counted(self._segment(index, self.start))
+            while crossed:
+                index += 1
+                job, ahead = ahead, _Ahead.start(self, index + 1)
+                crossed, end = yield from self._counted(job.batches())
+                job.close()
+                job = None
+            self.end = end
+        finally:
+            for other in (job, ahead):
+                if other is not None:
+                    other.close()
+
+    def _counted(self, batches) -> Iterator[DispatchBatch]:
+        """``batches`` passed on, counted (``_take``'s bookkeeping); returns their generator's value."""
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration as stop:
+                return stop.value
+            self.records += len(batch)
+            self.last_valid_offset = int(batch.offsets[-1])
+            yield batch
+
+    def _segment(self, index: int, pos: int, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
+        """Batches of the chain in segment ``index`` from ``pos``; returns ``(crossed, end)``:
+        whether the chain goes on into the next segment (this one ends at a blank), else where
+        and why it ends (``None`` when ``halt`` stopped it)."""
+        delay_ms = self.options.delay_ms
+        base = self.commitlog.segments[index].base_offset
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH)
+        scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc, stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
+        bad: ScanEnd | None = None
+        for seg in scan:
+            if seg.base_offset != base:  # walked on past this segment's blank: its rows are the next job's
+                if acc.n:
+                    yield acc.take()
+                return True, None
+            if halt is not None and halt.is_set():
+                return False, None
+            if self.shown is not None:
+                self.shown.rows(seg)
+            bad = self._dispatch(acc, seg, delay_ms)
+            if (acc.full or bad is not None) and acc.n:
+                yield acc.take()
+            if bad is not None:
+                break
+        if acc.n:
+            yield acc.take()
+        return False, bad or scan.end
 
     def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
         if acc.n:
@@ -382,6 +461,94 @@ class DispatchScanner:
         return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
 
 
+class _Ahead:
+    """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
+    segments before it are consumed. Its batches are spilled as they come, as ``DispatchCache``
+    spills them (``spillrows``: the grouping of the consume queue rows done here too), to an
+    unnamed temporary file, and read back in order by ``batches``; a ``DispatchCache`` adopts
+    the spilled bytes instead of packing them again (``DispatchBatch.spilled``)."""
+
+    def __init__(self, scanner: DispatchScanner, index: int):
+        self.scanner, self.index = scanner, index
+        self.entries: list = []  # (offset, rows, keys, groups), or a DispatchBatch kept as it is
+        self.result: tuple | None = None  # ``_segment``'s value once done
+        self.failure: BaseException | None = None
+        self.changed = threading.Condition()
+        self.halt = threading.Event()
+        self.file = None
+        self.nbytes = 0
+        self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def start(cls, scanner: DispatchScanner, index: int) -> "_Ahead | None":
+        return cls(scanner, index) if index < len(scanner.commitlog.segments) else None
+
+    def _run(self) -> None:
+        try:
+            base = self.scanner.commitlog.segments[self.index].base_offset
+            batches = self.scanner._segment(self.index, base, self.halt)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                self._spill(batch)
+            with self.changed:
+                self.result = result
+                self.changed.notify()
+        except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
+            with self.changed:
+                self.failure = exc
+                self.changed.notify()
+
+    def _spill(self, batch: DispatchBatch) -> None:
+        groups = batch.queue_groups
+        data = spillrows.pack(batch.fields, batch.topic_ids, batch.keys, groups)
+        if data is None:
+            entry = batch
+        else:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
+            if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
+                raise OSError("short write to the dispatch spill")
+            entry = (self.nbytes, len(batch), batch.keys.size, groups.keys.size)
+            self.nbytes += data.size
+        with self.changed:
+            self.entries.append(entry)
+            self.changed.notify()
+
+    def batches(self) -> Iterator[DispatchBatch]:
+        """The segment's batches in order as they come; returns ``(crossed, end)``."""
+        taken = 0
+        while True:
+            with self.changed:
+                while taken == len(self.entries) and self.result is None and self.failure is None:
+                    self.changed.wait()
+                entries, result, failure = self.entries[taken:], self.result, self.failure
+            for entry in entries:
+                taken += 1
+                if isinstance(entry, DispatchBatch):
+                    yield entry
+                    continue
+                offset, n, n_keys, n_groups = entry
+                data = os.pread(self.file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
+                fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
+                yield DispatchBatch(fields, keys, topic_ids, groups, (self.file, offset, n, n_keys, n_groups))
+            if not entries:
+                if failure is not None:
+                    raise failure
+                if result is not None:
+                    return result
+
+    def close(self) -> None:
+        """Stop the thread (the file stays open while a ``DispatchCache`` holds its batches)."""
+        self.halt.set()
+        self.thread.join()
+        self.file = None
+
+
 # ---- dispatch phases (shared by planning and apply) ---------------------------------------
 
 
@@ -400,7 +567,7 @@ class DispatchCache:
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
         self.topics = TopicTable()
-        self.phases: dict[int, list[tuple[int, int, int, int]]] = {}  # phase -> [(file offset, rows, keys, queue groups)]
+        self.phases: dict[int, list[tuple]] = {}  # phase -> [(file, file offset, rows, keys, queue groups)]
         self.nbytes = 0
         self.enabled = budget > 0
         self._file = None
@@ -412,6 +579,10 @@ class DispatchCache:
         size = spillrows.spill_size(len(batch), keys.size, groups.keys.size)
         if self.nbytes + size > self.budget:
             self._give_up()
+            return
+        if batch.spilled is not None:  # spilled already by the thread that dispatched it: adopted as it is
+            self.nbytes += size
+            self.phases.setdefault(phase, []).append(batch.spilled)
             return
         data = spillrows.pack(batch.fields, batch.topic_ids, keys, groups)
         if data is None:  # a key hash outside int32: cannot happen for finished hashes, but then walk again
@@ -427,7 +598,7 @@ class DispatchCache:
             self._give_up()
             return
         self.nbytes += size
-        self.phases.setdefault(phase, []).append((offset, len(batch), keys.size, groups.keys.size))
+        self.phases.setdefault(phase, []).append((self._file, offset, len(batch), keys.size, groups.keys.size))
 
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
         """The batches of ``phase`` in order (read back lazily), or None when the cache gave up."""
@@ -437,9 +608,9 @@ class DispatchCache:
             self._file.flush()
         return self._read(self.phases.get(phase, []))
 
-    def _read(self, entries: list[tuple[int, int, int, int]]) -> Iterator[DispatchBatch]:
-        for offset, n, n_keys, n_groups in entries:
-            data = os.pread(self._file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
+    def _read(self, entries: list[tuple]) -> Iterator[DispatchBatch]:
+        for file, offset, n, n_keys, n_groups in entries:
+            data = os.pread(file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
             fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
             yield DispatchBatch(fields, keys, topic_ids, groups)
 
@@ -448,6 +619,7 @@ class DispatchCache:
         self.close()
 
     def close(self) -> None:
+        """Close the spill (a spill adopted from ``_Ahead`` closes when its entries are dropped)."""
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -470,9 +642,10 @@ def phase_scanner(
     check_crc: bool,
     topics: TopicTable | None = None,
     shown: "WalkedChain | None" = None,
+    ahead: bool = False,
 ) -> DispatchScanner:
     options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_enable)
-    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown)
+    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead)
 
 
 def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:

@@ -133,7 +133,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     scanner = phase_scanner(
         cl, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=legacy,
         index_enable=index_enable, check_crc=config.check_crc_on_recover, topics=topics,
-        shown=walked if dl is None and config.check_crc_on_recover else None,
+        shown=walked if dl is None and config.check_crc_on_recover else None, ahead=True,
     )
     counts = PhaseCounts()
     phase_counts = [counts]

@@ -19,25 +19,22 @@ from ..verify.segments import Run, check_rows
 
 
 class WalkedChain:
-    """Per segment base offset, the chain run prefix (``runs``) of the rows shown."""
+    """Per segment base offset, the chain run prefix (``runs``) of the rows shown. Segments may
+    be walked in two threads at once (``dispatch._Ahead``), each segment by one."""
 
     def __init__(self) -> None:
         self.runs: dict[int, Run] = {}
-        self._base: int | None = None
-        self._run: Run | None = None
 
     def rows(self, batch: fs.SegmentBatch) -> None:
         """One call's rows of ``walk_segment`` (CRC checked), in walk order."""
         rows = batch.rows
-        if batch.base_offset != self._base:
-            self._base = batch.base_offset
-            # only a walk from the segment's first byte is a prefix of verify's chain run
-            self._run = self.runs[batch.base_offset] = Run(0) if int(rows[0, fs.COL_POS]) == 0 else None
-            if self._run is None:
-                del self.runs[batch.base_offset]
-        run = self._run
-        if run is None:
-            return
+        first = int(rows[0, fs.COL_POS])
+        if first == 0:  # a walk from the segment's first byte: a prefix of verify's chain run
+            run = self.runs[batch.base_offset] = Run(0)
+        else:
+            run = self.runs.get(batch.base_offset)
+            if run is None or run.end != first:
+                return  # not the continuation of a walk from the first byte
         run.records += rows.shape[0]
         check_rows(batch.array, rows, batch.base_offset, run)
         last = rows.shape[0] - 1

@@ -1,0 +1,98 @@
+"""The recovery scan with the next segment dispatched ahead in a second thread
+(``DispatchScanner.ahead``, ``dispatch._Ahead``: spilled, read back in order) hands out the rows,
+keys, topics, end, record count and last valid offset of the scan that walks the segments one
+after the other, on the real-broker fixtures, whole and damaged where the chain ends before,
+in or at the start of a segment dispatched ahead; and ``DispatchCache`` adopts the spilled
+batches so the apply writes what it writes from batches it spilled itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import VERSIONS, copy_store, manifest
+
+from mqtool.apply import apply_plan
+from mqtool.formats import commitlog as clfmt
+from mqtool.recovery import fastdispatch as fd
+from mqtool.recovery.dispatch import DispatchCache, phase_scanner
+from mqtool.recovery.planner import PlanOptions, plan_recover
+from mqtool.store import Store
+from test_recovery_cache import written
+
+BODY_CRC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("body_crc")
+KEPT = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN)]  # what the spill keeps
+DAMAGES = ("none", "crc-first-segment", "crc-last-segment", "garbage-last-segment", "zeros-last-segment")
+
+
+def damage(root, version: str, name: str, kind: str) -> None:
+    if kind == "none":
+        return
+    offsets = [m["commitLogOffset"] for m in manifest(version, name)["messages"]]
+    with Store.open(root) as store:
+        size = store.commitlog.file_size
+        last_base = max(o // size * size for o in offsets)
+    inside = [o for o in offsets if o // size * size == (0 if "first" in kind else last_base)]
+    offset = inside[len(inside) // 2] if "zeros" not in kind else last_base
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    at = offset % size
+    if kind.startswith("crc"):
+        data[at + BODY_CRC] ^= 0x01
+    elif kind.startswith("garbage"):
+        data[at : at + 16] = b"not a record!!!!"
+    else:
+        data[:] = bytes(len(data))
+    seg.write_bytes(data)
+
+
+def scanned(store: Store, ahead: bool):
+    scanner = phase_scanner(
+        store.commitlog, store.commitlog.min_offset, None, discipline="recovery", tags="delivery-time", delay_table=store.delay_table,
+        legacy_properties=store.legacy_properties, index_enable=True, check_crc=True, ahead=ahead,
+    )
+    scanner.BATCH = 64  # several batches a segment
+    batches = list(scanner)
+    assert scanner._parallel() == ahead
+    rows = np.concatenate([b.fields[:, KEPT] for b in batches])
+    keys = np.concatenate([b.keys for b in batches])
+    names = [scanner.topics.names[t] for b in batches for t in b.topic_ids.tolist()]
+    read_back = sum(b.spilled is not None for b in batches)
+    return (rows, keys, names, scanner.end, scanner.records, scanner.last_valid_offset), read_back
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ("clean-small", "crashed-small"))
+@pytest.mark.parametrize("kind", DAMAGES)
+def test_dispatch_ahead_equals_one_segment_after_the_other(version, name, kind, tmp_path):
+    root = copy_store(version, name, tmp_path)
+    damage(root, version, name, kind)
+    with Store.open(root) as store:
+        (rows, keys, names, end, records, last), _ = scanned(store, False)
+        (rows2, keys2, names2, end2, records2, last2), read_back = scanned(store, True)
+        segments_walked = len({int(o) // store.commitlog.file_size for o in rows[:, KEPT.index(fd.F_POS)]})
+    assert records > 0 and records == rows.shape[0]
+    assert np.array_equal(rows, rows2) and np.array_equal(keys, keys2) and names == names2
+    assert (end, records, last) == (end2, records2, last2)
+    expected_reason = {"crc-first-segment": "crc", "crc-last-segment": "crc", "garbage-last-segment": "corrupt", "zeros-last-segment": "zeros"}.get(kind)
+    assert expected_reason is None or end.reason == expected_reason
+    if kind == "crc-first-segment":
+        assert segments_walked == 1  # the chain ends in the first segment: the work ahead is dropped
+    if segments_walked > 1:
+        assert read_back > 0  # the later segments came through the spill of the thread ahead
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_cache_adopts_the_spill_ahead(version, tmp_path):
+    """recover applied from a cache holding the batches read back from the thread ahead writes
+    what an apply that walks the log again writes."""
+    out = {}
+    for label, cache in (("walk", None), ("cache", DispatchCache())):
+        root = copy_store(version, "crashed-small", tmp_path / label)
+        with Store.open(root) as store:
+            plan = plan_recover(store, PlanOptions(mode="abnormal"), cache=cache)
+        if cache is not None:
+            adopted = [e for e in cache.phases[0] if e[0] is not cache._file]
+            assert adopted and cache.enabled
+        apply_plan(plan, tmp_path / label / "backup", cache=cache)
+        out[label] = written(root)
+    assert out["walk"] and out["cache"] == out["walk"]
