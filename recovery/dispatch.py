@@ -183,13 +183,50 @@ class _Failure(NamedTuple):
     exc: BaseException
 
 
+def in_thread(items: Iterator, name: str) -> Iterator:
+    """``items`` produced in a background thread (two ahead) while the caller consumes them;
+    its exception is raised in the caller; closing the generator stops the thread."""
+    channel: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        channel.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            channel.put(_DONE)
+        except BaseException as exc:  # re-raised in the consuming thread
+            channel.put(_Failure(exc))
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = channel.get()
+            if item is _DONE:
+                break
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 @dataclass
 class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
 
     The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
     parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
-    of ``BATCH``. ``last_valid_offset`` is the start of the last valid record seen (-1 if none):
+    of ``BATCH``. With ``ahead`` (the recovery scan) the next segment is walked and dispatched in a
+    second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch (``walkedchain``). ``last_valid_offset`` is the start of the last valid record seen (-1 if none):
     the broker's ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
     """
 
@@ -216,37 +253,7 @@ class DispatchScanner:
         if not self.threaded:
             yield from self._produce()
             return
-        channel: queue.Queue = queue.Queue(maxsize=2)
-        stop = threading.Event()
-
-        def run() -> None:
-            try:
-                for batch in self._produce():
-                    while not stop.is_set():
-                        try:
-                            channel.put(batch, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if stop.is_set():
-                        return
-                channel.put(_DONE)
-            except BaseException as exc:  # re-raised in the consuming thread
-                channel.put(_Failure(exc))
-
-        worker = threading.Thread(target=run, name="mqtool-dispatch", daemon=True)
-        worker.start()
-        try:
-            while True:
-                item = channel.get()
-                if item is _DONE:
-                    break
-                if isinstance(item, _Failure):
-                    raise item.exc
-                yield item
-        finally:
-            stop.set()
-            worker.join()
+        yield from in_thread(self._produce(), "mqtool-dispatch")
 
     def _produce(self) -> Iterator[DispatchBatch]:
         if self._parallel():
@@ -601,12 +608,13 @@ class DispatchCache:
         self.phases.setdefault(phase, []).append((self._file, offset, len(batch), keys.size, groups.keys.size))
 
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
-        """The batches of ``phase`` in order (read back lazily), or None when the cache gave up."""
+        """The batches of ``phase`` in order (read back and unpacked in a background thread, a
+        batch or two ahead of the caller), or None when the cache gave up."""
         if not self.enabled:
             return None
         if self._file is not None:
             self._file.flush()
-        return self._read(self.phases.get(phase, []))
+        return in_thread(self._read(self.phases.get(phase, [])), "mqtool-dispatch-cache")
 
     def _read(self, entries: list[tuple]) -> Iterator[DispatchBatch]:
         for file, offset, n, n_keys, n_groups in entries:
