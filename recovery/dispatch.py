@@ -226,8 +226,9 @@ class DispatchScanner:
     The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
     parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
     of ``BATCH``. With ``ahead`` (the recovery scan) the next segment is walked and dispatched in a
-    second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch (``walkedchain``). ``last_valid_offset`` is the start of the last valid record seen (-1 if none):
-    the broker's ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
+    second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch (``walkedchain``).
+    ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
+    ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
     """
 
     SUB_BATCH = 2048
