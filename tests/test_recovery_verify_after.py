@@ -121,7 +121,11 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
     assert len(calls) == 2  # one after the plan, one for ``alone``
     checks, walked_records = calls[0]
     if lose:
-        assert checks == rp.LOCAL_CHECKS and walked_records == plan.dispatch[0].records  # every record the plan's scan took
+        assert checks == rp.LOCAL_CHECKS
+        if damaged:  # the scan's walk of the last sub-batch may go on past the cut, as verify's does
+            assert walked_records >= plan.dispatch[0].records
+        else:
+            assert walked_records == plan.dispatch[0].records  # every record the plan's scan took
         assert ("config-unreadable", True, None) in [(e.kind, e.lost_data, e.fixed_by) for e in alone]
     else:
         assert calls[0] == (rp.CHECKS, None)
