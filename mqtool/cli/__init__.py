@@ -69,10 +69,10 @@ def load_command(name: str):
 
 
 def _error(message: str, code: int) -> int:
-    from .terminal import clear_bars, stderr  # rich: only once something is written
+    from .terminal import clear_bars, write_stderr
 
     clear_bars()
-    stderr.print("mqtool: error: " + " ".join(str(message).split()), markup=False)
+    write_stderr("mqtool: error: " + " ".join(str(message).split()))
     return code
 
 

@@ -17,14 +17,14 @@ from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat
 from .state import State
-from .terminal import clear_bars, note, stderr
+from .terminal import clear_bars, note, write_stderr
 
 __all__ = ["State", "note", "fail", "guarded", "quiet_broken_pipe", "shell_path", "open_store"]
 
 
 def fail(message: str, code: int) -> None:
     clear_bars()
-    stderr.print(f"mqtool: error: {message}", markup=False)
+    write_stderr(f"mqtool: error: {message}")
     raise typer.Exit(code)
 
 

@@ -26,8 +26,6 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Iterable, Sequence
 
-from rich.text import Text
-
 from . import terminal
 from .table import BOLD, RESET, Layout, Table, line_spans, wrap
 
@@ -63,8 +61,15 @@ class Screen:
         self.out = terminal.data_stream(out)
         self.width = terminal.width()
         self.color = terminal.color(out)
-        self.console = terminal.DataConsole(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color or None)
+        self._console = None
         self.printed = False
+
+    @property
+    def console(self):
+        """The rich console for text (rich imported on the first text printed, not for tables)."""
+        if self._console is None:
+            self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color or None)
+        return self._console
 
     def print(self, obj: Any = "", **kwargs) -> None:
         if isinstance(obj, Table):
@@ -78,6 +83,8 @@ class Screen:
         self.printed = True
 
     def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
+        from rich.text import Text
+
         styled = self.console.render_str(text, markup=markup, highlight=False)
         for line in styled.split("\n", allow_blank=True):
             plain = line.plain

@@ -19,12 +19,21 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from rich.cells import cell_len
 
 GAP = 2  # spaces between columns
 MIN_LAST = 12  # the last column gets at least this much room before the table gives up
 NUMBER = re.compile(r"-?\d+")
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
+
+
+def cell_len(text: str) -> int:
+    """Terminal cells ``text`` takes: its length when it is printable ASCII (the rows of a lookup),
+    else rich's measure (``rich.cells``, imported only then)."""
+    if text.isascii() and text.isprintable():
+        return len(text)
+    from rich.cells import cell_len as cells
+
+    return cells(text)
 
 
 def longest_word(text: str) -> int:

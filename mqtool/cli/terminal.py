@@ -5,6 +5,7 @@ is written.
 Width: ``COLUMNS`` when set, else the terminal width of stdout, stderr or stdin (the first that is
 a terminal), else 80 -- so a piped table is laid out like the terminal it is read in.
 Colour: only on a terminal, never with ``NO_COLOR`` set (https://no-color.org) or ``TERM=dumb``.
+Messages are plain writes: rich is imported only by what draws with it (``output.Screen`` text).
 """
 
 from __future__ import annotations
@@ -12,14 +13,18 @@ from __future__ import annotations
 import os
 import sys
 
-from rich.console import Console
-
 from .state import State
 
 DEFAULT_WIDTH = 80
+# what rich's ``Text`` strips from a message (BEL, BS, VT, FF, CR): nothing can overwrite the line
+_CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
 
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+def write_stderr(line: str) -> None:
+    """``line`` on stderr as written, less the control codes that move the cursor, tabs expanded
+    (as the rich console these lines were once printed through did; no emoji codes replaced)."""
+    sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
+    sys.stderr.flush()
 
 _bars: list = []  # progress bars on screen (objects with ``clear()``), see progress.py
 
@@ -67,16 +72,20 @@ def note(message: str) -> None:
     """``mqtool: message`` on stderr, unless ``--quiet``."""
     if not State.quiet:
         clear_bars()
-        stderr.print(f"mqtool: {message}", markup=False)
+        write_stderr(f"mqtool: {message}")
 
 
-class DataConsole(Console):
-    """A rich console for data on stdout: a closed pipe raises ``BrokenPipeError`` for the
-    command's edge to handle (rich's default exits with status 1)."""
+def data_console(**kwargs):
+    """A rich console for data on stdout (rich imported now): a closed pipe raises
+    ``BrokenPipeError`` for the command's edge to handle (rich's default exits with status 1)."""
+    from rich.console import Console
 
-    def on_broken_pipe(self) -> None:
-        self.quiet = True
-        raise BrokenPipeError
+    class DataConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return DataConsole(**kwargs)
 
 
 class DataStream:

@@ -1,0 +1,66 @@
+"""A lookup is its imports (issue #12: one lookup <= 0.3 s on a 2 GiB store; it reads a few records):
+none of numpy, numba, pyarrow, construct, rich or tqdm loads for one, in JSON or in the table (ASCII
+cells), and its answer is the manifest's message."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import manifest, store_path
+
+HEAVY = ("numpy", "numba", "pyarrow", "construct", "rich", "tqdm", "pydantic")
+VERSION, STORE = "5.3.3", "clean-small"
+PROBE = manifest(VERSION, STORE)["messages"][7]  # queue offset 0 of its queue: the time lookup's answer too
+LOOKUPS = {
+    "query-offset": ["query", "offset", "{store}", "{topic}", "{queueId}", "{queueOffset}"],
+    "query-msg-id": ["query", "msg-id", "{store}", "{msgId}"],
+    "query-uniq-key": ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}"],
+    "query-key": ["query", "key", "{store}", "{topic}", "{key}"],
+    "query-time": ["query", "time", "{store}", "{topic}", "{queueId}", "{storeTimestamp}"],
+    "dump-msg-id": ["dump", "{store}", "--msg-id", "{msgId}"],
+    "dump-from-offset": ["dump", "{store}", "--from-offset", "{commitLogOffset}", "--limit", "1"],
+}
+
+
+def run_lookup(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``mqtool argv`` in a fresh interpreter, and the heavy packages it had loaded at exit."""
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & set(%r)), file=sys.stderr));"
+            "from mqtool.cli import main; sys.argv = ['mqtool', *%r]; main()") % (HEAVY, argv)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+
+
+@pytest.mark.parametrize("name", LOOKUPS)
+def test_a_json_lookup_loads_nothing_heavy_and_answers_the_manifest(name):
+    argv = [a.format(store=store_path(VERSION, STORE), key=PROBE["keys"][0], **PROBE) for a in LOOKUPS[name]]
+    proc, heavy = run_lookup([*argv, "--format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    assert heavy == []
+    rows = json.loads(proc.stdout)
+    if name == "query-time":
+        assert (rows[0]["queue_offset"], rows[0]["message_offset"]) == (PROBE["queueOffset"], PROBE["commitLogOffset"])
+    else:
+        assert PROBE["commitLogOffset"] in [r["offset"] for r in rows]
+
+
+@pytest.mark.parametrize("name", ["query-offset", "query-msg-id", "dump-msg-id"])
+def test_a_table_lookup_with_ascii_cells_loads_nothing_heavy(name):
+    argv = [a.format(store=store_path(VERSION, STORE), key=PROBE["keys"][0], **PROBE) for a in LOOKUPS[name]]
+    proc, heavy = run_lookup(argv)
+    assert proc.returncode == 0, proc.stderr
+    assert heavy == []
+    assert PROBE["msgId"] in proc.stdout
+
+
+def test_a_table_with_wide_cells_still_measures_them_with_rich():
+    """The ASCII shortcut of ``table.cell_len`` is exact; anything else is rich's measure."""
+    from rich.cells import cell_len as rich_cell_len
+
+    from mqtool.cli.table import cell_len
+
+    for text in ["", "abc 123", "~!@#$%^&*()_+{}|:<>?", "Tópico-主题-тема", "a\tb", "\x1b[1m", "e\u0301", "🙂 ok"]:
+        assert cell_len(text) == rich_cell_len(text), text
