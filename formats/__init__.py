@@ -1,27 +1,45 @@
 """Declarative layouts of every RocketMQ store file, and the fast codecs derived from them.
 
 Pure: imports only ``construct`` and the standard library; knows nothing of files or the CLI.
+The schemas (``...Struct``) are built on first use, so importing a module does not import construct.
 See ``../shared/reference/rocketmq-store-format.md`` (cited as "reference §N").
 """
 
-from .checkpoint import CheckpointStruct, StoreCheckpoint, decode_checkpoint
+from importlib import import_module
+
+from .checkpoint import StoreCheckpoint, decode_checkpoint
 from .commitlog import (
     BLANK_MAGIC,
     MESSAGE_MAGIC_V1,
     MESSAGE_MAGIC_V2,
     BlankRecord,
-    CommitLogBlankStruct,
-    CommitLogMessageStruct,
     CommitLogRecord,
     SysFlag,
     TransactionType,
     decode_record,
     encode_message,
 )
-from .consumequeue import ConsumeQueueEntry, ConsumeQueueEntryStruct
+from .consumequeue import ConsumeQueueEntry
 from .dispatch import DispatchRequest, dispatch_request
 from .errors import CorruptRecord, FormatError, LengthMismatch, TruncatedRecord
-from .index import IndexEntry, IndexEntryStruct, IndexHeader, IndexHeaderStruct
+from .index import IndexEntry, IndexHeader
+
+# the schemas re-exported here, each read from its module when first asked for
+_SCHEMAS = {
+    "CheckpointStruct": "checkpoint",
+    "CommitLogBlankStruct": "commitlog",
+    "CommitLogMessageStruct": "commitlog",
+    "ConsumeQueueEntryStruct": "consumequeue",
+    "IndexEntryStruct": "index",
+    "IndexHeaderStruct": "index",
+}
+
+
+def __getattr__(name: str):
+    if name not in _SCHEMAS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f".{_SCHEMAS[name]}", __name__), name)
+
 
 __all__ = [
     "BLANK_MAGIC",

@@ -6,15 +6,23 @@ module derives a precompiled big-endian ``struct.Struct`` from a schema's leadin
 fields, resolving ``IfThenElse`` branches against a given context (for example the sys-flag
 bits that choose a 4- or 16-byte host address). It refuses anything it cannot translate
 exactly, so a schema change can never drift silently away from its fast path.
+
+The codecs the format modules use are written out (``written``: ``(name, struct code)`` pairs) and
+their schemas built on first use (``declared_on_use``), so that a lookup, which decodes a few
+records through the codecs, never imports ``construct`` (about 30 ms). ``tests/test_format_codecs.py``
+derives every written codec from its schema here and holds the two equal: a schema change fails
+there, never drifts silently.
 """
 
 from __future__ import annotations
 
 import struct
+import sys
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import construct
+if TYPE_CHECKING:
+    import construct
 
 
 @dataclass(frozen=True)
@@ -33,8 +41,37 @@ class FixedLayout:
         return self.offsets[name]
 
 
+def written(*fields: tuple[str | None, str]) -> FixedLayout:
+    """A layout written out field by field: ``(name, struct code)``, big-endian, ``None`` naming
+    padding (as ``derive_fixed`` does for a ``Padding``)."""
+    codes, names, offsets, pos = [">"], [], {}, 0
+    for name, code in fields:
+        codes.append(code)
+        if not code.endswith("x"):
+            names.append(name)
+        offsets[name] = pos
+        pos += struct.calcsize(">" + code)
+    return FixedLayout(tuple(names), struct.Struct("".join(codes)), offsets)
+
+
+def declared_on_use(module: str, declare: Callable[[], dict[str, Any]], names: tuple[str, ...]):
+    """A module ``__getattr__`` (PEP 562) that runs ``declare`` (which imports ``construct`` and
+    returns the module's schemas by name) the first time one of ``names`` is read."""
+
+    def __getattr__(name: str):
+        if name not in names:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        namespace = vars(sys.modules[module])
+        namespace.update(declare())
+        return namespace[name]
+
+    return __getattr__
+
+
 def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> tuple[str, int] | None:
     """The struct code and width of one field, or None where its width depends on data."""
+    import construct
+
     while isinstance(subcon, construct.IfThenElse):
         try:
             taken = subcon.condfunc(context) if callable(subcon.condfunc) else subcon.condfunc
@@ -64,6 +101,8 @@ def derive_fixed(
     exclusive). Every field taken must be a big-endian ``FormatField``, fixed ``Bytes`` or
     ``Padding``, possibly behind ``IfThenElse`` branches that ``context`` decides.
     """
+    import construct
+
     context = dict(context or {})
     fmt, names, offsets, pos = [">"], [], {}, 0
     for sc in schema.subcons:
@@ -100,6 +139,8 @@ def derive_whole(schema: construct.Struct, context: Mapping[str, Any] | None = N
 
 def derive_field(schema: construct.Struct, name: str, context: Mapping[str, Any] | None = None) -> struct.Struct:
     """The ``struct.Struct`` of one fixed-width field of ``schema`` (branches decided by ``context``)."""
+    import construct
+
     for sc in schema.subcons:
         if sc.name == name:
             inner = sc.subcon if isinstance(sc, construct.Renamed) else sc

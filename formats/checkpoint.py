@@ -8,25 +8,33 @@ and ``min_timestamp_index`` (``getMinTimestampIndex``).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import struct
+from typing import Any, NamedTuple
 
-from construct import Int64sb, Padding, Struct
-
-from ._layout import derive_whole
+from ._layout import declared_on_use
 
 CHECKPOINT_FILE_SIZE = 4096
 RECOVERY_MARGIN_MS = 3000
 
-CheckpointStruct = Struct(
-    "physic_msg_timestamp" / Int64sb,
-    "logics_msg_timestamp" / Int64sb,
-    "index_msg_timestamp" / Int64sb,
-    "master_flushed_offset" / Int64sb,
-    "confirm_phy_offset" / Int64sb,
-    Padding(CHECKPOINT_FILE_SIZE - 40),
-)
 
-_FIELDS = derive_whole(CheckpointStruct).codec
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Int64sb, Padding, Struct
+
+    CheckpointStruct = Struct(
+        "physic_msg_timestamp" / Int64sb,
+        "logics_msg_timestamp" / Int64sb,
+        "index_msg_timestamp" / Int64sb,
+        "master_flushed_offset" / Int64sb,
+        "confirm_phy_offset" / Int64sb,
+        Padding(CHECKPOINT_FILE_SIZE - 40),
+    )
+    return {"CheckpointStruct": CheckpointStruct}
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("CheckpointStruct",))
+
+_FIELDS = struct.Struct(">qqqqq4056x")  # derive_whole(CheckpointStruct).codec (tests/test_format_codecs.py)
 
 
 class StoreCheckpoint(NamedTuple):

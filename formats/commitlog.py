@@ -17,12 +17,10 @@ from __future__ import annotations
 import enum
 import itertools
 import struct
-from typing import NamedTuple, Union
-
-from construct import Bytes, IfThenElse, Int8sb, Int16sb, Int32sb, Int64sb, Struct, this
+from typing import Any, NamedTuple, Union
 
 from . import hashing, msgid
-from ._layout import FixedLayout, derive_field, derive_fixed
+from ._layout import FixedLayout, declared_on_use, written
 from .errors import CorruptRecord, LengthMismatch, TruncatedRecord
 from .properties import PropertyKey, parse_properties, split_keys
 
@@ -94,52 +92,68 @@ def describe_sys_flag(sys_flag: int) -> dict[str, object]:
     return named
 
 
-def _host_address(bit: int):
-    return IfThenElse(this.sys_flag & bit, Bytes(16), Bytes(4))
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Bytes, IfThenElse, Int8sb, Int16sb, Int32sb, Int64sb, Struct, this
 
+    def host_address(bit: int):
+        return IfThenElse(this.sys_flag & bit, Bytes(16), Bytes(4))
 
-CommitLogMessageStruct = Struct(
-    "total_size" / Int32sb,
-    "magic_code" / Int32sb,
-    "body_crc" / Int32sb,
-    "queue_id" / Int32sb,
-    "flag" / Int32sb,
-    "queue_offset" / Int64sb,
-    "phys_offset" / Int64sb,
-    "sys_flag" / Int32sb,
-    "born_timestamp" / Int64sb,
-    "born_host_address" / _host_address(SysFlag.BORNHOST_V6),
-    "born_host_port" / Int32sb,
-    "store_timestamp" / Int64sb,
-    "store_host_address" / _host_address(SysFlag.STOREHOST_V6),
-    "store_host_port" / Int32sb,
-    "reconsume_times" / Int32sb,
-    "prepared_transaction_offset" / Int64sb,
-    "body_length" / Int32sb,
-    "body" / Bytes(lambda ctx: max(ctx.body_length, 0)),
-    "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
-    "topic" / Bytes(this.topic_length),
-    "properties_length" / Int16sb,
-    "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
-)
-"""One message record, magic V1 or V2 (§2.1). Lengths are signed; negatives read no bytes."""
-
-CommitLogBlankStruct = Struct(
-    "total_size" / Int32sb,
-    "magic_code" / Int32sb,
-)
-"""The end-of-file blank record (§2.6). Before 4.9.1 stale bytes follow it up to the file end."""
-
-
-# ---- the fast path, derived from the declaration ------------------------------------------
-
-_PREFIX = derive_fixed(CommitLogBlankStruct)
-HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
-    (born_v6, store_v6): derive_fixed(
-        CommitLogMessageStruct,
-        {"sys_flag": SysFlag.BORNHOST_V6 * born_v6 | SysFlag.STOREHOST_V6 * store_v6},
-        stop_at="body",
+    # One message record, magic V1 or V2 (§2.1). Lengths are signed; negatives read no bytes.
+    CommitLogMessageStruct = Struct(
+        "total_size" / Int32sb,
+        "magic_code" / Int32sb,
+        "body_crc" / Int32sb,
+        "queue_id" / Int32sb,
+        "flag" / Int32sb,
+        "queue_offset" / Int64sb,
+        "phys_offset" / Int64sb,
+        "sys_flag" / Int32sb,
+        "born_timestamp" / Int64sb,
+        "born_host_address" / host_address(SysFlag.BORNHOST_V6),
+        "born_host_port" / Int32sb,
+        "store_timestamp" / Int64sb,
+        "store_host_address" / host_address(SysFlag.STOREHOST_V6),
+        "store_host_port" / Int32sb,
+        "reconsume_times" / Int32sb,
+        "prepared_transaction_offset" / Int64sb,
+        "body_length" / Int32sb,
+        "body" / Bytes(lambda ctx: max(ctx.body_length, 0)),
+        "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
+        "topic" / Bytes(this.topic_length),
+        "properties_length" / Int16sb,
+        "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
     )
+
+    # The end-of-file blank record (§2.6). Before 4.9.1 stale bytes follow it up to the file end.
+    CommitLogBlankStruct = Struct(
+        "total_size" / Int32sb,
+        "magic_code" / Int32sb,
+    )
+    return {"CommitLogMessageStruct": CommitLogMessageStruct, "CommitLogBlankStruct": CommitLogBlankStruct}
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("CommitLogMessageStruct", "CommitLogBlankStruct"))
+
+
+# ---- the fast path, written out; tests/test_format_codecs.py holds it equal to its derivation from the schemas
+
+
+def _header(born_host: str, store_host: str) -> FixedLayout:
+    """TOTALSIZE .. BODYLEN for one pair of host address widths (``4s`` or ``16s``):
+    ``derive_fixed(CommitLogMessageStruct, {"sys_flag": ...}, stop_at="body")``."""
+    return written(
+        ("total_size", "l"), ("magic_code", "l"), ("body_crc", "l"), ("queue_id", "l"), ("flag", "l"),
+        ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "l"), ("born_timestamp", "q"),
+        ("born_host_address", born_host), ("born_host_port", "l"), ("store_timestamp", "q"),
+        ("store_host_address", store_host), ("store_host_port", "l"), ("reconsume_times", "l"),
+        ("prepared_transaction_offset", "q"), ("body_length", "l"),
+    )
+
+
+_PREFIX = written(("total_size", "l"), ("magic_code", "l"))  # derive_fixed(CommitLogBlankStruct)
+HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
+    (born_v6, store_v6): _header("16s" if born_v6 else "4s", "16s" if store_v6 else "4s")
     for born_v6, store_v6 in itertools.product((False, True), repeat=2)
 }
 """Fixed header (TOTALSIZE .. BODYLEN) for each born-host / store-host address width."""
@@ -151,8 +165,8 @@ QUEUE_OFFSET_POSITION = _IPV4_HEADER.offset_of("queue_offset")
 BORN_HOST_POSITION = _IPV4_HEADER.offset_of("born_host_address")
 _SYS_FLAG = struct.Struct(">i")
 _HEADER_BY_FLAGS = [HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].codec for f in range(4)]
-TOPIC_LENGTH = {magic: derive_field(CommitLogMessageStruct, "topic_length", {"magic_code": magic}) for magic in MESSAGE_MAGICS}
-PROPERTIES_LENGTH = derive_field(CommitLogMessageStruct, "properties_length")
+TOPIC_LENGTH = {MESSAGE_MAGIC_V1: struct.Struct(">b"), MESSAGE_MAGIC_V2: struct.Struct(">h")}  # derive_field(..., "topic_length", {"magic_code": magic})
+PROPERTIES_LENGTH = struct.Struct(">h")  # derive_field(CommitLogMessageStruct, "properties_length")
 _TOPIC_V1, _TOPIC_V2 = TOPIC_LENGTH[MESSAGE_MAGIC_V1], TOPIC_LENGTH[MESSAGE_MAGIC_V2]
 
 

@@ -10,41 +10,54 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import struct
+from typing import Any, NamedTuple
 
-from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct
+from ._layout import declared_on_use
 
-from ._layout import derive_fixed, derive_whole
 
-ConsumeQueueEntryStruct = Struct(
-    "phys_offset" / Int64sb,
-    "size" / Int32sb,
-    "tags_code" / Int64sb,
-)
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct
 
-ConsumeQueueExtUnitStruct = Struct(
-    "size" / Int16sb,
-    "tags_code" / Int64sb,
-    "msg_store_time" / Int64sb,
-    "bitmap_size" / Int16sb,
-    "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
-)
+    ConsumeQueueEntryStruct = Struct(
+        "phys_offset" / Int64sb,
+        "size" / Int32sb,
+        "tags_code" / Int64sb,
+    )
 
-BatchConsumeQueueUnitStruct = Struct(
-    "phys_offset" / Int64sb,
-    "size" / Int32sb,
-    "tags_code" / Int64sb,
-    "store_time" / Int64sb,
-    "msg_base_offset" / Int64sb,
-    "batch_size" / Int16sb,
-    "compacted_offset" / Int32sb,
-    "reserved" / Int32sb,
-)
+    ConsumeQueueExtUnitStruct = Struct(
+        "size" / Int16sb,
+        "tags_code" / Int64sb,
+        "msg_store_time" / Int64sb,
+        "bitmap_size" / Int16sb,
+        "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
+    )
 
-ENTRY = derive_whole(ConsumeQueueEntryStruct).codec
+    BatchConsumeQueueUnitStruct = Struct(
+        "phys_offset" / Int64sb,
+        "size" / Int32sb,
+        "tags_code" / Int64sb,
+        "store_time" / Int64sb,
+        "msg_base_offset" / Int64sb,
+        "batch_size" / Int16sb,
+        "compacted_offset" / Int32sb,
+        "reserved" / Int32sb,
+    )
+    return {
+        "ConsumeQueueEntryStruct": ConsumeQueueEntryStruct,
+        "ConsumeQueueExtUnitStruct": ConsumeQueueExtUnitStruct,
+        "BatchConsumeQueueUnitStruct": BatchConsumeQueueUnitStruct,
+    }
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("ConsumeQueueEntryStruct", "ConsumeQueueExtUnitStruct", "BatchConsumeQueueUnitStruct"))
+
+# the codecs, written out; tests/test_format_codecs.py holds each equal to its schema's derivation
+ENTRY = struct.Struct(">qlq")  # derive_whole(ConsumeQueueEntryStruct).codec
 ENTRY_SIZE = ENTRY.size
-EXT_UNIT_HEADER = derive_fixed(ConsumeQueueExtUnitStruct).codec
-BATCH_UNIT = derive_whole(BatchConsumeQueueUnitStruct).codec
+EXT_UNIT_HEADER = struct.Struct(">hqqh")  # derive_fixed(ConsumeQueueExtUnitStruct).codec
+BATCH_UNIT = struct.Struct(">qlqqqhll")  # derive_whole(BatchConsumeQueueUnitStruct).codec
 BATCH_UNIT_SIZE = BATCH_UNIT.size
 
 FILLER = (0, 0x7FFFFFFF, 0)

@@ -11,36 +11,50 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from construct import Int32sb, Int64sb, Struct
+from ._layout import declared_on_use, written
 
-from ._layout import derive_whole
 
-DLedgerEntryHeaderStruct = Struct(
-    "magic" / Int32sb,
-    "size" / Int32sb,
-    "index" / Int64sb,
-    "term" / Int64sb,
-    "pos" / Int64sb,
-    "channel" / Int32sb,
-    "chain_crc" / Int32sb,
-    "body_crc" / Int32sb,
-    "body_size" / Int32sb,
-)
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Int32sb, Int64sb, Struct
 
-DLedgerIndexUnitStruct = Struct(
-    "magic" / Int32sb,
-    "pos" / Int64sb,
-    "size" / Int32sb,
-    "index" / Int64sb,
-    "term" / Int64sb,
-)
+    DLedgerEntryHeaderStruct = Struct(
+        "magic" / Int32sb,
+        "size" / Int32sb,
+        "index" / Int64sb,
+        "term" / Int64sb,
+        "pos" / Int64sb,
+        "channel" / Int32sb,
+        "chain_crc" / Int32sb,
+        "body_crc" / Int32sb,
+        "body_size" / Int32sb,
+    )
 
-ENTRY_HEADER_LAYOUT = derive_whole(DLedgerEntryHeaderStruct)
+    DLedgerIndexUnitStruct = Struct(
+        "magic" / Int32sb,
+        "pos" / Int64sb,
+        "size" / Int32sb,
+        "index" / Int64sb,
+        "term" / Int64sb,
+    )
+    return {
+        "DLedgerEntryHeaderStruct": DLedgerEntryHeaderStruct,
+        "DLedgerIndexUnitStruct": DLedgerIndexUnitStruct,
+    }
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("DLedgerEntryHeaderStruct", "DLedgerIndexUnitStruct"))
+
+# the layouts, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema)
+ENTRY_HEADER_LAYOUT = written(
+    ("magic", "l"), ("size", "l"), ("index", "q"), ("term", "q"), ("pos", "q"),
+    ("channel", "l"), ("chain_crc", "l"), ("body_crc", "l"), ("body_size", "l"),
+)  # DLedgerEntryHeaderStruct
 ENTRY_HEADER = ENTRY_HEADER_LAYOUT.codec
 ENTRY_HEADER_SIZE = ENTRY_HEADER.size  # DLedgerEntry.BODY_OFFSET
-INDEX_UNIT_LAYOUT = derive_whole(DLedgerIndexUnitStruct)
+INDEX_UNIT_LAYOUT = written(("magic", "l"), ("pos", "q"), ("size", "l"), ("index", "q"), ("term", "q"))  # DLedgerIndexUnitStruct
 INDEX_UNIT = INDEX_UNIT_LAYOUT.codec
 INDEX_UNIT_SIZE = INDEX_UNIT.size  # DLedgerMmapFileStore.INDEX_UNIT_SIZE
 

@@ -10,34 +10,47 @@ writable buffer so rebuilt files are what the broker would have written.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from construct import Int32sb, Int64sb, Struct
+import struct
+from typing import Any, NamedTuple
 
 from . import hashing
-from ._layout import derive_whole
+from ._layout import declared_on_use
 
-IndexHeaderStruct = Struct(
-    "begin_timestamp" / Int64sb,
-    "end_timestamp" / Int64sb,
-    "begin_phy_offset" / Int64sb,
-    "end_phy_offset" / Int64sb,
-    "hash_slot_count" / Int32sb,
-    "index_count" / Int32sb,
-)
 
-IndexSlotStruct = Struct("entry_number" / Int32sb)
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Int32sb, Int64sb, Struct
 
-IndexEntryStruct = Struct(
-    "key_hash" / Int32sb,
-    "phy_offset" / Int64sb,
-    "time_diff" / Int32sb,
-    "prev_index" / Int32sb,
-)
+    IndexHeaderStruct = Struct(
+        "begin_timestamp" / Int64sb,
+        "end_timestamp" / Int64sb,
+        "begin_phy_offset" / Int64sb,
+        "end_phy_offset" / Int64sb,
+        "hash_slot_count" / Int32sb,
+        "index_count" / Int32sb,
+    )
 
-HEADER = derive_whole(IndexHeaderStruct).codec
-SLOT = derive_whole(IndexSlotStruct).codec
-ENTRY = derive_whole(IndexEntryStruct).codec
+    IndexSlotStruct = Struct("entry_number" / Int32sb)
+
+    IndexEntryStruct = Struct(
+        "key_hash" / Int32sb,
+        "phy_offset" / Int64sb,
+        "time_diff" / Int32sb,
+        "prev_index" / Int32sb,
+    )
+    return {
+        "IndexHeaderStruct": IndexHeaderStruct,
+        "IndexSlotStruct": IndexSlotStruct,
+        "IndexEntryStruct": IndexEntryStruct,
+    }
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("IndexHeaderStruct", "IndexSlotStruct", "IndexEntryStruct"))
+
+# the codecs, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema).codec
+HEADER = struct.Struct(">qqqqll")  # IndexHeaderStruct
+SLOT = struct.Struct(">l")  # IndexSlotStruct
+ENTRY = struct.Struct(">lqll")  # IndexEntryStruct
 HEADER_SIZE, SLOT_SIZE, ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
 MAX_QUERY_RESULTS = 64  # IndexService maxMsgsNumBatch
 INT32_MAX = 0x7FFFFFFF

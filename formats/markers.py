@@ -9,17 +9,25 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from construct import Const, GreedyBytes, Struct
+from ._layout import declared_on_use
 
 ABORT_FILE = "abort"
 ABORT_BACKUP_FILE = "abort.bak"
 LOCK_FILE = "lock"
 LOCK_CONTENT = b"lock"
 
-LockFileStruct = Struct("content" / Const(LOCK_CONTENT))
-AbortFileStruct = Struct("content" / GreedyBytes)
+
+
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Const, GreedyBytes, Struct
+
+    return {"LockFileStruct": Struct("content" / Const(LOCK_CONTENT)), "AbortFileStruct": Struct("content" / GreedyBytes)}
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("LockFileStruct", "AbortFileStruct"))
 
 
 class AbortMarker(NamedTuple):
@@ -34,4 +42,5 @@ class AbortMarker(NamedTuple):
 
 
 def decode_abort(raw: bytes) -> AbortMarker:
-    return AbortMarker(AbortFileStruct.parse(raw).content)
+    """The whole file is the content (``AbortFileStruct``'s ``GreedyBytes``; tests/test_format_codecs.py)."""
+    return AbortMarker(bytes(raw))

@@ -11,50 +11,63 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import struct
+from typing import Any, NamedTuple
 
-from construct import Int32sb, Int64sb, Padding, Struct
-
-from ._layout import derive_whole
-
-TimerLogUnitStruct = Struct(
-    "size" / Int32sb,
-    "prev_pos" / Int64sb,
-    "magic" / Int32sb,
-    "curr_write_time_ms" / Int64sb,
-    "delay_time" / Int32sb,
-    "offset_py" / Int64sb,
-    "size_py" / Int32sb,
-    "hash_topic" / Int32sb,
-    "reserved" / Int64sb,
-)
-
-WheelSlotStruct = Struct(
-    "time_slot" / Int64sb,
-    "first_pos" / Int64sb,
-    "last_pos" / Int64sb,
-    "num" / Int32sb,
-    "magic" / Int32sb,
-)
+from ._layout import declared_on_use
 
 TIMER_CHECK_FILE_SIZE = 4096
 
-TimerCheckStruct = Struct(
-    "last_read_time_ms" / Int64sb,
-    "last_timer_log_flush_pos" / Int64sb,
-    "last_timer_queue_offset" / Int64sb,
-    "master_timer_queue_offset" / Int64sb,
-    "state_version" / Int64sb,
-    "data_version_timestamp" / Int64sb,
-    "data_version_counter" / Int64sb,
-    Padding(TIMER_CHECK_FILE_SIZE - 56),
-)
 
-UNIT = derive_whole(TimerLogUnitStruct).codec
+def _declare() -> dict[str, Any]:
+    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
+    from construct import Int32sb, Int64sb, Padding, Struct
+
+    TimerLogUnitStruct = Struct(
+        "size" / Int32sb,
+        "prev_pos" / Int64sb,
+        "magic" / Int32sb,
+        "curr_write_time_ms" / Int64sb,
+        "delay_time" / Int32sb,
+        "offset_py" / Int64sb,
+        "size_py" / Int32sb,
+        "hash_topic" / Int32sb,
+        "reserved" / Int64sb,
+    )
+
+    WheelSlotStruct = Struct(
+        "time_slot" / Int64sb,
+        "first_pos" / Int64sb,
+        "last_pos" / Int64sb,
+        "num" / Int32sb,
+        "magic" / Int32sb,
+    )
+
+    TimerCheckStruct = Struct(
+        "last_read_time_ms" / Int64sb,
+        "last_timer_log_flush_pos" / Int64sb,
+        "last_timer_queue_offset" / Int64sb,
+        "master_timer_queue_offset" / Int64sb,
+        "state_version" / Int64sb,
+        "data_version_timestamp" / Int64sb,
+        "data_version_counter" / Int64sb,
+        Padding(TIMER_CHECK_FILE_SIZE - 56),
+    )
+    return {
+        "TimerLogUnitStruct": TimerLogUnitStruct,
+        "WheelSlotStruct": WheelSlotStruct,
+        "TimerCheckStruct": TimerCheckStruct,
+    }
+
+
+__getattr__ = declared_on_use(__name__, _declare, ("TimerLogUnitStruct", "WheelSlotStruct", "TimerCheckStruct"))
+
+# the codecs, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema).codec
+UNIT = struct.Struct(">lqlqlqllq")  # TimerLogUnitStruct
 UNIT_SIZE = UNIT.size  # 52
-SLOT = derive_whole(WheelSlotStruct).codec
+SLOT = struct.Struct(">qqqll")  # WheelSlotStruct
 SLOT_SIZE = SLOT.size  # 32
-_CHECK = derive_whole(TimerCheckStruct).codec
+_CHECK = struct.Struct(">qqqqqqq4040x")  # TimerCheckStruct
 
 MAGIC_DEFAULT = 1
 MAGIC_ROLL = 2
