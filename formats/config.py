@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import fastjson
 
 CONFIG_FILES = {
     "topics.json": "topicConfigTable",  # TopicConfigManager
@@ -31,6 +30,8 @@ def decode_config(name: str, text: str) -> dict[str, Any]:
     """Parse one JSON config file and check its top-level table is present."""
     if not text.strip():
         raise ConfigError(f"{name} is empty")
+    from . import fastjson  # on first use: its patterns compile at import
+
     try:
         doc = fastjson.loads(text)
     except fastjson.FastjsonError as exc:

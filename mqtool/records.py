@@ -8,7 +8,6 @@ as the caller asks (``none`` gives null).
 from __future__ import annotations
 
 import base64
-import hashlib
 import zlib
 from datetime import datetime, timezone
 from enum import Enum
@@ -102,6 +101,8 @@ def encode_body(body: bytes, encoding: BodyEncoding) -> str | None:
         return body.hex()
     if encoding is BodyEncoding.base64:
         return base64.b64encode(body).decode("ascii")
+    import hashlib  # only for --body sha256 (OpenSSL's loading costs a lookup ~5 ms)
+
     return hashlib.sha256(body).hexdigest()
 
 
