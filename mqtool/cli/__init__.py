@@ -11,8 +11,11 @@ gets them when it is loaded, including ones added later).
 
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import sys
+from collections.abc import MutableMapping
 from typing import Annotated
 
 import typer
@@ -54,10 +57,7 @@ def load_command(name: str):
     module, function, _ = LAZY_COMMANDS[name]
     target = getattr(importlib.import_module(f".{module}", __name__), function)
     if isinstance(target, typer.Typer):  # a command group (``query``): the options on it and on each subcommand
-        group = typer.main.get_group(target)
-        for command in (group, *group.commands.values()):
-            add_global_options(command)
-        return group
+        return command_group(target)
     holder = typer.Typer(rich_markup_mode=None)
     if function == "register":
         target(holder)
@@ -66,6 +66,54 @@ def load_command(name: str):
     command = typer.main.get_group(holder).commands[name]
     add_global_options(command)
     return command
+
+
+def command_group(target: typer.Typer):
+    """The click group of ``target`` (``query``), its subcommands made on first use: typer reads
+    a command's signature when it makes it, and a lookup runs one of them."""
+    shell = copy.copy(target)
+    shell.registered_commands = []
+    group = typer.main.get_group(shell)
+    add_global_options(group)
+    makers = {info.name or typer.main.get_command_name(info.callback.__name__): functools.partial(_subcommand, target, info) for info in target.registered_commands}
+    group.commands = CommandsOnUse(makers)
+    return group
+
+
+def _subcommand(target: typer.Typer, info):
+    holder = copy.copy(target)
+    holder.registered_commands = [info]
+    (command,) = typer.main.get_group(holder).commands.values()
+    add_global_options(command)
+    return command
+
+
+class CommandsOnUse(MutableMapping):
+    """A group's subcommands by name (every name listed, for help and "did you mean"), each made
+    by its maker the first time it is looked up."""
+
+    def __init__(self, makers: dict):
+        self.makers = dict(makers)
+        self.made: dict = {}
+
+    def __getitem__(self, name: str):
+        if name not in self.made:
+            self.made[name] = self.makers[name]()  # KeyError: no such command
+        return self.made[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self.made[name] = command
+        self.makers.setdefault(name, None)
+
+    def __delitem__(self, name: str) -> None:
+        del self.makers[name]
+        self.made.pop(name, None)
+
+    def __iter__(self):
+        return iter(self.makers)
+
+    def __len__(self) -> int:
+        return len(self.makers)
 
 
 def _error(message: str, code: int) -> int:
@@ -100,11 +148,17 @@ def _global_options(
     """The options every command accepts after its name too (they only set ``State``)."""
 
 
-def global_options() -> list:
-    """Fresh click parameters for ``_global_options``, not passed to the command's function."""
+@functools.cache
+def _global_option_templates() -> tuple:
+    """The click parameters typer makes of ``_global_options`` (its signature read once)."""
     holder = typer.Typer(add_completion=False)
     holder.command()(_global_options)
-    params = [p for p in typer.main.get_command(holder).params if "--help" not in p.opts]
+    return tuple(p for p in typer.main.get_command(holder).params if "--help" not in p.opts)
+
+
+def global_options() -> list:
+    """Fresh click parameters for ``_global_options``, not passed to the command's function."""
+    params = [copy.copy(p) for p in _global_option_templates()]
     for p in params:
         p.expose_value = False
     return params
