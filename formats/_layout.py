@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import struct
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 if TYPE_CHECKING:
     import construct
 
 
-@dataclass(frozen=True)
-class FixedLayout:
+class FixedLayout(NamedTuple):
     """A run of fixed-width fields: their names, one ``struct.Struct`` and byte offsets."""
 
     names: tuple[str, ...]

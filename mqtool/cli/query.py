@@ -20,7 +20,6 @@ from ..formats.timer import TIMER_TOPIC
 from ..records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
 from ..store import Store
 from ..store import lookup
-from ..store.timer import TimerStore
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_rows
 
@@ -104,7 +103,11 @@ def _add_timer_states(store: Store, rows: list[dict]) -> None:
     ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer`` row; a timer message the timer
     store has not enqueued yet is ``pending`` with the delivery time of its ``TIMER_OUT_MS``."""
     timer_rows = [r for r in rows if r.get("topic") == TIMER_TOPIC]
-    timer = TimerStore.open(store.root) if timer_rows and store.root is not None else None
+    if not timer_rows or store.root is None:
+        return
+    from ..store.timer import TimerStore
+
+    timer = TimerStore.open(store.root)
     if timer is None:
         return
     from ..scan.timer import timer_report  # pyarrow: only when a hit is a timer message

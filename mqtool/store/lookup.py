@@ -16,6 +16,7 @@ Reads only the slots, entries, consume queue units and records a lookup needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
@@ -33,8 +34,7 @@ DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQuer
 KEY, UNIQ_KEY = "key", "uniq-key"
 
 
-@dataclass(frozen=True)
-class IndexHit:
+class IndexHit(NamedTuple):
     """One index entry on ``topic#key``'s slot chain whose hash equals the key's hash."""
 
     offset: int  # the commit log offset the entry points to
@@ -208,8 +208,7 @@ def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: 
 # ---- consume queue lookups -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class QueueRange:
+class QueueRange(NamedTuple):
     """A queue's offsets as the broker loads them (recovery end, ``correctMinOffset``)."""
 
     min_offset: int
