@@ -1,6 +1,6 @@
-"""Start-up and lookups: each command as a fresh ``mqtool`` process, best wall of ``--repeat``.
+"""Start-up and lookups: each command as a fresh ``mqtool`` process, median and best wall of ``--repeat``.
 
-    python bench/bench_startup.py --store /tmp/b2g/store-4.9-2g-msg1k-seg1g-s7
+    python bench/bench_startup.py --store /tmp/b2g/store-4.9-2g-msg1k-seg1g-s7 [--lookups-only]
 
 Every command on the bundled sample store FIXTURE (``fixtures/rocketmq-5.3.3/clean-small``,
 2000 records; recover and repair on CRASHED, ``fixtures/rocketmq-5.3.3/crashed-small``), each on
@@ -8,7 +8,10 @@ a copy under ``--tmp`` so that nothing touches the fixtures, and lookups on a st
 ``bench/make_store.py`` (its topic ``%RETRY%bench_group``, its first record). Issue #10's target
 is <= 0.3 s for ``--help``, ``--version`` and any command on a small store; issue #12's, <= 0.3 s
 for one lookup on a 2 GiB store. Run it with ``PYTHONDONTWRITEBYTECODE`` unset, as a user's
-install runs. ``--crossover`` also times both engines (``MQTOOL_ENGINE``) on the first
+install runs. The target is judged on the median (this machine's speed swings 2-3x within
+minutes: a best-of figure says what the code can do, the median what a user sees); the load
+average and the median of ``python -c pass`` at the start say what phase the machine was in.
+``--crossover`` also times both engines (``MQTOOL_ENGINE``) on the first
 1, 4 and 16 MiB of STORE: the crossover behind ``mqtool/cli/engine.py``'s ``COMPILED_FROM``.
 """
 
@@ -18,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -67,7 +71,8 @@ def mqtool() -> list[str]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--store", type=Path, help="a store from bench/make_store.py (e.g. 2 GiB of 1 KiB records) for the lookups")
-    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=7, help="fresh processes per command (median and best shown)")
+    p.add_argument("--lookups-only", action="store_true", help="only the lookups on --store (and --version, --help)")
     p.add_argument("--crossover", action="store_true", help="also time `dump STORE --to-offset N -f jsonl` on each engine (the engine policy's crossover)")
     p.add_argument("--tmp", type=Path, default=Path("/tmp/mqtool-bench-startup"), help="where the fixture copies go (removed at the end)")
     args = p.parse_args()
@@ -81,14 +86,19 @@ def main() -> int:
         shutil.copytree(CRASHED, crashed)
         names = {str(f): "FIXTURE", str(crashed): "CRASHED", str(args.tmp): "TMP"}
         rows = small_commands(f, crashed, args.tmp)
+        if args.lookups_only:
+            rows = rows[:2]
         if args.store is not None:
             names[str(args.store)] = "STORE"
             rows += lookups(args.store)
-        print("| command | wall s | target |\n|---|---|---|")
+        python = statistics.median(_python_pass() for _ in range(args.repeat))
+        print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, `python -c pass` median {python:.3f} s, {args.repeat} runs each\n")
+        print("| command | median s | best s | target (median) |\n|---|---|---|---|")
         for c in rows:
-            best = min(_wall(c) for _ in range(args.repeat))
+            walls = [_wall(c) for _ in range(args.repeat)]
+            median = statistics.median(walls)
             shown = " ".join(_shown(a, names) for a in c)
-            print(f"| `mqtool {shown}` | {best:.2f} | <= {TARGET} s: {'met' if best <= TARGET else '**NOT met**'} |", flush=True)
+            print(f"| `mqtool {shown}` | {median:.2f} | {min(walls):.2f} | <= {TARGET} s: {'met' if median <= TARGET else '**NOT met**'} |", flush=True)
         if args.crossover and args.store is not None:
             crossover(args.store, args.repeat)
     finally:
@@ -105,6 +115,12 @@ def crossover(store: Path, repeat: int) -> None:
         rows = subprocess.run([*mqtool(), "dump", str(store), "--to-offset", stop, "-f", "jsonl"], capture_output=True, text=True, check=True).stdout.count("\n")
         walls = {e: min(_wall(["dump", str(store), "--to-offset", stop, "-f", "jsonl"], {"MQTOOL_ENGINE": e}) for _ in range(repeat)) for e in ("python", "compiled")}
         print(f"| {mib} MiB | {rows} | {walls['python']:.2f} | {walls['compiled']:.2f} | {walls['python'] / walls['compiled']:.2f} |", flush=True)
+
+
+def _python_pass() -> float:
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    return time.perf_counter() - started
 
 
 def _shown(arg: str, names: dict[str, str]) -> str:
