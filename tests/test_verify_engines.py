@@ -4,12 +4,14 @@ Both engines run on every fixture store and on damaged copies; the finding lists
 in the order printed) and the summaries must be equal. Each damage is also checked to produce
 the finding it is about, so a comparison of two empty lists cannot pass for one of damage.
 Small batch and chunk sizes make findings fall in many batches and entries cross chunk ends.
-The cross-checks also run on a walk of their own, not the commit log check's: the same again.
+The cross-checks also run on a walk of their own, not the commit log check's: the same again;
+and on the commit log check's walk both in threads beside it (two CPUs) and inline (one CPU).
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,14 +49,27 @@ def sizes(request, monkeypatch):
 
 JOINED: dict[str, int] = {}  # batches the joins took in the last columnar run, per check
 SHARED: list[bool] = []  # whether the last run's cross-checks read the commit log check's walk
+THREADED: list[bool] = []  # and whether in threads beside it
 
 
-def run(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
-    with Store.open(path) as store:
+@contextmanager
+def cpus(n: int):
+    """``Verification`` sees ``n`` usable CPUs (threads and forks are for two or more)."""
+    saved = verify_module._cpus
+    verify_module._cpus = lambda: n
+    try:
+        yield
+    finally:
+        verify_module._cpus = saved
+
+
+def run(path: Path, engine: str, cpu_count: int = 2, **options) -> tuple[list[dict], dict]:
+    with Store.open(path) as store, cpus(cpu_count):
         v = Verification(store, VerifyOptions(engine=engine, **options))
         findings = [f.as_dict() for f in v.findings()]
         summary = v.summary.as_dict()
         SHARED[:] = [v.cross_checks_shared]
+        THREADED[:] = [v.cross_checks_threaded]
         if engine == "columnar":
             JOINED.clear()
             JOINED.update({type(c).__name__: c.joined for c in v.cross_checks})
@@ -67,11 +82,13 @@ FORKED: list[bool] = []  # whether the last --jobs 2 run took the forked cross-c
 
 
 def run_jobs(path: Path, jobs: int) -> tuple[list[dict], dict]:
-    with Store.open(path) as store:
+    with Store.open(path) as store, cpus(2):
         v = Verification(store, VerifyOptions(jobs=jobs))
         findings = [f.as_dict() for f in v.findings()]
         summary = v.summary.as_dict()
         FORKED[:] = [v.cross_checks_forked]
+        SHARED[:] = [v.cross_checks_shared]
+        THREADED[:] = [v.cross_checks_threaded]
     for volatile in ("elapsed_s", "throughput_bytes_per_s"):
         summary.pop(volatile)
     return findings, summary
@@ -88,19 +105,23 @@ def run_separate_walk(path: Path, engine: str, **options) -> tuple[list[dict], d
 
 
 def same(path: Path, **options) -> list[dict]:
-    """Both engines' findings, asserted equal, and with the cross-checks on a walk of their own
-    instead of the commit log check's, and with ``--jobs 2`` (the cross-checks forked beside the
-    commit log check) equal again; returns them."""
+    """Both engines' findings, asserted equal, and with the cross-checks on the commit log check's
+    walk inline (one CPU) instead of in threads beside it (two), on a walk of their own, and with
+    ``--jobs 2`` equal again; returns them."""
     columnar, columnar_summary = run(path, "columnar", **options)
-    shared = SHARED[0]
+    shared, threaded = SHARED[0], THREADED[0]
+    assert threaded == shared  # two CPUs: a shared walk is a threaded one
+    assert run(path, "columnar", cpu_count=1, **options) == (columnar, columnar_summary)
+    assert SHARED == [shared] and THREADED == [False]
     records, records_summary = run(path, "records", **options)
     assert columnar == records
     assert columnar_summary == records_summary
     assert run_separate_walk(path, "columnar", **options) == (columnar, columnar_summary)
     assert SHARED == [False]
-    SHARED[:] = [shared]
     if not options:
         assert run_jobs(path, 2) == (columnar, columnar_summary)
+        assert SHARED == [shared] and THREADED == [shared]  # --jobs 2 shares the walk too, where it can
+    SHARED[:], THREADED[:] = [shared], [threaded]
     return columnar
 
 
@@ -120,7 +141,7 @@ def test_both_engines_agree_on_every_fixture_store(version, name, sizes):
     records = sum(1 for m in manifest(version, name)["messages"])
     walked = run(path, "columnar")[1]["commitlog"]["records"]
     with Store.open(path) as store:
-        assert SHARED == [walked > 0 and not store.is_dledger]  # the comparison above covers the shared walk
+        assert SHARED == THREADED == [walked > 0 and not store.is_dledger]  # the comparison above covers the shared walk
     if walked and sizes == "small":  # (DLedger commit logs are not walked as plain records)
         assert records and JOINED["ColumnarConsumeQueueCheck"] > walked // SMALL["batch"] // 2
         assert JOINED["ColumnarIndexCheck"] > walked // SMALL["batch"] // 2
@@ -333,16 +354,28 @@ def test_a_record_the_compiled_dispatch_cannot_decide_goes_through_the_record_en
     assert "cq-entry-mismatch" in kinds(found)
 
 
+def run_jobs_forked(path: Path, jobs: int) -> tuple[list[dict], dict]:
+    """``run_jobs`` with the cross-checks never on the commit log check's walk: ``--jobs 2``
+    forks them (as it does on a DLedger store)."""
+    verify_module.SHARE_WALK = False
+    try:
+        return run_jobs(path, jobs)
+    finally:
+        verify_module.SHARE_WALK = True
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
-def test_jobs_2_forks_the_cross_checks_and_their_findings_are_those_of_jobs_1(version, store_copy):
-    """Sound store: the forked process's findings are used (``--jobs 1`` never forks). A flipped
-    body byte (CRC) and a zeroed range: the findings are exactly those of ``--jobs 1``, whether
-    the parent kept the child's result or ran the cross-checks itself."""
+def test_jobs_2_findings_are_those_of_jobs_1_shared_or_forked(version, store_copy):
+    """Sound store: ``--jobs 2`` runs the cross-checks in threads on the commit log check's walk;
+    without a shared walk it forks them and uses the child's findings (``--jobs 1`` never forks).
+    A flipped body byte (CRC) and a zeroed range: the findings are exactly those of ``--jobs 1``,
+    whether the parent kept the child's result or ran the cross-checks itself."""
     root = FIXTURES / f"rocketmq-{version}" / "clean-small"
-    assert run_jobs(root, 1) and FORKED == [False]
-    assert run_jobs(root, 2) == run_jobs(root, 1)
-    run_jobs(root, 2)
-    assert FORKED == [True]
+    alone = run_jobs(root, 1)
+    assert alone and FORKED == [False] and SHARED == THREADED == [True]
+    assert run_jobs(root, 2) == alone and FORKED == [False] and SHARED == THREADED == [True]
+    assert run_jobs_forked(root, 1) == alone and FORKED == [False]
+    assert run_jobs_forked(root, 2) == alone and FORKED == [True] and SHARED == [False]
     root = store_copy(version, "clean-small")
     ordered = sorted(manifest(version, "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
     victim = [m for m in ordered if m["bodyLength"] > 8][len(ordered) // 3]
@@ -353,12 +386,13 @@ def test_jobs_2_forks_the_cross_checks_and_their_findings_are_those_of_jobs_1(ve
         byte = f.read(1)[0]
         f.seek(at % (1 << 20))
         f.write(bytes([byte ^ 0x20]))
-    forked = run_jobs(root, 2)
-    assert "crc-mismatch" in kinds(forked[0])
-    assert forked == run_jobs(root, 1)
+    alone = run_jobs(root, 1)
+    assert "crc-mismatch" in kinds(alone[0])
+    assert run_jobs(root, 2) == alone and run_jobs_forked(root, 2) == alone
     end = ordered[2 * len(ordered) // 3]["commitLogOffset"]
     with open(root / "commitlog" / f"{end - end % (1 << 20):020d}", "r+b") as f:
         f.seek(end % (1 << 20))
         f.write(bytes(64))
-    forked = run_jobs(root, 2)
-    assert forked == run_jobs(root, 1)
+    alone = run_jobs(root, 1)
+    assert "damaged-range" in kinds(alone[0]) or "half-message" in kinds(alone[0])
+    assert run_jobs(root, 2) == alone and run_jobs_forked(root, 2) == alone

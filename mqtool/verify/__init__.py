@@ -85,6 +85,7 @@ class Verification:
         self.cross_checks: list = []  # the cq and index checks of the last run
         self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
         self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
+        self.cross_checks_threaded = False  # and in threads beside it
         self._broker_start: int | None = None
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
@@ -121,41 +122,43 @@ class Verification:
         start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
         stop = opts.to_offset
         cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
+        whole = bool(cross) and "commitlog" in opts.checks and opts.from_offset is None and stop is None
+        shared = None
+        if whole and SHARE_WALK and not store.is_dledger:
+            # the cross-checks on the commit log check's own walk (one walk), in two threads beside
+            # it where a second CPU is free (``sharedwalk.py``): faster than any split into
+            # processes, whatever ``jobs`` (the cross-checks' own work is the longer part)
+            from .sharedwalk import SharedWalk
+
+            shared = SharedWalk(self, cross, start, threads=_cpus() > 1)
         forked = None
-        if opts.jobs > 1 and cross and "commitlog" in opts.checks and opts.from_offset is None and stop is None and hasattr(os, "fork") and _cpus() > 1:
+        if shared is None and whole and opts.jobs > 1 and hasattr(os, "fork") and _cpus() > 1:
             from .forked import ForkedCrossCheck
 
             forked = ForkedCrossCheck(self, cross, start)
         try:
-            yield from self._checks(start, stop, cross, forked)
+            yield from self._checks(start, stop, cross, forked, shared)
         finally:
             if forked is not None:
                 forked.close()
+            if shared is not None:
+                shared.close()
 
-    def _checks(self, start: int, stop: int | None, cross: list[str], forked) -> Iterator[Finding]:
+    def _checks(self, start: int, stop: int | None, cross: list[str], forked, shared) -> Iterator[Finding]:
         opts, store, summary = self.options, self.store, self.summary
         last_timestamp = None
         records = 0
         logical_end = None
-        shared = None
         if "commitlog" in opts.checks:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
             # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
-            # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both)
-            jobs = opts.jobs - 1 if forked is not None else opts.jobs
-            if SHARE_WALK and cross and forked is None and not store.is_dledger and opts.from_offset is None and stop is None and jobs <= 1:
-                from .sharedwalk import SharedWalk  # the cross-checks on this walk's rows: one walk
-
-                shared = SharedWalk(self, cross, start)
+            # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both);
+            # a shared walk is one walk, in this process (a pool's segments are not shown to it)
+            jobs = 1 if shared is not None else opts.jobs - 1 if forked is not None else opts.jobs
             extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
             check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **extra)
             check.progress = self._stage("commitlog", check.total_bytes)
-            try:
-                yield from check.run()
-            except BaseException:
-                if shared is not None:
-                    shared.close()
-                raise
+            yield from check.run()
             result = self.commitlog = check.result
             summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
             summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
@@ -169,6 +172,7 @@ class Verification:
             if shared is not None:
                 ahead = shared.result(logical_end)
                 self.cross_checks_shared = ahead is not None
+                self.cross_checks_threaded = ahead is not None and shared.threaded
                 if ahead is None:
                     shared.close()
                 else:

@@ -230,6 +230,9 @@ class ChainReader:
     def end(self, array: np.ndarray, run: Run) -> None:
         """The chain run ended (``run.end``, ``run.code``)."""
 
+    def let_go(self) -> None:
+        """The segment is unmapped next (after ``end``, or a failed walk): no reference to ``array`` may stay."""
+
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     """Walk one segment: its runs of valid records, the gaps between them, its blank record.
@@ -259,6 +262,7 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
         out = np.empty((BATCH_ROWS, fs.N_COLS), dtype=np.int64)
         scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
         fd = os.open(task.path, os.O_RDONLY)
+        shown = chain
         try:
             pos = task.start
             if task.resync:
@@ -294,6 +298,8 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
                     break
                 pos = resume
         finally:
+            if shown is not None:
+                shown.let_go()
             os.close(fd)
             fs.release_pages(mf.buf, 0, mf.size)
             del array

@@ -32,18 +32,25 @@ from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
+from .pipeline import Stage
 from .segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
     from . import Verification
 
 CHUNK = 4096  # findings per pickled chunk
+ADD_DEPTH = 4  # walk calls (about 1 MiB of records each) waiting for their columns, at most
+CHECK_DEPTH = 1  # whole batches (about 8 MiB of records) waiting for the checks, at most
 
 
 class SharedWalk(ChainReader):
-    """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand."""
+    """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand.
 
-    def __init__(self, verification: "Verification", cross: list[str], start: int):
+    ``threads``: the record columns are built (``columns.ColumnBuilder.add``) and the batches
+    checked (``CrossChecks.feed``) in two threads of their own (``pipeline.Stage``), while the
+    walk goes on; batches are cut and checked in the same order as inline, so the findings are."""
+
+    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
@@ -60,6 +67,11 @@ class SharedWalk(ChainReader):
         self.buffer = np.empty((self.most, fs.N_COLS), dtype=np.int64)
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
+        self.threaded = threads
+        self.adding = self.checking = None
+        if threads:
+            self.checking = Stage(self._check, CHECK_DEPTH, "mqtool-verify-check")
+            self.adding = Stage(self._add, ADD_DEPTH, "mqtool-verify-columns")
 
     # ---- fed by the commit log check ----
 
@@ -72,20 +84,18 @@ class SharedWalk(ChainReader):
         return True
 
     def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
-        at, n = 0, rows.shape[0]
-        while at < n:
-            take = min(n - at, self.rows_per_batch - self.fill)
-            self.buffer[self.fill : self.fill + take] = rows[at : at + take]
-            if self.builder is not None:
-                self.builder.add(array, rows[at : at + take])
-            self.fill += take
-            at += take
-            if self.fill == self.rows_per_batch:
-                self._batch(array)
+        if self.adding is None:
+            self._add((self.base, array, rows))
+        else:
+            self.adding.put((self.base, array, rows.copy()))  # the walk reuses ``rows``
 
     def end(self, array: np.ndarray, run: Run) -> None:
+        if self.adding is not None:
+            self.adding.drain()
         if self.fill:
-            self._batch(array)
+            self._cut(self.base, array)
+        if self.checking is not None:
+            self.checking.drain()
         index = self.next_index
         if run.code == fs.OK_BLANK:
             if index + 1 < len(self.segments):
@@ -98,19 +108,54 @@ class SharedWalk(ChainReader):
                                run.detail if code in (fs.END_LENGTH_MISMATCH, fs.END_CRC) else None)
         self.next_index = None
 
-    def _batch(self, array: np.ndarray) -> None:
+    def let_go(self) -> None:
+        if self.adding is not None and (self.adding.queue.unfinished_tasks or self.checking.queue.unfinished_tasks):
+            self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
+
+    # ---- the stages: rows to batches of columns, batches to findings ----
+
+    def _add(self, item: tuple[int, np.ndarray, np.ndarray]) -> None:
+        base, array, rows = item
+        at, n = 0, rows.shape[0]
+        while at < n:
+            take = min(n - at, self.rows_per_batch - self.fill)
+            self.buffer[self.fill : self.fill + take] = rows[at : at + take]
+            if self.builder is not None:
+                self.builder.add(array, rows[at : at + take])
+            self.fill += take
+            at += take
+            if self.fill == self.rows_per_batch:
+                self._cut(base, array)
+
+    def _cut(self, base: int, array: np.ndarray) -> None:
+        """The batch is whole: to the checks; the next batch sized as ``FastScan`` sizes it."""
         count = self.fill
         rows = self.buffer[:count]
-        self.outcome.records += count
-        columns = self.builder.build(self.base) if self.builder is not None else None
-        for finding in self.checks.feed(fs.SegmentBatch(self.base, array, rows), columns):
-            self.pending.append(finding)
-            if len(self.pending) >= CHUNK:
-                self._spill()
+        batch = (base, array, rows, self.builder)
         span = int(rows[count - 1, fs.COL_POS] + rows[count - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
         self.rows_per_batch = min(self.most, max(self.most // 8, 1, logstream.BATCH_BYTES * count // max(span, 1)))
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)
+        if self.checking is None:
+            self._check(batch)
+        else:
+            self.checking.put(batch)
+            self.buffer = np.empty((self.rows_per_batch, fs.N_COLS), dtype=np.int64)  # ``rows`` are the checks' now
+
+    def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object]) -> None:
+        base, array, rows, builder = batch
+        self.outcome.records += rows.shape[0]
+        columns = builder.build(base) if builder is not None else None
+        for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
+            self.pending.append(finding)
+            if len(self.pending) >= CHUNK:
+                self._spill()
+
+    def _stop(self) -> None:
+        for stage in (self.adding, self.checking):
+            if stage is not None:
+                stage.close()
+        self.adding = self.checking = None
 
     def _spill(self) -> None:
         if self.spill is None:
@@ -138,6 +183,7 @@ class SharedWalk(ChainReader):
         return (yield from self.checks.finish(self.stream_end.offset, self.outcome))
 
     def close(self) -> None:
+        self._stop()
         if self.spill is not None:
             self.spill.close()
             self.spill = None
