@@ -56,52 +56,62 @@ class RecordColumns:
 
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
-    segment's array), so a reader of a walk dispatches records while they are in cache; ``build``
-    once the batch is whole. Results do not depend on how the rows were cut into ``add`` calls."""
+    segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
+    the batch is whole (topics numbered, key hashes finished); ``build`` may run in another
+    thread than ``add`` (``sharedwalk.py``). Results do not depend on how the rows were cut
+    into ``add`` calls."""
 
     def __init__(self, topics: TopicTable, delay_ms: np.ndarray, legacy: bool, capacity: int):
         self.topics, self.delay_ms, self.legacy = topics, delay_ms, legacy
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
-        self.topic_ids = np.empty(capacity, dtype=np.int32)
-        self.local = np.empty(capacity, dtype=np.int64)
-        self.first = np.empty(min(capacity, TOPIC_SLOTS), dtype=np.int64)
         self.keys = np.empty(0, dtype=np.int64)
         self.n = self.key_fill = 0
+        self.array: np.ndarray | None = None
 
     def add(self, array: np.ndarray, rows: np.ndarray) -> None:
         n = rows.shape[0]
         if not n:
             return
+        self.array = array
         props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
         need = self.key_fill + int(props_bytes.sum()) // 2 + 2 * n + 2
         if need > self.keys.shape[0]:
             keys = np.empty(max(need, 2 * self.keys.shape[0]), dtype=np.int64)
             keys[: self.key_fill] = self.keys[: self.key_fill]
             self.keys = keys
-        out, topics, local, first, base = self.out, self.topics, self.local, self.first, self.n
-        span = int(rows[n - 1, fs.COL_POS] + rows[n - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
+        done, self.key_fill = fd.dispatch_rows(array, rows, 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
+        assert done == n, "the key buffer is sized for every record"
+        self.n += n
+
+    def _topic_ids(self) -> np.ndarray:
+        """Topic id of each record: distinct topics told apart by the compiled ``local_topics``
+        about 1 MiB of records at a time, and only those named (``TopicTable.id_of``)."""
+        n, out, topics, array = self.n, self.out, self.topics, self.array
+        topic_ids = np.empty(n, dtype=np.int32)
+        local = np.empty(n, dtype=np.int64)
+        first = np.empty(min(n, TOPIC_SLOTS), dtype=np.int64)
+        span = int(out[n - 1, fd.F_POS] + out[n - 1, fd.F_SIZE] - out[0, fd.F_POS])
         chunk = max(CHUNK, CHUNK_BYTES * n // max(span, 1))
-        for lo in range(0, n, chunk):  # a chunk's records are still in cache when their topics are told apart
+        for lo in range(0, n, chunk):
             hi = min(n, lo + chunk)
-            done, self.key_fill = fd.dispatch_rows(array, rows[lo:hi], 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, out, base + lo, self.keys, self.key_fill)
-            assert done == hi - lo, "the key buffer is sized for every record"
-            lo, hi = base + lo, base + hi
             count = fd.local_topics(array, out, lo, hi, local[lo:hi], first)
             if count >= 0:
                 ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
-                self.topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
+                topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
             else:  # more than TOPIC_SLOTS topics in the chunk
                 for r, (p, k) in enumerate(out[lo:hi, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist(), lo):
-                    self.topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
-        self.n += n
+                    topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
+        return topic_ids
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
-        fd.finish_keys(out, 0, n, self.topic_ids, self.topics.state, POW31, self.keys)
+        topic_ids = self._topic_ids()
+        self.array = None  # no reference to the mapped segment stays
+        fd.finish_keys(out, 0, n, topic_ids, self.topics.state, POW31, self.keys)
         return RecordColumns(
             offsets=out[:, fd.F_POS] + base_offset,
             sizes=out[:, fd.F_SIZE],
-            topic_ids=self.topic_ids[:n].astype(np.int64),
+            topic_ids=topic_ids.astype(np.int64),
             queue_ids=out[:, fd.F_QUEUE_ID],
             queue_offsets=out[:, fd.F_QUEUE_OFFSET],
             sys_flags=out[:, fd.F_SYS_FLAG],

@@ -6,8 +6,10 @@ walks the same chain first in each segment (``segments.analyze_segment``'s chain
 checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown those rows
 (``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
-record columns of the joins are built as the rows come, while the records are in cache
-(``columns.ColumnBuilder``; the walk is shown 1 MiB at a time). Their
+records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
+the walk is shown 1 MiB at a time). Each whole batch is then checked (its columns finished and
+joined: ``CrossChecks.feed``), on two CPUs in a thread of its own while the walk goes on
+(``pipeline.Stage``: a batch or two may wait, in order), else inline. The
 findings are spilled to an unlinked temporary file as they come (memory stays flat) and
 replayed once the commit log's findings are out, as if the checks had run after it.
 
@@ -39,16 +41,14 @@ if TYPE_CHECKING:
     from . import Verification
 
 CHUNK = 4096  # findings per pickled chunk
-ADD_DEPTH = 4  # walk calls (about 1 MiB of records each) waiting for their columns, at most
-CHECK_DEPTH = 1  # whole batches (about 8 MiB of records) waiting for the checks, at most
+CHECK_DEPTH = 2  # batches (about 8 MiB of records each) waiting for the checks thread, at most
 
 
 class SharedWalk(ChainReader):
     """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand.
 
-    ``threads``: the record columns are built (``columns.ColumnBuilder.add``) and the batches
-    checked (``CrossChecks.feed``) in two threads of their own (``pipeline.Stage``), while the
-    walk goes on; batches are cut and checked in the same order as inline, so the findings are."""
+    ``threads``: the batches are checked in a thread beside the walk, in the order cut, so the
+    findings and their order are those of the inline run."""
 
     def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False):
         store = verification.store
@@ -68,10 +68,7 @@ class SharedWalk(ChainReader):
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
-        self.adding = self.checking = None
-        if threads:
-            self.checking = Stage(self._check, CHECK_DEPTH, "mqtool-verify-check")
-            self.adding = Stage(self._add, ADD_DEPTH, "mqtool-verify-columns")
+        self.checking = Stage(self._check, CHECK_DEPTH, "mqtool-verify-check") if threads else None
 
     # ---- fed by the commit log check ----
 
@@ -84,14 +81,19 @@ class SharedWalk(ChainReader):
         return True
 
     def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
-        if self.adding is None:
-            self._add((self.base, array, rows))
-        else:
-            self.adding.put((self.base, array, rows.copy()))  # the walk reuses ``rows``
+        """Cut into batches; each batch's records dispatched now, in cache (``ColumnBuilder.add``)."""
+        at, n = 0, rows.shape[0]
+        while at < n:
+            take = min(n - at, self.rows_per_batch - self.fill)
+            self.buffer[self.fill : self.fill + take] = rows[at : at + take]
+            if self.builder is not None:
+                self.builder.add(array, rows[at : at + take])
+            self.fill += take
+            at += take
+            if self.fill == self.rows_per_batch:
+                self._cut(self.base, array)
 
     def end(self, array: np.ndarray, run: Run) -> None:
-        if self.adding is not None:
-            self.adding.drain()
         if self.fill:
             self._cut(self.base, array)
         if self.checking is not None:
@@ -109,23 +111,10 @@ class SharedWalk(ChainReader):
         self.next_index = None
 
     def let_go(self) -> None:
-        if self.adding is not None and (self.adding.queue.unfinished_tasks or self.checking.queue.unfinished_tasks):
+        if self.checking is not None and self.checking.queue.unfinished_tasks:
             self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
 
-    # ---- the stages: rows to batches of columns, batches to findings ----
-
-    def _add(self, item: tuple[int, np.ndarray, np.ndarray]) -> None:
-        base, array, rows = item
-        at, n = 0, rows.shape[0]
-        while at < n:
-            take = min(n - at, self.rows_per_batch - self.fill)
-            self.buffer[self.fill : self.fill + take] = rows[at : at + take]
-            if self.builder is not None:
-                self.builder.add(array, rows[at : at + take])
-            self.fill += take
-            at += take
-            if self.fill == self.rows_per_batch:
-                self._cut(base, array)
+    # ---- batches to findings ----
 
     def _cut(self, base: int, array: np.ndarray) -> None:
         """The batch is whole: to the checks; the next batch sized as ``FastScan`` sizes it."""
@@ -152,10 +141,9 @@ class SharedWalk(ChainReader):
                 self._spill()
 
     def _stop(self) -> None:
-        for stage in (self.adding, self.checking):
-            if stage is not None:
-                stage.close()
-        self.adding = self.checking = None
+        if self.checking is not None:
+            self.checking.close()
+            self.checking = None
 
     def _spill(self) -> None:
         if self.spill is None:
