@@ -281,12 +281,12 @@ main()
 """
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_a_file_that_shrinks_while_mapped_is_one_line_and_exit_3(tmp_path, jobs):
+@pytest.mark.parametrize("checks", [["--only", "commitlog", "--jobs", "1"], ["--only", "commitlog", "--jobs", "2"], []], ids=["jobs-1", "jobs-2", "cross-checks-in-a-thread"])
+def test_a_file_that_shrinks_while_mapped_is_one_line_and_exit_3(tmp_path, checks):
     root = copy_store("4.9.7", "clean-small", tmp_path)
     victim = root / "commitlog" / f"{SEGMENT:020d}"
     proc = subprocess.run(
-        [sys.executable, "-c", SHRINK, str(victim), "verify", str(root), "--no-progress", "--only", "commitlog", "--jobs", jobs],
+        [sys.executable, "-c", SHRINK, str(victim), "verify", str(root), "--no-progress", *checks],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr

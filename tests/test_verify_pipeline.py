@@ -1,0 +1,90 @@
+"""The cross-checks' thread beside the commit log check's walk (``verify/pipeline.py``,
+``verify/sharedwalk.py``): work done in order, its failure raised in the walking thread, and no
+thread left behind however the run ends. (That its findings equal the inline run's, on every
+fixture and damaged copy, is held by ``test_verify_engines.py``.)"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from conftest import FIXTURES, manifest
+import mqtool.verify as verify_module
+from mqtool.formats import commitlog as cl
+from mqtool.store import Store
+from mqtool.verify import Verification, VerifyOptions, crosscheck, logstream, pipeline
+
+STORE = FIXTURES / "rocketmq-4.9.7" / "clean-small"
+
+
+def check_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("mqtool-verify")]
+
+
+@pytest.fixture(autouse=True)
+def two_cpus(monkeypatch):
+    monkeypatch.setattr(verify_module, "_cpus", lambda: 2)
+    yield
+    assert check_threads() == []
+
+
+def test_a_stage_does_its_work_in_order_and_raises_its_failure_where_items_are_put():
+    done = []
+
+    def work(item):
+        if item == 7:
+            raise ValueError("item 7")
+        done.append(item)
+
+    stage = pipeline.Stage(work, 2, "mqtool-verify-test")
+    for item in range(5):
+        stage.put(item)
+    stage.drain()
+    assert done == list(range(5))
+    with pytest.raises(ValueError, match="item 7"):
+        for item in range(5, 100):
+            stage.put(item)
+        stage.drain()
+    assert done == [0, 1, 2, 3, 4, 5, 6]  # nothing after the failure
+    stage.close()
+    assert not stage.thread.is_alive()
+
+
+def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):
+    calls = []
+    feed = crosscheck.CrossChecks.feed
+
+    def failing(self, batch, columns=None):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 3:
+            raise RuntimeError("check failed")
+        return feed(self, batch, columns)
+
+    monkeypatch.setattr(crosscheck.CrossChecks, "feed", failing)
+    monkeypatch.setattr(logstream, "BATCH", 64)  # many batches
+    with Store.open(STORE) as store, pytest.raises(RuntimeError, match="check failed"):
+        list(Verification(store, VerifyOptions()).findings())
+    assert calls[:3] == ["mqtool-verify-check"] * 3
+
+
+def test_a_run_stopped_early_leaves_no_thread(monkeypatch, store_copy):
+    """A consumer that stops at the first finding (a CRC failure, yielded while the walk and the
+    checks' thread are both under way)."""
+    monkeypatch.setattr(logstream, "BATCH", 64)
+    root = store_copy("4.9.7", "clean-small")
+    victim = [m for m in sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"]) if m["bodyLength"] > 8][100]
+    segment = root / "commitlog" / f"{0:020d}"
+    at = victim["commitLogOffset"] + cl.header_size(victim["sysFlag"]) + victim["bodyLength"] // 2  # a body byte
+    with open(segment, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 1]))
+    with Store.open(root) as store:
+        run = Verification(store, VerifyOptions())
+        findings = run.findings()
+        first = next(findings)
+        assert (first.kind, first.offset) == ("crc-mismatch", victim["commitLogOffset"])
+        assert check_threads()  # the checks' thread is at work
+        findings.close()
