@@ -17,6 +17,18 @@ measures in one run, best of ``--repeat``:
 Throughput is commit log data bytes (first segment start to the logical end) per second.
 Targets (issue 3): >= 1.5 GB/s single process on 1 KiB messages, >= 0.8 GB/s on 128-byte ones,
 >= 2.4 GB/s with ``--jobs 2`` on 1 KiB, peak RSS <= 300 MB.
+
+``--full`` measures instead every check against the commit log check alone (issue 10), the CLI
+end to end, runs interleaved, best of ``--repeat``: ``verify --only commitlog``, ``verify`` and
+``verify --jobs 2``, each with its ratio to ``--only commitlog`` of the same tree, its CPU time
+(all threads and processes) and peak RSS; ``--old DIR`` runs the same commands with the code of
+another source tree too (``python -m mqtool`` in ``DIR``, e.g. a ``git archive`` of an earlier
+commit), interleaved with this one's, and prints each command's ratio to the old tree's:
+
+    python bench/bench_verify.py --full --store /path/to/store --old /tmp/old --repeat 5
+
+Targets (issue 10): ``verify`` >= 1.0 GB/s on 1 KiB records (>= 0.4 on 128 B), <= 1.6x
+``--only commitlog``; ``--jobs 2`` >= 1.6 GB/s, and no slower than ``--jobs 1``.
 """
 
 from __future__ import annotations
@@ -185,6 +197,71 @@ def bench_store(spec: make_store.StoreSpec, label: str, jobs_list: list[int], re
     return rows
 
 
+FULL_COMMANDS = (("verify --only commitlog", ["--only", "commitlog"]), ("verify", []), ("verify --jobs 2", ["--jobs", "2"]))
+FULL_TARGETS = {("verify", "1k"): 1.0e9, ("verify", "128"): 0.4e9, ("verify --jobs 2", "1k"): 1.6e9}
+
+
+def record_label(store_path: Path) -> str:
+    """"1k" or "128": TOTALSIZE of the store's first record."""
+    first = min((store_path / "commitlog").iterdir())
+    with open(first, "rb") as f:
+        size = int.from_bytes(f.read(4), "big")
+    return "1k" if size == 1024 else "128" if size == 128 else str(size)
+
+
+def full_verify(store_path: Path, label: str, repeat: int, old: Path | None) -> list[dict]:
+    """Every check against the commit log check alone, CLI end to end, trees and commands interleaved."""
+    import os
+    import resource
+
+    ranges = data_ranges(store_path)
+    data = sum(n for _, n in ranges)
+    warm(ranges)
+    trees = [("this tree", None)] + ([("old", old)] if old is not None else [])
+    best: dict[tuple[str, str], dict] = {}
+    for tree, cwd in trees:  # untimed: a tree's first run may compile and cache its kernels
+        subprocess.run([sys.executable, "-m", "mqtool", "verify", str(store_path), "--no-progress", "--format", "json"], cwd=cwd, capture_output=True)
+    load = os.getloadavg()
+    for _ in range(repeat):
+        for tree, cwd in trees:
+            for name, extra in FULL_COMMANDS:
+                cmd = [sys.executable, "-m", "mqtool", "verify", str(store_path), "--no-progress", "--format", "json", *extra]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc, wall, peak = run_measured(cmd, cwd=cwd)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                if proc.returncode not in (0, 1):
+                    raise SystemExit(f"bench_verify: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+                cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                findings = sum(json.loads(proc.stdout)["summary"]["findings"].values())
+                row = best.setdefault((tree, name), {"store": label, "tree": tree, "method": name, "seconds": wall, "cpu_s": cpu, "peak_rss_mb": 0.0, "findings": findings})
+                if wall < row["seconds"]:
+                    row["seconds"], row["cpu_s"] = wall, cpu
+                row["peak_rss_mb"] = max(row["peak_rss_mb"], peak)
+    load = (load, os.getloadavg())
+    rows = list(best.values())
+    print(f"\n{label} messages: {data / 1e9:.2f} GB of records ({store_path}); best of {repeat}, interleaved; "
+          f"load average {load[0][0]:.1f} before, {load[1][0]:.1f} after")
+    print(f"{'tree':10} {'command':26} {'wall s':>7} {'GB/s':>6} {'CPU s':>6} {'RSS MB':>7} {'÷ cl':>5} {'÷ old':>6}  notes")
+    for r in rows:
+        r["gb_s"] = data / r["seconds"] / 1e9
+        r["x_commitlog"] = r["seconds"] / best[(r["tree"], "verify --only commitlog")]["seconds"]
+        was = best.get(("old", r["method"])) if r["tree"] != "old" else None
+        r["x_old"] = r["seconds"] / was["seconds"] if was else None
+        notes = []
+        target = FULL_TARGETS.get((r["method"], label))
+        if target:
+            notes.append(f"target >= {target / 1e9:.1f} GB/s: {'met' if r['gb_s'] * 1e9 >= target else 'NOT met'}")
+        if r["method"] == "verify":
+            notes.append(f"target <= 1.6 x commitlog: {'met' if r['x_commitlog'] <= 1.6 else 'NOT met'}")
+        if r["peak_rss_mb"] > RSS_TARGET_MB:
+            notes.append(f"RSS > {RSS_TARGET_MB} MB")
+        if r["findings"]:
+            notes.append(f"{r['findings']} findings!")
+        print(f"{r['tree']:10} {r['method']:26} {r['seconds']:7.2f} {r['gb_s']:6.2f} {r['cpu_s']:6.2f} {round(r['peak_rss_mb']):7} {r['x_commitlog']:5.2f} "
+              f"{'' if r['x_old'] is None else format(r['x_old'], '.2f'):>6}  {'; '.join(notes)}", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/bench_verify.py", description=__doc__.splitlines()[0])
     p.add_argument("--size", default="2g", help="commit log bytes per store (e.g. 2g; 256m or less during development)")
@@ -193,9 +270,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", default="1,2", help="comma-separated --jobs values")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    p.add_argument("--full", action="store_true", help="every check against --only commitlog (CLI), instead of the commit log check's suite")
+    p.add_argument("--store", type=Path, action="append", help="with --full: an existing store to measure (its records' size read from its first record)")
+    p.add_argument("--old", type=Path, default=None, help="with --full: a source tree whose code runs the same commands, interleaved")
     a = p.parse_args(argv)
     size = make_store.parse_size(a.size)
     rows = []
+    if a.full:
+        stores = [(path, record_label(path)) for path in a.store] if a.store else []
+        for label in [] if a.store else a.message_size or ["1k", "128"]:
+            spec = make_store.StoreSpec(size=size, message_size=make_store.parse_size(label), segment_size=make_store.parse_size(a.segment_size or "1g"))
+            stores.append((make_store.ensure_store(spec, log=lambda m: print(m, file=sys.stderr)), label))
+        for path, label in stores:
+            rows += full_verify(path, label, a.repeat, a.old)
+        if a.json:
+            a.json.write_text(json.dumps(rows, indent=2))
+        return 0
     for label in a.message_size or ["1k", "128"]:
         spec = make_store.StoreSpec(size=size, message_size=make_store.parse_size(label), segment_size=make_store.parse_size(a.segment_size or "1g"))
         rows += bench_store(spec, label, [int(j) for j in a.jobs.split(",")], a.repeat)
