@@ -8,7 +8,8 @@ yields ``Finding``s as it goes and fills ``summary``:
    it, the entry index and DLedger's checkpoint (``dledger.py``);
 2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
    consume queue (``consumequeue.py``) and the index files (``index.py``); the records of the
-   commit log check's own walk where it can (``sharedwalk.py``), else a walk of their own;
+   commit log check's own walk where it can, checked in a thread beside it on two CPUs
+   (``sharedwalk.py``), else a walk of their own (forked beside it with ``jobs > 1``: ``forked.py``);
 3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``);
 4. ``timer``: the 5.x timer store, where there is one (``timer.py``).
 """

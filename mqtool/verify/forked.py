@@ -1,5 +1,9 @@
 """``verify --jobs N`` (N > 1): the cq and index checks in a forked process, overlapping the commit log check.
 
+Only where they cannot read the commit log check's own walk (a DLedger store, or ``SHARE_WALK``
+off): a whole plain store is checked on one walk with the checks in a thread beside it
+(``sharedwalk.py``), which beats a second process doing the walk again.
+
 The cross-checks read the valid records on a walk of their own (``LogStream``, CRC not checked),
 so nothing stops them running beside the commit log check's CRC walk. The child runs exactly the
 serial code (``Verification._cross_check``), with the end of the files standing in for the commit
