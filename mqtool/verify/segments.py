@@ -191,12 +191,13 @@ def property_crc(record) -> tuple[int, object]:
     return expected, sum(int(chr(d)) * 10**i for i, d in enumerate(digits))
 
 
-def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None, run: Run | None = None) -> Run:
+def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None, held=None, run: Run | None = None) -> Run:
     """Walk valid records from ``pos`` (windowed; pages behind the walk are released);
-    ``on_rows(array, rows)`` sees every call's rows while they are in cache. ``run``: a run
-    ending at ``pos`` to continue (its records already walked and checked, ``check_rows``)."""
+    ``on_rows(array, rows)`` sees every call's rows while they are in cache; ``held()`` is the
+    first position its reader still reads (None: none), pages from there on are kept. ``run``: a
+    run ending at ``pos`` to continue (its records already walked and checked, ``check_rows``)."""
     run = Run(pos) if run is None else run
-    released = pos
+    released = reported = pos
     step = WINDOW if on_rows is None else SHOWN_STEP
     while True:
         window_stop = min(stop, pos + step)
@@ -208,14 +209,18 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
                 on_rows(array, out[:count])
         pos = npos
         if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
-            if pos - released >= WINDOW:
-                fs.release_pages(buf, released, pos)
+            if pos - reported >= WINDOW:
+                keep = held() if held is not None else None
+                upto = pos if keep is None else min(pos, keep)
+                if upto > released:
+                    fs.release_pages(buf, released, upto)
+                    released = upto
                 if progress is not None:
-                    progress(pos - released)
-                released = pos
+                    progress(pos - reported)
+                reported = pos
             continue
         if progress is not None:
-            progress(pos - released)
+            progress(pos - reported)
         run.end, run.code, run.detail = pos, code, int(detail)
         return run
 
@@ -229,6 +234,10 @@ class ChainReader:
 
     def end(self, array: np.ndarray, run: Run) -> None:
         """The chain run ended (``run.end``, ``run.code``)."""
+
+    def held(self) -> int | None:
+        """The first segment position the reader may still read (its pages are kept), or None."""
+        return None
 
     def let_go(self) -> None:
         """The segment is unmapped next (after ``end``, or a failed walk): no reference to ``array`` may stay."""
@@ -273,7 +282,7 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
             if walked is not None:
                 pos = walked.end
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, chain.rows if chain is not None else None, walked)
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, *((chain.rows, chain.held) if chain is not None else (None, None)), walked)
                 walked = None
                 report.runs.append(run)
                 if chain is not None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import pickle
 import tempfile
+from collections import deque
 from typing import TYPE_CHECKING, Generator
 
 import numpy as np
@@ -68,6 +69,7 @@ class SharedWalk(ChainReader):
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
+        self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
         self.checking = Stage(self._check, CHECK_DEPTH, "mqtool-verify-check") if threads else None
 
     # ---- fed by the commit log check ----
@@ -110,6 +112,14 @@ class SharedWalk(ChainReader):
                                run.detail if code in (fs.END_LENGTH_MISMATCH, fs.END_CRC) else None)
         self.next_index = None
 
+    def held(self) -> int | None:
+        """The batches' topics are read again when they are checked (``ColumnBuilder.build``), the
+        records of a batch the record engine takes too: their pages stay mapped until then."""
+        try:
+            return self.handed[0]
+        except IndexError:
+            return int(self.buffer[0, fs.COL_POS]) if self.fill else None
+
     def let_go(self) -> None:
         if self.checking is not None and self.checking.queue.unfinished_tasks:
             self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
@@ -128,6 +138,7 @@ class SharedWalk(ChainReader):
         if self.checking is None:
             self._check(batch)
         else:
+            self.handed.append(int(rows[0, fs.COL_POS]))
             self.checking.put(batch)
             self.buffer = np.empty((self.rows_per_batch, fs.N_COLS), dtype=np.int64)  # ``rows`` are the checks' now
 
@@ -139,6 +150,8 @@ class SharedWalk(ChainReader):
             self.pending.append(finding)
             if len(self.pending) >= CHUNK:
                 self._spill()
+        if self.checking is not None:
+            self.handed.popleft()
 
     def _stop(self) -> None:
         if self.checking is not None:
