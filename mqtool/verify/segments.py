@@ -33,6 +33,7 @@ from ..store.mappedfile import MappedFile
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
 SHOWN_STEP = 1 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache
+SHOWN_RELEASE = 4 << 20  # and bytes released at a time behind what the reader still holds
 BATCH_ROWS = 16384
 RESYNC_CHAIN = 3  # records that must chain after a resync candidate (fewer if the segment ends)
 MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
@@ -199,6 +200,7 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
     run = Run(pos) if run is None else run
     released = reported = pos
     step = WINDOW if on_rows is None else SHOWN_STEP
+    release_step = WINDOW if on_rows is None else SHOWN_RELEASE  # a reader's held pages are kept: release nearer behind
     while True:
         window_stop = min(stop, pos + step)
         count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
@@ -209,12 +211,12 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
                 on_rows(array, out[:count])
         pos = npos
         if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
+            keep = held() if held is not None else None
+            upto = pos if keep is None else min(pos, keep)
+            if upto - released >= release_step:
+                fs.release_pages(buf, released, upto)
+                released = upto
             if pos - reported >= WINDOW:
-                keep = held() if held is not None else None
-                upto = pos if keep is None else min(pos, keep)
-                if upto > released:
-                    fs.release_pages(buf, released, upto)
-                    released = upto
                 if progress is not None:
                     progress(pos - reported)
                 reported = pos

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from . import Verification
 
 CHUNK = 4096  # findings per pickled chunk
-CHECK_DEPTH = 2  # batches (about 8 MiB of records each) waiting for the checks thread, at most
+CHECK_DEPTH = 1  # batches (about 8 MiB of records each) waiting for the checks thread, at most (each holds 20 MB at 128 B)
 
 
 class SharedWalk(ChainReader):
