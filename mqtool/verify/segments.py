@@ -284,7 +284,8 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
             if walked is not None:
                 pos = walked.end
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, *((chain.rows, chain.held) if chain is not None else (None, None)), walked)
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, on_rows=chain.rows if chain is not None else None,
+                               held=chain.held if chain is not None else None, run=walked)
                 walked = None
                 report.runs.append(run)
                 if chain is not None:
