@@ -55,12 +55,12 @@ THREADED: list[bool] = []  # and whether in threads beside it
 @contextmanager
 def cpus(n: int):
     """``Verification`` sees ``n`` usable CPUs (threads and forks are for two or more)."""
-    saved = verify_module._cpus
-    verify_module._cpus = lambda: n
+    saved = verify_module.usable_cpus
+    verify_module.usable_cpus = lambda: n
     try:
         yield
     finally:
-        verify_module._cpus = saved
+        verify_module.usable_cpus = saved
 
 
 def run(path: Path, engine: str, cpu_count: int = 2, **options) -> tuple[list[dict], dict]:

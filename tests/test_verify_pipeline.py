@@ -24,7 +24,7 @@ def check_threads() -> list[threading.Thread]:
 
 @pytest.fixture(autouse=True)
 def two_cpus(monkeypatch):
-    monkeypatch.setattr(verify_module, "_cpus", lambda: 2)
+    monkeypatch.setattr(verify_module, "usable_cpus", lambda: 2)
     yield
     assert check_threads() == []
 

@@ -30,6 +30,7 @@ from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
+from .pipeline import usable_cpus
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
 
@@ -59,14 +60,6 @@ class VerifyOptions:
             raise ValueError(f"unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}")
         if self.engine not in ENGINES:
             raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
-
-
-def _cpus() -> int:
-    """CPUs this process may run on (a forked cross-check cannot overlap anything on one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class Verification:
@@ -131,9 +124,9 @@ class Verification:
             # processes, whatever ``jobs`` (the cross-checks' own work is the longer part)
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=_cpus() > 1)
+            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1)
         forked = None
-        if shared is None and whole and opts.jobs > 1 and hasattr(os, "fork") and _cpus() > 1:
+        if shared is None and whole and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
             from .forked import ForkedCrossCheck
 
             forked = ForkedCrossCheck(self, cross, start)
