@@ -563,3 +563,17 @@ def test_help_names_arguments_and_option_values_by_a_word_or_the_choices(command
         assert "--by <uniq-key|msg-id|key>" in options and "--column NAME" in options
     if command == "stats":
         assert "--topic TOPIC" in options and "--by <minute|hour|day>" in options
+
+
+@pytest.mark.parametrize("typed, line", [
+    (["dupm"], "mqtool: error: No such command 'dupm'. Did you mean 'dump'?; see 'mqtool --help'"),
+    (["verfy"], "mqtool: error: No such command 'verfy'. Did you mean 'verify', 'query'?; see 'mqtool --help'"),
+    (["zzz"], "mqtool: error: No such command 'zzz'; see 'mqtool --help'"),
+    (["query", "ofset"], "mqtool: error: No such command 'ofset'. Did you mean 'offset'?; see 'mqtool query --help'"),
+])
+def test_a_mistyped_command_is_one_line_naming_the_commands_meant(typed, line):
+    """Before: a mistyped top-level command got no "did you mean" (typer looks only at the commands
+    loaded, and mqtool loads a command's module only when it runs)."""
+    result = mqtool(*typed, store_path("5.3.3", "clean-small"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == line

@@ -198,6 +198,20 @@ class MqtoolGroup(TyperGroup):
         self.commands[cmd_name] = command = load_command(cmd_name)
         return command
 
+    def resolve_command(self, ctx, args):
+        """Typer's, with "did you mean" drawn from every command (it looks only at those loaded)."""
+        from typer._click.exceptions import UsageError
+
+        try:
+            return self._click_resolve_command(ctx, args)
+        except UsageError as error:
+            from difflib import get_close_matches
+
+            matches = get_close_matches(args[0], self.list_commands(ctx)) if args else []
+            if matches:
+                error.message = f"{error.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
+            raise
+
     def format_help(self, ctx, formatter) -> None:
         self.listing = True
         try:
