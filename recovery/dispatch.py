@@ -469,6 +469,41 @@ class DispatchScanner:
         return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
 
 
+class BatchSpill:
+    """Dispatch batches packed (``spillrows``) into an unnamed temporary file, made on first use
+    (``tempfile``'s directory: page cache, never fsynced, gone when the process ends). Each batch
+    written is named by its entry ``(file, offset, rows, keys, queue groups)``, which
+    ``read_spilled`` reads back."""
+
+    def __init__(self) -> None:
+        self.file = None
+        self.nbytes = 0
+
+    def write(self, batch: DispatchBatch) -> tuple | None:
+        """The batch's entry, or None when it cannot be packed (a key hash outside int32); a
+        failed write raises ``OSError``."""
+        groups = batch.queue_groups
+        data = spillrows.pack(batch.fields, batch.topic_ids, batch.keys, groups)
+        if data is None:
+            return None
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
+        if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
+            raise OSError("short write to the dispatch spill")
+        entry = (self.file, self.nbytes, len(batch), batch.keys.size, groups.keys.size)
+        self.nbytes += data.size
+        return entry
+
+
+def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
+    """The batch ``BatchSpill.write`` named ``entry``; ``adopt``: a ``DispatchCache`` may keep it
+    by its entry instead of packing it again (``DispatchBatch.spilled``)."""
+    file, offset, n, n_keys, n_groups = entry
+    data = os.pread(file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
+    fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
+    return DispatchBatch(fields, keys, topic_ids, groups, entry if adopt else None)
+
+
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed. Its batches are spilled as they come, as ``DispatchCache``
@@ -478,13 +513,12 @@ class _Ahead:
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
-        self.entries: list = []  # (offset, rows, keys, groups), or a DispatchBatch kept as it is
+        self.entries: list = []  # ``BatchSpill`` entries, or a DispatchBatch kept as it is
         self.result: tuple | None = None  # ``_segment``'s value once done
         self.failure: BaseException | None = None
         self.changed = threading.Condition()
         self.halt = threading.Event()
-        self.file = None
-        self.nbytes = 0
+        self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
         self.thread.start()
 
@@ -512,17 +546,7 @@ class _Ahead:
                 self.changed.notify()
 
     def _spill(self, batch: DispatchBatch) -> None:
-        groups = batch.queue_groups
-        data = spillrows.pack(batch.fields, batch.topic_ids, batch.keys, groups)
-        if data is None:
-            entry = batch
-        else:
-            if self.file is None:
-                self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
-            if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
-                raise OSError("short write to the dispatch spill")
-            entry = (self.nbytes, len(batch), batch.keys.size, groups.keys.size)
-            self.nbytes += data.size
+        entry = self.spill.write(batch) or batch
         with self.changed:
             self.entries.append(entry)
             self.changed.notify()
@@ -537,13 +561,7 @@ class _Ahead:
                 entries, result, failure = self.entries[taken:], self.result, self.failure
             for entry in entries:
                 taken += 1
-                if isinstance(entry, DispatchBatch):
-                    yield entry
-                    continue
-                offset, n, n_keys, n_groups = entry
-                data = os.pread(self.file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
-                fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
-                yield DispatchBatch(fields, keys, topic_ids, groups, (self.file, offset, n, n_keys, n_groups))
+                yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
             if not entries:
                 if failure is not None:
                     raise failure
@@ -554,7 +572,7 @@ class _Ahead:
         """Stop the thread (the file stays open while a ``DispatchCache`` holds its batches)."""
         self.halt.set()
         self.thread.join()
-        self.file = None
+        self.spill = None
 
 
 # ---- dispatch phases (shared by planning and apply) ---------------------------------------
@@ -578,7 +596,7 @@ class DispatchCache:
         self.phases: dict[int, list[tuple]] = {}  # phase -> [(file, file offset, rows, keys, queue groups)]
         self.nbytes = 0
         self.enabled = budget > 0
-        self._file = None
+        self._spill = BatchSpill()
 
     def add(self, phase: int, batch: DispatchBatch) -> None:
         if not self.enabled:
@@ -592,36 +610,22 @@ class DispatchCache:
             self.nbytes += size
             self.phases.setdefault(phase, []).append(batch.spilled)
             return
-        data = spillrows.pack(batch.fields, batch.topic_ids, keys, groups)
-        if data is None:  # a key hash outside int32: cannot happen for finished hashes, but then walk again
-            self._give_up()
-            return
         try:
-            if self._file is None:
-                self._file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
-            offset = self.nbytes
-            if os.pwrite(self._file.fileno(), data.data, offset) != size:
-                raise OSError("short write to the dispatch spill")
+            entry = self._spill.write(batch)
         except OSError:
+            entry = None
+        if entry is None:  # unwritable, or a key hash outside int32 (cannot happen for finished hashes): walk again
             self._give_up()
             return
         self.nbytes += size
-        self.phases.setdefault(phase, []).append((self._file, offset, len(batch), keys.size, groups.keys.size))
+        self.phases.setdefault(phase, []).append(entry)
 
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
         """The batches of ``phase`` in order (read back and unpacked in a background thread, a
         batch or two ahead of the caller), or None when the cache gave up."""
         if not self.enabled:
             return None
-        if self._file is not None:
-            self._file.flush()
-        return in_thread(self._read(self.phases.get(phase, [])), "mqtool-dispatch-cache")
-
-    def _read(self, entries: list[tuple]) -> Iterator[DispatchBatch]:
-        for file, offset, n, n_keys, n_groups in entries:
-            data = os.pread(file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
-            fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
-            yield DispatchBatch(fields, keys, topic_ids, groups)
+        return in_thread((read_spilled(entry) for entry in self.phases.get(phase, [])), "mqtool-dispatch-cache")
 
     def _give_up(self) -> None:
         self.enabled, self.phases = False, {}
@@ -629,9 +633,9 @@ class DispatchCache:
 
     def close(self) -> None:
         """Close the spill (a spill adopted from ``_Ahead`` closes when its entries are dropped)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._spill.file is not None:
+            self._spill.file.close()
+        self._spill = BatchSpill()
 
 
 TAGS_DELIVERY_TIME = "delivery-time"

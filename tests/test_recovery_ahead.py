@@ -91,7 +91,7 @@ def test_a_cache_adopts_the_spill_ahead(version, tmp_path):
         with Store.open(root) as store:
             plan = plan_recover(store, PlanOptions(mode="abnormal"), cache=cache)
         if cache is not None:
-            adopted = [e for e in cache.phases[0] if e[0] is not cache._file]
+            adopted = [e for e in cache.phases[0] if e[0] is not cache._spill.file]
             assert adopted and cache.enabled
         apply_plan(plan, tmp_path / label / "backup", cache=cache)
         out[label] = written(root)
