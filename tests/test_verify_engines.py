@@ -24,14 +24,14 @@ from mqtool.formats import index as ixfmt
 from mqtool.store import Store
 import mqtool.verify as verify_module
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.verify import columns, cqjoin, index, logstream, segments
+from mqtool.verify import cqjoin, index, logstream, segments, topicnumbers
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)
     for p in FIXTURES.glob("rocketmq-*/*")
     if p.is_dir() and (p.parent / f"{p.name}.manifest.json").is_file()
 )
-SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "dispatch_chunk": 4, "topic_slots": 2, "shown_step": 1000}
+SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "topic_slots": 2, "shown_step": 1000}
 
 
 @pytest.fixture(params=["default", "small"])
@@ -40,9 +40,7 @@ def sizes(request, monkeypatch):
         monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])
         monkeypatch.setattr(cqjoin, "CHUNK_UNITS", SMALL["cq_chunk"])
         monkeypatch.setattr(index, "CHUNK_ENTRIES", SMALL["index_chunk"])
-        monkeypatch.setattr(columns, "CHUNK", SMALL["dispatch_chunk"])  # chunks of a batch, and
-        monkeypatch.setattr(columns, "CHUNK_BYTES", 1)  # (of CHUNK records whatever their size)
-        monkeypatch.setattr(columns, "TOPIC_SLOTS", SMALL["topic_slots"])  # chunks with more topics than slots
+        monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", SMALL["topic_slots"])  # the topic table grown, probed past collisions
         monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])  # a batch's columns built from several walk calls
     return request.param
 
@@ -183,6 +181,66 @@ def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(ver
         assert list(zip(phys.tolist(), size.tolist(), tags.tolist())) == expected
         assert invalid == sum(1 for p, s, _ in expected if p < 0 or s <= 0) >= 2
         assert fillers == sum(1 for e in expected if e == cqfmt.FILLER) >= 1
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version, name, sizes):
+    """``topicnumbers.TopicNumbers`` (the compiled ``number_topics`` over a table kept for the
+    whole walk) gives every record of the fixture the id ``TopicTable.id_of`` gives its topic
+    bytes, whatever rows each call is shown; the names are the manifest's topics."""
+    from mqtool.recovery import fastdispatch as fd
+    from mqtool.recovery.dispatch import TopicTable
+    from mqtool.store.fastscan import FastScan
+
+    path = FIXTURES / f"rocketmq-{version}" / name
+    numbers, reference = topicnumbers.TopicNumbers(TopicTable()), TopicTable()
+    seen = 0
+    with Store.open(path) as store:
+        if store.is_dledger:
+            pytest.skip("DLedger commit logs are not walked as plain records")
+        for batch in FastScan(store.commitlog, check_crc=False, stop_on_crc=False):
+            rows, n = batch.rows, batch.rows.shape[0]
+            out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
+            keys = np.empty(int((rows[:, 0] + rows[:, 1] - rows[:, 5]).sum()) + 2 * n + 2, dtype=np.int64)
+            fd.dispatch_rows(batch.array, rows, 0, store.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, fd.delay_array({}), True, out, 0, keys, 0)
+            got = np.full(n, -1, dtype=np.int64)
+            step = 3 if sizes == "small" else n
+            for lo in range(0, n, step):
+                numbers.number(batch.array, out, lo, min(n, lo + step), got)
+            expected = [reference.id_of(batch.array[p : p + k].tobytes()) for p, k in out[:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
+            assert got.tolist() == expected
+            seen += n
+    assert seen and numbers.topics.names == reference.names
+    assert set(reference.names) >= {m["topic"] for m in manifest(version, name)["messages"]}
+
+
+@pytest.mark.parametrize("slots", [1, 2, 64])
+def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, monkeypatch):
+    """Raw topics of one length that differ in one byte (every position a word or the tail
+    compares), all with one fingerprint, get ids of their own; malformed UTF-8 topics that
+    decode to one name share its id (``TopicTable``); the table grows from ``slots``."""
+    from mqtool.recovery import fastdispatch as fd
+    from mqtool.recovery.dispatch import TopicTable
+
+    monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", slots)
+    length = 21
+    base = bytes(range(65, 65 + length))
+    topics = [base]
+    for at in range(length):
+        changed = bytearray(base)
+        changed[at] ^= 0x20
+        topics.append(bytes(changed))
+    topics += [b"bad\xff" + bytes(length - 4), b"bad\xfe" + bytes(length - 4), base, topics[5]]
+    buf = np.frombuffer(b"".join(topics), dtype=np.uint8)
+    out = np.zeros((len(topics), fd.N_FIELDS), dtype=np.int64)
+    out[:, fd.F_TOPIC_POS] = np.arange(len(topics)) * length
+    out[:, fd.F_TOPIC_LEN] = length
+    out[:, fd.F_TOPIC_FP] = 7  # every fingerprint equal: only the bytes decide
+    got = np.full(len(topics), -1, dtype=np.int64)
+    numbers = topicnumbers.TopicNumbers(TopicTable())
+    numbers.number(buf, out, 0, len(topics), got)
+    assert got.tolist() == [*range(length + 1), length + 1, length + 1, 0, 5]
+    assert numbers.topics.names[length + 1] == "bad\ufffd" + "\0" * (length - 4)
 
 
 @pytest.mark.parametrize("queues", [1, 40, 700])

@@ -1,8 +1,8 @@
 """Per-record columns of one walk batch, for the columnar cross-checks (reference §3.2-§3.5, §6.5).
 
 ``RecordColumns.of`` runs the recovery's compiled dispatch (``recovery/fastdispatch.py``:
-``dispatch_rows``, ``local_topics``, ``finish_keys``; the same code ``recover`` and
-``rebuild-*`` use) over the rows ``fastscan.walk_segment`` found, giving per record: commit log
+``dispatch_rows`` and ``finish_keys``, the same code ``recover`` and ``rebuild-*`` use; topics
+numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found, giving per record: commit log
 offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, the consume queue
 tags code (``checkMessageAndReturnSize``) and the index key hashes of ``topic#UNIQ_KEY`` and
 ``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
@@ -16,13 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import POW31, TopicTable
+from ..recovery.dispatch import POW31
 from ..store import fastscan as fs
-
-
-CHUNK_BYTES = 1 << 20  # records dispatched and numbered by topic per call: about 1 MiB of them, in cache
-CHUNK = 1024  # and at least this many records
-TOPIC_SLOTS = 1024  # distinct topics ``local_topics`` numbers per call; a chunk with more is named record by record
+from .topicnumbers import TopicNumbers
 
 
 @dataclass
@@ -44,8 +40,8 @@ class RecordColumns:
         return self.offsets.shape[0]
 
     @classmethod
-    def of(cls, batch: fs.SegmentBatch, topics: TopicTable, delay_ms: np.ndarray, legacy: bool) -> "RecordColumns":
-        builder = ColumnBuilder(topics, delay_ms, legacy, batch.rows.shape[0])
+    def of(cls, batch: fs.SegmentBatch, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool) -> "RecordColumns":
+        builder = ColumnBuilder(numbers, delay_ms, legacy, batch.rows.shape[0])
         builder.add(batch.array, batch.rows)
         return builder.build(batch.base_offset)
 
@@ -56,23 +52,22 @@ class RecordColumns:
 
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
-    segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
-    the batch is whole (topics numbered, key hashes finished); ``build`` may run in another
-    thread than ``add`` (``sharedwalk.py``). Results do not depend on how the rows were cut
-    into ``add`` calls."""
+    segment's array: the compiled dispatch and the topics numbered, while the records are in
+    cache), then ``build`` once the batch is whole (key hashes finished); ``build`` may run in
+    another thread than ``add`` (``sharedwalk.py``). Results do not depend on how the rows were
+    cut into ``add`` calls."""
 
-    def __init__(self, topics: TopicTable, delay_ms: np.ndarray, legacy: bool, capacity: int):
-        self.topics, self.delay_ms, self.legacy = topics, delay_ms, legacy
+    def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int):
+        self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
+        self.topic_ids = np.empty(capacity, dtype=np.int64)
         self.keys = np.empty(0, dtype=np.int64)
         self.n = self.key_fill = 0
-        self.array: np.ndarray | None = None
 
     def add(self, array: np.ndarray, rows: np.ndarray) -> None:
         n = rows.shape[0]
         if not n:
             return
-        self.array = array
         props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
         need = self.key_fill + int(props_bytes.sum()) // 2 + 2 * n + 2
         if need > self.keys.shape[0]:
@@ -81,37 +76,17 @@ class ColumnBuilder:
             self.keys = keys
         done, self.key_fill = fd.dispatch_rows(array, rows, 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
         assert done == n, "the key buffer is sized for every record"
+        self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
         self.n += n
-
-    def _topic_ids(self) -> np.ndarray:
-        """Topic id of each record: distinct topics told apart by the compiled ``local_topics``
-        about 1 MiB of records at a time, and only those named (``TopicTable.id_of``)."""
-        n, out, topics, array = self.n, self.out, self.topics, self.array
-        topic_ids = np.empty(n, dtype=np.int32)
-        local = np.empty(n, dtype=np.int64)
-        first = np.empty(min(n, TOPIC_SLOTS), dtype=np.int64)
-        span = int(out[n - 1, fd.F_POS] + out[n - 1, fd.F_SIZE] - out[0, fd.F_POS])
-        chunk = max(CHUNK, CHUNK_BYTES * n // max(span, 1))
-        for lo in range(0, n, chunk):
-            hi = min(n, lo + chunk)
-            count = fd.local_topics(array, out, lo, hi, local[lo:hi], first)
-            if count >= 0:
-                ids = [topics.id_of(array[p : p + k].tobytes()) for p, k in out[first[:count]][:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
-                topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local[lo:hi]]
-            else:  # more than TOPIC_SLOTS topics in the chunk
-                for r, (p, k) in enumerate(out[lo:hi, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist(), lo):
-                    topic_ids[r] = topics.id_of(array[p : p + k].tobytes())
-        return topic_ids
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
-        topic_ids = self._topic_ids()
-        self.array = None  # no reference to the mapped segment stays
+        topic_ids = self.topic_ids[:n]
         fd.finish_keys(out, 0, n, topic_ids, self.topics.state, POW31, self.keys)
         return RecordColumns(
             offsets=out[:, fd.F_POS] + base_offset,
             sizes=out[:, fd.F_SIZE],
-            topic_ids=topic_ids.astype(np.int64),
+            topic_ids=topic_ids,
             queue_ids=out[:, fd.F_QUEUE_ID],
             queue_offsets=out[:, fd.F_QUEUE_OFFSET],
             sys_flags=out[:, fd.F_SYS_FLAG],

@@ -59,8 +59,10 @@ class CrossChecks:
         if columnar:
             from ..recovery.dispatch import TopicTable
             from ..recovery.fastdispatch import delay_array
+            from .topicnumbers import TopicNumbers
 
             self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
+            self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
 
     def column_builder(self, capacity: int):
         """A ``columns.ColumnBuilder`` for the next batch (columnar only, else None)."""
@@ -68,7 +70,7 @@ class CrossChecks:
             return None
         from .columns import ColumnBuilder
 
-        return ColumnBuilder(self.topics, self.delay_ms, self.store.legacy_properties, capacity)
+        return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity)
 
     def begin(self) -> Iterator[Finding]:
         """Findings the checks make before any record (e.g. of the queue files alone)."""
@@ -90,7 +92,7 @@ class CrossChecks:
         if columns is None:
             from .columns import RecordColumns
 
-            columns = RecordColumns.of(batch, self.topics, self.delay_ms, legacy)
+            columns = RecordColumns.of(batch, self.numbers, self.delay_ms, legacy)
         records = None
         for check in self.checks:
             if not columns.fallback and check.on_columns(columns):

@@ -1,0 +1,120 @@
+"""Topic ids of dispatched records in one compiled pass, over the whole walk (reference §3.2).
+
+The consume queue and index checks name a record's queue by its topic (``TOPIC`` bytes) and
+start its index keys from the hash of ``topic#`` (§6.4): both need a topic id per record, from
+``recovery.dispatch.TopicTable`` (two byte strings that decode to the same Java string share
+an id, as they share a queue in the broker). ``TopicNumbers`` keeps, for the compiled
+``number_topics``, every raw topic seen so far (bytes, length, the dispatch's fingerprint
+``F_TOPIC_FP``, id) in a hash table that lives as long as the walk: a record of a known topic
+is numbered without Python; the first record of a new raw topic stops the kernel, Python asks
+the ``TopicTable`` for its id and the kernel goes on from that record.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..jit import numba
+from ..recovery import fastdispatch as fd
+from ..recovery.dispatch import TopicTable
+from ..store.words import load8
+
+TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
+
+
+@numba.njit(inline="always")
+def _same_bytes(buf, p, pool, q, n):
+    j = 0
+    while j + 8 <= n:  # eight bytes at a time
+        if load8(buf, p + j) != load8(pool, q + j):
+            return False
+        j += 8
+    while j < n:
+        if buf[p + j] != pool[q + j]:
+            return False
+        j += 1
+    return True
+
+
+@numba.njit(inline="always")
+def _slot(fp, mask):
+    return (fp ^ (fp >> 31)) & mask
+
+
+@numba.njit(cache=True, nogil=True)
+def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_ids):
+    """``topic_ids[r]`` = the id of the raw topic of ``out[r]`` (``F_TOPIC_POS``/``F_TOPIC_LEN``
+    into ``buf``, ``dispatch_rows``' columns) for ``lo <= r < hi``; raw topic ``k`` is
+    ``pool[starts[k]:starts[k] + lens[k]]`` with fingerprint ``fps[k]`` and id ``ids[k]``,
+    found through ``table`` (slot -> k, -1 empty; open addressing). Returns the first row whose
+    raw topic is not there (``hi`` when every row was numbered)."""
+    mask = table.shape[0] - 1
+    last = -1
+    for r in range(lo, hi):
+        p = out[r, fd.F_TOPIC_POS]
+        n = out[r, fd.F_TOPIC_LEN]
+        fp = out[r, fd.F_TOPIC_FP]
+        if last >= 0 and fps[last] == fp and lens[last] == n and _same_bytes(buf, p, pool, starts[last], n):
+            topic_ids[r] = ids[last]
+            continue
+        slot = _slot(fp, mask)
+        while True:
+            k = table[slot]
+            if k < 0:
+                return r
+            if fps[k] == fp and lens[k] == n and _same_bytes(buf, p, pool, starts[k], n):
+                break
+            slot = (slot + 1) & mask
+        topic_ids[r] = ids[k]
+        last = k
+    return hi
+
+
+class TopicNumbers:
+    """The raw topics seen so far by one walk, for ``number_topics``; ids from ``topics``."""
+
+    def __init__(self, topics: TopicTable):
+        self.topics = topics
+        self.table = np.full(TABLE_SLOTS, -1, dtype=np.int64)
+        self.fps = np.empty(8, dtype=np.int64)
+        self.starts = np.empty(8, dtype=np.int64)
+        self.lens = np.empty(8, dtype=np.int64)
+        self.ids = np.empty(8, dtype=np.int64)
+        self.pool = np.zeros(256, dtype=np.uint8)
+        self.count = self.pool_fill = 0
+
+    def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
+        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf``."""
+        r = lo
+        while True:
+            r = number_topics(buf, out, r, hi, self.table, self.fps, self.starts, self.lens, self.ids, self.pool, topic_ids)
+            if r >= hi:
+                return
+            self._learn(buf, int(out[r, fd.F_TOPIC_POS]), int(out[r, fd.F_TOPIC_LEN]), int(out[r, fd.F_TOPIC_FP]))
+
+    def _learn(self, buf: np.ndarray, p: int, n: int, fp: int) -> None:
+        """A new raw topic: its id from the ``TopicTable``, its bytes into the pool and the table."""
+        k = self.count
+        if k == self.fps.shape[0]:
+            self.fps, self.starts, self.lens, self.ids = (np.concatenate((a, np.empty(k, dtype=np.int64))) for a in (self.fps, self.starts, self.lens, self.ids))
+        if self.pool_fill + n > self.pool.shape[0]:
+            self.pool = np.concatenate((self.pool, np.zeros(max(n, self.pool.shape[0]), dtype=np.uint8)))
+        self.pool[self.pool_fill : self.pool_fill + n] = buf[p : p + n]
+        self.fps[k], self.starts[k], self.lens[k] = fp, self.pool_fill, n
+        self.ids[k] = self.topics.id_of(buf[p : p + n].tobytes())
+        self.pool_fill += n
+        self.count = k + 1
+        if 4 * self.count > self.table.shape[0]:
+            self.table = np.full(2 * self.table.shape[0], -1, dtype=np.int64)
+            for j in range(self.count):
+                self._insert(j)
+        else:
+            self._insert(k)
+
+    def _insert(self, k: int) -> None:
+        mask = self.table.shape[0] - 1
+        fp = int(self.fps[k])
+        slot = (fp ^ (fp >> 31)) & mask
+        while self.table[slot] >= 0:
+            slot = (slot + 1) & mask
+        self.table[slot] = k
