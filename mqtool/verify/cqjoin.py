@@ -62,6 +62,14 @@ def decode_units(data, phys, size, tags):
     return invalid, fillers
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the queue keys: the top bits index the table
+
+
+@numba.njit(inline="always")
+def _queue_slot(key, shift):
+    return np.int64((np.uint64(key) * _MIX) >> np.uint64(shift))
+
+
 @numba.njit(cache=True, nogil=True)
 def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, queue_offsets, tags):
     """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
@@ -71,19 +79,25 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, qu
     and tags code, queue after queue. Two sequential passes over the columns (a counting sort):
     the hash table holds the batch's queues, not its records."""
     n = topic_ids.shape[0]
-    size = 64
+    bits = 6
+    size = 1 << bits
     table = np.full(size, -1, dtype=np.int64)
     group_key = np.empty(32, dtype=np.int64)
     counts = np.zeros(32, dtype=np.int64)
-    gid = np.empty(n, dtype=np.int64)
+    gid = np.empty(n, dtype=np.int32)
     groups = 0
+    last_key, last_g = np.int64(-1), -1  # a run of one queue's records takes no lookup
     for r in range(n):
         tran = sys_flags[r] & fd.TRAN_MASK
         if not ((tran == _TO_CQ[0] or tran == _TO_CQ[1]) and not skip_topic[topic_ids[r]]):
             gid[r] = -1
             continue
         key = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
-        slot = (key ^ (key >> 31)) & (size - 1)
+        if key == last_key:
+            gid[r] = last_g
+            counts[last_g] += 1
+            continue
+        slot = _queue_slot(key, 64 - bits)
         while True:
             g = table[slot]
             if g < 0 or group_key[g] == key:
@@ -98,16 +112,17 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, qu
             group_key[g] = key
             table[slot] = g
             if 2 * groups > size:  # keep the table at most half full
+                bits += 1
                 size *= 2
                 table = np.full(size, -1, dtype=np.int64)
                 for h in range(groups):
-                    k = group_key[h]
-                    s = (k ^ (k >> 31)) & (size - 1)
+                    s = _queue_slot(group_key[h], 64 - bits)
                     while table[s] >= 0:
                         s = (s + 1) & (size - 1)
                     table[s] = h
         gid[r] = g
         counts[g] += 1
+        last_key, last_g = key, g
     starts = np.empty(groups + 1, dtype=np.int64)
     starts[0] = 0
     for g in range(groups):
