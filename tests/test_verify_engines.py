@@ -246,25 +246,38 @@ def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, monkeyp
 @pytest.mark.parametrize("queues", [1, 40, 700])
 def test_queue_groups_equals_a_python_grouping(queues):
     """``cqjoin.queue_groups`` (its own hash table, grown past 32 groups and 64 slots) against
-    a dict grouping: queues in order of first appearance, records in order, only NOT_TYPE and
-    COMMIT records of topics not skipped."""
+    a dict grouping: queues in order of first appearance, each one's records, first and last;
+    only NOT_TYPE and COMMIT records of topics not skipped. ``cqjoin.join_groups`` then finds
+    equal entries equal and any one changed field different."""
     rng = np.random.default_rng(queues)
     n = 5000
     topic_ids = rng.integers(0, 5, n)
-    queue_ids = rng.integers(-2, queues, n)  # negative QUEUEIDs too
+    queue_ids = np.where(rng.random(n) < 0.3, 0, rng.integers(-2, queues, n))  # negative QUEUEIDs too, and runs
     sys_flags = rng.choice([0, 4, 8, 12, 1, 9], n)  # every transaction type, other bits set
     skip = np.array([False, False, True, False, False])
-    offsets, sizes, qoffs, tags = (rng.integers(-(1 << 40), 1 << 40, n) for _ in range(4))
     expected: dict[tuple[int, int], list[int]] = {}
     for r in range(n):
         if sys_flags[r] & cl.TRANSACTION_TYPE_MASK in (0, 8) and not skip[topic_ids[r]]:
             expected.setdefault((int(topic_ids[r]), int(queue_ids[r])), []).append(r)
-    keys, starts, g_off, g_size, g_qoff, g_tags = cqjoin.queue_groups(topic_ids, queue_ids, sys_flags, skip, offsets, sizes, qoffs, tags)
+    keys, counts, first, last, gid = cqjoin.queue_groups(topic_ids, queue_ids, sys_flags, skip)
     assert [(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in keys.tolist()] == list(expected)
-    rows = [r for group in expected.values() for r in group]
-    assert starts.tolist() == np.cumsum([0, *map(len, expected.values())]).tolist()
-    for got, column in ((g_off, offsets), (g_size, sizes), (g_qoff, qoffs), (g_tags, tags)):
-        assert got.tolist() == column[rows].tolist()
+    assert counts.tolist() == [len(rows) for rows in expected.values()]
+    assert first.tolist() == [rows[0] for rows in expected.values()] and last.tolist() == [rows[-1] for rows in expected.values()]
+    groups = {r: g for g, rows in enumerate(expected.values()) for r in rows}
+    assert gid.tolist() == [groups.get(r, -1) for r in range(n)]
+    columns = [rng.integers(0, 1 << 40, n) for _ in range(4)]  # offsets, sizes, QUEUEOFFSETs, tags codes (none an ext address)
+    order = [r for rows in expected.values() for r in rows]
+    entries = [c[order] for c in (columns[2], columns[0], columns[1], columns[3])]  # qoff, phys, size, tags
+    starts = np.cumsum([0, *counts.tolist()])[:-1]
+    ext = np.zeros(len(keys), dtype=np.int64)
+    assert cqjoin.join_groups(gid, starts, *entries, *columns, ext) and not ext.any()
+    ext_entry = [e.copy() for e in entries]
+    ext_entry[3][0] = cqfmt.EXT_MAX_ADDRESS  # a ConsumeQueueExt address: counted, not compared
+    assert cqjoin.join_groups(gid, starts, *ext_entry, *columns, ext) and ext.tolist() == [1] + [0] * (len(keys) - 1)
+    for field in range(4):
+        changed = [e.copy() for e in entries]
+        changed[field][len(order) // 2] += 1
+        assert not cqjoin.join_groups(gid, starts, *changed, *columns, ext)
 
 
 def rewrite_unit(path: Path, number: int, change) -> tuple:

@@ -71,19 +71,20 @@ def _queue_slot(key, shift):
 
 
 @numba.njit(cache=True, nogil=True)
-def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, queue_offsets, tags):
+def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic):
     """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
     ``CommitLogDispatcherBuildConsumeQueue``; topics in ``skip_topic`` left out), grouped by
-    queue (topic id << 32 | QUEUEID; queues in order of first appearance, records in commit log
-    order): returns the group keys, the group bounds and the records' offset, size, QUEUEOFFSET
-    and tags code, queue after queue. Two sequential passes over the columns (a counting sort):
-    the hash table holds the batch's queues, not its records."""
+    queue (topic id << 32 | QUEUEID; queues in order of first appearance): returns the group
+    keys, each group's record count, first and last record, and each record's group (-1: not
+    dispatched to a queue). One sequential pass; the hash table holds the batch's queues."""
     n = topic_ids.shape[0]
     bits = 6
     size = 1 << bits
     table = np.full(size, -1, dtype=np.int64)
     group_key = np.empty(32, dtype=np.int64)
     counts = np.zeros(32, dtype=np.int64)
+    first = np.empty(32, dtype=np.int64)
+    last = np.empty(32, dtype=np.int64)
     gid = np.empty(n, dtype=np.int32)
     groups = 0
     last_key, last_g = np.int64(-1), -1  # a run of one queue's records takes no lookup
@@ -94,67 +95,64 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, offsets, sizes, qu
             continue
         key = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
         if key == last_key:
-            gid[r] = last_g
-            counts[last_g] += 1
-            continue
-        slot = _queue_slot(key, 64 - bits)
-        while True:
-            g = table[slot]
-            if g < 0 or group_key[g] == key:
-                break
-            slot = (slot + 1) & (size - 1)
-        if g < 0:
-            g = groups
-            groups += 1
-            if g == group_key.shape[0]:
-                group_key = np.concatenate((group_key, np.empty(g, dtype=np.int64)))
-                counts = np.concatenate((counts, np.zeros(g, dtype=np.int64)))
-            group_key[g] = key
-            table[slot] = g
-            if 2 * groups > size:  # keep the table at most half full
-                bits += 1
-                size *= 2
-                table = np.full(size, -1, dtype=np.int64)
-                for h in range(groups):
-                    s = _queue_slot(group_key[h], 64 - bits)
-                    while table[s] >= 0:
-                        s = (s + 1) & (size - 1)
-                    table[s] = h
+            g = last_g
+        else:
+            slot = _queue_slot(key, 64 - bits)
+            while True:
+                g = table[slot]
+                if g < 0 or group_key[g] == key:
+                    break
+                slot = (slot + 1) & (size - 1)
+            if g < 0:
+                g = groups
+                groups += 1
+                if g == group_key.shape[0]:
+                    group_key = np.concatenate((group_key, np.empty(g, dtype=np.int64)))
+                    counts = np.concatenate((counts, np.zeros(g, dtype=np.int64)))
+                    first = np.concatenate((first, np.empty(g, dtype=np.int64)))
+                    last = np.concatenate((last, np.empty(g, dtype=np.int64)))
+                group_key[g] = key
+                first[g] = r
+                table[slot] = g
+                if 2 * groups > size:  # keep the table at most half full
+                    bits += 1
+                    size *= 2
+                    table = np.full(size, -1, dtype=np.int64)
+                    for h in range(groups):
+                        s = _queue_slot(group_key[h], 64 - bits)
+                        while table[s] >= 0:
+                            s = (s + 1) & (size - 1)
+                        table[s] = h
+            last_key, last_g = key, g
         gid[r] = g
         counts[g] += 1
-        last_key, last_g = key, g
-    starts = np.empty(groups + 1, dtype=np.int64)
-    starts[0] = 0
-    for g in range(groups):
-        starts[g + 1] = starts[g] + counts[g]
-    m = starts[groups]
-    fill = starts[:groups].copy()
-    g_offsets, g_sizes = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    g_qoffs, g_tags = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
-    for r in range(n):
-        g = gid[r]
-        if g >= 0:
-            i = fill[g]
-            fill[g] = i + 1
-            g_offsets[i], g_sizes[i], g_qoffs[i], g_tags[i] = offsets[r], sizes[r], queue_offsets[r], tags[r]
-    return group_key[:groups].copy(), starts, g_offsets, g_sizes, g_qoffs, g_tags
+        last[g] = r
+    return group_key[:groups].copy(), counts[:groups].copy(), first[:groups].copy(), last[:groups].copy(), gid
 
 
 @numba.njit(cache=True, nogil=True)
-def entries_match(qoff, phys, size, tags, g_qoffs, g_offsets, g_sizes, g_tags, lo):
-    """Whether queue entries equal the records ``lo:lo + len(phys)`` of a group (offset, size,
-    QUEUEOFFSET, and the tags code unless the entry's is a ConsumeQueueExt address, §5.1, which
-    is not compared): the number of such addresses, or -1 at the first difference."""
-    ext = 0
-    for i in range(phys.shape[0]):
-        r = lo + i
-        if phys[i] != g_offsets[r] or size[i] != g_sizes[r] or qoff[i] != g_qoffs[r]:
-            return -1
+def join_groups(gid, entry_start, qoff, phys, size, tags, offsets, sizes, queue_offsets, rec_tags, ext):
+    """Whether the queue entries equal the records of their groups, in commit log order: group
+    ``g``'s entries are ``entry_start[g]`` on (-1: the group is not compared), one per record
+    of the group (offset, size, QUEUEOFFSET, and the tags code unless the entry's is a
+    ConsumeQueueExt address, §5.1, which is not compared: ``ext[g]`` counts them). False at the
+    first difference. Records are read in order, each group's entries as a stream of its own."""
+    fill = entry_start.copy()
+    for r in range(gid.shape[0]):
+        g = gid[r]
+        if g < 0:
+            continue
+        i = fill[g]
+        if i < 0:
+            continue
+        fill[g] = i + 1
+        if phys[i] != offsets[r] or size[i] != sizes[r] or qoff[i] != queue_offsets[r]:
+            return False
         if tags[i] <= cqfmt.EXT_MAX_ADDRESS:
-            ext += 1
-        elif tags[i] != g_tags[r]:
-            return -1
-    return ext
+            ext[g] += 1
+        elif tags[i] != rec_tags[r]:
+            return False
+    return True
 
 
 class _Chunk:
@@ -351,40 +349,43 @@ class ColumnarConsumeQueueCheck(ConsumeQueueCheck):
     def on_columns(self, columns: RecordColumns) -> bool:
         """Check one batch; False (nothing done) when the record engine must take it."""
         names = columns.topics.names
-        # the dispatched records' columns, queue after queue: a queue's are a slice
-        group_keys, starts, g_offsets, g_sizes, g_qoffs, g_tags = queue_groups(
-            columns.topic_ids, columns.queue_ids, columns.sys_flags, self._skip_topic(columns), columns.offsets, columns.sizes, columns.queue_offsets, columns.tags
-        )
-        bounds = starts.tolist()
-        plan = []
+        group_keys, counts, first, last, gid = queue_groups(columns.topic_ids, columns.queue_ids, columns.sys_flags, self._skip_topic(columns))
+        offsets, queue_offsets = columns.offsets, columns.queue_offsets
+        counts, first, last = counts.tolist(), first.tolist(), last.tolist()
+        entry_start = np.full(len(counts), -1, dtype=np.int64)  # where each compared group's entries start in ``parts``
+        plan, parts, at = [], [], 0
         for g, key in enumerate(group_keys.tolist()):
-            lo, hi = bounds[g], bounds[g + 1]
             queue_id = key & 0xFFFFFFFF
             qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
             cursor = self.cursors.get(qkey)
-            if cursor is None or cursor.head is None or cursor.head.phys > g_offsets[hi - 1]:
-                plan.append((qkey, cursor, lo, hi, None))
+            if cursor is None or cursor.head is None or cursor.head.phys > offsets[last[g]]:
+                plan.append((qkey, cursor, g, False))
                 continue
             if qkey in self.missing:
                 return False  # a missing run closes here: its finding comes from the record path
-            qoff, phys, size, tags, due = cursor.peek(hi - lo)
-            if due or phys.shape[0] != hi - lo:
+            qoff, phys, size, tags, due = cursor.peek(counts[g])
+            if due or phys.shape[0] != counts[g]:
                 return False
-            ext_count = entries_match(qoff, phys, size, tags, g_qoffs, g_offsets, g_sizes, g_tags, lo)
-            if ext_count < 0:
+            parts.append((qoff, phys, size, tags))
+            entry_start[g] = at
+            at += counts[g]
+            plan.append((qkey, cursor, g, True))
+        ext = np.zeros(len(counts), dtype=np.int64)
+        if parts:
+            entries = parts[0] if len(parts) == 1 else [np.concatenate(column) for column in zip(*parts)]
+            if not join_groups(gid, entry_start, *entries, offsets, columns.sizes, queue_offsets, columns.tags, ext):
                 return False
-            plan.append((qkey, cursor, lo, hi, ext_count))
-        for qkey, cursor, lo, hi, ext in plan:
-            if ext is not None:
-                cursor.skip(hi - lo)
-                self.ext_addresses += ext
+        for qkey, cursor, g, compared in plan:
+            if compared:
+                cursor.skip(counts[g])
+                self.ext_addresses += int(ext[g])
                 continue
             if cursor is None:
                 self.cursors[qkey] = self.cursor_class(self, None, *qkey)
-            first, last = int(g_offsets[lo]), int(g_offsets[hi - 1])
+            lo, hi = first[g], last[g]
             run = self.missing.get(qkey)
             if run is None:
-                self.missing[qkey] = MissingRun(first, last, int(g_qoffs[lo]), int(g_qoffs[hi - 1]), hi - lo)
+                self.missing[qkey] = MissingRun(int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
             else:
-                run.last_offset, run.last_queue_offset, run.count = last, int(g_qoffs[hi - 1]), run.count + hi - lo
+                run.last_offset, run.last_queue_offset, run.count = int(offsets[hi]), int(queue_offsets[hi]), run.count + counts[g]
         return True
