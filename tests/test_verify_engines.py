@@ -243,10 +243,10 @@ def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, monkeyp
     assert numbers.topics.names[length + 1] == "bad\ufffd" + "\0" * (length - 4)
 
 
-@pytest.mark.parametrize("queues", [1, 40, 700])
-def test_queue_groups_equals_a_python_grouping(queues):
-    """``cqjoin.queue_groups`` (its own hash table, grown past 32 groups and 64 slots) against
-    a dict grouping: queues in order of first appearance, each one's records, first and last;
+@pytest.mark.parametrize("queues,capacity", [(1, 1024), (40, 1024), (700, 1024), (40, 8), (700, 100)])
+def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
+    """``cqjoin.group_queues`` (``queue_groups`` with its own hash table, grouping again when
+    the batch has more queues than ``QUEUE_CAPACITY``) against a dict grouping: queues in order of first appearance, each one's records, first and last;
     only NOT_TYPE and COMMIT records of topics not skipped. ``cqjoin.join_groups`` then finds
     equal entries equal and any one changed field different."""
     rng = np.random.default_rng(queues)
@@ -259,7 +259,8 @@ def test_queue_groups_equals_a_python_grouping(queues):
     for r in range(n):
         if sys_flags[r] & cl.TRANSACTION_TYPE_MASK in (0, 8) and not skip[topic_ids[r]]:
             expected.setdefault((int(topic_ids[r]), int(queue_ids[r])), []).append(r)
-    keys, counts, first, last, gid = cqjoin.queue_groups(topic_ids, queue_ids, sys_flags, skip)
+    monkeypatch.setattr(cqjoin, "QUEUE_CAPACITY", capacity)
+    keys, counts, first, last, gid = cqjoin.group_queues(topic_ids, queue_ids, sys_flags, skip)
     assert [(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in keys.tolist()] == list(expected)
     assert counts.tolist() == [len(rows) for rows in expected.values()]
     assert first.tolist() == [rows[0] for rows in expected.values()] and last.tolist() == [rows[-1] for rows in expected.values()]
