@@ -214,16 +214,16 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
     assert set(reference.names) >= {m["topic"] for m in manifest(version, name)["messages"]}
 
 
+@pytest.mark.parametrize("length", [5, 8, 21])
 @pytest.mark.parametrize("slots", [1, 2, 64])
-def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, monkeypatch):
-    """Raw topics of one length that differ in one byte (every position a word or the tail
-    compares), all with one fingerprint, get ids of their own; malformed UTF-8 topics that
+def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, length, monkeypatch):
+    """Raw topics of one length that differ in one byte (every position a masked word, a word or
+    the tail compares), all with one fingerprint, get ids of their own; malformed UTF-8 topics that
     decode to one name share its id (``TopicTable``); the table grows from ``slots``."""
     from mqtool.recovery import fastdispatch as fd
     from mqtool.recovery.dispatch import TopicTable
 
     monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", slots)
-    length = 21
     base = bytes(range(65, 65 + length))
     topics = [base]
     for at in range(length):

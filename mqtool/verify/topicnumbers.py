@@ -12,6 +12,8 @@ the ``TopicTable`` for its id and the kernel goes on from that record.
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..jit import numba
@@ -22,10 +24,23 @@ from ..store.words import load8
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
 
 
+_LITTLE = sys.byteorder == "little"  # ``load8`` reads native order: where a word's first bytes are
+
+
 @numba.njit(inline="always")
 def _same_bytes(buf, p, pool, q, n):
+    """``buf[p:p + n] == pool[q:q + n]``: a topic of up to 8 bytes in one masked word (``pool``
+    has 8 bytes to spare after every topic), a longer one a word at a time."""
+    if n <= 8 and p + 8 <= buf.shape[0]:
+        x = load8(buf, p) ^ load8(pool, q)
+        if n < 8:
+            if _LITTLE:
+                x &= (np.uint64(1) << np.uint64(8 * n)) - np.uint64(1)
+            else:
+                x >>= np.uint64(64 - 8 * n)
+        return x == 0
     j = 0
-    while j + 8 <= n:  # eight bytes at a time
+    while j + 8 <= n:
         if load8(buf, p + j) != load8(pool, q + j):
             return False
         j += 8
@@ -49,14 +64,10 @@ def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_i
     found through ``table`` (slot -> k, -1 empty; open addressing). Returns the first row whose
     raw topic is not there (``hi`` when every row was numbered)."""
     mask = table.shape[0] - 1
-    last = -1
     for r in range(lo, hi):
         p = out[r, fd.F_TOPIC_POS]
         n = out[r, fd.F_TOPIC_LEN]
         fp = out[r, fd.F_TOPIC_FP]
-        if last >= 0 and fps[last] == fp and lens[last] == n and _same_bytes(buf, p, pool, starts[last], n):
-            topic_ids[r] = ids[last]
-            continue
         slot = _slot(fp, mask)
         while True:
             k = table[slot]
@@ -66,7 +77,6 @@ def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_i
                 break
             slot = (slot + 1) & mask
         topic_ids[r] = ids[k]
-        last = k
     return hi
 
 
@@ -97,8 +107,8 @@ class TopicNumbers:
         k = self.count
         if k == self.fps.shape[0]:
             self.fps, self.starts, self.lens, self.ids = (np.concatenate((a, np.empty(k, dtype=np.int64))) for a in (self.fps, self.starts, self.lens, self.ids))
-        if self.pool_fill + n > self.pool.shape[0]:
-            self.pool = np.concatenate((self.pool, np.zeros(max(n, self.pool.shape[0]), dtype=np.uint8)))
+        if self.pool_fill + n + 8 > self.pool.shape[0]:  # 8 bytes to spare after the last topic (``_same_bytes``)
+            self.pool = np.concatenate((self.pool, np.zeros(max(n + 8, self.pool.shape[0]), dtype=np.uint8)))
         self.pool[self.pool_fill : self.pool_fill + n] = buf[p : p + n]
         self.fps[k], self.starts[k], self.lens[k] = fp, self.pool_fill, n
         self.ids[k] = self.topics.id_of(buf[p : p + n].tobytes())
