@@ -15,10 +15,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..jit import numba
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import POW31
 from ..store import fastscan as fs
 from .topicnumbers import TopicNumbers
+
+
+@numba.njit(cache=True, nogil=True)
+def finish_columns(out, n, base_offset, topic_ids, topic_state, pow31, keys, offsets):
+    """A batch's last pass, while its rows are in cache: the index key hashes finished
+    (``finish_keys``), each record's commit log offset into ``offsets``; whether some record
+    needs the Python decoder (``FLAG_FALLBACK``)."""
+    fd.finish_keys(out, 0, n, topic_ids, topic_state, pow31, keys)
+    fallback = False
+    for r in range(n):
+        offsets[r] = out[r, fd.F_POS] + base_offset
+        if out[r, fd.F_FLAGS] & fd.FLAG_FALLBACK:
+            fallback = True
+    return fallback
 
 
 @dataclass
@@ -82,9 +97,10 @@ class ColumnBuilder:
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
         topic_ids = self.topic_ids[:n]
-        fd.finish_keys(out, 0, n, topic_ids, self.topics.state, POW31, self.keys)
+        offsets = np.empty(n, dtype=np.int64)
+        fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(
-            offsets=out[:, fd.F_POS] + base_offset,
+            offsets=offsets,
             sizes=out[:, fd.F_SIZE],
             topic_ids=topic_ids,
             queue_ids=out[:, fd.F_QUEUE_ID],
@@ -95,5 +111,5 @@ class ColumnBuilder:
             key_counts=out[:, fd.F_KEY_COUNT],
             keys=self.keys[: self.key_fill],
             topics=self.topics,
-            fallback=bool(np.any(out[:, fd.F_FLAGS] & fd.FLAG_FALLBACK)),
+            fallback=bool(fallback),
         )
