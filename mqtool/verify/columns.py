@@ -2,9 +2,9 @@
 
 ``RecordColumns.of`` runs the recovery's compiled dispatch (``recovery/fastdispatch.py``:
 ``dispatch_rows`` and ``finish_keys``, the same code ``recover`` and ``rebuild-*`` use; topics
-numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found, giving per record: commit log
-offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG, STORETIMESTAMP, the consume queue
-tags code (``checkMessageAndReturnSize``) and the index key hashes of ``topic#UNIQ_KEY`` and
+numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found,
+giving per record: commit log offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG,
+STORETIMESTAMP, the consume queue tags code (``checkMessageAndReturnSize``) and the index key hashes of ``topic#UNIQ_KEY`` and
 ``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
 (``FLAG_FALLBACK``) make ``fallback`` true: the checks then take the batch record by record.
 """

@@ -113,8 +113,8 @@ class SharedWalk(ChainReader):
         self.next_index = None
 
     def held(self) -> int | None:
-        """The batches' topics are read again when they are checked (``ColumnBuilder.build``), the
-        records of a batch the record engine takes too: their pages stay mapped until then."""
+        """The records of a batch the record engine takes are read again when it is checked
+        (``CrossChecks.feed``): the pages of batches not yet checked stay mapped until then."""
         try:
             return self.handed[0]
         except IndexError:
