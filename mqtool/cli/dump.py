@@ -47,7 +47,7 @@ from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .engine import PYTHON, engine_for, estimated_records
+from .engine import PYTHON, engine_for, estimated_records, resync_window
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, emit_document, emit_rows, iso_ms
 from .terminal import clear_bars
@@ -142,18 +142,19 @@ def _text_encoder(fmt: OutputFormat):
 
 def _scan_from(store: Store, start: int | None) -> int:
     """Where the scan of ``--from-offset`` begins: that offset when a record starts there, else the next
-    record (``fastscan.scan_start``, the one resynchronisation of dump and verify)."""
+    record (``fastscan.scan_start``'s rule, the one resynchronisation of dump and verify, searched in
+    pure Python near ``start``: ``resync.scan_start`` and ``engine.resync_window``)."""
     if start is None:
         return store.commitlog.min_offset
     start = max(start, store.commitlog.min_offset)
-    try:  # a record (or end-of-file blank) starts there: no compiled resynchronisation to load
+    try:  # a record (or end-of-file blank) starts there: nothing to search
         store.commitlog.read_record(start)
         return start
     except (FormatError, LookupError):
         pass
-    from ..store.fastscan import scan_start
+    from ..store.resync import scan_start
 
-    resumed = scan_start(store.commitlog, start)
+    resumed = scan_start(store.commitlog, start, window=resync_window())
     if resumed != start:
         note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
     return resumed

@@ -9,6 +9,13 @@ engines forced, 2026-11-26, load 1.4-1.8): 1 KiB records cross at about 14 MiB (
 128-byte records at about 1.7 MiB (14 k records). ``COMPILED_FROM`` is below that, as the
 compiled start-up is shorter on a quiet machine (about 1.1 s).
 
+The same holds for resynchronisation (where ``--from-offset`` inside a record reads from: the
+next position whose magic, size chain and self-describing PHYSICALOFFSET agree): the pure-Python
+search (``mqtool.store.resync``, ``mmap.find`` of the magic codes) settles the usual case, the
+next record a few KiB on, in microseconds; it hands over to the compiled one
+(``fastscan.scan_start``) past ``RESYNC_WINDOW`` bytes, a distance the compiled search covers in
+less than its own start-up. ``resync_window`` says how far the pure-Python one goes.
+
 A command estimates the records it will read (``estimated_records``: the span's bytes over the
 mean size of its first ``SAMPLE`` records) and asks ``engine_for``. Both engines print the same
 bytes: tests force each (``MQTOOL_ENGINE=compiled`` or ``python``) and compare.
@@ -27,6 +34,7 @@ ENGINES = (COMPILED, PYTHON)
 ENV = "MQTOOL_ENGINE"
 COMPILED_FROM = 8_000  # records
 SAMPLE = 32  # records read to estimate the mean record size
+RESYNC_WINDOW = 8 << 20  # bytes the pure-Python resynchronisation searches before the compiled one takes over
 
 
 def forced() -> str | None:
@@ -44,6 +52,13 @@ def forced() -> str | None:
 def engine_for(records: int) -> str:
     """The engine for a command that will decode about ``records`` records."""
     return forced() or (COMPILED if records >= COMPILED_FROM else PYTHON)
+
+
+def resync_window() -> int | None:
+    """How many bytes a resynchronisation searches in pure Python (``mqtool.store.resync``) before
+    the compiled search takes over: None (all of them) or 0 (none) when ``MQTOOL_ENGINE`` forces one."""
+    engine = forced()
+    return None if engine == PYTHON else 0 if engine == COMPILED else RESYNC_WINDOW
 
 
 def estimated_records(commitlog: CommitLog, start: int, stop: int | None) -> int:
