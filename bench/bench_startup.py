@@ -61,6 +61,7 @@ def lookups(store: Path) -> list[list[str]]:
         ["query", "uniq-key", s, row["topic"], row["uniq_key"]], ["query", "key", s, row["topic"], row["keys"][0]],
         ["query", "offset", s, row["topic"], str(row["queue_id"]), "5"], ["query", "time", s, row["topic"], str(row["queue_id"]), str(row["store_timestamp"] + 500)],
         ["dump", s, "--from-offset", str(row["offset"]), "--limit", "10"],
+        ["dump", s, "--from-offset", str(row["offset"] + row["size"] // 2), "--limit", "10"],  # inside a record: resynchronisation
     ]
 
 
