@@ -64,3 +64,35 @@ def test_a_table_with_wide_cells_still_measures_them_with_rich():
 
     for text in ["", "abc 123", "~!@#$%^&*()_+{}|:<>?", "Tópico-主题-тема", "a\tb", "\x1b[1m", "e\u0301", "🙂 ok"]:
         assert cell_len(text) == rich_cell_len(text), text
+
+
+def test_a_lookup_on_a_4x_store_with_configs_parses_none_of_them():
+    """Version detection reads ``config/*.json`` only for ``dataVersion.stateVersion`` (5.x): a 4.9.7
+    broker's files do not name it, so fastjson's parser is not loaded; nor are the batch queues."""
+    probe = manifest("4.9.7", "config-real")["messages"][-1]  # the first segments expired
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'mqtool.formats.fastjson', 'mqtool.store.batchconsumequeue'} & set(sys.modules)), file=sys.stderr));"
+            "from mqtool.cli import main; sys.argv = ['mqtool', 'query', 'msg-id', %r, %r, '-f', 'json']; main()") % (str(store_path("4.9.7", "config-real")), probe["msgId"])
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    assert [r["offset"] for r in json.loads(proc.stdout)] == [probe["commitLogOffset"]]
+
+
+@pytest.mark.parametrize("spelling", ["stateVersion", "\\u0073tateVersion", "st\\x61teVersion"])
+def test_a_config_that_could_name_state_version_is_still_parsed(tmp_path, spelling):
+    """The 5.x config mark, however fastjson lets the key be spelt, on a 4.9.7 store's copy (its
+    topics.json given a ``dataVersion.stateVersion``): detected as 5.x, from that file."""
+    from mqtool.store import Store
+
+    from conftest import copy_store
+
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    with Store.open(root) as store:
+        assert "config/" not in " ".join(store.version_guess.evidence)
+    path = root / "config" / "topics.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    doc["dataVersion"] = {**doc.get("dataVersion", {}), "KEY": 1}
+    path.write_text(json.dumps(doc).replace('"KEY"', f'"{spelling}"'), encoding="utf-8")
+    with Store.open(root) as store:
+        assert "config/topics.json has dataVersion.stateVersion (5.x managers)" in store.version_guess.evidence
+        assert str(store.version_guess.version) == "5.3.3"

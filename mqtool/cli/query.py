@@ -271,10 +271,9 @@ def query_time(
     """
     timestamp = parse_time(time, "TIME")
     with open_store(store, broker_config, broker_version) as s:
-        rng = lookup.queue_range(s, topic, queue)
+        rng, offset = lookup.queue_range_and_offset_by_time(s, topic, queue, timestamp)
         if rng is None:
             note(f"no consume queue {topic}/{queue}: the broker answers 0")
-        offset = lookup.queue_offset_by_time(s, topic, queue, timestamp)
         row: dict[str, Any] = {
             "topic": topic,
             "queue_id": queue,

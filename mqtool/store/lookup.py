@@ -227,8 +227,21 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
         return None
-    recovered = queue.recover()
+    return _range(store, queue, queue.recover())
+
+
+def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=is_v5(store)), recovered.max_offset)
+
+
+def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
+    """``queue_range`` and ``queue_offset_by_time`` on one recovery of the queue (``query time``)."""
+    queue = store.consume_queue(topic, queue_id)
+    if not queue.files:
+        return None, 0
+    recovered = queue.recover()
+    rng = _range(store, queue, recovered)
+    return rng, _offset_by_time(store, queue, recovered, rng.min_offset, timestamp)
 
 
 def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
@@ -275,8 +288,11 @@ def queue_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int
     if not queue.files:
         return 0
     recovered = queue.recover()
+    return _offset_by_time(store, queue, recovered, _range(store, queue, recovered).min_offset, timestamp)
+
+
+def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
     v5 = is_v5(store)
-    min_offset = queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=v5)
     files = []
     for base, path in queue.files:
         if base >= recovered.end and files:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
 from ..formats import checkpoint as cpfmt
@@ -25,11 +26,13 @@ from ..formats.dispatch import parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from . import dledger
-from .batchconsumequeue import BatchConsumeQueue, discover_batch_queues
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
 from .version import FAMILY_LABELS, BrokerVersion, VersionGuess, check_first_record, detect_version
+
+if TYPE_CHECKING:
+    from .batchconsumequeue import BatchConsumeQueue
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 
@@ -244,6 +247,8 @@ class Store:
     @cached_property
     def batch_consume_queues(self) -> list[BatchConsumeQueue]:
         """The 5.x batch consume queues (``batchconsumequeue/``, §5.5)."""
+        from .batchconsumequeue import discover_batch_queues  # a 5.x batch store only: not loaded for a lookup
+
         return [] if self.root is None else discover_batch_queues(self.path("batchconsumequeue"))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:

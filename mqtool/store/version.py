@@ -15,6 +15,7 @@ Detection returns a representative version of the family it recognises (4.8.0 fo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import NamedTuple, TYPE_CHECKING
 
@@ -151,14 +152,35 @@ def check_first_record(store: "Store") -> None:
 
 
 def _five_in_config(store: "Store") -> str | None:
-    """5.x config managers write ``dataVersion.stateVersion`` (4.x ones do not: ``config-real`` fixtures)."""
+    """5.x config managers write ``dataVersion.stateVersion`` (4.x ones do not: ``config-real`` fixtures).
+    A file is parsed only when its text (or its ``.bak``'s) could hold that key: it names it, or
+    escapes an ASCII letter and so could spell it (fastjson's parser costs more to load than the rest)."""
     for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json"):
+        if not _may_name_state_version(store, name):
+            continue
         doc = store.config_file(name)
         if not isinstance(doc, dict):
             continue
         if isinstance(doc.get("dataVersion"), dict) and "stateVersion" in doc["dataVersion"]:
             return f"config/{name} has dataVersion.stateVersion (5.x managers)"
     return None
+
+
+_ESCAPED_LETTER = re.compile(rb"\\(?:u00|x)[4-7][0-9A-Fa-f]")
+
+
+def _may_name_state_version(store: "Store", name: str) -> bool:
+    """Whether ``config/NAME`` or its ``.bak`` (``Store.config_file`` reads the first that parses)
+    could hold a ``stateVersion`` key: neither can when neither text contains the word or an escaped
+    ASCII letter (the only escapes of ``formats.fastjson`` that yield a letter: ``\\uXXXX``, ``\\xXX``)."""
+    for candidate in (store.path("config", name), store.path("config", name + ".bak")):
+        try:
+            text = candidate.read_bytes()
+        except OSError:  # missing (or unreadable: config_file skips it too)
+            continue
+        if b"stateVersion" in text or _ESCAPED_LETTER.search(text):
+            return True
+    return False
 
 
 def detect_version(store: "Store") -> VersionGuess:
