@@ -68,9 +68,9 @@ def test_a_table_with_wide_cells_still_measures_them_with_rich():
 
 def test_a_lookup_on_a_4x_store_with_configs_parses_none_of_them():
     """Version detection reads ``config/*.json`` only for ``dataVersion.stateVersion`` (5.x): a 4.9.7
-    broker's files do not name it, so fastjson's parser is not loaded; nor are the batch queues."""
+    broker's files do not name it, so fastjson's parser is not loaded; nor are the batch queues or DLedger."""
     probe = manifest("4.9.7", "config-real")["messages"][-1]  # the first segments expired
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'mqtool.formats.fastjson', 'mqtool.store.batchconsumequeue'} & set(sys.modules)), file=sys.stderr));"
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'mqtool.formats.fastjson', 'mqtool.store.batchconsumequeue', 'mqtool.store.dledger'} & set(sys.modules)), file=sys.stderr));"
             "from mqtool.cli import main; sys.argv = ['mqtool', 'query', 'msg-id', %r, %r, '-f', 'json']; main()") % (str(store_path("4.9.7", "config-real")), probe["msgId"])
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr

@@ -12,6 +12,8 @@ commands, never a refusal to look at the rest.
 from __future__ import annotations
 
 import itertools
+import os
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -25,7 +27,6 @@ from ..formats import markers
 from ..formats.dispatch import parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
-from . import dledger
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
@@ -33,8 +34,19 @@ from .version import FAMILY_LABELS, BrokerVersion, VersionGuess, check_first_rec
 
 if TYPE_CHECKING:
     from .batchconsumequeue import BatchConsumeQueue
+    from .dledger import DLedgerLayout
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
+
+
+def _names_a_dledger_member(path: Path) -> bool:
+    """Whether ``path`` holds a ``dledger-*`` entry, without which ``dledger.locate`` finds
+    nothing unless ``storePathDLedgerCommitLog`` is given (the DLedger modules stay unloaded)."""
+    try:
+        with os.scandir(path) as entries:
+            return any(e.name.startswith("dledger-") for e in entries)
+    except OSError:
+        return False
 
 
 def not_a_store(path: Path) -> NotAStore:
@@ -86,18 +98,25 @@ class Store:
         if not path.exists():
             raise StoreNotFound(f"{path}: no such file or directory")
         if path.is_file():
+            from . import dledger  # DLedger modules: imported only where a DLedger store may be
+
             if OFFSET_NAME.match(path.name) and dledger.is_entry_file(path, int(path.name)):
                 return cls._open_dledger_files([(int(path.name), path)], config, version)
             return cls._open_segment_file(path, config, version)
         if path.name.startswith("dledger-") and (path / "data").is_dir():
             path = path / "data"
-        if config.dledger is not False and (layout := dledger.locate(path, config.dledger_data_path, config.dledger_self_id)):
-            return cls._open_dledger(layout, path, config, version)
+        if config.dledger is not False and (config.dledger_data_path is not None or _names_a_dledger_member(path)):
+            from . import dledger
+
+            if layout := dledger.locate(path, config.dledger_data_path, config.dledger_self_id):
+                return cls._open_dledger(layout, path, config, version)
         if config.dledger and (path / "commitlog").is_dir() is False:
             raise NotAStore(f"{path}: the broker config enables DLedger but there is no dledger-*/data folder")
         if any((path / part).exists() for part in STORE_PARTS):
             return cls._open_commitlog_dirs(config.commitlog_dirs or (path / "commitlog",), path, config, version)
         if files := offset_named_files(path):
+            from . import dledger
+
             if dledger.is_entry_file(files[0][1], files[0][0]):
                 return cls._open_dledger_files(files, config, version)
             return cls._open_commitlog_dirs((path,), None, config, version)
@@ -150,10 +169,12 @@ class Store:
         return store._finish(version)
 
     @classmethod
-    def _open_dledger(cls, layout: "dledger.DLedgerLayout", root: Path, config: StoreConfig, version: str | None) -> "Store":
+    def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
         """A DLedger store (§15): entry files, after a mixed store's classic segments (§15.5)."""
         classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
         segments = classic.commitlog.segments if classic else []
+        from . import dledger
+
         store = cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])
         if version is not None:
             store._version = BrokerVersion.parse(version)
@@ -162,6 +183,8 @@ class Store:
     @classmethod
     def _open_dledger_files(cls, files, config: StoreConfig, version: str | None) -> "Store":
         """DLedger data files without their store (a ``data/`` folder, one file)."""
+        from . import dledger
+
         store = cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)
         if version is not None:
             store._version = BrokerVersion.parse(version)
@@ -169,7 +192,8 @@ class Store:
 
     @property
     def is_dledger(self) -> bool:
-        return isinstance(self.commitlog, dledger.DLedgerCommitLog)
+        dledger = sys.modules.get(f"{__package__}.dledger")  # no DLedger commit log exists before its module loads
+        return dledger is not None and isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
     def _finish(self, version: str | None) -> "Store":
         self.notes.extend(problem.message for problem in self.problems)
