@@ -66,12 +66,15 @@ def test_a_table_with_wide_cells_still_measures_them_with_rich():
         assert cell_len(text) == rich_cell_len(text), text
 
 
-def test_a_lookup_on_a_4x_store_with_configs_parses_none_of_them():
+@pytest.mark.parametrize("command", ["query", "dump"])
+def test_a_lookup_on_a_4x_store_with_configs_parses_none_of_them(command):
     """Version detection reads ``config/*.json`` only for ``dataVersion.stateVersion`` (5.x): a 4.9.7
     broker's files do not name it, so fastjson's parser is not loaded; nor are the batch queues or DLedger."""
     probe = manifest("4.9.7", "config-real")["messages"][-1]  # the first segments expired
+    store = str(store_path("4.9.7", "config-real"))
+    argv = ["query", "msg-id", store, probe["msgId"]] if command == "query" else ["dump", store, "--msg-id", probe["msgId"]]
     code = ("import atexit, sys; atexit.register(lambda: print(sorted({'mqtool.formats.fastjson', 'mqtool.store.batchconsumequeue', 'mqtool.store.dledger'} & set(sys.modules)), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', 'query', 'msg-id', %r, %r, '-f', 'json']; main()") % (str(store_path("4.9.7", "config-real")), probe["msgId"])
+            "from mqtool.cli import main; sys.argv = ['mqtool', *%r, '-f', 'json']; main()") % (argv,)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "[]"

@@ -42,9 +42,7 @@ from ..records import (
     parse_time,
 )
 from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
-from ..store.batchconsumequeue import discover_batch_queues
 from ..store.consumequeue import discover_queues, infer_queue_file_size
-from ..store.dledger import open_entry_files
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .engine import PYTHON, engine_for, estimated_records, resync_window
@@ -374,6 +372,8 @@ def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | No
 
 def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
     """Every unit of the batch consume queues a dump path names, invalid ones included (``valid``)."""
+    from ..store.batchconsumequeue import discover_batch_queues  # not loaded for a message dump
+
     bcq_dir, topics, queue, single = _queue_scope(path, "batchconsumequeue", topics, queue)
     for q in discover_batch_queues(bcq_dir):
         if (topics and q.topic not in topics) or (queue is not None and q.queue_id != queue):
@@ -452,6 +452,8 @@ def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
 def dledger_rows(path: Path, start, stop, limit) -> Iterator[dict]:
     """DLedger entries in order (blanks included), as ``DLedgerMmapFileStore.recover`` walks
     them; where the walk stops early, stderr says why."""
+    from ..store.dledger import open_entry_files  # not loaded for a message dump
+
     cl = open_entry_files(path)
     try:
         index = cl.segment_index(start) if start is not None else None
