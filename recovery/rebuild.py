@@ -51,8 +51,9 @@ class RebuildScan:
     record from the first segment to the valid end the broker's recovery would find (§8.3).
 
     One walk: the recovery scan from its start segment both finds that end and dispatches the records
-    before it (each passed every recovery check, so the reput dispatches exactly these); a reput scan
-    covers the segments before the start first. Only when that reput skips a record whose TOTALSIZE
+    before it (each passed every recovery check, so the reput dispatches exactly these), the next
+    segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); a
+    reput scan covers the segments before the start first. Only when that reput skips a record whose TOTALSIZE
     reaches past the start segment's first offset does the recovery scan run on its own (to find the
     end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
 
@@ -62,12 +63,12 @@ class RebuildScan:
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 
-    def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool) -> DispatchScanner:
+    def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
         recovery = discipline == "recovery"
         return phase_scanner(
             self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
             legacy_properties=self.rules.legacy_properties, index_enable=index, check_crc=recovery and self.store.config.check_crc_on_recover,
-            topics=self.topics,
+            topics=self.topics, ahead=ahead,
         )
 
     def __iter__(self) -> Iterator[DispatchBatch]:
@@ -89,7 +90,7 @@ class RebuildScan:
                     yield from tail
                     self.skipped += tail.skipped
                 return
-        recovery = self._scanner(self.start, None, "recovery", index=self.index)
+        recovery = self._scanner(self.start, None, "recovery", index=self.index, ahead=True)
         yield from recovery
         self._found(recovery.end)
 
