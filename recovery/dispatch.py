@@ -93,15 +93,15 @@ class DispatchBatch:
     @property
     def offsets(self) -> np.ndarray:
         """Where each record was found (commit log offset)."""
-        return self.fields[:, fd.F_POS]
+        return self.column(fd.F_POS)
 
     @property
     def phys(self) -> np.ndarray:
-        return self.fields[:, fd.F_PHYS]
+        return self.column(fd.F_PHYS)
 
     @property
     def sizes(self) -> np.ndarray:
-        return self.fields[:, fd.F_SIZE]
+        return self.column(fd.F_SIZE)
 
     @cached_property
     def to_consume_queue(self) -> np.ndarray:
@@ -132,6 +132,46 @@ class DispatchBatch:
     @property
     def nbytes(self) -> int:
         return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
+
+
+class SpilledBatch(DispatchBatch):
+    """A batch read back from a spill (``read_spilled``): the columns the plan and the writers
+    read are the spill's own column blocks (``spillrows.Columns``); ``fields``, every column
+    row-major, is unpacked only when something reads it (a normal recovery's ``after_phys``, the
+    LMQ dispatch): the abnormal recovery's plan and every apply never do."""
+
+    def __init__(self, columns: spillrows.Columns, spilled: tuple | None):
+        self._columns = columns
+        self._fields: np.ndarray | None = None
+        self.keys = columns.key_in.astype(np.int64)
+        self.topic_ids = columns.topic_ids
+        self.groups = columns.grouped()
+        self.spilled = spilled
+
+    @property
+    def fields(self) -> np.ndarray:  # type: ignore[override]
+        if self._fields is None:
+            self._fields = self._columns.unpack()[0]
+        return self._fields
+
+    def __len__(self) -> int:
+        return self._columns.rows
+
+    def column(self, col: int) -> np.ndarray:
+        if col in spillrows.WIDE:
+            return self._columns.wide_column(col)
+        if col in spillrows.NARROW:
+            return self._columns.narrow_column(col)
+        if col == fd.F_KEY_START:  # the running sum of the key counts, as unpacked
+            counts = self._columns.narrow_column(fd.F_KEY_COUNT)
+            return np.cumsum(counts) - counts
+        if col == fd.F_FLAGS:
+            return self._columns.flags.astype(np.int64)
+        return self.fields[:, col]  # a topic byte column: zero, as unpacked
+
+    @property
+    def nbytes(self) -> int:
+        return self._columns.buf.nbytes + self.keys.nbytes
 
 
 @dataclass
@@ -496,12 +536,13 @@ class BatchSpill:
 
 
 def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
-    """The batch ``BatchSpill.write`` named ``entry``; ``adopt``: a ``DispatchCache`` may keep it
-    by its entry instead of packing it again (``DispatchBatch.spilled``)."""
+    """The batch ``BatchSpill.write`` named ``entry`` (a ``SpilledBatch``); ``adopt``: a
+    ``DispatchCache`` may keep it by its entry instead of packing it again (``DispatchBatch.spilled``)."""
     file, offset, n, n_keys, n_groups = entry
-    data = os.pread(file.fileno(), spillrows.spill_size(n, n_keys, n_groups), offset)
-    fields, topic_ids, keys, groups = spillrows.unpack(data, n, n_keys, n_groups)
-    return DispatchBatch(fields, keys, topic_ids, groups, entry if adopt else None)
+    data = np.empty(spillrows.spill_size(n, n_keys, n_groups), dtype=np.uint8)
+    if os.preadv(file.fileno(), [data], offset) != data.size:
+        raise OSError("short read from the dispatch spill")
+    return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
 
 
 class _Ahead:

@@ -370,7 +370,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRul
     counts.multi += groups.multi
     if groups.queued:
         counts.cq += groups.queued
-        counts.last_cq_ts = int(batch.fields[groups.last_queued, fd.F_STORE_TS])
+        counts.last_cq_ts = int(batch.column(fd.F_STORE_TS)[groups.last_queued])
     for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
@@ -379,7 +379,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRul
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed
     if index_writer is not None:
-        index_writer.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+        index_writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 def geometry(store: Store) -> tuple[int, int]:
@@ -459,4 +459,4 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
 def feed_index(batch, writer: IndexWriterService, counts: PhaseCounts) -> None:
     if len(batch):
         counts.records += len(batch)
-        writer.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+        writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)

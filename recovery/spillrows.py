@@ -74,15 +74,44 @@ def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: Qu
 def unpack(data, rows: int, keys: int, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, QueueGroups]:
     """``(fields, topic_ids, keys, queue groups)`` of spilled bytes; ``F_KEY_START`` is the
     running sum of the key counts, the topic byte columns are zero."""
-    buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys, groups))
-    fields = np.empty((rows, fd.N_FIELDS), dtype=np.int64)
-    topic_ids = np.empty(rows, dtype=np.int32)
-    out_keys = np.empty(keys, dtype=np.int64)
-    wide, narrow, flags, key_in = _views(buf, rows, keys)
-    _unpack(wide, narrow, flags, key_in, fields, topic_ids, out_keys)
-    group_keys, starts, dest = _group_views(buf, rows, keys, groups)
-    grouped = group_unpacked(group_keys.astype(np.int64), starts.astype(np.int64), dest.astype(np.int32), wide, narrow, flags, WIDE, NARROW)
-    return fields, topic_ids, out_keys, grouped
+    columns = Columns(data, rows, keys, groups)
+    fields, topic_ids, out_keys = columns.unpack()
+    return fields, topic_ids, out_keys, columns.grouped()
+
+
+class Columns:
+    """The spilled bytes of a batch read as its column blocks (views, no copy): what the writers
+    read of a batch without its row-major ``fields`` (``unpack`` builds them)."""
+
+    def __init__(self, data, rows: int, keys: int, groups: int):
+        self.buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys, groups))
+        self.rows, self.n_keys, self.n_groups = rows, keys, groups
+        self.wide, self.narrow, self.flags, self.key_in = _views(self.buf, rows, keys)
+
+    def wide_column(self, col: int) -> np.ndarray:
+        """Field ``col`` (one of ``WIDE``) of every row: a view of the spill."""
+        return self.wide[WIDE.index(col)]
+
+    def narrow_column(self, col: int) -> np.ndarray:
+        """Field ``col`` (one of ``NARROW``) of every row, as int64."""
+        return self.narrow[NARROW.index(col)].astype(np.int64)
+
+    @property
+    def topic_ids(self) -> np.ndarray:
+        return self.narrow[len(NARROW)]
+
+    def grouped(self) -> QueueGroups:
+        group_keys, starts, dest = _group_views(self.buf, self.rows, self.n_keys, self.n_groups)
+        return group_unpacked(group_keys.astype(np.int64), starts.astype(np.int64), dest.astype(np.int32), self.wide, self.narrow, self.flags, WIDE, NARROW)
+
+    def unpack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(fields, topic_ids, keys)``: every field row-major (``F_KEY_START`` the running sum
+        of the key counts, the topic byte columns zero), the topic ids and the keys as int64."""
+        fields = np.empty((self.rows, fd.N_FIELDS), dtype=np.int64)
+        topic_ids = np.empty(self.rows, dtype=np.int32)
+        out_keys = np.empty(self.n_keys, dtype=np.int64)
+        _unpack(self.wide, self.narrow, self.flags, self.key_in, fields, topic_ids, out_keys)
+        return fields, topic_ids, out_keys
 
 
 @numba.njit(cache=True, nogil=True)

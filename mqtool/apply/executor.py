@@ -340,7 +340,7 @@ def hold_store_lock(store_root: Path, force: bool = False):
 
 def _put_index(ix: IndexWriterService, batch) -> None:
     if len(batch):
-        ix.put_batch(batch.phys, batch.fields[:, fd.F_STORE_TS], batch.to_index, batch.fields[:, fd.F_KEY_START], batch.fields[:, fd.F_KEY_COUNT], batch.keys)
+        ix.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 class Worker:
