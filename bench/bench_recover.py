@@ -19,6 +19,14 @@ With the page cache warm, best of ``--repeat``:
 - ``recover (in-process)``: plan + apply (backups, fsync, journal) as ``mqtool recover --yes`` does;
 - ``mqtool recover`` CLI end to end (process start-up included), with its peak RSS and CPU time.
 
+``--compare OLD_TREE --store STORE ...`` instead times ``recover --abnormal``, ``rebuild-cq`` and
+``rebuild-index`` (CLI end to end, each on a fresh copy) with this tree's code and with the source
+tree ``OLD_TREE`` (e.g. ``git archive <commit> | tar -x -C /tmp/old``), interleaved, the order
+swapped every round, and checks that both trees write the same bytes (every consume queue, index
+and checkpoint file) and print the same plan (but its store path, time and input stamps):
+
+    python bench/bench_recover.py --compare /tmp/old --store S --store S128 --broker-config broker.conf --repeat 3
+
 Throughput is commit log bytes (first segment start to the logical end) per second. RocketMQ
 4.9.7's own abnormal recovery with CQ and index re-dispatch runs at about 200-400 MB/s on this
 machine class; the target (issue 4) is >= 1.5x that, i.e. >= 600 MB/s.
@@ -183,14 +191,114 @@ def bench_cli(base: Path, spec, work: Path) -> tuple[float, int, float]:
     return elapsed, round(peak_mb), round(cpu, 2)
 
 
+# Runs mqtool from a source tree instead of the installed (editable) one: its finder is dropped, so
+# ``mqtool`` and the ``formats``/``recovery`` beside it come from the tree (mqtool/__init__.py).
+OLD_TREE_LAUNCHER = (
+    "import sys; tree = sys.argv.pop(1); sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in str(f)]; "
+    "sys.path.insert(0, tree); sys.argv[0] = 'mqtool'; from mqtool.cli import main; sys.exit(main())"
+)
+COMPARED = ("recover", "rebuild-cq", "rebuild-index")
+
+
+def written_digest(store: Path) -> str:
+    """md5 over the path and bytes of every consume queue, index and checkpoint file."""
+    import hashlib
+
+    digest = hashlib.md5()
+    files = sorted(p for d in ("consumequeue", "index") if (store / d).is_dir() for p in (store / d).rglob("*") if p.is_file())
+    for path in files + ([store / "checkpoint"] if (store / "checkpoint").exists() else []):
+        digest.update(str(path.relative_to(store)).encode())
+        with open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def plan_digest(text: str) -> str:
+    """md5 of the plan JSON without what names the run (store path, time, input stamps)."""
+    import hashlib
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("store", "created_ms", "inputs")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return hashlib.md5(json.dumps(strip(json.loads(text)), sort_keys=True).encode()).hexdigest()
+
+
+def compare_run(tree: Path | None, command: str, base: Path, work: Path, broker_config: Path, version: str) -> dict:
+    """One CLI run of ``command`` on a fresh copy of ``base``: wall, CPU (user + sys), peak RSS, digests."""
+    from run import rebuild_copy  # noqa: PLC0415 - run.py imports this module
+
+    store = crashed_copy(base, work) if command == "recover" else rebuild_copy(base, work)
+    launcher = [sys.executable, "-m", "mqtool"] if tree is None else [sys.executable, "-c", OLD_TREE_LAUNCHER, str(tree)]
+    extra = ["--abnormal"] if command == "recover" else []
+    cmd = [*launcher, "--quiet", command, str(store), *extra, "--yes", "--broker-config", str(broker_config), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc, wall, peak = run_measured(cmd)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_recover: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    result = {"wall": wall, "cpu": cpu, "rss": peak, "files": written_digest(store), "plan": plan_digest(proc.stdout)}
+    shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def compare(old: Path, stores: list[Path], broker_config: Path, version: str, repeat: int, work: Path, commands: tuple[str, ...]) -> int:
+    """This tree against ``old``, interleaved (module docstring); prints medians and ratios."""
+    import statistics
+
+    trees = [("old", old.resolve()), ("this", None)]
+    differ = False
+    for base in stores:
+        warm(base)
+        for tree in trees:  # untimed: a tree's first run may compile and cache its kernels
+            compare_run(tree[1], "recover", base, work, broker_config, version)
+        runs: dict[tuple[str, str], list[dict]] = {}
+        loads = [os.getloadavg()[0]]
+        for r in range(repeat):
+            for command in commands:
+                for name, tree in trees if r % 2 == 0 else trees[::-1]:
+                    runs.setdefault((command, name), []).append(compare_run(tree, command, base, work, broker_config, version))
+            loads.append(os.getloadavg()[0])
+        print(f"\n{base.name}: {repeat} interleaved round(s), load average {min(loads):.1f}-{max(loads):.1f}")
+        print(f"{'command':15} {'tree':5} {'wall s (each run)':28} {'CPU s (each run)':28} {'median wall':>11} {'median CPU':>10} {'peak RSS':>8}  same output")
+        for command in commands:
+            medians = {}
+            for name, _ in trees:
+                rs = runs[(command, name)]
+                medians[name] = (statistics.median(x["wall"] for x in rs), statistics.median(x["cpu"] for x in rs))
+                same = {(x["files"], x["plan"]) for x in runs[(command, "old")] + rs}
+                differ |= len(same) != 1
+                walls, cpus = ", ".join(format(x["wall"], ".2f") for x in rs), ", ".join(format(x["cpu"], ".2f") for x in rs)
+                print(f"{command:15} {name:5} {walls:28} {cpus:28} "
+                      f"{medians[name][0]:11.2f} {medians[name][1]:10.2f} {max(x['rss'] for x in rs):7.0f}M  {'yes' if len(same) == 1 else 'NO: ' + str(same)}")
+            (ow, oc), (nw, nc) = medians["old"], medians["this"]
+            print(f"{command:15} this/old: wall x{nw / ow:.2f}, CPU x{nc / oc:.2f}")
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python bench/bench_recover.py", description=__doc__.splitlines()[0])
     make_store.add_arguments(p)
+    p.add_argument("--compare", type=Path, default=None, metavar="OLD_TREE", help="time recover/rebuild-cq/rebuild-index against this source tree (module docstring)")
+    p.add_argument("--store", type=Path, action="append", default=[], help="with --compare: an existing store to copy (repeatable)")
+    p.add_argument("--broker-config", type=Path, default=None, help="with --compare: the stores' broker.conf")
+    p.add_argument("--commands", default=",".join(COMPARED), help="with --compare: which of " + ", ".join(COMPARED))
     p.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     p.add_argument("--python-mib", type=int, default=32, help="MiB the plain Python baseline runs on (extrapolated)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--out", type=Path, default=make_store.OUT, help="where the store and the crashed copies go (default bench/out)")
     a = p.parse_args(argv)
+    if a.compare is not None:
+        if not a.store or a.broker_config is None:
+            p.error("--compare needs --store and --broker-config")
+        commands = tuple(c for c in a.commands.split(",") if c)
+        version = "4.9.7" if a.profile == "4.9" else "5.3.3"
+        return compare(a.compare, a.store, a.broker_config, version, a.repeat, a.out / "recover-compare", commands)
     spec = make_store.spec_from_args(a)
     base = make_store.ensure_store(spec, a.out, log=lambda m: print(m, file=sys.stderr))
     work = a.out / f"recover-work-{spec.name}"
