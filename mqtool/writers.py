@@ -565,7 +565,11 @@ class IndexWriterService:
         return ixfmt.IndexHeader(*(int(v) for v in self.hdr[:6]))
 
     def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
-        """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``."""
+        """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``.
+        The columns are made contiguous (a batch's row-major fields give strided ones, a spilled
+        batch contiguous ones): one compiled specialization of ``index_records`` to load, not two."""
+        phys, store_ts, key_start, key_count = (np.ascontiguousarray(a, dtype=np.int64) for a in (phys, store_ts, key_start, key_count))
+        indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_), np.ascontiguousarray(keys, dtype=np.int64)
         rec, key = 0, 0
         n = len(phys)
         while rec < n:
