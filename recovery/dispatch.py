@@ -33,6 +33,7 @@ from ..store.fastscan import FastScan
 from . import fastdispatch as fd
 from . import spillrows
 from .queuegroups import QueueGroups, group_queues
+from .topicnumbers import TopicNumbers
 
 if TYPE_CHECKING:
     from .walkedchain import WalkedChain
@@ -188,10 +189,12 @@ class DispatchOptions:
 
 
 class _Accumulator:
-    """Rows dispatched sub-batch by sub-batch, handed out as ``DispatchBatch`` es of ``size``."""
+    """Rows one walk dispatches sub-batch by sub-batch, handed out as ``DispatchBatch`` es of
+    ``size``; ``numbers`` numbers their topics (the walk's own: a table no other thread changes)."""
 
-    def __init__(self, size: int, sub: int):
+    def __init__(self, size: int, sub: int, topics: TopicTable):
         self.size, self.sub = size, sub
+        self.numbers = TopicNumbers(topics)
         self._fresh()
 
     def _fresh(self) -> None:
@@ -301,7 +304,7 @@ class DispatchScanner:
             yield from self._produce_ahead()
             return
         delay_ms = self.options.delay_ms
-        acc = _Accumulator(self.BATCH, self.SUB_BATCH)
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
         pos = self.start
         while True:
             scan = FastScan(
@@ -385,7 +388,7 @@ class DispatchScanner:
         and why it ends (``None`` when ``halt`` stopped it)."""
         delay_ms = self.options.delay_ms
         base = self.commitlog.segments[index].base_offset
-        acc = _Accumulator(self.BATCH, self.SUB_BATCH)
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
         scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc, stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
         bad: ScanEnd | None = None
         for seg in scan:
@@ -452,19 +455,10 @@ class DispatchScanner:
         return bad
 
     def _topic_ids(self, acc: _Accumulator, array: np.ndarray, lo: int, hi: int) -> None:
-        """Global topic ids for rows ``lo:hi``, then their index key hashes (``finish_keys``)."""
+        """Global topic ids for rows ``lo:hi`` (``topicnumbers``), then their index key hashes (``finish_keys``)."""
         if hi == lo:
             return
-        local = np.empty(hi - lo, dtype=np.int64)
-        first = np.empty(min(hi - lo, 256), dtype=np.int64)
-        count = fd.local_topics(array, acc.out, lo, hi, local, first)
-        if count >= 0:
-            ids = [self.topics.id_of(bytes(array[p : p + n])) for p, n in ((int(acc.out[f, fd.F_TOPIC_POS]), int(acc.out[f, fd.F_TOPIC_LEN])) for f in first[:count].tolist())]
-            acc.topic_ids[lo:hi] = np.asarray(ids, dtype=np.int32)[local]
-        else:  # more than 256 topics in one sub-batch: record by record
-            for r in range(lo, hi):
-                p, n = int(acc.out[r, fd.F_TOPIC_POS]), int(acc.out[r, fd.F_TOPIC_LEN])
-                acc.topic_ids[r] = self.topics.id_of(bytes(array[p : p + n]))
+        acc.numbers.number(array, acc.out, lo, hi, acc.topic_ids)
         if self.options.index_enable:
             fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
 

@@ -131,7 +131,7 @@ def _word(buf, p, n):
 @numba.njit(inline="always")
 def _fingerprint(buf, p, n):
     """Length and the first, middle and last 8 bytes of a topic, mixed: cheap, and only a hint
-    (``local_topics`` compares the bytes), so equal fingerprints of different topics are fine."""
+    (``topicnumbers`` compares the bytes), so equal fingerprints of different topics are fine."""
     a = _word(buf, p, n)
     b = _word(buf, p + max(n - 8, 0), n)
     c = _word(buf, p + max(n // 2 - 4, 0), n)
@@ -285,59 +285,6 @@ def pow31_table(n: int = 1 << 15) -> np.ndarray:
         table[i] = v
         v = (v * 31) & 0xFFFFFFFF
     return table
-
-
-@numba.njit(inline="always")
-def _same_topic(buf, out, a, b):
-    n = out[a, F_TOPIC_LEN]
-    if n != out[b, F_TOPIC_LEN] or out[a, F_TOPIC_FP] != out[b, F_TOPIC_FP]:
-        return False
-    pa, pb = out[a, F_TOPIC_POS], out[b, F_TOPIC_POS]
-    j = 0
-    while j + 8 <= n:  # eight bytes at a time
-        if load8(buf, pa + j) != load8(buf, pb + j):
-            return False
-        j += 8
-    while j < n:
-        if buf[pa + j] != buf[pb + j]:
-            return False
-        j += 1
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def local_topics(buf, out, lo, hi, local, first):
-    """Number the distinct topics (by their bytes) of rows ``out[lo:hi]``: ``local[r - lo]`` =
-    0, 1, ... in order of first appearance, ``first[k]`` = the first row of topic ``k``.
-    Returns the count, or -1 when there are more than ``len(first)`` topics."""
-    size = 64
-    while size < 4 * first.shape[0]:
-        size *= 2
-    table = np.full(size, -1, dtype=np.int64)
-    count = 0
-    last_row, last_k = -1, -1
-    for r in range(lo, hi):
-        if last_row >= 0 and _same_topic(buf, out, r, last_row):
-            local[r - lo] = last_k
-            continue
-        fp = out[r, F_TOPIC_FP]
-        slot = (fp ^ (fp >> 31)) & (size - 1)
-        while True:
-            k = table[slot]
-            if k < 0:
-                if count >= first.shape[0]:
-                    return -1
-                table[slot] = count
-                first[count] = r
-                k = count
-                count += 1
-                break
-            if _same_topic(buf, out, r, first[k]):
-                break
-            slot = (slot + 1) & (size - 1)
-        local[r - lo] = k
-        last_row, last_k = r, k
-    return count
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:

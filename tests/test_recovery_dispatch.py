@@ -15,7 +15,8 @@ from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from mqtool.formats.hashing import index_key_hash, java_string_hash
 from mqtool.recovery import fastdispatch as fd
 from mqtool.formats.dispatch import java_parse_int
-from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner
+from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner, TopicTable
+from mqtool.recovery.topicnumbers import TopicNumbers
 from mqtool.store import Store
 
 
@@ -167,11 +168,11 @@ def test_hash_of_a_value_equals_java_string_hash(text):
 
 
 @pytest.mark.parametrize("length", [8, 13, 37, 64, 130])
-def test_local_topics_tell_apart_topics_the_fingerprint_does_not(length):
+def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(length):
     """Topics of one length that differ only where the fingerprint does not look (its first,
     middle and last eight bytes) are told apart byte for byte, at every position a word or the
-    tail compares; equal topics share a number."""
-    base = bytes(range(65, 65 + length))
+    tail compares; equal topics share an id (``topicnumbers``, as the dispatch numbers them)."""
+    base = bytes(65 + i % 58 for i in range(length))  # ASCII: every changed byte makes another name
     topics = [base]
     for at in range(length):
         changed = bytearray(base)
@@ -183,8 +184,6 @@ def test_local_topics_tell_apart_topics_the_fingerprint_does_not(length):
     out[:, fd.F_TOPIC_POS] = np.arange(len(topics)) * length
     out[:, fd.F_TOPIC_LEN] = length
     out[:, fd.F_TOPIC_FP] = 7  # every fingerprint equal: only the bytes decide
-    local = np.empty(len(topics), dtype=np.int64)
-    first = np.empty(len(topics), dtype=np.int64)
-    count = fd.local_topics(buf, out, 0, len(topics), local, first)
-    assert count == len(topics) - 1
-    assert local.tolist() == [*range(len(topics) - 1), 0]
+    ids = np.full(len(topics), -1, dtype=np.int32)
+    TopicNumbers(TopicTable()).number(buf, out, 0, len(topics), ids)
+    assert ids.tolist() == [*range(len(topics) - 1), 0]

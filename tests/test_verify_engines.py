@@ -24,7 +24,8 @@ from mqtool.formats import index as ixfmt
 from mqtool.store import Store
 import mqtool.verify as verify_module
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.verify import cqjoin, index, logstream, segments, topicnumbers
+from mqtool.recovery import topicnumbers
+from mqtool.verify import cqjoin, index, logstream, segments
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)

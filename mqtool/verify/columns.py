@@ -19,7 +19,7 @@ from ..jit import numba
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import POW31
 from ..store import fastscan as fs
-from .topicnumbers import TopicNumbers
+from ..recovery.topicnumbers import TopicNumbers
 
 
 @numba.njit(cache=True, nogil=True)

@@ -59,7 +59,7 @@ class CrossChecks:
         if columnar:
             from ..recovery.dispatch import TopicTable
             from ..recovery.fastdispatch import delay_array
-            from .topicnumbers import TopicNumbers
+            from ..recovery.topicnumbers import TopicNumbers
 
             self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
             self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk

@@ -1,7 +1,8 @@
-"""Topic ids of dispatched records in one compiled pass, over the whole walk (reference §3.2).
+"""Topic ids of dispatched records in one compiled pass, over a whole walk (reference §3.2): the
+recovery dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
 
-The consume queue and index checks name a record's queue by its topic (``TOPIC`` bytes) and
-start its index keys from the hash of ``topic#`` (§6.4): both need a topic id per record, from
+A record's queue is named by its topic (``TOPIC`` bytes) and its index keys start from the hash
+of ``topic#`` (§6.4): dispatch and checks need a topic id per record, from
 ``recovery.dispatch.TopicTable`` (two byte strings that decode to the same Java string share
 an id, as they share a queue in the broker). ``TopicNumbers`` keeps, for the compiled
 ``number_topics``, every raw topic seen so far (bytes, length, the dispatch's fingerprint
@@ -13,13 +14,16 @@ the ``TopicTable`` for its id and the kernel goes on from that record.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..jit import numba
-from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import TopicTable
 from ..store.words import load8
+from . import fastdispatch as fd
+
+if TYPE_CHECKING:
+    from .dispatch import TopicTable
 
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
 
