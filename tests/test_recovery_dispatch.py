@@ -16,6 +16,7 @@ from mqtool.formats.hashing import index_key_hash, java_string_hash
 from mqtool.recovery import fastdispatch as fd
 from mqtool.formats.dispatch import java_parse_int
 from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner, TopicTable
+from mqtool.recovery import topicnumbers
 from mqtool.recovery.topicnumbers import TopicNumbers
 from mqtool.store import Store
 
@@ -167,23 +168,28 @@ def test_hash_of_a_value_equals_java_string_hash(text):
     assert h == java_string_hash(text) & 0xFFFFFFFF
 
 
-@pytest.mark.parametrize("length", [8, 13, 37, 64, 130])
-def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(length):
-    """Topics of one length that differ only where the fingerprint does not look (its first,
-    middle and last eight bytes) are told apart byte for byte, at every position a word or the
-    tail compares; equal topics share an id (``topicnumbers``, as the dispatch numbers them)."""
+@pytest.mark.parametrize("length", [5, 8, 21, 37, 64, 130])
+@pytest.mark.parametrize("slots", [1, 2, 64])
+@pytest.mark.parametrize("id_type", [np.int32, np.int64])  # the dispatch's ids and verify's
+def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, length, id_type, monkeypatch):
+    """Raw topics of one length that differ in one byte (every position a masked word, a word or
+    the tail compares), all with one fingerprint, get ids of their own; malformed UTF-8 topics that
+    decode to one name share its id (``TopicTable``); the table grows from ``slots``."""
+    monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", slots)
     base = bytes(65 + i % 58 for i in range(length))  # ASCII: every changed byte makes another name
     topics = [base]
     for at in range(length):
         changed = bytearray(base)
         changed[at] ^= 0x20
         topics.append(bytes(changed))
-    topics.append(base)
+    topics += [b"bad\xff" + bytes(length - 4), b"bad\xfe" + bytes(length - 4), base, topics[5]]
     buf = np.frombuffer(b"".join(topics), dtype=np.uint8)
     out = np.zeros((len(topics), fd.N_FIELDS), dtype=np.int64)
     out[:, fd.F_TOPIC_POS] = np.arange(len(topics)) * length
     out[:, fd.F_TOPIC_LEN] = length
     out[:, fd.F_TOPIC_FP] = 7  # every fingerprint equal: only the bytes decide
-    ids = np.full(len(topics), -1, dtype=np.int32)
-    TopicNumbers(TopicTable()).number(buf, out, 0, len(topics), ids)
-    assert ids.tolist() == [*range(len(topics) - 1), 0]
+    got = np.full(len(topics), -1, dtype=id_type)
+    numbers = TopicNumbers(TopicTable())
+    numbers.number(buf, out, 0, len(topics), got)
+    assert got.tolist() == [*range(length + 1), length + 1, length + 1, 0, 5]
+    assert numbers.topics.names[length + 1] == "bad\ufffd" + "\0" * (length - 4)

@@ -215,35 +215,6 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
     assert set(reference.names) >= {m["topic"] for m in manifest(version, name)["messages"]}
 
 
-@pytest.mark.parametrize("length", [5, 8, 21])
-@pytest.mark.parametrize("slots", [1, 2, 64])
-def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, length, monkeypatch):
-    """Raw topics of one length that differ in one byte (every position a masked word, a word or
-    the tail compares), all with one fingerprint, get ids of their own; malformed UTF-8 topics that
-    decode to one name share its id (``TopicTable``); the table grows from ``slots``."""
-    from mqtool.recovery import fastdispatch as fd
-    from mqtool.recovery.dispatch import TopicTable
-
-    monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", slots)
-    base = bytes(range(65, 65 + length))
-    topics = [base]
-    for at in range(length):
-        changed = bytearray(base)
-        changed[at] ^= 0x20
-        topics.append(bytes(changed))
-    topics += [b"bad\xff" + bytes(length - 4), b"bad\xfe" + bytes(length - 4), base, topics[5]]
-    buf = np.frombuffer(b"".join(topics), dtype=np.uint8)
-    out = np.zeros((len(topics), fd.N_FIELDS), dtype=np.int64)
-    out[:, fd.F_TOPIC_POS] = np.arange(len(topics)) * length
-    out[:, fd.F_TOPIC_LEN] = length
-    out[:, fd.F_TOPIC_FP] = 7  # every fingerprint equal: only the bytes decide
-    got = np.full(len(topics), -1, dtype=np.int64)
-    numbers = topicnumbers.TopicNumbers(TopicTable())
-    numbers.number(buf, out, 0, len(topics), got)
-    assert got.tolist() == [*range(length + 1), length + 1, length + 1, 0, 5]
-    assert numbers.topics.names[length + 1] == "bad\ufffd" + "\0" * (length - 4)
-
-
 @pytest.mark.parametrize("queues,capacity", [(1, 1024), (40, 1024), (700, 1024), (40, 8), (700, 100)])
 def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
     """``cqjoin.group_queues`` (``queue_groups`` with its own hash table, grouping again when
