@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
-from procs import run_measured  # noqa: E402
+from procs import mqtool_command, run_measured  # noqa: E402
 
 from mqtool.apply import apply_plan  # noqa: E402
 from mqtool.formats.dispatch import dispatch_request  # noqa: E402
@@ -191,12 +191,6 @@ def bench_cli(base: Path, spec, work: Path) -> tuple[float, int, float]:
     return elapsed, round(peak_mb), round(cpu, 2)
 
 
-# Runs mqtool from a source tree instead of the installed (editable) one: its finder is dropped, so
-# ``mqtool`` and the ``formats``/``recovery`` beside it come from the tree (mqtool/__init__.py).
-OLD_TREE_LAUNCHER = (
-    "import sys; tree = sys.argv.pop(1); sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in str(f)]; "
-    "sys.path.insert(0, tree); sys.argv[0] = 'mqtool'; from mqtool.cli import main; sys.exit(main())"
-)
 COMPARED = ("recover", "rebuild-cq", "rebuild-index")
 
 
@@ -233,7 +227,7 @@ def compare_run(tree: Path | None, command: str, base: Path, work: Path, broker_
     from run import rebuild_copy  # noqa: PLC0415 - run.py imports this module
 
     store = crashed_copy(base, work) if command == "recover" else rebuild_copy(base, work)
-    launcher = [sys.executable, "-m", "mqtool"] if tree is None else [sys.executable, "-c", OLD_TREE_LAUNCHER, str(tree)]
+    launcher = mqtool_command(tree)
     extra = ["--abnormal"] if command == "recover" else []
     cmd = [*launcher, "--quiet", command, str(store), *extra, "--yes", "--broker-config", str(broker_config), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -22,7 +22,7 @@ Targets (issue 3): >= 1.5 GB/s single process on 1 KiB messages, >= 0.8 GB/s on 
 end to end, runs interleaved, best of ``--repeat``: ``verify --only commitlog``, ``verify`` and
 ``verify --jobs 2``, each with its ratio to ``--only commitlog`` of the same tree, its CPU time
 (all threads and processes) and peak RSS; ``--old DIR`` runs the same commands with the code of
-another source tree too (``python -m mqtool`` in ``DIR``, e.g. a ``git archive`` of an earlier
+another source tree too (``procs.mqtool_command``: ``DIR``'s own code, e.g. a ``git archive`` of an earlier
 commit), interleaved with this one's, and prints each command's ratio to the old tree's:
 
     python bench/bench_verify.py --full --store /path/to/store --old /tmp/old --repeat 5
@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
-from procs import run_measured  # noqa: E402
+from procs import mqtool_command, run_measured  # noqa: E402
 
 from mqtool.formats import commitlog as clfmt  # noqa: E402
 from mqtool.store import Store  # noqa: E402
@@ -219,15 +219,15 @@ def full_verify(store_path: Path, label: str, repeat: int, old: Path | None) -> 
     warm(ranges)
     trees = [("this tree", None)] + ([("old", old)] if old is not None else [])
     best: dict[tuple[str, str], dict] = {}
-    for tree, cwd in trees:  # untimed: a tree's first run may compile and cache its kernels
-        subprocess.run([sys.executable, "-m", "mqtool", "verify", str(store_path), "--no-progress", "--format", "json"], cwd=cwd, capture_output=True)
+    for tree, source in trees:  # untimed: a tree's first run may compile and cache its kernels
+        subprocess.run([*mqtool_command(source), "verify", str(store_path), "--no-progress", "--format", "json"], capture_output=True)
     load = os.getloadavg()
     for _ in range(repeat):
-        for tree, cwd in trees:
+        for tree, source in trees:
             for name, extra in FULL_COMMANDS:
-                cmd = [sys.executable, "-m", "mqtool", "verify", str(store_path), "--no-progress", "--format", "json", *extra]
+                cmd = [*mqtool_command(source), "verify", str(store_path), "--no-progress", "--format", "json", *extra]
                 before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                proc, wall, peak = run_measured(cmd, cwd=cwd)
+                proc, wall, peak = run_measured(cmd)
                 after = resource.getrusage(resource.RUSAGE_CHILDREN)
                 if proc.returncode not in (0, 1):
                     raise SystemExit(f"bench_verify: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")

@@ -1,4 +1,5 @@
-"""Peak memory of a benchmarked command and every process it starts.
+"""Peak memory of a benchmarked command and every process it starts; the command that runs
+mqtool from this tree or from another source tree (``mqtool_command``).
 
 ``ru_maxrss`` cannot be used for a child: Linux carries the parent's high-water mark into a
 forked child and across ``exec``, so a child of a large benchmark process reports the parent's
@@ -10,8 +11,23 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
+
+# Runs mqtool from a source tree instead of the installed (editable) one: its finder is dropped, so
+# ``mqtool`` and the ``formats``/``recovery`` beside it come from the tree (mqtool/__init__.py); with
+# the finder kept, ``python -m mqtool`` in the tree would take those two from the installed tree.
+OLD_TREE_LAUNCHER = (
+    "import sys; tree = sys.argv.pop(1); sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in str(f)]; "
+    "sys.path.insert(0, tree); sys.argv[0] = 'mqtool'; from mqtool.cli import main; sys.exit(main())"
+)
+
+
+def mqtool_command(tree: Path | None = None) -> list[str]:
+    """``python -m mqtool`` of the installed tree, or the same from source tree ``tree``."""
+    return [sys.executable, "-m", "mqtool"] if tree is None else [sys.executable, "-c", OLD_TREE_LAUNCHER, str(tree)]
 
 
 def descendants(pid: int) -> list[int]:
