@@ -105,8 +105,11 @@ def test_damaged_first_record_read_by_abnormal_recovery_ends_the_log(tmp_path, v
     assert summary["commitlog"]["logical_end"] == 0
 
 
+@pytest.mark.parametrize("engine", ["python", "compiled"])
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
-def test_dump_reads_past_a_damaged_first_record_with_keep_going(tmp_path, version):
+def test_dump_reads_past_a_damaged_first_record_with_keep_going(tmp_path, version, engine, monkeypatch):
+    """Either engine (the resynchronisation past the damage searched in pure Python or compiled)."""
+    monkeypatch.setenv("MQTOOL_ENGINE", engine)
     root = copy_store(version, "clean-small", tmp_path)
     zero_first_magic(root)
     code, out, err = cli("dump", root, "-f", "jsonl")

@@ -134,3 +134,20 @@ def test_a_mid_record_from_offset_loads_no_numba_and_says_where_it_reads_from(tm
     assert lines[-1] == "[]"
     assert [r["offset"] for r in json.loads(proc.stdout)] == starts[4:6]
     assert f"--from-offset {starts[3] + 100} is not a record start; reading from the next record at {starts[4]}" in proc.stderr
+
+
+def test_a_record_by_record_keep_going_dump_loads_no_numba(tmp_path):
+    """``dump --keep-going`` of a small store (the record-by-record engine) resumes past a damaged
+    first record through the pure-Python search: every manifest record after it, no numba."""
+    root = tmp_path / "a store"
+    shutil.copytree(store_path("4.9.7", "clean-small"), root)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.seek(4)
+        f.write(bytes(4))  # the first record's MAGICCODE
+    starts = message_offsets("4.9.7", "clean-small")
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'numba'}), file=sys.stderr));"
+            "from mqtool.cli import main; sys.argv = ['mqtool', 'dump', %r, '--keep-going', '-f', 'jsonl']; main()") % str(root)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    assert [json.loads(line)["offset"] for line in proc.stdout.splitlines()] == starts[1:]

@@ -159,10 +159,11 @@ def _scan_from(store: Store, start: int | None) -> int:
 
 
 def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
-    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows."""
-    from ..store.fastscan import scan_start
+    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows
+    (the resynchronisation of ``_scan_from``: a record-by-record dump loads no compiled code for it)."""
+    from ..store.resync import scan_start
 
-    resumed = scan_start(store.commitlog, end.offset + 1)
+    resumed = scan_start(store.commitlog, end.offset + 1, window=resync_window())
     if resumed <= end.offset or (stop is not None and resumed >= stop):
         return None
     note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")

@@ -13,7 +13,7 @@ The same holds for resynchronisation (where ``--from-offset`` inside a record re
 next position whose magic, size chain and self-describing PHYSICALOFFSET agree): the pure-Python
 search (``mqtool.store.resync``, ``mmap.find`` of the magic codes) settles the usual case, the
 next record a few KiB on, in microseconds; it hands over to the compiled one
-(``fastscan.scan_start``) past ``RESYNC_WINDOW`` bytes, a distance the compiled search covers in
+(``fastscan.scan_start``) past ``resync.WINDOW`` bytes, a distance the compiled search covers in
 less than its own start-up. ``resync_window`` says how far the pure-Python one goes.
 
 A command estimates the records it will read (``estimated_records``: the span's bytes over the
@@ -34,7 +34,6 @@ ENGINES = (COMPILED, PYTHON)
 ENV = "MQTOOL_ENGINE"
 COMPILED_FROM = 8_000  # records
 SAMPLE = 32  # records read to estimate the mean record size
-RESYNC_WINDOW = 8 << 20  # bytes the pure-Python resynchronisation searches before the compiled one takes over
 
 
 def forced() -> str | None:
@@ -58,7 +57,11 @@ def resync_window() -> int | None:
     """How many bytes a resynchronisation searches in pure Python (``mqtool.store.resync``) before
     the compiled search takes over: None (all of them) or 0 (none) when ``MQTOOL_ENGINE`` forces one."""
     engine = forced()
-    return None if engine == PYTHON else 0 if engine == COMPILED else RESYNC_WINDOW
+    if engine is not None:
+        return None if engine == PYTHON else 0
+    from ..store.resync import WINDOW
+
+    return WINDOW
 
 
 def estimated_records(commitlog: CommitLog, start: int, stop: int | None) -> int:

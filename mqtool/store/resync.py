@@ -13,7 +13,7 @@ The candidates come from ``mmap.find`` of the magic codes (both message magics s
 ``DA A3 20``), so the search runs at memory speed over zeros and bodies. It stops after ``window``
 bytes or ``MAX_CANDIDATES`` candidates that fail and hands over to the compiled search
 (``fastscan.scan_start``, from ``offset``: same rule, same answer). Which engine, and the window,
-is the engine policy's (``mqtool.cli.engine.resync_window``); tests hold the two equal on every
+is the engine policy's (``mqtool.cli.engine.resync_window``; version detection keeps ``WINDOW``); tests hold the two equal on every
 fixture and on damaged copies, offset by offset.
 """
 
@@ -26,6 +26,7 @@ from .mappedfile import MappedFile
 
 CHAIN = 3  # records that must chain after a candidate (``fastscan.RESYNC_CHAIN``; a test holds them equal)
 MAX_CANDIDATES = 4096  # candidates that fail before the compiled search takes over (magic bytes inside bodies)
+WINDOW = 8 << 20  # bytes searched here before the compiled search takes over (``engine.resync_window``)
 _MESSAGE_MAGICS = {(m & 0xFFFFFFFF).to_bytes(4, "big") for m in fmt.MESSAGE_MAGICS}
 _MESSAGE_PREFIX = next(iter(_MESSAGE_MAGICS))[:3]
 _BLANK = (fmt.BLANK_MAGIC & 0xFFFFFFFF).to_bytes(4, "big")
@@ -36,7 +37,7 @@ class _Exhausted(Exception):
     """The pure-Python search gave up (window or candidate budget spent)."""
 
 
-def scan_start(commitlog: CommitLog, offset: int, *, window: int | None, chain: int = CHAIN) -> int:
+def scan_start(commitlog: CommitLog, offset: int, *, window: int | None = WINDOW, chain: int = CHAIN) -> int:
     """``fastscan.scan_start(commitlog, offset, chain)``, searched here for up to ``window`` bytes
     (None: no limit), by the compiled search past it (0: at once)."""
     if window != 0:

@@ -89,12 +89,12 @@ def _take(scan, limit: int) -> list:
 
 def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     """Up to ``limit`` valid records of the first segment that has any. When a segment's first
-    record is damaged, the records after the damage are read instead (``fastscan.scan_start``)."""
+    record is damaged, the records after the damage are read instead (``resync.scan_start``)."""
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
         records = _take(scan, limit)
         if not records and scan.end is not None and not scan.end.is_clean:
-            from .fastscan import scan_start  # compiled walk; imported lazily (numba start-up)
+            from .resync import scan_start  # pure Python near the damage, compiled past ``resync.WINDOW``
 
             resumed = scan_start(store.commitlog, segment.base_offset)
             if segment.base_offset < resumed < segment.end_offset:
@@ -130,7 +130,7 @@ def _blank_tail(store: "Store") -> bytes | None:
 def check_first_record(store: "Store") -> None:
     """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0
     stores, other files). A damaged first record is not refused: the records after it are
-    found (``fastscan.scan_start``) and the damage is ``verify``'s finding."""
+    found (``resync.scan_start``) and the damage is ``verify``'s finding."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
             head = bytes(mf.buf[:8])
@@ -141,7 +141,7 @@ def check_first_record(store: "Store") -> None:
                 return
             except FormatError as exc:
                 reason = exc.reason
-        from .fastscan import scan_start  # compiled walk; imported lazily (numba start-up)
+        from .resync import scan_start  # pure Python near the damage, compiled past ``resync.WINDOW``
 
         if scan_start(store.commitlog, segment.base_offset) != segment.base_offset:
             return
