@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
-from procs import mqtool_command, run_measured  # noqa: E402
+from procs import mqtool_command, run_with_cpu  # noqa: E402
 
 from mqtool.apply import apply_plan  # noqa: E402
 from mqtool.formats.dispatch import dispatch_request  # noqa: E402
@@ -182,12 +182,9 @@ def bench_cli(base: Path, spec, work: Path) -> tuple[float, int, float]:
     )
     version = "4.9.7" if spec.profile == "4.9" else "5.3.3"
     cmd = [sys.executable, "-m", "mqtool", "--quiet", "recover", str(store_dir), "--abnormal", "--yes", "--broker-config", str(conf), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc, elapsed, peak_mb = run_measured(cmd)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc, elapsed, peak_mb, cpu = run_with_cpu(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"bench_recover: mqtool recover failed: {proc.stderr.strip()}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return elapsed, round(peak_mb), round(cpu, 2)
 
 
@@ -230,12 +227,9 @@ def compare_run(tree: Path | None, command: str, base: Path, work: Path, broker_
     launcher = mqtool_command(tree)
     extra = ["--abnormal"] if command == "recover" else []
     cmd = [*launcher, "--quiet", command, str(store), *extra, "--yes", "--broker-config", str(broker_config), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc, wall, peak = run_measured(cmd)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc, wall, peak, cpu = run_with_cpu(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"bench_recover: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     result = {"wall": wall, "cpu": cpu, "rss": peak, "files": written_digest(store), "plan": plan_digest(proc.stdout)}
     shutil.rmtree(work, ignore_errors=True)
     return result

@@ -47,7 +47,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import make_store  # noqa: E402
-from procs import mqtool_command, run_measured  # noqa: E402
+from procs import mqtool_command, run_measured, run_with_cpu  # noqa: E402
 
 from mqtool.formats import commitlog as clfmt  # noqa: E402
 from mqtool.store import Store  # noqa: E402
@@ -212,7 +212,6 @@ def record_label(store_path: Path) -> str:
 def full_verify(store_path: Path, label: str, repeat: int, old: Path | None) -> list[dict]:
     """Every check against the commit log check alone, CLI end to end, trees and commands interleaved."""
     import os
-    import resource
 
     ranges = data_ranges(store_path)
     data = sum(n for _, n in ranges)
@@ -226,12 +225,9 @@ def full_verify(store_path: Path, label: str, repeat: int, old: Path | None) -> 
         for tree, source in trees:
             for name, extra in FULL_COMMANDS:
                 cmd = [*mqtool_command(source), "verify", str(store_path), "--no-progress", "--format", "json", *extra]
-                before = resource.getrusage(resource.RUSAGE_CHILDREN)
-                proc, wall, peak = run_measured(cmd)
-                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                proc, wall, peak, cpu = run_with_cpu(cmd)
                 if proc.returncode not in (0, 1):
                     raise SystemExit(f"bench_verify: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-                cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
                 findings = sum(json.loads(proc.stdout)["summary"]["findings"].values())
                 row = best.setdefault((tree, name), {"store": label, "tree": tree, "method": name, "seconds": wall, "cpu_s": cpu, "peak_rss_mb": 0.0, "findings": findings})
                 if wall < row["seconds"]:

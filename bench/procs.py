@@ -10,6 +10,7 @@ peak. Instead the benchmark samples ``VmRSS`` of the command and all its descend
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -100,3 +101,12 @@ def run_measured(cmd: list[str], **kwargs) -> tuple[subprocess.CompletedProcess,
         out, err = proc.communicate()
     elapsed = time.perf_counter() - started
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), elapsed, sampler.peak_process_mb
+
+
+def run_with_cpu(cmd: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float, float, float]:
+    """``run_measured`` and the CPU seconds (user + sys) of ``cmd`` and every process it started:
+    comparable between runs on a busy machine where wall time is not."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc, wall, peak = run_measured(cmd, **kwargs)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return proc, wall, peak, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
