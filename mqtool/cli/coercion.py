@@ -5,7 +5,7 @@ typer 0.2x converts every parameter value through a pydantic ``TypeAdapter`` bui
 pydantic (``_param_types.coerce_cli_path``). Importing pydantic and building a command's adapters
 cost about 0.25 s of every command's start-up: more than a ``--msg-id`` lookup in a 2 GiB store.
 The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
-choice, lists of ``str``) are converted here with typer's own pydantic-free helpers, so checks and
+choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
 messages stay typer's; any other value, and every value these rules do not accept, goes to
 typer's own conversion as before. With a typer that lacks these internals nothing changes.
 """
@@ -62,18 +62,30 @@ if RuntimeParam is not None:
             kind, info = self.annotation, self.parameter_info
             if kind is str or kind is bool:
                 return value if isinstance(value, kind) else _TYPER
-            if isinstance(kind, type) and issubclass(kind, Enum):
-                try:
-                    return coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
-                except ValueError:  # typer words the refusal
-                    return _TYPER
+            if _is_enum(kind):
+                return _choice(value, kind, info, ctx)
             if kind is int:
                 return _integer(value, info)
             if get_origin(kind) is list and get_args(kind) == (str,):
                 return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _TYPER
+            if get_origin(kind) is list and _is_enum(get_args(kind)[0]) and isinstance(value, (list, tuple)):
+                choices = [_choice(v, get_args(kind)[0], info, ctx) for v in value]
+                return _TYPER if any(c is _TYPER for c in choices) else choices
             if kind is Path and info.path_type is None and routes_to_path(kind, info) and isinstance(value, (str, Path)):
                 return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
             return _TYPER
+
+
+def _is_enum(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Enum)
+
+
+def _choice(value: Any, kind: type[Enum], info, ctx) -> Any:
+    """``value`` as a member of ``kind``, as typer's choice rules take it."""
+    try:
+        return coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
+    except ValueError:  # typer words the refusal
+        return _TYPER
 
 
 def _integer(value: Any, info) -> Any:
