@@ -41,19 +41,8 @@ class CrossChecks:
         self.store = store
         self.cross = cross
         self.columnar = columnar
-        if columnar:
-            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
-            from .indexjoin import ColumnarIndexCheck as IndexCheck
-        else:
-            from .consumequeue import ConsumeQueueCheck
-            from .index import IndexCheck
-        self.checks: list = []
-        if "cq" in cross:
-            redispatch_from, why = redispatch_start(store)
-            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
-        if "index" in cross:
-            cp = store.checkpoint
-            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+        self.bounds = lower, upper, logical_end
+        self.checks: list = []  # made by ``begin`` (they read every queue file's ends: ``sharedwalk`` makes them beside the walk)
         self.last_timestamp: int | None = None
         self.names: dict[bytes, str] = {}
         if columnar:
@@ -64,6 +53,21 @@ class CrossChecks:
             self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
             self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
 
+    def _make_checks(self) -> None:
+        store, cross, (lower, upper, logical_end) = self.store, self.cross, self.bounds
+        if self.columnar:
+            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
+            from .indexjoin import ColumnarIndexCheck as IndexCheck
+        else:
+            from .consumequeue import ConsumeQueueCheck
+            from .index import IndexCheck
+        if "cq" in cross:
+            redispatch_from, why = redispatch_start(store)
+            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
+        if "index" in cross:
+            cp = store.checkpoint
+            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+
     def column_builder(self, capacity: int):
         """A ``columns.ColumnBuilder`` for the next batch (columnar only, else None)."""
         if not self.columnar:
@@ -73,7 +77,9 @@ class CrossChecks:
         return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity)
 
     def begin(self) -> Iterator[Finding]:
-        """Findings the checks make before any record (e.g. of the queue files alone)."""
+        """The checks made (into ``checks``, the same list); their findings before any record
+        (e.g. of the queue files alone). Before ``feed``."""
+        self._make_checks()
         for check in self.checks:
             yield from check.take()
 

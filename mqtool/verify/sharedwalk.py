@@ -9,7 +9,8 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
 the walk is shown 1 MiB at a time). Each whole batch is then checked (its columns finished and
 joined: ``CrossChecks.feed``), on two CPUs in a thread of its own while the walk goes on
-(``pipeline.Stage``: a batch or two may wait, in order), else inline. The
+(``pipeline.Stage``: a batch or two may wait, in order), else inline; that thread first makes
+the checks (``CrossChecks.begin``: every queue file's ends read) while the walk starts. The
 findings are spilled to an unlinked temporary file as they come (memory stays flat) and
 replayed once the commit log's findings are out, as if the checks had run after it.
 
@@ -41,6 +42,7 @@ from .segments import ChainReader, Run, SegmentTask
 if TYPE_CHECKING:
     from . import Verification
 
+_BEGIN = object()  # the checks' first work: made, and their findings before any record (``CrossChecks.begin``)
 CHUNK = 4096  # findings per pickled chunk
 CHECK_DEPTH = 1  # batches (about 8 MiB of records each) waiting for the checks thread, at most (each holds 20 MB at 128 B)
 
@@ -61,7 +63,7 @@ class SharedWalk(ChainReader):
         self.base = 0
         self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
         self.spill = None
-        self.pending: list[Finding] = list(self.checks.begin())
+        self.pending: list[Finding] = []
         # FastScan(batch=BATCH, batch_bytes=BATCH_BYTES): the first batch an eighth of the most
         self.most = logstream.BATCH
         self.rows_per_batch = max(self.most // 8, 1)
@@ -70,7 +72,11 @@ class SharedWalk(ChainReader):
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
-        self.checking = Stage(self._check, CHECK_DEPTH, "mqtool-verify-check") if threads else None
+        self.checking = Stage(self._work, CHECK_DEPTH, "mqtool-verify-check") if threads else None
+        if self.checking is None:
+            self._work(_BEGIN)
+        else:
+            self.checking.put(_BEGIN)  # the checks read the queue files while the walk starts
 
     # ---- fed by the commit log check ----
 
@@ -141,6 +147,12 @@ class SharedWalk(ChainReader):
             self.handed.append(int(rows[0, fs.COL_POS]))
             self.checking.put(batch)
             self.buffer = np.empty((self.rows_per_batch, fs.N_COLS), dtype=np.int64)  # ``rows`` are the checks' now
+
+    def _work(self, item) -> None:
+        if item is _BEGIN:
+            self.pending.extend(self.checks.begin())
+        else:
+            self._check(item)
 
     def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object]) -> None:
         base, array, rows, builder = batch
