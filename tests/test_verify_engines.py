@@ -10,6 +10,7 @@ and on the commit log check's walk both in threads beside it (two CPUs) and inli
 
 from __future__ import annotations
 
+import itertools
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +26,7 @@ from mqtool.store import Store
 import mqtool.verify as verify_module
 from mqtool.verify import Verification, VerifyOptions
 from mqtool.recovery import topicnumbers
-from mqtool.verify import cqjoin, index, logstream, segments
+from mqtool.verify import cqjoin, index, logstream, pipeline, segments
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)
@@ -144,6 +145,22 @@ def test_both_engines_agree_on_every_fixture_store(version, name, sizes):
     if walked and sizes == "small":  # (DLedger commit logs are not walked as plain records)
         assert records and JOINED["ColumnarConsumeQueueCheck"] > walked // SMALL["batch"] // 2
         assert JOINED["ColumnarIndexCheck"] > walked // SMALL["batch"] // 2
+
+
+@pytest.mark.parametrize("version,name", [("4.9.7", "clean-small"), ("5.3.3", "clean-small")])
+@pytest.mark.parametrize("idle", ["always", "every-other"])
+def test_batches_dispatched_in_the_checks_thread_give_the_same_findings(version, name, idle, monkeypatch):
+    """A batch cut while the checks thread is idle is dispatched there (``sharedwalk.py``), the
+    others on the walk, and its topics are numbered in order whoever dispatched it: forced for
+    every batch, and for every other one (both kinds interleaved), the run is the inline one's."""
+    monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])
+    monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])
+    path = FIXTURES / f"rocketmq-{version}" / name
+    inline = run(path, "columnar", cpu_count=1)
+    answers = itertools.cycle([True] if idle == "always" else [True, False])
+    monkeypatch.setattr(pipeline.Stage, "idle", lambda self: next(answers))
+    assert run(path, "columnar") == inline and THREADED == [True]
+    assert JOINED["ColumnarConsumeQueueCheck"] > inline[1]["commitlog"]["records"] // SMALL["batch"] // 2
 
 
 # ---- damaged copies ---------------------------------------------------------------------------

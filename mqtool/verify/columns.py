@@ -67,10 +67,11 @@ class RecordColumns:
 
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
-    segment's array: the compiled dispatch and the topics numbered, while the records are in
-    cache), then ``build`` once the batch is whole (key hashes finished); ``build`` may run in
-    another thread than ``add`` (``sharedwalk.py``). Results do not depend on how the rows were
-    cut into ``add`` calls."""
+    segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
+    the batch is whole (topics numbered, key hashes finished). ``add`` touches this batch's arrays
+    only, so it may run in any thread; ``build`` numbers topics through the walk's one table, so
+    the batches are built in order, in one thread (``sharedwalk.py``: the checks thread). Results
+    do not depend on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
@@ -78,6 +79,7 @@ class ColumnBuilder:
         self.topic_ids = np.empty(capacity, dtype=np.int64)
         self.keys = np.empty(0, dtype=np.int64)
         self.n = self.key_fill = 0
+        self.array: np.ndarray | None = None
 
     def add(self, array: np.ndarray, rows: np.ndarray) -> None:
         n = rows.shape[0]
@@ -91,12 +93,14 @@ class ColumnBuilder:
             self.keys = keys
         done, self.key_fill = fd.dispatch_rows(array, rows, 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
         assert done == n, "the key buffer is sized for every record"
-        self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
+        self.array = array
         self.n += n
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
         topic_ids = self.topic_ids[:n]
+        if n:
+            self.numbers.number(self.array, self.out, 0, n, topic_ids)
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(

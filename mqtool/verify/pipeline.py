@@ -57,6 +57,10 @@ class Stage:
         self._raise()
         self.queue.put(item)
 
+    def idle(self) -> bool:
+        """Whether no item waits or is in hand."""
+        return self.queue.unfinished_tasks == 0
+
     def drain(self) -> None:
         """Wait until every item put is done; raise the work's exception, if any."""
         self.queue.join()

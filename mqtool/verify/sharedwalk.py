@@ -7,7 +7,8 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 (``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
-the walk is shown 1 MiB at a time). Each whole batch is then checked (its columns finished and
+the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle, by that
+thread once the batch is whole. Each whole batch is then checked (its columns finished and
 joined: ``CrossChecks.feed``), on two CPUs in a thread of its own while the walk goes on
 (``pipeline.Stage``: a batch or two may wait, in order), else inline; that thread first makes
 the checks (``CrossChecks.begin``: every queue file's ends read) while the walk starts. The
@@ -71,6 +72,7 @@ class SharedWalk(ChainReader):
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
+        self.defer = False  # whether the batch being cut leaves its dispatch (``ColumnBuilder.add``) to the checks thread
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
         self.checking = Stage(self._work, CHECK_DEPTH, "mqtool-verify-check") if threads else None
         if self.checking is None:
@@ -94,7 +96,7 @@ class SharedWalk(ChainReader):
         while at < n:
             take = min(n - at, self.rows_per_batch - self.fill)
             self.buffer[self.fill : self.fill + take] = rows[at : at + take]
-            if self.builder is not None:
+            if self.builder is not None and not self.defer:
                 self.builder.add(array, rows[at : at + take])
             self.fill += take
             at += take
@@ -136,11 +138,14 @@ class SharedWalk(ChainReader):
         """The batch is whole: to the checks; the next batch sized as ``FastScan`` sizes it."""
         count = self.fill
         rows = self.buffer[:count]
-        batch = (base, array, rows, self.builder)
+        batch = (base, array, rows, self.builder, self.defer)
         span = int(rows[count - 1, fs.COL_POS] + rows[count - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
         self.rows_per_batch = min(self.most, max(self.most // 8, 1, logstream.BATCH_BYTES * count // max(span, 1)))
         self.fill = 0
         self.builder = self.checks.column_builder(self.rows_per_batch)
+        # the checks thread idle: the next batch's dispatch is its work (the walk is the longer
+        # part on 1 KiB records, the checks on 128 B; reading the rows again costs less than waiting)
+        self.defer = self.checking is not None and self.checking.idle()
         if self.checking is None:
             self._check(batch)
         else:
@@ -154,8 +159,10 @@ class SharedWalk(ChainReader):
         else:
             self._check(item)
 
-    def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object]) -> None:
-        base, array, rows, builder = batch
+    def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object, bool]) -> None:
+        base, array, rows, builder, deferred = batch
+        if deferred and builder is not None:
+            builder.add(array, rows)
         self.outcome.records += rows.shape[0]
         columns = builder.build(base) if builder is not None else None
         for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
