@@ -25,7 +25,7 @@ import numpy as np
 
 from ..formats import commitlog as fmt
 from ..store.textscan import M32, java_hash_utf8, property_item, span_is
-from ..store.words import has_byte_below, load8
+from ..store.words import find_byte_below, load8
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 _V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
@@ -121,9 +121,9 @@ def _parse_int32(buf, start, end):
 
 @numba.njit(inline="always")
 def _word(buf, p, n):
-    """Up to 8 bytes at ``p`` as one integer (the topic fingerprint's building block)."""
+    """The ``n < 8`` bytes at ``p`` as one integer (a short topic's fingerprint)."""
     v = np.uint64(0)
-    for j in range(min(n, 8)):
+    for j in range(n):
         v = (v << np.uint64(8)) | np.uint64(buf[p + j])
     return v
 
@@ -131,10 +131,13 @@ def _word(buf, p, n):
 @numba.njit(inline="always")
 def _fingerprint(buf, p, n):
     """Length and the first, middle and last 8 bytes of a topic, mixed: cheap, and only a hint
-    (``topicnumbers`` compares the bytes), so equal fingerprints of different topics are fine."""
-    a = _word(buf, p, n)
-    b = _word(buf, p + max(n - 8, 0), n)
-    c = _word(buf, p + max(n // 2 - 4, 0), n)
+    (``topicnumbers`` compares the bytes), so equal fingerprints of different topics are fine.
+    A topic of 8 bytes or more is read as three words (``load8``, native order: a hint needs none
+    other), a shorter one byte by byte (a word could run past the buffer)."""
+    if n >= 8:
+        a, b, c = load8(buf, p), load8(buf, p + n - 8), load8(buf, p + n // 2 - 4)
+    else:
+        a = b = c = _word(buf, p, n)
     x = (a * np.uint64(0x9E3779B97F4A7C15)) ^ (b * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (c * np.uint64(0x165667B19E3779F9)) ^ np.uint64(n)
     return np.int64(x ^ (x >> np.uint64(29)))
 
@@ -183,16 +186,12 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         i = props
         while i < props_end:
             j = i
-            k = -1
-            while j < props_end:
-                while j + 8 <= props_end and not has_byte_below(load8(buf, j), 3):
-                    j += 8  # no byte below 3 in these eight: no separator
-                if j >= props_end:
+            k = -1  # the item's first NAME_VALUE_SEPARATOR, j its PROPERTY_SEPARATOR (or the end)
+            while True:
+                j = find_byte_below(buf, j, props_end, 3)
+                if j >= props_end or buf[j] == 2:
                     break
-                c = buf[j]
-                if c == 2:
-                    break
-                if c == 1 and k < 0:
+                if buf[j] == 1 and k < 0:
                     k = j
                 j += 1
             if legacy:

@@ -1,6 +1,6 @@
 """Raw word access inside compiled kernels: ``load8`` (the eight bytes at any position of a uint8
 array as one uint64, native byte order) and the SWAR tests on such a word (``has_byte_below``,
-``has_byte``), for scans that skip a word at a time where no byte they look for can be. Shared
+``has_byte``, ``find_byte_below``), for scans that skip a word at a time where no byte they look for can be. Shared
 by the store's readers, the recovery dispatch (``recovery/fastdispatch.py``) and the columnar
 scan (``mqtool/scan``). Callers own the bounds: nothing is checked.
 
@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from ..jit import numba
 import numpy as np
+import sys
+
 from llvmlite import ir
 from numba import types
+from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 
@@ -60,3 +63,26 @@ def has_byte_below(x, n):
 def has_byte(x, b):
     """Some byte of ``x`` equals ``b``."""
     return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
+
+
+_LITTLE = sys.byteorder == "little"  # ``load8``'s first byte is its least significant one
+
+
+@numba.njit(inline="always")
+def find_byte_below(buf, p, end, n):
+    """The first position in ``[p, end)`` whose byte is below ``n`` (``n <= 128``), else ``end``: a
+    word at a time; in a word with such a byte, its least significant flagged byte is one (a
+    borrow only runs upwards from a byte below ``n``), so on a little-endian machine the count of
+    trailing zero bits says where it is."""
+    while p + 8 <= end:
+        x = load8(buf, p)
+        flags = (x - ONES * np.uint64(n)) & ~x & HIGH
+        if flags != 0:
+            if _LITTLE:
+                return p + (trailing_zeros(flags) >> 3)
+            break
+        p += 8
+    while p < end and buf[p] >= n:
+        p += 1
+    return p
+
