@@ -68,20 +68,21 @@ class RecordColumns:
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
     segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
-    the batch is whole (topics numbered, key hashes finished). ``add`` touches this batch's arrays
-    only, so it may run in any thread; ``build`` numbers topics through the walk's one table, so
-    the batches are built in order, in one thread (``sharedwalk.py``: the checks thread). Results
-    do not depend on how the rows were cut into ``add`` calls."""
+    the batch is whole (key hashes finished). Topics are numbered through the walk's one table,
+    batch after batch and never in two threads at once: by ``add`` with ``number`` (the caller
+    knows every batch before is numbered), else by ``build``; without ``number``, ``add`` touches
+    this batch's arrays only and may run in any thread (``sharedwalk.py``). Results do not depend
+    on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
         self.topic_ids = np.empty(capacity, dtype=np.int64)
         self.keys = np.empty(0, dtype=np.int64)
-        self.n = self.key_fill = 0
+        self.n = self.key_fill = self.numbered = 0
         self.array: np.ndarray | None = None
 
-    def add(self, array: np.ndarray, rows: np.ndarray) -> None:
+    def add(self, array: np.ndarray, rows: np.ndarray, number: bool = False) -> None:
         n = rows.shape[0]
         if not n:
             return
@@ -94,13 +95,16 @@ class ColumnBuilder:
         done, self.key_fill = fd.dispatch_rows(array, rows, 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
         assert done == n, "the key buffer is sized for every record"
         self.array = array
+        if number and self.numbered == self.n:
+            self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
+            self.numbered += n
         self.n += n
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
         topic_ids = self.topic_ids[:n]
-        if n:
-            self.numbers.number(self.array, self.out, 0, n, topic_ids)
+        if self.numbered < n:
+            self.numbers.number(self.array, self.out, self.numbered, n, self.topic_ids)
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(

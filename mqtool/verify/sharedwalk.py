@@ -8,7 +8,8 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
 the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle, by that
-thread once the batch is whole. Each whole batch is then checked (its columns finished and
+thread once the batch is whole. Topics are numbered through one table, batch after batch: on the
+walk as it dispatches when every batch before has been, else as the batch is built. Each whole batch is then checked (its columns finished and
 joined: ``CrossChecks.feed``), on two CPUs in a thread of its own while the walk goes on
 (``pipeline.Stage``: a batch or two may wait, in order), else inline; that thread first makes
 the checks (``CrossChecks.begin``: every queue file's ends read) while the walk starts. The
@@ -73,6 +74,8 @@ class SharedWalk(ChainReader):
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
         self.defer = False  # whether the batch being cut leaves its dispatch (``ColumnBuilder.add``) to the checks thread
+        self.number_now = False  # whether its topics are numbered as it is dispatched (else when it is built)
+        self.cuts = self.built = 0  # batches cut, and batches whose columns are built (topics numbered in order)
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
         self.checking = Stage(self._work, CHECK_DEPTH, "mqtool-verify-check") if threads else None
         if self.checking is None:
@@ -97,7 +100,9 @@ class SharedWalk(ChainReader):
             take = min(n - at, self.rows_per_batch - self.fill)
             self.buffer[self.fill : self.fill + take] = rows[at : at + take]
             if self.builder is not None and not self.defer:
-                self.builder.add(array, rows[at : at + take])
+                if self.fill == 0:  # the batch's topics numbered now too when every batch before it has been
+                    self.number_now = self.built == self.cuts
+                self.builder.add(array, rows[at : at + take], number=self.number_now)
             self.fill += take
             at += take
             if self.fill == self.rows_per_batch:
@@ -142,6 +147,7 @@ class SharedWalk(ChainReader):
         span = int(rows[count - 1, fs.COL_POS] + rows[count - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
         self.rows_per_batch = min(self.most, max(self.most // 8, 1, logstream.BATCH_BYTES * count // max(span, 1)))
         self.fill = 0
+        self.cuts += 1
         self.builder = self.checks.column_builder(self.rows_per_batch)
         # the checks thread idle: the next batch's dispatch is its work (the walk is the longer
         # part on 1 KiB records, the checks on 128 B; reading the rows again costs less than waiting)
@@ -165,6 +171,7 @@ class SharedWalk(ChainReader):
             builder.add(array, rows)
         self.outcome.records += rows.shape[0]
         columns = builder.build(base) if builder is not None else None
+        self.built += 1
         for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
             self.pending.append(finding)
             if len(self.pending) >= CHUNK:
