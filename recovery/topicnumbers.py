@@ -13,22 +13,18 @@ the ``TopicTable`` for its id and the kernel goes on from that record.
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..jit import numba
-from ..store.words import load8
+from ..store.words import LITTLE_ENDIAN, load8
 from . import fastdispatch as fd
 
 if TYPE_CHECKING:
     from .dispatch import TopicTable
 
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
-
-
-_LITTLE = sys.byteorder == "little"  # ``load8`` reads native order: where a word's first bytes are
 
 
 @numba.njit(inline="always")
@@ -38,7 +34,7 @@ def _same_bytes(buf, p, pool, q, n):
     if n <= 8 and p + 8 <= buf.shape[0]:
         x = load8(buf, p) ^ load8(pool, q)
         if n < 8:
-            if _LITTLE:
+            if LITTLE_ENDIAN:
                 x &= (np.uint64(1) << np.uint64(8 * n)) - np.uint64(1)
             else:
                 x >>= np.uint64(64 - 8 * n)

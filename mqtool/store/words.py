@@ -11,10 +11,10 @@ module, touch the modules whose kernels inline these (``recovery/fastdispatch.py
 
 from __future__ import annotations
 
-from ..jit import numba
-import numpy as np
 import sys
 
+from ..jit import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.cpython.unsafe.numbers import trailing_zeros
@@ -49,6 +49,7 @@ def load8(buf, p):
     return load_u64(array_address(buf) + numba.uintp(p))
 
 
+LITTLE_ENDIAN = sys.byteorder == "little"  # ``load8``'s first byte is its least significant one
 ONES = np.uint64(0x0101010101010101)
 HIGH = np.uint64(0x8080808080808080)
 
@@ -65,9 +66,6 @@ def has_byte(x, b):
     return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
 
 
-_LITTLE = sys.byteorder == "little"  # ``load8``'s first byte is its least significant one
-
-
 @numba.njit(inline="always")
 def find_byte_below(buf, p, end, n):
     """The first position in ``[p, end)`` whose byte is below ``n`` (``n <= 128``), else ``end``: a
@@ -78,11 +76,10 @@ def find_byte_below(buf, p, end, n):
         x = load8(buf, p)
         flags = (x - ONES * np.uint64(n)) & ~x & HIGH
         if flags != 0:
-            if _LITTLE:
+            if LITTLE_ENDIAN:
                 return p + (trailing_zeros(flags) >> 3)
             break
         p += 8
     while p < end and buf[p] >= n:
         p += 1
     return p
-

@@ -9,11 +9,11 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
 the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle, by that
 thread once the batch is whole. Topics are numbered through one table, batch after batch: on the
-walk as it dispatches when every batch before has been, else as the batch is built. Each whole batch is then checked (its columns finished and
-joined: ``CrossChecks.feed``), on two CPUs in a thread of its own while the walk goes on
-(``pipeline.Stage``: a batch or two may wait, in order), else inline; that thread first makes
-the checks (``CrossChecks.begin``: every queue file's ends read) while the walk starts. The
-findings are spilled to an unlinked temporary file as they come (memory stays flat) and
+walk as it dispatches when every batch before has been, else as the batch is built. Each whole
+batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
+thread of its own while the walk goes on (``pipeline.Stage``: a batch or two may wait, in
+order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
+file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file as they come (memory stays flat) and
 replayed once the commit log's findings are out, as if the checks had run after it.
 
 The checks run with the end of the files standing in for the commit log's logical end, as the
