@@ -7,7 +7,7 @@ by queue offset, and a queue offset by store time (reference §5, §6).
 - ``query_message``: ``DefaultMessageStore.queryMessage`` (up to three walks, offsets sorted, each
   record read; unreadable ones skipped), plus the records written after the index's last entry
   (``source="unindexed"``: what the broker's dispatch would index next, §6.5 ``buildIndex``).
-- ``queue_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x
+- ``queue_range_and_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x
   (``BoundaryType.LOWER``, clamped to the queue's range by ``DefaultMessageStore``) do it.
 
 Reads only the slots, entries, consume queue units and records a lookup needs.
@@ -234,16 +234,6 @@ def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=is_v5(store)), recovered.max_offset)
 
 
-def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
-    """``queue_range`` and ``queue_offset_by_time`` on one recovery of the queue (``query time``)."""
-    queue = store.consume_queue(topic, queue_id)
-    if not queue.files:
-        return None, 0
-    recovered = queue.recover()
-    rng = _range(store, queue, recovered)
-    return rng, _offset_by_time(store, queue, recovered, rng.min_offset, timestamp)
-
-
 def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
     return store.consume_queue(topic, queue_id).read_entry(queue_offset)
 
@@ -276,8 +266,9 @@ class _QueueFile:
         return pickup_store_timestamp(self.store, *self.unit(pos))
 
 
-def queue_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> int:
-    """``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``: 0 without the queue.
+def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
+    """``queue_range`` and ``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``
+    on one recovery of the queue: ``(None, 0)`` without the queue.
 
     The file is chosen from the store times of its first and last entries (5.x
     ``getConsumeQueueMappedFileByTime``, LOWER: the first file whose last entry is at or after
@@ -286,9 +277,10 @@ def queue_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int
     """
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
-        return 0
+        return None, 0
     recovered = queue.recover()
-    return _offset_by_time(store, queue, recovered, _range(store, queue, recovered).min_offset, timestamp)
+    rng = _range(store, queue, recovered)
+    return rng, _offset_by_time(store, queue, recovered, rng.min_offset, timestamp)
 
 
 def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
