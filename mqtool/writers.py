@@ -31,9 +31,6 @@ from typing import Callable
 
 from .jit import numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
 
 from .fileops import fsync_dir
 from .fileops import fsync_path as fsync_file
@@ -42,6 +39,7 @@ from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
 from .formats.hashing import index_key_hash
 from .store.consumequeue import UNIT_DTYPE
+from .store.words import prefetch
 
 ENTRY = cqfmt.ENTRY_SIZE
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
@@ -314,21 +312,6 @@ ROLL_NEEDED, BATCH_DONE, BUFFER_FULL = 1, 0, 2
 ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
 
 
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Ask the CPU to bring ``array[index]`` into its caches for a write (``llvm.prefetch``, high
-    locality); never faults, whatever the index."""
-
-    def codegen(context, builder, signature, args):
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.void(array, types.intp), codegen
-
-
 @numba.njit(inline="always")
 def _be32(v):
     """The low 32 bits of ``v`` byte-swapped: stored as a native uint32, they are ``v`` big-endian."""
@@ -363,7 +346,7 @@ def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_
     if not dry and rec_from < phys.shape[0]:
         first = key_start[rec_from] + key_from
         for q in range(first, min(first + PREFETCH_AHEAD, n_keys)):
-            _prefetch(slot_tbl, keys[q] % slots)
+            prefetch(slot_tbl, keys[q] % slots)
     r = rec_from
     while r < phys.shape[0]:
         k = 0
@@ -388,7 +371,7 @@ def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_
                     break
                 at = key_start[r] + k
                 if at + PREFETCH_AHEAD < n_keys:
-                    _prefetch(slot_tbl, keys[at + PREFETCH_AHEAD] % slots)
+                    prefetch(slot_tbl, keys[at + PREFETCH_AHEAD] % slots)
                 key_hash = keys[at]
                 slot = key_hash % slots
                 prev = np.int64(slot_tbl[slot])

@@ -1,12 +1,15 @@
 """Raw word access inside compiled kernels: ``load8`` (the eight bytes at any position of a uint8
-array as one uint64, native byte order) and the SWAR tests on such a word (``has_byte_below``,
-``has_byte``, ``find_byte_below``), for scans that skip a word at a time where no byte they look for can be. Shared
-by the store's readers, the recovery dispatch (``recovery/fastdispatch.py``) and the columnar
-scan (``mqtool/scan``). Callers own the bounds: nothing is checked.
+array as one uint64, native byte order), ``prefetch`` (a cache line asked for ahead of its use)
+and the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte_below``), for
+scans that skip a word at a time where no byte they look for can be. Shared by the store's
+readers, the recovery dispatch (``recovery/fastdispatch.py``), the index writer
+(``mqtool/writers.py``) and the columnar scan (``mqtool/scan``). Callers own the bounds: nothing
+is checked.
 
 numba's on-disk cache checks only the source file of each cached kernel: after editing this
 module, touch the modules whose kernels inline these (``recovery/fastdispatch.py``,
-``mqtool/scan/bytecopy.py``, ``kernels.py``, ``text.py``, ``stats.py``) or they run stale code.
+``recovery/topicnumbers.py``, ``mqtool/writers.py``, ``mqtool/scan/bytecopy.py``, ``kernels.py``,
+``text.py``, ``stats.py``) or they run stale code.
 """
 
 from __future__ import annotations
@@ -41,6 +44,21 @@ def array_address(typingctx, array):
         return builder.ptrtoint(data, ir.IntType(64))
 
     return types.uintp(array), codegen
+
+
+@intrinsic
+def prefetch(typingctx, array, index):
+    """Ask the CPU to bring ``array[index]`` into its caches for a write (``llvm.prefetch``, high
+    locality); never faults, whatever the index."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), i8p), ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(array, types.intp), codegen
 
 
 @numba.njit(inline="always")

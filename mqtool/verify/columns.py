@@ -4,8 +4,8 @@
 ``dispatch_rows`` and ``finish_keys``, the same code ``recover`` and ``rebuild-*`` use; topics
 numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found,
 giving per record: commit log offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG,
-STORETIMESTAMP, the consume queue tags code (``checkMessageAndReturnSize``) and the index key hashes of ``topic#UNIQ_KEY`` and
-``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
+STORETIMESTAMP, the consume queue tags code (``checkMessageAndReturnSize``) and the index key
+hashes of ``topic#UNIQ_KEY`` and ``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
 (``FLAG_FALLBACK``) make ``fallback`` true: the checks then take the batch record by record.
 """
 

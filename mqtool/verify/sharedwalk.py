@@ -13,8 +13,9 @@ walk as it dispatches when every batch before has been, else as the batch is bui
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
 thread of its own while the walk goes on (``pipeline.Stage``: a batch or two may wait, in
 order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
-file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file as they come (memory stays flat) and
-replayed once the commit log's findings are out, as if the checks had run after it.
+file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file
+as they come (memory stays flat) and replayed once the commit log's findings are out, as if the
+checks had run after it.
 
 The checks run with the end of the files standing in for the commit log's logical end, as the
 forked child does (``forked.py``): the findings are those of a separate walk whenever the
