@@ -212,8 +212,8 @@ def test_the_engine_follows_the_records_a_scan_will_read():
     with Store.open(path) as store:
         assert estimated_records(store.commitlog, store.commitlog.min_offset, None) < COMPILED_FROM
     for threshold, compiled in ((COMPILED_FROM, False), (50, True)):
-        code = (f"import sys; import mqtool.cli.engine as e; e.COMPILED_FROM = {threshold}; from mqtool.cli import main;"
-                f"sys.argv = ['mqtool', 'dump', {str(path)!r}, '-f', 'jsonl']\ntry:\n    main()\nexcept SystemExit:\n    pass\nprint('numba' in sys.modules)")
+        code = (f"import atexit, sys; import mqtool.cli.engine as e; e.COMPILED_FROM = {threshold}; from mqtool.cli import main;"
+                f"atexit.register(lambda: print('numba' in sys.modules)); sys.argv = ['mqtool', 'dump', {str(path)!r}, '-f', 'jsonl']; main()")
         unforced = {k: v for k, v in os.environ.items() if k != ENV}
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=unforced).stdout
         assert out.count("\n") == len(manifest("5.3.3", "clean-small")["messages"]) + 1
