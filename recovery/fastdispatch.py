@@ -25,7 +25,7 @@ import numpy as np
 
 from ..formats import commitlog as fmt
 from ..store.textscan import M32, java_hash_utf8, property_item, span_is
-from ..store.words import find_byte_below, load8
+from ..store.words import be32, be64, find_byte_below, load8, signed32
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 _V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
@@ -70,24 +70,9 @@ SCHEDULE_TOPIC_BYTES = np.frombuffer(b"SCHEDULE_TOPIC_XXXX", dtype=np.uint8)
 
 
 @numba.njit(inline="always")
-def _be(buf, p, width):
-    v = np.int64(0)
-    for j in range(width):
-        v = (v << 8) | np.int64(buf[p + j])
-    return v
-
-
-@numba.njit(inline="always")
-def _signed(v, bits):
-    if v >= (np.int64(1) << (bits - 1)):
-        return v - (np.int64(1) << bits)
-    return v
-
-
-@numba.njit(inline="always")
 def _index_hash(h):
     """``IndexFile.indexKeyHashMethod``: abs of the signed hash, Integer.MIN_VALUE -> 0."""
-    s = _signed(h, 32)
+    s = signed32(h)
     if s < 0:
         s = -s
     if s > 0x7FFFFFFF:
@@ -168,15 +153,15 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             break
         row = out[out_base + r]
         flags = 0
-        sys_flag = _signed(_be(buf, pos + POS_SYS_FLAG, 4), 32)
+        sys_flag = signed32(be32(buf, pos + POS_SYS_FLAG))
         store_ts_pos = POS_STORE_TS_V6 if (sys_flag & BORN_V6) else POS_STORE_TS_V4
-        store_ts = _signed(_be(buf, pos + store_ts_pos, 8), 64)
+        store_ts = be64(buf, pos + store_ts_pos)
         row[F_POS] = pos
         row[F_TOPIC_POS] = topic
         row[F_TOPIC_LEN] = topic_len
-        row[F_QUEUE_ID] = _signed(_be(buf, pos + POS_QUEUE_ID, 4), 32)
-        row[F_QUEUE_OFFSET] = _signed(_be(buf, pos + POS_QUEUE_OFFSET, 8), 64)
-        row[F_PHYS] = _signed(_be(buf, pos + POS_PHYS_OFFSET, 8), 64)
+        row[F_QUEUE_ID] = signed32(be32(buf, pos + POS_QUEUE_ID))
+        row[F_QUEUE_OFFSET] = be64(buf, pos + POS_QUEUE_OFFSET)
+        row[F_PHYS] = be64(buf, pos + POS_PHYS_OFFSET)
         row[F_SIZE] = size
         row[F_SYS_FLAG] = sys_flag
         row[F_STORE_TS] = store_ts
@@ -222,7 +207,7 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
             h, _, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
             if not ok:
                 flags |= FLAG_FALLBACK
-            tags = _signed(h, 32)
+            tags = signed32(h)
         if delay_s >= 0 and span_is(buf, topic, topic + topic_len, sched_topic):
             level, ok = _parse_int32(buf, delay_s, delay_e)
             if not ok:

@@ -15,7 +15,7 @@ from ..jit import numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from ..store.words import HIGH, has_byte, load8
+from ..store.words import HIGH, be_signed, has_byte, load8
 from .bytecopy import WORD_SLACK, copy_bytes, copy_words
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
@@ -153,25 +153,6 @@ def java_hash_spans(buf, starts, lengths):
             h, _units, _ok = java_hash_utf8(buf, starts[i], starts[i] + lengths[i], np.int64(0))
             result[i] = h - (np.int64(1) << 32) if h >= (np.int64(1) << 31) else h
     return result
-
-
-@numba.njit(inline="always")
-def be_signed(buf, p, width):
-    """The signed big-endian integer of ``width`` bytes at ``buf[p]``: 4 and 8 bytes unrolled
-    (LLVM turns each into one load and a byte swap), other widths byte by byte."""
-    if width == 4:
-        v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
-        return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-    if width == 8:
-        hi = (np.uint64(buf[p]) << np.uint64(24)) | (np.uint64(buf[p + 1]) << np.uint64(16)) | (np.uint64(buf[p + 2]) << np.uint64(8)) | np.uint64(buf[p + 3])
-        lo = (np.uint64(buf[p + 4]) << np.uint64(24)) | (np.uint64(buf[p + 5]) << np.uint64(16)) | (np.uint64(buf[p + 6]) << np.uint64(8)) | np.uint64(buf[p + 7])
-        return np.int64((hi << np.uint64(32)) | lo)
-    v = np.int64(0)
-    for j in range(width):
-        v = (v << 8) | np.int64(buf[p + j])
-    if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
-        v -= np.int64(1) << (8 * width)
-    return v
 
 
 @numba.njit(cache=True, nogil=True)

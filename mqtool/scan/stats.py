@@ -29,7 +29,7 @@ from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.words import load8
+from ..store.words import be32, be64, load8, signed32
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
@@ -333,13 +333,13 @@ def stats_batch(buf, base, rows, start, period_ms, groups, buckets, topics, new_
         p = rows[i, 0]
         topic_start, topic_stop = rows[i, 4], rows[i, 5] - fs.PROPS_LEN
         key = _topic_key(buf, topic_start, topic_stop)
-        queue_id = fs._signed32(fs._be32(buf, p + POS_QUEUE_ID))
-        flag = fs._signed32(fs._be32(buf, p + POS_SYS_FLAG))
-        born = fs._be64(buf, p + POS_BORN_TS)
-        ts = fs._be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
+        queue_id = signed32(be32(buf, p + POS_QUEUE_ID))
+        flag = signed32(be32(buf, p + POS_SYS_FLAG))
+        born = be64(buf, p + POS_BORN_TS)
+        ts = be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
         known = gcount[0]
         s = _slot(gkeys, gused, gvalues, gcount, ginit, key, queue_id, ts // period_ms * period_ms)
-        _add_message(gvalues[s], rows[i, 1], rows[i, 3], rows[i, 6], flag, ts, ts - born, fs._be64(buf, p + POS_QUEUE_OFFSET))
+        _add_message(gvalues[s], rows[i, 1], rows[i, 3], rows[i, 6], flag, ts, ts - born, be64(buf, p + POS_QUEUE_OFFSET))
         bvalues[_slot(bkeys, bused, bvalues, bcount, binit, key, queue_id, _bucket(ts - born)), 0] += 1
         if gcount[0] != known:  # a new group: maybe a new topic
             seen = tcount[0]

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..formats import dledger as dfmt
 from . import fastscan as fs
+from .words import be32, be64, signed32
 
 HEADER = dfmt.ENTRY_HEADER_SIZE
 _L = dfmt.ENTRY_HEADER_LAYOUT
@@ -66,8 +67,8 @@ def walk_entries(buf, pos, stop, check_crc, stop_on_crc, out, base, state):
                 if buf[i] != 0:
                     zero = False
             return count, pos, fs.END_ZEROS if zero else fs.END_TRUNCATED, 0
-        magic = fs._signed32(fs._be32(buf, pos + POS_MAGIC))
-        size = fs._signed32(fs._be32(buf, pos + POS_SIZE))
+        magic = signed32(be32(buf, pos + POS_MAGIC))
+        size = signed32(be32(buf, pos + POS_SIZE))
         if magic == BLANK_MAGIC:
             return count, pos, fs.OK_BLANK, size
         if magic == 0 and size == 0:
@@ -77,15 +78,15 @@ def walk_entries(buf, pos, stop, check_crc, stop_on_crc, out, base, state):
             return count, pos, fs.END_CORRUPT, 0
         if end - pos < HEADER:
             return count, pos, fs.END_TRUNCATED, 0
-        body_size = fs._signed32(fs._be32(buf, pos + POS_BODY_SIZE))
+        body_size = signed32(be32(buf, pos + POS_BODY_SIZE))
         if size <= HEADER - 4 or size != body_size + HEADER:
             state[ST_WHY] = ENTRY_SIZE_BAD
             return count, pos, fs.END_CORRUPT, 0
-        if fs._be64(buf, pos + POS_POS) != base + pos:
+        if be64(buf, pos + POS_POS) != base + pos:
             state[ST_WHY] = ENTRY_POS_BAD
             return count, pos, fs.END_CORRUPT, 0
-        index = fs._be64(buf, pos + POS_INDEX)
-        term = fs._be64(buf, pos + POS_TERM)
+        index = be64(buf, pos + POS_INDEX)
+        term = be64(buf, pos + POS_TERM)
         if state[ST_INDEX] >= 0 and index != state[ST_INDEX] + 1:
             state[ST_WHY] = ENTRY_INDEX_BAD
             return count, pos, fs.END_CORRUPT, 0
@@ -118,12 +119,12 @@ def find_entry_start(buf, start, stop, base):
     limit = min(stop, end - 8 + 1)
     for p in range(start, limit):
         if buf[p + 3] == 1 and buf[p] == 0 and buf[p + 1] == 0 and buf[p + 2] == 0:
-            if p + HEADER <= end and fs._be64(buf, p + POS_POS) == base + p:
-                size = fs._signed32(fs._be32(buf, p + POS_SIZE))
-                if size > HEADER - 4 and size == fs._signed32(fs._be32(buf, p + POS_BODY_SIZE)) + HEADER:
+            if p + HEADER <= end and be64(buf, p + POS_POS) == base + p:
+                size = signed32(be32(buf, p + POS_SIZE))
+                if size > HEADER - 4 and size == signed32(be32(buf, p + POS_BODY_SIZE)) + HEADER:
                     return p
         elif buf[p] == 0xFF and buf[p + 1] == 0xFF and buf[p + 2] == 0xFF and buf[p + 3] == 0xFF:
-            if fs._signed32(fs._be32(buf, p + POS_SIZE)) == end - p:
+            if signed32(be32(buf, p + POS_SIZE)) == end - p:
                 return p
     return -1
 

@@ -25,6 +25,7 @@ from llvmlite import binding as llvm_binding
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .mappedfile import MappedFile
+from .words import be32, be64, signed32
 
 # ---- constants derived from the construct declaration (compile-time globals for numba) ------
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
@@ -91,16 +92,6 @@ CRC_IMPLEMENTATION = _crc_symbol()
 _crc32 = numba.types.ExternalFunction("mqtool_crc32", numba.types.uint32(numba.types.uint32, numba.types.voidptr, numba.types.uint32))
 
 
-@numba.njit(inline="always")
-def _be32(buf, p):
-    return (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
-
-
-@numba.njit(inline="always")
-def _signed32(v):
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
-
-
 @numba.njit(cache=True, nogil=True)
 def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
     """Walk records from ``pos`` while ``pos < stop``; fill ``out`` rows for valid records.
@@ -126,8 +117,8 @@ def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
                 if buf[i] != 0:
                     zero = False
             return count, pos, END_ZEROS if zero else END_TRUNCATED, 0
-        total = _signed32(_be32(buf, pos))
-        magic = _be32(buf, pos + POS_MAGIC)
+        total = signed32(be32(buf, pos))
+        magic = be32(buf, pos + POS_MAGIC)
         if magic == MAGIC_BLANK:
             return count, pos, OK_BLANK, total
         if magic != MAGIC_V1 and magic != MAGIC_V2:
@@ -146,7 +137,7 @@ def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
             header += HOST_V6_EXTRA
         if pos + header > end:
             return count, pos, END_TRUNCATED, 0
-        body_len = _signed32(_be32(buf, pos + header - 4))
+        body_len = signed32(be32(buf, pos + header - 4))
         if body_len > total:
             return count, pos, END_CORRUPT, 0
         body = pos + header
@@ -182,7 +173,7 @@ def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
         if check_crc:
             crc_ok = 1
             if body_len > 0:
-                stored = _be32(buf, pos + POS_BODY_CRC)
+                stored = be32(buf, pos + POS_BODY_CRC)
                 if (_crc32(np.uint32(0), base_ptr + body, np.uint32(body_len)) & 0x7FFFFFFF) != stored:
                     if stop_on_crc:
                         return count, pos, END_CRC, total
@@ -323,14 +314,6 @@ def _detail(code: int, array: np.ndarray, pos: int, detail: int) -> str:
 # ---- resynchronisation and zero detection (used by ``mqtool verify``) ----------------------
 
 
-@numba.njit(inline="always")
-def _be64(buf, p):
-    v = np.int64(0)
-    for j in range(8):
-        v = (v << 8) | np.int64(buf[p + j])
-    return v
-
-
 @numba.njit(cache=True, nogil=True)
 def chain_holds(buf, p, base, chain, scratch):
     """True when ``walk_segment`` accepts the record at ``p``, its PHYSICALOFFSET equals
@@ -341,12 +324,12 @@ def chain_holds(buf, p, base, chain, scratch):
     for i in range(chain):
         if q >= end:
             return i > 0
-        if i > 0 and end - q >= 8 and _be32(buf, q + POS_MAGIC) == MAGIC_BLANK:
+        if i > 0 and end - q >= 8 and be32(buf, q + POS_MAGIC) == MAGIC_BLANK:
             return True
         count, nxt, code, _ = walk_segment(buf, q, q + 1, False, False, scratch)
         if count != 1:
             return i > 0 and (code == END_ZEROS or code == END_SEGMENT)
-        if _be64(buf, q + POS_PHYS_OFFSET) != base + q:
+        if be64(buf, q + POS_PHYS_OFFSET) != base + q:
             return False
         q = nxt
     return True
@@ -369,7 +352,7 @@ def find_record_start(buf, start, stop, base, chain, scratch):
                 if chain_holds(buf, p, base, chain, scratch):
                     return p
         elif b == blank0:
-            if _be32(buf, p + POS_MAGIC) == MAGIC_BLANK and _signed32(_be32(buf, p)) == end - p:
+            if be32(buf, p + POS_MAGIC) == MAGIC_BLANK and signed32(be32(buf, p)) == end - p:
                 return p
     return -1
 

@@ -1,15 +1,17 @@
-"""Raw word access inside compiled kernels: ``load8`` (the eight bytes at any position of a uint8
-array as one uint64, native byte order), ``prefetch`` (a cache line asked for ahead of its use)
-and the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte_below``), for
-scans that skip a word at a time where no byte they look for can be. Shared by the store's
-readers, the recovery dispatch (``recovery/fastdispatch.py``), the index writer
-(``mqtool/writers.py``) and the columnar scan (``mqtool/scan``). Callers own the bounds: nothing
-is checked.
+"""Raw word access inside compiled kernels: the broker's big-endian integers (``be32``, ``be64``,
+``be_signed``, ``signed32``: Java's ``ByteBuffer.getInt``/``getLong``), ``load8`` (the eight bytes
+at any position of a uint8 array as one uint64, native byte order), ``prefetch`` (a cache line
+asked for ahead of its use) and the SWAR tests on such a word (``has_byte_below``, ``has_byte``,
+``find_byte_below``), for scans that skip a word at a time where no byte they look for can be.
+Shared by the store's readers, the recovery dispatch (``recovery/fastdispatch.py``), the index
+writer (``mqtool/writers.py``), verify's kernels and the columnar scan (``mqtool/scan``). Callers
+own the bounds: nothing is checked.
 
 numba's on-disk cache checks only the source file of each cached kernel: after editing this
-module, touch the modules whose kernels inline these (``recovery/fastdispatch.py``,
-``recovery/topicnumbers.py``, ``mqtool/writers.py``, ``mqtool/scan/bytecopy.py``, ``kernels.py``,
-``text.py``, ``stats.py``) or they run stale code.
+module, touch the modules whose kernels inline these (``mqtool/store/fastscan.py``,
+``dledgerwalk.py``, ``recovery/fastdispatch.py``, ``recovery/topicnumbers.py``,
+``mqtool/writers.py``, ``mqtool/verify/segments.py``, ``cqjoin.py``, ``mqtool/scan/bytecopy.py``,
+``kernels.py``, ``text.py``, ``stats.py``) or they run stale code.
 """
 
 from __future__ import annotations
@@ -59,6 +61,42 @@ def prefetch(typingctx, array, index):
         return context.get_dummy_value()
 
     return types.void(array, types.intp), codegen
+
+
+@numba.njit(inline="always")
+def be32(buf, p):
+    """The 4 bytes at ``buf[p]`` as an unsigned big-endian integer (an int64)."""
+    return (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
+
+
+@numba.njit(inline="always")
+def signed32(v):
+    """The low 32 bits of ``v`` (at most 32 bits wide) as Java's ``int``."""
+    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+
+
+@numba.njit(inline="always")
+def be64(buf, p):
+    """The 8 bytes at ``buf[p]`` as a signed big-endian integer (Java's ``long``); unrolled in two
+    halves, which LLVM turns into one load and a byte swap."""
+    hi = (np.uint64(buf[p]) << np.uint64(24)) | (np.uint64(buf[p + 1]) << np.uint64(16)) | (np.uint64(buf[p + 2]) << np.uint64(8)) | np.uint64(buf[p + 3])
+    lo = (np.uint64(buf[p + 4]) << np.uint64(24)) | (np.uint64(buf[p + 5]) << np.uint64(16)) | (np.uint64(buf[p + 6]) << np.uint64(8)) | np.uint64(buf[p + 7])
+    return np.int64((hi << np.uint64(32)) | lo)
+
+
+@numba.njit(inline="always")
+def be_signed(buf, p, width):
+    """The signed big-endian integer of ``width`` bytes (1 to 8) at ``buf[p]``."""
+    if width == 4:
+        return signed32(be32(buf, p))
+    if width == 8:
+        return be64(buf, p)
+    v = np.int64(0)
+    for j in range(width):
+        v = (v << 8) | np.int64(buf[p + j])
+    if v >= (np.int64(1) << (8 * width - 1)):
+        v -= np.int64(1) << (8 * width)
+    return v
 
 
 @numba.njit(inline="always")

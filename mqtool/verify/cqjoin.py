@@ -26,7 +26,7 @@ import numpy as np
 from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
 from ..recovery import fastdispatch as fd
-from ..scan.kernels import be_signed
+from ..store.words import be_signed
 from ..store import ConsumeQueue
 from ..store.consumequeue import UNIT_DTYPE
 from .columns import RecordColumns

@@ -30,6 +30,7 @@ from ..formats import commitlog as clfmt
 from ..formats.hashing import CRC31_MASK, body_crc
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
+from ..store.words import be64
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
 SHOWN_STEP = 1 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache
@@ -134,10 +135,10 @@ def row_flags(buf, rows, base, flags):
         f = 0
         if rows[i, fs.COL_CRC_OK] == 0:
             f |= 1
-        if fs._be64(buf, pos + fs.POS_PHYS_OFFSET) != pos + base:
+        if be64(buf, pos + fs.POS_PHYS_OFFSET) != pos + base:
             f |= 2
         tail = pos + rows[i, fs.COL_SIZE] - PROP_CRC_LEN
-        if tail >= rows[i, fs.COL_PROPS] and fs._be64(buf, tail) == _PROP_CRC_TAG:
+        if tail >= rows[i, fs.COL_PROPS] and be64(buf, tail) == _PROP_CRC_TAG:
             f |= 4
         flags[i] = f
         if f:
