@@ -15,7 +15,6 @@ checked byte for byte), and hands every record the fast path cannot decide to
 from __future__ import annotations
 
 import os
-import queue
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from ..formats import commitlog as clfmt
 from ..formats.dispatch import dispatch_request, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
+from ..handoff import produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
@@ -219,49 +219,6 @@ class _Accumulator:
         return batch
 
 
-_DONE = object()
-
-
-class _Failure(NamedTuple):
-    exc: BaseException
-
-
-def in_thread(items: Iterator, name: str) -> Iterator:
-    """``items`` produced in a background thread (two ahead) while the caller consumes them;
-    its exception is raised in the caller; closing the generator stops the thread."""
-    channel: queue.Queue = queue.Queue(maxsize=2)
-    stop = threading.Event()
-
-    def run() -> None:
-        try:
-            for item in items:
-                while not stop.is_set():
-                    try:
-                        channel.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
-                    return
-            channel.put(_DONE)
-        except BaseException as exc:  # re-raised in the consuming thread
-            channel.put(_Failure(exc))
-
-    worker = threading.Thread(target=run, name=name, daemon=True)
-    worker.start()
-    try:
-        while True:
-            item = channel.get()
-            if item is _DONE:
-                break
-            if isinstance(item, _Failure):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        worker.join()
-
-
 @dataclass
 class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
@@ -297,7 +254,7 @@ class DispatchScanner:
         if not self.threaded:
             yield from self._produce()
             return
-        yield from in_thread(self._produce(), "mqtool-dispatch")
+        yield from produced_in_thread(self._produce(), "mqtool-dispatch")
 
     def _produce(self) -> Iterator[DispatchBatch]:
         if self._parallel():
@@ -660,7 +617,7 @@ class DispatchCache:
         batch or two ahead of the caller), or None when the cache gave up."""
         if not self.enabled:
             return None
-        return in_thread((read_spilled(entry) for entry in self.phases.get(phase, [])), "mqtool-dispatch-cache")
+        return produced_in_thread((read_spilled(entry) for entry in self.phases.get(phase, [])), "mqtool-dispatch-cache")
 
     def _give_up(self) -> None:
         self.enabled, self.phases = False, {}

@@ -26,7 +26,8 @@ from mqtool.store import Store
 import mqtool.verify as verify_module
 from mqtool.verify import Verification, VerifyOptions
 from mqtool.recovery import topicnumbers
-from mqtool.verify import cqjoin, index, logstream, pipeline, segments
+from mqtool import handoff
+from mqtool.verify import cqjoin, index, logstream, segments
 
 STORES = sorted(
     (p.parent.name.removeprefix("rocketmq-"), p.name)
@@ -158,7 +159,7 @@ def test_batches_dispatched_in_the_checks_thread_give_the_same_findings(version,
     path = FIXTURES / f"rocketmq-{version}" / name
     inline = run(path, "columnar", cpu_count=1)
     answers = itertools.cycle([True] if idle == "always" else [True, False])
-    monkeypatch.setattr(pipeline.Stage, "idle", lambda self: next(answers))
+    monkeypatch.setattr(handoff.Stage, "idle", lambda self: next(answers))
     assert run(path, "columnar") == inline and THREADED == [True]
     assert JOINED["ColumnarConsumeQueueCheck"] > inline[1]["commitlog"]["records"] // SMALL["batch"] // 2
 

@@ -1,4 +1,4 @@
-"""The cross-checks' thread beside the commit log check's walk (``verify/pipeline.py``,
+"""The cross-checks' thread beside the commit log check's walk (``mqtool/handoff.py``,
 ``verify/sharedwalk.py``): work done in order, its failure raised in the walking thread, and no
 thread left behind however the run ends. (That its findings equal the inline run's, on every
 fixture and damaged copy, is held by ``test_verify_engines.py``.)"""
@@ -13,7 +13,8 @@ from conftest import FIXTURES, manifest
 import mqtool.verify as verify_module
 from mqtool.formats import commitlog as cl
 from mqtool.store import Store
-from mqtool.verify import Verification, VerifyOptions, crosscheck, logstream, pipeline
+from mqtool import handoff
+from mqtool.verify import Verification, VerifyOptions, crosscheck, logstream
 
 STORE = FIXTURES / "rocketmq-4.9.7" / "clean-small"
 
@@ -37,7 +38,7 @@ def test_a_stage_does_its_work_in_order_and_raises_its_failure_where_items_are_p
             raise ValueError("item 7")
         done.append(item)
 
-    stage = pipeline.Stage(work, 2, "mqtool-verify-test")
+    stage = handoff.Stage(work, 2, "mqtool-verify-test")
     for item in range(5):
         stage.put(item)
     stage.drain()
@@ -49,6 +50,30 @@ def test_a_stage_does_its_work_in_order_and_raises_its_failure_where_items_are_p
     assert done == [0, 1, 2, 3, 4, 5, 6]  # nothing after the failure
     stage.close()
     assert not stage.thread.is_alive()
+
+
+def test_items_produced_in_a_thread_come_in_order_with_the_failure_and_stop_when_left():
+    made, closed = [], []
+
+    def items(fail_at=None):
+        try:
+            for i in range(50):
+                if i == fail_at:
+                    raise ValueError(f"item {i}")
+                made.append(i)
+                yield i
+        finally:
+            closed.append(threading.current_thread().name)
+
+    assert list(handoff.produced_in_thread(items(), "mqtool-verify-produce")) == list(range(50))
+    with pytest.raises(ValueError, match="item 7"):
+        list(handoff.produced_in_thread(items(fail_at=7), "mqtool-verify-produce"))
+    made.clear(), closed.clear()
+    consumed = handoff.produced_in_thread(items(), "mqtool-verify-produce", depth=2)
+    assert [next(consumed) for _ in range(3)] == [0, 1, 2]
+    consumed.close()  # left early: the thread ends and the generator's cleanup runs in it
+    assert closed == ["mqtool-verify-produce"]
+    assert len(made) <= 3 + 2 + 1  # no more than depth ahead (and the one in hand)
 
 
 def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):

@@ -30,7 +30,7 @@ from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
-from .pipeline import usable_cpus
+from ..handoff import usable_cpus
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
 

@@ -11,7 +11,7 @@ the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread 
 thread once the batch is whole. Topics are numbered through one table, batch after batch: on the
 walk as it dispatches when every batch before has been, else as the batch is built. Each whole
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
-thread of its own while the walk goes on (``pipeline.Stage``: a batch or two may wait, in
+thread of its own while the walk goes on (``handoff.Stage``: a batch or two may wait, in
 order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
 file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file
 as they come (memory stays flat) and replayed once the commit log's findings are out, as if the
@@ -39,7 +39,7 @@ from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
-from .pipeline import Stage
+from ..handoff import Stage
 from .segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:

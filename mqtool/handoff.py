@@ -1,0 +1,131 @@
+"""Bounded, in-order hand-offs between a command's thread and one helper thread.
+
+The compiled kernels release the GIL (``nogil=True``), so on two CPUs the kernels of one thread
+run while another's do. Two shapes serve the commands:
+
+- ``Stage``: the helper consumes, applying ``work`` to every item ``put``, in the order put
+  (verify's cross-checks beside the commit log check's walk, ``verify/sharedwalk.py``);
+- ``produced_in_thread``: the helper produces, running a generator ahead while the caller
+  consumes its items (the recovery scan's dispatch and the dispatch cache's read-back,
+  ``recovery/dispatch.py``).
+
+In both, at most ``depth`` items wait, so memory stays flat however far one side could run ahead,
+and an exception in the helper is raised again in the caller's thread.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from typing import Callable, Iterator, NamedTuple
+
+_STOP = object()
+_DONE = object()
+
+
+class _Failure(NamedTuple):
+    exc: BaseException
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (``os.sched_getaffinity``): a second thread helps only on two."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class Stage:
+    """``work(item)`` for every item ``put``, in order, in a thread of its own; whatever ``work``
+    yields comes out in the order a loop would have made it."""
+
+    def __init__(self, work: Callable[[object], None], depth: int, name: str):
+        self.work = work
+        self.queue: queue.Queue = queue.Queue(depth)
+        self.error: BaseException | None = None
+        self.cancelled = False
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self.queue.get()
+            try:
+                if item is _STOP:
+                    return
+                if self.error is None and not self.cancelled:
+                    try:
+                        self.work(item)
+                    except BaseException as error:  # noqa: BLE001 - raised again in the putting thread
+                        self.error = error
+            finally:
+                item = None  # no reference to the item (nor the mapped segment it holds) is kept
+                self.queue.task_done()
+
+    def put(self, item: object) -> None:
+        """Hand ``item`` over (waiting while ``depth`` items wait); raise the work's exception, if any."""
+        self._raise()
+        self.queue.put(item)
+
+    def idle(self) -> bool:
+        """Whether no item waits or is in hand."""
+        return self.queue.unfinished_tasks == 0
+
+    def drain(self) -> None:
+        """Wait until every item put is done; raise the work's exception, if any."""
+        self.queue.join()
+        self._raise()
+
+    def close(self) -> None:
+        """Skip what waits, let the item in hand finish, end the thread."""
+        if self.thread.is_alive():
+            self.cancelled = True
+            self.queue.put(_STOP)
+            self.thread.join()
+
+    def _raise(self) -> None:
+        if self.error is not None:
+            error, self.error = self.error, None
+            self.cancelled = True
+            raise error
+
+
+def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
+    """``items`` produced in a thread of its own, up to ``depth`` ahead of the caller; closing
+    the returned generator (or leaving it early) stops the thread and closes ``items`` there."""
+    channel: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        channel.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            channel.put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the consuming thread
+            channel.put(_Failure(exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()  # a generator left early runs its cleanup now, in the thread that ran it
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = channel.get()
+            if item is _DONE:
+                break
+            if isinstance(item, _Failure):
+                raise item.exc
+            yield item
+    finally:
+        stop.set()
+        worker.join()
