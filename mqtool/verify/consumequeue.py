@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Iterator
+from pathlib import Path
+from typing import Iterator, NamedTuple
 
 from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
@@ -55,6 +56,61 @@ def _data_end(path) -> int | None:
     return 0 if last < 0 else (last // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
 
 
+class QueueGap(NamedTuple):
+    """A queue file that does not follow the one before it: the units of bytes
+    ``[expected, base)`` of the queue are gone."""
+
+    path: Path
+    expected: int
+    base: int
+
+
+class QueueUnits(NamedTuple):
+    """Whole units read from ``path``, the first at queue offset ``first``."""
+
+    path: Path
+    first: int
+    data: bytes
+
+
+class QueueFileEnd(NamedTuple):
+    """A file's units end at queue offset ``offset``, before the file does (zeros after)."""
+
+    offset: int
+
+
+def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | QueueUnits | QueueFileEnd]:
+    """A queue's files in order, read ``chunk_units`` units at a time up to each file's data end
+    (``_data_end``; a file that cannot be read is passed over): what ``QueueCursor`` (the record
+    engine) and ``cqjoin.ArrayQueueCursor`` read, each deciding on the units its own way."""
+    unit = cqfmt.ENTRY_SIZE
+    expected = None
+    for base, path in queue.files:
+        if expected is not None and base != expected:
+            yield QueueGap(path, expected, base)
+        expected = base + queue.file_size
+        end = _data_end(path)
+        if end is None:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            pos = 0
+            while pos < end:
+                data = os.pread(fd, min(chunk_units * unit, end - pos), pos)
+                usable = len(data) - len(data) % unit
+                if not usable:
+                    break
+                yield QueueUnits(path, (base + pos) // unit, data if usable == len(data) else data[:usable])
+                pos += usable
+        finally:
+            os.close(fd)
+        if end < queue.file_size:
+            yield QueueFileEnd((base + end) // unit)
+
+
 class Entry:
     __slots__ = ("queue_offset", "phys", "size", "tags")
 
@@ -87,46 +143,27 @@ class QueueCursor:
         return f"{self.topic}/{self.queue_id}"
 
     def _iterate(self) -> Iterator[Entry]:
-        queue = self.queue
-        unit = cqfmt.ENTRY_SIZE
-        expected_base = None
         invalid_from = None  # queue offset where a run of invalid units started
-        for base, path in queue.files:
-            if expected_base is not None and base != expected_base:
-                self.check.emit(self.gap_finding(path, expected_base, base))
+        for read in queue_reads(self.queue, CHUNK_UNITS):
+            if type(read) is QueueGap:
+                self.check.emit(self.gap_finding(read.path, read.expected, read.base))
                 invalid_from = None
-            expected_base = base + queue.file_size
-            end = _data_end(path)
-            if end is None:
-                continue
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                pos = 0
-                while pos < end:
-                    data = os.pread(fd, min(CHUNK_UNITS * unit, end - pos), pos)
-                    usable = len(data) - len(data) % unit
-                    if not usable:
-                        break
-                    for i, (phys, length, tags) in enumerate(cqfmt.ENTRY.iter_unpack(data[:usable])):
-                        queue_offset = (base + pos) // unit + i
-                        if phys >= 0 and length > 0:
-                            if (phys, length, tags) == cqfmt.FILLER:
-                                continue
-                            if invalid_from is not None:
-                                self._report_invalid(path, invalid_from, queue_offset)
-                                invalid_from = None
-                            self.entries += 1
-                            yield Entry(queue_offset, phys, length, tags)
-                        elif invalid_from is None:
-                            invalid_from = queue_offset
-                    pos += usable
-            finally:
-                os.close(fd)
-            if end < queue.file_size and invalid_from is None:
-                invalid_from = (base + end) // unit  # the zeros after the last unit
+            elif type(read) is QueueFileEnd:
+                if invalid_from is None:
+                    invalid_from = read.offset  # the zeros after the last unit
+            else:
+                for i, (phys, length, tags) in enumerate(cqfmt.ENTRY.iter_unpack(read.data)):
+                    queue_offset = read.first + i
+                    if phys >= 0 and length > 0:
+                        if (phys, length, tags) == cqfmt.FILLER:
+                            continue
+                        if invalid_from is not None:
+                            self._report_invalid(read.path, invalid_from, queue_offset)
+                            invalid_from = None
+                        self.entries += 1
+                        yield Entry(queue_offset, phys, length, tags)
+                    elif invalid_from is None:
+                        invalid_from = queue_offset
 
     def gap_finding(self, path, expected_base: int, base: int) -> Finding:
         unit = cqfmt.ENTRY_SIZE

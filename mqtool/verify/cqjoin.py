@@ -16,7 +16,6 @@ becomes the head) but keeps the entries as arrays, ``CHUNK_UNITS`` at a time.
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from typing import Iterator
 
@@ -30,7 +29,7 @@ from ..store.words import be_signed
 from ..store import ConsumeQueue
 from ..store.consumequeue import UNIT_DTYPE
 from .columns import RecordColumns
-from .consumequeue import ConsumeQueueCheck, Entry, MissingRun, QueueCursor, _data_end
+from .consumequeue import ConsumeQueueCheck, Entry, MissingRun, QueueCursor, QueueFileEnd, QueueGap, queue_reads
 
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 _PHYS, _SIZE, _TAGS = UNIT_DTYPE.names
@@ -197,50 +196,32 @@ class ArrayQueueCursor:
 
     def _chunks(self) -> Iterator[_Chunk]:
         """``QueueCursor._iterate`` with the entries in arrays and the findings as events."""
-        queue = self.queue
-        unit = cqfmt.ENTRY_SIZE
-        expected_base = None
         invalid_from = None
         pending: list = []  # findings due before the next entry
-        for base, path in queue.files:
-            if expected_base is not None and base != expected_base:
-                pending.append(self.gap_finding(path, expected_base, base))
+        for read in queue_reads(self.queue, CHUNK_UNITS):
+            if type(read) is QueueGap:
+                pending.append(self.gap_finding(read.path, read.expected, read.base))
                 invalid_from = None
-            expected_base = base + queue.file_size
-            end = _data_end(path)
-            if end is None:
                 continue
-            try:
-                fd_ = os.open(path, os.O_RDONLY)
-            except OSError:
+            if type(read) is QueueFileEnd:
+                if invalid_from is None:
+                    invalid_from = read.offset
                 continue
-            try:
-                pos = 0
-                while pos < end:
-                    data = os.pread(fd_, min(CHUNK_UNITS * unit, end - pos), pos)
-                    usable = len(data) - len(data) % unit
-                    if not usable:
-                        break
-                    count = usable // unit
-                    phys, size, tags = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count, np.int64)
-                    invalid, fillers = decode_units(np.frombuffer(data, dtype=np.uint8, count=usable), phys, size, tags)
-                    first_qoff = (base + pos) // unit
-                    if invalid_from is None and not invalid:
-                        idx = np.flatnonzero(~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))) if fillers else None
-                        events = {}
-                        if pending and (idx is None or len(idx)):
-                            events, pending = {0: pending}, []
-                    else:
-                        idx, events, pending, invalid_from = self._slow_units(path, phys, size, tags, first_qoff, pending, invalid_from)
-                    if idx is None:  # no filler, nothing skipped: the arrays as read
-                        yield _Chunk(np.arange(first_qoff, first_qoff + count, dtype=np.int64), phys, size, tags, events)
-                    elif len(idx):
-                        yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
-                    pos += usable
-            finally:
-                os.close(fd_)
-            if end < queue.file_size and invalid_from is None:
-                invalid_from = (base + end) // unit
+            count = len(read.data) // cqfmt.ENTRY_SIZE
+            phys, size, tags = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count, np.int64)
+            invalid, fillers = decode_units(np.frombuffer(read.data, dtype=np.uint8), phys, size, tags)
+            first_qoff = read.first
+            if invalid_from is None and not invalid:
+                idx = np.flatnonzero(~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))) if fillers else None
+                events = {}
+                if pending and (idx is None or len(idx)):
+                    events, pending = {0: pending}, []
+            else:
+                idx, events, pending, invalid_from = self._slow_units(read.path, phys, size, tags, first_qoff, pending, invalid_from)
+            if idx is None:  # no filler, nothing skipped: the arrays as read
+                yield _Chunk(np.arange(first_qoff, first_qoff + count, dtype=np.int64), phys, size, tags, events)
+            elif len(idx):
+                yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
         yield _Chunk(_EMPTY, _EMPTY, _EMPTY, _EMPTY, {0: pending} if pending else {}, True)
 
     def _slow_units(self, path, phys, size, tags, first_qoff: int, pending: list, invalid_from):
