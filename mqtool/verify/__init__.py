@@ -116,17 +116,18 @@ class Verification:
         start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
         stop = opts.to_offset
         cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
-        whole = bool(cross) and "commitlog" in opts.checks and opts.from_offset is None and stop is None
+        whole = bool(cross) and opts.from_offset is None and stop is None
         shared = None
         if whole and SHARE_WALK and not store.is_dledger:
             # the cross-checks on the commit log check's own walk (one walk), in two threads beside
             # it where a second CPU is free (``sharedwalk.py``): faster than any split into
-            # processes, whatever ``jobs`` (the cross-checks' own work is the longer part)
+            # processes, whatever ``jobs`` (the cross-checks' own work is the longer part); with
+            # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard
             from .sharedwalk import SharedWalk
 
             shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1)
         forked = None
-        if shared is None and whole and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
+        if shared is None and whole and "commitlog" in opts.checks and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
             from .forked import ForkedCrossCheck
 
             forked = ForkedCrossCheck(self, cross, start)
@@ -143,6 +144,13 @@ class Verification:
         last_timestamp = None
         records = 0
         logical_end = None
+        if "commitlog" not in opts.checks and shared is not None:
+            # the walk the cross-checks read: the commit log check's, its findings not asked for
+            check = CommitLogCheck(store, start=start, jobs=1, unread_before=self.broker_start, chain=shared, walked=self.walked)
+            check.progress = self._stage("cross-check", check.total_bytes)
+            for _ in check.run():
+                pass
+            logical_end = check.result.logical_end
         if "commitlog" in opts.checks:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
             # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
