@@ -21,7 +21,6 @@ import typer
 
 from ..errors import BadInput, UsageError
 from ..formats.checkpoint import decode_checkpoint
-from ..formats import commitlog as clfmt
 from ..formats.commitlog import CommitLogRecord
 from ..formats.errors import FormatError
 from ..formats.hashing import index_key_hash

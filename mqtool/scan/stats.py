@@ -16,7 +16,7 @@ log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 

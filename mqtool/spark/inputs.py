@@ -17,7 +17,7 @@ from typing import Sequence
 
 from ..errors import BadInput, UsageError
 from ..formats.dispatch import DEFAULT_DELAY_LEVELS
-from ..store import BrokerVersion, CommitLog, Segment, Store, StoreConfig, load_broker_config
+from ..store import BrokerVersion, Segment, Store, StoreConfig, load_broker_config
 from ..store.dledger import commitlog_of
 
 DEFAULT_STORE_DIR = "store"

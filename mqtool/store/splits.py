@@ -33,7 +33,7 @@ import numpy as np
 from ..errors import UsageError
 from . import fastscan as fs
 from ..formats.dledger import ENTRY_HEADER_SIZE
-from .commitlog import CommitLog, ScanEnd, Segment, StopReason
+from .commitlog import ScanEnd, Segment, StopReason
 from .dledger import commitlog_of
 from .mappedfile import MappedFile
 

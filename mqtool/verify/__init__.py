@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Generator, Iterator
 
+from ..handoff import usable_cpus
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.layout import unchecked_parts
@@ -30,7 +31,6 @@ from .dledger import DLedgerLogCheck
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
-from ..handoff import usable_cpus
 from .segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..jit import numba
 from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import POW31
+from ..recovery.dispatch import POW31, TopicTable
 from ..store import fastscan as fs
 from ..recovery.topicnumbers import TopicNumbers
 

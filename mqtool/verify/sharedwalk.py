@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Generator
 
 import numpy as np
 
+from ..handoff import Stage
 from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
-from ..handoff import Stage
 from .segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
