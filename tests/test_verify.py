@@ -402,3 +402,24 @@ def test_api_streams_findings_and_fills_the_summary():
         assert list(run.findings()) == []
         s = run.summary.as_dict()
     assert s["checks"] == ["commitlog", "index"] and s["index"]["entries"] > 0 and s["sound"]
+
+
+def test_the_text_summary_gives_the_figures_of_the_checks_that_ran():
+    """``--only cq`` reads no index file and walks the log for the queues alone: its summary says
+    nothing of index files or segments (``0 files`` would say there are none); ``--only
+    checkpoint`` walks no log at all. The figures given are the JSON summary's."""
+    path = store_path("4.9.7", "crashed-small")
+    _, _, summary = verify(path)
+    full = cli("verify", path, "--no-progress")[1]
+    cq = cli("verify", path, "--no-progress", "--only", "cq")[1]
+    index = cli("verify", path, "--no-progress", "--only", "index")[1]
+    checkpoint = cli("verify", path, "--no-progress", "--only", "checkpoint")[1]
+    cl_line = f"commit log: {summary['commitlog']['records']} records"
+    queues = f"consume queues: {summary['consume_queues']['queues']} queues, {summary['consume_queues']['entries']} entries"
+    files = f"index: {summary['index']['files']} files, {summary['index']['entries']} entries"
+    flat = lambda text: " ".join(text.split())  # noqa: E731 - lines wrap at the terminal's width
+    assert cl_line in flat(full) and f"in {summary['commitlog']['segments']} segments" in flat(full)
+    assert queues in flat(full) and files in flat(full)
+    assert cl_line in flat(cq) and queues in flat(cq) and "index:" not in cq and "segments" not in cq
+    assert cl_line in flat(index) and files in flat(index) and "consume queues:" not in index
+    assert "commit log:" not in checkpoint and "consume queues:" not in checkpoint and "index:" not in checkpoint

@@ -55,15 +55,18 @@ def _render_finding(console: Screen, f: dict[str, Any]) -> None:
 
 
 def _render_summary(console: Screen, s: dict[str, Any]) -> None:
-    cl = s["commitlog"]
+    cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
+    # the figures of the checks that ran (``--only cq`` reads no index file: "0 files" would say there is none)
+    segments = f" in {cl['segments']} segments" if "commitlog" in checks else ""
+    queues = [f"consume queues: {s['consume_queues']['queues']} queues, {s['consume_queues']['entries']} entries"] if "cq" in checks else []
+    index = [f"index: {s['index']['files']} files, {s['index']['entries']} entries"] if "index" in checks else []
+    walked = {"commitlog", "cq", "index"} & set(checks)  # the checks that walk the commit log
     console.print(
-        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(s['checks'])})\n"
-        f"  commit log: {cl['records']} records, {cl['bytes']} bytes in {cl['segments']} segments; "
-        f"logical end {cl['logical_end']} ({cl['end_reason']})\n"
-        f"  consume queues: {s['consume_queues']['queues']} queues, {s['consume_queues']['entries']} entries; "
-        f"index: {s['index']['files']} files, {s['index']['entries']} entries\n"
-        f"  elapsed {s['elapsed_s']:.2f} s, {rate:.1f} MB/s"
+        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)})\n"
+        + (f"  commit log: {cl['records']} records, {cl['bytes']} bytes{segments}; logical end {cl['logical_end']} ({cl['end_reason']})\n" if walked else "")
+        + (f"  {'; '.join(queues + index)}\n" if queues or index else "")
+        + f"  elapsed {s['elapsed_s']:.2f} s, {rate:.1f} MB/s"
     )
     counts = s["findings"]
     kinds = ", ".join(f"{k}: {n}" for k, n in s["findings_by_kind"].items())
