@@ -225,8 +225,9 @@ class DispatchScanner:
 
     The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
     parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
-    of ``BATCH``. With ``ahead`` (the recovery scan) the next segment is walked and dispatched in a
-    second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch (``walkedchain``).
+    of ``BATCH``. With ``ahead`` (the recovery scan, and the reput of whole segments before it) the
+    next segment is walked and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees
+    every walked sub-batch (``walkedchain``).
     ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
     ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
     """
@@ -247,7 +248,7 @@ class DispatchScanner:
     skipped: list[ScanEnd] = field(default_factory=list)  # reput: what it skipped over
 
     threaded: bool = True  # walk and parse in a background thread while the caller consumes
-    ahead: bool = False  # recovery: dispatch the next segment in a second thread meanwhile (``_Ahead``)
+    ahead: bool = False  # dispatch the next segment in a second thread meanwhile (``_Ahead``), where ``_parallel``
     shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
@@ -259,10 +260,13 @@ class DispatchScanner:
     def _produce(self) -> Iterator[DispatchBatch]:
         if self._parallel():
             yield from self._produce_ahead()
-            return
+        else:
+            yield from self._produce_from(self.start)
+
+    def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
+        """The batches from ``pos`` on, segment after segment in this thread."""
         delay_ms = self.options.delay_ms
         acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
-        pos = self.start
         while True:
             scan = FastScan(
                 self.commitlog,
@@ -295,38 +299,75 @@ class DispatchScanner:
             self.skipped.append(end)
             pos = nxt
 
+    def _last_segment(self) -> int | None:
+        """The index of the range's last segment: the log's last with no ``stop``, the one before
+        the segment that starts at ``stop``; None when ``stop`` is not a segment's first byte."""
+        segments = self.commitlog.segments
+        if self.stop is None:
+            return len(segments) - 1
+        index = self.commitlog.segment_index(self.stop)
+        return index - 1 if index is not None and segments[index].base_offset == self.stop else None
+
     def _parallel(self) -> bool:
-        """Whether segments may be dispatched ahead (``_produce_ahead``): the recovery discipline
-        over plain segments (not DLedger entries), to the end of the log, from before the last segment."""
-        if not (self.ahead and self.threaded and self.discipline == "recovery" and self.stop is None):
+        """Whether segments may be dispatched ahead (``_produce_ahead``): plain segments (not
+        DLedger entries), from before the range's last segment; the recovery to the end of the
+        log, or the reput (``doReput``) of whole segments, as before the recovery's start segment."""
+        if not (self.ahead and self.threaded) or self.discipline == "recovery" and self.stop is not None:
             return False
         if getattr(self.commitlog, "entry_walker", None) is not None:
             return False
-        index = self.commitlog.segment_index(self.start)
-        return index is not None and index + 1 < len(self.commitlog.segments)
+        index, last = self.commitlog.segment_index(self.start), self._last_segment()
+        return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The recovery's batches in order, segment after segment, while the next segment is
-        dispatched in a second thread (``_Ahead``). Records never cross a segment, and the
-        chain enters a segment at its first byte (the blank ends the one before, reference §2,
-        §8.3), so segment ``i + 1``'s walk from its first byte is the one the chain makes if
-        segment ``i`` ends at a blank; if it ends otherwise, the work ahead is dropped."""
-        index = self.commitlog.segment_index(self.start)
-        ahead = _Ahead.start(self, index + 1)
+        """The batches in order, segment after segment, while the next segment is dispatched in
+        a second thread (``_Ahead``). Records never cross a segment, and the chain enters a
+        segment at its first byte (the blank ends the one before, reference §2, §8.3), so
+        segment ``i + 1``'s walk from its first byte is the one the chain makes if segment ``i``
+        ends at a blank; if it ends otherwise, the work ahead is dropped. The chain crossing the
+        range's last segment ends at ``stop`` (the end a walk to ``stop`` gives); a reput that
+        meets a record it cannot dispatch goes on where ``doReput`` would: ahead again from a
+        segment's first byte, else one segment after the other (``_produce_from``)."""
+        pos, last = self.start, self._last_segment()
+        while True:
+            crossed, end = yield from self._ahead_run(pos, last)
+            if crossed:
+                at_stop = FastScan(self.commitlog, self.stop, self.stop)
+                for _ in at_stop:
+                    pass
+                end = at_stop.end
+            elif self.discipline == "reput" and not (end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)):
+                resume = self._reput_resume(end)
+                if resume is not None:
+                    self.skipped.append(end)
+                    index = self.commitlog.segment_index(resume)
+                    if index is not None and index < last and self.commitlog.segments[index].base_offset == resume:
+                        pos = resume
+                        continue
+                    yield from self._produce_from(resume)
+                    return
+            self.end = end
+            return
+
+    def _ahead_run(self, pos: int, last: int) -> Iterator[DispatchBatch]:
+        """The chain from ``pos`` through the segments up to ``last``, each next one ahead;
+        returns ``(crossed, end)``: whether it crossed segment ``last``, else where it ended."""
+        index = self.commitlog.segment_index(pos)
+        ahead = _Ahead.start(self, index + 1) if index < last else None
         job = None
         try:
-            crossed, end = yield from self._counted(self._segment(index, self.start))
-            while crossed:
+            crossed, end = yield from self._counted(self._segment(index, pos))
+            while crossed and index < last:
                 index += 1
-                job, ahead = ahead, _Ahead.start(self, index + 1)
+                job, ahead = ahead, _Ahead.start(self, index + 1) if index < last else None
                 crossed, end = yield from self._counted(job.batches())
                 job.close()
                 job = None
-            self.end = end
         finally:
             for other in (job, ahead):
                 if other is not None:
                     other.close()
+        return crossed, end
 
     def _counted(self, batches) -> Iterator[DispatchBatch]:
         """``batches`` passed on, counted (``_take``'s bookkeeping); returns their generator's value."""
@@ -346,7 +387,7 @@ class DispatchScanner:
         delay_ms = self.options.delay_ms
         base = self.commitlog.segments[index].base_offset
         acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
-        scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc, stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
+        scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
         bad: ScanEnd | None = None
         for seg in scan:
             if seg.base_offset != base:  # walked on past this segment's blank: its rows are the next job's

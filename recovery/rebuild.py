@@ -53,7 +53,7 @@ class RebuildScan:
     One walk: the recovery scan from its start segment both finds that end and dispatches the records
     before it (each passed every recovery check, so the reput dispatches exactly these), the next
     segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); a
-    reput scan covers the segments before the start first. Only when that reput skips a record whose TOTALSIZE
+    reput scan covers the segments before the start first, the same way. Only when that reput skips a record whose TOTALSIZE
     reaches past the start segment's first offset does the recovery scan run on its own (to find the
     end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
 
@@ -74,7 +74,7 @@ class RebuildScan:
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
-            head = self._scanner(cl.min_offset, self.start, "reput", index=self.index)
+            head = self._scanner(cl.min_offset, self.start, "reput", index=self.index, ahead=True)
             yield from head
             self.skipped += head.skipped
             over = head.end

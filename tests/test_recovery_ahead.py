@@ -2,8 +2,10 @@
 (``DispatchScanner.ahead``, ``dispatch._Ahead``: spilled, read back in order) hands out the rows,
 keys, topics, end, record count and last valid offset of the scan that walks the segments one
 after the other, on the real-broker fixtures, whole and damaged where the chain ends before,
-in or at the start of a segment dispatched ahead; and ``DispatchCache`` adopts the spilled
-batches so the apply writes what it writes from batches it spilled itself."""
+in or at the start of a segment dispatched ahead; so does the reput of whole segments (the
+rebuilds' walk before the recovery's start segment), also where it skips damage and goes on;
+and ``DispatchCache`` adopts the spilled batches so the apply writes what it writes from
+batches it spilled itself."""
 
 from __future__ import annotations
 
@@ -45,10 +47,10 @@ def damage(root, version: str, name: str, kind: str) -> None:
     seg.write_bytes(data)
 
 
-def scanned(store: Store, ahead: bool):
+def scanned(store: Store, ahead: bool, discipline: str = "recovery", stop: int | None = None):
     scanner = phase_scanner(
-        store.commitlog, store.commitlog.min_offset, None, discipline="recovery", tags="delivery-time", delay_table=store.delay_table,
-        legacy_properties=store.legacy_properties, index_enable=True, check_crc=True, ahead=ahead,
+        store.commitlog, store.commitlog.min_offset, stop, discipline=discipline, tags="delivery-time", delay_table=store.delay_table,
+        legacy_properties=store.legacy_properties, index_enable=True, check_crc=discipline == "recovery", ahead=ahead,
     )
     scanner.BATCH = 64  # several batches a segment
     batches = list(scanner)
@@ -57,7 +59,7 @@ def scanned(store: Store, ahead: bool):
     keys = np.concatenate([b.keys for b in batches])
     names = [scanner.topics.names[t] for b in batches for t in b.topic_ids.tolist()]
     read_back = sum(b.spilled is not None for b in batches)
-    return (rows, keys, names, scanner.end, scanner.records, scanner.last_valid_offset), read_back
+    return (rows, keys, names, scanner.end, scanner.records, scanner.last_valid_offset, scanner.skipped), read_back
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -67,8 +69,8 @@ def test_dispatch_ahead_equals_one_segment_after_the_other(version, name, kind, 
     root = copy_store(version, name, tmp_path)
     damage(root, version, name, kind)
     with Store.open(root) as store:
-        (rows, keys, names, end, records, last), _ = scanned(store, False)
-        (rows2, keys2, names2, end2, records2, last2), read_back = scanned(store, True)
+        (rows, keys, names, end, records, last, _), _ = scanned(store, False)
+        (rows2, keys2, names2, end2, records2, last2, _), read_back = scanned(store, True)
         segments_walked = len({int(o) // store.commitlog.file_size for o in rows[:, KEPT.index(fd.F_POS)]})
     assert records > 0 and records == rows.shape[0]
     assert np.array_equal(rows, rows2) and np.array_equal(keys, keys2) and names == names2
@@ -79,6 +81,28 @@ def test_dispatch_ahead_equals_one_segment_after_the_other(version, name, kind, 
         assert segments_walked == 1  # the chain ends in the first segment: the work ahead is dropped
     if segments_walked > 1:
         assert read_back > 0  # the later segments came through the spill of the thread ahead
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kind", ("none", "crc-first-segment", "garbage-first-segment", "garbage-last-segment"))
+@pytest.mark.parametrize("to", ("end", "last-segment"))
+def test_reput_ahead_equals_one_segment_after_the_other(version, kind, to, tmp_path):
+    """The reput (no CRC: a flipped CRC changes nothing) to the end of the log or to the last
+    segment's first byte, as the rebuilds walk before the recovery's start segment; garbage in
+    a segment ends the chain there and the reput goes on from the next one (``doReput``)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    damage(root, version, "clean-small", kind)
+    with Store.open(root) as store:
+        stop = None if to == "end" else store.commitlog.segments[-1].base_offset
+        (rows, keys, names, end, records, last, skipped), _ = scanned(store, False, "reput", stop)
+        (rows2, keys2, names2, end2, records2, last2, skipped2), read_back = scanned(store, True, "reput", stop)
+    assert records > 0 and records == rows.shape[0]
+    assert np.array_equal(rows, rows2) and np.array_equal(keys, keys2) and names == names2
+    assert (end, records, last, skipped) == (end2, records2, last2, skipped2)
+    assert read_back > 0  # later segments came through the spill of the thread ahead
+    assert bool(skipped) == (kind == "garbage-first-segment")  # in the last segment there is nothing to go on to
+    if to == "last-segment":
+        assert end.offset == stop
 
 
 @pytest.mark.parametrize("version", VERSIONS)

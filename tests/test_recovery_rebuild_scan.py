@@ -53,7 +53,8 @@ def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = 
         segments = store.commitlog.segments
         first = store.commitlog.segment_index(scan.start)
         crosses = first + 1 < len(segments) and scan.end.offset > segments[first + 1].base_offset
-        assert any(b.spilled is not None for b in got) == (crosses and not fallback)  # dispatched ahead, read back
+        head = first - store.commitlog.segment_index(store.commitlog.min_offset)  # whole segments the reput walks first
+        assert any(b.spilled is not None for b in got) == (crosses and not fallback or head >= 2)  # dispatched ahead, read back
         want, want_topics, want_end, want_skipped = by_definition(store, rules, scan.start, index)
         a, b = dispatched(got, scan.topics), dispatched(want, want_topics)
         assert len(a[0]) > 0
