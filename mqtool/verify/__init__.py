@@ -144,28 +144,27 @@ class Verification:
         last_timestamp = None
         records = 0
         logical_end = None
-        if "commitlog" not in opts.checks and shared is not None:
-            # the walk the cross-checks read: the commit log check's, its findings not asked for
-            check = CommitLogCheck(store, start=start, jobs=1, unread_before=self.broker_start, chain=shared, walked=self.walked)
-            check.progress = self._stage("cross-check", check.total_bytes)
-            for _ in check.run():
-                pass
-            logical_end = check.result.logical_end
-        if "commitlog" in opts.checks:
+        heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
+        if heard or shared is not None:
             log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
             # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
             # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both);
             # a shared walk is one walk, in this process (a pool's segments are not shown to it)
             jobs = 1 if shared is not None else opts.jobs - 1 if forked is not None else opts.jobs
             extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
-            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going, **extra)
-            check.progress = self._stage("commitlog", check.total_bytes)
-            yield from check.run()
-            result = self.commitlog = check.result
-            summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
-            summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
-            summary.notes.extend(check.notes)
-            last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
+            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going and heard, **extra)
+            check.progress = self._stage("commitlog" if heard else "cross-check", check.total_bytes)
+            if not heard:
+                for _ in check.run():  # its findings not asked for
+                    pass
+                logical_end = check.result.logical_end
+            else:
+                yield from check.run()
+                result = self.commitlog = check.result
+                summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
+                summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
+                summary.notes.extend(check.notes)
+                last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
