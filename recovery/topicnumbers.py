@@ -9,6 +9,12 @@ an id, as they share a queue in the broker). ``TopicNumbers`` keeps, for the com
 ``F_TOPIC_FP``, id) in a hash table that lives as long as the walk: a record of a known topic
 is numbered without Python; the first record of a new raw topic stops the kernel, Python asks
 the ``TopicTable`` for its id and the kernel goes on from that record.
+
+Ids are given in the order records are numbered, so numbering runs in walk order, in one thread at
+a time. A known topic's id never changes, so ``lookup`` may run ahead in any thread, while the
+records are in cache: it reads ``known``, a copy of the table made after each call that learned
+topics (never written again), and leaves -1 where the topic was not known then; ``number`` with
+``missing_only`` then numbers only those rows, in order.
 """
 
 from __future__ import annotations
@@ -57,26 +63,32 @@ def _slot(fp, mask):
 
 
 @numba.njit(cache=True, nogil=True)
-def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_ids):
+def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_ids, missing_only, lookup):
     """``topic_ids[r]`` = the id of the raw topic of ``out[r]`` (``F_TOPIC_POS``/``F_TOPIC_LEN``
     into ``buf``, ``dispatch_rows``' columns) for ``lo <= r < hi``; raw topic ``k`` is
     ``pool[starts[k]:starts[k] + lens[k]]`` with fingerprint ``fps[k]`` and id ``ids[k]``,
-    found through ``table`` (slot -> k, -1 empty; open addressing). Returns the first row whose
-    raw topic is not there (``hi`` when every row was numbered)."""
+    found through ``table`` (slot -> k, -1 empty; open addressing). ``missing_only``: rows
+    already numbered (``topic_ids[r] >= 0``) are passed over. Returns the first row whose raw
+    topic is not there (``hi`` when every row was numbered); with ``lookup``, such rows get -1
+    and the walk goes on."""
     mask = table.shape[0] - 1
     for r in range(lo, hi):
+        if missing_only and topic_ids[r] >= 0:
+            continue
         p = out[r, fd.F_TOPIC_POS]
         n = out[r, fd.F_TOPIC_LEN]
         fp = out[r, fd.F_TOPIC_FP]
         slot = _slot(fp, mask)
-        while True:
-            k = table[slot]
-            if k < 0:
-                return r
-            if fps[k] == fp and lens[k] == n and _same_bytes(buf, p, pool, starts[k], n):
-                break
+        k = table[slot]
+        while k >= 0 and not (fps[k] == fp and lens[k] == n and _same_bytes(buf, p, pool, starts[k], n)):
             slot = (slot + 1) & mask
-        topic_ids[r] = ids[k]
+            k = table[slot]
+        if k >= 0:
+            topic_ids[r] = ids[k]
+        elif lookup:
+            topic_ids[r] = -1
+        else:
+            return r
     return hi
 
 
@@ -92,15 +104,27 @@ class TopicNumbers:
         self.ids = np.empty(8, dtype=np.int64)
         self.pool = np.zeros(256, dtype=np.uint8)
         self.count = self.pool_fill = 0
+        self.known = self._tables()
 
-    def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
-        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf``."""
-        r = lo
+    def _tables(self) -> tuple:
+        return self.table, self.fps, self.starts, self.lens, self.ids, self.pool
+
+    def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray, missing_only: bool = False) -> None:
+        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf``, in walk order;
+        ``missing_only``: only the rows ``lookup`` left at -1."""
+        r, learned = lo, self.count
         while True:
-            r = number_topics(buf, out, r, hi, self.table, self.fps, self.starts, self.lens, self.ids, self.pool, topic_ids)
+            r = number_topics(buf, out, r, hi, *self._tables(), topic_ids, missing_only, False)
             if r >= hi:
-                return
+                break
             self._learn(buf, int(out[r, fd.F_TOPIC_POS]), int(out[r, fd.F_TOPIC_LEN]), int(out[r, fd.F_TOPIC_FP]))
+        if self.count != learned:
+            self.known = tuple(a.copy() for a in self._tables())
+
+    def lookup(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
+        """``topic_ids[lo:hi]`` of the topics known at the last ``number`` that learned one, -1
+        for the others; any thread, any order (``known`` is never written)."""
+        number_topics(buf, out, lo, hi, *self.known, topic_ids, False, True)
 
     def _learn(self, buf: np.ndarray, p: int, n: int, fp: int) -> None:
         """A new raw topic: its id from the ``TopicTable``, its bytes into the pool and the table."""

@@ -206,7 +206,8 @@ def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(ver
 def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version, name, sizes):
     """``topicnumbers.TopicNumbers`` (the compiled ``number_topics`` over a table kept for the
     whole walk) gives every record of the fixture the id ``TopicTable.id_of`` gives its topic
-    bytes, whatever rows each call is shown; the names are the manifest's topics."""
+    bytes, whatever rows each call is shown, numbered at once or looked up first (``lookup``)
+    and the rest numbered after; the names are the manifest's topics."""
     from mqtool.recovery import fastdispatch as fd
     from mqtool.recovery.dispatch import TopicTable
     from mqtool.store.fastscan import FastScan
@@ -224,9 +225,16 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
             fd.dispatch_rows(batch.array, rows, 0, store.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, fd.delay_array({}), True, out, 0, keys, 0)
             got = np.full(n, -1, dtype=np.int64)
             step = 3 if sizes == "small" else n
-            for lo in range(0, n, step):
-                numbers.number(batch.array, out, lo, min(n, lo + step), got)
             expected = [reference.id_of(batch.array[p : p + k].tobytes()) for p, k in out[:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
+            for call, lo in enumerate(range(0, n, step)):
+                hi = min(n, lo + step)
+                if call % 2:  # the rows looked up first (the topics known so far), the others numbered after
+                    numbers.lookup(batch.array, out, lo, hi, got)
+                    looked = got[lo:hi].tolist()
+                    assert all(i == e for i, e in zip(looked, expected[lo:hi]) if i >= 0)
+                    numbers.number(batch.array, out, lo, hi, got, missing_only=True)
+                else:
+                    numbers.number(batch.array, out, lo, hi, got)
             assert got.tolist() == expected
             seen += n
     assert seen and numbers.topics.names == reference.names

@@ -70,8 +70,9 @@ class ColumnBuilder:
     segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
     the batch is whole (key hashes finished). Topics are numbered through the walk's one table,
     batch after batch and never in two threads at once: by ``add`` with ``number`` (the caller
-    knows every batch before is numbered), else by ``build``; without ``number``, ``add`` touches
-    this batch's arrays only and may run in any thread (``sharedwalk.py``). Results do not depend
+    knows every batch before is numbered), else by ``build``; without ``number``, ``add`` only
+    looks up the topics known so far (``TopicNumbers.lookup``) and writes this batch's arrays
+    only, so it may run in any thread (``sharedwalk.py``). Results do not depend
     on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int):
@@ -98,13 +99,15 @@ class ColumnBuilder:
         if number and self.numbered == self.n:
             self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
             self.numbered += n
+        else:  # the known topics now, while the records are in cache; ``build`` numbers the rest
+            self.numbers.lookup(array, self.out, self.n, self.n + n, self.topic_ids)
         self.n += n
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
         topic_ids = self.topic_ids[:n]
         if self.numbered < n:
-            self.numbers.number(self.array, self.out, self.numbered, n, self.topic_ids)
+            self.numbers.number(self.array, self.out, self.numbered, n, self.topic_ids, missing_only=True)
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(
