@@ -120,6 +120,33 @@ def test_first_and_last_nonzero(tmp_path):
         del array
 
 
+def test_last_nonzero_skips_the_holes_after_the_last_data_and_finds_the_same_byte(tmp_path):
+    """``last_nonzero`` with the descriptor starts from ``data_end`` (the end of the last data
+    extent: ``SEEK_DATA``/``SEEK_HOLE``) and gives the byte a full scan gives, with data written
+    before holes, between them, as explicit zeros at the end, and not at all."""
+    layouts = {
+        "data, hole": [(0, b"\x05" * 1000)],
+        "data, hole, data, hole": [(0, b"\x05" * 1000), ((3 << 20) + 17, b"\x09")],
+        "data, written zeros": [(0, b"\x05" * 1000), (1000, bytes(2 << 20))],
+        "hole only": [],
+        "data at the very end": [((8 << 20) - 1, b"\x03")],
+    }
+    for name, writes in layouts.items():
+        path = tmp_path / name.replace(" ", "_").replace(",", "")
+        with open(path, "wb") as f:
+            f.truncate(8 << 20)
+            for at, data in writes:
+                f.seek(at)
+                f.write(data)
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            array = np.frombuffer(m, dtype=np.uint8)
+            end = fs.data_end(f.fileno(), 0, len(array))
+            assert not array[end:].any(), name
+            for start in (0, 500, 1 << 20):
+                assert fs.last_nonzero(array, start, len(array), f.fileno()) == fs.last_nonzero(array, start, len(array)), (name, start)
+            del array
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_release_behind_scan_reads_the_same_records(version):
     from mqtool.store import Store

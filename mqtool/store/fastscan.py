@@ -13,6 +13,7 @@ to zlib's CRC32), called from compiled code through ctypes; zlib's ``crc32`` is 
 from __future__ import annotations
 
 import ctypes
+import errno
 import ctypes.util
 import mmap
 import os
@@ -398,9 +399,27 @@ def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = Non
     return -1
 
 
-def last_nonzero(array: np.ndarray, start: int, stop: int) -> int:
-    """Position of the last non-zero byte in ``array[start:stop]``, or -1."""
-    q = stop
+def data_end(fd: int, start: int, stop: int) -> int:
+    """The end of the last data extent of the file in ``[start, stop)`` (``SEEK_DATA`` and
+    ``SEEK_HOLE``): bytes after it are a hole, zeros never written. ``start`` when there is no
+    data; ``stop`` where the file system keeps no holes (or cannot say)."""
+    end, p = start, start
+    try:
+        while p < stop:
+            p = os.lseek(fd, p, os.SEEK_DATA)
+            if p >= stop:
+                break
+            p = os.lseek(fd, p, os.SEEK_HOLE)
+            end = min(p, stop)
+    except OSError as exc:
+        return end if exc.errno == errno.ENXIO else stop  # ENXIO: no data after ``p``
+    return end
+
+
+def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
+    """Position of the last non-zero byte in ``array[start:stop]``, or -1; with the file's
+    descriptor, the holes of a sparse file after its last data (``data_end``) are not read."""
+    q = stop if fd is None else data_end(fd, start, stop)
     while q > start:
         p = max(start, q - ZERO_WINDOW)
         if array[p:q].any():

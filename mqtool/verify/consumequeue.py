@@ -48,10 +48,14 @@ def _data_end(path) -> int | None:
             if not mf.size:
                 return 0
             array = fs.as_array(mf.buf)
-            last = fs.last_nonzero(array, 0, mf.size)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                last = fs.last_nonzero(array, 0, mf.size, fd)  # the hole after a queue's last unit is not read
+            finally:
+                os.close(fd)
             fs.release_pages(mf.buf, 0, mf.size)
             del array
-    except MqtoolError:
+    except (MqtoolError, OSError):
         return None
     return 0 if last < 0 else (last // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
 

@@ -305,7 +305,7 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
                 else:
                     nonzero, search_from = run.end, run.end + 1
                 resume = fs.find_record_start(array, search_from, stop, task.base, RESYNC_CHAIN, scratch)
-                end = resume if resume >= 0 else fs.last_nonzero(array, nonzero, stop) + 1
+                end = resume if resume >= 0 else fs.last_nonzero(array, nonzero, stop, fd) + 1
                 report.gaps.append(Gap(run.end, end, nonzero, resume >= 0))
                 if resume < 0:
                     break
@@ -325,7 +325,7 @@ def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, sc
     first = fs.first_nonzero(array, pos + clfmt.END_FILE_MIN_BLANK_LENGTH, report.size, fd)
     if first < 0:
         return
-    report.after_blank = (first, fs.last_nonzero(array, first, report.size) + 1)
+    report.after_blank = (first, fs.last_nonzero(array, first, report.size, fd) + 1)
     start = fs.find_record_start(array, max(pos + clfmt.END_FILE_MIN_BLANK_LENGTH, first - 4), report.size, report.base, RESYNC_CHAIN, scratch)
     while start >= 0:
         count, npos, code, _ = fs.walk_segment(array, start, report.size, False, False, out)
