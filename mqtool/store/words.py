@@ -10,7 +10,7 @@ own the bounds: nothing is checked.
 numba's on-disk cache checks only the source file of each cached kernel: after editing this
 module, touch the modules whose kernels inline these (``mqtool/store/fastscan.py``,
 ``dledgerwalk.py``, ``recovery/fastdispatch.py``, ``recovery/topicnumbers.py``,
-``mqtool/writers.py``, ``mqtool/verify/segments.py``, ``cqjoin.py``, ``mqtool/scan/bytecopy.py``,
+``mqtool/writers.py``, ``mqtool/verify/segments.py``, ``cqjoin.py``, ``index.py``, ``mqtool/scan/bytecopy.py``,
 ``kernels.py``, ``text.py``, ``stats.py``) or they run stale code.
 """
 
