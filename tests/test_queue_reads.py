@@ -95,3 +95,21 @@ def test_a_queue_lookup_loads_no_numpy():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")
+
+
+def test_a_queue_found_by_the_listing_is_read_once(monkeypatch):
+    """Once ``consume_queues`` has listed the queues, ``consume_queue`` gives the same objects, and
+    a queue's files are judged once however often it is recovered (verify's cq check and its
+    consumer offset check both ask); before the listing, a lookup reads its own queue."""
+    reads = []
+    judge = cq._valid_prefix
+    monkeypatch.setattr(cq, "_valid_prefix", lambda path, size: reads.append(path) or judge(path, size))
+    with Store.open(store_path("4.9.7", "clean-small")) as store:
+        first = store.consume_queues[0]
+        alone = store.consume_queue(first.topic, first.queue_id)
+        results = [q.recover() for q in store.consume_queues] + [store.consume_queue(q.topic, q.queue_id).recover() for q in store.consume_queues]
+        assert alone is first and store.consume_queue(first.topic, first.queue_id + 10_000).files == []
+        assert results[: len(results) // 2] == results[len(results) // 2 :]
+        assert sorted(reads) == sorted(set(reads)) and reads
+    with Store.open(store_path("4.9.7", "clean-small")) as store:
+        assert store.consume_queue(first.topic, first.queue_id) == first and "consume_queues" not in store.__dict__

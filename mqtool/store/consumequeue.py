@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -72,6 +72,8 @@ class ConsumeQueue:
     directory: Path
     file_size: int
 
+    _recovered: QueueRecovery | None = field(default=None, init=False, repr=False, compare=False)
+
     def __post_init__(self):
         self.files = offset_named_files(self.directory)
         for base, path in self.files:
@@ -112,7 +114,13 @@ class ConsumeQueue:
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
         the queue; a file that is valid to its end continues into the next (§5.7). Reads each
-        file until its first invalid unit (``_valid_prefix``)."""
+        file until its first invalid unit (``_valid_prefix``), once: the files are those listed
+        when the queue was found (``files``), and the result is kept with them."""
+        if self._recovered is None:
+            self._recovered = self._recover()
+        return self._recovered
+
+    def _recover(self) -> QueueRecovery:
         if not self.files:
             return QueueRecovery(0, -1, 0)
         start = max(0, len(self.files) - 3)

@@ -276,8 +276,18 @@ class Store:
         return [] if self.root is None else discover_batch_queues(self.path("batchconsumequeue"))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """One queue: the one ``consume_queues`` found when they were listed already (what it
+        read is kept with it: ``ConsumeQueue.recover``), else its directory alone (a lookup)."""
+        if "consume_queues" in self.__dict__:
+            found = self._queues_by_key.get((topic, queue_id))
+            if found is not None:
+                return found
         directory = self.path("consumequeue", topic, str(queue_id))
         return ConsumeQueue(topic, queue_id, directory, self.consume_queue_file_size)
+
+    @cached_property
+    def _queues_by_key(self) -> dict[tuple[str, int], ConsumeQueue]:
+        return {(q.topic, q.queue_id): q for q in self.consume_queues}
 
     @property
     def multi_dispatch(self) -> bool:
