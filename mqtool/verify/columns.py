@@ -22,6 +22,9 @@ from ..store import fastscan as fs
 from ..recovery.topicnumbers import TopicNumbers
 
 
+KEYS_PER_RECORD = 4  # index keys a batch has room for at first, per record (UNIQ_KEY and a few KEYS; more grows it)
+
+
 @numba.njit(cache=True, nogil=True)
 def finish_columns(out, n, base_offset, topic_ids, topic_state, pow31, keys, offsets):
     """A batch's last pass, while its rows are in cache: the index key hashes finished
@@ -79,7 +82,7 @@ class ColumnBuilder:
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
         self.topic_ids = np.empty(capacity, dtype=np.int64)
-        self.keys = np.empty(0, dtype=np.int64)
+        self.keys = np.empty(KEYS_PER_RECORD * capacity + 2, dtype=np.int64)
         self.n = self.key_fill = self.numbered = 0
         self.array: np.ndarray | None = None
 
@@ -87,14 +90,15 @@ class ColumnBuilder:
         n = rows.shape[0]
         if not n:
             return
-        props_bytes = rows[:, fs.COL_POS] + rows[:, fs.COL_SIZE] - rows[:, fs.COL_PROPS]
-        need = self.key_fill + int(props_bytes.sum()) // 2 + 2 * n + 2
-        if need > self.keys.shape[0]:
-            keys = np.empty(max(need, 2 * self.keys.shape[0]), dtype=np.int64)
-            keys[: self.key_fill] = self.keys[: self.key_fill]
-            self.keys = keys
-        done, self.key_fill = fd.dispatch_rows(array, rows, 0, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
-        assert done == n, "the key buffer is sized for every record"
+        done = 0
+        while True:
+            done, self.key_fill = fd.dispatch_rows(array, rows, done, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
+            if done == n:
+                break
+            # a record's keys may not fit (``dispatch_rows`` stops before it): twice the room, and on
+            grown = np.empty(2 * self.keys.shape[0], dtype=np.int64)
+            grown[: self.key_fill] = self.keys[: self.key_fill]
+            self.keys = grown
         self.array = array
         if number and self.numbered == self.n:
             self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
