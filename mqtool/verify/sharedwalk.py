@@ -7,8 +7,8 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 (``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
-the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle (and the
-batch before was not left to it), by that thread once the batch is whole. Topics are numbered
+the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle, by that
+thread once the batch is whole. Topics are numbered
 through one table, batch after batch: on the walk as it dispatches when every batch before has
 been, else as the batch is built (the topics known by then looked up on the walk). Each whole
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
@@ -151,10 +151,9 @@ class SharedWalk(ChainReader):
         self.fill = 0
         self.cuts += 1
         self.builder = self.checks.column_builder(self.rows_per_batch)
-        # the checks thread idle: the next batch's dispatch is its work, every other batch at most
-        # (the walk is the longer part on 1 KiB records, the checks on 128 B; dispatching rows no
-        # longer in cache costs more than while the walk has them, but less than waiting)
-        self.defer = self.checking is not None and self.checking.idle() and not self.defer
+        # the checks thread idle: the next batch's dispatch is its work (the walk is the longer
+        # part on 1 KiB records, the checks on 128 B; reading the rows again costs less than waiting)
+        self.defer = self.checking is not None and self.checking.idle()
         if self.checking is None:
             self._check(batch)
         else:
