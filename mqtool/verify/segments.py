@@ -33,7 +33,7 @@ from ..store.mappedfile import MappedFile
 from ..store.words import be64
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
-SHOWN_STEP = 1 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache
+SHOWN_STEP = 2 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache (L2)
 SHOWN_RELEASE = 4 << 20  # and bytes released at a time behind what the reader still holds
 BATCH_ROWS = 16384
 RESYNC_CHAIN = 3  # records that must chain after a resync candidate (fewer if the segment ends)

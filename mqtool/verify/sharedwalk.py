@@ -7,7 +7,7 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 (``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
-the walk is shown 1 MiB at a time), or, for a batch cut while the checks thread is idle, by that
+the walk is shown 2 MiB at a time), or, for a batch cut while the checks thread is idle, by that
 thread once the batch is whole. Topics are numbered
 through one table, batch after batch: on the walk as it dispatches when every batch before has
 been, else as the batch is built (the topics known by then looked up on the walk). Each whole
