@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from ._layout import declared_on_use
+from ._layout import declared_on_use, written
 
 
 def _declare() -> dict[str, Any]:
@@ -54,10 +54,15 @@ def _declare() -> dict[str, Any]:
 __getattr__ = declared_on_use(__name__, _declare, ("ConsumeQueueEntryStruct", "ConsumeQueueExtUnitStruct", "BatchConsumeQueueUnitStruct"))
 
 # the codecs, written out; tests/test_format_codecs.py holds each equal to its schema's derivation
-ENTRY = struct.Struct(">qlq")  # derive_whole(ConsumeQueueEntryStruct).codec
+ENTRY_LAYOUT = written(("phys_offset", "q"), ("size", "l"), ("tags_code", "q"))  # derive_whole(ConsumeQueueEntryStruct)
+ENTRY = ENTRY_LAYOUT.codec
 ENTRY_SIZE = ENTRY.size
 EXT_UNIT_HEADER = struct.Struct(">hqqh")  # derive_fixed(ConsumeQueueExtUnitStruct).codec
-BATCH_UNIT = struct.Struct(">qlqqqhll")  # derive_whole(BatchConsumeQueueUnitStruct).codec
+BATCH_UNIT_LAYOUT = written(
+    ("phys_offset", "q"), ("size", "l"), ("tags_code", "q"), ("store_time", "q"), ("msg_base_offset", "q"),
+    ("batch_size", "h"), ("compacted_offset", "l"), ("reserved", "l"),
+)  # derive_whole(BatchConsumeQueueUnitStruct)
+BATCH_UNIT = BATCH_UNIT_LAYOUT.codec
 BATCH_UNIT_SIZE = BATCH_UNIT.size
 
 FILLER = (0, 0x7FFFFFFF, 0)

@@ -57,6 +57,8 @@ def test_written_layouts_equal_the_schema_derivation():
         same_layout(cl.HEADER_LAYOUTS[(born_v6, store_v6)], derive_fixed(cl.CommitLogMessageStruct, {"sys_flag": flags}, stop_at="body"))
     same_layout(dl.ENTRY_HEADER_LAYOUT, derive_whole(dl.DLedgerEntryHeaderStruct))
     same_layout(dl.INDEX_UNIT_LAYOUT, derive_whole(dl.DLedgerIndexUnitStruct))
+    same_layout(cq.ENTRY_LAYOUT, derive_whole(cq.ConsumeQueueEntryStruct))
+    same_layout(cq.BATCH_UNIT_LAYOUT, derive_whole(cq.BatchConsumeQueueUnitStruct))
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])

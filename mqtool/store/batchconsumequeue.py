@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from ..formats._layout import derive_whole
 from .consumequeue import _subdirs, numpy_dtype
 from .mappedfile import MappedFile, offset_named_files
 
@@ -29,8 +28,8 @@ DEFAULT_FILE_SIZE = 300_000 * UNIT_SIZE  # ``mapperFileSizeBatchConsumeQueue``
 
 
 def unit_dtype() -> "np.dtype":
-    """A unit as a numpy record, derived from ``BatchConsumeQueueUnitStruct`` (same names, same bytes)."""
-    dtype = numpy_dtype(derive_whole(fmt.BatchConsumeQueueUnitStruct))
+    """A unit as a numpy record, from the written layout of ``BatchConsumeQueueUnitStruct`` (same names, same bytes)."""
+    dtype = numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
     assert dtype.itemsize == UNIT_SIZE
     return dtype
 

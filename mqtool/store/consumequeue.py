@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
-from ..formats._layout import FixedLayout, derive_whole
+from ..formats._layout import FixedLayout
 from .mappedfile import MappedFile, offset_named_files
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def unit_dtype() -> "np.dtype":
     first use: numpy loads only where units are read as arrays, not for a single lookup."""
     global _unit_dtype
     if _unit_dtype is None:
-        _unit_dtype = numpy_dtype(derive_whole(fmt.ConsumeQueueEntryStruct))
+        _unit_dtype = numpy_dtype(fmt.ENTRY_LAYOUT)
         assert _unit_dtype.itemsize == ENTRY_SIZE
     return _unit_dtype
 
