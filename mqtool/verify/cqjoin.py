@@ -73,25 +73,21 @@ QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more 
 
 
 @numba.njit(cache=True, nogil=True)
-def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, capacity):
+def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, table, group_key, counts, first, last, gid):
     """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
     ``CommitLogDispatcherBuildConsumeQueue``; topics in ``skip_topic`` left out), grouped by
     queue (topic id << 32 | QUEUEID; queues in order of first appearance): returns the number of
-    groups (-1 when more than ``capacity``), the group keys, each group's record count, first and
-    last record, and each record's group (-1: not dispatched to a queue). One sequential pass;
-    the hash table holds the batch's queues and is sized once (arrays grown inside the loop
-    made it four times slower)."""
+    groups (-1 when more than ``capacity``, the length of ``group_key``) and fills the group
+    keys, each group's record count, first and last record, and each record's group (``gid``,
+    -1: not dispatched to a queue). One sequential pass; ``table`` (all -1, a power of two at
+    least twice the capacity; ``counts`` all 0) holds the batch's queues. The caller allocates:
+    a kernel that makes arrays loads numba's array lowering (some 25 ms) with it."""
     n = topic_ids.shape[0]
-    bits = 1
-    while (1 << bits) < 2 * capacity:
+    capacity = group_key.shape[0]
+    mask = table.shape[0] - 1
+    bits = 0
+    while (1 << bits) < table.shape[0]:
         bits += 1
-    mask = (1 << bits) - 1
-    table = np.full(1 << bits, -1, dtype=np.int64)
-    group_key = np.empty(capacity, dtype=np.int64)
-    counts = np.zeros(capacity, dtype=np.int64)
-    first = np.empty(capacity, dtype=np.int64)
-    last = np.empty(capacity, dtype=np.int64)
-    gid = np.empty(n, dtype=np.int32)
     groups = 0
     for r in range(n):
         tran = sys_flags[r] & fd.TRAN_MASK
@@ -107,7 +103,7 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, capacity):
             slot = (slot + 1) & mask
         if g < 0:
             if groups == capacity:
-                return -1, group_key, counts, first, last, gid
+                return -1
             g = groups
             groups += 1
             group_key[g] = key
@@ -116,25 +112,30 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, capacity):
         gid[r] = g
         counts[g] += 1
         last[g] = r
-    return groups, group_key, counts, first, last, gid
+    return groups
 
 
 def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
     """``queue_groups`` with room for every queue of the batch: (keys, counts, first, last, gid)."""
-    groups, *found = queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, min(QUEUE_CAPACITY, max(topic_ids.shape[0], 1)))
-    if groups < 0:
-        groups, *found = queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, topic_ids.shape[0])
-    return (*(column[:groups] for column in found[:4]), found[4])
+    n = topic_ids.shape[0]
+    gid = np.empty(n, dtype=np.int32)
+    for capacity in (min(QUEUE_CAPACITY, max(n, 1)), n):
+        slots = 1 << max(2 * capacity - 1, 1).bit_length()
+        found = np.empty(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64)
+        groups = queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, np.full(slots, -1, dtype=np.int64), *found, gid)
+        if groups >= 0:
+            return (*(column[:groups] for column in found), gid)
+    raise AssertionError("a batch has no more queues than records")
 
 
 @numba.njit(cache=True, nogil=True)
-def join_groups(gid, entry_start, qoff, phys, size, tags, offsets, sizes, queue_offsets, rec_tags, ext):
+def join_groups(gid, fill, qoff, phys, size, tags, offsets, sizes, queue_offsets, rec_tags, ext):
     """Whether the queue entries equal the records of their groups, in commit log order: group
-    ``g``'s entries are ``entry_start[g]`` on (-1: the group is not compared), one per record
-    of the group (offset, size, QUEUEOFFSET, and the tags code unless the entry's is a
-    ConsumeQueueExt address, §5.1, which is not compared: ``ext[g]`` counts them). False at the
-    first difference. Records are read in order, each group's entries as a stream of its own."""
-    fill = entry_start.copy()
+    ``g``'s entries are ``fill[g]`` on (-1: the group is not compared; ``fill`` is used up: each
+    moves on as its entries are read), one per record of the group (offset, size, QUEUEOFFSET,
+    and the tags code unless the entry's is a ConsumeQueueExt address, §5.1, which is not
+    compared: ``ext[g]`` counts them). False at the first difference. Records are read in
+    order, each group's entries as a stream of its own."""
     for r in range(gid.shape[0]):
         g = gid[r]
         if g < 0:

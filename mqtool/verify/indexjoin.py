@@ -132,14 +132,15 @@ class IndexEntryCursor:
 
 
 @numba.njit(cache=True, nogil=True)
-def entries_match(phy, hashes, diffs, begins, ends, offsets, counts, keys, store_ts, lower):
+def entries_match(phy, hashes, diffs, begins, ends, offsets, counts, keys, store_ts, lower, seen):
     """Whether index entries (in file order; entry ``j`` of the file slice ``k`` where
     ``ends[k - 1] <= j < ends[k]`` has that file's ``begins[k]``) are exactly the keys of the
     batch's records (``offsets``, ``counts`` keys each, ``keys`` in put order): entries below
     ``lower`` lead and are not judged; the others point at records in order, each record has as
     many entries as keys, each carries its record's time difference (``ixfmt.time_diff_seconds``,
     §6.6). Returns (code, entries skipped below ``lower``): code -1 a difference, 0 equal,
-    1 equal but for the hashes' order (the caller compares each record's keys as a multiset)."""
+    1 equal but for the hashes' order (the caller compares each record's keys as a multiset).
+    ``seen``: zeros, one per record (the caller allocates: see ``cqjoin.queue_groups``)."""
     m, n = phy.shape[0], offsets.shape[0]
     for j in range(1, m):
         if phy[j] < phy[j - 1]:
@@ -147,7 +148,6 @@ def entries_match(phy, hashes, diffs, begins, ends, offsets, counts, keys, store
     skipped = 0
     while skipped < m and phy[skipped] < lower:
         skipped += 1
-    seen = np.zeros(n, dtype=np.int64)
     r = 0
     k = 0
     for j in range(skipped, m):
@@ -227,7 +227,7 @@ class ColumnarIndexCheck(IndexCheck):
         diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].diff[slices[0][1] : slices[0][2]]
         begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
         ends = np.cumsum([hi - lo for _, lo, hi in slices])
-        match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower)
+        match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower, np.zeros(len(offsets), dtype=np.int64))
         if match < 0:
             return False
         if match == 1:  # the keys not in put order: compare each record's keys as a multiset
