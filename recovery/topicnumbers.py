@@ -104,10 +104,14 @@ class TopicNumbers:
         self.ids = np.empty(8, dtype=np.int64)
         self.pool = np.zeros(256, dtype=np.uint8)
         self.count = self.pool_fill = 0
-        self.known = self._tables()
+        self._publish()
 
     def _tables(self) -> tuple:
         return self.table, self.fps, self.starts, self.lens, self.ids, self.pool
+
+    def _publish(self) -> None:
+        """``known``: copies, so that ``lookup`` never reads what ``_learn`` writes."""
+        self.known = tuple(a.copy() for a in self._tables())
 
     def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray, missing_only: bool = False) -> None:
         """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf``, in walk order;
@@ -119,7 +123,7 @@ class TopicNumbers:
                 break
             self._learn(buf, int(out[r, fd.F_TOPIC_POS]), int(out[r, fd.F_TOPIC_LEN]), int(out[r, fd.F_TOPIC_FP]))
         if self.count != learned:
-            self.known = tuple(a.copy() for a in self._tables())
+            self._publish()
 
     def lookup(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
         """``topic_ids[lo:hi]`` of the topics known at the last ``number`` that learned one, -1

@@ -13,8 +13,8 @@ to zlib's CRC32), called from compiled code through ctypes; zlib's ``crc32`` is 
 from __future__ import annotations
 
 import ctypes
-import errno
 import ctypes.util
+import errno
 import mmap
 import os
 from typing import Iterator, NamedTuple
