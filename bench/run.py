@@ -202,9 +202,10 @@ def bench_store(spec, label: str, a) -> list[dict]:
             notes.append(f"target {'<=' if unit == 's' else '>='} {bound} {unit}: {'met' if ok else 'NOT met'}")
         if r["peak_rss_mb"] is not None and r["command"] != "mqtool --help (start-up)":
             notes.append(f"RSS {'<=' if r['peak_rss_mb'] <= RSS_TARGET_MB else '>'} {RSS_TARGET_MB} MB")
-        if r["command"] == "verify" and r["x_commitlog"]:
+        ratio_targets = r["command"] == "verify" and label == "1k"  # the issue sets the ratios on 1 KiB records
+        if ratio_targets and r["x_commitlog"]:
             notes.append(f"target <= 1.6 x commitlog: {'met' if r['x_commitlog'] <= 1.6 else 'NOT met'}")
-        if r["command"] == "verify" and r["x_plain"]:
+        if ratio_targets and r["x_plain"]:
             notes.append(f"target >= 2 x plain: {'met' if r['x_plain'] >= 2 else 'NOT met'}")
         print(
             f"{r['command']:50} {r['wall_s']:7.2f} {r['gb_s'] or 0:6.2f} {(r['msgs_s'] or 0) / 1e6:7.2f} "
