@@ -323,19 +323,19 @@ PREFETCH_AHEAD = 16  # slot table reads asked for this many keys ahead of their 
 
 
 @numba.njit(cache=True, nogil=True)
-def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, ent_bytes, dry):
+def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, ent, dry):
     """``buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.6) for records ``rec_from..``; resumes
     inside record ``rec_from`` at key ``key_from`` after a roll. ``slot_tbl`` is the file's slot
-    table (native int32, the values the file holds); new entries go to ``ent_bytes`` (20 bytes
-    each, big-endian, in order, the first being entry number ``hdr[H_INDEX_COUNT]`` at the call;
-    4-byte aligned: written as five words). Returns ``(rec, key, status, entries)``:
+    table (native int32, the values the file holds); new entries go to ``ent`` (uint32 words,
+    five per 20-byte entry, big-endian, in order, the first being entry number
+    ``hdr[H_INDEX_COUNT]`` at the call; the caller views the words as bytes: a kernel that makes
+    a view loads numba's array lowering, some 25 ms). Returns ``(rec, key, status, entries)``:
     ``ROLL_NEEDED`` when the file is full (call again with a new file from ``(rec, key)``),
-    ``BUFFER_FULL`` when ``ent_bytes`` is (write it out, call again), else ``BATCH_DONE``. ``dry``
+    ``BUFFER_FULL`` when ``ent`` is (write it out, call again), else ``BATCH_DONE``. ``dry``
     only counts (no slot table, no entries). The header fields are kept in locals and stored back
     on return (the compiler cannot keep array fields in registers across the entry stores). The
     slot of the key ``PREFETCH_AHEAD`` keys on is prefetched: a slot table of the default geometry
     (20 MB) is read at random, and each read waited for a cache miss."""
-    ent = ent_bytes.view(np.uint32)
     begin_ts, end_ts, begin_phy, end_phy = hdr[H_BEGIN_TS], hdr[H_END_TS], hdr[H_BEGIN_PHY], hdr[H_END_PHY]
     slot_count, count, put = hdr[H_SLOT_COUNT], hdr[H_INDEX_COUNT], hdr[H_PUT]
     slots = slot_tbl.shape[0]
@@ -466,7 +466,8 @@ class IndexWriterService:
         self.hdr: np.ndarray | None = None
         self._fd: int | None = None
         self._slots: np.ndarray | None = None  # the current file's slot table (native int32)
-        self._ent = np.empty(0 if dry else ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32).view(np.uint8)  # written as words
+        self._ent_words = np.empty(0 if dry else ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
+        self._ent = self._ent_words.view(np.uint8)
         self._final: Path | None = None
         self.written: list[Path] = []
         self.full_end_timestamp = 0  # what the broker stores as checkpoint indexMsgTimestamp
@@ -560,7 +561,7 @@ class IndexWriterService:
                 self._roll(int(store_ts[rec]))
             first = int(self.hdr[H_INDEX_COUNT])
             rec, key, status, added = index_records(
-                self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self._ent, self.dry
+                self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self._ent_words, self.dry
             )
             if added:
                 at = ixfmt.entry_position(self.hash_slot_num, first)

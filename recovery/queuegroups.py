@@ -50,6 +50,9 @@ class QueueGroups(NamedTuple):
         return self.columns.shape[1]
 
 
+_table_slots = [256]  # the queue table's size: open addressing at most half full, a small table stays in cache; doubled for good when a batch needs more
+
+
 def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
     n = fields.shape[0]
     keys = np.empty(n + 1, dtype=np.int64)
@@ -58,17 +61,20 @@ def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
     indexed = np.empty(n, dtype=np.bool_)
     columns = np.empty((len(CQ_COLUMNS), n), dtype=np.int64)
     stats = np.zeros(5, dtype=np.int64)
-    _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats)
+    while not _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats, np.full(_table_slots[0], -1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64)):
+        _table_slots[0] *= 2
     groups, queued = int(stats[S_GROUPS]), int(stats[S_QUEUED])
     return QueueGroups(keys[:groups], starts[: groups + 1], columns[:, :queued], dest, indexed, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
 
 
 @numba.njit(cache=True, nogil=True)
-def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats):
+def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats, table, counts):
+    """The batch grouped into ``keys``, ``starts``, ``dest``, ``indexed``, ``columns``, ``stats``;
+    False (nothing usable) when ``table`` (all -1, a power of two) would be half full: the
+    caller gives a larger one. ``counts``: zeros, one more than the rows. The caller allocates:
+    a kernel that makes arrays loads numba's array lowering (some 25 ms) with it."""
     n = fields.shape[0]
-    size = 256  # open addressing, doubled when half full: a batch has few queues, a small table stays in cache
-    table = np.full(size, -1, dtype=np.int64)
-    counts = np.zeros(n + 1, dtype=np.int64)
+    size = table.shape[0]
     last_key = np.int64(-1)
     last_g = -1
     groups = 0
@@ -102,13 +108,7 @@ def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats):
                     keys[g] = key
                     groups += 1
                     if 2 * groups >= size:
-                        size *= 2
-                        table = np.full(size, -1, dtype=np.int64)
-                        for h in range(groups):
-                            s = (keys[h] ^ (keys[h] >> 31)) & (size - 1)
-                            while table[s] >= 0:
-                                s = (s + 1) & (size - 1)
-                            table[s] = h
+                        return False
                     break
                 if keys[g] == key:
                     break
@@ -134,6 +134,7 @@ def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats):
     stats[S_MULTI] = multi
     stats[S_MULTI_QUEUED] = multi_queued
     stats[S_LAST_QUEUED] = last
+    return True
 
 
 def group_unpacked(keys: np.ndarray, starts: np.ndarray, dest: np.ndarray, wide: np.ndarray, narrow: np.ndarray, flags: np.ndarray, wide_cols, narrow_cols) -> QueueGroups:

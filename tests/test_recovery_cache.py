@@ -150,12 +150,15 @@ def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
     assert checked > 0
 
 
-def test_queue_groups_with_more_queues_than_the_first_table(tmp_path):
-    """A batch spread over more queues than ``group_queues``' first hash table holds (it grows):
-    the fixture's rows repeated, each copy in other queue ids (some negative), still grouped as
-    row by row."""
+def test_queue_groups_with_more_queues_than_the_first_table(tmp_path, monkeypatch):
+    """A batch spread over more queues than ``group_queues``' first hash table holds (the kernel
+    gives up and is given a larger one, kept for the next batches): the fixture's rows repeated,
+    each copy in other queue ids (some negative), still grouped as row by row."""
     from mqtool.recovery import fastdispatch as fd
+    from mqtool.recovery import queuegroups
     from mqtool.recovery.queuegroups import group_queues
+
+    monkeypatch.setattr(queuegroups, "_table_slots", [256])
 
     with Store.open(copy_store(VERSIONS[-1], "crashed-small", tmp_path)) as store:
         scanner = phase_scanner(
@@ -174,3 +177,4 @@ def test_queue_groups_with_more_queues_than_the_first_table(tmp_path):
     assert len(expected) > 256
     got = _grouped(groups)
     assert got == expected and list(got) == list(expected)
+    assert queuegroups._table_slots[0] > 2 * len(expected)
