@@ -433,15 +433,10 @@ class DispatchScanner:
     def _dispatch(self, acc: _Accumulator, seg, delay_ms) -> ScanEnd | None:
         rows = seg.rows
         lo = acc.n
-        done = 0
-        while done < rows.shape[0]:
-            acc.reserve_keys(4 * (rows.shape[0] - done) + 64)
-            done, acc.key_fill = fd.dispatch_rows(
-                seg.array, rows, done, self.options.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, delay_ms, self.options.index_enable,
-                acc.out, lo, acc.keys, acc.key_fill,
-            )
-            if done < rows.shape[0]:
-                acc.reserve_keys(acc.keys.shape[0])
+        acc.reserve_keys(4 * rows.shape[0] + 64)
+        acc.keys, acc.key_fill = fd.dispatch_all(
+            seg.array, rows, self.options.legacy_properties, delay_ms, self.options.index_enable, acc.out, lo, acc.keys, acc.key_fill
+        )
         hi = lo + rows.shape[0]
         bad = None
         fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)

@@ -269,6 +269,20 @@ def finish_keys(out, lo, hi, topic_ids, topic_state, pow31, keys):
             keys[k] = _index_hash(h)
 
 
+def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys, key_fill):
+    """``dispatch_rows`` over every row of ``rows``, the key buffer doubled whenever it stops
+    before a record whose keys may not fit; returns ``(keys, key_fill)`` (``keys`` may be a new
+    array, holding the partial hashes written so far)."""
+    done = 0
+    while True:
+        done, key_fill = dispatch_rows(buf, rows, done, legacy, SCHEDULE_TOPIC_BYTES, delay_ms, index_enable, out, out_base, keys, key_fill)
+        if done == rows.shape[0]:
+            return keys, key_fill
+        grown = np.empty(max(2 * keys.shape[0], 64), dtype=np.int64)
+        grown[:key_fill] = keys[:key_fill]
+        keys = grown
+
+
 def pow31_table(n: int = 1 << 15) -> np.ndarray:
     """``31**i mod 2**32`` for ``i < n`` (a properties value has at most 32767 UTF-16 units)."""
     table = np.empty(n, dtype=np.int64)

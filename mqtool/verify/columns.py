@@ -90,15 +90,7 @@ class ColumnBuilder:
         n = rows.shape[0]
         if not n:
             return
-        done = 0
-        while True:
-            done, self.key_fill = fd.dispatch_rows(array, rows, done, self.legacy, fd.SCHEDULE_TOPIC_BYTES, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
-            if done == n:
-                break
-            # a record's keys may not fit (``dispatch_rows`` stops before it): twice the room, and on
-            grown = np.empty(2 * self.keys.shape[0], dtype=np.int64)
-            grown[: self.key_fill] = self.keys[: self.key_fill]
-            self.keys = grown
+        self.keys, self.key_fill = fd.dispatch_all(array, rows, self.legacy, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
         self.array = array
         if number and self.numbered == self.n:
             self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)

@@ -8,9 +8,9 @@ checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown 
 (``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
 records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
 the walk is shown 2 MiB at a time), or, for a batch cut while the checks thread is idle, by that
-thread once the batch is whole. Topics are numbered
-through one table, batch after batch: on the walk as it dispatches when every batch before has
-been, else as the batch is built (the topics known by then looked up on the walk). Each whole
+thread once the batch is whole. Topics are numbered through one table, batch after batch: on the
+walk as it dispatches when every batch before has been, else as the batch is built (the topics
+known by then looked up on the walk). Each whole
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
 thread of its own while the walk goes on (``handoff.Stage``: a batch or two may wait, in
 order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
