@@ -305,3 +305,17 @@ def _from_json_value(tp: Any, value: Any) -> Any:
         (inner, _ellipsis) = typing.get_args(tp)
         return tuple(_from_json_value(inner, v) for v in value)
     return value
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What a planning command was asked (its options; ``None``: the store's own setting)."""
+
+    mode: str | None = None  # recover: "abnormal" | "normal" | None (from the abort file)
+    index_safe: bool | None = None  # messageIndexSafe (None: broker.conf's value)
+    lost_limit: int = 1000
+    full_scan: bool = False  # truncate-dirty: validate every segment, not only the broker's range
+    topic: str | None = None  # rebuild-cq
+    queue_id: int | None = None
+    respect_topic_config: bool = False
+    queues: frozenset[tuple[str, int]] | None = None  # rebuild-cq: only these (topic, queue id) (repair)

@@ -6,7 +6,8 @@ import functools
 
 from . import rebuild, recover
 from .candidates import plan_under_candidates
-from .plansteps import PlanOptions, file_crc32, last_nonzero
+from .plan import PlanOptions
+from .plansteps import file_crc32, last_nonzero
 
 
 def _under_candidates(planner):

@@ -43,18 +43,6 @@ from .rules import RecoveryRules
 DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 
 
-@dataclass(frozen=True)
-class PlanOptions:
-    mode: str | None = None  # recover: "abnormal" | "normal" | None (from the abort file)
-    index_safe: bool | None = None  # messageIndexSafe (None: broker.conf's value)
-    lost_limit: int = 1000
-    full_scan: bool = False  # truncate-dirty: validate every segment, not only the broker's range
-    topic: str | None = None  # rebuild-cq
-    queue_id: int | None = None
-    respect_topic_config: bool = False
-    queues: frozenset[tuple[str, int]] | None = None  # rebuild-cq: only these (topic, queue id) (repair)
-
-
 # ---- common pieces --------------------------------------------------------------------------
 
 

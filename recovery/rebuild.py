@@ -24,13 +24,12 @@ from .plansteps import (
     multi_dispatch,
     PhaseCounts,
     plan_inputs,
-    PlanOptions,
     queue_actions,
     queue_plan,
     store_version,
     write_action,
 )
-from .plan import Action, CheckpointPlan, DispatchPhase, Plan
+from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions
 from .queues import QueueSim
 from .rules import RecoveryRules
 from .startfile import recovery_start

@@ -47,7 +47,6 @@ from .plansteps import (
     index_plan_of,
     PhaseCounts,
     plan_inputs,
-    PlanOptions,
     queue_actions,
     queue_plan,
     rel,
@@ -57,7 +56,7 @@ from .plansteps import (
     unreadable_from_queues,
     write_action,
 )
-from .plan import Action, CheckpointPlan, DispatchPhase, Plan, QueueSeed
+from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
 from .rules import RecoveryRules
 from .startfile import abnormal_start, normal_start

@@ -35,7 +35,7 @@ from ..store import Store
 from ..store.mappedfile import OFFSET_NAME
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
-from .plansteps import PlanOptions
+from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
 from .walkedchain import WalkedChain

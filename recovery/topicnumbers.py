@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 from ..store.words import LITTLE_ENDIAN, load8
 from . import fastdispatch as fd
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
 
 
+@interpreted_as(lambda buf, p, pool, q, n: bytes(buf[p : p + n]) == bytes(pool[q : q + n]))
 @numba.njit(inline="always")
 def _same_bytes(buf, p, pool, q, n):
     """``buf[p:p + n] == pool[q:q + n]``: a topic of up to 8 bytes in one masked word (``pool``

@@ -119,7 +119,7 @@ def test_ctrl_c_before_the_apply_starts_says_nothing_changed(tmp_path, monkeypat
     def ctrl_c(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("mqtool.cli.repair.apply_plan", ctrl_c)
+    monkeypatch.setattr("mqtool.apply.executor.apply_plan", ctrl_c)
     assert error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "bk"), 130) == "mqtool: error: interrupted before anything was changed"
     assert tree(store) == before
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,7 +101,7 @@ def kernel_modules() -> list[str]:
     names = []
     for root, package in ((ROOT / "mqtool", "mqtool"), (ROOT / "recovery", "mqtool.recovery")):
         for path in sorted(root.rglob("*.py")):
-            if "jit import numba" in path.read_text(encoding="utf-8"):
+            if re.search(r"^from \.+jit import .*\bnumba\b", path.read_text(encoding="utf-8"), re.M):
                 names.append(".".join([package, *path.relative_to(root).with_suffix("").parts]))
     return names
 

@@ -23,7 +23,7 @@ from mqtool.formats import commitlog as cl
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats import index as ixfmt
 from mqtool.store import Store
-import mqtool.verify as verify_module
+import mqtool.verify.verification as verify_module
 from mqtool.verify import Verification, VerifyOptions
 from mqtool.recovery import topicnumbers
 from mqtool import handoff

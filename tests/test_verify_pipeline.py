@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from conftest import FIXTURES, manifest
-import mqtool.verify as verify_module
+import mqtool.verify.verification as verify_module
 from mqtool.formats import commitlog as cl
 from mqtool.store import Store
 from mqtool import handoff

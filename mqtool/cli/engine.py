@@ -33,6 +33,7 @@ COMPILED, PYTHON = "compiled", "python"
 ENGINES = (COMPILED, PYTHON)
 ENV = "MQTOOL_ENGINE"
 COMPILED_FROM = 8_000  # records
+INTERPRETED_BELOW = 8_000  # records: the kernels run interpreted below this (``settle_kernels``)
 SAMPLE = 32  # records read to estimate the mean record size
 
 
@@ -51,6 +52,17 @@ def forced() -> str | None:
 def engine_for(records: int) -> str:
     """The engine for a command that will decode about ``records`` records."""
     return forced() or (COMPILED if records >= COMPILED_FROM else PYTHON)
+
+
+def settle_kernels(commitlog: CommitLog) -> str:
+    """How this process runs the kernels (``mqtool.jit``), for a command about to read the whole of
+    ``commitlog``: interpreted below ``INTERPRETED_BELOW`` records (or with ``MQTOOL_ENGINE=python``),
+    compiled otherwise. Call it before the command imports a module with kernels: once one is
+    loaded, the mode is fixed. Returns the engine the kernels run on."""
+    from .. import jit
+
+    engine = forced() or (PYTHON if estimated_records(commitlog, commitlog.min_offset, None) < INTERPRETED_BELOW else COMPILED)
+    return PYTHON if engine == PYTHON and jit.interpret() else COMPILED
 
 
 def resync_window() -> int | None:

@@ -15,19 +15,16 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..apply import BackupSet, apply_plan, default_backup_dir, read_pending, restore, resume_pending
+from .. import apply as writer  # its executor (and the kernels it loads) on first use
+from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import remove_leftovers
-from ..apply.executor import hold_store_lock
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse
-from ..recovery.dispatch import DispatchCache
-from ..recovery.plan import Plan
-from ..recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover, plan_truncate_dirty
-from ..recovery import repair as rp
+from ..recovery.plan import Plan, PlanOptions
 from ..store.liveness import store_users
-from ..recovery.plansteps import unloadable_files
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
+from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
@@ -40,6 +37,28 @@ BackupDirOpt = Annotated[
     typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
+
+
+def planner():
+    """``recovery.planner``: imported once the command has settled how its kernels run (``engine.settle_kernels``)."""
+    from ..recovery import planner
+
+    return planner
+
+
+def repair_planner():
+    """``recovery.repair`` (imported as ``planner`` is)."""
+    from ..recovery import repair
+
+    return repair
+
+
+def hold_store_lock(root: Path, force: bool):
+    """``apply.executor.hold_store_lock`` (imported as ``planner`` is)."""
+    from ..apply.executor import hold_store_lock
+
+    return hold_store_lock(root, force)
+
 
 
 # ---- shared flow ------------------------------------------------------------------------------
@@ -107,7 +126,7 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     if not yes:
         raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
     note(f"finishing the interrupted apply first (backup {pending})")
-    resume_pending(root, progress=lambda m: note(f"  {m}"))
+    writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
 
 
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
@@ -122,6 +141,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store = open_store(store_path, broker_config, broker_version)
     elif read_pending(root) is not None:
         note_interrupted(root)
+    settle_kernels(store.commitlog)
+    from ..recovery.dispatch import DispatchCache
+
     cache = DispatchCache() if plan_out is None and not dry_run else None
     try:
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
@@ -144,7 +166,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
     with explain_interrupt(root, target), hold_store_lock(root, force):
-        backup = apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
+        backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
@@ -180,7 +202,7 @@ def truncate_dirty(
     """
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
     run_modifying(
-        "truncate-dirty", store, lambda s, with_crc, cache: plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
+        "truncate-dirty", store, lambda s, with_crc, cache: planner().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -211,7 +233,7 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
+        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: planner().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -220,7 +242,7 @@ def with_verify_after(store, make_plan) -> Plan:
     """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
     minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
     # release_free_heap: what the plan's dispatch freed, before verify's own working set
-    return rp.plan_with_verify_after(store, make_plan, before_verify=release_free_heap)
+    return repair_planner().plan_with_verify_after(store, make_plan, before_verify=release_free_heap)
 
 
 @guarded
@@ -255,6 +277,8 @@ def repair(
         _finish_interrupted(root, yes)
     elif read_pending(root) is not None:
         note_interrupted(root)
+    _settle_kernels_at(root, broker_config, broker_version)
+    rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
     emit_document(plan.to_dict(), fmt, render_repair)
     if dry_run:
@@ -273,8 +297,10 @@ def repair(
         if plan.files is not None:
             stages.apply("files", plan.files)
         with open_store(root, broker_config, broker_version) as opened:
+            from ..recovery.dispatch import DispatchCache
+
             cache = DispatchCache()
-            recover_plan = plan_recover(opened, cache=cache)
+            recover_plan = planner().plan_recover(opened, cache=cache)
         if not recover_plan.is_empty:
             stages.apply("recover", recover_plan, cache)
         for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
@@ -321,23 +347,36 @@ class RepairStages:
         if plan.is_empty:
             return
         directory = self.target / f"{len(self.done) + 1:02d}-{name}"
-        apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
 
-def _plan_repair(root: Path, broker_config, broker_version) -> rp.RepairPlan:
+def _settle_kernels_at(root: Path, broker_config, broker_version) -> None:
+    """``settle_kernels`` for ``repair``, which opens the store several times: on its commit log as it
+    is now (a store that does not open leaves them compiled: the plan says why it does not)."""
+    try:
+        with open_store(root, broker_config, broker_version) as opened:
+            settle_kernels(opened.commitlog)
+    except MqtoolError:
+        pass
+
+
+def _plan_repair(root: Path, broker_config, broker_version):
+    rp = repair_planner()
     file_steps, _ = rp.plan_file_fixes(root)
     try:
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
             opened.close()
+            from ..recovery.plansteps import unloadable_files
+
             unloadable_files(opened)  # raises: the file fixes come first, the broker would not load the store before them
     except BadInput as exc:
         if not file_steps:
             raise
         return rp.plan_repair(None, root, None, None, None, recover_error=str(exc))
     with opened:
-        recover_plan = plan_recover(opened)
+        recover_plan = planner().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
         last = run.commitlog.last_timestamp if run.commitlog else None
         return rp.plan_repair(opened, root, recover_plan, findings, last)
@@ -367,7 +406,7 @@ def rebuild_cq(
     opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
 
     def make_plan(s, with_crc, cache):
-        plan = plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
+        plan = planner().plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
         if (topic is not None or queue is not None) and not plan.queues:
             which = " ".join(x for x in (f"topic {topic}" if topic is not None else "", f"queue {queue}" if queue is not None else "") if x)
             note(f"no record of {which} in the commit log and no such consume queue: nothing to rebuild (`mqtool info` lists the topics and queues)")
@@ -398,7 +437,7 @@ def rebuild_index(
       mqtool rebuild-index /data/rocketmq/store --yes
     """
     run_modifying(
-        "rebuild-index", store, lambda s, with_crc, cache: plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
+        "rebuild-index", store, lambda s, with_crc, cache: planner().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -443,7 +482,7 @@ def apply(
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
     with explain_interrupt(root, target), hold_store_lock(root, force):
-        apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
+        writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
     note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
 

@@ -23,6 +23,7 @@ import typer
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..records import MESSAGE_FIELDS, BodyEncoding
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
+from .engine import settle_kernels
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress
 
@@ -103,6 +104,7 @@ def salvage(
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     with open_store(store_path, broker_config, broker_version) as store:
+        settle_kernels(store.commitlog)
         writer = None
         if to_store is not None:
             from ..apply.salvage_store import SalvageStoreWriter, check_target

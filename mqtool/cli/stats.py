@@ -14,6 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .engine import settle_kernels
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress, written_end
 
@@ -44,9 +45,10 @@ def stats(
 
     Example: mqtool stats /data/rocketmq/store --topic TopicTest --by hour
     """
-    from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
-
     with open_store(store, broker_config, broker_version) as s:
+        settle_kernels(s.commitlog)
+        from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
+
         start, stop = s.commitlog.min_offset, written_end(s.commitlog)
         with ByteProgress(start, stop, enabled=progress, desc="stats") as bar:
             result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance)

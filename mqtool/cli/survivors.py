@@ -18,8 +18,11 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_rows, kv_table
 from .progress import ByteProgress
+
+ID_KINDS = ("uniq-key", "msg-id", "key")  # ``scan.survivors.IdKind``'s values (tests hold them equal)
 
 
 def read_ids(source: str, column: str | None) -> list[str]:
@@ -139,20 +142,18 @@ def survivors(
 
     Example: mqtool survivors /data/rocketmq/store sent-ids.txt --format jsonl
     """
-    from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
-
-    kind = None
-    if by is not None:
-        try:
-            kind = IdKind(by)
-        except ValueError:
-            raise UsageError(f"--by {by!r}: choose uniq-key, msg-id or key") from None
+    if by is not None and by not in ID_KINDS:
+        raise UsageError(f"--by {by!r}: choose uniq-key, msg-id or key")
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     ids = read_ids(ids_file, column)
     if not ids:
         raise BadInput(f"{ids_file}: no ids")
     with open_store(store_path, broker_config, broker_version) as store:
+        settle_kernels(store.commitlog)
+        from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
+
+        kind = IdKind(by) if by is not None else None
         if kind is None:
             kind = detect_kind(ids, store)
             note(f"ids read as {kind.value} (--by to say otherwise)")

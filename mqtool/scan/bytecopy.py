@@ -15,17 +15,18 @@ module, touch ``kernels.py`` and ``text.py`` (whose kernels inline these) or the
 
 from __future__ import annotations
 
-from ..jit import numba
-from llvmlite import ir
-from numba import types
-from numba.extending import intrinsic
+import ctypes
+import sys
 
+from ..jit import interpreted_as, intrinsic, numba
 from ..store.words import array_address, load_u64
 
 
-@intrinsic
+@intrinsic(python=lambda dst, src, n: ctypes.memmove(int(dst), int(src), int(n)) and None)
 def _memcpy(typingctx, dst, src, n):
     """``llvm.memcpy(dst, src, n)`` on raw addresses."""
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         d, s, length = args
@@ -40,6 +41,15 @@ def _memcpy(typingctx, dst, src, n):
 SHORT = 32  # spans up to this long are moved by an inline byte loop, longer ones by memcpy
 
 
+def _copy_slice(out, k, buf, s, n):
+    """``copy_bytes`` and ``copy_words`` as one slice assignment (interpreted kernels)."""
+    if n <= 0:
+        return k
+    out[k : k + n] = buf[s : s + n]
+    return k + n
+
+
+@interpreted_as(_copy_slice)
 @numba.njit(inline="always")
 def copy_bytes(out, k, buf, s, n):
     """``out[k:k+n] = buf[s:s+n]`` (uint8 arrays, ``n >= 0``, spans not overlapping); returns ``k + n``."""
@@ -52,9 +62,11 @@ def copy_bytes(out, k, buf, s, n):
     return k + n
 
 
-@intrinsic
+@intrinsic(python=lambda addr, value: ctypes.memmove(int(addr), int(value).to_bytes(8, sys.byteorder), 8) and None)
 def _store_u64(typingctx, addr, value):
     """Store a uint64 at a raw address (native byte order, no alignment needed)."""
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         builder.store(args[1], builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
@@ -67,6 +79,7 @@ WORD_LOOP = 64  # longer spans go to ``memcpy``
 WORD_SLACK = 8  # bytes past the end of a span ``copy_words`` may write (and read, when the source has them)
 
 
+@interpreted_as(_copy_slice)
 @numba.njit(inline="always")
 def copy_words(out, k, buf, s, n):
     """``out[k:k+n] = buf[s:s+n]`` eight bytes at a time, for many short spans copied one after the

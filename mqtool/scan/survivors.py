@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -76,6 +76,17 @@ def detect_kind(ids: list[str], store: Store) -> IdKind:
     raise UsageError(f"{inside} of {len(ids)} hex ids look like offsetMsgIds and the rest like UNIQ_KEYs: say which with --by uniq-key|msg-id")
 
 
+def _fnv1a64_numpy(offsets, data, first):
+    """``fnv1a64`` a character position at a time over every string (interpreted kernels)."""
+    starts, lengths = offsets[:-1].astype(np.int64) - first, np.diff(offsets).astype(np.int64)
+    out = np.full(lengths.shape[0], 0xCBF29CE484222325, dtype=np.uint64)
+    for k in range(int(lengths.max(initial=0))):
+        live = np.flatnonzero(lengths > k)
+        out[live] = (out[live] ^ data[starts[live] + k].astype(np.uint64)) * np.uint64(0x100000001B3)
+    return out
+
+
+@interpreted_as(_fnv1a64_numpy)
 @numba.njit(cache=True, nogil=True)
 def fnv1a64(offsets, data, first):
     """64-bit FNV-1a of each string of an Arrow string array (``offsets`` from ``first``)."""

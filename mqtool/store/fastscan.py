@@ -17,13 +17,16 @@ import ctypes.util
 import errno
 import mmap
 import os
+import re
 from typing import Iterator, NamedTuple
 
-from ..jit import numba
+import zlib
+
+from ..jit import external, interpreted, interpreted_as, numba
 import numpy as np
-from llvmlite import binding as llvm_binding
 
 from ..formats import commitlog as fmt
+from ..formats.errors import FormatError, LengthMismatch, TruncatedRecord
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .mappedfile import MappedFile
 from .words import be32, be64, signed32
@@ -71,7 +74,7 @@ COL_POS, COL_SIZE, COL_BODY, COL_BODY_LEN, COL_TOPIC, COL_PROPS, COL_CRC_OK = ra
 N_COLS = 7
 
 
-def _crc_symbol() -> tuple[str, int]:
+def _crc_symbol() -> str:
     """Address of ISA-L's CRC32 if the ``isal`` extension exports it, else zlib's (same result).
 
     The symbol is registered with LLVM under a fixed name so compiled code links to it by
@@ -85,14 +88,55 @@ def _crc_symbol() -> tuple[str, int]:
     except (ImportError, OSError, AttributeError):
         fn = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1").crc32
         name = "zlib"
+    from llvmlite import binding as llvm_binding
+
     llvm_binding.add_symbol("mqtool_crc32", ctypes.cast(fn, ctypes.c_void_p).value)
     return name
 
 
-CRC_IMPLEMENTATION = _crc_symbol()
-_crc32 = numba.types.ExternalFunction("mqtool_crc32", numba.types.uint32(numba.types.uint32, numba.types.voidptr, numba.types.uint32))
+def _crc32_at(crc: int, address: int, length: int) -> int:
+    """``mqtool_crc32`` for interpreted kernels: zlib's CRC32 of ``length`` bytes at ``address``."""
+    return zlib.crc32(ctypes.string_at(int(address), int(length)), int(crc))
 
 
+CRC_IMPLEMENTATION = "zlib" if interpreted() else _crc_symbol()
+_crc32 = external("mqtool_crc32", lambda types: types.uint32(types.uint32, types.voidptr, types.uint32), python=_crc32_at)
+
+
+def _walk_decoded(buf, pos, stop, check_crc, stop_on_crc, out):
+    """``walk_segment`` on the schema's decoder (``formats.commitlog.decode_record`` makes the same
+    checks in the same order) and zlib's CRC, for interpreted kernels."""
+    end, count, capacity = buf.shape[0], 0, out.shape[0]
+    while True:
+        if pos >= stop:
+            return count, pos, END_LIMIT, 0
+        if pos >= end:
+            return count, pos, END_SEGMENT, 0
+        if count >= capacity:
+            return count, pos, END_CAPACITY, 0
+        try:
+            record = fmt.decode_record(buf, pos, 0, end)
+        except FormatError as exc:
+            if not buf[pos : pos + 8].any():
+                return count, pos, END_ZEROS, 0
+            if isinstance(exc, LengthMismatch):
+                return count, pos, END_LENGTH_MISMATCH, exc.total_size
+            return count, pos, END_TRUNCATED if isinstance(exc, TruncatedRecord) else END_CORRUPT, 0
+        if record.magic_code == fmt.BLANK_MAGIC:
+            return count, pos, OK_BLANK, record.total_size
+        crc_ok = -1
+        if check_crc:
+            crc_ok = 1 if record.crc_ok() else 0
+            if not crc_ok and stop_on_crc:
+                return count, pos, END_CRC, record.total_size
+        body = pos + fmt.header_size(record.sys_flag)
+        topic = body + max(record.body_length, 0) + (TOPIC_LEN_V2 if record.magic_code == fmt.MESSAGE_MAGIC_V2 else TOPIC_LEN_V1)
+        out[count] = (pos, record.total_size, body, record.body_length, topic, topic + record.topic_length + PROPS_LEN, crc_ok)
+        count += 1
+        pos += record.total_size
+
+
+@interpreted_as(_walk_decoded)
 @numba.njit(cache=True, nogil=True)
 def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
     """Walk records from ``pos`` while ``pos < stop``; fill ``out`` rows for valid records.
@@ -191,6 +235,18 @@ def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
         pos = props_end
 
 
+def _gather_be_numpy(buf, positions, delta, width, signed):
+    """``gather_be`` by whole-array operations (interpreted kernels)."""
+    at = np.asarray(positions, dtype=np.int64) + delta
+    result = np.zeros(at.shape[0], dtype=np.int64)
+    for j in range(width):
+        result = (result << 8) | buf[at + j]
+    if signed and width < 8:
+        result = np.where(result >= (1 << (8 * width - 1)), result - (1 << (8 * width)), result)
+    return result
+
+
+@interpreted_as(_gather_be_numpy)
 @numba.njit(cache=True, nogil=True)
 def gather_be(buf, positions, delta, width, signed):
     """Big-endian integers of ``width`` bytes at ``positions + delta`` (one column)."""
@@ -336,6 +392,26 @@ def chain_holds(buf, p, base, chain, scratch):
     return True
 
 
+_MAGICS = re.compile(rb"\xda\xa3\x20[\xa7\xab]|" + re.escape(MAGIC_BLANK.to_bytes(4, "big")))  # V1, V2 and the blank's
+
+
+def _find_record_start_re(buf, start, stop, base, chain, scratch):
+    """``find_record_start`` with the magic codes found by a regular expression (interpreted kernels)."""
+    end = buf.shape[0]
+    limit = min(stop, end - 8 + 1)
+    for found in _MAGICS.finditer(buf, start + 4, max(limit + 7, start + 4)):
+        p = found.start() - 4
+        if p >= limit:
+            break
+        if buf[p + 4] == 0xDA:
+            if chain_holds(buf, p, base, chain, scratch):
+                return p
+        elif signed32(be32(buf, p)) == end - p:
+            return p
+    return -1
+
+
+@interpreted_as(_find_record_start_re)
 @numba.njit(cache=True, nogil=True)
 def find_record_start(buf, start, stop, base, chain, scratch):
     """The first position in ``[start, stop)`` where the commit log can be resumed after damage:
@@ -358,6 +434,12 @@ def find_record_start(buf, start, stop, base, chain, scratch):
     return -1
 
 
+def _nonzero_numpy(buf, start, stop, last):
+    found = np.flatnonzero(buf[start:stop])
+    return -1 if not found.size else start + int(found[-1 if last else 0])
+
+
+@interpreted_as(lambda buf, start, stop: _nonzero_numpy(buf, start, stop, False))
 @numba.njit(cache=True, nogil=True)
 def _first_nonzero_in(buf, start, stop):
     for p in range(start, stop):
@@ -366,6 +448,7 @@ def _first_nonzero_in(buf, start, stop):
     return -1
 
 
+@interpreted_as(lambda buf, start, stop: _nonzero_numpy(buf, start, stop, True))
 @numba.njit(cache=True, nogil=True)
 def _last_nonzero_in(buf, start, stop):
     for p in range(stop - 1, start - 1, -1):

@@ -13,7 +13,9 @@ Tests hold them equal to ``formats.hashing.java_string_hash`` and
 
 from __future__ import annotations
 
-from ..jit import numba
+import struct
+
+from ..jit import interpreted_as, numba
 import numpy as np
 
 M32 = np.int64(0xFFFFFFFF)
@@ -24,6 +26,25 @@ def _cont(buf, i, end):
     return i < end and (buf[i] & 0xC0) == 0x80
 
 
+_UNIT = struct.Struct(">H")
+
+
+def _java_hash_utf8_python(buf, start, end, h):
+    """``java_hash_utf8`` on Python's strict UTF-8 decoder, which refuses what the kernel refuses
+    (interpreted kernels)."""
+    raw, ok = bytes(buf[start:end]), True
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text, ok = raw[: exc.start].decode("utf-8"), False
+    units = text.encode("utf-16-be", "surrogatepass")
+    h = int(h)
+    for (unit,) in _UNIT.iter_unpack(units):
+        h = (h * 31 + unit) & 0xFFFFFFFF
+    return h, len(units) // 2, ok
+
+
+@interpreted_as(_java_hash_utf8_python)
 @numba.njit(cache=True, nogil=True)
 def java_hash_utf8(buf, start, end, h):
     """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code

@@ -16,20 +16,21 @@ module, touch the modules whose kernels inline these (``mqtool/store/fastscan.py
 
 from __future__ import annotations
 
+import ctypes
+import re
+import struct
 import sys
 
-from ..jit import numba
+from ..jit import interpreted, interpreted_as, intrinsic, numba
 import numpy as np
-from llvmlite import ir
-from numba import types
-from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import intrinsic
 
 
-@intrinsic
+@intrinsic(python=lambda addr: np.uint64(int.from_bytes(ctypes.string_at(int(addr), 8), sys.byteorder)))
 def load_u64(typingctx, addr):
     """The 8 bytes at a raw address as a uint64 (native byte order, no alignment needed): numba
     does not combine single byte loads into one."""
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()), align=1)
@@ -37,9 +38,11 @@ def load_u64(typingctx, addr):
     return types.uint64(types.uintp), codegen
 
 
-@intrinsic
+@intrinsic(python=lambda array: array.ctypes.data)
 def array_address(typingctx, array):
     """The address of an array's first element (``array.ctypes.data`` without the ctypes view)."""
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
@@ -48,10 +51,12 @@ def array_address(typingctx, array):
     return types.uintp(array), codegen
 
 
-@intrinsic
+@intrinsic(python=lambda array, index: None)
 def prefetch(typingctx, array, index):
     """Ask the CPU to bring ``array[index]`` into its caches for a write (``llvm.prefetch``, high
     locality); never faults, whatever the index."""
+    from llvmlite import ir
+    from numba import types
 
     def codegen(context, builder, signature, args):
         data = context.make_array(signature.args[0])(context, builder, args[0]).data
@@ -63,6 +68,21 @@ def prefetch(typingctx, array, index):
     return types.void(array, types.intp), codegen
 
 
+if interpreted():
+
+    def trailing_zeros(x):
+        """The count of trailing zero bits of a non-zero integer."""
+        x = int(x)
+        return (x & -x).bit_length() - 1
+
+else:
+    from numba.cpython.unsafe.numbers import trailing_zeros
+
+
+_BE32, _BE64, _WORD = struct.Struct(">I"), struct.Struct(">q"), struct.Struct("=Q")  # interpreted forms: one C call, not eight numpy scalars
+
+
+@interpreted_as(lambda buf, p: _BE32.unpack_from(buf, p)[0])
 @numba.njit(inline="always")
 def be32(buf, p):
     """The 4 bytes at ``buf[p]`` as an unsigned big-endian integer (an int64)."""
@@ -75,6 +95,7 @@ def signed32(v):
     return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
 
 
+@interpreted_as(lambda buf, p: _BE64.unpack_from(buf, p)[0])
 @numba.njit(inline="always")
 def be64(buf, p):
     """The 8 bytes at ``buf[p]`` as a signed big-endian integer (Java's ``long``); unrolled in two
@@ -99,6 +120,7 @@ def be_signed(buf, p, width):
     return v
 
 
+@interpreted_as(lambda buf, p: np.uint64(_WORD.unpack_from(buf, p)[0]))
 @numba.njit(inline="always")
 def load8(buf, p):
     """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""
@@ -122,6 +144,19 @@ def has_byte(x, b):
     return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
 
 
+_BELOW: dict[int, re.Pattern] = {}
+
+
+def _find_byte_below_re(buf, p, end, n):
+    """``find_byte_below`` as a regular expression search (interpreted kernels)."""
+    pattern = _BELOW.get(n)
+    if pattern is None:
+        pattern = _BELOW[n] = re.compile(rb"[\x00-" + re.escape(bytes([n - 1])) + rb"]")
+    found = pattern.search(buf, int(p), int(end))
+    return end if found is None else found.start()
+
+
+@interpreted_as(_find_byte_below_re)
 @numba.njit(inline="always")
 def find_byte_below(buf, p, end, n):
     """The first position in ``[p, end)`` whose byte is below ``n`` (``n <= 128``), else ``end``: a

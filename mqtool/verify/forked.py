@@ -31,7 +31,8 @@ from .findings import Finding, replay_spilled
 from .segments import warm_up
 
 if TYPE_CHECKING:
-    from . import CrossCheckOutcome, Verification
+    from .crosscheck import CrossCheckOutcome
+    from .verification import Verification
 
 CHUNK = 4096  # findings per pickled chunk
 

@@ -18,7 +18,7 @@ import os
 from collections import Counter
 from typing import Iterator
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import index as ixfmt
@@ -70,6 +70,18 @@ def check_chains(hashes, prevs, first_number, last_seen, slot_num):
     return bad, first_bad, negative, heads
 
 
+def _index_hashes_python(units, starts, ends, prefixes, out):
+    """``index_hashes`` on Python integers (interpreted kernels: numpy scalars are slower)."""
+    codes = units.tolist()
+    for i, (start, end, h) in enumerate(zip(starts.tolist(), ends.tolist(), prefixes.tolist())):
+        for unit in codes[start:end]:
+            h = (31 * h + unit) & 0xFFFFFFFF
+        if h >= 0x80000000:
+            h = (1 << 32) - h
+        out[i] = 0 if h > 0x7FFFFFFF else h
+
+
+@interpreted_as(_index_hashes_python)
 @numba.njit(cache=True, nogil=True)
 def index_hashes(units, starts, ends, prefixes, out):
     """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of

@@ -23,7 +23,7 @@ import struct
 import tempfile
 from dataclasses import dataclass, field
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as clfmt
@@ -124,6 +124,19 @@ def store_timestamp_at(array: np.ndarray, pos: int) -> int:
     return _I64.unpack_from(array, pos + _STORE_TS_POS[born_v6])[0]
 
 
+def _row_flags_numpy(buf, rows, base, flags):
+    """``row_flags`` by whole-array operations (interpreted kernels)."""
+    pos = rows[:, fs.COL_POS]
+    found = (rows[:, fs.COL_CRC_OK] == 0).astype(np.int8)
+    found |= np.int8(2) * (fs.gather_be(buf, pos, fs.POS_PHYS_OFFSET, 8, True) != pos + base)
+    tail = pos + rows[:, fs.COL_SIZE] - PROP_CRC_LEN
+    fits = np.flatnonzero(tail >= rows[:, fs.COL_PROPS])
+    found[fits] |= np.int8(4) * (fs.gather_be(buf, tail[fits], 0, 8, True) == _PROP_CRC_TAG)
+    flags[:] = found
+    return int(np.count_nonzero(found))
+
+
+@interpreted_as(_row_flags_numpy)
 @numba.njit(cache=True, nogil=True)
 def row_flags(buf, rows, base, flags):
     """Per valid record, what ``check_rows`` looks at (one pass, no per-call set-up): bit 1 body

@@ -44,7 +44,7 @@ from .findings import Finding, replay_spilled
 from .segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
-    from . import Verification
+    from .verification import Verification
 
 _BEGIN = object()  # the checks' first work: made, and their findings before any record (``CrossChecks.begin``)
 CHUNK = 4096  # findings per pickled chunk
@@ -61,7 +61,7 @@ class SharedWalk(ChainReader):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
-        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.engine == "columnar")
+        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.columnar)
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0

@@ -1,0 +1,221 @@
+"""One verification run over an opened store (``Verification``): the checks of ``mqtool.verify``
+in order, the cross-checks on the commit log check's walk where they can."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Generator, Iterator
+
+from ..handoff import usable_cpus
+from ..jit import interpreted
+from ..store import Store
+from ..store import fastscan as fs
+from ..store.layout import unchecked_parts
+from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
+from .commitlog import CommitLogCheck, CommitLogResult
+from .crosscheck import CrossCheckOutcome, CrossChecks
+from .dledger import DLedgerLogCheck
+from .findings import Finding, Summary
+from .lmq import lmq_findings, lmq_queue_dirs
+from .logstream import LogStream
+from .segments import store_timestamp_at
+from .state import abort_findings, checkpoint_findings, config_findings
+
+SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can
+
+
+class Verification:
+    """One verification run over an opened store."""
+
+    def __init__(self, store: Store, options: VerifyOptions = VerifyOptions(), progress: Progress | None = None):
+        self.store = store
+        self.options = options
+        self.progress = progress
+        self.summary = Summary(
+            store=str(store.root) if store.root is not None else str(store.commitlog.segments[0].path.parent) if store.commitlog.segments else None,
+            version=str(store.version_guess),
+            checks=tuple(c for c in CHECKS if c in options.checks),
+        )
+        self.commitlog: CommitLogResult | None = None
+        self.summary.notes.extend(unchecked_parts(store.root))
+        self.cross_checks: list = []  # the cq and index checks of the last run
+        self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
+        self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
+        self.cross_checks_threaded = False  # and in threads beside it
+        self._broker_start: int | None = None
+        # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
+        self.walked: dict | None = None
+
+    def broker_start(self) -> int:
+        """Where the broker's start-up recovery scans from (``recovery.startfile``): damage before
+        it does not end the log the broker serves. The first segment when the version is unknown."""
+        if self._broker_start is None:
+            store = self.store
+            self._broker_start = store.commitlog.min_offset
+            if store.version is not None and store.root is not None:
+                from ..recovery.rules import RecoveryRules
+                from ..recovery.startfile import recovery_start
+
+                self._broker_start = recovery_start(store, RecoveryRules(store.version)).offset
+        return self._broker_start
+
+    def _stage(self, name: str, total: int):
+        if self.progress is None:
+            return None
+        return lambda delta: self.progress(name, delta, total)
+
+    def findings(self) -> Iterator[Finding]:
+        started = time.perf_counter()
+        try:
+            for finding in self._run():
+                self.summary.count(finding)
+                yield finding
+        finally:
+            self.summary.elapsed_s = time.perf_counter() - started
+
+    def _run(self) -> Iterator[Finding]:
+        opts, store = self.options, self.store
+        start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
+        stop = opts.to_offset
+        cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
+        whole = bool(cross) and opts.from_offset is None and stop is None
+        shared = None
+        if whole and SHARE_WALK and not store.is_dledger:
+            # the cross-checks on the commit log check's own walk (one walk), in two threads beside
+            # it where a second CPU is free (``sharedwalk.py``): faster than any split into
+            # processes, whatever ``jobs`` (the cross-checks' own work is the longer part); with
+            # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard
+            from .sharedwalk import SharedWalk
+
+            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1 and not interpreted())
+        forked = None
+        if shared is None and whole and "commitlog" in opts.checks and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
+            from .forked import ForkedCrossCheck
+
+            forked = ForkedCrossCheck(self, cross, start)
+        try:
+            yield from self._checks(start, stop, cross, forked, shared)
+        finally:
+            if forked is not None:
+                forked.close()
+            if shared is not None:
+                shared.close()
+
+    def _checks(self, start: int, stop: int | None, cross: list[str], forked, shared) -> Iterator[Finding]:
+        opts, store, summary = self.options, self.store, self.summary
+        last_timestamp = None
+        records = 0
+        logical_end = None
+        heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
+        if heard or shared is not None:
+            log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
+            # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
+            # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both);
+            # a shared walk is one walk, in this process (a pool's segments are not shown to it)
+            jobs = 1 if shared is not None else opts.jobs - 1 if forked is not None else opts.jobs
+            extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
+            check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going and heard, **extra)
+            check.progress = self._stage("commitlog" if heard else "cross-check", check.total_bytes)
+            if not heard:
+                for _ in check.run():  # its findings not asked for
+                    pass
+                logical_end = check.result.logical_end
+            else:
+                yield from check.run()
+                result = self.commitlog = check.result
+                summary.records, summary.bytes, summary.segments = result.records, result.bytes, result.segments
+                summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
+                summary.notes.extend(check.notes)
+                last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
+        if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
+            start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
+        if cross:
+            ahead = forked.result(logical_end, self._stage("cross-check", max(logical_end - start, 0))) if forked is not None else None
+            self.cross_checks_forked = ahead is not None
+            if shared is not None:
+                ahead = shared.result(logical_end)
+                self.cross_checks_shared = ahead is not None
+                self.cross_checks_threaded = ahead is not None and shared.threaded
+                if ahead is None:
+                    shared.close()
+                else:
+                    self.cross_checks = shared.checks.checks
+            if ahead is not None:
+                try:
+                    outcome = yield from ahead.replay()
+                finally:
+                    if shared is not None:
+                        shared.close()
+            else:
+                outcome = yield from self._cross_check(cross, start, stop, logical_end)
+            self._take(outcome)
+            if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
+                line = yield from lmq_findings(store, start, stop)
+                if line:
+                    summary.notes.append(line)
+            if "cq" in cross and store.batch_consume_queues:
+                from .batchqueue import batch_queue_findings
+
+                line = yield from batch_queue_findings(store, start, stop)
+                summary.notes.append(line)
+            if last_timestamp is None:
+                last_timestamp, records = outcome.last_timestamp, outcome.records
+            if summary.logical_end is None and outcome.end is not None:
+                summary.logical_end, summary.end_reason = outcome.end.offset, outcome.end.reason
+            if "commitlog" not in opts.checks:
+                summary.records = outcome.records
+                summary.bytes = max((outcome.end.offset if outcome.end else start) - start, 0)
+        elif store.root is None and any(c in opts.checks for c in CROSS_CHECKS):
+            summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
+        if "checkpoint" in opts.checks and store.root is not None:
+            if last_timestamp is None:
+                last_timestamp, records = self._last_timestamp()
+            yield from checkpoint_findings(store, last_timestamp, records)
+            yield from abort_findings(store)
+            yield from config_findings(store)
+        if "timer" in opts.checks and store.root is not None:
+            from .timer import timer_findings
+
+            line = yield from timer_findings(store)
+            if line:
+                summary.notes.append(line)
+
+    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None, progress=None) -> Generator[Finding, None, CrossCheckOutcome]:
+        """The cq and index checks over one stream of the valid records (``LogStream``);
+        ``logical_end``: the commit log check's, when it ran first (else the end of the files)."""
+        store = self.store
+        stream = LogStream(store, start, stop, unread_before=None if store.is_dledger else self.broker_start)
+        end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
+        total = (stop if stop is not None else end_guess) - start
+        stream.progress = progress or self._stage("cross-check", max(total, 0))
+        cross_checks = CrossChecks(store, cross, start, stop, end_guess, self.options.columnar)
+        self.cross_checks = cross_checks.checks
+        yield from cross_checks.begin()
+        for batch in stream.walk():
+            yield from cross_checks.feed(batch)
+        outcome = CrossCheckOutcome(records=stream.records, end=stream.end)
+        end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
+        return (yield from cross_checks.finish(end, outcome))
+
+    def _take(self, outcome: CrossCheckOutcome) -> None:
+        summary = self.summary
+        summary.notes.extend(outcome.notes)
+        if outcome.consume_queues is not None:
+            summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
+        if outcome.index_files is not None:
+            summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
+
+    def _last_timestamp(self) -> tuple[int | None, int]:
+        """Store time of the last valid record, from a walk of the last three segments."""
+        segments = self.store.commitlog.segments
+        if not segments:
+            return None, 0
+        start = segments[max(0, len(segments) - 3)].base_offset
+        scan = fs.FastScan(self.store.commitlog, start, check_crc=False, stop_on_crc=False, release_behind=True)
+        last = None
+        records = 0
+        for batch in scan:
+            records += len(batch.rows)
+            last = store_timestamp_at(batch.array, int(batch.rows[-1, fs.COL_POS]))
+        return last, records

@@ -1,0 +1,262 @@
+"""The kernels interpreted (``mqtool.jit.interpret``) give what they give compiled.
+
+Interpreted, a kernel runs as the Python it is written in, or as its ``interpreted_as`` form
+(the same result by whole-array numpy, ``struct`` or ``re`` operations). Held here:
+
+1. every ``interpreted_as`` form equals its compiled kernel, on every fixture segment's bytes and
+   on damaged copies (this process runs the kernels compiled: ``conftest.py`` settles it);
+2. every command a small store runs interpreted prints the same both ways, on every fixture store
+   and on damaged copies: a fresh process in interpreted mode against this one;
+3. a small store's commands load no numba; ``MQTOOL_ENGINE`` forces either engine.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import FIXTURES, manifest, store_path
+from mqtool import jit
+from mqtool.cli import app
+from mqtool.cli import engine
+from mqtool.store import fastscan as fs
+
+for _module in ("recovery.topicnumbers", "scan.bytecopy", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
+    importlib.import_module(f"mqtool.{_module}")  # their kernels' interpreted forms register as they load
+
+STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
+CLEAN = store_path("4.9.7", "clean-small")
+TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
+DAMAGES = ("crc", "zeros", "length", "magic", "garbage")  # one each in a copy of CLEAN's first segment
+
+
+def damaged(data: bytes, name: str) -> bytearray:
+    out = bytearray(data)
+    if name == "crc":
+        out[2000] ^= 0xFF  # a body byte
+    elif name == "zeros":
+        out[4096:8192] = bytes(4096)
+    elif name == "length":
+        out[1164:1168] = (999).to_bytes(4, "big")  # a TOTALSIZE
+    elif name == "magic":
+        out[1168:1172] = b"\x12\x34\x56\x78"
+    else:
+        out[30000:40240] = bytes(range(256)) * 40  # the walk resynchronises after it
+    return out
+
+
+def segment_arrays() -> list[np.ndarray]:
+    """Every fixture commit log segment, and damaged copies of CLEAN's first one."""
+    arrays = [np.fromfile(p, dtype=np.uint8) for store in STORES for p in sorted((store / "commitlog").glob("*"))]
+    first = (CLEAN / "commitlog" / "00000000000000000000").read_bytes()
+    return arrays + [np.frombuffer(bytes(damaged(first, name)), dtype=np.uint8) for name in DAMAGES]
+
+
+ARRAYS = segment_arrays()
+FORMS = dict(jit.interpreted_forms)  # kernel name -> (compiled kernel, interpreted form)
+TESTED: set[str] = set()
+
+
+def pair(name: str):
+    TESTED.add(name)
+    return FORMS[name]
+
+
+def walks(walk, array, out, check_crc, stop_on_crc, starts):
+    """Everything ``walk`` returns from each start, called again after each full ``out``."""
+    results = []
+    for pos in starts:
+        while True:
+            count, pos, code, detail = walk(array, pos, array.shape[0], check_crc, stop_on_crc, out)
+            results.append((int(count), int(pos), int(code), int(detail), out[:count].tolist()))
+            if code != fs.END_CAPACITY:
+                break
+    return results
+
+
+@pytest.mark.parametrize("index", range(len(ARRAYS)))
+def test_the_decoded_walk_is_the_compiled_walk(index: int):
+    compiled, python = pair("mqtool.store.fastscan.walk_segment")
+    array = ARRAYS[index]
+    starts = [0, 1, 4096, 12345, array.shape[0] - 3]
+    for check_crc, stop_on_crc in ((True, False), (True, True), (False, False)):
+        out = np.empty((97, fs.N_COLS), dtype=np.int64)  # small: the capacity stop too
+        assert walks(python, array, out, check_crc, stop_on_crc, starts) == walks(compiled, array, out, check_crc, stop_on_crc, starts)
+
+
+@pytest.mark.parametrize("index", range(len(ARRAYS)))
+def test_the_searches_and_row_checks_are_the_compiled_ones(index):
+    array = ARRAYS[index]
+    scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
+    compiled, python = pair("mqtool.store.fastscan.find_record_start")
+    for start in (1, 100, 5000, array.shape[0] // 2):
+        for chain in (1, 3):
+            assert python(array, start, array.shape[0], 0, chain, scratch) == compiled(array, start, array.shape[0], 0, chain, scratch)
+    for name in ("_first_nonzero_in", "_last_nonzero_in"):
+        compiled, python = pair(f"mqtool.store.fastscan.{name}")
+        for start, stop in ((0, array.shape[0]), (7, 4097), (array.shape[0] - 100, array.shape[0]), (50, 50)):
+            assert python(array, start, stop) == compiled(array, start, stop)
+    out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+    count = fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]
+    rows = out[:count]
+    compiled, python = pair("mqtool.verify.segments.row_flags")
+    flags = [np.empty(count, dtype=np.int8) for _ in range(2)]
+    assert python(array, rows, 7, flags[0]) == compiled(array, rows, 7, flags[1]) and flags[0].tolist() == flags[1].tolist()
+    assert python(array, rows, 0, flags[0]) == compiled(array, rows, 0, flags[1]) and flags[0].tolist() == flags[1].tolist()
+    compiled, python = pair("mqtool.store.fastscan.gather_be")
+    positions = np.random.default_rng(index).integers(0, array.shape[0] - 8, 500)
+    for width in range(1, 9):
+        for signed in (True, False):
+            assert python(array, positions, 0, width, signed).tolist() == compiled(array, positions, 0, width, signed).tolist()
+
+
+def test_the_word_readers_are_the_compiled_ones():
+    rng = random.Random(7)
+    array = ARRAYS[0]
+    pool = np.concatenate([array[:64], array[:64]])
+    forms = {name: pair(f"mqtool.store.words.{name}") for name in ("be32", "be64", "load8", "find_byte_below")}
+    same_bytes = pair("mqtool.recovery.topicnumbers._same_bytes")
+    for _ in range(2000):
+        p = rng.randrange(0, array.shape[0] - 16)
+        for name in ("be32", "be64", "load8"):
+            compiled, python = forms[name]
+            assert int(python(array, p)) == int(compiled(array, p))
+        compiled, python = forms["find_byte_below"]
+        end = min(array.shape[0], p + rng.randrange(0, 300))
+        for n in (1, 2, 3, 32, 128):
+            assert python(array, p, end, n) == compiled(array, p, end, n)
+        compiled, python = same_bytes
+        q, n = rng.randrange(0, 64), rng.randrange(0, 17)
+        assert python(pool, q, pool, q + 64, n) == compiled(pool, q, pool, q + 64, n)
+        assert python(array, p, pool, q, n) == compiled(array, p, pool, q, n)
+    for name in ("copy_bytes", "copy_words"):
+        compiled, python = pair(f"mqtool.scan.bytecopy.{name}")
+        for _ in range(300):
+            s, n, k = rng.randrange(0, array.shape[0] - 200), rng.randrange(-1, 150), rng.randrange(0, 100)
+            outs = [np.zeros(260, dtype=np.uint8) for _ in range(2)]
+            end = python(outs[0], k, array, s, n)
+            assert end == compiled(outs[1], k, array, s, n)
+            assert outs[0][:end].tolist() == outs[1][:end].tolist()  # copy_words may write a few bytes past its end
+
+
+def test_the_hashes_are_the_compiled_ones():
+    texts = [" ".join(m.get("keys") or []) + m["topic"] + (m.get("uniqKey") or "") for v in ("4.9.7", "5.3.3") for m in manifest(v, "clean-small")["messages"]]
+    texts += ["é", "日本語", "😀x", "", "a" * 40]
+    raw = [t.encode() for t in texts] + [b"\xc0\x80", b"ab\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"ok\xff"]
+    compiled, python = pair("mqtool.store.textscan.java_hash_utf8")
+    for data in raw:
+        buf = np.frombuffer(data + bytes(8), dtype=np.uint8)
+        for h in (0, 12345):
+            assert tuple(map(int, python(buf, 0, len(data), h))) == tuple(map(int, compiled(buf, 0, len(data), np.int64(h))))
+    units = [t.encode("utf-16-be", "surrogatepass") for t in texts]
+    lengths = np.array([len(u) // 2 for u in units], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    codes = np.frombuffer(b"".join(units), dtype=">u2").astype(np.int64)
+    prefixes = np.arange(len(texts), dtype=np.int64) * 7919
+    compiled, python = pair("mqtool.verify.index.index_hashes")
+    outs = [np.empty(len(texts), dtype=np.int64) for _ in range(2)]
+    python(codes, ends - lengths, ends, prefixes, outs[0])
+    compiled(codes, ends - lengths, ends, prefixes, outs[1])
+    assert outs[0].tolist() == outs[1].tolist()
+    encoded = [t.encode() for t in texts]
+    offsets = np.concatenate([[0], np.cumsum([len(e) for e in encoded])]).astype(np.int32) + 5
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    compiled, python = pair("mqtool.scan.survivors.fnv1a64")
+    assert python(offsets, data, 5).tolist() == compiled(offsets, data, 5).tolist()
+
+
+def test_every_interpreted_form_is_held_equal():
+    assert TESTED == set(FORMS)
+
+
+# ---- the commands, both ways ------------------------------------------------------------------
+
+RUN_INTERPRETED = r"""
+import json, sys
+from mqtool import jit
+assert jit.interpret()
+from typer.testing import CliRunner
+from mqtool.cli import app
+done = [[r.exit_code, r.stdout] for r in (CliRunner().invoke(app, args) for args in json.load(sys.stdin))]
+assert jit.interpreted() and "numba" not in sys.modules
+json.dump(done, sys.stdout)
+"""
+
+
+def without_timings(text: str):
+    """A command's JSON (or JSON Lines) output without the fields that time the run."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMING_FIELDS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    try:
+        return strip(json.loads(text))
+    except json.JSONDecodeError:
+        return [strip(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def commands(store: Path, ids: Path) -> list[list[str]]:
+    s = str(store)
+    return [
+        ["verify", s, "--format", "jsonl", "--keep-going"], ["stats", s, "--format", "json"], ["salvage", s, "--format", "jsonl"],
+        ["survivors", s, str(ids), "--by", "uniq-key", "--format", "jsonl"], ["recover", s, "--dry-run", "--format", "json"],
+        ["truncate-dirty", s, "--dry-run", "--format", "json"], ["rebuild-cq", s, "--dry-run", "--format", "json"],
+        ["rebuild-index", s, "--dry-run", "--format", "json"], ["repair", s, "--dry-run", "--format", "json"],
+    ]
+
+
+def damaged_stores(tmp_path: Path) -> list[Path]:
+    """Copies of CLEAN, each with one kind of damage in its first segment."""
+    first = (CLEAN / "commitlog" / "00000000000000000000").read_bytes()
+    made = []
+    for name in DAMAGES:
+        target = tmp_path / f"damaged {name}"
+        shutil.copytree(CLEAN, target)
+        (target / "commitlog" / "00000000000000000000").write_bytes(bytes(damaged(first, name)))
+        made.append(target)
+    return made
+
+
+def test_every_command_prints_the_same_interpreted(tmp_path):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(m["uniqKey"] + "\n" for m in manifest("4.9.7", "clean-small")["messages"][::3] if m.get("uniqKey")) + "0A0B0C0D0E0F\n")
+    runs = [args for store in [*STORES, *damaged_stores(tmp_path)] for args in commands(store, ids)]
+    done = subprocess.run([sys.executable, "-c", RUN_INTERPRETED], input=json.dumps(runs), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    interpreted = json.loads(done.stdout)
+    assert jit.lean_loading is not None and not jit.interpreted()
+    for args, (code, out) in zip(runs, interpreted):
+        compiled = CliRunner().invoke(app, args)
+        assert compiled.stdout.strip(), args
+        assert (code, without_timings(out)) == (compiled.exit_code, without_timings(compiled.stdout)), args
+
+
+# ---- which engine a command takes --------------------------------------------------------------
+
+LOADED = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules, file=sys.stderr)); "
+          "from mqtool.cli import engine, main; engine.INTERPRETED_BELOW = int(sys.argv.pop(1)); sys.argv = ['mqtool', *sys.argv[1:]]; main()")
+
+
+@pytest.mark.parametrize("forced,below,loads", [(None, 8000, False), (None, 1000, True), ("compiled", 8000, True), ("python", 1000, False)])
+def test_a_small_store_runs_interpreted_unless_forced(forced, below, loads):
+    """CLEAN holds 2000 records: interpreted below the crossover, compiled from it, either when forced."""
+    env = {k: v for k, v in os.environ.items() if k != engine.ENV}
+    if forced:
+        env[engine.ENV] = forced
+    for command in (["verify", str(CLEAN)], ["rebuild-cq", str(CLEAN), "--dry-run"]):
+        done = subprocess.run([sys.executable, "-c", LOADED, str(below), *command], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0 and done.stderr.split()[-1] == str(loads), (command, done.stderr[-2000:])
