@@ -9,10 +9,20 @@ import os
 import stat
 import sys
 
-from tqdm import tqdm
-
 from . import terminal
 from .terminal import State
+
+
+class HiddenBar:
+    """A bar that is not shown: what ``tqdm(disable=True)`` does."""
+
+    disable = True
+
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 class ByteProgress:
@@ -24,7 +34,12 @@ class ByteProgress:
         disable = (None if not stdout_is_a_pipe() else True) if enabled is None else not enabled
         if State.quiet:
             disable = True
-        self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=disable, leave=False, ncols=bar_width())
+        if disable or (disable is None and not sys.stderr.isatty()):  # as tqdm decides, without importing it (tens of ms)
+            self.bar = HiddenBar()
+        else:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=disable, leave=False, ncols=bar_width())
         self.start = start
         self.shown = start
         if not self.bar.disable:
