@@ -42,10 +42,9 @@ SHORT = 32  # spans up to this long are moved by an inline byte loop, longer one
 
 
 def _copy_slice(out, k, buf, s, n):
-    """``copy_bytes`` and ``copy_words`` as one slice assignment (interpreted kernels)."""
-    if n <= 0:
-        return k
-    out[k : k + n] = buf[s : s + n]
+    """``copy_bytes`` as a slice assignment (interpreted kernels)."""
+    if n > 0:
+        out[k : k + n] = buf[s : s + n]
     return k + n
 
 
@@ -79,7 +78,7 @@ WORD_LOOP = 64  # longer spans go to ``memcpy``
 WORD_SLACK = 8  # bytes past the end of a span ``copy_words`` may write (and read, when the source has them)
 
 
-@interpreted_as(_copy_slice)
+@interpreted_as(lambda out, k, buf, s, n: _copy_slice(out, k, buf, s, n) if n > 0 else k)
 @numba.njit(inline="always")
 def copy_words(out, k, buf, s, n):
     """``out[k:k+n] = buf[s:s+n]`` eight bytes at a time, for many short spans copied one after the
