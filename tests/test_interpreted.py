@@ -31,7 +31,7 @@ from mqtool.cli import app
 from mqtool.cli import engine
 from mqtool.store import fastscan as fs
 
-for _module in ("recovery.topicnumbers", "scan.bytecopy", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
+for _module in ("recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
     importlib.import_module(f"mqtool.{_module}")  # their kernels' interpreted forms register as they load
 
 STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
@@ -124,7 +124,7 @@ def test_the_word_readers_are_the_compiled_ones():
     rng = random.Random(7)
     array = ARRAYS[0]
     pool = np.concatenate([array[:64], array[:64]])
-    forms = {name: pair(f"mqtool.store.words.{name}") for name in ("be32", "be64", "load8", "find_byte_below")}
+    forms = {name: pair(f"mqtool.store.words.{name}") for name in ("be32", "be64", "load8", "find_byte_below", "find_byte")}
     same_bytes = pair("mqtool.recovery.topicnumbers._same_bytes")
     for _ in range(2000):
         p = rng.randrange(0, array.shape[0] - 16)
@@ -135,10 +135,20 @@ def test_the_word_readers_are_the_compiled_ones():
         end = min(array.shape[0], p + rng.randrange(0, 300))
         for n in (1, 2, 3, 32, 128):
             assert python(array, p, end, n) == compiled(array, p, end, n)
+        compiled, python = forms["find_byte"]
+        for b in (0, 1, 2, 32, 0x5D, 255):
+            assert python(array, p, end, b) == compiled(array, p, end, b)
         compiled, python = same_bytes
         q, n = rng.randrange(0, 64), rng.randrange(0, 17)
         assert python(pool, q, pool, q + 64, n) == compiled(pool, q, pool, q + 64, n)
         assert python(array, p, pool, q, n) == compiled(array, p, pool, q, n)
+    for name, values in (("_put_int", [0, 7, 10, 255, 65535, -1, -2147483648, 2147483647]), ("_put_ipv4_host", range(0, 4000, 37))):
+        compiled, python = pair(f"mqtool.scan.kernels.{name}")
+        for value in values:
+            outs = [np.zeros(40, dtype=np.uint8) for _ in range(2)]
+            args = (value,) if name == "_put_int" else (array, 1000 + value)
+            end = python(outs[0], 3, *args)
+            assert end == compiled(outs[1], 3, *args) and outs[0].tolist() == outs[1].tolist()
     for name in ("copy_bytes", "copy_words"):
         compiled, python = pair(f"mqtool.scan.bytecopy.{name}")
         for _ in range(300):

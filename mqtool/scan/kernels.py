@@ -11,11 +11,13 @@ decoder instead.
 
 from __future__ import annotations
 
-from ..jit import numba
+import struct
+
+from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..store.textscan import java_hash_utf8, property_item, span_is
-from ..store.words import HIGH, be_signed, has_byte, load8
+from ..store.words import HIGH, be_signed, find_byte, load8
 from .bytecopy import WORD_SLACK, copy_bytes, copy_words
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
@@ -80,10 +82,7 @@ def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key,
         end = p + max(lengths[i], 0)
         while p < end:
             item = p
-            while p + 8 <= end and not has_byte(load8(buf, p), PROPERTY_END):
-                p += 8
-            while p < end and buf[p] != PROPERTY_END:
-                p += 1
+            p = find_byte(buf, p, end, PROPERTY_END)
             ks, ke, vs, ve = property_item(buf, item, p, legacy)
             p += 1
             if ks < 0:
@@ -192,6 +191,15 @@ def item_spans(items, value_start, value_len):
     return starts, lengths, present
 
 
+def _put_text(out, k, text: bytes) -> int:
+    out[k : k + len(text)] = np.frombuffer(text, dtype=np.uint8)
+    return k + len(text)
+
+
+_PORT = struct.Struct(">i")
+
+
+@interpreted_as(lambda out, k, value: _put_text(out, k, b"%d" % value))
 @numba.njit(inline="always")
 def _put_int(out, k, value):
     """Write ``value`` in decimal at ``out[k:]``; returns the new end."""
@@ -210,6 +218,7 @@ def _put_int(out, k, value):
     return k + digits
 
 
+@interpreted_as(lambda data, k, buf, p: _put_text(data, k, b"%d.%d.%d.%d:%d" % (*buf[p : p + 4].tolist(), _PORT.unpack_from(buf, p + 4)[0])))
 @numba.njit(inline="always")
 def _put_ipv4_host(data, k, buf, p):
     """``a.b.c.d:port`` of the 4 address bytes and int32 port at ``buf[p]``, at ``data[k:]``; returns the new end."""

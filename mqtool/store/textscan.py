@@ -32,13 +32,16 @@ _UNIT = struct.Struct(">H")
 def _java_hash_utf8_python(buf, start, end, h):
     """``java_hash_utf8`` on Python's strict UTF-8 decoder, which refuses what the kernel refuses
     (interpreted kernels)."""
-    raw, ok = bytes(buf[start:end]), True
+    raw, ok, h = bytes(buf[start:end]), True, int(h)
+    if raw.isascii():  # a byte per unit
+        for unit in raw:
+            h = (h * 31 + unit) & 0xFFFFFFFF
+        return h, len(raw), ok
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         text, ok = raw[: exc.start].decode("utf-8"), False
     units = text.encode("utf-16-be", "surrogatepass")
-    h = int(h)
     for (unit,) in _UNIT.iter_unpack(units):
         h = (h * 31 + unit) & 0xFFFFFFFF
     return h, len(units) // 2, ok

@@ -144,6 +144,29 @@ def has_byte(x, b):
     return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
 
 
+_BYTE: dict[int, re.Pattern] = {}
+
+
+def _find_byte_re(buf, p, end, b):
+    """``find_byte`` as a regular expression search (interpreted kernels)."""
+    pattern = _BYTE.get(b)
+    if pattern is None:
+        pattern = _BYTE[b] = re.compile(re.escape(bytes([b])))
+    found = pattern.search(buf, int(p), int(end))
+    return end if found is None else found.start()
+
+
+@interpreted_as(_find_byte_re)
+@numba.njit(inline="always")
+def find_byte(buf, p, end, b):
+    """The first position in ``[p, end)`` whose byte is ``b``, else ``end``: a word at a time."""
+    while p + 8 <= end and not has_byte(load8(buf, p), b):
+        p += 8
+    while p < end and buf[p] != b:
+        p += 1
+    return p
+
+
 _BELOW: dict[int, re.Pattern] = {}
 
 
