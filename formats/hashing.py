@@ -21,9 +21,12 @@ def body_crc(body: bytes | memoryview) -> int:
 
 def java_string_hash(text: str) -> int:
     """Java ``String.hashCode()``: ``h = 31*h + unit`` over UTF-16 code units, signed int32."""
-    units = text.encode("utf-16-be", "surrogatepass")
+    if text.isascii():
+        units = text.encode("ascii")  # a byte per unit
+    else:
+        units = [unit for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass"))]
     h = 0
-    for (unit,) in struct.iter_unpack(">H", units):
+    for unit in units:
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 

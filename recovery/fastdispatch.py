@@ -20,10 +20,13 @@ the two paths equal on every fixture record.
 
 from __future__ import annotations
 
-from ..jit import numba
+import struct
+
+from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as fmt
+from ..formats.properties import parse_properties
 from ..store.textscan import M32, java_hash_utf8, property_item, span_is
 from ..store.words import be32, be64, find_byte_below, load8, prefetch, signed32
 
@@ -115,6 +118,22 @@ def _word(buf, p, n):
     return v
 
 
+_INT, _LONG, _WORD = struct.Struct(">i"), struct.Struct(">q"), struct.Struct("=Q")  # interpreted forms
+_M64 = (1 << 64) - 1
+
+
+def _fingerprint_python(buf, p, n):
+    """``_fingerprint`` on Python integers (interpreted kernels: numpy's uint64 scalars are slower)."""
+    if n >= 8:
+        a, b, c = _WORD.unpack_from(buf, p)[0], _WORD.unpack_from(buf, p + n - 8)[0], _WORD.unpack_from(buf, p + n // 2 - 4)[0]
+    else:
+        a = b = c = int.from_bytes(bytes(buf[p : p + n]), "big")
+    x = ((a * 0x9E3779B97F4A7C15) ^ (b * 0xC2B2AE3D27D4EB4F) ^ (c * 0x165667B19E3779F9) ^ n) & _M64
+    x ^= x >> 29
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+@interpreted_as(_fingerprint_python)
 @numba.njit(inline="always")
 def _fingerprint(buf, p, n):
     """Length and the first, middle and last 8 bytes of a topic, mixed: cheap, and only a hint
@@ -129,6 +148,33 @@ def _fingerprint(buf, p, n):
     return np.int64(x ^ (x >> np.uint64(29)))
 
 
+_MULTI_BYTES = _MULTI.tobytes()
+_MULTI_NAME = _MULTI_BYTES.decode()
+
+
+def _dispatch_rows_for_reference(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, out_base, keys, key_fill):
+    """``dispatch_rows`` for interpreted kernels: the fixed fields and the multi-dispatch flag,
+    and every record flagged ``FLAG_FALLBACK`` with no tags code and no keys, which its callers
+    then take from ``formats.dispatch.dispatch_request`` (the reference the kernel is held equal
+    to): one Python decoder instead of the kernel's property scan run by the interpreter."""
+    for r in range(first_row, rows.shape[0]):
+        pos, size, _, _, topic, props = rows[r, :6].tolist()
+        row = out[out_base + r]
+        row[F_POS], row[F_SIZE], row[F_TOPIC_POS], row[F_TOPIC_LEN] = pos, size, topic, props - PROPS_LEN_SIZE - topic
+        row[F_TOPIC_FP] = _fingerprint(buf, topic, props - PROPS_LEN_SIZE - topic)
+        row[F_SYS_FLAG] = sys_flag = _INT.unpack_from(buf, pos + POS_SYS_FLAG)[0]
+        row[F_QUEUE_ID] = _INT.unpack_from(buf, pos + POS_QUEUE_ID)[0]
+        row[F_QUEUE_OFFSET] = _LONG.unpack_from(buf, pos + POS_QUEUE_OFFSET)[0]
+        row[F_PHYS] = _LONG.unpack_from(buf, pos + POS_PHYS_OFFSET)[0]
+        row[F_STORE_TS] = _LONG.unpack_from(buf, pos + (POS_STORE_TS_V6 if sys_flag & BORN_V6 else POS_STORE_TS_V4))[0]
+        row[F_TAGS], row[F_KEY_START], row[F_KEY_COUNT] = 0, key_fill, 0
+        raw = bytes(buf[props : pos + size])
+        multi = _MULTI_BYTES in raw and _MULTI_NAME in parse_properties(raw, legacy=legacy)
+        row[F_FLAGS] = FLAG_FALLBACK | (FLAG_MULTI_DISPATCH if multi else 0)
+    return rows.shape[0], key_fill
+
+
+@interpreted_as(_dispatch_rows_for_reference)
 @numba.njit(cache=True, nogil=True)
 def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_enable, out, out_base, keys, key_fill):
     """Fill ``out[out_base + r]`` for ``rows[first_row:]`` and append partial key hashes to

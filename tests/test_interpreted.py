@@ -31,7 +31,7 @@ from mqtool.cli import app
 from mqtool.cli import engine
 from mqtool.store import fastscan as fs
 
-for _module in ("recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
+for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
     importlib.import_module(f"mqtool.{_module}")  # their kernels' interpreted forms register as they load
 
 STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
@@ -118,6 +118,33 @@ def test_the_searches_and_row_checks_are_the_compiled_ones(index):
     for width in range(1, 9):
         for signed in (True, False):
             assert python(array, positions, 0, width, signed).tolist() == compiled(array, positions, 0, width, signed).tolist()
+
+
+@pytest.mark.parametrize("index", range(len(ARRAYS)))
+def test_the_dispatch_form_reads_the_fixed_fields_and_leaves_the_rest_to_the_reference(index):
+    """Interpreted, ``dispatch_rows`` flags every record for its callers' reference decoder
+    (``dispatch_request``: ``test_every_command_prints_the_same_interpreted`` holds the outcome)."""
+    from mqtool.recovery import fastdispatch as fd
+
+    array = ARRAYS[index]
+    out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+    rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
+    compiled, python = pair("mqtool.recovery.fastdispatch.dispatch_rows")
+    results = []
+    for form in (compiled, python):
+        fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
+        done, _ = form(array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+        results.append((done, fields))
+    (done, fields), (python_done, python_fields) = results
+    fixed = [fd.F_POS, fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN, fd.F_QUEUE_ID, fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_SIZE, fd.F_SYS_FLAG, fd.F_STORE_TS]
+    assert python_done == done == rows.shape[0]
+    assert python_fields[:, fixed].tolist() == fields[:, fixed].tolist()
+    assert (python_fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).tolist() == (fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).tolist()
+    assert (python_fields[:, fd.F_FLAGS] & fd.FLAG_FALLBACK).all() and not python_fields[:, fd.F_KEY_COUNT].any()
+    compiled, python = pair("mqtool.recovery.fastdispatch._fingerprint")
+    for pos, length in zip(fields[:, fd.F_TOPIC_POS].tolist()[:300], range(0, 3000, 10)):
+        for n in (fields[0, fd.F_TOPIC_LEN], length % 40):
+            assert python(array, pos, int(n)) == compiled(array, pos, int(n))
 
 
 def test_the_word_readers_are_the_compiled_ones():
