@@ -28,6 +28,7 @@ from ..formats.dispatch import dispatch_request, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
+from ..jit import interpreted
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from . import fastdispatch as fd
@@ -686,7 +687,8 @@ def phase_scanner(
     ahead: bool = False,
 ) -> DispatchScanner:
     options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_enable)
-    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead)
+    threads = not interpreted()  # interpreted kernels hold the GIL: threads would only add hand-offs (and the ahead spill)
+    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead and threads, threaded=threads)
 
 
 def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:
