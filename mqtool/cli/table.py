@@ -43,6 +43,8 @@ def longest_word(text: str) -> int:
 def wrap(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
     line of its own and runs past ``width``); explicit newlines are kept."""
+    if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
+        return [text]  # one word that fits (most cells): what the loop below gives
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, used = [], 0
@@ -232,11 +234,12 @@ class Table:
         value_width = self._vertical_value_width(width)
         lines = []
         for k, row in enumerate(self.rows):
-            longest = max((cell_len(line) for v in row for line in wrap(v, value_width)), default=0)
+            wrapped = [wrap(v, value_width) for v in row]
+            longest = max((cell_len(line) for value in wrapped for line in value), default=0)
             banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
             banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
             lines.append(BOLD + banner + RESET if color else banner)
-            for label, value in zip(labels, row):
-                for j, text in enumerate(wrap(value, value_width)):
+            for label, value in zip(labels, wrapped):
+                for j, text in enumerate(value):
                     lines.append(f"{pad(label if j == 0 else '', label_width, False)} | {text}".rstrip())
         return lines
