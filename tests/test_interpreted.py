@@ -73,7 +73,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "recovery.topicnumbers._same_bytes", "scan.kernels._put_int", "scan.kernels._put_ipv4_host",
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
-        "recovery.fastdispatch._fingerprint",
+        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8",
     )
 }
 
@@ -202,8 +202,11 @@ def test_the_hashes_are_the_compiled_ones():
     texts += ["é", "日本語", "😀x", "", "a" * 40]
     raw = [t.encode() for t in texts] + [b"\xc0\x80", b"ab\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"ok\xff"]
     compiled, python = pair("mqtool.store.textscan.java_hash_utf8")
+    is_utf8 = pair("mqtool.scan.kernels.is_utf8")
     for data in raw:
         buf = np.frombuffer(data + bytes(8), dtype=np.uint8)
+        for start, end in ((0, len(data)), (1, len(data)), (0, len(data) - 1), (2, 1)):
+            assert is_utf8[1](buf, start, end) == is_utf8[0](buf, start, end)
         for h in (0, 12345):
             assert tuple(map(int, python(buf, 0, len(data), h))) == tuple(map(int, compiled(buf, 0, len(data), np.int64(h))))
     units = [t.encode("utf-16-be", "surrogatepass") for t in texts]

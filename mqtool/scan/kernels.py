@@ -373,6 +373,16 @@ def _utf8_length(buf, p, end):
     return n
 
 
+def _is_utf8_python(buf, start, end):
+    """``is_utf8`` by Python's strict decoder (interpreted kernels)."""
+    try:
+        bytes(buf[start:end]).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@interpreted_as(_is_utf8_python)
 @numba.njit(cache=True, nogil=True)
 def is_utf8(buf, start, end):
     """``buf[start:end]`` is strict UTF-8 (``bytes.decode("utf-8")`` would not fail)."""
