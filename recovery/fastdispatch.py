@@ -331,12 +331,9 @@ def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys,
 
 def pow31_table(n: int = 1 << 15) -> np.ndarray:
     """``31**i mod 2**32`` for ``i < n`` (a properties value has at most 32767 UTF-16 units)."""
-    table = np.empty(n, dtype=np.int64)
-    v = 1
-    for i in range(n):
-        table[i] = v
-        v = (v * 31) & 0xFFFFFFFF
-    return table
+    powers = np.ones(n, dtype=np.uint64)
+    np.cumprod(np.full(n - 1, 31, dtype=np.uint64), out=powers[1:])  # wraps mod 2**64, a multiple of 2**32
+    return (powers & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:

@@ -73,7 +73,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "recovery.topicnumbers._same_bytes", "scan.kernels._put_int", "scan.kernels._put_ipv4_host",
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
-        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8",
+        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "verify.index.check_chains",
     )
 }
 
@@ -226,6 +226,23 @@ def test_the_hashes_are_the_compiled_ones():
     assert python(offsets, data, 5).tolist() == compiled(offsets, data, 5).tolist()
 
 
+def test_the_index_chain_replay_is_the_compiled_one():
+    """Entries as ``putKey`` chains them (each ``prev`` the slot's last entry), with broken links,
+    negative hashes and heads among them."""
+    compiled, python = pair("mqtool.verify.index.check_chains")
+    rng = np.random.default_rng(3)
+    slots, n = 97, 5000
+    hashes = rng.integers(-50, 100_000, n).astype(np.int32)
+    last, prevs = np.zeros(slots, dtype=np.int64), np.empty(n, dtype=np.int32)
+    for i, h in enumerate(hashes.tolist()):
+        prevs[i] = last[h % slots] if h >= 0 and rng.random() > 0.01 else rng.integers(0, n)
+        if h >= 0:
+            last[h % slots] = 10 + i
+    seen = [np.zeros(slots, dtype=np.int64) for _ in range(2)]
+    assert tuple(map(int, python(hashes, prevs, 10, seen[0], slots))) == tuple(map(int, compiled(hashes, prevs, 10, seen[1], slots)))
+    assert seen[0].tolist() == seen[1].tolist()
+
+
 def test_every_interpreted_form_is_held_equal():
     assert HELD == set(FORMS)
 
@@ -299,7 +316,8 @@ def test_every_command_prints_the_same_interpreted(tmp_path):
 # ---- which engine a command takes --------------------------------------------------------------
 
 LOADED = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules, file=sys.stderr)); "
-          "from mqtool.cli import engine, main; engine.INTERPRETED_BELOW = int(sys.argv.pop(1)); sys.argv = ['mqtool', *sys.argv[1:]]; main()")
+          "from mqtool.cli import engine, main; below = int(sys.argv.pop(1)); engine.INTERPRETED_BELOW.update((k, below) for k in engine.INTERPRETED_BELOW); "
+          "sys.argv = ['mqtool', *sys.argv[1:]]; main()")
 
 
 @pytest.mark.parametrize("forced,below,loads", [(None, 8000, False), (None, 1000, True), ("compiled", 8000, True), ("python", 1000, False)])

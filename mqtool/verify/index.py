@@ -39,6 +39,26 @@ ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), (
 USED_SLOT_COUNT_SINCE = BrokerVersion(4, 8, 0)
 
 
+def _check_chains_python(hashes, prevs, first_number, last_seen, slot_num):
+    """``check_chains`` over Python integers (interpreted kernels: numpy's scalars are slower)."""
+    bad = negative = heads = 0
+    first_bad = -1
+    for number, (h, prev) in enumerate(zip(hashes.tolist(), prevs.tolist()), first_number):
+        if h < 0:
+            negative += 1
+            continue
+        slot = h % slot_num
+        if prev != last_seen[slot]:
+            bad += 1
+            if first_bad < 0:
+                first_bad = number
+        if prev == 0:
+            heads += 1
+        last_seen[slot] = number
+    return bad, first_bad, negative, heads
+
+
+@interpreted_as(_check_chains_python)
 @numba.njit(cache=True, nogil=True)
 def check_chains(hashes, prevs, first_number, last_seen, slot_num):
     """Replay ``putKey``'s slot updates over a chunk of entries.
