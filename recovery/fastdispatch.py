@@ -130,7 +130,7 @@ def _fingerprint_python(buf, p, n):
         a = b = c = int.from_bytes(bytes(buf[p : p + n]), "big")
     x = ((a * 0x9E3779B97F4A7C15) ^ (b * 0xC2B2AE3D27D4EB4F) ^ (c * 0x165667B19E3779F9) ^ n) & _M64
     x ^= x >> 29
-    return x - (1 << 64) if x >= 1 << 63 else x
+    return np.int64(x - (1 << 64) if x >= 1 << 63 else x)
 
 
 @interpreted_as(_fingerprint_python)

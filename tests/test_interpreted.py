@@ -31,7 +31,7 @@ from mqtool.cli import app
 from mqtool.cli import engine
 from mqtool.store import fastscan as fs
 
-for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
+for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.stats", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
     importlib.import_module(f"mqtool.{_module}")  # their kernels' interpreted forms register as they load
 
 STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
@@ -74,6 +74,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
         "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "verify.index.check_chains",
+        "scan.stats._bucket", "scan.stats._topic_key",
     )
 }
 
@@ -241,6 +242,19 @@ def test_the_index_chain_replay_is_the_compiled_one():
     seen = [np.zeros(slots, dtype=np.int64) for _ in range(2)]
     assert tuple(map(int, python(hashes, prevs, 10, seen[0], slots))) == tuple(map(int, compiled(hashes, prevs, 10, seen[1], slots)))
     assert seen[0].tolist() == seen[1].tolist()
+
+
+def test_the_statistics_keys_are_the_compiled_ones():
+    compiled, python = pair("mqtool.scan.stats._bucket")
+    for delay in [0, 1, -1, 1023, 1024, -1024, 1025, 4095, 4096, 10**6, -(10**9), 2**40 + 12345, 2**62]:
+        assert python(delay) == compiled(delay)
+    compiled, python = pair("mqtool.scan.stats._topic_key")
+    for array in ARRAYS[:8]:
+        out = np.empty((256, fs.N_COLS), dtype=np.int64)
+        count = fs.walk_segment(array, 0, array.shape[0], False, False, out)[0]
+        for start, stop in out[:count, [fs.COL_TOPIC, fs.COL_PROPS]].tolist():
+            for end in (stop - 2, start + 3, start):
+                assert python(array, start, end) == compiled(array, start, end)
 
 
 def test_every_interpreted_form_is_held_equal():

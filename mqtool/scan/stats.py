@@ -16,11 +16,12 @@ log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -281,6 +282,19 @@ _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
+def _bucket_python(delay):
+    """``_bucket`` on Python integers (interpreted kernels: numpy's scalars are slower)."""
+    delay = int(delay)
+    a = -delay if delay < 0 else delay
+    if a < EXACT:
+        b = a
+    else:
+        e = max(a.bit_length() - 1, _EXACT_BITS)  # the kernel's loop: the highest bit set
+        b = EXACT + (e - _EXACT_BITS) * (1 << SUB_BITS) + ((a >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1))
+    return np.int64(-b - 1 if delay < 0 else b)  # an int64, as the kernel's: callers cast it
+
+
+@interpreted_as(_bucket_python)
 @numba.njit(inline="always")
 def _bucket(delay):
     """``delay_bucket`` for one value."""
@@ -295,6 +309,26 @@ def _bucket(delay):
     return -b - 1 if delay < 0 else b
 
 
+_WORD, _M64 = struct.Struct("=Q"), (1 << 64) - 1
+
+
+def _topic_key_python(buf, start, stop):
+    """``_topic_key`` on Python integers (interpreted kernels)."""
+    start, stop = int(start), int(stop)
+    h, k, prime = int(_FNV_OFFSET), start, int(_FNV_PRIME)
+    while k + 8 <= stop:
+        h = ((h ^ _WORD.unpack_from(buf, k)[0]) * prime) & _M64
+        k += 8
+    if k < stop and stop - start >= 8:
+        h = ((h ^ _WORD.unpack_from(buf, stop - 8)[0]) * prime) & _M64
+    else:
+        for byte in bytes(buf[k:stop]):
+            h = ((h ^ byte) * prime) & _M64
+    h = ((h ^ (stop - start)) * prime) & _M64
+    return np.int64(h - (1 << 64) if h >= 1 << 63 else h)  # an int64, as the kernel's: callers cast it
+
+
+@interpreted_as(_topic_key_python)
 @numba.njit(inline="always")
 def _topic_key(buf, start, stop):
     """A 64-bit key of the topic bytes ``buf[start:stop]``: FNV-1a over native 8-byte words (the
