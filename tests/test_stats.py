@@ -12,7 +12,7 @@ from conftest import VERSIONS, manifest, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.scan.stats import bucket_floor, collect, delay_bucket, period_rows, queue_rows
+from mqtool.scan.stats import BASE_AGGREGATES, EXTENDED_AGGREGATES, bucket_floor, collect, delay_bucket, grouped, period_rows, queue_rows
 from mqtool.spark.inputs import resolve_inputs
 from mqtool.spark.reader import plan_tasks, read_stats
 from mqtool.store import Store
@@ -189,3 +189,22 @@ def test_aggregation_grows_its_table_and_equals_a_plain_group_by():
     for key, w in want.items():
         assert {k: got[key][k] for k in w} == w
         assert got[key]["min_queue_offset"] == mins.get(key)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_python_grouping_equals_arrows_group_by(version):
+    """``grouped`` (the CLI's per-queue and per-period rows) equals ``Table.group_by().aggregate()``,
+    nulls (a group without a delay) included."""
+    import pyarrow as pa
+
+    with Store.open(store_path(version, "clean-small")) as store:
+        per_period = collect(store, 60_000).per_period
+    assert per_period.num_rows > 1
+    aggregates = [(name, op) for name, _, op in BASE_AGGREGATES + EXTENDED_AGGREGATES]
+    masked = per_period.set_column(per_period.schema.get_field_index("delay_min_ms"), "delay_min_ms",
+                                   pa.array([None if i % 3 else v for i, v in enumerate(per_period["delay_min_ms"].to_pylist())], pa.int64()))
+    for table in (per_period, masked):
+        for keys in (["topic", "queue_id"], ["topic", "period"]):
+            arrow = table.group_by(keys, use_threads=False).aggregate(aggregates).to_pylist()
+            order = sorted(arrow, key=lambda r: tuple(r[k] for k in keys))
+            assert sorted(grouped(table, keys, aggregates), key=lambda r: tuple(r[k] for k in keys)) == order

@@ -24,7 +24,6 @@ from typing import Callable, Iterable
 from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
@@ -204,6 +203,8 @@ def _int64(column) -> np.ndarray:
 def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) -> pa.Table:
     """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too when ``extended``)
     aggregated per topic, queue and period (start, epoch ms)."""
+    import pyarrow.compute as pc  # here: importing it costs 50-60 ms, which the CLI's stats never needs
+
     encoded = pc.dictionary_encode(t["topic"]).combine_chunks()
     store_ts = _int64(t["store_timestamp"])
     columns = {
@@ -459,11 +460,32 @@ def _is_delay_topic(topic: str) -> bool:
     return topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
 
 
+_COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
+
+
+def grouped(table: pa.Table, keys: list[str], aggregates: list[tuple[str, str]]) -> list[dict]:
+    """``table.group_by(keys).aggregate(aggregates)`` as rows, in Python (nulls skipped, a group
+    with none of a column's values gets null): the tables are a few rows per queue and period, and
+    Arrow's grouping would import its query engine (acero, 50 ms a process) for them."""
+    groups: dict[tuple, dict] = {}
+    names = [(column, op, f"{column}_{op}") for column, op in aggregates]
+    for row in table.to_pylist():
+        key = tuple(row[k] for k in keys)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = {**dict(zip(keys, key)), **{name: None for _, _, name in names}}
+        for column, op, name in names:
+            value = row[column]
+            if value is not None:
+                group[name] = value if group[name] is None else _COMBINE[op](group[name], value)
+    return list(groups.values())
+
+
 def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[dict]:
     """One row per topic and queue (``row: "queue"``), sorted by topic and queue id."""
     wanted = set(topics) if topics else None
     sums = [(out, op) for out, _, op in BASE_AGGREGATES + EXTENDED_AGGREGATES]
-    per_queue = stats.per_period.group_by(["topic", "queue_id"], use_threads=False).aggregate(sums)
+    per_queue = grouped(stats.per_period, ["topic", "queue_id"], sums)
     medians: dict[tuple[int, int], int] = {}
     hist: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for r in stats.histogram.to_pylist():
@@ -473,7 +495,7 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
     for key, (b, c) in hist.items():
         medians[key] = median_from_histogram(b, c)  # clamped into [min, max] below
     rows = []
-    for r in per_queue.to_pylist():
+    for r in per_queue:
         topic = stats.topics[r["topic"]]
         if wanted is not None and topic not in wanted:
             continue
@@ -504,9 +526,8 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
 def period_rows(stats: StoreStats, period: str, topics: Iterable[str] | None = None) -> list[dict]:
     """One row per topic and period (``row: "period"``, ``queue_id`` null): volumes over time."""
     wanted = set(topics) if topics else None
-    t = stats.per_period.group_by(["topic", "period"], use_threads=False).aggregate([("messages", "sum"), ("bytes", "sum")])
     rows = []
-    for r in t.to_pylist():
+    for r in grouped(stats.per_period, ["topic", "period"], [("messages", "sum"), ("bytes", "sum")]):
         topic = stats.topics[r["topic"]]
         if wanted is not None and topic not in wanted:
             continue
