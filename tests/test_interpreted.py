@@ -73,7 +73,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "recovery.topicnumbers._same_bytes", "scan.kernels._put_int", "scan.kernels._put_ipv4_host",
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
-        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "verify.index.check_chains",
+        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "verify.index.check_chains",
         "scan.stats._bucket", "scan.stats._topic_key",
     )
 }
@@ -125,6 +125,13 @@ def test_the_searches_and_row_checks_are_the_compiled_ones(index):
     flags = [np.empty(count, dtype=np.int8) for _ in range(2)]
     assert python(array, rows, 7, flags[0]) == compiled(array, rows, 7, flags[1]) and flags[0].tolist() == flags[1].tolist()
     assert python(array, rows, 0, flags[0]) == compiled(array, rows, 0, flags[1]) and flags[0].tolist() == flags[1].tolist()
+    compiled, python = pair("mqtool.scan.kernels.gather_spans")
+    for columns in ([fs.COL_TOPIC, fs.COL_PROPS], [fs.COL_BODY, fs.COL_BODY_LEN]):
+        starts, ends = rows[:, columns[0]].copy(), rows[:, columns[1]].copy()
+        lengths = ends - starts if columns[0] == fs.COL_TOPIC else ends
+        lengths[::7] = -1  # an absent span
+        got, want = python(array, starts, lengths), compiled(array, starts, lengths)
+        assert got[0].tolist() == want[0].tolist() and got[1].tobytes() == want[1].tobytes()
     compiled, python = pair("mqtool.store.fastscan.gather_be")
     positions = np.random.default_rng(index).integers(0, array.shape[0] - 8, 500)
     for width in range(1, 9):

@@ -29,6 +29,16 @@ PROPERTY_END = 2  # \x02
 SPACE = 32
 
 
+def _gather_spans_numpy(buf, starts, lengths):
+    """``gather_spans`` by one fancy index over every span's bytes (interpreted kernels)."""
+    sizes = np.maximum(lengths, 0)
+    offsets = np.zeros(starts.shape[0] + 1, dtype=np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    index = np.repeat(starts - offsets[:-1], sizes) + np.arange(int(offsets[-1]))
+    return offsets, buf[index]
+
+
+@interpreted_as(_gather_spans_numpy)
 @numba.njit(cache=True, nogil=True)
 def gather_spans(buf, starts, lengths):
     """Concatenate ``buf[starts[i]:starts[i]+lengths[i]]``: (int32 Arrow offsets, data bytes)."""
