@@ -16,6 +16,11 @@ next record a few KiB on, in microseconds; it hands over to the compiled one
 (``fastscan.scan_start``) past ``resync.WINDOW`` bytes, a distance the compiled search covers in
 less than its own start-up. ``resync_window`` says how far the pure-Python one goes.
 
+The commands that read a whole store through the kernels (``verify``, ``stats``, ``survivors``,
+``salvage``, the repair commands) settle instead how the kernels run (``settle_kernels``):
+interpreted below ``INTERPRETED_BELOW[command]`` records (``mqtool.jit.interpret``: the kernels
+run as plain Python and numba is never imported), compiled from there on.
+
 A command estimates the records it will read (``estimated_records``: the span's bytes over the
 mean size of its first ``SAMPLE`` records) and asks ``engine_for``. Both engines print the same
 bytes: tests force each (``MQTOOL_ENGINE=compiled`` or ``python``) and compare.
@@ -33,7 +38,13 @@ COMPILED, PYTHON = "compiled", "python"
 ENGINES = (COMPILED, PYTHON)
 ENV = "MQTOOL_ENGINE"
 COMPILED_FROM = 8_000  # records
-INTERPRETED_BELOW = 8_000  # records: the kernels run interpreted below this (``settle_kernels``)
+# Records below which a command's kernels run interpreted (``settle_kernels``): where their cost in
+# the interpreter, per record, meets numba's fixed start (about 0.25 s). Measured on stores of 4, 8
+# and 16 MiB of 1 KiB records (``bench/bench_crossover.py``): verify and the rebuilds cross at about
+# 8 k records; recover and repair (a verify after the plan) at 5 k; stats, survivors and salvage,
+# whose column builders run a property scan a record at a time, at 4 k.
+INTERPRETED_BELOW = {"verify": 8_000, "rebuild-cq": 8_000, "rebuild-index": 8_000, "truncate-dirty": 8_000,
+                     "recover": 5_000, "repair": 5_000, "stats": 4_000, "survivors": 4_000, "salvage": 4_000}
 SAMPLE = 32  # records read to estimate the mean record size
 
 
@@ -54,14 +65,15 @@ def engine_for(records: int) -> str:
     return forced() or (COMPILED if records >= COMPILED_FROM else PYTHON)
 
 
-def settle_kernels(commitlog: CommitLog) -> str:
-    """How this process runs the kernels (``mqtool.jit``), for a command about to read the whole of
-    ``commitlog``: interpreted below ``INTERPRETED_BELOW`` records (or with ``MQTOOL_ENGINE=python``),
-    compiled otherwise. Call it before the command imports a module with kernels: once one is
-    loaded, the mode is fixed. Returns the engine the kernels run on."""
+def settle_kernels(command: str, commitlog: CommitLog) -> str:
+    """How this process runs the kernels (``mqtool.jit``), for ``command`` about to read the whole
+    of ``commitlog``: interpreted below ``INTERPRETED_BELOW[command]`` records (or with
+    ``MQTOOL_ENGINE=python``), compiled otherwise. Call it before the command imports a module with
+    kernels: once one is loaded, the mode is fixed. Returns the engine the kernels run on."""
     from .. import jit
 
-    engine = forced() or (PYTHON if estimated_records(commitlog, commitlog.min_offset, None) < INTERPRETED_BELOW else COMPILED)
+    below = INTERPRETED_BELOW[command]
+    engine = forced() or (PYTHON if estimated_records(commitlog, commitlog.min_offset, None) < below else COMPILED)
     return PYTHON if engine == PYTHON and jit.interpret() else COMPILED
 
 

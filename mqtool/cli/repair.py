@@ -141,7 +141,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store = open_store(store_path, broker_config, broker_version)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    settle_kernels(store.commitlog)
+    settle_kernels(command, store.commitlog)
     from ..recovery.dispatch import DispatchCache
 
     cache = DispatchCache() if plan_out is None and not dry_run else None
@@ -356,7 +356,7 @@ def _settle_kernels_at(root: Path, broker_config, broker_version) -> None:
     is now (a store that does not open leaves them compiled: the plan says why it does not)."""
     try:
         with open_store(root, broker_config, broker_version) as opened:
-            settle_kernels(opened.commitlog)
+            settle_kernels("repair", opened.commitlog)
     except MqtoolError:
         pass
 

@@ -104,7 +104,7 @@ def salvage(
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     with open_store(store_path, broker_config, broker_version) as store:
-        settle_kernels(store.commitlog)
+        settle_kernels("salvage", store.commitlog)
         writer = None
         if to_store is not None:
             from ..apply.salvage_store import SalvageStoreWriter, check_target

@@ -46,7 +46,7 @@ def stats(
     Example: mqtool stats /data/rocketmq/store --topic TopicTest --by hour
     """
     with open_store(store, broker_config, broker_version) as s:
-        settle_kernels(s.commitlog)
+        settle_kernels("stats", s.commitlog)
         from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
 
         start, stop = s.commitlog.min_offset, written_end(s.commitlog)

@@ -150,7 +150,7 @@ def survivors(
     if not ids:
         raise BadInput(f"{ids_file}: no ids")
     with open_store(store_path, broker_config, broker_version) as store:
-        settle_kernels(store.commitlog)
+        settle_kernels("survivors", store.commitlog)
         from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
 
         kind = IdKind(by) if by is not None else None

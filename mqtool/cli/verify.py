@@ -132,7 +132,7 @@ def verify(
     with open_store(store, broker_config, broker_version) as opened:
         if opened.root is not None:
             warn_store_state(opened.root)
-        settle_kernels(opened.commitlog)
+        settle_kernels("verify", opened.commitlog)
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)

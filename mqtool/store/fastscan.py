@@ -8,6 +8,8 @@ Tests hold it equal to the Python decoder on every fixture record.
 
 CRC32 comes from ISA-L's ``crc32_gzip_refl`` (the ``isal`` package exports it; bit-identical
 to zlib's CRC32), called from compiled code through ctypes; zlib's ``crc32`` is the fallback.
+Interpreted (``mqtool.jit``), the walk is ``_walk_decoded``: the decoder itself, record by
+record, with zlib's CRC32.
 """
 
 from __future__ import annotations
