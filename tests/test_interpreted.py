@@ -73,7 +73,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "recovery.topicnumbers._same_bytes", "scan.kernels._put_int", "scan.kernels._put_ipv4_host",
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
-        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "verify.index.check_chains",
+        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.parse_properties", "verify.index.check_chains",
         "scan.stats._bucket", "scan.stats._topic_key",
     )
 }
@@ -262,6 +262,27 @@ def test_the_statistics_keys_are_the_compiled_ones():
         for start, stop in out[:count, [fs.COL_TOPIC, fs.COL_PROPS]].tolist():
             for end in (stop - 2, start + 3, start):
                 assert python(array, start, end) == compiled(array, start, end)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_the_properties_parse_is_the_compiled_one(legacy):
+    """Every fixture record's properties, and items the readers drop, split or repeat."""
+    from mqtool.scan import kernels
+
+    compiled, python = pair("mqtool.scan.kernels.parse_properties")
+    crafted = [b"", b"\x02", b"A\x01b", b"A\x01b\x02", b"\x01b\x02A\x01\x02", b"TAGS\x01x\x02TAGS\x01y\x02", b"K\x01v\x01w\x02",
+               b"K\x01v\x01\x01\x02", b"\x02\x02KEYS\x01a b\x02UNIQ_KEY\x01u", b"DELAY\x013\x02\x01\x01"]
+    arrays = ARRAYS[:6] + [np.frombuffer(b"".join(crafted) + bytes(8), dtype=np.uint8)]
+    for index, array in enumerate(arrays):
+        if index < len(arrays) - 1:
+            out = np.empty((4096, fs.N_COLS), dtype=np.int64)
+            rows = out[: fs.walk_segment(array, 0, array.shape[0], False, False, out)[0]]
+            starts, lengths = rows[:, fs.COL_PROPS].copy(), rows[:, fs.COL_SIZE] + rows[:, fs.COL_POS] - rows[:, fs.COL_PROPS]
+        else:
+            lengths = np.array([len(c) for c in crafted], dtype=np.int64)
+            starts = np.cumsum(lengths) - lengths
+        args = (array, starts, lengths, legacy, kernels.KEY_TAGS, kernels.KEY_KEYS, kernels.KEY_UNIQ, kernels.KEY_DELAY)
+        assert [a.tolist() for a in python(*args)] == [a.tolist() for a in compiled(*args)]
 
 
 def test_every_interpreted_form_is_held_equal():

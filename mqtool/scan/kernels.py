@@ -63,6 +63,41 @@ def _spans_equal(buf, a, b, length):
     return True
 
 
+def _item_bounds(item: bytes, legacy: bool) -> tuple[int, int, int] | None:
+    """``property_item`` on one item's bytes: (key end, value start, value end), or None."""
+    if not legacy:
+        k = item.find(b"\x01")
+        return (k, k + 1, len(item)) if 0 < k < len(item) - 1 else None
+    t = len(item.rstrip(b"\x01"))
+    k = item.find(b"\x01", 0, t)
+    return (k, k + 1, t) if k >= 0 and item.count(b"\x01", 0, t) == 1 else None
+
+
+def _parse_properties_python(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key, delay_key):
+    """``parse_properties`` on each record's properties as bytes (``split`` and ``find``: interpreted kernels)."""
+    specials = {key.tobytes(): column for column, key in enumerate((tags_key, keys_key, uniq_key, delay_key))}
+    n = starts.shape[0]
+    counts, special, fallback = np.zeros(n, dtype=np.int32), np.full((n, 4), -1, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+    spans: list[tuple[int, int, int, int]] = []
+    for i, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
+        first, names, at = len(spans), set(), start
+        for item in bytes(buf[start : start + max(length, 0)]).split(b"\x02"):
+            bounds = _item_bounds(item, legacy)
+            if bounds is not None:
+                name = item[: bounds[0]]
+                fallback[i] |= name in names
+                names.add(name)
+                column = specials.get(name)
+                if column is not None:
+                    special[i, column] = len(spans)
+                spans.append((at, bounds[0], at + bounds[1], bounds[2] - bounds[1]))
+            at += len(item) + 1
+        counts[i] = len(spans) - first
+    columns = np.array(spans, dtype=np.int64).reshape(-1, 4)
+    return counts, columns[:, 0].copy(), columns[:, 1].copy(), columns[:, 2].copy(), columns[:, 3].copy(), special, fallback
+
+
+@interpreted_as(_parse_properties_python)
 @numba.njit(cache=True, nogil=True)
 def parse_properties(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key, delay_key):
     """Split each record's properties into name/value spans (``string2messageProperties``).
