@@ -40,6 +40,13 @@ def longest_word(text: str) -> int:
     return max((cell_len(w) for w in text.split()), default=0)
 
 
+def _extent(text: str) -> tuple[int, int]:
+    """(cells of ``text``'s widest line, cells of its longest word)."""
+    if text.isascii() and text.isprintable():  # one line, a cell per character (most cells)
+        return len(text), len(text) if " " not in text else max(map(len, text.split()), default=0)
+    return max(cell_len(line) for line in text.split("\n")), longest_word(text)
+
+
 def wrap(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
     line of its own and runs past ``width``); explicit newlines are kept."""
@@ -125,9 +132,9 @@ class Table:
         """Each column's natural width (its widest line) and minimum width (its longest word)."""
         natural, minimum = [], []
         for i, name in enumerate(self._header_cells()):
-            cells = [name] + [r[i] for r in self.rows]
-            natural.append(max(cell_len(line) for c in cells for line in c.split("\n")))
-            minimum.append(max(longest_word(c) for c in cells))
+            extents = [_extent(c) for c in [name] + [r[i] for r in self.rows]]
+            natural.append(max(e[0] for e in extents))
+            minimum.append(max(e[1] for e in extents))
         return natural, minimum
 
     def _longest_word_within(self, i: int, limit: int) -> int:
