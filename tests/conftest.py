@@ -34,6 +34,25 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
+
+
+def without_timings(text: str):
+    """A command's JSON (or JSON Lines) output without the fields that time the run."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in TIMING_FIELDS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    try:
+        return strip(json.loads(text))
+    except json.JSONDecodeError:
+        return [strip(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
 def store_path(version: str, name: str) -> Path:
     return FIXTURES / f"rocketmq-{version}" / name
 

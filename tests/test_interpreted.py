@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import FIXTURES, manifest, store_path
+from conftest import FIXTURES, manifest, store_path, without_timings
 from mqtool import jit
 from mqtool.cli import app
 from mqtool.cli import engine
@@ -36,7 +36,6 @@ for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy
 
 STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
 CLEAN = store_path("4.9.7", "clean-small")
-TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
 DAMAGES = ("crc", "zeros", "length", "magic", "garbage")  # one each in a copy of CLEAN's first segment
 
 
@@ -301,22 +300,6 @@ done = [[r.exit_code, r.stdout] for r in (CliRunner().invoke(app, args) for args
 assert jit.interpreted() and "numba" not in sys.modules
 json.dump(done, sys.stdout)
 """
-
-
-def without_timings(text: str):
-    """A command's JSON (or JSON Lines) output without the fields that time the run."""
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in TIMING_FIELDS}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    try:
-        return strip(json.loads(text))
-    except json.JSONDecodeError:
-        return [strip(json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 def commands(store: Path, ids: Path) -> list[list[str]]:

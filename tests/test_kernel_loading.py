@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import without_timings
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CLEAN = FIXTURES / "rocketmq-5.3.3" / "clean-small"
 CRASHED = FIXTURES / "rocketmq-4.9.7" / "crashed-small"
-TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
 
 
 def mqtool(args: list[str], loading: str) -> subprocess.CompletedProcess:
@@ -30,18 +30,6 @@ def mqtool(args: list[str], loading: str) -> subprocess.CompletedProcess:
     else:
         env.pop("MQTOOL_NUMBA_LOAD", None)
     return subprocess.run([sys.executable, "-m", "mqtool", "--quiet", *args], capture_output=True, text=True, env=env, timeout=300)
-
-
-def without_timings(text: str) -> list:
-    """The JSON Lines output without the fields that time the run."""
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in TIMING_FIELDS}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return [strip(json.loads(line)) for line in text.splitlines() if line.strip()]
 
 
 COMMANDS = {
