@@ -65,6 +65,11 @@ def _settle():
     return _numba
 
 
+def _compiled() -> bool:
+    """Settle the kernels' numba (``_settle``); whether it is numba itself."""
+    return _settle().__name__ == "numba"
+
+
 def __getattr__(name: str):
     if name == "numba":
         return _settle()
@@ -79,7 +84,7 @@ def intrinsic(python: Callable) -> Callable:
     kernels); ``python``, the same operation in Python, when the kernels run interpreted."""
 
     def declare(typer: Callable) -> Callable:
-        if _settle().__name__ != "numba":
+        if not _compiled():
             return python
         from numba.extending import intrinsic as numba_intrinsic
 
@@ -91,10 +96,9 @@ def intrinsic(python: Callable) -> Callable:
 def external(name: str, signature: Callable, python: Callable):
     """A C function compiled kernels call by its LLVM symbol ``name`` (``numba.types.ExternalFunction``,
     of the type ``signature(numba.types)`` gives); ``python`` when the kernels run interpreted."""
-    numba = _settle()
-    if numba.__name__ != "numba":
+    if not _compiled():
         return python
-    return numba.types.ExternalFunction(name, signature(numba.types))
+    return _numba.types.ExternalFunction(name, signature(_numba.types))
 
 
 interpreted_forms: dict[str, tuple[Callable, Callable]] = {}  # kernel name -> (compiled kernel, interpreted form), compiled
@@ -107,7 +111,7 @@ def interpreted_as(python: Callable) -> Callable:
     tests that hold the two equal (``tests/test_interpreted.py``)."""
 
     def choose(kernel: Callable) -> Callable:
-        if _settle().__name__ != "numba":
+        if not _compiled():
             return python
         interpreted_forms[f"{kernel.py_func.__module__}.{kernel.py_func.__name__}"] = (kernel, python)
         return kernel

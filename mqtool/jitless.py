@@ -22,4 +22,3 @@ def njit(*args, **options):
     if len(args) == 1 and callable(args[0]) and not options:
         return args[0]
     return lambda function: function
-

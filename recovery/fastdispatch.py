@@ -28,7 +28,7 @@ import numpy as np
 from ..formats import commitlog as fmt
 from ..formats.properties import parse_properties
 from ..store.textscan import M32, java_hash_utf8, property_item, span_is
-from ..store.words import be32, be64, find_byte_below, load8, prefetch, signed32
+from ..store.words import M64, WORD, be32, be64, find_byte_below, load8, prefetch, signed32
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 _V6_BORN = fmt.HEADER_LAYOUTS[(True, False)]
@@ -118,17 +118,16 @@ def _word(buf, p, n):
     return v
 
 
-_INT, _LONG, _WORD = struct.Struct(">i"), struct.Struct(">q"), struct.Struct("=Q")  # interpreted forms
-_M64 = (1 << 64) - 1
+_INT, _LONG = struct.Struct(">i"), struct.Struct(">q")  # interpreted forms
 
 
 def _fingerprint_python(buf, p, n):
     """``_fingerprint`` on Python integers (interpreted kernels: numpy's uint64 scalars are slower)."""
     if n >= 8:
-        a, b, c = _WORD.unpack_from(buf, p)[0], _WORD.unpack_from(buf, p + n - 8)[0], _WORD.unpack_from(buf, p + n // 2 - 4)[0]
+        a, b, c = WORD.unpack_from(buf, p)[0], WORD.unpack_from(buf, p + n - 8)[0], WORD.unpack_from(buf, p + n // 2 - 4)[0]
     else:
         a = b = c = int.from_bytes(bytes(buf[p : p + n]), "big")
-    x = ((a * 0x9E3779B97F4A7C15) ^ (b * 0xC2B2AE3D27D4EB4F) ^ (c * 0x165667B19E3779F9) ^ n) & _M64
+    x = ((a * 0x9E3779B97F4A7C15) ^ (b * 0xC2B2AE3D27D4EB4F) ^ (c * 0x165667B19E3779F9) ^ n) & M64
     x ^= x >> 29
     return np.int64(x - (1 << 64) if x >= 1 << 63 else x)
 

@@ -174,6 +174,10 @@ def test_bad_input_and_usage(tmp_path):
     (tmp_path / "ids.txt").write_text(UNKNOWN[0] + "\nplain-key\n")
     assert cli("survivors", root, tmp_path / "ids.txt", "--no-progress")[0] == 2  # mixed forms: say --by
     assert cli("survivors", root, tmp_path / "ids.txt", "--by", "nonsense", "--no-progress")[0] == 2
+    from mqtool.cli.survivors import ID_KINDS
+    from mqtool.scan.survivors import IdKind
+
+    assert ID_KINDS == tuple(kind.value for kind in IdKind)  # --by is checked before the kernels load
     code, out, err = cli("survivors", tmp_path / "no-store", tmp_path / "ids.txt", "--no-progress")
     assert code == 3 and "Traceback" not in err
 

@@ -60,7 +60,6 @@ def hold_store_lock(root: Path, force: bool):
     return hold_store_lock(root, force)
 
 
-
 # ---- shared flow ------------------------------------------------------------------------------
 
 

@@ -16,7 +16,6 @@ log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable
@@ -29,7 +28,7 @@ from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.words import be32, be64, load8, signed32
+from ..store.words import M64, WORD, be32, be64, load8, signed32
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
@@ -310,22 +309,19 @@ def _bucket(delay):
     return -b - 1 if delay < 0 else b
 
 
-_WORD, _M64 = struct.Struct("=Q"), (1 << 64) - 1
-
-
 def _topic_key_python(buf, start, stop):
     """``_topic_key`` on Python integers (interpreted kernels)."""
     start, stop = int(start), int(stop)
     h, k, prime = int(_FNV_OFFSET), start, int(_FNV_PRIME)
     while k + 8 <= stop:
-        h = ((h ^ _WORD.unpack_from(buf, k)[0]) * prime) & _M64
+        h = ((h ^ WORD.unpack_from(buf, k)[0]) * prime) & M64
         k += 8
     if k < stop and stop - start >= 8:
-        h = ((h ^ _WORD.unpack_from(buf, stop - 8)[0]) * prime) & _M64
+        h = ((h ^ WORD.unpack_from(buf, stop - 8)[0]) * prime) & M64
     else:
         for byte in bytes(buf[k:stop]):
-            h = ((h ^ byte) * prime) & _M64
-    h = ((h ^ (stop - start)) * prime) & _M64
+            h = ((h ^ byte) * prime) & M64
+    h = ((h ^ (stop - start)) * prime) & M64
     return np.int64(h - (1 << 64) if h >= 1 << 63 else h)  # an int64, as the kernel's: callers cast it
 
 

@@ -79,7 +79,9 @@ else:
     from numba.cpython.unsafe.numbers import trailing_zeros
 
 
-_BE32, _BE64, _WORD = struct.Struct(">I"), struct.Struct(">q"), struct.Struct("=Q")  # interpreted forms: one C call, not eight numpy scalars
+_BE32, _BE64 = struct.Struct(">I"), struct.Struct(">q")  # interpreted forms: one C call, not eight numpy scalars
+WORD = struct.Struct("=Q")  # ``load8`` interpreted (and the interpreted forms of kernels that hash words)
+M64 = (1 << 64) - 1
 
 
 @interpreted_as(lambda buf, p: _BE32.unpack_from(buf, p)[0])
@@ -120,7 +122,7 @@ def be_signed(buf, p, width):
     return v
 
 
-@interpreted_as(lambda buf, p: np.uint64(_WORD.unpack_from(buf, p)[0]))
+@interpreted_as(lambda buf, p: np.uint64(WORD.unpack_from(buf, p)[0]))
 @numba.njit(inline="always")
 def load8(buf, p):
     """``buf[p:p+8]`` as one uint64 (``p + 8 <= len(buf)``: the caller checks)."""
@@ -144,19 +146,20 @@ def has_byte(x, b):
     return has_byte_below(x ^ (ONES * np.uint64(b)), 1)
 
 
-_BYTE: dict[int, re.Pattern] = {}
+_PATTERNS: dict[tuple[bool, int], re.Pattern] = {}
 
 
-def _find_byte_re(buf, p, end, b):
-    """``find_byte`` as a regular expression search (interpreted kernels)."""
-    pattern = _BYTE.get(b)
+def _search(below: bool, n: int, buf, p, end):
+    """The first position in ``[p, end)`` of a byte below ``n`` (``below``) or equal to it, else
+    ``end``: a cached regular expression's search (``find_byte``, ``find_byte_below`` interpreted)."""
+    pattern = _PATTERNS.get((below, n))
     if pattern is None:
-        pattern = _BYTE[b] = re.compile(re.escape(bytes([b])))
+        pattern = _PATTERNS[below, n] = re.compile(rb"[\x00-" + re.escape(bytes([n - 1])) + rb"]" if below else re.escape(bytes([n])))
     found = pattern.search(buf, int(p), int(end))
     return end if found is None else found.start()
 
 
-@interpreted_as(_find_byte_re)
+@interpreted_as(lambda buf, p, end, b: _search(False, b, buf, p, end))
 @numba.njit(inline="always")
 def find_byte(buf, p, end, b):
     """The first position in ``[p, end)`` whose byte is ``b``, else ``end``: a word at a time."""
@@ -167,19 +170,7 @@ def find_byte(buf, p, end, b):
     return p
 
 
-_BELOW: dict[int, re.Pattern] = {}
-
-
-def _find_byte_below_re(buf, p, end, n):
-    """``find_byte_below`` as a regular expression search (interpreted kernels)."""
-    pattern = _BELOW.get(n)
-    if pattern is None:
-        pattern = _BELOW[n] = re.compile(rb"[\x00-" + re.escape(bytes([n - 1])) + rb"]")
-    found = pattern.search(buf, int(p), int(end))
-    return end if found is None else found.start()
-
-
-@interpreted_as(_find_byte_below_re)
+@interpreted_as(lambda buf, p, end, n: _search(True, n, buf, p, end))
 @numba.njit(inline="always")
 def find_byte_below(buf, p, end, n):
     """The first position in ``[p, end)`` whose byte is below ``n`` (``n <= 128``), else ``end``: a
