@@ -13,8 +13,7 @@ Tests hold them equal to ``formats.hashing.java_string_hash`` and
 
 from __future__ import annotations
 
-import struct
-
+from ..formats.hashing import java_hash_units, utf16_units
 from ..jit import interpreted_as, numba
 import numpy as np
 
@@ -26,25 +25,18 @@ def _cont(buf, i, end):
     return i < end and (buf[i] & 0xC0) == 0x80
 
 
-_UNIT = struct.Struct(">H")
-
-
 def _java_hash_utf8_python(buf, start, end, h):
     """``java_hash_utf8`` on Python's strict UTF-8 decoder, which refuses what the kernel refuses
     (interpreted kernels)."""
-    raw, ok, h = bytes(buf[start:end]), True, int(h)
+    raw, ok = bytes(buf[start:end]), True
     if raw.isascii():  # a byte per unit
-        for unit in raw:
-            h = (h * 31 + unit) & 0xFFFFFFFF
-        return h, len(raw), ok
+        return java_hash_units(raw, int(h)), len(raw), ok
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         text, ok = raw[: exc.start].decode("utf-8"), False
-    units = text.encode("utf-16-be", "surrogatepass")
-    for (unit,) in _UNIT.iter_unpack(units):
-        h = (h * 31 + unit) & 0xFFFFFFFF
-    return h, len(units) // 2, ok
+    units = utf16_units(text)
+    return java_hash_units(units, int(h)), len(units), ok
 
 
 @interpreted_as(_java_hash_utf8_python)

@@ -24,7 +24,7 @@ import numpy as np
 from ..formats import index as ixfmt
 from ..formats.dispatch import is_indexed
 from ..formats.errors import FormatError
-from ..formats.hashing import java_string_hash
+from ..formats.hashing import index_hash, java_hash_units, java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.version import BrokerVersion
@@ -94,11 +94,7 @@ def _index_hashes_python(units, starts, ends, prefixes, out):
     """``index_hashes`` on Python integers (interpreted kernels: numpy scalars are slower)."""
     codes = units.tolist()
     for i, (start, end, h) in enumerate(zip(starts.tolist(), ends.tolist(), prefixes.tolist())):
-        for unit in codes[start:end]:
-            h = (31 * h + unit) & 0xFFFFFFFF
-        if h >= 0x80000000:
-            h = (1 << 32) - h
-        out[i] = 0 if h > 0x7FFFFFFF else h
+        out[i] = index_hash(java_hash_units(codes[start:end], h))
 
 
 @interpreted_as(_index_hashes_python)
