@@ -29,6 +29,7 @@ from conftest import FIXTURES, manifest, store_path, without_timings
 from mqtool import jit
 from mqtool.cli import app
 from mqtool.cli import engine
+from mqtool.scan import batches
 from mqtool.store import fastscan as fs
 
 for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.stats", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
@@ -72,10 +73,13 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "recovery.topicnumbers._same_bytes", "scan.kernels._put_int", "scan.kernels._put_ipv4_host",
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
-        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.parse_properties", "verify.index.check_chains",
+        "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.gather_fields", "scan.kernels.spans_are_utf8", "scan.kernels.parse_properties", "verify.index.check_chains",
         "scan.stats._bucket", "scan.stats._topic_key",
     )
 }
+
+
+FIELD_SETS = list(batches._FIELDS.values())  # (deltas, widths) of the header fields, per layout
 
 
 def pair(name: str):
@@ -136,6 +140,19 @@ def test_the_searches_and_row_checks_are_the_compiled_ones(index):
     for width in range(1, 9):
         for signed in (True, False):
             assert python(array, positions, 0, width, signed).tolist() == compiled(array, positions, 0, width, signed).tolist()
+    compiled, python = pair("mqtool.scan.kernels.gather_fields")
+    record_starts = np.ascontiguousarray(rows[:, fs.COL_POS])
+    for deltas, widths in FIELD_SETS:  # every header layout's fields, at the records and anywhere
+        for at in (record_starts, positions - 64 * (positions > array.shape[0] - 72)):
+            assert python(array, at, deltas, widths).tolist() == compiled(array, at, deltas, widths).tolist()
+    compiled, python = pair("mqtool.scan.kernels.spans_are_utf8")
+    topic_starts = np.ascontiguousarray(rows[:, fs.COL_TOPIC])
+    topic_lengths = rows[:, fs.COL_PROPS] - 2 - topic_starts
+    span_sets = [(topic_starts, topic_lengths), (topic_starts[:0], topic_lengths[:0])]
+    span_sets += [(starts, np.full(len(starts), n)) for starts, n in ((topic_starts, 40), (topic_starts[3:], 200), (topic_starts[-1:], 5000))]  # into bodies: binary too
+    for starts, lengths in span_sets:
+        lengths = np.minimum(lengths, array.shape[0] - starts)
+        assert python(array, starts, lengths) == compiled(array, starts, lengths)
 
 
 @pytest.mark.parametrize("index", range(len(ARRAYS)))

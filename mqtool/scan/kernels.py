@@ -16,6 +16,7 @@ import struct
 from ..jit import interpreted_as, numba
 import numpy as np
 
+from ..store.fastscan import gather_be
 from ..store.textscan import java_hash_utf8, property_item, span_is
 from ..store.words import HIGH, be_signed, find_byte, load8
 from .bytecopy import WORD_SLACK, copy_bytes, copy_words
@@ -199,6 +200,15 @@ def java_hash_spans(buf, starts, lengths):
     return result
 
 
+def _gather_fields_numpy(buf, positions, deltas, widths):
+    """``gather_fields`` a field at a time, each by ``gather_be`` (interpreted kernels)."""
+    result = np.empty((deltas.shape[0], positions.shape[0]), dtype=np.int64)
+    for f, (delta, width) in enumerate(zip(deltas.tolist(), widths.tolist())):
+        result[f] = gather_be(buf, positions, delta, width, True)
+    return result
+
+
+@interpreted_as(_gather_fields_numpy)
 @numba.njit(cache=True, nogil=True)
 def gather_fields(buf, positions, deltas, widths):
     """Signed big-endian integers of ``widths[f]`` bytes at ``positions + deltas[f]``: one row per
@@ -446,6 +456,17 @@ def is_utf8(buf, start, end):
     return True
 
 
+def _spans_are_utf8_python(buf, starts, lengths):
+    """``spans_are_utf8``: the spans that are all ASCII found at once, the others each read by
+    Python's decoder (interpreted kernels)."""
+    offsets, data = _gather_spans_numpy(buf, starts, lengths)
+    high = np.zeros(data.shape[0] + 1, dtype=np.int64)
+    np.cumsum(data >= 0x80, out=high[1:])
+    wide = np.flatnonzero(high[offsets[1:]] > high[offsets[:-1]])
+    return all(_is_utf8_python(buf, s, s + n) for s, n in zip(starts[wide].tolist(), lengths[wide].tolist()))
+
+
+@interpreted_as(_spans_are_utf8_python)
 @numba.njit(cache=True, nogil=True)
 def spans_are_utf8(buf, starts, lengths):
     """Every span ``buf[starts[i]:starts[i]+lengths[i]]`` is strict UTF-8 (what ``pa.Array.validate(full=True)``
