@@ -127,12 +127,12 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
     from ..scan.salvage import SalvageScan
 
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-        scan = SalvageScan(store, columns=list(MESSAGE_FIELDS), body=body, include_stale=include_stale, progress=bar.advance)
+        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
+        scan = SalvageScan(store, columns=_columns(format, writer is not None), body=body, include_stale=include_stale, progress=bar.advance)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
             return scan
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
-        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
         try:
             emit_rows(_rows(scan, writer, store), OutputFormat(format.value), fields, table, optional=TABLE_OPTIONAL, out=stream)
@@ -140,6 +140,14 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
             if out is not None:
                 stream.close()
     return scan
+
+
+def _columns(format: SalvageFormat, writing: bool) -> list[str]:
+    """The message columns to read: every field, but for a table only those it shows (and
+    those the new store's writer needs): the others cost a table a third of its time."""
+    if format is not SalvageFormat.table:
+        return list(MESSAGE_FIELDS)
+    return [c for c in MESSAGE_FIELDS if c in TABLE or (writing and c in DISPATCH)]
 
 
 def _report(summary, new_store, include_stale: bool) -> None:
