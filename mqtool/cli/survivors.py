@@ -62,13 +62,14 @@ def _json_strings(values):
     """Each string of an Arrow array as a JSON string literal (``_quote``): quotes around it,
     escaped in Python only where it holds a character JSON escapes."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
-    quoted = pc.binary_join_element_wise('"', values, '"', "")
-    odd = pc.match_substring_regex(values, _NEEDS_ESCAPE)
-    if pc.any(odd).as_py():
-        escaped = pa.array([_quote(v) for v in pc.filter(values, odd).to_pylist()], pa.string())
-        quoted = pc.replace_with_mask(quoted, odd, escaped)
+    from ..scan import compute
+
+    quoted = compute.binary_join_element_wise('"', values, '"', "")
+    odd = compute.match_substring_regex(values, options=compute.MatchSubstringOptions(_NEEDS_ESCAPE))
+    if compute.any(odd).as_py():
+        escaped = pa.array([_quote(v) for v in compute.filter(values, odd).to_pylist()], pa.string())
+        quoted = compute.replace_with_mask(quoted, odd, escaped)
     return quoted
 
 
@@ -78,12 +79,15 @@ def jsonl_chunks(search) -> Iterator[memoryview]:
     kernels (a million rows: a few tenths of a second instead of seconds of Python)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
 
+    from ..scan import compute
     from ..scan.survivors import STATUSES
 
     def text(values: np.ndarray) -> pa.Array:
-        return pc.cast(pa.array(values), pa.string())
+        return compute.cast(compute.numbers(values, pa.int64()), pa.string())
+
+    def take(texts: pa.Array, codes: np.ndarray) -> pa.Array:
+        return compute.take(texts, compute.numbers(codes, pa.int64()))
 
     topics, statuses = None, pa.array(STATUSES, pa.string())
     booleans = pa.array(["false", "true"], pa.string())
@@ -91,15 +95,15 @@ def jsonl_chunks(search) -> Iterator[memoryview]:
         if topics is None:  # known once the search has run
             topics = pa.array([_quote(t) for t in search.topics], pa.string())
         ids = _json_strings(c.id_array)
-        lines = pc.binary_join_element_wise('{"id": ', ids, _MISSING_TAIL, "")
+        lines = compute.binary_join_element_wise('{"id": ', ids, _MISSING_TAIL, "")
         if c.found.any():
-            found = pc.binary_join_element_wise(
-                '{"id": ', ids, ', "status": "', statuses.take(pa.array(c.code)), '", "offset": ', text(c.offset),
-                ', "topic": ', topics.take(pa.array(c.topic)), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
-                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', booleans.take(pa.array(c.consumable.astype(np.int8))), "}\n",
+            found = compute.binary_join_element_wise(
+                '{"id": ', ids, ', "status": "', take(statuses, c.code), '", "offset": ', text(c.offset),
+                ', "topic": ', take(topics, c.topic), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
+                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', take(booleans, c.consumable), "}\n",
                 "",
             )  # fmt: skip
-            lines = pc.if_else(pa.array(c.found), found, lines)
+            lines = compute.if_else(compute.numbers(c.found, pa.bool_()), found, lines)
         _, offsets, data = lines.buffers()
         bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
         yield memoryview(data)[int(bounds[0]) : int(bounds[-1])]

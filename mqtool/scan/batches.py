@@ -22,7 +22,7 @@ from ..formats.msgid import format_host
 from ..formats.properties import PropertyKey
 from ..records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
 from ..store import fastscan as fs
-from . import kernels
+from . import compute, kernels
 from .schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA, TIMESTAMP
 
 _LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for combo in range(4)}
@@ -101,7 +101,7 @@ def _hosts(array: np.ndarray, pos: np.ndarray, at: np.ndarray, wide: np.ndarray)
 
 def _timestamps(ms: np.ndarray) -> pa.Array:
     ok = np.abs(ms) <= MAX_MS
-    return pa.array(np.where(ok, ms, 0) * 1000, TIMESTAMP, mask=None if ok.all() else ~ok)
+    return compute.numbers(np.where(ok, ms, 0) * 1000, TIMESTAMP, ok)
 
 
 HOST_COLUMNS = frozenset({"born_host", "store_host", "msg_id"})
@@ -169,7 +169,7 @@ class MessageBatchBuilder:
 
         # fields behind the host addresses: per address-width layout
         combos = (sys_flag >> _V6_SHIFT) & 3
-        present = np.unique(combos)
+        present = np.flatnonzero(np.bincount(combos, minlength=4))  # not np.unique: it imports numpy.ma (12 ms) to ask if combos is masked
         store_ts = np.empty(n, np.int64)
         reconsume = np.empty(n, np.int64)
         prepared = np.empty(n, np.int64)
@@ -192,9 +192,9 @@ class MessageBatchBuilder:
 
         if need & FLAG_COLUMNS:
             flags, inverse = np.unique(sys_flag, return_inverse=True)
-            inverse = pa.array(inverse.ravel())
-            c["sys_flag_names"] = pa.array([sys_flag_names(int(f)) for f in flags], _LIST_OF_STRINGS).take(inverse)
-            c["transaction_type"] = pa.array([fmt.transaction_type(int(f)).name for f in flags], pa.string()).take(inverse)
+            inverse = compute.numbers(inverse.ravel(), pa.int64())
+            c["sys_flag_names"] = compute.take(pa.array([sys_flag_names(int(f)) for f in flags], _LIST_OF_STRINGS), inverse)
+            c["transaction_type"] = compute.take(pa.array([fmt.transaction_type(int(f)).name for f in flags], pa.string()), inverse)
         if "body" in need:
             c["body"] = self._bodies(array, rows, sys_flag, pos + base)
         if not need & (PROPERTY_COLUMNS | {"topic"}):
@@ -223,7 +223,7 @@ class MessageBatchBuilder:
                 return None
             map_offsets = np.zeros(n + 1, dtype=np.int32)
             np.cumsum(counts, out=map_offsets[1:])
-            c["properties"] = pa.MapArray.from_arrays(pa.array(map_offsets), names, values)
+            c["properties"] = pa.MapArray.from_arrays(compute.numbers(map_offsets, pa.int32()), names, values)
         elif not (kernels.spans_are_utf8(array, name_s, name_l) and kernels.spans_are_utf8(array, value_s, value_l)):
             return None  # the same records go to the Python decoder whichever columns are asked for
 
@@ -243,7 +243,7 @@ class MessageBatchBuilder:
             key_counts, piece_s, piece_l = kernels.split_on_spaces(array, keys_s, keys_l)
             key_offsets = np.zeros(n + 1, dtype=np.int32)
             np.cumsum(key_counts, out=key_offsets[1:])
-            c["keys"] = pa.ListArray.from_arrays(pa.array(key_offsets), _span_strings(array, piece_s, piece_l), type=_LIST_OF_STRINGS)
+            c["keys"] = pa.ListArray.from_arrays(compute.numbers(key_offsets, pa.int32()), _span_strings(array, piece_s, piece_l), type=_LIST_OF_STRINGS)
         return c
 
     def _tags_codes(self, array, tag_s, tag_l, special, value_s, value_l, topic_start, topic_len, store_ts) -> pa.Array:
@@ -251,7 +251,7 @@ class MessageBatchBuilder:
         codes = kernels.java_hash_spans(array, tag_s, tag_l)
         delayed = np.flatnonzero((special[:, 3] >= 0) & (topic_len == len(_SCHEDULE)))
         if len(delayed) == 0:
-            return pa.array(codes, pa.int64())
+            return compute.numbers(codes, pa.int64())
         valid = np.ones(len(codes), dtype=bool)
         for i in delayed.tolist():
             if bytes(array[topic_start[i] : topic_start[i] + topic_len[i]]) != _SCHEDULE:
@@ -264,7 +264,7 @@ class MessageBatchBuilder:
                 codes[i] = consume_queue_tags_code(SCHEDULE_TOPIC, properties, int(store_ts[i]), self.delay_table)
             except CorruptRecord:
                 valid[i] = False
-        return pa.array(codes, pa.int64(), mask=~valid)
+        return compute.numbers(codes, pa.int64(), valid)
 
     def _bodies(self, array: np.ndarray, rows: np.ndarray, sys_flag: np.ndarray, offsets: np.ndarray) -> pa.Array:
         """``encode_body`` of each record's body: base64, hex and UTF-8 by ``kernels.body_text``
@@ -307,7 +307,7 @@ class MessageBatchBuilder:
             c["store_time"] = _timestamps(c["store_timestamp"])
         c["split_start"] = np.full(n, split_start, dtype=np.int64)
         c["split_edge"] = np.zeros(n, dtype=bool)
-        arrays = [c[f.name] if isinstance(c[f.name], pa.Array) else pa.array(c[f.name], f.type) for f in self.schema]
+        arrays = [c[f.name] if isinstance(c[f.name], pa.Array) else compute.numbers(c[f.name], f.type) for f in self.schema]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     # ---- the Python decoder (exact for every record; slow) -------------------------------------
@@ -336,4 +336,4 @@ def with_edges(batch: pa.RecordBatch, first: bool, last: bool) -> pa.RecordBatch
     i = batch.schema.get_field_index("split_edge")
     if i < 0:
         return batch
-    return batch.set_column(i, batch.schema.field(i), pa.array(edge))
+    return batch.set_column(i, batch.schema.field(i), compute.numbers(edge, pa.bool_()))

@@ -29,33 +29,37 @@ class MessageFilter:
         return [name for name, used in wanted.items() if used]
 
     def apply(self, t: pa.Table) -> pa.Table:
+        from . import compute
+
         mask = self.mask(t)
-        return t if mask is None else t.filter(mask)
+        return t if mask is None else compute.filter(t, mask)
 
     def mask(self, t: pa.Table | pa.RecordBatch) -> pa.ChunkedArray | pa.Array | None:
+        """The rows that pass every filter given; None when none is."""
         import pyarrow as pa  # here, not at import: a command may build the filter without reading batches
-        import pyarrow.compute as pc
+
+        from . import compute
 
         conditions = []
         if self.topics:
-            conditions.append(pc.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
+            conditions.append(compute.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
         if self.queue is not None:
-            conditions.append(pc.equal(t["queue_id"], self.queue))
+            conditions.append(compute.equal(t["queue_id"], self.queue))
         if self.since is not None:
-            conditions.append(pc.greater_equal(t["store_timestamp"], self.since))
+            conditions.append(compute.greater_equal(t["store_timestamp"], self.since))
         if self.until is not None:
-            conditions.append(pc.less_equal(t["store_timestamp"], self.until))
+            conditions.append(compute.less_equal(t["store_timestamp"], self.until))
         if self.tag is not None:
-            conditions.append(pc.fill_null(pc.equal(t["tags"], self.tag), False))
+            conditions.append(compute.fill_null(compute.equal(t["tags"], self.tag), False))
         if self.key is not None:
-            conditions.append(pc.greater(_has_key(t["keys"], self.key), 0))
+            conditions.append(compute.greater(_has_key(t["keys"], self.key), 0))
         if self.uniq_key is not None:
-            conditions.append(pc.fill_null(pc.equal(t["uniq_key"], self.uniq_key), False))
+            conditions.append(compute.fill_null(compute.equal(t["uniq_key"], self.uniq_key), False))
         if not conditions:
             return None
         mask = conditions[0]
         for c in conditions[1:]:
-            mask = pc.and_(mask, c)
+            mask = compute.and_(mask, c)
         return mask
 
 
@@ -63,12 +67,13 @@ def _has_key(keys: pa.ChunkedArray | pa.Array, key: str) -> pa.Array:
     """Per row, how many of its KEYS equal ``key``."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from . import compute
 
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    hits = pc.cast(pc.equal(keys.values, key), pa.int64())
-    parents = pc.list_parent_indices(keys)
+    hits = compute.cast(compute.equal(keys.values, key), pa.int64())
+    parents = compute.list_parent_indices(keys)
     counts = np.zeros(len(keys), dtype=np.int64)
     np.add.at(counts, parents.to_numpy(), hits.to_numpy(zero_copy_only=False))
-    return pa.array(counts)
+    return compute.numbers(counts, pa.int64())

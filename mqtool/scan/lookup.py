@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-import pyarrow.compute as pc
-
 from ..store import Store
+from . import compute
 from .filter import MessageFilter
 from .messages import MessageScan
 
@@ -20,7 +19,7 @@ def scan_key_offsets(store: Store, topic: str, key: str, *, uniq: bool, begin: i
     scan = MessageScan(store, columns=["offset", "transaction_type"], match=match, check_crc=False)
     offsets: list[int] = []
     for batch in scan:
-        kept = batch.filter(pc.not_equal(batch["transaction_type"], "ROLLBACK"))
+        kept = compute.filter(batch, compute.not_equal(batch["transaction_type"], "ROLLBACK"))
         offsets.extend(kept["offset"].to_pylist())
         if progress is not None:
             progress(batch["offset"][-1].as_py())

@@ -27,6 +27,7 @@ import pyarrow as pa
 from ..records import BodyEncoding
 from ..store import Store
 from ..store.fastscan import COL_POS, COL_SIZE, FastScan, SegmentBatch, release_pages
+from . import compute
 from .batches import MessageBatchBuilder
 from .filter import MessageFilter
 
@@ -93,7 +94,7 @@ class MessageScan:
             batch = self.builder.build(segment_batch, segment_batch.base_offset)
             mask = self.match.mask(batch)
             if mask is not None:
-                batch = batch.filter(mask)
+                batch = compute.filter(batch, mask)
         if self.columns is not None:
             batch = batch.select(list(self.columns))
         return batch if batch.num_rows else None
@@ -116,7 +117,7 @@ class MessageScan:
     def _kept(self, segment_batch: SegmentBatch) -> np.ndarray:
         """The rows of the walk's batch that the filter keeps (a null condition drops the row, as ``filter``)."""
         mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
-        return mask.fill_null(False).to_numpy(zero_copy_only=False)
+        return compute.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
 def read_batches(store: Store, **options) -> Iterator[pa.RecordBatch]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from ..records import BodyEncoding
@@ -116,7 +115,7 @@ class SalvageScan:
             self.progress(int(batch["offset"][-1].as_py()))
         if self.columns is not None:
             batch = batch.select(self.columns)
-        return batch.append_column("status", pa.array(np.full(batch.num_rows, status, dtype=object), pa.string()))
+        return batch.append_column("status", pa.repeat(status, batch.num_rows))
 
     def _stretches(self, cut: ScanEnd, last_ts: int | None) -> Iterator[Stretch]:
         """Runs of valid records after ``cut``, classified, in offset order."""

@@ -29,6 +29,7 @@ from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.words import M64, WORD, be32, be64, load8, signed32
+from . import compute
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
@@ -186,12 +187,12 @@ def to_arrow(table: GroupTable, topic_of: Callable[[np.ndarray], pa.Array], *, e
     keys, values = table.groups()
     order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))
     keys, values = keys[order], values[order]
-    columns = {"topic": topic_of(keys[:, 0]), "queue_id": pa.array(keys[:, 1].astype(np.int32)), "period": pa.array(keys[:, 2])}
+    columns = {"topic": topic_of(keys[:, 0]), "queue_id": compute.numbers(keys[:, 1], pa.int32()), "period": compute.numbers(keys[:, 2], pa.int64())}
     specs = AGGREGATES if extended else BASE_AGGREGATES
     for k, (out, _, _) in enumerate(specs):
         v = values[:, k]
         unset = v == (_INT64_MAX if out.startswith("min_") else _INT64_MIN) if out in ("min_queue_offset", "max_queue_offset") else None
-        columns[out] = pa.array(v, pa.int64(), mask=unset)
+        columns[out] = compute.numbers(v, pa.int64(), None if unset is None else ~unset)
     return pa.table(columns)
 
 
@@ -202,9 +203,7 @@ def _int64(column) -> np.ndarray:
 def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) -> pa.Table:
     """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too when ``extended``)
     aggregated per topic, queue and period (start, epoch ms)."""
-    import pyarrow.compute as pc  # here: importing it costs 50-60 ms, which the CLI's stats never needs
-
-    encoded = pc.dictionary_encode(t["topic"]).combine_chunks()
+    encoded = compute.dictionary_encode(t["topic"]).combine_chunks()
     store_ts = _int64(t["store_timestamp"])
     columns = {
         "topic": np.ascontiguousarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
@@ -214,7 +213,7 @@ def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) 
     }
     table = GroupTable()
     accumulate(table, columns, period_ms)
-    return to_arrow(table, lambda codes: encoded.dictionary.take(pa.array(codes)), extended=extended)
+    return to_arrow(table, lambda codes: compute.take(encoded.dictionary, compute.numbers(codes, pa.int64())), extended=extended)
 
 
 def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:
@@ -429,9 +428,9 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
             parts = _parts(groups), _parts(buckets), _parts(seen)
         if progress is not None:
             progress(b.base_offset + int(rows[-1, fs.COL_POS]))
-    per_period = to_arrow(groups, pa.array, extended=True)
+    per_period = to_arrow(groups, lambda codes: compute.numbers(codes, pa.int64()), extended=True)
     bucket_keys, bucket_counts = buckets.groups()
-    hist = pa.table({"topic": pa.array(bucket_keys[:, 0]), "queue_id": pa.array(bucket_keys[:, 1].astype(np.int32)), "bucket": pa.array(bucket_keys[:, 2]), "n": pa.array(bucket_counts[:, 0])})
+    hist = pa.table({"topic": compute.numbers(bucket_keys[:, 0], pa.int64()), "queue_id": compute.numbers(bucket_keys[:, 1], pa.int32()), "bucket": compute.numbers(bucket_keys[:, 2], pa.int64()), "n": compute.numbers(bucket_counts[:, 0], pa.int64())})
     return StoreStats(per_period, hist, topics, walk.end, walk.records)
 
 

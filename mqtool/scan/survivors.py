@@ -31,12 +31,12 @@ from typing import Callable, Iterator
 from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..errors import UsageError
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from . import compute
 from .salvage import LIVE, PAST_DAMAGE, STATUSES as REGIONS, SalvageScan
 
 FOUND, NOT_CONSUMABLE, MISSING, DUPLICATED = "found", "found-not-consumable", "missing", "duplicated"
@@ -126,7 +126,7 @@ class IdMatcher:
     def match(self, values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``values``, index of the id each equals)."""
         if not self.exact:  # a 64-bit hash collision between two ids: let Arrow decide
-            index = pc.index_in(values, value_set=self.ids).to_numpy(zero_copy_only=False)
+            index = compute.index_in(values, self.ids).to_numpy(zero_copy_only=False)
             rows = np.flatnonzero(~np.isnan(index.astype(float)))
             return rows, index[rows].astype(np.int64)
         hashes = string_hashes(values)
@@ -134,11 +134,11 @@ class IdMatcher:
         pos = np.empty(len(hashes), dtype=np.int64)
         pos[probe] = np.searchsorted(self.sorted, hashes[probe])
         pos[pos == len(self.sorted)] = 0
-        rows = np.flatnonzero((self.sorted[pos] == hashes) & values.is_valid().to_numpy(zero_copy_only=False))
+        rows = np.flatnonzero((self.sorted[pos] == hashes) & compute.is_valid(values).to_numpy(zero_copy_only=False))
         if len(rows) == 0:
             return rows, rows
         who = self.order[pos[rows]]
-        same = pc.equal(values.take(rows), self.ids.take(who)).to_numpy(zero_copy_only=False)
+        same = compute.equal(compute.take(values, compute.numbers(rows, pa.int64())), compute.take(self.ids, compute.numbers(who, pa.int64()))).to_numpy(zero_copy_only=False)
         return rows[same], who[same]
 
 
@@ -207,15 +207,15 @@ class SurvivorSearch:
         for batch in scan:
             if self.kind is IdKind.key:
                 keys = batch["keys"]
-                at, who = matcher.match(pc.list_flatten(keys))
-                pairs = np.unique(np.stack([pc.list_parent_indices(keys).to_numpy()[at], who], axis=1), axis=0)  # a key repeated in one record counts once
+                at, who = matcher.match(compute.list_flatten(keys))
+                pairs = np.unique(np.stack([compute.list_parent_indices(keys).to_numpy()[at], who], axis=1), axis=0)  # a key repeated in one record counts once
                 rows, who = pairs[:, 0], pairs[:, 1]
             else:
                 rows, who = matcher.match(batch[column])
             if len(rows) == 0:
                 continue
-            matched = batch.take(pa.array(rows))
-            topics = pc.dictionary_encode(matched["topic"])
+            matched = compute.take(batch, compute.numbers(rows, pa.int64()))
+            topics = compute.dictionary_encode(matched["topic"])
             codes = np.array([topic_codes.setdefault(t, len(topic_codes)) for t in topics.dictionary.to_pylist()], dtype=np.int32)
             parts["who"].append(np.asarray(who, dtype=np.int64))
             parts["topic"].append(codes[topics.indices.to_numpy()])

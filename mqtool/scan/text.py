@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..store.words import has_byte, has_byte_below, load8
+from . import compute
 from .bytecopy import WORD_SLACK, copy_words
 
 QUOTE, BACKSLASH, COMMA, NEWLINE = 34, 92, 44, 10
@@ -233,7 +234,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 def _validity(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=np.bool_)
-    return arr.is_valid().to_numpy(zero_copy_only=False)
+    return compute.is_valid(arr).to_numpy(zero_copy_only=False)
 
 
 def _offsets(arr: pa.Array, which: int = 1) -> np.ndarray:
@@ -263,7 +264,7 @@ class _Columns:
             if pa.types.is_boolean(t) or pa.types.is_integer(t):
                 self.kinds[c] = KIND_BOOL if pa.types.is_boolean(t) else KIND_INT
                 self.slots[c, 0] = len(ints)
-                ints.append((arr.fill_null(False if pa.types.is_boolean(t) else 0) if arr.null_count else arr).to_numpy(zero_copy_only=False))
+                ints.append((compute.fill_null(arr, False if pa.types.is_boolean(t) else 0) if arr.null_count else arr).to_numpy(zero_copy_only=False))
                 self.bound += 20 * n
             elif pa.types.is_string(t):
                 self.kinds[c] = KIND_STRING

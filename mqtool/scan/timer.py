@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..formats import timer as fmt
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..store import Store
 from ..store.timer import TimerLogEnd, TimerStore
+from . import compute
 from .messages import MessageScan
 
 TIMER_FIELDS = (
@@ -64,9 +64,9 @@ def _deliveries(store: Store, identities: set[str]) -> tuple[dict[str, list[tupl
     born = pa.array(sorted({int(i.split(":")[1]) for i in identities if i.startswith("b:")}), pa.int64())
     scan = MessageScan(store, columns=["offset", "topic", "uniq_key", "born_timestamp", "body_crc"], check_crc=False)
     for batch in scan:
-        wanted = pc.or_(pc.fill_null(pc.is_in(batch["uniq_key"], value_set=uniq), False),
-                        pc.and_(pc.is_null(batch["uniq_key"]), pc.is_in(batch["born_timestamp"], value_set=born)))
-        for row in batch.filter(wanted).to_pylist():
+        wanted = compute.or_(compute.fill_null(compute.is_in(batch["uniq_key"], uniq), False),
+                             compute.and_(compute.is_null(batch["uniq_key"]), compute.is_in(batch["born_timestamp"], born)))
+        for row in compute.filter(batch, wanted).to_pylist():
             identity = _identity(row["uniq_key"], row["born_timestamp"], row["body_crc"])
             if identity in identities:
                 found.setdefault(identity, []).append((row["offset"], row["topic"]))

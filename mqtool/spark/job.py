@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
@@ -47,6 +46,7 @@ from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
+from ..scan import compute
 from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
 from .source import FORMAT, RocketMQDataSource
 
@@ -457,9 +457,9 @@ def run_stats(scan: Scan, out: Output) -> dict:
         ).toArrow()
     finally:
         partial.unpersist()
-    per_queue = pc.equal(both["per_queue"], 1)
+    per_queue = compute.equal(both["per_queue"], 1)
     queues = with_times(both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")]))
-    per_hour = both.filter(pc.invert(per_queue)).sort_by([("broker", "ascending"), ("hour", "ascending")]).slice(0, PRINT_ROWS + 1).to_pylist()
+    per_hour = both.filter(compute.invert(per_queue)).sort_by([("broker", "ascending"), ("hour", "ascending")]).slice(0, PRINT_ROWS + 1).to_pylist()
     written["queues"] = out.write_table(queues, "queues")
     totals = queues.group_by("broker").aggregate(
         [(c, "sum") for c in ("messages", "bytes", "crc_failures")] + [("first_store_timestamp", "min"), ("last_store_timestamp", "max")]
@@ -476,7 +476,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
 def with_times(t: pa.Table) -> pa.Table:
     """The two store timestamps also as TIMESTAMP columns (``first_store_time``, ``last_store_time``)."""
     for name in ("first_store", "last_store"):
-        t = t.append_column(f"{name}_time", pc.cast(pc.multiply(t[f"{name}_timestamp"], 1000), TIMESTAMP))
+        t = t.append_column(f"{name}_time", compute.cast(compute.multiply(t[f"{name}_timestamp"], 1000), TIMESTAMP))
     return t
 
 

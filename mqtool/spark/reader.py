@@ -24,6 +24,7 @@ from ..formats.dispatch import parse_delay_levels
 from ..records import BodyEncoding
 from ..store.mappedfile import exit_on_sigbus
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
+from ..scan import compute
 from ..scan.batches import MessageBatchBuilder, with_edges
 from ..scan.filter import MessageFilter
 from ..scan.schema import MESSAGE_FILE_SCHEMA, STATS_SCHEMA, TIMESTAMP, WRITTEN_SCHEMA
@@ -160,5 +161,5 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
         rest = {k: pa.array([row.get(k)], STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
     else:
         grouped = grouped.append_column("hour", pa.array(grouped["period"].to_numpy() * 1000, TIMESTAMP))
-        rest = {k: grouped[k].combine_chunks().cast(STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
+        rest = {k: compute.cast(grouped[k].combine_chunks(), STATS_SCHEMA.field(k).type) for k in STATS_SCHEMA.names if k not in columns}
     yield pa.RecordBatch.from_arrays([{**columns, **rest}[k] for k in STATS_SCHEMA.names], schema=STATS_SCHEMA)

@@ -28,16 +28,17 @@ _COLUMNS = ["offset", "topic", "queue_id", "queue_offset", "size", "tags_code", 
 def expected_batch_units(store: Store, topics: set[str], start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple]], int]:
     """``(topic, queue id) -> {offset: (size, tags code, store time, msgBaseOffset, batchSize)}`` for
     the records of ``topics``, and the commit log's logical end."""
-    import pyarrow.compute as pc
+    import pyarrow as pa
 
+    from ..scan import compute
     from ..scan.filter import MessageFilter
     from ..scan.messages import MessageScan
 
     expected: dict[tuple[str, int], dict[int, tuple]] = {}
     scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, match=MessageFilter(topics=tuple(sorted(topics))), check_crc=False)
     for batch in scan:
-        dispatched = pc.is_in(batch["transaction_type"], value_set=pc.cast(["NOT_TYPE", "COMMIT"], "string"))
-        for row in batch.filter(dispatched).to_pylist():
+        dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
+        for row in compute.filter(batch, dispatched).to_pylist():
             try:
                 span = batch_unit_span(dict(row["properties"] or ()), row["queue_offset"])
             except ValueError:

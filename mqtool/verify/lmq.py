@@ -26,17 +26,18 @@ def lmq_queue_dirs(store: Store) -> list[str]:
 
 def expected_lmq_entries(store: Store, start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
     """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records, and the logical end."""
-    import pyarrow.compute as pc  # here: a store without LMQ never loads pyarrow
+    import pyarrow as pa  # here: a store without LMQ never loads pyarrow
 
+    from ..scan import compute
     from ..scan.messages import MessageScan
 
     v5 = store.version is not None and store.version.major >= 5
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, check_crc=False)
     for batch in scan:
-        flagged = pc.is_valid(pc.map_lookup(batch["properties"], "INNER_MULTI_DISPATCH", "first"))
-        dispatched = pc.is_in(batch["transaction_type"], value_set=pc.cast(["NOT_TYPE", "COMMIT"], "string"))
-        for row in batch.filter(pc.and_(flagged, dispatched)).to_pylist():
+        flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
+        dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
+        for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
             for name, queue_id, queue_offset in multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), v5=v5):
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
     return expected, scan.end.offset
