@@ -6,6 +6,7 @@ derived from the manifests (offsets, sizes, fields) and the recovered JSON (the 
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -15,7 +16,10 @@ from typer.testing import CliRunner
 
 from conftest import MAIN_VERSIONS, VERSIONS, manifest, recovered, store_path
 from mqtool.cli import app
+from mqtool.cli.output import OutputFormat, emit_rows
+from mqtool.records import MESSAGE_FIELDS, BodyEncoding
 from mqtool.scan.messages import MessageScan
+from mqtool.scan.salvage import SalvageScan
 from mqtool.store import Store
 
 SEGMENT = 1 << 20
@@ -202,6 +206,27 @@ def test_parquet_output_holds_the_same_rows(tmp_path):
     assert table.column("offset").to_pylist() == [r["offset"] for r in rows]
     assert table.column("status").to_pylist() == [r["status"] for r in rows]
     assert table.column("uniq_key").to_pylist() == [r["uniq_key"] for r in rows]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])
+@pytest.mark.parametrize("version,name,damaged", [("4.9.7", "rewrite-clean", False), ("5.3.3", "crashed-small", False), ("4.8.0", "clean-small", True)])
+def test_the_text_formats_print_what_the_rows_print(version, name, damaged, fmt, store_copy):
+    """JSON Lines, JSON and CSV come from the compiled text encoder, as ``dump``'s do: the bytes
+    ``emit_rows`` writes for the rows as dicts, past damage and stale records included."""
+    root = store_copy(version, name)
+    if damaged:
+        target = messages(version, name)[len(messages(version, name)) // 3]
+        patch(root, target["commitLogOffset"], bytes(4096))
+    code, out, err = cli("salvage", root, "--format", fmt, "--include-stale", "--body", "base64", "--no-progress")
+    assert code == (1 if damaged else 0), err
+    with Store.open(root) as store:
+        scan = SalvageScan(store, columns=list(MESSAGE_FIELDS), body=BodyEncoding.base64, include_stale=True)
+        rows = [{**r, "properties": dict(r["properties"])} for b in scan for r in b.to_pylist()]
+    reference = io.StringIO()
+    emit_rows(rows, OutputFormat(fmt), MESSAGE_FIELDS + ("status",), out=reference)
+    assert out == reference.getvalue()
+    assert {r["status"] for r in rows} >= ({"live", "past-damage"} if damaged else {"live"})
+    assert name != "rewrite-clean" or "stale" in {r["status"] for r in rows}
 
 
 def test_refusals_and_bad_input(tmp_path, store_copy):

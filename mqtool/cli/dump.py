@@ -9,8 +9,6 @@ units) or ``dledger`` (a DLedger commit log's entries).
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import sys
 from contextlib import closing
@@ -46,8 +44,7 @@ from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .engine import PYTHON, engine_for, estimated_records, resync_window
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_document, emit_rows, iso_ms
-from .terminal import clear_bars
+from .output import OutputFormat, emit_batches, text_encoder, emit_document, emit_rows, iso_ms
 
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
@@ -130,11 +127,7 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
 
 def _text_encoder(fmt: OutputFormat):
     """The compiled text encoder of a JSON Lines, JSON or CSV dump (None for the table)."""
-    if fmt is OutputFormat.table:
-        return None
-    from ..scan.text import BatchText, TextFormat
-
-    return BatchText(MESSAGE_FIELDS, TextFormat(fmt.value))
+    return None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -310,34 +303,12 @@ def _row_dict(row: dict) -> dict:
 
 
 def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None) -> None:
-    """Print (batch, text) pairs of messages: JSON Lines, JSON and CSV as the compiled text encoder
-    wrote them (``encoder`` encodes a batch whose text is None), the table through ``emit_rows``
-    (bytes as ``emit_rows`` writes the rows as dicts)."""
+    """Print (batch, text) pairs of messages: the table through ``emit_rows`` (bytes as
+    ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
         emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
         return
-    out = sys.stdout
-    out.flush()
-    raw = out.buffer
-    if fmt is OutputFormat.csv:
-        header = io.StringIO()
-        csv.writer(header, lineterminator="\n").writerow(MESSAGE_FIELDS)
-        raw.write(header.getvalue().encode())
-    elif fmt is OutputFormat.json:
-        raw.write(b"[")
-    encoder = encoder or _text_encoder(fmt)
-    count = 0
-    for b, text in items:
-        if text is None:
-            text = encoder.encode(b)
-        if fmt is OutputFormat.json and count == 0 and len(text):
-            text = text[1:]  # the first item has no comma before it
-        clear_bars()  # a progress bar on the same terminal: erased before the rows
-        raw.write(memoryview(text))
-        count += b.num_rows
-    if fmt is OutputFormat.json:
-        raw.write(b"\n]\n" if count else b"]\n")
-    raw.flush()
+    emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
 
 def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | None, int | None, Path | None]:

@@ -203,6 +203,46 @@ def _table_value(column: str, value: Any) -> Any:
     return value
 
 
+def text_encoder(fields: Sequence[str], fmt: OutputFormat):
+    """The compiled text encoder (``mqtool.scan.text.BatchText``) of ``fields`` in ``fmt`` (JSON
+    Lines, JSON or CSV): each row as ``emit_rows`` writes the row's dict."""
+    from ..scan.text import BatchText, TextFormat
+
+    return BatchText(fields, TextFormat(fmt.value))
+
+
+def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], encoder=None, out=None) -> int:
+    """Write (batch, text) pairs of ``fields`` columns as JSON Lines, JSON or CSV: the text as
+    ``encoder`` wrote it, or encoded here when it is None; the bytes ``emit_rows`` writes for the
+    rows as dicts. Returns how many rows were written."""
+    out = terminal.data_stream(out)
+    out.flush()
+    raw = out.buffer
+    if fmt is OutputFormat.csv:
+        import csv
+        import io
+
+        header = io.StringIO()
+        csv.writer(header, lineterminator="\n").writerow(fields)
+        raw.write(header.getvalue().encode())
+    elif fmt is OutputFormat.json:
+        raw.write(b"[")
+    encoder = encoder or text_encoder(fields, fmt)
+    count = 0
+    for b, text in items:
+        if text is None:
+            text = encoder.encode(b)
+        if fmt is OutputFormat.json and count == 0 and len(text):
+            text = text[1:]  # the first item has no comma before it
+        terminal.clear_bars()  # a progress bar on the same terminal: erased before the rows
+        raw.write(memoryview(text))
+        count += b.num_rows
+    if fmt is OutputFormat.json:
+        raw.write(b"\n]\n" if count else b"]\n")
+    raw.flush()
+    return count
+
+
 def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table, out=None) -> None:
     """A single document (``info``, a plan, a summary): JSON as is, or a human rendering."""
     out = terminal.data_stream(out)
