@@ -1,10 +1,15 @@
-"""The table layout rules of ``mqtool/cli/table.py`` on rows taken from a real-broker manifest."""
+"""The table layout rules of ``mqtool/cli/table.py`` on rows taken from a real-broker manifest, and
+text printed without rich as rich prints it (``output.Screen``)."""
 
 from __future__ import annotations
 
+import io
+
+import pytest
 from rich.cells import cell_len
 
 from conftest import manifest
+from mqtool.cli.output import _RICH_RENDERS, Screen
 from mqtool.cli.table import Table, line_spans, wrap
 
 COLUMNS = ("offset", "topic", "queue", "keys", "uniqKey", "msgId")
@@ -82,3 +87,41 @@ def test_wrap_and_line_spans():
     assert wrap("C0A8016400002A9F0000000000000000 x", 10) == ["C0A8016400002A9F0000000000000000", "x"]
     line = "    one two three four"
     assert [line[a:b] for a, b in line_spans(line, 13)] == ["one two", "three", "four"]
+
+
+TEXTS = [
+    "No changes.", "", "one\n\ntwo", "  restore /data/rocketmq/store/commitlog/00000000000004194304 (a long path that must wrap at the spaces around it)",
+    "`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').", "主题 Tópico тема " * 12, "x" * 150 + " tail",
+    "... and 12 more listed with --format json", "note: the steps after the recovery are planned again on the recovered store when applied",
+]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("columns", [40, 100])
+@pytest.mark.parametrize("color", [False, True])
+def test_plain_text_prints_as_rich_prints_it(columns, color, monkeypatch):
+    """A text rich would change nothing in (no markup, tab, emoji code or control character)
+    is wrapped without importing rich: the same bytes; and ``note`` is the yellow-markup note."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    outs = []
+    for way in ("_write_wrapped", "_print_rich"):
+        out = _Terminal() if color else io.StringIO()
+        screen = Screen(out)
+        for text in TEXTS:
+            assert not _RICH_RENDERS.search(text)
+            getattr(screen, way)(text)
+        if way == "_write_wrapped":
+            screen.note(TEXTS[-1][len("note: "):])
+        else:
+            screen._print_rich(f"[yellow]note:[/yellow] {TEXTS[-1][len('note: '):]}", highlight=False)
+        outs.append(out.getvalue())
+    assert outs[0] == outs[1]
+    assert ("\x1b[33mnote:" in outs[0]) is color
+    for text in ("[bold]x[/]", "a\tb", "party :smile: time", "carriage\rreturn"):
+        assert _RICH_RENDERS.search(text)  # these still go through rich

@@ -21,12 +21,17 @@ Put long single-word columns (topics, paths) last: the last column may run past 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, Iterable, Sequence
 
 from . import terminal
 from .table import BOLD, RESET, Layout, Table, line_spans, wrap
+
+YELLOW = "\x1b[33m"
+# what rich does something with in a text: markup, tabs, emoji codes, the control characters it strips
+_RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]|:[^\s:]+:")
 
 TABLE_BATCH = 200
 
@@ -81,7 +86,29 @@ class Screen:
             self.console.print(obj, **kwargs)
         self.printed = True
 
+    def note(self, text: str) -> None:
+        """``note: text``, "note:" in yellow, wrapped as any text (without rich)."""
+        self.printed = True
+        self._write_wrapped(f"note: {text}", lead=YELLOW + "note:" + RESET if self.color else None)
+
     def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
+        if not kwargs and not _RICH_RENDERS.search(text):
+            self._write_wrapped(text)  # what rich would print, without importing it (about 20 ms)
+        else:
+            self._print_rich(text, markup=markup, **kwargs)
+
+    def _write_wrapped(self, text: str, lead: str | None = None) -> None:
+        """``text`` wrapped at spaces as ``_print_rich`` wraps it; ``lead`` replaces the first
+        word (the same word, styled)."""
+        lines = []
+        for line in text.split("\n"):
+            indent = line[: len(line) - len(line.lstrip(" "))]
+            lines += [indent + line[start:end] if k else line[:end] for k, (start, end) in enumerate(line_spans(line, self.width))]
+        if lead is not None:
+            lines[0] = lead + lines[0][len(lines[0].split(" ", 1)[0]) :]
+        self.out.write("\n".join(lines) + "\n")
+
+    def _print_rich(self, text: str, *, markup: bool = True, **kwargs) -> None:
         from rich.text import Text
 
         styled = self.console.render_str(text, markup=markup, highlight=False)

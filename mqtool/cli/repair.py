@@ -605,7 +605,7 @@ def render_plan(console: Screen, doc: dict) -> None:
     if doc["remove_abort"]:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in doc["notes"]:
-        console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
+        console.note(n)
     if doc["command"] == "recover":
         render_verify_after(console, doc.get("verify_after") or [])
     if doc["actions"]:
@@ -651,7 +651,7 @@ def render_repair(console: Screen, doc: dict) -> None:
         if len(remaining) > TABLE_LOST:
             console.print(f"... and {len(remaining) - TABLE_LOST} more listed with --format json")
     for n in doc["notes"]:
-        console.print(f"[yellow]note:[/yellow] {n}", markup=True, highlight=False)
+        console.note(n)
 
 
 def render_backup(console: Screen, doc: dict) -> None:
