@@ -18,7 +18,6 @@ complete apply, an interrupted one, or a killed one. The store gets a ``.mqtool-
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -39,6 +38,8 @@ def staging_path(store_root: Path, final: Path) -> Path:
     """Where a file of the store is written before it is renamed into place: the store's staging
     directory, never the file's own directory (the broker refuses to start on a file in a commit log,
     queue or index directory whose name is not an offset: ``MappedFileQueue.load``)."""
+    import hashlib  # here: OpenSSL's start-up (3 ms) is for the commands that write
+
     rel = os.path.relpath(final, store_root)
     return Path(store_root) / STAGING_DIR / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{Path(final).name}"
 
@@ -49,6 +50,8 @@ def default_backup_dir(store_root: Path, command: str) -> Path:
 
 
 def _flat(rel: str) -> str:
+    import hashlib
+
     return f"{hashlib.sha1(rel.encode()).hexdigest()[:16]}-{Path(rel).name}"
 
 
