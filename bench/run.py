@@ -16,7 +16,8 @@ baseline: ``x plain`` is a command's throughput over that walk's.
 
 ``recover --abnormal`` runs on a crashed copy (segments hard-linked, no consume queues, no
 index, zeroed checkpoint, abort file), ``rebuild-cq`` and ``rebuild-index`` on a copy without
-consume queues / index; the copies live under ``--out`` and are deleted afterwards. ``dump`` is
+consume queues / index; the copies live under ``--out`` and are deleted afterwards. ``salvage``
+writes JSON Lines to /dev/null (every field, the whole log: dump's work plus the status). ``dump`` is
 measured by ``bench/bench_dump.py`` when it exists (run as is, its output shown).
 """
 
@@ -43,7 +44,7 @@ from procs import run_measured  # noqa: E402
 
 SUITES = {"verify": "bench_verify.py", "recover": "bench_recover.py", "spark": "bench_spark.py"}
 PLAIN_LIMIT = 256 << 20
-ROWS = ("help", "verify", "info", "dump", "recover", "rebuild-cq", "rebuild-index")
+ROWS = ("help", "verify", "info", "dump", "salvage", "recover", "rebuild-cq", "rebuild-index")
 # targets of issue #10: (row, record size) -> ("GB/s" or "s", bound)
 TARGETS = {
     ("verify", "1k"): ("GB/s", 1.0),
@@ -165,6 +166,9 @@ def bench_store(spec, label: str, a) -> list[dict]:
     if "info" in a.only:
         wall, rss, _ = measure([*mq, "info", str(path), "--format", "json"], a.repeat)
         row("info", wall, rss)
+    if "salvage" in a.only:
+        wall, rss, _ = measure([*mq, "--quiet", "salvage", str(path), "--format", "jsonl", "--out", os.devnull], a.repeat)
+        row("salvage --format jsonl", wall, rss)
     if "dump" in a.only:
         dump_bench = HERE / "bench_dump.py"
         if dump_bench.exists():
