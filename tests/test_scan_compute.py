@@ -53,6 +53,8 @@ def test_the_functions_by_name_are_pyarrow_computes(batch):
     pairs = [
         (compute.take(batch, rows), pc.take(batch, rows)),
         (compute.take(topics, rows), pc.take(topics, rows)),
+        (compute.take(topics, np.array([5, 0, 3, 3])), pc.take(topics, rows)),  # numpy indices
+        (compute.take(topics, np.array([True, False, True])), pc.take(topics, pa.array([1, 0, 1]))),
         (compute.filter(batch, equal), batch.filter(equal)),
         (compute.equal(batch["queue_id"], 1), equal),
         (compute.and_(equal, compute.greater(batch["size"], 300)), pc.and_(equal, pc.greater(batch["size"], 300))),

@@ -44,7 +44,7 @@ from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .engine import PYTHON, engine_for, estimated_records, resync_window
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, emit_batches, text_encoder, emit_document, emit_rows, iso_ms
+from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter

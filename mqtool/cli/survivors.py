@@ -86,9 +86,6 @@ def jsonl_chunks(search) -> Iterator[memoryview]:
     def text(values: np.ndarray) -> pa.Array:
         return compute.cast(compute.numbers(values, pa.int64()), pa.string())
 
-    def take(texts: pa.Array, codes: np.ndarray) -> pa.Array:
-        return compute.take(texts, compute.numbers(codes, pa.int64()))
-
     topics, statuses = None, pa.array(STATUSES, pa.string())
     booleans = pa.array(["false", "true"], pa.string())
     for c in search.chunks():
@@ -98,9 +95,9 @@ def jsonl_chunks(search) -> Iterator[memoryview]:
         lines = compute.binary_join_element_wise('{"id": ', ids, _MISSING_TAIL, "")
         if c.found.any():
             found = compute.binary_join_element_wise(
-                '{"id": ', ids, ', "status": "', take(statuses, c.code), '", "offset": ', text(c.offset),
-                ', "topic": ', take(topics, c.topic), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
-                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', take(booleans, c.consumable), "}\n",
+                '{"id": ', ids, ', "status": "', compute.take(statuses, c.code), '", "offset": ', text(c.offset),
+                ', "topic": ', compute.take(topics, c.topic), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
+                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', compute.take(booleans, c.consumable), "}\n",
                 "",
             )  # fmt: skip
             lines = compute.if_else(compute.numbers(c.found, pa.bool_()), found, lines)

@@ -58,12 +58,8 @@ _FIELDS = {
 
 def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     """A string array from int32 offsets and UTF-8 bytes (``valid``: a bool mask, None = no nulls)."""
-    n = len(offsets) - 1
-    bitmap, nulls = None, 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(n - valid.sum())
-    return pa.Array.from_buffers(pa.string(), n, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
+    bitmap, nulls = compute.validity(valid)
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [bitmap, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=nulls)
 
 
 def _span_strings(array: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -192,7 +188,7 @@ class MessageBatchBuilder:
 
         if need & FLAG_COLUMNS:
             flags, inverse = np.unique(sys_flag, return_inverse=True)
-            inverse = compute.numbers(inverse.ravel(), pa.int64())
+            inverse = inverse.ravel()
             c["sys_flag_names"] = compute.take(pa.array([sys_flag_names(int(f)) for f in flags], _LIST_OF_STRINGS), inverse)
             c["transaction_type"] = compute.take(pa.array([fmt.transaction_type(int(f)).name for f in flags], pa.string()), inverse)
         if "body" in need:

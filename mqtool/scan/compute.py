@@ -2,16 +2,16 @@
 
 ``pyarrow.compute`` wraps each of Arrow's ~290 functions in a Python function with a docstring as
 it is imported: 30-40 ms of a command on a small store, for the few functions mqtool calls.
-``compute.take(batch, indices)`` here calls Arrow's ``take`` through ``call_function``, the
-function those wrappers call (defined in ``pyarrow._compute``, which ``pyarrow.compute`` imports
-it from; taken from ``pyarrow.compute`` should a release move it). A trailing underscore is
-dropped (``and_`` is ``and``); ``options=`` passes a function's options object, named as in
-``pyarrow.compute`` (``compute.MapLookupOptions``). Arrow arrays,
-batches and Python scalars only: a numpy argument would be converted by ``pa.array``, which
-imports ``numpy.ma``, 12 ms (``numbers`` converts without it).
+``compute.equal(a, b)`` here calls Arrow's ``equal`` through ``call_function``, the function
+those wrappers call (defined in ``pyarrow._compute``, which ``pyarrow.compute`` imports it from;
+taken from ``pyarrow.compute`` should a release move it). A trailing underscore is dropped
+(``and_`` is ``and``); ``options=`` passes a function's options object, named as in
+``pyarrow.compute`` (``compute.MapLookupOptions``). Arguments are Arrow arrays, batches and
+Python scalars: a numpy array would be converted by ``pa.array``, which imports ``numpy.ma``
+(12 ms); ``numbers`` converts one without it.
 
-Functions whose ``pyarrow.compute`` wrapper takes its options as arguments are written out:
-``cast``, ``is_in``, ``index_in``, ``fill_null``.
+Written out: the functions whose ``pyarrow.compute`` wrapper takes its options as arguments
+(``cast``, ``is_in``, ``index_in``, ``fill_null``), and ``take``, which also takes numpy indices.
 """
 
 from __future__ import annotations
@@ -57,6 +57,13 @@ def index_in(values, value_set):
     return call_function("index_in", [values], _arrow.SetLookupOptions(value_set))
 
 
+def take(data, indices):
+    """The rows of ``data`` (an array or a batch) at ``indices`` (Arrow or numpy integers)."""
+    if isinstance(indices, np.ndarray):
+        indices = numbers(indices, pa.int64())
+    return call_function("take", [data, indices])
+
+
 def fill_null(values, fill_value):
     """``values`` with nulls replaced by ``fill_value``, of their type (Arrow's ``coalesce``)."""
     return call_function("coalesce", [values, pa.scalar(fill_value, type=values.type)])
@@ -70,8 +77,12 @@ def numbers(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = No
         data = np.packbits(values, bitorder="little")
     else:
         data = np.ascontiguousarray(values, dtype=np.dtype(f"<i{type.bit_width // 8}"))
-    bitmap, nulls = None, 0
-    if valid is not None and not valid.all():
-        bitmap = pa.py_buffer(np.packbits(valid, bitorder="little"))
-        nulls = int(len(values) - valid.sum())
+    bitmap, nulls = validity(valid)
     return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(data)], null_count=nulls)
+
+
+def validity(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
+    """An Arrow validity bitmap of a bool mask, and the null count (None, 0: no nulls)."""
+    if valid is None or valid.all():
+        return None, 0
+    return pa.py_buffer(np.packbits(valid, bitorder="little")), int(len(valid) - valid.sum())

@@ -213,7 +213,7 @@ def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) 
     }
     table = GroupTable()
     accumulate(table, columns, period_ms)
-    return to_arrow(table, lambda codes: compute.take(encoded.dictionary, compute.numbers(codes, pa.int64())), extended=extended)
+    return to_arrow(table, lambda codes: compute.take(encoded.dictionary, codes), extended=extended)
 
 
 def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:

@@ -138,7 +138,7 @@ class IdMatcher:
         if len(rows) == 0:
             return rows, rows
         who = self.order[pos[rows]]
-        same = compute.equal(compute.take(values, compute.numbers(rows, pa.int64())), compute.take(self.ids, compute.numbers(who, pa.int64()))).to_numpy(zero_copy_only=False)
+        same = compute.equal(compute.take(values, rows), compute.take(self.ids, who)).to_numpy(zero_copy_only=False)
         return rows[same], who[same]
 
 
@@ -214,7 +214,7 @@ class SurvivorSearch:
                 rows, who = matcher.match(batch[column])
             if len(rows) == 0:
                 continue
-            matched = compute.take(batch, compute.numbers(rows, pa.int64()))
+            matched = compute.take(batch, rows)
             topics = compute.dictionary_encode(matched["topic"])
             codes = np.array([topic_codes.setdefault(t, len(topic_codes)) for t in topics.dictionary.to_pylist()], dtype=np.int32)
             parts["who"].append(np.asarray(who, dtype=np.int64))
