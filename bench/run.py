@@ -225,6 +225,7 @@ def markdown(rows: list[dict], command_line: str) -> str:
     families = {
         "verify": lambda c: c.startswith(("verify", "baseline")),
         "info": lambda c: c == "info",
+        "salvage": lambda c: c.startswith("salvage"),
         "recover, rebuild-cq, rebuild-index": lambda c: c.startswith(("recover", "rebuild")),
         "start-up": lambda c: c.startswith("mqtool --help"),
     }
