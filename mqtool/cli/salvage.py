@@ -20,6 +20,7 @@ from typing import Annotated, Iterator, Optional
 
 import typer
 
+from .. import jit
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..records import MESSAGE_FIELDS, BodyEncoding
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
@@ -137,7 +138,7 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
         fmt = OutputFormat(format.value)
         stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
         try:
-            if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
+            if writer is None and fmt is not OutputFormat.table and not jit.interpreted():  # the compiled text encoder: dump's speed
                 emit_batches(((b, None) for b in scan), fmt, fields, out=stream)
             else:
                 emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream)
