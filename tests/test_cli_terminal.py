@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import io
 import json
 import os
 import pty
@@ -227,6 +228,35 @@ def test_progress_bars_are_cleared_before_findings():
     for line in shown.split("\n"):
         visible = line.split("\r")[-1]  # what stays on screen after carriage returns
         assert not ("WARNING" in visible and "B/s" in visible), line
+
+
+def test_data_written_to_a_file_leaves_the_progress_bar_alone(tmp_path):
+    """``salvage --out FILE`` in a terminal: the bar stays drawn while rows go to the file (each
+    write used to erase it), and is gone at the end; rows written to the terminal erase it first."""
+    from mqtool.cli import terminal
+
+    class Bar:
+        cleared = 0
+
+        def clear(self):
+            Bar.cleared += 1
+
+    class Screen(io.StringIO):
+        def isatty(self):
+            return True
+
+    bar = Bar()
+    terminal.show_bar(bar)
+    try:
+        terminal.data_stream(io.StringIO()).write("to a file\n")
+        assert Bar.cleared == 0
+        terminal.data_stream(Screen()).write("to the terminal\n")
+        assert Bar.cleared == 1
+    finally:
+        terminal.hide_bar(bar)
+    out = tmp_path / "rows.jsonl"
+    shown = in_terminal(["salvage", store_path("4.9.7", "clean-small"), "--progress", "-f", "jsonl", "--out", out], columns=100)
+    assert "salvaged" in shown and len(out.read_text().splitlines()) == len(manifest("4.9.7", "clean-small")["messages"])
 
 
 # ---- the command line people expect ---------------------------------------------------------

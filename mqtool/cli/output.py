@@ -261,7 +261,7 @@ def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], enco
             text = encoder.encode(b)
         if fmt is OutputFormat.json and count == 0 and len(text):
             text = text[1:]  # the first item has no comma before it
-        terminal.clear_bars()  # a progress bar on the same terminal: erased before the rows
+        out.clear_bars()  # a progress bar on the same terminal: erased before the rows
         raw.write(memoryview(text))
         count += b.num_rows
     if fmt is OutputFormat.json:

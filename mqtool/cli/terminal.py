@@ -89,14 +89,22 @@ def data_console(**kwargs):
 
 
 class DataStream:
-    """stdout for data: clears the progress bars before each write while one is on screen."""
+    """A stream for data: when it writes to the terminal the progress bars are on, it clears
+    them before each write (written to a file or a pipe, the data leaves the bars alone)."""
 
     def __init__(self, out):
         self.out = out
+        try:
+            self.on_screen = out.isatty()
+        except (AttributeError, ValueError):
+            self.on_screen = False
+
+    def clear_bars(self) -> None:
+        if _bars and self.on_screen:
+            clear_bars()
 
     def write(self, text: str) -> int:
-        if _bars:
-            clear_bars()
+        self.clear_bars()
         return self.out.write(text)
 
     def __getattr__(self, name):
