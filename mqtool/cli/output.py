@@ -27,9 +27,8 @@ from enum import Enum
 from typing import Any, Iterable, Sequence
 
 from . import terminal
-from .table import BOLD, RESET, Layout, Table, line_spans, wrap
+from .table import BOLD, RESET, YELLOW, Layout, Table, line_spans, wrap
 
-YELLOW = "\x1b[33m"
 # what rich does something with in a text: markup, tabs, emoji codes, the control characters it strips
 _RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]|:[^\s:]+:")
 

@@ -23,7 +23,7 @@ from typing import Sequence
 GAP = 2  # spaces between columns
 MIN_LAST = 12  # the last column gets at least this much room before the table gives up
 NUMBER = re.compile(r"-?\d+")
-BOLD, RESET = "\x1b[1m", "\x1b[0m"
+BOLD, YELLOW, RESET = "\x1b[1m", "\x1b[33m", "\x1b[0m"
 
 
 def cell_len(text: str) -> int:
