@@ -31,6 +31,7 @@ from ..handoff import produced_in_thread
 from ..jit import interpreted
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
+from ..store.textscan import POW31, java_hash_states, utf16_units_of
 from . import fastdispatch as fd
 from . import spillrows
 from .queuegroups import QueueGroups, group_queues
@@ -39,12 +40,12 @@ from .topicnumbers import TopicNumbers
 if TYPE_CHECKING:
     from .walkedchain import WalkedChain
 
-POW31 = fd.pow31_table()
 
-
-def _partial_key(key: str) -> int:
-    """What ``dispatch_rows`` stores for a key: UTF-16 length << 32 | Java hash of the key alone."""
-    return (len(key.encode("utf-16-be", "surrogatepass")) // 2) << 32 | (java_string_hash(key) & 0xFFFFFFFF)
+def _partial_keys(keys: list[str]) -> np.ndarray:
+    """What ``dispatch_rows`` stores for each key: its UTF-16 length << 32 | the Java hash of the
+    key alone."""
+    units, starts, ends = utf16_units_of(keys)
+    return (ends - starts) << 32 | java_hash_states(units, starts, ends, np.zeros(len(keys), dtype=np.int64))
 
 
 class TopicTable:
@@ -459,7 +460,7 @@ class DispatchScanner:
     def _fallback(self, acc: _Accumulator, seg, lo: int, hi: int, rows_idx) -> tuple[int, ScanEnd | None]:
         """Decide the flagged records with the Python decoder and splice their keys in."""
         array, base, out = seg.array, seg.base_offset, acc.out
-        replaced: dict[int, np.ndarray] = {}
+        replaced: dict[int, list[str]] = {}
         bad = None
         for r in rows_idx.tolist():
             pos = int(out[r, fd.F_POS])
@@ -470,18 +471,19 @@ class DispatchScanner:
                 bad, hi = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
                 break
             indexed = self.options.index_enable and request.to_index
-            keys = ([request.uniq_key] if request.uniq_key is not None else []) + list(request.keys) if indexed else []
-            replaced[r] = np.asarray([_partial_key(k) for k in keys], dtype=np.int64)
+            replaced[r] = ([request.uniq_key] if request.uniq_key is not None else []) + list(request.keys) if indexed else []
             out[r, fd.F_TAGS] = request.tags_code
             out[r, fd.F_FLAGS] &= ~fd.FLAG_FALLBACK
         key_lo = int(out[lo, fd.F_KEY_START]) if hi > lo else acc.key_fill
         key_hi = int(out[hi - 1, fd.F_KEY_START] + out[hi - 1, fd.F_KEY_COUNT]) if hi > lo else key_lo
-        pieces, cursor = [], key_lo
-        for r, new in sorted(replaced.items()):
+        partial = _partial_keys([k for keys in replaced.values() for k in keys])
+        pieces, cursor, at = [], key_lo, 0
+        for r, keys in replaced.items():  # in row order
             start = int(out[r, fd.F_KEY_START])
-            pieces += [acc.keys[cursor:start].copy(), new]
+            pieces += [acc.keys[cursor:start].copy(), partial[at : at + len(keys)]]
+            at += len(keys)
             cursor = start + int(out[r, fd.F_KEY_COUNT])
-            out[r, fd.F_KEY_COUNT] = new.size
+            out[r, fd.F_KEY_COUNT] = len(keys)
         pieces.append(acc.keys[cursor:key_hi].copy())
         spliced = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
         acc.key_fill = key_lo

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..formats import commitlog as fmt
 from ..formats.properties import parse_properties
-from ..store.textscan import M32, java_hash_utf8, property_item, span_is
+from ..store.textscan import M32, index_key_hashes, java_hash_utf8, property_item, span_is
 from ..store.words import M64, WORD, be32, be64, find_byte_below, load8, prefetch, signed32
 
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
@@ -299,6 +299,21 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
     return r, key_fill
 
 
+def _finish_keys_numpy(out, lo, hi, topic_ids, topic_state, pow31, keys):
+    """``finish_keys`` over every key of the rows at once (interpreted kernels)."""
+    counts = out[lo:hi, F_KEY_COUNT]
+    total = int(counts.sum())
+    if not total:
+        return
+    first = np.cumsum(counts) - counts
+    at = np.repeat(out[lo:hi, F_KEY_START] - first, counts) + np.arange(total)
+    partial = keys[at]
+    state = np.repeat(topic_state[topic_ids[lo:hi]], counts).astype(np.uint64)
+    h = (state * pow31[partial >> 32].astype(np.uint64) + (partial & M32).astype(np.uint64)) & np.uint64(0xFFFFFFFF)
+    keys[at] = index_key_hashes(h.astype(np.int64))
+
+
+@interpreted_as(_finish_keys_numpy)
 @numba.njit(cache=True, nogil=True)
 def finish_keys(out, lo, hi, topic_ids, topic_state, pow31, keys):
     """Turn the partial hashes of rows ``lo:hi`` into index key hashes:
@@ -326,13 +341,6 @@ def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys,
         grown = np.empty(max(2 * keys.shape[0], 64), dtype=np.int64)
         grown[:key_fill] = keys[:key_fill]
         keys = grown
-
-
-def pow31_table(n: int = 1 << 15) -> np.ndarray:
-    """``31**i mod 2**32`` for ``i < n`` (a properties value has at most 32767 UTF-16 units)."""
-    powers = np.ones(n, dtype=np.uint64)
-    np.cumprod(np.full(n - 1, 31, dtype=np.uint64), out=powers[1:])  # wraps mod 2**64, a multiple of 2**32
-    return (powers & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:

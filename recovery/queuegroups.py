@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..jit import numba
+from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as clfmt
@@ -67,6 +67,36 @@ def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
     return QueueGroups(keys[:groups], starts[: groups + 1], columns[:, :queued], dest, indexed, int(stats[S_MULTI]), int(stats[S_MULTI_QUEUED]), int(stats[S_LAST_QUEUED]))
 
 
+def _group_numpy(fields, topic_ids, keys, starts, dest, indexed, columns, stats, table, counts):
+    """``_group`` by whole-array sorts (interpreted kernels): queues numbered in order of first
+    appearance, rows stably sorted by queue; never short of ``table``."""
+    tran = fields[:, fd.F_SYS_FLAG] & TRAN_MASK
+    flagged = (fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH) != 0
+    indexed[:] = tran != TRAN_ROLLBACK
+    rows = np.flatnonzero((tran == TRAN_NOT_TYPE) | (tran == TRAN_COMMIT))
+    queue_keys = (topic_ids[rows].astype(np.int64) << 32) | (fields[rows, fd.F_QUEUE_ID] & 0xFFFFFFFF)
+    by_key = np.argsort(queue_keys, kind="stable")
+    sorted_keys = queue_keys[by_key]
+    new = np.ones(rows.shape[0], dtype=np.bool_)
+    new[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    by_first = np.argsort(by_key[new])  # the queues in order of their first row
+    number = np.empty(by_first.shape[0], dtype=np.int64)
+    number[by_first] = np.arange(by_first.shape[0])
+    group = np.empty(rows.shape[0], dtype=np.int64)
+    group[by_key] = number[np.cumsum(new) - 1]
+    groups = by_first.shape[0]
+    keys[:groups] = sorted_keys[new][by_first]
+    starts[0] = 0
+    np.cumsum(np.bincount(group, minlength=groups), out=starts[1 : groups + 1])
+    placed = rows[np.argsort(group, kind="stable")]
+    dest[:] = -1
+    dest[placed] = np.arange(placed.shape[0])
+    columns[:, : placed.shape[0]] = fields[placed][:, list(CQ_COLUMNS)].T
+    stats[:] = groups, rows.shape[0], int(flagged.sum()), int(flagged[rows].sum()), rows[-1] if rows.shape[0] else -1
+    return True
+
+
+@interpreted_as(_group_numpy)
 @numba.njit(cache=True, nogil=True)
 def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats, table, counts):
     """The batch grouped into ``keys``, ``starts``, ``dest``, ``indexed``, ``columns``, ``stats``;

@@ -32,7 +32,7 @@ from mqtool.cli import engine
 from mqtool.scan import batches
 from mqtool.store import fastscan as fs
 
-for _module in ("recovery.fastdispatch", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.stats", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
+for _module in ("recovery.fastdispatch", "recovery.queuegroups", "recovery.topicnumbers", "scan.bytecopy", "scan.kernels", "scan.stats", "scan.survivors", "store.textscan", "store.words", "verify.index", "verify.segments"):
     importlib.import_module(f"mqtool.{_module}")  # their kernels' interpreted forms register as they load
 
 STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())
@@ -74,7 +74,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
         "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.gather_fields", "scan.kernels.spans_are_utf8", "scan.kernels.parse_properties", "verify.index.check_chains",
-        "scan.stats._bucket", "scan.stats._topic_key",
+        "scan.stats._bucket", "scan.stats._topic_key", "recovery.fastdispatch.finish_keys", "recovery.queuegroups._group",
     )
 }
 
@@ -119,7 +119,7 @@ def test_the_searches_and_row_checks_are_the_compiled_ones(index):
             assert python(array, start, array.shape[0], 0, chain, scratch) == compiled(array, start, array.shape[0], 0, chain, scratch)
     for name in ("_first_nonzero_in", "_last_nonzero_in"):
         compiled, python = pair(f"mqtool.store.fastscan.{name}")
-        for start, stop in ((0, array.shape[0]), (7, 4097), (array.shape[0] - 100, array.shape[0]), (50, 50)):
+        for start, stop in ((0, array.shape[0]), (7, 4097), (4100, 8000), (array.shape[0] - 100, array.shape[0]), (50, 50)):
             assert python(array, start, stop) == compiled(array, start, stop)
     out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
     count = fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]
@@ -180,6 +180,57 @@ def test_the_dispatch_form_reads_the_fixed_fields_and_leaves_the_rest_to_the_ref
     for pos, length in zip(fields[:, fd.F_TOPIC_POS].tolist()[:300], range(0, 3000, 10)):
         for n in (fields[0, fd.F_TOPIC_LEN], length % 40):
             assert python(array, pos, int(n)) == compiled(array, pos, int(n))
+
+
+def test_the_key_completion_is_the_compiled_one():
+    """``finish_keys`` on the partial key hashes the compiled dispatch leaves for every record of
+    every keyed segment, rows without keys among them, under topic states of the full 32 bits."""
+    from mqtool.recovery import fastdispatch as fd
+    from mqtool.store.textscan import POW31
+
+    rng, keyed = np.random.default_rng(7), 0
+    for array in ARRAYS:
+        out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+        rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
+        fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
+        _, fill = FORMS["mqtool.recovery.fastdispatch.dispatch_rows"][0](array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+        states = rng.integers(0, 1 << 32, 7, dtype=np.int64)
+        topic_ids = rng.integers(0, 7, rows.shape[0]).astype(np.int32)
+        finished = [keys[:fill].copy() for _ in range(2)]
+        for form, done in zip(pair("mqtool.recovery.fastdispatch.finish_keys"), finished):
+            form(fields, 1, rows.shape[0], topic_ids, states, POW31, done)
+        assert finished[0].tolist() == finished[1].tolist()
+        keyed += finished[0].tolist() != keys[:fill].tolist() and (fields[:, fd.F_KEY_COUNT] == 0).any()
+    assert keyed > len(ARRAYS) // 2
+
+
+def test_the_queue_grouping_is_the_compiled_one():
+    """``_group`` on every segment's dispatched rows, under topic numbers that split and merge
+    its queues, with transaction types (PREPARED and ROLLBACK rows are not queued, ROLLBACK not
+    indexed) and INNER_MULTI_DISPATCH flags sprinkled in."""
+    from mqtool.recovery import fastdispatch as fd
+    from mqtool.recovery import queuegroups as qg
+
+    rng, grouped = np.random.default_rng(11), 0
+    for array in ARRAYS:
+        out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+        rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
+        fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
+        FORMS["mqtool.recovery.fastdispatch.dispatch_rows"][0](array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+        fields[:, fd.F_SYS_FLAG] |= rng.choice([0, 0, 0, qg.TRAN_COMMIT, 4, qg.TRAN_ROLLBACK], rows.shape[0])
+        fields[:, fd.F_FLAGS] |= rng.choice([0, 0, fd.FLAG_MULTI_DISPATCH], rows.shape[0])
+        topic_ids = rng.integers(0, 3, rows.shape[0]).astype(np.int32)
+        results = []
+        for form in pair("mqtool.recovery.queuegroups._group"):
+            n = rows.shape[0]
+            made = (np.empty(n + 1, dtype=np.int64), np.empty(n + 2, dtype=np.int64), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.bool_), np.empty((4, n), dtype=np.int64), np.zeros(5, dtype=np.int64))
+            assert form(fields, topic_ids, *made, np.full(1 << 16, -1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64))
+            keys_, starts, dest, indexed, columns, stats = made
+            groups, queued = int(stats[qg.S_GROUPS]), int(stats[qg.S_QUEUED])
+            results.append((keys_[:groups].tolist(), starts[: groups + 1].tolist(), dest.tolist(), indexed.tolist(), columns[:, :queued].tolist(), stats.tolist()))
+        assert results[0] == results[1]
+        grouped += len(results[0][0]) > 3
+    assert grouped > len(ARRAYS) // 2
 
 
 def test_the_word_readers_are_the_compiled_ones():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import VERSIONS, store_path
 
-from mqtool.store.textscan import java_hash_utf8
+from mqtool.store.textscan import index_key_hashes, java_hash_states, java_hash_utf8, utf16_units_of
 from mqtool.store.words import find_byte_below
 from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
@@ -167,6 +167,22 @@ def test_hash_of_a_value_equals_java_string_hash(text):
     h, units, ok = _hash_inner(raw)
     assert ok and units == len(text.encode("utf-16-be")) // 2
     assert h == java_string_hash(text) & 0xFFFFFFFF
+
+
+def test_hash_of_many_keys_at_once_equals_java_string_hash():
+    """``java_hash_states`` (whole-array numpy, for interpreted kernels and the keys the Python
+    decoder settles): each text's hash continued from a state, empty texts, a text longer than
+    a properties value can be, and spans read out of order."""
+    texts = ["", "T", "TagAB", "A1D990BC856629E4C99D4FA1BE000000", "Tópico-主题-тема", "x😀", "é" * 40000, ""]
+    units, starts, ends = utf16_units_of(texts)
+    prefixes = ["", "t#", "TopicTest#", "", "主题#", "x", "", "q#"]
+    states = np.array([java_string_hash(p) & 0xFFFFFFFF for p in prefixes], dtype=np.int64)
+    want = [java_string_hash(p + t) & 0xFFFFFFFF for p, t in zip(prefixes, texts)]
+    assert java_hash_states(units, starts, ends, states).tolist() == want
+    order = [6, 2, 0, 5, 1, 3, 7, 4]
+    assert java_hash_states(units, starts[order], ends[order], states[order]).tolist() == [want[i] for i in order]
+    assert index_key_hashes(np.array(want, dtype=np.int64)).tolist() == [index_key_hash(p + t) for p, t in zip(prefixes, texts)]
+    assert index_key_hashes(np.array([1 << 31, (1 << 32) - 1, 0], dtype=np.int64)).tolist() == [0, 1, 0]
 
 
 @pytest.mark.parametrize("length", [5, 8, 21, 37, 64, 130])

@@ -436,12 +436,22 @@ def find_record_start(buf, start, stop, base, chain, scratch):
     return -1
 
 
-def _nonzero_numpy(buf, start, stop, last):
-    found = np.flatnonzero(buf[start:stop])
-    return -1 if not found.size else start + int(found[-1 if last else 0])
+def _first_nonzero_numpy(buf, start, stop):
+    """``_first_nonzero_in`` by one comparison and ``argmax``, which stops at the first True
+    (interpreted kernels)."""
+    nonzero = buf[start:stop] != 0
+    at = int(np.argmax(nonzero)) if nonzero.shape[0] else 0
+    return start + at if nonzero.shape[0] and nonzero[at] else -1
 
 
-@interpreted_as(lambda buf, start, stop: _nonzero_numpy(buf, start, stop, False))
+def _last_nonzero_numpy(buf, start, stop):
+    """``_last_nonzero_in`` as ``_first_nonzero_numpy``, from the end (interpreted kernels)."""
+    nonzero = buf[start:stop][::-1] != 0
+    at = int(np.argmax(nonzero)) if nonzero.shape[0] else 0
+    return stop - 1 - at if nonzero.shape[0] and nonzero[at] else -1
+
+
+@interpreted_as(_first_nonzero_numpy)
 @numba.njit(cache=True, nogil=True)
 def _first_nonzero_in(buf, start, stop):
     for p in range(start, stop):
@@ -450,7 +460,7 @@ def _first_nonzero_in(buf, start, stop):
     return -1
 
 
-@interpreted_as(lambda buf, start, stop: _nonzero_numpy(buf, start, stop, True))
+@interpreted_as(_last_nonzero_numpy)
 @numba.njit(cache=True, nogil=True)
 def _last_nonzero_in(buf, start, stop):
     for p in range(stop - 1, start - 1, -1):

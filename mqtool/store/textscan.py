@@ -5,7 +5,9 @@
   (reference §3.4), the state carried so that ``topic#key`` hashes compose;
 - ``property_item``: the name and value bounds of one ``name \\x01 value`` item of a properties
   string, by the broker's 4.9.1+ reader or the split-based reader before it (§2.8);
-- ``span_is``: a byte span equal to a constant word.
+- ``span_is``: a byte span equal to a constant word;
+- ``java_hash_states``, ``index_key_hashes``: the hash of many UTF-16 keys at once by whole-array
+  numpy, for interpreted kernels and for the few keys the Python decoder settles.
 
 Tests hold them equal to ``formats.hashing.java_string_hash`` and
 ``formats.properties.parse_properties``.
@@ -18,6 +20,50 @@ from ..jit import interpreted_as, numba
 import numpy as np
 
 M32 = np.int64(0xFFFFFFFF)
+
+
+def pow31_table(n: int = 1 << 15) -> np.ndarray:
+    """``31**i mod 2**32`` for ``i < n`` (a properties value has at most 32767 UTF-16 units)."""
+    powers = np.ones(n, dtype=np.uint64)
+    np.cumprod(np.full(n - 1, 31, dtype=np.uint64), out=powers[1:])  # wraps mod 2**64, a multiple of 2**32
+    return (powers & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+POW31 = pow31_table()
+
+
+def utf16_units_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The UTF-16 code units of ``texts`` end to end (what Java's ``String`` holds), and where
+    each text's units start and end among them."""
+    encoded = [t.encode("utf-16-be", "surrogatepass") for t in texts]
+    lengths = np.fromiter((len(e) >> 1 for e in encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(lengths)
+    return np.frombuffer(b"".join(encoded), dtype=">u2").astype(np.int64), ends - lengths, ends
+
+
+def java_hash_states(units: np.ndarray, starts: np.ndarray, ends: np.ndarray, states: np.ndarray) -> np.ndarray:
+    """``String.hashCode``'s unsigned 32-bit state ``states[i]`` continued over the code units
+    ``units[starts[i]:ends[i]]``, for every ``i`` at once: ``state * 31**n + sum(unit_j *
+    31**(n-1-j))`` mod 2**32 (numpy's uint64 wraps mod 2**64, a multiple of 2**32)."""
+    lengths = ends - starts
+    top = int(lengths.max(initial=0))
+    pow31 = (POW31 if top < POW31.shape[0] else pow31_table(top + 1)).view(np.uint64)
+    first = np.cumsum(lengths) - lengths  # each text's first term
+    total = int(lengths.sum())
+    at = np.repeat(starts - first, lengths) + np.arange(total)
+    terms = units[at].astype(np.uint64) * pow31[np.repeat(first + lengths, lengths) - 1 - np.arange(total)]
+    sums = np.zeros(lengths.shape[0], dtype=np.uint64)
+    nonempty = lengths > 0
+    if total:
+        sums[nonempty] = np.add.reduceat(terms, first[nonempty])
+    return ((states.astype(np.uint64) * pow31[lengths] + sums) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def index_key_hashes(states: np.ndarray) -> np.ndarray:
+    """``IndexFile.indexKeyHashMethod`` of unsigned 32-bit hash states: the absolute value of
+    the int32, Integer.MIN_VALUE -> 0 (reference §6.4)."""
+    h = np.where(states >= 1 << 31, (1 << 32) - states, states)
+    return np.where(h > 0x7FFFFFFF, 0, h)
 
 
 @numba.njit(inline="always")

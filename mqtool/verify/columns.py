@@ -17,8 +17,9 @@ import numpy as np
 
 from ..jit import numba
 from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import POW31, TopicTable
+from ..recovery.dispatch import TopicTable
 from ..store import fastscan as fs
+from ..store.textscan import POW31
 from ..recovery.topicnumbers import TopicNumbers
 
 

@@ -24,10 +24,11 @@ import numpy as np
 from ..formats import index as ixfmt
 from ..formats.dispatch import is_indexed
 from ..formats.errors import FormatError
-from ..formats.hashing import index_hash, java_hash_units, java_string_hash
+from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.version import BrokerVersion
+from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ..store.words import prefetch
 from .commitlog import relative
 from .findings import Finding, error, info, warning
@@ -90,14 +91,12 @@ def check_chains(hashes, prevs, first_number, last_seen, slot_num):
     return bad, first_bad, negative, heads
 
 
-def _index_hashes_python(units, starts, ends, prefixes, out):
-    """``index_hashes`` on Python integers (interpreted kernels: numpy scalars are slower)."""
-    codes = units.tolist()
-    for i, (start, end, h) in enumerate(zip(starts.tolist(), ends.tolist(), prefixes.tolist())):
-        out[i] = index_hash(java_hash_units(codes[start:end], h))
+def _index_hashes_numpy(units, starts, ends, prefixes, out):
+    """``index_hashes`` over every key at once (interpreted kernels)."""
+    out[:] = index_key_hashes(java_hash_states(units, starts, ends, prefixes))
 
 
-@interpreted_as(_index_hashes_python)
+@interpreted_as(_index_hashes_numpy)
 @numba.njit(cache=True, nogil=True)
 def index_hashes(units, starts, ends, prefixes, out):
     """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
@@ -118,12 +117,9 @@ def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:
     out = np.empty(n, dtype=np.int64)
     if not n:
         return out
-    encoded = [key.encode("utf-16-be", "surrogatepass") for _, key in prefixed_keys]
-    lengths = np.fromiter((len(e) // 2 for e in encoded), dtype=np.int64, count=n)
-    ends = np.cumsum(lengths)
-    units = np.frombuffer(b"".join(encoded), dtype=">u2").astype(np.int64)
+    units, starts, ends = utf16_units_of([key for _, key in prefixed_keys])
     prefixes = np.fromiter((p & 0xFFFFFFFF for p, _ in prefixed_keys), dtype=np.int64, count=n)
-    index_hashes(units, ends - lengths, ends, prefixes, out)
+    index_hashes(units, starts, ends, prefixes, out)
     return out
 
 
