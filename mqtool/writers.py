@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -299,6 +298,8 @@ def parallel(fn, items, workers: int = 8) -> None:
         for item in items:
             fn(item)
         return
+    from concurrent.futures import ThreadPoolExecutor  # here: with logging, 3 ms a plan need not pay
+
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         for _ in pool.map(fn, items):
             pass

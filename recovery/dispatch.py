@@ -15,7 +15,6 @@ checked byte for byte), and hands every record the fast path cannot decide to
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -517,6 +516,8 @@ class BatchSpill:
         if data is None:
             return None
         if self.file is None:
+            import tempfile  # here: a plan that never spills need not load it
+
             self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
         if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
             raise OSError("short write to the dispatch spill")

@@ -16,7 +16,6 @@ the broker only cut logically, so the next load reads the same queue). Steps, in
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -301,6 +300,8 @@ class UnitSpill:
 
     def put(self, phys: np.ndarray, size: np.ndarray) -> int:
         if self._file is None:
+            import tempfile  # here: a plan that never spills need not load it
+
             self._file = tempfile.TemporaryFile(prefix="mqtool-queue-units-")
         where = self._end
         blocks = [np.ascontiguousarray(phys, dtype="<i8"), np.ascontiguousarray(size, dtype="<i4")]  # copies only if needed

@@ -5,21 +5,27 @@ the malloc arena of the thread that walked the commit log; glibc keeps such free
 (they count in the resident size) until ``malloc_trim``. Called between a plan and its apply (and
 before ``recover``'s verify-after run), it keeps the next phase's peak at its own working set:
 on a 2 GiB ``recover --abnormal`` some 30-60 MB. Does nothing where the C library has no
-``malloc_trim``.
+``malloc_trim``, nor on a store small enough for interpreted kernels (``mqtool.jit``): its
+batches are a few megabytes, and ``ctypes`` alone would take longer to load than they matter.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
+
+from ..jit import interpreted
 
 
 def release_free_heap() -> None:
+    if interpreted():
+        return
+    import ctypes
+    from ctypes.util import find_library
+
     gc.collect(1)  # the young generations only: a full collection walks every object of the loaded
     # modules (some 0.2 s with numba loaded) and, after a plan, finds next to nothing to free
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc = ctypes.CDLL(find_library("c") or "libc.so.6")
         libc.malloc_trim(0)
     except (OSError, AttributeError):
         pass

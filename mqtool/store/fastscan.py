@@ -15,7 +15,6 @@ record, with zlib's CRC32.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -88,7 +87,9 @@ def _crc_symbol() -> str:
         fn = ctypes.CDLL(isal_zlib.__file__).crc32_gzip_refl
         name = "isal"
     except (ImportError, OSError, AttributeError):
-        fn = ctypes.CDLL(ctypes.util.find_library("z") or "libz.so.1").crc32
+        from ctypes.util import find_library  # here: it loads tempfile, which interpreted kernels need not
+
+        fn = ctypes.CDLL(find_library("z") or "libz.so.1").crc32
         name = "zlib"
     from llvmlite import binding as llvm_binding
 

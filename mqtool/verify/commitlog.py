@@ -19,7 +19,6 @@ offset order:
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +90,8 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
         for task in tasks:
             yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None, (walked or {}).get(task.base))
         return
+    import multiprocessing  # here: the pool's modules (socket, pickle) cost a serial run 3 ms
+
     warm_up()
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)

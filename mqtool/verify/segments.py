@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 
 from ..jit import interpreted_as, numba
@@ -379,6 +378,8 @@ def warm_up() -> None:
     at += len(second)
     data[at : at + 8] = clfmt.encode_blank(size - at)
     data[at + 100 : at + 108] = b"leftover"
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "00000000000000000000")
         with open(path, "wb") as f:

@@ -29,7 +29,6 @@ walks again.
 from __future__ import annotations
 
 import pickle
-import tempfile
 from collections import deque
 from typing import TYPE_CHECKING, Generator
 
@@ -188,6 +187,8 @@ class SharedWalk(ChainReader):
 
     def _spill(self) -> None:
         if self.spill is None:
+            import tempfile  # here: a verify that never spills need not load it
+
             self.spill = tempfile.TemporaryFile(prefix="mqtool-verify-")
         pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
         self.pending = []
