@@ -376,31 +376,50 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     return keep
 
 
-def cross_checks_settled(store: Store, recover: Plan) -> bool:
-    """Whether every finding ``verify``'s cq and index checks can make today is one the recovery
+def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
+    """The cross checks (``cq``, ``index``) every finding of which today is one the recovery
     ``recover`` removes (``predict_after_recovery``), so ``verify_after`` need not run them.
 
-    True when the store has no consume queue (no directory, so no entry to mismatch, dangle or lie
-    past the end: the cq check can only report records without entries, ``cq-entry-missing``),
-    no LMQ queue to check, no index file the recovery keeps (the rest are deleted after the
-    abnormal exit, ``IndexService.load``: ``index-*`` findings naming them go, and with no file
-    left the index check can only report ``index-keys-missing``), and the recovery re-dispatches
-    every record from the first segment into both (``DispatchPhase`` from the commit log's min
-    offset, CQ and index): then the missing entries and keys are all rebuilt. This is the store a
-    crash leaves when the consume queues and index are lost (the bench's crashed copy)."""
-    if not cross_checks_may_settle(store):
-        return False
-    if recover.index is None or any(f.action not in ("delete", "create") for f in recover.index.files):
-        return False
+    Neither on a DLedger store or one with LMQ queues to check. Then:
+
+    - ``cq`` when the store has no consume queue (no directory, so no entry to mismatch, dangle
+      or lie past the end: the check can only report records without entries,
+      ``cq-entry-missing``) and the recovery re-dispatches every record from the first segment
+      into the queues (a ``DispatchPhase`` from the commit log's min offset): all are rebuilt;
+    - ``index`` when the recovery keeps no index file (the rest are deleted after the abnormal
+      exit, ``IndexService.load``: ``index-*`` findings naming them go, and with no file left the
+      check can only report ``index-keys-missing``) and re-indexes every record from the first
+      segment.
+
+    A crash that loses the consume queues and index settles both (the bench's crashed copy); one
+    that loses only the index files newer than the checkpoint settles ``index``."""
+    if not _no_queue_kinds_beyond_cq(store):
+        return frozenset()
     clmin = store.commitlog.min_offset
     full = [p for p in recover.dispatch if p.start <= clmin and p.after_phys is None]
-    return any(p.consume_queues for p in full) and any(p.index for p in full)
+    settled = set()
+    if not store.consume_queues and any(p.consume_queues for p in full):
+        settled.add("cq")
+    if recover.index is not None and all(f.action in ("delete", "create") for f in recover.index.files) and any(p.index for p in full):
+        settled.add("index")
+    return frozenset(settled)
+
+
+def cross_checks_settled(store: Store, recover: Plan) -> bool:
+    """Both cross checks settled (``settled_checks``): verify's other checks can run on the
+    plan's own walk (``plan_with_verify_after``)."""
+    return settled_checks(store, recover) == frozenset(CROSS_CHECKS)
 
 
 def cross_checks_may_settle(store: Store) -> bool:
     """The half of ``cross_checks_settled`` known before the recovery is planned: no consume
     queue, no LMQ queue, not DLedger."""
-    if store.root is None or store.is_dledger or store.consume_queues:
+    return not store.consume_queues and _no_queue_kinds_beyond_cq(store)
+
+
+def _no_queue_kinds_beyond_cq(store: Store) -> bool:
+    """A store on disk, not DLedger, with no LMQ queue to check."""
+    if store.root is None or store.is_dledger:
         return False
     return not (store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch))
 
@@ -408,15 +427,14 @@ def cross_checks_may_settle(store: Store) -> bool:
 LOCAL_CHECKS = tuple(c for c in CHECKS if c not in CROSS_CHECKS)
 
 
-def verify_after(store: Store, recover: Plan, *, cross_checks: bool | None = None) -> list[Expected]:
+def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> list[Expected]:
     """What ``verify`` will still report after the broker's recovery ``recover``: ``verify``'s
     findings today minus those the recovery removes, each marked lost data or the ``repair``
     step that fixes it. The cq and index checks (the costly part: a join of every record with
     every queue and index file) run only when some of their findings could remain
-    (``cross_checks_settled``); ``cross_checks=True`` runs them always (tests)."""
-    if cross_checks is None:
-        cross_checks = not cross_checks_settled(store, recover)
-    return _expected_after(verify_findings(store, CHECKS if cross_checks else LOCAL_CHECKS), recover)
+    (``settled_checks``); ``every_check`` runs them always (tests)."""
+    settled = frozenset() if every_check else settled_checks(store, recover)
+    return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover)
 
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:

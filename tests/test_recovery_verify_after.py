@@ -1,7 +1,8 @@
 """``recover``'s ``verify_after`` (what ``verify`` still reports after the broker's recovery) without
-verify's cq and index checks where the recovery settles them (``repair.cross_checks_settled``): the
-same list as with every check, on crashed copies of the real-broker fixtures whose consume queues
-and index are lost; and the full run wherever a queue or a kept index file could leave a finding."""
+verify's cq or index check where the recovery settles it (``repair.settled_checks``): the same list
+as with every check, on crashed copies of the real-broker fixtures whose consume queues and index
+are lost, or whose index files all go; and the full run wherever a queue or a kept index file
+could leave a finding."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def both(root):
         plan = plan_recover(store, PlanOptions(mode="abnormal"))
         settled = rp.cross_checks_settled(store, plan)
         fast = rp.verify_after(store, plan)
-        full = rp.verify_after(store, plan, cross_checks=True)
+        full = rp.verify_after(store, plan, every_check=True)
     return plan, settled, fast, full
 
 
@@ -69,6 +70,26 @@ def test_a_damaged_record_in_the_middle_gives_the_same_list(version, tmp_path):
     seg.write_bytes(data)
     plan, settled, fast, full = both(root)
     assert settled and plan.commitlog.valid_end == offset
+    assert fast == full
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ("clean-small", "crashed-small"))
+def test_with_queues_kept_a_recovery_that_drops_every_index_file_settles_the_index_check(version, name, tmp_path):
+    """An abnormal exit with a zeroed checkpoint: the broker deletes every index file (all newer
+    than indexMsgTimestamp) and re-indexes from the first segment, while the consume queues stay.
+    Without the index check, the list is the one every check gives; the check itself reports."""
+    root = copy_store(version, name, tmp_path)
+    (root / "checkpoint").write_bytes(bytes(cpfmt.CHECKPOINT_FILE_SIZE))
+    (root / "abort").write_bytes(b"")
+    with Store.open(root) as store:
+        plan = plan_recover(store, PlanOptions(mode="abnormal"))
+        assert rp.settled_checks(store, plan) == {"index"} and not rp.cross_checks_settled(store, plan)
+        assert {f.action for f in plan.index.files} == {"delete", "create"}
+        findings, _ = rp.verify_findings(store)
+        fast = rp.verify_after(store, plan)
+        full = rp.verify_after(store, plan, every_check=True)
+    assert any(f.kind.startswith("index-") for f in findings)
     assert fast == full
 
 
@@ -117,6 +138,7 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
         plan = rp.plan_with_verify_after(store, lambda walked: plan_recover(store, PlanOptions(mode="abnormal"), walked=walked))
     with Store.open(root) as store:
         alone = rp.verify_after(store, plan_recover(store, PlanOptions(mode="abnormal")))
+        settled = rp.settled_checks(store, plan)
     assert list(plan.verify_after) == alone
     assert len(calls) == 2  # one after the plan, one for ``alone``
     checks, walked_records = calls[0]
@@ -127,7 +149,7 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
         else:
             assert walked_records == plan.dispatch[0].records  # every record the plan's scan took
         assert ("config-unreadable", True, None) in [(e.kind, e.lost_data, e.fixed_by) for e in alone]
-    else:
-        assert calls[0] == (rp.CHECKS, None)
+    else:  # the queues kept: verify runs on its own walk, without the index check where every index file goes
+        assert calls[0] == (tuple(c for c in rp.CHECKS if c not in settled), None) and "cq" not in settled
     if damaged:
         assert plan.commitlog.valid_end == offset  # the recovery cuts at the flipped CRC (verify's finding there goes with the cut)
