@@ -113,3 +113,20 @@ def test_a_queue_found_by_the_listing_is_read_once(monkeypatch):
         assert sorted(reads) == sorted(set(reads)) and reads
     with Store.open(store_path("4.9.7", "clean-small")) as store:
         assert store.consume_queue(first.topic, first.queue_id) == first and "consume_queues" not in store.__dict__
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_a_small_file_read_gives_the_units_its_map_gives(version, name, monkeypatch, tmp_path):
+    """``read_units`` reads a file below ``READ_BELOW`` and maps a larger one: the same units,
+    whole, cut to a smaller configured size, and for a file shorter than the configured size."""
+    with Store.open(store_path(version, name)) as store:
+        files = [(path, queue.file_size) for queue in store.consume_queues for _, path in queue.files]
+    short = tmp_path / "short"
+    short.write_bytes(files[0][0].read_bytes()[: 7 * ENTRY_SIZE + 3])
+    cases = [(path, size) for path, size in files] + [(path, size // 2) for path, size in files[:3]] + [(short, files[0][1])]
+    assert all(size < cq.READ_BELOW for _, size in files)  # the fixtures' files are read
+    read = [read_units(path, size).tolist() for path, size in cases]
+    monkeypatch.setattr(cq, "READ_BELOW", 0)
+    assert [read_units(path, size).tolist() for path, size in cases] == read
+    assert len(read[-1]) == 7 and any(read)
+

@@ -152,11 +152,19 @@ class ConsumeQueue:
         return (base + first * ENTRY_SIZE) // ENTRY_SIZE if first is not None else 0
 
 
+READ_BELOW = 1 << 16  # bytes: a file this small is read, not mapped (a map costs twice the copy)
+
+
 def read_units(path: Path, file_size: int) -> np.ndarray:
     """The units of one consume queue file as a read-only numpy view of its map (no copy; the
-    map lives as long as the view). Only ``file_size`` bytes count, as the broker maps them."""
+    map lives as long as the view), or of its bytes when it is smaller than ``READ_BELOW``.
+    Only ``file_size`` bytes count, as the broker maps them."""
     import numpy as np
 
+    if file_size < READ_BELOW:
+        with _open(path) as f:
+            data = f.read(file_size)
+        return np.frombuffer(data, dtype=unit_dtype(), count=len(data) // ENTRY_SIZE)
     mf = MappedFile(path)
     count = min(mf.size, file_size) // ENTRY_SIZE
     units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
@@ -176,11 +184,16 @@ _CHUNK_UNITS = 3276  # units per read (64 KiB)
 
 
 def _open(path: Path):
-    """A raw read-only descriptor as a context manager (``os.pread`` on its ``fileno``)."""
+    """A raw read-only descriptor as a context manager (``os.pread`` on its ``fileno``); the
+    errors ``MappedFile`` reports, reported alike."""
     try:
         return open(path, "rb", buffering=0)
     except PermissionError:
         raise BadInput(f"{path}: permission denied") from None
+    except FileNotFoundError:
+        raise BadStoreFile(f"{path}: file disappeared while reading the store") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None
 
 
 def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:

@@ -24,7 +24,7 @@ class MappedFile:
     __slots__ = ("path", "base_offset", "size", "_map")
 
     def __init__(self, path: Path, base_offset: int = 0, *, sequential: bool = False):
-        self.path = Path(path)
+        self.path = path if isinstance(path, Path) else Path(path)  # Path(a Path) parses it again
         self.base_offset = base_offset
         try:
             fd = os.open(self.path, os.O_RDONLY)
