@@ -36,7 +36,6 @@ from .dispatch import (
     after_phys,
     phase_scanner,
 )
-from . import dledger
 from .lost import record_at
 from .plansteps import (
     commitlog_plan,
@@ -103,8 +102,12 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             kept.append(f)
 
     # 3. the scan, dispatching where the broker does
-    dl = dledger.data_recovery(store) if store.is_dledger else None
-    if dl is not None:  # DLedgerCommitLog (§15.4): see recovery/dledger.py
+    dl = None
+    if store.is_dledger:  # DLedgerCommitLog (§15.4): see recovery/dledger.py, loaded for such a store only
+        from . import dledger
+
+        dl = dledger.data_recovery(store)
+    if dl is not None:
         if mode == "abnormal" and dledger.dispatches_on_abnormal(version) and not options.full_scan:
             bound = cp.min_timestamp_index if (index_safe and index_enable) else cp.min_timestamp
             s = dledger.abnormal_start(cl, bound, "min(physic, logics) timestamps - 3 s" if not (index_safe and index_enable) else "min(physic, logics, index) timestamps - 3 s")

@@ -15,7 +15,6 @@ from ..store.layout import unchecked_parts
 from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
 from .crosscheck import CrossCheckOutcome, CrossChecks
-from .dledger import DLedgerLogCheck
 from .findings import Finding, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
@@ -109,7 +108,10 @@ class Verification:
         logical_end = None
         heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
         if heard or shared is not None:
-            log_check = DLedgerLogCheck if store.is_dledger else CommitLogCheck
+            if store.is_dledger:
+                from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
+            else:
+                log_check = CommitLogCheck
             # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
             # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both);
             # a shared walk is one walk, in this process (a pool's segments are not shown to it)

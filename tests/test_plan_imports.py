@@ -1,0 +1,47 @@
+"""Start-up of the planning commands (issue #10: any command on a small store in 0.3 s or less) is
+mostly imports: on a small store that is not DLedger, ``recover``, ``repair`` and ``verify`` load
+neither numba nor what only another kind of store or a larger run needs (the DLedger modules, the
+process and thread pools, the spill files' ``tempfile``, ``ctypes.util``), and still plan what the
+broker does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import copy_store, manifest, store_path
+
+NOT_FOR_A_SMALL_STORE = (
+    "numba", "mqtool.formats.dledger", "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
+    "multiprocessing", "concurrent.futures", "tempfile", "ctypes.util",
+)
+
+
+def loaded(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    code = ("import atexit, sys; atexit.register(lambda: print(sorted(set(sys.modules) & set(%r)), file=sys.stderr));"
+            "from mqtool.cli import main; sys.argv = ['mqtool', *%r]; main()") % (NOT_FOR_A_SMALL_STORE, argv)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
+    return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_small_stores_plan_loads_nothing_it_does_not_use(command, tmp_path):
+    root = copy_store("5.3.3", "crashed-small", tmp_path)
+    proc, extra = loaded([command, str(root), "--dry-run", "--format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    assert extra == []
+    doc = json.loads(proc.stdout)
+    plan = doc if command == "recover" else doc["recover"]
+    assert plan["mode"] == "abnormal" and plan["commitlog"]["valid_end"] > 0
+
+
+def test_a_small_stores_verify_loads_nothing_it_does_not_use():
+    proc, extra = loaded(["verify", str(store_path("5.3.3", "clean-small")), "--format", "json"])
+    assert proc.returncode == 0, proc.stderr
+    assert extra == []
+    summary = json.loads(proc.stdout)["summary"]
+    assert summary["sound"] and summary["commitlog"]["records"] == len(manifest("5.3.3", "clean-small")["messages"])
