@@ -66,9 +66,9 @@ def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[s
                 result[parts[0]] = parts[1]
         return result
     for item in text.split(PROPERTY_SEPARATOR):
-        k = item.find(NAME_VALUE_SEPARATOR)
-        if 0 < k < len(item) - 1:
-            result[item[:k]] = item[k + 1 :]
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)  # at the first separator, as indexOf
+        if name and value:  # both non-empty (an item without a separator has no value)
+            result[name] = value
     return result
 
 
