@@ -130,3 +130,32 @@ def test_a_small_file_read_gives_the_units_its_map_gives(version, name, monkeypa
     assert [read_units(path, size).tolist() for path, size in cases] == read
     assert len(read[-1]) == 7 and any(read)
 
+
+def test_verify_reads_a_small_queue_file_as_it_reads_a_mapped_one(monkeypatch, tmp_path):
+    """``verify``'s queue reads (``queue_reads``) of files read whole equal those of mapped ones:
+    every fixture queue, in small chunks too, and a queue whose files end in a torn unit, in
+    zeros, short of the configured size, and with a gap between them."""
+    from mqtool.verify import consumequeue as vcq
+
+    queues = []
+    for version, name in STORES:
+        with Store.open(store_path(version, name)) as store:
+            queues += store.consume_queues
+    first = queues[0].files[0][1].read_bytes()
+    size = len(first)
+    made = tmp_path / "consumequeue" / "T" / "0"
+    made.mkdir(parents=True)
+    (made / f"{0:020d}").write_bytes(first[: 5 * ENTRY_SIZE] + b"\x07" * 7)  # a torn unit after five
+    (made / f"{size:020d}").write_bytes(first[: 9 * ENTRY_SIZE] + bytes(40))  # zeros after nine units
+    (made / f"{3 * size:020d}").write_bytes(first)  # a file missing before it
+    queues.append(ConsumeQueue("T", 0, made, size))
+
+    def reads():
+        return [[(type(r).__name__, *r) for r in vcq.queue_reads(q, chunk)] for q in queues for chunk in (vcq.CHUNK_UNITS, 3)]
+
+    read = reads()
+    monkeypatch.setattr(vcq, "READ_BELOW", 0)
+    assert reads() == read
+    kinds = [(r[0], len(r[3]) // ENTRY_SIZE if r[0] == "QueueUnits" else None) for r in read[-2]]
+    assert kinds[:5] == [("QueueUnits", 5), ("QueueFileEnd", None), ("QueueUnits", 9), ("QueueFileEnd", None), ("QueueGap", None)]
+

@@ -26,6 +26,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
+from ..store.consumequeue import READ_BELOW
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ..store.version import BrokerVersion
@@ -86,33 +87,50 @@ class QueueFileEnd(NamedTuple):
 def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | QueueUnits | QueueFileEnd]:
     """A queue's files in order, read ``chunk_units`` units at a time up to each file's data end
     (``_data_end``; a file that cannot be read is passed over): what ``QueueCursor`` (the record
-    engine) and ``cqjoin.ArrayQueueCursor`` read, each deciding on the units its own way."""
+    engine) and ``cqjoin.ArrayQueueCursor`` read, each deciding on the units its own way. A file
+    smaller than ``READ_BELOW`` is read once, whole (``_small_file``), not mapped and read again."""
     unit = cqfmt.ENTRY_SIZE
     expected = None
     for base, path in queue.files:
         if expected is not None and base != expected:
             yield QueueGap(path, expected, base)
         expected = base + queue.file_size
-        end = _data_end(path)
-        if end is None:
-            continue
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
+        data, fd = _small_file(path), None
+        if data is not None:
+            end = (fs.last_nonzero(fs.as_array(data), 0, len(data)) // unit + 1) * unit  # 0 for a file of zeros
+        else:
+            end = _data_end(path)
+            if end is None:
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue
         try:
             pos = 0
             while pos < end:
-                data = os.pread(fd, min(chunk_units * unit, end - pos), pos)
-                usable = len(data) - len(data) % unit
+                size = min(chunk_units * unit, end - pos)
+                chunk = data[pos : pos + size] if fd is None else os.pread(fd, size, pos)
+                usable = len(chunk) - len(chunk) % unit
                 if not usable:
                     break
-                yield QueueUnits(path, (base + pos) // unit, data if usable == len(data) else data[:usable])
+                yield QueueUnits(path, (base + pos) // unit, chunk if usable == len(chunk) else chunk[:usable])
                 pos += usable
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         if end < queue.file_size:
             yield QueueFileEnd((base + end) // unit)
+
+
+def _small_file(path) -> bytes | None:
+    """The bytes of a file smaller than ``READ_BELOW``, else None (also when it cannot be read:
+    ``_data_end`` then says so)."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            return f.read() if os.fstat(f.fileno()).st_size < READ_BELOW else None
+    except OSError:
+        return None
 
 
 class Entry:
