@@ -75,27 +75,34 @@ def _item_bounds(item: bytes, legacy: bool) -> tuple[int, int, int] | None:
 
 
 def _parse_properties_python(buf, starts, lengths, legacy, tags_key, keys_key, uniq_key, delay_key):
-    """``parse_properties`` on each record's properties as bytes (``split`` and ``find``: interpreted kernels)."""
+    """``parse_properties`` on each record's properties as bytes (``split`` and ``find``: interpreted
+    kernels); the per-record arrays are filled once at the end, not an element at a time."""
     specials = {key.tobytes(): column for column, key in enumerate((tags_key, keys_key, uniq_key, delay_key))}
-    n = starts.shape[0]
-    counts, special, fallback = np.zeros(n, dtype=np.int32), np.full((n, 4), -1, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+    n, view = starts.shape[0], memoryview(buf)
+    counts, special_at, repeated = [0] * n, {}, []
     spans: list[tuple[int, int, int, int]] = []
     for i, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist())):
         first, names, at = len(spans), set(), start
-        for item in bytes(buf[start : start + max(length, 0)]).split(b"\x02"):
+        for item in view[start : start + max(length, 0)].tobytes().split(b"\x02"):
             bounds = _item_bounds(item, legacy)
             if bounds is not None:
                 name = item[: bounds[0]]
-                fallback[i] |= name in names
+                if name in names:
+                    repeated.append(i)
                 names.add(name)
                 column = specials.get(name)
                 if column is not None:
-                    special[i, column] = len(spans)
+                    special_at[i, column] = len(spans)  # a repeated name: its last item
                 spans.append((at, bounds[0], at + bounds[1], bounds[2] - bounds[1]))
             at += len(item) + 1
         counts[i] = len(spans) - first
+    special, fallback = np.full((n, 4), -1, dtype=np.int64), np.zeros(n, dtype=np.bool_)
+    if special_at:
+        (rows, cols), items = zip(*special_at), list(special_at.values())
+        special[list(rows), list(cols)] = items
+    fallback[repeated] = True
     columns = np.array(spans, dtype=np.int64).reshape(-1, 4)
-    return counts, columns[:, 0].copy(), columns[:, 1].copy(), columns[:, 2].copy(), columns[:, 3].copy(), special, fallback
+    return np.array(counts, dtype=np.int32), columns[:, 0].copy(), columns[:, 1].copy(), columns[:, 2].copy(), columns[:, 3].copy(), special, fallback
 
 
 @interpreted_as(_parse_properties_python)
