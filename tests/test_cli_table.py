@@ -125,3 +125,22 @@ def test_plain_text_prints_as_rich_prints_it(columns, color, monkeypatch):
     assert ("\x1b[33mnote:" in outs[0]) is color
     for text in ("[bold]x[/]", "a\tb", "party :smile: time", "carriage\rreturn"):
         assert _RICH_RENDERS.search(text)  # these still go through rich
+
+
+def test_times_are_exact_to_the_millisecond_in_every_year():
+    """``iso_ms`` (a table's times) by integer arithmetic: what ``timedelta`` gives, in every year
+    datetime can show, before 1970 too; where the float it was computed from lost the last
+    millisecond (after the year 2128), it is still exact; past year 9999, the number itself."""
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from mqtool.cli.output import iso_ms
+
+    epoch, rng = datetime(1970, 1, 1, tzinfo=timezone.utc), random.Random(5)
+    lowest, highest = -62135596800000, 253402300799999  # 0001-01-01 and the last millisecond of 9999
+    values = [1, -1, 999, -1000, 1795237472882, 85916839313282, lowest, highest] + [rng.randrange(lowest, highest) for _ in range(20000)]
+    for ms in values:
+        exact = epoch + timedelta(milliseconds=ms)
+        assert iso_ms(ms) == exact.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
+    assert iso_ms(85916839313282) == "4692-08-05T20:41:53.282Z"
+    assert (iso_ms(0), iso_ms(None), iso_ms(highest + 1)) == ("-", "-", str(highest + 1))

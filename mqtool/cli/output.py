@@ -20,6 +20,7 @@ Put long single-word columns (topics, paths) last: the last column may run past 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from datetime import datetime, timezone
@@ -142,10 +143,17 @@ def iso_ms(ms: int | None) -> str:
     """Epoch milliseconds as an ISO-8601 UTC string (``-`` for 0/None)."""
     if not ms:
         return "-"
+    second, milli = divmod(ms, 1000)
     try:
-        return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return f"{_iso_second(second)}.{milli:03d}Z"
     except (OverflowError, OSError, ValueError):
         return str(ms)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _iso_second(second: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of an epoch second, UTC (a table's rows share their seconds)."""
+    return datetime.fromtimestamp(second, timezone.utc).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def _cell(value: Any) -> str:
