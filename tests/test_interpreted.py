@@ -74,7 +74,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
         "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.gather_fields", "scan.kernels.spans_are_utf8", "scan.kernels.parse_properties", "verify.index.check_chains",
-        "scan.stats._bucket", "scan.stats._topic_key", "recovery.fastdispatch.finish_keys", "recovery.queuegroups._group",
+        "scan.stats._bucket", "scan.stats._topic_key", "recovery.fastdispatch.finish_keys", "recovery.queuegroups._group", "scan.kernels.format_msg_ids_rows",
     )
 }
 
@@ -231,6 +231,28 @@ def test_the_queue_grouping_is_the_compiled_one():
         assert results[0] == results[1]
         grouped += len(results[0][0]) > 3
     assert grouped > len(ARRAYS) // 2
+
+
+def test_the_message_ids_are_the_compiled_ones():
+    """``format_msg_ids_rows`` on every fixture segment's records, each at its own store host
+    (IPv4 and IPv6 layouts), and with the widths flipped (reading other bytes, still in the
+    segment)."""
+    from mqtool.formats import commitlog as clfmt
+
+    compiled, python = pair("mqtool.scan.kernels.format_msg_ids_rows")
+    phys = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("phys_offset")
+    wide_seen = 0
+    for array in ARRAYS:
+        out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+        pos = out[: fs.walk_segment(array, 0, array.shape[0], False, False, out)[0], fs.COL_POS].copy()
+        flags = fs.gather_be(array, pos, fs.POS_SYS_FLAG, 4, True)
+        wide = (flags & 0x20) != 0  # STOREHOSTADDRESS_V6_FLAG
+        deltas = np.array([clfmt.HEADER_LAYOUTS[(bool(f & 0x10), bool(f & 0x20))].offset_of("store_host_address") for f in flags.tolist()], dtype=np.int64)
+        wide_seen += int(wide.sum())
+        for widths in (wide, ~wide & (pos + 40 < array.shape[0] - 40)):
+            got = [[a.tolist() for a in form(array, pos, deltas, widths, phys)] for form in (compiled, python)]
+            assert got[0] == got[1]
+    assert wide_seen
 
 
 def test_the_word_readers_are_the_compiled_ones():

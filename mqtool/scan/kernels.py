@@ -588,6 +588,19 @@ def format_msg_ids(buf, positions, store_delta, store_width, phys_delta):
     return offsets, data
 
 
+def _format_msg_ids_rows_python(buf, positions, store_deltas, wide, phys_delta):
+    """``format_msg_ids_rows`` by ``hex`` a record at a time (interpreted kernels)."""
+    view = memoryview(buf)
+    ids = [
+        (view[host : host + (20 if w else 8)].hex() + view[p + phys_delta : p + phys_delta + 8].hex()).upper().encode()
+        for p, host, w in zip(positions.tolist(), (positions + store_deltas).tolist(), wide.tolist())
+    ]
+    offsets = np.zeros(len(ids) + 1, dtype=np.int32)
+    np.cumsum(np.fromiter(map(len, ids), dtype=np.int32, count=len(ids)), out=offsets[1:])
+    return offsets, np.frombuffer(b"".join(ids), dtype=np.uint8)
+
+
+@interpreted_as(_format_msg_ids_rows_python)
 @numba.njit(cache=True, nogil=True)
 def format_msg_ids_rows(buf, positions, store_deltas, wide, phys_delta):
     """``format_msg_ids`` with each record's own store host position and width (16 bytes where
