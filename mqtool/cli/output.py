@@ -218,8 +218,9 @@ def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Se
     width, color = terminal.width(), terminal.color(out)
     count, layout = 0, None
     table = Table([headers.get(c, c) for c in columns], title=title, optional=[headers.get(c, c) for c in optional])
+    timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
     for row in rows:
-        table.add_row(*(_cell(_table_value(c, row.get(c))) for c in columns))
+        table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))
         count += 1
         if len(table.rows) >= TABLE_BATCH:
             layout = print_table(out, table, width, color, layout, first_record=count - len(table.rows) + 1)
@@ -229,8 +230,8 @@ def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Se
     return count
 
 
-def _table_value(column: str, value: Any) -> Any:
-    if column.endswith(("timestamp", "_time")) and isinstance(value, int):  # epoch ms: a date people read
+def _table_value(value: Any, timed: bool) -> Any:
+    if timed and isinstance(value, int):
         return iso_ms(value)
     if isinstance(value, list):
         return " ".join(map(str, value))

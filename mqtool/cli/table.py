@@ -239,6 +239,7 @@ class Table:
         labels = self._header_cells()
         label_width = max((cell_len(n) for n in labels), default=0)
         value_width = self._vertical_value_width(width)
+        padded, blank = [pad(label, label_width, False) + " | " for label in labels], " " * label_width + " | "
         lines = []
         for k, row in enumerate(self.rows):
             wrapped = [wrap(v, value_width) for v in row]
@@ -246,7 +247,7 @@ class Table:
             banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
             banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
             lines.append(BOLD + banner + RESET if color else banner)
-            for label, value in zip(labels, wrapped):
+            for label, value in zip(padded, wrapped):
                 for j, text in enumerate(value):
-                    lines.append(f"{pad(label if j == 0 else '', label_width, False)} | {text}".rstrip())
+                    lines.append(((label if j == 0 else blank) + text).rstrip())
         return lines
