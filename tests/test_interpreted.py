@@ -74,7 +74,7 @@ HELD = {  # the forms the tests below hold equal to their kernels
         "scan.bytecopy.copy_bytes", "scan.bytecopy.copy_words", "store.textscan.java_hash_utf8",
         "verify.index.index_hashes", "scan.survivors.fnv1a64", "recovery.fastdispatch.dispatch_rows",
         "recovery.fastdispatch._fingerprint", "scan.kernels.is_utf8", "scan.kernels.gather_spans", "scan.kernels.gather_fields", "scan.kernels.spans_are_utf8", "scan.kernels.parse_properties", "verify.index.check_chains",
-        "scan.stats._bucket", "scan.stats._topic_key", "recovery.fastdispatch.finish_keys", "recovery.queuegroups._group", "scan.kernels.format_msg_ids_rows",
+        "scan.stats._bucket", "scan.stats._topic_key", "recovery.fastdispatch.finish_keys", "recovery.queuegroups._group", "scan.kernels.format_msg_ids_rows", "scan.stats._slot",
     )
 }
 
@@ -344,6 +344,14 @@ def test_the_statistics_keys_are_the_compiled_ones():
     compiled, python = pair("mqtool.scan.stats._bucket")
     for delay in [0, 1, -1, 1023, 1024, -1024, 1025, 4095, 4096, 10**6, -(10**9), 2**40 + 12345, 2**62]:
         assert python(delay) == compiled(delay)
+    compiled, python = pair("mqtool.scan.stats._slot")
+    rng = np.random.default_rng(2)
+    keys = [(int(a), int(b), int(c)) for a, b, c in rng.integers(-(2**63), 2**63 - 1, (300, 3), dtype=np.int64)]
+    keys += [(k, q, t) for k in (0, -1, 2**40) for q in range(-2, 6) for t in (0, 60_000, -(2**62))]
+    tables = [(np.zeros((1024, 3), dtype=np.int64), np.zeros(1024, dtype=np.bool_), np.zeros((1024, 2), dtype=np.int64), np.zeros(1, dtype=np.int64), np.array([7, -7])) for _ in range(2)]
+    for key in keys + keys[::3]:  # new keys, then found again
+        assert python(*tables[0], *key) == compiled(*tables[1], *(np.int64(k) for k in key))
+    assert all(a.tolist() == b.tolist() for a, b in zip(*tables)) and tables[0][3][0] == len(set(keys))
     compiled, python = pair("mqtool.scan.stats._topic_key")
     for array in ARRAYS[:8]:
         out = np.empty((256, fs.N_COLS), dtype=np.int64)

@@ -16,6 +16,7 @@ log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable
@@ -94,6 +95,23 @@ class GroupTable:
         return self.keys[self.used], self.values[self.used]
 
 
+def _slot_python(keys, used, values, count, init, a, b, c):
+    """``_slot`` hashing on Python integers (interpreted kernels: numpy's uint64 scalars are slower)."""
+    mask = used.shape[0] - 1
+    h = (int(a) * 0x9E3779B97F4A7C15 ^ int(b) * 0xC2B2AE3D27D4EB4F ^ int(c) * 0x165667B19E3779F9) & M64  # the low 64 bits, as uint64 wraps
+    s = (h ^ (h >> 29)) & mask
+    while used[s]:
+        if keys[s, 0] == a and keys[s, 1] == b and keys[s, 2] == c:
+            return s
+        s = (s + 1) & mask
+    used[s] = True
+    keys[s, 0], keys[s, 1], keys[s, 2] = a, b, c
+    values[s, :] = init
+    count[0] += 1
+    return s
+
+
+@interpreted_as(_slot_python)
 @numba.njit(inline="always")
 def _slot(keys, used, values, count, init, a, b, c):
     """The slot of key (a, b, c), claimed and initialised when new (linear probing)."""
@@ -309,18 +327,23 @@ def _bucket(delay):
 
 
 def _topic_key_python(buf, start, stop):
-    """``_topic_key`` on Python integers (interpreted kernels)."""
-    start, stop = int(start), int(stop)
-    h, k, prime = int(_FNV_OFFSET), start, int(_FNV_PRIME)
-    while k + 8 <= stop:
-        h = ((h ^ WORD.unpack_from(buf, k)[0]) * prime) & M64
+    """``_topic_key`` on Python integers, memoised by the topic's bytes (interpreted kernels: a
+    store's records share a few topics)."""
+    return _topic_key_of(bytes(buf[int(start) : int(stop)]))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _topic_key_of(raw: bytes) -> np.int64:
+    n, h, k, prime = len(raw), int(_FNV_OFFSET), 0, int(_FNV_PRIME)
+    while k + 8 <= n:
+        h = ((h ^ WORD.unpack_from(raw, k)[0]) * prime) & M64
         k += 8
-    if k < stop and stop - start >= 8:
-        h = ((h ^ WORD.unpack_from(buf, stop - 8)[0]) * prime) & M64
+    if k < n and n >= 8:
+        h = ((h ^ WORD.unpack_from(raw, n - 8)[0]) * prime) & M64
     else:
-        for byte in bytes(buf[k:stop]):
+        for byte in raw[k:]:
             h = ((h ^ byte) * prime) & M64
-    h = ((h ^ (stop - start)) * prime) & M64
+    h = ((h ^ n) * prime) & M64
     return np.int64(h - (1 << 64) if h >= 1 << 63 else h)  # an int64, as the kernel's: callers cast it
 
 
