@@ -393,7 +393,7 @@ def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
 
     A crash that loses the consume queues and index settles both (the bench's crashed copy); one
     that loses only the index files newer than the checkpoint settles ``index``."""
-    if not _no_queue_kinds_beyond_cq(store):
+    if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
     full = [p for p in recover.dispatch if p.start <= clmin and p.after_phys is None]
@@ -414,11 +414,12 @@ def cross_checks_settled(store: Store, recover: Plan) -> bool:
 def cross_checks_may_settle(store: Store) -> bool:
     """The half of ``cross_checks_settled`` known before the recovery is planned: no consume
     queue, no LMQ queue, not DLedger."""
-    return not store.consume_queues and _no_queue_kinds_beyond_cq(store)
+    return not store.consume_queues and _only_plain_queues(store)
 
 
-def _no_queue_kinds_beyond_cq(store: Store) -> bool:
-    """A store on disk, not DLedger, with no LMQ queue to check."""
+def _only_plain_queues(store: Store) -> bool:
+    """The store's queues are the consume queues alone: a store on disk, not DLedger, with no
+    LMQ queue to check."""
     if store.root is None or store.is_dledger:
         return False
     return not (store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch))

@@ -182,6 +182,18 @@ def test_the_dispatch_form_reads_the_fixed_fields_and_leaves_the_rest_to_the_ref
             assert python(array, pos, int(n)) == compiled(array, pos, int(n))
 
 
+def dispatched(array: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """A segment's walk rows and what the compiled ``dispatch_rows`` makes of them: fields, the
+    partial key hashes and how many."""
+    from mqtool.recovery import fastdispatch as fd
+
+    out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
+    rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
+    fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
+    _, fill = FORMS["mqtool.recovery.fastdispatch.dispatch_rows"][0](array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+    return rows, fields, keys, fill
+
+
 def test_the_key_completion_is_the_compiled_one():
     """``finish_keys`` on the partial key hashes the compiled dispatch leaves for every record of
     every keyed segment, rows without keys among them, under topic states of the full 32 bits."""
@@ -190,10 +202,7 @@ def test_the_key_completion_is_the_compiled_one():
 
     rng, keyed = np.random.default_rng(7), 0
     for array in ARRAYS:
-        out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
-        rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
-        fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
-        _, fill = FORMS["mqtool.recovery.fastdispatch.dispatch_rows"][0](array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+        rows, fields, keys, fill = dispatched(array)
         states = rng.integers(0, 1 << 32, 7, dtype=np.int64)
         topic_ids = rng.integers(0, 7, rows.shape[0]).astype(np.int32)
         finished = [keys[:fill].copy() for _ in range(2)]
@@ -213,10 +222,7 @@ def test_the_queue_grouping_is_the_compiled_one():
 
     rng, grouped = np.random.default_rng(11), 0
     for array in ARRAYS:
-        out = np.empty((1 << 14, fs.N_COLS), dtype=np.int64)
-        rows = out[: fs.walk_segment(array, 0, array.shape[0], True, False, out)[0]].copy()
-        fields, keys = np.zeros((rows.shape[0], fd.N_FIELDS), dtype=np.int64), np.zeros(int(rows[:, fs.COL_SIZE].sum()) + 64, dtype=np.int64)
-        FORMS["mqtool.recovery.fastdispatch.dispatch_rows"][0](array, rows, 0, False, fd.SCHEDULE_TOPIC_BYTES, np.zeros(19, dtype=np.int64), True, fields, 0, keys, 0)
+        rows, fields, _, _ = dispatched(array)
         fields[:, fd.F_SYS_FLAG] |= rng.choice([0, 0, 0, qg.TRAN_COMMIT, 4, qg.TRAN_ROLLBACK], rows.shape[0])
         fields[:, fd.F_FLAGS] |= rng.choice([0, 0, fd.FLAG_MULTI_DISPATCH], rows.shape[0])
         topic_ids = rng.integers(0, 3, rows.shape[0]).astype(np.int32)
@@ -225,9 +231,9 @@ def test_the_queue_grouping_is_the_compiled_one():
             n = rows.shape[0]
             made = (np.empty(n + 1, dtype=np.int64), np.empty(n + 2, dtype=np.int64), np.empty(n, dtype=np.int32), np.empty(n, dtype=np.bool_), np.empty((4, n), dtype=np.int64), np.zeros(5, dtype=np.int64))
             assert form(fields, topic_ids, *made, np.full(1 << 16, -1, dtype=np.int64), np.zeros(n + 1, dtype=np.int64))
-            keys_, starts, dest, indexed, columns, stats = made
+            queue_keys, starts, dest, indexed, columns, stats = made
             groups, queued = int(stats[qg.S_GROUPS]), int(stats[qg.S_QUEUED])
-            results.append((keys_[:groups].tolist(), starts[: groups + 1].tolist(), dest.tolist(), indexed.tolist(), columns[:, :queued].tolist(), stats.tolist()))
+            results.append((queue_keys[:groups].tolist(), starts[: groups + 1].tolist(), dest.tolist(), indexed.tolist(), columns[:, :queued].tolist(), stats.tolist()))
         assert results[0] == results[1]
         grouped += len(results[0][0]) > 3
     assert grouped > len(ARRAYS) // 2
