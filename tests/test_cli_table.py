@@ -144,3 +144,24 @@ def test_times_are_exact_to_the_millisecond_in_every_year():
         assert iso_ms(ms) == exact.replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
     assert iso_ms(85916839313282) == "4692-08-05T20:41:53.282Z"
     assert (iso_ms(0), iso_ms(None), iso_ms(highest + 1)) == ("-", "-", str(highest + 1))
+
+
+def test_a_table_known_to_go_vertical_from_its_header_lays_out_as_if_measured(monkeypatch):
+    """``Table._surely_vertical`` skips measuring the cells only where measuring would go
+    vertical too: every width from 10 to 220, for the manifest's messages under several column
+    sets (the optional ones last, first, or none; a long last column), the same layout and lines."""
+    messages = manifest("5.3.3", "clean-small")["messages"][:60]
+    long_names = ("commit_log_offset", "topic", "queue_id", "keys_of_the_message", "unique_key", "message_id")
+    tables = [message_table(messages), message_table(messages, optional=()), message_table(messages, optional=("offset", "topic"))]
+    renamed = Table(long_names, optional=("keys_of_the_message",))
+    for row in tables[0].rows:
+        renamed.add_row(*row)
+    tables.append(renamed)
+    widths = range(10, 221)
+    hits = sum(t._surely_vertical(w) for t in tables for w in widths)
+    shortcut = [[(t.layout(w), t.render(t.layout(w), width=w)) for w in widths] for t in tables]
+    monkeypatch.setattr(Table, "_surely_vertical", lambda self, width: False)
+    measured = [[(t.layout(w), t.render(t.layout(w), width=w)) for w in widths] for t in tables]
+    assert shortcut == measured
+    vertical = sum(layout.vertical for laid in measured for layout, _ in laid)
+    assert 0 < hits < vertical < len(tables) * len(widths)  # some vertical layouts found by measuring only

@@ -66,6 +66,14 @@ def wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+def wrap_measured(text: str, width: int) -> tuple[list[str], int]:
+    """``wrap``'s lines and the cells of the widest, measured once."""
+    if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
+        return [text], len(text)  # ``wrap``'s one word that fits
+    lines = wrap(text, width)
+    return lines, max(map(cell_len, lines), default=0)
+
+
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
     """Where to cut ``line`` into lines of at most ``width`` cells at spaces only, each
     continuation indented like ``line``: (start, end) character spans of the words on each line
@@ -137,6 +145,18 @@ class Table:
             minimum.append(max(e[1] for e in extents))
         return natural, minimum
 
+    def _surely_vertical(self, width: int) -> bool:
+        """Whether the columns no layout drops cannot fit ``width`` even at their header words'
+        widths (each cell is at least as wide; the last column at least ``MIN_LAST`` when it is
+        capped): the table goes vertical whatever its cells, so they are not measured."""
+        if not self.header:
+            return False
+        words = [longest_word(n) for n in self.names if n not in self.optional]
+        if not words:
+            return False
+        words[-1] = min(words[-1], MIN_LAST)
+        return sum(words) + GAP * (len(words) - 1) > width
+
     def _longest_word_within(self, i: int, limit: int) -> int:
         """Column ``i``'s longest word of at most ``limit`` cells (the longer ones run past the edge)."""
         cells = [self._header_cells()[i]] + [r[i] for r in self.rows]
@@ -145,7 +165,7 @@ class Table:
     def layout(self, width: int, *, keep: Layout | None = None) -> Layout:
         """The layout at ``width``; ``keep`` (the previous batch's layout of a streamed table)
         keeps its dropped columns dropped, vertical vertical, and its widths where they fit."""
-        if keep is not None and keep.vertical:
+        if (keep is not None and keep.vertical) or self._surely_vertical(width):
             return Layout([], [], vertical=True, dropped=[])
         natural, minimum = self._measure()
         # the last column may overflow only with a word longer than a vertical record can hold
@@ -242,8 +262,8 @@ class Table:
         padded, blank = [pad(label, label_width, False) + " | " for label in labels], " " * label_width + " | "
         lines = []
         for k, row in enumerate(self.rows):
-            wrapped = [wrap(v, value_width) for v in row]
-            longest = max((cell_len(line) for value in wrapped for line in value), default=0)
+            measured = [wrap_measured(v, value_width) for v in row]
+            wrapped, longest = [lines for lines, _ in measured], max((n for _, n in measured), default=0)
             banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
             banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
             lines.append(BOLD + banner + RESET if color else banner)
