@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -51,6 +52,16 @@ def without_timings(text: str):
         return strip(json.loads(text))
     except json.JSONDecodeError:
         return [strip(json.loads(line)) for line in text.splitlines() if line.strip()]
+
+
+def run_loading(argv: list[str], probed, *, env: dict | None = None, packages: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """``mqtool argv`` in a fresh interpreter, and which of ``probed`` it had loaded when it
+    exited, sorted: module names, or with ``packages`` top-level package names."""
+    names = "{m.split('.')[0] for m in sys.modules}" if packages else "set(sys.modules)"
+    code = (f"import atexit, sys; atexit.register(lambda: print(sorted({names} & {set(probed)!r}), file=sys.stderr));"
+            f"from mqtool.cli import main; sys.argv = ['mqtool', *{list(argv)!r}]; main()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
 
 
 def store_path(version: str, name: str) -> Path:

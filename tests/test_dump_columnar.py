@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import manifest, store_path
+from conftest import manifest, run_loading, store_path
 from dump_reference import reference_dump
 from mqtool.cli import app
 from mqtool.cli.engine import COMPILED, COMPILED_FROM, ENV, PYTHON, estimated_records
@@ -249,9 +249,7 @@ def test_a_lookup_loads_no_compiled_code(command):
     path = store_path("5.3.3", "clean-small")
     probe = manifest("5.3.3", "clean-small")["messages"][7]
     argv = [a.format(store=path, **probe) for a in command]
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'numba', 'numpy', 'pydantic'} & set(sys.modules)), file=sys.stderr)); from mqtool.cli import main;"
-            f"sys.argv = ['mqtool', *{argv!r}]; main()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc, loaded = run_loading(argv, ("numba", "numpy", "pydantic"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[0])["offset"] == probe["commitLogOffset"]
-    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    assert loaded == []

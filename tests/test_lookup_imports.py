@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from conftest import manifest, store_path
+from conftest import manifest, run_loading, store_path
 
 HEAVY = ("numpy", "numba", "pyarrow", "construct", "rich", "tqdm", "pydantic")
 VERSION, STORE = "5.3.3", "clean-small"
@@ -28,10 +27,7 @@ LOOKUPS = {
 
 def run_lookup(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
     """``mqtool argv`` in a fresh interpreter, and the heavy packages it had loaded at exit."""
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & set(%r)), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', *%r]; main()") % (HEAVY, argv)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
-    return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+    return run_loading(argv, HEAVY, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, packages=True)
 
 
 @pytest.mark.parametrize("name", LOOKUPS)
@@ -73,11 +69,10 @@ def test_a_lookup_on_a_4x_store_with_configs_parses_none_of_them(command):
     probe = manifest("4.9.7", "config-real")["messages"][-1]  # the first segments expired
     store = str(store_path("4.9.7", "config-real"))
     argv = ["query", "msg-id", store, probe["msgId"]] if command == "query" else ["dump", store, "--msg-id", probe["msgId"]]
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({'mqtool.formats.fastjson', 'mqtool.store.batchconsumequeue', 'mqtool.store.dledger'} & set(sys.modules)), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', *%r, '-f', 'json']; main()") % (argv,)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    probed = ("mqtool.formats.fastjson", "mqtool.store.batchconsumequeue", "mqtool.store.dledger")
+    proc, loaded = run_loading([*argv, "-f", "json"], probed, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    assert loaded == []
     assert [r["offset"] for r in json.loads(proc.stdout)] == [probe["commitLogOffset"]]
 
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import copy_store, manifest, store_path
+from conftest import copy_store, manifest, run_loading, store_path
 
 NOT_FOR_A_SMALL_STORE = (
     "numba", "mqtool.formats.dledger", "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
@@ -22,10 +21,7 @@ NOT_FOR_A_SMALL_STORE = (
 
 
 def loaded(argv: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted(set(sys.modules) & set(%r)), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', *%r]; main()") % (NOT_FOR_A_SMALL_STORE, argv)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "COLUMNS": "100"})
-    return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+    return run_loading(argv, NOT_FOR_A_SMALL_STORE, env={**os.environ, "COLUMNS": "100"})
 
 
 @pytest.mark.parametrize("command", ["recover", "repair"])

@@ -7,12 +7,10 @@ from __future__ import annotations
 import json
 import random
 import shutil
-import subprocess
-import sys
 
 import pytest
 
-from conftest import FIXTURES, copy_store, manifest, store_path
+from conftest import FIXTURES, copy_store, manifest, run_loading, store_path
 from mqtool.store import Store
 from mqtool.store import fastscan as fs
 from mqtool.store import resync
@@ -126,12 +124,10 @@ def test_a_mid_record_from_offset_loads_no_numba_and_says_where_it_reads_from(tm
     root = tmp_path / "a store"
     shutil.copytree(store_path("5.3.3", "clean-small"), root)
     starts = message_offsets("5.3.3", "clean-small")
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'numba'}), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', 'dump', %r, '--from-offset', '%d', '--limit', '2', '-f', 'json']; main()") % (str(root), starts[3] + 100)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    argv = ["dump", str(root), "--from-offset", str(starts[3] + 100), "--limit", "2", "-f", "json"]
+    proc, loaded = run_loading(argv, ("numpy", "numba"), env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, packages=True)
     assert proc.returncode == 0, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert lines[-1] == "[]"
+    assert loaded == []
     assert [r["offset"] for r in json.loads(proc.stdout)] == starts[4:6]
     assert f"--from-offset {starts[3] + 100} is not a record start; reading from the next record at {starts[4]}" in proc.stderr
 
@@ -145,9 +141,7 @@ def test_a_record_by_record_keep_going_dump_loads_no_numba(tmp_path):
         f.seek(4)
         f.write(bytes(4))  # the first record's MAGICCODE
     starts = message_offsets("4.9.7", "clean-small")
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'numba'}), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', 'dump', %r, '--keep-going', '-f', 'jsonl']; main()") % str(root)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"})
+    proc, loaded = run_loading(["dump", str(root), "--keep-going", "-f", "jsonl"], ("numpy", "numba"), env={"COLUMNS": "100", "PATH": "/usr/bin:/bin"}, packages=True)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == "[]"
+    assert loaded == []
     assert [json.loads(line)["offset"] for line in proc.stdout.splitlines()] == starts[1:]

@@ -4,17 +4,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from conftest import manifest, store_path
+from conftest import manifest, run_loading, store_path
 from mqtool.scan import compute
 from mqtool.scan.messages import read_batches
 from mqtool.scan.schema import MESSAGE_SCHEMA
@@ -89,10 +86,7 @@ def test_a_small_stores_command_loads_neither_pyarrow_compute_nor_numpy_ma(argv,
     ids = tmp_path / "ids.txt"
     ids.write_text("".join(m["uniqKey"] + "\n" for m in messages[:80] if m.get("uniqKey")))
     argv = [a.format(store=STORE, ids=ids, topic=messages[0]["topic"]) for a in argv]
-    code = ("import atexit, sys; atexit.register(lambda: print(sorted(set(sys.modules) & set(%r)), file=sys.stderr));"
-            "from mqtool.cli import main; sys.argv = ['mqtool', *%r]; main()") % (PROBED, argv)
-    env = {**os.environ, "MQTOOL_ENGINE": "python", "COLUMNS": "100"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    proc, loaded = run_loading(argv, PROBED, env={**os.environ, "MQTOOL_ENGINE": "python", "COLUMNS": "100"})
     assert proc.returncode in (0, 1), proc.stderr
     assert proc.stdout.strip()
-    assert json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"')) == []
+    assert loaded == []
