@@ -129,12 +129,12 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
     from ..scan.salvage import SalvageScan
 
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         scan = SalvageScan(store, columns=_columns(format, writer is not None), body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
             return scan
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
+        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         fmt = OutputFormat(format.value)
         stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
         try:

@@ -50,7 +50,7 @@ def _extent(text: str) -> tuple[int, int]:
 def wrap(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
     line of its own and runs past ``width``); explicit newlines are kept."""
-    if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
+    if _fits_whole(text, width):
         return [text]  # one word that fits (most cells): what the loop below gives
     lines: list[str] = []
     for paragraph in text.split("\n"):
@@ -68,10 +68,15 @@ def wrap(text: str, width: int) -> list[str]:
 
 def wrap_measured(text: str, width: int) -> tuple[list[str], int]:
     """``wrap``'s lines and the cells of the widest, measured once."""
-    if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
-        return [text], len(text)  # ``wrap``'s one word that fits
+    if _fits_whole(text, width):
+        return [text], len(text)
     lines = wrap(text, width)
     return lines, max(map(cell_len, lines), default=0)
+
+
+def _fits_whole(text: str, width: int) -> bool:
+    """One printable ASCII word of at most ``width`` characters: a line of its own, a cell per character."""
+    return len(text) <= width and " " not in text and text.isascii() and text.isprintable()
 
 
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
@@ -263,7 +268,7 @@ class Table:
         lines = []
         for k, row in enumerate(self.rows):
             measured = [wrap_measured(v, value_width) for v in row]
-            wrapped, longest = [lines for lines, _ in measured], max((n for _, n in measured), default=0)
+            wrapped, longest = [value for value, _ in measured], max((n for _, n in measured), default=0)
             banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
             banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
             lines.append(BOLD + banner + RESET if color else banner)

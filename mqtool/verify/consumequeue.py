@@ -58,7 +58,12 @@ def _data_end(path) -> int | None:
             del array
     except (MqtoolError, OSError):
         return None
-    return 0 if last < 0 else (last // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
+    return _unit_end(last)
+
+
+def _unit_end(last_nonzero: int) -> int:
+    """One past the 20-byte unit holding byte ``last_nonzero`` (0 for -1: no non-zero byte)."""
+    return (last_nonzero // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
 
 
 class QueueGap(NamedTuple):
@@ -97,7 +102,7 @@ def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | Qu
         expected = base + queue.file_size
         data, fd = _small_file(path), None
         if data is not None:
-            end = (fs.last_nonzero(fs.as_array(data), 0, len(data)) // unit + 1) * unit  # 0 for a file of zeros
+            end = _unit_end(fs.last_nonzero(fs.as_array(data), 0, len(data)))
         else:
             end = _data_end(path)
             if end is None:
