@@ -1,13 +1,12 @@
 """Planning when the store does not say which broker version wrote it.
 
-``store.version_guess`` leaves several candidate families when the version marks are missing
-(e.g. a 4.8.0 broker killed at its first segment roll: no end-of-file blank to read the
-writer's marks from, properties ending with ``\\x02`` as both 4.0-4.9.0 and 5.x write them).
-The broker itself does not need to know; the planner does, because recovery rules differ by
-version (``rules.RecoveryRules``). ``plan_under_candidates`` plans under every candidate: where
-the plans agree, the plan goes ahead and says which candidates were considered; where they
-differ, it stops with a usage error that shows the difference and asks for
-``--broker-version``.
+``store.version_guess`` leaves several eras when the store's version marks do not decide (a
+store with no end-of-file blank yet, an empty store, a store from another broker); the broker
+itself does not need to know, the planner does, because the rules differ by era
+(``store.rules.VersionRules``). ``plan_under_candidates`` plans under one representative of each
+distinct set of planning rules: where the plans agree, the plan goes ahead and says which eras
+were considered; where they differ, it refuses (exit 4), showing the difference, the rules that
+decide it and the ``--broker-version`` values that would.
 """
 
 from __future__ import annotations
@@ -16,9 +15,10 @@ import dataclasses
 import json
 from typing import Any, Callable
 
-from ..errors import UsageError
+from ..errors import Refused
 from ..store import Store
-from ..store.version import FAMILY_LABELS
+from ..store.rules import era_of, planning_key, rules_deciding
+from ..store.version import eras_label
 from .plan import Plan
 
 IGNORED = ("created_ms", "broker_version", "version_source", "notes")  # what may differ between candidates
@@ -70,16 +70,19 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     for i, candidate in enumerate(candidates):
         with store.assumed_version(candidate):
             plans.append(make_plan(store, cache if i == 0 else None))
-    labels = [FAMILY_LABELS.get(c, str(c)) for c in candidates]
+    labels = [_label(c, guess.eras) for c in candidates]
     first = _comparable(plans[0])
-    for label, plan in zip(labels[1:], plans[1:]):
+    for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
         diffs = [d for d in _differences(first, _comparable(plan)) if d[0] not in IMMATERIAL]
         if diffs:
             shown = "; ".join(f"{path}: {_short(x)} ({labels[0]}) vs {_short(y)} ({label})" for path, x, y in diffs[:3])
             more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-            raise UsageError(
-                f"cannot tell which broker version wrote this store ({'; '.join(guess.evidence)}), and the plans differ "
-                f"under {labels[0]} and {label}: {shown}{more}; pass --broker-version (e.g. {plans[0].broker_version} or {plan.broker_version})"
+            deciding = ", ".join(rules_deciding(candidates[0], candidate))
+            raise Refused(
+                f"cannot tell which broker version wrote this store: its marks leave {guess.label} "
+                f"({'; '.join(guess.evidence)}), and the plans differ under {labels[0]} and {label}: {shown}{more} "
+                f"(rules: {deciding}); pass --broker-version with the release the broker ran "
+                f"(e.g. {', '.join(str(c) for c in candidates)})"
             )
     considered = ", ".join(labels)
     source = f"not decided by the store ({'; '.join(guess.evidence)}); considered {considered}: the plans are equal"
@@ -87,3 +90,9 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
     # candidate plans the same
     return dataclasses.replace(plans[0], version_source=source, notes=(note,) + plans[0].notes)
+
+
+def _label(candidate, eras) -> str:
+    """The eras a candidate stands for: those among ``eras`` that plan as it does."""
+    key = planning_key(candidate)
+    return eras_label([e for e in eras if planning_key(e.representative) == key] or [era_of(candidate)])

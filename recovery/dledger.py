@@ -33,10 +33,10 @@ from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog, EntryScan
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import MappedFile
-from ..store.version import BrokerVersion
+from ..store.rules import BrokerVersion, VersionRules
 from .startfile import ScanStart
 
-V5_0_0 = BrokerVersion(5, 0, 0)
+
 _STORE_TS = {born6: clfmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
 _MAGIC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 
@@ -139,7 +139,7 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
 
 def dispatches_on_abnormal(version: BrokerVersion) -> bool:
     """5.x ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.x ``recover`` does not."""
-    return version >= V5_0_0
+    return VersionRules(version).v5
 
 
 def index_actions(store: Store, dl: DataRecovery) -> list:

@@ -38,7 +38,7 @@ from .plan import (
     QueueRef,
 )
 from .queues import QueueSim
-from .rules import RecoveryRules
+from ..store.rules import VersionRules
 
 DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 
@@ -344,12 +344,12 @@ class PhaseCounts:
         self.last_cq_ts: int | None = None
 
 
-def multi_dispatch(store: Store, rules: RecoveryRules) -> MultiDispatch | None:
+def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``)."""
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.v5) if store.multi_dispatch else None
 
 
-def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: RecoveryRules, index_writer, counts: PhaseCounts) -> None:
+def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts) -> None:
     """One dispatched batch into the queue simulations and the (dry) index writer."""
     if len(batch) == 0:
         return
@@ -375,7 +375,7 @@ def geometry(store: Store) -> tuple[int, int]:
     return (g.hash_slot_num, g.index_num) if g else DEFAULT_GEOMETRY
 
 
-def dry_index_writer(store: Store, rules: RecoveryRules, kept: list, dropped: list) -> IndexWriterService:
+def dry_index_writer(store: Store, rules: VersionRules, kept: list, dropped: list) -> IndexWriterService:
     """A dry ``IndexWriterService`` continuing after the last kept file (``dropped`` names are
     not reused)."""
     slots, num = geometry(store)

@@ -31,13 +31,13 @@ from .plansteps import (
 )
 from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions
 from .queues import QueueSim
-from .rules import RecoveryRules
+from ..store.rules import VersionRules
 from .startfile import recovery_start
 
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
-def _recovery_start(store: Store, rules: RecoveryRules) -> tuple[int, list[str]]:
+def _recovery_start(store: Store, rules: VersionRules) -> tuple[int, list[str]]:
     """Where the broker's recovery would start scanning (a segment's first offset), with notes."""
     notes = []
     if store.abort_present:
@@ -56,7 +56,7 @@ class RebuildScan:
     reaches past the start segment's first offset does the recovery scan run on its own (to find the
     end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
 
-    def __init__(self, store: Store, rules: RecoveryRules, topics: TopicTable, *, index: bool):
+    def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
         self.start, self.notes = _recovery_start(store, rules)
         self.end: ScanEnd | None = None
@@ -115,7 +115,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
     The selected queues' files are replaced; files the rebuild does not produce are deleted."""
     store.path()
-    rules = RecoveryRules(store_version(store)[0])
+    rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
     cl = store.commitlog
@@ -184,7 +184,7 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     are named from the store time of their first record. The checkpoint's indexMsgTimestamp
     becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
     store.path()
-    rules = RecoveryRules(store_version(store)[0])
+    rules = VersionRules(store_version(store)[0])
     scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
     cl = store.commitlog
     notes = []

@@ -2,7 +2,7 @@
 load and recovery would do to a store, computed from the read-only store model.
 
 ``plan_recover`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput, per version
-(reference §8.2-§8.12, ``rules.RecoveryRules``):
+(reference §8.2-§8.12, ``store.rules.VersionRules``):
 
 1. consume queue recovery of every queue (§5.7) -> the max CQ physical offset;
 2. index load: after an abnormal exit, files newer than ``indexMsgTimestamp`` are deleted (§6.9);
@@ -57,7 +57,7 @@ from .plansteps import (
 )
 from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
-from .rules import RecoveryRules
+from ..store.rules import VersionRules
 from .startfile import abnormal_start, normal_start
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     the recovery scan's rows where it checks the CRC, for ``verify_after`` (``walkedchain``)."""
     root = store.path()
     version, source = store_version(store)
-    rules = RecoveryRules(version)
+    rules = VersionRules(version)
     mode = options.mode or ("abnormal" if store.abort_present else "normal")
     config = store.config
     cp_exists = store.checkpoint is not None
@@ -307,7 +307,7 @@ def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, w
     return plan_recover(store, options, command="truncate-dirty", with_crc=with_crc)
 
 
-def _dispatch_notes(store: Store, rules: RecoveryRules, mode: str, phases: list, max_cq: int, end: int, kept: list, legacy: bool) -> list[str]:
+def _dispatch_notes(store: Store, rules: VersionRules, mode: str, phases: list, max_cq: int, end: int, kept: list, legacy: bool) -> list[str]:
     """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
     notes = []
     covered_from = min((p.start for p in phases if p.consume_queues), default=end)

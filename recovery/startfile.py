@@ -18,7 +18,7 @@ from ..formats import commitlog as fmt
 from ..store import Store
 from ..store.commitlog import CommitLog
 from ..store.mappedfile import MappedFile
-from .rules import RecoveryRules
+from ..store.rules import VersionRules
 
 _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _STORE_TS = {born6: fmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
@@ -48,7 +48,7 @@ def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool) -
     return int.from_bytes(head[pos : pos + 8], "big", signed=True)
 
 
-def abnormal_start(commitlog: CommitLog, rules: RecoveryRules, checkpoint: cpfmt.StoreCheckpoint, *, index_safe: bool) -> ScanStart:
+def abnormal_start(commitlog: CommitLog, rules: VersionRules, checkpoint: cpfmt.StoreCheckpoint, *, index_safe: bool) -> ScanStart:
     segments = commitlog.segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")
@@ -61,7 +61,7 @@ def abnormal_start(commitlog: CommitLog, rules: RecoveryRules, checkpoint: cpfmt
     return ScanStart(0, segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")
 
 
-def normal_start(commitlog: CommitLog, rules: RecoveryRules, max_cq_phys_offset: int) -> ScanStart:
+def normal_start(commitlog: CommitLog, rules: VersionRules, max_cq_phys_offset: int) -> ScanStart:
     segments = commitlog.segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")
@@ -74,7 +74,7 @@ def normal_start(commitlog: CommitLog, rules: RecoveryRules, max_cq_phys_offset:
     return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
 
 
-def recovery_start(store: Store, rules: RecoveryRules) -> ScanStart:
+def recovery_start(store: Store, rules: VersionRules) -> ScanStart:
     """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
     present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
     never read by the broker's recovery."""

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 VERSIONS = ("4.8.0", "4.9.7", "5.3.3")
 MAIN_VERSIONS = ("4.9.7", "5.3.3")
+# every version with real-broker stores here, oldest first: the tests that hold each era's rules
+ALL_VERSIONS = tuple(sorted((p.name.removeprefix("rocketmq-") for p in FIXTURES.glob("rocketmq-*")), key=lambda v: tuple(map(int, v.split(".")))))
 
 sys.path.insert(0, str(FIXTURES))
 from unpack import unpack  # noqa: E402  (the fixture files kept gzipped: fixtures/unpack.py)

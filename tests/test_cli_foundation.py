@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MAIN_VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, MAIN_VERSIONS, manifest, store_path
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_USAGE
 
@@ -30,10 +30,10 @@ def one_line_error(result, code: int) -> str:
     return err
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_dump_json_equals_the_manifest(version):
     m = manifest(version, "clean-small")
-    result = run("dump", store_path(version, "clean-small"), "--format", "json", "--body", "sha256")
+    result = run("dump", store_path(version, "clean-small"), "--format", "json", "--body", "sha256", "--broker-version", version)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
     assert len(rows) == m["messageCount"]

@@ -6,7 +6,6 @@ comes from the fixture's manifest, its recovered JSON or the fixture's own files
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -17,14 +16,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MAIN_VERSIONS, ROOT, copy_store, manifest, recovered
+from conftest import MAIN_VERSIONS, ROOT, copy_store, manifest, recovered, store_path
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_REFUSED, EXIT_USAGE, UsageError
-from mqtool.recovery.candidates import plan_under_candidates
-from mqtool.recovery.planner import plan_recover
-from mqtool.recovery.recover import plan_recover as plan_recover_once
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_REFUSED
 from mqtool.store import Store
-from mqtool.store.version import LEGACY_4, V5
+from mqtool.store.rules import BrokerVersion
+
 
 SEGMENT = 1 << 20
 FAMILY = {"4.8.0": "4.0-4.9.0", "4.9.7": "4.9.1-4.9.8", "5.3.3": "5.x"}
@@ -167,17 +164,20 @@ def killed_at_first_roll(tmp_path: Path) -> tuple[Path, int]:
     return root, end
 
 
-def test_ambiguous_version_plans_under_each_candidate(tmp_path):
-    root, end = killed_at_first_roll(tmp_path)
+def test_ambiguous_version_plans_under_each_candidate():
+    """A cleanly stopped 4.4.0 store's marks leave E3a-E5 and E7 (no CLUSTER, stale blank fill, the old
+    hashSlotCount): three sets of planning rules, whose recoveries of this store agree, so it goes ahead."""
+    root = store_path("4.4.0", "clean-small")
     with Store.open(root) as store:
-        assert store.version is None and store.version_guess.candidates == (LEGACY_4, V5)
+        guess = store.version_guess
+        assert store.version is None and guess.label == "E3a-E5, E7 (4.2.0-4.5.2, 4.7.0)"
+        assert guess.candidates == (BrokerVersion(4, 7, 0), BrokerVersion(4, 4, 0), BrokerVersion(4, 3, 0))
     code, out, err = cli("recover", root, "--dry-run", "-f", "json")
     assert code == 0, err
     plan = json.loads(out)
-    assert "considered 5.x, 4.0-4.9.0: the plans are equal" in plan["version_source"]
-    assert plan["commitlog"]["valid_end"] == end
+    assert "considered E5, E7 (4.5.0-4.5.2, 4.7.0), E4 (4.3.2-4.4.0), E3a-E3b (4.2.0-4.3.1): the plans are equal" in plan["version_source"]
     assert plan["notes"][0].startswith("the broker version could not be told from the store")
-    for given in ("4.8.0", "5.3.3"):
+    for given in ("4.2.0", "4.4.0", "4.5.1"):
         code, out, err = cli("recover", root, "--dry-run", "-f", "json", "--broker-version", given)
         assert code == 0, err
         alone = json.loads(out)
@@ -185,22 +185,14 @@ def test_ambiguous_version_plans_under_each_candidate(tmp_path):
             assert alone[section] == plan[section], section
 
 
-def test_candidates_whose_plans_differ_ask_for_the_version(tmp_path):
-    """Where the candidates' plans differ, the error shows the difference and asks for
-    --broker-version (the difference here is made by the planner given to the function)."""
-    root, _ = killed_at_first_roll(tmp_path)
-    with Store.open(root) as store:
-        def by_version(s, cache):
-            return dataclasses.replace(plan_recover_once(s, cache=cache), mode=f"mode-of-{s.version}")
-
-        with pytest.raises(UsageError) as raised:
-            plan_under_candidates(store, by_version)
-        message = str(raised.value)
-        assert '"mode-of-5.3.3" (5.x) vs "mode-of-4.8.0" (4.0-4.9.0)' in message and "pass --broker-version" in message
-        assert "\n" not in message and UsageError.exit_code == EXIT_USAGE
-        with store.assumed_version(V5):
-            alone = plan_recover_once(store)
-        assert plan_recover(store).commitlog == alone.commitlog  # the agreeing case goes ahead
+def test_candidates_whose_plans_differ_are_refused_naming_the_versions(tmp_path):
+    """The crashed 4.4.0 store's recovery differs under 4.4.0 and 4.5.x (how a queue keeps its last
+    entry, rules §3.1-§3.5): refused (exit 4), one line, with the rules and the versions that decide."""
+    code, out, err = cli("recover", store_path("4.4.0", "crashed-small"), "--dry-run")
+    message = one_line(err)
+    assert code == EXIT_REFUSED and out == ""
+    assert "E4 (4.3.2-4.4.0)" in message and "cq_dedup_by_end" in message
+    assert "pass --broker-version" in message and "4.7.0, 4.4.0, 4.3.0" in message
 
 
 # ---- files of the wrong length, stray, misnamed or missing -------------------------------------

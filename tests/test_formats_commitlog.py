@@ -8,7 +8,8 @@ import zlib
 import construct
 import pytest
 
-from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, MAIN_VERSIONS, VERSIONS, manifest, store_path
+from mqtool.store.rules import BrokerVersion, VersionRules
 from mqtool.formats import commitlog as cl
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, dispatch_request
 from mqtool.formats.errors import CorruptRecord, LengthMismatch, TruncatedRecord
@@ -31,12 +32,12 @@ def fixture_records(version: str, name: str = "clean-small"):
         yield msg, data[pos : pos + msg["size"]], data, pos
 
 
-STORES = [(v, "clean-small") for v in VERSIONS] + [("4.9.7", "batch-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
+STORES = [(v, "clean-small") for v in ALL_VERSIONS] + [("4.9.7", "batch-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
 
 
 @pytest.mark.parametrize("version,name", STORES)
 def test_every_message_decodes_to_the_manifest(version, name):
-    legacy = version < "4.9.1"
+    legacy = VersionRules(BrokerVersion.parse(version)).legacy_properties
     count = 0
     for msg, raw, data, pos in fixture_records(version, name):
         base = msg["commitLogOffset"] - pos

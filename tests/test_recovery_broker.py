@@ -9,7 +9,7 @@ UNIQ_KEY query, and the checkpoint the broker persisted. Plus the extra ground t
 from __future__ import annotations
 
 import pytest
-from conftest import VERSIONS, copy_store, recovered
+from conftest import ALL_VERSIONS, VERSIONS, copy_store, recovered
 
 from mqtool.apply import apply_plan
 from mqtool.recovery.plan import Plan
@@ -18,9 +18,9 @@ from mqtool.store import Store
 from repair_support import broker_query, queue_entries, queue_view
 
 
-def recover_copy(tmp_path, version, name):
+def recover_copy(tmp_path, version, name, *, given: bool = False):
     store_dir = copy_store(version, name, tmp_path)
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=version if given else None) as store:
         plan = plan_recover(store)
     apply_plan(plan, tmp_path / "backup")
     return store_dir, plan
@@ -31,10 +31,10 @@ def broker_queues(rec: dict, known: set) -> dict:
     return {(q["topic"], q["queueId"]): (q["minOffset"], q["maxOffset"]) for q in rec["queues"] if (q["topic"], q["queueId"]) in known or q["maxOffset"]}
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_recover_crashed_equals_the_broker(tmp_path, version):
     rec = recovered(version, "crashed-small")
-    store_dir, plan = recover_copy(tmp_path, version, "crashed-small")
+    store_dir, plan = recover_copy(tmp_path, version, "crashed-small", given=True)
     assert plan.mode == rec["recoveryMode"] == "abnormal"
     assert plan.commitlog.valid_end == rec["commitLog"]["maxOffset"]
     assert plan.checkpoint.after == {**plan.checkpoint.before, **{k: v for k, v in _checkpoint(rec["checkpointAfterShutdown"]).items()}}

@@ -7,7 +7,7 @@ import json
 import shutil
 
 import pytest
-from conftest import VERSIONS, copy_store, manifest, recovered
+from conftest import ALL_VERSIONS, VERSIONS, copy_store, manifest, recovered
 
 from mqtool.apply import apply_plan
 from mqtool.errors import BadInput
@@ -17,13 +17,13 @@ from repair_support import broker_query, fixture_config, queue_entries, queue_vi
 
 
 def rebuild(tmp_path, store_dir, planner, version, name, options=PlanOptions()):
-    with Store.open(store_dir, fixture_config(manifest(version, name))) as store:
+    with Store.open(store_dir, fixture_config(manifest(version, name)), version) as store:
         plan = planner(store, options)
     apply_plan(plan, tmp_path / f"backup-{len(list(tmp_path.iterdir()))}")
     return plan
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_rebuild_cq_is_byte_identical(tmp_path, version):
     store_dir = copy_store(version, "clean-small", tmp_path)
     original = {k: v for k, v in tree(store_dir).items() if k.startswith("consumequeue/")}

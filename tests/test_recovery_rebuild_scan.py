@@ -17,7 +17,7 @@ from conftest import VERSIONS, copy_store
 from mqtool.recovery import fastdispatch as fd
 from mqtool.recovery.dispatch import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
 from mqtool.recovery.rebuild import RebuildScan
-from mqtool.recovery.rules import RecoveryRules
+from mqtool.store.rules import VersionRules
 from mqtool.recovery.plansteps import store_version
 from mqtool.store import Store
 
@@ -25,7 +25,7 @@ from mqtool.store import Store
 COMPARED = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN, fd.F_KEY_START)]
 
 
-def by_definition(store: Store, rules: RecoveryRules, start: int, index: bool):
+def by_definition(store: Store, rules: VersionRules, start: int, index: bool):
     """The two walks: the recovery scan for the end, then the reput from the first segment."""
     cl = store.commitlog
     common = dict(tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table, legacy_properties=rules.legacy_properties)
@@ -46,7 +46,7 @@ def dispatched(batches, topics: TopicTable):
 
 def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = False) -> None:
     with Store.open(store_dir) as store:
-        rules = RecoveryRules(store_version(store)[0])
+        rules = VersionRules(store_version(store)[0])
         scan = RebuildScan(store, rules, TopicTable(), index=index)
         assert (scan.start > store.commitlog.min_offset) == expect_split
         got = list(scan)
@@ -69,7 +69,7 @@ def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = 
 def test_one_walk_dispatches_what_two_walks_do(tmp_path, version, name, index):
     store_dir = copy_store(version, name, tmp_path)
     with Store.open(store_dir) as store:
-        split = RebuildScan(store, RecoveryRules(store_version(store)[0]), TopicTable(), index=index).start > store.commitlog.min_offset
+        split = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=index).start > store.commitlog.min_offset
     if name == "clean-small" and version != "5.3.3":
         assert split  # the third-from-last segment of five
     assert_same(store_dir, index, split)
@@ -80,7 +80,7 @@ def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
     store_dir = copy_store(version, "clean-small", tmp_path)
     (store_dir / "consumequeue").rename(tmp_path / "cq-aside")  # no queues: the 4.x start is the third-from-last segment
     with Store.open(store_dir) as store:
-        rules = RecoveryRules(store_version(store)[0])
+        rules = VersionRules(store_version(store)[0])
         start = RebuildScan(store, rules, TopicTable(), index=False).start
         assert start > store.commitlog.min_offset
         seg = store.commitlog.segments[store.commitlog.segment_index(start) - 1]
@@ -95,6 +95,6 @@ def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
         f.write((start + 100 - last.offset).to_bytes(4, "big"))  # TOTALSIZE: the first field, big-endian int32
     assert_same(store_dir, False, True, fallback=True)
     with Store.open(store_dir) as store:
-        scan = RebuildScan(store, RecoveryRules(store_version(store)[0]), TopicTable(), index=False)
+        scan = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=False)
         list(scan)
         assert last.offset in [s.offset for s in scan.skipped]

@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from conftest import VERSIONS, copy_store, manifest, recovered
+from conftest import ALL_VERSIONS, VERSIONS, copy_store, manifest, recovered
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -29,36 +29,37 @@ def run(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def verify_doc(root) -> dict:
-    result = run("verify", root, "--format", "json")
+def verify_doc(root, *args) -> dict:
+    result = run("verify", root, "--format", "json", *args)
     return json.loads(result.stdout) | {"exit": result.exit_code}
 
 
-def repair_plan(root) -> dict:
-    result = run("repair", root, "--format", "json")
+def repair_plan(root, *args) -> dict:
+    result = run("repair", root, "--format", "json", *args)
     assert result.exit_code == EXIT_REFUSED, result.stderr  # a plan, and nothing changed without --yes
     return json.loads(result.stdout)
 
 
-def repair_yes(root, tmp_path):
-    result = run("repair", root, "--yes", "--backup-dir", tmp_path / "backup", "--format", "json")
+def repair_yes(root, tmp_path, *args):
+    result = run("repair", root, "--yes", "--backup-dir", tmp_path / "backup", "--format", "json", *args)
     assert "Traceback" not in result.stderr
     return result
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_crashed_store_is_sound_after_repair_and_keeps_what_the_broker_keeps(version, tmp_path):
     root = copy_store(version, "crashed-small", tmp_path)
-    plan = repair_plan(root)
+    given = ("--broker-version", version)
+    plan = repair_plan(root, *given)
     assert plan["steps"][0]["step"] == "recover" and plan["steps"][0]["beyond_broker"] is False
     assert plan["recover"]["commitlog"]["valid_end"] == recovered(version, "crashed-small")["commitLog"]["maxOffset"]
     assert plan["remaining"] == []
-    result = repair_yes(root, tmp_path)
+    result = repair_yes(root, tmp_path, *given)
     assert result.exit_code == EXIT_OK, result.stderr
-    doc = verify_doc(root)
+    doc = verify_doc(root, *given)
     assert doc["exit"] == EXIT_OK and doc["summary"]["sound"], doc["findings"][:3]
     rec = recovered(version, "crashed-small")
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         assert plan_truncate_dirty(store).commitlog.valid_end == rec["commitLog"]["maxOffset"]
         for q in rec["queues"]:
             kept = [(e["queueOffset"], e["cq"]["phyOffset"], e["cq"]["size"], e["cq"]["tagsCode"]) for e in q["entries"]]

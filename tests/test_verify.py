@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, MAIN_VERSIONS, VERSIONS, manifest, store_path
 from mqtool.cli import app
 from mqtool.formats import commitlog as cl
 from mqtool.formats import consumequeue as cqfmt
@@ -66,9 +66,9 @@ def failing(findings):
 # ---- sound stores ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_clean_stores_are_sound(version):
-    code, findings, summary = verify(store_path(version, "clean-small"))
+    code, findings, summary = verify(store_path(version, "clean-small"), "--broker-version", version)
     assert code == 0 and summary["sound"] and not failing(findings)
     m = manifest(version, "clean-small")
     assert summary["commitlog"]["records"] == m["messageCount"]

@@ -31,7 +31,7 @@ from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, consume_q
 from ..recovery.plansteps import multi_dispatch
 from ..recovery.plan import Plan
 from ..recovery.planner import file_crc32
-from ..recovery.rules import RecoveryRules
+from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
@@ -210,7 +210,7 @@ class Executor:
             stale.unlink()
         store = Store.open(self.root, store_config(plan), plan.broker_version)
         try:
-            rules = RecoveryRules(BrokerVersion.parse(plan.broker_version))
+            rules = VersionRules(BrokerVersion.parse(plan.broker_version))
             cq = self._queue_writer(store, rules) if queues else None
             ix = self._index_writer(store, rules) if index else None
             durability_point("dispatch prepared")
@@ -270,7 +270,7 @@ class Executor:
             extra, missing = sorted(written - planned), sorted(planned - written)
             raise ApplyError(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]}): please report this")
 
-    def _queue_writer(self, store: Store, rules: RecoveryRules) -> ConsumeQueueWriter:
+    def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
         writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, tmp_path=self.tmp_path)
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
@@ -284,7 +284,7 @@ class Executor:
                 writer.adopt_file(q.topic, q.queue_id, int(f.name), None, f.zero_from)
         return writer
 
-    def _index_writer(self, store: Store, rules: RecoveryRules) -> IndexWriterService:
+    def _index_writer(self, store: Store, rules: VersionRules) -> IndexWriterService:
         ip = self.plan.index
         append, previous, names = None, None, set()
         for f in ip.files:

@@ -29,7 +29,6 @@ from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
 from ..store import Store
-from ..store.version import BrokerVersion
 from ..synth import CommitLogWriter
 from ..verify.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
 from ..writers import ConsumeQueueWriter, IndexWriterService
@@ -78,9 +77,9 @@ class SalvageStoreWriter:
     def __init__(self, source: Store, target: Path):
         self.source = source
         self.target = target
-        version = source.version
-        self.v5 = version is not None and version >= BrokerVersion(5, 0, 0)
-        legacy_blank = version is not None and version < BrokerVersion(4, 9, 1)
+        rules = source.rules
+        self.v5 = rules.v5
+        legacy_blank = rules.stale_blank_fill
         self.min_offset = source.commitlog.min_offset
         target.mkdir(parents=True, exist_ok=True)
         self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, legacy_blank, base=self.min_offset)

@@ -14,6 +14,17 @@ from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, title
 from .store_state import warn_store_state
 
 
+def era_rows(version: dict[str, Any]) -> list[tuple[str, str]]:
+    """The era with what sets it apart, or the rules that still differ between the candidate eras."""
+    eras = version["eras"]
+    if len(eras) == 1:
+        return [("era", f"{eras[0]['era']} ({eras[0]['releases']}): {eras[0]['distinct']}")]
+    if not version["candidates"]:
+        return []
+    differ = ", ".join(version["deciding_rules"]) or "none"
+    return [("undecided", f"plans under {', '.join(version['candidates'])} (rules that differ: {differ}); --broker-version decides")]
+
+
 def render_info(console: Screen, doc: dict[str, Any]) -> None:
     cp = doc["checkpoint"]
     cl = doc["commitlog"]
@@ -24,6 +35,7 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
             [
                 ("path", doc["store"]),
                 ("broker version", doc["version"]["label"]),
+                *era_rows(doc["version"]),
                 ("evidence", "; ".join(doc["version"]["evidence"])),
                 ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
                 ("lock file", lock_text(doc)),

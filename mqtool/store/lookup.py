@@ -27,7 +27,6 @@ from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
 from .index import LONG_MAX, IndexFile
 from .store import Store
-from .version import BrokerVersion
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
 DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQueryMaxNum = 32
@@ -215,11 +214,8 @@ class QueueRange(NamedTuple):
     max_offset: int
 
 
-FIVE = BrokerVersion(5, 0, 0)
-
-
 def is_v5(store: Store) -> bool:
-    return store.version is not None and store.version >= FIVE
+    return store.rules.v5
 
 
 def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:

@@ -25,12 +25,10 @@ from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
 from .store import Store
-from .version import BrokerVersion
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
 _TIMERCHECK = struct.Struct(">" + "q" * len(TIMERCHECK_FIELDS))
-CORRECTS_DELAY_OFFSETS = BrokerVersion(4, 9, 0)  # ScheduleMessageService.correctDelayOffset on load
 
 AT_MIN, IN_RANGE, AT_MAX, BEYOND_MAX, BELOW_MIN, NO_QUEUE = "at_min", "in_range", "at_max", "beyond_max", "below_min", "no_queue"
 
@@ -127,11 +125,11 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
 
 def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
     """Schedule progress per delay level (``delayOffset.json``), with the offset the broker uses
-    after loading (``loaded_offset``: clamped into the queue's range from 4.9.0 on)."""
+    after loading (``loaded_offset``: clamped into the queue's range from 4.9.2 on, rules §2.16)."""
     loaded = load_config(store, "delayOffset.json")
     cache = {} if cache is None else cache
     rows = []
-    clamps = store.version is None or store.version >= CORRECTS_DELAY_OFFSETS
+    clamps = store.rules.corrects_delay_offsets
     if loaded.doc is not None:
         for level, offset in sorted((int(k), int(v)) for k, v in loaded.doc["offsetTable"].items()):
             row = {"kind": "delay", "group": None, "delay_level": level, **progress_row(store, SCHEDULE_TOPIC, level - 1, offset, cache)}

@@ -30,7 +30,8 @@ from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
-from .version import FAMILY_LABELS, BrokerVersion, VersionGuess, check_first_record, detect_version
+from .rules import VersionRules
+from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
 if TYPE_CHECKING:
     from .batchconsumequeue import BatchConsumeQueue
@@ -225,7 +226,7 @@ class Store:
     @cached_property
     def version_guess(self) -> VersionGuess:
         if self._version is not None:
-            return VersionGuess(self._version, str(self._version), [], given=True)
+            return VersionGuess.of(self._version, given=True)
         return detect_version(self)
 
     @property
@@ -237,16 +238,23 @@ class Store:
         """Within the block, read the store as written by ``candidate`` (one of the detected
         candidates: a planner runs under each when the evidence does not decide)."""
         guess = self.version_guess
-        self.__dict__["version_guess"] = VersionGuess(candidate, FAMILY_LABELS.get(candidate, str(candidate)), guess.evidence, candidates=guess.candidates)
+        self.__dict__["version_guess"] = VersionGuess.of(candidate, evidence=guess.evidence, eras=guess.eras)
         try:
             yield candidate
         finally:
             self.__dict__["version_guess"] = guess
 
     @property
+    def rules(self) -> VersionRules:
+        """The store rules of its version; while several eras remain, those of the newest
+        (the planners plan under each: ``recovery.candidates``)."""
+        guess = self.version_guess
+        return VersionRules(guess.version or guess.candidates[0])
+
+    @property
     def legacy_properties(self) -> bool:
-        """True when the broker parses properties with the split-based reader (< 4.9.1)."""
-        return self.version is not None and self.version < BrokerVersion(4, 9, 1)
+        """True when the broker parses properties with the split-based reader (before 4.9.1, §1.10)."""
+        return self.rules.legacy_properties
 
     @cached_property
     def delay_table(self) -> dict[int, int]:

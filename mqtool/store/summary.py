@@ -21,9 +21,7 @@ from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
 from .layout import unchecked_parts
 from .store import Store
-from .version import BrokerVersion
 
-FIVE = BrokerVersion(5, 0, 0)
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks (~30 us each) before the compiled walk takes over
 WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
 
@@ -108,7 +106,7 @@ def commitlog_summary(store: Store) -> dict[str, Any]:
 
 
 def queue_summaries(store: Store) -> list[dict[str, Any]]:
-    v5 = store.version is not None and store.version >= FIVE
+    v5 = store.rules.cq_min_offset_v5
     cl_min = store.commitlog.min_offset
     rows = []
     for queue in store.consume_queues:
@@ -178,7 +176,7 @@ def store_summary(store: Store) -> dict[str, Any]:
         t["messages"] += q["messages"]
     return {
         "store": str(store.root) if store.root else None,
-        "version": {"version": str(guess.version) if guess.version else None, "label": str(guess), "evidence": guess.evidence},
+        "version": version_doc(guess),
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid},
         "lock_file": store.lock_present,
         "checkpoint": None
@@ -234,4 +232,21 @@ def dledger_summary(store: Store) -> dict[str, Any]:
         "index_files": len(index_files),
         "index_file_size": index_files[0][1].stat().st_size if index_files else None,
         "index_units": units,
+    }
+
+
+def version_doc(guess) -> dict[str, Any]:
+    """The version, the eras its marks leave with what sets each apart (``rules.ERAS``), the evidence,
+    and, while several eras remain, the planning rules that would decide between them."""
+    from .rules import rules_deciding
+
+    candidates = list(guess.candidates)
+    deciding = sorted({r for c in candidates[1:] for r in rules_deciding(candidates[0], c)})
+    return {
+        "version": str(guess.version) if guess.version else None,
+        "label": str(guess),
+        "eras": [{"era": e.name, "releases": e.releases, "distinct": e.distinct} for e in guess.eras],
+        "candidates": [str(c) for c in candidates] if guess.version is None else [],
+        "deciding_rules": deciding if guess.version is None else [],
+        "evidence": guess.evidence,
     }

@@ -1,81 +1,93 @@
-"""Which broker version wrote a store, from what its files show (overridable by the user).
+"""Which broker version wrote a store, from what its files show (overridable by ``--broker-version``).
 
-The on-disk format barely changed from 4.0 to 5.3, but the writers left version marks:
+The writers of each era (``rules.ERAS``) left marks: files only some eras create (``lock`` from
+4.2.0; ``abort`` with a PID, ``abort.bak``, ``timerwheel``, ``timerlog/``, ``batchconsumequeue/``
+from 5.0.0; ``compaction/`` from 5.1.0), checkpoint fields (@24 from 5.0.0, @32 from 5.1.1),
+``dataVersion`` in ``config/topics.json`` (``timestatmp`` in 3.2.6-4.0.0, ``stateVersion`` from
+5.0.0), the records themselves (V2 magic from 5.1.0, IPv6 hosts from 4.6.0, ``CLUSTER`` added by
+the broker in 4.6.x and from 4.7.1, no trailing ``\\x02`` in 4.9.1-5.1.4), the bytes after an
+end-of-file blank (stale before 4.9.1), and the index header's ``hashSlotCount`` (counts every put
+before 4.7.1). Each mark leaves a set of eras; detection keeps the eras every mark allows (rules
+file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §5.2, §6.1-§6.4, §7.1, §8.1, §8.2).
 
-- a V2 magic record (2-byte topic length) exists only from 5.1.0;
-- 5.x writes the broker PID into ``abort`` and leaves ``abort.bak``; it creates ``compaction/``,
-  ``timerlog/``, ``timerwheel``, ``batchconsumequeue/``;
-- 4.9.1-4.9.x write properties without the final ``\\x02``; 4.0-4.9.0 and 5.x end with it;
-- before 4.9.1 an end-of-file blank is followed by stale bytes, from 4.9.1 by untouched zeros.
-
-Detection returns a representative version of the family it recognises (4.8.0 for
-"4.0-4.9.0", 4.9.7 for "4.9.1-4.9.8", 5.3.3 for "5.x"), with the evidence. Pass
-``--broker-version`` when the exact version matters (recovery rules changed in 5.3.2).
+A mark that would leave no era at all (a store from a broker that is not Apache RocketMQ's, or a
+copied file) is set aside and said so. When several eras remain, ``version`` is None and
+``candidates`` holds one representative per distinct set of planning rules
+(``rules.PLANNING_RULES``): the repair commands plan under each and go ahead only where the plans
+agree (``recovery.candidates``).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
-from typing import NamedTuple, TYPE_CHECKING
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..errors import UnknownStoreVersion
 from ..formats import commitlog as clfmt
+from ..formats import index as ixfmt
 from ..formats.errors import FormatError
 from ..formats.markers import ABORT_BACKUP_FILE
 from .mappedfile import MappedFile
+from .rules import ALL_ERAS, ERAS, BrokerVersion, Era, eras_between, era_of, planning_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
 
-
-class BrokerVersion(NamedTuple):
-    major: int
-    minor: int
-    patch: int
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor}.{self.patch}"
-
-    @classmethod
-    def parse(cls, text: str) -> "BrokerVersion":
-        try:
-            parts = [int(p) for p in text.strip().split(".")]
-        except ValueError:
-            raise UnknownStoreVersion(f"broker version {text!r} is not of the form X.Y.Z") from None
-        parts += [0] * (3 - len(parts))
-        version = cls(*parts[:3])
-        if not (MIN_SUPPORTED <= version <= MAX_SUPPORTED):
-            raise UnknownStoreVersion(
-                f"broker version {version} is not supported (mqtool reads stores of {MIN_SUPPORTED} to {MAX_SUPPORTED}.x)"
-            )
-        return version
+__all__ = ["BrokerVersion", "VersionGuess", "detect_version", "check_first_record", "eras_label"]
 
 
-MIN_SUPPORTED = BrokerVersion(4, 0, 0)
-MAX_SUPPORTED = BrokerVersion(5, 3, 99)
-LEGACY_4 = BrokerVersion(4, 8, 0)
-MODERN_4 = BrokerVersion(4, 9, 7)
-V5 = BrokerVersion(5, 3, 3)
-FAMILY_LABELS = {LEGACY_4: "4.0-4.9.0", MODERN_4: "4.9.1-4.9.8", V5: "5.x"}
+def eras_label(eras) -> str:
+    """``E3a-E5, E7 (4.2.0-4.5.2, 4.7.0)``: consecutive eras joined into runs."""
+    ordered = sorted(eras, key=lambda e: e.index)
+    runs: list[list[Era]] = []
+    for e in ordered:
+        if runs and runs[-1][-1].index + 1 == e.index:
+            runs[-1].append(e)
+        else:
+            runs.append([e])
+    names = ", ".join(r[0].name if len(r) == 1 else f"{r[0].name}-{r[-1].name}" for r in runs)
+    releases = ", ".join(str(r[0].first) if r[0].first == r[-1].last else f"{r[0].first}-{r[-1].last}" for r in runs)
+    return f"{names} ({releases})"
 
 
 @dataclass
 class VersionGuess:
-    """The detected (or given) version. ``version`` is None when the evidence leaves several
-    families: ``candidates`` then lists their representatives (commands that need a version
-    plan under each, see ``recovery.candidates.plan_under_candidates``)."""
+    """The detected (or given) version. ``eras`` are the eras the store's marks allow; ``version``
+    is None when more than one remains, and ``candidates`` then lists a representative of each
+    distinct set of planning rules, newest first (``recovery.candidates.plan_under_candidates``)."""
 
     version: BrokerVersion | None
     label: str
     evidence: list[str] = field(default_factory=list)
     given: bool = False
     candidates: tuple[BrokerVersion, ...] = ()
+    eras: tuple[Era, ...] = ()
 
     def __str__(self) -> str:
         if self.given:
             return f"{self.version} (given)"
         return self.label if self.version is None else f"{self.label} (detected)"
+
+    @classmethod
+    def of(cls, version: BrokerVersion, *, given: bool = False, evidence=(), eras=None) -> "VersionGuess":
+        era = era_of(version)
+        label = str(version) if given else str(era)
+        return cls(version, label, list(evidence), given=given, candidates=(version,), eras=tuple(eras or (era,)))
+
+    @classmethod
+    def among(cls, eras, evidence) -> "VersionGuess":
+        """The guess for the eras the marks leave (one or several)."""
+        eras = sorted(eras, key=lambda e: e.index)
+        if len(eras) == 1:
+            return cls.of(eras[0].representative, evidence=evidence)
+        keys: dict[tuple, BrokerVersion] = {}
+        for e in reversed(eras):  # newest first: the representative of each planning-rule set is its newest era's
+            keys.setdefault(planning_key(e.representative), e.representative)
+        candidates = tuple(keys.values())
+        # one set of planning rules: plan under it (the readers' other rules are the newest era's)
+        return cls(candidates[0] if len(candidates) == 1 else None, eras_label(eras), list(evidence), candidates=candidates, eras=tuple(eras))
 
 
 def _take(scan, limit: int) -> list:
@@ -146,86 +158,125 @@ def check_first_record(store: "Store") -> None:
         if scan_start(store.commitlog, segment.base_offset) != segment.base_offset:
             return
         raise UnknownStoreVersion(
-            f"{segment.path}: first record is not a RocketMQ 4.x/5.x message ({reason}) and no valid record follows; "
-            "DLedger commit logs and pre-4.0 stores are not supported"
+            f"{segment.path}: first record is not a RocketMQ message ({reason}) and no valid record follows; "
+            "a DLedger store is read from its store directory (dledger-<id>/data/), not from its data files"
         )
 
 
-def _five_in_config(store: "Store") -> str | None:
-    """5.x config managers write ``dataVersion.stateVersion`` (4.x ones do not: ``config-real`` fixtures).
-    A file is parsed only when its text (or its ``.bak``'s) could hold that key: it names it, or
-    escapes an ASCII letter and so could spell it (fastjson's parser costs more to load than the rest)."""
-    for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json"):
-        if not _may_name_state_version(store, name):
+def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
+    """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``, each falling back to
+    its ``.bak`` as the broker does) says: ``stateVersion`` only from 5.0.0, the ``timestatmp`` typo in
+    3.2.6 and 4.0.0 (§7.1). Read as text: the keys are ASCII and fastjson writes them unescaped."""
+    for name in ("topics.json", "subscriptionGroup.json"):
+        for candidate in (store.path("config", name), store.path("config", name + ".bak")):
+            try:
+                text = candidate.read_bytes()
+            except OSError:
+                continue
+            if b"dataVersion" not in text:
+                continue
+            marks = []
+            if b"stateVersion" in text:
+                marks.append((f"config/{name} has dataVersion.stateVersion", eras_between("E13", "E18")))
+            else:
+                marks.append((f"config/{name} has dataVersion without stateVersion", eras_between("E0", "E12")))
+            if b"timestatmp" in text:
+                marks.append((f"config/{name} spells dataVersion.timestatmp", eras_between("E0", "E1")))
+            elif b"timestamp" in text:
+                marks.append((f"config/{name} has dataVersion.timestamp", eras_between("E2", "E18")))
+            return marks
+    return []
+
+
+def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
+    """The index header's ``hashSlotCount`` counts every put before 4.7.1 and only newly used slots
+    after (§5.2): with a hash collision in the file the two differ."""
+    try:
+        files = store.index_files
+    except (OSError, FormatError, ValueError):
+        return []
+    for f in files:
+        entries = f.header.index_count - 1
+        if entries <= 0 or f.geometry is None:
             continue
-        doc = store.config_file(name)
-        if not isinstance(doc, dict):
+        end = ixfmt.HEADER_SIZE + ixfmt.SLOT_SIZE * f.geometry.hash_slot_num
+        if f.size < end:
             continue
-        if isinstance(doc.get("dataVersion"), dict) and "stateVersion" in doc["dataVersion"]:
-            return f"config/{name} has dataVersion.stateVersion (5.x managers)"
-    return None
+        used = int(np.count_nonzero(np.frombuffer(f._mf.buf[ixfmt.HEADER_SIZE:end], dtype=">i4")))
+        if used >= entries:
+            continue  # no collision: both rules give the same count
+        if f.header.hash_slot_count == used:
+            return [(f"index {f.name}: hashSlotCount counts used slots (4.7.1+)", eras_between("E8", "E18"))]
+        if f.header.hash_slot_count == entries:
+            return [(f"index {f.name}: hashSlotCount counts every put (before 4.7.1)", eras_between("E0", "E7"))]
+    return []
 
 
-_ESCAPED_LETTER = re.compile(rb"\\(?:u00|x)[4-7][0-9A-Fa-f]")
-
-
-def _may_name_state_version(store: "Store", name: str) -> bool:
-    """Whether ``config/NAME`` or its ``.bak`` (``Store.config_file`` reads the first that parses)
-    could hold a ``stateVersion`` key: neither can when neither text contains the word or an escaped
-    ASCII letter (the only escapes of ``formats.fastjson`` that yield a letter: ``\\uXXXX``, ``\\xXX``)."""
-    for candidate in (store.path("config", name), store.path("config", name + ".bak")):
-        try:
-            text = candidate.read_bytes()
-        except OSError:  # missing (or unreadable: config_file skips it too)
-            continue
-        if b"stateVersion" in text or _ESCAPED_LETTER.search(text):
-            return True
-    return False
+def _record_marks(records) -> list[tuple[str, frozenset]]:
+    marks = []
+    if any(r.magic_code == clfmt.MESSAGE_MAGIC_V2 for r in records):
+        marks.append(("V2 magic records", eras_between("E14", "E18")))
+    if any(r.sys_flag & (clfmt.SysFlag.BORNHOST_V6 | clfmt.SysFlag.STOREHOST_V6) for r in records):
+        marks.append(("IPv6 hosts", eras_between("E6", "E18")))
+    with_props = [r for r in records if r.properties_length > 0 and not r.sys_flag & clfmt.SysFlag.INNER_BATCH]
+    if with_props:
+        trailing = sum(r.properties.endswith(b"\x02") for r in with_props)
+        client_verbatim = eras_between("E0", "E5") | {ERAS[8]}  # the client's string as sent (§1.5)
+        if trailing == len(with_props):
+            marks.append(("properties end with \\x02", ALL_ERAS - eras_between("E10", "E16")))
+        elif trailing == 0:
+            marks.append(("properties end without \\x02", client_verbatim | eras_between("E10", "E16")))
+        else:
+            marks.append(("properties end with and without \\x02 (the clients' strings as sent)", client_verbatim))
+        if any(b"CLUSTER\x01" in r.properties for r in with_props):
+            marks.append(("properties hold CLUSTER (added by the broker)", ALL_ERAS - client_verbatim))
+        else:
+            marks.append(("properties without CLUSTER (the client's string as sent)", client_verbatim))
+    return marks
 
 
 def detect_version(store: "Store") -> VersionGuess:
-    evidence: list[str] = []
-    five = []
+    marks: list[tuple[str, frozenset]] = []
+    five = eras_between("E13", "E18")
     root = store.root
     if root is not None:
-        if store.abort is not None and store.abort.pid is not None:
-            five.append(f"abort file holds a PID ({store.abort.pid})")
+        if store.abort is not None:
+            if store.abort.pid is not None:
+                marks.append((f"abort file holds a PID ({store.abort.pid})", five))
+            else:
+                marks.append(("the abort file is empty", ALL_ERAS - five))
         if (root / ABORT_BACKUP_FILE).exists():
-            five.append("abort.bak exists")
-        for name in ("compaction", "timerlog", "timerwheel", "batchconsumequeue"):
+            marks.append(("abort.bak exists", five))
+        for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
             if (root / name).exists():
-                five.append(f"{name} exists")
+                marks.append((f"{name} exists", eras))
+        if (root / "lock").exists():
+            marks.append(("lock file exists", eras_between("E3a", "E18")))
         cp = store.checkpoint
-        if cp is not None and (cp.master_flushed_offset or cp.confirm_phy_offset):
-            five.append("checkpoint holds masterFlushedOffset/confirmPhyOffset (5.x)")
-        config_mark = _five_in_config(store)
-        if config_mark:
-            five.append(config_mark)
+        if cp is not None and cp.confirm_phy_offset:
+            marks.append(("checkpoint holds confirmPhyOffset", eras_between("E15", "E18")))
+        elif cp is not None and cp.master_flushed_offset:
+            marks.append(("checkpoint holds masterFlushedOffset", five))
+        marks += _config_marks(store)
+    evidence: list[str] = []
     records = _first_records(store, evidence)
-    if any(r.magic_code == clfmt.MESSAGE_MAGIC_V2 for r in records):
-        five.append("V2 magic records (5.1.0+)")
-    if five:
-        return VersionGuess(V5, FAMILY_LABELS[V5], evidence + five)
-    with_props = [r for r in records if r.properties_length > 0]
-    candidates = [LEGACY_4, MODERN_4, V5]
-    if with_props:
-        trailing = sum(r.properties.endswith(b"\x02") for r in with_props)
-        if trailing == 0:
-            evidence.append("properties end without \\x02 (4.9.1-4.9.x writer)")
-            return VersionGuess(MODERN_4, FAMILY_LABELS[MODERN_4], evidence)
-        evidence.append("properties end with \\x02 (4.0-4.9.0 or 5.x writer)")
-        candidates = [LEGACY_4, V5]
+    marks += _record_marks(records)
     tail = _blank_tail(store)
     if tail is not None:
         if any(tail):
-            evidence.append("stale bytes after an end-of-file blank (writer before 4.9.1)")
-            return VersionGuess(LEGACY_4, FAMILY_LABELS[LEGACY_4], evidence)
-        evidence.append("zeros after an end-of-file blank (writer 4.9.1+)")
-        candidates = [c for c in candidates if c != LEGACY_4]
-        if len(candidates) == 1:
-            return VersionGuess(candidates[0], FAMILY_LABELS[candidates[0]], evidence)
-    if store.abort is not None and store.abort.pid is None:
-        evidence.append("the abort file is empty (4.x; 5.3.3 writes its PID)")
-    evidence.append("no end-of-file blank record to read the writer's marks from" if tail is None else "")
-    label = " or ".join(FAMILY_LABELS[c] for c in candidates)
-    return VersionGuess(None, label, [e for e in evidence if e] or ["not enough data to tell"], candidates=tuple(candidates))
+            marks.append(("stale bytes after an end-of-file blank", eras_between("E0", "E9")))
+        else:
+            marks.append(("zeros after an end-of-file blank", eras_between("E10", "E18")))
+    if root is not None:
+        marks += _index_slot_marks(store)
+    eras = set(ALL_ERAS)
+    for text, allowed in marks:
+        left = eras & allowed
+        if left:
+            eras = left
+            evidence.append(f"{text}: {eras_label(allowed)}")
+        else:
+            evidence.append(f"{text}: set aside, it contradicts the marks before it")
+    if not marks:
+        evidence.append("no version marks in the store")
+    return VersionGuess.among(eras, evidence)

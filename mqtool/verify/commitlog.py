@@ -298,7 +298,7 @@ class CommitLogCheck:
             )
         if report.after_blank is not None:
             first, last = report.after_blank
-            legacy = self.store.version is not None and self.store.version < (4, 9, 1)
+            legacy = self.store.rules.stale_blank_fill
             stale = (
                 f"; {report.stale_after_blank} of them still parse as records at their own offsets (from {report.base + report.stale_after_blank_at})"
                 if report.stale_after_blank

@@ -29,7 +29,6 @@ from ..store import ConsumeQueue, Store
 from ..store.consumequeue import READ_BELOW
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
-from ..store.version import BrokerVersion
 from .commitlog import relative
 from .findings import Finding, error, warning
 from .logstream import LogRecord
@@ -38,7 +37,6 @@ CHUNK_UNITS = 4096
 LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
 # ``consumequeue/``; ``batchqueue.py`` checks their units.
-QUIRK_VERSIONS = (BrokerVersion(4, 9, 2), BrokerVersion(4, 9, 8))
 
 
 def _data_end(path) -> int | None:
@@ -240,8 +238,7 @@ class ConsumeQueueCheck:
         self.logical_end = logical_end
         self.redispatch_from, self.redispatch_why = redispatch_from, redispatch_why
         self.delay_table = store.delay_table
-        version = store.version
-        self.quirk = version is None or QUIRK_VERSIONS[0] <= version <= QUIRK_VERSIONS[1]
+        self.quirk = store.version is None or store.rules.delay_table_missing_in_recovery
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         self.skipped_queues: list[str] = []

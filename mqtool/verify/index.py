@@ -27,7 +27,6 @@ from ..formats.errors import FormatError
 from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
-from ..store.version import BrokerVersion
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ..store.words import prefetch
 from .commitlog import relative
@@ -37,7 +36,6 @@ from .logstream import LogRecord
 CHUNK_ENTRIES = 1 << 16
 CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
-USED_SLOT_COUNT_SINCE = BrokerVersion(4, 8, 0)
 
 
 def _check_chains_python(hashes, prevs, first_number, last_seen, slot_num):
@@ -447,7 +445,7 @@ class IndexCheck:
                     )
                 )
         if self.version is not None and meta.count:
-            expected_slots = heads if self.version >= USED_SLOT_COUNT_SINCE else meta.count
+            expected_slots = heads if self.store.rules.index_counts_used_slots else meta.count
             if header.hash_slot_count != expected_slots:
                 self.emit(
                     info(

@@ -14,12 +14,9 @@ from ..formats import config as cfgfmt
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import offsets
-from ..store.version import BrokerVersion
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 
-NORMAL_REDISPATCH_4 = (BrokerVersion(4, 5, 1), BrokerVersion(4, 99, 99))  # reput resumes at the CQ max (§8.12)
-NORMAL_REDISPATCH_5 = BrokerVersion(5, 3, 2)  # normal recovery dispatches after the CQ max (§8.5)
 
 
 def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
@@ -67,10 +64,11 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
         return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
     if version is None:
         return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
-    if version >= NORMAL_REDISPATCH_5:
+    rules = store.rules
+    if rules.normal_dispatches:
         top = max_queue_phys_offset(store)
         return top + 1, f"broker {version}: normal recovery dispatches records after the consume queues' max offset {top}"
-    if NORMAL_REDISPATCH_4[0] <= version <= NORMAL_REDISPATCH_4[1]:
+    if rules.reput_from_cq_max:
         top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
         return top, f"broker {version}: the reput service resumes at the consume queues' max offset {top}"
     return None, f"broker {version} does not re-dispatch records after a clean shutdown"

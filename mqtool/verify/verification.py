@@ -53,10 +53,10 @@ class Verification:
             store = self.store
             self._broker_start = store.commitlog.min_offset
             if store.version is not None and store.root is not None:
-                from ..recovery.rules import RecoveryRules
+                from ..store.rules import VersionRules
                 from ..recovery.startfile import recovery_start
 
-                self._broker_start = recovery_start(store, RecoveryRules(store.version)).offset
+                self._broker_start = recovery_start(store, VersionRules(store.version)).offset
         return self._broker_start
 
     def _stage(self, name: str, total: int):

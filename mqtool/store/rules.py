@@ -1,0 +1,329 @@
+"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` and each rule's variant.
+
+Every rule that changes the bytes on disk or the recovery outcome changed at some release; a
+maximal run of releases that follow the same variant of every rule is an *era* (E0 = 3.2.6 ...
+E18 = 5.3.2-5.3.3). ``ERAS`` lists them in release order (4.9.5-4.9.8 branch off 4.9.4 but sort
+between 4.9.4 and 5.0.0, and no rule first seen in 5.0.0 is in them). ``VersionRules`` answers,
+for one version, which variant of each rule it follows, by era: readers and planners ask it
+instead of comparing versions themselves. Each property names its row of the rules file (§ = row
+number there) and the broker method it mirrors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+from ..errors import UnknownStoreVersion
+
+
+class BrokerVersion(NamedTuple):
+    major: int
+    minor: int
+    patch: int
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+    @classmethod
+    def parse(cls, text: str) -> "BrokerVersion":
+        """A RocketMQ release (``4.4.0``, ``rocketmq-all-4.4.0``, ``v5.3.3``, ``4.0.0-incubating``);
+        a 5.3.x after the last release known here reads as that release's era (5.3.3)."""
+        raw = text.strip()
+        core = raw.lower().removeprefix("rocketmq-all-").removeprefix("v").removesuffix("-incubating")
+        try:
+            parts = [int(p) for p in core.split(".")]
+        except ValueError:
+            raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)") from None
+        if not 1 <= len(parts) <= 3:
+            raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)")
+        version = cls(*(parts + [0] * (3 - len(parts))))
+        if version in RELEASES or (version[:2] == LAST_RELEASE[:2] and version > LAST_RELEASE):
+            return version
+        raise UnknownStoreVersion(
+            f"broker version {version} is not a RocketMQ release mqtool knows (3.2.6 and 4.0.0 to {LAST_RELEASE}; "
+            f"later 5.3.x read as {LAST_RELEASE}): pass the release the broker ran"
+        )
+
+
+def _v(text: str) -> BrokerVersion:
+    return BrokerVersion(*map(int, text.split(".")))
+
+
+# every release from 3.2.6 to 5.3.3 (4.5.0 is untagged in the git history; it is the 4.5.1 era)
+RELEASES = tuple(map(_v, (
+    "3.2.6 4.0.0 4.1.0 4.2.0 4.3.0 4.3.1 4.3.2 4.4.0 4.5.0 4.5.1 4.5.2 4.6.0 4.6.1 4.7.0 4.7.1 4.8.0 "
+    "4.9.0 4.9.1 4.9.2 4.9.3 4.9.4 4.9.5 4.9.6 4.9.7 4.9.8 5.0.0 5.1.0 5.1.1 5.1.2 5.1.3 5.1.4 5.2.0 "
+    "5.3.0 5.3.1 5.3.2 5.3.3"
+).split()))
+LAST_RELEASE = RELEASES[-1]
+
+
+class Era(NamedTuple):
+    """A run of releases with the same variant of every rule (rules file, "Tier-A eras")."""
+
+    index: int
+    name: str
+    first: BrokerVersion
+    last: BrokerVersion
+    representative: BrokerVersion  # the release mqtool plans under when only the era is known
+    distinct: str  # what sets it apart from the era before
+
+    @property
+    def releases(self) -> str:
+        return str(self.first) if self.first == self.last else f"{self.first}-{self.last}"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.releases})"
+
+
+def _era(index, name, first, last, representative, distinct) -> Era:
+    return Era(index, name, _v(first), _v(last), _v(representative), distinct)
+
+
+ERAS = (
+    _era(0, "E0", "3.2.6", "3.2.6", "3.2.6", "Alibaba era: no TOTALSIZE check, queues and index written at put time, no UNIQ_KEY index"),
+    _era(1, "E1", "4.0.0", "4.0.0", "4.0.0", "TOTALSIZE check, reput from the commit log max, UNIQ_KEY and COMMIT indexed"),
+    _era(2, "E2", "4.1.0", "4.1.0", "4.1.0", "dataVersion.timestamp, batch records, 8-byte batch blanks"),
+    _era(3, "E3a", "4.2.0", "4.2.0", "4.2.0", "consume queue repeat-write guard, lock file"),
+    _era(4, "E3b", "4.3.0", "4.3.1", "4.3.0", "transactions as half-topic records"),
+    _era(5, "E4", "4.3.2", "4.4.0", "4.4.0", "queues truncated after recovery; last queue entry kept by its start offset"),
+    _era(6, "E5", "4.5.0", "4.5.2", "4.5.1", "queue entries kept by offset+size; reput from the queues' max; a wrong-length file refuses start"),
+    _era(7, "E6", "4.6.0", "4.6.1", "4.6.1", "broker re-serializes properties with CLUSTER; IPv6 hosts"),
+    _era(8, "E7", "4.7.0", "4.7.0", "4.7.0", "async sends store the client's properties verbatim"),
+    _era(9, "E8", "4.7.1", "4.7.1", "4.7.1", "index hashSlotCount counts used slots"),
+    _era(10, "E9", "4.8.0", "4.9.0", "4.8.0", "batch properties concatenated without a separator"),
+    _era(11, "E10", "4.9.1", "4.9.1", "4.9.1", "no trailing \\x02, new properties parser, WAIT stripped, 8-byte blanks"),
+    _era(12, "E11", "4.9.2", "4.9.2", "4.9.2", "delay entries of abnormal recovery get the TAGS hash; a wrong-length file ignored"),
+    _era(13, "E12", "4.9.3", "4.9.8", "4.9.7", "wrong-length file refused again; batch separator fixed; LMQ"),
+    _era(14, "E13", "5.0.0", "5.0.0", "5.0.0", "abort holds the PID, abort.bak, stateVersion, timer store, reput from the commit log max"),
+    _era(15, "E14", "5.1.0", "5.1.0", "5.1.0", "config persisted in place, V2 records, compaction store"),
+    _era(16, "E15", "5.1.1", "5.1.2", "5.1.1", "checkpoint confirmPhyOffset"),
+    _era(17, "E16", "5.1.3", "5.1.4", "5.1.4", "a zero-length last commit log file is deleted at load"),
+    _era(18, "E17", "5.2.0", "5.3.1", "5.3.1", "trailing \\x02 back; queues truncated before the commit log"),
+    _era(19, "E18", "5.3.2", "5.3.3", "5.3.3", "normal recovery starts at the queues' max and dispatches"),
+)
+_BY_NAME = {era.name: era for era in ERAS}
+
+
+def era(name: str) -> Era:
+    return _BY_NAME[name]
+
+
+def era_of(version: BrokerVersion) -> Era:
+    for candidate in reversed(ERAS):
+        if version >= candidate.first:
+            return candidate
+    raise UnknownStoreVersion(f"broker version {version} is older than {ERAS[0].first}")
+
+
+def eras_between(first: str, last: str) -> frozenset[Era]:
+    """The eras from ``first`` to ``last`` (names), inclusive."""
+    return frozenset(ERAS[_BY_NAME[first].index : _BY_NAME[last].index + 1])
+
+
+ALL_ERAS = frozenset(ERAS)
+
+
+@dataclass(frozen=True)
+class VersionRules:
+    """Which variant of each store rule ``version`` follows (rules file §1-§8)."""
+
+    version: BrokerVersion
+
+    @cached_property
+    def era(self) -> Era:
+        return era_of(self.version)
+
+    def _from(self, name: str) -> bool:
+        return self.era.index >= _BY_NAME[name].index
+
+    def _within(self, first: str, last: str) -> bool:
+        return _BY_NAME[first].index <= self.era.index <= _BY_NAME[last].index
+
+    # ---- §1 the commit log record and its writer ----------------------------------------------
+
+    @property
+    def v5(self) -> bool:
+        return self._from("E13")
+
+    @property
+    def accepts_v2_magic(self) -> bool:
+        """§1.1: V2 records (2-byte topic length) are read, and matched by abnormal recovery's
+        ``isMappedFileMatchedRecover``, from 5.1.0."""
+        return self._from("E14")
+
+    @property
+    def checks_record_length(self) -> bool:
+        """§1.3: ``checkMessageAndReturnSize`` compares TOTALSIZE with the computed length from 4.0.0;
+        3.2.6 trusts TOTALSIZE."""
+        return self._from("E1")
+
+    @property
+    def stale_blank_fill(self) -> bool:
+        """§1.12: ``doAppend`` writes a ``maxBlank``-byte blank (its tail stale bytes of the encode
+        buffer) up to 4.9.0; from 4.9.1 only its 8-byte header."""
+        return not self._from("E10")
+
+    @property
+    def legacy_properties(self) -> bool:
+        """§1.10: ``string2messageProperties`` splits on the separators up to 4.9.0 (keeping an empty
+        key); from 4.9.1 it walks the string by index."""
+        return not self._from("E10")
+
+    # ---- §2 commit log recovery ---------------------------------------------------------------
+
+    @property
+    def normal_start_from_cq_max(self) -> bool:
+        """§2.1: 5.3.2+ ``recoverNormally`` starts at the newest segment at or below the CQ max;
+        before, at the third-from-last segment."""
+        return self._from("E18")
+
+    @property
+    def normal_stops_at_length_mismatch(self) -> bool:
+        """§2.2: 3.2.6's ``recoverNormally`` has no success flag: any record whose size is positive
+        advances it; from 4.0.0 a record that fails the checks ends the log."""
+        return self._from("E1")
+
+    @property
+    def normal_dispatches(self) -> bool:
+        """§2.3: 5.3.2+ ``recoverNormally`` dispatches the records after the CQ max."""
+        return self._from("E18")
+
+    @property
+    def normal_truncates_cq(self) -> bool:
+        """§2.4: ``recoverNormally`` truncates the consume queues past the log's end from 4.3.2."""
+        return self._from("E4")
+
+    @property
+    def empty_log_destroys_queues(self) -> bool:
+        """§2.5: normal recovery of an empty commit log destroys the consume queues from 4.5.0."""
+        return self._from("E5")
+
+    @property
+    def abnormal_stops_at_length_mismatch(self) -> bool:
+        """§2.7: up to 4.3.1 ``recoverAbnormally`` advances over (and dispatches) a record whose
+        TOTALSIZE disagrees with its fields; from 4.3.2 such a record ends the log."""
+        return self._from("E4")
+
+    @property
+    def abnormal_truncates_cq_always(self) -> bool:
+        """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues unconditionally; from
+        4.3.2 only when they reach past the log's end."""
+        return not self._from("E4")
+
+    @property
+    def writes_confirm_offset(self) -> bool:
+        """§2.10, §6.1: 5.1.1+ write the checkpoint's confirmPhyOffset (start of the last valid record)."""
+        return self._from("E15")
+
+    @property
+    def dispatches_at_put_time(self) -> bool:
+        """§2.11: the 3.2.6 master writes consume queue and index entries at put time; there is no
+        reput service, so nothing is re-dispatched after a clean stop."""
+        return not self._from("E1")
+
+    @property
+    def reput_from_cq_max(self) -> bool:
+        """§2.11: 4.5.0-4.9.8 ``start()`` re-dispatches from the max CQ physical offset and waits for it;
+        4.0-4.4 and 5.x start the reput at the commit log max."""
+        return self._within("E5", "E12")
+
+    @property
+    def wrong_length_file_ignored(self) -> bool:
+        """§2.13: ``MappedFileQueue.load`` leaves out a file of the wrong length, and every later one,
+        and starts in 3.2.6-4.4.0 and 4.9.2; other versions refuse to start."""
+        return not self._from("E5") or self.era.name == "E11"
+
+    @property
+    def zero_length_last_file_deleted(self) -> bool:
+        """§2.13: 5.1.3+ delete a zero-length last commit log file at load."""
+        return self._from("E16")
+
+    @property
+    def delay_table_missing_in_recovery(self) -> bool:
+        """§2.15: 4.9.2-4.9.8 load the schedule service after recovery, so records dispatched by
+        abnormal recovery get the TAGS hash instead of the delivery time."""
+        return self._within("E11", "E12")
+
+    @property
+    def corrects_delay_offsets(self) -> bool:
+        """§2.16: ``ScheduleMessageService.correctDelayOffset`` clamps delayOffset.json at load from 4.9.2."""
+        return self._from("E11")
+
+    # ---- §3 consume queue ---------------------------------------------------------------------
+
+    @property
+    def cq_dedup_by_end(self) -> bool:
+        """§3.1, §3.2, §3.4, §3.5: ``putMessagePositionInfo``/``recover``/``truncateDirtyLogicFiles``
+        keep ``maxPhysicOffset`` as offset + size from 4.5.0; up to 4.4.0 as the entry's start offset."""
+        return self._from("E5")
+
+    @property
+    def cq_repeat_guard(self) -> bool:
+        """§3.3: from 4.2.0 ``putMessagePositionInfo`` skips an entry whose queue offset is already
+        written; before, it appends it at the current position."""
+        return self._from("E3a")
+
+    @property
+    def cq_min_offset_v5(self) -> bool:
+        """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
+        return self._from("E13")
+
+    # ---- §4, §5 dispatch and index ------------------------------------------------------------
+
+    @property
+    def indexes_uniq_key_and_commit(self) -> bool:
+        """§4.2: from 4.0.0 ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and
+        KEYS; 3.2.6 indexes NOT and PREPARED records under KEYS only."""
+        return self._from("E1")
+
+    @property
+    def index_counts_used_slots(self) -> bool:
+        """§5.2: from 4.7.1 the index header's hashSlotCount counts newly used slots; before, every put."""
+        return self._from("E8")
+
+    # ---- §6-§8 checkpoint, abort, lock, config, 5.x stores ---------------------------------------
+
+    @property
+    def abort_holds_pid(self) -> bool:
+        """§6.3: 5.0.0+ write the PID into ``abort`` (and leave ``abort.bak``); before, it is empty."""
+        return self._from("E13")
+
+    @property
+    def has_lock_file(self) -> bool:
+        """§6.4: ``DefaultMessageStore.start`` creates and locks ``lock`` from 4.2.0."""
+        return self._from("E3a")
+
+    @property
+    def data_version_time_key(self) -> str:
+        """§7.1: ``dataVersion`` spells its time ``timestatmp`` in 3.2.6 and 4.0.0."""
+        return "timestamp" if self._from("E2") else "timestatmp"
+
+    @property
+    def dledger_abnormal_redispatch(self) -> bool:
+        """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
+        return self._from("E17")
+
+
+# The rules a recovery or repair plan depends on: candidate eras that agree on all of them plan the same
+PLANNING_RULES = (
+    "accepts_v2_magic", "checks_record_length", "legacy_properties", "normal_start_from_cq_max",
+    "normal_stops_at_length_mismatch", "normal_dispatches", "normal_truncates_cq", "empty_log_destroys_queues",
+    "abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "writes_confirm_offset",
+    "dispatches_at_put_time", "reput_from_cq_max", "wrong_length_file_ignored", "zero_length_last_file_deleted",
+    "delay_table_missing_in_recovery", "cq_dedup_by_end", "cq_repeat_guard", "cq_min_offset_v5",
+    "indexes_uniq_key_and_commit", "index_counts_used_slots", "v5", "dledger_abnormal_redispatch",
+)
+
+
+def planning_key(version: BrokerVersion) -> tuple:
+    rules = VersionRules(version)
+    return tuple(getattr(rules, name) for name in PLANNING_RULES)
+
+
+def rules_deciding(a: BrokerVersion, b: BrokerVersion) -> list[str]:
+    """The planning rules whose variants differ between two versions."""
+    ra, rb = VersionRules(a), VersionRules(b)
+    return [name for name in PLANNING_RULES if getattr(ra, name) != getattr(rb, name)]
