@@ -21,20 +21,35 @@ from ..store.rules import era_of, planning_key, rules_deciding
 from ..store.version import eras_label
 from .plan import Plan
 
-IGNORED = ("created_ms", "broker_version", "version_source", "notes")  # what may differ between candidates
-IMMATERIAL = {
+IMMATERIAL = (
     # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a
     # 5.x broker outside controller/duplication mode (the only mode mqtool plans for) reads neither
     # back (reference §7, §8.2, §8.5)
-    "checkpoint.after.master_flushed_offset",
-    "checkpoint.after.confirm_phy_offset",
-}
+    "master_flushed_offset",
+    "confirm_phy_offset",
+)
 SHOWN = 140  # characters of each differing value in the error
 
 
-def _comparable(plan: Plan) -> dict[str, Any]:
+def _effect(plan: Plan) -> dict[str, Any]:
+    """What a plan does to the store, without how it got there (where its scan started, how many records
+    it read, its notes): two candidates whose plans have the same effect leave the same bytes. The
+    checkpoint fields no candidate broker reads back (``IMMATERIAL``), and the write that only they
+    would change, are left out."""
     doc = plan.to_dict()
-    return {k: v for k, v in doc.items() if k not in IGNORED}
+    cl, dispatch = doc["commitlog"], doc["dispatch"]
+    after = {k: v for k, v in doc["checkpoint"]["after"].items() if k not in IMMATERIAL}
+    return {
+        "mode": doc["mode"],
+        "commitlog": {k: cl[k] for k in ("valid_end", "zero_from", "zero_to", "delete_segments")},
+        "lost": doc["lost"]["count"],
+        "dispatch": {k: sum(p[k] for p in dispatch) for k in ("cq_records", "scheduled_with_tags_hash")},
+        "queues": [{k: q[k] for k in ("topic", "queue_id", "min_after", "max_after", "cut", "added", "fillers", "resurrected")} for q in doc["queues"]],
+        "index": [(f["name"], f["action"], f["entries_after"]) for f in doc["index"]["files"]] + [doc["index"]["keys_added"]],
+        "checkpoint": after,
+        "remove_abort": doc["remove_abort"],
+        "actions": [{k: a[k] for k in ("op", "path", "start", "end")} for a in doc["actions"] if a["op"] != "write-checkpoint"],
+    }
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
@@ -59,8 +74,7 @@ def _short(value: Any) -> str:
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
     """``make_plan(store, cache)`` under the detected version, or under every candidate when
-    detection leaves several (module docstring). The plans are compared without the fields no
-    candidate broker reads back (``IMMATERIAL``); when they agree the newest candidate's plan is
+    detection leaves several (module docstring). The plans' effects are compared (``_effect``); when they agree the newest candidate's plan is
     returned, and ``cache`` (a ``DispatchCache``) is filled by that run only."""
     guess = store.version_guess
     if guess.version is not None or len(guess.candidates) < 2:
@@ -71,9 +85,9 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
         with store.assumed_version(candidate):
             plans.append(make_plan(store, cache if i == 0 else None))
     labels = [_label(c, guess.eras) for c in candidates]
-    first = _comparable(plans[0])
+    first = _effect(plans[0])
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
-        diffs = [d for d in _differences(first, _comparable(plan)) if d[0] not in IMMATERIAL]
+        diffs = _differences(first, _effect(plan))
         if diffs:
             shown = "; ".join(f"{path}: {_short(x)} ({labels[0]}) vs {_short(y)} ({label})" for path, x, y in diffs[:3])
             more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
@@ -89,7 +103,7 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
     # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
     # candidate plans the same
-    return dataclasses.replace(plans[0], version_source=source, notes=(note,) + plans[0].notes)
+    return dataclasses.replace(plans[0], version_source=source, notes=plans[0].notes + (note,))
 
 
 def _label(candidate, eras) -> str:

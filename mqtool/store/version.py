@@ -252,6 +252,9 @@ def detect_version(store: "Store") -> VersionGuess:
                 marks.append((f"{name} exists", eras))
         if (root / "lock").exists():
             marks.append(("lock file exists", eras_between("E3a", "E18")))
+            if not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
+                # every 5.x start leaves abort.bak (MixAll.string2File) and the timer store's wheel (§6.3, §8.1)
+                marks.append(("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12")))
         cp = store.checkpoint
         if cp is not None and cp.confirm_phy_offset:
             marks.append(("checkpoint holds confirmPhyOffset", eras_between("E15", "E18")))

@@ -48,15 +48,16 @@ class Verification:
 
     def broker_start(self) -> int:
         """Where the broker's start-up recovery scans from (``recovery.startfile``): damage before
-        it does not end the log the broker serves. The first segment when the version is unknown."""
+        it does not end the log the broker serves. While several eras remain, the earliest of their
+        starts; the first segment without a store directory."""
         if self._broker_start is None:
             store = self.store
             self._broker_start = store.commitlog.min_offset
-            if store.version is not None and store.root is not None:
+            if store.root is not None:
                 from ..store.rules import VersionRules
                 from ..recovery.startfile import recovery_start
 
-                self._broker_start = recovery_start(store, VersionRules(store.version)).offset
+                self._broker_start = min(recovery_start(store, VersionRules(c)).offset for c in store.version_guess.candidates)
         return self._broker_start
 
     def _stage(self, name: str, total: int):
