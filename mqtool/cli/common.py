@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import re
 import shlex
 import sys
 from pathlib import Path
@@ -124,18 +123,22 @@ BrokerConfigOpt = Annotated[
     Optional[Path],
     typer.Option("--broker-config", metavar="FILE", help="The broker's broker.conf: file sizes and index geometry (default: inferred from the files)."),
 ]
-VERSION_TEXT = re.compile(r"\d+(\.\d+){0,2}")
-
-
 def _broker_version(value: str | None) -> str | None:
-    if value is not None and not VERSION_TEXT.fullmatch(value.strip()):
-        raise typer.BadParameter(f"{value!r} is not a version of the form X.Y.Z, e.g. 4.9.7", param_hint="'--broker-version'")
-    return value
+    """A RocketMQ release (``rules.BrokerVersion.parse``): anything else is a usage error (exit 2)."""
+    if value is None:
+        return None
+    from ..errors import UnknownStoreVersion
+    from ..store.rules import BrokerVersion
+
+    try:
+        return str(BrokerVersion.parse(value))
+    except UnknownStoreVersion as exc:
+        raise typer.BadParameter(str(exc), param_hint="'--broker-version'") from None
 
 
 BrokerVersionOpt = Annotated[
     Optional[str],
-    typer.Option("--broker-version", metavar="X.Y.Z", callback=_broker_version, help="Version of the broker that wrote the store, e.g. 4.9.7 (default: detected)."),
+    typer.Option("--broker-version", metavar="X.Y.Z", callback=_broker_version, help="Release of the broker that wrote the store, 3.2.6 to 5.3.3, e.g. 4.4.0 (default: detected from the store's marks)."),
 ]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format (table is the default everywhere).")]
 

@@ -30,7 +30,7 @@ from ..formats import index as ixfmt
 from ..formats.errors import FormatError
 from ..formats.markers import ABORT_BACKUP_FILE
 from .mappedfile import MappedFile
-from .rules import ALL_ERAS, ERAS, BrokerVersion, Era, eras_between, era_of, planning_key
+from .rules import ALL_ERAS, ERAS, LAST_RELEASE, BrokerVersion, Era, eras_between, era_of, planning_key
 
 if TYPE_CHECKING:  # pragma: no cover
     from .store import Store
@@ -67,7 +67,7 @@ class VersionGuess:
 
     def __str__(self) -> str:
         if self.given:
-            return f"{self.version} (given)"
+            return f"{self.version} (given)" if self.version <= LAST_RELEASE else f"{self.version} (given; rules of {LAST_RELEASE})"
         return self.label if self.version is None else f"{self.label} (detected)"
 
     @classmethod
