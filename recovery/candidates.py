@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..errors import Refused
 from ..store import Store
-from ..store.rules import era_of, planning_key, rules_deciding
+from ..store.rules import PLANNING_RULES, VersionRules, era_of, planning_key, rules_deciding
 from ..store.version import eras_label
 from .plan import Plan
 
@@ -37,18 +37,19 @@ def _effect(plan: Plan) -> dict[str, Any]:
     checkpoint fields no candidate broker reads back (``IMMATERIAL``), and the write that only they
     would change, are left out."""
     doc = plan.to_dict()
-    cl, dispatch = doc["commitlog"], doc["dispatch"]
-    after = {k: v for k, v in doc["checkpoint"]["after"].items() if k not in IMMATERIAL}
+    cl, index, lost = doc.get("commitlog") or {}, doc.get("index") or {}, doc.get("lost") or {}
+    after = ((doc.get("checkpoint") or {}).get("after")) or {}
+    dispatch = doc.get("dispatch") or []
     return {
-        "mode": doc["mode"],
-        "commitlog": {k: cl[k] for k in ("valid_end", "zero_from", "zero_to", "delete_segments")},
-        "lost": doc["lost"]["count"],
+        "mode": doc.get("mode"),
+        "commitlog": {k: cl.get(k) for k in ("valid_end", "zero_from", "zero_to", "delete_segments")},
+        "lost": lost.get("count"),
         "dispatch": {k: sum(p[k] for p in dispatch) for k in ("cq_records", "scheduled_with_tags_hash")},
-        "queues": [{k: q[k] for k in ("topic", "queue_id", "min_after", "max_after", "cut", "added", "fillers", "resurrected")} for q in doc["queues"]],
-        "index": [(f["name"], f["action"], f["entries_after"]) for f in doc["index"]["files"]] + [doc["index"]["keys_added"]],
-        "checkpoint": after,
-        "remove_abort": doc["remove_abort"],
-        "actions": [{k: a[k] for k in ("op", "path", "start", "end")} for a in doc["actions"] if a["op"] != "write-checkpoint"],
+        "queues": [{k: q[k] for k in ("topic", "queue_id", "min_after", "max_after", "cut", "added", "fillers", "resurrected")} for q in doc.get("queues") or []],
+        "index": [(f["name"], f["action"], f["entries_after"]) for f in index.get("files") or []] + [index.get("keys_added")],
+        "checkpoint": {k: v for k, v in after.items() if k not in IMMATERIAL},
+        "remove_abort": doc.get("remove_abort"),
+        "actions": [{k: a[k] for k in ("op", "path", "start", "end")} for a in doc.get("actions") or [] if a["op"] != "write-checkpoint"],
     }
 
 
@@ -72,20 +73,52 @@ def _short(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
+# Planning rules that only one recovery mode consults (rules file §2): the other mode's never change a plan
+NORMAL_ONLY = {"normal_start_from_cq_max", "normal_stops_at_length_mismatch", "normal_dispatches", "normal_truncates_cq", "empty_log_destroys_queues"}
+ABNORMAL_ONLY = {"abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "delay_table_missing_in_recovery", "accepts_v2_magic", "dledger_abnormal_redispatch"}
+# planning rules whose differences ``_effect`` leaves out (checkpoint fields no candidate broker reads back)
+NO_EFFECT = {"writes_confirm_offset"}
+
+
+def relevant_rules(store: Store) -> list[str]:
+    """The planning rules (``rules.PLANNING_RULES``) that can change this store's plan: the recovery mode's
+    own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
+    for a log without files (§2.5)."""
+    abnormal = store.abort_present
+    odd_files = bool(store.problems) or any("zero-length" in n for n in store.notes)
+    skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
+    if not odd_files:
+        skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
+    if store.commitlog.segments:
+        skip.add("empty_log_destroys_queues")
+    return [name for name in PLANNING_RULES if name not in skip]
+
+
+def distinct_candidates(store: Store) -> list:
+    """One candidate (the newest) per set of variants of the rules that can change this store's plan."""
+    relevant = relevant_rules(store)
+    kept: dict[tuple, Any] = {}
+    for candidate in sorted(store.version_guess.candidates, reverse=True):
+        rules = VersionRules(candidate)
+        kept.setdefault(tuple(getattr(rules, name) for name in relevant), candidate)
+    return list(kept.values())
+
+
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache)`` under the detected version, or under every candidate when
-    detection leaves several (module docstring). The plans' effects are compared (``_effect``); when they agree the newest candidate's plan is
-    returned, and ``cache`` (a ``DispatchCache``) is filled by that run only."""
+    """``make_plan(store, cache)`` under the detected version, or under every candidate whose rules can
+    plan this store differently when detection leaves several eras (module docstring). The plans'
+    effects are compared (``_effect``); when they agree the newest candidate's plan is returned, and
+    ``cache`` (a ``DispatchCache``) is filled by that run only."""
     guess = store.version_guess
-    if guess.version is not None or len(guess.candidates) < 2:
+    if guess.version is not None:
         return make_plan(store, cache)
-    candidates = sorted(guess.candidates, reverse=True)  # newest first: its plan is the one kept
+    candidates = distinct_candidates(store)
     plans: list[Plan] = []
     for i, candidate in enumerate(candidates):
         with store.assumed_version(candidate):
             plans.append(make_plan(store, cache if i == 0 else None))
     labels = [_label(c, guess.eras) for c in candidates]
-    first = _effect(plans[0])
+    first = _effect(plans[0]) if len(plans) > 1 else None
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
         diffs = _differences(first, _effect(plan))
         if diffs:
@@ -96,10 +129,13 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
                 f"cannot tell which broker version wrote this store: its marks leave {guess.label} "
                 f"({'; '.join(guess.evidence)}), and the plans differ under {labels[0]} and {label}: {shown}{more} "
                 f"(rules: {deciding}); pass --broker-version with the release the broker ran "
-                f"(e.g. {', '.join(str(c) for c in candidates)})"
+                f"(e.g. {', '.join(str(c) for c in guess.candidates)})"
             )
+    evidence = "; ".join(guess.evidence)
+    if len(plans) == 1:  # every era left follows the same rules for this store: nothing to tell the user
+        return dataclasses.replace(plans[0], version_source=f"detected ({guess.label}: {evidence}; the same rules for this store in each)")
     considered = ", ".join(labels)
-    source = f"not decided by the store ({'; '.join(guess.evidence)}); considered {considered}: the plans are equal"
+    source = f"not decided by the store ({evidence}); considered {considered}: the plans are equal"
     note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
     # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
     # candidate plans the same

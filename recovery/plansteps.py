@@ -51,7 +51,15 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unloadable_files(store)
     guess = store.version_guess
     if guess.version is None:
-        raise UnknownStoreVersion("cannot tell which broker version wrote this store; pass --broker-version (e.g. 4.9.7 or 5.3.3)")
+        from .candidates import distinct_candidates  # the eras left that can plan this store differently
+
+        candidates = distinct_candidates(store)
+        if len(candidates) > 1:
+            raise UnknownStoreVersion(
+                f"cannot tell which broker version wrote this store ({guess.label}); pass --broker-version "
+                f"(e.g. {', '.join(str(c) for c in candidates)})"
+            )
+        return candidates[0], f"detected ({guess.label}: {'; '.join(guess.evidence)}; the same rules for this store in each)"
     source = "given" if guess.given else f"detected ({guess.label}: {'; '.join(guess.evidence)})"
     return guess.version, source
 

@@ -91,6 +91,12 @@ def copy_store(version: str, name: str, dest: Path) -> Path:
     return target
 
 
+def fixture_version(store_dir: Path) -> str:
+    """The broker version of a ``copy_store`` copy (its folder is named ``<version>-<store>``): the tests
+    that hold one version's rules give it, since detection may leave several eras (``store.version``)."""
+    return Path(store_dir).name.split("-", 1)[0]
+
+
 @pytest.fixture
 def store_copy(tmp_path):
     return lambda version, name: copy_store(version, name, tmp_path)

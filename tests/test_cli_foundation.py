@@ -114,7 +114,7 @@ def test_bad_inputs(tmp_path):
     garbage.mkdir(parents=True)
     (garbage / "00000000000000000000").write_bytes(os.urandom(4096))
     assert "not a RocketMQ" in one_line_error(run("dump", garbage.parent), EXIT_BAD_INPUT)
-    assert "not supported" in one_line_error(run("info", store_path("4.9.7", "clean-small"), "--broker-version", "3.2.6"), EXIT_BAD_INPUT)
+    assert "not a RocketMQ release mqtool knows" in one_line_error(run("info", store_path("4.9.7", "clean-small"), "--broker-version", "3.5.0"), EXIT_USAGE)
     one_line_error(run("dump", "nonsense", "x", "y"), EXIT_USAGE)
     one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--since", "yesterday"), EXIT_USAGE)
     one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--msg-id", "XYZ"), EXIT_USAGE)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import VERSIONS, copy_store
+from conftest import VERSIONS, copy_store, fixture_version
 
 from mqtool.recovery import fastdispatch as fd
 from mqtool.recovery.dispatch import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
@@ -45,7 +45,7 @@ def dispatched(batches, topics: TopicTable):
 
 
 def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = False) -> None:
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         rules = VersionRules(store_version(store)[0])
         scan = RebuildScan(store, rules, TopicTable(), index=index)
         assert (scan.start > store.commitlog.min_offset) == expect_split
@@ -68,7 +68,7 @@ def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_one_walk_dispatches_what_two_walks_do(tmp_path, version, name, index):
     store_dir = copy_store(version, name, tmp_path)
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         split = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=index).start > store.commitlog.min_offset
     if name == "clean-small" and version != "5.3.3":
         assert split  # the third-from-last segment of five
@@ -79,7 +79,7 @@ def test_one_walk_dispatches_what_two_walks_do(tmp_path, version, name, index):
 def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
     store_dir = copy_store(version, "clean-small", tmp_path)
     (store_dir / "consumequeue").rename(tmp_path / "cq-aside")  # no queues: the 4.x start is the third-from-last segment
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         rules = VersionRules(store_version(store)[0])
         start = RebuildScan(store, rules, TopicTable(), index=False).start
         assert start > store.commitlog.min_offset
@@ -94,7 +94,7 @@ def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
         f.seek(last.offset - seg.base_offset)
         f.write((start + 100 - last.offset).to_bytes(4, "big"))  # TOTALSIZE: the first field, big-endian int32
     assert_same(store_dir, False, True, fallback=True)
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         scan = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=False)
         list(scan)
         assert last.offset in [s.offset for s in scan.skipped]

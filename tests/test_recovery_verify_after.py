@@ -35,8 +35,8 @@ def lose_queues_and_index(root, *, bad_config: bool = True):
     return root
 
 
-def both(root):
-    with Store.open(root) as store:
+def both(root, version):
+    with Store.open(root, version=version) as store:
         plan = plan_recover(store, PlanOptions(mode="abnormal"))
         settled = rp.cross_checks_settled(store, plan)
         fast = rp.verify_after(store, plan)
@@ -48,7 +48,7 @@ def both(root):
 @pytest.mark.parametrize("name", ("clean-small", "crashed-small"))
 def test_without_queues_and_index_the_cross_checks_are_settled_and_the_list_is_the_same(version, name, tmp_path):
     root = lose_queues_and_index(copy_store(version, name, tmp_path))
-    plan, settled, fast, full = both(root)
+    plan, settled, fast, full = both(root, version)
     assert settled
     assert [p.start for p in plan.dispatch if p.consume_queues and p.index][0] == plan.commitlog.min_offset
     assert fast == full
@@ -68,7 +68,7 @@ def test_a_damaged_record_in_the_middle_gives_the_same_list(version, tmp_path):
     data = bytearray(seg.read_bytes())
     data[offset % size + BODY_CRC] ^= 0x01  # the stored BODYCRC no longer matches the body
     seg.write_bytes(data)
-    plan, settled, fast, full = both(root)
+    plan, settled, fast, full = both(root, version)
     assert settled and plan.commitlog.valid_end == offset
     assert fast == full
 
@@ -82,7 +82,7 @@ def test_with_queues_kept_a_recovery_that_drops_every_index_file_settles_the_ind
     root = copy_store(version, name, tmp_path)
     (root / "checkpoint").write_bytes(bytes(cpfmt.CHECKPOINT_FILE_SIZE))
     (root / "abort").write_bytes(b"")
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         plan = plan_recover(store, PlanOptions(mode="abnormal"))
         assert rp.settled_checks(store, plan) == {"index"} and not rp.cross_checks_settled(store, plan)
         assert {f.action for f in plan.index.files} == {"delete", "create"}
@@ -96,11 +96,11 @@ def test_with_queues_kept_a_recovery_that_drops_every_index_file_settles_the_ind
 @pytest.mark.parametrize("version", VERSIONS)
 def test_queues_or_a_kept_index_file_run_every_check(version, tmp_path):
     root = copy_store(version, "crashed-small", tmp_path)
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         plan = plan_recover(store, PlanOptions())
         assert store.consume_queues and not rp.cross_checks_settled(store, plan)
     shutil.rmtree(root / "consumequeue")
-    with Store.open(root) as store:  # the index files the checkpoint covers are kept
+    with Store.open(root, version=version) as store:  # the index files the checkpoint covers are kept
         plan = plan_recover(store, PlanOptions())
         kept = [f.name for f in plan.index.files if f.action in ("keep", "append")]
         assert not kept or not rp.cross_checks_settled(store, plan)
@@ -120,7 +120,7 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
     if damaged:
         messages = manifest(version, "crashed-small")["messages"]
         offset = messages[len(messages) // 3]["commitLogOffset"]
-        with Store.open(root) as store:
+        with Store.open(root, version=version) as store:
             size = store.commitlog.file_size
         seg = root / "commitlog" / f"{offset // size * size:020d}"
         data = bytearray(seg.read_bytes())
@@ -134,9 +134,9 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
         return real(store, checks, walked=walked)
 
     monkeypatch.setattr(rp, "verify_findings", spy)
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         plan = rp.plan_with_verify_after(store, lambda walked: plan_recover(store, PlanOptions(mode="abnormal"), walked=walked))
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         alone = rp.verify_after(store, plan_recover(store, PlanOptions(mode="abnormal")))
         settled = rp.settled_checks(store, plan)
     assert list(plan.verify_after) == alone

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import copy_store, manifest, store_path
+from conftest import copy_store, fixture_version, manifest, store_path
 
 from mqtool.apply import apply_plan
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
@@ -30,7 +30,7 @@ def lagging_queues(tmp_path, version, cut_index):
 
 
 def recover(tmp_path, store_dir, config=None, version=None):
-    with Store.open(store_dir, config, version) as store:
+    with Store.open(store_dir, config, version or fixture_version(store_dir)) as store:
         plan = plan_recover(store)
     apply_plan(plan, tmp_path / f"backup-{len(list(tmp_path.iterdir()))}")
     return plan
@@ -48,7 +48,7 @@ def test_start_up_reput_rebuilds_lagging_queues_byte_for_byte(tmp_path, version)
     # the reput indexes the last indexed record again (offset == the index's end offset)
     last = max(m["commitLogOffset"] for m in msgs if m["indexed"])
     assert any(str(last) in n and "twice" in n for n in plan.notes)
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         end = store.commitlog.end_of_files
         for m in (m for m in msgs if m["indexed"]):
             for key in ([m["uniqKey"]] if m["uniqKey"] else []) + m["keys"]:
@@ -68,7 +68,7 @@ def test_5_3_2_normal_recovery_dispatches_strictly_after_the_queues_end(tmp_path
     assert [(p.name, p.after_phys) for p in plan.dispatch] == [("recovery", cut)]
     assert any("strictly after" in n for n in plan.notes)
     missing = msgs[k]
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         queue = store.consume_queue(missing["topic"], missing["queueId"])
         offsets = [e.phys_offset for e in queue.entries()]
     assert missing["commitLogOffset"] not in offsets
@@ -90,7 +90,7 @@ def test_missing_checkpoint_is_created(tmp_path):
     (store_dir / "checkpoint").unlink()
     plan = recover(tmp_path, store_dir)
     assert plan.checkpoint.exists is False and plan.commitlog.scan_from == 0
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         assert store.checkpoint.logics_msg_timestamp == plan.checkpoint.after["logics_msg_timestamp"] > 0
         assert (store_dir / "checkpoint").stat().st_size == 4096
 
@@ -114,7 +114,7 @@ def test_delayed_messages_dispatched_by_4_9_7_recovery_get_the_tags_hash(tmp_pat
     delayed = [m for m in manifest("4.9.7", "crashed-small")["messages"] if m["topic"] == SCHEDULE_TOPIC]
     assert plan.dispatch[0].tags == "tags-hash" and plan.dispatch[0].scheduled_with_tags_hash == len(delayed)
     assert any("delivers them at once" in n for n in plan.notes)
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         for m in delayed:
             entry = store.consume_queue(SCHEDULE_TOPIC, m["queueId"]).read_entry(m["queueOffset"])
             assert entry.phys_offset == m["commitLogOffset"] and entry.tags_code == m["tagsHashCode"]
@@ -127,7 +127,7 @@ def test_5_3_3_recovery_gives_delayed_messages_their_delivery_time(tmp_path):
         f.write_bytes(bytes(f.stat().st_size))
     plan = recover(tmp_path, store_dir)
     assert plan.dispatch[0].tags == "delivery-time"
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         for m in manifest("5.3.3", "crashed-small")["messages"]:
             if m["topic"] == SCHEDULE_TOPIC:
                 entry = store.consume_queue(SCHEDULE_TOPIC, m["queueId"]).read_entry(m["queueOffset"])
@@ -145,19 +145,19 @@ def test_recovery_that_fills_index_files_rolls_and_moves_the_index_checkpoint(tm
 
     store_dir = tmp_path / "s"
     build_store(SynthSpec(store_dir, profile="4.9", seed=3, messages=400, hash_slot_num=16, index_num=40, crashed=True))
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version="4.9.7") as store:
         cp = store.checkpoint
         full_files = [f.name for f in store.index_files if f.header.index_count >= 40]
         second_end = store.index_files[1].header.end_timestamp
     # the index checkpoint as if it last moved when the second file filled: later files are dropped
     (store_dir / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cp._replace(index_msg_timestamp=second_end)).ljust(4096, b"\0"))
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version="4.9.7") as store:
         plan = plan_recover(store)
     created = [f for f in plan.index.files if f.action == "create"]
     assert [f.name for f in plan.index.files if f.action == "keep"] == full_files[:2]
     assert len(created) > 2 and all(f.action in ("keep", "delete", "create") for f in plan.index.files)
     apply_plan(plan, tmp_path / "backup")
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version="4.9.7") as store:
         names = [f.name for f in store.index_files]
         assert names == sorted(names) and set(f.name for f in created) <= set(names)
         full = [f for f in store.index_files if f.header.index_count >= 40]
@@ -182,14 +182,14 @@ def test_truncate_dirty_cuts_only(tmp_path):
     data = bytearray(segment.read_bytes())
     data[at % (1 << 20)] ^= 0x55
     segment.write_bytes(bytes(data))
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         plan = plan_truncate_dirty(store)
     assert plan.dispatch == () and plan.index is None and plan.checkpoint is None and not plan.remove_abort
     assert plan.commitlog.valid_end == victim["commitLogOffset"]
     assert {a.op for a in plan.actions} == {"zero-range", "delete", "write-dispatch"}
     apply_plan(plan, tmp_path / "backup")
     assert (store_dir / "abort").exists()
-    with Store.open(store_dir) as store:
+    with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         for q in store.consume_queues:
             assert all(e.phys_offset < victim["commitLogOffset"] for e in q.entries())
         again = plan_recover(store)  # the broker's own recovery afterwards cuts nothing more
@@ -201,7 +201,7 @@ def test_clean_store_needs_nothing_but_the_5x_confirm_offset(version):
     """A cleanly stopped store: nothing is cut or re-dispatched. 5.1.1+ recovery sets the
     checkpoint's confirmPhyOffset to the last record's start, which the fixture's first broker
     run (on an empty store) never did, so only that value changes."""
-    with Store.open(store_path(version, "clean-small")) as store:
+    with Store.open(store_path(version, "clean-small"), version=version) as store:
         plan = plan_recover(store)
     assert plan.mode == "normal" and not plan.notes and plan.lost.count == 0
     assert all(p.records == 0 for p in plan.dispatch)

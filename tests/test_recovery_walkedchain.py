@@ -31,7 +31,7 @@ def damage(root, version: str, name: str, kind: str) -> int | None:
         return None
     messages = manifest(version, name)["messages"]
     offset = messages[len(messages) // 2]["commitLogOffset"]
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         size = store.commitlog.file_size
     seg = root / "commitlog" / f"{offset // size * size:020d}"
     data = bytearray(seg.read_bytes())
@@ -66,7 +66,7 @@ def test_verify_on_the_plans_walk_is_verify_on_its_own(version, name, kind, lose
         lose_queues_and_index(root)  # a zeroed checkpoint: the abnormal recovery walks from the first segment
     victim = damage(root, version, name, kind)
     chain = WalkedChain()
-    with Store.open(root) as store:
+    with Store.open(root, version=version) as store:
         plan = plan_recover(store, PlanOptions(mode="abnormal"), walked=chain)
         size, first = store.commitlog.file_size, store.commitlog.min_offset
     assert chain.runs and sum(r.records for r in chain.runs.values()) > 0

@@ -19,10 +19,10 @@ agree (``recovery.candidates``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import numpy as np
 
 from ..errors import UnknownStoreVersion
 from ..formats import commitlog as clfmt
@@ -164,28 +164,38 @@ def check_first_record(store: "Store") -> None:
 
 
 def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``, each falling back to
-    its ``.bak`` as the broker does) says: ``stateVersion`` only from 5.0.0, the ``timestatmp`` typo in
-    3.2.6 and 4.0.0 (§7.1). Read as text: the keys are ASCII and fastjson writes them unescaped."""
+    """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``) says: ``stateVersion``
+    only from 5.0.0, the ``timestatmp`` typo in 3.2.6 and 4.0.0 (§7.1). The text is searched; it is parsed
+    (``Store.config_file``, falling back to ``.bak`` as the broker does) only when fastjson's escapes could
+    spell a key (``\\uXXXX``, ``\\xXX``): the parser costs more to load than the rest."""
     for name in ("topics.json", "subscriptionGroup.json"):
         for candidate in (store.path("config", name), store.path("config", name + ".bak")):
             try:
                 text = candidate.read_bytes()
             except OSError:
                 continue
-            if b"dataVersion" not in text:
+            if _ESCAPED_LETTER.search(text):
+                doc = store.config_file(name)
+                version = doc.get("dataVersion") if isinstance(doc, dict) else None
+                keys = set(version) if isinstance(version, dict) else set()
+            elif b"dataVersion" in text:
+                keys = {k for k in ("stateVersion", "timestatmp", "timestamp") if k.encode() in text}
+            else:
                 continue
             marks = []
-            if b"stateVersion" in text:
+            if "stateVersion" in keys:
                 marks.append((f"config/{name} has dataVersion.stateVersion", eras_between("E13", "E18")))
             else:
                 marks.append((f"config/{name} has dataVersion without stateVersion", eras_between("E0", "E12")))
-            if b"timestatmp" in text:
+            if "timestatmp" in keys:
                 marks.append((f"config/{name} spells dataVersion.timestatmp", eras_between("E0", "E1")))
-            elif b"timestamp" in text:
+            elif "timestamp" in keys:
                 marks.append((f"config/{name} has dataVersion.timestamp", eras_between("E2", "E18")))
             return marks
     return []
+
+
+_ESCAPED_LETTER = re.compile(rb"\\(?:u00|x)[4-7][0-9A-Fa-f]")
 
 
 def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
@@ -202,6 +212,8 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
         end = ixfmt.HEADER_SIZE + ixfmt.SLOT_SIZE * f.geometry.hash_slot_num
         if f.size < end:
             continue
+        import numpy as np  # only where the marks before it leave both sides of 4.7.1
+
         used = int(np.count_nonzero(np.frombuffer(f._mf.buf[ixfmt.HEADER_SIZE:end], dtype=">i4")))
         if used >= entries:
             continue  # no collision: both rules give the same count
@@ -235,51 +247,84 @@ def _record_marks(records) -> list[tuple[str, frozenset]]:
     return marks
 
 
-def detect_version(store: "Store") -> VersionGuess:
-    marks: list[tuple[str, frozenset]] = []
+def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
+    """The files and checkpoint fields only some eras write (§6.1-§6.4, §8.1, §8.2)."""
     five = eras_between("E13", "E18")
     root = store.root
-    if root is not None:
-        if store.abort is not None:
-            if store.abort.pid is not None:
-                marks.append((f"abort file holds a PID ({store.abort.pid})", five))
-            else:
-                marks.append(("the abort file is empty", ALL_ERAS - five))
-        if (root / ABORT_BACKUP_FILE).exists():
-            marks.append(("abort.bak exists", five))
-        for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
-            if (root / name).exists():
-                marks.append((f"{name} exists", eras))
-        if (root / "lock").exists():
-            marks.append(("lock file exists", eras_between("E3a", "E18")))
-            if not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
-                # every 5.x start leaves abort.bak (MixAll.string2File) and the timer store's wheel (§6.3, §8.1)
-                marks.append(("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12")))
-        cp = store.checkpoint
-        if cp is not None and cp.confirm_phy_offset:
-            marks.append(("checkpoint holds confirmPhyOffset", eras_between("E15", "E18")))
-        elif cp is not None and cp.master_flushed_offset:
-            marks.append(("checkpoint holds masterFlushedOffset", five))
-        marks += _config_marks(store)
-    evidence: list[str] = []
-    records = _first_records(store, evidence)
-    marks += _record_marks(records)
+    marks = []
+    if store.abort is not None:
+        if store.abort.pid is not None:
+            marks.append((f"abort file holds a PID ({store.abort.pid})", five))
+        else:
+            marks.append(("the abort file is empty", ALL_ERAS - five))
+    if (root / ABORT_BACKUP_FILE).exists():
+        marks.append(("abort.bak exists", five))
+    for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
+        if (root / name).exists():
+            marks.append((f"{name} exists", eras))
+    if (root / "lock").exists():
+        marks.append(("lock file exists", eras_between("E3a", "E18")))
+    cp = store.checkpoint
+    if cp is not None and cp.confirm_phy_offset:
+        marks.append(("checkpoint holds confirmPhyOffset", eras_between("E15", "E18")))
+    elif cp is not None and cp.master_flushed_offset:
+        marks.append(("checkpoint holds masterFlushedOffset", five))
+    return marks
+
+
+def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
+    """Every 5.x start leaves ``abort.bak`` (``MixAll.string2File``) and the timer store's wheel (§6.3, §8.1):
+    a store with a ``lock`` file but neither is older."""
+    root = store.root
+    if (root / "lock").exists() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
+        return [("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12"))]
+    return []
+
+
+def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
+    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12)."""
     tail = _blank_tail(store)
-    if tail is not None:
-        if any(tail):
-            marks.append(("stale bytes after an end-of-file blank", eras_between("E0", "E9")))
-        else:
-            marks.append(("zeros after an end-of-file blank", eras_between("E10", "E18")))
-    if root is not None:
-        marks += _index_slot_marks(store)
+    if tail is None:
+        return []
+    if any(tail):
+        return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
+    return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
+
+
+def _splits(eras: set, last: str) -> bool:
+    """Whether ``eras`` hold eras up to ``last`` and after it: only then can a mark of that boundary narrow them."""
+    boundary = ERAS[[e.name for e in ERAS].index(last)].index
+    return any(e.index <= boundary for e in eras) and any(e.index > boundary for e in eras)
+
+
+def detect_version(store: "Store") -> VersionGuess:
+    """The eras the store's marks allow (module docstring). The marks that read more than a few bytes
+    (the blank after a segment, an index file's slots) are looked at only when they can still decide."""
+    evidence: list[str] = []
     eras = set(ALL_ERAS)
-    for text, allowed in marks:
-        left = eras & allowed
-        if left:
-            eras = left
-            evidence.append(f"{text}: {eras_label(allowed)}")
-        else:
-            evidence.append(f"{text}: set aside, it contradicts the marks before it")
-    if not marks:
+    seen = False
+
+    def narrow(marks) -> None:
+        nonlocal eras, seen
+        for text, allowed in marks:
+            seen = True
+            left = eras & allowed
+            if left:
+                eras = left
+                evidence.append(f"{text}: {eras_label(allowed)}")
+            else:
+                evidence.append(f"{text}: set aside, it contradicts the marks before it")
+
+    if store.root is not None:
+        narrow(_file_marks(store))
+        narrow(_config_marks(store))
+    narrow(_record_marks(_first_records(store, evidence)))
+    if _splits(eras, "E9"):
+        narrow(_blank_marks(store))
+    if store.root is not None and _splits(eras, "E7"):
+        narrow(_index_slot_marks(store))
+    if store.root is not None:
+        narrow(_missing_file_marks(store))  # last: a file that is there outweighs one that is not
+    if not seen:
         evidence.append("no version marks in the store")
     return VersionGuess.among(eras, evidence)
