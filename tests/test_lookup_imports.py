@@ -86,7 +86,7 @@ def test_a_config_that_could_name_state_version_is_still_parsed(tmp_path, spelli
 
     root = copy_store("4.9.7", "config-real", tmp_path)
     with Store.open(root) as store:
-        assert "stateVersion:" not in " ".join(store.version_guess.evidence)
+        assert "has dataVersion.stateVersion" not in " ".join(store.version_guess.evidence)
     path = root / "config" / "topics.json"
     doc = json.loads(path.read_text(encoding="utf-8"))
     doc["dataVersion"] = {**doc.get("dataVersion", {}), "KEY": 1}
