@@ -5,11 +5,12 @@ failed before its fix."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 from conftest import copy_store, manifest, store_path
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_OK, EXIT_USAGE
-from repair_support import mqtool
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE
+from repair_support import mqtool, tree
 
 # ---- say what each finding means -------------------------------------------------------------------
 
@@ -135,3 +136,99 @@ def test_dump_queue_kinds_on_a_store_without_that_folder(tmp_path):
     shutil.rmtree(root / "consumequeue")
     shown = mqtool("dump", "consumequeue", root)
     assert (shown.returncode, shown.stderr.strip()) == (EXIT_BAD_INPUT, f"mqtool: error: {root.resolve()} has no consumequeue/")
+
+
+def test_contradictory_options_are_usage_errors(tmp_path):
+    """Before: `recover --yes --dry-run` printed the plan (the --yes ignored), `--yes --plan-out`
+    saved it, and `--abnormal --normal` ran the last one given."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = tree(root)
+    cases = {
+        ("recover", root, "--yes", "--dry-run"): "--yes applies the plan and --dry-run changes nothing: give one of them",
+        ("recover", root, "--yes", "--plan-out", tmp_path / "plan.json"): "--yes applies the plan and --plan-out changes nothing: give one of them",
+        ("repair", root, "--yes", "--dry-run"): "--yes applies the plan and --dry-run changes nothing: give one of them",
+        ("recover", root, "--abnormal", "--normal"): "--abnormal and --normal contradict each other: give one of them; see 'mqtool recover --help'",
+    }
+    for args, line in cases.items():
+        shown = mqtool(*args)
+        assert (shown.returncode, shown.stdout, shown.stderr.strip()) == (EXIT_USAGE, "", f"mqtool: error: {line}"), args
+    assert tree(root) == before and not (tmp_path / "plan.json").exists()
+
+
+def test_info_on_a_bare_commitlog_folder_does_not_claim_a_clean_shutdown():
+    """crashed-small has an abort file; given its commitlog/ folder, info said "abort file: absent
+    (last shutdown clean)" and "consumequeue/ MISSING"."""
+    folder = store_path("4.9.7", "crashed-small") / "commitlog"
+    assert (folder.parent / "abort").exists()
+    shown = mqtool("info", folder, env={"COLUMNS": "100"})
+    assert shown.returncode == EXIT_OK, shown.stderr
+    assert "last shutdown clean" not in shown.stdout and "MISSING" not in shown.stdout and "rebuild-cq" not in shown.stdout
+    assert "not looked at   abort, lock, checkpoint, consumequeue, index, config" in shown.stdout
+    doc = json.loads(mqtool("info", folder, "-f", "json").stdout)
+    assert doc["not_looked_at"] == ["abort", "lock", "checkpoint", "consumequeue", "index", "config"]
+
+
+def test_verify_reports_a_missing_timer_wheel(tmp_path):
+    """timer-small without its timerwheel: the broker starts an empty wheel and never delivers the
+    pending timer messages. Before: no finding, "the store is sound" for the timer check."""
+    undelivered = [m for m in manifest("5.3.3", "timer-small")["messages"] if m.get("timer") and not m["timer"].get("delivered")]
+    assert not [f for f in json.loads(mqtool("verify", store_path("5.3.3", "timer-small"), "--only", "timer", "-f", "json").stdout)["findings"] if f["kind"] == "timer-wheel"]
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "timerwheel").unlink()
+    shown = mqtool("verify", root, "--only", "timer", "-f", "json")
+    assert shown.returncode == EXIT_FINDINGS, shown.stderr
+    (wheel,) = [f for f in json.loads(shown.stdout)["findings"] if f["kind"] == "timer-wheel"]
+    assert (wheel["severity"], wheel["file"]) == ("error", "timerwheel")
+    assert 0 < wheel["details"]["pending"] <= len(undelivered)
+
+
+def test_query_key_names_a_topic_the_store_does_not_hold():
+    """Before: `query key STORE NoSuchTopic k` printed nothing and exited 1."""
+    shown = mqtool("query", "key", store_path("4.9.7", "clean-small"), "NoSuchTopic", "k")
+    assert (shown.returncode, shown.stdout, shown.stderr.strip()) == (EXIT_FINDINGS, "", "mqtool: topic NoSuchTopic is not in the store (no consumequeue/NoSuchTopic/)")
+    shown = mqtool("query", "key", store_path("4.9.7", "clean-small"), "TopicTest", "no-such-key")
+    assert (shown.returncode, shown.stderr.strip()) == (EXIT_FINDINGS, "mqtool: no message of topic TopicTest has KEYS no-such-key")
+
+
+def test_epoch_seconds_are_refused_with_a_hint():
+    """Before: `--since 1795237465` was read as milliseconds (1970-01-21) and matched everything."""
+    store = store_path("4.9.7", "clean-small")
+    newest = max(m["storeTimestamp"] for m in manifest("4.9.7", "clean-small")["messages"])
+    seconds = str(newest // 1000)
+    for args in (("dump", store, "--since", seconds), ("query", "time", store, "TopicTest", "0", seconds)):
+        shown = mqtool(*args)
+        assert shown.returncode == EXIT_USAGE and shown.stdout == ""
+        assert f"looks like epoch seconds (as milliseconds it is 1970-" in shown.stderr and f"give {seconds}000 or an ISO-8601 time" in shown.stderr
+    assert mqtool("dump", store, "--since", seconds + "000", "-n", "1").returncode == EXIT_OK
+
+
+def test_no_color_turns_off_bold_on_a_terminal():
+    """NO_COLOR on a terminal: no escape sequence at all. Before: verify's finding kinds and
+    summary were still bold (rich's no_color keeps styles)."""
+    import pty
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    def on_a_terminal(env):
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "mqtool", "verify", store_path("4.9.7", "config-real")], stdout=follower, stderr=subprocess.DEVNULL,
+                                cwd=ROOT, env={**os.environ, "COLUMNS": "100", **env})
+        os.close(follower)
+        out = b""
+        while True:  # read while it writes (a pty holds little), until it closes its end
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(leader)
+        return proc.wait(timeout=120), out
+
+    code, styled = on_a_terminal({})
+    assert b"\x1b[" in styled  # the terminal gets styles without NO_COLOR
+    code, plain = on_a_terminal({"NO_COLOR": "1"})
+    assert code == EXIT_FINDINGS and b"consumer-offset-range" in plain and b"\x1b[" not in plain

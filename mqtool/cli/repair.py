@@ -20,7 +20,7 @@ from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
-from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse
+from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plan import Plan, PlanOptions
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
@@ -128,7 +128,15 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
 
 
+def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None) -> None:
+    """--yes applies; --dry-run and --plan-out promise nothing changes: both at once is a usage error."""
+    for given, name in ((dry_run, "--dry-run"), (plan_out is not None, "--plan-out")):
+        if yes and given:
+            raise UsageError(f"--yes applies the plan and {name} changes nothing: give one of them")
+
+
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
+    refuse_contradictions(yes, dry_run, plan_out)
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
     extra = [s.path.parent for s in store.commitlog.segments[:1]]
@@ -268,6 +276,7 @@ def repair(
     Example:
       mqtool repair /data/rocketmq/store --yes
     """
+    refuse_contradictions(yes, dry_run)
     root = Path(store)
     if not root.is_dir():
         open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
