@@ -207,12 +207,21 @@ def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
     return row
 
 
+SECONDS_LIKE = (10**9, 10**11)  # epoch values read as seconds, not milliseconds, by a person: refused with a hint
+
+
 def parse_time(text: str | None, option: str) -> int | None:
-    """A user's ``--since``/``--until``: epoch milliseconds, or ISO-8601 (a time without zone is UTC)."""
+    """A user's ``--since``/``--until``: epoch milliseconds, or ISO-8601 (a time without zone is UTC).
+    A 10- or 11-digit number is epoch seconds to a person (milliseconds would be early 1970): refused
+    with the value in milliseconds as a hint, never read silently as milliseconds."""
     if text is None:
         return None
     if text.lstrip("-").isdigit():
-        return int(text)
+        value = int(text)
+        if SECONDS_LIKE[0] <= value < SECONDS_LIKE[1]:  # 10 or 11 digits: a time in 1970-1973 as ms, 2001-5138 as seconds
+            as_ms = datetime.fromtimestamp(value / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+            raise UsageError(f"{option} {text} looks like epoch seconds (as milliseconds it is {as_ms}): give {value * 1000} or an ISO-8601 time")
+        return value
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:

@@ -30,6 +30,7 @@ _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _PHYS = fmt.PHYS_OFFSET_POSITION
 _V1 = (fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
 _V2_LAST = (fmt.MESSAGE_MAGIC_V2 & 0xFF)
+_STORE_TIMESTAMP = [fmt.HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].offset_of("store_timestamp") for f in range(4)]  # by (sysflag >> 4) & 3
 WINDOW = 8 << 20  # bytes searched for a record start between page releases (what stays resident)
 
 
@@ -65,6 +66,8 @@ class LostScan:
     listed: list[Message] = field(default_factory=list)
     other_bytes: int = 0  # non-zero bytes after the cut that belong to no record
     first_other: int | None = None
+    stale: int = 0  # records stored before the newest one kept (``store_timestamp``): see ``records_after``
+    stale_bytes: int = 0
 
 
 def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message:
@@ -84,8 +87,13 @@ def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message
     )
 
 
-def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool) -> LostScan:
-    """Records from ``cut`` to the end of the last segment; the first ``limit`` are described."""
+def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None) -> LostScan:
+    """Records from ``cut`` to the end of the last segment; the first ``limit`` are described.
+
+    A record stored before ``newest_kept`` (the store timestamp of the newest record the cut keeps,
+    or of a later record found here that is not stale) is counted ``stale``: a leftover of a log
+    the broker already cut back and wrote over (§8.9), dropped by it then, not by this cut (the
+    rule of ``CommitLogCheck._is_stale``, one record at a time)."""
     result = LostScan()
     index = commitlog.segment_index(cut)
     if index is None:
@@ -97,7 +105,7 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
             array = as_array(mf.buf)
             try:
                 start = cut - seg.base_offset if i == index else 0
-                _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start), mf.buf)
+                newest_kept = _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start), mf.buf, newest_kept)
             finally:
                 release_pages(mf.buf, 0, mf.size)
                 del array
@@ -163,13 +171,27 @@ def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf, extent
         q = nxt
 
 
-def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None) -> None:
+def _store_timestamp(array, pos: int) -> int:
+    flags = int.from_bytes(array[pos + fmt.SYS_FLAG_POSITION : pos + fmt.SYS_FLAG_POSITION + 4].tobytes(), "big")
+    at = pos + _STORE_TIMESTAMP[(flags >> 4) & 3]
+    return int.from_bytes(array[at : at + 8].tobytes(), "big", signed=True)
+
+
+def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None, newest_kept: int | None = None) -> int | None:
+    """Walk one segment from ``pos``; returns ``newest_kept`` as it stands after it."""
     size = array.shape[0]
     while pos < size:
         count, end, code, _ = walk_segment(array, pos, size, True, False, out)
         for row in out[:count]:
             result.records += 1
             result.record_bytes += int(row[COL_SIZE])
+            if newest_kept is not None:
+                stored = _store_timestamp(array, int(row[COL_POS]))
+                if stored < newest_kept:
+                    result.stale += 1
+                    result.stale_bytes += int(row[COL_SIZE])
+                else:
+                    newest_kept = stored
             if len(result.listed) < limit:
                 record = fmt.decode_record(array, int(row[COL_POS]), base, size)
                 result.listed.append(describe(record, bool(row[COL_CRC_OK]), legacy))
@@ -177,7 +199,7 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
             pos = end
             continue
         if code == OK_BLANK:
-            return
+            return newest_kept
         nxt = -1
         search = _search_from(extents, end + 1)
         if search is not None:
@@ -189,8 +211,9 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
             if result.first_other is None:
                 result.first_other = base + end
         if nxt < 0:
-            return
+            return newest_kept
         pos = nxt
+    return newest_kept
 
 
 def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = WINDOW) -> int:

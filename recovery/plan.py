@@ -98,6 +98,13 @@ class LostMessages:
     other_bytes: int  # non-zero bytes after the end that belong to no record
     first_other_offset: int | None
     unreadable: tuple[QueueRef, ...] = ()
+    stale: int = 0  # of ``count``: stored before a record kept, overwritten history the broker already dropped (not lost now)
+    stale_bytes: int = 0
+
+    @property
+    def lost_now(self) -> int:
+        """Records this cut really discards (``count`` minus the stale ones)."""
+        return self.count - self.stale
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,8 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         deleted = [s for s in cl.segments[index + 1 :]]
     for seg in deleted:
         actions.append(Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)"))
-    found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2)
+    kept = record_at(cl, scan.last_valid, legacy) if scan.last_valid >= 0 else None
+    found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp)
     lost = LostMessages(
         found.records,
         found.record_bytes,
@@ -165,6 +166,8 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         len(found.listed) == found.records,
         found.other_bytes,
         found.first_other,
+        stale=found.stale,
+        stale_bytes=found.stale_bytes,
     )
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):

@@ -167,12 +167,17 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     # 4. commit log cut, CQ truncation
     cl_plan, lost, actions = commitlog_plan(store, scan, options.lost_limit, legacy, rules.accepts_v2_magic)
     lost = unreadable_from_queues(lost, sims, end, cl_plan.first_invalid)
-    if cl_plan.end_is_damage and lost is not None and lost.count:
+    stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
+             "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost is not None and lost.stale else None
+    if cl_plan.end_is_damage and lost is not None and lost.lost_now:
         notes.insert(0, (
             f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the end "
-            f"of the written data, and throws away the {lost.count} valid message(s) ({lost.bytes} bytes) after it; "
+            f"of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) after it; "
             "`mqtool verify --keep-going` shows the damaged range and `mqtool dump --keep-going` reads past it: save what you need before --yes"
+            + (f" ({stale})" if stale else "")
         ))
+    elif stale:
+        notes.insert(0, stale)
     walk = rules.abnormal_truncates_cq_always if mode == "abnormal" else False
     if dl is not None:
         walk = max_cq >= cq_cut

@@ -237,8 +237,9 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             else:
                 out.lost.append(expected(f, True))
         else:
-            # consumer offsets outside their queue after lost messages, and anything unknown
-            out.lost.append(expected(f, bool(lost_ranges) or f.kind == "consumer-offset-range"))
+            # anything unknown is lost data after lost messages; a consumer offset outside its queue
+            # never is (the broker moves it to the queue's min or max: OFFSET_TOO_SMALL / OFFSET_OVERFLOW)
+            out.lost.append(expected(f, bool(lost_ranges) and f.kind != "consumer-offset-range"))
     return out
 
 
@@ -492,8 +493,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
         remaining = t.lost
     elif recover_error is not None:
         notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
-    if recover is not None and recover.lost is not None and recover.lost.count:
-        notes.append(f"the recovery's cut loses {recover.lost.count} message(s) ({recover.lost.bytes} bytes): see the recovery plan")
+    if recover is not None and recover.lost is not None and recover.lost.lost_now:
+        notes.append(f"the recovery's cut loses {recover.lost.lost_now} message(s) ({recover.lost.bytes - recover.lost.stale_bytes} bytes): see the recovery plan")
     notes.append("the steps after the recovery are planned again on the recovered store when applied")
     return RepairPlan(str(Path(root).resolve()), int(time.time() * 1000), tuple(steps), files, recover, recover_error, tuple(remaining), tuple(notes))
 

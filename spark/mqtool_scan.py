@@ -59,10 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.paths or not args.output:
         parser().error("PATH and --output are required")
-    set_log_level(verbose=args.verbose)
-    from mqtool.spark import job
+    from mqtool.spark import job  # pyspark's Python side only: no JVM yet
 
-    return job.main(args)
+    prepared = job.prepare_args(args)  # a wrong argument or path is one line before the JVM starts (seconds)
+    if isinstance(prepared, int):
+        return prepared
+    set_log_level(verbose=args.verbose)
+    return job.main(args, prepared)
 
 
 def set_log_level(*, verbose: bool) -> None:

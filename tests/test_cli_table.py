@@ -1,4 +1,4 @@
-"""The table layout rules of ``mqtool/cli/table.py`` on rows taken from a real-broker manifest, and
+"""The table layout rules of ``mqtool/table.py`` on rows taken from a real-broker manifest, and
 text printed without rich as rich prints it (``output.Screen``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from rich.cells import cell_len
 
 from conftest import manifest
 from mqtool.cli.output import _RICH_RENDERS, Screen
-from mqtool.cli.table import Table, line_spans, wrap
+from mqtool.table import Table, line_spans, wrap
 
 COLUMNS = ("offset", "topic", "queue", "keys", "uniqKey", "msgId")
 

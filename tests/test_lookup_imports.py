@@ -56,7 +56,7 @@ def test_a_table_with_wide_cells_still_measures_them_with_rich():
     """The ASCII shortcut of ``table.cell_len`` is exact; anything else is rich's measure."""
     from rich.cells import cell_len as rich_cell_len
 
-    from mqtool.cli.table import cell_len
+    from mqtool.table import cell_len
 
     for text in ["", "abc 123", "~!@#$%^&*()_+{}|:<>?", "Tópico-主题-тема", "a\tb", "\x1b[1m", "e\u0301", "🙂 ok"]:
         assert cell_len(text) == rich_cell_len(text), text

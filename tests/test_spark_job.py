@@ -280,3 +280,38 @@ def test_spark_submit_prints_no_info_line(tmp_path):
     printed = result.stdout + result.stderr
     assert [line for line in printed.splitlines() if " INFO " in line] == []
     assert "clean-small" in result.stdout and (out / "report.json").is_file()
+
+
+def test_stats_tables_fit_100_columns_and_the_summary_says_what_it_counts(spark, tmp_path, capsys, monkeypatch):
+    """Issue #28. Before: the queues table was 240 columns wide (the long topic in the middle) and
+    the summary said "5 splits of 5242880 bytes" for five 1 MiB splits."""
+    monkeypatch.setenv("COLUMNS", "100")
+    brokers = {"clean": ("4.9.7", "clean-small")}
+    doc = job.run(options(tmp_path, brokers, mode="stats"), spark)
+    captured = capsys.readouterr()
+    total = sum(p.stat().st_size for p in (store_path("4.9.7", "clean-small") / "commitlog").iterdir())
+    assert f"mqtool-scan: stats: {doc['splits']} splits, {total} bytes in all, 0 dropped" in captured.err
+    topics = {m["topic"] for m in manifest("4.9.7", "clean-small")["messages"]}
+    for line in captured.out.splitlines():  # only a topic longer than the room left may run past the edge
+        assert len(line) <= 100 or line.split()[-1] in topics, line
+
+
+def test_the_script_checks_its_arguments_before_the_jvm_starts(tmp_path):
+    """Before: `mqtool_scan.py /nonexistent` started Spark's JVM (10 s and more) to say the path
+    does not exist. The probe fails the run if the JVM is started."""
+    probe = (
+        "import sys, runpy; from pyspark import SparkContext\n"
+        "def started(*a, **k):\n    print('JVM STARTED', file=sys.stderr); raise SystemExit(99)\n"
+        "SparkContext._ensure_initialized = classmethod(started)\n"
+        f"sys.argv = ['mqtool_scan.py', *sys.argv[1:]]\nrunpy.run_path({str(SCRIPT)!r}, run_name='__main__')\n"
+    )
+    cases = {
+        (str(tmp_path / "nonexistent"), "--output", str(tmp_path / "out")): (EXIT_BAD_INPUT, f"mqtool-scan: error: {tmp_path / 'nonexistent'}: no such file or directory"),
+        (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--since", "1795237465"): (EXIT_USAGE, None),
+        (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--mode", "verify", "--topic", "TopicTest"): (EXIT_USAGE, None),
+    }
+    for args, (code, line) in cases.items():
+        result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
+        assert "JVM STARTED" not in result.stderr and result.returncode == code, (args, result.stderr[-2000:])
+        assert result.stderr.strip().splitlines()[-1] == line if line else result.stderr.strip().startswith("mqtool-scan: error: ")
+    assert not (tmp_path / "out").exists()

@@ -171,9 +171,29 @@ def add_global_options(command) -> None:
     from .metavars import plain_arguments
 
     plain_arguments(command)
+    refuse_both_ways(command)
     taken = {opt for p in command.params for opt in p.opts}
     help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
     command.params[help_at:help_at] = [o for o in global_options() if not taken.intersection(o.opts)]
+
+
+def refuse_both_ways(command) -> None:
+    """A flag pair given both ways (``--abnormal --normal``) is a usage error: click would keep
+    the last one and silently ignore the other."""
+    pairs = [(p.opts, p.secondary_opts) for p in command.params if getattr(p, "secondary_opts", None)]
+    if not pairs:
+        return
+    parse_args = command.parse_args
+
+    def checked(ctx, args):
+        given = set(args[: args.index("--")] if "--" in args else args)
+        for on, off in pairs:
+            both = [o for o in on if o in given][:1] + [o for o in off if o in given][:1]
+            if len(both) == 2:
+                raise UsageError(f"{both[0]} and {both[1]} contradict each other: give one of them", ctx=ctx)
+        return parse_args(ctx, args)
+
+    command.parse_args = checked
 
 
 class MqtoolGroup(TyperGroup):

@@ -58,6 +58,9 @@ DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index
 MESSAGE_TABLE_OPTIONAL = ("size", "tags", "keys", "uniq_key", "store_timestamp", "queue_offset")  # an IPv6 msg_id takes 56
 MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
+# --follow in a table: the followed message's columns before the topic (``_followed_cells``)
+CQ_FOLLOW_TABLE = (*CQ_TABLE[:-1], "msg_id", "store_timestamp", "tags", "keys", "topic")
+CQ_FOLLOW_TABLE_OPTIONAL = ("keys", "tags", *CQ_TABLE_OPTIONAL, "store_timestamp")
 BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
 # the options each KIND uses; any other one given is a usage error, never silently ignored
@@ -111,18 +114,18 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
     and the index lookups decode their records one by one (``message_dict``). Both print the same bytes and apply
     the one ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
     if msg_id is not None:
-        return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt)
+        return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt, body)
     if use_index and (match.key is not None or match.uniq_key is not None):
         offsets, why = _index_lookup(store, match)
         if offsets is not None:
-            return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt)
+            return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
     few = limit is not None and limit <= SMALL_LIMIT and not match.columns()  # a few records whatever the span
     if engine_for(limit if few else estimated_records(store.commitlog, start, stop)) == PYTHON:
-        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt)
+        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt, body)
     encoder = _text_encoder(fmt)
-    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder)
+    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
 
 
 def _text_encoder(fmt: OutputFormat):
@@ -162,8 +165,13 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     return resumed
 
 
-def _emit_rows(rows: Iterable[dict], fmt: OutputFormat) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+def message_table(body: BodyEncoding) -> tuple[str, ...]:
+    """The table's message columns: ``body`` last when ``--body`` asks for it (a long one runs past the edge)."""
+    return MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
+
+
+def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding = BodyEncoding.none) -> None:
+    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
 
 
 def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
@@ -302,11 +310,11 @@ def _row_dict(row: dict) -> dict:
     return row
 
 
-def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None) -> None:
-    """Print (batch, text) pairs of messages: the table through ``emit_rows`` (bytes as
-    ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
+def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple[str, ...] = MESSAGE_TABLE) -> None:
+    """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
+    (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
         return
     emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
@@ -326,7 +334,16 @@ def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | N
         return path, topics, queue, single
     if path.name.isdigit():
         return path.parent.parent, [path.parent.name], int(path.name), single
+    if _is_store_root(path):  # not a topic folder: never scan its parent as the queue folder
+        raise BadInput(f"{path} has no {folder}/")
     return path.parent, [path.name], queue, single
+
+
+def _is_store_root(path: Path) -> bool:
+    """``path`` holds a part of a store (``layout.READ``: commitlog/, checkpoint, index/, ...; or dledger-<id>/)."""
+    from ..store.layout import READ
+
+    return path.is_dir() and any(p.name in READ or p.name.startswith("dledger-") for p in path.iterdir())
 
 
 def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | None]:
@@ -384,6 +401,14 @@ def _followed(store: Store, offset: int, body: BodyEncoding) -> dict:
     if not isinstance(record, CommitLogRecord):
         return {"error": f"blank record at offset {offset}"}
     return message_dict(record, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
+
+
+def _followed_cells(row: dict) -> dict:
+    """A ``--follow`` row for the table: the followed message's fields beside the entry's (its
+    msg_id cell says why there is none: a filler entry, or what the record read failed on)."""
+    message = row.get("message") or {}
+    why = "(filler entry)" if row["filler"] else f"({message['error']})" if "error" in message else None
+    return {**row, **{c: message.get(c) for c in ("store_timestamp", "tags", "keys", "body")}, "msg_id": message.get("msg_id") or why}
 
 
 def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
@@ -477,6 +502,8 @@ def check_options(kind: str, given: dict[str, object]) -> None:
     extra = sorted(used - KIND_OPTIONS[kind])
     if extra:
         raise UsageError(f"{', '.join(extra)} do{'es' if len(extra) == 1 else ''} not apply to `dump {kind}`")
+    if "--decompress" in used and "--body" not in used:
+        raise UsageError("--decompress inflates the bodies --body shows: give --body too (utf8, hex, base64 or sha256)")
     if kind == "consumequeue" and "--body" in used and "--follow" not in used:
         raise UsageError("--body on a consumequeue dump needs --follow (the entries hold no body)")
     if kind == "index" and "--topic" in used and "--key" not in used:
@@ -549,8 +576,12 @@ def dump(
             match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        rows = cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit)
-        emit_rows(itertools.islice(rows, limit), format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), limit)
+        if follow and format is OutputFormat.table:
+            columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
+            emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        else:
+            emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
     elif kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":

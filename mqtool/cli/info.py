@@ -29,6 +29,7 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
     cp = doc["checkpoint"]
     cl = doc["commitlog"]
     abort = doc["abort_file"]
+    unread = doc.get("not_looked_at")
     console.print(
         kv_table(
             "Store",
@@ -37,8 +38,10 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
                 ("broker version", doc["version"]["label"]),
                 *era_rows(doc["version"]),
                 ("evidence", "; ".join(doc["version"]["evidence"])),
-                ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
-                ("lock file", lock_text(doc)),
+                *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
+                    ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
+                    ("lock file", lock_text(doc)),
+                ]),
                 *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
                 *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
             ],
@@ -87,7 +90,8 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
             )
         )
     from_log = doc.get("topics_source") == "commitlog"
-    topics = titled_table("Topics (from the commit log: no consume queues)" if from_log else "Topics", ("messages", "queues", "topic"))  # topic last: a long one runs past the edge
+    title = "Topics (from the commit log)" if unread else "Topics (from the commit log: no consume queues)" if from_log else "Topics"
+    topics = titled_table(title, ("messages", "queues", "topic"))  # topic last: a long one runs past the edge
     for name, t in doc["topics"].items():
         topics.add_row(str(t["messages"]), str(t["queues"]), name)
     console.print(topics)
@@ -96,7 +100,7 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
         for q in doc["queues"]:
             queues.add_row(str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]), q["topic"])
         console.print(queues)
-    else:
+    elif not unread:
         console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
     if doc.get("batch_queues"):
         batch = titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"))
@@ -154,15 +158,22 @@ def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
     return topics
 
 
+NOT_A_ROOT = "given a commit log folder or segment, not the store root"
+UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config")
+
+
 def info_document(store: Store) -> dict[str, Any]:
     """``store_summary``; without consume queues its topics come from the commit log (and
-    ``topics_source`` says so)."""
+    ``topics_source`` says so). Given a bare commit log folder or segment, the store's other parts
+    are listed in ``not_looked_at``: their absence there says nothing about the store."""
     doc = store_summary(store)
     doc["topics_source"] = "consumequeue"
+    if store.root is None:
+        doc["not_looked_at"] = list(UNREAD_PARTS)
     if not doc["queues"]:
         doc["topics"] = commitlog_topics(store)
         doc["topics_source"] = "commitlog"
-        if doc["topics"]:
+        if doc["topics"] and store.root is not None:
             doc["notes"].append("no consume queues: topics and message counts are those of the commit log records (rebuild the queues with `mqtool rebuild-cq`)")
     return doc
 

@@ -28,7 +28,7 @@ from enum import Enum
 from typing import Any, Iterable, Sequence
 
 from . import terminal
-from .table import BOLD, RESET, YELLOW, Layout, Table, line_spans, wrap
+from ..table import BOLD, RESET, YELLOW, Layout, Table, line_spans, wrap
 
 # what rich does something with in a text: markup, tabs, emoji codes, the control characters it strips
 _RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]|:[^\s:]+:")
@@ -72,7 +72,8 @@ class Screen:
     def console(self):
         """The rich console for text (rich imported on the first text printed, not for tables)."""
         if self._console is None:
-            self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color or None)
+            # no styling at all without colour: rich's no_color alone still writes bold (NO_COLOR, TERM=dumb, a pipe)
+            self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color)
         return self._console
 
     def print(self, obj: Any = "", **kwargs) -> None:

@@ -20,7 +20,7 @@ from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
-from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse
+from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plan import Plan, PlanOptions
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
@@ -128,7 +128,15 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
 
 
+def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None) -> None:
+    """--yes applies; --dry-run and --plan-out promise nothing changes: both at once is a usage error."""
+    for given, name in ((dry_run, "--dry-run"), (plan_out is not None, "--plan-out")):
+        if yes and given:
+            raise UsageError(f"--yes applies the plan and {name} changes nothing: give one of them")
+
+
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
+    refuse_contradictions(yes, dry_run, plan_out)
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
     extra = [s.path.parent for s in store.commitlog.segments[:1]]
@@ -261,12 +269,14 @@ def repair(
     regenerated, the checkpoint rewritten to the valid log, a config restored from its .bak; each
     step is marked beyond_broker with why. Afterwards `verify` passes, or reports only the data
     that is lost.
-    Exit codes: 0 sound (or plan printed), 1 lost data remains, 3 bad input, 4 refused.
+    Exit codes: 0 sound, or the plan printed (without --yes), or only findings that are not lost
+    data remain; 1 lost data remains; 3 bad input; 4 refused.
 
     \b
     Example:
       mqtool repair /data/rocketmq/store --yes
     """
+    refuse_contradictions(yes, dry_run)
     root = Path(store)
     if not root.is_dir():
         open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
@@ -283,13 +293,18 @@ def repair(
     if dry_run:
         return
     if plan.is_empty:
-        if plan.remaining:
-            note(f"nothing can be repaired: verify reports {len(plan.remaining)} finding(s) of lost data (listed in the plan)")
+        lost = sum(e.lost_data for e in plan.remaining)
+        if lost:
+            note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
             raise typer.Exit(EXIT_FINDINGS)
+        if plan.remaining:
+            note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
+            return
         note("nothing to do: verify finds nothing to repair")
         return
     if not yes:
-        raise Refused("nothing changed: re-run with --yes to apply this repair")
+        note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
+        return
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
     with explain_interrupt(root, target), hold_store_lock(root, force):
@@ -327,11 +342,13 @@ def repair(
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
     if findings:
-        lost = rp.triage(findings)
-        note(f"verify still reports {len(findings)} finding(s), {sum(e.lost_data for e in lost.lost)} of them lost data:")
+        lost = sum(e.lost_data for e in rp.triage(findings).lost)
+        note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
         for f in findings[:10]:
             note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
-        raise typer.Exit(EXIT_FINDINGS)
+        if lost:
+            raise typer.Exit(EXIT_FINDINGS)
+        return
     note("verify: the store is sound")
 
 
@@ -545,6 +562,17 @@ def repair_stages(backup: Path) -> list[Path]:
 # ---- rendering --------------------------------------------------------------------------------------
 
 
+def lost_title(lost: dict) -> str:
+    """What the records after the cut are: lost by it, or stale records the broker overwrote
+    before (``LostMessages.stale``), which are not lost now."""
+    stale, stale_bytes = lost.get("stale", 0), lost.get("stale_bytes", 0)
+    lost_now = f"Lost by the cut: {lost['count'] - stale} message(s), {lost['bytes'] - stale_bytes} bytes"
+    if not stale:
+        return lost_now
+    stale_text = f"{stale} stale record(s), {stale_bytes} bytes, the broker overwrote (not lost now)"
+    return f"{lost_now}; after it also {stale_text}" if stale < lost["count"] else f"After the cut: {stale_text}"
+
+
 def render_plan(console: Screen, doc: dict) -> None:
     console.print(kv_table(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
     cl = doc.get("commitlog")
@@ -565,7 +593,7 @@ def render_plan(console: Screen, doc: dict) -> None:
         console.print(kv_table("Commit log", rows))
     lost = doc.get("lost")
     if lost and (lost["count"] or lost["other_bytes"]):
-        title = f"Lost by the cut: {lost['count']} message(s), {lost['bytes']} bytes" + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
+        title = lost_title(lost) + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
         if lost["other_bytes"]:
             title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
         columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]

@@ -47,6 +47,7 @@ from .inputs import BrokerInput, broker_store, resolve_inputs
 from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
+from ..table import Table
 from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
 from .source import FORMAT, RocketMQDataSource
 
@@ -144,10 +145,10 @@ def ship_package(spark: SparkSession) -> str | None:
 class Scan:
     """The resolved inputs of one run, their split plan, and DataFrames over them."""
 
-    def __init__(self, spark: SparkSession, o: JobOptions):
+    def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput] | None = None):
         self.spark = spark
         self.o = o
-        self.inputs: list[BrokerInput] = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+        self.inputs: list[BrokerInput] = inputs if inputs is not None else resolve_options_inputs(o)
         self.split_size = self._split_size()
         self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
@@ -467,8 +468,8 @@ def run_stats(scan: Scan, out: Output) -> dict:
     totals = {r["broker"]: {k.rsplit("_", 1)[0]: v for k, v in r.items()} for r in totals.to_pylist()}
     brokers_rows = broker_rows(scan, totals, bounds, rejected)
     written["brokers"] = out.write_table(pa.Table.from_pylist(brokers_rows, schema=arrow_schema(BROKER_COLUMNS)), "brokers")
-    print_table("brokers", brokers_rows, [n for n, _ in BROKER_COLUMNS])
-    print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT)
+    print_table("brokers", brokers_rows, BROKER_PRINT, optional=BROKER_PRINT_OPTIONAL)
+    print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT, optional=QUEUE_PRINT_OPTIONAL)
     print_table("hourly (all topics)", per_hour, ["broker", "hour", "messages", "bytes"])
     return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
 
@@ -493,7 +494,11 @@ BROKER_COLUMNS = (
     ("first_store_timestamp", "bigint"),
     ("last_store_timestamp", "bigint"),
 )
-QUEUE_PRINT = ["broker", "topic", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time"]
+# printed: the topic last (a long one runs past the edge), the optional columns least important first
+BROKER_PRINT = ["broker", "segments", "splits", "rejected_splits", "min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp"]
+BROKER_PRINT_OPTIONAL = ["first_store_timestamp", "last_store_timestamp", "segments"]
+QUEUE_PRINT = ["broker", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time", "topic"]
+QUEUE_PRINT_OPTIONAL = ["first_store_time", "last_store_time", "crc_failures", "bytes"]
 
 
 def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[dict]:
@@ -595,15 +600,20 @@ def _text(value) -> str | None:
 # ---- reporting -----------------------------------------------------------------------------------
 
 
-def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=None) -> None:
+def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=None, *, optional: Sequence[str] = ()) -> None:
+    """``rows`` as ``mqtool``'s tables are laid out (``mqtool.table``: headings wrap at their
+    underscores, ``optional`` columns dropped to fit the terminal, least important first, with a
+    line on stderr; else one vertical record per row), at most ``PRINT_ROWS`` of them."""
     stream = stream or sys.stdout
-    shown = rows[:PRINT_ROWS]
-    cells = [[_cell(r.get(c)) for c in columns] for r in shown]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    stream.write(f"{title}\n")
-    stream.write("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip() + "\n")
-    for row in cells:
-        stream.write("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() + "\n")
+    width = shutil.get_terminal_size().columns  # COLUMNS, else the terminal, else 80
+    heading = {c: c.replace("_", " ") for c in columns}
+    table = Table([heading[c] for c in columns], title=title, optional=[heading[c] for c in optional])
+    for r in rows[:PRINT_ROWS]:
+        table.add_row(*(_cell(r.get(c)) for c in columns))
+    layout = table.layout(width)
+    if layout.dropped:
+        print(f"mqtool-scan: {title}: not shown at {width} columns: {', '.join(layout.dropped)} (every column is in the output)", file=sys.stderr)
+    stream.write("\n".join([title, *table.render(layout, width=width)]) + "\n")
     if len(rows) > PRINT_ROWS:
         stream.write("... more rows in the output\n")
     stream.write("\n")
@@ -642,8 +652,19 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
     return doc
 
 
-def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
-    """Run one mode end to end; returns the report document (also written as report.json)."""
+def resolve_options_inputs(o: JobOptions) -> list[BrokerInput]:
+    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+
+
+def prepare(o: JobOptions) -> list[BrokerInput]:
+    """Every check of the arguments and the input paths, without Spark: run before the JVM
+    starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
+    ``BadInput``); returns the resolved inputs for ``run``."""
+    check_options(o)
+    return resolve_options_inputs(o)
+
+
+def check_options(o: JobOptions) -> None:
     if o.mode not in MODES:
         raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
     if o.format not in FORMATS:
@@ -654,19 +675,28 @@ def run(o: JobOptions, spark: SparkSession | None = None) -> dict:
         given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
         if given:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
+    if o.split_size:
+        parse_size(o.split_size)
+
+
+def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:
+    """Run one mode end to end (``inputs``: from ``prepare``, else resolved here); returns the
+    report document (also written as report.json)."""
+    if inputs is None:
+        inputs = prepare(o)
     started = time.monotonic()
     spark = spark or session()
     ship_package(spark)  # before the data source is registered: Python processes started from here on see the zip
     spark.dataSource.register(RocketMQDataSource)
-    scan = Scan(spark, o)
+    scan = Scan(spark, o, inputs)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)
     size = sum(b.bytes for b in scan.inputs)
     if o.mode == "verify":
-        what = f"{sum(len(b.segments) for b in scan.inputs)} segments of {size} bytes, {doc['count']} findings"
+        what = f"{sum(len(b.segments) for b in scan.inputs)} segments, {size} bytes in all, {doc['count']} findings"
     else:
-        what = f"{len(scan.tasks)} splits of {size} bytes, {len(doc['rejected_splits'])} dropped"
+        what = f"{len(scan.tasks)} splits, {size} bytes in all, {len(doc['rejected_splits'])} dropped"
     print(f"mqtool-scan: {o.mode}: {what}; output in {out.root}", file=sys.stderr)
     return doc
 
@@ -681,11 +711,28 @@ def error_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def main(args) -> int:
-    """Run from parsed arguments; every failure is one line on stderr and a documented exit code
-    (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
+def prepare_args(args) -> tuple[JobOptions, list[BrokerInput]] | int:
+    """``prepare`` from parsed arguments: the options and inputs, or the exit code of the one
+    line it printed on stderr (2 usage, 3 bad input)."""
     try:
-        doc = run(JobOptions.from_args(args))
+        o = JobOptions.from_args(args)
+        return o, prepare(o)
+    except MqtoolError as exc:
+        print(f"mqtool-scan: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> int:
+    """Run from parsed arguments (``prepared``: ``prepare_args``'s result, when the script checked
+    them before starting the JVM); every failure is one line on stderr and a documented exit code
+    (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
+    if prepared is None:
+        prepared = prepare_args(args)
+        if isinstance(prepared, int):
+            return prepared
+    o, inputs = prepared
+    try:
+        doc = run(o, inputs=inputs)
     except MqtoolError as exc:
         print(f"mqtool-scan: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -81,6 +81,10 @@ def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: di
     if key not in cache:
         cache[key] = queue_range(store, topic, queue_id)
     rng = cache[key]
+    if rng is None and offset == 0:
+        # a queue never written: the broker creates it empty and reads [0, 0]
+        # (ConsumeQueueStore.findOrCreateConsumeQueue), so offset 0 is its max, not a queue gone
+        rng = QueueRange(0, 0)
     row: dict[str, Any] = {"topic": topic, "queue_id": queue_id, "offset": offset, "relation": relation(offset, rng)}
     row["queue_min_offset"] = rng.min_offset if rng else None
     row["queue_max_offset"] = rng.max_offset if rng else None

@@ -6,8 +6,8 @@ against each other and against the commit log.
 - ``timer-reference``: a unit whose ``offset_py`` is past the commit log's logical end, or does not hold its
   ``rmq_sys_wheel_timer`` record: after a commit log truncation the broker retries such units forever
   (apache/rocketmq#10668). One finding per unit; units before the commit log's min offset (expired) are info.
-- ``timer-wheel``: a ``timerwheel`` of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to
-  start), or a slot whose first/last positions are not unit positions inside the timer log.
+- ``timer-wheel``: a missing ``timerwheel`` (an error while timer messages are pending: an empty wheel never
+  delivers them), one of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to start), or a slot whose first/last positions are not unit positions inside the timer log.
 - ``timercheck-ahead``: ``lastTimerLogFlushPos`` past the timer log's end, or ``lastTimerQueueOffset`` past the
   ``rmq_sys_wheel_timer`` queue's max offset.
 """
@@ -76,6 +76,7 @@ def _unit_positions(report: TimerReport) -> set[int]:
 
 def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
     if timer.wheel_path is None:
+        yield _missing_wheel(report)
         return
     size = timer.wheel_size
     if size and size != WHEEL_FILE_SIZE:
@@ -87,6 +88,17 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         if bad:
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts",
                           file="timerwheel", expected="a unit position", found=bad[0], details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num})
+
+
+def _missing_wheel(report: TimerReport) -> Finding:
+    """No ``timerwheel`` beside a timer log or checkpoint: ``TimerWheel``'s constructor creates an empty one and
+    ``recoverAndRevise`` only revises slots that exist, so the pending units' slots are gone and the broker never
+    delivers them (an error); without pending units the broker just starts an empty wheel (a warning)."""
+    pending = sum(row["state"] == "pending" for row in report.rows)
+    if pending:
+        return error("timer-wheel", f"timerwheel is missing: the broker starts an empty wheel and never delivers the {pending} pending timer message(s) of the timer log",
+                     file="timerwheel", expected=WHEEL_FILE_SIZE, found=None, details={"pending": pending})
+    return warning("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
