@@ -30,7 +30,7 @@ from ..store import Store
 from ..store import fastscan as fs
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
-from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, warm_up
+from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at, warm_up
 
 Progress = Callable[[int], None]
 
@@ -209,9 +209,13 @@ class CommitLogCheck:
             from .logstream import LogStream
 
             _, end = recovery_end(self.store, self._broker_start)
-            served = LogStream(self.store, self._resume, self.stop, unread_before=lambda: self._broker_start)
-            for _ in served.walk():
+            stop = end.offset if self.stop is None else min(self.stop, end.offset)
+            served = LogStream(self.store, self._resume, stop, unread_before=lambda: self._broker_start)
+            last = None
+            for last in served.walk():
                 pass
+            if last is not None:  # the last record the broker serves: the checkpoint check compares its time
+                result.last_timestamp = store_timestamp_at(last.array, int(last.rows[-1, fs.COL_POS]))
             self.notes.append(f"the damage at {result.logical_end} lies before {self._broker_start}, where the broker's recovery starts scanning: "
                               f"the broker never reads it and serves the log to {end.offset}")
             result.records += served.records
