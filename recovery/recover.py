@@ -58,7 +58,7 @@ from .plansteps import (
 from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
 from ..store.rules import VersionRules
-from .startfile import abnormal_start, normal_start
+from .startfile import recovery_start
 
 if TYPE_CHECKING:
     from .walkedchain import WalkedChain
@@ -117,11 +117,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             rule = "DLedgerMmapFileStore.recover: the third-from-last data file"
     elif options.full_scan:
         start, rule = cl.min_offset, "every segment from the first (--full-scan)"
-    elif mode == "abnormal":
-        s = abnormal_start(cl, rules, cp, index_safe=index_safe and index_enable)
-        start, rule = s.offset, s.rule
     else:
-        s = normal_start(cl, rules, max_cq)
+        s = recovery_start(store, rules, mode=mode, index_safe=index_safe, max_cq_phys_offset=max_cq)
         start, rule = s.offset, s.rule
     dispatch_a = dispatching and (mode == "abnormal" or rules.normal_dispatches)
     if dl is not None:

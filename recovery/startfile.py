@@ -74,13 +74,17 @@ def normal_start(commitlog: CommitLog, rules: VersionRules, max_cq_phys_offset: 
     return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
 
 
-def recovery_start(store: Store, rules: VersionRules) -> ScanStart:
+def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
     """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
     present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
-    never read by the broker's recovery."""
+    never read by the broker's recovery. ``mode``, ``index_safe`` (default: the store's config)
+    and the consume queues' max physical offset (default: recovered here) may be given by a
+    planner that has them."""
     cl = store.commitlog
-    if store.abort_present:
+    if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
         cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
-        return abnormal_start(cl, rules, cp, index_safe=store.config.message_index_safe and store.config.message_index_enable)
-    max_cq = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1) if rules.normal_start_from_cq_max else -1
-    return normal_start(cl, rules, max_cq)
+        safe = store.config.message_index_safe if index_safe is None else index_safe
+        return abnormal_start(cl, rules, cp, index_safe=safe and store.config.message_index_enable)
+    if max_cq_phys_offset is None:
+        max_cq_phys_offset = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1) if rules.normal_start_from_cq_max else -1
+    return normal_start(cl, rules, max_cq_phys_offset)

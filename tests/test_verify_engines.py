@@ -390,8 +390,9 @@ def test_a_zeroed_record_range(version, store_copy, sizes):
         f.seek(target % (1 << 20))
         f.write(bytes(4096))
     found = same(root)
-    assert {"damaged-range", "cq-entry-beyond-end"} & kinds(found)
-    assert "index-entry-beyond-end" in kinds(found)
+    # the zeros lie before the segment the broker's next start scans from: it never reads them and serves
+    # the log past them, so the entries of the zeroed records dangle (not "beyond the end": issue #28)
+    assert kinds(found) == {"damaged-range", "cq-entry-dangling", "index-entry-dangling"}
     same(root, keep_going=True)
 
 

@@ -70,6 +70,7 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
                 ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
                 ("min offset", cl["min_offset"]),
                 ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
+                *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
             ],
         )
     )
@@ -163,10 +164,18 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 
 def info_document(store: Store) -> dict[str, Any]:
-    """``store_summary``; without consume queues its topics come from the commit log (and
-    ``topics_source`` says so). Given a bare commit log folder or segment, the store's other parts
-    are listed in ``not_looked_at``: their absence there says nothing about the store."""
-    doc = store_summary(store)
+    """``store_summary`` scanned from where the broker's next start scans, with what that start
+    keeps and drops (``recovery.nextstart``); without consume queues its topics come from the
+    commit log (and ``topics_source`` says so). Given a bare commit log folder or segment, the
+    store's other parts are listed in ``not_looked_at``: their absence there says nothing about the store."""
+    from ..recovery.nextstart import next_start, start_of
+    from ..store.commitlog import ScanEnd
+
+    start = start_of(store)
+    doc = store_summary(store, None if start is None else start.offset)
+    cl = doc["commitlog"]
+    found = None if start is None else next_start(store, ScanEnd(cl["max_offset"], cl["end_reason"]), start.offset)
+    doc["next_start"] = None if found is None else found.as_dict()
     doc["topics_source"] = "consumequeue"
     if store.root is None:
         doc["not_looked_at"] = list(UNREAD_PARTS)

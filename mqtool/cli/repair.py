@@ -156,7 +156,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     finally:
         store.close()
-    emit_document(plan.to_dict(), fmt, render_plan)
+    emit_document(with_next_start(plan.to_dict(), plan), fmt, render_plan)
     for n in plan.notes:
         if n.startswith("DAMAGE:"):
             note(n)  # again on stderr, after the plan: the last thing the operator reads before --yes
@@ -177,6 +177,15 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
+
+
+def with_next_start(doc: dict, recover: Plan | None) -> dict:
+    """The plan document with ``next_start``: what the broker's recovery of ``recover`` keeps and
+    drops, in the words ``info``, ``verify`` and ``salvage`` use (``recovery.nextstart``)."""
+    from ..recovery.nextstart import NextStart
+
+    found = None if recover is None else NextStart.of_plan(recover)
+    return doc if found is None else {**doc, "next_start": found.as_dict()}
 
 
 def _options(**kw) -> PlanOptions:
@@ -289,7 +298,7 @@ def repair(
     _settle_kernels_at(root, broker_config, broker_version)
     rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
-    emit_document(plan.to_dict(), fmt, render_repair)
+    emit_document(with_next_start(plan.to_dict(), plan.recover), fmt, render_repair)
     if dry_run:
         return
     if plan.is_empty:
@@ -590,6 +599,8 @@ def render_plan(console: Screen, doc: dict) -> None:
             rows.append(("zero", f"{cl['cut_segment']} bytes [{cl['zero_from']}, {cl['zero_to']}) ({cl['zero_to'] - cl['zero_from']} bytes)"))
         if cl["delete_segments"]:
             rows.append(("delete segments", ", ".join(cl["delete_segments"])))
+        if doc.get("next_start"):
+            rows.append(("next start", doc["next_start"]["line"]))
         console.print(kv_table("Commit log", rows))
     lost = doc.get("lost")
     if lost and (lost["count"] or lost["other_bytes"]):
@@ -658,7 +669,8 @@ def render_verify_after(console: Screen, items: list[dict]) -> None:
 
 
 def render_repair(console: Screen, doc: dict) -> None:
-    console.print(kv_table("Plan: repair", [("store", doc["store"]), ("steps", len(doc["steps"])), ("beyond the broker", sum(1 for s in doc["steps"] if s["beyond_broker"]))]))
+    console.print(kv_table("Plan: repair", [("store", doc["store"]), ("steps", len(doc["steps"])), ("beyond the broker", sum(1 for s in doc["steps"] if s["beyond_broker"])),
+                                            *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else [])]))
     if doc["steps"]:
         table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"])
         for i, st in enumerate(doc["steps"], 1):

@@ -113,23 +113,42 @@ def salvage(
 
             writer = SalvageStoreWriter(store, check_target(store, to_store))
         try:
-            scan = _salvage(store, writer, out, format, body, include_stale, progress)
+            next_start = NextStartOf(store)
+            scan = _salvage(store, writer, out, format, body, include_stale, progress, next_start)
             new_store = writer.close() if writer is not None else None
         except BaseException:
             if writer is not None:
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
-    _report(scan.summary, new_store, include_stale)
+    _report(scan.summary, new_store, include_stale, next_start.found)
     if scan.summary.damaged:
         raise typer.Exit(EXIT_FINDINGS)
 
 
-def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None):
+class NextStartOf:
+    """The broker's next start (``recovery.nextstart``), settled from the salvage scan's own walk
+    from the first segment (``served_to``); ``found`` afterwards."""
+
+    def __init__(self, store):
+        self.store = store
+        self.found = None
+
+    def served_to(self, walked):
+        from ..recovery.nextstart import next_start
+        from ..store.commitlog import ScanEnd
+
+        store = self.store
+        self.found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
+        return walked if self.found is None or self.found.logical_end == walked.offset else ScanEnd(self.found.logical_end, self.found.end_reason)
+
+
+def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None, next_start: NextStartOf):
     """Scan and write the rows (and the new store's records); returns the finished scan."""
     from ..scan.salvage import SalvageScan
 
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-        scan = SalvageScan(store, columns=_columns(format, writer is not None), body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH)
+        scan = SalvageScan(store, columns=_columns(format, writer is not None), body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH,
+                           served_to=next_start.served_to)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
             return scan
@@ -156,10 +175,13 @@ def _columns(format: SalvageFormat, writing: bool) -> list[str]:
     return [c for c in MESSAGE_FIELDS if c in TABLE or (writing and c in DISPATCH)]
 
 
-def _report(summary, new_store, include_stale: bool) -> None:
+def _report(summary, new_store, include_stale: bool, next_start) -> None:
     c = summary.counts
     cut = summary.cut
-    note(f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
+    if next_start is not None:
+        note(next_start.line())
+    else:
+        note(f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
     stale = sum(s.records for s in summary.stretches if s.status == "stale")
     note(f"salvaged {c['live'] + c['past-damage']} records: {c['live']} live, {c['past-damage']} past damage; {stale} stale records {'listed' if include_stale else 'not listed (--include-stale)'}")
     for u in summary.unreadable:

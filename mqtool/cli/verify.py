@@ -77,12 +77,29 @@ def _render_summary(console: Screen, s: dict[str, Any]) -> None:
     console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
 
 
+def _lead(console: Screen, summary: Summary, held: list | None) -> list:
+    """Print the next-start line (once, first) and return the findings held until it was known."""
+    if held is None:
+        return []
+    if summary.next_start is not None:
+        console.print(f"[bold]{escape(summary.next_start.line())}[/]")
+    return held
+
+
 def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
         console = Screen(out)
+        held: list | None = []  # the findings before the next start is known: it leads
         for finding in findings:
-            _render_finding(console, finding.as_dict())
+            if held is not None and summary.next_start is None:
+                held.append(finding)
+                continue
+            for f in _lead(console, summary, held) + [finding]:
+                _render_finding(console, f.as_dict())
+            held = None
+        for f in _lead(console, summary, held):
+            _render_finding(console, f.as_dict())
         _render_summary(console, summary.as_dict())
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')

@@ -5,7 +5,9 @@ The broker's recovery keeps the records up to the first invalid one (``CommitLog
 reads, with a ``status`` column:
 
 - ``live``: the records ``read_batches`` reads (from the first segment to the first invalid record,
-  CRC checked): what the broker keeps;
+  CRC checked) and, where that walk ended at damage before the segment the broker's next start
+  scans from (``served_to``: ``recovery.nextstart``, given by the caller), the valid records
+  after it up to the end of that scan: what the broker keeps;
 - ``past-damage``: valid records (CRC good) after that cut and newer than the last record before
   them: the broker would discard them with everything after the damage;
 - ``stale`` (``include_stale``): valid records after the cut stored *before* the last record
@@ -21,6 +23,7 @@ a record whose body CRC fails is skipped (``skipped``) and the read resumes afte
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -43,7 +46,7 @@ class Stretch:
     start: int
     stop: int
     status: str
-    records: int
+    records: int | None  # None until read: the part of a run before or after the broker's end
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,10 @@ Progress = Callable[[int], None]  # called with the commit log offset reached
 class SalvageScan:
     """Iterate to get ``messages`` batches (``columns`` + ``status``); ``summary`` fills as it goes."""
 
-    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Progress | None = None, batch: int = 1 << 15):
+    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Progress | None = None, batch: int = 1 << 15,
+                 served_to: Callable[[ScanEnd], ScanEnd] | None = None):
         self.store = store
+        self.served_to = served_to  # where the walk from the first segment ended -> where the broker's next start ends the log
         self.columns = None if columns is None else list(columns)
         self.read = None if columns is None else list(dict.fromkeys([*columns, "offset", "size", "store_timestamp"]))
         self.body = body
@@ -102,12 +107,14 @@ class SalvageScan:
         for batch in live:
             last_ts = int(batch["store_timestamp"][-1].as_py())
             yield self._finish(batch, LIVE)
-        self.summary.cut = cut = live.end
-        for stretch in self._stretches(cut, last_ts):
+        self.summary.cut = cut = live.end if self.served_to is None else self.served_to(live.end)
+        for stretch in self._stretches(live.end, last_ts, cut.offset):
+            if stretch.status != STALE or self.include_stale:
+                read = self.summary.counts[stretch.status]
+                yield from self._read(stretch)
+                if stretch.records is None:  # a run the broker's scan ends inside: counted as read
+                    stretch = dataclasses.replace(stretch, records=self.summary.counts[stretch.status] - read)
             self.summary.stretches.append(stretch)
-            if stretch.status == STALE and not self.include_stale:
-                continue
-            yield from self._read(stretch)
 
     def _finish(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
         self.summary.counts[status] += batch.num_rows
@@ -117,8 +124,9 @@ class SalvageScan:
             batch = batch.select(self.columns)
         return batch.append_column("status", pa.repeat(status, batch.num_rows))
 
-    def _stretches(self, cut: ScanEnd, last_ts: int | None) -> Iterator[Stretch]:
-        """Runs of valid records after ``cut``, classified, in offset order."""
+    def _stretches(self, cut: ScanEnd, last_ts: int | None, served: int) -> Iterator[Stretch]:
+        """Runs of valid records after ``cut``, classified, in offset order: live before
+        ``served`` (the broker's next start reads on past damage before its start segment)."""
         segments = self.store.commitlog.segments
         first = self.store.commitlog.segment_index(cut.offset)
         if first is None:  # the cut is the end of the last segment
@@ -132,10 +140,19 @@ class SalvageScan:
             for run in report.runs:
                 if not run.records:
                     continue
+                start, stop = seg.base_offset + run.start, seg.base_offset + run.end
+                if start < served:
+                    last_ts = run.last_ts
+                    if stop > served:  # the broker's scan ends inside this run (a bad CRC): the rest is past it
+                        yield Stretch(start, served, LIVE, None)
+                        yield Stretch(served, stop, PAST_DAMAGE, None)
+                    else:
+                        yield Stretch(start, stop, LIVE, run.records)
+                    continue
                 stale = last_ts is not None and run.first_ts is not None and run.first_ts < last_ts  # CommitLogCheck._is_stale
                 if not stale:
                     last_ts = run.last_ts
-                yield Stretch(seg.base_offset + run.start, seg.base_offset + run.end, STALE if stale else PAST_DAMAGE, run.records)
+                yield Stretch(start, stop, STALE if stale else PAST_DAMAGE, run.records)
             if self.progress is not None:
                 self.progress(seg.end_offset)
 

@@ -61,6 +61,12 @@ class ScanEnd(NamedTuple):
         """True when the scan reached the end of written data rather than damage."""
         return self.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS)
 
+    def unread_by_broker(self, broker_start: int) -> bool:
+        """True when this end lies before ``broker_start``, where the broker's recovery starts
+        scanning (``recovery.startfile``): damage or zeros the broker never reads, so the log it
+        serves goes on past them. A requested limit is no such end."""
+        return self.reason not in (StopReason.LIMIT, StopReason.NO_SEGMENTS) and self.offset < broker_start
+
 
 class CommitLogScan:
     """Iterate valid records from a start offset; afterwards ``end`` says where and why it stopped."""

@@ -1,7 +1,8 @@
 """``mqtool info``'s figures: what the files say, computed the way the broker computes them.
 
 - commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
-  logical end found by the normal-recovery scan from the third-from-last segment (§8.5);
+  logical end found by the recovery scan from where the caller says the broker's next start
+  scans (``recovery.nextstart``), else from the third-from-last segment (§8.5);
 - per queue: max offset = the CQ recovery end (§5.7), min offset = ``correctMinOffset`` against
   the commit log min (§5.9). A crashed store's figures are those before any recovery.
 
@@ -88,9 +89,12 @@ def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[
     raise AssertionError("unreachable: the last segment's walk ends the chain")
 
 
-def commitlog_summary(store: Store) -> dict[str, Any]:
+def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
+    """The commit log and its logical end, scanned from ``start`` (the broker's recovery start,
+    ``recovery.startfile``, when the caller has it; else the third-from-last segment)."""
     segments = store.commitlog.segments
-    start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
+    if start is None:
+        start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
     count, end = logical_end(store, start)
     return {
         "dirs": sorted({str(s.path.parent) for s in segments}),
@@ -164,10 +168,10 @@ def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def store_summary(store: Store) -> dict[str, Any]:
+def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
     guess = store.version_guess
     cp = store.checkpoint
-    commitlog = commitlog_summary(store)  # first: a long walk loads numpy, and the queues are then judged on its view
+    commitlog = commitlog_summary(store, scan_from)  # first: a long walk loads numpy, and the queues are then judged on its view
     queues = queue_summaries(store)
     topics: dict[str, dict[str, int]] = {}
     for q in queues:

@@ -30,7 +30,7 @@ from ..store import Store
 from ..store import fastscan as fs
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
-from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, warm_up
+from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at, warm_up
 
 Progress = Callable[[int], None]
 
@@ -46,6 +46,7 @@ class CommitLogResult:
     segments: int = 0
     last_timestamp: int | None = None  # STORETIMESTAMP of the last record before the logical end
     first_timestamps: dict[int, int] = field(default_factory=dict)  # segment base -> first record's STORETIMESTAMP
+    first_crc: int | None = None  # the first record on the chain whose body CRC fails (the chain goes on past it)
     stopped_early: bool = False
 
 
@@ -173,6 +174,8 @@ class CommitLogCheck:
                     if chain.start == 0 and chain.first_ts is not None:
                         result.first_timestamps[report.base] = chain.first_ts
                     yield from self._record_findings(report, chain)
+                    if result.first_crc is None and chain.crc:
+                        result.first_crc = report.base + chain.crc[0][0]
                     result.records += chain.records
                     if chain.last_ts is not None:
                         result.last_timestamp = chain.last_ts
@@ -198,19 +201,21 @@ class CommitLogCheck:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
-        damaged_end = result.end_reason not in (fs.StopReason.ZEROS, fs.StopReason.BLANK_LAST, fs.StopReason.LIMIT, fs.StopReason.NO_SEGMENTS)
-        broker_start = self.unread_before() if damaged_end and self.unread_before is not None else None
-        if broker_start is not None and result.logical_end < broker_start:
-            self._broker_start = broker_start
+        if self.unread_before is not None and fs.ScanEnd(result.logical_end, result.end_reason).unread_by_broker(self.unread_before()):
+            self._broker_start = self.unread_before()
         yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
         if self._broker_start is not None and self._resume is not None:  # the log the broker serves goes on past the damage
             from ..store.summary import logical_end as recovery_end
             from .logstream import LogStream
 
             _, end = recovery_end(self.store, self._broker_start)
-            served = LogStream(self.store, self._resume, self.stop, unread_before=lambda: self._broker_start)
-            for _ in served.walk():
+            stop = end.offset if self.stop is None else min(self.stop, end.offset)
+            served = LogStream(self.store, self._resume, stop, unread_before=lambda: self._broker_start)
+            last = None
+            for last in served.walk():
                 pass
+            if last is not None:  # the last record the broker serves: the checkpoint check compares its time
+                result.last_timestamp = store_timestamp_at(last.array, int(last.rows[-1, fs.COL_POS]))
             self.notes.append(f"the damage at {result.logical_end} lies before {self._broker_start}, where the broker's recovery starts scanning: "
                               f"the broker never reads it and serves the log to {end.offset}")
             result.records += served.records
@@ -219,6 +224,20 @@ class CommitLogCheck:
             self.notes.append("stopped at the first damaged range of the commit log; run with --keep-going to check and count what follows")
 
     # ---- structure of the segment sequence ----
+
+    def broker_walk(self, check_crc: bool) -> tuple[int, fs.ScanEnd] | None:
+        """(from, end) of this check's walk as the broker's recovery walk ends it: at the first
+        CRC failure on the chain when ``check_crc`` (``checkCRCOnRecover``: the chain here goes on
+        past it, §8.3), else at the logical end; from the broker's start where the walk went past
+        damage before it (``run``). None for a walk that stopped at a requested limit."""
+        result = self.result
+        if result.end_reason == fs.StopReason.LIMIT or result.logical_end is None:
+            return None
+        if self._broker_start is not None and self._resume is not None:
+            return self._broker_start, fs.ScanEnd(result.logical_end, result.end_reason)
+        if check_crc and result.first_crc is not None and result.first_crc < result.logical_end:
+            return self.start, fs.ScanEnd(result.first_crc, fs.StopReason.CRC)
+        return self.start, fs.ScanEnd(result.logical_end, result.end_reason)
 
     def _segment_sequence(self) -> Iterator[Finding]:
         for problem in self.store.problems:  # files Store.open left out of the segment list
@@ -248,10 +267,13 @@ class CommitLogCheck:
     def _record_findings(self, report: SegmentReport, run: Run) -> Iterator[Finding]:
         file = relative(self.store, report.path)
         for pos, size, stored, computed in run.crc:
+            read = "" if self.unread_before is None else (
+                f" (its next start scans from {self.unread_before()}, so it does)" if report.base + pos >= self.unread_before()
+                else f" (its next start scans from {self.unread_before()}, so it does not)")
             yield error(
                 "crc-mismatch",
                 f"body CRC of the message at {report.base + pos} is {computed}, the record says {stored}: the broker logs "
-                "\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment; "
+                f"\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment{read}; "
                 "consumers would get a corrupted body",
                 file=file,
                 offset=report.base + pos,

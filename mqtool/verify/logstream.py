@@ -78,7 +78,7 @@ class LogStream:
                     self.progress(done - shown)
                     shown = done
             end = scan.end
-            if self.unread_before is not None and not end.is_clean and end.offset < self.unread_before():
+            if self.unread_before is not None and end.unread_by_broker(self.unread_before()):
                 resume = fs.scan_start(self.store.commitlog, end.offset + 1)
                 if resume > end.offset and (self.stop is None or resume < self.stop):
                     start = resume

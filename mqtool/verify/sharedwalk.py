@@ -200,7 +200,7 @@ class SharedWalk(ChainReader):
         end = self.stream_end
         if end is None or logical_end is None or logical_end < end.offset:
             return None
-        if not end.is_clean and not self.verification.store.is_dledger and end.offset < self.verification.broker_start():
+        if not self.verification.store.is_dledger and end.unread_by_broker(self.verification.broker_start()):
             return None  # ``LogStream`` would resume after this damage: the broker reads on
         return self
 

@@ -11,6 +11,7 @@ from ..handoff import usable_cpus
 from ..jit import interpreted
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.commitlog import ScanEnd
 from ..store.layout import unchecked_parts
 from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
@@ -131,6 +132,10 @@ class Verification:
                 summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
                 summary.notes.extend(check.notes)
                 last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
+            if opts.from_offset is None and not store.is_dledger:
+                self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover))
+        if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
+            self._settle_next_start(None)
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
@@ -183,6 +188,18 @@ class Verification:
             line = yield from timer_findings(store)
             if line:
                 summary.notes.append(line)
+
+    def _settle_next_start(self, walked: tuple[int, ScanEnd] | None) -> None:
+        """``summary.next_start``: the broker's next start (``recovery.nextstart``), from the
+        commit log check's walk where it made one (no second walk of the log); the logical end
+        the summary reports is its end."""
+        from ..recovery.nextstart import next_start
+
+        walked_from, end = walked if walked is not None else (None, None)
+        found = next_start(self.store, end, walked_from)
+        if found is not None:
+            self.summary.next_start = found
+            self.summary.logical_end, self.summary.end_reason = found.logical_end, found.end_reason
 
     def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None, progress=None) -> Generator[Finding, None, CrossCheckOutcome]:
         """The cq and index checks over one stream of the valid records (``LogStream``);

@@ -1,0 +1,145 @@
+"""What the broker's next start does to the commit log: one answer for ``info``, ``verify``,
+``recover``, ``repair`` and ``salvage``.
+
+The broker's ``DefaultMessageStore.recover`` scans from the start segment its rules pick
+(``startfile.recovery_start``: normal recovery from the third-from-last segment before 5.3.2, from
+the consume queues' max from 5.3.2, rules-by-version 2.1; abnormal recovery from the
+checkpoint-chosen segment, 2.6), keeps the log up to the first record that fails
+``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
+(``truncateDirtyFiles``, §8.9; counted by ``lost.records_after``, as the recovery plan counts
+them). Damage before the start segment is never read and ends nothing.
+
+``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them with the
+same start (``recovery_start``) and count (``records_after``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..store import Store
+from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.mappedfile import MappedFile
+from ..store.rules import VersionRules
+from .startfile import ScanStart, recovery_start
+
+ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
+ENDS = {  # how the line words each end
+    StopReason.ZEROS: "end of data",
+    StopReason.BLANK_LAST: "end of the last segment",
+    StopReason.CRC: "crc mismatch",
+    StopReason.CORRUPT: "corrupt record",
+    StopReason.LENGTH_MISMATCH: "half message",
+    StopReason.TRUNCATED: "record cut short",
+    StopReason.SEGMENT_END: "segment end without a blank",
+    StopReason.NO_SEGMENTS: "no segment",
+}
+
+
+@dataclass(frozen=True)
+class NextStart:
+    """The broker's next start: ``mode`` recovery from ``scan_from`` keeps ``[min_offset,
+    logical_end)`` and drops ``dropped_messages`` valid records after it."""
+
+    mode: str
+    scan_from: int
+    rule: str
+    min_offset: int
+    logical_end: int
+    end_reason: str
+    dropped_messages: int
+
+    @property
+    def reason(self) -> str:
+        """Why the log ends there, in words, with the offset."""
+        if self.end_reason == StopReason.ZEROS and self.dropped_messages:
+            return f"zeros at {self.logical_end}"
+        return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "logical_end": self.logical_end, "dropped_messages": self.dropped_messages, "reason": self.reason,
+                "scan_from": self.scan_from, "line": self.line()}
+
+    def line(self) -> str:
+        drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
+        return (f"the broker's next start keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self.reason}); "
+                f"{self.mode} recovery scanning from {self.scan_from}")
+
+    @classmethod
+    def of_plan(cls, plan) -> "NextStart | None":
+        """The figures of a ``recover`` plan (``recover.plan_recover``); None for a plan that is
+        not the broker's recovery (``truncate-dirty``)."""
+        cl = plan.commitlog
+        if plan.mode is None or cl is None:
+            return None
+        return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0)
+
+
+def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart | None:
+    """The broker's next start on ``store`` (module docstring); None for a DLedger store or an
+    unknown version. ``walked``: where a walk with the broker's checks (CRC included) from
+    ``walked_from`` ended (``verify``'s or ``salvage``'s own): when that walk passed the start
+    segment (segment starts are record starts on the chain), the broker's scan ends there too and
+    the log is not walked again here; else it is walked from the start segment
+    (``store.summary.logical_end``)."""
+    start = start_of(store)
+    if start is None:
+        return None
+    from ..store.summary import logical_end
+
+    rules = VersionRules(start_version(store))
+    if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset:
+        end = walked
+    else:
+        _, end = logical_end(store, start.offset)
+    return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
+                     dropped_after(store, end.offset, rules))
+
+
+def start_version(store: Store):
+    """The version whose rules the next start follows: the store's, or while several eras remain the
+    newest of those that can plan it differently (``candidates.distinct_candidates``)."""
+    if store.version is not None:
+        return store.version
+    from .candidates import distinct_candidates
+
+    return distinct_candidates(store)[0]
+
+
+def start_of(store: Store) -> ScanStart | None:
+    """Where the broker's next start scans from (``startfile.recovery_start``); None for a
+    DLedger store, or while the eras left start in different places."""
+    if store.is_dledger:
+        return None
+    if store.version is not None:
+        return recovery_start(store, VersionRules(store.version))
+    from .candidates import distinct_candidates
+
+    starts = [recovery_start(store, VersionRules(c)) for c in distinct_candidates(store)]
+    return starts[0] if len({s.offset for s in starts}) == 1 else None
+
+
+def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
+    """Valid records from ``offset`` to the end of the last segment (``lost.records_after``);
+    only zeros there (a clean end) is told without that walk."""
+    if only_zeros_after(store.commitlog, offset):
+        return 0
+    from .lost import records_after  # compiled code: only where something lies after the end
+
+    return records_after(store.commitlog, offset, limit=0, legacy=rules.legacy_properties, accept_v2=rules.accepts_v2_magic).records
+
+
+def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
+    """True when every byte from ``offset`` to the end of the last segment is zero."""
+    first = commitlog.segment_index(offset)
+    if first is None:
+        return True
+    for i in range(first, len(commitlog.segments)):
+        seg = commitlog.segments[i]
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            for lo in range(offset - seg.base_offset if i == first else 0, mf.size, len(ZERO_CHUNK)):
+                hi = min(lo + len(ZERO_CHUNK), mf.size)
+                if mf.buf[lo:hi] != ZERO_CHUNK[: hi - lo]:
+                    return False
+    return True

@@ -1,0 +1,125 @@
+"""One answer to "what will the broker's next start do" (issue #28): ``info``, ``verify``, ``recover``,
+``repair`` and ``salvage`` report the same recovery mode, logical end and dropped messages
+(``recovery/nextstart.py``), and ``verify`` leads with it.
+
+The damaged stores are copies of real-broker fixtures damaged here; every expectation comes from
+the fixture's manifest or recovered JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import MAIN_VERSIONS, VERSIONS, copy_store, manifest, recovered, store_path
+from mqtool.cli import app
+
+SEGMENT = 1 << 20
+HEADER = 96  # bytes before the body of a record with IPv4 hosts (reference §2.1)
+
+
+def cli(*args) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def next_starts(root: Path) -> dict[str, dict]:
+    """``next_start`` as each command's JSON reports it (salvage: its line on stderr, checked
+    against the others'), and verify's first table line."""
+    got = {}
+    code, out, err = cli("info", root, "-f", "json")
+    assert code == 0, err
+    got["info"] = json.loads(out)["next_start"]
+    code, out, err = cli("verify", root, "-f", "json", "--no-progress")
+    got["verify"] = json.loads(out)["summary"]["next_start"]
+    assert got["verify"]["logical_end"] == json.loads(out)["summary"]["commitlog"]["logical_end"]
+    for command in ("recover", "repair"):
+        code, out, err = cli(command, root, "--dry-run", "-f", "json")
+        assert code == 0, err
+        got[command] = json.loads(out)["next_start"]
+    code, out, err = cli("salvage", root, "-f", "jsonl", "--no-progress")
+    assert f"mqtool: {got['info']['line']}\n" in err, err
+    got["salvage"] = got["info"]
+    return got
+
+
+def one_answer(root: Path) -> dict:
+    got = next_starts(root)
+    first = got["info"]
+    assert all(doc == first for doc in got.values()), got
+    return first
+
+
+def verify_first_line(root: Path, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "400")  # one line, not wrapped
+    code, out, err = cli("verify", root, "--no-progress")
+    return out.splitlines()[0]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_a_zeroed_first_segment_is_never_read_by_the_next_start(tmp_path, version, monkeypatch):
+    """Normal recovery scans from the third-from-last segment: segment 0 all zeros ends nothing
+    (not "logical end 0"), the log is kept to its end and nothing is dropped."""
+    root = copy_store(version, "clean-small", tmp_path)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.write(bytes(SEGMENT))
+    doc = manifest(version, "clean-small")
+    ns = one_answer(root)
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", doc["commitLogMaxOffset"], 0)
+    assert ns["scan_from"] == (4 if version == "5.3.3" else 2) * SEGMENT  # 5.3.2+: the newest segment at or below the CQ max
+    assert verify_first_line(root, monkeypatch) == ns["line"]
+    code, out, _ = cli("verify", root, "-f", "json", "--no-progress")
+    findings = json.loads(out)["findings"]
+    assert not any(f["kind"].endswith("-beyond-end") for f in findings)  # nothing points past an end at 0
+    assert [f["details"]["read_by_broker_recovery"] for f in findings if f["kind"] == "damaged-range"] == [False]
+    code, out, _ = cli("salvage", root, "-f", "jsonl", "--no-progress")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert {r["status"] for r in rows} == {"live"}
+    assert [r["offset"] for r in rows] == sorted(m["commitLogOffset"] for m in doc["messages"] if m["commitLogOffset"] >= SEGMENT)
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_a_bad_crc_in_the_third_from_last_segment_is_where_the_next_start_cuts(tmp_path, version, monkeypatch):
+    """Before 5.3.2 the broker's normal recovery reads the third-from-last segment with
+    checkCRCOnRecover: it keeps the log up to the record whose body was flipped and drops it and
+    everything after. From 5.3.2 it starts at the consume queues' max (rules-by-version 2.1), in
+    the last segment here: it never reads the flipped record and keeps the whole log."""
+    root = copy_store(version, "clean-small", tmp_path)
+    doc = manifest(version, "clean-small")
+    victim = next(m for m in doc["messages"] if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
+                  and "[" not in m["bornHost"] + m["storeHost"])
+    at = victim["commitLogOffset"] + HEADER + 100
+    segment = root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(at % SEGMENT)
+        byte = f.read(1)[0]
+        f.seek(at % SEGMENT)
+        f.write(bytes([byte ^ 0xFF]))
+    dropped = sum(1 for m in doc["messages"] if m["commitLogOffset"] >= victim["commitLogOffset"])
+    ns = one_answer(root)
+    line = verify_first_line(root, monkeypatch)
+    assert line == ns["line"]
+    if version == "5.3.3":
+        assert (ns["mode"], ns["logical_end"], ns["dropped_messages"], ns["scan_from"]) == ("normal", doc["commitLogMaxOffset"], 0, 4 * SEGMENT)
+        return
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", victim["commitLogOffset"], dropped)
+    assert line == ns["line"]
+    assert line.startswith(f"the broker's next start keeps [0, {victim['commitLogOffset']}) and drops {dropped} messages after it "
+                           f"(crc mismatch at {victim['commitLogOffset']})")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_crashed_store_is_recovered_abnormally_to_where_the_broker_ended_it(version, monkeypatch):
+    ns = one_answer(store_path(version, "crashed-small"))
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("abnormal", recovered(version, "crashed-small")["commitLog"]["maxOffset"], 0)
+    assert verify_first_line(store_path(version, "crashed-small"), monkeypatch) == ns["line"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_clean_store_drops_nothing(version, monkeypatch):
+    ns = one_answer(store_path(version, "clean-small"))
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", manifest(version, "clean-small")["commitLogMaxOffset"], 0)
+    assert verify_first_line(store_path(version, "clean-small"), monkeypatch) == ns["line"]
