@@ -108,16 +108,22 @@ def start_version(store: Store):
 
 
 def start_of(store: Store) -> ScanStart | None:
-    """Where the broker's next start scans from (``startfile.recovery_start``); None for a
-    DLedger store, or while the eras left start in different places."""
+    """Where the broker's next start scans from (``startfile.recovery_start``); None for a DLedger
+    store. While several eras remain, the newest's start (the planners keep its plan), its rule saying
+    where the others would start."""
     if store.is_dledger:
         return None
     if store.version is not None:
         return recovery_start(store, VersionRules(store.version))
     from .candidates import distinct_candidates
 
-    starts = [recovery_start(store, VersionRules(c)) for c in distinct_candidates(store)]
-    return starts[0] if len({s.offset for s in starts}) == 1 else None
+    candidates = distinct_candidates(store)
+    starts = [recovery_start(store, VersionRules(c)) for c in candidates]
+    others = sorted({s.offset for s in starts[1:]} - {starts[0].offset})
+    if not others:
+        return starts[0]
+    rule = f"{starts[0].rule}, as {candidates[0]} starts (older eras left start at {', '.join(map(str, others))}: --broker-version decides)"
+    return starts[0]._replace(rule=rule)
 
 
 def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:

@@ -272,13 +272,10 @@ import os, sys
 from mqtool.store import mappedfile
 victim = sys.argv[1]
 original = mappedfile.MappedFile.__init__
-maps = []
 def shrinking(self, path, *args, **kwargs):
     original(self, path, *args, **kwargs)
     if str(path) == victim and self.size > 8192:
-        maps.append(path)
-        if len(maps) == 2:  # after version detection's look, under verify's own map
-            os.truncate(victim, 4096)  # the file shrinks after it was mapped
+        os.truncate(victim, 4096)  # the file shrinks after it was mapped
 mappedfile.MappedFile.__init__ = shrinking
 from mqtool.cli import main
 sys.argv = ["mqtool", *sys.argv[2:]]

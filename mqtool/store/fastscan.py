@@ -354,6 +354,9 @@ class FastScan:
             if index >= len(segments):
                 self.end = ScanEnd(seg.base_offset + pos, StopReason.BLANK_LAST, "blank record at the end of the last segment")
                 return
+            if self.stop is not None and segments[index].base_offset >= self.stop:  # the limit: the next segment is not mapped
+                self.end = ScanEnd(segments[index].base_offset, CODE_REASONS[END_LIMIT], "")
+                return
             pos = 0
 
 
