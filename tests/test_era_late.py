@@ -20,7 +20,7 @@ from mqtool.apply import apply_plan
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, BadStoreFile
 from mqtool.formats.properties import parse_properties
-from mqtool.recovery.planner import plan_rebuild_cq, plan_recover
+from mqtool.recovery.planner import plan_recover
 from mqtool.store import Store
 from mqtool.store.offsets import delay_offsets
 from mqtool.store.rules import BrokerVersion, era_of
@@ -118,25 +118,6 @@ def test_lone_empty_commit_log_file_opens(tmp_path):
     (root / "commitlog" / f"{0:020d}").touch()
     with Store.open(root, version="5.1.4") as store:
         assert store.commitlog.segments == [] and store.empty_last_segment is not None
-
-
-# ---- candidates: what the plans differ in only in memory or in bytes no broker reads back -----
-
-
-@pytest.mark.parametrize("version,name", [("4.9.2", "clean-small"), ("5.0.0", "clean-small"), ("5.1.4", "clean-small"), ("5.0.0", "config-real")])
-def test_clean_stores_recover_without_broker_version(version, name):
-    """Their marks leave E13-E16 (or wider): 5.1.1+ write confirmPhyOffset (checkpoint @32, §2.10),
-    which 5.0.0 and 4.x never read: the plans agree, recover goes ahead."""
-    code, out, err = cli("recover", store_path(version, name), "--dry-run", "-f", "json")
-    assert code == EXIT_OK, err
-    assert "the plans are equal" in json.loads(out)["version_source"]
-
-
-def test_rebuild_of_a_4_9_2_retention_store_without_broker_version():
-    """Fully expired queues: 5.x ``correctMinOffset`` says min = max, 4.x min 0 (§3.7). In memory
-    only: the rebuilt bytes are the same, so rebuild-cq is not refused."""
-    code, out, err = cli("rebuild-cq", store_path("4.9.2", "retention-small"), "--dry-run", "-f", "json")
-    assert code == EXIT_OK, err
 
 
 # ---- §3.7 correctMinOffset, 4.9.x and 5.0.0 ---------------------------------------------------
