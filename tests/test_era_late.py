@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from conftest import copy_store, manifest, recovered, store_path
 from mqtool.apply import apply_plan
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, BadStoreFile
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from mqtool.formats.properties import parse_properties
 from mqtool.recovery.planner import plan_recover
 from mqtool.store import Store
