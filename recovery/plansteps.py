@@ -16,10 +16,11 @@ from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..store.store import EMPTY_LAST_SEGMENT
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile
 from ..store.fastscan import release_pages
-from ..store.version import BrokerVersion
+from ..store.version import BrokerVersion, eras_label
 from ..writers import IndexWriterService, offset_file_name
 from . import fastdispatch as fd
 from .dispatch import MultiDispatch, TopicTable, consume_queue_entries
@@ -67,10 +68,14 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 def unloadable_files(store: Store) -> None:
     """Refuse a store whose commit log holds a file the broker refuses to load (``MappedFileQueue.load``:
     a segment of the wrong length or name, ``Store.problems``): the broker would not start, so there is no
-    recovery of its to plan. ``mqtool repair`` fixes such files first."""
-    if store.problems:
-        problem = store.problems[0]
-        raise BadStoreFile(f"{problem.path}: {problem.kind}: the broker refuses to start on this store, so it recovers nothing; `mqtool repair` fixes the file first")
+    recovery of its to plan. ``mqtool repair`` fixes such files first. A zero-length last file is refused
+    where an era the store may be from refuses it (rules §2.13; 5.1.3+ delete it in ``plan_recover``)."""
+    for problem in store.problems:
+        if problem.kind != EMPTY_LAST_SEGMENT:
+            raise BadStoreFile(f"{problem.path}: {problem.kind}: the broker refuses to start on this store, so it recovers nothing; `mqtool repair` fixes the file first")
+        if refusing := store.eras_where("zero_length_last_file_refused"):
+            raise BadStoreFile(f"{problem.path}: a zero-length last commit log file: the broker of {eras_label(refusing)} refuses to start on this store, "
+                               "so it recovers nothing; `mqtool repair` removes the file first")
 
 
 def unsupported_queues(store: Store) -> None:

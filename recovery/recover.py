@@ -163,6 +163,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
 
     # 4. commit log cut, CQ truncation
     cl_plan, lost, actions = commitlog_plan(store, scan, options.lost_limit, legacy, rules.accepts_v2_magic)
+    actions += _empty_last_segment(store, rules, notes)
     lost = unreadable_from_queues(lost, sims, end, cl_plan.first_invalid)
     stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
              "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost is not None and lost.stale else None
@@ -307,6 +308,19 @@ def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, w
     segments) and the consume queue entries at or past the cut, as the broker's
     ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do. No dispatch, no index, no checkpoint."""
     return plan_recover(store, options, command="truncate-dirty", with_crc=with_crc)
+
+
+def _empty_last_segment(store: Store, rules: VersionRules, notes: list[str]) -> list[Action]:
+    """A zero-length last commit log file at load (rules §2.13, ``MappedFileQueue.doLoad``): 5.1.3+
+    delete it; 3.2.6-4.4.0 and 4.9.2 leave it out and start (where the others refuse to start,
+    ``unloadable_files`` refused the plan already)."""
+    path = store.empty_last_segment
+    if path is None:
+        return []
+    if rules.zero_length_last_file_deleted:
+        return [Action("delete", rel(store, path), note="a zero-length last file: MappedFileQueue.doLoad deletes it (5.1.3+)")]
+    notes.append(f"{rel(store, path)} is a zero-length last file: {rules.version} leaves it out at load and starts (MappedFileQueue.load); it stays")
+    return []
 
 
 def _dispatch_notes(store: Store, rules: VersionRules, mode: str, phases: list, max_cq: int, end: int, kept: list, legacy: bool) -> list[str]:

@@ -94,9 +94,11 @@ class RepairPlan:
 # ---- 1. file-level fixes ----------------------------------------------------------------------
 
 
-def plan_file_fixes(root: Path) -> tuple[list[RepairStep], Plan | None]:
+def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
     """Stray files the broker would choke on and commit log segments of the wrong length, found
-    from the directory listings alone (the store model cannot open a store holding them)."""
+    from the directory listings alone (the store model cannot open a store holding them). A
+    zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
+    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -122,7 +124,12 @@ def plan_file_fixes(root: Path) -> tuple[list[RepairStep], Plan | None]:
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
-            if size == expected or (size == 0 and base == last):
+            if size == expected:
+                continue
+            if size == 0 and base == last:
+                if store is None or store.eras_where("zero_length_last_file_refused"):
+                    quarantine(path, "a zero-length last segment: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
+                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
                 continue
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
@@ -476,7 +483,7 @@ def _may_settle(store: Store) -> bool:
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
     the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
-    file_steps, files = plan_file_fixes(root)
+    file_steps, files = plan_file_fixes(root, store)
     steps = list(file_steps)
     notes = []
     sound = findings is not None and not findings and not file_steps

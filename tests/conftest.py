@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 VERSIONS = ("4.8.0", "4.9.7", "5.3.3")
 MAIN_VERSIONS = ("4.9.7", "5.3.3")
+# every version with a config-real store (the broker's own config files) and a batch-small store
+CONFIG_VERSIONS = ("4.9.2", "4.9.7", "5.0.0", "5.3.3")
+BATCH_VERSIONS = ("4.9.2", "4.9.7", "5.0.0")
 # every version with real-broker stores here, oldest first: the tests that hold each era's rules
 ALL_VERSIONS = tuple(sorted((p.name.removeprefix("rocketmq-") for p in FIXTURES.glob("rocketmq-*")), key=lambda v: tuple(map(int, v.split(".")))))
 

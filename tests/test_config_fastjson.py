@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MAIN_VERSIONS, manifest, store_path
+from conftest import CONFIG_VERSIONS, manifest, store_path
 from mqtool.cli import app
 from mqtool.formats import config as cfg
 from mqtool.formats import fastjson
@@ -20,7 +20,7 @@ def config_text(version: str, name: str) -> str:
     return (store_path(version, "config-real") / "config" / name).read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_real_config_files_decode_as_the_manifest_says(version):
     configs = manifest(version, "config-real")["brokerConfigs"]
     for rel, meta in configs["files"].items():
@@ -57,7 +57,7 @@ def test_timer_metrics_decode():
     assert doc == json.loads(text)  # strict JSON with \u00F3 escapes: the same values either way
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_verify_reads_real_config_files(version):
     """No ``config-unreadable``; every committed offset outside its queue is judged by the
     manifest's relation (beyondMax: warning, belowMin: info), the others give no finding."""
@@ -97,7 +97,7 @@ def test_what_fastjson_reads_and_rejects():
             cfg.decode_config("consumerOffset.json", bad)
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_replace_value_keeps_every_other_byte(version):
     text = config_text(version, "consumerOffset.json")
     key = "TopicTest@" + next(c["group"] for c in manifest(version, "config-real")["brokerConfigs"]["committedOffsets"] if c["topic"] == "TopicTest")

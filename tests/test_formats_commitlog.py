@@ -8,7 +8,7 @@ import zlib
 import construct
 import pytest
 
-from conftest import ALL_VERSIONS, MAIN_VERSIONS, VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, BATCH_VERSIONS, MAIN_VERSIONS, VERSIONS, manifest, store_path
 from mqtool.store.rules import BrokerVersion, VersionRules
 from mqtool.formats import commitlog as cl
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, dispatch_request
@@ -32,7 +32,7 @@ def fixture_records(version: str, name: str = "clean-small"):
         yield msg, data[pos : pos + msg["size"]], data, pos
 
 
-STORES = [(v, "clean-small") for v in ALL_VERSIONS] + [("4.9.7", "batch-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
+STORES = [(v, "clean-small") for v in ALL_VERSIONS] + [(v, "batch-small") for v in BATCH_VERSIONS] + [("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
 
 
 @pytest.mark.parametrize("version,name", STORES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import MAIN_VERSIONS, manifest, store_path
+from conftest import CONFIG_VERSIONS, manifest, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -17,7 +17,7 @@ from mqtool.store.offsets import consumer_offsets, delay_offsets, timer_progress
 RELATIONS = {"atMin": "at_min", "inRange": "in_range", "atMax": "at_max", "beyondMax": "beyond_max", "belowMin": "below_min"}
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_fastjson_files_parse_with_their_integer_keys(version):
     text = (store_path(version, "config-real") / "config" / "consumerOffset.json").read_text(encoding="utf-8")
     with pytest.raises(json.JSONDecodeError):
@@ -29,7 +29,7 @@ def test_fastjson_files_parse_with_their_integer_keys(version):
     assert fastjson.loads('{"a,{1:b": {0:1, 12 :2}}') == {"a,{1:b": {0: 1, 12: 2}}
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_committed_offsets_relations_equal_the_manifest(version):
     committed = manifest(version, "config-real")["brokerConfigs"]["committedOffsets"]
     with Store.open(store_path(version, "config-real")) as store:
@@ -63,7 +63,7 @@ def test_lag_bytes_and_next_store_time_come_from_the_queue():
     assert checked > 3
 
 
-@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("version", CONFIG_VERSIONS)
 def test_delay_offsets_equal_the_manifest(version):
     delays = manifest(version, "config-real")["brokerConfigs"]["delayOffsets"]
     with Store.open(store_path(version, "config-real")) as store:

@@ -4,8 +4,8 @@
   loaded as ``ConfigManager.load`` does: the ``.bak`` when the main file is missing, empty or
   undecodable.
 - ``config/delayOffset.json`` (``ScheduleMessageService``): ``{level: offset}`` in the queue
-  ``SCHEDULE_TOPIC_XXXX/(level - 1)``; 4.9.x+ clamps each into the queue's range on load
-  (``correctDelayOffset``).
+  ``SCHEDULE_TOPIC_XXXX/(level - 1)``; 4.9.2+ clamps each into the queue's range on load
+  (``correctDelayOffset``, rules §2.16).
 - ``config/timercheck`` (5.x ``TimerCheckpoint``): ``lastTimerQueueOffset`` in ``rmq_sys_wheel_timer/0``.
 
 Each committed offset is placed against the queue's [min, max] as the broker loads them (CQ recovery
@@ -129,13 +129,18 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
 
 def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
     """Schedule progress per delay level (``delayOffset.json``), with the offset the broker uses
-    after loading (``loaded_offset``: clamped into the queue's range from 4.9.2 on, rules §2.16)."""
+    after loading (``loaded_offset``: clamped into the queue's range from 4.9.2 on, rules §2.16,
+    ``ScheduleMessageService.correctDelayOffset``). A level whose queue has no file is placed
+    against an empty queue, as the broker's ``findConsumeQueue`` creates it."""
     loaded = load_config(store, "delayOffset.json")
     cache = {} if cache is None else cache
     rows = []
     clamps = store.rules.corrects_delay_offsets
     if loaded.doc is not None:
         for level, offset in sorted((int(k), int(v)) for k, v in loaded.doc["offsetTable"].items()):
+            key = (SCHEDULE_TOPIC, level - 1)
+            if key not in cache:  # a level's queue without files is empty, [0, 0]: findConsumeQueue creates it
+                cache[key] = queue_range(store, *key) or QueueRange(0, 0)
             row = {"kind": "delay", "group": None, "delay_level": level, **progress_row(store, SCHEDULE_TOPIC, level - 1, offset, cache)}
             lo, hi = row["queue_min_offset"], row["queue_max_offset"]
             row["loaded_offset"] = min(max(offset, lo), hi) if clamps and lo is not None else offset

@@ -238,8 +238,15 @@ class VersionRules:
 
     @property
     def zero_length_last_file_deleted(self) -> bool:
-        """§2.13: 5.1.3+ delete a zero-length last commit log file at load."""
+        """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
         return self._from("E16")
+
+    @property
+    def zero_length_last_file_refused(self) -> bool:
+        """§2.13: a zero-length last file has the wrong length: 4.5.0-4.9.1 and 4.9.3-5.1.2 refuse to
+        start on it (``MappedFileQueue.load``: "length not matched"); 3.2.6-4.4.0 and 4.9.2 leave it
+        out and start, 5.1.3+ delete it."""
+        return not (self.wrong_length_file_ignored or self.zero_length_last_file_deleted)
 
     @property
     def delay_table_missing_in_recovery(self) -> bool:

@@ -6,7 +6,8 @@ where given, otherwise from the files themselves. A commit log file whose length
 the others (``MappedFileQueue.load``: "length not matched message store config value", the
 broker refuses to start) or whose name is not a multiple of the segment size is left out of the
 segment list and kept in ``Store.problems``: a finding for ``verify``, a note for the other
-commands, never a refusal to look at the rest.
+commands, never a refusal to look at the rest. So is a zero-length last file, which only some
+versions refuse (rules §2.13: 5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
-from .rules import VersionRules
+from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .dledger import DLedgerLayout
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
+EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 
 
 def _names_a_dledger_member(path: Path) -> bool:
@@ -137,11 +139,8 @@ class Store:
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
         found = sorted((base, p) for d in dirs for base, p in offset_named_files(Path(d)))
-        notes = []
         sizes = [(base, p, file_size(p)) for base, p in found]
-        if sizes and sizes[-1][2] == 0 and len(sizes) > 1:
-            notes.append(f"{sizes[-1][1]}: zero-length last segment ignored (the broker 5.1.3+ deletes it)")
-            sizes.pop()
+        empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
         if expected is None and sizes:
             counts: dict[int, int] = {}
@@ -149,6 +148,13 @@ class Store:
                 counts[size] = counts.get(size, 0) + 1
             expected = max(counts, key=lambda s: (counts[s], s))
         problems, kept = [], []
+        if empty is not None:  # MappedFileQueue.load/doLoad, rules §2.13
+            problems.append(FileProblem(
+                EMPTY_LAST_SEGMENT, empty,
+                f"{empty.name}: a zero-length last segment, left out: 5.1.3+ brokers delete it at load, 3.2.6-4.4.0 and 4.9.2 "
+                "leave it out and start, the other versions refuse to start (\"length not matched message store config value\")",
+                expected, 0,
+            ))
         for base, p, size in sizes:
             if size != expected:
                 problems.append(FileProblem(
@@ -166,7 +172,7 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
-        store = cls(root, CommitLog(kept, expected or 1 << 30), config, notes, problems)
+        store = cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)
         return store._finish(version)
 
     @classmethod
@@ -250,6 +256,15 @@ class Store:
         (the planners plan under each: ``recovery.candidates``)."""
         guess = self.version_guess
         return VersionRules(guess.version or guess.candidates[0])
+
+    def eras_where(self, rule: str) -> list[Era]:
+        """The eras the store may be from (the given version's alone) whose ``VersionRules.<rule>`` holds."""
+        return [e for e in self.version_guess.eras if getattr(VersionRules(e.representative), rule)]
+
+    @property
+    def empty_last_segment(self) -> Path | None:
+        """The zero-length last commit log file left out of the segments (rules §2.13), if any."""
+        return next((p.path for p in self.problems if p.kind == EMPTY_LAST_SEGMENT), None)
 
     @property
     def legacy_properties(self) -> bool:

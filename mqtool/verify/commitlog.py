@@ -28,6 +28,8 @@ from ..formats import commitlog as clfmt
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.store import EMPTY_LAST_SEGMENT
+from ..store.version import eras_label
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
 from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at, warm_up
@@ -243,6 +245,8 @@ class CommitLogCheck:
         for problem in self.store.problems:  # files Store.open left out of the segment list
             if problem.kind in ("segment-size", "segment-name"):
                 yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
+            elif problem.kind == EMPTY_LAST_SEGMENT:
+                yield self._empty_last_segment(problem)
         segments, size = self.commitlog.segments, self.commitlog.file_size
         left_out = {int(p.path.name) for p in self.store.problems if p.kind == "segment-size"}
         for prev, seg in zip(segments, segments[1:]):
@@ -261,6 +265,22 @@ class CommitLogCheck:
                     found=seg.base_offset,
                     details={"missing_from": prev.end_offset, "missing_to": seg.base_offset},
                 )
+
+    def _empty_last_segment(self, problem) -> Finding:
+        """A zero-length last commit log file (rules §2.13, ``MappedFileQueue.load``/``doLoad``): an error
+        where every era the store may be from refuses to start on it, a warning where some do,
+        otherwise an info (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out and start)."""
+        file = relative(self.store, problem.path)
+        refusing = self.store.eras_where("zero_length_last_file_refused")
+        if not refusing:
+            deleted = bool(self.store.eras_where("zero_length_last_file_deleted"))
+            what = "deletes it at start (MappedFileQueue.doLoad, 5.1.3+)" if deleted else "leaves it out at load and starts (3.2.6-4.4.0, 4.9.2)"
+            return info(EMPTY_LAST_SEGMENT, f"{problem.path.name} is a zero-length last commit log file: the broker {what}", file=file, found=0)
+        message = (f"{problem.path.name} is a zero-length last commit log file: the broker of {eras_label(refusing)} logs \"length not matched "
+                   "message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: `mqtool repair` removes it")
+        if len(refusing) < len(self.store.version_guess.eras):
+            return warning(EMPTY_LAST_SEGMENT, message + " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)", file=file, expected=problem.expected, found=0)
+        return error(EMPTY_LAST_SEGMENT, message, file=file, expected=problem.expected, found=0)
 
     # ---- findings inside valid runs ----
 

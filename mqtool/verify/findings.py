@@ -42,6 +42,7 @@ KINDS: dict[str, str] = {
     "segment-gap": "a commit log segment is missing between two others",
     "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start)",
     "segment-name": "a commit log file's name is not a multiple of the segment size",
+    "segment-empty-last": "the last commit log file is empty (4.5.0-5.1.2 except 4.9.2 refuse to start; 5.1.3+ delete it)",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
     "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
     "phys-offset-mismatch": "a record's PHYSICALOFFSET field is not its own position",
