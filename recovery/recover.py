@@ -87,7 +87,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     dispatching = command == "recover"
 
     # 1. consume queue recovery
-    sims = {(q.topic, q.queue_id): QueueSim.load(q, dedup_by_end=rules.cq_dedup_by_end) for q in store.consume_queues}
+    sims = {(q.topic, q.queue_id): QueueSim.load(q, rules=rules) for q in store.consume_queues}
     before = {key: (sim.min_offset(clmin, v5=rules.cq_min_offset_v5), sim.max_offset) for key, sim in sims.items()}
     max_cq = max((s.recovered_max_phys for s in sims.values()), default=-1)
     seeds_a = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}
@@ -244,7 +244,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             if size != sim.file_size and base in sim.files:
                 notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
     if dispatching and dl is None:
-        notes += _dispatch_notes(store, rules, mode, phases, max_cq, end, kept, legacy)
+        queues_end = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)  # where the last entry's record ends, in every version
+        notes += _dispatch_notes(store, rules, mode, phases, queues_end, end, kept, legacy)
     if dl is not None:
         actions += dledger.index_actions(store, dl)
         if dispatching:
