@@ -178,13 +178,13 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
         walk = max_cq >= cq_cut
     elif mode == "abnormal" or rules.normal_truncates_cq:
         walk = walk or max_cq >= end
-    if not cl.segments:  # destroyLogics (§8.10)
+    if not cl.segments and (mode == "abnormal" or rules.empty_log_destroys_queues):  # destroyLogics (§8.10; normal recovery from 4.5.0, rules §2.5)
         for sim in sims.values():
             for base in list(sim.files):
                 sim._delete(base)
             sim.state[S_WRITE] = -1
         notes.append("no commit log segment: every consume queue file is deleted (destroyLogics)")
-    elif walk:
+    elif cl.segments and walk:  # recoverNormally does nothing without a segment up to 4.4.0
         for sim in sims.values():
             sim.truncate(cq_cut)
     seeds_b = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}  # where the reput starts
