@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
+from ..errors import Refused
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..store.commitlog import StopReason
 from ..writers import S_WRITE
 from .dispatch import (
     TAGS_DELIVERY_TIME,
@@ -146,6 +148,12 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             if cache is not None:
                 cache.add(0, batch)
     scan.end, scan.records, scan.last_valid = scanner.end, scanner.records, scanner.last_valid_offset
+    if mode == "abnormal" and dl is None and scan.end.reason == StopReason.LENGTH_MISMATCH and not rules.abnormal_stops_at_length_mismatch:
+        raise Refused(
+            f"the record at {scan.end.offset} has a TOTALSIZE that disagrees with its fields: {version}'s abnormal recovery does not stop "
+            "there but advances by TOTALSIZE, dispatching a bogus entry to consume queue ''/0, and reads on out of step (rules §2.7, "
+            "recoverAbnormally up to 4.3.1); mqtool does not plan that recovery (`mqtool dump --keep-going` reads past the record)"
+        )
     cq_cut = scan.end.offset
     if dl is not None:
         cq_cut = dledger.headerless_end(cl, scan.end) if dispatch_a else dl.end.offset

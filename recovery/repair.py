@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable
 from ..formats import checkpoint as cpfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME
+from ..store.rules import VersionRules
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
@@ -94,9 +95,11 @@ class RepairPlan:
 # ---- 1. file-level fixes ----------------------------------------------------------------------
 
 
-def plan_file_fixes(root: Path) -> tuple[list[RepairStep], Plan | None]:
+def plan_file_fixes(root: Path, rules: VersionRules | None = None) -> tuple[list[RepairStep], Plan | None]:
     """Stray files the broker would choke on and commit log segments of the wrong length, found
-    from the directory listings alone (the store model cannot open a store holding them)."""
+    from the directory listings alone (the store model cannot open a store holding them); with
+    the store's ``rules``, also a zero-length last segment where that broker refuses to start on it
+    (rules §2.13)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -122,6 +125,9 @@ def plan_file_fixes(root: Path) -> tuple[list[RepairStep], Plan | None]:
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
+            if size == 0 and base == last and rules is not None and rules.refuses_zero_length_last_file:
+                quarantine(path, f"an empty last segment: broker {rules.version} refuses to start on a file of the wrong length (rules §2.13); it holds nothing")
+                continue
             if size == expected or (size == 0 and base == last):
                 continue
             if base % expected:
@@ -472,7 +478,7 @@ def _may_settle(store: Store) -> bool:
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
     the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
-    file_steps, files = plan_file_fixes(root)
+    file_steps, files = plan_file_fixes(root, store.rules if store is not None else None)
     steps = list(file_steps)
     notes = []
     sound = findings is not None and not findings and not file_steps

@@ -237,6 +237,13 @@ class VersionRules:
         return not self._from("E5") or self.era.name == "E11"
 
     @property
+    def refuses_zero_length_last_file(self) -> bool:
+        """§2.13: a zero-length last commit log file fails ``MappedFileQueue.load``'s length check and
+        the broker refuses to start in 4.5.0-4.9.1 and 4.9.3-5.1.2; 3.2.6-4.4.0 and 4.9.2 leave it out
+        and start, 5.1.3+ delete it."""
+        return not self.wrong_length_file_ignored and not self.zero_length_last_file_deleted
+
+    @property
     def zero_length_last_file_deleted(self) -> bool:
         """§2.13: 5.1.3+ delete a zero-length last commit log file at load."""
         return self._from("E16")

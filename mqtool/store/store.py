@@ -89,6 +89,7 @@ class Store:
     notes: list[str] = field(default_factory=list)
     problems: list[FileProblem] = field(default_factory=list)
     _version: BrokerVersion | None = None
+    empty_last_segment: Path | None = None  # a zero-length last commit log file, left out of the model (rules §2.13)
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -139,9 +140,10 @@ class Store:
         found = sorted((base, p) for d in dirs for base, p in offset_named_files(Path(d)))
         notes = []
         sizes = [(base, p, file_size(p)) for base, p in found]
+        empty_last = None
         if sizes and sizes[-1][2] == 0 and len(sizes) > 1:
-            notes.append(f"{sizes[-1][1]}: zero-length last segment ignored (the broker 5.1.3+ deletes it)")
-            sizes.pop()
+            notes.append(f"{sizes[-1][1]}: zero-length last segment ignored (brokers up to 4.4.0 and 4.9.2 ignore it, 5.1.3+ delete it, the others refuse to start)")
+            empty_last = sizes.pop()[1]
         expected = config.commitlog_file_size
         if expected is None and sizes:
             counts: dict[int, int] = {}
@@ -166,7 +168,7 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
-        store = cls(root, CommitLog(kept, expected or 1 << 30), config, notes, problems)
+        store = cls(root, CommitLog(kept, expected or 1 << 30), config, notes, problems, empty_last_segment=empty_last)
         return store._finish(version)
 
     @classmethod

@@ -224,6 +224,14 @@ class CommitLogCheck:
         for problem in self.store.problems:  # files Store.open left out of the segment list
             if problem.kind in ("segment-size", "segment-name"):
                 yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
+        empty = self.store.empty_last_segment
+        if empty is not None and self.store.rules.refuses_zero_length_last_file:
+            yield error(
+                "segment-size",
+                f"{empty.name}: 0 bytes, the last commit log file: broker {self.store.rules.version} logs \"length not matched message store "
+                "config value\" and refuses to start (rules §2.13: brokers up to 4.4.0 and 4.9.2 leave it out, 5.1.3+ delete it)",
+                file=relative(self.store, empty), expected=self.commitlog.file_size, found=0,
+            )
         segments, size = self.commitlog.segments, self.commitlog.file_size
         left_out = {int(p.path.name) for p in self.store.problems if p.kind == "segment-size"}
         for prev, seg in zip(segments, segments[1:]):
