@@ -4,8 +4,9 @@ Used to apply rebuild and recovery plans and by the store generator. They reprod
 own write rules so that a rebuilt file is byte-identical to the broker's:
 
 - ``ConsumeQueueWriter`` follows ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10):
-  de-duplication against the queue's max physical offset (its start or its end by version,
-  rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3), units appended at the current write position, filler units before the first entry of a
+  de-duplication against the queue's max physical offset (the last entry's start up to 4.4.0,
+  its end from 4.5.0: rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3),
+  units appended at the current write position, filler units before the first entry of a
   queue's first file (§5.3), full-size sparse files named by logical byte offset.
 - ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
   roll to a new file (header seeded with the previous file's end) when the last one is full,

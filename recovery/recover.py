@@ -11,7 +11,7 @@ load and recovery would do to a store, computed from the read-only store model.
    4.9.2-4.9.8 delay quirk (§3.5);
 4. the commit log cut (``truncateDirtyFiles``, §8.9) and, if the CQs reach the cut,
    ``truncateDirtyLogicFiles`` (§5.8);
-5. 4.5.1-4.9.8: the reput from the max CQ physical offset at start-up (§8.12);
+5. 4.5.0-4.9.8: the reput from the max CQ physical offset at start-up (§8.12, rules §2.11);
 6. the checkpoint the broker persists, and the abort file a clean stop removes.
 
 Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the last segment, CQ
@@ -23,9 +23,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..errors import Refused
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
-from ..errors import Refused
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store.commitlog import StopReason
@@ -197,7 +197,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             sim.truncate(cq_cut)
     seeds_b = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}  # where the reput starts
 
-    # 5. 4.5.1-4.9.8 start(): reput from the max CQ physical offset
+    # 5. 4.5.0-4.9.8 start(): reput from the max CQ physical offset
     reput_from = None
     if dispatching and rules.reput_from_cq_max and cl.segments:
         reput_from = max([clmin, 0] + [int(s.state[1]) for s in sims.values()])

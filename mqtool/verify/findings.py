@@ -40,7 +40,7 @@ class Severity(str, enum.Enum):
 KINDS: dict[str, str] = {
     # commit log
     "segment-gap": "a commit log segment is missing between two others",
-    "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start)",
+    "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start; 3.2.6-4.4.0 and 4.9.2 leave it and every later file out)",
     "segment-name": "a commit log file's name is not a multiple of the segment size",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
     "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
