@@ -4,8 +4,9 @@ Used to apply rebuild and recovery plans and by the store generator. They reprod
 own write rules so that a rebuilt file is byte-identical to the broker's:
 
 - ``ConsumeQueueWriter`` follows ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10):
-  de-duplication against the queue's max physical offset, "build consume queue repeatedly"
-  skips, units appended at the current write position, filler units before the first entry of a
+  de-duplication against the queue's max physical offset (the last entry's start up to 4.4.0,
+  its end from 4.5.0: rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3),
+  units appended at the current write position, filler units before the first entry of a
   queue's first file (§5.3), full-size sparse files named by logical byte offset.
 - ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
   roll to a new file (header seeded with the previous file's end) when the last one is full,
@@ -72,21 +73,22 @@ S_WRITE, S_MAX_PHYS, S_FILL_FROM, S_FILL_TO = range(4)
 
 
 @numba.njit(cache=True, nogil=True)
-def place_units(qoff, phys, size, state, file_size, dedup_by_end, out_pos):
+def place_units(qoff, phys, size, state, file_size, dedup_by_end, repeat_guard, out_pos):
     """``putMessagePositionInfo`` for a run of requests of one queue, in commit log order.
 
     ``out_pos[i]`` = logical byte position of unit ``i`` or -1 where the broker skips it.
     ``state`` is updated; ``state[S_FILL_FROM:S_FILL_TO]`` is set when the queue's first file is
     created for a non-zero queue offset (``fillPreBlank``). Returns the number of units placed.
+    ``dedup_by_end`` (4.5.0+, rules §3.1/§3.2): skip when offset + size <= maxPhysicOffset and
+    keep offset + size; else (<= 4.4.0) skip when offset <= maxPhysicOffset and keep the offset.
+    ``repeat_guard`` (4.2.0+, §3.3): skip a unit whose queue position is already written; before,
+    it is appended at the write position anyway.
     """
     placed = 0
     for i in range(qoff.shape[0]):
         out_pos[i] = -1
-        end = phys[i] + size[i]
-        if dedup_by_end:
-            if end <= state[S_MAX_PHYS]:
-                continue
-        elif phys[i] <= state[S_MAX_PHYS]:
+        kept = phys[i] + size[i] if dedup_by_end else phys[i]  # the maxPhysicOffset this unit leaves
+        if kept <= state[S_MAX_PHYS]:
             continue
         expect = qoff[i] * 20
         if state[S_WRITE] < 0:  # getLastMappedFile creates the queue's first file
@@ -96,11 +98,11 @@ def place_units(qoff, phys, size, state, file_size, dedup_by_end, out_pos):
                 state[S_FILL_FROM] = base
                 state[S_FILL_TO] = expect
                 state[S_WRITE] = expect
-        elif qoff[i] != 0 and expect < state[S_WRITE]:
+        elif repeat_guard and qoff[i] != 0 and expect < state[S_WRITE]:
             continue  # "Build consume queue repeatedly"
         out_pos[i] = state[S_WRITE]
         state[S_WRITE] += 20
-        state[S_MAX_PHYS] = end
+        state[S_MAX_PHYS] = kept
         placed += 1
     return placed
 
@@ -138,12 +140,14 @@ class ConsumeQueueWriter:
         file_size: int,
         *,
         dedup_by_end: bool = True,
+        repeat_guard: bool = True,
         tmp_path: Callable[[Path], Path] = default_tmp_path,
         max_open: int = 256,
     ):
         self.root = Path(root)
         self.file_size = file_size
         self.dedup_by_end = dedup_by_end
+        self.repeat_guard = repeat_guard
         self.tmp_path = tmp_path
         self.queues: dict[tuple[str, int], _Queue] = {}
         self._fds: OrderedDict[Path, int] = OrderedDict()
@@ -218,7 +222,7 @@ class ConsumeQueueWriter:
             self._pos = np.empty(max(n, 1024), dtype=np.int64)
         pos = self._pos[:n]
         q.state[S_FILL_FROM] = -1
-        placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, pos)
+        placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if q.state[S_FILL_FROM] >= 0:
             count = int(q.state[S_FILL_TO] - q.state[S_FILL_FROM]) // ENTRY
             if count:

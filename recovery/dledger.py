@@ -7,7 +7,7 @@
 2. ``DLedgerCommitLog`` on top, per version:
 
    - 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume
-     queues are truncated at the data end if their max physical offset reaches it. 4.5.1-4.9.8
+     queues are truncated at the data end if their max physical offset reaches it. 4.5.0-4.9.8
      ``start()`` then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x
      abnormal exit re-indexes only that tail: the index files the abnormal load deleted
      (§6.9) are never rebuilt;

@@ -156,7 +156,10 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         seg = cl.segments[index]
         cut_segment = seg.path.name
         stop = seg.base_offset + last_nonzero(seg.path, end.offset - seg.base_offset)
-        if stop > end.offset:
+        # a log that ends at an end-of-file blank ends on a record the broker wrote: the blank runs
+        # to the segment's end (its stale fill too, before 4.9.1, rules §1.12), and recovery stops
+        # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")
+        if stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
             actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))
         deleted = [s for s in cl.segments[index + 1 :]]
@@ -378,7 +381,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
     for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
-            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
+            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, rules=rules)
         placed = sim.place(*columns[:3])
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed

@@ -25,6 +25,7 @@ import numpy as np
 from ..formats import consumequeue as cqfmt
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import MappedFile
+from ..store.rules import VersionRules
 from ..writers import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
@@ -51,7 +52,8 @@ class QueueSim:
     queue_id: int
     directory: Path
     file_size: int
-    dedup_by_end: bool = True
+    dedup_by_end: bool = True  # maxPhysicOffset is offset + size (4.5.0+), else the offset (rules §3.1-§3.5)
+    repeat_guard: bool = True  # "Build consume queue repeatedly" skips (4.2.0+, §3.3)
     exists: bool = False  # the queue's directory exists (the broker loads it)
     original: dict[int, Path] = field(default_factory=dict)
     files: dict[int, str] = field(default_factory=dict)  # base -> "original" | "new"
@@ -75,11 +77,12 @@ class QueueSim:
     # ---- 1. recovery ------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True) -> "QueueSim":
-        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, exists=True)
+    def load(cls, queue: ConsumeQueue, *, rules: VersionRules | None = None) -> "QueueSim":
+        """The queue after ``ConsumeQueue.recover`` under ``rules`` (default: the newest broker's)."""
+        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, *_put_rules(rules), exists=True)
         sim.original = {base: path for base, path in queue.files}
         recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
-        sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_phys_offset
+        sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_physic_offset(sim.dedup_by_end)
         for base in sim.original:
             if base > sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
                 sim.deleted.add(base)
@@ -92,8 +95,8 @@ class QueueSim:
         return sim
 
     @classmethod
-    def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True) -> "QueueSim":
-        return cls(topic, queue_id, directory, file_size, dedup_by_end)
+    def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, rules: VersionRules | None = None) -> "QueueSim":
+        return cls(topic, queue_id, directory, file_size, *_put_rules(rules))
 
     def _view(self, base: int) -> np.ndarray:
         """The units of original file ``base`` as a read-only view of its map (no copy); a
@@ -136,7 +139,7 @@ class QueueSim:
         """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed."""
         pos = np.empty(qoff.shape[0], dtype=np.int64)
         self.state[S_FILL_FROM] = -1
-        placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, pos)
+        placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if self.state[S_FILL_FROM] >= 0:
             start, stop = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO])
             self.fillers += (stop - start) // ENTRY
@@ -201,8 +204,11 @@ class QueueSim:
         return phys, size
 
     def truncate(self, phy_offset: int) -> None:
+        """``truncateDirtyLogicFiles(phyOffset)``: maxPhysicOffset starts at ``phyOffset`` and
+        follows each kept unit's offset + size from 4.5.0; up to 4.4.0 it starts at
+        ``phyOffset - 1`` and follows each unit's offset (rules §3.5)."""
         before = self.state[S_WRITE]
-        self.state[S_MAX_PHYS] = phy_offset
+        self.state[S_MAX_PHYS] = phy_offset if self.dedup_by_end else phy_offset - 1
         while self.files:
             base = max(self.files)
             phys, size = self._file_units(base)
@@ -212,7 +218,7 @@ class QueueSim:
             bad = (phys[1:] < 0) | (size[1:] <= 0) | (phys[1:] >= phy_offset)
             stop = int(np.argmax(bad)) + 1 if bad.any() else phys.shape[0]
             self.state[S_WRITE] = base + stop * ENTRY
-            self.state[S_MAX_PHYS] = phys[stop - 1] + size[stop - 1]
+            self.state[S_MAX_PHYS] = phys[stop - 1] + (size[stop - 1] if self.dedup_by_end else 0)
             break
         else:
             self.state[S_WRITE] = -1
@@ -288,6 +294,11 @@ class QueueSim:
         phys, _ = self._file_units(first, min(end - first, self.file_size) // ENTRY)
         hits = phys >= commitlog_min_offset
         return first // ENTRY + int(np.argmax(hits)) if hits.any() else 0
+
+
+def _put_rules(rules: VersionRules | None) -> tuple[bool, bool]:
+    """``(dedup_by_end, repeat_guard)`` of ``putMessagePositionInfo`` under ``rules`` (§3.1-§3.3)."""
+    return (True, True) if rules is None else (rules.cq_dedup_by_end, rules.cq_repeat_guard)
 
 
 class UnitSpill:

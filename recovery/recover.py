@@ -11,7 +11,7 @@ load and recovery would do to a store, computed from the read-only store model.
    4.9.2-4.9.8 delay quirk (§3.5);
 4. the commit log cut (``truncateDirtyFiles``, §8.9) and, if the CQs reach the cut,
    ``truncateDirtyLogicFiles`` (§5.8);
-5. 4.5.1-4.9.8: the reput from the max CQ physical offset at start-up (§8.12);
+5. 4.5.0-4.9.8: the reput from the max CQ physical offset at start-up (§8.12, rules §2.11);
 6. the checkpoint the broker persists, and the abort file a clean stop removes.
 
 Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the last segment, CQ
@@ -23,10 +23,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..errors import Refused
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..store.commitlog import StopReason
 from ..writers import S_WRITE
 from .dispatch import (
     TAGS_DELIVERY_TIME,
@@ -87,7 +89,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     dispatching = command == "recover"
 
     # 1. consume queue recovery
-    sims = {(q.topic, q.queue_id): QueueSim.load(q, dedup_by_end=rules.cq_dedup_by_end) for q in store.consume_queues}
+    sims = {(q.topic, q.queue_id): QueueSim.load(q, rules=rules) for q in store.consume_queues}
     before = {key: (sim.min_offset(clmin, v5=rules.cq_min_offset_v5), sim.max_offset) for key, sim in sims.items()}
     max_cq = max((s.recovered_max_phys for s in sims.values()), default=-1)
     seeds_a = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}
@@ -143,6 +145,12 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             if cache is not None:
                 cache.add(0, batch)
     scan.end, scan.records, scan.last_valid = scanner.end, scanner.records, scanner.last_valid_offset
+    if mode == "abnormal" and dl is None and scan.end.reason == StopReason.LENGTH_MISMATCH and not rules.abnormal_stops_at_length_mismatch:
+        raise Refused(
+            f"the record at {scan.end.offset} has a TOTALSIZE that disagrees with its fields: {version}'s abnormal recovery does not stop "
+            "there but advances by TOTALSIZE, dispatching a bogus entry to consume queue ''/0, and reads on out of step (rules §2.7, "
+            "recoverAbnormally up to 4.3.1); mqtool does not plan that recovery (`mqtool dump --keep-going` reads past the record)"
+        )
     cq_cut = scan.end.offset
     if dl is not None:
         cq_cut = dledger.headerless_end(cl, scan.end) if dispatch_a else dl.end.offset
@@ -181,18 +189,18 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
         walk = max_cq >= cq_cut
     elif mode == "abnormal" or rules.normal_truncates_cq:
         walk = walk or max_cq >= end
-    if not cl.segments:  # destroyLogics (§8.10)
+    if not cl.segments and (mode == "abnormal" or rules.empty_log_destroys_queues):  # destroyLogics (§8.10; normal recovery from 4.5.0, rules §2.5)
         for sim in sims.values():
             for base in list(sim.files):
                 sim._delete(base)
             sim.state[S_WRITE] = -1
         notes.append("no commit log segment: every consume queue file is deleted (destroyLogics)")
-    elif walk:
+    elif cl.segments and walk:  # recoverNormally does nothing without a segment up to 4.4.0
         for sim in sims.values():
             sim.truncate(cq_cut)
     seeds_b = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}  # where the reput starts
 
-    # 5. 4.5.1-4.9.8 start(): reput from the max CQ physical offset
+    # 5. 4.5.0-4.9.8 start(): reput from the max CQ physical offset
     reput_from = None
     if dispatching and rules.reput_from_cq_max and cl.segments:
         reput_from = max([clmin, 0] + [int(s.state[1]) for s in sims.values()])
@@ -247,7 +255,8 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             if size != sim.file_size and base in sim.files:
                 notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
     if dispatching and dl is None:
-        notes += _dispatch_notes(store, rules, mode, phases, max_cq, end, kept, legacy)
+        queues_end = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)  # where the last entry's record ends, in every version
+        notes += _dispatch_notes(store, rules, mode, phases, queues_end, end, kept, legacy)
     if dl is not None:
         actions += dledger.index_actions(store, dl)
         if dispatching:

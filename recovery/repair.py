@@ -4,9 +4,11 @@
 can still report what no broker start repairs. ``repair`` plans, in order:
 
 1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
-   name in ``commitlog/`` and refuses a segment of the wrong length; ``IndexService.load`` maps
-   every file in ``index/``): stray files are quarantined into the backup, a segment cut short is
-   padded with zeros (its missing bytes are lost) and one with garbage appended is trimmed;
+   name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
+   into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
+   with garbage appended is trimmed. A stray file in ``index/`` stays: ``IndexService.load`` skips
+   it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
+   ``NumberFormatException``, which ``load`` catches, before anything is mapped);
 2. the broker's recovery (``plan_recover``), unchanged;
 3. planned on the store as recovery leaves it, from ``verify``'s own findings: the consume
    queues with missing, dangling or beyond-the-end entries regenerated from the commit log
@@ -24,7 +26,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,6 @@ INDEX_KINDS = frozenset(
     {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
 )
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
-INDEX_NAME = re.compile(r"^\d+$")
 
 
 @dataclass(frozen=True)
@@ -141,9 +141,6 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
                 why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the segment's end; trimmed (the broker refuses to load it)"
                 steps.append(RepairStep("resize-segment", True, why, (rel,)))
                 actions.append(Action("resize", rel, start=size, end=expected, note=why))
-    for entry in _files(root / "index"):
-        if not INDEX_NAME.match(entry.name):
-            quarantine(entry, "not an index file: IndexService.load maps every file in index/ as an index file")
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):

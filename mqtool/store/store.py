@@ -3,8 +3,9 @@
 Layout (reference §1.1): ``commitlog/``, ``consumequeue/<topic>/<queueId>/``, ``index/``,
 ``checkpoint``, ``abort``, ``lock``, ``config/``. File sizes come from ``--broker-config``
 where given, otherwise from the files themselves. A commit log file whose length differs from
-the others (``MappedFileQueue.load``: "length not matched message store config value", the
-broker refuses to start) or whose name is not a multiple of the segment size is left out of the
+the others (``MappedFileQueue.load``: "length not matched message store config value"; the
+broker refuses to start, except 3.2.6-4.4.0 and 4.9.2, which leave it and every later file out,
+rules §2.13) or whose name is not a multiple of the segment size is left out of the
 segment list and kept in ``Store.problems``: a finding for ``verify``, a note for the other
 commands, never a refusal to look at the rest. So is a zero-length last file, which only some
 versions refuse (rules §2.13: 5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out).
@@ -160,7 +161,8 @@ class Store:
                 problems.append(FileProblem(
                     "segment-size", p,
                     f"{p.name}: {size} bytes, expected {expected} like the other segments: the broker logs \"length not matched "
-                    "message store config value, please check it manually\" and refuses to start; mqtool leaves it out",
+                    "message store config value, please check it manually\" and refuses to start (3.2.6-4.4.0 and 4.9.2 leave it and every later file out "
+                    "and start); mqtool leaves it out",
                     expected, size,
                 ))
             elif base % expected:

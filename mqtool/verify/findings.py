@@ -40,7 +40,7 @@ class Severity(str, enum.Enum):
 KINDS: dict[str, str] = {
     # commit log
     "segment-gap": "a commit log segment is missing between two others",
-    "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start)",
+    "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start; 3.2.6-4.4.0 and 4.9.2 leave it and every later file out)",
     "segment-name": "a commit log file's name is not a multiple of the segment size",
     "segment-empty-last": "the last commit log file is empty (4.5.0-5.1.2 except 4.9.2 refuse to start; 5.1.3+ delete it)",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
