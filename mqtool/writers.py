@@ -72,10 +72,14 @@ S_WRITE, S_MAX_PHYS, S_FILL_FROM, S_FILL_TO = range(4)
 
 
 @numba.njit(cache=True, nogil=True)
-def place_units(qoff, phys, size, state, file_size, dedup_by_end, out_pos):
+def place_units(qoff, phys, size, state, file_size, dedup_by_end, repeat_guard, out_pos):
     """``putMessagePositionInfo`` for a run of requests of one queue, in commit log order.
 
     ``out_pos[i]`` = logical byte position of unit ``i`` or -1 where the broker skips it.
+    ``dedup_by_end``: 4.5.0+ skip a request ending at or below the queue's max physical offset and
+    keep offset + size as that max; up to 4.4.0 the start offset (rules file §3.1, §3.2).
+    ``repeat_guard``: 4.2.0+ skip a request whose queue offset is below the write position; up to
+    4.1.0 it is appended at the write position anyway (§3.3).
     ``state`` is updated; ``state[S_FILL_FROM:S_FILL_TO]`` is set when the queue's first file is
     created for a non-zero queue offset (``fillPreBlank``). Returns the number of units placed.
     """
@@ -96,11 +100,11 @@ def place_units(qoff, phys, size, state, file_size, dedup_by_end, out_pos):
                 state[S_FILL_FROM] = base
                 state[S_FILL_TO] = expect
                 state[S_WRITE] = expect
-        elif qoff[i] != 0 and expect < state[S_WRITE]:
+        elif repeat_guard and qoff[i] != 0 and expect < state[S_WRITE]:
             continue  # "Build consume queue repeatedly"
         out_pos[i] = state[S_WRITE]
         state[S_WRITE] += 20
-        state[S_MAX_PHYS] = end
+        state[S_MAX_PHYS] = end if dedup_by_end else phys[i]
         placed += 1
     return placed
 
@@ -138,12 +142,13 @@ class ConsumeQueueWriter:
         file_size: int,
         *,
         dedup_by_end: bool = True,
+        repeat_guard: bool = True,
         tmp_path: Callable[[Path], Path] = default_tmp_path,
         max_open: int = 256,
     ):
         self.root = Path(root)
         self.file_size = file_size
-        self.dedup_by_end = dedup_by_end
+        self.dedup_by_end, self.repeat_guard = dedup_by_end, repeat_guard
         self.tmp_path = tmp_path
         self.queues: dict[tuple[str, int], _Queue] = {}
         self._fds: OrderedDict[Path, int] = OrderedDict()
@@ -218,7 +223,7 @@ class ConsumeQueueWriter:
             self._pos = np.empty(max(n, 1024), dtype=np.int64)
         pos = self._pos[:n]
         q.state[S_FILL_FROM] = -1
-        placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, pos)
+        placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if q.state[S_FILL_FROM] >= 0:
             count = int(q.state[S_FILL_TO] - q.state[S_FILL_FROM]) // ENTRY
             if count:

@@ -362,7 +362,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
     for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
-            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
+            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard)
         placed = sim.place(*columns[:3])
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed

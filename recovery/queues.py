@@ -51,7 +51,8 @@ class QueueSim:
     queue_id: int
     directory: Path
     file_size: int
-    dedup_by_end: bool = True
+    dedup_by_end: bool = True  # §3.1-§3.5: maxPhysicOffset is offset + size from 4.5.0, the start offset before
+    repeat_guard: bool = True  # §3.3: an already-written queue offset is skipped from 4.2.0
     exists: bool = False  # the queue's directory exists (the broker loads it)
     original: dict[int, Path] = field(default_factory=dict)
     files: dict[int, str] = field(default_factory=dict)  # base -> "original" | "new"
@@ -75,11 +76,11 @@ class QueueSim:
     # ---- 1. recovery ------------------------------------------------------------------------
 
     @classmethod
-    def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True) -> "QueueSim":
-        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, exists=True)
+    def load(cls, queue: ConsumeQueue, *, dedup_by_end: bool = True, repeat_guard: bool = True) -> "QueueSim":
+        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, dedup_by_end, repeat_guard, exists=True)
         sim.original = {base: path for base, path in queue.files}
         recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
-        sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_phys_offset
+        sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_physic_offset(dedup_by_end)
         for base in sim.original:
             if base > sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
                 sim.deleted.add(base)
@@ -92,8 +93,8 @@ class QueueSim:
         return sim
 
     @classmethod
-    def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True) -> "QueueSim":
-        return cls(topic, queue_id, directory, file_size, dedup_by_end)
+    def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, dedup_by_end: bool = True, repeat_guard: bool = True) -> "QueueSim":
+        return cls(topic, queue_id, directory, file_size, dedup_by_end, repeat_guard)
 
     def _view(self, base: int) -> np.ndarray:
         """The units of original file ``base`` as a read-only view of its map (no copy); a
@@ -136,7 +137,7 @@ class QueueSim:
         """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed."""
         pos = np.empty(qoff.shape[0], dtype=np.int64)
         self.state[S_FILL_FROM] = -1
-        placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, pos)
+        placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if self.state[S_FILL_FROM] >= 0:
             start, stop = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO])
             self.fillers += (stop - start) // ENTRY
@@ -202,7 +203,7 @@ class QueueSim:
 
     def truncate(self, phy_offset: int) -> None:
         before = self.state[S_WRITE]
-        self.state[S_MAX_PHYS] = phy_offset
+        self.state[S_MAX_PHYS] = phy_offset if self.dedup_by_end else phy_offset - 1  # §3.5
         while self.files:
             base = max(self.files)
             phys, size = self._file_units(base)
@@ -212,7 +213,7 @@ class QueueSim:
             bad = (phys[1:] < 0) | (size[1:] <= 0) | (phys[1:] >= phy_offset)
             stop = int(np.argmax(bad)) + 1 if bad.any() else phys.shape[0]
             self.state[S_WRITE] = base + stop * ENTRY
-            self.state[S_MAX_PHYS] = phys[stop - 1] + size[stop - 1]
+            self.state[S_MAX_PHYS] = phys[stop - 1] + size[stop - 1] if self.dedup_by_end else phys[stop - 1]
             break
         else:
             self.state[S_WRITE] = -1

@@ -150,7 +150,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
                 continue
             sim = sims.get((topic, qid))
             if sim is None:
-                sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end)
+                sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard)
             counts.cq += sim.place(*columns[:3])
     end, notes = scanner.end.offset, scanner.notes
     for skipped_record in scanner.skipped:
@@ -158,7 +158,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     for topic, n in sorted(skipped.items()):
         notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
     for key, q in existing.items():
-        sim = sims.get(key) or QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, dedup_by_end=rules.cq_dedup_by_end)
+        sim = sims.get(key) or QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard)
         sim.original = {base: path for base, path in q.files}
         sims[key] = sim
     clmin = cl.min_offset

@@ -87,7 +87,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     dispatching = command == "recover"
 
     # 1. consume queue recovery
-    sims = {(q.topic, q.queue_id): QueueSim.load(q, dedup_by_end=rules.cq_dedup_by_end) for q in store.consume_queues}
+    sims = {(q.topic, q.queue_id): QueueSim.load(q, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard) for q in store.consume_queues}
     before = {key: (sim.min_offset(clmin, v5=rules.cq_min_offset_v5), sim.max_offset) for key, sim in sims.items()}
     max_cq = max((s.recovered_max_phys for s in sims.values()), default=-1)
     seeds_a = {key: QueueSeed(*seed_of(sim)) for key, sim in sims.items()}

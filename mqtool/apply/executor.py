@@ -271,7 +271,7 @@ class Executor:
             raise ApplyError(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]}): please report this")
 
     def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
-        writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, tmp_path=self.tmp_path)
+        writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard, tmp_path=self.tmp_path)
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])

@@ -59,6 +59,12 @@ class QueueRecovery(NamedTuple):
     end: int  # logical byte offset of the first invalid unit (processOffset)
     max_phys_offset: int  # offset + size of the last valid unit, -1 if none
     start_file: int  # index of the file the scan started from (third from last)
+    last_phys_offset: int = -1  # offset of the last valid unit: ``maxPhysicOffset`` up to 4.4.0 (rules file §3.4)
+
+    def max_physic_offset(self, by_end: bool) -> int:
+        """The queue's ``maxPhysicOffset`` after ``recover()``: offset + size of its last unit from
+        4.5.0, its offset up to 4.4.0 (§3.4; ``VersionRules.cq_dedup_by_end``)."""
+        return self.max_phys_offset if by_end else self.last_phys_offset
 
     @property
     def max_offset(self) -> int:
@@ -124,14 +130,14 @@ class ConsumeQueue:
         if not self.files:
             return QueueRecovery(0, -1, 0)
         start = max(0, len(self.files) - 3)
-        max_phys = -1
+        max_phys = last_phys = -1
         for index in range(start, len(self.files)):
             base, path = self.files[index]
             stop, last = _valid_prefix(path, self.file_size)
             if last is not None:
-                max_phys = last[0] + last[1]
+                max_phys, last_phys = last[0] + last[1], last[0]
             if stop * ENTRY_SIZE < self.file_size or index + 1 == len(self.files):
-                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start)
+                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start, last_phys)
         raise AssertionError("unreachable")
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
