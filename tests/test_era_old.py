@@ -149,3 +149,38 @@ def test_up_to_4_1_0_an_already_written_queue_offset_is_appended(tmp_path):
     requests = [(0, 100, 10), (1, 200, 10), (1, 300, 10), (2, 400, 10)]
     assert placed("4.1.0", requests, tmp_path / "a") == [(0, 100), (1, 200), (2, 300), (3, 400)]
     assert placed("4.2.0", requests, tmp_path / "b") == [(0, 100), (1, 200), (2, 400)]
+
+
+# ---- detection: §4.2 UNIQ_KEY in the index, §6.4 lock file, §7.1 dataVersion.timestatmp ---------------
+
+
+def eras_of(path) -> list[str]:
+    with Store.open(path) as store:
+        return [e.name for e in store.version_guess.eras]
+
+
+def test_the_index_tells_3_2_6_from_4_x():
+    """§4.2: an index holding a record's KEYS but not its UNIQ_KEY is 3.2.6's; one holding both is
+    4.0.0+'s. With the other marks a 3.2.6 store is detected as 3.2.6, and no 4.x store as 3.2.6."""
+    for name in ("clean-small", "crashed-small"):
+        assert eras_of(store_path("3.2.6", name)) == ["E0"]
+        with Store.open(store_path("3.2.6", name)) as store:
+            assert str(store.version_guess.version) == "3.2.6"
+        for version in ("4.0.0", "4.4.0"):
+            assert "E0" not in eras_of(store_path(version, name))
+
+
+def test_lock_file_and_data_version_spelling(tmp_path):
+    """§6.4: ``lock`` exists from 4.2.0 (not in 3.2.6-4.1.0); §7.1: ``dataVersion.timestatmp`` in
+    3.2.6 and 4.0.0, ``timestamp`` from 4.1.0. On copies of the 4.0.0 store (none of these files)."""
+    base = copy_store("4.0.0", "clean-small", tmp_path)
+    assert not (base / "lock").exists() and eras_of(base)[0] == "E1"
+    config = base / "config"
+    config.mkdir()
+    topics = '{"dataVersion":{"counter":1,"%s":1795891216516},"topicConfigTable":{}}'
+    (config / "topics.json").write_text(topics % "timestatmp")
+    assert eras_of(base) == ["E1"]
+    (config / "topics.json").write_text(topics % "timestamp")
+    assert "E1" not in eras_of(base) and "E2" in eras_of(base)
+    (base / "lock").write_bytes(b"lock")
+    assert eras_of(base)[0] == "E3a"
