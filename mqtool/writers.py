@@ -10,7 +10,8 @@ own write rules so that a rebuilt file is byte-identical to the broker's:
 - ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
   roll to a new file (header seeded with the previous file's end) when the last one is full,
   skip records below the last file's end offset, skip ROLLBACK, put ``topic#UNIQ_KEY`` then
-  ``topic#key``.
+  ``topic#key`` (3.2.6: KEYS of NOT and PREPARED records only, rules file §4.2: the keys come
+  from the dispatch under the version's ``index_rule``).
 
 Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
 temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into

@@ -363,7 +363,7 @@ class ConsumeQueueCheck:
 
     def _quirk_tags(self, record: LogRecord, found: int) -> bool:
         """4.9.2-4.9.8 abnormal recovery writes the TAGS hash for SCHEDULE_TOPIC_XXXX (§3.5); the
-        3.2.6 master's put-time dispatch a delivery time from the pre-lock clock, up to
+        3.2.6 master's put-time dispatch writes a delivery time from the pre-lock clock, up to
         ``PRE_LOCK_SLACK_MS`` off the record's (rules file §2.15)."""
         if not (self.quirk or self.pre_lock) or record.topic != SCHEDULE_TOPIC:
             return False

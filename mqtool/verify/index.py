@@ -9,8 +9,8 @@ Against the commit log, in one streaming merge (entries are written in commit lo
 every entry must point at a record whose ``topic#UNIQ_KEY`` or ``topic#key`` hashes to the
 entry's hash, with the entry's time difference; every record the broker indexes (all but
 ROLLBACK, ``CommitLogDispatcherBuildIndex``; 3.2.6: NOT and PREPARED, KEYS only, rules file §4.2)
-must have all its keys in some file. A key indexed
-twice for a record on a file boundary is the broker's known quirk and is accepted.
+must have all its keys in some file. A key indexed twice for a record on a file boundary is the
+broker's known quirk and is accepted.
 """
 
 from __future__ import annotations
