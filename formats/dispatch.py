@@ -4,7 +4,8 @@
 QUEUEOFFSET, TOTALSIZE, and the tags code (TAGS hash, or for SCHEDULE_TOPIC_XXXX the delivery
 time from the delay-level table). ``CommitLogDispatcherBuildConsumeQueue`` writes CQ entries
 only for NOT_TYPE and COMMIT records; ``CommitLogDispatcherBuildIndex`` indexes everything but
-ROLLBACK records, under ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS entry.
+ROLLBACK records, under ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS entry (4.0.0+; 3.2.6
+indexes NOT and PREPARED records under ``topic#key`` only: rules file §4.2, ``INDEX_KEYS_ONLY``).
 """
 
 from __future__ import annotations
@@ -62,8 +63,28 @@ def dispatches_to_consume_queue(sys_flag: int) -> bool:
     return transaction_type(sys_flag) in (TransactionType.NOT_TYPE, TransactionType.COMMIT)
 
 
-def is_indexed(sys_flag: int) -> bool:
-    return transaction_type(sys_flag) != TransactionType.ROLLBACK
+# ``IndexService.buildIndex``'s rule (rules file §4.2; ``VersionRules.index_rule``), as the dispatch kernel takes it
+INDEX_NONE = 0  # messageIndexEnable=false
+INDEX_UNIQ_AND_KEYS = 1  # 4.0.0+: NOT, PREPARED and COMMIT records; topic#UNIQ_KEY, then topic#key per KEYS token
+INDEX_KEYS_ONLY = 2  # 3.2.6: NOT and PREPARED records; topic#key per KEYS token, no UNIQ_KEY
+
+
+def is_indexed(sys_flag: int, rule: int = INDEX_UNIQ_AND_KEYS) -> bool:
+    """Whether ``buildIndex`` indexes a record of this sysflag under ``rule`` (§4.2)."""
+    tran = transaction_type(sys_flag)
+    if rule == INDEX_KEYS_ONLY:
+        return tran in (TransactionType.NOT_TYPE, TransactionType.PREPARED)
+    return rule != INDEX_NONE and tran != TransactionType.ROLLBACK
+
+
+def indexed_keys(sys_flag: int, uniq_key: str | None, keys: list[str] | tuple[str, ...], rule: int = INDEX_UNIQ_AND_KEYS) -> list[str]:
+    """The keys ``buildIndex`` puts for a record, in put order, without the ``topic#`` prefix:
+    UNIQ_KEY (not under ``INDEX_KEYS_ONLY``), then each KEYS token; none if it is not indexed."""
+    if not is_indexed(sys_flag, rule):
+        return []
+    out = [uniq_key] if uniq_key is not None and rule == INDEX_UNIQ_AND_KEYS else []
+    out.extend(keys)
+    return out
 
 
 def consume_queue_tags_code(
@@ -105,11 +126,9 @@ class DispatchRequest(NamedTuple):
     def to_index(self) -> bool:
         return is_indexed(self.sys_flag)
 
-    def index_keys(self) -> list[str]:
-        """Index keys in put order: ``topic#UNIQ_KEY`` then ``topic#key`` per KEYS entry."""
-        keys = [f"{self.topic}#{self.uniq_key}"] if self.uniq_key is not None else []
-        keys.extend(f"{self.topic}#{k}" for k in self.keys)
-        return keys
+    def index_keys(self, rule: int = INDEX_UNIQ_AND_KEYS) -> list[str]:
+        """Index keys in put order: ``topic#UNIQ_KEY`` then ``topic#key`` per KEYS entry (``indexed_keys``)."""
+        return [f"{self.topic}#{k}" for k in indexed_keys(self.sys_flag, self.uniq_key, self.keys, rule)]
 
 
 def dispatch_request(

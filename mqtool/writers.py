@@ -11,7 +11,8 @@ own write rules so that a rebuilt file is byte-identical to the broker's:
 - ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
   roll to a new file (header seeded with the previous file's end) when the last one is full,
   skip records below the last file's end offset, skip ROLLBACK, put ``topic#UNIQ_KEY`` then
-  ``topic#key``.
+  ``topic#key`` (3.2.6: KEYS of NOT and PREPARED records only, rules file §4.2: the keys come
+  from the dispatch under the version's ``index_rule``).
 
 Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
 temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into
@@ -77,6 +78,10 @@ def place_units(qoff, phys, size, state, file_size, dedup_by_end, repeat_guard, 
     """``putMessagePositionInfo`` for a run of requests of one queue, in commit log order.
 
     ``out_pos[i]`` = logical byte position of unit ``i`` or -1 where the broker skips it.
+    ``dedup_by_end``: 4.5.0+ skip a request ending at or below the queue's max physical offset and
+    keep offset + size as that max; up to 4.4.0 the start offset (rules file §3.1, §3.2).
+    ``repeat_guard``: 4.2.0+ skip a request whose queue offset is below the write position; up to
+    4.1.0 it is appended at the write position anyway (§3.3).
     ``state`` is updated; ``state[S_FILL_FROM:S_FILL_TO]`` is set when the queue's first file is
     created for a non-zero queue offset (``fillPreBlank``). Returns the number of units placed.
     ``dedup_by_end`` (4.5.0+, rules §3.1/§3.2): skip when offset + size <= maxPhysicOffset and

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 import numpy as np
 
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import dispatch_request, multi_dispatch_targets
+from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
@@ -182,7 +182,7 @@ class DispatchOptions:
 
     delay_table: Mapping[int, int]
     legacy_properties: bool = False
-    index_enable: bool = True
+    index_enable: int = INDEX_UNIQ_AND_KEYS  # the index rule (``formats.dispatch.INDEX_*``; INDEX_NONE: off)
 
     @property
     def delay_ms(self) -> np.ndarray:
@@ -470,8 +470,7 @@ class DispatchScanner:
             except CorruptRecord as exc:
                 bad, hi = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
                 break
-            indexed = self.options.index_enable and request.to_index
-            replaced[r] = ([request.uniq_key] if request.uniq_key is not None else []) + list(request.keys) if indexed else []
+            replaced[r] = indexed_keys(request.sys_flag, request.uniq_key, request.keys, self.options.index_enable)
             out[r, fd.F_TAGS] = request.tags_code
             out[r, fd.F_FLAGS] &= ~fd.FLAG_FALLBACK
         key_lo = int(out[lo, fd.F_KEY_START]) if hi > lo else acc.key_fill
@@ -689,8 +688,10 @@ def phase_scanner(
     topics: TopicTable | None = None,
     shown: "WalkedChain | None" = None,
     ahead: bool = False,
+    index_rule: int = INDEX_UNIQ_AND_KEYS,
 ) -> DispatchScanner:
-    options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_enable)
+    """A scan dispatching from ``start``; ``index_rule`` is the version's (``VersionRules.index_rule``, §4.2)."""
+    options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_rule if index_enable else INDEX_NONE)
     threads = not interpreted()  # interpreted kernels hold the GIL: threads would only add hand-offs (and the ahead spill)
     return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead and threads, threaded=threads)
 

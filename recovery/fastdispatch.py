@@ -26,6 +26,7 @@ from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as fmt
+from ..formats.dispatch import INDEX_KEYS_ONLY, INDEX_NONE
 from ..formats.properties import parse_properties
 from ..store.textscan import M32, index_key_hashes, java_hash_utf8, property_item, span_is
 from ..store.words import M64, WORD, be32, be64, find_byte_below, load8, prefetch, signed32
@@ -42,6 +43,7 @@ BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
 PROPS_LEN_SIZE = fmt.PROPERTIES_LENGTH.size
 TRAN_MASK = fmt.TRANSACTION_TYPE_MASK
 TRAN_ROLLBACK = int(fmt.TransactionType.ROLLBACK)
+TRAN_COMMIT = int(fmt.TransactionType.COMMIT)
 
 # output columns (int64), one row per record
 (
@@ -182,6 +184,8 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
     ``rows`` are ``walk_segment`` rows (pos, size, body, body_len, topic, props, crc_ok).
     ``delay_ms[level]`` is the delay of ``level`` (index 0 unused); ``len(delay_ms) - 1`` is the
     max level (an empty table, ``len == 1``, reproduces the 4.9.2-4.9.8 recovery quirk, §3.5).
+    ``index_enable`` is the index rule (``formats.dispatch.INDEX_*``, rules file §4.2): none, 4.0.0+'s
+    UNIQ_KEY and KEYS of all but ROLLBACK, or 3.2.6's KEYS of NOT and PREPARED records only.
     A key is stored as ``units << 32 | hash`` of the key alone; ``finish_keys`` combines it with
     the topic once topics are known (Java's hash of ``topic#key`` is polynomial in the units).
     Returns ``(rows_done, key_fill)``; fewer rows than given when ``keys`` is full.
@@ -272,8 +276,9 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         row[F_TAGS] = tags
         row[F_KEY_START] = key_fill
         count = 0
-        if index_enable and (sys_flag & TRAN_MASK) != TRAN_ROLLBACK:
-            if uniq_s >= 0:
+        tran = sys_flag & TRAN_MASK
+        if index_enable != INDEX_NONE and tran != TRAN_ROLLBACK and (index_enable != INDEX_KEYS_ONLY or tran != TRAN_COMMIT):
+            if uniq_s >= 0 and index_enable != INDEX_KEYS_ONLY:
                 h, units, ok = java_hash_utf8(buf, uniq_s, uniq_e, np.int64(0))
                 if not ok:
                     flags |= FLAG_FALLBACK

@@ -66,7 +66,7 @@ class RebuildScan:
         recovery = discipline == "recovery"
         return phase_scanner(
             self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
-            legacy_properties=self.rules.legacy_properties, index_enable=index, check_crc=recovery and self.store.config.check_crc_on_recover,
+            legacy_properties=self.rules.legacy_properties, index_enable=index, index_rule=self.rules.index_rule, check_crc=recovery and self.store.config.check_crc_on_recover,
             topics=self.topics, ahead=ahead,
         )
 

@@ -133,7 +133,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     phases: list[DispatchPhase] = []
     scanner = phase_scanner(
         cl, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=legacy,
-        index_enable=index_enable, check_crc=config.check_crc_on_recover, topics=topics,
+        index_enable=index_enable, index_rule=rules.index_rule, check_crc=config.check_crc_on_recover, topics=topics,
         shown=walked if dl is None and config.check_crc_on_recover else None, ahead=True,
     )
     counts = PhaseCounts()
@@ -212,7 +212,7 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
             phase_counts.append(counts)
             reput = phase_scanner(
                 cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-                legacy_properties=legacy, index_enable=index_enable, check_crc=False, topics=topics,
+                legacy_properties=legacy, index_enable=index_enable, index_rule=rules.index_rule, check_crc=False, topics=topics,
             )
             for batch in reput:
                 feed(batch, topics, sims, store, rules, index_writer, counts)

@@ -16,6 +16,7 @@ from mqtool.formats.errors import CorruptRecord, LengthMismatch, TruncatedRecord
 from mqtool.formats.hashing import tags_code
 from mqtool.formats.msgid import decode_msg_id, decode_uniq_key, parse_host
 from mqtool.store import Store
+from repair_support import assert_tags_code
 
 SEGMENT = 1 << 20
 
@@ -63,7 +64,7 @@ def test_every_message_decodes_to_the_manifest(version, name):
         assert r.transaction_type == msg["tranType"]
         if msg.get("dispatched"):
             req = dispatch_request(r, DEFAULT_DELAY_TABLE, legacy_properties=legacy)
-            assert req.tags_code == msg["cqTagsCode"]
+            assert_tags_code(version, msg["topic"], req.tags_code, msg["cqTagsCode"])  # 3.2.6: §2.15
         if msg.get("batch"):  # a batch member carries the batch's properties after its own (WAIT twice)
             assert r.properties.decode().count("WAIT\x01") == 2
         count += 1

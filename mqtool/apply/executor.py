@@ -234,7 +234,7 @@ class Executor:
                         for batch in phase_scanner(
                             store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags,
                             delay_table=store.delay_table, legacy_properties=rules.legacy_properties,
-                            index_enable=bool(plan.index and plan.index.enabled), check_crc=False, topics=topics,
+                            index_enable=bool(plan.index and plan.index.enabled), index_rule=rules.index_rule, check_crc=False, topics=topics,
                         )
                     )
                 # the index (random slot access, the heavier half) is built in a second thread

@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..errors import UnknownStoreVersion
+from ..formats.dispatch import INDEX_KEYS_ONLY, INDEX_UNIQ_AND_KEYS
 
 
 class BrokerVersion(NamedTuple):
@@ -255,6 +256,15 @@ class VersionRules:
         return self._within("E11", "E12")
 
     @property
+    def delay_tags_from_pre_lock_time(self) -> bool:
+        """§2.15: the 3.2.6 master dispatches at put time (``CommitLog.putMessage``) with the delivery
+        time computed from ``System.currentTimeMillis()`` taken before the put lock, while the record
+        stores the time taken inside it (``SystemClock.now()``): a SCHEDULE_TOPIC_XXXX entry's tags
+        code can be a few ms off STORETIMESTAMP + delay (1-3 ms later on the 3.2.6 fixture), and no
+        rebuild can recover it. 4.0.0+ dispatch from the record (``checkMessageAndReturnSize``)."""
+        return not self._from("E1")
+
+    @property
     def corrects_delay_offsets(self) -> bool:
         """§2.16: ``ScheduleMessageService.correctDelayOffset`` clamps delayOffset.json at load from 4.9.2."""
         return self._from("E11")
@@ -285,6 +295,12 @@ class VersionRules:
         """§4.2: from 4.0.0 ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and
         KEYS; 3.2.6 indexes NOT and PREPARED records under KEYS only."""
         return self._from("E1")
+
+    @property
+    def index_rule(self) -> int:
+        """§4.2: ``formats.dispatch.INDEX_UNIQ_AND_KEYS`` from 4.0.0, ``INDEX_KEYS_ONLY`` in 3.2.6
+        (``IndexService.buildIndex``); the dispatch kernel's ``index_enable`` when the index is on."""
+        return INDEX_UNIQ_AND_KEYS if self.indexes_uniq_key_and_commit else INDEX_KEYS_ONLY
 
     @property
     def index_counts_used_slots(self) -> bool:

@@ -6,9 +6,9 @@ from 5.0.0; ``compaction/`` from 5.1.0), checkpoint fields (@24 from 5.0.0, @32 
 ``dataVersion`` in ``config/topics.json`` (``timestatmp`` in 3.2.6-4.0.0, ``stateVersion`` from
 5.0.0), the records themselves (V2 magic from 5.1.0, IPv6 hosts from 4.6.0, ``CLUSTER`` added by
 the broker in 4.6.x and from 4.7.1, no trailing ``\\x02`` in 4.9.1-5.1.4), the bytes after an
-end-of-file blank (stale before 4.9.1), and the index header's ``hashSlotCount`` (counts every put
-before 4.7.1). Each mark leaves a set of eras; detection keeps the eras every mark allows (rules
-file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §5.2, §6.1-§6.4, §7.1, §8.1, §8.2).
+end-of-file blank (stale before 4.9.1), the index header's ``hashSlotCount`` (counts every put
+before 4.7.1) and whether the index holds UNIQ_KEY entries (from 4.0.0). Each mark leaves a set of
+eras; detection keeps the eras every mark allows (rules file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §4.2, §5.2, §6.1-§6.4, §7.1, §8.1, §8.2).
 
 A mark that would leave no era at all (a store from a broker that is not Apache RocketMQ's, or a
 copied file) is set aside and said so. When several eras remain, ``version`` is None and
@@ -224,6 +224,36 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     return []
 
 
+def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
+    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+ index ``topic#UNIQ_KEY`` and KEYS, 3.2.6
+    KEYS only), judged on the first NOT_TYPE record with both whose KEYS are in an index file: its
+    UNIQ_KEY is there too from 4.0.0 only. A record whose keys are not indexed (a dropped index
+    file, an index turned off) leaves no mark."""
+    from ..formats.properties import PropertyKey, parse_properties, split_keys
+    from .index import query_offsets
+
+    try:
+        files = store.index_files
+    except (OSError, FormatError, ValueError):
+        return []
+    if not files:
+        return []
+    for r in records:
+        if r.transaction_type is not clfmt.TransactionType.NOT_TYPE:
+            continue
+        props = parse_properties(r.properties, legacy=True)
+        uniq, keys = props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS))
+        if not uniq or not keys:
+            continue
+        topic = r.topic_name
+        if not all(r.offset in query_offsets(files, topic, k) for k in keys):
+            continue
+        if r.offset in query_offsets(files, topic, uniq):
+            return [(f"index holds the UNIQ_KEY of the record at {r.offset} (4.0.0+)", eras_between("E1", "E18"))]
+        return [(f"index holds the KEYS but not the UNIQ_KEY of the record at {r.offset} (3.2.6)", frozenset({ERAS[0]}))]
+    return []
+
+
 def _record_marks(records) -> list[tuple[str, frozenset]]:
     marks = []
     if any(r.magic_code == clfmt.MESSAGE_MAGIC_V2 for r in records):
@@ -318,11 +348,14 @@ def detect_version(store: "Store") -> VersionGuess:
     if store.root is not None:
         narrow(_file_marks(store))
         narrow(_config_marks(store))
-    narrow(_record_marks(_first_records(store, evidence)))
+    records = _first_records(store, evidence)
+    narrow(_record_marks(records))
     if _splits(eras, "E9"):
         narrow(_blank_marks(store))
     if store.root is not None and _splits(eras, "E7"):
         narrow(_index_slot_marks(store))
+    if store.root is not None and _splits(eras, "E0"):
+        narrow(_index_key_marks(store, records))
     if store.root is not None:
         narrow(_missing_file_marks(store))  # last: a file that is there outweighs one that is not
     if not seen:

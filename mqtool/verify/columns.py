@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formats.dispatch import INDEX_UNIQ_AND_KEYS
 from ..jit import numba
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import TopicTable
@@ -59,8 +60,8 @@ class RecordColumns:
         return self.offsets.shape[0]
 
     @classmethod
-    def of(cls, batch: fs.SegmentBatch, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool) -> "RecordColumns":
-        builder = ColumnBuilder(numbers, delay_ms, legacy, batch.rows.shape[0])
+    def of(cls, batch: fs.SegmentBatch, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, index_rule: int = INDEX_UNIQ_AND_KEYS) -> "RecordColumns":
+        builder = ColumnBuilder(numbers, delay_ms, legacy, batch.rows.shape[0], index_rule)
         builder.add(batch.array, batch.rows)
         return builder.build(batch.base_offset)
 
@@ -79,8 +80,9 @@ class ColumnBuilder:
     only, so it may run in any thread (``sharedwalk.py``). Results do not depend
     on how the rows were cut into ``add`` calls."""
 
-    def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int):
+    def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int = INDEX_UNIQ_AND_KEYS):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
+        self.index_rule = index_rule  # the version's buildIndex rule (rules file §4.2)
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
         self.topic_ids = np.empty(capacity, dtype=np.int64)
         self.keys = np.empty(KEYS_PER_RECORD * capacity + 2, dtype=np.int64)
@@ -91,7 +93,7 @@ class ColumnBuilder:
         n = rows.shape[0]
         if not n:
             return
-        self.keys, self.key_fill = fd.dispatch_all(array, rows, self.legacy, self.delay_ms, True, self.out, self.n, self.keys, self.key_fill)
+        self.keys, self.key_fill = fd.dispatch_all(array, rows, self.legacy, self.delay_ms, self.index_rule, self.out, self.n, self.keys, self.key_fill)
         self.array = array
         if number and self.numbered == self.n:
             self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)

@@ -10,7 +10,8 @@ Expected tags codes are computed as ``checkMessageAndReturnSize`` does (TAGS has
 time for SCHEDULE_TOPIC_XXXX); a ConsumeQueueExt address (``enableConsumeQueueExt``) stands
 in for the tags code and is accepted; for 4.9.2-4.9.8 stores the TAGS hash is also accepted in
 SCHEDULE_TOPIC_XXXX entries written by abnormal recovery (the delay table is not loaded yet
-then, §3.5).
+then, §3.5); for 3.2.6 stores a delivery time up to ``PRE_LOCK_SLACK_MS`` off (its put-time
+dispatch takes the time before the put lock, rules file §2.15).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from .logstream import LogRecord
 
 CHUNK_UNITS = 4096
 LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
+PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIMESTAMP (observed 1-3 ms; SystemClock lag and lock waits)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
 # ``consumequeue/``; ``batchqueue.py`` checks their units.
 
@@ -239,6 +241,7 @@ class ConsumeQueueCheck:
         self.redispatch_from, self.redispatch_why = redispatch_from, redispatch_why
         self.delay_table = store.delay_table
         self.quirk = store.version is None or store.rules.delay_table_missing_in_recovery
+        self.pre_lock = store.version is None or store.rules.delay_tags_from_pre_lock_time
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         self.skipped_queues: list[str] = []
@@ -359,11 +362,15 @@ class ConsumeQueueCheck:
             return f"undecodable ({exc.reason})"
 
     def _quirk_tags(self, record: LogRecord, found: int) -> bool:
-        """4.9.2-4.9.8 abnormal recovery writes the TAGS hash for SCHEDULE_TOPIC_XXXX (§3.5)."""
-        if not self.quirk or record.topic != SCHEDULE_TOPIC:
+        """4.9.2-4.9.8 abnormal recovery writes the TAGS hash for SCHEDULE_TOPIC_XXXX (§3.5); the
+        3.2.6 master's put-time dispatch writes a delivery time from the pre-lock clock, up to
+        ``PRE_LOCK_SLACK_MS`` off the record's (rules file §2.15)."""
+        if not (self.quirk or self.pre_lock) or record.topic != SCHEDULE_TOPIC:
             return False
         try:
-            return found == consume_queue_tags_code(record.topic, record.properties, record.store_timestamp, {})
+            if self.pre_lock and abs(found - consume_queue_tags_code(record.topic, record.properties, record.store_timestamp, self.delay_table)) <= PRE_LOCK_SLACK_MS:
+                return True
+            return self.quirk and found == consume_queue_tags_code(record.topic, record.properties, record.store_timestamp, {})
         except FormatError:
             return False
 

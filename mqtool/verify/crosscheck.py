@@ -74,7 +74,7 @@ class CrossChecks:
             return None
         from .columns import ColumnBuilder
 
-        return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity)
+        return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity, self.store.rules.index_rule)
 
     def begin(self) -> Iterator[Finding]:
         """The checks made (into ``checks``, the same list); their findings before any record
@@ -98,7 +98,7 @@ class CrossChecks:
         if columns is None:
             from .columns import RecordColumns
 
-            columns = RecordColumns.of(batch, self.numbers, self.delay_ms, legacy)
+            columns = RecordColumns.of(batch, self.numbers, self.delay_ms, legacy, self.store.rules.index_rule)
         records = None
         for check in self.checks:
             if not columns.fallback and check.on_columns(columns):

@@ -3,13 +3,14 @@
 Structure, per file (compiled, chunked): every entry's ``prev_index`` must be the entry that
 held its hash slot before it (``IndexFile.putKey``), which also makes every chain acyclic and
 in range; the slot table must end holding the newest entry of each slot; the header must agree
-with the entries (count, begin/end offsets and timestamps, used-slot count from 4.8.0).
+with the entries (count, begin/end offsets and timestamps, used-slot count from 4.7.1: rules file §5.2).
 
 Against the commit log, in one streaming merge (entries are written in commit log order):
 every entry must point at a record whose ``topic#UNIQ_KEY`` or ``topic#key`` hashes to the
 entry's hash, with the entry's time difference; every record the broker indexes (all but
-ROLLBACK, ``CommitLogDispatcherBuildIndex``) must have all its keys in some file. A key indexed
-twice for a record on a file boundary is the broker's known quirk and is accepted.
+ROLLBACK, ``CommitLogDispatcherBuildIndex``; 3.2.6: NOT and PREPARED, KEYS only, rules file §4.2)
+must have all its keys in some file. A key indexed twice for a record on a file boundary is the
+broker's known quirk and is accepted.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import index as ixfmt
-from ..formats.dispatch import is_indexed
+from ..formats.dispatch import indexed_keys, is_indexed
 from ..formats.errors import FormatError
 from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
@@ -181,6 +182,7 @@ class IndexCheck:
         self._out: list[Finding] = []
         self.entries = 0
         self.enabled = store.config.message_index_enable
+        self.index_rule = store.rules.index_rule  # which records and keys buildIndex indexes (rules file §4.2)
         self._files_meta: list[IndexEntries] = []
         for position, f in enumerate(self.files):
             expected = f.geometry.file_size
@@ -243,14 +245,11 @@ class IndexCheck:
         """Keys ``buildIndex`` puts for a record, in put order: UNIQ_KEY, then KEYS (§6.5)."""
         indexed = self._indexed.get(record.sys_flag)
         if indexed is None:
-            indexed = self._indexed[record.sys_flag] = is_indexed(record.sys_flag)
+            indexed = self._indexed[record.sys_flag] = is_indexed(record.sys_flag, self.index_rule)
         if not indexed:
             return []
         props = record.properties
-        uniq = props.get(PropertyKey.UNIQ_KEY)
-        keys = [uniq] if uniq is not None else []
-        keys.extend(split_keys(props.get(PropertyKey.KEYS)))
-        return keys
+        return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), self.index_rule)
 
     def on_batch(self, records: list[LogRecord]) -> None:
         """``on_record`` for a batch, hashing all its keys in one compiled call."""
