@@ -17,7 +17,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import remove_leftovers
+from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse
@@ -503,6 +503,8 @@ def restore_cmd(
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
     stages = repair_stages(Path(backup))
     if stages:
+        if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
+            refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
             restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
