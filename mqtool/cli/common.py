@@ -17,7 +17,7 @@ from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat
 from .state import State
-from .terminal import clear_bars, note, write_stderr
+from .terminal import clear_bars, note, to_devnull, write_stderr
 
 __all__ = ["State", "note", "fail", "guarded", "quiet_broken_pipe", "shell_path", "open_store"]
 
@@ -71,12 +71,7 @@ def interrupted(exc: BaseException) -> bool:
 
 def silence_stdout() -> None:
     """Point stdout at /dev/null so that the final flush at exit cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+    to_devnull(sys.stdout)
 
 
 def guarded(fn):
