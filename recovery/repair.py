@@ -37,7 +37,6 @@ from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
-from .dispatch import DispatchCache
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
 from .walkedchain import WalkedChain
 
@@ -307,14 +306,13 @@ def steps_of(t: Triage) -> list[RepairStep]:
 # ---- 3. the plans of the steps beyond the broker ----------------------------------------------
 
 
-def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]], cache: DispatchCache | None = None) -> Plan:
-    """``cache``: keeps the batches planned, for the apply to write exactly those."""
-    plan = plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues)), cache=cache)
+def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]]) -> Plan:
+    plan = plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues)))
     return dataclasses.replace(plan, command="repair")
 
 
-def plan_index_rebuild(store: Store, cache: DispatchCache | None = None) -> Plan:
-    return dataclasses.replace(plan_rebuild_index(store, cache=cache), command="repair")
+def plan_index_rebuild(store: Store) -> Plan:
+    return dataclasses.replace(plan_rebuild_index(store), command="repair")
 
 
 def plan_state_fixes(store: Store, t: Triage) -> Plan | None:

@@ -111,6 +111,8 @@ def guarded(fn):
             if State.debug:
                 raise
             fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+        finally:
+            State.output_may_close = False  # a command run again in the same process (tests) starts afresh
 
     return wrapper
 

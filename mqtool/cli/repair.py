@@ -328,14 +328,12 @@ def repair(
                 note(f"beyond the broker: {step.step}: {step.why}")
             if t.queues:
                 with open_store(root, broker_config, broker_version) as opened:
-                    cache = DispatchCache()  # the apply writes the batches this plan counted
-                    queue_plan = rp.plan_queue_rebuild(opened, t.queues, cache)
-                stages.apply("rebuild-cq", queue_plan, cache)
+                    queue_plan = rp.plan_queue_rebuild(opened, t.queues)
+                stages.apply("rebuild-cq", queue_plan)
             if t.index:
                 with open_store(root, broker_config, broker_version) as opened:
-                    cache = DispatchCache()
-                    index_plan = rp.plan_index_rebuild(opened, cache)
-                stages.apply("rebuild-index", index_plan, cache)
+                    index_plan = rp.plan_index_rebuild(opened)
+                stages.apply("rebuild-index", index_plan)
             with open_store(root, broker_config, broker_version) as opened:
                 state_plan = rp.plan_state_fixes(opened, t)
             if state_plan is not None:
