@@ -92,13 +92,13 @@ def test_ctrl_c_while_applying_says_how_to_finish_or_undo(tmp_path, monkeypatch)
 
     def ctrl_c(label):
         calls["n"] += 1
-        if calls["n"] == 3:  # after the first file operation
+        if calls["n"] == 6:  # after the first file operation (pending, 3 while the dispatch is staged, range backed up, step 0)
             raise KeyboardInterrupt
 
     monkeypatch.setattr(executor, "durability_point", ctrl_c)
     err = error_line(run("recover", store, "--yes"), 130)
     monkeypatch.setattr(executor, "durability_point", lambda label: None)
-    assert "partly changed" in err and "run the same command again with --yes to finish" in err
+    assert "partly applied: finish with the same command again (with --yes)" in err
     assert tree(store) != before
     undo = shlex.split(err.split("undo with: ", 1)[1])  # the printed command pastes as it is
     assert undo[:2] == ["mqtool", "restore"] and undo[3] == "--yes"
@@ -402,7 +402,7 @@ def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
 
     def ctrl_c(label):
         calls["n"] += 1
-        if calls["n"] == 3:
+        if calls["n"] == 6:  # after the first file operation (the dispatch is staged first)
             raise KeyboardInterrupt
 
     monkeypatch.setattr(executor, "durability_point", ctrl_c)

@@ -8,7 +8,7 @@ pending-apply marker through ``backup`` alone.
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore
 
-_EXECUTOR = ("ApplyError", "apply_plan", "check_inputs", "resume_pending")
+_EXECUTOR = ("ApplyError", "StopRequests", "apply_plan", "check_inputs", "deferred_interrupts", "resume_pending")
 
 __all__ = ["BackupSet", "default_backup_dir", "read_pending", "restore", *_EXECUTOR]
 

@@ -7,13 +7,17 @@ A backup set is a directory (default ``<store's parent>/.mqtool-backups/<store>-
 - ``journal.jsonl``: fsynced JSON lines, one per event, in order: ``backup-file`` (a whole file,
   kept as ``files/<hash>-<name>``), ``backup-range`` (bytes ``[start, end)`` of a file, kept as
   ``ranges/<hash>-<name>@<start>-<end>``), ``create`` (a file that did not exist, logged before
-  it is created),
-  ``step-done`` (action ``index`` finished), ``complete``, ``restored``.
+  it is created), ``create-dir`` (a directory that did not exist, logged before it is created),
+  ``step-done`` (action ``index`` finished), ``complete``, ``restore-started``, ``restored``.
+  A backed-up file or range also records the file's size and mtime then (``size``, ``mtime_ns``).
 
 Every byte apply overwrites or deletes is in the backup, durably, before it is touched; so
 ``restore`` (journal events undone in reverse order) puts the store back byte for byte after a
-complete apply, an interrupted one, or a killed one. The store gets a ``.mqtool-pending`` marker
-(naming the backup set) while an apply is unfinished; the next modifying command finishes it first.
+complete apply, an interrupted one, or a killed one, with each file's mtime as it was; so a later
+apply's restore leaves the files exactly as an earlier apply left them, and ``restore`` of several
+applies in reverse order (``repair``'s stages) ends at the state before the first. The store gets a
+``.mqtool-pending`` marker (naming the backup set) while an apply is unfinished; the next modifying
+command finishes it first.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class BackupSet:
     _ranges: set[tuple[str, int, int]] = field(default_factory=set)
     _created: set[str] = field(default_factory=set)
     _done: set[int] = field(default_factory=set)
+    _dirs: set[str] = field(default_factory=set)
 
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
@@ -135,6 +140,8 @@ class BackupSet:
                 backup._ranges.add((ev["path"], ev["start"], ev["end"]))
             elif kind == "create":
                 backup._created.add(ev["path"])
+            elif kind == "create-dir":
+                backup._dirs.add(ev["path"])
             elif kind == "step-done":
                 backup._done.add(ev["index"])
         return backup
@@ -184,8 +191,9 @@ class BackupSet:
             elif rel in self._created or not src.exists():
                 result[rel] = None  # created by this apply, or absent: nothing original to keep
             else:
+                st = src.stat()
                 how = link_or_copy(src, copy, synced=synced)
-                events.append({"ev": "backup-file", "path": rel, "size": copy.stat().st_size, "how": how})
+                events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how})
                 result[rel] = copy
         for d in sorted(synced, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(d)
@@ -198,8 +206,9 @@ class BackupSet:
             return
         copy = self.range_copy(rel, start, end)
         makedirs(copy.parent)
+        st = (self.store_root / rel).stat()
         write_atomic(copy, read_range(self.store_root / rel, start, end))
-        self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end})
+        self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         self._ranges.add((rel, start, end))
 
     def note_create(self, rel: str) -> None:
@@ -211,8 +220,19 @@ class BackupSet:
         todo = [r for r in rels if r not in self._created and r not in self._files]
         self.backup_files([r for r in todo if (self.store_root / r).exists()])
         new = [r for r in todo if not (self.store_root / r).exists()]
-        self.journal.append(*({"ev": "create", "path": r} for r in new))
+        self.journal.append(*({"ev": "create-dir", "path": d} for d in self._missing_dirs(new)), *({"ev": "create", "path": r} for r in new))
         self._created.update(new)
+
+    def _missing_dirs(self, rels: list[str]) -> list[str]:
+        """The directories creating ``rels`` makes (not yet logged), parents first."""
+        out: dict[str, None] = {}
+        for rel in rels:
+            for parent in reversed(Path(rel).parents[:-1]):
+                d = str(parent)
+                if d not in out and d not in self._dirs and not (self.store_root / d).is_dir():
+                    out[d] = None
+        self._dirs.update(out)
+        return list(out)
 
     def mark_step(self, index: int, op: str, path: str) -> None:
         self.journal.append({"ev": "step-done", "index": index, "op": op, "path": path})
@@ -237,10 +257,45 @@ class BackupSet:
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
 
+    @property
+    def restore_started(self) -> bool:
+        return any(ev.get("ev") == "restore-started" for ev in self.journal.events())
+
+    def before_states(self) -> dict[str, list[int] | None]:
+        """(size, mtime_ns) of every touched file when the apply first touched it (None: it did not
+        exist), from the journal; a journal written before these were recorded gives none."""
+        out: dict[str, list[int] | None] = {}
+        for ev in self.journal.events():
+            kind, rel = ev.get("ev"), ev.get("path")
+            if rel in out:
+                continue
+            if kind == "create":
+                out[rel] = None
+            elif kind in ("backup-file", "backup-range") and "mtime_ns" in ev:
+                out[rel] = [ev["size"], ev["mtime_ns"]]
+        return out
+
     def changed_since_apply(self) -> list[str]:
-        """Touched files whose size or mtime differ from what the completed apply left."""
+        """Touched files that hold neither what the completed apply left nor what it found (a
+        restore that was cut short leaves some of each): something else changed them since."""
         after = self.manifest.get("after") or {}
-        return [rel for rel, state in after.items() if self.state_of(rel) != state]
+        before = self.before_states()
+        started = self.restore_started
+        changed = []
+        for rel, state in after.items():
+            now = self.state_of(rel)
+            if now == state or (rel in before and now == before[rel]) or (started and self._ranges_put_back(rel, before.get(rel), now)):
+                continue
+            changed.append(rel)
+        return changed
+
+    def _ranges_put_back(self, rel: str, before: list[int] | None, now: list[int] | None) -> bool:
+        """A file only ranges of which were backed up holds them again (a restore wrote them and
+        was stopped before it set the file's mtime back)."""
+        ranges = [(s, e) for p, s, e in self._ranges if p == rel]
+        if not ranges or rel in self._files or before is None or now is None or now[0] != before[0]:
+            return False
+        return all(read_range(self.store_root / rel, s, e) == self.range_copy(rel, s, e).read_bytes() for s, e in ranges)
 
     # -- summary --
 
@@ -308,20 +363,47 @@ def clear_pending(store_root: Path) -> None:
 # ---- restore ------------------------------------------------------------------------------------
 
 
+def changed_by_others(backups: list[BackupSet]) -> list[str]:
+    """Files changed since by something other than these applies (given in the order applied):
+    each file is checked against the latest apply that touched it and is not restored yet."""
+    seen: set[str] = set()
+    changed = []
+    for backup in reversed(backups):
+        if backup.restored:
+            continue
+        others = set(backup.changed_since_apply())
+        for rel in backup.touched():
+            if rel not in seen:
+                seen.add(rel)
+                if rel in others:
+                    changed.append(rel)
+    return changed
+
+
+def refuse_changed(changed: list[str]) -> None:
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise Refused(
+            f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
+            "pass --force to restore anyway"
+        )
+
+
 def restore(backup: BackupSet, *, force: bool = False) -> dict:
-    """Undo every journal event in reverse order: files and ranges get their backed-up bytes back,
-    files apply created are deleted. Idempotent; works on complete and interrupted applies.
-    Refuses when files the apply left have changed since (a broker ran on the store), unless
-    ``force``: restoring would throw those changes away."""
+    """Undo every journal event in reverse order: files and ranges get their backed-up bytes and
+    mtime back, files and directories apply created are deleted. Idempotent; works on complete
+    and interrupted applies, and finishes a restore that was cut short. Refuses when something
+    else changed the files the apply left (a broker ran on the store), unless ``force``:
+    restoring would throw those changes away."""
     root = backup.store_root
     if not root.is_dir():
         raise BadInput(f"{root}: the store this backup belongs to does not exist")
-    changed = [] if force or backup.restored else backup.changed_since_apply()
-    if changed:
-        raise Refused(
-            f"{len(changed)} file(s) changed after the repair (first: {changed[0]}); restoring would discard those changes: "
-            "pass --force to restore anyway"
-        )
+    if not force and not backup.restored:
+        refuse_changed(backup.changed_since_apply())
+    pending = read_pending(root)
+    ours = pending is not None and pending.resolve() == backup.dir.resolve()
+    earlier = leftover_temporaries(root) if pending is None or ours else []  # what an earlier run left
+    backup.journal.append({"ev": "restore-started"})
     restored, deleted = [], []
     for ev in reversed(backup.journal.events()):
         kind, rel = ev.get("ev"), ev.get("path")
@@ -331,19 +413,35 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             tmp = staging_path(root, target)
             makedirs(tmp.parent)
             copy_sparse(backup.file_copy(rel), tmp)
+            _set_mtime(tmp, ev.get("mtime_ns"))
             os.replace(tmp, target)
             fsync_dir(target.parent)
             restored.append(rel)
         elif kind == "backup-range":
             if target.exists():
                 write_range(target, ev["start"], backup.range_copy(rel, ev["start"], ev["end"]).read_bytes())
+                _set_mtime(target, ev.get("mtime_ns"))
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
         elif kind == "create":
             if remove(target):
                 deleted.append(rel)
-    pending = read_pending(root)
-    if pending is not None and pending.resolve() == backup.dir.resolve():
+        elif kind == "create-dir":
+            try:
+                target.rmdir()  # only when empty: anything else put there stays
+            except (FileNotFoundError, OSError):
+                continue
+            fsync_dir(target.parent)
+    if ours:
         clear_pending(root)
-    leftovers = [str(p.relative_to(root)) for p in remove_leftovers(root)]
+    if pending is None or ours:
+        for p in leftover_temporaries(root):  # this restore's own staging, and what an earlier run left
+            shutil.rmtree(p) if p.is_dir() else remove(p)
+        fsync_dir(root)
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
-    return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": leftovers}
+    return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
+
+
+def _set_mtime(path: Path, mtime_ns: int | None) -> None:
+    """Give a restored file the mtime it had when it was backed up (its atime stays)."""
+    if mtime_ns is not None:
+        os.utime(path, ns=(os.stat(path).st_atime_ns, mtime_ns))

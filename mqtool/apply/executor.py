@@ -16,6 +16,7 @@ import fcntl
 import os
 import queue
 import shlex
+import shutil
 import signal
 import threading
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, staging_path, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, zero_range
 
@@ -44,22 +45,64 @@ class ApplyError(MqtoolError):
     """The files do not match what the plan expects (a bug or a concurrent change)."""
 
 
+class PlanMismatch(ApplyError):
+    """What the apply computed differs from what the plan says (found before the first destructive step)."""
+
+
 class ApplyIOError(BadInput):
     """The file system refused a write (permissions, space): the apply stopped at a safe point."""
 
+
+STAGED = "staged"  # under the staging directory: the dispatch's files, laid out as in the store
 
 _kill_counter = 0
 
 
 def durability_point(label: str) -> None:
-    """A place where a kill -9 must leave a recoverable store (test hook)."""
+    """A place where a kill -9 must leave a recoverable store (test hook; with
+    ``MQTOOL_TEST_KILL_SIGNAL=INT`` the signal sent is SIGINT, a Ctrl-C, instead)."""
     global _kill_counter
     target = os.environ.get("MQTOOL_TEST_KILL_AT")
     if not target:
         return
     _kill_counter += 1
     if _kill_counter == int(target):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGINT if os.environ.get("MQTOOL_TEST_KILL_SIGNAL") == "INT" else signal.SIGKILL)
+
+
+class StopRequests:
+    """Ctrl-C while an apply runs: SIGINT is recorded, not raised wherever it lands (a compiled
+    kernel, a thread hand-off, the report after the last write). The apply stops at its next
+    ``check``, before its next write to the store, with ``KeyboardInterrupt``; once its last
+    write is done it is never stopped. In effect inside ``deferred_interrupts`` (main thread)."""
+
+    requested = False
+    active = False
+
+    @classmethod
+    def check(cls) -> None:
+        if cls.requested:
+            cls.requested = False
+            raise KeyboardInterrupt
+
+    @classmethod
+    def _record(cls, signum, frame) -> None:
+        cls.requested = True
+
+
+@contextlib.contextmanager
+def deferred_interrupts():
+    """SIGINT recorded for ``StopRequests.check`` while the block runs (nested: the outer one counts)."""
+    if StopRequests.active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, StopRequests._record)
+    StopRequests.active, StopRequests.requested = True, False
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        StopRequests.active = StopRequests.requested = False
 
 
 def store_config(plan: Plan) -> StoreConfig:
@@ -112,6 +155,7 @@ class Executor:
     backup: BackupSet
     progress: Callable[[str], None] | None = None
     cache: DispatchCache | None = None  # the plan's dispatch batches, when planned in this process
+    changing: bool = False  # an action has begun: the store may differ from before the apply
 
     @property
     def staging(self) -> Path:
@@ -121,21 +165,43 @@ class Executor:
         return staging_path(self.root, final)
 
     def run(self) -> None:
+        """``_run``; a bug (an error other than the file system's or mqtool's own) puts the store
+        back from the backup, so an exit 5 never leaves it half-written."""
+        fresh = not self.backup.journal.events()
         try:
             self._run()
+        except KeyboardInterrupt:
+            if fresh and not self.changing:  # stopped before its first action: nothing changed
+                clear_pending(self.root)
+                shutil.rmtree(self.backup.dir, ignore_errors=True)
+            raise
+        except PlanMismatch as exc:
+            if not fresh:  # an interrupted apply finished here: its first steps were done before
+                raise ApplyError(f"{exc}; the interrupted apply cannot be finished: undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes; please report this") from None
+            clear_pending(self.root)  # nothing was changed: the marker and the staged files go
+            shutil.rmtree(self.backup.dir, ignore_errors=True)
+            raise PlanMismatch(f"{exc}: the apply stopped before changing anything; please report this") from None
+        except MqtoolError:
+            raise
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             raise ApplyIOError(
                 f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
                 f"or undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes"
             ) from None
+        except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
+            raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
 
     def _run(self) -> None:
         write_pending(self.root, self.backup.dir)
         durability_point("pending")
+        if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
+            self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
                 continue
+            StopRequests.check()
+            self.changing = True
             if self.progress:
                 self.progress(f"{action.op} {action.path}")
             getattr(self, "_" + action.op.replace("-", "_"))(action)
@@ -199,15 +265,36 @@ class Executor:
         write_atomic(self.root / action.path, dlfmt.encode_checkpoint_text(action.start, action.end).encode(), self.staging)
 
     def _write_dispatch(self, action) -> None:
-        self._dispatch(queues=bool(self._planned_queue_files()), index=bool(self.plan.index and self._planned_index_files()))
+        """The files ``_stage_dispatch`` wrote move into place (renames: each file whole or not at all)."""
+        staged = self.staging / STAGED
+        parents = set()
+        for rel in sorted(self._planned_files()):
+            StopRequests.check()
+            final = self.root / rel
+            makedirs(final.parent)
+            os.replace(staged / rel, final)
+            parents.add(final.parent)
+            durability_point("dispatched file moved")
+        for d in sorted(parents):
+            fsync_dir(d)
+
+    def _planned_files(self) -> set[str]:
+        return self._planned_queue_files() | (self._planned_index_files() if self.plan.index else set())
 
     # ---- consume queue and index files from the dispatch phases --------------------------------
 
+    def _stage_dispatch(self) -> None:
+        """Write every consume queue and index file of the dispatch phases under the staging
+        directory (``STAGED``), fsynced, and check them against the plan; nothing in the store
+        changes. ``_write_dispatch`` then moves them into place."""
+        if self.staging.exists():
+            shutil.rmtree(self.staging)  # an interrupted run's: written again from the same inputs
+        makedirs(self.staging / STAGED)
+        self._dispatch(queues=bool(self._planned_queue_files()), index=bool(self.plan.index and self._planned_index_files()))
+
     def _dispatch(self, *, queues: bool, index: bool) -> None:
         plan = self.plan
-        makedirs(self.staging)
-        for stale in self.staging.iterdir():
-            stale.unlink()
+        staged = self.staging / STAGED
         store = Store.open(self.root, store_config(plan), plan.broker_version)
         try:
             rules = VersionRules(BrokerVersion.parse(plan.broker_version))
@@ -240,6 +327,7 @@ class Executor:
                 # the index (random slot access, the heavier half) is built in a second thread
                 with Worker(_put_index if ix is not None and phase.index else None, ix) as index_worker:
                     for batch in batches:
+                        StopRequests.check()  # only the staging directory is written here
                         if cq is not None and phase.consume_queues:
                             for topic, qid, columns in consume_queue_entries(batch, topics.names, multi):
                                 if (topic, qid) not in wanted:
@@ -251,11 +339,14 @@ class Executor:
                 if ix is not None:
                     closer.submit(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
-                    written = {os.path.relpath(p, self.root) for p in cq.close()}
+                    written = {os.path.relpath(p, staged) for p in cq.close()}
                     self._check_written(written, self._planned_queue_files(), "consume queue")
             if ix is not None:
-                written = {os.path.relpath(p, self.root) for p in ix.written}
+                written = {os.path.relpath(p, staged) for p in ix.written}
                 self._check_written(written, self._planned_index_files(), "index")
+            self._check_counts(cq, ix)
+            fsync_dir(staged)
+            durability_point("dispatch staged")
         finally:
             store.close()
 
@@ -268,10 +359,25 @@ class Executor:
     def _check_written(self, written: set[str], planned: set[str], what: str) -> None:
         if written != planned:
             extra, missing = sorted(written - planned), sorted(planned - written)
-            raise ApplyError(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]}): please report this")
+            raise PlanMismatch(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]})")
+
+    def _check_counts(self, cq: ConsumeQueueWriter | None, ix: IndexWriterService | None) -> None:
+        """What was written against what the plan counted: entries added and fillers per queue,
+        entries and end offset per index file."""
+        if cq is not None:
+            for q in self.plan.queues:
+                written = cq.queues.get((q.topic, q.queue_id))
+                if written is not None and (written.placed, written.fillers) != (q.added, q.fillers):
+                    raise PlanMismatch(f"consume queue {q.topic}/{q.queue_id}: {written.placed} entries and {written.fillers} fillers written, the plan counted {q.added} and {q.fillers}")
+        if ix is not None:
+            planned = {f.name: f for f in self.plan.index.files if f.action in ("append", "create")}
+            for r in ix.results:
+                f = planned.get(r.name)
+                if f is not None and (r.end.entry_count, r.end.end_phy_offset) != (f.entries_after, f.end_phy_offset):
+                    raise PlanMismatch(f"index/{r.name}: {r.end.entry_count} entries to {r.end.end_phy_offset} written, the plan counted {f.entries_after} to {f.end_phy_offset}")
 
     def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
-        writer = ConsumeQueueWriter(self.root / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard, tmp_path=self.tmp_path)
+        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard, tmp_path=self.tmp_path)
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])
@@ -301,7 +407,7 @@ class Executor:
             elif f.action == "create":
                 self.backup.note_create(rel)
         return IndexWriterService(
-            self.root / "index",
+            self.staging / STAGED / "index",
             ip.hash_slot_num,
             ip.index_num,
             previous=previous,
@@ -311,6 +417,16 @@ class Executor:
             counts_used_slots=rules.index_counts_used_slots,
             tmp_path=self.tmp_path,
         )
+
+
+def roll_back(backups: list[BackupSet]) -> str:
+    """Undo applies (given in the order applied) after an internal error; says what state that left."""
+    try:
+        for backup in reversed(backups):
+            restore(backup, force=True)
+    except Exception as exc:  # noqa: BLE001 - the error being reported comes first
+        return f"undoing the changes failed too ({exc}): undo them with: mqtool restore {shlex.quote(str(backups[-1].dir.parent if len(backups) > 1 else backups[0].dir))} --yes"
+    return "the changes were undone: the store is as it was"
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from .output import OutputFormat
 from .state import State
-from .terminal import clear_bars, note, write_stderr
+from .terminal import clear_bars, note, to_devnull, write_stderr
 
 __all__ = ["State", "note", "fail", "guarded", "quiet_broken_pipe", "shell_path", "open_store"]
 
@@ -70,12 +70,7 @@ def interrupted(exc: BaseException) -> bool:
 
 def silence_stdout() -> None:
     """Point stdout at /dev/null so that the final flush at exit cannot fail again."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):
-        pass
+    to_devnull(sys.stdout)
 
 
 def guarded(fn):
@@ -115,6 +110,8 @@ def guarded(fn):
             if State.debug:
                 raise
             fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+        finally:
+            State.output_may_close = False  # a command run again in the same process (tests) starts afresh
 
     return wrapper
 

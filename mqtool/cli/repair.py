@@ -9,6 +9,7 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,13 +18,14 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import remove_leftovers
+from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plan import Plan, PlanOptions
 from ..store.liveness import store_users
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
+from .state import State
 from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
@@ -72,16 +74,30 @@ class Interrupted(MqtoolError):
 @contextmanager
 def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: say in one line what state the store is left in and how to finish
-    or undo the apply (``mqtool.apply`` keeps every step restartable and restorable)."""
+    or undo the apply (``mqtool.apply`` keeps every step restartable and restorable; with
+    ``deferred_interrupts`` it stops only before a write, never after its last one)."""
     try:
         yield
     except KeyboardInterrupt:
         undo = f"mqtool restore {shell_path(backup)} --yes"
-        if read_pending(root) is not None:
-            raise Interrupted(f"interrupted while applying: the store is partly changed; run the same command again with --yes to finish, or undo with: {undo}") from None
-        if backup.exists():
-            raise Interrupted(f"interrupted: the changes applied so far are complete; run the same command again to go on, or undo them with: {undo}") from None
+        if read_pending(root) is not None or backup.exists():
+            raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
         raise Interrupted("interrupted before anything was changed") from None
+
+
+def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
+    """The plan (or backup) on stdout. With the change confirmed (--yes) before it is shown, a
+    closed stdout or stderr (``| head``) from here on drops what is written to it instead of
+    ending the command: whether the change is made never depends on who reads the output."""
+    if not confirmed:
+        emit_document(doc, fmt, render)
+        return
+    State.output_may_close = True
+    try:
+        emit_document(doc, fmt, render)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
 
 
 USE = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has mapped"}
@@ -156,7 +172,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     finally:
         store.close()
-    emit_document(with_next_start(plan.to_dict(), plan), fmt, render_plan)
+    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
     for n in plan.notes:
         if n.startswith("DAMAGE:"):
             note(n)  # again on stderr, after the plan: the last thing the operator reads before --yes
@@ -172,7 +188,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
-    with explain_interrupt(root, target), hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
@@ -298,7 +314,7 @@ def repair(
     _settle_kernels_at(root, broker_config, broker_version)
     rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
-    emit_document(with_next_start(plan.to_dict(), plan.recover), fmt, render_repair)
+    emit_confirmed(with_next_start(plan.to_dict(), plan.recover), fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
     if plan.is_empty:
@@ -316,7 +332,7 @@ def repair(
         return
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
         if plan.files is not None:
             stages.apply("files", plan.files)
         with open_store(root, broker_config, broker_version) as opened:
@@ -326,6 +342,9 @@ def repair(
             recover_plan = planner().plan_recover(opened, cache=cache)
         if not recover_plan.is_empty:
             stages.apply("recover", recover_plan, cache)
+        # the later stages follow the rules the recovery was planned under: with the abort file gone,
+        # a store's marks may no longer tell the eras apart that planned its recovery alike
+        broker_version = broker_version or recover_plan.broker_version
         for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
             with open_store(root, broker_config, broker_version) as opened:
                 findings, run = rp.verify_findings(opened)
@@ -372,7 +391,15 @@ class RepairStages:
         if plan.is_empty:
             return
         directory = self.target / f"{len(self.done) + 1:02d}-{name}"
-        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
+        try:
+            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        except writer.ApplyError as exc:  # this stage changed nothing or was undone: so are the stages before it
+            if self.done:
+                from ..apply.executor import roll_back
+
+                raise writer.ApplyError(f"{exc}; the {len(self.done)} stage(s) applied before: {roll_back([BackupSet.open(d) for d in self.done])}") from None
+            raise
         self.done.append(directory)
 
 
@@ -499,14 +526,14 @@ def apply(
         if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
             note("that was this plan: it is now applied")
             return
-    emit_document(plan.to_dict(), fmt, render_plan)
+    emit_confirmed(plan.to_dict(), fmt, render_plan, yes)
     if plan.is_empty:
         note("nothing to do")
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
-    with explain_interrupt(root, target), hold_store_lock(root, force):
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
     note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
@@ -529,13 +556,15 @@ def restore_cmd(
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
     stages = repair_stages(Path(backup))
     if stages:
+        if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
+            refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
             restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
         return
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
-    emit_document(summary, fmt, render_backup)
+    emit_confirmed(summary, fmt, render_backup, yes)
     root = backup_set.store_root
     if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
         note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")

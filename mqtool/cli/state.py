@@ -6,3 +6,4 @@ only this module of the CLI)."""
 class State:
     debug = False
     quiet = False
+    output_may_close = False  # an apply is confirmed: a closed stdout or stderr drops what is written to it

@@ -22,9 +22,26 @@ _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
 def write_stderr(line: str) -> None:
     """``line`` on stderr as written, less the control codes that move the cursor, tabs expanded
-    (as the rich console these lines were once printed through did; no emoji codes replaced)."""
-    sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
-    sys.stderr.flush()
+    (as the rich console these lines were once printed through did; no emoji codes replaced).
+    Once an apply is confirmed (``State.output_may_close``) a closed stderr drops the line."""
+    try:
+        sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
+        sys.stderr.flush()
+    except BrokenPipeError:
+        if not State.output_may_close:
+            raise
+        to_devnull(sys.stderr)
+
+
+def to_devnull(stream) -> None:
+    """Point ``stream``'s file descriptor at /dev/null, so that what is buffered and written
+    later (the final flush at exit too) cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 _bars: list = []  # progress bars on screen (objects with ``clear()``), see progress.py
 

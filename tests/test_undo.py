@@ -1,0 +1,230 @@
+"""Undo (issue #28): ``restore`` of any apply, one stage or several, puts the store back byte for
+byte (directories too) without --force; a file something else changed is refused by name; a
+restore cut short finishes when run again. An apply is never decided by its output (a closed
+stdout or stderr) and a Ctrl-C stops it before a write or not at all. A plan the apply cannot
+carry out stops before the first destructive step, with the store unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, copy_store
+from typer.testing import CliRunner
+
+import mqtool.apply.backup as backup_module
+from mqtool.apply import BackupSet, read_pending, restore
+from mqtool.apply.backup import STAGING_DIR
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED
+from repair_support import ROOT, mqtool
+
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def snapshot(root: Path) -> dict[str, str | None]:
+    """``diff -r``'s view of a tree: every directory and every file's bytes."""
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() if p.is_file() else None for p in sorted(Path(root).rglob("*"))}
+
+
+def fixture_stores() -> list[tuple[str, str]]:
+    """Every fixture store (a directory with a manifest beside it), every version."""
+    out = []
+    for version_dir in sorted(FIXTURES.glob("rocketmq-*")):
+        for manifest_file in sorted(version_dir.glob("*.manifest.json")):
+            name = manifest_file.name[: -len(".manifest.json")]
+            if (version_dir / name).is_dir():
+                out.append((version_dir.name[len("rocketmq-"):], name))
+    return out
+
+
+def data_file(root: Path) -> Path:
+    """The first commit log segment, or DLedger data file."""
+    files = sorted((root / "commitlog").glob("0*")) or sorted(root.glob("dledger-*/data/0*"))
+    return files[0]
+
+
+def damage(root: Path, kind: str) -> None:
+    """Deterministic damage to the first data file: ``zeroed`` 4 KiB in its middle, ``flipped``
+    bits of one byte two thirds in, ``cut`` to five eighths of its size."""
+    path = data_file(root)
+    size = path.stat().st_size
+    if kind == "zeroed":
+        with open(path, "r+b") as f:
+            f.seek(size // 2)
+            f.write(bytes(4096))
+    elif kind == "flipped":
+        data = bytearray(path.read_bytes())
+        data[2 * size // 3] ^= 0x5A
+        path.write_bytes(bytes(data))
+    elif kind == "cut":
+        os.truncate(path, 5 * size // 8)
+
+
+DAMAGES = ("none", "zeroed", "flipped", "cut")
+CASES = [(v, n, d) for i, (v, n) in enumerate(fixture_stores()) for d in ("none", DAMAGES[1 + i % 3])]
+
+
+@pytest.mark.parametrize("command", ["repair", "recover"])
+@pytest.mark.parametrize("version,name,kind", CASES, ids=[f"{v}-{n}-{d}" for v, n, d in CASES])
+def test_restore_of_every_apply_gives_back_the_store_byte_for_byte(command, version, name, kind, tmp_path):
+    store = copy_store(version, name, tmp_path)
+    damage(store, kind)
+    before = snapshot(store)
+    applied = run(command, store, "--yes", "--backup-dir", tmp_path / "backup", "--broker-version", version)
+    # exit 3: a store the command refuses (recover on a cut segment: repair fixes that first; a cut DLedger data file)
+    assert "Traceback" not in applied.stderr and applied.exit_code in (EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT), applied.stderr
+    assert read_pending(store) is None and not (store / STAGING_DIR).exists()
+    if not (tmp_path / "backup").exists():  # nothing to do, or refused
+        assert snapshot(store) == before
+        return
+    restored = run("restore", tmp_path / "backup", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert "temporary files" not in restored.stderr  # no earlier run left any
+    assert snapshot(store) == before
+
+
+@pytest.fixture
+def repaired(tmp_path):
+    """rewrite-clean after a two-stage repair (recover, rebuild-cq), with its snapshot before."""
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path)
+    before = snapshot(store)
+    result = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    assert result.exit_code == EXIT_OK, result.stderr
+    stages = sorted(p.name for p in (tmp_path / "backup").iterdir())
+    assert stages == ["01-recover", "02-rebuild-cq"]
+    return store, tmp_path / "backup", before
+
+
+def test_a_file_changed_by_someone_else_is_refused_by_name_before_any_stage_is_restored(repaired):
+    store, backup, _ = repaired
+    first, second = (BackupSet.open(backup / s) for s in ("01-recover", "02-rebuild-cq"))
+    only_first = sorted(set(first.touched()) - set(second.touched()))[0]
+    after = snapshot(store)
+    os.utime(store / only_first, ns=(0, 10**18))  # a broker wrote to it
+    result = run("restore", backup, "--yes")
+    assert result.exit_code == EXIT_REFUSED and only_first in result.stderr, result.stderr
+    assert snapshot(store) == after  # not even the last stage was restored
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_a_restore_cut_short_finishes_when_run_again(repaired, monkeypatch):
+    store, backup, before = repaired
+    calls = {"n": 0}
+    real = backup_module.copy_sparse
+
+    def dies(*args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise Killed  # as kill -9 would: between two files
+        return real(*args)
+
+    restore(BackupSet.open(backup / "02-rebuild-cq"))
+    monkeypatch.setattr(backup_module, "copy_sparse", dies)
+    with pytest.raises(Killed):
+        restore(BackupSet.open(backup / "01-recover"))
+    monkeypatch.undo()
+    (store / STAGING_DIR).mkdir(exist_ok=True)  # a temporary file the killed run left
+    (store / STAGING_DIR / "x-00000000000000000000").write_bytes(b"partial")
+    again = run("restore", backup, "--yes")
+    assert again.exit_code == EXIT_OK, again.stderr
+    assert "removed the temporary files an interrupted mqtool had left: .mqtool-staging" in again.stderr
+    assert snapshot(store) == before
+
+
+def zeroed_first_segment(tmp_path) -> Path:
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    with open(store / "commitlog" / "00000000000000000000", "r+b") as f:
+        f.write(bytes(1 << 20))
+    return store
+
+
+def test_repair_of_a_zeroed_first_segment_completes_and_restores(tmp_path):
+    store = zeroed_first_segment(tmp_path)
+    before = snapshot(store)
+    result = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    assert result.exit_code == EXIT_FINDINGS and "Traceback" not in result.stderr, result.stderr
+    assert read_pending(store) is None
+    assert "damaged-range commitlog/00000000000000000000 offset 0" in result.stderr
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
+def test_a_plan_the_apply_cannot_carry_out_changes_nothing(tmp_path):
+    """A saved rebuild-index plan whose counts the apply's own walk does not give (one entry more
+    in a file it creates): the apply stops (exit 5) before deleting the old index files."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    before = snapshot(store)
+    assert run("rebuild-index", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    assert [a["op"] for a in doc["actions"]][:1] == ["delete"]
+    created = next(f for f in doc["index"]["files"] if f["action"] == "create")
+    created["entries_after"] += 1
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "backup")
+    assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
+    assert snapshot(store) == before
+    assert read_pending(store) is None and not (tmp_path / "backup").exists()
+
+
+def closed_pipe_run(args, closed: str) -> subprocess.CompletedProcess:
+    """``mqtool args`` with its stdout or stderr a pipe whose reader has gone (``| head -1``)."""
+    r, w = os.pipe()
+    os.close(r)
+    other = subprocess.PIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=w if closed == "stdout" else other,
+                              stderr=w if closed == "stderr" else other, cwd=ROOT, timeout=300)
+    finally:
+        os.close(w)
+    return proc
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_closed_output_pipe_does_not_decide_the_apply(closed, tmp_path):
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path)
+    before = snapshot(store)
+    proc = closed_pipe_run(("repair", store, "--yes", "--backup-dir", tmp_path / "backup"), closed)
+    assert proc.returncode == EXIT_OK
+    assert read_pending(store) is None and sorted(p.name for p in (tmp_path / "backup").iterdir()) == ["01-recover", "02-rebuild-cq"]
+    assert run("verify", store).exit_code == EXIT_OK  # both stages applied
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
+def test_ctrl_c_during_an_apply_stops_before_a_write_or_not_at_all(tmp_path):
+    """SIGINT at each durability point of ``recover --yes``: exit 130 with "partly applied" and
+    the same command finishes it, or (after the last write) exit 0 and no mention of it."""
+    reference = copy_store("4.9.7", "crashed-small", tmp_path / "reference")
+    assert run("recover", reference, "--yes", "--backup-dir", tmp_path / "reference-backup").exit_code == EXIT_OK
+    final = snapshot(reference)
+    point = 0
+    while True:
+        point += 1
+        store = copy_store("4.9.7", "crashed-small", tmp_path / f"p{point}")
+        args = ("recover", store, "--yes", "--backup-dir", tmp_path / f"b{point}")
+        proc = mqtool(*args, env={"MQTOOL_TEST_KILL_AT": str(point), "MQTOOL_TEST_KILL_SIGNAL": "INT"})
+        if proc.returncode == EXIT_OK:
+            assert "interrupted" not in proc.stderr and "applied" in proc.stderr
+            assert snapshot(store) == final
+            break
+        assert proc.returncode == 128 + signal.SIGINT, proc.stderr
+        assert "applied;" not in proc.stderr and proc.stderr.count("error:") == 1
+        assert "partly applied: finish with" in proc.stderr or "before anything was changed" in proc.stderr, proc.stderr
+        again = mqtool(*args)
+        assert again.returncode == EXIT_OK, again.stderr
+        assert snapshot(store) == final
+    assert point > 4, point
