@@ -82,8 +82,9 @@ def test_restore_of_every_apply_gives_back_the_store_byte_for_byte(command, vers
     damage(store, kind)
     before = snapshot(store)
     applied = run(command, store, "--yes", "--backup-dir", tmp_path / "backup", "--broker-version", version)
-    # exit 3: a store the command refuses (recover on a cut segment: repair fixes that first; a cut DLedger data file)
-    assert "Traceback" not in applied.stderr and applied.exit_code in (EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT), applied.stderr
+    # exit 3: a store the command refuses (recover on a cut segment: repair fixes that first; a cut DLedger data file);
+    # exit 4: a recovery mqtool does not plan (a length mismatch under <= 4.3.1's abnormal recovery, rules §2.7)
+    assert "Traceback" not in applied.stderr and applied.exit_code in (EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED), applied.stderr
     assert read_pending(store) is None and not (store / STAGING_DIR).exists()
     if not (tmp_path / "backup").exists():  # nothing to do, or refused
         assert snapshot(store) == before
@@ -152,15 +153,18 @@ def zeroed_first_segment(tmp_path) -> Path:
     return store
 
 
-def test_repair_of_a_zeroed_first_segment_completes_and_restores(tmp_path):
+def test_repair_of_a_zeroed_first_segment_changes_nothing_and_lists_the_loss(tmp_path):
+    """The broker's next start never reads segment 0 (normal recovery starts at the third-from-last
+    segment): there is nothing a repair can give back, so it changes nothing, writes no backup and
+    exits 1 listing the lost range and the queue entries that point into it."""
     store = zeroed_first_segment(tmp_path)
     before = snapshot(store)
-    result = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    result = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup", "--format", "json")
     assert result.exit_code == EXIT_FINDINGS and "Traceback" not in result.stderr, result.stderr
-    assert read_pending(store) is None
-    assert "damaged-range commitlog/00000000000000000000 offset 0" in result.stderr
-    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
-    assert snapshot(store) == before
+    doc = json.loads(result.stdout)
+    assert doc["steps"] == [] and ("damaged-range", 0) in {(f["kind"], f["offset"]) for f in doc["remaining"]}
+    assert "nothing can be repaired" in result.stderr
+    assert snapshot(store) == before and read_pending(store) is None and not (tmp_path / "backup").exists()
 
 
 def test_a_plan_the_apply_cannot_carry_out_changes_nothing(tmp_path):

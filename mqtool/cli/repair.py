@@ -321,7 +321,9 @@ def repair(
         lost = sum(e.lost_data for e in plan.remaining)
         if lost:
             note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
-            raise typer.Exit(EXIT_FINDINGS)
+            if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
+                raise typer.Exit(EXIT_FINDINGS)
+            return
         if plan.remaining:
             note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
             return

@@ -98,7 +98,7 @@ def resolve_inputs(
                     "paths": [],
                     "segments": {},
                     "file_size": store.commitlog.file_size,
-                    "version": None if store.version is None else str(store.version),
+                    "version": str(store.rules.version),  # the rules it is read by (the newest era left while several are)
                     "legacy": store.legacy_properties,
                     "delay_levels": store.config.delay_levels,
                 },
