@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..formats import checkpoint as cpfmt
+from ..formats import dledger as dlfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
@@ -355,6 +356,8 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
     ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
     changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
+    units_from = min((_unit_number(a) for a in recover.actions if a.op == "write-dledger-index"), default=None)
+    units_cut = any(a.op == "zero-range" and a.path.startswith("dledger-") for a in recover.actions)
     keep = []
     for f in findings:
         past_end = end is not None and f.offset is not None and f.offset >= end
@@ -370,10 +373,17 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             continue
         if f.kind.startswith("index-") and f.file in dropped:
             continue
+        if f.kind == "dledger-index" and ("index" in (f.details or {}) and units_from is not None and f.details["index"] >= units_from or "index" not in (f.details or {}) and units_cut):
+            continue  # DLedger's recovery rewrites the units from its first mismatch and truncates those past the end
         if f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed:
             continue
         keep.append(f)
     return keep
+
+
+def _unit_number(action: Action) -> int:
+    """The first DLedger index unit a ``write-dledger-index`` action rewrites (its file is named by its first byte)."""
+    return (int(Path(action.path).name) + action.start) // dlfmt.INDEX_UNIT_SIZE
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
