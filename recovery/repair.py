@@ -210,6 +210,9 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
     def in_lost(offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in lost_ranges)
 
+    # timer log units naming messages past the log's end: the messages are gone (a cut), and the
+    # timer store's counts in config/timercheck still include them
+    timer_lost = any(f.kind == "timer-reference" and (f.details or {}).get("past_end") for f in findings)
     lost_queues = set()
     for f in findings:
         if f.kind in CQ_KINDS and in_lost(f.offset):
@@ -232,6 +235,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             out.checkpoint.append(f)
         elif f.kind == "abort-present":
             out.abort.append(f)
+        elif f.kind == "timer-reference":
+            out.lost.append(expected(f, in_lost(f.offset) or bool((f.details or {}).get("past_end"))))
+        elif f.kind == "timercheck-ahead":
+            out.lost.append(expected(f, timer_lost))
         elif f.kind == "config-unreadable":
             if f.severity.value == "warning":  # its .bak is valid
                 out.configs.append(f)
@@ -450,7 +457,7 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
     findings, run = verified
-    after = triage(predict_after_recovery(findings, recover), run.commitlog.last_timestamp if run.commitlog else None)
+    after = triage(predict_after_recovery(findings, recover), run.last_timestamp)
     return expected_after(after)
 
 

@@ -18,7 +18,7 @@ import random
 
 import pytest
 
-from conftest import copy_store, store_path
+from conftest import copy_store, manifest
 from damage_support import KINDS, beyond_lost, damage, run
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import dledger as dfmt
@@ -89,3 +89,37 @@ def test_dledger_index_units_that_disagree_are_rewritten_from_the_entries(tmp_pa
     rc, findings = repaired_findings(root)
     assert rc == EXIT_OK and not findings
     assert index.read_bytes() == original
+
+
+def test_checkpoint_rewritten_from_the_last_record_when_the_first_is_damaged(tmp_path):
+    """A deleted checkpoint and a damaged first record: the commit log check stops at the damage,
+    but the rewritten checkpoint holds the store time of the log's last message (the value verify's
+    checkpoint check compares it with), not zero: ``repair`` leaves only the lost record."""
+    from mqtool.formats import checkpoint as cpfmt
+
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "checkpoint").unlink()
+    first = root / "commitlog" / "00000000000000000000"
+    data = bytearray(first.read_bytes())
+    data[6] ^= 0x02  # the first record's magic code
+    first.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert "checkpoint-empty" not in {f["kind"] for f in findings}
+    cp = cpfmt.decode_checkpoint((root / "checkpoint").read_bytes())
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == manifest("4.9.7", "clean-small")["messages"][-1]["storeTimestamp"]
+
+
+def test_timer_units_of_messages_the_recovery_cut_are_lost_data(tmp_path):
+    """A damaged record at the start of the last segment: the broker's recovery cuts the log there,
+    and the timer log still names the timer messages after the cut (the broker retries them
+    forever): ``repair`` reports them, and the timercheck counts that include them, as lost data."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    last = root / "commitlog" / "00000000000001048576"
+    data = bytearray(last.read_bytes())
+    data[6] ^= 0x02  # magic code of the segment's first record
+    last.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    refs = [f for f in findings if f["kind"] == "timer-reference" and f["severity"] == "error"]
+    assert rc == EXIT_FINDINGS and refs and not beyond_lost(findings)
+    assert all(f["offset"] >= 1048576 and f["details"]["past_end"] for f in refs)

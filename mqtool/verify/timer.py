@@ -64,7 +64,7 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                        file="timerlog", offset=row["offset"], details=where)
         elif row["offset"] >= report.commitlog_end:
             yield error("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, past the commit log's logical end {report.commitlog_end}: the broker retries it forever",
-                        file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details=where)
+                        file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details={**where, "past_end": True})
         else:
             yield error("timer-reference", f"timer log unit at {row['timer_log_offset']}: no {fmt.TIMER_TOPIC} record of {row['size']} bytes at offset {row['offset']}",
                         file="timerlog", offset=row["offset"], details=where)
