@@ -363,8 +363,6 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
     ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
     changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
-    units_from = min((_unit_number(a) for a in recover.actions if a.op == "write-dledger-index"), default=None)
-    units_cut = any(a.op == "zero-range" and a.path.startswith("dledger-") for a in recover.actions)
     keep = []
     for f in findings:
         past_end = end is not None and f.offset is not None and f.offset >= end
@@ -380,17 +378,23 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             continue
         if f.kind.startswith("index-") and f.file in dropped:
             continue
-        if f.kind == "dledger-index" and ("index" in (f.details or {}) and units_from is not None and f.details["index"] >= units_from or "index" not in (f.details or {}) and units_cut):
-            continue  # DLedger's recovery rewrites the units from its first mismatch and truncates those past the end
+        if f.kind == "dledger-index" and _units_fixed(f, recover):
+            continue
         if f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed:
             continue
         keep.append(f)
     return keep
 
 
-def _unit_number(action: Action) -> int:
-    """The first DLedger index unit a ``write-dledger-index`` action rewrites (its file is named by its first byte)."""
-    return (int(Path(action.path).name) + action.start) // dlfmt.INDEX_UNIT_SIZE
+def _units_fixed(f: Finding, recover: Plan) -> bool:
+    """A ``dledger-index`` finding DLedger's recovery removes: it rewrites the units from the first
+    one that disagrees with its entry (``write-dledger-index``; a file is named by its first byte)
+    and zeroes those past the last entry (``zero-range``)."""
+    under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
+    number = (f.details or {}).get("index")
+    if number is None:
+        return any(a.op == "zero-range" for a in under)
+    return any(a.op == "write-dledger-index" and (int(Path(a.path).name) + a.start) // dlfmt.INDEX_UNIT_SIZE <= number for a in under)
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
