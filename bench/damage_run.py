@@ -53,6 +53,9 @@ def main() -> int:
         if out.problem:
             per_store[(out.store, out.problem)] += 1
             print(f"seed {seed} {out.store} [{'; '.join(out.damages)}] repair exit {out.repair_rc}: {out.problem}: {out.detail}", flush=True)
+        done = sum(tally.values())
+        if done % 50 == 0:
+            print(f"-- {done} runs: " + ", ".join(f"{p} {tally[p]}" for p in ("ok",) + PROBLEMS), flush=True)
     total = sum(tally.values())
     print(f"\n{total} damaged copies over {len(kinds)} fixture kinds")
     for p in ("ok",) + PROBLEMS:
