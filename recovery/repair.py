@@ -210,9 +210,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
     def in_lost(offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in lost_ranges)
 
-    # timer log units naming messages past the log's end: the messages are gone (a cut), and the
-    # timer store's counts in config/timercheck still include them
-    timer_lost = any(f.kind == "timer-reference" and (f.details or {}).get("past_end") for f in findings)
+    # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
+    # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
+    # still include them
+    timer_lost = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
     lost_queues = set()
     for f in findings:
         if f.kind in CQ_KINDS and in_lost(f.offset):
@@ -235,7 +236,7 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             out.checkpoint.append(f)
         elif f.kind == "abort-present":
             out.abort.append(f)
-        elif f.kind == "timer-reference":
+        elif f.kind in ("timer-reference", "timer-wheel"):
             out.lost.append(expected(f, in_lost(f.offset) or bool((f.details or {}).get("past_end"))))
         elif f.kind == "timercheck-ahead":
             out.lost.append(expected(f, timer_lost))

@@ -123,3 +123,15 @@ def test_timer_units_of_messages_the_recovery_cut_are_lost_data(tmp_path):
     refs = [f for f in findings if f["kind"] == "timer-reference" and f["severity"] == "error"]
     assert rc == EXIT_FINDINGS and refs and not beyond_lost(findings)
     assert all(f["offset"] >= 1048576 and f["details"]["past_end"] for f in refs)
+
+
+def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
+    """A timer log cut short: the wheel's slots still name the units that were after the cut
+    (TimerMessageStore.recover does not revise them): ``repair`` reports them as lost data."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    log = root / "timerlog" / "00000000000000000000"
+    log.write_bytes(log.read_bytes()[:3088])
+    rc, findings = repaired_findings(root)
+    wheel = [f for f in findings if f["kind"] == "timer-wheel"]
+    assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
+    assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)

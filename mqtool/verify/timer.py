@@ -86,7 +86,8 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts",
-                          file="timerwheel", expected="a unit position", found=bad[0], details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num})
+                          file="timerwheel", expected="a unit position", found=bad[0],
+                          details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset})
 
 
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
