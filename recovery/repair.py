@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..formats import checkpoint as cpfmt
-from ..formats import dledger as dlfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
@@ -391,6 +390,8 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
     """A ``dledger-index`` finding DLedger's recovery removes: it rewrites the units from the first
     one that disagrees with its entry (``write-dledger-index``; a file is named by its first byte)
     and zeroes those past the last entry (``zero-range``)."""
+    from ..formats import dledger as dlfmt  # only for a DLedger store's finding
+
     under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
     number = (f.details or {}).get("index")
     if number is None:
