@@ -51,6 +51,7 @@ class DataRecovery:
     index_units_on_disk: int  # units written in index/ (up to the first all-zero unit)
     committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
     committed_pos: int | None  # end of that entry: the commit log max offset right after load
+    rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
 
     @property
     def index_cut(self) -> int:
@@ -73,6 +74,11 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     )
 
 
+def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
+    """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
+    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+
+
 def data_recovery(store: Store) -> DataRecovery:
     cl: DLedgerCommitLog = store.commitlog
     files = cl.entry_segments()
@@ -84,9 +90,11 @@ def data_recovery(store: Store) -> DataRecovery:
         if _first_entry_matches_index(cl, offset + i, units):
             break
     scan = EntryScan(cl, files[start].base_offset if files else cl.divided_offset)
-    last = None
+    last = rewrite_from = None
     for header in scan:
         last = header
+        if rewrite_from is None and not _unit_matches(units.get(header.index), header):
+            rewrite_from = header.index
     last_index = last.index if last is not None else -1
     committed = cl.layout.committed_index
     committed_pos = None
@@ -94,7 +102,7 @@ def data_recovery(store: Store) -> DataRecovery:
         committed = min(committed, last_index)
         pos = _entry_end(cl, committed, units)
         committed_pos = pos
-    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos)
+    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
 
 
 def _entry_end(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> int | None:
@@ -143,20 +151,28 @@ def dispatches_on_abnormal(version: BrokerVersion) -> bool:
 
 
 def index_actions(store: Store, dl: DataRecovery) -> list:
-    """Zero the index units past the last valid entry (``indexFileList.truncateOffset``)."""
+    """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
+    every unit rewritten from the entries (``write-dledger-index``); the units past the last
+    valid entry zeroed (``indexFileList.truncateOffset``)."""
+    actions = []
+    if dl.rewrite_from is not None:
+        actions += _index_ranges(store, "write-dledger-index", dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, dl.index_cut,
+                                 f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them")
+    if dl.index_units_on_disk > dl.last_index + 1:
+        actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
+    return actions
+
+
+def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
+    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list."""
     from .plan import Action
     from .plansteps import rel
 
-    cl: DLedgerCommitLog = store.commitlog
     actions = []
-    if dl.index_units_on_disk <= dl.last_index + 1:
-        return actions
-    cut, stop = dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE
-    for base, path in cl.layout.index_files():
-        size = path.stat().st_size
-        lo, hi = max(cut, base), min(stop, base + size)
+    for base, path in store.commitlog.layout.index_files():
+        lo, hi = max(start, base), min(stop, base + path.stat().st_size)
         if lo < hi:
-            actions.append(Action("zero-range", rel(store, path), lo - base, hi - base, "DLedger index units past the last valid entry (truncateOffset)"))
+            actions.append(Action(op, rel(store, path), lo - base, hi - base, note))
     return actions
 
 

@@ -211,7 +211,8 @@ class Action:
     ops: ``zero-range`` (in place, ``start``..``end``), ``delete``, ``write-dispatch`` (every
     consume queue file of ``QueuePlan.files`` and index file of ``IndexPlan.files`` that is
     rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``,
-    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``); and
+    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``),
+    ``write-dledger-index`` (DLedger index units, bytes ``start``..``end``, rewritten from their entries); and
     for ``repair``: ``quarantine`` (a stray file moved into the backup), ``resize`` (a segment
     of ``start`` bytes padded with zeros or trimmed to ``end``), ``restore-config`` (a config
     file replaced by its ``.bak``).

@@ -213,6 +213,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
     def in_lost(offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in lost_ranges)
 
+    # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
+    # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
+    # still include them
+    timer_lost = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
     lost_queues = set()
     for f in findings:
         if f.kind in CQ_KINDS and in_lost(f.offset):
@@ -235,6 +239,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             out.checkpoint.append(f)
         elif f.kind == "abort-present":
             out.abort.append(f)
+        elif f.kind in ("timer-reference", "timer-wheel"):
+            out.lost.append(expected(f, in_lost(f.offset) or bool((f.details or {}).get("past_end"))))
+        elif f.kind == "timercheck-ahead":
+            out.lost.append(expected(f, timer_lost))
         elif f.kind == "config-unreadable":
             if f.severity.value == "warning":  # its .bak is valid
                 out.configs.append(f)
@@ -375,10 +383,25 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             continue
         if f.kind.startswith("index-") and f.file in dropped:
             continue
+        if f.kind == "dledger-index" and _units_fixed(f, recover):
+            continue
         if f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed:
             continue
         keep.append(f)
     return keep
+
+
+def _units_fixed(f: Finding, recover: Plan) -> bool:
+    """A ``dledger-index`` finding DLedger's recovery removes: it rewrites the units from the first
+    one that disagrees with its entry (``write-dledger-index``; a file is named by its first byte)
+    and zeroes those past the last entry (``zero-range``)."""
+    from ..formats import dledger as dlfmt  # only for a DLedger store's finding
+
+    under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
+    number = (f.details or {}).get("index")
+    if number is None:
+        return any(a.op == "zero-range" for a in under)
+    return any(a.op == "write-dledger-index" and (int(Path(a.path).name) + a.start) // dlfmt.INDEX_UNIT_SIZE <= number for a in under)
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
@@ -445,7 +468,7 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
     findings, run = verified
-    after = triage(predict_after_recovery(findings, recover), run.commitlog.last_timestamp if run.commitlog else None)
+    after = triage(predict_after_recovery(findings, recover), run.last_timestamp)
     return expected_after(after)
 
 

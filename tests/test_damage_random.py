@@ -1,11 +1,13 @@
-"""Randomized damage (issue #11, tests): each seed damages a copy of a real-broker fixture (bit
-flips, cut files, zeroed ranges, garbage appended, stray files, deleted files), then runs
-``info``, ``verify``, ``dump``, ``recover`` and ``repair`` as a user would, with a timeout:
-no traceback, only documented exit codes, and ``repair --yes`` ends in a store that ``verify``
-passes or whose only findings are lost data (commit log damage the recovery does not cut).
+"""Randomized damage (issue #11, #28): each seed damages a copy of a real-broker fixture 1-3 times
+(``damage_support``: bit flips, cut files, zeroed ranges, garbage appended, stray files, deleted
+files, cut consume queue files), then runs ``info``, ``verify``, ``dump``, ``recover`` and
+``repair`` as a user would, with a timeout: no traceback, only documented exit codes, and
+``repair --yes`` ends in a store that ``verify`` passes or whose only findings are lost data
+(commit log damage the recovery does not cut). ``bench/damage_run.py`` runs the same at scale.
 
 The seeds are fixed and printed; ``MQTOOL_DAMAGE_SEEDS=N`` adds N more (printed too, so a
-failure can be replayed with ``MQTOOL_DAMAGE_SEED=S``).
+failure can be replayed with ``MQTOOL_DAMAGE_SEED=S``). Below them, the failure classes the
+damage run found, each on the damage that showed it.
 """
 
 from __future__ import annotations
@@ -13,19 +15,16 @@ from __future__ import annotations
 import json
 import os
 import random
-from pathlib import Path
 
 import pytest
 
-from conftest import copy_store
-from repair_support import mqtool
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
+from conftest import copy_store, manifest
+from damage_support import KINDS, beyond_lost, damage, run
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from mqtool.formats import dledger as dfmt
 from mqtool.recovery.repair import LOST_KINDS
 
-STORES = [("4.8.0", "crashed-small"), ("4.9.7", "clean-small"), ("4.9.7", "crashed-small"), ("5.3.3", "clean-small"), ("5.3.3", "crashed-small")]
-DAMAGES = ("bit-flips", "cut-file", "zeroed-range", "garbage-appended", "stray-file", "deleted-file")
-FIXED_SEEDS = [0, 1, 2, 3]
-DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
+FIXED_SEEDS = list(range(6))
 TIMEOUT = 120
 
 
@@ -36,79 +35,103 @@ def seeds() -> list[int]:
     return FIXED_SEEDS + list(range(1000, 1000 + extra))
 
 
-def store_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != "lock" and p.stat().st_size > 0)
-
-
-def damage(root: Path, rng: random.Random) -> str:
-    """Apply one random damage to the store at ``root``; returns what was done."""
-    kind = rng.choice(DAMAGES)
-    files = store_files(root)
-    part = rng.choice(["commitlog", "consumequeue", "index", "checkpoint"])  # a part first: queues outnumber the rest
-    target = rng.choice([p for p in files if p.relative_to(root).parts[0] == part] or files)
-    rel = target.relative_to(root)
-    size = target.stat().st_size
-    data = bytearray(target.read_bytes())
-    if kind == "bit-flips":
-        n = rng.randint(1, 8)
-        for _ in range(n):
-            pos = rng.randrange(min(size, rng.choice([64, 4096, size])))
-            data[pos] ^= 1 << rng.randrange(8)
-        target.write_bytes(data)
-        return f"{n} bit flips in {rel}"
-    if kind == "cut-file":
-        cut = rng.randrange(size)
-        target.write_bytes(data[:cut])
-        return f"{rel} cut to {cut} bytes"
-    if kind == "zeroed-range":
-        start = rng.randrange(size)
-        end = min(size, start + rng.choice([8, 100, 4096, 65536]))
-        data[start:end] = bytes(end - start)
-        target.write_bytes(data)
-        return f"{rel} zeroed [{start}, {end})"
-    if kind == "garbage-appended":
-        n = rng.choice([1, 20, 1000, 5000])
-        target.write_bytes(bytes(data) + rng.randbytes(n))
-        return f"{n} garbage bytes appended to {rel}"
-    if kind == "stray-file":
-        where = rng.choice([root / "commitlog", root / "index", target.parent])
-        stray = where / rng.choice(["core.1234", "00000000000000000000.tmp", "README", ".nfs0001"])
-        stray.write_bytes(rng.randbytes(rng.choice([0, 10, 4096])))
-        return f"stray file {stray.relative_to(root)}"
-    target.unlink()
-    return f"{rel} deleted"
-
-
-def run(*args) -> tuple[int, str, str]:
-    proc = mqtool(*map(str, args), timeout=TIMEOUT)
-    assert "Traceback" not in proc.stderr, f"mqtool {' '.join(map(str, args[:1]))}: traceback\n{proc.stderr[-3000:]}"
-    assert proc.returncode in DOCUMENTED, f"mqtool {args[0]}: exit {proc.returncode}\n{proc.stderr[-2000:]}"
-    return proc.returncode, proc.stdout, proc.stderr
+def repaired_findings(root) -> tuple[int, list[dict]]:
+    """``repair --yes`` (exit code) and then ``verify``'s findings, checked as every run checks them."""
+    rc, out, err = run("repair", root, "--yes", "--format", "json", timeout=TIMEOUT)
+    if rc == EXIT_BAD_INPUT:
+        return rc, []
+    assert rc in (EXIT_OK, EXIT_FINDINGS), err
+    assert all(s["why"] for s in json.loads(out)["steps"])  # the plan is printed before it is applied
+    vrc, out, _ = run("verify", root, "--format", "jsonl", timeout=TIMEOUT)
+    findings = [json.loads(line) for line in out.splitlines()][:-1]
+    failing = [f for f in findings if f["severity"] != "info"]
+    assert (vrc == EXIT_OK) == (not failing)
+    assert (rc == EXIT_FINDINGS) == bool(failing)
+    return rc, findings
 
 
 @pytest.mark.parametrize("seed", seeds())
 def test_random_damage(seed, tmp_path):
     rng = random.Random(seed)
-    version, name = STORES[seed % len(STORES)]
+    version, name = KINDS[(seed * 7) % len(KINDS)]  # 7 is prime to the number of kinds: every kind within len(KINDS) seeds
     root = copy_store(version, name, tmp_path / "x y")  # a path with a space
-    what = damage(root, rng)
-    print(f"seed {seed}: {version}/{name}: {what}")
-    run("info", root)
-    verify_rc, _, _ = run("verify", root, "--format", "jsonl")
-    run("dump", root, "--limit", "50")
-    run("recover", root, "--format", "json")
-    rc, out, err = run("repair", root, "--yes", "--format", "json")
-    if rc == EXIT_BAD_INPUT:
-        return  # the store cannot be read at all (the one-line error is the answer)
-    assert rc in (EXIT_OK, EXIT_FINDINGS), err
-    plan = json.loads(out)  # printed before it is applied
-    assert all(s["why"] for s in plan["steps"])
-    vrc, out, _ = run("verify", root, "--format", "jsonl")
-    findings = [json.loads(line) for line in out.splitlines()][:-1]
-    failing = [f for f in findings if f["severity"] != "info"]
-    assert (vrc == EXIT_OK) == (not failing)
-    not_lost = [f for f in failing if f["kind"] not in LOST_KINDS and not f["kind"].startswith(("cq-", "index-", "consumer-offset"))]
-    assert not not_lost, f"seed {seed} ({what}): after repair --yes verify reports more than lost data: {not_lost[:3]}"
-    if failing:
-        assert rc == EXIT_FINDINGS
-        assert any(f["kind"] in LOST_KINDS for f in failing), f"seed {seed} ({what}): findings but no lost data: {failing[:3]}"
+    what = [damage(root, rng) for _ in range(rng.randint(1, 3))]
+    print(f"seed {seed}: {version}/{name}: {'; '.join(what)}")
+    run("info", root, timeout=TIMEOUT)
+    run("verify", root, "--format", "jsonl", timeout=TIMEOUT)
+    run("dump", root, "--limit", "50", timeout=TIMEOUT)
+    run("recover", root, "--format", "json", timeout=TIMEOUT)
+    _, findings = repaired_findings(root)
+    left = beyond_lost(findings)
+    assert not left, f"seed {seed} ({what}): after repair --yes verify reports more than lost data: {left[:3]}"
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_dledger_index_units_that_disagree_are_rewritten_from_the_entries(tmp_path, version):
+    """DLedgerMmapFileStore.recover (reference §15.4) rewrites every index unit from the first one
+    that disagrees with its entry: after ``repair`` the units are the broker's bytes again."""
+    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.repair import plan_with_verify_after
+    from mqtool.store import Store
+
+    root = copy_store(version, "dledger-crashed", tmp_path)
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    original = index.read_bytes()
+    data = bytearray(original)
+    data[100 * dfmt.INDEX_UNIT_SIZE : 130 * dfmt.INDEX_UNIT_SIZE] = bytes(30 * dfmt.INDEX_UNIT_SIZE)
+    data[200 * dfmt.INDEX_UNIT_SIZE + 9] ^= 0x40  # a flipped bit in unit 200's pos
+    index.write_bytes(data)
+    with Store.open(root) as store:
+        plan = plan_with_verify_after(store, lambda walked: plan_recover(store, walked=walked))
+    rewrites = [a for a in plan.actions if a.op == "write-dledger-index"]
+    assert [(a.path, a.start) for a in rewrites] == [("dledger-n0/index/00000000000000000000", 100 * dfmt.INDEX_UNIT_SIZE)]
+    assert not [e for e in plan.verify_after if e.kind == "dledger-index"]
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not findings
+    assert index.read_bytes() == original
+
+
+def test_checkpoint_rewritten_from_the_last_record_when_the_first_is_damaged(tmp_path):
+    """A deleted checkpoint and a damaged first record: the commit log check stops at the damage,
+    but the rewritten checkpoint holds the store time of the log's last message (the value verify's
+    checkpoint check compares it with), not zero: ``repair`` leaves only the lost record."""
+    from mqtool.formats import checkpoint as cpfmt
+
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "checkpoint").unlink()
+    first = root / "commitlog" / "00000000000000000000"
+    data = bytearray(first.read_bytes())
+    data[6] ^= 0x02  # the first record's magic code
+    first.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert "checkpoint-empty" not in {f["kind"] for f in findings}
+    cp = cpfmt.decode_checkpoint((root / "checkpoint").read_bytes())
+    assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == manifest("4.9.7", "clean-small")["messages"][-1]["storeTimestamp"]
+
+
+def test_timer_units_of_messages_the_recovery_cut_are_lost_data(tmp_path):
+    """A damaged record at the start of the last segment: the broker's recovery cuts the log there,
+    and the timer log still names the timer messages after the cut (the broker retries them
+    forever): ``repair`` reports them, and the timercheck counts that include them, as lost data."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    last = root / "commitlog" / "00000000000001048576"
+    data = bytearray(last.read_bytes())
+    data[6] ^= 0x02  # magic code of the segment's first record
+    last.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    refs = [f for f in findings if f["kind"] == "timer-reference" and f["severity"] == "error"]
+    assert rc == EXIT_FINDINGS and refs and not beyond_lost(findings)
+    assert all(f["offset"] >= 1048576 and f["details"]["past_end"] for f in refs)
+
+
+def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
+    """A timer log cut short: the wheel's slots still name the units that were after the cut
+    (TimerMessageStore.recover does not revise them): ``repair`` reports them as lost data."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    log = root / "timerlog" / "00000000000000000000"
+    log.write_bytes(log.read_bytes()[:3088])
+    rc, findings = repaired_findings(root)
+    wheel = [f for f in findings if f["kind"] == "timer-wheel"]
+    assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
+    assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)

@@ -38,7 +38,7 @@ from ..store.version import BrokerVersion
 from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, write_pending
 from .heap import release_free_heap
-from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, zero_range
+from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
 
 
 class ApplyError(MqtoolError):
@@ -263,6 +263,19 @@ class Executor:
         self.backup.backup_file(action.path)
         durability_point("checkpoint backed up")
         write_atomic(self.root / action.path, dlfmt.encode_checkpoint_text(action.start, action.end).encode(), self.staging)
+
+    def _write_dledger_index(self, action) -> None:
+        """DLedger index units (bytes ``start``..``end`` of the index file ``path``) rewritten from
+        the entries they stand for, as ``DLedgerMmapFileStore.recover`` rewrites them."""
+        self.backup.backup_range(action.path, action.start, action.end)
+        durability_point("range backed up")
+        base = int(Path(action.path).name) + action.start
+        store = Store.open(self.root, store_config(self.plan), self.plan.broker_version)
+        try:
+            units = store.commitlog.unit_bytes(base // dlfmt.INDEX_UNIT_SIZE, (base + action.end - action.start) // dlfmt.INDEX_UNIT_SIZE)
+        finally:
+            store.close()
+        write_range(self.root / action.path, action.start, units)
 
     def _write_dispatch(self, action) -> None:
         """The files ``_stage_dispatch`` wrote move into place (renames: each file whole or not at all)."""

@@ -350,7 +350,7 @@ def repair(
         for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
             with open_store(root, broker_config, broker_version) as opened:
                 findings, run = rp.verify_findings(opened)
-                t = rp.triage(findings, run.commitlog.last_timestamp if run.commitlog else None)
+                t = rp.triage(findings, run.last_timestamp)
             if not t.fixable:
                 break
             for step in rp.steps_of(t):
@@ -432,7 +432,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     with opened:
         recover_plan = planner().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
-        last = run.commitlog.last_timestamp if run.commitlog else None
+        last = run.last_timestamp
         return rp.plan_repair(opened, root, recover_plan, findings, last)
 
 

@@ -168,6 +168,24 @@ class DLedgerCommitLog(CommitLog):
                 return dfmt.decode_index_unit(mf.buf, offset - mf.base_offset, number)
         return None
 
+    def unit_bytes(self, first: int, stop: int) -> bytes:
+        """The index units of entries ``first``..``stop - 1`` as DLedger writes them
+        (``DLedgerEntryCoder.encodeIndex``), from the entry headers in the data files; the walk
+        starts in the newest data file whose first entry is not after ``first``."""
+        start = self.divided_offset
+        for seg in self.entry_segments():
+            with MappedFile(seg.path, seg.base_offset) as mf:
+                head = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
+            if head.magic == dfmt.ENTRY_MAGIC and head.index <= first:
+                start = seg.base_offset
+        out = bytearray()
+        for h in EntryScan(self, start):
+            if h.index >= stop:
+                break
+            if h.index >= first:
+                out += dfmt.encode_index_unit(h.magic, h.pos, h.size, h.index, h.term)
+        return bytes(out)
+
     def close(self) -> None:
         super().close()
         for mf in self._index_maps or []:

@@ -64,7 +64,7 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                        file="timerlog", offset=row["offset"], details=where)
         elif row["offset"] >= report.commitlog_end:
             yield error("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, past the commit log's logical end {report.commitlog_end}: the broker retries it forever",
-                        file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details=where)
+                        file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details={**where, "past_end": True})
         else:
             yield error("timer-reference", f"timer log unit at {row['timer_log_offset']}: no {fmt.TIMER_TOPIC} record of {row['size']} bytes at offset {row['offset']}",
                         file="timerlog", offset=row["offset"], details=where)
@@ -87,7 +87,8 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts",
-                          file="timerwheel", expected="a unit position", found=bad[0], details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num})
+                          file="timerwheel", expected="a unit position", found=bad[0],
+                          details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:

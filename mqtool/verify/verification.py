@@ -38,6 +38,7 @@ class Verification:
             checks=tuple(c for c in CHECKS if c in options.checks),
         )
         self.commitlog: CommitLogResult | None = None
+        self.last_timestamp: int | None = None  # store time of the last valid record, as the checkpoint check took it
         self.summary.notes.extend(unchecked_parts(store.root))
         self.cross_checks: list = []  # the cq and index checks of the last run
         self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
@@ -132,6 +133,7 @@ class Verification:
                 summary.logical_end, summary.end_reason = result.logical_end, result.end_reason
                 summary.notes.extend(check.notes)
                 last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
+                self.last_timestamp = last_timestamp
             if opts.from_offset is None and not store.is_dledger:
                 self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover))
         if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
@@ -179,6 +181,7 @@ class Verification:
         if "checkpoint" in opts.checks and store.root is not None:
             if last_timestamp is None:
                 last_timestamp, records = self._last_timestamp()
+            self.last_timestamp = last_timestamp
             yield from checkpoint_findings(store, last_timestamp, records)
             yield from abort_findings(store)
             yield from config_findings(store)

@@ -1,0 +1,168 @@
+"""Random damage to copies of the real-broker fixtures, and one damage run as a user makes it
+(issue #11, #28): shared by ``tests/test_damage_random.py`` and ``bench/damage_run.py``.
+
+A run damages a copy 1-3 times (bit flips, cut files, zeroed ranges, garbage appended, stray
+files, deleted files, consume queue files cut), runs ``repair --yes`` and ``verify``, then
+``mqtool restore`` of the repair's backup, and sorts the outcome: a traceback, a hang (the
+per-command timeout), an undocumented exit code, a store not sound after the repair beyond the
+truly lost data, a restore that does not give back the damaged copy byte for byte, or ok.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import FIXTURES, copy_store
+from repair_support import mqtool
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
+from mqtool.recovery.repair import expected_after, triage
+from mqtool.verify import Finding, Severity
+
+DAMAGES = ("bit-flips", "cut-file", "zeroed-range", "garbage-appended", "stray-file", "deleted-file", "cut-queue-file")
+DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
+# Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
+# batch and real-config stores): `repair` leaves every undamaged one sound.
+KINDS = tuple(sorted((d.parent.name.removeprefix("rocketmq-"), d.name) for d in FIXTURES.glob("rocketmq-*/*") if d.is_dir()))
+
+def store_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != "lock" and p.stat().st_size > 0)
+
+
+def damage(root: Path, rng: random.Random) -> str:
+    """Apply one random damage to the store at ``root``; returns what was done. A part of the store
+    (its top directory or file: ``commitlog``, ``consumequeue``, ``dledger-n0``, ``timerlog``, ...) is
+    chosen first, then a file in it: queues outnumber the rest."""
+    kind = rng.choice(DAMAGES)
+    files = store_files(root)
+    if kind == "cut-queue-file":
+        files = [p for p in files if p.relative_to(root).parts[0] == "consumequeue"] or files
+    part = rng.choice(sorted({p.relative_to(root).parts[0] for p in files}))
+    target = rng.choice([p for p in files if p.relative_to(root).parts[0] == part])
+    rel = target.relative_to(root)
+    size = target.stat().st_size
+    data = bytearray(target.read_bytes())
+    if kind == "bit-flips":
+        n = rng.randint(1, 8)
+        for _ in range(n):
+            pos = rng.randrange(min(size, rng.choice([64, 4096, size])))
+            data[pos] ^= 1 << rng.randrange(8)
+        target.write_bytes(data)
+        return f"{n} bit flips in {rel}"
+    if kind in ("cut-file", "cut-queue-file"):
+        cut = rng.randrange(size)
+        if kind == "cut-queue-file" and rng.random() < 0.5:
+            cut -= cut % 20  # at an entry boundary, as a file system losing its last pages does
+        target.write_bytes(data[:cut])
+        return f"{rel} cut to {cut} bytes"
+    if kind == "zeroed-range":
+        start = rng.randrange(size)
+        end = min(size, start + rng.choice([8, 100, 4096, 65536]))
+        data[start:end] = bytes(end - start)
+        target.write_bytes(data)
+        return f"{rel} zeroed [{start}, {end})"
+    if kind == "garbage-appended":
+        n = rng.choice([1, 20, 1000, 5000])
+        target.write_bytes(bytes(data) + rng.randbytes(n))
+        return f"{n} garbage bytes appended to {rel}"
+    if kind == "stray-file":
+        where = rng.choice([d for d in (root / "commitlog", root / "index") if d.is_dir()] + [target.parent])
+        stray = where / rng.choice(["core.1234", "00000000000000000000.tmp", "README", ".nfs0001"])
+        stray.write_bytes(rng.randbytes(rng.choice([0, 10, 4096])))
+        return f"stray file {stray.relative_to(root)}"
+    target.unlink()
+    return f"{rel} deleted"
+
+
+def damage_copy(version: str, name: str, seed: int, dest: Path) -> tuple[Path, list[str]]:
+    """A copy of fixture ``version/name`` under ``dest`` with 1-3 random damages drawn from ``seed``."""
+    rng = random.Random(seed)
+    root = copy_store(version, name, dest)
+    return root, [damage(root, rng) for _ in range(rng.randint(1, 3))]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """sha256 of every file under ``root`` but the lock file (the broker's, never changed by mqtool)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "lock"}
+
+
+def beyond_lost(findings: list[dict]) -> list[str]:
+    """The failing findings of ``verify --format jsonl`` that are not lost data, as one line each:
+    those ``repair``'s own triage (``recovery.repair.triage``) would still fix, and those it does
+    not call lost data (no lost record to show for them)."""
+    fields = ("kind", "message", "file", "offset", "expected", "found", "details")
+    failing = [Finding(**{**{k: f[k] for k in fields}, "severity": Severity(f["severity"])}) for f in findings if f["severity"] != "info"]
+    return [f"{e.kind} {e.file or ''} {e.offset}" for e in expected_after(triage(failing)) if not e.lost_data]
+
+
+@dataclass
+class Outcome:
+    """One damage run: ``problem`` is None (ok) or one of ``PROBLEMS``; ``detail`` says what."""
+
+    store: str
+    seed: int
+    damages: list[str]
+    problem: str | None = None
+    detail: str = ""
+    repair_rc: int | None = None
+    steps: list[str] = field(default_factory=list)
+
+
+PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "restore")
+
+
+class Stop(Exception):
+    def __init__(self, problem: str, detail: str):
+        super().__init__(problem, detail)
+        self.problem, self.detail = problem, detail
+
+
+def run(*args, timeout: int) -> tuple[int, str, str]:
+    try:
+        proc = mqtool(*map(str, args), timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Stop("hang", f"mqtool {args[0]}: no answer in {timeout} s") from None
+    if "Traceback" in proc.stderr:
+        raise Stop("traceback", f"mqtool {args[0]}: {proc.stderr[-1500:]}")
+    if proc.returncode not in DOCUMENTED:
+        raise Stop("exit-code", f"mqtool {args[0]}: exit {proc.returncode}: {proc.stderr[-800:]}")
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int = 120, restore: bool = True) -> Outcome:
+    """Damage a copy, ``repair --yes`` it, ``verify`` it, ``restore`` the repair and compare."""
+    root, what = damage_copy(version, name, seed, dest)
+    out = Outcome(f"{version}/{name}", seed, what)
+    damaged = tree(root)
+    backup = dest / "backup"
+    try:
+        rc, stdout, stderr = run("repair", root, "--yes", "--format", "json", "--backup-dir", backup, timeout=timeout)
+        out.repair_rc = rc
+        if rc == EXIT_BAD_INPUT:
+            return out  # the store cannot be read at all (the one-line error is the answer)
+        if rc == EXIT_REFUSED:
+            raise Stop("exit-code", f"repair --yes refused: {stderr.strip()[-500:]}")
+        out.steps = [s["step"] for s in json.loads(stdout)["steps"]]
+        vrc, stdout, _ = run("verify", root, "--format", "jsonl", timeout=timeout)
+        findings = [json.loads(line) for line in stdout.splitlines()][:-1]
+        failing = [f for f in findings if f["severity"] != "info"]
+        if (vrc == EXIT_OK) != (not failing):
+            raise Stop("exit-code", f"verify exit {vrc} with {len(failing)} failing finding(s)")
+        left = beyond_lost(findings)
+        if left:
+            raise Stop("not-sound", "; ".join(left[:3]) + (f" (+{len(left) - 3})" if len(left) > 3 else ""))
+        if failing and rc != EXIT_FINDINGS:
+            raise Stop("exit-code", f"repair exit {rc} but verify reports lost data")
+        if restore and backup.exists():
+            run("restore", backup, "--yes", timeout=timeout)
+            after = tree(root)
+            if after != damaged:
+                diff = sorted(k for k in set(after) | set(damaged) if after.get(k) != damaged.get(k))
+                raise Stop("restore", f"not byte-identical after restore: {', '.join(diff[:4])}")
+    except Stop as stop:
+        out.problem, out.detail = stop.problem, stop.detail
+    return out
