@@ -22,7 +22,6 @@ from conftest import copy_store, manifest
 from damage_support import KINDS, beyond_lost, damage, run
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import dledger as dfmt
-from mqtool.recovery.repair import LOST_KINDS
 
 FIXED_SEEDS = list(range(6))
 TIMEOUT = 120

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import shutil
 
-import numpy as np
 import pytest
 from conftest import copy_store, manifest, store_path
 

@@ -10,13 +10,13 @@ import json
 import re
 
 import pytest
-from conftest import ALL_VERSIONS, VERSIONS, copy_store, manifest, recovered
+from conftest import ALL_VERSIONS, copy_store, manifest, recovered
 from typer.testing import CliRunner
 
 from mqtool.cli import app
 from mqtool.cli.output import Screen
 from mqtool.cli.repair import render_plan, render_repair
-from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
+from mqtool.errors import EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.store import Store
 from mqtool.recovery.planner import plan_truncate_dirty

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ALL_VERSIONS, MAIN_VERSIONS, VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, MAIN_VERSIONS, manifest, store_path
 from mqtool.cli import app
 from mqtool.formats import commitlog as cl
 from mqtool.formats import consumequeue as cqfmt
