@@ -131,11 +131,10 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
                 f"(rules: {deciding}); pass --broker-version with the release the broker ran "
                 f"(e.g. {', '.join(str(c) for c in guess.candidates)})"
             )
-    evidence = "; ".join(guess.evidence)
     if len(plans) == 1:  # every era left follows the same rules for this store: nothing to tell the user
-        return dataclasses.replace(plans[0], version_source=f"detected ({guess.label}: {evidence}; the same rules for this store in each)")
+        return dataclasses.replace(plans[0], version_source=f"detected: {guess.label}, alike for this store (evidence: mqtool info)")
     considered = ", ".join(labels)
-    source = f"not decided by the store ({evidence}); considered {considered}: the plans are equal"
+    source = f"not decided by the store; considered {considered}: the plans are equal (evidence: mqtool info)"
     note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
     # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
     # candidate plans the same

@@ -46,13 +46,20 @@ class NextStart:
     scan_from: int
     rule: str
     min_offset: int
-    logical_end: int
+    logical_end: int | None
     end_reason: str
-    dropped_messages: int
+    dropped_messages: int | None
+    refused: str | None = None  # why the broker does not start at all (``refusal``)
+
+    @classmethod
+    def refusing(cls, store: Store, why: str) -> "NextStart":
+        return cls("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
 
     @property
     def reason(self) -> str:
         """Why the log ends there, in words, with the offset."""
+        if self.refused:
+            return self.refused
         if self.end_reason == StopReason.ZEROS and self.dropped_messages:
             return f"zeros at {self.logical_end}"
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
@@ -62,6 +69,8 @@ class NextStart:
                 "scan_from": self.scan_from, "line": self.line()}
 
     def line(self) -> str:
+        if self.refused:
+            return f"the broker's next start refuses to start: {self.refused}"
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         return (f"the broker's next start keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self.reason}); "
                 f"{self.mode} recovery scanning from {self.scan_from}")
@@ -86,10 +95,13 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     start = start_of(store)
     if start is None:
         return None
+    why = refusal(store)
+    if why is not None:
+        return NextStart.refusing(store, why)
     from ..store.summary import logical_end
 
     rules = VersionRules(start_version(store))
-    if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset:
+    if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
         end = walked
     else:
         _, end = logical_end(store, start.offset)
@@ -149,3 +161,26 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
                 if mf.buf[lo:hi] != ZERO_CHUNK[: hi - lo]:
                     return False
     return True
+
+
+def refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on this store (``MappedFileQueue.load``, rules §2.13), or None:
+    a commit log file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a
+    zero-length last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of
+    any of them is reported, naming them."""
+    from ..store.store import EMPTY_LAST_SEGMENT
+    from ..store.version import eras_label
+
+    eras = store.version_guess.eras
+    for problem in store.problems:
+        rule = "zero_length_last_file_refused" if problem.kind == EMPTY_LAST_SEGMENT else "wrong_length_file_ignored"
+        held = store.eras_where(rule)
+        refusing = held if problem.kind == EMPTY_LAST_SEGMENT else [e for e in eras if e not in held]
+        if refusing:
+            what = {
+                EMPTY_LAST_SEGMENT: "a zero-length last commit log file",
+                "segment-size": f"{problem.found} bytes, not {problem.expected} like the other segments",
+            }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
+            who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+            return f"{problem.path.name}: {what}{who}"
+    return None

@@ -16,11 +16,10 @@ from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
-from ..store.store import EMPTY_LAST_SEGMENT
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile
 from ..store.fastscan import release_pages
-from ..store.version import BrokerVersion, eras_label
+from ..store.version import BrokerVersion
 from ..writers import IndexWriterService, offset_file_name
 from . import fastdispatch as fd
 from .dispatch import MultiDispatch, TopicTable, consume_queue_entries
@@ -60,22 +59,32 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
                 f"cannot tell which broker version wrote this store ({guess.label}); pass --broker-version "
                 f"(e.g. {', '.join(str(c) for c in candidates)})"
             )
-        return candidates[0], f"detected ({guess.label}: {'; '.join(guess.evidence)}; the same rules for this store in each)"
-    source = "given" if guess.given else f"detected ({guess.label}: {'; '.join(guess.evidence)})"
+        return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
+    source = given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
     return guess.version, source
 
 
+def given_source(store: Store) -> str:
+    """"given", and where the store's own marks leave no era that version belongs to, says so: the
+    plan follows the given version's rules, which are not those of the broker the marks point to."""
+    from ..store.version import detect_version
+
+    marks = detect_version(store)
+    era = store.rules.era
+    if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
+        return "given"
+    return f"given; the store's marks leave {marks.label}, not {era}: its rules are followed as given"
+
+
 def unloadable_files(store: Store) -> None:
-    """Refuse a store whose commit log holds a file the broker refuses to load (``MappedFileQueue.load``:
-    a segment of the wrong length or name, ``Store.problems``): the broker would not start, so there is no
-    recovery of its to plan. ``mqtool repair`` fixes such files first. A zero-length last file is refused
-    where an era the store may be from refuses it (rules §2.13; 5.1.3+ delete it in ``plan_recover``)."""
-    for problem in store.problems:
-        if problem.kind != EMPTY_LAST_SEGMENT:
-            raise BadStoreFile(f"{problem.path}: {problem.kind}: the broker refuses to start on this store, so it recovers nothing; `mqtool repair` fixes the file first")
-        if refusing := store.eras_where("zero_length_last_file_refused"):
-            raise BadStoreFile(f"{problem.path}: a zero-length last commit log file: the broker of {eras_label(refusing)} refuses to start on this store, "
-                               "so it recovers nothing; `mqtool repair` removes the file first")
+    """Refuse a store the broker refuses to start on (``nextstart.refusal``: a commit log file of the wrong
+    length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan. ``mqtool
+    repair`` fixes such files first."""
+    from .nextstart import refusal
+
+    why = refusal(store)
+    if why is not None:
+        raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
 
 
 def unsupported_queues(store: Store) -> None:

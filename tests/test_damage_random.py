@@ -45,7 +45,8 @@ def repaired_findings(root) -> tuple[int, list[dict]]:
     findings = [json.loads(line) for line in out.splitlines()][:-1]
     failing = [f for f in findings if f["severity"] != "info"]
     assert (vrc == EXIT_OK) == (not failing)
-    assert (rc == EXIT_FINDINGS) == bool(failing)
+    # repair exits 1 for lost data only: a consumer offset outside its queue is verify's warning, not lost data
+    assert (rc == EXIT_FINDINGS) == any(f["kind"] != "consumer-offset-range" for f in failing)
     return rc, findings
 
 

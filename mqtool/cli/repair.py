@@ -314,7 +314,14 @@ def repair(
     _settle_kernels_at(root, broker_config, broker_version)
     rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
-    emit_confirmed(with_next_start(plan.to_dict(), plan.recover), fmt, render_repair, yes and not dry_run)
+    doc = with_next_start(plan.to_dict(), plan.recover)
+    if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
+        from ..recovery.nextstart import next_start
+
+        with open_store(root, broker_config, broker_version) as opened:
+            found = next_start(opened)
+        doc = doc if found is None else {**doc, "next_start": found.as_dict()}
+    emit_confirmed(doc, fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
     if plan.is_empty:

@@ -366,7 +366,12 @@ def _detail(code: int, array: np.ndarray, pos: int, detail: int) -> str:
     if code == END_CRC:
         return "body CRC mismatch"
     if code == END_CORRUPT:
-        magic = int.from_bytes(bytes(array[pos + 4 : pos + 8]), "big") if pos + 8 <= array.shape[0] else 0
+        if pos + 8 > array.shape[0]:
+            return "record header cut by the segment end"
+        size = int.from_bytes(bytes(array[pos : pos + 4]), "big", signed=True)
+        magic = int.from_bytes(bytes(array[pos + 4 : pos + 8]), "big")
+        if magic in (MAGIC_V1, MAGIC_V2):
+            return f"impossible TOTALSIZE {size} (the magic code 0x{magic:08X} is a message's)"
         return f"illegal magic code 0x{magic:08X} or impossible length"
     if code == END_ZEROS:
         return "no record written here"

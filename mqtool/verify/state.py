@@ -11,7 +11,6 @@ from typing import Iterator
 
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
-from ..formats.errors import FormatError
 from ..store import Store
 from ..store import offsets
 from .commitlog import relative
@@ -23,30 +22,19 @@ def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
     return store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
 
 
-def first_store_timestamp(store: Store, index: int) -> int | None:
-    """STORETIMESTAMP of the first record of segment ``index`` (None without a message there)."""
-    seg = store.commitlog.segments[index]
-    try:
-        record = store.commitlog.read_record(seg.base_offset)
-    except (FormatError, LookupError):
-        return None
-    return getattr(record, "store_timestamp", None)
+def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
+    """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
+    broker's rule for this store's version (``recovery.nextstart.start_of``, the one implementation
+    of ``isMappedFileMatchedRecover``'s choice, §8.4); the first segment for a DLedger store."""
+    from ..recovery.nextstart import start_of
 
-
-def abnormal_recovery_start(store: Store) -> tuple[int, int]:
-    """(segment base, time bound) abnormal recovery starts from: the newest segment whose first
-    message was stored at or before ``min(physic, logics) - 3 s`` (and the index time with
-    ``messageIndexSafe``), else the first segment (``isMappedFileMatchedRecover``, §8.4)."""
     cp = _checkpoint(store)
-    bound = cp.min_timestamp
-    if store.config.message_index_enable and store.config.message_index_safe:
-        bound = cp.min_timestamp_index
-    segments = store.commitlog.segments
-    for index in range(len(segments) - 1, -1, -1):
-        ts = first_store_timestamp(store, index)
-        if ts and ts <= bound:
-            return segments[index].base_offset, bound
-    return (segments[0].base_offset if segments else 0), bound
+    bound = cp.min_timestamp_index if store.config.message_index_enable and store.config.message_index_safe else cp.min_timestamp
+    start = start_of(store)
+    if start is None:
+        first = store.commitlog.segments[0].base_offset if store.commitlog.segments else 0
+        return first, "from the first segment", bound
+    return start.offset, start.rule, bound
 
 
 def max_queue_phys_offset(store: Store) -> int:
@@ -60,7 +48,7 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
     consume queues and the index by itself, and why (None: it does not)."""
     version = store.version
     if store.abort_present:
-        start, bound = abnormal_recovery_start(store)
+        start, _, _ = abnormal_recovery_start(store)
         return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
     if version is None:
         return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
@@ -119,14 +107,13 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
 def abort_findings(store: Store) -> Iterator[Finding]:
     if not store.abort_present:
         return
-    start, bound = abnormal_recovery_start(store)
+    start, why, bound = abnormal_recovery_start(store)
     end = store.commitlog.end_of_files
     pid = store.abort.pid
     yield warning(
         "abort-present",
         f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next start runs "
-        f"abnormal recovery (recoverAbnormally) from offset {start}, the newest segment whose first message is older than the "
-        f"checkpoint bound {bound}, re-dispatching every record after it",
+        f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it",
         file="abort",
         details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)},
     )
