@@ -124,3 +124,18 @@ def test_a_clean_store_drops_nothing(version, monkeypatch):
     ns = one_answer(store_path(version, "clean-small"))
     assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", manifest(version, "clean-small")["commitLogMaxOffset"], 0)
     assert verify_first_line(store_path(version, "clean-small"), monkeypatch) == ns["line"]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_and_stats_read_the_records_the_next_start_keeps_past_damage_it_never_reads(tmp_path, version):
+    """Segment 0 zeroed: the broker keeps and serves every record after it, so ``dump`` and ``stats``
+    read on past the zeros (saying so) instead of ending the log at 0."""
+    root = copy_store(version, "clean-small", tmp_path)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.write(bytes(SEGMENT))
+    kept = sorted(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] >= SEGMENT)
+    code, out, err = cli("dump", root, "-f", "jsonl")
+    assert code == 0 and [json.loads(line)["offset"] for line in out.splitlines()] == kept
+    assert "where the broker's next start scans from, so it never reads it" in err
+    code, out, err = cli("stats", root, "-f", "json")
+    assert code == 0 and sum(r["messages"] for r in json.loads(out) if "period" not in r) == len(kept)

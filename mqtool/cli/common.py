@@ -14,6 +14,7 @@ import typer
 
 from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
+from ..store.commitlog import ScanEnd
 from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, to_devnull, write_stderr
@@ -143,3 +144,25 @@ FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
     config = load_broker_config(broker_config) if broker_config else StoreConfig()
     return Store.open(path, config, broker_version)
+
+
+def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:
+    """Where the read goes on after ``end``, or None. Damage before the segment the broker's next start
+    scans from (``recovery.nextstart``) ends nothing: the broker never reads it and serves the records
+    after it, so they are read on, as ``info`` and ``verify`` keep them; any other end is read past only
+    with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
+    from .engine import resync_window
+    segments = store.commitlog.segments
+    if store.root is not None and segments and end.offset < segments[-1].base_offset:
+        from ..recovery.nextstart import start_of
+
+        start = start_of(store)
+        if start is not None and end.offset < start.offset:
+            from ..store.resync import scan_start
+
+            resumed = scan_start(store.commitlog, end.offset + 1, window=resync_window())
+            if end.offset < resumed and (stop is None or resumed < stop):
+                note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start.offset}, where the broker's next start "
+                     "scans from, so it never reads it and serves the records after it; reading on")
+                return resumed
+    return None if end.is_clean or not keep_going or past_damage is None else past_damage(store, end, stop)

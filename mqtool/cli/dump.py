@@ -43,7 +43,7 @@ from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .engine import PYTHON, engine_for, estimated_records, resync_window
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ def _record_rows(store: Store, match: MessageFilter, start: int, stop, limit, bo
             count += 1
             if count == limit:
                 return
-        resumed = None if scan.end.is_clean or not keep_going else _resume_after(store, scan.end, stop)
+        resumed = read_on(store, scan.end, stop, keep_going, _resume_after)
         if resumed is None:
             break
         start = resumed
@@ -280,7 +280,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
-            resumed = None if end.is_clean or not keep_going else _resume_after(store, end, stop)
+            resumed = read_on(store, end, stop, keep_going, _resume_after)
             if resumed is None:
                 break
             start = resumed

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
 from .engine import settle_kernels
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress, written_end
@@ -51,7 +51,7 @@ def stats(
 
         start, stop = s.commitlog.min_offset, written_end(s.commitlog)
         with ByteProgress(start, stop, enabled=progress, desc="stats") as bar:
-            result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance)
+            result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance, read_on=lambda end: read_on(s, end, None))
         end = result.end
         if end is not None and not end.is_clean:
             note(f"the records end at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")

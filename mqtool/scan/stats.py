@@ -427,34 +427,41 @@ def _parts(table: GroupTable) -> tuple:
     return table.keys, table.used, table.values, table.count, table.init
 
 
-def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH) -> StoreStats:
-    """One pass over the store's records (the broker's recovery scan) into ``StoreStats``."""
-    walk = fs.FastScan(store.commitlog, check_crc=True, batch=batch, release_behind=True)
+def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
+    """One pass over the store's records (the broker's recovery scan) into ``StoreStats``; where the walk
+    ends, ``read_on(end)`` may give the offset it goes on from (damage the broker never reads)."""
+    records, start = 0, store.commitlog.min_offset
     topics: dict[int, str] = {}
     groups = GroupTable()
     buckets = GroupTable(_COUNT_INIT, _COUNT_OPS)
     seen = GroupTable(_COUNT_INIT, _COUNT_OPS, capacity=1 << 6)
     new_topics = np.empty((batch, 3), dtype=np.int64)
     parts = _parts(groups), _parts(buckets), _parts(seen)
-    for b in walk:
-        rows = b.rows
-        start = 0
-        while True:
-            start, found = stats_batch(b.array, b.base_offset, rows, start, period_ms, *parts, new_topics)
-            for key, at, length in new_topics[:found].tolist():
-                topics[key] = store.commitlog.read_bytes(at, length).decode("utf-8", "replace")
-            if start == len(rows):
-                break
-            for table in (groups, buckets, seen):
-                if 2 * table.count[0] >= len(table.used):
-                    table.grow()
-            parts = _parts(groups), _parts(buckets), _parts(seen)
-        if progress is not None:
-            progress(b.base_offset + int(rows[-1, fs.COL_POS]))
+    while True:
+        walk = fs.FastScan(store.commitlog, start, check_crc=True, batch=batch, release_behind=True)
+        for b in walk:
+            rows = b.rows
+            at = 0
+            while True:
+                at, found = stats_batch(b.array, b.base_offset, rows, at, period_ms, *parts, new_topics)
+                for key, pos, length in new_topics[:found].tolist():
+                    topics[key] = store.commitlog.read_bytes(pos, length).decode("utf-8", "replace")
+                if at == len(rows):
+                    break
+                for table in (groups, buckets, seen):
+                    if 2 * table.count[0] >= len(table.used):
+                        table.grow()
+                parts = _parts(groups), _parts(buckets), _parts(seen)
+            if progress is not None:
+                progress(b.base_offset + int(rows[-1, fs.COL_POS]))
+        records += walk.records
+        start = None if read_on is None or walk.end is None else read_on(walk.end)
+        if start is None:
+            break
     per_period = to_arrow(groups, lambda codes: compute.numbers(codes, pa.int64()), extended=True)
     bucket_keys, bucket_counts = buckets.groups()
     hist = pa.table({"topic": compute.numbers(bucket_keys[:, 0], pa.int64()), "queue_id": compute.numbers(bucket_keys[:, 1], pa.int32()), "bucket": compute.numbers(bucket_keys[:, 2], pa.int64()), "n": compute.numbers(bucket_counts[:, 0], pa.int64())})
-    return StoreStats(per_period, hist, topics, walk.end, walk.records)
+    return StoreStats(per_period, hist, topics, walk.end, records)
 
 
 QUEUE_FIELDS = (
