@@ -86,10 +86,23 @@ def clear_bars() -> None:
 
 
 def note(message: str) -> None:
-    """``mqtool: message`` on stderr, unless ``--quiet``."""
+    """``mqtool: message`` on stderr, unless ``--quiet``; on a terminal wrapped to its width at spaces
+    (an offset, a path or an id is never split), in a pipe or a file one line."""
     if not State.quiet:
         clear_bars()
-        write_stderr(f"mqtool: {message}")
+        text = f"mqtool: {message}"
+        if _stderr_is_terminal():
+            from ..table import wrap
+
+            text = "\n".join(wrap(text, width()))
+        write_stderr(text)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.__stderr__.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def data_console(**kwargs):
