@@ -87,7 +87,7 @@ print(loaded)
 def kernel_modules() -> list[str]:
     """Every module that imports numba through ``mqtool.jit``, by dotted name."""
     names = []
-    for root, package in ((ROOT / "mqtool", "mqtool"), (ROOT / "recovery", "mqtool.recovery")):
+    for root, package in ((ROOT / "mqtool", "mqtool"),):
         for path in sorted(root.rglob("*.py")):
             if re.search(r"^from \.+jit import .*\bnumba\b", path.read_text(encoding="utf-8"), re.M):
                 names.append(".".join([package, *path.relative_to(root).with_suffix("").parts]))

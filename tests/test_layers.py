@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-PACKAGE_DIRS = {"mqtool": ROOT / "mqtool", "mqtool.formats": ROOT / "formats", "mqtool.recovery": ROOT / "recovery"}
+PACKAGE_DIRS = {"mqtool": ROOT / "mqtool"}
 UI = {"typer", "rich", "tqdm", "click", "pyspark"}
 FORMATS_FORBIDDEN_STDLIB = {"os", "mmap", "pathlib", "io", "shutil", "subprocess", "socket", "fcntl"}
 
@@ -20,8 +20,6 @@ def modules():
             rel = path.relative_to(directory).with_suffix("")
             parts = [p for p in rel.parts if p != "__init__"]
             name = ".".join([package, *parts])
-            if package == "mqtool" and parts[:1] in (["formats"], ["recovery"]):
-                continue
             yield name, path, path.name == "__init__.py"
 
 

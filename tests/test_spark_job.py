@@ -257,13 +257,13 @@ def test_the_script_builds_the_zip_executors_import(tmp_path):
 
 def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
     """A Spark Python worker started in the checkout (its working directory first on the path,
-    mqtool not installed, e.g. a cluster's Python) finds formats/ and recovery/ beside mqtool/."""
+    mqtool not installed, e.g. a cluster's Python) finds mqtool.formats and mqtool.recovery in mqtool/."""
     probe = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); import importlib.util, mqtool; "
         "print(importlib.util.find_spec('mqtool.formats').origin); print(importlib.util.find_spec('mqtool.recovery').origin)"
     )
     result = subprocess.run([sys.executable, "-S", "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)  # -S: no site-packages
-    assert result.stdout.split() == [str(ROOT / "formats" / "__init__.py"), str(ROOT / "recovery" / "__init__.py")]
+    assert result.stdout.split() == [str(ROOT / "mqtool" / "formats" / "__init__.py"), str(ROOT / "mqtool" / "recovery" / "__init__.py")]
 
 
 def test_spark_submit_prints_no_info_line(tmp_path):

@@ -1,9 +1,8 @@
 """The ``mqtool`` package as one zip for ``spark-submit --py-files`` (PySpark adds only .zip,
 .egg and .jar files to the executors' Python path, never wheels).
 
-The zip holds the installed layout (``mqtool/``, ``mqtool/formats/``, ``mqtool/recovery/``...),
-whatever directories the packages come from (in the repository ``formats/`` and ``recovery/``
-are mapped into ``mqtool`` by pyproject.toml), Python sources only.
+The zip holds the package as it is laid out (``mqtool/``, ``mqtool/formats/``, ``mqtool/recovery/``...),
+Python sources only.
 """
 
 from __future__ import annotations
@@ -13,22 +12,15 @@ import pkgutil
 import zipfile
 from pathlib import Path
 
-import mqtool  # noqa: F401 (its location decides imported_from_zip)
-
-
-MAPPED = ("mqtool.formats", "mqtool.recovery")
-"""Packages whose directory is not under ``mqtool/`` in the repository (pyproject package-dir)."""
+import mqtool  # its location decides imported_from_zip
 
 
 def package_dirs() -> dict[str, Path]:
     """``{dotted package name: its directory}`` for ``mqtool`` and every subpackage."""
-    dirs = {}
-    for root in ("mqtool", *MAPPED):
-        module = importlib.import_module(root)
-        dirs[root] = Path(module.__file__).parent
-        for info in pkgutil.walk_packages([str(dirs[root])], root + ".", onerror=lambda name: None):
-            if info.ispkg:
-                dirs[info.name] = Path(importlib.import_module(info.name).__file__).parent
+    dirs = {"mqtool": Path(mqtool.__file__).parent}
+    for info in pkgutil.walk_packages([str(dirs["mqtool"])], "mqtool.", onerror=lambda name: None):
+        if info.ispkg:
+            dirs[info.name] = Path(importlib.import_module(info.name).__file__).parent
     return dirs
 
 
