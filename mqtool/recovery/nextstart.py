@@ -15,12 +15,12 @@ same start (``recovery_start``) and count (``records_after``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
-from ..store.mappedfile import MappedFile
 from ..store.rules import VersionRules
 from .startfile import ScanStart, recovery_start
 
@@ -149,17 +149,31 @@ def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
 
 
 def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
-    """True when every byte from ``offset`` to the end of the last segment is zero."""
+    """True when every byte from ``offset`` to the end of the last segment is zero. Read with
+    ``pread`` (a pre-allocated segment's zeros would otherwise all become resident pages of a map),
+    holes of a sparse file skipped with ``SEEK_DATA``."""
     first = commitlog.segment_index(offset)
     if first is None:
         return True
     for i in range(first, len(commitlog.segments)):
         seg = commitlog.segments[i]
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            for lo in range(offset - seg.base_offset if i == first else 0, mf.size, len(ZERO_CHUNK)):
-                hi = min(lo + len(ZERO_CHUNK), mf.size)
-                if mf.buf[lo:hi] != ZERO_CHUNK[: hi - lo]:
+        fd = os.open(seg.path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            pos = offset - seg.base_offset if i == first else 0
+            while pos < size:
+                try:
+                    pos = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError:  # ENXIO: nothing but a hole up to the end
+                    break
+                chunk = os.pread(fd, min(len(ZERO_CHUNK), size - pos), pos)
+                if not chunk:
+                    break
+                if chunk != ZERO_CHUNK[: len(chunk)]:
                     return False
+                pos += len(chunk)
+        finally:
+            os.close(fd)
     return True
 
 
