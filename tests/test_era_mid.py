@@ -15,7 +15,7 @@ from conftest import copy_store, manifest
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.recovery.queues import QueueSim
 from mqtool.store import Store
 from mqtool.store.rules import BrokerVersion, VersionRules
@@ -231,3 +231,15 @@ def test_a_length_mismatch_ends_abnormal_recovery_from_4_3_2(tmp_path, version):
         assert code == EXIT_OK, err
         cl = json.loads(out)["commitlog"]
         assert (cl["valid_end"], cl["end_reason"]) == (offset, "length-mismatch")
+
+
+def test_a_consume_queue_ext_store_is_read_but_never_given_entries_without_their_ext_units(tmp_path):
+    """4.2.0 with enableConsumeQueueExt (rules §3.9): each entry's tags code is an ext address, with the
+    ext unit beside the queue. verify reads it sound; a plan that would add entries without their ext
+    units (rebuild-cq) is refused (exit 3), and the store is left as it was."""
+    root = copy_store("4.2.0", "cqext-small", tmp_path)
+    given = ("--broker-version", "4.2.0")
+    assert cli("verify", root, *given, "--no-progress")[0] == EXIT_OK
+    shutil.rmtree(root / "consumequeue" / "TopicTest")
+    code, _, err = cli("rebuild-cq", root, *given, "--yes", "--backup-dir", tmp_path / "backup")
+    assert code == EXIT_BAD_INPUT and "consume queue ext units" in err and not (tmp_path / "backup").exists()

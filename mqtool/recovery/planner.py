@@ -4,6 +4,8 @@ every candidate version when the store does not tell which one wrote it (``candi
 
 import functools
 
+from ..errors import BadInput
+
 from . import rebuild, recover
 from .candidates import plan_under_candidates
 from .plan import PlanOptions
@@ -14,9 +16,25 @@ def _under_candidates(planner):
     @functools.wraps(planner)
     def plan(store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache=None, **shown):
         # ``shown`` (plan_recover's ``walked``) sees every candidate's scan: each walk is of the same bytes
-        return plan_under_candidates(store, lambda s, c: planner(s, options, with_crc=with_crc, cache=c, **shown), cache)
+        made = plan_under_candidates(store, lambda s, c: planner(s, options, with_crc=with_crc, cache=c, **shown), cache)
+        refuse_ext_entries(store, made)
+        return made
 
     return plan
+
+
+def refuse_ext_entries(store, plan) -> None:
+    """A store with ``consumequeue_ext/`` (``enableConsumeQueueExt``, 4.1.0+, rules §3.9) keeps an ext
+    address as each entry's tags code and ext units beside the queue; mqtool writes neither, so a plan
+    that adds consume queue entries to such a store is refused (reading, verifying and plans that only
+    cut are not)."""
+    ext = store.root / "consumequeue_ext" if store.root is not None else None
+    if ext is None or not ext.is_dir() or not any(p.is_file() for p in ext.rglob("*")):
+        return
+    added = sum(q.added for q in plan.queues)
+    if added:
+        raise BadInput(f"{ext}: consume queue ext units (enableConsumeQueueExt) are not written by mqtool, and this "
+                       f"{plan.command} would add {added} consume queue entries without them")
 
 
 plan_recover = _under_candidates(recover.plan_recover)
