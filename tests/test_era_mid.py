@@ -243,3 +243,21 @@ def test_a_consume_queue_ext_store_is_read_but_never_given_entries_without_their
     shutil.rmtree(root / "consumequeue" / "TopicTest")
     code, _, err = cli("rebuild-cq", root, *given, "--yes", "--backup-dir", tmp_path / "backup")
     assert code == EXIT_BAD_INPUT and "consume queue ext units" in err and not (tmp_path / "backup").exists()
+
+
+def test_an_empty_4x_store_with_configs_only_is_planned_not_refused(tmp_path):
+    """A third-party 4.x store that never got a message: a pre-allocated segment of zeros, a lock file and
+    4.x config files (dataVersion without stateVersion: 5.0.0+ always write it, rules §7.1). Every era left
+    plans the same empty recovery, so recover and repair go ahead (no --broker-version needed)."""
+    root = tmp_path / "empty store"
+    (root / "commitlog").mkdir(parents=True)
+    (root / "commitlog" / f"{0:020d}").write_bytes(bytes(SEGMENT))
+    (root / "lock").write_bytes(b"lock")
+    (root / "config").mkdir()
+    (root / "config" / "topics.json").write_text('{\n\t"dataVersion":{\n\t\t"counter":3,\n\t\t"timestamp":1700000000000\n\t},\n\t"topicConfigTable":{}\n}')
+    code, out, err = cli("info", root, "-f", "json")
+    assert code == EXIT_OK, err
+    assert "config/topics.json has dataVersion without stateVersion: E0-E12 (3.2.6-4.9.8)" in json.loads(out)["version"]["evidence"]
+    for command in ("recover", "repair"):
+        code, out, err = cli(command, root, "--dry-run", "-f", "json")
+        assert code == EXIT_OK, err
