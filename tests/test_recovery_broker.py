@@ -9,7 +9,7 @@ UNIQ_KEY query, and the checkpoint the broker persisted. Plus the extra ground t
 from __future__ import annotations
 
 import pytest
-from conftest import ALL_VERSIONS, VERSIONS, copy_store, recovered
+from conftest import ALL_VERSIONS, FIXTURES, VERSIONS, copy_store, recovered
 
 from mqtool.apply import apply_plan
 from mqtool.recovery.plan import Plan
@@ -117,10 +117,14 @@ def test_rewrite_clean_keeps_exactly_the_stale_entries_the_broker_serves(tmp_pat
         assert list(scan) == [] and scan.end.reason == "zeros"  # the stale records cannot come back
 
 
-def test_retention_store_needs_nothing_and_reports_the_broker_min_offsets(tmp_path):
-    rec = recovered("4.9.7", "retention-small")
-    store_dir = copy_store("4.9.7", "retention-small", tmp_path)
-    with Store.open(store_dir) as store:
+RETENTION_VERSIONS = [v for v in ALL_VERSIONS if (FIXTURES / f"rocketmq-{v}" / "retention-small.recovered.json").is_file()]
+
+
+@pytest.mark.parametrize("version", RETENTION_VERSIONS)
+def test_retention_store_needs_nothing_and_reports_the_broker_min_offsets(tmp_path, version):
+    rec = recovered(version, "retention-small")
+    store_dir = copy_store(version, "retention-small", tmp_path)
+    with Store.open(store_dir, version=version) as store:
         plan = plan_recover(store)
         assert plan.is_empty
         view = {(q.topic, q.queue_id): (q.min_after, q.max_after) for q in plan.queues}
