@@ -29,9 +29,19 @@ def test_commands_page_covers_every_command():
         assert f"## `mqtool query {name}`" in page
 
 
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown page (lower case, punctuation dropped, spaces to -)."""
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
 def test_readme_and_docs_links_resolve():
-    """Every relative link of README.md and docs/*.md names a file that exists."""
+    """Every relative link of README.md and docs/*.md names a file that exists, and a heading of it."""
     for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
-            if "://" not in target:
-                assert (page.parent / target).exists(), f"{page.name}: {target}"
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", page.read_text(encoding="utf-8")):
+            if "://" in target:
+                continue
+            linked = (page.parent / target) if target else page
+            assert linked.exists(), f"{page.name}: {target}"
+            if anchor and linked.suffix == ".md":
+                assert anchor in anchors(linked), f"{page.name}: {target}#{anchor}"
