@@ -7,14 +7,14 @@ settled when the first such module asks for it:
 - **compiled**: numba itself, its cached kernels loaded the lean way below;
 - **interpreted** (``interpret()`` called before): ``mqtool.jitless``, the part of numba's
   interface the kernels use as plain Python, so the kernels run as the Python they are written
-  in, with no numba import (about 0.25 s of a process's start). A command on a small store asks
+  in, with no numba import (a noticeable share of a process's start). A command on a small store asks
   for it (``mqtool/cli/engine.py``), where loading compiled code costs more than running the
   kernels in the interpreter. The same source either way; ``tests/test_interpreted.py`` holds
   the commands' output equal both ways on every fixture.
 
 Compiled loading: loading a kernel from the cache (``numba.core.caching.Cache.load_overload``)
 first refreshes the target context: it imports and installs every lowering registry numba has,
-some 550 modules and 0.4-0.6 s of CPU per process, which only *compiling* needs (and the
+hundreds of modules imported in every process, which only *compiling* needs (and the
 compiler refreshes on its own: ``numba.core.compiler.CompilerBase.__init__``). A loaded kernel
 needs at run time only the symbols its object code links against: numba's C helpers, exception
 classes and math functions (added when the context is made: ``BaseContext.__init__``,

@@ -1,6 +1,6 @@
 """The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan.
 
-Field names are a stable contract (README "JSON field reference"). Timestamps are epoch
+Field names are a stable contract (docs/reading.md "JSON field reference"). Timestamps are epoch
 milliseconds; hosts are ``ip:port`` with IPv6 as ``[compressed]:port``; ``body`` is encoded
 as the caller asks (``none`` gives null).
 """
@@ -101,7 +101,7 @@ def encode_body(body: bytes, encoding: BodyEncoding) -> str | None:
         return body.hex()
     if encoding is BodyEncoding.base64:
         return base64.b64encode(body).decode("ascii")
-    import hashlib  # only for --body sha256 (OpenSSL's loading costs a lookup ~5 ms)
+    import hashlib  # only for --body sha256 (OpenSSL's loading would slow every lookup)
 
     return hashlib.sha256(body).hexdigest()
 

@@ -307,7 +307,7 @@ def parallel(fn, items, workers: int = 8) -> None:
         for item in items:
             fn(item)
         return
-    from concurrent.futures import ThreadPoolExecutor  # here: with logging, 3 ms a plan need not pay
+    from concurrent.futures import ThreadPoolExecutor  # here: with logging, an import a plan need not pay
 
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         for _ in pool.map(fn, items):
@@ -339,7 +339,7 @@ def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_
     table (native int32, the values the file holds); new entries go to ``ent`` (uint32 words,
     five per 20-byte entry, big-endian, in order, the first being entry number
     ``hdr[H_INDEX_COUNT]`` at the call; the caller views the words as bytes: a kernel that makes
-    a view loads numba's array lowering, some 25 ms). Returns ``(rec, key, status, entries)``:
+    a view loads numba's array lowering). Returns ``(rec, key, status, entries)``:
     ``ROLL_NEEDED`` when the file is full (call again with a new file from ``(rec, key)``),
     ``BUFFER_FULL`` when ``ent`` is (write it out, call again), else ``BATCH_DONE``. ``dry``
     only counts (no slot table, no entries). The header fields are kept in locals and stored back

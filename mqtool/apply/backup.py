@@ -42,7 +42,7 @@ def staging_path(store_root: Path, final: Path) -> Path:
     """Where a file of the store is written before it is renamed into place: the store's staging
     directory, never the file's own directory (the broker refuses to start on a file in a commit log,
     queue or index directory whose name is not an offset: ``MappedFileQueue.load``)."""
-    import hashlib  # here: OpenSSL's start-up (3 ms) is for the commands that write
+    import hashlib  # here: OpenSSL's start-up is for the commands that write
 
     rel = os.path.relpath(final, store_root)
     return Path(store_root) / STAGING_DIR / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{Path(final).name}"

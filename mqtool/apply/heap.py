@@ -3,8 +3,8 @@
 A plan's dispatch allocates and frees some hundred megabytes of numpy batches, many of them in
 the malloc arena of the thread that walked the commit log; glibc keeps such freed pages mapped
 (they count in the resident size) until ``malloc_trim``. Called between a plan and its apply (and
-before ``recover``'s verify-after run), it keeps the next phase's peak at its own working set:
-on a 2 GiB ``recover --abnormal`` some 30-60 MB. Does nothing where the C library has no
+before ``recover``'s verify-after run), it keeps the next phase's peak at its own working set.
+Does nothing where the C library has no
 ``malloc_trim``, nor on a store small enough for interpreted kernels (``mqtool.jit``): its
 batches are a few megabytes, and ``ctypes`` alone would take longer to load than they matter.
 """
@@ -23,7 +23,7 @@ def release_free_heap() -> None:
     from ctypes.util import find_library
 
     gc.collect(1)  # the young generations only: a full collection walks every object of the loaded
-    # modules (some 0.2 s with numba loaded) and, after a plan, finds next to nothing to free
+    # modules (numba's included) and, after a plan, finds next to nothing to free
     try:
         libc = ctypes.CDLL(find_library("c") or "libc.so.6")
         libc.malloc_trim(0)

@@ -320,11 +320,11 @@ def _options(
 
 def main() -> None:
     """The console script: the command, then the process's end without the interpreter's
-    teardown (``shutdown.py``: 0.1-0.15 s after a compiled command)."""
+    teardown (``shutdown.py``)."""
     from .shutdown import exit_process
 
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
-    # (about 0.1 s of CPU and 10-20 ms of wall time a process)
+    # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app()

@@ -3,7 +3,7 @@
 typer 0.2x converts every parameter value through a pydantic ``TypeAdapter`` built on first use
 (``typer/_coercion.py``: ``build_runtime_param``), and even a plain ``Path`` argument imports
 pydantic (``_param_types.coerce_cli_path``). Importing pydantic and building a command's adapters
-cost about 0.25 s of every command's start-up: more than a ``--msg-id`` lookup in a 2 GiB store.
+cost more of every command's start-up than a whole ``--msg-id`` lookup.
 The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
 choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
 messages stay typer's; any other value, and every value these rules do not accept, goes to

@@ -104,7 +104,7 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
 
 
 SMALL_LIMIT = 64  # an unfiltered --limit up to this reads a few records: decoded one by one whatever the span
-SCAN_BATCH = 1 << 12  # records per batch: with two builders and their texts in flight, 8 k kept about 300 MB resident (4 k: 256 MB)
+SCAN_BATCH = 1 << 12  # records per batch: two builders and their texts are in flight, so a batch's size sets the resident memory
 BUILDERS = 2  # threads building batches while the main thread walks and prints: building is most of the work
 
 

@@ -1,13 +1,12 @@
 """Which engine a command runs on: the compiled kernels or the pure-Python reference.
 
 The compiled paths (numba kernels over mapped bytes, Arrow batches) are the fast ones once they
-run, but loading them costs 1-2 s per process (numba, numpy, pyarrow and the cached kernels);
+run, but loading them is a fixed cost per process (numba, numpy, pyarrow and the cached kernels);
 the pure-Python paths (``CommitLog.scan`` with the construct-derived decoder, record by record)
-start at once and cost 0.15-0.22 ms a record whatever its size. The crossover is a number of
-records, not bytes: measured on a 2 GiB bench store (``dump --to-offset N -f jsonl``, both
-engines forced, 2026-11-26, load 1.4-1.8): 1 KiB records cross at about 14 MiB (14 k records),
-128-byte records at about 1.7 MiB (14 k records). ``COMPILED_FROM`` is below that, as the
-compiled start-up is shorter on a quiet machine (about 1.1 s).
+start at once and cost about the same per record whatever its size. So the crossover is a number
+of records, not bytes (``dump --to-offset N -f jsonl`` with both engines forced, on 1 KiB and
+128-byte records alike; ``bench/bench_startup.py --crossover``); ``COMPILED_FROM`` sits below
+it, as the compiled start-up is shorter on a quiet machine.
 
 The same holds for resynchronisation (where ``--from-offset`` inside a record reads from: the
 next position whose magic, size chain and self-describing PHYSICALOFFSET agree): the pure-Python
@@ -39,11 +38,9 @@ ENGINES = (COMPILED, PYTHON)
 ENV = "MQTOOL_ENGINE"
 COMPILED_FROM = 8_000  # records
 # Records below which a command's kernels run interpreted (``settle_kernels``): where their cost in
-# the interpreter, per record, meets numba's fixed start (about 0.25 s). Measured on stores of 4, 8
-# and 16 MiB of 1 KiB records (``bench/bench_crossover.py``, 2026-11-27 05:52 and 08:48): verify and
-# the rebuilds cross at 8-10 k records, stats and truncate-dirty at about 7 k, survivors at about
-# 6 k (05:52), recover and repair (a verify after the plan) at about 5 k, salvage's JSON Lines at
-# about 4.7 k (compiled, they are written by the compiled text encoder).
+# the interpreter, per record, meets numba's fixed start, measured per command on small stores of
+# 1 KiB records (``bench/bench_crossover.py``); recover and repair include a verify after the plan,
+# salvage's JSON Lines are written by the compiled text encoder when compiled.
 INTERPRETED_BELOW = {"verify": 8_000, "rebuild-cq": 8_000, "rebuild-index": 8_000, "truncate-dirty": 7_000,
                      "stats": 6_000, "survivors": 5_000, "salvage": 4_500, "recover": 5_000, "repair": 5_000}
 SAMPLE = 32  # records read to estimate the mean record size

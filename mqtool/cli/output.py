@@ -94,7 +94,7 @@ class Screen:
 
     def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
         if not kwargs and not _RICH_RENDERS.search(text):
-            self._write_wrapped(text)  # what rich would print, without importing it (about 20 ms)
+            self._write_wrapped(text)  # what rich would print, without importing it
         else:
             self._print_rich(text, markup=markup, **kwargs)
 
@@ -200,7 +200,7 @@ def emit_rows(
             count += 1
         out.write("\n]\n" if count else "]\n")
     elif fmt is OutputFormat.csv:
-        import csv  # only for csv (~1% of a lookup's start-up)
+        import csv  # only for csv (not in a lookup's start-up)
 
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(fields)

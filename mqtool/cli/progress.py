@@ -34,7 +34,7 @@ class ByteProgress:
         disable = (None if not stdout_is_a_pipe() else True) if enabled is None else not enabled
         if State.quiet:
             disable = True
-        if disable or (disable is None and not sys.stderr.isatty()):  # as tqdm decides, without importing it (tens of ms)
+        if disable or (disable is None and not sys.stderr.isatty()):  # as tqdm decides, without importing it
             self.bar = HiddenBar()
         else:
             from tqdm import tqdm

@@ -31,7 +31,7 @@ from .progress import ByteProgress
 TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("size", "uniq_key", "msg_id", "queue_offset", "store_timestamp")  # left out first to fit the width (an IPv6 msg_id is 56 characters)
 NEW_FIELDS = ("new_offset", "new_queue_offset")
-BATCH = 1 << 12  # records per batch, as dump's: 32 k kept about 340 MB resident on 1 KiB records
+BATCH = 1 << 12  # records per batch, as dump's: larger batches raise the resident memory
 DISPATCH = ("offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags_code", "keys", "uniq_key", "prepared_transaction_offset")
 
 

@@ -1,8 +1,8 @@
 """The process's end without the interpreter's teardown.
 
 After the last atexit handler, CPython clears every module and frees every object it still holds
-(``Py_FinalizeEx``). After a command that loaded numba (some 500 modules and their types) that
-alone takes 0.1-0.15 s of CPU: a quarter of a small store's ``verify``. Nothing mqtool does needs
+(``Py_FinalizeEx``). After a command that loaded numba (hundreds of modules and their types) that
+alone is a sizeable part of a small store's ``verify``. Nothing mqtool does needs
 it: every file it writes is closed by a ``with`` (and fsynced where it matters), temporary files
 are unlinked at creation or removed by atexit handlers (``weakref.finalize``, ``tempfile``).
 

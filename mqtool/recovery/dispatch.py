@@ -461,7 +461,7 @@ class DispatchScanner:
         array, base, out = seg.array, seg.base_offset, acc.out
         replaced: dict[int, list[str]] = {}
         bad = None
-        view = memoryview(array)  # decoded a third faster than the array (its slices are cheaper)
+        view = memoryview(array)  # decoded faster than from the array (its slices are cheaper)
         for r in rows_idx.tolist():
             pos = int(out[r, fd.F_POS])
             record = clfmt.decode_record(view, pos, base, array.shape[0])

@@ -102,7 +102,7 @@ def _group(fields, topic_ids, keys, starts, dest, indexed, columns, stats, table
     """The batch grouped into ``keys``, ``starts``, ``dest``, ``indexed``, ``columns``, ``stats``;
     False (nothing usable) when ``table`` (all -1, a power of two) would be half full: the
     caller gives a larger one. ``counts``: zeros, one more than the rows. The caller allocates:
-    a kernel that makes arrays loads numba's array lowering (some 25 ms) with it."""
+    a kernel that makes arrays loads numba's array lowering with it."""
     n = fields.shape[0]
     size = table.shape[0]
     last_key = np.int64(-1)

@@ -165,7 +165,7 @@ class MessageBatchBuilder:
 
         # fields behind the host addresses: per address-width layout
         combos = (sys_flag >> _V6_SHIFT) & 3
-        present = np.flatnonzero(np.bincount(combos, minlength=4))  # not np.unique: it imports numpy.ma (12 ms) to ask if combos is masked
+        present = np.flatnonzero(np.bincount(combos, minlength=4))  # not np.unique: it imports numpy.ma to ask if combos is masked
         store_ts = np.empty(n, np.int64)
         reconsume = np.empty(n, np.int64)
         prepared = np.empty(n, np.int64)

@@ -1,13 +1,12 @@
 """Byte copies inside compiled kernels: ``copy_bytes`` (``memcpy`` between uint8 arrays) and
 ``copy_words`` (many short spans, eight bytes at a time; the word loads are ``store.words``).
 
-numba compiles ``out[k + j] = buf[s + j]`` loops over signed indices into scalar byte moves (about
-0.5 GB/s on the bench machine, against 2 GB/s and more for ``llvm.memcpy`` on spans of 10-60
-bytes, the size of topics and property values); the wraparound numba adds to every signed index
-is what makes those loops slow. A call to ``memcpy`` of a few bytes whose length is not a
-constant costs about 15 ns there, and the text encoder copies about 40 short pieces a row: spans
-up to ``SHORT`` bytes are moved by a byte loop over unsigned indices (about 9 ns for 16 bytes),
-longer ones by ``memcpy``. Callers own the bounds: nothing is checked.
+numba compiles ``out[k + j] = buf[s + j]`` loops over signed indices into scalar byte moves, far
+slower than ``llvm.memcpy`` on spans of 10-60 bytes (the size of topics and property values); the
+wraparound numba adds to every signed index is what makes those loops slow. A call to ``memcpy``
+of a few bytes whose length is not a constant has a fixed cost, and the text encoder copies
+dozens of short pieces a row: spans up to ``SHORT`` bytes are moved by a byte loop over unsigned
+indices, longer ones by ``memcpy``. Callers own the bounds: nothing is checked.
 
 numba's on-disk cache checks only the source file of each cached kernel: after editing this
 module, touch ``kernels.py`` and ``text.py`` (whose kernels inline these) or they run stale code.

@@ -1,14 +1,14 @@
 """Arrow's compute functions called by name, without importing ``pyarrow.compute``.
 
 ``pyarrow.compute`` wraps each of Arrow's ~290 functions in a Python function with a docstring as
-it is imported: 30-40 ms of a command on a small store, for the few functions mqtool calls.
+it is imported: a noticeable part of a command on a small store, for the few functions mqtool calls.
 ``compute.equal(a, b)`` here calls Arrow's ``equal`` through ``call_function``, the function
 those wrappers call (defined in ``pyarrow._compute``, which ``pyarrow.compute`` imports it from;
 taken from ``pyarrow.compute`` should a release move it). A trailing underscore is dropped
 (``and_`` is ``and``); ``options=`` passes a function's options object, named as in
 ``pyarrow.compute`` (``compute.MapLookupOptions``). Arguments are Arrow arrays, batches and
-Python scalars: a numpy array would be converted by ``pa.array``, which imports ``numpy.ma``
-(12 ms); ``numbers`` converts one without it.
+Python scalars: a numpy array would be converted by ``pa.array``, which imports ``numpy.ma``;
+``numbers`` converts one without it.
 
 Written out: the functions whose ``pyarrow.compute`` wrapper takes its options as arguments
 (``cast``, ``is_in``, ``index_in``, ``fill_null``), and ``take``, which also takes numpy indices.
@@ -72,7 +72,7 @@ def fill_null(values, fill_value):
 def numbers(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
     """A fixed-width (or boolean) Arrow array of ``values`` (``valid``: a bool mask, None = no
     nulls). Not ``pa.array``: it asks numpy whether ``values`` is a masked array, and that imports
-    ``numpy.ma``, 12 ms of a small store's command."""
+    ``numpy.ma``."""
     if pa.types.is_boolean(type):
         data = np.packbits(values, bitorder="little")
     else:

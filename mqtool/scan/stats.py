@@ -491,7 +491,7 @@ _COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
 def grouped(table: pa.Table, keys: list[str], aggregates: list[tuple[str, str]]) -> list[dict]:
     """``table.group_by(keys).aggregate(aggregates)`` as rows, in Python (nulls skipped, a group
     with none of a column's values gets null): the tables are a few rows per queue and period, and
-    Arrow's grouping would import its query engine (acero, 50 ms a process) for them."""
+    Arrow's grouping would import its query engine (acero) for them."""
     groups: dict[tuple, dict] = {}
     names = [(column, op, f"{column}_{op}") for column, op in aggregates]
     for row in table.to_pylist():

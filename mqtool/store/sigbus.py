@@ -10,8 +10,8 @@ line and ``_exit(2)``; nothing is flushed or freed. A worker process (``verify -
 print: it sends SIGBUS to its parent, whose handler prints the one line and exits, so the parent
 never waits for a result that will not come.
 
-An earlier version compiled the same two calls with numba's ``cfunc``: loading numba cost
-0.5 s of start-up in every command that opens a store.
+An earlier version compiled the same two calls with numba's ``cfunc``, which loaded numba at the
+start of every command that opens a store.
 """
 
 from __future__ import annotations

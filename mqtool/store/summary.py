@@ -23,7 +23,7 @@ from .commitlog import ScanEnd, StopReason
 from .layout import unchecked_parts
 from .store import Store
 
-SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks (~30 us each) before the compiled walk takes over
+SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
 WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
 
 

@@ -93,7 +93,7 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
         for task in tasks:
             yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None, (walked or {}).get(task.base))
         return
-    import multiprocessing  # here: the pool's modules (socket, pickle) cost a serial run 3 ms
+    import multiprocessing  # here: the pool's modules (socket, pickle) are not for a serial run
 
     warm_up()
     ctx = multiprocessing.get_context("fork")

@@ -81,7 +81,7 @@ def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, table, group_key, 
     keys, each group's record count, first and last record, and each record's group (``gid``,
     -1: not dispatched to a queue). One sequential pass; ``table`` (all -1, a power of two at
     least twice the capacity; ``counts`` all 0) holds the batch's queues. The caller allocates:
-    a kernel that makes arrays loads numba's array lowering (some 25 ms) with it."""
+    a kernel that makes arrays loads numba's array lowering with it."""
     n = topic_ids.shape[0]
     capacity = group_key.shape[0]
     mask = table.shape[0] - 1

@@ -36,7 +36,7 @@ class Severity(str, enum.Enum):
         return self is not Severity.INFO
 
 
-# kind -> one-line description (README's JSON reference lists the same kinds)
+# kind -> one-line description (docs/verify.md lists the same kinds)
 KINDS: dict[str, str] = {
     # commit log
     "segment-gap": "a commit log segment is missing between two others",
