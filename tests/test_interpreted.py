@@ -438,7 +438,7 @@ def test_every_command_prints_the_same_interpreted(tmp_path):
     assert jit.lean_loading is not None and not jit.interpreted()
     for args, (code, out) in zip(runs, interpreted):
         compiled = CliRunner().invoke(app, args)
-        assert compiled.stdout.strip(), args
+        assert compiled.stdout.strip() or compiled.exit_code not in (0, 1), args  # a refusal prints no plan
         assert (code, without_timings(out)) == (compiled.exit_code, without_timings(compiled.stdout)), args
 
 

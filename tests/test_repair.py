@@ -162,7 +162,7 @@ def test_a_cut_segment_is_padded_and_the_lost_records_are_cut(tmp_path):
     assert [f["file"] for f in json.loads(verified.stdout)["findings"] if f["kind"] == "segment-size"] == [f"commitlog/{seg.name}"]
     plan = repair_plan(root)
     assert plan["steps"][0]["step"] == "resize-segment"  # padded first: the broker would not load the store before
-    assert plan["recover"] is None and "segment-size" in plan["recover_error"]  # its recovery is planned once padded
+    assert plan["recover"] is None and "300000 bytes, not 1048576" in plan["recover_error"]  # its recovery is planned once padded
     result = repair_yes(root, tmp_path)
     assert result.exit_code == EXIT_OK, result.stderr
     assert seg.stat().st_size == 1048576
