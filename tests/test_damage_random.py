@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import KINDS, beyond_lost, damage, run
+from damage_support import KINDS, beyond_lost, damage, damage_run, run
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import dledger as dfmt
 
@@ -135,3 +135,13 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     wheel = [f for f in findings if f["kind"] == "timer-wheel"]
     assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
+
+
+@pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134)])
+def test_damage_runs_that_failed_before(store, seed, tmp_path):
+    """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
+    apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
+    are lost data (the broker starts an empty wheel), not something repair leaves unexplained."""
+    version, name = store.split("/")
+    out = damage_run(version, name, seed, tmp_path)
+    assert out.problem is None, (out.damages, out.detail)

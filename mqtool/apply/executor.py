@@ -249,10 +249,14 @@ class Executor:
         makedirs(self.staging)
         write_atomic(self.root / action.path, data, self.staging)
 
+    def _keep(self, rel: str) -> None:
+        """Back up ``rel`` before it is rewritten, or note that this apply creates it (``restore`` deletes it)."""
+        self.backup.backup_file(rel)
+        if not (self.root / rel).exists():
+            self.backup.note_create(rel)
+
     def _write_checkpoint(self, action) -> None:
-        self.backup.backup_file(action.path)
-        if not (self.root / action.path).exists():
-            self.backup.note_create(action.path)
+        self._keep(action.path)
         durability_point("checkpoint backed up")
         fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
         data = cpfmt.encode_checkpoint(fields).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
@@ -260,7 +264,7 @@ class Executor:
 
     def _write_dledger_checkpoint(self, action) -> None:
         """DLedger's ``checkpoint`` (committedIndex ``start``, endIndex ``end``), as a clean stop leaves it."""
-        self.backup.backup_file(action.path)
+        self._keep(action.path)
         durability_point("checkpoint backed up")
         write_atomic(self.root / action.path, dlfmt.encode_checkpoint_text(action.start, action.end).encode(), self.staging)
 

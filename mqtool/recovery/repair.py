@@ -240,7 +240,8 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
         elif f.kind == "abort-present":
             out.abort.append(f)
         elif f.kind in ("timer-reference", "timer-wheel"):
-            out.lost.append(expected(f, in_lost(f.offset) or bool((f.details or {}).get("past_end"))))
+            d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
+            out.lost.append(expected(f, in_lost(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
         elif f.kind == "timercheck-ahead":
             out.lost.append(expected(f, timer_lost))
         elif f.kind == "config-unreadable":
