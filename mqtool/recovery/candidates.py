@@ -28,7 +28,7 @@ IMMATERIAL = (
     "master_flushed_offset",
     "confirm_phy_offset",
 )
-SHOWN = 140  # characters of each differing value in the error
+SHOWN = 60  # characters of each differing value in the error
 
 
 def _effect(plan: Plan) -> dict[str, Any]:
@@ -122,13 +122,14 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
         diffs = _differences(first, _effect(plan))
         if diffs:
-            shown = "; ".join(f"{path}: {_short(x)} ({labels[0]}) vs {_short(y)} ({label})" for path, x, y in diffs[:3])
-            more = f" (and {len(diffs) - 3} more)" if len(diffs) > 3 else ""
-            deciding = ", ".join(rules_deciding(candidates[0], candidate))
+            path, x, y = diffs[0]
+            more = f", and {len(diffs) - 1} more difference(s)" if len(diffs) > 1 else ""
+            relevant = set(relevant_rules(store))
+            deciding = ", ".join(r for r in rules_deciding(candidates[0], candidate) if r in relevant)
             raise Refused(
-                f"cannot tell which broker version wrote this store: its marks leave {guess.label} "
-                f"({'; '.join(guess.evidence)}), and the plans differ under {labels[0]} and {label}: {shown}{more} "
-                f"(rules: {deciding}); pass --broker-version with the release the broker ran "
+                f"cannot tell which broker version wrote this store (its marks leave {guess.label}: `mqtool info` shows "
+                f"them), and its recovery differs between {labels[0]} and {label} ({path}: {_short(x)} vs {_short(y)}{more}; "
+                f"rules: {deciding}): pass --broker-version with the release the broker ran "
                 f"(e.g. {', '.join(str(c) for c in guess.candidates)})"
             )
     if len(plans) == 1:  # every era left follows the same rules for this store: nothing to tell the user
