@@ -35,6 +35,8 @@ from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import MappedFile
 from ..store.rules import BrokerVersion, VersionRules
 from .logkinds import LogKind, RecoveryRun
+from .plan import Action
+from .plansteps import rel
 from .startfile import ScanStart
 
 
@@ -166,9 +168,6 @@ def index_actions(store: Store, dl: DataRecovery) -> list:
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
     """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list."""
-    from .plan import Action
-    from .plansteps import rel
-
     actions = []
     for base, path in store.commitlog.layout.index_files():
         lo, hi = max(start, base), min(stop, base + path.stat().st_size)
@@ -180,9 +179,6 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> li
 def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
     """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
     committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
-    from .plan import Action
-    from .plansteps import rel
-
     layout = store.commitlog.layout
     if dl.last_index < 0 or (layout.committed_index, layout.end_index) == (dl.last_index, dl.last_index):
         return []
