@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
+from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog, EntryScan
@@ -265,7 +266,7 @@ class DLedgerLog(LogKind):
             return []
         return loss_notes(run.store, run.version, self.dl, run.cq_cut, run.reput_from, run.dropped if run.index_enable else [], run.indexed_from)
 
-    def checkpoint(self, run: RecoveryRun, after):
+    def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
         last = run.phase_counts[-1].last_cq_ts
         if run.rules.v5 and len(run.phase_counts) > 1 and last is not None:
             return after._replace(physic_msg_timestamp=last)  # 5.x reput on DLedger (observed)

@@ -56,7 +56,6 @@ class RecoveryRun:
     # 3. the scan
     start: int = 0
     dispatch_a: bool = False
-    tags_a: str = ""
     topics: object = None
     index_writer: object = None
     scan: ScanResult | None = None

@@ -75,9 +75,9 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
     the same process; ``walked`` is shown the recovery scan's rows where it checks the CRC, for
     ``verify_after`` (``walkedchain``)."""
     run = _run(store, options, command, cache, walked)
-    kind = log_kind(store)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
+    kind = log_kind(store)
     _scan(run, kind)  # 3
     _cut(run, kind)  # 4
     _reput(run, kind)  # 5
@@ -150,7 +150,7 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
     run.start = start
     run.dispatch_a = dispatch_a = kind.dispatches(run)
     threshold_a = run.max_cq if (run.dispatching and run.mode == "normal" and rules.normal_dispatches) else None
-    run.tags_a = tags_a = TAGS_HASH if (run.abnormal and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
+    tags_a = TAGS_HASH if (run.abnormal and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
     run.topics = cache.topics if cache is not None else TopicTable()
     run.index_writer = dry_index_writer(store, rules, run.kept, run.dropped) if run.dispatching and run.index_enable else None
     scanner = phase_scanner(
