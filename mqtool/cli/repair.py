@@ -22,7 +22,7 @@ from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plan import Plan, PlanOptions
+from ..recovery.plan import Action, CheckpointPlan, CommitLogPlan, DispatchPhase, Expected, IndexPlan, LostMessages, Plan, PlanOptions, QueuePlan
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
@@ -609,100 +609,131 @@ def repair_stages(backup: Path) -> list[Path]:
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-def lost_title(lost: dict) -> str:
+def lost_title(lost: LostMessages) -> str:
     """What the records after the cut are: lost by it, or stale records the broker overwrote
     before (``LostMessages.stale``), which are not lost now."""
-    stale, stale_bytes = lost.get("stale", 0), lost.get("stale_bytes", 0)
-    lost_now = f"Lost by the cut: {lost['count'] - stale} message(s), {lost['bytes'] - stale_bytes} bytes"
+    stale, stale_bytes = lost.stale, lost.stale_bytes
+    lost_now = f"Lost by the cut: {lost.lost_now} message(s), {lost.bytes - stale_bytes} bytes"
     if not stale:
         return lost_now
     stale_text = f"{stale} stale record(s), {stale_bytes} bytes, the broker overwrote (not lost now)"
-    return f"{lost_now}; after it also {stale_text}" if stale < lost["count"] else f"After the cut: {stale_text}"
+    return f"{lost_now}; after it also {stale_text}" if stale < lost.count else f"After the cut: {stale_text}"
 
 
 def render_plan(console: Screen, doc: dict) -> None:
-    console.print(kv_table(f"Plan: {doc['command']}", [("store", doc["store"]), ("broker version", f"{doc['broker_version']} ({doc['version_source']})"), ("mode", doc["mode"])]))
-    cl = doc.get("commitlog")
-    if cl:
-        rows = [
-            ("segments", f"min offset {cl['min_offset']}, files end at {cl['end_of_files']}"),
-            ("scan", f"from {cl['scan_from']}: {cl['scan_rule']}"),
-            ("records scanned", cl["records_scanned"]),
-            ("valid end", f"{cl['valid_end']} ({cl['end_reason']}: {cl['end_detail']})"),
-        ]
-        if cl["first_invalid"]:
-            m = cl["first_invalid"]
-            rows.append(("first invalid record", f"{m['offset']} size {m['size']} topic {m['topic']} queue {m['queue_id']} offset {m['queue_offset']} msgId {m['msg_id']} (crc {'ok' if m['crc_ok'] else 'BAD'})"))
-        if cl["zero_to"] > cl["zero_from"]:
-            rows.append(("zero", f"{cl['cut_segment']} bytes [{cl['zero_from']}, {cl['zero_to']}) ({cl['zero_to'] - cl['zero_from']} bytes)"))
-        if cl["delete_segments"]:
-            rows.append(("delete segments", ", ".join(cl["delete_segments"])))
-        if doc.get("next_start"):
-            rows.append(("next start", doc["next_start"]["line"]))
-        console.print(kv_table("Commit log", rows))
-    lost = doc.get("lost")
-    if lost and (lost["count"] or lost["other_bytes"]):
-        title = lost_title(lost) + ("" if lost["complete"] else f" (first {len(lost['messages'])} listed)")
-        if lost["other_bytes"]:
-            title += f"; {lost['other_bytes']} other non-zero bytes from {lost['first_other_offset']}"
-        columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]
-        table = titled_table(title, columns, optional=["size", "uniqKey", "stored", "keys", "queue offset"])
-        for m in lost["messages"][:TABLE_LOST]:
-            table.add_row(str(m["offset"]), str(m["size"]), str(m["queue_id"]), str(m["queue_offset"]), iso_ms(m["store_timestamp"]), "ok" if m["crc_ok"] else "BAD", m["msg_id"], m["uniq_key"] or "", " ".join(m["keys"]), m["topic"] or "?")
-        console.print(table)
-        if len(lost["messages"]) > TABLE_LOST:
-            console.print(f"... and {len(lost['messages']) - TABLE_LOST} more listed with --format json")
-        if lost["unreadable"]:
-            table = titled_table(f"Consume queue entries of {len(lost['unreadable'])} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"])
-            for r in lost["unreadable"][:TABLE_LOST]:
-                table.add_row(str(r["offset"]), str(r["size"]), str(r["queue_id"]), str(r["queue_offset"]), r["topic"])
-            console.print(table)
-    if doc["dispatch"]:
-        table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
-        for p in doc["dispatch"]:
-            table.add_row(p["name"], str(p["start"]), str(p["stop"]), str(p["records"]), str(p["cq_records"]), p["tags"], "yes" if p["index"] else "no")
-        console.print(table)
-    changed = [q for q in doc["queues"] if q["files"] or q["max_before"] != q["max_after"] or q["min_before"] != q["min_after"]]
-    if changed:
-        table = titled_table(f"Consume queues ({len(changed)} of {len(doc['queues'])} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"])
-        for q in changed:
-            files = ", ".join(f"{f['action']} {f['name']}" for f in q["files"])
-            table.add_row(str(q["queue_id"]), f"{q['min_before']} -> {q['min_after']}", f"{q['max_before']} -> {q['max_after']}", str(q["cut"]), str(q["added"]), str(q["fillers"]), files, q["topic"])
-        console.print(table)
-    ix = doc.get("index")
-    if ix and any(f["action"] != "keep" for f in ix["files"]):
-        table = titled_table(f"Index ({ix['hash_slot_num']} slots x {ix['index_num']} entries)", ["file", "action", "entries", "ends at", "why"])
-        for f in ix["files"]:
-            table.add_row(f["name"], f["action"], f"{f['entries_before']} -> {f['entries_after']}", str(f["end_phy_offset"]), f["reason"])
-        console.print(table)
-    cp = doc.get("checkpoint")
-    if cp and (cp["before"] != cp["after"] or not cp["exists"]):
-        rows = [(k, f"{cp['before'][k]} -> {v}") for k, v in cp["after"].items() if cp["before"].get(k) != v]
-        console.print(kv_table("Checkpoint" + ("" if cp["exists"] else " (created)"), rows))
-    if doc["remove_abort"]:
+    """A plan document as tables (``emit_document``'s rendering), from the typed ``Plan`` it
+    reads back (``recovery/plan.py``); ``next_start`` is the document's own addition."""
+    plan = Plan.from_dict(doc)
+    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), ("mode", plan.mode)]))
+    if plan.commitlog is not None:
+        _render_commitlog(console, plan.commitlog, doc.get("next_start"))
+    if plan.lost is not None and (plan.lost.count or plan.lost.other_bytes):
+        _render_lost(console, plan.lost)
+    _render_dispatch(console, plan.dispatch)
+    _render_queues(console, plan.queues)
+    _render_index(console, plan.index)
+    _render_checkpoint(console, plan.checkpoint)
+    if plan.remove_abort:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
-    for n in doc["notes"]:
+    for n in plan.notes:
         console.note(n)
-    if doc["command"] == "recover":
-        render_verify_after(console, doc.get("verify_after") or [])
-    if doc["actions"]:
-        table = titled_table("Actions", ["#", "operation", "path", "detail"])
-        for i, a in enumerate(doc["actions"], 1):
-            span = f"[{a['start']}, {a['end']})" if a["start"] is not None else ""
-            table.add_row(str(i), a["op"], a["path"], " ".join(x for x in (span, a["note"]) if x))
+    if plan.command == "recover":
+        render_verify_after(console, plan.verify_after)
+    _render_actions(console, plan.actions)
+
+
+def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | None) -> None:
+    rows = [
+        ("segments", f"min offset {cl.min_offset}, files end at {cl.end_of_files}"),
+        ("scan", f"from {cl.scan_from}: {cl.scan_rule}"),
+        ("records scanned", cl.records_scanned),
+        ("valid end", f"{cl.valid_end} ({cl.end_reason}: {cl.end_detail})"),
+    ]
+    if cl.first_invalid:
+        m = cl.first_invalid
+        rows.append(("first invalid record", f"{m.offset} size {m.size} topic {m.topic} queue {m.queue_id} offset {m.queue_offset} msgId {m.msg_id} (crc {'ok' if m.crc_ok else 'BAD'})"))
+    if cl.zero_to > cl.zero_from:
+        rows.append(("zero", f"{cl.cut_segment} bytes [{cl.zero_from}, {cl.zero_to}) ({cl.zero_to - cl.zero_from} bytes)"))
+    if cl.delete_segments:
+        rows.append(("delete segments", ", ".join(cl.delete_segments)))
+    if next_start:
+        rows.append(("next start", next_start["line"]))
+    console.print(kv_table("Commit log", rows))
+
+
+def _render_lost(console: Screen, lost: LostMessages) -> None:
+    title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
+    if lost.other_bytes:
+        title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
+    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]
+    table = titled_table(title, columns, optional=["size", "uniqKey", "stored", "keys", "queue offset"])
+    for m in lost.messages[:TABLE_LOST]:
+        table.add_row(str(m.offset), str(m.size), str(m.queue_id), str(m.queue_offset), iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key or "", " ".join(m.keys), m.topic or "?")
+    console.print(table)
+    if len(lost.messages) > TABLE_LOST:
+        console.print(f"... and {len(lost.messages) - TABLE_LOST} more listed with --format json")
+    if lost.unreadable:
+        table = titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"])
+        for r in lost.unreadable[:TABLE_LOST]:
+            table.add_row(str(r.offset), str(r.size), str(r.queue_id), str(r.queue_offset), r.topic)
         console.print(table)
-    else:
+
+
+def _render_dispatch(console: Screen, phases: tuple[DispatchPhase, ...]) -> None:
+    if not phases:
+        return
+    table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
+    for p in phases:
+        table.add_row(p.name, str(p.start), str(p.stop), str(p.records), str(p.cq_records), p.tags, "yes" if p.index else "no")
+    console.print(table)
+
+
+def _render_queues(console: Screen, queues: tuple[QueuePlan, ...]) -> None:
+    changed = [q for q in queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
+    if not changed:
+        return
+    table = titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"])
+    for q in changed:
+        files = ", ".join(f"{f.action} {f.name}" for f in q.files)
+        table.add_row(str(q.queue_id), f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", str(q.cut), str(q.added), str(q.fillers), files, q.topic)
+    console.print(table)
+
+
+def _render_index(console: Screen, ix: IndexPlan | None) -> None:
+    if ix is None or all(f.action == "keep" for f in ix.files):
+        return
+    table = titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"])
+    for f in ix.files:
+        table.add_row(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", str(f.end_phy_offset), f.reason)
+    console.print(table)
+
+
+def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
+    if cp is None or (cp.before == cp.after and cp.exists):
+        return
+    rows = [(k, f"{cp.before[k]} -> {v}") for k, v in cp.after.items() if cp.before.get(k) != v]
+    console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
+
+
+def _render_actions(console: Screen, actions: tuple[Action, ...]) -> None:
+    if not actions:
         console.print("No changes.")
+        return
+    table = titled_table("Actions", ["#", "operation", "path", "detail"])
+    for i, a in enumerate(actions, 1):
+        span = f"[{a.start}, {a.end})" if a.start is not None else ""
+        table.add_row(str(i), a.op, a.path, " ".join(x for x in (span, a.note) if x))
+    console.print(table)
 
 
-def render_verify_after(console: Screen, items: list[dict]) -> None:
+def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
     if not items:
         return
     table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"])
     for e in items:
-        table.add_row(e["kind"], e["severity"], "" if e["offset"] is None else str(e["offset"]), "yes" if e["lost_data"] else "no", e["fixed_by"] or "", e["file"] or "")
+        table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), "yes" if e.lost_data else "no", e.fixed_by or "", e.file or "")
     console.print(table)
-    if any(e["fixed_by"] for e in items):
+    if any(e.fixed_by for e in items):
         console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
 

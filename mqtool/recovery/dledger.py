@@ -28,12 +28,16 @@ from dataclasses import dataclass
 
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
+from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog, EntryScan
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import MappedFile
 from ..store.rules import BrokerVersion, VersionRules
+from .logkinds import LogKind, RecoveryRun
+from .plan import Action
+from .plansteps import rel
 from .startfile import ScanStart
 
 
@@ -165,9 +169,6 @@ def index_actions(store: Store, dl: DataRecovery) -> list:
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
     """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list."""
-    from .plan import Action
-    from .plansteps import rel
-
     actions = []
     for base, path in store.commitlog.layout.index_files():
         lo, hi = max(start, base), min(stop, base + path.stat().st_size)
@@ -179,9 +180,6 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> li
 def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
     """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
     committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
-    from .plan import Action
-    from .plansteps import rel
-
     layout = store.commitlog.layout
     if dl.last_index < 0 or (layout.committed_index, layout.end_index) == (dl.last_index, dl.last_index):
         return []
@@ -216,3 +214,63 @@ def loss_notes(store: Store, version: BrokerVersion, dl: DataRecovery, cq_cut: i
                 "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them"
             )
     return notes
+
+
+class DLedgerLog(LogKind):
+    """``DLedgerCommitLog``'s recovery over ``DLedgerMmapFileStore.recover`` (module docstring)."""
+
+    def __init__(self, dl: DataRecovery):
+        self.dl = dl
+
+    @classmethod
+    def of(cls, store: Store) -> "DLedgerLog":
+        return cls(data_recovery(store))
+
+    def _abnormal_dispatch(self, run: RecoveryRun) -> bool:
+        return run.abnormal and dispatches_on_abnormal(run.version)
+
+    def start(self, run: RecoveryRun) -> tuple[int, str]:
+        cl = run.store.commitlog
+        if self._abnormal_dispatch(run) and not run.options.full_scan:
+            indexed = run.index_safe and run.index_enable
+            bound = run.cp.min_timestamp_index if indexed else run.cp.min_timestamp
+            s = abnormal_start(cl, bound, "min(physic, logics, index) timestamps - 3 s" if indexed else "min(physic, logics) timestamps - 3 s")
+            return s.offset, s.rule
+        return (cl.segments[self.dl.start_file].base_offset if cl.segments else 0), "DLedgerMmapFileStore.recover: the third-from-last data file"
+
+    def dispatches(self, run: RecoveryRun) -> bool:
+        return run.dispatching and self._abnormal_dispatch(run)
+
+    def queue_cut(self, run: RecoveryRun) -> int:
+        dl = self.dl
+        cq_cut = headerless_end(run.store.commitlog, run.scan.end) if run.dispatch_a else dl.end.offset
+        if cq_cut < dl.end.offset:
+            run.notes.append(
+                f"{run.version}'s abnormal DLedger recovery adds up record sizes without their 48-byte entry headers: it takes {cq_cut} "
+                f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there"
+            )
+        run.scan.end = dl.end  # DLedgerMmapFileStore.recover truncates the data where its entry walk stops
+        return cq_cut
+
+    def truncates_queues(self, run: RecoveryRun) -> bool:
+        return run.max_cq >= run.cq_cut
+
+    def reput_from(self, run: RecoveryRun) -> int | None:
+        return self.dl.committed_pos  # 5.x: from the confirm offset = DLedger's committed position
+
+    def actions(self, run: RecoveryRun) -> list:
+        return index_actions(run.store, self.dl)
+
+    def notes(self, run: RecoveryRun) -> list[str]:
+        if not run.dispatching:
+            return []
+        return loss_notes(run.store, run.version, self.dl, run.cq_cut, run.reput_from, run.dropped if run.index_enable else [], run.indexed_from)
+
+    def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
+        last = run.phase_counts[-1].last_cq_ts
+        if run.rules.v5 and len(run.phase_counts) > 1 and last is not None:
+            return after._replace(physic_msg_timestamp=last)  # 5.x reput on DLedger (observed)
+        return after
+
+    def checkpoint_actions(self, run: RecoveryRun) -> list:
+        return checkpoint_actions(run.store, self.dl)

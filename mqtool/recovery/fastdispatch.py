@@ -191,7 +191,6 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
     Returns ``(rows_done, key_fill)``; fewer rows than given when ``keys`` is full.
     """
     n = rows.shape[0]
-    max_level = delay_ms.shape[0] - 1
     r = first_row
     while r < n:
         if r + PREFETCH_AHEAD < n and rows[r + PREFETCH_AHEAD, 1] >= PREFETCH_SIZE:
@@ -209,7 +208,6 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         if key_fill + (props_end - props) // 2 + 2 > keys.shape[0]:
             break
         row = out[out_base + r]
-        flags = 0
         sys_flag = signed32(be32(buf, pos + POS_SYS_FLAG))
         store_ts_pos = POS_STORE_TS_V6 if (sys_flag & BORN_V6) else POS_STORE_TS_V4
         store_ts = be64(buf, pos + store_ts_pos)
@@ -223,85 +221,114 @@ def dispatch_rows(buf, rows, first_row, legacy, sched_topic, delay_ms, index_ena
         row[F_SYS_FLAG] = sys_flag
         row[F_STORE_TS] = store_ts
         row[F_TOPIC_FP] = _fingerprint(buf, topic, topic_len)
-        # properties, one pass per item; the last occurrence of each key wins
-        tags_s = tags_e = keys_s = keys_e = uniq_s = uniq_e = delay_s = delay_e = -1
-        i = props
-        while i < props_end:
-            j = i
-            k = -1  # the item's first NAME_VALUE_SEPARATOR, j its PROPERTY_SEPARATOR (or the end)
-            while True:
-                j = find_byte_below(buf, j, props_end, 3)
-                if j >= props_end or buf[j] == 2:
-                    break
-                if buf[j] == 1 and k < 0:
-                    k = j
-                j += 1
-            if legacy:
-                ks, ke, vs, ve = property_item(buf, i, j, True)
-            elif i < k and k < j - 1:
-                ks, ke, vs, ve = i, k, k + 1, j
-            else:
-                ks = -1
-            if ks >= 0:
-                length = ke - ks
-                if length == 4:
-                    if span_is(buf, ks, ke, _TAGS):
-                        tags_s, tags_e = vs, ve
-                    elif span_is(buf, ks, ke, _KEYS):
-                        keys_s, keys_e = vs, ve
-                elif length == 8:
-                    if span_is(buf, ks, ke, _UNIQ):
-                        uniq_s, uniq_e = vs, ve
-                elif length == 5:
-                    if span_is(buf, ks, ke, _DELAY):
-                        delay_s, delay_e = vs, ve
-                elif length == 20:
-                    if span_is(buf, ks, ke, _MULTI):
-                        flags |= FLAG_MULTI_DISPATCH
-            i = j + 1
-        tags = np.int64(0)
-        if tags_s >= 0:
-            h, _, ok = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
-            if not ok:
-                flags |= FLAG_FALLBACK
-            tags = signed32(h)
-        if delay_s >= 0 and span_is(buf, topic, topic + topic_len, sched_topic):
-            level, ok = _parse_int32(buf, delay_s, delay_e)
-            if not ok:
-                flags |= FLAG_FALLBACK
-            if level > max_level:
-                level = max_level
-            if level > 0:
-                tags = store_ts + delay_ms[level]
+        tags_s, tags_e, keys_s, keys_e, uniq_s, uniq_e, delay_s, delay_e, flags = _dispatch_properties(buf, props, props_end, legacy)
+        delayed = delay_s >= 0 and span_is(buf, topic, topic + topic_len, sched_topic)
+        tags, ok = _tags_code(buf, tags_s, tags_e, delay_s if delayed else -1, delay_e, store_ts, delay_ms)
+        if not ok:
+            flags |= FLAG_FALLBACK
         row[F_TAGS] = tags
         row[F_KEY_START] = key_fill
         count = 0
         tran = sys_flag & TRAN_MASK
         if index_enable != INDEX_NONE and tran != TRAN_ROLLBACK and (index_enable != INDEX_KEYS_ONLY or tran != TRAN_COMMIT):
-            if uniq_s >= 0 and index_enable != INDEX_KEYS_ONLY:
-                h, units, ok = java_hash_utf8(buf, uniq_s, uniq_e, np.int64(0))
-                if not ok:
-                    flags |= FLAG_FALLBACK
-                keys[key_fill + count] = (units << 32) | h
-                count += 1
-            if keys_s >= 0:
-                s = keys_s
-                while s <= keys_e:
-                    e = s
-                    while e < keys_e and buf[e] != 32:
-                        e += 1
-                    if e > s:
-                        h, units, ok = java_hash_utf8(buf, s, e, np.int64(0))
-                        if not ok:
-                            flags |= FLAG_FALLBACK
-                        keys[key_fill + count] = (units << 32) | h
-                        count += 1
-                    s = e + 1
+            count, ok = _index_keys(buf, uniq_s if index_enable != INDEX_KEYS_ONLY else -1, uniq_e, keys_s, keys_e, keys, key_fill)
+            if not ok:
+                flags |= FLAG_FALLBACK
         row[F_KEY_COUNT] = count
         row[F_FLAGS] = flags
         key_fill += count
         r += 1
     return r, key_fill
+
+
+@numba.njit(cache=True, nogil=True)
+def _dispatch_properties(buf, props, props_end, legacy):
+    """``dispatch_rows``' one pass over a record's properties, an item at a time; the last
+    occurrence of each key wins: the value spans of TAGS, KEYS, UNIQ_KEY and DELAY (-1: none),
+    and ``FLAG_MULTI_DISPATCH`` if INNER_MULTI_DISPATCH is there."""
+    flags = 0
+    tags_s = tags_e = keys_s = keys_e = uniq_s = uniq_e = delay_s = delay_e = -1
+    i = props
+    while i < props_end:
+        j = i
+        k = -1  # the item's first NAME_VALUE_SEPARATOR, j its PROPERTY_SEPARATOR (or the end)
+        while True:
+            j = find_byte_below(buf, j, props_end, 3)
+            if j >= props_end or buf[j] == 2:
+                break
+            if buf[j] == 1 and k < 0:
+                k = j
+            j += 1
+        if legacy:
+            ks, ke, vs, ve = property_item(buf, i, j, True)
+        elif i < k and k < j - 1:
+            ks, ke, vs, ve = i, k, k + 1, j
+        else:
+            ks = -1
+        if ks >= 0:
+            length = ke - ks
+            if length == 4:
+                if span_is(buf, ks, ke, _TAGS):
+                    tags_s, tags_e = vs, ve
+                elif span_is(buf, ks, ke, _KEYS):
+                    keys_s, keys_e = vs, ve
+            elif length == 8:
+                if span_is(buf, ks, ke, _UNIQ):
+                    uniq_s, uniq_e = vs, ve
+            elif length == 5:
+                if span_is(buf, ks, ke, _DELAY):
+                    delay_s, delay_e = vs, ve
+            elif length == 20:
+                if span_is(buf, ks, ke, _MULTI):
+                    flags |= FLAG_MULTI_DISPATCH
+        i = j + 1
+    return tags_s, tags_e, keys_s, keys_e, uniq_s, uniq_e, delay_s, delay_e, flags
+
+
+@numba.njit(cache=True, nogil=True)
+def _tags_code(buf, tags_s, tags_e, delay_s, delay_e, store_ts, delay_ms):
+    """The consume queue tags code: the TAGS hash, or for a delayed message of the schedule
+    topic (``delay_s`` >= 0) its delivery time, the level capped at ``len(delay_ms) - 1``
+    (§3.5). Returns ``(tags, ok)``; not ok: a value the kernel does not decode (fallback)."""
+    ok = True
+    tags = np.int64(0)
+    if tags_s >= 0:
+        h, _, hashed = java_hash_utf8(buf, tags_s, tags_e, np.int64(0))
+        ok = ok and hashed
+        tags = signed32(h)
+    if delay_s >= 0:
+        level, parsed = _parse_int32(buf, delay_s, delay_e)
+        ok = ok and parsed
+        level = min(level, delay_ms.shape[0] - 1)
+        if level > 0:
+            tags = store_ts + delay_ms[level]
+    return tags, ok
+
+
+@numba.njit(cache=True, nogil=True)
+def _index_keys(buf, uniq_s, uniq_e, keys_s, keys_e, keys, key_fill):
+    """The UNIQ_KEY (``uniq_s`` >= 0) and each space-separated KEYS word, hashed into
+    ``keys[key_fill:]`` as ``units << 32 | hash``. Returns ``(count, ok)``."""
+    ok = True
+    count = 0
+    if uniq_s >= 0:
+        h, units, hashed = java_hash_utf8(buf, uniq_s, uniq_e, np.int64(0))
+        ok = ok and hashed
+        keys[key_fill + count] = (units << 32) | h
+        count += 1
+    if keys_s >= 0:
+        s = keys_s
+        while s <= keys_e:
+            e = s
+            while e < keys_e and buf[e] != 32:
+                e += 1
+            if e > s:
+                h, units, hashed = java_hash_utf8(buf, s, e, np.int64(0))
+                ok = ok and hashed
+                keys[key_fill + count] = (units << 32) | h
+                count += 1
+            s = e + 1
+    return count, ok
 
 
 def _finish_keys_numpy(out, lo, hi, topic_ids, topic_state, pow31, keys):

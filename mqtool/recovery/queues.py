@@ -229,6 +229,12 @@ class QueueSim:
             else:
                 self.resurrected_units += int(after - before) // ENTRY
 
+    def destroy(self) -> None:
+        """``destroyLogics`` (§8.10): every file of the queue deleted, nothing written."""
+        for base in list(self.files):
+            self._delete(base)
+        self.state[S_WRITE] = -1
+
     def _delete(self, base: int) -> None:
         kind = self.files.pop(base)
         self._overlay.discard(base)

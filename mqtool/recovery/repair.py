@@ -209,51 +209,59 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
             lost_ranges.append((start, max(int(end), start + 1)))
             out.lost.append(expected(f, True))
-
-    def in_lost(offset: int | None) -> bool:
-        return offset is not None and any(a <= offset < b for a, b in lost_ranges)
-
-    # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
-    # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
-    # still include them
-    timer_lost = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
-    lost_queues = set()
+    lost = _LostData(findings, lost_ranges)
     for f in findings:
-        if f.kind in CQ_KINDS and in_lost(f.offset):
-            lost_queues.add(_queue_of(f))
-    for f in findings:
-        if f.kind in LOST_KINDS:
-            continue
-        if f.kind in CQ_KINDS:
-            key = _queue_of(f)
-            if key in lost_queues or key is None:
-                out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
-            else:
-                out.queues.setdefault(key, []).append(f)
-        elif f.kind in INDEX_KINDS:
-            if in_lost(f.offset):
-                out.lost.append(expected(f, True))
-            else:
-                out.index.append(f)
-        elif f.kind in CHECKPOINT_KINDS:
-            out.checkpoint.append(f)
-        elif f.kind == "abort-present":
-            out.abort.append(f)
-        elif f.kind in ("timer-reference", "timer-wheel"):
-            d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
-            out.lost.append(expected(f, in_lost(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
-        elif f.kind == "timercheck-ahead":
-            out.lost.append(expected(f, timer_lost))
-        elif f.kind == "config-unreadable":
-            if f.severity.value == "warning":  # its .bak is valid
-                out.configs.append(f)
-            else:
-                out.lost.append(expected(f, True))
-        else:
-            # anything unknown is lost data after lost messages; a consumer offset outside its queue
-            # never is (the broker moves it to the queue's min or max: OFFSET_TOO_SMALL / OFFSET_OVERFLOW)
-            out.lost.append(expected(f, bool(lost_ranges) and f.kind != "consumer-offset-range"))
+        if f.kind not in LOST_KINDS:
+            _triage_one(out, f, lost)
     return out
+
+
+class _LostData:
+    """The lost records a triage found: their byte ranges, the queues with an entry in one, and
+    whether the timer's units or slots name what is gone."""
+
+    def __init__(self, findings: list[Finding], ranges: list[tuple[int, int]]):
+        self.ranges = ranges
+        self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
+        # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
+        # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
+        # still include them
+        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
+
+    def holds(self, offset: int | None) -> bool:
+        return offset is not None and any(a <= offset < b for a, b in self.ranges)
+
+
+def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
+    """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
+    if f.kind in CQ_KINDS:
+        key = _queue_of(f)
+        if key in lost.queues or key is None:
+            out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
+        else:
+            out.queues.setdefault(key, []).append(f)
+    elif f.kind in INDEX_KINDS:
+        if lost.holds(f.offset):
+            out.lost.append(expected(f, True))
+        else:
+            out.index.append(f)
+    elif f.kind in CHECKPOINT_KINDS:
+        out.checkpoint.append(f)
+    elif f.kind == "abort-present":
+        out.abort.append(f)
+    elif f.kind in ("timer-reference", "timer-wheel"):
+        d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
+        out.lost.append(expected(f, lost.holds(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
+    elif f.kind == "timercheck-ahead":
+        out.lost.append(expected(f, lost.timer))
+    elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
+        out.configs.append(f)
+    elif f.kind == "config-unreadable":
+        out.lost.append(expected(f, True))
+    else:
+        # anything unknown is lost data after lost messages; a consumer offset outside its queue
+        # never is (the broker moves it to the queue's min or max: OFFSET_TOO_SMALL / OFFSET_OVERFLOW)
+        out.lost.append(expected(f, bool(lost.ranges) and f.kind != "consumer-offset-range"))
 
 
 def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expected:
@@ -363,33 +371,45 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     """The findings of ``verify`` today that the broker's recovery (``recover``) leaves in place:
     those at or past the cut, the abort file and the index files it drops, the entries it
     re-dispatches, and a checkpoint it creates go away; the rest stay."""
-    cl = recover.commitlog
-    end = cl.valid_end if cl is not None else None
-    dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
-    cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
-    ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
-    changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
-    keep = []
-    for f in findings:
-        past_end = end is not None and f.offset is not None and f.offset >= end
-        if f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort:
-            continue
-        if f.kind in LOST_KINDS and past_end:
-            continue
-        if f.kind == "cq-entry-beyond-end" and _queue_of(f) in changed_queues:
-            continue
-        if f.kind == "cq-entry-missing" and ((f.details or {}).get("rebuilt_by_broker") or (cq_from is not None and f.offset is not None and f.offset >= cq_from)):
-            continue
-        if f.kind == "index-keys-missing" and ix_from is not None and f.offset is not None and f.offset >= ix_from:
-            continue
-        if f.kind.startswith("index-") and f.file in dropped:
-            continue
-        if f.kind == "dledger-index" and _units_fixed(f, recover):
-            continue
-        if f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed:
-            continue
-        keep.append(f)
-    return keep
+    recovered = _Recovered(recover)
+    return [f for f in findings if not recovered.removes(f)]
+
+
+class _Recovered:
+    """What the broker's recovery of ``recover`` removes (``predict_after_recovery``)."""
+
+    def __init__(self, recover: Plan):
+        self.recover = recover
+        self.end = recover.commitlog.valid_end if recover.commitlog is not None else None
+        self.dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
+        self.cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
+        self.ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
+        self.changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
+
+    def removes(self, f: Finding) -> bool:
+        recover = self.recover
+        return (
+            (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
+            or (f.kind in LOST_KINDS and self.end is not None and f.offset is not None and f.offset >= self.end)
+            or self._queue_fixed(f)
+            or self._index_fixed(f)
+            or (f.kind == "dledger-index" and _units_fixed(f, recover))
+            or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed)
+        )
+
+    def _queue_fixed(self, f: Finding) -> bool:
+        """Entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches."""
+        if f.kind == "cq-entry-beyond-end":
+            return _queue_of(f) in self.changed_queues
+        return f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, self.cq_from))
+
+    def _index_fixed(self, f: Finding) -> bool:
+        """Keys the recovery re-indexes, and findings in the index files it deletes."""
+        return (f.kind == "index-keys-missing" and _at_or_after(f.offset, self.ix_from)) or (f.kind.startswith("index-") and f.file in self.dropped)
+
+
+def _at_or_after(offset: int | None, start: int | None) -> bool:
+    return start is not None and offset is not None and offset >= start
 
 
 def _units_fixed(f: Finding, recover: Plan) -> bool:

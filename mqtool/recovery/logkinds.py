@@ -1,0 +1,226 @@
+"""The two commit logs ``plan_recover`` recovers (reference §8.4/§8.5, §15.4): what the steps
+of ``recover.py`` share (``RecoveryRun``), and one interface (``LogKind``) for what differs
+between the classic ``CommitLog`` recovery and ``DLedgerCommitLog``'s (``dledger.DLedgerLog``):
+where the scan starts and whether it dispatches, where the consume queues are cut, the start-up
+reput's start, the extra actions, the notes, and the checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..errors import Refused
+from ..formats.checkpoint import StoreCheckpoint
+from ..store import Store
+from ..store.commitlog import StopReason
+from ..store.rules import BrokerVersion, VersionRules
+from .lost import record_at
+from .plan import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
+from .plansteps import PhaseCounts, ScanResult
+from .queues import QueueSim
+from .startfile import recovery_start
+
+if TYPE_CHECKING:
+    from .dispatch import DispatchCache
+    from .walkedchain import WalkedChain
+
+
+@dataclass
+class RecoveryRun:
+    """What the steps of ``plan_recover`` share: the store's settings, read once, then each
+    step's results, in step order."""
+
+    store: Store
+    options: PlanOptions
+    command: str
+    cache: DispatchCache | None
+    walked: WalkedChain | None
+    version: BrokerVersion
+    source: str
+    rules: VersionRules
+    mode: str
+    cp_exists: bool
+    cp: StoreCheckpoint
+    index_safe: bool
+    notes: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+    # 1. consume queue recovery
+    sims: dict[tuple[str, int], QueueSim] = field(default_factory=dict)
+    before: dict = field(default_factory=dict)
+    max_cq: int = -1
+    seeds_a: dict = field(default_factory=dict)
+    # 2. index load
+    kept: list = field(default_factory=list)
+    dropped: list = field(default_factory=list)
+    # 3. the scan
+    start: int = 0
+    dispatch_a: bool = False
+    topics: object = None
+    index_writer: object = None
+    scan: ScanResult | None = None
+    phases: list[DispatchPhase] = field(default_factory=list)
+    phase_counts: list[PhaseCounts] = field(default_factory=list)
+    # 4. the cut
+    cq_cut: int = 0
+    cl_plan: CommitLogPlan | None = None
+    lost: LostMessages | None = None
+    seeds_b: dict = field(default_factory=dict)
+    # 5. the reput, then the results
+    reput_from: int | None = None
+    queue_plans: list[QueuePlan] = field(default_factory=list)
+    index_plan: IndexPlan | None = None
+
+    @property
+    def dispatching(self) -> bool:
+        return self.command == "recover"
+
+    @property
+    def abnormal(self) -> bool:
+        return self.mode == "abnormal"
+
+    @property
+    def index_enable(self) -> bool:
+        return self.store.config.message_index_enable
+
+    @property
+    def legacy(self) -> bool:
+        return self.rules.legacy_properties
+
+    @property
+    def end(self) -> int:
+        return self.scan.end.offset
+
+    @property
+    def indexed_from(self) -> int | None:
+        return min((p.start for p in self.phases if p.index), default=None)
+
+
+class LogKind:
+    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask."""
+
+    shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
+
+    def start(self, run: RecoveryRun) -> tuple[int, str]:
+        """Where the recovery scan starts, and the rule that says so."""
+        raise NotImplementedError
+
+    def dispatches(self, run: RecoveryRun) -> bool:
+        """Whether the recovery scan dispatches (builds CQ and index entries)."""
+        raise NotImplementedError
+
+    def queue_cut(self, run: RecoveryRun) -> int:
+        """After the scan: the offset the consume queues are truncated at; may move ``run.scan.end``."""
+        raise NotImplementedError
+
+    def truncates_queues(self, run: RecoveryRun) -> bool:
+        """Whether ``truncateDirtyLogicFiles`` runs at ``run.cq_cut``."""
+        raise NotImplementedError
+
+    def reput_from(self, run: RecoveryRun) -> int | None:
+        """The start-up reput's start where the version does not reput from the max CQ offset."""
+        return None
+
+    def actions(self, run: RecoveryRun) -> list[Action]:
+        """Changes to files of this log kind beside the commit log, queues and index."""
+        return []
+
+    def notes(self, run: RecoveryRun) -> list[str]:
+        """What this recovery leaves imperfect, so the operator is not surprised."""
+        return []
+
+    def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
+        """The checkpoint values this log kind's recovery persists beside the shared ones."""
+        return after
+
+    def checkpoint_actions(self, run: RecoveryRun) -> list[Action]:
+        """Writes of this log kind's own checkpoint."""
+        return []
+
+
+class ClassicLog(LogKind):
+    """``CommitLog.recoverNormally`` / ``recoverAbnormally`` (§8.4/§8.5, ``VersionRules``)."""
+
+    shows_walked = True
+
+    def start(self, run: RecoveryRun) -> tuple[int, str]:
+        if run.options.full_scan:
+            return run.store.commitlog.min_offset, "every segment from the first (--full-scan)"
+        s = recovery_start(run.store, run.rules, mode=run.mode, index_safe=run.index_safe, max_cq_phys_offset=run.max_cq)
+        return s.offset, s.rule
+
+    def dispatches(self, run: RecoveryRun) -> bool:
+        return run.dispatching and (run.abnormal or run.rules.normal_dispatches)
+
+    def queue_cut(self, run: RecoveryRun) -> int:
+        end = run.scan.end
+        if run.abnormal and end.reason == StopReason.LENGTH_MISMATCH and not run.rules.abnormal_stops_at_length_mismatch:
+            raise Refused(
+                f"the record at {end.offset} has a TOTALSIZE that disagrees with its fields: {run.version}'s abnormal recovery does not stop "
+                "there but advances by TOTALSIZE, dispatching a bogus entry to consume queue ''/0, and reads on out of step (rules §2.7, "
+                "recoverAbnormally up to 4.3.1); mqtool does not plan that recovery (`mqtool dump --keep-going` reads past the record)"
+            )
+        return end.offset
+
+    def truncates_queues(self, run: RecoveryRun) -> bool:
+        walk = run.rules.abnormal_truncates_cq_always if run.abnormal else False
+        if run.abnormal or run.rules.normal_truncates_cq:
+            walk = walk or run.max_cq >= run.end
+        return walk
+
+    def notes(self, run: RecoveryRun) -> list[str]:
+        if not run.dispatching:
+            return []
+        queues_end = max((q.recover().max_phys_offset for q in run.store.consume_queues), default=-1)  # where the last entry's record ends, in every version
+        return _dispatch_notes(run, queues_end)
+
+    def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
+        if run.rules.writes_confirm_offset and run.scan.last_valid >= 0:
+            return after._replace(confirm_phy_offset=run.scan.last_valid)
+        return after
+
+
+def log_kind(store: Store) -> LogKind:
+    """The store's commit log kind; ``dledger`` is loaded for a DLedger store only."""
+    if store.is_dledger:
+        from .dledger import DLedgerLog
+
+        return DLedgerLog.of(store)
+    return ClassicLog()
+
+
+def _dispatch_notes(run: RecoveryRun, max_cq: int) -> list[str]:
+    """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
+    store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
+    notes = []
+    covered_from = min((p.start for p in phases if p.consume_queues), default=end)
+    if 0 <= max_cq < end and covered_from > max_cq and _keyed_or_any_record_between(store, max_cq, min(covered_from, end)):
+        notes.append(
+            f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
+            "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
+        )
+    for p in phases:
+        if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy):
+            notes.append(
+                f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
+                "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
+            )
+    if run.kept and any(p.index for p in phases):
+        last = run.kept[-1].header.end_phy_offset
+        dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)
+        if dispatched and _record_starts_at(store, last, legacy):
+            notes.append(
+                f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
+                "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"
+            )
+    return notes
+
+
+def _record_starts_at(store: Store, offset: int, legacy: bool) -> bool:
+    found = record_at(store.commitlog, offset, legacy)
+    return found is not None and found.topic is not None
+
+
+def _keyed_or_any_record_between(store: Store, start: int, stop: int) -> bool:
+    """True if a record starts in ``[start, stop)``."""
+    return start < stop and _record_starts_at(store, start, False)
