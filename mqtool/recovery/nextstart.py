@@ -100,23 +100,13 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         return NextStart.refusing(store, why)
     from ..store.summary import logical_end
 
-    rules = VersionRules(start_version(store))
+    rules = store.rules  # the store's version's, or the newest era's left (the one the planners keep)
     if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
         end = walked
     else:
         _, end = logical_end(store, start.offset)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
                      dropped_after(store, end.offset, rules))
-
-
-def start_version(store: Store):
-    """The version whose rules the next start follows: the store's, or while several eras remain the
-    newest of those that can plan it differently (``candidates.distinct_candidates``)."""
-    if store.version is not None:
-        return store.version
-    from .candidates import distinct_candidates
-
-    return distinct_candidates(store)[0]
 
 
 def start_of(store: Store) -> ScanStart | None:

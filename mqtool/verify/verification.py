@@ -49,17 +49,18 @@ class Verification:
         self.walked: dict | None = None
 
     def broker_start(self) -> int:
-        """Where the broker's start-up recovery scans from (``recovery.startfile``): damage before
-        it does not end the log the broker serves. While several eras remain, the earliest of their
-        starts; the first segment without a store directory."""
+        """Where the broker's start-up recovery scans from (``recovery.nextstart.start_of``, the start the
+        next-start line reports): damage before it does not end the log the broker serves. The first
+        segment without a store directory or for a DLedger store."""
         if self._broker_start is None:
             store = self.store
             self._broker_start = store.commitlog.min_offset
             if store.root is not None:
-                from ..store.rules import VersionRules
-                from ..recovery.startfile import recovery_start
+                from ..recovery.nextstart import start_of
 
-                self._broker_start = min(recovery_start(store, VersionRules(c)).offset for c in store.version_guess.candidates)
+                start = start_of(store)
+                if start is not None:
+                    self._broker_start = start.offset
         return self._broker_start
 
     def _stage(self, name: str, total: int):
