@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable
 
 from ..formats import checkpoint as cpfmt
 from ..store import Store
-from ..store.mappedfile import OFFSET_NAME
+from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
@@ -117,10 +117,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
             quarantine(entry, "not a commit log segment: MappedFileQueue.load parses every file name in commitlog/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
     if sizes:
-        counts: dict[int, int] = {}
-        for s in sizes:
-            counts[s] = counts.get(s, 0) + 1
-        expected = max(counts, key=lambda s: (counts[s], s))
+        expected = inferred_file_size(sizes)
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)

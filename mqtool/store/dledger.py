@@ -25,7 +25,7 @@ from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
 from ..formats.hashing import body_crc
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify
-from .mappedfile import MappedFile, file_size, offset_named_files
+from .mappedfile import MappedFile, file_size, inferred_file_size, offset_named_files
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,7 @@ def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) 
     """Fixed-size files like ``MmapFileList.load``: a file of another length is refused."""
     sizes = [(base, p, file_size(p)) for base, p in paths]
     if expected is None and sizes:
-        counts: dict[int, int] = {}
-        for _, _, size in sizes:
-            counts[size] = counts.get(size, 0) + 1
-        expected = max(counts, key=lambda s: (counts[s], s))
+        expected = inferred_file_size(size for _, _, size in sizes)
     for base, p, size in sizes:
         if size != expected:
             raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other {what} files (the broker refuses to load it)")

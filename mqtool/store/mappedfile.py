@@ -117,3 +117,13 @@ def exit_on_sigbus(*, worker: bool = False) -> None:
 
     install(SIGBUS_MESSAGE, worker=worker)
     _sigbus_handled = True
+
+
+def inferred_file_size(sizes) -> int:
+    """The file size of a mapped file queue (commit log segments, DLedger data files) whose
+    configuration is not given: the most common size among ``sizes``; on a tie a power of two (a
+    configured size, where a file grown by appended bytes or cut short is not), then the larger."""
+    counts: dict[int, int] = {}
+    for size in sizes:
+        counts[size] = counts.get(size, 0) + 1
+    return max(counts, key=lambda s: (counts[s], s > 0 and s & (s - 1) == 0, s))

@@ -31,7 +31,7 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
-from .mappedfile import OFFSET_NAME, MappedFile, file_size, offset_named_files
+from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
@@ -144,10 +144,7 @@ class Store:
         empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
         if expected is None and sizes:
-            counts: dict[int, int] = {}
-            for _, _, size in sizes:
-                counts[size] = counts.get(size, 0) + 1
-            expected = max(counts, key=lambda s: (counts[s], s))
+            expected = inferred_file_size(size for _, _, size in sizes)
         problems, kept = [], []
         if empty is not None:  # MappedFileQueue.load/doLoad, rules §2.13
             problems.append(FileProblem(
