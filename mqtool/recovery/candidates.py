@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..errors import Refused
 from ..store import Store
-from ..store.rules import PLANNING_RULES, VersionRules, era_of, planning_key, rules_deciding
+from ..store.rules import PLANNING_RULES, VersionRules, rules_deciding
 from ..store.version import eras_label
 from .plan import Plan
 
@@ -85,23 +85,35 @@ def relevant_rules(store: Store) -> list[str]:
     own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
     for a log without files (§2.5)."""
     abnormal = store.abort_present
-    odd_files = bool(store.problems) or any("zero-length" in n for n in store.notes)
     skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
-    if not odd_files:
+    if not store.problems:  # files of the wrong length or name, a zero-length last file (``Store.problems``)
         skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
     if store.commitlog.segments:
         skip.add("empty_log_destroys_queues")
     return [name for name in PLANNING_RULES if name not in skip]
 
 
+def candidate_groups(store: Store) -> dict[Any, list]:
+    """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
+    of variants of the rules that can change this store's plan (``relevant_rules``)."""
+    relevant = relevant_rules(store)
+
+    def key(version) -> tuple:
+        rules = VersionRules(version)
+        return tuple(getattr(rules, name) for name in relevant)
+
+    by_key: dict[tuple, Any] = {}
+    for candidate in sorted(store.version_guess.candidates, reverse=True):
+        by_key.setdefault(key(candidate), candidate)
+    groups: dict[Any, list] = {c: [] for c in by_key.values()}
+    for era in store.version_guess.eras:
+        groups[by_key[key(era.representative)]].append(era)
+    return groups
+
+
 def distinct_candidates(store: Store) -> list:
     """One candidate (the newest) per set of variants of the rules that can change this store's plan."""
-    relevant = relevant_rules(store)
-    kept: dict[tuple, Any] = {}
-    for candidate in sorted(store.version_guess.candidates, reverse=True):
-        rules = VersionRules(candidate)
-        kept.setdefault(tuple(getattr(rules, name) for name in relevant), candidate)
-    return list(kept.values())
+    return list(candidate_groups(store))
 
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
@@ -112,12 +124,13 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     guess = store.version_guess
     if guess.version is not None:
         return make_plan(store, cache)
-    candidates = distinct_candidates(store)
+    groups = candidate_groups(store)
+    candidates = list(groups)
     plans: list[Plan] = []
     for i, candidate in enumerate(candidates):
         with store.assumed_version(candidate):
             plans.append(make_plan(store, cache if i == 0 else None))
-    labels = [_label(c, guess.eras) for c in candidates]
+    labels = [eras_label(groups[c]) for c in candidates]
     first = _effect(plans[0]) if len(plans) > 1 else None
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
         diffs = _differences(first, _effect(plan))
@@ -141,8 +154,3 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     # candidate plans the same
     return dataclasses.replace(plans[0], version_source=source, notes=plans[0].notes + (note,))
 
-
-def _label(candidate, eras) -> str:
-    """The eras a candidate stands for: those among ``eras`` that plan as it does."""
-    key = planning_key(candidate)
-    return eras_label([e for e in eras if planning_key(e.representative) == key] or [era_of(candidate)])
