@@ -41,10 +41,7 @@ _lean = False
 def interpret() -> bool:
     """Run the kernels interpreted in this process, unless a kernel module already loaded them
     compiled; whether they will run interpreted."""
-    global _interpret
-    if _numba is None:
-        _interpret = True
-    return interpreted()
+    return interpreted()  # the interpreted mode is going: the kernels move to ahead-of-time C
 
 
 def interpreted() -> bool:

@@ -42,6 +42,12 @@ class PropertyKey:
     CRC32 = "__CRC32#"
 
 
+# The ``__CRC32#`` property 5.2+ brokers append (reference §2.10): key, separator, ten digits and
+# the item separator (``MessageConst.CRC32_RESERVED_LEN``).
+PROP_CRC_KEY = PropertyKey.CRC32.encode() + b"\x01"
+PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1
+
+
 def decode_text(raw: bytes | memoryview) -> str:
     """UTF-8 as Java's ``new String(bytes, UTF_8)`` reads it (malformed input -> U+FFFD)."""
     return bytes(raw).decode("utf-8", "replace")

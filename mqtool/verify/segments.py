@@ -22,14 +22,14 @@ import os
 import struct
 from dataclasses import dataclass, field
 
-from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as clfmt
 from ..formats.hashing import CRC31_MASK, body_crc
+from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
-from ..store.words import be64
+from ._segments import row_flags
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
 SHOWN_STEP = 2 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache (L2)
@@ -40,9 +40,6 @@ MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not 
 
 _STORE_TS_POS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 _I64 = struct.Struct(">q")
-PROP_CRC_KEY = b"__CRC32#\x01"
-PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1  # MessageConst.CRC32_RESERVED_LEN
-_PROP_CRC_TAG = int.from_bytes(PROP_CRC_KEY[:8], "big", signed=True)
 
 
 @dataclass
@@ -121,41 +118,6 @@ def store_timestamp_at(array: np.ndarray, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` (its position depends on the born-host width)."""
     born_v6 = bool(array[pos + fs.POS_SYS_FLAG + 3] & fs.BORN_V6)
     return _I64.unpack_from(array, pos + _STORE_TS_POS[born_v6])[0]
-
-
-def _row_flags_numpy(buf, rows, base, flags):
-    """``row_flags`` by whole-array operations (interpreted kernels)."""
-    pos = rows[:, fs.COL_POS]
-    found = (rows[:, fs.COL_CRC_OK] == 0).astype(np.int8)
-    found |= np.int8(2) * (fs.gather_be(buf, pos, fs.POS_PHYS_OFFSET, 8, True) != pos + base)
-    tail = pos + rows[:, fs.COL_SIZE] - PROP_CRC_LEN
-    fits = np.flatnonzero(tail >= rows[:, fs.COL_PROPS])
-    found[fits] |= np.int8(4) * (fs.gather_be(buf, tail[fits], 0, 8, True) == _PROP_CRC_TAG)
-    flags[:] = found
-    return int(np.count_nonzero(found))
-
-
-@interpreted_as(_row_flags_numpy)
-@numba.njit(cache=True, nogil=True)
-def row_flags(buf, rows, base, flags):
-    """Per valid record, what ``check_rows`` looks at (one pass, no per-call set-up): bit 1 body
-    CRC failed, bit 2 PHYSICALOFFSET is not the record's offset (§2.1), bit 4 the record ends
-    with a ``__CRC32#`` property (§2.10). Returns the number of flagged records."""
-    flagged = 0
-    for i in range(rows.shape[0]):
-        pos = rows[i, fs.COL_POS]
-        f = 0
-        if rows[i, fs.COL_CRC_OK] == 0:
-            f |= 1
-        if be64(buf, pos + fs.POS_PHYS_OFFSET) != pos + base:
-            f |= 2
-        tail = pos + rows[i, fs.COL_SIZE] - PROP_CRC_LEN
-        if tail >= rows[i, fs.COL_PROPS] and be64(buf, tail) == _PROP_CRC_TAG:
-            f |= 4
-        flags[i] = f
-        if f:
-            flagged += 1
-    return flagged
 
 
 def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
