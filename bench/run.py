@@ -14,6 +14,11 @@ commit log bytes (in this process) and against ``mqtool verify --only commitlog`
 Python walk (struct + zlib CRC, over at most the first 256 MiB, extrapolated) is the third
 baseline: ``x plain`` is a command's throughput over that walk's.
 
+``cold`` runs each listed command twice in a fresh process with no cache of any kind but the
+page cache (a new, empty ``PYTHONPYCACHEPREFIX``, and ``NUMBA_CACHE_DIR`` for a tree that still
+has numba): the first run is what a new install, container or Spark executor sees; the target is
+a first run within 10% of the second.
+
 ``recover --abnormal`` runs on a crashed copy (segments hard-linked, no consume queues, no
 index, zeroed checkpoint, abort file), ``rebuild-cq`` and ``rebuild-index`` on a copy without
 consume queues / index; the copies live under ``--out`` and are deleted afterwards. ``salvage``
@@ -44,7 +49,8 @@ from procs import run_measured  # noqa: E402
 
 SUITES = {"verify": "bench_verify.py", "recover": "bench_recover.py", "spark": "bench_spark.py"}
 PLAIN_LIMIT = 256 << 20
-ROWS = ("help", "verify", "info", "dump", "salvage", "recover", "rebuild-cq", "rebuild-index")
+ROWS = ("help", "cold", "verify", "info", "dump", "salvage", "recover", "rebuild-cq", "rebuild-index")
+COLD_TARGET = 1.10  # first run / second run
 # targets of issue #10: (row, record size) -> ("GB/s" or "s", bound)
 TARGETS = {
     ("verify", "1k"): ("GB/s", 1.0),
@@ -126,6 +132,34 @@ def measure(cmd: list[str], repeat: int, prepare=None) -> tuple[float, float, st
     return best, peak, out
 
 
+def cold_commands(mq: list[str], path: Path) -> list[tuple[str, list[str]]]:
+    store = str(path)
+    return [
+        ("dump --format jsonl --limit 1000", [*mq, "dump", store, "--format", "jsonl", "--limit", "1000"]),
+        ("verify", [*mq, "verify", store, "--no-progress", "--format", "json"]),
+        ("stats", [*mq, "stats", store, "--format", "json"]),
+        ("recover --dry-run", [*mq, "recover", store, "--dry-run", "--format", "json"]),
+        ("info", [*mq, "info", store, "--format", "json"]),
+    ]
+
+
+def cold_and_warm(cmd: list[str], scratch: Path) -> tuple[float, float, float]:
+    """The first and the second run of ``cmd`` in fresh processes sharing one new, empty set of
+    caches, and the first's peak RSS."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(scratch / "pyc"), "NUMBA_CACHE_DIR": str(scratch / "numba")}
+    walls, peak = [], 0.0
+    for _ in range(2):
+        proc, wall, rss = run_measured(cmd, env=env)
+        if proc.returncode not in (0, 1):
+            raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+        walls.append(wall)
+        peak = max(peak, rss)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return walls[0], walls[1], peak
+
+
 def bench_store(spec, label: str, a) -> list[dict]:
     path = make_store.ensure_store(spec, a.out, log=lambda m: print(m, file=sys.stderr))
     ranges = data_ranges(path)
@@ -146,6 +180,12 @@ def bench_store(spec, label: str, a) -> list[dict]:
     if "help" in a.only:
         wall, rss, _ = measure([*mq, "--help"], a.repeat)
         row("mqtool --help (start-up)", wall, rss, per_byte=False)
+    if "cold" in a.only:
+        for name, cmd in cold_commands(mq, path):
+            first, second, rss = cold_and_warm(cmd, a.out / f"cold-{label}")
+            ratio = first / second
+            verdict = "met" if ratio <= COLD_TARGET else "NOT met"
+            row(f"first run: {name}", first, rss, per_byte=False, note=f"{ratio:.2f} x the second run ({second:.2f} s); target <= {COLD_TARGET}: {verdict}")
     verify = [*mq, "verify", str(path), "--no-progress", "--format", "json"]
     if "verify" in a.only:
         for name, extra in (
@@ -228,6 +268,7 @@ def markdown(rows: list[dict], command_line: str) -> str:
         "salvage": lambda c: c.startswith("salvage"),
         "recover, rebuild-cq, rebuild-index": lambda c: c.startswith(("recover", "rebuild")),
         "start-up": lambda c: c.startswith("mqtool --help"),
+        "first run after install": lambda c: c.startswith("first run"),
     }
     out = []
     for title, member in families.items():
