@@ -3,7 +3,7 @@
 Modes: ``messages`` (one row per message, the fields of ``mqtool dump``), ``stats`` (per broker,
 topic and queue: counts, bytes, store time range; per hour volumes), ``verify`` (one row per
 commit log finding of ``mqtool verify``). The master comes from spark-submit (default
-``local[*]``); ``--build-zip FILE`` writes the package zip for ``--py-files`` and exits.
+``local[*]``); on a cluster the executors need mqtool installed (docs/spark.md).
 Everything happens in ``mqtool.spark.job``; this file only parses arguments.
 """
 
@@ -37,7 +37,6 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
     p.add_argument("--verbose", action="store_true", help="keep Spark's INFO logging (default: WARN, from log4j2.properties next to this script)")
     p.add_argument("--debug", action="store_true", help="show the whole error (Spark and Python tracebacks) instead of one line")
-    p.add_argument("--build-zip", metavar="FILE", help="write the mqtool package as a zip for --py-files and exit")
     return p
 
 
@@ -47,16 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         import mqtool  # noqa: F401
     except ImportError:
         print(
-            "mqtool-scan: error: this Python cannot import mqtool: install it (pip install -e '.[spark]') or pass the "
-            "zip built by --build-zip with --py-files",
+            "mqtool-scan: error: this Python cannot import mqtool: install it (pip install -e '.[spark]')",
             file=sys.stderr,
         )
         return 3
-    if args.build_zip:
-        from mqtool.spark.package import build_zip
-
-        print(build_zip(args.build_zip))
-        return 0
     if not args.paths or not args.output:
         parser().error("PATH and --output are required")
     from mqtool.spark import job  # pyspark's Python side only: no JVM yet

@@ -247,14 +247,6 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, spark):
     assert len(err) == 4 and all(line.startswith("mqtool-scan: error: ") for line in err)
 
 
-def test_the_script_builds_the_zip_executors_import(tmp_path):
-    zip_path = tmp_path / "mqtool.zip"
-    subprocess.run([sys.executable, str(SCRIPT), "--build-zip", str(zip_path)], check=True, capture_output=True)
-    probe = f"import sys; sys.path.insert(0, {str(zip_path)!r}); import mqtool.spark.reader, mqtool.formats.commitlog, mqtool.verify.segments; print(mqtool.spark.reader.__file__)"
-    result = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True, text=True, cwd=tmp_path)
-    assert result.stdout.strip().startswith(str(zip_path))
-
-
 def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
     """A Spark Python worker started in the checkout (its working directory first on the path,
     mqtool not installed, e.g. a cluster's Python) finds mqtool.formats and mqtool.recovery in mqtool/."""

@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -44,7 +43,6 @@ from ..records import parse_time
 from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
-from .package import build_zip, imported_from_zip
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
 from ..table import Table
@@ -129,17 +127,6 @@ def configure(spark: SparkSession, conf: SparkConf | None = None) -> SparkSessio
         # costs seconds per query on a few cores
         spark.conf.set("spark.sql.shuffle.partitions", str(2 * spark.sparkContext.defaultParallelism))
     return spark
-
-
-def ship_package(spark: SparkSession) -> str | None:
-    """On a cluster, send the ``mqtool`` package to the executors unless it came as a zip already
-    (``--py-files``); local masters share the driver's installation."""
-    sc = spark.sparkContext
-    if sc.master.startswith("local") or imported_from_zip():
-        return None
-    path = build_zip(Path(tempfile.mkdtemp(prefix="mqtool-")) / "mqtool.zip")
-    sc.addPyFile(str(path))
-    return str(path)
 
 
 class Scan:
@@ -686,7 +673,6 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
         inputs = prepare(o)
     started = time.monotonic()
     spark = spark or session()
-    ship_package(spark)  # before the data source is registered: Python processes started from here on see the zip
     spark.dataSource.register(RocketMQDataSource)
     scan = Scan(spark, o, inputs)
     out = Output(spark, o.output, o.format)

@@ -23,8 +23,8 @@ and ``split_edge`` for the handoff check that ``spark/mqtool_scan.py`` runs, and
 ``mqtool.spark.job.checked_messages`` gives notebooks the checked DataFrame.
 
 ``schema()`` and ``partitions()`` run in short-lived Python processes on the driver host,
-``read()`` in executor Python workers: the ``mqtool`` package must be importable in both
-(``--py-files mqtool.zip``).
+``read()`` in executor Python workers: the ``mqtool`` package, compiled kernels included, must be
+installed in both (on a cluster, a packed virtual environment: docs/spark.md).
 """
 
 from __future__ import annotations
