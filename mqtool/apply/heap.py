@@ -16,7 +16,7 @@ def release_free_heap() -> None:
     import ctypes
 
     gc.collect(1)  # the young generations only: a full collection walks every object of the loaded
-    # modules (numba's included) and, after a plan, finds next to nothing to free
+    # modules and, after a plan, finds next to nothing to free
     try:
         ctypes.CDLL(None).malloc_trim(0)  # the process's own symbols, the C library's among them (no ``find_library`` search)
     except (OSError, AttributeError):
