@@ -27,8 +27,8 @@ from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, MqtoolError
 from ..private_api import click_exceptions
 from .state import State
 
-_click = click_exceptions()
-ClickException, NoArgsIsHelpError, UsageError = _click.ClickException, _click.NoArgsIsHelpError, _click.UsageError
+_exceptions = click_exceptions()
+ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
 # name -> (module, function, the first paragraph of its help). Keep this list in README order.
 # The repair commands come from ``repair.register``. tests/test_cli_startup.py holds the help
