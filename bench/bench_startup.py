@@ -11,8 +11,6 @@ for one lookup on a 2 GiB store. Run it with ``PYTHONDONTWRITEBYTECODE`` unset, 
 install runs. The target is judged on the median (this machine's speed swings 2-3x within
 minutes: a best-of figure says what the code can do, the median what a user sees); the load
 average and the median of ``python -c pass`` at the start say what phase the machine was in.
-``--crossover`` also times both engines (``MQTOOL_ENGINE``) on the first
-1, 4 and 16 MiB of STORE: the crossover behind ``mqtool/cli/engine.py``'s ``COMPILED_FROM``.
 """
 
 from __future__ import annotations
@@ -74,7 +72,6 @@ def main() -> int:
     p.add_argument("--store", type=Path, help="a store from bench/make_store.py (e.g. 2 GiB of 1 KiB records) for the lookups")
     p.add_argument("--repeat", type=int, default=7, help="fresh processes per command (median and best shown)")
     p.add_argument("--lookups-only", action="store_true", help="only the lookups on --store (and --version, --help)")
-    p.add_argument("--crossover", action="store_true", help="also time `dump STORE --to-offset N -f jsonl` on each engine (the engine policy's crossover)")
     p.add_argument("--tmp", type=Path, default=Path("/tmp/mqtool-bench-startup"), help="where the fixture copies go (removed at the end)")
     args = p.parse_args()
     if os.environ.get("PYTHONDONTWRITEBYTECODE"):
@@ -100,22 +97,9 @@ def main() -> int:
             median = statistics.median(walls)
             shown = " ".join(_shown(a, names) for a in c)
             print(f"| `mqtool {shown}` | {median:.2f} | {min(walls):.2f} | <= {TARGET} s: {'met' if median <= TARGET else '**NOT met**'} |", flush=True)
-        if args.crossover and args.store is not None:
-            crossover(args.store, args.repeat)
     finally:
         shutil.rmtree(args.tmp, ignore_errors=True)
     return 0
-
-
-def crossover(store: Path, repeat: int) -> None:
-    """Both engines on the first N MiB of ``store`` (``MQTOOL_ENGINE``): where the record-by-record
-    one stops being faster (``mqtool/cli/engine.py``'s ``COMPILED_FROM``, in records)."""
-    print("\n| dump STORE --to-offset N -f jsonl | records | python s | compiled s | python / compiled |\n|---|---|---|---|---|")
-    for mib in (1, 4, 16):
-        stop = str(mib << 20)
-        rows = subprocess.run([*mqtool(), "dump", str(store), "--to-offset", stop, "-f", "jsonl"], capture_output=True, text=True, check=True).stdout.count("\n")
-        walls = {e: min(_wall(["dump", str(store), "--to-offset", stop, "-f", "jsonl"], {"MQTOOL_ENGINE": e}) for _ in range(repeat)) for e in ("python", "compiled")}
-        print(f"| {mib} MiB | {rows} | {walls['python']:.2f} | {walls['compiled']:.2f} | {walls['python'] / walls['compiled']:.2f} |", flush=True)
 
 
 def _python_pass() -> float:
@@ -130,9 +114,9 @@ def _shown(arg: str, names: dict[str, str]) -> str:
     return arg if len(arg) < 40 else arg[:12] + "…"
 
 
-def _wall(command: list[str], env: dict[str, str] | None = None) -> float:
+def _wall(command: list[str]) -> float:
     started = time.perf_counter()
-    done = subprocess.run([*mqtool(), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **env} if env else None)
+    done = subprocess.run([*mqtool(), *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     if done.returncode not in (0, 1):  # 1: findings (verify, survivors), a plan that changes things
         raise SystemExit(f"mqtool {' '.join(command)}: exit {done.returncode}: {done.stderr.decode(errors='replace').strip()}")
     return time.perf_counter() - started

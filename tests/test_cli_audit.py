@@ -359,7 +359,6 @@ def test_progress_total_is_the_bytes_the_scan_reads(tmp_path, monkeypatch):
 
     monkeypatch.setattr(progress_module, "ByteProgress", Recorded)
     monkeypatch.setattr(stats_module, "ByteProgress", Recorded)
-    monkeypatch.setenv("MQTOOL_ENGINE", "compiled")  # the compiled scans' bars (dump's record-by-record read of a small store has none)
     logical_end = recovered("5.3.3", "crashed-small")["commitLog"]["maxOffset"]
     segment = manifest("5.3.3", "crashed-small")["storeConfig"]["mappedFileSizeCommitLog"]
     for store, slack in ((store_path("5.3.3", "crashed-small"), segment), (sparse_copy("5.3.3", "crashed-small", tmp_path), 4096)):

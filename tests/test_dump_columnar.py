@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from conftest import manifest, run_loading, store_path
 from dump_reference import reference_dump
 from mqtool.cli import app
-from mqtool.cli.engine import COMPILED, COMPILED_FROM, ENV, PYTHON, estimated_records
 from mqtool.formats.hashing import java_string_hash
 from mqtool.formats.index import index_key
 from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
@@ -27,12 +26,6 @@ from mqtool.store.fastscan import FastScan
 runner = CliRunner()
 
 
-@pytest.fixture(params=[COMPILED, PYTHON])
-def engine(request, monkeypatch):
-    """Each output test runs on each engine, forced (``mqtool/cli/engine.py``: the fixture stores are
-    small enough that the policy alone would pick the record-by-record one)."""
-    monkeypatch.setenv(ENV, request.param)
-    return request.param
 CLASSIC = [("4.8.0", "clean-small"), ("4.8.0", "crashed-small"), ("4.9.7", "clean-small"), ("4.9.7", "crashed-small"),
            ("4.9.7", "retention-small"), ("4.9.7", "rewrite-clean"), ("4.9.7", "batch-small"), ("4.9.7", "config-real"),
            ("5.3.3", "clean-small"), ("5.3.3", "crashed-small"), ("5.3.3", "lmq-small"), ("5.3.3", "timer-small")]
@@ -58,7 +51,6 @@ def assert_same(path, fmt="table", body="none", decompress=False, extra=("--no-i
     return got
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("version,name", CLASSIC)
 def test_every_store_every_format(version, name):
     out, _ = assert_same(store_path(version, name), "jsonl")
@@ -67,13 +59,11 @@ def test_every_store_every_format(version, name):
     assert_same(store_path(version, name), fmt, stop=1 << 20)
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("version,name", [("4.8.0", "crashed-small"), ("5.3.3", "clean-small")])
 def test_table(version, name):
     assert_same(store_path(version, name), "table", limit=450)
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("body", ["utf8", "hex", "base64", "sha256"])
 def test_every_body_encoding(body):
     for (version, name), fmt in zip([("4.8.0", "clean-small"), ("4.9.7", "crashed-small"), ("5.3.3", "clean-small")], ["jsonl", "csv", "json"]):
@@ -82,7 +72,6 @@ def test_every_body_encoding(body):
     assert_same(store_path("4.9.7", "clean-small"), "jsonl", body, decompress=True)
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7", "5.3.3"])
 def test_filters_limits_offsets_and_msg_id(version):
     path = store_path(version, "clean-small")
@@ -107,7 +96,6 @@ def test_filters_limits_offsets_and_msg_id(version):
             assert_same(path, fmt, **options)
 
 
-@pytest.mark.usefixtures("engine")
 def test_a_damaged_store_ends_with_the_same_note(store_copy):
     """A body whose CRC no longer matches (read on, ``crc_ok`` false) and a torn record (the stop note)."""
     store = store_copy("5.3.3", "crashed-small")
@@ -147,7 +135,6 @@ def test_text_encoder_equals_json_and_csv_on_the_python_decoder_too():
             assert builder.python_batches == (1 if force else 0)
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7", "5.3.3"])
 def test_from_offset_inside_a_record_starts_at_the_next_record(version):
     path = store_path(version, "clean-small")
@@ -170,7 +157,6 @@ def colliding(key: str) -> str:
     return other
 
 
-@pytest.mark.usefixtures("engine")
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7", "5.3.3"])
 def test_key_lookups_through_the_index_equal_the_scan(version):
     """The index holds every record with the key except ROLLBACK ones (``IndexService.buildIndex``)."""
@@ -194,7 +180,6 @@ def test_key_lookups_through_the_index_equal_the_scan(version):
     assert out == "" and "0 matching" in err
 
 
-@pytest.mark.usefixtures("engine")
 def test_key_lookups_fall_back_to_the_scan_and_say_why():
     crashed = store_path("4.9.7", "crashed-small")
     m = next(m for m in manifest("4.9.7", "crashed-small")["messages"] if m["keys"])
@@ -203,28 +188,6 @@ def test_key_lookups_fall_back_to_the_scan_and_say_why():
     assert err.splitlines()[0] == "mqtool: --key: the store was not shut down cleanly (abort file), its index may lag the commit log; scanning the commit log"
     out, err = dump(store_path("4.9.7", "clean-small"), "jsonl", key=m["keys"][0])
     assert err.splitlines()[0] == "mqtool: --key without --topic: the index is keyed by topic#key; scanning the commit log"
-
-
-def test_the_engine_follows_the_records_a_scan_will_read():
-    """Unforced, a store of fewer records than ``COMPILED_FROM`` (or a few ``--limit`` rows) is
-    decoded record by record: no numba loads; past it the compiled scan runs."""
-    path = store_path("5.3.3", "clean-small")
-    with Store.open(path) as store:
-        assert estimated_records(store.commitlog, store.commitlog.min_offset, None) < COMPILED_FROM
-    for threshold, compiled in ((COMPILED_FROM, False), (50, True)):
-        code = (f"import atexit, sys; import mqtool.cli.engine as e; e.COMPILED_FROM = {threshold}; from mqtool.cli import main;"
-                f"atexit.register(lambda: print('numba' in sys.modules)); sys.argv = ['mqtool', 'dump', {str(path)!r}, '-f', 'jsonl']; main()")
-        unforced = {k: v for k, v in os.environ.items() if k != ENV}
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=unforced).stdout
-        assert out.count("\n") == len(manifest("5.3.3", "clean-small")["messages"]) + 1
-        assert out.splitlines()[-1] == str(compiled)
-
-
-def test_an_unknown_engine_is_a_usage_error(monkeypatch):
-    monkeypatch.setenv(ENV, "fast")
-    result = runner.invoke(app, ["dump", str(store_path("5.3.3", "clean-small"))])
-    assert result.exit_code == 2
-    assert "MQTOOL_ENGINE='fast': choose compiled or python" in result.stderr
 
 
 def test_help_lists_commands_without_importing_them():
@@ -241,8 +204,7 @@ def test_help_lists_commands_without_importing_them():
 
 
 @pytest.mark.parametrize("command", [["dump", "{store}", "--msg-id", "{msgId}", "--format", "jsonl"], ["query", "msg-id", "{store}", "{msgId}", "--format", "jsonl"],
-                                     ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"],
-                                     ["dump", "{store}", "--from-offset", "{commitLogOffset}", "--limit", "2", "--format", "jsonl"]])
+                                     ["query", "uniq-key", "{store}", "{topic}", "{uniqKey}", "--format", "jsonl"]])
 def test_a_lookup_loads_no_compiled_code(command):
     """A lookup reads a few records: no compiled code (numba), no numpy and no pydantic (typer's
     value conversion, ``mqtool/cli/coercion.py``) load for it."""

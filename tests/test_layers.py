@@ -93,3 +93,42 @@ def test_the_columnar_scan_sits_on_the_store_model_and_knows_no_ui_or_spark():
                 assert not imp.startswith(("mqtool.cli", "mqtool.spark", "mqtool.apply")), f"{path}: imports {imp}"
         if name.startswith(("mqtool.store", "mqtool.formats")):
             assert not any(i.startswith("mqtool.scan") for i in found), f"{path}: imports the columnar scan"
+
+
+PUBLIC_UNDERSCORED = {"os._exit", "sys._getframe"}  # documented despite the underscore
+
+
+def private_uses(tree: ast.AST) -> set[str]:
+    """The private names of other packages a module reaches: imported (``from typer._coercion import``,
+    ``from typer.core import _TyperParameter``) or read off an imported module (``threading._shutdown``,
+    ``getattr(atexit, "_run_exitfuncs")``)."""
+    private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
+    modules, found = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if not a.name.startswith("mqtool"):
+                    modules.add(a.asname or a.name.split(".")[0])
+                    found.update(a.name for part in a.name.split(".") if private(part))
+        elif isinstance(node, ast.ImportFrom) and not node.level and not node.module.startswith("mqtool"):
+            names = node.module.split(".") + [a.name for a in node.names]
+            found.update(f"{node.module}.{a.name}" for a in node.names if any(private(n) for n in names))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules and private(node.attr):
+            found.add(f"{node.value.id}.{node.attr}")
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2
+              and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) and private(node.args[1].value)):
+            found.add(f"{node.args[0].id}.{node.args[1].value}")
+    return found - PUBLIC_UNDERSCORED
+
+
+def test_private_apis_of_dependencies_are_used_only_in_private_api():
+    """Issue #29: every private API of a dependency (or of CPython) mqtool relies on sits behind one
+    guarded module, ``mqtool/private_api.py``."""
+    for name, path, _ in modules():
+        if name == "mqtool.private_api":
+            continue
+        assert private_uses(ast.parse(path.read_text(encoding="utf-8"))) == set(), path
+    assert {"typer._coercion.RuntimeParam", "typer.core._TyperParameter", "pyarrow._compute", "threading._shutdown", "atexit._run_exitfuncs",
+            "typer._click.exceptions"} <= private_uses(ast.parse((ROOT / "mqtool" / "private_api.py").read_text(encoding="utf-8")))

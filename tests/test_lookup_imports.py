@@ -21,7 +21,6 @@ LOOKUPS = {
     "query-key": ["query", "key", "{store}", "{topic}", "{key}"],
     "query-time": ["query", "time", "{store}", "{topic}", "{queueId}", "{storeTimestamp}"],
     "dump-msg-id": ["dump", "{store}", "--msg-id", "{msgId}"],
-    "dump-from-offset": ["dump", "{store}", "--from-offset", "{commitLogOffset}", "--limit", "1"],
 }
 
 

@@ -22,14 +22,13 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-try:  # typer vendors a trimmed click since 0.2x
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-except ImportError:  # pragma: no cover - older typer on real click
-    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError
-
 from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, MqtoolError
+from ..private_api import click_exceptions
 from .state import State
+
+_exceptions = click_exceptions()
+ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
 # name -> (module, function, the first paragraph of its help). Keep this list in README order.
 # The repair commands come from ``repair.register``. tests/test_cli_startup.py holds the help
@@ -220,11 +219,10 @@ class MqtoolGroup(TyperGroup):
         return command
 
     def resolve_command(self, ctx, args):
-        """Typer's, with "did you mean" drawn from every command (it looks only at those loaded)."""
-        from typer._click.exceptions import UsageError
-
+        """Typer's, with "did you mean" drawn from every command (typer's own, off for this group
+        (``suggest_commands``), looks only at those loaded)."""
         try:
-            return self._click_resolve_command(ctx, args)
+            return super().resolve_command(ctx, args)
         except UsageError as error:
             from difflib import get_close_matches
 
@@ -281,6 +279,7 @@ app = typer.Typer(
     cls=MqtoolGroup,
     epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error.",
     no_args_is_help=True,
+    suggest_commands=False,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     pretty_exceptions_show_locals=False,

@@ -7,7 +7,8 @@ cost more of every command's start-up than a whole ``--msg-id`` lookup.
 The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
 choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
 messages stay typer's; any other value, and every value these rules do not accept, goes to
-typer's own conversion as before. With a typer that lacks these internals nothing changes.
+typer's own conversion as before. The helpers are typer internals (``private_api.typer_conversion``):
+with a typer that lacks them nothing changes.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-try:
-    from typer._coercion import RuntimeParam, build_runtime_param
-    from typer._param_types import coerce_cli_choice, coerce_cli_path, routes_to_path
-    from typer.core import _TyperParameter
-except ImportError:  # pragma: no cover - a typer without runtime params: its own conversion
-    RuntimeParam = None
+from ..private_api import typer_conversion
+
+_typer = typer_conversion()
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 _TYPER = object()  # "not a plain value: typer converts it"
@@ -31,23 +29,23 @@ _TYPER = object()  # "not a plain value: typer converts it"
 
 def install() -> None:
     """Have every typer parameter convert its values as this module says (once per process)."""
-    if RuntimeParam is None or getattr(_TyperParameter.get_runtime_param, "plain", False):
+    if _typer is None or getattr(_typer.TyperParameter.get_runtime_param, "plain", False):
         return
 
-    def get_runtime_param(param) -> RuntimeParam:
+    def get_runtime_param(param):
         if param._runtime_param is None:
             descriptor = param.type_descriptor
             param._runtime_param = PlainRuntimeParam(descriptor.parameter_info, descriptor.annotation, descriptor)
         return param._runtime_param
 
     get_runtime_param.plain = True
-    _TyperParameter.get_runtime_param = get_runtime_param
+    _typer.TyperParameter.get_runtime_param = get_runtime_param
 
 
-if RuntimeParam is not None:
+if _typer is not None:
 
     @dataclass(frozen=True)
-    class PlainRuntimeParam(RuntimeParam):
+    class PlainRuntimeParam(_typer.RuntimeParam):
         """typer's ``RuntimeParam`` (its ``None`` and multi-value rules) for plain values."""
 
         descriptor: Any
@@ -55,7 +53,7 @@ if RuntimeParam is not None:
         def _coerce_value(self, value: Any, param, ctx) -> Any:
             plain = self._plain(value, param, ctx)
             if plain is _TYPER:
-                return build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
+                return _typer.build_runtime_param(self.descriptor)._coerce_value(value, param=param, ctx=ctx)
             return plain
 
         def _plain(self, value: Any, param, ctx) -> Any:
@@ -71,8 +69,8 @@ if RuntimeParam is not None:
             if get_origin(kind) is list and _is_enum(get_args(kind)[0]) and isinstance(value, (list, tuple)):
                 choices = [_choice(v, get_args(kind)[0], info, ctx) for v in value]
                 return _TYPER if any(c is _TYPER for c in choices) else choices
-            if kind is Path and info.path_type is None and routes_to_path(kind, info) and isinstance(value, (str, Path)):
-                return coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+            if kind is Path and info.path_type is None and _typer.routes_to_path(kind, info) and isinstance(value, (str, Path)):
+                return _typer.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
             return _TYPER
 
 
@@ -83,7 +81,7 @@ def _is_enum(kind: Any) -> bool:
 def _choice(value: Any, kind: type[Enum], info, ctx) -> Any:
     """``value`` as a member of ``kind``, as typer's choice rules take it."""
     try:
-        return coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
+        return _typer.coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
     except ValueError:  # typer words the refusal
         return _TYPER
 

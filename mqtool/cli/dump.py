@@ -42,7 +42,7 @@ from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .engine import PYTHON, engine_for, estimated_records, resync_window
+from .engine import resync_window
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
@@ -103,16 +103,15 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
     return sorted(offsets), ""
 
 
-SMALL_LIMIT = 64  # an unfiltered --limit up to this reads a few records: decoded one by one whatever the span
 SCAN_BATCH = 1 << 12  # records per batch: two builders and their texts are in flight, so a batch's size sets the resident memory
 BUILDERS = 2  # threads building batches while the main thread walks and prints: building is most of the work
 
 
 def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
     """Print the messages ``dump`` selects. A scan reads the columnar core (``mqtool.scan``) and
-    prints through the compiled text encoder; a small read (``engine.engine_for``), ``--msg-id``
-    and the index lookups decode their records one by one (``message_dict``). Both print the same bytes and apply
-    the one ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
+    prints through the compiled text encoder; ``--msg-id`` and the index lookups decode their
+    records one by one (``message_dict``). Both print the same bytes and apply the one
+    ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
     if msg_id is not None:
         return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt, body)
     if use_index and (match.key is not None or match.uniq_key is not None):
@@ -121,9 +120,6 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
             return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
-    few = limit is not None and limit <= SMALL_LIMIT and not match.columns()  # a few records whatever the span
-    if engine_for(limit if few else estimated_records(store.commitlog, start, stop)) == PYTHON:
-        return _emit_rows(_record_rows(store, match, start, stop, limit, body, decompress, keep_going), fmt, body)
     encoder = _text_encoder(fmt)
     emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
 
@@ -155,7 +151,7 @@ def _scan_from(store: Store, start: int | None) -> int:
 
 def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows
-    (the resynchronisation of ``_scan_from``: a record-by-record dump loads no compiled code for it)."""
+    (the resynchronisation of ``_scan_from``)."""
     from ..store.resync import scan_start
 
     resumed = scan_start(store.commitlog, end.offset + 1, window=resync_window())
@@ -189,38 +185,6 @@ def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
 
     table = pa.Table.from_pylist([{c: r[c] for c in columns} for r in rows], schema=pa.schema([MESSAGE_SCHEMA.field(c) for c in columns]))
     return [r for r, keep in zip(rows, match.mask(table).to_pylist()) if keep]
-
-
-def _record_rows(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, keep_going: bool = False) -> Iterator[dict]:
-    """The record-by-record read of a small span (``CommitLog.scan``, as the broker's recovery reads)."""
-    if limit == 0:
-        return
-    as_dict = _as_dict(store, body, decompress)
-    chunk = 256 if match.columns() else 1
-    count = 0
-    while True:
-        scan = store.commitlog.scan(start, stop)
-        rows = []
-        for record in scan:
-            rows.append(as_dict(record))
-            if len(rows) < chunk:
-                continue
-            for row in _matching(rows, match):
-                yield row
-                count += 1
-                if count == limit:
-                    return
-            rows = []
-        for row in _matching(rows, match):
-            yield row
-            count += 1
-            if count == limit:
-                return
-        resumed = read_on(store, scan.end, stop, keep_going, _resume_after)
-        if resumed is None:
-            break
-        start = resumed
-    _note_end(store, scan.end, stop, keep_going)
 
 
 def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:

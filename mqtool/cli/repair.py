@@ -26,7 +26,6 @@ from ..recovery.plan import Action, CheckpointPlan, CommitLogPlan, DispatchPhase
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
-from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
@@ -42,7 +41,7 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another
 
 
 def planner():
-    """``recovery.planner``: imported once the command has settled how its kernels run (``engine.settle_kernels``)."""
+    """``recovery.planner``: imported when a command plans (the commands' ``--help`` and ``restore`` go without it)."""
     from ..recovery import planner
 
     return planner
@@ -164,7 +163,6 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store = open_store(store_path, broker_config, broker_version)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    settle_kernels(command, store.commitlog)
     from ..recovery.dispatch import DispatchCache
 
     cache = DispatchCache() if plan_out is None and not dry_run else None
@@ -311,7 +309,6 @@ def repair(
         _finish_interrupted(root, yes)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    _settle_kernels_at(root, broker_config, broker_version)
     rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
     doc = with_next_start(plan.to_dict(), plan.recover)
@@ -410,16 +407,6 @@ class RepairStages:
                 raise writer.ApplyError(f"{exc}; the {len(self.done)} stage(s) applied before: {roll_back([BackupSet.open(d) for d in self.done])}") from None
             raise
         self.done.append(directory)
-
-
-def _settle_kernels_at(root: Path, broker_config, broker_version) -> None:
-    """``settle_kernels`` for ``repair``, which opens the store several times: on its commit log as it
-    is now (a store that does not open leaves them compiled: the plan says why it does not)."""
-    try:
-        with open_store(root, broker_config, broker_version) as opened:
-            settle_kernels("repair", opened.commitlog)
-    except MqtoolError:
-        pass
 
 
 def _plan_repair(root: Path, broker_config, broker_version):

@@ -20,11 +20,9 @@ from typing import Annotated, Iterator, Optional
 
 import typer
 
-from .. import jit
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..records import MESSAGE_FIELDS, BodyEncoding
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
-from .engine import settle_kernels
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
 
@@ -106,7 +104,6 @@ def salvage(
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     with open_store(store_path, broker_config, broker_version) as store:
-        settle_kernels("salvage", store.commitlog)
         writer = None
         if to_store is not None:
             from ..apply.salvage_store import SalvageStoreWriter, check_target
@@ -157,7 +154,7 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
         fmt = OutputFormat(format.value)
         stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
         try:
-            if writer is None and fmt is not OutputFormat.table and not jit.interpreted():  # the compiled text encoder: dump's speed
+            if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
                 emit_batches(((b, None) for b in scan), fmt, fields, out=stream)
             else:
                 emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream)

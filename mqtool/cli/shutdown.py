@@ -1,26 +1,26 @@
 """The process's end without the interpreter's teardown.
 
 After the last atexit handler, CPython clears every module and frees every object it still holds
-(``Py_FinalizeEx``). After a command that loaded numba (hundreds of modules and their types) that
-alone is a sizeable part of a small store's ``verify``. Nothing mqtool does needs
+(``Py_FinalizeEx``). After a command that loaded numpy and pyarrow that is a sizeable part of a
+small store's command. Nothing mqtool does needs
 it: every file it writes is closed by a ``with`` (and fsynced where it matters), temporary files
 are unlinked at creation or removed by atexit handlers (``weakref.finalize``, ``tempfile``).
 
 So ``exit_process`` does what finalisation does that is seen from outside, in its order, then
 ends the process with ``os._exit``: it waits for non-daemon threads (a thread pool's workers,
-``threading._shutdown``), runs the atexit handlers and flushes stdout and stderr. A closed pipe
+``private_api.exit_steps``), runs the atexit handlers and flushes stdout and stderr. A closed pipe
 at that flush leaves the exit code as it is, as the CLI does for one met while printing
 (``common.quiet_broken_pipe``); any other failure to flush exits 120, as CPython's own exit does
-(the commands flush and report a full disk themselves: exit 3). A Python without
-``threading._shutdown`` exits the usual way.
+(the commands flush and report a full disk themselves: exit 3). A Python without those steps
+exits the usual way.
 """
 
 from __future__ import annotations
 
-import atexit
 import os
 import sys
-import threading
+
+from ..private_api import exit_steps
 
 
 def exit_code(code: object) -> int:
@@ -35,12 +35,12 @@ def exit_code(code: object) -> int:
 
 def exit_process(code: object) -> None:
     """End the process with ``code`` as ``sys.exit`` would, without the interpreter's teardown."""
-    shutdown = getattr(threading, "_shutdown", None)
-    if shutdown is None:
+    steps = exit_steps()
+    if steps is None:
         sys.exit(code)
     status = exit_code(code)
-    shutdown()
-    atexit._run_exitfuncs()
+    for step in steps:
+        step()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

@@ -14,7 +14,6 @@ from typing import Annotated, Optional
 import typer
 
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
-from .engine import settle_kernels
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress, written_end
 
@@ -46,7 +45,6 @@ def stats(
     Example: mqtool stats /data/rocketmq/store --topic TopicTest --by hour
     """
     with open_store(store, broker_config, broker_version) as s:
-        settle_kernels("stats", s.commitlog)
         from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
 
         start, stop = s.commitlog.min_offset, written_end(s.commitlog)

@@ -18,7 +18,6 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_rows, kv_table
 from .progress import ByteProgress
 
@@ -151,7 +150,6 @@ def survivors(
     if not ids:
         raise BadInput(f"{ids_file}: no ids")
     with open_store(store_path, broker_config, broker_version) as store:
-        settle_kernels("survivors", store.commitlog)
         from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
 
         kind = IdKind(by) if by is not None else None

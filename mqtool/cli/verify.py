@@ -18,7 +18,6 @@ from rich.markup import escape
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .engine import settle_kernels
 from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
 from .store_state import warn_store_state
@@ -149,7 +148,6 @@ def verify(
     with open_store(store, broker_config, broker_version) as opened:
         if opened.root is not None:
             warn_store_state(opened.root)
-        settle_kernels("verify", opened.commitlog)
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)

@@ -3,8 +3,8 @@
 ``pyarrow.compute`` wraps each of Arrow's ~290 functions in a Python function with a docstring as
 it is imported: a noticeable part of a command on a small store, for the few functions mqtool calls.
 ``compute.equal(a, b)`` here calls Arrow's ``equal`` through ``call_function``, the function
-those wrappers call (defined in ``pyarrow._compute``, which ``pyarrow.compute`` imports it from;
-taken from ``pyarrow.compute`` should a release move it). A trailing underscore is dropped
+those wrappers call (``mqtool.private_api.arrow_compute``: where it is defined, without the
+wrappers). A trailing underscore is dropped
 (``and_`` is ``and``); ``options=`` passes a function's options object, named as in
 ``pyarrow.compute`` (``compute.MapLookupOptions``). Arguments are Arrow arrays, batches and
 Python scalars: a numpy array would be converted by ``pa.array``, which imports ``numpy.ma``;
@@ -19,11 +19,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-try:
-    import pyarrow._compute as _arrow
-except ImportError:  # a pyarrow that moved it: the public module has the same names
-    import pyarrow.compute as _arrow
+from ..private_api import arrow_compute
 
+_arrow = arrow_compute()
 call_function = _arrow.call_function
 
 
