@@ -19,100 +19,21 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterator
 
-from ..jit import numba
 import numpy as np
 
-from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
-from ..recovery import fastdispatch as fd
-from ..store.words import be_signed
 from ..store import ConsumeQueue
 from ..store.consumequeue import UNIT_DTYPE
+from ._cqjoin import decode_units, join_groups, queue_groups
 from .columns import RecordColumns
 from .consumequeue import ConsumeQueueCheck, Entry, MissingRun, QueueCursor, QueueFileEnd, QueueGap, queue_reads
 
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 _PHYS, _SIZE, _TAGS = UNIT_DTYPE.names
 _FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
-_TO_CQ = (int(clfmt.TransactionType.NOT_TYPE), int(clfmt.TransactionType.COMMIT))
-
-
-# where ``decode_units`` finds the fields: the schema's (``UNIT_DTYPE``, from the construct struct)
-_UNIT = UNIT_DTYPE.itemsize
-(_PHYS_AT, _PHYS_W), (_SIZE_AT, _SIZE_W), (_TAGS_AT, _TAGS_W) = ((UNIT_DTYPE.fields[f][1], UNIT_DTYPE[f].itemsize) for f in (_PHYS, _SIZE, _TAGS))
-assert all(UNIT_DTYPE[f].kind == "i" and UNIT_DTYPE[f].byteorder == ">" for f in (_PHYS, _SIZE, _TAGS))
-
-
-@numba.njit(cache=True, nogil=True)
-def decode_units(data, phys, size, tags):
-    """The units of ``data`` into ``phys``, ``size``, ``tags`` (§5.1; ``UNIT_DTYPE`` read in one
-    pass); returns (units that are not entries, phys < 0 or size <= 0: filler units)."""
-    invalid = fillers = 0
-    for i in range(phys.shape[0]):
-        p = _UNIT * i
-        a = be_signed(data, p + _PHYS_AT, _PHYS_W)
-        b = be_signed(data, p + _SIZE_AT, _SIZE_W)
-        c = be_signed(data, p + _TAGS_AT, _TAGS_W)
-        phys[i], size[i], tags[i] = a, b, c
-        if a < 0 or b <= 0:
-            invalid += 1
-        elif a == _FILLER_PHYS and b == _FILLER_SIZE and c == _FILLER_TAGS:
-            fillers += 1
-    return invalid, fillers
-
-
-_MIX = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing of the queue keys: the top bits index the table
-
-
-@numba.njit(inline="always")
-def _queue_slot(key, shift):
-    return np.int64((np.uint64(key) * _MIX) >> np.uint64(shift))
 
 
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
-
-
-@numba.njit(cache=True, nogil=True)
-def queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, table, group_key, counts, first, last, gid):
-    """The records dispatched to a consume queue (transaction type NOT_TYPE or COMMIT,
-    ``CommitLogDispatcherBuildConsumeQueue``; topics in ``skip_topic`` left out), grouped by
-    queue (topic id << 32 | QUEUEID; queues in order of first appearance): returns the number of
-    groups (-1 when more than ``capacity``, the length of ``group_key``) and fills the group
-    keys, each group's record count, first and last record, and each record's group (``gid``,
-    -1: not dispatched to a queue). One sequential pass; ``table`` (all -1, a power of two at
-    least twice the capacity; ``counts`` all 0) holds the batch's queues. The caller allocates:
-    a kernel that makes arrays loads numba's array lowering with it."""
-    n = topic_ids.shape[0]
-    capacity = group_key.shape[0]
-    mask = table.shape[0] - 1
-    bits = 0
-    while (1 << bits) < table.shape[0]:
-        bits += 1
-    groups = 0
-    for r in range(n):
-        tran = sys_flags[r] & fd.TRAN_MASK
-        if not ((tran == _TO_CQ[0] or tran == _TO_CQ[1]) and not skip_topic[topic_ids[r]]):
-            gid[r] = -1
-            continue
-        key = (topic_ids[r] << 32) | (queue_ids[r] & 0xFFFFFFFF)
-        slot = _queue_slot(key, 64 - bits)
-        while True:
-            g = table[slot]
-            if g < 0 or group_key[g] == key:
-                break
-            slot = (slot + 1) & mask
-        if g < 0:
-            if groups == capacity:
-                return -1
-            g = groups
-            groups += 1
-            group_key[g] = key
-            first[g] = r
-            table[slot] = g
-        gid[r] = g
-        counts[g] += 1
-        last[g] = r
-    return groups
 
 
 def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
@@ -122,35 +43,10 @@ def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
     for capacity in (min(QUEUE_CAPACITY, max(n, 1)), n):
         slots = 1 << max(2 * capacity - 1, 1).bit_length()
         found = np.empty(capacity, dtype=np.int64), np.zeros(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64), np.empty(capacity, dtype=np.int64)
-        groups = queue_groups(topic_ids, queue_ids, sys_flags, skip_topic, np.full(slots, -1, dtype=np.int64), *found, gid)
+        groups = queue_groups(topic_ids, queue_ids, sys_flags, skip_topic.view(np.uint8), np.full(slots, -1, dtype=np.int64), *found, gid)
         if groups >= 0:
             return (*(column[:groups] for column in found), gid)
     raise AssertionError("a batch has no more queues than records")
-
-
-@numba.njit(cache=True, nogil=True)
-def join_groups(gid, fill, qoff, phys, size, tags, offsets, sizes, queue_offsets, rec_tags, ext):
-    """Whether the queue entries equal the records of their groups, in commit log order: group
-    ``g``'s entries are ``fill[g]`` on (-1: the group is not compared; ``fill`` is used up: each
-    moves on as its entries are read), one per record of the group (offset, size, QUEUEOFFSET,
-    and the tags code unless the entry's is a ConsumeQueueExt address, §5.1, which is not
-    compared: ``ext[g]`` counts them). False at the first difference. Records are read in
-    order, each group's entries as a stream of its own."""
-    for r in range(gid.shape[0]):
-        g = gid[r]
-        if g < 0:
-            continue
-        i = fill[g]
-        if i < 0:
-            continue
-        fill[g] = i + 1
-        if phys[i] != offsets[r] or size[i] != sizes[r] or qoff[i] != queue_offsets[r]:
-            return False
-        if tags[i] <= cqfmt.EXT_MAX_ADDRESS:
-            ext[g] += 1
-        elif tags[i] != rec_tags[r]:
-            return False
-    return True
 
 
 class _Chunk:

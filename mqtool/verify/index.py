@@ -19,7 +19,6 @@ import os
 from collections import Counter
 from typing import Iterator
 
-from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import index as ixfmt
@@ -28,86 +27,14 @@ from ..formats.errors import FormatError
 from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
-from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
-from ..store.words import prefetch
+from ..store.textscan import utf16_units_of
+from ._index import check_chains, index_hashes
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 from .logstream import LogRecord
 
 CHUNK_ENTRIES = 1 << 16
-CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
-
-
-def _check_chains_python(hashes, prevs, first_number, last_seen, slot_num):
-    """``check_chains`` over Python integers (interpreted kernels: numpy's scalars are slower)."""
-    bad = negative = heads = 0
-    first_bad = -1
-    for number, (h, prev) in enumerate(zip(hashes.tolist(), prevs.tolist()), first_number):
-        if h < 0:
-            negative += 1
-            continue
-        slot = h % slot_num
-        if prev != last_seen[slot]:
-            bad += 1
-            if first_bad < 0:
-                first_bad = number
-        if prev == 0:
-            heads += 1
-        last_seen[slot] = number
-    return bad, first_bad, negative, heads
-
-
-@interpreted_as(_check_chains_python)
-@numba.njit(cache=True, nogil=True)
-def check_chains(hashes, prevs, first_number, last_seen, slot_num):
-    """Replay ``putKey``'s slot updates over a chunk of entries.
-
-    Returns (entries whose prev is not their slot's previous entry, first such entry number,
-    entries with a negative hash, entries that started a slot chain). The slots are read at
-    random (tens of MB of them): each is asked for ``CHAIN_PREFETCH`` entries ahead."""
-    bad = 0
-    first_bad = -1
-    negative = 0
-    heads = 0
-    n = hashes.shape[0]
-    for i in range(n):
-        if i + CHAIN_PREFETCH < n and hashes[i + CHAIN_PREFETCH] >= 0:
-            prefetch(last_seen, np.int64(hashes[i + CHAIN_PREFETCH]) % slot_num)
-        number = first_number + i
-        h = np.int64(hashes[i])
-        if h < 0:
-            negative += 1
-            continue
-        slot = h % slot_num
-        if np.int64(prevs[i]) != last_seen[slot]:
-            bad += 1
-            if first_bad < 0:
-                first_bad = number
-        if prevs[i] == 0:
-            heads += 1
-        last_seen[slot] = number
-    return bad, first_bad, negative, heads
-
-
-def _index_hashes_numpy(units, starts, ends, prefixes, out):
-    """``index_hashes`` over every key at once (interpreted kernels)."""
-    out[:] = index_key_hashes(java_hash_states(units, starts, ends, prefixes))
-
-
-@interpreted_as(_index_hashes_numpy)
-@numba.njit(cache=True, nogil=True)
-def index_hashes(units, starts, ends, prefixes, out):
-    """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
-    ``topic#key`` (``prefixes[i]`` = the hash of ``topic#``, continued over the key's UTF-16
-    units ``units[starts[i]:ends[i]]``), then ``abs`` with MIN_VALUE mapped to 0 (§6.4)."""
-    for i in range(starts.shape[0]):
-        h = prefixes[i]
-        for j in range(starts[i], ends[i]):
-            h = (31 * h + np.int64(units[j])) & 0xFFFFFFFF
-        if h >= 0x80000000:
-            h = (np.int64(1) << 32) - h
-        out[i] = 0 if h > 0x7FFFFFFF else h
 
 
 def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:

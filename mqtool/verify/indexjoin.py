@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..jit import numba
 import numpy as np
 
-from ..formats import index as ixfmt
+from ._indexjoin import entries_match
 from .columns import RecordColumns
 from .index import IndexCheck, IndexEntries
 
@@ -129,50 +128,6 @@ class IndexEntryCursor:
             if seen > MAX_LOOKAHEAD:
                 return slices, False
             c += 1
-
-
-@numba.njit(cache=True, nogil=True)
-def entries_match(phy, hashes, diffs, begins, ends, offsets, counts, keys, store_ts, lower, seen):
-    """Whether index entries (in file order; entry ``j`` of the file slice ``k`` where
-    ``ends[k - 1] <= j < ends[k]`` has that file's ``begins[k]``) are exactly the keys of the
-    batch's records (``offsets``, ``counts`` keys each, ``keys`` in put order): entries below
-    ``lower`` lead and are not judged; the others point at records in order, each record has as
-    many entries as keys, each carries its record's time difference (``ixfmt.time_diff_seconds``,
-    §6.6). Returns (code, entries skipped below ``lower``): code -1 a difference, 0 equal,
-    1 equal but for the hashes' order (the caller compares each record's keys as a multiset).
-    ``seen``: zeros, one per record (the caller allocates: see ``cqjoin.queue_groups``)."""
-    m, n = phy.shape[0], offsets.shape[0]
-    for j in range(1, m):
-        if phy[j] < phy[j - 1]:
-            return -1, 0
-    skipped = 0
-    while skipped < m and phy[skipped] < lower:
-        skipped += 1
-    r = 0
-    k = 0
-    for j in range(skipped, m):
-        p = phy[j]
-        while r < n and offsets[r] < p:
-            r += 1
-        if r >= n or offsets[r] != p:
-            return -1, skipped
-        seen[r] += 1
-        while ends[k] <= j:
-            k += 1
-        begin = begins[k]
-        expected = 0
-        if begin > 0:
-            d = store_ts[r] - begin
-            expected = min((d if d > 0 else 0) // 1000, ixfmt.INT32_MAX)
-        if diffs[j] != expected:
-            return -1, skipped
-    for r in range(n):
-        if seen[r] != counts[r]:
-            return -1, skipped
-    for t in range(m - skipped):
-        if hashes[skipped + t] != keys[t]:
-            return 1, skipped
-    return 0, skipped
 
 
 class ColumnarIndexCheck(IndexCheck):
