@@ -1,4 +1,4 @@
-"""Compiled kernels of ``verify/cqjoin.py``: consume queue units decoded, a batch's records
+"""Compiled kernels of ``verify/consumequeue.py``: consume queue units decoded, a batch's records
 grouped by queue, and the groups joined with their queues' entries (reference §5.1)."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
