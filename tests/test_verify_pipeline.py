@@ -1,7 +1,7 @@
 """The cross-checks' thread beside the commit log check's walk (``mqtool/handoff.py``,
 ``verify/sharedwalk.py``): work done in order, its failure raised in the walking thread, and no
 thread left behind however the run ends. (That its findings equal the inline run's, on every
-fixture and damaged copy, is held by ``test_verify_engines.py``.)"""
+fixture and damaged copy, is held by ``test_verify_joins.py``.)"""
 
 from __future__ import annotations
 

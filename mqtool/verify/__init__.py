@@ -23,7 +23,6 @@ from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 
 CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
 CROSS_CHECKS = ("cq", "index")  # the checks that join the records with the consume queues and the index
-ENGINES = ("columnar", "records")
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, bytes_done_delta, stage_total_bytes)``"""
@@ -38,24 +37,11 @@ class VerifyOptions:
     to_offset: int | None = None
     jobs: int = 1
     keep_going: bool = False
-    engine: str | None = None  # cq/index cross-checks: "columnar" (batch joins) or "records" (the reference); None: by the kernels' mode
-
-    @property
-    def columnar(self) -> bool:
-        """Whether the cross-checks join record columns: by default where the kernels run compiled
-        (interpreted, the joins' kernels are slower than the record engine: ``mqtool.jit``)."""
-        if self.engine is not None:
-            return self.engine == "columnar"
-        from ..jit import interpreted
-
-        return not interpreted()
 
     def __post_init__(self):
         unknown = set(self.checks) - set(CHECKS)
         if unknown:
             raise ValueError(f"unknown checks {sorted(unknown)}; choose from {', '.join(CHECKS)}")
-        if self.engine is not None and self.engine not in ENGINES:
-            raise ValueError(f"unknown engine {self.engine!r}; choose from {', '.join(ENGINES)}")
 
 
 def __getattr__(name: str):

@@ -1,8 +1,8 @@
 """The cq and index cross-checks fed walk batch by walk batch, whoever walks.
 
-``CrossChecks`` builds the checks (``cqjoin``/``indexjoin`` on record columns, or the record
-engine ``consumequeue``/``index``, the reference), takes one ``fastscan.SegmentBatch`` of valid
-records at a time (``feed``) and finishes them at the stream's end (``finish``). The batches
+``CrossChecks`` builds the checks (``consumequeue``, ``index``), takes one
+``fastscan.SegmentBatch`` of valid records at a time (``feed``: joined on its record columns,
+``columns.py``) and finishes them at the stream's end (``finish``). The batches
 come from ``LogStream`` (a walk of its own) or from the commit log check's walk
 (``sharedwalk.py``); given the same batches, the findings are the same.
 """
@@ -14,7 +14,13 @@ from typing import Generator, Iterator
 
 from ..store import Store
 from ..store import fastscan as fs
+from ..recovery.dispatch import TopicTable
+from ..recovery.fastdispatch import delay_array
+from ..recovery.topicnumbers import TopicNumbers
+from .columns import ColumnBuilder, RecordColumns
+from .consumequeue import ConsumeQueueCheck
 from .findings import Finding
+from .index import IndexCheck
 from .logstream import records_of
 from .state import redispatch_start
 
@@ -37,30 +43,18 @@ class CrossChecks:
     """The checks of ``cross`` (``"cq"``, ``"index"``) over records in ``[lower, upper)``;
     ``logical_end``: the commit log's (or a stand-in no lower than the stream's end)."""
 
-    def __init__(self, store: Store, cross: list[str], lower: int, upper: int | None, logical_end: int, columnar: bool):
+    def __init__(self, store: Store, cross: list[str], lower: int, upper: int | None, logical_end: int):
         self.store = store
         self.cross = cross
-        self.columnar = columnar
         self.bounds = lower, upper, logical_end
         self.checks: list = []  # made by ``begin`` (they read every queue file's ends: ``sharedwalk`` makes them beside the walk)
         self.last_timestamp: int | None = None
         self.names: dict[bytes, str] = {}
-        if columnar:
-            from ..recovery.dispatch import TopicTable
-            from ..recovery.fastdispatch import delay_array
-            from ..recovery.topicnumbers import TopicNumbers
-
-            self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
-            self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
+        self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
+        self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
 
     def _make_checks(self) -> None:
         store, cross, (lower, upper, logical_end) = self.store, self.cross, self.bounds
-        if self.columnar:
-            from .cqjoin import ColumnarConsumeQueueCheck as ConsumeQueueCheck
-            from .indexjoin import ColumnarIndexCheck as IndexCheck
-        else:
-            from .consumequeue import ConsumeQueueCheck
-            from .index import IndexCheck
         if "cq" in cross:
             redispatch_from, why = redispatch_start(store)
             self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
@@ -68,12 +62,8 @@ class CrossChecks:
             cp = store.checkpoint
             self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
 
-    def column_builder(self, capacity: int):
-        """A ``columns.ColumnBuilder`` for the next batch (columnar only, else None)."""
-        if not self.columnar:
-            return None
-        from .columns import ColumnBuilder
-
+    def column_builder(self, capacity: int) -> ColumnBuilder:
+        """A ``columns.ColumnBuilder`` for the next batch."""
         return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity, self.store.rules.index_rule)
 
     def begin(self) -> Iterator[Finding]:
@@ -84,20 +74,11 @@ class CrossChecks:
             yield from check.take()
 
     def feed(self, batch: fs.SegmentBatch, columns=None) -> Iterator[Finding]:
-        """One batch of valid records; its findings. Columnar: joins on record columns
-        (``columns.py``; ``columns`` when already built); a batch a join declines goes through
-        the record engine, so the findings are the same."""
+        """One batch of valid records; its findings. Each check joins the batch's record columns
+        (``columns.py``; ``columns`` when already built) with its files; a batch a join declines
+        (or whose columns the compiled dispatch could not decide) is reported record by record."""
         legacy = self.store.legacy_properties
-        if not self.columnar:
-            records = records_of(batch, legacy, self.names)
-            for check in self.checks:
-                check.on_batch(records)
-                yield from check.take()
-            self.last_timestamp = records[-1].store_timestamp
-            return
         if columns is None:
-            from .columns import RecordColumns
-
             columns = RecordColumns.of(batch, self.numbers, self.delay_ms, legacy, self.store.rules.index_rule)
         records = None
         for check in self.checks:

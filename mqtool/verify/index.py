@@ -11,15 +11,24 @@ entry's hash, with the entry's time difference; every record the broker indexes 
 ROLLBACK, ``CommitLogDispatcherBuildIndex``; 3.2.6: NOT and PREPARED, KEYS only, rules file §4.2)
 must have all its keys in some file. A key indexed twice for a record on a file boundary is the
 broker's known quirk and is accepted.
+
+The merge runs a walk batch at a time on record columns (``on_columns``): the index entries up
+to the batch's last record are checked in one compiled pass (``entries_match``) to point at the
+batch's records in order, each record's entries hashing to exactly its keys (``topic#UNIQ_KEY``,
+``topic#key``: §6.4-§6.5) with its time difference (§6.6). A batch whose records have no entries
+at all only lengthens the run of missing keys (no finding yet). Anything else (a stray or
+mismatched entry, a closing run of missing keys, a duplicate, a time to excuse) returns False
+before any state changed and the batch is reported record by record (``on_batch``), which
+writes every finding. ``IndexEntryCursor`` reads the files' entries and runs ``structure`` for a
+file when the head moves past its last entry.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
-from typing import Iterator
+from collections import Counter, deque
+from typing import TYPE_CHECKING, Iterator
 
-from ..jit import interpreted_as, numba
 import numpy as np
 
 from ..formats import index as ixfmt
@@ -28,86 +37,18 @@ from ..formats.errors import FormatError
 from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
-from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
-from ..store.words import prefetch
+from ..store.textscan import utf16_units_of
+from ._index import check_chains, entries_match, index_hashes
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 from .logstream import LogRecord
 
+if TYPE_CHECKING:
+    from .columns import RecordColumns
+
 CHUNK_ENTRIES = 1 << 16
-CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
+MAX_LOOKAHEAD = 1 << 18  # entries peeked for one batch (about 8 MB) before it is reported record by record
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
-
-
-def _check_chains_python(hashes, prevs, first_number, last_seen, slot_num):
-    """``check_chains`` over Python integers (interpreted kernels: numpy's scalars are slower)."""
-    bad = negative = heads = 0
-    first_bad = -1
-    for number, (h, prev) in enumerate(zip(hashes.tolist(), prevs.tolist()), first_number):
-        if h < 0:
-            negative += 1
-            continue
-        slot = h % slot_num
-        if prev != last_seen[slot]:
-            bad += 1
-            if first_bad < 0:
-                first_bad = number
-        if prev == 0:
-            heads += 1
-        last_seen[slot] = number
-    return bad, first_bad, negative, heads
-
-
-@interpreted_as(_check_chains_python)
-@numba.njit(cache=True, nogil=True)
-def check_chains(hashes, prevs, first_number, last_seen, slot_num):
-    """Replay ``putKey``'s slot updates over a chunk of entries.
-
-    Returns (entries whose prev is not their slot's previous entry, first such entry number,
-    entries with a negative hash, entries that started a slot chain). The slots are read at
-    random (tens of MB of them): each is asked for ``CHAIN_PREFETCH`` entries ahead."""
-    bad = 0
-    first_bad = -1
-    negative = 0
-    heads = 0
-    n = hashes.shape[0]
-    for i in range(n):
-        if i + CHAIN_PREFETCH < n and hashes[i + CHAIN_PREFETCH] >= 0:
-            prefetch(last_seen, np.int64(hashes[i + CHAIN_PREFETCH]) % slot_num)
-        number = first_number + i
-        h = np.int64(hashes[i])
-        if h < 0:
-            negative += 1
-            continue
-        slot = h % slot_num
-        if np.int64(prevs[i]) != last_seen[slot]:
-            bad += 1
-            if first_bad < 0:
-                first_bad = number
-        if prevs[i] == 0:
-            heads += 1
-        last_seen[slot] = number
-    return bad, first_bad, negative, heads
-
-
-def _index_hashes_numpy(units, starts, ends, prefixes, out):
-    """``index_hashes`` over every key at once (interpreted kernels)."""
-    out[:] = index_key_hashes(java_hash_states(units, starts, ends, prefixes))
-
-
-@interpreted_as(_index_hashes_numpy)
-@numba.njit(cache=True, nogil=True)
-def index_hashes(units, starts, ends, prefixes, out):
-    """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
-    ``topic#key`` (``prefixes[i]`` = the hash of ``topic#``, continued over the key's UTF-16
-    units ``units[starts[i]:ends[i]]``), then ``abs`` with MIN_VALUE mapped to 0 (§6.4)."""
-    for i in range(starts.shape[0]):
-        h = prefixes[i]
-        for j in range(starts[i], ends[i]):
-            h = (31 * h + np.int64(units[j])) & 0xFFFFFFFF
-        if h >= 0x80000000:
-            h = (np.int64(1) << 32) - h
-        out[i] = 0 if h > 0x7FFFFFFF else h
 
 
 def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:
@@ -131,14 +72,6 @@ class IndexEntries:
         self.geometry = file.geometry
         self.count = max(min(self.header.index_count, self.geometry.index_num) - 1, 0)
         self.name = relative(check.store, file.path)
-
-    def __iter__(self) -> Iterator[tuple[int, int, int, int, int]]:
-        """(entry number, hash, phy offset, time diff, prev) for entries 1 .. index_count - 1;
-        the structural findings once they are exhausted."""
-        for number, chunk, _ in self.chunks():
-            for i, (h, phy, diff, prev) in enumerate(chunk.tolist()):
-                yield number + i, h, phy, diff, prev
-        self.check.structure(self, *self.state)
 
     def chunks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
         """(first entry number, entries, (their hashes, their prevs) as int64) ``CHUNK_ENTRIES``
@@ -171,8 +104,117 @@ class IndexEntries:
         self.state = (bad, first_bad, negative, heads, last_seen, table)
 
 
+class _Chunk:
+    """Entries ``number .. number + len - 1`` of one file, or the end of a file (``end``: no
+    entries; passing it runs the file's structural checks)."""
+
+    __slots__ = ("meta", "number", "hash", "phy", "diff", "prev", "end")
+
+    def __init__(self, meta: IndexEntries, number: int, entries: np.ndarray | None, hashes_prevs=None):
+        self.meta, self.number = meta, number
+        self.end = entries is None
+        if entries is None:
+            self.hash = self.phy = self.diff = self.prev = np.empty(0, dtype=np.int64)
+        else:
+            self.hash, self.prev = hashes_prevs  # converted once, for the chain replay
+            self.phy = entries["phy"].astype(np.int64)
+            self.diff = entries["time_diff"].astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.phy.shape[0]
+
+    def entry(self, i: int) -> tuple:
+        return (self.meta, self.number + i, int(self.hash[i]), int(self.phy[i]), int(self.diff[i]), int(self.prev[i]))
+
+
+class IndexEntryCursor:
+    """The entries of every file in order (``head``: (meta, number, hash, phy, time diff, prev)),
+    read as arrays; ``passed``: entries the head has moved past."""
+
+    def __init__(self, check: "IndexCheck"):
+        self.check = check
+        self._gen = self._chunks()
+        self._loaded: deque[_Chunk] = deque()
+        self._done = False
+        self._i = 0
+        self.passed = 0
+        self.head: tuple | None = None
+        self._settle()
+
+    def _chunks(self):
+        for meta in self.check._files_meta:
+            for number, entries, hashes_prevs in meta.chunks():
+                yield _Chunk(meta, number, entries, hashes_prevs)
+            yield _Chunk(meta, 0, None)
+
+    def _load(self) -> bool:
+        if self._done:
+            return False
+        chunk = next(self._gen, None)
+        if chunk is None:
+            self._done = True
+            return False
+        self._loaded.append(chunk)
+        return True
+
+    def _settle(self) -> None:
+        """Pass the ends of the files the head has left (their structural checks), set ``head``."""
+        while True:
+            if not self._loaded and not self._load():
+                self.head = None
+                return
+            chunk = self._loaded[0]
+            if self._i < len(chunk):
+                self.head = chunk.entry(self._i)
+                return
+            self._loaded.popleft()
+            self._i = 0
+            if chunk.end:
+                self.check.structure(chunk.meta, *chunk.meta.state)
+
+    def skip(self, n: int) -> None:
+        while n > 0 and self.head is not None:
+            chunk = self._loaded[0]
+            step = min(n, len(chunk) - self._i)
+            self._i += step
+            self.passed += step
+            n -= step
+            self._settle()
+
+    def skip_below(self, limit: int) -> None:
+        """Move the head past the leading entries that point below ``limit``."""
+        while self.head is not None and self.head[3] < limit:
+            chunk = self._loaded[0]
+            at_or_above = np.flatnonzero(chunk.phy[self._i :] >= limit)
+            self.skip(int(at_or_above[0]) if len(at_or_above) else len(chunk) - self._i)
+
+    def peek_until(self, limit: int) -> tuple[list[tuple[_Chunk, int, int]], bool]:
+        """The entries from the head up to the first one pointing past ``limit`` (not included),
+        as (chunk, lo, hi) slices; False when more than ``MAX_LOOKAHEAD`` are that far."""
+        slices, seen, c = [], 0, 0
+        while True:
+            if c >= len(self._loaded) and not self._load():
+                return slices, True
+            chunk = self._loaded[c]
+            lo = self._i if c == 0 else 0
+            phy = chunk.phy[lo:]
+            beyond = np.flatnonzero(phy > limit)
+            hi = lo + int(beyond[0]) if len(beyond) else len(chunk)
+            if hi > lo:
+                slices.append((chunk, lo, hi))
+                seen += hi - lo
+            if len(beyond):
+                return slices, True
+            if seen > MAX_LOOKAHEAD:
+                return slices, False
+            c += 1
+
+
 class IndexCheck:
-    """Feed ``on_record`` every valid record in offset order, then ``finish``."""
+    """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
+    the join declines it), then ``finish``."""
+
+    joined = declined = 0  # batches the join took / reported record by record
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None):
         self.store = store
@@ -180,7 +222,6 @@ class IndexCheck:
         self.files = store.index_files
         self.version = store.version
         self._out: list[Finding] = []
-        self.entries = 0
         self.enabled = store.config.message_index_enable
         self.index_rule = store.rules.index_rule  # which records and keys buildIndex indexes (rules file §4.2)
         self._files_meta: list[IndexEntries] = []
@@ -227,17 +268,17 @@ class IndexCheck:
 
     def _start_entries(self) -> None:
         """Set ``head`` to the first entry of the first file (``_advance`` moves it on)."""
-        self._entries = self._all_entries()
-        self.head = next(self._entries, None)
-
-    def _all_entries(self):
-        for meta in self._files_meta:
-            for number, h, phy, diff, prev in meta:
-                self.entries += 1
-                yield meta, number, h, phy, diff, prev
+        self._cursor = IndexEntryCursor(self)
+        self.head = self._cursor.head
 
     def _advance(self) -> None:
-        self.head = next(self._entries, None)
+        self._cursor.skip(1)
+        self.head = self._cursor.head
+
+    @property
+    def entries(self) -> int:
+        """Entries read so far: those passed and the head."""
+        return self._cursor.passed + (self.head is not None)
 
     # ---- the merge ----
 
@@ -250,6 +291,48 @@ class IndexCheck:
             return []
         props = record.properties
         return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), self.index_rule)
+
+    def on_columns(self, columns: "RecordColumns") -> bool:
+        """Check one batch; False (nothing done) when it must be reported record by record."""
+        offsets = columns.offsets
+        # entries below the checked range lead (expired, or before --from-offset): ``_stray``
+        # passes them over without a finding, so they are skipped in bulk
+        self._cursor.skip_below(self.lower)
+        self.head = self._cursor.head
+        slices, complete = self._cursor.peek_until(int(offsets[-1]))
+        if not complete:
+            return False
+        counts = columns.key_counts
+        if not slices:
+            if not self.enabled:
+                return True
+            with_keys = np.flatnonzero(counts)
+            if len(with_keys):
+                first, last = int(offsets[with_keys[0]]), int(offsets[with_keys[-1]])
+                records, keys = len(with_keys), int(counts.sum())
+                if self.missing is None:
+                    self.missing = [first, last, records, keys]
+                else:
+                    self.missing[1], self.missing[2], self.missing[3] = last, self.missing[2] + records, self.missing[3] + keys
+            return True
+        if not self.enabled or self.missing is not None:
+            return False
+        phy = np.concatenate([c.phy[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].phy[slices[0][1] : slices[0][2]]
+        hashes = np.concatenate([c.hash[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].hash[slices[0][1] : slices[0][2]]
+        diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].diff[slices[0][1] : slices[0][2]]
+        begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
+        ends = np.cumsum([hi - lo for _, lo, hi in slices])
+        match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower, np.zeros(len(offsets), dtype=np.int64))
+        if match < 0:
+            return False
+        if match == 1:  # the keys not in put order: compare each record's keys as a multiset
+            at = np.searchsorted(offsets, phy[skipped:])
+            owners = np.repeat(np.arange(len(offsets)), counts)
+            if not np.array_equal(np.sort(at * (1 << 32) + hashes[skipped:]), np.sort(owners * (1 << 32) + columns.keys)):
+                return False
+        self._cursor.skip(sum(hi - lo for _, lo, hi in slices))
+        self.head = self._cursor.head
+        return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
         """``on_record`` for a batch, hashing all its keys in one compiled call."""
@@ -267,7 +350,8 @@ class IndexCheck:
             self.on_record(record, hashes[at : at + len(keys)])
             at += len(keys)
 
-    def on_record(self, record: LogRecord, expected: list[int] | None = None) -> None:
+    def on_record(self, record: LogRecord, expected: list[int]) -> None:
+        """One record against the entries pointing at it; ``expected``: its keys' hashes."""
         while self.head is not None and self.head[3] < record.offset:
             self._stray(self.head)
             self._advance()
@@ -277,8 +361,6 @@ class IndexCheck:
             self._advance()
         if not self.enabled:
             return
-        if expected is None:
-            expected = key_hashes([(java_string_hash(record.topic + "#"), k) for k in self.keys_of(record)]).tolist()
         if not expected and not found:
             return
         if len(found) == len(expected) and sorted(e[2] for e in found) == sorted(expected):

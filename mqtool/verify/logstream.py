@@ -40,7 +40,7 @@ class LogRecord(NamedTuple):
 
 
 class LogStream:
-    """Iterate ``LogRecord``s from ``start`` to the logical end (or ``stop``); then ``end``."""
+    """The compiled walk's batches from ``start`` to the logical end (or ``stop``; ``walk``); then ``end``."""
 
     def __init__(self, store: Store, start: int | None = None, stop: int | None = None, progress: Callable[[int], None] | None = None,
                  unread_before: Callable[[], int] | None = None):
@@ -51,16 +51,6 @@ class LogStream:
         self.progress = progress
         self.end: ScanEnd | None = None
         self.records = 0
-        self._topics: dict[bytes, str] = {}
-
-    def __iter__(self) -> Iterator[LogRecord]:
-        for batch in self.batches():
-            yield from batch
-
-    def batches(self) -> Iterator[list[LogRecord]]:
-        """The records, one list per compiled-walk batch."""
-        for batch in self.walk():
-            yield records_of(batch, self.store.legacy_properties, self._topics)
 
     def walk(self) -> Iterator[fs.SegmentBatch]:
         """The compiled walk's batches (``BATCH`` rows each at most), counting records and

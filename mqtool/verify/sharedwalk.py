@@ -60,7 +60,7 @@ class SharedWalk(ChainReader):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
-        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.columnar)
+        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files)
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
@@ -100,7 +100,7 @@ class SharedWalk(ChainReader):
         while at < n:
             take = min(n - at, self.rows_per_batch - self.fill)
             self.buffer[self.fill : self.fill + take] = rows[at : at + take]
-            if self.builder is not None and not self.defer:
+            if not self.defer:
                 if self.fill == 0:  # the batch's topics numbered now too when every batch before it has been
                     self.number_now = self.built == self.cuts
                 self.builder.add(array, rows[at : at + take], number=self.number_now)
@@ -127,7 +127,7 @@ class SharedWalk(ChainReader):
         self.next_index = None
 
     def held(self) -> int | None:
-        """The records of a batch the record engine takes are read again when it is checked
+        """The records of a batch reported record by record are read again when it is checked
         (``CrossChecks.feed``): the pages of batches not yet checked stay mapped until then."""
         try:
             return self.handed[0]
@@ -168,10 +168,10 @@ class SharedWalk(ChainReader):
 
     def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object, bool]) -> None:
         base, array, rows, builder, deferred = batch
-        if deferred and builder is not None:
+        if deferred:
             builder.add(array, rows)
         self.outcome.records += rows.shape[0]
-        columns = builder.build(base) if builder is not None else None
+        columns = builder.build(base)
         self.built += 1
         for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
             self.pending.append(finding)

@@ -1,8 +1,9 @@
-"""The columnar cross-checks (batch joins) report exactly what the record engine reports.
+"""The cross-checks' batch joins report exactly what the batches reported record by record do.
 
-Both engines run on every fixture store and on damaged copies; the finding lists (every field,
-in the order printed) and the summaries must be equal. Each damage is also checked to produce
-the finding it is about, so a comparison of two empty lists cannot pass for one of damage.
+Every fixture store and damaged copies are verified with the joins on and with every batch
+declined (each reported record by record); the finding lists (every field, in the order printed)
+and the summaries must be equal. Each damage is also checked to produce the finding it is about,
+so a comparison of two empty lists cannot pass for one of damage.
 Small batch and chunk sizes make findings fall in many batches and entries cross chunk ends.
 The cross-checks also run on a walk of their own, not the commit log check's: the same again;
 and on the commit log check's walk both in threads beside it (two CPUs) and inline (one CPU).
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import itertools
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -27,7 +29,9 @@ import mqtool.verify.verification as verify_module
 from mqtool.verify import Verification, VerifyOptions
 from mqtool.recovery import topicnumbers
 from mqtool import handoff
-from mqtool.verify import cqjoin, index, logstream, segments
+from mqtool.verify import consumequeue, index, logstream, segments
+from mqtool.verify.consumequeue import ConsumeQueueCheck
+from mqtool.verify.index import IndexCheck
 from mqtool.verify.sharedwalk import SharedWalk
 
 STORES = sorted(
@@ -42,14 +46,14 @@ SMALL = {"batch": 7, "cq_chunk": 5, "index_chunk": 3, "topic_slots": 2, "shown_s
 def sizes(request, monkeypatch):
     if request.param == "small":
         monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])
-        monkeypatch.setattr(cqjoin, "CHUNK_UNITS", SMALL["cq_chunk"])
+        monkeypatch.setattr(consumequeue, "CHUNK_UNITS", SMALL["cq_chunk"])
         monkeypatch.setattr(index, "CHUNK_ENTRIES", SMALL["index_chunk"])
         monkeypatch.setattr(topicnumbers, "TABLE_SLOTS", SMALL["topic_slots"])  # the topic table grown, probed past collisions
         monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])  # a batch's columns built from several walk calls
     return request.param
 
 
-JOINED: dict[str, int] = {}  # batches the joins took in the last columnar run, per check
+JOINED: dict[str, int] = {}  # batches the joins took in the last run, per check
 SHARED: list[bool] = []  # whether the last run's cross-checks read the commit log check's walk
 THREADED: list[bool] = []  # and whether in threads beside it
 
@@ -65,14 +69,26 @@ def cpus(n: int):
         verify_module.usable_cpus = saved
 
 
-def run(path: Path, engine: str, cpu_count: int = 2, **options) -> tuple[list[dict], dict]:
-    with Store.open(path) as store, cpus(cpu_count):
-        v = Verification(store, VerifyOptions(engine=engine, **options))
+@contextmanager
+def joins_declined():
+    """Every batch reported record by record: the joins decline them all."""
+    saved = ConsumeQueueCheck.on_columns, IndexCheck.on_columns
+    ConsumeQueueCheck.on_columns = IndexCheck.on_columns = lambda self, columns: False
+    try:
+        yield
+    finally:
+        ConsumeQueueCheck.on_columns, IndexCheck.on_columns = saved
+
+
+def run(path: Path, joins: str = "on", cpu_count: int = 2, **options) -> tuple[list[dict], dict]:
+    """Verify ``path``; ``joins="declined"``: every batch reported record by record."""
+    with Store.open(path) as store, cpus(cpu_count), (joins_declined() if joins == "declined" else nullcontext()):
+        v = Verification(store, VerifyOptions(**options))
         findings = [f.as_dict() for f in v.findings()]
         summary = v.summary.as_dict()
         SHARED[:] = [v.cross_checks_shared]
         THREADED[:] = [v.cross_checks_threaded]
-        if engine == "columnar":
+        if joins == "on":
             JOINED.clear()
             JOINED.update({type(c).__name__: c.joined for c in v.cross_checks})
     for volatile in ("elapsed_s", "throughput_bytes_per_s"):
@@ -96,40 +112,41 @@ def run_jobs(path: Path, jobs: int) -> tuple[list[dict], dict]:
     return findings, summary
 
 
-def run_separate_walk(path: Path, engine: str, **options) -> tuple[list[dict], dict]:
+def run_separate_walk(path: Path, joins: str = "on", **options) -> tuple[list[dict], dict]:
     """``run`` with the cross-checks on a walk of their own (``LogStream``), never on the
     commit log check's (``sharedwalk.py``)."""
     verify_module.SHARE_WALK = False
     try:
-        return run(path, engine, **options)
+        return run(path, joins, **options)
     finally:
         verify_module.SHARE_WALK = True
 
 
 def same(path: Path, **options) -> list[dict]:
-    """Both engines' findings, asserted equal, and with the cross-checks on the commit log check's
-    walk inline (one CPU) instead of in threads beside it (two), on a walk of their own, and with
-    ``--jobs 2`` equal again; returns them."""
-    columnar, columnar_summary = run(path, "columnar", **options)
+    """The findings with the joins on and with every batch reported record by record, asserted
+    equal, and with the cross-checks on the commit log check's walk inline (one CPU) instead of
+    in threads beside it (two), on a walk of their own, and with ``--jobs 2`` equal again;
+    returns them."""
+    joined, joined_summary = run(path, **options)
     shared, threaded = SHARED[0], THREADED[0]
     assert threaded == shared  # two CPUs: a shared walk is a threaded one
-    assert run(path, "columnar", cpu_count=1, **options) == (columnar, columnar_summary)
+    assert run(path, cpu_count=1, **options) == (joined, joined_summary)
     assert SHARED == [shared] and THREADED == [False]
-    records, records_summary = run(path, "records", **options)
-    assert columnar == records
-    assert columnar_summary == records_summary
-    assert run_separate_walk(path, "columnar", **options) == (columnar, columnar_summary)
+    records, records_summary = run(path, "declined", **options)
+    assert joined == records
+    assert joined_summary == records_summary
+    assert run_separate_walk(path, **options) == (joined, joined_summary)
     assert SHARED == [False]
     if not options:
-        assert run_jobs(path, 2) == (columnar, columnar_summary)
+        assert run_jobs(path, 2) == (joined, joined_summary)
         assert SHARED == [shared] and THREADED == [shared]  # --jobs 2 shares the walk too, where it can
     SHARED[:], THREADED[:] = [shared], [threaded]
-    return columnar
+    return joined
 
 
 def joins_ran(small_batches: bool) -> bool:
     """With small batches, both joins took some batches (the comparison covers them)."""
-    return not small_batches or (JOINED.get("ColumnarConsumeQueueCheck", 0) > 0 and JOINED.get("ColumnarIndexCheck", 0) > 0)
+    return not small_batches or (JOINED.get("ConsumeQueueCheck", 0) > 0 and JOINED.get("IndexCheck", 0) > 0)
 
 
 def kinds(findings: list[dict]) -> set[str]:
@@ -137,16 +154,16 @@ def kinds(findings: list[dict]) -> set[str]:
 
 
 @pytest.mark.parametrize("version,name", STORES)
-def test_both_engines_agree_on_every_fixture_store(version, name, sizes):
+def test_joins_and_record_by_record_agree_on_every_fixture_store(version, name, sizes):
     path = FIXTURES / f"rocketmq-{version}" / name
     same(path)
     records = sum(1 for m in manifest(version, name)["messages"])
-    walked = run(path, "columnar")[1]["commitlog"]["records"]
+    walked = run(path)[1]["commitlog"]["records"]
     with Store.open(path) as store:
         assert SHARED == THREADED == [walked > 0 and not store.is_dledger]  # the comparison above covers the shared walk
     if walked and sizes == "small":  # (DLedger commit logs are not walked as plain records)
-        assert records and JOINED["ColumnarConsumeQueueCheck"] > walked // SMALL["batch"] // 2
-        assert JOINED["ColumnarIndexCheck"] > walked // SMALL["batch"] // 2
+        assert records and JOINED["ConsumeQueueCheck"] > walked // SMALL["batch"] // 2
+        assert JOINED["IndexCheck"] > walked // SMALL["batch"] // 2
 
 
 @pytest.mark.parametrize("version,name", [("4.9.7", "clean-small"), ("5.3.3", "clean-small")])
@@ -158,14 +175,14 @@ def test_batches_dispatched_in_the_checks_thread_give_the_same_findings(version,
     monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])
     monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])
     path = FIXTURES / f"rocketmq-{version}" / name
-    inline = run(path, "columnar", cpu_count=1)
+    inline = run(path, cpu_count=1)
     answers = itertools.cycle([True] if idle == "always" else [True, False, False])
     deferred = []
     monkeypatch.setattr(handoff.Stage, "idle", lambda self: next(answers))
     check = SharedWalk._check
     monkeypatch.setattr(SharedWalk, "_check", lambda self, batch: deferred.append(batch[4]) or check(self, batch))
-    assert run(path, "columnar") == inline and THREADED == [True]
-    assert JOINED["ColumnarConsumeQueueCheck"] > inline[1]["commitlog"]["records"] // SMALL["batch"] // 2
+    assert run(path) == inline and THREADED == [True]
+    assert JOINED["ConsumeQueueCheck"] > inline[1]["commitlog"]["records"] // SMALL["batch"] // 2
     period = 1 if idle == "always" else 3
     assert deferred[:12] == [i > 0 and i % period == 1 % period for i in range(12)]  # the first batch is cut before the thread is asked
 
@@ -190,7 +207,7 @@ def largest_queue(root: Path) -> Path:
 
 @pytest.mark.parametrize("version,name", STORES)
 def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(version, name):
-    """``cqjoin.decode_units`` against the construct schema's codec, unit by unit, with its
+    """``consumequeue.decode_units`` against the construct schema's codec, unit by unit, with its
     counts of invalid and filler units; plus a filler and an invalid unit of our own."""
     root = FIXTURES / f"rocketmq-{version}" / name
     files = queue_files(root)
@@ -201,11 +218,54 @@ def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(ver
         raw = path.read_bytes()[: units(path) * cqfmt.ENTRY_SIZE] + extra
         n = len(raw) // cqfmt.ENTRY_SIZE
         phys, size, tags = (np.empty(n, dtype=np.int64) for _ in range(3))
-        invalid, fillers = cqjoin.decode_units(np.frombuffer(raw, dtype=np.uint8), phys, size, tags)
+        invalid, fillers = consumequeue.decode_units(np.frombuffer(raw, dtype=np.uint8), phys, size, tags)
         expected = [cqfmt.ENTRY.unpack_from(raw, i * cqfmt.ENTRY_SIZE) for i in range(n)]
         assert list(zip(phys.tolist(), size.tolist(), tags.tolist())) == expected
         assert invalid == sum(1 for p, s, _ in expected if p < 0 or s <= 0) >= 2
         assert fillers == sum(1 for e in expected if e == cqfmt.FILLER) >= 1
+
+
+def put_key_replay(entries: list, slots: int) -> tuple:
+    """``IndexFile.putKey``'s slot updates replayed over decoded entries: (bad links, first bad
+    entry, negative hashes, chain heads, {slot: newest entry})."""
+    last_seen, bad, first_bad, negative, heads = {}, 0, -1, 0, 0
+    for e in entries:
+        if e.key_hash < 0:
+            negative += 1
+            continue
+        slot = e.key_hash % slots
+        if e.prev_index != last_seen.get(slot, 0):
+            bad += 1
+            first_bad = e.position if first_bad < 0 else first_bad
+        heads += e.prev_index == 0
+        last_seen[slot] = e.position
+    return bad, first_bad, negative, heads, last_seen
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_compiled_chain_replay_equals_put_key_on_every_fixture_index_entry(version, name, sizes):
+    """``index.IndexEntries.chunks`` (``check_chains`` chunk after chunk) against ``putKey``
+    replayed in Python over the schema decoder's entries (``IndexFile.entries``): the same
+    entries, counts, first bad entry and slot table; then ``check_chains`` alone on the entries
+    with one prev changed and one hash negative."""
+    with Store.open(FIXTURES / f"rocketmq-{version}" / name) as store:
+        if not store.index_files:
+            pytest.skip("no index files")
+        for f in store.index_files:
+            slots, entries = f.geometry.hash_slot_num, list(f.entries())
+            meta = index.IndexEntries(SimpleNamespace(store=store), f, 0)
+            read = [tuple(row) for _, chunk, _ in meta.chunks() for row in chunk.tolist()]
+            assert read == [tuple(e[1:]) for e in entries]
+            bad, first_bad, negative, heads, seen, _table = meta.state
+            assert (bad, first_bad, negative, heads, {s: int(seen[s]) for s in np.flatnonzero(seen).tolist()}) == put_key_replay(entries, slots)
+            if len(entries) > 3:
+                entries[1] = entries[1]._replace(prev_index=entries[1].prev_index + 7)
+                entries[2] = entries[2]._replace(key_hash=-5)
+                seen = np.zeros(slots, dtype=np.int32)
+                got = index.check_chains(*(np.array(c, dtype=np.int64) for c in ([e.key_hash for e in entries], [e.prev_index for e in entries])), 1, seen, slots)
+                want = put_key_replay(entries, slots)
+                assert got == want[:4] and want[0] and want[2] == 1
+                assert {s: int(seen[s]) for s in np.flatnonzero(seen).tolist()} == want[4]
 
 
 @pytest.mark.parametrize("version,name", STORES)
@@ -249,9 +309,9 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
 
 @pytest.mark.parametrize("queues,capacity", [(1, 1024), (40, 1024), (700, 1024), (40, 8), (700, 100)])
 def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
-    """``cqjoin.group_queues`` (``queue_groups`` with its own hash table, grouping again when
+    """``consumequeue.group_queues`` (``queue_groups`` with its own hash table, grouping again when
     the batch has more queues than ``QUEUE_CAPACITY``) against a dict grouping: queues in order of first appearance, each one's records, first and last;
-    only NOT_TYPE and COMMIT records of topics not skipped. ``cqjoin.join_groups`` then finds
+    only NOT_TYPE and COMMIT records of topics not skipped. ``consumequeue.join_groups`` then finds
     equal entries equal and any one changed field different."""
     rng = np.random.default_rng(queues)
     n = 5000
@@ -263,8 +323,8 @@ def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
     for r in range(n):
         if sys_flags[r] & cl.TRANSACTION_TYPE_MASK in (0, 8) and not skip[topic_ids[r]]:
             expected.setdefault((int(topic_ids[r]), int(queue_ids[r])), []).append(r)
-    monkeypatch.setattr(cqjoin, "QUEUE_CAPACITY", capacity)
-    keys, counts, first, last, gid = cqjoin.group_queues(topic_ids, queue_ids, sys_flags, skip)
+    monkeypatch.setattr(consumequeue, "QUEUE_CAPACITY", capacity)
+    keys, counts, first, last, gid = consumequeue.group_queues(topic_ids, queue_ids, sys_flags, skip)
     assert [(k >> 32, (k & 0xFFFFFFFF) - ((k & 0x80000000) << 1)) for k in keys.tolist()] == list(expected)
     assert counts.tolist() == [len(rows) for rows in expected.values()]
     assert first.tolist() == [rows[0] for rows in expected.values()] and last.tolist() == [rows[-1] for rows in expected.values()]
@@ -275,14 +335,14 @@ def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
     entries = [c[order] for c in (columns[2], columns[0], columns[1], columns[3])]  # qoff, phys, size, tags
     starts = np.cumsum([0, *counts.tolist()])[:-1]
     ext = np.zeros(len(keys), dtype=np.int64)
-    assert cqjoin.join_groups(gid, starts.copy(), *entries, *columns, ext) and not ext.any()  # (each call uses its starts up)
+    assert consumequeue.join_groups(gid, starts.copy(), *entries, *columns, ext) and not ext.any()  # (each call uses its starts up)
     ext_entry = [e.copy() for e in entries]
     ext_entry[3][0] = cqfmt.EXT_MAX_ADDRESS  # a ConsumeQueueExt address: counted, not compared
-    assert cqjoin.join_groups(gid, starts.copy(), *ext_entry, *columns, ext) and ext.tolist() == [1] + [0] * (len(keys) - 1)
+    assert consumequeue.join_groups(gid, starts.copy(), *ext_entry, *columns, ext) and ext.tolist() == [1] + [0] * (len(keys) - 1)
     for field in range(4):
         changed = [e.copy() for e in entries]
         changed[field][len(order) // 2] += 1
-        assert not cqjoin.join_groups(gid, starts.copy(), *changed, *columns, ext)
+        assert not consumequeue.join_groups(gid, starts.copy(), *changed, *columns, ext)
 
 
 def rewrite_unit(path: Path, number: int, change) -> tuple:
@@ -410,7 +470,7 @@ def test_ranges_and_single_checks(version, sizes):
     assert SHARED == [True]
 
 
-def test_a_record_the_compiled_dispatch_cannot_decide_goes_through_the_record_engine(store_copy, sizes):
+def test_a_record_the_compiled_dispatch_cannot_decide_is_reported_record_by_record(store_copy, sizes):
     """A TAGS value that is not UTF-8: the batch is taken record by record."""
     root = store_copy("4.9.7", "clean-small")
     messages = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])

@@ -1,0 +1,118 @@
+"""Compiled kernels of ``verify/index.py``: the hash chains replayed, index keys hashed and a
+batch's index entries joined with its records' keys (reference §6.3-§6.6)."""
+
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from mqtool.store._bytes cimport prefetch_w
+
+from ..formats import index as ixfmt
+
+cdef enum:
+    CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
+
+cdef uint64_t M32 = 0xFFFFFFFF, INT_MIN_ABS = 0x80000000  # Java's int: the low 32 bits, |Integer.MIN_VALUE|
+cdef int64_t INT32_MAX = ixfmt.INT32_MAX
+
+
+def check_chains(const int64_t[::1] hashes, const int64_t[::1] prevs, int64_t first_number, int32_t[::1] last_seen, int64_t slot_num):
+    """Replay ``IndexFile.putKey``'s slot updates over a chunk of entries.
+
+    Returns (entries whose prev is not their slot's previous entry, first such entry number,
+    entries with a negative hash, entries that started a slot chain). The slots are read at
+    random (tens of MB of them): each is asked for ``CHAIN_PREFETCH`` entries ahead."""
+    cdef Py_ssize_t i, n = hashes.shape[0], bad = 0, negative = 0, heads = 0
+    cdef int64_t first_bad = -1, h, slot, ahead
+    if n == 0:
+        return 0, -1, 0, 0
+    with nogil:
+        for i in range(n):
+            if i + CHAIN_PREFETCH < n:
+                ahead = hashes[i + CHAIN_PREFETCH]
+                if ahead >= 0:
+                    prefetch_w(&last_seen[ahead % slot_num])
+            h = hashes[i]
+            if h < 0:
+                negative += 1
+                continue
+            slot = h % slot_num
+            if prevs[i] != last_seen[slot]:
+                bad += 1
+                if first_bad < 0:
+                    first_bad = first_number + i
+            if prevs[i] == 0:
+                heads += 1
+            last_seen[slot] = <int32_t>(first_number + i)
+    return bad, first_bad, negative, heads
+
+
+def index_hashes(const int64_t[::1] units, const int64_t[::1] starts, const int64_t[::1] ends, const int64_t[::1] prefixes, int64_t[::1] out):
+    """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
+    ``topic#key`` (``prefixes[i]`` = the hash of ``topic#``, continued over the key's UTF-16
+    units ``units[starts[i]:ends[i]]``), then ``abs`` with MIN_VALUE mapped to 0 (§6.4)."""
+    cdef Py_ssize_t i, j
+    cdef uint64_t h
+    with nogil:
+        for i in range(starts.shape[0]):
+            h = <uint64_t>prefixes[i]
+            for j in range(starts[i], ends[i]):
+                h = (31 * h + <uint64_t>units[j]) & M32
+            if h >= INT_MIN_ABS:
+                h = (<uint64_t>1 << 32) - h
+            out[i] = 0 if h >= INT_MIN_ABS else <int64_t>h
+    return None
+
+
+def entries_match(const int64_t[::1] phy, const int64_t[::1] hashes, const int64_t[::1] diffs, const int64_t[::1] begins, const int64_t[::1] ends,
+                  const int64_t[::1] offsets, const int64_t[:] counts, const int64_t[::1] keys, const int64_t[:] store_ts, int64_t lower, int64_t[::1] seen):
+    """Whether index entries (in file order; entry ``j`` of the file slice ``k`` where
+    ``ends[k - 1] <= j < ends[k]`` has that file's ``begins[k]``) are exactly the keys of the
+    batch's records (``offsets``, ``counts`` keys each, ``keys`` in put order): entries below
+    ``lower`` lead and are not judged; the others point at records in order, each record has as
+    many entries as keys, each carries its record's time difference (``ixfmt.time_diff_seconds``,
+    §6.6). Returns (code, entries skipped below ``lower``): code -1 a difference, 0 equal,
+    1 equal but for the hashes' order (the caller compares each record's keys as a multiset).
+    ``seen``: zeros, one per record."""
+    cdef Py_ssize_t m = phy.shape[0], n = offsets.shape[0], j, r = 0, k = 0, t, skipped = 0
+    cdef int64_t p, begin, d, expected
+    cdef int code = 0
+    with nogil:
+        for j in range(1, m):
+            if phy[j] < phy[j - 1]:
+                code = -2
+                break
+        if code == 0:
+            while skipped < m and phy[skipped] < lower:
+                skipped += 1
+            for j in range(skipped, m):
+                p = phy[j]
+                while r < n and offsets[r] < p:
+                    r += 1
+                if r >= n or offsets[r] != p:
+                    code = -1
+                    break
+                seen[r] += 1
+                while ends[k] <= j:
+                    k += 1
+                begin = begins[k]
+                expected = 0
+                if begin > 0:
+                    d = store_ts[r] - begin
+                    expected = (d if d > 0 else 0) // 1000
+                    if expected > INT32_MAX:
+                        expected = INT32_MAX
+                if diffs[j] != expected:
+                    code = -1
+                    break
+        if code == 0:
+            for r in range(n):
+                if seen[r] != counts[r]:
+                    code = -1
+                    break
+        if code == 0:
+            for t in range(m - skipped):
+                if hashes[skipped + t] != keys[t]:
+                    code = 1
+                    break
+    if code == -2:
+        return -1, 0
+    return code, skipped
