@@ -168,3 +168,15 @@ def test_a_broken_dledger_entry_is_where_the_next_start_cuts(tmp_path, version, 
     assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", victim["pos"], dropped)
     assert verify_first_line(root, monkeypatch) == ns["line"]
 
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_salvage_says_how_many_messages_a_zeroed_range_the_next_start_never_reads_loses(tmp_path, version):
+    """Segment 0 zeroed: the broker serves the records after it, and ``salvage`` says where the
+    range is and how many queued messages were in it (their consume queue entries point there)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.write(bytes(SEGMENT))
+    lost = sum(1 for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] < SEGMENT and m["dispatchToConsumeQueue"])
+    code, out, err = cli("salvage", root, "-f", "jsonl", "--no-progress")
+    assert (f"mqtool: no valid record in [0, {SEGMENT}): the broker's next start never reads it and serves the records around it; "
+            f"{lost} message(s) the consume queues point into it are lost\n") in err, err
