@@ -115,6 +115,15 @@ def test_dump_decompress_without_body_is_a_usage_error():
     assert shown.stderr.strip() == "mqtool: error: --decompress inflates the bodies --body shows: give --body too (utf8, hex, base64 or sha256)"
 
 
+def test_dump_no_index_without_key_is_a_usage_error():
+    """Before: `dump STORE --no-index` without --key or --uniq-key dumped as if it were not given."""
+    shown = mqtool("dump", store_path("4.9.7", "clean-small"), "--no-index", "--topic", "TopicTest", "-n", "1")
+    assert (shown.returncode, shown.stdout) == (EXIT_USAGE, "")
+    assert shown.stderr.strip() == "mqtool: error: --no-index turns off the index lookup of --key/--uniq-key: give one of them too"
+    shown = mqtool("dump", store_path("4.9.7", "clean-small"), "--no-index", "--topic", "TopicTest", "--key", "nosuchkey")
+    assert shown.returncode == EXIT_OK, shown.stderr
+
+
 def test_dump_consumequeue_follow_in_a_table_shows_the_followed_message():
     """Before: `dump consumequeue --follow` printed the entries alone in a table."""
     messages = {m["commitLogOffset"]: m for m in manifest("4.9.7", "clean-small")["messages"]}
