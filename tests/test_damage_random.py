@@ -137,13 +137,17 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
-@pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321)])
+@pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
+                                        ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
     are lost data (the broker starts an empty wheel), not something repair leaves unexplained. 99, 321: a
     segment grown by appended bytes ties (or outnumbers nothing) with the good ones: the segment size
-    inferred from the files is the power of two, so the grown file is the one of the wrong length."""
+    inferred from the files is the power of two, so the grown file is the one of the wrong length. 443: a bit flip
+    in a record's PHYSICALOFFSET: the dispatch trusts the field, so the record's index entries point where it claims
+    to be, part of that lost record (a rebuild writes them there again). 494: garbage appended to a timer log
+    file: the timer log is a mapped file queue as the commit log is, and the grown file is trimmed."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

@@ -95,7 +95,7 @@ class RepairPlan:
 
 
 def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
-    """Stray files the broker would choke on and commit log segments of the wrong length, found
+    """Stray files the broker would choke on and commit log segments or timer log files of the wrong length, found
     from the directory listings alone (the store model cannot open a store holding them). A
     zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
     all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out)."""
@@ -108,36 +108,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("quarantine", True, why, (rel,)))
         actions.append(Action("quarantine", rel, note=why))
 
-    cl_dir = root / "commitlog"
-    segments = []
-    for entry in _files(cl_dir):
-        if OFFSET_NAME.match(entry.name):
-            segments.append((int(entry.name), entry, entry.stat().st_size))
-        else:
-            quarantine(entry, "not a commit log segment: MappedFileQueue.load parses every file name in commitlog/ as an offset and the broker fails to start")
-    sizes = [s for _, _, s in segments if s > 0]
-    if sizes:
-        expected = inferred_file_size(sizes)
-        last = max(b for b, _, _ in segments)
-        for base, path, size in sorted(segments):
-            rel = os.path.relpath(path, root)
-            if size == expected:
-                continue
-            if size == 0 and base == last:
-                if store is None or store.eras_where("zero_length_last_file_refused"):
-                    quarantine(path, "a zero-length last segment: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
-                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
-                continue
-            if base % expected:
-                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
-            elif size < expected:
-                why = f"{size} bytes, not {expected}: the broker refuses to load a short segment; padded with zeros (the bytes after {size} are lost)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
-            else:
-                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the segment's end; trimmed (the broker refuses to load it)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+    for folder, noun in (("commitlog", "segment"), ("timerlog", "timer log file")):  # mapped file queues: MappedFileQueue.load
+        _queue_file_fixes(root / folder, noun, store, quarantine, steps, actions)
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):
@@ -151,6 +123,42 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         (), tuple(actions), (),
     )
     return steps, plan
+
+
+def _queue_file_fixes(directory: Path, noun: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action]) -> None:
+    """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``): ``MappedFileQueue.load``
+    parses every file name as an offset and refuses a file of the wrong length."""
+    root = directory.parent
+    what = "commit log segment" if noun == "segment" else noun
+    segments = []
+    for entry in _files(directory):
+        if OFFSET_NAME.match(entry.name):
+            segments.append((int(entry.name), entry, entry.stat().st_size))
+        else:
+            quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
+    sizes = [s for _, _, s in segments if s > 0]
+    if sizes:
+        expected = inferred_file_size(sizes)
+        last = max(b for b, _, _ in segments)
+        for base, path, size in sorted(segments):
+            rel = os.path.relpath(path, root)
+            if size == expected:
+                continue
+            if size == 0 and base == last:
+                if store is None or store.eras_where("zero_length_last_file_refused"):
+                    quarantine(path, f"a zero-length last {noun}: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
+                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                continue
+            if base % expected:
+                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
+            elif size < expected:
+                why = f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+            else:
+                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
 
 
 def _files(directory: Path) -> list[os.DirEntry]:
@@ -205,6 +213,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             d = f.details or {}
             end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
             lost_ranges.append((start, max(int(end), start + 1)))
+            if f.kind == "phys-offset-mismatch" and isinstance(f.found, int):
+                # the dispatch trusts the field (reference §3.2, DispatchRequest.commitLogOffset): the record's queue and index entries point
+                # where it claims to be, and a rebuild, dispatching as the broker does, writes them there again
+                lost_ranges.append((f.found, f.found + 1))
             out.lost.append(expected(f, True))
     lost = _LostData(findings, lost_ranges)
     for f in findings:
