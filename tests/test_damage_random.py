@@ -137,6 +137,22 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
+def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
+    """Bit flips in a timer log unit (its size and magic): the broker's timer recovery truncates the
+    timer log there, so the units after it, the wheel slots naming them and the timercheck counts
+    that include them are lost data, which ``repair`` reports as such (not a fix it left undone)."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    log = root / "timerlog" / "00000000000000000000"
+    data = bytearray(log.read_bytes())
+    data[20 * 52 + 3] ^= 0x10  # unit 20's size
+    data[20 * 52 + 9] ^= 0x01  # and its magic
+    log.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    damaged = [f for f in findings if f["kind"] == "timer-log-damaged"]
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert [f["details"]["timer_log_offset"] for f in damaged] == [20 * 52]
+
+
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):

@@ -234,8 +234,8 @@ class _LostData:
         self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
         # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
         # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
-        # still include them
-        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
+        # still include them; a damaged timer log loses the units after the damage (the broker's timer recovery truncates there)
+        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
@@ -261,6 +261,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
         out.lost.append(expected(f, lost.holds(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
+    elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
+        out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":
         out.lost.append(expected(f, lost.timer))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
