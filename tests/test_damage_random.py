@@ -137,6 +137,26 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+@pytest.mark.parametrize("change", ["cut", "grown"])
+def test_a_lone_dledger_index_file_of_the_wrong_length_is_resized(tmp_path, version, change):
+    """DLedger's ``MmapFileList.load`` refuses an index file of another length than it maps: a file cut
+    inside a unit is padded to DLedger's default index file size (the recovery then rewrites its units
+    from the entries), one with bytes appended after its last unwritten unit is trimmed back."""
+    root = copy_store(version, "dledger-crashed", tmp_path)
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    data = index.read_bytes()
+    index.write_bytes(data[:10000] if change == "cut" else data + bytes(range(1, 101)))
+    rc, out, _ = run("repair", root, "--dry-run", "--format", "json", timeout=TIMEOUT)
+    (step,) = [s for s in json.loads(out)["steps"] if s["step"] == "resize-segment"]
+    assert step["paths"] == ["dledger-n0/index/00000000000000000000"]
+    rc, findings = repaired_findings(root)
+    assert not [f for f in findings if f["severity"] != "info"], findings
+    assert index.stat().st_size == (32 * 5 * 1024 * 1024 if change == "cut" else len(data))
+    if change == "grown":
+        assert index.read_bytes() == data
+
+
 def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
     """Bit flips in a timer log unit (its size and magic): the broker's timer recovery truncates the
     timer log there, so the units after it, the wheel slots naming them and the timercheck counts

@@ -110,6 +110,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 
     for folder, noun in (("commitlog", "segment"), ("timerlog", "timer log file")):  # mapped file queues: MappedFileQueue.load
         _queue_file_fixes(root / folder, noun, store, quarantine, steps, actions)
+    for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
+        _queue_file_fixes(index_dir, "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):
@@ -125,10 +127,34 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     return steps, plan
 
 
-def _queue_file_fixes(directory: Path, noun: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action]) -> None:
-    """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``): ``MappedFileQueue.load``
-    parses every file name as an offset and refuses a file of the wrong length."""
-    root = directory.parent
+def _dledger_index_size(path: Path, size: int) -> int:
+    """The size of a lone DLedger index file of ``size`` bytes, none beside it to compare with. A size
+    that is a whole number of units is taken as configured. Else bytes were appended or the file was
+    cut: appended when the unit before the largest power of two below ``size`` is unwritten (zeros:
+    units are written in order, so the file ended there, a configured size, cf.
+    ``mappedfile.inferred_file_size``); cut otherwise, and padded to DLedger's default index file size
+    (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units, which a broker's ``MessageStoreConfig``
+    does not expose: the only size its broker maps)."""
+    from ..formats import dledger as dfmt
+
+    if size % dfmt.INDEX_UNIT_SIZE == 0:
+        return size
+    power = 1 << (size.bit_length() - 1)
+    with open(path, "rb") as f:
+        f.seek(power - dfmt.INDEX_UNIT_SIZE)
+        last = f.read(dfmt.INDEX_UNIT_SIZE)
+    return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
+
+
+DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024  # DLedgerMmapFileStore.INDEX_UNIT_SIZE x 5 Mi
+
+
+def _queue_file_fixes(directory: Path, noun: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
+                      alone: Callable[[Path, int], int] | None = None) -> None:
+    """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
+    ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
+    ``alone``: the expected size of a lone file from its path and size (else the file's own size)."""
+    root = directory.parent.parent if directory.parent.name.startswith("dledger-") else directory.parent
     what = "commit log segment" if noun == "segment" else noun
     segments = []
     for entry in _files(directory):
@@ -138,7 +164,8 @@ def _queue_file_fixes(directory: Path, noun: str, store: Store | None, quarantin
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
     if sizes:
-        expected = inferred_file_size(sizes)
+        lone = [Path(e.path) for _, e, size in segments if size > 0]
+        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else inferred_file_size(sizes)
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
