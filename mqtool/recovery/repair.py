@@ -108,10 +108,10 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("quarantine", True, why, (rel,)))
         actions.append(Action("quarantine", rel, note=why))
 
-    for folder, noun in (("commitlog", "segment"), ("timerlog", "timer log file")):  # mapped file queues: MappedFileQueue.load
-        _queue_file_fixes(root / folder, noun, store, quarantine, steps, actions)
+    for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
+        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        _queue_file_fixes(index_dir, "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):
@@ -149,13 +149,12 @@ def _dledger_index_size(path: Path, size: int) -> int:
 DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024  # DLedgerMmapFileStore.INDEX_UNIT_SIZE x 5 Mi
 
 
-def _queue_file_fixes(directory: Path, noun: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
+def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
                       alone: Callable[[Path, int], int] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
     ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
-    ``alone``: the expected size of a lone file from its path and size (else the file's own size)."""
-    root = directory.parent.parent if directory.parent.name.startswith("dledger-") else directory.parent
-    what = "commit log segment" if noun == "segment" else noun
+    ``noun`` and ``what`` name a file in the steps' reasons; ``alone``: the expected size of a lone file from
+    its path and size (else the file's own size)."""
     segments = []
     for entry in _files(directory):
         if OFFSET_NAME.match(entry.name):
