@@ -174,7 +174,7 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
 
 
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
-                                        ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494)])
+                                        ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -183,7 +183,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     inferred from the files is the power of two, so the grown file is the one of the wrong length. 443: a bit flip
     in a record's PHYSICALOFFSET: the dispatch trusts the field, so the record's index entries point where it claims
     to be, part of that lost record (a rebuild writes them there again). 494: garbage appended to a timer log
-    file: the timer log is a mapped file queue as the commit log is, and the grown file is trimmed."""
+    file: the timer log is a mapped file queue as the commit log is, and the grown file is trimmed. 1078: the
+    timerwheel cut short: TimerWheel refuses a wheel of the wrong length, so it is padded with empty slots."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

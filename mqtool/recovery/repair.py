@@ -112,6 +112,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
+    _wheel_fix(root, steps, actions)
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):
@@ -125,6 +126,24 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         (), tuple(actions), (),
     )
     return steps, plan
+
+
+def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> None:
+    """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``: ``TimerWheel`` refuses to start on
+    it (reference §9; verify's ``timer-wheel``). Padded with empty slots (the slots it lost are gone, and
+    the deliveries they held) or trimmed."""
+    from ..formats import timer as tfmt
+
+    wheel = root / "timerwheel"
+    if not wheel.is_file():
+        return
+    size, expected = wheel.stat().st_size, 2 * tfmt.SLOTS_TOTAL * tfmt.SLOT_SIZE
+    if size == expected:
+        return
+    why = (f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
+           + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
+    steps.append(RepairStep("resize-segment", True, why, ("timerwheel",)))
+    actions.append(Action("resize", "timerwheel", start=size, end=expected, note=why))
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
