@@ -6,7 +6,8 @@ can still report what no broker start repairs. ``repair`` plans, in order:
 1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
    name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
    into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
-   with garbage appended is trimmed. A stray file in ``index/`` stays: ``IndexService.load`` skips
+   with garbage appended is trimmed; so are timer log files and DLedger index files (mapped file
+   queues too) and a ``timerwheel`` of the wrong length. A stray file in ``index/`` stays: ``IndexService.load`` skips
    it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
    ``NumberFormatException``, which ``load`` catches, before anything is mapped);
 2. the broker's recovery (``plan_recover``), unchanged;
