@@ -110,7 +110,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         actions.append(Action("quarantine", rel, note=why))
 
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
-        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions)  # mapped file queues: MappedFileQueue.load
+        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
     _wheel_fix(root, steps, actions)
@@ -145,6 +145,15 @@ def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> No
            + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
     steps.append(RepairStep("resize-segment", True, why, ("timerwheel",)))
     actions.append(Action("resize", "timerwheel", start=size, end=expected, note=why))
+
+
+def _size_from_name(path: Path, size: int) -> int:
+    """The size of a lone file of a mapped file queue, none beside it to compare with: its name, an
+    offset, is a multiple of the file size, so a size that does not divide a non-zero name was cut or
+    grown, and the size is the largest power of two dividing the name (a configured size, cf.
+    ``mappedfile.inferred_file_size``); else its own size."""
+    base = int(path.name)
+    return base & -base if base and base % size else size
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
