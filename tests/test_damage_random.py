@@ -175,7 +175,7 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
 
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
-                                        ("4.9.2/retention-small", 1143)])
+                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -187,7 +187,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     file: the timer log is a mapped file queue as the commit log is, and the grown file is trimmed. 1078: the
     timerwheel cut short: TimerWheel refuses a wheel of the wrong length, so it is padded with empty slots. 1143:
     the only segment left cut short: its name (3 MiB) is a multiple of the segment size, 1 MiB, the largest power
-    of two dividing it, and the segment is padded to that."""
+    of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
+    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)
