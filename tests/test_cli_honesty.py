@@ -115,6 +115,15 @@ def test_dump_decompress_without_body_is_a_usage_error():
     assert shown.stderr.strip() == "mqtool: error: --decompress inflates the bodies --body shows: give --body too (utf8, hex, base64 or sha256)"
 
 
+def test_dump_no_index_without_key_is_a_usage_error():
+    """Before: `dump STORE --no-index` without --key or --uniq-key dumped as if it were not given."""
+    shown = mqtool("dump", store_path("4.9.7", "clean-small"), "--no-index", "--topic", "TopicTest", "-n", "1")
+    assert (shown.returncode, shown.stdout) == (EXIT_USAGE, "")
+    assert shown.stderr.strip() == "mqtool: error: --no-index turns off the index lookup of --key/--uniq-key: give one of them too"
+    shown = mqtool("dump", store_path("4.9.7", "clean-small"), "--no-index", "--topic", "TopicTest", "--key", "nosuchkey")
+    assert shown.returncode == EXIT_OK, shown.stderr
+
+
 def test_dump_consumequeue_follow_in_a_table_shows_the_followed_message():
     """Before: `dump consumequeue --follow` printed the entries alone in a table."""
     messages = {m["commitLogOffset"]: m for m in manifest("4.9.7", "clean-small")["messages"]}
@@ -232,3 +241,36 @@ def test_no_color_turns_off_bold_on_a_terminal():
     assert b"\x1b[" in styled  # the terminal gets styles without NO_COLOR
     code, plain = on_a_terminal({"NO_COLOR": "1"})
     assert code == EXIT_FINDINGS and b"consumer-offset-range" in plain and b"\x1b[" not in plain
+
+
+def test_info_flags_a_cut_checkpoint(tmp_path):
+    """Before: a checkpoint cut to 7 bytes showed its half-read physicMsgTimestamp and zeros in
+    `info` with nothing to say they are not what the broker wrote (verify warned, info did not)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    with open(root / "checkpoint", "r+b") as f:
+        f.truncate(7)
+    line = "the checkpoint is 7 bytes, the broker maps 4096: missing bytes read as zero"
+    shown = mqtool("info", root, "-f", "json")
+    assert shown.returncode == EXIT_OK and line in json.loads(shown.stdout)["notes"]
+    shown = mqtool("verify", root, "-f", "json", "--no-progress")
+    assert [(f["message"], f["found"]) for f in json.loads(shown.stdout)["findings"] if f["kind"] == "checkpoint-size"] == [(line, 7)]
+
+
+def test_a_cut_index_file_is_a_finding_not_a_refusal(tmp_path):
+    """Before: a store whose only index file was cut (no other file shows the index geometry) made
+    `info` and `verify` exit 3 ("cannot infer maxHashSlotNum/maxIndexNum"). Now info notes it and
+    verify reports it; the planners, which would write index files, still refuse without the geometry."""
+    root = copy_store("5.3.3", "crashed-small", tmp_path)
+    (index,) = (root / "index").iterdir()
+    with open(index, "r+b") as f:
+        f.truncate(1000)
+    shown = mqtool("info", root, "-f", "json")
+    assert shown.returncode == EXIT_OK, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["index"] is None and any(n.startswith(f"index files not read ({index.name} is 1000 bytes): ") for n in doc["notes"])
+    shown = mqtool("verify", root, "-f", "json", "--no-progress")
+    assert shown.returncode == EXIT_FINDINGS, shown.stderr
+    cut = [f for f in json.loads(shown.stdout)["findings"] if f["kind"] == "index-file-size"]
+    assert [(f["file"], f["found"], f["severity"]) for f in cut] == [(f"index/{index.name}", 1000, "error")]
+    shown = mqtool("repair", root)
+    assert shown.returncode == EXIT_BAD_INPUT and shown.stderr.count("\n") == 1

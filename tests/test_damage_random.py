@@ -137,13 +137,58 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
-@pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321)])
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+@pytest.mark.parametrize("change", ["cut", "grown"])
+def test_a_lone_dledger_index_file_of_the_wrong_length_is_resized(tmp_path, version, change):
+    """DLedger's ``MmapFileList.load`` refuses an index file of another length than it maps: a file cut
+    inside a unit is padded to DLedger's default index file size (the recovery then rewrites its units
+    from the entries), one with bytes appended after its last unwritten unit is trimmed back."""
+    root = copy_store(version, "dledger-crashed", tmp_path)
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    data = index.read_bytes()
+    index.write_bytes(data[:10000] if change == "cut" else data + bytes(range(1, 101)))
+    rc, out, _ = run("repair", root, "--dry-run", "--format", "json", timeout=TIMEOUT)
+    (step,) = [s for s in json.loads(out)["steps"] if s["step"] == "resize-segment"]
+    assert step["paths"] == ["dledger-n0/index/00000000000000000000"]
+    rc, findings = repaired_findings(root)
+    assert not [f for f in findings if f["severity"] != "info"], findings
+    assert index.stat().st_size == (32 * 5 * 1024 * 1024 if change == "cut" else len(data))
+    if change == "grown":
+        assert index.read_bytes() == data
+
+
+def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
+    """Bit flips in a timer log unit (its size and magic): the broker's timer recovery truncates the
+    timer log there, so the units after it, the wheel slots naming them and the timercheck counts
+    that include them are lost data, which ``repair`` reports as such (not a fix it left undone)."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    log = root / "timerlog" / "00000000000000000000"
+    data = bytearray(log.read_bytes())
+    data[20 * 52 + 3] ^= 0x10  # unit 20's size
+    data[20 * 52 + 9] ^= 0x01  # and its magic
+    log.write_bytes(data)
+    rc, findings = repaired_findings(root)
+    damaged = [f for f in findings if f["kind"] == "timer-log-damaged"]
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert [f["details"]["timer_log_offset"] for f in damaged] == [20 * 52]
+
+
+@pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
+                                        ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
+                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
     are lost data (the broker starts an empty wheel), not something repair leaves unexplained. 99, 321: a
     segment grown by appended bytes ties (or outnumbers nothing) with the good ones: the segment size
-    inferred from the files is the power of two, so the grown file is the one of the wrong length."""
+    inferred from the files is the power of two, so the grown file is the one of the wrong length. 443: a bit flip
+    in a record's PHYSICALOFFSET: the dispatch trusts the field, so the record's index entries point where it claims
+    to be, part of that lost record (a rebuild writes them there again). 494: garbage appended to a timer log
+    file: the timer log is a mapped file queue as the commit log is, and the grown file is trimmed. 1078: the
+    timerwheel cut short: TimerWheel refuses a wheel of the wrong length, so it is padded with empty slots. 1143:
+    the only segment left cut short: its name (3 MiB) is a multiple of the segment size, 1 MiB, the largest power
+    of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
+    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

@@ -139,3 +139,44 @@ def test_dump_and_stats_read_the_records_the_next_start_keeps_past_damage_it_nev
     assert "where the broker's next start scans from, so it never reads it" in err
     code, out, err = cli("stats", root, "-f", "json")
     assert code == 0 and sum(r["messages"] for r in json.loads(out) if "period" not in r) == len(kept)
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("name", ["dledger-small", "dledger-crashed"])
+def test_a_dledger_store_has_the_same_next_start_in_every_command(version, name, monkeypatch):
+    """A DLedger store (reference §15.4): the entry walk of ``DLedgerMmapFileStore.recover`` ends the
+    log where the broker's recovered JSON does, and every command says so in the same words."""
+    root = store_path(version, name)
+    ns = one_answer(root)
+    want = recovered(version, name)
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == (want["recoveryMode"], want["commitLog"]["maxOffset"], 0)
+    assert verify_first_line(root, monkeypatch) == ns["line"]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_a_broken_dledger_entry_is_where_the_next_start_cuts(tmp_path, version, monkeypatch):
+    """An entry whose magic is broken ends ``DLedgerMmapFileStore.recover``'s walk: the data are
+    truncated at that entry's position and every later message is dropped."""
+    root = copy_store(version, "dledger-small", tmp_path)
+    doc = manifest(version, "dledger-small")
+    victim = next(m["dledgerEntry"] for m in doc["messages"] if m["dledgerEntry"]["pos"] > SEGMENT + SEGMENT // 4)
+    with open(root / "dledger-n0" / victim["file"], "r+b") as f:
+        f.seek(victim["filePosition"])
+        f.write(b"\x00\x00\x00\x09")  # magic
+    dropped = sum(1 for m in doc["messages"] if m["dledgerEntry"]["pos"] >= victim["pos"])  # its own message too
+    ns = one_answer(root)
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("normal", victim["pos"], dropped)
+    assert verify_first_line(root, monkeypatch) == ns["line"]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_salvage_says_how_many_messages_a_zeroed_range_the_next_start_never_reads_loses(tmp_path, version):
+    """Segment 0 zeroed: the broker serves the records after it, and ``salvage`` says where the
+    range is and how many queued messages were in it (their consume queue entries point there)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.write(bytes(SEGMENT))
+    lost = sum(1 for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] < SEGMENT and m["dispatchToConsumeQueue"])
+    code, out, err = cli("salvage", root, "-f", "jsonl", "--no-progress")
+    assert (f"mqtool: no valid record in [0, {SEGMENT}): the broker's next start never reads it and serves the records around it; "
+            f"{lost} message(s) the consume queues point into it are lost\n") in err, err

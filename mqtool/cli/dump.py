@@ -472,6 +472,8 @@ def check_options(kind: str, given: dict[str, object]) -> None:
         raise UsageError("--body on a consumequeue dump needs --follow (the entries hold no body)")
     if kind == "index" and "--topic" in used and "--key" not in used:
         raise UsageError("--topic on an index dump needs --key (the index hashes topic#key)")
+    if "--no-index" in used and not used & {"--key", "--uniq-key"}:
+        raise UsageError("--no-index turns off the index lookup of --key/--uniq-key: give one of them too")
     if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
         raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
     start, stop = given.get("--from-offset"), given.get("--to-offset")

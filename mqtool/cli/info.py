@@ -174,7 +174,7 @@ def info_document(store: Store) -> dict[str, Any]:
     start = start_of(store)
     doc = store_summary(store, None if start is None else start.offset)
     cl = doc["commitlog"]
-    found = None if start is None else next_start(store, ScanEnd(cl["max_offset"], cl["end_reason"]), start.offset)
+    found = next_start(store, ScanEnd(cl["max_offset"], cl["end_reason"]), None if start is None else start.offset)
     doc["next_start"] = None if found is None else found.as_dict()
     doc["topics_source"] = "consumequeue"
     if store.root is None:

@@ -181,6 +181,10 @@ def _report(summary, new_store, include_stale: bool, next_start) -> None:
         note(f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
     stale = sum(s.records for s in summary.stretches if s.status == "stale")
     note(f"salvaged {c['live'] + c['past-damage']} records: {c['live']} live, {c['past-damage']} past damage; {stale} stale records {'listed' if include_stale else 'not listed (--include-stale)'}")
+    if summary.unread is not None:
+        u = summary.unread
+        note(f"no valid record in [{u.start}, {u.stop}): the broker's next start never reads it and serves the records around it; "
+             f"{u.queue_entries} message(s) the consume queues point into it are lost")
     for u in summary.unreadable:
         note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
     for offset, size in summary.skipped:

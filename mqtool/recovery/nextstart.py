@@ -86,12 +86,14 @@ class NextStart:
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart | None:
-    """The broker's next start on ``store`` (module docstring); None for a DLedger store or an
-    unknown version. ``walked``: where a walk with the broker's checks (CRC included) from
+    """The broker's next start on ``store`` (module docstring; a DLedger store's: ``dledger_next_start``).
+    ``walked``: where a walk with the broker's checks (CRC included) from
     ``walked_from`` ended (``verify``'s or ``salvage``'s own): when that walk passed the start
     segment (segment starts are record starts on the chain), the broker's scan ends there too and
     the log is not walked again here; else it is walked from the start segment
     (``store.summary.logical_end``)."""
+    if store.is_dledger:
+        return dledger_next_start(store)
     start = start_of(store)
     if start is None:
         return None
@@ -107,6 +109,28 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         _, end = logical_end(store, start.offset)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
                      dropped_after(store, end.offset, rules))
+
+
+def dledger_next_start(store: Store) -> NextStart:
+    """A DLedger store's next start (reference §15.4, ``recovery.dledger``): the data are kept up to
+    where ``DLedgerMmapFileStore.recover``'s entry walk stops, and the commit log recovery scans
+    from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes from the same
+    log kind (``DLedgerLog``)."""
+    from .dledger import DLedgerLog
+    from .plan import PlanOptions
+    from .recover import recovery_run
+
+    if store.version is not None:
+        version = store.version
+    else:
+        from .candidates import distinct_candidates
+
+        version = distinct_candidates(store)[0]  # the newest era left, the one the planners keep
+    run = recovery_run(store, PlanOptions(), "recover", None, None, version, "")
+    kind = DLedgerLog.of(store)
+    start, rule = kind.start(run)
+    end = kind.dl.end
+    return NextStart(run.mode, start, rule, store.commitlog.min_offset, end.offset, end.reason, dropped_after(store, end.offset, run.rules))
 
 
 def start_of(store: Store) -> ScanStart | None:

@@ -63,10 +63,13 @@ class RebuildScan:
         self.skipped: list[ScanEnd] = []
 
     def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
+        """A DLedger store's log ends where DLedger's entry walk stops, which checks no CRC
+        (``DLedgerMmapFileStore.recover``, §15.4): the reput dispatches a record with a bad body CRC there."""
         recovery = discipline == "recovery"
+        check_crc = recovery and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return phase_scanner(
             self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
-            legacy_properties=self.rules.legacy_properties, index_enable=index, index_rule=self.rules.index_rule, check_crc=recovery and self.store.config.check_crc_on_recover,
+            legacy_properties=self.rules.legacy_properties, index_enable=index, index_rule=self.rules.index_rule, check_crc=check_crc,
             topics=self.topics, ahead=ahead,
         )
 

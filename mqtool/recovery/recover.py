@@ -108,7 +108,13 @@ def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command:
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
     """The store's version, recovery mode and settings, as the plan reads them."""
-    version, source = store_version(store)
+    return recovery_run(store, options, command, cache, walked, *store_version(store))
+
+
+def recovery_run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None,
+                 version, source: str) -> RecoveryRun:
+    """A ``RecoveryRun`` of ``store`` as ``version``'s broker recovers it (mode, checkpoint, index
+    safety), before any step; ``nextstart`` asks a DLedger log kind its start on one."""
     return RecoveryRun(
         store, options, command, cache, walked, version, source, VersionRules(version),
         options.mode or ("abnormal" if store.abort_present else "normal"),

@@ -6,7 +6,8 @@ can still report what no broker start repairs. ``repair`` plans, in order:
 1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
    name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
    into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
-   with garbage appended is trimmed. A stray file in ``index/`` stays: ``IndexService.load`` skips
+   with garbage appended is trimmed; so are timer log files and DLedger index files (mapped file
+   queues too) and a ``timerwheel`` of the wrong length. A stray file in ``index/`` stays: ``IndexService.load`` skips
    it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
    ``NumberFormatException``, which ``load`` catches, before anything is mapped);
 2. the broker's recovery (``plan_recover``), unchanged;
@@ -95,7 +96,7 @@ class RepairPlan:
 
 
 def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
-    """Stray files the broker would choke on and commit log segments of the wrong length, found
+    """Stray files the broker would choke on and commit log segments or timer log files of the wrong length, found
     from the directory listings alone (the store model cannot open a store holding them). A
     zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
     all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out)."""
@@ -108,36 +109,11 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("quarantine", True, why, (rel,)))
         actions.append(Action("quarantine", rel, note=why))
 
-    cl_dir = root / "commitlog"
-    segments = []
-    for entry in _files(cl_dir):
-        if OFFSET_NAME.match(entry.name):
-            segments.append((int(entry.name), entry, entry.stat().st_size))
-        else:
-            quarantine(entry, "not a commit log segment: MappedFileQueue.load parses every file name in commitlog/ as an offset and the broker fails to start")
-    sizes = [s for _, _, s in segments if s > 0]
-    if sizes:
-        expected = inferred_file_size(sizes)
-        last = max(b for b, _, _ in segments)
-        for base, path, size in sorted(segments):
-            rel = os.path.relpath(path, root)
-            if size == expected:
-                continue
-            if size == 0 and base == last:
-                if store is None or store.eras_where("zero_length_last_file_refused"):
-                    quarantine(path, "a zero-length last segment: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
-                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
-                continue
-            if base % expected:
-                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
-            elif size < expected:
-                why = f"{size} bytes, not {expected}: the broker refuses to load a short segment; padded with zeros (the bytes after {size} are lost)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
-            else:
-                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the segment's end; trimmed (the broker refuses to load it)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+    for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
+        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
+    for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
+    _wheel_fix(root, steps, actions)
     cq_dir = root / "consumequeue"
     for topic in _dirs(cq_dir):
         for queue in _dirs(Path(topic.path)):
@@ -151,6 +127,93 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         (), tuple(actions), (),
     )
     return steps, plan
+
+
+def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> None:
+    """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``: ``TimerWheel`` refuses to start on
+    it (reference §9; verify's ``timer-wheel``). Padded with empty slots (the slots it lost are gone, and
+    the deliveries they held) or trimmed."""
+    from ..formats import timer as tfmt
+
+    wheel = root / "timerwheel"
+    if not wheel.is_file():
+        return
+    size, expected = wheel.stat().st_size, 2 * tfmt.SLOTS_TOTAL * tfmt.SLOT_SIZE
+    if size == expected:
+        return
+    why = (f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
+           + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
+    steps.append(RepairStep("resize-segment", True, why, ("timerwheel",)))
+    actions.append(Action("resize", "timerwheel", start=size, end=expected, note=why))
+
+
+def _size_from_name(path: Path, size: int) -> int:
+    """The size of a lone file of a mapped file queue, none beside it to compare with: its name, an
+    offset, is a multiple of the file size, so a size that does not divide a non-zero name was cut or
+    grown, and the size is the largest power of two dividing the name (a configured size, cf.
+    ``mappedfile.inferred_file_size``); else its own size."""
+    base = int(path.name)
+    return base & -base if base and base % size else size
+
+
+def _dledger_index_size(path: Path, size: int) -> int:
+    """The size of a lone DLedger index file of ``size`` bytes, none beside it to compare with. A size
+    that is a whole number of units is taken as configured. Else bytes were appended or the file was
+    cut: appended when the unit before the largest power of two below ``size`` is unwritten (zeros:
+    units are written in order, so the file ended there, a configured size, cf.
+    ``mappedfile.inferred_file_size``); cut otherwise, and padded to DLedger's default index file size
+    (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units, which a broker's ``MessageStoreConfig``
+    does not expose: the only size its broker maps)."""
+    from ..formats import dledger as dfmt
+
+    if size % dfmt.INDEX_UNIT_SIZE == 0:
+        return size
+    power = 1 << (size.bit_length() - 1)
+    with open(path, "rb") as f:
+        f.seek(power - dfmt.INDEX_UNIT_SIZE)
+        last = f.read(dfmt.INDEX_UNIT_SIZE)
+    return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
+
+
+DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024  # DLedgerMmapFileStore.INDEX_UNIT_SIZE x 5 Mi
+
+
+def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
+                      alone: Callable[[Path, int], int] | None = None) -> None:
+    """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
+    ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
+    ``noun`` and ``what`` name a file in the steps' reasons; ``alone``: the expected size of a lone file from
+    its path and size (else the file's own size)."""
+    segments = []
+    for entry in _files(directory):
+        if OFFSET_NAME.match(entry.name):
+            segments.append((int(entry.name), entry, entry.stat().st_size))
+        else:
+            quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
+    sizes = [s for _, _, s in segments if s > 0]
+    if sizes:
+        lone = [Path(e.path) for _, e, size in segments if size > 0]
+        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else inferred_file_size(sizes)
+        last = max(b for b, _, _ in segments)
+        for base, path, size in sorted(segments):
+            rel = os.path.relpath(path, root)
+            if size == expected:
+                continue
+            if size == 0 and base == last:
+                if store is None or store.eras_where("zero_length_last_file_refused"):
+                    quarantine(path, f"a zero-length last {noun}: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
+                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                continue
+            if base % expected:
+                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
+            elif size < expected:
+                why = f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+            else:
+                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)"
+                steps.append(RepairStep("resize-segment", True, why, (rel,)))
+                actions.append(Action("resize", rel, start=size, end=expected, note=why))
 
 
 def _files(directory: Path) -> list[os.DirEntry]:
@@ -205,6 +268,10 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             d = f.details or {}
             end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
             lost_ranges.append((start, max(int(end), start + 1)))
+            if f.kind == "phys-offset-mismatch" and isinstance(f.found, int):
+                # the dispatch trusts the field (reference §3.2, DispatchRequest.commitLogOffset): the record's queue and index entries point
+                # where it claims to be, and a rebuild, dispatching as the broker does, writes them there again
+                lost_ranges.append((f.found, f.found + 1))
             out.lost.append(expected(f, True))
     lost = _LostData(findings, lost_ranges)
     for f in findings:
@@ -222,8 +289,8 @@ class _LostData:
         self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
         # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
         # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
-        # still include them
-        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") for f in findings)
+        # still include them; a damaged timer log loses the units after the damage (the broker's timer recovery truncates there)
+        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
@@ -249,6 +316,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
         out.lost.append(expected(f, lost.holds(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
+    elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
+        out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":
         out.lost.append(expected(f, lost.timer))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid

@@ -59,6 +59,17 @@ class Unreadable:
     resumed: bool
 
 
+@dataclass(frozen=True)
+class Unread:
+    """Bytes before the segment the broker's next start scans from that hold no valid record:
+    ``[start, stop)``, never read by the broker; ``queue_entries``: the consume queue entries
+    pointing into it, messages lost there."""
+
+    start: int
+    stop: int
+    queue_entries: int
+
+
 @dataclass
 class SalvageSummary:
     cut: ScanEnd | None = None  # where the broker's recovery scan ends
@@ -66,6 +77,7 @@ class SalvageSummary:
     stretches: list[Stretch] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
     skipped: list[tuple[int, int]] = field(default_factory=list)  # (offset, size) of records with a bad body CRC
+    unread: Unread | None = None  # the damage the walk ended at, when the broker's next start never reads it
 
     @property
     def damaged(self) -> bool:
@@ -80,6 +92,7 @@ class SalvageSummary:
             "stretches": [vars(s) for s in self.stretches],
             "unreadable": [vars(u) for u in self.unreadable],
             "skipped_bad_crc": [{"offset": o, "size": s} for o, s in self.skipped],
+            "unread": None if self.unread is None else vars(self.unread),
         }
 
 
@@ -108,13 +121,18 @@ class SalvageScan:
             last_ts = int(batch["store_timestamp"][-1].as_py())
             yield self._finish(batch, LIVE)
         self.summary.cut = cut = live.end if self.served_to is None else self.served_to(live.end)
+        resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
+            resumed = stretch.start if resumed is None else resumed
             if stretch.status != STALE or self.include_stale:
                 read = self.summary.counts[stretch.status]
                 yield from self._read(stretch)
                 if stretch.records is None:  # a run the broker's scan ends inside: counted as read
                     stretch = dataclasses.replace(stretch, records=self.summary.counts[stretch.status] - read)
             self.summary.stretches.append(stretch)
+        if cut.offset > live.end.offset and resumed is not None and resumed > live.end.offset:  # the broker reads on past the walk's end
+            start = live.end.offset
+            self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
 
     def _finish(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
         self.summary.counts[status] += batch.num_rows

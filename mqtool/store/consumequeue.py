@@ -108,6 +108,21 @@ class ConsumeQueue:
             if stop * ENTRY_SIZE < self.file_size:  # an invalid unit or a short file ends the queue
                 return
 
+    def entries_into(self, start: int, stop: int) -> int:
+        """How many of the queue's entries (up to its first invalid unit) point into the commit log
+        range [``start``, ``stop``)."""
+        import numpy as np
+
+        count = 0
+        for _, path in self.files:
+            units = self.units(path)
+            valid = _first_invalid(units)
+            phys = units["phys_offset"][:valid]
+            count += int(np.count_nonzero((phys >= start) & (phys < stop)))
+            if valid * ENTRY_SIZE < self.file_size:
+                break
+        return count
+
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
         """The unit at ``queue_offset`` (one ``pread``), None past its file's mapped bytes."""
         logical = queue_offset * ENTRY_SIZE

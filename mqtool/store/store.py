@@ -328,6 +328,18 @@ class Store:
         return store_index_geometry(paths)
 
     @cached_property
+    def unreadable_index(self) -> str | None:
+        """Why the index files cannot be read, or None: no file shows the geometry (every one cut or
+        damaged) and no ``--broker-config`` gives it. ``info`` and ``verify`` say so and read no index
+        file (a finding for each); the planners refuse (``index_geometry`` raises), since they would
+        write files of a geometry nobody knows."""
+        try:
+            self.index_geometry
+        except BadStoreFile as exc:
+            return str(exc)
+        return None
+
+    @cached_property
     def index_files(self) -> list[IndexFile]:
         if self.root is None or self.index_geometry is None:
             return []
@@ -348,6 +360,17 @@ class Store:
             return None
         with MappedFile(self.path("checkpoint")) as mf:
             return cpfmt.used_bytes(mf.buf)
+
+    @cached_property
+    def checkpoint_size_problem(self) -> str | None:
+        """What a checkpoint file not of the broker's page size means (``StoreCheckpoint`` maps 4096
+        bytes: those the file lacks read as zero, so a cut file's values are partly zeros), or None."""
+        if self.root is None or not self.path("checkpoint").is_file():
+            return None
+        size = self.path("checkpoint").stat().st_size
+        if size == cpfmt.CHECKPOINT_FILE_SIZE:
+            return None
+        return f"the checkpoint is {size} bytes, the broker maps {cpfmt.CHECKPOINT_FILE_SIZE}: missing bytes read as zero"
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
+from .index import list_index_files
 from .layout import unchecked_parts
 from .store import Store
 
@@ -131,6 +132,8 @@ def queue_summaries(store: Store) -> list[dict[str, Any]]:
 
 
 def index_summary(store: Store) -> dict[str, Any] | None:
+    if store.unreadable_index is not None:
+        return None  # the store's notes say why (``unreadable_index_notes``)
     geometry = store.index_geometry
     if geometry is None:
         return None
@@ -192,8 +195,17 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "batch_queues": batch_queue_summaries(store),
         "index": index_summary(store),
         "dledger": dledger_summary(store) if store.is_dledger else None,
-        "notes": [*store.notes, *unchecked_parts(store.root)],
+        "notes": [*store.notes, *([store.checkpoint_size_problem] if store.checkpoint_size_problem else []), *unreadable_index_notes(store),
+                  *unchecked_parts(store.root)],
     }
+
+
+def unreadable_index_notes(store: Store) -> list[str]:
+    """Each index file, with its size, when none can be read (``Store.unreadable_index``)."""
+    if store.unreadable_index is None:
+        return []
+    sizes = ", ".join(f"{p.name} is {p.stat().st_size} bytes" for p in list_index_files(store.path("index")))
+    return [f"index files not read ({sizes}): {store.unreadable_index}"]
 
 
 def dledger_summary(store: Store) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from ..formats.errors import FormatError
 from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
+from ..store.index import list_index_files
 from ..store.textscan import utf16_units_of
 from ._index import check_chains, entries_match, index_hashes
 from .commitlog import relative
@@ -219,7 +220,7 @@ class IndexCheck:
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None):
         self.store = store
         self.lower, self.upper, self.logical_end = lower, upper, logical_end
-        self.files = store.index_files
+        self.files = store.index_files if store.unreadable_index is None else []
         self.version = store.version
         self._out: list[Finding] = []
         self.enabled = store.config.message_index_enable
@@ -251,6 +252,12 @@ class IndexCheck:
                     )
                 )
             self._files_meta.append(IndexEntries(self, f, position))
+        if store.unreadable_index is not None:
+            for path in list_index_files(store.path("index")):
+                size = path.stat().st_size
+                self.emit(error("index-file-size", f"index file {path.name} is {size} bytes and no index file shows the geometry the broker maps it with "
+                                f"(maxHashSlotNum, maxIndexNum): its entries are not checked; pass --broker-config to check them",
+                                file=relative(store, path), found=size))
         self._start_entries()
         self.missing: list | None = None  # [first offset, last offset, records]
         self.dangling: dict[str, list] = {}

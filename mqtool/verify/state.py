@@ -71,14 +71,13 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
             file="checkpoint",
         )
         return
-    size = path.stat().st_size
-    if size != cpfmt.CHECKPOINT_FILE_SIZE:
+    if store.checkpoint_size_problem is not None:
         yield warning(
             "checkpoint-size",
-            f"the checkpoint is {size} bytes, the broker maps {cpfmt.CHECKPOINT_FILE_SIZE}: missing bytes read as zero",
+            store.checkpoint_size_problem,
             file="checkpoint",
             expected=cpfmt.CHECKPOINT_FILE_SIZE,
-            found=size,
+            found=path.stat().st_size,
         )
     cp = _checkpoint(store)
     if last_timestamp is None:
