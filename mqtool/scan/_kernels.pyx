@@ -304,16 +304,12 @@ cdef inline Py_ssize_t _utf8_length(const uint8_t* buf, Py_ssize_t p, Py_ssize_t
         n = 2
     elif c < 0xF0:
         n = 3
-        if c == 0xE0:
-            lo = 0xA0
-        elif c == 0xED:
-            hi = 0x9F
+        lo = 0xA0 if c == 0xE0 else 0x80
+        hi = 0x9F if c == 0xED else 0xBF
     elif c < 0xF5:
         n = 4
-        if c == 0xF0:
-            lo = 0x90
-        elif c == 0xF4:
-            hi = 0x8F
+        lo = 0x90 if c == 0xF0 else 0x80
+        hi = 0x8F if c == 0xF4 else 0xBF
     else:
         return 0
     if p + n > end or buf[p + 1] < lo or buf[p + 1] > hi:
