@@ -37,7 +37,8 @@ cdef const char* B64 = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 def gather_spans(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths):
     """Concatenate ``buf[starts[i]:starts[i]+lengths[i]]``: (int32 Arrow offsets, data bytes)."""
     cdef Py_ssize_t n = starts.shape[0], i, buf_len = buf.shape[0]
-    cdef int32_t[::1] offsets = np.empty(n + 1, dtype=np.int32)
+    offsets_a = np.empty(n + 1, dtype=np.int32)
+    cdef int32_t[::1] offsets = offsets_a
     cdef int64_t total = 0
     with nogil:
         offsets[0] = 0
@@ -50,7 +51,7 @@ def gather_spans(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_
     with nogil:
         for i in range(n):
             copy_words(&out[0], offsets[i], b, buf_len, starts[i], offsets[i + 1] - offsets[i])
-    return np.asarray(offsets), data[:total]
+    return offsets_a, data[:total]
 
 
 def parse_properties(const uint8_t[::1] buf, const int64_t[::1] starts, const int64_t[::1] lengths, bint legacy,
@@ -164,26 +165,18 @@ def java_hash_spans(const uint8_t[::1] buf, const int64_t[::1] starts, const int
 
 def gather_fields(const uint8_t[::1] buf, const int64_t[::1] positions, const int64_t[::1] deltas, const int64_t[::1] widths):
     """Signed big-endian integers of ``widths[f]`` bytes at ``positions + deltas[f]``: one row per
-    field, read in one pass over the records (``fastscan.gather_be`` for several fields)."""
+    field, read in one pass over the records, all of a record's fields while its header is in
+    cache (``fastscan.gather_be`` for several fields)."""
     cdef Py_ssize_t n = positions.shape[0], fields = deltas.shape[0], f, i
-    cdef int64_t delta
-    cdef int width
+    cdef int64_t p
     result = np.empty((fields, n), dtype=np.int64)
     cdef int64_t[:, ::1] out = result
     cdef const uint8_t* b = &buf[0]
     with nogil:
-        for f in range(fields):
-            delta = deltas[f]
-            width = <int>widths[f]
-            if width == 4:
-                for i in range(n):
-                    out[f, i] = signed32(be32(b, positions[i] + delta))
-            elif width == 8:
-                for i in range(n):
-                    out[f, i] = be_signed(b, positions[i] + delta, 8)
-            else:
-                for i in range(n):
-                    out[f, i] = be_signed(b, positions[i] + delta, width)
+        for i in range(n):
+            p = positions[i]
+            for f in range(fields):
+                out[f, i] = be_signed(b, p + deltas[f], <int>widths[f])
     return result
 
 
