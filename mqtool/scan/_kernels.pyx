@@ -15,7 +15,7 @@ from libc.string cimport memcmp
 import numpy as np
 
 from mqtool.store._bytes cimport HIGH, WORD_SLACK, be_signed, copy_bytes, copy_words, find_byte, load8, signed32, be32
-from mqtool.store._text cimport HashRun, Item, java_hash_utf8, property_item, span_is
+from mqtool.store._text cimport Item, java_hash_utf8, property_item, span_is
 from mqtool.scan._format cimport LOWER_HEX, UPPER_HEX, put_hex, put_hex_byte, put_int
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
