@@ -12,7 +12,7 @@ import pytest
 
 from conftest import FIXTURES
 from mqtool.records import BodyEncoding, message_dict
-from mqtool.scan import kernels
+from mqtool.scan import _kernels as kernels
 from mqtool.scan.messages import MessageScan
 from mqtool.store import Store
 

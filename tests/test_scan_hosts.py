@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mqtool.formats.msgid import encode_msg_id, format_host
-from mqtool.scan import kernels
+from mqtool.scan import _kernels as kernels
 from mqtool.scan.batches import _hosts
 
 HEXTETS = st.lists(st.sampled_from([0, 0, 0, 1, 0xFFFF, 0xDB8, 0x2001, 0x7F00]), min_size=8, max_size=8)

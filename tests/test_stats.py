@@ -115,6 +115,20 @@ def test_stats_equal_the_spark_readers_aggregates(version, name):
     assert periods == dict(hourly)
 
 
+@pytest.mark.parametrize("version,name", CLEAN + [("4.9.7", "retention-small"), ("4.9.7", "crashed-small")])
+def test_the_compiled_histogram_equals_delay_bucket_of_every_record(version, name):
+    """``stats_batch``'s delay histogram (compiled) against ``delay_bucket`` of each record the
+    schema decodes (``CommitLog.scan``), per topic and queue: every record counted once."""
+    with Store.open(store_path(version, name)) as store:
+        result = collect(store)
+        records = list(store.commitlog.scan(check_crc=False))
+    expected: dict[tuple[str, int, int], int] = defaultdict(int)
+    for r in records:
+        expected[r.topic_name, r.queue_id, int(delay_bucket(np.array([r.store_timestamp - r.born_timestamp]))[0])] += 1
+    got = {(result.topics[t], q, b): n for t, q, b, n in zip(*(result.histogram[c].to_pylist() for c in ("topic", "queue_id", "bucket", "n")))}
+    assert got == dict(expected)
+
+
 def test_delay_buckets_keep_order_and_bound_the_error():
     values = np.array([-10**11, -5000, -1024, -1023, -1, 0, 1, 1023, 1024, 1025, 4097, 10**6, 95_438_842_711, 2**62], dtype=np.int64)
     buckets = delay_bucket(values)

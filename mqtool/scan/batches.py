@@ -22,7 +22,8 @@ from ..formats.msgid import format_host
 from ..formats.properties import PropertyKey
 from ..records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
 from ..store import fastscan as fs
-from . import compute, kernels
+from . import _kernels as kernels
+from . import compute
 from .schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA, TIMESTAMP
 
 _LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for combo in range(4)}

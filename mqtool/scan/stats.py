@@ -16,29 +16,23 @@ log-bucketed histogram (exact below 1024 ms, within 1/128 above).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Iterable
 
-from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
 
-from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.words import M64, WORD, be32, be64, load8, signed32
-from . import compute
+from . import _stats, compute
+from ._stats import EXACT_BITS as _EXACT_BITS, SUB_BITS
 
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
 KEYS = ["topic", "queue_id", "period"]
 TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x timer messages wait here (TimerMessageStore)
-TRANSACTION_MASK = int(fmt.SysFlag.TRANSACTION_PREPARED | fmt.SysFlag.TRANSACTION_COMMIT)
-PREPARED, COMMIT, ROLLBACK = int(fmt.TransactionType.PREPARED), int(fmt.TransactionType.COMMIT), int(fmt.TransactionType.ROLLBACK)
-COMPRESSED = int(fmt.SysFlag.COMPRESSED)
 
 # (output column, work column, Arrow aggregation); merging applies the same kind again
 BASE_AGGREGATES = [
@@ -89,104 +83,16 @@ class GroupTable:
         self.used = np.zeros(capacity, dtype=np.bool_)
         self.values = np.zeros((capacity, len(self.init)), dtype=np.int64)
         self.count[0] = 0
-        _combine(self.keys, self.used, self.values, self.count, self.init, self.ops, *old)
+        _stats.combine(self.keys, self.used, self.values, self.count, self.init, self.ops, *old)
 
     def groups(self) -> tuple[np.ndarray, np.ndarray]:
         return self.keys[self.used], self.values[self.used]
 
 
-def _slot_python(keys, used, values, count, init, a, b, c):
-    """``_slot`` hashing on Python integers (interpreted kernels: numpy's uint64 scalars are slower)."""
-    mask = used.shape[0] - 1
-    h = (int(a) * 0x9E3779B97F4A7C15 ^ int(b) * 0xC2B2AE3D27D4EB4F ^ int(c) * 0x165667B19E3779F9) & M64  # the low 64 bits, as uint64 wraps
-    s = (h ^ (h >> 29)) & mask
-    while used[s]:
-        if keys[s, 0] == a and keys[s, 1] == b and keys[s, 2] == c:
-            return s
-        s = (s + 1) & mask
-    used[s] = True
-    keys[s, 0], keys[s, 1], keys[s, 2] = a, b, c
-    values[s, :] = init
-    count[0] += 1
-    return s
-
-
-@interpreted_as(_slot_python)
-@numba.njit(inline="always")
-def _slot(keys, used, values, count, init, a, b, c):
-    """The slot of key (a, b, c), claimed and initialised when new (linear probing)."""
-    mask = np.uint64(used.shape[0] - 1)
-    h = (np.uint64(a) * np.uint64(0x9E3779B97F4A7C15)) ^ (np.uint64(b) * np.uint64(0xC2B2AE3D27D4EB4F)) ^ (np.uint64(c) * np.uint64(0x165667B19E3779F9))
-    s = np.int64((h ^ (h >> np.uint64(29))) & mask)
-    while used[s]:
-        if keys[s, 0] == a and keys[s, 1] == b and keys[s, 2] == c:
-            return s
-        s = (s + 1) & np.int64(mask)
-    used[s] = True
-    keys[s, 0], keys[s, 1], keys[s, 2] = a, b, c
-    values[s, :] = init
-    count[0] += 1
-    return s
-
-
-@numba.njit(cache=True, nogil=True)
-def _combine(keys, used, values, count, init, ops, src_keys, src_used, src_values):
-    """Fold another table's groups into this one (``ops``: 0 sum, 1 min, 2 max)."""
-    for i in range(src_used.shape[0]):
-        if not src_used[i]:
-            continue
-        s = _slot(keys, used, values, count, init, src_keys[i, 0], src_keys[i, 1], src_keys[i, 2])
-        for k in range(ops.shape[0]):
-            v = src_values[i, k]
-            if ops[k] == 0:
-                values[s, k] += v
-            elif ops[k] == 1:
-                values[s, k] = min(values[s, k], v)
-            else:
-                values[s, k] = max(values[s, k], v)
-
-
-@numba.njit(inline="always")
-def _add_message(v, size, body_length, crc_ok, sys_flag, ts, delay, queue_offset):
-    """One message into its group's values ``v`` (the ``AGGREGATES`` columns, in order)."""
-    kind = sys_flag & TRANSACTION_MASK
-    dispatched = kind == 0 or kind == COMMIT
-    v[0] += 1
-    v[1] += dispatched
-    v[2] += size
-    v[3] += max(body_length, 0)
-    v[4] += crc_ok == 0
-    v[5] = min(v[5], ts)
-    v[6] = max(v[6], ts)
-    if dispatched:
-        v[7] = min(v[7], queue_offset)
-        v[8] = max(v[8], queue_offset)
-    v[9] += kind == 0
-    v[10] += kind == PREPARED
-    v[11] += kind == COMMIT
-    v[12] += kind == ROLLBACK
-    v[13] += (sys_flag & COMPRESSED) != 0
-    v[14] = min(v[14], delay)
-    v[15] = max(v[15], delay)
-
-
-@numba.njit(cache=True, nogil=True)
-def _accumulate(keys, used, values, count, init, start, topic, queue_id, size, body_length, crc_ok, sys_flag, store_ts, born_ts, queue_offset, period_ms):
-    """Rows ``start ..`` into the table; returns where it stopped (the table half full: grow it)."""
-    capacity = used.shape[0]
-    for i in range(start, topic.shape[0]):
-        if 2 * count[0] >= capacity:
-            return i
-        ts = store_ts[i]
-        s = _slot(keys, used, values, count, init, topic[i], queue_id[i], ts // period_ms * period_ms)
-        _add_message(values[s], size[i], body_length[i], crc_ok[i], sys_flag[i], ts, ts - born_ts[i], queue_offset[i])
-    return topic.shape[0]
-
-
 assert [out for out, _, _ in AGGREGATES] == [
     "messages", "dispatched", "bytes", "body_bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp", "min_queue_offset",
     "max_queue_offset", "not_type", "prepared", "commit", "rollback", "compressed", "delay_min_ms", "delay_max_ms",
-]  # fmt: skip  (the value columns _accumulate writes)
+]  # fmt: skip  (the value columns _stats.accumulate writes)
 
 
 def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int) -> None:
@@ -194,7 +100,7 @@ def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int
     c = columns
     start, n = 0, len(c["topic"])
     while start < n:
-        start = _accumulate(table.keys, table.used, table.values, table.count, table.init, start, c["topic"], c["queue_id"], c["size"], c["body_length"], c["crc_ok"], c["sys_flag"], c["store_timestamp"], c["born_timestamp"], c["queue_offset"], period_ms)
+        start = _stats.accumulate(table.keys, table.used, table.values, table.count, table.init, start, c["topic"], c["queue_id"], c["size"], c["body_length"], c["crc_ok"], c["sys_flag"], c["store_timestamp"], c["born_timestamp"], c["queue_offset"], period_ms)
         if start < n:
             table.grow()
 
@@ -246,9 +152,7 @@ def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:
 
 # ---- born-to-store delay histogram ----------------------------------------------------------------
 
-SUB_BITS = 7  # 128 sub-buckets per power of two above the exact range: relative error < 1/128
-EXACT = 1 << 10  # delays below 1024 ms are counted exactly
-_EXACT_BITS = 10
+EXACT = 1 << _EXACT_BITS  # delays below 1024 ms are counted exactly (``SUB_BITS``: sub-buckets per power of two above)
 
 
 def delay_bucket(delay: np.ndarray) -> np.ndarray:
@@ -285,129 +189,6 @@ def median_from_histogram(buckets: list[int], counts: list[int]) -> int:
 
 # ---- mqtool stats' pass ------------------------------------------------------------------------
 
-_V4 = fmt.HEADER_LAYOUTS[(False, False)]
-_BORN_V6 = fmt.HEADER_LAYOUTS[(True, False)]
-assert _BORN_V6.offset_of("store_timestamp") == fmt.HEADER_LAYOUTS[(True, True)].offset_of("store_timestamp")
-POS_QUEUE_ID = _V4.offset_of("queue_id")
-POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
-POS_SYS_FLAG = _V4.offset_of("sys_flag")
-POS_BORN_TS = _V4.offset_of("born_timestamp")
-POS_STORE_TS_V4 = _V4.offset_of("store_timestamp")
-POS_STORE_TS_BORN_V6 = _BORN_V6.offset_of("store_timestamp")
-BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
-_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-_FNV_PRIME = np.uint64(0x100000001B3)
-
-
-def _bucket_python(delay):
-    """``_bucket`` on Python integers (interpreted kernels: numpy's scalars are slower)."""
-    delay = int(delay)
-    a = -delay if delay < 0 else delay
-    if a < EXACT:
-        b = a
-    else:
-        e = max(a.bit_length() - 1, _EXACT_BITS)  # the kernel's loop: the highest bit set
-        b = EXACT + (e - _EXACT_BITS) * (1 << SUB_BITS) + ((a >> (e - SUB_BITS)) & ((1 << SUB_BITS) - 1))
-    return np.int64(-b - 1 if delay < 0 else b)  # an int64, as the kernel's: callers cast it
-
-
-@interpreted_as(_bucket_python)
-@numba.njit(inline="always")
-def _bucket(delay):
-    """``delay_bucket`` for one value."""
-    a = -delay if delay < 0 else delay
-    if a < EXACT:
-        b = a
-    else:
-        e = np.int64(_EXACT_BITS)
-        while (a >> (e + 1)) > 0:
-            e += 1
-        b = EXACT + (e - _EXACT_BITS) * (np.int64(1) << SUB_BITS) + ((a >> (e - SUB_BITS)) & ((np.int64(1) << SUB_BITS) - 1))
-    return -b - 1 if delay < 0 else b
-
-
-def _topic_key_python(buf, start, stop):
-    """``_topic_key`` on Python integers, memoised by the topic's bytes (interpreted kernels: a
-    store's records share a few topics)."""
-    return _topic_key_of(bytes(buf[int(start) : int(stop)]))
-
-
-@functools.lru_cache(maxsize=1 << 12)
-def _topic_key_of(raw: bytes) -> np.int64:
-    n, h, k, prime = len(raw), int(_FNV_OFFSET), 0, int(_FNV_PRIME)
-    while k + 8 <= n:
-        h = ((h ^ WORD.unpack_from(raw, k)[0]) * prime) & M64
-        k += 8
-    if k < n and n >= 8:
-        h = ((h ^ WORD.unpack_from(raw, n - 8)[0]) * prime) & M64
-    else:
-        for byte in raw[k:]:
-            h = ((h ^ byte) * prime) & M64
-    h = ((h ^ n) * prime) & M64
-    return np.int64(h - (1 << 64) if h >= 1 << 63 else h)  # an int64, as the kernel's: callers cast it
-
-
-@interpreted_as(_topic_key_python)
-@numba.njit(inline="always")
-def _topic_key(buf, start, stop):
-    """A 64-bit key of the topic bytes ``buf[start:stop]``: FNV-1a over native 8-byte words (the
-    last word overlapping when the length is not a multiple of 8; bytes one by one below 8),
-    then the length (two different topics share a key with probability ~2**-64 per pair)."""
-    h = _FNV_OFFSET
-    k = start
-    while k + 8 <= stop:
-        h = (h ^ load8(buf, k)) * _FNV_PRIME
-        k += 8
-    if k < stop and stop - start >= 8:
-        h = (h ^ load8(buf, stop - 8)) * _FNV_PRIME
-    else:
-        while k < stop:
-            h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
-            k += 1
-    return np.int64((h ^ np.uint64(stop - start)) * _FNV_PRIME)
-
-
-@numba.njit(cache=True, nogil=True)
-def stats_batch(buf, base, rows, start, period_ms, groups, buckets, topics, new_topics):
-    """Valid records ``rows[start:]`` of a walk batch, read from their bytes, into the tables
-    (each ``(keys, used, values, count, init)`` of a ``GroupTable``): ``groups`` per topic key,
-    queue id and period (``_add_message``), ``buckets`` counts per topic key, queue id and delay
-    bucket, ``topics`` the topic keys seen. One visit of each record's header and topic; fields
-    at the positions of the layouts derived from the construct schema. A topic seen for the first
-    time goes into ``new_topics`` as (key, commit log offset, length). Returns (where it stopped,
-    new topics): before ``len(rows)`` when a table is half full (grow it, call again from there)."""
-    gkeys, gused, gvalues, gcount, ginit = groups
-    bkeys, bused, bvalues, bcount, binit = buckets
-    tkeys, tused, tvalues, tcount, tinit = topics
-    found = 0
-    for i in range(start, rows.shape[0]):
-        if 2 * gcount[0] >= gused.shape[0] or 2 * bcount[0] >= bused.shape[0] or 2 * tcount[0] >= tused.shape[0]:
-            return i, found
-        p = rows[i, 0]
-        topic_start, topic_stop = rows[i, 4], rows[i, 5] - fs.PROPS_LEN
-        key = _topic_key(buf, topic_start, topic_stop)
-        queue_id = signed32(be32(buf, p + POS_QUEUE_ID))
-        flag = signed32(be32(buf, p + POS_SYS_FLAG))
-        born = be64(buf, p + POS_BORN_TS)
-        ts = be64(buf, p + (POS_STORE_TS_BORN_V6 if flag & BORN_V6 else POS_STORE_TS_V4))
-        known = gcount[0]
-        s = _slot(gkeys, gused, gvalues, gcount, ginit, key, queue_id, ts // period_ms * period_ms)
-        _add_message(gvalues[s], rows[i, 1], rows[i, 3], rows[i, 6], flag, ts, ts - born, be64(buf, p + POS_QUEUE_OFFSET))
-        bvalues[_slot(bkeys, bused, bvalues, bcount, binit, key, queue_id, _bucket(ts - born)), 0] += 1
-        if gcount[0] != known:  # a new group: maybe a new topic
-            seen = tcount[0]
-            _slot(tkeys, tused, tvalues, tcount, tinit, key, 0, 0)
-            if tcount[0] != seen:
-                new_topics[found, 0] = key
-                new_topics[found, 1] = base + topic_start
-                new_topics[found, 2] = topic_stop - topic_start
-                found += 1
-    return rows.shape[0], found
-
-
-assert (fs.COL_POS, fs.COL_SIZE, fs.COL_BODY_LEN, fs.COL_TOPIC, fs.COL_PROPS, fs.COL_CRC_OK) == (0, 1, 3, 4, 5, 6)
-
-
 @dataclass
 class StoreStats:
     """The aggregates of one pass: per topic/queue (all time) and per topic/queue/period."""
@@ -443,7 +224,7 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
             rows = b.rows
             at = 0
             while True:
-                at, found = stats_batch(b.array, b.base_offset, rows, at, period_ms, *parts, new_topics)
+                at, found = _stats.stats_batch(b.array, b.base_offset, rows, at, period_ms, *parts, new_topics)
                 for key, pos, length in new_topics[:found].tolist():
                     topics[key] = store.commitlog.read_bytes(pos, length).decode("utf-8", "replace")
                 if at == len(rows):

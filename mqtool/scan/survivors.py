@@ -28,7 +28,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from ..jit import interpreted_as, numba
 import numpy as np
 import pyarrow as pa
 
@@ -37,6 +36,7 @@ from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from . import compute
+from ._stats import string_keys
 from .salvage import LIVE, PAST_DAMAGE, STATUSES as REGIONS, SalvageScan
 
 FOUND, NOT_CONSUMABLE, MISSING, DUPLICATED = "found", "found-not-consumable", "missing", "duplicated"
@@ -76,39 +76,16 @@ def detect_kind(ids: list[str], store: Store) -> IdKind:
     raise UsageError(f"{inside} of {len(ids)} hex ids look like offsetMsgIds and the rest like UNIQ_KEYs: say which with --by uniq-key|msg-id")
 
 
-def _fnv1a64_numpy(offsets, data, first):
-    """``fnv1a64`` a character position at a time over every string (interpreted kernels)."""
-    starts, lengths = offsets[:-1].astype(np.int64) - first, np.diff(offsets).astype(np.int64)
-    out = np.full(lengths.shape[0], 0xCBF29CE484222325, dtype=np.uint64)
-    for k in range(int(lengths.max(initial=0))):
-        live = np.flatnonzero(lengths > k)
-        out[live] = (out[live] ^ data[starts[live] + k].astype(np.uint64)) * np.uint64(0x100000001B3)
-    return out
-
-
-@interpreted_as(_fnv1a64_numpy)
-@numba.njit(cache=True, nogil=True)
-def fnv1a64(offsets, data, first):
-    """64-bit FNV-1a of each string of an Arrow string array (``offsets`` from ``first``)."""
-    n = offsets.shape[0] - 1
-    out = np.empty(n, dtype=np.uint64)
-    for i in range(n):
-        h = np.uint64(0xCBF29CE484222325)
-        for p in range(offsets[i] - first, offsets[i + 1] - first):
-            h = (h ^ np.uint64(data[p])) * np.uint64(0x100000001B3)
-        out[i] = h
-    return out
-
-
 def string_hashes(arr: pa.Array) -> np.ndarray:
-    """``fnv1a64`` of every value of a string array (nulls hash as empty strings)."""
+    """``_stats.string_keys`` (the statistics' topic key) of every value of a string array (nulls
+    hash as empty strings)."""
     if len(arr) == 0:
-        return np.empty(0, dtype=np.uint64)
+        return np.empty(0, dtype=np.int64)
     _, offsets_buf, data_buf = arr.buffers()
     offsets = np.frombuffer(offsets_buf, dtype=np.int32)[arr.offset : arr.offset + len(arr) + 1]
     first = int(offsets[0])
     data = np.frombuffer(data_buf, dtype=np.uint8)[first:] if data_buf is not None else np.zeros(0, dtype=np.uint8)
-    return fnv1a64(offsets, data, first)
+    return string_keys(offsets, data, first)
 
 
 class IdMatcher:
