@@ -1,5 +1,6 @@
-"""The compiled half of dispatch (kernels in ``_fastdispatch.pyx``): what ``CommitLog.checkMessageAndReturnSize`` derives from a record
-for the consume queue and index dispatchers, for a whole batch of records in one call.
+"""The compiled half of dispatch (its kernels in ``_fastdispatch.pyx``): what
+``CommitLog.checkMessageAndReturnSize`` derives from a record for the consume queue and index
+dispatchers, for a whole batch of records in one call.
 
 ``dispatch_rows`` takes the rows ``mqtool.store.fastscan.walk_segment`` found in a segment and,
 per record, gathers the fixed fields the dispatchers use (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
