@@ -30,7 +30,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-from .jit import numba
 import numpy as np
 
 from .fileops import fsync_dir
@@ -40,7 +39,7 @@ from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
 from .formats.hashing import index_key_hash
 from .store.consumequeue import UNIT_DTYPE
-from .store.words import prefetch
+from ._writers import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
@@ -68,49 +67,6 @@ def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
 
 
 # ---- consume queues -------------------------------------------------------------------------
-
-# queue state: [write_pos (-1: the queue has no file), max_phys_offset, filler_from, filler_to]
-S_WRITE, S_MAX_PHYS, S_FILL_FROM, S_FILL_TO = range(4)
-
-
-@numba.njit(cache=True, nogil=True)
-def place_units(qoff, phys, size, state, file_size, dedup_by_end, repeat_guard, out_pos):
-    """``putMessagePositionInfo`` for a run of requests of one queue, in commit log order.
-
-    ``out_pos[i]`` = logical byte position of unit ``i`` or -1 where the broker skips it.
-    ``dedup_by_end``: 4.5.0+ skip a request ending at or below the queue's max physical offset and
-    keep offset + size as that max; up to 4.4.0 the start offset (rules file §3.1, §3.2).
-    ``repeat_guard``: 4.2.0+ skip a request whose queue offset is below the write position; up to
-    4.1.0 it is appended at the write position anyway (§3.3).
-    ``state`` is updated; ``state[S_FILL_FROM:S_FILL_TO]`` is set when the queue's first file is
-    created for a non-zero queue offset (``fillPreBlank``). Returns the number of units placed.
-    ``dedup_by_end`` (4.5.0+, rules §3.1/§3.2): skip when offset + size <= maxPhysicOffset and
-    keep offset + size; else (<= 4.4.0) skip when offset <= maxPhysicOffset and keep the offset.
-    ``repeat_guard`` (4.2.0+, §3.3): skip a unit whose queue position is already written; before,
-    it is appended at the write position anyway.
-    """
-    placed = 0
-    for i in range(qoff.shape[0]):
-        out_pos[i] = -1
-        kept = phys[i] + size[i] if dedup_by_end else phys[i]  # the maxPhysicOffset this unit leaves
-        if kept <= state[S_MAX_PHYS]:
-            continue
-        expect = qoff[i] * 20
-        if state[S_WRITE] < 0:  # getLastMappedFile creates the queue's first file
-            base = expect - expect % file_size
-            state[S_WRITE] = base
-            if qoff[i] != 0:
-                state[S_FILL_FROM] = base
-                state[S_FILL_TO] = expect
-                state[S_WRITE] = expect
-        elif repeat_guard and qoff[i] != 0 and expect < state[S_WRITE]:
-            continue  # "Build consume queue repeatedly"
-        out_pos[i] = state[S_WRITE]
-        state[S_WRITE] += 20
-        state[S_MAX_PHYS] = kept
-        placed += 1
-    return placed
-
 
 @dataclass
 class QueueState:
@@ -316,109 +272,7 @@ def parallel(fn, items, workers: int = 8) -> None:
 
 # ---- index ----------------------------------------------------------------------------------
 
-# header state: IndexHeader fields in order, plus whether a put happened in this session
-H_BEGIN_TS, H_END_TS, H_BEGIN_PHY, H_END_PHY, H_SLOT_COUNT, H_INDEX_COUNT, H_PUT, H_SCRATCH = range(8)
-ROLL_NEEDED, BATCH_DONE, BUFFER_FULL = 1, 0, 2
 ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
-
-
-@numba.njit(inline="always")
-def _be32(v):
-    """The low 32 bits of ``v`` byte-swapped: stored as a native uint32, they are ``v`` big-endian."""
-    v = np.uint32(v & 0xFFFFFFFF)
-    return np.uint32(((v & 0xFF) << 24) | ((v & 0xFF00) << 8) | ((v >> 8) & 0xFF00) | (v >> 24))
-
-
-PREFETCH_AHEAD = 16  # slot table reads asked for this many keys ahead of their put
-
-
-@numba.njit(cache=True, nogil=True)
-def index_records(slot_tbl, index_num, hdr, phys, ts, indexable, key_start, key_count, keys, rec_from, key_from, counts_used_slots, ent, dry):
-    """``buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.6) for records ``rec_from..``; resumes
-    inside record ``rec_from`` at key ``key_from`` after a roll. ``slot_tbl`` is the file's slot
-    table (native int32, the values the file holds); new entries go to ``ent`` (uint32 words,
-    five per 20-byte entry, big-endian, in order, the first being entry number
-    ``hdr[H_INDEX_COUNT]`` at the call; the caller views the words as bytes: a kernel that makes
-    a view loads numba's array lowering). Returns ``(rec, key, status, entries)``:
-    ``ROLL_NEEDED`` when the file is full (call again with a new file from ``(rec, key)``),
-    ``BUFFER_FULL`` when ``ent`` is (write it out, call again), else ``BATCH_DONE``. ``dry``
-    only counts (no slot table, no entries). The header fields are kept in locals and stored back
-    on return (the compiler cannot keep array fields in registers across the entry stores). The
-    slot of the key ``PREFETCH_AHEAD`` keys on is prefetched: a slot table of the default geometry
-    (20 MB) is read at random, and each read waited for a cache miss."""
-    begin_ts, end_ts, begin_phy, end_phy = hdr[H_BEGIN_TS], hdr[H_END_TS], hdr[H_BEGIN_PHY], hdr[H_END_PHY]
-    slot_count, count, put = hdr[H_SLOT_COUNT], hdr[H_INDEX_COUNT], hdr[H_PUT]
-    slots = slot_tbl.shape[0]
-    n_keys = keys.shape[0]
-    cap = ent.shape[0] // 5
-    n = 0
-    rec, key, status = phys.shape[0], 0, BATCH_DONE
-    if not dry and rec_from < phys.shape[0]:
-        first = key_start[rec_from] + key_from
-        for q in range(first, min(first + PREFETCH_AHEAD, n_keys)):
-            prefetch(slot_tbl, keys[q] % slots)
-    r = rec_from
-    while r < phys.shape[0]:
-        k = 0
-        if r == rec_from and key_from > 0:
-            k = key_from
-        else:
-            if count >= index_num:
-                rec, key, status = r, 0, ROLL_NEEDED
-                break
-            if phys[r] < end_phy or not indexable[r]:
-                r += 1
-                continue
-        stop = False
-        while k < key_count[r]:
-            if count >= index_num:
-                rec, key, status, stop = r, k, ROLL_NEEDED, True
-                break
-            phy, t = phys[r], ts[r]
-            if not dry:
-                if n >= cap:  # nothing of key k is put yet: the next call resumes here
-                    rec, key, status, stop = r, k, BUFFER_FULL, True
-                    break
-                at = key_start[r] + k
-                if at + PREFETCH_AHEAD < n_keys:
-                    prefetch(slot_tbl, keys[at + PREFETCH_AHEAD] % slots)
-                key_hash = keys[at]
-                slot = key_hash % slots
-                prev = np.int64(slot_tbl[slot])
-                if prev <= 0 or prev > count:
-                    prev = 0
-                diff = np.int64(0)
-                if begin_ts > 0:
-                    d = t - begin_ts
-                    diff = d // 1000 if d >= 0 else -((-d) // 1000)
-                    if diff > 0x7FFFFFFF:
-                        diff = 0x7FFFFFFF
-                    elif diff < 0:
-                        diff = 0
-                w = n * 5  # the entry (§6.3): key hash, phy offset (two words), time diff, prev
-                ent[w] = _be32(key_hash)
-                ent[w + 1] = _be32(phy >> 32)
-                ent[w + 2] = _be32(phy)
-                ent[w + 3] = _be32(diff)
-                ent[w + 4] = _be32(prev)
-                n += 1
-                slot_tbl[slot] = count
-                if prev == 0 or not counts_used_slots:
-                    slot_count += 1
-            if count <= 1:
-                begin_phy = phy
-                begin_ts = t
-            count += 1
-            end_phy = phy
-            end_ts = t
-            put = 1
-            k += 1
-        if stop:
-            break
-        r += 1
-    hdr[H_BEGIN_TS], hdr[H_END_TS], hdr[H_BEGIN_PHY], hdr[H_END_PHY] = begin_ts, end_ts, begin_phy, end_phy
-    hdr[H_SLOT_COUNT], hdr[H_INDEX_COUNT], hdr[H_PUT] = slot_count, count, put
-    return rec, key, status, n
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
@@ -561,9 +415,9 @@ class IndexWriterService:
     def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
         """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``.
         The columns are made contiguous (a batch's row-major fields give strided ones, a spilled
-        batch contiguous ones): one compiled specialization of ``index_records`` to load, not two."""
+        batch contiguous ones), as ``index_records`` takes them."""
         phys, store_ts, key_start, key_count = (np.ascontiguousarray(a, dtype=np.int64) for a in (phys, store_ts, key_start, key_count))
-        indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_), np.ascontiguousarray(keys, dtype=np.int64)
+        indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_).view(np.uint8), np.ascontiguousarray(keys, dtype=np.int64)
         rec, key = 0, 0
         n = len(phys)
         while rec < n:

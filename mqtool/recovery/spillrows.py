@@ -16,15 +16,12 @@ aligned for the int32 ones, so they are read and written as typed views.
 
 from __future__ import annotations
 
-from ..jit import numba
 import numpy as np
 
 from . import fastdispatch as fd
+from ._spillrows import NARROW, WIDE, pack_rows, unpack_rows
 from .queuegroups import QueueGroups, group_unpacked
 
-WIDE = (fd.F_POS, fd.F_QUEUE_OFFSET, fd.F_PHYS, fd.F_STORE_TS, fd.F_TAGS)
-NARROW = (fd.F_QUEUE_ID, fd.F_SIZE, fd.F_SYS_FLAG, fd.F_KEY_COUNT)
-UNSPILLED = tuple(c for c in range(fd.N_FIELDS) if c not in WIDE + NARROW + (fd.F_FLAGS, fd.F_KEY_START))  # the topic byte columns: zero when read back
 ROW_BYTES = 8 * len(WIDE) + 4 * (len(NARROW) + 1) + 1
 
 
@@ -64,7 +61,7 @@ def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: Qu
     """The spill bytes of a batch (uint8), or None when a key is outside ``[0, 2**31)``."""
     rows, n_keys, n_groups = fields.shape[0], keys.shape[0], groups.keys.shape[0]
     buf = np.zeros(spill_size(rows, n_keys, n_groups), dtype=np.uint8)
-    if not _pack(fields, topic_ids, keys, *_views(buf, rows, n_keys)):
+    if not pack_rows(fields, topic_ids, keys, *_views(buf, rows, n_keys)):
         return None
     group_keys, starts, dest = _group_views(buf, rows, n_keys, n_groups)
     group_keys[:], starts[:], dest[:] = groups.keys, groups.starts, groups.dest
@@ -110,40 +107,5 @@ class Columns:
         fields = np.empty((self.rows, fd.N_FIELDS), dtype=np.int64)
         topic_ids = np.empty(self.rows, dtype=np.int32)
         out_keys = np.empty(self.n_keys, dtype=np.int64)
-        _unpack(self.wide, self.narrow, self.flags, self.key_in, fields, topic_ids, out_keys)
+        unpack_rows(self.wide, self.narrow, self.flags, self.key_in, fields, topic_ids, out_keys)
         return fields, topic_ids, out_keys
-
-
-@numba.njit(cache=True, nogil=True)
-def _pack(fields, topic_ids, keys, wide, narrow, flags, key_out):
-    for r in range(fields.shape[0]):
-        for i in range(len(WIDE)):
-            wide[i, r] = fields[r, WIDE[i]]
-        for i in range(len(NARROW)):
-            narrow[i, r] = fields[r, NARROW[i]]
-        narrow[len(NARROW), r] = topic_ids[r]
-        flags[r] = fields[r, fd.F_FLAGS]
-    for k in range(keys.shape[0]):
-        key = keys[k]
-        if key < 0 or key > 0x7FFFFFFF:
-            return False
-        key_out[k] = key
-    return True
-
-
-@numba.njit(cache=True, nogil=True)
-def _unpack(wide, narrow, flags, key_in, fields, topic_ids, keys):
-    start = np.int64(0)
-    for r in range(fields.shape[0]):
-        for i in range(len(WIDE)):
-            fields[r, WIDE[i]] = wide[i, r]
-        for i in range(len(NARROW)):
-            fields[r, NARROW[i]] = narrow[i, r]
-        for c in UNSPILLED:
-            fields[r, c] = 0
-        topic_ids[r] = narrow[len(NARROW), r]
-        fields[r, fd.F_FLAGS] = flags[r]
-        fields[r, fd.F_KEY_START] = start
-        start += fields[r, fd.F_KEY_COUNT]
-    for k in range(key_in.shape[0]):
-        keys[k] = key_in[k]

@@ -23,74 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..jit import interpreted_as, numba
-from ..store.words import LITTLE_ENDIAN, load8
 from . import fastdispatch as fd
+from ._topicnumbers import number_topics
 
 if TYPE_CHECKING:
     from .dispatch import TopicTable
 
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
-
-
-@interpreted_as(lambda buf, p, pool, q, n: bytes(buf[p : p + n]) == bytes(pool[q : q + n]))
-@numba.njit(inline="always")
-def _same_bytes(buf, p, pool, q, n):
-    """``buf[p:p + n] == pool[q:q + n]``: a topic of up to 8 bytes in one masked word (``pool``
-    has 8 bytes to spare after every topic), a longer one a word at a time."""
-    if n <= 8 and p + 8 <= buf.shape[0]:
-        x = load8(buf, p) ^ load8(pool, q)
-        if n < 8:
-            if LITTLE_ENDIAN:
-                x &= (np.uint64(1) << np.uint64(8 * n)) - np.uint64(1)
-            else:
-                x >>= np.uint64(64 - 8 * n)
-        return x == 0
-    j = 0
-    while j + 8 <= n:
-        if load8(buf, p + j) != load8(pool, q + j):
-            return False
-        j += 8
-    while j < n:
-        if buf[p + j] != pool[q + j]:
-            return False
-        j += 1
-    return True
-
-
-@numba.njit(inline="always")
-def _slot(fp, mask):
-    return (fp ^ (fp >> 31)) & mask
-
-
-@numba.njit(cache=True, nogil=True)
-def number_topics(buf, out, lo, hi, table, fps, starts, lens, ids, pool, topic_ids, missing_only, lookup):
-    """``topic_ids[r]`` = the id of the raw topic of ``out[r]`` (``F_TOPIC_POS``/``F_TOPIC_LEN``
-    into ``buf``, ``dispatch_rows``' columns) for ``lo <= r < hi``; raw topic ``k`` is
-    ``pool[starts[k]:starts[k] + lens[k]]`` with fingerprint ``fps[k]`` and id ``ids[k]``,
-    found through ``table`` (slot -> k, -1 empty; open addressing). ``missing_only``: rows
-    already numbered (``topic_ids[r] >= 0``) are passed over. Returns the first row whose raw
-    topic is not there (``hi`` when every row was numbered); with ``lookup``, such rows get -1
-    and the walk goes on."""
-    mask = table.shape[0] - 1
-    for r in range(lo, hi):
-        if missing_only and topic_ids[r] >= 0:
-            continue
-        p = out[r, fd.F_TOPIC_POS]
-        n = out[r, fd.F_TOPIC_LEN]
-        fp = out[r, fd.F_TOPIC_FP]
-        slot = _slot(fp, mask)
-        k = table[slot]
-        while k >= 0 and not (fps[k] == fp and lens[k] == n and _same_bytes(buf, p, pool, starts[k], n)):
-            slot = (slot + 1) & mask
-            k = table[slot]
-        if k >= 0:
-            topic_ids[r] = ids[k]
-        elif lookup:
-            topic_ids[r] = -1
-        else:
-            return r
-    return hi
 
 
 class TopicNumbers:
@@ -136,7 +75,7 @@ class TopicNumbers:
         k = self.count
         if k == self.fps.shape[0]:
             self.fps, self.starts, self.lens, self.ids = (np.concatenate((a, np.empty(k, dtype=np.int64))) for a in (self.fps, self.starts, self.lens, self.ids))
-        if self.pool_fill + n + 8 > self.pool.shape[0]:  # 8 bytes to spare after the last topic (``_same_bytes``)
+        if self.pool_fill + n + 8 > self.pool.shape[0]:  # 8 bytes to spare after the last topic (``number_topics`` compares a short topic as one word)
             self.pool = np.concatenate((self.pool, np.zeros(max(n + 8, self.pool.shape[0]), dtype=np.uint8)))
         self.pool[self.pool_fill : self.pool_fill + n] = buf[p : p + n]
         self.fps[k], self.starts[k], self.lens[k] = fp, self.pool_fill, n

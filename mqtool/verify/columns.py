@@ -16,29 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..formats.dispatch import INDEX_UNIQ_AND_KEYS
-from ..jit import numba
 from ..recovery import fastdispatch as fd
 from ..recovery.dispatch import TopicTable
 from ..store import fastscan as fs
 from ..store.textscan import POW31
 from ..recovery.topicnumbers import TopicNumbers
+from ._columns import finish_columns
 
 
 KEYS_PER_RECORD = 4  # index keys a batch has room for at first, per record (UNIQ_KEY and a few KEYS; more grows it)
-
-
-@numba.njit(cache=True, nogil=True)
-def finish_columns(out, n, base_offset, topic_ids, topic_state, pow31, keys, offsets):
-    """A batch's last pass, while its rows are in cache: the index key hashes finished
-    (``finish_keys``), each record's commit log offset into ``offsets``; whether some record
-    needs the Python decoder (``FLAG_FALLBACK``)."""
-    fd.finish_keys(out, 0, n, topic_ids, topic_state, pow31, keys)
-    fallback = False
-    for r in range(n):
-        offsets[r] = out[r, fd.F_POS] + base_offset
-        if out[r, fd.F_FLAGS] & fd.FLAG_FALLBACK:
-            fallback = True
-    return fallback
 
 
 @dataclass
