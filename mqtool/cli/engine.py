@@ -8,13 +8,6 @@ of records, not bytes (``dump --to-offset N -f jsonl`` with both engines forced,
 128-byte records alike; ``bench/bench_startup.py --crossover``); ``COMPILED_FROM`` sits below
 it, as the compiled start-up is shorter on a quiet machine.
 
-The same holds for resynchronisation (where ``--from-offset`` inside a record reads from: the
-next position whose magic, size chain and self-describing PHYSICALOFFSET agree): the pure-Python
-search (``mqtool.store.resync``, ``mmap.find`` of the magic codes) settles the usual case, the
-next record a few KiB on, in microseconds; it hands over to the compiled one
-(``fastscan.scan_start``) past ``resync.WINDOW`` bytes, a distance the compiled search covers in
-less than its own start-up. ``resync_window`` says how far the pure-Python one goes.
-
 The commands that read a whole store through the kernels (``verify``, ``stats``, ``survivors``,
 ``salvage``, the repair commands) settle instead how the kernels run (``settle_kernels``):
 interpreted below ``INTERPRETED_BELOW[command]`` records (``mqtool.jit.interpret``: the kernels
@@ -73,17 +66,6 @@ def settle_kernels(command: str, commitlog: CommitLog) -> str:
     below = INTERPRETED_BELOW[command]
     engine = forced() or (PYTHON if estimated_records(commitlog, commitlog.min_offset, None) < below else COMPILED)
     return PYTHON if engine == PYTHON and jit.interpret() else COMPILED
-
-
-def resync_window() -> int | None:
-    """How many bytes a resynchronisation searches in pure Python (``mqtool.store.resync``) before
-    the compiled search takes over: None (all of them) or 0 (none) when ``MQTOOL_ENGINE`` forces one."""
-    engine = forced()
-    if engine is not None:
-        return None if engine == PYTHON else 0
-    from ..store.resync import WINDOW
-
-    return WINDOW
 
 
 def estimated_records(commitlog: CommitLog, start: int, stop: int | None) -> int:
