@@ -107,7 +107,7 @@ def test_damaged_first_record_read_by_abnormal_recovery_ends_the_log(tmp_path, v
 def test_dump_reads_past_a_damaged_first_record_the_next_start_never_reads(tmp_path, version, engine, monkeypatch):
     """A clean store's normal recovery never reads segment 0: the broker keeps and serves every record
     after the damage, so dump reads on past it, with or without --keep-going, saying why. Either engine
-    (the resynchronisation past the damage searched in pure Python or compiled)."""
+    (record by record or compiled)."""
     monkeypatch.setenv("MQTOOL_ENGINE", engine)
     root = copy_store(version, "clean-small", tmp_path)
     zero_first_magic(root)

@@ -121,7 +121,7 @@ def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
     return None if search is None else max(pos, search - (search % 8) - 8)
 
 
-def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
+def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
     """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``)
     whose PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a
     time, releasing the pages it has searched (a 1 GiB segment of zeros after the cut is not kept
@@ -175,7 +175,7 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         nxt = -1
         search = _search_from(extents, end + 1)
         if search is not None:
-            nxt = _next_self_offset(array, search, base, accept_v2, buf, extents)
+            nxt = _next_self_described(array, search, base, accept_v2, buf, extents)
         stop = size if nxt < 0 else nxt
         garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
         if garbage:
