@@ -48,7 +48,7 @@ _BLANK = (fmt.BLANK_MAGIC & 0xFFFFFFFF).to_bytes(4, "big")
 
 def chains(buf, p: int, base: int, end: int) -> bool:
     """The record at ``p`` decodes with its PHYSICALOFFSET ``base + p``, and so do the records
-    after it, ``CHAIN`` in all (fewer at a blank, zeros or the end)."""
+    after it, ``RESYNC_CHAIN`` in all (fewer at a blank, zeros or the end)."""
     q = p
     for i in range(resync.RESYNC_CHAIN):
         if q >= end:

@@ -41,8 +41,6 @@ MIN_AUTO_SPLIT = 128 << 20
 MAX_AUTO_SPLIT = 1 << 30
 WINDOW = 32 << 20
 """Bytes walked per compiled call and per mapping: bounds a batch's size and the resident pages."""
-CHAIN = 3
-"""Records (the candidate and the ones after it) that must describe their own offsets."""
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -100,7 +98,7 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> l
 
 def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False) -> int | None:
     """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself,
-    with the records the walk accepts after it (up to ``CHAIN``) doing the same wherever the walk
+    with the records the walk accepts after it (up to ``RESYNC_CHAIN``) doing the same wherever the walk
     ends (a split then resumes exactly where a sequential scan would have been), or an end-of-file
     blank whose size is the bytes left; with ``entries``, the first entry header describing itself
     (``fastscan.find_record_start``, the one resynchronisation). Zeros are skipped at memory
@@ -111,7 +109,7 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
     if data < 0:
         return None  # zeros to the end of the range (e.g. a pre-allocated segment)
     p = max(start, data - fs.POS_MAGIC)  # a record's (an entry's) first bytes may be zero, its magic is not
-    found = fs.find_record_start(array, p, stop, base, CHAIN, entries=entries, lenient=True)
+    found = fs.find_record_start(array, p, stop, base, fs.RESYNC_CHAIN, entries=entries, lenient=True)
     return None if found < 0 else found
 
 
