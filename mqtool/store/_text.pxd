@@ -39,13 +39,13 @@ cdef inline HashRun java_hash_utf8(const uint8_t* buf, Py_ssize_t start, Py_ssiz
             b2 = buf[i + 2]
             b3 = buf[i + 3]
             if (b0 | b1 | b2 | b3) < 0x80:
-                h = (h * 923521 + b0 * 29791 + b1 * 961 + b2 * 31 + b3) & 0xFFFFFFFF
+                h = (h * 923521 + b0 * 29791 + b1 * 961 + b2 * 31 + b3) & 0xFFFFFFFFLL
                 run.units += 4
                 i += 4
                 continue
         c = buf[i]
         if c < 0x80:
-            h = (h * 31 + c) & 0xFFFFFFFF
+            h = (h * 31 + c) & 0xFFFFFFFFLL
             run.units += 1
             i += 1
             continue
@@ -83,11 +83,11 @@ cdef inline HashRun java_hash_utf8(const uint8_t* buf, Py_ssize_t start, Py_ssiz
             return run
         if cp >= 0x10000:
             cp -= 0x10000
-            h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFF
-            h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFF
+            h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFFLL
+            h = (h * 31 + (0xDC00 + (cp & 0x3FF))) & 0xFFFFFFFFLL
             run.units += 2
         else:
-            h = (h * 31 + cp) & 0xFFFFFFFF
+            h = (h * 31 + cp) & 0xFFFFFFFFLL
             run.units += 1
     run.h = h
     run.ok = True
