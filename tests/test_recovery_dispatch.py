@@ -151,7 +151,6 @@ def test_multi_dispatch_records_are_flagged(tmp_path):
 
 
 
-@numba.njit
 def _hash_inner(buf):
     return java_hash_utf8(buf, 1, buf.shape[0] - 1, np.int64(0))
 

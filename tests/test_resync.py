@@ -1,6 +1,7 @@
-"""The pure-Python resynchronisation (``mqtool.store.resync``) answers what the compiled one
-(``fastscan.scan_start``) answers, offset by offset, on every real-broker fixture and on damaged
-copies made here; and a mid-record ``dump --from-offset`` says where it reads from."""
+"""The resynchronisation (``resync.scan_start`` on the compiled ``find_record_start``) answers
+what its definition on the schema's decoder answers, offset by offset, on every real-broker
+fixture and on damaged copies made here; and a mid-record ``dump --from-offset`` says where it
+reads from."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from typer.testing import CliRunner
 
 from conftest import FIXTURES, copy_store, manifest, store_path
 from mqtool.cli import app
+from mqtool.formats import commitlog as fmt
+from mqtool.formats.errors import FormatError
 from mqtool.store import Store
 from mqtool.store import fastscan as fs
 from mqtool.store import resync
+from mqtool.store.mappedfile import MappedFile
 
 STORES = sorted((p.parent.name.removeprefix("rocketmq-"), p.name.removesuffix(".manifest.json")) for p in FIXTURES.glob("rocketmq-*/*.manifest.json"))
 
@@ -40,14 +44,66 @@ def probe_offsets(store: Store, starts: list[int], seed: int) -> list[int]:
     return offsets
 
 
-def assert_engines_agree(root, starts: list[int], seed: int = 0, windows=(None,)) -> int:
+_MESSAGES = {(m & 0xFFFFFFFF).to_bytes(4, "big") for m in fmt.MESSAGE_MAGICS}
+_BLANK = (fmt.BLANK_MAGIC & 0xFFFFFFFF).to_bytes(4, "big")
+
+
+def chains(buf, p: int, base: int, end: int) -> bool:
+    """The record at ``p`` decodes with its PHYSICALOFFSET ``base + p``, and so do the records
+    after it, ``RESYNC_CHAIN`` in all (fewer at a blank, zeros or the end)."""
+    q = p
+    for i in range(resync.RESYNC_CHAIN):
+        if q >= end:
+            return i > 0
+        if i > 0 and end - q >= 8 and buf[q + 4 : q + 8] == _BLANK:
+            return True
+        try:
+            record = fmt.decode_record(buf, q, base, end)
+        except FormatError:
+            return i > 0 and not any(buf[q : min(q + 8, end)])
+        if isinstance(record, fmt.BlankRecord) or record.phys_offset != base + q:
+            return False
+        q += record.total_size
+    return True
+
+
+def defined_start(cl, offset: int) -> int:
+    """``resync.scan_start``'s rule on the decoder (a record or a blank at the position, else the
+    first chaining message or exact end-of-file blank after it, segment by segment), candidates
+    found by ``mmap.find`` of the magics."""
+    index = cl.segment_index(offset)
+    if index is None:
+        return offset
+    for i in range(index, len(cl.segments)):
+        seg = cl.segments[i]
+        pos = offset - seg.base_offset if i == index else 0
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            buf, end = mf.buf, mf.size
+            try:
+                fmt.decode_record(buf, pos, seg.base_offset, end)
+                return seg.base_offset + pos
+            except FormatError:
+                pass
+            p = buf.find(b"\xda\xa3\x20", pos + 4) - 4
+            blank = buf.find(_BLANK, pos + 4) - 4
+            while blank >= 0 and int.from_bytes(buf[blank : blank + 4], "big", signed=True) != end - blank:
+                blank = buf.find(_BLANK, blank + 5) - 4
+            blank = blank if 0 <= blank <= end - 8 else -1
+            while 0 <= p <= end - 8 and (blank < 0 or p < blank):
+                if buf[p + 4 : p + 8] in _MESSAGES and chains(buf, p, seg.base_offset, end):
+                    return seg.base_offset + p
+                p = buf.find(b"\xda\xa3\x20", p + 5) - 4
+            if blank >= 0:
+                return seg.base_offset + blank
+    return offset
+
+
+def assert_engines_agree(root, starts: list[int], seed: int = 0) -> int:
     with Store.open(root) as store:
         cl = store.commitlog
         checked = 0
         for offset in probe_offsets(store, starts, seed):
-            expected = fs.scan_start(cl, offset)
-            for window in windows:
-                assert resync.scan_start(cl, offset, window=window) == expected, (root, offset, window)
+            assert resync.scan_start(cl, offset) == defined_start(cl, offset), (root, offset)
             checked += 1
         return checked
 
@@ -56,13 +112,9 @@ def message_offsets(version: str, name: str) -> list[int]:
     return sorted(m["commitLogOffset"] for m in manifest(version, name)["messages"])
 
 
-def test_one_chain_length():
-    assert resync.CHAIN == fs.RESYNC_CHAIN
-
-
 @pytest.mark.parametrize("version,name", STORES, ids=[f"{v}-{n}" for v, n in STORES])
-def test_python_resync_equals_the_compiled_one_on_every_fixture(version, name):
-    assert assert_engines_agree(store_path(version, name), message_offsets(version, name), windows=(None, 512)) > 80
+def test_resync_equals_its_definition_on_every_fixture(version, name):
+    assert assert_engines_agree(store_path(version, name), message_offsets(version, name)) > 80
 
 
 def _zero_range(seg: bytearray, starts: list[int]) -> None:
@@ -95,31 +147,14 @@ DAMAGE = {"zeroed-range": _zero_range, "flipped-offset": _flip_phys_offset, "fli
 
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7", "5.3.3"])
 @pytest.mark.parametrize("damage", DAMAGE)
-def test_python_resync_equals_the_compiled_one_past_damage(tmp_path, version, damage):
+def test_resync_equals_its_definition_past_damage(tmp_path, version, damage):
     root = copy_store(version, "crashed-small", tmp_path)
     starts = message_offsets(version, "crashed-small")
     path = root / "commitlog" / f"{0:020d}"
     seg = bytearray(path.read_bytes())
     DAMAGE[damage](seg, starts)
     path.write_bytes(bytes(seg))
-    assert assert_engines_agree(root, starts, seed=1, windows=(None, 256)) > 1000
-
-
-def test_candidate_budget_hands_over_to_the_compiled_search(tmp_path, monkeypatch):
-    """Failing candidates past ``MAX_CANDIDATES``: the compiled search answers (the same)."""
-    root = copy_store("4.9.7", "clean-small", tmp_path)
-    starts = message_offsets("4.9.7", "clean-small")
-    path = root / "commitlog" / f"{0:020d}"
-    seg = bytearray(path.read_bytes())
-    _magic_in_a_body(seg, starts)
-    path.write_bytes(bytes(seg))
-    big = max(range(len(starts) - 1), key=lambda i: starts[i + 1] - starts[i])
-    with Store.open(root) as store:
-        offset = starts[big] + 1
-        with pytest.raises(resync._Exhausted):
-            monkeypatch.setattr(resync, "MAX_CANDIDATES", 2)
-            resync.python_scan_start(store.commitlog, offset)
-        assert resync.scan_start(store.commitlog, offset, window=None) == fs.scan_start(store.commitlog, offset) == starts[big + 1]
+    assert assert_engines_agree(root, starts, seed=1) > 1000
 
 
 def test_a_mid_record_from_offset_says_where_it_reads_from(tmp_path):

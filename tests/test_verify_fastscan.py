@@ -62,13 +62,12 @@ def python_resync(data: np.ndarray, start: int, base: int) -> int:
 @pytest.mark.parametrize("version", VERSIONS)
 def test_resync_lands_on_the_next_record_start(version):
     starts = sorted(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"])
-    scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
     rng = np.random.default_rng(3)
     for base, data in segments(version):
         in_segment = [s for s in starts if base <= s < base + SEGMENT]
         probes = rng.integers(0, in_segment[-1] - base, size=25) if in_segment else []
         for p in probes:
-            found = fs.find_record_start(data, int(p), len(data), base, 3, scratch)
+            found = fs.find_record_start(data, int(p), len(data), base, 3)
             expected = next((s - base for s in in_segment if s - base >= p), None)
             if expected is None:  # after the last record: the blank, or nothing
                 assert found == -1 or isinstance(cl.decode_record(data.tobytes(), found, base), cl.BlankRecord)
@@ -84,10 +83,9 @@ def test_resync_equals_the_python_definition_on_damaged_bytes(version):
     for _ in range(40):
         at = int(rng.integers(0, 200_000))
         damaged[at : at + int(rng.integers(1, 300))] = rng.integers(0, 256, size=1, dtype=np.uint8)
-    scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
     for p in rng.integers(0, 200_000, size=12):
         window = damaged[: int(p) + 40_000]  # keep the Python definition fast
-        assert fs.find_record_start(window, int(p), len(window), base, 3, scratch) == python_resync(window, int(p), base)
+        assert fs.find_record_start(window, int(p), len(window), base, 3) == python_resync(window, int(p), base)
 
 
 def test_a_stale_copy_at_another_position_is_not_a_record_start():
@@ -95,9 +93,8 @@ def test_a_stale_copy_at_another_position_is_not_a_record_start():
     record = cl.decode_record(data.tobytes(), 0, base)
     moved = np.zeros(4096, dtype=np.uint8)
     moved[100 : 100 + record.total_size] = data[: record.total_size]  # PHYSICALOFFSET still says 0
-    scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
-    assert fs.find_record_start(moved, 0, len(moved), base, 3, scratch) == -1
-    assert fs.chain_holds(moved, 100, base - 100, 3, scratch)  # at its own offset it is one
+    assert fs.find_record_start(moved, 0, len(moved), base, 3) == -1
+    assert fs.chain_holds(moved, 100, base - 100, 3)  # at its own offset it is one
 
 
 def test_first_and_last_nonzero(tmp_path):

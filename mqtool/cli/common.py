@@ -151,7 +151,6 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_dam
     scans from (``recovery.nextstart``) ends nothing: the broker never reads it and serves the records
     after it, so they are read on, as ``info`` and ``verify`` keep them; any other end is read past only
     with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
-    from .engine import resync_window
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..recovery.nextstart import start_of
@@ -160,7 +159,7 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_dam
         if start is not None and end.offset < start.offset:
             from ..store.resync import scan_start
 
-            resumed = scan_start(store.commitlog, end.offset + 1, window=resync_window())
+            resumed = scan_start(store.commitlog, end.offset + 1)
             if end.offset < resumed and (stop is None or resumed < stop):
                 note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start.offset}, where the broker's next start "
                      "scans from, so it never reads it and serves the records after it; reading on")

@@ -42,7 +42,6 @@ from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .engine import resync_window
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
@@ -131,8 +130,7 @@ def _text_encoder(fmt: OutputFormat):
 
 def _scan_from(store: Store, start: int | None) -> int:
     """Where the scan of ``--from-offset`` begins: that offset when a record starts there, else the next
-    record (``fastscan.scan_start``'s rule, the one resynchronisation of dump and verify, searched in
-    pure Python near ``start``: ``resync.scan_start`` and ``engine.resync_window``)."""
+    record (``resync.scan_start``, the one resynchronisation of dump and verify)."""
     if start is None:
         return store.commitlog.min_offset
     start = max(start, store.commitlog.min_offset)
@@ -143,7 +141,7 @@ def _scan_from(store: Store, start: int | None) -> int:
         pass
     from ..store.resync import scan_start
 
-    resumed = scan_start(store.commitlog, start, window=resync_window())
+    resumed = scan_start(store.commitlog, start)
     if resumed != start:
         note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
     return resumed
@@ -154,7 +152,7 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     (the resynchronisation of ``_scan_from``)."""
     from ..store.resync import scan_start
 
-    resumed = scan_start(store.commitlog, end.offset + 1, window=resync_window())
+    resumed = scan_start(store.commitlog, end.offset + 1)
     if resumed <= end.offset or (stop is not None and resumed >= stop):
         return None
     note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")

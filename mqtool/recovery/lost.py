@@ -14,7 +14,6 @@ import errno
 import os
 from dataclasses import dataclass, field
 
-from ..jit import numba
 import numpy as np
 
 from ..formats import commitlog as fmt
@@ -22,41 +21,13 @@ from ..formats import msgid
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
-from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, release_pages, walk_segment
+from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, find_record_start, release_pages, walk_segment
 from ..store.mappedfile import MappedFile
 from .plan import Message
 
-_MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _PHYS = fmt.PHYS_OFFSET_POSITION
-_V1 = (fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF).to_bytes(4, "big")
-_V2_LAST = (fmt.MESSAGE_MAGIC_V2 & 0xFF)
 _STORE_TIMESTAMP = [fmt.HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].offset_of("store_timestamp") for f in range(4)]  # by (sysflag >> 4) & 3
 WINDOW = 8 << 20  # bytes searched for a record start between page releases (what stays resident)
-
-
-@numba.njit(cache=True, nogil=True)
-def next_self_offset(buf, start, base, accept_v2):
-    """First position ``q >= start`` holding a record magic whose PHYSICALOFFSET == base + q.
-    Zero runs are skipped a word at a time (a magic code has no zero byte)."""
-    n = buf.shape[0]
-    words = buf[: n - n % 8].view(np.uint64)
-    q = start
-    limit = n - (_PHYS + 8)
-    while q <= limit:
-        m = q + _MAGIC
-        if m // 8 < words.shape[0] and words[m // 8] == 0:
-            q = (m // 8 + 1) * 8 - _MAGIC
-            continue
-        if buf[m] == _V1[0] and buf[m + 1] == _V1[1] and buf[m + 2] == _V1[2]:
-            last = buf[m + 3]
-            if last == _V1[3] or (accept_v2 and last == _V2_LAST):
-                v = np.int64(0)
-                for j in range(8):
-                    v = (v << 8) | np.int64(buf[q + _PHYS + j])
-                if v == base + q:
-                    return q
-        q += 1
-    return -1
 
 
 @dataclass
@@ -150,17 +121,18 @@ def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
     return None if search is None else max(pos, search - (search % 8) - 8)
 
 
-def _next_self_offset(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """``next_self_offset`` a window at a time, releasing the pages it has searched (a 1 GiB
-    segment of zeros after the cut is not kept resident); a window of zeros moves the search
-    to the next data range of ``extents`` (the holes of a sparse segment are not read)."""
+def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
+    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``)
+    whose PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a
+    time, releasing the pages it has searched (a 1 GiB segment of zeros after the cut is not kept
+    resident); a window of zeros moves the search to the next data range of ``extents`` (the
+    holes of a sparse segment are not read)."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start
     while True:
         w = min(size, q + WINDOW + tail)
-        # a window of zeros holds no record start (a magic code has no zero byte): numpy max() tells fastest
-        found = next_self_offset(array[:w], q, base, accept_v2) if array[q:w].max() else -1
+        found = find_record_start(array[:w], q, w, base, 0, v2=accept_v2, blanks=False)
         if found >= 0 or w == size:
             return found
         searched = w - tail + 1  # every q' < searched was tried
@@ -203,7 +175,7 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
         nxt = -1
         search = _search_from(extents, end + 1)
         if search is not None:
-            nxt = _next_self_offset(array, search, base, accept_v2, buf, extents)
+            nxt = _next_self_described(array, search, base, accept_v2, buf, extents)
         stop = size if nxt < 0 else nxt
         garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
         if garbage:

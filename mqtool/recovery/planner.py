@@ -9,7 +9,7 @@ from ..errors import BadInput
 from . import rebuild, recover
 from .candidates import plan_under_candidates
 from .plan import PlanOptions
-from .plansteps import file_crc32, last_nonzero
+from .plansteps import file_crc32
 
 
 def _under_candidates(planner):
@@ -42,4 +42,4 @@ plan_truncate_dirty = _under_candidates(recover.plan_truncate_dirty)
 plan_rebuild_cq = _under_candidates(rebuild.plan_rebuild_cq)
 plan_rebuild_index = _under_candidates(rebuild.plan_rebuild_index)
 
-__all__ = ["PlanOptions", "file_crc32", "last_nonzero", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]
+__all__ = ["PlanOptions", "file_crc32", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]

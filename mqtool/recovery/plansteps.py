@@ -10,20 +10,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
-
 from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile
-from ..store.fastscan import release_pages
+from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion
 from ..writers import IndexWriterService, offset_file_name
 from . import fastdispatch as fd
 from .dispatch import MultiDispatch, TopicTable, consume_queue_entries
-from .lost import data_extents, record_at, records_after
+from .lost import record_at, records_after
 from .plan import (
     Action,
     CommitLogPlan,
@@ -121,26 +119,18 @@ def rel(store: Store, path: Path) -> str:
     return os.path.relpath(path, store.root)
 
 
-def last_nonzero(path: Path, start: int, chunk: int = 1 << 24) -> int:
-    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none);
-    holes of a sparse file are not read."""
-    extents = data_extents(path, start)
-    if not extents:
-        return start
+def written_end(path: Path, start: int) -> int:
+    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none):
+    ``fastscan.last_nonzero``, the holes of a sparse file unread, the pages searched released."""
     with MappedFile(path) as mf:
-        array = np.frombuffer(mf.buf, dtype=np.uint8) if mf.size else np.empty(0, dtype=np.uint8)
-        try:
-            for lo, hi in reversed(extents):
-                end = hi
-                while end > lo:
-                    begin = max(lo, end - chunk)
-                    nz = np.flatnonzero(array[begin:end])
-                    release_pages(mf.buf, begin, end)  # flat RSS over a 1 GiB segment of zeros
-                    if nz.size:
-                        return begin + int(nz[-1]) + 1
-                    end = begin
+        if mf.size <= start:
             return start
+        array = as_array(mf.buf)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            return max(last_nonzero(array, start, mf.size, fd, mf.buf) + 1, start)
         finally:
+            os.close(fd)
             del array
 
 
@@ -164,7 +154,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     if index is not None:
         seg = cl.segments[index]
         cut_segment = seg.path.name
-        stop = seg.base_offset + last_nonzero(seg.path, end.offset - seg.base_offset)
+        stop = seg.base_offset + written_end(seg.path, end.offset - seg.base_offset)
         # a log that ends at an end-of-file blank ends on a record the broker wrote: the blank runs
         # to the segment's end (its stale fill too, before 4.9.1, rules §1.12), and recovery stops
         # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")

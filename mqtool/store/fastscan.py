@@ -1,4 +1,4 @@
-"""The compiled hot loop: walk commit log records at memory speed (numba + ISA-L CRC32).
+"""The compiled hot loop: walk commit log records at memory speed (``_fastscan.pyx``, ISA-L CRC32).
 
 ``walk_segment`` applies exactly the checks of ``formats.commitlog.decode_record`` (and the
 body CRC) to a whole segment in one call, with every field position taken from the layouts
@@ -7,32 +7,30 @@ gather any fixed-position column with numpy and slice variable fields from the s
 Tests hold it equal to the Python decoder on every fixture record.
 
 CRC32 comes from ISA-L's ``crc32_gzip_refl`` (the ``isal`` package exports it; bit-identical
-to zlib's CRC32), called from compiled code through ctypes; zlib's ``crc32`` is the fallback.
-Interpreted (``mqtool.jit``), the walk is ``_walk_decoded``: the decoder itself, record by
-record, with zlib's CRC32.
+to zlib's CRC32), called from compiled code through a function pointer; zlib's ``crc32`` is the
+fallback (``CRC_IMPLEMENTATION`` says which).
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import mmap
 import os
-import re
 from typing import Iterator, NamedTuple
 
-import zlib
-
-from ..jit import external, interpreted, interpreted_as, numba
 import numpy as np
 
 from ..formats import commitlog as fmt
-from ..formats.errors import FormatError, LengthMismatch, TruncatedRecord
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .mappedfile import MappedFile
-from .words import be32, be64, signed32
+from ._fastscan import (  # noqa: F401  (the kernels and their codes, for this module's users)
+    COL_BODY, COL_BODY_LEN, COL_CRC_OK, COL_POS, COL_PROPS, COL_SIZE, COL_TOPIC, CRC_IMPLEMENTATION, END_CAPACITY, END_CORRUPT,
+    END_CRC, END_LENGTH_MISMATCH, END_LIMIT, END_SEGMENT, END_TRUNCATED, END_ZEROS, N_COLS, OK_BLANK, chain_holds,
+    find_record_start, first_nonzero_in, gather_be, last_nonzero_in, walk_segment,
+)
+from .resync import RESYNC_CHAIN, scan_start  # noqa: F401
 
-# ---- constants derived from the construct declaration (compile-time globals for numba) ------
+# ---- constants derived from the construct declaration ----------------------------------------
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 MAGIC_V1 = fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF
 MAGIC_V2 = fmt.MESSAGE_MAGIC_V2 & 0xFFFFFFFF
@@ -41,25 +39,9 @@ POS_MAGIC = _V4.offset_of("magic_code")
 POS_BODY_CRC = _V4.offset_of("body_crc")
 POS_SYS_FLAG = _V4.offset_of("sys_flag")
 POS_PHYS_OFFSET = _V4.offset_of("phys_offset")
-HEADER_V4 = _V4.size
-HOST_V6_EXTRA = fmt.HEADER_LAYOUTS[(True, False)].size - HEADER_V4
 BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
-STORE_V6 = int(fmt.SysFlag.STOREHOST_V6)
-TOPIC_LEN_V1 = fmt.TOPIC_LENGTH[fmt.MESSAGE_MAGIC_V1].size
-TOPIC_LEN_V2 = fmt.TOPIC_LENGTH[fmt.MESSAGE_MAGIC_V2].size
 PROPS_LEN = fmt.PROPERTIES_LENGTH.size
-assert HOST_V6_EXTRA == fmt.HEADER_LAYOUTS[(False, True)].size - HEADER_V4 == 12
 
-# ---- walk result codes -----------------------------------------------------------------------
-OK_BLANK = 0  # a blank record: the segment ends here
-END_ZEROS = 1
-END_CORRUPT = 2
-END_TRUNCATED = 3
-END_LENGTH_MISMATCH = 4
-END_CRC = 5
-END_SEGMENT = 6  # a record ended exactly at the end of the buffer
-END_LIMIT = 7  # reached ``stop``
-END_CAPACITY = 8  # the output arrays are full; call again from the returned position
 CODE_REASONS = {
     END_ZEROS: StopReason.ZEROS,
     END_CORRUPT: StopReason.CORRUPT,
@@ -69,202 +51,6 @@ CODE_REASONS = {
     END_SEGMENT: StopReason.SEGMENT_END,
     END_LIMIT: StopReason.LIMIT,
 }
-
-# Columns of the ``out`` array, one row per valid record (positions are buffer positions).
-COL_POS, COL_SIZE, COL_BODY, COL_BODY_LEN, COL_TOPIC, COL_PROPS, COL_CRC_OK = range(7)
-N_COLS = 7
-
-
-def _crc_symbol() -> str:
-    """Address of ISA-L's CRC32 if the ``isal`` extension exports it, else zlib's (same result).
-
-    The symbol is registered with LLVM under a fixed name so compiled code links to it by
-    name, which lets numba cache the compiled walk on disk.
-    """
-    try:
-        from isal import isal_zlib
-
-        fn = ctypes.CDLL(isal_zlib.__file__).crc32_gzip_refl
-        name = "isal"
-    except (ImportError, OSError, AttributeError):
-        from ctypes.util import find_library  # here: it loads tempfile, which interpreted kernels need not
-
-        fn = ctypes.CDLL(find_library("z") or "libz.so.1").crc32
-        name = "zlib"
-    from llvmlite import binding as llvm_binding
-
-    llvm_binding.add_symbol("mqtool_crc32", ctypes.cast(fn, ctypes.c_void_p).value)
-    return name
-
-
-def _crc32_at(crc: int, address: int, length: int) -> int:
-    """``mqtool_crc32`` for interpreted kernels: zlib's CRC32 of ``length`` bytes at ``address``."""
-    return zlib.crc32(ctypes.string_at(int(address), int(length)), int(crc))
-
-
-CRC_IMPLEMENTATION = "zlib" if interpreted() else _crc_symbol()
-_crc32 = external("mqtool_crc32", lambda types: types.uint32(types.uint32, types.voidptr, types.uint32), python=_crc32_at)
-
-
-def _walk_decoded(buf, pos, stop, check_crc, stop_on_crc, out):
-    """``walk_segment`` on the schema's decoder (``formats.commitlog.decode_record`` makes the same
-    checks in the same order) and zlib's CRC, for interpreted kernels."""
-    view = memoryview(buf)  # decoded faster than from the array (its slices are cheaper)
-    end, count, capacity = buf.shape[0], 0, out.shape[0]
-    while True:
-        if pos >= stop:
-            return count, pos, END_LIMIT, 0
-        if pos >= end:
-            return count, pos, END_SEGMENT, 0
-        if count >= capacity:
-            return count, pos, END_CAPACITY, 0
-        try:
-            record = fmt.decode_record(view, pos, 0, end)
-        except FormatError as exc:
-            if not buf[pos : pos + 8].any():
-                return count, pos, END_ZEROS, 0
-            if isinstance(exc, LengthMismatch):
-                return count, pos, END_LENGTH_MISMATCH, exc.total_size
-            return count, pos, END_TRUNCATED if isinstance(exc, TruncatedRecord) else END_CORRUPT, 0
-        if record.magic_code == fmt.BLANK_MAGIC:
-            return count, pos, OK_BLANK, record.total_size
-        crc_ok = -1
-        if check_crc:
-            crc_ok = 1 if record.crc_ok() else 0
-            if not crc_ok and stop_on_crc:
-                return count, pos, END_CRC, record.total_size
-        body = pos + fmt.header_size(record.sys_flag)
-        topic = body + max(record.body_length, 0) + (TOPIC_LEN_V2 if record.magic_code == fmt.MESSAGE_MAGIC_V2 else TOPIC_LEN_V1)
-        out[count] = (pos, record.total_size, body, record.body_length, topic, topic + record.topic_length + PROPS_LEN, crc_ok)
-        count += 1
-        pos += record.total_size
-
-
-@interpreted_as(_walk_decoded)
-@numba.njit(cache=True, nogil=True)
-def walk_segment(buf, pos, stop, check_crc, stop_on_crc, out):
-    """Walk records from ``pos`` while ``pos < stop``; fill ``out`` rows for valid records.
-
-    Returns ``(count, pos, code, detail)``: ``pos`` is where the walk ended (the record that
-    failed, the blank, or ``stop``); ``detail`` is the TOTALSIZE for a length mismatch or a
-    bad-CRC record, the computed CRC's stored value otherwise 0.
-    """
-    end = buf.shape[0]
-    base_ptr = buf.ctypes.data
-    count = 0
-    capacity = out.shape[0]
-    while True:
-        if pos >= stop:
-            return count, pos, END_LIMIT, 0
-        if pos >= end:
-            return count, pos, END_SEGMENT, 0
-        if count >= capacity:
-            return count, pos, END_CAPACITY, 0
-        if end - pos < 8:
-            zero = True
-            for i in range(pos, end):
-                if buf[i] != 0:
-                    zero = False
-            return count, pos, END_ZEROS if zero else END_TRUNCATED, 0
-        total = signed32(be32(buf, pos))
-        magic = be32(buf, pos + POS_MAGIC)
-        if magic == MAGIC_BLANK:
-            return count, pos, OK_BLANK, total
-        if magic != MAGIC_V1 and magic != MAGIC_V2:
-            if total == 0 and magic == 0:
-                return count, pos, END_ZEROS, 0
-            return count, pos, END_CORRUPT, 0
-        if total <= 0:
-            return count, pos, END_CORRUPT, 0
-        if end - pos < POS_SYS_FLAG + 4:
-            return count, pos, END_TRUNCATED, 0
-        flags = buf[pos + POS_SYS_FLAG + 3]
-        header = HEADER_V4
-        if flags & BORN_V6:
-            header += HOST_V6_EXTRA
-        if flags & STORE_V6:
-            header += HOST_V6_EXTRA
-        if pos + header > end:
-            return count, pos, END_TRUNCATED, 0
-        body_len = signed32(be32(buf, pos + header - 4))
-        if body_len > total:
-            return count, pos, END_CORRUPT, 0
-        body = pos + header
-        body_end = body + (body_len if body_len > 0 else 0)
-        tl_size = TOPIC_LEN_V2 if magic == MAGIC_V2 else TOPIC_LEN_V1
-        if body_end + tl_size > end:
-            return count, pos, END_TRUNCATED, 0
-        if tl_size == 1:
-            topic_len = np.int64(buf[body_end])
-            if topic_len >= 128:
-                topic_len -= 256
-        else:
-            topic_len = (np.int64(buf[body_end]) << 8) | np.int64(buf[body_end + 1])
-            if topic_len >= 32768:
-                topic_len -= 65536
-        if topic_len < 0 or topic_len > total:
-            return count, pos, END_CORRUPT, 0
-        topic = body_end + tl_size
-        props = topic + topic_len + PROPS_LEN
-        if props > end:
-            return count, pos, END_TRUNCATED, 0
-        props_len = (np.int64(buf[props - 2]) << 8) | np.int64(buf[props - 1])
-        if props_len >= 32768:
-            props_len -= 65536
-        if props_len > total:
-            return count, pos, END_CORRUPT, 0
-        props_end = props + (props_len if props_len > 0 else 0)
-        if props_end > end:
-            return count, pos, END_TRUNCATED, 0
-        if props_end - pos != total:
-            return count, pos, END_LENGTH_MISMATCH, total
-        crc_ok = -1
-        if check_crc:
-            crc_ok = 1
-            if body_len > 0:
-                stored = be32(buf, pos + POS_BODY_CRC)
-                if (_crc32(np.uint32(0), base_ptr + body, np.uint32(body_len)) & 0x7FFFFFFF) != stored:
-                    if stop_on_crc:
-                        return count, pos, END_CRC, total
-                    crc_ok = 0
-        row = out[count]
-        row[COL_POS] = pos
-        row[COL_SIZE] = total
-        row[COL_BODY] = body
-        row[COL_BODY_LEN] = body_len
-        row[COL_TOPIC] = topic
-        row[COL_PROPS] = props
-        row[COL_CRC_OK] = crc_ok
-        count += 1
-        pos = props_end
-
-
-def _gather_be_numpy(buf, positions, delta, width, signed):
-    """``gather_be`` by whole-array operations (interpreted kernels)."""
-    at = np.asarray(positions, dtype=np.int64) + delta
-    result = np.zeros(at.shape[0], dtype=np.int64)
-    for j in range(width):
-        result = (result << 8) | buf[at + j]
-    if signed and width < 8:
-        result = np.where(result >= (1 << (8 * width - 1)), result - (1 << (8 * width)), result)
-    return result
-
-
-@interpreted_as(_gather_be_numpy)
-@numba.njit(cache=True, nogil=True)
-def gather_be(buf, positions, delta, width, signed):
-    """Big-endian integers of ``width`` bytes at ``positions + delta`` (one column)."""
-    n = positions.shape[0]
-    result = np.empty(n, dtype=np.int64)
-    for i in range(n):
-        p = positions[i] + delta
-        v = np.int64(0)
-        for j in range(width):
-            v = (v << 8) | np.int64(buf[p + j])
-        if signed and width < 8 and v >= (np.int64(1) << (8 * width - 1)):
-            v -= np.int64(1) << (8 * width)
-        result[i] = v
-    return result
 
 
 def as_array(buf) -> np.ndarray:
@@ -380,112 +166,14 @@ def _detail(code: int, array: np.ndarray, pos: int, detail: int) -> str:
     return ""
 
 
-# ---- resynchronisation and zero detection (used by ``mqtool verify``) ----------------------
-
-
-@numba.njit(cache=True, nogil=True)
-def chain_holds(buf, p, base, chain, scratch):
-    """True when ``walk_segment`` accepts the record at ``p``, its PHYSICALOFFSET equals
-    ``base + p`` (the record describes its own position), and so do the records after it: ``chain``
-    records in all, or fewer when the chain meets a blank record, zeros or the buffer end."""
-    end = buf.shape[0]
-    q = p
-    for i in range(chain):
-        if q >= end:
-            return i > 0
-        if i > 0 and end - q >= 8 and be32(buf, q + POS_MAGIC) == MAGIC_BLANK:
-            return True
-        count, nxt, code, _ = walk_segment(buf, q, q + 1, False, False, scratch)
-        if count != 1:
-            return i > 0 and (code == END_ZEROS or code == END_SEGMENT)
-        if be64(buf, q + POS_PHYS_OFFSET) != base + q:
-            return False
-        q = nxt
-    return True
-
-
-_MAGICS = re.compile(rb"\xda\xa3\x20[\xa7\xab]|" + re.escape(MAGIC_BLANK.to_bytes(4, "big")))  # V1, V2 and the blank's
-
-
-def _find_record_start_re(buf, start, stop, base, chain, scratch):
-    """``find_record_start`` with the magic codes found by a regular expression (interpreted kernels)."""
-    end = buf.shape[0]
-    limit = min(stop, end - 8 + 1)
-    for found in _MAGICS.finditer(buf, start + 4, max(limit + 7, start + 4)):
-        p = found.start() - 4
-        if p >= limit:
-            break
-        if buf[p + 4] == 0xDA:
-            if chain_holds(buf, p, base, chain, scratch):
-                return p
-        elif signed32(be32(buf, p)) == end - p:
-            return p
-    return -1
-
-
-@interpreted_as(_find_record_start_re)
-@numba.njit(cache=True, nogil=True)
-def find_record_start(buf, start, stop, base, chain, scratch):
-    """The first position in ``[start, stop)`` where the commit log can be resumed after damage:
-    a message record whose magic, size chain and self-describing PHYSICALOFFSET agree
-    (``chain_holds``), or an end-of-file blank whose TOTALSIZE is exactly the bytes left (as the
-    broker writes it). Both magics share the prefix ``DA A3 20``. Returns -1 when there is none.
-    ``scratch`` is a one-row array shaped like ``walk_segment``'s ``out``."""
-    end = buf.shape[0]
-    limit = min(stop, end - 8 + 1)
-    blank0 = (MAGIC_BLANK >> 24) & 0xFF
-    for p in range(start, limit):
-        b = buf[p + 4]
-        if b == 0xDA:
-            if buf[p + 5] == 0xA3 and buf[p + 6] == 0x20 and (buf[p + 7] == 0xA7 or buf[p + 7] == 0xAB):
-                if chain_holds(buf, p, base, chain, scratch):
-                    return p
-        elif b == blank0:
-            if be32(buf, p + POS_MAGIC) == MAGIC_BLANK and signed32(be32(buf, p)) == end - p:
-                return p
-    return -1
-
-
-def _first_nonzero_numpy(buf, start, stop):
-    """``_first_nonzero_in`` by one comparison and ``argmax``, which stops at the first True
-    (interpreted kernels)."""
-    nonzero = buf[start:stop] != 0
-    at = int(np.argmax(nonzero)) if nonzero.shape[0] else 0
-    return start + at if nonzero.shape[0] and nonzero[at] else -1
-
-
-def _last_nonzero_numpy(buf, start, stop):
-    """``_last_nonzero_in`` as ``_first_nonzero_numpy``, from the end (interpreted kernels)."""
-    nonzero = buf[start:stop][::-1] != 0
-    at = int(np.argmax(nonzero)) if nonzero.shape[0] else 0
-    return stop - 1 - at if nonzero.shape[0] and nonzero[at] else -1
-
-
-@interpreted_as(_first_nonzero_numpy)
-@numba.njit(cache=True, nogil=True)
-def _first_nonzero_in(buf, start, stop):
-    for p in range(start, stop):
-        if buf[p] != 0:
-            return p
-    return -1
-
-
-@interpreted_as(_last_nonzero_numpy)
-@numba.njit(cache=True, nogil=True)
-def _last_nonzero_in(buf, start, stop):
-    for p in range(stop - 1, start - 1, -1):
-        if buf[p] != 0:
-            return p
-    return -1
-
-
+# ---- zero detection and resynchronisation ----------------------------------------------------
 ZERO_WINDOW = 1 << 20
 
 
 def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
     """Position of the first non-zero byte in ``array[start:stop]``, or -1.
 
-    Scans 1 MiB windows with numpy (memory speed); with the file's descriptor, holes of a
+    Scans 1 MiB windows (memory speed); with the file's descriptor, holes of a
     sparse file (``SEEK_DATA``) are skipped without reading them.
     """
     p = start
@@ -498,8 +186,9 @@ def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = Non
             if p >= stop:
                 return -1
         q = min(stop, p + ZERO_WINDOW)
-        if array[p:q].any():
-            return _first_nonzero_in(array, p, q)
+        found = first_nonzero_in(array, p, q)
+        if found >= 0:
+            return found
         p = q
     return -1
 
@@ -521,14 +210,17 @@ def data_end(fd: int, start: int, stop: int) -> int:
     return end
 
 
-def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
+def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None, buf=None) -> int:
     """Position of the last non-zero byte in ``array[start:stop]``, or -1; with the file's
-    descriptor, the holes of a sparse file after its last data (``data_end``) are not read."""
+    descriptor, the holes of a sparse file after its last data (``data_end``) are not read; with
+    its map ``buf``, the pages searched are dropped (``release_pages``: flat RSS over zeros)."""
     q = stop if fd is None else data_end(fd, start, stop)
     while q > start:
         p = max(start, q - ZERO_WINDOW)
-        if array[p:q].any():
-            return _last_nonzero_in(array, p, q)
+        found = last_nonzero_in(array, p, q)
+        release_pages(buf, p, q)
+        if found >= 0:
+            return found
         q = p
     return -1
 
@@ -546,34 +238,3 @@ def release_pages(buf, start: int, stop: int) -> None:
             buf.madvise(mmap.MADV_DONTNEED, first, last - first)
         except (AttributeError, OSError, ValueError):
             pass
-
-
-RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
-
-
-def scan_start(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int:
-    """Where a scan asked to begin at ``offset`` begins: ``offset`` when a valid record (or an
-    end-of-file blank) starts there, otherwise the next position where the log can be resumed
-    (``find_record_start``: magic, size chain and self-describing PHYSICALOFFSET agree), the
-    next segment's start when the rest of this segment holds none. The one resynchronisation
-    of ``dump --from-offset``, ``verify --from-offset`` and version detection past damage.
-    Returns ``offset`` itself when no segment holds it or nothing after it can be resumed."""
-    index = commitlog.segment_index(offset)
-    if index is None:
-        return offset
-    scratch = np.empty((1, N_COLS), dtype=np.int64)
-    for i in range(index, len(commitlog.segments)):
-        seg = commitlog.segments[i]
-        pos = offset - seg.base_offset if i == index else 0
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            array = as_array(mf.buf)
-            try:
-                count, _, code, _ = walk_segment(array, pos, pos + 1, False, False, scratch)
-                if count == 1 or code == OK_BLANK:
-                    return seg.base_offset + pos
-                found = find_record_start(array, pos, array.shape[0], seg.base_offset, chain, scratch)
-            finally:
-                del array
-        if found >= 0:
-            return seg.base_offset + found
-    return offset

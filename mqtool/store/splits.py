@@ -41,8 +41,6 @@ MIN_AUTO_SPLIT = 128 << 20
 MAX_AUTO_SPLIT = 1 << 30
 WINDOW = 32 << 20
 """Bytes walked per compiled call and per mapping: bounds a batch's size and the resident pages."""
-CHAIN = 3
-"""Records (the candidate and the ones after it) that must describe their own offsets."""
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
@@ -98,55 +96,21 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> l
     return splits
 
 
-def _chain_continues(array: np.ndarray, pos: int, base: int, scratch: np.ndarray) -> bool:
-    """The records the walk accepts from ``pos`` (up to ``CHAIN``) all carry their own offset.
-
-    The walk may end early (blank, zeros, damage): a split then resumes exactly where a
-    sequential scan would have been, and reads what it would have read."""
-    count, _, _, _ = fs.walk_segment(array, pos, array.shape[0], False, False, scratch)
-    if count == 0:
-        return False
-    positions = np.ascontiguousarray(scratch[:count, fs.COL_POS])
-    phys = fs.gather_be(array, positions, fs.POS_PHYS_OFFSET, 8, True)
-    return bool(np.all(phys == positions + base))
-
-
-def _is_blank(array: np.ndarray, pos: int) -> bool:
-    return int.from_bytes(array[pos + fs.POS_MAGIC : pos + fs.POS_MAGIC + 4].tobytes(), "big") == fs.MAGIC_BLANK
-
-
-def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None) -> int | None:
-    """Where a split of ``[start, stop)`` resumes: the first self-describing record (or an
-    end-of-file blank whose size is the bytes left, where the walk then ends), or None. Zeros are
-    skipped at memory speed, and holes of a sparse file unread when ``fd`` is the file's."""
+def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False) -> int | None:
+    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself,
+    with the records the walk accepts after it (up to ``RESYNC_CHAIN``) doing the same wherever the walk
+    ends (a split then resumes exactly where a sequential scan would have been), or an end-of-file
+    blank whose size is the bytes left; with ``entries``, the first entry header describing itself
+    (``fastscan.find_record_start``, the one resynchronisation). Zeros are skipped at memory
+    speed, and holes of a sparse file unread when ``fd`` is the file's."""
     if start == 0:
         return 0
-    one = np.empty((1, fs.N_COLS), dtype=np.int64)
-    chain = np.empty((CHAIN, fs.N_COLS), dtype=np.int64)
-    p = start
-    while p < stop:
-        data = fs.first_nonzero(array, p, min(array.shape[0], stop + fs.POS_MAGIC), fd)
-        if data < 0:
-            return None  # zeros to the end of the range (e.g. a pre-allocated segment)
-        p = max(p, data - fs.POS_MAGIC)  # a record's first bytes may be zero, its magic is not
-        p = int(fs.find_record_start(array, p, stop, base, 1, one))
-        if p < 0:
-            return None
-        if _is_blank(array, p) or _chain_continues(array, p, base, chain):
-            return p
-        p += 1
-    return None
-
-
-def find_entry_split_start(array: np.ndarray, start: int, stop: int, base: int) -> int | None:
-    """``find_split_start`` for a DLedger data file: the first self-describing entry header
-    (``dledgerwalk.find_entry_start``), or None."""
-    if start == 0:
-        return 0
-    from .dledgerwalk import find_entry_start
-
-    p = int(find_entry_start(array, start, stop, base))
-    return None if p < 0 else p
+    data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)
+    if data < 0:
+        return None  # zeros to the end of the range (e.g. a pre-allocated segment)
+    p = max(start, data - fs.POS_MAGIC)  # a record's (an entry's) first bytes may be zero, its magic is not
+    found = fs.find_record_start(array, p, stop, base, fs.RESYNC_CHAIN, entries=entries, lenient=True)
+    return None if found < 0 else found
 
 
 class SplitScan:
@@ -177,10 +141,7 @@ class SplitScan:
             array = fs.as_array(mf.buf)
             fd = os.open(split.path, os.O_RDONLY)
             try:
-                if split.entries:
-                    begin = find_entry_split_start(array, split.start, split.end, base)
-                else:
-                    begin = find_split_start(array, split.start, split.end, base, fd)
+                begin = find_split_start(array, split.start, split.end, base, fd, entries=split.entries)
             finally:
                 os.close(fd)
                 del array

@@ -106,7 +106,7 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
         records = _take(scan, limit)
         if not records and scan.end is not None and not scan.end.is_clean:
-            from .resync import scan_start  # pure Python near the damage, compiled past ``resync.WINDOW``
+            from .resync import scan_start
 
             resumed = scan_start(store.commitlog, segment.base_offset)
             if segment.base_offset < resumed < segment.end_offset:
@@ -120,7 +120,7 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
 
 def _blank_tail(store: "Store") -> bytes | None:
     """The 56 bytes after the end-of-file blank record of the first segment that has one."""
-    from .fastscan import FastScan, scan_start  # compiled walk; imported lazily (numba start-up)
+    from .fastscan import FastScan, scan_start
 
     for segment in store.commitlog.segments[:-1]:
         scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
@@ -153,7 +153,7 @@ def check_first_record(store: "Store") -> None:
                 return
             except FormatError as exc:
                 reason = exc.reason
-        from .resync import scan_start  # pure Python near the damage, compiled past ``resync.WINDOW``
+        from .resync import scan_start
 
         if scan_start(store.commitlog, segment.base_offset) != segment.base_offset:
             return

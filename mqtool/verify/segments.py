@@ -35,7 +35,6 @@ WINDOW = 32 << 20  # bytes walked between page releases and progress reports
 SHOWN_STEP = 2 << 20  # bytes walked per call when a reader is shown the rows: they are still in cache (L2)
 SHOWN_RELEASE = 4 << 20  # and bytes released at a time behind what the reader still holds
 BATCH_ROWS = 16384
-RESYNC_CHAIN = 3  # records that must chain after a resync candidate (fewer if the segment ends)
 MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
 
 _STORE_TS_POS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
@@ -246,13 +245,12 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
         stop = mf.size if task.stop is None else min(task.stop, mf.size)
         report = SegmentReport(task.index, task.path, task.base, mf.size, task.start, stop)
         out = np.empty((BATCH_ROWS, fs.N_COLS), dtype=np.int64)
-        scratch = np.empty((1, fs.N_COLS), dtype=np.int64)
         fd = os.open(task.path, os.O_RDONLY)
         shown = chain
         try:
             pos = task.start
             if task.resync:
-                found = fs.find_record_start(array, pos, stop, task.base, RESYNC_CHAIN, scratch)
+                found = fs.find_record_start(array, pos, stop, task.base, fs.RESYNC_CHAIN)
                 pos = report.resumed_at = found if found >= 0 else stop
             if walked is not None and (task.start != 0 or task.resync or walked.start != 0 or walked.end > stop or chain is not None):
                 walked = None  # not this walk's prefix: walk it all
@@ -267,7 +265,7 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
                     chain.end(array, run)
                     chain = None
                 if run.code == fs.OK_BLANK:
-                    _after_blank(report, array, run.end, fd, scratch, out)
+                    _after_blank(report, array, run.end, fd, out)
                     break
                 if run.code in (fs.END_LIMIT, fs.END_SEGMENT):
                     break
@@ -278,7 +276,7 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
                     search_from = max(run.end + 1, nonzero - 4)  # a record's first bytes may be zero
                 else:
                     nonzero, search_from = run.end, run.end + 1
-                resume = fs.find_record_start(array, search_from, stop, task.base, RESYNC_CHAIN, scratch)
+                resume = fs.find_record_start(array, search_from, stop, task.base, fs.RESYNC_CHAIN)
                 end = resume if resume >= 0 else fs.last_nonzero(array, nonzero, stop, fd) + 1
                 report.gaps.append(Gap(run.end, end, nonzero, resume >= 0))
                 if resume < 0:
@@ -293,14 +291,14 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
     return report
 
 
-def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, scratch, out) -> None:
+def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, out) -> None:
     report.blank = pos
     report.blank_total = int(np.int32(int.from_bytes(array[pos : pos + 4].tobytes(), "big", signed=True)))
     first = fs.first_nonzero(array, pos + clfmt.END_FILE_MIN_BLANK_LENGTH, report.size, fd)
     if first < 0:
         return
     report.after_blank = (first, fs.last_nonzero(array, first, report.size, fd) + 1)
-    start = fs.find_record_start(array, max(pos + clfmt.END_FILE_MIN_BLANK_LENGTH, first - 4), report.size, report.base, RESYNC_CHAIN, scratch)
+    start = fs.find_record_start(array, max(pos + clfmt.END_FILE_MIN_BLANK_LENGTH, first - 4), report.size, report.base, fs.RESYNC_CHAIN)
     while start >= 0:
         count, npos, code, _ = fs.walk_segment(array, start, report.size, False, False, out)
         if report.stale_after_blank_at is None:
@@ -311,7 +309,7 @@ def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, sc
         elif code in (fs.OK_BLANK, fs.END_SEGMENT, fs.END_LIMIT) or npos + 1 >= report.size:
             break
         else:
-            start = fs.find_record_start(array, npos + 1, report.size, report.base, RESYNC_CHAIN, scratch)
+            start = fs.find_record_start(array, npos + 1, report.size, report.base, fs.RESYNC_CHAIN)
 
 
 def warm_up() -> None:
