@@ -4,6 +4,9 @@
     python bench/make_store.py --size 2g --message-size 128
     python bench/make_store.py --size small                      # 64 MiB in 16 MiB segments
 
+The record filler is a numba kernel: a benchmark tool's, not mqtool's (which has no JIT); install
+it with ``pip install -e ".[bench]"``.
+
 Shared by the verify, recovery and Spark benchmarks (``ensure_store(...)`` from Python). The
 store is what a broker writes with default geometry: 1 GiB commit log segments, 6,000,000-byte
 consume queue files, index files of 5,000,000 slots / 20,000,000 entries, checkpoint, lock,

@@ -15,8 +15,8 @@ Python walk (struct + zlib CRC, over at most the first 256 MiB, extrapolated) is
 baseline: ``x plain`` is a command's throughput over that walk's.
 
 ``cold`` runs each listed command twice in a fresh process with no cache of any kind but the
-page cache (a new, empty ``PYTHONPYCACHEPREFIX``, and ``NUMBA_CACHE_DIR`` for a tree that still
-has numba): the first run is what a new install, container or Spark executor sees; the target is
+page cache (a new, empty ``PYTHONPYCACHEPREFIX``, and ``NUMBA_CACHE_DIR`` for a tree of mqtool
+from before its kernels were compiled at install): the first run is what a new install, container or Spark executor sees; the target is
 a first run within 10% of the second.
 
 ``recover --abnormal`` runs on a crashed copy (segments hard-linked, no consume queues, no

@@ -13,11 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from mqtool import jit
-
-# The kernels run compiled in the test process: a command on a small store would otherwise settle
-# them interpreted for every test after it (tests/test_interpreted.py runs that mode in processes of its own).
-jit.numba  # noqa: B018
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

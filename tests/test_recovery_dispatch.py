@@ -4,13 +4,11 @@ on hand-made records that force its fallback (malformed UTF-8, odd DELAY values,
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 from conftest import VERSIONS, store_path
 
 from mqtool.store.textscan import index_key_hashes, java_hash_states, java_hash_utf8, utf16_units_of
-from mqtool.store.words import find_byte_below
 from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from mqtool.formats.hashing import index_key_hash, java_string_hash
@@ -211,22 +209,3 @@ def test_topic_numbers_tell_apart_topics_the_fingerprint_does_not(slots, length,
     assert numbers.topics.names[length + 1] == "bad\ufffd" + "\0" * (length - 4)
 
 
-@numba.njit
-def _find_all(buf, end, n, found):
-    for p in range(end + 1):
-        found[p] = find_byte_below(buf, p, end, n)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_find_byte_below_finds_the_first_such_byte_from_every_position(seed):
-    """The word-at-a-time search (``store/words.py``, the properties separators' finder) against
-    a byte-by-byte one, from every start, to several ends: separators, zero bytes and bytes just
-    above ``n`` at every word position."""
-    rng = np.random.default_rng(seed)
-    buf = rng.choice(np.array([0, 1, 2, 3, 4, 0x41, 0x80, 0xFF], dtype=np.uint8), size=96, p=[.04, .04, .04, .08, .08, .52, .1, .1]).astype(np.uint8)
-    for n in (1, 3, 0x42):
-        for end in (0, 7, 8, 9, 61, 96):
-            found = np.empty(end + 1, dtype=np.int64)
-            _find_all(buf, end, n, found)
-            below = [p for p in range(end) if buf[p] < n]
-            assert found.tolist() == [next((q for q in below if q >= p), end) for p in range(end + 1)], (n, end)

@@ -27,7 +27,6 @@ from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
-from ..jit import interpreted
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.fastscan import FastScan
 from ..store.textscan import POW31, java_hash_states, utf16_units_of
@@ -692,8 +691,7 @@ def phase_scanner(
 ) -> DispatchScanner:
     """A scan dispatching from ``start``; ``index_rule`` is the version's (``VersionRules.index_rule``, §4.2)."""
     options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_rule if index_enable else INDEX_NONE)
-    threads = not interpreted()  # interpreted kernels hold the GIL: threads would only add hand-offs (and the ahead spill)
-    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead and threads, threaded=threads)
+    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead)
 
 
 def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:

@@ -2,11 +2,11 @@
 #
 # The broker's big-endian integers (``be32``, ``be64``, ``be_signed``, ``signed32``: Java's
 # ``ByteBuffer.getInt``/``getLong``), ``load8`` (the eight bytes at any position as one native
-# uint64), the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte``,
-# ``find_byte_below``: scans that skip a word at a time where no byte they look for can be),
+# uint64), the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte``:
+# scans that skip a word at a time where no byte they look for can be),
 # ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``. All take a
 # raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang builtins
-# (the byte swaps, the trailing-zero count, the prefetch).
+# (the byte swaps, the prefetch).
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -28,17 +28,15 @@ cdef extern from *:
     #endif
     #define MQ_ONES 0x0101010101010101ULL
     #define MQ_HIGH 0x8080808080808080ULL
-    #define mq_ctz64(x) __builtin_ctzll(x)
     #define mq_prefetch_w(p) __builtin_prefetch((p), 1, 3)
     """
-    bint MQ_LITTLE_ENDIAN
+    bint MQ_LITTLE_ENDIAN  # load8's first byte is its least significant one
     uint64_t ONES "MQ_ONES"
     uint64_t HIGH "MQ_HIGH"
     uint64_t mq_load8(const uint8_t* p) noexcept nogil
     void mq_store8(uint8_t* p, uint64_t v) noexcept nogil
     uint32_t mq_be32(const uint8_t* p) noexcept nogil
     uint64_t mq_be64(const uint8_t* p) noexcept nogil
-    int mq_ctz64(uint64_t x) noexcept nogil
     void mq_prefetch_w(const void* p) noexcept nogil
 
 cdef enum:
@@ -98,24 +96,6 @@ cdef inline Py_ssize_t find_byte(const uint8_t* buf, Py_ssize_t p, Py_ssize_t en
     while p + 8 <= end and not has_byte(load8(buf, p), b):
         p += 8
     while p < end and buf[p] != b:
-        p += 1
-    return p
-
-
-cdef inline Py_ssize_t find_byte_below(const uint8_t* buf, Py_ssize_t p, Py_ssize_t end, uint8_t n) noexcept nogil:
-    """The first position in ``[p, end)`` whose byte is below ``n`` (``n <= 128``), else ``end``:
-    a word at a time; in a word with such a byte its least significant flagged byte is one (a
-    borrow only runs upwards), so on a little-endian machine the trailing zeros say where."""
-    cdef uint64_t x, flags
-    while p + 8 <= end:
-        x = load8(buf, p)
-        flags = (x - ONES * n) & ~x & HIGH
-        if flags != 0:
-            if MQ_LITTLE_ENDIAN:
-                return p + (mq_ctz64(flags) >> 3)
-            break
-        p += 8
-    while p < end and buf[p] >= n:
         p += 1
     return p
 

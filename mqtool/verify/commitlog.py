@@ -32,7 +32,7 @@ from ..store.store import EMPTY_LAST_SEGMENT
 from ..store.version import eras_label
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
-from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at, warm_up
+from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 
 Progress = Callable[[int], None]
 
@@ -95,7 +95,6 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
         return
     import multiprocessing  # here: the pool's modules (socket, pickle) are not for a serial run
 
-    warm_up()
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0

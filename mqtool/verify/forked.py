@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Callable, Generator
 
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, replay_spilled
-from .segments import warm_up
 
 if TYPE_CHECKING:
     from .crosscheck import CrossCheckOutcome
@@ -47,7 +46,6 @@ class ForkedCrossCheck:
         self.outcome_file = tempfile.TemporaryFile(prefix="mqtool-verify-")
         self.counter = multiprocessing.get_context("fork").Value("q", 0, lock=False)
         self.outcome: CrossCheckOutcome | None = None
-        warm_up()  # numba's one-time set-up (most of a second), done once for both processes
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover - the child; its work is checked through the parent
             os._exit(self._child(verification, cross, start))

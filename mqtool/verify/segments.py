@@ -310,39 +310,3 @@ def _after_blank(report: SegmentReport, array: np.ndarray, pos: int, fd: int, ou
             break
         else:
             start = fs.find_record_start(array, npos + 1, report.size, report.base, fs.RESYNC_CHAIN)
-
-
-def warm_up() -> None:
-    """Load every compiled function this module uses (from numba's cache) by analysing a tiny
-    synthetic segment: records, zeros, garbage, a resynchronised record, a blank and stale bytes.
-    Worker processes forked afterwards inherit the loaded code instead of each loading it."""
-    fields = dict(
-        magic_code=clfmt.MESSAGE_MAGIC_V1, body_crc=0, queue_id=0, flag=0, queue_offset=0, phys_offset=0, sys_flag=0,
-        born_timestamp=1, born_host_address=bytes(4), born_host_port=1, store_timestamp=1, store_host_address=bytes(4),
-        store_host_port=1, reconsume_times=0, prepared_transaction_offset=0, body=b"x" * 16, topic=b"t",
-        properties=b"__CRC32#\x01" + b"0" * 10 + b"\x02",
-    )
-
-    def record(at: int) -> bytes:
-        return clfmt.encode_message({**fields, "phys_offset": at}, compute_crc=True)
-
-    size = 4096
-    data = bytearray(size)
-    first = record(0)
-    data[0 : len(first)] = first
-    at = len(first) + 64
-    data[at : at + 8] = b"garbage!"
-    at += 40
-    second = record(at)
-    data[at : at + len(second)] = second
-    at += len(second)
-    data[at : at + 8] = clfmt.encode_blank(size - at)
-    data[at + 100 : at + 108] = b"leftover"
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "00000000000000000000")
-        with open(path, "wb") as f:
-            f.write(data)
-        analyze_segment(SegmentTask(0, path, 0, 0, None))
-        analyze_segment(SegmentTask(0, path, 0, 1, None, resync=True))

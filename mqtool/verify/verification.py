@@ -8,7 +8,6 @@ import time
 from typing import Generator, Iterator
 
 from ..handoff import usable_cpus
-from ..jit import interpreted
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd
@@ -91,7 +90,7 @@ class Verification:
             # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1 and not interpreted())
+            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1)
         forked = None
         if shared is None and whole and "commitlog" in opts.checks and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
             from .forked import ForkedCrossCheck
