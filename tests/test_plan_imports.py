@@ -1,8 +1,8 @@
 """Start-up of the planning commands (issue #10: any command on a small store in 0.3 s or less) is
 mostly imports: on a small store that is not DLedger, ``recover``, ``repair`` and ``verify`` load
-neither numba nor what only another kind of store or a larger run needs (the DLedger modules, the
-process and thread pools, the spill files' ``tempfile``, ``ctypes.util``), and still plan what the
-broker does."""
+neither a JIT nor what only another kind of store or a larger run needs (the DLedger modules but
+the entry layout the one resynchronisation reads, the process and thread pools, the spill files'
+``tempfile``, ``ctypes.util``), and still plan what the broker does."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from conftest import copy_store, manifest, run_loading, store_path
 
 NOT_FOR_A_SMALL_STORE = (
-    "numba", "mqtool.formats.dledger", "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
+    "numba", "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
     "multiprocessing", "concurrent.futures", "tempfile", "ctypes.util",
 )
 

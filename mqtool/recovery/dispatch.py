@@ -310,9 +310,11 @@ class DispatchScanner:
 
     def _parallel(self) -> bool:
         """Whether segments may be dispatched ahead (``_produce_ahead``): plain segments (not
-        DLedger entries), from before the range's last segment; the recovery to the end of the
+        DLedger entries) of at least ``AHEAD_MIN_SEGMENT`` bytes, from before the range's last segment; the recovery to the end of the
         log, or the reput (``doReput``) of whole segments, as before the recovery's start segment."""
         if not (self.ahead and self.threaded) or self.discipline == "recovery" and self.stop is not None:
+            return False
+        if self.commitlog.file_size < AHEAD_MIN_SEGMENT:
             return False
         if getattr(self.commitlog, "entry_walker", None) is not None:
             return False
@@ -495,6 +497,9 @@ class DispatchScanner:
 
     def _request(self, record: clfmt.CommitLogRecord):
         return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
+
+
+AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a thread and a spill file cost more than they save
 
 
 class BatchSpill:
