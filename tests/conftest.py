@@ -98,3 +98,12 @@ def fixture_version(store_dir: Path) -> str:
 @pytest.fixture
 def store_copy(tmp_path):
     return lambda version, name: copy_store(version, name, tmp_path)
+
+
+@pytest.fixture
+def ahead_on_small_segments(monkeypatch):
+    """The fixtures' 1 MiB segments are below ``dispatch.AHEAD_MIN_SEGMENT``: dispatch them ahead
+    all the same, for the tests that hold the work ahead equal to the walk in turn."""
+    from mqtool.recovery import dispatch
+
+    monkeypatch.setattr(dispatch, "AHEAD_MIN_SEGMENT", 0)

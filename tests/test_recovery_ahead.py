@@ -15,7 +15,6 @@ from conftest import VERSIONS, copy_store, manifest
 
 from mqtool.apply import apply_plan
 from mqtool.formats import commitlog as clfmt
-from mqtool.recovery import dispatch
 from mqtool.recovery import fastdispatch as fd
 from mqtool.recovery.dispatch import DispatchCache, phase_scanner
 from mqtool.recovery.planner import PlanOptions, plan_recover
@@ -27,10 +26,7 @@ KEPT = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS
 DAMAGES = ("none", "crc-first-segment", "crc-last-segment", "garbage-last-segment", "zeros-last-segment")
 
 
-@pytest.fixture(autouse=True)
-def ahead_on_small_segments(monkeypatch):
-    """The fixtures' 1 MiB segments are below ``AHEAD_MIN_SEGMENT``: dispatch them ahead all the same."""
-    monkeypatch.setattr(dispatch, "AHEAD_MIN_SEGMENT", 0)
+pytestmark = pytest.mark.usefixtures("ahead_on_small_segments")
 
 
 def damage(root, version: str, name: str, kind: str) -> None:

@@ -21,6 +21,8 @@ from mqtool.store.rules import VersionRules
 from mqtool.recovery.plansteps import store_version
 from mqtool.store import Store
 
+pytestmark = pytest.mark.usefixtures("ahead_on_small_segments")  # the segments the reput walks whole go ahead
+
 # the columns the spill keeps (topics are compared by name); F_KEY_START is a batch's own numbering
 COMPARED = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN, fd.F_KEY_START)]
 
