@@ -39,7 +39,7 @@ import make_store  # noqa: E402
 from procs import TreeSampler  # noqa: E402
 
 from mqtool.formats import commitlog as clfmt  # noqa: E402
-from mqtool.records import message_dict  # noqa: E402
+from mqtool.store.records import message_dict  # noqa: E402
 from mqtool.store import Store  # noqa: E402
 from mqtool.store.fastscan import scan_start  # noqa: E402
 

@@ -39,7 +39,7 @@ from .formats import index as ixfmt
 from .formats.dispatch import DispatchRequest
 from .formats.hashing import index_key_hash
 from .store.consumequeue import UNIT_DTYPE
-from ._writers import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units
+from .dispatch.placement import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, index_records, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
@@ -67,17 +67,6 @@ def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
 
 
 # ---- consume queues -------------------------------------------------------------------------
-
-@dataclass
-class QueueState:
-    """Where a queue continues: next write position (None: no file yet) and max phys offset."""
-
-    write_pos: int | None = None
-    max_phys_offset: int = -1
-
-    def as_array(self) -> np.ndarray:
-        return np.array([-1 if self.write_pos is None else self.write_pos, self.max_phys_offset, -1, -1], dtype=np.int64)
-
 
 @dataclass
 class _Queue:

@@ -104,6 +104,6 @@ def store_copy(tmp_path):
 def ahead_on_small_segments(monkeypatch):
     """The fixtures' 1 MiB segments are below ``dispatch.AHEAD_MIN_SEGMENT``: dispatch them ahead
     all the same, for the tests that hold the work ahead equal to the walk in turn."""
-    from mqtool.recovery import dispatch
+    from mqtool.dispatch import scanner as dispatch
 
     monkeypatch.setattr(dispatch, "AHEAD_MIN_SEGMENT", 0)

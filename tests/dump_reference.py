@@ -10,7 +10,7 @@ from mqtool.cli.output import OutputFormat, emit_rows
 from mqtool.formats.errors import FormatError
 from mqtool.formats.msgid import decode_msg_id
 from mqtool.formats.properties import PropertyKey, split_keys
-from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.store import Store
 
 from mqtool.cli.dump import MESSAGE_HEADERS, MESSAGE_TABLE, MESSAGE_TABLE_OPTIONAL  # the table's layout is not what this reference checks

@@ -10,7 +10,7 @@ from conftest import manifest, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.records import MESSAGE_FIELDS
+from mqtool.store.records import MESSAGE_FIELDS
 
 pyspark = pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")

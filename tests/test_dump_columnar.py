@@ -17,7 +17,7 @@ from dump_reference import reference_dump
 from mqtool.cli import app
 from mqtool.formats.hashing import java_string_hash
 from mqtool.formats.index import index_key
-from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.scan.batches import MessageBatchBuilder
 from mqtool.scan.text import BatchText, TextFormat
 from mqtool.store import Store

@@ -1,8 +1,11 @@
-"""Imports point one way: formats <- mqtool.store <- recovery <- CLI / Spark (checked with ast)."""
+"""Imports point one way, ``formats < store < dispatch < scan < verify < recovery < apply < cli``
+(the Spark job a shell beside the CLI), compiled modules included (checked with ast, and by
+reading the ``.pyx`` imports)."""
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -40,6 +43,74 @@ def imports(name: str, path: Path, is_package: bool) -> set[str]:
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names)
     return found
+
+
+LAYERS = ("base", "formats", "store", "dispatch", "scan", "verify", "recovery", "apply", "cli")
+# modules outside the layered packages: what every layer may use (no mqtool import above them)
+BASE = {"mqtool", "mqtool.errors", "mqtool.handoff", "mqtool.table", "mqtool.fileops", "mqtool.private_api"}
+# the imports issue #30 has yet to turn around: verify asks recovery where the next start ends
+# the log; the planner simulates the index files with the writer in its dry mode
+NOT_YET = {
+    ("mqtool.verify.state", "mqtool.recovery.nextstart"),
+    ("mqtool.verify.verification", "mqtool.recovery.nextstart"),
+    ("mqtool.recovery.plansteps", "mqtool.writers"),
+}
+
+
+def layer(name: str) -> str:
+    if name in BASE:
+        return "base"
+    part = name.split(".")[1]
+    return {"writers": "apply", "__main__": "cli", "spark": "cli"}.get(part, part)
+
+
+PYX_IMPORT = re.compile(r"^\s*from\s+([.\w]+)\s+c?import\s", re.M)
+
+
+def compiled_imports(name: str, path: Path) -> set[str]:
+    """The mqtool modules a ``.pyx`` or ``.pxd`` imports or cimports."""
+    pkg = name.rpartition(".")[0]
+    found = set()
+    for mod in PYX_IMPORT.findall(path.read_text(encoding="utf-8")):
+        if mod.startswith("."):
+            dots = len(mod) - len(mod.lstrip("."))
+            base = pkg.split(".")[: len(pkg.split(".")) - dots + 1]
+            mod = ".".join(base + ([mod.lstrip(".")] if mod.lstrip(".") else []))
+        found.add(mod)
+    return found
+
+
+def resolved(imp: str) -> str | None:
+    """The mqtool module ``imp`` names (an imported name resolved to its module), or None."""
+    while imp.startswith("mqtool"):
+        p = ROOT.joinpath(*imp.split("."))
+        if any(p.with_suffix(s).exists() for s in (".py", ".pyx", ".pxd")) or (p / "__init__.py").exists():
+            return imp
+        imp = imp.rpartition(".")[0]
+    return None
+
+
+def test_layers_import_one_way():
+    """No module imports a layer above its own (issue #30's order), ``.py`` and compiled alike."""
+    found = []
+    sources = [(n, p, pkg, False) for n, p, pkg in modules()]
+    sources += [(".".join(["mqtool", *p.relative_to(ROOT / "mqtool").with_suffix("").parts]), p, False, True)
+                for p in sorted((ROOT / "mqtool").rglob("*.p[yx][xd]"))]
+    for name, path, pkg, compiled in sources:
+        for imp in compiled_imports(name, path) if compiled else imports(name, path, pkg):
+            target = resolved(imp)
+            if target is None or (name, target) in NOT_YET:
+                continue
+            if LAYERS.index(layer(target)) > LAYERS.index(layer(name)):
+                found.append(f"{name} ({layer(name)}) imports {target} ({layer(target)})")
+    assert found == []
+
+
+def test_the_imports_not_yet_turned_around_are_still_there():
+    """``NOT_YET`` lists only imports that exist (a fixed one leaves the list)."""
+    for name, target in NOT_YET:
+        path = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+        assert any(resolved(i) == target for i in imports(name, path, False)), (name, target)
 
 
 def top(name: str) -> str:

@@ -15,8 +15,8 @@ from conftest import VERSIONS, copy_store, manifest
 
 from mqtool.apply import apply_plan
 from mqtool.formats import commitlog as clfmt
-from mqtool.recovery import fastdispatch as fd
-from mqtool.recovery.dispatch import DispatchCache, phase_scanner
+from mqtool.dispatch import fastdispatch as fd
+from mqtool.dispatch.scanner import DispatchCache, phase_scanner
 from mqtool.recovery.planner import PlanOptions, plan_recover
 from mqtool.store import Store
 from test_recovery_cache import written

@@ -18,7 +18,7 @@ import pytest
 from conftest import VERSIONS, copy_store, recovered
 
 from mqtool.apply import apply_plan
-from mqtool.recovery.dispatch import DispatchCache, phase_scanner
+from mqtool.dispatch.scanner import DispatchCache, phase_scanner
 from mqtool.recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover
 from mqtool.store import Store
 from repair_support import queue_entries
@@ -88,7 +88,7 @@ def test_spilled_batches_read_back_equal(tmp_path, version):
             cache.add(0, batch)
         back = list(cache.batches(0))
     assert len(back) == len(originals) > 1
-    from mqtool.recovery import fastdispatch as fd
+    from mqtool.dispatch import fastdispatch as fd
 
     kept = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN)]
     for a, b in zip(originals, back):
@@ -106,7 +106,7 @@ def test_spilled_batches_read_back_equal(tmp_path, version):
 
 def _row_by_row_groups(fields, topic_ids):
     from mqtool.formats.dispatch import dispatches_to_consume_queue
-    from mqtool.recovery import fastdispatch as fd
+    from mqtool.dispatch import fastdispatch as fd
 
     expected: dict[tuple[int, int], list[tuple[int, ...]]] = {}
     for row, tid in zip(fields.tolist(), topic_ids.tolist()):
@@ -129,7 +129,7 @@ def test_queue_groups_equal_a_row_by_row_grouping(tmp_path, version):
     """``queuegroups.group_queues`` against the broker's rule applied row by row: NOT_TYPE and COMMIT
     records go to ``(topic, queue id)`` in commit log order, with (queue offset, phys, size, tags)."""
     from mqtool.formats.dispatch import is_indexed
-    from mqtool.recovery import fastdispatch as fd
+    from mqtool.dispatch import fastdispatch as fd
 
     with Store.open(copy_store(version, "crashed-small", tmp_path)) as store:
         scanner = phase_scanner(
@@ -154,9 +154,9 @@ def test_queue_groups_with_more_queues_than_the_first_table(tmp_path, monkeypatc
     """A batch spread over more queues than ``group_queues``' first hash table holds (the kernel
     gives up and is given a larger one, kept for the next batches): the fixture's rows repeated,
     each copy in other queue ids (some negative), still grouped as row by row."""
-    from mqtool.recovery import fastdispatch as fd
-    from mqtool.recovery import queuegroups
-    from mqtool.recovery.queuegroups import group_queues
+    from mqtool.dispatch import fastdispatch as fd
+    from mqtool.dispatch import queuegroups
+    from mqtool.dispatch.queuegroups import group_queues
 
     monkeypatch.setattr(queuegroups, "_table_slots", [256])
 

@@ -12,11 +12,11 @@ from mqtool.store.textscan import index_key_hashes, java_hash_states, java_hash_
 from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC, dispatch_request
 from mqtool.formats.hashing import index_key_hash, java_string_hash
-from mqtool.recovery import fastdispatch as fd
+from mqtool.dispatch import fastdispatch as fd
 from mqtool.formats.dispatch import java_parse_int
-from mqtool.recovery.dispatch import DispatchOptions, DispatchScanner, TopicTable
-from mqtool.recovery import topicnumbers
-from mqtool.recovery.topicnumbers import TopicNumbers
+from mqtool.dispatch.scanner import DispatchOptions, DispatchScanner, TopicTable
+from mqtool.dispatch import topicnumbers
+from mqtool.dispatch.topicnumbers import TopicNumbers
 from mqtool.store import Store
 
 

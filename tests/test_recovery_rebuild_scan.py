@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from conftest import VERSIONS, copy_store, fixture_version
 
-from mqtool.recovery import fastdispatch as fd
-from mqtool.recovery.dispatch import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
+from mqtool.dispatch import fastdispatch as fd
+from mqtool.dispatch.scanner import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
 from mqtool.recovery.rebuild import RebuildScan
 from mqtool.store.rules import VersionRules
 from mqtool.recovery.plansteps import store_version

@@ -139,7 +139,7 @@ def test_recovery_that_fills_index_files_rolls_and_moves_the_index_checkpoint(tm
     (end <= indexMsgTimestamp), rolls to new ones seeded from the last, and records the last full
     file's end time as indexMsgTimestamp."""
     from mqtool.formats.dispatch import dispatch_request
-    from mqtool.synth import SynthSpec, build_store
+    from mqtool.apply.synth import SynthSpec, build_store
 
     from mqtool.formats import checkpoint as cpfmt
 

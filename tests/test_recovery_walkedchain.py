@@ -1,5 +1,5 @@
 """``recover``'s plan keeps what verify's commit log check finds in the records its scan walks
-(``recovery/walkedchain.py``), and ``verify_after``'s commit log check walks on from there
+(``store/walkedchain.py``), and ``verify_after``'s commit log check walks on from there
 (``analyze_segment(walked=...)``): its findings, result and summary are those of verify's own
 walk, on the real-broker fixtures, whole and damaged (a flipped body CRC, which ends the
 recovery's walk but not verify's chain; a wrong PHYSICALOFFSET; a record overwritten with
@@ -16,7 +16,7 @@ from test_recovery_verify_after import lose_queues_and_index
 from mqtool.formats import commitlog as clfmt
 from mqtool.recovery.planner import PlanOptions, plan_recover
 from mqtool.recovery.repair import LOCAL_CHECKS
-from mqtool.recovery.walkedchain import WalkedChain
+from mqtool.store.walkedchain import WalkedChain
 from mqtool.store import Store
 from mqtool.store import fastscan as fs
 from mqtool.verify import Verification, VerifyOptions

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from conftest import MAIN_VERSIONS, VERSIONS, manifest, recovered, store_path
 from mqtool.cli import app
 from mqtool.cli.output import OutputFormat, emit_rows
-from mqtool.records import MESSAGE_FIELDS, BodyEncoding
+from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding
 from mqtool.scan.messages import MessageScan
 from mqtool.scan.salvage import SalvageScan
 from mqtool.store import Store

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
-from mqtool.records import BodyEncoding, message_dict
+from mqtool.store.records import BodyEncoding, message_dict
 from mqtool.scan import _kernels as kernels
 from mqtool.scan.messages import MessageScan
 from mqtool.store import Store

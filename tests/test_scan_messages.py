@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import store_path
-from mqtool.records import message_dict
+from mqtool.store.records import message_dict
 from mqtool.scan.filter import MessageFilter
 from mqtool.scan.messages import MessageScan
 from mqtool.store import Store

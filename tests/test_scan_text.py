@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FIXTURES
 from mqtool.cli.output import _cell
-from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.scan.messages import MessageScan
 from mqtool.scan.text import BatchText, TextFormat
 from mqtool.store import Store

@@ -18,7 +18,7 @@ from mqtool.formats.hashing import java_string_hash
 from mqtool.formats.msgid import format_host
 from mqtool.formats.properties import parse_properties
 from mqtool.errors import BadInput, UsageError
-from mqtool.records import MESSAGE_FIELDS, BodyEncoding, message_dict
+from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.scan import _kernels as kernels
 from mqtool.scan.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from conftest import ROOT, copy_store, manifest, store_path
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_USAGE
-from mqtool.records import MESSAGE_FIELDS
+from mqtool.store.records import MESSAGE_FIELDS
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 

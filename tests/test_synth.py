@@ -9,7 +9,7 @@ import pytest
 from mqtool.formats.dispatch import dispatch_request
 from mqtool.store import Store, query_offsets
 from mqtool.store.summary import store_summary
-from mqtool.synth import SynthSpec, build_store
+from mqtool.apply.synth import SynthSpec, build_store
 
 LABELS = {"4.8": "E8-E9 (4.7.1-4.9.0)", "4.9": "E10-E12 (4.9.1-4.9.8)", "5": "E17-E18 (5.2.0-5.3.3)"}  # the eras the marks of each profile leave
 

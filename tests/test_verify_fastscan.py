@@ -183,7 +183,7 @@ def test_compiled_index_key_hash_on_any_text(topic, keys):
 def test_row_flags_equal_the_decoder_on_every_fixture_record(version):
     """``segments.row_flags`` against the Python decoder, every record of every segment: clean
     records unflagged; a PHYSICALOFFSET changed and a body CRC made wrong (in the rows) flagged."""
-    from mqtool.verify import segments as vs
+    from mqtool.store import segments as vs
 
     checked = 0
     for base, data in segments(version):
@@ -213,7 +213,7 @@ def test_a_wrong_crc32_property_is_a_finding_and_a_right_one_is_not(tmp_path):
     made with the schema's encoder: the property holds ``crc32(record[:-20]) & 0x7FFFFFFF`` in 10
     digits, least significant first (``MessageDecoder.createCrc32``, reference §2.10)."""
     from mqtool.formats.hashing import CRC31_MASK, body_crc
-    from mqtool.verify import segments as vs
+    from mqtool.store import segments as vs
 
     fields = dict(
         magic_code=cl.MESSAGE_MAGIC_V2, body_crc=0, queue_id=0, flag=0, queue_offset=0, sys_flag=0, born_timestamp=1,

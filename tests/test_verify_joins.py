@@ -27,9 +27,10 @@ from mqtool.formats import index as ixfmt
 from mqtool.store import Store
 import mqtool.verify.verification as verify_module
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.recovery import topicnumbers
+from mqtool.dispatch import topicnumbers
 from mqtool import handoff
-from mqtool.verify import consumequeue, index, logstream, segments
+from mqtool.store import segments
+from mqtool.verify import consumequeue, index, logstream
 from mqtool.verify.consumequeue import ConsumeQueueCheck
 from mqtool.verify.index import IndexCheck
 from mqtool.verify.sharedwalk import SharedWalk
@@ -274,8 +275,8 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
     whole walk) gives every record of the fixture the id ``TopicTable.id_of`` gives its topic
     bytes, whatever rows each call is shown, numbered at once or looked up first (``lookup``)
     and the rest numbered after; the names are the manifest's topics."""
-    from mqtool.recovery import fastdispatch as fd
-    from mqtool.recovery.dispatch import TopicTable
+    from mqtool.dispatch import fastdispatch as fd
+    from mqtool.dispatch.scanner import TopicTable
     from mqtool.store.fastscan import FastScan
 
     path = FIXTURES / f"rocketmq-{version}" / name

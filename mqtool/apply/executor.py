@@ -27,8 +27,8 @@ from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
-from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
+from ..dispatch import fastdispatch as fd
+from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
 from ..recovery.plansteps import multi_dispatch
 from ..recovery.plan import Plan
 from ..recovery.planner import file_crc32

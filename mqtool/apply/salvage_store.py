@@ -10,7 +10,7 @@ It never writes to the source store. Records arrive in commit log order (``mqtoo
   broker dispatches it (NOT_TYPE / COMMIT), the next QUEUEOFFSET of its queue (contiguous per
   queue); a ``__CRC32#`` property (5.2+, §2.10) is recomputed over the new bytes.
 
-Segments are written by ``mqtool.synth.CommitLogWriter`` (end-of-file blanks as the source
+Segments are written by ``mqtool.apply.synth.CommitLogWriter`` (end-of-file blanks as the source
 version writes them), consume queues and index files by ``mqtool.writers`` (the broker's
 ``putMessagePositionInfo`` and ``IndexService.buildIndex`` rules), then the checkpoint with the
 last message's store time (``StoreCheckpoint``, §7) and the source's ``config/*.json``. No
@@ -29,8 +29,8 @@ from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
 from ..store import Store
-from ..synth import CommitLogWriter
-from ..verify.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
+from .synth import CommitLogWriter
+from ..store.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
 from ..writers import ConsumeQueueWriter, IndexWriterService
 
 BROKER_INDEX_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum

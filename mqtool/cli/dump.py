@@ -24,7 +24,7 @@ from ..formats.errors import FormatError
 from ..formats.hashing import index_key_hash
 from ..formats.index import index_key
 from ..formats.msgid import decode_msg_id
-from ..records import (
+from ..store.records import (
     BATCH_UNIT_FIELDS,
     CONSUME_QUEUE_FIELDS,
     DLEDGER_ENTRY_FIELDS,

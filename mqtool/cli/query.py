@@ -17,7 +17,7 @@ from ..errors import EXIT_FINDINGS, UsageError
 from ..formats.msgid import decode_msg_id
 from ..formats.properties import PropertyKey
 from ..formats.timer import TIMER_TOPIC
-from ..records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
+from ..store.records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
 from ..store import Store
 from ..store import lookup
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store

@@ -163,7 +163,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store = open_store(store_path, broker_config, broker_version)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    from ..recovery.dispatch import DispatchCache
+    from ..dispatch.scanner import DispatchCache
 
     cache = DispatchCache() if plan_out is None and not dry_run else None
     try:
@@ -342,7 +342,7 @@ def repair(
         if plan.files is not None:
             stages.apply("files", plan.files)
         with open_store(root, broker_config, broker_version) as opened:
-            from ..recovery.dispatch import DispatchCache
+            from ..dispatch.scanner import DispatchCache
 
             cache = DispatchCache()
             recover_plan = planner().plan_recover(opened, cache=cache)

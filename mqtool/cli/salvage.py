@@ -21,7 +21,7 @@ from typing import Annotated, Iterator, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
-from ..records import MESSAGE_FIELDS, BodyEncoding
+from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress

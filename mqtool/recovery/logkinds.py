@@ -22,8 +22,8 @@ from .queues import QueueSim
 from .startfile import recovery_start
 
 if TYPE_CHECKING:
-    from .dispatch import DispatchCache
-    from .walkedchain import WalkedChain
+    from ..dispatch.scanner import DispatchCache
+    from ..store.walkedchain import WalkedChain
 
 
 @dataclass

@@ -19,8 +19,8 @@ from ..store.mappedfile import MappedFile
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion
 from ..writers import IndexWriterService, offset_file_name
-from . import fastdispatch as fd
-from .dispatch import MultiDispatch, TopicTable, consume_queue_entries
+from ..dispatch import fastdispatch as fd
+from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
 from .lost import record_at, records_after
 from .plan import (
     Action,

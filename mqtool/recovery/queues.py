@@ -7,7 +7,7 @@ the broker only cut logically, so the next load reads the same queue). Steps, in
 
 1. ``recover``: ``ConsumeQueue.recover`` from the third-from-last file (§5.7), then
    ``truncateDirtyFiles`` of the queue (files after the end deleted, §8.9);
-2. ``place``: ``putMessagePositionInfo`` of dispatched records (§5.10, ``writers.place_units``);
+2. ``place``: ``putMessagePositionInfo`` of dispatched records (§5.10, ``dispatch.placement.place_units``);
 3. ``truncate``: ``truncateDirtyLogicFiles(phyOffset)`` (§5.8): it re-reads the last file from
    unit 0, so stale units past the write position that still point below the cut come back;
 4. ``min_offset``: ``correctMinOffset(commitLog.minOffset)`` (§5.9), for the report.
@@ -26,7 +26,7 @@ from ..formats import consumequeue as cqfmt
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import MappedFile
 from ..store.rules import VersionRules
-from ..writers import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
+from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
 

@@ -14,7 +14,7 @@ from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
-from .dispatch import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
+from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
 from .plansteps import (
     DEFAULT_GEOMETRY,
     config_options,

@@ -30,7 +30,7 @@ from ..formats import checkpoint as cpfmt
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
-from .dispatch import (
+from ..dispatch.scanner import (
     TAGS_DELIVERY_TIME,
     TAGS_HASH,
     DispatchCache,
@@ -62,7 +62,7 @@ from .queues import QueueSim
 from ..store.rules import VersionRules
 
 if TYPE_CHECKING:
-    from .walkedchain import WalkedChain
+    from ..store.walkedchain import WalkedChain
 
 # ---- recover --------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
-from .walkedchain import WalkedChain
+from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
 LOST_KINDS = frozenset(

@@ -5,7 +5,7 @@ its parts lie in the mapped segment. ``MessageBatchBuilder.build`` turns one int
 ``pyarrow.RecordBatch`` with the ``messages`` columns of ``mqtool.spark.schema``: fixed-position
 fields gathered with numpy (``gather_be``, positions from the layouts derived from the construct
 declaration), strings assembled straight into Arrow buffers (``kernels``), hosts formatted once
-per distinct value. Values equal ``mqtool.records.message_dict`` field for field; a batch holding
+per distinct value. Values equal ``mqtool.store.records.message_dict`` field for field; a batch holding
 anything the column path cannot decide exactly (malformed UTF-8, repeated property names) is built
 from ``message_dict`` itself. Imports pyarrow, not pyspark.
 """
@@ -20,7 +20,7 @@ from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, consume_queu
 from ..formats.errors import CorruptRecord
 from ..formats.msgid import format_host
 from ..formats.properties import PropertyKey
-from ..records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
+from ..store.records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
 from ..store import fastscan as fs
 from . import _kernels as kernels
 from . import compute

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from ..records import BodyEncoding
+from ..store.records import BodyEncoding
 from ..store import Store
 from ..store.fastscan import COL_POS, COL_SIZE, FastScan, SegmentBatch, release_pages
 from . import compute

@@ -13,7 +13,7 @@ reads, with a ``status`` column:
 - ``stale`` (``include_stale``): valid records after the cut stored *before* the last record
   before them: leftovers of a log the broker cut back and rewrote (§8.9), never read by it.
 
-Past the cut, segments are analysed with ``mqtool.verify.segments.analyze_segment``, the walk that
+Past the cut, segments are analysed with ``mqtool.store.segments.analyze_segment``, the walk that
 ``verify --keep-going`` uses: its resynchronisation (``fastscan.find_record_start``: magic, size
 chain and self-describing PHYSICALOFFSET agree) finds where valid records resume, and each run of
 valid records is classified as ``CommitLogCheck._after_end`` classifies it (stale when its first
@@ -29,10 +29,10 @@ from typing import Callable, Iterator
 
 import pyarrow as pa
 
-from ..records import BodyEncoding
+from ..store.records import BodyEncoding
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
-from ..verify.segments import SegmentTask, analyze_segment
+from ..store.segments import SegmentTask, analyze_segment
 from .messages import MessageScan
 
 LIVE, PAST_DAMAGE, STALE = "live", "past-damage", "stale"

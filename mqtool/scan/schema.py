@@ -1,7 +1,7 @@
 """The columns the ``rocketmq`` data source yields, as a Spark DDL string and the equal Arrow schema.
 
 ``stats`` rows are one split's messages aggregated in the reader (``reader.read_stats``).
-``messages`` rows carry every field of ``mqtool dump``'s JSON object (``mqtool.records``), with
+``messages`` rows carry every field of ``mqtool dump``'s JSON object (``mqtool.store.records``), with
 the same names and meanings, plus ``broker``, the two timestamps as Spark TIMESTAMPs, and the
 split tag. Python's data source API passes Arrow batches through only when their schema equals
 ``to_arrow_schema`` of the declared one exactly (nullability included), so both are built here
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ..records import MESSAGE_FIELDS
+from ..store.records import MESSAGE_FIELDS
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _TYPES = {
@@ -54,7 +54,7 @@ _DUMP_FIELD_TYPES = {
     "tags_code": "bigint",
     "body": "string",
 }
-assert tuple(_DUMP_FIELD_TYPES) == MESSAGE_FIELDS, "the Spark columns must follow mqtool.records"
+assert tuple(_DUMP_FIELD_TYPES) == MESSAGE_FIELDS, "the Spark columns must follow mqtool.store.records"
 
 MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("broker", "string"),

@@ -39,7 +39,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
-from ..records import parse_time
+from ..store.records import parse_time
 from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
@@ -550,7 +550,7 @@ def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: 
     """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
     from ..verify.commitlog import CommitLogCheck
-    from ..verify.segments import analyze_segment
+    from ..store.segments import analyze_segment
 
     store = broker_store(b, config)
     check = CommitLogCheck(store, keep_going=keep_going)

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..formats.dispatch import parse_delay_levels
-from ..records import BodyEncoding
+from ..store.records import BodyEncoding
 from ..store.mappedfile import exit_on_sigbus
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from ..scan import compute

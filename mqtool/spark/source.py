@@ -34,7 +34,7 @@ from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from ..records import BodyEncoding
+from ..store.records import BodyEncoding
 from ..store.splits import parse_size
 from ..scan.batches import projected_schema
 from .inputs import resolve_inputs

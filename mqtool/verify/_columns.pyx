@@ -2,7 +2,7 @@
 
 from libc.stdint cimport int64_t
 
-from mqtool.recovery._fastdispatch cimport F_FLAGS, F_KEY_COUNT, F_KEY_START, F_POS, FLAG_FALLBACK, finish_row_keys
+from mqtool.dispatch._fastdispatch cimport F_FLAGS, F_KEY_COUNT, F_KEY_START, F_POS, FLAG_FALLBACK, finish_row_keys
 
 
 def finish_columns(const int64_t[:, ::1] out, Py_ssize_t n, int64_t base_offset, const int64_t[::1] topic_ids, const int64_t[::1] topic_state, const int64_t[::1] pow31, int64_t[::1] keys, int64_t[::1] offsets):

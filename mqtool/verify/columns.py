@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..formats.dispatch import INDEX_UNIQ_AND_KEYS
-from ..recovery import fastdispatch as fd
-from ..recovery.dispatch import TopicTable
+from ..dispatch import fastdispatch as fd
+from ..dispatch.scanner import TopicTable
 from ..store import fastscan as fs
 from ..store.textscan import POW31
-from ..recovery.topicnumbers import TopicNumbers
+from ..dispatch.topicnumbers import TopicNumbers
 from ._columns import finish_columns
 
 

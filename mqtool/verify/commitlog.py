@@ -32,7 +32,7 @@ from ..store.store import EMPTY_LAST_SEGMENT
 from ..store.version import eras_label
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
-from .segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
+from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 
 Progress = Callable[[int], None]
 

@@ -14,9 +14,9 @@ from typing import Generator, Iterator
 
 from ..store import Store
 from ..store import fastscan as fs
-from ..recovery.dispatch import TopicTable
-from ..recovery.fastdispatch import delay_array
-from ..recovery.topicnumbers import TopicNumbers
+from ..dispatch.scanner import TopicTable
+from ..dispatch.fastdispatch import delay_array
+from ..dispatch.topicnumbers import TopicNumbers
 from .columns import ColumnBuilder, RecordColumns
 from .consumequeue import ConsumeQueueCheck
 from .findings import Finding

@@ -25,7 +25,7 @@ from ..store.dledger import DLedgerCommitLog
 from ..store.mappedfile import MappedFile
 from .commitlog import CommitLogResult, relative
 from .findings import Finding, error, info, warning
-from .segments import store_timestamp_at
+from ..store.segments import store_timestamp_at
 
 Progress = Callable[[int], None]
 HEADER = dfmt.ENTRY_HEADER_SIZE

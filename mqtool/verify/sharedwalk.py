@@ -40,7 +40,7 @@ from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
-from .segments import ChainReader, Run, SegmentTask
+from ..store.segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
     from .verification import Verification

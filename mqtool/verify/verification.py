@@ -18,7 +18,7 @@ from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, Summary
 from .lmq import lmq_findings, lmq_queue_dirs
 from .logstream import LogStream
-from .segments import store_timestamp_at
+from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
 
 SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can

@@ -1,4 +1,4 @@
-"""Write realistic synthetic broker stores: ``python -m mqtool.synth OUT [options]``.
+"""Write realistic synthetic broker stores: ``python -m mqtool.apply.synth OUT [options]``.
 
 Records are built with the same encoder every test holds equal to the broker's bytes, with the
 broker's message mix (several topics and queues, tags, keys, UNIQ_KEYs, unicode properties,
@@ -24,12 +24,12 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .formats import checkpoint as cpfmt
-from .formats import commitlog as clfmt
-from .formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, DispatchRequest, consume_queue_tags_code
-from .formats.hashing import body_crc
-from .formats.properties import PropertyKey, encode_properties, split_keys
-from .writers import ConsumeQueueWriter, IndexWriterService, offset_file_name
+from ..formats import checkpoint as cpfmt
+from ..formats import commitlog as clfmt
+from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, DispatchRequest, consume_queue_tags_code
+from ..formats.hashing import body_crc
+from ..formats.properties import PropertyKey, encode_properties, split_keys
+from ..writers import ConsumeQueueWriter, IndexWriterService, offset_file_name
 
 PROFILES = ("4.8", "4.9", "5")
 LONG_TOPIC = ("synth_long_topic_" + "abcdefghijklmnopqrstuvwxyz0123456789-_" * 4)[:127]
@@ -284,7 +284,7 @@ def build_store(spec: SynthSpec) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mqtool.synth", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m mqtool.apply.synth", description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="directory to create")
     p.add_argument("--profile", choices=PROFILES, default="4.9")
     p.add_argument("--seed", type=int, default=1)
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = build_store(spec)
     except (FileExistsError, OSError, ValueError) as exc:
-        print(f"mqtool.synth: error: {exc}", file=sys.stderr)
+        print(f"mqtool.apply.synth: error: {exc}", file=sys.stderr)
         return 3
     print(json.dumps(summary))
     return 0

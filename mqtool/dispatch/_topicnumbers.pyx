@@ -3,7 +3,7 @@ topics seen so far (reference §3.2)."""
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
-from mqtool.recovery._fastdispatch cimport F_TOPIC_FP, F_TOPIC_LEN, F_TOPIC_POS, topic_id
+from mqtool.dispatch._fastdispatch cimport F_TOPIC_FP, F_TOPIC_LEN, F_TOPIC_POS, topic_id
 from mqtool.store._bytes cimport MQ_LITTLE_ENDIAN, load8
 from mqtool.store._text cimport topic_slot
 

@@ -3,7 +3,7 @@ row-major ``fields`` and the spill's column blocks, one pass over the rows each 
 
 from libc.stdint cimport int8_t, int32_t, int64_t
 
-from mqtool.recovery._fastdispatch cimport (
+from mqtool.dispatch._fastdispatch cimport (
     F_FLAGS, F_KEY_COUNT, F_KEY_START, F_PHYS, F_POS, F_QUEUE_ID, F_QUEUE_OFFSET, F_SIZE, F_STORE_TS, F_SYS_FLAG, F_TAGS,
     F_TOPIC_FP, F_TOPIC_LEN, F_TOPIC_POS, N_FIELDS, topic_id,
 )

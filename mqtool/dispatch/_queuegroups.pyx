@@ -3,7 +3,7 @@ by queue (reference §3.2), from its rows or from its spill."""
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 
-from mqtool.recovery._fastdispatch cimport F_FLAGS, F_PHYS, F_QUEUE_ID, F_QUEUE_OFFSET, F_SIZE, F_SYS_FLAG, F_TAGS, FLAG_MULTI_DISPATCH, topic_id
+from mqtool.dispatch._fastdispatch cimport F_FLAGS, F_PHYS, F_QUEUE_ID, F_QUEUE_OFFSET, F_SIZE, F_SYS_FLAG, F_TAGS, FLAG_MULTI_DISPATCH, topic_id
 
 from mqtool.store._text cimport topic_slot
 

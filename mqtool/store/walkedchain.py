@@ -14,8 +14,8 @@ instead of walking it again; its findings are those of a walk of its own.
 
 from __future__ import annotations
 
-from ..store import fastscan as fs
-from ..verify.segments import Run, check_rows
+from . import fastscan as fs
+from .segments import Run, check_rows
 
 
 class WalkedChain:

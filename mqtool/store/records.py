@@ -13,18 +13,18 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from .errors import UsageError
+from ..errors import UsageError
 
-from .formats import commitlog as clfmt
-from .formats.commitlog import CommitLogRecord
-from .formats.consumequeue import ConsumeQueueEntry
-from .formats.dispatch import DEFAULT_DELAY_TABLE, consume_queue_tags_code
-from .formats.errors import CorruptRecord
-from .formats.index import IndexEntry
-from .formats.properties import PropertyKey, split_keys
+from ..formats import commitlog as clfmt
+from ..formats.commitlog import CommitLogRecord
+from ..formats.consumequeue import ConsumeQueueEntry
+from ..formats.dispatch import DEFAULT_DELAY_TABLE, consume_queue_tags_code
+from ..formats.errors import CorruptRecord
+from ..formats.index import IndexEntry
+from ..formats.properties import PropertyKey, split_keys
 
 if TYPE_CHECKING:
-    from .store.batchconsumequeue import BatchUnit
+    from .batchconsumequeue import BatchUnit
 
 
 class BodyEncoding(str, Enum):

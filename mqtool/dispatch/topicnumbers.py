@@ -3,7 +3,7 @@ recovery dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (`
 
 A record's queue is named by its topic (``TOPIC`` bytes) and its index keys start from the hash
 of ``topic#`` (§6.4): dispatch and checks need a topic id per record, from
-``recovery.dispatch.TopicTable`` (two byte strings that decode to the same Java string share
+``dispatch.scanner.TopicTable`` (two byte strings that decode to the same Java string share
 an id, as they share a queue in the broker). ``TopicNumbers`` keeps, for the compiled
 ``number_topics``, every raw topic seen so far (bytes, length, the dispatch's fingerprint
 ``F_TOPIC_FP``, id) in a hash table that lives as long as the walk: a record of a known topic
@@ -27,7 +27,7 @@ from . import fastdispatch as fd
 from ._topicnumbers import number_topics
 
 if TYPE_CHECKING:
-    from .dispatch import TopicTable
+    from .scanner import TopicTable
 
 TABLE_SLOTS = 64  # initial hash table slots (doubled to stay at most a quarter full)
 

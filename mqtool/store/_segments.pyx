@@ -4,7 +4,7 @@ from libc.stdint cimport int8_t, int64_t, uint8_t
 
 from mqtool.store._bytes cimport be64
 
-from ..store import fastscan as fs
+from . import fastscan as fs
 from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN as _PROP_CRC_LEN
 
 cdef Py_ssize_t COL_POS = fs.COL_POS, COL_SIZE = fs.COL_SIZE, COL_PROPS = fs.COL_PROPS, COL_CRC_OK = fs.COL_CRC_OK

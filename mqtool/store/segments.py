@@ -27,8 +27,8 @@ import numpy as np
 from ..formats import commitlog as clfmt
 from ..formats.hashing import CRC31_MASK, body_crc
 from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN
-from ..store import fastscan as fs
-from ..store.mappedfile import MappedFile
+from . import fastscan as fs
+from .mappedfile import MappedFile
 from ._segments import row_flags
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports

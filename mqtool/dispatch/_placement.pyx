@@ -1,11 +1,11 @@
-"""Compiled kernels of ``writers.py``: ``putMessagePositionInfo`` of a queue's requests and
-``IndexFile.putKey`` of a run of records (reference §5.10, §6.5-§6.6)."""
+"""The broker's placement rules, compiled (``placement.py``): ``putMessagePositionInfo`` of a
+queue's requests and ``IndexFile.putKey`` of a run of records (reference §5.10, §6.5-§6.6)."""
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 from mqtool.store._bytes cimport be32, prefetch_w
 
-from .formats import consumequeue as cqfmt
+from ..formats import consumequeue as cqfmt
 
 cpdef enum:
     # queue state: [write_pos (-1: the queue has no file), max_phys_offset, filler_from, filler_to]
