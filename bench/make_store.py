@@ -4,8 +4,8 @@
     python bench/make_store.py --size 2g --message-size 128
     python bench/make_store.py --size small                      # 64 MiB in 16 MiB segments
 
-The record filler is a numba kernel: a benchmark tool's, not mqtool's (which has no JIT); install
-it with ``pip install -e ".[bench]"``.
+The record filler is a numba kernel where numba is installed (``pip install -e ".[bench]"``; a
+benchmark tool's, not mqtool's, which has no JIT), plain Python otherwise (the tests' small stores).
 
 Shared by the verify, recovery and Spark benchmarks (``ensure_store(...)`` from Python). The
 store is what a broker writes with default geometry: 1 GiB commit log segments, 6,000,000-byte
@@ -35,8 +35,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
+
+try:  # the record filler compiled (``pip install -e ".[bench]"``); else plain Python, for small stores
+    from numba import njit
+except ImportError:  # pragma: no cover - the tests' environment
+    def njit(*args, **options):
+        return args[0] if len(args) == 1 and callable(args[0]) and not options else (lambda function: function)
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "out"
@@ -47,7 +52,7 @@ from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC  # noqa:
 from mqtool.formats.hashing import body_crc, java_string_hash, tags_code  # noqa: E402
 from mqtool.formats.properties import PropertyKey, encode_properties  # noqa: E402
 from mqtool.store._fastscan import CRC_ADDRESS, CRC_IMPLEMENTATION  # noqa: E402
-from mqtool.synth import STORE_HOST_V4, STORE_HOST_V6, WORDS, parse_size  # noqa: E402
+from mqtool.apply.synth import STORE_HOST_V4, STORE_HOST_V6, WORDS, parse_size  # noqa: E402
 from mqtool.writers import ConsumeQueueWriter, IndexWriterService, offset_file_name  # noqa: E402
 
 # the walk's CRC32 (ISA-L's, else zlib's), callable from the numba kernel below
@@ -250,13 +255,13 @@ POS_BORN_TS = _V4.offset_of("born_timestamp")
 POS_BODY_CRC = _V4.offset_of("body_crc")
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _put_be(buf, p, value, width):
     for j in range(width):
         buf[p + j] = (value >> (8 * (width - 1 - j))) & 0xFF
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _put_digits(buf, p, value, width, base):
     for j in range(width - 1, -1, -1):
         d = value % base
@@ -264,7 +269,7 @@ def _put_digits(buf, p, value, width, base):
         value //= base
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def fill_records(out, tmpl, size, pick, first_seq, phys0, ts, params, key_pos, key_len, prefix, counters, rec_queue, rec_qoff, rec_tags, keys, key_start, key_count):
     """Copy template ``pick[i]`` to record ``i`` and patch its per-record fields (see module doc).
 
@@ -308,7 +313,7 @@ def fill_records(out, tmpl, size, pick, first_seq, phys0, ts, params, key_pos, k
             keys[nk] = h
             nk += 1
         if params[t, 2] > 0:
-            crc = _crc32(np.uint32(0), base_ptr + d + params[t, 1], np.uint32(params[t, 2])) & 0x7FFFFFFF
+            crc = _crc32(np.uint32(0), int(base_ptr + d + params[t, 1]), np.uint32(params[t, 2])) & 0x7FFFFFFF
             _put_be(out, d + POS_BODY_CRC, crc, 4)
     return nk
 

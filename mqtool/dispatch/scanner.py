@@ -1,0 +1,756 @@
+"""Dispatch a range of the commit log: what the broker's consume queue and index dispatchers
+receive for each record (reference §3.2-§3.5, §6.5), a segment batch at a time.
+
+``DispatchScanner`` drives the compiled walk (``mqtool.store.fastscan``) and the compiled
+dispatch (``fastdispatch.dispatch_rows``), maps topic bytes to names exactly (fingerprints are
+checked byte for byte), and hands every record the fast path cannot decide to
+``formats.dispatch.dispatch_request``. Two scan disciplines:
+
+- ``recovery``: the recovery loop (§8.3): CRC checked, the first invalid record ends the scan,
+  including a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int (``Integer.parseInt`` throws);
+- ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
+  other failure skips to the next segment (master behaviour).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
+
+import numpy as np
+
+from ..formats import commitlog as clfmt
+from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
+from ..formats.errors import CorruptRecord
+from ..formats.hashing import java_string_hash
+from ..handoff import produced_in_thread
+from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.fastscan import FastScan
+from ..store.textscan import POW31, java_hash_states, utf16_units_of
+from . import fastdispatch as fd
+from . import spillrows
+from .queuegroups import QueueGroups, group_queues
+from .topicnumbers import TopicNumbers
+
+if TYPE_CHECKING:
+    from ..store.walkedchain import WalkedChain
+
+
+def _partial_keys(keys: list[str]) -> np.ndarray:
+    """What ``dispatch_rows`` stores for each key: its UTF-16 length << 32 | the Java hash of the
+    key alone."""
+    units, starts, ends = utf16_units_of(keys)
+    return (ends - starts) << 32 | java_hash_states(units, starts, ends, np.zeros(len(keys), dtype=np.int64))
+
+
+class TopicTable:
+    """Topic ids for topic byte strings; two byte strings that decode to the same Java string
+    (malformed UTF-8 replaced by U+FFFD) share an id, as they share a queue in the broker.
+    ``state[id]`` is the unsigned Java hash state of ``topic + "#"`` (index keys start with it)."""
+
+    def __init__(self):
+        self.names: list[str] = []
+        self._by_name: dict[str, int] = {}
+        self._by_raw: dict[bytes, int] = {}
+        self.state = np.empty(0, dtype=np.int64)
+        self._lock = threading.Lock()  # segments dispatched in two threads share the table
+
+    def id_of(self, raw: bytes) -> int:
+        tid = self._by_raw.get(raw)
+        if tid is not None:
+            return tid
+        with self._lock:
+            name = raw.decode("utf-8", "replace")
+            tid = self._by_name.get(name)
+            if tid is None:
+                state = np.append(self.state, java_string_hash(name + "#") & 0xFFFFFFFF)
+                self.names.append(name)
+                self.state = state  # before the id is handed out: a key hash reads state[id]
+                tid = self._by_name[name] = len(self.names) - 1
+            self._by_raw[raw] = tid
+        return tid
+
+
+@dataclass
+class DispatchBatch:
+    """Dispatch requests of consecutive valid records (arrays, one row each). ``F_POS`` holds
+    each record's commit log offset; ``F_KEY_START`` points into ``keys``."""
+
+    fields: np.ndarray  # (n, fd.N_FIELDS) int64
+    keys: np.ndarray  # index key hashes
+    topic_ids: np.ndarray  # int32, into the scanner's TopicTable
+    groups: QueueGroups | None = None  # the consume queue grouping, when already known (a spilled batch)
+    spilled: tuple | None = None  # (file, offset, rows, keys, groups) where it is spilled already (``_Ahead``)
+
+    def __len__(self) -> int:
+        return self.fields.shape[0]
+
+    def column(self, col: int) -> np.ndarray:
+        return self.fields[:, col]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each record was found (commit log offset)."""
+        return self.column(fd.F_POS)
+
+    @property
+    def phys(self) -> np.ndarray:
+        return self.column(fd.F_PHYS)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.column(fd.F_SIZE)
+
+    @cached_property
+    def to_consume_queue(self) -> np.ndarray:
+        """NOT_TYPE and COMMIT records only (``CommitLogDispatcherBuildConsumeQueue``)."""
+        tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
+        return (tran == clfmt.TransactionType.NOT_TYPE) | (tran == clfmt.TransactionType.COMMIT)
+
+    @cached_property
+    def to_index(self) -> np.ndarray:
+        """Everything but ROLLBACK (``IndexService.buildIndex``)."""
+        if self.groups is not None:  # already computed by the queue grouping's pass
+            return self.groups.indexed
+        tran = self.fields[:, fd.F_SYS_FLAG] & clfmt.TRANSACTION_TYPE_MASK
+        return tran != clfmt.TransactionType.ROLLBACK
+
+    @property
+    def queue_groups(self) -> QueueGroups:
+        """The consume queue rows grouped by queue (``queuegroups``), computed once per batch."""
+        if self.groups is None:
+            self.groups = group_queues(self.fields, self.topic_ids)
+        return self.groups
+
+    @property
+    def multi_dispatch(self) -> int:
+        """Records carrying INNER_MULTI_DISPATCH (LMQ), whose extra queue entries mqtool does not write."""
+        return self.queue_groups.multi
+
+    @property
+    def nbytes(self) -> int:
+        return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
+
+
+class SpilledBatch(DispatchBatch):
+    """A batch read back from a spill (``read_spilled``): the columns the plan and the writers
+    read are the spill's own column blocks (``spillrows.Columns``); ``fields``, every column
+    row-major, is unpacked only when something reads it (a normal recovery's ``after_phys``, the
+    LMQ dispatch): the abnormal recovery's plan and every apply never do."""
+
+    def __init__(self, columns: spillrows.Columns, spilled: tuple | None):
+        self._columns = columns
+        self._fields: np.ndarray | None = None
+        self.keys = columns.key_in.astype(np.int64)
+        self.topic_ids = columns.topic_ids
+        self.groups = columns.grouped()
+        self.spilled = spilled
+
+    @property
+    def fields(self) -> np.ndarray:  # type: ignore[override]
+        if self._fields is None:
+            self._fields = self._columns.unpack()[0]
+        return self._fields
+
+    def __len__(self) -> int:
+        return self._columns.rows
+
+    def column(self, col: int) -> np.ndarray:
+        if col in spillrows.WIDE:
+            return self._columns.wide_column(col)
+        if col in spillrows.NARROW:
+            return self._columns.narrow_column(col)
+        if col == fd.F_KEY_START:  # the running sum of the key counts, as unpacked
+            counts = self._columns.narrow_column(fd.F_KEY_COUNT)
+            return np.cumsum(counts) - counts
+        if col == fd.F_FLAGS:
+            return self._columns.flags.astype(np.int64)
+        return self.fields[:, col]  # a topic byte column: zero, as unpacked
+
+    @property
+    def nbytes(self) -> int:
+        return self._columns.buf.nbytes + self.keys.nbytes
+
+
+@dataclass
+class DispatchOptions:
+    """What decides a record's dispatch request besides its bytes."""
+
+    delay_table: Mapping[int, int]
+    legacy_properties: bool = False
+    index_enable: int = INDEX_UNIQ_AND_KEYS  # the index rule (``formats.dispatch.INDEX_*``; INDEX_NONE: off)
+
+    @property
+    def delay_ms(self) -> np.ndarray:
+        return fd.delay_array(dict(self.delay_table))
+
+
+class _Accumulator:
+    """Rows one walk dispatches sub-batch by sub-batch, handed out as ``DispatchBatch`` es of
+    ``size``; ``numbers`` numbers their topics (the walk's own: a table no other thread changes)."""
+
+    def __init__(self, size: int, sub: int, topics: TopicTable):
+        self.size, self.sub = size, sub
+        self.numbers = TopicNumbers(topics)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.out = np.empty((self.size + self.sub, fd.N_FIELDS), dtype=np.int64)
+        self.topic_ids = np.empty(self.size + self.sub, dtype=np.int32)
+        self.keys = np.empty(4 * (self.size + self.sub), dtype=np.int64)
+        self.n = 0
+        self.key_fill = 0
+
+    def reserve_keys(self, extra: int) -> None:
+        if self.key_fill + extra > self.keys.shape[0]:
+            self.keys = np.concatenate([self.keys, np.empty(max(extra, self.keys.shape[0]), dtype=np.int64)])
+
+    @property
+    def full(self) -> bool:
+        return self.n >= self.size
+
+    def take(self) -> DispatchBatch:
+        """The rows so far, handed over (not copied): the accumulator starts on new buffers."""
+        batch = DispatchBatch(self.out[: self.n], self.keys[: self.key_fill], self.topic_ids[: self.n])
+        self._fresh()
+        return batch
+
+
+@dataclass
+class DispatchScanner:
+    """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
+
+    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
+    parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
+    of ``BATCH``. With ``ahead`` (the recovery scan, and the reput of whole segments before it) the
+    next segment is walked and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees
+    every walked sub-batch (``walkedchain``).
+    ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
+    ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
+    """
+
+    SUB_BATCH = 2048
+    BATCH = 1 << 15
+
+    commitlog: CommitLog
+    start: int
+    stop: int | None
+    options: DispatchOptions
+    discipline: str = "recovery"  # or "reput"
+    check_crc: bool = True
+    topics: TopicTable = field(default_factory=TopicTable)
+    end: ScanEnd | None = None
+    last_valid_offset: int = -1
+    records: int = 0
+    skipped: list[ScanEnd] = field(default_factory=list)  # reput: what it skipped over
+
+    ahead: bool = False  # dispatch the next segment in a second thread meanwhile (``_Ahead``), where ``_parallel``
+    shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
+
+    def __iter__(self) -> Iterator[DispatchBatch]:
+        """The batches, walked and parsed in a background thread while the caller consumes them."""
+        yield from produced_in_thread(self._produce(), "mqtool-dispatch")
+
+    def _produce(self) -> Iterator[DispatchBatch]:
+        if self._parallel():
+            yield from self._produce_ahead()
+        else:
+            yield from self._produce_from(self.start)
+
+    def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
+        """The batches from ``pos`` on, segment after segment in this thread."""
+        delay_ms = self.options.delay_ms
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
+        while True:
+            scan = FastScan(
+                self.commitlog,
+                pos,
+                self.stop,
+                check_crc=self.check_crc and self.discipline == "recovery",
+                stop_on_crc=True,
+                batch=self.SUB_BATCH,
+                release_behind=True,
+            )
+            bad: ScanEnd | None = None
+            for seg in scan:
+                if self.shown is not None:
+                    self.shown.rows(seg)
+                bad = self._dispatch(acc, seg, delay_ms)
+                if acc.full or bad is not None:
+                    yield from self._take(acc)
+                if bad is not None:
+                    break
+            end = bad or scan.end
+            if self.discipline == "recovery" or end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset):
+                yield from self._take(acc)
+                self.end = end
+                return
+            nxt = self._reput_resume(end)
+            if nxt is None:
+                yield from self._take(acc)
+                self.end = end
+                return
+            self.skipped.append(end)
+            pos = nxt
+
+    def _last_segment(self) -> int | None:
+        """The index of the range's last segment: the log's last with no ``stop``, the one before
+        the segment that starts at ``stop``; None when ``stop`` is not a segment's first byte."""
+        segments = self.commitlog.segments
+        if self.stop is None:
+            return len(segments) - 1
+        index = self.commitlog.segment_index(self.stop)
+        return index - 1 if index is not None and segments[index].base_offset == self.stop else None
+
+    def _parallel(self) -> bool:
+        """Whether segments may be dispatched ahead (``_produce_ahead``): plain segments (not
+        DLedger entries) of at least ``AHEAD_MIN_SEGMENT`` bytes, from before the range's last segment; the recovery to the end of the
+        log, or the reput (``doReput``) of whole segments, as before the recovery's start segment."""
+        if not self.ahead or self.discipline == "recovery" and self.stop is not None:
+            return False
+        if self.commitlog.file_size < AHEAD_MIN_SEGMENT:
+            return False
+        if getattr(self.commitlog, "entry_walker", None) is not None:
+            return False
+        index, last = self.commitlog.segment_index(self.start), self._last_segment()
+        return index is not None and last is not None and index < last
+
+    def _produce_ahead(self) -> Iterator[DispatchBatch]:
+        """The batches in order, segment after segment, while the next segment is dispatched in
+        a second thread (``_Ahead``). Records never cross a segment, and the chain enters a
+        segment at its first byte (the blank ends the one before, reference §2, §8.3), so
+        segment ``i + 1``'s walk from its first byte is the one the chain makes if segment ``i``
+        ends at a blank; if it ends otherwise, the work ahead is dropped. The chain crossing the
+        range's last segment ends at ``stop`` (the end a walk to ``stop`` gives); a reput that
+        meets a record it cannot dispatch goes on where ``doReput`` would: ahead again from a
+        segment's first byte, else one segment after the other (``_produce_from``)."""
+        pos, last = self.start, self._last_segment()
+        while True:
+            crossed, end = yield from self._ahead_run(pos, last)
+            if crossed:
+                at_stop = FastScan(self.commitlog, self.stop, self.stop)
+                for _ in at_stop:
+                    pass
+                end = at_stop.end
+            elif self.discipline == "reput" and not (end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)):
+                resume = self._reput_resume(end)
+                if resume is not None:
+                    self.skipped.append(end)
+                    index = self.commitlog.segment_index(resume)
+                    if index is not None and index < last and self.commitlog.segments[index].base_offset == resume:
+                        pos = resume
+                        continue
+                    yield from self._produce_from(resume)
+                    return
+            self.end = end
+            return
+
+    def _ahead_run(self, pos: int, last: int) -> Iterator[DispatchBatch]:
+        """The chain from ``pos`` through the segments up to ``last``, each next one ahead;
+        returns ``(crossed, end)``: whether it crossed segment ``last``, else where it ended."""
+        index = self.commitlog.segment_index(pos)
+        ahead = _Ahead.start(self, index + 1) if index < last else None
+        job = None
+        try:
+            crossed, end = yield from self._counted(self._segment(index, pos))
+            while crossed and index < last:
+                index += 1
+                job, ahead = ahead, _Ahead.start(self, index + 1) if index < last else None
+                crossed, end = yield from self._counted(job.batches())
+                job.close()
+                job = None
+        finally:
+            for other in (job, ahead):
+                if other is not None:
+                    other.close()
+        return crossed, end
+
+    def _counted(self, batches) -> Iterator[DispatchBatch]:
+        """``batches`` passed on, counted (``_take``'s bookkeeping); returns their generator's value."""
+        while True:
+            try:
+                batch = next(batches)
+            except StopIteration as stop:
+                return stop.value
+            self.records += len(batch)
+            self.last_valid_offset = int(batch.offsets[-1])
+            yield batch
+
+    def _segment(self, index: int, pos: int, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
+        """Batches of the chain in segment ``index`` from ``pos``; returns ``(crossed, end)``:
+        whether the chain goes on into the next segment (this one ends at a blank), else where
+        and why it ends (``None`` when ``halt`` stopped it)."""
+        delay_ms = self.options.delay_ms
+        base = self.commitlog.segments[index].base_offset
+        acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
+        scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
+        bad: ScanEnd | None = None
+        for seg in scan:
+            if seg.base_offset != base:  # walked on past this segment's blank: its rows are the next job's
+                if acc.n:
+                    yield acc.take()
+                return True, None
+            if halt is not None and halt.is_set():
+                return False, None
+            if self.shown is not None:
+                self.shown.rows(seg)
+            bad = self._dispatch(acc, seg, delay_ms)
+            if (acc.full or bad is not None) and acc.n:
+                yield acc.take()
+            if bad is not None:
+                break
+        if acc.n:
+            yield acc.take()
+        return False, bad or scan.end
+
+    def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
+        if acc.n:
+            batch = acc.take()
+            self.records += len(batch)
+            self.last_valid_offset = int(batch.offsets[-1])
+            yield batch
+
+    def _at_stop(self, offset: int) -> bool:
+        return self.stop is not None and offset >= self.stop
+
+    def _reput_resume(self, end: ScanEnd) -> int | None:
+        """Where ``doReput`` continues after a record it cannot dispatch."""
+        if end.reason == StopReason.LENGTH_MISMATCH and end.total_size:
+            nxt = end.offset + end.total_size
+        else:
+            index = self.commitlog.segment_index(end.offset)
+            if index is None or index + 1 >= len(self.commitlog.segments):
+                return None
+            nxt = self.commitlog.segments[index + 1].base_offset
+        return None if self._at_stop(nxt) else nxt
+
+    # ---- one sub-batch -----------------------------------------------------------------------
+
+    def _dispatch(self, acc: _Accumulator, seg, delay_ms) -> ScanEnd | None:
+        rows = seg.rows
+        lo = acc.n
+        acc.reserve_keys(4 * rows.shape[0] + 64)
+        acc.keys, acc.key_fill = fd.dispatch_all(
+            seg.array, rows, self.options.legacy_properties, delay_ms, self.options.index_enable, acc.out, lo, acc.keys, acc.key_fill
+        )
+        hi = lo + rows.shape[0]
+        bad = None
+        fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)
+        if fallback.size:
+            hi, bad = self._fallback(acc, seg, lo, hi, lo + fallback)
+        self._topic_ids(acc, seg.array, lo, hi)
+        acc.out[lo:hi, fd.F_POS] += seg.base_offset
+        acc.n = hi
+        return bad
+
+    def _topic_ids(self, acc: _Accumulator, array: np.ndarray, lo: int, hi: int) -> None:
+        """Global topic ids for rows ``lo:hi`` (``topicnumbers``), then their index key hashes (``finish_keys``)."""
+        if hi == lo:
+            return
+        acc.numbers.number(array, acc.out, lo, hi, acc.topic_ids)
+        if self.options.index_enable:
+            fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
+
+    def _fallback(self, acc: _Accumulator, seg, lo: int, hi: int, rows_idx) -> tuple[int, ScanEnd | None]:
+        """Decide the flagged records with the Python decoder and splice their keys in."""
+        array, base, out = seg.array, seg.base_offset, acc.out
+        replaced: dict[int, list[str]] = {}
+        bad = None
+        view = memoryview(array)  # decoded faster than from the array (its slices are cheaper)
+        for r in rows_idx.tolist():
+            pos = int(out[r, fd.F_POS])
+            record = clfmt.decode_record(view, pos, base, array.shape[0])
+            try:
+                request = self._request(record)
+            except CorruptRecord as exc:
+                bad, hi = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
+                break
+            replaced[r] = indexed_keys(request.sys_flag, request.uniq_key, request.keys, self.options.index_enable)
+            out[r, fd.F_TAGS] = request.tags_code
+            out[r, fd.F_FLAGS] &= ~fd.FLAG_FALLBACK
+        key_lo = int(out[lo, fd.F_KEY_START]) if hi > lo else acc.key_fill
+        key_hi = int(out[hi - 1, fd.F_KEY_START] + out[hi - 1, fd.F_KEY_COUNT]) if hi > lo else key_lo
+        partial = _partial_keys([k for keys in replaced.values() for k in keys])
+        pieces, cursor, at = [], key_lo, 0
+        for r, keys in replaced.items():  # in row order
+            start = int(out[r, fd.F_KEY_START])
+            pieces += [acc.keys[cursor:start].copy(), partial[at : at + len(keys)]]
+            at += len(keys)
+            cursor = start + int(out[r, fd.F_KEY_COUNT])
+            out[r, fd.F_KEY_COUNT] = len(keys)
+        pieces.append(acc.keys[cursor:key_hi].copy())
+        spliced = np.concatenate(pieces) if pieces else np.empty(0, dtype=np.int64)
+        acc.key_fill = key_lo
+        acc.reserve_keys(spliced.size)
+        acc.keys[key_lo : key_lo + spliced.size] = spliced
+        acc.key_fill = key_lo + spliced.size
+        if hi > lo:
+            counts = out[lo:hi, fd.F_KEY_COUNT]
+            out[lo:hi, fd.F_KEY_START] = key_lo + np.cumsum(counts) - counts
+        return hi, bad
+
+    def _request(self, record: clfmt.CommitLogRecord):
+        return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
+
+
+AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a thread and a spill file cost more than they save
+
+
+class BatchSpill:
+    """Dispatch batches packed (``spillrows``) into an unnamed temporary file, made on first use
+    (``tempfile``'s directory: page cache, never fsynced, gone when the process ends). Each batch
+    written is named by its entry ``(file, offset, rows, keys, queue groups)``, which
+    ``read_spilled`` reads back."""
+
+    def __init__(self) -> None:
+        self.file = None
+        self.nbytes = 0
+
+    def write(self, batch: DispatchBatch) -> tuple | None:
+        """The batch's entry, or None when it cannot be packed (a key hash outside int32); a
+        failed write raises ``OSError``."""
+        groups = batch.queue_groups
+        data = spillrows.pack(batch.fields, batch.topic_ids, batch.keys, groups)
+        if data is None:
+            return None
+        if self.file is None:
+            import tempfile  # here: a plan that never spills need not load it
+
+            self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
+        if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
+            raise OSError("short write to the dispatch spill")
+        entry = (self.file, self.nbytes, len(batch), batch.keys.size, groups.keys.size)
+        self.nbytes += data.size
+        return entry
+
+
+def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
+    """The batch ``BatchSpill.write`` named ``entry`` (a ``SpilledBatch``); ``adopt``: a
+    ``DispatchCache`` may keep it by its entry instead of packing it again (``DispatchBatch.spilled``)."""
+    file, offset, n, n_keys, n_groups = entry
+    data = np.empty(spillrows.spill_size(n, n_keys, n_groups), dtype=np.uint8)
+    if os.preadv(file.fileno(), [data], offset) != data.size:
+        raise OSError("short read from the dispatch spill")
+    return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
+
+
+class _Ahead:
+    """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
+    segments before it are consumed. Its batches are spilled as they come, as ``DispatchCache``
+    spills them (``spillrows``: the grouping of the consume queue rows done here too), to an
+    unnamed temporary file, and read back in order by ``batches``; a ``DispatchCache`` adopts
+    the spilled bytes instead of packing them again (``DispatchBatch.spilled``)."""
+
+    def __init__(self, scanner: DispatchScanner, index: int):
+        self.scanner, self.index = scanner, index
+        self.entries: list = []  # ``BatchSpill`` entries, or a DispatchBatch kept as it is
+        self.result: tuple | None = None  # ``_segment``'s value once done
+        self.failure: BaseException | None = None
+        self.changed = threading.Condition()
+        self.halt = threading.Event()
+        self.spill = BatchSpill()
+        self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def start(cls, scanner: DispatchScanner, index: int) -> "_Ahead | None":
+        return cls(scanner, index) if index < len(scanner.commitlog.segments) else None
+
+    def _run(self) -> None:
+        try:
+            base = self.scanner.commitlog.segments[self.index].base_offset
+            batches = self.scanner._segment(self.index, base, self.halt)
+            while True:
+                try:
+                    batch = next(batches)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                self._spill(batch)
+            with self.changed:
+                self.result = result
+                self.changed.notify()
+        except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
+            with self.changed:
+                self.failure = exc
+                self.changed.notify()
+
+    def _spill(self, batch: DispatchBatch) -> None:
+        entry = self.spill.write(batch) or batch
+        with self.changed:
+            self.entries.append(entry)
+            self.changed.notify()
+
+    def batches(self) -> Iterator[DispatchBatch]:
+        """The segment's batches in order as they come; returns ``(crossed, end)``."""
+        taken = 0
+        while True:
+            with self.changed:
+                while taken == len(self.entries) and self.result is None and self.failure is None:
+                    self.changed.wait()
+                entries, result, failure = self.entries[taken:], self.result, self.failure
+            for entry in entries:
+                taken += 1
+                yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
+            if not entries:
+                if failure is not None:
+                    raise failure
+                if result is not None:
+                    return result
+
+    def close(self) -> None:
+        """Stop the thread (the file stays open while a ``DispatchCache`` holds its batches)."""
+        self.halt.set()
+        self.thread.join()
+        self.spill = None
+
+
+# ---- dispatch phases (shared by planning and apply) ---------------------------------------
+
+
+class DispatchCache:
+    """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
+    range is walked and parsed once.
+
+    The batches are spilled, only the columns the writers read (``spillrows``, 65 bytes a
+    record with its consume queue grouping, plus 4 a key and 16 a queue), to an unnamed temporary file (``tempfile``'s directory: page cache,
+    never fsynced, gone when the process ends) and read back one batch at a time, so the memory
+    a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
+    when the file cannot be written, it gives up and the apply walks the range again; the result
+    is the same either way (2 GiB: some 29 million records, 2 GiB of 128-byte records; reading
+    it back costs about half of walking and parsing the range again)."""
+
+    def __init__(self, budget: int = 2 << 30):
+        self.budget = budget
+        self.topics = TopicTable()
+        self.phases: dict[int, list[tuple]] = {}  # phase -> [(file, file offset, rows, keys, queue groups)]
+        self.nbytes = 0
+        self.enabled = budget > 0
+        self._spill = BatchSpill()
+
+    def add(self, phase: int, batch: DispatchBatch) -> None:
+        if not self.enabled:
+            return
+        keys, groups = batch.keys, batch.queue_groups
+        size = spillrows.spill_size(len(batch), keys.size, groups.keys.size)
+        if self.nbytes + size > self.budget:
+            self._give_up()
+            return
+        if batch.spilled is not None:  # spilled already by the thread that dispatched it: adopted as it is
+            self.nbytes += size
+            self.phases.setdefault(phase, []).append(batch.spilled)
+            return
+        try:
+            entry = self._spill.write(batch)
+        except OSError:
+            entry = None
+        if entry is None:  # unwritable, or a key hash outside int32 (cannot happen for finished hashes): walk again
+            self._give_up()
+            return
+        self.nbytes += size
+        self.phases.setdefault(phase, []).append(entry)
+
+    def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
+        """The batches of ``phase`` in order (read back and unpacked in a background thread, a
+        batch or two ahead of the caller), or None when the cache gave up."""
+        if not self.enabled:
+            return None
+        return produced_in_thread((read_spilled(entry) for entry in self.phases.get(phase, [])), "mqtool-dispatch-cache")
+
+    def _give_up(self) -> None:
+        self.enabled, self.phases = False, {}
+        self.close()
+
+    def close(self) -> None:
+        """Close the spill (a spill adopted from ``_Ahead`` closes when its entries are dropped)."""
+        if self._spill.file is not None:
+            self._spill.file.close()
+        self._spill = BatchSpill()
+
+
+TAGS_DELIVERY_TIME = "delivery-time"
+TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet
+
+
+def phase_scanner(
+    commitlog: CommitLog,
+    start: int,
+    stop: int | None,
+    *,
+    discipline: str,
+    tags: str,
+    delay_table: Mapping[int, int],
+    legacy_properties: bool,
+    index_enable: bool,
+    check_crc: bool,
+    topics: TopicTable | None = None,
+    shown: "WalkedChain | None" = None,
+    ahead: bool = False,
+    index_rule: int = INDEX_UNIQ_AND_KEYS,
+) -> DispatchScanner:
+    """A scan dispatching from ``start``; ``index_rule`` is the version's (``VersionRules.index_rule``, §4.2)."""
+    options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_rule if index_enable else INDEX_NONE)
+    return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead)
+
+
+def after_phys(batch: DispatchBatch, threshold: int | None) -> DispatchBatch:
+    """Only records whose PHYSICALOFFSET is > ``threshold`` (5.3.2+ normal recovery dispatch)."""
+    if threshold is None or len(batch) == 0:
+        return batch
+    keep = batch.phys > threshold
+    if keep.all():
+        return batch
+    idx = np.flatnonzero(keep)
+    fields = batch.fields[idx].copy()
+    counts = fields[:, fd.F_KEY_COUNT]
+    starts = batch.fields[idx, fd.F_KEY_START]
+    keys = np.concatenate([batch.keys[s : s + c] for s, c in zip(starts.tolist(), counts.tolist())]) if idx.size else batch.keys[:0]
+    fields[:, fd.F_KEY_START] = np.cumsum(counts) - counts
+    return DispatchBatch(fields, keys, batch.topic_ids[idx])
+
+
+class MultiDispatch(NamedTuple):
+    """What the LMQ dispatch needs besides a batch: where to read the flagged records, and how."""
+
+    commitlog: CommitLog
+    legacy_properties: bool
+    v5: bool
+
+
+def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
+    """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
+    tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
+    the extra LMQ entries."""
+    if len(batch) == 0:
+        return
+    groups = batch.queue_groups
+    qoff, phys, size, tags = groups.columns
+    starts = groups.starts.tolist()
+    for g, key in enumerate(groups.keys.tolist()):
+        queue_id = key & 0xFFFFFFFF
+        lo, hi = starts[g], starts[g + 1]
+        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
+    if multi is not None and groups.multi_queued:
+        yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
+
+
+def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: list[str], *, legacy_properties: bool, v5: bool) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
+    """``(queue name, queue id, (queue offsets, phys offsets, sizes, tags codes))`` of the extra consume queue
+    entries the batch's ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the flagged
+    records are decoded again (their properties); ``consume_queue_entries`` calls it only for a batch that has some."""
+    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
+    if not len(rows):
+        return
+    grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+    for row in rows.tolist():
+        f = batch.fields[row]
+        record = commitlog.read_record(int(f[fd.F_POS]))
+        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=legacy_properties), v5=v5)
+        for name, queue_id, queue_offset in targets:
+            grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
+    for (name, queue_id), entries in grouped.items():
+        columns = np.array(entries, dtype=np.int64).T
+        yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
