@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "rocketmq-5.3.3" / "clean-small"
 CRASHED = ROOT / "fixtures" / "rocketmq-5.3.3" / "crashed-small"
 TOPIC = "%RETRY%bench_group"  # make_store.py's first topic
-TARGET = 0.3
+TARGET = 0.2  # issue #29: any command on the sample store (lookups on a big store: 0.3 s)
 
 
 def small_commands(f: Path, crashed: Path, tmp: Path) -> list[list[str]]:
