@@ -188,7 +188,7 @@ def test_no_progress_bar_when_stdout_is_a_pipe():
 def test_ctrl_c_inside_compiled_code_is_an_interrupt():
     """Before: Ctrl-C during `dump STORE -f jsonl > file` on a big store said "internal error:
     SystemError: CPUDispatcher(<function _json_strings ...>) returned a result with an exception
-    set" with exit 5: numba turns the KeyboardInterrupt into a SystemError caused by it."""
+    set" with exit 5: a compiled function may turn the KeyboardInterrupt into a SystemError caused by it."""
     import typer
 
     from mqtool.cli.common import guarded

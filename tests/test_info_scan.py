@@ -1,4 +1,4 @@
-"""``info``'s logical end: the schema decoder's walk (small commit logs, no numba) and its hand-over
+"""``info``'s logical end: the schema decoder's walk (small commit logs, no compiled code) and its hand-over
 to the compiled walk give exactly what the compiled walk alone gives, on every fixture store and on
 damaged copies (the end at damage, its reason and words, the records counted)."""
 
@@ -83,13 +83,13 @@ def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind,
 
 
 def test_info_of_a_small_store_loads_no_compiled_code():
-    """The small-store path (and the lock/pending-apply check every info makes) loads no numba."""
+    """The small-store path (and the lock/pending-apply check every info makes) loads no compiled kernel."""
     import json
     import subprocess
     import sys
 
     root = FIXTURES / "rocketmq-5.3.3" / "clean-small"
-    code = ("import atexit, sys; atexit.register(lambda: print('numba' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
+    code = ("import atexit, sys; atexit.register(lambda: print('mqtool.store._fastscan' in sys.modules, file=sys.stderr)); from mqtool.cli import main;"
             f"sys.argv = ['mqtool', 'info', {str(root)!r}, '--format', 'json']; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

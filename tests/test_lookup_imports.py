@@ -1,5 +1,5 @@
 """A lookup is its imports (issue #12: one lookup <= 0.3 s on a 2 GiB store; it reads a few records):
-none of numpy, numba, pyarrow, construct, rich or tqdm loads for one, in JSON or in the table (ASCII
+none of numpy, the compiled walk, pyarrow, construct, rich or tqdm loads for one, in JSON or in the table (ASCII
 cells), and its answer is the manifest's message."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import manifest, run_loading, store_path
 
-HEAVY = ("numpy", "numba", "pyarrow", "construct", "rich", "tqdm", "pydantic")
+HEAVY = ("numpy", "mqtool.store._fastscan", "pyarrow", "construct", "rich", "tqdm", "pydantic")
 VERSION, STORE = "5.3.3", "clean-small"
 PROBE = manifest(VERSION, STORE)["messages"][7]  # queue offset 0 of its queue: the time lookup's answer too
 LOOKUPS = {

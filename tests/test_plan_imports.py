@@ -15,7 +15,7 @@ import pytest
 from conftest import copy_store, manifest, run_loading, store_path
 
 NOT_FOR_A_SMALL_STORE = (
-    "numba", "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
+    "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
     "multiprocessing", "concurrent.futures", "tempfile", "ctypes.util",
 )
 

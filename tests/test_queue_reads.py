@@ -91,7 +91,7 @@ def test_a_queue_lookup_loads_no_numpy():
     code = (
         "import sys\nfrom mqtool.cli import app\n"
         f"try:\n    app(['query', 'offset', {str(store_path('5.3.3', 'clean-small'))!r}, {m['topic']!r}, '{m['queueId']}', '0'])\n"
-        "except SystemExit:\n    pass\nprint(sorted(m for m in ('numpy', 'numba', 'pyarrow') if m in sys.modules))"
+        "except SystemExit:\n    pass\nprint(sorted(m for m in ('numpy', 'mqtool.store._fastscan', 'pyarrow') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("[]")

@@ -167,7 +167,7 @@ def test_hash_of_a_value_equals_java_string_hash(text):
 
 
 def test_hash_of_many_keys_at_once_equals_java_string_hash():
-    """``java_hash_states`` (whole-array numpy, for interpreted kernels and the keys the Python
+    """``java_hash_states`` (whole-array numpy, for the keys the Python
     decoder settles): each text's hash continued from a state, empty texts, a text longer than
     a properties value can be, and spans read out of order."""
     texts = ["", "T", "TagAB", "A1D990BC856629E4C99D4FA1BE000000", "Tópico-主题-тема", "x😀", "é" * 40000, ""]

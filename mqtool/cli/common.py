@@ -59,8 +59,9 @@ def environment_error(exc: OSError) -> str | None:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Ctrl-C inside a compiled (numba) function reaches Python as a ``SystemError`` ("returned a
-    result with an exception set") caused by the ``KeyboardInterrupt``."""
+    """Whether ``exc`` is a Ctrl-C: the ``KeyboardInterrupt`` itself, or the cause of what a compiled
+    function or a worker thread raised in its place (a ``SystemError``, "returned a result with an
+    exception set")."""
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, KeyboardInterrupt):

@@ -129,7 +129,7 @@ class DLedgerCommitLog(CommitLog):
         return DLedgerScan(self, self.min_offset if start is None else start, stop, check_crc)
 
     def entry_walker(self):
-        """The compiled walk ``FastScan`` uses on these files (imported here: numba)."""
+        """The compiled walk ``FastScan`` uses on these files (imported here: the compiled walk loads numpy)."""
         from .dledgerwalk import EntryWalker
 
         return EntryWalker(self.divided_offset)

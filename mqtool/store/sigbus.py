@@ -4,14 +4,11 @@ A read through a map that faults re-executes the faulting instruction when a han
 Python's own ``signal`` module (which only sets a flag and returns) cannot end it. These
 callbacks are C function pointers installed with ``signal(2)``; each ends the process without
 returning. They run on the faulting thread while it holds the GIL (a read of a mapped file from
-Python code, numpy or a compiled numba kernel, with or without ``nogil``), so ``ctypes`` takes
+Python code, numpy or a compiled kernel, with or without ``nogil``), so ``ctypes`` takes
 the GIL it already has and the body does only two system calls: ``write(2)`` of a prepared
 line and ``_exit(2)``; nothing is flushed or freed. A worker process (``verify --jobs``) does not
 print: it sends SIGBUS to its parent, whose handler prints the one line and exits, so the parent
 never waits for a result that will not come.
-
-An earlier version compiled the same two calls with numba's ``cfunc``, which loaded numba at the
-start of every command that opens a store.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[
     is worded by the one sequential scan from that segment (``FastScan`` without a ``stop``)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from .fastscan import FastScan  # numba: only for a big commit log, or an end at damage
+    from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
 
     commitlog = store.commitlog
     segments = commitlog.segments

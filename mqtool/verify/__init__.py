@@ -45,8 +45,8 @@ class VerifyOptions:
 
 
 def __getattr__(name: str):
-    """``Verification`` (``verification.py``), imported when asked for: it loads the kernels, which
-    a command imports only once it has chosen how they run (``mqtool.jit``)."""
+    """``Verification`` (``verification.py``), imported when asked for: it loads the compiled
+    kernels and numpy, which only the commands that verify need."""
     if name == "Verification":
         from .verification import Verification
 
