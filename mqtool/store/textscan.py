@@ -4,8 +4,9 @@ so that ``topic#key`` hashes compose.
 - ``java_hash_utf8`` (compiled, ``_textscan.pyx``): over the UTF-16 code units of strict UTF-8;
   the compiled readers (dispatch, the Spark reader) inline it from ``_text.pxd``, as they do the
   properties reader ``property_item``;
-- ``java_hash_states``, ``index_key_hashes``: the hash of many UTF-16 keys at once by whole-array
-  numpy, for the keys the Python decoder settles.
+- ``java_hash_states`` (compiled): the hash of many UTF-16 keys at once, each continued from its
+  own state (the keys the Python decoder settles, verify's index keys), and ``index_key_hashes``,
+  ``IndexFile.indexKeyHashMethod`` of such states.
 
 Tests hold them equal to ``formats.hashing.java_string_hash``.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._textscan import java_hash_utf8  # noqa: F401  (for Python callers)
+from ._textscan import java_hash_states, java_hash_utf8  # noqa: F401  (for Python callers)
 
 
 def pow31_table(n: int = 1 << 15) -> np.ndarray:
@@ -34,24 +35,6 @@ def utf16_units_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray
     lengths = np.fromiter((len(e) >> 1 for e in encoded), dtype=np.int64, count=len(encoded))
     ends = np.cumsum(lengths)
     return np.frombuffer(b"".join(encoded), dtype=">u2").astype(np.int64), ends - lengths, ends
-
-
-def java_hash_states(units: np.ndarray, starts: np.ndarray, ends: np.ndarray, states: np.ndarray) -> np.ndarray:
-    """``String.hashCode``'s unsigned 32-bit state ``states[i]`` continued over the code units
-    ``units[starts[i]:ends[i]]``, for every ``i`` at once: ``state * 31**n + sum(unit_j *
-    31**(n-1-j))`` mod 2**32 (numpy's uint64 wraps mod 2**64, a multiple of 2**32)."""
-    lengths = ends - starts
-    top = int(lengths.max(initial=0))
-    pow31 = (POW31 if top < POW31.shape[0] else pow31_table(top + 1)).view(np.uint64)
-    first = np.cumsum(lengths) - lengths  # each text's first term
-    total = int(lengths.sum())
-    at = np.repeat(starts - first, lengths) + np.arange(total)
-    terms = units[at].astype(np.uint64) * pow31[np.repeat(first + lengths, lengths) - 1 - np.arange(total)]
-    sums = np.zeros(lengths.shape[0], dtype=np.uint64)
-    nonempty = lengths > 0
-    if total:
-        sums[nonempty] = np.add.reduceat(terms, first[nonempty])
-    return ((states.astype(np.uint64) * pow31[lengths] + sums) & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def index_key_hashes(states: np.ndarray) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Compiled kernels of ``verify/index.py``: the hash chains replayed, index keys hashed and a
 batch's index entries joined with its records' keys (reference §6.3-§6.6)."""
 
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t
 
 from mqtool.store._bytes cimport prefetch_w
 
@@ -10,7 +10,6 @@ from ..formats import index as ixfmt
 cdef enum:
     CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
 
-cdef uint64_t M32 = 0xFFFFFFFF, INT_MIN_ABS = 0x80000000  # Java's int: the low 32 bits, |Integer.MIN_VALUE|
 cdef int64_t INT32_MAX = ixfmt.INT32_MAX
 
 
@@ -43,23 +42,6 @@ def check_chains(const int64_t[::1] hashes, const int64_t[::1] prevs, int64_t fi
                 heads += 1
             last_seen[slot] = <int32_t>(first_number + i)
     return bad, first_bad, negative, heads
-
-
-def index_hashes(const int64_t[::1] units, const int64_t[::1] starts, const int64_t[::1] ends, const int64_t[::1] prefixes, int64_t[::1] out):
-    """``IndexFile.indexKeyHashMethod`` of many keys at once: Java's ``String.hashCode`` of
-    ``topic#key`` (``prefixes[i]`` = the hash of ``topic#``, continued over the key's UTF-16
-    units ``units[starts[i]:ends[i]]``), then ``abs`` with MIN_VALUE mapped to 0 (§6.4)."""
-    cdef Py_ssize_t i, j
-    cdef uint64_t h
-    with nogil:
-        for i in range(starts.shape[0]):
-            h = <uint64_t>prefixes[i]
-            for j in range(starts[i], ends[i]):
-                h = (31 * h + <uint64_t>units[j]) & M32
-            if h >= INT_MIN_ABS:
-                h = (<uint64_t>1 << 32) - h
-            out[i] = 0 if h >= INT_MIN_ABS else <int64_t>h
-    return None
 
 
 def entries_match(const int64_t[::1] phy, const int64_t[::1] hashes, const int64_t[::1] diffs, const int64_t[::1] begins, const int64_t[::1] ends,

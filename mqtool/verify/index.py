@@ -38,8 +38,8 @@ from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
-from ..store.textscan import utf16_units_of
-from ._index import check_chains, entries_match, index_hashes
+from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
+from ._index import check_chains, entries_match
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 from .logstream import LogRecord
@@ -55,13 +55,11 @@ ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), (
 def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:
     """``index_key_hash(topic + "#" + key)`` for ``(java_string_hash(topic + "#"), key)`` pairs."""
     n = len(prefixed_keys)
-    out = np.empty(n, dtype=np.int64)
     if not n:
-        return out
+        return np.empty(0, dtype=np.int64)
     units, starts, ends = utf16_units_of([key for _, key in prefixed_keys])
     prefixes = np.fromiter((p & 0xFFFFFFFF for p, _ in prefixed_keys), dtype=np.int64, count=n)
-    index_hashes(units, starts, ends, prefixes, out)
-    return out
+    return index_key_hashes(java_hash_states(units, starts, ends, prefixes))
 
 
 class IndexEntries:
