@@ -55,7 +55,7 @@ from mqtool.formats.markers import ABORT_FILE, LOCK_FILE  # noqa: E402
 from mqtool.dispatch.scanner import DispatchCache  # noqa: E402
 from mqtool.recovery.planner import PlanOptions, plan_recover  # noqa: E402
 from mqtool.store import Store, StoreConfig  # noqa: E402
-from mqtool.writers import ConsumeQueueWriter, IndexWriterService  # noqa: E402
+from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService  # noqa: E402
 
 BROKER_MB_S = (200, 400)
 TARGET_RATIO = 1.5

@@ -18,7 +18,7 @@ are built with ``formats.commitlog.encode_message``, each exactly ``--message-si
 every record is a template copy whose QUEUEOFFSET, PHYSICALOFFSET, timestamps, a sequence
 number in the body, KEYS digits and UNIQ_KEY counter are patched, and whose BODYCRC is
 recomputed (compiled, ISA-L CRC32). Consume queue entries and index entries are written by the
-project's broker-rule writers (``mqtool.writers``, batch API), so the files are what the broker
+project's broker-rule writers (``mqtool.apply.writers``, batch API), so the files are what the broker
 would write for these records. ``tests/test_verify_bench_store.py`` checks this at small size.
 """
 
@@ -53,7 +53,7 @@ from mqtool.formats.hashing import body_crc, java_string_hash, tags_code  # noqa
 from mqtool.formats.properties import PropertyKey, encode_properties  # noqa: E402
 from mqtool.store._fastscan import CRC_ADDRESS, CRC_IMPLEMENTATION  # noqa: E402
 from mqtool.apply.synth import STORE_HOST_V4, STORE_HOST_V6, WORDS, parse_size  # noqa: E402
-from mqtool.writers import ConsumeQueueWriter, IndexWriterService, offset_file_name  # noqa: E402
+from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService, offset_file_name  # noqa: E402
 
 # the walk's CRC32 (ISA-L's, else zlib's), callable from the numba kernel below
 _crc32 = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64 if CRC_IMPLEMENTATION == "isal" else ctypes.c_uint32)(CRC_ADDRESS)

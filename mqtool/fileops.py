@@ -1,4 +1,4 @@
-"""Durable file operations (used by ``mqtool.apply`` and ``mqtool.writers``): every change reaches the disk before the journal says it happened.
+"""Durable file operations (used by ``mqtool.apply`` and ``mqtool.apply.writers``): every change reaches the disk before the journal says it happened.
 
 Whole files change through a temporary file + fsync + rename (+ fsync of the directory); byte
 ranges change in place followed by fsync. Copies keep holes (sparse pre-allocated segments stay

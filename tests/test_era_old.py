@@ -15,7 +15,7 @@ from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
 from mqtool.recovery.planner import PlanOptions, plan_rebuild_index
 from mqtool.store import Store
 from mqtool.store.rules import BrokerVersion, VersionRules
-from mqtool.writers import ConsumeQueueWriter
+from mqtool.apply.writers import ConsumeQueueWriter
 from repair_support import fixture_config
 from test_verify import verify
 

@@ -51,9 +51,12 @@ BASE = {"mqtool", "mqtool.errors", "mqtool.handoff", "mqtool.table", "mqtool.fil
 # the imports issue #30 has yet to turn around: verify asks recovery where the next start ends
 # the log; the planner simulates the index files with the writer in its dry mode
 NOT_YET = {
-    ("mqtool.verify.state", "mqtool.recovery.nextstart"),
-    ("mqtool.verify.verification", "mqtool.recovery.nextstart"),
-    ("mqtool.recovery.plansteps", "mqtool.writers"),
+    ("mqtool.store.nextstart", "mqtool.recovery.candidates"),
+    ("mqtool.store.nextstart", "mqtool.recovery.dledger"),
+    ("mqtool.store.nextstart", "mqtool.recovery.lost"),
+    ("mqtool.store.nextstart", "mqtool.recovery.plan"),
+    ("mqtool.store.nextstart", "mqtool.recovery.recover"),
+    ("mqtool.recovery.plansteps", "mqtool.apply.writers"),
 }
 
 

@@ -1,6 +1,6 @@
 """One answer to "what will the broker's next start do" (issue #28): ``info``, ``verify``, ``recover``,
 ``repair`` and ``salvage`` report the same recovery mode, logical end and dropped messages
-(``recovery/nextstart.py``), and ``verify`` leads with it.
+(``store/nextstart.py``), and ``verify`` leads with it.
 
 The damaged stores are copies of real-broker fixtures damaged here; every expectation comes from
 the fixture's manifest or recovered JSON.

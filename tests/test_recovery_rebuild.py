@@ -130,7 +130,7 @@ def test_rebuild_index_answers_like_the_broker(tmp_path, version):
 def test_rebuild_index_in_tiny_writes_is_the_broker_index(tmp_path, version, monkeypatch):
     """The index writer appends entries a buffer at a time (``BUFFER_FULL`` resumes inside a record's
     keys): with a 3-entry buffer, every resume point of a real index, its files still equal the broker's."""
-    import mqtool.writers as writers
+    import mqtool.apply.writers as writers
 
     monkeypatch.setattr(writers, "ENTRY_BUFFER", 3)
     original = copy_store(version, "clean-small", tmp_path / "orig")

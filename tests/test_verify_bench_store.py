@@ -14,7 +14,7 @@ from mqtool.formats import commitlog as cl
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, dispatch_request
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
-from mqtool.writers import ConsumeQueueWriter, IndexWriterService
+from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService
 
 spec_ = importlib.util.spec_from_file_location("make_store", ROOT / "bench" / "make_store.py")
 make_store = sys.modules.setdefault("make_store", importlib.util.module_from_spec(spec_))

@@ -35,7 +35,7 @@ from ..recovery.planner import file_crc32
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
-from ..writers import ConsumeQueueWriter, IndexWriterService, QueueState
+from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range

@@ -11,7 +11,7 @@ It never writes to the source store. Records arrive in commit log order (``mqtoo
   queue); a ``__CRC32#`` property (5.2+, §2.10) is recomputed over the new bytes.
 
 Segments are written by ``mqtool.apply.synth.CommitLogWriter`` (end-of-file blanks as the source
-version writes them), consume queues and index files by ``mqtool.writers`` (the broker's
+version writes them), consume queues and index files by ``mqtool.apply.writers`` (the broker's
 ``putMessagePositionInfo`` and ``IndexService.buildIndex`` rules), then the checkpoint with the
 last message's store time (``StoreCheckpoint``, §7) and the source's ``config/*.json``. No
 ``abort`` file: a broker opens the new store with a normal recovery.
@@ -31,7 +31,7 @@ from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
 from ..store import Store
 from .synth import CommitLogWriter
 from ..store.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
-from ..writers import ConsumeQueueWriter, IndexWriterService
+from .writers import ConsumeQueueWriter, IndexWriterService
 
 BROKER_INDEX_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 

@@ -6,7 +6,7 @@ IPv6 hosts, transaction flags, delayed messages in SCHEDULE_TOPIC_XXXX, empty, l
 compressed bodies) and its write rules: records never cross a segment, an end-of-file blank
 closes each full segment (8 bytes from 4.9.1; before that the stale scratch buffer follows),
 consume queues and index files are written by the broker's dispatch rules
-(``mqtool.writers``), then the checkpoint, ``lock``, and ``abort`` for a crashed store.
+(``mqtool.apply.writers``), then the checkpoint, ``lock``, and ``abort`` for a crashed store.
 
 Profiles: ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final \\x02,
 8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
@@ -29,7 +29,7 @@ from ..formats import commitlog as clfmt
 from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, DispatchRequest, consume_queue_tags_code
 from ..formats.hashing import body_crc
 from ..formats.properties import PropertyKey, encode_properties, split_keys
-from ..writers import ConsumeQueueWriter, IndexWriterService, offset_file_name
+from .writers import ConsumeQueueWriter, IndexWriterService, offset_file_name
 
 PROFILES = ("4.8", "4.9", "5")
 LONG_TOPIC = ("synth_long_topic_" + "abcdefghijklmnopqrstuvwxyz0123456789-_" * 4)[:127]

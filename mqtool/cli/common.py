@@ -149,12 +149,12 @@ def open_store(path: Path, broker_config: Path | None = None, broker_version: st
 
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:
     """Where the read goes on after ``end``, or None. Damage before the segment the broker's next start
-    scans from (``recovery.nextstart``) ends nothing: the broker never reads it and serves the records
+    scans from (``store.nextstart``) ends nothing: the broker never reads it and serves the records
     after it, so they are read on, as ``info`` and ``verify`` keep them; any other end is read past only
     with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
-        from ..recovery.nextstart import start_of
+        from ..store.nextstart import start_of
 
         start = start_of(store)
         if start is not None and end.offset < start.offset:

@@ -165,10 +165,10 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 def info_document(store: Store) -> dict[str, Any]:
     """``store_summary`` scanned from where the broker's next start scans, with what that start
-    keeps and drops (``recovery.nextstart``); without consume queues its topics come from the
+    keeps and drops (``store.nextstart``); without consume queues its topics come from the
     commit log (and ``topics_source`` says so). Given a bare commit log folder or segment, the
     store's other parts are listed in ``not_looked_at``: their absence there says nothing about the store."""
-    from ..recovery.nextstart import next_start, start_of
+    from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
 
     start = start_of(store)

@@ -195,8 +195,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
 
 def with_next_start(doc: dict, recover: Plan | None) -> dict:
     """The plan document with ``next_start``: what the broker's recovery of ``recover`` keeps and
-    drops, in the words ``info``, ``verify`` and ``salvage`` use (``recovery.nextstart``)."""
-    from ..recovery.nextstart import NextStart
+    drops, in the words ``info``, ``verify`` and ``salvage`` use (``store.nextstart``)."""
+    from ..store.nextstart import NextStart
 
     found = None if recover is None else NextStart.of_plan(recover)
     return doc if found is None else {**doc, "next_start": found.as_dict()}
@@ -313,7 +313,7 @@ def repair(
     plan = _plan_repair(root, broker_config, broker_version)
     doc = with_next_start(plan.to_dict(), plan.recover)
     if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
-        from ..recovery.nextstart import next_start
+        from ..store.nextstart import next_start
 
         with open_store(root, broker_config, broker_version) as opened:
             found = next_start(opened)

@@ -123,7 +123,7 @@ def salvage(
 
 
 class NextStartOf:
-    """The broker's next start (``recovery.nextstart``), settled from the salvage scan's own walk
+    """The broker's next start (``store.nextstart``), settled from the salvage scan's own walk
     from the first segment (``served_to``); ``found`` afterwards."""
 
     def __init__(self, store):
@@ -131,7 +131,7 @@ class NextStartOf:
         self.found = None
 
     def served_to(self, walked):
-        from ..recovery.nextstart import next_start
+        from ..store.nextstart import next_start
         from ..store.commitlog import ScanEnd
 
         store = self.store

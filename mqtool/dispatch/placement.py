@@ -1,7 +1,7 @@
 """The broker's placement rules, pure: where a consume queue unit goes (``putMessagePositionInfo``:
 the write position, the repeat guard, fillers; reference §5.10) and which index slot and entry a
 key takes (``IndexFile.putKey``, §6.5-§6.6), on arrays of state, compiled (``_placement.pyx``).
-The recovery planner simulates queues with them; ``mqtool/writers.py`` (the only writer of those
+The recovery planner simulates queues with them; ``mqtool/apply/writers.py`` (the only writer of those
 files) writes what they place."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from ..store.rules import BrokerVersion, VersionRules
 from .logkinds import LogKind, RecoveryRun
 from .plan import Action
 from .plansteps import rel
-from .startfile import ScanStart
+from ..store.startfile import ScanStart
 
 
 _STORE_TS = {born6: clfmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}

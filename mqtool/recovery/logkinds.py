@@ -19,7 +19,7 @@ from .lost import record_at
 from .plan import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
 from .plansteps import PhaseCounts, ScanResult
 from .queues import QueueSim
-from .startfile import recovery_start
+from ..store.startfile import recovery_start
 
 if TYPE_CHECKING:
     from ..dispatch.scanner import DispatchCache

@@ -18,7 +18,7 @@ from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion
-from ..writers import IndexWriterService, offset_file_name
+from ..apply.writers import IndexWriterService, offset_file_name
 from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
 from .lost import record_at, records_after
@@ -78,7 +78,7 @@ def unloadable_files(store: Store) -> None:
     """Refuse a store the broker refuses to start on (``nextstart.refusal``: a commit log file of the wrong
     length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan. ``mqtool
     repair`` fixes such files first."""
-    from .nextstart import refusal
+    from ..store.nextstart import refusal
 
     why = refusal(store)
     if why is not None:

@@ -32,7 +32,7 @@ from .plansteps import (
 from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions
 from .queues import QueueSim
 from ..store.rules import VersionRules
-from .startfile import recovery_start
+from ..store.startfile import recovery_start
 
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 

@@ -6,7 +6,7 @@ reads, with a ``status`` column:
 
 - ``live``: the records ``read_batches`` reads (from the first segment to the first invalid record,
   CRC checked) and, where that walk ended at damage before the segment the broker's next start
-  scans from (``served_to``: ``recovery.nextstart``, given by the caller), the valid records
+  scans from (``served_to``: ``store.nextstart``, given by the caller), the valid records
   after it up to the end of that scan: what the broker keeps;
 - ``past-damage``: valid records (CRC good) after that cut and newer than the last record before
   them: the broker would discard them with everything after the damage;

@@ -63,7 +63,7 @@ class ScanEnd(NamedTuple):
 
     def unread_by_broker(self, broker_start: int) -> bool:
         """True when this end lies before ``broker_start``, where the broker's recovery starts
-        scanning (``recovery.startfile``): damage or zeros the broker never reads, so the log it
+        scanning (``store.startfile``): damage or zeros the broker never reads, so the log it
         serves goes on past them. A requested limit is no such end."""
         return self.reason not in (StopReason.LIMIT, StopReason.NO_SEGMENTS) and self.offset < broker_start
 

@@ -2,7 +2,7 @@
 
 - commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
   logical end found by the recovery scan from where the caller says the broker's next start
-  scans (``recovery.nextstart``), else from the third-from-last segment (§8.5);
+  scans (``store.nextstart``), else from the third-from-last segment (§8.5);
 - per queue: max offset = the CQ recovery end (§5.7), min offset = ``correctMinOffset`` against
   the commit log min (§5.9). A crashed store's figures are those before any recovery.
 
@@ -92,7 +92,7 @@ def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
     """The commit log and its logical end, scanned from ``start`` (the broker's recovery start,
-    ``recovery.startfile``, when the caller has it; else the third-from-last segment)."""
+    ``store.startfile``, when the caller has it; else the third-from-last segment)."""
     segments = store.commitlog.segments
     if start is None:
         start = segments[max(0, len(segments) - 3)].base_offset if segments else 0

@@ -163,7 +163,7 @@ class Summary:
     by_severity: dict[str, int] = field(default_factory=lambda: {s.value: 0 for s in Severity})
     by_kind: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    next_start: Any = None  # ``recovery.nextstart.NextStart``: what the broker's next start keeps and drops
+    next_start: Any = None  # ``store.nextstart.NextStart``: what the broker's next start keeps and drops
 
     def count(self, finding: Finding) -> None:
         self.by_severity[finding.severity.value] += 1

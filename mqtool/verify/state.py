@@ -24,9 +24,9 @@ def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
 
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
     """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
-    broker's rule for this store's version (``recovery.nextstart.start_of``, the one implementation
+    broker's rule for this store's version (``store.nextstart.start_of``, the one implementation
     of ``isMappedFileMatchedRecover``'s choice, §8.4); the first segment for a DLedger store."""
-    from ..recovery.nextstart import start_of
+    from ..store.nextstart import start_of
 
     cp = _checkpoint(store)
     bound = cp.min_timestamp_index if store.config.message_index_enable and store.config.message_index_safe else cp.min_timestamp

@@ -48,14 +48,14 @@ class Verification:
         self.walked: dict | None = None
 
     def broker_start(self) -> int:
-        """Where the broker's start-up recovery scans from (``recovery.nextstart.start_of``, the start the
+        """Where the broker's start-up recovery scans from (``store.nextstart.start_of``, the start the
         next-start line reports): damage before it does not end the log the broker serves. The first
         segment without a store directory or for a DLedger store."""
         if self._broker_start is None:
             store = self.store
             self._broker_start = store.commitlog.min_offset
             if store.root is not None:
-                from ..recovery.nextstart import start_of
+                from ..store.nextstart import start_of
 
                 start = start_of(store)
                 if start is not None:
@@ -193,10 +193,10 @@ class Verification:
                 summary.notes.append(line)
 
     def _settle_next_start(self, walked: tuple[int, ScanEnd] | None) -> None:
-        """``summary.next_start``: the broker's next start (``recovery.nextstart``), from the
+        """``summary.next_start``: the broker's next start (``store.nextstart``), from the
         commit log check's walk where it made one (no second walk of the log); the logical end
         the summary reports is its end."""
-        from ..recovery.nextstart import next_start
+        from ..store.nextstart import next_start
 
         walked_from, end = walked if walked is not None else (None, None)
         found = next_start(self.store, end, walked_from)

@@ -32,14 +32,14 @@ from typing import Callable
 
 import numpy as np
 
-from .fileops import fsync_dir
-from .fileops import fsync_path as fsync_file
-from .formats import consumequeue as cqfmt
-from .formats import index as ixfmt
-from .formats.dispatch import DispatchRequest
-from .formats.hashing import index_key_hash
-from .store.consumequeue import UNIT_DTYPE
-from .dispatch.placement import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, index_records, place_units
+from ..fileops import fsync_dir
+from ..fileops import fsync_path as fsync_file
+from ..formats import consumequeue as cqfmt
+from ..formats import index as ixfmt
+from ..formats.dispatch import DispatchRequest
+from ..formats.hashing import index_key_hash
+from ..store.consumequeue import UNIT_DTYPE
+from ..dispatch.placement import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, index_records, place_units
 
 ENTRY = cqfmt.ENTRY_SIZE
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)

@@ -15,10 +15,10 @@ from typing import NamedTuple
 
 from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as fmt
-from ..store import Store
-from ..store.commitlog import CommitLog
-from ..store.mappedfile import MappedFile
-from ..store.rules import VersionRules
+from .commitlog import CommitLog
+from .mappedfile import MappedFile
+from .rules import VersionRules
+from .store import Store
 
 _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 _STORE_TS = {born6: fmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}

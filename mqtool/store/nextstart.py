@@ -19,9 +19,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import Store
-from ..store.commitlog import CommitLog, ScanEnd, StopReason
-from ..store.rules import VersionRules
+from .commitlog import CommitLog, ScanEnd, StopReason
+from .rules import VersionRules
+from .store import Store
 from .startfile import ScanStart, recovery_start
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
@@ -100,7 +100,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     why = refusal(store)
     if why is not None:
         return NextStart.refusing(store, why)
-    from ..store.summary import logical_end
+    from .summary import logical_end
 
     rules = store.rules  # the store's version's, or the newest era's left (the one the planners keep)
     if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
@@ -116,14 +116,14 @@ def dledger_next_start(store: Store) -> NextStart:
     where ``DLedgerMmapFileStore.recover``'s entry walk stops, and the commit log recovery scans
     from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes from the same
     log kind (``DLedgerLog``)."""
-    from .dledger import DLedgerLog
-    from .plan import PlanOptions
-    from .recover import recovery_run
+    from ..recovery.dledger import DLedgerLog
+    from ..recovery.plan import PlanOptions
+    from ..recovery.recover import recovery_run
 
     if store.version is not None:
         version = store.version
     else:
-        from .candidates import distinct_candidates
+        from ..recovery.candidates import distinct_candidates
 
         version = distinct_candidates(store)[0]  # the newest era left, the one the planners keep
     run = recovery_run(store, PlanOptions(), "recover", None, None, version, "")
@@ -141,7 +141,7 @@ def start_of(store: Store) -> ScanStart | None:
         return None
     if store.version is not None:
         return recovery_start(store, VersionRules(store.version))
-    from .candidates import distinct_candidates
+    from ..recovery.candidates import distinct_candidates
 
     candidates = distinct_candidates(store)
     starts = [recovery_start(store, VersionRules(c)) for c in candidates]
@@ -157,7 +157,7 @@ def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
     only zeros there (a clean end) is told without that walk."""
     if only_zeros_after(store.commitlog, offset):
         return 0
-    from .lost import records_after  # compiled code: only where something lies after the end
+    from ..recovery.lost import records_after  # compiled code: only where something lies after the end
 
     return records_after(store.commitlog, offset, limit=0, legacy=rules.legacy_properties, accept_v2=rules.accepts_v2_magic).records
 
@@ -196,8 +196,8 @@ def refusal(store: Store) -> str | None:
     a commit log file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a
     zero-length last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of
     any of them is reported, naming them."""
-    from ..store.store import EMPTY_LAST_SEGMENT
-    from ..store.version import eras_label
+    from .store import EMPTY_LAST_SEGMENT
+    from .version import eras_label
 
     eras = store.version_guess.eras
     for problem in store.problems:
