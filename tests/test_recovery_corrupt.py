@@ -229,7 +229,7 @@ def test_zeroed_range_over_holes_of_a_sparse_segment(tmp_path, version, monkeypa
     """A zeroed range that is mostly holes, longer than the lost scan's search window: the search
     for the next record start skips the holes (not reading them) and still finds every message
     after the range (the manifest's)."""
-    from mqtool.recovery import lost
+    from mqtool.store import pastend
 
     store_dir = copy_store(version, NAME, tmp_path)
     msgs = messages(version)
@@ -244,10 +244,10 @@ def test_zeroed_range_over_holes_of_a_sparse_segment(tmp_path, version, monkeypa
     patch(store_dir, start, bytes(stop - start))
     path, _ = segment_of(store_dir, start)
     _resparsify(path)
-    extents = lost.data_extents(path)
+    extents = pastend.data_extents(path)
     if len(extents) < 2:
         pytest.skip("this file system does not keep holes")
-    monkeypatch.setattr(lost, "WINDOW", 1024)  # the hole spans several windows
+    monkeypatch.setattr(pastend, "WINDOW", 1024)  # the hole spans several windows
     plan = plan_and_apply(tmp_path, store_dir)
     assert plan.commitlog.valid_end == start and plan.commitlog.end_is_damage
     after = [m for m in msgs if m["commitLogOffset"] >= msgs[j]["commitLogOffset"]]

@@ -4,7 +4,7 @@
 store with no end-of-file blank yet, an empty store, a store from another broker); the broker
 itself does not need to know, the planner does, because the rules differ by era
 (``store.rules.VersionRules``). ``plan_under_candidates`` plans under one representative of each
-distinct set of planning rules: where the plans agree, the plan goes ahead and says which eras
+distinct set of planning rules (``store.eras``): where the plans agree, the plan goes ahead and says which eras
 were considered; where they differ, it refuses (exit 4), showing the difference, the rules that
 decide it and the ``--broker-version`` values that would.
 """
@@ -17,7 +17,8 @@ from typing import Any, Callable
 
 from ..errors import Refused
 from ..store import Store
-from ..store.rules import PLANNING_RULES, VersionRules, rules_deciding
+from ..store.eras import candidate_groups, relevant_rules
+from ..store.rules import rules_deciding
 from ..store.version import eras_label
 from .plan import Plan
 
@@ -71,49 +72,6 @@ def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
-
-
-# Planning rules that only one recovery mode consults (rules file §2): the other mode's never change a plan
-NORMAL_ONLY = {"normal_start_from_cq_max", "normal_stops_at_length_mismatch", "normal_dispatches", "normal_truncates_cq", "empty_log_destroys_queues"}
-ABNORMAL_ONLY = {"abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "delay_table_missing_in_recovery", "accepts_v2_magic", "dledger_abnormal_redispatch"}
-# planning rules whose differences ``_effect`` leaves out (checkpoint fields no candidate broker reads back)
-NO_EFFECT = {"writes_confirm_offset"}
-
-
-def relevant_rules(store: Store) -> list[str]:
-    """The planning rules (``rules.PLANNING_RULES``) that can change this store's plan: the recovery mode's
-    own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
-    for a log without files (§2.5)."""
-    abnormal = store.abort_present
-    skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
-    if not store.problems:  # files of the wrong length or name, a zero-length last file (``Store.problems``)
-        skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
-    if store.commitlog.segments:
-        skip.add("empty_log_destroys_queues")
-    return [name for name in PLANNING_RULES if name not in skip]
-
-
-def candidate_groups(store: Store) -> dict[Any, list]:
-    """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
-    of variants of the rules that can change this store's plan (``relevant_rules``)."""
-    relevant = relevant_rules(store)
-
-    def key(version) -> tuple:
-        rules = VersionRules(version)
-        return tuple(getattr(rules, name) for name in relevant)
-
-    by_key: dict[tuple, Any] = {}
-    for candidate in sorted(store.version_guess.candidates, reverse=True):
-        by_key.setdefault(key(candidate), candidate)
-    groups: dict[Any, list] = {c: [] for c in by_key.values()}
-    for era in store.version_guess.eras:
-        groups[by_key[key(era.representative)]].append(era)
-    return groups
-
-
-def distinct_candidates(store: Store) -> list:
-    """One candidate (the newest) per set of variants of the rules that can change this store's plan."""
-    return list(candidate_groups(store))
 
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:

@@ -1,44 +1,16 @@
-"""What a cut loses: every record that still lies after the new logical end of the commit log.
-
-The broker discards everything after the first invalid record without looking at it. To tell the
-operator what that means, this walks on past the damage: records are read with the compiled
-walk (CRC checked but not fatal), and after bytes that are no record the walk resynchronises on
-the next position holding a record magic code whose PHYSICALOFFSET field equals the position
-itself (a record's own offset: stale copies in pre-4.9.1 blank fillers and random bytes fail it).
-Bytes that belong to no record are counted, not listed.
+"""The messages a cut loses, described for the plan (``plan.Message``): the records after the cut
+are walked by ``store.pastend.records_after``, which lists the first ones with ``describe``;
+``record_at`` describes the record at one offset.
 """
 
 from __future__ import annotations
-
-import errno
-import os
-from dataclasses import dataclass, field
-
-import numpy as np
 
 from ..formats import commitlog as fmt
 from ..formats import msgid
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
-from ..store.fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, find_record_start, release_pages, walk_segment
-from ..store.mappedfile import MappedFile
 from .plan import Message
-
-_PHYS = fmt.PHYS_OFFSET_POSITION
-_STORE_TIMESTAMP = [fmt.HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].offset_of("store_timestamp") for f in range(4)]  # by (sysflag >> 4) & 3
-WINDOW = 8 << 20  # bytes searched for a record start between page releases (what stays resident)
-
-
-@dataclass
-class LostScan:
-    records: int = 0
-    record_bytes: int = 0
-    listed: list[Message] = field(default_factory=list)
-    other_bytes: int = 0  # non-zero bytes after the cut that belong to no record
-    first_other: int | None = None
-    stale: int = 0  # records stored before the newest one kept (``store_timestamp``): see ``records_after``
-    stale_bytes: int = 0
 
 
 def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message:
@@ -56,144 +28,6 @@ def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message
         tuple(split_keys(props.get(PropertyKey.KEYS))),
         crc_ok,
     )
-
-
-def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None) -> LostScan:
-    """Records from ``cut`` to the end of the last segment; the first ``limit`` are described.
-
-    A record stored before ``newest_kept`` (the store timestamp of the newest record the cut keeps,
-    or of a later record found here that is not stale) is counted ``stale``: a leftover of a log
-    the broker already cut back and wrote over (§8.9), dropped by it then, not by this cut (the
-    rule of ``CommitLogCheck._is_stale``, one record at a time)."""
-    result = LostScan()
-    index = commitlog.segment_index(cut)
-    if index is None:
-        return result
-    out = np.empty((1 << 14, N_COLS), dtype=np.int64)
-    for i in range(index, len(commitlog.segments)):
-        seg = commitlog.segments[i]
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            array = as_array(mf.buf)
-            try:
-                start = cut - seg.base_offset if i == index else 0
-                newest_kept = _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start), mf.buf, newest_kept)
-            finally:
-                release_pages(mf.buf, 0, mf.size)
-                del array
-    return result
-
-
-def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
-    """``[lo, hi)`` ranges of ``path`` from ``start`` that may hold data: holes of a sparse file
-    (a pre-allocated segment's unwritten part) are skipped with SEEK_DATA / SEEK_HOLE; without
-    them the whole rest of the file is one range."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        extents, pos = [], start
-        while pos < size:
-            try:
-                lo = os.lseek(fd, pos, os.SEEK_DATA)
-                hi = os.lseek(fd, lo, os.SEEK_HOLE)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no data after pos
-                    break
-                return [(start, size)] if start < size else []
-            extents.append((lo, min(hi, size)))
-            pos = hi
-        return extents
-    finally:
-        os.close(fd)
-
-
-def _next_data(extents: list[tuple[int, int]], pos: int) -> int | None:
-    for lo, hi in extents:
-        if hi > pos:
-            return max(lo, pos)
-    return None
-
-
-def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
-    """Where a search for a record start at or after ``pos`` begins: in the first data range
-    from ``pos``, a few bytes before it (a record's leading size bytes may be zeros in the hole
-    before), never before ``pos``; None when no data follows."""
-    search = _next_data(extents, pos)
-    return None if search is None else max(pos, search - (search % 8) - 8)
-
-
-def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``)
-    whose PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a
-    time, releasing the pages it has searched (a 1 GiB segment of zeros after the cut is not kept
-    resident); a window of zeros moves the search to the next data range of ``extents`` (the
-    holes of a sparse segment are not read)."""
-    size = array.shape[0]
-    tail = _PHYS + 8
-    q = start
-    while True:
-        w = min(size, q + WINDOW + tail)
-        found = find_record_start(array[:w], q, w, base, 0, v2=accept_v2, blanks=False)
-        if found >= 0 or w == size:
-            return found
-        searched = w - tail + 1  # every q' < searched was tried
-        release_pages(buf, q, searched)
-        nxt = _search_from(extents, searched)
-        if nxt is None:
-            return -1
-        q = nxt
-
-
-def _store_timestamp(array, pos: int) -> int:
-    flags = int.from_bytes(array[pos + fmt.SYS_FLAG_POSITION : pos + fmt.SYS_FLAG_POSITION + 4].tobytes(), "big")
-    at = pos + _STORE_TIMESTAMP[(flags >> 4) & 3]
-    return int.from_bytes(array[at : at + 8].tobytes(), "big", signed=True)
-
-
-def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None, newest_kept: int | None = None) -> int | None:
-    """Walk one segment from ``pos``; returns ``newest_kept`` as it stands after it."""
-    size = array.shape[0]
-    while pos < size:
-        count, end, code, _ = walk_segment(array, pos, size, True, False, out)
-        for row in out[:count]:
-            result.records += 1
-            result.record_bytes += int(row[COL_SIZE])
-            if newest_kept is not None:
-                stored = _store_timestamp(array, int(row[COL_POS]))
-                if stored < newest_kept:
-                    result.stale += 1
-                    result.stale_bytes += int(row[COL_SIZE])
-                else:
-                    newest_kept = stored
-            if len(result.listed) < limit:
-                record = fmt.decode_record(array, int(row[COL_POS]), base, size)
-                result.listed.append(describe(record, bool(row[COL_CRC_OK]), legacy))
-        if code == END_CAPACITY:
-            pos = end
-            continue
-        if code == OK_BLANK:
-            return newest_kept
-        nxt = -1
-        search = _search_from(extents, end + 1)
-        if search is not None:
-            nxt = _next_self_described(array, search, base, accept_v2, buf, extents)
-        stop = size if nxt < 0 else nxt
-        garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
-        if garbage:
-            result.other_bytes += garbage
-            if result.first_other is None:
-                result.first_other = base + end
-        if nxt < 0:
-            return newest_kept
-        pos = nxt
-    return newest_kept
-
-
-def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = WINDOW) -> int:
-    total = 0
-    for p in range(start, stop, chunk):
-        total += int(np.count_nonzero(array[p : min(p + chunk, stop)]))
-        release_pages(buf, p, min(p + chunk, stop))
-    return total
 
 
 def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None:

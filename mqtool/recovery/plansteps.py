@@ -21,7 +21,8 @@ from ..store.version import BrokerVersion
 from ..apply.writers import IndexWriterService, offset_file_name
 from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
-from .lost import record_at, records_after
+from ..store.pastend import records_after
+from .lost import describe, record_at
 from .plan import (
     Action,
     CommitLogPlan,
@@ -49,7 +50,7 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unloadable_files(store)
     guess = store.version_guess
     if guess.version is None:
-        from .candidates import distinct_candidates  # the eras left that can plan this store differently
+        from ..store.eras import distinct_candidates  # the eras left that can plan this store differently
 
         candidates = distinct_candidates(store)
         if len(candidates) > 1:
@@ -165,7 +166,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     for seg in deleted:
         actions.append(Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)"))
     kept = record_at(cl, scan.last_valid, legacy) if scan.last_valid >= 0 else None
-    found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp)
+    found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp, describe=describe)
     lost = LostMessages(
         found.records,
         found.record_bytes,

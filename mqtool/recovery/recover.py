@@ -114,7 +114,7 @@ def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache 
 def recovery_run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None,
                  version, source: str) -> RecoveryRun:
     """A ``RecoveryRun`` of ``store`` as ``version``'s broker recovers it (mode, checkpoint, index
-    safety), before any step; ``nextstart`` asks a DLedger log kind its start on one."""
+    safety), before any step."""
     return RecoveryRun(
         store, options, command, cache, walked, version, source, VersionRules(version),
         options.mode or ("abnormal" if store.abort_present else "normal"),

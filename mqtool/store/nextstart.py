@@ -6,7 +6,7 @@ The broker's ``DefaultMessageStore.recover`` scans from the start segment its ru
 the consume queues' max from 5.3.2, rules-by-version 2.1; abnormal recovery from the
 checkpoint-chosen segment, 2.6), keeps the log up to the first record that fails
 ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
-(``truncateDirtyFiles``, §8.9; counted by ``lost.records_after``, as the recovery plan counts
+(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``, as the recovery plan counts
 them). Damage before the start segment is never read and ends nothing.
 
 ``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them with the
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .commitlog import CommitLog, ScanEnd, StopReason
+from .eras import distinct_candidates
 from .rules import VersionRules
-from .store import Store
 from .startfile import ScanStart, recovery_start
+from .store import Store
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
 ENDS = {  # how the line words each end
@@ -112,25 +113,17 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
 
 
 def dledger_next_start(store: Store) -> NextStart:
-    """A DLedger store's next start (reference §15.4, ``recovery.dledger``): the data are kept up to
+    """A DLedger store's next start (reference §15.4, ``dledgerstart``): the data are kept up to
     where ``DLedgerMmapFileStore.recover``'s entry walk stops, and the commit log recovery scans
     from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes from the same
-    log kind (``DLedgerLog``)."""
-    from ..recovery.dledger import DLedgerLog
-    from ..recovery.plan import PlanOptions
-    from ..recovery.recover import recovery_run
+    functions (``recovery.dledger.DLedgerLog``)."""
+    from .dledgerstart import data_recovery, dledger_start
 
-    if store.version is not None:
-        version = store.version
-    else:
-        from ..recovery.candidates import distinct_candidates
-
-        version = distinct_candidates(store)[0]  # the newest era left, the one the planners keep
-    run = recovery_run(store, PlanOptions(), "recover", None, None, version, "")
-    kind = DLedgerLog.of(store)
-    start, rule = kind.start(run)
-    end = kind.dl.end
-    return NextStart(run.mode, start, rule, store.commitlog.min_offset, end.offset, end.reason, dropped_after(store, end.offset, run.rules))
+    version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
+    dl = data_recovery(store)
+    start = dledger_start(store, dl, version)
+    return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
+                     dropped_after(store, dl.end.offset, VersionRules(version)))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -141,8 +134,6 @@ def start_of(store: Store) -> ScanStart | None:
         return None
     if store.version is not None:
         return recovery_start(store, VersionRules(store.version))
-    from ..recovery.candidates import distinct_candidates
-
     candidates = distinct_candidates(store)
     starts = [recovery_start(store, VersionRules(c)) for c in candidates]
     others = sorted({s.offset for s in starts[1:]} - {starts[0].offset})
@@ -153,11 +144,11 @@ def start_of(store: Store) -> ScanStart | None:
 
 
 def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
-    """Valid records from ``offset`` to the end of the last segment (``lost.records_after``);
+    """Valid records from ``offset`` to the end of the last segment (``pastend.records_after``);
     only zeros there (a clean end) is told without that walk."""
     if only_zeros_after(store.commitlog, offset):
         return 0
-    from ..recovery.lost import records_after  # compiled code: only where something lies after the end
+    from .pastend import records_after  # compiled code: only where something lies after the end
 
     return records_after(store.commitlog, offset, limit=0, legacy=rules.legacy_properties, accept_v2=rules.accepts_v2_magic).records
 

@@ -1,0 +1,135 @@
+"""Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s
+entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``).
+Read-only facts about the store: the next start (``nextstart``) reports them and the DLedger
+recovery plan (``recovery.dledger``) builds on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..formats import checkpoint as cpfmt
+from ..formats import commitlog as clfmt
+from ..formats import dledger as dfmt
+from .commitlog import ScanEnd
+from .dledger import DLedgerCommitLog, EntryScan
+from .mappedfile import MappedFile
+from .rules import BrokerVersion, VersionRules
+from .startfile import ScanStart
+from .store import Store
+
+_STORE_TS = {born6: clfmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
+_MAGIC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
+
+
+@dataclass(frozen=True)
+class DataRecovery:
+    """Where ``DLedgerMmapFileStore.recover`` starts and stops."""
+
+    start_file: int  # index of the data file the walk starts from
+    end: ScanEnd  # entry walk end: data truncated here
+    last_index: int  # last valid entry index (-1: none)
+    index_units_on_disk: int  # units written in index/ (up to the first all-zero unit)
+    committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
+    committed_pos: int | None  # end of that entry: the commit log max offset right after load
+    rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
+
+    @property
+    def index_cut(self) -> int:
+        return (self.last_index + 1) * dfmt.INDEX_UNIT_SIZE
+
+
+def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> bool:
+    """The pre-check of ``recover``: the file's first entry against its index unit."""
+    seg = cl.segments[index]
+    with MappedFile(seg.path, seg.base_offset) as mf:
+        h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
+    unit = units.get(h.index)
+    return (
+        h.magic == dfmt.ENTRY_MAGIC
+        and h.size > dfmt.ENTRY_HEADER_SIZE - 4
+        and h.pos == seg.base_offset
+        and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
+        and unit is not None
+        and (unit.magic, unit.size, unit.index, unit.term, unit.pos) == (h.magic, h.size, h.index, h.term, seg.base_offset)
+    )
+
+
+def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
+    """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
+    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+
+
+def data_recovery(store: Store) -> DataRecovery:
+    cl: DLedgerCommitLog = store.commitlog
+    files = cl.entry_segments()
+    offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
+    units = {u.index: u for u in cl.index_units()}
+    start = max(len(files) - 3, 0)
+    for i in range(start, -1, -1):
+        start = i
+        if _first_entry_matches_index(cl, offset + i, units):
+            break
+    scan = EntryScan(cl, files[start].base_offset if files else cl.divided_offset)
+    last = rewrite_from = None
+    for header in scan:
+        last = header
+        if rewrite_from is None and not _unit_matches(units.get(header.index), header):
+            rewrite_from = header.index
+    last_index = last.index if last is not None else -1
+    committed = cl.layout.committed_index
+    committed_pos = None
+    if committed is not None and last is not None:
+        committed = min(committed, last_index)
+        pos = _entry_end(cl, committed, units)
+        committed_pos = pos
+    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
+
+
+def _entry_end(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> int | None:
+    """``updateCommittedIndex``: the committed position is the end of entry ``index``."""
+    unit = units.get(index)
+    if unit is None:
+        return None
+    return unit.pos + unit.size
+
+
+def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
+    """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
+    first whose first record has magic V1 (V2 is not accepted) and a store time in (0, bound]."""
+    files = cl.entry_segments()
+    offset = len(cl.segments) - len(files)
+    for i in range(len(files) - 1, -1, -1):
+        seg = files[i]
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            head = bytes(mf.buf[dfmt.ENTRY_HEADER_SIZE : dfmt.ENTRY_HEADER_SIZE + _STORE_TS[True] + 8])
+        if len(head) < _STORE_TS[True] + 8 or int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True) != clfmt.MESSAGE_MAGIC_V1:
+            continue
+        flags = int.from_bytes(head[clfmt.SYS_FLAG_POSITION : clfmt.SYS_FLAG_POSITION + 4], "big", signed=True)
+        ts = int.from_bytes(head[_STORE_TS[bool(flags & clfmt.SysFlag.BORNHOST_V6)] :][:8], "big", signed=True)
+        if ts != 0 and ts <= bound:
+            return ScanStart(offset + i, seg.base_offset, f"newest DLedger data file whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
+    first = files[0].base_offset if files else cl.divided_offset
+    return ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
+
+
+
+def dispatches_on_abnormal(version: BrokerVersion) -> bool:
+    """5.x ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.x ``recover`` does not."""
+    return VersionRules(version).v5
+
+
+
+def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
+    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.x abnormal recovery (it dispatches) from
+    ``abnormal_start``'s file, else from the file ``DLedgerMmapFileStore.recover`` starts at
+    (``dl.start_file``). ``mode`` and ``index_safe`` default to the store's (abort file, config), as
+    ``startfile.recovery_start``'s do; ``full_scan`` (a planner's option) scans from the latter always."""
+    cl = store.commitlog
+    abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
+    if abnormal and dispatches_on_abnormal(version) and not full_scan:
+        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+        indexed = (store.config.message_index_safe if index_safe is None else index_safe) and store.config.message_index_enable
+        bound = cp.min_timestamp_index if indexed else cp.min_timestamp
+        return abnormal_start(cl, bound, "min(physic, logics, index) timestamps - 3 s" if indexed else "min(physic, logics) timestamps - 3 s")
+    return ScanStart(dl.start_file, cl.segments[dl.start_file].base_offset if cl.segments else 0, "DLedgerMmapFileStore.recover: the third-from-last data file")

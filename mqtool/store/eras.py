@@ -1,0 +1,57 @@
+"""Which of the eras a store's marks leave can change what the broker's recovery does to it
+(``store.version_guess`` leaves several when the marks do not decide): one candidate version per
+distinct set of the planning rules that matter for this store (``rules.PLANNING_RULES``). The next
+start (``nextstart``) reports the newest candidate's start; the planners
+(``recovery.candidates.plan_under_candidates``) plan under each candidate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rules import PLANNING_RULES, VersionRules
+from .store import Store
+
+# Planning rules that only one recovery mode consults (rules file §2): the other mode's never change a plan
+NORMAL_ONLY = {"normal_start_from_cq_max", "normal_stops_at_length_mismatch", "normal_dispatches", "normal_truncates_cq", "empty_log_destroys_queues"}
+ABNORMAL_ONLY = {"abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "delay_table_missing_in_recovery", "accepts_v2_magic", "dledger_abnormal_redispatch"}
+# planning rules whose differences ``recovery.candidates._effect`` leaves out (checkpoint fields no candidate broker reads back)
+NO_EFFECT = {"writes_confirm_offset"}
+
+
+def relevant_rules(store: Store) -> list[str]:
+    """The planning rules (``rules.PLANNING_RULES``) that can change this store's plan: the recovery mode's
+    own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
+    for a log without files (§2.5)."""
+    abnormal = store.abort_present
+    skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
+    if not store.problems:  # files of the wrong length or name, a zero-length last file (``Store.problems``)
+        skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
+    if store.commitlog.segments:
+        skip.add("empty_log_destroys_queues")
+    return [name for name in PLANNING_RULES if name not in skip]
+
+
+def candidate_groups(store: Store) -> dict[Any, list]:
+    """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
+    of variants of the rules that can change this store's plan (``relevant_rules``)."""
+    relevant = relevant_rules(store)
+
+    def key(version) -> tuple:
+        rules = VersionRules(version)
+        return tuple(getattr(rules, name) for name in relevant)
+
+    by_key: dict[tuple, Any] = {}
+    for candidate in sorted(store.version_guess.candidates, reverse=True):
+        by_key.setdefault(key(candidate), candidate)
+    groups: dict[Any, list] = {c: [] for c in by_key.values()}
+    for era in store.version_guess.eras:
+        groups[by_key[key(era.representative)]].append(era)
+    return groups
+
+
+def distinct_candidates(store: Store) -> list:
+    """One candidate (the newest) per set of variants of the rules that can change this store's plan."""
+    return list(candidate_groups(store))
+
+
