@@ -53,7 +53,8 @@ from mqtool.formats.hashing import body_crc, java_string_hash, tags_code  # noqa
 from mqtool.formats.properties import PropertyKey, encode_properties  # noqa: E402
 from mqtool.store._fastscan import CRC_ADDRESS, CRC_IMPLEMENTATION  # noqa: E402
 from mqtool.apply.synth import STORE_HOST_V4, STORE_HOST_V6, WORDS, parse_size  # noqa: E402
-from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService, offset_file_name  # noqa: E402
+from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService  # noqa: E402
+from mqtool.store.mappedfile import offset_file_name  # noqa: E402
 
 # the walk's CRC32 (ISA-L's, else zlib's), callable from the numba kernel below
 _crc32 = ctypes.CFUNCTYPE(ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p, ctypes.c_uint64 if CRC_IMPLEMENTATION == "isal" else ctypes.c_uint32)(CRC_ADDRESS)

@@ -48,18 +48,13 @@ def imports(name: str, path: Path, is_package: bool) -> set[str]:
 LAYERS = ("base", "formats", "store", "dispatch", "scan", "verify", "recovery", "apply", "cli")
 # modules outside the layered packages: what every layer may use (no mqtool import above them)
 BASE = {"mqtool", "mqtool.errors", "mqtool.handoff", "mqtool.table", "mqtool.fileops", "mqtool.private_api"}
-# the imports issue #30 has yet to turn around: the planner simulates the index files with the
-# writer in its dry mode
-NOT_YET = {
-    ("mqtool.recovery.plansteps", "mqtool.apply.writers"),
-}
 
 
 def layer(name: str) -> str:
     if name in BASE:
         return "base"
     part = name.split(".")[1]
-    return {"writers": "apply", "__main__": "cli", "spark": "cli"}.get(part, part)
+    return {"__main__": "cli", "spark": "cli"}.get(part, part)
 
 
 PYX_IMPORT = re.compile(r"^\s*from\s+([.\w]+)\s+c?import\s", re.M)
@@ -97,18 +92,11 @@ def test_layers_import_one_way():
     for name, path, pkg, compiled in sources:
         for imp in compiled_imports(name, path) if compiled else imports(name, path, pkg):
             target = resolved(imp)
-            if target is None or (name, target) in NOT_YET:
+            if target is None:
                 continue
             if LAYERS.index(layer(target)) > LAYERS.index(layer(name)):
                 found.append(f"{name} ({layer(name)}) imports {target} ({layer(target)})")
     assert found == []
-
-
-def test_the_imports_not_yet_turned_around_are_still_there():
-    """``NOT_YET`` lists only imports that exist (a fixed one leaves the list)."""
-    for name, target in NOT_YET:
-        path = ROOT.joinpath(*name.split(".")).with_suffix(".py")
-        assert any(resolved(i) == target for i in imports(name, path, False)), (name, target)
 
 
 def top(name: str) -> str:

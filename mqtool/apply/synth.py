@@ -29,7 +29,8 @@ from ..formats import commitlog as clfmt
 from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, DispatchRequest, consume_queue_tags_code
 from ..formats.hashing import body_crc
 from ..formats.properties import PropertyKey, encode_properties, split_keys
-from .writers import ConsumeQueueWriter, IndexWriterService, offset_file_name
+from ..store.mappedfile import offset_file_name
+from .writers import ConsumeQueueWriter, IndexWriterService
 
 PROFILES = ("4.8", "4.9", "5")
 LONG_TOPIC = ("synth_long_topic_" + "abcdefghijklmnopqrstuvwxyz0123456789-_" * 4)[:127]

@@ -8,11 +8,9 @@ own write rules so that a rebuilt file is byte-identical to the broker's:
   its end from 4.5.0: rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3),
   units appended at the current write position, filler units before the first entry of a
   queue's first file (§5.3), full-size sparse files named by logical byte offset.
-- ``IndexWriterService`` follows ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8):
-  roll to a new file (header seeded with the previous file's end) when the last one is full,
-  skip records below the last file's end offset, skip ROLLBACK, put ``topic#UNIQ_KEY`` then
-  ``topic#key`` (3.2.6: KEYS of NOT and PREPARED records only, rules file §4.2: the keys come
-  from the dispatch under the version's ``index_rule``).
+- ``IndexWriterService`` writes the index files ``IndexService.buildIndex`` / ``IndexFile.putKey``
+  fill (§6.5-§6.8), as ``dispatch.placement.IndexPlacement`` places the keys (the file rolls, the
+  skipped records, the keys of each record).
 
 Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
 temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into
@@ -26,7 +24,6 @@ import os
 import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -37,16 +34,12 @@ from ..fileops import fsync_path as fsync_file
 from ..formats import consumequeue as cqfmt
 from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
-from ..formats.hashing import index_key_hash
 from ..store.consumequeue import UNIT_DTYPE
-from ..dispatch.placement import H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, index_records, place_units
+from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, IndexPlacement, QueueState, place_units
+from ..store.mappedfile import offset_file_name
 
 ENTRY = cqfmt.ENTRY_SIZE
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
-
-
-def offset_file_name(offset: int) -> str:
-    return f"{offset:020d}"
 
 
 def default_tmp_path(final: Path) -> Path:
@@ -264,33 +257,14 @@ def parallel(fn, items, workers: int = 8) -> None:
 ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
 
 
-def index_file_name(store_timestamp_ms: int) -> str:
-    """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation)."""
-    t = datetime.fromtimestamp(store_timestamp_ms / 1000, timezone.utc)
-    return t.strftime("%Y%m%d%H%M%S") + f"{store_timestamp_ms % 1000:03d}"
+class IndexWriterService(IndexPlacement):
+    """``IndexService.buildIndex`` over files in ``index_dir``: the placement of
+    ``dispatch.placement.IndexPlacement`` (which slot and entry each key takes, when a file rolls),
+    written. An ``append_to=(name, source)`` file's bytes are copied from ``source``. The slot table
+    is held in memory and written back whole when a file is finished; entries are appended with
+    ``pwrite`` (a file mapped and written page by page costs a fault a page)."""
 
-
-def next_index_name(candidate: str, after: str | None) -> str:
-    """``candidate``, or the first name after ``after`` when it would not sort after it (index
-    files are loaded in name order, so a new file must sort after the ones it follows)."""
-    if after is None or candidate > after:
-        return candidate
-    try:
-        t = datetime.strptime(after[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc) + timedelta(milliseconds=int(after[14:]) + 1)
-        return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
-    except ValueError:
-        return f"{int(after) + 1:0{len(after)}d}"
-
-
-class IndexWriterService:
-    """``IndexService.buildIndex`` over files in ``index_dir``.
-
-    ``previous`` is the header of the last existing file: a new file's header is seeded with
-    its end values. ``append_to=(name, source)`` continues that existing (not full) file, whose
-    bytes are copied from ``source``. New files are named from the store time of the record
-    that needs them (the broker uses the wall clock), always sorting after ``after_name``.
-    ``dry=True`` writes nothing and only reports, in ``results``, the files it would write.
-    """
+    dry = False
 
     def __init__(
         self,
@@ -304,59 +278,22 @@ class IndexWriterService:
         after_name: str | None = None,
         counts_used_slots: bool = True,
         tmp_path: Callable[[Path], Path] = default_tmp_path,
-        dry: bool = False,
     ):
-        self.dry = dry
-        self.results: list[IndexFileResult] = []
         self.index_dir = Path(index_dir)
-        self.hash_slot_num, self.index_num = hash_slot_num, index_num
         self.size = ixfmt.index_file_size(hash_slot_num, index_num)
-        self.previous = previous
-        self.taken = set(taken_names or ())
-        self.after_name = after_name
-        self.counts_used_slots = counts_used_slots
         self.tmp_path = tmp_path
-        self.hdr: np.ndarray | None = None
         self._fd: int | None = None
-        self._slots: np.ndarray | None = None  # the current file's slot table (native int32)
-        self._ent_words = np.empty(0 if dry else ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
-        self._ent = self._ent_words.view(np.uint8)
-        self._final: Path | None = None
         self.written: list[Path] = []
-        self.full_end_timestamp = 0  # what the broker stores as checkpoint indexMsgTimestamp
-        if append_to is not None:
-            name, source = append_to
-            self._open(name, source, None)
+        super().__init__(hash_slot_num, index_num, previous, taken_names, append_to=append_to, after_name=after_name, counts_used_slots=counts_used_slots)
 
-    @property
-    def end_phy_offset(self) -> int:
-        if self.hdr is not None:
-            return int(self.hdr[H_END_PHY])
-        return self.previous.end_phy_offset if self.previous else 0
-
-    @property
-    def current_name(self) -> str | None:
-        return None if self._final is None else self._final.name
+    def _entry_buffer(self) -> np.ndarray:
+        return np.empty(ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
 
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
-        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``.
-        The slot table is held in memory and written back whole by ``_finish_current``; entries
-        are appended with ``pwrite`` (a file mapped and written page by page costs a fault a page)."""
-        self._final = self.index_dir / name
-        self._created = seed is not None
-        if self.dry:
-            header = seed
-            if header is None:
-                with open(source, "rb") as f:
-                    header = ixfmt.read_header(f.read(ixfmt.HEADER_SIZE).ljust(ixfmt.HEADER_SIZE, b"\0"))
-            self._slots = np.zeros(1, dtype=np.int32)
-            self.hdr = np.array([*header, 0, 0], dtype=np.int64)
-            self._start = self._header()
-            if self.hdr[H_INDEX_COUNT] <= 0:
-                self.hdr[H_INDEX_COUNT] = 1
-            return
+        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``."""
+        final = self.index_dir / name
         self.index_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.tmp_path(self._final)
+        tmp = self.tmp_path(final)
         tmp.parent.mkdir(parents=True, exist_ok=True)
         if source is not None:
             shutil.copyfile(source, tmp)
@@ -368,82 +305,27 @@ class IndexWriterService:
             if seed is None:
                 head = os.pread(fd, ixfmt.HEADER_SIZE + table_bytes, 0)
                 header = ixfmt.read_header(head)
-                self._slots = np.frombuffer(head, dtype=">i4", count=self.hash_slot_num, offset=ixfmt.HEADER_SIZE).astype(np.int32)
+                slots = np.frombuffer(head, dtype=">i4", count=self.hash_slot_num, offset=ixfmt.HEADER_SIZE).astype(np.int32)
             else:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed
                 header = seed
                 os.pwrite(fd, ixfmt.HEADER.pack(*ixfmt.IndexHeader(*header[:4], 0, 0)), 0)
-                self._slots = np.zeros(self.hash_slot_num, dtype=np.int32)
+                slots = np.zeros(self.hash_slot_num, dtype=np.int32)
         except BaseException:
             os.close(fd)
             raise
         self._fd = fd
         self._written_back = ixfmt.entry_position(self.hash_slot_num, max(int(header[5]), 1))  # entries appended from here
-        self.hdr = np.array([*header, 0, 0], dtype=np.int64)
-        self._start = self._header()
-        if self.hdr[H_INDEX_COUNT] <= 0:
-            self.hdr[H_INDEX_COUNT] = 1
+        self._begin(name, header, slots, seed is not None)
 
-    def _roll(self, store_timestamp: int) -> None:
-        """``getAndCreateLastIndexFile``: a new file seeded with the last one's end values."""
-        prev = self._header() if self.hdr is not None else self.previous
-        if prev is not None and prev.index_count >= self.index_num:
-            self.full_end_timestamp = prev.end_timestamp  # IndexService.flush of the full file
-        last = self.current_name or self.after_name
-        self._finish_current()
-        name = next_index_name(index_file_name(store_timestamp), last)
-        while name in self.taken:
-            name = next_index_name(name, name)
-        self.taken.add(name)
-        phy = prev.end_phy_offset if prev is not None and prev.end_phy_offset > 0 else 0
-        ts = prev.end_timestamp if prev is not None and prev.end_timestamp > 0 else 0
-        self._open(name, None, ixfmt.IndexHeader(ts, ts, phy, phy, 0, 1))
+    def _append(self, first: int, added: int) -> None:
+        at = ixfmt.entry_position(self.hash_slot_num, first)
+        os.pwrite(self._fd, self._ent[: added * ixfmt.ENTRY_SIZE], at)
+        at += added * ixfmt.ENTRY_SIZE
+        if at - self._written_back >= WRITEBACK_EVERY:  # entries are appended once and not read again
+            start_writeback(self._fd, self._written_back, at - self._written_back)
+            self._written_back = at
 
-    def _header(self) -> ixfmt.IndexHeader:
-        return ixfmt.IndexHeader(*(int(v) for v in self.hdr[:6]))
-
-    def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
-        """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``.
-        The columns are made contiguous (a batch's row-major fields give strided ones, a spilled
-        batch contiguous ones), as ``index_records`` takes them."""
-        phys, store_ts, key_start, key_count = (np.ascontiguousarray(a, dtype=np.int64) for a in (phys, store_ts, key_start, key_count))
-        indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_).view(np.uint8), np.ascontiguousarray(keys, dtype=np.int64)
-        rec, key = 0, 0
-        n = len(phys)
-        while rec < n:
-            if self.hdr is None:
-                self._roll(int(store_ts[rec]))
-            first = int(self.hdr[H_INDEX_COUNT])
-            rec, key, status, added = index_records(
-                self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self._ent_words, self.dry
-            )
-            if added:
-                at = ixfmt.entry_position(self.hash_slot_num, first)
-                os.pwrite(self._fd, self._ent[: added * ixfmt.ENTRY_SIZE], at)
-                at += added * ixfmt.ENTRY_SIZE
-                if at - self._written_back >= WRITEBACK_EVERY:  # entries are appended once and not read again
-                    start_writeback(self._fd, self._written_back, at - self._written_back)
-                    self._written_back = at
-            if status == ROLL_NEEDED:
-                self._roll(int(store_ts[rec]))
-
-    def put_request(self, request: DispatchRequest) -> None:
-        keys = np.array([index_key_hash(k) for k in request.index_keys()], dtype=np.int64)
-        self.put_batch(
-            np.array([request.commit_log_offset], dtype=np.int64),
-            np.array([request.store_timestamp], dtype=np.int64),
-            np.array([request.to_index]),
-            np.zeros(1, dtype=np.int64),
-            np.array([len(keys)], dtype=np.int64),
-            keys,
-        )
-
-    def _finish_current(self) -> None:
-        if self.hdr is None:
-            return
-        self.results.append(IndexFileResult(self._final.name, self._created, self._start, self._header()))
-        if self.dry:
-            self.hdr = self._final = self._slots = None
-            return
+    def _write_current(self) -> None:
         try:
             if self.hdr[H_PUT]:  # the broker writes the header fields and slots as each put changes them
                 os.pwrite(self._fd, self._slots.astype(">i4").data, ixfmt.HEADER_SIZE)
@@ -452,28 +334,12 @@ class IndexWriterService:
         finally:
             os.close(self._fd)
             self._fd = None
-        self._slots = None
-        os.replace(self.tmp_path(self._final), self._final)
-        self.written.append(self._final)
-        self.hdr = None
-        self._final = None
+        final = self.index_dir / self.current_name
+        os.replace(self.tmp_path(final), final)
+        self.written.append(final)
 
     def close(self) -> list[Path]:
-        self._finish_current()
+        super().close()
         if self.written:
             fsync_dir(self.index_dir)
         return self.written
-
-
-@dataclass(frozen=True)
-class IndexFileResult:
-    """One index file an ``IndexWriterService`` wrote (or would write): header before and after."""
-
-    name: str
-    created: bool
-    start: ixfmt.IndexHeader
-    end: ixfmt.IndexHeader
-
-    @property
-    def entries_added(self) -> int:
-        return max(self.end.index_count, 1) - max(self.start.index_count, 1)

@@ -1,6 +1,6 @@
 """The steps the planners (``recover``, ``rebuild``) share: reading what a store says
 (version, settings, the commit log cut and what it loses), feeding dispatched batches into the
-consume queue simulations and the dry index writer, and turning the results into plan records.
+consume queue simulations and the index placement, and turning the results into plan records.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..store.commitlog import StopReason
-from ..store.mappedfile import MappedFile
+from ..store.mappedfile import MappedFile, offset_file_name
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion
-from ..apply.writers import IndexWriterService, offset_file_name
 from ..dispatch import fastdispatch as fd
+from ..dispatch.placement import IndexPlacement
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
 from ..store.pastend import records_after
 from .lost import describe, record_at
@@ -369,7 +369,7 @@ def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
 
 
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts) -> None:
-    """One dispatched batch into the queue simulations and the (dry) index writer."""
+    """One dispatched batch into the queue simulations and the index placement."""
     if len(batch) == 0:
         return
     counts.records += len(batch)
@@ -394,14 +394,12 @@ def geometry(store: Store) -> tuple[int, int]:
     return (g.hash_slot_num, g.index_num) if g else DEFAULT_GEOMETRY
 
 
-def dry_index_writer(store: Store, rules: VersionRules, kept: list, dropped: list) -> IndexWriterService:
-    """A dry ``IndexWriterService`` continuing after the last kept file (``dropped`` names are
-    not reused)."""
+def index_placement(store: Store, rules: VersionRules, kept: list, dropped: list) -> IndexPlacement:
+    """The index placement continuing after the last kept file (``dropped`` names are not reused)."""
     slots, num = geometry(store)
     last = kept[-1] if kept else None
-    append = (last.name, last.path) if last is not None and last.header.index_count < num else None
-    return IndexWriterService(
-        store.path("index"),
+    append = (last.name, last.header) if last is not None and last.header.index_count < num else None
+    return IndexPlacement(
         slots,
         num,
         previous=last.header if last is not None else None,
@@ -409,11 +407,10 @@ def dry_index_writer(store: Store, rules: VersionRules, kept: list, dropped: lis
         append_to=append,
         after_name=last.name if last is not None else None,
         counts_used_slots=rules.index_counts_used_slots,
-        dry=True,
     )
 
 
-def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexWriterService | None, enabled: bool, indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
+def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool, indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
     slots, num = geometry(store)
     files, actions = [], []
     results = {}
@@ -463,7 +460,7 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
 
 
-def feed_index(batch, writer: IndexWriterService, counts: PhaseCounts) -> None:
+def feed_index(batch, writer: IndexPlacement, counts: PhaseCounts) -> None:
     if len(batch):
         counts.records += len(batch)
         writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)

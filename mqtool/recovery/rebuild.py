@@ -18,7 +18,7 @@ from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache,
 from .plansteps import (
     DEFAULT_GEOMETRY,
     config_options,
-    dry_index_writer,
+    index_placement,
     feed_index,
     index_plan_of,
     multi_dispatch,
@@ -199,7 +199,7 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
     old = store.index_files
-    writer = dry_index_writer(store, rules, [], old)
+    writer = index_placement(store, rules, [], old)
     counts = PhaseCounts()
     for batch in scanner:
         feed_index(batch, writer, counts)

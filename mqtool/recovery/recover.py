@@ -42,7 +42,7 @@ from .logkinds import LogKind, RecoveryRun, log_kind
 from .plansteps import (
     commitlog_plan,
     config_options,
-    dry_index_writer,
+    index_placement,
     feed,
     index_gaps,
     index_plan_of,
@@ -158,7 +158,7 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
     threshold_a = run.max_cq if (run.dispatching and run.mode == "normal" and rules.normal_dispatches) else None
     tags_a = TAGS_HASH if (run.abnormal and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
     run.topics = cache.topics if cache is not None else TopicTable()
-    run.index_writer = dry_index_writer(store, rules, run.kept, run.dropped) if run.dispatching and run.index_enable else None
+    run.index_writer = index_placement(store, rules, run.kept, run.dropped) if run.dispatching and run.index_enable else None
     scanner = phase_scanner(
         store.commitlog, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=run.legacy,
         index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=config.check_crc_on_recover, topics=run.topics,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -197,3 +198,21 @@ def list_index_files(index_dir: Path) -> list[Path]:
     except FileNotFoundError:
         return []
     return [index_dir / name for name in names]
+
+
+def index_file_name(store_timestamp_ms: int) -> str:
+    """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation)."""
+    t = datetime.fromtimestamp(store_timestamp_ms / 1000, timezone.utc)
+    return t.strftime("%Y%m%d%H%M%S") + f"{store_timestamp_ms % 1000:03d}"
+
+
+def next_index_name(candidate: str, after: str | None) -> str:
+    """``candidate``, or the first name after ``after`` when it would not sort after it (index
+    files are loaded in name order, so a new file must sort after the ones it follows)."""
+    if after is None or candidate > after:
+        return candidate
+    try:
+        t = datetime.strptime(after[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc) + timedelta(milliseconds=int(after[14:]) + 1)
+        return t.strftime("%Y%m%d%H%M%S") + f"{t.microsecond // 1000:03d}"
+    except ValueError:
+        return f"{int(after) + 1:0{len(after)}d}"

@@ -13,6 +13,11 @@ OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
 
 
+def offset_file_name(offset: int) -> str:
+    """The name of the file-queue file starting at ``offset`` (``OFFSET_NAME``)."""
+    return f"{offset:020d}"
+
+
 class MappedFile:
     """One store file mapped read-only; ``buf`` supports ``struct.unpack_from`` and slicing.
 
