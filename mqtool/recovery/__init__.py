@@ -2,10 +2,12 @@
 read-only store model and returned as a ``plan.Plan`` (data, never writes).
 
 - ``planner``: ``plan_recover``, ``plan_truncate_dirty``, ``plan_rebuild_cq``, ``plan_rebuild_index``;
-- ``rules``: which algorithm a broker version follows; ``startfile``: where its scan starts;
-- ``dispatch`` / ``fastdispatch``: the records the dispatchers receive (compiled);
+- ``recover`` / ``logkinds`` / ``dledger``: the broker's recovery, classic and DLedger, in steps;
 - ``queues``: one consume queue through recovery, simulated on its bytes;
 - ``lost``: the records a cut discards; ``plan``: the plan records and their JSON.
 
+It builds on the store model (the version rules, where the scan starts: ``store.startfile``, the
+next start: ``store.nextstart``) and the broker's dispatch and placement (``mqtool.dispatch``: the
+index files are placed by ``dispatch.placement.IndexPlacement``, written by nothing here).
 ``mqtool.apply`` executes plans; nothing here writes to a store.
 """

@@ -1,6 +1,7 @@
 """``mqtool verify``'s checks: CRC and cross-file consistency of a whole store, read-only.
 
-Imports ``formats`` and ``mqtool.store`` only (never the CLI). ``Verification(store, options)``
+Imports ``formats``, the store model (``mqtool.store``: the broker's next start too, ``store.nextstart``)
+and the broker's dispatch (``mqtool.dispatch``), never recovery, apply or the CLI. ``Verification(store, options)``
 yields ``Finding``s as it goes and fills ``summary``:
 
 1. ``commitlog``: every record of every segment on the compiled walk (``commitlog.py``), in
