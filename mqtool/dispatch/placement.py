@@ -53,7 +53,8 @@ class IndexPlacement:
     file's end) when the last one is full, records below the last file's end offset and ROLLBACK
     skipped, ``topic#UNIQ_KEY`` then ``topic#key`` put (3.2.6: KEYS of NOT and PREPARED records
     only, rules file §4.2: the keys come from the dispatch under the version's ``index_rule``). ``results`` holds each file's header before and after; the planner
-    reads them, ``apply.writers.IndexWriterService`` (this placement, writing) writes the files.
+    reads them (all but the used slots, ``hash_slot_count``, which only the slot table the writer
+    keeps tells), ``apply.writers.IndexWriterService`` (this placement, writing) writes the files.
 
     ``previous`` is the header of the last existing file: a new file's header is seeded with its
     end values. ``append_to=(name, header)`` continues that existing (not full) file. New files are
@@ -61,7 +62,7 @@ class IndexPlacement:
     always sorting after ``after_name`` and never one of ``taken_names``.
     """
 
-    dry = True  # ``index_records`` only counts: no slot table, no entries
+    dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 
     def __init__(
         self,
