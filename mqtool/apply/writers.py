@@ -284,6 +284,7 @@ class IndexWriterService(IndexPlacement):
         self.tmp_path = tmp_path
         self._fd: int | None = None
         self.written: list[Path] = []
+        # last: it opens ``append_to`` with the above
         super().__init__(hash_slot_num, index_num, previous, taken_names, append_to=append_to, after_name=after_name, counts_used_slots=counts_used_slots)
 
     def _entry_buffer(self) -> np.ndarray:

@@ -15,7 +15,6 @@ from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
-
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
     BATCH_DONE,
     BUFFER_FULL,
@@ -48,13 +47,14 @@ class QueueState:
 
 
 class IndexPlacement:
-    """``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), placed and written nowhere:
-    which file each record's keys go to, rolling to a new file (header seeded with the previous
-    file's end) when the last one is full, records below the last file's end offset and ROLLBACK
-    skipped, ``topic#UNIQ_KEY`` then ``topic#key`` put (3.2.6: KEYS of NOT and PREPARED records
-    only, rules file §4.2: the keys come from the dispatch under the version's ``index_rule``). ``results`` holds each file's header before and after; the planner
-    reads them (all but the used slots, ``hash_slot_count``, which only the slot table the writer
-    keeps tells), ``apply.writers.IndexWriterService`` (this placement, writing) writes the files.
+    """``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), writing nothing: which file
+    each record's keys go to, rolling to a new file (header seeded with the previous file's end)
+    when the last one is full, records below the last file's end offset and ROLLBACK skipped,
+    ``topic#UNIQ_KEY`` then ``topic#key`` put (3.2.6: KEYS of NOT and PREPARED records only, rules
+    file §4.2: the keys come from the dispatch under the version's ``index_rule``). ``results``
+    holds each file's header before and after, which the planner reads: every field but the used
+    slots (``hash_slot_count``), which only the slot table of ``apply.writers.IndexWriterService``
+    (this placement, writing the files) tells.
 
     ``previous`` is the header of the last existing file: a new file's header is seeded with its
     end values. ``append_to=(name, header)`` continues that existing (not full) file. New files are

@@ -113,11 +113,9 @@ def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
     return ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
 
 
-
 def dispatches_on_abnormal(version: BrokerVersion) -> bool:
     """5.x ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.x ``recover`` does not."""
     return VersionRules(version).v5
-
 
 
 def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
