@@ -10,7 +10,8 @@ checkpoint-chosen segment, 2.6), keeps the log up to the first record that fails
 them). Damage before the start segment is never read and ends nothing.
 
 ``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them with the
-same start (``recovery_start``) and count (``records_after``).
+same start (``recovery_start``, ``dledgerstart``) and count (``records_after``). A read-only fact
+about the store, it sits in the store model, so ``verify`` reports it without asking recovery.
 """
 
 from __future__ import annotations
