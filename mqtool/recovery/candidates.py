@@ -4,8 +4,8 @@
 store with no end-of-file blank yet, an empty store, a store from another broker); the broker
 itself does not need to know, the planner does, because the rules differ by era
 (``store.rules.VersionRules``). ``plan_under_candidates`` plans under one representative of each
-distinct set of planning rules (``store.eras``): where the plans agree, the plan goes ahead and says which eras
-were considered; where they differ, it refuses (exit 4), showing the difference, the rules that
+distinct set of planning rules (``store.eras``): where the plans agree, the plan goes ahead and
+says which eras were considered; where they differ, it refuses (exit 4), showing the difference, the rules that
 decide it and the ``--broker-version`` values that would.
 """
 

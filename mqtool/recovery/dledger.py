@@ -25,7 +25,6 @@ walk of 1. and the scan start of 2.: ``store.dledgerstart``).
 
 from __future__ import annotations
 
-
 from ..formats import dledger as dfmt
 from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store

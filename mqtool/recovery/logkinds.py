@@ -15,11 +15,11 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.rules import BrokerVersion, VersionRules
+from ..store.startfile import recovery_start
 from .lost import record_at
 from .plan import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
 from .plansteps import PhaseCounts, ScanResult
 from .queues import QueueSim
-from ..store.startfile import recovery_start
 
 if TYPE_CHECKING:
     from ..dispatch.scanner import DispatchCache
