@@ -317,36 +317,10 @@ def encode_message(record: CommitLogRecord | dict, *, compute_crc: bool = False)
     magic = f.get("magic_code", MESSAGE_MAGIC_V1)
     sys_flag = f["sys_flag"]
     crc = hashing.body_crc(body) if compute_crc else f["body_crc"]
-    header = _HEADER_BY_FLAGS[(sys_flag >> 4) & 3]
     total = message_length(magic, sys_flag, len(body), len(topic), len(properties))
-    return b"".join(
-        (
-            header.pack(
-                total,
-                magic,
-                crc,
-                f["queue_id"],
-                f["flag"],
-                f["queue_offset"],
-                f["phys_offset"],
-                sys_flag,
-                f["born_timestamp"],
-                bytes(f["born_host_address"]),
-                f["born_host_port"],
-                f["store_timestamp"],
-                bytes(f["store_host_address"]),
-                f["store_host_port"],
-                f["reconsume_times"],
-                f["prepared_transaction_offset"],
-                len(body),
-            ),
-            body,
-            TOPIC_LENGTH[magic].pack(len(topic)),
-            topic,
-            PROPERTIES_LENGTH.pack(len(properties)),
-            properties,
-        )
-    )
+    values = {**f, "total_size": total, "magic_code": magic, "body_crc": crc, "body_length": len(body)}
+    header = _HEADER_BY_FLAGS[(sys_flag >> 4) & 3].pack(*(bytes(values[n]) if n.endswith("_address") else values[n] for n in _IPV4_HEADER.names))
+    return b"".join((header, body, TOPIC_LENGTH[magic].pack(len(topic)), topic, PROPERTIES_LENGTH.pack(len(properties)), properties))
 
 
 def encode_blank(remaining: int) -> bytes:
