@@ -44,32 +44,6 @@ def test_index_file_parse_build_and_fast_path_agree(version):
             assert ix.IndexEntryStruct.build(parsed) == data[pos : pos + 20]
 
 
-def test_index_writer_reproduces_the_broker_file():
-    """Re-putting every entry of a broker index file in order gives back its bytes."""
-    with Store.open(store_path("4.9.7", "clean-small")) as store:
-        for f in store.index_files:
-            original = f.path.read_bytes()
-            rebuilt = bytearray(len(original))
-            first = next(f.entries())
-            prev_end = ix.IndexHeader(0, 0, 0, 0, 0, 1)
-            if f is not store.index_files[0]:
-                p = store.index_files[store.index_files.index(f) - 1].header
-                prev_end = ix.IndexHeader(p.end_timestamp, p.end_timestamp, p.end_phy_offset, p.end_phy_offset, 0, 1)
-            w = ix.IndexWriter(rebuilt, f.geometry.hash_slot_num, f.geometry.index_num, prev_end)
-            by_offset = {}
-            for r in store.commitlog.scan():
-                by_offset[r.offset] = r
-            for e in f.entries():
-                r = by_offset[e.phy_offset]
-                props = r.property_map()
-                keys = ([props["UNIQ_KEY"]] if "UNIQ_KEY" in props else []) + props.get("KEYS", "").split()
-                key = next(k for k in keys if index_key_hash(ix.index_key(r.topic_name, k)) == e.key_hash)
-                assert w.put(ix.index_key(r.topic_name, key), r.offset, r.store_timestamp)
-            w.flush_header()
-            assert bytes(rebuilt) == original, f.name
-            assert first.position == 1
-
-
 def test_checkpoint_round_trip_and_rules():
     raw = (store_path("4.9.7", "clean-small") / "checkpoint").read_bytes()
     c = cp.decode_checkpoint(raw)
