@@ -261,9 +261,9 @@ class MqtoolGroup(TyperGroup):
                 raise
             code = _error(str(exc), exc.exit_code)
         except BrokenPipeError:
-            from .common import quiet_broken_pipe
+            from .common import silence_stdout
 
-            quiet_broken_pipe()
+            silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
             if State.debug:
