@@ -119,13 +119,8 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
             return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
-    encoder = _text_encoder(fmt)
+    encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
     emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
-
-
-def _text_encoder(fmt: OutputFormat):
-    """The compiled text encoder of a JSON Lines, JSON or CSV dump (None for the table)."""
-    return None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -267,16 +262,11 @@ def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
     return end
 
 
-def _row_dict(row: dict) -> dict:
-    row["properties"] = dict(row["properties"])
-    return row
-
-
 def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple[str, ...] = MESSAGE_TABLE) -> None:
     """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
     (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
         return
     emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
