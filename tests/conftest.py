@@ -107,3 +107,11 @@ def ahead_on_small_segments(monkeypatch):
     from mqtool.dispatch import scanner as dispatch
 
     monkeypatch.setattr(dispatch, "AHEAD_MIN_SEGMENT", 0)
+
+
+def parse_host(text: str) -> tuple[bytes, int]:
+    """``ip:port`` (IPv6 in brackets, compressed or Java's long form) as address bytes and port."""
+    import ipaddress
+
+    host, _, port = text.rpartition(":")
+    return ipaddress.ip_address(host.strip("[]")).packed, int(port)

@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from conftest import MAIN_VERSIONS, manifest, store_path
+from conftest import MAIN_VERSIONS, manifest, parse_host, store_path
 from mqtool.formats import commitlog as cl
 from mqtool.formats import dledger as dfmt
 from mqtool.formats.hashing import tags_code
-from mqtool.formats.msgid import parse_host
+from mqtool.formats.properties import split_keys
 from mqtool.errors import NotAStore
 from mqtool.store import Store
 from mqtool.store.dledger import DLedgerCommitLog
@@ -36,7 +36,7 @@ def test_entry_headers_equal_the_manifest_and_construct(version, name):
             assert header.offset == header.pos and header.record_offset == msg["commitLogOffset"]
             raw = store.commitlog.read_bytes(header.offset, dfmt.ENTRY_HEADER_SIZE)
             assert dict(dfmt.DLedgerEntryHeaderStruct.parse(raw), _io=None) | {"_io": None} == {f: getattr(header, f) for f in HEADER_FIELDS} | {"_io": None}
-            assert dfmt.encode_entry_header(*(getattr(header, f) for f in HEADER_FIELDS)) == raw
+            assert dfmt.ENTRY_HEADER.pack(*(getattr(header, f) for f in HEADER_FIELDS)) == raw
         assert [b.offset for b in scan.blanks] == [b["offset"] for b in m["dledger"]["blanks"]]
         assert [b.size for b in scan.blanks] == [b["sizeField"] for b in m["dledger"]["blanks"]]
         assert scan.end.offset == m["dledger"]["endPos"]
@@ -80,7 +80,7 @@ def test_every_message_inside_an_entry_decodes_to_the_manifest(version, name):
             assert r.msg_id == msg["msgId"]
             assert props == msg["properties"]
             assert tags_code(props.get("TAGS")) == msg["tagsHashCode"]
-            assert cl.record_keys(r, props) == msg["keys"]
+            assert split_keys(props.get("KEYS")) == msg["keys"]
             assert hashlib.sha256(r.body).hexdigest() == msg["bodySha256"]
             assert store.commitlog.read_record(msg["commitLogOffset"]) == r
         assert scan.end.offset == m["dledger"]["endPos"] and scan.end.is_clean

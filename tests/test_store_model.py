@@ -177,10 +177,13 @@ def test_index_geometry_is_inferred_from_content_for_any_ratio(tmp_path):
 
     for slots, entries in ((777, 1234), (1000, 4000), (5, 3)):
         buf = bytearray(ix.index_file_size(slots, entries))
-        w = ix.IndexWriter(buf, slots, entries, ix.IndexHeader(0, 0, 0, 0, 0, 1))
-        for i in range(entries - 1):
-            assert w.put(f"T#key-{i}", i * 100, 1_700_000_000_000 + i)
-        w.flush_header()
+        for number in range(1, entries):  # IndexFile.putKey's slot chains, one key per entry
+            key_hash = index_key_hash(f"T#key-{number}")
+            slot = ix.slot_position(key_hash % slots)
+            (prev,) = ix.SLOT.unpack_from(buf, slot)
+            ix.ENTRY.pack_into(buf, ix.entry_position(slots, number), key_hash, number * 100, 0, prev)
+            ix.SLOT.pack_into(buf, slot, number)
+        ix.HEADER.pack_into(buf, 0, 1_700_000_000_000, 1_700_000_000_000, 100, (entries - 1) * 100, 0, entries)
         path = tmp_path / f"{slots}-{entries}"
         path.write_bytes(bytes(buf))
         geometry = infer_index_geometry(path)

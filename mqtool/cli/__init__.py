@@ -261,9 +261,9 @@ class MqtoolGroup(TyperGroup):
                 raise
             code = _error(str(exc), exc.exit_code)
         except BrokenPipeError:
-            from .common import quiet_broken_pipe
+            from .common import silence_stdout
 
-            quiet_broken_pipe()
+            silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
             if State.debug:
@@ -287,17 +287,11 @@ app = typer.Typer(
 )
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"mqtool {__version__}")
-        raise typer.Exit()
-
-
 @app.callback()
 def _options(
     debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for unexpected errors.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """Decode, check and repair Apache RocketMQ broker store directories offline (broker stopped).
 

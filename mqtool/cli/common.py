@@ -19,7 +19,7 @@ from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, to_devnull, write_stderr
 
-__all__ = ["State", "note", "fail", "guarded", "quiet_broken_pipe", "shell_path", "open_store"]
+__all__ = ["State", "note", "fail", "guarded", "silence_stdout", "shell_path", "open_store"]
 
 
 def fail(message: str, code: int) -> None:
@@ -31,12 +31,6 @@ def fail(message: str, code: int) -> None:
 def shell_path(path) -> str:
     """``path`` quoted for pasting into a POSIX shell (spaces, quotes, non-ASCII)."""
     return shlex.quote(str(path))
-
-
-def quiet_broken_pipe() -> None:
-    """The reader of stdout went away (``| head``): point stdout at /dev/null so the final flush
-    at exit cannot fail again, and say nothing."""
-    silence_stdout()
 
 
 # What the machine refused, not a bug in mqtool: a full disk or quota, an unwritable or missing
@@ -71,7 +65,8 @@ def interrupted(exc: BaseException) -> bool:
 
 
 def silence_stdout() -> None:
-    """Point stdout at /dev/null so that the final flush at exit cannot fail again."""
+    """Point stdout at /dev/null so that the final flush at exit cannot fail again (the reader
+    went away, ``| head``, or stdout itself failed); nothing is said."""
     to_devnull(sys.stdout)
 
 
@@ -91,7 +86,7 @@ def guarded(fn):
                 raise
             fail(str(exc), exc.exit_code)
         except BrokenPipeError:
-            quiet_broken_pipe()  # the reader went away (e.g. `| head`): not an error
+            silence_stdout()  # the reader went away (e.g. `| head`): not an error
             raise typer.Exit(0)
         except KeyboardInterrupt:
             fail("interrupted", 130)

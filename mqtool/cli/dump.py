@@ -119,13 +119,8 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
             return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
-    encoder = _text_encoder(fmt)
+    encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
     emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
-
-
-def _text_encoder(fmt: OutputFormat):
-    """The compiled text encoder of a JSON Lines, JSON or CSV dump (None for the table)."""
-    return None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -267,16 +262,11 @@ def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
     return end
 
 
-def _row_dict(row: dict) -> dict:
-    row["properties"] = dict(row["properties"])
-    return row
-
-
 def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple[str, ...] = MESSAGE_TABLE) -> None:
     """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
     (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
-        emit_rows((_row_dict(r) for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
         return
     emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
@@ -334,14 +324,13 @@ def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
             yield batch_unit_dict(q.topic, q.queue_id, unit)
 
 
-def cq_rows(path: Path, topics, queue, start, stop, follow, body, limit) -> Iterator[dict]:
+def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[dict]:
     queues, root = _queues_at(path, topics, queue)
     store = None
     if follow:
         if root is None or not (root / "commitlog").is_dir():
             raise BadInput(f"{path}: --follow needs the consume queue inside a store (…/consumequeue/<topic>/<queue>)")
         store = Store.open(root)
-    count = 0
     for q in queues:
         for entry in q.entries(start or 0):
             if stop is not None and entry.queue_offset >= stop:
@@ -350,9 +339,6 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body, limit) -> Iter
             if store is not None and not entry.is_filler:
                 row["message"] = _followed(store, entry.phys_offset, body)
             yield row
-            count += 1
-            if limit is not None and count >= limit:
-                return
 
 
 def _followed(store: Store, offset: int, body: BodyEncoding) -> dict:
@@ -373,7 +359,7 @@ def _followed_cells(row: dict) -> dict:
     return {**row, **{c: message.get(c) for c in ("store_timestamp", "tags", "keys", "body")}, "msg_id": message.get("msg_id") or why}
 
 
-def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
+def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
     path = path.resolve()
     if path.is_file():
         files = [path]
@@ -392,7 +378,6 @@ def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
         if not topic:
             raise UsageError("--key on an index dump needs --topic (the index hashes topic#key)")
         wanted = index_key_hash(index_key(topic[0], key))
-    count = 0
     for p in files:
         f = IndexFile(p, geometry or infer_index_geometry(p))
         try:
@@ -400,14 +385,11 @@ def index_rows(path: Path, broker_config, topic, key, limit) -> Iterator[dict]:
                 if wanted is not None and entry.key_hash != wanted:
                     continue
                 yield index_entry_dict(f.name, f.geometry.hash_slot_num, entry)
-                count += 1
-                if limit is not None and count >= limit:
-                    return
         finally:
             f.close()
 
 
-def dledger_rows(path: Path, start, stop, limit) -> Iterator[dict]:
+def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
     """DLedger entries in order (blanks included), as ``DLedgerMmapFileStore.recover`` walks
     them; where the walk stops early, stderr says why."""
     from ..store.dledger import open_entry_files  # not loaded for a message dump
@@ -416,7 +398,6 @@ def dledger_rows(path: Path, start, stop, limit) -> Iterator[dict]:
     try:
         index = cl.segment_index(start) if start is not None else None
         scan = cl.entries(cl.segments[index].base_offset if index is not None else None, with_blanks=True)
-        count = 0
         for header in scan:
             if start is not None and header.offset < start:
                 continue
@@ -430,9 +411,6 @@ def dledger_rows(path: Path, start, stop, limit) -> Iterator[dict]:
                 except (FormatError, LookupError) as exc:
                     record = exc
             yield dledger_entry_dict(segment.path.name, header, None if header.is_blank else cl.index_unit(header.index), record)
-            count += 1
-            if limit is not None and count >= limit:
-                return
         if scan.end is not None and not scan.end.is_clean:
             note(f"stopped at offset {scan.end.offset}: {scan.end.detail}")
     finally:
@@ -540,7 +518,7 @@ def dump(
             match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body, limit), limit)
+        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
         if follow and format is OutputFormat.table:
             columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
             emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
@@ -549,10 +527,9 @@ def dump(
     elif kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
-        rows = dledger_rows(path, from_offset, to_offset, limit)
-        emit_rows(itertools.islice(rows, limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
+        emit_rows(itertools.islice(dledger_rows(path, from_offset, to_offset), limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
     elif kind == "index":
-        emit_rows(itertools.islice(index_rows(path, broker_config, topic, key, limit), limit), format, INDEX_ENTRY_FIELDS)
+        emit_rows(itertools.islice(index_rows(path, broker_config, topic, key), limit), format, INDEX_ENTRY_FIELDS)
     elif kind == "timer":
         from .timer import dump_timer
 

@@ -51,9 +51,8 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-def titled_table(title: str, columns: Sequence[str], wrapped: frozenset[str] = frozenset(), *, optional: Sequence[str] = ()) -> Table:
-    """A titled table with a header; ``optional`` columns may be dropped to fit, least important
-    first. (``wrapped`` is accepted for older callers: every column wraps at spaces.)"""
+def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = ()) -> Table:
+    """A titled table with a header; ``optional`` columns may be dropped to fit, least important first."""
     return Table(columns, title=title, optional=optional)
 
 

@@ -1,14 +1,9 @@
 """``mqtool salvage STORE``: every readable message, including those past the damage.
 
-Reads the whole commit log with ``mqtool.scan.salvage.SalvageScan`` (the broker's records, then
-``verify --keep-going``'s resynchronisation past damage) and writes every valid record with its
-``status`` (``live``, ``past-damage``, ``stale`` with ``--include-stale``) as table, JSON, JSON
-Lines, CSV or Parquet, with the fields of ``mqtool dump``. ``--to-store DIR`` also writes a new
-store holding them (``mqtool.apply.salvage_store``); the rows then give each message's
-``new_offset`` and ``new_queue_offset`` there. The source store is only read.
-
-Exit 0: nothing lies past damage; 1: records were found past damage or skipped for a bad CRC (the
-broker would lose them); 3: bad input; 4: ``--to-store`` refused (inside the store, not empty).
+Reads the commit log with ``mqtool.scan.salvage.SalvageScan`` and writes every valid record with
+its ``status`` and the fields of ``mqtool dump``; ``--to-store DIR`` also writes a new store holding
+them (``mqtool.apply.salvage_store``), each row then giving its ``new_offset`` and
+``new_queue_offset``. The source store is only read.
 """
 
 from __future__ import annotations

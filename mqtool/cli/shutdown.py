@@ -10,7 +10,7 @@ So ``exit_process`` does what finalisation does that is seen from outside, in it
 ends the process with ``os._exit``: it waits for non-daemon threads (a thread pool's workers,
 ``private_api.exit_steps``), runs the atexit handlers and flushes stdout and stderr. A closed pipe
 at that flush leaves the exit code as it is, as the CLI does for one met while printing
-(``common.quiet_broken_pipe``); any other failure to flush exits 120, as CPython's own exit does
+(``common.silence_stdout``); any other failure to flush exits 120, as CPython's own exit does
 (the commands flush and report a full disk themselves: exit 3). A Python without those steps
 exits the usual way.
 """

@@ -7,23 +7,6 @@ See ``../shared/reference/rocketmq-store-format.md`` (cited as "reference §N").
 
 from importlib import import_module
 
-from .checkpoint import StoreCheckpoint, decode_checkpoint
-from .commitlog import (
-    BLANK_MAGIC,
-    MESSAGE_MAGIC_V1,
-    MESSAGE_MAGIC_V2,
-    BlankRecord,
-    CommitLogRecord,
-    SysFlag,
-    TransactionType,
-    decode_record,
-    encode_message,
-)
-from .consumequeue import ConsumeQueueEntry
-from .dispatch import DispatchRequest, dispatch_request
-from .errors import CorruptRecord, FormatError, LengthMismatch, TruncatedRecord
-from .index import IndexEntry, IndexHeader
-
 # the schemas re-exported here, each read from its module when first asked for
 _SCHEMAS = {
     "CheckpointStruct": "checkpoint",
@@ -39,33 +22,3 @@ def __getattr__(name: str):
     if name not in _SCHEMAS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(import_module(f".{_SCHEMAS[name]}", __name__), name)
-
-
-__all__ = [
-    "BLANK_MAGIC",
-    "MESSAGE_MAGIC_V1",
-    "MESSAGE_MAGIC_V2",
-    "BlankRecord",
-    "CheckpointStruct",
-    "CommitLogBlankStruct",
-    "CommitLogMessageStruct",
-    "CommitLogRecord",
-    "ConsumeQueueEntry",
-    "ConsumeQueueEntryStruct",
-    "CorruptRecord",
-    "DispatchRequest",
-    "FormatError",
-    "IndexEntry",
-    "IndexEntryStruct",
-    "IndexHeader",
-    "IndexHeaderStruct",
-    "LengthMismatch",
-    "StoreCheckpoint",
-    "SysFlag",
-    "TransactionType",
-    "TruncatedRecord",
-    "decode_checkpoint",
-    "decode_record",
-    "dispatch_request",
-    "encode_message",
-]

@@ -1,17 +1,14 @@
 """Fast codecs derived from the construct schemas.
 
-The construct schemas in this package are the single declaration of every layout. Scanning a
-terabyte store with construct's interpreter is far too slow (about 35k records/s), so this
-module derives a precompiled big-endian ``struct.Struct`` from a schema's leading fixed-width
-fields, resolving ``IfThenElse`` branches against a given context (for example the sys-flag
-bits that choose a 4- or 16-byte host address). It refuses anything it cannot translate
-exactly, so a schema change can never drift silently away from its fast path.
+The construct schemas in this package are the single declaration of every layout; construct's
+interpreter is far too slow to scan a store with, so this module derives a big-endian
+``struct.Struct`` from a schema's leading fixed-width fields, resolving ``IfThenElse`` branches
+against a given context (e.g. the sys-flag bits that choose a 4- or 16-byte host address), and
+refuses anything it cannot translate exactly.
 
-The codecs the format modules use are written out (``written``: ``(name, struct code)`` pairs) and
-their schemas built on first use (``declared_on_use``), so that a lookup, which decodes a few
-records through the codecs, never imports ``construct``. ``tests/test_format_codecs.py``
-derives every written codec from its schema here and holds the two equal: a schema change fails
-there, never drifts silently.
+The format modules write their codecs out (``written``) and build their schemas on first use
+(``declared_on_use``), so a lookup never imports ``construct``; ``tests/test_format_codecs.py``
+holds every written codec equal to its derivation here, so a schema change cannot drift silently.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple, Union
 from . import hashing, msgid
 from ._layout import FixedLayout, declared_on_use, written
 from .errors import CorruptRecord, LengthMismatch, TruncatedRecord
-from .properties import PropertyKey, parse_properties, split_keys
+from .properties import parse_properties
 
 MESSAGE_MAGIC_V1 = -626843481  # 0xDAA320A7, every version
 MESSAGE_MAGIC_V2 = -626843477  # 0xDAA320AB, 5.1.0+: 2-byte topic length
@@ -73,23 +73,6 @@ def transaction_type(sys_flag: int) -> TransactionType:
 
 def compression_type(sys_flag: int) -> int:
     return (sys_flag & COMPRESSION_TYPE_MASK) >> 8
-
-
-def describe_sys_flag(sys_flag: int) -> dict[str, object]:
-    """Every sys-flag bit by name, plus the transaction and compression types."""
-    named = {
-        "compressed": bool(sys_flag & SysFlag.COMPRESSED),
-        "multi_tags": bool(sys_flag & SysFlag.MULTI_TAGS),
-        "transaction_type": transaction_type(sys_flag).name,
-        "born_host_v6": bool(sys_flag & SysFlag.BORNHOST_V6),
-        "store_host_v6": bool(sys_flag & SysFlag.STOREHOST_V6),
-        "need_unwrap": bool(sys_flag & SysFlag.NEED_UNWRAP),
-        "inner_batch": bool(sys_flag & SysFlag.INNER_BATCH),
-    }
-    code = compression_type(sys_flag)
-    named["compression_type"] = CompressionType(code).name if code in CompressionType._value2member_map_ else code
-    named["unknown_bits"] = sys_flag & ~0x7FF
-    return named
 
 
 def _declare() -> dict[str, Any]:
@@ -161,8 +144,6 @@ HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
 _IPV4_HEADER = HEADER_LAYOUTS[(False, False)]
 SYS_FLAG_POSITION = _IPV4_HEADER.offset_of("sys_flag")
 PHYS_OFFSET_POSITION = _IPV4_HEADER.offset_of("phys_offset")
-QUEUE_OFFSET_POSITION = _IPV4_HEADER.offset_of("queue_offset")
-BORN_HOST_POSITION = _IPV4_HEADER.offset_of("born_host_address")
 _SYS_FLAG = struct.Struct(">i")
 _HEADER_BY_FLAGS = [HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].codec for f in range(4)]
 TOPIC_LENGTH = {MESSAGE_MAGIC_V1: struct.Struct(">b"), MESSAGE_MAGIC_V2: struct.Struct(">h")}  # derive_field(..., "topic_length", {"magic_code": magic})
@@ -185,9 +166,6 @@ def message_length(magic_code: int, sys_flag: int, body_length: int, topic_lengt
         + PROPERTIES_LENGTH.size
         + max(properties_length, 0)
     )
-
-
-MIN_MESSAGE_LENGTH = message_length(MESSAGE_MAGIC_V1, 0, 0, 0, 0)
 
 
 class CommitLogRecord(NamedTuple):
@@ -339,48 +317,12 @@ def encode_message(record: CommitLogRecord | dict, *, compute_crc: bool = False)
     magic = f.get("magic_code", MESSAGE_MAGIC_V1)
     sys_flag = f["sys_flag"]
     crc = hashing.body_crc(body) if compute_crc else f["body_crc"]
-    header = _HEADER_BY_FLAGS[(sys_flag >> 4) & 3]
     total = message_length(magic, sys_flag, len(body), len(topic), len(properties))
-    return b"".join(
-        (
-            header.pack(
-                total,
-                magic,
-                crc,
-                f["queue_id"],
-                f["flag"],
-                f["queue_offset"],
-                f["phys_offset"],
-                sys_flag,
-                f["born_timestamp"],
-                bytes(f["born_host_address"]),
-                f["born_host_port"],
-                f["store_timestamp"],
-                bytes(f["store_host_address"]),
-                f["store_host_port"],
-                f["reconsume_times"],
-                f["prepared_transaction_offset"],
-                len(body),
-            ),
-            body,
-            TOPIC_LENGTH[magic].pack(len(topic)),
-            topic,
-            PROPERTIES_LENGTH.pack(len(properties)),
-            properties,
-        )
-    )
+    values = {**f, "total_size": total, "magic_code": magic, "body_crc": crc, "body_length": len(body)}
+    header = _HEADER_BY_FLAGS[(sys_flag >> 4) & 3].pack(*(bytes(values[n]) if n.endswith("_address") else values[n] for n in _IPV4_HEADER.names))
+    return b"".join((header, body, TOPIC_LENGTH[magic].pack(len(topic)), topic, PROPERTIES_LENGTH.pack(len(properties)), properties))
 
 
 def encode_blank(remaining: int) -> bytes:
     """The 8-byte end-of-file blank the broker writes since 4.9.1 (TOTALSIZE = bytes left)."""
     return _PREFIX.codec.pack(remaining, BLANK_MAGIC)
-
-
-def record_tags(record: CommitLogRecord, properties: dict[str, str] | None = None) -> str | None:
-    props = record.property_map() if properties is None else properties
-    return props.get(PropertyKey.TAGS)
-
-
-def record_keys(record: CommitLogRecord, properties: dict[str, str] | None = None) -> list[str]:
-    props = record.property_map() if properties is None else properties
-    return split_keys(props.get(PropertyKey.KEYS))

@@ -89,18 +89,5 @@ class ConsumeQueueEntry(NamedTuple):
         return self.phys_offset >= 0 and self.size > 0
 
 
-def is_valid_unit(phys_offset: int, size: int) -> bool:
-    return phys_offset >= 0 and size > 0
-
-
 def is_ext_address(tags_code: int) -> bool:
     return tags_code <= EXT_MAX_ADDRESS
-
-
-def ext_address_to_offset(tags_code: int) -> int:
-    """Byte offset in the ConsumeQueueExt file-queue that an address stands for."""
-    return tags_code + 2**63
-
-
-def encode_entry(phys_offset: int, size: int, tags_code: int) -> bytes:
-    return ENTRY.pack(phys_offset, size, tags_code)

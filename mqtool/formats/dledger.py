@@ -106,12 +106,6 @@ def decode_entry_header(buf, pos: int = 0, base_offset: int = 0) -> EntryHeader:
     return EntryHeader(base_offset + pos, *ENTRY_HEADER.unpack(raw))
 
 
-def encode_entry_header(magic: int, size: int, index: int, term: int, pos: int, channel: int = 0, chain_crc: int = 0, body_crc: int = 0, body_size: int | None = None) -> bytes:
-    if body_size is None:
-        body_size = size - ENTRY_HEADER_SIZE
-    return ENTRY_HEADER.pack(magic, size, index, term, pos, channel, chain_crc, body_crc, body_size)
-
-
 def decode_index_unit(buf, pos: int, number: int) -> IndexUnit:
     return IndexUnit(number, *INDEX_UNIT.unpack_from(buf, pos))
 

@@ -10,8 +10,6 @@ more, so a file is unreadable here only where fastjson could not read it either.
 
 Pure parsing, no file access. ``loads`` returns plain Python values; a bare integer key is
 returned as an ``int`` (a quoted one stays a ``str``), so the document says how it was written.
-``replace_value`` changes one value and leaves every other byte of the text as it was, for a
-command that must rewrite a config file without re-serialising it.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ from __future__ import annotations
 import json
 import re
 from typing import Any, Hashable
-
-Path = tuple[Hashable, ...]
 
 _WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
@@ -41,10 +37,9 @@ class FastjsonError(ValueError):
 
 
 class _Parser:
-    def __init__(self, text: str, spans: dict[Path, tuple[int, int]] | None):
+    def __init__(self, text: str):
         self.text = text
         self.pos = 1 if text.startswith("\ufeff") else 0
-        self.spans = spans
 
     def fail(self, message: str, pos: int | None = None):
         raise FastjsonError(message, self.text, self.pos if pos is None else pos)
@@ -57,36 +52,31 @@ class _Parser:
         return self.text[self.pos : self.pos + 1]
 
     def document(self) -> Any:
-        value = self.value(())
+        value = self.value()
         if self.peek():
             self.fail("text after the end of the document (fastjson: not close json text)")
         return value
 
-    def value(self, path: Path) -> Any:
+    def value(self) -> Any:
         ch = self.peek()
-        start = self.pos
         if ch == "{":
-            result: Any = self.obj(path)
-        elif ch == "[":
-            result = self.array(path)
-        elif ch and ch in "\"'":
-            result = self.string()
-        elif ch == "-" or ch.isdigit():
-            result = self.number()
-        elif not ch:
+            return self.obj()
+        if ch == "[":
+            return self.array()
+        if ch and ch in "\"'":
+            return self.string()
+        if ch == "-" or ch.isdigit():
+            return self.number()
+        if not ch:
             self.fail("unexpected end of text")
-        else:
-            m = re.compile(r"[A-Za-z]+").match(self.text, self.pos)
-            word = m.group() if m else ""
-            if word not in _LITERALS:
-                self.fail(f"unexpected {self.text[self.pos:self.pos + 12]!r}")
-            self.pos += len(word)
-            result = _LITERALS[word]
-        if self.spans is not None:
-            self.spans[path] = (start, self.pos)
-        return result
+        m = re.compile(r"[A-Za-z]+").match(self.text, self.pos)
+        word = m.group() if m else ""
+        if word not in _LITERALS:
+            self.fail(f"unexpected {self.text[self.pos:self.pos + 12]!r}")
+        self.pos += len(word)
+        return _LITERALS[word]
 
-    def obj(self, path: Path) -> dict:
+    def obj(self) -> dict:
         self.pos += 1
         out: dict = {}
         while True:
@@ -101,7 +91,7 @@ class _Parser:
             if self.peek() != ":":
                 self.fail("expected ':' after an object key")
             self.pos += 1
-            out[key] = self.value(path + (key,))
+            out[key] = self.value()
             ch = self.peek()
             if ch == ",":
                 self.pos += 1
@@ -121,7 +111,7 @@ class _Parser:
             return int(word)  # fastjson writes Integer/Long map keys bare
         return word  # AllowUnQuotedFieldNames
 
-    def array(self, path: Path) -> list:
+    def array(self) -> list:
         self.pos += 1
         out: list = []
         while True:
@@ -132,7 +122,7 @@ class _Parser:
             if ch == ",":
                 self.pos += 1
                 continue
-            out.append(self.value(path + (len(out),)))
+            out.append(self.value())
             ch = self.peek()
             if ch == ",":
                 self.pos += 1
@@ -185,53 +175,8 @@ def loads(text: str) -> Any:
     try:
         return json.loads(text, parse_constant=_reject)
     except (ValueError, RecursionError):
-        return _Parser(text, None).document()
+        return _Parser(text).document()
 
 
 def _reject(name: str):
     raise ValueError(name)  # NaN / Infinity: not fastjson's; let the lenient parser judge
-
-
-def value_spans(text: str) -> dict[Path, tuple[int, int]]:
-    """``{path: (start, end)}`` of every value in ``text``; a path is the keys and indexes
-    leading to it (``()`` is the whole document)."""
-    spans: dict[Path, tuple[int, int]] = {}
-    _Parser(text, spans).document()
-    return spans
-
-
-def encode_scalar(value: Any) -> str:
-    """A number, string, boolean or null as fastjson writes it (``SerializeWriter``)."""
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        out = ['"']
-        for ch in value:
-            if ch in '"\\':
-                out.append("\\" + ch)
-            elif ch == "\n":
-                out.append("\\n")
-            elif ch == "\r":
-                out.append("\\r")
-            elif ch == "\t":
-                out.append("\\t")
-            elif ord(ch) < 0x20:
-                out.append(f"\\u{ord(ch):04X}")
-            else:
-                out.append(ch)
-        out.append('"')
-        return "".join(out)
-    raise TypeError(f"not a JSON scalar: {value!r}")
-
-
-def replace_value(text: str, path: Path, value: Any) -> str:
-    """``text`` with the scalar at ``path`` replaced by ``value``; every other byte unchanged."""
-    spans = value_spans(text)
-    if path not in spans:
-        raise KeyError(path)
-    start, end = spans[path]
-    return text[:start] + encode_scalar(value) + text[end:]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from . import hashing
 from ._layout import declared_on_use
 
 
@@ -107,59 +106,3 @@ def time_diff_seconds(store_timestamp: int, begin_timestamp: int) -> int:
     diff = store_timestamp - begin_timestamp
     diff = -((-diff) // 1000) if diff < 0 else diff // 1000  # Java long division truncates
     return min(max(diff, 0), INT32_MAX)
-
-
-class IndexWriter:
-    """``IndexFile.putKey`` on a writable buffer laid out for (``hash_slot_num``, ``index_num``).
-
-    ``header`` starts as the previous file's end values (as ``IndexService`` initialises a new
-    file) and is written back by ``flush_header``. ``put`` returns False when the file is full.
-    """
-
-    def __init__(self, buf, hash_slot_num: int, index_num: int, header: IndexHeader | None = None):
-        self.buf = buf
-        self.hash_slot_num = hash_slot_num
-        self.index_num = index_num
-        h = header or read_header(buf)
-        self.begin_timestamp, self.end_timestamp = h.begin_timestamp, h.end_timestamp
-        self.begin_phy_offset, self.end_phy_offset = h.begin_phy_offset, h.end_phy_offset
-        self.hash_slot_count = h.hash_slot_count
-        self.index_count = h.index_count if h.index_count > 0 else 1
-
-    @property
-    def is_full(self) -> bool:
-        return self.index_count >= self.index_num
-
-    @property
-    def header(self) -> IndexHeader:
-        return IndexHeader(
-            self.begin_timestamp,
-            self.end_timestamp,
-            self.begin_phy_offset,
-            self.end_phy_offset,
-            self.hash_slot_count,
-            self.index_count,
-        )
-
-    def put(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        if self.is_full:
-            return False
-        key_hash = hashing.index_key_hash(key)
-        slot_pos = slot_position(key_hash % self.hash_slot_num)
-        (prev,) = SLOT.unpack_from(self.buf, slot_pos)
-        if prev <= 0 or prev > self.index_count:
-            prev = 0
-        diff = time_diff_seconds(store_timestamp, self.begin_timestamp)
-        number = self.index_count
-        ENTRY.pack_into(self.buf, entry_position(self.hash_slot_num, number), key_hash, phy_offset, diff, prev)
-        SLOT.pack_into(self.buf, slot_pos, number)
-        if self.index_count <= 1:
-            self.begin_phy_offset, self.begin_timestamp = phy_offset, store_timestamp
-        if prev == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
-        self.end_phy_offset, self.end_timestamp = phy_offset, store_timestamp
-        return True
-
-    def flush_header(self) -> None:
-        HEADER.pack_into(self.buf, 0, *self.header)

@@ -15,7 +15,7 @@ from libc.string cimport memcmp
 import numpy as np
 
 from mqtool.store._bytes cimport HIGH, WORD_SLACK, be_signed, copy_bytes, copy_words, find_byte, load8, signed32, be32
-from mqtool.store._text cimport Item, java_hash_utf8, property_item, span_is
+from mqtool.store._text cimport Item, java_hash_utf8, property_item, span_is, utf8_sequence
 from mqtool.scan._format cimport LOWER_HEX, UPPER_HEX, put_hex, put_hex_byte, put_int
 
 KEY_TAGS = np.frombuffer(b"TAGS", dtype=np.uint8)
@@ -284,45 +284,14 @@ def format_hosts(const uint8_t[::1] buf, const int64_t[::1] positions, const int
     return offsets_a, data_a[:k], mapped_a
 
 
-cdef inline Py_ssize_t _utf8_length(const uint8_t* buf, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
-    """Length of the strict UTF-8 sequence at ``buf[p]`` (RFC 3629: no overlongs, surrogates or
-    code points past U+10FFFF, as Python's decoder), or 0 when it is malformed."""
-    cdef uint8_t c = buf[p], lo = 0x80, hi = 0xBF
-    cdef Py_ssize_t n, j
-    if c < 0x80:
-        return 1
-    if c < 0xC2:
-        return 0
-    if c < 0xE0:
-        n = 2
-    elif c < 0xF0:
-        n = 3
-        lo = 0xA0 if c == 0xE0 else 0x80
-        hi = 0x9F if c == 0xED else 0xBF
-    elif c < 0xF5:
-        n = 4
-        lo = 0x90 if c == 0xF0 else 0x80
-        hi = 0x8F if c == 0xF4 else 0xBF
-    else:
-        return 0
-    if p + n > end or buf[p + 1] < lo or buf[p + 1] > hi:
-        return 0
-    for j in range(2, n):
-        if buf[p + j] < 0x80 or buf[p + j] > 0xBF:
-            return 0
-    return n
-
-
 cdef inline bint _is_utf8(const uint8_t* buf, Py_ssize_t p, Py_ssize_t end) noexcept nogil:
     cdef Py_ssize_t n
+    cdef int64_t cp
     while p < end:
         if p + 8 <= end and (load8(buf, p) & HIGH) == 0:  # eight ASCII bytes
             p += 8
             continue
-        if buf[p] < 0x80:
-            p += 1
-            continue
-        n = _utf8_length(buf, p, end)
+        n = utf8_sequence(buf, p, end, &cp)
         if n == 0:
             return False
         p += n

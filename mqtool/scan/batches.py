@@ -101,7 +101,6 @@ def _timestamps(ms: np.ndarray) -> pa.Array:
     return compute.numbers(np.where(ok, ms, 0) * 1000, TIMESTAMP, ok)
 
 
-HOST_COLUMNS = frozenset({"born_host", "store_host", "msg_id"})
 PROPERTY_COLUMNS = frozenset({"properties", "tags", "keys", "uniq_key", "tags_code"})
 FLAG_COLUMNS = frozenset({"sys_flag_names", "transaction_type"})
 

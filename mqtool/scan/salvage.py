@@ -2,23 +2,15 @@
 
 The broker's recovery keeps the records up to the first invalid one (``CommitLog.recoverNormally`` /
 ``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
-reads, with a ``status`` column:
+reads them all with a ``status`` (docs/reading.md): ``live`` (what the broker keeps: ``read_batches``
+to the first invalid record, and past damage before the segment its next start scans from,
+``served_to``), ``past-damage`` (valid records after the cut, newer than the last before them) and
+``stale`` (``include_stale``: older ones, leftovers of a log cut back and rewritten, §8.9).
 
-- ``live``: the records ``read_batches`` reads (from the first segment to the first invalid record,
-  CRC checked) and, where that walk ended at damage before the segment the broker's next start
-  scans from (``served_to``: ``store.nextstart``, given by the caller), the valid records
-  after it up to the end of that scan: what the broker keeps;
-- ``past-damage``: valid records (CRC good) after that cut and newer than the last record before
-  them: the broker would discard them with everything after the damage;
-- ``stale`` (``include_stale``): valid records after the cut stored *before* the last record
-  before them: leftovers of a log the broker cut back and rewrote (§8.9), never read by it.
-
-Past the cut, segments are analysed with ``mqtool.store.segments.analyze_segment``, the walk that
-``verify --keep-going`` uses: its resynchronisation (``fastscan.find_record_start``: magic, size
-chain and self-describing PHYSICALOFFSET agree) finds where valid records resume, and each run of
-valid records is classified as ``CommitLogCheck._after_end`` classifies it (stale when its first
-record is older than the last message before it). Each run is then read through ``read_batches``;
-a record whose body CRC fails is skipped (``skipped``) and the read resumes after it.
+Past the cut, segments are analysed with ``mqtool.store.segments.analyze_segment``, the walk of
+``verify --keep-going``: its resynchronisation (``fastscan.find_record_start``) finds where valid
+records resume, each run is classified as ``CommitLogCheck._after_end`` classifies it, then read
+through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
 """
 
 from __future__ import annotations

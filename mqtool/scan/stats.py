@@ -71,18 +71,18 @@ class GroupTable:
 
     def __init__(self, init: np.ndarray = _INIT, ops: np.ndarray = _OPS, capacity: int = 1 << 10):
         self.init, self.ops = init, ops
-        self.keys = np.zeros((capacity, 3), dtype=np.int64)
-        self.used = np.zeros(capacity, dtype=np.bool_)
-        self.values = np.zeros((capacity, len(init)), dtype=np.int64)
         self.count = np.zeros(1, dtype=np.int64)
+        self._allocate(capacity)
 
-    def grow(self) -> None:
-        old = (self.keys, self.used, self.values)
-        capacity = len(self.used) * 2
+    def _allocate(self, capacity: int) -> None:
         self.keys = np.zeros((capacity, 3), dtype=np.int64)
         self.used = np.zeros(capacity, dtype=np.bool_)
         self.values = np.zeros((capacity, len(self.init)), dtype=np.int64)
         self.count[0] = 0
+
+    def grow(self) -> None:
+        old = (self.keys, self.used, self.values)
+        self._allocate(len(self.used) * 2)
         _stats.combine(self.keys, self.used, self.values, self.count, self.init, self.ops, *old)
 
     def groups(self) -> tuple[np.ndarray, np.ndarray]:

@@ -4,19 +4,12 @@ Ids are UNIQ_KEYs (the client's msgId), offsetMsgIds (store host + commit log of
 entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, then ``verify
 --keep-going``'s resynchronisation past it) matches every record's id column against the id set
 (``IdMatcher``: a compiled 64-bit hash of each value, a binary search in the ids' sorted hashes,
-the strings compared where the hashes agree); then, per id:
-
-- ``missing``: no valid record carries it;
-- ``past-damage``: only records after the broker's cut carry it (the broker's recovery would
-  truncate them: ``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3), or only
-  stale records (overwritten history, §8.9);
-- ``duplicated`` (UNIQ_KEY only): more than one live record delivers it to a consumer (dispatched,
-  NOT_TYPE or COMMIT, in a topic that is not a system or retry topic): a producer retry;
-- ``found``: a live record carries it and a consume queue leads to it: the unit at the record's
-  queue offset holds its offset and size, below the queue's recovered end
-  (``ConsumeQueue.recover``, §5.7) — what ``getMessage`` serves;
-- ``found-not-consumable``: live, but no consume queue entry leads a consumer to it (a PREPARED or
-  ROLLBACK record, a missing or wrong entry, an entry past the queue's end).
+the strings compared where the hashes agree); then each id gets the status docs/reading.md
+explains: ``past-damage`` when only records after the broker's cut carry it (truncated by
+``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3, or stale, §8.9), ``found``
+when the consume queue unit at a live record's queue offset holds its offset and size below the
+queue's recovered end (``ConsumeQueue.recover``, §5.7: what ``getMessage`` serves),
+``found-not-consumable``, ``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
 
 Memory: the id set, the matching rows (a few columns) and one batch at a time.
 """

@@ -5,6 +5,7 @@
 # - ``property_item``: the name and value bounds of one ``name \x01 value`` item of a properties
 #   string, by the broker's 4.9.1+ reader or the split-based reader before it (§2.8;
 #   ``MessageDecoder.string2messageProperties``);
+# - ``utf8_sequence``: one strict UTF-8 sequence (the hash's decoder and the text kernels' check);
 # - ``span_is``: a byte span equal to a constant.
 # Tests hold them equal to ``formats.hashing.java_string_hash`` and
 # ``formats.properties.parse_properties`` on every fixture record.
@@ -20,16 +21,48 @@ cdef struct Item:
     Py_ssize_t key, key_end, value, value_end  # key == -1: the reader drops the item
 
 
-cdef inline bint _cont(const uint8_t* buf, Py_ssize_t i, Py_ssize_t end) noexcept nogil:
-    return i < end and (buf[i] & 0xC0) == 0x80
+cdef inline Py_ssize_t utf8_sequence(const uint8_t* buf, Py_ssize_t p, Py_ssize_t end, int64_t* cp) noexcept nogil:
+    """Length of the strict UTF-8 sequence at ``buf[p]`` (RFC 3629: no overlongs, surrogates or
+    code points past U+10FFFF, as Python's decoder) with its code point in ``cp``, or 0 when it
+    is malformed: the one UTF-8 validation of the hash, the dispatch and the text columns."""
+    cdef int64_t c = buf[p], lo = 0x80, hi = 0xBF
+    cdef Py_ssize_t n, j
+    if c < 0x80:
+        cp[0] = c
+        return 1
+    if c < 0xC2:
+        return 0
+    if c < 0xE0:
+        n = 2
+        c &= 0x1F
+    elif c < 0xF0:
+        n = 3
+        lo = 0xA0 if c == 0xE0 else 0x80
+        hi = 0x9F if c == 0xED else 0xBF
+        c &= 0x0F
+    elif c < 0xF5:
+        n = 4
+        lo = 0x90 if c == 0xF0 else 0x80
+        hi = 0x8F if c == 0xF4 else 0xBF
+        c &= 0x07
+    else:
+        return 0
+    if p + n > end or buf[p + 1] < lo or buf[p + 1] > hi:
+        return 0
+    for j in range(1, n):
+        if j > 1 and (buf[p + j] < 0x80 or buf[p + j] > 0xBF):
+            return 0
+        c = (c << 6) | (buf[p + j] & 0x3F)
+    cp[0] = c
+    return n
 
 
 cdef inline HashRun java_hash_utf8(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end, int64_t h) noexcept nogil:
     """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code units
     of strict UTF-8 ``buf[start:end]``."""
     cdef HashRun run
-    cdef Py_ssize_t i = start
-    cdef int64_t c, c1, cp, b0, b1, b2, b3
+    cdef Py_ssize_t i = start, n
+    cdef int64_t cp, b0, b1, b2, b3
     run.units = 0
     run.ok = False
     while i < end:
@@ -43,44 +76,11 @@ cdef inline HashRun java_hash_utf8(const uint8_t* buf, Py_ssize_t start, Py_ssiz
                 run.units += 4
                 i += 4
                 continue
-        c = buf[i]
-        if c < 0x80:
-            h = (h * 31 + c) & 0xFFFFFFFFLL
-            run.units += 1
-            i += 1
-            continue
-        if c < 0xC2:
+        n = utf8_sequence(buf, i, end, &cp)
+        if n == 0:
             run.h = h
             return run
-        elif c < 0xE0:
-            if not _cont(buf, i + 1, end):
-                run.h = h
-                return run
-            cp = ((c & 0x1F) << 6) | (buf[i + 1] & 0x3F)
-            i += 2
-        elif c < 0xF0:
-            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end)):
-                run.h = h
-                return run
-            c1 = buf[i + 1]
-            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 > 0x9F):
-                run.h = h
-                return run
-            cp = ((c & 0x0F) << 12) | ((c1 & 0x3F) << 6) | (buf[i + 2] & 0x3F)
-            i += 3
-        elif c < 0xF5:
-            if not (_cont(buf, i + 1, end) and _cont(buf, i + 2, end) and _cont(buf, i + 3, end)):
-                run.h = h
-                return run
-            c1 = buf[i + 1]
-            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 > 0x8F):
-                run.h = h
-                return run
-            cp = ((c & 0x07) << 18) | ((c1 & 0x3F) << 12) | ((<int64_t>buf[i + 2] & 0x3F) << 6) | (buf[i + 3] & 0x3F)
-            i += 4
-        else:
-            run.h = h
-            return run
+        i += n
         if cp >= 0x10000:
             cp -= 0x10000
             h = (h * 31 + (0xD800 + (cp >> 10))) & 0xFFFFFFFFLL

@@ -5,26 +5,14 @@ Data Source API), read by the same compiled walk as every mqtool command.
     spark.dataSource.register(RocketMQDataSource)
     df = spark.read.format("rocketmq").load("/data/broker-a/store")          # or .load([p1, p2])
 
-Options (all optional): ``brokerName`` / ``brokerNames`` (JSON list or comma-separated, one per
-path), ``brokerVersion`` / ``brokerVersions``, ``brokerConfig`` (a broker.conf), ``splitSize``
-(e.g. ``256m``; default one partition per segment), ``body`` (none|utf8|hex|base64|sha256),
-``columns`` (comma-separated: only these columns are decoded and yielded; the Python data source
-API does not prune columns by itself), ``output``: ``messages`` (the default), ``stats`` (each
-split's messages aggregated in the reader per topic, queue and hour, ``schema.STATS_COLUMNS``) or
-``parquet`` (each task writes its split's messages as one Parquet file with pyarrow into the
-directory given as ``directory``, compressed with ``compression`` (default snappy), and yields one
-row about it, ``schema.WRITTEN_COLUMNS``; what ``spark/mqtool_scan.py`` writes Parquet with).
-``stats`` and ``parquet`` take the filters ``topics`` (a JSON list), ``queue``, ``since``,
-``until`` (epoch ms), ``tag``, ``key``.
-
-With one partition per segment every row is exact. Smaller splits resynchronise inside segments
-and may pick up stale records after a segment's logical end: every row carries ``split_start``
-and ``split_edge`` for the handoff check that ``spark/mqtool_scan.py`` runs, and
-``mqtool.spark.job.checked_messages`` gives notebooks the checked DataFrame.
+The options (``brokerNames``, ``splitSize``, ``body``, ``columns``, ``output=messages|stats|parquet``
+and the filters of ``stats`` and ``parquet``) are listed in docs/spark.md. With smaller splits
+than one per segment every row carries ``split_start`` and ``split_edge`` for the handoff check
+(``spark/mqtool_scan.py``; ``mqtool.spark.job.checked_messages`` for notebooks).
 
 ``schema()`` and ``partitions()`` run in short-lived Python processes on the driver host,
-``read()`` in executor Python workers: the ``mqtool`` package, compiled kernels included, must be
-installed in both (on a cluster, a packed virtual environment: docs/spark.md).
+``read()`` in executor Python workers: mqtool, compiled kernels included, must be installed in
+both (docs/spark.md).
 """
 
 from __future__ import annotations

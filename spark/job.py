@@ -27,7 +27,7 @@ import shutil
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -79,26 +79,11 @@ class JobOptions:
 
     @classmethod
     def from_args(cls, args) -> "JobOptions":
-        """From ``spark/mqtool_scan.py``'s argparse namespace."""
-        return cls(
-            paths=list(args.paths),
-            output=args.output,
-            mode=args.mode,
-            format=args.format,
-            topics=list(args.topic),
-            queue=args.queue,
-            key=args.key,
-            tag=args.tag,
-            since=parse_time(args.since, "--since"),
-            until=parse_time(args.until, "--until"),
-            split_size=args.split_size,
-            body=args.body,
-            broker_names=list(args.broker_name),
-            broker_versions=list(args.broker_version),
-            broker_config=args.broker_config,
-            keep_going=args.keep_going,
-            writer=args.writer,
-        )
+        """From ``spark/mqtool_scan.py``'s argparse namespace, where a repeatable option is named
+        in the singular (``--topic``: ``topics``)."""
+        values = {f.name: getattr(args, f.name if hasattr(args, f.name) else f.name[:-1]) for f in fields(cls)}
+        values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
+        return cls(**{**values, "since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until")})
 
 
 # ---- session, shipping, reading ------------------------------------------------------------------
