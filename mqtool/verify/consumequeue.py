@@ -214,6 +214,9 @@ class QueueCursor:
         self.head: Entry | None = None
         self._fill(1)
         self._arrive()
+        # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._appended``);
+        # before the queue's first entry, one less than it: the first record belongs there
+        self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
 
     @property
     def entries(self) -> int:
@@ -426,6 +429,7 @@ class ConsumeQueueCheck:
         ``--from-offset``) are not checked."""
         while cursor.head is not None and cursor.head.phys < self.lower:
             cursor.advance()
+            cursor.last_pos = None
 
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
         if cursor.queue is None:
@@ -475,10 +479,12 @@ class ConsumeQueueCheck:
         for qkey, cursor, g, compared in plan:
             if compared:
                 cursor.skip(counts[g])
+                cursor.last_pos = int(queue_offsets[last[g]])  # the join found every entry at its record's QUEUEOFFSET
                 self.ext_addresses += int(ext[g])
                 continue
             if cursor is None:
-                self.cursors[qkey] = QueueCursor(self, None, *qkey)
+                cursor = self.cursors[qkey] = QueueCursor(self, None, *qkey)
+            cursor.last_pos = None
             lo, hi = first[g], last[g]
             run = self.missing.get(qkey)
             if run is None:
@@ -508,8 +514,10 @@ class ConsumeQueueCheck:
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
+            cursor.last_pos = head.queue_offset
             cursor.advance()
         else:
+            cursor.last_pos = None
             run = self.missing.get(key)
             if run is None:
                 self.missing[key] = MissingRun(record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
@@ -528,6 +536,9 @@ class ConsumeQueueCheck:
             expected = self._tags_code(record)
             if entry.tags != expected and not self._quirk_tags(record, entry.tags):
                 problems.append(("tags code", expected, entry.tags))
+        if self._appended(cursor, entry, problems):
+            self.emit(self._record_damaged(cursor, entry, record))
+            return
         for what, expected, found in problems:
             self.emit(
                 error(
@@ -542,6 +553,30 @@ class ConsumeQueueCheck:
                     details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": what},
                 )
             )
+
+    @staticmethod
+    def _appended(cursor: QueueCursor, entry: Entry, problems: list) -> bool:
+        """Only the queue offset differs, and the entry comes right after the one of the queue's previous record (the
+        queue's first entry, for its first record): ``putMessagePositionInfo`` appends at the queue's write position
+        whatever a higher QUEUEOFFSET says (reference §5.10), so this is where the broker's dispatch puts the record."""
+        return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
+
+    def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> Finding:
+        """An entry where the broker's dispatch appends its record (``_appended``) at another queue offset than the
+        record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the queue before it are lost.
+        A rebuild writes the same entry: lost data (``record_damaged``), not a consume queue fault."""
+        return error(
+            "cq-entry-mismatch",
+            f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
+            f"QUEUEOFFSET field says {record.queue_offset}: the entry is where the broker's dispatch appends it (after the queue's previous "
+            "record), so the record's field is damaged or records of the queue before it are lost; a rebuild writes the same entry "
+            f"(consumers get the message with queue offset {record.queue_offset})",
+            file=self._file_of(cursor, entry.queue_offset),
+            offset=record.offset,
+            expected=record.queue_offset,
+            found=entry.queue_offset,
+            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": "queue offset", "record_damaged": True},
+        )
 
     def _tags_code(self, record: LogRecord) -> int | str:
         """``consume_queue_tags_code``; outside SCHEDULE_TOPIC_XXXX it depends on TAGS alone, so
