@@ -176,7 +176,7 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149), ("4.0.0/clean-small", 3017),
-                                        ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350)])
+                                        ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -192,7 +192,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too. 3017,
     3013: a bit flip in a record's QUEUEOFFSET: the entry is where the broker's dispatch appends the record, so the
     damaged field is lost data and no rebuild is planned. 3350: a middle segment deleted and a queue cut: the rebuilt
-    queue appends the records after the gap right after those before it, as the broker does (lost data, not a fault)."""
+    queue appends the records after the gap right after those before it, as the broker does (lost data, not a fault).
+    3297: the first segment cut short and the index damaged: the rebuilt index goes on past the zeros, as doReput does."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)
@@ -225,3 +226,18 @@ def test_a_damaged_queue_offset_field_is_lost_data_not_a_queue_fault(tmp_path, v
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     assert {p.name: p.read_bytes() for p in queue.iterdir()} == before
 
+
+@pytest.mark.parametrize("version", ["4.8.0", "4.9.7"])
+def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path, version):
+    """The first segment cut short at a record (repair pads it with zeros) and the index damaged: the rebuild dispatches as a
+    master's ``doReput`` does, which skips an illegal magic code (the zeros) to the next segment (reference §8.12,
+    rules §2.12), so the records after the zeros keep their index keys (the rebuild used to stop at the zeros)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    cut = next(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] > SEGMENT // 2)
+    first = root / "commitlog" / "00000000000000000000"
+    first.write_bytes(first.read_bytes()[:cut])  # at a record's first byte: the padding reads as the end of data
+    index = sorted((root / "index").iterdir())[-1]
+    index.write_bytes(bytes(index.stat().st_size))  # the newest index file zeroed
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert not [f for f in findings if f["kind"].startswith("index-")], findings
