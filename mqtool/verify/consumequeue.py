@@ -557,20 +557,21 @@ class ConsumeQueueCheck:
     @staticmethod
     def _appended(cursor: QueueCursor, entry: Entry, problems: list) -> bool:
         """Only the queue offset differs, and the entry comes right after the one of the queue's previous record (the
-        queue's first entry, for its first record): ``putMessagePositionInfo`` appends at the queue's write position
-        whatever a higher QUEUEOFFSET says (reference §5.10), so this is where the broker's dispatch puts the record."""
+        queue's first entry, for its first record): the queue is in the order the broker wrote it and the record's
+        QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position whatever a higher
+        QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset."""
         return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> Finding:
-        """An entry where the broker's dispatch appends its record (``_appended``) at another queue offset than the
-        record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the queue before it are lost.
-        A rebuild writes the same entry: lost data (``record_damaged``), not a consume queue fault."""
+        """An entry in the queue's order (``_appended``) at another queue offset than its record's QUEUEOFFSET: the
+        field (outside the body CRC) is damaged, or records of the queue before it are lost. No rebuild mends it: lost
+        data (``record_damaged``), not a consume queue fault."""
         return error(
             "cq-entry-mismatch",
             f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
-            f"QUEUEOFFSET field says {record.queue_offset}: the entry is where the broker's dispatch appends it (after the queue's previous "
-            "record), so the record's field is damaged or records of the queue before it are lost; a rebuild writes the same entry "
-            f"(consumers get the message with queue offset {record.queue_offset})",
+            f"QUEUEOFFSET field says {record.queue_offset}: the entry follows the queue's previous record, as the broker wrote it, so the "
+            "record's field is damaged or records of the queue before it are lost; no rebuild of the queue mends it (consumers get "
+            f"the message with queue offset {record.queue_offset})",
             file=self._file_of(cursor, entry.queue_offset),
             offset=record.offset,
             expected=record.queue_offset,
