@@ -241,3 +241,22 @@ def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path
     rc, findings = repaired_findings(root)
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     assert not [f for f in findings if f["kind"].startswith("index-")], findings
+
+
+def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_path):
+    """A record's QUEUEOFFSET lowered by a bit flip (12 to 4) and its queue cut short: rebuild-cq dispatches the
+    queue again, and ``putMessagePositionInfo`` skips the record ("Build consume queue repeatedly", reference §5.10)
+    and appends the later ones a queue offset lower. verify reports the skipped record and those after it as the
+    record's damage (lost data), so repair ends there instead of rebuilding the queue again and again."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    target = next(m for m in manifest("4.9.7", "clean-small")["messages"] if m.get("dispatched") and m["queueOffset"] == 12)
+    segment = root / "commitlog" / f"{target['commitLogOffset'] // SEGMENT * SEGMENT:020d}"
+    data = bytearray(segment.read_bytes())
+    data[target["commitLogOffset"] % SEGMENT + 27] ^= 0x08
+    segment.write_bytes(data)
+    queue = root / "consumequeue" / target["topic"] / str(target["queueId"]) / "00000000000000000000"
+    queue.write_bytes(queue.read_bytes()[: 20 * 20])
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
+    assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]

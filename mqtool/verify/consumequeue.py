@@ -460,6 +460,8 @@ class ConsumeQueueCheck:
             qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
             cursor = self.cursors.get(qkey)
             if cursor is None or cursor.head is None or cursor.head.phys > offsets[last[g]]:
+                if cursor is not None and self._skipped_by_dispatch(cursor, int(queue_offsets[first[g]])):
+                    return False  # the record path reports it
                 plan.append((qkey, cursor, g, False))
                 continue
             if qkey in self.missing:
@@ -516,6 +518,8 @@ class ConsumeQueueCheck:
             self._compare(cursor, head, record)
             cursor.last_pos = head.queue_offset
             cursor.advance()
+        elif self._skipped_by_dispatch(cursor, record.queue_offset):
+            self.emit(self._record_skipped(cursor, record))
         else:
             cursor.last_pos = None
             run = self.missing.get(key)
@@ -561,6 +565,27 @@ class ConsumeQueueCheck:
         QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position whatever a higher
         QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset."""
         return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
+
+    @staticmethod
+    def _skipped_by_dispatch(cursor: QueueCursor, queue_offset: int) -> bool:
+        """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
+        record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10)."""
+        return cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+
+    def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
+        """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
+        gives it an entry: lost data (``record_damaged``), not a consume queue fault."""
+        return error(
+            "cq-entry-missing",
+            f"the record at {record.offset} of {cursor.label} has no consume queue entry and its QUEUEOFFSET field says "
+            f"{record.queue_offset}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
+            "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
+            file=self._file_of(cursor, cursor.last_pos + 1),
+            offset=record.offset,
+            expected=cursor.last_pos + 1,
+            found=record.queue_offset,
+            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": record.queue_offset, "record_damaged": True},
+        )
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> Finding:
         """An entry in the queue's order (``_appended``) at another queue offset than its record's QUEUEOFFSET: the
