@@ -389,6 +389,7 @@ class ConsumeQueueCheck:
         self.delay_table = store.delay_table
         self.quirk = store.version is None or store.rules.delay_table_missing_in_recovery
         self.pre_lock = store.version is None or store.rules.delay_tags_from_pre_lock_time
+        self.repeat_guard = store.version is None or store.rules.cq_repeat_guard  # rules §3.3: 4.2.0+
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         self.skipped_queues: list[str] = []
@@ -566,11 +567,11 @@ class ConsumeQueueCheck:
         QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset."""
         return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
 
-    @staticmethod
-    def _skipped_by_dispatch(cursor: QueueCursor, queue_offset: int) -> bool:
+    def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
-        record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10)."""
-        return cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+        record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10; from 4.2.0,
+        rules §3.3: older brokers append it at the write position)."""
+        return self.repeat_guard and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
 
     def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
         """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
