@@ -175,7 +175,8 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
 
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
-                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149)])
+                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149), ("4.0.0/clean-small", 3017),
+                                        ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -188,7 +189,74 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     timerwheel cut short: TimerWheel refuses a wheel of the wrong length, so it is padded with empty slots. 1143:
     the only segment left cut short: its name (3 MiB) is a multiple of the segment size, 1 MiB, the largest power
     of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
-    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too."""
+    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too. 3017,
+    3013: a bit flip in a record's QUEUEOFFSET: the entry is where the broker's dispatch appends the record, so the
+    damaged field is lost data and no rebuild is planned. 3350: a middle segment deleted and a queue cut: the rebuilt
+    queue appends the records after the gap right after those before it, as the broker does (lost data, not a fault).
+    3297: the first segment cut short and the index damaged: the rebuilt index goes on past the zeros, as doReput does."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)
+
+
+SEGMENT = 1 << 20  # the fixtures' commit log segment size
+
+
+@pytest.mark.parametrize("version", ["4.0.0", "4.9.7", "5.3.3"])
+@pytest.mark.parametrize("which,byte,bit", [("a queue's first record", 20, 6), ("a later record", 27, 6)])
+def test_a_damaged_queue_offset_field_is_lost_data_not_a_queue_fault(tmp_path, version, which, byte, bit):
+    """A bit flipped in a record's QUEUEOFFSET (outside the body CRC: every recovery keeps the record): its consume
+    queue entry is where the broker's dispatch appends it (``putMessagePositionInfo``, reference §5.10), and a rebuild
+    writes it there again. verify reports the record's field as damaged, and repair rebuilds nothing (it used to rebuild
+    the queue, to the same bytes, and leave the same finding)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    messages = [m for m in manifest(version, "clean-small")["messages"] if m.get("dispatched")]
+    target = next(m for m in messages if m["queueOffset"] == (0 if byte == 20 else 10))
+    segment = root / "commitlog" / f"{target['commitLogOffset'] // SEGMENT * SEGMENT:020d}"
+    data = bytearray(segment.read_bytes())
+    data[target["commitLogOffset"] % SEGMENT + byte] ^= 1 << bit
+    segment.write_bytes(data)
+    queue = root / "consumequeue" / target["topic"] / str(target["queueId"])
+    before = {p.name: p.read_bytes() for p in queue.iterdir()}
+    _, out, _ = run("verify", root, "--format", "jsonl", timeout=TIMEOUT)
+    [found] = [f for f in map(json.loads, out.splitlines()[:-1]) if f["kind"] == "cq-entry-mismatch"]
+    assert found["offset"] == target["commitLogOffset"] and found["details"]["record_damaged"]
+    assert found["found"] == target["queueOffset"] and found["expected"] == target["queueOffset"] ^ (1 << (8 * (27 - byte) + bit))
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert {p.name: p.read_bytes() for p in queue.iterdir()} == before
+
+
+@pytest.mark.parametrize("version", ["4.8.0", "4.9.7"])
+def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path, version):
+    """The first segment cut short at a record (repair pads it with zeros) and the index damaged: the rebuild dispatches as a
+    master's ``doReput`` does, which skips an illegal magic code (the zeros) to the next segment (reference §8.12,
+    rules §2.12), so the records after the zeros keep their index keys (the rebuild used to stop at the zeros)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    cut = next(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] > SEGMENT // 2)
+    first = root / "commitlog" / "00000000000000000000"
+    first.write_bytes(first.read_bytes()[:cut])  # at a record's first byte: the padding reads as the end of data
+    index = sorted((root / "index").iterdir())[-1]
+    index.write_bytes(bytes(index.stat().st_size))  # the newest index file zeroed
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert not [f for f in findings if f["kind"].startswith("index-")], findings
+
+
+def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_path):
+    """A record's QUEUEOFFSET lowered by a bit flip (12 to 4) and its queue cut short: rebuild-cq dispatches the
+    queue again, and ``putMessagePositionInfo`` skips the record ("Build consume queue repeatedly", reference §5.10)
+    and appends the later ones a queue offset lower. verify reports the skipped record and those after it as the
+    record's damage (lost data), so repair ends there instead of rebuilding the queue again and again."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    target = next(m for m in manifest("4.9.7", "clean-small")["messages"] if m.get("dispatched") and m["queueOffset"] == 12)
+    segment = root / "commitlog" / f"{target['commitLogOffset'] // SEGMENT * SEGMENT:020d}"
+    data = bytearray(segment.read_bytes())
+    data[target["commitLogOffset"] % SEGMENT + 27] ^= 0x08
+    segment.write_bytes(data)
+    queue = root / "consumequeue" / target["topic"] / str(target["queueId"]) / "00000000000000000000"
+    queue.write_bytes(queue.read_bytes()[: 20 * 20])
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
+    assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]

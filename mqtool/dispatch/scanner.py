@@ -284,7 +284,7 @@ class DispatchScanner:
                 if bad is not None:
                     break
             end = bad or scan.end
-            if self.discipline == "recovery" or end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset):
+            if self.discipline == "recovery" or self._reput_ends(end):
                 yield from self._take(acc)
                 self.end = end
                 return
@@ -335,7 +335,7 @@ class DispatchScanner:
                 for _ in at_stop:
                     pass
                 end = at_stop.end
-            elif self.discipline == "reput" and not (end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)):
+            elif self.discipline == "reput" and not self._reput_ends(end):
                 resume = self._reput_resume(end)
                 if resume is not None:
                     self.skipped.append(end)
@@ -415,6 +415,14 @@ class DispatchScanner:
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop
+
+    def _reput_ends(self, end: ScanEnd) -> bool:
+        """Whether ``doReput`` stops for good at ``end``: the end of the data or ``stop``. Zeros before ``stop`` (the
+        recovery's end, where the readable region ends) are an illegal magic code to ``checkMessageAndReturnSize``,
+        which a master's reput skips to the next segment like any record it cannot read (§8.12, rules §2.12)."""
+        if end.reason == StopReason.ZEROS:
+            return self.stop is None or end.offset >= self.stop
+        return end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
         """Where ``doReput`` continues after a record it cannot dispatch."""

@@ -80,11 +80,6 @@ class RebuildScan:
             yield from head
             self.skipped += head.skipped
             over = head.end
-            if over.is_clean and over.offset < self.start:  # the reput ends at zeros before the start segment: so does the rebuild
-                self.end = over
-                self.notes.append(f"the reput stops at {over.offset} ({over.reason}: {over.detail}), before {self.start} where the broker's recovery starts: "
-                                  "records after it are not dispatched (`mqtool verify` lists the damage)")
-                return
             if over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
                 self.skipped.append(over)
                 recovery = self._scanner(self.start, None, "recovery", index=False)

@@ -300,7 +300,9 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
         key = _queue_of(f)
-        if key in lost.queues or key is None:
+        if (f.details or {}).get("record_damaged"):  # the entry is where the broker puts it: the record's QUEUEOFFSET is what is wrong
+            out.lost.append(expected(f, True))
+        elif key in lost.queues or key is None:
             out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
         else:
             out.queues.setdefault(key, []).append(f)

@@ -214,6 +214,9 @@ class QueueCursor:
         self.head: Entry | None = None
         self._fill(1)
         self._arrive()
+        # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._appended``);
+        # before the queue's first entry, one less than it: the first record belongs there
+        self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
 
     @property
     def entries(self) -> int:
@@ -386,6 +389,7 @@ class ConsumeQueueCheck:
         self.delay_table = store.delay_table
         self.quirk = store.version is None or store.rules.delay_table_missing_in_recovery
         self.pre_lock = store.version is None or store.rules.delay_tags_from_pre_lock_time
+        self.repeat_guard = store.version is None or store.rules.cq_repeat_guard  # rules §3.3: 4.2.0+
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         self.skipped_queues: list[str] = []
@@ -426,6 +430,7 @@ class ConsumeQueueCheck:
         ``--from-offset``) are not checked."""
         while cursor.head is not None and cursor.head.phys < self.lower:
             cursor.advance()
+            cursor.last_pos = None
 
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
         if cursor.queue is None:
@@ -456,6 +461,8 @@ class ConsumeQueueCheck:
             qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
             cursor = self.cursors.get(qkey)
             if cursor is None or cursor.head is None or cursor.head.phys > offsets[last[g]]:
+                if cursor is not None and self._skipped_by_dispatch(cursor, int(queue_offsets[first[g]])):
+                    return False  # the record path reports it
                 plan.append((qkey, cursor, g, False))
                 continue
             if qkey in self.missing:
@@ -475,10 +482,12 @@ class ConsumeQueueCheck:
         for qkey, cursor, g, compared in plan:
             if compared:
                 cursor.skip(counts[g])
+                cursor.last_pos = int(queue_offsets[last[g]])  # the join found every entry at its record's QUEUEOFFSET
                 self.ext_addresses += int(ext[g])
                 continue
             if cursor is None:
-                self.cursors[qkey] = QueueCursor(self, None, *qkey)
+                cursor = self.cursors[qkey] = QueueCursor(self, None, *qkey)
+            cursor.last_pos = None
             lo, hi = first[g], last[g]
             run = self.missing.get(qkey)
             if run is None:
@@ -508,8 +517,12 @@ class ConsumeQueueCheck:
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
+            cursor.last_pos = head.queue_offset
             cursor.advance()
+        elif self._skipped_by_dispatch(cursor, record.queue_offset):
+            self.emit(self._record_skipped(cursor, record))
         else:
+            cursor.last_pos = None
             run = self.missing.get(key)
             if run is None:
                 self.missing[key] = MissingRun(record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
@@ -528,6 +541,9 @@ class ConsumeQueueCheck:
             expected = self._tags_code(record)
             if entry.tags != expected and not self._quirk_tags(record, entry.tags):
                 problems.append(("tags code", expected, entry.tags))
+        if self._appended(cursor, entry, problems):
+            self.emit(self._record_damaged(cursor, entry, record))
+            return
         for what, expected, found in problems:
             self.emit(
                 error(
@@ -542,6 +558,52 @@ class ConsumeQueueCheck:
                     details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": what},
                 )
             )
+
+    @staticmethod
+    def _appended(cursor: QueueCursor, entry: Entry, problems: list) -> bool:
+        """Only the queue offset differs, and the entry comes right after the one of the queue's previous record (the
+        queue's first entry, for its first record): the queue is in the order the broker wrote it and the record's
+        QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position whatever a higher
+        QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset."""
+        return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
+
+    def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
+        """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
+        record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10; from 4.2.0,
+        rules §3.3: older brokers append it at the write position)."""
+        return self.repeat_guard and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+
+    def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
+        """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
+        gives it an entry: lost data (``record_damaged``), not a consume queue fault."""
+        return error(
+            "cq-entry-missing",
+            f"the record at {record.offset} of {cursor.label} has no consume queue entry and its QUEUEOFFSET field says "
+            f"{record.queue_offset}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
+            "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
+            file=self._file_of(cursor, cursor.last_pos + 1),
+            offset=record.offset,
+            expected=cursor.last_pos + 1,
+            found=record.queue_offset,
+            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": record.queue_offset, "record_damaged": True},
+        )
+
+    def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> Finding:
+        """An entry in the queue's order (``_appended``) at another queue offset than its record's QUEUEOFFSET: the
+        field (outside the body CRC) is damaged, or records of the queue before it are lost. No rebuild mends it: lost
+        data (``record_damaged``), not a consume queue fault."""
+        return error(
+            "cq-entry-mismatch",
+            f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
+            f"QUEUEOFFSET field says {record.queue_offset}: the entry follows the queue's previous record, as the broker wrote it, so the "
+            "record's field is damaged or records of the queue before it are lost; no rebuild of the queue mends it (consumers get "
+            f"the message with queue offset {record.queue_offset})",
+            file=self._file_of(cursor, entry.queue_offset),
+            offset=record.offset,
+            expected=record.queue_offset,
+            found=entry.queue_offset,
+            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": "queue offset", "record_damaged": True},
+        )
 
     def _tags_code(self, record: LogRecord) -> int | str:
         """``consume_queue_tags_code``; outside SCHEDULE_TOPIC_XXXX it depends on TAGS alone, so
