@@ -14,7 +14,8 @@ known by then looked up on the walk). Each whole
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
 thread of its own while the walk goes on (``handoff.Stage``: a batch or two may wait, in
 order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
-file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file
+file's ends read) while the walk starts, and reads ahead what the checks after the walk read
+(``_read_ahead``). The findings are spilled to an unlinked temporary file
 as they come (memory stays flat) and replayed once the commit log's findings are out, as if the
 checks had run after it.
 
@@ -163,8 +164,26 @@ class SharedWalk(ChainReader):
     def _work(self, item) -> None:
         if item is _BEGIN:
             self.pending.extend(self.checks.begin())
+            if self.checking is not None:
+                self._read_ahead()
         else:
             self._check(item)
+
+    def _read_ahead(self) -> None:
+        """What the checks after the walk read, read beside it and kept where they look for it
+        (the same answers, found while the walk goes on): where the broker's recovery starts
+        (``Verification.broker_start``) and each queue's recovery (``ConsumeQueue.recover``), where
+        the checkpoint check places the consumer offsets (``state.config_findings``). A failure is
+        left for them to meet again, in order."""
+        verification = self.verification
+        store = verification.store
+        try:
+            verification.broker_start()
+            if "checkpoint" in verification.options.checks and store.config_file("consumerOffset.json") is not None:
+                for queue in store.consume_queues:
+                    queue.recover()
+        except Exception:  # noqa: BLE001 - a read ahead only: the serial code reports it
+            pass
 
     def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object, bool]) -> None:
         base, array, rows, builder, deferred = batch
