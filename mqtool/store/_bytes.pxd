@@ -4,9 +4,9 @@
 # ``ByteBuffer.getInt``/``getLong``), ``load8`` (the eight bytes at any position as one native
 # uint64), the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte``:
 # scans that skip a word at a time where no byte they look for can be),
-# ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``. All take a
-# raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang builtins
-# (the byte swaps, the prefetch).
+# ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``/``prefetch_r``.
+# All take a raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang
+# builtins (the byte swaps, the prefetches).
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
