@@ -41,3 +41,14 @@ def test_a_small_stores_verify_loads_nothing_it_does_not_use():
     assert extra == []
     summary = json.loads(proc.stdout)["summary"]
     assert summary["sound"] and summary["commitlog"]["records"] == len(manifest("5.3.3", "clean-small")["messages"])
+
+
+def test_a_json_verify_loads_neither_rich_nor_the_plan_model():
+    """rich draws the table output only, and the plan's dataclasses are a planner's: ``verify
+    --format json`` asks the next start where the broker scans from (``nextstart.start_of``, the
+    eras left by ``recovery.candidates``) without either."""
+    proc, extra = run_loading(["verify", str(store_path("5.3.3", "crashed-small")), "--format", "json"], ("rich", "mqtool.recovery.plan"),
+                              env={**os.environ, "COLUMNS": "100"}, packages=False)
+    assert proc.returncode == 1, proc.stderr
+    assert extra == []
+    assert json.loads(proc.stdout)["summary"]["next_start"]["mode"] == "abnormal"

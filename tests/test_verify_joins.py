@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
@@ -536,3 +537,25 @@ def test_jobs_2_findings_are_those_of_jobs_1_shared_or_forked(version, store_cop
     alone = run_jobs(root, 1)
     assert "damaged-range" in kinds(alone[0]) or "half-message" in kinds(alone[0])
     assert run_jobs(root, 2) == alone and run_jobs_forked(root, 2) == alone
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_the_checks_thread_reads_ahead_what_the_checks_after_the_walk_read(version, monkeypatch):
+    """With two CPUs the checks thread, a step whenever it is idle at a cut, reads the broker's
+    recovery start and the queues' recovery (where the checkpoint check places the consumer
+    offsets) while the walk goes on, not after it; the findings are the inline run's."""
+    from mqtool.store.consumequeue import ConsumeQueue
+
+    monkeypatch.setattr(logstream, "BATCH", SMALL["batch"])  # more cuts than steps
+    monkeypatch.setattr(segments, "SHOWN_STEP", SMALL["shown_step"])
+    path = FIXTURES / f"rocketmq-{version}" / "config-real"
+    inline = run(path, cpu_count=1)
+    monkeypatch.setattr(handoff.Stage, "idle", lambda self: True)
+    readers, recover = [], ConsumeQueue._recover
+    monkeypatch.setattr(ConsumeQueue, "_recover", lambda self: readers.append(threading.current_thread().name) or recover(self))
+    starts, broker_start = [], Verification.broker_start
+    monkeypatch.setattr(Verification, "broker_start", lambda self: starts.append((self._broker_start, threading.current_thread().name)) or broker_start(self))
+    assert run(path) == inline and THREADED == [True]
+    assert any(f["kind"] == "consumer-offset-range" for f in inline[0])  # the offsets were placed
+    assert readers and set(readers) == {"mqtool-verify-check"}
+    assert starts[0] == (None, "mqtool-verify-check")  # found first beside the walk

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
@@ -24,6 +23,13 @@ from .store_state import warn_store_state
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+
+
+def escape(text: str) -> str:
+    """rich's markup escape; rich loaded only for the table output (not for json, jsonl or csv)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class StageProgress:

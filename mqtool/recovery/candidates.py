@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import Refused
 from ..store import Store
 from ..store.eras import candidate_groups, relevant_rules
 from ..store.rules import rules_deciding
 from ..store.version import eras_label
-from .plan import Plan
+
+if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are asked for (``nextstart``)
+    from .plan import Plan
 
 IMMATERIAL = (
     # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a

@@ -4,9 +4,9 @@
 # ``ByteBuffer.getInt``/``getLong``), ``load8`` (the eight bytes at any position as one native
 # uint64), the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte``:
 # scans that skip a word at a time where no byte they look for can be),
-# ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``. All take a
-# raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang builtins
-# (the byte swaps, the prefetch).
+# ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``/``prefetch_r``.
+# All take a raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang
+# builtins (the byte swaps, the prefetches).
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -29,6 +29,7 @@ cdef extern from *:
     #define MQ_ONES 0x0101010101010101ULL
     #define MQ_HIGH 0x8080808080808080ULL
     #define mq_prefetch_w(p) __builtin_prefetch((p), 1, 3)
+    #define mq_prefetch_r(p) __builtin_prefetch((p), 0, 3)
     """
     bint MQ_LITTLE_ENDIAN  # load8's first byte is its least significant one
     uint64_t ONES "MQ_ONES"
@@ -38,6 +39,7 @@ cdef extern from *:
     uint32_t mq_be32(const uint8_t* p) noexcept nogil
     uint64_t mq_be64(const uint8_t* p) noexcept nogil
     void mq_prefetch_w(const void* p) noexcept nogil
+    void mq_prefetch_r(const void* p) noexcept nogil
 
 cdef enum:
     WORD_LOOP = 64  # copy_words: longer spans go to memcpy
@@ -129,3 +131,8 @@ cdef inline Py_ssize_t copy_words(uint8_t* out, Py_ssize_t k, const uint8_t* buf
 cdef inline void prefetch_w(const void* p) noexcept nogil:
     """Ask the CPU to bring ``p`` into its caches for a write (never faults)."""
     mq_prefetch_w(p)
+
+
+cdef inline void prefetch_r(const void* p) noexcept nogil:
+    """Ask the CPU to bring ``p`` into its caches for a read (never faults)."""
+    mq_prefetch_r(p)

@@ -14,9 +14,10 @@ known by then looked up on the walk). Each whole
 batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
 thread of its own while the walk goes on (``handoff.Stage``: a batch or two may wait, in
 order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
-file's ends read) while the walk starts. The findings are spilled to an unlinked temporary file
-as they come (memory stays flat) and replayed once the commit log's findings are out, as if the
-checks had run after it.
+file's ends read) while the walk starts and, a step whenever it is idle at a cut, reads ahead
+what the checks after the walk read (``_ahead``). The findings are spilled to an unlinked
+temporary file as they come (memory stays flat) and replayed once the commit log's findings are
+out, as if the checks had run after it.
 
 The checks run with the end of the files standing in for the commit log's logical end, as the
 forked child does (``forked.py``): the findings are those of a separate walk whenever the
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import pickle
 from collections import deque
-from typing import TYPE_CHECKING, Generator
+from typing import TYPE_CHECKING, Generator, Iterator
 
 import numpy as np
 
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from .verification import Verification
 
 _BEGIN = object()  # the checks' first work: made, and their findings before any record (``CrossChecks.begin``)
+_AHEAD = object()  # a step of the read-ahead (``_ahead``), handed over when the checks thread is idle
 CHUNK = 4096  # findings per pickled chunk
 CHECK_DEPTH = 1  # batches (about 8 MiB of records each) waiting for the checks thread, at most (each holds 20 MB at 128 B)
 
@@ -78,6 +80,8 @@ class SharedWalk(ChainReader):
         self.number_now = False  # whether its topics are numbered as it is dispatched (else when it is built)
         self.cuts = self.built = 0  # batches cut, and batches whose columns are built (topics numbered in order)
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
+        self.ahead: Iterator[None] | None = None  # the read-ahead's steps (``_ahead``), made in the checks thread
+        self.ahead_left = threads  # whether steps may remain
         self.checking = Stage(self._work, CHECK_DEPTH, "mqtool-verify-check") if threads else None
         if self.checking is None:
             self._work(_BEGIN)
@@ -159,12 +163,39 @@ class SharedWalk(ChainReader):
             self.handed.append(int(rows[0, fs.COL_POS]))
             self.checking.put(batch)
             self.buffer = np.empty((self.rows_per_batch, fs.N_COLS), dtype=np.int64)  # ``rows`` are the checks' now
+            if self.defer and self.ahead_left:
+                self.checking.put(_AHEAD)  # and a step of the read-ahead, in time it would spend waiting
 
     def _work(self, item) -> None:
         if item is _BEGIN:
             self.pending.extend(self.checks.begin())
+        elif item is _AHEAD:
+            self._read_ahead()
         else:
             self._check(item)
+
+    def _read_ahead(self) -> None:
+        """One step of ``_ahead``; a failure ends them (the serial code meets it again, in order)."""
+        if self.ahead is None:
+            self.ahead = self._ahead()
+        try:
+            next(self.ahead)
+        except Exception:  # noqa: BLE001 - StopIteration, or a read ahead's failure: the serial code reports it
+            self.ahead_left = False
+
+    def _ahead(self) -> Iterator[None]:
+        """What the checks after the walk read, a step at a time, each kept where they look for it
+        (the same answers, found while the walk goes on): where the broker's recovery starts
+        (``Verification.broker_start``), then each queue's recovery (``ConsumeQueue.recover``), where
+        the checkpoint check places the consumer offsets (``state.config_findings``)."""
+        verification = self.verification
+        store = verification.store
+        verification.broker_start()
+        yield
+        if "checkpoint" in verification.options.checks and store.config_file("consumerOffset.json") is not None:
+            for queue in store.consume_queues:
+                queue.recover()
+                yield
 
     def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object, bool]) -> None:
         base, array, rows, builder, deferred = batch

@@ -51,15 +51,16 @@ class Verification:
         """Where the broker's start-up recovery scans from (``store.nextstart.start_of``, the start the
         next-start line reports): damage before it does not end the log the broker serves. The first
         segment without a store directory or for a DLedger store."""
-        if self._broker_start is None:
+        if self._broker_start is None:  # set once, whole: the checks thread may ask first (``sharedwalk``)
             store = self.store
-            self._broker_start = store.commitlog.min_offset
+            offset = store.commitlog.min_offset
             if store.root is not None:
                 from ..store.nextstart import start_of
 
                 start = start_of(store)
                 if start is not None:
-                    self._broker_start = start.offset
+                    offset = start.offset
+            self._broker_start = offset
         return self._broker_start
 
     def _stage(self, name: str, total: int):
