@@ -30,6 +30,11 @@ from unpack import unpack  # noqa: E402  (the fixture files kept gzipped: fixtur
 unpack()
 sys.path.remove(str(FIXTURES))
 
+# Bytecode written (as on a user's machine) even where PYTHONDONTWRITEBYTECODE is set: the hundreds of
+# `python -m mqtool` runs and Spark workers the tests start, and each pytest-xdist worker's rewrite of
+# the test modules, then compile once rather than at every start.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -98,6 +103,42 @@ def fixture_version(store_dir: Path) -> str:
 @pytest.fixture
 def store_copy(tmp_path):
     return lambda version, name: copy_store(version, name, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for every Spark test (its JVM takes seconds to start)."""
+    from pyspark.sql import SparkSession
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqtool-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def pytest_collection_modifyitems(items):
+    """For pytest-xdist's ``--dist loadgroup`` (the README's test command): the tests that share a
+    session-scoped fixture of ours (the SparkSession) run on one worker, and so do the tests of a
+    module that share a module-scoped one, so that each is built once, not once per worker."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = [defs[-1] for defs in (info.name2fixturedefs.values() if info else ()) if defs[-1].scope in ("session", "module") and defs[-1].baseid]
+        if shared:
+            session = sorted(d.argname for d in shared if d.scope == "session")
+            item.add_marker(pytest.mark.xdist_group(session[0] if session else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture
