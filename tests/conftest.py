@@ -129,18 +129,6 @@ def spark(tmp_path_factory):
     s.stop()
 
 
-def pytest_collection_modifyitems(items):
-    """For pytest-xdist's ``--dist loadgroup`` (the README's test command): the tests that share a
-    session-scoped fixture of ours (the SparkSession) run on one worker, and so do the tests of a
-    module that share a module-scoped one, so that each is built once, not once per worker."""
-    for item in items:
-        info = getattr(item, "_fixtureinfo", None)
-        shared = [defs[-1] for defs in (info.name2fixturedefs.values() if info else ()) if defs[-1].scope in ("session", "module") and defs[-1].baseid]
-        if shared:
-            session = sorted(d.argname for d in shared if d.scope == "session")
-            item.add_marker(pytest.mark.xdist_group(session[0] if session else item.nodeid.split("::")[0]))
-
-
 @pytest.fixture
 def ahead_on_small_segments(monkeypatch):
     """The fixtures' 1 MiB segments are below ``dispatch.AHEAD_MIN_SEGMENT``: dispatch them ahead
