@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -127,6 +129,37 @@ def spark(tmp_path_factory):
     s.sparkContext.setLogLevel("ERROR")
     yield s
     s.stop()
+
+
+SPARK_FILES = ("tests/test_dledger_spark.py", "tests/test_spark_job.py")  # the files whose tests use ``spark``
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a pytest-xdist worker, the order the files are handed out in (each file's tests kept
+    together and in order): Spark's files first, so the longest unit of work starts at once rather
+    than ending the run alone, then the files with the most tests, as xdist would order them."""
+    if hasattr(config, "workerinput"):
+        file = lambda item: item.nodeid.split("::")[0]  # noqa: E731
+        tests = Counter(map(file, items))
+        items.sort(key=lambda item: (file(item) not in SPARK_FILES, -tests[file(item)], file(item)))
+
+
+if importlib.util.find_spec("xdist"):
+
+    def pytest_xdist_make_scheduler(config, log):
+        """``--dist loadfile`` with Spark's files one unit of work (one worker, one JVM), handed out
+        in the order the workers collected them (``pytest_collection_modifyitems``)."""
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class SparkTogether(LoadFileScheduling):
+            def _split_scope(self, nodeid):
+                scope = super()._split_scope(nodeid)
+                return "spark" if scope in SPARK_FILES else scope
+
+        config.option.loadscopereorder = False
+        return SparkTogether(config, log)
 
 
 @pytest.fixture
