@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import stat
 import subprocess
 import sys
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -30,6 +32,11 @@ from unpack import unpack  # noqa: E402  (the fixture files kept gzipped: fixtur
 unpack()
 sys.path.remove(str(FIXTURES))
 
+# Bytecode written (as on a user's machine) even where PYTHONDONTWRITEBYTECODE is set: the hundreds of
+# `python -m mqtool` runs and Spark workers the tests start, and each pytest-xdist worker's rewrite of
+# the test modules, then compile once rather than at every start.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -98,6 +105,61 @@ def fixture_version(store_dir: Path) -> str:
 @pytest.fixture
 def store_copy(tmp_path):
     return lambda version, name: copy_store(version, name, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    """One local SparkSession for every Spark test (its JVM takes seconds to start)."""
+    from pyspark.sql import SparkSession
+
+    s = (
+        SparkSession.builder.master("local[2]")
+        .appName("mqtool-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+SPARK_FILES = ("tests/test_dledger_spark.py", "tests/test_spark_job.py")  # the files whose tests use ``spark``
+
+
+def pytest_collection_modifyitems(config, items):
+    """On a pytest-xdist worker, the order the files are handed out in (each file's tests kept
+    together and in order): Spark's files first, so the longest unit of work starts at once rather
+    than ending the run alone, then the files with the most tests, as xdist would order them."""
+    if hasattr(config, "workerinput"):
+        file = lambda item: item.nodeid.split("::")[0]  # noqa: E731
+        tests = Counter(map(file, items))
+        items.sort(key=lambda item: (file(item) not in SPARK_FILES, -tests[file(item)], file(item)))
+
+
+if importlib.util.find_spec("xdist"):
+
+    def pytest_xdist_make_scheduler(config, log):
+        """``--dist loadfile`` with Spark's files one unit of work (one worker, one JVM), handed out
+        in the order the workers collected them (``pytest_collection_modifyitems``)."""
+        if config.getvalue("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
+
+        class SparkTogether(LoadFileScheduling):
+            def _split_scope(self, nodeid):
+                scope = super()._split_scope(nodeid)
+                return "spark" if scope in SPARK_FILES else scope
+
+        config.option.loadscopereorder = False
+        return SparkTogether(config, log)
 
 
 @pytest.fixture

@@ -19,26 +19,6 @@ from mqtool.scan.schema import MESSAGE_SCHEMA  # noqa: E402
 from mqtool.spark import job  # noqa: E402  (needs pyspark)
 
 
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.master("local[2]")
-        .appName("mqtool-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.local.dir", str(tmp_path_factory.mktemp("spark-local")))
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )  # left running: test_spark_job's session fixture gets this one and stops it
-
-
 def test_spark_messages_equal_dump_on_dledger_stores(spark, tmp_path):
     brokers = {"b5": ("5.3.3", "dledger-small")}
     out = tmp_path / "out"
