@@ -173,9 +173,28 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
     assert [f["details"]["timer_log_offset"] for f in damaged] == [20 * 52]
 
 
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, version):
+    """DLedgerMmapFileStore.recover with no index file: no unit matches, so the walk starts at the
+    first data file and ``indexFileList.append`` maps a new index file (DLedger's default size,
+    which ``DLedgerCommitLog`` does not set) and writes every unit from its entry: ``repair``
+    creates it with the broker's unit bytes, and ``restore`` deletes it again."""
+    root = copy_store(version, "dledger-crashed", tmp_path / "s")
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    original = index.read_bytes()
+    written = len(original.rstrip(b"\0"))
+    index.unlink()
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert index.stat().st_size == 32 * 5 * 1024 * 1024
+    with open(index, "rb") as f:
+        assert f.read(len(original)) == original[:written] + bytes(len(original) - written)
+
+
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
-                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149)])
+                                        ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149),
+                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -188,7 +207,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     timerwheel cut short: TimerWheel refuses a wheel of the wrong length, so it is padded with empty slots. 1143:
     the only segment left cut short: its name (3 MiB) is a multiple of the segment size, 1 MiB, the largest power
     of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
-    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too."""
+    queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too. 1254,
+    3010: the DLedger index file deleted: the broker's recovery creates it and writes every unit from its entry."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

@@ -39,6 +39,7 @@ from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
+from .dledger import DLEDGER_INDEX_FILE_SIZE
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
 from ..store.walkedchain import WalkedChain
 
@@ -173,9 +174,6 @@ def _dledger_index_size(path: Path, size: int) -> int:
         f.seek(power - dfmt.INDEX_UNIT_SIZE)
         last = f.read(dfmt.INDEX_UNIT_SIZE)
     return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
-
-
-DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024  # DLedgerMmapFileStore.INDEX_UNIT_SIZE x 5 Mi
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
