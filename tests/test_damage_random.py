@@ -137,6 +137,18 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
+def test_wheel_slots_of_a_deleted_timer_log_file_are_lost_data(tmp_path):
+    """The first timer log file deleted: the broker loads the files left, and TimerMessageStore.recover
+    revises only the slots of the units it walks (recoverAndRevise), so slots still name units of the
+    deleted file: those timer messages are never delivered. ``repair`` reports them as lost data."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "timerlog" / "00000000000000000000").unlink()
+    rc, findings = repaired_findings(root)
+    wheel = [f for f in findings if f["kind"] == "timer-wheel"]
+    assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
+    assert all(f["details"]["before_start"] and f["found"] < 8192 for f in wheel)
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 @pytest.mark.parametrize("change", ["cut", "grown"])
 def test_a_lone_dledger_index_file_of_the_wrong_length_is_resized(tmp_path, version, change):
@@ -194,7 +206,7 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149),
-                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010)])
+                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -208,7 +220,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     the only segment left cut short: its name (3 MiB) is a multiple of the segment size, 1 MiB, the largest power
     of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
     queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too. 1254,
-    3010: the DLedger index file deleted: the broker's recovery creates it and writes every unit from its entry."""
+    3010: the DLedger index file deleted: the broker's recovery creates it and writes every unit from its entry. 3239:
+    the first timer log file deleted: the wheel slots naming its units are lost data."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

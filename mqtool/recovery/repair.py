@@ -288,10 +288,18 @@ class _LostData:
         # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
         # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
         # still include them; a damaged timer log loses the units after the damage (the broker's timer recovery truncates there)
-        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") or f.kind == "timer-log-damaged" for f in findings)
+        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and _names_gone_units(f) or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
+
+
+def _names_gone_units(f: Finding) -> bool:
+    """A timer finding naming what is gone: a message past the commit log's end, or units past the
+    timer log's end or before its first file (a deleted file, which TimerMessageStore.recover
+    never walks: the wheel's slots keep naming its units)."""
+    d = f.details or {}
+    return bool(d.get("past_end") or d.get("before_start"))
 
 
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
@@ -312,8 +320,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind == "abort-present":
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
-        d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
-        out.lost.append(expected(f, lost.holds(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
+        pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
+        out.lost.append(expected(f, lost.holds(f.offset) or _names_gone_units(f) or pending))
     elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
         out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":
