@@ -137,6 +137,26 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
+def test_a_record_cut_inside_its_body_ends_recovery_at_its_crc_before_its_length(tmp_path):
+    """A segment cut inside a record's body and padded by ``repair``: the record's TOTALSIZE then
+    disagrees with its zeroed fields too, but checkMessageAndReturnSize checks the body CRC as it
+    reads the body, before the length (reference §3.1): 4.2.0's abnormal recovery stops there
+    (-1) instead of advancing by TOTALSIZE, so ``repair`` plans that cut and ends sound."""
+    from mqtool.recovery.planner import plan_recover
+    from mqtool.store import Store
+
+    root = copy_store("4.2.0", "crashed-small", tmp_path)
+    segment = root / "commitlog" / "00000000000001048576"
+    with open(segment, "r+b") as f:
+        f.truncate(341347)  # inside the body of the record at 1376994
+        f.truncate(1048576)  # as repair's resize-segment pads it
+    with Store.open(root) as store:
+        plan = plan_recover(store)
+    assert (plan.commitlog.valid_end, plan.commitlog.end_reason.split()[0]) == (1376994, "crc")
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"]
+
+
 def test_wheel_slots_of_a_deleted_timer_log_file_are_lost_data(tmp_path):
     """The first timer log file deleted: the broker loads the files left, and TimerMessageStore.recover
     revises only the slots of the units it walks (recoverAndRevise), so slots still name units of the
@@ -206,7 +226,8 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149),
-                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239)])
+                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239),
+                                        ("4.2.0/crashed-small", 3291)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -221,7 +242,8 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     of two dividing it, and the segment is padded to that. 1149: a DLedger record with a bad body CRC and a deleted
     queue: DLedger's recovery checks no CRC and keeps the log past it, so rebuild-cq dispatches on past it too. 1254,
     3010: the DLedger index file deleted: the broker's recovery creates it and writes every unit from its entry. 3239:
-    the first timer log file deleted: the wheel slots naming its units are lost data."""
+    the first timer log file deleted: the wheel slots naming its units are lost data. 3291: a 4.2.0 segment cut inside
+    a record's body: its CRC fails before its length disagrees, so the abnormal recovery stops there."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)
