@@ -181,7 +181,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if dry_run:
         return
     if plan.is_empty:
-        note("nothing to do")
+        if not any(n.startswith("nothing to") for n in plan.notes):  # the plan's own note says why
+            note("nothing to do")
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
@@ -524,7 +525,8 @@ def apply(
             return
     emit_confirmed(plan.to_dict(), fmt, render_plan, yes)
     if plan.is_empty:
-        note("nothing to do")
+        if not any(n.startswith("nothing to") for n in plan.notes):  # the plan's own note says why
+            note("nothing to do")
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
