@@ -228,8 +228,8 @@ class Executor:
 
     def _resize(self, action) -> None:
         """A file cut short is padded with zeros, one with bytes appended is trimmed, to
-        ``action.end`` bytes (an absent one is created so); written beside it and renamed over it, so the backup (possibly a
-        hard link to the original) keeps the original bytes."""
+        ``action.end`` bytes (an absent one is created so); written beside it and renamed over
+        it, so the backup (possibly a hard link to the original) keeps the original bytes."""
         path = self.root / action.path
         self._keep(action.path)
         durability_point("file backed up")

@@ -177,7 +177,7 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> li
     layout = store.commitlog.layout
     size = index_file_size(store)
     files = dict(layout.index_files())
-    created = {b for b, _ in _missing_slots(store, start, stop)} if op == "write-dledger-index" else set()
+    created = set(_missing_slots(store, start, stop)) if op == "write-dledger-index" else set()
     for base in sorted(files.keys() | created):
         path = files.get(base, layout.index_dir / f"{base:020d}")
         lo, hi = max(start, base), min(stop, base + (path.stat().st_size if base in files else size))
@@ -196,22 +196,22 @@ def index_file_size(store: Store) -> int:
 DLEDGER_INDEX_FILE_SIZE = dfmt.INDEX_UNIT_SIZE * 5 * 1024 * 1024
 
 
-def _missing_slots(store: Store, start: int, stop: int) -> list[tuple[int, int]]:
-    """(base, size) of each index file the bytes [``start``, ``stop``) of the index file list fall
-    in that is not on disk (deleted, or never written)."""
+def _missing_slots(store: Store, start: int, stop: int) -> list[int]:
+    """The base of each index file the bytes [``start``, ``stop``) of the index file list fall in
+    that is not on disk (deleted, or never written)."""
     size = index_file_size(store)
     have = {b for b, _ in store.commitlog.layout.index_files()}
-    return [(b, size) for b in range(start - start % size, stop, size) if b not in have]
+    return [b for b in range(start - start % size, stop, size) if b not in have]
 
 
 def _missing_index_files(store: Store, start: int, stop: int) -> list:
     """An index file the recovery's rewrite writes into that is not on disk: ``MmapFileList.append``
     (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one of the index
     file size, created here (``resize`` of an absent file)."""
-    index_dir = store.commitlog.layout.index_dir
+    index_dir, size = store.commitlog.layout.index_dir, index_file_size(store)
     return [Action("resize", rel(store, index_dir / f"{base:020d}"), 0, size,
                    f"DLedger index file missing: the broker's recovery creates it ({size} bytes) and writes the units from the entries")
-            for base, size in _missing_slots(store, start, stop)]
+            for base in _missing_slots(store, start, stop)]
 
 
 def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
