@@ -157,6 +157,18 @@ def _size_from_name(path: Path, size: int) -> int:
     return base & -base if base and base % size else size
 
 
+def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
+    """``inferred`` (the most common size), unless it does not divide every file's name, an offset
+    and so a multiple of the file size: every size was cut or grown (one of each ties, e.g.), and
+    the size is the largest power of two dividing every name, as for a lone file (``_size_from_name``),
+    if that is not below the smallest file's size (a tiny power comes from a misnamed file)."""
+    named = 0
+    for base in bases:
+        named |= base
+    power = named & -named
+    return power if named and any(b % inferred for b in bases) and power >= smallest else inferred
+
+
 def _dledger_index_size(path: Path, size: int) -> int:
     """The size of a lone DLedger index file of ``size`` bytes, none beside it to compare with. A size
     that is a whole number of units is taken as configured. Else bytes were appended or the file was
@@ -191,7 +203,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     sizes = [s for _, _, s in segments if s > 0]
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
-        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else inferred_file_size(sizes)
+        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
