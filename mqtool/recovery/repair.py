@@ -39,7 +39,6 @@ from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
-from .dledger import DLEDGER_INDEX_FILE_SIZE
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
 from ..store.walkedchain import WalkedChain
 
@@ -178,6 +177,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
     (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units, which a broker's ``MessageStoreConfig``
     does not expose: the only size its broker maps)."""
     from ..formats import dledger as dfmt
+    from .dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
     if size % dfmt.INDEX_UNIT_SIZE == 0:
         return size
