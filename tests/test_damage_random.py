@@ -137,6 +137,38 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
 
 
+def test_a_record_cut_inside_its_body_ends_recovery_at_its_crc_before_its_length(tmp_path):
+    """A segment cut inside a record's body and padded by ``repair``: the record's TOTALSIZE then
+    disagrees with its zeroed fields too, but checkMessageAndReturnSize checks the body CRC as it
+    reads the body, before the length (reference §3.1): 4.2.0's abnormal recovery stops there
+    (-1) instead of advancing by TOTALSIZE, so ``repair`` plans that cut and ends sound."""
+    from mqtool.recovery.planner import plan_recover
+    from mqtool.store import Store
+
+    root = copy_store("4.2.0", "crashed-small", tmp_path)
+    segment = root / "commitlog" / "00000000000001048576"
+    with open(segment, "r+b") as f:
+        f.truncate(341347)  # inside the body of the record at 1376994
+        f.truncate(1048576)  # as repair's resize-segment pads it
+    with Store.open(root) as store:
+        plan = plan_recover(store)
+    assert (plan.commitlog.valid_end, plan.commitlog.end_reason.split()[0]) == (1376994, "crc")
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"]
+
+
+def test_wheel_slots_of_a_deleted_timer_log_file_are_lost_data(tmp_path):
+    """The first timer log file deleted: the broker loads the files left, and TimerMessageStore.recover
+    revises only the slots of the units it walks (recoverAndRevise), so slots still name units of the
+    deleted file: those timer messages are never delivered. ``repair`` reports them as lost data."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "timerlog" / "00000000000000000000").unlink()
+    rc, findings = repaired_findings(root)
+    wheel = [f for f in findings if f["kind"] == "timer-wheel"]
+    assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
+    assert all(f["details"]["before_start"] and f["found"] < 8192 for f in wheel)
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 @pytest.mark.parametrize("change", ["cut", "grown"])
 def test_a_lone_dledger_index_file_of_the_wrong_length_is_resized(tmp_path, version, change):
@@ -173,10 +205,30 @@ def test_units_after_a_damaged_timer_log_unit_are_lost_data(tmp_path):
     assert [f["details"]["timer_log_offset"] for f in damaged] == [20 * 52]
 
 
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, version):
+    """DLedgerMmapFileStore.recover with no index file: no unit matches, so the walk starts at the
+    first data file and ``indexFileList.append`` maps a new index file (DLedger's default size,
+    which ``DLedgerCommitLog`` does not set) and writes every unit from its entry: ``repair``
+    creates it with the broker's unit bytes, and ``restore`` deletes it again."""
+    root = copy_store(version, "dledger-crashed", tmp_path / "s")
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    original = index.read_bytes()
+    written = len(original.rstrip(b"\0"))
+    index.unlink()
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert index.stat().st_size == 32 * 5 * 1024 * 1024
+    with open(index, "rb") as f:
+        assert f.read(len(original)) == original[:written] + bytes(len(original) - written)
+
+
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149), ("4.0.0/clean-small", 3017),
-                                        ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297)])
+                                        ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297),
+                                        ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239),
+                                        ("4.2.0/crashed-small", 3291), ("4.9.2/retention-small", 6093), ("4.4.0/crashed-small", 6128)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -193,7 +245,12 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     3013: a bit flip in a record's QUEUEOFFSET: the entry is where the broker's dispatch appends the record, so the
     damaged field is lost data and no rebuild is planned. 3350: a middle segment deleted and a queue cut: the rebuilt
     queue appends the records after the gap right after those before it, as the broker does (lost data, not a fault).
-    3297: the first segment cut short and the index damaged: the rebuilt index goes on past the zeros, as doReput does."""
+    3297: the first segment cut short and the index damaged: the rebuilt index goes on past the zeros, as doReput does.
+    1254, 3010: the DLedger index file deleted: the broker's recovery creates it and writes every unit from its entry. 3239:
+    the first timer log file deleted: the wheel slots naming its units are lost data. 3291: a 4.2.0 segment cut inside
+    a record's body: its CRC fails before its length disagrees, so the abnormal recovery stops there. 6093: the two
+    segments left, one cut and one grown: no size divides both names, the size is the power of two that does. 6128: a
+    bit flip in a STORETIMESTAMP (no CRC covers it) names a new index file in a year past 9999."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

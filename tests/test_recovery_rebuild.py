@@ -15,7 +15,7 @@ from mqtool.recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_i
 from mqtool.store import Store
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC
-from repair_support import assert_tags_code, broker_query, fixture_config, put_time_delay_tags, queue_entries, queue_view, tree
+from repair_support import assert_tags_code, broker_query, fixture_config, mqtool, put_time_delay_tags, queue_entries, queue_view, tree
 
 
 def rebuild(tmp_path, store_dir, planner, version, name, options=PlanOptions()):
@@ -56,6 +56,26 @@ def test_rebuild_of_an_intact_store_rewrites_the_same_bytes(tmp_path, version):
     after = tree(store_dir)
     assert {k: v for k, v in after.items() if not k.startswith("index/")} == {k: v for k, v in before.items() if not k.startswith("index/")}
     assert sorted(v for k, v in after.items() if k.startswith("index/")) == sorted(v for k, v in before.items() if k.startswith("index/"))
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_rebuild_cq_plans_only_the_queues_it_would_change(tmp_path, version):
+    """On a store whose consume queues already hold the rebuild's bytes, ``rebuild-cq --yes`` says
+    so and exits 0, writing nothing and keeping no backup; with one entry's bit flipped, that queue
+    is the only one planned."""
+    root = copy_store(version, "clean-small", tmp_path / "s")
+    stamps = lambda: {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}  # noqa: E731
+    before = stamps()
+    result = mqtool("rebuild-cq", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
+    assert result.returncode == 0 and "nothing to rebuild: every consume queue already equals the rebuild" in result.stdout
+    assert not (tmp_path / "b").exists() and stamps() == before
+    path = root / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    data[2 * cqfmt.ENTRY_SIZE + 9] ^= 0x01  # entry 2's size
+    path.write_bytes(data)
+    with Store.open(root, fixture_config(manifest(version, "clean-small")), version) as store:
+        plan = plan_rebuild_cq(store)
+    assert [(q.topic, q.queue_id) for q in plan.queues if q.files] == [("TopicTest", 1)]
 
 
 def test_rebuild_one_queue_touches_only_it(tmp_path):

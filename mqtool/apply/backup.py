@@ -202,7 +202,7 @@ class BackupSet:
         return result
 
     def backup_range(self, rel: str, start: int, end: int) -> None:
-        if (rel, start, end) in self._ranges:
+        if (rel, start, end) in self._ranges or rel in self._created:  # a file this apply created has nothing original to keep
             return
         copy = self.range_copy(rel, start, end)
         makedirs(copy.parent)

@@ -228,14 +228,18 @@ class Executor:
 
     def _resize(self, action) -> None:
         """A file cut short is padded with zeros, one with bytes appended is trimmed, to
-        ``action.end`` bytes; written beside it and renamed over it, so the backup (possibly a
-        hard link to the original) keeps the original bytes."""
+        ``action.end`` bytes (an absent one is created so); written beside it and renamed over
+        it, so the backup (possibly a hard link to the original) keeps the original bytes."""
         path = self.root / action.path
-        self.backup.backup_file(action.path)
+        self._keep(action.path)
         durability_point("file backed up")
         makedirs(self.staging)
         tmp = self.tmp_path(path)
-        copy_sparse(path, tmp)
+        if path.exists():
+            copy_sparse(path, tmp)
+        else:  # a file the plan creates (a missing DLedger index file): all zeros
+            makedirs(path.parent)
+            tmp.write_bytes(b"")
         os.truncate(tmp, action.end)
         fsync_path(tmp)
         os.replace(tmp, path)

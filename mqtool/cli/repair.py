@@ -181,7 +181,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if dry_run:
         return
     if plan.is_empty:
-        note("nothing to do")
+        note_nothing_to_do(plan)
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
@@ -191,6 +191,12 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
+
+
+def note_nothing_to_do(plan: Plan) -> None:
+    """An empty plan: "nothing to do", unless one of its notes already says why (rebuild-cq's)."""
+    if not any(n.startswith("nothing to") for n in plan.notes):
+        note("nothing to do")
 
 
 def with_next_start(doc: dict, recover: Plan | None) -> dict:
@@ -524,7 +530,7 @@ def apply(
             return
     emit_confirmed(plan.to_dict(), fmt, render_plan, yes)
     if plan.is_empty:
-        note("nothing to do")
+        note_nothing_to_do(plan)
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")

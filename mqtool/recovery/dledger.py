@@ -32,6 +32,7 @@ from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start
 from ..store.fastscan import COL_SIZE, FastScan
+from ..store.mappedfile import inferred_file_size
 from ..store.rules import BrokerVersion
 from .logkinds import LogKind, RecoveryRun
 from .plan import Action
@@ -53,11 +54,14 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
 
 def index_actions(store: Store, dl: DataRecovery) -> list:
     """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
-    every unit rewritten from the entries (``write-dledger-index``); the units past the last
-    valid entry zeroed (``indexFileList.truncateOffset``)."""
+    every unit rewritten from the entries (``write-dledger-index``), in an index file created
+    first where none holds them (``indexFileList.append``); the units past the last valid entry
+    zeroed (``indexFileList.truncateOffset``)."""
     actions = []
     if dl.rewrite_from is not None:
-        actions += _index_ranges(store, "write-dledger-index", dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, dl.index_cut,
+        start = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE
+        actions += _missing_index_files(store, start, dl.index_cut)
+        actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
                                  f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them")
     if dl.index_units_on_disk > dl.last_index + 1:
         actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
@@ -65,13 +69,47 @@ def index_actions(store: Store, dl: DataRecovery) -> list:
 
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
-    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list."""
+    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list
+    (for a rewrite, the files ``_missing_index_files`` creates included)."""
     actions = []
-    for base, path in store.commitlog.layout.index_files():
-        lo, hi = max(start, base), min(stop, base + path.stat().st_size)
+    layout = store.commitlog.layout
+    size = index_file_size(store)
+    files = dict(layout.index_files())
+    created = set(_missing_slots(store, start, stop)) if op == "write-dledger-index" else set()
+    for base in sorted(files.keys() | created):
+        path = files.get(base, layout.index_dir / f"{base:020d}")
+        lo, hi = max(start, base), min(stop, base + (path.stat().st_size if base in files else size))
         if lo < hi:
             actions.append(Action(op, rel(store, path), lo - base, hi - base, note))
     return actions
+
+
+def index_file_size(store: Store) -> int:
+    """The length of the DLedger index files: that of the files there, else DLedger's default
+    (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
+    sizes = [p.stat().st_size for _, p in store.commitlog.layout.index_files()]
+    return inferred_file_size(sizes) if sizes else DLEDGER_INDEX_FILE_SIZE
+
+
+DLEDGER_INDEX_FILE_SIZE = dfmt.INDEX_UNIT_SIZE * 5 * 1024 * 1024
+
+
+def _missing_slots(store: Store, start: int, stop: int) -> list[int]:
+    """The base of each index file the bytes [``start``, ``stop``) of the index file list fall in
+    that is not on disk (deleted, or never written)."""
+    size = index_file_size(store)
+    have = {b for b, _ in store.commitlog.layout.index_files()}
+    return [b for b in range(start - start % size, stop, size) if b not in have]
+
+
+def _missing_index_files(store: Store, start: int, stop: int) -> list:
+    """An index file the recovery's rewrite writes into that is not on disk: ``MmapFileList.append``
+    (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one of the index
+    file size, created here (``resize`` of an absent file)."""
+    index_dir, size = store.commitlog.layout.index_dir, index_file_size(store)
+    return [Action("resize", rel(store, index_dir / f"{base:020d}"), 0, size,
+                   f"DLedger index file missing: the broker's recovery creates it ({size} bytes) and writes the units from the entries")
+            for base in _missing_slots(store, start, stop)]
 
 
 def checkpoint_actions(store: Store, dl: DataRecovery) -> list:

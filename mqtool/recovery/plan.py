@@ -214,7 +214,7 @@ class Action:
     ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``),
     ``write-dledger-index`` (DLedger index units, bytes ``start``..``end``, rewritten from their entries); and
     for ``repair``: ``quarantine`` (a stray file moved into the backup), ``resize`` (a segment
-    of ``start`` bytes padded with zeros or trimmed to ``end``), ``restore-config`` (a config
+    of ``start`` bytes padded with zeros or trimmed to ``end``; an absent one created so), ``restore-config`` (a config
     file replaced by its ``.bak``).
     """
 

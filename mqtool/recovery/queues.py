@@ -73,6 +73,7 @@ class QueueSim:
     _kept: int = 0  # placed units held in _chunks
     _pruned: int = 0  # placed units held after the last prune
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
+    differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -135,8 +136,10 @@ class QueueSim:
     def queue_state(self) -> QueueState:
         return QueueState(None if self.state[S_WRITE] < 0 else int(self.state[S_WRITE]), int(self.state[S_MAX_PHYS]))
 
-    def place(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray) -> int:
-        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed."""
+    def place(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray | None = None) -> int:
+        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed.
+        With ``tags`` (their tags codes) the placed units are compared with the original files
+        (``differs``, ``equals_original``)."""
         pos = np.empty(qoff.shape[0], dtype=np.int64)
         self.state[S_FILL_FROM] = -1
         placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
@@ -146,13 +149,19 @@ class QueueSim:
             self._new_file(start - start % self.file_size)
             count = (stop - start) // ENTRY
             self._chunks.append((start, np.zeros(count, dtype=np.int64), np.full(count, cqfmt.FILLER[1], dtype=np.int32)))
+            if tags is not None:
+                self._compare(start, self._chunks[-1][1], self._chunks[-1][2], np.full(count, cqfmt.FILLER[2], dtype=np.int64))
         if not placed:
             return 0
         if placed == qoff.shape[0]:  # the usual case: every unit placed, no mask to apply
             kp, kq, kphys, ksize = pos, qoff, phys.astype(np.int64), size.astype(np.int32)  # copies: the batch is not kept
+            ktags = tags
         else:
             keep = pos >= 0
             kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep].astype(np.int64, copy=False), size[keep].astype(np.int32)
+            ktags = tags[keep] if tags is not None else None
+        if ktags is not None:
+            self._compare(int(kp[0]), kphys, ksize, ktags)
         if self.first_added is None:
             self.first_added = (int(kq[0]), int(kphys[0]))
         self.last_added = (int(kq[-1]), int(kphys[-1]))
@@ -164,6 +173,33 @@ class QueueSim:
         if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most PRUNE_EVERY units
             self._prune()
         return placed
+
+    def _compare(self, start: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:
+        """``differs`` once a unit placed at ``start`` on (consecutive positions) is not the
+        original file's unit there."""
+        at = start
+        while not self.differs and at < start + len(phys) * ENTRY:
+            base = at - at % self.file_size
+            if base not in self.original:
+                self.differs = True
+                break
+            units = self._view(base)
+            i, j = (at - base) // ENTRY, (at - start) // ENTRY
+            n = min(units.shape[0] - i, len(phys) - j)
+            here = units[i : i + n]
+            self.differs = not (np.array_equal(here["phys_offset"], phys[j : j + n]) and np.array_equal(here["size"], size[j : j + n])
+                                and np.array_equal(here["tags_code"], tags[j : j + n]))
+            at += n * ENTRY
+
+    def equals_original(self) -> bool:
+        """The files a rebuild from scratch writes (every placed unit compared: ``place(..., tags)``)
+        hold the original files' bytes: the same files, each of the configured size, whose only
+        non-zero units are the placed ones."""
+        return (
+            bool(self.original) and not self.differs and set(self.files) == set(self.original)
+            and all(p.stat().st_size == self.file_size for p in self.original.values())
+            and self._nonzero_units_from(0) == self.added + self.fillers
+        )
 
     def _prune(self) -> None:
         """Keep placed units only where later steps read them: the first file (min offset) and

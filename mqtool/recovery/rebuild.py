@@ -116,7 +116,8 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     writes them when they are missing (``start()`` re-dispatches from the commit log min,
     §8.12): every record from the first segment to the valid end, tags code = delivery time for
     delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
-    The selected queues' files are replaced; files the rebuild does not produce are deleted."""
+    The selected queues' files are replaced; files the rebuild does not produce are deleted; a
+    queue whose files already hold the rebuild's bytes is left alone (no file to write)."""
     store.path()
     rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
@@ -154,7 +155,9 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
             sim = sims.get((topic, qid))
             if sim is None:
                 sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, rules=rules)
-            counts.cq += sim.place(*columns[:3])
+                if (topic, qid) in existing:
+                    sim.original = dict(existing[(topic, qid)].files)
+            counts.cq += sim.place(*columns)
     end, notes = scanner.end.offset, scanner.notes
     for skipped_record in scanner.skipped:
         notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
@@ -173,8 +176,11 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
             before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
         else:
             before = (0, 0)
-        queue_plans.append(queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,)))
+        qp = queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,))
+        queue_plans.append(replace(qp, files=()) if sim.equals_original() else qp)  # its files already hold the rebuild: left alone
     deletes, writes = queue_actions(store, queue_plans, sims)
+    if queue_plans and not deletes and not writes:
+        notes.append("nothing to rebuild: every consume queue already equals the rebuild")
     phase = DispatchPhase("rebuild", clmin, end, "reput", TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))

@@ -156,6 +156,18 @@ def _size_from_name(path: Path, size: int) -> int:
     return base & -base if base and base % size else size
 
 
+def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
+    """``inferred`` (the most common size), unless it does not divide every file's name, an offset
+    and so a multiple of the file size: every size was cut or grown (one of each ties, e.g.), and
+    the size is the largest power of two dividing every name, as for a lone file (``_size_from_name``),
+    if that is not below the smallest file's size (a tiny power comes from a misnamed file)."""
+    named = 0
+    for base in bases:
+        named |= base
+    power = named & -named
+    return power if named and any(b % inferred for b in bases) and power >= smallest else inferred
+
+
 def _dledger_index_size(path: Path, size: int) -> int:
     """The size of a lone DLedger index file of ``size`` bytes, none beside it to compare with. A size
     that is a whole number of units is taken as configured. Else bytes were appended or the file was
@@ -165,6 +177,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
     (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units, which a broker's ``MessageStoreConfig``
     does not expose: the only size its broker maps)."""
     from ..formats import dledger as dfmt
+    from .dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
     if size % dfmt.INDEX_UNIT_SIZE == 0:
         return size
@@ -173,9 +186,6 @@ def _dledger_index_size(path: Path, size: int) -> int:
         f.seek(power - dfmt.INDEX_UNIT_SIZE)
         last = f.read(dfmt.INDEX_UNIT_SIZE)
     return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
-
-
-DLEDGER_INDEX_FILE_SIZE = 32 * 5 * 1024 * 1024  # DLedgerMmapFileStore.INDEX_UNIT_SIZE x 5 Mi
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
@@ -193,7 +203,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     sizes = [s for _, _, s in segments if s > 0]
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
-        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else inferred_file_size(sizes)
+        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
@@ -290,10 +300,18 @@ class _LostData:
         # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
         # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
         # still include them; a damaged timer log loses the units after the damage (the broker's timer recovery truncates there)
-        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and (f.details or {}).get("past_end") or f.kind == "timer-log-damaged" for f in findings)
+        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and _names_gone_units(f) or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
+
+
+def _names_gone_units(f: Finding) -> bool:
+    """A timer finding naming what is gone: a message past the commit log's end, or units past the
+    timer log's end or before its first file (a deleted file, which TimerMessageStore.recover
+    never walks: the wheel's slots keep naming its units)."""
+    d = f.details or {}
+    return bool(d.get("past_end") or d.get("before_start"))
 
 
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
@@ -316,8 +334,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind == "abort-present":
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
-        d = f.details or {}  # "pending": the wheel is gone with the slots of undelivered timer messages
-        out.lost.append(expected(f, lost.holds(f.offset) or bool(d.get("past_end")) or bool(d.get("pending"))))
+        pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
+        out.lost.append(expected(f, lost.holds(f.offset) or _names_gone_units(f) or pending))
     elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
         out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":

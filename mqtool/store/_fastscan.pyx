@@ -157,15 +157,15 @@ cdef Walk walk_records(const uint8_t* b, Py_ssize_t end, Py_ssize_t pos, Py_ssiz
         props_end = props + (props_len if props_len > 0 else 0)
         if props_end > end:
             return _ended(count, pos, END_TRUNCATED, 0)
-        if props_end - pos != total:
-            return _ended(count, pos, END_LENGTH_MISMATCH, total)
         crc_ok = -1
-        if check_crc:
+        if check_crc:  # before the length: checkMessageAndReturnSize checks the body CRC as it reads the body (reference §3.1 steps 5, 9)
             crc_ok = 1
             if body_len > 0 and crc != be32(b, pos + POS_BODY_CRC):
                 if stop_on_crc:
                     return _ended(count, pos, END_CRC, total)
                 crc_ok = 0
+        if props_end - pos != total:
+            return _ended(count, pos, END_LENGTH_MISMATCH, total)
         row = out + count * N_COLS
         row[COL_POS] = pos
         row[COL_SIZE] = total

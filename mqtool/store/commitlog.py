@@ -103,7 +103,7 @@ class CommitLogScan:
                     try:
                         record = decode(buf, pos, base, size)
                     except FormatError as exc:
-                        self.end = _classify(buf, pos, base, size, exc)
+                        self.end = _classify(buf, pos, base, size, exc, check_crc)
                         return
                     if record.magic_code == fmt.BLANK_MAGIC:
                         self.blanks.append(record)
@@ -125,15 +125,28 @@ class CommitLogScan:
             pos = 0
 
 
-def _classify(buf, pos: int, base: int, size: int, exc: FormatError) -> ScanEnd:
+def _classify(buf, pos: int, base: int, size: int, exc: FormatError, check_crc: bool = False) -> ScanEnd:
     offset = base + pos
     if not any(buf[pos : min(pos + 8, size)]):
         return ScanEnd(offset, StopReason.ZEROS, "no record written here")
     if isinstance(exc, LengthMismatch):
+        crc = _body_crc_failure(buf, pos) if check_crc else None  # checkMessageAndReturnSize checks the body CRC first (reference §3.1)
+        if crc is not None:
+            return ScanEnd(offset, StopReason.CRC, crc, exc.total_size)
         return ScanEnd(offset, StopReason.LENGTH_MISMATCH, exc.reason, exc.total_size)
     if isinstance(exc, TruncatedRecord):
         return ScanEnd(offset, StopReason.TRUNCATED, exc.reason)
     return ScanEnd(offset, StopReason.CORRUPT, exc.reason)
+
+
+def _body_crc_failure(buf, pos: int) -> str | None:
+    """Why the body CRC of the (length-mismatched, but fully present) record at ``pos`` fails, or None."""
+    flags = int.from_bytes(buf[pos + fmt.SYS_FLAG_POSITION :][:4], "big")
+    header = fmt.HEADER_LAYOUTS[(bool(flags & fmt.SysFlag.BORNHOST_V6), bool(flags & fmt.SysFlag.STOREHOST_V6))]
+    stored, length = (int.from_bytes(buf[pos + header.offset_of(f) :][:4], "big", signed=True) for f in ("body_crc", "body_length"))
+    start = pos + header.codec.size
+    crc = body_crc(bytes(buf[start : start + length])) if length > 0 else stored
+    return None if crc == stored else f"body CRC {crc} != stored {stored}"
 
 
 class CommitLog:

@@ -201,9 +201,17 @@ def list_index_files(index_dir: Path) -> list[Path]:
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
-    """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation)."""
-    t = datetime.fromtimestamp(store_timestamp_ms / 1000, timezone.utc)
-    return t.strftime("%Y%m%d%H%M%S") + f"{store_timestamp_ms % 1000:03d}"
+    """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation). The
+    time is shifted by whole 400-year Gregorian cycles (after which the calendar repeats) into
+    Python's years 1-9999 and its year printed in full as ``UtilAll.timeMillisToHumanString``'s
+    ``%04d`` does: a damaged STORETIMESTAMP (no CRC covers it) can lie far outside them."""
+    cycles = store_timestamp_ms // _GREGORIAN_CYCLE_MS - 18  # into years 7170-7570
+    ms = store_timestamp_ms - cycles * _GREGORIAN_CYCLE_MS
+    t = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return f"{t.year + 400 * cycles:04d}" + t.strftime("%m%d%H%M%S") + f"{ms % 1000:03d}"
+
+
+_GREGORIAN_CYCLE_MS = 146097 * 86_400_000  # 400 years of the Gregorian calendar
 
 
 def next_index_name(candidate: str, after: str | None) -> str:

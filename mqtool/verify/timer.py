@@ -7,7 +7,9 @@ against each other and against the commit log.
   ``rmq_sys_wheel_timer`` record: after a commit log truncation the broker retries such units forever
   (apache/rocketmq#10668). One finding per unit; units before the commit log's min offset (expired) are info.
 - ``timer-wheel``: a missing ``timerwheel`` (an error while timer messages are pending: an empty wheel never
-  delivers them), one of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to start), or a slot whose first/last positions are not unit positions inside the timer log.
+  delivers them), one of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to start), or a slot whose first/last positions are not unit positions inside the timer log
+  (``past_end``: after its end, ``before_start``: before its first file, a deleted one; ``TimerMessageStore.recover``
+  revises only slots of the units it walks, so the units either names are gone).
 - ``timercheck-ahead``: ``lastTimerLogFlushPos`` past the timer log's end, or ``lastTimerQueueOffset`` past the
   ``rmq_sys_wheel_timer`` queue's max offset.
 """
@@ -83,12 +85,16 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         yield error("timer-wheel", f"timerwheel is {size} bytes; the broker expects {WHEEL_FILE_SIZE} and refuses to start", file="timerwheel", expected=WHEEL_FILE_SIZE, found=size)
         return
     units = _unit_positions(report)
+    start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
     for slot in timer.wheel_slots():
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
-            yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts",
+            gone = min(bad) < start
+            yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts"
+                          + (f" (before the timer log's first file at {start}: its units are gone)" if gone else ""),
                           file="timerwheel", expected="a unit position", found=bad[0],
-                          details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset})
+                          details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
+                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
