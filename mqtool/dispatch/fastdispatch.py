@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the dispatch's readers)
     F_FLAGS,
@@ -47,7 +46,6 @@ from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the 
     finish_keys,
 )
 
-TRAN_MASK = fmt.TRANSACTION_TYPE_MASK
 SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 

@@ -16,15 +16,10 @@ from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
-    BATCH_DONE,
     BUFFER_FULL,
-    H_BEGIN_PHY,
-    H_BEGIN_TS,
     H_END_PHY,
-    H_END_TS,
     H_INDEX_COUNT,
     H_PUT,
-    H_SLOT_COUNT,
     ROLL_NEEDED,
     S_FILL_FROM,
     S_FILL_TO,

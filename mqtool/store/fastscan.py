@@ -34,7 +34,6 @@ from .resync import RESYNC_CHAIN, scan_start  # noqa: F401
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 MAGIC_V1 = fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF
 MAGIC_V2 = fmt.MESSAGE_MAGIC_V2 & 0xFFFFFFFF
-MAGIC_BLANK = fmt.BLANK_MAGIC & 0xFFFFFFFF
 POS_MAGIC = _V4.offset_of("magic_code")
 POS_BODY_CRC = _V4.offset_of("body_crc")
 POS_SYS_FLAG = _V4.offset_of("sys_flag")

@@ -51,10 +51,6 @@ class RecordColumns:
         builder.add(batch.array, batch.rows)
         return builder.build(batch.base_offset)
 
-    @property
-    def transaction_types(self) -> np.ndarray:
-        return self.sys_flags & fd.TRAN_MASK
-
 
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
