@@ -1,18 +1,10 @@
 """Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
 
-- ``config/consumerOffset.json`` (``ConsumerOffsetManager``): ``{"topic@group": {queueId: offset}}``,
-  loaded as ``ConfigManager.load`` does: the ``.bak`` when the main file is missing, empty or
-  undecodable.
-- ``config/delayOffset.json`` (``ScheduleMessageService``): ``{level: offset}`` in the queue
-  ``SCHEDULE_TOPIC_XXXX/(level - 1)``; 4.9.2+ clamps each into the queue's range on load
-  (``correctDelayOffset``, rules §2.16).
-- ``config/timercheck`` (5.x ``TimerCheckpoint``): ``lastTimerQueueOffset`` in ``rmq_sys_wheel_timer/0``.
-
-Each committed offset is placed against the queue's [min, max] as the broker loads them (CQ recovery
-end, ``correctMinOffset``): ``at_min``, ``in_range``, ``at_max``, ``beyond_max`` (the broker answers
-OFFSET_OVERFLOW and the consumer resets or skips), ``below_min`` (messages expired before they were
-consumed) or ``no_queue``. Lag in messages and bytes comes from the consume queue units alone.
-"""
+``config/consumerOffset.json`` (``ConsumerOffsetManager``, loaded as ``ConfigManager.load`` does,
+``.bak`` as fallback), ``config/delayOffset.json`` (``ScheduleMessageService``; clamped from 4.9.2,
+``correctDelayOffset``, rules §2.16) and 5.x ``config/timercheck`` (``TimerCheckpoint``). Each
+offset is placed against its queue's [min, max] as the broker loads them (``at_min``,
+``in_range``, ``at_max``, ``beyond_max``, ``below_min``, ``no_queue``); lag comes from the units alone."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """``mqtool info``'s figures: what the files say, computed the way the broker computes them.
 
-- commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
-  logical end found by the recovery scan from where the caller says the broker's next start
-  scans (``store.nextstart``), else from the third-from-last segment (§8.5);
-- per queue: max offset = the CQ recovery end (§5.7), min offset = ``correctMinOffset`` against
-  the commit log min (§5.9). A crashed store's figures are those before any recovery.
-
-The logical end of a small commit log is found with the schema decoder (``CommitLog.scan``): the
-compiled walk (``fastscan``) costs about half a second to import and load, more than decoding a
-thousand records; past ``SCHEMA_SCAN_RECORDS`` the compiled walk carries on from where the
-decoder got to. Both apply the same checks (the fast-scan parity tests hold them equal); where the scan
-ends at damage, the compiled walk gives the end, so its words are those of ``verify``.
-"""
+Commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
+logical end of the recovery scan from where the broker's next start scans (``store.nextstart``),
+else from the third-from-last segment (§8.5). Per queue: max = the CQ recovery end (§5.7), min =
+``correctMinOffset`` (§5.9). A small log is decoded with the schema decoder (``CommitLog.scan``,
+cheaper than loading the compiled walk) up to ``SCHEMA_SCAN_RECORDS``, then the compiled walk
+carries on (the fast-scan parity tests hold them equal)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,10 @@
 """Per-record columns of one walk batch, for the columnar cross-checks (reference §3.2-§3.5, §6.5).
 
-``RecordColumns.of`` runs the recovery's compiled dispatch (``recovery/fastdispatch.py``:
-``dispatch_rows`` and ``finish_keys``, the same code ``recover`` and ``rebuild-*`` use; topics
-numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found,
-giving per record: commit log offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG,
-STORETIMESTAMP, the consume queue tags code (``checkMessageAndReturnSize``) and the index key
-hashes of ``topic#UNIQ_KEY`` and ``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
-(``FLAG_FALLBACK``) make ``fallback`` true: the checks then take the batch record by record.
-"""
+``RecordColumns.of`` runs the recovery's compiled dispatch (``dispatch/fastdispatch.py``, topics
+numbered by ``topicnumbers``) over the rows ``fastscan.walk_segment`` found: per record the fixed
+fields, the consume queue tags code (``checkMessageAndReturnSize``) and the index key hashes
+(``IndexService.buildIndex``). ``FLAG_FALLBACK`` records make ``fallback`` true: the checks then
+take the batch record by record."""
 
 from __future__ import annotations
 
