@@ -223,14 +223,10 @@ class _Accumulator:
 class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
 
-    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
-    parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
-    of ``BATCH``. With ``ahead`` (the recovery scan, and the reput of whole segments before it) the
-    next segment is walked and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees
-    every walked sub-batch (``walkedchain``).
-    ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
-    ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
-    """
+    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records (each record parsed
+    while in cache), handed out in batches of ``BATCH``. With ``ahead`` the next segment is walked
+    and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch
+    (``walkedchain``). ``last_valid_offset`` is the broker's ``lastValidMsgPhyOffset`` (-1 if none)."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -319,14 +315,11 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order, segment after segment, while the next segment is dispatched in
-        a second thread (``_Ahead``). Records never cross a segment, and the chain enters a
-        segment at its first byte (the blank ends the one before, reference §2, §8.3), so
-        segment ``i + 1``'s walk from its first byte is the one the chain makes if segment ``i``
-        ends at a blank; if it ends otherwise, the work ahead is dropped. The chain crossing the
-        range's last segment ends at ``stop`` (the end a walk to ``stop`` gives); a reput that
-        meets a record it cannot dispatch goes on where ``doReput`` would: ahead again from a
-        segment's first byte, else one segment after the other (``_produce_from``)."""
+        """The batches in order, segment after segment, while the next segment is dispatched in a
+        second thread (``_Ahead``). Records never cross a segment and the chain enters a segment at its
+        first byte (reference §2, §8.3), so the walk ahead is the chain's if the segment before ends at a
+        blank; otherwise it is dropped. A reput that meets a record it cannot dispatch goes on where
+        ``doReput`` would (``_produce_from``)."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
@@ -623,13 +616,10 @@ class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
     range is walked and parsed once.
 
-    The batches are spilled, only the columns the writers read (``spillrows``, 65 bytes a
-    record with its consume queue grouping, plus 4 a key and 16 a queue), to an unnamed temporary file (``tempfile``'s directory: page cache,
-    never fsynced, gone when the process ends) and read back one batch at a time, so the memory
-    a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
-    when the file cannot be written, it gives up and the apply walks the range again; the result
-    is the same either way (2 GiB: some 29 million records, 2 GiB of 128-byte records; reading
-    it back costs about half of walking and parsing the range again)."""
+    Only the columns the writers read are spilled (``spillrows``) to an unnamed temporary file and
+    read back a batch at a time, so memory stays flat whatever the range. Past ``budget`` bytes, or
+    when the file cannot be written, it gives up and the apply walks the range again, with the same
+    result."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
