@@ -114,8 +114,6 @@ def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) 
 class DLedgerCommitLog(CommitLog):
     """The commit log of a DLedger store: records sit inside entries (offsets = pos + 48)."""
 
-    entry_header_size = dfmt.ENTRY_HEADER_SIZE
-
     def __init__(self, layout: DLedgerLayout | None, segments: list[Segment], file_size: int, divided_offset: int = 0):
         super().__init__(segments, file_size)
         self.layout = layout

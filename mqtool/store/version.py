@@ -10,6 +10,7 @@ set of planning rules (``rules.PLANNING_RULES``; ``recovery.candidates`` plans u
 from __future__ import annotations
 
 import re
+from itertools import islice
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -80,27 +81,18 @@ class VersionGuess:
         return cls(candidates[0] if len(candidates) == 1 else None, eras_label(eras), list(evidence), candidates=candidates, eras=tuple(eras))
 
 
-def _take(scan, limit: int) -> list:
-    records = []
-    for record in scan:
-        records.append(record)
-        if len(records) >= limit:
-            break
-    return records
-
-
 def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     """Up to ``limit`` valid records of the first segment that has any. When a segment's first
     record is damaged, the records after the damage are read instead (``resync.scan_start``)."""
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
-        records = _take(scan, limit)
+        records = list(islice(scan, limit))
         if not records and scan.end is not None and not scan.end.is_clean:
             from .resync import scan_start
 
             resumed = scan_start(store.commitlog, segment.base_offset)
             if segment.base_offset < resumed < segment.end_offset:
-                records = _take(store.commitlog.scan(resumed, segment.end_offset), limit)
+                records = list(islice(store.commitlog.scan(resumed, segment.end_offset), limit))
                 if records:
                     evidence.append(f"no valid record at {segment.base_offset}; records from {resumed} read instead")
         if records:

@@ -478,11 +478,7 @@ class ConsumeQueueCheck:
                 cursor = self.cursors[qkey] = QueueCursor(self, None, *qkey)
             cursor.last_pos = None
             lo, hi = first[g], last[g]
-            run = self.missing.get(qkey)
-            if run is None:
-                self.missing[qkey] = MissingRun(int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
-            else:
-                run.last_offset, run.last_queue_offset, run.count = int(offsets[hi]), int(queue_offsets[hi]), run.count + counts[g]
+            self._missing(qkey, int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
         return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
@@ -512,11 +508,15 @@ class ConsumeQueueCheck:
             self.emit(self._record_skipped(cursor, record))
         else:
             cursor.last_pos = None
-            run = self.missing.get(key)
-            if run is None:
-                self.missing[key] = MissingRun(record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
-            else:
-                run.last_offset, run.last_queue_offset, run.count = record.offset, record.queue_offset, run.count + 1
+            self._missing(key, record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
+
+    def _missing(self, key: tuple[str, int], first: int, last: int, first_qoff: int, last_qoff: int, count: int) -> None:
+        """Records ``[first, last]`` of queue ``key`` have no entry: a run is opened or extended."""
+        run = self.missing.get(key)
+        if run is None:
+            self.missing[key] = MissingRun(first, last, first_qoff, last_qoff, count)
+        else:
+            run.last_offset, run.last_queue_offset, run.count = last, last_qoff, run.count + count
 
     def _compare(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> None:
         problems = []

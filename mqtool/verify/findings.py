@@ -92,17 +92,10 @@ class Finding:
             raise ValueError(f"unknown finding kind {self.kind!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        """The documented JSON object of a finding (keys always present, in this order)."""
-        return {
-            "kind": self.kind,
-            "severity": self.severity.value,
-            "file": self.file,
-            "offset": self.offset,
-            "expected": self.expected,
-            "found": self.found,
-            "message": self.message,
-            "details": dict(self.details),
-        }
+        """The documented JSON object of a finding (every key of ``FINDING_FIELDS``, in that order)."""
+        out = {name: getattr(self, name) for name in FINDING_FIELDS}
+        out["severity"], out["details"] = self.severity.value, dict(self.details)
+        return out
 
 
 FINDING_FIELDS = ("kind", "severity", "file", "offset", "expected", "found", "message", "details")
