@@ -311,9 +311,7 @@ class IndexCheck:
             return True
         if not self.enabled or self.missing is not None:
             return False
-        phy = np.concatenate([c.phy[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].phy[slices[0][1] : slices[0][2]]
-        hashes = np.concatenate([c.hash[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].hash[slices[0][1] : slices[0][2]]
-        diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].diff[slices[0][1] : slices[0][2]]
+        phy, hashes, diffs = (np.concatenate([getattr(c, column)[lo:hi] for c, lo, hi in slices]) for column in ("phy", "hash", "diff"))
         begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
         ends = np.cumsum([hi - lo for _, lo, hi in slices])
         match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower, np.zeros(len(offsets), dtype=np.int64))
