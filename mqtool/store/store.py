@@ -1,15 +1,9 @@
 """``Store.open``: a broker store directory (or one commit log folder or segment), read-only.
 
-Layout (reference §1.1): ``commitlog/``, ``consumequeue/<topic>/<queueId>/``, ``index/``,
-``checkpoint``, ``abort``, ``lock``, ``config/``. File sizes come from ``--broker-config``
-where given, otherwise from the files themselves. A commit log file whose length differs from
-the others (``MappedFileQueue.load``: "length not matched message store config value"; the
-broker refuses to start, except 3.2.6-4.4.0 and 4.9.2, which leave it and every later file out,
-rules §2.13) or whose name is not a multiple of the segment size is left out of the
-segment list and kept in ``Store.problems``: a finding for ``verify``, a note for the other
-commands, never a refusal to look at the rest. So is a zero-length last file, which only some
-versions refuse (rules §2.13: 5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out).
-"""
+Layout: reference §1.1; file sizes from ``--broker-config``, else from the files. A commit log
+file of the wrong length or name (``MappedFileQueue.load``, rules §2.13), or a zero-length last
+file, is left out of the segments and kept in ``Store.problems``: a finding for ``verify``, a
+note for the other commands, never a refusal to look at the rest."""
 
 from __future__ import annotations
 
