@@ -540,10 +540,8 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
 
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
-    segments before it are consumed. Its batches are spilled as they come, as ``DispatchCache``
-    spills them (``spillrows``: the grouping of the consume queue rows done here too), to an
-    unnamed temporary file, and read back in order by ``batches``; a ``DispatchCache`` adopts
-    the spilled bytes instead of packing them again (``DispatchBatch.spilled``)."""
+    segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
+    read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index

@@ -255,13 +255,9 @@ class _QueueFile:
 
 def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
     """``queue_range`` and ``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``
-    on one recovery of the queue: ``(None, 0)`` without the queue.
-
-    The file is chosen from the store times of its first and last entries (5.x
-    ``getConsumeQueueMappedFileByTime``, LOWER: the first file whose last entry is at or after
-    ``timestamp``, else the last). 4.x chooses by file modification time (``getMappedFileByTime``),
-    which a copied store does not keep: the last entry's store time stands for it.
-    """
+    on one recovery of the queue: ``(None, 0)`` without the queue. The file is chosen by its entries'
+    store times (5.x ``getConsumeQueueMappedFileByTime``, LOWER); 4.x's file modification time, which
+    a copy does not keep, is stood for by the last entry's store time."""
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
         return None, 0

@@ -102,12 +102,9 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 class SplitScan:
     """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
-    ``records`` and ``end`` describe what it read.
-
-    Walks ``WINDOW`` bytes per mapping (memory stays flat on 1 GiB segments), checks CRCs without
-    stopping on them (``crc_ok`` per row), and ends where a sequential scan of the segment from the
-    split's first record would end, or at the first record starting at or after ``end``.
-    """
+    ``records`` and ``end`` describe what it read. ``WINDOW`` bytes are mapped at a time; CRCs are
+    checked without stopping (``crc_ok``); it ends where a scan of the segment from the split's first
+    record would, or at the first record starting at or after ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split = split
@@ -177,13 +174,9 @@ class Rejected(NamedTuple):
 
 
 def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
-    """The splits whose first record is not where the chain of the splits before it ends.
-
-    Per segment, in offset order: the chain starts at the segment's first byte; a non-empty
-    split is accepted when its first record starts exactly where the chain ends, and the chain
-    then ends where that split's last record ends. Empty splits (a record spanning the whole
-    range, or nothing after the end) neither break nor extend the chain.
-    """
+    """The splits whose first record is not where the chain of the splits before it ends: per
+    segment, in offset order, from the segment's first byte; empty splits neither break nor extend
+    the chain."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)

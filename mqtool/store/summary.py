@@ -44,12 +44,9 @@ def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
 def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
     """``logical_end``'s compiled walk from ``start``: (valid records, end).
 
-    The broker's scan leaves a segment only at a blank record, for the next segment's start
-    (§8.3), so each segment's walk can start before the one before it is done: the segments are
-    walked ``workers`` at a time (the compiled walk releases the GIL), and the first whose walk
-    does not end at a blank ends the chain. Where that walk stopped at the next segment's start
-    without a blank (a segment filled to the byte, or a walk that ends at damage), the chain's end
-    is worded by the one sequential scan from that segment (``FastScan`` without a ``stop``)."""
+    The chain leaves a segment only at a blank, for the next segment's start (§8.3), so segments are
+    walked ``workers`` at a time (the walk releases the GIL) and the first whose walk does not end at
+    a blank ends the chain, worded by one sequential ``FastScan`` from that segment."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage

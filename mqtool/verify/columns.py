@@ -50,14 +50,11 @@ class RecordColumns:
 
 
 class ColumnBuilder:
-    """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
-    segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
-    the batch is whole (key hashes finished). Topics are numbered through the walk's one table,
-    batch after batch and never in two threads at once: by ``add`` with ``number`` (the caller
-    knows every batch before is numbered), else by ``build``; without ``number``, ``add`` only
-    looks up the topics known so far (``TopicNumbers.lookup``) and writes this batch's arrays
-    only, so it may run in any thread (``sharedwalk.py``). Results do not depend
-    on how the rows were cut into ``add`` calls."""
+    """``RecordColumns`` of one batch built as its rows come (``add``, in order, from one segment's
+    array, while in cache), then ``build`` once the batch is whole. Topics are numbered in walk order
+    through one table: by ``add`` with ``number``, else by ``build``; without ``number``, ``add``
+    only looks up known topics, so it may run in any thread (``sharedwalk.py``). Results do not
+    depend on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int = INDEX_UNIQ_AND_KEYS):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy

@@ -184,13 +184,9 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class QueueCursor:
     """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``.
-
-    Filler units (``fillPreBlank``) are skipped; invalid units the broker would treat as the
-    end of the queue are reported only when valid entries follow them; missing files between
-    two others are reported as gaps. Each finding is emitted when the entry after it becomes the
-    head (or the head becomes None), so it falls in the commit log order of the merge.
-    """
+    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
+    skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
+    the entry after it becomes the head (or the head None): in the merge's commit log order."""
 
     def __init__(self, check: "ConsumeQueueCheck", queue: ConsumeQueue | None, topic: str, queue_id: int):
         self.check = check
