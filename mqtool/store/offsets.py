@@ -8,19 +8,18 @@ offset is placed against its queue's [min, max] as the broker loads them (``at_m
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
+from ..formats.timer import decode_timer_check
 from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
 from .store import Store
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
-_TIMERCHECK = struct.Struct(">" + "q" * len(TIMERCHECK_FIELDS))
 
 AT_MIN, IN_RANGE, AT_MAX, BEYOND_MAX, BELOW_MIN, NO_QUEUE = "at_min", "in_range", "at_max", "beyond_max", "below_min", "no_queue"
 
@@ -148,9 +147,9 @@ def timer_progress(store: Store, cache: dict | None = None) -> list[dict[str, An
     if not path.is_file():
         return []
     raw = path.read_bytes()
-    if len(raw) < _TIMERCHECK.size:
+    if len(raw) < 8 * len(TIMERCHECK_FIELDS):
         return [{"kind": "timer", "group": None, "topic": TIMER_TOPIC, "queue_id": 0, "relation": None, "error": f"config/timercheck: {len(raw)} bytes, too short"}]
-    check = dict(zip(TIMERCHECK_FIELDS, _TIMERCHECK.unpack_from(raw)))
+    check = dict(zip(TIMERCHECK_FIELDS, decode_timer_check(raw)))  # the file's names for the fields
     row = {"kind": "timer", "group": None, **progress_row(store, TIMER_TOPIC, 0, check["last_timer_queue_offset"], {} if cache is None else cache)}
     row["timercheck"] = check
     return [row]
