@@ -368,9 +368,12 @@ class DispatchScanner:
                 batch = next(batches)
             except StopIteration as stop:
                 return stop.value
-            self.records += len(batch)
-            self.last_valid_offset = int(batch.offsets[-1])
-            yield batch
+            yield self._count(batch)
+
+    def _count(self, batch: DispatchBatch) -> DispatchBatch:
+        self.records += len(batch)
+        self.last_valid_offset = int(batch.offsets[-1])
+        return batch
 
     def _segment(self, index: int, pos: int, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
         """Batches of the chain in segment ``index`` from ``pos``; returns ``(crossed, end)``:
@@ -401,10 +404,7 @@ class DispatchScanner:
 
     def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
         if acc.n:
-            batch = acc.take()
-            self.records += len(batch)
-            self.last_valid_offset = int(batch.offsets[-1])
-            yield batch
+            yield self._count(acc.take())
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop

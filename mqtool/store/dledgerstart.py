@@ -18,7 +18,6 @@ from .startfile import ScanStart, first_record_store_time
 from .store import Store
 
 
-
 @dataclass(frozen=True)
 class DataRecovery:
     """Where ``DLedgerMmapFileStore.recover`` starts and stops."""

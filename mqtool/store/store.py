@@ -175,31 +175,29 @@ class Store:
         segments = classic.commitlog.segments if classic else []
         from . import dledger
 
-        store = cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])
-        if version is not None:
-            store._version = BrokerVersion.parse(version)
-        return store
+        return cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])._given(version)
 
     @classmethod
     def _open_dledger_files(cls, files, config: StoreConfig, version: str | None) -> "Store":
         """DLedger data files without their store (a ``data/`` folder, one file)."""
         from . import dledger
 
-        store = cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)
-        if version is not None:
-            store._version = BrokerVersion.parse(version)
-        return store
+        return cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)._given(version)
 
     @property
     def is_dledger(self) -> bool:
         dledger = sys.modules.get(f"{__package__}.dledger")  # no DLedger commit log exists before its module loads
         return dledger is not None and isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
-    def _finish(self, version: str | None) -> "Store":
-        self.notes.extend(problem.message for problem in self.problems)
+    def _given(self, version: str | None) -> "Store":
+        """The store, read as written by ``version`` when one is given (``--broker-version``)."""
         if version is not None:
             self._version = BrokerVersion.parse(version)
-        check_first_record(self)
+        return self
+
+    def _finish(self, version: str | None) -> "Store":
+        self.notes.extend(problem.message for problem in self.problems)
+        check_first_record(self._given(version))
         return self
 
     def close(self) -> None:

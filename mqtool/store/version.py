@@ -10,8 +10,8 @@ set of planning rules (``rules.PLANNING_RULES``; ``recovery.candidates`` plans u
 from __future__ import annotations
 
 import re
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING
 
 
