@@ -5,6 +5,8 @@ against each other and against the commit log, as ``TimerMessageStore.recoverAnd
 
 from __future__ import annotations
 
+from collections import Counter
+
 from typing import TYPE_CHECKING, Iterator
 
 from ..formats import timer as fmt
@@ -30,9 +32,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     yield from _reference_findings(store, report)
     yield from _wheel_findings(timer, report)
     yield from _check_findings(store, timer, report)
-    states = {}
-    for row in report.rows:
-        states[row["state"]] = states.get(row["state"], 0) + 1
+    states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
 
