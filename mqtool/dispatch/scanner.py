@@ -318,8 +318,8 @@ class DispatchScanner:
         """The batches in order, segment after segment, while the next segment is dispatched in a
         second thread (``_Ahead``). Records never cross a segment and the chain enters a segment at its
         first byte (reference §2, §8.3), so the walk ahead is the chain's if the segment before ends at a
-        blank; otherwise it is dropped. A reput that meets a record it cannot dispatch goes on where
-        ``doReput`` would (``_produce_from``)."""
+        blank; otherwise it is dropped. A chain crossing the range's last segment ends at ``stop``; a
+        reput that meets a record it cannot dispatch goes on where ``doReput`` would (``_produce_from``)."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
