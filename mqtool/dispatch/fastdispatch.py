@@ -1,29 +1,17 @@
-"""The compiled half of dispatch (its kernels in ``_fastdispatch.pyx``): what
-``CommitLog.checkMessageAndReturnSize`` derives from a record for the consume queue and index
-dispatchers, for a whole batch of records in one call.
+"""The compiled half of dispatch (``_fastdispatch.pyx``): what ``CommitLog.checkMessageAndReturnSize``
+derives from a record for the consume queue and index dispatchers, a batch of records per call.
 
-``dispatch_rows`` takes the rows ``mqtool.store.fastscan.walk_segment`` found in a segment and,
-per record, gathers the fixed fields the dispatchers use (QUEUEID, QUEUEOFFSET, PHYSICALOFFSET,
-SYSFLAG, STORETIMESTAMP, TOTALSIZE), parses the properties string the way the broker's reader
-does (4.9.1+ index walk, or the split-based reader before 4.9.1, reference §2.8) to find TAGS,
-KEYS, UNIQ_KEY and DELAY, and computes:
-
-- the tags code: Java ``String.hashCode`` of TAGS over UTF-16 code units (§3.4), or for
-  ``SCHEDULE_TOPIC_XXXX`` the delivery time from the delay-level table (§3.5);
-- the index key hashes of ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS token (§6.4-§6.5),
-  in two steps: the hash of the key alone here, combined with the topic's by ``finish_keys``.
-
-Anything the fast path cannot decide exactly (malformed UTF-8 in a topic or a used value, a
-DELAY that is not a plain ASCII int32) sets ``FLAG_FALLBACK``; the caller then decodes that one
-record with ``formats.dispatch.dispatch_request`` (the single Python source of truth). Tests hold
-the two paths equal on every fixture record.
-"""
+``dispatch_rows`` gathers each record's fixed fields, parses its properties as the broker's reader
+does (§2.8) and computes the tags code (§3.4; the delivery time for ``SCHEDULE_TOPIC_XXXX``, §3.5)
+and the hashes of its index keys alone (§6.4-§6.5), combined with the topic's by ``finish_keys``.
+Anything it cannot decide exactly (malformed UTF-8, a DELAY that is not a plain ASCII int32) sets
+``FLAG_FALLBACK``, and the caller decodes that record with ``formats.dispatch.dispatch_request``
+(the Python reference; tests hold the two equal on every fixture record)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..formats import commitlog as fmt
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the dispatch's readers)
     F_FLAGS,
@@ -47,7 +35,6 @@ from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the 
     finish_keys,
 )
 
-TRAN_MASK = fmt.TRANSACTION_TYPE_MASK
 SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 

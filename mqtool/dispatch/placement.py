@@ -16,15 +16,10 @@ from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
-    BATCH_DONE,
     BUFFER_FULL,
-    H_BEGIN_PHY,
-    H_BEGIN_TS,
     H_END_PHY,
-    H_END_TS,
     H_INDEX_COUNT,
     H_PUT,
-    H_SLOT_COUNT,
     ROLL_NEEDED,
     S_FILL_FROM,
     S_FILL_TO,
@@ -48,19 +43,14 @@ class QueueState:
 
 class IndexPlacement:
     """``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), writing nothing: which file
-    each record's keys go to, rolling to a new file (header seeded with the previous file's end)
-    when the last one is full, records below the last file's end offset and ROLLBACK skipped,
-    ``topic#UNIQ_KEY`` then ``topic#key`` put (3.2.6: KEYS of NOT and PREPARED records only, rules
-    file §4.2: the keys come from the dispatch under the version's ``index_rule``). ``results``
-    holds each file's header before and after, which the planner reads: every field but the used
-    slots (``hash_slot_count``), which only the slot table of ``apply.writers.IndexWriterService``
-    (this placement, writing the files) tells.
+    each record's keys go to, rolling to a new file when the last one is full, records below the
+    last file's end offset and ROLLBACK skipped (the keys come from the dispatch under the version's
+    ``index_rule``, rules file §4.2). ``results`` holds each file's header before and after, every
+    field but the used slots, which only ``apply.writers.IndexWriterService`` tells.
 
-    ``previous`` is the header of the last existing file: a new file's header is seeded with its
-    end values. ``append_to=(name, header)`` continues that existing (not full) file. New files are
-    named from the store time of the record that needs them (the broker uses the wall clock),
-    always sorting after ``after_name`` and never one of ``taken_names``.
-    """
+    ``previous``: the last existing file's header, seeding a new file's; ``append_to=(name,
+    header)`` continues that file. New files are named from the store time of the record that needs
+    them (the broker uses the wall clock), after ``after_name`` and never one of ``taken_names``."""
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 

@@ -1,17 +1,12 @@
 """A dispatch batch's consume queue rows grouped by queue, computed once per batch (by the plan)
 and handed on with it (through ``DispatchCache``'s spill to the apply).
 
-``CommitLogDispatcherBuildConsumeQueue`` dispatches NOT_TYPE and COMMIT records only (reference
-§3.2), each to the queue ``(topic, QUEUEID)`` of its record, in commit log order. ``group_queues``
-does in one compiled pass over the batch's row-major ``fields`` what a numpy column at a time did
-in several strided passes: the eligibility mask, a stable counting sort of the eligible rows by
-queue, the four columns ``putMessagePositionInfo`` reads (queue offset, physical offset, size,
-tags code) gathered into queue order, and the counts the plan reports (queued rows, the
-INNER_MULTI_DISPATCH rows, the last queued row), and by the way the index dispatcher's mask (all
-but ROLLBACK, §6.5). ``dest[r]`` is where row ``r`` lands in the
-grouped columns (-1 when it is not queued): the spill keeps it, so an apply rebuilds the grouped
-columns while unpacking, without grouping again.
-"""
+``group_queues`` does in one compiled pass over the row-major ``fields`` what
+``CommitLogDispatcherBuildConsumeQueue`` (NOT_TYPE and COMMIT records, reference §3.2) needs: a
+stable counting sort of the eligible rows by ``(topic, QUEUEID)``, the four columns
+``putMessagePositionInfo`` reads gathered into queue order, the counts the plan reports, and the
+index dispatcher's mask (all but ROLLBACK, §6.5). ``dest[r]`` is where row ``r`` lands (-1: not
+queued), so an apply regroups while unpacking a spill."""
 
 from __future__ import annotations
 

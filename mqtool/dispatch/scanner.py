@@ -223,14 +223,10 @@ class _Accumulator:
 class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
 
-    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records, so each record is
-    parsed while the walk has just brought it into the CPU cache; rows are handed out in batches
-    of ``BATCH``. With ``ahead`` (the recovery scan, and the reput of whole segments before it) the
-    next segment is walked and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees
-    every walked sub-batch (``walkedchain``).
-    ``last_valid_offset`` is the start of the last valid record seen (-1 if none): the broker's
-    ``lastValidMsgPhyOffset`` (5.x writes it to the checkpoint's confirmPhyOffset).
-    """
+    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records (each record parsed
+    while in cache), handed out in batches of ``BATCH``. With ``ahead`` the next segment is walked
+    and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch
+    (``walkedchain``). ``last_valid_offset`` is the broker's ``lastValidMsgPhyOffset`` (-1 if none)."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -319,14 +315,11 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order, segment after segment, while the next segment is dispatched in
-        a second thread (``_Ahead``). Records never cross a segment, and the chain enters a
-        segment at its first byte (the blank ends the one before, reference §2, §8.3), so
-        segment ``i + 1``'s walk from its first byte is the one the chain makes if segment ``i``
-        ends at a blank; if it ends otherwise, the work ahead is dropped. The chain crossing the
-        range's last segment ends at ``stop`` (the end a walk to ``stop`` gives); a reput that
-        meets a record it cannot dispatch goes on where ``doReput`` would: ahead again from a
-        segment's first byte, else one segment after the other (``_produce_from``)."""
+        """The batches in order, segment after segment, while the next segment is dispatched in a
+        second thread (``_Ahead``). Records never cross a segment and the chain enters a segment at its
+        first byte (reference §2, §8.3), so the walk ahead is the chain's if the segment before ends at a
+        blank; otherwise it is dropped. A chain crossing the range's last segment ends at ``stop``; a
+        reput that meets a record it cannot dispatch goes on where ``doReput`` would (``_produce_from``)."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
@@ -375,9 +368,12 @@ class DispatchScanner:
                 batch = next(batches)
             except StopIteration as stop:
                 return stop.value
-            self.records += len(batch)
-            self.last_valid_offset = int(batch.offsets[-1])
-            yield batch
+            yield self._count(batch)
+
+    def _count(self, batch: DispatchBatch) -> DispatchBatch:
+        self.records += len(batch)
+        self.last_valid_offset = int(batch.offsets[-1])
+        return batch
 
     def _segment(self, index: int, pos: int, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
         """Batches of the chain in segment ``index`` from ``pos``; returns ``(crossed, end)``:
@@ -408,10 +404,7 @@ class DispatchScanner:
 
     def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
         if acc.n:
-            batch = acc.take()
-            self.records += len(batch)
-            self.last_valid_offset = int(batch.offsets[-1])
-            yield batch
+            yield self._count(acc.take())
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop
@@ -547,10 +540,8 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
 
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
-    segments before it are consumed. Its batches are spilled as they come, as ``DispatchCache``
-    spills them (``spillrows``: the grouping of the consume queue rows done here too), to an
-    unnamed temporary file, and read back in order by ``batches``; a ``DispatchCache`` adopts
-    the spilled bytes instead of packing them again (``DispatchBatch.spilled``)."""
+    segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
+    read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
@@ -623,13 +614,10 @@ class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
     range is walked and parsed once.
 
-    The batches are spilled, only the columns the writers read (``spillrows``, 65 bytes a
-    record with its consume queue grouping, plus 4 a key and 16 a queue), to an unnamed temporary file (``tempfile``'s directory: page cache,
-    never fsynced, gone when the process ends) and read back one batch at a time, so the memory
-    a plan and its apply hold stays flat whatever the range. Past ``budget`` bytes of spill, or
-    when the file cannot be written, it gives up and the apply walks the range again; the result
-    is the same either way (2 GiB: some 29 million records, 2 GiB of 128-byte records; reading
-    it back costs about half of walking and parsing the range again)."""
+    Only the columns the writers read are spilled (``spillrows``) to an unnamed temporary file and
+    read back a batch at a time, so memory stays flat whatever the range. Past ``budget`` bytes, or
+    when the file cannot be written, it gives up and the apply walks the range again, with the same
+    result."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget

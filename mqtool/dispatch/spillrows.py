@@ -68,14 +68,6 @@ def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: Qu
     return buf
 
 
-def unpack(data, rows: int, keys: int, groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, QueueGroups]:
-    """``(fields, topic_ids, keys, queue groups)`` of spilled bytes; ``F_KEY_START`` is the
-    running sum of the key counts, the topic byte columns are zero."""
-    columns = Columns(data, rows, keys, groups)
-    fields, topic_ids, out_keys = columns.unpack()
-    return fields, topic_ids, out_keys, columns.grouped()
-
-
 class Columns:
     """The spilled bytes of a batch read as its column blocks (views, no copy): what the writers
     read of a batch without its row-major ``fields`` (``unpack`` builds them)."""

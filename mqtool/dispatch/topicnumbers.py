@@ -1,21 +1,12 @@
-"""Topic ids of dispatched records in one compiled pass, over a whole walk (reference §3.2): the
-recovery dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
+"""Topic ids of dispatched records in one compiled pass, over a whole walk (reference §3.2, §6.4):
+the recovery dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
 
-A record's queue is named by its topic (``TOPIC`` bytes) and its index keys start from the hash
-of ``topic#`` (§6.4): dispatch and checks need a topic id per record, from
-``dispatch.scanner.TopicTable`` (two byte strings that decode to the same Java string share
-an id, as they share a queue in the broker). ``TopicNumbers`` keeps, for the compiled
-``number_topics``, every raw topic seen so far (bytes, length, the dispatch's fingerprint
-``F_TOPIC_FP``, id) in a hash table that lives as long as the walk: a record of a known topic
-is numbered without Python; the first record of a new raw topic stops the kernel, Python asks
-the ``TopicTable`` for its id and the kernel goes on from that record.
-
-Ids are given in the order records are numbered, so numbering runs in walk order, in one thread at
-a time. A known topic's id never changes, so ``lookup`` may run ahead in any thread, while the
-records are in cache: it reads ``known``, a copy of the table made after each call that learned
-topics (never written again), and leaves -1 where the topic was not known then; ``number`` with
-``missing_only`` then numbers only those rows, in order.
-"""
+``TopicNumbers`` keeps every raw topic seen so far (bytes, length, the dispatch's fingerprint
+``F_TOPIC_FP``, id from ``dispatch.scanner.TopicTable``) in a hash table that lives as long as
+the walk: a known topic is numbered without Python; a new one stops the kernel while Python asks
+the ``TopicTable`` for its id. Ids are given in walk order, one thread at a time; ``lookup`` may
+run ahead in any thread on ``known`` (a copy never written again), leaving -1 for unknown topics,
+which ``number`` with ``missing_only`` then numbers in order."""
 
 from __future__ import annotations
 

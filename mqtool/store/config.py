@@ -7,7 +7,7 @@ Every value may be left ``None`` to be inferred from the files. Keys follow
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BadInput
@@ -31,9 +31,6 @@ class StoreConfig:
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
-
-    def with_overrides(self, **values) -> "StoreConfig":
-        return replace(self, **{k: v for k, v in values.items() if v is not None})
 
 
 def _int(conf: dict[str, str], *keys: str) -> int | None:

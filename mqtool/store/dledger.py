@@ -1,16 +1,11 @@
 """DLedger commit logs (reference §15): where their files are, and a commit log view over them.
 
-A broker with ``enableDLegerCommitLog=true`` (RocketMQ ``DLedgerCommitLog``) keeps its commit
-log in ``<root>/dledger-<selfId>/data/`` (``DLedgerConfig.getDataStorePath``; the data path is
-``storePathDLedgerCommitLog`` when set), its entry index in ``dledger-<selfId>/index/`` and
-``checkpoint`` / ``currterm`` as properties text beside them. Every entry is a 48-byte header
-around one ordinary record whose PHYSICALOFFSET is ``pos + 48``: ``DLedgerCommitLog`` reads
-records at those offsets, so random access (``read_record``) is the classic one, and only the
-sequential walk differs (``DLedgerScan``, ``dledgerwalk.walk_entries``).
-
-A mixed store (§15.5: a classic ``commitlog/`` then DLedger data in the same offset space) is
-one view: classic segments below ``divided_offset``, entry files from it.
-"""
+``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/``
+(``DLedgerConfig.getDataStorePath``, or ``storePathDLedgerCommitLog``), the entry index in
+``index/`` and ``checkpoint``/``currterm`` beside them. Every entry is a 48-byte header around one
+record whose PHYSICALOFFSET is ``pos + 48``, so random access (``read_record``) is the classic one
+and only the walk differs (``DLedgerScan``, ``dledgerwalk.walk_entries``). A mixed store (§15.5)
+is one view: classic segments below ``divided_offset``, entry files from it."""
 
 from __future__ import annotations
 
@@ -113,8 +108,6 @@ def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) 
 
 class DLedgerCommitLog(CommitLog):
     """The commit log of a DLedger store: records sit inside entries (offsets = pos + 48)."""
-
-    entry_header_size = dfmt.ENTRY_HEADER_SIZE
 
     def __init__(self, layout: DLedgerLayout | None, segments: list[Segment], file_size: int, divided_offset: int = 0):
         super().__init__(segments, file_size)

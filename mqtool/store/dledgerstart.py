@@ -9,17 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..formats import checkpoint as cpfmt
-from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd
 from .dledger import DLedgerCommitLog, EntryScan
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
-from .startfile import ScanStart
+from .startfile import ScanStart, first_record_store_time
 from .store import Store
-
-_STORE_TS = {born6: clfmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
-_MAGIC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
 
 
 @dataclass(frozen=True)
@@ -100,15 +96,9 @@ def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
     files = cl.entry_segments()
     offset = len(cl.segments) - len(files)
     for i in range(len(files) - 1, -1, -1):
-        seg = files[i]
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            head = bytes(mf.buf[dfmt.ENTRY_HEADER_SIZE : dfmt.ENTRY_HEADER_SIZE + _STORE_TS[True] + 8])
-        if len(head) < _STORE_TS[True] + 8 or int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True) != clfmt.MESSAGE_MAGIC_V1:
-            continue
-        flags = int.from_bytes(head[clfmt.SYS_FLAG_POSITION : clfmt.SYS_FLAG_POSITION + 4], "big", signed=True)
-        ts = int.from_bytes(head[_STORE_TS[bool(flags & clfmt.SysFlag.BORNHOST_V6)] :][:8], "big", signed=True)
-        if ts != 0 and ts <= bound:
-            return ScanStart(offset + i, seg.base_offset, f"newest DLedger data file whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
+        ts = first_record_store_time(cl, offset + i, False, skip=dfmt.ENTRY_HEADER_SIZE)
+        if ts is not None and ts != 0 and ts <= bound:
+            return ScanStart(offset + i, files[i].base_offset, f"newest DLedger data file whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
     first = files[0].base_offset if files else cl.divided_offset
     return ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
 

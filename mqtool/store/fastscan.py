@@ -34,7 +34,6 @@ from .resync import RESYNC_CHAIN, scan_start  # noqa: F401
 _V4 = fmt.HEADER_LAYOUTS[(False, False)]
 MAGIC_V1 = fmt.MESSAGE_MAGIC_V1 & 0xFFFFFFFF
 MAGIC_V2 = fmt.MESSAGE_MAGIC_V2 & 0xFFFFFFFF
-MAGIC_BLANK = fmt.BLANK_MAGIC & 0xFFFFFFFF
 POS_MAGIC = _V4.offset_of("magic_code")
 POS_BODY_CRC = _V4.offset_of("body_crc")
 POS_SYS_FLAG = _V4.offset_of("sys_flag")
@@ -71,14 +70,10 @@ class SegmentBatch(NamedTuple):
 class FastScan:
     """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
 
-    With ``stop_on_crc`` (the broker's recovery) a CRC failure ends the scan; without it the
-    batch rows carry ``crc_ok = 0`` and the walk continues (verification). ``release_behind``
-    unmaps pages once their batch is consumed, so the resident size stays flat on 1 GiB segments
-    (rows of earlier batches stay readable: their pages fault back in from the page cache).
-    ``batch_bytes``: batches after the first hold about that many bytes of records, between
-    ``batch // 8`` rows (the first batch's) and ``batch`` (few records per call on small records
-    is per-call overhead for the consumer; many on large ones, resident pages).
-    """
+    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure; without it rows carry
+    ``crc_ok = 0`` (verification). ``release_behind`` unmaps pages once their batch is consumed (flat
+    RSS on 1 GiB segments). ``batch_bytes``: later batches hold about that many bytes of records,
+    between ``batch // 8`` and ``batch`` rows."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False):
         self.commitlog = commitlog

@@ -1,17 +1,8 @@
-"""The broker's own lookups, offline: key / UNIQ_KEY through the index, a message by offsetMsgId,
-by queue offset, and a queue offset by store time (reference §5, §6).
-
-- ``index_hits``: ``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset`` (newest file first,
-  each slot chain newest entry first, at most ``min(maxNum, maxMsgsNumBatch=64)`` hits, only the
-  31-bit hash compared, so hash collisions come back as the broker returns them).
-- ``query_message``: ``DefaultMessageStore.queryMessage`` (up to three walks, offsets sorted, each
-  record read; unreadable ones skipped), plus the records written after the index's last entry
-  (``source="unindexed"``: what the broker's dispatch would index next, §6.5 ``buildIndex``).
-- ``queue_range_and_offset_by_time``: ``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x
-  (``BoundaryType.LOWER``, clamped to the queue's range by ``DefaultMessageStore``) do it.
-
-Reads only the slots, entries, consume queue units and records a lookup needs.
-"""
+"""The broker's own lookups, offline (reference §5, §6): ``index_hits``
+(``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset``: collisions as the broker returns
+them), ``query_message`` (``DefaultMessageStore.queryMessage``, plus the records after the
+index's last entry: ``source="unindexed"``, §6.5) and ``queue_range_and_offset_by_time``
+(``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x do it). Reads only what a lookup needs."""
 
 from __future__ import annotations
 
@@ -264,13 +255,9 @@ class _QueueFile:
 
 def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
     """``queue_range`` and ``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``
-    on one recovery of the queue: ``(None, 0)`` without the queue.
-
-    The file is chosen from the store times of its first and last entries (5.x
-    ``getConsumeQueueMappedFileByTime``, LOWER: the first file whose last entry is at or after
-    ``timestamp``, else the last). 4.x chooses by file modification time (``getMappedFileByTime``),
-    which a copied store does not keep: the last entry's store time stands for it.
-    """
+    on one recovery of the queue: ``(None, 0)`` without the queue. The file is chosen by its entries'
+    store times (5.x ``getConsumeQueueMappedFileByTime``, LOWER); 4.x's file modification time, which
+    a copy does not keep, is stood for by the last entry's store time."""
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
         return None, 0

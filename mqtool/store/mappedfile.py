@@ -109,12 +109,10 @@ def sigbus_handled() -> bool:
 def exit_on_sigbus(*, worker: bool = False) -> None:
     """Make a failed read through a map one line on stderr and exit code 3, not "Bus error" (135).
 
-    A read through a map faults with SIGBUS when the file shrank after it was mapped, or when the
-    kernel cannot supply its pages (a sparse file on a full tmpfs). Python cannot catch it: its
-    signal handler only sets a flag and returns to the faulting instruction. A C-callable handler
-    (``sigbus.py``) writes the line and calls ``_exit(3)``. Forked workers inherit it; a worker
-    whose parent waits for its results installs the ``worker`` variant, which hands the signal
-    to the parent instead."""
+    A read through a map faults with SIGBUS when the file shrank after it was mapped or its pages
+    cannot be supplied; Python cannot catch it, so a C-callable handler (``sigbus.py``) writes the
+    line and calls ``_exit(3)``. A worker whose parent waits for its results installs the
+    ``worker`` variant, which hands the signal to the parent."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return

@@ -1,18 +1,11 @@
 """What the broker's next start does to the commit log: one answer for ``info``, ``verify``,
 ``recover``, ``repair`` and ``salvage``.
 
-The broker's ``DefaultMessageStore.recover`` scans from the start segment its rules pick
-(``startfile.recovery_start``: normal recovery from the third-from-last segment before 5.3.2, from
-the consume queues' max from 5.3.2, rules-by-version 2.1; abnormal recovery from the
-checkpoint-chosen segment, 2.6), keeps the log up to the first record that fails
-``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
-(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``, as the recovery plan counts
-them). Damage before the start segment is never read and ends nothing.
-
-``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them with the
-same start (``recovery_start``, ``dledgerstart``) and count (``records_after``). A read-only fact
-about the store, it sits in the store model, so ``verify`` reports it without asking recovery.
-"""
+``DefaultMessageStore.recover`` scans from the start segment its rules pick
+(``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
+that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
+(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``). ``NextStart.of_plan`` reads
+the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
 

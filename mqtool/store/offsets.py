@@ -1,34 +1,25 @@
 """Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
 
-- ``config/consumerOffset.json`` (``ConsumerOffsetManager``): ``{"topic@group": {queueId: offset}}``,
-  loaded as ``ConfigManager.load`` does: the ``.bak`` when the main file is missing, empty or
-  undecodable.
-- ``config/delayOffset.json`` (``ScheduleMessageService``): ``{level: offset}`` in the queue
-  ``SCHEDULE_TOPIC_XXXX/(level - 1)``; 4.9.2+ clamps each into the queue's range on load
-  (``correctDelayOffset``, rules §2.16).
-- ``config/timercheck`` (5.x ``TimerCheckpoint``): ``lastTimerQueueOffset`` in ``rmq_sys_wheel_timer/0``.
-
-Each committed offset is placed against the queue's [min, max] as the broker loads them (CQ recovery
-end, ``correctMinOffset``): ``at_min``, ``in_range``, ``at_max``, ``beyond_max`` (the broker answers
-OFFSET_OVERFLOW and the consumer resets or skips), ``below_min`` (messages expired before they were
-consumed) or ``no_queue``. Lag in messages and bytes comes from the consume queue units alone.
-"""
+``config/consumerOffset.json`` (``ConsumerOffsetManager``, loaded as ``ConfigManager.load`` does,
+``.bak`` as fallback), ``config/delayOffset.json`` (``ScheduleMessageService``; clamped from 4.9.2,
+``correctDelayOffset``, rules §2.16) and 5.x ``config/timercheck`` (``TimerCheckpoint``). Each
+offset is placed against its queue's [min, max] as the broker loads them (``at_min``,
+``in_range``, ``at_max``, ``beyond_max``, ``below_min``, ``no_queue``); lag comes from the units alone."""
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
+from ..formats.timer import decode_timer_check
 from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
 from .store import Store
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
-_TIMERCHECK = struct.Struct(">" + "q" * len(TIMERCHECK_FIELDS))
 
 AT_MIN, IN_RANGE, AT_MAX, BEYOND_MAX, BELOW_MIN, NO_QUEUE = "at_min", "in_range", "at_max", "beyond_max", "below_min", "no_queue"
 
@@ -156,9 +147,9 @@ def timer_progress(store: Store, cache: dict | None = None) -> list[dict[str, An
     if not path.is_file():
         return []
     raw = path.read_bytes()
-    if len(raw) < _TIMERCHECK.size:
+    if len(raw) < 8 * len(TIMERCHECK_FIELDS):
         return [{"kind": "timer", "group": None, "topic": TIMER_TOPIC, "queue_id": 0, "relation": None, "error": f"config/timercheck: {len(raw)} bytes, too short"}]
-    check = dict(zip(TIMERCHECK_FIELDS, _TIMERCHECK.unpack_from(raw)))
+    check = dict(zip(TIMERCHECK_FIELDS, decode_timer_check(raw)))  # the file's names for the fields
     row = {"kind": "timer", "group": None, **progress_row(store, TIMER_TOPIC, 0, check["last_timer_queue_offset"], {} if cache is None else cache)}
     row["timercheck"] = check
     return [row]

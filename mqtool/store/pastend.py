@@ -2,13 +2,10 @@
 segment (``records_after``), as the broker's next start (``nextstart``) and the recovery plan's
 lost records (``recovery.lost``) count them.
 
-The broker discards everything after the first invalid record without looking at it. To tell the
-operator what that means, this walks on past the damage: records are read with the compiled
-walk (CRC checked but not fatal), and after bytes that are no record the walk resynchronises on
-the next position holding a record magic code whose PHYSICALOFFSET field equals the position
-itself (a record's own offset: stale copies in pre-4.9.1 blank fillers and random bytes fail it).
-Bytes that belong to no record are counted, not listed.
-"""
+The broker discards everything after the first invalid record unread; to tell the operator what
+that means this walks on (compiled walk, CRC checked but not fatal), resynchronising after bytes
+that are no record on the next magic code whose PHYSICALOFFSET is its own position. Bytes that
+belong to no record are counted, not listed."""
 
 from __future__ import annotations
 
@@ -23,9 +20,9 @@ from ..formats import commitlog as fmt
 from .commitlog import CommitLog
 from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, find_record_start, release_pages, walk_segment
 from .mappedfile import MappedFile
+from .segments import store_timestamp_at
 
 _PHYS = fmt.PHYS_OFFSET_POSITION
-_STORE_TIMESTAMP = [fmt.HEADER_LAYOUTS[(bool(f & 1), bool(f & 2))].offset_of("store_timestamp") for f in range(4)]  # by (sysflag >> 4) & 3
 WINDOW = 8 << 20  # bytes searched for a record start between page releases (what stays resident)
 
 
@@ -126,12 +123,6 @@ def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, ext
         q = nxt
 
 
-def _store_timestamp(array, pos: int) -> int:
-    flags = int.from_bytes(array[pos + fmt.SYS_FLAG_POSITION : pos + fmt.SYS_FLAG_POSITION + 4].tobytes(), "big")
-    at = pos + _STORE_TIMESTAMP[(flags >> 4) & 3]
-    return int.from_bytes(array[at : at + 8].tobytes(), "big", signed=True)
-
-
 def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, accept_v2: bool, extents, buf=None, newest_kept: int | None = None, describe: Callable | None = None) -> int | None:
     """Walk one segment from ``pos``; returns ``newest_kept`` as it stands after it."""
     size = array.shape[0]
@@ -141,7 +132,7 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
             result.records += 1
             result.record_bytes += int(row[COL_SIZE])
             if newest_kept is not None:
-                stored = _store_timestamp(array, int(row[COL_POS]))
+                stored = store_timestamp_at(array, int(row[COL_POS]))
                 if stored < newest_kept:
                     result.stale += 1
                     result.stale_bytes += int(row[COL_SIZE])

@@ -126,35 +126,20 @@ def message_dict(
     except CorruptRecord:
         tags_code = None
     raw_body = decompress_body(record) if decompress and body is not BodyEncoding.none else record.body
-    return {
-        "offset": record.offset,
-        "phys_offset": record.phys_offset,
+    computed = {
         "size": record.total_size,
-        "magic_version": record.magic_version,
-        "body_crc": record.body_crc,
         "crc_ok": record.crc_ok(),
-        "queue_id": record.queue_id,
-        "flag": record.flag,
-        "queue_offset": record.queue_offset,
-        "sys_flag": record.sys_flag,
         "sys_flag_names": sys_flag_names(record.sys_flag),
-        "born_timestamp": record.born_timestamp,
-        "born_host": record.born_host,
-        "store_timestamp": record.store_timestamp,
-        "store_host": record.store_host,
-        "reconsume_times": record.reconsume_times,
-        "prepared_transaction_offset": record.prepared_transaction_offset,
-        "body_length": record.body_length,
         "topic": topic,
         "properties": props,
         "tags": props.get(PropertyKey.TAGS),
         "keys": split_keys(props.get(PropertyKey.KEYS)),
         "uniq_key": props.get(PropertyKey.UNIQ_KEY),
-        "msg_id": record.msg_id,
         "transaction_type": record.transaction_type.name,
         "tags_code": tags_code,
         "body": encode_body(raw_body, body),
     }
+    return {name: computed[name] if name in computed else getattr(record, name) for name in MESSAGE_FIELDS}
 
 
 def consume_queue_dict(topic: str, queue_id: int, entry: ConsumeQueueEntry) -> dict[str, Any]:

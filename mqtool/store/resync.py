@@ -1,16 +1,11 @@
 """The one resynchronisation of a scan asked to begin inside a record (``dump --from-offset``,
 ``--keep-going``, ``verify --from-offset``, version detection past damage).
 
-A scan begins at ``offset`` when a record or an end-of-file blank starts there (the checks of
-``CommitLog.checkMessageAndReturnSize``), otherwise at the first later position where the log can
-be resumed (reference §8.9, the broker never zeroes what it cuts): a message record whose magic,
-size chain and self-describing PHYSICALOFFSET agree for ``chain`` records (fewer where the chain
-meets a blank record, zeros or the segment end), or an end-of-file blank whose TOTALSIZE is exactly
-the bytes left in its segment; the next segment's start when the rest of a segment holds none;
-``offset`` itself when nothing can be resumed. The search is the compiled one
-(``_fastscan.find_record_start``); this module loads no numpy, so a record-by-record dump stays
-light.
-"""
+A scan begins at ``offset`` when a record or an end-of-file blank starts there
+(``checkMessageAndReturnSize``'s checks), else at the first later position where the log can be
+resumed (reference §8.9): a record whose magic, size chain and PHYSICALOFFSET agree for ``chain``
+records, or a blank whose TOTALSIZE is the rest of its segment; else the next segment's start, or
+``offset`` itself. The search is the compiled ``_fastscan.find_record_start``; no numpy is loaded."""
 
 from __future__ import annotations
 

@@ -320,11 +320,6 @@ class VersionRules:
         return self._from("E3a")
 
     @property
-    def data_version_time_key(self) -> str:
-        """§7.1: ``dataVersion`` spells its time ``timestatmp`` in 3.2.6 and 4.0.0."""
-        return "timestamp" if self._from("E2") else "timestatmp"
-
-    @property
     def dledger_abnormal_redispatch(self) -> bool:
         """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
         return self._from("E17")

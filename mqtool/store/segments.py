@@ -1,20 +1,10 @@
 """Per-segment commit log analysis on the compiled walk (runs in worker processes with ``--jobs``).
 
-``analyze_segment`` walks one segment with ``fastscan.walk_segment`` (the checks of
-``formats.commitlog.decode_record`` plus the body CRC, without stopping at a CRC failure) and
-records, in a small picklable ``SegmentReport``:
-
-- the *runs* of valid records, each with its CRC failures, PHYSICALOFFSET mismatches (the field
-  must equal the record's own position, reference §2.1) and ``__CRC32#`` property mismatches
-  (5.2+, §2.10), and the store timestamps of its first and last record;
-- the *gaps* between runs: where the chain broke and where it could be resumed, found by
-  ``fastscan.find_record_start`` (magic, size chain and self-describing PHYSICALOFFSET agree);
-- the end-of-file blank record, and what lies after it (stale bytes before 4.9.1, §2.6).
-
-Records never cross a segment (§2), so segments are independent; ``commitlog.py`` stitches the
-reports into the broker's view (logical end, damage, stale data). Pages are released behind
-the walk so the resident size stays small on 1 GiB segments.
-"""
+``analyze_segment`` walks one segment with ``fastscan.walk_segment`` (without stopping at a CRC
+failure) and records in a small picklable ``SegmentReport`` the *runs* of valid records (with
+their CRC, PHYSICALOFFSET (§2.1) and ``__CRC32#`` (§2.10) mismatches), the *gaps* between them
+(``fastscan.find_record_start``), the end-of-file blank and what lies after it (§2.6). Records
+never cross a segment (§2), so ``commitlog.py`` stitches the reports into the broker's view."""
 
 from __future__ import annotations
 

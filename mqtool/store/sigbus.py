@@ -1,15 +1,9 @@
 """The SIGBUS handlers ``mappedfile.exit_on_sigbus`` installs: C-callable ``ctypes`` callbacks.
 
-A read through a map that faults re-executes the faulting instruction when a handler returns, so
-Python's own ``signal`` module (which only sets a flag and returns) cannot end it. These
-callbacks are C function pointers installed with ``signal(2)``; each ends the process without
-returning. They run on the faulting thread while it holds the GIL (a read of a mapped file from
-Python code, numpy or a compiled kernel, with or without ``nogil``), so ``ctypes`` takes
-the GIL it already has and the body does only two system calls: ``write(2)`` of a prepared
-line and ``_exit(2)``; nothing is flushed or freed. A worker process (``verify --jobs``) does not
-print: it sends SIGBUS to its parent, whose handler prints the one line and exits, so the parent
-never waits for a result that will not come.
-"""
+A faulting read re-executes when a handler returns, so Python's ``signal`` module cannot end it.
+These callbacks are installed with ``signal(2)`` and run on the faulting thread, which holds the
+GIL; each does only ``write(2)`` of a prepared line and ``_exit(2)``, never returning. A worker
+process (``verify --jobs``) sends SIGBUS to its parent instead, whose handler prints and exits."""
 
 from __future__ import annotations
 

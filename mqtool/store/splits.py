@@ -1,25 +1,12 @@
 """Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact.
 
-A split is the range ``[start, end)`` of one segment. It owns the records whose first byte lies
-in that range and reads the last of them to its end, past ``end`` (a record never crosses a
-segment, reference §2.6). A split that starts at the segment's first byte walks from there; any
-other split resynchronises (``find_split_start``): it resumes at the first position at or after
-``start`` where a message record describes itself (magic prefix ``DA A3 20`` at +4, a record the
-compiled walk accepts, PHYSICALOFFSET at +28 equal to its own offset) and the records after it
-chain the same way for as far as they go.
-
-Resynchronising alone is not safe. The broker never zeroes what it truncates and, since 4.9.1,
-writes only an 8-byte blank record at a segment's end (§2.6, §8.9), so stale records with correct
-self-offsets can sit after the logical end or behind a blank. ``check_handoffs`` therefore accepts
-a split only when its first record starts exactly where the chain of the previous non-empty
-accepted split of the same segment ends; the first non-empty split must start at the segment's
-first byte. The walks and the check use nothing but the records' own bytes, so they run anywhere:
-in Spark tasks, in a process pool, in tests.
-
-A DLedger data file (``Split.entries``, reference §15) resumes at the first entry header that
-describes itself (magic 1, pos = its own offset, size = body + 48) and is walked entry by entry;
-``first``/``exit`` are entry positions there, so the same handoff check applies.
-"""
+A split ``[start, end)`` of one segment owns the records whose first byte lies in it, the last
+read to its end (a record never crosses a segment, reference §2.6). A split not at the segment's
+first byte resynchronises (``find_split_start``) on a self-describing record. Since stale records
+with correct self-offsets can sit after the logical end or behind a blank (§2.6, §8.9),
+``check_handoffs`` accepts a split only where the chain of the previous non-empty accepted split
+of the segment ends (the first must start at the segment's first byte). A DLedger data file
+(``Split.entries``, §15) is walked entry by entry, so the same check applies."""
 
 from __future__ import annotations
 
@@ -115,12 +102,9 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 class SplitScan:
     """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
-    ``records`` and ``end`` describe what it read.
-
-    Walks ``WINDOW`` bytes per mapping (memory stays flat on 1 GiB segments), checks CRCs without
-    stopping on them (``crc_ok`` per row), and ends where a sequential scan of the segment from the
-    split's first record would end, or at the first record starting at or after ``end``.
-    """
+    ``records`` and ``end`` describe what it read. ``WINDOW`` bytes are mapped at a time; CRCs are
+    checked without stopping (``crc_ok``); it ends where a scan of the segment from the split's first
+    record would, or at the first record starting at or after ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split = split
@@ -190,13 +174,9 @@ class Rejected(NamedTuple):
 
 
 def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
-    """The splits whose first record is not where the chain of the splits before it ends.
-
-    Per segment, in offset order: the chain starts at the segment's first byte; a non-empty
-    split is accepted when its first record starts exactly where the chain ends, and the chain
-    then ends where that split's last record ends. Empty splits (a record spanning the whole
-    range, or nothing after the end) neither break nor extend the chain.
-    """
+    """The splits whose first record is not where the chain of the splits before it ends: per
+    segment, in offset order, from the segment's first byte; empty splits neither break nor extend
+    the chain."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)

@@ -30,12 +30,13 @@ class ScanStart(NamedTuple):
     rule: str  # why this segment, in words
 
 
-def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool) -> int | None:
-    """STORETIMESTAMP of the record at the start of segment ``index`` as
-    ``isMappedFileMatchedRecover`` reads it (no validation beyond the magic code), or None."""
+def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int = 0) -> int | None:
+    """STORETIMESTAMP of the record at the start of segment ``index`` (after ``skip`` bytes: a
+    DLedger entry header) as ``isMappedFileMatchedRecover`` reads it (no validation beyond the
+    magic code), or None."""
     seg = commitlog.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
-        head = bytes(mf.buf[: _STORE_TS[True] + 8])
+        head = bytes(mf.buf[skip : skip + _STORE_TS[True] + 8])
     if len(head) < _STORE_TS[False] + 8:
         return None
     magic = int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True)

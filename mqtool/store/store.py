@@ -1,15 +1,9 @@
 """``Store.open``: a broker store directory (or one commit log folder or segment), read-only.
 
-Layout (reference §1.1): ``commitlog/``, ``consumequeue/<topic>/<queueId>/``, ``index/``,
-``checkpoint``, ``abort``, ``lock``, ``config/``. File sizes come from ``--broker-config``
-where given, otherwise from the files themselves. A commit log file whose length differs from
-the others (``MappedFileQueue.load``: "length not matched message store config value"; the
-broker refuses to start, except 3.2.6-4.4.0 and 4.9.2, which leave it and every later file out,
-rules §2.13) or whose name is not a multiple of the segment size is left out of the
-segment list and kept in ``Store.problems``: a finding for ``verify``, a note for the other
-commands, never a refusal to look at the rest. So is a zero-length last file, which only some
-versions refuse (rules §2.13: 5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out).
-"""
+Layout: reference §1.1; file sizes from ``--broker-config``, else from the files. A commit log
+file of the wrong length or name (``MappedFileQueue.load``, rules §2.13), or a zero-length last
+file, is left out of the segments and kept in ``Store.problems``: a finding for ``verify``, a
+note for the other commands, never a refusal to look at the rest."""
 
 from __future__ import annotations
 
@@ -181,31 +175,29 @@ class Store:
         segments = classic.commitlog.segments if classic else []
         from . import dledger
 
-        store = cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])
-        if version is not None:
-            store._version = BrokerVersion.parse(version)
-        return store
+        return cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])._given(version)
 
     @classmethod
     def _open_dledger_files(cls, files, config: StoreConfig, version: str | None) -> "Store":
         """DLedger data files without their store (a ``data/`` folder, one file)."""
         from . import dledger
 
-        store = cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)
-        if version is not None:
-            store._version = BrokerVersion.parse(version)
-        return store
+        return cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)._given(version)
 
     @property
     def is_dledger(self) -> bool:
         dledger = sys.modules.get(f"{__package__}.dledger")  # no DLedger commit log exists before its module loads
         return dledger is not None and isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
-    def _finish(self, version: str | None) -> "Store":
-        self.notes.extend(problem.message for problem in self.problems)
+    def _given(self, version: str | None) -> "Store":
+        """The store, read as written by ``version`` when one is given (``--broker-version``)."""
         if version is not None:
             self._version = BrokerVersion.parse(version)
-        check_first_record(self)
+        return self
+
+    def _finish(self, version: str | None) -> "Store":
+        self.notes.extend(problem.message for problem in self.problems)
+        check_first_record(self._given(version))
         return self
 
     def close(self) -> None:

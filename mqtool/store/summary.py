@@ -1,17 +1,11 @@
 """``mqtool info``'s figures: what the files say, computed the way the broker computes them.
 
-- commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
-  logical end found by the recovery scan from where the caller says the broker's next start
-  scans (``store.nextstart``), else from the third-from-last segment (§8.5);
-- per queue: max offset = the CQ recovery end (§5.7), min offset = ``correctMinOffset`` against
-  the commit log min (§5.9). A crashed store's figures are those before any recovery.
-
-The logical end of a small commit log is found with the schema decoder (``CommitLog.scan``): the
-compiled walk (``fastscan``) costs about half a second to import and load, more than decoding a
-thousand records; past ``SCHEMA_SCAN_RECORDS`` the compiled walk carries on from where the
-decoder got to. Both apply the same checks (the fast-scan parity tests hold them equal); where the scan
-ends at damage, the compiled walk gives the end, so its words are those of ``verify``.
-"""
+Commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
+logical end of the recovery scan from where the broker's next start scans (``store.nextstart``),
+else from the third-from-last segment (§8.5). Per queue: max = the CQ recovery end (§5.7), min =
+``correctMinOffset`` (§5.9). A small log is decoded with the schema decoder (``CommitLog.scan``,
+cheaper than loading the compiled walk) up to ``SCHEMA_SCAN_RECORDS``, then the compiled walk
+carries on (the fast-scan parity tests hold them equal)."""
 
 from __future__ import annotations
 
@@ -50,12 +44,9 @@ def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
 def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
     """``logical_end``'s compiled walk from ``start``: (valid records, end).
 
-    The broker's scan leaves a segment only at a blank record, for the next segment's start
-    (§8.3), so each segment's walk can start before the one before it is done: the segments are
-    walked ``workers`` at a time (the compiled walk releases the GIL), and the first whose walk
-    does not end at a blank ends the chain. Where that walk stopped at the next segment's start
-    without a blank (a segment filled to the byte, or a walk that ends at damage), the chain's end
-    is worded by the one sequential scan from that segment (``FastScan`` without a ``stop``)."""
+    The chain leaves a segment only at a blank, for the next segment's start (§8.3), so segments are
+    walked ``workers`` at a time (the walk releases the GIL) and the first whose walk does not end at
+    a blank ends the chain, worded by one sequential ``FastScan`` from that segment."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage

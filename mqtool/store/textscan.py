@@ -1,15 +1,11 @@
 """Hashes of a record's text fields (reference §3.4): Java ``String.hashCode``, the state carried
 so that ``topic#key`` hashes compose.
 
-- ``java_hash_utf8`` (compiled, ``_textscan.pyx``): over the UTF-16 code units of strict UTF-8;
-  the compiled readers (dispatch, the Spark reader) inline it from ``_text.pxd``, as they do the
-  properties reader ``property_item``;
-- ``java_hash_states`` (compiled): the hash of many UTF-16 keys at once, each continued from its
-  own state (the keys the Python decoder settles, verify's index keys), and ``index_key_hashes``,
-  ``IndexFile.indexKeyHashMethod`` of such states.
-
-Tests hold them equal to ``formats.hashing.java_string_hash``.
-"""
+``java_hash_utf8`` (compiled, ``_textscan.pyx``, inlined by the compiled readers from
+``_text.pxd``) hashes the UTF-16 code units of strict UTF-8; ``java_hash_states`` hashes many
+UTF-16 keys each continued from its own state, and ``index_key_hashes`` is
+``IndexFile.indexKeyHashMethod`` of such states. Tests hold them equal to
+``formats.hashing.java_string_hash``."""
 
 from __future__ import annotations
 

@@ -1,26 +1,17 @@
 """Which broker version wrote a store, from what its files show (overridable by ``--broker-version``).
 
-The writers of each era (``rules.ERAS``) left marks: files only some eras create (``lock`` from
-4.2.0; ``abort`` with a PID, ``abort.bak``, ``timerwheel``, ``timerlog/``, ``batchconsumequeue/``
-from 5.0.0; ``compaction/`` from 5.1.0), checkpoint fields (@24 from 5.0.0, @32 from 5.1.1),
-``dataVersion`` in ``config/topics.json`` (``timestatmp`` in 3.2.6-4.0.0, ``stateVersion`` from
-5.0.0), the records themselves (V2 magic from 5.1.0, IPv6 hosts from 4.6.0, ``CLUSTER`` added by
-the broker in 4.6.x and from 4.7.1, no trailing ``\\x02`` in 4.9.1-5.1.4), the bytes after an
-end-of-file blank (stale before 4.9.1), the index header's ``hashSlotCount`` (counts every put
-before 4.7.1) and whether the index holds UNIQ_KEY entries (from 4.0.0). Each mark leaves a set of
-eras; detection keeps the eras every mark allows (rules file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §4.2, §5.2, §6.1-§6.4, §7.1, §8.1, §8.2).
-
-A mark that would leave no era at all (a store from a broker that is not Apache RocketMQ's, or a
-copied file) is set aside and said so. When several eras remain, ``version`` is None and
-``candidates`` holds one representative per distinct set of planning rules
-(``rules.PLANNING_RULES``): the repair commands plan under each and go ahead only where the plans
-agree (``recovery.candidates``).
-"""
+Each era's writers left marks (files, checkpoint fields, ``dataVersion``, record bytes, blank
+tails, index headers: docs/versions.md); each mark leaves a set of eras and detection keeps the
+eras every mark allows (rules file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §4.2, §5.2,
+§6.1-§6.4, §7.1, §8.1, §8.2). A mark that would leave no era is set aside and said so. When
+several eras remain, ``version`` is None and ``candidates`` holds one representative per distinct
+set of planning rules (``rules.PLANNING_RULES``; ``recovery.candidates`` plans under each)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING
 
 
@@ -90,27 +81,18 @@ class VersionGuess:
         return cls(candidates[0] if len(candidates) == 1 else None, eras_label(eras), list(evidence), candidates=candidates, eras=tuple(eras))
 
 
-def _take(scan, limit: int) -> list:
-    records = []
-    for record in scan:
-        records.append(record)
-        if len(records) >= limit:
-            break
-    return records
-
-
 def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     """Up to ``limit`` valid records of the first segment that has any. When a segment's first
     record is damaged, the records after the damage are read instead (``resync.scan_start``)."""
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
-        records = _take(scan, limit)
+        records = list(islice(scan, limit))
         if not records and scan.end is not None and not scan.end.is_clean:
             from .resync import scan_start
 
             resumed = scan_start(store.commitlog, segment.base_offset)
             if segment.base_offset < resumed < segment.end_offset:
-                records = _take(store.commitlog.scan(resumed, segment.end_offset), limit)
+                records = list(islice(store.commitlog.scan(resumed, segment.end_offset), limit))
                 if records:
                     evidence.append(f"no valid record at {segment.base_offset}; records from {resumed} read instead")
         if records:

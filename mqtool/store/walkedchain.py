@@ -1,16 +1,10 @@
 """The plan's commit log walk kept for ``verify_after``: the records are walked and CRC-checked once.
 
-The recovery scan (``dispatch.DispatchScanner``, discipline ``recovery`` with the CRC checked)
-walks each segment's chain from its first byte with ``fastscan.walk_segment``, as ``verify``'s
-commit log check does (``verify.segments.analyze_segment``); the two walks differ only at a CRC
-failure, which ends the recovery (``CommitLog.checkMessageAndReturnSize`` with
-``checkCRCOnRecover``) and not verify's chain. ``WalkedChain`` is shown every sub-batch of rows
-the scan walks, while they are in cache, and applies verify's own per-record checks to them
-(``segments.check_rows``: CRC verdict, PHYSICALOFFSET, ``__CRC32#`` property), building per
-segment the prefix of the chain run verify would build. ``verify_after``'s commit log check then
-continues each segment's walk from where the plan's stopped (``analyze_segment(walked=...)``)
-instead of walking it again; its findings are those of a walk of its own.
-"""
+The recovery scan (``dispatch.DispatchScanner``) walks each segment's chain as ``verify``'s commit
+log check does, the two differing only at a CRC failure (which ends the recovery,
+``checkCRCOnRecover``). ``WalkedChain`` is shown every sub-batch the scan walks and applies
+verify's per-record checks (``segments.check_rows``), building per segment the prefix of verify's
+chain run; ``verify_after`` continues each segment's walk from there (``analyze_segment(walked=...)``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """``mqtool verify``'s checks: CRC and cross-file consistency of a whole store, read-only.
 
-Imports ``formats``, the store model (``mqtool.store``: the broker's next start too, ``store.nextstart``)
-and the broker's dispatch (``mqtool.dispatch``), never recovery, apply or the CLI. ``Verification(store, options)``
-yields ``Finding``s as it goes and fills ``summary``:
-
-1. ``commitlog``: every record of every segment on the compiled walk (``commitlog.py``), in
-   parallel over segments with ``jobs > 1``; on a DLedger store every entry and the record inside
-   it, the entry index and DLedger's checkpoint (``dledger.py``);
-2. ``cq`` and ``index``: one streaming pass over the valid records, merged against every
-   consume queue (``consumequeue.py``) and the index files (``index.py``); the records of the
-   commit log check's own walk where it can, checked in a thread beside it on two CPUs
-   (``sharedwalk.py``), else a walk of their own (forked beside it with ``jobs > 1``: ``forked.py``);
-3. ``checkpoint``: the checkpoint, the abort marker and ``config/*.json`` (``state.py``);
-4. ``timer``: the 5.x timer store, where there is one (``timer.py``).
-"""
+Imports ``formats``, the store model (``mqtool.store``) and the broker's dispatch
+(``mqtool.dispatch``), never recovery, apply or the CLI. ``Verification(store, options)`` yields
+``Finding``s and fills ``summary``: ``commitlog`` (``commitlog.py``; ``dledger.py`` for a DLedger
+store), ``cq`` and ``index`` (``consumequeue.py``, ``index.py``: on the commit log check's walk,
+``sharedwalk.py``, else on their own, ``forked.py``), ``checkpoint`` (``state.py``) and ``timer``
+(``timer.py``)."""
 
 from __future__ import annotations
 

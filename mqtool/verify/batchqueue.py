@@ -1,16 +1,11 @@
 """``verify``'s check of the batch consume queues (``batchconsumequeue/<topic>/<queueId>/``,
 reference §5.5; 5.0.0+ topics whose ``queue.type`` is ``BatchCQ``).
 
-The units the broker must have written come from the records themselves, read through the
-columnar scan: every record of a BatchCQ topic dispatched to a consume queue (NOT_TYPE, COMMIT)
-gets one unit ``(offset, size, tags code, store time, msgBaseOffset, batchSize)``, with
-``formats.dispatch.batch_unit_span`` for the last two. Each queue's valid units (up to where the
-broker's recovery stops) are matched with them by commit log offset: a unit that differs
-(``cq-entry-mismatch``), a unit no record claims (``cq-entry-dangling``, or ``cq-entry-beyond-end``
-past the logical end), records without a unit (``cq-entry-missing``, one finding per run), and
-valid units after the unit where the broker's recovery stops (``cq-invalid-unit``). The kinds are
-the consume queue's; ``details.queue_kind`` is ``"batch"``.
-"""
+Every record of a BatchCQ topic dispatched to a consume queue (NOT_TYPE, COMMIT) owes its queue
+one unit ``(offset, size, tags code, store time, msgBaseOffset, batchSize)``
+(``formats.dispatch.batch_unit_span`` for the last two); each queue's valid units are matched with
+them by commit log offset and reported with the consume queue's kinds (``details.queue_kind`` is
+``"batch"``)."""
 
 from __future__ import annotations
 

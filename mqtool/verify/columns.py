@@ -1,13 +1,10 @@
 """Per-record columns of one walk batch, for the columnar cross-checks (reference §3.2-§3.5, §6.5).
 
-``RecordColumns.of`` runs the recovery's compiled dispatch (``recovery/fastdispatch.py``:
-``dispatch_rows`` and ``finish_keys``, the same code ``recover`` and ``rebuild-*`` use; topics
-numbered by ``topicnumbers.number_topics``) over the rows ``fastscan.walk_segment`` found,
-giving per record: commit log offset, TOTALSIZE, topic id, QUEUEID, QUEUEOFFSET, SYSFLAG,
-STORETIMESTAMP, the consume queue tags code (``checkMessageAndReturnSize``) and the index key
-hashes of ``topic#UNIQ_KEY`` and ``topic#key`` (``IndexService.buildIndex``). Records the compiled path cannot decide exactly
-(``FLAG_FALLBACK``) make ``fallback`` true: the checks then take the batch record by record.
-"""
+``RecordColumns.of`` runs the recovery's compiled dispatch (``dispatch/fastdispatch.py``, topics
+numbered by ``topicnumbers``) over the rows ``fastscan.walk_segment`` found: per record the fixed
+fields, the consume queue tags code (``checkMessageAndReturnSize``) and the index key hashes
+(``IndexService.buildIndex``). ``FLAG_FALLBACK`` records make ``fallback`` true: the checks then
+take the batch record by record."""
 
 from __future__ import annotations
 
@@ -51,20 +48,13 @@ class RecordColumns:
         builder.add(batch.array, batch.rows)
         return builder.build(batch.base_offset)
 
-    @property
-    def transaction_types(self) -> np.ndarray:
-        return self.sys_flags & fd.TRAN_MASK
-
 
 class ColumnBuilder:
-    """``RecordColumns`` of one batch built as its rows come (``add``, in order, all from one
-    segment's array: the compiled dispatch, while the records are in cache), then ``build`` once
-    the batch is whole (key hashes finished). Topics are numbered through the walk's one table,
-    batch after batch and never in two threads at once: by ``add`` with ``number`` (the caller
-    knows every batch before is numbered), else by ``build``; without ``number``, ``add`` only
-    looks up the topics known so far (``TopicNumbers.lookup``) and writes this batch's arrays
-    only, so it may run in any thread (``sharedwalk.py``). Results do not depend
-    on how the rows were cut into ``add`` calls."""
+    """``RecordColumns`` of one batch built as its rows come (``add``, in order, from one segment's
+    array, while in cache), then ``build`` once the batch is whole. Topics are numbered in walk order
+    through one table: by ``add`` with ``number``, else by ``build``; without ``number``, ``add``
+    only looks up known topics, so it may run in any thread (``sharedwalk.py``). Results do not
+    depend on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int = INDEX_UNIQ_AND_KEYS):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy

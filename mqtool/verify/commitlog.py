@@ -1,21 +1,11 @@
 """Commit log verification: every record of every segment, then the broker's view of the whole.
 
 Segment reports (``segments.analyze_segment``, in parallel with ``jobs > 1``) are stitched in
-offset order:
-
-- the chain the broker reads runs from the first segment, jumping to the next segment at each
-  end-of-file blank, and ends at the first record that is not valid: the *logical end*
-  (``CommitLog.recoverNormally``'s ``processOffset``, reference §8.3). CRC failures are reported
-  but do not end the walk here, so one flipped bit yields one finding;
-- what lies after the logical end is classified. Zeros only: the normal end of data. A cut-short
-  record and nothing valid after it: a torn last write (``half-message``). Valid records again
-  (found by resynchronising on magic, size chain and self-describing PHYSICALOFFSET): either
-  *stale* (stored before the log's last message: leftovers of a log the broker cut back and
-  rewrote, §8.9; never read, reported as ``info``) or *live* (newer: the log was damaged and the
-  broker would discard them with everything else after the damage: ``damaged-range``).
-  Without ``keep_going`` the check stops at the first damaged range; with it every damaged range
-  is reported with the number of valid records after it.
-"""
+offset order into the chain the broker reads, ending at the *logical end*
+(``CommitLog.recoverNormally``'s ``processOffset``, reference §8.3; CRC failures do not end it),
+and what lies after it is classified: zeros, a torn last write, stale records (§8.9) or live
+records after damage (docs/verify.md). Without ``keep_going`` the check stops at the first
+damaged range."""
 
 from __future__ import annotations
 

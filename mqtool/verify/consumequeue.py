@@ -1,27 +1,16 @@
 """Consume queues against the commit log, in one streaming merge (reference §5, §3.3).
 
-Every dispatched record (transaction type NOT or COMMIT: ``CommitLogDispatcherBuildConsumeQueue``)
-must have the entry ``(PHYSICALOFFSET, TOTALSIZE, tagsCode)`` at its QUEUEOFFSET in
-``consumequeue/<topic>/<queueId>/``; every entry must point at the start of such a record.
-Both sides are ordered by commit log offset, so each queue is read once, in chunks, beside
-the commit log walk: memory grows with the number of queues, not with their length.
+Every dispatched record (NOT or COMMIT: ``CommitLogDispatcherBuildConsumeQueue``) must have the
+entry ``(PHYSICALOFFSET, TOTALSIZE, tagsCode)`` at its QUEUEOFFSET, and every entry must point at
+the start of such a record; both sides are in commit log order, so each queue is read once, in
+chunks, beside the walk. Tags codes are computed as ``checkMessageAndReturnSize`` does; a
+ConsumeQueueExt address is accepted, and so are the 4.9.2-4.9.8 TAGS hash in abnormal recovery's
+SCHEDULE_TOPIC_XXXX entries (§3.5) and a 3.2.6 delivery time up to ``PRE_LOCK_SLACK_MS`` off
+(rules file §2.15).
 
-Expected tags codes are computed as ``checkMessageAndReturnSize`` does (TAGS hash; delivery
-time for SCHEDULE_TOPIC_XXXX); a ConsumeQueueExt address (``enableConsumeQueueExt``) stands
-in for the tags code and is accepted; for 4.9.2-4.9.8 stores the TAGS hash is also accepted in
-SCHEDULE_TOPIC_XXXX entries written by abnormal recovery (the delay table is not loaded yet
-then, §3.5); for 3.2.6 stores a delivery time up to ``PRE_LOCK_SLACK_MS`` off (its put-time
-dispatch takes the time before the put lock, rules file §2.15).
-
-The merge runs a walk batch at a time on record columns (``on_columns``): the batch's
-dispatched records are grouped by queue (``queue_groups``) and each group is compared with the
-next entries of its queue in one compiled pass (``join_groups``: offset, size, QUEUEOFFSET, tags
-code, §5.1). When every queue of the batch either matches exactly or has no entries for it (a
-run of missing entries growing, which emits nothing yet), the batch is done; anything else (a
-mismatch, a stray entry, a closing missing run, a gap or invalid-unit finding due) returns False
-before any state changed, and the batch is reported record by record (``on_batch``), which
-writes every finding.
-"""
+A walk batch is first joined compiled (``on_columns``: ``queue_groups``, ``join_groups``, §5.1);
+anything but exact matches and growing missing runs returns False before any state changed, and
+the batch is reported record by record (``on_batch``), which writes every finding."""
 
 from __future__ import annotations
 
@@ -195,13 +184,9 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class QueueCursor:
     """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``.
-
-    Filler units (``fillPreBlank``) are skipped; invalid units the broker would treat as the
-    end of the queue are reported only when valid entries follow them; missing files between
-    two others are reported as gaps. Each finding is emitted when the entry after it becomes the
-    head (or the head becomes None), so it falls in the commit log order of the merge.
-    """
+    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
+    skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
+    the entry after it becomes the head (or the head None): in the merge's commit log order."""
 
     def __init__(self, check: "ConsumeQueueCheck", queue: ConsumeQueue | None, topic: str, queue_id: int):
         self.check = check
@@ -489,11 +474,7 @@ class ConsumeQueueCheck:
                 cursor = self.cursors[qkey] = QueueCursor(self, None, *qkey)
             cursor.last_pos = None
             lo, hi = first[g], last[g]
-            run = self.missing.get(qkey)
-            if run is None:
-                self.missing[qkey] = MissingRun(int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
-            else:
-                run.last_offset, run.last_queue_offset, run.count = int(offsets[hi]), int(queue_offsets[hi]), run.count + counts[g]
+            self._missing(qkey, int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
         return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
@@ -523,11 +504,15 @@ class ConsumeQueueCheck:
             self.emit(self._record_skipped(cursor, record))
         else:
             cursor.last_pos = None
-            run = self.missing.get(key)
-            if run is None:
-                self.missing[key] = MissingRun(record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
-            else:
-                run.last_offset, run.last_queue_offset, run.count = record.offset, record.queue_offset, run.count + 1
+            self._missing(key, record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
+
+    def _missing(self, key: tuple[str, int], first: int, last: int, first_qoff: int, last_qoff: int, count: int) -> None:
+        """Records ``[first, last]`` of queue ``key`` have no entry: a run is opened or extended."""
+        run = self.missing.get(key)
+        if run is None:
+            self.missing[key] = MissingRun(first, last, first_qoff, last_qoff, count)
+        else:
+            run.last_offset, run.last_queue_offset, run.count = last, last_qoff, run.count + count
 
     def _compare(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> None:
         problems = []

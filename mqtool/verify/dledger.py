@@ -1,16 +1,10 @@
 """Commit log verification of a DLedger store (reference §15): entries, the records inside, the
 entry index and DLedger's checkpoint. Takes ``CommitLogCheck``'s place (same ``result``).
 
-- every entry on the compiled walk (``store.dledgerwalk``): magic, size = body + 48, pos = its
-  own offset, index = previous + 1, term never decreasing, the body exactly one record with every
-  check of the record decoder; body CRC failures do not end the walk (one finding each); the
-  record's PHYSICALOFFSET = pos + 48 (``DLedgerCommitLog``'s append hook);
-- where the walk stops: the broker's ``DLedgerMmapFileStore.recover`` truncates data and index
-  there; what lies after it (zeros; non-zero bytes; valid entries after damage, counted);
-- ``index/``: unit ``i`` against entry ``i`` (the broker rewrites the index from the first
-  mismatch on its next start), units past the last entry (truncated on that start);
-- ``checkpoint``: ``committedIndex``/``endIndex`` against the last entry.
-"""
+Every entry is walked compiled (``store.dledgerwalk``) with every check of the record decoder and
+the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48); where the
+walk stops ``DLedgerMmapFileStore.recover`` truncates data and index, and ``index/`` and
+``checkpoint`` are held against the entries."""
 
 from __future__ import annotations
 

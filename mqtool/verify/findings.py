@@ -1,21 +1,9 @@
 """What ``mqtool verify`` reports: findings with a stable JSON shape, and the run summary.
 
-A ``Finding`` names one problem (or one noteworthy fact) at one place:
-
-- ``kind``: a stable identifier from ``KINDS`` (``crc-mismatch``, ``cq-entry-missing``...);
-- ``severity``: ``error`` (data is damaged, lost, or the broker would serve or discard the wrong
-  bytes), ``warning`` (an inconsistency the broker tolerates or repairs on its next start, or
-  that degrades a feature such as key lookups), ``info`` (normal facts worth knowing, such as
-  stale bytes the broker never reads);
-- ``file``: the file concerned, relative to the store root where possible;
-- ``offset``: the absolute commit log offset concerned, where there is one;
-- ``expected`` / ``found``: the two values that disagree (numbers or short strings);
-- ``message``: one line for an operator, naming the broker log line they would see where one
-  exists;
-- ``details``: extra machine-readable facts (topic, queue id, range end, record counts...).
-
-Only ``error`` and ``warning`` findings make ``verify`` exit 1; ``info`` findings do not.
-"""
+A ``Finding`` names one problem (or one noteworthy fact) at one place: its ``kind`` (from
+``KINDS``), ``severity``, ``file``, ``offset``, ``expected``/``found``, ``message`` and
+``details``, as docs/verify.md describes them. Only ``error`` and ``warning`` findings make
+``verify`` exit 1."""
 
 from __future__ import annotations
 
@@ -104,17 +92,10 @@ class Finding:
             raise ValueError(f"unknown finding kind {self.kind!r}")
 
     def as_dict(self) -> dict[str, Any]:
-        """The documented JSON object of a finding (keys always present, in this order)."""
-        return {
-            "kind": self.kind,
-            "severity": self.severity.value,
-            "file": self.file,
-            "offset": self.offset,
-            "expected": self.expected,
-            "found": self.found,
-            "message": self.message,
-            "details": dict(self.details),
-        }
+        """The documented JSON object of a finding (every key of ``FINDING_FIELDS``, in that order)."""
+        out = {name: getattr(self, name) for name in FINDING_FIELDS}
+        out["severity"], out["details"] = self.severity.value, dict(self.details)
+        return out
 
 
 FINDING_FIELDS = ("kind", "severity", "file", "offset", "expected", "found", "message", "details")

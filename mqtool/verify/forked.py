@@ -1,21 +1,12 @@
 """``verify --jobs N`` (N > 1): the cq and index checks in a forked process, overlapping the commit log check.
 
 Only where they cannot read the commit log check's own walk (a DLedger store, or ``SHARE_WALK``
-off): a whole plain store is checked on one walk with the checks in a thread beside it
-(``sharedwalk.py``), which beats a second process doing the walk again.
-
-The cross-checks read the valid records on a walk of their own (``LogStream``, CRC not checked),
-so nothing stops them running beside the commit log check's CRC walk. The child runs exactly the
-serial code (``Verification._cross_check``), with the end of the files standing in for the commit
-log's logical end, which it cannot know yet. Its findings are the serial run's whenever the commit
-log check's logical end is where the stream ended: the judgements made before the end compare
-positions below a record the stream read, so the stand-in never decides them, and ``finish``
-uses the stream's end in both runs. Otherwise (a CRC failure ends the chain before the stream
-does) the parent drops the child's result and runs the checks itself, as without ``--jobs``.
-
-Findings are pickled in chunks to an unlinked temporary file as the child goes (memory stays
-flat), and replayed in order once the commit log's findings are out.
-"""
+off; else ``sharedwalk.py``). The child runs exactly the serial code
+(``Verification._cross_check``) on a walk of its own (``LogStream``), the end of the files standing
+in for the logical end it cannot know yet: its findings are the serial run's whenever the logical
+end is where the stream ended, and otherwise the parent drops them and runs the checks itself.
+Findings are pickled in chunks to an unlinked temporary file and replayed in order once the
+commit log's findings are out."""
 
 from __future__ import annotations
 

@@ -1,27 +1,16 @@
 """Index files against themselves and the commit log (reference §6).
 
-Structure, per file (compiled, chunked): every entry's ``prev_index`` must be the entry that
-held its hash slot before it (``IndexFile.putKey``), which also makes every chain acyclic and
-in range; the slot table must end holding the newest entry of each slot; the header must agree
-with the entries (count, begin/end offsets and timestamps, used-slot count from 4.7.1: rules file §5.2).
+Structure, per file (compiled, chunked): every ``prev_index`` is the entry that held its slot
+before (``IndexFile.putKey``), the slot table holds each slot's newest entry, the header agrees
+with the entries (used slots from 4.7.1: rules file §5.2). Against the commit log, in one
+streaming merge: every entry points at a record with a matching key hash and time difference,
+and every record the broker indexes (``CommitLogDispatcherBuildIndex``; 3.2.6: rules file §4.2)
+has all its keys in some file (a key indexed twice on a file boundary is the broker's quirk).
 
-Against the commit log, in one streaming merge (entries are written in commit log order):
-every entry must point at a record whose ``topic#UNIQ_KEY`` or ``topic#key`` hashes to the
-entry's hash, with the entry's time difference; every record the broker indexes (all but
-ROLLBACK, ``CommitLogDispatcherBuildIndex``; 3.2.6: NOT and PREPARED, KEYS only, rules file §4.2)
-must have all its keys in some file. A key indexed twice for a record on a file boundary is the
-broker's known quirk and is accepted.
-
-The merge runs a walk batch at a time on record columns (``on_columns``): the index entries up
-to the batch's last record are checked in one compiled pass (``entries_match``) to point at the
-batch's records in order, each record's entries hashing to exactly its keys (``topic#UNIQ_KEY``,
-``topic#key``: §6.4-§6.5) with its time difference (§6.6). A batch whose records have no entries
-at all only lengthens the run of missing keys (no finding yet). Anything else (a stray or
-mismatched entry, a closing run of missing keys, a duplicate, a time to excuse) returns False
-before any state changed and the batch is reported record by record (``on_batch``), which
-writes every finding. ``IndexEntryCursor`` reads the files' entries and runs ``structure`` for a
-file when the head moves past its last entry.
-"""
+A walk batch is first matched compiled (``on_columns``: ``entries_match``, §6.4-§6.6); anything
+but exact matches and growing missing runs returns False before any state changed, and the batch
+is reported record by record (``on_batch``). ``IndexEntryCursor`` runs ``structure`` for a file
+when the head moves past its last entry."""
 
 from __future__ import annotations
 
@@ -322,9 +311,7 @@ class IndexCheck:
             return True
         if not self.enabled or self.missing is not None:
             return False
-        phy = np.concatenate([c.phy[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].phy[slices[0][1] : slices[0][2]]
-        hashes = np.concatenate([c.hash[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].hash[slices[0][1] : slices[0][2]]
-        diffs = np.concatenate([c.diff[lo:hi] for c, lo, hi in slices]) if len(slices) > 1 else slices[0][0].diff[slices[0][1] : slices[0][2]]
+        phy, hashes, diffs = (np.concatenate([getattr(c, column)[lo:hi] for c, lo, hi in slices]) for column in ("phy", "hash", "diff"))
         begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
         ends = np.cumsum([hi - lo for _, lo, hi in slices])
         match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower, np.zeros(len(offsets), dtype=np.int64))

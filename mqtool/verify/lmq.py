@@ -1,12 +1,9 @@
 """``verify``'s check of the LMQ multi-dispatch queues (``consumequeue/%LMQ%<name>/0/``, reference §3.6).
 
-The entries the broker must have written are derived from the records themselves: every record dispatched to a
-consume queue (NOT_TYPE, COMMIT) that carries ``INNER_MULTI_DISPATCH`` and ``INNER_MULTI_QUEUE_OFFSET`` gets, per
-target queue, ``(offset, size, tags code)`` at the listed queue offset (``formats.dispatch.multi_dispatch_targets``).
-Each LMQ queue's units are compared with them: a unit no record claims (``cq-entry-dangling``, or
-``cq-entry-beyond-end`` past the logical end), a unit that differs (``cq-entry-mismatch``), expected entries the
-queue lacks (``cq-entry-missing``, one finding per run).
-"""
+Every record dispatched to a consume queue that carries ``INNER_MULTI_DISPATCH`` and
+``INNER_MULTI_QUEUE_OFFSET`` owes each target queue ``(offset, size, tags code)`` at the listed
+queue offset (``formats.dispatch.multi_dispatch_targets``); each LMQ queue's units are compared
+with them, with the consume queue's kinds."""
 
 from __future__ import annotations
 

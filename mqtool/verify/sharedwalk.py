@@ -1,31 +1,18 @@
 """The cq and index checks on the commit log check's own walk: the valid records are walked once.
 
-The cross-checks need the records of the broker's chain (``LogStream``: first segment to the
-logical end, blank records jumping to the next segment, CRC not checked). The commit log check
-walks the same chain first in each segment (``segments.analyze_segment``'s chain run, CRC
-checked but never ending it: ``stop_on_crc=False``), so ``SharedWalk`` is shown those rows
-(``segments.ChainReader``) and cuts them into exactly the batches ``LogStream`` would yield
-(``fastscan.FastScan``'s batch sizes), feeding them to the checks (``crosscheck.py``); the
-records are dispatched as the rows come, while they are in cache (``columns.ColumnBuilder.add``;
-the walk is shown 2 MiB at a time), or, for a batch cut while the checks thread is idle, by that
-thread once the batch is whole. Topics are numbered through one table, batch after batch: on the
-walk as it dispatches when every batch before has been, else as the batch is built (the topics
-known by then looked up on the walk). Each whole
-batch is then checked (its columns finished and joined: ``CrossChecks.feed``), on two CPUs in a
-thread of its own while the walk goes on (``handoff.Stage``: a batch or two may wait, in
-order), else inline; that thread first makes the checks (``CrossChecks.begin``: every queue
-file's ends read) while the walk starts and, a step whenever it is idle at a cut, reads ahead
-what the checks after the walk read (``_ahead``). The findings are spilled to an unlinked
-temporary file as they come (memory stays flat) and replayed once the commit log's findings are
-out, as if the checks had run after it.
+The commit log check walks the broker's chain first in each segment (``segments.analyze_segment``,
+CRC checked but never ending it), so ``SharedWalk`` is shown those rows (``segments.ChainReader``),
+cuts them into exactly the batches ``LogStream`` would yield (``fastscan.FastScan``'s sizes) and
+dispatches them while they are in cache (``columns.ColumnBuilder.add``), topics numbered through
+one table in walk order. Each whole batch is checked (``CrossChecks.feed``) in a thread of its own
+while the walk goes on (``handoff.Stage``), which also makes the checks first
+(``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
+unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
 
-The checks run with the end of the files standing in for the commit log's logical end, as the
-forked child does (``forked.py``): the findings are those of a separate walk whenever the
-logical end is not below where the stream ended. ``result`` declines otherwise, and when the
-chain was not seen whole (a worker pool walked it, the check stopped) or the stream would have
-resumed after damage before the broker's recovery start (``LogStream.walk``): the caller then
-walks again.
-"""
+As in ``forked.py``, the end of the files stands in for the logical end: ``result`` declines when
+the logical end is below where the stream ended, when the chain was not seen whole, or when the
+stream would have resumed after damage before the broker's recovery start; the caller then walks
+again."""
 
 from __future__ import annotations
 

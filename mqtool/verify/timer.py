@@ -1,20 +1,11 @@
 """``verify``'s timer store check (5.x, reference §9): the timer log, the wheel and ``config/timercheck``
-against each other and against the commit log.
-
-- ``timer-log-damaged``: the walk of ``TimerMessageStore.recoverAndRevise`` stops at a non-zero invalid unit
-  (or a missing file): the broker truncates the timer log there and the units after it are lost.
-- ``timer-reference``: a unit whose ``offset_py`` is past the commit log's logical end, or does not hold its
-  ``rmq_sys_wheel_timer`` record: after a commit log truncation the broker retries such units forever
-  (apache/rocketmq#10668). One finding per unit; units before the commit log's min offset (expired) are info.
-- ``timer-wheel``: a missing ``timerwheel`` (an error while timer messages are pending: an empty wheel never
-  delivers them), one of another length than ``2 x slotsTotal x 32`` (``TimerWheel`` refuses to start), or a slot whose first/last positions are not unit positions inside the timer log
-  (``past_end``: after its end, ``before_start``: before its first file, a deleted one; ``TimerMessageStore.recover``
-  revises only slots of the units it walks, so the units either names are gone).
-- ``timercheck-ahead``: ``lastTimerLogFlushPos`` past the timer log's end, or ``lastTimerQueueOffset`` past the
-  ``rmq_sys_wheel_timer`` queue's max offset.
-"""
+against each other and against the commit log, as ``TimerMessageStore.recoverAndRevise`` and
+``TimerWheel`` read them. Kinds ``timer-log-damaged``, ``timer-reference`` (apache/rocketmq#10668),
+``timer-wheel`` and ``timercheck-ahead``, as docs/verify.md describes them."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 from typing import TYPE_CHECKING, Iterator
 
@@ -41,9 +32,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     yield from _reference_findings(store, report)
     yield from _wheel_findings(timer, report)
     yield from _check_findings(store, timer, report)
-    states = {}
-    for row in report.rows:
-        states[row["state"]] = states.get(row["state"], 0) + 1
+    states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
 
