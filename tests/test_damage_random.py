@@ -228,7 +228,8 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149), ("4.0.0/clean-small", 3017),
                                         ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297),
                                         ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239),
-                                        ("4.2.0/crashed-small", 3291), ("4.9.2/retention-small", 6093), ("4.4.0/crashed-small", 6128)])
+                                        ("4.2.0/crashed-small", 3291), ("4.9.2/retention-small", 6093), ("4.4.0/crashed-small", 6128),
+                                        ("5.3.3/timer-crashed", 808)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -250,7 +251,9 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     the first timer log file deleted: the wheel slots naming its units are lost data. 3291: a 4.2.0 segment cut inside
     a record's body: its CRC fails before its length disagrees, so the abnormal recovery stops there. 6093: the two
     segments left, one cut and one grown: no size divides both names, the size is the power of two that does. 6128: a
-    bit flip in a STORETIMESTAMP (no CRC covers it) names a new index file in a year past 9999."""
+    bit flip in a STORETIMESTAMP (no CRC covers it) names a new index file in a year past 9999. 808: a timer log
+    unit's fields zeroed but its size and (flag) magic: TimerMessageStore.recoverAndRevise keeps it, and the dequeue
+    finds no message at the offset it names and drops it: its timer message is lost data."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable
 from ..formats import checkpoint as cpfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size
-from ..verify import CHECKS, CROSS_CHECKS, Finding, Verification, VerifyOptions
+from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
@@ -297,10 +297,11 @@ class _LostData:
     def __init__(self, findings: list[Finding], ranges: list[tuple[int, int]]):
         self.ranges = ranges
         self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
-        # timer log units naming messages past the log's end (the messages are gone: a cut) and wheel
-        # slots naming units past the timer log's end (the units are gone): config/timercheck's counts
-        # still include them; a damaged timer log loses the units after the damage (the broker's timer recovery truncates there)
-        self.timer = any(f.kind in ("timer-reference", "timer-wheel") and _names_gone_units(f) or f.kind == "timer-log-damaged" for f in findings)
+        # timer log units not naming their message (past the log's end after a cut, or the unit itself
+        # damaged) and wheel slots naming units past the timer log's end (the units are gone):
+        # config/timercheck's counts still include them; a damaged timer log loses the units after the
+        # damage (the broker's timer recovery truncates there)
+        self.timer = any(_timer_unit_lost(f) or f.kind == "timer-wheel" and _names_gone_units(f) or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
@@ -312,6 +313,15 @@ def _names_gone_units(f: Finding) -> bool:
     never walks: the wheel's slots keep naming its units)."""
     d = f.details or {}
     return bool(d.get("past_end") or d.get("before_start"))
+
+
+def _timer_unit_lost(f: Finding) -> bool:
+    """A timer log unit that does not name its ``rmq_sys_wheel_timer`` record (verify's error
+    ``timer-reference``): the record is past the commit log's end, or the unit's own fields are
+    damaged (no CRC covers a unit, and ``TimerMessageStore.recoverAndRevise`` keeps any unit of the
+    right size and a flag magic). The broker's dequeue reads no timer message there, so it never
+    delivers that unit's message: lost data, which no rebuild gives back."""
+    return f.kind == "timer-reference" and f.severity == Severity.ERROR
 
 
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
@@ -335,7 +345,7 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
-        out.lost.append(expected(f, lost.holds(f.offset) or _names_gone_units(f) or pending))
+        out.lost.append(expected(f, lost.holds(f.offset) or _timer_unit_lost(f) or _names_gone_units(f) or pending))
     elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
         out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":
