@@ -731,28 +731,31 @@ def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
 
 
 def render_repair(console: Screen, doc: dict) -> None:
-    console.print(kv_table("Plan: repair", [("store", doc["store"]), ("steps", len(doc["steps"])), ("beyond the broker", sum(1 for s in doc["steps"] if s["beyond_broker"])),
-                                            *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else [])]))
-    if doc["steps"]:
+    """A repair plan document as tables, from the typed ``RepairPlan`` it reads back
+    (``recovery/repair.py``); ``next_start`` is the document's own addition."""
+    from ..recovery.repair import RepairPlan
+
+    plan = RepairPlan.from_dict(doc)
+    next_start = [("next start", doc["next_start"]["line"])] if doc.get("next_start") else []
+    console.print(kv_table("Plan: repair", [("store", plan.store), ("steps", len(plan.steps)), ("beyond the broker", sum(1 for s in plan.steps if s.beyond_broker)), *next_start]))
+    if plan.steps:
         table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"])
-        for i, st in enumerate(doc["steps"], 1):
-            paths = st["paths"]
-            shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
-            table.add_row(str(i), st["step"], "yes" if st["beyond_broker"] else "no", st["why"], shown)
+        for i, st in enumerate(plan.steps, 1):
+            shown = ", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "")
+            table.add_row(str(i), st.step, "yes" if st.beyond_broker else "no", st.why, shown)
         console.print(table)
     else:
         console.print("No changes: verify finds nothing to repair.")
-    if doc["recover"] is not None and doc["recover"]["actions"]:
+    if plan.recover is not None and plan.recover.actions:
         render_plan(console, doc["recover"])
-    remaining = doc["remaining"]
-    if remaining:
-        table = titled_table(f"Lost data: `verify` will still report {len(remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
-        for e in remaining[:TABLE_LOST]:
-            table.add_row(e["kind"], e["severity"], "" if e["offset"] is None else str(e["offset"]), e["message"], e["file"] or "")
+    if plan.remaining:
+        table = titled_table(f"Lost data: `verify` will still report {len(plan.remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
+        for e in plan.remaining[:TABLE_LOST]:
+            table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), e.message, e.file or "")
         console.print(table)
-        if len(remaining) > TABLE_LOST:
-            console.print(f"... and {len(remaining) - TABLE_LOST} more listed with --format json")
-    for n in doc["notes"]:
+        if len(plan.remaining) > TABLE_LOST:
+            console.print(f"... and {len(plan.remaining) - TABLE_LOST} more listed with --format json")
+    for n in plan.notes:
         console.note(n)
 
 

@@ -38,7 +38,7 @@ from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
-from .plan import Action, CheckpointPlan, Expected, Plan, _to_json_value
+from .plan import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
 from .rebuild import plan_rebuild_cq, plan_rebuild_index
 from ..store.walkedchain import WalkedChain
 
@@ -90,6 +90,10 @@ class RepairPlan:
         doc = _to_json_value(self)
         doc["is_empty"] = self.is_empty
         return doc
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "RepairPlan":
+        return _from_json_value(cls, doc)
 
 
 # ---- 1. file-level fixes ----------------------------------------------------------------------
