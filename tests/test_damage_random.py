@@ -229,7 +229,7 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
                                         ("5.3.3/timer-crashed", 3013), ("4.9.7/clean-small", 3350), ("4.8.0/clean-small", 3297),
                                         ("5.3.3/dledger-crashed", 1254), ("5.3.3/dledger-crashed-cqloss", 3010), ("5.3.3/timer-small", 3239),
                                         ("4.2.0/crashed-small", 3291), ("4.9.2/retention-small", 6093), ("4.4.0/crashed-small", 6128),
-                                        ("5.3.3/timer-crashed", 808)])
+                                        ("5.3.3/timer-crashed", 808), ("5.3.3/config-real", 1567)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -253,7 +253,9 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     segments left, one cut and one grown: no size divides both names, the size is the power of two that does. 6128: a
     bit flip in a STORETIMESTAMP (no CRC covers it) names a new index file in a year past 9999. 808: a timer log
     unit's fields zeroed but its size and (flag) magic: TimerMessageStore.recoverAndRevise keeps it, and the dequeue
-    finds no message at the offset it names and drops it: its timer message is lost data."""
+    finds no message at the offset it names and drops it: its timer message is lost data. 1567: a flipped TOTALSIZE
+    in a record before the segment the broker's recovery scans from, and the index damaged: the rebuilt index holds
+    the records the broker serves after it (the scan resumes where the log does, not TOTALSIZE further on)."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

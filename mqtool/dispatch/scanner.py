@@ -9,7 +9,10 @@ checked byte for byte), and hands every record the fast path cannot decide to
 - ``recovery``: the recovery loop (§8.3): CRC checked, the first invalid record ends the scan,
   including a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int (``Integer.parseInt`` throws);
 - ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
-  other failure skips to the next segment (master behaviour).
+  other failure skips to the next segment (master behaviour);
+- ``served``: the records the broker serves, for an index no broker rebuilds (``rebuild-index``):
+  as ``reput``, but past a record it cannot read it resumes where the log does (``store.resync``),
+  so a damaged TOTALSIZE does not carry it past the records after it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.resync import resume_after
 from ..store.fastscan import FastScan
 from ..store.textscan import POW31, java_hash_states, utf16_units_of
 from . import fastdispatch as fd
@@ -235,7 +239,7 @@ class DispatchScanner:
     start: int
     stop: int | None
     options: DispatchOptions
-    discipline: str = "recovery"  # or "reput"
+    discipline: str = "recovery"  # or "reput", "served"
     check_crc: bool = True
     topics: TopicTable = field(default_factory=TopicTable)
     end: ScanEnd | None = None
@@ -328,7 +332,7 @@ class DispatchScanner:
                 for _ in at_stop:
                     pass
                 end = at_stop.end
-            elif self.discipline == "reput" and not self._reput_ends(end):
+            elif self.discipline != "recovery" and not self._reput_ends(end):
                 resume = self._reput_resume(end)
                 if resume is not None:
                     self.skipped.append(end)
@@ -418,8 +422,12 @@ class DispatchScanner:
         return end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch."""
-        if end.reason == StopReason.LENGTH_MISMATCH and end.total_size:
+        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes)."""
+        if self.discipline == "served":
+            nxt = resume_after(self.commitlog, end.offset + 1)
+            if nxt is None:
+                return None
+        elif end.reason == StopReason.LENGTH_MISMATCH and end.total_size:
             nxt = end.offset + end.total_size
         else:
             index = self.commitlog.segment_index(end.offset)

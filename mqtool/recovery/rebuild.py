@@ -54,10 +54,16 @@ class RebuildScan:
     segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); a
     reput scan covers the segments before the start first, the same way. Only when that reput skips a record whose TOTALSIZE
     reaches past the start segment's first offset does the recovery scan run on its own (to find the
-    end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
+    end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated.
+
+    The index (``index=True``, ``rebuild-index``) is never rebuilt by a broker: it is built from the
+    records the broker serves, so before the start its scan resumes where the log does past a record
+    it cannot read (the ``served`` discipline; a DLedger log, whose entries carry no resumable chain,
+    keeps the reput's)."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
+        self.reput = "served" if index and not store.is_dledger else "reput"
         self.start, self.notes = _recovery_start(store, rules)
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
@@ -76,11 +82,11 @@ class RebuildScan:
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
-            head = self._scanner(cl.min_offset, self.start, "reput", index=self.index, ahead=True)
+            head = self._scanner(cl.min_offset, self.start, self.reput, index=self.index, ahead=True)
             yield from head
             self.skipped += head.skipped
             over = head.end
-            if over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
+            if self.reput == "reput" and over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
                 self.skipped.append(over)
                 recovery = self._scanner(self.start, None, "recovery", index=False)
                 for _ in recovery:
@@ -216,6 +222,6 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     if cp is not None and cp.index_msg_timestamp != full:
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
-    phase = DispatchPhase("rebuild", cl.min_offset, end, "reput", TAGS_DELIVERY_TIME, False, True, counts.records, 0)
+    phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.reput, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
     plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
     return plan.with_inputs(plan_inputs(store, plan, {}, with_crc=with_crc))

@@ -18,13 +18,20 @@ RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
 
 def scan_start(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int:
     """Where a scan asked to begin at ``offset`` begins (the module's rule)."""
+    found = resume_after(commitlog, offset, chain)
+    return offset if found is None else found
+
+
+def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int | None:
+    """The first position at or after ``offset`` where the log can be resumed (the module's rule),
+    in this segment or a later one; None when there is none."""
     index = commitlog.segment_index(offset)
     if index is None:
-        return offset
+        return None
     for i in range(index, len(commitlog.segments)):
         seg = commitlog.segments[i]
         with MappedFile(seg.path, seg.base_offset) as mf:
             found = resume_at(mf.buf, offset - seg.base_offset if i == index else 0, seg.base_offset, chain)
         if found >= 0:
             return seg.base_offset + found
-    return offset
+    return None
