@@ -295,17 +295,11 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
 
 
 class _LostData:
-    """The lost records a triage found: their byte ranges, the queues with an entry in one, and
-    whether the timer's units or slots name what is gone."""
+    """The lost records a triage found: their byte ranges and the queues with an entry in one."""
 
     def __init__(self, findings: list[Finding], ranges: list[tuple[int, int]]):
         self.ranges = ranges
         self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
-        # timer log units not naming their message (past the log's end after a cut, or the unit itself
-        # damaged) and wheel slots naming units past the timer log's end (the units are gone):
-        # config/timercheck's counts still include them; a damaged timer log loses the units after the
-        # damage (the broker's timer recovery truncates there)
-        self.timer = any(_timer_unit_lost(f) or f.kind == "timer-wheel" and _names_gone_units(f) or f.kind == "timer-log-damaged" for f in findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
@@ -353,7 +347,10 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
         out.lost.append(expected(f, True))
     elif f.kind == "timercheck-ahead":
-        out.lost.append(expected(f, lost.timer))
+        # config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
+        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
+        # it anew; what it counted is lost data no step gives back
+        out.lost.append(expected(f, True))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
     elif f.kind == "config-unreadable":
