@@ -29,7 +29,7 @@ from .plansteps import (
     store_version,
     write_action,
 )
-from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions
+from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
@@ -117,6 +117,26 @@ def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhas
     )
 
 
+def _configured_topics(store: Store) -> set[str]:
+    """The topics of ``config/topics.json`` (``--respect-topic-config``)."""
+    doc = store.config_file("topics.json")
+    if doc is None:
+        raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
+    return topic_names(doc)
+
+
+def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
+    """One queue's plan: its offsets before (``q``, the files on disk, if any) and after; no file
+    to write when its files already hold the rebuild's bytes (the queue is left alone)."""
+    if q is not None:
+        old = QueueSim.load(q, rules=rules)
+        before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
+    else:
+        before = (0, 0)
+    qp = queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,))
+    return replace(qp, files=()) if sim.equals_original() else qp
+
+
 def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate consume queue files from the commit log, as the broker's reput service
     writes them when they are missing (``start()`` re-dispatches from the commit log min,
@@ -128,13 +148,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
-    cl = store.commitlog
-    allowed = None
-    if options.respect_topic_config:
-        doc = store.config_file("topics.json")
-        if doc is None:
-            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
-        allowed = topic_names(doc)
+    allowed = _configured_topics(store) if options.respect_topic_config else None
 
     def selected(topic: str, qid: int) -> bool:
         return (
@@ -173,17 +187,8 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
         sim = sims.get(key) or QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, rules=rules)
         sim.original = {base: path for base, path in q.files}
         sims[key] = sim
-    clmin = cl.min_offset
-    queue_plans = []
-    for key, sim in sorted(sims.items()):
-        q = existing.get(key)
-        if q is not None:
-            old = QueueSim.load(q, rules=rules)
-            before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
-        else:
-            before = (0, 0)
-        qp = queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,))
-        queue_plans.append(replace(qp, files=()) if sim.equals_original() else qp)  # its files already hold the rebuild: left alone
+    clmin = store.commitlog.min_offset
+    queue_plans = [_rebuilt_queue(sim, existing.get(key), clmin, rules) for key, sim in sorted(sims.items())]
     deletes, writes = queue_actions(store, queue_plans, sims)
     if queue_plans and not deletes and not writes:
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
