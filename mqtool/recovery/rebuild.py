@@ -63,7 +63,7 @@ class RebuildScan:
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
-        self.reput = "served" if index and not store.is_dledger else "reput"
+        self.discipline = "served" if index and not store.is_dledger else "reput"
         self.start, self.notes = _recovery_start(store, rules)
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
@@ -82,11 +82,11 @@ class RebuildScan:
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
-            head = self._scanner(cl.min_offset, self.start, self.reput, index=self.index, ahead=True)
+            head = self._scanner(cl.min_offset, self.start, self.discipline, index=self.index, ahead=True)
             yield from head
             self.skipped += head.skipped
             over = head.end
-            if self.reput == "reput" and over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
+            if self.discipline == "reput" and over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
                 self.skipped.append(over)
                 recovery = self._scanner(self.start, None, "recovery", index=False)
                 for _ in recovery:
@@ -227,6 +227,6 @@ def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, wi
     if cp is not None and cp.index_msg_timestamp != full:
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
-    phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.reput, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
+    phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
     plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
     return plan.with_inputs(plan_inputs(store, plan, {}, with_crc=with_crc))
