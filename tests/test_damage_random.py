@@ -19,8 +19,9 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
+from repair_support import tree
 from damage_support import KINDS, beyond_lost, damage, damage_run, run
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
 FIXED_SEEDS = list(range(6))
@@ -308,20 +309,49 @@ def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path
     assert not [f for f in findings if f["kind"].startswith("index-")], findings
 
 
-def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_path):
-    """A record's QUEUEOFFSET lowered by a bit flip (12 to 4) and its queue cut short: rebuild-cq dispatches the
-    queue again, and ``putMessagePositionInfo`` skips the record ("Build consume queue repeatedly", reference §5.10)
-    and appends the later ones a queue offset lower. verify reports the skipped record and those after it as the
-    record's damage (lost data), so repair ends there instead of rebuilding the queue again and again."""
-    root = copy_store("4.9.7", "clean-small", tmp_path)
-    target = next(m for m in manifest("4.9.7", "clean-small")["messages"] if m.get("dispatched") and m["queueOffset"] == 12)
+def _queue_offset_lowered(version: str, tmp_path):
+    """A copy of ``version``'s clean-small whose record of queue offset 12 says 4 (a bit flip in QUEUEOFFSET, which
+    no CRC covers) and whose queue is cut to 20 entries: a rebuild dispatches that queue again."""
+    root = copy_store(version, "clean-small", tmp_path)
+    target = next(m for m in manifest(version, "clean-small")["messages"] if m.get("dispatched") and m["queueOffset"] == 12)
     segment = root / "commitlog" / f"{target['commitLogOffset'] // SEGMENT * SEGMENT:020d}"
     data = bytearray(segment.read_bytes())
     data[target["commitLogOffset"] % SEGMENT + 27] ^= 0x08
     segment.write_bytes(data)
     queue = root / "consumequeue" / target["topic"] / str(target["queueId"]) / "00000000000000000000"
     queue.write_bytes(queue.read_bytes()[: 20 * 20])
+    return root, target
+
+
+@pytest.mark.parametrize("version", ["4.4.0", "4.9.7"])
+def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_path, version):
+    """A record's QUEUEOFFSET lowered by a bit flip (12 to 4) and its queue cut short: rebuild-cq dispatches the
+    queue again, and ``putMessagePositionInfo`` (4.2.0+, rules ``cq_repeat_guard``) skips the record ("Build consume
+    queue repeatedly", reference §5.10) and appends the later ones a queue offset lower. verify reports the skipped
+    record and those after it as the record's damage (lost data), so repair ends there instead of rebuilding the
+    queue again and again. 4.4.0's marks leave E3a-E5, E7: every era left has the guard, so repair goes ahead."""
+    root, target = _queue_offset_lowered(version, tmp_path)
     rc, findings = repaired_findings(root)
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
     assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]
+
+
+def test_a_rebuild_the_broker_version_decides_is_refused_and_the_recovery_undone(tmp_path):
+    """The same damage on 4.0.0's clean-small, whose marks leave E1-E5, E7: a 4.0.0-4.1.0 broker appends the record's
+    entry in place (no repeat guard), a 4.2.0+ one skips it. The recovery stage plans alike under every era, the
+    queue rebuild after it does not: repair refuses (exit 4) naming the rule, and undoes the recovery stage it had
+    applied. With ``--broker-version 4.0.0`` the rebuild appends the entry where the broker does: only the record's
+    own entry is left as lost data. (Before: the rebuild was planned under the newest era alone and skipped it.)"""
+    root, target = _queue_offset_lowered("4.0.0", tmp_path)
+    before = tree(root)
+    rc, _, err = run("repair", root, "--yes", timeout=TIMEOUT)
+    assert rc == EXIT_REFUSED and "cq_repeat_guard" in err and "the changes were undone" in err, err
+    assert tree(root) == before
+    rc, _, err = run("repair", root, "--yes", "--broker-version", "4.0.0", timeout=TIMEOUT)
+    assert rc == EXIT_FINDINGS, err
+    rc, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", "4.0.0", timeout=TIMEOUT)
+    failing = [json.loads(line) for line in out.splitlines()][:-1]
+    assert [(f["kind"], f["offset"], f["found"], f["expected"]) for f in failing if f["severity"] != "info"] == [
+        ("cq-entry-mismatch", target["commitLogOffset"], 12, 4)  # the entry at queue offset 12; the field says 4
+    ]

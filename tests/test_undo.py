@@ -118,6 +118,21 @@ def test_a_file_changed_by_someone_else_is_refused_by_name_before_any_stage_is_r
     assert snapshot(store) == after  # not even the last stage was restored
 
 
+def test_one_stage_restored_alone_before_the_later_one_is_refused_naming_it(repaired):
+    """``restore BACKUP/01-recover`` while stage 02 (which rewrote files stage 01 had changed) stands: refused,
+    naming the later stage and the whole-repair restore; the store is untouched. Then the stages in reverse
+    order, each alone, give the store back. (Before: the refusal blamed "something other than mqtool".)"""
+    store, backup, before = repaired
+    after = snapshot(store)
+    result = run("restore", backup / "01-recover", "--yes")
+    assert result.exit_code == EXIT_REFUSED, result.stderr
+    assert "02-rebuild-cq" in result.stderr and f"mqtool restore {backup} --yes" in result.stderr, result.stderr
+    assert snapshot(store) == after
+    for stage in ("02-rebuild-cq", "01-recover"):
+        assert run("restore", backup / stage, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 class Killed(BaseException):
     pass
 

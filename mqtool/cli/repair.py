@@ -344,41 +344,8 @@ def repair(
         return
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
-        if plan.files is not None:
-            stages.apply("files", plan.files)
-        with open_store(root, broker_config, broker_version) as opened:
-            from ..dispatch.scanner import DispatchCache
-
-            cache = DispatchCache()
-            recover_plan = planner().plan_recover(opened, cache=cache)
-        if not recover_plan.is_empty:
-            stages.apply("recover", recover_plan, cache)
-        # the later stages follow the rules the recovery was planned under: with the abort file gone,
-        # a store's marks may no longer tell the eras apart that planned its recovery alike
-        broker_version = broker_version or recover_plan.broker_version
-        for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
-            with open_store(root, broker_config, broker_version) as opened:
-                findings, run = rp.verify_findings(opened)
-                t = rp.triage(findings, run.last_timestamp)
-            if not t.fixable:
-                break
-            for step in rp.steps_of(t):
-                note(f"beyond the broker: {step.step}: {step.why}")
-            if t.queues:
-                with open_store(root, broker_config, broker_version) as opened:
-                    queue_plan = rp.plan_queue_rebuild(opened, t.queues)
-                stages.apply("rebuild-cq", queue_plan)
-            if t.index:
-                with open_store(root, broker_config, broker_version) as opened:
-                    index_plan = rp.plan_index_rebuild(opened)
-                stages.apply("rebuild-index", index_plan)
-            with open_store(root, broker_config, broker_version) as opened:
-                state_plan = rp.plan_state_fixes(opened, t)
-            if state_plan is not None:
-                stages.apply("state", state_plan)
-        with open_store(root, broker_config, broker_version) as opened:
-            findings, _run = rp.verify_findings(opened)
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_refusal():
+        findings = _apply_stages(stages, plan, broker_config, broker_version)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
     if findings:
@@ -390,6 +357,52 @@ def repair(
             raise typer.Exit(EXIT_FINDINGS)
         return
     note("verify: the store is sound")
+
+
+def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
+    """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
+    broker, each planned on the store the stage before left; returns verify's failing findings after."""
+    rp, root = repair_planner(), stages.root
+    if plan.files is not None:
+        stages.apply("files", plan.files)
+    with open_store(root, broker_config, broker_version) as opened:
+        from ..dispatch.scanner import DispatchCache
+
+        cache = DispatchCache()
+        recover_plan = planner().plan_recover(opened, cache=cache)
+        eras = opened.version_guess.eras
+    if not recover_plan.is_empty:
+        stages.apply("recover", recover_plan, cache)
+
+    def recovered():
+        # the later stages are planned under every era the recovery was (a rebuild's rules can differ where the
+        # recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
+        opened = open_store(root, broker_config, broker_version)
+        opened.assume_eras(eras)
+        return opened
+
+    for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
+        with recovered() as opened:
+            findings, run = rp.verify_findings(opened)
+            t = rp.triage(findings, run.last_timestamp)
+        if not t.fixable:
+            break
+        for step in rp.steps_of(t):
+            note(f"beyond the broker: {step.step}: {step.why}")
+        if t.queues:
+            with recovered() as opened:
+                queue_plan = rp.plan_queue_rebuild(opened, t.queues)
+            stages.apply("rebuild-cq", queue_plan)
+        if t.index:
+            with recovered() as opened:
+                index_plan = rp.plan_index_rebuild(opened)
+            stages.apply("rebuild-index", index_plan)
+        with recovered() as opened:
+            state_plan = rp.plan_state_fixes(opened, t)
+        if state_plan is not None:
+            stages.apply("state", state_plan)
+    with recovered() as opened:
+        return rp.verify_findings(opened)[0]
 
 
 class RepairStages:
@@ -408,11 +421,26 @@ class RepairStages:
             writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         except writer.ApplyError as exc:  # this stage changed nothing or was undone: so are the stages before it
             if self.done:
-                from ..apply.executor import roll_back
-
-                raise writer.ApplyError(f"{exc}; the {len(self.done)} stage(s) applied before: {roll_back([BackupSet.open(d) for d in self.done])}") from None
+                raise writer.ApplyError(self._undone(exc)) from None
             raise
         self.done.append(directory)
+
+    @contextmanager
+    def undone_on_refusal(self):
+        """A stage that cannot be planned on the store the stages before left (e.g. a rebuild the store's
+        broker version decides, when its marks do not tell it) refuses, and the stages applied before are
+        undone: a refused repair leaves the store as it was."""
+        try:
+            yield
+        except Refused as exc:
+            if self.done:
+                raise Refused(self._undone(exc)) from None
+            raise
+
+    def _undone(self, exc: Exception) -> str:
+        from ..apply.executor import roll_back
+
+        return f"{exc}; the {len(self.done)} stage(s) applied before: {roll_back([BackupSet.open(d) for d in self.done])}"
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
@@ -575,6 +603,8 @@ def restore_cmd(
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
+    if not force:
+        _refuse_before_later_stages(Path(backup), backup_set)
     check_not_in_use(root, [], force)
     with hold_store_lock(root, force):
         try:
@@ -590,6 +620,18 @@ def restore_cmd(
 def _note_removed(leftovers: list[str]) -> None:
     if leftovers:
         note(f"removed the temporary files an interrupted mqtool had left: {', '.join(leftovers)}")
+
+
+def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
+    """One stage of a ``repair`` backup restored alone while a later stage that changed the same files
+    is not: its bytes would overwrite what the later stage wrote, so say which stage and how to undo both."""
+    touched = set(backup_set.touched())
+    later = [s for s in repair_stages(backup.resolve().parent) if s.name > backup.resolve().name]
+    later = [s for s in later if not BackupSet.open(s).restored and touched & set(BackupSet.open(s).touched())]
+    if later:
+        names = ", ".join(s.name for s in later)
+        raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
+                      f"the whole repair with: mqtool restore {shell_path(backup.resolve().parent)} --yes (or those stages first)")
 
 
 def repair_stages(backup: Path) -> list[Path]:

@@ -101,7 +101,7 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
             deciding = ", ".join(r for r in rules_deciding(candidates[0], candidate) if r in relevant)
             raise Refused(
                 f"cannot tell which broker version wrote this store (its marks leave {guess.label}: `mqtool info` shows "
-                f"them), and its recovery differs between {labels[0]} and {label} ({path}: {_short(x)} vs {_short(y)}{more}; "
+                f"them), and its {plans[0].command} plan differs between {labels[0]} and {label} ({path}: {_short(x)} vs {_short(y)}{more}; "
                 f"rules: {deciding}): pass --broker-version with the release the broker ran "
                 f"(e.g. {', '.join(str(c) for c in guess.candidates)})"
             )

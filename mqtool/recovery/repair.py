@@ -39,7 +39,7 @@ from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, Veri
 from ..verify.lmq import lmq_queue_dirs
 from .plan import PlanOptions
 from .plan import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
-from .rebuild import plan_rebuild_cq, plan_rebuild_index
+from .planner import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
 from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.

@@ -241,6 +241,16 @@ class Store:
         finally:
             self.__dict__["version_guess"] = guess
 
+    def assume_eras(self, eras) -> None:
+        """Read the store as written in one of ``eras``: those an earlier reading of it left (repair's
+        stages after the recovery, whose removed abort file may have been what told some eras apart).
+        The planners still plan under each era left (``recovery.candidates``)."""
+        guess = self.version_guess
+        if guess.given:
+            return
+        kept = [e for e in guess.eras if e in eras] or list(eras)
+        self.__dict__["version_guess"] = VersionGuess.among(kept, guess.evidence)
+
     @property
     def rules(self) -> VersionRules:
         """The store rules of its version; while several eras remain, those of the newest
