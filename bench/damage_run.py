@@ -35,6 +35,7 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated store names or version/name (default: every kind)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds each command may take (default 120)")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore check")
+    ap.add_argument("--no-version", action="store_true", help="repair without --broker-version (a refusal naming the versions, store unchanged, is ok)")
     args = ap.parse_args()
     kinds = [k for k in KINDS if not args.only or any(w in (k[1], "/".join(k)) for w in args.only.split(","))]
     if not kinds:
@@ -46,7 +47,7 @@ def main() -> int:
         version, name = kinds[seed % len(kinds)]
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
         try:
-            out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore)
+            out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1
