@@ -31,6 +31,7 @@ from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.consumequeue import has_queue_directory
 from ..store.resync import resume_after
 from ..store.fastscan import FastScan
 from ..store.textscan import POW31, java_hash_states, utf16_units_of
@@ -736,7 +737,8 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     for g, key in enumerate(groups.keys.tolist()):
         queue_id = key & 0xFFFFFFFF
         lo, hi = starts[g], starts[g + 1]
-        yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
+        if has_queue_directory(names[key >> 32]):
+            yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
     if multi is not None and groups.multi_queued:
         yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
 
@@ -756,5 +758,7 @@ def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: lis
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
     for (name, queue_id), entries in grouped.items():
+        if not has_queue_directory(name):
+            continue
         columns = np.array(entries, dtype=np.int64).T
         yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)

@@ -26,6 +26,14 @@ ENTRY_SIZE = fmt.ENTRY_SIZE
 _NUMPY_CODES = {"b": "i1", "h": "i2", "l": "i4", "i": "i4", "q": "i8"}
 
 
+def has_queue_directory(topic: str) -> bool:
+    """Whether the broker can create ``consumequeue/<topic>/``: a NUL in the path makes ``java.io.File``
+    invalid (``File.isInvalid``), so ``MappedFile`` cannot be created and ``putMessagePositionInfoWrapper``
+    gives up ("[BUG]consume queue can not write"). A topic has a NUL only where its bytes are damaged (the
+    TOPIC field is outside the body CRC): such a record gets no consume queue entry (reference §5.10)."""
+    return "\x00" not in topic
+
+
 def numpy_dtype(layout: FixedLayout) -> "np.dtype":
     """The big-endian numpy record dtype of a derived fixed layout (same names, same bytes)."""
     import numpy as np

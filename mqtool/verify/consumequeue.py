@@ -28,7 +28,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW
+from ..store.consumequeue import READ_BELOW, has_queue_directory
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ._consumequeue import decode_units, join_groups, queue_groups
@@ -655,6 +655,9 @@ class ConsumeQueueCheck:
         run = self.missing.pop((cursor.topic, cursor.queue_id), None)
         if run is None:
             return
+        if not has_queue_directory(cursor.topic):
+            self.emit(self._unnamed_queue(cursor, run))
+            return
         rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
         make = warning if rebuilt else error
         consequence = (
@@ -682,6 +685,20 @@ class ConsumeQueueCheck:
                     "rebuilt_by_broker": rebuilt,
                 },
             )
+        )
+
+    def _unnamed_queue(self, cursor: QueueCursor, run: MissingRun) -> Finding:
+        """Records whose TOPIC no consume queue directory can be named after (``has_queue_directory``): the broker's
+        dispatch fails for them and no rebuild writes their entries: lost data (``record_damaged``)."""
+        return error(
+            "cq-entry-missing",
+            f"{run.count} records (commit log {run.first_offset}..{run.last_offset}) have a TOPIC with NUL bytes ({cursor.label!r}): "
+            "the field is damaged, and no file can be named after it, so the broker's dispatch fails for them (\"[BUG]consume "
+            "queue can not write\") and no rebuild gives them an entry",
+            offset=run.first_offset,
+            expected=f"{run.count} entries",
+            found="none",
+            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "last_offset": run.last_offset, "records": run.count, "record_damaged": True},
         )
 
     def finish(self) -> None:
