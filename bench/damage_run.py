@@ -43,6 +43,7 @@ def main() -> int:
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.n)
     tally: Counter = Counter()
     per_store: Counter = Counter()
+    refused = 0  # ok runs where repair refused (exit 4): without --broker-version, eras whose plans differ
     for seed in seeds:
         version, name = kinds[seed % len(kinds)]
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
@@ -51,6 +52,7 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1
+        refused += out.problem is None and out.repair_rc == 4
         if out.problem:
             per_store[(out.store, out.problem)] += 1
             print(f"seed {seed} {out.store} [{'; '.join(out.damages)}] repair exit {out.repair_rc}: {out.problem}: {out.detail}", flush=True)
@@ -61,6 +63,8 @@ def main() -> int:
     print(f"\n{total} damaged copies over {len(kinds)} fixture kinds")
     for p in ("ok",) + PROBLEMS:
         print(f"  {p:<10} {tally[p]}")
+    if refused:
+        print(f"  ({refused} of the ok runs: repair refused, naming the --broker-version values that decide, the store unchanged)")
     for (store, problem), n in sorted(per_store.items()):
         print(f"    {store}: {problem} x{n}")
     return 1 if total - tally["ok"] else 0
