@@ -337,7 +337,8 @@ def run_messages(scan: Scan, out: Output) -> dict:
     if tasks_write(scan, out):
         return run_messages_in_tasks(scan, out)
     df, obs = edges_observed(scan.read(scan.o.body), "mqtool-messages")
-    kept, kept_obs = rows_counted(filtered(df, scan.o))
+    kept_obs = Observation("mqtool-written")
+    kept = filtered(df, scan.o).observe(kept_obs, F.count(F.lit(1)).alias("rows"))
     target = out.write(kept.drop("split_edge"), "messages")
     rejected = scan.rejected(obs.get["edges"])
     dropped = out.task_files("messages", [i for i, _ in rejected])
@@ -386,11 +387,6 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     shutil.rmtree(staging)
     (target / "_SUCCESS").touch()
     return {"messages": str(target), "rows_read": sum(r["rows_read"] for r in written), "rows_written": kept, "rejected": rejected}
-
-
-def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
-    obs = Observation("mqtool-written")
-    return df.observe(obs, F.count(F.lit(1)).alias("rows")), obs
 
 
 def run_stats(scan: Scan, out: Output) -> dict:

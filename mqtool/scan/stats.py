@@ -56,7 +56,6 @@ EXTENDED_AGGREGATES = [
     ("delay_max_ms", "delay", "max"),
 ]
 STATS_INPUT = ("topic", "queue_id", "size", "body_length", "crc_ok", "sys_flag", "store_timestamp", "queue_offset")
-EXTENDED_INPUT = (*STATS_INPUT, "born_timestamp")
 
 
 AGGREGATES = BASE_AGGREGATES + EXTENDED_AGGREGATES
@@ -96,7 +95,7 @@ assert [out for out, _, _ in AGGREGATES] == [
 
 
 def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int) -> None:
-    """Add rows (int64 columns named as ``EXTENDED_INPUT``, ``topic`` as an int64 key) to ``table``."""
+    """Add rows (int64 columns ``STATS_INPUT`` and ``born_timestamp``, ``topic`` as an int64 key) to ``table``."""
     c = columns
     start, n = 0, len(c["topic"])
     while start < n:
@@ -262,10 +261,6 @@ def _iso(ms: int | None) -> str | None:
         return None
 
 
-def _is_delay_topic(topic: str) -> bool:
-    return topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
-
-
 _COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
 
 
@@ -318,7 +313,7 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
                 **{k: v[k] for k in ("body_bytes", "dispatched", "min_queue_offset", "max_queue_offset", "delay_min_ms")},
                 "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
                 **{k: v[k] for k in ("delay_max_ms", "not_type", "prepared", "commit", "rollback")},
-                "delayed": messages if _is_delay_topic(topic) else 0,
+                "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
                 "compressed": v["compressed"],
                 "retried": messages if topic.startswith("%RETRY%") else 0,
                 "dlq": messages if topic.startswith("%DLQ%") else 0,

@@ -184,7 +184,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class QueueCursor:
     """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
+    (an ``Entry``), ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
     skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
     the entry after it becomes the head (or the head None): in the merge's commit log order."""
 
@@ -307,9 +307,6 @@ class QueueCursor:
             details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
         )
 
-    def advance(self) -> None:
-        self.skip(1)
-
     def skip(self, n: int) -> None:
         """Move the head ``n`` entries on, emitting what is due on the way."""
         while n > 0 and self.head is not None:
@@ -414,7 +411,7 @@ class ConsumeQueueCheck:
         """Entries below the checked range (expired below the commit log min, or before
         ``--from-offset``) are not checked."""
         while cursor.head is not None and cursor.head.phys < self.lower:
-            cursor.advance()
+            cursor.skip(1)
             cursor.last_pos = None
 
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
@@ -493,13 +490,13 @@ class ConsumeQueueCheck:
             cursor = self.cursors[key] = QueueCursor(self, None, *key)
         while cursor.head is not None and cursor.head.phys < record.offset:
             self._stray(cursor, cursor.head)
-            cursor.advance()
+            cursor.skip(1)
         head = cursor.head
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
             cursor.last_pos = head.queue_offset
-            cursor.advance()
+            cursor.skip(1)
         elif self._skipped_by_dispatch(cursor, record.queue_offset):
             self.emit(self._record_skipped(cursor, record))
         else:
@@ -696,7 +693,7 @@ class ConsumeQueueCheck:
                     beyond.append(entry)
                 else:
                     self._stray(cursor, entry)
-                cursor.advance()
+                cursor.skip(1)
             if beyond:
                 first, last = beyond[0], beyond[-1]
                 self.emit(

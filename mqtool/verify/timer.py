@@ -61,10 +61,6 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                         file="timerlog", offset=row["offset"], details=where)
 
 
-def _unit_positions(report: TimerReport) -> set[int]:
-    return {row["timer_log_offset"] for row in report.rows}
-
-
 def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
     if timer.wheel_path is None:
         yield _missing_wheel(report)
@@ -73,7 +69,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
     if size and size != WHEEL_FILE_SIZE:
         yield error("timer-wheel", f"timerwheel is {size} bytes; the broker expects {WHEEL_FILE_SIZE} and refuses to start", file="timerwheel", expected=WHEEL_FILE_SIZE, found=size)
         return
-    units = _unit_positions(report)
+    units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
     for slot in timer.wheel_slots():
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]

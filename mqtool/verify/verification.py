@@ -148,7 +148,11 @@ class Verification:
                         shared.close()
             else:
                 outcome = yield from self._cross_check(cross, start, stop, logical_end)
-            self._take(outcome)
+            summary.notes.extend(outcome.notes)
+            if outcome.consume_queues is not None:
+                summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
+            if outcome.index_files is not None:
+                summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
             if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
                 line = yield from lmq_findings(store, start, stop)
                 if line:
@@ -209,14 +213,6 @@ class Verification:
         outcome = CrossCheckOutcome(records=stream.records, end=stream.end)
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         return (yield from cross_checks.finish(end, outcome))
-
-    def _take(self, outcome: CrossCheckOutcome) -> None:
-        summary = self.summary
-        summary.notes.extend(outcome.notes)
-        if outcome.consume_queues is not None:
-            summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
-        if outcome.index_files is not None:
-            summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
 
     def _last_timestamp(self) -> tuple[int | None, int]:
         """Store time of the last valid record, from a walk of the last three segments."""
