@@ -1,21 +1,10 @@
-"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify``.
+"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
 
 Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
 split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
-without a second pass over the data:
-
-- ``messages`` to Parquet at a path: every task writes its split's file with pyarrow (data source
-  option ``output=parquet``) and reports the split's bounds; the driver keeps the files of the
-  splits that pass. Otherwise (JSON, CSV, a Hadoop URI, ``--writer spark``) Spark's writer
-  writes the rows while the first and last row of every split are observed, and the files of
-  the splits that fail are deleted afterwards (each split is one task, so one set of files);
-- ``stats`` gets per split aggregates from the reader, with each split's first record and exit
-  offset, checks them and combines the accepted splits;
-- ``verify`` runs ``mqtool verify``'s per-segment commit log analysis in Spark tasks (one per
-  segment) and stitches the reports with ``mqtool verify``'s own code (no splitting needed).
-
-Rejected splits are printed on stderr and listed in ``report.json`` next to the output. The
-master is never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
+without a second pass over the data (``run_messages``, ``run_stats``); ``verify`` stitches the
+per-segment commit log analysis of Spark tasks with ``mqtool verify``'s own code. The master is
+never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
 """
 
 from __future__ import annotations

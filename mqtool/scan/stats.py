@@ -1,17 +1,12 @@
 """What is in a store: messages aggregated per topic, queue and period of store time.
 
-One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``:
-per split, hourly): ``accumulate``, compiled, adds message rows to a ``GroupTable`` (per topic
-key, queue id and period of store time: counts, bytes, store time and queue offset ranges,
-transaction types, compressed, born-to-store delay range); ``aggregate`` feeds it an Arrow table
-of message columns (Spark), ``merge`` combines partial results.
-
+One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``):
+``accumulate``, compiled, adds message rows to a ``GroupTable`` per topic key, queue id and
+period of store time; ``aggregate`` feeds it an Arrow table (Spark), ``merge`` combines partials.
 ``collect`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
-scan, reference §8.3), then one compiled call per batch (``stats_batch``: every field a record
-contributes, read at the positions of the layouts derived from the construct schema, the topic
-as a 64-bit key of its bytes, added to the group table and the delay histogram in the same
-loop, while the batch's bytes are still in cache). Born-to-store delay medians come from a
-log-bucketed histogram (exact below 1024 ms, within 1/128 above).
+scan, reference §8.3), then one compiled call per batch (``stats_batch``: fields at the positions
+of the layouts derived from the construct schema) into the group table and a log-bucketed delay
+histogram (medians exact below 1024 ms, within 1/128 above).
 """
 
 from __future__ import annotations

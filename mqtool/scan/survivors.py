@@ -3,15 +3,11 @@
 Ids are UNIQ_KEYs (the client's msgId), offsetMsgIds (store host + commit log offset) or KEYS
 entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, then ``verify
 --keep-going``'s resynchronisation past it) matches every record's id column against the id set
-(``IdMatcher``: a compiled 64-bit hash of each value, a binary search in the ids' sorted hashes,
-the strings compared where the hashes agree); then each id gets the status docs/reading.md
-explains: ``past-damage`` when only records after the broker's cut carry it (truncated by
-``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3, or stale, §8.9), ``found``
-when the consume queue unit at a live record's queue offset holds its offset and size below the
-queue's recovered end (``ConsumeQueue.recover``, §5.7: what ``getMessage`` serves),
+(``IdMatcher``); then each id gets a status of docs/reading.md: ``past-damage`` when only records
+after the broker's cut carry it (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference
+§8.3, or stale, §8.9), ``found`` when the consume queue unit at a live record's queue offset holds
+its offset and size below the queue's recovered end (``ConsumeQueue.recover``, §5.7),
 ``found-not-consumable``, ``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
-
-Memory: the id set, the matching rows (a few columns) and one batch at a time.
 """
 
 from __future__ import annotations
