@@ -213,12 +213,6 @@ def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
     return df
 
 
-def edges_observed(df: DataFrame, name: str) -> tuple[DataFrame, Observation]:
-    obs = Observation(name)
-    edge = F.struct("broker", "split_start", "offset", "size")
-    return df.observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows")), obs
-
-
 # ---- output ------------------------------------------------------------------------------------
 
 
@@ -325,7 +319,8 @@ class Output:
 def run_messages(scan: Scan, out: Output) -> dict:
     if tasks_write(scan, out):
         return run_messages_in_tasks(scan, out)
-    df, obs = edges_observed(scan.read(scan.o.body), "mqtool-messages")
+    obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size")
+    df = scan.read(scan.o.body).observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows"))
     kept_obs = Observation("mqtool-written")
     kept = filtered(df, scan.o).observe(kept_obs, F.count(F.lit(1)).alias("rows"))
     target = out.write(kept.drop("split_edge"), "messages")
@@ -416,7 +411,9 @@ def run_stats(scan: Scan, out: Output) -> dict:
     finally:
         partial.unpersist()
     per_queue = compute.equal(both["per_queue"], 1)
-    queues = with_times(both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")]))
+    queues = both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")])
+    for name in ("first_store", "last_store"):  # the store times also as TIMESTAMP columns
+        queues = queues.append_column(f"{name}_time", compute.cast(compute.multiply(queues[f"{name}_timestamp"], 1000), TIMESTAMP))
     per_hour = both.filter(compute.invert(per_queue)).sort_by([("broker", "ascending"), ("hour", "ascending")]).slice(0, PRINT_ROWS + 1).to_pylist()
     written["queues"] = out.write_table(queues, "queues")
     totals = queues.group_by("broker").aggregate(
@@ -429,13 +426,6 @@ def run_stats(scan: Scan, out: Output) -> dict:
     print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT, optional=QUEUE_PRINT_OPTIONAL)
     print_table("hourly (all topics)", per_hour, ["broker", "hour", "messages", "bytes"])
     return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
-
-
-def with_times(t: pa.Table) -> pa.Table:
-    """The two store timestamps also as TIMESTAMP columns (``first_store_time``, ``last_store_time``)."""
-    for name in ("first_store", "last_store"):
-        t = t.append_column(f"{name}_time", compute.cast(compute.multiply(t[f"{name}_timestamp"], 1000), TIMESTAMP))
-    return t
 
 
 BROKER_COLUMNS = (

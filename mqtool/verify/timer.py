@@ -28,20 +28,16 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
-    yield from _log_findings(report)
+    end = report.log_end
+    if not end.clean:
+        yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
+                    file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
     yield from _wheel_findings(timer, report)
     yield from _check_findings(store, timer, report)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
-
-
-def _log_findings(report: TimerReport) -> Iterator[Finding]:
-    end = report.log_end
-    if not end.clean:
-        yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
-                    file="timerlog", details={"timer_log_offset": end.offset})
 
 
 def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
