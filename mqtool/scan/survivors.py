@@ -148,7 +148,7 @@ class SurvivorSummary:
 
 
 class SurvivorSearch:
-    """``rows()`` / ``records()``: one row per distinct id, in input order; then ``summary``."""
+    """``rows()`` / ``chunks()``: one row per distinct id, in input order; then ``summary``."""
 
     def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None):
         self.store = store
@@ -228,14 +228,10 @@ class SurvivorSearch:
         return result
 
     def rows(self) -> Iterator[dict]:
-        """One dict per distinct id (``ROW_FIELDS``), in input order."""
-        for values in self.records():
+        """Search, then one dict per distinct id (``ROW_FIELDS``), in input order (``summary`` is
+        complete once the first is yielded)."""
+        for values in self._emit(self.chunks()):
             yield dict(zip(ROW_FIELDS, values))
-
-    def records(self) -> Iterator[tuple]:
-        """Search, then return the rows: one tuple per distinct id, values in ``ROW_FIELDS`` order
-        (``summary`` is complete when this returns)."""
-        return self._emit(self.chunks())
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
         """Search, then return the rows as columns, ``chunk`` ids at a time, in input order

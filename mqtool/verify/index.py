@@ -8,9 +8,7 @@ and every record the broker indexes (``CommitLogDispatcherBuildIndex``; 3.2.6: r
 has all its keys in some file (a key indexed twice on a file boundary is the broker's quirk).
 
 A walk batch is first matched compiled (``on_columns``: ``entries_match``, §6.4-§6.6); anything
-but exact matches and growing missing runs returns False before any state changed, and the batch
-is reported record by record (``on_batch``). ``IndexEntryCursor`` runs ``structure`` for a file
-when the head moves past its last entry."""
+else returns False before any state changed and is reported record by record (``on_batch``)."""
 
 from __future__ import annotations
 

@@ -131,22 +131,17 @@ class Verification:
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
-            ahead = None
-            if shared is not None:
-                ahead = shared.result(logical_end)
-                self.cross_checks_shared = ahead is not None
-                self.cross_checks_threaded = ahead is not None and shared.threaded
-                if ahead is None:
-                    shared.close()
-                else:
-                    self.cross_checks = shared.checks.checks
-            if ahead is not None:
+            self.cross_checks_shared = shared is not None and shared.result(logical_end) is not None
+            self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
+            if self.cross_checks_shared:
+                self.cross_checks = shared.checks.checks
                 try:
-                    outcome = yield from ahead.replay()
+                    outcome = yield from shared.replay()
                 finally:
-                    if shared is not None:
-                        shared.close()
+                    shared.close()
             else:
+                if shared is not None:
+                    shared.close()  # its findings do not stand: the checks walk again
                 outcome = yield from self._cross_check(cross, start, stop, logical_end)
             summary.notes.extend(outcome.notes)
             if outcome.consume_queues is not None:
