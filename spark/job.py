@@ -1,21 +1,10 @@
-"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify``.
+"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
 
 Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
 split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
-without a second pass over the data:
-
-- ``messages`` to Parquet at a path: every task writes its split's file with pyarrow (data source
-  option ``output=parquet``) and reports the split's bounds; the driver keeps the files of the
-  splits that pass. Otherwise (JSON, CSV, a Hadoop URI, ``--writer spark``) Spark's writer
-  writes the rows while the first and last row of every split are observed, and the files of
-  the splits that fail are deleted afterwards (each split is one task, so one set of files);
-- ``stats`` gets per split aggregates from the reader, with each split's first record and exit
-  offset, checks them and combines the accepted splits;
-- ``verify`` runs ``mqtool verify``'s per-segment commit log analysis in Spark tasks (one per
-  segment) and stitches the reports with ``mqtool verify``'s own code (no splitting needed).
-
-Rejected splits are printed on stderr and listed in ``report.json`` next to the output. The
-master is never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
+without a second pass over the data (``run_messages``, ``run_stats``); ``verify`` stitches the
+per-segment commit log analysis of Spark tasks with ``mqtool verify``'s own code. The master is
+never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
 """
 
 from __future__ import annotations
@@ -224,12 +213,6 @@ def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
     return df
 
 
-def edges_observed(df: DataFrame, name: str) -> tuple[DataFrame, Observation]:
-    obs = Observation(name)
-    edge = F.struct("broker", "split_start", "offset", "size")
-    return df.observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows")), obs
-
-
 # ---- output ------------------------------------------------------------------------------------
 
 
@@ -336,8 +319,10 @@ class Output:
 def run_messages(scan: Scan, out: Output) -> dict:
     if tasks_write(scan, out):
         return run_messages_in_tasks(scan, out)
-    df, obs = edges_observed(scan.read(scan.o.body), "mqtool-messages")
-    kept, kept_obs = rows_counted(filtered(df, scan.o))
+    obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size")
+    df = scan.read(scan.o.body).observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows"))
+    kept_obs = Observation("mqtool-written")
+    kept = filtered(df, scan.o).observe(kept_obs, F.count(F.lit(1)).alias("rows"))
     target = out.write(kept.drop("split_edge"), "messages")
     rejected = scan.rejected(obs.get["edges"])
     dropped = out.task_files("messages", [i for i, _ in rejected])
@@ -388,11 +373,6 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     return {"messages": str(target), "rows_read": sum(r["rows_read"] for r in written), "rows_written": kept, "rejected": rejected}
 
 
-def rows_counted(df: DataFrame) -> tuple[DataFrame, Observation]:
-    obs = Observation("mqtool-written")
-    return df.observe(obs, F.count(F.lit(1)).alias("rows")), obs
-
-
 def run_stats(scan: Scan, out: Output) -> dict:
     """Per split aggregates from the reader (``output=stats``), checked, then combined: the scan
     writes the hourly output under a staging name while the split bounds are observed (renamed
@@ -431,7 +411,9 @@ def run_stats(scan: Scan, out: Output) -> dict:
     finally:
         partial.unpersist()
     per_queue = compute.equal(both["per_queue"], 1)
-    queues = with_times(both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")]))
+    queues = both.filter(per_queue).drop_columns(["hour", "per_queue"]).sort_by([(c, "ascending") for c in ("broker", "topic", "queue_id")])
+    for name in ("first_store", "last_store"):  # the store times also as TIMESTAMP columns
+        queues = queues.append_column(f"{name}_time", compute.cast(compute.multiply(queues[f"{name}_timestamp"], 1000), TIMESTAMP))
     per_hour = both.filter(compute.invert(per_queue)).sort_by([("broker", "ascending"), ("hour", "ascending")]).slice(0, PRINT_ROWS + 1).to_pylist()
     written["queues"] = out.write_table(queues, "queues")
     totals = queues.group_by("broker").aggregate(
@@ -444,13 +426,6 @@ def run_stats(scan: Scan, out: Output) -> dict:
     print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT, optional=QUEUE_PRINT_OPTIONAL)
     print_table("hourly (all topics)", per_hour, ["broker", "hour", "messages", "bytes"])
     return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
-
-
-def with_times(t: pa.Table) -> pa.Table:
-    """The two store timestamps also as TIMESTAMP columns (``first_store_time``, ``last_store_time``)."""
-    for name in ("first_store", "last_store"):
-        t = t.append_column(f"{name}_time", compute.cast(compute.multiply(t[f"{name}_timestamp"], 1000), TIMESTAMP))
-    return t
 
 
 BROKER_COLUMNS = (

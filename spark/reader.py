@@ -1,12 +1,7 @@
-"""What one scan task does, without Spark: plan the tasks, read one split into Arrow batches.
-
-``plan_tasks`` turns resolved inputs into ``ScanTask`` s (one per split, picklable, absolute
-paths); ``read_messages`` yields the ``messages`` record batches of one task, marking the first
-and last row (``split_edge``) for the driver's handoff check; ``write_messages`` writes them
-(those the filters keep) as one Parquet file with pyarrow and yields one row about it;
-``read_stats`` aggregates them in the task (per topic, queue and hour: a combiner, so only
-aggregates cross into the JVM). Both report the split's first record and exit offset. The Spark
-data source (``mqtool.spark.source``), the benchmark's process pool and the tests all call these.
+"""What one scan task does, without Spark: plan the tasks (``plan_tasks``: one picklable
+``ScanTask`` per split), read one split into ``messages`` batches (``read_messages``), write them
+as one Parquet file (``write_messages``) or aggregate them in the task (``read_stats``: only
+aggregates cross into the JVM). The Spark data source, the benchmark and the tests call these.
 """
 
 from __future__ import annotations

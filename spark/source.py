@@ -5,14 +5,9 @@ Data Source API), read by the same compiled walk as every mqtool command.
     spark.dataSource.register(RocketMQDataSource)
     df = spark.read.format("rocketmq").load("/data/broker-a/store")          # or .load([p1, p2])
 
-The options (``brokerNames``, ``splitSize``, ``body``, ``columns``, ``output=messages|stats|parquet``
-and the filters of ``stats`` and ``parquet``) are listed in docs/spark.md. With smaller splits
-than one per segment every row carries ``split_start`` and ``split_edge`` for the handoff check
-(``spark/mqtool_scan.py``; ``mqtool.spark.job.checked_messages`` for notebooks).
-
-``schema()`` and ``partitions()`` run in short-lived Python processes on the driver host,
-``read()`` in executor Python workers: mqtool, compiled kernels included, must be installed in
-both (docs/spark.md).
+The options are listed in docs/spark.md. Every row carries ``split_start`` and ``split_edge``
+for the handoff check (``mqtool.spark.job``). ``schema()`` and ``partitions()`` run on the driver
+host, ``read()`` in executor Python workers: mqtool must be installed in both.
 """
 
 from __future__ import annotations

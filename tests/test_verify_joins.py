@@ -98,15 +98,11 @@ def run(path: Path, joins: str = "on", cpu_count: int = 2, **options) -> tuple[l
     return findings, summary
 
 
-FORKED: list[bool] = []  # whether the last --jobs 2 run took the forked cross-checks' findings
-
-
 def run_jobs(path: Path, jobs: int) -> tuple[list[dict], dict]:
     with Store.open(path) as store, cpus(2):
         v = Verification(store, VerifyOptions(jobs=jobs))
         findings = [f.as_dict() for f in v.findings()]
         summary = v.summary.as_dict()
-        FORKED[:] = [v.cross_checks_forked]
         SHARED[:] = [v.cross_checks_shared]
         THREADED[:] = [v.cross_checks_threaded]
     for volatile in ("elapsed_s", "throughput_bytes_per_s"):
@@ -495,9 +491,9 @@ def test_a_record_the_compiled_dispatch_cannot_decide_is_reported_record_by_reco
     assert "cq-entry-mismatch" in kinds(found)
 
 
-def run_jobs_forked(path: Path, jobs: int) -> tuple[list[dict], dict]:
-    """``run_jobs`` with the cross-checks never on the commit log check's walk: ``--jobs 2``
-    forks them (as it does on a DLedger store)."""
+def run_jobs_separate(path: Path, jobs: int) -> tuple[list[dict], dict]:
+    """``run_jobs`` with the cross-checks never on the commit log check's walk (as on a DLedger
+    store): they run after it, on a walk of their own."""
     verify_module.SHARE_WALK = False
     try:
         return run_jobs(path, jobs)
@@ -506,17 +502,16 @@ def run_jobs_forked(path: Path, jobs: int) -> tuple[list[dict], dict]:
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
-def test_jobs_2_findings_are_those_of_jobs_1_shared_or_forked(version, store_copy):
+def test_jobs_2_findings_are_those_of_jobs_1_shared_or_separate(version, store_copy):
     """Sound store: ``--jobs 2`` runs the cross-checks in threads on the commit log check's walk;
-    without a shared walk it forks them and uses the child's findings (``--jobs 1`` never forks).
-    A flipped body byte (CRC) and a zeroed range: the findings are exactly those of ``--jobs 1``,
-    whether the parent kept the child's result or ran the cross-checks itself."""
+    without a shared walk they run on a walk of their own. A flipped body byte (CRC) and a zeroed
+    range: the findings are exactly those of ``--jobs 1`` either way."""
     root = FIXTURES / f"rocketmq-{version}" / "clean-small"
     alone = run_jobs(root, 1)
-    assert alone and FORKED == [False] and SHARED == THREADED == [True]
-    assert run_jobs(root, 2) == alone and FORKED == [False] and SHARED == THREADED == [True]
-    assert run_jobs_forked(root, 1) == alone and FORKED == [False]
-    assert run_jobs_forked(root, 2) == alone and FORKED == [True] and SHARED == [False]
+    assert alone and SHARED == THREADED == [True]
+    assert run_jobs(root, 2) == alone and SHARED == THREADED == [True]
+    assert run_jobs_separate(root, 1) == alone and SHARED == [False]
+    assert run_jobs_separate(root, 2) == alone and SHARED == [False]
     root = store_copy(version, "clean-small")
     ordered = sorted(manifest(version, "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
     victim = [m for m in ordered if m["bodyLength"] > 8][len(ordered) // 3]
@@ -529,14 +524,14 @@ def test_jobs_2_findings_are_those_of_jobs_1_shared_or_forked(version, store_cop
         f.write(bytes([byte ^ 0x20]))
     alone = run_jobs(root, 1)
     assert "crc-mismatch" in kinds(alone[0])
-    assert run_jobs(root, 2) == alone and run_jobs_forked(root, 2) == alone
+    assert run_jobs(root, 2) == alone and run_jobs_separate(root, 2) == alone
     end = ordered[2 * len(ordered) // 3]["commitLogOffset"]
     with open(root / "commitlog" / f"{end - end % (1 << 20):020d}", "r+b") as f:
         f.seek(end % (1 << 20))
         f.write(bytes(64))
     alone = run_jobs(root, 1)
     assert "damaged-range" in kinds(alone[0]) or "half-message" in kinds(alone[0])
-    assert run_jobs(root, 2) == alone and run_jobs_forked(root, 2) == alone
+    assert run_jobs(root, 2) == alone and run_jobs_separate(root, 2) == alone
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])

@@ -279,7 +279,7 @@ class MessageBatchBuilder:
         text_offsets, data = kernels.body_text(array, np.ascontiguousarray(starts), np.ascontiguousarray(lengths), mode, python_rows)
         redo = np.flatnonzero(python_rows)
         if len(redo):
-            texts = [self._python_body(array, int(starts[i]), int(lengths[i]), int(sys_flag[i]), int(offsets[i])).encode() for i in redo.tolist()]
+            texts = [encode_body(self._raw_body(array, int(starts[i]), int(lengths[i]), int(sys_flag[i]), int(offsets[i])), self.body).encode() for i in redo.tolist()]
             row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
             np.cumsum([len(t) for t in texts], out=row_offsets[1:])
             text_offsets, data = kernels.splice_rows(text_offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
@@ -290,9 +290,6 @@ class MessageBatchBuilder:
     def _raw_body(self, array: np.ndarray, start: int, length: int, flag: int, offset: int) -> bytes:
         raw = array.data[start : start + max(length, 0)].tobytes()
         return inflate_body(raw, flag, offset) if self.decompress else raw
-
-    def _python_body(self, array: np.ndarray, start: int, length: int, flag: int, offset: int) -> str:
-        return encode_body(self._raw_body(array, start, length, flag, offset), self.body)
 
     def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
         if "broker" in self.names:

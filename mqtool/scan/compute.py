@@ -1,17 +1,11 @@
 """Arrow's compute functions called by name, without importing ``pyarrow.compute``.
 
-``pyarrow.compute`` wraps each of Arrow's ~290 functions in a Python function with a docstring as
-it is imported: a noticeable part of a command on a small store, for the few functions mqtool calls.
-``compute.equal(a, b)`` here calls Arrow's ``equal`` through ``call_function``, the function
-those wrappers call (``mqtool.private_api.arrow_compute``: where it is defined, without the
-wrappers). A trailing underscore is dropped
-(``and_`` is ``and``); ``options=`` passes a function's options object, named as in
-``pyarrow.compute`` (``compute.MapLookupOptions``). Arguments are Arrow arrays, batches and
-Python scalars: a numpy array would be converted by ``pa.array``, which imports ``numpy.ma``;
-``numbers`` converts one without it.
-
-Written out: the functions whose ``pyarrow.compute`` wrapper takes its options as arguments
-(``cast``, ``is_in``, ``index_in``, ``fill_null``), and ``take``, which also takes numpy indices.
+Importing ``pyarrow.compute`` wraps each of Arrow's ~290 functions (a noticeable part of a command
+on a small store): ``compute.equal(a, b)`` calls Arrow's ``equal`` through ``call_function``
+(``mqtool.private_api.arrow_compute``) instead. A trailing underscore is dropped (``and_``);
+``options=`` passes an options object named as in ``pyarrow.compute``. Numpy arrays go through
+``numbers`` (``pa.array`` imports ``numpy.ma``). Written out: the functions whose wrapper takes
+its options as arguments (``cast``, ``is_in``, ``index_in``, ``fill_null``), and ``take``.
 """
 
 from __future__ import annotations

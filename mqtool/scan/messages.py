@@ -6,14 +6,9 @@ from ``start`` (default: the commit log's min offset) to the logical end or ``st
 read with ``crc_ok`` false and the walk goes on (``CommitLog.scan`` without ``check_crc``, as ``dump`` reads); ``match`` (``mqtool/scan/filter.py``) is applied to each
 batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
 
-A filter is decided first, on a batch of only the columns it reads (``topic``, ``store_timestamp``, ...); the
-other columns are then built for the rows it keeps alone: a filter costs little more than its own columns
-when it keeps few rows, and never more than one extra build of those columns when it keeps them all.
-
-With ``workers`` > 1 the batches are built in that many threads (the kernels release the GIL) while the
-iterating thread walks on and uses them in order (``dump`` encodes them as text): a few batches in flight,
-memory flat; ``then`` (``dump``: the text encoder) runs on each batch in the same thread. The walk drops the pages behind it (``release_behind``), so each builder drops the pages of its
-batch again once built (``fastscan.release_pages``): the resident size stays that of the batches in flight.
+A filter is decided first, on a batch of only its own columns; the other columns are built for the rows
+it keeps alone. With ``workers`` > 1 the batches are built in that many threads (the kernels release the
+GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
 """
 
 from __future__ import annotations

@@ -2,15 +2,10 @@
 
 The broker's recovery keeps the records up to the first invalid one (``CommitLog.recoverNormally`` /
 ``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
-reads them all with a ``status`` (docs/reading.md): ``live`` (what the broker keeps: ``read_batches``
-to the first invalid record, and past damage before the segment its next start scans from,
-``served_to``), ``past-damage`` (valid records after the cut, newer than the last before them) and
-``stale`` (``include_stale``: older ones, leftovers of a log cut back and rewritten, §8.9).
-
-Past the cut, segments are analysed with ``mqtool.store.segments.analyze_segment``, the walk of
-``verify --keep-going``: its resynchronisation (``fastscan.find_record_start``) finds where valid
-records resume, each run is classified as ``CommitLogCheck._after_end`` classifies it, then read
-through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
+reads them all with a ``status`` of docs/reading.md: ``live``, ``past-damage`` or ``stale`` (§8.9).
+Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
+``verify --keep-going``), each run classified as ``CommitLogCheck._after_end`` classifies it, then
+read through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """What is in a store: messages aggregated per topic, queue and period of store time.
 
-One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``:
-per split, hourly): ``accumulate``, compiled, adds message rows to a ``GroupTable`` (per topic
-key, queue id and period of store time: counts, bytes, store time and queue offset ranges,
-transaction types, compressed, born-to-store delay range); ``aggregate`` feeds it an Arrow table
-of message columns (Spark), ``merge`` combines partial results.
-
+One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``):
+``accumulate``, compiled, adds message rows to a ``GroupTable`` per topic key, queue id and
+period of store time; ``aggregate`` feeds it an Arrow table (Spark), ``merge`` combines partials.
 ``collect`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
-scan, reference §8.3), then one compiled call per batch (``stats_batch``: every field a record
-contributes, read at the positions of the layouts derived from the construct schema, the topic
-as a 64-bit key of its bytes, added to the group table and the delay histogram in the same
-loop, while the batch's bytes are still in cache). Born-to-store delay medians come from a
-log-bucketed histogram (exact below 1024 ms, within 1/128 above).
+scan, reference §8.3), then one compiled call per batch (``stats_batch``: fields at the positions
+of the layouts derived from the construct schema) into the group table and a log-bucketed delay
+histogram (medians exact below 1024 ms, within 1/128 above).
 """
 
 from __future__ import annotations
@@ -56,7 +51,6 @@ EXTENDED_AGGREGATES = [
     ("delay_max_ms", "delay", "max"),
 ]
 STATS_INPUT = ("topic", "queue_id", "size", "body_length", "crc_ok", "sys_flag", "store_timestamp", "queue_offset")
-EXTENDED_INPUT = (*STATS_INPUT, "born_timestamp")
 
 
 AGGREGATES = BASE_AGGREGATES + EXTENDED_AGGREGATES
@@ -96,7 +90,7 @@ assert [out for out, _, _ in AGGREGATES] == [
 
 
 def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int) -> None:
-    """Add rows (int64 columns named as ``EXTENDED_INPUT``, ``topic`` as an int64 key) to ``table``."""
+    """Add rows (int64 columns ``STATS_INPUT`` and ``born_timestamp``, ``topic`` as an int64 key) to ``table``."""
     c = columns
     start, n = 0, len(c["topic"])
     while start < n:
@@ -262,10 +256,6 @@ def _iso(ms: int | None) -> str | None:
         return None
 
 
-def _is_delay_topic(topic: str) -> bool:
-    return topic in (SCHEDULE_TOPIC, TIMER_TOPIC)
-
-
 _COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
 
 
@@ -318,7 +308,7 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
                 **{k: v[k] for k in ("body_bytes", "dispatched", "min_queue_offset", "max_queue_offset", "delay_min_ms")},
                 "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
                 **{k: v[k] for k in ("delay_max_ms", "not_type", "prepared", "commit", "rollback")},
-                "delayed": messages if _is_delay_topic(topic) else 0,
+                "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
                 "compressed": v["compressed"],
                 "retried": messages if topic.startswith("%RETRY%") else 0,
                 "dlq": messages if topic.startswith("%DLQ%") else 0,

@@ -3,15 +3,11 @@
 Ids are UNIQ_KEYs (the client's msgId), offsetMsgIds (store host + commit log offset) or KEYS
 entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, then ``verify
 --keep-going``'s resynchronisation past it) matches every record's id column against the id set
-(``IdMatcher``: a compiled 64-bit hash of each value, a binary search in the ids' sorted hashes,
-the strings compared where the hashes agree); then each id gets the status docs/reading.md
-explains: ``past-damage`` when only records after the broker's cut carry it (truncated by
-``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3, or stale, §8.9), ``found``
-when the consume queue unit at a live record's queue offset holds its offset and size below the
-queue's recovered end (``ConsumeQueue.recover``, §5.7: what ``getMessage`` serves),
+(``IdMatcher``); then each id gets a status of docs/reading.md: ``past-damage`` when only records
+after the broker's cut carry it (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference
+§8.3, or stale, §8.9), ``found`` when the consume queue unit at a live record's queue offset holds
+its offset and size below the queue's recovered end (``ConsumeQueue.recover``, §5.7),
 ``found-not-consumable``, ``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
-
-Memory: the id set, the matching rows (a few columns) and one batch at a time.
 """
 
 from __future__ import annotations
@@ -152,7 +148,7 @@ class SurvivorSummary:
 
 
 class SurvivorSearch:
-    """``rows()`` / ``records()``: one row per distinct id, in input order; then ``summary``."""
+    """``rows()`` / ``chunks()``: one row per distinct id, in input order; then ``summary``."""
 
     def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None):
         self.store = store
@@ -232,14 +228,10 @@ class SurvivorSearch:
         return result
 
     def rows(self) -> Iterator[dict]:
-        """One dict per distinct id (``ROW_FIELDS``), in input order."""
-        for values in self.records():
+        """Search, then one dict per distinct id (``ROW_FIELDS``), in input order (``summary`` is
+        complete once the first is yielded)."""
+        for values in self._emit(self.chunks()):
             yield dict(zip(ROW_FIELDS, values))
-
-    def records(self) -> Iterator[tuple]:
-        """Search, then return the rows: one tuple per distinct id, values in ``ROW_FIELDS`` order
-        (``summary`` is complete when this returns)."""
-        return self._emit(self.chunks())
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
         """Search, then return the rows as columns, ``chunk`` ids at a time, in input order

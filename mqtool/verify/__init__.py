@@ -4,7 +4,7 @@ Imports ``formats``, the store model (``mqtool.store``) and the broker's dispatc
 (``mqtool.dispatch``), never recovery, apply or the CLI. ``Verification(store, options)`` yields
 ``Finding``s and fills ``summary``: ``commitlog`` (``commitlog.py``; ``dledger.py`` for a DLedger
 store), ``cq`` and ``index`` (``consumequeue.py``, ``index.py``: on the commit log check's walk,
-``sharedwalk.py``, else on their own, ``forked.py``), ``checkpoint`` (``state.py``) and ``timer``
+``sharedwalk.py``, else on a walk of their own), ``checkpoint`` (``state.py``) and ``timer``
 (``timer.py``)."""
 
 from __future__ import annotations

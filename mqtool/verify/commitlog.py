@@ -10,6 +10,7 @@ damaged range."""
 from __future__ import annotations
 
 import signal
+from itertools import zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -182,7 +183,7 @@ class CommitLogCheck:
                     after.extend(_interleave(report, report.gaps, report.runs[1:]))
                 elif result.end_reason != "limit" and report.has_data:
                     after.extend(_interleave(report, report.runs, report.gaps))
-                if not self.keep_going and self._first_live(after) is not None:
+                if not self.keep_going and any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after):
                     result.stopped_early = True
                     break
         finally:
@@ -350,12 +351,6 @@ class CommitLogCheck:
     def _is_stale(self, run: Run, last_ts: int | None) -> bool:
         return last_ts is not None and run.first_ts is not None and run.first_ts < last_ts
 
-    def _first_live(self, after) -> Run | None:
-        for _, item in after:
-            if isinstance(item, Run) and item.records and not self._is_stale(item, self.result.last_timestamp):
-                return item
-        return None
-
     def _describe_end(self, offset: int, code: int, detail: int) -> tuple[str, str]:
         """(what was found at ``offset``, the broker log line for it)."""
         if code == fs.END_ZEROS:
@@ -498,10 +493,5 @@ class CommitLogCheck:
 
 
 def _interleave(report: SegmentReport, first: list, second: list) -> list[tuple[SegmentReport, Run | Gap]]:
-    out = []
-    for i in range(max(len(first), len(second))):
-        if i < len(first):
-            out.append((report, first[i]))
-        if i < len(second):
-            out.append((report, second[i]))
-    return out
+    """``first[0], second[0], first[1], ...`` (the longer list's rest last), each with ``report``."""
+    return [(report, item) for pair in zip_longest(first, second) for item in pair if item is not None]

@@ -9,8 +9,7 @@ SCHEDULE_TOPIC_XXXX entries (§3.5) and a 3.2.6 delivery time up to ``PRE_LOCK_S
 (rules file §2.15).
 
 A walk batch is first joined compiled (``on_columns``: ``queue_groups``, ``join_groups``, §5.1);
-anything but exact matches and growing missing runs returns False before any state changed, and
-the batch is reported record by record (``on_batch``), which writes every finding."""
+anything else returns False before any state changed and is reported record by record (``on_batch``)."""
 
 from __future__ import annotations
 
@@ -184,7 +183,7 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class QueueCursor:
     """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``advance``, ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
+    (an ``Entry``), ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
     skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
     the entry after it becomes the head (or the head None): in the merge's commit log order."""
 
@@ -307,9 +306,6 @@ class QueueCursor:
             details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
         )
 
-    def advance(self) -> None:
-        self.skip(1)
-
     def skip(self, n: int) -> None:
         """Move the head ``n`` entries on, emitting what is due on the way."""
         while n > 0 and self.head is not None:
@@ -377,15 +373,16 @@ class ConsumeQueueCheck:
         self.repeat_guard = store.version is None or store.rules.cq_repeat_guard  # rules §3.3: 4.2.0+
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
-        self.skipped_queues: list[str] = []
         batch_dir = store.path("batchconsumequeue")
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         for queue in store.consume_queues:
-            if queue.topic.startswith(LMQ_PREFIX):
-                self.skipped_queues.append(f"{queue.topic}/{queue.queue_id}")
+            if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks them
                 continue
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
-            self._skip_below(cursor)
+            # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked
+            while cursor.head is not None and cursor.head.phys < self.lower:
+                cursor.skip(1)
+                cursor.last_pos = None
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
@@ -410,13 +407,6 @@ class ConsumeQueueCheck:
     def entries(self) -> int:
         return sum(c.entries for c in self.cursors.values())
 
-    def _skip_below(self, cursor: QueueCursor) -> None:
-        """Entries below the checked range (expired below the commit log min, or before
-        ``--from-offset``) are not checked."""
-        while cursor.head is not None and cursor.head.phys < self.lower:
-            cursor.advance()
-            cursor.last_pos = None
-
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
         if cursor.queue is None:
             return None
@@ -426,17 +416,13 @@ class ConsumeQueueCheck:
 
     # ---- the merge ----
 
-    def _skip_topic(self, columns: "RecordColumns") -> np.ndarray:
+    def on_columns(self, columns: "RecordColumns") -> bool:
+        """Check one batch; False (nothing done) when it must be reported record by record."""
         names = columns.topics.names
         known = len(self._batch_topic)
         if known < len(names):
             self._batch_topic = np.concatenate([self._batch_topic, np.array([name in self.batch_topics for name in names[known:]], dtype=np.bool_)])
-        return self._batch_topic
-
-    def on_columns(self, columns: "RecordColumns") -> bool:
-        """Check one batch; False (nothing done) when it must be reported record by record."""
-        names = columns.topics.names
-        group_keys, counts, first, last, gid = group_queues(columns.topic_ids, columns.queue_ids, columns.sys_flags, self._skip_topic(columns))
+        group_keys, counts, first, last, gid = group_queues(columns.topic_ids, columns.queue_ids, columns.sys_flags, self._batch_topic)
         offsets, queue_offsets = columns.offsets, columns.queue_offsets
         counts, first, last = counts.tolist(), first.tolist(), last.tolist()
         entry_start = np.full(len(counts), -1, dtype=np.int64)  # where each compared group's entries start in ``parts``
@@ -493,13 +479,13 @@ class ConsumeQueueCheck:
             cursor = self.cursors[key] = QueueCursor(self, None, *key)
         while cursor.head is not None and cursor.head.phys < record.offset:
             self._stray(cursor, cursor.head)
-            cursor.advance()
+            cursor.skip(1)
         head = cursor.head
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
             cursor.last_pos = head.queue_offset
-            cursor.advance()
+            cursor.skip(1)
         elif self._skipped_by_dispatch(cursor, record.queue_offset):
             self.emit(self._record_skipped(cursor, record))
         else:
@@ -713,7 +699,7 @@ class ConsumeQueueCheck:
                     beyond.append(entry)
                 else:
                     self._stray(cursor, entry)
-                cursor.advance()
+                cursor.skip(1)
             if beyond:
                 first, last = beyond[0], beyond[-1]
                 self.emit(

@@ -53,15 +53,6 @@ class CrossChecks:
         self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
         self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
 
-    def _make_checks(self) -> None:
-        store, cross, (lower, upper, logical_end) = self.store, self.cross, self.bounds
-        if "cq" in cross:
-            redispatch_from, why = redispatch_start(store)
-            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
-        if "index" in cross:
-            cp = store.checkpoint
-            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
-
     def column_builder(self, capacity: int) -> ColumnBuilder:
         """A ``columns.ColumnBuilder`` for the next batch."""
         return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity, self.store.rules.index_rule)
@@ -69,7 +60,13 @@ class CrossChecks:
     def begin(self) -> Iterator[Finding]:
         """The checks made (into ``checks``, the same list); their findings before any record
         (e.g. of the queue files alone). Before ``feed``."""
-        self._make_checks()
+        store, cross, (lower, upper, logical_end) = self.store, self.cross, self.bounds
+        if "cq" in cross:
+            redispatch_from, why = redispatch_start(store)
+            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
+        if "index" in cross:
+            cp = store.checkpoint
+            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
         for check in self.checks:
             yield from check.take()
 

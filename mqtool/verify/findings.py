@@ -154,10 +154,6 @@ class Summary:
     def sound(self) -> bool:
         return self.by_severity[Severity.ERROR.value] == 0 and self.by_severity[Severity.WARNING.value] == 0
 
-    @property
-    def throughput(self) -> float:
-        return self.bytes / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "store": self.store,
@@ -177,6 +173,6 @@ class Summary:
             "findings": dict(self.by_severity),
             "findings_by_kind": dict(sorted(self.by_kind.items())),
             "elapsed_s": round(self.elapsed_s, 3),
-            "throughput_bytes_per_s": round(self.throughput),
+            "throughput_bytes_per_s": round(self.bytes / self.elapsed_s if self.elapsed_s > 0 else 0.0),
             "notes": list(self.notes),
         }

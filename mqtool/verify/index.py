@@ -8,9 +8,7 @@ and every record the broker indexes (``CommitLogDispatcherBuildIndex``; 3.2.6: r
 has all its keys in some file (a key indexed twice on a file boundary is the broker's quirk).
 
 A walk batch is first matched compiled (``on_columns``: ``entries_match``, §6.4-§6.6); anything
-but exact matches and growing missing runs returns False before any state changed, and the batch
-is reported record by record (``on_batch``). ``IndexEntryCursor`` runs ``structure`` for a file
-when the head moves past its last entry."""
+else returns False before any state changed and is reported record by record (``on_batch``)."""
 
 from __future__ import annotations
 
@@ -245,7 +243,7 @@ class IndexCheck:
                 self.emit(error("index-file-size", f"index file {path.name} is {size} bytes and no index file shows the geometry the broker maps it with "
                                 f"(maxHashSlotNum, maxIndexNum): its entries are not checked; pass --broker-config to check them",
                                 file=relative(store, path), found=size))
-        self._start_entries()
+        self._cursor = IndexEntryCursor(self)
         self.missing: list | None = None  # [first offset, last offset, records]
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
@@ -260,14 +258,9 @@ class IndexCheck:
         out, self._out = self._out, []
         return out
 
-    def _start_entries(self) -> None:
-        """Set ``head`` to the first entry of the first file (``_advance`` moves it on)."""
-        self._cursor = IndexEntryCursor(self)
-        self.head = self._cursor.head
-
-    def _advance(self) -> None:
-        self._cursor.skip(1)
-        self.head = self._cursor.head
+    @property
+    def head(self) -> tuple | None:
+        return self._cursor.head
 
     @property
     def entries(self) -> int:
@@ -292,7 +285,6 @@ class IndexCheck:
         # entries below the checked range lead (expired, or before --from-offset): ``_stray``
         # passes them over without a finding, so they are skipped in bulk
         self._cursor.skip_below(self.lower)
-        self.head = self._cursor.head
         slices, complete = self._cursor.peek_until(int(offsets[-1]))
         if not complete:
             return False
@@ -323,7 +315,6 @@ class IndexCheck:
             if not np.array_equal(np.sort(at * (1 << 32) + hashes[skipped:]), np.sort(owners * (1 << 32) + columns.keys)):
                 return False
         self._cursor.skip(sum(hi - lo for _, lo, hi in slices))
-        self.head = self._cursor.head
         return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
@@ -346,11 +337,11 @@ class IndexCheck:
         """One record against the entries pointing at it; ``expected``: its keys' hashes."""
         while self.head is not None and self.head[3] < record.offset:
             self._stray(self.head)
-            self._advance()
+            self._cursor.skip(1)
         found: list[tuple] = []
         while self.head is not None and self.head[3] == record.offset:
             found.append(self.head)
-            self._advance()
+            self._cursor.skip(1)
         if not self.enabled:
             return
         if not expected and not found:
@@ -442,10 +433,10 @@ class IndexCheck:
         while self.head is not None:
             if self.upper is not None and self.head[3] >= self.upper:
                 # drain for the structural checks without judging entries outside the range
-                self._advance()
+                self._cursor.skip(1)
                 continue
             self._stray(self.head)
-            self._advance()
+            self._cursor.skip(1)
         self._close_missing()
         for name, (meta, first, last, phy, count) in self.dangling.items():
             self.emit(

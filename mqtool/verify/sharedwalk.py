@@ -9,7 +9,7 @@ while the walk goes on (``handoff.Stage``), which also makes the checks first
 (``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
 unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
 
-As in ``forked.py``, the end of the files stands in for the logical end: ``result`` declines when
+The end of the files stands in for the logical end: ``result`` declines when
 the logical end is below where the stream ended, when the chain was not seen whole, or when the
 stream would have resumed after damage before the broker's recovery start; the caller then walks
 again."""

@@ -28,20 +28,16 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
-    yield from _log_findings(report)
+    end = report.log_end
+    if not end.clean:
+        yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
+                    file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
     yield from _wheel_findings(timer, report)
     yield from _check_findings(store, timer, report)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
-
-
-def _log_findings(report: TimerReport) -> Iterator[Finding]:
-    end = report.log_end
-    if not end.clean:
-        yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
-                    file="timerlog", details={"timer_log_offset": end.offset})
 
 
 def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
@@ -61,10 +57,6 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                         file="timerlog", offset=row["offset"], details=where)
 
 
-def _unit_positions(report: TimerReport) -> set[int]:
-    return {row["timer_log_offset"] for row in report.rows}
-
-
 def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
     if timer.wheel_path is None:
         yield _missing_wheel(report)
@@ -73,7 +65,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
     if size and size != WHEEL_FILE_SIZE:
         yield error("timer-wheel", f"timerwheel is {size} bytes; the broker expects {WHEEL_FILE_SIZE} and refuses to start", file="timerwheel", expected=WHEEL_FILE_SIZE, found=size)
         return
-    units = _unit_positions(report)
+    units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
     for slot in timer.wheel_slots():
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]

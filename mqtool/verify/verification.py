@@ -3,7 +3,6 @@ in order, the cross-checks on the commit log check's walk where they can."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Generator, Iterator
 
@@ -40,7 +39,6 @@ class Verification:
         self.last_timestamp: int | None = None  # store time of the last valid record, as the checkpoint check took it
         self.summary.notes.extend(unchecked_parts(store.root))
         self.cross_checks: list = []  # the cq and index checks of the last run
-        self.cross_checks_forked = False  # whether their findings came from the forked process (``forked.py``)
         self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
         self.cross_checks_threaded = False  # and in threads beside it
         self._broker_start: int | None = None
@@ -92,20 +90,13 @@ class Verification:
             from .sharedwalk import SharedWalk
 
             shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1)
-        forked = None
-        if shared is None and whole and "commitlog" in opts.checks and opts.jobs > 1 and hasattr(os, "fork") and usable_cpus() > 1:
-            from .forked import ForkedCrossCheck
-
-            forked = ForkedCrossCheck(self, cross, start)
         try:
-            yield from self._checks(start, stop, cross, forked, shared)
+            yield from self._checks(start, stop, cross, shared)
         finally:
-            if forked is not None:
-                forked.close()
             if shared is not None:
                 shared.close()
 
-    def _checks(self, start: int, stop: int | None, cross: list[str], forked, shared) -> Iterator[Finding]:
+    def _checks(self, start: int, stop: int | None, cross: list[str], shared) -> Iterator[Finding]:
         opts, store, summary = self.options, self.store, self.summary
         last_timestamp = None
         records = 0
@@ -116,10 +107,8 @@ class Verification:
                 from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
             else:
                 log_check = CommitLogCheck
-            # with the cross-checks forked, one of the ``jobs`` processes is theirs: the commit log
-            # check keeps the others (--jobs 2: one each; more processes than CPUs only slow both);
             # a shared walk is one walk, in this process (a pool's segments are not shown to it)
-            jobs = 1 if shared is not None else opts.jobs - 1 if forked is not None else opts.jobs
+            jobs = 1 if shared is not None else opts.jobs
             extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
             check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going and heard, **extra)
             check.progress = self._stage("commitlog" if heard else "cross-check", check.total_bytes)
@@ -142,25 +131,23 @@ class Verification:
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
-            ahead = forked.result(logical_end, self._stage("cross-check", max(logical_end - start, 0))) if forked is not None else None
-            self.cross_checks_forked = ahead is not None
-            if shared is not None:
-                ahead = shared.result(logical_end)
-                self.cross_checks_shared = ahead is not None
-                self.cross_checks_threaded = ahead is not None and shared.threaded
-                if ahead is None:
-                    shared.close()
-                else:
-                    self.cross_checks = shared.checks.checks
-            if ahead is not None:
+            self.cross_checks_shared = shared is not None and shared.result(logical_end) is not None
+            self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
+            if self.cross_checks_shared:
+                self.cross_checks = shared.checks.checks
                 try:
-                    outcome = yield from ahead.replay()
+                    outcome = yield from shared.replay()
                 finally:
-                    if shared is not None:
-                        shared.close()
+                    shared.close()
             else:
+                if shared is not None:
+                    shared.close()  # its findings do not stand: the checks walk again
                 outcome = yield from self._cross_check(cross, start, stop, logical_end)
-            self._take(outcome)
+            summary.notes.extend(outcome.notes)
+            if outcome.consume_queues is not None:
+                summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
+            if outcome.index_files is not None:
+                summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
             if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
                 line = yield from lmq_findings(store, start, stop)
                 if line:
@@ -205,14 +192,14 @@ class Verification:
             self.summary.next_start = found
             self.summary.logical_end, self.summary.end_reason = found.logical_end, found.end_reason
 
-    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None, progress=None) -> Generator[Finding, None, CrossCheckOutcome]:
+    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Generator[Finding, None, CrossCheckOutcome]:
         """The cq and index checks over one stream of the valid records (``LogStream``);
         ``logical_end``: the commit log check's, when it ran first (else the end of the files)."""
         store = self.store
         stream = LogStream(store, start, stop, unread_before=None if store.is_dledger else self.broker_start)
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
         total = (stop if stop is not None else end_guess) - start
-        stream.progress = progress or self._stage("cross-check", max(total, 0))
+        stream.progress = self._stage("cross-check", max(total, 0))
         cross_checks = CrossChecks(store, cross, start, stop, end_guess)
         self.cross_checks = cross_checks.checks
         yield from cross_checks.begin()
@@ -221,14 +208,6 @@ class Verification:
         outcome = CrossCheckOutcome(records=stream.records, end=stream.end)
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         return (yield from cross_checks.finish(end, outcome))
-
-    def _take(self, outcome: CrossCheckOutcome) -> None:
-        summary = self.summary
-        summary.notes.extend(outcome.notes)
-        if outcome.consume_queues is not None:
-            summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
-        if outcome.index_files is not None:
-            summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
 
     def _last_timestamp(self) -> tuple[int | None, int]:
         """Store time of the last valid record, from a walk of the last three segments."""
