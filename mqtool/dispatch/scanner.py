@@ -252,13 +252,7 @@ class DispatchScanner:
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         """The batches, walked and parsed in a background thread while the caller consumes them."""
-        yield from produced_in_thread(self._produce(), "mqtool-dispatch")
-
-    def _produce(self) -> Iterator[DispatchBatch]:
-        if self._parallel():
-            yield from self._produce_ahead()
-        else:
-            yield from self._produce_from(self.start)
+        yield from produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
 
     def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
         """The batches from ``pos`` on, segment after segment in this thread."""
