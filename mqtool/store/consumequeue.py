@@ -177,19 +177,20 @@ class ConsumeQueue:
 READ_BELOW = 1 << 16  # bytes: a file this small is read, not mapped (a map costs twice the copy)
 
 
-def read_units(path: Path, file_size: int) -> np.ndarray:
-    """The units of one consume queue file as a read-only numpy view of its map (no copy; the
-    map lives as long as the view), or of its bytes when it is smaller than ``READ_BELOW``.
-    Only ``file_size`` bytes count, as the broker maps them."""
+def read_units(path: Path, file_size: int, dtype: "np.dtype | None" = None) -> np.ndarray:
+    """The units (``dtype``, a consume queue's by default) of one file as a read-only numpy view
+    of its map (no copy; the map lives as long as the view), or of its bytes when it is smaller
+    than ``READ_BELOW``. Only ``file_size`` bytes count, as the broker maps them."""
     import numpy as np
 
+    dtype = unit_dtype() if dtype is None else dtype
     if file_size < READ_BELOW:
         with _open(path) as f:
             data = f.read(file_size)
-        return np.frombuffer(data, dtype=unit_dtype(), count=len(data) // ENTRY_SIZE)
+        return np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
     mf = MappedFile(path)
-    count = min(mf.size, file_size) // ENTRY_SIZE
-    units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
+    count = min(mf.size, file_size) // dtype.itemsize
+    units = np.frombuffer(mf.buf, dtype=dtype, count=count) if count else np.zeros(0, dtype=dtype)
     mf.close()
     return units
 
