@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
-from ..formats import index as ixfmt
 from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
 from ..formats.commitlog import TransactionType
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
-from .index import LONG_MAX
+from .index import LONG_MAX, query_entries
 from .store import Store
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
@@ -35,18 +34,7 @@ class IndexHit(NamedTuple):
 
 def index_hits(store: Store, topic: str, key: str, max_hits: int = DEFAULT_MAX_KEY, begin: int = 0, end: int = LONG_MAX) -> list[IndexHit]:
     """``IndexService.queryOffset(topic, key, maxNum, begin, end)`` with where each hit came from."""
-    max_hits = min(max_hits, ixfmt.MAX_QUERY_RESULTS)
-    full_key = ixfmt.index_key(topic, key)
-    hits: list[IndexHit] = []
-    for f in reversed(store.index_files):
-        # IndexFile.selectPhyOffset: the slot chain's hits in the window, until there are max_hits
-        for number, phy_offset, t in f.chain(full_key, begin, end) if f.is_time_matched(begin, end) else ():
-            if len(hits) >= max_hits:
-                break
-            hits.append(IndexHit(phy_offset, f.name, number, t))
-        if f.header.begin_timestamp < begin or len(hits) >= max_hits:
-            break
-    return hits
+    return [IndexHit(phy_offset, f.name, number, t) for f, number, phy_offset, t in query_entries(store.index_files, topic, key, max_hits, begin, end)]
 
 
 @dataclass
