@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
 from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
-from ..formats.commitlog import TransactionType
+from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
@@ -78,14 +78,8 @@ def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, 
 
 def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool) -> list[str]:
     """The keys ``IndexService.buildIndex`` puts for a record (none for a rollback)."""
-    if record.transaction_type is TransactionType.ROLLBACK:
-        return []
     props = record.property_map(legacy=legacy)
-    keys = []
-    if props.get(PropertyKey.UNIQ_KEY):
-        keys.append(props[PropertyKey.UNIQ_KEY])
-    keys.extend(split_keys(props.get(PropertyKey.KEYS)))
-    return keys
+    return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)))
 
 
 def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
