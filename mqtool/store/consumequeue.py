@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -304,12 +305,7 @@ _PHYS = struct.Struct(">q12x")
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
     """The configured CQ file size: the most common size of the CQ files (a multiple of 20)."""
-    sizes: dict[int, int] = {}
-    for topic_dir in _subdirs(consumequeue_dir):
-        for queue_dir in _subdirs(topic_dir):
-            for _, path in offset_named_files(queue_dir):
-                size = path.stat().st_size
-                sizes[size] = sizes.get(size, 0) + 1
+    sizes = Counter(p.stat().st_size for t in _subdirs(consumequeue_dir) for q in _subdirs(t) for _, p in offset_named_files(q))
     sizes.pop(0, None)
     if not sizes:
         return None
