@@ -40,14 +40,12 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     seg = cl.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    unit = units.get(h.index)
     return (
         h.magic == dfmt.ENTRY_MAGIC
         and h.size > dfmt.ENTRY_HEADER_SIZE - 4
         and h.pos == seg.base_offset
         and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
-        and unit is not None
-        and (unit.magic, unit.size, unit.index, unit.term, unit.pos) == (h.magic, h.size, h.index, h.term, seg.base_offset)
+        and _unit_matches(units.get(h.index), h)
     )
 
 
@@ -77,17 +75,9 @@ def data_recovery(store: Store) -> DataRecovery:
     committed_pos = None
     if committed is not None and last is not None:
         committed = min(committed, last_index)
-        pos = _entry_end(cl, committed, units)
-        committed_pos = pos
+        unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
+        committed_pos = None if unit is None else unit.pos + unit.size
     return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
-
-
-def _entry_end(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> int | None:
-    """``updateCommittedIndex``: the committed position is the end of entry ``index``."""
-    unit = units.get(index)
-    if unit is None:
-        return None
-    return unit.pos + unit.size
 
 
 def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
