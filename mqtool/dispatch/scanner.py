@@ -426,18 +426,13 @@ class DispatchScanner:
         fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)
         if fallback.size:
             hi, bad = self._fallback(acc, seg, lo, hi, lo + fallback)
-        self._topic_ids(acc, seg.array, lo, hi)
+        if hi > lo:  # global topic ids (``topicnumbers``), then the rows' index key hashes (``finish_keys``)
+            acc.numbers.number(seg.array, acc.out, lo, hi, acc.topic_ids)
+            if self.options.index_enable:
+                fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
         acc.out[lo:hi, fd.F_POS] += seg.base_offset
         acc.n = hi
         return bad
-
-    def _topic_ids(self, acc: _Accumulator, array: np.ndarray, lo: int, hi: int) -> None:
-        """Global topic ids for rows ``lo:hi`` (``topicnumbers``), then their index key hashes (``finish_keys``)."""
-        if hi == lo:
-            return
-        acc.numbers.number(array, acc.out, lo, hi, acc.topic_ids)
-        if self.options.index_enable:
-            fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
 
     def _fallback(self, acc: _Accumulator, seg, lo: int, hi: int, rows_idx) -> tuple[int, ScanEnd | None]:
         """Decide the flagged records with the Python decoder and splice their keys in."""
