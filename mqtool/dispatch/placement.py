@@ -149,7 +149,7 @@ class IndexPlacement:
 
     def put_request(self, request: DispatchRequest) -> None:
         keys = [index_key_hash(k) for k in request.index_keys()]
-        self.put_batch([request.commit_log_offset], [request.store_timestamp], [request.to_index], [0], [len(keys)], keys)  # made arrays there
+        self.put_batch([request.commit_log_offset], [request.store_timestamp], [request.to_index], [0], [len(keys)], keys)  # put_batch makes them arrays
 
     def _finish_current(self) -> None:
         if self.hdr is None:
