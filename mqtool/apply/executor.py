@@ -105,19 +105,13 @@ def deferred_interrupts():
         StopRequests.active = StopRequests.requested = False
 
 
+_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable", "message_index_safe", "check_crc_on_recover", "delay_levels")
+
+
 def store_config(plan: Plan) -> StoreConfig:
-    o = plan.options
-    return StoreConfig(
-        commitlog_file_size=o.get("commitlog_file_size"),
-        consume_queue_file_size=o.get("consume_queue_file_size"),
-        hash_slot_num=o.get("hash_slot_num"),
-        index_num=o.get("index_num"),
-        message_index_enable=o.get("message_index_enable", True),
-        message_index_safe=o.get("message_index_safe", False),
-        check_crc_on_recover=o.get("check_crc_on_recover", True),
-        delay_levels=o["delay_levels"],
-        enable_multi_dispatch=o.get("multi_dispatch", False),
-    )
+    """The store settings the plan was made with (``recovery.plansteps.config_options``)."""
+    given = {name: plan.options[name] for name in _CONFIG_OPTIONS if name in plan.options}
+    return StoreConfig(**given, enable_multi_dispatch=plan.options.get("multi_dispatch", False))
 
 
 def check_inputs(root: Path, plan: Plan) -> None:
