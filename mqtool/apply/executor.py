@@ -105,19 +105,13 @@ def deferred_interrupts():
         StopRequests.active = StopRequests.requested = False
 
 
+_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable", "message_index_safe", "check_crc_on_recover", "delay_levels")
+
+
 def store_config(plan: Plan) -> StoreConfig:
-    o = plan.options
-    return StoreConfig(
-        commitlog_file_size=o.get("commitlog_file_size"),
-        consume_queue_file_size=o.get("consume_queue_file_size"),
-        hash_slot_num=o.get("hash_slot_num"),
-        index_num=o.get("index_num"),
-        message_index_enable=o.get("message_index_enable", True),
-        message_index_safe=o.get("message_index_safe", False),
-        check_crc_on_recover=o.get("check_crc_on_recover", True),
-        delay_levels=o["delay_levels"],
-        enable_multi_dispatch=o.get("multi_dispatch", False),
-    )
+    """The store settings the plan was made with (``recovery.plansteps.config_options``)."""
+    given = {name: plan.options[name] for name in _CONFIG_OPTIONS if name in plan.options}
+    return StoreConfig(**given, enable_multi_dispatch=plan.options.get("multi_dispatch", False))
 
 
 def check_inputs(root: Path, plan: Plan) -> None:
@@ -132,20 +126,18 @@ def check_inputs(root: Path, plan: Plan) -> None:
         if fp.crc32 is not None and file_crc32(path) != fp.crc32:
             raise Refused(f"{fp.path} changed since the plan was made (content differs); plan again")
     known = {fp.path for fp in plan.inputs}
-    for rel in planned_creations(plan):
+    for rel in planned_queue_files(plan, ("create",)) + planned_index_files(plan, ("create",)):
         if rel not in known and (root / rel).exists():
             raise Refused(f"{rel} appeared since the plan was made; plan again")
 
 
-def planned_creations(plan: Plan) -> list[str]:
-    out = []
-    for q in plan.queues:
-        for f in q.files:
-            if f.action == "create":
-                out.append(f"consumequeue/{q.topic}/{q.queue_id}/{f.name}")
-    if plan.index:
-        out += [f"index/{f.name}" for f in plan.index.files if f.action == "create"]
-    return out
+def planned_queue_files(plan: Plan, actions=("create", "rewrite")) -> list[str]:
+    """The plan's consume queue files (store-relative) whose action is one of ``actions``."""
+    return [f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in plan.queues for f in q.files if f.action in actions]
+
+
+def planned_index_files(plan: Plan, actions=("append", "create")) -> list[str]:
+    return [f"index/{f.name}" for f in plan.index.files if f.action in actions] if plan.index else []
 
 
 @dataclass
@@ -222,9 +214,7 @@ class Executor:
         durability_point("file backed up")
         remove(self.root / action.path)
 
-    def _quarantine(self, action) -> None:
-        """A stray file moves into the backup (``restore`` puts it back)."""
-        self._delete(action)
+    _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
 
     def _resize(self, action) -> None:
         """A file cut short is padded with zeros, one with bytes appended is trimmed, to
@@ -259,18 +249,18 @@ class Executor:
         if not (self.root / rel).exists():
             self.backup.note_create(rel)
 
-    def _write_checkpoint(self, action) -> None:
+    def _write_whole(self, action, data: bytes) -> None:
         self._keep(action.path)
         durability_point("checkpoint backed up")
-        fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
-        data = cpfmt.encode_checkpoint(fields).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
         write_atomic(self.root / action.path, data, self.staging)
+
+    def _write_checkpoint(self, action) -> None:
+        fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
+        self._write_whole(action, cpfmt.encode_checkpoint(fields).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0"))
 
     def _write_dledger_checkpoint(self, action) -> None:
         """DLedger's ``checkpoint`` (committedIndex ``start``, endIndex ``end``), as a clean stop leaves it."""
-        self._keep(action.path)
-        durability_point("checkpoint backed up")
-        write_atomic(self.root / action.path, dlfmt.encode_checkpoint_text(action.start, action.end).encode(), self.staging)
+        self._write_whole(action, dlfmt.encode_checkpoint_text(action.start, action.end).encode())
 
     def _write_dledger_index(self, action) -> None:
         """DLedger index units (bytes ``start``..``end`` of the index file ``path``) rewritten from
@@ -289,7 +279,7 @@ class Executor:
         """The files ``_stage_dispatch`` wrote move into place (renames: each file whole or not at all)."""
         staged = self.staging / STAGED
         parents = set()
-        for rel in sorted(self._planned_files()):
+        for rel in sorted(planned_queue_files(self.plan) + planned_index_files(self.plan)):
             StopRequests.check()
             final = self.root / rel
             makedirs(final.parent)
@@ -299,9 +289,6 @@ class Executor:
         for d in sorted(parents):
             fsync_dir(d)
 
-    def _planned_files(self) -> set[str]:
-        return self._planned_queue_files() | (self._planned_index_files() if self.plan.index else set())
-
     # ---- consume queue and index files from the dispatch phases --------------------------------
 
     def _stage_dispatch(self) -> None:
@@ -310,17 +297,14 @@ class Executor:
         changes. ``_write_dispatch`` then moves them into place."""
         if self.staging.exists():
             shutil.rmtree(self.staging)  # an interrupted run's: written again from the same inputs
-        makedirs(self.staging / STAGED)
-        self._dispatch(queues=bool(self._planned_queue_files()), index=bool(self.plan.index and self._planned_index_files()))
-
-    def _dispatch(self, *, queues: bool, index: bool) -> None:
-        plan = self.plan
-        staged = self.staging / STAGED
+        plan, staged = self.plan, self.staging / STAGED
+        makedirs(staged)
+        queue_files, index_files = set(planned_queue_files(plan)), set(planned_index_files(plan))
         store = Store.open(self.root, store_config(plan), plan.broker_version)
         try:
             rules = VersionRules(BrokerVersion.parse(plan.broker_version))
-            cq = self._queue_writer(store, rules) if queues else None
-            ix = self._index_writer(store, rules) if index else None
+            cq = self._queue_writer(store, rules) if queue_files else None
+            ix = self._index_writer(store, rules) if index_files else None
             durability_point("dispatch prepared")
             wanted = {(q.topic, q.queue_id) for q in plan.queues if any(f.action != "delete" for f in q.files)}
             multi = multi_dispatch(store, rules)
@@ -361,21 +345,15 @@ class Executor:
                     closer.submit(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
                     written = {os.path.relpath(p, staged) for p in cq.close()}
-                    self._check_written(written, self._planned_queue_files(), "consume queue")
+                    self._check_written(written, queue_files, "consume queue")
             if ix is not None:
                 written = {os.path.relpath(p, staged) for p in ix.written}
-                self._check_written(written, self._planned_index_files(), "index")
+                self._check_written(written, index_files, "index")
             self._check_counts(cq, ix)
             fsync_dir(staged)
             durability_point("dispatch staged")
         finally:
             store.close()
-
-    def _planned_queue_files(self) -> set[str]:
-        return {f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in self.plan.queues for f in q.files if f.action != "delete"}
-
-    def _planned_index_files(self) -> set[str]:
-        return {f"index/{f.name}" for f in self.plan.index.files if f.action in ("append", "create")}
 
     def _check_written(self, written: set[str], planned: set[str], what: str) -> None:
         if written != planned:
@@ -403,12 +381,9 @@ class Executor:
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])
         for q, f, rel in files:
-            if f.action == "rewrite":
-                if sources[rel] is None:
-                    raise ApplyError(f"{rel}: the file to rewrite is missing and was never backed up")
-                writer.adopt_file(q.topic, q.queue_id, int(f.name), sources[rel], f.zero_from)
-            else:
-                writer.adopt_file(q.topic, q.queue_id, int(f.name), None, f.zero_from)
+            if f.action == "rewrite" and sources[rel] is None:
+                raise ApplyError(f"{rel}: the file to rewrite is missing and was never backed up")
+            writer.adopt_file(q.topic, q.queue_id, int(f.name), sources.get(rel), f.zero_from)
         return writer
 
     def _index_writer(self, store: Store, rules: VersionRules) -> IndexWriterService:

@@ -35,7 +35,7 @@ from ..formats import consumequeue as cqfmt
 from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
 from ..store.consumequeue import UNIT_DTYPE
-from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, IndexPlacement, QueueState, place_units
+from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, QueueState, place_units
 from ..store.mappedfile import offset_file_name
 
 ENTRY = cqfmt.ENTRY_SIZE
@@ -107,10 +107,6 @@ class ConsumeQueueWriter:
     def seed_queue(self, topic: str, queue_id: int, state: QueueState) -> None:
         self._queue(topic, queue_id).state[:] = state.as_array()
 
-    def queue_state(self, topic: str, queue_id: int) -> QueueState:
-        s = self._queue(topic, queue_id).state
-        return QueueState(None if s[S_WRITE] < 0 else int(s[S_WRITE]), int(s[S_MAX_PHYS]))
-
     def adopt_file(self, topic: str, queue_id: int, base: int, content_from: Path | None, zero_from: int | None) -> None:
         """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), with
         every byte from position ``zero_from`` on cleared."""
@@ -136,16 +132,8 @@ class ConsumeQueueWriter:
 
     def put(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> bool:
         """``putMessagePositionInfo`` of one request; False where the broker skips it."""
-        return bool(
-            self.put_batch(
-                topic,
-                queue_id,
-                np.array([queue_offset], dtype=np.int64),
-                np.array([phys_offset], dtype=np.int64),
-                np.array([size], dtype=np.int64),
-                np.array([tags_code], dtype=np.int64),
-            )
-        )
+        columns = [np.array([value], dtype=np.int64) for value in (queue_offset, phys_offset, size, tags_code)]
+        return bool(self.put_batch(topic, queue_id, *columns))
 
     def put_request(self, request: DispatchRequest) -> bool:
         return self.put(
@@ -175,13 +163,9 @@ class ConsumeQueueWriter:
                 self._touch(q, int(q.state[S_FILL_FROM]))
         if placed:
             units = np.empty(placed, dtype=UNIT_DTYPE)
-            if placed == n:  # the usual case: every request placed, no mask to apply
-                units["phys_offset"], units["size"], units["tags_code"] = phys, size, tags
-                self._write(q, int(pos[0]), units)
-            else:
-                keep = pos >= 0
-                units["phys_offset"], units["size"], units["tags_code"] = phys[keep], size[keep], tags[keep]
-                self._write(q, int(pos[keep][0]), units)
+            keep = slice(None) if placed == n else pos >= 0  # the usual case: every request placed, no mask to apply
+            units["phys_offset"], units["size"], units["tags_code"] = phys[keep], size[keep], tags[keep]
+            self._write(q, int(pos[keep][0]), units)
             q.placed += placed
         return placed
 

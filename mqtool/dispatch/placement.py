@@ -148,15 +148,8 @@ class IndexPlacement:
         nothing to do where nothing is written."""
 
     def put_request(self, request: DispatchRequest) -> None:
-        keys = np.array([index_key_hash(k) for k in request.index_keys()], dtype=np.int64)
-        self.put_batch(
-            np.array([request.commit_log_offset], dtype=np.int64),
-            np.array([request.store_timestamp], dtype=np.int64),
-            np.array([request.to_index]),
-            np.zeros(1, dtype=np.int64),
-            np.array([len(keys)], dtype=np.int64),
-            keys,
-        )
+        keys = [index_key_hash(k) for k in request.index_keys()]
+        self.put_batch([request.commit_log_offset], [request.store_timestamp], [request.to_index], [0], [len(keys)], keys)  # put_batch makes them arrays
 
     def _finish_current(self) -> None:
         if self.hdr is None:

@@ -253,42 +253,13 @@ class DispatchScanner:
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         """The batches, walked and parsed in a background thread while the caller consumes them."""
-        yield from produced_in_thread(self._produce(), "mqtool-dispatch")
-
-    def _produce(self) -> Iterator[DispatchBatch]:
-        if self._parallel():
-            yield from self._produce_ahead()
-        else:
-            yield from self._produce_from(self.start)
+        yield from produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
 
     def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
         """The batches from ``pos`` on, segment after segment in this thread."""
-        delay_ms = self.options.delay_ms
         acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
         while True:
-            scan = FastScan(
-                self.commitlog,
-                pos,
-                self.stop,
-                check_crc=self.check_crc and self.discipline == "recovery",
-                stop_on_crc=True,
-                batch=self.SUB_BATCH,
-                release_behind=True,
-            )
-            bad: ScanEnd | None = None
-            for seg in scan:
-                if self.shown is not None:
-                    self.shown.rows(seg)
-                bad = self._dispatch(acc, seg, delay_ms)
-                if acc.full or bad is not None:
-                    yield from self._take(acc)
-                if bad is not None:
-                    break
-            end = bad or scan.end
-            if self.discipline == "recovery" or self._reput_ends(end):
-                yield from self._take(acc)
-                self.end = end
-                return
+            _, end = yield from self._counted(self._walk(acc, pos, self.stop))
             nxt = self._reput_resume(end)
             if nxt is None:
                 yield from self._take(acc)
@@ -296,6 +267,29 @@ class DispatchScanner:
                 return
             self.skipped.append(end)
             pos = nxt
+
+    def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
+        """The chain from ``pos`` walked and dispatched into ``acc``, its full batches handed out
+        (the last rows stay in ``acc``); returns ``(crossed, end)``. With ``base`` the walk stays in
+        the segment starting there: ``crossed`` says the chain goes on into the next (this one ends
+        at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set)."""
+        delay_ms = self.options.delay_ms
+        scan = FastScan(self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
+        for seg in scan:
+            if base is not None and seg.base_offset != base:  # walked on past the segment's blank: its rows are the next job's
+                if acc.n:
+                    yield acc.take()
+                return True, None
+            if halt is not None and halt.is_set():
+                return False, None
+            if self.shown is not None:
+                self.shown.rows(seg)
+            bad = self._dispatch(acc, seg, delay_ms)
+            if (acc.full or bad is not None) and acc.n:
+                yield acc.take()
+            if bad is not None:
+                return False, bad
+        return False, scan.end
 
     def _last_segment(self) -> int | None:
         """The index of the range's last segment: the log's last with no ``stop``, the one before
@@ -333,16 +327,14 @@ class DispatchScanner:
                 for _ in at_stop:
                     pass
                 end = at_stop.end
-            elif self.discipline != "recovery" and not self._reput_ends(end):
-                resume = self._reput_resume(end)
-                if resume is not None:
-                    self.skipped.append(end)
-                    index = self.commitlog.segment_index(resume)
-                    if index is not None and index < last and self.commitlog.segments[index].base_offset == resume:
-                        pos = resume
-                        continue
-                    yield from self._produce_from(resume)
-                    return
+            elif (resume := self._reput_resume(end)) is not None:
+                self.skipped.append(end)
+                index = self.commitlog.segment_index(resume)
+                if index is not None and index < last and self.commitlog.segments[index].base_offset == resume:
+                    pos = resume
+                    continue
+                yield from self._produce_from(resume)
+                return
             self.end = end
             return
 
@@ -381,31 +373,12 @@ class DispatchScanner:
         return batch
 
     def _segment(self, index: int, pos: int, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
-        """Batches of the chain in segment ``index`` from ``pos``; returns ``(crossed, end)``:
-        whether the chain goes on into the next segment (this one ends at a blank), else where
-        and why it ends (``None`` when ``halt`` stopped it)."""
-        delay_ms = self.options.delay_ms
-        base = self.commitlog.segments[index].base_offset
+        """Batches of the chain in segment ``index`` from ``pos``; returns ``_walk``'s ``(crossed, end)``."""
         acc = _Accumulator(self.BATCH, self.SUB_BATCH, self.topics)
-        scan = FastScan(self.commitlog, pos, None, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
-        bad: ScanEnd | None = None
-        for seg in scan:
-            if seg.base_offset != base:  # walked on past this segment's blank: its rows are the next job's
-                if acc.n:
-                    yield acc.take()
-                return True, None
-            if halt is not None and halt.is_set():
-                return False, None
-            if self.shown is not None:
-                self.shown.rows(seg)
-            bad = self._dispatch(acc, seg, delay_ms)
-            if (acc.full or bad is not None) and acc.n:
-                yield acc.take()
-            if bad is not None:
-                break
-        if acc.n:
+        crossed, end = yield from self._walk(acc, pos, None, self.commitlog.segments[index].base_offset, halt)
+        if end is not None and acc.n:
             yield acc.take()
-        return False, bad or scan.end
+        return crossed, end
 
     def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
         if acc.n:
@@ -423,7 +396,10 @@ class DispatchScanner:
         return end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes)."""
+        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log
+        resumes); None where the scan ends there (always for ``recovery``)."""
+        if self.discipline == "recovery" or self._reput_ends(end):
+            return None
         if self.discipline == "served":
             nxt = resume_after(self.commitlog, end.offset + 1)
             if nxt is None:
@@ -451,18 +427,13 @@ class DispatchScanner:
         fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)
         if fallback.size:
             hi, bad = self._fallback(acc, seg, lo, hi, lo + fallback)
-        self._topic_ids(acc, seg.array, lo, hi)
+        if hi > lo:  # global topic ids (``topicnumbers``), then the rows' index key hashes (``finish_keys``)
+            acc.numbers.number(seg.array, acc.out, lo, hi, acc.topic_ids)
+            if self.options.index_enable:
+                fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
         acc.out[lo:hi, fd.F_POS] += seg.base_offset
         acc.n = hi
         return bad
-
-    def _topic_ids(self, acc: _Accumulator, array: np.ndarray, lo: int, hi: int) -> None:
-        """Global topic ids for rows ``lo:hi`` (``topicnumbers``), then their index key hashes (``finish_keys``)."""
-        if hi == lo:
-            return
-        acc.numbers.number(array, acc.out, lo, hi, acc.topic_ids)
-        if self.options.index_enable:
-            fd.finish_keys(acc.out, lo, hi, acc.topic_ids, self.topics.state, POW31, acc.keys)
 
     def _fallback(self, acc: _Accumulator, seg, lo: int, hi: int, rows_idx) -> tuple[int, ScanEnd | None]:
         """Decide the flagged records with the Python decoder and splice their keys in."""
@@ -474,7 +445,7 @@ class DispatchScanner:
             pos = int(out[r, fd.F_POS])
             record = clfmt.decode_record(view, pos, base, array.shape[0])
             try:
-                request = self._request(record)
+                request = dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
             except CorruptRecord as exc:
                 bad, hi = ScanEnd(base + pos, StopReason.CORRUPT, exc.reason, record.total_size), r
                 break
@@ -501,9 +472,6 @@ class DispatchScanner:
             counts = out[lo:hi, fd.F_KEY_COUNT]
             out[lo:hi, fd.F_KEY_START] = key_lo + np.cumsum(counts) - counts
         return hi, bad
-
-    def _request(self, record: clfmt.CommitLogRecord):
-        return dispatch_request(record, self.options.delay_table, legacy_properties=self.options.legacy_properties)
 
 
 AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a thread and a spill file cost more than they save
@@ -644,14 +612,12 @@ class DispatchCache:
         if self.nbytes + size > self.budget:
             self._give_up()
             return
-        if batch.spilled is not None:  # spilled already by the thread that dispatched it: adopted as it is
-            self.nbytes += size
-            self.phases.setdefault(phase, []).append(batch.spilled)
-            return
-        try:
-            entry = self._spill.write(batch)
-        except OSError:
-            entry = None
+        entry = batch.spilled  # spilled already by the thread that dispatched it: adopted as it is
+        if entry is None:
+            try:
+                entry = self._spill.write(batch)
+            except OSError:
+                pass
         if entry is None:  # unwritable, or a key hash outside int32 (cannot happen for finished hashes): walk again
             self._give_up()
             return

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import _subdirs, numpy_dtype
-from .mappedfile import MappedFile, offset_named_files
+from .consumequeue import _subdirs, numpy_dtype, read_units
+from .mappedfile import offset_named_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -70,14 +70,7 @@ class BatchConsumeQueue:
         return f"BatchConsumeQueue({self.topic!r}, {self.queue_id})"
 
     def units(self, path: Path) -> "np.ndarray":
-        """The units of one file as a numpy view of its map (only ``file_size`` bytes count)."""
-        import numpy as np
-
-        mf = MappedFile(path)
-        count = min(mf.size, self.file_size) // UNIT_SIZE
-        units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
-        mf.close()
-        return units
+        return read_units(path, self.file_size, unit_dtype())
 
     def entries(self, *, include_invalid: bool = False) -> Iterator[BatchUnit]:
         """Units in order until the first invalid one; with ``include_invalid``, every unit up to

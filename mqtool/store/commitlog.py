@@ -198,21 +198,21 @@ class CommitLog:
             self._open.move_to_end(index)
         return mf
 
-    def read_record(self, offset: int) -> fmt.Record:
-        """Decode the record starting at ``offset`` (raises ``FormatError`` or ``LookupError``)."""
+    def mapped_at(self, offset: int) -> MappedFile:
+        """The map of the segment holding ``offset`` (``LookupError`` when none does)."""
         index = self.segment_index(offset)
         if index is None:
             raise LookupError(f"no commit log segment holds offset {offset}")
-        mf = self.mapped(index)
+        return self.mapped(index)
+
+    def read_record(self, offset: int) -> fmt.Record:
+        """Decode the record starting at ``offset`` (raises ``FormatError`` or ``LookupError``)."""
+        mf = self.mapped_at(offset)
         return fmt.decode_record(mf.buf, offset - mf.base_offset, mf.base_offset, mf.size)
 
     def read_bytes(self, offset: int, length: int) -> bytes:
-        index = self.segment_index(offset)
-        if index is None:
-            raise LookupError(f"no commit log segment holds offset {offset}")
-        mf = self.mapped(index)
-        pos = offset - mf.base_offset
-        return bytes(mf.buf[pos : pos + length])
+        mf = self.mapped_at(offset)
+        return bytes(mf.buf[offset - mf.base_offset : offset - mf.base_offset + length])
 
     def close(self) -> None:
         while self._open:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -185,19 +186,20 @@ class ConsumeQueue:
 READ_BELOW = 1 << 16  # bytes: a file this small is read, not mapped (a map costs twice the copy)
 
 
-def read_units(path: Path, file_size: int) -> np.ndarray:
-    """The units of one consume queue file as a read-only numpy view of its map (no copy; the
-    map lives as long as the view), or of its bytes when it is smaller than ``READ_BELOW``.
-    Only ``file_size`` bytes count, as the broker maps them."""
+def read_units(path: Path, file_size: int, dtype: "np.dtype | None" = None) -> np.ndarray:
+    """The units (``dtype``, a consume queue's by default) of one file as a read-only numpy view
+    of its map (no copy; the map lives as long as the view), or of its bytes when it is smaller
+    than ``READ_BELOW``. Only ``file_size`` bytes count, as the broker maps them."""
     import numpy as np
 
+    dtype = unit_dtype() if dtype is None else dtype
     if file_size < READ_BELOW:
         with _open(path) as f:
             data = f.read(file_size)
-        return np.frombuffer(data, dtype=unit_dtype(), count=len(data) // ENTRY_SIZE)
+        return np.frombuffer(data, dtype=dtype, count=len(data) // dtype.itemsize)
     mf = MappedFile(path)
-    count = min(mf.size, file_size) // ENTRY_SIZE
-    units = np.frombuffer(mf.buf, dtype=unit_dtype(), count=count) if count else np.zeros(0, dtype=unit_dtype())
+    count = min(mf.size, file_size) // dtype.itemsize
+    units = np.frombuffer(mf.buf, dtype=dtype, count=count) if count else np.zeros(0, dtype=dtype)
     mf.close()
     return units
 
@@ -311,12 +313,7 @@ _PHYS = struct.Struct(">q12x")
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
     """The configured CQ file size: the most common size of the CQ files (a multiple of 20)."""
-    sizes: dict[int, int] = {}
-    for topic_dir in _subdirs(consumequeue_dir):
-        for queue_dir in _subdirs(topic_dir):
-            for _, path in offset_named_files(queue_dir):
-                size = path.stat().st_size
-                sizes[size] = sizes.get(size, 0) + 1
+    sizes = Counter(p.stat().st_size for t in _subdirs(consumequeue_dir) for q in _subdirs(t) for _, p in offset_named_files(q))
     sizes.pop(0, None)
     if not sizes:
         return None

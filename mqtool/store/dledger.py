@@ -353,10 +353,7 @@ def open_entry_files(path: Path) -> DLedgerCommitLog:
 
         if not OFFSET_NAME.match(path.name):
             raise BadInput(f"{path}: a DLedger data file is named by its 20-digit start offset")
-        home = path.parent.parent
-        layout = DLedgerLayout(home, path.parent, home / "index")
-        size = file_size(path)
-        return DLedgerCommitLog(layout, [Segment(path, int(path.name), size, True)], size)
+        return open_data_files([(int(path.name), path)], None)
     layout = layout_of_path(path)
     if layout is None:
         raise BadInput(f"{path}: no DLedger data here (expected dledger-<id>/data/ under a store, a dledger-<id> folder or its data/ folder)")

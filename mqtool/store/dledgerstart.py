@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..formats import checkpoint as cpfmt
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd
 from .dledger import DLedgerCommitLog, EntryScan
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
-from .startfile import ScanStart, first_record_store_time
+from .startfile import ScanStart, abnormal_bound, matched_start
 from .store import Store
 
 
@@ -40,14 +39,12 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     seg = cl.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    unit = units.get(h.index)
     return (
         h.magic == dfmt.ENTRY_MAGIC
         and h.size > dfmt.ENTRY_HEADER_SIZE - 4
         and h.pos == seg.base_offset
         and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
-        and unit is not None
-        and (unit.magic, unit.size, unit.index, unit.term, unit.pos) == (h.magic, h.size, h.index, h.term, seg.base_offset)
+        and _unit_matches(units.get(h.index), h)
     )
 
 
@@ -77,30 +74,20 @@ def data_recovery(store: Store) -> DataRecovery:
     committed_pos = None
     if committed is not None and last is not None:
         committed = min(committed, last_index)
-        pos = _entry_end(cl, committed, units)
-        committed_pos = pos
+        unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
+        committed_pos = None if unit is None else unit.pos + unit.size
     return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
 
 
-def _entry_end(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> int | None:
-    """``updateCommittedIndex``: the committed position is the end of entry ``index``."""
-    unit = units.get(index)
-    if unit is None:
-        return None
-    return unit.pos + unit.size
-
-
-def abnormal_start(cl: DLedgerCommitLog, bound: int, what: str) -> ScanStart:
+def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
     """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
     first whose first record has magic V1 (V2 is not accepted) and a store time in (0, bound]."""
-    files = cl.entry_segments()
-    offset = len(cl.segments) - len(files)
-    for i in range(len(files) - 1, -1, -1):
-        ts = first_record_store_time(cl, offset + i, False, skip=dfmt.ENTRY_HEADER_SIZE)
-        if ts is not None and ts != 0 and ts <= bound:
-            return ScanStart(offset + i, files[i].base_offset, f"newest DLedger data file whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
-    first = files[0].base_offset if files else cl.divided_offset
-    return ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
+    cl: DLedgerCommitLog = store.commitlog
+    offset = len(cl.segments) - len(cl.entry_segments())
+    bound, what = abnormal_bound(store, index_safe)
+    found = matched_start(cl, offset, bound, what, accept_v2=False, skip=dfmt.ENTRY_HEADER_SIZE, files="DLedger data file")
+    first = cl.segments[offset].base_offset if offset < len(cl.segments) else cl.divided_offset
+    return found or ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
 
 
 def dispatches_on_abnormal(version: BrokerVersion) -> bool:
@@ -116,8 +103,5 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
     cl = store.commitlog
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
     if abnormal and dispatches_on_abnormal(version) and not full_scan:
-        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
-        indexed = (store.config.message_index_safe if index_safe is None else index_safe) and store.config.message_index_enable
-        bound = cp.min_timestamp_index if indexed else cp.min_timestamp
-        return abnormal_start(cl, bound, "min(physic, logics, index) timestamps - 3 s" if indexed else "min(physic, logics) timestamps - 3 s")
+        return abnormal_start(store, index_safe)
     return ScanStart(dl.start_file, cl.segments[dl.start_file].base_offset if cl.segments else 0, "DLedgerMmapFileStore.recover: the third-from-last data file")

@@ -118,17 +118,25 @@ class IndexFile:
         return out
 
 
-def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[int]:
-    """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` offsets."""
+def query_entries(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[tuple[IndexFile, int, int, int]]:
+    """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` hits, each
+    ``(file, entry number, phy offset, store time)``."""
     max_num = min(max_num, fmt.MAX_QUERY_RESULTS)
     full_key = fmt.index_key(topic, key)
-    out: list[int] = []
+    out: list[tuple[IndexFile, int, int, int]] = []
     for f in reversed(list(files)):
-        if f.is_time_matched(begin, end):
-            f.select_phy_offsets(full_key, max_num, begin, end, out)
+        for number, phy_offset, t in f.chain(full_key, begin, end) if f.is_time_matched(begin, end) else ():
+            if len(out) >= max_num:  # IndexFile.selectPhyOffset
+                break
+            out.append((f, number, phy_offset, t))
         if f.header.begin_timestamp < begin or len(out) >= max_num:
             break
     return out
+
+
+def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[int]:
+    """``query_entries``' phy offsets."""
+    return [phy_offset for _, _, phy_offset, _ in query_entries(files, topic, key, max_num, begin, end)]
 
 
 def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) -> bool:

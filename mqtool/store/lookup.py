@@ -10,13 +10,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
-from ..formats import index as ixfmt
 from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
-from ..formats.commitlog import TransactionType
+from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
-from .index import LONG_MAX, IndexFile
+from .index import LONG_MAX, query_entries
 from .store import Store
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
@@ -35,23 +34,7 @@ class IndexHit(NamedTuple):
 
 def index_hits(store: Store, topic: str, key: str, max_hits: int = DEFAULT_MAX_KEY, begin: int = 0, end: int = LONG_MAX) -> list[IndexHit]:
     """``IndexService.queryOffset(topic, key, maxNum, begin, end)`` with where each hit came from."""
-    max_hits = min(max_hits, ixfmt.MAX_QUERY_RESULTS)
-    full_key = ixfmt.index_key(topic, key)
-    hits: list[IndexHit] = []
-    for f in reversed(store.index_files):
-        if f.is_time_matched(begin, end):
-            _select(f, full_key, max_hits, begin, end, hits)
-        if f.header.begin_timestamp < begin or len(hits) >= max_hits:
-            break
-    return hits
-
-
-def _select(f: IndexFile, full_key: str, max_hits: int, begin: int, end: int, hits: list[IndexHit]) -> None:
-    """``IndexFile.selectPhyOffset``: the slot chain's hits in the window, until ``hits`` holds ``max_hits``."""
-    for number, phy_offset, t in f.chain(full_key, begin, end):
-        if len(hits) >= max_hits:
-            break
-        hits.append(IndexHit(phy_offset, f.name, number, t))
+    return [IndexHit(phy_offset, f.name, number, t) for f, number, phy_offset, t in query_entries(store.index_files, topic, key, max_hits, begin, end)]
 
 
 @dataclass
@@ -95,14 +78,8 @@ def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, 
 
 def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool) -> list[str]:
     """The keys ``IndexService.buildIndex`` puts for a record (none for a rollback)."""
-    if record.transaction_type is TransactionType.ROLLBACK:
-        return []
     props = record.property_map(legacy=legacy)
-    keys = []
-    if props.get(PropertyKey.UNIQ_KEY):
-        keys.append(props[PropertyKey.UNIQ_KEY])
-    keys.extend(split_keys(props.get(PropertyKey.KEYS)))
-    return keys
+    return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)))
 
 
 def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
@@ -288,13 +265,10 @@ def _file_by_time(files: list[_QueueFile], timestamp: int, file_size: int) -> _Q
     return files[-1]
 
 
-def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
-    """4.x ``ConsumeQueue.getOffsetInQueueByTime``: binary search; a time between two entries
-    gives the nearer one (the earlier on a tie); before the first / after the last, that entry."""
-    low = max(min_logic - f.base, 0)
-    high = f.readable - ENTRY_SIZE
-    target = left = right = -1
-    left_value = right_value = -1
+def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:
+    """The binary search both versions run: ``(target, left, left_value, right, right_value)``
+    (-1 where none), or None where a unit's record cannot be read (the broker answers 0)."""
+    target = left = right = left_value = right_value = -1
     min_phys = f.store.commitlog.min_offset
     while high >= low:
         mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
@@ -304,7 +278,7 @@ def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
             continue
         t = pickup_store_timestamp(f.store, phys, size)
         if t < 0:
-            return 0
+            return None
         if t == timestamp:
             target = mid
             break
@@ -312,6 +286,16 @@ def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
             high, right, right_value = mid - ENTRY_SIZE, mid, t
         else:
             low, left, left_value = mid + ENTRY_SIZE, mid, t
+    return target, left, left_value, right, right_value
+
+
+def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
+    """4.x ``ConsumeQueue.getOffsetInQueueByTime``: binary search; a time between two entries
+    gives the nearer one (the earlier on a tie); before the first / after the last, that entry."""
+    found = _bisect(f, max(min_logic - f.base, 0), f.readable - ENTRY_SIZE, timestamp)
+    if found is None:
+        return 0
+    target, left, left_value, right, right_value = found
     if target != -1:
         offset = target
     elif left_value == -1:
@@ -335,24 +319,10 @@ def _search_v5(f: _QueueFile, timestamp: int, min_logic: int, file_size: int) ->
         return (f.base + ceiling + ENTRY_SIZE) // ENTRY_SIZE
     if f.time_at(floor) > timestamp:
         return f.base // ENTRY_SIZE
-    target = right = -1
-    min_phys = f.store.commitlog.min_offset
-    while high >= low:
-        mid = (low + high) // (2 * ENTRY_SIZE) * ENTRY_SIZE
-        phys, size = f.unit(mid)
-        if phys < min_phys:
-            low = mid + ENTRY_SIZE
-            continue
-        t = pickup_store_timestamp(f.store, phys, size)
-        if t < 0:
-            return 0
-        if t == timestamp:
-            target = mid
-            break
-        if t > timestamp:
-            high, right = mid - ENTRY_SIZE, mid
-        else:
-            low = mid + ENTRY_SIZE
+    found = _bisect(f, low, high, timestamp)
+    if found is None:
+        return 0
+    target, _, _, right, _ = found
     if target != -1:
         offset = target
         while offset - ENTRY_SIZE >= floor and f.time_at(offset - ENTRY_SIZE) == timestamp:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+from collections import Counter
 from pathlib import Path
 
 from ..errors import BadInput, BadStoreFile
@@ -126,7 +127,5 @@ def inferred_file_size(sizes) -> int:
     """The file size of a mapped file queue (commit log segments, DLedger data files) whose
     configuration is not given: the most common size among ``sizes``; on a tie a power of two (a
     configured size, where a file grown by appended bytes or cut short is not), then the larger."""
-    counts: dict[int, int] = {}
-    for size in sizes:
-        counts[size] = counts.get(size, 0) + 1
+    counts = Counter(sizes)
     return max(counts, key=lambda s: (counts[s], s > 0 and s & (s - 1) == 0, s))

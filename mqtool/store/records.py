@@ -73,11 +73,6 @@ DLEDGER_ENTRY_FIELDS = (
 )
 
 
-def decompress_body(record: CommitLogRecord) -> bytes:
-    """The body inflated when the COMPRESSED flag is set (zlib; LZ4/ZSTD are not bundled)."""
-    return inflate_body(record.body, record.sys_flag, record.offset)
-
-
 def inflate_body(body: bytes, sys_flag: int, offset: int) -> bytes:
     """``body`` inflated when ``sys_flag`` has COMPRESSED (reference §2.11, ``MessageDecoder``
     with ``UtilAll.uncompress``); ``offset`` names the record in the error."""
@@ -125,7 +120,7 @@ def message_dict(
         tags_code = consume_queue_tags_code(topic, props, record.store_timestamp, delay_table)
     except CorruptRecord:
         tags_code = None
-    raw_body = decompress_body(record) if decompress and body is not BodyEncoding.none else record.body
+    raw_body = inflate_body(record.body, record.sys_flag, record.offset) if decompress and body is not BodyEncoding.none else record.body
     computed = {
         "size": record.total_size,
         "crc_ok": record.crc_ok(),
@@ -184,11 +179,8 @@ def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
     else:
         same = (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (header.magic, header.pos, header.size, header.index, header.term)
         row["index_unit"] = "ok" if same else "mismatch"
-    ok = isinstance(record, CommitLogRecord)
-    row["topic"] = record.topic_name if ok else None
-    row["queue_id"] = record.queue_id if ok else None
-    row["queue_offset"] = record.queue_offset if ok else None
-    row["msg_id"] = record.msg_id if ok else None
+    for key, attr in (("topic", "topic_name"), ("queue_id", "queue_id"), ("queue_offset", "queue_offset"), ("msg_id", "msg_id")):
+        row[key] = getattr(record, attr) if isinstance(record, CommitLogRecord) else None
     return row
 
 

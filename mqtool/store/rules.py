@@ -127,6 +127,12 @@ def eras_between(first: str, last: str) -> frozenset[Era]:
 ALL_ERAS = frozenset(ERAS)
 
 
+def _rule(since: str = "E0", before: str | None = None) -> property:
+    """A rule that holds from era ``since`` up to, not including, era ``before``."""
+    low, high = _BY_NAME[since].index, _BY_NAME[before].index if before else len(ERAS)
+    return property(lambda rules: low <= rules.era.index < high)
+
+
 @dataclass(frozen=True)
 class VersionRules:
     """Which variant of each store rule ``version`` follows (rules file §1-§8)."""
@@ -137,110 +143,72 @@ class VersionRules:
     def era(self) -> Era:
         return era_of(self.version)
 
-    def _from(self, name: str) -> bool:
-        return self.era.index >= _BY_NAME[name].index
-
-    def _within(self, first: str, last: str) -> bool:
-        return _BY_NAME[first].index <= self.era.index <= _BY_NAME[last].index
-
     # ---- §1 the commit log record and its writer ----------------------------------------------
 
-    @property
-    def v5(self) -> bool:
-        return self._from("E13")
+    v5 = _rule("E13")
 
-    @property
-    def accepts_v2_magic(self) -> bool:
-        """§1.1: V2 records (2-byte topic length) are read, and matched by abnormal recovery's
-        ``isMappedFileMatchedRecover``, from 5.1.0."""
-        return self._from("E14")
+    accepts_v2_magic = _rule("E14")
+    """§1.1: V2 records (2-byte topic length) are read, and matched by abnormal recovery's
+    ``isMappedFileMatchedRecover``, from 5.1.0."""
 
-    @property
-    def checks_record_length(self) -> bool:
-        """§1.3: ``checkMessageAndReturnSize`` compares TOTALSIZE with the computed length from 4.0.0;
-        3.2.6 trusts TOTALSIZE."""
-        return self._from("E1")
+    checks_record_length = _rule("E1")
+    """§1.3: ``checkMessageAndReturnSize`` compares TOTALSIZE with the computed length from 4.0.0;
+    3.2.6 trusts TOTALSIZE."""
 
-    @property
-    def stale_blank_fill(self) -> bool:
-        """§1.12: ``doAppend`` writes a ``maxBlank``-byte blank (its tail stale bytes of the encode
-        buffer) up to 4.9.0; from 4.9.1 only its 8-byte header."""
-        return not self._from("E10")
+    stale_blank_fill = _rule(before="E10")
+    """§1.12: ``doAppend`` writes a ``maxBlank``-byte blank (its tail stale bytes of the encode
+    buffer) up to 4.9.0; from 4.9.1 only its 8-byte header."""
 
-    @property
-    def legacy_properties(self) -> bool:
-        """§1.10: ``string2messageProperties`` splits on the separators up to 4.9.0 (keeping an empty
-        key); from 4.9.1 it walks the string by index."""
-        return not self._from("E10")
+    legacy_properties = _rule(before="E10")
+    """§1.10: ``string2messageProperties`` splits on the separators up to 4.9.0 (keeping an empty
+    key); from 4.9.1 it walks the string by index."""
 
     # ---- §2 commit log recovery ---------------------------------------------------------------
 
-    @property
-    def normal_start_from_cq_max(self) -> bool:
-        """§2.1: 5.3.2+ ``recoverNormally`` starts at the newest segment at or below the CQ max;
-        before, at the third-from-last segment."""
-        return self._from("E18")
+    normal_start_from_cq_max = _rule("E18")
+    """§2.1: 5.3.2+ ``recoverNormally`` starts at the newest segment at or below the CQ max;
+    before, at the third-from-last segment."""
 
-    @property
-    def normal_stops_at_length_mismatch(self) -> bool:
-        """§2.2: 3.2.6's ``recoverNormally`` has no success flag: any record whose size is positive
-        advances it; from 4.0.0 a record that fails the checks ends the log."""
-        return self._from("E1")
+    normal_stops_at_length_mismatch = _rule("E1")
+    """§2.2: 3.2.6's ``recoverNormally`` has no success flag: any record whose size is positive
+    advances it; from 4.0.0 a record that fails the checks ends the log."""
 
-    @property
-    def normal_dispatches(self) -> bool:
-        """§2.3: 5.3.2+ ``recoverNormally`` dispatches the records after the CQ max."""
-        return self._from("E18")
+    normal_dispatches = _rule("E18")
+    """§2.3: 5.3.2+ ``recoverNormally`` dispatches the records after the CQ max."""
 
-    @property
-    def normal_truncates_cq(self) -> bool:
-        """§2.4: ``recoverNormally`` truncates the consume queues past the log's end from 4.3.2."""
-        return self._from("E4")
+    normal_truncates_cq = _rule("E4")
+    """§2.4: ``recoverNormally`` truncates the consume queues past the log's end from 4.3.2."""
 
-    @property
-    def empty_log_destroys_queues(self) -> bool:
-        """§2.5: normal recovery of an empty commit log destroys the consume queues from 4.5.0."""
-        return self._from("E5")
+    empty_log_destroys_queues = _rule("E5")
+    """§2.5: normal recovery of an empty commit log destroys the consume queues from 4.5.0."""
 
-    @property
-    def abnormal_stops_at_length_mismatch(self) -> bool:
-        """§2.7: up to 4.3.1 ``recoverAbnormally`` advances over (and dispatches) a record whose
-        TOTALSIZE disagrees with its fields; from 4.3.2 such a record ends the log."""
-        return self._from("E4")
+    abnormal_stops_at_length_mismatch = _rule("E4")
+    """§2.7: up to 4.3.1 ``recoverAbnormally`` advances over (and dispatches) a record whose
+    TOTALSIZE disagrees with its fields; from 4.3.2 such a record ends the log."""
 
-    @property
-    def abnormal_truncates_cq_always(self) -> bool:
-        """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues unconditionally; from
-        4.3.2 only when they reach past the log's end."""
-        return not self._from("E4")
+    abnormal_truncates_cq_always = _rule(before="E4")
+    """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues unconditionally; from
+    4.3.2 only when they reach past the log's end."""
 
-    @property
-    def writes_confirm_offset(self) -> bool:
-        """§2.10, §6.1: 5.1.1+ write the checkpoint's confirmPhyOffset (start of the last valid record)."""
-        return self._from("E15")
+    writes_confirm_offset = _rule("E15")
+    """§2.10, §6.1: 5.1.1+ write the checkpoint's confirmPhyOffset (start of the last valid record)."""
 
-    @property
-    def dispatches_at_put_time(self) -> bool:
-        """§2.11: the 3.2.6 master writes consume queue and index entries at put time; there is no
-        reput service, so nothing is re-dispatched after a clean stop."""
-        return not self._from("E1")
+    dispatches_at_put_time = _rule(before="E1")
+    """§2.11: the 3.2.6 master writes consume queue and index entries at put time; there is no
+    reput service, so nothing is re-dispatched after a clean stop."""
 
-    @property
-    def reput_from_cq_max(self) -> bool:
-        """§2.11: 4.5.0-4.9.8 ``start()`` re-dispatches from the max CQ physical offset and waits for it;
-        4.0-4.4 and 5.x start the reput at the commit log max."""
-        return self._within("E5", "E12")
+    reput_from_cq_max = _rule("E5", before="E13")
+    """§2.11: 4.5.0-4.9.8 ``start()`` re-dispatches from the max CQ physical offset and waits for it;
+    4.0-4.4 and 5.x start the reput at the commit log max."""
 
     @property
     def wrong_length_file_ignored(self) -> bool:
         """§2.13: ``MappedFileQueue.load`` leaves out a file of the wrong length, and every later one,
         and starts in 3.2.6-4.4.0 and 4.9.2; other versions refuse to start."""
-        return not self._from("E5") or self.era.name == "E11"
+        return self.era.index < _BY_NAME["E5"].index or self.era.name == "E11"
 
-    @property
-    def zero_length_last_file_deleted(self) -> bool:
-        """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
-        return self._from("E16")
+    zero_length_last_file_deleted = _rule("E16")
+    """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
 
     @property
     def zero_length_last_file_refused(self) -> bool:
@@ -249,52 +217,38 @@ class VersionRules:
         out and start, 5.1.3+ delete it."""
         return not (self.wrong_length_file_ignored or self.zero_length_last_file_deleted)
 
-    @property
-    def delay_table_missing_in_recovery(self) -> bool:
-        """§2.15: 4.9.2-4.9.8 load the schedule service after recovery, so records dispatched by
-        abnormal recovery get the TAGS hash instead of the delivery time."""
-        return self._within("E11", "E12")
+    delay_table_missing_in_recovery = _rule("E11", before="E13")
+    """§2.15: 4.9.2-4.9.8 load the schedule service after recovery, so records dispatched by
+    abnormal recovery get the TAGS hash instead of the delivery time."""
 
-    @property
-    def delay_tags_from_pre_lock_time(self) -> bool:
-        """§2.15: the 3.2.6 master dispatches at put time (``CommitLog.putMessage``) with the delivery
-        time computed from ``System.currentTimeMillis()`` taken before the put lock, while the record
-        stores the time taken inside it (``SystemClock.now()``): a SCHEDULE_TOPIC_XXXX entry's tags
-        code can be a few ms off STORETIMESTAMP + delay (1-3 ms later on the 3.2.6 fixture), and no
-        rebuild can recover it. 4.0.0+ dispatch from the record (``checkMessageAndReturnSize``)."""
-        return not self._from("E1")
+    delay_tags_from_pre_lock_time = _rule(before="E1")
+    """§2.15: the 3.2.6 master dispatches at put time (``CommitLog.putMessage``) with the delivery
+    time computed from ``System.currentTimeMillis()`` taken before the put lock, while the record
+    stores the time taken inside it (``SystemClock.now()``): a SCHEDULE_TOPIC_XXXX entry's tags
+    code can be a few ms off STORETIMESTAMP + delay (1-3 ms later on the 3.2.6 fixture), and no
+    rebuild can recover it. 4.0.0+ dispatch from the record (``checkMessageAndReturnSize``)."""
 
-    @property
-    def corrects_delay_offsets(self) -> bool:
-        """§2.16: ``ScheduleMessageService.correctDelayOffset`` clamps delayOffset.json at load from 4.9.2."""
-        return self._from("E11")
+    corrects_delay_offsets = _rule("E11")
+    """§2.16: ``ScheduleMessageService.correctDelayOffset`` clamps delayOffset.json at load from 4.9.2."""
 
     # ---- §3 consume queue ---------------------------------------------------------------------
 
-    @property
-    def cq_dedup_by_end(self) -> bool:
-        """§3.1, §3.2, §3.4, §3.5: ``putMessagePositionInfo``/``recover``/``truncateDirtyLogicFiles``
-        keep ``maxPhysicOffset`` as offset + size from 4.5.0; up to 4.4.0 as the entry's start offset."""
-        return self._from("E5")
+    cq_dedup_by_end = _rule("E5")
+    """§3.1, §3.2, §3.4, §3.5: ``putMessagePositionInfo``/``recover``/``truncateDirtyLogicFiles``
+    keep ``maxPhysicOffset`` as offset + size from 4.5.0; up to 4.4.0 as the entry's start offset."""
 
-    @property
-    def cq_repeat_guard(self) -> bool:
-        """§3.3: from 4.2.0 ``putMessagePositionInfo`` skips an entry whose queue offset is already
-        written; before, it appends it at the current position."""
-        return self._from("E3a")
+    cq_repeat_guard = _rule("E3a")
+    """§3.3: from 4.2.0 ``putMessagePositionInfo`` skips an entry whose queue offset is already
+    written; before, it appends it at the current position."""
 
-    @property
-    def cq_min_offset_v5(self) -> bool:
-        """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
-        return self._from("E13")
+    cq_min_offset_v5 = _rule("E13")
+    """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
 
     # ---- §4, §5 dispatch and index ------------------------------------------------------------
 
-    @property
-    def indexes_uniq_key_and_commit(self) -> bool:
-        """§4.2: from 4.0.0 ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and
-        KEYS; 3.2.6 indexes NOT and PREPARED records under KEYS only."""
-        return self._from("E1")
+    indexes_uniq_key_and_commit = _rule("E1")
+    """§4.2: from 4.0.0 ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and
+    KEYS; 3.2.6 indexes NOT and PREPARED records under KEYS only."""
 
     @property
     def index_rule(self) -> int:
@@ -302,27 +256,19 @@ class VersionRules:
         (``IndexService.buildIndex``); the dispatch kernel's ``index_enable`` when the index is on."""
         return INDEX_UNIQ_AND_KEYS if self.indexes_uniq_key_and_commit else INDEX_KEYS_ONLY
 
-    @property
-    def index_counts_used_slots(self) -> bool:
-        """§5.2: from 4.7.1 the index header's hashSlotCount counts newly used slots; before, every put."""
-        return self._from("E8")
+    index_counts_used_slots = _rule("E8")
+    """§5.2: from 4.7.1 the index header's hashSlotCount counts newly used slots; before, every put."""
 
     # ---- §6-§8 checkpoint, abort, lock, config, 5.x stores ---------------------------------------
 
-    @property
-    def abort_holds_pid(self) -> bool:
-        """§6.3: 5.0.0+ write the PID into ``abort`` (and leave ``abort.bak``); before, it is empty."""
-        return self._from("E13")
+    abort_holds_pid = _rule("E13")
+    """§6.3: 5.0.0+ write the PID into ``abort`` (and leave ``abort.bak``); before, it is empty."""
 
-    @property
-    def has_lock_file(self) -> bool:
-        """§6.4: ``DefaultMessageStore.start`` creates and locks ``lock`` from 4.2.0."""
-        return self._from("E3a")
+    has_lock_file = _rule("E3a")
+    """§6.4: ``DefaultMessageStore.start`` creates and locks ``lock`` from 4.2.0."""
 
-    @property
-    def dledger_abnormal_redispatch(self) -> bool:
-        """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
-        return self._from("E17")
+    dledger_abnormal_redispatch = _rule("E17")
+    """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
 
 
 # The rules a recovery or repair plan depends on: candidate eras that agree on all of them plan the same

@@ -49,17 +49,23 @@ def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, s
     return int.from_bytes(head[pos : pos + 8], "big", signed=True)
 
 
-def abnormal_start(commitlog: CommitLog, rules: VersionRules, checkpoint: cpfmt.StoreCheckpoint, *, index_safe: bool) -> ScanStart:
-    segments = commitlog.segments
-    if not segments:
-        return ScanStart(0, 0, "no commit log segment")
-    bound = checkpoint.min_timestamp_index if index_safe else checkpoint.min_timestamp
-    what = "min(physic, logics, index) timestamps - 3 s" if index_safe else "min(physic, logics) timestamps - 3 s"
-    for index in range(len(segments) - 1, -1, -1):
-        ts = first_record_store_time(commitlog, index, rules.accepts_v2_magic)
+def abnormal_bound(store: Store, index_safe: bool | None = None) -> tuple[int, str]:
+    """The checkpoint time an abnormal recovery's start file is matched against, and its words:
+    the index's too with ``messageIndexSafe`` (``index_safe``, default: the store's config)."""
+    cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
+    if (store.config.message_index_safe if index_safe is None else index_safe) and store.config.message_index_enable:
+        return cp.min_timestamp_index, "min(physic, logics, index) timestamps - 3 s"
+    return cp.min_timestamp, "min(physic, logics) timestamps - 3 s"
+
+
+def matched_start(commitlog: CommitLog, first: int, bound: int, what: str, *, accept_v2: bool, skip: int = 0, files: str = "segment") -> ScanStart | None:
+    """``isMappedFileMatchedRecover``: from the newest segment back to segment ``first``, the first
+    whose first record (after ``skip`` bytes) has a store time in (0, ``bound``], or None."""
+    for index in range(len(commitlog.segments) - 1, first - 1, -1):
+        ts = first_record_store_time(commitlog, index, accept_v2, skip=skip)
         if ts is not None and ts != 0 and ts <= bound:
-            return ScanStart(index, segments[index].base_offset, f"newest segment whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
-    return ScanStart(0, segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")
+            return ScanStart(index, commitlog.segments[index].base_offset, f"newest {files} whose first record (stored {ts}) is not newer than the checkpoint's {what} = {bound}")
+    return None
 
 
 def normal_start(commitlog: CommitLog, rules: VersionRules, max_cq_phys_offset: int) -> ScanStart:
@@ -83,9 +89,11 @@ def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None
     planner that has them."""
     cl = store.commitlog
     if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
-        cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
-        safe = store.config.message_index_safe if index_safe is None else index_safe
-        return abnormal_start(cl, rules, cp, index_safe=safe and store.config.message_index_enable)
+        if not cl.segments:
+            return ScanStart(0, 0, "no commit log segment")
+        bound, what = abnormal_bound(store, index_safe)
+        found = matched_start(cl, 0, bound, what, accept_v2=rules.accepts_v2_magic)
+        return found or ScanStart(0, cl.segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")
     if max_cq_phys_offset is None:
         max_cq_phys_offset = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1) if rules.normal_start_from_cq_max else -1
     return normal_start(cl, rules, max_cq_phys_offset)
