@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from conftest import MAIN_VERSIONS, VERSIONS, manifest, recovered, store_path
+from conftest import MAIN_VERSIONS, VERSIONS, copy_store, manifest, recovered, store_path
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.hashing import index_key_hash
 from mqtool.formats.index import index_key
@@ -143,6 +143,23 @@ def test_version_is_detected(version):
     for name in ("clean-small", "crashed-small"):
         with Store.open(store_path(version, name)) as store:
             assert store.version_guess.label == expected, store.version_guess.evidence
+
+
+@pytest.mark.parametrize("version,confirm,label", [
+    ("3.2.6", 1 << 47, "E0 (3.2.6)"),  # a bit flipped into the field: past the log's end, damage, not a 5.1.1+ mark
+    ("5.1.4", 4096, "E15-E16 (5.1.1-5.1.4)"),  # an offset within the log: the 5.1.1+ mark it is
+])
+def test_a_checkpoint_confirm_offset_is_a_version_mark_only_within_the_commit_log(tmp_path, version, confirm, label):
+    """The checkpoint's confirmPhyOffset (bytes 32..39, written from 5.1.1) is a commit log offset and no CRC covers
+    it: a value past the commit log's files is damage (before: a 3.2.6 store with one bit flipped there read as
+    5.2.0-5.3.3, and repair without --broker-version planned under 5.x rules), one within them is the mark."""
+    root = copy_store(version, "clean-small", tmp_path)
+    checkpoint = bytearray((root / "checkpoint").read_bytes())
+    checkpoint[32:40] = confirm.to_bytes(8, "big")
+    (root / "checkpoint").write_bytes(checkpoint)
+    with Store.open(root) as store:
+        assert store.version_guess.label == label, store.version_guess.evidence
+        assert any("confirmPhyOffset" in e for e in store.version_guess.evidence)
 
 
 def test_broker_config_overrides_inference(tmp_path):
