@@ -42,6 +42,27 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def memory_temproot(need: int = 2 << 30) -> str | None:
+    """``/dev/shm`` where it is a memory file system (tmpfs) with ``need`` bytes free, else None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().split("\n")
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts if line)
+    return "/dev/shm" if tmpfs and os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize >= need else None
+
+
+def pytest_configure(config):
+    """The tests' temporary directories (``tmp_path``: numbered, rotated and removed as pytest does,
+    pyproject's ``tmp_path_retention_policy``) in memory where there is room: the repairs, restores
+    and plans the tests apply fsync every file and directory they write (``apply/``), which on a disk
+    waits longer than the tests compute. The calls still run; only the wait goes. ``--basetemp`` or
+    ``PYTEST_DEBUG_TEMPROOT`` given: theirs."""
+    if config.option.basetemp is None and "PYTEST_DEBUG_TEMPROOT" not in os.environ and (root := memory_temproot()):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+
+
 TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
 
 
