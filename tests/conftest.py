@@ -153,16 +153,18 @@ def spark(tmp_path_factory):
 
 
 SPARK_FILES = ("tests/test_dledger_spark.py", "tests/test_spark_job.py")  # the files whose tests use ``spark``
+LONG_FILES = ("tests/test_apply_crash.py",)  # few tests, one of them long (an apply killed at every durability point)
 
 
 def pytest_collection_modifyitems(config, items):
     """On a pytest-xdist worker, the order the files are handed out in (each file's tests kept
     together and in order): Spark's files first, so the longest unit of work starts at once rather
-    than ending the run alone, then the files with the most tests, as xdist would order them."""
+    than ending the run alone, then ``LONG_FILES`` (last by their count of tests, they ended it),
+    then the files with the most tests, as xdist would order them."""
     if hasattr(config, "workerinput"):
         file = lambda item: item.nodeid.split("::")[0]  # noqa: E731
         tests = Counter(map(file, items))
-        items.sort(key=lambda item: (file(item) not in SPARK_FILES, -tests[file(item)], file(item)))
+        items.sort(key=lambda item: (file(item) not in SPARK_FILES, file(item) not in LONG_FILES, -tests[file(item)], file(item)))
 
 
 if importlib.util.find_spec("xdist"):
