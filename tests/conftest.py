@@ -42,6 +42,27 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def memory_temproot(need: int = 2 << 30) -> str | None:
+    """``/dev/shm`` where it is a memory file system (tmpfs) with ``need`` bytes free, else None."""
+    try:
+        mounts = Path("/proc/mounts").read_text().split("\n")
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    tmpfs = any(line.split()[1:3] == ["/dev/shm", "tmpfs"] for line in mounts if line)
+    return "/dev/shm" if tmpfs and os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize >= need else None
+
+
+def pytest_configure(config):
+    """The tests' temporary directories (``tmp_path``: numbered, rotated and removed as pytest does,
+    pyproject's ``tmp_path_retention_policy``) in memory where there is room: the repairs, restores
+    and plans the tests apply fsync every file and directory they write (``apply/``), which on a disk
+    waits longer than the tests compute. The calls still run; only the wait goes. ``--basetemp`` or
+    ``PYTEST_DEBUG_TEMPROOT`` given: theirs."""
+    if config.option.basetemp is None and "PYTEST_DEBUG_TEMPROOT" not in os.environ and (root := memory_temproot()):
+        os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+
+
 TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
 
 
@@ -109,7 +130,8 @@ def store_copy(tmp_path):
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    """One local SparkSession for every Spark test (its JVM takes seconds to start)."""
+    """One local SparkSession for every Spark test (its JVM takes seconds to start). Its JIT stops at
+    the quick compiler (C1): the tests' short jobs never repay C2's compiling (40% of the JVM's CPU)."""
     from pyspark.sql import SparkSession
 
     s = (
@@ -124,6 +146,7 @@ def spark(tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("spark-warehouse")))
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         .getOrCreate()
     )
     s.sparkContext.setLogLevel("ERROR")
@@ -132,16 +155,18 @@ def spark(tmp_path_factory):
 
 
 SPARK_FILES = ("tests/test_dledger_spark.py", "tests/test_spark_job.py")  # the files whose tests use ``spark``
+LONG_FILES = ("tests/test_apply_crash.py",)  # few tests, one of them long (an apply killed at every durability point)
 
 
 def pytest_collection_modifyitems(config, items):
     """On a pytest-xdist worker, the order the files are handed out in (each file's tests kept
     together and in order): Spark's files first, so the longest unit of work starts at once rather
-    than ending the run alone, then the files with the most tests, as xdist would order them."""
+    than ending the run alone, then ``LONG_FILES`` (last by their count of tests, they ended it),
+    then the files with the most tests, as xdist would order them."""
     if hasattr(config, "workerinput"):
         file = lambda item: item.nodeid.split("::")[0]  # noqa: E731
         tests = Counter(map(file, items))
-        items.sort(key=lambda item: (file(item) not in SPARK_FILES, -tests[file(item)], file(item)))
+        items.sort(key=lambda item: (file(item) not in SPARK_FILES, file(item) not in LONG_FILES, -tests[file(item)], file(item)))
 
 
 if importlib.util.find_spec("xdist"):

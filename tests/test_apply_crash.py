@@ -4,10 +4,6 @@ complete apply and after a killed one."""
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import pytest
 from conftest import copy_store, manifest
 
@@ -56,19 +52,7 @@ def reference(tmp_path_factory):
     return original, tree(store_dir)
 
 
-@pytest.fixture
-def fast_tmp(tmp_path):
-    """A tmpfs directory where available: this test fsyncs a lot, and the logic is the same."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    with tempfile.TemporaryDirectory(dir=shm, prefix="mqtool-test-") as d:
-        yield Path(d)
-
-
-def test_every_kill_point_converges_and_restores(fast_tmp, monkeypatch, reference):
-    tmp_path = fast_tmp
+def test_every_kill_point_converges_and_restores(tmp_path, monkeypatch, reference):
     original, final = reference
     point = 0
     while True:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import fcntl
+import functools
 import io
 import json
 import os
@@ -51,8 +52,18 @@ def shows_whole(text: str, value) -> bool:
         return True
     if isinstance(value, list):
         return all(shows_whole(text, v) for v in value)
-    edge = r"[^\s(),;\[\]]"  # a value must not touch anything but spaces, brackets and separators
-    return all(re.search(f"(?<!{edge})" + re.escape(w) + f"(?!{edge})", text) for w in str(value).split())
+    return all(w in words(text) if EDGE_RUN.fullmatch(w) else re.search(f"(?<!{EDGE})" + re.escape(w) + f"(?!{EDGE})", text) for w in str(value).split())
+
+
+EDGE = r"[^\s(),;\[\]]"  # a value must not touch anything but spaces, brackets and separators
+EDGE_RUN = re.compile(f"{EDGE}+")
+
+
+@functools.lru_cache(maxsize=4)
+def words(text: str) -> frozenset[str]:
+    """The runs of ``text`` between spaces, brackets and separators: a word of such characters alone is
+    shown whole exactly where it is one of them (the search above, once per text, not per value)."""
+    return frozenset(EDGE_RUN.findall(text))
 
 
 def assert_fits(text: str, width: int) -> None:

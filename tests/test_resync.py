@@ -5,9 +5,11 @@ reads from."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 import shutil
+from contextlib import ExitStack
 
 import pytest
 from typer.testing import CliRunner
@@ -67,43 +69,69 @@ def chains(buf, p: int, base: int, end: int) -> bool:
     return True
 
 
-def defined_start(cl, offset: int) -> int:
+class Mapped:
+    """Each segment of ``cl`` mapped once, with its candidates found once, in order, by ``mmap.find``
+    of the magics: the positions ``p`` of the message magics' first three bytes at ``p + 4``, and the
+    end-of-file blanks (a blank magic at ``b + 4`` whose length field is the bytes left, ``end - b``).
+    ``defined_start`` asks for those at or after a position for every probed offset."""
+
+    def __init__(self, cl, stack: ExitStack):
+        self.cl, self.stack, self.segments = cl, stack, {}
+
+    def __getitem__(self, i: int) -> tuple:
+        if i not in self.segments:
+            seg = self.cl.segments[i]
+            mf = self.stack.enter_context(MappedFile(seg.path, seg.base_offset))
+            buf, end, magics, blanks = mf.buf, mf.size, [], []
+            p = buf.find(b"\xda\xa3\x20", 4) - 4
+            while p >= 0:
+                magics.append(p)
+                p = buf.find(b"\xda\xa3\x20", p + 5) - 4
+            b = buf.find(_BLANK, 4) - 4
+            while b >= 0:
+                if int.from_bytes(buf[b : b + 4], "big", signed=True) == end - b:
+                    blanks.append(b)
+                b = buf.find(_BLANK, b + 5) - 4
+            self.segments[i] = seg, buf, end, magics, blanks
+        return self.segments[i]
+
+
+def defined_start(mapped: Mapped, offset: int) -> int:
     """``resync.scan_start``'s rule on the decoder (a record or a blank at the position, else the
     first chaining message or exact end-of-file blank after it, segment by segment), candidates
-    found by ``mmap.find`` of the magics."""
+    from ``Mapped``."""
+    cl = mapped.cl
     index = cl.segment_index(offset)
     if index is None:
         return offset
     for i in range(index, len(cl.segments)):
-        seg = cl.segments[i]
+        seg, buf, end, magics, blanks = mapped[i]
         pos = offset - seg.base_offset if i == index else 0
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            buf, end = mf.buf, mf.size
-            try:
-                fmt.decode_record(buf, pos, seg.base_offset, end)
-                return seg.base_offset + pos
-            except FormatError:
-                pass
-            p = buf.find(b"\xda\xa3\x20", pos + 4) - 4
-            blank = buf.find(_BLANK, pos + 4) - 4
-            while blank >= 0 and int.from_bytes(buf[blank : blank + 4], "big", signed=True) != end - blank:
-                blank = buf.find(_BLANK, blank + 5) - 4
-            blank = blank if 0 <= blank <= end - 8 else -1
-            while 0 <= p <= end - 8 and (blank < 0 or p < blank):
-                if buf[p + 4 : p + 8] in _MESSAGES and chains(buf, p, seg.base_offset, end):
-                    return seg.base_offset + p
-                p = buf.find(b"\xda\xa3\x20", p + 5) - 4
-            if blank >= 0:
-                return seg.base_offset + blank
+        try:
+            fmt.decode_record(buf, pos, seg.base_offset, end)
+            return seg.base_offset + pos
+        except FormatError:
+            pass
+        after = bisect.bisect_left(blanks, pos)
+        blank = blanks[after] if after < len(blanks) else -1
+        blank = blank if 0 <= blank <= end - 8 else -1
+        for p in magics[bisect.bisect_left(magics, pos) :]:
+            if not (p <= end - 8 and (blank < 0 or p < blank)):
+                break
+            if buf[p + 4 : p + 8] in _MESSAGES and chains(buf, p, seg.base_offset, end):
+                return seg.base_offset + p
+        if blank >= 0:
+            return seg.base_offset + blank
     return offset
 
 
 def assert_engines_agree(root, starts: list[int], seed: int = 0) -> int:
-    with Store.open(root) as store:
+    with Store.open(root) as store, ExitStack() as stack:
         cl = store.commitlog
+        mapped = Mapped(cl, stack)
         checked = 0
         for offset in probe_offsets(store, starts, seed):
-            assert resync.scan_start(cl, offset) == defined_start(cl, offset), (root, offset)
+            assert resync.scan_start(cl, offset) == defined_start(mapped, offset), (root, offset)
             checked += 1
         return checked
 

@@ -21,15 +21,19 @@ from mqtool.store import Store
 STORES = sorted(FIXTURES.glob("rocketmq-*/*.manifest.json"))
 
 
-def expected_text(rows: list[dict], fmt: TextFormat) -> str:
-    if fmt is TextFormat.csv:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        for row in rows:
-            writer.writerow([_cell(row[f]) for f in MESSAGE_FIELDS])
-        return out.getvalue()
-    prefix, end = (",\n", "") if fmt is TextFormat.json else ("", "\n")
-    return "".join(prefix + json.dumps(row, ensure_ascii=False) + end for row in rows)
+def expected_lines(rows: list[dict]) -> dict[TextFormat, list[str]]:
+    """Each row as ``json.dumps`` (JSON Lines, JSON array items) and ``csv.writer`` write it: a format's
+    text of any run of rows is the join of theirs."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    csv_lines = []
+    for row in rows:
+        writer.writerow([_cell(row[f]) for f in MESSAGE_FIELDS])
+        csv_lines.append(out.getvalue())
+        out.seek(0)
+        out.truncate()
+    dumped = [json.dumps(row, ensure_ascii=False) for row in rows]
+    return {TextFormat.csv: csv_lines, TextFormat.json: [",\n" + d for d in dumped], TextFormat.jsonl: [d + "\n" for d in dumped]}
 
 
 @pytest.mark.parametrize("manifest_path", STORES, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
@@ -41,10 +45,10 @@ def test_text_equals_json_and_csv_of_message_dict_on_every_fixture_record(manife
         seen = 0
         for body in (BodyEncoding.none, BodyEncoding.utf8):
             for batch in MessageScan(store, body=body, columns=MESSAGE_FIELDS, stop_on_crc=False, batch=400):
-                rows = [as_dict(store.commitlog.read_record(o), body) for o in batch.column("offset").to_pylist()]
+                lines = expected_lines([as_dict(store.commitlog.read_record(o), body) for o in batch.column("offset").to_pylist()])
                 for fmt, encoder in encoders.items():
-                    assert encoder.encode(batch).tobytes().decode() == expected_text(rows, fmt), (body, fmt)
-                    assert encoder.encode(batch.slice(5, 150)).tobytes().decode() == expected_text(rows[5:155], fmt), (body, fmt)
+                    assert encoder.encode(batch).tobytes().decode() == "".join(lines[fmt]), (body, fmt)
+                    assert encoder.encode(batch.slice(5, 150)).tobytes().decode() == "".join(lines[fmt][5:155]), (body, fmt)
                 seen += batch.num_rows
         assert seen == 2 * sum(1 for _ in store.commitlog.scan()) > 0
 

@@ -11,6 +11,7 @@ plan read or will change, so a saved plan is refused once any of them changed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -298,6 +299,12 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _type_hints(tp: type) -> dict[str, Any]:
+    """A plan dataclass's field types, resolved once (``get_type_hints`` evaluates every string annotation)."""
+    return typing.get_type_hints(tp)
+
+
 def _from_json_value(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -306,7 +313,7 @@ def _from_json_value(tp: Any, value: Any) -> Any:
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
         return _from_json_value(inner, value)
     if dataclasses.is_dataclass(tp):
-        hints = typing.get_type_hints(tp)
+        hints = _type_hints(tp)
         kwargs = {f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
         return tp(**kwargs)
     if origin is tuple:

@@ -93,14 +93,15 @@ def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -
             pass
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as maps:
-                for line in maps:
-                    parts = line.split(None, 5)
-                    if len(parts) == 6:
-                        target = parts[5].strip()
-                        if target.endswith(" (deleted)"):
-                            target = target[: -len(" (deleted)")]
-                        if _under(target, roots):
-                            found.add((target, "mapped"))
+                text = maps.read()
+            for line in text.split("\n") if any(r in text for r in roots) else ():  # most map nothing of it
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    target = parts[5].strip()
+                    if target.endswith(" (deleted)"):
+                        target = target[: -len(" (deleted)")]
+                    if _under(target, roots):
+                        found.add((target, "mapped"))
         except OSError:
             pass
         if found:
