@@ -452,12 +452,36 @@ def check_options(kind: str, given: dict[str, object]) -> None:
         raise UsageError("--no-index turns off the index lookup of --key/--uniq-key: give one of them too")
     if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
         raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
+    _check_ranges(given)
+
+
+def _check_ranges(given: dict[str, object]) -> None:
+    """Refuse an offset or time range that ends before it starts."""
     start, stop = given.get("--from-offset"), given.get("--to-offset")
     if start is not None and stop is not None and stop < start:
         raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
     since, until = given.get("--since"), given.get("--until")
     if since is not None and until is not None and since > until:
         raise UsageError("--since is after --until")
+
+
+def _kind_and_path(target: list[str]) -> tuple[str, Path]:
+    """``PATH`` (a store: its commit log) or ``KIND PATH``."""
+    if len(target) == 1:
+        return "commitlog", Path(target[0])
+    if len(target) == 2 and target[0] in KINDS:
+        return target[0], Path(target[1])
+    raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+
+
+def _dump_consumequeue(path: Path, topic, queue, from_offset, to_offset, follow: bool, body: BodyEncoding, limit, format: OutputFormat) -> None:
+    """A consume queue's entries, with ``--follow`` each with the message it points to."""
+    rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
+    if follow and format is OutputFormat.table:
+        columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
+        emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+    else:
+        emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
 
 
 @guarded
@@ -496,12 +520,7 @@ def dump(
     Example:
       mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
     """
-    if len(target) == 1:
-        kind, path = "commitlog", Path(target[0])
-    elif len(target) == 2 and target[0] in KINDS:
-        kind, path = target[0], Path(target[1])
-    else:
-        raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+    kind, path = _kind_and_path(target)
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     check_options(kind, {
         "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,
@@ -518,13 +537,14 @@ def dump(
             match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
-        if follow and format is OutputFormat.table:
-            columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
-            emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
-        else:
-            emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
-    elif kind == "batchconsumequeue":
+        _dump_consumequeue(path, topic, queue, from_offset, to_offset, follow, body, limit, format)
+    else:
+        _dump_file(kind, path, topic, queue, from_offset, to_offset, key, limit, format, broker_config, broker_version)
+
+
+def _dump_file(kind: str, path: Path, topic, queue, from_offset, to_offset, key, limit, format: OutputFormat, broker_config, broker_version) -> None:
+    """The entries of a batch consume queue, a DLedger file, an index file or the timer log, or the checkpoint."""
+    if kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
         emit_rows(itertools.islice(dledger_rows(path, from_offset, to_offset), limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)

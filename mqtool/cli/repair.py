@@ -315,29 +315,12 @@ def repair(
         _finish_interrupted(root, yes)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
-    doc = with_next_start(plan.to_dict(), plan.recover)
-    if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
-        from ..store.nextstart import next_start
-
-        with open_store(root, broker_config, broker_version) as opened:
-            found = next_start(opened)
-        doc = doc if found is None else {**doc, "next_start": found.as_dict()}
-    emit_confirmed(doc, fmt, render_repair, yes and not dry_run)
+    emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
     if plan.is_empty:
-        lost = sum(e.lost_data for e in plan.remaining)
-        if lost:
-            note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
-            if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
-                raise typer.Exit(EXIT_FINDINGS)
-            return
-        if plan.remaining:
-            note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
-            return
-        note("nothing to do: verify finds nothing to repair")
+        _say_nothing_to_repair(plan, yes)
         return
     if not yes:
         note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
@@ -348,15 +331,46 @@ def repair(
         findings = _apply_stages(stages, plan, broker_config, broker_version)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
-    if findings:
-        lost = sum(e.lost_data for e in rp.triage(findings).lost)
-        note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
-        for f in findings[:10]:
-            note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
-        if lost:
+    _report_after(findings)
+
+
+def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
+    """The plan's document with the broker's next start after the repair."""
+    doc = with_next_start(plan.to_dict(), plan.recover)
+    if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
+        from ..store.nextstart import next_start
+
+        with open_store(root, broker_config, broker_version) as opened:
+            found = next_start(opened)
+        doc = doc if found is None else {**doc, "next_start": found.as_dict()}
+    return doc
+
+
+def _say_nothing_to_repair(plan, yes: bool) -> None:
+    """Why an empty plan changes nothing; with --yes, exit 1 when lost data remains."""
+    lost = sum(e.lost_data for e in plan.remaining)
+    if lost:
+        note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
+        if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
             raise typer.Exit(EXIT_FINDINGS)
         return
-    note("verify: the store is sound")
+    if plan.remaining:
+        note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
+        return
+    note("nothing to do: verify finds nothing to repair")
+
+
+def _report_after(findings: list) -> None:
+    """What verify says after the repair; exit 1 when lost data remains."""
+    if not findings:
+        note("verify: the store is sound")
+        return
+    lost = sum(e.lost_data for e in repair_planner().triage(findings).lost)
+    note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
+    for f in findings[:10]:
+        note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
+    if lost:
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
