@@ -42,7 +42,7 @@ from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ BCQ_TABLE = ("position", "phys_offset", "size", "msg_base_offset", "batch_size",
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
 # table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
 MESSAGE_TABLE_OPTIONAL = ("size", "tags", "keys", "uniq_key", "store_timestamp", "queue_offset")  # an IPv6 msg_id takes 56
-MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
 # --follow in a table: the followed message's columns before the topic (``_followed_cells``)
 CQ_FOLLOW_TABLE = (*CQ_TABLE[:-1], "msg_id", "store_timestamp", "tags", "keys", "topic")
@@ -160,7 +159,7 @@ def message_table(body: BodyEncoding) -> tuple[str, ...]:
 
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding = BodyEncoding.none) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
@@ -266,7 +265,7 @@ def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple
     """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
     (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
-        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
         return
     emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
@@ -479,7 +478,7 @@ def _dump_consumequeue(path: Path, topic, queue, from_offset, to_offset, follow:
     rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
     if follow and format is OutputFormat.table:
         columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
-        emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
     else:
         emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
 
@@ -491,8 +490,8 @@ def dump(
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, metavar="OFFSET", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue, entry offset for dledger).")] = None,
     to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, metavar="OFFSET", help="Stop before this offset (exclusive).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="TIME", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     key: Annotated[Optional[str], typer.Option("--key", metavar="KEY", help="Only messages with this KEYS entry (index: entries of topic#KEY).")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag", metavar="TAG", help="Only messages with this TAGS value.")] = None,
     msg_id: Annotated[Optional[str], typer.Option("--msg-id", metavar="ID", help="The message with this offsetMsgId (direct lookup).")] = None,

@@ -714,8 +714,8 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
     title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
-    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]
-    table = titled_table(title, columns, optional=["size", "uniqKey", "stored", "keys", "queue offset"])
+    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
+    table = titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"])
     for m in lost.messages[:TABLE_LOST]:
         table.add_row(str(m.offset), str(m.size), str(m.queue_id), str(m.queue_offset), iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key or "", " ".join(m.keys), m.topic or "?")
     console.print(table)
