@@ -1,6 +1,7 @@
-"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: reading what a store says
-(version, settings, the commit log cut and what it loses), feeding dispatched batches into the
-consume queue simulations and the index placement, and turning the results into plan records.
+"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: reading what a
+store says (version, settings, the commit log cut and what it loses), feeding dispatched batches
+into the consume queue simulations and the index placement, and turning the results into plan
+records.
 """
 
 from __future__ import annotations
