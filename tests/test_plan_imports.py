@@ -6,13 +6,15 @@ the entry layout the one resynchronisation reads, the process and thread pools, 
 
 from __future__ import annotations
 
+import ast
+import importlib
 import json
 import os
 import subprocess
 
 import pytest
 
-from conftest import copy_store, manifest, run_loading, store_path
+from conftest import ROOT, copy_store, manifest, run_loading, store_path
 
 NOT_FOR_A_SMALL_STORE = (
     "mqtool.store.dledger", "mqtool.verify.dledger", "mqtool.recovery.dledger",
@@ -62,10 +64,6 @@ def test_every_plan_function_callers_reach_plans_under_every_candidate_version()
     (``candidates.py``); it is named ``*_one_version`` and imported by ``recovery.planners`` alone,
     and every module's ``plan_recover`` ... is the public one (recovery/repair.py once imported
     rebuild's)."""
-    import ast
-    import importlib
-
-    from conftest import ROOT
     from mqtool.recovery import planners
 
     for tree_root in ("mqtool", "spark", "bench", "tests"):

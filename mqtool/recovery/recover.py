@@ -1,8 +1,8 @@
 """Plans for ``recover``, ``truncate-dirty``, ``rebuild-cq`` and ``rebuild-index``: what the broker's
 load and recovery would do to a store, computed from the read-only store model.
 
-``plan_recover_one_version`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput, per version
-(reference §8.2-§8.12, ``store.rules.VersionRules``):
+``plan_recover_one_version`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput,
+per version (reference §8.2-§8.12, ``store.rules.VersionRules``):
 
 1. consume queue recovery of every queue (§5.7) -> the max CQ physical offset;
 2. index load: after an abnormal exit, files newer than ``indexMsgTimestamp`` are deleted (§6.9);
@@ -67,14 +67,15 @@ if TYPE_CHECKING:
 # ---- recover --------------------------------------------------------------------------------
 
 
-def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False, cache: DispatchCache | None = None,
-                 walked: WalkedChain | None = None) -> Plan:
+def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
+                             cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
     """Everything the broker's load + recovery + start-up reput would do (module docstring) under
     the one version the store is read as (``store.rules``; ``planners.plan_recover`` plans under
-    every candidate version and is what callers use), one step after the other over a ``RecoveryRun``; ``logkinds.LogKind`` holds what the classic and
-    the DLedger commit log do differently. ``cache`` keeps the dispatched batches for an apply in
-    the same process; ``walked`` is shown the recovery scan's rows where it checks the CRC, for
-    ``verify_after`` (``walkedchain``)."""
+    every candidate version and is what callers use), one step after the other over a
+    ``RecoveryRun``; ``logkinds.LogKind`` holds what the classic and the DLedger commit log do
+    differently. ``cache`` keeps the dispatched batches for an apply in the same process;
+    ``walked`` is shown the recovery scan's rows where it checks the CRC, for ``verify_after``
+    (``walkedchain``)."""
     run = _run(store, options, command, cache, walked)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
