@@ -53,7 +53,7 @@ from mqtool.apply import apply_plan  # noqa: E402
 from mqtool.formats.dispatch import dispatch_request  # noqa: E402
 from mqtool.formats.markers import ABORT_FILE, LOCK_FILE  # noqa: E402
 from mqtool.dispatch.scanner import DispatchCache  # noqa: E402
-from mqtool.recovery.planner import PlanOptions, plan_recover  # noqa: E402
+from mqtool.recovery.planners import PlanOptions, plan_recover  # noqa: E402
 from mqtool.store import Store, StoreConfig  # noqa: E402
 from mqtool.apply.writers import ConsumeQueueWriter, IndexWriterService  # noqa: E402
 

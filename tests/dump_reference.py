@@ -13,7 +13,7 @@ from mqtool.formats.properties import PropertyKey, split_keys
 from mqtool.store.records import MESSAGE_FIELDS, BodyEncoding, message_dict
 from mqtool.store import Store
 
-from mqtool.cli.dump import MESSAGE_HEADERS, MESSAGE_TABLE, MESSAGE_TABLE_OPTIONAL  # the table's layout is not what this reference checks
+from mqtool.cli.dump import MESSAGE_TABLE, MESSAGE_TABLE_OPTIONAL  # the table's layout is not what this reference checks
 
 
 class RecordFilter:
@@ -83,5 +83,5 @@ def reference_dump(path, fmt="table", body="none", decompress=False, start=None,
         rows = message_rows(store, RecordFilter(**filters), start, stop, msg_id, limit, BodyEncoding(body), decompress, notes)
         if keep is not None:
             rows = (r for r in rows if keep(r))
-        emit_rows(rows, OutputFormat(fmt), MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS, out=out)
+        emit_rows(rows, OutputFormat(fmt), MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, out=out)
     return out.getvalue(), "".join(f"mqtool: {n}\n" for n in notes)

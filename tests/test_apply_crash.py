@@ -10,7 +10,7 @@ from conftest import copy_store, manifest
 import mqtool.apply.executor as executor
 from mqtool.apply import BackupSet, apply_plan, read_pending, restore, resume_pending
 from mqtool.formats.commitlog import header_size
-from mqtool.recovery.planner import plan_recover
+from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store
 from repair_support import mqtool, tree
 

@@ -486,7 +486,7 @@ def test_apply_refuses_a_pending_store_with_a_command_that_pastes(tmp_path):
     from mqtool.apply import apply_plan
     from mqtool.apply.backup import write_pending
     from mqtool.errors import Refused
-    from mqtool.recovery.plan import Plan
+    from mqtool.recovery.plans import Plan
 
     store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
     plan = Plan.from_dict(json.loads(run("recover", store, "--dry-run", "-f", "json").stdout))

@@ -71,7 +71,7 @@ def test_random_damage(seed, tmp_path):
 def test_dledger_index_units_that_disagree_are_rewritten_from_the_entries(tmp_path, version):
     """DLedgerMmapFileStore.recover (reference §15.4) rewrites every index unit from the first one
     that disagrees with its entry: after ``repair`` the units are the broker's bytes again."""
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
     from mqtool.recovery.repair import plan_with_verify_after
     from mqtool.store import Store
 
@@ -143,7 +143,7 @@ def test_a_record_cut_inside_its_body_ends_recovery_at_its_crc_before_its_length
     disagrees with its zeroed fields too, but checkMessageAndReturnSize checks the body CRC as it
     reads the body, before the length (reference §3.1): 4.2.0's abnormal recovery stops there
     (-1) instead of advancing by TOTALSIZE, so ``repair`` plans that cut and ends sound."""
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
     from mqtool.store import Store
 
     root = copy_store("4.2.0", "crashed-small", tmp_path)

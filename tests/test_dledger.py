@@ -156,7 +156,7 @@ def _recover_copy(tmp_path, version, name):
     from conftest import copy_store
 
     from mqtool.apply import apply_plan
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
 
     store_dir = copy_store(version, name, tmp_path)
     with Store.open(store_dir) as store:
@@ -195,7 +195,7 @@ def test_recover_says_what_the_broker_loses(tmp_path):
     recovery are named; 4.9.7: the dropped index is never rebuilt."""
     from conftest import recovered
 
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
 
     rec = recovered("5.3.3", "dledger-crashed-cqloss")
     served = {e["cq"]["phyOffset"] for q in rec["queues"] for e in q["entries"]}
@@ -214,7 +214,7 @@ def test_recover_says_what_the_broker_loses(tmp_path):
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_recover_of_a_clean_dledger_store_changes_nothing(version):
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
 
     with Store.open(store_path(version, "dledger-small")) as store:
         plan = plan_recover(store)
@@ -223,7 +223,7 @@ def test_recover_of_a_clean_dledger_store_changes_nothing(version):
 
 @pytest.mark.parametrize("version,name", CRASHED)
 def test_second_recover_changes_nothing(tmp_path, version, name):
-    from mqtool.recovery.planner import plan_recover
+    from mqtool.recovery.planners import plan_recover
 
     store_dir, _ = _recover_copy(tmp_path, version, name)
     with Store.open(store_dir) as store:
@@ -241,7 +241,7 @@ def test_rebuild_cq_is_byte_identical(tmp_path, version):
     from conftest import copy_store
 
     from mqtool.apply import apply_plan
-    from mqtool.recovery.planner import plan_rebuild_cq
+    from mqtool.recovery.planners import plan_rebuild_cq
     from repair_support import fixture_config, tree
 
     store_dir = copy_store(version, "dledger-small", tmp_path)
@@ -261,7 +261,7 @@ def test_rebuild_index_answers_every_key_of_the_manifest(tmp_path, version, name
     from conftest import copy_store
 
     from mqtool.apply import apply_plan
-    from mqtool.recovery.planner import plan_rebuild_index
+    from mqtool.recovery.planners import plan_rebuild_index
     from repair_support import broker_query
 
     m = manifest(version, name)
@@ -506,7 +506,7 @@ def test_after_the_brokers_recovery_verify_names_the_lost_entries_and_rebuild_cq
     from conftest import recovered
 
     from mqtool.apply import apply_plan
-    from mqtool.recovery.planner import plan_rebuild_cq
+    from mqtool.recovery.planners import plan_rebuild_cq
 
     rec = recovered("5.3.3", "dledger-crashed-cqloss")
     served = {e["cq"]["phyOffset"] for q in rec["queues"] for e in q["entries"]}

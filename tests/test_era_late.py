@@ -20,7 +20,7 @@ from mqtool.apply import apply_plan
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 from mqtool.formats.properties import parse_properties
-from mqtool.recovery.planner import plan_recover
+from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store
 from mqtool.store.offsets import delay_offsets
 from mqtool.store.rules import BrokerVersion, era_of

@@ -12,7 +12,7 @@ from conftest import copy_store, manifest, store_path
 from mqtool.apply import apply_plan
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
-from mqtool.recovery.planner import PlanOptions, plan_rebuild_index
+from mqtool.recovery.planners import PlanOptions, plan_rebuild_index
 from mqtool.store import Store
 from mqtool.store.rules import BrokerVersion, VersionRules
 from mqtool.apply.writers import ConsumeQueueWriter

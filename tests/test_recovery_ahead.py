@@ -17,7 +17,7 @@ from mqtool.apply import apply_plan
 from mqtool.formats import commitlog as clfmt
 from mqtool.dispatch import fastdispatch as fd
 from mqtool.dispatch.scanner import DispatchCache, phase_scanner
-from mqtool.recovery.planner import PlanOptions, plan_recover
+from mqtool.recovery.planners import PlanOptions, plan_recover
 from mqtool.store import Store
 from test_recovery_cache import written
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import ALL_VERSIONS, FIXTURES, VERSIONS, copy_store, recovered
 
 from mqtool.apply import apply_plan
-from mqtool.recovery.plan import Plan
-from mqtool.recovery.planner import plan_recover
+from mqtool.recovery.plans import Plan
+from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store
 from repair_support import broker_query, queue_entries, queue_view
 

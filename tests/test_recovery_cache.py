@@ -20,7 +20,7 @@ from conftest import VERSIONS, copy_store, recovered
 
 from mqtool.apply import apply_plan
 from mqtool.dispatch.scanner import DispatchCache, phase_scanner
-from mqtool.recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover
+from mqtool.recovery.planners import PlanOptions, plan_rebuild_cq, plan_rebuild_index, plan_recover
 from mqtool.store import Store
 from repair_support import queue_entries
 

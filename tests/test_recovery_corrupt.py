@@ -16,7 +16,7 @@ from mqtool.apply import apply_plan
 from mqtool.cli import app
 from mqtool.formats.commitlog import header_size
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
-from mqtool.recovery.planner import plan_recover, plan_rebuild_index
+from mqtool.recovery.planners import plan_recover, plan_rebuild_index
 from mqtool.store import Store
 from repair_support import broker_query, fixture_config, queue_entries, queue_view
 

@@ -11,7 +11,7 @@ from conftest import ALL_VERSIONS, VERSIONS, copy_store, manifest, recovered, st
 
 from mqtool.apply import apply_plan
 from mqtool.errors import BadInput
-from mqtool.recovery.planner import PlanOptions, plan_rebuild_cq, plan_rebuild_index
+from mqtool.recovery.planners import PlanOptions, plan_rebuild_cq, plan_rebuild_index
 from mqtool.store import Store
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC

@@ -18,7 +18,7 @@ from mqtool.dispatch import fastdispatch as fd
 from mqtool.dispatch.scanner import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
 from mqtool.recovery.rebuild import RebuildScan
 from mqtool.store.rules import VersionRules
-from mqtool.recovery.plansteps import store_version
+from mqtool.recovery.planparts import store_version
 from mqtool.store import Store
 
 pytestmark = pytest.mark.usefixtures("ahead_on_small_segments")  # the segments the reput walks whole go ahead

@@ -14,7 +14,7 @@ from conftest import VERSIONS, copy_store, manifest
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.formats import commitlog as clfmt
 from mqtool.recovery import repair as rp
-from mqtool.recovery.planner import PlanOptions, plan_recover
+from mqtool.recovery.planners import PlanOptions, plan_recover
 from mqtool.store import Store
 
 BODY_CRC = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("body_crc")

@@ -10,7 +10,7 @@ from conftest import copy_store, fixture_version, manifest, store_path
 
 from mqtool.apply import apply_plan
 from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC
-from mqtool.recovery.planner import plan_recover
+from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store, StoreConfig
 from mqtool.store.consumequeue import UNIT_DTYPE
 from repair_support import broker_query, tree
@@ -172,7 +172,7 @@ def test_recovery_that_fills_index_files_rolls_and_moves_the_index_checkpoint(tm
 
 def test_truncate_dirty_cuts_only(tmp_path):
     from mqtool.formats.commitlog import header_size
-    from mqtool.recovery.planner import plan_truncate_dirty
+    from mqtool.recovery.planners import plan_truncate_dirty
 
     store_dir = copy_store("5.3.3", "crashed-small", tmp_path)
     msgs = sorted(manifest("5.3.3", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])

@@ -14,7 +14,7 @@ from conftest import VERSIONS, copy_store, manifest
 from test_recovery_verify_after import lose_queues_and_index
 
 from mqtool.formats import commitlog as clfmt
-from mqtool.recovery.planner import PlanOptions, plan_recover
+from mqtool.recovery.planners import PlanOptions, plan_recover
 from mqtool.recovery.repair import LOCAL_CHECKS
 from mqtool.store.walkedchain import WalkedChain
 from mqtool.store import Store

@@ -19,7 +19,7 @@ from mqtool.cli.repair import render_plan, render_repair
 from mqtool.errors import EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.store import Store
-from mqtool.recovery.planner import plan_truncate_dirty
+from mqtool.recovery.planners import plan_truncate_dirty
 from repair_support import mqtool, queue_entries, tree
 
 runner = CliRunner()

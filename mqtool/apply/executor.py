@@ -29,9 +29,9 @@ from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.plansteps import multi_dispatch
-from ..recovery.plan import Plan
-from ..recovery.planner import file_crc32
+from ..recovery.planparts import multi_dispatch
+from ..recovery.plans import Plan
+from ..recovery.planners import file_crc32
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion

@@ -42,7 +42,7 @@ from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ BCQ_TABLE = ("position", "phys_offset", "size", "msg_base_offset", "batch_size",
 DLEDGER_TABLE = ("offset", "magic", "size", "index", "term", "body_size", "index_unit", "record_offset", "queue_id", "queue_offset", "topic")
 # table columns left out first when the terminal is too narrow (JSON and CSV carry every field)
 MESSAGE_TABLE_OPTIONAL = ("size", "tags", "keys", "uniq_key", "store_timestamp", "queue_offset")  # an IPv6 msg_id takes 56
-MESSAGE_HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
 CQ_TABLE_OPTIONAL = ("tags_code", "size")
 # --follow in a table: the followed message's columns before the topic (``_followed_cells``)
 CQ_FOLLOW_TABLE = (*CQ_TABLE[:-1], "msg_id", "store_timestamp", "tags", "keys", "topic")
@@ -160,7 +159,7 @@ def message_table(body: BodyEncoding) -> tuple[str, ...]:
 
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding = BodyEncoding.none) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
@@ -266,7 +265,7 @@ def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple
     """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
     (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
     if fmt is OutputFormat.table:
-        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
+        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
         return
     emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
@@ -452,12 +451,36 @@ def check_options(kind: str, given: dict[str, object]) -> None:
         raise UsageError("--no-index turns off the index lookup of --key/--uniq-key: give one of them too")
     if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
         raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
+    _check_ranges(given)
+
+
+def _check_ranges(given: dict[str, object]) -> None:
+    """Refuse an offset or time range that ends before it starts."""
     start, stop = given.get("--from-offset"), given.get("--to-offset")
     if start is not None and stop is not None and stop < start:
         raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
     since, until = given.get("--since"), given.get("--until")
     if since is not None and until is not None and since > until:
         raise UsageError("--since is after --until")
+
+
+def _kind_and_path(target: list[str]) -> tuple[str, Path]:
+    """``PATH`` (a store: its commit log) or ``KIND PATH``."""
+    if len(target) == 1:
+        return "commitlog", Path(target[0])
+    if len(target) == 2 and target[0] in KINDS:
+        return target[0], Path(target[1])
+    raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+
+
+def _dump_consumequeue(path: Path, topic, queue, from_offset, to_offset, follow: bool, body: BodyEncoding, limit, format: OutputFormat) -> None:
+    """A consume queue's entries, with ``--follow`` each with the message it points to."""
+    rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
+    if follow and format is OutputFormat.table:
+        columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
+        emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
+    else:
+        emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
 
 
 @guarded
@@ -467,8 +490,8 @@ def dump(
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     from_offset: Annotated[Optional[int], typer.Option("--from-offset", min=0, metavar="OFFSET", help="Commit log offset to start at: the record there or the next one (queue offset for consumequeue, entry offset for dledger).")] = None,
     to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, metavar="OFFSET", help="Stop before this offset (exclusive).")] = None,
-    since: Annotated[Optional[str], typer.Option("--since", metavar="TIME", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")] = None,
-    until: Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
     key: Annotated[Optional[str], typer.Option("--key", metavar="KEY", help="Only messages with this KEYS entry (index: entries of topic#KEY).")] = None,
     tag: Annotated[Optional[str], typer.Option("--tag", metavar="TAG", help="Only messages with this TAGS value.")] = None,
     msg_id: Annotated[Optional[str], typer.Option("--msg-id", metavar="ID", help="The message with this offsetMsgId (direct lookup).")] = None,
@@ -496,12 +519,7 @@ def dump(
     Example:
       mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
     """
-    if len(target) == 1:
-        kind, path = "commitlog", Path(target[0])
-    elif len(target) == 2 and target[0] in KINDS:
-        kind, path = target[0], Path(target[1])
-    else:
-        raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+    kind, path = _kind_and_path(target)
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     check_options(kind, {
         "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,
@@ -518,13 +536,14 @@ def dump(
             match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
-        if follow and format is OutputFormat.table:
-            columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
-            emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL, headers=MESSAGE_HEADERS)
-        else:
-            emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
-    elif kind == "batchconsumequeue":
+        _dump_consumequeue(path, topic, queue, from_offset, to_offset, follow, body, limit, format)
+    else:
+        _dump_file(kind, path, topic, queue, from_offset, to_offset, key, limit, format, broker_config, broker_version)
+
+
+def _dump_file(kind: str, path: Path, topic, queue, from_offset, to_offset, key, limit, format: OutputFormat, broker_config, broker_version) -> None:
+    """The entries of a batch consume queue, a DLedger file, an index file or the timer log, or the checkpoint."""
+    if kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
         emit_rows(itertools.islice(dledger_rows(path, from_offset, to_offset), limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)

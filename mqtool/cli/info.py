@@ -26,70 +26,88 @@ def era_rows(version: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def render_info(console: Screen, doc: dict[str, Any]) -> None:
-    cp = doc["checkpoint"]
-    cl = doc["commitlog"]
-    abort = doc["abort_file"]
+    """The info document as tables, one per part of the store, then the notes."""
     unread = doc.get("not_looked_at")
-    console.print(
-        kv_table(
-            "Store",
-            [
-                ("path", doc["store"]),
-                ("broker version", doc["version"]["label"]),
-                *era_rows(doc["version"]),
-                ("evidence", "; ".join(doc["version"]["evidence"])),
-                *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
-                    ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
-                    ("lock file", lock_text(doc)),
-                ]),
-                *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
-                *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
-            ],
-        )
+    console.print(_store_table(doc, unread))
+    if doc["checkpoint"]:
+        console.print(_checkpoint_table(doc["checkpoint"]))
+    console.print(_commitlog_table(doc))
+    if doc.get("dledger"):
+        console.print(_dledger_table(doc["dledger"]))
+    _print_queues(console, doc, unread)
+    if doc["index"]:
+        console.print(_index_table(doc["index"]))
+    if doc.get("timer"):
+        render_timer(console, doc["timer"])
+    for n in doc["notes"]:
+        console.print(f"note: {n}", markup=False)
+
+
+def _store_table(doc: dict[str, Any], unread):
+    abort = doc["abort_file"]
+    return kv_table(
+        "Store",
+        [
+            ("path", doc["store"]),
+            ("broker version", doc["version"]["label"]),
+            *era_rows(doc["version"]),
+            ("evidence", "; ".join(doc["version"]["evidence"])),
+            *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
+                ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
+                ("lock file", lock_text(doc)),
+            ]),
+            *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
+            *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
+        ],
     )
-    if cp:
-        console.print(
-            kv_table(
-                "Checkpoint",
-                [
-                    ("physicMsgTimestamp", f"{iso_ms(cp['physic_msg_timestamp'])} ({cp['physic_msg_timestamp']})"),
-                    ("logicsMsgTimestamp", f"{iso_ms(cp['logics_msg_timestamp'])} ({cp['logics_msg_timestamp']})"),
-                    ("indexMsgTimestamp", f"{iso_ms(cp['index_msg_timestamp'])} ({cp['index_msg_timestamp']})"),
-                    ("masterFlushedOffset", cp["master_flushed_offset"]),
-                    ("confirmPhyOffset", cp["confirm_phy_offset"]),
-                    ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
-                    ("bytes used", cp["used_bytes"]),
-                ],
-            )
-        )
-    console.print(
-        kv_table(
-            "Commit log",
-            [
-                ("segment size", cl["file_size"]),
-                ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
-                ("min offset", cl["min_offset"]),
-                ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
-                *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
-            ],
-        )
+
+
+def _checkpoint_table(cp: dict[str, Any]):
+    return kv_table(
+        "Checkpoint",
+        [
+            ("physicMsgTimestamp", f"{iso_ms(cp['physic_msg_timestamp'])} ({cp['physic_msg_timestamp']})"),
+            ("logicsMsgTimestamp", f"{iso_ms(cp['logics_msg_timestamp'])} ({cp['logics_msg_timestamp']})"),
+            ("indexMsgTimestamp", f"{iso_ms(cp['index_msg_timestamp'])} ({cp['index_msg_timestamp']})"),
+            ("masterFlushedOffset", cp["master_flushed_offset"]),
+            ("confirmPhyOffset", cp["confirm_phy_offset"]),
+            ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
+            ("bytes used", cp["used_bytes"]),
+        ],
     )
-    dl = doc.get("dledger")
-    if dl:
-        console.print(
-            kv_table(
-                f"DLedger member {dl['self_id']}",
-                [
-                    ("folder", dl["home"]),
-                    ("data files", f"{dl['data_files']} x {dl['data_file_size']} bytes" + (f" (classic commit log below {dl['divided_offset']})" if dl["divided_offset"] else "")),
-                    ("entries", f"{dl['entries']}: index {dl['first_index']}..{dl['last_index']}, last term {dl['last_term']}"),
-                    ("entry walk end", f"{dl['end_offset']} ({dl['end_reason']})"),
-                    ("checkpoint", f"committedIndex {dl['committed_index']} (ends at {dl['committed_pos']}: the commit log max right after load), endIndex {dl['end_index']}"),
-                    ("currterm", f"currTerm {dl['current_term']}, voteLeader {dl['vote_leader']}"),
-                    ("index", f"{dl['index_units']} units in {dl['index_files']} file(s) of {dl['index_file_size']} bytes"),
-                ],
-            )
-        )
+
+
+def _commitlog_table(doc: dict[str, Any]):
+    cl = doc["commitlog"]
+    return kv_table(
+        "Commit log",
+        [
+            ("segment size", cl["file_size"]),
+            ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
+            ("min offset", cl["min_offset"]),
+            ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
+            *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
+        ],
+    )
+
+
+def _dledger_table(dl: dict[str, Any]):
+    return kv_table(
+        f"DLedger member {dl['self_id']}",
+        [
+            ("folder", dl["home"]),
+            ("data files", f"{dl['data_files']} x {dl['data_file_size']} bytes" + (f" (classic commit log below {dl['divided_offset']})" if dl["divided_offset"] else "")),
+            ("entries", f"{dl['entries']}: index {dl['first_index']}..{dl['last_index']}, last term {dl['last_term']}"),
+            ("entry walk end", f"{dl['end_offset']} ({dl['end_reason']})"),
+            ("checkpoint", f"committedIndex {dl['committed_index']} (ends at {dl['committed_pos']}: the commit log max right after load), endIndex {dl['end_index']}"),
+            ("currterm", f"currTerm {dl['current_term']}, voteLeader {dl['vote_leader']}"),
+            ("index", f"{dl['index_units']} units in {dl['index_files']} file(s) of {dl['index_file_size']} bytes"),
+        ],
+    )
+
+
+def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
+    """The topics, the consume queues and the batch consume queues."""
     from_log = doc.get("topics_source") == "commitlog"
     title = "Topics (from the commit log)" if unread else "Topics (from the commit log: no consume queues)" if from_log else "Topics"
     topics = titled_table(title, ("messages", "queues", "topic"))  # topic last: a long one runs past the edge
@@ -108,27 +126,24 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
         for q in doc["batch_queues"]:
             batch.add_row(*(str(q[k]) for k in ("queue_id", "min_offset", "max_offset", "messages", "units", "files")), q["topic"])
         console.print(batch)
-    index = doc["index"]
-    if index:
-        t = titled_table(
-            f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
-            ("file", "begin", "end", "phy offsets", "entries", "slots used"),
-            optional=("slots used", "begin"),
+
+
+def _index_table(index: dict[str, Any]):
+    t = titled_table(
+        f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
+        ("file", "begin", "end", "phy offsets", "entries", "slots used"),
+        optional=("slots used", "begin"),
+    )
+    for f in index["files"]:
+        t.add_row(
+            f["name"],
+            iso_ms(f["begin_timestamp"]),
+            iso_ms(f["end_timestamp"]),
+            f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+            str(f["entries"]),
+            str(f["hash_slot_count"]),
         )
-        for f in index["files"]:
-            t.add_row(
-                f["name"],
-                iso_ms(f["begin_timestamp"]),
-                iso_ms(f["end_timestamp"]),
-                f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
-                str(f["entries"]),
-                str(f["hash_slot_count"]),
-            )
-        console.print(t)
-    if doc.get("timer"):
-        render_timer(console, doc["timer"])
-    for n in doc["notes"]:
-        console.print(f"note: {n}", markup=False)
+    return t
 
 
 def lock_text(doc: dict[str, Any]) -> str:

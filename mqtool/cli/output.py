@@ -168,6 +168,10 @@ def _json_line(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
+# The table heading of a field every command shows under one name (its JSON field name stays).
+HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
+
+
 def emit_rows(
     rows: Iterable[dict[str, Any]],
     fmt: OutputFormat,
@@ -183,8 +187,8 @@ def emit_rows(
 
     ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
     (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
-    dropped to fit the width, least important first; ``headers`` gives a table column a shorter
-    heading than its field name (headings wrap at their spaces).
+    dropped to fit the width, least important first; a table column's heading is its field name,
+    or the shorter one ``HEADERS`` and then ``headers`` give it (headings wrap at their spaces).
     """
     out = terminal.data_stream(out)
     count = 0
@@ -207,7 +211,7 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        count = _emit_table(rows, list(table_columns or fields), optional, title, out, headers or {})
+        count = _emit_table(rows, list(table_columns or fields), optional, title, out, {**HEADERS, **(headers or {})})
     out.flush()
     return count
 

@@ -20,7 +20,7 @@ from ..formats.timer import TIMER_TOPIC
 from ..store.records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
 from ..store import Store
 from ..store import lookup
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store
 from .output import OutputFormat, emit_rows
 
 app = typer.Typer(
@@ -35,7 +35,7 @@ app = typer.Typer(
 HIT_FIELDS = ("source", "key_matches", "index_file", "index_entry", "error", "timer_state", "delivery_time", "delivered_offset", *MESSAGE_FIELDS)
 HIT_TABLE = ("offset", "source", "key_matches", "queue_id", "queue_offset", "store_timestamp", "msg_id", "uniq_key", "keys", "timer_state", "error", "topic")  # topic last
 HIT_TABLE_OPTIONAL = ("timer_state", "uniq_key", "keys", "source", "queue_offset", "store_timestamp")  # left out first to fit the width
-HEADERS = {"key_matches": "match", "queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored", "timer_state": "timer"}  # an IPv6 msg_id takes 56
+HEADERS = {"key_matches": "match", "timer_state": "timer"}  # an IPv6 msg_id takes 56
 QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "status", "queue_min_offset", "queue_max_offset", "cq_phys_offset", "cq_size", "cq_tags_code", "error", *[f for f in MESSAGE_FIELDS if f not in ("topic", "queue_id", "queue_offset")])
 QUEUE_TABLE = ("queue_id", "queue_offset", "status", "offset", "size", "store_timestamp", "tags", "keys", "msg_id", "topic")  # topic last
 QUEUE_TABLE_OPTIONAL = ("size", "tags", "keys", "store_timestamp")
@@ -44,6 +44,15 @@ TIME_FIELDS = ("topic", "queue_id", "timestamp", "queue_offset", "rule", "queue_
 StoreArg = Annotated[Path, typer.Argument(metavar="STORE", help="The store directory (broker stopped).")]
 TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="The topic (as stored: SCHEDULE_TOPIC_XXXX for delayed messages).")]
 BodyOpt = Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")]
+OldBeginOpt = Annotated[Optional[str], typer.Option("--begin", metavar="TIME", hidden=True)]  # --since, as dump names it
+OldEndOpt = Annotated[Optional[str], typer.Option("--end", metavar="TIME", hidden=True)]  # --until
+
+
+def _renamed(value: str | None, old: str | None, name: str, old_name: str) -> str | None:
+    """An option given under its name or under the old spelling kept working (not both)."""
+    if value is not None and old is not None:
+        raise UsageError(f"{old_name} is the old spelling of {name}: give one of them")
+    return old if value is None else value
 
 
 def _message(store: Store, record, body: BodyEncoding) -> dict[str, Any]:
@@ -61,9 +70,9 @@ def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> It
         yield row
 
 
-def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, begin, end, body, format, broker_config, broker_version) -> None:
-    b = parse_time(begin, "--begin")
-    e = parse_time(end, "--end")
+def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, since, until, body, format, broker_config, broker_version) -> None:
+    b = parse_time(since, "--since")
+    e = parse_time(until, "--until")
     with open_store(path, broker_config, broker_version) as store:
         result = lookup.query_message(store, topic, key, kind, max_hits, b if b is not None else 0, e if e is not None else lookup.LONG_MAX)
         if not result.indexed:
@@ -141,8 +150,10 @@ def query_key(
     topic: TopicArg,
     key: Annotated[str, typer.Argument(metavar="KEY", help="One KEYS entry.")],
     max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (the broker caps at 64).")] = lookup.DEFAULT_MAX_KEY,
-    begin: Annotated[Optional[str], typer.Option("--begin", metavar="TIME", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
-    end: Annotated[Optional[str], typer.Option("--end", metavar="TIME", help="Store time until.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    begin: OldBeginOpt = None,
+    end: OldEndOpt = None,
     body: BodyOpt = BodyEncoding.none,
     format: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
@@ -152,9 +163,9 @@ def query_key(
 
     \b
     Example:
-      mqtool query key /data/rocketmq/store TopicTest order-42 --begin 2024-05-01T03:00
+      mqtool query key /data/rocketmq/store TopicTest order-42 --since 2024-05-01T03:00
     """
-    _by_key(store, topic, key, lookup.KEY, max_hits, begin, end, body, format, broker_config, broker_version)
+    _by_key(store, topic, key, lookup.KEY, max_hits, _renamed(since, begin, "--since", "--begin"), _renamed(until, end, "--until", "--end"), body, format, broker_config, broker_version)
 
 
 @app.command("uniq-key")
@@ -164,8 +175,10 @@ def query_uniq_key(
     topic: TopicArg,
     uniq_key: Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
     max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (broker default 32).")] = lookup.DEFAULT_MAX_UNIQ,
-    begin: Annotated[Optional[str], typer.Option("--begin", metavar="TIME", help="Store time from (epoch ms or ISO-8601; naive = UTC).")] = None,
-    end: Annotated[Optional[str], typer.Option("--end", metavar="TIME", help="Store time until.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    begin: OldBeginOpt = None,
+    end: OldEndOpt = None,
     body: BodyOpt = BodyEncoding.none,
     format: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
@@ -177,7 +190,7 @@ def query_uniq_key(
     Example:
       mqtool query uniq-key /data/rocketmq/store TopicTest 7F0000010BB818B4AAC2155B6BD20000
     """
-    _by_key(store, topic, uniq_key, lookup.UNIQ_KEY, max_hits, begin, end, body, format, broker_config, broker_version)
+    _by_key(store, topic, uniq_key, lookup.UNIQ_KEY, max_hits, _renamed(since, begin, "--since", "--begin"), _renamed(until, end, "--until", "--end"), body, format, broker_config, broker_version)
 
 
 @app.command("msg-id")

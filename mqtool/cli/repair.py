@@ -22,7 +22,7 @@ from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plan import Action, CheckpointPlan, CommitLogPlan, DispatchPhase, Expected, IndexPlan, LostMessages, Plan, PlanOptions, QueuePlan
+from ..recovery.plans import Action, CheckpointPlan, CommitLogPlan, DispatchPhase, Expected, IndexPlan, LostMessages, Plan, PlanOptions, QueuePlan
 from ..store.liveness import store_users
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
@@ -40,22 +40,22 @@ BackupDirOpt = Annotated[
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 
 
-def planner():
-    """``recovery.planner``: imported when a command plans (the commands' ``--help`` and ``restore`` go without it)."""
-    from ..recovery import planner
+def planners():
+    """``recovery.planners``: imported when a command plans (the commands' ``--help`` and ``restore`` go without it)."""
+    from ..recovery import planners
 
-    return planner
+    return planners
 
 
 def repair_planner():
-    """``recovery.repair`` (imported as ``planner`` is)."""
+    """``recovery.repair`` (imported as ``planners`` is)."""
     from ..recovery import repair
 
     return repair
 
 
 def hold_store_lock(root: Path, force: bool):
-    """``apply.executor.hold_store_lock`` (imported as ``planner`` is)."""
+    """``apply.executor.hold_store_lock`` (imported as ``planners`` is)."""
     from ..apply.executor import hold_store_lock
 
     return hold_store_lock(root, force)
@@ -238,7 +238,7 @@ def truncate_dirty(
     """
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
     run_modifying(
-        "truncate-dirty", store, lambda s, with_crc, cache: planner().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
+        "truncate-dirty", store, lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -269,7 +269,7 @@ def recover(
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: planner().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
+        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -315,29 +315,12 @@ def repair(
         _finish_interrupted(root, yes)
     elif read_pending(root) is not None:
         note_interrupted(root)
-    rp = repair_planner()
     plan = _plan_repair(root, broker_config, broker_version)
-    doc = with_next_start(plan.to_dict(), plan.recover)
-    if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
-        from ..store.nextstart import next_start
-
-        with open_store(root, broker_config, broker_version) as opened:
-            found = next_start(opened)
-        doc = doc if found is None else {**doc, "next_start": found.as_dict()}
-    emit_confirmed(doc, fmt, render_repair, yes and not dry_run)
+    emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
     if plan.is_empty:
-        lost = sum(e.lost_data for e in plan.remaining)
-        if lost:
-            note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
-            if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
-                raise typer.Exit(EXIT_FINDINGS)
-            return
-        if plan.remaining:
-            note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
-            return
-        note("nothing to do: verify finds nothing to repair")
+        _say_nothing_to_repair(plan, yes)
         return
     if not yes:
         note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
@@ -348,15 +331,46 @@ def repair(
         findings = _apply_stages(stages, plan, broker_config, broker_version)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
-    if findings:
-        lost = sum(e.lost_data for e in rp.triage(findings).lost)
-        note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
-        for f in findings[:10]:
-            note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
-        if lost:
+    _report_after(findings)
+
+
+def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
+    """The plan's document with the broker's next start after the repair."""
+    doc = with_next_start(plan.to_dict(), plan.recover)
+    if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
+        from ..store.nextstart import next_start
+
+        with open_store(root, broker_config, broker_version) as opened:
+            found = next_start(opened)
+        doc = doc if found is None else {**doc, "next_start": found.as_dict()}
+    return doc
+
+
+def _say_nothing_to_repair(plan, yes: bool) -> None:
+    """Why an empty plan changes nothing; with --yes, exit 1 when lost data remains."""
+    lost = sum(e.lost_data for e in plan.remaining)
+    if lost:
+        note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
+        if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
             raise typer.Exit(EXIT_FINDINGS)
         return
-    note("verify: the store is sound")
+    if plan.remaining:
+        note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
+        return
+    note("nothing to do: verify finds nothing to repair")
+
+
+def _report_after(findings: list) -> None:
+    """What verify says after the repair; exit 1 when lost data remains."""
+    if not findings:
+        note("verify: the store is sound")
+        return
+    lost = sum(e.lost_data for e in repair_planner().triage(findings).lost)
+    note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
+    for f in findings[:10]:
+        note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
+    if lost:
+        raise typer.Exit(EXIT_FINDINGS)
 
 
 def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
@@ -369,7 +383,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         from ..dispatch.scanner import DispatchCache
 
         cache = DispatchCache()
-        recover_plan = planner().plan_recover(opened, cache=cache)
+        recover_plan = planners().plan_recover(opened, cache=cache)
         eras = opened.version_guess.eras
     if not recover_plan.is_empty:
         stages.apply("recover", recover_plan, cache)
@@ -450,7 +464,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
             opened.close()
-            from ..recovery.plansteps import unloadable_files
+            from ..recovery.planparts import unloadable_files
 
             unloadable_files(opened)  # raises: the file fixes come first, the broker would not load the store before them
     except BadInput as exc:
@@ -458,7 +472,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
             raise
         return rp.plan_repair(None, root, None, None, None, recover_error=str(exc))
     with opened:
-        recover_plan = planner().plan_recover(opened)
+        recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
         last = run.last_timestamp
         return rp.plan_repair(opened, root, recover_plan, findings, last)
@@ -488,7 +502,7 @@ def rebuild_cq(
     opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
 
     def make_plan(s, with_crc, cache):
-        plan = planner().plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
+        plan = planners().plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
         if (topic is not None or queue is not None) and not plan.queues:
             which = " ".join(x for x in (f"topic {topic}" if topic is not None else "", f"queue {queue}" if queue is not None else "") if x)
             note(f"no record of {which} in the commit log and no such consume queue: nothing to rebuild (`mqtool info` lists the topics and queues)")
@@ -519,7 +533,7 @@ def rebuild_index(
       mqtool rebuild-index /data/rocketmq/store --yes
     """
     run_modifying(
-        "rebuild-index", store, lambda s, with_crc, cache: planner().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
+        "rebuild-index", store, lambda s, with_crc, cache: planners().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
         yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
     )
 
@@ -657,7 +671,7 @@ def lost_title(lost: LostMessages) -> str:
 
 def render_plan(console: Screen, doc: dict) -> None:
     """A plan document as tables (``emit_document``'s rendering), from the typed ``Plan`` it
-    reads back (``recovery/plan.py``); ``next_start`` is the document's own addition."""
+    reads back (``recovery/plans.py``); ``next_start`` is the document's own addition."""
     plan = Plan.from_dict(doc)
     console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), ("mode", plan.mode)]))
     if plan.commitlog is not None:
@@ -700,8 +714,8 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
     title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
-    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msgId", "uniqKey", "keys", "topic"]
-    table = titled_table(title, columns, optional=["size", "uniqKey", "stored", "keys", "queue offset"])
+    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
+    table = titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"])
     for m in lost.messages[:TABLE_LOST]:
         table.add_row(str(m.offset), str(m.size), str(m.queue_id), str(m.queue_offset), iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key or "", " ".join(m.keys), m.topic or "?")
     console.print(table)

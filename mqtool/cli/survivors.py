@@ -120,7 +120,6 @@ def _write_jsonl(search, out) -> None:
 
 TABLE = ("id", "status", "offset", "queue_id", "queue_offset", "store_timestamp", "copies", "consumable", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("copies", "store_timestamp", "queue_offset")  # left out first to fit the width (an IPv6 msg id takes 56)
-HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
 
 
 def _render_summary(console, summary: dict) -> None:
@@ -165,7 +164,7 @@ def survivors(
                 _write_jsonl(search, sys.stdout)
                 sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
             else:
-                shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL, headers=HEADERS)
+                shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL)
                 if format is OutputFormat.table:
                     screen = Screen(sys.stdout)
                     screen.printed = bool(shown)  # a blank line between the rows and the summary

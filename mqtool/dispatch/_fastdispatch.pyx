@@ -186,7 +186,7 @@ def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t
     with nogil:
         while r < n:
             if r + PREFETCH_AHEAD < n and rows[r + PREFETCH_AHEAD, 1] >= PREFETCH_SIZE:
-                ahead = r + PREFETCH_AHEAD  # its header, topic and properties asked for now: rows no longer in cache take half the time
+                ahead = r + PREFETCH_AHEAD  # its header, topic and properties asked for now, so they are in cache when the walk reaches it
                 prefetch_w(b + rows[ahead, 0])
                 prefetch_w(b + rows[ahead, 4])
                 prefetch_w(b + rows[ahead, 5])

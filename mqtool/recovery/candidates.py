@@ -22,7 +22,7 @@ from ..store.rules import rules_deciding
 from ..store.version import eras_label
 
 if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are asked for (``nextstart``)
-    from .plan import Plan
+    from .plans import Plan
 
 IMMATERIAL = (
     # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a

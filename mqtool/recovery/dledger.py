@@ -35,8 +35,8 @@ from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import inferred_file_size
 from ..store.rules import BrokerVersion
 from .logkinds import LogKind, RecoveryRun
-from .plan import Action
-from .plansteps import rel
+from .plans import Action
+from .planparts import rel
 
 
 def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:

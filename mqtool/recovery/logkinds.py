@@ -1,4 +1,4 @@
-"""The two commit logs ``plan_recover`` recovers (reference §8.4/§8.5, §15.4): what the steps
+"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the steps
 of ``recover.py`` share (``RecoveryRun``), and one interface (``LogKind``) for what differs
 between the classic ``CommitLog`` recovery and ``DLedgerCommitLog``'s (``dledger.DLedgerLog``):
 where the scan starts and whether it dispatches, where the consume queues are cut, the start-up
@@ -17,8 +17,8 @@ from ..store.commitlog import StopReason
 from ..store.rules import BrokerVersion, VersionRules
 from ..store.startfile import recovery_start
 from .lost import record_at
-from .plan import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
-from .plansteps import PhaseCounts, ScanResult
+from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
+from .planparts import PhaseCounts, ScanResult
 from .queues import QueueSim
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class RecoveryRun:
-    """What the steps of ``plan_recover`` share: the store's settings, read once, then each
+    """What the steps of ``plan_recover_one_version`` share: the store's settings, read once, then each
     step's results, in step order."""
 
     store: Store

@@ -10,7 +10,7 @@ from ..formats import msgid
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from ..store.commitlog import CommitLog
-from .plan import Message
+from .plans import Message
 
 
 def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message:

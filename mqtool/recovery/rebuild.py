@@ -1,6 +1,7 @@
 """Plans for ``rebuild-cq`` and ``rebuild-index``: regenerate consume queue or index files from the
 commit log, as the broker's reput service and ``IndexService.buildIndex`` write them when they
-are missing (reference §5.10, §6.5-§6.8, §8.12).
+are missing (reference §5.10, §6.5-§6.8, §8.12). Each plans under the one version the store is
+read as (``store.rules``); callers use ``planners``, which plans under every candidate version.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
-from .plansteps import (
+from .planparts import (
     DEFAULT_GEOMETRY,
     config_options,
     index_placement,
@@ -29,7 +30,7 @@ from .plansteps import (
     store_version,
     write_action,
 )
-from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
+from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
@@ -137,7 +138,7 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
     return replace(qp, files=()) if sim.equals_original() else qp
 
 
-def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate consume queue files from the commit log, as the broker's reput service
     writes them when they are missing (``start()`` re-dispatches from the commit log min,
     §8.12): every record from the first segment to the valid end, tags code = delivery time for
@@ -198,7 +199,7 @@ def plan_rebuild_cq(store: Store, options: PlanOptions = PlanOptions(), *, with_
     return plan.with_inputs(plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
-def plan_rebuild_index(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate every index file from the commit log, as ``IndexService.buildIndex`` builds them
     (every record from the first segment to the valid end; ROLLBACK records skipped). New files
     are named from the store time of their first record. The checkpoint's indexMsgTimestamp

@@ -1,8 +1,8 @@
 """Plans for ``recover``, ``truncate-dirty``, ``rebuild-cq`` and ``rebuild-index``: what the broker's
 load and recovery would do to a store, computed from the read-only store model.
 
-``plan_recover`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput, per version
-(reference §8.2-§8.12, ``store.rules.VersionRules``):
+``plan_recover_one_version`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput,
+per version (reference §8.2-§8.12, ``store.rules.VersionRules``):
 
 1. consume queue recovery of every queue (§5.7) -> the max CQ physical offset;
 2. index load: after an abnormal exit, files newer than ``indexMsgTimestamp`` are deleted (§6.9);
@@ -39,7 +39,7 @@ from ..dispatch.scanner import (
     phase_scanner,
 )
 from .logkinds import LogKind, RecoveryRun, log_kind
-from .plansteps import (
+from .planparts import (
     commitlog_plan,
     config_options,
     index_placement,
@@ -57,7 +57,7 @@ from .plansteps import (
     unreadable_from_queues,
     write_action,
 )
-from .plan import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
+from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
 from ..store.rules import VersionRules
 
@@ -67,13 +67,15 @@ if TYPE_CHECKING:
 # ---- recover --------------------------------------------------------------------------------
 
 
-def plan_recover(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False, cache: DispatchCache | None = None,
-                 walked: WalkedChain | None = None) -> Plan:
-    """Everything the broker's load + recovery + start-up reput would do (module docstring), one
-    step after the other over a ``RecoveryRun``; ``logkinds.LogKind`` holds what the classic and
-    the DLedger commit log do differently. ``cache`` keeps the dispatched batches for an apply in
-    the same process; ``walked`` is shown the recovery scan's rows where it checks the CRC, for
-    ``verify_after`` (``walkedchain``)."""
+def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
+                             cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
+    """Everything the broker's load + recovery + start-up reput would do (module docstring) under
+    the one version the store is read as (``store.rules``; ``planners.plan_recover`` plans under
+    every candidate version and is what callers use), one step after the other over a
+    ``RecoveryRun``; ``logkinds.LogKind`` holds what the classic and the DLedger commit log do
+    differently. ``cache`` keeps the dispatched batches for an apply in the same process;
+    ``walked`` is shown the recovery scan's rows where it checks the CRC, for ``verify_after``
+    (``walkedchain``)."""
     run = _run(store, options, command, cache, walked)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
@@ -315,11 +317,12 @@ def _checkpoint(run: RecoveryRun, kind: LogKind) -> tuple[CheckpointPlan | None,
     return cp_plan, remove_abort
 
 
-def plan_truncate_dirty(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_truncate_dirty_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Cut the commit log after its last valid record (zeroing the dirty bytes, deleting later
     segments) and the consume queue entries at or past the cut, as the broker's
-    ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do. No dispatch, no index, no checkpoint."""
-    return plan_recover(store, options, command="truncate-dirty", with_crc=with_crc)
+    ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do, under the one version the store is read
+    as (callers use ``planners.plan_truncate_dirty``). No dispatch, no index, no checkpoint."""
+    return plan_recover_one_version(store, options, command="truncate-dirty", with_crc=with_crc)
 
 
 def _empty_last_segment(store: Store, rules: VersionRules, notes: list[str]) -> list[Action]:

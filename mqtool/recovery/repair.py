@@ -37,9 +37,9 @@ from ..store import Store
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
-from .plan import PlanOptions
-from .plan import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
-from .planner import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
+from .plans import PlanOptions
+from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
+from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
 from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.

@@ -257,7 +257,7 @@ def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | No
     """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
     and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
     broker maps them. Judged on the numpy view when numpy is loaded already (a scan over every
-    queue: about ten times faster), else chunk by chunk on its bytes (a lookup loads no numpy)."""
+    queue: one vectorised pass per file), else chunk by chunk on its bytes (a lookup loads no numpy)."""
     if _numpy_loaded():
         units = read_units(path, file_size)
         stop = _first_invalid(units)

@@ -72,7 +72,7 @@ class NextStart:
 
     @classmethod
     def of_plan(cls, plan) -> "NextStart | None":
-        """The figures of a ``recover`` plan (``recover.plan_recover``); None for a plan that is
+        """The figures of a ``recover`` plan (``recovery.planners.plan_recover``); None for a plan that is
         not the broker's recovery (``truncate-dirty``)."""
         cl = plan.commitlog
         if plan.mode is None or cl is None:

@@ -1,6 +1,8 @@
-"""The planners, in one place: ``plan_recover``, ``plan_truncate_dirty`` (``recover.py``),
-``plan_rebuild_cq``, ``plan_rebuild_index`` (``rebuild.py``) and their options. Each plans under
-every candidate version when the store does not tell which one wrote it (``candidates.py``)."""
+"""The public planners, the only ``plan_*`` callers use: ``plan_recover``, ``plan_truncate_dirty``,
+``plan_rebuild_cq``, ``plan_rebuild_index`` and their options. Each plans under every candidate
+version when the store does not tell which one wrote it (``candidates.py``), over the
+``*_one_version`` planner of ``recover.py`` / ``rebuild.py``, which plans under the one version the
+store is read as (imported nowhere else: tests/test_plan_imports.py)."""
 
 import functools
 
@@ -8,18 +10,20 @@ from ..errors import BadInput
 
 from . import rebuild, recover
 from .candidates import plan_under_candidates
-from .plan import PlanOptions
-from .plansteps import file_crc32
+from .plans import PlanOptions
+from .planparts import file_crc32
 
 
-def _under_candidates(planner):
-    @functools.wraps(planner)
+def _under_candidates(one_version, name: str):
+    @functools.wraps(one_version)
     def plan(store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache=None, **shown):
         # ``shown`` (plan_recover's ``walked``) sees every candidate's scan: each walk is of the same bytes
-        made = plan_under_candidates(store, lambda s, c: planner(s, options, with_crc=with_crc, cache=c, **shown), cache)
+        made = plan_under_candidates(store, lambda s, c: one_version(s, options, with_crc=with_crc, cache=c, **shown), cache)
         refuse_ext_entries(store, made)
         return made
 
+    plan.__name__ = plan.__qualname__ = name
+    plan.__doc__ = f"``{one_version.__name__}`` under every candidate version (module docstring)."
     return plan
 
 
@@ -37,9 +41,9 @@ def refuse_ext_entries(store, plan) -> None:
                        f"{plan.command} would add {added} consume queue entries without them")
 
 
-plan_recover = _under_candidates(recover.plan_recover)
-plan_truncate_dirty = _under_candidates(recover.plan_truncate_dirty)
-plan_rebuild_cq = _under_candidates(rebuild.plan_rebuild_cq)
-plan_rebuild_index = _under_candidates(rebuild.plan_rebuild_index)
+plan_recover = _under_candidates(recover.plan_recover_one_version, "plan_recover")
+plan_truncate_dirty = _under_candidates(recover.plan_truncate_dirty_one_version, "plan_truncate_dirty")
+plan_rebuild_cq = _under_candidates(rebuild.plan_rebuild_cq_one_version, "plan_rebuild_cq")
+plan_rebuild_index = _under_candidates(rebuild.plan_rebuild_index_one_version, "plan_rebuild_index")
 
 __all__ = ["PlanOptions", "file_crc32", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]

@@ -1,6 +1,7 @@
-"""The steps the planners (``recover``, ``rebuild``) share: reading what a store says
-(version, settings, the commit log cut and what it loses), feeding dispatched batches into the
-consume queue simulations and the index placement, and turning the results into plan records.
+"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: reading what a
+store says (version, settings, the commit log cut and what it loses), feeding dispatched batches
+into the consume queue simulations and the index placement, and turning the results into plan
+records.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..dispatch.placement import IndexPlacement
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
 from ..store.pastend import records_after
 from .lost import describe, record_at
-from .plan import (
+from .plans import (
     Action,
     CommitLogPlan,
     Fingerprint,

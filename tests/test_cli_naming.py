@@ -1,0 +1,77 @@
+"""One name for one thing across the commands (issue #30): the store-time window is ``--since`` /
+``--until`` for ``dump`` and ``query`` alike (``query``'s old ``--begin`` / ``--end`` still work,
+unlisted), and a field every table shows has one heading (``queue``, ``queue offset``, ``stored``,
+``msg_id``, ``uniq_key``) in ``dump``, ``salvage``, ``survivors``, ``query`` and ``stats``; JSON field
+names do not change."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import recovered, store_path
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+
+WIDE = {"COLUMNS": "400"}  # every column fits: no heading dropped
+
+
+def invoke(*argv: str):
+    return CliRunner().invoke(app, list(argv), env=WIDE)
+
+
+def headings(table: str) -> list[str]:
+    """The column headings of a horizontal table: its first line, split at runs of two spaces."""
+    line = next(line for line in table.splitlines() if line.strip())
+    return [h.strip() for h in re.split(r"\s{2,}", line.strip())]
+
+
+@pytest.mark.parametrize("command", ["key", "uniq-key"])
+def test_query_takes_since_until_as_dump_does_and_the_old_spelling_unlisted(command):
+    doc = recovered("5.3.3", "config-real")
+    kind = "KEYS" if command == "key" else "UNIQ_KEY"
+    q = next(q for q in doc["queries"] if q["kind"] == kind and q["results"])
+    last = max(r["storeTimestamp"] for r in q["results"])
+    path = str(store_path("5.3.3", "config-real"))
+    for since, until, code in ((0, last + 60_000, 0), (1, 2, 1)):  # every hit; none (long before the store)
+        new = invoke("query", command, path, q["topic"], q["key"], "--since", str(since), "--until", str(until), "-f", "json")
+        old = invoke("query", command, path, q["topic"], q["key"], "--begin", str(since), "--end", str(until), "-f", "json")
+        assert new.exit_code == old.exit_code == code, new.output
+        assert json.loads(new.stdout) == json.loads(old.stdout)
+        assert len([r for r in json.loads(new.stdout) if r["error"] is None]) == (len(q["results"]) if code == 0 else 0)
+    both = invoke("query", command, path, q["topic"], q["key"], "--since", "1", "--begin", "1")
+    assert both.exit_code == 2 and "--begin is the old spelling of --since" in both.stderr
+    shown = invoke("query", command, "--help").stdout
+    assert "--since" in shown and "--until" in shown and "--begin" not in shown and "--end" not in shown
+
+
+def test_tables_of_every_command_head_the_shared_fields_alike(tmp_path):
+    path = str(store_path("5.3.3", "clean-small"))
+    dump = headings(invoke("dump", path, "-n", "3").stdout)
+    salvage = headings(invoke("salvage", path).stdout)
+    stats = headings(invoke("stats", path).stdout.split("\n", 1)[1])  # below the title
+    ids = tmp_path / "ids.txt"
+    ids.write_text(json.loads(invoke("dump", path, "-n", "1", "-f", "json").stdout)[0]["uniq_key"] + "\n")
+    survivors = headings(invoke("survivors", path, str(ids)).stdout)
+    for shown in (dump, salvage, survivors):
+        assert {"queue", "queue offset", "stored"} <= set(shown), shown
+        assert not {"queue_id", "queue_offset", "store_timestamp"} & set(shown), shown
+    assert "queue" in stats and "queue_id" not in stats
+    assert {"msg_id", "uniq_key"} <= set(dump) & set(salvage)
+
+
+def test_recover_lists_lost_messages_under_the_headings_dump_uses(tmp_path):
+    """A bad magic code three records from the end: the cut loses the two after it, listed."""
+    from conftest import copy_store, manifest
+
+    store = copy_store("5.3.3", "clean-small", tmp_path / "s")
+    bad = manifest("5.3.3", "clean-small")["messages"][-3]["commitLogOffset"]
+    segment = store / "commitlog" / f"{bad // (1 << 20) * (1 << 20):020d}"  # the fixture's 1 MiB segments
+    with open(segment, "r+b") as f:
+        f.seek(bad % (1 << 20) + 4)
+        f.write(b"\x00\x00\x00\x01")
+    shown = invoke("recover", str(store), "--dry-run").stdout
+    lost = shown[shown.index("Lost by the cut: 2 message(s)"):].split("\n", 1)[1]
+    assert headings(lost) == ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
