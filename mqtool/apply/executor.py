@@ -109,7 +109,7 @@ _CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_
 
 
 def store_config(plan: Plan) -> StoreConfig:
-    """The store settings the plan was made with (``recovery.plansteps.config_options``)."""
+    """The store settings the plan was made with (``recovery.planparts.config_options``)."""
     given = {name: plan.options[name] for name in _CONFIG_OPTIONS if name in plan.options}
     return StoreConfig(**given, enable_multi_dispatch=plan.options.get("multi_dispatch", False))
 

@@ -281,6 +281,8 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             start = f.offset if f.offset is not None else -1
             d = f.details or {}
             end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
+            if d.get("cut_by_next_start"):  # the broker's next start cuts the log here: it drops every record after it
+                end = 1 << 63
             lost_ranges.append((start, max(int(end), start + 1)))
             if f.kind == "phys-offset-mismatch" and isinstance(f.found, int):
                 # the dispatch trusts the field (reference §3.2, DispatchRequest.commitLogOffset): the record's queue and index entries point
@@ -641,5 +643,9 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     if recover is not None and recover.lost is not None and recover.lost.lost_now:
         notes.append(f"the recovery's cut loses {recover.lost.lost_now} message(s) ({recover.lost.bytes - recover.lost.stale_bytes} bytes): see the recovery plan")
     notes.append("the steps after the recovery are planned again on the recovered store when applied")
+    guess = store.version_guess if store is not None else None
+    if guess is not None and guess.version is None and any(s.beyond_broker for s in steps):
+        notes.append(f"the broker version is not decided ({guess.label}): each later step is planned under every candidate, and where "
+                     "they differ repair refuses and undoes the steps it applied; --broker-version avoids that")
     return RepairPlan(str(Path(root).resolve()), int(time.time() * 1000), tuple(steps), files, recover, recover_error, tuple(remaining), tuple(notes))
 

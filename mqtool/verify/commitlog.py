@@ -277,8 +277,9 @@ class CommitLogCheck:
     def _record_findings(self, report: SegmentReport, run: Run) -> Iterator[Finding]:
         file = relative(self.store, report.path)
         for pos, size, stored, computed in run.crc:
+            cut = self.unread_before is not None and report.base + pos >= self.unread_before()
             read = "" if self.unread_before is None else (
-                f" (its next start scans from {self.unread_before()}, so it does)" if report.base + pos >= self.unread_before()
+                f" (its next start scans from {self.unread_before()}, so it does)" if cut
                 else f" (its next start scans from {self.unread_before()}, so it does not)")
             yield error(
                 "crc-mismatch",
@@ -289,7 +290,7 @@ class CommitLogCheck:
                 offset=report.base + pos,
                 expected=stored,
                 found=computed,
-                details={"size": size},
+                details={"size": size, "cut_by_next_start": True} if cut else {"size": size},
             )
         for pos, found in run.phys:
             yield error(
