@@ -9,10 +9,12 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -38,6 +40,11 @@ BackupDirOpt = Annotated[
     typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
+PlanMaker = Callable[..., Plan]  # (store, with_crc=, cache=) -> the plan, as run_modifying calls it
+StoreRootArg = Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")]
+# the options of run_modifying, last in each command's signature (and its --help) in this order
+FLOW_OPTIONS = (("yes", YesOpt, False), ("dry_run", DryRunOpt, False), ("plan_out", PlanOutOpt, None), ("backup_dir", BackupDirOpt, None),
+                ("force", ForceOpt, False), ("fmt", FormatOpt, OutputFormat.table), ("broker_config", BrokerConfigOpt, None), ("broker_version", BrokerVersionOpt, None))
 
 
 def planners():
@@ -193,6 +200,26 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
 
 
+def modifying(command: str):
+    """A command run by ``run_modifying``: the decorated function takes the command's own options and
+    returns how to make its plan; the store argument comes first and ``FLOW_OPTIONS`` last."""
+
+    def decorate(fn):
+        flow = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default) for name, kind, default in FLOW_OPTIONS]
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())
+        store = inspect.Parameter("store", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=StoreRootArg)
+
+        @functools.wraps(fn)
+        def run(store: Path, **options) -> None:
+            run_modifying(command, store, fn(**{p.name: options.pop(p.name) for p in own}), **options)
+
+        run.__signature__ = inspect.Signature([store, *own, *flow], return_annotation=None)
+        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
+        return guarded(run)
+
+    return decorate
+
+
 def note_nothing_to_do(plan: Plan) -> None:
     """An empty plan: "nothing to do", unless one of its notes already says why (rebuild-cq's)."""
     if not any(n.startswith("nothing to") for n in plan.notes):
@@ -215,20 +242,11 @@ def _options(**kw) -> PlanOptions:
 # ---- commands -----------------------------------------------------------------------------------
 
 
-@guarded
+@modifying("truncate-dirty")
 def truncate_dirty(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     full_scan: Annotated[bool, typer.Option("--full-scan", help="Validate every segment from the first, not only those the broker's recovery scans.")] = False,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete
     later segments, and cut consume queue entries at or past the new end.
 
@@ -237,27 +255,15 @@ def truncate_dirty(
       mqtool truncate-dirty /data/rocketmq/store --plan-out /tmp/plan.json
     """
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
-    run_modifying(
-        "truncate-dirty", store, lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache)
 
 
-@guarded
+@modifying("recover")
 def recover(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     abnormal: Annotated[Optional[bool], typer.Option("--abnormal/--normal", help="Recovery after a crash / after a clean stop (default: --abnormal if the abort file exists).", show_default=False)] = None,
     index_safe: Annotated[Optional[bool], typer.Option("--index-safe/--no-index-safe", help="messageIndexSafe: also start abnormal recovery before the index checkpoint, so no index entry is lost (default: broker.conf, else off).", show_default=False)] = None,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Do offline what the broker's start-up recovery would do: cut the commit log at the first
     invalid record, re-dispatch missing consume queue and index entries, update the checkpoint
     and remove the abort file, so a broker started afterwards cuts nothing.
@@ -268,10 +274,7 @@ def recover(
     """
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
-    run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked))
 
 
 def with_verify_after(store, make_plan) -> Plan:
@@ -478,21 +481,12 @@ def _plan_repair(root: Path, broker_config, broker_version):
         return rp.plan_repair(opened, root, recover_plan, findings, last)
 
 
-@guarded
+@modifying("rebuild-cq")
 def rebuild_cq(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     topic: Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic's queues.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Regenerate consume queue files from the commit log, byte for byte as the broker writes them.
 
     \b
@@ -508,34 +502,18 @@ def rebuild_cq(
             note(f"no record of {which} in the commit log and no such consume queue: nothing to rebuild (`mqtool info` lists the topics and queues)")
         return plan
 
-    run_modifying(
-        "rebuild-cq", store, make_plan,
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return make_plan
 
 
-@guarded
-def rebuild_index(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+@modifying("rebuild-index")
+def rebuild_index() -> PlanMaker:
     """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's).
 
     \b
     Example:
       mqtool rebuild-index /data/rocketmq/store --yes
     """
-    run_modifying(
-        "rebuild-index", store, lambda s, with_crc, cache: planners().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: planners().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache)
 
 
 @guarded
