@@ -693,46 +693,42 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
-    table = titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"])
-    for m in lost.messages[:TABLE_LOST]:
-        table.add_row(str(m.offset), str(m.size), str(m.queue_id), str(m.queue_offset), iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key or "", " ".join(m.keys), m.topic or "?")
-    console.print(table)
-    if len(lost.messages) > TABLE_LOST:
-        console.print(f"... and {len(lost.messages) - TABLE_LOST} more listed with --format json")
+    rows = [(m.offset, m.size, m.queue_id, m.queue_offset, iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key, " ".join(m.keys), m.topic or "?") for m in lost.messages]
+    _print_capped(console, titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"]), rows)
     if lost.unreadable:
-        table = titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"])
-        for r in lost.unreadable[:TABLE_LOST]:
-            table.add_row(str(r.offset), str(r.size), str(r.queue_id), str(r.queue_offset), r.topic)
-        console.print(table)
+        rows = [(r.offset, r.size, r.queue_id, r.queue_offset, r.topic) for r in lost.unreadable[:TABLE_LOST]]
+        console.print(titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"], rows=rows))
+
+
+def _print_capped(console: Screen, table, rows: list) -> None:
+    """``table`` with the first ``TABLE_LOST`` of ``rows``; how many more the JSON lists."""
+    for row in rows[:TABLE_LOST]:
+        table.add_row(*row)
+    console.print(table)
+    if len(rows) > TABLE_LOST:
+        console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
 
 
 def _render_dispatch(console: Screen, phases: tuple[DispatchPhase, ...]) -> None:
     if not phases:
         return
-    table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
-    for p in phases:
-        table.add_row(p.name, str(p.start), str(p.stop), str(p.records), str(p.cq_records), p.tags, "yes" if p.index else "no")
-    console.print(table)
+    rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in phases]
+    console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
 
 
 def _render_queues(console: Screen, queues: tuple[QueuePlan, ...]) -> None:
     changed = [q for q in queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
     if not changed:
         return
-    table = titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"])
-    for q in changed:
-        files = ", ".join(f"{f.action} {f.name}" for f in q.files)
-        table.add_row(str(q.queue_id), f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", str(q.cut), str(q.added), str(q.fillers), files, q.topic)
-    console.print(table)
+    rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
+    console.print(titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
 
 
 def _render_index(console: Screen, ix: IndexPlan | None) -> None:
     if ix is None or all(f.action == "keep" for f in ix.files):
         return
-    table = titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"])
-    for f in ix.files:
-        table.add_row(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", str(f.end_phy_offset), f.reason)
-    console.print(table)
+    rows = [(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", f.end_phy_offset, f.reason) for f in ix.files]
+    console.print(titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"], rows=rows))
 
 
 def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
@@ -746,20 +742,16 @@ def _render_actions(console: Screen, actions: tuple[Action, ...]) -> None:
     if not actions:
         console.print("No changes.")
         return
-    table = titled_table("Actions", ["#", "operation", "path", "detail"])
-    for i, a in enumerate(actions, 1):
-        span = f"[{a.start}, {a.end})" if a.start is not None else ""
-        table.add_row(str(i), a.op, a.path, " ".join(x for x in (span, a.note) if x))
-    console.print(table)
+    spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in actions]
+    rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(actions, spans), 1)]
+    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], rows=rows))
 
 
 def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
     if not items:
         return
-    table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"])
-    for e in items:
-        table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), "yes" if e.lost_data else "no", e.fixed_by or "", e.file or "")
-    console.print(table)
+    rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
+    console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
     if any(e.fixed_by for e in items):
         console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
@@ -773,22 +765,16 @@ def render_repair(console: Screen, doc: dict) -> None:
     next_start = [("next start", doc["next_start"]["line"])] if doc.get("next_start") else []
     console.print(kv_table("Plan: repair", [("store", plan.store), ("steps", len(plan.steps)), ("beyond the broker", sum(1 for s in plan.steps if s.beyond_broker)), *next_start]))
     if plan.steps:
-        table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"])
-        for i, st in enumerate(plan.steps, 1):
-            shown = ", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "")
-            table.add_row(str(i), st.step, "yes" if st.beyond_broker else "no", st.why, shown)
-        console.print(table)
+        shown = [", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "") for st in plan.steps]
+        rows = [(i, st.step, "yes" if st.beyond_broker else "no", st.why, paths) for i, (st, paths) in enumerate(zip(plan.steps, shown), 1)]
+        console.print(titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"], rows=rows))
     else:
         console.print("No changes: verify finds nothing to repair.")
     if plan.recover is not None and plan.recover.actions:
         render_plan(console, doc["recover"])
     if plan.remaining:
         table = titled_table(f"Lost data: `verify` will still report {len(plan.remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
-        for e in plan.remaining[:TABLE_LOST]:
-            table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), e.message, e.file or "")
-        console.print(table)
-        if len(plan.remaining) > TABLE_LOST:
-            console.print(f"... and {len(plan.remaining) - TABLE_LOST} more listed with --format json")
+        _print_capped(console, table, [(e.kind, e.severity, e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
 
