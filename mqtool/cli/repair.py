@@ -391,35 +391,26 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     if not recover_plan.is_empty:
         stages.apply("recover", recover_plan, cache)
 
-    def recovered():
-        # the later stages are planned under every era the recovery was (a rebuild's rules can differ where the
-        # recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
-        opened = open_store(root, broker_config, broker_version)
-        opened.assume_eras(eras)
-        return opened
+    def recovered(make):
+        # ``make`` of the store the stages so far left, under every era the recovery was (a rebuild's rules can differ
+        # where the recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
+        with open_store(root, broker_config, broker_version) as opened:
+            opened.assume_eras(eras)
+            return make(opened)
 
     for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
-        with recovered() as opened:
-            findings, run = rp.verify_findings(opened)
-            t = rp.triage(findings, run.last_timestamp)
+        findings, run = recovered(rp.verify_findings)
+        t = rp.triage(findings, run.last_timestamp)
         if not t.fixable:
             break
         for step in rp.steps_of(t):
             note(f"beyond the broker: {step.step}: {step.why}")
         if t.queues:
-            with recovered() as opened:
-                queue_plan = rp.plan_queue_rebuild(opened, t.queues)
-            stages.apply("rebuild-cq", queue_plan)
+            stages.apply("rebuild-cq", recovered(lambda opened: rp.plan_queue_rebuild(opened, t.queues)))
         if t.index:
-            with recovered() as opened:
-                index_plan = rp.plan_index_rebuild(opened)
-            stages.apply("rebuild-index", index_plan)
-        with recovered() as opened:
-            state_plan = rp.plan_state_fixes(opened, t)
-        if state_plan is not None:
-            stages.apply("state", state_plan)
-    with recovered() as opened:
-        return rp.verify_findings(opened)[0]
+            stages.apply("rebuild-index", recovered(rp.plan_index_rebuild))
+        stages.apply("state", recovered(lambda opened: rp.plan_state_fixes(opened, t)))
+    return recovered(rp.verify_findings)[0]
 
 
 class RepairStages:
@@ -429,8 +420,8 @@ class RepairStages:
     def __init__(self, root: Path, target: Path):
         self.root, self.target, self.done = root, target, []
 
-    def apply(self, name: str, plan: Plan, cache=None) -> None:
-        if plan.is_empty:
+    def apply(self, name: str, plan: Plan | None, cache=None) -> None:
+        if plan is None or plan.is_empty:
             return
         directory = self.target / f"{len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
