@@ -368,11 +368,8 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
         files = list_index_files(index_dir)
         if not files:
             raise BadInput(f"{path}: no index files")
-    if broker_config is not None:
-        cfg = load_broker_config(broker_config)
-        geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg.hash_slot_num and cfg.index_num else None
-    else:
-        geometry = None
+    cfg = load_broker_config(broker_config) if broker_config is not None else None
+    geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg is not None and cfg.hash_slot_num and cfg.index_num else None
     wanted = None
     if key is not None:
         if not topic:
