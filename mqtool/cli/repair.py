@@ -330,7 +330,7 @@ def repair(
         return
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_refusal():
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
@@ -425,24 +425,20 @@ class RepairStages:
             return
         directory = self.target / f"{len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
-        try:
-            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
-        except writer.ApplyError as exc:  # this stage changed nothing or was undone: so are the stages before it
-            if self.done:
-                raise writer.ApplyError(self._undone(exc)) from None
-            raise
+        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
     @contextmanager
-    def undone_on_refusal(self):
+    def undone_on_failure(self):
         """A stage that cannot be planned on the store the stages before left (e.g. a rebuild the store's
-        broker version decides, when its marks do not tell it) refuses, and the stages applied before are
-        undone: a refused repair leaves the store as it was."""
+        broker version decides, when its marks do not tell it) refuses, and one that fails to apply
+        (``ApplyError``) changed nothing or was undone: either way the stages applied before are undone,
+        so a refused or failed repair leaves the store as it was."""
         try:
             yield
-        except Refused as exc:
+        except (Refused, writer.ApplyError) as exc:
             if self.done:
-                raise Refused(self._undone(exc)) from None
+                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(self._undone(exc)) from None
             raise
 
     def _undone(self, exc: Exception) -> str:
