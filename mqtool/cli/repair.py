@@ -214,7 +214,6 @@ def modifying(command: str):
             run_modifying(command, store, fn(**{p.name: options.pop(p.name) for p in own}), **options)
 
         run.__signature__ = inspect.Signature([store, *own, *flow], return_annotation=None)
-        run.__annotations__ = {p.name: p.annotation for p in run.__signature__.parameters.values()}
         return guarded(run)
 
     return decorate
