@@ -285,7 +285,7 @@ def with_verify_after(store, make_plan) -> Plan:
 
 @guarded
 def repair(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
+    store: StoreRootArg,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     backup_dir: BackupDirOpt = None,
