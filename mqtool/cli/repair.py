@@ -10,6 +10,7 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import sys
 from contextlib import contextmanager
@@ -47,22 +48,13 @@ FLOW_OPTIONS = (("yes", YesOpt, False), ("dry_run", DryRunOpt, False), ("plan_ou
                 ("force", ForceOpt, False), ("fmt", FormatOpt, OutputFormat.table), ("broker_config", BrokerConfigOpt, None), ("broker_version", BrokerVersionOpt, None))
 
 
-def planners():
-    """``recovery.planners``: imported when a command plans (the commands' ``--help`` and ``restore`` go without it)."""
-    from ..recovery import planners
-
-    return planners
-
-
-def repair_planner():
-    """``recovery.repair`` (imported as ``planners`` is)."""
-    from ..recovery import repair
-
-    return repair
+# ``recovery.planners`` and ``recovery.repair``: imported when a command plans (the commands' ``--help`` and ``restore`` go without them)
+planners = functools.partial(importlib.import_module, "mqtool.recovery.planners")
+repair_planner = functools.partial(importlib.import_module, "mqtool.recovery.repair")
 
 
 def hold_store_lock(root: Path, force: bool):
-    """``apply.executor.hold_store_lock`` (imported as ``planners`` is)."""
+    """``apply.executor.hold_store_lock`` (imported as the planners are)."""
     from ..apply.executor import hold_store_lock
 
     return hold_store_lock(root, force)
