@@ -124,14 +124,9 @@ def _error(message: str, code: int) -> int:
     return code
 
 
-def _set_quiet(value: bool) -> None:
-    if value:
-        State.quiet = True
-
-
-def _set_debug(value: bool) -> None:
-    if value:
-        State.debug = True
+def _set(flag: str):
+    """An option's callback: ``State.<flag>`` set when the option is given."""
+    return lambda value: setattr(State, flag, True) if value else None
 
 
 def _print_version(value: bool) -> None:
@@ -141,8 +136,8 @@ def _print_version(value: bool) -> None:
 
 
 def _global_options(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", callback=_set_quiet, help="No progress bars or notes on stderr.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", callback=_set_debug, help="Show a traceback for unexpected errors.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")] = False,
     version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
 ) -> None:
     """The options every command accepts after its name too (they only set ``State``)."""

@@ -301,12 +301,17 @@ def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | No
     """The consume queues a dump path names, and the store root when the path lies inside a store."""
     cq_dir, topics, queue, single = _queue_scope(path, "consumequeue", topics, queue)
     size = single.stat().st_size if single else infer_queue_file_size(cq_dir) or 6_000_000
-    queues = [q for q in discover_queues(cq_dir, size) if (not topics or q.topic in topics) and (queue is None or q.queue_id == queue)]
+    root = cq_dir.parent if cq_dir.name == "consumequeue" else None
+    return _in_scope(discover_queues(cq_dir, size), topics, queue, single), root
+
+
+def _in_scope(queues, topics, queue, single: Path | None) -> list:
+    """The (batch) consume queues of ``topics`` and ``queue``, each with ``single`` alone of its files when one file is named."""
+    queues = [q for q in queues if (not topics or q.topic in topics) and (queue is None or q.queue_id == queue)]
     if single is not None:
         for q in queues:
             q.files = [(base, p) for base, p in q.files if p == single]
-    root = cq_dir.parent if cq_dir.name == "consumequeue" else None
-    return queues, root
+    return queues
 
 
 def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
@@ -314,11 +319,7 @@ def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
     from ..store.batchconsumequeue import discover_batch_queues  # not loaded for a message dump
 
     bcq_dir, topics, queue, single = _queue_scope(path, "batchconsumequeue", topics, queue)
-    for q in discover_batch_queues(bcq_dir):
-        if (topics and q.topic not in topics) or (queue is not None and q.queue_id != queue):
-            continue
-        if single is not None:
-            q.files = [(base, p) for base, p in q.files if p == single]
+    for q in _in_scope(discover_batch_queues(bcq_dir), topics, queue, single):
         for unit in q.entries(include_invalid=True):
             yield batch_unit_dict(q.topic, q.queue_id, unit)
 
@@ -367,11 +368,8 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
         files = list_index_files(index_dir)
         if not files:
             raise BadInput(f"{path}: no index files")
-    if broker_config is not None:
-        cfg = load_broker_config(broker_config)
-        geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg.hash_slot_num and cfg.index_num else None
-    else:
-        geometry = None
+    cfg = load_broker_config(broker_config) if broker_config is not None else None
+    geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg is not None and cfg.hash_slot_num and cfg.index_num else None
     wanted = None
     if key is not None:
         if not topic:

@@ -110,22 +110,16 @@ def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
     """The topics, the consume queues and the batch consume queues."""
     from_log = doc.get("topics_source") == "commitlog"
     title = "Topics (from the commit log)" if unread else "Topics (from the commit log: no consume queues)" if from_log else "Topics"
-    topics = titled_table(title, ("messages", "queues", "topic"))  # topic last: a long one runs past the edge
-    for name, t in doc["topics"].items():
-        topics.add_row(str(t["messages"]), str(t["queues"]), name)
-    console.print(topics)
+    rows = [(t["messages"], t["queues"], name) for name, t in doc["topics"].items()]
+    console.print(titled_table(title, ("messages", "queues", "topic"), rows=rows))  # topic last: a long one runs past the edge
     if doc["queues"]:
-        queues = titled_table("Consume queues", ("queue", "min", "max", "messages", "files", "topic"))
-        for q in doc["queues"]:
-            queues.add_row(str(q["queue_id"]), str(q["min_offset"]), str(q["max_offset"]), str(q["messages"]), str(q["files"]), q["topic"])
-        console.print(queues)
+        rows = [[q[k] for k in ("queue_id", "min_offset", "max_offset", "messages", "files", "topic")] for q in doc["queues"]]
+        console.print(titled_table("Consume queues", ("queue", "min", "max", "messages", "files", "topic"), rows=rows))
     elif not unread:
         console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
     if doc.get("batch_queues"):
-        batch = titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"))
-        for q in doc["batch_queues"]:
-            batch.add_row(*(str(q[k]) for k in ("queue_id", "min_offset", "max_offset", "messages", "units", "files")), q["topic"])
-        console.print(batch)
+        rows = [[q[k] for k in ("queue_id", "min_offset", "max_offset", "messages", "units", "files", "topic")] for q in doc["batch_queues"]]
+        console.print(titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"), rows=rows))
 
 
 def _index_table(index: dict[str, Any]):
@@ -217,15 +211,11 @@ def render_timer(console: Screen, timer: dict[str, Any]) -> None:
         rows.append(("not yet enqueued", f"{timer['not_enqueued']} (rmq_sys_wheel_timer queue ends at {timer['queue_max_offset']})"))
     console.print(kv_table("Timer store", rows))
     if timer["next_deliveries"]:
-        t = titled_table("Next timer deliveries", ("delivery time", "queue", "offset", "state", "topic"), optional=("state",))  # topic last: a long one runs past the edge
-        for d in timer["next_deliveries"]:
-            t.add_row(iso_ms(d["delivery_time"]), str(d["real_queue_id"]), str(d["offset"]), d["state"], str(d["real_topic"]))
-        console.print(t)
+        rows = [(iso_ms(d["delivery_time"]), str(d["real_queue_id"]), d["offset"], d["state"], str(d["real_topic"])) for d in timer["next_deliveries"]]
+        console.print(titled_table("Next timer deliveries", ("delivery time", "queue", "offset", "state", "topic"), optional=("state",), rows=rows))  # topic last: a long one runs past the edge
     if timer["backlog_by_hour"]:
-        t = titled_table("Timer backlog by hour (UTC)", ("hour", "messages"))
-        for b in timer["backlog_by_hour"]:
-            t.add_row(iso_ms(b["hour"]), str(b["messages"]))
-        console.print(t)
+        rows = [(iso_ms(b["hour"]), b["messages"]) for b in timer["backlog_by_hour"]]
+        console.print(titled_table("Timer backlog by hour (UTC)", ("hour", "messages"), rows=rows))
 
 
 @guarded

@@ -12,7 +12,7 @@ drops the columns it may drop with a note, or switches to vertical records: see 
   to fit the width, least important first (JSON/CSV always carry every field);
 - a document (``info``, a plan): ``emit_document(doc, fmt, render)`` where ``render(screen, doc)``
   calls ``screen.print(...)`` with ``kv_table(title, [(key, value), ...])``,
-  ``titled_table(title, columns, optional=...)`` (then ``table.add_row(*cells)``), or text
+  ``titled_table(title, columns, optional=..., rows=[cells, ...])``, or text
   (rich markup allowed; wrapped at spaces with its indent kept, never cut).
 
 Put long single-word columns (topics, paths) last: the last column may run past the edge.
@@ -51,9 +51,13 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = ()) -> Table:
-    """A titled table with a header; ``optional`` columns may be dropped to fit, least important first."""
-    return Table(columns, title=title, optional=optional)
+def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), rows: Iterable[Sequence] = ()) -> Table:
+    """A titled table with a header and ``rows`` (each a sequence of cells); ``optional`` columns
+    may be dropped to fit, least important first."""
+    table = Table(columns, title=title, optional=optional)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 class Screen:

@@ -9,10 +9,13 @@ another process) is refused unless ``--force``. An apply that was interrupted is
 
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
@@ -38,24 +41,20 @@ BackupDirOpt = Annotated[
     typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
+PlanMaker = Callable[..., Plan]  # (store, with_crc=, cache=) -> the plan, as run_modifying calls it
+StoreRootArg = Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")]
+# the options of run_modifying, last in each command's signature (and its --help) in this order
+FLOW_OPTIONS = (("yes", YesOpt, False), ("dry_run", DryRunOpt, False), ("plan_out", PlanOutOpt, None), ("backup_dir", BackupDirOpt, None),
+                ("force", ForceOpt, False), ("fmt", FormatOpt, OutputFormat.table), ("broker_config", BrokerConfigOpt, None), ("broker_version", BrokerVersionOpt, None))
 
 
-def planners():
-    """``recovery.planners``: imported when a command plans (the commands' ``--help`` and ``restore`` go without it)."""
-    from ..recovery import planners
-
-    return planners
-
-
-def repair_planner():
-    """``recovery.repair`` (imported as ``planners`` is)."""
-    from ..recovery import repair
-
-    return repair
+# ``recovery.planners`` and ``recovery.repair``: imported when a command plans (the commands' ``--help`` and ``restore`` go without them)
+planners = functools.partial(importlib.import_module, "mqtool.recovery.planners")
+repair_planner = functools.partial(importlib.import_module, "mqtool.recovery.repair")
 
 
 def hold_store_lock(root: Path, force: bool):
-    """``apply.executor.hold_store_lock`` (imported as ``planners`` is)."""
+    """``apply.executor.hold_store_lock`` (imported as the planners are)."""
     from ..apply.executor import hold_store_lock
 
     return hold_store_lock(root, force)
@@ -193,6 +192,25 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
 
 
+def modifying(command: str):
+    """A command run by ``run_modifying``: the decorated function takes the command's own options and
+    returns how to make its plan; the store argument comes first and ``FLOW_OPTIONS`` last."""
+
+    def decorate(fn):
+        flow = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default) for name, kind, default in FLOW_OPTIONS]
+        own = list(inspect.signature(fn, eval_str=True).parameters.values())
+        store = inspect.Parameter("store", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=StoreRootArg)
+
+        @functools.wraps(fn)
+        def run(store: Path, **options) -> None:
+            run_modifying(command, store, fn(**{p.name: options.pop(p.name) for p in own}), **options)
+
+        run.__signature__ = inspect.Signature([store, *own, *flow], return_annotation=None)
+        return guarded(run)
+
+    return decorate
+
+
 def note_nothing_to_do(plan: Plan) -> None:
     """An empty plan: "nothing to do", unless one of its notes already says why (rebuild-cq's)."""
     if not any(n.startswith("nothing to") for n in plan.notes):
@@ -215,20 +233,11 @@ def _options(**kw) -> PlanOptions:
 # ---- commands -----------------------------------------------------------------------------------
 
 
-@guarded
+@modifying("truncate-dirty")
 def truncate_dirty(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     full_scan: Annotated[bool, typer.Option("--full-scan", help="Validate every segment from the first, not only those the broker's recovery scans.")] = False,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete
     later segments, and cut consume queue entries at or past the new end.
 
@@ -237,27 +246,15 @@ def truncate_dirty(
       mqtool truncate-dirty /data/rocketmq/store --plan-out /tmp/plan.json
     """
     opts = _options(full_scan=full_scan, lost_limit=lost_limit)
-    run_modifying(
-        "truncate-dirty", store, lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache)
 
 
-@guarded
+@modifying("recover")
 def recover(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     abnormal: Annotated[Optional[bool], typer.Option("--abnormal/--normal", help="Recovery after a crash / after a clean stop (default: --abnormal if the abort file exists).", show_default=False)] = None,
     index_safe: Annotated[Optional[bool], typer.Option("--index-safe/--no-index-safe", help="messageIndexSafe: also start abnormal recovery before the index checkpoint, so no index entry is lost (default: broker.conf, else off).", show_default=False)] = None,
     lost_limit: Annotated[int, typer.Option("--lost-limit", min=0, metavar="N", help="List at most this many lost messages in the plan.")] = 1000,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Do offline what the broker's start-up recovery would do: cut the commit log at the first
     invalid record, re-dispatch missing consume queue and index entries, update the checkpoint
     and remove the abort file, so a broker started afterwards cuts nothing.
@@ -268,10 +265,7 @@ def recover(
     """
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
-    run_modifying(
-        "recover", store, lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked)),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked))
 
 
 def with_verify_after(store, make_plan) -> Plan:
@@ -283,7 +277,7 @@ def with_verify_after(store, make_plan) -> Plan:
 
 @guarded
 def repair(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
+    store: StoreRootArg,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     backup_dir: BackupDirOpt = None,
@@ -327,7 +321,7 @@ def repair(
         return
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_refusal():
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
     note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
@@ -388,35 +382,26 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     if not recover_plan.is_empty:
         stages.apply("recover", recover_plan, cache)
 
-    def recovered():
-        # the later stages are planned under every era the recovery was (a rebuild's rules can differ where the
-        # recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
-        opened = open_store(root, broker_config, broker_version)
-        opened.assume_eras(eras)
-        return opened
+    def recovered(make):
+        # ``make`` of the store the stages so far left, under every era the recovery was (a rebuild's rules can differ
+        # where the recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
+        with open_store(root, broker_config, broker_version) as opened:
+            opened.assume_eras(eras)
+            return make(opened)
 
     for _ in range(2):  # a rebuild can reveal what it hid (e.g. index files past a cut queue)
-        with recovered() as opened:
-            findings, run = rp.verify_findings(opened)
-            t = rp.triage(findings, run.last_timestamp)
+        findings, run = recovered(rp.verify_findings)
+        t = rp.triage(findings, run.last_timestamp)
         if not t.fixable:
             break
         for step in rp.steps_of(t):
             note(f"beyond the broker: {step.step}: {step.why}")
         if t.queues:
-            with recovered() as opened:
-                queue_plan = rp.plan_queue_rebuild(opened, t.queues)
-            stages.apply("rebuild-cq", queue_plan)
+            stages.apply("rebuild-cq", recovered(lambda opened: rp.plan_queue_rebuild(opened, t.queues)))
         if t.index:
-            with recovered() as opened:
-                index_plan = rp.plan_index_rebuild(opened)
-            stages.apply("rebuild-index", index_plan)
-        with recovered() as opened:
-            state_plan = rp.plan_state_fixes(opened, t)
-        if state_plan is not None:
-            stages.apply("state", state_plan)
-    with recovered() as opened:
-        return rp.verify_findings(opened)[0]
+            stages.apply("rebuild-index", recovered(rp.plan_index_rebuild))
+        stages.apply("state", recovered(lambda opened: rp.plan_state_fixes(opened, t)))
+    return recovered(rp.verify_findings)[0]
 
 
 class RepairStages:
@@ -426,29 +411,25 @@ class RepairStages:
     def __init__(self, root: Path, target: Path):
         self.root, self.target, self.done = root, target, []
 
-    def apply(self, name: str, plan: Plan, cache=None) -> None:
-        if plan.is_empty:
+    def apply(self, name: str, plan: Plan | None, cache=None) -> None:
+        if plan is None or plan.is_empty:
             return
         directory = self.target / f"{len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
-        try:
-            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
-        except writer.ApplyError as exc:  # this stage changed nothing or was undone: so are the stages before it
-            if self.done:
-                raise writer.ApplyError(self._undone(exc)) from None
-            raise
+        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
     @contextmanager
-    def undone_on_refusal(self):
+    def undone_on_failure(self):
         """A stage that cannot be planned on the store the stages before left (e.g. a rebuild the store's
-        broker version decides, when its marks do not tell it) refuses, and the stages applied before are
-        undone: a refused repair leaves the store as it was."""
+        broker version decides, when its marks do not tell it) refuses, and one that fails to apply
+        (``ApplyError``) changed nothing or was undone: either way the stages applied before are undone,
+        so a refused or failed repair leaves the store as it was."""
         try:
             yield
-        except Refused as exc:
+        except (Refused, writer.ApplyError) as exc:
             if self.done:
-                raise Refused(self._undone(exc)) from None
+                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(self._undone(exc)) from None
             raise
 
     def _undone(self, exc: Exception) -> str:
@@ -478,21 +459,12 @@ def _plan_repair(root: Path, broker_config, broker_version):
         return rp.plan_repair(opened, root, recover_plan, findings, last)
 
 
-@guarded
+@modifying("rebuild-cq")
 def rebuild_cq(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
     topic: Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic's queues.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+) -> PlanMaker:
     """Regenerate consume queue files from the commit log, byte for byte as the broker writes them.
 
     \b
@@ -508,34 +480,18 @@ def rebuild_cq(
             note(f"no record of {which} in the commit log and no such consume queue: nothing to rebuild (`mqtool info` lists the topics and queues)")
         return plan
 
-    run_modifying(
-        "rebuild-cq", store, make_plan,
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return make_plan
 
 
-@guarded
-def rebuild_index(
-    store: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")],
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    plan_out: PlanOutOpt = None,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+@modifying("rebuild-index")
+def rebuild_index() -> PlanMaker:
     """Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's).
 
     \b
     Example:
       mqtool rebuild-index /data/rocketmq/store --yes
     """
-    run_modifying(
-        "rebuild-index", store, lambda s, with_crc, cache: planners().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache),
-        yes=yes, dry_run=dry_run, plan_out=plan_out, backup_dir=backup_dir, force=force, fmt=fmt, broker_config=broker_config, broker_version=broker_version,
-    )
+    return lambda s, with_crc, cache: planners().plan_rebuild_index(s, PlanOptions(), with_crc=with_crc, cache=cache)
 
 
 @guarded
@@ -715,46 +671,42 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
-    table = titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"])
-    for m in lost.messages[:TABLE_LOST]:
-        table.add_row(str(m.offset), str(m.size), str(m.queue_id), str(m.queue_offset), iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key or "", " ".join(m.keys), m.topic or "?")
-    console.print(table)
-    if len(lost.messages) > TABLE_LOST:
-        console.print(f"... and {len(lost.messages) - TABLE_LOST} more listed with --format json")
+    rows = [(m.offset, m.size, m.queue_id, m.queue_offset, iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key, " ".join(m.keys), m.topic or "?") for m in lost.messages]
+    _print_capped(console, titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"]), rows)
     if lost.unreadable:
-        table = titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"])
-        for r in lost.unreadable[:TABLE_LOST]:
-            table.add_row(str(r.offset), str(r.size), str(r.queue_id), str(r.queue_offset), r.topic)
-        console.print(table)
+        rows = [(r.offset, r.size, r.queue_id, r.queue_offset, r.topic) for r in lost.unreadable[:TABLE_LOST]]
+        console.print(titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"], rows=rows))
+
+
+def _print_capped(console: Screen, table, rows: list) -> None:
+    """``table`` with the first ``TABLE_LOST`` of ``rows``; how many more the JSON lists."""
+    for row in rows[:TABLE_LOST]:
+        table.add_row(*row)
+    console.print(table)
+    if len(rows) > TABLE_LOST:
+        console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
 
 
 def _render_dispatch(console: Screen, phases: tuple[DispatchPhase, ...]) -> None:
     if not phases:
         return
-    table = titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"])
-    for p in phases:
-        table.add_row(p.name, str(p.start), str(p.stop), str(p.records), str(p.cq_records), p.tags, "yes" if p.index else "no")
-    console.print(table)
+    rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in phases]
+    console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
 
 
 def _render_queues(console: Screen, queues: tuple[QueuePlan, ...]) -> None:
     changed = [q for q in queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
     if not changed:
         return
-    table = titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"])
-    for q in changed:
-        files = ", ".join(f"{f.action} {f.name}" for f in q.files)
-        table.add_row(str(q.queue_id), f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", str(q.cut), str(q.added), str(q.fillers), files, q.topic)
-    console.print(table)
+    rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
+    console.print(titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
 
 
 def _render_index(console: Screen, ix: IndexPlan | None) -> None:
     if ix is None or all(f.action == "keep" for f in ix.files):
         return
-    table = titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"])
-    for f in ix.files:
-        table.add_row(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", str(f.end_phy_offset), f.reason)
-    console.print(table)
+    rows = [(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", f.end_phy_offset, f.reason) for f in ix.files]
+    console.print(titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"], rows=rows))
 
 
 def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
@@ -768,20 +720,16 @@ def _render_actions(console: Screen, actions: tuple[Action, ...]) -> None:
     if not actions:
         console.print("No changes.")
         return
-    table = titled_table("Actions", ["#", "operation", "path", "detail"])
-    for i, a in enumerate(actions, 1):
-        span = f"[{a.start}, {a.end})" if a.start is not None else ""
-        table.add_row(str(i), a.op, a.path, " ".join(x for x in (span, a.note) if x))
-    console.print(table)
+    spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in actions]
+    rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(actions, spans), 1)]
+    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], rows=rows))
 
 
 def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
     if not items:
         return
-    table = titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"])
-    for e in items:
-        table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), "yes" if e.lost_data else "no", e.fixed_by or "", e.file or "")
-    console.print(table)
+    rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
+    console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
     if any(e.fixed_by for e in items):
         console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
@@ -795,22 +743,16 @@ def render_repair(console: Screen, doc: dict) -> None:
     next_start = [("next start", doc["next_start"]["line"])] if doc.get("next_start") else []
     console.print(kv_table("Plan: repair", [("store", plan.store), ("steps", len(plan.steps)), ("beyond the broker", sum(1 for s in plan.steps if s.beyond_broker)), *next_start]))
     if plan.steps:
-        table = titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"])
-        for i, st in enumerate(plan.steps, 1):
-            shown = ", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "")
-            table.add_row(str(i), st.step, "yes" if st.beyond_broker else "no", st.why, shown)
-        console.print(table)
+        shown = [", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "") for st in plan.steps]
+        rows = [(i, st.step, "yes" if st.beyond_broker else "no", st.why, paths) for i, (st, paths) in enumerate(zip(plan.steps, shown), 1)]
+        console.print(titled_table("Steps", ["#", "step", "beyond broker", "why", "paths"], optional=["beyond broker"], rows=rows))
     else:
         console.print("No changes: verify finds nothing to repair.")
     if plan.recover is not None and plan.recover.actions:
         render_plan(console, doc["recover"])
     if plan.remaining:
         table = titled_table(f"Lost data: `verify` will still report {len(plan.remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
-        for e in plan.remaining[:TABLE_LOST]:
-            table.add_row(e.kind, e.severity, "" if e.offset is None else str(e.offset), e.message, e.file or "")
-        console.print(table)
-        if len(plan.remaining) > TABLE_LOST:
-            console.print(f"... and {len(plan.remaining) - TABLE_LOST} more listed with --format json")
+        _print_capped(console, table, [(e.kind, e.severity, e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
 

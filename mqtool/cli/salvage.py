@@ -28,12 +28,7 @@ BATCH = 1 << 12  # records per batch, as dump's: larger batches raise the reside
 DISPATCH = ("offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags_code", "keys", "uniq_key", "prepared_transaction_offset")
 
 
-class SalvageFormat(str, enum.Enum):
-    table = "table"
-    json = "json"
-    jsonl = "jsonl"
-    csv = "csv"
-    parquet = "parquet"
+SalvageFormat = enum.Enum("SalvageFormat", {**{f.name: f.value for f in OutputFormat}, "parquet": "parquet"}, type=str)  # --format: dump's, and parquet
 
 
 def _rows(batches, writer, store) -> Iterator[dict]:

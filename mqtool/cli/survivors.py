@@ -122,10 +122,6 @@ TABLE = ("id", "status", "offset", "queue_id", "queue_offset", "store_timestamp"
 TABLE_OPTIONAL = ("copies", "store_timestamp", "queue_offset")  # left out first to fit the width (an IPv6 msg id takes 56)
 
 
-def _render_summary(console, summary: dict) -> None:
-    console.print(kv_table("Summary", [(k, v) for k, v in summary.items()]))
-
-
 @guarded
 def survivors(
     store_path: Annotated[Path, typer.Argument(metavar="STORE", help="The store (read only).")],
@@ -168,7 +164,7 @@ def survivors(
                 if format is OutputFormat.table:
                     screen = Screen(sys.stdout)
                     screen.printed = bool(shown)  # a blank line between the rows and the summary
-                    _render_summary(screen, search.summary.as_dict())
+                    screen.print(kv_table("Summary", list(search.summary.as_dict().items())))
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")

@@ -63,8 +63,13 @@ def color(out) -> bool:
     """Whether to style text written to ``out``."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
+    return isatty(out)
+
+
+def isatty(stream) -> bool:
+    """Whether ``stream`` is a terminal (False for a closed stream, or None)."""
     try:
-        return out.isatty()
+        return stream.isatty()
     except (AttributeError, ValueError):
         return False
 
@@ -91,18 +96,11 @@ def note(message: str) -> None:
     if not State.quiet:
         clear_bars()
         text = f"mqtool: {message}"
-        if _stderr_is_terminal():
+        if isatty(sys.__stderr__):
             from ..table import wrap
 
             text = "\n".join(wrap(text, width()))
         write_stderr(text)
-
-
-def _stderr_is_terminal() -> bool:
-    try:
-        return sys.__stderr__.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def data_console(**kwargs):
@@ -124,10 +122,7 @@ class DataStream:
 
     def __init__(self, out):
         self.out = out
-        try:
-            self.on_screen = out.isatty()
-        except (AttributeError, ValueError):
-            self.on_screen = False
+        self.on_screen = isatty(out)
 
     def clear_bars(self) -> None:
         if _bars and self.on_screen:

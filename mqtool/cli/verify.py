@@ -42,8 +42,7 @@ class StageProgress:
     def __call__(self, stage: str, delta: int, total: int) -> None:
         entry = self.bars.get(stage)
         if entry is None:
-            for bar, _ in self.bars.values():
-                bar.close()
+            self.close()
             entry = self.bars[stage] = (ByteProgress(0, total, enabled=self.enabled, desc=stage), [0])
         bar, done = entry
         done[0] += delta
