@@ -113,14 +113,18 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("quarantine", True, why, (rel,)))
         actions.append(Action("quarantine", rel, note=why))
 
+    def resize(rel: str, size: int, expected: int, why: str) -> None:
+        steps.append(RepairStep("resize-segment", True, why, (rel,)))
+        actions.append(Action("resize", rel, start=size, end=expected, note=why))
+
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
-        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
+        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
-    _wheel_fix(root, steps, actions)
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, resize, alone=_dledger_index_size)
+    _wheel_fix(root, resize)
     cq_dir = root / "consumequeue"
-    for topic in _dirs(cq_dir):
-        for queue in _dirs(Path(topic.path)):
+    for topic in _files(cq_dir, dirs=True):
+        for queue in _files(Path(topic.path), dirs=True):
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
@@ -133,7 +137,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     return steps, plan
 
 
-def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> None:
+def _wheel_fix(root: Path, resize) -> None:
     """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``: ``TimerWheel`` refuses to start on
     it (reference §9; verify's ``timer-wheel``). Padded with empty slots (the slots it lost are gone, and
     the deliveries they held) or trimmed."""
@@ -145,10 +149,8 @@ def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> No
     size, expected = wheel.stat().st_size, 2 * tfmt.SLOTS_TOTAL * tfmt.SLOT_SIZE
     if size == expected:
         return
-    why = (f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
+    resize("timerwheel", size, expected, f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
            + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
-    steps.append(RepairStep("resize-segment", True, why, ("timerwheel",)))
-    actions.append(Action("resize", "timerwheel", start=size, end=expected, note=why))
 
 
 def _size_from_name(path: Path, size: int) -> int:
@@ -192,7 +194,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
-def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
+def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
     ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
@@ -221,25 +223,15 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
             elif size < expected:
-                why = f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+                resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
             else:
-                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+                resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
 
 
-def _files(directory: Path) -> list[os.DirEntry]:
+def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
+    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory."""
     try:
-        return sorted((e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _dirs(directory: Path) -> list[os.DirEntry]:
-    try:
-        return sorted((e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+        return sorted((e for e in os.scandir(directory) if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
@@ -328,10 +320,10 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
         key = _queue_of(f)
-        if (f.details or {}).get("record_damaged"):  # the entry is where the broker puts it: the record's QUEUEOFFSET is what is wrong
+        # record_damaged: the entry is where the broker puts it, the record's QUEUEOFFSET is what is wrong;
+        # a queue with an entry in lost data: rebuilding would renumber the queue around the lost record
+        if (f.details or {}).get("record_damaged") or key in lost.queues or key is None:
             out.lost.append(expected(f, True))
-        elif key in lost.queues or key is None:
-            out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
         else:
             out.queues.setdefault(key, []).append(f)
     elif f.kind in INDEX_KINDS:
@@ -346,16 +338,13 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind in ("timer-reference", "timer-wheel"):
         pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
         out.lost.append(expected(f, lost.holds(f.offset) or _timer_unit_lost(f) or _names_gone_units(f) or pending))
-    elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
-        out.lost.append(expected(f, True))
-    elif f.kind == "timercheck-ahead":
-        # config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
-        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
-        # it anew; what it counted is lost data no step gives back
-        out.lost.append(expected(f, True))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
-    elif f.kind == "config-unreadable":
+    elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
+        # timer-log-damaged: the units after it are gone (TimerMessageStore.recover truncates the timer log there);
+        # timercheck-ahead: config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
+        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
+        # it anew; what it counted is lost data no step gives back; config-unreadable: its .bak is unreadable too
         out.lost.append(expected(f, True))
     else:
         # anything unknown is lost data after lost messages; a consumer offset outside its queue
