@@ -27,9 +27,8 @@ from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
-from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.planparts import multi_dispatch
+from ..recovery.planparts import multi_dispatch, put_index
 from ..recovery.plans import Plan
 from ..recovery.planners import file_crc32
 from ..store.rules import VersionRules
@@ -330,7 +329,7 @@ class Executor:
                         )
                     )
                 # the index (random slot access, the heavier half) is built in a second thread
-                with Worker(_put_index if ix is not None and phase.index else None, ix) as index_worker:
+                with Worker(put_index if ix is not None and phase.index else None, ix) as index_worker:
                     for batch in batches:
                         StopRequests.check()  # only the staging directory is written here
                         if cq is not None and phase.consume_queues:
@@ -448,11 +447,6 @@ def hold_store_lock(store_root: Path, force: bool = False):
     finally:
         if fd is not None:
             os.close(fd)
-
-
-def _put_index(ix: IndexWriterService, batch) -> None:
-    if len(batch):
-        ix.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 class Worker:

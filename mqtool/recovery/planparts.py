@@ -180,8 +180,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     )
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
-        found_first = record_at(cl, end.offset, legacy)
-        first_invalid = found_first
+        first_invalid = record_at(cl, end.offset, legacy)
     damage = not end.is_clean or found.records > 0
     plan = CommitLogPlan(
         cl.min_offset,
@@ -347,11 +346,6 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
     return crc
 
 
-def seed_of(sim: QueueSim) -> tuple[int | None, int]:
-    s = sim.queue_state
-    return s.write_pos, s.max_phys_offset
-
-
 class PhaseCounts:
     """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
     and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
@@ -387,7 +381,13 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed
     if index_writer is not None:
-        index_writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
+        put_index(index_writer, batch)
+
+
+def put_index(writer: IndexPlacement, batch) -> None:
+    """One dispatched batch's keyed records into an index placement (or ``apply``'s index writer)."""
+    if len(batch):
+        writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 def geometry(store: Store) -> tuple[int, int]:
@@ -462,6 +462,5 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
 
 
 def feed_index(batch, writer: IndexPlacement, counts: PhaseCounts) -> None:
-    if len(batch):
-        counts.records += len(batch)
-        writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
+    counts.records += len(batch)
+    put_index(writer, batch)
