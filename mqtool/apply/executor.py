@@ -343,18 +343,17 @@ class Executor:
                 if ix is not None:
                     closer.submit(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
-                    written = {os.path.relpath(p, staged) for p in cq.close()}
-                    self._check_written(written, queue_files, "consume queue")
+                    self._check_written(cq.close(), queue_files, "consume queue")
             if ix is not None:
-                written = {os.path.relpath(p, staged) for p in ix.written}
-                self._check_written(written, index_files, "index")
+                self._check_written(ix.written, index_files, "index")
             self._check_counts(cq, ix)
             fsync_dir(staged)
             durability_point("dispatch staged")
         finally:
             store.close()
 
-    def _check_written(self, written: set[str], planned: set[str], what: str) -> None:
+    def _check_written(self, paths: list[Path], planned: set[str], what: str) -> None:
+        written = {os.path.relpath(p, self.staging / STAGED) for p in paths}
         if written != planned:
             extra, missing = sorted(written - planned), sorted(planned - written)
             raise PlanMismatch(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]})")
