@@ -60,8 +60,7 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
                 f"(e.g. {', '.join(str(c) for c in candidates)})"
             )
         return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
-    source = given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
-    return guess.version, source
+    return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
 
 
 def given_source(store: Store) -> str:
@@ -206,11 +205,10 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
     contiguous in the broker: each begins with the first keyed record after the previous one)."""
     covered = [(f.end_phy_offset, f) for f in index_plan.files if f.action != "delete" and f.entries_after > 0]
-    starts = {f.name: f for f in index_plan.files}
     gaps = []
     prev_end = None  # offset of the last indexed record so far
     cl = store.commitlog
-    for f in sorted(starts.values(), key=lambda f: f.name):
+    for f in sorted(index_plan.files, key=lambda f: f.name):
         if f.action == "delete" or f.entries_after <= 0:
             continue
         begin = _begin_phy(store, f)
@@ -346,16 +344,16 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
     return crc
 
 
+@dataclass
 class PhaseCounts:
     """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
-    and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
+    LMQ records, and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
 
-    def __init__(self):
-        self.records = 0
-        self.cq = 0
-        self.sched = 0
-        self.multi = 0
-        self.last_cq_ts: int | None = None
+    records: int = 0
+    cq: int = 0
+    sched: int = 0
+    multi: int = 0
+    last_cq_ts: int | None = None
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:

@@ -38,14 +38,6 @@ from ..store.startfile import recovery_start
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
-def _recovery_start(store: Store, rules: VersionRules) -> tuple[int, list[str]]:
-    """Where the broker's recovery would start scanning (a segment's first offset), with notes."""
-    notes = []
-    if store.abort_present:
-        notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
-    return recovery_start(store, rules).offset, notes
-
-
 class RebuildScan:
     """The dispatch both rebuilds write: the reput (``ReputMessageService``, no CRC, §8.12) of every
     record from the first segment to the valid end the broker's recovery would find (§8.3).
@@ -65,7 +57,10 @@ class RebuildScan:
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
         self.discipline = "served" if index and not store.is_dledger else "reput"
-        self.start, self.notes = _recovery_start(store, rules)
+        self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
+        self.notes = []
+        if store.abort_present:
+            self.notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 

@@ -388,20 +388,12 @@ def steps_of(t: Triage) -> list[RepairStep]:
             "(a broker start never rebuilds missing entries nor drops entries past the end or into overwritten bytes)",
             names,
         ))
-    if t.index:
-        kinds = sorted({f.kind for f in t.index})
-        steps.append(RepairStep(
-            "rebuild-index", True,
-            f"{', '.join(kinds)}: every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)",
-            ("index",),
-        ))
-    if t.checkpoint:
-        kinds = sorted({f.kind for f in t.checkpoint})
-        steps.append(RepairStep(
-            "rewrite-checkpoint", True,
-            f"{', '.join(kinds)}: the checkpoint is rewritten to the valid log (a broker start trusts it as it is)",
-            ("checkpoint",),
-        ))
+    for found, step, why, path in (
+        (t.index, "rebuild-index", "every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)", "index"),
+        (t.checkpoint, "rewrite-checkpoint", "the checkpoint is rewritten to the valid log (a broker start trusts it as it is)", "checkpoint"),
+    ):
+        if found:
+            steps.append(RepairStep(step, True, f"{', '.join(sorted({f.kind for f in found}))}: {why}", (path,)))
     for f in t.configs:
         steps.append(RepairStep(
             "restore-config", True,
