@@ -252,10 +252,6 @@ class BackupSet:
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
 
-    @property
-    def restore_started(self) -> bool:
-        return any(ev.get("ev") == "restore-started" for ev in self.journal.events())
-
     def before_states(self) -> dict[str, list[int] | None]:
         """(size, mtime_ns) of every touched file when the apply first touched it (None: it did not
         exist), from the journal; a journal written before these were recorded gives none."""
@@ -275,7 +271,7 @@ class BackupSet:
         restore that was cut short leaves some of each): something else changed them since."""
         after = self.manifest.get("after") or {}
         before = self.before_states()
-        started = self.restore_started
+        started = any(ev.get("ev") == "restore-started" for ev in self.journal.events())
         changed = []
         for rel, state in after.items():
             now = self.state_of(rel)

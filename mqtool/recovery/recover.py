@@ -223,11 +223,8 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
     cl = store.commitlog
     if not run.dispatching:
         return
-    if rules.reput_from_cq_max and cl.segments:
-        run.reput_from = max([cl.min_offset, 0] + [int(s.state[1]) for s in run.sims.values()])
-    else:
-        run.reput_from = kind.reput_from(run)
-    reput_from = run.reput_from
+    run.reput_from = reput_from = (max([cl.min_offset, 0] + [int(s.state[1]) for s in run.sims.values()])
+                                   if rules.reput_from_cq_max and cl.segments else kind.reput_from(run))
     if reput_from is None or reput_from >= end:
         return
     counts = PhaseCounts()

@@ -584,21 +584,17 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     after it on that walk: each segment's chain is walked on from where the plan's scan stopped,
     not from its first byte. Otherwise ``verify_after`` runs after the plan with every check, as
     it would alone: the result is the same either way. ``before_verify`` runs before verify."""
-    walked = WalkedChain() if _may_settle(store) else None
+    try:
+        may_settle = cross_checks_may_settle(store)
+    except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
+        may_settle = False
+    walked = WalkedChain() if may_settle else None
     plan = make_plan(walked)
     if before_verify is not None:
         before_verify()
     if walked is not None and cross_checks_settled(store, plan):
         return dataclasses.replace(plan, verify_after=tuple(_expected_after(verify_findings(store, LOCAL_CHECKS, walked=walked.runs), plan)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
-
-
-def _may_settle(store: Store) -> bool:
-    """``cross_checks_may_settle``; False when a part it reads cannot be read (the plan reports it)."""
-    try:
-        return cross_checks_may_settle(store)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
