@@ -357,18 +357,13 @@ def clear_pending(store_root: Path) -> None:
 def changed_by_others(backups: list[BackupSet]) -> list[str]:
     """Files changed since by something other than these applies (given in the order applied):
     each file is checked against the latest apply that touched it and is not restored yet."""
-    seen: set[str] = set()
-    changed = []
+    latest: dict[str, bool] = {}  # each file: changed since the latest apply that touched it
     for backup in reversed(backups):
-        if backup.restored:
-            continue
-        others = set(backup.changed_since_apply())
-        for rel in backup.touched():
-            if rel not in seen:
-                seen.add(rel)
-                if rel in others:
-                    changed.append(rel)
-    return changed
+        if not backup.restored:
+            others = set(backup.changed_since_apply())
+            for rel in backup.touched():
+                latest.setdefault(rel, rel in others)
+    return [rel for rel, changed in latest.items() if changed]
 
 
 def refuse_changed(changed: list[str]) -> None:

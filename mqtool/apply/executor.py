@@ -386,9 +386,8 @@ class Executor:
 
     def _index_writer(self, store: Store, rules: VersionRules) -> IndexWriterService:
         ip = self.plan.index
-        append, previous, names = None, None, set()
+        append, previous = None, None
         for f in ip.files:
-            names.add(f.name)
             rel = f"index/{f.name}"
             if f.action == "append":
                 source = self.backup.backup_file(rel)
@@ -405,7 +404,7 @@ class Executor:
             ip.hash_slot_num,
             ip.index_num,
             previous=previous,
-            taken_names=names - {f.name for f in ip.files if f.action == "create"},
+            taken_names={f.name for f in ip.files if f.action != "create"},
             append_to=append,
             after_name=ip.after_name,
             counts_used_slots=rules.index_counts_used_slots,
@@ -529,7 +528,7 @@ def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
     plan = Plan.from_dict(backup.manifest["plan"])
     if backup.complete:
         clear_pending(store_root)
-        return backup
-    Executor(Path(store_root).resolve(), plan, backup, progress).run()
+    else:
+        Executor(Path(store_root).resolve(), plan, backup, progress).run()
     return backup
 

@@ -294,17 +294,12 @@ def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: 
     )
 
 
-def queue_actions(store: Store, queues: Iterable[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
+def queue_actions(store: Store, queues: list[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
     """Deletions of consume queue files, and whether any file is rewritten or created."""
-    actions, writes = [], False
-    for q in queues:
-        for f in q.files:
-            if f.action == "delete":
-                path = rel(store, sims[(q.topic, q.queue_id)].directory / f.name)
-                actions.append(Action("delete", path, note=f"consume queue {q.topic}/{q.queue_id}"))
-            else:
-                writes = True
-    return actions, writes
+    files = [(q, f) for q in queues for f in q.files]
+    actions = [Action("delete", rel(store, sims[(q.topic, q.queue_id)].directory / f.name), note=f"consume queue {q.topic}/{q.queue_id}")
+               for q, f in files if f.action == "delete"]
+    return actions, any(f.action != "delete" for _, f in files)
 
 
 def write_action(queues: bool, index: bool) -> list[Action]:
