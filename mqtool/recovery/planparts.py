@@ -162,9 +162,8 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         if stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
             actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))
-        deleted = [s for s in cl.segments[index + 1 :]]
-    for seg in deleted:
-        actions.append(Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)"))
+        deleted = cl.segments[index + 1 :]
+    actions += [Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)") for seg in deleted]
     kept = record_at(cl, scan.last_valid, legacy) if scan.last_valid >= 0 else None
     found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp, describe=describe)
     lost = LostMessages(

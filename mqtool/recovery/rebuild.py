@@ -124,12 +124,9 @@ def _configured_topics(store: Store) -> set[str]:
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
     """One queue's plan: its offsets before (``q``, the files on disk, if any) and after; no file
     to write when its files already hold the rebuild's bytes (the queue is left alone)."""
-    if q is not None:
-        old = QueueSim.load(q, rules=rules)
-        before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
-    else:
-        before = (0, 0)
-    qp = queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,))
+    old = QueueSim.load(q, rules=rules) if q is not None else None
+    min_before, max_before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset) if old is not None else (0, 0)
+    qp = queue_plan(sim, min_before, max_before, clmin, rules.cq_min_offset_v5, (None,))
     return replace(qp, files=()) if sim.equals_original() else qp
 
 
