@@ -87,9 +87,7 @@ class RepairPlan:
         return not self.steps
 
     def to_dict(self) -> dict[str, Any]:
-        doc = _to_json_value(self)
-        doc["is_empty"] = self.is_empty
-        return doc
+        return {**_to_json_value(self), "is_empty": self.is_empty}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "RepairPlan":
@@ -569,8 +567,7 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
     findings, run = verified
-    after = triage(predict_after_recovery(findings, recover), run.last_timestamp)
-    return expected_after(after)
+    return expected_after(triage(predict_after_recovery(findings, recover), run.last_timestamp))
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
