@@ -203,22 +203,18 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
 def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> list[tuple[int, int]]:
     """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
     contiguous in the broker: each begins with the first keyed record after the previous one)."""
-    covered = [(f.end_phy_offset, f) for f in index_plan.files if f.action != "delete" and f.entries_after > 0]
     gaps = []
-    prev_end = None  # offset of the last indexed record so far
+    prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
     cl = store.commitlog
-    for f in sorted(index_plan.files, key=lambda f: f.name):
-        if f.action == "delete" or f.entries_after <= 0:
-            continue
+    for f in sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name):
         begin = _begin_phy(store, f)
         start_at = cl.min_offset if prev_end is None else prev_end
         if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
             gaps.append((start_at, begin))
         prev_end = max(prev_end or 0, f.end_phy_offset)
-    if covered and prev_end is not None and prev_end < end and _keyed_record_between(store, prev_end, end, skip_first=True, legacy=legacy):
-        gaps.append((prev_end, end))
-    if not covered and _keyed_record_between(store, cl.min_offset, end, skip_first=False, legacy=legacy):
-        gaps.append((cl.min_offset, end))
+    start_at = cl.min_offset if prev_end is None else prev_end
+    if start_at < end and _keyed_record_between(store, start_at, end, skip_first=prev_end is not None, legacy=legacy):
+        gaps.append((start_at, end))
     return gaps
 
 
