@@ -306,14 +306,12 @@ def write_action(queues: bool, index: bool) -> list[Action]:
 
 def fingerprints(store: Store, paths: Iterable[Path], crc_paths: set[Path] = frozenset(), *, with_crc: bool = False) -> tuple[Fingerprint, ...]:
     """Size and mtime of every path that exists; CRC32 for ``crc_paths`` when ``with_crc``."""
-    out, seen = [], set()
-    for p in paths:
-        if p in seen or not p.exists():
-            continue
-        seen.add(p)
-        st = p.stat()
-        crc = file_crc32(p) if with_crc and p in crc_paths else None
-        out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
+    out = []
+    for p in dict.fromkeys(paths):  # each once, in order
+        if p.exists():
+            st = p.stat()
+            crc = file_crc32(p) if with_crc and p in crc_paths else None
+            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
     return tuple(out)
 
 
@@ -431,9 +429,7 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     read: list[Path] = []
     changed: set[Path] = set()
     cl = store.commitlog
-    start = plan.commitlog.scan_from if plan.commitlog else cl.min_offset
-    for phase in plan.dispatch:
-        start = min(start, phase.start)
+    start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
     read += [seg.path for seg in cl.segments if seg.end_offset > start]
     changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
     for q in plan.queues:
