@@ -148,7 +148,7 @@ def _wheel_fix(root: Path, resize) -> None:
     if size == expected:
         return
     resize("timerwheel", size, expected, f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
-           + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
+                                         + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
 
 
 def _size_from_name(path: Path, size: int) -> int:
