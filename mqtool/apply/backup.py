@@ -42,10 +42,7 @@ def staging_path(store_root: Path, final: Path) -> Path:
     """Where a file of the store is written before it is renamed into place: the store's staging
     directory, never the file's own directory (the broker refuses to start on a file in a commit log,
     queue or index directory whose name is not an offset: ``MappedFileQueue.load``)."""
-    import hashlib  # here: OpenSSL's start-up is for the commands that write
-
-    rel = os.path.relpath(final, store_root)
-    return Path(store_root) / STAGING_DIR / f"{hashlib.sha1(rel.encode()).hexdigest()[:20]}-{Path(final).name}"
+    return Path(store_root) / STAGING_DIR / _flat(os.path.relpath(final, store_root), 20)
 
 
 def default_backup_dir(store_root: Path, command: str) -> Path:
@@ -53,10 +50,11 @@ def default_backup_dir(store_root: Path, command: str) -> Path:
     return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
 
 
-def _flat(rel: str) -> str:
-    import hashlib
+def _flat(rel: str, digits: int = 16) -> str:
+    """A store path as one file name: its hash, then its own name."""
+    import hashlib  # here: OpenSSL's start-up is for the commands that write
 
-    return f"{hashlib.sha1(rel.encode()).hexdigest()[:16]}-{Path(rel).name}"
+    return f"{hashlib.sha1(rel.encode()).hexdigest()[:digits]}-{Path(rel).name}"
 
 
 class Journal:
@@ -132,16 +130,13 @@ class BackupSet:
         if manifest.get("format") != BACKUP_FORMAT:
             raise BadInput(f"{directory}: not an {BACKUP_FORMAT} backup")
         backup = cls(directory, Path(manifest["store"]), manifest, Journal(directory / "journal.jsonl"))
+        paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs}
         for ev in backup.journal.events():
             kind = ev.get("ev")
-            if kind == "backup-file":
-                backup._files.add(ev["path"])
+            if kind in paths:
+                paths[kind].add(ev["path"])
             elif kind == "backup-range":
                 backup._ranges.add((ev["path"], ev["start"], ev["end"]))
-            elif kind == "create":
-                backup._created.add(ev["path"])
-            elif kind == "create-dir":
-                backup._dirs.add(ev["path"])
             elif kind == "step-done":
                 backup._done.add(ev["index"])
         return backup
@@ -257,10 +252,6 @@ class BackupSet:
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
 
-    @property
-    def restore_started(self) -> bool:
-        return any(ev.get("ev") == "restore-started" for ev in self.journal.events())
-
     def before_states(self) -> dict[str, list[int] | None]:
         """(size, mtime_ns) of every touched file when the apply first touched it (None: it did not
         exist), from the journal; a journal written before these were recorded gives none."""
@@ -280,7 +271,7 @@ class BackupSet:
         restore that was cut short leaves some of each): something else changed them since."""
         after = self.manifest.get("after") or {}
         before = self.before_states()
-        started = self.restore_started
+        started = any(ev.get("ev") == "restore-started" for ev in self.journal.events())
         changed = []
         for rel, state in after.items():
             now = self.state_of(rel)
@@ -366,18 +357,13 @@ def clear_pending(store_root: Path) -> None:
 def changed_by_others(backups: list[BackupSet]) -> list[str]:
     """Files changed since by something other than these applies (given in the order applied):
     each file is checked against the latest apply that touched it and is not restored yet."""
-    seen: set[str] = set()
-    changed = []
+    latest: dict[str, bool] = {}  # each file: changed since the latest apply that touched it
     for backup in reversed(backups):
-        if backup.restored:
-            continue
-        others = set(backup.changed_since_apply())
-        for rel in backup.touched():
-            if rel not in seen:
-                seen.add(rel)
-                if rel in others:
-                    changed.append(rel)
-    return changed
+        if not backup.restored:
+            others = set(backup.changed_since_apply())
+            for rel in backup.touched():
+                latest.setdefault(rel, rel in others)
+    return [rel for rel, changed in latest.items() if changed]
 
 
 def refuse_changed(changed: list[str]) -> None:
@@ -434,8 +420,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     if ours:
         clear_pending(root)
     if pending is None or ours:
-        for p in leftover_temporaries(root):  # this restore's own staging, and what an earlier run left
-            shutil.rmtree(p) if p.is_dir() else remove(p)
+        remove_leftovers(root)  # this restore's own staging, and what an earlier run left
         fsync_dir(root)
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}

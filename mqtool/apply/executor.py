@@ -27,9 +27,8 @@ from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
-from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.planparts import multi_dispatch
+from ..recovery.planparts import multi_dispatch, put_index
 from ..recovery.plans import Plan
 from ..recovery.planners import file_crc32
 from ..store.rules import VersionRules
@@ -330,7 +329,7 @@ class Executor:
                         )
                     )
                 # the index (random slot access, the heavier half) is built in a second thread
-                with Worker(_put_index if ix is not None and phase.index else None, ix) as index_worker:
+                with Worker(put_index if ix is not None and phase.index else None, ix) as index_worker:
                     for batch in batches:
                         StopRequests.check()  # only the staging directory is written here
                         if cq is not None and phase.consume_queues:
@@ -344,18 +343,17 @@ class Executor:
                 if ix is not None:
                     closer.submit(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
-                    written = {os.path.relpath(p, staged) for p in cq.close()}
-                    self._check_written(written, queue_files, "consume queue")
+                    self._check_written(cq.close(), queue_files, "consume queue")
             if ix is not None:
-                written = {os.path.relpath(p, staged) for p in ix.written}
-                self._check_written(written, index_files, "index")
+                self._check_written(ix.written, index_files, "index")
             self._check_counts(cq, ix)
             fsync_dir(staged)
             durability_point("dispatch staged")
         finally:
             store.close()
 
-    def _check_written(self, written: set[str], planned: set[str], what: str) -> None:
+    def _check_written(self, paths: list[Path], planned: set[str], what: str) -> None:
+        written = {os.path.relpath(p, self.staging / STAGED) for p in paths}
         if written != planned:
             extra, missing = sorted(written - planned), sorted(planned - written)
             raise PlanMismatch(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]})")
@@ -388,9 +386,8 @@ class Executor:
 
     def _index_writer(self, store: Store, rules: VersionRules) -> IndexWriterService:
         ip = self.plan.index
-        append, previous, names = None, None, set()
+        append, previous = None, None
         for f in ip.files:
-            names.add(f.name)
             rel = f"index/{f.name}"
             if f.action == "append":
                 source = self.backup.backup_file(rel)
@@ -407,7 +404,7 @@ class Executor:
             ip.hash_slot_num,
             ip.index_num,
             previous=previous,
-            taken_names=names - {f.name for f in ip.files if f.action == "create"},
+            taken_names={f.name for f in ip.files if f.action != "create"},
             append_to=append,
             after_name=ip.after_name,
             counts_used_slots=rules.index_counts_used_slots,
@@ -448,11 +445,6 @@ def hold_store_lock(store_root: Path, force: bool = False):
     finally:
         if fd is not None:
             os.close(fd)
-
-
-def _put_index(ix: IndexWriterService, batch) -> None:
-    if len(batch):
-        ix.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 class Worker:
@@ -536,7 +528,7 @@ def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
     plan = Plan.from_dict(backup.manifest["plan"])
     if backup.complete:
         clear_pending(store_root)
-        return backup
-    Executor(Path(store_root).resolve(), plan, backup, progress).run()
+    else:
+        Executor(Path(store_root).resolve(), plan, backup, progress).run()
     return backup
 

@@ -29,11 +29,10 @@ from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
 from ..store import Store
+from ..recovery.planparts import geometry
 from .synth import CommitLogWriter
 from ..store.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
 from .writers import ConsumeQueueWriter, IndexWriterService
-
-BROKER_INDEX_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 
 
 def check_target(source: Store, target: Path) -> Path:
@@ -79,14 +78,11 @@ class SalvageStoreWriter:
         self.target = target
         rules = source.rules
         self.v5 = rules.v5
-        legacy_blank = rules.stale_blank_fill
         self.min_offset = source.commitlog.min_offset
         target.mkdir(parents=True, exist_ok=True)
-        self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, legacy_blank, base=self.min_offset)
+        self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, rules.stale_blank_fill, base=self.min_offset)
         self.cq = ConsumeQueueWriter(target / "consumequeue", source.consume_queue_file_size)
-        geometry = source.index_geometry
-        slots, entries = (geometry.hash_slot_num, geometry.index_num) if geometry is not None else BROKER_INDEX_GEOMETRY
-        self.index = IndexWriterService(target / "index", slots, entries)
+        self.index = IndexWriterService(target / "index", *geometry(source))  # the broker's default geometry where the source has none
         self.next_queue_offset: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
         self.summary = NewStoreSummary(str(target), self.min_offset)

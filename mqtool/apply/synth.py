@@ -222,11 +222,7 @@ def build_store(spec: SynthSpec) -> dict:
     store_ts = spec.start_timestamp
     seq = 0
     index_full_ts = 0
-    while True:
-        if spec.messages is not None and seq >= spec.messages:
-            break
-        if spec.total_bytes is not None and log.base + log.pos >= spec.total_bytes:
-            break
+    while (spec.messages is None or seq < spec.messages) and (spec.total_bytes is None or log.base + log.pos < spec.total_bytes):
         store_ts += mix.rng.randrange(0, 3)
         m = mix.next(seq, store_ts)
         topic, props = m.pop("_topic"), m.pop("_props")

@@ -59,16 +59,12 @@ def _effect(plan: Plan) -> dict[str, Any]:
 def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     """The first differing leaves of two plan documents, as (path, value in a, value in b)."""
     if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-        out = []
-        for key in a:
-            out += _differences(a[key], b[key], f"{path}.{key}" if path else key)
-        return out
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        out = []
-        for i, (x, y) in enumerate(zip(a, b)):
-            out += _differences(x, y, f"{path}[{i}]")
-        return out
-    return [] if a == b else [(path, a, b)]
+        pairs = [(f"{path}.{key}" if path else key, a[key], b[key]) for key in a]
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        pairs = [(f"{path}[{i}]", x, y) for i, (x, y) in enumerate(zip(a, b))]
+    else:
+        return [] if a == b else [(path, a, b)]
+    return [d for where, x, y in pairs for d in _differences(x, y, where)]
 
 
 def _short(value: Any) -> str:

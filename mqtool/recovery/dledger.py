@@ -161,15 +161,12 @@ class DLedgerLog(LogKind):
     def of(cls, store: Store) -> "DLedgerLog":
         return cls(data_recovery(store))
 
-    def _abnormal_dispatch(self, run: RecoveryRun) -> bool:
-        return run.abnormal and dispatches_on_abnormal(run.version)
-
     def start(self, run: RecoveryRun) -> tuple[int, str]:
         s = dledger_start(run.store, self.dl, run.version, mode=run.mode, index_safe=run.index_safe, full_scan=run.options.full_scan)
         return s.offset, s.rule
 
     def dispatches(self, run: RecoveryRun) -> bool:
-        return run.dispatching and self._abnormal_dispatch(run)
+        return run.dispatching and run.abnormal and dispatches_on_abnormal(run.version)
 
     def queue_cut(self, run: RecoveryRun) -> int:
         dl = self.dl

@@ -163,10 +163,8 @@ class ClassicLog(LogKind):
         return end.offset
 
     def truncates_queues(self, run: RecoveryRun) -> bool:
-        walk = run.rules.abnormal_truncates_cq_always if run.abnormal else False
-        if run.abnormal or run.rules.normal_truncates_cq:
-            walk = walk or run.max_cq >= run.end
-        return walk
+        always = run.abnormal and run.rules.abnormal_truncates_cq_always
+        return bool(always or ((run.abnormal or run.rules.normal_truncates_cq) and run.max_cq >= run.end))
 
     def notes(self, run: RecoveryRun) -> list[str]:
         if not run.dispatching:
@@ -194,7 +192,7 @@ def _dispatch_notes(run: RecoveryRun, max_cq: int) -> list[str]:
     store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
     notes = []
     covered_from = min((p.start for p in phases if p.consume_queues), default=end)
-    if 0 <= max_cq < end and covered_from > max_cq and _keyed_or_any_record_between(store, max_cq, min(covered_from, end)):
+    if 0 <= max_cq < end and covered_from > max_cq and _record_starts_at(store, max_cq, False):  # a record lies past the queues' end
         notes.append(
             f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
             "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
@@ -219,8 +217,3 @@ def _dispatch_notes(run: RecoveryRun, max_cq: int) -> list[str]:
 def _record_starts_at(store: Store, offset: int, legacy: bool) -> bool:
     found = record_at(store.commitlog, offset, legacy)
     return found is not None and found.topic is not None
-
-
-def _keyed_or_any_record_between(store: Store, start: int, stop: int) -> bool:
-    """True if a record starts in ``[start, stop)``."""
-    return start < stop and _record_starts_at(store, start, False)

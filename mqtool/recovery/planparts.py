@@ -60,8 +60,7 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
                 f"(e.g. {', '.join(str(c) for c in candidates)})"
             )
         return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
-    source = given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
-    return guess.version, source
+    return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
 
 
 def given_source(store: Store) -> str:
@@ -163,9 +162,8 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         if stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
             actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))
-        deleted = [s for s in cl.segments[index + 1 :]]
-    for seg in deleted:
-        actions.append(Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)"))
+        deleted = cl.segments[index + 1 :]
+    actions += [Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)") for seg in deleted]
     kept = record_at(cl, scan.last_valid, legacy) if scan.last_valid >= 0 else None
     found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp, describe=describe)
     lost = LostMessages(
@@ -180,8 +178,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     )
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
-        found_first = record_at(cl, end.offset, legacy)
-        first_invalid = found_first
+        first_invalid = record_at(cl, end.offset, legacy)
     damage = not end.is_clean or found.records > 0
     plan = CommitLogPlan(
         cl.min_offset,
@@ -206,23 +203,18 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
 def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> list[tuple[int, int]]:
     """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
     contiguous in the broker: each begins with the first keyed record after the previous one)."""
-    covered = [(f.end_phy_offset, f) for f in index_plan.files if f.action != "delete" and f.entries_after > 0]
-    starts = {f.name: f for f in index_plan.files}
     gaps = []
-    prev_end = None  # offset of the last indexed record so far
+    prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
     cl = store.commitlog
-    for f in sorted(starts.values(), key=lambda f: f.name):
-        if f.action == "delete" or f.entries_after <= 0:
-            continue
+    for f in sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name):
         begin = _begin_phy(store, f)
         start_at = cl.min_offset if prev_end is None else prev_end
         if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
             gaps.append((start_at, begin))
         prev_end = max(prev_end or 0, f.end_phy_offset)
-    if covered and prev_end is not None and prev_end < end and _keyed_record_between(store, prev_end, end, skip_first=True, legacy=legacy):
-        gaps.append((prev_end, end))
-    if not covered and _keyed_record_between(store, cl.min_offset, end, skip_first=False, legacy=legacy):
-        gaps.append((cl.min_offset, end))
+    start_at = cl.min_offset if prev_end is None else prev_end
+    if start_at < end and _keyed_record_between(store, start_at, end, skip_first=prev_end is not None, legacy=legacy):
+        gaps.append((start_at, end))
     return gaps
 
 
@@ -297,17 +289,12 @@ def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: 
     )
 
 
-def queue_actions(store: Store, queues: Iterable[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
+def queue_actions(store: Store, queues: list[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
     """Deletions of consume queue files, and whether any file is rewritten or created."""
-    actions, writes = [], False
-    for q in queues:
-        for f in q.files:
-            if f.action == "delete":
-                path = rel(store, sims[(q.topic, q.queue_id)].directory / f.name)
-                actions.append(Action("delete", path, note=f"consume queue {q.topic}/{q.queue_id}"))
-            else:
-                writes = True
-    return actions, writes
+    files = [(q, f) for q in queues for f in q.files]
+    actions = [Action("delete", rel(store, sims[(q.topic, q.queue_id)].directory / f.name), note=f"consume queue {q.topic}/{q.queue_id}")
+               for q, f in files if f.action == "delete"]
+    return actions, any(f.action != "delete" for _, f in files)
 
 
 def write_action(queues: bool, index: bool) -> list[Action]:
@@ -319,14 +306,12 @@ def write_action(queues: bool, index: bool) -> list[Action]:
 
 def fingerprints(store: Store, paths: Iterable[Path], crc_paths: set[Path] = frozenset(), *, with_crc: bool = False) -> tuple[Fingerprint, ...]:
     """Size and mtime of every path that exists; CRC32 for ``crc_paths`` when ``with_crc``."""
-    out, seen = [], set()
-    for p in paths:
-        if p in seen or not p.exists():
-            continue
-        seen.add(p)
-        st = p.stat()
-        crc = file_crc32(p) if with_crc and p in crc_paths else None
-        out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
+    out = []
+    for p in dict.fromkeys(paths):  # each once, in order
+        if p.exists():
+            st = p.stat()
+            crc = file_crc32(p) if with_crc and p in crc_paths else None
+            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
     return tuple(out)
 
 
@@ -347,21 +332,16 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
     return crc
 
 
-def seed_of(sim: QueueSim) -> tuple[int | None, int]:
-    s = sim.queue_state
-    return s.write_pos, s.max_phys_offset
-
-
+@dataclass
 class PhaseCounts:
     """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
-    and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
+    LMQ records, and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
 
-    def __init__(self):
-        self.records = 0
-        self.cq = 0
-        self.sched = 0
-        self.multi = 0
-        self.last_cq_ts: int | None = None
+    records: int = 0
+    cq: int = 0
+    sched: int = 0
+    multi: int = 0
+    last_cq_ts: int | None = None
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
@@ -387,7 +367,13 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed
     if index_writer is not None:
-        index_writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
+        put_index(index_writer, batch)
+
+
+def put_index(writer: IndexPlacement, batch) -> None:
+    """One dispatched batch's keyed records into an index placement (or ``apply``'s index writer)."""
+    if len(batch):
+        writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
 
 
 def geometry(store: Store) -> tuple[int, int]:
@@ -443,9 +429,7 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     read: list[Path] = []
     changed: set[Path] = set()
     cl = store.commitlog
-    start = plan.commitlog.scan_from if plan.commitlog else cl.min_offset
-    for phase in plan.dispatch:
-        start = min(start, phase.start)
+    start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
     read += [seg.path for seg in cl.segments if seg.end_offset > start]
     changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
     for q in plan.queues:
@@ -462,6 +446,5 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
 
 
 def feed_index(batch, writer: IndexPlacement, counts: PhaseCounts) -> None:
-    if len(batch):
-        counts.records += len(batch)
-        writer.put_batch(batch.phys, batch.column(fd.F_STORE_TS), batch.to_index, batch.column(fd.F_KEY_START), batch.column(fd.F_KEY_COUNT), batch.keys)
+    counts.records += len(batch)
+    put_index(writer, batch)

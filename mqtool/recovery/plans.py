@@ -165,10 +165,6 @@ class QueuePlan:
     seeds: tuple[QueueSeed | None, ...]  # per dispatch phase (None: carry on)
     files: tuple[QueueFile, ...]
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.files)
-
 
 @dataclass(frozen=True)
 class IndexFilePlan:

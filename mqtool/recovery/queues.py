@@ -153,13 +153,9 @@ class QueueSim:
                 self._compare(start, self._chunks[-1][1], self._chunks[-1][2], np.full(count, cqfmt.FILLER[2], dtype=np.int64))
         if not placed:
             return 0
-        if placed == qoff.shape[0]:  # the usual case: every unit placed, no mask to apply
-            kp, kq, kphys, ksize = pos, qoff, phys.astype(np.int64), size.astype(np.int32)  # copies: the batch is not kept
-            ktags = tags
-        else:
-            keep = pos >= 0
-            kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep].astype(np.int64, copy=False), size[keep].astype(np.int32)
-            ktags = tags[keep] if tags is not None else None
+        keep = slice(None) if placed == qoff.shape[0] else pos >= 0  # the usual case: every unit placed, no mask to apply
+        kp, kq, kphys, ksize = pos[keep], qoff[keep], phys[keep].astype(np.int64), size[keep].astype(np.int32)  # copies: the batch is not kept
+        ktags = tags[keep] if tags is not None else None
         if ktags is not None:
             self._compare(int(kp[0]), kphys, ksize, ktags)
         if self.first_added is None:

@@ -38,14 +38,6 @@ from ..store.startfile import recovery_start
 # ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
-def _recovery_start(store: Store, rules: VersionRules) -> tuple[int, list[str]]:
-    """Where the broker's recovery would start scanning (a segment's first offset), with notes."""
-    notes = []
-    if store.abort_present:
-        notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
-    return recovery_start(store, rules).offset, notes
-
-
 class RebuildScan:
     """The dispatch both rebuilds write: the reput (``ReputMessageService``, no CRC, §8.12) of every
     record from the first segment to the valid end the broker's recovery would find (§8.3).
@@ -65,7 +57,10 @@ class RebuildScan:
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
         self.discipline = "served" if index and not store.is_dledger else "reput"
-        self.start, self.notes = _recovery_start(store, rules)
+        self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
+        self.notes = []
+        if store.abort_present:
+            self.notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 
@@ -129,12 +124,9 @@ def _configured_topics(store: Store) -> set[str]:
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
     """One queue's plan: its offsets before (``q``, the files on disk, if any) and after; no file
     to write when its files already hold the rebuild's bytes (the queue is left alone)."""
-    if q is not None:
-        old = QueueSim.load(q, rules=rules)
-        before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset)
-    else:
-        before = (0, 0)
-    qp = queue_plan(sim, before[0], before[1], clmin, rules.cq_min_offset_v5, (None,))
+    old = QueueSim.load(q, rules=rules) if q is not None else None
+    min_before, max_before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset) if old is not None else (0, 0)
+    qp = queue_plan(sim, min_before, max_before, clmin, rules.cq_min_offset_v5, (None,))
     return replace(qp, files=()) if sim.equals_original() else qp
 
 

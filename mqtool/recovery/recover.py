@@ -52,7 +52,6 @@ from .planparts import (
     queue_plan,
     rel,
     ScanResult,
-    seed_of,
     store_version,
     unreadable_from_queues,
     write_action,
@@ -109,14 +108,9 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
-    """The store's version, recovery mode and settings, as the plan reads them."""
-    return recovery_run(store, options, command, cache, walked, *store_version(store))
-
-
-def recovery_run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None,
-                 version, source: str) -> RecoveryRun:
-    """A ``RecoveryRun`` of ``store`` as ``version``'s broker recovers it (mode, checkpoint, index
-    safety), before any step."""
+    """A ``RecoveryRun`` of ``store`` as its version's broker recovers it (mode, checkpoint, index
+    safety, settings, as the plan reads them), before any step."""
+    version, source = store_version(store)
     return RecoveryRun(
         store, options, command, cache, walked, version, source, VersionRules(version),
         options.mode or ("abnormal" if store.abort_present else "normal"),
@@ -137,7 +131,7 @@ def _recover_queues(run: RecoveryRun) -> None:
 
 
 def _seeds(run: RecoveryRun) -> dict:
-    return {key: QueueSeed(*seed_of(sim)) for key, sim in run.sims.items()}
+    return {key: QueueSeed(sim.queue_state.write_pos, sim.queue_state.max_phys_offset) for key, sim in run.sims.items()}
 
 
 def _load_index(run: RecoveryRun) -> None:
@@ -229,11 +223,8 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
     cl = store.commitlog
     if not run.dispatching:
         return
-    if rules.reput_from_cq_max and cl.segments:
-        run.reput_from = max([cl.min_offset, 0] + [int(s.state[1]) for s in run.sims.values()])
-    else:
-        run.reput_from = kind.reput_from(run)
-    reput_from = run.reput_from
+    run.reput_from = reput_from = (max([cl.min_offset, 0] + [int(s.state[1]) for s in run.sims.values()])
+                                   if rules.reput_from_cq_max and cl.segments else kind.reput_from(run))
     if reput_from is None or reput_from >= end:
         return
     counts = PhaseCounts()

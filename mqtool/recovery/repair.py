@@ -87,9 +87,7 @@ class RepairPlan:
         return not self.steps
 
     def to_dict(self) -> dict[str, Any]:
-        doc = _to_json_value(self)
-        doc["is_empty"] = self.is_empty
-        return doc
+        return {**_to_json_value(self), "is_empty": self.is_empty}
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "RepairPlan":
@@ -113,14 +111,18 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("quarantine", True, why, (rel,)))
         actions.append(Action("quarantine", rel, note=why))
 
+    def resize(rel: str, size: int, expected: int, why: str) -> None:
+        steps.append(RepairStep("resize-segment", True, why, (rel,)))
+        actions.append(Action("resize", rel, start=size, end=expected, note=why))
+
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
-        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, steps, actions, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
+        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, steps, actions, alone=_dledger_index_size)
-    _wheel_fix(root, steps, actions)
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, resize, alone=_dledger_index_size)
+    _wheel_fix(root, resize)
     cq_dir = root / "consumequeue"
-    for topic in _dirs(cq_dir):
-        for queue in _dirs(Path(topic.path)):
+    for topic in _files(cq_dir, dirs=True):
+        for queue in _files(Path(topic.path), dirs=True):
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
@@ -133,7 +135,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     return steps, plan
 
 
-def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> None:
+def _wheel_fix(root: Path, resize) -> None:
     """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``: ``TimerWheel`` refuses to start on
     it (reference §9; verify's ``timer-wheel``). Padded with empty slots (the slots it lost are gone, and
     the deliveries they held) or trimmed."""
@@ -145,10 +147,8 @@ def _wheel_fix(root: Path, steps: list[RepairStep], actions: list[Action]) -> No
     size, expected = wheel.stat().st_size, 2 * tfmt.SLOTS_TOTAL * tfmt.SLOT_SIZE
     if size == expected:
         return
-    why = (f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
-           + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
-    steps.append(RepairStep("resize-segment", True, why, ("timerwheel",)))
-    actions.append(Action("resize", "timerwheel", start=size, end=expected, note=why))
+    resize("timerwheel", size, expected, f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "
+                                         + (f"padded with empty slots (the slots after byte {size} are lost)" if size < expected else f"{size - expected} bytes after its last slot trimmed"))
 
 
 def _size_from_name(path: Path, size: int) -> int:
@@ -192,7 +192,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
-def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, steps: list[RepairStep], actions: list[Action],
+def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
     ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
@@ -221,25 +221,15 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
             elif size < expected:
-                why = f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+                resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
             else:
-                why = f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)"
-                steps.append(RepairStep("resize-segment", True, why, (rel,)))
-                actions.append(Action("resize", rel, start=size, end=expected, note=why))
+                resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
 
 
-def _files(directory: Path) -> list[os.DirEntry]:
+def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
+    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory."""
     try:
-        return sorted((e for e in os.scandir(directory) if e.is_file(follow_symlinks=False)), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-
-
-def _dirs(directory: Path) -> list[os.DirEntry]:
-    try:
-        return sorted((e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+        return sorted((e for e in os.scandir(directory) if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
@@ -328,10 +318,10 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
         key = _queue_of(f)
-        if (f.details or {}).get("record_damaged"):  # the entry is where the broker puts it: the record's QUEUEOFFSET is what is wrong
+        # record_damaged: the entry is where the broker puts it, the record's QUEUEOFFSET is what is wrong;
+        # a queue with an entry in lost data: rebuilding would renumber the queue around the lost record
+        if (f.details or {}).get("record_damaged") or key in lost.queues or key is None:
             out.lost.append(expected(f, True))
-        elif key in lost.queues or key is None:
-            out.lost.append(expected(f, True))  # rebuilding would renumber the queue around the lost record
         else:
             out.queues.setdefault(key, []).append(f)
     elif f.kind in INDEX_KINDS:
@@ -346,16 +336,13 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind in ("timer-reference", "timer-wheel"):
         pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
         out.lost.append(expected(f, lost.holds(f.offset) or _timer_unit_lost(f) or _names_gone_units(f) or pending))
-    elif f.kind == "timer-log-damaged":  # the units after it are gone: TimerMessageStore.recover truncates the timer log there
-        out.lost.append(expected(f, True))
-    elif f.kind == "timercheck-ahead":
-        # config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
-        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
-        # it anew; what it counted is lost data no step gives back
-        out.lost.append(expected(f, True))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
-    elif f.kind == "config-unreadable":
+    elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
+        # timer-log-damaged: the units after it are gone (TimerMessageStore.recover truncates the timer log there);
+        # timercheck-ahead: config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
+        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
+        # it anew; what it counted is lost data no step gives back; config-unreadable: its .bak is unreadable too
         out.lost.append(expected(f, True))
     else:
         # anything unknown is lost data after lost messages; a consumer offset outside its queue
@@ -399,20 +386,12 @@ def steps_of(t: Triage) -> list[RepairStep]:
             "(a broker start never rebuilds missing entries nor drops entries past the end or into overwritten bytes)",
             names,
         ))
-    if t.index:
-        kinds = sorted({f.kind for f in t.index})
-        steps.append(RepairStep(
-            "rebuild-index", True,
-            f"{', '.join(kinds)}: every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)",
-            ("index",),
-        ))
-    if t.checkpoint:
-        kinds = sorted({f.kind for f in t.checkpoint})
-        steps.append(RepairStep(
-            "rewrite-checkpoint", True,
-            f"{', '.join(kinds)}: the checkpoint is rewritten to the valid log (a broker start trusts it as it is)",
-            ("checkpoint",),
-        ))
+    for found, step, why, path in (
+        (t.index, "rebuild-index", "every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)", "index"),
+        (t.checkpoint, "rewrite-checkpoint", "the checkpoint is rewritten to the valid log (a broker start trusts it as it is)", "checkpoint"),
+    ):
+        if found:
+            steps.append(RepairStep(step, True, f"{', '.join(sorted({f.kind for f in found}))}: {why}", (path,)))
     for f in t.configs:
         steps.append(RepairStep(
             "restore-config", True,
@@ -588,8 +567,7 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
     findings, run = verified
-    after = triage(predict_after_recovery(findings, recover), run.last_timestamp)
-    return expected_after(after)
+    return expected_after(triage(predict_after_recovery(findings, recover), run.last_timestamp))
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
@@ -603,21 +581,17 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     after it on that walk: each segment's chain is walked on from where the plan's scan stopped,
     not from its first byte. Otherwise ``verify_after`` runs after the plan with every check, as
     it would alone: the result is the same either way. ``before_verify`` runs before verify."""
-    walked = WalkedChain() if _may_settle(store) else None
+    try:
+        may_settle = cross_checks_may_settle(store)
+    except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
+        may_settle = False
+    walked = WalkedChain() if may_settle else None
     plan = make_plan(walked)
     if before_verify is not None:
         before_verify()
     if walked is not None and cross_checks_settled(store, plan):
         return dataclasses.replace(plan, verify_after=tuple(_expected_after(verify_findings(store, LOCAL_CHECKS, walked=walked.runs), plan)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
-
-
-def _may_settle(store: Store) -> bool:
-    """``cross_checks_may_settle``; False when a part it reads cannot be read (the plan reports it)."""
-    try:
-        return cross_checks_may_settle(store)
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
