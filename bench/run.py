@@ -14,7 +14,7 @@ commit log bytes (in this process) and against ``mqtool verify --only commitlog`
 Python walk (struct + zlib CRC, over at most the first 256 MiB, extrapolated) is the third
 baseline: ``x plain`` is a command's throughput over that walk's.
 
-``cold`` runs each listed command twice in fresh processes as right after the README's install:
+``cold`` runs each listed command twice in fresh processes (best of ``--repeat`` such pairs) as right after the README's install:
 from the installed tree (its bytecode compiled at install), with an empty home and cache folder, and
 checks that neither run writes a cache of any kind (no new ``.pyc``, no file in the new home). The
 target is a first run within 10% of the second. A second row per command (``code not cached``)
@@ -167,28 +167,30 @@ def drop_from_page_cache(files: list[Path]) -> None:
             os.close(fd)
 
 
-def cold_and_warm(cmd: list[str], scratch: Path, evict: bool) -> tuple[float, float, float, list[str]]:
+def cold_and_warm(cmd: list[str], scratch: Path, evict: bool, repeat: int) -> tuple[float, float, float, list[str]]:
     """The first and the second run of ``cmd`` in fresh processes (module docstring; ``evict``: the code's
-    pages dropped first), the first's peak RSS, and the caches the runs wrote (expected: none)."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    home = scratch / "home"
-    home.mkdir(parents=True)
+    pages dropped first), each the best of ``repeat`` pairs, each pair with a new home; the first runs'
+    peak RSS, and the caches the runs wrote (expected: none)."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
-    env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
-    files = code_files()
-    pyc_before = {p for p in files if p.suffix == ".pyc"}
-    if evict:
-        drop_from_page_cache(files)
-    walls, peak = [], 0.0
-    for _ in range(2):
-        proc, wall, rss = run_measured(cmd, env=env)
-        if proc.returncode not in (0, 1):
-            raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-        walls.append(wall)
-        peak = max(peak, rss)
-    written = [str(p) for p in home.rglob("*")] + [str(p) for p in code_files() if p.suffix == ".pyc" and p not in pyc_before]
+    firsts, seconds, peak, written = [], [], 0.0, []
+    for _ in range(repeat):
+        shutil.rmtree(scratch, ignore_errors=True)
+        home = scratch / "home"
+        home.mkdir(parents=True)
+        env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"))
+        files = code_files()
+        pyc_before = {p for p in files if p.suffix == ".pyc"}
+        if evict:
+            drop_from_page_cache(files)
+        for walls in (firsts, seconds):
+            proc, wall, rss = run_measured(cmd, env=env)
+            if proc.returncode not in (0, 1):
+                raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
+            walls.append(wall)
+            peak = max(peak, rss) if walls is firsts else peak
+        written += [str(p) for p in home.rglob("*")] + [str(p) for p in code_files() if p.suffix == ".pyc" and p not in pyc_before]
     shutil.rmtree(scratch, ignore_errors=True)
-    return walls[0], walls[1], peak, written
+    return min(firsts), min(seconds), peak, written
 
 
 def bench_store(spec, label: str, a) -> list[dict]:
@@ -214,7 +216,7 @@ def bench_store(spec, label: str, a) -> list[dict]:
     if "cold" in a.only:
         for evict in (False, True):
             for name, cmd in cold_commands(mq, path):
-                first, second, rss, written = cold_and_warm(cmd, a.out / f"cold-{label}", evict)
+                first, second, rss, written = cold_and_warm(cmd, a.out / f"cold-{label}", evict, a.repeat)
                 ratio = first / second
                 verdict = "" if evict else f"; target <= {COLD_TARGET}: {'met' if ratio <= COLD_TARGET else 'NOT met'}"
                 caches = f"caches written: {len(written)} ({', '.join(written[:2])})" if written else "no cache written"
