@@ -182,12 +182,13 @@ def cold_and_warm(cmd: list[str], scratch: Path, evict: bool, repeat: int) -> tu
         pyc_before = {p for p in files if p.suffix == ".pyc"}
         if evict:
             drop_from_page_cache(files)
-        for walls in (firsts, seconds):
-            proc, wall, rss = run_measured(cmd, env=env)
-            if proc.returncode not in (0, 1):
-                raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-            walls.append(wall)
-            peak = max(peak, rss) if walls is firsts else peak
+        (proc, first, rss), (proc2, second, _) = run_measured(cmd, env=env), run_measured(cmd, env=env)
+        for done in (proc, proc2):
+            if done.returncode not in (0, 1):
+                raise SystemExit(f"bench/run.py: {' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
+        firsts.append(first)
+        seconds.append(second)
+        peak = max(peak, rss)
         written += [str(p) for p in home.rglob("*")] + [str(p) for p in code_files() if p.suffix == ".pyc" and p not in pyc_before]
     shutil.rmtree(scratch, ignore_errors=True)
     return min(firsts), min(seconds), peak, written

@@ -19,8 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from repair_support import tree
-from damage_support import KINDS, beyond_lost, damage, damage_run, run
+from damage_support import KINDS, beyond_lost, damage, damage_run, run, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 

@@ -284,15 +284,15 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 def _checkpoint_marks(cp, end: int) -> list[tuple[str, frozenset]]:
     """5.1.1+ write ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): commit log offsets, so only a value
-    within the log's files is a mark. No CRC covers the checkpoint: a value past the files' end is damage, said so
+    within the log's files is a mark. No CRC covers the checkpoint: a value outside them is damage, said so
     and set aside (a bit flipped into those bytes of a 3.2.6 checkpoint would otherwise make it a 5.x store)."""
     marks = []
     for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15", "E18")),
                               ("masterFlushedOffset", cp.master_flushed_offset, eras_between("E13", "E18"))):
-        if value and 0 < value <= end:
+        if 0 < value <= end:
             return marks + [(f"checkpoint holds {name}", eras)]
         if value:
-            marks.append((f"checkpoint's {name} {value} lies past the commit log's end {end}: damaged, not a mark", ALL_ERAS))
+            marks.append((f"checkpoint's {name} {value} lies outside the commit log's offsets (0, {end}]: damaged, not a mark", ALL_ERAS))
     return marks
 
 
