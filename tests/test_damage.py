@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -291,6 +293,35 @@ def test_a_file_that_shrinks_while_mapped_is_one_line_and_exit_3(tmp_path, check
     )
     assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
     assert one_line(proc.stderr).startswith("mqtool: error: ") and "SIGBUS" in proc.stderr
+
+
+GIL_HELD = """
+import ctypes, os, threading
+from mqtool.store.mappedfile import exit_on_sigbus
+exit_on_sigbus()
+pause = ctypes.PyDLL(None).pause  # a PyDLL call keeps the GIL while it blocks
+def hold():
+    os.write(1, b"held\\n")
+    pause()
+threading.Thread(target=hold, daemon=True).start()
+pause()
+"""
+
+
+def test_sigbus_on_a_thread_without_the_gil_still_exits_3():
+    """The handler runs no Python: a thread that takes the signal while another holds the GIL (the
+    pool's result thread, a nogil loop) still prints the line and exits; a Python callback would
+    wait for the GIL forever."""
+    proc = subprocess.Popen([sys.executable, "-c", GIL_HELD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    try:
+        assert proc.stdout.readline() == b"held\n"
+        time.sleep(0.2)  # the holder is in pause() with the GIL; the main thread waits for it
+        os.kill(proc.pid, signal.SIGBUS)
+        assert proc.wait(timeout=60) == EXIT_BAD_INPUT
+        assert one_line(proc.stderr.read().decode()).startswith("mqtool: error: ")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_full_tmpfs_is_one_line_and_exit_3(tmp_path):

@@ -8,7 +8,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from ..errors import BadInput, BadStoreFile
+from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
@@ -111,15 +111,15 @@ def exit_on_sigbus(*, worker: bool = False) -> None:
     """Make a failed read through a map one line on stderr and exit code 3, not "Bus error" (135).
 
     A read through a map faults with SIGBUS when the file shrank after it was mapped or its pages
-    cannot be supplied; Python cannot catch it, so a C-callable handler (``sigbus.py``) writes the
+    cannot be supplied; Python cannot catch it, so a compiled handler (``_sigbus.pyx``) writes the
     line and calls ``_exit(3)``. A worker whose parent waits for its results installs the
     ``worker`` variant, which hands the signal to the parent."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return
-    from .sigbus import install
+    from ._sigbus import install
 
-    install(SIGBUS_MESSAGE, worker=worker)
+    install(SIGBUS_MESSAGE, EXIT_BAD_INPUT, worker)
     _sigbus_handled = True
 
 
