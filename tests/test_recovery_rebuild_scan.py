@@ -1,11 +1,13 @@
 """``RebuildScan`` (one walk) dispatches exactly what its definition does with two: the broker's
-recovery scan from its start segment finds the valid end (§8.3), then the reput (§8.12, no CRC)
+recovery scan from its start segment finds the valid end (§8.3), then the served walk (the reput,
+§8.12, no CRC, resuming where the log does past a record it cannot read; a DLedger log's reput)
 dispatches every record from the first segment to that end.
 
 On real-broker stores whose recovery starts past the first segment (clean-small: the
 third-from-last segment; crashed-small: abnormal recovery), and on a damaged copy where a
-record's TOTALSIZE reaches past the recovery's start segment (the reput skips over that
-segment's first records: the one case where the single walk must fall back).
+record's TOTALSIZE reaches past the recovery's start segment: the served walk resumes at the
+next record; a DLedger log's reput skips over that segment's first records, the one case where
+the single walk must fall back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 from conftest import VERSIONS, copy_store, fixture_version
 
 from mqtool.dispatch import fastdispatch as fd
+from mqtool.formats.dledger import ENTRY_HEADER_SIZE
 from mqtool.dispatch.scanner import TAGS_DELIVERY_TIME, TopicTable, phase_scanner
 from mqtool.recovery.rebuild import RebuildScan
 from mqtool.store.rules import VersionRules
@@ -27,15 +30,15 @@ pytestmark = pytest.mark.usefixtures("ahead_on_small_segments")  # the segments 
 COMPARED = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC_POS, fd.F_TOPIC_LEN, fd.F_KEY_START)]
 
 
-def by_definition(store: Store, rules: VersionRules, start: int, index: bool):
-    """The two walks: the recovery scan for the end, then the reput from the first segment."""
+def by_definition(store: Store, rules: VersionRules, start: int, index: bool, discipline: str):
+    """The two walks: the recovery scan for the end, then the served walk (or reput) from the first segment."""
     cl = store.commitlog
     common = dict(tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table, legacy_properties=rules.legacy_properties)
     recovery = phase_scanner(cl, start, None, discipline="recovery", index_enable=False, check_crc=store.config.check_crc_on_recover, **common)
     for _ in recovery:
         pass
     topics = TopicTable()
-    reput = phase_scanner(cl, cl.min_offset, recovery.end.offset, discipline="reput", index_enable=index, check_crc=False, topics=topics, **common)
+    reput = phase_scanner(cl, cl.min_offset, recovery.end.offset, discipline=discipline, index_enable=index, check_crc=False, topics=topics, **common)
     return list(reput), topics, recovery.end, reput.skipped
 
 
@@ -57,7 +60,7 @@ def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = 
         crosses = first + 1 < len(segments) and scan.end.offset > segments[first + 1].base_offset
         head = first - store.commitlog.segment_index(store.commitlog.min_offset)  # whole segments the reput walks first
         assert any(b.spilled is not None for b in got) == (crosses and not fallback or head >= 2)  # dispatched ahead, read back
-        want, want_topics, want_end, want_skipped = by_definition(store, rules, scan.start, index)
+        want, want_topics, want_end, want_skipped = by_definition(store, rules, scan.start, index, scan.discipline)
         a, b = dispatched(got, scan.topics), dispatched(want, want_topics)
         assert len(a[0]) > 0
         assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) and a[2] == b[2]
@@ -77,10 +80,13 @@ def test_one_walk_dispatches_what_two_walks_do(tmp_path, version, name, index):
     assert_same(store_dir, index, split)
 
 
-@pytest.mark.parametrize("version", ["4.8.0", "4.9.7"])  # 5.3.2+ starts at the first segment without queues
-def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
-    store_dir = copy_store(version, "clean-small", tmp_path)
-    (store_dir / "consumequeue").rename(tmp_path / "cq-aside")  # no queues: the 4.x start is the third-from-last segment
+@pytest.mark.parametrize(("version", "name"), [("4.8.0", "clean-small"), ("4.9.7", "clean-small"), ("5.3.3", "dledger-small")])
+def test_a_totalsize_reaching_into_the_start_segment(tmp_path, version, name):
+    """The served walk skips the one record and resumes at the start segment's first record; a
+    DLedger log's reput skips over that segment's first records and the single walk falls back."""
+    store_dir = copy_store(version, name, tmp_path)
+    if name == "clean-small":  # 5.3.2+ starts at the first segment without queues
+        (store_dir / "consumequeue").rename(tmp_path / "cq-aside")  # no queues: the 4.x start is the third-from-last segment
     with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         rules = VersionRules(store_version(store)[0])
         start = RebuildScan(store, rules, TopicTable(), index=False).start
@@ -95,8 +101,12 @@ def test_a_reput_skip_over_the_start_segment_falls_back(tmp_path, version):
     with open(seg.path, "r+b") as f:
         f.seek(last.offset - seg.base_offset)
         f.write((start + 100 - last.offset).to_bytes(4, "big"))  # TOTALSIZE: the first field, big-endian int32
-    assert_same(store_dir, False, True, fallback=True)
+    dledger = name.startswith("dledger")
+    assert_same(store_dir, False, True, fallback=dledger)
     with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         scan = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=False)
-        list(scan)
-        assert last.offset in [s.offset for s in scan.skipped]
+        offsets = [b.fields[:, fd.F_PHYS] for b in scan]
+        skipped = [s.offset for s in scan.skipped]
+    header = ENTRY_HEADER_SIZE if dledger else 0  # a DLedger record's body follows its entry's header
+    assert skipped == [last.offset - header]  # the walk names the entry
+    assert (start + header in np.concatenate(offsets)) != dledger  # the start segment's first record

@@ -10,9 +10,9 @@ checked byte for byte), and hands every record the fast path cannot decide to
   including a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int (``Integer.parseInt`` throws);
 - ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
   other failure skips to the next segment (master behaviour);
-- ``served``: the records the broker serves, for an index no broker rebuilds (``rebuild-index``):
-  as ``reput``, but past a record it cannot read it resumes where the log does (``store.resync``),
-  so a damaged TOTALSIZE does not carry it past the records after it.
+- ``served``: the records the broker serves, for the queues and index the rebuilds write: as
+  ``reput``, but past a record it cannot read it resumes where the log does (``store.resync``), so
+  neither a damaged TOTALSIZE nor zeros carry it past the records after them.
 """
 
 from __future__ import annotations

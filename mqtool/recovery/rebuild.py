@@ -39,24 +39,24 @@ from ..store.startfile import recovery_start
 
 
 class RebuildScan:
-    """The dispatch both rebuilds write: the reput (``ReputMessageService``, no CRC, §8.12) of every
-    record from the first segment to the valid end the broker's recovery would find (§8.3).
+    """The dispatch both rebuilds write: every record the broker serves from the first segment to the
+    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, no CRC,
+    §8.12).
 
     One walk: the recovery scan from its start segment both finds that end and dispatches the records
     before it (each passed every recovery check, so the reput dispatches exactly these), the next
-    segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); a
-    reput scan covers the segments before the start first, the same way. Only when that reput skips a record whose TOTALSIZE
-    reaches past the start segment's first offset does the recovery scan run on its own (to find the
-    end) and the reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated.
-
-    The index (``index=True``, ``rebuild-index``) is never rebuilt by a broker: it is built from the
-    records the broker serves, so before the start its scan resumes where the log does past a record
-    it cannot read (the ``served`` discipline; a DLedger log, whose entries carry no resumable chain,
-    keeps the reput's)."""
+    segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); the
+    segments before the start are walked first, the same way. Before the start, past a record it
+    cannot read the walk resumes where the log does (the ``served`` discipline): ``doReput`` would
+    skip to the next segment (or TOTALSIZE on), leaving the records the broker serves after the
+    damage without queue entries or index keys. A DLedger log, whose entries carry no resumable
+    chain, keeps the reput's; only when that reput skips a record whose TOTALSIZE reaches past the
+    start segment's first offset does the recovery scan run on its own (to find the end) and the
+    reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
-        self.discipline = "served" if index and not store.is_dledger else "reput"
+        self.discipline = "reput" if store.is_dledger else "served"  # the index and queues of the records the broker serves
         self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
         self.notes = []
         if store.abort_present:
@@ -133,7 +133,7 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
     """Regenerate consume queue files from the commit log, as the broker's reput service
     writes them when they are missing (``start()`` re-dispatches from the commit log min,
-    §8.12): every record from the first segment to the valid end, tags code = delivery time for
+    §8.12): every record it serves from the first segment to the valid end (``RebuildScan``), tags code = delivery time for
     delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
     The selected queues' files are replaced; files the rebuild does not produce are deleted; a
     queue whose files already hold the rebuild's bytes is left alone (no file to write)."""
@@ -173,7 +173,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
             counts.cq += sim.place(*columns)
     end, notes = scanner.end.offset, scanner.notes
     for skipped_record in scanner.skipped:
-        notes.append(f"unreadable record at {skipped_record.offset} skipped, as the broker's reput does ({skipped_record.reason})")
+        notes.append(f"unreadable record at {skipped_record.offset} skipped ({skipped_record.reason})")
     for topic, n in sorted(skipped.items()):
         notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
     for key, q in existing.items():
@@ -185,7 +185,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     deletes, writes = queue_actions(store, queue_plans, sims)
     if queue_plans and not deletes and not writes:
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
-    phase = DispatchPhase("rebuild", clmin, end, "reput", TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
+    phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
     return plan.with_inputs(plan_inputs(store, plan, sims, with_crc=with_crc))

@@ -382,7 +382,7 @@ def steps_of(t: Triage) -> list[RepairStep]:
         names = tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))
         steps.append(RepairStep(
             "rebuild-cq", True,
-            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log as the reput service writes them "
+            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log as the reput service writes them, for every record the broker serves "
             "(a broker start never rebuilds missing entries nor drops entries past the end or into overwritten bytes)",
             names,
         ))
