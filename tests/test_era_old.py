@@ -96,6 +96,27 @@ def test_3_2_6_delay_entries_carry_the_pre_lock_delivery_time():
             assert code == 1 and kinds(findings) == {"cq-entry-mismatch": len(off)}
 
 
+@pytest.mark.parametrize("version", ["3.2.6", "5.3.3"])
+def test_the_pre_lock_slack_is_taken_only_where_the_store_may_be_from_3_2_6(tmp_path, version):
+    """Without --broker-version, verify accepts what any era the store's marks leave writes, and
+    nothing more: a delay entry's tags code 64 ms off the record's delivery time (damage seed 400407:
+    a bit flipped in a 5.3.3 queue file) is 3.2.6's pre-lock slack on a 3.2.6 store and a wrong
+    entry on a 5.3.3 store (it used to pass there: the slack was taken whenever the version was undecided)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    target = next(x for x in manifest(version, "clean-small")["messages"] if x.get("dispatched") and x["topic"] == SCHEDULE_TOPIC)
+    unit = root / "consumequeue" / SCHEDULE_TOPIC / str(target["queueId"]) / f"{0:020d}"
+    data = bytearray(unit.read_bytes())
+    at = target["queueOffset"] * cqfmt.ENTRY_SIZE + cqfmt.ENTRY_LAYOUT.offset_of("tags_code")
+    data[at : at + 8] = (int.from_bytes(data[at : at + 8], "big") + 64).to_bytes(8, "big")
+    unit.write_bytes(data)
+    code, findings, summary = verify(root, "--only", "cq")
+    assert "given" not in summary["version"]
+    if rules(version).delay_tags_from_pre_lock_time:
+        assert code == 0 and not kinds(findings)
+    else:
+        assert code == 1 and [(f["kind"], f["offset"]) for f in findings] == [("cq-entry-mismatch", target["commitLogOffset"])]
+
+
 # ---- §3.1-§3.4 the queue's maxPhysicOffset; §3.3 the repeat-write guard ------------------------------
 
 

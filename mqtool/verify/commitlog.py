@@ -331,7 +331,7 @@ class CommitLogCheck:
             )
         if report.after_blank is not None:
             first, last = report.after_blank
-            legacy = self.store.rules.stale_blank_fill
+            legacy = bool(self.store.eras_where("stale_blank_fill"))
             stale = (
                 f"; {report.stale_after_blank} of them still parse as records at their own offsets (from {report.base + report.stale_after_blank_at})"
                 if report.stale_after_blank
@@ -341,7 +341,7 @@ class CommitLogCheck:
                 "stale-after-blank",
                 f"{last - report.blank - clfmt.END_FILE_MIN_BLANK_LENGTH} bytes after the end-of-file blank at {blank_offset} are not zero{stale}: "
                 "the broker jumps to the next segment at a blank and never reads them"
-                + ("; brokers before 4.9.1 fill the blank with leftovers of earlier messages" if legacy or self.store.version is None else ""),
+                + ("; brokers before 4.9.1 fill the blank with leftovers of earlier messages" if legacy else ""),
                 file=file,
                 offset=report.base + first,
                 details={"blank_offset": blank_offset, "stale_bytes_end": report.base + last, "stale_records": report.stale_after_blank},

@@ -368,9 +368,10 @@ class ConsumeQueueCheck:
         self.logical_end = logical_end
         self.redispatch_from, self.redispatch_why = redispatch_from, redispatch_why
         self.delay_table = store.delay_table
-        self.quirk = store.version is None or store.rules.delay_table_missing_in_recovery
-        self.pre_lock = store.version is None or store.rules.delay_tags_from_pre_lock_time
-        self.repeat_guard = store.version is None or store.rules.cq_repeat_guard  # rules §3.3: 4.2.0+
+        # what any era the store may be from writes is accepted, not what some other era would
+        self.quirk = bool(store.eras_where("delay_table_missing_in_recovery"))
+        self.pre_lock = bool(store.eras_where("delay_tags_from_pre_lock_time"))
+        self.repeat_guard = bool(store.eras_where("cq_repeat_guard"))  # rules §3.3: 4.2.0+
         self._out: list[Finding] = []
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         batch_dir = store.path("batchconsumequeue")
