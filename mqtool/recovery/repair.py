@@ -382,8 +382,8 @@ def steps_of(t: Triage) -> list[RepairStep]:
         names = tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))
         steps.append(RepairStep(
             "rebuild-cq", True,
-            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log as the reput service writes them, for every record the broker serves "
-            "(a broker start never rebuilds missing entries nor drops entries past the end or into overwritten bytes)",
+            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log, an entry for every record the broker serves "
+            "(no broker start rebuilds a missing entry or drops a bad one)",
             names,
         ))
     for found, step, why, path in (
