@@ -267,8 +267,10 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     if store.abort is not None:
         if store.abort.pid is not None:
             marks.append((f"abort file holds a PID ({store.abort.pid})", five))
-        else:
+        elif not store.abort.content.strip():
             marks.append(("the abort file is empty", ALL_ERAS - five))
+        else:  # neither 4.x's empty file nor 5.x's PID: damage, which would otherwise outvote every later mark
+            marks.append((f"the abort file holds {len(store.abort.content)} bytes that are no PID: damaged, not a mark", ALL_ERAS))
     if (root / ABORT_BACKUP_FILE).exists():
         marks.append(("abort.bak exists", five))
     for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
