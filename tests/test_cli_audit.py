@@ -576,3 +576,25 @@ def test_a_mistyped_command_is_one_line_naming_the_commands_meant(typed, line):
     result = mqtool(*typed, store_path("5.3.3", "clean-small"))
     assert result.returncode == 2
     assert result.stderr.strip() == line
+
+
+# ---- the second audit: damaged copies (tests/damage_support seeds) ------------------------------------
+
+
+def test_salvage_of_a_store_with_a_segment_of_the_wrong_length_names_what_it_did_not_read(tmp_path):
+    """One byte appended to a 4.9.7 segment (damage seed 5 on clean-small): the broker refuses to
+    start and mqtool leaves the file out. Before: `salvage` stopped with "internal error: TypeError"
+    (exit 5), comparing the refused start's end (None) to the walk's."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    base = 3 << 20
+    with open(root / "commitlog" / f"{base:020d}", "ab") as segment:
+        segment.write(b"\x01")
+    result = run("salvage", root, "-f", "jsonl")
+    assert result.exit_code == 1, (result.exit_code, result.stderr)
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    outside = [m["commitLogOffset"] for m in manifest("4.9.7", "clean-small")["messages"] if not base <= m["commitLogOffset"] < base + (1 << 20)]
+    assert sorted(r["offset"] for r in rows) == sorted(outside)
+    notes = result.stderr.splitlines()
+    assert notes[0].startswith(f"mqtool: the broker's next start refuses to start: {base:020d}: 1048577 bytes, not 1048576")
+    assert notes[-1].startswith(f"mqtool: not salvaged: {base:020d}: 1048577 bytes, expected 1048576") and notes[-1].endswith(
+        "mqtool leaves it out, so none of its records are read")

@@ -17,6 +17,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
+from ..store.store import EMPTY_LAST_SEGMENT
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
@@ -108,7 +109,10 @@ def salvage(
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
     _report(scan.summary, new_store, include_stale, next_start.found)
-    if scan.summary.damaged:
+    unread = [p for p in store.problems if p.kind != EMPTY_LAST_SEGMENT]  # a wrong-length or misnamed segment Store.open left out
+    for problem in unread:
+        note(f"not salvaged: {problem.message}, so none of its records are read")
+    if scan.summary.damaged or unread:
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -126,7 +130,7 @@ class NextStartOf:
 
         store = self.store
         self.found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
-        return walked if self.found is None or self.found.logical_end == walked.offset else ScanEnd(self.found.logical_end, self.found.end_reason)
+        return walked if self.found is None or self.found.logical_end in (None, walked.offset) else ScanEnd(self.found.logical_end, self.found.end_reason)
 
 
 def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None, next_start: NextStartOf):
