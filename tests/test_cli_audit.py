@@ -560,3 +560,16 @@ def test_help_breaks_lines_at_spaces_only(columns):
         assert command in ("apply", "restore") or "--broker-version" in words, (command, columns)
         if command in WRITERS:
             assert "parent>/.mqtool-backups/<store>-<time>-<command>)." in words, (command, columns)
+
+
+def test_info_with_a_broker_version_the_stores_marks_contradict_says_so():
+    """Before: `info STORE --broker-version 5.3.3` on a 4.9.7 store showed "5.3.3 (given)" and an
+    empty evidence row, while `recover` with the same option said the marks leave 4.9.1-4.9.8: an
+    operator who passed the wrong release learnt it only from the plan."""
+    store = store_path("4.9.7", "clean-small")
+    wrong = json.loads(run("info", store, "--broker-version", "5.3.3", "-f", "json").stdout)["version"]
+    assert wrong["label"] == "5.3.3 (given; the store's marks leave E10-E12 (4.9.1-4.9.8), not E18 (5.3.2-5.3.3): its rules are followed as given)"
+    detected = json.loads(run("info", store, "-f", "json").stdout)["version"]
+    assert wrong["evidence"] == detected["evidence"] and detected["evidence"]
+    right = json.loads(run("info", store, "--broker-version", "4.9.7", "-f", "json").stdout)["version"]
+    assert right["label"] == "4.9.7 (given)" and right["evidence"] == detected["evidence"]

@@ -357,3 +357,13 @@ def detect_version(store: "Store") -> VersionGuess:
     if not seen:
         evidence.append("no version marks in the store")
     return VersionGuess.among(eras, evidence)
+
+
+def given_source(store: "Store") -> str:
+    """"given", and where the store's own marks leave no era that version belongs to, says so: the
+    plan follows the given version's rules, which are not those of the broker the marks point to."""
+    marks = detect_version(store)
+    era = store.rules.era
+    if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
+        return "given"
+    return f"given; the store's marks leave {marks.label}, not {era}: its rules are followed as given"
