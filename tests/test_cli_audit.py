@@ -573,3 +573,21 @@ def test_info_with_a_broker_version_the_stores_marks_contradict_says_so():
     assert wrong["evidence"] == detected["evidence"] and detected["evidence"]
     right = json.loads(run("info", store, "--broker-version", "4.9.7", "-f", "json").stdout)["version"]
     assert right["label"] == "4.9.7 (given)" and right["evidence"] == detected["evidence"]
+
+
+def test_a_refusal_naming_a_process_whose_command_spans_lines_is_one_line(tmp_path):
+    """Before: a store held by `python -c "<script of several lines>"` was refused with the
+    script's lines in the error, three lines on stderr instead of one."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    script = "import fcntl, sys, time\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", script, str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for args in (("recover", "--yes"), ("repair",)):
+            result = run(args[0], store, *args[1:])
+            err = error_line(result, EXIT_REFUSED)
+            assert result.stderr.count("\n") == 1, result.stderr
+            assert f"pid {holder.pid} ({sys.executable} -c import fcntl, sys, time f = open(sys.argv[1], 'r+') fcntl.lockf" in err
+    finally:
+        holder.kill()
+        holder.wait()
