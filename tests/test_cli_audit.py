@@ -591,3 +591,31 @@ def test_a_refusal_naming_a_process_whose_command_spans_lines_is_one_line(tmp_pa
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_salvage_and_survivors_say_an_interrupted_apply_and_a_live_lock_first(tmp_path, monkeypatch):
+    """What `info` and `verify` tell a reader first, the two commands that answer "what survived"
+    did not: before, `salvage` of a half-repaired store (an interrupted `recover --yes`) or of one a
+    running broker holds listed its records as the store's, without a word."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text(manifest("5.3.3", "crashed-small")["messages"][0]["uniqKey"] + "\n")
+    holder = hold_lock(store)
+    try:
+        said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert all(s.startswith(f"mqtool: pid {holder.pid} holds the store's lock (a running broker?)") for s in said), said
+
+    calls = {"n": 0}
+
+    def ctrl_c(label):
+        calls["n"] += 1
+        if calls["n"] == 6:  # after the first file operation, as in test_info_says_a_live_lock_and_an_interrupted_apply
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "backup"), 130)
+    said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
+    assert all(s.startswith(f"mqtool: an apply on this store was interrupted (backup {tmp_path / 'backup'})") for s in said), said

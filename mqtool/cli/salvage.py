@@ -21,6 +21,7 @@ from ..store.store import EMPTY_LAST_SEGMENT
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
+from .store_state import warn_store_state
 
 TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("size", "uniq_key", "msg_id", "queue_offset", "store_timestamp")  # left out first to fit the width (an IPv6 msg_id is 56 characters)
@@ -95,6 +96,7 @@ def salvage(
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     with open_store(store_path, broker_config, broker_version) as store:
+        warn_store_state(store.root)
         writer = None
         if to_store is not None:
             from ..apply.salvage_store import SalvageStoreWriter, check_target
