@@ -619,3 +619,16 @@ def test_salvage_and_survivors_say_an_interrupted_apply_and_a_live_lock_first(tm
     error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "backup"), 130)
     said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
     assert all(s.startswith(f"mqtool: an apply on this store was interrupted (backup {tmp_path / 'backup'})") for s in said), said
+
+
+def test_recover_and_its_restore_name_what_they_did_as_it_was_done(tmp_path):
+    """Before: restoring a `recover` said "deleted 1 file(s) the repair had created", and the
+    applied step without one path was noted as "write-dispatch " with a trailing space."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    backup = tmp_path / "backup"
+    applied = run("recover", store, "--yes", "--backup-dir", backup)
+    assert applied.exit_code == 0, applied.stderr
+    assert "mqtool:   write-dispatch\n" in applied.stderr and not [line for line in applied.stderr.splitlines() if line.endswith(" ")]
+    restored = run("restore", backup, "--yes")
+    assert restored.exit_code == 0, restored.stderr
+    assert "mqtool: restored 4 file(s)/range(s), deleted 1 file(s) the recover had created" in restored.stderr.splitlines()

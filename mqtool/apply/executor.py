@@ -194,7 +194,7 @@ class Executor:
             StopRequests.check()
             self.changing = True
             if self.progress:
-                self.progress(f"{action.op} {action.path}")
+                self.progress(f"{action.op} {action.path}".rstrip())  # write-dispatch has no one path
             getattr(self, "_" + action.op.replace("-", "_"))(action)
             self.backup.mark_step(index, action.op, action.path)
             durability_point(f"step {index}")

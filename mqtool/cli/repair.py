@@ -583,7 +583,7 @@ def restore_cmd(
             raise Interrupted(f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)") from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
-    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
+    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
 
 
