@@ -632,3 +632,11 @@ def test_recover_and_its_restore_name_what_they_did_as_it_was_done(tmp_path):
     restored = run("restore", backup, "--yes")
     assert restored.exit_code == 0, restored.stderr
     assert "mqtool: restored 4 file(s)/range(s), deleted 1 file(s) the recover had created" in restored.stderr.splitlines()
+
+
+def test_dump_from_an_offset_past_the_files_says_no_segment_holds_it():
+    """Before: `dump STORE --from-offset 99999999999` said "end of the commit log at offset
+    99999999999 (no-segments)", as if the log ended there."""
+    result = run("dump", store_path("4.9.7", "clean-small"), "--from-offset", 99999999999)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == "mqtool: nothing to read at offset 99999999999: no commit log segment holds it (the files hold [0, 5242880))\n"
