@@ -640,3 +640,24 @@ def test_dump_from_an_offset_past_the_files_says_no_segment_holds_it():
     result = run("dump", store_path("4.9.7", "clean-small"), "--from-offset", 99999999999)
     assert result.exit_code == 0 and result.stdout == ""
     assert result.stderr == "mqtool: nothing to read at offset 99999999999: no commit log segment holds it (the files hold [0, 5242880))\n"
+
+
+def test_a_store_on_a_read_only_filesystem_is_said_so_and_left_alone(tmp_path, monkeypatch):
+    """Before: `recover STORE --yes` on a read-only mount said only "STORE/lock: Read-only file
+    system" (the first file it opens to write), which does not say that nothing changed nor what to do."""
+    import errno
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = tree(store)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if str(path).startswith(str(store)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    for command in ("recover", "repair", "rebuild-index"):
+        err = error_line(run(command, store, "--yes", "--backup-dir", tmp_path / f"backup-{command}"), EXIT_BAD_INPUT)
+        assert err == f"mqtool: error: {store}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy"
+    assert tree(store) == before
