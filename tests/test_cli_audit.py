@@ -661,3 +661,20 @@ def test_a_store_on_a_read_only_filesystem_is_said_so_and_left_alone(tmp_path, m
         err = error_line(run(command, store, "--yes", "--backup-dir", tmp_path / f"backup-{command}"), EXIT_BAD_INPUT)
         assert err == f"mqtool: error: {store}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy"
     assert tree(store) == before
+
+
+def test_a_store_whose_only_index_file_shows_no_geometry_is_still_read(tmp_path):
+    """Damage seed 19 on 5.3.3 crashed-small (bits flipped in its one index file, the abort file
+    emptied): the version detection read the index files for its marks, so `info`, `verify`,
+    `salvage` and `survivors` all stopped with "cannot infer maxHashSlotNum/maxIndexNum" (exit 3)
+    instead of noting the unreadable index as they do for any other store."""
+    from damage_support import damage_copy
+
+    root, _ = damage_copy("5.3.3", "crashed-small", 19, tmp_path)
+    info = run("info", root, "-f", "json")
+    assert info.exit_code == 0, info.stderr
+    assert any("cannot infer maxHashSlotNum/maxIndexNum" in n for n in json.loads(info.stdout)["notes"])
+    verify = run("verify", root, "-f", "jsonl")
+    assert verify.exit_code == 1 and '"kind": "index-file-size"' in verify.stdout
+    salvage = run("salvage", root, "-f", "jsonl")
+    assert salvage.exit_code == 0 and len(salvage.stdout.splitlines()) == len(manifest("5.3.3", "crashed-small")["messages"])

@@ -15,7 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 
-from ..errors import UnknownStoreVersion
+from ..errors import BadStoreFile, UnknownStoreVersion
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
 from ..formats.errors import FormatError
@@ -185,7 +185,7 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     after (§5.2): with a hash collision in the file the two differ."""
     try:
         files = store.index_files
-    except (OSError, FormatError, ValueError):
+    except (OSError, FormatError, ValueError, BadStoreFile):  # BadStoreFile: no file shows the geometry (``Store.unreadable_index``)
         return []
     for f in files:
         entries = f.header.index_count - 1
@@ -216,7 +216,7 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
 
     try:
         files = store.index_files
-    except (OSError, FormatError, ValueError):
+    except (OSError, FormatError, ValueError, BadStoreFile):
         return []
     if not files:
         return []
