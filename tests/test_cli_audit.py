@@ -678,3 +678,13 @@ def test_a_store_whose_only_index_file_shows_no_geometry_is_still_read(tmp_path)
     assert verify.exit_code == 1 and '"kind": "index-file-size"' in verify.stdout
     salvage = run("salvage", root, "-f", "jsonl")
     assert salvage.exit_code == 0 and len(salvage.stdout.splitlines()) == len(manifest("5.3.3", "crashed-small")["messages"])
+
+
+def test_verify_counts_one_error_in_the_singular(tmp_path):
+    """Before: "findings: 1 errors, 0 warnings" (damage seed 6 on 5.3.3 clean-small cuts an index file)."""
+    store = copy_store("5.3.3", "clean-small", tmp_path)
+    index = sorted((store / "index").iterdir())[-1]
+    os.truncate(index, 48910)
+    result = run("verify", store, env={"COLUMNS": "100"})
+    assert result.exit_code == 1
+    assert "  findings: 1 error, 0 warnings, 0 info (index-file-size: 1)" in result.stdout.splitlines()
