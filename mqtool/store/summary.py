@@ -247,10 +247,10 @@ def given_version_doc(store: Store) -> dict[str, Any]:
     where they leave no era that release belongs to, the label saying so (``version.given_source``)."""
     from .version import detect_version, given_source
 
-    guess = store.version_guess
-    source = given_source(store)
+    guess, marks = store.version_guess, detect_version(store)
+    source = given_source(store, marks)
     label = str(guess) if source == "given" else f"{guess.version} ({source})"
-    return {**version_doc(guess), "label": label, "evidence": detect_version(store).evidence}
+    return {**version_doc(guess), "label": label, "evidence": marks.evidence}
 
 
 def version_doc(guess) -> dict[str, Any]:

@@ -359,10 +359,10 @@ def detect_version(store: "Store") -> VersionGuess:
     return VersionGuess.among(eras, evidence)
 
 
-def given_source(store: "Store") -> str:
-    """"given", and where the store's own marks leave no era that version belongs to, says so: the
-    plan follows the given version's rules, which are not those of the broker the marks point to."""
-    marks = detect_version(store)
+def given_source(store: "Store", marks: VersionGuess | None = None) -> str:
+    """"given", and where the store's own marks (``marks``, else detected now) leave no era that version
+    belongs to, says so: the plan follows the given version's rules, not those of the marks' broker."""
+    marks = marks or detect_version(store)
     era = store.rules.era
     if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
         return "given"
