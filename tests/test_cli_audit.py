@@ -688,3 +688,23 @@ def test_verify_counts_one_error_in_the_singular(tmp_path):
     result = run("verify", store, env={"COLUMNS": "100"})
     assert result.exit_code == 1
     assert "  findings: 1 error, 0 warnings, 0 info (index-file-size: 1)" in result.stdout.splitlines()
+
+
+def test_applying_a_saved_plan_twice_says_it_was_applied(tmp_path):
+    """Before: `apply plan.json --yes` run again (was the first one done? the terminal dropped) said
+    "commitlog/00000000000004194304 no longer exists: the store changed since the plan was made;
+    plan again" (exit 4): its own apply had deleted that segment."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    plan = tmp_path / "plan.json"
+    assert run("recover", store, "--plan-out", plan).exit_code == 0
+    assert run("apply", plan, "--yes").exit_code == 0
+    after = tree(store)
+    (backup,) = (tmp_path / "on call" / ".mqtool-backups").iterdir()
+    again = run("apply", plan, "--yes")
+    assert again.exit_code == 0, again.stderr
+    line = again.stderr.splitlines()[-1]
+    assert line.startswith(f"mqtool: this plan was applied already (backup {backup}); nothing changed")
+    assert shlex.split(line.split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(backup), "--yes"]
+    assert tree(store) == after
+    assert run("restore", backup, "--yes").exit_code == 0
+    assert run("apply", plan, "--yes").exit_code == 0  # restored: the plan applies again

@@ -21,7 +21,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
+from ..apply.backup import applied_backup, changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -529,6 +529,10 @@ def apply(
     emit_confirmed(plan.to_dict(), fmt, render_plan, yes)
     if plan.is_empty:
         note_nothing_to_do(plan)
+        return
+    done = applied_backup(plan.to_dict(), root)
+    if done is not None:  # its inputs changed by its own apply: "plan again" would mislead
+        note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
