@@ -708,3 +708,15 @@ def test_applying_a_saved_plan_twice_says_it_was_applied(tmp_path):
     assert tree(store) == after
     assert run("restore", backup, "--yes").exit_code == 0
     assert run("apply", plan, "--yes").exit_code == 0  # restored: the plan applies again
+
+
+def test_salvage_names_damage_before_the_start_segment_once(tmp_path):
+    """A 4.9.7 clean-small whose first segment is overwritten with 0xff (the README's first-screen
+    example): before, salvage said "no valid record in [0, 1048576)" twice, the second time bare."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\xff" * (1 << 20))
+    result = run("salvage", store, "-f", "csv")
+    assert result.exit_code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "[0, 1048576)" in line]
+    assert said == ["mqtool: no valid record in [0, 1048576): the broker's next start never reads it and serves the records around it; "
+                    "411 message(s) the consume queues point into it are lost"]

@@ -181,8 +181,10 @@ def _report(summary, new_store, include_stale: bool, next_start) -> None:
         u = summary.unread
         note(f"no valid record in [{u.start}, {u.stop}): the broker's next start never reads it and serves the records around it; "
              f"{u.queue_entries} message(s) the consume queues point into it are lost")
+    said = (summary.unread.start, summary.unread.stop) if summary.unread is not None else None
     for u in summary.unreadable:
-        note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
+        if (u.start, u.stop) != said:  # the range the line above names already
+            note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
     for offset, size in summary.skipped:
         note(f"skipped the record at {offset} ({size} bytes): its body CRC does not match")
     if new_store is not None:
