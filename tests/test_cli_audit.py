@@ -45,6 +45,19 @@ def tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def ctrl_c_after_the_first_file_operation(monkeypatch) -> None:
+    """Ctrl-C at the apply's 6th durability point: after its first file operation (the pending
+    marker, 3 while the dispatch is staged, the range backed up, step 0)."""
+    calls = {"n": 0}
+
+    def ctrl_c(label):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+
+
 # ---- a full disk, the wrong kind of path ------------------------------------------------------------
 
 
@@ -88,14 +101,7 @@ def test_ctrl_c_while_applying_says_how_to_finish_or_undo(tmp_path, monkeypatch)
     store's findings without a word about it."""
     store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")  # a path with a space
     before = tree(store)
-    calls = {"n": 0}
-
-    def ctrl_c(label):
-        calls["n"] += 1
-        if calls["n"] == 6:  # after the first file operation (pending, 3 while the dispatch is staged, range backed up, step 0)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
     err = error_line(run("recover", store, "--yes"), 130)
     monkeypatch.setattr(executor, "durability_point", lambda label: None)
     assert "partly applied: finish with the same command again (with --yes)" in err
@@ -397,14 +403,7 @@ def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
     assert f"lock file present, HELD by pid {holder.pid} (a running broker?)" in " ".join(shown.stdout.split())
     assert as_json["lock_holder"] == holder.pid and as_json["interrupted_apply"] is None
 
-    calls = {"n": 0}
-
-    def ctrl_c(label):
-        calls["n"] += 1
-        if calls["n"] == 6:  # after the first file operation (the dispatch is staged first)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
     backup = tmp_path / "my backup"
     error_line(run("recover", store, "--yes", "--backup-dir", backup), 130)
     shown = run("info", store, env={"COLUMNS": "100"})
@@ -608,14 +607,7 @@ def test_salvage_and_survivors_say_an_interrupted_apply_and_a_live_lock_first(tm
         holder.wait()
     assert all(s.startswith(f"mqtool: pid {holder.pid} holds the store's lock (a running broker?)") for s in said), said
 
-    calls = {"n": 0}
-
-    def ctrl_c(label):
-        calls["n"] += 1
-        if calls["n"] == 6:  # after the first file operation, as in test_info_says_a_live_lock_and_an_interrupted_apply
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
     error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "backup"), 130)
     said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
     assert all(s.startswith(f"mqtool: an apply on this store was interrupted (backup {tmp_path / 'backup'})") for s in said), said
