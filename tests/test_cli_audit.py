@@ -45,6 +45,19 @@ def tree(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def ctrl_c_after_the_first_file_operation(monkeypatch) -> None:
+    """Ctrl-C at the apply's 6th durability point: after its first file operation (the pending
+    marker, 3 while the dispatch is staged, the range backed up, step 0)."""
+    calls = {"n": 0}
+
+    def ctrl_c(label):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+
+
 # ---- a full disk, the wrong kind of path ------------------------------------------------------------
 
 
@@ -88,14 +101,7 @@ def test_ctrl_c_while_applying_says_how_to_finish_or_undo(tmp_path, monkeypatch)
     store's findings without a word about it."""
     store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")  # a path with a space
     before = tree(store)
-    calls = {"n": 0}
-
-    def ctrl_c(label):
-        calls["n"] += 1
-        if calls["n"] == 6:  # after the first file operation (pending, 3 while the dispatch is staged, range backed up, step 0)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
     err = error_line(run("recover", store, "--yes"), 130)
     monkeypatch.setattr(executor, "durability_point", lambda label: None)
     assert "partly applied: finish with the same command again (with --yes)" in err
@@ -397,14 +403,7 @@ def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
     assert f"lock file present, HELD by pid {holder.pid} (a running broker?)" in " ".join(shown.stdout.split())
     assert as_json["lock_holder"] == holder.pid and as_json["interrupted_apply"] is None
 
-    calls = {"n": 0}
-
-    def ctrl_c(label):
-        calls["n"] += 1
-        if calls["n"] == 6:  # after the first file operation (the dispatch is staged first)
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(executor, "durability_point", ctrl_c)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
     backup = tmp_path / "my backup"
     error_line(run("recover", store, "--yes", "--backup-dir", backup), 130)
     shown = run("info", store, env={"COLUMNS": "100"})
@@ -543,36 +542,173 @@ def test_not_a_store_says_what_was_expected_and_the_path(tmp_path, given, monkey
     assert line.endswith(f"; found a directory without commitlog/, consumequeue/, index/ or checkpoint; the store is probably {home / 'store'}")
 
 
-ALL_COMMANDS = ["info", "dump", "verify", "stats", "offsets", "survivors", "salvage", *MY_COMMANDS[1:6], *MY_COMMANDS[7:]]
+
+WRITERS = ("recover", "repair", "truncate-dirty", "rebuild-cq", "rebuild-index", "apply")
 
 
-@pytest.mark.parametrize("command", ALL_COMMANDS)
-def test_help_names_arguments_and_option_values_by_a_word_or_the_choices(command):
-    """Before: `survivors --by <str>`, `--column <str>`, `stats --topic <list[str]>`, arguments
-    followed by their type (`TOPIC <str>`, `QUEUE <int range>`, `STORE <path>`) and required
-    ones in braces in the usage line (`{STORE}`), `stats`'s argument in lower case."""
-    text = run(*command.split(), "--help", env={"COLUMNS": "100"}).stdout
-    usage = text.splitlines()[0]
-    assert "{" not in usage and usage.split("[OPTIONS] ", 1)[1].replace("[KIND] ", "").split()[0] in ("STORE", "PATH", "PLAN", "BACKUP")
-    arguments = text.split("Arguments:")[1].split("Options:")[0]
-    assert not any(t in arguments for t in ("<str>", "<int range>", "<path>", "<list[", "<int>"))
-    options = text.split("Options:")[1]
-    assert "<str>" not in options and "<list[" not in options and "<int range>" not in options and "<path>" not in options
-    if command == "survivors":
-        assert "--by <uniq-key|msg-id|key>" in options and "--column NAME" in options
-    if command == "stats":
-        assert "--topic TOPIC" in options and "--by <minute|hour|day>" in options
+@pytest.mark.parametrize("columns", ["80", "100"])
+def test_help_breaks_lines_at_spaces_only(columns):
+    """Before: click broke help after a hyphen or inside a long word: `mqtool dump --help` at 100
+    columns split `--broker-` / `version`, every writing command at 80 split the default backup
+    path `<store's parent>/.mqtool-` / `backups/...`; pasted, each is two words."""
+    for command in ["info", "dump", "stats", "survivors", *MY_COMMANDS]:
+        result = run(*command.split(), "--help", env={"COLUMNS": columns})
+        assert result.exit_code == 0, command
+        assert not [line for line in result.stdout.splitlines() if line.endswith("-")], (command, columns)
+        words = result.stdout.split()
+        assert command in ("apply", "restore") or "--broker-version" in words, (command, columns)
+        if command in WRITERS:
+            assert "parent>/.mqtool-backups/<store>-<time>-<command>)." in words, (command, columns)
 
 
-@pytest.mark.parametrize("typed, line", [
-    (["dupm"], "mqtool: error: No such command 'dupm'. Did you mean 'dump'?; see 'mqtool --help'"),
-    (["verfy"], "mqtool: error: No such command 'verfy'. Did you mean 'verify', 'query'?; see 'mqtool --help'"),
-    (["zzz"], "mqtool: error: No such command 'zzz'; see 'mqtool --help'"),
-    (["query", "ofset"], "mqtool: error: No such command 'ofset'. Did you mean 'offset'?; see 'mqtool query --help'"),
-])
-def test_a_mistyped_command_is_one_line_naming_the_commands_meant(typed, line):
-    """Before: a mistyped top-level command got no "did you mean" (typer looks only at the commands
-    loaded, and mqtool loads a command's module only when it runs)."""
-    result = mqtool(*typed, store_path("5.3.3", "clean-small"))
-    assert result.returncode == 2
-    assert result.stderr.strip() == line
+def test_info_with_a_broker_version_the_stores_marks_contradict_says_so():
+    """Before: `info STORE --broker-version 5.3.3` on a 4.9.7 store showed "5.3.3 (given)" and an
+    empty evidence row, while `recover` with the same option said the marks leave 4.9.1-4.9.8: an
+    operator who passed the wrong release learnt it only from the plan."""
+    store = store_path("4.9.7", "clean-small")
+    wrong = json.loads(run("info", store, "--broker-version", "5.3.3", "-f", "json").stdout)["version"]
+    assert wrong["label"] == "5.3.3 (given; the store's marks leave E10-E12 (4.9.1-4.9.8), not E18 (5.3.2-5.3.3): its rules are followed as given)"
+    detected = json.loads(run("info", store, "-f", "json").stdout)["version"]
+    assert wrong["evidence"] == detected["evidence"] and detected["evidence"]
+    right = json.loads(run("info", store, "--broker-version", "4.9.7", "-f", "json").stdout)["version"]
+    assert right["label"] == "4.9.7 (given)" and right["evidence"] == detected["evidence"]
+
+
+def test_a_refusal_naming_a_process_whose_command_spans_lines_is_one_line(tmp_path):
+    """Before: a store held by `python -c "<script of several lines>"` was refused with the
+    script's lines in the error, three lines on stderr instead of one."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    script = "import fcntl, sys, time\nf = open(sys.argv[1], 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\nprint('locked', flush=True)\ntime.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", script, str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        for args in (("recover", "--yes"), ("repair",)):
+            result = run(args[0], store, *args[1:])
+            err = error_line(result, EXIT_REFUSED)
+            assert result.stderr.count("\n") == 1, result.stderr
+            assert f"pid {holder.pid} ({sys.executable} -c import fcntl, sys, time f = open(sys.argv[1], 'r+') fcntl.lockf" in err
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_salvage_and_survivors_say_an_interrupted_apply_and_a_live_lock_first(tmp_path, monkeypatch):
+    """What `info` and `verify` tell a reader first, the two commands that answer "what survived"
+    did not: before, `salvage` of a half-repaired store (an interrupted `recover --yes`) or of one a
+    running broker holds listed its records as the store's, without a word."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    ids = tmp_path / "ids.txt"
+    ids.write_text(manifest("5.3.3", "crashed-small")["messages"][0]["uniqKey"] + "\n")
+    holder = hold_lock(store)
+    try:
+        said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
+    finally:
+        holder.kill()
+        holder.wait()
+    assert all(s.startswith(f"mqtool: pid {holder.pid} holds the store's lock (a running broker?)") for s in said), said
+
+    ctrl_c_after_the_first_file_operation(monkeypatch)
+    error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "backup"), 130)
+    said = [run("salvage", store, "-f", "csv").stderr, run("survivors", store, ids).stderr]
+    assert all(s.startswith(f"mqtool: an apply on this store was interrupted (backup {tmp_path / 'backup'})") for s in said), said
+
+
+def test_recover_and_its_restore_name_what_they_did_as_it_was_done(tmp_path):
+    """Before: restoring a `recover` said "deleted 1 file(s) the repair had created", and the
+    applied step without one path was noted as "write-dispatch " with a trailing space."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    backup = tmp_path / "backup"
+    applied = run("recover", store, "--yes", "--backup-dir", backup)
+    assert applied.exit_code == 0, applied.stderr
+    assert "mqtool:   write-dispatch\n" in applied.stderr and not [line for line in applied.stderr.splitlines() if line.endswith(" ")]
+    restored = run("restore", backup, "--yes")
+    assert restored.exit_code == 0, restored.stderr
+    assert "mqtool: restored 4 file(s)/range(s), deleted 1 file(s) the recover had created" in restored.stderr.splitlines()
+
+
+def test_dump_from_an_offset_past_the_files_says_no_segment_holds_it():
+    """Before: `dump STORE --from-offset 99999999999` said "end of the commit log at offset
+    99999999999 (no-segments)", as if the log ended there."""
+    result = run("dump", store_path("4.9.7", "clean-small"), "--from-offset", 99999999999)
+    assert result.exit_code == 0 and result.stdout == ""
+    assert result.stderr == "mqtool: nothing to read at offset 99999999999: no commit log segment holds it (the files hold [0, 5242880))\n"
+
+
+def test_a_store_on_a_read_only_filesystem_is_said_so_and_left_alone(tmp_path, monkeypatch):
+    """Before: `recover STORE --yes` on a read-only mount said only "STORE/lock: Read-only file
+    system" (the first file it opens to write), which does not say that nothing changed nor what to do."""
+    import errno
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = tree(store)
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if str(path).startswith(str(store)) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    for command in ("recover", "repair", "rebuild-index"):
+        err = error_line(run(command, store, "--yes", "--backup-dir", tmp_path / f"backup-{command}"), EXIT_BAD_INPUT)
+        assert err == f"mqtool: error: {store}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy"
+    assert tree(store) == before
+
+
+def test_a_store_whose_only_index_file_shows_no_geometry_is_still_read(tmp_path):
+    """Damage seed 19 on 5.3.3 crashed-small (bits flipped in its one index file, the abort file
+    emptied): the version detection read the index files for its marks, so `info`, `verify`,
+    `salvage` and `survivors` all stopped with "cannot infer maxHashSlotNum/maxIndexNum" (exit 3)
+    instead of noting the unreadable index as they do for any other store."""
+    from damage_support import damage_copy
+
+    root, _ = damage_copy("5.3.3", "crashed-small", 19, tmp_path)
+    info = run("info", root, "-f", "json")
+    assert info.exit_code == 0, info.stderr
+    assert any("cannot infer maxHashSlotNum/maxIndexNum" in n for n in json.loads(info.stdout)["notes"])
+    verify = run("verify", root, "-f", "jsonl")
+    assert verify.exit_code == 1 and '"kind": "index-file-size"' in verify.stdout
+    salvage = run("salvage", root, "-f", "jsonl")
+    assert salvage.exit_code == 0 and len(salvage.stdout.splitlines()) == len(manifest("5.3.3", "crashed-small")["messages"])
+
+
+def test_verify_counts_one_error_in_the_singular(tmp_path):
+    """Before: "findings: 1 errors, 0 warnings" (damage seed 6 on 5.3.3 clean-small cuts an index file)."""
+    store = copy_store("5.3.3", "clean-small", tmp_path)
+    index = sorted((store / "index").iterdir())[-1]
+    os.truncate(index, 48910)
+    result = run("verify", store, env={"COLUMNS": "100"})
+    assert result.exit_code == 1
+    assert "  findings: 1 error, 0 warnings, 0 info (index-file-size: 1)" in result.stdout.splitlines()
+
+
+def test_applying_a_saved_plan_twice_says_it_was_applied(tmp_path):
+    """Before: `apply plan.json --yes` run again (was the first one done? the terminal dropped) said
+    "commitlog/00000000000004194304 no longer exists: the store changed since the plan was made;
+    plan again" (exit 4): its own apply had deleted that segment."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    plan = tmp_path / "plan.json"
+    assert run("recover", store, "--plan-out", plan).exit_code == 0
+    assert run("apply", plan, "--yes").exit_code == 0
+    after = tree(store)
+    (backup,) = (tmp_path / "on call" / ".mqtool-backups").iterdir()
+    again = run("apply", plan, "--yes")
+    assert again.exit_code == 0, again.stderr
+    line = again.stderr.splitlines()[-1]
+    assert line.startswith(f"mqtool: this plan was applied already (backup {backup}); nothing changed")
+    assert shlex.split(line.split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(backup), "--yes"]
+    assert tree(store) == after
+    assert run("restore", backup, "--yes").exit_code == 0
+    assert run("apply", plan, "--yes").exit_code == 0  # restored: the plan applies again
+
+
+def test_salvage_names_damage_before_the_start_segment_once(tmp_path):
+    """A 4.9.7 clean-small whose first segment is overwritten with 0xff (the README's first-screen
+    example): before, salvage said "no valid record in [0, 1048576)" twice, the second time bare."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    (store / "commitlog" / "00000000000000000000").write_bytes(b"\xff" * (1 << 20))
+    result = run("salvage", store, "-f", "csv")
+    assert result.exit_code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "[0, 1048576)" in line]
+    assert said == ["mqtool: no valid record in [0, 1048576): the broker's next start never reads it and serves the records around it; "
+                    "411 message(s) the consume queues point into it are lost"]

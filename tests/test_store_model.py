@@ -162,6 +162,19 @@ def test_a_checkpoint_confirm_offset_is_a_version_mark_only_within_the_commit_lo
         assert any("confirmPhyOffset" in e for e in store.version_guess.evidence)
 
 
+@pytest.mark.parametrize("version,label", [("5.3.3", "E17-E18 (5.2.0-5.3.3)"), ("4.9.7", "E10-E12 (4.9.1-4.9.8)")])
+def test_an_abort_file_that_holds_no_pid_is_damage_not_a_mark(tmp_path, version, label):
+    """A 4.x abort file is empty, a 5.x one holds the broker's PID (reference §6.3): bits flipped in
+    a 5.3.3 one ("18259" -> "1y\\"59", damage seed 2) were read as "the abort file is empty", the first
+    mark, which set aside abort.bak and the V2 records and made the store 4.7.1-4.9.0."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    (root / "abort").write_bytes(b'1y"59')
+    with Store.open(root) as store:
+        assert store.version_guess.label == label, store.version_guess.evidence
+        assert "the abort file holds 5 bytes that are no PID: damaged, not a mark: E0-E18 (3.2.6-5.3.3)" in store.version_guess.evidence
+        assert not any("set aside" in e for e in store.version_guess.evidence), store.version_guess.evidence
+
+
 def test_broker_config_overrides_inference(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=1048576\nmapedFileSizeConsumeQueue=19990\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n")

@@ -321,6 +321,20 @@ def read_pending(store_root: Path) -> Path | None:
     return Path(text) if text else None
 
 
+def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
+    """The complete, unrestored backup in the store's default backups folder (``default_backup_dir``)
+    of an apply of ``plan_doc``: a saved plan applied already, or None."""
+    folder = store_root.resolve().parent / BACKUPS_DIR
+    for directory in sorted(folder.glob(f"{store_root.resolve().name}-*"), reverse=True) if folder.is_dir() else ():
+        try:
+            backup = BackupSet.open(directory)
+        except BadInput:
+            continue
+        if backup.complete and backup.restored_ms is None and backup.manifest.get("plan") == plan_doc:
+            return directory
+    return None
+
+
 def leftover_temporaries(store_root: Path) -> list[Path]:
     """What an interrupted mqtool can leave in a store: the staging directory (``Executor``'s
     temporary files) and ``*.mqtool-tmp`` beside the pending marker (``write_atomic`` stopped by a

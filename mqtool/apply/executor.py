@@ -12,6 +12,7 @@ Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability poin
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import queue
@@ -194,7 +195,7 @@ class Executor:
             StopRequests.check()
             self.changing = True
             if self.progress:
-                self.progress(f"{action.op} {action.path}")
+                self.progress(f"{action.op} {action.path}".rstrip())  # write-dispatch has no one path
             getattr(self, "_" + action.op.replace("-", "_"))(action)
             self.backup.mark_step(index, action.op, action.path)
             durability_point(f"step {index}")
@@ -433,6 +434,10 @@ def hold_store_lock(store_root: Path, force: bool = False):
             fd = os.open(path, os.O_RDWR)
         except PermissionError:
             raise BadInput(f"{path}: permission denied (run as the broker's user)") from None
+        except OSError as exc:
+            if exc.errno != errno.EROFS:
+                raise
+            raise BadInput(f"{store_root}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError:

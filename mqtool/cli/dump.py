@@ -39,6 +39,7 @@ from ..store.records import (
     parse_time,
 )
 from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
+from ..store.commitlog import StopReason
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
@@ -244,7 +245,10 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
 
 
 def _note_end(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> None:
-    if end.is_clean:
+    log = store.commitlog
+    if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
+        note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")
+    elif end.is_clean:
         note(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
         more = "" if keep_going else "; --keep-going reads past it"

@@ -21,7 +21,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import changed_by_others, refuse_changed, remove_leftovers
+from ..apply.backup import applied_backup, changed_by_others, refuse_changed, remove_leftovers
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -530,6 +530,10 @@ def apply(
     if plan.is_empty:
         note_nothing_to_do(plan)
         return
+    done = applied_backup(plan.to_dict(), root)
+    if done is not None:  # its inputs changed by its own apply: "plan again" would mislead
+        note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
+        return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
@@ -583,7 +587,7 @@ def restore_cmd(
             raise Interrupted(f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)") from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
-    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the repair had created")
+    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
 
 

@@ -17,9 +17,11 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
+from ..store.store import EMPTY_LAST_SEGMENT
 from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
+from .store_state import warn_store_state
 
 TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("size", "uniq_key", "msg_id", "queue_offset", "store_timestamp")  # left out first to fit the width (an IPv6 msg_id is 56 characters)
@@ -94,6 +96,7 @@ def salvage(
     if not store_path.exists():
         raise BadInput(f"{store_path}: no such file or directory")
     with open_store(store_path, broker_config, broker_version) as store:
+        warn_store_state(store.root)
         writer = None
         if to_store is not None:
             from ..apply.salvage_store import SalvageStoreWriter, check_target
@@ -108,7 +111,10 @@ def salvage(
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
     _report(scan.summary, new_store, include_stale, next_start.found)
-    if scan.summary.damaged:
+    left_out = [p for p in store.problems if p.kind != EMPTY_LAST_SEGMENT]  # a wrong-length or misnamed segment Store.open left out
+    for problem in left_out:
+        note(f"not salvaged: {problem.message}, so none of its records are read")
+    if scan.summary.damaged or left_out:
         raise typer.Exit(EXIT_FINDINGS)
 
 
@@ -126,7 +132,7 @@ class NextStartOf:
 
         store = self.store
         self.found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
-        return walked if self.found is None or self.found.logical_end == walked.offset else ScanEnd(self.found.logical_end, self.found.end_reason)
+        return walked if self.found is None or self.found.logical_end in (None, walked.offset) else ScanEnd(self.found.logical_end, self.found.end_reason)
 
 
 def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None, next_start: NextStartOf):
@@ -175,8 +181,10 @@ def _report(summary, new_store, include_stale: bool, next_start) -> None:
         u = summary.unread
         note(f"no valid record in [{u.start}, {u.stop}): the broker's next start never reads it and serves the records around it; "
              f"{u.queue_entries} message(s) the consume queues point into it are lost")
+    said = (summary.unread.start, summary.unread.stop) if summary.unread is not None else None
     for u in summary.unreadable:
-        note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
+        if (u.start, u.stop) != said:  # the range the line above names already
+            note(f"no valid record in [{u.start}, {u.stop}){'; valid records resume after it' if u.resumed else ''}")
     for offset, size in summary.skipped:
         note(f"skipped the record at {offset} ({size} bytes): its body CRC does not match")
     if new_store is not None:

@@ -20,6 +20,7 @@ from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
 from .output import OutputFormat, Screen, emit_rows, kv_table
 from .progress import ByteProgress
+from .store_state import warn_store_state
 
 ID_KINDS = ("uniq-key", "msg-id", "key")  # ``scan.survivors.IdKind``'s values (tests hold them equal)
 
@@ -145,6 +146,7 @@ def survivors(
     if not ids:
         raise BadInput(f"{ids_file}: no ids")
     with open_store(store_path, broker_config, broker_version) as store:
+        warn_store_state(store.root)
         from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
 
         kind = IdKind(by) if by is not None else None

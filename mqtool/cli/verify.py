@@ -75,7 +75,8 @@ def _render_summary(console: Screen, s: dict[str, Any]) -> None:
     )
     counts = s["findings"]
     kinds = ", ".join(f"{k}: {n}" for k, n in s["findings_by_kind"].items())
-    console.print(f"  findings: {counts['error']} errors, {counts['warning']} warnings, {counts['info']} info" + (f" ({escape(kinds)})" if kinds else ""))
+    errors, warnings = (f"{counts[k]} {k}{'' if counts[k] == 1 else 's'}" for k in ("error", "warning"))
+    console.print(f"  findings: {errors}, {warnings}, {counts['info']} info" + (f" ({escape(kinds)})" if kinds else ""))
     for n in s["notes"]:
         console.print(f"  note: {escape(n)}")
     console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")

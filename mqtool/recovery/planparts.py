@@ -18,7 +18,7 @@ from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile, offset_file_name
 from ..store.fastscan import as_array, last_nonzero, release_pages
-from ..store.version import BrokerVersion
+from ..store.version import BrokerVersion, given_source
 from ..dispatch import fastdispatch as fd
 from ..dispatch.placement import IndexPlacement
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
@@ -61,18 +61,6 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
             )
         return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
-
-
-def given_source(store: Store) -> str:
-    """"given", and where the store's own marks leave no era that version belongs to, says so: the
-    plan follows the given version's rules, which are not those of the broker the marks point to."""
-    from ..store.version import detect_version
-
-    marks = detect_version(store)
-    era = store.rules.era
-    if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
-        return "given"
-    return f"given; the store's marks leave {marks.label}, not {era}: its rules are followed as given"
 
 
 def unloadable_files(store: Store) -> None:

@@ -59,8 +59,7 @@ def _command(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return ""
-    parts = [p.decode("utf-8", "replace") for p in raw.split(b"\0") if p]
-    text = " ".join(parts)
+    text = " ".join(raw.decode("utf-8", "replace").replace("\0", " ").split())  # one line: an argument may hold newlines (`python -c`)
     return text if len(text) <= 120 else text[:117] + "..."
 
 

@@ -174,7 +174,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         t["messages"] += q["messages"]
     return {
         "store": str(store.root) if store.root else None,
-        "version": version_doc(guess),
+        "version": version_doc(guess) if not guess.given else given_version_doc(store),
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid},
         "lock_file": store.lock_present,
         "checkpoint": None
@@ -240,6 +240,17 @@ def dledger_summary(store: Store) -> dict[str, Any]:
         "index_file_size": index_files[0][1].stat().st_size if index_files else None,
         "index_units": units,
     }
+
+
+def given_version_doc(store: Store) -> dict[str, Any]:
+    """``version_doc`` of a ``--broker-version``, with the evidence of the store's own marks and,
+    where they leave no era that release belongs to, the label saying so (``version.given_source``)."""
+    from .version import detect_version, given_source
+
+    guess, marks = store.version_guess, detect_version(store)
+    source = given_source(store, marks)
+    label = str(guess) if source == "given" else f"{guess.version} ({source})"
+    return {**version_doc(guess), "label": label, "evidence": marks.evidence}
 
 
 def version_doc(guess) -> dict[str, Any]:

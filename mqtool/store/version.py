@@ -15,7 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING
 
 
-from ..errors import UnknownStoreVersion
+from ..errors import BadStoreFile, UnknownStoreVersion
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
 from ..formats.errors import FormatError
@@ -185,7 +185,7 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     after (§5.2): with a hash collision in the file the two differ."""
     try:
         files = store.index_files
-    except (OSError, FormatError, ValueError):
+    except (OSError, FormatError, ValueError, BadStoreFile):  # BadStoreFile: no file shows the geometry (``Store.unreadable_index``)
         return []
     for f in files:
         entries = f.header.index_count - 1
@@ -216,7 +216,7 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
 
     try:
         files = store.index_files
-    except (OSError, FormatError, ValueError):
+    except (OSError, FormatError, ValueError, BadStoreFile):
         return []
     if not files:
         return []
@@ -267,8 +267,10 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     if store.abort is not None:
         if store.abort.pid is not None:
             marks.append((f"abort file holds a PID ({store.abort.pid})", five))
-        else:
+        elif not store.abort.content.strip():
             marks.append(("the abort file is empty", ALL_ERAS - five))
+        else:  # neither 4.x's empty file nor 5.x's PID: damage, which would otherwise outvote every later mark
+            marks.append((f"the abort file holds {len(store.abort.content)} bytes that are no PID: damaged, not a mark", ALL_ERAS))
     if (root / ABORT_BACKUP_FILE).exists():
         marks.append(("abort.bak exists", five))
     for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
@@ -355,3 +357,13 @@ def detect_version(store: "Store") -> VersionGuess:
     if not seen:
         evidence.append("no version marks in the store")
     return VersionGuess.among(eras, evidence)
+
+
+def given_source(store: "Store", marks: VersionGuess | None = None) -> str:
+    """"given", and where the store's own marks (``marks``, else detected now) leave no era that version
+    belongs to, says so: the plan follows the given version's rules, not those of the marks' broker."""
+    marks = marks or detect_version(store)
+    era = store.rules.era
+    if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
+        return "given"
+    return f"given; the store's marks leave {marks.label}, not {era}: its rules are followed as given"
