@@ -14,10 +14,6 @@ it costs that saving and nothing else:
 - ``click_exceptions``: the exception classes of the click typer vendors (``typer._click``),
   which typer does not re-export and the CLI catches and raises. Fallback: ``click.exceptions``
   (a typer on real click).
-- ``help_textwrap``: the module whose ``TextWrapper`` the help formatter of typer's click builds
-  for every ``--help`` (``typer._click._textwrap``), not exported; ``cli/__init__.py`` replaces that
-  class by one that breaks at spaces only, so that no option name or path is split at a hyphen.
-  Fallback: ``click._textwrap`` (a typer on real click), else None, help wrapped as click wraps it.
 - ``exit_steps``: ``threading._shutdown`` (waits for non-daemon threads after running the
   callbacks that stop idle pool workers) and ``atexit._run_exitfuncs``, what the interpreter's
   exit runs before its teardown; ``cli/shutdown.py`` runs them, then ends the process with
@@ -61,18 +57,6 @@ def click_exceptions() -> ModuleType:
     except ImportError:  # an older typer on real click
         from click import exceptions
     return exceptions
-
-
-def help_textwrap() -> ModuleType | None:
-    """The module click's ``wrap_text`` takes its ``TextWrapper`` from at each call, or None."""
-    try:
-        from typer._click import _textwrap as module
-    except ImportError:
-        try:  # an older typer on real click
-            from click import _textwrap as module
-        except ImportError:
-            return None
-    return module if isinstance(getattr(module, "TextWrapper", None), type) else None
 
 
 def exit_steps() -> tuple[Callable[[], None], Callable[[], None]] | None:

@@ -238,7 +238,6 @@ class MqtoolGroup(TyperGroup):
 
         State.debug = State.quiet = False
         install()  # values converted without pydantic
-        help_at_spaces()
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else EXIT_OK
@@ -268,28 +267,6 @@ class MqtoolGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
-
-
-def help_at_spaces() -> None:
-    """Every ``--help`` wrapped at spaces only, as tables and notes are (``table.wrap``: a longer
-    word gets a line of its own): click's wrapper also breaks after a hyphen or inside a long
-    word, which split ``--broker-version`` and the backup path ``.mqtool-backups/...``."""
-    import textwrap
-
-    from ..private_api import help_textwrap
-
-    module = help_textwrap()
-    if module is None or getattr(module.TextWrapper, "at_spaces", False):
-        return
-
-    class AtSpaces(module.TextWrapper):
-        at_spaces = True
-        _handle_long_word = textwrap.TextWrapper._handle_long_word  # click's own cuts the word
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **{**kwargs, "break_on_hyphens": False, "break_long_words": False})
-
-    module.TextWrapper = AtSpaces
 
 
 app = typer.Typer(
