@@ -43,7 +43,7 @@ def main() -> int:
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.n)
     tally: Counter = Counter()
     per_store: Counter = Counter()
-    refused = 0  # ok runs where repair refused (exit 4): without --broker-version, eras whose plans differ
+    refused: Counter = Counter()  # ok runs where repair refused (exit 4), the store unchanged: by why
     for seed in seeds:
         version, name = kinds[seed % len(kinds)]
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
@@ -52,7 +52,8 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1
-        refused += out.problem is None and out.repair_rc == 4
+        if out.problem is None and out.refused:
+            refused[out.refused] += 1
         if out.problem:
             per_store[(out.store, out.problem)] += 1
             print(f"seed {seed} {out.store} [{'; '.join(out.damages)}] repair exit {out.repair_rc}: {out.problem}: {out.detail}", flush=True)
@@ -63,8 +64,10 @@ def main() -> int:
     print(f"\n{total} damaged copies over {len(kinds)} fixture kinds")
     for p in ("ok",) + PROBLEMS:
         print(f"  {p:<10} {tally[p]}")
-    if refused:
-        print(f"  ({refused} of the ok runs: repair refused, naming the --broker-version values that decide, the store unchanged)")
+    if refused["version"]:
+        print(f"  ({refused['version']} of the ok runs: repair refused, naming the --broker-version values that decide, the store unchanged)")
+    if refused["unplanned"]:
+        print(f"  ({refused['unplanned']} of the ok runs: repair refused a 3.2.6-4.3.1 abnormal recovery past a TOTALSIZE mismatch, documented, the store unchanged)")
     for (store, problem), n in sorted(per_store.items()):
         print(f"    {store}: {problem} x{n}")
     return 1 if total - tally["ok"] else 0
