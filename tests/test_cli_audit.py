@@ -728,3 +728,17 @@ def test_salvage_names_damage_before_the_start_segment_once(tmp_path):
     said = [line for line in result.stderr.splitlines() if "[0, 1048576)" in line]
     assert said == ["mqtool: no valid record in [0, 1048576): the broker's next start never reads it and serves the records around it; "
                     "411 message(s) the consume queues point into it are lost"]
+
+
+def test_a_msg_id_that_names_no_record_is_one_line_and_no_empty_table():
+    """Before: `query msg-id` of an id whose offset holds no record start printed a table of twelve
+    empty columns, its error wrapped one word a line, under the line that already said it."""
+    store = store_path("5.3.3", "clean-small")
+    first = min(manifest("5.3.3", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    inside = f"{first['msgId'][:16]}{first['commitLogOffset'] + 1:016X}"  # the same store host, one byte into the record
+    result = run("query", "msg-id", store, inside, env={"COLUMNS": "100"})
+    assert result.exit_code == 1 and result.stdout == ""
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"mqtool: offset {first['commitLogOffset'] + 1}: no record")
+    rows = json.loads(run("query", "msg-id", store, inside, "-f", "json").stdout)
+    assert [(r["offset"], r["key_matches"]) for r in rows] == [(first["commitLogOffset"] + 1, False)] and rows[0]["error"].startswith("no record")

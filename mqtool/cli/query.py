@@ -220,7 +220,8 @@ def query_msg_id(
         found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
         if error:
             note(f"offset {decoded.commit_log_offset}: {error}")
-        emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
+        if record is not None or format != OutputFormat.table:  # a table of empty columns says no more than the line
+            emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
 
