@@ -175,6 +175,21 @@ def test_an_abort_file_that_holds_no_pid_is_damage_not_a_mark(tmp_path, version,
         assert not any("set aside" in e for e in store.version_guess.evidence), store.version_guess.evidence
 
 
+@pytest.mark.parametrize("version,label", [("5.3.3", "E17-E18 (5.2.0-5.3.3)"), ("4.9.7", "E10-E12 (4.9.1-4.9.8)")])
+def test_an_emptied_abort_file_weighs_no_more_than_a_missing_file(tmp_path, version, label):
+    """A 5.x abort file cut to 0 bytes (damage seed 19 on 5.3.3 crashed-small) reads as 4.x's empty
+    file. As the first mark it set aside abort.bak and the V2 records and made the store 4.6.0-4.9.0,
+    whose rules the planners then followed; an empty file now counts after every file that holds
+    something, as a missing file does: the 5.3.3 store stays 5.x, a 4.9.7 one (empty anyway) 4.x."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    (root / "abort").write_bytes(b"")
+    with Store.open(root) as store:
+        guess = store.version_guess
+    assert guess.label == label, guess.evidence
+    empty = [e for e in guess.evidence if e.startswith("the abort file is empty")]
+    assert empty == (["the abort file is empty: set aside, it contradicts the marks before it"] if version == "5.3.3" else ["the abort file is empty: E0-E12 (3.2.6-4.9.8)"])
+
+
 def test_broker_config_overrides_inference(tmp_path):
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=1048576\nmapedFileSizeConsumeQueue=19990\nmaxHashSlotNum=1000\nmaxIndexNum=4000\n")

@@ -267,9 +267,7 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     if store.abort is not None:
         if store.abort.pid is not None:
             marks.append((f"abort file holds a PID ({store.abort.pid})", five))
-        elif not store.abort.content.strip():
-            marks.append(("the abort file is empty", ALL_ERAS - five))
-        else:  # neither 4.x's empty file nor 5.x's PID: damage, which would otherwise outvote every later mark
+        elif store.abort.content.strip():  # neither 4.x's empty file nor 5.x's PID: damage, which would otherwise outvote every later mark
             marks.append((f"the abort file holds {len(store.abort.content)} bytes that are no PID: damaged, not a mark", ALL_ERAS))
     if (root / ABORT_BACKUP_FILE).exists():
         marks.append(("abort.bak exists", five))
@@ -300,11 +298,15 @@ def _checkpoint_marks(cp, end: int) -> list[tuple[str, frozenset]]:
 
 def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """Every 5.x start leaves ``abort.bak`` (``MixAll.string2File``) and the timer store's wheel (§6.3, §8.1):
-    a store with a ``lock`` file but neither is older."""
+    a store with a ``lock`` file but neither is older. Every 5.x start also writes its PID into the abort
+    file: an empty one is older, or was emptied (a cut file), so it weighs no more than a missing file."""
     root = store.root
+    marks = []
+    if store.abort is not None and store.abort.pid is None and not store.abort.content.strip():
+        marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))
     if (root / "lock").exists() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
-        return [("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12"))]
-    return []
+        marks.append(("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12")))
+    return marks
 
 
 def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
@@ -353,7 +355,7 @@ def detect_version(store: "Store") -> VersionGuess:
     if store.root is not None and _splits(eras, "E0"):
         narrow(_index_key_marks(store, records))
     if store.root is not None:
-        narrow(_missing_file_marks(store))  # last: a file that is there outweighs one that is not
+        narrow(_missing_file_marks(store))  # last: a file that is there, or holds something, outweighs one that is not
     if not seen:
         evidence.append("no version marks in the store")
     return VersionGuess.among(eras, evidence)
