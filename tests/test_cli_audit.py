@@ -742,3 +742,15 @@ def test_a_msg_id_that_names_no_record_is_one_line_and_no_empty_table():
     assert line.startswith(f"mqtool: offset {first['commitLogOffset'] + 1}: no record")
     rows = json.loads(run("query", "msg-id", store, inside, "-f", "json").stdout)
     assert [(r["offset"], r["key_matches"]) for r in rows] == [(first["commitLogOffset"] + 1, False)] and rows[0]["error"].startswith("no record")
+
+
+def test_an_index_whose_geometry_cannot_be_inferred_names_what_to_pass(tmp_path):
+    """Before: `repair` of a store whose only index file has its entries zeroed (damage seed 12 on
+    5.3.3 crashed-small) said only "pass --broker-config": not which settings, nor the defaults."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    [index] = (store / "index").iterdir()
+    data = bytearray(index.read_bytes())
+    data[18690:] = bytes(len(data) - 18690)
+    index.write_bytes(data)
+    line = error_line(run("repair", store), EXIT_BAD_INPUT)
+    assert line.endswith("pass --broker-config with the broker.conf that sets them (the defaults, 5000000 and 20000000, make files of 420000040 bytes)")

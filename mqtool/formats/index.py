@@ -52,6 +52,7 @@ SLOT = struct.Struct(">l")  # IndexSlotStruct
 ENTRY = struct.Struct(">lqll")  # IndexEntryStruct
 HEADER_SIZE, SLOT_SIZE, ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
 MAX_QUERY_RESULTS = 64  # IndexService maxMsgsNumBatch
+DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 INT32_MAX = 0x7FFFFFFF
 
 

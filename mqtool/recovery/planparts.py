@@ -14,6 +14,7 @@ from typing import Iterable
 from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
+from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile, offset_file_name
@@ -39,8 +40,6 @@ from .plans import (
 )
 from .queues import QueueSim
 from ..store.rules import VersionRules
-
-DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum
 
 
 # ---- common pieces --------------------------------------------------------------------------

@@ -181,7 +181,11 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
                 return IndexGeometry(slots, entries)  # nothing written: any geometry reads the same
             if count <= entries and _geometry_fits(mf.buf, slots, entries, count):
                 return IndexGeometry(slots, entries)
-    raise BadStoreFile(f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file; pass --broker-config")
+    slots, entries = fmt.DEFAULT_GEOMETRY
+    raise BadStoreFile(
+        f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file (no geometry its size allows fits its entries); pass --broker-config with the "
+        f"broker.conf that sets them (the defaults, {slots} and {entries}, make files of {fmt.HEADER_SIZE + fmt.SLOT_SIZE * slots + fmt.ENTRY_SIZE * entries} bytes)"
+    )
 
 
 def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
