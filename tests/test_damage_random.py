@@ -304,6 +304,30 @@ def test_a_damaged_queue_offset_field_is_lost_data_not_a_queue_fault(tmp_path, v
     assert {p.name: p.read_bytes() for p in queue.iterdir()} == before
 
 
+@pytest.mark.parametrize("version", ["4.9.2", "5.0.0"])
+def test_a_damaged_queue_offset_after_expired_segments_is_lost_data_not_a_queue_fault(tmp_path, version):
+    """The same for a queue's first record left after retention deleted the segments before it (damage seed 600106:
+    QUEUEOFFSET 33 flipped to 2^60 + 33): its entry follows the queue's expired entries, as the broker appended it.
+    verify used to take the entry for a fault (no previous record of the queue was seen), and repair rebuilt the queue
+    from that field: every entry moved to a file named for queue offset 2^60 + 33 (its Java long overflow, at that)."""
+    root = copy_store(version, "retention-small", tmp_path)
+    present = [m for m in manifest(version, "retention-small")["messages"] if m.get("present") and m.get("dispatched")]
+    target = next(m for m in sorted(present, key=lambda m: m["commitLogOffset"]) if m["queueOffset"] > 0)
+    segment = root / "commitlog" / f"{target['commitLogOffset'] // SEGMENT * SEGMENT:020d}"
+    data = bytearray(segment.read_bytes())
+    data[target["commitLogOffset"] % SEGMENT + 20] ^= 1 << 4  # QUEUEOFFSET's bit 60
+    segment.write_bytes(data)
+    queue = root / "consumequeue" / target["topic"] / str(target["queueId"])
+    before = {p.name: p.read_bytes() for p in queue.iterdir()}
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    [found] = [f for f in map(json.loads, out.splitlines()[:-1]) if f["kind"] == "cq-entry-mismatch"]
+    assert (found["offset"], found["found"], found["expected"]) == (target["commitLogOffset"], target["queueOffset"], target["queueOffset"] + (1 << 60))
+    assert found["details"]["record_damaged"]
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    assert {p.name: p.read_bytes() for p in queue.iterdir()} == before
+
+
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7"])
 def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path, version):
     """The first segment cut short at a record (repair pads it with zeros) and the index damaged: the rebuild dispatches as a

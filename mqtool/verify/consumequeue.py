@@ -380,10 +380,11 @@ class ConsumeQueueCheck:
             if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks them
                 continue
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
-            # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked
+            # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
+            # the broker wrote them in order, so the range's first record of the queue belongs at the next entry
             while cursor.head is not None and cursor.head.phys < self.lower:
                 cursor.skip(1)
-                cursor.last_pos = None
+                cursor.last_pos = None if cursor.head is None else cursor.head.queue_offset - 1
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
