@@ -413,6 +413,37 @@ def test_verify_checkpoint_ahead_of_the_data(tmp_path):
     assert ("dledger-checkpoint", "error", last, last + 5) in kinds and code == 1
 
 
+@pytest.mark.parametrize("damage", ["record-size", "zeros-to-file-end"])
+def test_a_damaged_record_in_a_sound_entry_is_kept_by_dledger_recovery_in_verify_and_the_plan(tmp_path, damage):
+    """DLedgerMmapFileStore.recover checks entry headers only (reference §15.4): an entry whose
+    record is damaged (its TOTALSIZE changed; or zeros from inside it to the file's end, damage
+    seed 200380) is kept, and the data run on past it. verify names the lost message and holds
+    index/ and checkpoint against DLedger's last entry; the recovery plan cuts where verify ends."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    m = manifest("5.3.3", "dledger-small")
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    data = store_dir / "dledger-n0"
+    e = m["messages"][300 if damage == "record-size" else 311]["dledgerEntry"]
+    if damage == "record-size":
+        _patch(data / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+        end, records, last = m["dledger"]["endPos"], len(m["messages"]) - 1, m["dledger"]["lastIndex"]
+    else:
+        _patch(data / e["file"], e["filePosition"] + 148, bytes(1048576 - e["filePosition"] - 148))
+        end, records, last = e["pos"] + e["size"], 311, e["index"]
+    code, findings, summary = _verify(store_dir, "--only", "commitlog")
+    [lost] = [f for f in findings if f["kind"] == "dledger-record"]
+    assert code == 1 and lost["offset"] == e["pos"] and lost["details"]["range_end"] == e["pos"] + e["size"]
+    assert not [f for f in findings if f["kind"] == "dledger-entry"]
+    assert summary["commitlog"]["records"] == records and summary["commitlog"]["logical_end"] == end
+    gone = [(f["expected"], f["found"]) for f in findings if f["kind"] == "dledger-checkpoint" and f["severity"] == "error"]
+    assert gone == ([] if damage == "record-size" else [(last, m["dledger"]["lastIndex"])])
+    with Store.open(store_dir) as store:
+        assert plan_recover(store).commitlog.valid_end == end
+
+
 # ---- Spark splits over DLedger data ------------------------------------------------------------
 
 

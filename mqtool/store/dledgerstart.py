@@ -54,7 +54,16 @@ def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
 
 
 def data_recovery(store: Store) -> DataRecovery:
+    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log: the next start, ``verify``
+    (``verify.dledger``) and the recovery plan (``recovery.dledger``) all take DLedger's recovery end
+    and last entry from here."""
     cl: DLedgerCommitLog = store.commitlog
+    if cl.data_recovery is None:
+        cl.data_recovery = _data_recovery(cl)
+    return cl.data_recovery
+
+
+def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     files = cl.entry_segments()
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
     units = {u.index: u for u in cl.index_units()}
