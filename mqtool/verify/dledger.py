@@ -15,8 +15,8 @@ import numpy as np
 from ..formats import dledger as dfmt
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.dledger import DLedgerCommitLog, entry_problem
-from ..store.dledgerstart import DataRecovery, data_recovery
+from ..store.dledger import DLedgerCommitLog
+from ..store.dledgerstart import DataRecovery, data_recovery, walk_resume
 from ..store.mappedfile import MappedFile
 from .commitlog import CommitLogResult, relative
 from .findings import Finding, error, info, warning
@@ -91,7 +91,7 @@ class DLedgerLogCheck:
         if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
         units = IndexUnits(cl)
-        dl = data_recovery(self.store)
+        dl = data_recovery(cl)
         self._first_mismatch: tuple[int, int] | None = None
         self._missing_units = 0
         try:
@@ -100,10 +100,11 @@ class DLedgerLogCheck:
                 scan = fs.FastScan(cl, start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
                 yield from self._records(scan, units)
                 end = scan.end
-                if end.is_clean or end.offset >= dl.end.offset:
+                resume = walk_resume(cl, end)  # damage DLedger's recovery keeps: the walk goes on after it
+                if resume is None:
                     break
-                start = self._kept_entry_end(end.offset)  # DLedger's recovery keeps this entry: the walk goes on after it
-                yield self._kept_damage(end, start, dl)
+                yield self._kept_damage(end, resume, dl)
+                start = resume
             result.logical_end, result.end_reason = end.offset, end.reason
             result.bytes = max(end.offset - self.start, 0)
             result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
@@ -139,18 +140,6 @@ class DLedgerLogCheck:
             result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
             if self.progress:
                 self.progress(last_pos - self.start)
-
-    def _kept_entry_end(self, offset: int) -> int:
-        """Where the walk resumes after damage DLedger's recovery keeps: after the entry at ``offset``
-        when its header passes ``recover``'s checks (only the record inside is damaged), else at
-        the next data file (a file before the one ``recover`` starts from, which it never reads)."""
-        cl = self.commitlog
-        seg = cl.segments[cl.segment_index(offset)]
-        with MappedFile(seg.path, seg.base_offset) as mf:
-            header = dfmt.decode_entry_header(mf.buf, offset - seg.base_offset, seg.base_offset) if offset + HEADER <= seg.end_offset else None
-        if header is not None and entry_problem(header, None) is None and offset + header.size <= seg.end_offset:
-            return offset + header.size
-        return seg.end_offset
 
     def _kept_damage(self, end, resume: int, dl: DataRecovery) -> Finding:
         """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
