@@ -500,6 +500,25 @@ def test_the_cross_checks_read_on_past_a_damaged_record_dledger_keeps(tmp_path):
     assert all(x.lost_data for x in expected_after(triage(failing)))
 
 
+def test_a_dledger_store_without_data_files_recovers_as_the_broker_does(tmp_path):
+    """Every data file deleted (damage seed 700060): DLedgerMmapFileStore.recover keeps nothing and
+    DLedgerCommitLog recovers the classic commit log instead ("the first time to load mixed
+    commitlog"), here an empty one; verify and the plan say so instead of failing."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    for path in (store_dir / "dledger-n0" / "data").iterdir():
+        path.unlink()
+    code, findings, summary = _verify(store_dir)
+    assert code == 1 and summary["commitlog"]["records"] == 0 and summary["commitlog"]["logical_end"] == 0
+    assert {f["kind"] for f in findings} == {"cq-entry-beyond-end", "index-entry-beyond-end"}
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    assert plan.commitlog.valid_end == 0
+
+
 # ---- Spark splits over DLedger data ------------------------------------------------------------
 
 

@@ -65,6 +65,8 @@ def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
 def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     files = cl.entry_segments()
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
+    if not files:  # recover keeps nothing and returns before reading the checkpoint
+        return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
     units = {u.index: u for u in cl.index_units()}
     start = max(len(files) - 3, 0)
     for i in range(start, -1, -1):
