@@ -2,9 +2,10 @@
 entry index and DLedger's checkpoint. Takes ``CommitLogCheck``'s place (same ``result``).
 
 Every entry is walked compiled (``store.dledgerwalk``) with every check of the record decoder and
-the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48); where the
-walk stops ``DLedgerMmapFileStore.recover`` truncates data and index, and ``index/`` and
-``checkpoint`` are held against the entries."""
+the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48). Where an
+entry header fails, ``DLedgerMmapFileStore.recover`` truncates data and index; a damaged record in
+an entry it keeps is lost data and the walk goes on after it (``dledgerstart.walk_resume``).
+``index/`` and ``checkpoint`` are held against the last entry it keeps (``data_recovery``)."""
 
 from __future__ import annotations
 
