@@ -254,6 +254,39 @@ def test_rebuild_cq_is_byte_identical(tmp_path, version):
     assert {k: v for k, v in tree(store_dir).items() if k.startswith("consumequeue/")} == original
 
 
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_rebuild_cq_goes_on_past_a_damaged_record_dledger_keeps(tmp_path, version):
+    """DLedger's recovery keeps an entry whose record alone is damaged, and the log after it
+    (``dledgerstart.walk_resume``): every consume queue rebuilt, those without the lost message
+    equal the broker's byte for byte; its own queue holds every other message in order."""
+    import shutil
+
+    from conftest import copy_store
+
+    from mqtool.apply import apply_plan
+    from mqtool.recovery.planners import plan_rebuild_cq
+    from repair_support import fixture_config, tree
+
+    m = manifest(version, "dledger-small")
+    store_dir = copy_store(version, "dledger-small", tmp_path)
+    victim = m["messages"][300]
+    e = victim["dledgerEntry"]
+    _patch(store_dir / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    lost_queue = f"consumequeue/{victim['topic']}/{victim['queueId']}/"
+    original = {k: v for k, v in tree(store_dir).items() if k.startswith("consumequeue/") and not k.startswith(lost_queue)}
+    shutil.rmtree(store_dir / "consumequeue")
+    with Store.open(store_dir, fixture_config(m)) as store:
+        plan = plan_rebuild_cq(store)
+    apply_plan(plan, tmp_path / "backup")
+    assert plan.dispatch[0].stop == m["dledger"]["endPos"]
+    assert plan.dispatch[0].cq_records == sum(x["dispatchToConsumeQueue"] for x in m["messages"]) - 1
+    assert {k: v for k, v in tree(store_dir).items() if k.startswith("consumequeue/") and not k.startswith(lost_queue)} == original
+    with Store.open(store_dir) as store:
+        queue = store.consume_queue(victim["topic"], victim["queueId"])
+        kept = [x["commitLogOffset"] for x in m["messages"] if (x["topic"], x["queueId"]) == (victim["topic"], victim["queueId"]) and x is not victim]
+        assert [entry.phys_offset for entry in queue.entries()] == kept
+
+
 @pytest.mark.parametrize("version,name", [("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-crashed-cqloss")])
 def test_rebuild_index_answers_every_key_of_the_manifest(tmp_path, version, name):
     """Where the broker's recovery loses lookups (4.9.7 drops the index; 5.3.3 is fine but the
@@ -411,6 +444,75 @@ def test_verify_checkpoint_ahead_of_the_data(tmp_path):
     code, findings, _ = _verify(store_dir, "--only", "commitlog")
     kinds = [(f["kind"], f["severity"], f["expected"], f["found"]) for f in findings]
     assert ("dledger-checkpoint", "error", last, last + 5) in kinds and code == 1
+
+
+@pytest.mark.parametrize("damage", ["record-size", "zeros-to-file-end"])
+def test_a_damaged_record_in_a_sound_entry_is_kept_by_dledger_recovery_in_verify_and_the_plan(tmp_path, damage):
+    """DLedgerMmapFileStore.recover checks entry headers only (reference §15.4): an entry whose
+    record is damaged (its TOTALSIZE changed; or zeros from inside it to the file's end, damage
+    seed 200380) is kept, and the data run on past it. verify names the lost message and holds
+    index/ and checkpoint against DLedger's last entry; the recovery plan cuts where verify ends."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    m = manifest("5.3.3", "dledger-small")
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    data = store_dir / "dledger-n0"
+    e = m["messages"][300 if damage == "record-size" else 311]["dledgerEntry"]
+    if damage == "record-size":
+        _patch(data / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+        end, records, last = m["dledger"]["endPos"], len(m["messages"]) - 1, m["dledger"]["lastIndex"]
+    else:
+        _patch(data / e["file"], e["filePosition"] + 148, bytes(1048576 - e["filePosition"] - 148))
+        end, records, last = e["pos"] + e["size"], 311, e["index"]
+    code, findings, summary = _verify(store_dir, "--only", "commitlog")
+    [lost] = [f for f in findings if f["kind"] == "dledger-record"]
+    assert code == 1 and lost["offset"] == e["pos"] and lost["details"]["range_end"] == e["pos"] + e["size"]
+    assert not [f for f in findings if f["kind"] == "dledger-entry"]
+    assert summary["commitlog"]["records"] == records and summary["commitlog"]["logical_end"] == end
+    gone = [(f["expected"], f["found"]) for f in findings if f["kind"] == "dledger-checkpoint" and f["severity"] == "error"]
+    assert gone == ([] if damage == "record-size" else [(last, m["dledger"]["lastIndex"])])
+    with Store.open(store_dir) as store:
+        assert plan_recover(store).commitlog.valid_end == end
+
+
+def test_the_cross_checks_read_on_past_a_damaged_record_dledger_keeps(tmp_path):
+    """The consume queue and index checks walk the log the broker serves (``LogStream``): past a
+    record DLedger's recovery keeps, the queues and index entries of the records after it are
+    valid, not past the end; only those of the lost message are findings, all lost data."""
+    from conftest import copy_store
+    from damage_support import beyond_lost
+
+    m = manifest("5.3.3", "dledger-small")
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    victim = m["messages"][300]
+    e = victim["dledgerEntry"]
+    _patch(store_dir / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    code, findings, summary = _verify(store_dir)
+    assert code == 1 and summary["consume_queues"]["entries"] == sum(x["dispatchToConsumeQueue"] for x in m["messages"])
+    assert sorted((f["kind"], f["offset"]) for f in findings) == [
+        ("cq-entry-dangling", victim["commitLogOffset"]), ("dledger-record", e["pos"]), ("index-entry-dangling", victim["commitLogOffset"])]
+    assert beyond_lost(findings) == []  # repair's triage: all of it lost data
+
+
+def test_a_dledger_store_without_data_files_recovers_as_the_broker_does(tmp_path):
+    """Every data file deleted (damage seed 700060): DLedgerMmapFileStore.recover keeps nothing and
+    DLedgerCommitLog recovers the classic commit log instead ("the first time to load mixed
+    commitlog"), here an empty one; verify and the plan say so instead of failing."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    for path in (store_dir / "dledger-n0" / "data").iterdir():
+        path.unlink()
+    code, findings, summary = _verify(store_dir)
+    assert code == 1 and summary["commitlog"]["records"] == 0 and summary["commitlog"]["logical_end"] == 0
+    assert {f["kind"] for f in findings} == {"cq-entry-beyond-end", "index-entry-beyond-end"}
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    assert plan.commitlog.valid_end == 0
 
 
 # ---- Spark splits over DLedger data ------------------------------------------------------------

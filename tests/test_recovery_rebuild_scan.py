@@ -1,13 +1,12 @@
 """``RebuildScan`` (one walk) dispatches exactly what its definition does with two: the broker's
 recovery scan from its start segment finds the valid end (§8.3), then the served walk (the reput,
-§8.12, no CRC, resuming where the log does past a record it cannot read; a DLedger log's reput)
-dispatches every record from the first segment to that end.
+§8.12, no CRC, resuming where the log does past a record it cannot read; in a DLedger log after
+its entry) dispatches every record from the first segment to that end.
 
 On real-broker stores whose recovery starts past the first segment (clean-small: the
 third-from-last segment; crashed-small: abnormal recovery), and on a damaged copy where a
 record's TOTALSIZE reaches past the recovery's start segment: the served walk resumes at the
-next record; a DLedger log's reput skips over that segment's first records, the one case where
-the single walk must fall back.
+next record (in a DLedger log, after the entry: DLedger's recovery keeps it).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ COMPARED = [c for c in range(fd.N_FIELDS) if c not in (fd.F_TOPIC_FP, fd.F_TOPIC
 
 
 def by_definition(store: Store, rules: VersionRules, start: int, index: bool, discipline: str):
-    """The two walks: the recovery scan for the end, then the served walk (or reput) from the first segment."""
+    """The two walks: the recovery scan for the end, then the served walk from the first segment."""
     cl = store.commitlog
     common = dict(tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table, legacy_properties=rules.legacy_properties)
     recovery = phase_scanner(cl, start, None, discipline="recovery", index_enable=False, check_crc=store.config.check_crc_on_recover, **common)
@@ -49,7 +48,7 @@ def dispatched(batches, topics: TopicTable):
     return fields, keys, names
 
 
-def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = False) -> None:
+def assert_same(store_dir, index: bool, expect_split: bool) -> None:
     with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         rules = VersionRules(store_version(store)[0])
         scan = RebuildScan(store, rules, TopicTable(), index=index)
@@ -59,7 +58,7 @@ def assert_same(store_dir, index: bool, expect_split: bool, *, fallback: bool = 
         first = store.commitlog.segment_index(scan.start)
         crosses = first + 1 < len(segments) and scan.end.offset > segments[first + 1].base_offset
         head = first - store.commitlog.segment_index(store.commitlog.min_offset)  # whole segments the reput walks first
-        assert any(b.spilled is not None for b in got) == (crosses and not fallback or head >= 2)  # dispatched ahead, read back
+        assert any(b.spilled is not None for b in got) == (crosses or head >= 2)  # dispatched ahead, read back
         want, want_topics, want_end, want_skipped = by_definition(store, rules, scan.start, index, scan.discipline)
         a, b = dispatched(got, scan.topics), dispatched(want, want_topics)
         assert len(a[0]) > 0
@@ -82,8 +81,8 @@ def test_one_walk_dispatches_what_two_walks_do(tmp_path, version, name, index):
 
 @pytest.mark.parametrize(("version", "name"), [("4.8.0", "clean-small"), ("4.9.7", "clean-small"), ("5.3.3", "dledger-small")])
 def test_a_totalsize_reaching_into_the_start_segment(tmp_path, version, name):
-    """The served walk skips the one record and resumes at the start segment's first record; a
-    DLedger log's reput skips over that segment's first records and the single walk falls back."""
+    """The served walk skips the one record and resumes at the start segment's first record (a
+    DLedger log's entry header is sound: DLedger's recovery keeps it and the log after it)."""
     store_dir = copy_store(version, name, tmp_path)
     if name == "clean-small":  # 5.3.2+ starts at the first segment without queues
         (store_dir / "consumequeue").rename(tmp_path / "cq-aside")  # no queues: the 4.x start is the third-from-last segment
@@ -102,11 +101,11 @@ def test_a_totalsize_reaching_into_the_start_segment(tmp_path, version, name):
         f.seek(last.offset - seg.base_offset)
         f.write((start + 100 - last.offset).to_bytes(4, "big"))  # TOTALSIZE: the first field, big-endian int32
     dledger = name.startswith("dledger")
-    assert_same(store_dir, False, True, fallback=dledger)
+    assert_same(store_dir, False, True)
     with Store.open(store_dir, version=fixture_version(store_dir)) as store:
         scan = RebuildScan(store, VersionRules(store_version(store)[0]), TopicTable(), index=False)
         offsets = [b.fields[:, fd.F_PHYS] for b in scan]
         skipped = [s.offset for s in scan.skipped]
     header = ENTRY_HEADER_SIZE if dledger else 0  # a DLedger record's body follows its entry's header
     assert skipped == [last.offset - header]  # the walk names the entry
-    assert (start + header in np.concatenate(offsets)) != dledger  # the start segment's first record
+    assert start + header in np.concatenate(offsets)  # the start segment's first record

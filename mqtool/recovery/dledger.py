@@ -159,7 +159,7 @@ class DLedgerLog(LogKind):
 
     @classmethod
     def of(cls, store: Store) -> "DLedgerLog":
-        return cls(data_recovery(store))
+        return cls(data_recovery(store.commitlog))
 
     def start(self, run: RecoveryRun) -> tuple[int, str]:
         s = dledger_start(run.store, self.dl, run.version, mode=run.mode, index_safe=run.index_safe, full_scan=run.options.full_scan)

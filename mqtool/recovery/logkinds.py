@@ -179,8 +179,11 @@ class ClassicLog(LogKind):
 
 
 def log_kind(store: Store) -> LogKind:
-    """The store's commit log kind; ``dledger`` is loaded for a DLedger store only."""
-    if store.is_dledger:
+    """The store's commit log kind; ``dledger`` is loaded for a DLedger store only. Without DLedger
+    data files ``DLedgerCommitLog.recover`` recovers the classic commit log (``recoverNormally`` /
+    ``recoverAbnormally`` of ``CommitLog``: "the first time to load mixed commitlog"), an empty one
+    when there is none."""
+    if store.is_dledger and store.commitlog.entry_segments():
         from .dledger import DLedgerLog
 
         return DLedgerLog.of(store)

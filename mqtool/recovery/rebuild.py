@@ -14,7 +14,7 @@ from ..errors import BadInput
 from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
-from ..store.commitlog import ScanEnd, StopReason
+from ..store.commitlog import ScanEnd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
 from .planparts import (
     DEFAULT_GEOMETRY,
@@ -49,14 +49,14 @@ class RebuildScan:
     segments before the start are walked first, the same way. Before the start, past a record it
     cannot read the walk resumes where the log does (the ``served`` discipline): ``doReput`` would
     skip to the next segment (or TOTALSIZE on), leaving the records the broker serves after the
-    damage without queue entries or index keys. A DLedger log, whose entries carry no resumable
-    chain, keeps the reput's; only when that reput skips a record whose TOTALSIZE reaches past the
-    start segment's first offset does the recovery scan run on its own (to find the end) and the
-    reput resume where the skip lands. ``end`` and ``skipped`` are set once iterated."""
+    damage without queue entries or index keys. In DLedger data the log goes on past damage
+    DLedger's recovery keeps (an entry whose header is sound: ``dledgerstart.walk_resume``), before
+    the start and after it: the recovery scan's end there is not the log's, and the walk resumes
+    after the entry up to where DLedger's recovery stops. ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
-        self.discipline = "reput" if store.is_dledger else "served"  # the index and queues of the records the broker serves
+        self.discipline = "served"  # the index and queues of the records the broker serves
         self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
         self.notes = []
         if store.abort_present:
@@ -81,22 +81,19 @@ class RebuildScan:
             head = self._scanner(cl.min_offset, self.start, self.discipline, index=self.index, ahead=True)
             yield from head
             self.skipped += head.skipped
-            over = head.end
-            if self.discipline == "reput" and over.reason == StopReason.LENGTH_MISMATCH and over.total_size and over.offset + over.total_size > self.start:
-                self.skipped.append(over)
-                recovery = self._scanner(self.start, None, "recovery", index=False)
-                for _ in recovery:
-                    pass
-                self._found(recovery.end)
-                resume = over.offset + over.total_size
-                if resume < self.end.offset:
-                    tail = self._scanner(resume, self.end.offset, "reput", index=self.index)
-                    yield from tail
-                    self.skipped += tail.skipped
-                return
         recovery = self._scanner(self.start, None, "recovery", index=self.index, ahead=True)
         yield from recovery
-        self._found(recovery.end)
+        end = recovery.end
+        if self.store.is_dledger:
+            from ..store.dledgerstart import walk_resume  # DLedger modules: only for a DLedger store
+
+            while (resume := walk_resume(cl, end)) is not None:
+                self.skipped.append(end)
+                tail = self._scanner(resume, None, self.discipline, index=self.index)
+                yield from tail
+                self.skipped += tail.skipped
+                end = tail.end
+        self._found(end)
 
     def _found(self, end: ScanEnd) -> None:
         self.end = end

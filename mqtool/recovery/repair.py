@@ -44,7 +44,7 @@ from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
 LOST_KINDS = frozenset(
-    {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end"}
+    {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end", "dledger-record"}
 )
 CQ_KINDS = frozenset({"cq-file-gap", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing"})
 INDEX_KINDS = frozenset(
@@ -472,6 +472,7 @@ class _Recovered:
             or self._queue_fixed(f)
             or self._index_fixed(f)
             or (f.kind == "dledger-index" and _units_fixed(f, recover))
+            or (f.kind == "dledger-checkpoint" and any(a.op == "write-dledger-checkpoint" for a in recover.actions))
             or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed)
         )
 

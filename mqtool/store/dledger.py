@@ -114,6 +114,7 @@ class DLedgerCommitLog(CommitLog):
         self.layout = layout
         self.divided_offset = divided_offset
         self._index_maps: list[MappedFile] | None = None
+        self.recovery_walk = None  # DLedger's recovery walk of these files (``dledgerstart.data_recovery``)
 
     def is_entry_file(self, segment: Segment) -> bool:
         return segment.base_offset >= self.divided_offset

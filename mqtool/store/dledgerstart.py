@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..formats import dledger as dfmt
-from .commitlog import ScanEnd
-from .dledger import DLedgerCommitLog, EntryScan
+from .commitlog import ScanEnd, StopReason
+from .dledger import DLedgerCommitLog, EntryScan, entry_problem
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -53,10 +53,20 @@ def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
     return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
 
 
-def data_recovery(store: Store) -> DataRecovery:
-    cl: DLedgerCommitLog = store.commitlog
+def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
+    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log: the next start, ``verify``
+    (``verify.dledger``), the recovery plan (``recovery.dledger``) and the walks that go on past
+    damage it keeps (``walk_resume``) all take DLedger's recovery end and last entry from here."""
+    if cl.recovery_walk is None:
+        cl.recovery_walk = _data_recovery(cl)
+    return cl.recovery_walk
+
+
+def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     files = cl.entry_segments()
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
+    if not files:  # recover keeps nothing and returns before reading the checkpoint
+        return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
     units = {u.index: u for u in cl.index_units()}
     start = max(len(files) - 3, 0)
     for i in range(start, -1, -1):
@@ -77,6 +87,26 @@ def data_recovery(store: Store) -> DataRecovery:
         unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
         committed_pos = None if unit is None else unit.pos + unit.size
     return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
+
+
+def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
+    """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
+    ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
+    record alone is damaged (zeros included: resumed after the entry) or damage in a data file
+    before its start file (resumed at the next file) the broker keeps the data. None at or past
+    where ``recover`` stops, at a requested limit, or in the classic commit log of a mixed store."""
+    index = cl.segment_index(end.offset)
+    if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
+        return None
+    seg = cl.segments[index]
+    if end.offset >= data_recovery(cl).end.offset or not cl.is_entry_file(seg):
+        return None
+    if end.offset + dfmt.ENTRY_HEADER_SIZE <= seg.end_offset:
+        with MappedFile(seg.path, seg.base_offset) as mf:
+            header = dfmt.decode_entry_header(mf.buf, end.offset - seg.base_offset, seg.base_offset)
+        if entry_problem(header, None) is None and end.offset + header.size <= seg.end_offset:
+            return end.offset + header.size
+    return seg.end_offset
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:

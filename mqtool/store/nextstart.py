@@ -114,7 +114,7 @@ def dledger_next_start(store: Store) -> NextStart:
     from .dledgerstart import data_recovery, dledger_start
 
     version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
-    dl = data_recovery(store)
+    dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
                      dropped_after(store, dl.end.offset, VersionRules(version)))

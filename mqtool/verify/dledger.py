@@ -2,9 +2,10 @@
 entry index and DLedger's checkpoint. Takes ``CommitLogCheck``'s place (same ``result``).
 
 Every entry is walked compiled (``store.dledgerwalk``) with every check of the record decoder and
-the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48); where the
-walk stops ``DLedgerMmapFileStore.recover`` truncates data and index, and ``index/`` and
-``checkpoint`` are held against the entries."""
+the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48). Where an
+entry header fails, ``DLedgerMmapFileStore.recover`` truncates data and index; a damaged record in
+an entry it keeps is lost data and the walk goes on after it (``dledgerstart.walk_resume``).
+``index/`` and ``checkpoint`` are held against the last entry it keeps (``data_recovery``)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..formats import dledger as dfmt
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.dledger import DLedgerCommitLog
+from ..store.dledgerstart import DataRecovery, data_recovery, walk_resume
 from ..store.mappedfile import MappedFile
 from .commitlog import CommitLogResult, relative
 from .findings import Finding, error, info, warning
@@ -90,44 +92,72 @@ class DLedgerLogCheck:
         if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
         units = IndexUnits(cl)
-        scan = fs.FastScan(cl, self.start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
-        first_mismatch: tuple[int, int] | None = None
-        missing_units = 0
-        last_pos = self.start
+        dl = data_recovery(cl)
+        self._first_mismatch: tuple[int, int] | None = None
+        self._missing_units = 0
         try:
-            for batch in scan:
-                rows, array, base = batch.rows, batch.array, batch.base_offset
-                result.records += rows.shape[0]
-                pos = rows[:, fs.COL_POS]
-                phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
-                for i in np.flatnonzero(phys != base + pos):
-                    yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
-                for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
-                    yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
-                entry = pos - HEADER
-                numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
-                unit, found = units.lookup(numbers)
-                missing_units += int((~found).sum())
-                same = found & (unit["magic"] == dfmt.ENTRY_MAGIC) & (unit["pos"] == base + entry) & (unit["index"] == numbers)
-                same &= unit["size"] == fs.gather_be(array, entry, _L.offset_of("size"), 4, True)
-                same &= unit["term"] == fs.gather_be(array, entry, _L.offset_of("term"), 8, True)
-                if first_mismatch is None and not same.all():
-                    k = int(np.flatnonzero(~same)[0])
-                    first_mismatch = (int(numbers[k]), base + int(entry[k]))
-                last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
-                result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
-                if self.progress:
-                    self.progress(last_pos - self.start)
-            end = scan.end
+            start = self.start
+            while True:
+                scan = fs.FastScan(cl, start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
+                yield from self._records(scan, units)
+                end = scan.end
+                resume = walk_resume(cl, end)  # damage DLedger's recovery keeps: the walk goes on after it
+                if resume is None:
+                    break
+                yield self._kept_damage(end, resume, dl)
+                start = resume
             result.logical_end, result.end_reason = end.offset, end.reason
             result.bytes = max(end.offset - self.start, 0)
             result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
-            last_index = int(scan.walker.state[0])
             yield from self._end(end)
-            yield from self._index(units, first_mismatch, missing_units, last_index)
-            yield from self._checkpoint(last_index)
+            yield from self._index(units, self._first_mismatch, self._missing_units, dl.last_index)
+            yield from self._checkpoint(dl.last_index)
         finally:
             units.close()
+
+    def _records(self, scan: fs.FastScan, units: IndexUnits) -> Iterator[Finding]:
+        """The record checks of one walk (PHYSICALOFFSET, body CRC) and its entries held against ``index/``."""
+        result = self.result
+        for batch in scan:
+            rows, array, base = batch.rows, batch.array, batch.base_offset
+            result.records += rows.shape[0]
+            pos = rows[:, fs.COL_POS]
+            phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
+            for i in np.flatnonzero(phys != base + pos):
+                yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
+            for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
+                yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
+            entry = pos - HEADER
+            numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
+            unit, found = units.lookup(numbers)
+            self._missing_units += int((~found).sum())
+            same = found & (unit["magic"] == dfmt.ENTRY_MAGIC) & (unit["pos"] == base + entry) & (unit["index"] == numbers)
+            same &= unit["size"] == fs.gather_be(array, entry, _L.offset_of("size"), 4, True)
+            same &= unit["term"] == fs.gather_be(array, entry, _L.offset_of("term"), 8, True)
+            if self._first_mismatch is None and not same.all():
+                k = int(np.flatnonzero(~same)[0])
+                self._first_mismatch = (int(numbers[k]), base + int(entry[k]))
+            last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
+            result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
+            if self.progress:
+                self.progress(last_pos - self.start)
+
+    def _kept_damage(self, end, resume: int, dl: DataRecovery) -> Finding:
+        """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
+        entry headers only, and from its start file on: §15.4): the broker keeps the entry and
+        the data after it; the message in it is lost."""
+        cl = self.commitlog
+        first = cl.segments[dl.start_file].base_offset
+        why = (f"DLedger's recovery starts at {first} and never reads it" if end.offset < first
+               else "DLedger's recovery (DLedgerMmapFileStore.recover) checks only the entry header, which is sound")
+        return error(
+            "dledger-record",
+            f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "
+            "(no dispatch reads it, a consumer reading it gets no message)",
+            file=self._file(end.offset),
+            offset=end.offset,
+            details={"reason": end.reason, "range_end": resume},
+        )
 
     def _end(self, end) -> Iterator[Finding]:
         cl = self.commitlog

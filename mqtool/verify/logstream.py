@@ -54,9 +54,8 @@ class LogStream:
 
     def walk(self) -> Iterator[fs.SegmentBatch]:
         """The compiled walk's batches (``BATCH`` rows each at most), counting records and
-        reporting progress; ``end`` is set when it is exhausted. Damage before the broker's
-        recovery start (``unread_before``) does not end the log the broker serves: the walk
-        resumes at the next record (``fs.scan_start``)."""
+        reporting progress; ``end`` is set when it is exhausted. Damage the broker's recovery
+        keeps the log past does not end the log it serves: the walk resumes (``_resume``)."""
         start = shown = self.start
         while True:
             scan = fs.FastScan(self.store.commitlog, start, self.stop, check_crc=False, stop_on_crc=False, batch=BATCH, batch_bytes=BATCH_BYTES, release_behind=True)
@@ -68,13 +67,24 @@ class LogStream:
                     self.progress(done - shown)
                     shown = done
             end = scan.end
-            if self.unread_before is not None and end.unread_by_broker(self.unread_before()):
-                resume = fs.scan_start(self.store.commitlog, end.offset + 1)
-                if resume > end.offset and (self.stop is None or resume < self.stop):
-                    start = resume
-                    continue
+            resume = self._resume(end)
+            if resume is not None and resume > end.offset and (self.stop is None or resume < self.stop):
+                start = resume
+                continue
             self.end = end
             return
+
+    def _resume(self, end: ScanEnd) -> int | None:
+        """Where the log the broker serves goes on after damage the walk stopped at: past damage its
+        recovery never reads (``unread_before``), at the next record; in DLedger data, past damage
+        DLedger's recovery keeps (``dledgerstart.walk_resume``)."""
+        if self.store.is_dledger:
+            from ..store.dledgerstart import walk_resume  # DLedger modules: only for a DLedger store
+
+            return walk_resume(self.store.commitlog, end)
+        if self.unread_before is not None and end.unread_by_broker(self.unread_before()):
+            return fs.scan_start(self.store.commitlog, end.offset + 1)
+        return None
 
 
 def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
