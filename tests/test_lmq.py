@@ -110,3 +110,19 @@ def test_verify_finds_damaged_lmq_queues(store_copy):
     [beyond] = by_kind["cq-entry-beyond-end"]
     assert (beyond.details["queue_offset"], beyond.offset) == (n, 10**9)
     assert set(by_kind) == {"cq-entry-missing", "cq-entry-mismatch", "cq-entry-beyond-end"}
+
+
+def test_verify_reads_the_lmq_records_past_damage_the_broker_never_reads(store_copy):
+    """Zeros in the first segment, before the one the broker's recovery scans from (damage seed 800187): the
+    broker serves the records after them, and so do their LMQ entries. The LMQ check used to take where its own
+    walk stopped for the log's end and call each later LMQ entry 'past the commit log's logical end' (128 of them,
+    which repair then could not explain); it now reads the log the broker serves, as the queue check does."""
+    root = store_copy("5.3.3", "lmq-small")
+    segment = root / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[509217:574753] = bytes(574753 - 509217)
+    segment.write_bytes(data)
+    findings, _ = _cq_findings(root)
+    lmq = [f for f in findings if (f.file or "").startswith("consumequeue/%LMQ%")]
+    gone = {m["commitLogOffset"] for m in manifest("5.3.3", "lmq-small")["messages"] if 509217 - m["size"] < m["commitLogOffset"] < 574753}
+    assert lmq and {f.kind for f in lmq} == {"cq-entry-dangling"} and {f.offset for f in lmq} <= gone

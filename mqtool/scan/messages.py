@@ -30,7 +30,7 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1, then: Callable[[pa.RecordBatch], object] | None = None):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1, then: Callable[[pa.RecordBatch], object] | None = None, walk=None):
         self.store = store
         self.match = match
         wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
@@ -40,7 +40,8 @@ class MessageScan:
         self.deciding = None  # builds the filter's columns alone, when the batches hold more
         if decided_by and (wanted is None or set(wanted) - set(decided_by)):
             self.deciding = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, columns=decided_by)
-        self.walk = FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
+        # ``walk``: the walk's batches given (with its ``end``), e.g. verify's walk of the log the broker serves
+        self.walk = walk if walk is not None else FastScan(store.commitlog, start, stop, check_crc=check_crc, stop_on_crc=stop_on_crc, batch=batch, release_behind=True)
         self.columns = columns
         self.workers = workers
         self.then = then  # also run on each batch, in its builder thread: the items are then (batch, then(batch))

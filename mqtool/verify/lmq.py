@@ -7,11 +7,12 @@ with them, with the consume queue's kinds."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
 from ..store import Store
 from .findings import Finding, error, warning
+from .logstream import LogStream
 
 _COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
 
@@ -21,16 +22,17 @@ def lmq_queue_dirs(store: Store) -> list[str]:
     return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
 
 
-def expected_lmq_entries(store: Store, start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
-    """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records, and the logical end."""
+def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
+    """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records of the log the broker
+    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), and the logical end."""
     import pyarrow as pa  # here: a store without LMQ never loads pyarrow
 
     from ..scan import compute
     from ..scan.messages import MessageScan
 
-    v5 = store.version is not None and store.version.major >= 5
+    v5 = store.rules.v5  # the rules of the newest era left, as the planners read them
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-    scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, check_crc=False)
+    scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
     for batch in scan:
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
@@ -40,10 +42,10 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None) -> t
     return expected, scan.end.offset
 
 
-def lmq_findings(store: Store, start: int | None = None, stop: int | None = None) -> Iterator[Finding]:
+def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None) -> Iterator[Finding]:
     """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
     and no record asks for one)."""
-    expected, end = expected_lmq_entries(store, start, stop)
+    expected, end = expected_lmq_entries(store, start, stop, unread_before)
     names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
     if not names:
         return None

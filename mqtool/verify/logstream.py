@@ -74,6 +74,8 @@ class LogStream:
             self.end = end
             return
 
+    __iter__ = walk  # a walk to build on (``scan.messages.MessageScan(walk=...)``)
+
     def _resume(self, end: ScanEnd) -> int | None:
         """Where the log the broker serves goes on after damage the walk stopped at: past damage its
         recovery never reads (``unread_before``), at the next record; in DLedger data, past damage

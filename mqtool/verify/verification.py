@@ -149,7 +149,7 @@ class Verification:
             if outcome.index_files is not None:
                 summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
             if "cq" in cross and store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch):
-                line = yield from lmq_findings(store, start, stop)
+                line = yield from lmq_findings(store, start, stop, None if store.is_dledger else self.broker_start)
                 if line:
                     summary.notes.append(line)
             if "cq" in cross and store.batch_consume_queues:
