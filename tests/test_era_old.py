@@ -190,6 +190,20 @@ def test_the_index_tells_3_2_6_from_4_x():
             assert "E0" not in eras_of(store_path(version, name))
 
 
+def test_one_uniq_key_lost_to_a_damaged_index_is_no_3_2_6_mark(tmp_path):
+    """A 4.0.0 index zeroed from byte 47642 on (damage seed 900992) keeps the KEYS entry of one record
+    but not its UNIQ_KEY's, and no other record's KEYS: that one record used to make the store 3.2.6
+    (E0 alone), whose index rules repair then rebuilt by. Now one record is no mark: the eras the
+    other marks leave stay (3.2.6 among them), and repair plans under each or asks for the version."""
+    root = copy_store("4.0.0", "clean-small", tmp_path)
+    index = min((root / "index").iterdir())  # the first of the two files
+    data = bytearray(index.read_bytes())
+    data[47642:] = bytes(len(data) - 47642)
+    index.write_bytes(data)
+    eras = eras_of(root)
+    assert "E0" in eras and "E1" in eras
+
+
 def test_lock_file_and_data_version_spelling(tmp_path):
     """§6.4: ``lock`` exists from 4.2.0 (not in 3.2.6-4.1.0); §7.1: ``dataVersion.timestatmp`` in
     3.2.6 and 4.0.0, ``timestamp`` from 4.1.0. On copies of the 4.0.0 store (none of these files)."""

@@ -206,11 +206,16 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     return []
 
 
+KEYS_ONLY_RECORDS = 8  # records with KEYS but no UNIQ_KEY indexed that make a 3.2.6 mark (``_index_key_marks``)
+
+
 def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
     """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+ index ``topic#UNIQ_KEY`` and KEYS, 3.2.6
-    KEYS only), judged on the first NOT_TYPE record with both whose KEYS are in an index file: its
-    UNIQ_KEY is there too from 4.0.0 only. A record whose keys are not indexed (a dropped index
-    file, an index turned off) leaves no mark."""
+    KEYS only), judged on the NOT_TYPE records with both whose KEYS are in an index file: one whose
+    UNIQ_KEY is there too is 4.0.0+; 3.2.6 where two or more do and none of the first
+    ``KEYS_ONLY_RECORDS`` has it (zeroed index entries lose a 4.x UNIQ_KEY but may keep a KEYS entry
+    written before it: damage seed 900992 made a 4.0.0 store 3.2.6). A record whose keys are not
+    indexed (a dropped index file, an index turned off) leaves no mark."""
     from ..formats.properties import PropertyKey, parse_properties, split_keys
     from .index import query_offsets
 
@@ -220,6 +225,7 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
         return []
     if not files:
         return []
+    without = []  # records whose KEYS are indexed but not their UNIQ_KEY
     for r in records:
         if r.transaction_type is not clfmt.TransactionType.NOT_TYPE:
             continue
@@ -232,7 +238,11 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
             continue
         if r.offset in query_offsets(files, topic, uniq):
             return [(f"index holds the UNIQ_KEY of the record at {r.offset} (4.0.0+)", eras_between("E1", "E18"))]
-        return [(f"index holds the KEYS but not the UNIQ_KEY of the record at {r.offset} (3.2.6)", frozenset({ERAS[0]}))]
+        without.append(r.offset)
+        if len(without) == KEYS_ONLY_RECORDS:
+            break
+    if len(without) >= 2:  # one UNIQ_KEY lost to damaged index entries is no mark; several records agreeing are
+        return [(f"index holds the KEYS but not the UNIQ_KEY of {len(without)} record(s) from {without[0]} (3.2.6)", frozenset({ERAS[0]}))]
     return []
 
 
