@@ -239,7 +239,8 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
                                         ("5.3.3/timer-crashed", 808), ("5.3.3/config-real", 1567),
                                         ("4.2.0/cqext-small", 1850), ("5.3.3/timer-crashed", 1888), ("4.9.2/crashed-small", 20132),
                                         ("4.5.1/clean-small", 60265), ("5.0.0/clean-small", 100243),
-                                        ("5.3.3/dledger-crashed-cqloss", 200380), ("4.9.7/dledger-crashed", 700060)])
+                                        ("5.3.3/dledger-crashed-cqloss", 200380), ("4.9.7/dledger-crashed", 700060),
+                                        ("5.3.3/config-real", 1200817)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -274,7 +275,10 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     index does (doReput would skip to the next segment and leave those records without queue entries). 200380: the
     tail of a DLedger data file zeroed inside an entry's record: DLedger's recovery checks entry headers only and keeps
     that entry, so verify reports the message in it as lost data, not a cut the recovery never makes. 700060: every
-    DLedger data file deleted: DLedgerCommitLog recovers the (empty) classic commit log instead (was exit 5)."""
+    DLedger data file deleted: DLedgerCommitLog recovers the (empty) classic commit log instead (was exit 5). 1200817:
+    bits flipped in a record's QUEUEID (2 to -1610612734): the rebuild writes its entry in TopicTest/-1610612734, as
+    the broker's dispatch would, and the broker loads that directory (Integer.parseInt takes the sign): verify used to
+    skip it and call the entry missing."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

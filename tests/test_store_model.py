@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 from collections import defaultdict
 
 import pytest
@@ -188,6 +190,18 @@ def test_an_emptied_abort_file_weighs_no_more_than_a_missing_file(tmp_path, vers
     assert guess.label == label, guess.evidence
     empty = [e for e in guess.evidence if e.startswith("the abort file is empty")]
     assert empty == (["the abort file is empty: set aside, it contradicts the marks before it"] if version == "5.3.3" else ["the abort file is empty: E0-E12 (3.2.6-4.9.8)"])
+
+
+def test_queue_directories_are_read_as_integer_parse_int_reads_them(tmp_path):
+    """``DefaultMessageStore.loadConsumeQueue`` takes a directory whose name ``Integer.parseInt`` reads,
+    a sign included (a record whose QUEUEID is damaged negative gets such a queue), and skips the rest."""
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    topic = root / "consumequeue" / "TopicTest"
+    for name in ("-3", "x1", "2147483648", "--1"):
+        shutil.copytree(topic / "0", topic / name)
+    with Store.open(root) as store:
+        ids = sorted(q.queue_id for q in store.consume_queues if q.topic == "TopicTest")
+    assert ids == [-3, 0, 1, 2, 3]
 
 
 def test_broker_config_overrides_inference(tmp_path):

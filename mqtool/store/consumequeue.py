@@ -332,13 +332,24 @@ def _subdirs(directory: Path) -> list[Path]:
         raise BadInput(f"{directory}: permission denied") from None
 
 
+def queue_id_of(name: str) -> int | None:
+    """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
+    an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
+    directory), or None: the broker skips the directory."""
+    if not name.lstrip("+-").isdigit() or len(name) - len(name.lstrip("+-")) > 1:
+        return None
+    value = int(name)
+    return value if -(1 << 31) <= value < 1 << 31 else None
+
+
 def discover_queues(consumequeue_dir: Path, file_size: int) -> list[ConsumeQueue]:
-    """Every ``<topic>/<queueId>`` directory under ``consumequeue/`` (non-numeric ids skipped)."""
+    """Every ``<topic>/<queueId>`` directory under ``consumequeue/`` the broker loads (``queue_id_of``)."""
     queues = []
     for topic_dir in _subdirs(consumequeue_dir):
         for queue_dir in _subdirs(topic_dir):
-            if queue_dir.name.isdigit():
-                queues.append(ConsumeQueue(topic_dir.name, int(queue_dir.name), queue_dir, file_size))
+            queue_id = queue_id_of(queue_dir.name)
+            if queue_id is not None:
+                queues.append(ConsumeQueue(topic_dir.name, queue_id, queue_dir, file_size))
     queues.sort(key=lambda q: (q.topic, q.queue_id))
     return queues
 
