@@ -8,6 +8,7 @@ store: the recovered end (``ConsumeQueue.recover``, §5.7) and the corrected min
 from __future__ import annotations
 
 import os
+import re
 import struct
 import sys
 from collections import Counter
@@ -336,7 +337,7 @@ def queue_id_of(name: str) -> int | None:
     """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
     an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
     directory), or None: the broker skips the directory."""
-    if not name.lstrip("+-").isdigit() or len(name) - len(name.lstrip("+-")) > 1:
+    if re.fullmatch(r"[+-]?[0-9]+", name) is None:
         return None
     value = int(name)
     return value if -(1 << 31) <= value < 1 << 31 else None
