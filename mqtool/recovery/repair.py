@@ -164,12 +164,13 @@ def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
     """``inferred`` (the most common size), unless it does not divide every file's name, an offset
     and so a multiple of the file size: every size was cut or grown (one of each ties, e.g.), and
     the size is the largest power of two dividing every name, as for a lone file (``_size_from_name``),
-    if that is not below the smallest file's size (a tiny power comes from a misnamed file)."""
+    if the smallest file is not twice that or more (every file grown a little, damage seed 2000491, or
+    cut; a tiny power comes from a misnamed file)."""
     named = 0
     for base in bases:
         named |= base
     power = named & -named
-    return power if named and any(b % inferred for b in bases) and power >= smallest else inferred
+    return power if named and any(b % inferred for b in bases) and 2 * power > smallest else inferred
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
