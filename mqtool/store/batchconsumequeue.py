@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import _subdirs, numpy_dtype, queue_id_of, read_units
+from .consumequeue import _subdirs, numpy_dtype, queue_directories, read_units
 from .mappedfile import offset_named_files
 
 if TYPE_CHECKING:
@@ -138,12 +138,10 @@ def infer_batch_queue_file_size(directory: Path) -> int:
 
 
 def discover_batch_queues(directory: Path) -> list[BatchConsumeQueue]:
-    """Every ``<topic>/<queueId>`` directory under ``batchconsumequeue/`` the broker loads (``queue_id_of``)."""
+    """Every queue directory under ``batchconsumequeue/`` the broker loads (``queue_directories``)."""
     if not directory.is_dir():
         return []
     size = infer_batch_queue_file_size(directory)
-    queues = [
-        BatchConsumeQueue(t.name, queue_id_of(q.name), q, size) for t in _subdirs(directory) for q in _subdirs(t) if queue_id_of(q.name) is not None
-    ]
+    queues = [BatchConsumeQueue(topic, queue_id, queue_dir, size) for topic, queue_id, queue_dir in queue_directories(directory)]
     queues.sort(key=lambda q: (q.topic, q.queue_id))
     return queues

@@ -343,14 +343,19 @@ def queue_id_of(name: str) -> int | None:
     return value if -(1 << 31) <= value < 1 << 31 else None
 
 
-def discover_queues(consumequeue_dir: Path, file_size: int) -> list[ConsumeQueue]:
-    """Every ``<topic>/<queueId>`` directory under ``consumequeue/`` the broker loads (``queue_id_of``)."""
-    queues = []
-    for topic_dir in _subdirs(consumequeue_dir):
+def queue_directories(root: Path) -> Iterator[tuple[str, int, Path]]:
+    """``(topic, queue id, directory)`` of every ``<topic>/<queueId>`` directory under ``root``
+    (``consumequeue/``, ``batchconsumequeue/``) the broker loads (``queue_id_of``)."""
+    for topic_dir in _subdirs(root):
         for queue_dir in _subdirs(topic_dir):
             queue_id = queue_id_of(queue_dir.name)
             if queue_id is not None:
-                queues.append(ConsumeQueue(topic_dir.name, queue_id, queue_dir, file_size))
+                yield topic_dir.name, queue_id, queue_dir
+
+
+def discover_queues(consumequeue_dir: Path, file_size: int) -> list[ConsumeQueue]:
+    """Every queue directory under ``consumequeue/`` the broker loads (``queue_directories``)."""
+    queues = [ConsumeQueue(topic, queue_id, queue_dir, file_size) for topic, queue_id, queue_dir in queue_directories(consumequeue_dir)]
     queues.sort(key=lambda q: (q.topic, q.queue_id))
     return queues
 
