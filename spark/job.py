@@ -510,10 +510,12 @@ def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: 
     """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
     from ..verify.commitlog import CommitLogCheck
+    from ..store.nextstart import scan_start_offset
     from ..store.segments import analyze_segment
 
     store = broker_store(b, config)
-    check = CommitLogCheck(store, keep_going=keep_going)
+    unread_before = None if store.is_dledger else lambda: scan_start_offset(store)
+    check = CommitLogCheck(store, keep_going=keep_going, unread_before=unread_before)
     tasks = check.tasks()
     reports = []
     if tasks:

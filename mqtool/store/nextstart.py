@@ -137,6 +137,14 @@ def start_of(store: Store) -> ScanStart | None:
     return starts[0]._replace(rule=rule)
 
 
+def scan_start_offset(store: Store) -> int:
+    """The offset the broker's next start scans from (``start_of``): damage before it does not end
+    the log the broker serves. The commit log's first offset without a store directory or for a
+    DLedger store."""
+    start = start_of(store) if store.root is not None else None
+    return store.commitlog.min_offset if start is None else start.offset
+
+
 def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
     """Valid records from ``offset`` to the end of the last segment (``pastend.records_after``);
     only zeros there (a clean end) is told without that walk."""

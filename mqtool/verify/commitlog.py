@@ -5,7 +5,8 @@ offset order into the chain the broker reads, ending at the *logical end*
 (``CommitLog.recoverNormally``'s ``processOffset``, reference §8.3; CRC failures do not end it),
 and what lies after it is classified: zeros, a torn last write, stale records (§8.9) or live
 records after damage (docs/verify.md). Without ``keep_going`` the check stops at the first
-damaged range."""
+damaged range the broker reads (at or after its recovery's start); damage before that start, which
+the broker never reads, does not end the check, as it does not end the log the broker serves."""
 
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ class CommitLogCheck:
                     after.extend(_interleave(report, report.gaps, report.runs[1:]))
                 elif result.end_reason != "limit" and report.has_data:
                     after.extend(_interleave(report, report.runs, report.gaps))
-                if not self.keep_going and any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after):
+                if any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after) and not self._reads_on(result):
                     result.stopped_early = True
                     break
         finally:
@@ -213,7 +214,7 @@ class CommitLogCheck:
             result.records += served.records
             result.logical_end, result.end_reason = end.offset, end.reason
         if result.stopped_early:
-            self.notes.append("stopped at the first damaged range of the commit log; run with --keep-going to check and count what follows")
+            self.notes.append("stopped at the first damaged range the broker reads; run with --keep-going to check and count what follows")
 
     # ---- structure of the segment sequence ----
 
@@ -405,7 +406,8 @@ class CommitLogCheck:
             last_kind = "live"
             last_ts = item.last_ts
             cursor = (report.base + item.end, item.code, item.detail)
-            if not self.keep_going:
+            if not (self.keep_going or self._unread(damaged[-1][0][0])):
+                self.result.stopped_early = True
                 break
             findings.extend(self._record_findings(report, item))
             if item.code == fs.OK_BLANK:
@@ -446,9 +448,22 @@ class CommitLogCheck:
                     details={"logical_end": end, "stale_records": count},
                 )
             )
-        if tail and last_kind != "stale" and (self.keep_going or not damaged):
+        if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _, _), _, _ in damaged)):
             findings.extend(self._trailing(tail, cursor))
         return findings
+
+    def _reads_on(self, result: "CommitLogResult") -> bool:
+        """Whether the check goes on past the chain's end: with ``keep_going``, or when the broker
+        never reads that damage (it lies before the recovery's start) and so serves the records
+        after it, whose own findings stand as any served record's."""
+        if self.keep_going:
+            return True
+        end = fs.ScanEnd(result.logical_end, result.end_reason)
+        return self.unread_before is not None and end.unread_by_broker(self.unread_before())
+
+    def _unread(self, offset: int) -> bool:
+        """Damage at ``offset`` lies before the broker's recovery start: the broker reads past it."""
+        return self._broker_start is not None and offset < self._broker_start
 
     def _path_of(self, offset: int):
         index = self.commitlog.segment_index(offset)

@@ -46,19 +46,12 @@ class Verification:
         self.walked: dict | None = None
 
     def broker_start(self) -> int:
-        """Where the broker's start-up recovery scans from (``store.nextstart.start_of``, the start the
-        next-start line reports): damage before it does not end the log the broker serves. The first
-        segment without a store directory or for a DLedger store."""
+        """Where the broker's start-up recovery scans from (``store.nextstart.scan_start_offset``, the
+        start the next-start line reports), asked only at damage."""
         if self._broker_start is None:  # set once, whole: the checks thread may ask first (``sharedwalk``)
-            store = self.store
-            offset = store.commitlog.min_offset
-            if store.root is not None:
-                from ..store.nextstart import start_of
+            from ..store.nextstart import scan_start_offset
 
-                start = start_of(store)
-                if start is not None:
-                    offset = start.offset
-            self._broker_start = offset
+            self._broker_start = scan_start_offset(self.store)
         return self._broker_start
 
     def _stage(self, name: str, total: int):
