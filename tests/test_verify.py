@@ -191,6 +191,30 @@ def test_zeroed_4k_in_a_segment_is_a_damaged_range_and_keep_going_counts_what_fo
     assert (code2, findings2) == (code, findings)
 
 
+def test_zeros_from_before_the_recovery_start_to_the_end_end_the_served_log(store_copy):
+    """Zeros from inside segment 1 to the end of the files: the broker's recovery, scanning from
+    segment 2, finds zeros at once, and nothing after the zeros can be resumed. The walk of the log
+    the broker serves used to retry one byte further on each time (``resync.scan_start`` gives back
+    its input when nothing resumes), a walk of every remaining byte that did not end."""
+    root = store_copy("4.9.7", "clean-small")
+    zeros_from = SEGMENT + 500_000
+    for seg in sorted((root / "commitlog").iterdir()):
+        base, size = int(seg.name), seg.stat().st_size
+        if base + size > zeros_from:
+            with open(seg, "r+b") as f:
+                f.seek(max(zeros_from - base, 0))
+                f.write(bytes(base + size - max(zeros_from, base)))
+    code, findings, summary = verify(root)  # the cross-checks walk the log the broker serves
+    whole = [m for m in messages("4.9.7") if m["commitLogOffset"] + m["size"] <= zeros_from]
+    cut = next(m for m in messages("4.9.7") if m["commitLogOffset"] < zeros_from < m["commitLogOffset"] + m["size"])
+    assert code == 1 and summary["commitlog"]["records"] == len(whole)
+    assert [(f["kind"], f["offset"]) for f in findings if f["file"].startswith("commitlog/")] == [("half-message", cut["commitLogOffset"])]
+    assert summary["commitlog"]["logical_end"] == summary["next_start"]["scan_from"] == 2 * SEGMENT
+    # every queue's entries past the zeros point beyond the end the broker keeps
+    beyond = {(f["details"]["topic"], f["details"]["queue_id"]) for f in findings if f["kind"] == "cq-entry-beyond-end"}
+    assert beyond == {(m["topic"], m["queueId"]) for m in messages("4.9.7") if m["commitLogOffset"] >= zeros_from and m["dispatchToConsumeQueue"]}
+
+
 def test_keep_going_reports_every_damaged_range_and_crc_after_them(store_copy):
     root = store_copy("4.9.7", "clean-small")
     msgs = messages("4.9.7")

@@ -11,9 +11,9 @@ checked byte for byte), and hands every record the fast path cannot decide to
 - ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
   other failure skips to the next segment (master behaviour);
 - ``served``: the records the broker serves, for the queues and index the rebuilds write: as
-  ``reput``, but past a record it cannot read it resumes where the log does (``store.resync``; in
-  DLedger data after the entry, ``dledgerstart.walk_resume``), so neither a damaged TOTALSIZE nor
-  zeros carry it past the records after them.
+  ``reput``, but past a record it cannot read it resumes where the log does
+  (``CommitLog.resume_after_damage``), so neither a damaged TOTALSIZE nor zeros carry it past the
+  records after them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from ..formats.hashing import java_string_hash
 from ..handoff import produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.consumequeue import has_queue_directory
-from ..store.resync import resume_after
 from ..store.fastscan import FastScan
 from ..store.textscan import POW31, java_hash_states, utf16_units_of
 from . import fastdispatch as fd
@@ -402,7 +401,7 @@ class DispatchScanner:
         if self.discipline == "recovery" or self._reput_ends(end):
             return None
         if self.discipline == "served":
-            nxt = self._served_resume(end)
+            nxt = self.commitlog.resume_after_damage(end)
             if nxt is None:
                 return None
         elif end.reason == StopReason.LENGTH_MISMATCH and end.total_size:
@@ -413,16 +412,6 @@ class DispatchScanner:
                 return None
             nxt = self.commitlog.segments[index + 1].base_offset
         return None if self._at_stop(nxt) else nxt
-
-    def _served_resume(self, end: ScanEnd) -> int | None:
-        """Where the log the broker serves resumes after ``end``: in DLedger data, past damage
-        DLedger's recovery keeps (``dledgerstart.walk_resume``); else where the record chain
-        resumes (``store.resync``)."""
-        if hasattr(self.commitlog, "entry_walker"):  # DLedger entries (store.dledger), as FastScan tells them
-            from ..store.dledgerstart import walk_resume  # DLedger modules: only for a DLedger store
-
-            return walk_resume(self.commitlog, end)
-        return resume_after(self.commitlog, end.offset + 1)
 
     # ---- one sub-batch -----------------------------------------------------------------------
 

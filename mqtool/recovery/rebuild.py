@@ -84,10 +84,8 @@ class RebuildScan:
         recovery = self._scanner(self.start, None, "recovery", index=self.index, ahead=True)
         yield from recovery
         end = recovery.end
-        if self.store.is_dledger:
-            from ..store.dledgerstart import walk_resume  # DLedger modules: only for a DLedger store
-
-            while (resume := walk_resume(cl, end)) is not None:
+        if self.store.is_dledger:  # DLedger's recovery keeps the log past damage after its start too
+            while (resume := cl.resume_after_damage(end)) is not None:
                 self.skipped.append(end)
                 tail = self._scanner(resume, None, self.discipline, index=self.index)
                 yield from tail

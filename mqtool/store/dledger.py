@@ -128,6 +128,12 @@ class DLedgerCommitLog(CommitLog):
 
         return EntryWalker(self.divided_offset)
 
+    def resume_after_damage(self, end: ScanEnd) -> int | None:
+        """Past damage DLedger's recovery keeps, before its start file or after (``dledgerstart.walk_resume``)."""
+        from .dledgerstart import walk_resume  # imports this module
+
+        return walk_resume(self, end)
+
     def entries(self, start: int | None = None, *, with_blanks: bool = False) -> "EntryScan":
         """Raw entry headers from ``start`` (an entry position) to where the entry walk stops."""
         return EntryScan(self, self.min_offset if start is None else start, with_blanks)

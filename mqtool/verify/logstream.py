@@ -77,15 +77,11 @@ class LogStream:
     __iter__ = walk  # a walk to build on (``scan.messages.MessageScan(walk=...)``)
 
     def _resume(self, end: ScanEnd) -> int | None:
-        """Where the log the broker serves goes on after damage the walk stopped at: past damage its
-        recovery never reads (``unread_before``), at the next record; in DLedger data, past damage
-        DLedger's recovery keeps (``dledgerstart.walk_resume``)."""
-        if self.store.is_dledger:
-            from ..store.dledgerstart import walk_resume  # DLedger modules: only for a DLedger store
-
-            return walk_resume(self.store.commitlog, end)
-        if self.unread_before is not None and end.unread_by_broker(self.unread_before()):
-            return fs.scan_start(self.store.commitlog, end.offset + 1)
+        """Where the log the broker serves goes on after damage the walk stopped at
+        (``CommitLog.resume_after_damage``): past damage its recovery never reads
+        (``unread_before``); in DLedger data, past damage DLedger's recovery keeps."""
+        if self.store.is_dledger or (self.unread_before is not None and end.unread_by_broker(self.unread_before())):
+            return self.store.commitlog.resume_after_damage(end)
         return None
 
 
