@@ -9,6 +9,7 @@ lost data, failed restores (not byte-identical to the damaged copy).
     python bench/damage_run.py                   # 1000 runs over every fixture kind, seeds 0..999
     python bench/damage_run.py -n 300 --first 5000 --only lmq-small,dledger-crashed
     python bench/damage_run.py --seed 17         # replay one run (kind = seed modulo the kinds)
+    python bench/damage_run.py --lost-pages      # also zero files' tails, as a crash that lost pages
 
 Exit 1 when any run had a problem.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from damage_support import KINDS, PROBLEMS, damage_run  # noqa: E402
+from damage_support import DAMAGES, KINDS, LOST_PAGES, PROBLEMS, damage_run  # noqa: E402
 
 
 def main() -> int:
@@ -36,6 +37,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=120, help="seconds each command may take (default 120)")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore check")
     ap.add_argument("--no-version", action="store_true", help="repair without --broker-version (a refusal naming the versions, store unchanged, is ok)")
+    ap.add_argument("--lost-pages", action="store_true", help="damages include a file's tail, or a directory's last files, zeroed (pages a crash lost)")
     args = ap.parse_args()
     kinds = [k for k in KINDS if not args.only or any(w in (k[1], "/".join(k)) for w in args.only.split(","))]
     if not kinds:
@@ -48,7 +50,8 @@ def main() -> int:
         version, name = kinds[seed % len(kinds)]
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
         try:
-            out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version)
+            out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version,
+                             kinds=LOST_PAGES if args.lost_pages else DAMAGES)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1

@@ -24,6 +24,8 @@ from mqtool.recovery.repair import expected_after, triage
 from mqtool.verify import Finding, Severity
 
 DAMAGES = ("bit-flips", "cut-file", "zeroed-range", "garbage-appended", "stray-file", "deleted-file", "cut-queue-file")
+# with the pages a crash loses (``damage_run.py --lost-pages``): a file's tail, or a directory's last files, read as zeros
+LOST_PAGES = DAMAGES + ("zeroed-tail",)
 DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
 # Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
 # batch and real-config stores): `repair` leaves every undamaged one sound.
@@ -33,11 +35,11 @@ def store_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != "lock" and p.stat().st_size > 0)
 
 
-def damage(root: Path, rng: random.Random) -> str:
-    """Apply one random damage to the store at ``root``; returns what was done. A part of the store
-    (its top directory or file: ``commitlog``, ``consumequeue``, ``dledger-n0``, ``timerlog``, ...) is
-    chosen first, then a file in it: queues outnumber the rest."""
-    kind = rng.choice(DAMAGES)
+def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> str:
+    """Apply one random damage of ``kinds`` to the store at ``root``; returns what was done. A part of
+    the store (its top directory or file: ``commitlog``, ``consumequeue``, ``dledger-n0``, ``timerlog``,
+    ...) is chosen first, then a file in it: queues outnumber the rest."""
+    kind = rng.choice(kinds)
     files = store_files(root)
     if kind == "cut-queue-file":
         files = [p for p in files if p.relative_to(root).parts[0] == "consumequeue"] or files
@@ -65,6 +67,13 @@ def damage(root: Path, rng: random.Random) -> str:
         data[start:end] = bytes(end - start)
         target.write_bytes(data)
         return f"{rel} zeroed [{start}, {end})"
+    if kind == "zeroed-tail":  # the file keeps its length, its last pages read zeros; half the time its directory's later files too
+        start = rng.randrange(size)
+        target.write_bytes(bytes(data[:start]) + bytes(size - start))
+        later = [p for p in files if p.parent == target.parent and p.name > target.name] if rng.random() < 0.5 else []
+        for p in later:
+            p.write_bytes(bytes(p.stat().st_size))
+        return f"{rel} zeroed from {start} to its end" + (f", and the {len(later)} later files of its directory" if later else "")
     if kind == "garbage-appended":
         n = rng.choice([1, 20, 1000, 5000])
         target.write_bytes(bytes(data) + rng.randbytes(n))
@@ -78,11 +87,11 @@ def damage(root: Path, rng: random.Random) -> str:
     return f"{rel} deleted"
 
 
-def damage_copy(version: str, name: str, seed: int, dest: Path) -> tuple[Path, list[str]]:
-    """A copy of fixture ``version/name`` under ``dest`` with 1-3 random damages drawn from ``seed``."""
+def damage_copy(version: str, name: str, seed: int, dest: Path, kinds: tuple[str, ...] = DAMAGES) -> tuple[Path, list[str]]:
+    """A copy of fixture ``version/name`` under ``dest`` with 1-3 random damages of ``kinds`` drawn from ``seed``."""
     rng = random.Random(seed)
     root = copy_store(version, name, dest)
-    return root, [damage(root, rng) for _ in range(rng.randint(1, 3))]
+    return root, [damage(root, rng, kinds) for _ in range(rng.randint(1, 3))]
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -137,12 +146,13 @@ def run(*args, timeout: int) -> tuple[int, str, str]:
     return proc.returncode, proc.stdout, proc.stderr
 
 
-def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int = 120, restore: bool = True, version_given: bool = True) -> Outcome:
+def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int = 120, restore: bool = True, version_given: bool = True,
+               kinds: tuple[str, ...] = DAMAGES) -> Outcome:
     """Damage a copy, ``repair --yes`` it, ``verify`` it, ``restore`` the repair and compare. With
     ``version_given`` false, repair is not told the fixture's broker version (a user who does not know
     it): it may refuse (exit 4) naming the versions that decide, with the store unchanged; what it
     repairs is verified under the fixture's version, the broker that will run on it."""
-    root, what = damage_copy(version, name, seed, dest)
+    root, what = damage_copy(version, name, seed, dest, kinds)
     out = Outcome(f"{version}/{name}", seed, what)
     damaged = tree(root)
     backup = dest / "backup"
