@@ -98,6 +98,37 @@ def test_dledger_index_units_that_disagree_are_rewritten_from_the_entries(tmp_pa
     assert index.read_bytes() == original
 
 
+def test_dledger_index_units_are_taken_by_position_not_by_their_index_field(tmp_path):
+    """Damage seed 3000084: a bit set in the term of the unit after the last entry. DLedger reads the
+    unit of entry i at i * 32 (``DLedgerMmapFileStore.recover``, reference §15.4), whatever its index
+    field says; mqtool keyed the units by that field, so the stray unit (index field 0) replaced unit
+    0: the rewrite started at unit 0, not at the unit that disagrees, and the stray unit was not
+    counted, so it was not zeroed and ``repair`` left it."""
+    from mqtool.recovery.planners import plan_recover
+    from mqtool.recovery.repair import plan_with_verify_after
+    from mqtool.store import Store
+
+    root = copy_store("4.9.7", "dledger-small", tmp_path)
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    original = index.read_bytes()
+    units = len(original) // dfmt.INDEX_UNIT_SIZE
+    written = next(i for i in range(units) if not any(original[i * dfmt.INDEX_UNIT_SIZE : (i + 1) * dfmt.INDEX_UNIT_SIZE]))
+    data = bytearray(original)
+    data[24 * dfmt.INDEX_UNIT_SIZE + 9] ^= 0x40  # unit 24's pos
+    data[written * dfmt.INDEX_UNIT_SIZE + 24] = 0x01  # the term of the unit after the last entry
+    index.write_bytes(data)
+    with Store.open(root) as store:
+        plan = plan_with_verify_after(store, lambda walked: plan_recover(store, walked=walked))
+    assert [(a.op, a.start, a.end) for a in plan.actions if a.path == "dledger-n0/index/00000000000000000000"] == [
+        ("write-dledger-index", 24 * dfmt.INDEX_UNIT_SIZE, written * dfmt.INDEX_UNIT_SIZE),
+        ("zero-range", written * dfmt.INDEX_UNIT_SIZE, (written + 1) * dfmt.INDEX_UNIT_SIZE),
+    ]
+    assert not [e for e in plan.verify_after if e.kind == "dledger-index"]
+    rc, findings = repaired_findings(root)
+    assert rc == EXIT_OK and not findings
+    assert index.read_bytes() == original
+
+
 def test_checkpoint_rewritten_from_the_last_record_when_the_first_is_damaged(tmp_path):
     """A deleted checkpoint and a damaged first record: the commit log check stops at the damage,
     but the rewritten checkpoint holds the store time of the log's last message (the value verify's

@@ -67,7 +67,7 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
     if not files:  # recover keeps nothing and returns before reading the checkpoint
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
-    units = {u.index: u for u in cl.index_units()}
+    units = {u.number: u for u in cl.index_units()}  # by position, as DLedger reads a unit (index * 32)
     start = max(len(files) - 3, 0)
     for i in range(start, -1, -1):
         start = i
