@@ -149,13 +149,17 @@ def test_version_is_detected(version):
 
 @pytest.mark.parametrize("version,confirm,label", [
     ("3.2.6", 1 << 47, "E0 (3.2.6)"),  # a bit flipped into the field: past the log's end, damage, not a 5.1.1+ mark
-    ("5.1.4", 4096, "E15-E16 (5.1.1-5.1.4)"),  # an offset within the log: the 5.1.1+ mark it is
+    ("3.2.6", 1024, "E0 (3.2.6)"),  # within the log but inside a record (damage seed 3000240): damage too
+    ("5.1.4", "record", "E15-E16 (5.1.1-5.1.4)"),  # a record's start, as CommitLog.setConfirmOffset writes: the 5.1.1+ mark
+    ("5.1.4", "end", "E15-E16 (5.1.1-5.1.4)"),  # the end of the data (the recovery's processOffset): the mark too
 ])
-def test_a_checkpoint_confirm_offset_is_a_version_mark_only_within_the_commit_log(tmp_path, version, confirm, label):
-    """The checkpoint's confirmPhyOffset (bytes 32..39, written from 5.1.1) is a commit log offset and no CRC covers
-    it: a value past the commit log's files is damage (before: a 3.2.6 store with one bit flipped there read as
-    5.2.0-5.3.3, and repair without --broker-version planned under 5.x rules), one within them is the mark."""
+def test_a_checkpoint_confirm_offset_is_a_version_mark_only_at_a_record_boundary(tmp_path, version, confirm, label):
+    """The checkpoint's confirmPhyOffset (bytes 32..39, written from 5.1.1) is a record boundary of the commit log
+    and no CRC covers it: any other value is damage (before: a 3.2.6 store with bits flipped there read as
+    5.2.0-5.3.3, and repair without --broker-version planned under 5.x rules), a boundary is the mark."""
     root = copy_store(version, "clean-small", tmp_path)
+    m = manifest(version, "clean-small")
+    confirm = {"record": sorted(x["commitLogOffset"] for x in m["messages"])[7], "end": m.get("commitLogMaxOffset")}.get(confirm, confirm)
     checkpoint = bytearray((root / "checkpoint").read_bytes())
     checkpoint[32:40] = confirm.to_bytes(8, "big")
     (root / "checkpoint").write_bytes(checkpoint)

@@ -288,22 +288,40 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
         marks.append(("lock file exists", eras_between("E3a", "E18")))
     cp = store.checkpoint
     if cp is not None:
-        marks += _checkpoint_marks(cp, store.commitlog.end_of_files)
+        marks += _checkpoint_marks(cp, store.commitlog)
     return marks
 
 
-def _checkpoint_marks(cp, end: int) -> list[tuple[str, frozenset]]:
-    """5.1.1+ write ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): commit log offsets, so only a value
-    within the log's files is a mark. No CRC covers the checkpoint: a value outside them is damage, said so
-    and set aside (a bit flipped into those bytes of a 3.2.6 checkpoint would otherwise make it a 5.x store)."""
+def _checkpoint_marks(cp, commitlog) -> list[tuple[str, frozenset]]:
+    """5.1.1+ write ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): record boundaries of the
+    commit log (``CommitLog.setConfirmOffset``: the last valid record's start, the recovery's end, the
+    min offset), so only such a value is a mark. No CRC covers the checkpoint: any other value is
+    damage, said so and set aside (bits flipped into those bytes of a 3.2.6 checkpoint would
+    otherwise make it a 5.x store: damage seed 3000240)."""
     marks = []
+    end = commitlog.end_of_files
     for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15", "E18")),
                               ("masterFlushedOffset", cp.master_flushed_offset, eras_between("E13", "E18"))):
-        if 0 < value <= end:
+        if 0 < value <= end and _record_boundary(commitlog, value):
             return marks + [(f"checkpoint holds {name}", eras)]
         if value:
-            marks.append((f"checkpoint's {name} {value} lies outside the commit log's offsets (0, {end}]: damaged, not a mark", ALL_ERAS))
+            marks.append((f"checkpoint's {name} {value} is no record boundary of the commit log (0, {end}]: damaged, not a mark", ALL_ERAS))
     return marks
+
+
+def _record_boundary(commitlog, offset: int) -> bool:
+    """A record or blank starts at ``offset`` (``store.resync``'s rule), or the data ends there
+    (zeros follow, or the files do)."""
+    if offset in (commitlog.min_offset, commitlog.end_of_files):
+        return True
+    try:
+        if not any(commitlog.read_bytes(offset, 8)):
+            return True
+    except LookupError:  # in a gap between segments
+        return False
+    from .resync import resume_after  # the compiled resync
+
+    return resume_after(commitlog, offset, chain=1) == offset
 
 
 def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
