@@ -744,6 +744,20 @@ def test_a_msg_id_that_names_no_record_is_one_line_and_no_empty_table():
     assert [(r["offset"], r["key_matches"]) for r in rows] == [(first["commitLogOffset"] + 1, False)] and rows[0]["error"].startswith("no record")
 
 
+def test_dump_msg_id_that_names_no_message_exits_1_as_query_does():
+    """Before: `dump --msg-id` of an id naming no message printed nothing and exited 0, where `query
+    msg-id` exits 1: a script could not tell a miss from a hit without reading stdout."""
+    store = store_path("5.3.3", "clean-small")
+    first = min(manifest("5.3.3", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    found = run("dump", store, "--msg-id", first["msgId"], "-f", "jsonl")
+    assert found.exit_code == 0 and json.loads(found.stdout)["offset"] == first["commitLogOffset"]
+    inside = f"{first['msgId'][:16]}{first['commitLogOffset'] + 1:016X}"  # one byte into the record
+    other_host = "7F000001" + first["msgId"][8:]  # the record's offset, another store host (127.0.0.1)
+    for msg_id, said in ((inside, "no message at offset"), (other_host, "another store host")):
+        result = run("dump", store, "--msg-id", msg_id, "-f", "jsonl")
+        assert result.exit_code == 1 and result.stdout == "" and said in result.stderr, result.stderr
+
+
 def test_an_index_whose_geometry_cannot_be_inferred_names_what_to_pass(tmp_path):
     """Before: `repair` of a store whose only index file has its entries zeroed (damage seed 12 on
     5.3.3 crashed-small) said only "pass --broker-config": not which settings, nor the defaults."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
 
 import typer
 
-from ..errors import BadInput, UsageError
+from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..formats.checkpoint import decode_checkpoint
 from ..formats.commitlog import CommitLogRecord
 from ..formats.errors import FormatError
@@ -111,8 +111,12 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
     prints through the compiled text encoder; ``--msg-id`` and the index lookups decode their
     records one by one (``message_dict``). Both print the same bytes and apply the one
     ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
-    if msg_id is not None:
-        return _emit_rows(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress), fmt, body)
+    if msg_id is not None:  # a lookup, as `query msg-id`: exit 1 when it prints nothing
+        rows = list(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress))
+        _emit_rows(rows, fmt, body)
+        if not rows:
+            raise typer.Exit(EXIT_FINDINGS)
+        return
     if use_index and (match.key is not None or match.uniq_key is not None):
         offsets, why = _index_lookup(store, match)
         if offsets is not None:
@@ -187,7 +191,9 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
     except (FormatError, LookupError) as exc:
         note(f"no message at offset {offset} of --msg-id: {exc}")
         return
-    if getattr(record, "msg_id", None) == msg_id.upper() and limit != 0:
+    if getattr(record, "msg_id", None) != msg_id.upper():
+        note(f"the record at offset {offset} of --msg-id has offsetMsgId {getattr(record, 'msg_id', None)}: another store host")
+    elif limit != 0:
         yield from _matching([_as_dict(store, body, decompress)(record)], match)
 
 
