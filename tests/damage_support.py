@@ -10,7 +10,6 @@ truly lost data, a restore that does not give back the damaged copy byte for byt
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import subprocess
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import FIXTURES, copy_store
-from repair_support import mqtool
+from repair_support import mqtool, tree as store_tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.recovery.repair import expected_after, triage
 from mqtool.verify import Finding, Severity
@@ -95,8 +94,8 @@ def damage_copy(version: str, name: str, seed: int, dest: Path, kinds: tuple[str
 
 
 def tree(root: Path) -> dict[str, str]:
-    """sha256 of every file under ``root`` but the lock file (the broker's, never changed by mqtool)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and p.name != "lock"}
+    """The store's bytes (``repair_support.tree``) but the lock file (the broker's, never changed by mqtool)."""
+    return store_tree(root, but=("lock",))
 
 
 def beyond_lost(findings: list[dict]) -> list[str]:

@@ -62,10 +62,10 @@ def queue_entries(store: Store, topic: str, queue_id: int, lo: int, hi: int) -> 
     return entries
 
 
-def tree(root: Path) -> dict[str, str]:
-    """sha1 of every file under ``root`` (the byte-level state of a store)."""
+def tree(root: Path, but: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha1 of every file under ``root`` (the byte-level state of a store) but those named in ``but``."""
     root = Path(root)
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in but}
 
 
 def mqtool(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
