@@ -9,6 +9,7 @@ never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -514,7 +515,7 @@ def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: 
     from ..store.segments import analyze_segment
 
     store = broker_store(b, config)
-    unread_before = None if store.is_dledger else lambda: scan_start_offset(store)
+    unread_before = None if store.is_dledger else functools.cache(lambda: scan_start_offset(store))  # asked only at damage, computed once
     check = CommitLogCheck(store, keep_going=keep_going, unread_before=unread_before)
     tasks = check.tasks()
     reports = []
