@@ -78,7 +78,8 @@ def test_damaged_first_record_is_a_damaged_range(tmp_path, version):
     code, out, err = cli("info", root, "-f", "json")
     assert code == 0, err
     assert json.loads(out)["version"]["label"] == FAMILY[version]
-    for args, counted in (((), None), (("--keep-going",), len(msgs) - 1)):
+    for args in ((), ("--keep-going",)):  # the damage the broker never reads does not end the check: the records after it are counted
+        counted = len(msgs) - 1
         code, findings, summary = verify(root, *args)
         assert code == EXIT_FINDINGS
         damaged = [f for f in findings if f["kind"] == "damaged-range"]

@@ -415,7 +415,7 @@ class CommitLogCheck:
         for i, ((start, code, detail), report, run) in enumerate(damaged):
             resume = report.base + run.start
             found, line = self._describe_end(start, code, detail)
-            after_count = sum(live_records[i:]) if self.keep_going else None
+            after_count = sum(live_records[i:]) if not self.result.stopped_early else None  # every run after it walked
             counted = f"{after_count} valid records lie after it" if after_count is not None else "run with --keep-going to count the valid records after it"
             unread = self._broker_start is not None and start < self._broker_start
             if unread and self._resume is None:
