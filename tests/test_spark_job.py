@@ -195,6 +195,25 @@ def test_verify_finds_what_mqtool_verify_finds(spark, tmp_path):
         assert sorted((r[1], int(r[4])) for r in rows if r[0] == version) == sorted((f.kind, f.offset) for f in expected)
 
 
+def test_verify_goes_past_damage_the_broker_never_reads_as_mqtool_verify_does(spark, tmp_path):
+    """Without --keep-going too: a destroyed record in segment 0, before the segment the broker's
+    next start scans from, does not end the check (the broker serves the records after it), so the
+    CRC mismatch in segment 1 is found by both; the Spark job used to stop at the first damage."""
+    root = _damage("4.9.7", tmp_path)
+    first = root / "commitlog" / f"{0:020d}"
+    data = bytearray(first.read_bytes())
+    data[:8] = b"\xff" * 8  # the first record's TOTALSIZE and MAGICCODE
+    first.write_bytes(bytes(data))
+    out = tmp_path / "out"
+    o = job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), mode="verify", format="csv")
+    job.run(o, spark)
+    rows = [r for f in (out / "findings").glob("part-*.csv") for r in list(csv.reader(io.StringIO(f.read_text())))[1:]]
+    with Store.open(root) as store:
+        expected = list(Verification(store, VerifyOptions(checks=("commitlog",))).findings())
+    assert [(f.kind, f.offset) for f in expected][:2] == [("damaged-range", 0), ("crc-mismatch", expected[1].offset)]
+    assert sorted((r[1], int(r[4])) for r in rows) == sorted((f.kind, f.offset) for f in expected)
+
+
 def test_the_data_source_from_user_code(spark):
     from pyspark.sql.pandas.types import to_arrow_schema
 
