@@ -4,7 +4,9 @@ stray and deleted files, cut consume queue files), then ``repair --yes``, ``veri
 ``mqtool restore`` of the repair's backup, as a user runs them (the CLI in a fresh process, with
 a per-command timeout). Prints every problem as it happens and the tally at the end:
 tracebacks, hangs, undocumented exit codes, stores not sound after the repair beyond the truly
-lost data, failed restores (not byte-identical to the damaged copy).
+lost data, messages wholly before the first damaged byte of the log that ``mqtool survivors``
+finds otherwise than on the repaired undamaged fixture (``survivor``), failed restores (not
+byte-identical to the damaged copy).
 
     python bench/damage_run.py                   # 1000 runs over every fixture kind, seeds 0..999
     python bench/damage_run.py -n 300 --first 5000 --only lmq-small,dledger-crashed
@@ -37,6 +39,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=120, help="seconds each command may take (default 120)")
     ap.add_argument("--no-restore", action="store_true", help="skip the restore check")
     ap.add_argument("--no-version", action="store_true", help="repair without --broker-version (a refusal naming the versions, store unchanged, is ok)")
+    ap.add_argument("--no-survivors", action="store_true", help="skip the survivors check (the messages before the first damage fare as on the repaired fixture)")
     ap.add_argument("--lost-pages", action="store_true", help="damages include a file's tail, or a directory's last files, zeroed (pages a crash lost)")
     args = ap.parse_args()
     kinds = [k for k in KINDS if not args.only or any(w in (k[1], "/".join(k)) for w in args.only.split(","))]
@@ -51,7 +54,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
         try:
             out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version,
-                             kinds=LOST_PAGES if args.lost_pages else DAMAGES)
+                             kinds=LOST_PAGES if args.lost_pages else DAMAGES, survivors_kept=not args.no_survivors)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1

@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import FIXTURES, copy_store
+from conftest import FIXTURES, copy_store, manifest
 from repair_support import mqtool, tree as store_tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.recovery.repair import expected_after, triage
@@ -93,6 +93,51 @@ def damage_copy(version: str, name: str, seed: int, dest: Path, kinds: tuple[str
     return root, [damage(root, rng, kinds) for _ in range(rng.randint(1, 3))]
 
 
+def first_damage(pristine: Path, damaged: Path) -> int | None:
+    """The first commit log offset (classic segments or DLedger data files) whose byte the damage
+    changed: a file deleted or cut short counts from where its bytes are gone. None: the log is whole."""
+    from mqtool.store import Store
+
+    with Store.open(pristine) as store:
+        segments = [(seg.base_offset, seg.path.relative_to(pristine)) for seg in store.commitlog.segments]
+    for base, rel in segments:
+        if not (damaged / rel).exists():
+            return base
+        a, b = (pristine / rel).read_bytes(), (damaged / rel).read_bytes()
+        n = min(len(a), len(b))
+        if a[:n] != b[:n]:
+            page = 0
+            while a[page : page + 4096] == b[page : page + 4096]:
+                page += 4096
+            return base + next(i for i in range(page, min(page + 4096, n)) if a[i] != b[i])
+        if n < len(a):
+            return base + n
+    return None
+
+
+def survivors(root: Path, version: str, ids: list[str], dest: Path) -> dict[str, tuple]:
+    """``mqtool survivors`` of these UNIQ_KEYs: id -> (status, queue id, queue offset)."""
+    ids_file = dest / "ids.txt"
+    ids_file.write_text("".join(f"{i}\n" for i in ids))
+    _, stdout, _ = run("survivors", root, ids_file, "--by", "uniq-key", "--format", "jsonl", "--broker-version", version, timeout=120)
+    return {d["id"]: (d["status"], d.get("queue_id"), d.get("queue_offset")) for d in map(json.loads, stdout.splitlines()) if "id" in d}
+
+
+_REPAIRED_FIXTURES: dict[tuple[str, str], dict[str, tuple]] = {}
+
+
+def repaired_fixture(version: str, name: str, dest: Path) -> dict[str, tuple]:
+    """What ``survivors`` says of every message of the undamaged fixture once ``repair --yes`` ran
+    on it (a crashed store's recovery rebuilds its queues): the baseline of ``damage_run``."""
+    if (version, name) not in _REPAIRED_FIXTURES:
+        work = dest / "undamaged"
+        root = copy_store(version, name, work)
+        run("repair", root, "--yes", "--format", "json", "--broker-version", version, "--backup-dir", work / "backup", timeout=120)
+        ids = [m["uniqKey"] for m in manifest(version, name)["messages"] if m.get("uniqKey")]
+        _REPAIRED_FIXTURES[(version, name)] = survivors(root, version, ids, work)
+    return _REPAIRED_FIXTURES[(version, name)]
+
+
 def tree(root: Path) -> dict[str, str]:
     """The store's bytes (``repair_support.tree``) but the lock file (the broker's, never changed by mqtool)."""
     return store_tree(root, but=("lock",))
@@ -123,7 +168,7 @@ class Outcome:
     steps: list[str] = field(default_factory=list)
 
 
-PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "restore")
+PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "survivor", "restore")
 UNPLANNED_RECOVERY = "mqtool does not plan that recovery"  # recovery.logkinds: 3.2.6-4.3.1 past a TOTALSIZE mismatch
 
 
@@ -146,7 +191,7 @@ def run(*args, timeout: int) -> tuple[int, str, str]:
 
 
 def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int = 120, restore: bool = True, version_given: bool = True,
-               kinds: tuple[str, ...] = DAMAGES) -> Outcome:
+               kinds: tuple[str, ...] = DAMAGES, survivors_kept: bool = False) -> Outcome:
     """Damage a copy, ``repair --yes`` it, ``verify`` it, ``restore`` the repair and compare. With
     ``version_given`` false, repair is not told the fixture's broker version (a user who does not know
     it): it may refuse (exit 4) naming the versions that decide, with the store unchanged; what it
@@ -154,6 +199,7 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
     root, what = damage_copy(version, name, seed, dest, kinds)
     out = Outcome(f"{version}/{name}", seed, what)
     damaged = tree(root)
+    cut = first_damage(FIXTURES / f"rocketmq-{version}" / name, root) if survivors_kept else None
     backup = dest / "backup"
     try:
         # the fixture's version given: a store whose damage leaves eras that plan apart is refused without it
@@ -186,6 +232,14 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
         lost = [f for f in failing if f["kind"] != "consumer-offset-range"]  # verify's warning, not lost data (``beyond_lost``)
         if bool(lost) != (rc == EXIT_FINDINGS):
             raise Stop("exit-code", f"repair exit {rc} but verify reports {len(lost)} finding(s) of lost data")
+        # the messages wholly before the first damaged byte of the log fare as on the repaired undamaged fixture:
+        # found and consumable at the same queue offsets (damage elsewhere, to queues, index or files, takes none of them)
+        kept = [m["uniqKey"] for m in manifest(version, name)["messages"] if m.get("uniqKey") and (cut is None or m["commitLogOffset"] + m["size"] <= cut)]
+        if survivors_kept and kept:
+            baseline, now = repaired_fixture(version, name, dest), survivors(root, version, kept, dest)
+            changed = [f"{i}: {baseline.get(i)} -> {now.get(i)}" for i in kept if baseline.get(i) != now.get(i)]
+            if changed:
+                raise Stop("survivor", f"{len(changed)} message(s) before the first damage at {cut} fare otherwise: {'; '.join(changed[:2])}")
         if restore and backup.exists():
             run("restore", backup, "--yes", timeout=timeout)
             after = tree(root)
