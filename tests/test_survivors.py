@@ -118,6 +118,22 @@ def test_a_damaged_copy_sorts_ids_into_found_missing_and_past_damage(damage, sto
     assert summary["commitlog_end"] == cut
 
 
+def test_ids_found_only_past_damage(store_copy, tmp_path):
+    """Every id found lies past the damage (damage run seed 4600046): no hit leads to a consume
+    queue, which the consumability check took for a queue of no entries (exit 5, IndexError)."""
+    root = store_copy("5.3.3", "crashed-small")
+    msgs = sorted(manifest("5.3.3", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
+    first = root / "commitlog" / f"{0:020d}"
+    data = bytearray(first.read_bytes())
+    data[:8] = b"\xff" * 8  # the first record's TOTALSIZE and MAGICCODE: the abnormal recovery ends the log at 0
+    first.write_bytes(bytes(data))
+    ids = [m["uniqKey"] for m in msgs[10:13]]
+    code, rows, summary = survivors(root, ids, tmp=tmp_path)
+    assert code == 1
+    assert [(r["id"], r["status"], r["consumable"]) for r in rows] == [(i, "past-damage", False) for i in ids]
+    assert summary["commitlog_end"] == 0
+
+
 def test_records_cut_off_by_a_rewrite_are_past_damage_or_missing(tmp_path):
     m = manifest("4.9.7", "rewrite-clean")
     stale = [x for x in m["stalePhase1Records"]["records"] if x.get("uniqKey")]

@@ -202,6 +202,8 @@ class SurvivorSearch:
         if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
             return result
         members = np.flatnonzero(candidate)
+        if not len(members):  # every hit past damage or never dispatched: no queue to read
+            return result
         queue_key = hits["topic"][members].astype(np.int64) << 32 | (hits["queue_id"][members].astype(np.int64) & 0xFFFFFFFF)
         order = np.argsort(queue_key, kind="stable")
         members, queue_key = members[order], queue_key[order]
