@@ -2,7 +2,8 @@
 damages (``tests/damage_support.py``: bit flips, cut files, zeroed ranges, garbage appended,
 stray and deleted files, cut consume queue files), then ``repair --yes``, ``verify`` and
 ``mqtool restore`` of the repair's backup, as a user runs them (the CLI in a fresh process, with
-a per-command timeout). Prints every problem as it happens and the tally at the end:
+a per-command timeout), the read-only commands (info, stats, offsets, salvage, dump) first. Prints
+every problem as it happens and the tally at the end:
 tracebacks, hangs, undocumented exit codes, stores not sound after the repair beyond the truly
 lost data, messages wholly before the first damaged byte of the log that ``mqtool survivors``
 finds otherwise than on the repaired undamaged fixture (``survivor``), failed restores (not
@@ -54,7 +55,7 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
         try:
             out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version,
-                             kinds=LOST_PAGES if args.lost_pages else DAMAGES, survivors_kept=not args.no_survivors)
+                             kinds=LOST_PAGES if args.lost_pages else DAMAGES, survivors_kept=not args.no_survivors, readers=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1

@@ -11,6 +11,7 @@ truly lost data, a restore that does not give back the damaged copy byte for byt
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 from dataclasses import dataclass, field
@@ -191,7 +192,7 @@ def run(*args, timeout: int) -> tuple[int, str, str]:
 
 
 def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int = 120, restore: bool = True, version_given: bool = True,
-               kinds: tuple[str, ...] = DAMAGES, survivors_kept: bool = False) -> Outcome:
+               kinds: tuple[str, ...] = DAMAGES, survivors_kept: bool = False, readers: bool = False) -> Outcome:
     """Damage a copy, ``repair --yes`` it, ``verify`` it, ``restore`` the repair and compare. With
     ``version_given`` false, repair is not told the fixture's broker version (a user who does not know
     it): it may refuse (exit 4) naming the versions that decide, with the store unchanged; what it
@@ -202,6 +203,9 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
     cut = first_damage(FIXTURES / f"rocketmq-{version}" / name, root) if survivors_kept else None
     backup = dest / "backup"
     try:
+        if readers:  # the read-only commands on the damaged copy: a documented exit code, never a traceback
+            for command in (("info",), ("stats",), ("offsets",), ("salvage", "--format", "jsonl", "--out", os.devnull), ("dump", "--limit", "20")):
+                run(command[0], root, *command[1:], timeout=timeout)
         # the fixture's version given: a store whose damage leaves eras that plan apart is refused without it
         # (exit 4, naming the versions): the right answer, but not what this run measures
         given = ("--broker-version", version)
