@@ -159,6 +159,25 @@ def test_verify_timer_finds_each_damage(store_copy):
     assert len(ahead) == 1 and ahead[0].found == 10012 + 52 * 10 and ahead[0].expected == "<= 5200"
 
 
+def test_a_wheel_slot_holding_another_slots_time_is_never_read(store_copy):
+    """Damage seed 4600303: bits flipped in a never-used slot gave it time 2^45 and first position 2.
+    TimerWheel reads the slot of a time only at index time / precision % slots and only if it holds
+    that time (getSlot, checkPhyPos, getAllNum), so the broker never reads it: verify says so (info),
+    where it warned that the slot points at no unit, a warning no repair could remove. A slot that
+    holds its own time but points at no unit stays a warning."""
+    root = store_copy("5.3.3", "timer-small")
+    used = {s["slot"] for s in manifest("5.3.3", "timer-small")["timer"]["timerwheel"]["nonEmptySlots"]}
+    free = next(i for i in range(1, 100) if i not in used)
+    _patch(root / "timerwheel", free * 32, 1 << 45)  # its time: that of slot 2^45 % slots, not its own
+    _patch(root / "timerwheel", free * 32 + 8, 2)  # its first position: no unit
+    wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
+    assert [(f.severity.value, f.details["slot"], f.found) for f in wheel] == [("info", free, 1 << 45)]
+    assert f"belongs in slot {(1 << 45) % (2 * fmt.SLOTS_TOTAL)}" in wheel[0].message
+    _patch(root / "timerwheel", free * 32, free + 2 * fmt.SLOTS_TOTAL)  # a time this slot does hold
+    wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
+    assert [(f.severity.value, f.details["slot"], f.found) for f in wheel] == [("warning", free, 2)]
+
+
 def test_verify_timer_refuses_a_wheel_of_the_wrong_size(store_copy):
     root = store_copy("5.3.3", "timer-small")
     with open(root / "timerwheel", "r+b") as f:

@@ -68,6 +68,14 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
     units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
     for slot in timer.wheel_slots():
+        home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
+        if slot.time_slot < 0 or home != slot.slot:
+            # TimerWheel reads the slot of a time only where that time lies and only if it holds that time
+            # (getSlot, checkPhyPos, getAllNum: index = time / precision % slots): the broker never reads this one
+            yield info("timer-wheel", f"wheel slot {slot.slot} holds time {slot.time_slot}, which belongs in slot {home}: the broker never "
+                       "reads it (TimerWheel.getSlot); damage it ignores", file="timerwheel", found=slot.time_slot,
+                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "unread": True})
+            continue
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
             gone = min(bad) < start
