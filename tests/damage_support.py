@@ -196,7 +196,9 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
     """Damage a copy, ``repair --yes`` it, ``verify`` it, ``restore`` the repair and compare. With
     ``version_given`` false, repair is not told the fixture's broker version (a user who does not know
     it): it may refuse (exit 4) naming the versions that decide, with the store unchanged; what it
-    repairs is verified under the fixture's version, the broker that will run on it."""
+    repairs is verified under the fixture's version, the broker that will run on it. ``readers``: the
+    read-only commands run on the damaged copy first; ``survivors_kept``: the messages before the first
+    damaged byte of the log must fare in ``mqtool survivors`` as on the repaired undamaged fixture."""
     root, what = damage_copy(version, name, seed, dest, kinds)
     out = Outcome(f"{version}/{name}", seed, what)
     damaged = tree(root)
@@ -238,8 +240,8 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
             raise Stop("exit-code", f"repair exit {rc} but verify reports {len(lost)} finding(s) of lost data")
         # the messages wholly before the first damaged byte of the log fare as on the repaired undamaged fixture:
         # found and consumable at the same queue offsets (damage elsewhere, to queues, index or files, takes none of them)
-        kept = [m["uniqKey"] for m in manifest(version, name)["messages"] if m.get("uniqKey") and (cut is None or m["commitLogOffset"] + m["size"] <= cut)]
-        if survivors_kept and kept:
+        kept = [m["uniqKey"] for m in manifest(version, name)["messages"] if m.get("uniqKey") and (cut is None or m["commitLogOffset"] + m["size"] <= cut)] if survivors_kept else []
+        if kept:
             baseline, now = repaired_fixture(version, name, dest), survivors(root, version, kept, dest)
             changed = [f"{i}: {baseline.get(i)} -> {now.get(i)}" for i in kept if baseline.get(i) != now.get(i)]
             if changed:
