@@ -14,6 +14,7 @@ import json
 import os
 import random
 import subprocess
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,6 +123,13 @@ def survivors(root: Path, version: str, ids: list[str], dest: Path) -> dict[str,
     ids_file.write_text("".join(f"{i}\n" for i in ids))
     _, stdout, _ = run("survivors", root, ids_file, "--by", "uniq-key", "--format", "jsonl", "--broker-version", version, timeout=120)
     return {d["id"]: (d["status"], d.get("queue_id"), d.get("queue_offset")) for d in map(json.loads, stdout.splitlines()) if "id" in d}
+
+
+def kept_messages(messages: list[dict], cut: int | None) -> list[str]:
+    """The UNIQ_KEYs of the messages wholly before ``cut`` (None: all), each written once: an id with
+    another copy (a batch's, a retry's) may count that copy, after the cut."""
+    copies = Counter(m.get("uniqKey") for m in messages)
+    return [m["uniqKey"] for m in messages if m.get("uniqKey") and copies[m["uniqKey"]] == 1 and (cut is None or m["commitLogOffset"] + m["size"] <= cut)]
 
 
 _REPAIRED_FIXTURES: dict[tuple[str, str], dict[str, tuple]] = {}
@@ -240,7 +248,7 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
             raise Stop("exit-code", f"repair exit {rc} but verify reports {len(lost)} finding(s) of lost data")
         # the messages wholly before the first damaged byte of the log fare as on the repaired undamaged fixture:
         # found and consumable at the same queue offsets (damage elsewhere, to queues, index or files, takes none of them)
-        kept = [m["uniqKey"] for m in manifest(version, name)["messages"] if m.get("uniqKey") and (cut is None or m["commitLogOffset"] + m["size"] <= cut)] if survivors_kept else []
+        kept = kept_messages(manifest(version, name)["messages"], cut) if survivors_kept else []
         if kept:
             baseline, now = repaired_fixture(version, name, dest), survivors(root, version, kept, dest)
             changed = [f"{i}: {baseline.get(i)} -> {now.get(i)}" for i in kept if baseline.get(i) != now.get(i)]
