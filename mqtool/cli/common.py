@@ -154,11 +154,9 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_dam
         from ..store.nextstart import start_of
 
         start = start_of(store)
-        if start is not None and end.offset < start.offset:
-            from ..store.resync import scan_start
-
-            resumed = scan_start(store.commitlog, end.offset + 1)
-            if end.offset < resumed and (stop is None or resumed < stop):
+        if start is not None and end.unread_by_broker(start.offset):
+            resumed = store.commitlog.resume_after_damage(end)  # None: nothing after it can be read
+            if resumed is not None and (stop is None or resumed < stop):
                 note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start.offset}, where the broker's next start "
                      "scans from, so it never reads it and serves the records after it; reading on")
                 return resumed

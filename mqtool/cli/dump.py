@@ -149,10 +149,10 @@ def _scan_from(store: Store, start: int | None) -> int:
 def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows
     (the resynchronisation of ``_scan_from``)."""
-    from ..store.resync import scan_start
+    from ..store.resync import resume_after
 
-    resumed = scan_start(store.commitlog, end.offset + 1)
-    if resumed <= end.offset or (stop is not None and resumed >= stop):
+    resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
+    if resumed is None or (stop is not None and resumed >= stop):
         return None
     note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")
     return resumed
