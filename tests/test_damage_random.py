@@ -272,7 +272,7 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
                                         ("4.5.1/clean-small", 60265), ("5.0.0/clean-small", 100243),
                                         ("5.3.3/dledger-crashed-cqloss", 200380), ("4.9.7/dledger-crashed", 700060),
                                         ("5.3.3/config-real", 1200817), ("4.9.2/config-real", 2000491),
-                                        ("5.1.4/clean-small", 2200757)])
+                                        ("5.1.4/clean-small", 2200757), ("5.3.3/clean-small", 4800051)])
 def test_damage_runs_that_failed_before(store, seed, tmp_path):
     """113: DLedger's checkpoint deleted; repair writes a new one, and restore must delete it again (the
     apply notes the file it creates). 134: timerwheel deleted with timer messages pending; their deliveries
@@ -315,7 +315,10 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     first segment, its name no multiple of 1048596). 2200757: a record with a flipped PHYSICALOFFSET after a damaged
     range the broker never reads (it lies before the recovery's start segment): the broker serves the record, but
     verify's commit log check stopped at that range, so the field's damage went unreported and the keys the broker's
-    buildIndex skips for it (the field below the index's end) were called fixable."""
+    buildIndex skips for it (the field below the index's end) were called fixable. 4800051: a record's QUEUEID and
+    QUEUEOFFSET flipped (536870915, 2^60 + 3): the position QUEUEOFFSET * 20 wraps around a Java long, and the rebuild wrote
+    the entry off the unit grid where fillPreBlank rounds up to a whole unit; verify called the entry a fixable mismatch,
+    where the broker wrote it where no read of that queue offset finds it: lost data."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path)
     assert out.problem is None, (out.damages, out.detail)

@@ -33,3 +33,22 @@ def test_the_placement_is_what_the_writer_writes_and_the_broker_wrote(tmp_path, 
     # the placement counts without a slot table: every header field but the used slots
     counted = [(r.name, r.created, r.start, r.end._replace(hash_slot_count=0)) for r in writer.results]
     assert [(r.name, r.created, r.start, r.end) for r in placement.results] == counted
+
+
+def test_a_first_unit_whose_position_wraps_around_a_java_long_follows_whole_fillers():
+    """``putMessagePositionInfo`` of a queue's first unit at QUEUEOFFSET 2^60 + 3 (damage seed 4800051):
+    ``cqOffset * 20`` wraps around a Java long to 2^62 + 60, 4 bytes off the unit grid of its file;
+    ``fillPreBlank`` writes whole filler units while below that position, so the unit goes to the next
+    whole unit (the rebuild used to write it 4 bytes into a filler)."""
+    import numpy as np
+
+    from mqtool.dispatch.placement import S_FILL_FROM, S_FILL_TO, S_WRITE, QueueState, place_units
+
+    file_size = 20 * 1000
+    qoff = np.array([(1 << 60) + 3], dtype=np.int64)
+    state, pos = QueueState().as_array(), np.empty(1, dtype=np.int64)
+    placed = place_units(qoff, np.array([4194304], dtype=np.int64), np.array([1900], dtype=np.int64), state, file_size, True, True, pos)
+    wrapped = ((1 << 60) + 3) * 20 % (1 << 64)  # the Java long, positive here
+    base = wrapped - wrapped % file_size
+    assert placed == 1 and state[S_FILL_FROM] == base and (wrapped - base) % 20 == 4
+    assert state[S_FILL_TO] == pos[0] == base + (wrapped - base + 19) // 20 * 20 and state[S_WRITE] == pos[0] + 20

@@ -1,7 +1,7 @@
 """The broker's placement rules, compiled (``placement.py``): ``putMessagePositionInfo`` of a
 queue's requests and ``IndexFile.putKey`` of a run of records (reference §5.10, §6.5-§6.6)."""
 
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from mqtool.store._bytes cimport be32, prefetch_w
 
@@ -65,14 +65,14 @@ def place_units(const int64_t[:] qoff, const int64_t[:] phys, const int64_t[:] s
             kept = phys[i] + size[i] if dedup_by_end else phys[i]  # the maxPhysicOffset this unit leaves
             if kept <= state[S_MAX_PHYS]:
                 continue
-            expect = qoff[i] * UNIT
+            expect = <int64_t>(<uint64_t>qoff[i] * <uint64_t>UNIT)  # a Java long: a damaged QUEUEOFFSET wraps around
             if state[S_WRITE] < 0:  # getLastMappedFile creates the queue's first file
                 base = expect - floor_mod(expect, file_size)
                 state[S_WRITE] = base
-                if qoff[i] != 0:
+                if qoff[i] != 0:  # fillPreBlank: whole units while below the position (one more if it wrapped off the unit grid)
                     state[S_FILL_FROM] = base
-                    state[S_FILL_TO] = expect
-                    state[S_WRITE] = expect
+                    state[S_FILL_TO] = base + (expect - base + UNIT - 1) // UNIT * UNIT
+                    state[S_WRITE] = state[S_FILL_TO]
             elif repeat_guard and qoff[i] != 0 and expect < state[S_WRITE]:
                 continue  # "Build consume queue repeatedly"
             out_pos[i] = state[S_WRITE]

@@ -514,8 +514,8 @@ class ConsumeQueueCheck:
             expected = self._tags_code(record)
             if entry.tags != expected and not self._quirk_tags(record, entry.tags):
                 problems.append(("tags code", expected, entry.tags))
-        if self._appended(cursor, entry, problems):
-            self.emit(self._record_damaged(cursor, entry, record))
+        if self._appended(cursor, entry, problems) or self._wraps(record, problems):
+            self.emit(self._record_damaged(cursor, entry, record, self._wraps(record, problems)))
             return
         for what, expected, found in problems:
             self.emit(
@@ -531,6 +531,13 @@ class ConsumeQueueCheck:
                     details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": what},
                 )
             )
+
+    @staticmethod
+    def _wraps(record: LogRecord, problems: list) -> bool:
+        """Only the queue offset differs, and the record's QUEUEOFFSET times the unit size is past a Java long:
+        ``putMessagePositionInfo``'s position wrapped around, so the broker wrote the entry where no read of that queue
+        offset finds it (a damaged field: damage seed 4800051, 2^60 + 3)."""
+        return [what for what, _, _ in problems] == ["queue offset"] and not 0 <= record.queue_offset * cqfmt.ENTRY_SIZE < 1 << 63
 
     @staticmethod
     def _appended(cursor: QueueCursor, entry: Entry, problems: list) -> bool:
@@ -561,16 +568,19 @@ class ConsumeQueueCheck:
             details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": record.queue_offset, "record_damaged": True},
         )
 
-    def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord) -> Finding:
-        """An entry in the queue's order (``_appended``) at another queue offset than its record's QUEUEOFFSET: the
-        field (outside the body CRC) is damaged, or records of the queue before it are lost. No rebuild mends it: lost
-        data (``record_damaged``), not a consume queue fault."""
+    def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
+        """An entry in the queue's order (``_appended``), or where a wrapped position put it (``_wraps``), at another
+        queue offset than its record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the
+        queue before it are lost. No rebuild mends it: lost data (``record_damaged``), not a consume queue fault."""
+        why = ("times the unit size it is past a Java long, so the broker's position wrapped around and it wrote the entry where no "
+               "read of that queue offset finds it: the record's field is damaged" if wrapped else
+               "the entry follows the queue's previous record, as the broker wrote it, so the record's field is damaged or records of "
+               f"the queue before it are lost")
         return error(
             "cq-entry-mismatch",
             f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
-            f"QUEUEOFFSET field says {record.queue_offset}: the entry follows the queue's previous record, as the broker wrote it, so the "
-            "record's field is damaged or records of the queue before it are lost; no rebuild of the queue mends it (consumers get "
-            f"the message with queue offset {record.queue_offset})",
+            f"QUEUEOFFSET field says {record.queue_offset}: {why}; no rebuild of the queue mends it"
+            + ("" if wrapped else f" (consumers get the message with queue offset {record.queue_offset})"),
             file=self._file_of(cursor, entry.queue_offset),
             offset=record.offset,
             expected=record.queue_offset,
