@@ -514,8 +514,9 @@ class ConsumeQueueCheck:
             expected = self._tags_code(record)
             if entry.tags != expected and not self._quirk_tags(record, entry.tags):
                 problems.append(("tags code", expected, entry.tags))
-        if self._appended(cursor, entry, problems) or self._wraps(record, problems):
-            self.emit(self._record_damaged(cursor, entry, record, self._wraps(record, problems)))
+        wrapped = self._wraps(record, problems)
+        if wrapped or self._appended(cursor, entry, problems):
+            self.emit(self._record_damaged(cursor, entry, record, wrapped))
             return
         for what, expected, found in problems:
             self.emit(
@@ -575,7 +576,7 @@ class ConsumeQueueCheck:
         why = ("times the unit size it is past a Java long, so the broker's position wrapped around and it wrote the entry where no "
                "read of that queue offset finds it: the record's field is damaged" if wrapped else
                "the entry follows the queue's previous record, as the broker wrote it, so the record's field is damaged or records of "
-               f"the queue before it are lost")
+               "the queue before it are lost")
         return error(
             "cq-entry-mismatch",
             f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
