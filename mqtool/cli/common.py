@@ -151,13 +151,13 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_dam
     with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
-        from ..store.nextstart import start_of
+        from ..store.nextstart import scan_start_offset
 
-        start = start_of(store)
-        if start is not None and end.unread_by_broker(start.offset):
+        start = scan_start_offset(store)
+        if end.unread_by_broker(start):
             resumed = store.commitlog.resume_after_damage(end)  # None: nothing after it can be read
             if resumed is not None and (stop is None or resumed < stop):
-                note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start.offset}, where the broker's next start "
+                note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start}, where the broker's next start "
                      "scans from, so it never reads it and serves the records after it; reading on")
                 return resumed
     return None if end.is_clean or not keep_going or past_damage is None else past_damage(store, end, stop)

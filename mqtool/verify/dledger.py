@@ -4,7 +4,7 @@ entry index and DLedger's checkpoint. Takes ``CommitLogCheck``'s place (same ``r
 Every entry is walked compiled (``store.dledgerwalk``) with every check of the record decoder and
 the entry's own (magic, size = body + 48, pos, index, term; PHYSICALOFFSET = pos + 48). Where an
 entry header fails, ``DLedgerMmapFileStore.recover`` truncates data and index; a damaged record in
-an entry it keeps is lost data and the walk goes on after it (``dledgerstart.walk_resume``).
+an entry it keeps is lost data and the walk goes on after it (``resume_after_damage``).
 ``index/`` and ``checkpoint`` are held against the last entry it keeps (``data_recovery``)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..formats import dledger as dfmt
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.dledger import DLedgerCommitLog
-from ..store.dledgerstart import DataRecovery, data_recovery, walk_resume
+from ..store.dledgerstart import DataRecovery, data_recovery
 from ..store.mappedfile import MappedFile
 from .commitlog import CommitLogResult, relative
 from .findings import Finding, error, info, warning
@@ -101,7 +101,7 @@ class DLedgerLogCheck:
                 scan = fs.FastScan(cl, start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
                 yield from self._records(scan, units)
                 end = scan.end
-                resume = walk_resume(cl, end)  # damage DLedger's recovery keeps: the walk goes on after it
+                resume = cl.resume_after_damage(end)  # damage DLedger's recovery keeps: the walk goes on after it
                 if resume is None:
                     break
                 yield self._kept_damage(end, resume, dl)
