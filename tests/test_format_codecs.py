@@ -59,6 +59,7 @@ def test_written_layouts_equal_the_schema_derivation():
     same_layout(dl.INDEX_UNIT_LAYOUT, derive_whole(dl.DLedgerIndexUnitStruct))
     same_layout(cq.ENTRY_LAYOUT, derive_whole(cq.ConsumeQueueEntryStruct))
     same_layout(cq.BATCH_UNIT_LAYOUT, derive_whole(cq.BatchConsumeQueueUnitStruct))
+    same_layout(ix.ENTRY_LAYOUT, derive_whole(ix.IndexEntryStruct))
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])

@@ -257,7 +257,7 @@ def test_compiled_chain_replay_equals_put_key_on_every_fixture_index_entry(versi
         for f in store.index_files:
             slots, entries = f.geometry.hash_slot_num, list(f.entries())
             meta = index.IndexEntries(SimpleNamespace(store=store), f, 0)
-            read = [tuple(row) for _, chunk, _ in meta.chunks() for row in chunk.tolist()]
+            read = [row for _, columns in meta.chunks() for row in zip(*(c.tolist() for c in columns))]
             assert read == [tuple(e[1:]) for e in entries]
             bad, first_bad, negative, heads, seen, _table = meta.state
             assert (bad, first_bad, negative, heads, {s: int(seen[s]) for s in np.flatnonzero(seen).tolist()}) == put_key_replay(entries, slots)

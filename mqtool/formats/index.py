@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import Any, NamedTuple
 
-from ._layout import declared_on_use
+from ._layout import declared_on_use, written
 
 
 def _declare() -> dict[str, Any]:
@@ -49,7 +49,8 @@ __getattr__ = declared_on_use(__name__, _declare, ("IndexHeaderStruct", "IndexSl
 # the codecs, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema).codec
 HEADER = struct.Struct(">qqqqll")  # IndexHeaderStruct
 SLOT = struct.Struct(">l")  # IndexSlotStruct
-ENTRY = struct.Struct(">lqll")  # IndexEntryStruct
+ENTRY_LAYOUT = written(("key_hash", "l"), ("phy_offset", "q"), ("time_diff", "l"), ("prev_index", "l"))  # derive_whole(IndexEntryStruct)
+ENTRY = ENTRY_LAYOUT.codec
 HEADER_SIZE, SLOT_SIZE, ENTRY_SIZE = HEADER.size, SLOT.size, ENTRY.size
 MAX_QUERY_RESULTS = 64  # IndexService maxMsgsNumBatch
 DEFAULT_GEOMETRY = (5_000_000, 20_000_000)  # MessageStoreConfig maxHashSlotNum / maxIndexNum

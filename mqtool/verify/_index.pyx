@@ -1,16 +1,51 @@
 """Compiled kernels of ``verify/index.py``: the hash chains replayed, index keys hashed and a
 batch's index entries joined with its records' keys (reference §6.3-§6.6)."""
 
-from libc.stdint cimport int32_t, int64_t
+import struct
 
-from mqtool.store._bytes cimport prefetch_w
+from libc.stdint cimport int32_t, int64_t, uint8_t
+
+from mqtool.store._bytes cimport be_signed, prefetch_w
 
 from ..formats import index as ixfmt
+
+# where ``decode_entries`` finds the fields: the schema's (``ixfmt.ENTRY_LAYOUT``, held equal to the construct struct)
+_E = ixfmt.ENTRY_LAYOUT
+assert _E.names == ("key_hash", "phy_offset", "time_diff", "prev_index")
+cdef Py_ssize_t ENTRY = _E.size
+cdef Py_ssize_t HASH_AT = _E.offset_of("key_hash"), PHY_AT = _E.offset_of("phy_offset"), DIFF_AT = _E.offset_of("time_diff"), PREV_AT = _E.offset_of("prev_index")
+cdef int HASH_W, PHY_W, DIFF_W, PREV_W
+HASH_W, PHY_W, DIFF_W, PREV_W = (struct.calcsize(">" + code) for code in _E.codec.format.lstrip(">"))
 
 cdef enum:
     CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
 
 cdef int64_t INT32_MAX = ixfmt.INT32_MAX
+
+
+def decode_entries(const uint8_t[::1] data, int64_t[::1] hashes, int64_t[::1] phys, int64_t[::1] diffs, int64_t[::1] prevs):
+    """The index entries of ``data`` (§6.3, ``IndexEntryStruct``) into the four arrays, in one pass."""
+    cdef Py_ssize_t i, p, n = hashes.shape[0]
+    cdef const uint8_t* buf
+    if n == 0:
+        return
+    buf = &data[0]
+    with nogil:
+        for i in range(n):
+            p = ENTRY * i
+            hashes[i] = be_signed(buf, p + HASH_AT, HASH_W)
+            phys[i] = be_signed(buf, p + PHY_AT, PHY_W)
+            diffs[i] = be_signed(buf, p + DIFF_AT, DIFF_W)
+            prevs[i] = be_signed(buf, p + PREV_AT, PREV_W)
+
+
+def first_beyond(const int64_t[::1] values, Py_ssize_t lo, int64_t limit, bint or_equal):
+    """The first ``i >= lo`` with ``values[i] > limit`` (``>=`` with ``or_equal``), else ``len(values)``:
+    a batch's entries are found at the head of a chunk without reading the rest of it."""
+    cdef Py_ssize_t i = lo, n = values.shape[0]
+    while i < n and not (values[i] > limit or (or_equal and values[i] == limit)):
+        i += 1
+    return i
 
 
 def check_chains(const int64_t[::1] hashes, const int64_t[::1] prevs, int64_t first_number, int32_t[::1] last_seen, int64_t slot_num):

@@ -26,7 +26,7 @@ from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
-from ._index import check_chains, entries_match
+from ._index import check_chains, decode_entries, entries_match, first_beyond
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 from .logstream import LogRecord
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 CHUNK_ENTRIES = 1 << 16
 MAX_LOOKAHEAD = 1 << 18  # entries peeked for one batch (about 8 MB) before it is reported record by record
-ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phy", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 def key_hashes(prefixed_keys: list[tuple[int, str]]) -> np.ndarray:
@@ -59,10 +59,10 @@ class IndexEntries:
         self.count = max(min(self.header.index_count, self.geometry.index_num) - 1, 0)
         self.name = relative(check.store, file.path)
 
-    def chunks(self) -> Iterator[tuple[int, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
-        """(first entry number, entries, (their hashes, their prevs) as int64) ``CHUNK_ENTRIES``
-        at a time, replaying the hash chains as they are read; ``state`` holds the chain results
-        once they are exhausted."""
+    def chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]:
+        """(first entry number, (hashes, offsets, time diffs, prevs) as int64) ``CHUNK_ENTRIES``
+        at a time (``decode_entries``), replaying the hash chains as they are read; ``state``
+        holds the chain results once they are exhausted."""
         slots = self.geometry.hash_slot_num
         last_seen = np.zeros(slots, dtype=np.int32)  # entry numbers fit: index_num <= INT32_MAX
         bad = negative = heads = 0
@@ -73,16 +73,17 @@ class IndexEntries:
             while number <= self.count:
                 n = min(CHUNK_ENTRIES, self.count + 1 - number)
                 raw = os.pread(fd, n * ixfmt.ENTRY_SIZE, ixfmt.entry_position(slots, number))
-                chunk = np.frombuffer(raw[: len(raw) - len(raw) % ixfmt.ENTRY_SIZE], dtype=ENTRY_DTYPE)
-                if not len(chunk):
+                n = len(raw) // ixfmt.ENTRY_SIZE
+                if not n:
                     break
-                hashes, prevs = chunk["hash"].astype(np.int64), chunk["prev"].astype(np.int64)
+                hashes, phys, diffs, prevs = columns = tuple(np.empty(n, dtype=np.int64) for _ in range(4))
+                decode_entries(np.frombuffer(raw, dtype=np.uint8), hashes, phys, diffs, prevs)
                 b, fb, neg, hd = check_chains(hashes, prevs, number, last_seen, slots)
                 bad, negative, heads = bad + b, negative + neg, heads + hd
                 if first_bad < 0 and fb >= 0:
                     first_bad = fb
-                yield number, chunk, (hashes, prevs)
-                number += len(chunk)
+                yield number, columns
+                number += n
             raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
             table = np.frombuffer(raw, dtype=">i4")
         finally:
@@ -96,15 +97,10 @@ class _Chunk:
 
     __slots__ = ("meta", "number", "hash", "phy", "diff", "prev", "end")
 
-    def __init__(self, meta: IndexEntries, number: int, entries: np.ndarray | None, hashes_prevs=None):
+    def __init__(self, meta: IndexEntries, number: int, columns: tuple | None):
         self.meta, self.number = meta, number
-        self.end = entries is None
-        if entries is None:
-            self.hash = self.phy = self.diff = self.prev = np.empty(0, dtype=np.int64)
-        else:
-            self.hash, self.prev = hashes_prevs  # converted once, for the chain replay
-            self.phy = entries["phy"].astype(np.int64)
-            self.diff = entries["time_diff"].astype(np.int64)
+        self.end = columns is None
+        self.hash, self.phy, self.diff, self.prev = (_EMPTY,) * 4 if columns is None else columns
 
     def __len__(self) -> int:
         return self.phy.shape[0]
@@ -129,8 +125,8 @@ class IndexEntryCursor:
 
     def _chunks(self):
         for meta in self.check._files_meta:
-            for number, entries, hashes_prevs in meta.chunks():
-                yield _Chunk(meta, number, entries, hashes_prevs)
+            for number, columns in meta.chunks():
+                yield _Chunk(meta, number, columns)
             yield _Chunk(meta, 0, None)
 
     def _load(self) -> bool:
@@ -171,8 +167,7 @@ class IndexEntryCursor:
         """Move the head past the leading entries that point below ``limit``."""
         while self.head is not None and self.head[3] < limit:
             chunk = self._loaded[0]
-            at_or_above = np.flatnonzero(chunk.phy[self._i :] >= limit)
-            self.skip(int(at_or_above[0]) if len(at_or_above) else len(chunk) - self._i)
+            self.skip(first_beyond(chunk.phy, self._i, limit, True) - self._i)
 
     def peek_until(self, limit: int) -> tuple[list[tuple[_Chunk, int, int]], bool]:
         """The entries from the head up to the first one pointing past ``limit`` (not included),
@@ -183,13 +178,11 @@ class IndexEntryCursor:
                 return slices, True
             chunk = self._loaded[c]
             lo = self._i if c == 0 else 0
-            phy = chunk.phy[lo:]
-            beyond = np.flatnonzero(phy > limit)
-            hi = lo + int(beyond[0]) if len(beyond) else len(chunk)
+            hi = first_beyond(chunk.phy, lo, limit, False)
             if hi > lo:
                 slices.append((chunk, lo, hi))
                 seen += hi - lo
-            if len(beyond):
+            if hi < len(chunk):
                 return slices, True
             if seen > MAX_LOOKAHEAD:
                 return slices, False
@@ -303,7 +296,11 @@ class IndexCheck:
             return True
         if not self.enabled or self.missing is not None:
             return False
-        phy, hashes, diffs = (np.concatenate([getattr(c, column)[lo:hi] for c, lo, hi in slices]) for column in ("phy", "hash", "diff"))
+        if len(slices) == 1:  # the usual case: views of one chunk
+            chunk, lo, hi = slices[0]
+            phy, hashes, diffs = chunk.phy[lo:hi], chunk.hash[lo:hi], chunk.diff[lo:hi]
+        else:
+            phy, hashes, diffs = (np.concatenate([getattr(c, column)[lo:hi] for c, lo, hi in slices]) for column in ("phy", "hash", "diff"))
         begins = np.asarray([c.meta.header.begin_timestamp for c, _, _ in slices], dtype=np.int64)
         ends = np.cumsum([hi - lo for _, lo, hi in slices])
         match, skipped = entries_match(phy, hashes, diffs, begins, ends, offsets, counts, columns.keys, columns.store_ts, self.lower, np.zeros(len(offsets), dtype=np.int64))
