@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -303,13 +302,10 @@ def _valid_units(data: bytes, units: int) -> int:
 def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | None:
     """Number of the first of a file's first ``units`` units pointing at or past ``phys_offset``."""
     for first, data in _chunks(path, units):
-        for i, (phys,) in enumerate(_PHYS.iter_unpack(data)):
+        for i, (phys, _size, _tags) in enumerate(fmt.ENTRY.iter_unpack(data)):
             if phys >= phys_offset:
                 return first + i
     return None
-
-
-_PHYS = struct.Struct(">q12x")
 
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:

@@ -16,6 +16,7 @@ import numpy as np
 from ..formats import dledger as dfmt
 from ..store import Store
 from ..store import fastscan as fs
+from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery
 from ..store.mappedfile import MappedFile
@@ -26,8 +27,7 @@ from ..store.segments import store_timestamp_at
 Progress = Callable[[int], None]
 HEADER = dfmt.ENTRY_HEADER_SIZE
 _L = dfmt.ENTRY_HEADER_LAYOUT
-UNIT_DTYPE = np.dtype([("magic", ">i4"), ("pos", ">i8"), ("size", ">i4"), ("index", ">i8"), ("term", ">i8")])
-assert UNIT_DTYPE.itemsize == dfmt.INDEX_UNIT_SIZE and UNIT_DTYPE.names == tuple(dfmt.INDEX_UNIT_LAYOUT.names)
+UNIT_DTYPE = numpy_dtype(dfmt.INDEX_UNIT_LAYOUT)
 
 
 class IndexUnits:
