@@ -328,6 +328,9 @@ class QueueCursor:
     def peek(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
         """(queue offsets, offsets, sizes, tags codes) of the head and the ``n - 1`` entries
         after it (fewer at the end), and whether moving the head ``n`` on would emit findings."""
+        chunk, i = self._loaded[0], self._i
+        if i + n < len(chunk) and not chunk.events:  # the usual case: views of the head's chunk
+            return chunk.qoff[i : i + n], chunk.phys[i : i + n], chunk.size[i : i + n], chunk.tags[i : i + n], False
         self._fill(n + 1)
         parts, due, at = [], False, 0  # at: position (from the head) of the chunk's first unread entry
         for c, chunk in enumerate(self._loaded):
