@@ -190,6 +190,7 @@ def emit_rows(
     *,
     title: str | None = None,
     optional: Sequence[str] = (),
+    fold: Sequence[str] = (),
     headers: dict[str, str] | None = None,
     out=None,
 ) -> int:
@@ -197,7 +198,8 @@ def emit_rows(
 
     ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
     (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
-    dropped to fit the width, least important first; a table column's heading is ``heading``'s
+    dropped to fit the width, least important first; ``fold`` columns may break a long word across
+    lines rather than turn the table into vertical records; a table column's heading is ``heading``'s
     (``headers`` first), its words wrapping at their spaces.
     """
     out = terminal.data_stream(out)
@@ -221,17 +223,17 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        count = _emit_table(rows, list(table_columns or fields), optional, title, out, {**HEADERS, **(headers or {})})
+        count = _emit_table(rows, list(table_columns or fields), optional, fold, title, out, {**HEADERS, **(headers or {})})
     out.flush()
     return count
 
 
-def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
+def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
     """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
     where it fits (the header is repeated only when the column widths change)."""
     width, color = terminal.width(), terminal.color(out)
     count, layout = 0, None
-    table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional])
+    table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional], fold=[heading(c, headers) for c in fold])
     timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
     for row in rows:
         table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))
