@@ -4,7 +4,9 @@ Rules, in order (issue #11 §3):
 
 1. Text wraps at spaces only, so a word (a number, an offset, a msg id, a topic) is never split.
    Every column is at least as wide as its longest word; the last column may be narrower, its
-   longer words running past the edge whole (a terminal copy still pastes them).
+   longer words running past the edge whole (a terminal copy still pastes them): those longer
+   than a vertical record holds, and, when there are such words and the table would not fit
+   otherwise, those longer than half the width.
 2. If the columns do not fit, the table's *optional* columns are dropped, least important first,
    and a note on stderr says which (``--format json`` shows everything).
 3. If they still do not fit, a column the table names ``fold`` (a name, such as a consumer group,
@@ -196,7 +198,7 @@ class Table:
         natural, minimum = self._measure()
         # the last column may overflow only with a word longer than a vertical record can hold
         room = self._vertical_value_width(width) if self.header else 0  # key/value tables never go vertical
-        for capped, folded in ((False, False), (True, False), (True, True)):
+        for capped, squeezed, folded in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
             if folded and not self.fold:
                 continue
             dropped = list(keep.dropped) if keep else []
@@ -205,7 +207,9 @@ class Table:
                 visible = [i for i, n in enumerate(self.names) if n not in dropped]
                 mins = [minimum[i] for i in visible]
                 if mins and capped and minimum[visible[-1]] > room:
-                    mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], room))
+                    # a last column whose words run past the edge anyway: squeezed, so do its words
+                    # longer than half the width (rather than every row turning into a record)
+                    mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], min(room, width // 2) if squeezed else room))
                 if folded and not droppable:  # folded only when leaving out columns was not enough
                     mins = self._folded(visible, mins, width)
                 if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
