@@ -211,6 +211,15 @@ def test_ctrl_c_inside_compiled_code_is_an_interrupt():
     assert stopped.value.exit_code == 130
 
 
+def test_the_exit_codes_listed_by_help_and_readme_include_the_interrupted_one():
+    """Before: Ctrl-C exits 130 (tested above), a code neither `mqtool --help` nor README's exit
+    code table listed."""
+    from conftest import ROOT
+
+    assert "130 interrupted" in " ".join(run("--help", env={"COLUMNS": "100"}).stdout.split())
+    assert "\n| 130 | interrupted" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 # ---- tables a 100-column terminal can read ------------------------------------------------------------
 
 
