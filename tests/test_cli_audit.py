@@ -316,6 +316,16 @@ def test_dump_timer_table_shows_delivery_times_as_dates():
     assert all(iso_ms(r["delivery_time"]) in c and str(r["delivery_time"]) not in c for c, r in zip(shown, rows))
 
 
+def test_dump_timer_table_heads_its_columns_on_one_line_at_100_columns():
+    """Before: the heading "real queue id" of `dump timer` wrapped into three lines over its
+    five-cell column at 100 columns; the delivery's queue and topic are headed "queue" and
+    "topic", as in `info`'s "Next timer deliveries"."""
+    shown = run("dump", "timer", store_path("5.3.3", "timer-crashed"), "--limit", "5", env={"COLUMNS": "100"})
+    lines = shown.stdout.splitlines()
+    assert shown.exit_code == 0 and set(lines[1]) <= {"-", " "}, shown.stdout  # the dashes under a one-line heading
+    assert lines[0].split()[-1] == "topic" and "queue" in lines[0].split()
+
+
 def test_dump_and_survivors_tables_put_the_topic_last_at_100_columns(tmp_path):
     """Before: `dump` printed 10-line vertical records at 100 columns (the topic, up to 180
     characters, second), and `survivors` likewise; now each is a table whose last column is the
