@@ -787,3 +787,22 @@ def test_an_index_whose_geometry_cannot_be_inferred_names_what_to_pass(tmp_path)
     index.write_bytes(data)
     line = error_line(run("repair", store), EXIT_BAD_INPUT)
     assert line.endswith("pass --broker-config with the broker.conf that sets them (the defaults, 5000000 and 20000000, make files of 420000040 bytes)")
+
+
+def test_verify_of_a_store_that_is_not_sound_names_the_commands_that_plan_what_next(tmp_path):
+    """Before: `verify` on a crashed store ended with "the store is NOT sound" and nothing about
+    what to run next; it now names `recover` and `repair` on the store, quoted to paste (a path
+    with a space), and the pasted commands print their plans."""
+    import shlex
+
+    from conftest import copy_store
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "broker a")
+    shown = run("verify", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 1
+    tail = " ".join(shown.stdout[shown.stdout.index("the store is NOT sound") :].split())
+    pasted = [shlex.split(part.split("`")[1]) for part in tail.split("next: ", 1)[1].split(", ")[:2]]
+    assert [argv[:2] for argv in pasted] == [["mqtool", "recover"], ["mqtool", "repair"]]
+    assert all(argv[2:] == [str(store)] for argv in pasted)
+    assert [run(*argv[1:]).exit_code for argv in pasted] == [4, 0]  # plans: nothing changed
+    assert "next:" not in run("verify", copy_store("4.9.7", "clean-small", tmp_path / "clean")).stdout
