@@ -100,3 +100,35 @@ def test_recover_lists_lost_messages_under_the_headings_dump_uses(tmp_path):
     shown = invoke("recover", str(store), "--dry-run").stdout
     lost = shown[shown.index("Lost by the cut: 2 message(s)"):].split("\n", 1)[1]
     assert headings(lost) == ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
+
+
+def test_plans_and_info_name_checkpoint_fields_alike():
+    """Before: `info` showed the checkpoint under the broker's names (``logicsMsgTimestamp``) and
+    dates, the plan of `recover` the same field as ``logics_msg_timestamp`` with epoch
+    milliseconds; the plan now uses info's names and shows the dates beside the numbers."""
+    from mqtool.cli.output import iso_ms
+
+    path = str(store_path("4.9.7", "crashed-small"))
+    plan = json.loads(invoke("recover", path, "-f", "json").stdout)
+    shown = invoke("recover", path).stdout
+    rows = " ".join(shown[shown.index("\nCheckpoint\n") :].split("\n\n")[0].split())
+    info = invoke("info", path).stdout
+    changed = {k: v for k, v in plan["checkpoint"]["after"].items() if plan["checkpoint"]["before"][k] != v}
+    assert changed
+    for field, value in changed.items():
+        name = field.split("_")[0] + "".join(w.title() for w in field.split("_")[1:])  # logics_msg_timestamp: logicsMsgTimestamp
+        assert name in info and f"{name} " in rows and field not in rows
+        assert f"{iso_ms(value)} ({value})" in rows
+
+
+def test_survivors_summary_names_its_figures_in_words(tmp_path):
+    """Before: the table's summary of `survivors` listed ``commitlog_end``, ``end_reason``,
+    ``records_past_damage`` and ``all_survived`` (the JSON names) beside worded tables."""
+    path = str(store_path("5.3.3", "clean-small"))
+    ids = tmp_path / "ids.txt"
+    ids.write_text(json.loads(invoke("dump", path, "-n", "1", "-f", "json").stdout)[0]["uniq_key"] + "\n")
+    shown = invoke("survivors", path, str(ids)).stdout
+    summary = [line.split("  ")[0] for line in shown[shown.index("\nSummary\n") :].splitlines()[2:] if line.strip()]
+    assert {"commitlog end", "end reason", "records past damage", "all survived"} <= set(summary), summary
+    assert not [k for k in summary if "_" in k]
+    assert "commitlog_end" in json.loads(invoke("survivors", path, str(ids), "-f", "json").stdout)["summary"]

@@ -716,7 +716,10 @@ def _render_index(console: Screen, ix: IndexPlan | None) -> None:
 def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
     if cp is None or (cp.before == cp.after and cp.exists):
         return
-    rows = [(k, f"{cp.before[k]} -> {v}") for k, v in cp.after.items() if cp.before.get(k) != v]
+    from .info import CHECKPOINT_NAMES, checkpoint_value
+
+    rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
+            for k, v in cp.after.items() if cp.before.get(k) != v]
     console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
 
 
