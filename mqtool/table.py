@@ -196,7 +196,8 @@ class Table:
         if (keep is not None and keep.vertical) or self._surely_vertical(width):
             return Layout([], [], vertical=True, dropped=[])
         natural, minimum = self._measure()
-        # the last column may overflow only with a word longer than a vertical record can hold
+        # the last column may overflow only with a word longer than a vertical record can hold (or,
+        # squeezed, than half the width)
         room = self._vertical_value_width(width) if self.header else 0  # key/value tables never go vertical
         for capped, squeezed, folded in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
             if folded and not self.fold:

@@ -8,8 +8,9 @@ The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` 
 choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
 messages stay typer's; any other value, and every value these rules do not accept, goes to
 typer's own conversion as before, but for a choice none of the choices matches: refused here in
-the words of typer's own helper, without pydantic's "Value error, " before them. The helpers are typer internals (``private_api.typer_conversion``):
-with a typer that lacks them nothing changes.
+the words of typer's own helper, without pydantic's "Value error, " before them. The helpers
+are typer internals (``private_api.typer_conversion``): with a typer that lacks them nothing
+changes.
 """
 
 from __future__ import annotations
