@@ -4,10 +4,15 @@ Rules, in order (issue #11 §3):
 
 1. Text wraps at spaces only, so a word (a number, an offset, a msg id, a topic) is never split.
    Every column is at least as wide as its longest word; the last column may be narrower, its
-   longer words running past the edge whole (a terminal copy still pastes them).
+   longer words running past the edge whole (a terminal copy still pastes them): those longer
+   than a vertical record holds, and, when there are such words and the table would not fit
+   otherwise, those longer than half the width.
 2. If the columns do not fit, the table's *optional* columns are dropped, least important first,
    and a note on stderr says which (``--format json`` shows everything).
-3. If even the remaining columns cannot fit, every row is printed as a vertical record, one
+3. If they still do not fit, a column the table names ``fold`` (a name, such as a consumer group,
+   that may be longer than a line) is narrowed to what is left and its longer words are broken
+   across lines, every character shown.
+4. If even then the columns cannot fit, every row is printed as a vertical record, one
    ``name | value`` line per column (as ``psql \\x``).
 
 Widths are measured in terminal cells (CJK characters take two).
@@ -22,6 +27,7 @@ from typing import Sequence
 
 GAP = 2  # spaces between columns
 MIN_LAST = 12  # the last column gets at least this much room before the table gives up
+MIN_FOLD = 16  # a folded column gets at least this much room
 NUMBER = re.compile(r"-?\d+")
 BOLD, YELLOW, RESET = "\x1b[1m", "\x1b[33m", "\x1b[0m"
 
@@ -63,6 +69,21 @@ def wrap(text: str, width: int) -> list[str]:
             used += n + (1 if line else 0)
             line.append(word)
         lines.append(" ".join(line))
+    return lines
+
+
+def fold(text: str, width: int) -> list[str]:
+    """``wrap``'s lines with every line wider than ``width`` broken into pieces of ``width`` cells."""
+    lines = []
+    for line in wrap(text, width):
+        piece, used = "", 0
+        for ch in line:
+            n = cell_len(ch)
+            if piece and used + n > width:
+                lines.append(piece)
+                piece, used = "", 0
+            piece, used = piece + ch, used + n
+        lines.append(piece)
     return lines
 
 
@@ -119,15 +140,17 @@ class Layout:
 
 class Table:
     """A title, named columns and rows of strings; ``optional`` names the columns that may be
-    dropped to fit, least important first; ``header=False`` for a key/value table."""
+    dropped to fit, least important first; ``fold`` those whose long words may be broken across
+    lines rather than turn the table into vertical records; ``header=False`` for a key/value table."""
 
-    def __init__(self, columns: Sequence[str], *, title: str | None = None, optional: Sequence[str] = (), header: bool = True):
+    def __init__(self, columns: Sequence[str], *, title: str | None = None, optional: Sequence[str] = (), fold: Sequence[str] = (), header: bool = True):
         self.names = list(columns)
-        unknown = [c for c in optional if c not in self.names]
+        unknown = [c for c in (*optional, *fold) if c not in self.names]
         if unknown:
-            raise ValueError(f"optional columns {unknown} are not columns of {self.names}")
+            raise ValueError(f"optional or fold columns {unknown} are not columns of {self.names}")
         self.title = title
         self.optional = list(optional)
+        self.fold = list(fold)
         self.header = header
         self.rows: list[list[str]] = []
 
@@ -173,16 +196,23 @@ class Table:
         if (keep is not None and keep.vertical) or self._surely_vertical(width):
             return Layout([], [], vertical=True, dropped=[])
         natural, minimum = self._measure()
-        # the last column may overflow only with a word longer than a vertical record can hold
+        # the last column may overflow only with a word longer than a vertical record can hold (or,
+        # squeezed, than half the width)
         room = self._vertical_value_width(width) if self.header else 0  # key/value tables never go vertical
-        for capped in (False, True):
+        for capped, squeezed, folded in ((False, False, False), (True, False, False), (True, True, False), (True, True, True)):
+            if folded and not self.fold:
+                continue
             dropped = list(keep.dropped) if keep else []
             droppable = [c for c in self.optional if c not in dropped]
             while True:
                 visible = [i for i, n in enumerate(self.names) if n not in dropped]
                 mins = [minimum[i] for i in visible]
                 if mins and capped and minimum[visible[-1]] > room:
-                    mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], room))
+                    # a last column whose words run past the edge anyway: squeezed, so do its words
+                    # longer than half the width (rather than every row turning into a record)
+                    mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], min(room, width // 2) if squeezed else room))
+                if folded and not droppable:  # folded only when leaving out columns was not enough
+                    mins = self._folded(visible, mins, width)
                 if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
                     break
                 if not droppable:
@@ -201,6 +231,20 @@ class Table:
                 grown[-1] = min(grown[-1], width - GAP * (len(visible) - 1) - sum(grown[:-1]))
                 widths = grown
         return Layout(visible, widths, dropped=dropped)
+
+    def _folded(self, visible: list[int], mins: list[int], width: int) -> list[int]:
+        """``mins`` with the fold columns narrowed, widest first, by what the row lacks (each to at
+        least ``MIN_FOLD`` cells and its heading's longest word)."""
+        mins = list(mins)
+        excess = sum(mins) + GAP * (len(visible) - 1) - width
+        for k in sorted((k for k, i in enumerate(visible) if self.names[i] in self.fold), key=lambda k: -mins[k]):
+            if excess <= 0:
+                break
+            floor = max(MIN_FOLD, longest_word(self._header_cells()[visible[k]]))
+            cut = min(excess, max(mins[k] - floor, 0))
+            mins[k] -= cut
+            excess -= cut
+        return mins
 
     @staticmethod
     def _distribute(mins: list[int], natural: list[int], room: int) -> list[int]:
@@ -230,13 +274,14 @@ class Table:
             return self._render_vertical(width, color, first_record)
         visible, widths = layout.columns, layout.widths
         right = [self._numeric(i) for i in visible]
+        folds = [self.names[i] in self.fold for i in visible]
         lines: list[str] = []
         if self.header and show_header:
-            head = self._row_lines([self.names[i] for i in visible], widths, right)
+            head = self._row_lines([self.names[i] for i in visible], widths, right, folds)
             lines += [BOLD + h + RESET if color else h for h in head]
             lines.append("  ".join("-" * w for w in widths).rstrip())
         for row in self.rows:
-            lines += self._row_lines([row[i] for i in visible], widths, right)
+            lines += self._row_lines([row[i] for i in visible], widths, right, folds)
         return lines
 
     def _numeric(self, i: int) -> bool:
@@ -244,8 +289,8 @@ class Table:
         return bool(cells) and all(NUMBER.fullmatch(c) for c in cells)
 
     @staticmethod
-    def _row_lines(cells: list[str], widths: list[int], right: list[bool]) -> list[str]:
-        wrapped = [wrap(c, w) for c, w in zip(cells, widths)]
+    def _row_lines(cells: list[str], widths: list[int], right: list[bool], folds: list[bool]) -> list[str]:
+        wrapped = [(fold if f else wrap)(c, w) for c, w, f in zip(cells, widths, folds)]
         height = max(len(w) for w in wrapped)
         lines = []
         for k in range(height):

@@ -211,6 +211,15 @@ def test_ctrl_c_inside_compiled_code_is_an_interrupt():
     assert stopped.value.exit_code == 130
 
 
+def test_the_exit_codes_listed_by_help_and_readme_include_the_interrupted_one():
+    """Before: Ctrl-C exits 130 (tested above), a code neither `mqtool --help` nor README's exit
+    code table listed."""
+    from conftest import ROOT
+
+    assert "130 interrupted" in " ".join(run("--help", env={"COLUMNS": "100"}).stdout.split())
+    assert "\n| 130 | interrupted" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
 # ---- tables a 100-column terminal can read ------------------------------------------------------------
 
 
@@ -305,6 +314,16 @@ def test_dump_timer_table_shows_delivery_times_as_dates():
     shown = table_lines(run("dump", "timer", store, "--limit", "2", env={"COLUMNS": "120"}))
     assert len(shown) == 2 and all(isinstance(r["delivery_time"], int) for r in rows)
     assert all(iso_ms(r["delivery_time"]) in c and str(r["delivery_time"]) not in c for c, r in zip(shown, rows))
+
+
+def test_dump_timer_table_heads_its_columns_on_one_line_at_100_columns():
+    """Before: the heading "real queue id" of `dump timer` wrapped into three lines over its
+    five-cell column at 100 columns; the delivery's queue and topic are headed "queue" and
+    "topic", as in `info`'s "Next timer deliveries"."""
+    shown = run("dump", "timer", store_path("5.3.3", "timer-crashed"), "--limit", "5", env={"COLUMNS": "100"})
+    lines = shown.stdout.splitlines()
+    assert shown.exit_code == 0 and set(lines[1]) <= {"-", " "}, shown.stdout  # the dashes under a one-line heading
+    assert lines[0].split()[-1] == "topic" and "queue" in lines[0].split()
 
 
 def test_dump_and_survivors_tables_put_the_topic_last_at_100_columns(tmp_path):
@@ -768,3 +787,22 @@ def test_an_index_whose_geometry_cannot_be_inferred_names_what_to_pass(tmp_path)
     index.write_bytes(data)
     line = error_line(run("repair", store), EXIT_BAD_INPUT)
     assert line.endswith("pass --broker-config with the broker.conf that sets them (the defaults, 5000000 and 20000000, make files of 420000040 bytes)")
+
+
+def test_verify_of_a_store_that_is_not_sound_names_the_commands_that_plan_what_next(tmp_path):
+    """Before: `verify` on a crashed store ended with "the store is NOT sound" and nothing about
+    what to run next; it now names `recover` and `repair` on the store, quoted to paste (a path
+    with a space), and the pasted commands print their plans."""
+    import shlex
+
+    from conftest import copy_store
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "broker a")
+    shown = run("verify", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 1
+    tail = " ".join(shown.stdout[shown.stdout.index("the store is NOT sound") :].split())
+    pasted = [shlex.split(part.split("`")[1]) for part in tail.split("next: ", 1)[1].split(", ")[:2]]
+    assert [argv[:2] for argv in pasted] == [["mqtool", "recover"], ["mqtool", "repair"]]
+    assert all(argv[2:] == [str(store)] for argv in pasted)
+    assert [run(*argv[1:]).exit_code for argv in pasted] == [4, 0]  # plans: nothing changed
+    assert "next:" not in run("verify", copy_store("4.9.7", "clean-small", tmp_path / "clean")).stdout

@@ -59,7 +59,32 @@ def test_tables_of_every_command_head_the_shared_fields_alike(tmp_path):
         assert {"queue", "queue offset", "stored"} <= set(shown), shown
         assert not {"queue_id", "queue_offset", "store_timestamp"} & set(shown), shown
     assert "queue" in stats and "queue_id" not in stats
-    assert {"msg_id", "uniq_key"} <= set(dump) & set(salvage)
+    assert {"msg id", "uniq key"} <= set(dump) & set(salvage)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("dump", "consumequeue", "{s}/consumequeue/TopicTest/0"),
+        ("dump", "index", "{s}/index"),
+        ("dump", "timer", "{t}", "--limit", "3"),
+        ("stats", "{s}", "--by", "hour"),
+        ("query", "offset", "{s}", "TopicTest", "0", "0"),
+        ("query", "time", "{s}", "TopicTest", "0", "0"),
+    ],
+)
+def test_every_human_table_heads_its_columns_in_words(argv):
+    """Before: these tables headed columns with JSON field names (``phys_offset``, ``tags_code``,
+    ``last_store_time``, ``real_topic``) beside ``queue offset`` in the others; the headings are
+    words now, as in every other table (the JSON field names do not change)."""
+    s, t = store_path("5.3.3", "clean-small"), store_path("5.3.3", "timer-small")
+    result = invoke(*(a.format(s=s, t=t) for a in argv))
+    assert result.exit_code in (0, 1), result.output
+    lines = result.stdout.splitlines()
+    heads = [lines[k - 1] for k, line in enumerate(lines) if k and line.startswith("-") and set(line) <= {"-", " "}]
+    assert heads, result.stdout
+    for head in heads:
+        assert "_" not in head, head
 
 
 def test_recover_lists_lost_messages_under_the_headings_dump_uses(tmp_path):
@@ -74,4 +99,36 @@ def test_recover_lists_lost_messages_under_the_headings_dump_uses(tmp_path):
         f.write(b"\x00\x00\x00\x01")
     shown = invoke("recover", str(store), "--dry-run").stdout
     lost = shown[shown.index("Lost by the cut: 2 message(s)"):].split("\n", 1)[1]
-    assert headings(lost) == ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
+    assert headings(lost) == ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
+
+
+def test_plans_and_info_name_checkpoint_fields_alike():
+    """Before: `info` showed the checkpoint under the broker's names (``logicsMsgTimestamp``) and
+    dates, the plan of `recover` the same field as ``logics_msg_timestamp`` with epoch
+    milliseconds; the plan now uses info's names and shows the dates beside the numbers."""
+    from mqtool.cli.output import iso_ms
+
+    path = str(store_path("4.9.7", "crashed-small"))
+    plan = json.loads(invoke("recover", path, "-f", "json").stdout)
+    shown = invoke("recover", path).stdout
+    rows = " ".join(shown[shown.index("\nCheckpoint\n") :].split("\n\n")[0].split())
+    info = invoke("info", path).stdout
+    changed = {k: v for k, v in plan["checkpoint"]["after"].items() if plan["checkpoint"]["before"][k] != v}
+    assert changed
+    for field, value in changed.items():
+        name = field.split("_")[0] + "".join(w.title() for w in field.split("_")[1:])  # logics_msg_timestamp: logicsMsgTimestamp
+        assert name in info and f"{name} " in rows and field not in rows
+        assert f"{iso_ms(value)} ({value})" in rows
+
+
+def test_survivors_summary_names_its_figures_in_words(tmp_path):
+    """Before: the table's summary of `survivors` listed ``commitlog_end``, ``end_reason``,
+    ``records_past_damage`` and ``all_survived`` (the JSON names) beside worded tables."""
+    path = str(store_path("5.3.3", "clean-small"))
+    ids = tmp_path / "ids.txt"
+    ids.write_text(json.loads(invoke("dump", path, "-n", "1", "-f", "json").stdout)[0]["uniq_key"] + "\n")
+    shown = invoke("survivors", path, str(ids)).stdout
+    summary = [line.split("  ")[0] for line in shown[shown.index("\nSummary\n") :].splitlines()[2:] if line.strip()]
+    assert {"commitlog end", "end reason", "records past damage", "all survived"} <= set(summary), summary
+    assert not [k for k in summary if "_" in k]
+    assert "commitlog_end" in json.loads(invoke("survivors", path, str(ids), "-f", "json").stdout)["summary"]

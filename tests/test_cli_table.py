@@ -165,3 +165,26 @@ def test_a_table_known_to_go_vertical_from_its_header_lays_out_as_if_measured(mo
     assert shortcut == measured
     vertical = sum(layout.vertical for laid in measured for layout, _ in laid)
     assert 0 < hits < vertical < len(tables) * len(widths)  # some vertical layouts found by measuring only
+
+
+def test_a_findings_table_whose_paths_run_past_the_edge_stays_a_table(tmp_path):
+    """Before: in the plan of `recover` on a 3.2.6 store with a segment cut short, the table of the
+    61 findings `verify` will still report turned into vertical records at 100 columns, because
+    its last column (the file) held a 166-character path and 64-character ones that a vertical
+    record could hold; now the paths longer than half the width run past the edge whole and every
+    finding is one line."""
+    from typer.testing import CliRunner
+
+    from conftest import copy_store
+    from mqtool.cli import app
+
+    store = copy_store("3.2.6", "crashed-small", tmp_path / "s")
+    with open(store / "commitlog" / "00000000000002097152", "r+b") as f:
+        f.truncate(167066)
+    shown = CliRunner().invoke(app, ["recover", str(store), "--dry-run"], env={"COLUMNS": "100"}).stdout
+    findings = shown[shown.index("After this, `verify` will still report"):].splitlines()
+    count = int(findings[0].split("report ")[1].split()[0])
+    assert findings[1].split()[:3] == ["kind", "severity", "offset"] and findings[1].split()[-1] == "file"
+    rows = findings[3 : 3 + count]
+    assert "RECORD" not in shown and all(row.split()[-1].startswith(("consumequeue/", "commitlog/")) for row in rows)
+    assert all(len(row) <= 100 or len(row.split()[-1]) > 40 for row in rows)

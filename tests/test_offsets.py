@@ -101,3 +101,29 @@ def test_cli_offsets_group_filter_exit_codes_and_bak_fallback(store_copy):
     res = CliRunner().invoke(app, ["offsets", str(copy), "-f", "jsonl"])
     assert "read config/consumerOffset.json.bak instead" in res.stderr
     assert any(json.loads(line)["kind"] == "consumer" for line in res.stdout.splitlines())
+
+
+def test_offsets_table_folds_a_group_name_longer_than_a_line_instead_of_turning_vertical():
+    """Before: one 173-character group name of 5.3.3 ``config-real`` turned the whole table at 100
+    columns into vertical records; the group column now breaks that name across lines (every
+    character shown) and the other rows stay one line each."""
+    path = store_path("5.3.3", "config-real")
+    rows = json.loads(CliRunner().invoke(app, ["offsets", str(path), "-f", "json"]).stdout)
+    result = CliRunner().invoke(app, ["offsets", str(path)], env={"COLUMNS": "100"})
+    assert result.exit_code == 1  # some offsets are out of range
+    lines = result.stdout.splitlines()
+    assert "RECORD" not in result.stdout and lines[0].split()[:2] == ["group", "queue"]
+    width = lines[1].index(" ")  # the group column's dashes
+    groups, shown = [], []
+    for line in lines[2:]:
+        piece = line[:width].rstrip()
+        if line[width:].strip():  # a row's first line
+            groups.append(piece)
+            shown.append(line.split()[-1])  # the topic, last
+        else:
+            groups[-1] += piece
+    consumer = [r for r in rows if r["kind"] == "consumer"]
+    long = max((r["group"] for r in consumer), key=len)
+    assert len(long) > 100 and long in groups
+    assert groups[: len(consumer)] == [r["group"] for r in consumer]
+    assert shown == [r["topic"] for r in rows]

@@ -7,8 +7,10 @@ cost more of every command's start-up than a whole ``--msg-id`` lookup.
 The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
 choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
 messages stay typer's; any other value, and every value these rules do not accept, goes to
-typer's own conversion as before. The helpers are typer internals (``private_api.typer_conversion``):
-with a typer that lacks them nothing changes.
+typer's own conversion as before, but for a choice none of the choices matches: refused here in
+the words of typer's own helper, without pydantic's "Value error, " before them. The helpers
+are typer internals (``private_api.typer_conversion``): with a typer that lacks them nothing
+changes.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from ..private_api import typer_conversion
+from ..private_api import click_exceptions, typer_conversion
 
 _typer = typer_conversion()
 
@@ -61,14 +63,13 @@ if _typer is not None:
             if kind is str or kind is bool:
                 return value if isinstance(value, kind) else _TYPER
             if _is_enum(kind):
-                return _choice(value, kind, info, ctx)
+                return _choice(value, kind, info, ctx, param)
             if kind is int:
                 return _integer(value, info)
             if get_origin(kind) is list and get_args(kind) == (str,):
                 return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _TYPER
             if get_origin(kind) is list and _is_enum(get_args(kind)[0]) and isinstance(value, (list, tuple)):
-                choices = [_choice(v, get_args(kind)[0], info, ctx) for v in value]
-                return _TYPER if any(c is _TYPER for c in choices) else choices
+                return [_choice(v, get_args(kind)[0], info, ctx, param) for v in value]
             if kind is Path and info.path_type is None and _typer.routes_to_path(kind, info) and isinstance(value, (str, Path)):
                 return _typer.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
             return _TYPER
@@ -78,12 +79,14 @@ def _is_enum(kind: Any) -> bool:
     return isinstance(kind, type) and issubclass(kind, Enum)
 
 
-def _choice(value: Any, kind: type[Enum], info, ctx) -> Any:
-    """``value`` as a member of ``kind``, as typer's choice rules take it."""
+def _choice(value: Any, kind: type[Enum], info, ctx, param) -> Any:
+    """``value`` as a member of ``kind``, as typer's choice rules take it; refused in the words of
+    typer's helper (``'xml' is not one of 'table', ...``), without the "Value error, " pydantic's
+    conversion puts before them."""
     try:
         return _typer.coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
-    except ValueError:  # typer words the refusal
-        return _TYPER
+    except ValueError as exc:
+        raise click_exceptions().BadParameter(str(exc).rstrip("."), ctx=ctx, param=param) from None
 
 
 def _integer(value: Any, info) -> Any:

@@ -62,15 +62,21 @@ def _store_table(doc: dict[str, Any], unread):
     )
 
 
+# the checkpoint's fields under the broker's names (StoreCheckpoint), as every table shows them
+CHECKPOINT_NAMES = {"physic_msg_timestamp": "physicMsgTimestamp", "logics_msg_timestamp": "logicsMsgTimestamp", "index_msg_timestamp": "indexMsgTimestamp",
+                    "master_flushed_offset": "masterFlushedOffset", "confirm_phy_offset": "confirmPhyOffset"}
+
+
+def checkpoint_value(field: str, value: int) -> str:
+    """A checkpoint field's value as tables show it: a timestamp as a date and its epoch ms."""
+    return f"{iso_ms(value)} ({value})" if field.endswith("_timestamp") else str(value)
+
+
 def _checkpoint_table(cp: dict[str, Any]):
     return kv_table(
         "Checkpoint",
         [
-            ("physicMsgTimestamp", f"{iso_ms(cp['physic_msg_timestamp'])} ({cp['physic_msg_timestamp']})"),
-            ("logicsMsgTimestamp", f"{iso_ms(cp['logics_msg_timestamp'])} ({cp['logics_msg_timestamp']})"),
-            ("indexMsgTimestamp", f"{iso_ms(cp['index_msg_timestamp'])} ({cp['index_msg_timestamp']})"),
-            ("masterFlushedOffset", cp["master_flushed_offset"]),
-            ("confirmPhyOffset", cp["confirm_phy_offset"]),
+            *((name, checkpoint_value(field, cp[field])) for field, name in CHECKPOINT_NAMES.items()),
             ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
             ("bytes used", cp["used_bytes"]),
         ],

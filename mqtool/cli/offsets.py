@@ -64,7 +64,7 @@ def offsets(
             moved = f" (the broker moves it to {r['loaded_offset']} on load)" if r.get("loaded_offset") not in (None, r["offset"]) else ""
             note(f"{who} on {r['topic']}/{r['queue_id']} at offset {r['offset']}: {FINDINGS[r['relation']]}{moved}")
         if format is OutputFormat.table:
-            emit_rows(map(_table_row, rows), format, list(TABLE), optional=TABLE_OPTIONAL)
+            emit_rows(map(_table_row, rows), format, list(TABLE), optional=TABLE_OPTIONAL, fold=("group",))  # a group name may be longer than a line
         else:
             emit_rows(rows, format, progress.FIELDS)
         if bad:

@@ -172,8 +172,14 @@ def _json_line(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
 
-# The table heading of a field every command shows under one name (its JSON field name stays).
-HEADERS = {"queue_id": "queue", "queue_offset": "queue offset", "store_timestamp": "stored"}
+# The table heading of a field every command shows under a shorter name (its JSON field name stays);
+# any other field is headed by its name in words (``msg_id`` as "msg id"), as every table is.
+HEADERS = {"queue_id": "queue", "store_timestamp": "stored"}
+
+
+def heading(field: str, headers: dict[str, str] = HEADERS) -> str:
+    """The table heading of ``field``: ``headers``' name for it, else its words (``_`` as spaces)."""
+    return headers.get(field) or field.replace("_", " ")
 
 
 def emit_rows(
@@ -184,6 +190,7 @@ def emit_rows(
     *,
     title: str | None = None,
     optional: Sequence[str] = (),
+    fold: Sequence[str] = (),
     headers: dict[str, str] | None = None,
     out=None,
 ) -> int:
@@ -191,8 +198,9 @@ def emit_rows(
 
     ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
     (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
-    dropped to fit the width, least important first; a table column's heading is its field name,
-    or the shorter one ``HEADERS`` and then ``headers`` give it (headings wrap at their spaces).
+    dropped to fit the width, least important first; ``fold`` columns may break a long word across
+    lines rather than turn the table into vertical records; a table column's heading is ``heading``'s
+    (``headers`` first), its words wrapping at their spaces.
     """
     out = terminal.data_stream(out)
     count = 0
@@ -215,17 +223,17 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        count = _emit_table(rows, list(table_columns or fields), optional, title, out, {**HEADERS, **(headers or {})})
+        count = _emit_table(rows, list(table_columns or fields), optional, fold, title, out, {**HEADERS, **(headers or {})})
     out.flush()
     return count
 
 
-def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
+def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
     """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
     where it fits (the header is repeated only when the column widths change)."""
     width, color = terminal.width(), terminal.color(out)
     count, layout = 0, None
-    table = Table([headers.get(c, c) for c in columns], title=title, optional=[headers.get(c, c) for c in optional])
+    table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional], fold=[heading(c, headers) for c in fold])
     timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
     for row in rows:
         table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))

@@ -674,9 +674,9 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
     title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
-    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg_id", "uniq_key", "keys", "topic"]
+    columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
     rows = [(m.offset, m.size, m.queue_id, m.queue_offset, iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key, " ".join(m.keys), m.topic or "?") for m in lost.messages]
-    _print_capped(console, titled_table(title, columns, optional=["size", "uniq_key", "stored", "keys", "queue offset"]), rows)
+    _print_capped(console, titled_table(title, columns, optional=["size", "uniq key", "stored", "keys", "queue offset"]), rows)
     if lost.unreadable:
         rows = [(r.offset, r.size, r.queue_id, r.queue_offset, r.topic) for r in lost.unreadable[:TABLE_LOST]]
         console.print(titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"], rows=rows))
@@ -716,7 +716,10 @@ def _render_index(console: Screen, ix: IndexPlan | None) -> None:
 def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
     if cp is None or (cp.before == cp.after and cp.exists):
         return
-    rows = [(k, f"{cp.before[k]} -> {v}") for k, v in cp.after.items() if cp.before.get(k) != v]
+    from .info import CHECKPOINT_NAMES, checkpoint_value
+
+    rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
+            for k, v in cp.after.items() if cp.before.get(k) != v]
     console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
 
 

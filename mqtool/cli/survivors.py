@@ -18,7 +18,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
-from .output import OutputFormat, Screen, emit_rows, kv_table
+from .output import OutputFormat, Screen, emit_rows, heading, kv_table
 from .progress import ByteProgress
 from .store_state import warn_store_state
 
@@ -166,7 +166,7 @@ def survivors(
                 if format is OutputFormat.table:
                     screen = Screen(sys.stdout)
                     screen.printed = bool(shown)  # a blank line between the rows and the summary
-                    screen.print(kv_table("Summary", list(search.summary.as_dict().items())))
+                    screen.print(kv_table("Summary", [(heading(k), v) for k, v in search.summary.as_dict().items()]))
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")

@@ -16,7 +16,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, Screen, emit_rows
 from .progress import ByteProgress
 from .store_state import warn_store_state
@@ -59,7 +59,8 @@ def _render_finding(console: Screen, f: dict[str, Any]) -> None:
     console.print(f"        {escape(f['message'])}")
 
 
-def _render_summary(console: Screen, s: dict[str, Any]) -> None:
+def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> None:
+    """The summary; on a store directory that is not sound, the commands that plan what to do next."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
     # the figures of the checks that ran (``--only cq`` reads no index file: "0 files" would say there is none)
@@ -80,6 +81,10 @@ def _render_summary(console: Screen, s: dict[str, Any]) -> None:
     for n in s["notes"]:
         console.print(f"  note: {escape(n)}")
     console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    if not s["sound"] and root is not None:
+        store = escape(shell_path(root))
+        console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
+                      "what makes the store sound (plans: nothing changes without --yes)")
 
 
 def _lead(console: Screen, summary: Summary, held: list | None) -> list:
@@ -91,7 +96,7 @@ def _lead(console: Screen, summary: Summary, held: list | None) -> list:
     return held
 
 
-def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
+def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
         console = Screen(out)
@@ -105,7 +110,7 @@ def _emit(findings, fmt: OutputFormat, summary: Summary) -> None:
             held = None
         for f in _lead(console, summary, held):
             _render_finding(console, f.as_dict())
-        _render_summary(console, summary.as_dict())
+        _render_summary(console, summary.as_dict(), root)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
         for i, finding in enumerate(findings):
@@ -164,7 +169,7 @@ def verify(
             bars.close()  # before the summary is printed
 
         try:
-            _emit(findings(), fmt, run.summary)
+            _emit(findings(), fmt, run.summary, opened.root)
         finally:
             bars.close()
     if not run.summary.sound:
