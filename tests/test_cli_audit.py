@@ -806,3 +806,19 @@ def test_verify_of_a_store_that_is_not_sound_names_the_commands_that_plan_what_n
     assert all(argv[2:] == [str(store)] for argv in pasted)
     assert [run(*argv[1:]).exit_code for argv in pasted] == [4, 0]  # plans: nothing changed
     assert "next:" not in run("verify", copy_store("4.9.7", "clean-small", tmp_path / "clean")).stdout
+
+
+def test_a_broker_config_that_sets_nothing_mqtool_reads_is_said_to(tmp_path):
+    """``--broker-config /etc/passwd`` (the wrong file) went by in silence: the store's own files
+    decided and nothing said the file was not a broker.conf. A file with a setting mqtool reads
+    gets no such note."""
+    store = store_path("4.9.7", "crashed-small")
+    wrong = tmp_path / "passwd"
+    wrong.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+    said = run("info", store, "--broker-config", wrong)
+    assert said.exit_code == 0, said.output
+    assert f"{wrong}: no setting mqtool reads is there" in said.stderr
+    right = tmp_path / "broker.conf"
+    right.write_text("brokerName=broker-a\nmappedFileSizeCommitLog=1048576\n")
+    quiet = run("info", store, "--broker-config", right)
+    assert quiet.exit_code == 0 and "no setting mqtool reads" not in quiet.stderr, quiet.output

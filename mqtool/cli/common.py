@@ -139,9 +139,19 @@ SinceOpt = Annotated[Optional[str], typer.Option("--since", metavar="TIME", help
 UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")]
 
 
+def broker_config_of(path: Path | None) -> StoreConfig:
+    """``--broker-config``'s settings; a file that sets none of those mqtool reads is said to."""
+    if path is None:
+        return StoreConfig()
+    config = load_broker_config(path)
+    if not config.settings:
+        note(f"{path}: no setting mqtool reads is there (e.g. mappedFileSizeCommitLog, storePathRootDir, maxIndexNum): "
+             "is it the broker's broker.conf? The store's own files decide")
+    return config
+
+
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
-    config = load_broker_config(broker_config) if broker_config else StoreConfig()
-    return Store.open(path, config, broker_version)
+    return Store.open(path, broker_config_of(broker_config), broker_version)
 
 
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:

@@ -38,12 +38,12 @@ from ..store.records import (
     message_dict,
     parse_time,
 )
-from ..store import ConsumeQueue, IndexFile, ScanEnd, Store, load_broker_config
+from ..store import ConsumeQueue, IndexFile, ScanEnd, Store
 from ..store.commitlog import StopReason
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, broker_config_of, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -378,8 +378,8 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
         files = list_index_files(index_dir)
         if not files:
             raise BadInput(f"{path}: no index files")
-    cfg = load_broker_config(broker_config) if broker_config is not None else None
-    geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg is not None and cfg.hash_slot_num and cfg.index_num else None
+    cfg = broker_config_of(broker_config)
+    geometry = IndexGeometry(cfg.hash_slot_num, cfg.index_num) if cfg.hash_slot_num and cfg.index_num else None
     wanted = None
     if key is not None:
         if not topic:

@@ -7,7 +7,7 @@ Every value may be left ``None`` to be inferred from the files. Keys follow
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
@@ -31,6 +31,14 @@ class StoreConfig:
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
+    settings: tuple[str, ...] = field(default=(), compare=False)  # the keys read from the file, in ``SETTINGS`` order
+
+
+SETTINGS = (  # every key ``load_broker_config`` reads
+    "storePathRootDir", "storePathCommitLog", "mappedFileSizeCommitLog", "mapedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
+    "mapedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "messageIndexEnable", "messageIndexSafe", "checkCRCOnRecover",
+    "messageDelayLevel", "enableMultiDispatch", "enableDLegerCommitLog", "storePathDLedgerCommitLog", "dLegerSelfId",
+)
 
 
 def _int(conf: dict[str, str], *keys: str) -> int | None:
@@ -75,4 +83,5 @@ def load_broker_config(path: Path) -> StoreConfig:
         dledger=_bool(conf, "enableDLegerCommitLog", False) if "enableDLegerCommitLog" in conf else None,
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,
+        settings=tuple(key for key in SETTINGS if key in conf),
     )
