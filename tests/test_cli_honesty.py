@@ -167,13 +167,14 @@ def test_contradictory_options_are_usage_errors(tmp_path):
 
 def test_info_on_a_bare_commitlog_folder_does_not_claim_a_clean_shutdown():
     """crashed-small has an abort file; given its commitlog/ folder, info said "abort file: absent
-    (last shutdown clean)" and "consumequeue/ MISSING"."""
+    (last shutdown clean)" and "consumequeue/ MISSING"; then "path -" (the folder given is the path)."""
     folder = store_path("4.9.7", "crashed-small") / "commitlog"
     assert (folder.parent / "abort").exists()
     shown = mqtool("info", folder, env={"COLUMNS": "100"})
     assert shown.returncode == EXIT_OK, shown.stderr
     assert "last shutdown clean" not in shown.stdout and "MISSING" not in shown.stdout and "rebuild-cq" not in shown.stdout
     assert "not looked at   abort, lock, checkpoint, consumequeue, index, config" in shown.stdout
+    assert f"path            {folder}\n" in shown.stdout
     doc = json.loads(mqtool("info", folder, "-f", "json").stdout)
     assert doc["not_looked_at"] == ["abort", "lock", "checkpoint", "consumequeue", "index", "config"]
 

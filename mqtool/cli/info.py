@@ -48,7 +48,7 @@ def _store_table(doc: dict[str, Any], unread):
     return kv_table(
         "Store",
         [
-            ("path", doc["store"]),
+            ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
             ("broker version", doc["version"]["label"]),
             *era_rows(doc["version"]),
             ("evidence", "; ".join(doc["version"]["evidence"])),
