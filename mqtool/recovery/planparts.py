@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
+from ..errors import BadInput, BadStoreFile
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
@@ -48,17 +48,7 @@ from ..store.rules import VersionRules
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unsupported_queues(store)
     unloadable_files(store)
-    guess = store.version_guess
-    if guess.version is None:
-        from ..store.eras import distinct_candidates  # the eras left that can plan this store differently
-
-        candidates = distinct_candidates(store)
-        if len(candidates) > 1:
-            raise UnknownStoreVersion(
-                f"cannot tell which broker version wrote this store ({guess.label}); pass --broker-version "
-                f"(e.g. {', '.join(str(c) for c in candidates)})"
-            )
-        return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
+    guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
 
 
