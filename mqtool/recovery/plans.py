@@ -278,9 +278,6 @@ class Plan:
     def from_json(cls, text: str) -> "Plan":
         return cls.from_dict(json.loads(text))
 
-    def with_inputs(self, inputs: tuple[Fingerprint, ...]) -> "Plan":
-        return dataclasses.replace(self, inputs=inputs)
-
 
 # ---- JSON conversion ------------------------------------------------------------------------
 
@@ -295,10 +292,7 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _type_hints(tp: type) -> dict[str, Any]:
-    """A plan dataclass's field types, resolved once (``get_type_hints`` evaluates every string annotation)."""
-    return typing.get_type_hints(tp)
+_type_hints = functools.cache(typing.get_type_hints)  # a plan dataclass's field types, each string annotation evaluated once
 
 
 def _from_json_value(tp: Any, value: Any) -> Any:

@@ -183,7 +183,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
-    return plan.with_inputs(plan_inputs(store, plan, sims, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
@@ -217,4 +217,4 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
     plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
-    return plan.with_inputs(plan_inputs(store, plan, {}, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, {}, with_crc=with_crc))

@@ -24,6 +24,7 @@ units past each queue's end) so the next scan cannot read them back.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
@@ -104,7 +105,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         tuple(run.actions),
         (),
     )
-    return plan.with_inputs(plan_inputs(store, plan, run.sims, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
