@@ -52,22 +52,6 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
     return seg.base_offset + sum(int(batch.rows[:, COL_SIZE].sum()) for batch in scan)
 
 
-def index_actions(store: Store, dl: DataRecovery) -> list:
-    """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
-    every unit rewritten from the entries (``write-dledger-index``), in an index file created
-    first where none holds them (``indexFileList.append``); the units past the last valid entry
-    zeroed (``indexFileList.truncateOffset``)."""
-    actions = []
-    if dl.rewrite_from is not None:
-        start = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE
-        actions += _missing_index_files(store, start, dl.index_cut)
-        actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
-                                 f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them")
-    if dl.index_units_on_disk > dl.last_index + 1:
-        actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
-    return actions
-
-
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
     """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list
     (for a rewrite, the files ``_missing_index_files`` creates included)."""
@@ -112,45 +96,6 @@ def _missing_index_files(store: Store, start: int, stop: int) -> list:
             for base in _missing_slots(store, start, stop)]
 
 
-def checkpoint_actions(store: Store, dl: DataRecovery) -> list:
-    """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
-    committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
-    layout = store.commitlog.layout
-    if dl.last_index < 0 or (layout.committed_index, layout.end_index) == (dl.last_index, dl.last_index):
-        return []
-    return [Action("write-dledger-checkpoint", rel(store, layout.home / "checkpoint"), dl.last_index, dl.last_index, "committedIndex and endIndex of the last recovered entry, as the broker persists them")]
-
-
-def loss_notes(store: Store, version: BrokerVersion, dl: DataRecovery, cq_cut: int, reput_from: int | None, dropped: list, indexed_from: int | None) -> list[str]:
-    """What the broker's DLedger recovery loses, in words an operator can act on."""
-    from ..formats.dispatch import dispatches_to_consume_queue
-
-    notes = []
-    end = dl.end.offset
-    if reput_from is not None and cq_cut < reput_from:
-        cl = store.commitlog
-        lost = [r for r in cl.scan(cl.segments[cl.segment_index(cq_cut)].base_offset, reput_from) if cq_cut <= r.offset < reput_from and dispatches_to_consume_queue(r.sys_flag)]
-        if lost:
-            queues = {(r.topic_name, r.queue_id) for r in lost}
-            shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
-            notes.append(
-                f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
-                f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
-                f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
-                + ". `mqtool rebuild-cq` keeps them all"
-            )
-    if dropped:
-        first = min(f.header.begin_phy_offset for f in dropped)
-        upto = end if indexed_from is None else min(indexed_from, end)
-        if first < upto:
-            notes.append(
-                f"{version}'s DLedger recovery deletes {len(dropped)} index file(s) (abnormal exit, indexMsgTimestamp "
-                f"{store.checkpoint.index_msg_timestamp if store.checkpoint else 0}) and never re-indexes [{first}, {upto}): "
-                "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them"
-            )
-    return notes
-
-
 class DLedgerLog(LogKind):
     """``DLedgerCommitLog``'s recovery over ``DLedgerMmapFileStore.recover`` (module docstring)."""
 
@@ -186,12 +131,52 @@ class DLedgerLog(LogKind):
         return self.dl.committed_pos  # 5.x: from the confirm offset = DLedger's committed position
 
     def actions(self, run: RecoveryRun) -> list:
-        return index_actions(run.store, self.dl)
+        """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
+        every unit rewritten from the entries (``write-dledger-index``), in an index file created
+        first where none holds them (``indexFileList.append``); the units past the last valid entry
+        zeroed (``indexFileList.truncateOffset``)."""
+        store, dl, actions = run.store, self.dl, []
+        if dl.rewrite_from is not None:
+            start = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE
+            actions += _missing_index_files(store, start, dl.index_cut)
+            actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
+                                     f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them")
+        if dl.index_units_on_disk > dl.last_index + 1:
+            actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
+        return actions
 
     def notes(self, run: RecoveryRun) -> list[str]:
+        """What the broker's DLedger recovery loses, in words an operator can act on."""
+        from ..formats.dispatch import dispatches_to_consume_queue
+
         if not run.dispatching:
             return []
-        return loss_notes(run.store, run.version, self.dl, run.cq_cut, run.reput_from, run.dropped if run.index_enable else [], run.indexed_from)
+        store, version, dl, cq_cut, reput_from = run.store, run.version, self.dl, run.cq_cut, run.reput_from
+        dropped = run.dropped if run.index_enable else []
+        notes = []
+        end = dl.end.offset
+        if reput_from is not None and cq_cut < reput_from:
+            cl = store.commitlog
+            lost = [r for r in cl.scan(cl.segments[cl.segment_index(cq_cut)].base_offset, reput_from) if cq_cut <= r.offset < reput_from and dispatches_to_consume_queue(r.sys_flag)]
+            if lost:
+                queues = {(r.topic_name, r.queue_id) for r in lost}
+                shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
+                notes.append(
+                    f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
+                    f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
+                    f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
+                    + ". `mqtool rebuild-cq` keeps them all"
+                )
+        if dropped:
+            first = min(f.header.begin_phy_offset for f in dropped)
+            upto = end if run.indexed_from is None else min(run.indexed_from, end)
+            if first < upto:
+                notes.append(
+                    f"{version}'s DLedger recovery deletes {len(dropped)} index file(s) (abnormal exit, indexMsgTimestamp "
+                    f"{store.checkpoint.index_msg_timestamp if store.checkpoint else 0}) and never re-indexes [{first}, {upto}): "
+                    "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them"
+                )
+        return notes
 
     def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
         last = run.phase_counts[-1].last_cq_ts
@@ -200,4 +185,9 @@ class DLedgerLog(LogKind):
         return after
 
     def checkpoint_actions(self, run: RecoveryRun) -> list:
-        return checkpoint_actions(run.store, self.dl)
+        """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
+        committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
+        layout, last = run.store.commitlog.layout, self.dl.last_index
+        if last < 0 or (layout.committed_index, layout.end_index) == (last, last):
+            return []
+        return [Action("write-dledger-checkpoint", rel(run.store, layout.home / "checkpoint"), last, last, "committedIndex and endIndex of the last recovered entry, as the broker persists them")]
