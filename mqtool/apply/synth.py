@@ -1,15 +1,9 @@
 """Write realistic synthetic broker stores: ``python -m mqtool.apply.synth OUT [options]``.
 
-Records are built with the same encoder every test holds equal to the broker's bytes, with the
-broker's message mix (several topics and queues, tags, keys, UNIQ_KEYs, unicode properties,
-IPv6 hosts, transaction flags, delayed messages in SCHEDULE_TOPIC_XXXX, empty, large and
-compressed bodies) and its write rules: records never cross a segment, an end-of-file blank
-closes each full segment (8 bytes from 4.9.1; before that the stale scratch buffer follows),
-consume queues and index files are written by the broker's dispatch rules
-(``mqtool.apply.writers``), then the checkpoint, ``lock``, and ``abort`` for a crashed store.
-
-Profiles: ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final \\x02,
-8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
+The message mix, write rules and profiles are described in docs/reading.md ("Synthetic stores"):
+records from the encoder tests hold equal to the broker's bytes, consume queues and index files
+by ``writers``; profiles ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final
+\\x02, 8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
 characters, PID in ``abort``).
 """
 

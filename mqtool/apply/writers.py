@@ -1,21 +1,14 @@
-"""Writers of consume queue and index files, as the broker's dispatchers write them.
+"""Writers of consume queue and index files, byte-identical to the broker's dispatchers (used by
+the applies, ``salvage --to-store`` and ``synth``):
 
-Used to apply rebuild and recovery plans and by the store generator. They reproduce the broker's
-own write rules so that a rebuilt file is byte-identical to the broker's:
+- ``ConsumeQueueWriter``: ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10, the
+  de-duplication and repeat-guard rules of rules §3.1-§3.3, fillers before a queue's first entry §5.3),
+  as ``dispatch.placement.place_units`` places the units;
+- ``IndexWriterService``: ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), as
+  ``dispatch.placement.IndexPlacement`` places the keys.
 
-- ``ConsumeQueueWriter`` follows ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10):
-  de-duplication against the queue's max physical offset (the last entry's start up to 4.4.0,
-  its end from 4.5.0: rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3),
-  units appended at the current write position, filler units before the first entry of a
-  queue's first file (§5.3), full-size sparse files named by logical byte offset.
-- ``IndexWriterService`` writes the index files ``IndexService.buildIndex`` / ``IndexFile.putKey``
-  fill (§6.5-§6.8), as ``dispatch.placement.IndexPlacement`` places the keys (the file rolls, the
-  skipped records, the keys of each record).
-
-Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
-temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into
-place by ``close``. A writer can be seeded with a queue's state and an existing file's bytes, so
-recovery can continue a queue or an index file exactly where the broker would.
+Files are written to ``tmp_path`` (default ``<name>.tmp``), fsynced and renamed into place by
+``close``; a writer can continue a queue's state or an existing file's bytes.
 """
 
 from __future__ import annotations

@@ -1,26 +1,17 @@
-"""DLedger recovery (reference §15.4): what a DLedger broker's load does, as plan inputs (the entry
-walk of 1. and the scan start of 2.: ``store.dledgerstart``).
+"""DLedger recovery (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk and scan start
+(``store.dledgerstart``), then ``DLedgerCommitLog`` on top, per version:
 
-1. ``DLedgerMmapFileStore.recover``: from the third-from-last data file (stepping back while a
-   file's first entry disagrees with its index unit), walk entries (magic, pos = own offset,
-   size = body + 48, index contiguous, term never decreasing; no CRC, no record check); data
-   and index are truncated where the walk stops (index at ``(last index + 1) x 32``).
-2. ``DLedgerCommitLog`` on top, per version:
-
-   - 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume
-     queues are truncated at the data end if their max physical offset reaches it. 4.5.0-4.9.8
-     ``start()`` then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x
-     abnormal exit re-indexes only that tail: the index files the abnormal load deleted
-     (§6.9) are never rebuilt;
-   - 5.x abnormal (``dledgerRecoverAbnormally``): from the newest data file whose first record
-     is V1 and stored at or before the checkpoint bound (``isMmapFileMatchedRecover``), every
-     record is dispatched; the recovered end it compares the consume queues with adds up
-     record sizes *without* the 48-byte entry headers (``mmapFileOffset += size``), so it lies
-     48 x (entries walked in the last file) before the real end, and queues are truncated
-     there. ``start()`` then re-puts from the commit log's confirm offset, which is DLedger's
-     committed position as the ``checkpoint`` file's ``committedIndex`` leaves it: records
-     between the early truncation and that position lose their consume queue entry, and later
-     records land at shifted queue offsets (observed on 5.3.3, ``dledger-crashed-cqloss``).
+- 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume queues
+  are truncated at the data end if their max physical offset reaches it. 4.5.0-4.9.8 ``start()``
+  then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x abnormal exit
+  re-indexes only that tail: the index files the abnormal load deleted (§6.9) are never rebuilt;
+- 5.x abnormal (``dledgerRecoverAbnormally``): from the newest data file whose first record is V1
+  and stored at or before the checkpoint bound (``isMmapFileMatchedRecover``), every record is
+  dispatched; its recovered end adds up record sizes *without* the 48-byte entry headers
+  (``mmapFileOffset += size``), so the queues are truncated 48 x (entries walked in the last file)
+  before the real end. ``start()`` then re-puts from DLedger's committed position (``checkpoint``'s
+  ``committedIndex``): records between lose their consume queue entry, and later ones land at
+  shifted queue offsets (observed on 5.3.3, ``dledger-crashed-cqloss``).
 """
 
 from __future__ import annotations

@@ -41,18 +41,12 @@ from ..store.startfile import recovery_start
 class RebuildScan:
     """The dispatch both rebuilds write: every record the broker serves from the first segment to the
     valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, no CRC,
-    §8.12).
-
-    One walk: the recovery scan from its start segment both finds that end and dispatches the records
-    before it (each passed every recovery check, so the reput dispatches exactly these), the next
-    segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); the
-    segments before the start are walked first, the same way. Before the start, past a record it
-    cannot read the walk resumes where the log does (the ``served`` discipline): ``doReput`` would
-    skip to the next segment (or TOTALSIZE on), leaving the records the broker serves after the
-    damage without queue entries or index keys. In DLedger data the log goes on past damage
-    DLedger's recovery keeps (an entry whose header is sound: ``dledgerstart.walk_resume``), before
-    the start and after it: the recovery scan's end there is not the log's, and the walk resumes
-    after the entry up to where DLedger's recovery stops. ``end`` and ``skipped`` are set once iterated."""
+    §8.12), in one walk (the next segment dispatched ahead in a second thread, as ``recover``'s scan).
+    Before the recovery's start, past a record it cannot read the walk resumes where the log does
+    (the ``served`` discipline; ``doReput`` would skip on and leave the records after the damage
+    without queue entries or index keys: docs/recovery.md). DLedger data goes on past damage DLedger's
+    recovery keeps (a sound entry header: ``CommitLog.resume_after_damage``), up to where that
+    recovery stops. ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index

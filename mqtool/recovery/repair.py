@@ -1,26 +1,12 @@
-"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5).
+"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md).
 
-``recover`` reproduces ``DefaultMessageStore.load`` + ``recover`` exactly; afterwards ``verify``
-can still report what no broker start repairs. ``repair`` plans, in order:
-
-1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
-   name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
-   into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
-   with garbage appended is trimmed; so are timer log files and DLedger index files (mapped file
-   queues too) and a ``timerwheel`` of the wrong length. A stray file in ``index/`` stays: ``IndexService.load`` skips
-   it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
-   ``NumberFormatException``, which ``load`` catches, before anything is mapped);
-2. the broker's recovery (``plan_recover``), unchanged;
-3. planned on the store as recovery leaves it, from ``verify``'s own findings: the consume
-   queues with missing, dangling or beyond-the-end entries regenerated from the commit log
-   (``plan_rebuild_cq``), the index regenerated when any entry is wrong (``plan_rebuild_index``),
-   the checkpoint rewritten to the valid log, an unreadable ``config/*.json`` restored from its
-   valid ``.bak``, a left-over abort file removed.
-
-Findings that describe lost data (a damaged record in the middle of the log, a missing
-segment, a config whose ``.bak`` is unreadable too) cannot be repaired: they are listed as
-``lost_data`` in ``remaining``. Every step says whether the broker would do it
-(``beyond_broker``) and ``why``. Nothing here writes: ``mqtool.apply`` executes the plans.
+In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load`` parses every
+file name as an offset and refuses a file of the wrong length; a stray ``index/`` file stays, as
+``IndexService.load`` catches the ``NumberFormatException`` of its name before mapping it); 2. the
+broker's recovery (``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s
+own findings: ``plan_rebuild_cq``, ``plan_rebuild_index``, the checkpoint, ``config/*.json`` from
+its ``.bak``, the abort file. Findings naming lost data are ``lost_data`` in ``remaining``; each
+step says whether the broker would do it (``beyond_broker``). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -506,22 +492,12 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
-    """The cross checks (``cq``, ``index``) every finding of which today is one the recovery
-    ``recover`` removes (``predict_after_recovery``), so ``verify_after`` need not run them.
-
-    Neither on a DLedger store or one with LMQ queues to check. Then:
-
-    - ``cq`` when the store has no consume queue (no directory, so no entry to mismatch, dangle
-      or lie past the end: the check can only report records without entries,
-      ``cq-entry-missing``) and the recovery re-dispatches every record from the first segment
-      into the queues (a ``DispatchPhase`` from the commit log's min offset): all are rebuilt;
-    - ``index`` when the recovery keeps no index file (the rest are deleted after the abnormal
-      exit, ``IndexService.load``: ``index-*`` findings naming them go, and with no file left the
-      check can only report ``index-keys-missing``) and re-indexes every record from the first
-      segment.
-
-    A crash that loses the consume queues and index settles both (the bench's crashed copy); one
-    that loses only the index files newer than the checkpoint settles ``index``."""
+    """The cross checks (``cq``, ``index``) all of whose findings today the recovery ``recover``
+    removes, so ``verify_after`` need not run them; none on a DLedger store or one with LMQ queues.
+    ``cq`` when the store has no consume queue (the check could only report ``cq-entry-missing``)
+    and a dispatch phase re-dispatches every record from the commit log's min offset; ``index`` when
+    no index file is kept (``IndexService.load`` deletes the rest after an abnormal exit) and every
+    record is re-indexed from there. A crash that loses queues and index (the bench's) settles both."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -573,16 +549,11 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
-    """``make_plan(walked)`` (a recovery plan of ``store``, its recovery scan shown to ``walked``)
-    with its ``verify_after``.
-
-    When the cross checks may be settled (``cross_checks_may_settle``: the crashed store that
-    lost its consume queues and index), the plan's scan keeps what verify's commit log check
-    would find in the records it walks (``walkedchain.WalkedChain``: CRC verdicts and the other
-    per-record checks), and if the plan settles the cross checks, verify's other checks run
-    after it on that walk: each segment's chain is walked on from where the plan's scan stopped,
-    not from its first byte. Otherwise ``verify_after`` runs after the plan with every check, as
-    it would alone: the result is the same either way. ``before_verify`` runs before verify."""
+    """``make_plan(walked)`` (a recovery plan of ``store``) with its ``verify_after``. When the cross
+    checks may settle (``cross_checks_may_settle``), the plan's scan keeps what verify's commit log
+    check would find in the records it walks (``walkedchain.WalkedChain``), and if the plan settles
+    them, verify's other checks walk on from where that scan stopped; otherwise ``verify_after``
+    runs with every check: the result is the same. ``before_verify`` runs before verify."""
     try:
         may_settle = cross_checks_may_settle(store)
     except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
