@@ -284,23 +284,6 @@ class _LostData:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
 
 
-def _names_gone_units(f: Finding) -> bool:
-    """A timer finding naming what is gone: a message past the commit log's end, or units past the
-    timer log's end or before its first file (a deleted file, which TimerMessageStore.recover
-    never walks: the wheel's slots keep naming its units)."""
-    d = f.details or {}
-    return bool(d.get("past_end") or d.get("before_start"))
-
-
-def _timer_unit_lost(f: Finding) -> bool:
-    """A timer log unit that does not name its ``rmq_sys_wheel_timer`` record (verify's error
-    ``timer-reference``): the record is past the commit log's end, or the unit's own fields are
-    damaged (no CRC covers a unit, and ``TimerMessageStore.recoverAndRevise`` keeps any unit of the
-    right size and a flag magic). The broker's dequeue reads no timer message there, so it never
-    delivers that unit's message: lost data, which no rebuild gives back."""
-    return f.kind == "timer-reference" and f.severity == Severity.ERROR
-
-
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
@@ -321,8 +304,14 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind == "abort-present":
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
-        pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
-        out.lost.append(expected(f, lost.holds(f.offset) or _timer_unit_lost(f) or _names_gone_units(f) or pending))
+        d = f.details or {}
+        # lost: a message past the commit log's end; units past the timer log's end or before its first file (a deleted
+        # file, never walked by TimerMessageStore.recover: the wheel's slots keep naming its units); the wheel gone with
+        # the slots of undelivered timer messages (pending); a timer-reference error: the unit names no rmq_sys_wheel_timer
+        # record (past the end, or its fields damaged: no CRC covers a unit, TimerMessageStore.recoverAndRevise keeps it),
+        # so the broker's dequeue never delivers its message
+        gone = d.get("past_end") or d.get("before_start") or d.get("pending") or (f.kind == "timer-reference" and f.severity == Severity.ERROR)
+        out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
     elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
