@@ -194,9 +194,6 @@ class BackupSet:
         self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         self._ranges.add((rel, start, end))
 
-    def note_create(self, rel: str) -> None:
-        self.note_creates([rel])
-
     def note_creates(self, rels: list[str]) -> None:
         """Log that files are about to be created (so ``restore`` deletes them); one that exists
         already is backed up instead."""

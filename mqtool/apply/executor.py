@@ -247,7 +247,7 @@ class Executor:
         """Back up ``rel`` before it is rewritten, or note that this apply creates it (``restore`` deletes it)."""
         self.backup.backup_file(rel)
         if not (self.root / rel).exists():
-            self.backup.note_create(rel)
+            self.backup.note_creates([rel])
 
     def _write_whole(self, action, data: bytes) -> None:
         self._keep(action.path)
@@ -399,7 +399,7 @@ class Executor:
             elif f.action == "keep":
                 previous = read_index_header(self.root / rel)
             elif f.action == "create":
-                self.backup.note_create(rel)
+                self.backup.note_creates([rel])
         return IndexWriterService(
             self.staging / STAGED / "index",
             ip.hash_slot_num,

@@ -24,7 +24,6 @@ from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import inferred_file_size
-from ..store.rules import BrokerVersion
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
 from .planparts import rel

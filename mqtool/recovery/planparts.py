@@ -42,9 +42,6 @@ from .queues import QueueSim
 from ..store.rules import VersionRules
 
 
-# ---- common pieces --------------------------------------------------------------------------
-
-
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unsupported_queues(store)
     unloadable_files(store)
@@ -420,8 +417,3 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]
     return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
-
-
-def feed_index(batch, writer: IndexPlacement, counts: PhaseCounts) -> None:
-    counts.records += len(batch)
-    put_index(writer, batch)

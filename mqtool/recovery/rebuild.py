@@ -20,11 +20,11 @@ from .planparts import (
     DEFAULT_GEOMETRY,
     config_options,
     index_placement,
-    feed_index,
     index_plan_of,
     multi_dispatch,
     PhaseCounts,
     plan_inputs,
+    put_index,
     queue_actions,
     queue_plan,
     store_version,
@@ -34,8 +34,6 @@ from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, Que
 from .queues import QueueSim
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
-
-# ---- rebuild-cq / rebuild-index -------------------------------------------------------------
 
 
 class RebuildScan:
@@ -85,9 +83,6 @@ class RebuildScan:
                 yield from tail
                 self.skipped += tail.skipped
                 end = tail.end
-        self._found(end)
-
-    def _found(self, end: ScanEnd) -> None:
         self.end = end
         if not end.is_clean:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
@@ -196,7 +191,8 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     writer = index_placement(store, rules, [], old)
     counts = PhaseCounts()
     for batch in scanner:
-        feed_index(batch, writer, counts)
+        counts.records += len(batch)
+        put_index(writer, batch)
         if cache is not None:
             cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes

@@ -49,8 +49,6 @@ from ..store.rules import VersionRules
 if TYPE_CHECKING:
     from ..store.walkedchain import WalkedChain
 
-# ---- recover --------------------------------------------------------------------------------
-
 
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
                              cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
