@@ -425,42 +425,30 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     """The findings of ``verify`` today that the broker's recovery (``recover``) leaves in place:
     those at or past the cut, the abort file and the index files it drops, the entries it
     re-dispatches, and a checkpoint it creates go away; the rest stay."""
-    recovered = _Recovered(recover)
-    return [f for f in findings if not recovered.removes(f)]
+    end = recover.commitlog.valid_end if recover.commitlog is not None else None
+    dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
+    cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
+    ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
+    changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
+    dledger_checkpoint = any(a.op == "write-dledger-checkpoint" for a in recover.actions)
+    checkpoint = recover.checkpoint is not None and recover.checkpoint.changed
 
-
-class _Recovered:
-    """What the broker's recovery of ``recover`` removes (``predict_after_recovery``)."""
-
-    def __init__(self, recover: Plan):
-        self.recover = recover
-        self.end = recover.commitlog.valid_end if recover.commitlog is not None else None
-        self.dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
-        self.cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
-        self.ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
-        self.changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
-
-    def removes(self, f: Finding) -> bool:
-        recover = self.recover
+    def removes(f: Finding) -> bool:
         return (
             (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
-            or (f.kind in LOST_KINDS and self.end is not None and f.offset is not None and f.offset >= self.end)
-            or self._queue_fixed(f)
-            or self._index_fixed(f)
+            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end))
+            # entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches
+            or (f.kind == "cq-entry-beyond-end" and _queue_of(f) in changed_queues)
+            or (f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, cq_from)))
+            # keys it re-indexes, and findings in the index files it deletes
+            or (f.kind == "index-keys-missing" and _at_or_after(f.offset, ix_from))
+            or (f.kind.startswith("index-") and f.file in dropped)
             or (f.kind == "dledger-index" and _units_fixed(f, recover))
-            or (f.kind == "dledger-checkpoint" and any(a.op == "write-dledger-checkpoint" for a in recover.actions))
-            or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed)
+            or (f.kind == "dledger-checkpoint" and dledger_checkpoint)
+            or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    def _queue_fixed(self, f: Finding) -> bool:
-        """Entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches."""
-        if f.kind == "cq-entry-beyond-end":
-            return _queue_of(f) in self.changed_queues
-        return f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, self.cq_from))
-
-    def _index_fixed(self, f: Finding) -> bool:
-        """Keys the recovery re-indexes, and findings in the index files it deletes."""
-        return (f.kind == "index-keys-missing" and _at_or_after(f.offset, self.ix_from)) or (f.kind.startswith("index-") and f.file in self.dropped)
+    return [f for f in findings if not removes(f)]
 
 
 def _at_or_after(offset: int | None, start: int | None) -> bool:
