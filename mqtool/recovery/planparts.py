@@ -180,8 +180,9 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     gaps = []
     prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
     cl = store.commitlog
+    begins = {f.name: f.header.begin_phy_offset for f in store.index_files}  # a file this plan creates is contiguous by construction
     for f in sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name):
-        begin = _begin_phy(store, f)
+        begin = begins.get(f.name) if f.action != "create" else None
         start_at = cl.min_offset if prev_end is None else prev_end
         if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
             gaps.append((start_at, begin))
@@ -190,15 +191,6 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     if start_at < end and _keyed_record_between(store, start_at, end, skip_first=prev_end is not None, legacy=legacy):
         gaps.append((start_at, end))
     return gaps
-
-
-def _begin_phy(store: Store, f: IndexFilePlan) -> int | None:
-    if f.action == "create":
-        return None  # created by this plan from the dispatch: contiguous by construction
-    with MappedFile(store.path("index", f.name)) as mf:
-        from ..formats import index as ixfmt
-
-        return ixfmt.read_header(mf.buf).begin_phy_offset
 
 
 def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
