@@ -42,15 +42,14 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
     return seg.base_offset + sum(int(batch.rows[:, COL_SIZE].sum()) for batch in scan)
 
 
-def _index_ranges(store: Store, op: str, start: int, stop: int, note: str) -> list:
-    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list
-    (for a rewrite, the files ``_missing_index_files`` creates included)."""
+def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, created=()) -> list:
+    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list,
+    the files at the bases ``created`` (by an earlier action) included."""
     actions = []
     layout = store.commitlog.layout
     size = index_file_size(store)
     files = dict(layout.index_files())
-    created = set(_missing_slots(store, start, stop)) if op == "write-dledger-index" else set()
-    for base in sorted(files.keys() | created):
+    for base in sorted(files.keys() | set(created)):
         path = files.get(base, layout.index_dir / f"{base:020d}")
         lo, hi = max(start, base), min(stop, base + (path.stat().st_size if base in files else size))
         if lo < hi:
@@ -66,24 +65,6 @@ def index_file_size(store: Store) -> int:
 
 
 DLEDGER_INDEX_FILE_SIZE = dfmt.INDEX_UNIT_SIZE * 5 * 1024 * 1024
-
-
-def _missing_slots(store: Store, start: int, stop: int) -> list[int]:
-    """The base of each index file the bytes [``start``, ``stop``) of the index file list fall in
-    that is not on disk (deleted, or never written)."""
-    size = index_file_size(store)
-    have = {b for b, _ in store.commitlog.layout.index_files()}
-    return [b for b in range(start - start % size, stop, size) if b not in have]
-
-
-def _missing_index_files(store: Store, start: int, stop: int) -> list:
-    """An index file the recovery's rewrite writes into that is not on disk: ``MmapFileList.append``
-    (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one of the index
-    file size, created here (``resize`` of an absent file)."""
-    index_dir, size = store.commitlog.layout.index_dir, index_file_size(store)
-    return [Action("resize", rel(store, index_dir / f"{base:020d}"), 0, size,
-                   f"DLedger index file missing: the broker's recovery creates it ({size} bytes) and writes the units from the entries")
-            for base in _missing_slots(store, start, stop)]
 
 
 class DLedgerLog(LogKind):
@@ -127,10 +108,16 @@ class DLedgerLog(LogKind):
         zeroed (``indexFileList.truncateOffset``)."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
-            start = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE
-            actions += _missing_index_files(store, start, dl.index_cut)
+            start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
+            # an index file the rewrite writes into that is not on disk (deleted, or never written): ``MmapFileList.append``
+            # (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one, created here (``resize``)
+            have = {b for b, _ in layout.index_files()}
+            missing = [b for b in range(start - start % size, dl.index_cut, size) if b not in have]
+            actions += [Action("resize", rel(store, layout.index_dir / f"{b:020d}"), 0, size,
+                               f"DLedger index file missing: the broker's recovery creates it ({size} bytes) and writes the units from the entries")
+                        for b in missing]
             actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
-                                     f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them")
+                                     f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them", missing)
         if dl.index_units_on_disk > dl.last_index + 1:
             actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
         return actions
