@@ -33,15 +33,12 @@ ENTRY = cqfmt.ENTRY_SIZE
 
 @dataclass
 class FileFate:
-    """What happens to one file of the queue: ``delete``, or a write of its final content.
-
-    ``source`` is ``original`` (the existing file's bytes) or ``zeros``; every byte from
-    ``zero_from`` (position in the file) on is cleared; dispatched units are laid over it.
-    """
+    """What happens to one file of the queue: ``delete``, or a write of its final content: the
+    file's own bytes (``rewrite``) or zeros (``create``), every byte from ``zero_from`` (position
+    in the file) on cleared, the dispatched units laid over it."""
 
     base: int
     action: str  # "delete" | "rewrite" | "create"
-    source: str = "zeros"
     zero_from: int | None = None
 
 
@@ -298,11 +295,11 @@ class QueueSim:
                 continue
             zero_from = min(max(end - base, 0), self.file_size)
             if kind == "new":
-                out.append(FileFate(base, "create", "zeros", zero_from))
+                out.append(FileFate(base, "create", zero_from))
                 continue
             dirty = zero_from < self.file_size and self._has_bytes_from(base, zero_from)
             if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
-                out.append(FileFate(base, "rewrite", "original", zero_from))
+                out.append(FileFate(base, "rewrite", zero_from))
         return out
 
     def _has_bytes_from(self, base: int, pos: int) -> bool:
