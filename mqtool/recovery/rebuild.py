@@ -115,12 +115,10 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 
 
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate consume queue files from the commit log, as the broker's reput service
-    writes them when they are missing (``start()`` re-dispatches from the commit log min,
-    §8.12): every record it serves from the first segment to the valid end (``RebuildScan``), tags code = delivery time for
-    delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
-    The selected queues' files are replaced; files the rebuild does not produce are deleted; a
-    queue whose files already hold the rebuild's bytes is left alone (no file to write)."""
+    """Regenerate the selected consume queues from the commit log as the broker's reput writes them
+    when they are missing (``start()`` from the commit log min, §8.12; fillers §5.3), over
+    ``RebuildScan``: files the rebuild does not produce are deleted, and a queue whose files already
+    hold its bytes is left alone."""
     store.path()
     rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
