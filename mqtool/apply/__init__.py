@@ -1,9 +1,8 @@
 """The only code that writes to a store: executes plans with backups, fsync and a journal.
 
-``apply_plan`` carries out a ``mqtool.recovery.plans.Plan``; ``resume_pending`` finishes an apply
-that was killed; ``restore`` puts a store back from a backup set byte for byte. The executor (and
-the compiled dispatch it loads) is imported on first use: ``info`` and ``verify`` read a store's
-pending-apply marker through ``backup`` alone.
+``apply_plan`` carries out a ``recovery.plans.Plan``, ``resume_pending`` finishes a killed one,
+``restore`` undoes one byte for byte. ``executor`` (and the compiled dispatch it loads) is imported
+on first use: ``info`` and ``verify`` read the pending-apply marker through ``backup`` alone.
 """
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore

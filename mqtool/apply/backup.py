@@ -1,23 +1,11 @@
-"""Backups, the apply journal, and ``restore``.
-
-A backup set is a directory (default ``<store's parent>/.mqtool-backups/<store>-<time>-<command>/``):
-
-- ``manifest.json``: ``{"format": "mqtool-backup/1", "store", "command", "created_ms", "plan"}``
-  (the plan being applied, in full), rewritten with ``"complete": true`` at the end;
-- ``journal.jsonl``: fsynced JSON lines, one per event, in order: ``backup-file`` (a whole file,
-  kept as ``files/<hash>-<name>``), ``backup-range`` (bytes ``[start, end)`` of a file, kept as
-  ``ranges/<hash>-<name>@<start>-<end>``), ``create`` (a file that did not exist, logged before
-  it is created), ``create-dir`` (a directory that did not exist, logged before it is created),
-  ``step-done`` (action ``index`` finished), ``complete``, ``restore-started``, ``restored``.
-  A backed-up file or range also records the file's size and mtime then (``size``, ``mtime_ns``).
+"""Backups, the apply journal, and ``restore`` (the backup set's files and journal events:
+docs/recovery.md, "Backup directory"; its default place: ``default_backup_dir``).
 
 Every byte apply overwrites or deletes is in the backup, durably, before it is touched; so
-``restore`` (journal events undone in reverse order) puts the store back byte for byte after a
-complete apply, an interrupted one, or a killed one, with each file's mtime as it was; so a later
-apply's restore leaves the files exactly as an earlier apply left them, and ``restore`` of several
-applies in reverse order (``repair``'s stages) ends at the state before the first. The store gets a
-``.mqtool-pending`` marker (naming the backup set) while an apply is unfinished; the next modifying
-command finishes it first.
+``restore`` (journal events undone in reverse order) puts the store back byte for byte, mtimes
+included, after a complete, interrupted or killed apply, and ``restore`` of several applies in
+reverse order (``repair``'s stages) ends at the state before the first. ``.mqtool-pending`` in
+the store names the backup set of an unfinished apply, which the next modifying command finishes.
 """
 
 from __future__ import annotations
@@ -205,9 +193,6 @@ class BackupSet:
         write_atomic(copy, read_range(self.store_root / rel, start, end))
         self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         self._ranges.add((rel, start, end))
-
-    def note_create(self, rel: str) -> None:
-        self.note_creates([rel])
 
     def note_creates(self, rels: list[str]) -> None:
         """Log that files are about to be created (so ``restore`` deletes them); one that exists

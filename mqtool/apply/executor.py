@@ -247,7 +247,7 @@ class Executor:
         """Back up ``rel`` before it is rewritten, or note that this apply creates it (``restore`` deletes it)."""
         self.backup.backup_file(rel)
         if not (self.root / rel).exists():
-            self.backup.note_create(rel)
+            self.backup.note_creates([rel])
 
     def _write_whole(self, action, data: bytes) -> None:
         self._keep(action.path)
@@ -399,7 +399,7 @@ class Executor:
             elif f.action == "keep":
                 previous = read_index_header(self.root / rel)
             elif f.action == "create":
-                self.backup.note_create(rel)
+                self.backup.note_creates([rel])
         return IndexWriterService(
             self.staging / STAGED / "index",
             ip.hash_slot_num,
@@ -504,7 +504,7 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, progress=None, cache: DispatchCache | None = None) -> BackupSet:
+def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None) -> BackupSet:
     """Apply ``plan`` to its store, backing up into ``backup_dir`` (a new directory). ``cache``:
     the dispatch batches computed while planning (same process), to avoid a second pass."""
     root = Path(plan.store)
@@ -513,8 +513,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, verify_inputs: bool = True, prog
     pending = read_pending(root)
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: mqtool restore {shlex.quote(str(pending))} --yes")
-    if verify_inputs:
-        check_inputs(root, plan)
+    check_inputs(root, plan)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())

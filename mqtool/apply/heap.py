@@ -1,10 +1,7 @@
-"""Give the C heap's freed pages back to the system before a phase that needs memory.
-
-A plan's dispatch allocates and frees some hundred megabytes of numpy batches, many of them in
-the malloc arena of the thread that walked the commit log; glibc keeps such freed pages mapped
-(they count in the resident size) until ``malloc_trim``. Called between a plan and its apply (and
-before ``recover``'s verify-after run), it keeps the next phase's peak at its own working set.
-Does nothing where the C library has no ``malloc_trim``.
+"""Give the C heap's freed pages back to the system (glibc's ``malloc_trim``) before a phase that
+needs memory: a plan's dispatch frees some hundred megabytes of numpy batches that glibc keeps
+mapped, so the next phase (the apply, ``recover``'s verify-after) peaks at its own working set.
+Nothing where the C library has no ``malloc_trim``.
 """
 
 from __future__ import annotations

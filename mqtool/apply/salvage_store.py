@@ -1,20 +1,11 @@
-"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``).
-
-It never writes to the source store. Records arrive in commit log order (``mqtool.scan.salvage``):
-
-- a ``live`` record keeps its offset: it is copied byte for byte to the same position, which the
-  broker's own append rule gives it again (``CommitLog.DefaultAppendMessageCallback.doAppend``:
-  a record that does not fit with the 8-byte blank closes the segment, reference §2.6);
-- any other record is appended after them at the next free position, re-encoded by the one
-  record encoder (``formats.commitlog.encode_message``) with its new PHYSICALOFFSET and, when the
-  broker dispatches it (NOT_TYPE / COMMIT), the next QUEUEOFFSET of its queue (contiguous per
-  queue); a ``__CRC32#`` property (5.2+, §2.10) is recomputed over the new bytes.
-
-Segments are written by ``mqtool.apply.synth.CommitLogWriter`` (end-of-file blanks as the source
-version writes them), consume queues and index files by ``mqtool.apply.writers`` (the broker's
-``putMessagePositionInfo`` and ``IndexService.buildIndex`` rules), then the checkpoint with the
-last message's store time (``StoreCheckpoint``, §7) and the source's ``config/*.json``. No
-``abort`` file: a broker opens the new store with a normal recovery.
+"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``);
+the source store is never written. Records arrive in commit log order (``mqtool.scan.salvage``):
+a ``live`` record is copied byte for byte to its own offset, which the broker's append rule gives
+it again (``DefaultAppendMessageCallback.doAppend``, reference §2.6); any other is appended at the
+next free position, re-encoded (``formats.commitlog.encode_message``) with its new PHYSICALOFFSET,
+the next QUEUEOFFSET of its queue when the broker dispatches it, and a recomputed ``__CRC32#``
+(5.2+, §2.10). Then the queues and index (``writers``), the checkpoint (§7) and ``config/*.json``;
+no ``abort`` file, so a broker opens it with a normal recovery.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Write realistic synthetic broker stores: ``python -m mqtool.apply.synth OUT [options]``.
 
-Records are built with the same encoder every test holds equal to the broker's bytes, with the
-broker's message mix (several topics and queues, tags, keys, UNIQ_KEYs, unicode properties,
-IPv6 hosts, transaction flags, delayed messages in SCHEDULE_TOPIC_XXXX, empty, large and
-compressed bodies) and its write rules: records never cross a segment, an end-of-file blank
-closes each full segment (8 bytes from 4.9.1; before that the stale scratch buffer follows),
-consume queues and index files are written by the broker's dispatch rules
-(``mqtool.apply.writers``), then the checkpoint, ``lock``, and ``abort`` for a crashed store.
-
-Profiles: ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final \\x02,
-8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
+The message mix, write rules and profiles are described in docs/reading.md ("Synthetic stores"):
+records from the encoder tests hold equal to the broker's bytes, consume queues and index files
+by ``writers``; profiles ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final
+\\x02, 8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
 characters, PID in ``abort``).
 """
 
@@ -286,31 +280,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", choices=PROFILES, default="4.9")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--messages", type=int, default=None, help="how many messages (default 2000 unless --bytes)")
-    p.add_argument("--bytes", type=parse_size, default=None, help="stop once the commit log holds this much, e.g. 2g")
+    p.add_argument("--bytes", dest="total_bytes", metavar="BYTES", type=parse_size, default=None, help="stop once the commit log holds this much, e.g. 2g")
     p.add_argument("--message-size", type=parse_size, default=None, help="exact record size (default: a realistic mix)")
     p.add_argument("--segment-size", type=parse_size, default=parse_size("1m"))
     p.add_argument("--cq-file-size", type=int, default=1000 * 20)
-    p.add_argument("--hash-slots", type=int, default=1000)
+    p.add_argument("--hash-slots", dest="hash_slot_num", metavar="HASH_SLOTS", type=int, default=1000)
     p.add_argument("--index-num", type=int, default=4000)
-    p.add_argument("--no-cq", action="store_true")
-    p.add_argument("--no-index", action="store_true")
+    p.add_argument("--no-cq", dest="consume_queues", action="store_false")
+    p.add_argument("--no-index", dest="index", action="store_false")
     p.add_argument("--crashed", action="store_true", help="leave an abort file, as after kill -9")
-    a = p.parse_args(argv)
-    spec = SynthSpec(
-        out=a.out,
-        profile=a.profile,
-        seed=a.seed,
-        messages=a.messages if a.messages is not None or a.bytes is not None else 2000,
-        total_bytes=a.bytes,
-        message_size=a.message_size,
-        segment_size=a.segment_size,
-        cq_file_size=a.cq_file_size,
-        hash_slot_num=a.hash_slots,
-        index_num=a.index_num,
-        consume_queues=not a.no_cq,
-        index=not a.no_index,
-        crashed=a.crashed,
-    )
+    spec = SynthSpec(**vars(p.parse_args(argv)))
+    if spec.messages is None and spec.total_bytes is None:
+        spec.messages = 2000
     try:
         summary = build_store(spec)
     except (FileExistsError, OSError, ValueError) as exc:

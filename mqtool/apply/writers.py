@@ -1,21 +1,14 @@
-"""Writers of consume queue and index files, as the broker's dispatchers write them.
+"""Writers of consume queue and index files, byte-identical to the broker's dispatchers (used by
+the applies, ``salvage --to-store`` and ``synth``):
 
-Used to apply rebuild and recovery plans and by the store generator. They reproduce the broker's
-own write rules so that a rebuilt file is byte-identical to the broker's:
+- ``ConsumeQueueWriter``: ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10, the
+  de-duplication and repeat-guard rules of rules §3.1-§3.3, fillers before a queue's first entry §5.3),
+  as ``dispatch.placement.place_units`` places the units;
+- ``IndexWriterService``: ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), as
+  ``dispatch.placement.IndexPlacement`` places the keys.
 
-- ``ConsumeQueueWriter`` follows ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10):
-  de-duplication against the queue's max physical offset (the last entry's start up to 4.4.0,
-  its end from 4.5.0: rules §3.1), "build consume queue repeatedly" skips (from 4.2.0, §3.3),
-  units appended at the current write position, filler units before the first entry of a
-  queue's first file (§5.3), full-size sparse files named by logical byte offset.
-- ``IndexWriterService`` writes the index files ``IndexService.buildIndex`` / ``IndexFile.putKey``
-  fill (§6.5-§6.8), as ``dispatch.placement.IndexPlacement`` places the keys (the file rolls, the
-  skipped records, the keys of each record).
-
-Both take whole batches (numpy arrays, compiled rules) or single requests. Files are written to a
-temporary path (``tmp_path``; default ``<name>.tmp`` beside the file), fsynced, and renamed into
-place by ``close``. A writer can be seeded with a queue's state and an existing file's bytes, so
-recovery can continue a queue or an index file exactly where the broker would.
+Files are written to ``tmp_path`` (default ``<name>.tmp``), fsynced and renamed into place by
+``close``; a writer can continue a queue's state or an existing file's bytes.
 """
 
 from __future__ import annotations
@@ -39,11 +32,22 @@ from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, 
 from ..store.mappedfile import offset_file_name
 
 ENTRY = cqfmt.ENTRY_SIZE
+MAX_OPEN = 256  # consume queue files held open at once (the least recently written is closed)
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
 
 
 def default_tmp_path(final: Path) -> Path:
     return final.with_name(final.name + ".tmp")
+
+
+def open_copy(tmp: Path, source: Path | None) -> int:
+    """``tmp`` (a new file) opened read-write, holding ``source``'s bytes (none if None)."""
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    if source is not None:
+        shutil.copyfile(source, tmp)
+    else:
+        tmp.unlink(missing_ok=True)
+    return os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 WRITEBACK_EVERY = 32 << 20  # index entry bytes appended between two early writeback starts
@@ -85,7 +89,6 @@ class ConsumeQueueWriter:
         dedup_by_end: bool = True,
         repeat_guard: bool = True,
         tmp_path: Callable[[Path], Path] = default_tmp_path,
-        max_open: int = 256,
     ):
         self.root = Path(root)
         self.file_size = file_size
@@ -94,7 +97,6 @@ class ConsumeQueueWriter:
         self.tmp_path = tmp_path
         self.queues: dict[tuple[str, int], _Queue] = {}
         self._fds: OrderedDict[Path, int] = OrderedDict()
-        self._max_open = max_open
         self._pos = np.empty(0, dtype=np.int64)
         self._adopted: set[Path] = set()
 
@@ -112,13 +114,7 @@ class ConsumeQueueWriter:
         every byte from position ``zero_from`` on cleared."""
         q = self._queue(topic, queue_id)
         final = q.directory / offset_file_name(base)
-        tmp = self.tmp_path(final)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        if content_from is not None:
-            shutil.copyfile(content_from, tmp)
-        else:
-            tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_copy(self.tmp_path(final), content_from)
         try:
             os.ftruncate(fd, self.file_size)
             if content_from is not None and zero_from is not None and zero_from < self.file_size:
@@ -199,7 +195,7 @@ class ConsumeQueueWriter:
             fd = os.open(tmp, flags, 0o644)
             os.ftruncate(fd, self.file_size)
             self._fds[final] = fd
-            if len(self._fds) > self._max_open:
+            if len(self._fds) > MAX_OPEN:
                 os.close(self._fds.popitem(last=False)[1])
         else:
             self._fds.move_to_end(final)
@@ -250,39 +246,22 @@ class IndexWriterService(IndexPlacement):
 
     dry = False
 
-    def __init__(
-        self,
-        index_dir: Path,
-        hash_slot_num: int,
-        index_num: int,
-        previous: ixfmt.IndexHeader | None = None,
-        taken_names: set[str] | None = None,
-        *,
-        append_to: tuple[str, Path] | None = None,
-        after_name: str | None = None,
-        counts_used_slots: bool = True,
-        tmp_path: Callable[[Path], Path] = default_tmp_path,
-    ):
+    def __init__(self, index_dir: Path, hash_slot_num: int, index_num: int, *placement, tmp_path: Callable[[Path], Path] = default_tmp_path, **options):
+        """``IndexPlacement``'s arguments (``placement``, ``options``) after ``index_dir``."""
         self.index_dir = Path(index_dir)
         self.size = ixfmt.index_file_size(hash_slot_num, index_num)
         self.tmp_path = tmp_path
         self._fd: int | None = None
         self.written: list[Path] = []
-        # last: it opens ``append_to`` with the above
-        super().__init__(hash_slot_num, index_num, previous, taken_names, append_to=append_to, after_name=after_name, counts_used_slots=counts_used_slots)
+        super().__init__(hash_slot_num, index_num, *placement, **options)  # last: it opens ``append_to`` with the above
 
     def _entry_buffer(self) -> np.ndarray:
         return np.empty(ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
 
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
         """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``."""
-        final = self.index_dir / name
         self.index_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.tmp_path(final)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        if source is not None:
-            shutil.copyfile(source, tmp)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | (0 if source is not None else os.O_TRUNC), 0o644)
+        fd = open_copy(self.tmp_path(self.index_dir / name), source)
         try:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, self.size)  # the broker maps the configured size

@@ -1,12 +1,10 @@
 """Planning when the store does not say which broker version wrote it.
 
-``store.version_guess`` leaves several eras when the store's version marks do not decide (a
-store with no end-of-file blank yet, an empty store, a store from another broker); the broker
-itself does not need to know, the planner does, because the rules differ by era
-(``store.rules.VersionRules``). ``plan_under_candidates`` plans under one representative of each
-distinct set of planning rules (``store.eras``): where the plans agree, the plan goes ahead and
-says which eras were considered; where they differ, it refuses (exit 4), showing the difference, the rules that
-decide it and the ``--broker-version`` values that would.
+``store.version_guess`` can leave several eras (no end-of-file blank yet, an empty store, another
+broker's store), and the planning rules differ by era (``store.rules.VersionRules``).
+``plan_under_candidates`` plans under one representative of each distinct set of rules
+(``store.eras``): equal plans go ahead, naming the eras considered; differing ones are refused
+(exit 4) with the difference, the rules that decide it and the ``--broker-version`` values that would.
 """
 
 from __future__ import annotations

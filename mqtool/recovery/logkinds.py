@@ -167,10 +167,33 @@ class ClassicLog(LogKind):
         return bool(always or ((run.abnormal or run.rules.normal_truncates_cq) and run.max_cq >= run.end))
 
     def notes(self, run: RecoveryRun) -> list[str]:
+        """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
         if not run.dispatching:
             return []
-        queues_end = max((q.recover().max_phys_offset for q in run.store.consume_queues), default=-1)  # where the last entry's record ends, in every version
-        return _dispatch_notes(run, queues_end)
+        store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
+        max_cq = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)  # where the last entry's record ends, in every version
+        notes = []
+        covered_from = min((p.start for p in phases if p.consume_queues), default=end)
+        if 0 <= max_cq < end and covered_from > max_cq and _record_starts_at(store, max_cq, False):  # a record lies past the queues' end
+            notes.append(
+                f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
+                "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
+            )
+        for p in phases:
+            if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy):
+                notes.append(
+                    f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
+                    "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
+                )
+        if run.kept and any(p.index for p in phases):
+            last = run.kept[-1].header.end_phy_offset
+            dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)
+            if dispatched and _record_starts_at(store, last, legacy):
+                notes.append(
+                    f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
+                    "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"
+                )
+        return notes
 
     def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
         if run.rules.writes_confirm_offset and run.scan.last_valid >= 0:
@@ -188,33 +211,6 @@ def log_kind(store: Store) -> LogKind:
 
         return DLedgerLog.of(store)
     return ClassicLog()
-
-
-def _dispatch_notes(run: RecoveryRun, max_cq: int) -> list[str]:
-    """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
-    store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
-    notes = []
-    covered_from = min((p.start for p in phases if p.consume_queues), default=end)
-    if 0 <= max_cq < end and covered_from > max_cq and _record_starts_at(store, max_cq, False):  # a record lies past the queues' end
-        notes.append(
-            f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
-            "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
-        )
-    for p in phases:
-        if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy):
-            notes.append(
-                f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
-                "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
-            )
-    if run.kept and any(p.index for p in phases):
-        last = run.kept[-1].header.end_phy_offset
-        dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)
-        if dispatched and _record_starts_at(store, last, legacy):
-            notes.append(
-                f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
-                "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"
-            )
-    return notes
 
 
 def _record_starts_at(store: Store, offset: int, legacy: bool) -> bool:

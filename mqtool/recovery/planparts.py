@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import BadInput, BadStoreFile, UnknownStoreVersion
+from ..errors import BadInput, BadStoreFile
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
@@ -42,23 +42,10 @@ from .queues import QueueSim
 from ..store.rules import VersionRules
 
 
-# ---- common pieces --------------------------------------------------------------------------
-
-
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
     unsupported_queues(store)
     unloadable_files(store)
-    guess = store.version_guess
-    if guess.version is None:
-        from ..store.eras import distinct_candidates  # the eras left that can plan this store differently
-
-        candidates = distinct_candidates(store)
-        if len(candidates) > 1:
-            raise UnknownStoreVersion(
-                f"cannot tell which broker version wrote this store ({guess.label}); pass --broker-version "
-                f"(e.g. {', '.join(str(c) for c in candidates)})"
-            )
-        return candidates[0], f"detected: {guess.label}, alike for this store (evidence: mqtool info)"
+    guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
 
 
@@ -193,8 +180,9 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     gaps = []
     prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
     cl = store.commitlog
+    begins = {f.name: f.header.begin_phy_offset for f in store.index_files}  # a file this plan creates is contiguous by construction
     for f in sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name):
-        begin = _begin_phy(store, f)
+        begin = begins.get(f.name) if f.action != "create" else None
         start_at = cl.min_offset if prev_end is None else prev_end
         if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
             gaps.append((start_at, begin))
@@ -203,15 +191,6 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     if start_at < end and _keyed_record_between(store, start_at, end, skip_first=prev_end is not None, legacy=legacy):
         gaps.append((start_at, end))
     return gaps
-
-
-def _begin_phy(store: Store, f: IndexFilePlan) -> int | None:
-    if f.action == "create":
-        return None  # created by this plan from the dispatch: contiguous by construction
-    with MappedFile(store.path("index", f.name)) as mf:
-        from ..formats import index as ixfmt
-
-        return ixfmt.read_header(mf.buf).begin_phy_offset
 
 
 def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
@@ -430,8 +409,3 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]
     return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
-
-
-def feed_index(batch, writer: IndexPlacement, counts: PhaseCounts) -> None:
-    counts.records += len(batch)
-    put_index(writer, batch)

@@ -1,11 +1,8 @@
 """A repair plan is data: frozen dataclasses that say what a command will change and why, and
-round-trip through a documented JSON document (``Plan.to_json`` / ``Plan.from_json``).
-
-Paths are relative to the store root. ``actions`` is the exact, ordered list of file operations
-``mqtool apply`` performs; everything else explains them: where the valid commit log ends and
-which check failed, the messages the cut loses, each consume queue's entries cut and added, the
-index files dropped and written, the checkpoint values. ``inputs`` fingerprints every file the
-plan read or will change, so a saved plan is refused once any of them changed.
+round-trip through the JSON document docs/recovery.md describes field by field ("The plan").
+Paths are relative to the store root; ``actions`` is the ordered list of file operations ``apply``
+performs, the rest explains them; ``inputs`` fingerprints the files read or changed, so a saved
+plan is refused once any of them changed.
 """
 
 from __future__ import annotations
@@ -51,13 +48,9 @@ class Message:
 
 @dataclass(frozen=True)
 class CommitLogPlan:
-    """Where the valid commit log ends and what is cut.
-
-    ``scan_from``/``scan_rule``: where the broker's recovery starts and why; ``valid_end`` (the
-    broker's processOffset) is the first record that failed ``end_reason`` (``end_detail``);
-    ``first_invalid`` describes that record when its fields still decode. The dirty bytes
-    ``[zero_from, zero_to)`` of segment ``cut_segment`` are zeroed and ``delete_segments`` removed.
-    """
+    """Where the valid commit log ends (``valid_end``: the broker's processOffset, the first record
+    that failed ``end_reason``) and what is cut (``[zero_from, zero_to)`` of ``cut_segment`` zeroed,
+    ``delete_segments`` removed)."""
 
     min_offset: int
     end_of_files: int
@@ -110,11 +103,8 @@ class LostMessages:
 
 @dataclass(frozen=True)
 class DispatchPhase:
-    """A run of records the broker re-dispatches to consume queues and index.
-
-    ``name``: ``recovery`` (dispatched by the recovery scan) or ``reput`` (by the reput service
-    at start-up); ``tags``: ``delivery-time`` or ``tags-hash`` (4.9.2-4.9.8 recovery, §3.5).
-    """
+    """A run of records the broker re-dispatches to consume queues and index: ``recovery`` (by the
+    recovery scan) or ``reput`` (at start-up); ``tags``: ``tags-hash`` for 4.9.2-4.9.8 recovery (§3.5)."""
 
     name: str
     start: int
@@ -203,17 +193,11 @@ class CheckpointPlan:
 
 @dataclass(frozen=True)
 class Action:
-    """One file operation of ``apply``, in order.
-
-    ops: ``zero-range`` (in place, ``start``..``end``), ``delete``, ``write-dispatch`` (every
-    consume queue file of ``QueuePlan.files`` and index file of ``IndexPlan.files`` that is
-    rewritten or created, from one pass over the dispatch phases), ``write-checkpoint``,
-    ``write-dledger-checkpoint`` (DLedger's ``checkpoint``: committedIndex ``start``, endIndex ``end``),
-    ``write-dledger-index`` (DLedger index units, bytes ``start``..``end``, rewritten from their entries); and
-    for ``repair``: ``quarantine`` (a stray file moved into the backup), ``resize`` (a segment
-    of ``start`` bytes padded with zeros or trimmed to ``end``; an absent one created so), ``restore-config`` (a config
-    file replaced by its ``.bak``).
-    """
+    """One file operation of ``apply``, in order (docs/recovery.md lists the ops), and two of DLedger:
+    ``write-dledger-checkpoint`` (committedIndex ``start``, endIndex ``end``) and
+    ``write-dledger-index`` (index units, bytes ``start``..``end``, rewritten from their entries).
+    ``resize``: a file of ``start`` bytes padded with zeros or trimmed to ``end`` (an absent one
+    created so); ``restore-config``: a config file replaced by its ``.bak``."""
 
     op: str
     path: str
@@ -278,9 +262,6 @@ class Plan:
     def from_json(cls, text: str) -> "Plan":
         return cls.from_dict(json.loads(text))
 
-    def with_inputs(self, inputs: tuple[Fingerprint, ...]) -> "Plan":
-        return dataclasses.replace(self, inputs=inputs)
-
 
 # ---- JSON conversion ------------------------------------------------------------------------
 
@@ -295,10 +276,7 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _type_hints(tp: type) -> dict[str, Any]:
-    """A plan dataclass's field types, resolved once (``get_type_hints`` evaluates every string annotation)."""
-    return typing.get_type_hints(tp)
+_type_hints = functools.cache(typing.get_type_hints)  # a plan dataclass's field types, each string annotation evaluated once
 
 
 def _from_json_value(tp: Any, value: Any) -> Any:

@@ -24,7 +24,6 @@ import numpy as np
 
 from ..formats import consumequeue as cqfmt
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
-from ..store.mappedfile import MappedFile
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 
@@ -33,15 +32,12 @@ ENTRY = cqfmt.ENTRY_SIZE
 
 @dataclass
 class FileFate:
-    """What happens to one file of the queue: ``delete``, or a write of its final content.
-
-    ``source`` is ``original`` (the existing file's bytes) or ``zeros``; every byte from
-    ``zero_from`` (position in the file) on is cleared; dispatched units are laid over it.
-    """
+    """What happens to one file of the queue: ``delete``, or a write of its final content: the
+    file's own bytes (``rewrite``) or zeros (``create``), every byte from ``zero_from`` (position
+    in the file) on cleared, the dispatched units laid over it."""
 
     base: int
     action: str  # "delete" | "rewrite" | "create"
-    source: str = "zeros"
     zero_from: int | None = None
 
 
@@ -109,13 +105,12 @@ class QueueSim:
         return units
 
     def _nonzero_units_from(self, logical: int) -> int:
-        count = 0
-        for base in sorted(self.original):
-            if base + self.file_size <= logical:
-                continue
-            tail = self._view(base)[max(0, (logical - base) // ENTRY) :]
-            count += int(np.count_nonzero((tail["phys_offset"] != 0) | (tail["size"] != 0) | (tail["tags_code"] != 0)))
-        return count
+        return sum(self._nonzero_units(base, max(0, logical - base)) for base in self.original if base + self.file_size > logical)
+
+    def _nonzero_units(self, base: int, pos: int) -> int:
+        """Non-zero units of original file ``base`` from position ``pos`` in it on."""
+        tail = self._view(base)[pos // ENTRY :]
+        return int(np.count_nonzero((tail["phys_offset"] != 0) | (tail["size"] != 0) | (tail["tags_code"] != 0)))
 
     def entries_from(self, phys_offset: int) -> list[tuple[int, int, int]]:
         """``(queue offset, phys offset, size)`` of the queue's entries (as recovered, fillers
@@ -298,22 +293,12 @@ class QueueSim:
                 continue
             zero_from = min(max(end - base, 0), self.file_size)
             if kind == "new":
-                out.append(FileFate(base, "create", "zeros", zero_from))
+                out.append(FileFate(base, "create", zero_from))
                 continue
-            dirty = zero_from < self.file_size and self._has_bytes_from(base, zero_from)
+            dirty = zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0
             if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
-                out.append(FileFate(base, "rewrite", "original", zero_from))
+                out.append(FileFate(base, "rewrite", zero_from))
         return out
-
-    def _has_bytes_from(self, base: int, pos: int) -> bool:
-        with MappedFile(self.original[base], base) as mf:
-            if mf.size <= pos:
-                return False
-            view = np.frombuffer(mf.buf, dtype=np.uint8)[pos:]
-            try:
-                return bool(np.count_nonzero(view))
-            finally:
-                del view
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
         """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the

@@ -20,11 +20,11 @@ from .planparts import (
     DEFAULT_GEOMETRY,
     config_options,
     index_placement,
-    feed_index,
     index_plan_of,
     multi_dispatch,
     PhaseCounts,
     plan_inputs,
+    put_index,
     queue_actions,
     queue_plan,
     store_version,
@@ -35,24 +35,16 @@ from .queues import QueueSim
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
 
-# ---- rebuild-cq / rebuild-index -------------------------------------------------------------
-
 
 class RebuildScan:
     """The dispatch both rebuilds write: every record the broker serves from the first segment to the
     valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, no CRC,
-    §8.12).
-
-    One walk: the recovery scan from its start segment both finds that end and dispatches the records
-    before it (each passed every recovery check, so the reput dispatches exactly these), the next
-    segment dispatched ahead in a second thread as ``recover``'s scan does (``dispatch._Ahead``); the
-    segments before the start are walked first, the same way. Before the start, past a record it
-    cannot read the walk resumes where the log does (the ``served`` discipline): ``doReput`` would
-    skip to the next segment (or TOTALSIZE on), leaving the records the broker serves after the
-    damage without queue entries or index keys. In DLedger data the log goes on past damage
-    DLedger's recovery keeps (an entry whose header is sound: ``dledgerstart.walk_resume``), before
-    the start and after it: the recovery scan's end there is not the log's, and the walk resumes
-    after the entry up to where DLedger's recovery stops. ``end`` and ``skipped`` are set once iterated."""
+    §8.12), in one walk (the next segment dispatched ahead in a second thread, as ``recover``'s scan).
+    Before the recovery's start, past a record it cannot read the walk resumes where the log does
+    (the ``served`` discipline; ``doReput`` would skip on and leave the records after the damage
+    without queue entries or index keys: docs/recovery.md). DLedger data goes on past damage DLedger's
+    recovery keeps (a sound entry header: ``CommitLog.resume_after_damage``), up to where that
+    recovery stops. ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
@@ -91,9 +83,6 @@ class RebuildScan:
                 yield from tail
                 self.skipped += tail.skipped
                 end = tail.end
-        self._found(end)
-
-    def _found(self, end: ScanEnd) -> None:
         self.end = end
         if not end.is_clean:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
@@ -126,12 +115,10 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 
 
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate consume queue files from the commit log, as the broker's reput service
-    writes them when they are missing (``start()`` re-dispatches from the commit log min,
-    §8.12): every record it serves from the first segment to the valid end (``RebuildScan``), tags code = delivery time for
-    delayed messages, filler units where a queue's first record is not queue offset 0 (§5.3).
-    The selected queues' files are replaced; files the rebuild does not produce are deleted; a
-    queue whose files already hold the rebuild's bytes is left alone (no file to write)."""
+    """Regenerate the selected consume queues from the commit log as the broker's reput writes them
+    when they are missing (``start()`` from the commit log min, §8.12; fillers §5.3), over
+    ``RebuildScan``: files the rebuild does not produce are deleted, and a queue whose files already
+    hold its bytes is left alone."""
     store.path()
     rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
@@ -183,7 +170,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
-    return plan.with_inputs(plan_inputs(store, plan, sims, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
@@ -202,7 +189,8 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     writer = index_placement(store, rules, [], old)
     counts = PhaseCounts()
     for batch in scanner:
-        feed_index(batch, writer, counts)
+        counts.records += len(batch)
+        put_index(writer, batch)
         if cache is not None:
             cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
@@ -217,4 +205,4 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
     plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
-    return plan.with_inputs(plan_inputs(store, plan, {}, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, {}, with_crc=with_crc))

@@ -1,29 +1,15 @@
-"""Plans for ``recover``, ``truncate-dirty``, ``rebuild-cq`` and ``rebuild-index``: what the broker's
-load and recovery would do to a store, computed from the read-only store model.
-
-``plan_recover_one_version`` follows ``DefaultMessageStore.load`` + ``recover`` + ``start``'s reput,
-per version (reference §8.2-§8.12, ``store.rules.VersionRules``):
-
-1. consume queue recovery of every queue (§5.7) -> the max CQ physical offset;
-2. index load: after an abnormal exit, files newer than ``indexMsgTimestamp`` are deleted (§6.9);
-3. the commit log scan from the version's start segment (§8.4/§8.5), dispatching where the
-   broker dispatches (abnormal recovery; 5.3.2+ normal recovery past the CQ max), with the
-   4.9.2-4.9.8 delay quirk (§3.5);
-4. the commit log cut (``truncateDirtyFiles``, §8.9) and, if the CQs reach the cut,
-   ``truncateDirtyLogicFiles`` (§5.8);
-5. 4.5.0-4.9.8: the reput from the max CQ physical offset at start-up (§8.12, rules §2.11);
-6. the checkpoint the broker persists, and the abort file a clean stop removes.
-
-Each step is a function over the ``logkinds.RecoveryRun`` the steps share; what the classic and the
-DLedger commit log (§15.4) do differently is asked of their ``logkinds.LogKind``.
-
-Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the last segment, CQ
-units past each queue's end) so the next scan cannot read them back.
+"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load``
++ ``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12,
+``store.rules.VersionRules``), one step function after the other over a ``logkinds.RecoveryRun``;
+what the classic and the DLedger commit log (§15.4) do differently is asked of their
+``logkinds.LogKind``. Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the
+last segment, CQ units past each queue's end) so the next scan cannot read them back.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
@@ -63,18 +49,13 @@ from ..store.rules import VersionRules
 if TYPE_CHECKING:
     from ..store.walkedchain import WalkedChain
 
-# ---- recover --------------------------------------------------------------------------------
-
 
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
                              cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
-    """Everything the broker's load + recovery + start-up reput would do (module docstring) under
-    the one version the store is read as (``store.rules``; ``planners.plan_recover`` plans under
-    every candidate version and is what callers use), one step after the other over a
-    ``RecoveryRun``; ``logkinds.LogKind`` holds what the classic and the DLedger commit log do
-    differently. ``cache`` keeps the dispatched batches for an apply in the same process;
-    ``walked`` is shown the recovery scan's rows where it checks the CRC, for ``verify_after``
-    (``walkedchain``)."""
+    """The broker's load + recovery + start-up reput (module docstring) under the one version the store
+    is read as (callers use ``planners.plan_recover``, which plans under every candidate). ``cache``
+    keeps the dispatched batches for an apply in this process; ``walked`` is shown the scan's rows
+    where it checks the CRC, for ``verify_after`` (``walkedchain``)."""
     run = _run(store, options, command, cache, walked)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
@@ -104,7 +85,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         tuple(run.actions),
         (),
     )
-    return plan.with_inputs(plan_inputs(store, plan, run.sims, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:

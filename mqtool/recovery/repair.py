@@ -1,26 +1,12 @@
-"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5).
+"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md).
 
-``recover`` reproduces ``DefaultMessageStore.load`` + ``recover`` exactly; afterwards ``verify``
-can still report what no broker start repairs. ``repair`` plans, in order:
-
-1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
-   name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
-   into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
-   with garbage appended is trimmed; so are timer log files and DLedger index files (mapped file
-   queues too) and a ``timerwheel`` of the wrong length. A stray file in ``index/`` stays: ``IndexService.load`` skips
-   it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
-   ``NumberFormatException``, which ``load`` catches, before anything is mapped);
-2. the broker's recovery (``plan_recover``), unchanged;
-3. planned on the store as recovery leaves it, from ``verify``'s own findings: the consume
-   queues with missing, dangling or beyond-the-end entries regenerated from the commit log
-   (``plan_rebuild_cq``), the index regenerated when any entry is wrong (``plan_rebuild_index``),
-   the checkpoint rewritten to the valid log, an unreadable ``config/*.json`` restored from its
-   valid ``.bak``, a left-over abort file removed.
-
-Findings that describe lost data (a damaged record in the middle of the log, a missing
-segment, a config whose ``.bak`` is unreadable too) cannot be repaired: they are listed as
-``lost_data`` in ``remaining``. Every step says whether the broker would do it
-(``beyond_broker``) and ``why``. Nothing here writes: ``mqtool.apply`` executes the plans.
+In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load`` parses every
+file name as an offset and refuses a file of the wrong length; a stray ``index/`` file stays, as
+``IndexService.load`` catches the ``NumberFormatException`` of its name before mapping it); 2. the
+broker's recovery (``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s
+own findings: ``plan_rebuild_cq``, ``plan_rebuild_index``, the checkpoint, ``config/*.json`` from
+its ``.bak``, the abort file. Findings naming lost data are ``lost_data`` in ``remaining``; each
+step says whether the broker would do it (``beyond_broker``). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -298,23 +284,6 @@ class _LostData:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
 
 
-def _names_gone_units(f: Finding) -> bool:
-    """A timer finding naming what is gone: a message past the commit log's end, or units past the
-    timer log's end or before its first file (a deleted file, which TimerMessageStore.recover
-    never walks: the wheel's slots keep naming its units)."""
-    d = f.details or {}
-    return bool(d.get("past_end") or d.get("before_start"))
-
-
-def _timer_unit_lost(f: Finding) -> bool:
-    """A timer log unit that does not name its ``rmq_sys_wheel_timer`` record (verify's error
-    ``timer-reference``): the record is past the commit log's end, or the unit's own fields are
-    damaged (no CRC covers a unit, and ``TimerMessageStore.recoverAndRevise`` keeps any unit of the
-    right size and a flag magic). The broker's dequeue reads no timer message there, so it never
-    delivers that unit's message: lost data, which no rebuild gives back."""
-    return f.kind == "timer-reference" and f.severity == Severity.ERROR
-
-
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
@@ -335,8 +304,14 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     elif f.kind == "abort-present":
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
-        pending = bool((f.details or {}).get("pending"))  # the wheel is gone with the slots of undelivered timer messages
-        out.lost.append(expected(f, lost.holds(f.offset) or _timer_unit_lost(f) or _names_gone_units(f) or pending))
+        d = f.details or {}
+        # lost: a message past the commit log's end; units past the timer log's end or before its first file (a deleted
+        # file, never walked by TimerMessageStore.recover: the wheel's slots keep naming its units); the wheel gone with
+        # the slots of undelivered timer messages (pending); a timer-reference error: the unit names no rmq_sys_wheel_timer
+        # record (past the end, or its fields damaged: no CRC covers a unit, TimerMessageStore.recoverAndRevise keeps it),
+        # so the broker's dequeue never delivers its message
+        gone = d.get("past_end") or d.get("before_start") or d.get("pending") or (f.kind == "timer-reference" and f.severity == Severity.ERROR)
+        out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
     elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
@@ -450,42 +425,30 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
     """The findings of ``verify`` today that the broker's recovery (``recover``) leaves in place:
     those at or past the cut, the abort file and the index files it drops, the entries it
     re-dispatches, and a checkpoint it creates go away; the rest stay."""
-    recovered = _Recovered(recover)
-    return [f for f in findings if not recovered.removes(f)]
+    end = recover.commitlog.valid_end if recover.commitlog is not None else None
+    dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
+    cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
+    ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
+    changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
+    dledger_checkpoint = any(a.op == "write-dledger-checkpoint" for a in recover.actions)
+    checkpoint = recover.checkpoint is not None and recover.checkpoint.changed
 
-
-class _Recovered:
-    """What the broker's recovery of ``recover`` removes (``predict_after_recovery``)."""
-
-    def __init__(self, recover: Plan):
-        self.recover = recover
-        self.end = recover.commitlog.valid_end if recover.commitlog is not None else None
-        self.dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
-        self.cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
-        self.ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
-        self.changed_queues = {(q.topic, q.queue_id) for q in recover.queues if q.files}
-
-    def removes(self, f: Finding) -> bool:
-        recover = self.recover
+    def removes(f: Finding) -> bool:
         return (
             (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
-            or (f.kind in LOST_KINDS and self.end is not None and f.offset is not None and f.offset >= self.end)
-            or self._queue_fixed(f)
-            or self._index_fixed(f)
+            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end))
+            # entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches
+            or (f.kind == "cq-entry-beyond-end" and _queue_of(f) in changed_queues)
+            or (f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, cq_from)))
+            # keys it re-indexes, and findings in the index files it deletes
+            or (f.kind == "index-keys-missing" and _at_or_after(f.offset, ix_from))
+            or (f.kind.startswith("index-") and f.file in dropped)
             or (f.kind == "dledger-index" and _units_fixed(f, recover))
-            or (f.kind == "dledger-checkpoint" and any(a.op == "write-dledger-checkpoint" for a in recover.actions))
-            or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and recover.checkpoint is not None and recover.checkpoint.changed)
+            or (f.kind == "dledger-checkpoint" and dledger_checkpoint)
+            or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    def _queue_fixed(self, f: Finding) -> bool:
-        """Entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches."""
-        if f.kind == "cq-entry-beyond-end":
-            return _queue_of(f) in self.changed_queues
-        return f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, self.cq_from))
-
-    def _index_fixed(self, f: Finding) -> bool:
-        """Keys the recovery re-indexes, and findings in the index files it deletes."""
-        return (f.kind == "index-keys-missing" and _at_or_after(f.offset, self.ix_from)) or (f.kind.startswith("index-") and f.file in self.dropped)
+    return [f for f in findings if not removes(f)]
 
 
 def _at_or_after(offset: int | None, start: int | None) -> bool:
@@ -506,22 +469,12 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
-    """The cross checks (``cq``, ``index``) every finding of which today is one the recovery
-    ``recover`` removes (``predict_after_recovery``), so ``verify_after`` need not run them.
-
-    Neither on a DLedger store or one with LMQ queues to check. Then:
-
-    - ``cq`` when the store has no consume queue (no directory, so no entry to mismatch, dangle
-      or lie past the end: the check can only report records without entries,
-      ``cq-entry-missing``) and the recovery re-dispatches every record from the first segment
-      into the queues (a ``DispatchPhase`` from the commit log's min offset): all are rebuilt;
-    - ``index`` when the recovery keeps no index file (the rest are deleted after the abnormal
-      exit, ``IndexService.load``: ``index-*`` findings naming them go, and with no file left the
-      check can only report ``index-keys-missing``) and re-indexes every record from the first
-      segment.
-
-    A crash that loses the consume queues and index settles both (the bench's crashed copy); one
-    that loses only the index files newer than the checkpoint settles ``index``."""
+    """The cross checks (``cq``, ``index``) all of whose findings today the recovery ``recover``
+    removes, so ``verify_after`` need not run them; none on a DLedger store or one with LMQ queues.
+    ``cq`` when the store has no consume queue (the check could only report ``cq-entry-missing``)
+    and a dispatch phase re-dispatches every record from the commit log's min offset; ``index`` when
+    no index file is kept (``IndexService.load`` deletes the rest after an abnormal exit) and every
+    record is re-indexed from there. A crash that loses queues and index (the bench's) settles both."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -573,16 +526,11 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
-    """``make_plan(walked)`` (a recovery plan of ``store``, its recovery scan shown to ``walked``)
-    with its ``verify_after``.
-
-    When the cross checks may be settled (``cross_checks_may_settle``: the crashed store that
-    lost its consume queues and index), the plan's scan keeps what verify's commit log check
-    would find in the records it walks (``walkedchain.WalkedChain``: CRC verdicts and the other
-    per-record checks), and if the plan settles the cross checks, verify's other checks run
-    after it on that walk: each segment's chain is walked on from where the plan's scan stopped,
-    not from its first byte. Otherwise ``verify_after`` runs after the plan with every check, as
-    it would alone: the result is the same either way. ``before_verify`` runs before verify."""
+    """``make_plan(walked)`` (a recovery plan of ``store``) with its ``verify_after``. When the cross
+    checks may settle (``cross_checks_may_settle``), the plan's scan keeps what verify's commit log
+    check would find in the records it walks (``walkedchain.WalkedChain``), and if the plan settles
+    them, verify's other checks walk on from where that scan stopped; otherwise ``verify_after``
+    runs with every check: the result is the same. ``before_verify`` runs before verify."""
     try:
         may_settle = cross_checks_may_settle(store)
     except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
