@@ -89,11 +89,15 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None) -> None:
     tmp_dir = tmp_dir or path.parent
     makedirs(tmp_dir)
     tmp = tmp_dir / (path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no partial temporary file behind
+        raise
     fsync_dir(path.parent)
 
 

@@ -822,3 +822,25 @@ def test_a_broker_config_that_sets_nothing_mqtool_reads_is_said_to(tmp_path):
     right.write_text("brokerName=broker-a\nmappedFileSizeCommitLog=1048576\n")
     quiet = run("info", store, "--broker-config", right)
     assert quiet.exit_code == 0 and "no setting mqtool reads" not in quiet.stderr, quiet.output
+
+
+def test_a_backup_that_cannot_start_leaves_no_directory_behind(tmp_path):
+    """``recover --yes --backup-dir FULL/bk`` on a full disk said "cannot create the backup ...
+    nothing was changed" (exit 3) but left the empty ``bk/`` (and the directories made for it)
+    behind. Every write fails here as on a full disk (``RLIMIT_FSIZE`` 0, ``EFBIG``)."""
+    import resource
+    import signal
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "store")
+    before = tree(store)
+    target = tmp_path / "new" / "bk"
+
+    def no_writes():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+    done = subprocess.run([sys.executable, "-m", "mqtool", "recover", str(store), "--yes", "--backup-dir", str(target)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, cwd=ROOT, preexec_fn=no_writes)
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr
+    assert "cannot create the backup" in done.stderr and "nothing was changed" in done.stderr, done.stderr
+    assert not (tmp_path / "new").exists() and tree(store) == before

@@ -10,6 +10,7 @@ the store names the backup set of an unfinished apply, which the next modifying 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -88,6 +89,7 @@ class BackupSet:
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls._unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty")
+        made = [] if directory.exists() else [d for d in (directory, *directory.parents) if not d.exists()]
         makedirs(directory)
         manifest = {
             "format": BACKUP_FORMAT,
@@ -97,7 +99,13 @@ class BackupSet:
             "complete": False,
             "plan": plan_doc,
         }
-        write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
+        try:
+            write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
+        except OSError:
+            for d in made:  # the directories made for it, deepest first: a backup that could not start leaves none
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            raise
         return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"))
 
     @staticmethod
