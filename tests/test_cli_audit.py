@@ -437,7 +437,8 @@ def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
 def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_up(tmp_path, monkeypatch):
     """Before: after a failed apply the executor printed `mqtool restore /x/my backup --yes`
     unquoted (the shell splits it at the space), and the temporary file the full disk left
-    (`.mqtool-pending.mqtool-tmp`) stayed in the store, named by nothing."""
+    (`.mqtool-pending.mqtool-tmp`) stayed in the store, named by nothing (now the failed write
+    removes it; a kill in the middle of the write still leaves it)."""
     import errno
 
     from mqtool import fileops
@@ -457,7 +458,9 @@ def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_u
     monkeypatch.setattr(fileops.os, "replace", real_replace)
     undo = shlex.split(err.split("undo it with: ", 1)[1])
     assert undo == ["mqtool", "restore", str(backup), "--yes"]
-    assert (store / ".mqtool-pending.mqtool-tmp").exists()
+    leftover = store / ".mqtool-pending.mqtool-tmp"
+    assert not leftover.exists()  # a failed write removes its temporary file; a kill in the middle leaves it:
+    leftover.write_text(str(backup))
 
     for command in (("info",), ("verify", "--only", "checkpoint")):
         said = run(*command, store).stderr
