@@ -847,3 +847,23 @@ def test_a_backup_that_cannot_start_leaves_no_directory_behind(tmp_path):
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     assert "cannot create the backup" in done.stderr and "nothing was changed" in done.stderr, done.stderr
     assert not (tmp_path / "new").exists() and tree(store) == before
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_sigbus_while_applying_says_how_to_finish_or_undo(inside):
+    """A SIGBUS during ``recover --yes`` on a full tmpfs said only "check the disk and run the
+    command again", not that the store may be partly changed nor how to undo it. Inside the
+    apply's block the line says both; after it, the usual line is back."""
+    code = ("import os, signal; from pathlib import Path; from mqtool.store.mappedfile import exit_on_sigbus; "
+            "from mqtool.cli.repair import explain_interrupt; exit_on_sigbus(); "
+            "block = explain_interrupt(Path('/data/on call/store'), Path('/data/my backup')); "
+            + ("block.__enter__(); " if inside else "block.__enter__(); block.__exit__(None, None, None); ")
+            + "os.kill(os.getpid(), signal.SIGBUS)")
+    done = subprocess.run([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert done.returncode == EXIT_BAD_INPUT and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("mqtool: error: a store file could not be read through its memory map (SIGBUS")
+    if inside:
+        assert "the store may be partly changed: `mqtool info '/data/on call/store'` says whether an apply was interrupted" in done.stderr
+        assert shlex.split(done.stderr.rsplit("undo it with: ", 1)[1]) == ["mqtool", "restore", "/data/my backup", "--yes"]
+    else:
+        assert done.stderr.endswith("; check the disk and run the command again\n")

@@ -27,6 +27,7 @@ from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import Action, CheckpointPlan, CommitLogPlan, DispatchPhase, Expected, IndexPlan, LostMessages, Plan, PlanOptions, QueuePlan
 from ..store.liveness import store_users
+from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
@@ -74,10 +75,12 @@ def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: say in one line what state the store is left in and how to finish
     or undo the apply (``mqtool.apply`` keeps every step restartable and restorable; with
     ``deferred_interrupts`` it stops only before a write, never after its last one)."""
+    undo = f"mqtool restore {shell_path(backup)} --yes"
     try:
-        yield
+        with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted; "
+                         f"finish it with the same command again (with --yes), or undo it with: {undo}"):
+            yield
     except KeyboardInterrupt:
-        undo = f"mqtool restore {shell_path(backup)} --yes"
         if read_pending(root) is not None or backup.exists():
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
         raise Interrupted("interrupted before anything was changed") from None

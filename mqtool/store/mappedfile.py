@@ -6,6 +6,7 @@ import mmap
 import os
 import re
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
@@ -121,6 +122,22 @@ def exit_on_sigbus(*, worker: bool = False) -> None:
 
     install(SIGBUS_MESSAGE, EXIT_BAD_INPUT, worker)
     _sigbus_handled = True
+
+
+@contextmanager
+def sigbus_says(message: str):
+    """Within the block, a SIGBUS (installed by ``exit_on_sigbus``) prints ``message`` after the
+    usual line's cause: a command that writes says what state the store may be in."""
+    if not _sigbus_handled:
+        yield
+        return
+    from ._sigbus import install
+
+    install(SIGBUS_MESSAGE.rstrip(b"\n").rsplit(b"; ", 1)[0] + b"; " + message.encode() + b"\n", EXIT_BAD_INPUT, False)
+    try:
+        yield
+    finally:
+        install(SIGBUS_MESSAGE, EXIT_BAD_INPUT, False)
 
 
 def inferred_file_size(sizes) -> int:
