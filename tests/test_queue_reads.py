@@ -1,7 +1,7 @@
-"""The consume queue's recovery, min offset and unit reads with and without numpy (``ConsumeQueue.recover``,
-``corrected_min_offset``, ``read_entry``: chunked ``pread`` judged with ``array``, §5.7, §5.9)
-give what the numpy view of the same files (``read_units``) gives, on every fixture queue and on
-damage placed at chunk boundaries; and a lookup does not load numpy."""
+"""The consume queue's recovery, min offset and unit reads (``ConsumeQueue.recover`` through the
+compiled ``first_invalid_unit``, ``corrected_min_offset``, ``read_entry``: §5.7, §5.9) give what a
+numpy reading of the same files (``read_units``) gives, on every fixture queue and on damage placed
+at chunk boundaries, for files read whole and mapped alike; and a lookup does not load numpy."""
 
 from __future__ import annotations
 
@@ -19,13 +19,18 @@ from mqtool.store.consumequeue import ENTRY_SIZE, UNIT_DTYPE, read_units
 STORES = sorted((p.parent.name.removeprefix("rocketmq-"), p.name) for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir() and (p / "consumequeue").is_dir())
 
 
+def numpy_first_invalid(units: np.ndarray) -> int:
+    bad = (units["phys_offset"] < 0) | (units["size"] <= 0)
+    return int(np.argmax(bad)) if bad.any() else units.shape[0]
+
+
 def numpy_recover(queue: ConsumeQueue) -> tuple[int, int]:
-    """The recovery loop over numpy views (the previous implementation), as ``(end, max_phys)``."""
+    """The recovery loop over numpy views, as ``(end, max_phys)``."""
     start, max_phys = max(0, len(queue.files) - 3), -1
     for index in range(start, len(queue.files)):
         base, path = queue.files[index]
         units = read_units(path, queue.file_size)
-        stop = cq._first_invalid(units)
+        stop = numpy_first_invalid(units)
         if stop:
             max_phys = int(units["phys_offset"][stop - 1]) + int(units["size"][stop - 1])
         if stop * ENTRY_SIZE < queue.file_size or index + 1 == len(queue.files):
@@ -52,10 +57,11 @@ def assert_queue_equal(queue: ConsumeQueue, cl_min: int) -> None:
             assert (e.phys_offset, e.size, e.tags_code) == tuple(units[i].tolist())
 
 
-@pytest.fixture(params=["words", "numpy"])
+@pytest.fixture(params=["read", "mapped"])
 def recovery_path(request, monkeypatch):
-    """Each test on both of ``_valid_prefix``'s paths: without numpy (a lookup) and on the numpy view (a scan)."""
-    monkeypatch.setattr(cq, "_numpy_loaded", lambda: request.param == "numpy")
+    """Each test on both of ``_valid_prefix``'s reads: a file read whole, and one mapped."""
+    if request.param == "mapped":
+        monkeypatch.setattr(cq, "READ_BELOW", 0)
 
 
 @pytest.mark.parametrize("version,name", STORES)
