@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import KINDS, beyond_lost, damage, damage_run, run, tree
+from damage_support import DAMAGES, DISK_FAULTS, KINDS, beyond_lost, damage, damage_run, run, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -324,6 +324,17 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
+@pytest.mark.parametrize("store,seed", [("4.9.2/retention-small", 7000128)])
+def test_disk_fault_runs_that_failed_before(store, seed, tmp_path):
+    """Runs of ``damage_run.py --disk-faults`` (the damages with emptied files, misdirected pages, files grown with
+    zeros), with the survivors oracle. 7000128: a queue file deleted in a store whose recovery dispatches that queue's
+    last record anew: the records before it get their entries back from repair's rebuild
+    (``test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries``)."""
+    version, name = store.split("/")
+    out = damage_run(version, name, seed, tmp_path, kinds=DAMAGES + DISK_FAULTS, survivors_kept=True)
+    assert out.problem is None, (out.damages, out.detail)
+
+
 SEGMENT = 1 << 20  # the fixtures' commit log segment size
 
 
@@ -418,6 +429,25 @@ def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_p
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
     assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]
+
+
+def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):
+    """4.9.2's normal recovery dispatches again from the consume queues' max (rules §2.11), the log's last record: with
+    its queue's file deleted, ``putMessagePositionInfo`` creates the queue with fillers up to that record's queue offset
+    (``fillPreBlank``). The queue's earlier records in the log were never dispatched to it, not skipped as "Build
+    consume queue repeatedly": repair's rebuild gives them their entries, where the broker first wrote them. verify
+    called them lost data (``record_damaged``), and repair left 41 records unconsumable (damage seed 7000128)."""
+    root = copy_store("4.9.2", "retention-small", tmp_path)
+    present = [m for m in manifest("4.9.2", "retention-small")["messages"] if m.get("present") and m.get("dispatched")]
+    last = max(present, key=lambda m: m["commitLogOffset"])
+    first = min(m["queueOffset"] for m in present if (m["topic"], m["queueId"]) == (last["topic"], last["queueId"]))
+    queue = root / "consumequeue" / last["topic"] / str(last["queueId"]) / f"{0:020d}"
+    original = queue.read_bytes()
+    queue.unlink()
+    rc, findings = repaired_findings(root, "4.9.2")
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    rebuilt = queue.read_bytes()
+    assert rebuilt[first * 20 : (last["queueOffset"] + 1) * 20] == original[first * 20 : (last["queueOffset"] + 1) * 20] and first < last["queueOffset"]
 
 
 def test_a_rebuild_the_broker_version_decides_is_refused_and_the_recovery_undone(tmp_path):

@@ -201,6 +201,7 @@ class QueueCursor:
         # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._appended``);
         # before the queue's first entry, one less than it: the first record belongs there
         self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
+        self.placed = False  # a record of the queue was found at its entry: last_pos is a write position the dispatch reached
 
     @property
     def entries(self) -> int:
@@ -455,7 +456,7 @@ class ConsumeQueueCheck:
         for qkey, cursor, g, compared in plan:
             if compared:
                 cursor.skip(counts[g])
-                cursor.last_pos = int(queue_offsets[last[g]])  # the join found every entry at its record's QUEUEOFFSET
+                cursor.last_pos, cursor.placed = int(queue_offsets[last[g]]), True  # the join found every entry at its record's QUEUEOFFSET
                 self.ext_addresses += int(ext[g])
                 continue
             if cursor is None:
@@ -486,7 +487,7 @@ class ConsumeQueueCheck:
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
-            cursor.last_pos = head.queue_offset
+            cursor.last_pos, cursor.placed = head.queue_offset, True
             cursor.skip(1)
         elif self._skipped_by_dispatch(cursor, record.queue_offset):
             self.emit(self._record_skipped(cursor, record))
@@ -551,8 +552,10 @@ class ConsumeQueueCheck:
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
         record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10; from 4.2.0,
-        rules §3.3: older brokers append it at the write position)."""
-        return self.repeat_guard and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+        rules §3.3: older brokers append it at the write position). Before the queue's first entry no dispatch of the
+        queue reached a write position: a record there was never dispatched (its queue file gone when the reput
+        started after it, damage seed 7000128), and a rebuild gives it its entry."""
+        return self.repeat_guard and cursor.placed and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
 
     def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
         """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
