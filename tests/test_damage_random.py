@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import DAMAGES, DISK_FAULTS, KINDS, beyond_lost, damage, damage_run, run, tree
+from damage_support import DAMAGES, DISK_FAULTS, KINDS, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -429,6 +429,22 @@ def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_p
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
     assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_zero_length_segment_before_the_last_is_quarantined_not_padded(tmp_path, version):
+    """A commit log segment before the last left empty (its data never reached the disk: ``damage_run --disk-faults``):
+    the broker refuses to load it (rules §2.13, ``MappedFileQueue.load``). It holds nothing, as a deleted segment
+    does; padded with zeros (as repair did) it read as the end of the written data, and the broker's normal
+    recovery, which scans the last three segments, deleted the two after it with their messages. Quarantined, the
+    messages after it fare as on the repaired undamaged fixture."""
+    root = copy_store(version, "clean-small", tmp_path)
+    (root / "commitlog" / f"{2 * SEGMENT:020d}").write_bytes(b"")
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    after = [i for i in kept_messages(manifest(version, "clean-small")["messages"], None) if i not in kept_messages(manifest(version, "clean-small")["messages"], 3 * SEGMENT)]
+    baseline, now = repaired_fixture(version, "clean-small", tmp_path), survivors(root, version, after, tmp_path)
+    assert after and {i: now.get(i) for i in after} == {i: baseline[i] for i in after}
 
 
 def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):

@@ -101,7 +101,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     """Stray files the broker would choke on and commit log segments or timer log files of the wrong length, found
     from the directory listings alone (the store model cannot open a store holding them). A
     zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
-    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out)."""
+    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out);
+    an earlier one is quarantined too, as a deleted file: padded, its zeros would end the recovery there."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -218,6 +219,10 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
                 if store is None or store.eras_where("zero_length_last_file_refused"):
                     quarantine(path, f"a zero-length last {noun}: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
                                      "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                continue
+            if size == 0:
+                quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
+                                 f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
                 continue
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
