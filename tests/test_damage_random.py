@@ -447,6 +447,19 @@ def test_a_zero_length_segment_before_the_last_is_quarantined_not_padded(tmp_pat
     assert after and {i: now.get(i) for i in after} == {i: baseline[i] for i in after}
 
 
+def test_a_recovery_planned_after_the_file_fixes_says_what_its_cut_throws_away(tmp_path):
+    """A segment before the last two cut short: repair pads it (the broker refuses to load it), and only then plans
+    the broker's recovery, which cuts the log inside that segment and deletes the two after it. The plan shown
+    before --yes could not list those messages; the recovery's DAMAGE note (the count it throws away) is said when
+    it is planned, before it is applied (it was said nowhere)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    segment = root / "commitlog" / f"{2 * SEGMENT:020d}"
+    segment.write_bytes(segment.read_bytes()[:5000])
+    thrown = [m for m in manifest("4.9.7", "clean-small")["messages"] if m["commitLogOffset"] >= 3 * SEGMENT]  # the valid ones after the cut
+    rc, _, err = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == EXIT_OK and f"throws away the {len(thrown)} valid message(s)" in err, err
+
+
 def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):
     """4.9.2's normal recovery dispatches again from the consume queues' max (rules §2.11), the log's last record: with
     its queue's file deleted, ``putMessagePositionInfo`` creates the queue with fillers up to that record's queue offset
