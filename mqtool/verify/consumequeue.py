@@ -385,7 +385,7 @@ class ConsumeQueueCheck:
             # the broker wrote them in order, so the range's first record of the queue belongs at the next entry
             while cursor.head is not None and cursor.head.phys < self.lower:
                 cursor.skip(1)
-                cursor.last_pos = None if cursor.head is None else cursor.head.queue_offset - 1
+                cursor.last_pos, cursor.placed = (None if cursor.head is None else cursor.head.queue_offset - 1), True
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
