@@ -460,6 +460,26 @@ def test_a_recovery_planned_after_the_file_fixes_says_what_its_cut_throws_away(t
     assert rc == EXIT_OK and f"throws away the {len(thrown)} valid message(s)" in err, err
 
 
+@pytest.mark.parametrize("version,change", [("4.9.7", "grown"), ("5.3.3", "cut"), ("4.4.0", "grown")])
+def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_path, version, change):
+    """A consume queue file grown by a page of zeros (a file system's misdirected extension, ``damage_run
+    --disk-faults``) or cut past its data: ``MappedFileQueue.load`` refuses a file of the wrong length (rules §2.13:
+    4.5.0+ brokers do not start, 4.4.0 leaves the queue's files out). Every entry still read as before, so verify
+    called the store sound and repair left it; now verify reports ``cq-file-size`` and repair's rebuild writes the
+    file at full size, with the same entries."""
+    root = copy_store(version, "clean-small", tmp_path)
+    queue = root / "consumequeue" / "TopicTest" / "1" / f"{0:020d}"
+    original = queue.read_bytes()
+    queue.write_bytes(original + bytes(4096) if change == "grown" else original[: len(original.rstrip(b"\0")) + 20 * 7])
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    assert [(f["kind"], f["found"], f["expected"]) for f in map(json.loads, out.splitlines()[:-1]) if f["severity"] != "info"] == [
+        ("cq-file-size", queue.stat().st_size, len(original))
+    ]
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert queue.read_bytes() == original
+
+
 def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):
     """4.9.2's normal recovery dispatches again from the consume queues' max (rules §2.11), the log's last record: with
     its queue's file deleted, ``putMessagePositionInfo`` creates the queue with fillers up to that record's queue offset

@@ -380,6 +380,7 @@ class ConsumeQueueCheck:
         for queue in store.consume_queues:
             if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks them
                 continue
+            self._file_sizes(queue)
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
             # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
             # the broker wrote them in order, so the range's first record of the queue belongs at the next entry
@@ -392,6 +393,22 @@ class ConsumeQueueCheck:
         self._dispatched: dict[int, bool] = {}
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
+
+    def _file_sizes(self, queue: ConsumeQueue) -> None:
+        """A queue file of another length than the consume queue file size (cut past its data, grown by a file
+        system): ``MappedFileQueue.load`` refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves
+        it and the queue's later files out (3.2.6-4.4.0, 4.9.2; rules §2.13). The entries it holds read as ever:
+        ``rebuild-cq`` writes the queue's files at full size."""
+        for _, path in queue.files:
+            size = path.stat().st_size
+            if size != queue.file_size:
+                self.emit(error(
+                    "cq-file-size",
+                    f"consume queue {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
+                    "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
+                    file=relative(self.store, path), expected=queue.file_size, found=size,
+                    details={"topic": queue.topic, "queue_id": queue.queue_id},
+                ))
 
     # ---- plumbing ----
 
