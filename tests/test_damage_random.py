@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import DAMAGES, DISK_FAULTS, KINDS, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
+from damage_support import DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -324,14 +324,16 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
-@pytest.mark.parametrize("store,seed", [("4.9.2/retention-small", 7000128)])
-def test_disk_fault_runs_that_failed_before(store, seed, tmp_path):
+@pytest.mark.parametrize("store,seed,lost_pages", [("4.9.2/retention-small", 7000128, False), ("5.3.3/dledger-crashed-cqloss", 6400030, True)])
+def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
     """Runs of ``damage_run.py --disk-faults`` (the damages with emptied files, misdirected pages, files grown with
-    zeros), with the survivors oracle. 7000128: a queue file deleted in a store whose recovery dispatches that queue's
-    last record anew: the records before it get their entries back from repair's rebuild
-    (``test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries``)."""
+    zeros; ``lost_pages``: with ``--lost-pages`` too), with the survivors oracle. 7000128: a queue file deleted in a
+    store whose recovery dispatches that queue's last record anew: the records before it get their entries back from
+    repair's rebuild (``test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries``). 6400030: the
+    lone DLedger index file left empty: repair failed (exit 5, its size inferred as 0); DLedger's ``MmapFileList.load``
+    refuses it in every version, so it is quarantined and the broker's recovery writes the index anew."""
     version, name = store.split("/")
-    out = damage_run(version, name, seed, tmp_path, kinds=DAMAGES + DISK_FAULTS, survivors_kept=True)
+    out = damage_run(version, name, seed, tmp_path, kinds=(LOST_PAGES if lost_pages else DAMAGES) + DISK_FAULTS, survivors_kept=True)
     assert out.problem is None, (out.damages, out.detail)
 
 
@@ -478,6 +480,24 @@ def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_pat
     rc, findings = repaired_findings(root, version)
     assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
     assert queue.read_bytes() == original
+
+
+def test_stores_whose_files_are_all_empty_are_read_and_repaired(tmp_path):
+    """Every commit log segment left empty (the last two of 4.9.2's retention store), and the lone DLedger index file
+    of a DLedger store: no size can be inferred from a zero-length file. ``info`` failed on the first (exit 5,
+    a segment size of 0), repair on the second (exit 5); now the empty segment before the last is quarantined and
+    the DLedger index file too (DLedger's ``MmapFileList.load`` refuses it: ``DLedgerMmapFileStore.load`` exits)."""
+    root = copy_store("4.9.2", "retention-small", tmp_path / "a")
+    for segment in (root / "commitlog").iterdir():
+        segment.write_bytes(b"")
+    assert run("info", root, timeout=TIMEOUT)[0] == EXIT_OK
+    rc, findings = repaired_findings(root, "4.9.2")
+    assert rc in (EXIT_OK, EXIT_FINDINGS) and not beyond_lost(findings)
+    root = copy_store("4.9.7", "dledger-small", tmp_path / "b")
+    (root / "dledger-n0" / "index" / f"{0:020d}").write_bytes(b"")
+    rc, findings = repaired_findings(root, "4.9.7")
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert (root / "dledger-n0" / "index" / f"{0:020d}").stat().st_size > 0
 
 
 def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):

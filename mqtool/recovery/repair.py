@@ -119,7 +119,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
         _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
     for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, resize, alone=_dledger_index_size)
+        # store None: MmapFileList.doLoad refuses a zero-length last file as well (DLedgerMmapFileStore.load exits), in every era
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
     cq_dir = root / "consumequeue"
     for topic in _files(cq_dir, dirs=True):
@@ -207,9 +208,11 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         else:
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
+    expected = None  # no file tells the size: only zero-length files, each handled below without it
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
         expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
+    if segments:
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
@@ -217,8 +220,8 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
                 continue
             if size == 0 and base == last:
                 if store is None or store.eras_where("zero_length_last_file_refused"):
-                    quarantine(path, f"a zero-length last {noun}: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
-                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                    which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
+                    quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
                 continue
             if size == 0:
                 quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
