@@ -500,6 +500,25 @@ def test_stores_whose_files_are_all_empty_are_read_and_repaired(tmp_path):
     assert (root / "dledger-n0" / "index" / f"{0:020d}").stat().st_size > 0
 
 
+@pytest.mark.parametrize("change", ["cut", "grown", "emptied"])
+def test_a_dledger_data_file_of_the_wrong_length_is_repaired(tmp_path, change):
+    """A DLedger data file cut short, grown with zeros or left empty: DLedger's ``MmapFileList.load`` refuses it and
+    ``DLedgerMmapFileStore.load`` exits, and mqtool could not read the store either, so repair refused it (exit 3).
+    As for commit log segments, repair pads a short file with zeros, trims a grown one and quarantines an empty
+    one, then plans the broker's recovery; what the damage took is lost data and ``restore`` gives the copy back."""
+    root = copy_store("5.3.3", "dledger-small", tmp_path)
+    data = root / "dledger-n0" / "data" / f"{SEGMENT:020d}"
+    original = data.read_bytes()
+    data.write_bytes({"cut": original[:300000], "grown": original + bytes(4096), "emptied": b""}[change])
+    damaged = tree(root)
+    assert run("info", root, timeout=TIMEOUT)[0] == EXIT_BAD_INPUT  # the store model reads no such store
+    rc, _, err = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == (EXIT_OK if change == "grown" else EXIT_FINDINGS), err
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", "5.3.3", timeout=TIMEOUT)
+    assert not beyond_lost([json.loads(line) for line in out.splitlines()][:-1])
+    assert run("restore", tmp_path / "backup", "--yes", timeout=TIMEOUT)[0] == EXIT_OK and tree(root) == damaged
+
+
 def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):
     """4.9.2's normal recovery dispatches again from the consume queues' max (rules §2.11), the log's last record: with
     its queue's file deleted, ``putMessagePositionInfo`` creates the queue with fillers up to that record's queue offset

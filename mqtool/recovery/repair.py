@@ -6,7 +6,7 @@ can still report what no broker start repairs. ``repair`` plans, in order:
 1. file-level fixes the broker cannot even load past (``MappedFileQueue.load`` parses every file
    name in ``commitlog/`` and refuses a segment of the wrong length): stray files are quarantined
    into the backup, a segment cut short is padded with zeros (its missing bytes are lost) and one
-   with garbage appended is trimmed; so are timer log files and DLedger index files (mapped file
+   with garbage appended is trimmed; so are timer log files and DLedger data and index files (mapped file
    queues too) and a ``timerwheel`` of the wrong length. A stray file in ``index/`` stays: ``IndexService.load`` skips
    it in every version (the ``MappedFile`` constructor's ``Long.parseLong`` of its name throws a
    ``NumberFormatException``, which ``load`` catches, before anything is mapped);
@@ -118,8 +118,11 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
         _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
-    for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        # store None: MmapFileList.doLoad refuses a zero-length last file as well (DLedgerMmapFileStore.load exits), in every era
+    # DLedger's MmapFileList.load refuses a file of the wrong length too, a zero-length last one as well (store None: in
+    # every era), and DLedgerMmapFileStore.load exits
+    for data_dir in sorted(root.glob("dledger-*/data")):
+        _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
+    for index_dir in sorted(root.glob("dledger-*/index")):
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
     cq_dir = root / "consumequeue"
