@@ -489,8 +489,8 @@ class _Recovered:
         )
 
     def _queue_fixed(self, f: Finding) -> bool:
-        """Entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches."""
-        if f.kind == "cq-entry-beyond-end":
+        """Entries past the end of a queue the recovery rewrites (at full size: its files' length too), and missing ones it re-dispatches."""
+        if f.kind in ("cq-entry-beyond-end", "cq-file-size"):
             return _queue_of(f) in self.changed_queues
         return f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, self.cq_from))
 
