@@ -444,7 +444,9 @@ def test_a_zero_length_segment_before_the_last_is_quarantined_not_padded(tmp_pat
     (root / "commitlog" / f"{2 * SEGMENT:020d}").write_bytes(b"")
     rc, findings = repaired_findings(root, version)
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
-    after = [i for i in kept_messages(manifest(version, "clean-small")["messages"], None) if i not in kept_messages(manifest(version, "clean-small")["messages"], 3 * SEGMENT)]
+    messages = manifest(version, "clean-small")["messages"]
+    before = set(kept_messages(messages, 3 * SEGMENT))
+    after = [i for i in kept_messages(messages, None) if i not in before]  # those wholly in the two segments after it
     baseline, now = repaired_fixture(version, "clean-small", tmp_path), survivors(root, version, after, tmp_path)
     assert after and {i: now.get(i) for i in after} == {i: baseline[i] for i in after}
 
@@ -467,8 +469,8 @@ def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_pat
     """A consume queue file grown by a page of zeros (a file system's misdirected extension, ``damage_run
     --disk-faults``) or cut past its data: ``MappedFileQueue.load`` refuses a file of the wrong length (rules §2.13:
     4.5.0+ brokers do not start, 4.4.0 leaves the queue's files out). Every entry still read as before, so verify
-    called the store sound and repair left it; now verify reports ``cq-file-size`` and repair's rebuild writes the
-    file at full size, with the same entries."""
+    called the store sound and repair left it; now verify reports ``cq-file-size``, and repair writes the file at full
+    size (the recovery's rewrite of the queue, else the rebuild), with the same entries."""
     root = copy_store(version, "clean-small", tmp_path)
     queue = root / "consumequeue" / "TopicTest" / "1" / f"{0:020d}"
     original = queue.read_bytes()

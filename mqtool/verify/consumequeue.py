@@ -398,7 +398,7 @@ class ConsumeQueueCheck:
         """A queue file of another length than the consume queue file size (cut past its data, grown by a file
         system): ``MappedFileQueue.load`` refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves
         it and the queue's later files out (3.2.6-4.4.0, 4.9.2; rules §2.13). The entries it holds read as ever:
-        ``rebuild-cq`` writes the queue's files at full size."""
+        ``recover``'s rewrite of the queue or ``rebuild-cq`` writes its files at full size."""
         for _, path in queue.files:
             size = path.stat().st_size
             if size != queue.file_size:
