@@ -2,7 +2,8 @@
 (issue #11, #28): shared by ``tests/test_damage_random.py`` and ``bench/damage_run.py``.
 
 A run damages a copy 1-3 times (bit flips, cut files, zeroed ranges, garbage appended, stray
-files, deleted files, consume queue files cut), runs ``repair --yes`` and ``verify``, then
+files, deleted files, consume queue files cut; with ``LOST_PAGES`` and ``DISK_FAULTS`` also zeroed
+tails, emptied files, misdirected pages, files grown with zeros), runs ``repair --yes`` and ``verify``, then
 ``mqtool restore`` of the repair's backup, and sorts the outcome: a traceback, a hang (the
 per-command timeout), an undocumented exit code, a store not sound after the repair beyond the
 truly lost data, a restore that does not give back the damaged copy byte for byte, or ok.
@@ -27,6 +28,10 @@ from mqtool.verify import Finding, Severity
 DAMAGES = ("bit-flips", "cut-file", "zeroed-range", "garbage-appended", "stray-file", "deleted-file", "cut-queue-file")
 # with the pages a crash loses (``damage_run.py --lost-pages``): a file's tail, or a directory's last files, read as zeros
 LOST_PAGES = DAMAGES + ("zeroed-tail",)
+# the faults of a disk or a crash the others do not make (``damage_run.py --disk-faults``): a file left empty (created,
+# or its data not yet flushed, when the machine stopped; half the time its directory's newest file), a page written where
+# another page of the file belongs (a misdirected write: the bytes of elsewhere in the file), a file grown with zeros
+DISK_FAULTS = ("emptied-file", "misdirected-page", "zero-extended")
 DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
 # Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
 # batch and real-config stores): `repair` leaves every undamaged one sound.
@@ -44,6 +49,8 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
     files = store_files(root)
     if kind == "cut-queue-file":
         files = [p for p in files if p.relative_to(root).parts[0] == "consumequeue"] or files
+    if kind == "misdirected-page":
+        files = [p for p in files if p.stat().st_size >= 2 * 4096] or files
     part = rng.choice(sorted({p.relative_to(root).parts[0] for p in files}))
     target = rng.choice([p for p in files if p.relative_to(root).parts[0] == part])
     rel = target.relative_to(root)
@@ -75,6 +82,22 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
         for p in later:
             p.write_bytes(bytes(p.stat().st_size))
         return f"{rel} zeroed from {start} to its end" + (f", and the {len(later)} later files of its directory" if later else "")
+    if kind == "emptied-file":
+        if rng.random() < 0.5:
+            target = max(p for p in files if p.parent == target.parent)
+            rel = target.relative_to(root)
+        target.write_bytes(b"")
+        return f"{rel} left empty"
+    if kind == "misdirected-page":
+        page = 4096 if size >= 2 * 4096 else max(1, size // 2)
+        src, dst = rng.sample(range(size // page), 2) if size // page >= 2 else (0, 0)
+        data[dst * page : dst * page + page] = data[src * page : src * page + page]
+        target.write_bytes(data)
+        return f"page {src} of {rel} written over its page {dst} ({page} bytes)"
+    if kind == "zero-extended":
+        n = rng.choice([4096, size, rng.randrange(1, size + 1)])
+        target.write_bytes(bytes(data) + bytes(n))
+        return f"{rel} grown by {n} zero bytes"
     if kind == "garbage-appended":
         n = rng.choice([1, 20, 1000, 5000])
         target.write_bytes(bytes(data) + rng.randbytes(n))

@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import KINDS, beyond_lost, damage, damage_run, run, tree
+from damage_support import DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -324,6 +324,19 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
+@pytest.mark.parametrize("store,seed,lost_pages", [("4.9.2/retention-small", 7000128, False), ("5.3.3/dledger-crashed-cqloss", 6400030, True)])
+def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
+    """Runs of ``damage_run.py --disk-faults`` (the damages with emptied files, misdirected pages, files grown with
+    zeros; ``lost_pages``: with ``--lost-pages`` too), with the survivors oracle. 7000128: a queue file deleted in a
+    store whose recovery dispatches that queue's last record anew: the records before it get their entries back from
+    repair's rebuild (``test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries``). 6400030: the
+    lone DLedger index file left empty: repair failed (exit 5, its size inferred as 0); DLedger's ``MmapFileList.load``
+    refuses it in every version, so it is quarantined and the broker's recovery writes the index anew."""
+    version, name = store.split("/")
+    out = damage_run(version, name, seed, tmp_path, kinds=(LOST_PAGES if lost_pages else DAMAGES) + DISK_FAULTS, survivors_kept=True)
+    assert out.problem is None, (out.damages, out.detail)
+
+
 SEGMENT = 1 << 20  # the fixtures' commit log segment size
 
 
@@ -418,6 +431,113 @@ def test_a_queue_offset_field_below_its_place_is_lost_data_after_a_rebuild(tmp_p
     assert rc == EXIT_FINDINGS and not beyond_lost(findings)
     skipped = [f for f in findings if f["kind"] == "cq-entry-missing" and f["offset"] == target["commitLogOffset"]]
     assert [(f["found"], f["expected"], f["details"]["record_damaged"]) for f in skipped] == [(4, 12, True)]
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_zero_length_segment_before_the_last_is_quarantined_not_padded(tmp_path, version):
+    """A commit log segment before the last left empty (its data never reached the disk: ``damage_run --disk-faults``):
+    the broker refuses to load it (rules §2.13, ``MappedFileQueue.load``). It holds nothing, as a deleted segment
+    does; padded with zeros (as repair did) it read as the end of the written data, and the broker's normal
+    recovery, which scans the last three segments, deleted the two after it with their messages. Quarantined, the
+    messages after it fare as on the repaired undamaged fixture."""
+    root = copy_store(version, "clean-small", tmp_path)
+    (root / "commitlog" / f"{2 * SEGMENT:020d}").write_bytes(b"")
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_FINDINGS and not beyond_lost(findings)
+    messages = manifest(version, "clean-small")["messages"]
+    before = set(kept_messages(messages, 3 * SEGMENT))
+    after = [i for i in kept_messages(messages, None) if i not in before]  # those wholly in the two segments after it
+    baseline, now = repaired_fixture(version, "clean-small", tmp_path), survivors(root, version, after, tmp_path)
+    assert after and {i: now.get(i) for i in after} == {i: baseline[i] for i in after}
+
+
+def test_a_recovery_planned_after_the_file_fixes_says_what_its_cut_throws_away(tmp_path):
+    """A segment before the last two cut short: repair pads it (the broker refuses to load it), and only then plans
+    the broker's recovery, which cuts the log inside that segment and deletes the two after it. The plan shown
+    before --yes could not list those messages; the recovery's DAMAGE note (the count it throws away) is said when
+    it is planned, before it is applied (it was said nowhere)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    segment = root / "commitlog" / f"{2 * SEGMENT:020d}"
+    segment.write_bytes(segment.read_bytes()[:5000])
+    thrown = [m for m in manifest("4.9.7", "clean-small")["messages"] if m["commitLogOffset"] >= 3 * SEGMENT]  # the valid ones after the cut
+    rc, _, err = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == EXIT_OK and f"throws away the {len(thrown)} valid message(s)" in err, err
+
+
+@pytest.mark.parametrize("version,change", [("4.9.7", "grown"), ("5.3.3", "cut"), ("4.4.0", "grown")])
+def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_path, version, change):
+    """A consume queue file grown by a page of zeros (a file system's misdirected extension, ``damage_run
+    --disk-faults``) or cut past its data: ``MappedFileQueue.load`` refuses a file of the wrong length (rules §2.13:
+    4.5.0+ brokers do not start, 4.4.0 leaves the queue's files out). Every entry still read as before, so verify
+    called the store sound and repair left it; now verify reports ``cq-file-size``, and repair writes the file at full
+    size (the recovery's rewrite of the queue, else the rebuild), with the same entries."""
+    root = copy_store(version, "clean-small", tmp_path)
+    queue = root / "consumequeue" / "TopicTest" / "1" / f"{0:020d}"
+    original = queue.read_bytes()
+    queue.write_bytes(original + bytes(4096) if change == "grown" else original[: len(original.rstrip(b"\0")) + 20 * 7])
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    assert [(f["kind"], f["found"], f["expected"]) for f in map(json.loads, out.splitlines()[:-1]) if f["severity"] != "info"] == [
+        ("cq-file-size", queue.stat().st_size, len(original))
+    ]
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert queue.read_bytes() == original
+
+
+def test_stores_whose_files_are_all_empty_are_read_and_repaired(tmp_path):
+    """Every commit log segment left empty (the last two of 4.9.2's retention store), and the lone DLedger index file
+    of a DLedger store: no size can be inferred from a zero-length file. ``info`` failed on the first (exit 5,
+    a segment size of 0), repair on the second (exit 5); now the empty segment before the last is quarantined and
+    the DLedger index file too (DLedger's ``MmapFileList.load`` refuses it: ``DLedgerMmapFileStore.load`` exits)."""
+    root = copy_store("4.9.2", "retention-small", tmp_path / "a")
+    for segment in (root / "commitlog").iterdir():
+        segment.write_bytes(b"")
+    assert run("info", root, timeout=TIMEOUT)[0] == EXIT_OK
+    rc, findings = repaired_findings(root, "4.9.2")
+    assert rc in (EXIT_OK, EXIT_FINDINGS) and not beyond_lost(findings)
+    root = copy_store("4.9.7", "dledger-small", tmp_path / "b")
+    (root / "dledger-n0" / "index" / f"{0:020d}").write_bytes(b"")
+    rc, findings = repaired_findings(root, "4.9.7")
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert (root / "dledger-n0" / "index" / f"{0:020d}").stat().st_size > 0
+
+
+@pytest.mark.parametrize("change", ["cut", "grown", "emptied"])
+def test_a_dledger_data_file_of_the_wrong_length_is_repaired(tmp_path, change):
+    """A DLedger data file cut short, grown with zeros or left empty: DLedger's ``MmapFileList.load`` refuses it and
+    ``DLedgerMmapFileStore.load`` exits, and mqtool could not read the store either, so repair refused it (exit 3).
+    As for commit log segments, repair pads a short file with zeros, trims a grown one and quarantines an empty
+    one, then plans the broker's recovery; what the damage took is lost data and ``restore`` gives the copy back."""
+    root = copy_store("5.3.3", "dledger-small", tmp_path)
+    data = root / "dledger-n0" / "data" / f"{SEGMENT:020d}"
+    original = data.read_bytes()
+    data.write_bytes({"cut": original[:300000], "grown": original + bytes(4096), "emptied": b""}[change])
+    damaged = tree(root)
+    assert run("info", root, timeout=TIMEOUT)[0] == EXIT_BAD_INPUT  # the store model reads no such store
+    rc, _, err = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == (EXIT_OK if change == "grown" else EXIT_FINDINGS), err
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", "5.3.3", timeout=TIMEOUT)
+    assert not beyond_lost([json.loads(line) for line in out.splitlines()][:-1])
+    assert run("restore", tmp_path / "backup", "--yes", timeout=TIMEOUT)[0] == EXIT_OK and tree(root) == damaged
+
+
+def test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries(tmp_path):
+    """4.9.2's normal recovery dispatches again from the consume queues' max (rules §2.11), the log's last record: with
+    its queue's file deleted, ``putMessagePositionInfo`` creates the queue with fillers up to that record's queue offset
+    (``fillPreBlank``). The queue's earlier records in the log were never dispatched to it, not skipped as "Build
+    consume queue repeatedly": repair's rebuild gives them their entries, where the broker first wrote them. verify
+    called them lost data (``record_damaged``), and repair left 41 records unconsumable (damage seed 7000128)."""
+    root = copy_store("4.9.2", "retention-small", tmp_path)
+    present = [m for m in manifest("4.9.2", "retention-small")["messages"] if m.get("present") and m.get("dispatched")]
+    last = max(present, key=lambda m: m["commitLogOffset"])
+    first = min(m["queueOffset"] for m in present if (m["topic"], m["queueId"]) == (last["topic"], last["queueId"]))
+    queue = root / "consumequeue" / last["topic"] / str(last["queueId"]) / f"{0:020d}"
+    original = queue.read_bytes()
+    queue.unlink()
+    rc, findings = repaired_findings(root, "4.9.2")
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    rebuilt = queue.read_bytes()
+    assert rebuilt[first * 20 : (last["queueOffset"] + 1) * 20] == original[first * 20 : (last["queueOffset"] + 1) * 20] and first < last["queueOffset"]
 
 
 def test_a_rebuild_the_broker_version_decides_is_refused_and_the_recovery_undone(tmp_path):

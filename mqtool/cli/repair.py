@@ -173,9 +173,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     finally:
         store.close()
     emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
-    for n in plan.notes:
-        if n.startswith("DAMAGE:"):
-            note(n)  # again on stderr, after the plan: the last thing the operator reads before --yes
+    _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(Path(plan_out), plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
@@ -193,6 +191,13 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     s = backup.summary()
     note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
     note(f"undo with: mqtool restore {shell_path(target)} --yes")
+
+
+def _note_damage(plan: Plan) -> None:
+    """The plan's ``DAMAGE:`` notes (valid messages a recovery cut throws away) on stderr."""
+    for n in plan.notes:
+        if n.startswith("DAMAGE:"):
+            note(n)
 
 
 def modifying(command: str):
@@ -337,8 +342,11 @@ def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
     if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
         from ..store.nextstart import next_start
 
-        with open_store(root, broker_config, broker_version) as opened:
-            found = next_start(opened)
+        try:
+            with open_store(root, broker_config, broker_version) as opened:
+                found = next_start(opened)
+        except BadInput:  # not even the store model reads it (a DLedger file of the wrong length): the plan's note says why
+            return doc
         doc = doc if found is None else {**doc, "next_start": found.as_dict()}
     return doc
 
@@ -383,6 +391,10 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         recover_plan = planners().plan_recover(opened, cache=cache)
         eras = opened.version_guess.eras
     if not recover_plan.is_empty:
+        if plan.files is not None and any(n.startswith("DAMAGE:") for n in recover_plan.notes):  # planned only now, on the fixed files
+            _note_damage(recover_plan)
+            note("(that recovery was planned once the file fixes were applied, so the plan shown could not list what it throws away; "
+                 "the undo line below gives it back)")
         stages.apply("recover", recover_plan, cache)
 
     def recovered(make):

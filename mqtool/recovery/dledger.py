@@ -58,9 +58,9 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
 
 
 def index_file_size(store: Store) -> int:
-    """The length of the DLedger index files: that of the files there, else DLedger's default
-    (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
-    sizes = [p.stat().st_size for _, p in store.commitlog.layout.index_files()]
+    """The length of the DLedger index files: that of the files there (an empty one tells none), else DLedger's
+    default (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
+    sizes = [size for size in (p.stat().st_size for _, p in store.commitlog.layout.index_files()) if size]
     return inferred_file_size(sizes) if sizes else DLEDGER_INDEX_FILE_SIZE
 
 

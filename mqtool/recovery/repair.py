@@ -1,7 +1,8 @@
 """``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md).
 
 In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load`` parses every
-file name as an offset and refuses a file of the wrong length; a stray ``index/`` file stays, as
+file name as an offset and refuses a file of the wrong length: commit log segments, timer log files,
+DLedger data and index files, the ``timerwheel``; a stray ``index/`` file stays, as
 ``IndexService.load`` catches the ``NumberFormatException`` of its name before mapping it); 2. the
 broker's recovery (``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s
 own findings: ``plan_rebuild_cq``, ``plan_rebuild_index``, the checkpoint, ``config/*.json`` from
@@ -32,7 +33,7 @@ from ..store.walkedchain import WalkedChain
 LOST_KINDS = frozenset(
     {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end", "dledger-record"}
 )
-CQ_KINDS = frozenset({"cq-file-gap", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing"})
+CQ_KINDS = frozenset({"cq-file-gap", "cq-file-size", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing"})
 INDEX_KINDS = frozenset(
     {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
 )
@@ -87,7 +88,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     """Stray files the broker would choke on and commit log segments or timer log files of the wrong length, found
     from the directory listings alone (the store model cannot open a store holding them). A
     zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
-    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out)."""
+    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out);
+    an earlier one is quarantined too, as a deleted file: padded, its zeros would end the recovery there."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -103,8 +105,12 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 
     for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
         _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
-    for index_dir in sorted(root.glob("dledger-*/index")):  # DLedger's MmapFileList.load refuses a file of the wrong length too
-        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", store, quarantine, resize, alone=_dledger_index_size)
+    # DLedger's MmapFileList.load refuses a file of the wrong length too, a zero-length last one as well (store None: in
+    # every era), and DLedgerMmapFileStore.load exits
+    for data_dir in sorted(root.glob("dledger-*/data")):
+        _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
+    for index_dir in sorted(root.glob("dledger-*/index")):
+        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
     cq_dir = root / "consumequeue"
     for topic in _files(cq_dir, dirs=True):
@@ -192,9 +198,11 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         else:
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
+    expected = None  # no file tells the size: only zero-length files, each handled below without it
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
         expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
+    if segments:
         last = max(b for b, _, _ in segments)
         for base, path, size in sorted(segments):
             rel = os.path.relpath(path, root)
@@ -202,8 +210,12 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
                 continue
             if size == 0 and base == last:
                 if store is None or store.eras_where("zero_length_last_file_refused"):
-                    quarantine(path, f"a zero-length last {noun}: 4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse to start on it "
-                                     "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                    which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
+                    quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
+                continue
+            if size == 0:
+                quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
+                                 f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
                 continue
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
@@ -437,8 +449,8 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
         return (
             (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
             or (f.kind in LOST_KINDS and _at_or_after(f.offset, end))
-            # entries past the end of a queue the recovery rewrites, and missing ones it re-dispatches
-            or (f.kind == "cq-entry-beyond-end" and _queue_of(f) in changed_queues)
+            # entries past the end of a queue the recovery rewrites (at full size: its files' length too), and missing ones it re-dispatches
+            or (f.kind in ("cq-entry-beyond-end", "cq-file-size") and _queue_of(f) in changed_queues)
             or (f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, cq_from)))
             # keys it re-indexes, and findings in the index files it deletes
             or (f.kind == "index-keys-missing" and _at_or_after(f.offset, ix_from))

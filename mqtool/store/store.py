@@ -137,8 +137,8 @@ class Store:
         sizes = [(base, p, file_size(p)) for base, p in found]
         empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
-        if expected is None and sizes:
-            expected = inferred_file_size(size for _, _, size in sizes)
+        if expected is None and any(size for _, _, size in sizes):  # a zero-length file tells no size
+            expected = inferred_file_size(size for _, _, size in sizes if size)
         problems, kept = [], []
         if empty is not None:  # MappedFileQueue.load/doLoad, rules §2.13
             problems.append(FileProblem(
@@ -151,7 +151,7 @@ class Store:
             if size != expected:
                 problems.append(FileProblem(
                     "segment-size", p,
-                    f"{p.name}: {size} bytes, expected {expected} like the other segments: the broker logs \"length not matched "
+                    f"{p.name}: {size} bytes, expected {expected or 'the configured size'} like the other segments: the broker logs \"length not matched "
                     "message store config value, please check it manually\" and refuses to start (3.2.6-4.4.0 and 4.9.2 leave it and every later file out "
                     "and start); mqtool leaves it out",
                     expected, size,

@@ -201,6 +201,7 @@ class QueueCursor:
         # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._appended``);
         # before the queue's first entry, one less than it: the first record belongs there
         self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
+        self.placed = False  # a record of the queue was found at its entry: last_pos is a write position the dispatch reached
 
     @property
     def entries(self) -> int:
@@ -382,18 +383,35 @@ class ConsumeQueueCheck:
         for queue in store.consume_queues:
             if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks them
                 continue
+            self._file_sizes(queue)
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
             # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
             # the broker wrote them in order, so the range's first record of the queue belongs at the next entry
             while cursor.head is not None and cursor.head.phys < self.lower:
                 cursor.skip(1)
-                cursor.last_pos = None if cursor.head is None else cursor.head.queue_offset - 1
+                cursor.last_pos, cursor.placed = (None if cursor.head is None else cursor.head.queue_offset - 1), True
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
         self._dispatched: dict[int, bool] = {}
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
+
+    def _file_sizes(self, queue: ConsumeQueue) -> None:
+        """A queue file of another length than the consume queue file size (cut past its data, grown by a file
+        system): ``MappedFileQueue.load`` refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves
+        it and the queue's later files out (3.2.6-4.4.0, 4.9.2; rules §2.13). The entries it holds read as ever:
+        ``recover``'s rewrite of the queue or ``rebuild-cq`` writes its files at full size."""
+        for _, path in queue.files:
+            size = path.stat().st_size
+            if size != queue.file_size:
+                self.emit(error(
+                    "cq-file-size",
+                    f"consume queue {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
+                    "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
+                    file=relative(self.store, path), expected=queue.file_size, found=size,
+                    details={"topic": queue.topic, "queue_id": queue.queue_id},
+                ))
 
     # ---- plumbing ----
 
@@ -458,7 +476,7 @@ class ConsumeQueueCheck:
         for qkey, cursor, g, compared in plan:
             if compared:
                 cursor.skip(counts[g])
-                cursor.last_pos = int(queue_offsets[last[g]])  # the join found every entry at its record's QUEUEOFFSET
+                cursor.last_pos, cursor.placed = int(queue_offsets[last[g]]), True  # the join found every entry at its record's QUEUEOFFSET
                 self.ext_addresses += int(ext[g])
                 continue
             if cursor is None:
@@ -489,7 +507,7 @@ class ConsumeQueueCheck:
         if head is not None and head.phys == record.offset:
             self._close_missing(cursor)
             self._compare(cursor, head, record)
-            cursor.last_pos = head.queue_offset
+            cursor.last_pos, cursor.placed = head.queue_offset, True
             cursor.skip(1)
         elif self._skipped_by_dispatch(cursor, record.queue_offset):
             self.emit(self._record_skipped(cursor, record))
@@ -554,8 +572,10 @@ class ConsumeQueueCheck:
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
         record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10; from 4.2.0,
-        rules §3.3: older brokers append it at the write position)."""
-        return self.repeat_guard and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+        rules §3.3: older brokers append it at the write position). Before the queue's first entry no dispatch of the
+        queue reached a write position: a record there was never dispatched (its queue file gone when the reput
+        started after it, damage seed 7000128), and a rebuild gives it its entry."""
+        return self.repeat_guard and cursor.placed and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
 
     def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
         """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild

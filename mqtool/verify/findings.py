@@ -47,6 +47,7 @@ KINDS: dict[str, str] = {
     "dledger-checkpoint": "DLedger's checkpoint (committedIndex, endIndex) disagrees with the last entry",
     # consume queues
     "cq-file-gap": "a consume queue file is missing between two others",
+    "cq-file-size": "a consume queue file of another length than the consume queue file size: the broker refuses to load it",
     "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",
     "cq-entry-mismatch": "a consume queue entry disagrees with the record it points to",
     "cq-entry-dangling": "a consume queue entry points where no record of its queue starts",
