@@ -867,3 +867,19 @@ def test_sigbus_while_applying_says_how_to_finish_or_undo(inside):
         assert shlex.split(done.stderr.rsplit("undo it with: ", 1)[1]) == ["mqtool", "restore", "/data/my backup", "--yes"]
     else:
         assert done.stderr.endswith("; check the disk and run the command again\n")
+
+
+def test_no_help_splits_an_option_name_at_a_hyphen():
+    """``dump --help`` at 100 columns split "--broker-" / "version" in the prose naming each
+    KIND's options (click wraps at hyphens); that list is now a block of its own. Every command's
+    help at 80, 100 and 120 columns keeps each option name it mentions on one line."""
+    import re
+
+    commands = [m[1] for m in re.finditer(r"^  ([a-z][a-z-]+)  +\S", run("--help").stdout, re.M)]
+    assert "dump" in commands and "rebuild-cq" in commands and "mqtool" not in commands
+    split = re.compile(r"--[a-z]+(-[a-z]+)*-$")
+    for columns in ("80", "100", "120"):
+        for command in commands:
+            shown = mqtool(command, "--help", env={"COLUMNS": columns})
+            assert shown.returncode == 0, (command, shown.stderr)
+            assert not [line for line in shown.stdout.splitlines() if split.search(line.rstrip())], (command, columns)

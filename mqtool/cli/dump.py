@@ -517,11 +517,15 @@ def dump(
 ) -> None:
     """Decode store files: messages, consume queue entries, index entries or the checkpoint.
 
-    An option a KIND does not use is an error (commitlog: every filter, --keep-going, --no-index;
-    consumequeue: --topic, --queue, queue offsets, --follow, --limit; batchconsumequeue: --topic,
-    --queue, --limit; index: --topic with --key,
-    --limit; timer: --limit, --broker-config, --broker-version; dledger: entry offsets, --limit;
-    checkpoint: none).
+    \b
+    The options each KIND uses (any other is an error):
+      commitlog          every filter, --keep-going, --no-index
+      consumequeue       --topic, --queue, queue offsets, --follow, --limit
+      batchconsumequeue  --topic, --queue, --limit
+      index              --topic with --key, --limit
+      timer              --limit, --broker-config, --broker-version
+      dledger            entry offsets, --limit
+      checkpoint         none
 
     \b
     Example:
