@@ -484,6 +484,23 @@ def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_pat
     assert queue.read_bytes() == original
 
 
+def test_an_lmq_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_path):
+    """An LMQ queue file grown by a page of zeros: the broker loads LMQ queues as it loads every consume queue
+    (``MappedFileQueue.load`` refuses the file), yet verify called the store sound (its size check passed LMQ queues
+    over with their entries, which ``lmq.py`` checks); now ``cq-file-size``, and repair writes the file at full size."""
+    root = copy_store("5.3.3", "lmq-small", tmp_path)
+    queue = root / "consumequeue" / "%LMQ%chat-room-1" / "0" / f"{0:020d}"
+    original = queue.read_bytes()
+    queue.write_bytes(original + bytes(4096))
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", "5.3.3", timeout=TIMEOUT)
+    assert [(f["kind"], f["file"]) for f in map(json.loads, out.splitlines()[:-1]) if f["severity"] != "info"] == [
+        ("cq-file-size", str(queue.relative_to(root)))
+    ]
+    rc, findings = repaired_findings(root, "5.3.3")
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    assert queue.read_bytes() == original
+
+
 def test_stores_whose_files_are_all_empty_are_read_and_repaired(tmp_path):
     """Every commit log segment left empty (the last two of 4.9.2's retention store), and the lone DLedger index file
     of a DLedger store: no size can be inferred from a zero-length file. ``info`` failed on the first (exit 5,

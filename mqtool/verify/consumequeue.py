@@ -381,9 +381,9 @@ class ConsumeQueueCheck:
         batch_dir = store.path("batchconsumequeue")
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         for queue in store.consume_queues:
-            if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks them
+            self._file_sizes(queue)  # LMQ queues too: the broker loads them as it loads the others
+            if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks their entries
                 continue
-            self._file_sizes(queue)
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
             # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
             # the broker wrote them in order, so the range's first record of the queue belongs at the next entry
