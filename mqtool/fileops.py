@@ -28,9 +28,9 @@ def fsync_path(path: Path) -> None:
 fsync_dir = fsync_path
 
 
-def makedirs(path: Path, *, synced: set[Path] | None = None) -> None:
+def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
     """``mkdir -p`` that fsyncs the parent of every directory it creates (or, given ``synced``,
-    adds those parents to it for the caller to fsync once)."""
+    adds those parents to it for the caller to fsync once); returns them, deepest first."""
     missing = []
     p = Path(path)
     while not p.exists():
@@ -42,6 +42,7 @@ def makedirs(path: Path, *, synced: set[Path] | None = None) -> None:
             fsync_dir(d.parent)
         else:
             synced.add(d.parent)
+    return missing
 
 
 def copy_sparse(src: Path, dst: Path) -> None:

@@ -89,8 +89,7 @@ class BackupSet:
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls._unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty")
-        made = [] if directory.exists() else [d for d in (directory, *directory.parents) if not d.exists()]
-        makedirs(directory)
+        made = makedirs(directory)
         manifest = {
             "format": BACKUP_FORMAT,
             "store": str(store_root.resolve()),

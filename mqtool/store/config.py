@@ -31,14 +31,30 @@ class StoreConfig:
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
-    settings: tuple[str, ...] = field(default=(), compare=False)  # the keys read from the file, in ``SETTINGS`` order
+    settings: tuple[str, ...] = field(default=(), compare=False)  # the keys ``load_broker_config`` read from the file
 
 
-SETTINGS = (  # every key ``load_broker_config`` reads
-    "storePathRootDir", "storePathCommitLog", "mappedFileSizeCommitLog", "mapedFileSizeCommitLog", "mappedFileSizeConsumeQueue",
-    "mapedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "messageIndexEnable", "messageIndexSafe", "checkCRCOnRecover",
-    "messageDelayLevel", "enableMultiDispatch", "enableDLegerCommitLog", "storePathDLedgerCommitLog", "dLegerSelfId",
-)
+class _Settings(dict):
+    """A parsed broker.conf that notes each key asked for that it holds (``read``): the settings the
+    file gave, known from the reads themselves, not from a second list of them."""
+
+    def __init__(self, items: dict[str, str]):
+        super().__init__(items)
+        self.read: dict[str, None] = {}
+
+    def __contains__(self, key) -> bool:
+        held = super().__contains__(key)
+        if held:
+            self.read[key] = None
+        return held
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        self.read[key] = None
+        return value
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
 
 
 def _int(conf: dict[str, str], *keys: str) -> int | None:
@@ -58,7 +74,7 @@ def _bool(conf: dict[str, str], key: str, default: bool) -> bool:
 def load_broker_config(path: Path) -> StoreConfig:
     """Read ``broker.conf`` (Java properties) into a ``StoreConfig``."""
     try:
-        conf = parse_broker_conf(Path(path).read_text(encoding="utf-8", errors="replace"))
+        conf = _Settings(parse_broker_conf(Path(path).read_text(encoding="utf-8", errors="replace")))
     except OSError as exc:
         raise BadInput(f"{path}: {exc.strerror}") from None
     root = Path(conf["storePathRootDir"]) if conf.get("storePathRootDir") else None
@@ -83,5 +99,5 @@ def load_broker_config(path: Path) -> StoreConfig:
         dledger=_bool(conf, "enableDLegerCommitLog", False) if "enableDLegerCommitLog" in conf else None,
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,
-        settings=tuple(key for key in SETTINGS if key in conf),
+        settings=tuple(conf.read),
     )

@@ -249,21 +249,17 @@ def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
     """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
     and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
-    broker maps them."""
-    with _open(path) as f:
-        size = min(os.fstat(f.fileno()).st_size, file_size)
-        if size < READ_BELOW:
-            return _valid_prefix_of(f.read(size))
-    with MappedFile(path) as mf:
-        return _valid_prefix_of(memoryview(mf.buf)[:size])
+    broker maps them; read or mapped as ``read_units`` does."""
+    if file_size < READ_BELOW:
+        with _open(path) as f:
+            return _valid_prefix_of(f.read(file_size))
+    with MappedFile(path) as mf, memoryview(mf.buf)[: min(mf.size, file_size)] as data:  # the view released before the map closes
+        return _valid_prefix_of(data)
 
 
 def _valid_prefix_of(data) -> tuple[int, tuple[int, int] | None]:
     stop = first_invalid_unit(data, 0)
-    last = fmt.ENTRY.unpack_from(data, (stop - 1) * ENTRY_SIZE)[:2] if stop else None
-    if isinstance(data, memoryview):
-        data.release()  # before the map closes
-    return stop, last
+    return stop, fmt.ENTRY.unpack_from(data, (stop - 1) * ENTRY_SIZE)[:2] if stop else None
 
 
 def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | None:
