@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
 from typing import Iterator, NamedTuple
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .mappedfile import MappedFile
+from ._pages import populate
 from ._fastscan import (  # noqa: F401  (the kernels and their codes, for this module's users)
     COL_BODY, COL_BODY_LEN, COL_CRC_OK, COL_POS, COL_PROPS, COL_SIZE, COL_TOPIC, CRC_IMPLEMENTATION, END_CAPACITY, END_CORRUPT,
     END_CRC, END_LENGTH_MISMATCH, END_LIMIT, END_SEGMENT, END_TRUNCATED, END_ZEROS, N_COLS, OK_BLANK, chain_holds,
@@ -107,9 +109,11 @@ class FastScan:
             with MappedFile(seg.path, seg.base_offset, sequential=True) as mf:
                 array = as_array(mf.buf)
                 released = 0  # pages before this are already dropped (releasing from 0 each time is quadratic)
+                ahead = PagesAhead(mf.buf, array, pos, max(stop, 0))
                 try:
                     while True:
                         count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out[:rows], seg.base_offset)
+                        ahead.at(pos)
                         if count:
                             self.records += count
                             if self.batch_bytes is not None:
@@ -130,6 +134,7 @@ class FastScan:
                         return
                     self.blanks.append(seg.base_offset + pos)
                 finally:
+                    ahead.close()
                     del array
             index += 1
             if index >= len(segments):
@@ -218,6 +223,57 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
             return found
         q = p
     return -1
+
+
+class PagesAhead:
+    """Maps a read-only segment map's pages ahead of a sequential walk, in a thread of its own
+    (``_pages.populate``): the page-table work the walk's faults would do runs on another core
+    while the walk checks records. ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD``
+    bytes past it are mapped, so the resident size grows by no more. Nothing is done where the
+    kernel cannot (before Linux 5.14), or for a buffer that is not a map."""
+
+    AHEAD = 16 << 20
+    STEP = 2 << 20
+
+    def __init__(self, buf, array: np.ndarray, start: int, stop: int):
+        self.array, self.stop = array, stop
+        self.reached = self.mapped = start
+        self.done = not isinstance(buf, mmap.mmap) or stop - start <= self.STEP
+        self.changed = threading.Condition()
+        self.thread = None if self.done else threading.Thread(target=self._map, name="mqtool-pages-ahead", daemon=True)
+        if self.thread is not None:
+            self.thread.start()
+
+    def at(self, pos: int) -> None:
+        if self.thread is not None and pos + self.AHEAD > self.mapped:
+            with self.changed:
+                self.reached = pos
+                self.changed.notify()
+
+    def close(self) -> None:
+        if self.thread is not None:
+            with self.changed:
+                self.done = True
+                self.changed.notify()
+            self.thread.join()
+            self.thread = None
+        self.array = None  # the map may be closed now
+
+    def _map(self) -> None:
+        try:  # the lowest priority: only a core the other threads leave idle maps ahead
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
+        while self.mapped < self.stop:
+            with self.changed:
+                while not self.done and self.mapped >= self.reached + self.AHEAD:
+                    self.changed.wait()
+                if self.done:
+                    return
+            upto = min(self.stop, self.mapped + self.STEP)
+            if not populate(self.array, self.mapped, upto, mmap.PAGESIZE):
+                return
+            self.mapped = upto
 
 
 def release_pages(buf, start: int, stop: int) -> None:

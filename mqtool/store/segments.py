@@ -163,32 +163,37 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
     run ending at ``pos`` to continue (its records already walked and checked, ``check_rows``)."""
     run = Run(pos) if run is None else run
     released = reported = pos
-    step = WINDOW if on_rows is None else SHOWN_STEP
+    ahead = fs.PagesAhead(buf, array, pos, stop)
+    step = SHOWN_STEP if on_rows is not None or ahead.thread is not None else WINDOW  # a step well inside what is mapped ahead
     release_step = WINDOW if on_rows is None else SHOWN_RELEASE  # a reader's held pages are kept: release nearer behind
-    while True:
-        window_stop = min(stop, pos + step)
-        count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
-        if count:
-            run.records += count
-            check_rows(array, out[:count], base, run)
-            if on_rows is not None:
-                on_rows(array, out[:count])
-        pos = npos
-        if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
-            keep = held() if held is not None else None
-            upto = pos if keep is None else min(pos, keep)
-            if upto - released >= release_step:
-                fs.release_pages(buf, released, upto)
-                released = upto
-            if pos - reported >= WINDOW:
-                if progress is not None:
-                    progress(pos - reported)
-                reported = pos
-            continue
-        if progress is not None:
-            progress(pos - reported)
-        run.end, run.code, run.detail = pos, code, int(detail)
-        return run
+    try:
+        while True:
+            window_stop = min(stop, pos + step)
+            count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
+            if count:
+                run.records += count
+                check_rows(array, out[:count], base, run)
+                if on_rows is not None:
+                    on_rows(array, out[:count])
+            pos = npos
+            ahead.at(pos)
+            if code == fs.END_CAPACITY or (code == fs.END_LIMIT and pos < stop):
+                keep = held() if held is not None else None
+                upto = pos if keep is None else min(pos, keep)
+                if upto - released >= release_step:
+                    fs.release_pages(buf, released, upto)
+                    released = upto
+                if pos - reported >= WINDOW:
+                    if progress is not None:
+                        progress(pos - reported)
+                    reported = pos
+                continue
+            if progress is not None:
+                progress(pos - reported)
+            run.end, run.code, run.detail = pos, code, int(detail)
+            return run
+    finally:
+        ahead.close()
 
 
 class ChainReader:
