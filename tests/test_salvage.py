@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -210,6 +211,26 @@ def test_parquet_output_holds_the_same_rows(tmp_path):
     assert table.column("offset").to_pylist() == [r["offset"] for r in rows]
     assert table.column("status").to_pylist() == [r["status"] for r in rows]
     assert table.column("uniq_key").to_pylist() == [r["uniq_key"] for r in rows]
+
+
+def test_a_table_written_to_a_file_keeps_every_column(tmp_path, monkeypatch):
+    """At 80 columns the terminal table leaves out the message ids and sizes (said on stderr); a
+    report written with ``--out`` is not read at that width and kept them all the same."""
+    monkeypatch.setenv("COLUMNS", "80")
+    root = store_path("4.9.7", "crashed-small")
+    _, rows = salvage(root)
+    out = tmp_path / "salvage.txt"
+    code, _, err = cli("salvage", root, "--out", out, "--no-progress")
+    assert code == 0 and "not shown" not in err, err
+    cells = []
+    for line in out.read_text().splitlines():
+        if set(line) <= {"-", " "} and line:  # under a heading: the columns' spans
+            spans = [m.span() for m in re.finditer("-+", line)]
+        elif line and line.split()[0] != "offset":
+            cells.append([line[a:b].strip() for a, b in spans])
+    assert [c[6:8] for c in cells] == [[r["msg_id"], r["uniq_key"] or ""] for r in rows]
+    code, shown, err = cli("salvage", root, "--no-progress")
+    assert "not shown at 80 columns: size, uniq key, msg id" in err and "uniq key" not in shown.splitlines()[0]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "csv"])

@@ -193,6 +193,7 @@ def emit_rows(
     fold: Sequence[str] = (),
     headers: dict[str, str] | None = None,
     out=None,
+    width: int | None = None,
 ) -> int:
     """Stream ``rows`` in ``fmt``; returns how many were written.
 
@@ -200,7 +201,7 @@ def emit_rows(
     (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
     dropped to fit the width, least important first; ``fold`` columns may break a long word across
     lines rather than turn the table into vertical records; a table column's heading is ``heading``'s
-    (``headers`` first), its words wrapping at their spaces.
+    (``headers`` first), its words wrapping at their spaces. ``width``: the table's, else the terminal's.
     """
     out = terminal.data_stream(out)
     count = 0
@@ -223,15 +224,16 @@ def emit_rows(
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
     else:
-        count = _emit_table(rows, list(table_columns or fields), optional, fold, title, out, {**HEADERS, **(headers or {})})
+        count = _emit_table(rows, list(table_columns or fields), optional, fold, title, out, {**HEADERS, **(headers or {})}, width)
     out.flush()
     return count
 
 
-def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str]) -> int:
+def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str],
+                width: int | None = None) -> int:
     """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
     where it fits (the header is repeated only when the column widths change)."""
-    width, color = terminal.width(), terminal.color(out)
+    width, color = width or terminal.width(), terminal.color(out)
     count, layout = 0, None
     table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional], fold=[heading(c, headers) for c in fold])
     timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read

@@ -26,6 +26,7 @@ from .store_state import warn_store_state
 TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("size", "uniq_key", "msg_id", "queue_offset", "store_timestamp")  # left out first to fit the width (an IPv6 msg_id is 56 characters)
 NEW_FIELDS = ("new_offset", "new_queue_offset")
+FILE_WIDTH = 1 << 16  # a table written to --out FILE: no column left out, none folded
 BATCH = 1 << 12  # records per batch, as dump's: larger batches raise the resident memory
 DISPATCH = ("offset", "size", "topic", "queue_id", "queue_offset", "sys_flag", "store_timestamp", "tags_code", "keys", "uniq_key", "prepared_transaction_offset")
 
@@ -153,7 +154,8 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
             if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
                 emit_batches(((b, None) for b in scan), fmt, fields, out=stream)
             else:
-                emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream)
+                emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream,
+                          width=FILE_WIDTH if out is not None else None)  # a report file keeps every column
         finally:
             if out is not None:
                 stream.close()
