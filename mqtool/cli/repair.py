@@ -39,7 +39,7 @@ DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only,
 PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
 BackupDirOpt = Annotated[
     Optional[Path],
-    typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed (default: <store's parent>/.mqtool-backups/<store>-<time>-<command>)."),
+    typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed.\n\n\b\ndefault: <store's parent>/.mqtool-backups/\n  <store>-<time>-<command>"),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 PlanMaker = Callable[..., Plan]  # (store, with_crc=, cache=) -> the plan, as run_modifying calls it
