@@ -38,11 +38,21 @@ def usable_cpus() -> int:
 
 class Stage:
     """``work(item)`` for every item ``put``, in order, in a thread of its own; whatever ``work``
-    yields comes out in the order a loop would have made it."""
+    yields comes out in the order a loop would have made it.
+
+    The putting thread waits only in ``queue.SimpleQueue.get``, whose wait a Ctrl-C interrupts
+    whole: a ``queue.Queue`` waits on a ``threading.Condition``, and a KeyboardInterrupt raised
+    while it takes back its lock leaves the lock released under the other thread, which can then
+    miss the wake-up of the item that would end it (``close`` waited forever)."""
 
     def __init__(self, work: Callable[[object], None], depth: int, name: str):
         self.work = work
-        self.queue: queue.Queue = queue.Queue(depth)
+        self.items: queue.SimpleQueue = queue.SimpleQueue()
+        self.places: queue.SimpleQueue = queue.SimpleQueue()  # one token per item that may be put and not done (``depth`` waiting, one in hand)
+        self.depth = depth + 1
+        for _ in range(self.depth):
+            self.places.put(None)
+        self.put_count = self.done_count = 0
         self.error: BaseException | None = None
         self.cancelled = False
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -50,10 +60,10 @@ class Stage:
 
     def _run(self) -> None:
         while True:
-            item = self.queue.get()
+            item = self.items.get()
+            if item is _STOP:
+                return
             try:
-                if item is _STOP:
-                    return
                 if self.error is None and not self.cancelled:
                     try:
                         self.work(item)
@@ -61,27 +71,41 @@ class Stage:
                         self.error = error
             finally:
                 item = None  # no reference to the item (nor the mapped segment it holds) is kept
-                self.queue.task_done()
+                self.done_count += 1
+                self.places.put(None)
 
     def put(self, item: object) -> None:
         """Hand ``item`` over (waiting while ``depth`` items wait); raise the work's exception, if any."""
         self._raise()
-        self.queue.put(item)
+        self.places.get()
+        self.put_count += 1
+        self.items.put(item)
+
+    def pending(self) -> int:
+        """Items put and not yet done (waiting or in hand)."""
+        return self.put_count - self.done_count
 
     def idle(self) -> bool:
         """Whether no item waits or is in hand."""
-        return self.queue.unfinished_tasks == 0
+        return self.pending() == 0
 
     def drain(self) -> None:
         """Wait until every item put is done; raise the work's exception, if any."""
-        self.queue.join()
+        taken = 0
+        try:
+            while taken < self.depth:  # every token back: nothing waits or is in hand
+                self.places.get()
+                taken += 1
+        finally:
+            for _ in range(taken):
+                self.places.put(None)
         self._raise()
 
     def close(self) -> None:
         """Skip what waits, let the item in hand finish, end the thread."""
         if self.thread.is_alive():
             self.cancelled = True
-            self.queue.put(_STOP)
+            self.items.put(_STOP)
             self.thread.join()
 
     def _raise(self) -> None:
@@ -93,21 +117,27 @@ class Stage:
 
 def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
     """``items`` produced in a thread of its own, up to ``depth`` ahead of the caller; closing
-    the returned generator (or leaving it early) stops the thread and closes ``items`` there."""
-    channel: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+    the returned generator (or leaving it early) stops the thread and closes ``items`` there.
+    The caller waits only in ``SimpleQueue.get`` (see ``Stage``), and the producer never waits
+    without looking whether the caller has stopped."""
+    channel: queue.SimpleQueue = queue.SimpleQueue()
+    places: queue.SimpleQueue = queue.SimpleQueue()  # one token per item the producer may be ahead
+    for _ in range(depth):
+        places.put(None)
+    stopped = []  # not empty once the caller has stopped (a list: no lock to take)
 
     def run() -> None:
         try:
             for item in items:
-                while not stop.is_set():
+                while not stopped:
                     try:
-                        channel.put(item, timeout=0.1)
+                        places.get(timeout=0.1)
                         break
-                    except queue.Full:
+                    except queue.Empty:
                         continue
-                if stop.is_set():
+                if stopped:
                     return
+                channel.put(item)
             channel.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - raised again in the consuming thread
             channel.put(_Failure(exc))
@@ -125,7 +155,8 @@ def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
                 break
             if isinstance(item, _Failure):
                 raise item.exc
+            places.put(None)
             yield item
     finally:
-        stop.set()
+        stopped.append(True)
         worker.join()

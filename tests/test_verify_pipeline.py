@@ -76,6 +76,48 @@ def test_items_produced_in_a_thread_come_in_order_with_the_failure_and_stop_when
     assert len(made) <= 3 + 2 + 1  # no more than depth ahead (and the one in hand)
 
 
+def test_the_walking_thread_waits_on_no_python_lock_a_ctrl_c_could_leave_held():
+    """Before: Ctrl-C during ``verify`` hung it in about one run of ten (``Stage.close`` joined a
+    checks thread waiting for an item already put). The caller waited in ``queue.Queue``, whose
+    ``threading.Condition`` a KeyboardInterrupt can leave with its lock released under the other
+    thread, or held; ``PagesAhead.at`` took a Condition too. The caller's side of each hand-off now
+    waits only in C (``SimpleQueue.get``, ``Thread.join``), where an interrupt is all or nothing."""
+    import mmap
+    import sys
+
+    import numpy as np
+
+    from mqtool.store.fastscan import PagesAhead
+
+    entered = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py")):
+            entered.add(frame.f_code.co_name)
+
+    stage = handoff.Stage(lambda item: sum(range(item % 500)), 1, "mqtool-verify-test")
+    segment = mmap.mmap(-1, 8 * PagesAhead.STEP)
+    ahead = PagesAhead(segment, np.frombuffer(segment, dtype=np.uint8), 0, len(segment))
+    produced = handoff.produced_in_thread(iter(range(200)), "mqtool-verify-produce", depth=1)
+    taken = [next(produced)]  # the threads started (Thread.start waits on an Event, once)
+    sys.setprofile(profile)
+    try:
+        for i in range(2000):
+            stage.put(i)
+            stage.idle()
+            ahead.at(i * 4096)
+            if i % 100 == 0:
+                stage.drain()
+        taken += [next(produced) for _ in range(199)]
+    finally:
+        sys.setprofile(None)
+        produced.close()
+        ahead.close()
+        stage.close()
+    assert taken == list(range(200))
+    assert entered == set()  # no function of threading.py or queue.py: no Python-level lock
+
+
 def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):
     calls = []
     feed = crosscheck.CrossChecks.feed

@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import queue
 import threading
 from typing import Iterator, NamedTuple
 
@@ -230,46 +231,46 @@ class PagesAhead:
     (``_pages.populate``): the page-table work the walk's faults would do runs on another core
     while the walk checks records. ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD``
     bytes past it are mapped, so the resident size grows by no more. Nothing is done where the
-    kernel cannot (before Linux 5.14), or for a buffer that is not a map."""
+    kernel cannot (before Linux 5.14), or for a buffer that is not a map. The walk's thread never
+    waits on a lock here (positions go by a ``SimpleQueue``), so a Ctrl-C cannot leave one held."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20
 
     def __init__(self, buf, array: np.ndarray, start: int, stop: int):
         self.array, self.stop = array, stop
-        self.reached = self.mapped = start
-        self.done = not isinstance(buf, mmap.mmap) or stop - start <= self.STEP
-        self.changed = threading.Condition()
-        self.thread = None if self.done else threading.Thread(target=self._map, name="mqtool-pages-ahead", daemon=True)
+        self.mapped = start
+        self.done = False
+        self.positions: queue.SimpleQueue = queue.SimpleQueue()  # where the walk is; None: stop
+        active = isinstance(buf, mmap.mmap) and stop - start > self.STEP
+        self.thread = threading.Thread(target=self._map, args=(start,), name="mqtool-pages-ahead", daemon=True) if active else None
         if self.thread is not None:
             self.thread.start()
 
     def at(self, pos: int) -> None:
         if self.thread is not None and pos + self.AHEAD > self.mapped:
-            with self.changed:
-                self.reached = pos
-                self.changed.notify()
+            self.positions.put(pos)
 
     def close(self) -> None:
         if self.thread is not None:
-            with self.changed:
-                self.done = True
-                self.changed.notify()
+            self.done = True
+            self.positions.put(None)
             self.thread.join()
             self.thread = None
         self.array = None  # the map may be closed now
 
-    def _map(self) -> None:
+    def _map(self, reached: int) -> None:
         try:  # the lowest priority: only a core the other threads leave idle maps ahead
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
-        while self.mapped < self.stop:
-            with self.changed:
-                while not self.done and self.mapped >= self.reached + self.AHEAD:
-                    self.changed.wait()
-                if self.done:
+        while self.mapped < self.stop and not self.done:
+            if self.mapped >= reached + self.AHEAD:
+                pos = self.positions.get()  # far enough ahead: wait for the walk
+                if pos is None:
                     return
+                reached = max(reached, pos)
+                continue
             upto = min(self.stop, self.mapped + self.STEP)
             if not populate(self.array, self.mapped, upto, mmap.PAGESIZE):
                 return

@@ -126,7 +126,7 @@ class SharedWalk(ChainReader):
             return int(self.buffer[0, fs.COL_POS]) if self.fill else None
 
     def let_go(self) -> None:
-        if self.checking is not None and self.checking.queue.unfinished_tasks:
+        if self.checking is not None and self.checking.pending():
             self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
 
     # ---- batches to findings ----
