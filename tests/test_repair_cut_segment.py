@@ -72,6 +72,7 @@ def test_a_segment_cut_before_the_last_keeps_every_later_segment(version, where,
 
     plan = repaired(root, tmp_path, version)
     steps = {s["step"]: s for s in plan["steps"]}
+    assert "rebuild-cq" not in steps and plan["remaining"] == []  # the entries the fixes fill are no finding left
     assert "end-of-file blank" in steps["resize-segment"]["why"] and f"{len(lost)} consume queue entries pointed there" in steps["resize-segment"]["why"]
     assert (f"lost: bytes {blank}..{cut}" in steps["resize-segment"]["why"]) == (where == "mid-record")
     queue = min((m["topic"], m["queueId"]) for m in lost)  # the queues are named in order

@@ -265,7 +265,7 @@ class CutSegment:
             told = f"the consume queues do not tell which messages ({self.unread})"
         else:
             told = f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed there" if self.entries else "no consume queue entry pointed there"
-        return (f"{size} bytes, not {expected}: the broker refuses to load a short segment; {where}: padded, with an end-of-file blank there, so the "
+        return (f"{size} bytes, not {expected}: the broker refuses to load a short segment (3.2.6-4.4.0 and 4.9.2 leave it and every later one out); {where}: padded, with an end-of-file blank there, so the "
                 f"broker's recovery and reput go on into the next segment as at any segment's end (padded with zeros only, it would read as the end of "
                 f"the log, and the broker's recovery would drop every later segment); lost: {partial}the records after byte {size} of {rel}; {told}")
 
@@ -666,6 +666,23 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
 
 
+def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
+    """``findings`` less those the file fixes remove: the finding of a file they resize or quarantine
+    (``segment-size``, ``segment-name``), and consume queue entries into a cut segment given an end-of-file
+    blank (``pad-blank``): before it they point at records again (a store model that left the file out
+    found none there), after it the entries are filler units (``fill-units``)."""
+    if files is None:
+        return findings
+    changed = {a.path for a in files.actions}
+    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
+
+    def fixed(f: Finding) -> bool:
+        return (f.kind in ("segment-size", "segment-name") and f.file in changed) or (
+            f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
+
+    return [f for f in findings if not fixed(f)]
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
     the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
@@ -681,7 +698,7 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
         steps.append(RepairStep("recover", False, why, tuple(a.path for a in recover.actions if a.path)))
     remaining: list[Expected] = []
     if findings is not None and recover is not None:
-        t = triage(predict_after_recovery(findings, recover), last_timestamp)
+        t = triage(predict_after_recovery(_left_by_file_fixes(findings, files), recover), last_timestamp)
         steps += steps_of(t)
         remaining = t.lost
     elif recover_error is not None:
