@@ -265,9 +265,10 @@ class CutSegment:
             told = f"the consume queues do not tell which messages ({self.unread})"
         else:
             told = f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed there" if self.entries else "no consume queue entry pointed there"
-        return (f"{size} bytes, not {expected}: the broker refuses to load a short segment (3.2.6-4.4.0 and 4.9.2 leave it and every later one out); {where}: padded, with an end-of-file blank there, so the "
-                f"broker's recovery and reput go on into the next segment as at any segment's end (padded with zeros only, it would read as the end of "
-                f"the log, and the broker's recovery would drop every later segment); lost: {partial}the records after byte {size} of {rel}; {told}")
+        return (f"{size} bytes, not {expected}: the broker refuses to load a short segment (3.2.6-4.4.0 and 4.9.2 leave it and every later "
+                f"one out); {where}: padded, with an end-of-file blank there, so the broker's recovery and reput go on into the next segment "
+                f"as at any segment's end (padded with zeros only, it would read as the end of the log, and the broker's recovery would drop "
+                f"every later segment); lost: {partial}the records after byte {size} of {rel}; {told}")
 
     def dropped_why(self, rel: str, most: int = 8) -> str:
         listed = [f"{topic}/{qid} queue offset{f's {first}-{end - 1}' if end - first > 1 else f' {first}'} ({end - first})"
