@@ -19,7 +19,7 @@ from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.commitlog import CommitLogRecord
 from mqtool.recovery.planners import plan_truncate_dirty
 from mqtool.store import Store
-from repair_support import queue_entries, tree
+from repair_support import every_kill_point, queue_entries, tree
 
 runner = CliRunner()
 SEGMENT = 1048576  # the fixtures' commit log segment size
@@ -133,15 +133,10 @@ def test_the_repair_plan_table_names_the_loss(tmp_path):
     assert "drop-queue-entries" in shown.stdout and f"{lost} consume queue entries pointed into the bytes" in shown.stdout
 
 
-class Killed(BaseException):
-    pass
-
-
 def test_the_blank_and_the_fillers_survive_a_kill_at_every_point(tmp_path, monkeypatch):
     """The file fixes killed at each durability point, then finished (as the same command again does) or
     undone: the same bytes as an uninterrupted apply, or the cut store back."""
-    import mqtool.apply.executor as executor
-    from mqtool.apply import BackupSet, apply_plan, restore, resume_pending
+    from mqtool.apply import apply_plan
     from mqtool.recovery.repair import plan_file_fixes
 
     messages = manifest("5.3.3", "clean-small")["messages"]
@@ -149,36 +144,14 @@ def test_the_blank_and_the_fillers_survive_a_kill_at_every_point(tmp_path, monke
     def cut_copy(name: str):
         root = copy_store("5.3.3", "clean-small", tmp_path / name)
         cut_segment(root, messages, 2 * SEGMENT, False)
-        return root, tree(root)
+        return root
 
-    root, damaged = cut_copy("whole")
-    apply_plan(plan_file_fixes(root)[1], tmp_path / "whole-backup")
-    final = tree(root)
-    point = 0
-    while True:
-        point += 1
-        root, _ = cut_copy(f"s{point}")
+    def plan_of(root):
         plan = plan_file_fixes(root)[1]
         assert {a.op for a in plan.actions} == {"pad-blank", "fill-units"}
-        calls = {"n": 0}
+        return plan
 
-        def die(label, target=point):
-            calls["n"] += 1
-            if calls["n"] == target:
-                raise Killed(label)
-
-        monkeypatch.setattr(executor, "durability_point", die)
-        try:
-            apply_plan(plan, tmp_path / f"b{point}")
-        except Killed:
-            pass
-        else:
-            break  # every point has been exercised
-        monkeypatch.setattr(executor, "durability_point", lambda label: None)
-        if point % 2:
-            restore(BackupSet.open(tmp_path / f"b{point}"))
-            assert tree(root) == damaged
-        else:
-            resume_pending(root)
-            assert tree(root) == final
-    assert point > 4, point
+    root = cut_copy("whole")
+    damaged = tree(root)
+    apply_plan(plan_of(root), tmp_path / "whole-backup")
+    assert every_kill_point(monkeypatch, tmp_path, cut_copy, plan_of, damaged, tree(root)) > 4
