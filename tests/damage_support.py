@@ -32,6 +32,9 @@ LOST_PAGES = DAMAGES + ("zeroed-tail",)
 # or its data not yet flushed, when the machine stopped; half the time its directory's newest file), a page written where
 # another page of the file belongs (a misdirected write: the bytes of elsewhere in the file), a file grown with zeros
 DISK_FAULTS = ("emptied-file", "misdirected-page", "zero-extended")
+# files cut at a random length (``damage_run.py --cut-files``): a commit log segment (any: before the last, the
+# broker's recovery must still read on past it) or a consume queue file
+CUT_FILES = ("cut-log-file",)
 DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
 # Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
 # batch and real-config stores): `repair` leaves every undamaged one sound.
@@ -49,6 +52,8 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
     files = store_files(root)
     if kind == "cut-queue-file":
         files = [p for p in files if p.relative_to(root).parts[0] == "consumequeue"] or files
+    if kind == "cut-log-file":
+        files = [p for p in files if p.relative_to(root).parts[0] in ("commitlog", "consumequeue")] or files
     if kind == "misdirected-page":
         files = [p for p in files if p.stat().st_size >= 2 * 4096] or files
     part = rng.choice(sorted({p.relative_to(root).parts[0] for p in files}))
@@ -63,7 +68,7 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
             data[pos] ^= 1 << rng.randrange(8)
         target.write_bytes(data)
         return f"{n} bit flips in {rel}"
-    if kind in ("cut-file", "cut-queue-file"):
+    if kind in ("cut-file", "cut-queue-file", "cut-log-file"):
         cut = rng.randrange(size)
         if kind == "cut-queue-file" and rng.random() < 0.5:
             cut -= cut % 20  # at an entry boundary, as a file system losing its last pages does

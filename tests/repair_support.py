@@ -90,3 +90,43 @@ def assert_tags_code(version: str, topic: str, found: int, broker: int) -> None:
         assert abs(found - broker) <= 1000, (found, broker)
     else:
         assert found == broker
+
+
+class Killed(BaseException):
+    """A process killed at a durability point (``every_kill_point``)."""
+
+
+def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict, final: dict) -> int:
+    """Apply ``plan_of(store)`` to a ``fresh(name)`` copy killed at its first, second, ... durability point
+    until an apply runs through; each killed one is then undone (``restore``: ``original`` back) or finished
+    (``resume_pending``, as the same command again does: ``final``), in turn. Returns the points reached."""
+    import mqtool.apply.executor as executor
+    from mqtool.apply import BackupSet, apply_plan, read_pending, restore, resume_pending
+
+    point = 0
+    while True:
+        point += 1
+        store_dir = fresh(f"s{point}")
+        plan = plan_of(store_dir)
+        calls = {"n": 0}
+
+        def die(label, target=point):
+            calls["n"] += 1
+            if calls["n"] == target:
+                raise Killed(label)
+
+        monkeypatch.setattr(executor, "durability_point", die)
+        try:
+            apply_plan(plan, tmp_path / f"b{point}")
+        except Killed:
+            pass
+        else:
+            return point  # every point has been exercised
+        monkeypatch.setattr(executor, "durability_point", lambda label: None)
+        assert read_pending(store_dir) is not None
+        if point % 2:  # undo the half-done apply
+            restore(BackupSet.open(tmp_path / f"b{point}"))
+            assert tree(store_dir) == original
+        else:  # finish it, as re-running the command does
+            resume_pending(store_dir)
+            assert tree(store_dir) == final

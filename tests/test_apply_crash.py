@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 from conftest import copy_store, manifest
 
-import mqtool.apply.executor as executor
-from mqtool.apply import BackupSet, apply_plan, read_pending, restore, resume_pending
+from mqtool.apply import BackupSet, apply_plan, read_pending, restore
 from mqtool.formats.commitlog import header_size
 from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store
-from repair_support import mqtool, tree
+from repair_support import every_kill_point, mqtool, tree
 
 VERSION = "4.9.7"
 
@@ -37,10 +36,6 @@ def plan_of(store_dir):
         return plan_recover(store)
 
 
-class Killed(BaseException):
-    pass
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("reference")
@@ -54,33 +49,8 @@ def reference(tmp_path_factory):
 
 def test_every_kill_point_converges_and_restores(tmp_path, monkeypatch, reference):
     original, final = reference
-    point = 0
-    while True:
-        point += 1
-        store_dir = damaged_store(tmp_path, f"s{point}")
-        calls = {"n": 0}
-
-        def die(label, target=point):
-            calls["n"] += 1
-            if calls["n"] == target:
-                raise Killed(label)
-
-        monkeypatch.setattr(executor, "durability_point", die)
-        try:
-            apply_plan(plan_of(store_dir), tmp_path / f"b{point}")
-        except Killed:
-            pass
-        else:
-            break  # every point has been exercised
-        monkeypatch.setattr(executor, "durability_point", lambda label: None)
-        assert read_pending(store_dir) is not None
-        if point % 2:  # undo the half-done apply
-            restore(BackupSet.open(tmp_path / f"b{point}"))
-            assert tree(store_dir) == original
-        else:  # finish it, as re-running the command does
-            resume_pending(store_dir)
-            assert tree(store_dir) == final
-    assert point > 8, point
+    points = every_kill_point(monkeypatch, tmp_path, lambda name: damaged_store(tmp_path, name), plan_of, original, final)
+    assert points > 8, points
 
 
 def test_restore_after_a_complete_apply(tmp_path, reference):

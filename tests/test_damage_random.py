@@ -391,13 +391,14 @@ def test_a_damaged_queue_offset_after_expired_segments_is_lost_data_not_a_queue_
 
 @pytest.mark.parametrize("version", ["4.8.0", "4.9.7"])
 def test_the_rebuilt_index_goes_on_past_zeros_before_the_recovery_start(tmp_path, version):
-    """The first segment cut short at a record (repair pads it with zeros) and the index damaged: the rebuild dispatches as a
+    """The first segment zeroed from a record on (pages a crash lost) and the index damaged: the rebuild dispatches as a
     master's ``doReput`` does, which skips an illegal magic code (the zeros) to the next segment (reference §8.12,
     rules §2.12), so the records after the zeros keep their index keys (the rebuild used to stop at the zeros)."""
     root = copy_store(version, "clean-small", tmp_path)
     cut = next(m["commitLogOffset"] for m in manifest(version, "clean-small")["messages"] if m["commitLogOffset"] > SEGMENT // 2)
     first = root / "commitlog" / "00000000000000000000"
-    first.write_bytes(first.read_bytes()[:cut])  # at a record's first byte: the padding reads as the end of data
+    data = first.read_bytes()
+    first.write_bytes(data[:cut] + bytes(len(data) - cut))  # at a record's first byte: the zeros read as the end of data
     index = sorted((root / "index").iterdir())[-1]
     index.write_bytes(bytes(index.stat().st_size))  # the newest index file zeroed
     rc, findings = repaired_findings(root)
@@ -452,14 +453,19 @@ def test_a_zero_length_segment_before_the_last_is_quarantined_not_padded(tmp_pat
 
 
 def test_a_recovery_planned_after_the_file_fixes_says_what_its_cut_throws_away(tmp_path):
-    """A segment before the last two cut short: repair pads it (the broker refuses to load it), and only then plans
-    the broker's recovery, which cuts the log inside that segment and deletes the two after it. The plan shown
-    before --yes could not list those messages; the recovery's DAMAGE note (the count it throws away) is said when
-    it is planned, before it is applied (it was said nowhere)."""
+    """A segment before the last two cut short after a zeroed record: repair pads it with zeros (the broker refuses to
+    load it; its records do not reach the cut, so no end-of-file blank goes there), and only then plans the broker's
+    recovery, which cuts the log at the zeroed record and deletes the two segments after it. The plan shown before
+    --yes could not list those messages; the recovery's DAMAGE note (the count it throws away) is said when it is
+    planned, before it is applied (it was said nowhere)."""
     root = copy_store("4.9.7", "clean-small", tmp_path)
     segment = root / "commitlog" / f"{2 * SEGMENT:020d}"
-    segment.write_bytes(segment.read_bytes()[:5000])
-    thrown = [m for m in manifest("4.9.7", "clean-small")["messages"] if m["commitLogOffset"] >= 3 * SEGMENT]  # the valid ones after the cut
+    messages = manifest("4.9.7", "clean-small")["messages"]
+    zeroed = min((m for m in messages if m["commitLogOffset"] >= 2 * SEGMENT), key=lambda m: m["commitLogOffset"])
+    data = segment.read_bytes()
+    segment.write_bytes(bytes(zeroed["size"]) + data[zeroed["size"] : 5000])
+    # the valid ones after the zeroed record: before the cut, and in the segments after it
+    thrown = [m for m in messages if 2 * SEGMENT + zeroed["size"] <= m["commitLogOffset"] and m["commitLogOffset"] + m["size"] <= 2 * SEGMENT + 5000 or m["commitLogOffset"] >= 3 * SEGMENT]
     rc, _, err = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
     assert rc == EXIT_OK and f"throws away the {len(thrown)} valid message(s)" in err, err
 

@@ -26,6 +26,8 @@ from typing import Callable
 
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..formats import checkpoint as cpfmt
+from ..formats import commitlog as clfmt
+from ..formats import consumequeue as cqfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
@@ -216,10 +218,11 @@ class Executor:
 
     _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
 
-    def _resize(self, action) -> None:
+    def _resize(self, action, blank_at: int | None = None) -> None:
         """A file cut short is padded with zeros, one with bytes appended is trimmed, to
         ``action.end`` bytes (an absent one is created so); written beside it and renamed over
-        it, so the backup (possibly a hard link to the original) keeps the original bytes."""
+        it, so the backup (possibly a hard link to the original) keeps the original bytes.
+        ``blank_at``: the bytes from there are an end-of-file blank, then zeros (``pad-blank``)."""
         path = self.root / action.path
         self._keep(action.path)
         durability_point("file backed up")
@@ -230,10 +233,26 @@ class Executor:
         else:  # a file the plan creates (a missing DLedger index file): all zeros
             makedirs(path.parent)
             tmp.write_bytes(b"")
+        if blank_at is not None:
+            os.truncate(tmp, blank_at)  # the partial record's bytes go: zeros after the blank
         os.truncate(tmp, action.end)
+        if blank_at is not None:
+            write_range(tmp, blank_at, clfmt.encode_blank(action.end - blank_at))
         fsync_path(tmp)
         os.replace(tmp, path)
         fsync_dir(path.parent)
+
+    def _pad_blank(self, action) -> None:
+        """A commit log segment before the last cut short: padded to ``action.end`` bytes with an
+        end-of-file blank at ``action.start`` (``recovery.repair._cut_segment_end``)."""
+        self._resize(action, blank_at=action.start)
+
+    def _fill_units(self, action) -> None:
+        """Consume queue units (bytes ``start``..``end`` of ``path``) that pointed into lost commit
+        log bytes become filler units, which the broker's reads skip, keeping the queue offsets after them."""
+        self.backup.backup_range(action.path, action.start, action.end)
+        durability_point("range backed up")
+        write_range(self.root / action.path, action.start, cqfmt.ENTRY.pack(*cqfmt.FILLER) * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
     def _restore_config(self, action) -> None:
         """``config/X.json`` gets the bytes of its ``X.json.bak`` (ConfigManager.loadBak's source)."""

@@ -197,7 +197,9 @@ class Action:
     ``write-dledger-checkpoint`` (committedIndex ``start``, endIndex ``end``) and
     ``write-dledger-index`` (index units, bytes ``start``..``end``, rewritten from their entries).
     ``resize``: a file of ``start`` bytes padded with zeros or trimmed to ``end`` (an absent one
-    created so); ``restore-config``: a config file replaced by its ``.bak``."""
+    created so); ``pad-blank``: a commit log segment padded to ``end`` bytes with an end-of-file blank
+    at ``start``; ``fill-units``: consume queue units ``start``..``end`` made filler units;
+    ``restore-config``: a config file replaced by its ``.bak``."""
 
     op: str
     path: str

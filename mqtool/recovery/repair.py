@@ -103,8 +103,19 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("resize-segment", True, why, (rel,)))
         actions.append(Action("resize", rel, start=size, end=expected, note=why))
 
-    for folder, noun, what in (("commitlog", "segment", "commit log segment"), ("timerlog", "timer log file", "timer log file")):
-        _queue_file_fixes(root, root / folder, noun, what, store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
+    def end_segment(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
+        cut = _cut_segment_end(root, path, base, size, expected)
+        if cut is None:
+            return False
+        steps.append(RepairStep("resize-segment", True, cut.why(rel, size, expected), (rel,)))
+        actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
+        if cut.entries:
+            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _ in cut.fills))))
+            actions.extend(Action("fill-units", path, start=a, end=b, note="filler units for entries into the bytes the cut lost") for path, a, b in cut.fills)
+        return True
+
+    _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
+    _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
     # DLedger's MmapFileList.load refuses a file of the wrong length too, a zero-length last one as well (store None: in
     # every era), and DLedgerMmapFileStore.load exits
     for data_dir in sorted(root.glob("dledger-*/data")):
@@ -186,11 +197,12 @@ def _dledger_index_size(path: Path, size: int) -> int:
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
-                      alone: Callable[[Path, int], int] | None = None) -> None:
+                      alone: Callable[[Path, int], int] | None = None, cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
     ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
     ``noun`` and ``what`` name a file in the steps' reasons; ``alone``: the expected size of a lone file from
-    its path and size (else the file's own size)."""
+    its path and size (else the file's own size); ``cut_before_last(rel, path, base, size, expected)``
+    plans the fix of a file before the last cut short, or returns False for the padding with zeros."""
     segments = []
     for entry in _files(directory):
         if OFFSET_NAME.match(entry.name):
@@ -220,9 +232,108 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             if base % expected:
                 quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
             elif size < expected:
+                if base != last and cut_before_last is not None and cut_before_last(rel, Path(path), base, size, expected):
+                    continue
                 resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
             else:
                 resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
+
+
+@dataclass(frozen=True)
+class CutSegment:
+    """A commit log segment before the last, cut short where the records walked from its start reach
+    the cut (``_cut_segment_end``): ``blank``, where the record the cut crosses starts (or the cut, at a
+    record boundary); ``entries``, the consume queue entries that pointed into [``blank``, segment end)
+    as ``(topic, queue id, first, end)`` queue offsets, and ``fills`` their units as ``(file, start, end)``
+    byte ranges; ``unread``: why the consume queues could not be read (None: they were)."""
+
+    base: int
+    blank: int
+    segment_size: int
+    entries: tuple[tuple[str, int, int, int], ...] = ()
+    fills: tuple[tuple[str, int, int], ...] = ()
+    unread: str | None = None
+
+    @property
+    def count(self) -> int:
+        return sum(end - first for _, _, first, end in self.entries)
+
+    def why(self, rel: str, size: int, expected: int) -> str:
+        where = f"cut inside the record at byte {self.blank}" if size > self.blank else f"cut at the record boundary {size}"
+        partial = f"bytes {self.blank}..{size} (the start of the record the cut crosses) and " if size > self.blank else ""
+        if self.unread is not None:
+            told = f"the consume queues do not tell which messages ({self.unread})"
+        else:
+            told = f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed there" if self.entries else "no consume queue entry pointed there"
+        return (f"{size} bytes, not {expected}: the broker refuses to load a short segment (3.2.6-4.4.0 and 4.9.2 leave it and every later "
+                f"one out); {where}: padded, with an end-of-file blank there, so the broker's recovery and reput go on into the next segment "
+                f"as at any segment's end (padded with zeros only, it would read as the end of the log, and the broker's recovery would drop "
+                f"every later segment); lost: {partial}the records after byte {size} of {rel}; {told}")
+
+    def dropped_why(self, rel: str, most: int = 8) -> str:
+        listed = [f"{topic}/{qid} queue offset{f's {first}-{end - 1}' if end - first > 1 else f' {first}'} ({end - first})"
+                  for topic, qid, first, end in self.entries[:most]]
+        more = f" and {len(self.entries) - most} more runs" if len(self.entries) > most else ""
+        return (f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed into the bytes of {rel} the cut lost "
+                f"([{self.base + self.blank}, {self.base + self.segment_size})): {'; '.join(listed)}{more}; each is replaced by a filler unit "
+                f"(0, 2147483647, 0), which the broker's reads skip and its recovery keeps, so every later message keeps its queue offset "
+                f"(a rebuilt queue would renumber them)")
+
+
+def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
+    """A commit log segment before the last of ``size`` bytes, not ``segment_size``: where an end-of-file
+    blank goes so the log goes on into the next segment, if the records walked from the segment's start
+    (``segments.analyze_segment``) reach the cut (what ends them is a record claiming to run past it, or
+    the cut itself). Padded with zeros only, the segment would end the log there: ``recoverNormally`` and
+    ``recoverAbnormally`` stop at a TOTALSIZE of 0 and ``MappedFileQueue.truncateDirtyFiles`` deletes every
+    later file. At a blank every era's ``checkMessageAndReturnSize`` returns size 0 and its recovery and
+    ``doReput`` (``rollNextFile``) go on at the next file, TOTALSIZE unread (rules §1.1, §1.12), except that
+    5.3.2+ first refuse a TOTALSIZE beyond the bytes left (§1.17): it is exactly those. None: other damage
+    ends the records first, or the segment's own blank is whole (padded with zeros as before)."""
+    from ..formats import commitlog as clfmt
+    from ..store import fastscan as fs
+    from ..store.segments import SegmentTask, analyze_segment
+
+    chain = analyze_segment(SegmentTask(0, str(path), base, 0, None)).chain
+    blank = chain.end
+    if segment_size - blank < clfmt.END_FILE_MIN_BLANK_LENGTH:
+        return None
+    if blank < size:
+        if chain.code not in (fs.END_TRUNCATED, fs.END_ZEROS):
+            return None
+        if size - blank >= 4:  # its TOTALSIZE is whole: the record must claim to run past the cut
+            with open(path, "rb") as f:
+                total = int.from_bytes(os.pread(f.fileno(), 4, blank), "big", signed=True)
+            if not size < blank + total <= segment_size:
+                return None
+    return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
+
+
+def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
+    """The consume queue entries pointing into the commit log range [``start``, ``stop``): ``CutSegment``'s
+    ``entries``, ``fills`` and ``unread``."""
+    from ..errors import BadInput
+    from ..formats import consumequeue as cqfmt
+    from ..store.consumequeue import discover_queues, infer_queue_file_size
+
+    cq_dir = root / "consumequeue"
+    try:
+        file_size = infer_queue_file_size(cq_dir)
+        found = [(q, q.runs_into(start, stop)) for q in discover_queues(cq_dir, file_size)] if file_size else []
+    except BadInput as exc:
+        return (), (), str(exc)
+    entries, fills = [], []
+    for queue, runs in found:
+        files = dict(queue.files)
+        for first, end in runs:
+            entries.append((queue.topic, queue.queue_id, first, end))
+            pos, stop_at = first * cqfmt.ENTRY_SIZE, end * cqfmt.ENTRY_SIZE
+            while pos < stop_at:  # one range per file
+                file_base = pos - pos % file_size
+                upto = min(stop_at, file_base + file_size)
+                fills.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base))
+                pos = upto
+    return tuple(entries), tuple(fills), None
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
@@ -556,6 +667,23 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
 
 
+def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
+    """``findings`` less those the file fixes remove: the finding of a file they resize or quarantine
+    (``segment-size``, ``segment-name``), and consume queue entries into a cut segment given an end-of-file
+    blank (``pad-blank``): before it they point at records again (a store model that left the file out
+    found none there), after it the entries are filler units (``fill-units``)."""
+    if files is None:
+        return findings
+    changed = {a.path for a in files.actions}
+    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
+
+    def fixed(f: Finding) -> bool:
+        return (f.kind in ("segment-size", "segment-name") and f.file in changed) or (
+            f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
+
+    return [f for f in findings if not fixed(f)]
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
     the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
@@ -571,7 +699,7 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
         steps.append(RepairStep("recover", False, why, tuple(a.path for a in recover.actions if a.path)))
     remaining: list[Expected] = []
     if findings is not None and recover is not None:
-        t = triage(predict_after_recovery(findings, recover), last_timestamp)
+        t = triage(predict_after_recovery(_left_by_file_fixes(findings, files), recover), last_timestamp)
         steps += steps_of(t)
         remaining = t.lost
     elif recover_error is not None:

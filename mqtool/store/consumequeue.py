@@ -120,17 +120,27 @@ class ConsumeQueue:
     def entries_into(self, start: int, stop: int) -> int:
         """How many of the queue's entries (up to its first invalid unit) point into the commit log
         range [``start``, ``stop``)."""
+        return sum(end - first for first, end in self.runs_into(start, stop))
+
+    def runs_into(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """``(first, end)`` queue offsets of each run of consecutive entries (up to the queue's first
+        invalid unit; a filler is no entry) pointing into the commit log range [``start``, ``stop``)."""
         import numpy as np
 
-        count = 0
-        for _, path in self.files:
+        runs: list[tuple[int, int]] = []
+        for base, path in self.files:
             units = self.units(path)
             valid = _first_invalid(units)
-            phys = units["phys_offset"][:valid]
-            count += int(np.count_nonzero((phys >= start) & (phys < stop)))
+            phys, size = units["phys_offset"][:valid], units["size"][:valid]
+            inside = np.flatnonzero((phys >= start) & (phys < stop) & ~((phys == fmt.FILLER[0]) & (size == fmt.FILLER[1])))
+            for run in np.split(inside, np.flatnonzero(np.diff(inside) != 1) + 1) if inside.size else ():
+                first, end = base // ENTRY_SIZE + int(run[0]), base // ENTRY_SIZE + int(run[-1]) + 1
+                if runs and runs[-1][1] == first:  # the run goes on from the file before
+                    first = runs.pop()[0]
+                runs.append((first, end))
             if valid * ENTRY_SIZE < self.file_size:
                 break
-        return count
+        return runs
 
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
         """The unit at ``queue_offset`` (one ``pread``), None past its file's mapped bytes."""

@@ -1,0 +1,157 @@
+"""``repair`` of a commit log segment before the last cut short (docs/recovery.md): padded with zeros only,
+it would end the broker's recovery there and the broker would delete every later segment; an end-of-file
+blank where the record the cut crosses starts lets every era's recovery and reput go on into the next
+segment (rules §1.12). The plan names what is lost, the consume queue entries that pointed there become
+filler units, the store verifies sound, and ``restore`` gives the cut file back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import copy_store, manifest, recovered
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+from mqtool.errors import EXIT_OK
+from mqtool.formats import commitlog as clfmt
+from mqtool.formats import consumequeue as cqfmt
+from mqtool.formats.commitlog import CommitLogRecord
+from mqtool.recovery.planners import plan_truncate_dirty
+from mqtool.store import Store
+from repair_support import every_kill_point, queue_entries, tree
+
+runner = CliRunner()
+SEGMENT = 1048576  # the fixtures' commit log segment size
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def cut_segment(root, messages: list[dict], base: int, at_boundary: bool) -> tuple[int, int, bytes]:
+    """Cut the segment at ``base`` inside (or at the start of) the record in the middle of it:
+    (where that record starts, the cut, the segment's bytes before)."""
+    inside = [m for m in messages if base <= m["commitLogOffset"] < base + SEGMENT]
+    crossed = inside[len(inside) // 2]
+    blank = crossed["commitLogOffset"] - base
+    cut = blank if at_boundary else blank + crossed["size"] // 2
+    segment = root / "commitlog" / f"{base:020d}"
+    original = segment.read_bytes()
+    segment.write_bytes(original[:cut])
+    return blank, cut, original
+
+
+def repaired(root, tmp_path, version: str) -> dict:
+    """The plan, then ``repair --yes``: the plan's document."""
+    given = ("--broker-version", version)
+    shown = run("repair", root, "--format", "json", *given)
+    assert shown.exit_code == EXIT_OK, shown.stderr
+    applied = run("repair", root, "--yes", "--backup-dir", tmp_path / "backup", *given)
+    assert applied.exit_code == EXIT_OK and "Traceback" not in applied.stderr, applied.stderr
+    assert run("verify", root, *given).exit_code == EXIT_OK
+    return json.loads(shown.stdout)
+
+
+def assert_blank_at(root, base: int, blank: int, original: bytes) -> None:
+    data = (root / "commitlog" / f"{base:020d}").read_bytes()
+    assert len(data) == SEGMENT and data[:blank] == original[:blank]
+    assert data[blank : blank + 8] == clfmt.encode_blank(SEGMENT - blank) and not any(data[blank + 8 :])
+
+
+@pytest.mark.parametrize("where", ("mid-record", "record-boundary"))
+@pytest.mark.parametrize("version", ("3.2.6", "4.4.0", "4.9.7", "5.3.3"))
+def test_a_segment_cut_before_the_last_keeps_every_later_segment(version, where, tmp_path):
+    """Clean stores: normal recovery scans the last three segments, the cut one among them."""
+    root = copy_store(version, "clean-small", tmp_path)
+    messages = manifest(version, "clean-small")["messages"]
+    base = 3 * SEGMENT
+    blank, cut, original = cut_segment(root, messages, base, where == "record-boundary")
+    damaged = tree(root)
+    lost = [m for m in messages if base + blank <= m["commitLogOffset"] < base + SEGMENT and m["dispatchToConsumeQueue"]]
+
+    plan = repaired(root, tmp_path, version)
+    steps = {s["step"]: s for s in plan["steps"]}
+    assert "rebuild-cq" not in steps and plan["remaining"] == []  # the entries the fixes fill are no finding left
+    assert "end-of-file blank" in steps["resize-segment"]["why"] and f"{len(lost)} consume queue entries pointed there" in steps["resize-segment"]["why"]
+    assert (f"lost: bytes {blank}..{cut}" in steps["resize-segment"]["why"]) == (where == "mid-record")
+    queue = min((m["topic"], m["queueId"]) for m in lost)  # the queues are named in order
+    offsets = sorted(m["queueOffset"] for m in lost if (m["topic"], m["queueId"]) == queue)
+    named = f"{queue[0]}/{queue[1]} queue offset" + (f"s {offsets[0]}-{offsets[-1]}" if len(offsets) > 1 else f" {offsets[0]}") + f" ({len(offsets)})"
+    assert steps["drop-queue-entries"]["why"].startswith(f"{len(lost)} consume queue entries pointed into the bytes") and named in steps["drop-queue-entries"]["why"]
+    assert plan["files"]["actions"][0]["op"] == "pad-blank" and plan["files"]["actions"][0]["start"] == blank
+
+    assert_blank_at(root, base, blank, original)
+    with Store.open(root, version=version) as store:
+        assert plan_truncate_dirty(store).commitlog.valid_end == max(m["commitLogOffset"] + m["size"] for m in messages)
+        for m in messages:
+            offset = m["commitLogOffset"]
+            if base + blank <= offset < base + SEGMENT:
+                continue
+            record = store.commitlog.read_record(offset)
+            assert isinstance(record, CommitLogRecord) and record.queue_offset == m["queueOffset"], offset
+            if m["dispatchToConsumeQueue"]:
+                (entry,) = queue_entries(store, m["topic"], m["queueId"], m["queueOffset"], m["queueOffset"] + 1)
+                assert entry[1:3] == (offset, m["size"]), m["seq"]
+        for m in lost:
+            assert store.consume_queue(m["topic"], m["queueId"]).read_entry(m["queueOffset"]).is_filler
+
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert tree(root) == damaged and (root / "commitlog" / f"{base:020d}").read_bytes() == original[:cut]
+
+
+@pytest.mark.parametrize("version", ("4.0.0", "5.3.3"))
+def test_a_crashed_store_with_its_first_segment_cut_recovers_the_later_ones_as_the_broker_did(version, tmp_path):
+    """Abnormal recovery: the broker's recovered view of the records after the cut segment is kept."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    messages = manifest(version, "crashed-small")["messages"]
+    blank, _, original = cut_segment(root, messages, 0, False)
+    damaged = tree(root)
+    repaired(root, tmp_path, version)
+    assert_blank_at(root, 0, blank, original)
+    rec = recovered(version, "crashed-small")
+    with Store.open(root, version=version) as store:
+        assert plan_truncate_dirty(store).commitlog.valid_end == rec["commitLog"]["maxOffset"]
+        for q in rec["queues"]:
+            kept = [(e["queueOffset"], e["cq"]["phyOffset"], e["cq"]["size"]) for e in q["entries"] if not blank <= e["cq"]["phyOffset"] < SEGMENT]
+            found = {e[0]: e[1:3] for e in queue_entries(store, q["topic"], q["queueId"], 0, 1 << 62)}
+            assert [(o, *found.get(o, ())) for o, _, _ in kept] == kept, (q["topic"], q["queueId"])
+            # a lost record's entry is a filler, or absent past the queue's end (the broker's recovery had dispatched it)
+            assert all(found.get(e["queueOffset"], cqfmt.FILLER[:2]) == cqfmt.FILLER[:2] for e in q["entries"] if blank <= e["cq"]["phyOffset"] < SEGMENT)
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert tree(root) == damaged
+
+
+def test_the_repair_plan_table_names_the_loss(tmp_path):
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    messages = manifest("4.9.7", "clean-small")["messages"]
+    blank, cut, _ = cut_segment(root, messages, SEGMENT, False)
+    lost = sum(SEGMENT + blank <= m["commitLogOffset"] < 2 * SEGMENT and m["dispatchToConsumeQueue"] for m in messages)
+    shown = runner.invoke(app, ["repair", str(root)], env={"COLUMNS": "400"})
+    assert shown.exit_code == EXIT_OK
+    assert f"cut inside the record at byte {blank}" in shown.stdout and f"lost: bytes {blank}..{cut}" in shown.stdout
+    assert "drop-queue-entries" in shown.stdout and f"{lost} consume queue entries pointed into the bytes" in shown.stdout
+
+
+def test_the_blank_and_the_fillers_survive_a_kill_at_every_point(tmp_path, monkeypatch):
+    """The file fixes killed at each durability point, then finished (as the same command again does) or
+    undone: the same bytes as an uninterrupted apply, or the cut store back."""
+    from mqtool.apply import apply_plan
+    from mqtool.recovery.repair import plan_file_fixes
+
+    messages = manifest("5.3.3", "clean-small")["messages"]
+
+    def cut_copy(name: str):
+        root = copy_store("5.3.3", "clean-small", tmp_path / name)
+        cut_segment(root, messages, 2 * SEGMENT, False)
+        return root
+
+    def plan_of(root):
+        plan = plan_file_fixes(root)[1]
+        assert {a.op for a in plan.actions} == {"pad-blank", "fill-units"}
+        return plan
+
+    root = cut_copy("whole")
+    damaged = tree(root)
+    apply_plan(plan_of(root), tmp_path / "whole-backup")
+    assert every_kill_point(monkeypatch, tmp_path, cut_copy, plan_of, damaged, tree(root)) > 4
