@@ -91,3 +91,9 @@ class ConsumeQueueEntry(NamedTuple):
 
 def is_ext_address(tags_code: int) -> bool:
     return tags_code <= EXT_MAX_ADDRESS
+
+
+def unit_position(queue_offset: int) -> int:
+    """``putMessagePositionInfo``'s ``expectLogicOffset``: ``cqOffset * CQ_STORE_UNIT_SIZE`` as a Java long,
+    wrapped around for a damaged QUEUEOFFSET (reference §5.10)."""
+    return (queue_offset * ENTRY_SIZE + (1 << 63)) % (1 << 64) - (1 << 63)

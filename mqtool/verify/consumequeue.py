@@ -359,6 +359,12 @@ class MissingRun:
     count: int
 
 
+def _wrapped_note(queue_offset: int) -> str:
+    """What a QUEUEOFFSET whose position wraps around a Java long stands for (``cqfmt.unit_position``)."""
+    position = cqfmt.unit_position(queue_offset)
+    return "" if position == queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
+
+
 class ConsumeQueueCheck:
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``; findings are collected through ``emit`` and drained
@@ -570,12 +576,14 @@ class ConsumeQueueCheck:
         return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
 
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
-        """A record without an entry whose non-zero QUEUEOFFSET is below the queue's write position after its previous
+        """A record without an entry whose non-zero QUEUEOFFSET puts it below the queue's write position after its previous
         record: ``putMessagePositionInfo`` skips it ("Build consume queue repeatedly", reference §5.10; from 4.2.0,
-        rules §3.3: older brokers append it at the write position). Before the queue's first entry no dispatch of the
-        queue reached a write position: a record there was never dispatched (its queue file gone when the reput
-        started after it, damage seed 7000128), and a rebuild gives it its entry."""
-        return self.repeat_guard and cursor.placed and cursor.last_pos is not None and 0 < queue_offset <= cursor.last_pos
+        rules §3.3: older brokers append it at the write position). The position is a Java long: a negative QUEUEOFFSET,
+        or one so large its position wraps around negative (damage seed 8800114, 2^61 + 44), is below it too. Before the
+        queue's first entry no dispatch of the queue reached a write position: a record there was never dispatched (its
+        queue file gone when the reput started after it, damage seed 7000128), and a rebuild gives it its entry."""
+        return (self.repeat_guard and cursor.placed and cursor.last_pos is not None and queue_offset != 0
+                and cqfmt.unit_position(queue_offset) <= cqfmt.unit_position(cursor.last_pos))
 
     def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
         """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
@@ -583,7 +591,7 @@ class ConsumeQueueCheck:
         return error(
             "cq-entry-missing",
             f"the record at {record.offset} of {cursor.label} has no consume queue entry and its QUEUEOFFSET field says "
-            f"{record.queue_offset}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
+            f"{record.queue_offset}{_wrapped_note(record.queue_offset)}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
             "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
             file=self._file_of(cursor, cursor.last_pos + 1),
             offset=record.offset,
