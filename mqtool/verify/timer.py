@@ -89,12 +89,13 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
 def _missing_wheel(report: TimerReport) -> Finding:
     """No ``timerwheel`` beside a timer log or checkpoint: ``TimerWheel``'s constructor creates an empty one and
     ``recoverAndRevise`` only revises slots that exist, so the pending units' slots are gone and the broker never
-    delivers them (an error); without pending units the broker just starts an empty wheel (a warning)."""
+    delivers them (an error); without pending units the broker just starts an empty wheel and nothing is lost (an
+    info: nothing to repair, damage seed 8800108)."""
     pending = sum(row["state"] == "pending" for row in report.rows)
     if pending:
         return error("timer-wheel", f"timerwheel is missing: the broker starts an empty wheel and never delivers the {pending} pending timer message(s) of the timer log",
                      file="timerwheel", expected=WHEEL_FILE_SIZE, found=None, details={"pending": pending})
-    return warning("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
+    return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
