@@ -93,8 +93,19 @@ def test_a_segment_cut_before_the_last_keeps_every_later_segment(version, where,
             if m["dispatchToConsumeQueue"]:
                 (entry,) = queue_entries(store, m["topic"], m["queueId"], m["queueOffset"], m["queueOffset"] + 1)
                 assert entry[1:3] == (offset, m["size"]), m["seq"]
-        for m in lost:
-            assert store.consume_queue(m["topic"], m["queueId"]).read_entry(m["queueOffset"]).is_filler
+        kept = {(m["topic"], m["queueId"]): m["queueOffset"] for m in messages if m["dispatchToConsumeQueue"] and m not in lost}
+        tail = [m for m in lost if m["queueOffset"] > kept.get((m["topic"], m["queueId"]), -1)]
+        for m in lost:  # a filler where a later entry keeps its queue offset; the queue's last ones cut
+            queue = store.consume_queue(m["topic"], m["queueId"])
+            if m in tail:
+                assert queue.recover().max_offset <= m["queueOffset"], m["seq"]
+            else:
+                assert queue.read_entry(m["queueOffset"]).is_filler, m["seq"]
+        assert tail and len(tail) < len(lost)  # both happen in every fixture
+        for topic, queue_id in {(m["topic"], m["queueId"]) for m in lost}:  # never a filler as a queue's last unit
+            queue = store.consume_queue(topic, queue_id)
+            end = queue.recover().max_offset
+            assert end == 0 or not queue.read_entry(end - 1).is_filler, (topic, queue_id)
 
     assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
     assert tree(root) == damaged and (root / "commitlog" / f"{base:020d}").read_bytes() == original[:cut]
@@ -148,7 +159,7 @@ def test_the_blank_and_the_fillers_survive_a_kill_at_every_point(tmp_path, monke
 
     def plan_of(root):
         plan = plan_file_fixes(root)[1]
-        assert {a.op for a in plan.actions} == {"pad-blank", "fill-units"}
+        assert {a.op for a in plan.actions} == {"pad-blank", "fill-units", "zero-range"}  # fillers, and the queues' last entries cut
         return plan
 
     root = cut_copy("whole")

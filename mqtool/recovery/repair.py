@@ -110,8 +110,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("resize-segment", True, cut.why(rel, size, expected), (rel,)))
         actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
         if cut.entries:
-            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _ in cut.fills))))
-            actions.extend(Action("fill-units", path, start=a, end=b, note="filler units for entries into the bytes the cut lost") for path, a, b in cut.fills)
+            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.fills))))
+            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op]) for path, a, b, op in cut.fills)
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
@@ -244,14 +244,14 @@ class CutSegment:
     """A commit log segment before the last, cut short where the records walked from its start reach
     the cut (``_cut_segment_end``): ``blank``, where the record the cut crosses starts (or the cut, at a
     record boundary); ``entries``, the consume queue entries that pointed into [``blank``, segment end)
-    as ``(topic, queue id, first, end)`` queue offsets, and ``fills`` their units as ``(file, start, end)``
+    as ``(topic, queue id, first, end)`` queue offsets, and ``fills`` their units as ``(file, start, end, op)``
     byte ranges; ``unread``: why the consume queues could not be read (None: they were)."""
 
     base: int
     blank: int
     segment_size: int
     entries: tuple[tuple[str, int, int, int], ...] = ()
-    fills: tuple[tuple[str, int, int], ...] = ()
+    fills: tuple[tuple[str, int, int, str], ...] = ()
     unread: str | None = None
 
     @property
@@ -277,7 +277,9 @@ class CutSegment:
         return (f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed into the bytes of {rel} the cut lost "
                 f"([{self.base + self.blank}, {self.base + self.segment_size})): {'; '.join(listed)}{more}; each is replaced by a filler unit "
                 f"(0, 2147483647, 0), which the broker's reads skip and its recovery keeps, so every later message keeps its queue offset "
-                f"(a rebuilt queue would renumber them)")
+                f"(a rebuilt queue would renumber them); at a queue's end the queue is cut there instead, as the broker's recovery cuts a "
+                f"queue past the log's end (a filler as its last unit would set its maxPhysicOffset to 2147483647 from 4.5.0, and the "
+                f"broker's dispatch would skip its new messages until the log passes 2 GiB)")
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
@@ -325,15 +327,21 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
     entries, fills = [], []
     for queue, runs in found:
         files = dict(queue.files)
+        queue_end = queue.recover().max_offset if runs else None
         for first, end in runs:
             entries.append((queue.topic, queue.queue_id, first, end))
+            op = "zero-range" if end == queue_end else "fill-units"  # the queue's last entries: cut (``dropped_why``)
             pos, stop_at = first * cqfmt.ENTRY_SIZE, end * cqfmt.ENTRY_SIZE
             while pos < stop_at:  # one range per file
                 file_base = pos - pos % file_size
                 upto = min(stop_at, file_base + file_size)
-                fills.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base))
+                fills.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base, op))
                 pos = upto
     return tuple(entries), tuple(fills), None
+
+
+QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
+                   "zero-range": "the queue's last entries, into the bytes the cut lost: the queue ends before them"}
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
