@@ -110,8 +110,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("resize-segment", True, cut.why(rel, size, expected), (rel,)))
         actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
         if cut.entries:
-            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.fills))))
-            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op]) for path, a, b, op in cut.fills)
+            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.unit_ranges))))
+            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op]) for path, a, b, op in cut.unit_ranges)
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
@@ -244,14 +244,14 @@ class CutSegment:
     """A commit log segment before the last, cut short where the records walked from its start reach
     the cut (``_cut_segment_end``): ``blank``, where the record the cut crosses starts (or the cut, at a
     record boundary); ``entries``, the consume queue entries that pointed into [``blank``, segment end)
-    as ``(topic, queue id, first, end)`` queue offsets, and ``fills`` their units as ``(file, start, end, op)``
+    as ``(topic, queue id, first, end)`` queue offsets, and ``unit_ranges`` their units as ``(file, start, end, op)``
     byte ranges; ``unread``: why the consume queues could not be read (None: they were)."""
 
     base: int
     blank: int
     segment_size: int
     entries: tuple[tuple[str, int, int, int], ...] = ()
-    fills: tuple[tuple[str, int, int, str], ...] = ()
+    unit_ranges: tuple[tuple[str, int, int, str], ...] = ()  # op: ``fill-units``, or ``zero-range`` for a queue's last entries
     unread: str | None = None
 
     @property
@@ -313,7 +313,7 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
     """The consume queue entries pointing into the commit log range [``start``, ``stop``): ``CutSegment``'s
-    ``entries``, ``fills`` and ``unread``."""
+    ``entries``, ``unit_ranges`` and ``unread``."""
     from ..errors import BadInput
     from ..formats import consumequeue as cqfmt
     from ..store.consumequeue import discover_queues, infer_queue_file_size
@@ -324,7 +324,7 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
         found = [(q, q.runs_into(start, stop)) for q in discover_queues(cq_dir, file_size)] if file_size else []
     except BadInput as exc:
         return (), (), str(exc)
-    entries, fills = [], []
+    entries, ranges = [], []
     for queue, runs in found:
         files = dict(queue.files)
         queue_end = queue.recover().max_offset if runs else None
@@ -335,9 +335,9 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
             while pos < stop_at:  # one range per file
                 file_base = pos - pos % file_size
                 upto = min(stop_at, file_base + file_size)
-                fills.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base, op))
+                ranges.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base, op))
                 pos = upto
-    return tuple(entries), tuple(fills), None
+    return tuple(entries), tuple(ranges), None
 
 
 QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
