@@ -215,6 +215,20 @@ class Stop(Exception):
         self.problem, self.detail = problem, detail
 
 
+def filler_tails(root: Path) -> list[str]:
+    """Queues whose last unit is a filler: ``ConsumeQueue.recover`` then sets ``maxPhysicOffset`` to 2147483647
+    (from 4.5.0) and the broker's dispatch skips the queue's new messages, which no ``verify`` of the files shows."""
+    from mqtool.store import Store
+
+    with Store.open(root) as store:
+        tails = []
+        for queue in store.consume_queues:
+            end = queue.recover().max_offset
+            if end and queue.read_entry(end - 1).is_filler:
+                tails.append(f"filler-tail {queue.topic}/{queue.queue_id} {end - 1}")
+        return tails
+
+
 def run(*args, timeout: int) -> tuple[int, str, str]:
     try:
         proc = mqtool(*map(str, args), timeout=timeout)
@@ -268,7 +282,7 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
         failing = [f for f in findings if f["severity"] != "info"]
         if (vrc == EXIT_OK) != (not failing):
             raise Stop("exit-code", f"verify exit {vrc} with {len(failing)} failing finding(s)")
-        left = beyond_lost(findings)
+        left = beyond_lost(findings) + filler_tails(root)
         if left:
             raise Stop("not-sound", "; ".join(left[:3]) + (f" (+{len(left) - 3})" if len(left) > 3 else ""))
         lost = [f for f in failing if f["kind"] != "consumer-offset-range"]  # verify's warning, not lost data (``beyond_lost``)
