@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
+from damage_support import CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -341,6 +341,45 @@ def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path, kinds=(LOST_PAGES if lost_pages else DAMAGES) + DISK_FAULTS, survivors_kept=True)
     assert out.problem is None, (out.damages, out.detail)
+
+
+@pytest.mark.parametrize("store,seed", [("4.9.7/clean-small", 9400025), ("4.9.7/rewrite-clean", 9400076)])
+def test_cut_file_runs_that_failed_before(store, seed, tmp_path):
+    """Runs of ``damage_run.py --cut-files --lost-pages --disk-faults``: a segment before the last cut, and damage in
+    a later one where the broker's recovery cuts the log. The cut's queue entries became fillers with entries after
+    them; the recovery then cut those later entries, and the fillers ended their queues (``filler_tails``): from
+    4.5.0 the broker's dispatch would skip those queues' new messages. verify's ``cq-filler-tail`` has repair
+    rebuild the queues, which end before the fillers."""
+    version, name = store.split("/")
+    out = damage_run(version, name, seed, tmp_path, kinds=LOST_PAGES + DISK_FAULTS + CUT_FILES, survivors_kept=True)
+    assert out.problem is None, (out.damages, out.detail)
+
+
+@pytest.mark.parametrize("version,flagged", [("4.4.0", False), ("4.9.7", True), ("5.3.3", True)])
+def test_a_queue_ending_with_a_filler_is_found_from_4_5_0_and_rebuilt(version, flagged, tmp_path):
+    """``fillPreBlank`` writes fillers before a queue's first entry; a crash between them and the entry leaves
+    fillers as the queue's last units. From 4.5.0 ``ConsumeQueue.recover`` then sets ``maxPhysicOffset`` to the
+    filler's offset + size (2147483647), and the dispatch skips the queue's new messages; up to 4.4.0 it is the
+    filler's offset, 0, and nothing is skipped."""
+    from mqtool.formats import consumequeue as cqfmt
+    from mqtool.store import Store
+
+    root = copy_store(version, "clean-small", tmp_path / "s")
+    with Store.open(root) as store:
+        queue = max(store.consume_queues, key=lambda q: q.recover().max_offset)
+        last = queue.recover().max_offset - 1
+        path = dict(queue.files)[last * cqfmt.ENTRY_SIZE - last * cqfmt.ENTRY_SIZE % queue.file_size]
+    with open(path, "r+b") as f:
+        f.seek(last * cqfmt.ENTRY_SIZE % queue.file_size)
+        f.write(cqfmt.ENTRY.pack(*cqfmt.FILLER))
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    tails = [f for f in map(json.loads, out.splitlines()) if f.get("kind") == "cq-filler-tail"]
+    assert [(f["details"]["topic"], f["details"]["queue_id"], f["details"]["queue_offset"]) for f in tails] == ([(queue.topic, queue.queue_id, last)] if flagged else [])
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    with Store.open(root) as store:
+        rebuilt = store.consume_queue(queue.topic, queue.queue_id)
+        assert rebuilt.recover().max_offset == last + 1 and not rebuilt.read_entry(last).is_filler  # the record's entry again
 
 
 SEGMENT = 1 << 20  # the fixtures' commit log segment size

@@ -33,7 +33,8 @@ from ..store.walkedchain import WalkedChain
 LOST_KINDS = frozenset(
     {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end", "dledger-record"}
 )
-CQ_KINDS = frozenset({"cq-file-gap", "cq-file-size", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing"})
+CQ_KINDS = frozenset({"cq-file-gap", "cq-file-size", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing",
+                      "cq-filler-tail"})
 INDEX_KINDS = frozenset(
     {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
 )

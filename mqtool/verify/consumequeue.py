@@ -150,6 +150,7 @@ class Entry:
 
 
 _FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
+FILLER_END = _FILLER_PHYS + _FILLER_SIZE  # a filler's offset + size: the maxPhysicOffset it leaves as a queue's last unit
 
 
 def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
@@ -386,8 +387,10 @@ class ConsumeQueueCheck:
         self.cursors: dict[tuple[str, int], QueueCursor] = {}
         batch_dir = store.path("batchconsumequeue")
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
+        self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         for queue in store.consume_queues:
             self._file_sizes(queue)  # LMQ queues too: the broker loads them as it loads the others
+            self._filler_tail(queue)
             if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks their entries
                 continue
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
@@ -418,6 +421,24 @@ class ConsumeQueueCheck:
                     file=relative(self.store, path), expected=queue.file_size, found=size,
                     details={"topic": queue.topic, "queue_id": queue.queue_id},
                 ))
+
+    def _filler_tail(self, queue: ConsumeQueue) -> None:
+        """A queue whose last unit is a filler (``fillPreBlank``'s, the entry after it never written; or fillers of
+        lost records whose later entries a recovery cut): from 4.5.0 ``ConsumeQueue.recover`` sets ``maxPhysicOffset``
+        to its offset + size, 2147483647, and ``putMessagePositionInfo`` skips every new message of the queue ending
+        at or before it, so none is consumable until the log passes 2 GiB. A rebuild of the queue ends it before them."""
+        if not self.dedup_by_end or self.store.commitlog.end_of_files >= FILLER_END:
+            return
+        recovered = queue.recover()
+        if recovered.end and (recovered.last_phys_offset, recovered.max_phys_offset) == (_FILLER_PHYS, FILLER_END):
+            self.emit(warning(
+                "cq-filler-tail",
+                f"consume queue {queue.topic}/{queue.queue_id} ends with a filler unit (queue offset {recovered.max_offset - 1}): the broker's "
+                f"recovery sets the queue's maxPhysicOffset to {FILLER_END}, and its dispatch skips every new message of the queue "
+                "until the commit log passes that offset (putMessagePositionInfo: \"Maybe try to build consume queue repeatedly\")",
+                file=relative(self.store, queue.directory), expected="a last unit that is an entry", found="a filler",
+                details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1},
+            ))
 
     # ---- plumbing ----
 
