@@ -1,0 +1,76 @@
+"""Ctrl-C anywhere in a command's life is one line, ``mqtool: error: interrupted``, and exit 130.
+
+A SIGINT sent at random times into every command (readers and writers, on a generated 512 MiB
+store and on the crashed fixtures) landed outside the commands' ``guarded`` edge in three places;
+each is made deterministic here by raising the KeyboardInterrupt where the signal landed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT, store_path
+
+CLEAN = store_path("5.3.3", "clean-small")
+INTERRUPTED = "mqtool: error: interrupted\n"
+
+
+def ctrl_c_at_import(module: str, args: list[str]) -> subprocess.CompletedProcess:
+    """``python -m mqtool ARGS`` with a KeyboardInterrupt raised when ``module`` is first imported,
+    as a Ctrl-C landing in that import does."""
+    script = textwrap.dedent(f"""
+        import runpy, sys
+
+        class CtrlC:
+            def find_spec(self, name, path=None, target=None):
+                if name == {module!r}:
+                    raise KeyboardInterrupt
+                return None
+
+        sys.meta_path.insert(0, CtrlC())
+        sys.argv = ["mqtool", *sys.argv[1:]]
+        runpy.run_module("mqtool", run_name="__main__", alter_sys=True)
+    """)
+    return subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["typer", "mqtool.cli.coercion", "mqtool.cli.info", "mqtool.store"],
+    ids=["loading-the-cli", "before-the-group-runs", "loading-the-command", "loading-the-store-model"],
+)
+def test_ctrl_c_while_mqtool_starts_is_one_line_and_exit_130(module):
+    """Before: a Ctrl-C in the first tens of milliseconds of a command, while typer and the CLI
+    were imported, printed a traceback (and the process died of SIGINT); one while typer loaded or
+    parsed the command (outside its ``guarded`` edge) exited 130 silently: typer's ``_main`` turns
+    a KeyboardInterrupt into ``Exit(130)`` without a word."""
+    done = ctrl_c_at_import(module, ["info", str(CLEAN)])
+    assert (done.returncode, done.stderr) == (130, INTERRUPTED)
+    assert done.stdout == ""
+
+
+def test_ctrl_c_while_the_process_ends_is_no_traceback():
+    """Before: a Ctrl-C while ``exit_process`` waited for a pool's threads (``threading._shutdown``)
+    or ran the atexit handlers printed a traceback; now the remaining steps still run and a command
+    that had succeeded exits 130."""
+    script = textwrap.dedent("""
+        import atexit, sys
+        from mqtool.cli import shutdown
+
+        def waiting_for_threads():
+            raise KeyboardInterrupt
+
+        atexit.register(lambda: sys.stdout.write("atexit ran\\n"))
+        shutdown.exit_steps = lambda: (waiting_for_threads, atexit._run_exitfuncs)
+        sys.stdout.write("output\\n")
+        shutdown.exit_process(int(sys.argv[1]))
+    """)
+    for code, expected in ((0, 130), (1, 1)):
+        done = subprocess.run([sys.executable, "-c", script, str(code)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        assert done.returncode == expected, done.stderr
+        assert done.stdout == "output\natexit ran\n"
+        assert done.stderr == (INTERRUPTED if code == 0 else "")
