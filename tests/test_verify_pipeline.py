@@ -118,6 +118,36 @@ def test_the_walking_thread_waits_on_no_python_lock_a_ctrl_c_could_leave_held():
     assert entered == set()  # no function of threading.py or queue.py: no Python-level lock
 
 
+def test_verify_jobs_waits_for_the_pool_on_no_python_lock_a_ctrl_c_could_leave_held():
+    """Before: ``verify --jobs 2`` took each segment's report from ``Pool.imap``'s iterator, which
+    waits on a ``threading.Condition`` over a plain lock; a Ctrl-C landing in it can leave the lock
+    released under the pool's result thread, or held, and the pool's ``terminate`` (the ``with``
+    block's end) then joins that thread forever. The reports now come through a ``SimpleQueue``."""
+    import sys
+
+    from mqtool.verify.commitlog import CommitLogCheck, segment_reports
+
+    entered = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py", "pool.py")):
+            entered.add(frame.f_code.co_name)
+
+    with Store.open(STORE) as store:
+        tasks = CommitLogCheck(store, jobs=2).tasks()
+        serial = [r.base for r in segment_reports(tasks, 1, None)]
+        reports = segment_reports(tasks, 2, None)
+        taken = [next(reports)]  # the pool started
+        sys.setprofile(profile)
+        try:
+            taken += [next(reports) for _ in range(len(tasks) - 1)]
+        finally:
+            sys.setprofile(None)
+        assert next(reports, None) is None  # the pool ended
+    assert len(tasks) > 2 and [r.base for r in taken] == serial  # in segment order
+    assert entered == set()  # no function of threading.py, queue.py or the pool's: no Python-level lock
+
+
 def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):
     calls = []
     feed = crosscheck.CrossChecks.feed

@@ -10,11 +10,13 @@ the broker never reads, does not end the check, as it does not end the log the b
 
 from __future__ import annotations
 
+import functools
+import queue
 import signal
 from itertools import zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 from ..formats import commitlog as clfmt
 from ..formats.errors import FormatError
@@ -80,7 +82,12 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     """Reports in segment order. ``jobs > 1`` forks a pool (one segment per task); closing the
     generator early terminates it. Serially, ``chain`` (``sharedwalk.SharedWalk``) is shown the
     chain run of each segment it ``wants``, and a segment whose base is in ``walked`` continues
-    that walked chain prefix (``segments.analyze_segment``)."""
+    that walked chain prefix (``segments.analyze_segment``).
+
+    The pool's result thread hands each report over through a ``SimpleQueue``: the caller waits
+    only in its ``get``, which a Ctrl-C interrupts whole (``handoff.Stage``). ``imap``'s iterator
+    waits on a ``threading.Condition``, which a KeyboardInterrupt can leave with its lock released
+    under the result thread, or held, and the pool's ``terminate`` then joins that thread forever."""
     if jobs <= 1 or len(tasks) <= 1:
         for task in tasks:
             yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None, (walked or {}).get(task.base))
@@ -90,21 +97,36 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or _WorkerError)
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
-        results = pool.imap(_analyze_in_worker, tasks, chunksize=1)
-        while True:
-            try:
-                report = results.next(timeout=0.2)
-            except multiprocessing.TimeoutError:
-                report = None
-            except StopIteration:
-                break
-            if progress is not None:
-                done = counter.value
-                progress(done - shown)
-                shown = done
-            if report is not None:
-                yield report
+        for number, task in enumerate(tasks):
+            pool.apply_async(_analyze_in_worker, (task,), callback=functools.partial(_hand_over, done, number),
+                             error_callback=lambda exc, number=number: _hand_over(done, number, _WorkerError(exc)))
+        arrived: dict[int, SegmentReport | _WorkerError] = {}
+        for number in range(len(tasks)):
+            while number not in arrived:
+                try:
+                    at, report = done.get(timeout=0.2)
+                    arrived[at] = report
+                except queue.Empty:
+                    pass
+                if progress is not None:
+                    now = counter.value
+                    progress(now - shown)
+                    shown = now
+            report = arrived.pop(number)
+            if isinstance(report, _WorkerError):  # raised where imap raised it: after the reports before it
+                raise report.exc
+            yield report
+
+
+class _WorkerError(NamedTuple):
+    exc: BaseException
+
+
+def _hand_over(channel: queue.SimpleQueue, number: int, report) -> None:
+    """A pool callback, in the pool's result thread: the report (or error) of task ``number``."""
+    channel.put((number, report))
 
 
 # ---- stitching ---------------------------------------------------------------------------------
