@@ -148,6 +148,39 @@ def test_verify_jobs_waits_for_the_pool_on_no_python_lock_a_ctrl_c_could_leave_h
     assert entered == set()  # no function of threading.py, queue.py or the pool's: no Python-level lock
 
 
+def test_a_ctrl_c_reaching_the_pool_workers_leaves_them_to_the_parent():
+    """Before: Ctrl-C during ``verify --jobs 2`` reached the pool's workers too (the terminal
+    signals the whole process group): each printed "Process ForkPoolWorker-N:" and a traceback
+    beside mqtool's one line, and a worker interrupted alone lost its task, so the parent waited
+    for its report forever. The workers ignore SIGINT; the parent stops and terminates them."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import ROOT
+
+    script = textwrap.dedent(f"""
+        import os, signal
+        from mqtool.store import Store
+        from mqtool.verify import commitlog
+
+        analyze = commitlog.analyze_segment
+
+        def interrupted_worker(task, *args):
+            os.kill(os.getpid(), signal.SIGINT)  # as the terminal's Ctrl-C reaches every process
+            return analyze(task, *args)
+
+        commitlog.analyze_segment = interrupted_worker
+        with Store.open({str(STORE)!r}) as store:
+            tasks = commitlog.CommitLogCheck(store, jobs=2).tasks()
+            print(len(tasks), len(list(commitlog.segment_reports(tasks, 2, None))))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    count, reports = done.stdout.split()
+    assert int(count) > 2 and reports == count
+    assert done.stderr == "" and done.returncode == 0
+
+
 def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):
     calls = []
     feed = crosscheck.CrossChecks.feed

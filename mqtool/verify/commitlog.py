@@ -64,6 +64,9 @@ _worker_counter = None
 def _init_worker(counter) -> None:
     global _worker_counter
     _worker_counter = counter
+    # Ctrl-C reaches the whole process group: the parent stops and terminates the pool; a worker
+    # interrupted itself would print "Process ForkPoolWorker-N:" and its traceback, and lose its task
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sigbus_handled():
         exit_on_sigbus(worker=True)  # a failed mapped read ends the parent with its one line, not a hang
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # and the other workers end silently when it is gone
