@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import VERSIONS, copy_store, manifest
+from conftest import VERSIONS, copy_store, manifest, python_lock_calls
 
 from mqtool.apply import apply_plan
 from mqtool.formats import commitlog as clfmt
@@ -131,15 +131,7 @@ def test_the_consumer_of_the_segment_ahead_waits_on_no_python_lock_a_ctrl_c_coul
     a rebuild: a KeyboardInterrupt there can leave the Condition's lock held, and the thread ahead
     then waits for it forever in its next hand-off, and ``close`` joins it forever (the hang fixed
     in ``handoff.Stage``). The consumer now waits only in ``SimpleQueue.get``."""
-    import sys
-
     from mqtool.dispatch import scanner as dispatch
-
-    entered = set()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py")):
-            entered.add(frame.f_code.co_name)
 
     root = copy_store("5.3.3", "clean-small", tmp_path)
     with Store.open(root) as store:
@@ -147,16 +139,15 @@ def test_the_consumer_of_the_segment_ahead_waits_on_no_python_lock_a_ctrl_c_coul
                                 legacy_properties=store.legacy_properties, index_enable=True, check_crc=True, ahead=True)
         ahead = dispatch._Ahead(scanner, 1)  # the second segment, in its thread
         batches, done = [], None
-        sys.setprofile(profile)
         try:
-            taken = ahead.batches()
-            while done is None:
-                try:
-                    batches.append(next(taken))
-                except StopIteration as stop:
-                    done = stop.value
+            with python_lock_calls() as entered:
+                taken = ahead.batches()
+                while done is None:
+                    try:
+                        batches.append(next(taken))
+                    except StopIteration as stop:
+                        done = stop.value
         finally:
-            sys.setprofile(None)
             ahead.close()
     assert batches and batches[0].spilled is not None and done is not None  # read back from the spill, then the segment's end
     assert entered == set()  # no function of threading.py or queue.py: no Python-level lock

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import FIXTURES, manifest
+from conftest import FIXTURES, manifest, python_lock_calls
 import mqtool.verify.verification as verify_module
 from mqtool.formats import commitlog as cl
 from mqtool.store import Store
@@ -83,34 +83,26 @@ def test_the_walking_thread_waits_on_no_python_lock_a_ctrl_c_could_leave_held():
     thread, or held; ``PagesAhead.at`` took a Condition too. The caller's side of each hand-off now
     waits only in C (``SimpleQueue.get``, ``Thread.join``), where an interrupt is all or nothing."""
     import mmap
-    import sys
 
     import numpy as np
 
     from mqtool.store.fastscan import PagesAhead
-
-    entered = set()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py")):
-            entered.add(frame.f_code.co_name)
 
     stage = handoff.Stage(lambda item: sum(range(item % 500)), 1, "mqtool-verify-test")
     segment = mmap.mmap(-1, 8 * PagesAhead.STEP)
     ahead = PagesAhead(segment, np.frombuffer(segment, dtype=np.uint8), 0, len(segment))
     produced = handoff.produced_in_thread(iter(range(200)), "mqtool-verify-produce", depth=1)
     taken = [next(produced)]  # the threads started (Thread.start waits on an Event, once)
-    sys.setprofile(profile)
     try:
-        for i in range(2000):
-            stage.put(i)
-            stage.idle()
-            ahead.at(i * 4096)
-            if i % 100 == 0:
-                stage.drain()
-        taken += [next(produced) for _ in range(199)]
+        with python_lock_calls() as entered:
+            for i in range(2000):
+                stage.put(i)
+                stage.idle()
+                ahead.at(i * 4096)
+                if i % 100 == 0:
+                    stage.drain()
+            taken += [next(produced) for _ in range(199)]
     finally:
-        sys.setprofile(None)
         produced.close()
         ahead.close()
         stage.close()
@@ -123,26 +115,15 @@ def test_verify_jobs_waits_for_the_pool_on_no_python_lock_a_ctrl_c_could_leave_h
     waits on a ``threading.Condition`` over a plain lock; a Ctrl-C landing in it can leave the lock
     released under the pool's result thread, or held, and the pool's ``terminate`` (the ``with``
     block's end) then joins that thread forever. The reports now come through a ``SimpleQueue``."""
-    import sys
-
     from mqtool.verify.commitlog import CommitLogCheck, segment_reports
-
-    entered = set()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py", "pool.py")):
-            entered.add(frame.f_code.co_name)
 
     with Store.open(STORE) as store:
         tasks = CommitLogCheck(store, jobs=2).tasks()
         serial = [r.base for r in segment_reports(tasks, 1, None)]
         reports = segment_reports(tasks, 2, None)
         taken = [next(reports)]  # the pool started
-        sys.setprofile(profile)
-        try:
+        with python_lock_calls(("threading.py", "queue.py", "pool.py")) as entered:
             taken += [next(reports) for _ in range(len(tasks) - 1)]
-        finally:
-            sys.setprofile(None)
         assert next(reports, None) is None  # the pool ended
     assert len(tasks) > 2 and [r.base for r in taken] == serial  # in segment order
     assert entered == set()  # no function of threading.py, queue.py or the pool's: no Python-level lock
