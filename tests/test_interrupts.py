@@ -74,3 +74,57 @@ def test_ctrl_c_while_the_process_ends_is_no_traceback():
         assert done.returncode == expected, done.stderr
         assert done.stdout == "output\natexit ran\n"
         assert done.stderr == (INTERRUPTED if code == 0 else "")
+
+
+def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp_path, monkeypatch):
+    """Before: a restore cut short (Ctrl-C, or a kill) after the apply it undoes had completed left
+    no trace in the store: ``info`` said nothing of the half-restored files. After an interrupted
+    apply, ``info`` said to run the command again to finish it, and doing so "finished" the apply
+    from the half-restored files (the steps the restore had undone counted as done): exit 0 on a
+    store ``verify`` then found unsound. Now the restore marks the store while it runs; ``info``
+    says to finish it with ``mqtool restore``, and the repair command refuses until then."""
+    from typer.testing import CliRunner
+
+    from conftest import copy_store
+    from mqtool.apply import backup as backups
+    from mqtool.apply import executor
+    from mqtool.cli import app
+
+    runner = CliRunner()
+
+    def tree(root):
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    def cut_short(after_files: int):
+        copy, copied = backups.copy_sparse, []
+
+        def ctrl_c(*args, **kwargs):
+            if len(copied) == after_files:
+                raise KeyboardInterrupt
+            copied.append(copy(*args, **kwargs))
+
+        monkeypatch.setattr(backups, "copy_sparse", ctrl_c)
+
+    for case in ("complete", "interrupted"):
+        store = copy_store("4.9.7", "crashed-small", tmp_path / case)
+        backup = tmp_path / case / "backup"
+        before = tree(store)
+        if case == "interrupted":
+            points = iter(range(1, 100))
+
+            def ctrl_c_at_the_9th(label):  # the apply's 9th durability point: after several files were backed up
+                if next(points) == 9:
+                    raise KeyboardInterrupt
+
+            monkeypatch.setattr(executor, "durability_point", ctrl_c_at_the_9th)
+        assert runner.invoke(app, ["recover", str(store), "--yes", "--backup-dir", str(backup)]).exit_code == (130 if case == "interrupted" else 0)
+        monkeypatch.undo()
+        cut_short(1)
+        assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 130
+        monkeypatch.undo()
+        said = runner.invoke(app, ["info", str(store)]).stderr
+        assert f"a restore on this store was interrupted (backup {backup}): the store is partly restored; finish it with: mqtool restore {backup} --yes" in said
+        again = runner.invoke(app, ["recover", str(store), "--yes", "--backup-dir", str(tmp_path / case / "again")])
+        assert again.exit_code == 4 and f"finish it first with: mqtool restore {backup} --yes" in again.stderr
+        assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 0
+        assert tree(store) == before

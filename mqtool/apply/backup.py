@@ -160,6 +160,13 @@ class BackupSet:
         times = [ev.get("ms", 0) for ev in self.journal.events() if ev.get("ev") == "restored"]
         return times[-1] if times else None
 
+    @property
+    def restore_interrupted(self) -> bool:
+        """A restore of this backup started and did not finish: the store holds some of the
+        backed-up bytes and some of what the apply left (``restore`` finishes it)."""
+        events = [ev.get("ev") for ev in self.journal.events() if ev.get("ev") in ("restore-started", "restored")]
+        return bool(events) and events[-1] == "restore-started"
+
     def step_done(self, index: int) -> bool:
         return index in self._done
 
@@ -396,6 +403,9 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     ours = pending is not None and pending.resolve() == backup.dir.resolve()
     earlier = leftover_temporaries(root) if pending is None or ours else []  # what an earlier run left
     backup.journal.append({"ev": "restore-started"})
+    if pending is None:  # cut short, the restore is then said by ``info`` and refused as an apply to finish
+        write_pending(root, backup.dir)
+        ours = True
     restored, deleted = [], []
     for ev in reversed(backup.journal.events()):
         kind, rel = ev.get("ev"), ev.get("path")

@@ -529,6 +529,8 @@ def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
     if pending is None:
         return None
     backup = BackupSet.open(pending)
+    if backup.restore_interrupted:  # finishing the apply now would keep the files the restore put back as done steps
+        raise Refused(f"a restore of {pending} was interrupted on this store: finish it first with: mqtool restore {shlex.quote(str(pending))} --yes")
     plan = Plan.from_dict(backup.manifest["plan"])
     if backup.complete:
         clear_pending(store_root)
