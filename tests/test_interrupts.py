@@ -128,3 +128,33 @@ def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp
         assert again.exit_code == 4 and f"finish it first with: mqtool restore {backup} --yes" in again.stderr
         assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 0
         assert tree(store) == before
+
+
+# ---- output that is gone before the command starts ---------------------------------------------
+
+
+@pytest.mark.parametrize("closed", ["stdout", "stderr"])
+def test_a_stdout_or_stderr_closed_at_start_drops_what_is_written_there(closed, tmp_path):
+    """Before: with stdout closed (``mqtool recover STORE --yes >&-``, Python's ``sys.stdout`` is then
+    None) every command exited 5, "internal error: AttributeError: 'NoneType' object has no attribute
+    'write'"; with stderr closed (``2>&-``) every command that notes something exited 1 without a
+    word, and ``recover --yes`` changed nothing. Now what goes there is dropped, as for a closed pipe,
+    and the exit code is the command's own."""
+    import os
+
+    from conftest import copy_store
+
+    fd = {"stdout": 1, "stderr": 2}[closed]
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+
+    def mqtool(*args):
+        return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              preexec_fn=lambda: os.close(fd))
+
+    found = mqtool("verify", store, "--only", "checkpoint")
+    assert found.returncode == 1  # findings: the abort file
+    done = mqtool("recover", store, "--yes")
+    assert done.returncode == 0, done.stderr
+    assert not (store / "abort").exists()
+    assert mqtool("verify", store).returncode == 0
+    assert (done.stderr if closed == "stdout" else done.stdout) != ""  # the other stream still says what it says

@@ -330,7 +330,9 @@ def main() -> None:
     """The console script: the command, then the process's end without the interpreter's
     teardown (``shutdown.py``)."""
     from .shutdown import exit_process
+    from .terminal import open_closed_streams
 
+    open_closed_streams()
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
