@@ -40,8 +40,8 @@ def ctrl_c_at_import(module: str, args: list[str]) -> subprocess.CompletedProces
 
 @pytest.mark.parametrize(
     "module",
-    ["typer", "mqtool.cli.coercion", "mqtool.cli.info", "mqtool.store"],
-    ids=["loading-the-cli", "before-the-group-runs", "loading-the-command", "loading-the-store-model"],
+    ["typer", "mqtool.cli.terminal", "mqtool.cli.coercion", "mqtool.cli.info", "mqtool.store"],
+    ids=["loading-the-cli", "starting-the-cli", "before-the-group-runs", "loading-the-command", "loading-the-store-model"],
 )
 def test_ctrl_c_while_mqtool_starts_is_one_line_and_exit_130(module):
     """Before: a Ctrl-C in the first tens of milliseconds of a command, while typer and the CLI
