@@ -31,7 +31,7 @@ from ..formats import commitlog as clfmt
 from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
-from ..handoff import produced_in_thread
+from ..handoff import Failure, produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.consumequeue import has_queue_directory
 from ..store.fastscan import FastScan
@@ -520,10 +520,6 @@ class _Finished(NamedTuple):
     result: tuple  # ``_segment``'s value
 
 
-class _Failed(NamedTuple):
-    exc: BaseException
-
-
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
@@ -535,7 +531,7 @@ class _Ahead:
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
-        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch kept as it is), then _Finished or _Failed
+        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch kept as it is), then _Finished or a handoff.Failure
         self.halt = threading.Event()
         self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
@@ -557,7 +553,7 @@ class _Ahead:
                     return
                 self.channel.put(self.spill.write(batch) or batch)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
-            self.channel.put(_Failed(exc))
+            self.channel.put(Failure(exc))
 
     def batches(self) -> Iterator[DispatchBatch]:
         """The segment's batches in order as they come; returns ``(crossed, end)``."""
@@ -565,7 +561,7 @@ class _Ahead:
             entry = self.channel.get()
             if isinstance(entry, _Finished):
                 return entry.result
-            if isinstance(entry, _Failed):
+            if isinstance(entry, Failure):
                 raise entry.exc
             yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
 

@@ -16,9 +16,10 @@ import signal
 from itertools import zip_longest
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable, Iterator
 
 from ..formats import commitlog as clfmt
+from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
@@ -100,12 +101,12 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0
-    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or _WorkerError)
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure)
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
         for number, task in enumerate(tasks):
             pool.apply_async(_analyze_in_worker, (task,), callback=functools.partial(_hand_over, done, number),
-                             error_callback=lambda exc, number=number: _hand_over(done, number, _WorkerError(exc)))
-        arrived: dict[int, SegmentReport | _WorkerError] = {}
+                             error_callback=lambda exc, number=number: _hand_over(done, number, Failure(exc)))
+        arrived: dict[int, SegmentReport | Failure] = {}
         for number in range(len(tasks)):
             while number not in arrived:
                 try:
@@ -118,13 +119,9 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
                     progress(now - shown)
                     shown = now
             report = arrived.pop(number)
-            if isinstance(report, _WorkerError):  # raised where imap raised it: after the reports before it
+            if isinstance(report, Failure):  # raised where imap raised it: after the reports before it
                 raise report.exc
             yield report
-
-
-class _WorkerError(NamedTuple):
-    exc: BaseException
 
 
 def _hand_over(channel: queue.SimpleQueue, number: int, report) -> None:
