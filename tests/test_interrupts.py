@@ -82,7 +82,8 @@ def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp
     apply, ``info`` said to run the command again to finish it, and doing so "finished" the apply
     from the half-restored files (the steps the restore had undone counted as done): exit 0 on a
     store ``verify`` then found unsound. Now the restore marks the store while it runs; ``info``
-    says to finish it with ``mqtool restore``, and the repair command refuses until then."""
+    says to finish it with ``mqtool restore`` (a repair's whole backup when one of its stages was
+    being restored), and the repair command refuses until then."""
     from typer.testing import CliRunner
 
     from conftest import copy_store
@@ -105,10 +106,22 @@ def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp
 
         monkeypatch.setattr(backups, "copy_sparse", ctrl_c)
 
-    for case in ("complete", "interrupted"):
-        store = copy_store("4.9.7", "crashed-small", tmp_path / case)
+    for case in ("complete", "interrupted", "repair"):
+        store = copy_store("4.9.7", "rewrite-clean" if case == "repair" else "crashed-small", tmp_path / case)
         backup = tmp_path / case / "backup"
         before = tree(store)
+        if case == "repair":  # a repair's stages are restored last first, as one: its directory finishes the restore
+            assert runner.invoke(app, ["repair", str(store), "--yes", "--backup-dir", str(backup)]).exit_code == 0
+            stages = sorted(p for p in backup.iterdir() if p.is_dir())
+            assert [p.name for p in stages] == ["01-recover", "02-rebuild-cq"]
+            cut_short(1)
+            assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 130
+            monkeypatch.undo()
+            said = runner.invoke(app, ["info", str(store)]).stderr
+            assert f"a restore on this store was interrupted (backup {stages[-1]}): the store is partly restored; finish it with: mqtool restore {backup} --yes" in said
+            assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 0
+            assert tree(store) == before
+            continue
         if case == "interrupted":
             points = iter(range(1, 100))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -354,6 +355,18 @@ def remove_leftovers(store_root: Path) -> list[Path]:
     if found:
         fsync_dir(store_root)
     return found
+
+
+def restore_target(backup_dir: Path) -> Path:
+    """The directory to restore to finish an interrupted restore of ``backup_dir``: a stage of a
+    ``repair`` (a ``NN-name`` directory beside only such stages, ``cli.repair.RepairStages``) is
+    restored with its repair, whose earlier stages then come back too; any other backup alone."""
+    backup_dir = Path(backup_dir)
+    parent = backup_dir.parent
+    stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    if (parent / "manifest.json").exists() or not all(re.fullmatch(r"\d\d-[a-z-]+", name) for name in stages):
+        return backup_dir
+    return parent
 
 
 def clear_pending(store_root: Path) -> None:

@@ -40,8 +40,10 @@ def state_lines(state: dict) -> list[str]:
     lines = []
     pending = state["interrupted_apply"]
     if pending is not None and restore_interrupted(Path(pending)):
+        from ..apply.backup import restore_target
+
         lines.append(f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
-                     f"finish it with: mqtool restore {shell_path(pending)} --yes")
+                     f"finish it with: mqtool restore {shell_path(restore_target(Path(pending)))} --yes")
     elif pending is not None:
         lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
                      f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
