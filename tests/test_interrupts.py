@@ -1,8 +1,11 @@
-"""Ctrl-C anywhere in a command's life is one line, ``mqtool: error: interrupted``, and exit 130.
+"""A command interrupted, or whose output is gone, ends the documented way.
 
-A SIGINT sent at random times into every command (readers and writers, on a generated 512 MiB
-store and on the crashed fixtures) landed outside the commands' ``guarded`` edge in three places;
-each is made deterministic here by raising the KeyboardInterrupt where the signal landed.
+SIGINT, SIGTERM and a closed stdout were sent at random times into every command (readers and
+writers, on a generated 512 MiB store and on copies of it damaged). Ctrl-C landed outside the
+commands' ``guarded`` edge at start-up and at exit: it is now one line, ``mqtool: error:
+interrupted``, and exit 130 (each place made deterministic here by raising the KeyboardInterrupt
+where the signal landed). An interrupted restore is said by ``info`` and finished only by
+``restore``. A stdout or stderr closed before the command starts drops what is written there.
 """
 
 from __future__ import annotations
