@@ -24,7 +24,9 @@ _STOP = object()
 _DONE = object()
 
 
-class _Failure(NamedTuple):
+class Failure(NamedTuple):
+    """An exception raised in a helper thread, handed over to be raised again in the caller's."""
+
     exc: BaseException
 
 
@@ -140,7 +142,7 @@ def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
                 channel.put(item)
             channel.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - raised again in the consuming thread
-            channel.put(_Failure(exc))
+            channel.put(Failure(exc))
         finally:
             close = getattr(items, "close", None)
             if close is not None:
@@ -153,7 +155,7 @@ def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
             item = channel.get()
             if item is _DONE:
                 break
-            if isinstance(item, _Failure):
+            if isinstance(item, Failure):
                 raise item.exc
             places.put(None)
             yield item

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -90,6 +91,24 @@ def run_loading(argv: list[str], probed, *, env: dict | None = None, packages: b
             f"from mqtool.cli import main; sys.argv = ['mqtool', *{list(argv)!r}]; main()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     return proc, json.loads(proc.stderr.strip().splitlines()[-1].replace("'", '"'))
+
+
+@contextlib.contextmanager
+def python_lock_calls(files: tuple[str, ...] = ("threading.py", "queue.py")):
+    """The names of the functions of ``files`` this thread enters inside the block: a wait a
+    Ctrl-C can leave half done takes a Python-level lock there (``threading.Condition``); one in
+    C (``SimpleQueue.get``, ``Thread.join``'s lock) is all or nothing."""
+    entered: set[str] = set()
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith(files):
+            entered.add(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        yield entered
+    finally:
+        sys.setprofile(None)
 
 
 def store_path(version: str, name: str) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import VERSIONS, copy_store, manifest
+from conftest import VERSIONS, copy_store, manifest, python_lock_calls
 
 from mqtool.apply import apply_plan
 from mqtool.formats import commitlog as clfmt
@@ -123,3 +123,31 @@ def test_a_cache_adopts_the_spill_ahead(version, tmp_path):
         apply_plan(plan, tmp_path / label / "backup", cache=cache)
         out[label] = written(root)
     assert out["walk"] and out["cache"] == out["walk"]
+
+
+def test_the_consumer_of_the_segment_ahead_waits_on_no_python_lock_a_ctrl_c_could_leave_held(tmp_path):
+    """Before: the scan took each segment dispatched ahead through a ``threading.Condition``
+    (``_Ahead.batches``), in the command's own thread, where Ctrl-C lands during a recovery plan or
+    a rebuild: a KeyboardInterrupt there can leave the Condition's lock held, and the thread ahead
+    then waits for it forever in its next hand-off, and ``close`` joins it forever (the hang fixed
+    in ``handoff.Stage``). The consumer now waits only in ``SimpleQueue.get``."""
+    from mqtool.dispatch import scanner as dispatch
+
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    with Store.open(root) as store:
+        scanner = phase_scanner(store.commitlog, store.commitlog.min_offset, None, discipline="recovery", tags="delivery-time", delay_table=store.delay_table,
+                                legacy_properties=store.legacy_properties, index_enable=True, check_crc=True, ahead=True)
+        ahead = dispatch._Ahead(scanner, 1)  # the second segment, in its thread
+        batches, done = [], None
+        try:
+            with python_lock_calls() as entered:
+                taken = ahead.batches()
+                while done is None:
+                    try:
+                        batches.append(next(taken))
+                    except StopIteration as stop:
+                        done = stop.value
+        finally:
+            ahead.close()
+    assert batches and batches[0].spilled is not None and done is not None  # read back from the spill, then the segment's end
+    assert entered == set()  # no function of threading.py or queue.py: no Python-level lock

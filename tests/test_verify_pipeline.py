@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import FIXTURES, manifest
+from conftest import FIXTURES, manifest, python_lock_calls
 import mqtool.verify.verification as verify_module
 from mqtool.formats import commitlog as cl
 from mqtool.store import Store
@@ -83,39 +83,83 @@ def test_the_walking_thread_waits_on_no_python_lock_a_ctrl_c_could_leave_held():
     thread, or held; ``PagesAhead.at`` took a Condition too. The caller's side of each hand-off now
     waits only in C (``SimpleQueue.get``, ``Thread.join``), where an interrupt is all or nothing."""
     import mmap
-    import sys
 
     import numpy as np
 
     from mqtool.store.fastscan import PagesAhead
-
-    entered = set()
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code.co_filename.endswith(("threading.py", "queue.py")):
-            entered.add(frame.f_code.co_name)
 
     stage = handoff.Stage(lambda item: sum(range(item % 500)), 1, "mqtool-verify-test")
     segment = mmap.mmap(-1, 8 * PagesAhead.STEP)
     ahead = PagesAhead(segment, np.frombuffer(segment, dtype=np.uint8), 0, len(segment))
     produced = handoff.produced_in_thread(iter(range(200)), "mqtool-verify-produce", depth=1)
     taken = [next(produced)]  # the threads started (Thread.start waits on an Event, once)
-    sys.setprofile(profile)
     try:
-        for i in range(2000):
-            stage.put(i)
-            stage.idle()
-            ahead.at(i * 4096)
-            if i % 100 == 0:
-                stage.drain()
-        taken += [next(produced) for _ in range(199)]
+        with python_lock_calls() as entered:
+            for i in range(2000):
+                stage.put(i)
+                stage.idle()
+                ahead.at(i * 4096)
+                if i % 100 == 0:
+                    stage.drain()
+            taken += [next(produced) for _ in range(199)]
     finally:
-        sys.setprofile(None)
         produced.close()
         ahead.close()
         stage.close()
     assert taken == list(range(200))
     assert entered == set()  # no function of threading.py or queue.py: no Python-level lock
+
+
+def test_verify_jobs_waits_for_the_pool_on_no_python_lock_a_ctrl_c_could_leave_held():
+    """Before: ``verify --jobs 2`` took each segment's report from ``Pool.imap``'s iterator, which
+    waits on a ``threading.Condition`` over a plain lock; a Ctrl-C landing in it can leave the lock
+    released under the pool's result thread, or held, and the pool's ``terminate`` (the ``with``
+    block's end) then joins that thread forever. The reports now come through a ``SimpleQueue``."""
+    from mqtool.verify.commitlog import CommitLogCheck, segment_reports
+
+    with Store.open(STORE) as store:
+        tasks = CommitLogCheck(store, jobs=2).tasks()
+        serial = [r.base for r in segment_reports(tasks, 1, None)]
+        reports = segment_reports(tasks, 2, None)
+        taken = [next(reports)]  # the pool started
+        with python_lock_calls(("threading.py", "queue.py", "pool.py")) as entered:
+            taken += [next(reports) for _ in range(len(tasks) - 1)]
+        assert next(reports, None) is None  # the pool ended
+    assert len(tasks) > 2 and [r.base for r in taken] == serial  # in segment order
+    assert entered == set()  # no function of threading.py, queue.py or the pool's: no Python-level lock
+
+
+def test_a_ctrl_c_reaching_the_pool_workers_leaves_them_to_the_parent():
+    """Before: Ctrl-C during ``verify --jobs 2`` reached the pool's workers too (the terminal
+    signals the whole process group): each printed "Process ForkPoolWorker-N:" and a traceback
+    beside mqtool's one line, and a worker interrupted alone lost its task, so the parent waited
+    for its report forever. The workers ignore SIGINT; the parent stops and terminates them."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import ROOT
+
+    script = textwrap.dedent(f"""
+        import os, signal
+        from mqtool.store import Store
+        from mqtool.verify import commitlog
+
+        analyze = commitlog.analyze_segment
+
+        def interrupted_worker(task, *args):
+            os.kill(os.getpid(), signal.SIGINT)  # as the terminal's Ctrl-C reaches every process
+            return analyze(task, *args)
+
+        commitlog.analyze_segment = interrupted_worker
+        with Store.open({str(STORE)!r}) as store:
+            tasks = commitlog.CommitLogCheck(store, jobs=2).tasks()
+            print(len(tasks), len(list(commitlog.segment_reports(tasks, 2, None))))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    count, reports = done.stdout.split()
+    assert int(count) > 2 and reports == count
+    assert done.stderr == "" and done.returncode == 0
 
 
 def test_a_failing_check_in_the_thread_fails_the_run_in_the_caller(monkeypatch):

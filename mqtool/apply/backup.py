@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -159,6 +160,13 @@ class BackupSet:
         """When the last restore of this backup finished (epoch ms), None if none did."""
         times = [ev.get("ms", 0) for ev in self.journal.events() if ev.get("ev") == "restored"]
         return times[-1] if times else None
+
+    @property
+    def restore_interrupted(self) -> bool:
+        """A restore of this backup started and did not finish: the store holds some of the
+        backed-up bytes and some of what the apply left (``restore`` finishes it)."""
+        events = [ev.get("ev") for ev in self.journal.events() if ev.get("ev") in ("restore-started", "restored")]
+        return bool(events) and events[-1] == "restore-started"
 
     def step_done(self, index: int) -> bool:
         return index in self._done
@@ -349,6 +357,18 @@ def remove_leftovers(store_root: Path) -> list[Path]:
     return found
 
 
+def restore_target(backup_dir: Path) -> Path:
+    """The directory to restore to finish an interrupted restore of ``backup_dir``: a stage of a
+    ``repair`` (a ``NN-name`` directory beside only such stages, ``cli.repair.RepairStages``) is
+    restored with its repair, whose earlier stages then come back too; any other backup alone."""
+    backup_dir = Path(backup_dir)
+    parent = backup_dir.parent
+    stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    if (parent / "manifest.json").exists() or not all(re.fullmatch(r"\d\d-[a-z-]+", name) for name in stages):
+        return backup_dir
+    return parent
+
+
 def clear_pending(store_root: Path) -> None:
     remove(store_root / PENDING_MARKER)
     staging = store_root / STAGING_DIR
@@ -396,6 +416,9 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     ours = pending is not None and pending.resolve() == backup.dir.resolve()
     earlier = leftover_temporaries(root) if pending is None or ours else []  # what an earlier run left
     backup.journal.append({"ev": "restore-started"})
+    if pending is None:  # cut short, the restore is then said by ``info`` and refused as an apply to finish
+        write_pending(root, backup.dir)
+        ours = True
     restored, deleted = [], []
     for ev in reversed(backup.journal.events()):
         kind, rel = ev.get("ev"), ev.get("path")

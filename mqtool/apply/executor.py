@@ -38,7 +38,7 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, restore_target, staging_path, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
 
@@ -548,6 +548,8 @@ def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
     if pending is None:
         return None
     backup = BackupSet.open(pending)
+    if backup.restore_interrupted:  # finishing the apply now would keep the files the restore put back as done steps
+        raise Refused(f"a restore of {pending} was interrupted on this store: finish it first with: mqtool restore {shlex.quote(str(restore_target(pending)))} --yes")
     plan = Plan.from_dict(backup.manifest["plan"])
     if backup.complete:
         clear_pending(store_root)

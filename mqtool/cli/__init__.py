@@ -11,6 +11,7 @@ gets them when it is loaded, including ones added later).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib
@@ -190,6 +191,17 @@ def refuse_both_ways(command) -> None:
     command.parse_args = checked
 
 
+@contextlib.contextmanager
+def interrupt_aborts():
+    """A Ctrl-C outside a command's ``guarded`` edge (the group's options, loading and parsing the
+    command) as ``typer.Abort``: typer's ``_main`` turns a KeyboardInterrupt into a silent exit
+    130, and ``MqtoolGroup.main`` says "interrupted" for an Abort as for any interrupt."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise typer.Abort() from None
+
+
 class MqtoolGroup(TyperGroup):
     """The ``mqtool`` group: lazily loaded commands first, then any registered the usual way;
     global options on every command; errors as one line. Listing the commands in ``--help``
@@ -225,6 +237,14 @@ class MqtoolGroup(TyperGroup):
             if matches:
                 error.message = f"{error.message.rstrip('.')}. Did you mean {', '.join(map(repr, matches))}?"
             raise
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with interrupt_aborts():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx):
+        with interrupt_aborts():
+            return super().invoke(ctx)
 
     def format_help(self, ctx, formatter) -> None:
         self.listing = True
@@ -310,7 +330,9 @@ def main() -> None:
     """The console script: the command, then the process's end without the interpreter's
     teardown (``shutdown.py``)."""
     from .shutdown import exit_process
+    from .terminal import open_closed_streams
 
+    open_closed_streams()
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -318,4 +340,6 @@ def main() -> None:
         app()
     except SystemExit as end:
         exit_process(end.code)
+    except KeyboardInterrupt:  # before ``MqtoolGroup.main`` (typer making the group) or in its last line
+        exit_process(_error("interrupted", 130))
     exit_process(0)

@@ -188,9 +188,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
     with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
-    s = backup.summary()
-    note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
-    note(f"undo with: mqtool restore {shell_path(target)} --yes")
+        s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
+        note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
+        note(f"undo with: mqtool restore {shell_path(target)} --yes")
 
 
 def _note_damage(plan: Plan) -> None:
@@ -331,8 +331,8 @@ def repair(
     stages = RepairStages(root, target)
     with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
-    note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
-    note(f"undo with: mqtool restore {shell_path(target)} --yes")
+        note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
+        note(f"undo with: mqtool restore {shell_path(target)} --yes")
     _report_after(findings)
 
 
@@ -554,7 +554,7 @@ def apply(
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
     with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
-    note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
+        note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
 
 @guarded

@@ -11,8 +11,9 @@ ends the process with ``os._exit``: it waits for non-daemon threads (a thread po
 ``private_api.exit_steps``), runs the atexit handlers and flushes stdout and stderr. A closed pipe
 at that flush leaves the exit code as it is, as the CLI does for one met while printing
 (``common.silence_stdout``); any other failure to flush exits 120, as CPython's own exit does
-(the commands flush and report a full disk themselves: exit 3). A Python without those steps
-exits the usual way.
+(the commands flush and report a full disk themselves: exit 3). A Ctrl-C during a step is no
+traceback: the steps after it run, and a command that had succeeded exits 130 ("interrupted").
+A Python without those steps exits the usual way.
 """
 
 from __future__ import annotations
@@ -40,7 +41,12 @@ def exit_process(code: object) -> None:
         sys.exit(code)
     status = exit_code(code)
     for step in steps:
-        step()
+        try:
+            step()
+        except KeyboardInterrupt:  # Ctrl-C while a pool's threads end or an atexit handler runs: the next step still runs
+            if status == 0:
+                sys.stderr.write("mqtool: error: interrupted\n")
+                status = 130
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

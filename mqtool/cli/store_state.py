@@ -25,11 +25,26 @@ def store_state(root: Path) -> dict:
     }
 
 
+def restore_interrupted(backup: Path) -> bool:
+    """Whether the apply ``backup`` records was being undone when it stopped (``BackupSet.restore_interrupted``)."""
+    from ..apply.backup import BackupSet
+
+    try:
+        return BackupSet.open(backup).restore_interrupted
+    except Exception:  # noqa: BLE001 - a backup gone or unreadable: said as an interrupted apply, as before
+        return False
+
+
 def state_lines(state: dict) -> list[str]:
     """The lines saying ``state``."""
     lines = []
     pending = state["interrupted_apply"]
-    if pending is not None:
+    if pending is not None and restore_interrupted(Path(pending)):
+        from ..apply.backup import restore_target
+
+        lines.append(f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
+                     f"finish it with: mqtool restore {shell_path(restore_target(Path(pending)))} --yes")
+    elif pending is not None:
         lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
                      f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
     if state["lock_holder"] is not None:

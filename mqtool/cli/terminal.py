@@ -33,6 +33,24 @@ def write_stderr(line: str) -> None:
         to_devnull(sys.stderr)
 
 
+def open_closed_streams() -> None:
+    """Stdin, stdout or stderr closed when mqtool started (``>&-``, ``2>&-``; Python then makes it
+    None): /dev/null on its descriptor and a stream over it, so what is written there is dropped,
+    as to a closed pipe, and the command's exit code is its own; nor can a file mqtool opens (a
+    store file under repair) take descriptor 1 or 2."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+        setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+
+
 def to_devnull(stream) -> None:
     """Point ``stream``'s file descriptor at /dev/null, so that what is buffered and written
     later (the final flush at exit too) cannot fail again."""

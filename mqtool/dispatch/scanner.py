@@ -19,6 +19,7 @@ checked byte for byte), and hands every record the fast path cannot decide to
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -30,7 +31,7 @@ from ..formats import commitlog as clfmt
 from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
-from ..handoff import produced_in_thread
+from ..handoff import Failure, produced_in_thread
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.consumequeue import has_queue_directory
 from ..store.fastscan import FastScan
@@ -515,17 +516,22 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
     return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
 
 
+class _Finished(NamedTuple):
+    result: tuple  # ``_segment``'s value
+
+
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
-    read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are)."""
+    read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are).
+
+    The consumer waits only in ``SimpleQueue.get``, whose wait a Ctrl-C interrupts whole (as
+    ``handoff.Stage``'s caller): a ``threading.Condition`` a KeyboardInterrupt lands in can be left
+    with its lock held, and the thread's next hand-off then waits for it forever (``close`` too)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
-        self.entries: list = []  # ``BatchSpill`` entries, or a DispatchBatch kept as it is
-        self.result: tuple | None = None  # ``_segment``'s value once done
-        self.failure: BaseException | None = None
-        self.changed = threading.Condition()
+        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch kept as it is), then _Finished or a handoff.Failure
         self.halt = threading.Event()
         self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
@@ -543,39 +549,21 @@ class _Ahead:
                 try:
                     batch = next(batches)
                 except StopIteration as stop:
-                    result = stop.value
-                    break
-                self._spill(batch)
-            with self.changed:
-                self.result = result
-                self.changed.notify()
+                    self.channel.put(_Finished(stop.value))
+                    return
+                self.channel.put(self.spill.write(batch) or batch)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
-            with self.changed:
-                self.failure = exc
-                self.changed.notify()
-
-    def _spill(self, batch: DispatchBatch) -> None:
-        entry = self.spill.write(batch) or batch
-        with self.changed:
-            self.entries.append(entry)
-            self.changed.notify()
+            self.channel.put(Failure(exc))
 
     def batches(self) -> Iterator[DispatchBatch]:
         """The segment's batches in order as they come; returns ``(crossed, end)``."""
-        taken = 0
         while True:
-            with self.changed:
-                while taken == len(self.entries) and self.result is None and self.failure is None:
-                    self.changed.wait()
-                entries, result, failure = self.entries[taken:], self.result, self.failure
-            for entry in entries:
-                taken += 1
-                yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
-            if not entries:
-                if failure is not None:
-                    raise failure
-                if result is not None:
-                    return result
+            entry = self.channel.get()
+            if isinstance(entry, _Finished):
+                return entry.result
+            if isinstance(entry, Failure):
+                raise entry.exc
+            yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
 
     def close(self) -> None:
         """Stop the thread (the file stays open while a ``DispatchCache`` holds its batches)."""

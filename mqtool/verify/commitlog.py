@@ -10,6 +10,8 @@ the broker never reads, does not end the check, as it does not end the log the b
 
 from __future__ import annotations
 
+import functools
+import queue
 import signal
 from itertools import zip_longest
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from ..formats import commitlog as clfmt
+from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
@@ -62,6 +65,9 @@ _worker_counter = None
 def _init_worker(counter) -> None:
     global _worker_counter
     _worker_counter = counter
+    # Ctrl-C reaches the whole process group: the parent stops and terminates the pool; a worker
+    # interrupted itself would print "Process ForkPoolWorker-N:" and its traceback, and lose its task
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sigbus_handled():
         exit_on_sigbus(worker=True)  # a failed mapped read ends the parent with its one line, not a hang
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # and the other workers end silently when it is gone
@@ -80,7 +86,12 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     """Reports in segment order. ``jobs > 1`` forks a pool (one segment per task); closing the
     generator early terminates it. Serially, ``chain`` (``sharedwalk.SharedWalk``) is shown the
     chain run of each segment it ``wants``, and a segment whose base is in ``walked`` continues
-    that walked chain prefix (``segments.analyze_segment``)."""
+    that walked chain prefix (``segments.analyze_segment``).
+
+    The pool's result thread hands each report over through a ``SimpleQueue``: the caller waits
+    only in its ``get``, which a Ctrl-C interrupts whole (``handoff.Stage``). ``imap``'s iterator
+    waits on a ``threading.Condition``, which a KeyboardInterrupt can leave with its lock released
+    under the result thread, or held, and the pool's ``terminate`` then joins that thread forever."""
     if jobs <= 1 or len(tasks) <= 1:
         for task in tasks:
             yield analyze_segment(task, progress, chain if chain is not None and chain.wants(task) else None, (walked or {}).get(task.base))
@@ -90,21 +101,32 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure)
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
-        results = pool.imap(_analyze_in_worker, tasks, chunksize=1)
-        while True:
-            try:
-                report = results.next(timeout=0.2)
-            except multiprocessing.TimeoutError:
-                report = None
-            except StopIteration:
-                break
-            if progress is not None:
-                done = counter.value
-                progress(done - shown)
-                shown = done
-            if report is not None:
-                yield report
+        for number, task in enumerate(tasks):
+            pool.apply_async(_analyze_in_worker, (task,), callback=functools.partial(_hand_over, done, number),
+                             error_callback=lambda exc, number=number: _hand_over(done, number, Failure(exc)))
+        arrived: dict[int, SegmentReport | Failure] = {}
+        for number in range(len(tasks)):
+            while number not in arrived:
+                try:
+                    at, report = done.get(timeout=0.2)
+                    arrived[at] = report
+                except queue.Empty:
+                    pass
+                if progress is not None:
+                    now = counter.value
+                    progress(now - shown)
+                    shown = now
+            report = arrived.pop(number)
+            if isinstance(report, Failure):  # raised where imap raised it: after the reports before it
+                raise report.exc
+            yield report
+
+
+def _hand_over(channel: queue.SimpleQueue, number: int, report) -> None:
+    """A pool callback, in the pool's result thread: the report (or error) of task ``number``."""
+    channel.put((number, report))
 
 
 # ---- stitching ---------------------------------------------------------------------------------
