@@ -265,6 +265,16 @@ class PagesAhead:
         except (AttributeError, OSError):
             pass
         while self.mapped < self.stop and not self.done:
+            try:  # where the walk is now, without waiting
+                while True:
+                    pos = self.positions.get_nowait()
+                    if pos is None:
+                        return
+                    reached = max(reached, pos)
+            except queue.Empty:
+                pass
+            # behind the walk (this thread waits for an idle core): never map what it passed, which it may have released
+            self.mapped = max(self.mapped, reached)
             if self.mapped >= reached + self.AHEAD:
                 pos = self.positions.get()  # far enough ahead: wait for the walk
                 if pos is None:
