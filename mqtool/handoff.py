@@ -51,8 +51,8 @@ class Stage:
         self.work = work
         self.items: queue.SimpleQueue = queue.SimpleQueue()
         self.places: queue.SimpleQueue = queue.SimpleQueue()  # one token per item that may be put and not done (``depth`` waiting, one in hand)
-        self.depth = depth + 1
-        for _ in range(self.depth):
+        self.capacity = depth + 1
+        for _ in range(self.capacity):
             self.places.put(None)
         self.put_count = self.done_count = 0
         self.error: BaseException | None = None
@@ -95,7 +95,7 @@ class Stage:
         """Wait until every item put is done; raise the work's exception, if any."""
         taken = 0
         try:
-            while taken < self.depth:  # every token back: nothing waits or is in hand
+            while taken < self.capacity:  # every token back: nothing waits or is in hand
                 self.places.get()
                 taken += 1
         finally:

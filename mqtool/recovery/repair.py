@@ -240,6 +240,10 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
                 resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
 
 
+QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
+                   "zero-range": "the queue's last entries, into the bytes the cut lost: the queue ends before them"}  # the notes of a ``CutSegment``'s unit ranges, by op
+
+
 @dataclass(frozen=True)
 class CutSegment:
     """A commit log segment before the last, cut short where the records walked from its start reach
@@ -340,9 +344,6 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
                 pos = upto
     return tuple(entries), tuple(ranges), None
 
-
-QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
-                   "zero-range": "the queue's last entries, into the bytes the cut lost: the queue ends before them"}
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:

@@ -240,8 +240,7 @@ class PagesAhead:
     def __init__(self, buf, array: np.ndarray, start: int, stop: int):
         self.array, self.stop = array, stop
         self.mapped = start
-        self.done = False
-        self.positions: queue.SimpleQueue = queue.SimpleQueue()  # where the walk is; None: stop
+        self.positions: queue.SimpleQueue = queue.SimpleQueue()  # where the walk is; None: stop (read before every step)
         active = isinstance(buf, mmap.mmap) and stop - start > self.STEP
         self.thread = threading.Thread(target=self._map, args=(start,), name="mqtool-pages-ahead", daemon=True) if active else None
         if self.thread is not None:
@@ -253,7 +252,6 @@ class PagesAhead:
 
     def close(self) -> None:
         if self.thread is not None:
-            self.done = True
             self.positions.put(None)
             self.thread.join()
             self.thread = None
@@ -264,7 +262,7 @@ class PagesAhead:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         except (AttributeError, OSError):
             pass
-        while self.mapped < self.stop and not self.done:
+        while self.mapped < self.stop:
             try:  # where the walk is now, without waiting
                 while True:
                     pos = self.positions.get_nowait()
