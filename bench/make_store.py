@@ -270,7 +270,7 @@ def _put_digits(buf, p, value, width, base):
         value //= base
 
 
-@njit(cache=True, nogil=True)
+@njit(nogil=True)  # no cache: numba cannot cache a kernel that calls a ctypes pointer
 def fill_records(out, tmpl, size, pick, first_seq, phys0, ts, params, key_pos, key_len, prefix, counters, rec_queue, rec_qoff, rec_tags, keys, key_start, key_count):
     """Copy template ``pick[i]`` to record ``i`` and patch its per-record fields (see module doc).
 
