@@ -64,6 +64,10 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     assert refused.exit_code == EXIT_REFUSED and "a repair on this store stopped before its last stage" in refused.stderr
     assert snapshot(store) == left
 
+    elsewhere = run("repair", store, "--yes", "--backup-dir", tmp_path / "another backup")  # one repair, one backup directory
+    assert elsewhere.exit_code == EXIT_REFUSED and f"the stopped repair's stages are in {backup}" in elsewhere.stderr
+    assert snapshot(store) == left and not (tmp_path / "another backup").exists()
+
     reference = copy_store("4.9.7", "rewrite-clean", tmp_path / "reference")
     assert run("repair", reference, "--yes", "--backup-dir", tmp_path / "reference-backup").exit_code == EXIT_OK
     again = run("repair", store, "--yes")

@@ -309,7 +309,7 @@ class BackupSet:
         }
 
 
-# ---- the pending marker -----------------------------------------------------------------------
+# ---- the pending and repair markers -----------------------------------------------------------
 
 
 def write_pending(store_root: Path, backup_dir: Path, marker: str = PENDING_MARKER) -> None:

@@ -329,7 +329,7 @@ def repair(
         note_interrupted(root)
     stopped = stopped_repair(root)
     if stopped is not None:
-        note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, its stages beside those done")
+        note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
     plan = _plan_repair(root, broker_config, broker_version)
     emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
     if dry_run:
@@ -348,8 +348,8 @@ def repair(
     stages = RepairStages(root, target)
     with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
-        earlier = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
-        note(f"repair applied in {len(stages.done)} stage(s){earlier}; backup in {target}")
+        after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
+        note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {target}")
         note(f"undo with: mqtool restore {shell_path(target)} --yes")
     _report_after(findings)
 

@@ -1,7 +1,8 @@
 """What a reader of a store is told first (``info``, ``verify``, ``survivors``, ``salvage``): a
 process holds the store's lock (a running broker still writes), an apply of a repair command was
 interrupted (its ``.mqtool-pending`` marker, ``mqtool.apply.backup``), a ``repair`` stopped before
-its last stage (``.mqtool-repair``), or an interrupted mqtool left temporary files in the store. One line each, on stderr; ``info --format json`` carries them as fields."""
+its last stage (``.mqtool-repair``), or an interrupted mqtool left temporary files in the store.
+One line each, on stderr; ``info --format json`` carries them as fields."""
 
 from __future__ import annotations
 
