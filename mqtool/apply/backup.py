@@ -5,7 +5,9 @@ Every byte apply overwrites or deletes is in the backup, durably, before it is t
 ``restore`` (journal events undone in reverse order) puts the store back byte for byte, mtimes
 included, after a complete, interrupted or killed apply, and ``restore`` of several applies in
 reverse order (``repair``'s stages) ends at the state before the first. ``.mqtool-pending`` in
-the store names the backup set of an unfinished apply, which the next modifying command finishes.
+the store names the backup set of an unfinished apply, which the next modifying command finishes;
+``.mqtool-repair`` names the backup directory of a ``repair`` whose stages are not all applied
+(killed between two of them), which the next ``repair`` finishes and its ``restore`` undoes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
+REPAIR_MARKER = ".mqtool-repair"
 STAGING_DIR = ".mqtool-staging"
 BACKUPS_DIR = ".mqtool-backups"
 
@@ -306,19 +309,66 @@ class BackupSet:
         }
 
 
-# ---- the pending marker -----------------------------------------------------------------------
+# ---- the pending and repair markers -----------------------------------------------------------
 
 
-def write_pending(store_root: Path, backup_dir: Path) -> None:
-    write_atomic(store_root / PENDING_MARKER, str(Path(backup_dir).resolve()).encode())
+def write_pending(store_root: Path, backup_dir: Path, marker: str = PENDING_MARKER) -> None:
+    """``marker`` in the store names ``backup_dir``, durably (``write_atomic``)."""
+    write_atomic(store_root / marker, str(Path(backup_dir).resolve()).encode())
 
 
-def read_pending(store_root: Path) -> Path | None:
-    marker = store_root / PENDING_MARKER
-    if not marker.exists():
+def read_pending(store_root: Path, marker: str = PENDING_MARKER) -> Path | None:
+    """The backup ``marker`` names (the pending apply's by default), None without one."""
+    path = store_root / marker
+    if not path.exists():
         return None
-    text = marker.read_text(encoding="utf-8").strip()
+    text = path.read_text(encoding="utf-8").strip()
     return Path(text) if text else None
+
+
+def repair_stages(backup: Path) -> list[Path]:
+    """The per-stage backup sets of a ``repair`` backup directory, in the order applied."""
+    if not backup.is_dir() or (backup / "manifest.json").exists():
+        return []
+    return sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+
+
+@dataclass(frozen=True)
+class StoppedRepair:
+    """A ``repair`` that stopped before its last stage (``REPAIR_MARKER``): its backup directory, the
+    stages it completed and, when one was cut short inside (its apply pending), that stage."""
+
+    backup: Path
+    done: tuple[str, ...]
+    stopped_in: str | None
+
+
+def stopped_repair(store_root: Path) -> StoppedRepair | None:
+    """The repair ``REPAIR_MARKER`` names, if any of its stages is still in the store (begun and not
+    restored); None when it changed nothing or was undone (the marker is then stale)."""
+    backup = read_pending(store_root, REPAIR_MARKER)
+    if backup is None:
+        return None
+    done, stopped_in = [], None
+    for stage in repair_stages(backup):
+        try:
+            opened = BackupSet.open(stage)
+        except BadInput:
+            continue
+        if opened.restored or not opened.journal.events():
+            continue
+        if opened.complete:
+            done.append(stage.name)
+        else:
+            stopped_in = stage.name
+    return StoppedRepair(backup, tuple(done), stopped_in) if done or stopped_in else None
+
+
+def clear_repair_mark(store_root: Path, *, unless_applied: bool = False) -> None:
+    """Remove ``REPAIR_MARKER`` (the repair finished); with ``unless_applied``, only when none of its
+    stages is left in the store (undone, or none changed anything)."""
+    if not unless_applied or stopped_repair(store_root) is None:
+        remove(Path(store_root) / REPAIR_MARKER)
 
 
 def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
@@ -452,6 +502,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         remove_leftovers(root)  # this restore's own staging, and what an earlier run left
         fsync_dir(root)
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
+    clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
 
 

@@ -6,7 +6,8 @@ bytes it writes are a function of the plan and the commit log range the plan val
 apply killed at any point and run again (``resume``) converges to the same bytes, and
 ``restore`` can always undo it.
 
-Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability point (tests).
+Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability point, or
+``MQTOOL_TEST_KILL_AT=LABEL`` at the first point of that label (tests).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def durability_point(label: str) -> None:
     if not target:
         return
     _kill_counter += 1
-    if _kill_counter == int(target):
+    if (str(_kill_counter) if target.isdigit() else label) == target:
         os.kill(os.getpid(), signal.SIGINT if os.environ.get("MQTOOL_TEST_KILL_SIGNAL") == "INT" else signal.SIGKILL)
 
 

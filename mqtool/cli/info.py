@@ -57,6 +57,7 @@ def _store_table(doc: dict[str, Any], unread):
                 ("lock file", lock_text(doc)),
             ]),
             *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
+            *([("interrupted repair", f"backup {doc['interrupted_repair']['backup']} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
             *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
         ],
     )

@@ -21,7 +21,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import applied_backup, changed_by_others, refuse_changed, remove_leftovers
+from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, refuse_changed, remove_leftovers, repair_stages, stopped_repair, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -30,6 +30,7 @@ from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
+from .store_state import stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
@@ -145,6 +146,14 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
 
 
+def refuse_stopped_repair(root: Path) -> None:
+    """A command other than ``repair`` changing a store a ``repair`` stopped in (killed between stages):
+    refused, as its changes would land between the repair's stages (``store_state.stopped_repair_line``)."""
+    stopped = stopped_repair_state(root)
+    if stopped is not None:
+        raise Refused(stopped_repair_line(root, stopped) + ", before any other change")
+
+
 def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None) -> None:
     """--yes applies; --dry-run and --plan-out promise nothing changes: both at once is a usage error."""
     for given, name in ((dry_run, "--dry-run"), (plan_out is not None, "--plan-out")):
@@ -159,6 +168,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     extra = [s.path.parent for s in store.commitlog.segments[:1]]
     if not dry_run and plan_out is None:
         check_not_in_use(root, extra, force)
+        refuse_stopped_repair(root)
         if read_pending(root) is not None:
             store.close()
             _finish_interrupted(root, yes)
@@ -317,23 +327,42 @@ def repair(
         _finish_interrupted(root, yes)
     elif read_pending(root) is not None:
         note_interrupted(root)
+    stopped = stopped_repair(root)
+    if stopped is not None:
+        note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
     plan = _plan_repair(root, broker_config, broker_version)
     emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
     if plan.is_empty:
+        if yes and stopped is not None:
+            with hold_store_lock(root, force):
+                clear_repair_mark(root)
+            note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes")
         _say_nothing_to_repair(plan, yes)
         return
     if not yes:
         note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
         return
-    target = Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
+    target = _repair_target(root, backup_dir, stopped)
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.undone_on_failure():
+    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
-        note(f"repair applied in {len(stages.done)} stage(s); backup in {target}")
+        after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
+        note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {target}")
         note(f"undo with: mqtool restore {shell_path(target)} --yes")
     _report_after(findings)
+
+
+def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
+    """The backup directory of the stages: a stopped repair's own (``apply.backup.stopped_repair``), so
+    one restore undoes the whole repair; else ``--backup-dir`` or the default."""
+    if stopped is None:
+        return Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
+    if backup_dir is not None and Path(backup_dir).resolve() != stopped.backup.resolve():
+        raise Refused(f"the stopped repair's stages are in {stopped.backup}: its next stages go there too (give no --backup-dir), "
+                      f"or undo it first with: mqtool restore {shell_path(stopped.backup)} --yes")
+    return stopped.backup
 
 
 def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
@@ -421,18 +450,39 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
 
 class RepairStages:
     """``repair`` applies several plans in order, each with its backup set in a numbered
-    subdirectory of one backup directory (``mqtool restore`` undoes them in reverse)."""
+    subdirectory of one backup directory (``mqtool restore`` undoes them in reverse); a stopped
+    repair's next stages are numbered after the ``earlier`` ones there."""
 
     def __init__(self, root: Path, target: Path):
         self.root, self.target, self.done = root, target, []
+        self.earlier = len(repair_stages(target))
 
     def apply(self, name: str, plan: Plan | None, cache=None) -> None:
         if plan is None or plan.is_empty:
             return
-        directory = self.target / f"{len(self.done) + 1:02d}-{name}"
+        directory = self.target / f"{self.earlier + len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
+        if self.done:
+            from ..apply.executor import durability_point
+
+            durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
         writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
+
+    @contextmanager
+    def marked(self):
+        """``.mqtool-repair`` in the store names the backup directory while the stages apply (written,
+        durably and under the store lock, before the first stage writes), so a repair killed between
+        two stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``.
+        Cleared when every stage is applied, or when the repair stops with none of its stages left in
+        the store (undone, or none begun)."""
+        write_pending(self.root, self.target, REPAIR_MARKER)
+        try:
+            yield
+        except BaseException:
+            clear_repair_mark(self.root, unless_applied=True)
+            raise
+        clear_repair_mark(self.root)
 
     @contextmanager
     def undone_on_failure(self):
@@ -535,6 +585,7 @@ def apply(
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")
     check_not_in_use(root, [], force)
+    refuse_stopped_repair(root)
     pending = read_pending(root)
     if pending is not None:
         _finish_interrupted(root, yes)
@@ -621,13 +672,6 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
         names = ", ".join(s.name for s in later)
         raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
                       f"the whole repair with: mqtool restore {shell_path(backup.resolve().parent)} --yes (or those stages first)")
-
-
-def repair_stages(backup: Path) -> list[Path]:
-    """The per-stage backup sets of a ``repair`` backup directory, in the order applied."""
-    if not backup.is_dir() or (backup / "manifest.json").exists():
-        return []
-    return sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
 
 
 # ---- rendering --------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """What a reader of a store is told first (``info``, ``verify``, ``survivors``, ``salvage``): a
 process holds the store's lock (a running broker still writes), an apply of a repair command was
-interrupted (its ``.mqtool-pending`` marker, ``mqtool.apply.backup``), or an interrupted mqtool
-left temporary files in the store. One line each, on stderr; ``info --format json`` carries them as fields."""
+interrupted (its ``.mqtool-pending`` marker, ``mqtool.apply.backup``), a ``repair`` stopped before
+its last stage (``.mqtool-repair``), or an interrupted mqtool left temporary files in the store.
+One line each, on stderr; ``info --format json`` carries them as fields."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from .common import note, shell_path
 
 
 def store_state(root: Path) -> dict:
-    """``{"lock_holder": pid | None, "interrupted_apply": backup | None, "leftover_files": [...]}``
-    (leftovers relative to ``root``; named only when no apply is pending: a pending apply's own
-    staging files are finished or removed with it)."""
+    """``{"lock_holder": pid | None, "interrupted_apply": backup | None, "interrupted_repair": {...} | None,
+    "leftover_files": [...]}`` (``interrupted_repair``: the stopped repair's ``backup``, the stages
+    ``done`` and the one it ``stopped_in``; leftovers relative to ``root``, named only when no apply
+    is pending: a pending apply's own staging files are finished or removed with it)."""
     from ..apply.backup import leftover_temporaries, read_pending
     from ..store.liveness import lock_holder
 
@@ -21,6 +23,7 @@ def store_state(root: Path) -> dict:
     return {
         "lock_holder": lock_holder(root),
         "interrupted_apply": None if pending is None else str(pending),
+        "interrupted_repair": stopped_repair_state(root),
         "leftover_files": [] if pending is not None else [str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in leftover_temporaries(root)],
     }
 
@@ -35,16 +38,37 @@ def restore_interrupted(backup: Path) -> bool:
         return False
 
 
-def state_lines(state: dict) -> list[str]:
-    """The lines saying ``state``."""
+def stopped_repair_state(root: Path) -> dict | None:
+    """``store_state``'s ``interrupted_repair`` (``apply.backup.stopped_repair``)."""
+    from ..apply.backup import stopped_repair
+
+    stopped = stopped_repair(root)
+    return None if stopped is None else {"backup": str(stopped.backup), "done": list(stopped.done), "stopped_in": stopped.stopped_in}
+
+
+def stopped_repair_line(root: Path, stopped: dict) -> str:
+    """What a ``repair`` stopped before its last stage left (``store_state``'s ``interrupted_repair``),
+    and the two ways on: the same repair again finishes it, ``restore`` of its backup undoes it."""
+    done = f"stage(s) {', '.join(stopped['done'])} done" if stopped["done"] else "no stage done"
+    cut = f", stage {stopped['stopped_in']} cut short" if stopped["stopped_in"] else ""
+    return (f"a repair on this store stopped before its last stage (backup {stopped['backup']}: {done}{cut}): "
+            f"run `mqtool repair {shell_path(root)} --yes` again to finish it, or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
+
+
+def state_lines(state: dict, root: Path) -> list[str]:
+    """The lines saying ``state`` of the store at ``root``."""
     lines = []
-    pending = state["interrupted_apply"]
-    if pending is not None and restore_interrupted(Path(pending)):
+    pending, stopped = state["interrupted_apply"], state.get("interrupted_repair")
+    restoring = pending is not None and restore_interrupted(Path(pending))
+    if restoring:
         from ..apply.backup import restore_target
 
         lines.append(f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
                      f"finish it with: mqtool restore {shell_path(restore_target(Path(pending)))} --yes")
-    elif pending is not None:
+    elif stopped is not None:
+        lines.append(stopped_repair_line(root, stopped))
+    a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])
+    if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
         lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
                      f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
     if state["lock_holder"] is not None:
@@ -60,8 +84,8 @@ def state_lines(state: dict) -> list[str]:
 def warn_store_state(root: Path | None) -> dict:
     """Note ``state_lines`` on stderr; returns the state (empty for a bare commitlog folder)."""
     if root is None:
-        return {"lock_holder": None, "interrupted_apply": None, "leftover_files": []}
+        return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}
     state = store_state(root)
-    for line in state_lines(state):
+    for line in state_lines(state, root):
         note(line)
     return state

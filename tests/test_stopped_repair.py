@@ -1,0 +1,92 @@
+"""A ``repair --yes`` killed between two of its stages (SIGKILL, SIGTERM, power loss) left the earlier
+stages applied and said nothing: ``info`` showed a finished, partial repair. Now ``info`` names it
+(the stages done, the backup, how to finish and how to undo it), the other repair commands refuse
+to change the store under it, ``repair --yes`` again finishes it in the same backup directory, and
+``restore`` of that directory gives every file back byte for byte; either clears the mark."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import pytest
+from conftest import copy_store
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+from mqtool.errors import EXIT_OK, EXIT_REFUSED
+from repair_support import mqtool
+from test_undo import snapshot
+
+runner = CliRunner()
+KILL_BETWEEN = {"MQTOOL_TEST_KILL_AT": "before stage 02-rebuild-cq"}  # rewrite-clean: 01-recover, then 02-rebuild-cq
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.fixture
+def stopped(tmp_path):
+    """4.9.7 rewrite-clean (a real two-stage repair: the broker's recovery, then its stale consume queue
+    entries rebuilt) with a real `mqtool repair --yes` SIGKILLed after stage 01, before stage 02 began;
+    the store's snapshot before, and the backup directory."""
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "on call")
+    before = snapshot(store)
+    backup = (tmp_path / "my backup").resolve()
+    killed = mqtool("repair", store, "--yes", "--backup-dir", backup, env=KILL_BETWEEN)
+    assert killed.returncode == -9, killed.stderr
+    assert sorted(p.name for p in backup.iterdir()) == ["01-recover"] and snapshot(store) != before
+    return store, backup, before
+
+
+def commands_said(line: str) -> list[list[str]]:
+    """The command lines a message quotes between backticks, as a shell splits them."""
+    return [shlex.split(c) for c in re.findall(r"`([^`]*)`", line)]
+
+
+def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(stopped, tmp_path):
+    store, backup, before = stopped
+    shown = run("info", store)
+    assert shown.exit_code == EXIT_OK and "Traceback" not in shown.output
+    line = shown.stderr.splitlines()[0]
+    assert line.startswith(f"mqtool: a repair on this store stopped before its last stage (backup {backup}: stage(s) 01-recover done)"), line
+    assert commands_said(line) == [["mqtool", "repair", str(store), "--yes"], ["mqtool", "restore", str(backup), "--yes"]]
+    assert "interrupted repair backup" in " ".join(shown.stdout.split())
+    as_json = json.loads(run("info", store, "-f", "json").stdout)
+    assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None}
+    assert as_json["interrupted_apply"] is None  # no stage was cut short inside
+
+    # another repair command would change the store between the repair's stages: refused, nothing changed
+    left = snapshot(store)
+    refused = run("rebuild-cq", store, "--yes")
+    assert refused.exit_code == EXIT_REFUSED and "a repair on this store stopped before its last stage" in refused.stderr
+    assert snapshot(store) == left
+
+    elsewhere = run("repair", store, "--yes", "--backup-dir", tmp_path / "another backup")  # one repair, one backup directory
+    assert elsewhere.exit_code == EXIT_REFUSED and f"the stopped repair's stages are in {backup}" in elsewhere.stderr
+    assert snapshot(store) == left and not (tmp_path / "another backup").exists()
+
+    reference = copy_store("4.9.7", "rewrite-clean", tmp_path / "reference")
+    assert run("repair", reference, "--yes", "--backup-dir", tmp_path / "reference-backup").exit_code == EXIT_OK
+    again = run("repair", store, "--yes")
+    assert again.exit_code == EXIT_OK, again.stderr
+    assert "repair applied in 1 stage(s) (after the 1 the stopped run applied)" in again.stderr
+    assert sorted(p.name for p in backup.iterdir()) == ["01-recover", "02-rebuild-cq"]  # one backup directory: one restore undoes all
+    assert snapshot(store) == snapshot(reference)  # as an uninterrupted repair left it, the mark gone
+    after = run("info", store)
+    assert after.exit_code == EXIT_OK and "repair on this store" not in after.stderr
+    assert json.loads(run("info", store, "-f", "json").stdout)["interrupted_repair"] is None
+
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
+def test_restore_of_a_repair_killed_between_stages_gives_every_file_back(stopped):
+    store, backup, before = stopped
+    restored = run("restore", backup, "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(store) == before  # every file byte for byte, and the mark gone
+    shown = run("info", store)
+    assert shown.exit_code == EXIT_OK and "repair on this store" not in shown.stderr
