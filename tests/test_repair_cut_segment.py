@@ -20,6 +20,7 @@ from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.commitlog import CommitLogRecord
 from mqtool.recovery.planners import plan_truncate_dirty
 from mqtool.store import Store
+from mqtool.store.lookup import pickup_store_timestamp
 from repair_support import every_kill_point, queue_entries, tree
 
 runner = CliRunner()
@@ -221,6 +222,7 @@ def test_a_filler_ending_a_queue_file_leaves_the_file_to_the_broker_while_its_me
                 if (m["queueOffset"] + 1) % QUEUE_FILE_UNITS == 0:
                     ends.append(m)
         assert ends
+        assert pickup_store_timestamp(store, base, cqfmt.FILLER_SIZE) == -1  # getMessage(base, 2147483647) maps nothing: no store time
         for queue in store.consume_queues:  # the segments before the cut one expired
             for path in expired_queue_files(queue, base):
                 units = queue.units(path)
