@@ -82,6 +82,8 @@ def is_filler(phys_offset, size, tags_code):
     does not know: no record is 2147483647 bytes (a segment's size is an int and holds its blank too), so
     no entry has that size. Ints or numpy arrays (elementwise)."""
     return (phys_offset >= 0) & (size == FILLER_SIZE) & (tags_code == FILLER[2])
+
+
 EXT_MAX_ADDRESS = -2147483649
 """``ConsumeQueueExt.MAX_ADDR``: a tags code at or below this is an ext-file address."""
 

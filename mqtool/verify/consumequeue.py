@@ -149,8 +149,6 @@ class Entry:
         self.queue_offset, self.phys, self.size, self.tags = queue_offset, phys, size, tags
 
 
-
-
 def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
     """``queue_groups`` with room for every queue of the batch: (keys, counts, first, last, gid)."""
     n = topic_ids.shape[0]
