@@ -246,8 +246,9 @@ def early_deletions(root: Path) -> list[str]:
             for base, path in queue.files[:-1]:
                 units = queue.units(path)
                 phys = units["phys_offset"]
-                entries = (phys >= 0) & (units["size"] > 0) & ~cqfmt.is_filler(phys, units["size"], units["tags_code"])
-                if units.shape[0] and entries[-1] | cqfmt.is_filler(phys[-1], units["size"][-1], units["tags_code"][-1]) and np.any(entries & (phys // segment > phys[-1] // segment)):
+                valid = (phys >= 0) & (units["size"] > 0)  # an entry or a filler
+                entries = valid & ~cqfmt.is_filler(phys, units["size"], units["tags_code"])
+                if units.shape[0] and valid[-1] and np.any(entries & (phys // segment > phys[-1] // segment)):
                     early.append(f"early-deletion {queue.topic}/{queue.queue_id} {path.name}")
         return early
 
