@@ -229,6 +229,30 @@ def filler_tails(root: Path) -> list[str]:
         return tails
 
 
+def early_deletions(root: Path) -> list[str]:
+    """Consume queue files (a queue's last aside) that the broker's clean-up would delete while messages they
+    point at are still in the log: ``MappedFileQueue.deleteExpiredFileByOffset`` destroys a file once its last
+    unit's offset is below the log's min offset, which moves a segment at a time, so a file whose last unit
+    lies in an earlier segment than one of its entries goes before that entry's message (as a filler at 0 ending
+    it did; ``recovery.repair.CutSegment``)."""
+    import numpy as np
+
+    from mqtool.formats import consumequeue as cqfmt
+    from mqtool.store import Store
+
+    with Store.open(root) as store:
+        segment, early = store.commitlog.file_size, []
+        for queue in store.consume_queues:
+            for base, path in queue.files[:-1]:
+                units = queue.units(path)
+                phys = units["phys_offset"]
+                valid = (phys >= 0) & (units["size"] > 0)  # an entry or a filler
+                entries = valid & ~cqfmt.is_filler(phys, units["size"], units["tags_code"])
+                if units.shape[0] and valid[-1] and np.any(entries & (phys // segment > phys[-1] // segment)):
+                    early.append(f"early-deletion {queue.topic}/{queue.queue_id} {path.name}")
+        return early
+
+
 def run(*args, timeout: int) -> tuple[int, str, str]:
     try:
         proc = mqtool(*map(str, args), timeout=timeout)
@@ -282,7 +306,7 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
         failing = [f for f in findings if f["severity"] != "info"]
         if (vrc == EXIT_OK) != (not failing):
             raise Stop("exit-code", f"verify exit {vrc} with {len(failing)} failing finding(s)")
-        left = beyond_lost(findings) + filler_tails(root)
+        left = beyond_lost(findings) + filler_tails(root) + early_deletions(root)
         if left:
             raise Stop("not-sound", "; ".join(left[:3]) + (f" (+{len(left) - 3})" if len(left) > 3 else ""))
         lost = [f for f in failing if f["kind"] != "consumer-offset-range"]  # verify's warning, not lost data (``beyond_lost``)

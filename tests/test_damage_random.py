@@ -355,12 +355,14 @@ def test_cut_file_runs_that_failed_before(store, seed, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
+@pytest.mark.parametrize("at_base", [False, True], ids=["fillPreBlank", "cut-segment"])
 @pytest.mark.parametrize("version,flagged", [("4.4.0", False), ("4.9.7", True), ("5.3.3", True)])
-def test_a_queue_ending_with_a_filler_is_found_from_4_5_0_and_rebuilt(version, flagged, tmp_path):
+def test_a_queue_ending_with_a_filler_is_found_from_4_5_0_and_rebuilt(version, flagged, at_base, tmp_path):
     """``fillPreBlank`` writes fillers before a queue's first entry; a crash between them and the entry leaves
     fillers as the queue's last units. From 4.5.0 ``ConsumeQueue.recover`` then sets ``maxPhysicOffset`` to the
     filler's offset + size (2147483647), and the dispatch skips the queue's new messages; up to 4.4.0 it is the
-    filler's offset, 0, and nothing is skipped."""
+    filler's offset, 0, and nothing is skipped. So for repair's filler at a cut segment's base (``at_base``):
+    ``maxPhysicOffset`` is that base + 2147483647."""
     from mqtool.formats import consumequeue as cqfmt
     from mqtool.store import Store
 
@@ -369,12 +371,15 @@ def test_a_queue_ending_with_a_filler_is_found_from_4_5_0_and_rebuilt(version, f
         queue = max(store.consume_queues, key=lambda q: q.recover().max_offset)
         last = queue.recover().max_offset - 1
         path = dict(queue.files)[last * cqfmt.ENTRY_SIZE - last * cqfmt.ENTRY_SIZE % queue.file_size]
+        phys = queue.read_entry(last).phys_offset
+    filler = cqfmt.filler_at(phys - phys % SEGMENT if at_base else 0)
     with open(path, "r+b") as f:
         f.seek(last * cqfmt.ENTRY_SIZE % queue.file_size)
-        f.write(cqfmt.ENTRY.pack(*cqfmt.FILLER))
+        f.write(cqfmt.ENTRY.pack(*filler))
     _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
     tails = [f for f in map(json.loads, out.splitlines()) if f.get("kind") == "cq-filler-tail"]
     assert [(f["details"]["topic"], f["details"]["queue_id"], f["details"]["queue_offset"]) for f in tails] == ([(queue.topic, queue.queue_id, last)] if flagged else [])
+    assert all(f"maxPhysicOffset to {filler[0] + cqfmt.FILLER_SIZE}," in f["message"] for f in tails) and (filler[0] > 0) == at_base
     rc, findings = repaired_findings(root, version)
     assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
     with Store.open(root) as store:

@@ -10,6 +10,7 @@ import json
 
 import pytest
 from conftest import copy_store, manifest, recovered
+from damage_support import early_deletions
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -19,6 +20,7 @@ from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.commitlog import CommitLogRecord
 from mqtool.recovery.planners import plan_truncate_dirty
 from mqtool.store import Store
+from mqtool.store.lookup import pickup_store_timestamp
 from repair_support import every_kill_point, queue_entries, tree
 
 runner = CliRunner()
@@ -166,3 +168,81 @@ def test_the_blank_and_the_fillers_survive_a_kill_at_every_point(tmp_path, monke
     damaged = tree(root)
     apply_plan(plan_of(root), tmp_path / "whole-backup")
     assert every_kill_point(monkeypatch, tmp_path, cut_copy, plan_of, damaged, tree(root)) > 4
+
+
+QUEUE_FILE_UNITS = 4  # consume queue files of 4 units: lost entries end queue files in every queue
+
+
+def recut_queue_files(root, units: int) -> None:
+    """Every consume queue's files re-cut into files of ``units`` units (as a broker with
+    ``mappedFileSizeConsumeQueue`` = ``units`` x 20 rolls them): the same units at the same queue offsets."""
+    size = units * cqfmt.ENTRY_SIZE
+    for directory in (root / "consumequeue").glob("*/*"):
+        files = sorted(directory.iterdir(), key=lambda p: int(p.name))
+        first, data = int(files[0].name), b"".join(p.read_bytes() for p in files)
+        for path in files:
+            path.unlink()
+        used = -(-len(data.rstrip(b"\0")) // size) * size or size
+        for pos in range(0, used, size):
+            (directory / f"{first + pos:020d}").write_bytes(data[pos : pos + size].ljust(size, b"\0"))
+
+
+def expired_queue_files(queue, min_offset: int) -> list:
+    """``MappedFileQueue.deleteExpiredFileByOffset(min_offset, 20)``: from the first, every file but the last
+    whose last unit's offset is below the commit log's min offset is destroyed, up to the first that is not."""
+    gone = []
+    for base, path in queue.files[:-1]:
+        if queue.read_entry((base + queue.file_size) // cqfmt.ENTRY_SIZE - 1).phys_offset >= min_offset:
+            break
+        gone.append(path)
+    return gone
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3"))
+def test_a_filler_ending_a_queue_file_leaves_the_file_to_the_broker_while_its_messages_are_in_the_log(version, tmp_path):
+    """The fillers sit at the cut segment's base: once the log's min offset reaches that base, the broker's clean-up
+    deletes no queue file that ends with one and holds messages still in the log (at offset 0 it would)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    recut_queue_files(root, QUEUE_FILE_UNITS)
+    messages = manifest(version, "clean-small")["messages"]
+    base = 2 * SEGMENT
+    blank, _, _ = cut_segment(root, messages, base, False)
+    damaged = tree(root)
+    lost = [m for m in messages if base + blank <= m["commitLogOffset"] < base + SEGMENT and m["dispatchToConsumeQueue"]]
+
+    plan = repaired(root, tmp_path, version)
+    assert f"each is replaced by a filler unit ({base}, 2147483647, 0)" in {s["step"]: s for s in plan["steps"]}["drop-queue-entries"]["why"]
+    with Store.open(root, version=version) as store:
+        ends = []  # the lost entries that end a queue file before the queue's last
+        for m in lost:
+            queue = store.consume_queue(m["topic"], m["queueId"])
+            if m["queueOffset"] + 1 < queue.recover().max_offset:
+                entry = queue.read_entry(m["queueOffset"])
+                assert entry[1:] == (base, cqfmt.FILLER_SIZE, 0) and entry.is_filler, m["seq"]
+                if (m["queueOffset"] + 1) % QUEUE_FILE_UNITS == 0:
+                    ends.append(m)
+        assert ends
+        assert pickup_store_timestamp(store, base, cqfmt.FILLER_SIZE) == -1  # getMessage(base, 2147483647) maps nothing: no store time
+        held = []  # queue files ending with a filler that hold messages still in the log
+        for queue in store.consume_queues:  # the segments before the cut one expired
+            gone = expired_queue_files(queue, base)
+            for _, path in queue.files[:-1]:
+                phys, size, tags = (queue.units(path)[f] for f in ("phys_offset", "size", "tags_code"))
+                live = (phys >= base) & ~cqfmt.is_filler(phys, size, tags)
+                if live.any():
+                    assert path not in gone, path
+                    held += [path] if cqfmt.is_filler(phys[-1], size[-1], tags[-1]) else []
+        assert held
+    assert early_deletions(root) == []  # the damage runs' oracle: nor at any later min offset
+
+    m = ends[0]
+    shown = run("dump", "consumequeue", root / "consumequeue" / m["topic"] / str(m["queueId"]), "--follow", "-f", "jsonl",
+                "--from-offset", m["queueOffset"], "--limit", 1)
+    (row,) = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert (row["phys_offset"], row["filler"], "message" in row) == (base, True, False)
+    shown = run("query", "offset", root, m["topic"], m["queueId"], m["queueOffset"], "-f", "json", "--broker-version", version)
+    (row,) = json.loads(shown.stdout)
+    assert (row["cq_phys_offset"], row["status"]) == (base, "NO_MESSAGE_IN_QUEUE")
+
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert tree(root) == damaged

@@ -250,10 +250,12 @@ class Executor:
 
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end`` of ``path``) that pointed into lost commit
-        log bytes become filler units, which the broker's reads skip, keeping the queue offsets after them."""
+        log bytes become filler units at ``action.filler_offset`` (the cut segment's base, ``CutSegment.dropped_why``),
+        which the broker's reads skip, keeping the queue offsets after them."""
         self.backup.backup_range(action.path, action.start, action.end)
         durability_point("range backed up")
-        write_range(self.root / action.path, action.start, cqfmt.ENTRY.pack(*cqfmt.FILLER) * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
+        unit = cqfmt.ENTRY.pack(*cqfmt.filler_at(action.filler_offset))
+        write_range(self.root / action.path, action.start, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
     def _restore_config(self, action) -> None:
         """``config/X.json`` gets the bytes of its ``X.json.bak`` (ConfigManager.loadBak's source)."""

@@ -65,8 +65,25 @@ BATCH_UNIT_LAYOUT = written(
 BATCH_UNIT = BATCH_UNIT_LAYOUT.codec
 BATCH_UNIT_SIZE = BATCH_UNIT.size
 
-FILLER = (0, 0x7FFFFFFF, 0)
+FILLER_SIZE = 0x7FFFFFFF
+FILLER = (0, FILLER_SIZE, 0)
 """``fillPreBlank`` unit written before a queue's first entry when it does not start at 0."""
+
+
+def filler_at(phys_offset: int) -> tuple[int, int, int]:
+    """The filler unit with ``phys_offset``: repair's for entries into a cut segment's lost bytes has the
+    segment's base (``recovery.repair.CutSegment``); ``fillPreBlank``'s has 0 (``FILLER``)."""
+    return (phys_offset, FILLER_SIZE, FILLER[2])
+
+
+def is_filler(phys_offset, size, tags_code):
+    """A filler unit, of either form: size 2147483647 and tags code 0 at any offset >= 0 (``FILLER``,
+    ``filler_at``). The offset is not held to a multiple of the commit log segment size, which this layer
+    does not know: no record is 2147483647 bytes (a segment's size is an int and holds its blank too), so
+    no entry has that size. Ints or numpy arrays (elementwise)."""
+    return (phys_offset >= 0) & (size == FILLER_SIZE) & (tags_code == FILLER[2])
+
+
 EXT_MAX_ADDRESS = -2147483649
 """``ConsumeQueueExt.MAX_ADDR``: a tags code at or below this is an ext-file address."""
 
@@ -81,7 +98,7 @@ class ConsumeQueueEntry(NamedTuple):
 
     @property
     def is_filler(self) -> bool:
-        return (self.phys_offset, self.size, self.tags_code) == FILLER
+        return bool(is_filler(self.phys_offset, self.size, self.tags_code))
 
     @property
     def is_valid(self) -> bool:

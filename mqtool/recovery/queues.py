@@ -118,7 +118,7 @@ class QueueSim:
         out = []
         for base in sorted((b for b in self.original if b < self.recovered_end), reverse=True):
             units = self._view(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
-            real = (units["phys_offset"] >= 0) & (units["size"] > 0) & ~((units["phys_offset"] == 0) & (units["size"] == cqfmt.FILLER[1]))
+            real = (units["phys_offset"] >= 0) & (units["size"] > 0) & ~cqfmt.is_filler(units["phys_offset"], units["size"], units["tags_code"])
             for i in np.flatnonzero(real & (units["phys_offset"] >= phys_offset))[::-1].tolist():
                 out.append(((base // ENTRY) + i, int(units["phys_offset"][i]), int(units["size"][i])))
             if units.shape[0] and real[0] and units["phys_offset"][0] < phys_offset:
@@ -302,7 +302,7 @@ class QueueSim:
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
         """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the
-        first unit of the first file at or above the commit log min (fillers have offset 0),
+        first unit of the first file at or above the commit log min (a filler by its offset, as the broker compares it),
         else 0; 5.x: a queue whose last unit is below the commit log min is empty."""
         end = self.end
         if not self.files or end <= 0:

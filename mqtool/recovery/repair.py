@@ -112,7 +112,8 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
         if cut.entries:
             steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.unit_ranges))))
-            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op]) for path, a, b, op in cut.unit_ranges)
+            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], filler_offset=cut.base if op == "fill-units" else None)
+                           for path, a, b, op in cut.unit_ranges)
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
@@ -250,7 +251,15 @@ class CutSegment:
     the cut (``_cut_segment_end``): ``blank``, where the record the cut crosses starts (or the cut, at a
     record boundary); ``entries``, the consume queue entries that pointed into [``blank``, segment end)
     as ``(topic, queue id, first, end)`` queue offsets, and ``unit_ranges`` their units as ``(file, start, end, op)``
-    byte ranges; ``unread``: why the consume queues could not be read (None: they were)."""
+    byte ranges; ``unread``: why the consume queues could not be read (None: they were).
+
+    The ``fill-units`` fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``), every one: against every
+    segment-aligned offset (the log's min offset, ``rollNextFile``) the base compares as the lost entries did,
+    so ``MappedFileQueue.deleteExpiredFileByOffset`` (a queue file's last unit) and ``ConsumeQueue.correctMinOffset``
+    keep a queue file while its messages are in the log, which ``(0, ...)`` would not; and at a segment's start
+    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null (``getMessage``: MESSAGE_WAS_REMOVING, then
+    ``rollNextFile``), where any later position overflows ``pos + size`` and throws. One form for all, not only
+    at a queue file's end: nothing reads a filler better elsewhere."""
 
     base: int
     blank: int
@@ -281,10 +290,13 @@ class CutSegment:
         more = f" and {len(self.entries) - most} more runs" if len(self.entries) > most else ""
         return (f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed into the bytes of {rel} the cut lost "
                 f"([{self.base + self.blank}, {self.base + self.segment_size})): {'; '.join(listed)}{more}; each is replaced by a filler unit "
-                f"(0, 2147483647, 0), which the broker's reads skip and its recovery keeps, so every later message keeps its queue offset "
-                f"(a rebuilt queue would renumber them); at a queue's end the queue is cut there instead, as the broker's recovery cuts a "
-                f"queue past the log's end (a filler as its last unit would set its maxPhysicOffset to 2147483647 from 4.5.0, and the "
-                f"broker's dispatch would skip its new messages until the log passes 2 GiB)")
+                f"({self.base}, 2147483647, 0), at the segment's base, which the broker's reads skip (a read of 2147483647 bytes from a "
+                f"segment's start finds none, and the pull rolls to the next segment) and its recovery keeps, so every later message keeps its "
+                f"queue offset (a rebuilt queue would renumber them); at the segment's base, the broker's clean-up and min-offset correction "
+                f"compare it with the log's min offset as they did the lost entries, so a queue file it ends is not deleted while its "
+                f"messages are in the log; at a queue's end the queue is cut there instead, as the broker's recovery cuts a "
+                f"queue past the log's end (a filler as its last unit would set its maxPhysicOffset to {self.base + 2147483647} from 4.5.0, "
+                f"and the broker's dispatch would skip its new messages until the log passes it)")
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:

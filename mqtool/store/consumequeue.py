@@ -131,8 +131,8 @@ class ConsumeQueue:
         for base, path in self.files:
             units = self.units(path)
             valid = _first_invalid(units)
-            phys, size = units["phys_offset"][:valid], units["size"][:valid]
-            inside = np.flatnonzero((phys >= start) & (phys < stop) & ~((phys == fmt.FILLER[0]) & (size == fmt.FILLER[1])))
+            phys = units["phys_offset"][:valid]
+            inside = np.flatnonzero((phys >= start) & (phys < stop) & ~fmt.is_filler(phys, units["size"][:valid], units["tags_code"][:valid]))
             for run in np.split(inside, np.flatnonzero(np.diff(inside) != 1) + 1) if inside.size else ():
                 first, end = base // ENTRY_SIZE + int(run[0]), base // ENTRY_SIZE + int(run[-1]) + 1
                 if runs and runs[-1][1] == first:  # the run goes on from the file before

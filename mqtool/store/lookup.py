@@ -203,9 +203,12 @@ def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> C
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
-    """``CommitLog.pickupStoreTimestamp``: the record's store time, -1 below the min offset or
-    where no record can be read."""
-    if phys_offset < store.commitlog.min_offset:
+    """``CommitLog.pickupStoreTimestamp``: the record's store time, -1 below the min offset, where
+    ``getMessage(offset, size)`` maps nothing (``MappedFile.selectMappedBuffer(pos, size)``: ``size`` bytes
+    from ``pos`` run past the segment, as a filler's 2147483647 do, ``cqfmt.is_filler``) or where no record
+    can be read."""
+    segment = store.commitlog.file_size
+    if phys_offset < store.commitlog.min_offset or phys_offset % segment + size > segment:
         return -1
     record, _ = read_message(store, phys_offset)
     return -1 if record is None else record.store_timestamp

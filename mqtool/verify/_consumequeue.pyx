@@ -15,7 +15,7 @@ cdef Py_ssize_t PHYS_AT = UNIT_DTYPE.fields["phys_offset"][1], SIZE_AT = UNIT_DT
 cdef int PHYS_W = UNIT_DTYPE["phys_offset"].itemsize, SIZE_W = UNIT_DTYPE["size"].itemsize, TAGS_W = UNIT_DTYPE["tags_code"].itemsize
 assert UNIT_DTYPE.names == ("phys_offset", "size", "tags_code")
 assert all(UNIT_DTYPE[f].kind == "i" and UNIT_DTYPE[f].byteorder == ">" for f in UNIT_DTYPE.names)
-cdef int64_t FILLER_PHYS = cqfmt.FILLER[0], FILLER_SIZE = cqfmt.FILLER[1], FILLER_TAGS = cqfmt.FILLER[2]
+cdef int64_t FILLER_SIZE = cqfmt.FILLER_SIZE, FILLER_TAGS = cqfmt.FILLER[2]  # ``cqfmt.is_filler``, without the GIL
 cdef int64_t EXT_MAX_ADDRESS = cqfmt.EXT_MAX_ADDRESS
 cdef int64_t TRAN_MASK = clfmt.TRANSACTION_TYPE_MASK
 cdef int64_t TO_CQ_NOT = clfmt.TransactionType.NOT_TYPE, TO_CQ_COMMIT = clfmt.TransactionType.COMMIT
@@ -43,7 +43,7 @@ def decode_units(const uint8_t[::1] data, int64_t[::1] phys, int64_t[::1] size, 
             tags[i] = c
             if a < 0 or b <= 0:
                 invalid += 1
-            elif a == FILLER_PHYS and b == FILLER_SIZE and c == FILLER_TAGS:
+            elif b == FILLER_SIZE and c == FILLER_TAGS:  # a >= 0 here: ``cqfmt.is_filler``
                 fillers += 1
     return invalid, fillers
 

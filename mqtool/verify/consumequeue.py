@@ -149,10 +149,6 @@ class Entry:
         self.queue_offset, self.phys, self.size, self.tags = queue_offset, phys, size, tags
 
 
-_FILLER_PHYS, _FILLER_SIZE, _FILLER_TAGS = cqfmt.FILLER
-FILLER_END = _FILLER_PHYS + _FILLER_SIZE  # a filler's offset + size: the maxPhysicOffset it leaves as a queue's last unit
-
-
 def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
     """``queue_groups`` with room for every queue of the batch: (keys, counts, first, last, gid)."""
     n = topic_ids.shape[0]
@@ -229,7 +225,7 @@ class QueueCursor:
             invalid, fillers = decode_units(np.frombuffer(read.data, dtype=np.uint8), phys, size, tags)
             first_qoff = read.first
             if invalid_from is None and not invalid:
-                idx = np.flatnonzero(~((phys == _FILLER_PHYS) & (size == _FILLER_SIZE) & (tags == _FILLER_TAGS))) if fillers else None
+                idx = np.flatnonzero(~cqfmt.is_filler(phys, size, tags)) if fillers else None
                 events = {}
                 if pending and (idx is None or len(idx)):
                     events, pending = {0: pending}, []
@@ -248,7 +244,7 @@ class QueueCursor:
         for i, (p, n, t) in enumerate(zip(phys.tolist(), size.tolist(), tags.tolist())):
             queue_offset = first_qoff + i
             if p >= 0 and n > 0:
-                if (p, n, t) == cqfmt.FILLER:
+                if cqfmt.is_filler(p, n, t):
                     continue
                 if invalid_from is not None:
                     pending.append(self.invalid_finding(path, invalid_from, queue_offset))
@@ -425,16 +421,20 @@ class ConsumeQueueCheck:
     def _filler_tail(self, queue: ConsumeQueue) -> None:
         """A queue whose last unit is a filler (``fillPreBlank``'s, the entry after it never written; or fillers of
         lost records whose later entries a recovery cut): from 4.5.0 ``ConsumeQueue.recover`` sets ``maxPhysicOffset``
-        to its offset + size, 2147483647, and ``putMessagePositionInfo`` skips every new message of the queue ending
-        at or before it, so none is consumable until the log passes 2 GiB. A rebuild of the queue ends it before them."""
-        if not self.dedup_by_end or self.store.commitlog.end_of_files >= FILLER_END:
+        to its offset + size (2147483647 for ``fillPreBlank``'s, a cut segment's base + 2147483647 for repair's), and
+        ``putMessagePositionInfo`` skips every new message of the queue ending at or before it, so none is consumable
+        until the log passes that offset. A rebuild of the queue ends it before them."""
+        if not self.dedup_by_end:
             return
         recovered = queue.recover()
-        if recovered.end and (recovered.last_phys_offset, recovered.max_phys_offset) == (_FILLER_PHYS, FILLER_END):
+        if not recovered.end or recovered.max_phys_offset <= self.store.commitlog.end_of_files:
+            return
+        last = queue.read_entry(recovered.max_offset - 1)
+        if last is not None and last.is_filler:
             self.emit(warning(
                 "cq-filler-tail",
                 f"consume queue {queue.topic}/{queue.queue_id} ends with a filler unit (queue offset {recovered.max_offset - 1}): the broker's "
-                f"recovery sets the queue's maxPhysicOffset to {FILLER_END}, and its dispatch skips every new message of the queue "
+                f"recovery sets the queue's maxPhysicOffset to {recovered.max_phys_offset}, and its dispatch skips every new message of the queue "
                 "until the commit log passes that offset (putMessagePositionInfo: \"Maybe try to build consume queue repeatedly\")",
                 file=relative(self.store, queue.directory), expected="a last unit that is an entry", found="a filler",
                 details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1},
