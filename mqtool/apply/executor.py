@@ -254,7 +254,7 @@ class Executor:
         which the broker's reads skip, keeping the queue offsets after them."""
         self.backup.backup_range(action.path, action.start, action.end)
         durability_point("range backed up")
-        unit = cqfmt.ENTRY.pack(*cqfmt.filler_at(action.filler_offset))
+        unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.filler_offset is None else cqfmt.filler_at(action.filler_offset)))  # None: a plan saved before the offset was planned, which promised (0, ...)
         write_range(self.root / action.path, action.start, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
     def _restore_config(self, action) -> None:
