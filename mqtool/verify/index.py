@@ -85,10 +85,8 @@ class IndexEntries:
                     first_bad = fb
                 yield number, columns
                 number += n
-            if size >= ixfmt.HEADER_SIZE + slots * ixfmt.SLOT_SIZE:  # mapped: its pages stay the page cache's
-                table = np.frombuffer(mmap.mmap(fd, ixfmt.HEADER_SIZE + slots * ixfmt.SLOT_SIZE, access=mmap.ACCESS_READ), dtype=">i4", count=slots, offset=ixfmt.HEADER_SIZE)
-            else:  # a truncated file reads as zeros
-                table = np.frombuffer(os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0"), dtype=">i4")
+            raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
+            table = np.frombuffer(raw, dtype=">i4")  # a copy: kept after the file is closed, and no map of it left behind
         finally:
             os.close(fd)
         self.state = (bad, first_bad, negative, heads, last_seen, table)
