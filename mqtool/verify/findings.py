@@ -53,7 +53,7 @@ KINDS: dict[str, str] = {
     "cq-entry-dangling": "a consume queue entry points where no record of its queue starts",
     "cq-entry-beyond-end": "consume queue entries point at or past the commit log's logical end",
     "cq-entry-missing": "records of a queue have no consume queue entry",
-    "cq-filler-tail": "a consume queue ends with a filler unit: from 4.5.0 the broker's dispatch skips the queue's new messages until the log passes 2 GiB",
+    "cq-filler-tail": "a consume queue ends with a filler unit: from 4.5.0 the broker's dispatch skips the queue's new messages until the log passes the filler's offset + 2 GiB",
     # index
     "index-header": "an index file header disagrees with its entries",
     "index-chain": "an index hash chain or slot is inconsistent (prev pointers, slot heads, counts)",
