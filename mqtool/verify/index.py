@@ -12,7 +12,6 @@ else returns False before any state changed and is reported record by record (``
 
 from __future__ import annotations
 
-import mmap
 import os
 from collections import Counter, deque
 from typing import TYPE_CHECKING, Iterator
@@ -70,15 +69,15 @@ class IndexEntries:
         first_bad = -1
         fd = os.open(self.file.path, os.O_RDONLY)
         try:
-            size = os.fstat(fd).st_size
             number = 1
             while number <= self.count:
-                position = ixfmt.entry_position(slots, number)
-                n = min(CHUNK_ENTRIES, self.count + 1 - number, max(size - position, 0) // ixfmt.ENTRY_SIZE)
+                n = min(CHUNK_ENTRIES, self.count + 1 - number)
+                raw = os.pread(fd, n * ixfmt.ENTRY_SIZE, ixfmt.entry_position(slots, number))
+                n = len(raw) // ixfmt.ENTRY_SIZE
                 if not n:
                     break
                 hashes, phys, diffs, prevs = columns = tuple(np.empty(n, dtype=np.int64) for _ in range(4))
-                _decode_mapped(fd, position, columns)
+                decode_entries(np.frombuffer(raw, dtype=np.uint8), hashes, phys, diffs, prevs)
                 b, fb, neg, hd = check_chains(hashes, prevs, number, last_seen, slots)
                 bad, negative, heads = bad + b, negative + neg, heads + hd
                 if first_bad < 0 and fb >= 0:
@@ -86,22 +85,10 @@ class IndexEntries:
                 yield number, columns
                 number += n
             raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
-            table = np.frombuffer(raw, dtype=">i4")  # a copy: kept after the file is closed, and no map of it left behind
+            table = np.frombuffer(raw, dtype=">i4")
         finally:
             os.close(fd)
         self.state = (bad, first_bad, negative, heads, last_seen, table)
-
-
-def _decode_mapped(fd: int, position: int, columns: tuple[np.ndarray, ...]) -> None:
-    """``decode_entries`` of the ``len(columns[0])`` entries at ``position`` of ``fd``, read in
-    place through a map of their own (not copied out first, as ``pread`` would)."""
-    length = columns[0].shape[0] * ixfmt.ENTRY_SIZE
-    start = position - position % mmap.ALLOCATIONGRANULARITY
-    mapped = mmap.mmap(fd, position - start + length, access=mmap.ACCESS_READ, offset=start)
-    try:
-        decode_entries(np.frombuffer(mapped, dtype=np.uint8, count=length, offset=position - start), *columns)
-    finally:
-        mapped.close()
 
 
 class _Chunk:
