@@ -290,13 +290,10 @@ class CutSegment:
         more = f" and {len(self.entries) - most} more runs" if len(self.entries) > most else ""
         return (f"{self.count} consume queue entr{'y' if self.count == 1 else 'ies'} pointed into the bytes of {rel} the cut lost "
                 f"([{self.base + self.blank}, {self.base + self.segment_size})): {'; '.join(listed)}{more}; each is replaced by a filler unit "
-                f"({self.base}, 2147483647, 0), at the segment's base, which the broker's reads skip (a read of 2147483647 bytes from a "
-                f"segment's start finds none, and the pull rolls to the next segment) and its recovery keeps, so every later message keeps its "
-                f"queue offset (a rebuilt queue would renumber them); at the segment's base, the broker's clean-up and min-offset correction "
-                f"compare it with the log's min offset as they did the lost entries, so a queue file it ends is not deleted while its "
-                f"messages are in the log; at a queue's end the queue is cut there instead, as the broker's recovery cuts a "
-                f"queue past the log's end (a filler as its last unit would set its maxPhysicOffset to {self.base + 2147483647} from 4.5.0, "
-                f"and the broker's dispatch would skip its new messages until the log passes it)")
+                f"({self.base}, 2147483647, 0), which the broker's reads skip, so every later message keeps its queue offset (a rebuilt "
+                f"queue would renumber them; at the segment's base, not 0, so the broker's clean-up keeps a queue file a filler ends while "
+                f"its messages are in the log); a queue's last ones are cut instead, as the broker's recovery cuts a queue past the log's "
+                f"end (a filler as a queue's last unit stops its dispatch from 4.5.0)")
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
