@@ -10,6 +10,7 @@ plain consume queue is removed, as on a broker where the topic is BatchCQ.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -121,7 +122,8 @@ def test_verify_finds_damaged_batch_units(batch_store):
     data = bytearray(_unit_file(batch_store, wrong_q).read_bytes()[:BATCH_UNIT_SIZE * len(wrong)])
     data[BATCH_UNIT_SIZE * 2 + 8 : BATCH_UNIT_SIZE * 2 + 12] = (999).to_bytes(4, "big")  # unit 2: wrong size
     data[BATCH_UNIT_SIZE * 3 + 28 : BATCH_UNIT_SIZE * 3 + 36] = (10**6).to_bytes(8, "big")  # unit 3: wrong msgBaseOffset
-    _unit_file(batch_store, wrong_q).write_bytes(bytes(data))
+    with open(_unit_file(batch_store, wrong_q), "r+b") as f:  # in place: the file keeps its length
+        f.write(bytes(data))
     cut_file = bytearray(_unit_file(batch_store, cut_q).read_bytes())
     cut_file[BATCH_UNIT_SIZE * 4 : BATCH_UNIT_SIZE * 5] = bytes(BATCH_UNIT_SIZE)  # unit 4 invalid: the broker stops there
     _unit_file(batch_store, cut_q).write_bytes(bytes(cut_file))
@@ -143,6 +145,18 @@ def test_verify_finds_damaged_batch_units(batch_store):
     assert missing == {(cut_q, cut[4]["phys_offset"], len(cut) - 4), (last_q, last[-1]["phys_offset"], 1)}
     [past] = by_kind["cq-entry-beyond-end"]
     assert (past.details["queue_id"], past.offset, past.severity.value) == (last_q, end, "warning")
+
+
+def test_a_batch_queue_file_of_another_length_is_found(batch_store):
+    """5.x ``MappedFileQueue.load`` refuses a batch consume queue file of another length than the
+    others (the broker does not start), as it does a consume queue file: ``cq-file-size``."""
+    queue_id = min(_units_by_queue())
+    path = _unit_file(batch_store, queue_id)
+    os.truncate(path, 5000)
+    findings, _ = _findings(batch_store)
+    [wrong] = [f for f in findings if f.kind == "cq-file-size"]
+    assert (wrong.file, wrong.expected, wrong.found, wrong.details["queue_kind"]) == (str(path.relative_to(batch_store)), DEFAULT_FILE_SIZE, 5000, "batch")
+    assert wrong.severity.value == "error"
 
 
 def test_inner_batch_span_follows_the_broker_dispatch():

@@ -14,6 +14,7 @@ from typing import Iterator
 from ..formats.dispatch import batch_unit_span
 from ..store import Store
 from ..store.batchconsumequeue import UNIT_SIZE, BatchConsumeQueue, valid_mask
+from .consumequeue import wrong_length_files
 from .findings import Finding, error, warning
 
 FIELDS = ("size", "tags_code", "store_time", "msg_base_offset", "batch_size")
@@ -60,6 +61,7 @@ def batch_queue_findings(store: Store, start: int | None = None, stop: int | Non
 
 def _queue_findings(store: Store, queue: BatchConsumeQueue, want: dict[int, tuple], end: int, start: int | None, stop: int | None) -> Iterator[Finding]:
     rel = f"batchconsumequeue/{queue.topic}/{queue.queue_id}"
+    yield from wrong_length_files(store, queue, "batch consume queue", {"queue_kind": "batch"})
     have = set()
     count = 0
     for unit in queue.entries():

@@ -362,6 +362,24 @@ def _wrapped_note(queue_offset: int) -> str:
     return "" if position == queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
 
 
+def wrong_length_files(store: Store, queue, what: str = "consume queue", details: dict | None = None) -> Iterator[Finding]:
+    """``cq-file-size`` for each file of ``queue`` (a consume queue, LMQ's too, or a batch consume queue) of
+    another length than its file size (cut past its data, grown by a file system): ``MappedFileQueue.load``
+    refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves it and the queue's later files
+    out (3.2.6-4.4.0, 4.9.2; rules §2.13). The units it holds read as ever: ``recover``'s rewrite of the
+    queue or ``rebuild-cq`` writes its files at full size."""
+    for _, path in queue.files:
+        size = path.stat().st_size
+        if size != queue.file_size:
+            yield error(
+                "cq-file-size",
+                f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
+                "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
+                file=relative(store, path), expected=queue.file_size, found=size,
+                details={"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})},
+            )
+
+
 class ConsumeQueueCheck:
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``; findings are collected through ``emit`` and drained
@@ -403,20 +421,8 @@ class ConsumeQueueCheck:
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
 
     def _file_sizes(self, queue: ConsumeQueue) -> None:
-        """A queue file of another length than the consume queue file size (cut past its data, grown by a file
-        system): ``MappedFileQueue.load`` refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves
-        it and the queue's later files out (3.2.6-4.4.0, 4.9.2; rules §2.13). The entries it holds read as ever:
-        ``recover``'s rewrite of the queue or ``rebuild-cq`` writes its files at full size."""
-        for _, path in queue.files:
-            size = path.stat().st_size
-            if size != queue.file_size:
-                self.emit(error(
-                    "cq-file-size",
-                    f"consume queue {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
-                    "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
-                    file=relative(self.store, path), expected=queue.file_size, found=size,
-                    details={"topic": queue.topic, "queue_id": queue.queue_id},
-                ))
+        for finding in wrong_length_files(self.store, queue):
+            self.emit(finding)
 
     def _filler_tail(self, queue: ConsumeQueue) -> None:
         """A queue whose last unit is a filler (``fillPreBlank``'s, the entry after it never written; or fillers of
