@@ -343,13 +343,16 @@ def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
-@pytest.mark.parametrize("store,seed", [("4.9.7/clean-small", 9400025), ("4.9.7/rewrite-clean", 9400076)])
+@pytest.mark.parametrize("store,seed", [("4.9.7/clean-small", 9400025), ("4.9.7/rewrite-clean", 9400076), ("4.4.0/clean-small", 10400137)])
 def test_cut_file_runs_that_failed_before(store, seed, tmp_path):
-    """Runs of ``damage_run.py --cut-files --lost-pages --disk-faults``: a segment before the last cut, and damage in
-    a later one where the broker's recovery cuts the log. The cut's queue entries became fillers with entries after
-    them; the recovery then cut those later entries, and the fillers ended their queues (``filler_tails``): from
-    4.5.0 the broker's dispatch would skip those queues' new messages. verify's ``cq-filler-tail`` has repair
-    rebuild the queues, which end before the fillers."""
+    """Runs of ``damage_run.py --cut-files --lost-pages --disk-faults``. 9400025, 9400076: a segment before the last
+    cut, and damage in a later one where the broker's recovery cuts the log. The cut's queue entries became fillers
+    with entries after them; the recovery then cut those later entries, and the fillers ended their queues
+    (``filler_tails``): from 4.5.0 the broker's dispatch would skip those queues' new messages. verify's
+    ``cq-filler-tail`` has repair rebuild the queues, which end before the fillers. 10400137: a segment deleted and
+    a bit flip in the size of an entry before it, in a queue with entries into the deleted segment: no rebuild (it
+    would renumber the queue), so the entry stayed and its message, before any damage of the log, was not
+    consumable; repair's ``mend-units`` writes the record's size in place."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path, kinds=LOST_PAGES + DISK_FAULTS + CUT_FILES, survivors_kept=True)
     assert out.problem is None, (out.damages, out.detail)

@@ -249,12 +249,12 @@ class Executor:
         self._resize(action, blank_at=action.start)
 
     def _fill_units(self, action) -> None:
-        """Consume queue units (bytes ``start``..``end`` of ``path``) that pointed into lost commit
-        log bytes become filler units at ``action.filler_offset`` (the cut segment's base, ``CutSegment.dropped_why``),
-        which the broker's reads skip, keeping the queue offsets after them."""
+        """Consume queue units (bytes ``start``..``end`` of ``path``) each become ``action.unit``: the filler of
+        entries into lost commit log bytes (``CutSegment.dropped_why``), which the broker's reads skip, keeping the
+        queue offsets after them; or an entry's fields as the broker's dispatch writes them (``unit_fixes``)."""
         self.backup.backup_range(action.path, action.start, action.end)
         durability_point("range backed up")
-        unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.filler_offset is None else cqfmt.filler_at(action.filler_offset)))  # None: a plan saved before the offset was planned, which promised (0, ...)
+        unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.unit is None else action.unit))  # None: a plan saved before units were planned, which promised (0, ...)
         write_range(self.root / action.path, action.start, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
     def _restore_config(self, action) -> None:

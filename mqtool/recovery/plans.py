@@ -198,15 +198,16 @@ class Action:
     ``write-dledger-index`` (index units, bytes ``start``..``end``, rewritten from their entries).
     ``resize``: a file of ``start`` bytes padded with zeros or trimmed to ``end`` (an absent one
     created so); ``pad-blank``: a commit log segment padded to ``end`` bytes with an end-of-file blank
-    at ``start``; ``fill-units``: consume queue units ``start``..``end`` made filler units with offset
-    ``filler_offset`` (``cqfmt.filler_at``); ``restore-config``: a config file replaced by its ``.bak``."""
+    at ``start``; ``fill-units``: consume queue units ``start``..``end`` each made ``unit`` (a filler,
+    ``cqfmt.filler_at``, or an entry's own fields; None in a plan saved before ``unit``: the filler
+    ``cqfmt.FILLER``); ``restore-config``: a config file replaced by its ``.bak``."""
 
     op: str
     path: str
     start: int | None = None
     end: int | None = None
     note: str = ""
-    filler_offset: int | None = None
+    unit: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

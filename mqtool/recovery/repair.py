@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..formats import checkpoint as cpfmt
+from ..formats import consumequeue as cqfmt
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
@@ -112,7 +113,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
         if cut.entries:
             steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.unit_ranges))))
-            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], filler_offset=cut.base if op == "fill-units" else None)
+            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], unit=cqfmt.filler_at(cut.base) if op == "fill-units" else None)
                            for path, a, b, op in cut.unit_ranges)
         return True
 
@@ -371,6 +372,7 @@ class Triage:
     """``verify``'s findings sorted into what a repair step fixes and what is lost."""
 
     queues: dict[tuple[str, int], list[Finding]] = dataclasses.field(default_factory=dict)
+    units: list[Finding] = dataclasses.field(default_factory=list)  # fields of entries mended in place (``unit_fixes``)
     index: list[Finding] = dataclasses.field(default_factory=list)
     checkpoint: list[Finding] = dataclasses.field(default_factory=list)
     configs: list[Finding] = dataclasses.field(default_factory=list)
@@ -380,7 +382,7 @@ class Triage:
 
     @property
     def fixable(self) -> bool:
-        return bool(self.queues or self.index or self.checkpoint or self.configs or self.abort)
+        return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort)
 
 
 def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
@@ -432,7 +434,11 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         key = _queue_of(f)
         # record_damaged: the entry is where the broker puts it, the record's QUEUEOFFSET is what is wrong;
         # a queue with an entry in lost data: rebuilding would renumber the queue around the lost record
-        if (f.details or {}).get("record_damaged") or key in lost.queues or key is None:
+        if (f.details or {}).get("record_damaged") or key is None:
+            out.lost.append(expected(f, True))
+        elif key in lost.queues and f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") in UNIT_FIELDS:
+            out.units.append(f)  # the entry is at its record: its field mended in place keeps the queue's numbering
+        elif key in lost.queues:
             out.lost.append(expected(f, True))
         else:
             out.queues.setdefault(key, []).append(f)
@@ -468,6 +474,32 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.lost.append(expected(f, bool(lost.ranges) and f.kind != "consumer-offset-range"))
 
 
+UNIT_FIELDS = {"size": 1, "tags code": 2}  # a ``cq-entry-mismatch`` field: its place in the unit (``cqfmt.ENTRY``)
+
+
+def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
+    """``fill-units`` of one unit each for the ``cq-entry-mismatch`` findings of a size or tags code (``UNIT_FIELDS``)
+    in queues a rebuild would renumber around lost records (``Triage.units``): the entry points at the record it
+    was written for, so the record's value (the one the broker's dispatch writes, ``ConsumeQueue.putMessagePositionInfo``)
+    goes in place of the damaged field. A consumer then reads the message (a wrong size: ``getMessage`` maps
+    nothing and the pull rolls past the rest of the segment; a wrong tags code: tag filters skip it)."""
+    by_unit: dict[tuple[str, int], list[Finding]] = {}
+    for f in findings:
+        by_unit.setdefault((f.file, f.details["queue_offset"]), []).append(f)
+    actions = []
+    for (path, queue_offset), fs in sorted(by_unit.items()):
+        entry = store.consume_queue(fs[0].details["topic"], int(fs[0].details["queue_id"])).read_entry(queue_offset)
+        if entry is None or entry.phys_offset != fs[0].offset:
+            continue
+        unit = list(entry[1:])  # (phys_offset, size, tags_code)
+        for f in fs:
+            unit[UNIT_FIELDS[f.details["field"]]] = f.expected
+        start = queue_offset * cqfmt.ENTRY_SIZE - int(Path(path).name)
+        actions.append(Action("fill-units", path, start=start, end=start + cqfmt.ENTRY_SIZE, unit=tuple(unit),
+                              note=f"queue offset {queue_offset}: " + ", ".join(f"{f.details['field']} {f.found} -> {f.expected}" for f in fs) + ", the record's"))
+    return actions
+
+
 def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expected:
     return Expected(f.kind, f.severity.value, f.file, f.offset, f.message, lost_data, fixed_by)
 
@@ -475,6 +507,7 @@ def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expect
 def expected_after(t: Triage) -> list[Expected]:
     """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
     out = [expected(f, False, "rebuild-cq") for fs in t.queues.values() for f in fs]
+    out += [expected(f, False, "mend-units") for f in t.units]
     out += [expected(f, False, "rebuild-index") for f in t.index]
     out += [expected(f, False, "rewrite-checkpoint") for f in t.checkpoint]
     out += [expected(f, False, "restore-config") for f in t.configs]
@@ -503,6 +536,13 @@ def steps_of(t: Triage) -> list[RepairStep]:
             f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log, an entry for every record the broker serves "
             "(no broker start rebuilds a missing entry or drops a bad one)",
             names,
+        ))
+    if t.units:
+        steps.append(RepairStep(
+            "mend-units", True,
+            f"{len(t.units)} consume queue entr{'y' if len(t.units) == 1 else 'ies'} whose size or tags code differs from the record it points at, in "
+            "queues a rebuild would renumber around lost records: the record's value written in place (consumers read the message again)",
+            tuple(sorted({f.file for f in t.units})),
         ))
     for found, step, why, path in (
         (t.index, "rebuild-index", "every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)", "index"),
@@ -534,7 +574,7 @@ def plan_index_rebuild(store: Store) -> Plan:
 
 
 def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
-    """Checkpoint, config and abort fixes as one plan of the current store."""
+    """Checkpoint, config, abort and consume queue unit fixes as one plan of the current store."""
     actions: list[Action] = []
     cp_plan = None
     if t.checkpoint:
@@ -551,6 +591,7 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
         actions.append(Action("restore-config", f.file, note=f"copied from {Path(f.file).name}.bak"))
     if t.abort:
         actions.append(Action("delete", "abort", note="the abort file is still present after the recovery"))
+    actions += unit_fixes(store, t.units)
     if not actions:
         return None
     version = store.version
