@@ -35,7 +35,7 @@ def stopped(tmp_path):
     store = copy_store("4.9.7", "rewrite-clean", tmp_path / "on call")
     before = snapshot(store)
     backup = (tmp_path / "my backup").resolve()
-    killed = mqtool("repair", store, "--yes", "--backup-dir", backup, env=KILL_BETWEEN)
+    killed = mqtool("repair", store, "--broker-version", "4.9.7", "--yes", "--backup-dir", backup, env=KILL_BETWEEN)
     assert killed.returncode == -9, killed.stderr
     assert sorted(p.name for p in backup.iterdir()) == ["01-recover"] and snapshot(store) != before
     return store, backup, before
@@ -52,10 +52,11 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     assert shown.exit_code == EXIT_OK and "Traceback" not in shown.output
     line = shown.stderr.splitlines()[0]
     assert line.startswith(f"mqtool: a repair on this store stopped before its last stage (backup {backup}: stage(s) 01-recover done)"), line
-    assert commands_said(line) == [["mqtool", "repair", str(store), "--yes"], ["mqtool", "restore", str(backup), "--yes"]]
+    finish, undo = commands_said(line)  # the repair again as it was run (its --broker-version too), and the undo
+    assert (finish, undo) == (["mqtool", "repair", str(store), "--broker-version", "4.9.7", "--yes"], ["mqtool", "restore", str(backup), "--yes"])
     assert "interrupted repair backup" in " ".join(shown.stdout.split())
     as_json = json.loads(run("info", store, "-f", "json").stdout)
-    assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None}
+    assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None, "broker_version": "4.9.7"}
     assert as_json["interrupted_apply"] is None  # no stage was cut short inside
 
     # another repair command would change the store between the repair's stages: refused, nothing changed
@@ -69,8 +70,8 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     assert snapshot(store) == left and not (tmp_path / "another backup").exists()
 
     reference = copy_store("4.9.7", "rewrite-clean", tmp_path / "reference")
-    assert run("repair", reference, "--yes", "--backup-dir", tmp_path / "reference-backup").exit_code == EXIT_OK
-    again = run("repair", store, "--yes")
+    assert run("repair", reference, "--broker-version", "4.9.7", "--yes", "--backup-dir", tmp_path / "reference-backup").exit_code == EXIT_OK
+    again = run(*finish[1:])  # as the line says it
     assert again.exit_code == EXIT_OK, again.stderr
     assert "repair applied in 1 stage(s) (after the 1 the stopped run applied)" in again.stderr
     assert sorted(p.name for p in backup.iterdir()) == ["01-recover", "02-rebuild-cq"]  # one backup directory: one restore undoes all
