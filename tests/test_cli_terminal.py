@@ -388,16 +388,3 @@ def test_info_without_consume_queues_lists_topics_from_the_commit_log(tmp_path, 
     assert "MISSING" in table and "from the commit log" in table
     for topic, count in counts.items():
         assert any(line.split()[:1] == [str(count)] and line.endswith(" " + topic) for line in table.splitlines())
-
-
-def test_spark_job_logs_at_warn(tmp_path):
-    pytest.importorskip("pyspark")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    out = tmp_path / "stats"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "spark" / "mqtool_scan.py"), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--format", "json", "--output", str(out)],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert " INFO " not in result.stderr, result.stderr[:3000]
-    assert "clean-small" in result.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import subprocess
 import sys
 from argparse import Namespace
@@ -254,11 +255,23 @@ def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
     assert result.stdout.split() == [str(ROOT / "mqtool" / "formats" / "__init__.py"), str(ROOT / "mqtool" / "recovery" / "__init__.py")]
 
 
+def test_spark_job_logs_at_warn(tmp_path):
+    """Run as `python spark/mqtool_scan.py` (it starts its own JVM), the job logs at WARN too. Here, not
+    in another file: the Spark tests run on one worker, so that two JVMs never start at once."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    out = tmp_path / "stats"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "spark" / "mqtool_scan.py"), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--format", "json", "--output", str(out)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert " INFO " not in result.stderr, result.stderr[:3000]
+    assert "clean-small" in result.stdout
+
+
 def test_spark_submit_prints_no_info_line(tmp_path):
     """Under spark-submit (its JVM already running) the job still logs at WARN: no INFO line, the
     stats result printed, report.json written."""
-    import os
-
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = tmp_path / "out"
