@@ -403,7 +403,8 @@ class ConsumeQueueCheck:
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         for queue in store.consume_queues:
-            self._file_sizes(queue)  # LMQ queues too: the broker loads them as it loads the others
+            for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
+                self.emit(finding)
             self._filler_tail(queue)
             if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks their entries
                 continue
@@ -419,10 +420,6 @@ class ConsumeQueueCheck:
         self._dispatched: dict[int, bool] = {}
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
-
-    def _file_sizes(self, queue: ConsumeQueue) -> None:
-        for finding in wrong_length_files(self.store, queue):
-            self.emit(finding)
 
     def _filler_tail(self, queue: ConsumeQueue) -> None:
         """A queue whose last unit is a filler (``fillPreBlank``'s, the entry after it never written; or fillers of
