@@ -330,7 +330,6 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
     """The consume queue entries pointing into the commit log range [``start``, ``stop``): ``CutSegment``'s
     ``entries``, ``unit_ranges`` and ``unread``."""
     from ..errors import BadInput
-    from ..formats import consumequeue as cqfmt
     from ..store.consumequeue import discover_queues, infer_queue_file_size
 
     cq_dir = root / "consumequeue"
@@ -353,7 +352,6 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
                 ranges.append((os.path.relpath(files[file_base], root), pos - file_base, upto - file_base, op))
                 pos = upto
     return tuple(entries), tuple(ranges), None
-
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
