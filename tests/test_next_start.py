@@ -180,3 +180,21 @@ def test_salvage_says_how_many_messages_a_zeroed_range_the_next_start_never_read
     code, out, err = cli("salvage", root, "-f", "jsonl", "--no-progress")
     assert (f"mqtool: no valid record in [0, {SEGMENT}): the broker's next start never reads it and serves the records around it; "
             f"{lost} message(s) the consume queues point into it are lost\n") in err, err
+
+
+@pytest.mark.parametrize("version, refuses", [("4.4.0", False), ("4.5.1", True), ("4.9.2", False), ("4.9.7", True), ("5.3.3", True)])
+def test_a_consume_queue_file_cut_short_is_where_a_refusing_broker_stops_in_every_command(tmp_path, version, refuses, monkeypatch):
+    """``MappedFileQueue.load`` refuses a consume queue file of the wrong length, as it refuses such a
+    commit log file, in 4.5.0-4.9.1 and 4.9.3+ (rules §2.13), so those brokers do not start; 3.2.6-4.4.0
+    and 4.9.2 leave the file out and start. Every command says so in the same words, with what the
+    start keeps once ``recover`` writes the file at full size: the broker's own recovery of the store."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    queue_file = max((p for p in (root / "consumequeue").rglob("0" * 20) if p.stat().st_size), key=lambda p: p.stat().st_size)
+    full = queue_file.stat().st_size
+    with open(queue_file, "r+b") as f:
+        f.truncate(1000)
+    ns = one_answer(root, "--broker-version", version)
+    assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("abnormal", recovered(version, "crashed-small")["commitLog"]["maxOffset"], 0)
+    named = f"{queue_file.relative_to(root)}: 1000 bytes, not {full}"
+    assert ns["line"].startswith(f"the broker's next start refuses to start: {named}; ") == refuses, ns["line"]
+    assert verify_first_line(root, monkeypatch, "--broker-version", version) == ns["line"]

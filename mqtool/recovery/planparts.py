@@ -50,12 +50,12 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 
 def unloadable_files(store: Store) -> None:
-    """Refuse a store the broker refuses to start on (``nextstart.refusal``: a commit log file of the wrong
-    length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan. ``mqtool
-    repair`` fixes such files first."""
-    from ..store.nextstart import refusal
+    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``: a file of
+    the wrong length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan.
+    ``mqtool repair`` fixes such files first."""
+    from ..store.nextstart import log_refusal
 
-    why = refusal(store)
+    why = log_refusal(store)
     if why is not None:
         raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
 

@@ -245,6 +245,7 @@ class Plan:
     inputs: tuple[Fingerprint, ...]
     format: str = PLAN_FORMAT
     verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
+    refused: str | None = None  # recover: why the broker refuses to start on a queue file the plan rewrites (``nextstart.queue_refusal``)
 
     @property
     def is_empty(self) -> bool:

@@ -44,6 +44,7 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
+from ..store.nextstart import queue_refusal
 from ..store.rules import VersionRules
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         tuple(run.actions),
         (),
     )
-    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
+    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc), refused=queue_refusal(store) if run.dispatching else None)
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:

@@ -44,7 +44,7 @@ class NextStart:
     logical_end: int | None
     end_reason: str
     dropped_messages: int | None
-    refused: str | None = None  # why the broker does not start at all (``refusal``)
+    refused: str | None = None  # why the broker does not start at all (``refusal``; a queue's: the figures are once it is fixed)
 
     @classmethod
     def refusing(cls, store: Store, why: str) -> "NextStart":
@@ -52,9 +52,12 @@ class NextStart:
 
     @property
     def reason(self) -> str:
-        """Why the log ends there, in words, with the offset."""
+        """Why the log ends there, in words, with the offset (why the broker refuses to start, if it does)."""
         if self.refused:
             return self.refused
+        return self._end()
+
+    def _end(self) -> str:
         if self.end_reason == StopReason.ZEROS and self.dropped_messages:
             return f"zeros at {self.logical_end}"
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
@@ -64,11 +67,12 @@ class NextStart:
                 "scan_from": self.scan_from, "line": self.line()}
 
     def line(self) -> str:
-        if self.refused:
-            return f"the broker's next start refuses to start: {self.refused}"
+        refuses = f"the broker's next start refuses to start: {self.refused}"
+        if self.logical_end is None:
+            return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
-        return (f"the broker's next start keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self.reason}); "
-                f"{self.mode} recovery scanning from {self.scan_from}")
+        keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
+        return f"{refuses}; with that file at full size (`mqtool recover` writes it), it {keeps}" if self.refused else f"the broker's next start {keeps}"
 
     @classmethod
     def of_plan(cls, plan) -> "NextStart | None":
@@ -77,7 +81,7 @@ class NextStart:
         cl = plan.commitlog
         if plan.mode is None or cl is None:
             return None
-        return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0)
+        return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0, plan.refused)
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart | None:
@@ -92,7 +96,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     start = start_of(store)
     if start is None:
         return None
-    why = refusal(store)
+    why = log_refusal(store)
     if why is not None:
         return NextStart.refusing(store, why)
     from .summary import logical_end
@@ -103,7 +107,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     else:
         _, end = logical_end(store, start.offset)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, rules))
+                     dropped_after(store, end.offset, rules), queue_refusal(store))
 
 
 def dledger_next_start(store: Store) -> NextStart:
@@ -117,7 +121,7 @@ def dledger_next_start(store: Store) -> NextStart:
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), queue_refusal(store))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -185,23 +189,53 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
 
 
 def refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on this store (``MappedFileQueue.load``, rules §2.13), or None:
-    a commit log file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a
-    zero-length last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of
-    any of them is reported, naming them."""
-    from .store import EMPTY_LAST_SEGMENT
-    from .version import eras_label
+    """Why the broker refuses to start on this store, or None: its commit log (``log_refusal``), else a
+    consume queue file (``queue_refusal``), in the order ``DefaultMessageStore.load`` loads them."""
+    return log_refusal(store) or queue_refusal(store)
 
-    eras = store.version_guess.eras
+
+def log_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on this store's commit log (``MappedFileQueue.load``, rules §2.13), or
+    None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
+    last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
+    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
+    from .store import EMPTY_LAST_SEGMENT
+
     for problem in store.problems:
-        rule = "zero_length_last_file_refused" if problem.kind == EMPTY_LAST_SEGMENT else "wrong_length_file_ignored"
-        held = store.eras_where(rule)
-        refusing = held if problem.kind == EMPTY_LAST_SEGMENT else [e for e in eras if e not in held]
-        if refusing:
+        who = _refusing(store, problem.kind == EMPTY_LAST_SEGMENT)
+        if who is not None:
             what = {
                 EMPTY_LAST_SEGMENT: "a zero-length last commit log file",
                 "segment-size": f"{problem.found} bytes, not {problem.expected} like the other segments",
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
-            who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
             return f"{problem.path.name}: {what}{who}"
     return None
+
+
+def queue_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on a consume queue file (an LMQ or a batch queue's too), or None:
+    one of another length than its queue's files, which ``loadConsumeQueue``'s ``MappedFileQueue.load``
+    refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
+    ``recover`` and ``rebuild-cq`` write the queue's files at full size, so they plan on."""
+    for queue in (*store.consume_queues, *store.batch_consume_queues):
+        last = queue.files[-1][0] if queue.files else None
+        for base, path in queue.files:
+            size = path.stat().st_size
+            if size != queue.file_size:
+                who = _refusing(store, size == 0 and base == last)
+                if who is not None:
+                    return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}"
+    return None
+
+
+def _refusing(store: Store, empty_last: bool) -> str | None:
+    """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length last one):
+    None when no era the store may be from refuses it; else "" when every one does, or which do."""
+    from .version import eras_label
+
+    eras = store.version_guess.eras
+    held = store.eras_where("zero_length_last_file_refused" if empty_last else "wrong_length_file_ignored")
+    refusing = held if empty_last else [e for e in eras if e not in held]
+    if not refusing:
+        return None
+    return "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
