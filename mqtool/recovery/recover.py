@@ -259,7 +259,7 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
         for base, path in sim.original.items():
             size = path.stat().st_size
             if size != sim.file_size and base in sim.files:
-                run.notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}: the broker refuses to load it; it is rewritten at full size")
+                run.notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}, which no broker loads (rules §2.13): it is rewritten at full size")
     run.notes += kind.notes(run)
     run.actions += kind.actions(run)
 
