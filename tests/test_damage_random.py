@@ -390,6 +390,34 @@ def test_a_queue_ending_with_a_filler_is_found_from_4_5_0_and_rebuilt(version, f
         assert rebuilt.recover().max_offset == last + 1 and not rebuilt.read_entry(last).is_filler  # the record's entry again
 
 
+@pytest.mark.parametrize("version", ["4.4.0", "4.9.7"])
+def test_a_filler_unit_inside_a_segment_is_an_entry_a_read_cannot_pass(version, tmp_path):
+    """A unit of a filler's size and tags code whose offset is inside a segment: a consumer's read of it,
+    ``MappedFile.selectMappedBuffer(pos, 2147483647)``, overflows ``pos + size`` and throws (only pos 0, a
+    segment's base, returns null and is passed), so the queue is stuck there. Before: read as a filler, it
+    was nothing up to 4.4.0 and a ``cq-filler-tail`` warning from 4.5.0. Now an entry pointing where no
+    record starts, and repair rebuilds the queue without it."""
+    from mqtool.formats import consumequeue as cqfmt
+    from mqtool.store import Store
+
+    root = copy_store(version, "clean-small", tmp_path / "s")
+    with Store.open(root) as store:
+        queue = max(store.consume_queues, key=lambda q: q.recover().max_offset)
+        end = queue.recover().max_offset
+        inside = queue.read_entry(end - 1).phys_offset + 16
+        path = dict(queue.files)[end * cqfmt.ENTRY_SIZE - end * cqfmt.ENTRY_SIZE % queue.file_size]
+    with open(path, "r+b") as f:
+        f.seek(end * cqfmt.ENTRY_SIZE % queue.file_size)
+        f.write(cqfmt.ENTRY.pack(inside, cqfmt.FILLER_SIZE, 0))
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    found = [f for f in map(json.loads, out.splitlines()) if f.get("severity") in ("error", "warning")]
+    assert [(f["kind"], f["offset"], f["details"]["queue_offset"]) for f in found] == [("cq-entry-dangling", inside, end)], found
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+    with Store.open(root) as store:
+        assert store.consume_queue(queue.topic, queue.queue_id).recover().max_offset == end
+
+
 SEGMENT = 1 << 20  # the fixtures' commit log segment size
 
 

@@ -180,8 +180,8 @@ _EMPTY = np.empty(0, dtype=np.int64)
 
 class QueueCursor:
     """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``skip``, ``peek``, ``entries``. Fillers (``fillPreBlank``) are
-    skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
+    (an ``Entry``), ``skip``, ``peek``, ``entries``. Fillers a read passes
+    (``ConsumeQueueCheck.skipped``) are skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
     the entry after it becomes the head (or the head None): in the merge's commit log order."""
 
     def __init__(self, check: "ConsumeQueueCheck", queue: ConsumeQueue | None, topic: str, queue_id: int):
@@ -225,7 +225,7 @@ class QueueCursor:
             invalid, fillers = decode_units(np.frombuffer(read.data, dtype=np.uint8), phys, size, tags)
             first_qoff = read.first
             if invalid_from is None and not invalid:
-                idx = np.flatnonzero(~cqfmt.is_filler(phys, size, tags)) if fillers else None
+                idx = np.flatnonzero(~self.check.skipped(phys, size, tags)) if fillers else None
                 events = {}
                 if pending and (idx is None or len(idx)):
                     events, pending = {0: pending}, []
@@ -244,7 +244,7 @@ class QueueCursor:
         for i, (p, n, t) in enumerate(zip(phys.tolist(), size.tolist(), tags.tolist())):
             queue_offset = first_qoff + i
             if p >= 0 and n > 0:
-                if cqfmt.is_filler(p, n, t):
+                if self.check.skipped(p, n, t):
                     continue
                 if invalid_from is not None:
                     pending.append(self.invalid_finding(path, invalid_from, queue_offset))
@@ -421,6 +421,14 @@ class ConsumeQueueCheck:
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
 
+    def skipped(self, phys, size, tags):
+        """The fillers (``cqfmt.is_filler``) a consumer's read passes: ``MappedFile.selectMappedBuffer(pos,
+        2147483647)`` returns null at a segment's base (pos 0), and there is no segment to read below the
+        log's min offset or past its files (``getMessage``: ``rollNextFile``). Anywhere else ``pos + size``
+        overflows and the read throws, so such a unit is checked as an entry. Ints or numpy arrays."""
+        cl = self.store.commitlog
+        return cqfmt.is_filler(phys, size, tags) & ((phys % cl.file_size == 0) | (phys < cl.min_offset) | (phys >= cl.end_of_files))
+
     def _filler_tail(self, queue: ConsumeQueue) -> None:
         """A queue whose last unit is a filler (``fillPreBlank``'s, the entry after it never written; or fillers of
         lost records whose later entries a recovery cut): from 4.5.0 ``ConsumeQueue.recover`` sets ``maxPhysicOffset``
@@ -433,7 +441,7 @@ class ConsumeQueueCheck:
         if not recovered.end or recovered.max_phys_offset <= self.store.commitlog.end_of_files:
             return
         last = queue.read_entry(recovered.max_offset - 1)
-        if last is not None and last.is_filler:
+        if last is not None and self.skipped(last.phys_offset, last.size, last.tags_code):
             self.emit(warning(
                 "cq-filler-tail",
                 f"consume queue {queue.topic}/{queue.queue_id} ends with a filler unit (queue offset {recovered.max_offset - 1}): the broker's "
