@@ -205,7 +205,7 @@ class Outcome:
     steps: list[str] = field(default_factory=list)
 
 
-PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "survivor", "restore")
+PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "survivor", "restore", "next-start")
 UNPLANNED_RECOVERY = "mqtool does not plan that recovery"  # recovery.logkinds: 3.2.6-4.3.1 past a TOTALSIZE mismatch
 
 
@@ -253,6 +253,21 @@ def early_deletions(root: Path) -> list[str]:
         return early
 
 
+def next_starts_agree(root: Path, given: tuple[str, ...], timeout: int) -> None:
+    """``info``, ``verify``, ``recover`` and ``repair`` say the same of the broker's next start (``store.nextstart``),
+    each that answers (a command that cannot plan the store refuses or says why)."""
+    said = {}
+    for command, extra in (("info", ()), ("verify", ("--no-progress",)), ("recover", ("--dry-run",)), ("repair", ("--dry-run",))):
+        rc, stdout, _ = run(command, root, "--format", "json", *extra, *given, timeout=timeout)
+        if rc in (EXIT_OK, EXIT_FINDINGS) and stdout.strip():
+            doc = json.loads(stdout)
+            found = (doc.get("summary") or {}).get("next_start") if command == "verify" else doc.get("next_start")
+            if found is not None:
+                said[command] = found["line"]
+    if len(set(said.values())) > 1:
+        raise Stop("next-start", "; ".join(f"{c}: {line}" for c, line in said.items()))
+
+
 def run(*args, timeout: int) -> tuple[int, str, str]:
     try:
         proc = mqtool(*map(str, args), timeout=timeout)
@@ -279,12 +294,13 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
     cut = first_damage(FIXTURES / f"rocketmq-{version}" / name, root) if survivors_kept else None
     backup = dest / "backup"
     try:
-        if readers:  # the read-only commands on the damaged copy: a documented exit code, never a traceback
-            for command in (("info",), ("stats",), ("offsets",), ("salvage", "--format", "jsonl", "--out", os.devnull), ("dump", "--limit", "20")):
-                run(command[0], root, *command[1:], timeout=timeout)
         # the fixture's version given: a store whose damage leaves eras that plan apart is refused without it
         # (exit 4, naming the versions): the right answer, but not what this run measures
         given = ("--broker-version", version)
+        if readers:  # the read-only commands on the damaged copy: a documented exit code, never a traceback
+            for command in (("info",), ("stats",), ("offsets",), ("salvage", "--format", "jsonl", "--out", os.devnull), ("dump", "--limit", "20")):
+                run(command[0], root, *command[1:], timeout=timeout)
+            next_starts_agree(root, given, timeout)
         told = given if version_given else ()
         rc, stdout, stderr = run("repair", root, "--yes", "--format", "json", "--backup-dir", backup, *told, timeout=timeout)
         out.repair_rc = rc
