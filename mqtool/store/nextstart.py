@@ -72,7 +72,7 @@ class NextStart:
             return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
-        return f"{refuses}; with that file at full size (`mqtool recover` writes it), it {keeps}" if self.refused else f"the broker's next start {keeps}"
+        return f"{refuses}; once `mqtool recover` has fixed that file, it {keeps}" if self.refused else f"the broker's next start {keeps}"
 
     @classmethod
     def of_plan(cls, plan) -> "NextStart | None":
