@@ -4,8 +4,9 @@
 ``DefaultMessageStore.recover`` scans from the start segment its rules pick
 (``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
-(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``). ``NextStart.of_plan`` reads
-the same figures off a recovery plan, which computes them the same way."""
+(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
+refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``). ``NextStart.of_plan``
+reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class NextStart:
     logical_end: int | None
     end_reason: str
     dropped_messages: int | None
-    refused: str | None = None  # why the broker does not start at all (``refusal``; a queue's: the figures are once it is fixed)
+    refused: str | None = None  # why the broker does not start (``log_refusal``; ``queue_refusal``: the figures are once it is fixed)
 
     @classmethod
     def refusing(cls, store: Store, why: str) -> "NextStart":
@@ -186,12 +187,6 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
         finally:
             os.close(fd)
     return True
-
-
-def refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on this store, or None: its commit log (``log_refusal``), else a
-    consume queue file (``queue_refusal``), in the order ``DefaultMessageStore.load`` loads them."""
-    return log_refusal(store) or queue_refusal(store)
 
 
 def log_refusal(store: Store) -> str | None:
