@@ -32,7 +32,7 @@ from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ._consumequeue import decode_units, join_groups, queue_groups
 from .commitlog import relative
-from .findings import Finding, error, warning
+from .findings import Finding, FindingSink, error, warning
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -380,12 +380,9 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
             )
 
 
-class ConsumeQueueCheck:
+class ConsumeQueueCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
-    the join declines it), then ``finish``; findings are collected through ``emit`` and drained
-    with ``take``."""
-
-    joined = declined = 0  # batches the join took / reported record by record
+    the join declines it), then ``finish``."""
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str):
         self.store = store
@@ -442,15 +439,6 @@ class ConsumeQueueCheck:
                 file=relative(self.store, queue.directory), expected="a last unit that is an entry", found="a filler",
                 details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1},
             ))
-
-    # ---- plumbing ----
-
-    def emit(self, finding: Finding) -> None:
-        self._out.append(finding)
-
-    def take(self) -> list[Finding]:
-        out, self._out = self._out, []
-        return out
 
     @property
     def queues(self) -> int:

@@ -28,7 +28,7 @@ from ..store.index import list_index_files
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import check_chains, decode_entries, entries_match, first_beyond
 from .commitlog import relative
-from .findings import Finding, error, info, warning
+from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -117,7 +117,6 @@ class IndexEntryCursor:
         self.check = check
         self._gen = self._chunks()
         self._loaded: deque[_Chunk] = deque()
-        self._done = False
         self._i = 0
         self.passed = 0
         self.head: tuple | None = None
@@ -130,14 +129,10 @@ class IndexEntryCursor:
             yield _Chunk(meta, 0, None)
 
     def _load(self) -> bool:
-        if self._done:
-            return False
         chunk = next(self._gen, None)
-        if chunk is None:
-            self._done = True
-            return False
-        self._loaded.append(chunk)
-        return True
+        if chunk is not None:
+            self._loaded.append(chunk)
+        return chunk is not None
 
     def _settle(self) -> None:
         """Pass the ends of the files the head has left (their structural checks), set ``head``."""
@@ -189,11 +184,9 @@ class IndexEntryCursor:
             c += 1
 
 
-class IndexCheck:
+class IndexCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``."""
-
-    joined = declined = 0  # batches the join took / reported record by record
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None):
         self.store = store
@@ -243,13 +236,6 @@ class IndexCheck:
         self._prefixes: dict[str, int] = {}
         self._indexed: dict[int, bool] = {}
         self.duplicates = 0
-
-    def emit(self, finding: Finding) -> None:
-        self._out.append(finding)
-
-    def take(self) -> list[Finding]:
-        out, self._out = self._out, []
-        return out
 
     @property
     def head(self) -> tuple | None:
