@@ -10,7 +10,6 @@ the broker never reads, does not end the check, as it does not end the log the b
 
 from __future__ import annotations
 
-import functools
 import queue
 import signal
 from itertools import zip_longest
@@ -101,11 +100,11 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0
-    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure)
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure), put in the pool's result thread
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
         for number, task in enumerate(tasks):
-            pool.apply_async(_analyze_in_worker, (task,), callback=functools.partial(_hand_over, done, number),
-                             error_callback=lambda exc, number=number: _hand_over(done, number, Failure(exc)))
+            pool.apply_async(_analyze_in_worker, (task,), callback=lambda report, number=number: done.put((number, report)),
+                             error_callback=lambda exc, number=number: done.put((number, Failure(exc))))
         arrived: dict[int, SegmentReport | Failure] = {}
         for number in range(len(tasks)):
             while number not in arrived:
@@ -122,11 +121,6 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
             if isinstance(report, Failure):  # raised where imap raised it: after the reports before it
                 raise report.exc
             yield report
-
-
-def _hand_over(channel: queue.SimpleQueue, number: int, report) -> None:
-    """A pool callback, in the pool's result thread: the report (or error) of task ``number``."""
-    channel.put((number, report))
 
 
 # ---- stitching ---------------------------------------------------------------------------------
