@@ -263,7 +263,8 @@ class DispatchScanner:
             _, end = yield from self._counted(self._walk(acc, pos, self.stop))
             nxt = self._reput_resume(end)
             if nxt is None:
-                yield from self._take(acc)
+                if acc.n:
+                    yield self._count(acc.take())
                 self.end = end
                 return
             self.skipped.append(end)
@@ -343,13 +344,13 @@ class DispatchScanner:
         """The chain from ``pos`` through the segments up to ``last``, each next one ahead;
         returns ``(crossed, end)``: whether it crossed segment ``last``, else where it ended."""
         index = self.commitlog.segment_index(pos)
-        ahead = _Ahead.start(self, index + 1) if index < last else None
+        ahead = _Ahead(self, index + 1) if index < last else None  # ``last`` is a segment's index
         job = None
         try:
             crossed, end = yield from self._counted(self._segment(index, pos))
             while crossed and index < last:
                 index += 1
-                job, ahead = ahead, _Ahead.start(self, index + 1) if index < last else None
+                job, ahead = ahead, _Ahead(self, index + 1) if index < last else None
                 crossed, end = yield from self._counted(job.batches())
                 job.close()
                 job = None
@@ -360,7 +361,7 @@ class DispatchScanner:
         return crossed, end
 
     def _counted(self, batches) -> Iterator[DispatchBatch]:
-        """``batches`` passed on, counted (``_take``'s bookkeeping); returns their generator's value."""
+        """``batches`` passed on, counted (``_count``); returns their generator's value."""
         while True:
             try:
                 batch = next(batches)
@@ -380,10 +381,6 @@ class DispatchScanner:
         if end is not None and acc.n:
             yield acc.take()
         return crossed, end
-
-    def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
-        if acc.n:
-            yield self._count(acc.take())
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop
@@ -536,10 +533,6 @@ class _Ahead:
         self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
         self.thread.start()
-
-    @classmethod
-    def start(cls, scanner: DispatchScanner, index: int) -> "_Ahead | None":
-        return cls(scanner, index) if index < len(scanner.commitlog.segments) else None
 
     def _run(self) -> None:
         try:
