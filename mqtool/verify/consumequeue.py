@@ -46,19 +46,15 @@ PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIME
 # ``consumequeue/``; ``batchqueue.py`` checks their units.
 
 
-def _data_end(path) -> int | None:
+def _data_end(path, fd: int) -> int | None:
     """One past the last 20-byte unit of a consume queue file holding a non-zero byte (units
-    after it are zeros: the queue's end), or None if the file cannot be read."""
+    after it are zeros: the queue's end), or None if the file cannot be mapped."""
     try:
         with MappedFile(path) as mf:
             if not mf.size:
                 return 0
             array = fs.as_array(mf.buf)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                last = fs.last_nonzero(array, 0, mf.size, fd)  # the hole after a queue's last unit is not read
-            finally:
-                os.close(fd)
+            last = fs.last_nonzero(array, 0, mf.size, fd)  # the hole after a queue's last unit is not read
             fs.release_pages(mf.buf, 0, mf.size)
             del array
     except (MqtoolError, OSError):
@@ -97,49 +93,36 @@ class QueueFileEnd(NamedTuple):
 def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | QueueUnits | QueueFileEnd]:
     """A queue's files in order, read ``chunk_units`` units at a time up to each file's data end
     (``_data_end``; a file that cannot be read is passed over): what ``QueueCursor`` reads. A file
-    smaller than ``READ_BELOW`` is read once, whole (``_small_file``), not mapped and read again."""
+    smaller than ``READ_BELOW`` is read once, whole, not mapped and read again."""
     unit = cqfmt.ENTRY_SIZE
     expected = None
     for base, path in queue.files:
         if expected is not None and base != expected:
             yield QueueGap(path, expected, base)
         expected = base + queue.file_size
-        data, fd = _small_file(path), None
-        if data is not None:
-            end = _unit_end(fs.last_nonzero(fs.as_array(data), 0, len(data)))
-        else:
-            end = _data_end(path)
-            if end is None:
-                continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                data = os.pread(fd, READ_BELOW, 0) if os.fstat(fd).st_size < READ_BELOW else None
             except OSError:
                 continue
-        try:
+            end = _data_end(path, fd) if data is None else _unit_end(fs.last_nonzero(fs.as_array(data), 0, len(data)))
             pos = 0
-            while pos < end:
+            while end is not None and pos < end:
                 size = min(chunk_units * unit, end - pos)
-                chunk = data[pos : pos + size] if fd is None else os.pread(fd, size, pos)
+                chunk = os.pread(fd, size, pos) if data is None else data[pos : pos + size]
                 usable = len(chunk) - len(chunk) % unit
                 if not usable:
                     break
                 yield QueueUnits(path, (base + pos) // unit, chunk if usable == len(chunk) else chunk[:usable])
                 pos += usable
         finally:
-            if fd is not None:
-                os.close(fd)
-        if end < queue.file_size:
+            os.close(fd)
+        if end is not None and end < queue.file_size:
             yield QueueFileEnd((base + end) // unit)
-
-
-def _small_file(path) -> bytes | None:
-    """The bytes of a file smaller than ``READ_BELOW``, else None (also when it cannot be read:
-    ``_data_end`` then says so)."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read() if os.fstat(f.fileno()).st_size < READ_BELOW else None
-    except OSError:
-        return None
 
 
 class Entry:
