@@ -131,15 +131,6 @@ class DispatchBatch:
             self.groups = group_queues(self.fields, self.topic_ids)
         return self.groups
 
-    @property
-    def multi_dispatch(self) -> int:
-        """Records carrying INNER_MULTI_DISPATCH (LMQ), whose extra queue entries mqtool does not write."""
-        return self.queue_groups.multi
-
-    @property
-    def nbytes(self) -> int:
-        return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
-
 
 class SpilledBatch(DispatchBatch):
     """A batch read back from a spill (``read_spilled``): the columns the plan and the writers
@@ -175,10 +166,6 @@ class SpilledBatch(DispatchBatch):
         if col == fd.F_FLAGS:
             return self._columns.flags.astype(np.int64)
         return self.fields[:, col]  # a topic byte column: zero, as unpacked
-
-    @property
-    def nbytes(self) -> int:
-        return self._columns.buf.nbytes + self.keys.nbytes
 
 
 @dataclass
@@ -675,7 +662,8 @@ class MultiDispatch(NamedTuple):
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
-    the extra LMQ entries."""
+    the extra entries its ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the
+    flagged records are decoded again (their properties)."""
     if len(batch) == 0:
         return
     groups = batch.queue_groups
@@ -686,26 +674,17 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
         lo, hi = starts[g], starts[g + 1]
         if has_queue_directory(names[key >> 32]):
             yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
-    if multi is not None and groups.multi_queued:
-        yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
-
-
-def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: list[str], *, legacy_properties: bool, v5: bool) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
-    """``(queue name, queue id, (queue offsets, phys offsets, sizes, tags codes))`` of the extra consume queue
-    entries the batch's ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the flagged
-    records are decoded again (their properties); ``consume_queue_entries`` calls it only for a batch that has some."""
-    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
-    if not len(rows):
+    if multi is None or not groups.multi_queued:
         return
+    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
     grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for row in rows.tolist():
         f = batch.fields[row]
-        record = commitlog.read_record(int(f[fd.F_POS]))
-        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=legacy_properties), v5=v5)
+        record = multi.commitlog.read_record(int(f[fd.F_POS]))
+        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=multi.legacy_properties), v5=multi.v5)
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
     for (name, queue_id), entries in grouped.items():
-        if not has_queue_directory(name):
-            continue
-        columns = np.array(entries, dtype=np.int64).T
-        yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
+        if has_queue_directory(name):
+            columns = np.array(entries, dtype=np.int64).T
+            yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
