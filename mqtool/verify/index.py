@@ -413,12 +413,9 @@ class IndexCheck(FindingSink):
         )
 
     def finish(self) -> None:
-        while self.head is not None:
-            if self.upper is not None and self.head[3] >= self.upper:
-                # drain for the structural checks without judging entries outside the range
-                self._cursor.skip(1)
-                continue
-            self._stray(self.head)
+        while self.head is not None:  # drained for the structural checks; entries outside the range not judged
+            if self.upper is None or self.head[3] < self.upper:
+                self._stray(self.head)
             self._cursor.skip(1)
         self._close_missing()
         for name, (meta, first, last, phy, count) in self.dangling.items():
