@@ -500,10 +500,6 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
     return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
 
 
-class _Finished(NamedTuple):
-    result: tuple  # ``_segment``'s value
-
-
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
@@ -515,7 +511,7 @@ class _Ahead:
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
-        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch kept as it is), then _Finished or a handoff.Failure
+        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch as it is), then StopIteration or handoff.Failure
         self.halt = threading.Event()
         self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
@@ -528,8 +524,8 @@ class _Ahead:
             while True:
                 try:
                     batch = next(batches)
-                except StopIteration as stop:
-                    self.channel.put(_Finished(stop.value))
+                except StopIteration as stop:  # its value is ``_segment``'s
+                    self.channel.put(stop)
                     return
                 self.channel.put(self.spill.write(batch) or batch)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
@@ -539,8 +535,8 @@ class _Ahead:
         """The segment's batches in order as they come; returns ``(crossed, end)``."""
         while True:
             entry = self.channel.get()
-            if isinstance(entry, _Finished):
-                return entry.result
+            if isinstance(entry, StopIteration):
+                return entry.value
             if isinstance(entry, Failure):
                 raise entry.exc
             yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
