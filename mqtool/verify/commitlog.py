@@ -200,7 +200,8 @@ class CommitLogCheck:
                     after.extend(_interleave(report, report.gaps, report.runs[1:]))
                 elif result.end_reason != "limit" and report.has_data:
                     after.extend(_interleave(report, report.runs, report.gaps))
-                if any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after) and not self._reads_on(result):
+                live = any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after)
+                if live and not (self.keep_going or self._end_unread()):
                     result.stopped_early = True
                     break
         finally:
@@ -210,7 +211,7 @@ class CommitLogCheck:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
-        if self.unread_before is not None and fs.ScanEnd(result.logical_end, result.end_reason).unread_by_broker(self.unread_before()):
+        if self._end_unread():
             self._broker_start = self.unread_before()
         yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
         if self._broker_start is not None and self._resume is not None:  # the log the broker serves goes on past the damage
@@ -468,14 +469,11 @@ class CommitLogCheck:
             findings.extend(self._trailing(tail, cursor))
         return findings
 
-    def _reads_on(self, result: "CommitLogResult") -> bool:
-        """Whether the check goes on past the chain's end: with ``keep_going``, or when the broker
-        never reads that damage (it lies before the recovery's start) and so serves the records
-        after it, whose own findings stand as any served record's."""
-        if self.keep_going:
-            return True
-        end = fs.ScanEnd(result.logical_end, result.end_reason)
-        return self.unread_before is not None and end.unread_by_broker(self.unread_before())
+    def _end_unread(self) -> bool:
+        """Whether the broker never reads the damage the chain ends at (it lies before the recovery's start) and so
+        serves the records after it, whose own findings stand as any served record's: the check goes on past it."""
+        result = self.result
+        return self.unread_before is not None and fs.ScanEnd(result.logical_end, result.end_reason).unread_by_broker(self.unread_before())
 
     def _unread(self, offset: int) -> bool:
         """Damage at ``offset`` lies before the broker's recovery start: the broker reads past it."""
