@@ -264,6 +264,10 @@ class QueueCursor:
     def label(self) -> str:
         return f"{self.topic}/{self.queue_id}"
 
+    def details(self, **more) -> dict:
+        """A finding's ``details``: the queue, then ``more``."""
+        return {"topic": self.topic, "queue_id": self.queue_id, **more}
+
     def gap_finding(self, path, expected_base: int, base: int) -> Finding:
         unit = cqfmt.ENTRY_SIZE
         return error(
@@ -273,7 +277,7 @@ class QueueCursor:
             file=relative(self.check.store, path),
             expected=expected_base,
             found=base,
-            details={"topic": self.topic, "queue_id": self.queue_id, "first_missing_queue_offset": expected_base // unit, "next_queue_offset": base // unit},
+            details=self.details(first_missing_queue_offset=expected_base // unit, next_queue_offset=base // unit),
         )
 
     def invalid_finding(self, path, first: int, resume: int) -> Finding:
@@ -284,7 +288,7 @@ class QueueCursor:
             file=relative(self.check.store, path),
             expected="valid units",
             found=f"invalid units at queue offsets {first}..{resume - 1}",
-            details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
+            details=self.details(queue_offset=first, next_valid_queue_offset=resume),
         )
 
     def skip(self, n: int) -> None:
@@ -551,7 +555,7 @@ class ConsumeQueueCheck(FindingSink):
                     offset=record.offset,
                     expected=expected,
                     found=found,
-                    details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": what},
+                    details=cursor.details(queue_offset=entry.queue_offset, field=what),
                 )
             )
 
@@ -592,7 +596,7 @@ class ConsumeQueueCheck(FindingSink):
             offset=record.offset,
             expected=cursor.last_pos + 1,
             found=record.queue_offset,
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": record.queue_offset, "record_damaged": True},
+            details=cursor.details(queue_offset=record.queue_offset, record_damaged=True),
         )
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
@@ -612,7 +616,7 @@ class ConsumeQueueCheck(FindingSink):
             offset=record.offset,
             expected=record.queue_offset,
             found=entry.queue_offset,
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": "queue offset", "record_damaged": True},
+            details=cursor.details(queue_offset=entry.queue_offset, field="queue offset", record_damaged=True),
         )
 
     def _tags_code(self, record: LogRecord) -> int | str:
@@ -646,7 +650,7 @@ class ConsumeQueueCheck(FindingSink):
         """An entry that no record of its queue starts at (inside the valid log)."""
         where = f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to {entry.phys}"
         common = dict(file=self._file_of(cursor, entry.queue_offset), offset=entry.phys)
-        details = {"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "size": entry.size}
+        details = cursor.details(queue_offset=entry.queue_offset, size=entry.size)
         try:
             other = self.store.commitlog.read_record(entry.phys)
         except (FormatError, LookupError):
@@ -700,15 +704,8 @@ class ConsumeQueueCheck(FindingSink):
                 offset=run.first_offset,
                 expected=f"{run.count} entries",
                 found="none",
-                details={
-                    "topic": cursor.topic,
-                    "queue_id": cursor.queue_id,
-                    "first_queue_offset": run.first_queue_offset,
-                    "last_queue_offset": run.last_queue_offset,
-                    "last_offset": run.last_offset,
-                    "records": run.count,
-                    "rebuilt_by_broker": rebuilt,
-                },
+                details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset, last_offset=run.last_offset,
+                                       records=run.count, rebuilt_by_broker=rebuilt),
             )
         )
 
@@ -723,7 +720,7 @@ class ConsumeQueueCheck(FindingSink):
             offset=run.first_offset,
             expected=f"{run.count} entries",
             found="none",
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "last_offset": run.last_offset, "records": run.count, "record_damaged": True},
+            details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True),
         )
 
     def finish(self) -> None:
@@ -751,6 +748,6 @@ class ConsumeQueueCheck(FindingSink):
                         offset=first.phys,
                         expected=f"< {self.logical_end}",
                         found=first.phys,
-                        details={"topic": cursor.topic, "queue_id": cursor.queue_id, "first_queue_offset": first.queue_offset, "last_queue_offset": last.queue_offset, "entries": len(beyond)},
+                        details=cursor.details(first_queue_offset=first.queue_offset, last_queue_offset=last.queue_offset, entries=len(beyond)),
                     )
                 )
