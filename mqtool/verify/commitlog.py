@@ -146,7 +146,7 @@ class CommitLogCheck:
         self.result = CommitLogResult()
         self.crashed = store.abort_present
         self.notes: list[str] = []
-        self._end_code, self._end_detail = fs.OK_BLANK, 0  # why the chain ended (set when it does)
+        self._end_code = fs.OK_BLANK  # why the chain ended (set when it does)
 
     def tasks(self) -> list[SegmentTask]:
         tasks = []
@@ -196,7 +196,7 @@ class CommitLogCheck:
                         continue
                     result.logical_end = report.base + chain.end
                     result.end_reason = fs.CODE_REASONS[chain.code]
-                    self._end_code, self._end_detail = chain.code, chain.detail
+                    self._end_code = chain.code
                     after.extend(_interleave(report, report.gaps, report.runs[1:]))
                 elif result.end_reason != "limit" and report.has_data:
                     after.extend(_interleave(report, report.runs, report.gaps))
@@ -370,7 +370,7 @@ class CommitLogCheck:
     def _is_stale(self, run: Run, last_ts: int | None) -> bool:
         return last_ts is not None and run.first_ts is not None and run.first_ts < last_ts
 
-    def _describe_end(self, offset: int, code: int, detail: int) -> tuple[str, str]:
+    def _describe_end(self, offset: int, code: int) -> tuple[str, str]:
         """(what was found at ``offset``, the broker log line for it)."""
         if code == fs.END_ZEROS:
             return "zeros where a record should start", "recover physics file end"
@@ -396,8 +396,8 @@ class CommitLogCheck:
             return []
         findings: list[Finding] = []
         last_ts = result.last_timestamp
-        cursor = (end, self._end_code, self._end_detail)  # where the last valid data stopped
-        damaged: list[tuple[tuple[int, int, int], SegmentReport, Run]] = []  # (cursor, report, first live run after it)
+        cursor = (end, self._end_code)  # where the last valid data stopped, and why
+        damaged: list[tuple[tuple[int, int], SegmentReport, Run]] = []  # (cursor, report, first live run after it)
         live_records: list[int] = []  # records of each live stretch, parallel to ``damaged``
         stale: list[tuple[SegmentReport, Run]] = []
         tail: list[tuple[SegmentReport, Gap]] = []
@@ -422,19 +422,19 @@ class CommitLogCheck:
             tail.clear()
             last_kind = "live"
             last_ts = item.last_ts
-            cursor = (report.base + item.end, item.code, item.detail)
+            cursor = (report.base + item.end, item.code)
             if not (self.keep_going or self._unread(damaged[-1][0][0])):
                 self.result.stopped_early = True
                 break
             findings.extend(self._record_findings(report, item))
             if item.code == fs.OK_BLANK:
                 findings.extend(self._blank_findings(report))
-        for i, ((start, code, detail), report, run) in enumerate(damaged):
+        for i, ((start, code), report, run) in enumerate(damaged):
             resume = report.base + run.start
-            found, line = self._describe_end(start, code, detail)
+            found, line = self._describe_end(start, code)
             after_count = sum(live_records[i:]) if not self.result.stopped_early else None  # every run after it walked
             counted = f"{after_count} valid records lie after it" if after_count is not None else "run with --keep-going to count the valid records after it"
-            unread = self._broker_start is not None and start < self._broker_start
+            unread = self._unread(start)
             if unread and self._resume is None:
                 self._resume = resume
             effect = (f"the broker's recovery starts scanning at {self._broker_start} and never reads it, so the broker keeps the log and "
@@ -465,7 +465,7 @@ class CommitLogCheck:
                     details={"logical_end": end, "stale_records": count},
                 )
             )
-        if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _, _), _, _ in damaged)):
+        if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _), _, _ in damaged)):
             findings.extend(self._trailing(tail, cursor))
         return findings
 
@@ -485,15 +485,15 @@ class CommitLogCheck:
             index = max(0, min(len(self.commitlog.segments) - 1, self.commitlog.segment_index(offset - 1) or 0))
         return self.commitlog.segments[index].path
 
-    def _trailing(self, gaps: list[tuple[SegmentReport, Gap]], cursor: tuple[int, int, int]) -> list[Finding]:
+    def _trailing(self, gaps: list[tuple[SegmentReport, Gap]], cursor: tuple[int, int]) -> list[Finding]:
         """Non-zero bytes after the last valid data that hold no record: a torn last write where
         they start right at the end of the data, leftovers elsewhere."""
-        start, code, detail = cursor
+        start, code = cursor
         findings = []
         for report, gap in gaps:
             gap_start, gap_end = report.base + gap.start, report.base + gap.end
             if gap_start == start:
-                found, line = self._describe_end(start, code, detail)
+                found, line = self._describe_end(start, code)
                 make = warning if self.crashed else error
                 why = " (the broker was probably killed while writing it)" if self.crashed else " (an acknowledged message may be lost)"
                 findings.append(
