@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
-from ..formats.dispatch import SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
+from ..formats.dispatch import LMQ_PREFIX, SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
-LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
 PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIMESTAMP (observed 1-3 ms; SystemClock lag and lock waits)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
 # ``consumequeue/``; ``batchqueue.py`` checks their units.
@@ -390,7 +389,7 @@ class ConsumeQueueCheck(FindingSink):
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
                 self.emit(finding)
             self._filler_tail(queue)
-            if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks their entries
+            if queue.topic.startswith(LMQ_PREFIX):  # multi-dispatch queues (§3.6): lmq.py checks their entries
                 continue
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
             # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
