@@ -176,10 +176,6 @@ class DispatchOptions:
     legacy_properties: bool = False
     index_enable: int = INDEX_UNIQ_AND_KEYS  # the index rule (``formats.dispatch.INDEX_*``; INDEX_NONE: off)
 
-    @property
-    def delay_ms(self) -> np.ndarray:
-        return fd.delay_array(dict(self.delay_table))
-
 
 class _Accumulator:
     """Rows one walk dispatches sub-batch by sub-batch, handed out as ``DispatchBatch`` es of
@@ -200,10 +196,6 @@ class _Accumulator:
     def reserve_keys(self, extra: int) -> None:
         if self.key_fill + extra > self.keys.shape[0]:
             self.keys = np.concatenate([self.keys, np.empty(max(extra, self.keys.shape[0]), dtype=np.int64)])
-
-    @property
-    def full(self) -> bool:
-        return self.n >= self.size
 
     def take(self) -> DispatchBatch:
         """The rows so far, handed over (not copied): the accumulator starts on new buffers."""
@@ -262,7 +254,7 @@ class DispatchScanner:
         (the last rows stay in ``acc``); returns ``(crossed, end)``. With ``base`` the walk stays in
         the segment starting there: ``crossed`` says the chain goes on into the next (this one ends
         at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set)."""
-        delay_ms = self.options.delay_ms
+        delay_ms = fd.delay_array(dict(self.options.delay_table))
         scan = FastScan(self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
         for seg in scan:
             if base is not None and seg.base_offset != base:  # walked on past the segment's blank: its rows are the next job's
@@ -274,7 +266,7 @@ class DispatchScanner:
             if self.shown is not None:
                 self.shown.rows(seg)
             bad = self._dispatch(acc, seg, delay_ms)
-            if (acc.full or bad is not None) and acc.n:
+            if (acc.n >= acc.size or bad is not None) and acc.n:
                 yield acc.take()
             if bad is not None:
                 return False, bad
