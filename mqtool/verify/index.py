@@ -230,7 +230,7 @@ class IndexCheck(FindingSink):
                                 f"(maxHashSlotNum, maxIndexNum): its entries are not checked; pass --broker-config to check them",
                                 file=relative(store, path), found=size))
         self._cursor = IndexEntryCursor(self)
-        self.missing: list | None = None  # [first offset, last offset, records]
+        self.missing: list | None = None  # [first offset, last offset, records, keys] of records lacking keys (``_keys_missing``)
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
         self._prefixes: dict[str, int] = {}
@@ -273,12 +273,7 @@ class IndexCheck(FindingSink):
                 return True
             with_keys = np.flatnonzero(counts)
             if len(with_keys):
-                first, last = int(offsets[with_keys[0]]), int(offsets[with_keys[-1]])
-                records, keys = len(with_keys), int(counts.sum())
-                if self.missing is None:
-                    self.missing = [first, last, records, keys]
-                else:
-                    self.missing[1], self.missing[2], self.missing[3] = last, self.missing[2] + records, self.missing[3] + keys
+                self._keys_missing(int(offsets[with_keys[0]]), int(offsets[with_keys[-1]]), len(with_keys), int(counts.sum()))
             return True
         if not self.enabled or self.missing is not None:
             return False
@@ -354,12 +349,14 @@ class IndexCheck(FindingSink):
         lacking = sum(max(want[h] - counts[h], 0) for h in want)
         self.duplicates += sum(max(counts[h] - want[h], 0) for h in want)
         if lacking:
-            if self.missing is None:
-                self.missing = [record.offset, record.offset, 1, lacking]
-            else:
-                self.missing[1], self.missing[2], self.missing[3] = record.offset, self.missing[2] + 1, self.missing[3] + lacking
+            self._keys_missing(record.offset, record.offset, 1, lacking)
         else:
             self._close_missing()
+
+    def _keys_missing(self, first: int, last: int, records: int, keys: int) -> None:
+        """Records ``[first, last]`` lack ``keys`` keys: the run ``_close_missing`` reports is opened or extended."""
+        run = self.missing
+        self.missing = [first, last, records, keys] if run is None else [run[0], last, run[2] + records, run[3] + keys]
 
     def _check_times(self, record: LogRecord, entries: list[tuple]) -> None:
         for meta, number, _h, _phy, diff, _prev in entries:
