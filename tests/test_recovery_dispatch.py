@@ -145,7 +145,7 @@ def test_multi_dispatch_records_are_flagged(tmp_path):
     props = [b"TAGS\x01t\x02", b"INNER_MULTI_DISPATCH\x01%LMQ%a,%LMQ%b\x02INNER_MULTI_QUEUE_OFFSET\x013,4\x02"]
     with Store.open(build(tmp_path, props)) as store:
         batches = list(DispatchScanner(store.commitlog, 0, None, DispatchOptions(store.delay_table)))
-    assert sum(b.multi_dispatch for b in batches) == 1
+    assert sum(b.queue_groups.multi for b in batches) == 1
 
 
 

@@ -131,15 +131,6 @@ class DispatchBatch:
             self.groups = group_queues(self.fields, self.topic_ids)
         return self.groups
 
-    @property
-    def multi_dispatch(self) -> int:
-        """Records carrying INNER_MULTI_DISPATCH (LMQ), whose extra queue entries mqtool does not write."""
-        return self.queue_groups.multi
-
-    @property
-    def nbytes(self) -> int:
-        return self.fields.nbytes + self.keys.nbytes + self.topic_ids.nbytes
-
 
 class SpilledBatch(DispatchBatch):
     """A batch read back from a spill (``read_spilled``): the columns the plan and the writers
@@ -176,10 +167,6 @@ class SpilledBatch(DispatchBatch):
             return self._columns.flags.astype(np.int64)
         return self.fields[:, col]  # a topic byte column: zero, as unpacked
 
-    @property
-    def nbytes(self) -> int:
-        return self._columns.buf.nbytes + self.keys.nbytes
-
 
 @dataclass
 class DispatchOptions:
@@ -188,10 +175,6 @@ class DispatchOptions:
     delay_table: Mapping[int, int]
     legacy_properties: bool = False
     index_enable: int = INDEX_UNIQ_AND_KEYS  # the index rule (``formats.dispatch.INDEX_*``; INDEX_NONE: off)
-
-    @property
-    def delay_ms(self) -> np.ndarray:
-        return fd.delay_array(dict(self.delay_table))
 
 
 class _Accumulator:
@@ -213,10 +196,6 @@ class _Accumulator:
     def reserve_keys(self, extra: int) -> None:
         if self.key_fill + extra > self.keys.shape[0]:
             self.keys = np.concatenate([self.keys, np.empty(max(extra, self.keys.shape[0]), dtype=np.int64)])
-
-    @property
-    def full(self) -> bool:
-        return self.n >= self.size
 
     def take(self) -> DispatchBatch:
         """The rows so far, handed over (not copied): the accumulator starts on new buffers."""
@@ -263,7 +242,8 @@ class DispatchScanner:
             _, end = yield from self._counted(self._walk(acc, pos, self.stop))
             nxt = self._reput_resume(end)
             if nxt is None:
-                yield from self._take(acc)
+                if acc.n:
+                    yield self._count(acc.take())
                 self.end = end
                 return
             self.skipped.append(end)
@@ -274,7 +254,7 @@ class DispatchScanner:
         (the last rows stay in ``acc``); returns ``(crossed, end)``. With ``base`` the walk stays in
         the segment starting there: ``crossed`` says the chain goes on into the next (this one ends
         at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set)."""
-        delay_ms = self.options.delay_ms
+        delay_ms = fd.delay_array(dict(self.options.delay_table))
         scan = FastScan(self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
         for seg in scan:
             if base is not None and seg.base_offset != base:  # walked on past the segment's blank: its rows are the next job's
@@ -286,7 +266,7 @@ class DispatchScanner:
             if self.shown is not None:
                 self.shown.rows(seg)
             bad = self._dispatch(acc, seg, delay_ms)
-            if (acc.full or bad is not None) and acc.n:
+            if (acc.n >= acc.size or bad is not None) and acc.n:
                 yield acc.take()
             if bad is not None:
                 return False, bad
@@ -343,13 +323,13 @@ class DispatchScanner:
         """The chain from ``pos`` through the segments up to ``last``, each next one ahead;
         returns ``(crossed, end)``: whether it crossed segment ``last``, else where it ended."""
         index = self.commitlog.segment_index(pos)
-        ahead = _Ahead.start(self, index + 1) if index < last else None
+        ahead = _Ahead(self, index + 1) if index < last else None  # ``last`` is a segment's index
         job = None
         try:
             crossed, end = yield from self._counted(self._segment(index, pos))
             while crossed and index < last:
                 index += 1
-                job, ahead = ahead, _Ahead.start(self, index + 1) if index < last else None
+                job, ahead = ahead, _Ahead(self, index + 1) if index < last else None
                 crossed, end = yield from self._counted(job.batches())
                 job.close()
                 job = None
@@ -360,7 +340,7 @@ class DispatchScanner:
         return crossed, end
 
     def _counted(self, batches) -> Iterator[DispatchBatch]:
-        """``batches`` passed on, counted (``_take``'s bookkeeping); returns their generator's value."""
+        """``batches`` passed on, counted (``_count``); returns their generator's value."""
         while True:
             try:
                 batch = next(batches)
@@ -380,10 +360,6 @@ class DispatchScanner:
         if end is not None and acc.n:
             yield acc.take()
         return crossed, end
-
-    def _take(self, acc: _Accumulator) -> Iterator[DispatchBatch]:
-        if acc.n:
-            yield self._count(acc.take())
 
     def _at_stop(self, offset: int) -> bool:
         return self.stop is not None and offset >= self.stop
@@ -516,10 +492,6 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
     return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
 
 
-class _Finished(NamedTuple):
-    result: tuple  # ``_segment``'s value
-
-
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
@@ -531,15 +503,11 @@ class _Ahead:
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
-        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch kept as it is), then _Finished or a handoff.Failure
+        self.channel: queue.SimpleQueue = queue.SimpleQueue()  # ``BatchSpill`` entries (or a DispatchBatch as it is), then StopIteration or handoff.Failure
         self.halt = threading.Event()
         self.spill = BatchSpill()
         self.thread = threading.Thread(target=self._run, name="mqtool-dispatch-ahead", daemon=True)
         self.thread.start()
-
-    @classmethod
-    def start(cls, scanner: DispatchScanner, index: int) -> "_Ahead | None":
-        return cls(scanner, index) if index < len(scanner.commitlog.segments) else None
 
     def _run(self) -> None:
         try:
@@ -548,8 +516,8 @@ class _Ahead:
             while True:
                 try:
                     batch = next(batches)
-                except StopIteration as stop:
-                    self.channel.put(_Finished(stop.value))
+                except StopIteration as stop:  # its value is ``_segment``'s
+                    self.channel.put(stop)
                     return
                 self.channel.put(self.spill.write(batch) or batch)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
@@ -559,8 +527,8 @@ class _Ahead:
         """The segment's batches in order as they come; returns ``(crossed, end)``."""
         while True:
             entry = self.channel.get()
-            if isinstance(entry, _Finished):
-                return entry.result
+            if isinstance(entry, StopIteration):
+                return entry.value
             if isinstance(entry, Failure):
                 raise entry.exc
             yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
@@ -682,7 +650,8 @@ class MultiDispatch(NamedTuple):
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
-    the extra LMQ entries."""
+    the extra entries its ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the
+    flagged records are decoded again (their properties)."""
     if len(batch) == 0:
         return
     groups = batch.queue_groups
@@ -693,26 +662,17 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
         lo, hi = starts[g], starts[g + 1]
         if has_queue_directory(names[key >> 32]):
             yield names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id, (qoff[lo:hi], phys[lo:hi], size[lo:hi], tags[lo:hi])
-    if multi is not None and groups.multi_queued:
-        yield from multi_dispatch_groups(batch, multi.commitlog, names, legacy_properties=multi.legacy_properties, v5=multi.v5)
-
-
-def multi_dispatch_groups(batch: DispatchBatch, commitlog: CommitLog, names: list[str], *, legacy_properties: bool, v5: bool) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
-    """``(queue name, queue id, (queue offsets, phys offsets, sizes, tags codes))`` of the extra consume queue
-    entries the batch's ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the flagged
-    records are decoded again (their properties); ``consume_queue_entries`` calls it only for a batch that has some."""
-    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
-    if not len(rows):
+    if multi is None or not groups.multi_queued:
         return
+    rows = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool) & batch.to_consume_queue)
     grouped: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
     for row in rows.tolist():
         f = batch.fields[row]
-        record = commitlog.read_record(int(f[fd.F_POS]))
-        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=legacy_properties), v5=v5)
+        record = multi.commitlog.read_record(int(f[fd.F_POS]))
+        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=multi.legacy_properties), v5=multi.v5)
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
     for (name, queue_id), entries in grouped.items():
-        if not has_queue_directory(name):
-            continue
-        columns = np.array(entries, dtype=np.int64).T
-        yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
+        if has_queue_directory(name):
+            columns = np.array(entries, dtype=np.int64).T
+            yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)

@@ -39,9 +39,6 @@ class RecordColumns:
     topics: TopicTable
     fallback: bool  # some record needs the Python decoder
 
-    def __len__(self) -> int:
-        return self.offsets.shape[0]
-
     @classmethod
     def of(cls, batch: fs.SegmentBatch, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, index_rule: int = INDEX_UNIQ_AND_KEYS) -> "RecordColumns":
         builder = ColumnBuilder(numbers, delay_ms, legacy, batch.rows.shape[0], index_rule)

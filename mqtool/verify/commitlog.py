@@ -10,7 +10,6 @@ the broker never reads, does not end the check, as it does not end the log the b
 
 from __future__ import annotations
 
-import functools
 import queue
 import signal
 from itertools import zip_longest
@@ -101,11 +100,11 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     ctx = multiprocessing.get_context("fork")
     counter = ctx.Value("q", 0)
     shown = 0
-    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure)
+    done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure), put in the pool's result thread
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
         for number, task in enumerate(tasks):
-            pool.apply_async(_analyze_in_worker, (task,), callback=functools.partial(_hand_over, done, number),
-                             error_callback=lambda exc, number=number: _hand_over(done, number, Failure(exc)))
+            pool.apply_async(_analyze_in_worker, (task,), callback=lambda report, number=number: done.put((number, report)),
+                             error_callback=lambda exc, number=number: done.put((number, Failure(exc))))
         arrived: dict[int, SegmentReport | Failure] = {}
         for number in range(len(tasks)):
             while number not in arrived:
@@ -122,11 +121,6 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
             if isinstance(report, Failure):  # raised where imap raised it: after the reports before it
                 raise report.exc
             yield report
-
-
-def _hand_over(channel: queue.SimpleQueue, number: int, report) -> None:
-    """A pool callback, in the pool's result thread: the report (or error) of task ``number``."""
-    channel.put((number, report))
 
 
 # ---- stitching ---------------------------------------------------------------------------------
@@ -152,7 +146,7 @@ class CommitLogCheck:
         self.result = CommitLogResult()
         self.crashed = store.abort_present
         self.notes: list[str] = []
-        self._end_code, self._end_detail = fs.OK_BLANK, 0  # why the chain ended (set when it does)
+        self._end_code = fs.OK_BLANK  # why the chain ended (set when it does)
 
     def tasks(self) -> list[SegmentTask]:
         tasks = []
@@ -202,11 +196,12 @@ class CommitLogCheck:
                         continue
                     result.logical_end = report.base + chain.end
                     result.end_reason = fs.CODE_REASONS[chain.code]
-                    self._end_code, self._end_detail = chain.code, chain.detail
+                    self._end_code = chain.code
                     after.extend(_interleave(report, report.gaps, report.runs[1:]))
                 elif result.end_reason != "limit" and report.has_data:
                     after.extend(_interleave(report, report.runs, report.gaps))
-                if any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after) and not self._reads_on(result):
+                live = any(isinstance(item, Run) and item.records and not self._is_stale(item, result.last_timestamp) for _, item in after)
+                if live and not (self.keep_going or self._end_unread()):
                     result.stopped_early = True
                     break
         finally:
@@ -216,7 +211,7 @@ class CommitLogCheck:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
-        if self.unread_before is not None and fs.ScanEnd(result.logical_end, result.end_reason).unread_by_broker(self.unread_before()):
+        if self._end_unread():
             self._broker_start = self.unread_before()
         yield from sorted(self._after_end(after), key=lambda f: (f.offset if f.offset is not None else -1))
         if self._broker_start is not None and self._resume is not None:  # the log the broker serves goes on past the damage
@@ -375,7 +370,7 @@ class CommitLogCheck:
     def _is_stale(self, run: Run, last_ts: int | None) -> bool:
         return last_ts is not None and run.first_ts is not None and run.first_ts < last_ts
 
-    def _describe_end(self, offset: int, code: int, detail: int) -> tuple[str, str]:
+    def _describe_end(self, offset: int, code: int) -> tuple[str, str]:
         """(what was found at ``offset``, the broker log line for it)."""
         if code == fs.END_ZEROS:
             return "zeros where a record should start", "recover physics file end"
@@ -401,8 +396,8 @@ class CommitLogCheck:
             return []
         findings: list[Finding] = []
         last_ts = result.last_timestamp
-        cursor = (end, self._end_code, self._end_detail)  # where the last valid data stopped
-        damaged: list[tuple[tuple[int, int, int], SegmentReport, Run]] = []  # (cursor, report, first live run after it)
+        cursor = (end, self._end_code)  # where the last valid data stopped, and why
+        damaged: list[tuple[tuple[int, int], SegmentReport, Run]] = []  # (cursor, report, first live run after it)
         live_records: list[int] = []  # records of each live stretch, parallel to ``damaged``
         stale: list[tuple[SegmentReport, Run]] = []
         tail: list[tuple[SegmentReport, Gap]] = []
@@ -427,19 +422,19 @@ class CommitLogCheck:
             tail.clear()
             last_kind = "live"
             last_ts = item.last_ts
-            cursor = (report.base + item.end, item.code, item.detail)
+            cursor = (report.base + item.end, item.code)
             if not (self.keep_going or self._unread(damaged[-1][0][0])):
                 self.result.stopped_early = True
                 break
             findings.extend(self._record_findings(report, item))
             if item.code == fs.OK_BLANK:
                 findings.extend(self._blank_findings(report))
-        for i, ((start, code, detail), report, run) in enumerate(damaged):
+        for i, ((start, code), report, run) in enumerate(damaged):
             resume = report.base + run.start
-            found, line = self._describe_end(start, code, detail)
+            found, line = self._describe_end(start, code)
             after_count = sum(live_records[i:]) if not self.result.stopped_early else None  # every run after it walked
             counted = f"{after_count} valid records lie after it" if after_count is not None else "run with --keep-going to count the valid records after it"
-            unread = self._broker_start is not None and start < self._broker_start
+            unread = self._unread(start)
             if unread and self._resume is None:
                 self._resume = resume
             effect = (f"the broker's recovery starts scanning at {self._broker_start} and never reads it, so the broker keeps the log and "
@@ -470,18 +465,15 @@ class CommitLogCheck:
                     details={"logical_end": end, "stale_records": count},
                 )
             )
-        if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _, _), _, _ in damaged)):
+        if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _), _, _ in damaged)):
             findings.extend(self._trailing(tail, cursor))
         return findings
 
-    def _reads_on(self, result: "CommitLogResult") -> bool:
-        """Whether the check goes on past the chain's end: with ``keep_going``, or when the broker
-        never reads that damage (it lies before the recovery's start) and so serves the records
-        after it, whose own findings stand as any served record's."""
-        if self.keep_going:
-            return True
-        end = fs.ScanEnd(result.logical_end, result.end_reason)
-        return self.unread_before is not None and end.unread_by_broker(self.unread_before())
+    def _end_unread(self) -> bool:
+        """Whether the broker never reads the damage the chain ends at (it lies before the recovery's start) and so
+        serves the records after it, whose own findings stand as any served record's: the check goes on past it."""
+        result = self.result
+        return self.unread_before is not None and fs.ScanEnd(result.logical_end, result.end_reason).unread_by_broker(self.unread_before())
 
     def _unread(self, offset: int) -> bool:
         """Damage at ``offset`` lies before the broker's recovery start: the broker reads past it."""
@@ -493,15 +485,15 @@ class CommitLogCheck:
             index = max(0, min(len(self.commitlog.segments) - 1, self.commitlog.segment_index(offset - 1) or 0))
         return self.commitlog.segments[index].path
 
-    def _trailing(self, gaps: list[tuple[SegmentReport, Gap]], cursor: tuple[int, int, int]) -> list[Finding]:
+    def _trailing(self, gaps: list[tuple[SegmentReport, Gap]], cursor: tuple[int, int]) -> list[Finding]:
         """Non-zero bytes after the last valid data that hold no record: a torn last write where
         they start right at the end of the data, leftovers elsewhere."""
-        start, code, detail = cursor
+        start, code = cursor
         findings = []
         for report, gap in gaps:
             gap_start, gap_end = report.base + gap.start, report.base + gap.end
             if gap_start == start:
-                found, line = self._describe_end(start, code, detail)
+                found, line = self._describe_end(start, code)
                 make = warning if self.crashed else error
                 why = " (the broker was probably killed while writing it)" if self.crashed else " (an acknowledged message may be lost)"
                 findings.append(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
-from ..formats.dispatch import SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
+from ..formats.dispatch import LMQ_PREFIX, SCHEDULE_TOPIC, consume_queue_tags_code, dispatches_to_consume_queue
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
@@ -32,7 +32,7 @@ from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ._consumequeue import decode_units, join_groups, queue_groups
 from .commitlog import relative
-from .findings import Finding, error, warning
+from .findings import Finding, FindingSink, error, warning
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -40,25 +40,20 @@ if TYPE_CHECKING:
 
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
-LMQ_PREFIX = "%LMQ%"  # multi-dispatch queues hold entries of other topics' records (§3.6)
 PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIMESTAMP (observed 1-3 ms; SystemClock lag and lock waits)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
 # ``consumequeue/``; ``batchqueue.py`` checks their units.
 
 
-def _data_end(path) -> int | None:
+def _data_end(path, fd: int) -> int | None:
     """One past the last 20-byte unit of a consume queue file holding a non-zero byte (units
-    after it are zeros: the queue's end), or None if the file cannot be read."""
+    after it are zeros: the queue's end), or None if the file cannot be mapped."""
     try:
         with MappedFile(path) as mf:
             if not mf.size:
                 return 0
             array = fs.as_array(mf.buf)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                last = fs.last_nonzero(array, 0, mf.size, fd)  # the hole after a queue's last unit is not read
-            finally:
-                os.close(fd)
+            last = fs.last_nonzero(array, 0, mf.size, fd)  # the hole after a queue's last unit is not read
             fs.release_pages(mf.buf, 0, mf.size)
             del array
     except (MqtoolError, OSError):
@@ -97,49 +92,36 @@ class QueueFileEnd(NamedTuple):
 def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | QueueUnits | QueueFileEnd]:
     """A queue's files in order, read ``chunk_units`` units at a time up to each file's data end
     (``_data_end``; a file that cannot be read is passed over): what ``QueueCursor`` reads. A file
-    smaller than ``READ_BELOW`` is read once, whole (``_small_file``), not mapped and read again."""
+    smaller than ``READ_BELOW`` is read once, whole, not mapped and read again."""
     unit = cqfmt.ENTRY_SIZE
     expected = None
     for base, path in queue.files:
         if expected is not None and base != expected:
             yield QueueGap(path, expected, base)
         expected = base + queue.file_size
-        data, fd = _small_file(path), None
-        if data is not None:
-            end = _unit_end(fs.last_nonzero(fs.as_array(data), 0, len(data)))
-        else:
-            end = _data_end(path)
-            if end is None:
-                continue
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
             try:
-                fd = os.open(path, os.O_RDONLY)
+                data = os.pread(fd, READ_BELOW, 0) if os.fstat(fd).st_size < READ_BELOW else None
             except OSError:
                 continue
-        try:
+            end = _data_end(path, fd) if data is None else _unit_end(fs.last_nonzero(fs.as_array(data), 0, len(data)))
             pos = 0
-            while pos < end:
+            while end is not None and pos < end:
                 size = min(chunk_units * unit, end - pos)
-                chunk = data[pos : pos + size] if fd is None else os.pread(fd, size, pos)
+                chunk = os.pread(fd, size, pos) if data is None else data[pos : pos + size]
                 usable = len(chunk) - len(chunk) % unit
                 if not usable:
                     break
                 yield QueueUnits(path, (base + pos) // unit, chunk if usable == len(chunk) else chunk[:usable])
                 pos += usable
         finally:
-            if fd is not None:
-                os.close(fd)
-        if end < queue.file_size:
+            os.close(fd)
+        if end is not None and end < queue.file_size:
             yield QueueFileEnd((base + end) // unit)
-
-
-def _small_file(path) -> bytes | None:
-    """The bytes of a file smaller than ``READ_BELOW``, else None (also when it cannot be read:
-    ``_data_end`` then says so)."""
-    try:
-        with open(path, "rb", buffering=0) as f:
-            return f.read() if os.fstat(f.fileno()).st_size < READ_BELOW else None
-    except OSError:
-        return None
 
 
 class Entry:
@@ -281,6 +263,10 @@ class QueueCursor:
     def label(self) -> str:
         return f"{self.topic}/{self.queue_id}"
 
+    def details(self, **more) -> dict:
+        """A finding's ``details``: the queue, then ``more``."""
+        return {"topic": self.topic, "queue_id": self.queue_id, **more}
+
     def gap_finding(self, path, expected_base: int, base: int) -> Finding:
         unit = cqfmt.ENTRY_SIZE
         return error(
@@ -290,7 +276,7 @@ class QueueCursor:
             file=relative(self.check.store, path),
             expected=expected_base,
             found=base,
-            details={"topic": self.topic, "queue_id": self.queue_id, "first_missing_queue_offset": expected_base // unit, "next_queue_offset": base // unit},
+            details=self.details(first_missing_queue_offset=expected_base // unit, next_queue_offset=base // unit),
         )
 
     def invalid_finding(self, path, first: int, resume: int) -> Finding:
@@ -301,7 +287,7 @@ class QueueCursor:
             file=relative(self.check.store, path),
             expected="valid units",
             found=f"invalid units at queue offsets {first}..{resume - 1}",
-            details={"topic": self.topic, "queue_id": self.queue_id, "queue_offset": first, "next_valid_queue_offset": resume},
+            details=self.details(queue_offset=first, next_valid_queue_offset=resume),
         )
 
     def skip(self, n: int) -> None:
@@ -380,12 +366,9 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
             )
 
 
-class ConsumeQueueCheck:
+class ConsumeQueueCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
-    the join declines it), then ``finish``; findings are collected through ``emit`` and drained
-    with ``take``."""
-
-    joined = declined = 0  # batches the join took / reported record by record
+    the join declines it), then ``finish``."""
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str):
         self.store = store
@@ -406,7 +389,7 @@ class ConsumeQueueCheck:
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
                 self.emit(finding)
             self._filler_tail(queue)
-            if queue.topic.startswith(LMQ_PREFIX):  # lmq.py checks their entries
+            if queue.topic.startswith(LMQ_PREFIX):  # multi-dispatch queues (§3.6): lmq.py checks their entries
                 continue
             cursor = QueueCursor(self, queue, queue.topic, queue.queue_id)
             # entries below the checked range (expired below the commit log min, or before --from-offset) are not checked;
@@ -450,15 +433,6 @@ class ConsumeQueueCheck:
                 file=relative(self.store, queue.directory), expected="a last unit that is an entry", found="a filler",
                 details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1},
             ))
-
-    # ---- plumbing ----
-
-    def emit(self, finding: Finding) -> None:
-        self._out.append(finding)
-
-    def take(self) -> list[Finding]:
-        out, self._out = self._out, []
-        return out
 
     @property
     def queues(self) -> int:
@@ -588,7 +562,7 @@ class ConsumeQueueCheck:
                     offset=record.offset,
                     expected=expected,
                     found=found,
-                    details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": what},
+                    details=cursor.details(queue_offset=entry.queue_offset, field=what),
                 )
             )
 
@@ -629,7 +603,7 @@ class ConsumeQueueCheck:
             offset=record.offset,
             expected=cursor.last_pos + 1,
             found=record.queue_offset,
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": record.queue_offset, "record_damaged": True},
+            details=cursor.details(queue_offset=record.queue_offset, record_damaged=True),
         )
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
@@ -649,7 +623,7 @@ class ConsumeQueueCheck:
             offset=record.offset,
             expected=record.queue_offset,
             found=entry.queue_offset,
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "field": "queue offset", "record_damaged": True},
+            details=cursor.details(queue_offset=entry.queue_offset, field="queue offset", record_damaged=True),
         )
 
     def _tags_code(self, record: LogRecord) -> int | str:
@@ -683,7 +657,7 @@ class ConsumeQueueCheck:
         """An entry that no record of its queue starts at (inside the valid log)."""
         where = f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to {entry.phys}"
         common = dict(file=self._file_of(cursor, entry.queue_offset), offset=entry.phys)
-        details = {"topic": cursor.topic, "queue_id": cursor.queue_id, "queue_offset": entry.queue_offset, "size": entry.size}
+        details = cursor.details(queue_offset=entry.queue_offset, size=entry.size)
         try:
             other = self.store.commitlog.read_record(entry.phys)
         except (FormatError, LookupError):
@@ -737,15 +711,8 @@ class ConsumeQueueCheck:
                 offset=run.first_offset,
                 expected=f"{run.count} entries",
                 found="none",
-                details={
-                    "topic": cursor.topic,
-                    "queue_id": cursor.queue_id,
-                    "first_queue_offset": run.first_queue_offset,
-                    "last_queue_offset": run.last_queue_offset,
-                    "last_offset": run.last_offset,
-                    "records": run.count,
-                    "rebuilt_by_broker": rebuilt,
-                },
+                details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset, last_offset=run.last_offset,
+                                       records=run.count, rebuilt_by_broker=rebuilt),
             )
         )
 
@@ -760,7 +727,7 @@ class ConsumeQueueCheck:
             offset=run.first_offset,
             expected=f"{run.count} entries",
             found="none",
-            details={"topic": cursor.topic, "queue_id": cursor.queue_id, "last_offset": run.last_offset, "records": run.count, "record_damaged": True},
+            details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True),
         )
 
     def finish(self) -> None:
@@ -788,6 +755,6 @@ class ConsumeQueueCheck:
                         offset=first.phys,
                         expected=f"< {self.logical_end}",
                         found=first.phys,
-                        details={"topic": cursor.topic, "queue_id": cursor.queue_id, "first_queue_offset": first.queue_offset, "last_queue_offset": last.queue_offset, "entries": len(beyond)},
+                        details=cursor.details(first_queue_offset=first.queue_offset, last_queue_offset=last.queue_offset, entries=len(beyond)),
                     )
                 )

@@ -96,7 +96,7 @@ class CrossChecks:
             check.logical_end = end
             check.finish()
             yield from check.take()
-            if "cq" in self.cross and check is self.checks[0]:
+            if isinstance(check, ConsumeQueueCheck):
                 outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
                 if check.ext_addresses:
                     outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")

@@ -9,7 +9,7 @@ an entry it keeps is lost data and the walk goes on after it (``resume_after_dam
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import Iterator
 
 import numpy as np
 
@@ -20,11 +20,10 @@ from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery
 from ..store.mappedfile import MappedFile
-from .commitlog import CommitLogResult, relative
+from .commitlog import CommitLogResult, Progress, relative
 from .findings import Finding, error, info, warning
 from ..store.segments import store_timestamp_at
 
-Progress = Callable[[int], None]
 HEADER = dfmt.ENTRY_HEADER_SIZE
 _L = dfmt.ENTRY_HEADER_LAYOUT
 UNIT_DTYPE = numpy_dtype(dfmt.INDEX_UNIT_LAYOUT)

@@ -115,6 +115,19 @@ def replay_spilled(file: IO[bytes]) -> Iterator[Finding]:
         yield from chunk
 
 
+class FindingSink:
+    """A check whose findings wait (``emit``) until the caller drains them (``take``)."""
+
+    joined = declined = 0  # batches the join took / reported record by record (``CrossChecks.feed``)
+
+    def emit(self, finding: Finding) -> None:
+        self._out.append(finding)
+
+    def take(self) -> list[Finding]:
+        out, self._out = self._out, []
+        return out
+
+
 def error(kind: str, message: str, **kw) -> Finding:
     return Finding(kind, Severity.ERROR, message, **kw)
 

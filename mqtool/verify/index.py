@@ -28,7 +28,7 @@ from ..store.index import list_index_files
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import check_chains, decode_entries, entries_match, first_beyond
 from .commitlog import relative
-from .findings import Finding, error, info, warning
+from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -117,7 +117,6 @@ class IndexEntryCursor:
         self.check = check
         self._gen = self._chunks()
         self._loaded: deque[_Chunk] = deque()
-        self._done = False
         self._i = 0
         self.passed = 0
         self.head: tuple | None = None
@@ -130,14 +129,10 @@ class IndexEntryCursor:
             yield _Chunk(meta, 0, None)
 
     def _load(self) -> bool:
-        if self._done:
-            return False
         chunk = next(self._gen, None)
-        if chunk is None:
-            self._done = True
-            return False
-        self._loaded.append(chunk)
-        return True
+        if chunk is not None:
+            self._loaded.append(chunk)
+        return chunk is not None
 
     def _settle(self) -> None:
         """Pass the ends of the files the head has left (their structural checks), set ``head``."""
@@ -189,11 +184,9 @@ class IndexEntryCursor:
             c += 1
 
 
-class IndexCheck:
+class IndexCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``."""
-
-    joined = declined = 0  # batches the join took / reported record by record
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None):
         self.store = store
@@ -237,19 +230,12 @@ class IndexCheck:
                                 f"(maxHashSlotNum, maxIndexNum): its entries are not checked; pass --broker-config to check them",
                                 file=relative(store, path), found=size))
         self._cursor = IndexEntryCursor(self)
-        self.missing: list | None = None  # [first offset, last offset, records]
+        self.missing: list | None = None  # [first offset, last offset, records, keys] of records lacking keys (``_keys_missing``)
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
         self._prefixes: dict[str, int] = {}
         self._indexed: dict[int, bool] = {}
         self.duplicates = 0
-
-    def emit(self, finding: Finding) -> None:
-        self._out.append(finding)
-
-    def take(self) -> list[Finding]:
-        out, self._out = self._out, []
-        return out
 
     @property
     def head(self) -> tuple | None:
@@ -287,12 +273,7 @@ class IndexCheck:
                 return True
             with_keys = np.flatnonzero(counts)
             if len(with_keys):
-                first, last = int(offsets[with_keys[0]]), int(offsets[with_keys[-1]])
-                records, keys = len(with_keys), int(counts.sum())
-                if self.missing is None:
-                    self.missing = [first, last, records, keys]
-                else:
-                    self.missing[1], self.missing[2], self.missing[3] = last, self.missing[2] + records, self.missing[3] + keys
+                self._keys_missing(int(offsets[with_keys[0]]), int(offsets[with_keys[-1]]), len(with_keys), int(counts.sum()))
             return True
         if not self.enabled or self.missing is not None:
             return False
@@ -368,12 +349,14 @@ class IndexCheck:
         lacking = sum(max(want[h] - counts[h], 0) for h in want)
         self.duplicates += sum(max(counts[h] - want[h], 0) for h in want)
         if lacking:
-            if self.missing is None:
-                self.missing = [record.offset, record.offset, 1, lacking]
-            else:
-                self.missing[1], self.missing[2], self.missing[3] = record.offset, self.missing[2] + 1, self.missing[3] + lacking
+            self._keys_missing(record.offset, record.offset, 1, lacking)
         else:
             self._close_missing()
+
+    def _keys_missing(self, first: int, last: int, records: int, keys: int) -> None:
+        """Records ``[first, last]`` lack ``keys`` keys: the run ``_close_missing`` reports is opened or extended."""
+        run = self.missing
+        self.missing = [first, last, records, keys] if run is None else [run[0], last, run[2] + records, run[3] + keys]
 
     def _check_times(self, record: LogRecord, entries: list[tuple]) -> None:
         for meta, number, _h, _phy, diff, _prev in entries:
@@ -427,12 +410,9 @@ class IndexCheck:
         )
 
     def finish(self) -> None:
-        while self.head is not None:
-            if self.upper is not None and self.head[3] >= self.upper:
-                # drain for the structural checks without judging entries outside the range
-                self._cursor.skip(1)
-                continue
-            self._stray(self.head)
+        while self.head is not None:  # drained for the structural checks; entries outside the range not judged
+            if self.upper is None or self.head[3] < self.upper:
+                self._stray(self.head)
             self._cursor.skip(1)
         self._close_missing()
         for name, (meta, first, last, phy, count) in self.dangling.items():

@@ -67,7 +67,7 @@ class SharedWalk(ChainReader):
         self.number_now = False  # whether its topics are numbered as it is dispatched (else when it is built)
         self.cuts = self.built = 0  # batches cut, and batches whose columns are built (topics numbered in order)
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
-        self.ahead: Iterator[None] | None = None  # the read-ahead's steps (``_ahead``), made in the checks thread
+        self.ahead: Iterator[None] = self._ahead()  # the read-ahead's steps, run in the checks thread
         self.ahead_left = threads  # whether steps may remain
         self.checking = Stage(self._work, CHECK_DEPTH, "mqtool-verify-check") if threads else None
         if self.checking is None:
@@ -156,19 +156,13 @@ class SharedWalk(ChainReader):
     def _work(self, item) -> None:
         if item is _BEGIN:
             self.pending.extend(self.checks.begin())
-        elif item is _AHEAD:
-            self._read_ahead()
+        elif item is _AHEAD:  # one step of ``_ahead``; a failure ends them (the serial code meets it again, in order)
+            try:
+                next(self.ahead)
+            except Exception:  # noqa: BLE001 - StopIteration, or a read ahead's failure: the serial code reports it
+                self.ahead_left = False
         else:
             self._check(item)
-
-    def _read_ahead(self) -> None:
-        """One step of ``_ahead``; a failure ends them (the serial code meets it again, in order)."""
-        if self.ahead is None:
-            self.ahead = self._ahead()
-        try:
-            next(self.ahead)
-        except Exception:  # noqa: BLE001 - StopIteration, or a read ahead's failure: the serial code reports it
-            self.ahead_left = False
 
     def _ahead(self) -> Iterator[None]:
         """What the checks after the walk read, a step at a time, each kept where they look for it

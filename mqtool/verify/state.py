@@ -17,7 +17,6 @@ from .commitlog import relative
 from .findings import Finding, error, info, warning
 
 
-
 def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
     return store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
 
