@@ -571,6 +571,23 @@ def test_a_consume_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_pat
     assert queue.read_bytes() == original
 
 
+@pytest.mark.parametrize("version,severity", [("4.4.0", "info"), ("4.9.7", "error"), ("5.3.3", "info")])
+def test_an_empty_last_consume_queue_file_is_an_error_only_where_the_broker_refuses_it(tmp_path, version, severity):
+    """A zero-length last consume queue file (created, its data never flushed, when the machine stopped): 4.5.0-4.9.1
+    and 4.9.3-5.1.2 brokers refuse to start on it, 5.1.3+ delete it and 3.2.6-4.4.0 leave it out (rules §2.13). It
+    holds nothing, so where the broker starts on it ``cq-file-size`` is an ``info``, the next start says nothing of it
+    and repair leaves the store to the broker; before, an error everywhere."""
+    root = copy_store(version, "clean-small", tmp_path)
+    empty = root / "consumequeue" / "TopicTest" / "0" / f"{20000:020d}"
+    empty.touch()
+    _, out, _ = run("verify", root, "--format", "jsonl", "--broker-version", version, timeout=TIMEOUT)
+    found = [f for f in map(json.loads, out.splitlines()[:-1]) if f["kind"] == "cq-file-size"]
+    assert [(f["severity"], f["file"]) for f in found] == [(severity, str(empty.relative_to(root)))]
+    assert ("refuses to start" in json.loads(out.splitlines()[-1])["summary"]["next_start"]["line"]) == (severity == "error")
+    rc, findings = repaired_findings(root, version)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
+
+
 def test_an_lmq_queue_file_of_the_wrong_length_is_found_and_rewritten(tmp_path):
     """An LMQ queue file grown by a page of zeros: the broker loads LMQ queues as it loads every consume queue
     (``MappedFileQueue.load`` refuses the file), yet verify called the store sound (its size check passed LMQ queues

@@ -197,7 +197,7 @@ def log_refusal(store: Store) -> str | None:
     from .store import EMPTY_LAST_SEGMENT
 
     for problem in store.problems:
-        who = _refusing(store, problem.kind == EMPTY_LAST_SEGMENT)
+        who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT)
         if who is not None:
             what = {
                 EMPTY_LAST_SEGMENT: "a zero-length last commit log file",
@@ -217,13 +217,13 @@ def queue_refusal(store: Store) -> str | None:
         for base, path in queue.files:
             size = path.stat().st_size
             if size != queue.file_size:
-                who = _refusing(store, size == 0 and base == last)
+                who = refused_by(store, size == 0 and base == last)
                 if who is not None:
                     return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}"
     return None
 
 
-def _refusing(store: Store, empty_last: bool) -> str | None:
+def refused_by(store: Store, empty_last: bool) -> str | None:
     """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length last one):
     None when no era the store may be from refuses it; else "" when every one does, or which do."""
     from .version import eras_label

@@ -30,9 +30,10 @@ from ..store import ConsumeQueue, Store
 from ..store.consumequeue import READ_BELOW, has_queue_directory
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
+from ..store.nextstart import refused_by
 from ._consumequeue import decode_units, join_groups, queue_groups
 from .commitlog import relative
-from .findings import Finding, FindingSink, error, warning
+from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -353,10 +354,17 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
     another length than its file size (cut past its data, grown by a file system): ``MappedFileQueue.load``
     refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves it and the queue's later files
     out (3.2.6-4.4.0, 4.9.2; rules §2.13). The units it holds read as ever: ``recover``'s rewrite of the
-    queue or ``rebuild-cq`` writes its files at full size."""
-    for _, path in queue.files:
+    queue or ``rebuild-cq`` writes its files at full size. A zero-length last file holds nothing: an ``info`` where
+    no era the store may be from refuses it (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out;
+    ``nextstart.refused_by``)."""
+    last = queue.files[-1][0] if queue.files else None
+    for base, path in queue.files:
         size = path.stat().st_size
-        if size != queue.file_size:
+        if size == 0 and base == last and refused_by(store, empty_last=True) is None:
+            yield info("cq-file-size", f"{what} {queue.topic}/{queue.queue_id}: {path.name}, its last file, is empty: the broker deletes it "
+                       "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", file=relative(store, path), expected=queue.file_size,
+                       found=size, details={"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})
+        elif size != queue.file_size:
             yield error(
                 "cq-file-size",
                 f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
