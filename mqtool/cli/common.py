@@ -15,6 +15,7 @@ import typer
 from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from ..store.commitlog import ScanEnd
+from ..store.records import message_dict
 from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, to_devnull, write_stderr
@@ -152,6 +153,11 @@ def broker_config_of(path: Path | None) -> StoreConfig:
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
     return Store.open(path, broker_config_of(broker_config), broker_version)
+
+
+def message_of(store: Store, record, body, decompress: bool = False) -> dict:
+    """``records.message_dict`` of ``record`` under ``store``'s property and delay-level rules."""
+    return message_dict(record, body, decompress=decompress, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
 
 
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:

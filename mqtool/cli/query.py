@@ -17,10 +17,10 @@ from ..errors import EXIT_FINDINGS, UsageError
 from ..formats.msgid import decode_msg_id
 from ..formats.properties import PropertyKey
 from ..formats.timer import TIMER_TOPIC
-from ..store.records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
+from ..store.records import MESSAGE_FIELDS, BodyEncoding, parse_time
 from ..store import Store
 from ..store import lookup
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, message_of, note, open_store
 from .output import OutputFormat, emit_rows
 
 app = typer.Typer(
@@ -55,16 +55,12 @@ def _renamed(value: str | None, old: str | None, name: str, old_name: str) -> st
     return old if value is None else value
 
 
-def _message(store: Store, record, body: BodyEncoding) -> dict[str, Any]:
-    return message_dict(record, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
-
-
 def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> Iterator[dict]:
     for f in found:
         row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error,
                                "timer_state": None, "delivery_time": None, "delivered_offset": None}
         if f.record is not None:
-            row.update(_message(store, f.record, body))
+            row.update(message_of(store, f.record, body))
         else:
             row["offset"] = f.offset
         yield row
@@ -266,7 +262,7 @@ def query_offset(
             else:
                 row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
         if record is not None:
-            msg = _message(s, record, body)
+            msg = message_of(s, record, body)
             if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})
