@@ -1,12 +1,8 @@
 """The ``mqtool`` command line: a thin typer shell over the store model and the planners.
 
-Nothing imports this package except ``mqtool.__main__`` and the console script. Command modules
-are imported only when their command runs (or prints its own help): ``mqtool --help`` and
-``--version`` import typer and nothing heavy, and ``mqtool dump`` never loads what ``verify`` or
-the repair commands need. The edge of the program is ``MqtoolGroup.main``: usage errors are one
-line ``mqtool: error: ...`` with exit 2, a closed pipe exits 0 quietly, and ``-q/--quiet``,
-``--debug`` and ``-V/--version`` are accepted before or after the command name (every command
-gets them when it is loaded, including ones added later).
+Command modules are imported only when their command runs (or prints its own help). The edge of
+the program is ``MqtoolGroup.main``: usage errors are one line with exit 2, a closed pipe exits 0
+quietly; ``-q/--quiet``, ``--debug`` and ``-V/--version`` are accepted before or after the command name.
 """
 
 from __future__ import annotations
@@ -146,15 +142,10 @@ def _global_options(
 
 @functools.cache
 def _global_option_templates() -> tuple:
-    """The click parameters typer makes of ``_global_options`` (its signature read once)."""
+    """The click parameters typer makes of ``_global_options`` (its signature read once), not passed to a command's function."""
     holder = typer.Typer(add_completion=False)
     holder.command()(_global_options)
-    return tuple(p for p in typer.main.get_command(holder).params if "--help" not in p.opts)
-
-
-def global_options() -> list:
-    """Fresh click parameters for ``_global_options``, not passed to the command's function."""
-    params = [copy.copy(p) for p in _global_option_templates()]
+    params = tuple(p for p in typer.main.get_command(holder).params if "--help" not in p.opts)
     for p in params:
         p.expose_value = False
     return params
@@ -169,7 +160,7 @@ def add_global_options(command) -> None:
     refuse_both_ways(command)
     taken = {opt for p in command.params for opt in p.opts}
     help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
-    command.params[help_at:help_at] = [o for o in global_options() if not taken.intersection(o.opts)]
+    command.params[help_at:help_at] = [copy.copy(o) for o in _global_option_templates() if not taken.intersection(o.opts)]
 
 
 def refuse_both_ways(command) -> None:
@@ -193,9 +184,8 @@ def refuse_both_ways(command) -> None:
 
 @contextlib.contextmanager
 def interrupt_aborts():
-    """A Ctrl-C outside a command's ``guarded`` edge (the group's options, loading and parsing the
-    command) as ``typer.Abort``: typer's ``_main`` turns a KeyboardInterrupt into a silent exit
-    130, and ``MqtoolGroup.main`` says "interrupted" for an Abort as for any interrupt."""
+    """A Ctrl-C outside a command's ``guarded`` edge as ``typer.Abort`` (which ``MqtoolGroup.main`` says is
+    "interrupted"): typer's ``_main`` turns a KeyboardInterrupt into a silent exit 130."""
     try:
         yield
     except KeyboardInterrupt:
@@ -322,13 +312,8 @@ def _options(
     exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
 
 
-# Commands registered the usual way (``app.command()(fn)``) are imported at start-up; prefer an
-# entry in LAZY_COMMANDS.
-
-
 def main() -> None:
-    """The console script: the command, then the process's end without the interpreter's
-    teardown (``shutdown.py``)."""
+    """The console script: the command, then the process's end without the interpreter's teardown (``shutdown.py``)."""
     from .shutdown import exit_process
     from .terminal import open_closed_streams
 

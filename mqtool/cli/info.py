@@ -44,7 +44,8 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
 
 
 def _store_table(doc: dict[str, Any], unread):
-    abort = doc["abort_file"]
+    abort, holder = doc["abort_file"], doc.get("lock_holder")
+    lock = "absent" if not doc["lock_file"] else "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
     return kv_table(
         "Store",
         [
@@ -54,7 +55,7 @@ def _store_table(doc: dict[str, Any], unread):
             ("evidence", "; ".join(doc["version"]["evidence"])),
             *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
                 ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
-                ("lock file", lock_text(doc)),
+                ("lock file", lock),
             ]),
             *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
             *([("interrupted repair", f"backup {doc['interrupted_repair']['backup']} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
@@ -130,33 +131,14 @@ def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
 
 
 def _index_table(index: dict[str, Any]):
-    t = titled_table(
-        f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
-        ("file", "begin", "end", "phy offsets", "entries", "slots used"),
-        optional=("slots used", "begin"),
-    )
-    for f in index["files"]:
-        t.add_row(
-            f["name"],
-            iso_ms(f["begin_timestamp"]),
-            iso_ms(f["end_timestamp"]),
-            f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
-            str(f["entries"]),
-            str(f["hash_slot_count"]),
-        )
-    return t
-
-
-def lock_text(doc: dict[str, Any]) -> str:
-    if not doc["lock_file"]:
-        return "absent"
-    holder = doc.get("lock_holder")
-    return "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    rows = [(f["name"], iso_ms(f["begin_timestamp"]), iso_ms(f["end_timestamp"]), f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+             str(f["entries"]), str(f["hash_slot_count"])) for f in index["files"]]
+    return titled_table(f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
+                        ("file", "begin", "end", "phy offsets", "entries", "slots used"), optional=("slots used", "begin"), rows=rows)
 
 
 def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
-    """Topics, queue counts and message counts as the commit log holds them (every record up to
-    the logical end: what the broker would dispatch), for a store without consume queues."""
+    """Topics, queue and message counts of the commit log's records up to the logical end (a store without consume queues)."""
     import pyarrow as pa  # only here: info otherwise needs no Arrow
 
     from ..scan.messages import read_batches
@@ -180,10 +162,9 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 
 def info_document(store: Store) -> dict[str, Any]:
-    """``store_summary`` scanned from where the broker's next start scans, with what that start
-    keeps and drops (``store.nextstart``); without consume queues its topics come from the
-    commit log (and ``topics_source`` says so). Given a bare commit log folder or segment, the
-    store's other parts are listed in ``not_looked_at``: their absence there says nothing about the store."""
+    """``store_summary`` scanned from where the broker's next start scans, with what that start keeps and
+    drops (``store.nextstart``); without consume queues, the topics of the commit log (``topics_source``).
+    Given a bare commit log folder or segment, the store's other parts are ``not_looked_at``."""
     from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
 
