@@ -193,9 +193,8 @@ def interrupt_aborts():
 
 
 class MqtoolGroup(TyperGroup):
-    """The ``mqtool`` group: lazily loaded commands first, then any registered the usual way;
-    global options on every command; errors as one line. Listing the commands in ``--help``
-    shows their help text without importing them."""
+    """The ``mqtool`` group: lazily loaded commands (listed in ``--help`` without importing them), global
+    options on every command, errors as one line."""
 
     listing = False
 

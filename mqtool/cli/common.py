@@ -43,8 +43,7 @@ ENVIRONMENT_ERRORS = frozenset({
 
 
 def environment_error(exc: OSError) -> str | None:
-    """One line for an ``OSError`` the machine caused (``None`` for anything else): the file and
-    the system's reason, e.g. ``out.jsonl: No space left on device``."""
+    """``out.jsonl: No space left on device`` for an ``OSError`` the machine caused, else None."""
     if exc.errno not in ENVIRONMENT_ERRORS:
         return None
     reason = exc.strerror or os.strerror(exc.errno)
@@ -54,9 +53,7 @@ def environment_error(exc: OSError) -> str | None:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C: the ``KeyboardInterrupt`` itself, or the cause of what a compiled
-    function or a worker thread raised in its place (a ``SystemError``, "returned a result with an
-    exception set")."""
+    """Whether ``exc`` is a Ctrl-C, or was raised in its place by a compiled function or a worker thread."""
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, KeyboardInterrupt):
@@ -66,15 +63,13 @@ def interrupted(exc: BaseException) -> bool:
 
 
 def silence_stdout() -> None:
-    """Point stdout at /dev/null so that the final flush at exit cannot fail again (the reader
-    went away, ``| head``, or stdout itself failed); nothing is said."""
+    """Point stdout at /dev/null (its reader went away, or it failed): the final flush cannot fail again."""
     to_devnull(sys.stdout)
 
 
 def guarded(fn):
-    """Turn every failure into one line on stderr and a documented exit code (``--debug``
-    re-raises unexpected errors with their traceback): a full disk, an unwritable output or a
-    directory given for a file is bad input (exit 3), not an internal error."""
+    """Every failure as one line on stderr and a documented exit code (``--debug``: unexpected ones with
+    their traceback); what the machine refused (``environment_error``) is bad input, exit 3."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

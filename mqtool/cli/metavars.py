@@ -1,8 +1,5 @@
 """What ``--help`` calls a command's arguments: their names, as POSIX usage lines do
-(``mqtool survivors [OPTIONS] STORE IDS_FILE``; ``TOPIC``, ``QUEUE``). typer 0.29 writes
-``{STORE}`` for a required argument in the usage line and follows each name with its type label
-(``TOPIC <str>``, ``QUEUE <int range>``), which tells the reader nothing the name does not.
-Options name their value in each command (``metavar="OFFSET"``, choices as ``<a|b>``)."""
+(``mqtool survivors [OPTIONS] STORE IDS_FILE``), not typer's ``{STORE}`` and ``TOPIC <str>``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""``mqtool query``: the broker's own lookups, offline (``mqtool/store/lookup.py``).
-
-``key`` / ``uniq-key`` walk the index as ``DefaultMessageStore.queryMessage`` does, ``msg-id`` reads
-the record an offsetMsgId names, ``offset`` goes through the consume queue, ``time`` answers
-``getOffsetInQueueByTime``. Exit 0 when a message matches, 1 when none does.
-"""
+"""``mqtool query``: the broker's own lookups, offline (``store/lookup.py``): ``key`` / ``uniq-key`` as
+``DefaultMessageStore.queryMessage``, ``msg-id``, ``offset`` and ``time`` (``getOffsetInQueueByTime``)."""
 
 from __future__ import annotations
 
@@ -102,9 +98,8 @@ def _no_match(store: Store, topic: str, key: str, kind: str) -> str:
 
 
 def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, begin, end) -> list[lookup.Found]:
-    """A 5.x timer message is stored, and indexed, as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
-    until it is delivered (reference §9): looked up there too, so a message sent with a delay is found before its
-    delivery (``source: timer``)."""
+    """A 5.x timer message is stored and indexed as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
+    until delivered (reference §9): looked up there too (``source: timer``)."""
     if topic == TIMER_TOPIC or store.root is None or not (store.root / "timerlog").is_dir():
         return []
     result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, begin if begin is not None else 0, end if end is not None else lookup.LONG_MAX)
@@ -113,9 +108,8 @@ def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_h
 
 
 def _add_timer_states(store: Store, rows: list[dict]) -> None:
-    """``timer_state`` (``pending``, ``delivered``, ``rolled``, ``cancelled``, ``lost``: ``mqtool/scan/timer.py``),
-    ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer`` row; a timer message the timer
-    store has not enqueued yet is ``pending`` with the delivery time of its ``TIMER_OUT_MS``."""
+    """``timer_state`` (``scan/timer.py``), ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer``
+    row; one not enqueued yet is ``pending``, due at its ``TIMER_OUT_MS``."""
     timer_rows = [r for r in rows if r.get("topic") == TIMER_TOPIC]
     if not timer_rows or store.root is None:
         return

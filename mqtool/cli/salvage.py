@@ -1,10 +1,5 @@
-"""``mqtool salvage STORE``: every readable message, including those past the damage.
-
-Reads the commit log with ``mqtool.scan.salvage.SalvageScan`` and writes every valid record with
-its ``status`` and the fields of ``mqtool dump``; ``--to-store DIR`` also writes a new store holding
-them (``mqtool.apply.salvage_store``), each row then giving its ``new_offset`` and
-``new_queue_offset``. The source store is only read.
-"""
+"""``mqtool salvage STORE``: every valid record with its ``status`` (``scan.salvage.SalvageScan``), past
+the damage too; ``--to-store DIR`` also writes them to a new store (``apply.salvage_store``)."""
 
 from __future__ import annotations
 

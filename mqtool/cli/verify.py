@@ -1,8 +1,4 @@
-"""``mqtool verify STORE``: is this store sound, and exactly where is it not?
-
-Read-only. Findings go to stdout (table, json, jsonl or csv), progress to stderr. Exit 0 when
-the store is sound (no error or warning finding), 1 when it is not, 3 on bad input.
-"""
+"""``mqtool verify STORE``: is this store sound, and exactly where is it not? (read-only)"""
 
 from __future__ import annotations
 
