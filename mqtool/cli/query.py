@@ -85,16 +85,11 @@ def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, since, until,
         _add_timer_states(store, rows)
         emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if not result.matches and not waiting:
-            note(_no_match(store, topic, key, kind))
+            if store.root is not None and store.path("consumequeue").is_dir() and not store.path("consumequeue", topic).is_dir():
+                note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
+            else:
+                note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
             raise typer.Exit(EXIT_FINDINGS)
-
-
-def _no_match(store: Store, topic: str, key: str, kind: str) -> str:
-    """Why a key lookup found nothing: the topic is not in the store (no consume queue of it, and
-    no hit), or no message of it carries the key."""
-    if store.root is not None and store.path("consumequeue").is_dir() and not store.path("consumequeue", topic).is_dir():
-        return f"topic {topic} is not in the store (no consumequeue/{topic}/)"
-    return f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}"
 
 
 def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, begin, end) -> list[lookup.Found]:
