@@ -778,22 +778,14 @@ def render_repair(console: Screen, doc: dict) -> None:
 
 
 def render_backup(console: Screen, doc: dict) -> None:
-    console.print(
-        kv_table(
-            "Backup",
-            [
-                ("backup", doc["backup"]),
-                ("store", doc["store"]),
-                ("command", doc["command"]),
-                ("complete", doc["complete"]),
-                ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
-                ("whole files", len(doc["files"])),
-                ("byte ranges", len(doc["ranges"])),
-                ("files it created", f"{len(doc['created'])} (deleted on restore)"),
-                ("bytes kept", doc["bytes"]),
-            ],
-        )
-    )
+    console.print(kv_table("Backup", [
+        *((key, doc[key]) for key in ("backup", "store", "command", "complete")),
+        ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
+        ("whole files", len(doc["files"])),
+        ("byte ranges", len(doc["ranges"])),
+        ("files it created", f"{len(doc['created'])} (deleted on restore)"),
+        ("bytes kept", doc["bytes"]),
+    ]))
     if doc["restored_ms"] is not None:
         return  # what it would put back was put back then
     for path in doc["files"]:
