@@ -20,9 +20,6 @@ from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, to_devnull, write_stderr
 
-__all__ = ["State", "note", "fail", "guarded", "silence_stdout", "shell_path", "open_store"]
-
-
 def fail(message: str, code: int) -> None:
     clear_bars()
     write_stderr(f"mqtool: error: {message}")

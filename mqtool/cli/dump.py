@@ -54,6 +54,10 @@ CQ_FOLLOW_TABLE = (*CQ_TABLE[:-1], "msg_id", "store_timestamp", "tags", "keys", 
 CQ_FOLLOW_TABLE_OPTIONAL = ("keys", "tags", *CQ_TABLE_OPTIONAL, "store_timestamp")
 BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
+TIMER_TABLE = ("timer_log_offset", "offset", "delivery_time", "real_queue_id", "state", "uniq_key", "real_topic")
+TIMER_TABLE_OPTIONAL = ("timer_log_offset", "uniq_key", "delivery_time")
+# the delivery's queue and topic headed as `info`'s "Next timer deliveries" heads them (one line at 100 columns)
+TIMER_HEADERS = {"real_queue_id": "queue", "real_topic": "topic"}
 # the options each KIND uses; any other one given is a usage error, never silently ignored
 KIND_OPTIONS = {
     "commitlog": {"--topic", "--queue", "--from-offset", "--to-offset", "--since", "--until", "--key", "--tag", "--msg-id", "--uniq-key", "--keep-going", "--no-index", "--limit", "--body", "--decompress", "--progress", "--broker-config", "--broker-version"},
@@ -506,9 +510,17 @@ def dump(
         emit_rows(itertools.islice(dledger_rows(path, from_offset, to_offset), limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
     elif kind == "index":
         emit_rows(itertools.islice(index_rows(path, broker_config, topic, key), limit), format, INDEX_ENTRY_FIELDS)
-    elif kind == "timer":
-        from .timer import dump_timer
+    elif kind == "timer":  # each timer unit joined with its timer message and its fate (``scan/timer.py``)
+        from ..scan.timer import TIMER_FIELDS, timer_report  # pyarrow: not loaded for a message dump
+        from ..store.timer import TimerStore
 
-        dump_timer(path, format, broker_config, broker_version, limit)
+        with open_store(path, broker_config, broker_version) as store:
+            timer = TimerStore.open(store.root) if store.root is not None else None
+            if timer is None:
+                raise BadInput(f"{path}: no timer store (timerlog/, timerwheel, config/timercheck): the broker ran without timerWheelEnable or before 5.0")
+            report = timer_report(store, timer)
+            emit_rows(itertools.islice(report.rows, limit), format, TIMER_FIELDS, TIMER_TABLE, optional=TIMER_TABLE_OPTIONAL, headers=TIMER_HEADERS)
+            end = report.log_end
+            note(f"timer log {'ends' if end.clean else 'stops'} at offset {end.offset} ({end.reason}); commit log logical end {report.commitlog_end}")
     else:
         emit_document(checkpoint_doc(path), format, _render_checkpoint)
