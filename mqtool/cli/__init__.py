@@ -153,14 +153,26 @@ def _global_option_templates() -> tuple:
 
 def add_global_options(command) -> None:
     """Give ``command`` the global options it does not define itself, before its ``--help``;
-    its arguments are shown by name (``metavars.plain_arguments``)."""
-    from .metavars import plain_arguments
-
+    its arguments are shown by name (``plain_arguments``)."""
     plain_arguments(command)
     refuse_both_ways(command)
     taken = {opt for p in command.params for opt in p.opts}
     help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
     command.params[help_at:help_at] = [copy.copy(o) for o in _global_option_templates() if not taken.intersection(o.opts)]
+
+
+def plain_arguments(command) -> None:
+    """Show ``command``'s arguments by name alone (choices still listed) in its usage and help, as POSIX
+    usage lines do (``mqtool survivors [OPTIONS] STORE IDS_FILE``), not as typer's ``{STORE}`` and ``TOPIC <str>``."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", None) != "argument" or not hasattr(param, "display_name_raw"):
+            continue
+        name = param.display_name_raw + ("..." if param.nargs != 1 and param.metavar is None else "")
+        usage = name if param.required else f"[{name}]"
+        choices = getattr(getattr(param, "type_descriptor", None), "is_choice", False)
+        param._usage_display_name = lambda usage=usage: usage
+        if not choices:
+            param.display_type_rich = lambda ctx: None
 
 
 def refuse_both_ways(command) -> None:

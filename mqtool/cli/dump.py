@@ -114,7 +114,11 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
     encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
-    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
+    items = _scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder)
+    if fmt is OutputFormat.table:  # the bytes of the rows as dicts
+        _emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, body)
+    else:
+        emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -146,13 +150,10 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     return resumed
 
 
-def message_table(body: BodyEncoding) -> tuple[str, ...]:
-    """The table's message columns: ``body`` last when ``--body`` asks for it (a long one runs past the edge)."""
-    return MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
-
-
-def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding = BodyEncoding.none) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL)
+def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> None:
+    """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
+    table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
+    emit_rows(rows, fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
@@ -250,14 +251,6 @@ def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
     if next(iter(reference), None) is None and reference.end is not None and reference.end.offset == end.offset:
         return reference.end
     return end
-
-
-def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple[str, ...] = MESSAGE_TABLE) -> None:
-    """Print (batch, text) pairs of messages: a table through ``emit_rows``, the other formats by ``emit_batches``."""
-    if fmt is OutputFormat.table:
-        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
-        return
-    emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
 
 def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | None, int | None, Path | None]:
