@@ -153,10 +153,8 @@ def message_of(store: Store, record, body, decompress: bool = False) -> dict:
 
 
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:
-    """Where the read goes on after ``end``, or None. Damage before the segment the broker's next start
-    scans from (``store.nextstart``) ends nothing: the broker never reads it and serves the records
-    after it, so they are read on, as ``info`` and ``verify`` keep them; any other end is read past only
-    with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
+    """Where the read goes on after ``end``, or None: past damage the broker's next start never reads
+    (``store.nextstart``), else only with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..store.nextstart import scan_start_offset

@@ -229,10 +229,6 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
             if resumed is None:
                 break
             start = resumed
-    _note_end(store, end, stop, keep_going)
-
-
-def _note_end(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> None:
     log = store.commitlog
     if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
         note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")

@@ -14,22 +14,16 @@ import sys
 from ..private_api import exit_steps
 
 
-def exit_code(code: object) -> int:
-    """The process exit status ``sys.exit(code)`` gives (``None`` 0, an int itself, else 1)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
 def exit_process(code: object) -> None:
     """End the process with ``code`` as ``sys.exit`` would, without the interpreter's teardown."""
     steps = exit_steps()
     if steps is None:
         sys.exit(code)
-    status = exit_code(code)
+    if code is None or isinstance(code, int):  # the status sys.exit gives: None 0, an int itself
+        status = (code or 0) & 0xFF
+    else:  # else the message on stderr, status 1
+        print(code, file=sys.stderr)
+        status = 1
     for step in steps:
         try:
             step()
