@@ -64,27 +64,22 @@ class Screen:
             self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color)
         return self._console
 
-    def print(self, obj: Any = "", **kwargs) -> None:
+    def print(self, obj: Table | str = "", *, markup: bool = True, **kwargs) -> None:
+        """A ``Table``, or text (rich markup allowed)."""
         if isinstance(obj, Table):
             if self.printed and obj.title:
                 self.out.write("\n")  # a blank line between titled tables
             print_table(self.out, obj, self.width, self.color)
-        elif isinstance(obj, str):
-            self._print_text(obj, **kwargs)
+        elif not kwargs and not _RICH_RENDERS.search(obj):
+            self._write_wrapped(obj)  # what rich would print, without importing it
         else:
-            self.console.print(obj, **kwargs)
+            self._print_rich(obj, markup=markup, **kwargs)
         self.printed = True
 
     def note(self, text: str) -> None:
         """``note: text``, "note:" in yellow, wrapped as any text (without rich)."""
         self.printed = True
         self._write_wrapped(f"note: {text}", lead=YELLOW + "note:" + RESET if self.color else None)
-
-    def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
-        if not kwargs and not _RICH_RENDERS.search(text):
-            self._write_wrapped(text)  # what rich would print, without importing it
-        else:
-            self._print_rich(text, markup=markup, **kwargs)
 
     def _write_wrapped(self, text: str, lead: str | None = None) -> None:
         """``text`` wrapped at spaces as ``_print_rich`` wraps it; ``lead`` replaces the first word (styled)."""
