@@ -22,7 +22,7 @@ from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, cle
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plans import CheckpointPlan, CommitLogPlan, Expected, LostMessages, Plan, PlanOptions, QueuePlan
+from ..recovery.plans import CommitLogPlan, Expected, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -647,16 +647,6 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-def lost_title(lost: LostMessages) -> str:
-    """The records after the cut: lost by it, or stale ones the broker overwrote before (``LostMessages.stale``)."""
-    stale, stale_bytes = lost.stale, lost.stale_bytes
-    lost_now = f"Lost by the cut: {lost.lost_now} message(s), {lost.bytes - stale_bytes} bytes"
-    if not stale:
-        return lost_now
-    stale_text = f"{stale} stale record(s), {stale_bytes} bytes, the broker overwrote (not lost now)"
-    return f"{lost_now}; after it also {stale_text}" if stale < lost.count else f"After the cut: {stale_text}"
-
-
 def render_plan(console: Screen, doc: dict) -> None:
     """A plan document as tables, from the typed ``Plan`` it reads back; ``next_start`` is the document's own."""
     plan = Plan.from_dict(doc)
@@ -668,12 +658,21 @@ def render_plan(console: Screen, doc: dict) -> None:
     if plan.dispatch:
         rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in plan.dispatch]
         console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
-    _render_queues(console, plan.queues)
+    changed = [q for q in plan.queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
+    if changed:
+        rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
+        console.print(titled_table(f"Consume queues ({len(changed)} of {len(plan.queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
     ix = plan.index
     if ix is not None and any(f.action != "keep" for f in ix.files):
         rows = [(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", f.end_phy_offset, f.reason) for f in ix.files]
         console.print(titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"], rows=rows))
-    _render_checkpoint(console, plan.checkpoint)
+    cp = plan.checkpoint
+    if cp is not None and (cp.before != cp.after or not cp.exists):
+        from .info import CHECKPOINT_NAMES, checkpoint_value
+
+        rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
+                for k, v in cp.after.items() if cp.before.get(k) != v]
+        console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
     if plan.remove_abort:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in plan.notes:
@@ -708,7 +707,12 @@ def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | Non
 
 
 def _render_lost(console: Screen, lost: LostMessages) -> None:
-    title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
+    """The records after the cut: lost by it, or stale ones the broker overwrote before (``LostMessages.stale``)."""
+    title = f"Lost by the cut: {lost.lost_now} message(s), {lost.bytes - lost.stale_bytes} bytes"
+    if lost.stale:
+        stale = f"{lost.stale} stale record(s), {lost.stale_bytes} bytes, the broker overwrote (not lost now)"
+        title = f"{title}; after it also {stale}" if lost.stale < lost.count else f"After the cut: {stale}"
+    title += "" if lost.complete else f" (first {len(lost.messages)} listed)"
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
@@ -726,24 +730,6 @@ def _print_capped(console: Screen, table, rows: list) -> None:
     console.print(table)
     if len(rows) > TABLE_LOST:
         console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
-
-
-def _render_queues(console: Screen, queues: tuple[QueuePlan, ...]) -> None:
-    changed = [q for q in queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
-    if not changed:
-        return
-    rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
-    console.print(titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
-
-
-def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
-    if cp is None or (cp.before == cp.after and cp.exists):
-        return
-    from .info import CHECKPOINT_NAMES, checkpoint_value
-
-    rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
-            for k, v in cp.after.items() if cp.before.get(k) != v]
-    console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
 
 
 def _render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
