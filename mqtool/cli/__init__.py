@@ -27,9 +27,8 @@ from .state import State
 _exceptions = click_exceptions()
 ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
-# name -> (module, function, the first paragraph of its help). Keep this list in README order.
-# The repair commands come from ``repair.register``. tests/test_cli_startup.py holds the help
-# texts equal to the commands' own.
+# name -> (module, function, the first paragraph of its help), in README order; the repair commands come
+# from ``repair.register``. tests/test_dump_columnar.py holds the help texts equal to the commands' own.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),

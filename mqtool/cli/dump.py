@@ -307,18 +307,14 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[di
                 break
             row = consume_queue_dict(q.topic, q.queue_id, entry)
             if store is not None and not entry.is_filler:
-                row["message"] = _followed(store, entry.phys_offset, body)
+                try:
+                    record = store.commitlog.read_record(entry.phys_offset)
+                except (FormatError, LookupError) as exc:
+                    row["message"] = {"error": str(exc)}
+                else:
+                    blank = not isinstance(record, CommitLogRecord)
+                    row["message"] = {"error": f"blank record at offset {entry.phys_offset}"} if blank else message_of(store, record, body)
             yield row
-
-
-def _followed(store: Store, offset: int, body: BodyEncoding) -> dict:
-    try:
-        record = store.commitlog.read_record(offset)
-    except (FormatError, LookupError) as exc:
-        return {"error": str(exc)}
-    if not isinstance(record, CommitLogRecord):
-        return {"error": f"blank record at offset {offset}"}
-    return message_of(store, record, body)
 
 
 def _followed_cells(row: dict) -> dict:
