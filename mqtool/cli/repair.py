@@ -467,11 +467,9 @@ class RepairStages:
             yield
         except (Refused, writer.ApplyError) as exc:
             if self.done:
-                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(self._undone(exc)) from None
+                undone = executor().roll_back([BackupSet.open(d) for d in self.done])
+                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(f"{exc}; the {len(self.done)} stage(s) applied before: {undone}") from None
             raise
-
-    def _undone(self, exc: Exception) -> str:
-        return f"{exc}; the {len(self.done)} stage(s) applied before: {executor().roll_back([BackupSet.open(d) for d in self.done])}"
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
