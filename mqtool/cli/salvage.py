@@ -47,11 +47,10 @@ def _place(writer, store, row: dict):
     return writer.add(raw, live=row["status"] == "live", **{k: row[k] for k in DISPATCH if k != "size"})
 
 
-def _parquet(batches, out: Path, writer, store) -> int:
+def _parquet(batches, out: Path, writer, store) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    count = 0
     sink = None
     try:
         for batch in batches:
@@ -62,11 +61,9 @@ def _parquet(batches, out: Path, writer, store) -> int:
             if sink is None:
                 sink = pq.ParquetWriter(out, batch.schema)
             sink.write_batch(batch)
-            count += batch.num_rows
     finally:
         if sink is not None:
             sink.close()
-    return count
 
 
 @guarded
