@@ -27,8 +27,8 @@ from .state import State
 _exceptions = click_exceptions()
 ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
-# name -> (module, function, the first paragraph of its help), in README order; the repair commands come
-# from ``repair.register``. tests/test_dump_columnar.py holds the help texts equal to the commands' own.
+# name -> (module, function, the first paragraph of its help), in README order. tests/test_dump_columnar.py
+# holds the help texts equal to the commands' own.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),
@@ -38,13 +38,13 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "offsets": ("offsets", "offsets", 'Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.'),
     "survivors": ("survivors", "survivors", 'Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.'),
     "salvage": ("salvage", "salvage", 'Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.'),
-    "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
-    "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
-    "truncate-dirty": ("repair", "register", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
-    "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
-    "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
-    "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
-    "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
+    "recover": ("repair", "recover", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
+    "repair": ("repair", "repair", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
+    "truncate-dirty": ("repair", "truncate_dirty", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
+    "rebuild-cq": ("repair", "rebuild_cq", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
+    "rebuild-index": ("repair", "rebuild_index", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
+    "apply": ("repair", "apply", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
+    "restore": ("repair", "restore_cmd", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
 }
 
 
@@ -55,10 +55,7 @@ def load_command(name: str):
     if isinstance(target, typer.Typer):  # a command group (``query``): the options on it and on each subcommand
         return command_group(target)
     holder = typer.Typer(rich_markup_mode=None)
-    if function == "register":
-        target(holder)
-    else:
-        holder.command(name=name)(target)
+    holder.command(name=name)(target)
     command = typer.main.get_group(holder).commands[name]
     add_global_options(command)
     return command

@@ -778,14 +778,3 @@ def render_backup(console: Screen, doc: dict) -> None:
         console.print(f"  restore {r['path']} [{r['start']}, {r['end']})")
     for path in doc["created"]:
         console.print(f"  delete  {path}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("truncate-dirty")(truncate_dirty)
-    app.command()(recover)
-    app.command()(repair)
-    app.command("rebuild-cq")(rebuild_cq)
-    app.command("rebuild-index")(rebuild_index)
-    app.command()(apply)
-    app.command("restore")(restore_cmd)
-
