@@ -1,12 +1,8 @@
 """The ``mqtool`` command line: a thin typer shell over the store model and the planners.
 
-Nothing imports this package except ``mqtool.__main__`` and the console script. Command modules
-are imported only when their command runs (or prints its own help): ``mqtool --help`` and
-``--version`` import typer and nothing heavy, and ``mqtool dump`` never loads what ``verify`` or
-the repair commands need. The edge of the program is ``MqtoolGroup.main``: usage errors are one
-line ``mqtool: error: ...`` with exit 2, a closed pipe exits 0 quietly, and ``-q/--quiet``,
-``--debug`` and ``-V/--version`` are accepted before or after the command name (every command
-gets them when it is loaded, including ones added later).
+Command modules are imported only when their command runs (or prints its own help). The edge of
+the program is ``MqtoolGroup.main``: usage errors are one line with exit 2, a closed pipe exits 0
+quietly; ``-q/--quiet``, ``--debug`` and ``-V/--version`` are accepted before or after the command name.
 """
 
 from __future__ import annotations
@@ -31,9 +27,8 @@ from .state import State
 _exceptions = click_exceptions()
 ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
-# name -> (module, function, the first paragraph of its help). Keep this list in README order.
-# The repair commands come from ``repair.register``. tests/test_cli_startup.py holds the help
-# texts equal to the commands' own.
+# name -> (module, function, the first paragraph of its help), in README order. tests/test_dump_columnar.py
+# holds the help texts equal to the commands' own.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),
@@ -43,13 +38,13 @@ LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "offsets": ("offsets", "offsets", 'Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.'),
     "survivors": ("survivors", "survivors", 'Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.'),
     "salvage": ("salvage", "salvage", 'Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.'),
-    "recover": ("repair", "register", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
-    "repair": ("repair", "register", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
-    "truncate-dirty": ("repair", "register", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
-    "rebuild-cq": ("repair", "register", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
-    "rebuild-index": ("repair", "register", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
-    "apply": ("repair", "register", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
-    "restore": ("repair", "register", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
+    "recover": ("repair", "recover", "Do offline what the broker's start-up recovery would do: cut the commit log at the first invalid record, re-dispatch missing consume queue and index entries, update the checkpoint and remove the abort file, so a broker started afterwards cuts nothing."),
+    "repair": ("repair", "repair", 'From "crashed" to "sound": the broker\'s recovery, then the fixes the broker never makes.'),
+    "truncate-dirty": ("repair", "truncate_dirty", "Cut the commit log after its last valid record: zero the dirty bytes of that segment, delete later segments, and cut consume queue entries at or past the new end."),
+    "rebuild-cq": ("repair", "rebuild_cq", "Regenerate consume queue files from the commit log, byte for byte as the broker writes them."),
+    "rebuild-index": ("repair", "rebuild_index", "Regenerate every index file from the commit log (key and UNIQ_KEY lookups answer as the broker's)."),
+    "apply": ("repair", "apply", "Apply a saved plan exactly, refusing if any file it read or changes differs since planning."),
+    "restore": ("repair", "restore_cmd", "Put back, byte for byte, everything a repair command changed (also after an interrupted one). Refused if the files it left have changed since (a broker ran), unless --force."),
 }
 
 
@@ -60,10 +55,7 @@ def load_command(name: str):
     if isinstance(target, typer.Typer):  # a command group (``query``): the options on it and on each subcommand
         return command_group(target)
     holder = typer.Typer(rich_markup_mode=None)
-    if function == "register":
-        target(holder)
-    else:
-        holder.command(name=name)(target)
+    holder.command(name=name)(target)
     command = typer.main.get_group(holder).commands[name]
     add_global_options(command)
     return command
@@ -146,15 +138,10 @@ def _global_options(
 
 @functools.cache
 def _global_option_templates() -> tuple:
-    """The click parameters typer makes of ``_global_options`` (its signature read once)."""
+    """The click parameters typer makes of ``_global_options`` (its signature read once), not passed to a command's function."""
     holder = typer.Typer(add_completion=False)
     holder.command()(_global_options)
-    return tuple(p for p in typer.main.get_command(holder).params if "--help" not in p.opts)
-
-
-def global_options() -> list:
-    """Fresh click parameters for ``_global_options``, not passed to the command's function."""
-    params = [copy.copy(p) for p in _global_option_templates()]
+    params = tuple(p for p in typer.main.get_command(holder).params if "--help" not in p.opts)
     for p in params:
         p.expose_value = False
     return params
@@ -162,14 +149,26 @@ def global_options() -> list:
 
 def add_global_options(command) -> None:
     """Give ``command`` the global options it does not define itself, before its ``--help``;
-    its arguments are shown by name (``metavars.plain_arguments``)."""
-    from .metavars import plain_arguments
-
+    its arguments are shown by name (``plain_arguments``)."""
     plain_arguments(command)
     refuse_both_ways(command)
     taken = {opt for p in command.params for opt in p.opts}
     help_at = next((i for i, p in enumerate(command.params) if "--help" in p.opts), len(command.params))
-    command.params[help_at:help_at] = [o for o in global_options() if not taken.intersection(o.opts)]
+    command.params[help_at:help_at] = [copy.copy(o) for o in _global_option_templates() if not taken.intersection(o.opts)]
+
+
+def plain_arguments(command) -> None:
+    """Show ``command``'s arguments by name alone (choices still listed) in its usage and help, as POSIX
+    usage lines do (``mqtool survivors [OPTIONS] STORE IDS_FILE``), not as typer's ``{STORE}`` and ``TOPIC <str>``."""
+    for param in getattr(command, "params", ()):
+        if getattr(param, "param_type_name", None) != "argument" or not hasattr(param, "display_name_raw"):
+            continue
+        name = param.display_name_raw + ("..." if param.nargs != 1 and param.metavar is None else "")
+        usage = name if param.required else f"[{name}]"
+        choices = getattr(getattr(param, "type_descriptor", None), "is_choice", False)
+        param._usage_display_name = lambda usage=usage: usage
+        if not choices:
+            param.display_type_rich = lambda ctx: None
 
 
 def refuse_both_ways(command) -> None:
@@ -193,9 +192,8 @@ def refuse_both_ways(command) -> None:
 
 @contextlib.contextmanager
 def interrupt_aborts():
-    """A Ctrl-C outside a command's ``guarded`` edge (the group's options, loading and parsing the
-    command) as ``typer.Abort``: typer's ``_main`` turns a KeyboardInterrupt into a silent exit
-    130, and ``MqtoolGroup.main`` says "interrupted" for an Abort as for any interrupt."""
+    """A Ctrl-C outside a command's ``guarded`` edge as ``typer.Abort`` (which ``MqtoolGroup.main`` says is
+    "interrupted"): typer's ``_main`` turns a KeyboardInterrupt into a silent exit 130."""
     try:
         yield
     except KeyboardInterrupt:
@@ -203,9 +201,8 @@ def interrupt_aborts():
 
 
 class MqtoolGroup(TyperGroup):
-    """The ``mqtool`` group: lazily loaded commands first, then any registered the usual way;
-    global options on every command; errors as one line. Listing the commands in ``--help``
-    shows their help text without importing them."""
+    """The ``mqtool`` group: lazily loaded commands (listed in ``--help`` without importing them), global
+    options on every command, errors as one line."""
 
     listing = False
 
@@ -322,13 +319,8 @@ def _options(
     exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
 
 
-# Commands registered the usual way (``app.command()(fn)``) are imported at start-up; prefer an
-# entry in LAZY_COMMANDS.
-
-
 def main() -> None:
-    """The console script: the command, then the process's end without the interpreter's
-    teardown (``shutdown.py``)."""
+    """The console script: the command, then the process's end without the interpreter's teardown (``shutdown.py``)."""
     from .shutdown import exit_process
     from .terminal import open_closed_streams
 

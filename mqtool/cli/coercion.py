@@ -1,16 +1,10 @@
 """Command-line values converted without pydantic.
 
-typer 0.2x converts every parameter value through a pydantic ``TypeAdapter`` built on first use
-(``typer/_coercion.py``: ``build_runtime_param``), and even a plain ``Path`` argument imports
-pydantic (``_param_types.coerce_cli_path``). Importing pydantic and building a command's adapters
-cost more of every command's start-up than a whole ``--msg-id`` lookup.
-The kinds of value mqtool's commands take (``str``, ``bool``, ``Path``, ``int`` in its range, an ``Enum``
-choice, lists of ``str`` or of choices) are converted here with typer's own pydantic-free helpers, so checks and
-messages stay typer's; any other value, and every value these rules do not accept, goes to
-typer's own conversion as before, but for a choice none of the choices matches: refused here in
-the words of typer's own helper, without pydantic's "Value error, " before them. The helpers
-are typer internals (``private_api.typer_conversion``): with a typer that lacks them nothing
-changes.
+typer 0.2x converts every value through a pydantic ``TypeAdapter`` (``typer/_coercion.py``), whose
+import costs more of a command's start-up than a whole ``--msg-id`` lookup. The plain kinds mqtool
+takes (``str``, ``bool``, ``Path``, ``int`` in range, ``Enum`` choices and lists of them) are converted
+with typer's own pydantic-free helpers (``private_api.typer_conversion``), so checks and messages stay
+typer's; anything else goes to typer's conversion as before.
 """
 
 from __future__ import annotations
@@ -80,9 +74,7 @@ def _is_enum(kind: Any) -> bool:
 
 
 def _choice(value: Any, kind: type[Enum], info, ctx, param) -> Any:
-    """``value`` as a member of ``kind``, as typer's choice rules take it; refused in the words of
-    typer's helper (``'xml' is not one of 'table', ...``), without the "Value error, " pydantic's
-    conversion puts before them."""
+    """``value`` as a member of ``kind``; refused in typer's words without pydantic's "Value error, "."""
     try:
         return _typer.coerce_cli_choice(value, choices=list(kind), case_sensitive=info.case_sensitive, ctx=ctx)
     except ValueError as exc:

@@ -15,12 +15,10 @@ import typer
 from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from ..store.commitlog import ScanEnd
+from ..store.records import message_dict
 from .output import OutputFormat
 from .state import State
 from .terminal import clear_bars, note, to_devnull, write_stderr
-
-__all__ = ["State", "note", "fail", "guarded", "silence_stdout", "shell_path", "open_store"]
-
 
 def fail(message: str, code: int) -> None:
     clear_bars()
@@ -42,8 +40,7 @@ ENVIRONMENT_ERRORS = frozenset({
 
 
 def environment_error(exc: OSError) -> str | None:
-    """One line for an ``OSError`` the machine caused (``None`` for anything else): the file and
-    the system's reason, e.g. ``out.jsonl: No space left on device``."""
+    """``out.jsonl: No space left on device`` for an ``OSError`` the machine caused, else None."""
     if exc.errno not in ENVIRONMENT_ERRORS:
         return None
     reason = exc.strerror or os.strerror(exc.errno)
@@ -53,9 +50,7 @@ def environment_error(exc: OSError) -> str | None:
 
 
 def interrupted(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C: the ``KeyboardInterrupt`` itself, or the cause of what a compiled
-    function or a worker thread raised in its place (a ``SystemError``, "returned a result with an
-    exception set")."""
+    """Whether ``exc`` is a Ctrl-C, or was raised in its place by a compiled function or a worker thread."""
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, KeyboardInterrupt):
@@ -65,15 +60,13 @@ def interrupted(exc: BaseException) -> bool:
 
 
 def silence_stdout() -> None:
-    """Point stdout at /dev/null so that the final flush at exit cannot fail again (the reader
-    went away, ``| head``, or stdout itself failed); nothing is said."""
+    """Point stdout at /dev/null (its reader went away, or it failed): the final flush cannot fail again."""
     to_devnull(sys.stdout)
 
 
 def guarded(fn):
-    """Turn every failure into one line on stderr and a documented exit code (``--debug``
-    re-raises unexpected errors with their traceback): a full disk, an unwritable output or a
-    directory given for a file is bad input (exit 3), not an internal error."""
+    """Every failure as one line on stderr and a documented exit code (``--debug``: unexpected ones with
+    their traceback); what the machine refused (``environment_error``) is bad input, exit 3."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -154,11 +147,14 @@ def open_store(path: Path, broker_config: Path | None = None, broker_version: st
     return Store.open(path, broker_config_of(broker_config), broker_version)
 
 
+def message_of(store: Store, record, body, decompress: bool = False) -> dict:
+    """``records.message_dict`` of ``record`` under ``store``'s property and delay-level rules."""
+    return message_dict(record, body, decompress=decompress, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
+
+
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:
-    """Where the read goes on after ``end``, or None. Damage before the segment the broker's next start
-    scans from (``store.nextstart``) ends nothing: the broker never reads it and serves the records
-    after it, so they are read on, as ``info`` and ``verify`` keep them; any other end is read past only
-    with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
+    """Where the read goes on after ``end``, or None: past damage the broker's next start never reads
+    (``store.nextstart``), else only with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..store.nextstart import scan_start_offset

@@ -1,11 +1,4 @@
-"""``mqtool dump``: decode store files to table, JSON, JSON Lines or CSV.
-
-``mqtool dump STORE`` prints the messages of a store's commit log; ``mqtool dump KIND PATH``
-prints one kind of file: ``commitlog`` (a store, a commitlog folder or one segment),
-``consumequeue`` (a store, the consumequeue folder, a topic or queue folder, or one file),
-``index`` (a store, the index folder or one file), ``checkpoint``, ``timer`` (a 5.x store's timer
-units) or ``dledger`` (a DLedger commit log's entries).
-"""
+"""``mqtool dump [KIND] PATH``: decode store files (messages by default) to table, JSON, JSON Lines or CSV."""
 
 from __future__ import annotations
 
@@ -35,15 +28,14 @@ from ..store.records import (
     consume_queue_dict,
     dledger_entry_dict,
     index_entry_dict,
-    message_dict,
     parse_time,
 )
-from ..store import ConsumeQueue, IndexFile, ScanEnd, Store
+from ..store import IndexFile, ScanEnd, Store
 from ..store.commitlog import StopReason
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, broker_config_of, guarded, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, broker_config_of, guarded, message_of, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -62,6 +54,10 @@ CQ_FOLLOW_TABLE = (*CQ_TABLE[:-1], "msg_id", "store_timestamp", "tags", "keys", 
 CQ_FOLLOW_TABLE_OPTIONAL = ("keys", "tags", *CQ_TABLE_OPTIONAL, "store_timestamp")
 BCQ_TABLE_OPTIONAL = ("tags_code", "store_time", "size", "valid")
 DLEDGER_TABLE_OPTIONAL = ("magic", "index_unit", "record_offset", "body_size", "queue_offset", "term")
+TIMER_TABLE = ("timer_log_offset", "offset", "delivery_time", "real_queue_id", "state", "uniq_key", "real_topic")
+TIMER_TABLE_OPTIONAL = ("timer_log_offset", "uniq_key", "delivery_time")
+# the delivery's queue and topic headed as `info`'s "Next timer deliveries" heads them (one line at 100 columns)
+TIMER_HEADERS = {"real_queue_id": "queue", "real_topic": "topic"}
 # the options each KIND uses; any other one given is a usage error, never silently ignored
 KIND_OPTIONS = {
     "commitlog": {"--topic", "--queue", "--from-offset", "--to-offset", "--since", "--until", "--key", "--tag", "--msg-id", "--uniq-key", "--keep-going", "--no-index", "--limit", "--body", "--decompress", "--progress", "--broker-config", "--broker-version"},
@@ -74,17 +70,9 @@ KIND_OPTIONS = {
 }
 
 
-def _msg_id_offset(msg_id: str) -> int:
-    try:
-        return decode_msg_id(msg_id).commit_log_offset
-    except ValueError:
-        raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
-
-
 def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
-    """The commit log offsets the index names for ``--key``/``--uniq-key`` under each ``--topic``
-    (``IndexService.queryOffset`` without its 64-result cap; newest file first), ascending and
-    unique; or None and why the index cannot answer (the caller scans instead)."""
+    """The offsets the index names for ``--key``/``--uniq-key`` under each ``--topic`` (``IndexService.queryOffset``
+    without its 64-result cap), ascending and unique; or None and why the index cannot answer."""
     wanted = match.uniq_key if match.uniq_key is not None else match.key
     option = "--uniq-key" if match.uniq_key is not None else "--key"
     if not match.topics:
@@ -107,12 +95,14 @@ BUILDERS = 2  # threads building batches while the main thread walks and prints:
 
 
 def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
-    """Print the messages ``dump`` selects. A scan reads the columnar core (``mqtool.scan``) and
-    prints through the compiled text encoder; ``--msg-id`` and the index lookups decode their
-    records one by one (``message_dict``). Both print the same bytes and apply the one
-    ``MessageFilter``. Where and why the scan stopped goes to stderr afterwards."""
+    """Print the messages ``dump`` selects: a scan through the columnar core and the compiled text encoder,
+    ``--msg-id`` and index lookups record by record; the same bytes, the one ``MessageFilter``."""
     if msg_id is not None:  # a lookup, as `query msg-id`: exit 1 when it prints nothing
-        rows = list(_msg_id_rows(store, match, msg_id, _msg_id_offset(msg_id), limit, body, decompress))
+        try:
+            offset = decode_msg_id(msg_id).commit_log_offset
+        except ValueError:
+            raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
+        rows = list(_msg_id_rows(store, match, msg_id, offset, limit, body, decompress))
         _emit_rows(rows, fmt, body)
         if not rows:
             raise typer.Exit(EXIT_FINDINGS)
@@ -124,12 +114,15 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
         note(f"{why}; scanning the commit log")
     start = _scan_from(store, start)
     encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
-    emit_messages(_scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder), fmt, encoder, message_table(body))
+    items = _scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder)
+    if fmt is OutputFormat.table:  # the bytes of the rows as dicts
+        _emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, body)
+    else:
+        emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
 
 
 def _scan_from(store: Store, start: int | None) -> int:
-    """Where the scan of ``--from-offset`` begins: that offset when a record starts there, else the next
-    record (``resync.scan_start``, the one resynchronisation of dump and verify)."""
+    """Where ``--from-offset``'s scan begins: that offset when a record starts there, else the next (``resync.scan_start``)."""
     if start is None:
         return store.commitlog.min_offset
     start = max(start, store.commitlog.min_offset)
@@ -147,8 +140,7 @@ def _scan_from(store: Store, start: int | None) -> int:
 
 
 def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
-    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows
-    (the resynchronisation of ``_scan_from``)."""
+    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows."""
     from ..store.resync import resume_after
 
     resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
@@ -158,17 +150,10 @@ def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
     return resumed
 
 
-def message_table(body: BodyEncoding) -> tuple[str, ...]:
-    """The table's message columns: ``body`` last when ``--body`` asks for it (a long one runs past the edge)."""
-    return MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
-
-
-def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding = BodyEncoding.none) -> None:
-    emit_rows(rows, fmt, MESSAGE_FIELDS, message_table(body), optional=MESSAGE_TABLE_OPTIONAL)
-
-
-def _as_dict(store: Store, body: BodyEncoding, decompress: bool):
-    return lambda record: message_dict(record, body, decompress=decompress, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
+def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> None:
+    """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
+    table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
+    emit_rows(rows, fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
@@ -194,13 +179,12 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
     if getattr(record, "msg_id", None) != msg_id.upper():
         note(f"the record at offset {offset} of --msg-id has offsetMsgId {getattr(record, 'msg_id', None)}: another store host")
     elif limit != 0:
-        yield from _matching([_as_dict(store, body, decompress)(record)], match)
+        yield from _matching([message_of(store, record, body, decompress)], match)
 
 
 def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], start, stop, limit, body, decompress) -> Iterator[dict]:
     """The records at the index's offsets that pass the filters (a hash collision or another
     topic's key fails them), in commit log order."""
-    as_dict = _as_dict(store, body, decompress)
     rows = []
     for offset in offsets:
         if (start is not None and offset < start) or (stop is not None and offset >= stop):
@@ -210,17 +194,15 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
         except (FormatError, LookupError):
             continue  # the index outlives expired segments
         if isinstance(record, CommitLogRecord):
-            rows.append(as_dict(record))
+            rows.append(message_of(store, record, body, decompress))
     rows = _matching(rows, match)
     note(f"looked up through the index: {len(offsets)} offsets, {len(rows)} matching messages")
     yield from rows[:limit]
 
 
 def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False, encoder=None) -> Iterator:
-    """The Arrow batches of the columnar scan (``MessageScan``, records whose CRC fails included
-    as the record read has them), ``limit`` rows at most, built a few batches ahead in ``BUILDERS``
-    threads: (batch, text) pairs, the text encoded by ``encoder`` in the builder's thread (None:
-    not encoded)."""
+    """(batch, text) pairs of the columnar scan (``MessageScan``, CRC failures included), ``limit`` rows at most,
+    built ahead in ``BUILDERS`` threads, the text encoded there by ``encoder`` (None: not encoded)."""
     from ..scan.messages import MessageScan
     from .progress import ByteProgress, written_end
 
@@ -247,10 +229,6 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
             if resumed is None:
                 break
             start = resumed
-    _note_end(store, end, stop, keep_going)
-
-
-def _note_end(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> None:
     log = store.commitlog
     if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
         note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")
@@ -271,18 +249,8 @@ def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
     return end
 
 
-def emit_messages(items: Iterable, fmt: OutputFormat, encoder=None, table: tuple[str, ...] = MESSAGE_TABLE) -> None:
-    """Print (batch, text) pairs of messages: the table (columns ``table``) through ``emit_rows``
-    (bytes as ``emit_rows`` writes the rows as dicts), the other formats by ``emit_batches``."""
-    if fmt is OutputFormat.table:
-        emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
-        return
-    emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
-
-
 def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | None, int | None, Path | None]:
-    """What a dump path names in ``folder`` (``consumequeue`` or ``batchconsumequeue``): a store,
-    the folder, a topic or queue folder, or one file; as (the folder, topics, queue id, the file)."""
+    """(folder, topics, queue id, single file) of a dump path in ``folder`` (``consumequeue`` or ``batchconsumequeue``)."""
     path = path.resolve()
     single = None
     if path.is_file():
@@ -295,24 +263,12 @@ def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | N
         return path, topics, queue, single
     if path.name.isdigit():
         return path.parent.parent, [path.parent.name], int(path.name), single
-    if _is_store_root(path):  # not a topic folder: never scan its parent as the queue folder
-        raise BadInput(f"{path} has no {folder}/")
-    return path.parent, [path.name], queue, single
-
-
-def _is_store_root(path: Path) -> bool:
-    """``path`` holds a part of a store (``layout.READ``: commitlog/, checkpoint, index/, ...; or dledger-<id>/)."""
     from ..store.layout import READ
 
-    return path.is_dir() and any(p.name in READ or p.name.startswith("dledger-") for p in path.iterdir())
-
-
-def _queues_at(path: Path, topics, queue) -> tuple[list[ConsumeQueue], Path | None]:
-    """The consume queues a dump path names, and the store root when the path lies inside a store."""
-    cq_dir, topics, queue, single = _queue_scope(path, "consumequeue", topics, queue)
-    size = single.stat().st_size if single else infer_queue_file_size(cq_dir) or 6_000_000
-    root = cq_dir.parent if cq_dir.name == "consumequeue" else None
-    return _in_scope(discover_queues(cq_dir, size), topics, queue, single), root
+    # a store root (commitlog/, checkpoint, index/, ...; or dledger-<id>/), not a topic folder: never scan its parent as the queue folder
+    if path.is_dir() and any(p.name in READ or p.name.startswith("dledger-") for p in path.iterdir()):
+        raise BadInput(f"{path} has no {folder}/")
+    return path.parent, [path.name], queue, single
 
 
 def _in_scope(queues, topics, queue, single: Path | None) -> list:
@@ -335,9 +291,13 @@ def batch_unit_rows(path: Path, topics, queue) -> Iterator[dict]:
 
 
 def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[dict]:
-    queues, root = _queues_at(path, topics, queue)
+    """The entries of the consume queues a dump path names, with ``--follow`` each with its message."""
+    cq_dir, topics, queue, single = _queue_scope(path, "consumequeue", topics, queue)
+    size = single.stat().st_size if single else infer_queue_file_size(cq_dir) or 6_000_000
+    queues = _in_scope(discover_queues(cq_dir, size), topics, queue, single)
     store = None
     if follow:
+        root = cq_dir.parent if cq_dir.name == "consumequeue" else None
         if root is None or not (root / "commitlog").is_dir():
             raise BadInput(f"{path}: --follow needs the consume queue inside a store (…/consumequeue/<topic>/<queue>)")
         store = Store.open(root)
@@ -347,23 +307,18 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[di
                 break
             row = consume_queue_dict(q.topic, q.queue_id, entry)
             if store is not None and not entry.is_filler:
-                row["message"] = _followed(store, entry.phys_offset, body)
+                try:
+                    record = store.commitlog.read_record(entry.phys_offset)
+                except (FormatError, LookupError) as exc:
+                    row["message"] = {"error": str(exc)}
+                else:
+                    blank = not isinstance(record, CommitLogRecord)
+                    row["message"] = {"error": f"blank record at offset {entry.phys_offset}"} if blank else message_of(store, record, body)
             yield row
 
 
-def _followed(store: Store, offset: int, body: BodyEncoding) -> dict:
-    try:
-        record = store.commitlog.read_record(offset)
-    except (FormatError, LookupError) as exc:
-        return {"error": str(exc)}
-    if not isinstance(record, CommitLogRecord):
-        return {"error": f"blank record at offset {offset}"}
-    return message_dict(record, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
-
-
 def _followed_cells(row: dict) -> dict:
-    """A ``--follow`` row for the table: the followed message's fields beside the entry's (its
-    msg_id cell says why there is none: a filler entry, or what the record read failed on)."""
+    """A ``--follow`` table row: the message's fields beside the entry's (msg_id says why there is none)."""
     message = row.get("message") or {}
     why = "(filler entry)" if row["filler"] else f"({message['error']})" if "error" in message else None
     return {**row, **{c: message.get(c) for c in ("store_timestamp", "tags", "keys", "body")}, "msg_id": message.get("msg_id") or why}
@@ -397,8 +352,7 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
 
 
 def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
-    """DLedger entries in order (blanks included), as ``DLedgerMmapFileStore.recover`` walks
-    them; where the walk stops early, stderr says why."""
+    """DLedger entries in order, blanks included, as ``DLedgerMmapFileStore.recover`` walks them."""
     from ..store.dledger import open_entry_files  # not loaded for a message dump
 
     cl = open_entry_files(path)
@@ -459,36 +413,12 @@ def check_options(kind: str, given: dict[str, object]) -> None:
         raise UsageError("--no-index turns off the index lookup of --key/--uniq-key: give one of them too")
     if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
         raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
-    _check_ranges(given)
-
-
-def _check_ranges(given: dict[str, object]) -> None:
-    """Refuse an offset or time range that ends before it starts."""
     start, stop = given.get("--from-offset"), given.get("--to-offset")
     if start is not None and stop is not None and stop < start:
         raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
     since, until = given.get("--since"), given.get("--until")
     if since is not None and until is not None and since > until:
         raise UsageError("--since is after --until")
-
-
-def _kind_and_path(target: list[str]) -> tuple[str, Path]:
-    """``PATH`` (a store: its commit log) or ``KIND PATH``."""
-    if len(target) == 1:
-        return "commitlog", Path(target[0])
-    if len(target) == 2 and target[0] in KINDS:
-        return target[0], Path(target[1])
-    raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
-
-
-def _dump_consumequeue(path: Path, topic, queue, from_offset, to_offset, follow: bool, body: BodyEncoding, limit, format: OutputFormat) -> None:
-    """A consume queue's entries, with ``--follow`` each with the message it points to."""
-    rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
-    if follow and format is OutputFormat.table:
-        columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
-        emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
-    else:
-        emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
 
 
 @guarded
@@ -531,7 +461,12 @@ def dump(
     Example:
       mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
     """
-    kind, path = _kind_and_path(target)
+    if len(target) == 2 and target[0] in KINDS:
+        kind, path = target[0], Path(target[1])
+    elif len(target) == 1:  # a store: its commit log
+        kind, path = "commitlog", Path(target[0])
+    else:
+        raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     check_options(kind, {
         "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,
@@ -548,22 +483,29 @@ def dump(
             match = MessageFilter(tuple(topic or ()), queue, since_ms, until_ms, tag, key, uniq_key)
             dump_messages(store, match, from_offset, to_offset, msg_id, limit, body, decompress, progress, use_index, format, keep_going)
     elif kind == "consumequeue":
-        _dump_consumequeue(path, topic, queue, from_offset, to_offset, follow, body, limit, format)
-    else:
-        _dump_file(kind, path, topic, queue, from_offset, to_offset, key, limit, format, broker_config, broker_version)
-
-
-def _dump_file(kind: str, path: Path, topic, queue, from_offset, to_offset, key, limit, format: OutputFormat, broker_config, broker_version) -> None:
-    """The entries of a batch consume queue, a DLedger file, an index file or the timer log, or the checkpoint."""
-    if kind == "batchconsumequeue":
+        rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
+        if follow and format is OutputFormat.table:
+            columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
+            emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
+        else:
+            emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+    elif kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
         emit_rows(itertools.islice(dledger_rows(path, from_offset, to_offset), limit), format, DLEDGER_ENTRY_FIELDS, DLEDGER_TABLE, optional=DLEDGER_TABLE_OPTIONAL)
     elif kind == "index":
         emit_rows(itertools.islice(index_rows(path, broker_config, topic, key), limit), format, INDEX_ENTRY_FIELDS)
-    elif kind == "timer":
-        from .timer import dump_timer
+    elif kind == "timer":  # each timer unit joined with its timer message and its fate (``scan/timer.py``)
+        from ..scan.timer import TIMER_FIELDS, timer_report  # pyarrow: not loaded for a message dump
+        from ..store.timer import TimerStore
 
-        dump_timer(path, format, broker_config, broker_version, limit)
+        with open_store(path, broker_config, broker_version) as store:
+            timer = TimerStore.open(store.root) if store.root is not None else None
+            if timer is None:
+                raise BadInput(f"{path}: no timer store (timerlog/, timerwheel, config/timercheck): the broker ran without timerWheelEnable or before 5.0")
+            report = timer_report(store, timer)
+            emit_rows(itertools.islice(report.rows, limit), format, TIMER_FIELDS, TIMER_TABLE, optional=TIMER_TABLE_OPTIONAL, headers=TIMER_HEADERS)
+            end = report.log_end
+            note(f"timer log {'ends' if end.clean else 'stops'} at offset {end.offset} ({end.reason}); commit log logical end {report.commitlog_end}")
     else:
         emit_document(checkpoint_doc(path), format, _render_checkpoint)

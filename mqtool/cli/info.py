@@ -27,16 +27,37 @@ def era_rows(version: dict[str, Any]) -> list[tuple[str, str]]:
 
 def render_info(console: Screen, doc: dict[str, Any]) -> None:
     """The info document as tables, one per part of the store, then the notes."""
-    unread = doc.get("not_looked_at")
+    unread, cp, cl, dl, index = doc.get("not_looked_at"), doc["checkpoint"], doc["commitlog"], doc.get("dledger"), doc["index"]
     console.print(_store_table(doc, unread))
-    if doc["checkpoint"]:
-        console.print(_checkpoint_table(doc["checkpoint"]))
-    console.print(_commitlog_table(doc))
-    if doc.get("dledger"):
-        console.print(_dledger_table(doc["dledger"]))
+    if cp:
+        console.print(kv_table("Checkpoint", [
+            *((name, checkpoint_value(field, cp[field])) for field, name in CHECKPOINT_NAMES.items()),
+            ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
+            ("bytes used", cp["used_bytes"]),
+        ]))
+    console.print(kv_table("Commit log", [
+        ("segment size", cl["file_size"]),
+        ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
+        ("min offset", cl["min_offset"]),
+        ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
+        *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
+    ]))
+    if dl:
+        console.print(kv_table(f"DLedger member {dl['self_id']}", [
+            ("folder", dl["home"]),
+            ("data files", f"{dl['data_files']} x {dl['data_file_size']} bytes" + (f" (classic commit log below {dl['divided_offset']})" if dl["divided_offset"] else "")),
+            ("entries", f"{dl['entries']}: index {dl['first_index']}..{dl['last_index']}, last term {dl['last_term']}"),
+            ("entry walk end", f"{dl['end_offset']} ({dl['end_reason']})"),
+            ("checkpoint", f"committedIndex {dl['committed_index']} (ends at {dl['committed_pos']}: the commit log max right after load), endIndex {dl['end_index']}"),
+            ("currterm", f"currTerm {dl['current_term']}, voteLeader {dl['vote_leader']}"),
+            ("index", f"{dl['index_units']} units in {dl['index_files']} file(s) of {dl['index_file_size']} bytes"),
+        ]))
     _print_queues(console, doc, unread)
-    if doc["index"]:
-        console.print(_index_table(doc["index"]))
+    if index:
+        rows = [(f["name"], iso_ms(f["begin_timestamp"]), iso_ms(f["end_timestamp"]), f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
+                 str(f["entries"]), str(f["hash_slot_count"])) for f in index["files"]]
+        console.print(titled_table(f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
+                                   ("file", "begin", "end", "phy offsets", "entries", "slots used"), optional=("slots used", "begin"), rows=rows))
     if doc.get("timer"):
         render_timer(console, doc["timer"])
     for n in doc["notes"]:
@@ -44,23 +65,21 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
 
 
 def _store_table(doc: dict[str, Any], unread):
-    abort = doc["abort_file"]
-    return kv_table(
-        "Store",
-        [
-            ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
-            ("broker version", doc["version"]["label"]),
-            *era_rows(doc["version"]),
-            ("evidence", "; ".join(doc["version"]["evidence"])),
-            *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
-                ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
-                ("lock file", lock_text(doc)),
-            ]),
-            *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
-            *([("interrupted repair", f"backup {doc['interrupted_repair']['backup']} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
-            *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
-        ],
-    )
+    abort, holder = doc["abort_file"], doc.get("lock_holder")
+    lock = "absent" if not doc["lock_file"] else "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    return kv_table("Store", [
+        ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
+        ("broker version", doc["version"]["label"]),
+        *era_rows(doc["version"]),
+        ("evidence", "; ".join(doc["version"]["evidence"])),
+        *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
+            ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
+            ("lock file", lock),
+        ]),
+        *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
+        *([("interrupted repair", f"backup {doc['interrupted_repair']['backup']} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
+        *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
+    ])
 
 
 # the checkpoint's fields under the broker's names (StoreCheckpoint), as every table shows them
@@ -71,46 +90,6 @@ CHECKPOINT_NAMES = {"physic_msg_timestamp": "physicMsgTimestamp", "logics_msg_ti
 def checkpoint_value(field: str, value: int) -> str:
     """A checkpoint field's value as tables show it: a timestamp as a date and its epoch ms."""
     return f"{iso_ms(value)} ({value})" if field.endswith("_timestamp") else str(value)
-
-
-def _checkpoint_table(cp: dict[str, Any]):
-    return kv_table(
-        "Checkpoint",
-        [
-            *((name, checkpoint_value(field, cp[field])) for field, name in CHECKPOINT_NAMES.items()),
-            ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
-            ("bytes used", cp["used_bytes"]),
-        ],
-    )
-
-
-def _commitlog_table(doc: dict[str, Any]):
-    cl = doc["commitlog"]
-    return kv_table(
-        "Commit log",
-        [
-            ("segment size", cl["file_size"]),
-            ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
-            ("min offset", cl["min_offset"]),
-            ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
-            *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
-        ],
-    )
-
-
-def _dledger_table(dl: dict[str, Any]):
-    return kv_table(
-        f"DLedger member {dl['self_id']}",
-        [
-            ("folder", dl["home"]),
-            ("data files", f"{dl['data_files']} x {dl['data_file_size']} bytes" + (f" (classic commit log below {dl['divided_offset']})" if dl["divided_offset"] else "")),
-            ("entries", f"{dl['entries']}: index {dl['first_index']}..{dl['last_index']}, last term {dl['last_term']}"),
-            ("entry walk end", f"{dl['end_offset']} ({dl['end_reason']})"),
-            ("checkpoint", f"committedIndex {dl['committed_index']} (ends at {dl['committed_pos']}: the commit log max right after load), endIndex {dl['end_index']}"),
-            ("currterm", f"currTerm {dl['current_term']}, voteLeader {dl['vote_leader']}"),
-            ("index", f"{dl['index_units']} units in {dl['index_files']} file(s) of {dl['index_file_size']} bytes"),
-        ],
-    )
 
 
 def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
@@ -129,34 +108,8 @@ def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
         console.print(titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"), rows=rows))
 
 
-def _index_table(index: dict[str, Any]):
-    t = titled_table(
-        f"Index files (maxHashSlotNum {index['hash_slot_num']}, maxIndexNum {index['index_num']})",
-        ("file", "begin", "end", "phy offsets", "entries", "slots used"),
-        optional=("slots used", "begin"),
-    )
-    for f in index["files"]:
-        t.add_row(
-            f["name"],
-            iso_ms(f["begin_timestamp"]),
-            iso_ms(f["end_timestamp"]),
-            f"{f['begin_phy_offset']}..{f['end_phy_offset']}",
-            str(f["entries"]),
-            str(f["hash_slot_count"]),
-        )
-    return t
-
-
-def lock_text(doc: dict[str, Any]) -> str:
-    if not doc["lock_file"]:
-        return "absent"
-    holder = doc.get("lock_holder")
-    return "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
-
-
 def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
-    """Topics, queue counts and message counts as the commit log holds them (every record up to
-    the logical end: what the broker would dispatch), for a store without consume queues."""
+    """Topics, queue and message counts of the commit log's records up to the logical end (a store without consume queues)."""
     import pyarrow as pa  # only here: info otherwise needs no Arrow
 
     from ..scan.messages import read_batches
@@ -180,10 +133,9 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 
 def info_document(store: Store) -> dict[str, Any]:
-    """``store_summary`` scanned from where the broker's next start scans, with what that start
-    keeps and drops (``store.nextstart``); without consume queues its topics come from the
-    commit log (and ``topics_source`` says so). Given a bare commit log folder or segment, the
-    store's other parts are listed in ``not_looked_at``: their absence there says nothing about the store."""
+    """``store_summary`` scanned from where the broker's next start scans, with what that start keeps and
+    drops (``store.nextstart``); without consume queues, the topics of the commit log (``topics_source``).
+    Given a bare commit log folder or segment, the store's other parts are ``not_looked_at``."""
     from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
 

@@ -1,9 +1,5 @@
-"""``mqtool offsets STORE``: consumer groups' committed offsets, delay levels' and the 5.x timer's
-progress, against the queues as the broker loads them (``mqtool/store/offsets.py``).
-
-Exit 0 when every committed offset lies in its queue's range, 1 when one is beyond max, below min
-or names a queue that is gone, 3 on bad input.
-"""
+"""``mqtool offsets STORE``: committed offsets, delay levels' and the 5.x timer's progress against the
+queues as the broker loads them (``store/offsets.py``); exit 1 when one lies outside its queue."""
 
 from __future__ import annotations
 

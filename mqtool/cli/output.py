@@ -1,21 +1,8 @@
-"""Rendering for every command: one streaming implementation per output format.
+"""Rendering for every command: one streaming implementation per output format (data on stdout).
 
-Data goes to stdout, messages and progress to stderr. The default format is ``table`` for
-every command, whether stdout is a terminal or not; ``json`` (one array or document),
-``jsonl`` (one object per line) and ``csv`` are for machines.
-
-How a command prints a table (it then never cuts a number or an id, wraps text at spaces,
-drops the columns it may drop with a note, or switches to vertical records: see ``table.py``):
-
-- rows streamed from an iterator of dicts: ``emit_rows(rows, fmt, FIELDS, TABLE_COLUMNS,
-  optional=("size", "tags"))``; ``optional`` lists the table columns that may be left out
-  to fit the width, least important first (JSON/CSV always carry every field);
-- a document (``info``, a plan): ``emit_document(doc, fmt, render)`` where ``render(screen, doc)``
-  calls ``screen.print(...)`` with ``kv_table(title, [(key, value), ...])``,
-  ``titled_table(title, columns, optional=..., rows=[cells, ...])``, or text
-  (rich markup allowed; wrapped at spaces with its indent kept, never cut).
-
-Put long single-word columns (topics, paths) last: the last column may run past the edge.
+Rows stream through ``emit_rows``, a document (``info``, a plan) through ``emit_document`` and its
+``render(screen, doc)``; tables are laid out by ``table.py``. Put long single-word columns (topics,
+paths) last: the last column may run past the edge.
 """
 
 from __future__ import annotations
@@ -52,8 +39,7 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
 
 
 def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), rows: Iterable[Sequence] = ()) -> Table:
-    """A titled table with a header and ``rows`` (each a sequence of cells); ``optional`` columns
-    may be dropped to fit, least important first."""
+    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first."""
     table = Table(columns, title=title, optional=optional)
     for row in rows:
         table.add_row(*row)
@@ -61,8 +47,7 @@ def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] 
 
 
 class Screen:
-    """What a document renderer prints to: ``Table`` objects laid out to the width, anything
-    else through rich (markup allowed), wrapped at spaces only: a longer word runs past the edge."""
+    """What a document renderer prints to: ``Table`` objects laid out to the width, text wrapped at spaces."""
 
     def __init__(self, out):
         self.out = terminal.data_stream(out)
@@ -79,15 +64,16 @@ class Screen:
             self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color)
         return self._console
 
-    def print(self, obj: Any = "", **kwargs) -> None:
+    def print(self, obj: Table | str = "", *, markup: bool = True, **kwargs) -> None:
+        """A ``Table``, or text (rich markup allowed)."""
         if isinstance(obj, Table):
             if self.printed and obj.title:
                 self.out.write("\n")  # a blank line between titled tables
             print_table(self.out, obj, self.width, self.color)
-        elif isinstance(obj, str):
-            self._print_text(obj, **kwargs)
+        elif not kwargs and not _RICH_RENDERS.search(obj):
+            self._write_wrapped(obj)  # what rich would print, without importing it
         else:
-            self.console.print(obj, **kwargs)
+            self._print_rich(obj, markup=markup, **kwargs)
         self.printed = True
 
     def note(self, text: str) -> None:
@@ -95,15 +81,8 @@ class Screen:
         self.printed = True
         self._write_wrapped(f"note: {text}", lead=YELLOW + "note:" + RESET if self.color else None)
 
-    def _print_text(self, text: str, *, markup: bool = True, **kwargs) -> None:
-        if not kwargs and not _RICH_RENDERS.search(text):
-            self._write_wrapped(text)  # what rich would print, without importing it
-        else:
-            self._print_rich(text, markup=markup, **kwargs)
-
     def _write_wrapped(self, text: str, lead: str | None = None) -> None:
-        """``text`` wrapped at spaces as ``_print_rich`` wraps it; ``lead`` replaces the first
-        word (the same word, styled)."""
+        """``text`` wrapped at spaces as ``_print_rich`` wraps it; ``lead`` replaces the first word (styled)."""
         lines = []
         for line in text.split("\n"):
             indent = line[: len(line) - len(line.lstrip(" "))]
@@ -125,8 +104,7 @@ class Screen:
 
 
 def print_table(out, table: Table, width: int, color: bool, keep: Layout | None = None, *, first_record: int = 1) -> Layout:
-    """Write ``table`` (title included unless ``keep`` says it was printed already) and return
-    its layout; a note on stderr says which columns were dropped."""
+    """Write ``table`` (its title unless ``keep``, the layout printed before) and return its layout."""
     layout = table.layout(width, keep=keep)
     if layout.dropped and (keep is None or keep.dropped != layout.dropped):
         out.flush()
@@ -168,10 +146,6 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _json_line(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
 # The table heading of a field every command shows under a shorter name (its JSON field name stays);
 # any other field is headed by its name in words (``msg_id`` as "msg id"), as every table is.
 HEADERS = {"queue_id": "queue", "store_timestamp": "stored"}
@@ -195,24 +169,19 @@ def emit_rows(
     out=None,
     width: int | None = None,
 ) -> int:
-    """Stream ``rows`` in ``fmt``; returns how many were written.
-
-    ``fields`` fixes the CSV header and column order; the table shows ``table_columns``
-    (default: all fields), in batches so memory stays bounded; ``optional`` table columns may be
-    dropped to fit the width, least important first; ``fold`` columns may break a long word across
-    lines rather than turn the table into vertical records; a table column's heading is ``heading``'s
-    (``headers`` first), its words wrapping at their spaces. ``width``: the table's, else the terminal's.
-    """
+    """Stream ``rows`` in ``fmt``; returns how many were written. ``fields``: the CSV header and order;
+    the table shows ``table_columns`` (default: all), ``optional`` ones dropped to fit, least important
+    first; ``fold`` ones may break a long word rather than turn the table vertical."""
     out = terminal.data_stream(out)
     count = 0
     if fmt is OutputFormat.jsonl:
         for row in rows:
-            out.write(_json_line(row) + "\n")
+            out.write(json.dumps(row, ensure_ascii=False) + "\n")
             count += 1
     elif fmt is OutputFormat.json:
         out.write("[")
         for row in rows:
-            out.write(("\n" if count == 0 else ",\n") + _json_line(row))
+            out.write(("\n" if count == 0 else ",\n") + json.dumps(row, ensure_ascii=False))
             count += 1
         out.write("\n]\n" if count else "]\n")
     elif fmt is OutputFormat.csv:
@@ -231,8 +200,7 @@ def emit_rows(
 
 def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str],
                 width: int | None = None) -> int:
-    """The table format, TABLE_BATCH rows at a time: each batch keeps the previous one's layout
-    where it fits (the header is repeated only when the column widths change)."""
+    """The table, TABLE_BATCH rows at a time, each batch in the previous one's layout where it fits."""
     width, color = width or terminal.width(), terminal.color(out)
     count, layout = 0, None
     table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional], fold=[heading(c, headers) for c in fold])
@@ -257,17 +225,15 @@ def _table_value(value: Any, timed: bool) -> Any:
 
 
 def text_encoder(fields: Sequence[str], fmt: OutputFormat):
-    """The compiled text encoder (``mqtool.scan.text.BatchText``) of ``fields`` in ``fmt`` (JSON
-    Lines, JSON or CSV): each row as ``emit_rows`` writes the row's dict."""
+    """The compiled text encoder (``scan.text.BatchText``) of ``fields`` in ``fmt``: each row as ``emit_rows`` writes it."""
     from ..scan.text import BatchText, TextFormat
 
     return BatchText(fields, TextFormat(fmt.value))
 
 
 def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], encoder=None, out=None) -> int:
-    """Write (batch, text) pairs of ``fields`` columns as JSON Lines, JSON or CSV: the text as
-    ``encoder`` wrote it, or encoded here when it is None; the bytes ``emit_rows`` writes for the
-    rows as dicts. Returns how many rows were written."""
+    """Write (batch, text) pairs as JSON Lines, JSON or CSV, the bytes ``emit_rows`` writes for the rows as
+    dicts (text None: encoded here); returns how many rows were written."""
     out = terminal.data_stream(out)
     out.flush()
     raw = out.buffer

@@ -1,7 +1,5 @@
-"""Progress bars for long scans: tqdm on stderr, in bytes; by default only when stderr is a
-terminal and stdout is not a pipe (the reader of ``| head`` or ``| less`` writes to the same
-terminal, and a bar would land in the middle of its lines); never with ``--quiet``; erased before
-any finding, row or message is written (``terminal.clear_bars``). ``--progress`` forces them."""
+"""Progress bars for long scans: tqdm on stderr, in bytes; by default only when stderr is a terminal
+and stdout is not a pipe (a bar would land among the lines of ``| less``); never with ``--quiet``."""
 
 from __future__ import annotations
 
@@ -13,18 +11,6 @@ from . import terminal
 from .terminal import State
 
 
-class HiddenBar:
-    """A bar that is not shown: what ``tqdm(disable=True)`` does."""
-
-    disable = True
-
-    def update(self, n: int) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class ByteProgress:
     """Track a scan from ``start`` to ``stop`` (commit log offsets); cheap to call per record."""
 
@@ -34,25 +20,24 @@ class ByteProgress:
         disable = (None if not stdout_is_a_pipe() else True) if enabled is None else not enabled
         if State.quiet:
             disable = True
-        if disable or (disable is None and not sys.stderr.isatty()):  # as tqdm decides, without importing it
-            self.bar = HiddenBar()
-        else:
+        self.bar = None  # not shown
+        if not (disable or (disable is None and not sys.stderr.isatty())):  # as tqdm decides, without importing it
             from tqdm import tqdm
 
             self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=disable, leave=False, ncols=bar_width())
-        self.start = start
         self.shown = start
-        if not self.bar.disable:
+        if self.bar is not None:
             terminal.show_bar(self.bar)  # cleared before data or a message is written
 
     def advance(self, offset: int) -> None:
-        if offset - self.shown >= self.STEP:
+        if self.bar is not None and offset - self.shown >= self.STEP:
             self.bar.update(offset - self.shown)
             self.shown = offset
 
     def close(self) -> None:
-        terminal.hide_bar(self.bar)
-        self.bar.close()
+        if self.bar is not None:
+            terminal.hide_bar(self.bar)
+            self.bar.close()
 
     def __enter__(self) -> "ByteProgress":
         return self
@@ -62,12 +47,9 @@ class ByteProgress:
 
 
 def written_end(commitlog, stop: int | None = None) -> int:
-    """Where the bytes a scan up to the logical end will read end, as far as the file system
-    knows without reading them, for a bar's total (``stop`` bounds it; the scan's real end is
-    the first invalid record). Not ``end_of_files``: the broker pre-allocates the next segment
-    (``AllocateMappedFileService``) and a segment is written from its start on, so trailing
-    segments whose first record size is 0 were never written, and in the last written one the
-    first hole of a sparse file (``SEEK_HOLE``) is where the writes stopped (to a block)."""
+    """A bar's total: where the written bytes end as far as the file system knows (``stop`` bounds it).
+    Not ``end_of_files``: trailing segments the broker pre-allocated (``AllocateMappedFileService``)
+    start with a zero size, and in the last written one the first hole (``SEEK_HOLE``) is where writes stopped."""
     end = commitlog.end_of_files
     for seg in reversed(commitlog.segments):
         try:
@@ -91,8 +73,7 @@ def stdout_is_a_pipe() -> bool:
 
 
 def bar_width() -> int | None:
-    """Two columns short of stderr's terminal: a bar as wide as the terminal leaves the cursor
-    past the edge, so the ``^C`` the terminal echoes wraps and the bar can no longer be erased."""
+    """Two columns short of stderr's terminal: at full width an echoed ``^C`` wraps and the bar cannot be erased."""
     try:
         return max(os.get_terminal_size(sys.stderr.fileno()).columns - 2, 20)
     except (OSError, ValueError, AttributeError):

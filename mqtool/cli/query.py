@@ -1,9 +1,5 @@
-"""``mqtool query``: the broker's own lookups, offline (``mqtool/store/lookup.py``).
-
-``key`` / ``uniq-key`` walk the index as ``DefaultMessageStore.queryMessage`` does, ``msg-id`` reads
-the record an offsetMsgId names, ``offset`` goes through the consume queue, ``time`` answers
-``getOffsetInQueueByTime``. Exit 0 when a message matches, 1 when none does.
-"""
+"""``mqtool query``: the broker's own lookups, offline (``store/lookup.py``): ``key`` / ``uniq-key`` as
+``DefaultMessageStore.queryMessage``, ``msg-id``, ``offset`` and ``time`` (``getOffsetInQueueByTime``)."""
 
 from __future__ import annotations
 
@@ -17,10 +13,10 @@ from ..errors import EXIT_FINDINGS, UsageError
 from ..formats.msgid import decode_msg_id
 from ..formats.properties import PropertyKey
 from ..formats.timer import TIMER_TOPIC
-from ..store.records import MESSAGE_FIELDS, BodyEncoding, message_dict, parse_time
+from ..store.records import MESSAGE_FIELDS, BodyEncoding, parse_time
 from ..store import Store
 from ..store import lookup
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, message_of, note, open_store
 from .output import OutputFormat, emit_rows
 
 app = typer.Typer(
@@ -55,16 +51,12 @@ def _renamed(value: str | None, old: str | None, name: str, old_name: str) -> st
     return old if value is None else value
 
 
-def _message(store: Store, record, body: BodyEncoding) -> dict[str, Any]:
-    return message_dict(record, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
-
-
 def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> Iterator[dict]:
     for f in found:
         row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error,
                                "timer_state": None, "delivery_time": None, "delivered_offset": None}
         if f.record is not None:
-            row.update(_message(store, f.record, body))
+            row.update(message_of(store, f.record, body))
         else:
             row["offset"] = f.offset
         yield row
@@ -93,22 +85,16 @@ def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, since, until,
         _add_timer_states(store, rows)
         emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if not result.matches and not waiting:
-            note(_no_match(store, topic, key, kind))
+            if store.root is not None and store.path("consumequeue").is_dir() and not store.path("consumequeue", topic).is_dir():
+                note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
+            else:
+                note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
             raise typer.Exit(EXIT_FINDINGS)
 
 
-def _no_match(store: Store, topic: str, key: str, kind: str) -> str:
-    """Why a key lookup found nothing: the topic is not in the store (no consume queue of it, and
-    no hit), or no message of it carries the key."""
-    if store.root is not None and store.path("consumequeue").is_dir() and not store.path("consumequeue", topic).is_dir():
-        return f"topic {topic} is not in the store (no consumequeue/{topic}/)"
-    return f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}"
-
-
 def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, begin, end) -> list[lookup.Found]:
-    """A 5.x timer message is stored, and indexed, as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
-    until it is delivered (reference §9): looked up there too, so a message sent with a delay is found before its
-    delivery (``source: timer``)."""
+    """A 5.x timer message is stored and indexed as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
+    until delivered (reference §9): looked up there too (``source: timer``)."""
     if topic == TIMER_TOPIC or store.root is None or not (store.root / "timerlog").is_dir():
         return []
     result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, begin if begin is not None else 0, end if end is not None else lookup.LONG_MAX)
@@ -117,9 +103,8 @@ def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_h
 
 
 def _add_timer_states(store: Store, rows: list[dict]) -> None:
-    """``timer_state`` (``pending``, ``delivered``, ``rolled``, ``cancelled``, ``lost``: ``mqtool/scan/timer.py``),
-    ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer`` row; a timer message the timer
-    store has not enqueued yet is ``pending`` with the delivery time of its ``TIMER_OUT_MS``."""
+    """``timer_state`` (``scan/timer.py``), ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer``
+    row; one not enqueued yet is ``pending``, due at its ``TIMER_OUT_MS``."""
     timer_rows = [r for r in rows if r.get("topic") == TIMER_TOPIC]
     if not timer_rows or store.root is None:
         return
@@ -266,7 +251,7 @@ def query_offset(
             else:
                 row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
         if record is not None:
-            msg = _message(s, record, body)
+            msg = message_of(s, record, body)
             if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})

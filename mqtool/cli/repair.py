@@ -1,10 +1,7 @@
 """Repair commands: ``truncate-dirty``, ``recover``, ``repair``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``.
 
-Each modifying command plans first (``mqtool.recovery``), prints the plan, and changes nothing
-unless ``--yes`` is given (``--dry-run``: print only; ``--plan-out FILE``: save the plan for
-``mqtool apply FILE --yes``). Changes go through ``mqtool.apply``: a backup of every byte
-overwritten or deleted, a journal, fsync. A store in use (lock held, files open or mapped by
-another process) is refused unless ``--force``. An apply that was interrupted is finished first.
+Each plans first (``mqtool.recovery``) and changes nothing without ``--yes``; changes go through
+``mqtool.apply`` (backup, journal, fsync); a store in use is refused unless ``--force``.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, cle
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plans import Action, CheckpointPlan, CommitLogPlan, DispatchPhase, Expected, IndexPlan, LostMessages, Plan, PlanOptions, QueuePlan
+from ..recovery.plans import CommitLogPlan, Expected, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -50,16 +47,10 @@ FLOW_OPTIONS = (("yes", YesOpt, False), ("dry_run", DryRunOpt, False), ("plan_ou
                 ("force", ForceOpt, False), ("fmt", FormatOpt, OutputFormat.table), ("broker_config", BrokerConfigOpt, None), ("broker_version", BrokerVersionOpt, None))
 
 
-# ``recovery.planners`` and ``recovery.repair``: imported when a command plans (the commands' ``--help`` and ``restore`` go without them)
+# imported when a command plans or writes (the commands' ``--help`` go without them)
 planners = functools.partial(importlib.import_module, "mqtool.recovery.planners")
 repair_planner = functools.partial(importlib.import_module, "mqtool.recovery.repair")
-
-
-def hold_store_lock(root: Path, force: bool):
-    """``apply.executor.hold_store_lock`` (imported as the planners are)."""
-    from ..apply.executor import hold_store_lock
-
-    return hold_store_lock(root, force)
+executor = functools.partial(importlib.import_module, "mqtool.apply.executor")
 
 
 # ---- shared flow ------------------------------------------------------------------------------
@@ -73,9 +64,8 @@ class Interrupted(MqtoolError):
 
 @contextmanager
 def explain_interrupt(root: Path, backup: Path):
-    """Ctrl-C while applying: say in one line what state the store is left in and how to finish
-    or undo the apply (``mqtool.apply`` keeps every step restartable and restorable; with
-    ``deferred_interrupts`` it stops only before a write, never after its last one)."""
+    """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
+    the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
     undo = f"mqtool restore {shell_path(backup)} --yes"
     try:
         with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted; "
@@ -88,9 +78,8 @@ def explain_interrupt(root: Path, backup: Path):
 
 
 def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
-    """The plan (or backup) on stdout. With the change confirmed (--yes) before it is shown, a
-    closed stdout or stderr (``| head``) from here on drops what is written to it instead of
-    ending the command: whether the change is made never depends on who reads the output."""
+    """The plan (or backup) on stdout; once ``confirmed`` (--yes), a closed stdout or stderr drops
+    what is written to it: whether the change is made never depends on who reads the output."""
     if not confirmed:
         emit_document(doc, fmt, render)
         return
@@ -106,8 +95,7 @@ USE = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has map
 
 
 def describe_users(users, most: int = 3) -> str:
-    """The processes using a store, each named once: ``pid 7016 (java ...) holds the POSIX lock
-    on X, has open Y``; at most ``most`` processes and two files each."""
+    """``pid 7016 (java ...) holds the POSIX lock on X, has open Y``: at most ``most`` processes, two files each."""
     by_pid: dict[int, list] = {}
     for u in users:
         by_pid.setdefault(u.pid, []).append(u)
@@ -147,8 +135,7 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
 
 
 def refuse_stopped_repair(root: Path) -> None:
-    """A command other than ``repair`` changing a store a ``repair`` stopped in (killed between stages):
-    refused, as its changes would land between the repair's stages (``store_state.stopped_repair_line``)."""
+    """Any other command's changes would land between the stages of a ``repair`` stopped in this store: refused."""
     stopped = stopped_repair_state(root)
     if stopped is not None:
         raise Refused(stopped_repair_line(root, stopped) + ", before any other change")
@@ -196,7 +183,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
+    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
@@ -212,7 +199,7 @@ def _note_damage(plan: Plan) -> None:
 
 def modifying(command: str):
     """A command run by ``run_modifying``: the decorated function takes the command's own options and
-    returns how to make its plan; the store argument comes first and ``FLOW_OPTIONS`` last."""
+    returns its ``PlanMaker``; the store argument comes first and ``FLOW_OPTIONS`` last."""
 
     def decorate(fn):
         flow = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default) for name, kind, default in FLOW_OPTIONS]
@@ -236,8 +223,7 @@ def note_nothing_to_do(plan: Plan) -> None:
 
 
 def with_next_start(doc: dict, recover: Plan | None) -> dict:
-    """The plan document with ``next_start``: what the broker's recovery of ``recover`` keeps and
-    drops, in the words ``info``, ``verify`` and ``salvage`` use (``store.nextstart``)."""
+    """The plan document with ``next_start``: what the broker's recovery of ``recover`` keeps and drops (``store.nextstart``)."""
     from ..store.nextstart import NextStart
 
     found = None if recover is None else NextStart.of_plan(recover)
@@ -283,14 +269,9 @@ def recover(
     """
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
     opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
-    return lambda s, with_crc, cache: with_verify_after(s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked))
-
-
-def with_verify_after(store, make_plan) -> Plan:
-    """``recover``'s plan with what ``verify`` will still report after it (a verify run now,
-    minus what the recovery fixes), each finding marked lost data or fixed by ``repair``."""
-    # release_free_heap: what the plan's dispatch freed, before verify's own working set
-    return repair_planner().plan_with_verify_after(store, make_plan, before_verify=release_free_heap)
+    # with what ``verify`` will still report after it; release_free_heap: what the plan's dispatch freed, before verify's own working set
+    return lambda s, with_crc, cache: repair_planner().plan_with_verify_after(
+        s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked), before_verify=release_free_heap)
 
 
 @guarded
@@ -336,7 +317,7 @@ def repair(
         return
     if plan.is_empty:
         if yes and stopped is not None:
-            with hold_store_lock(root, force):
+            with executor().hold_store_lock(root, force):
                 clear_repair_mark(root)
             note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes")
         _say_nothing_to_repair(plan, yes)
@@ -346,7 +327,7 @@ def repair(
         return
     target = _repair_target(root, backup_dir, stopped)
     stages = RepairStages(root, target)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
+    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
         findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
         note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {target}")
@@ -355,8 +336,7 @@ def repair(
 
 
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
-    """The backup directory of the stages: a stopped repair's own (``apply.backup.stopped_repair``), so
-    one restore undoes the whole repair; else ``--backup-dir`` or the default."""
+    """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` or the default."""
     if stopped is None:
         return Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
     if backup_dir is not None and Path(backup_dir).resolve() != stopped.backup.resolve():
@@ -449,9 +429,8 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
 
 
 class RepairStages:
-    """``repair`` applies several plans in order, each with its backup set in a numbered
-    subdirectory of one backup directory (``mqtool restore`` undoes them in reverse); a stopped
-    repair's next stages are numbered after the ``earlier`` ones there."""
+    """``repair``'s plans, applied in order, each backed up in a numbered subdirectory of one backup
+    directory (``restore`` undoes them in reverse); a stopped repair's next stages follow its ``earlier`` ones."""
 
     def __init__(self, root: Path, target: Path):
         self.root, self.target, self.done = root, target, []
@@ -463,19 +442,15 @@ class RepairStages:
         directory = self.target / f"{self.earlier + len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:
-            from ..apply.executor import durability_point
-
-            durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
+            executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
         writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
     @contextmanager
     def marked(self):
-        """``.mqtool-repair`` in the store names the backup directory while the stages apply (written,
-        durably and under the store lock, before the first stage writes), so a repair killed between
-        two stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``.
-        Cleared when every stage is applied, or when the repair stops with none of its stages left in
-        the store (undone, or none begun)."""
+        """``.mqtool-repair`` names the backup directory while the stages apply, so a repair killed between
+        stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``; cleared
+        when every stage is applied, or when none of its stages is left in the store."""
         write_pending(self.root, self.target, REPAIR_MARKER)
         try:
             yield
@@ -486,21 +461,15 @@ class RepairStages:
 
     @contextmanager
     def undone_on_failure(self):
-        """A stage that cannot be planned on the store the stages before left (e.g. a rebuild the store's
-        broker version decides, when its marks do not tell it) refuses, and one that fails to apply
-        (``ApplyError``) changed nothing or was undone: either way the stages applied before are undone,
-        so a refused or failed repair leaves the store as it was."""
+        """A stage refused (it cannot be planned on the store the stages before left) or failed
+        (``ApplyError``: it changed nothing or was undone): the stages before are undone too."""
         try:
             yield
         except (Refused, writer.ApplyError) as exc:
             if self.done:
-                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(self._undone(exc)) from None
+                undone = executor().roll_back([BackupSet.open(d) for d in self.done])
+                raise (Refused if isinstance(exc, Refused) else writer.ApplyError)(f"{exc}; the {len(self.done)} stage(s) applied before: {undone}") from None
             raise
-
-    def _undone(self, exc: Exception) -> str:
-        from ..apply.executor import roll_back
-
-        return f"{exc}; the {len(self.done)} stage(s) applied before: {roll_back([BackupSet.open(d) for d in self.done])}"
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
@@ -603,7 +572,7 @@ def apply(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
-    with explain_interrupt(root, target), hold_store_lock(root, force), writer.deferred_interrupts():
+    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
         note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 
@@ -646,7 +615,7 @@ def restore_cmd(
     if not force:
         _refuse_before_later_stages(Path(backup), backup_set)
     check_not_in_use(root, [], force)
-    with hold_store_lock(root, force):
+    with executor().hold_store_lock(root, force):
         try:
             result = restore(backup_set, force=force)
         except KeyboardInterrupt:
@@ -663,8 +632,7 @@ def _note_removed(leftovers: list[str]) -> None:
 
 
 def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
-    """One stage of a ``repair`` backup restored alone while a later stage that changed the same files
-    is not: its bytes would overwrite what the later stage wrote, so say which stage and how to undo both."""
+    """A stage of a ``repair`` restored alone would overwrite what a later, unrestored stage wrote to the same files: refused."""
     touched = set(backup_set.touched())
     later = [s for s in repair_stages(backup.resolve().parent) if s.name > backup.resolve().name]
     later = [s for s in later if not BackupSet.open(s).restored and touched & set(BackupSet.open(s).touched())]
@@ -677,37 +645,44 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-def lost_title(lost: LostMessages) -> str:
-    """What the records after the cut are: lost by it, or stale records the broker overwrote
-    before (``LostMessages.stale``), which are not lost now."""
-    stale, stale_bytes = lost.stale, lost.stale_bytes
-    lost_now = f"Lost by the cut: {lost.lost_now} message(s), {lost.bytes - stale_bytes} bytes"
-    if not stale:
-        return lost_now
-    stale_text = f"{stale} stale record(s), {stale_bytes} bytes, the broker overwrote (not lost now)"
-    return f"{lost_now}; after it also {stale_text}" if stale < lost.count else f"After the cut: {stale_text}"
-
-
 def render_plan(console: Screen, doc: dict) -> None:
-    """A plan document as tables (``emit_document``'s rendering), from the typed ``Plan`` it
-    reads back (``recovery/plans.py``); ``next_start`` is the document's own addition."""
+    """A plan document as tables, from the typed ``Plan`` it reads back; ``next_start`` is the document's own."""
     plan = Plan.from_dict(doc)
     console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), ("mode", plan.mode)]))
     if plan.commitlog is not None:
         _render_commitlog(console, plan.commitlog, doc.get("next_start"))
     if plan.lost is not None and (plan.lost.count or plan.lost.other_bytes):
         _render_lost(console, plan.lost)
-    _render_dispatch(console, plan.dispatch)
-    _render_queues(console, plan.queues)
-    _render_index(console, plan.index)
-    _render_checkpoint(console, plan.checkpoint)
+    if plan.dispatch:
+        rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in plan.dispatch]
+        console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
+    changed = [q for q in plan.queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
+    if changed:
+        rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
+        console.print(titled_table(f"Consume queues ({len(changed)} of {len(plan.queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
+    ix = plan.index
+    if ix is not None and any(f.action != "keep" for f in ix.files):
+        rows = [(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", f.end_phy_offset, f.reason) for f in ix.files]
+        console.print(titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"], rows=rows))
+    cp = plan.checkpoint
+    if cp is not None and (cp.before != cp.after or not cp.exists):
+        from .info import CHECKPOINT_NAMES, checkpoint_value
+
+        rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
+                for k, v in cp.after.items() if cp.before.get(k) != v]
+        console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
     if plan.remove_abort:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in plan.notes:
         console.note(n)
     if plan.command == "recover":
-        render_verify_after(console, plan.verify_after)
-    _render_actions(console, plan.actions)
+        _render_verify_after(console, plan.verify_after)
+    if not plan.actions:
+        console.print("No changes.")
+        return
+    spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in plan.actions]
+    rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(plan.actions, spans), 1)]
+    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], rows=rows))
 
 
 def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | None) -> None:
@@ -730,7 +705,12 @@ def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | Non
 
 
 def _render_lost(console: Screen, lost: LostMessages) -> None:
-    title = lost_title(lost) + ("" if lost.complete else f" (first {len(lost.messages)} listed)")
+    """The records after the cut: lost by it, or stale ones the broker overwrote before (``LostMessages.stale``)."""
+    title = f"Lost by the cut: {lost.lost_now} message(s), {lost.bytes - lost.stale_bytes} bytes"
+    if lost.stale:
+        stale = f"{lost.stale} stale record(s), {lost.stale_bytes} bytes, the broker overwrote (not lost now)"
+        title = f"{title}; after it also {stale}" if lost.stale < lost.count else f"After the cut: {stale}"
+    title += "" if lost.complete else f" (first {len(lost.messages)} listed)"
     if lost.other_bytes:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
@@ -750,48 +730,7 @@ def _print_capped(console: Screen, table, rows: list) -> None:
         console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
 
 
-def _render_dispatch(console: Screen, phases: tuple[DispatchPhase, ...]) -> None:
-    if not phases:
-        return
-    rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in phases]
-    console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
-
-
-def _render_queues(console: Screen, queues: tuple[QueuePlan, ...]) -> None:
-    changed = [q for q in queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
-    if not changed:
-        return
-    rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
-    console.print(titled_table(f"Consume queues ({len(changed)} of {len(queues)} change)", ["queue", "min", "max", "cut", "added", "fillers", "files", "topic"], optional=["fillers"], rows=rows))
-
-
-def _render_index(console: Screen, ix: IndexPlan | None) -> None:
-    if ix is None or all(f.action == "keep" for f in ix.files):
-        return
-    rows = [(f.name, f.action, f"{f.entries_before} -> {f.entries_after}", f.end_phy_offset, f.reason) for f in ix.files]
-    console.print(titled_table(f"Index ({ix.hash_slot_num} slots x {ix.index_num} entries)", ["file", "action", "entries", "ends at", "why"], rows=rows))
-
-
-def _render_checkpoint(console: Screen, cp: CheckpointPlan | None) -> None:
-    if cp is None or (cp.before == cp.after and cp.exists):
-        return
-    from .info import CHECKPOINT_NAMES, checkpoint_value
-
-    rows = [(CHECKPOINT_NAMES.get(k, k), f"{checkpoint_value(k, cp.before[k]) if k in cp.before else '-'} -> {checkpoint_value(k, v)}")
-            for k, v in cp.after.items() if cp.before.get(k) != v]
-    console.print(kv_table("Checkpoint" + ("" if cp.exists else " (created)"), rows))
-
-
-def _render_actions(console: Screen, actions: tuple[Action, ...]) -> None:
-    if not actions:
-        console.print("No changes.")
-        return
-    spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in actions]
-    rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(actions, spans), 1)]
-    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], rows=rows))
-
-
-def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
+def _render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
     if not items:
         return
     rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
@@ -801,8 +740,7 @@ def render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
 
 
 def render_repair(console: Screen, doc: dict) -> None:
-    """A repair plan document as tables, from the typed ``RepairPlan`` it reads back
-    (``recovery/repair.py``); ``next_start`` is the document's own addition."""
+    """A repair plan document as tables, from the typed ``RepairPlan`` it reads back; ``next_start`` is the document's own."""
     from ..recovery.repair import RepairPlan
 
     plan = RepairPlan.from_dict(doc)
@@ -824,22 +762,14 @@ def render_repair(console: Screen, doc: dict) -> None:
 
 
 def render_backup(console: Screen, doc: dict) -> None:
-    console.print(
-        kv_table(
-            "Backup",
-            [
-                ("backup", doc["backup"]),
-                ("store", doc["store"]),
-                ("command", doc["command"]),
-                ("complete", doc["complete"]),
-                ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
-                ("whole files", len(doc["files"])),
-                ("byte ranges", len(doc["ranges"])),
-                ("files it created", f"{len(doc['created'])} (deleted on restore)"),
-                ("bytes kept", doc["bytes"]),
-            ],
-        )
-    )
+    console.print(kv_table("Backup", [
+        *((key, doc[key]) for key in ("backup", "store", "command", "complete")),
+        ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
+        ("whole files", len(doc["files"])),
+        ("byte ranges", len(doc["ranges"])),
+        ("files it created", f"{len(doc['created'])} (deleted on restore)"),
+        ("bytes kept", doc["bytes"]),
+    ]))
     if doc["restored_ms"] is not None:
         return  # what it would put back was put back then
     for path in doc["files"]:
@@ -848,14 +778,3 @@ def render_backup(console: Screen, doc: dict) -> None:
         console.print(f"  restore {r['path']} [{r['start']}, {r['end']})")
     for path in doc["created"]:
         console.print(f"  delete  {path}")
-
-
-def register(app: typer.Typer) -> None:
-    app.command("truncate-dirty")(truncate_dirty)
-    app.command()(recover)
-    app.command()(repair)
-    app.command("rebuild-cq")(rebuild_cq)
-    app.command("rebuild-index")(rebuild_index)
-    app.command()(apply)
-    app.command("restore")(restore_cmd)
-

@@ -1,10 +1,5 @@
-"""``mqtool salvage STORE``: every readable message, including those past the damage.
-
-Reads the commit log with ``mqtool.scan.salvage.SalvageScan`` and writes every valid record with
-its ``status`` and the fields of ``mqtool dump``; ``--to-store DIR`` also writes a new store holding
-them (``mqtool.apply.salvage_store``), each row then giving its ``new_offset`` and
-``new_queue_offset``. The source store is only read.
-"""
+"""``mqtool salvage STORE``: every valid record with its ``status`` (``scan.salvage.SalvageScan``), past
+the damage too; ``--to-store DIR`` also writes them to a new store (``apply.salvage_store``)."""
 
 from __future__ import annotations
 
@@ -52,11 +47,10 @@ def _place(writer, store, row: dict):
     return writer.add(raw, live=row["status"] == "live", **{k: row[k] for k in DISPATCH if k != "size"})
 
 
-def _parquet(batches, out: Path, writer, store) -> int:
+def _parquet(batches, out: Path, writer, store) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    count = 0
     sink = None
     try:
         for batch in batches:
@@ -67,11 +61,9 @@ def _parquet(batches, out: Path, writer, store) -> int:
             if sink is None:
                 sink = pq.ParquetWriter(out, batch.schema)
             sink.write_batch(batch)
-            count += batch.num_rows
     finally:
         if sink is not None:
             sink.close()
-    return count
 
 
 @guarded
@@ -104,14 +96,13 @@ def salvage(
 
             writer = SalvageStoreWriter(store, check_target(store, to_store))
         try:
-            next_start = NextStartOf(store)
-            scan = _salvage(store, writer, out, format, body, include_stale, progress, next_start)
+            scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
             new_store = writer.close() if writer is not None else None
         except BaseException:
             if writer is not None:
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
-    _report(scan.summary, new_store, include_stale, next_start.found)
+    _report(scan.summary, new_store, include_stale, next_start)
     left_out = [p for p in store.problems if p.kind != EMPTY_LAST_SEGMENT]  # a wrong-length or misnamed segment Store.open left out
     for problem in left_out:
         note(f"not salvaged: {problem.message}, so none of its records are read")
@@ -119,33 +110,28 @@ def salvage(
         raise typer.Exit(EXIT_FINDINGS)
 
 
-class NextStartOf:
-    """The broker's next start (``store.nextstart``), settled from the salvage scan's own walk
-    from the first segment (``served_to``); ``found`` afterwards."""
+def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None):
+    """Scan and write the rows (and the new store's records); returns the finished scan and the broker's next start."""
+    from ..scan.salvage import SalvageScan
 
-    def __init__(self, store):
-        self.store = store
-        self.found = None
+    found = None
 
-    def served_to(self, walked):
+    def served_to(walked):
+        """The broker's next start (``store.nextstart``), settled from the scan's own walk from the first segment."""
+        nonlocal found
         from ..store.nextstart import next_start
         from ..store.commitlog import ScanEnd
 
-        store = self.store
-        self.found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
-        return walked if self.found is None or self.found.logical_end in (None, walked.offset) else ScanEnd(self.found.logical_end, self.found.end_reason)
+        found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
+        return walked if found is None or found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 
-
-def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None, next_start: NextStartOf):
-    """Scan and write the rows (and the new store's records); returns the finished scan."""
-    from ..scan.salvage import SalvageScan
-
+    # a table decodes only the columns it shows (and those the new store's writer needs)
+    columns = [c for c in MESSAGE_FIELDS if format is not SalvageFormat.table or c in TABLE or (writer is not None and c in DISPATCH)]
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-        scan = SalvageScan(store, columns=_columns(format, writer is not None), body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH,
-                           served_to=next_start.served_to)
+        scan = SalvageScan(store, columns=columns, body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH, served_to=served_to)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
-            return scan
+            return scan, found
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
         table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         fmt = OutputFormat(format.value)
@@ -159,15 +145,7 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
         finally:
             if out is not None:
                 stream.close()
-    return scan
-
-
-def _columns(format: SalvageFormat, writing: bool) -> list[str]:
-    """The message columns to read: every field, but for a table only those it shows (and
-    those the new store's writer needs): decoding columns no table shows would cost it time."""
-    if format is not SalvageFormat.table:
-        return list(MESSAGE_FIELDS)
-    return [c for c in MESSAGE_FIELDS if c in TABLE or (writing and c in DISPATCH)]
+    return scan, found
 
 
 def _report(summary, new_store, include_stale: bool, next_start) -> None:

@@ -1,9 +1,4 @@
-"""``mqtool stats STORE``: what is in the store, per topic and queue (``mqtool/scan/stats.py``).
-
-One compiled pass over the records the broker's recovery would keep. Rows: one per topic and queue
-(``row: "queue"``), then with ``--by`` one per topic and period (``row: "period"``). Exit 0, or
-3 on bad input.
-"""
+"""``mqtool stats STORE``: what is in the store, per topic and queue, and with ``--by`` per period (``scan/stats.py``)."""
 
 from __future__ import annotations
 

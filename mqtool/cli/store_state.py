@@ -1,8 +1,5 @@
-"""What a reader of a store is told first (``info``, ``verify``, ``survivors``, ``salvage``): a
-process holds the store's lock (a running broker still writes), an apply of a repair command was
-interrupted (its ``.mqtool-pending`` marker, ``mqtool.apply.backup``), a ``repair`` stopped before
-its last stage (``.mqtool-repair``), or an interrupted mqtool left temporary files in the store.
-One line each, on stderr; ``info --format json`` carries them as fields."""
+"""What a reader of a store is told first, one line each on stderr: its lock is held, an apply was
+interrupted (``.mqtool-pending``), a ``repair`` stopped between stages (``.mqtool-repair``), temporaries were left."""
 
 from __future__ import annotations
 
@@ -12,10 +9,8 @@ from .common import note, shell_path
 
 
 def store_state(root: Path) -> dict:
-    """``{"lock_holder": pid | None, "interrupted_apply": backup | None, "interrupted_repair": {...} | None,
-    "leftover_files": [...]}`` (``interrupted_repair``: the stopped repair's ``backup``, the stages
-    ``done`` and the one it ``stopped_in``; leftovers relative to ``root``, named only when no apply
-    is pending: a pending apply's own staging files are finished or removed with it)."""
+    """``lock_holder``, ``interrupted_apply``, ``interrupted_repair`` and ``leftover_files`` (relative to
+    ``root``, only when no apply is pending: its own staging files are finished or removed with it)."""
     from ..apply.backup import leftover_temporaries, read_pending
     from ..store.liveness import lock_holder
 

@@ -1,10 +1,5 @@
-"""``mqtool survivors STORE IDS_FILE``: which of these messages survived, and can a consumer get them.
-
-IDS_FILE (``-``: stdin) holds one id per line, or is CSV (with a header) / JSON Lines with
-``--column NAME``. Each id gets a status (``mqtool.scan.survivors``): found,
-found-not-consumable, duplicated, past-damage, missing. Exit 0 when every id is found (or
-duplicated) and consumable, 1 otherwise, 2 on a usage error, 3 on bad input.
-"""
+"""``mqtool survivors STORE IDS_FILE``: which of these messages survived, and can a consumer get them
+(each id's status: ``mqtool.scan.survivors``)."""
 
 from __future__ import annotations
 
@@ -74,9 +69,8 @@ def _json_strings(values):
 
 
 def jsonl_chunks(search) -> Iterator[memoryview]:
-    """JSON Lines of ``SurvivorSearch.chunks()``, each line equal to ``json.dumps(row,
-    ensure_ascii=False)`` of the row dict, built a chunk of ids at a time with Arrow's string
-    kernels rather than row by row in Python."""
+    """JSON Lines of ``SurvivorSearch.chunks()``, each line ``json.dumps(row, ensure_ascii=False)``,
+    built a chunk at a time with Arrow's string kernels."""
     import numpy as np
     import pyarrow as pa
 

@@ -1,11 +1,5 @@
-"""What the command line knows about the terminal: global flags, the width tables are laid out
-to, colour, messages on stderr, and the progress bars that must be cleared before anything else
-is written.
-
-Width: ``COLUMNS`` when set, else the terminal width of stdout, stderr or stdin (the first that is
-a terminal), else 80 -- so a piped table is laid out like the terminal it is read in.
-Colour: only on a terminal, never with ``NO_COLOR`` set (https://no-color.org) or ``TERM=dumb``.
-Messages are plain writes: rich is imported only by what draws with it (``output.Screen`` text).
+"""What the command line knows about the terminal: the width tables are laid out to, colour,
+messages on stderr, and the progress bars that must be cleared before anything else is written.
 """
 
 from __future__ import annotations
@@ -21,9 +15,8 @@ _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
 
 def write_stderr(line: str) -> None:
-    """``line`` on stderr as written, less the control codes that move the cursor, tabs expanded
-    (as the rich console these lines were once printed through did; no emoji codes replaced).
-    Once an apply is confirmed (``State.output_may_close``) a closed stderr drops the line."""
+    """``line`` on stderr less the control codes that move the cursor, tabs expanded; once an apply is
+    confirmed (``State.output_may_close``) a closed stderr drops the line."""
     try:
         sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
         sys.stderr.flush()
@@ -34,10 +27,8 @@ def write_stderr(line: str) -> None:
 
 
 def open_closed_streams() -> None:
-    """Stdin, stdout or stderr closed when mqtool started (``>&-``, ``2>&-``; Python then makes it
-    None): /dev/null on its descriptor and a stream over it, so what is written there is dropped,
-    as to a closed pipe, and the command's exit code is its own; nor can a file mqtool opens (a
-    store file under repair) take descriptor 1 or 2."""
+    """Stdin, stdout or stderr closed at start (``>&-``: Python makes it None): /dev/null on its descriptor,
+    so what is written there is dropped and no file mqtool opens (a store file under repair) takes it."""
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         if getattr(sys, name) is not None:
             continue
@@ -52,8 +43,7 @@ def open_closed_streams() -> None:
 
 
 def to_devnull(stream) -> None:
-    """Point ``stream``'s file descriptor at /dev/null, so that what is buffered and written
-    later (the final flush at exit too) cannot fail again."""
+    """Point ``stream``'s descriptor at /dev/null: what is written later (the final flush too) cannot fail again."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, stream.fileno())
@@ -65,7 +55,8 @@ _bars: list = []  # progress bars on screen (objects with ``clear()``), see prog
 
 
 def width() -> int:
-    """The width to lay out tables to."""
+    """``COLUMNS``, else the width of the first terminal of stdout, stderr and stdin (a piped table is laid
+    out like the terminal it is read in), else 80."""
     env = os.environ.get("COLUMNS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
@@ -78,7 +69,7 @@ def width() -> int:
 
 
 def color(out) -> bool:
-    """Whether to style text written to ``out``."""
+    """Whether to style text written to ``out``: only on a terminal, never with ``NO_COLOR`` or ``TERM=dumb``."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
     return isatty(out)
@@ -102,8 +93,7 @@ def hide_bar(bar) -> None:
 
 
 def clear_bars() -> None:
-    """Erase the progress bars from the screen (they redraw on their next update) so that a line
-    written now starts at the left edge instead of after a bar."""
+    """Erase the progress bars (they redraw on their next update): a line written now starts at the left edge."""
     for bar in _bars:
         bar.clear()
 
@@ -122,8 +112,7 @@ def note(message: str) -> None:
 
 
 def data_console(**kwargs):
-    """A rich console for data on stdout (rich imported now): a closed pipe raises
-    ``BrokenPipeError`` for the command's edge to handle (rich's default exits with status 1)."""
+    """A rich console for data on stdout: a closed pipe raises ``BrokenPipeError`` (rich's default exits 1)."""
     from rich.console import Console
 
     class DataConsole(Console):
@@ -135,8 +124,7 @@ def data_console(**kwargs):
 
 
 class DataStream:
-    """A stream for data: when it writes to the terminal the progress bars are on, it clears
-    them before each write (written to a file or a pipe, the data leaves the bars alone)."""
+    """A stream for data: writing to the terminal, it clears the progress bars before each write."""
 
     def __init__(self, out):
         self.out = out

@@ -1,12 +1,9 @@
-"""``mqtool verify STORE``: is this store sound, and exactly where is it not?
-
-Read-only. Findings go to stdout (table, json, jsonl or csv), progress to stderr. Exit 0 when
-the store is sound (no error or warning finding), 1 when it is not, 3 on bad input.
-"""
+"""``mqtool verify STORE``: is this store sound, and exactly where is it not? (read-only)"""
 
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -87,29 +84,21 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> No
                       "what makes the store sound (plans: nothing changes without --yes)")
 
 
-def _lead(console: Screen, summary: Summary, held: list | None) -> list:
-    """Print the next-start line (once, first) and return the findings held until it was known."""
-    if held is None:
-        return []
-    if summary.next_start is not None:
-        console.print(f"[bold]{escape(summary.next_start.line())}[/]")
-    return held
-
-
 def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
-        console = Screen(out)
-        held: list | None = []  # the findings before the next start is known: it leads
-        for finding in findings:
-            if held is not None and summary.next_start is None:
+        console, held, led = Screen(out), [], False  # the next-start line leads: findings are held until it is known
+        for finding in itertools.chain(findings, [None]):  # None: the end, where it is known if ever
+            if not led and (finding is None or summary.next_start is not None):
+                led = True
+                if summary.next_start is not None:
+                    console.print(f"[bold]{escape(summary.next_start.line())}[/]")
+            if finding is not None:
                 held.append(finding)
-                continue
-            for f in _lead(console, summary, held) + [finding]:
-                _render_finding(console, f.as_dict())
-            held = None
-        for f in _lead(console, summary, held):
-            _render_finding(console, f.as_dict())
+            if led:
+                for f in held:
+                    _render_finding(console, f.as_dict())
+                held.clear()
         _render_summary(console, summary.as_dict(), root)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
