@@ -119,6 +119,26 @@ def test_a_crashed_store_is_recovered_abnormally_to_where_the_broker_ended_it(ve
     assert verify_first_line(store_path(version, "crashed-small"), monkeypatch) == ns["line"]
 
 
+@pytest.mark.parametrize("version", ["4.5.1", "4.9.7"])
+def test_a_record_zeroed_from_inside_its_body_ends_the_log_for_its_crc_in_every_command(tmp_path, version, monkeypatch):
+    """Zeros from inside a record's body to its segment's end (pages a crash lost): the record fails both its body
+    CRC and its length. ``checkMessageAndReturnSize`` checks the CRC as it reads the body, before the length, so
+    the broker's recovery ends there for the CRC. Before: verify, whose own walk judges the length first, said
+    "half message" where info, recover and repair said "crc mismatch" (damage seed 12600100)."""
+    root = copy_store(version, "clean-small", tmp_path)
+    doc = manifest(version, "clean-small")
+    victim = next(m for m in doc["messages"] if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
+                  and "[" not in m["bornHost"] + m["storeHost"])
+    at = victim["commitLogOffset"] + HEADER + 100
+    segment = root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}"
+    with open(segment, "r+b") as f:
+        f.seek(at % SEGMENT)
+        f.write(bytes(SEGMENT - at % SEGMENT))
+    ns = one_answer(root, "--broker-version", version)
+    assert (ns["logical_end"], ns["reason"]) == (victim["commitLogOffset"], f"crc mismatch at {victim['commitLogOffset']}")
+    assert verify_first_line(root, monkeypatch, "--broker-version", version) == ns["line"]
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_clean_store_drops_nothing(version, monkeypatch):
     ns = one_answer(store_path(version, "clean-small"))

@@ -243,11 +243,16 @@ class CommitLogCheck:
         result = self.result
         if result.end_reason == fs.StopReason.LIMIT or result.logical_end is None:
             return None
+        end = fs.ScanEnd(result.logical_end, result.end_reason)
+        if check_crc and end.reason == fs.StopReason.LENGTH_MISMATCH:  # the walk judged its length; the broker's judges its body CRC first
+            scan = fs.FastScan(self.commitlog, end.offset, check_crc=True, stop_on_crc=True, batch=1)
+            next(iter(scan), None)
+            end = fs.ScanEnd(end.offset, scan.end.reason)
         if self._broker_start is not None and self._resume is not None:
-            return self._broker_start, fs.ScanEnd(result.logical_end, result.end_reason)
+            return self._broker_start, end
         if check_crc and result.first_crc is not None and result.first_crc < result.logical_end:
             return self.start, fs.ScanEnd(result.first_crc, fs.StopReason.CRC)
-        return self.start, fs.ScanEnd(result.logical_end, result.end_reason)
+        return self.start, end
 
     def _segment_sequence(self) -> Iterator[Finding]:
         for problem in self.store.problems:  # files Store.open left out of the segment list
