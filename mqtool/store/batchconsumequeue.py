@@ -12,13 +12,13 @@ inner batch, or one message). A unit is valid when ``offset >= 0 && size > 0 && 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import _subdirs, numpy_dtype, queue_directories, read_units
-from .mappedfile import offset_named_files
+from .consumequeue import FileQueue, numpy_dtype, queue_directories, queue_file_sizes, read_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,11 +27,10 @@ UNIT_SIZE = fmt.BATCH_UNIT_SIZE
 DEFAULT_FILE_SIZE = 300_000 * UNIT_SIZE  # ``mapperFileSizeBatchConsumeQueue``
 
 
+@cache
 def unit_dtype() -> "np.dtype":
     """A unit as a numpy record, from the written layout of ``BatchConsumeQueueUnitStruct`` (same names, same bytes)."""
-    dtype = numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
-    assert dtype.itemsize == UNIT_SIZE
-    return dtype
+    return numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
 
 
 class BatchUnit(NamedTuple):
@@ -53,21 +52,10 @@ class BatchUnit(NamedTuple):
         return self.phys_offset >= 0 and self.size > 0 and self.msg_base_offset >= 0 and self.batch_size > 0
 
 
-@dataclass
-class BatchConsumeQueue:
-    topic: str
-    queue_id: int
-    directory: Path
+@dataclass(repr=False)
+class BatchConsumeQueue(FileQueue):
     file_size: int = DEFAULT_FILE_SIZE
-
-    def __post_init__(self):
-        self.files = offset_named_files(self.directory)
-        for base, path in self.files:
-            if base % self.file_size:
-                raise BadStoreFile(f"{path}: name is not a multiple of the batch consume queue file size {self.file_size}")
-
-    def __repr__(self) -> str:
-        return f"BatchConsumeQueue({self.topic!r}, {self.queue_id})"
+    KIND = "batch consume queue"
 
     def units(self, path: Path) -> "np.ndarray":
         return read_units(path, self.file_size, unit_dtype())
@@ -129,9 +117,7 @@ def first_invalid(units: "np.ndarray") -> int:
 def infer_batch_queue_file_size(directory: Path) -> int:
     """The configured file size: the largest unit-multiple file size under ``batchconsumequeue/``
     (every file but a queue's newest is full), else the broker's default."""
-    sizes = {p.stat().st_size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q)}
-    sizes.discard(0)
-    size = max(sizes, default=DEFAULT_FILE_SIZE)
+    size = max(queue_file_sizes(directory), default=DEFAULT_FILE_SIZE)
     if size % UNIT_SIZE:
         raise BadStoreFile(f"{directory}: batch consume queue files are {size} bytes, not a multiple of {UNIT_SIZE}")
     return size

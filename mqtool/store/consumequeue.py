@@ -11,6 +11,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -40,20 +41,16 @@ def numpy_dtype(layout: FixedLayout) -> "np.dtype":
     import numpy as np
 
     codes = layout.codec.format.lstrip(">")
-    return np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
+    dtype = np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
+    assert dtype.itemsize == layout.size
+    return dtype
 
 
+@cache
 def unit_dtype() -> "np.dtype":
     """A consume queue unit as a numpy record (``phys_offset``, ``size``, ``tags_code``), made on
     first use: numpy loads only where units are read as arrays, not for a single lookup."""
-    global _unit_dtype
-    if _unit_dtype is None:
-        _unit_dtype = numpy_dtype(fmt.ENTRY_LAYOUT)
-        assert _unit_dtype.itemsize == ENTRY_SIZE
-    return _unit_dtype
-
-
-_unit_dtype = None
+    return numpy_dtype(fmt.ENTRY_LAYOUT)
 
 
 def __getattr__(name: str):
@@ -82,22 +79,28 @@ class QueueRecovery(NamedTuple):
 
 
 @dataclass
-class ConsumeQueue:
+class FileQueue:
+    """The files of ``<topic>/<queueId>/``, named by their first byte offset (a multiple of ``file_size``)."""
+
     topic: str
     queue_id: int
     directory: Path
     file_size: int
-
-    _recovered: QueueRecovery | None = field(default=None, init=False, repr=False, compare=False)
+    KIND = "consume queue"
 
     def __post_init__(self):
         self.files = offset_named_files(self.directory)
         for base, path in self.files:
             if base % self.file_size:
-                raise BadStoreFile(f"{path}: name is not a multiple of the consume queue file size {self.file_size}")
+                raise BadStoreFile(f"{path}: name is not a multiple of the {self.KIND} file size {self.file_size}")
 
     def __repr__(self) -> str:
-        return f"ConsumeQueue({self.topic!r}, {self.queue_id})"
+        return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
+
+
+@dataclass(repr=False)
+class ConsumeQueue(FileQueue):
+    _recovered: QueueRecovery | None = field(default=None, init=False, repr=False, compare=False)
 
     def units(self, path: Path) -> np.ndarray:
         return read_units(path, self.file_size)
@@ -283,14 +286,18 @@ def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | N
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
     """The configured CQ file size: the most common size of the CQ files (a multiple of 20)."""
-    sizes = Counter(p.stat().st_size for t in _subdirs(consumequeue_dir) for q in _subdirs(t) for _, p in offset_named_files(q))
-    sizes.pop(0, None)
+    sizes = Counter(queue_file_sizes(consumequeue_dir))
     if not sizes:
         return None
     size = max(sizes, key=lambda s: (sizes[s], s))
     if size % ENTRY_SIZE:
         raise BadStoreFile(f"{consumequeue_dir}: consume queue files are {size} bytes, not a multiple of {ENTRY_SIZE}")
     return size
+
+
+def queue_file_sizes(directory: Path) -> list[int]:
+    """The sizes of the non-empty files of every ``<topic>/<queueId>/`` under ``directory``."""
+    return [size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q) if (size := p.stat().st_size)]
 
 
 def _subdirs(directory: Path) -> list[Path]:

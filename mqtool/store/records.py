@@ -138,15 +138,7 @@ def message_dict(
 
 
 def consume_queue_dict(topic: str, queue_id: int, entry: ConsumeQueueEntry) -> dict[str, Any]:
-    return {
-        "topic": topic,
-        "queue_id": queue_id,
-        "queue_offset": entry.queue_offset,
-        "phys_offset": entry.phys_offset,
-        "size": entry.size,
-        "tags_code": entry.tags_code,
-        "filler": entry.is_filler,
-    }
+    return {"topic": topic, "queue_id": queue_id, **entry._asdict(), "filler": entry.is_filler}
 
 
 def batch_unit_dict(topic: str, queue_id: int, unit: BatchUnit) -> dict[str, Any]:
