@@ -182,10 +182,6 @@ class QueueRange(NamedTuple):
     max_offset: int
 
 
-def is_v5(store: Store) -> bool:
-    return store.rules.v5
-
-
 def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
     """``getMinOffsetInQueue`` / ``getMaxOffsetInQueue`` as loaded, or None without such a queue."""
     queue = store.consume_queue(topic, queue_id)
@@ -195,7 +191,7 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
 
 
 def _range(store: Store, queue, recovered) -> QueueRange:
-    return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=is_v5(store)), recovered.max_offset)
+    return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
 
 
 def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
@@ -247,25 +243,17 @@ def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, time
 
 
 def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
-    v5 = is_v5(store)
     files = []
     for base, path in queue.files:
         if base >= recovered.end and files:
             break  # truncated away on load (truncateDirtyFiles)
         readable = min(queue.file_size, max(recovered.end - base, 0))
         files.append(_QueueFile(store, base, path, readable))
-    chosen = _file_by_time(files, timestamp, queue.file_size)
-    if v5:
+    chosen = next((f for f in files[:-1] if f.readable >= ENTRY_SIZE and f.time_at(queue.file_size - ENTRY_SIZE) >= timestamp), files[-1])
+    if store.rules.v5:
         offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)
         return min(max(offset, min_offset), recovered.max_offset)
     return _search_v4(chosen, timestamp, min_offset * ENTRY_SIZE)
-
-
-def _file_by_time(files: list[_QueueFile], timestamp: int, file_size: int) -> _QueueFile:
-    for i, f in enumerate(files[:-1]):
-        if f.readable >= ENTRY_SIZE and f.time_at(file_size - ENTRY_SIZE) >= timestamp:
-            return f
-    return files[-1]
 
 
 def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:

@@ -15,7 +15,7 @@ from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.timer import decode_timer_check
-from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
+from .lookup import QueueRange, pickup_store_timestamp, queue_range
 from .store import Store
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -141,10 +141,8 @@ def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocume
 
 def timer_progress(store: Store, cache: dict | None = None) -> list[dict[str, Any]]:
     """5.x: the timer store's checkpointed offset in ``rmq_sys_wheel_timer/0`` (``config/timercheck``)."""
-    if not is_v5(store) or store.root is None:
-        return []
-    path = store.path("config", "timercheck")
-    if not path.is_file():
+    path = store.file("config", "timercheck")
+    if not store.rules.v5 or path is None:
         return []
     raw = path.read_bytes()
     if len(raw) < 8 * len(TIMERCHECK_FIELDS):

@@ -218,6 +218,11 @@ class Store:
             raise BadInput("this command needs a store root directory, not commit log segments")
         return self.root.joinpath(*parts)
 
+    def file(self, *parts: str) -> Path | None:
+        """``path(*parts)`` when the store has a root and that file exists, else None."""
+        path = None if self.root is None else self.root.joinpath(*parts)
+        return path if path is not None and path.is_file() else None
+
     # ---- version ----------------------------------------------------------------------------
 
     @cached_property
@@ -351,34 +356,32 @@ class Store:
 
     @cached_property
     def checkpoint(self) -> cpfmt.StoreCheckpoint | None:
-        if self.root is None or not self.path("checkpoint").is_file():
+        if (path := self.file("checkpoint")) is None:
             return None
-        with MappedFile(self.path("checkpoint")) as mf:
+        with MappedFile(path) as mf:
             return cpfmt.decode_checkpoint(mf.buf)
 
     @cached_property
     def checkpoint_used_bytes(self) -> int | None:
-        if self.root is None or not self.path("checkpoint").is_file():
+        if (path := self.file("checkpoint")) is None:
             return None
-        with MappedFile(self.path("checkpoint")) as mf:
+        with MappedFile(path) as mf:
             return cpfmt.used_bytes(mf.buf)
 
     @cached_property
     def checkpoint_size_problem(self) -> str | None:
         """What a checkpoint file not of the broker's page size means (``StoreCheckpoint`` maps 4096
         bytes: those the file lacks read as zero, so a cut file's values are partly zeros), or None."""
-        if self.root is None or not self.path("checkpoint").is_file():
-            return None
-        size = self.path("checkpoint").stat().st_size
+        path = self.file("checkpoint")
+        size = cpfmt.CHECKPOINT_FILE_SIZE if path is None else path.stat().st_size
         if size == cpfmt.CHECKPOINT_FILE_SIZE:
             return None
         return f"the checkpoint is {size} bytes, the broker maps {cpfmt.CHECKPOINT_FILE_SIZE}: missing bytes read as zero"
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
-        if self.root is None or not self.path(markers.ABORT_FILE).is_file():
-            return None
-        return markers.decode_abort(self.path(markers.ABORT_FILE).read_bytes())
+        path = self.file(markers.ABORT_FILE)
+        return None if path is None else markers.decode_abort(path.read_bytes())
 
     @property
     def abort_present(self) -> bool:
@@ -386,17 +389,15 @@ class Store:
 
     @property
     def lock_present(self) -> bool:
-        return self.root is not None and self.path(markers.LOCK_FILE).is_file()
+        return self.file(markers.LOCK_FILE) is not None
 
     def config_file(self, name: str) -> dict | None:
         """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None.
 
         Read as ``ConfigManager.load`` reads it: fastjson's leniencies accepted
         (``formats.fastjson``), malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does."""
-        if self.root is None:
-            return None
-        for candidate in (self.path("config", name), self.path("config", name + ".bak")):
-            if candidate.is_file():
+        for candidate in (self.file("config", name), self.file("config", name + ".bak")):
+            if candidate is not None:
                 try:
                     return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8", errors="replace"))
                 except (cfgfmt.ConfigError, OSError):
