@@ -108,15 +108,6 @@ class IndexFile:
                 break
             number = e.prev_index
 
-    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, out: list[int] | None = None) -> list[int]:
-        """The phy offsets of ``chain``, appended to ``out`` until it holds ``max_num``."""
-        out = [] if out is None else out
-        for _number, phy_offset, _t in self.chain(key, begin, end):
-            if len(out) >= max_num:
-                break
-            out.append(phy_offset)
-        return out
-
 
 def query_entries(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[tuple[IndexFile, int, int, int]]:
     """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` hits, each
