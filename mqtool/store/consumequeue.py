@@ -19,7 +19,7 @@ from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ._queueunits import first_invalid_unit
-from .mappedfile import MappedFile, offset_named_files
+from .mappedfile import MappedFile, offset_named_files, open_read_only
 
 if TYPE_CHECKING:
     import numpy as np
@@ -226,16 +226,8 @@ _CHUNK_UNITS = 3276  # units per read (64 KiB)
 
 
 def _open(path: Path):
-    """A raw read-only descriptor as a context manager (``os.pread`` on its ``fileno``); the
-    errors ``MappedFile`` reports, reported alike."""
-    try:
-        return open(path, "rb", buffering=0)
-    except PermissionError:
-        raise BadInput(f"{path}: permission denied") from None
-    except FileNotFoundError:
-        raise BadStoreFile(f"{path}: file disappeared while reading the store") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: {exc.strerror}") from None
+    """A raw read-only file as a context manager (``os.pread`` on its ``fileno``)."""
+    return os.fdopen(open_read_only(path), "rb", buffering=0)
 
 
 def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:

@@ -383,9 +383,12 @@ def is_entry_file(path: Path, base: int) -> bool:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
     except OSError:
         return False
-    if len(head) < dfmt.ENTRY_HEADER_SIZE:
-        return False
-    h = dfmt.decode_entry_header(head, 0, base)
+    return len(head) == dfmt.ENTRY_HEADER_SIZE and describes_itself(dfmt.decode_entry_header(head, 0, base), base)
+
+
+def describes_itself(h: dfmt.EntryHeader, base: int) -> bool:
+    """The first entry of the data file starting at ``base``, as ``DLedgerMmapFileStore.recover``
+    checks it: magic 1, pos = ``base``, size = body length + 48."""
     return h.magic == dfmt.ENTRY_MAGIC and h.pos == base and h.size == h.body_size + dfmt.ENTRY_HEADER_SIZE and h.size > dfmt.ENTRY_HEADER_SIZE - 4
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd, StopReason
-from .dledger import DLedgerCommitLog, EntryScan, entry_problem
+from .dledger import DLedgerCommitLog, EntryScan, describes_itself, entry_problem
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -39,13 +39,7 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     seg = cl.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    return (
-        h.magic == dfmt.ENTRY_MAGIC
-        and h.size > dfmt.ENTRY_HEADER_SIZE - 4
-        and h.pos == seg.base_offset
-        and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
-        and _unit_matches(units.get(h.index), h)
-    )
+    return describes_itself(h, seg.base_offset) and _unit_matches(units.get(h.index), h)
 
 
 def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:

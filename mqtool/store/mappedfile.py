@@ -20,6 +20,18 @@ def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def open_read_only(path: Path) -> int:
+    """A read-only descriptor of a store file; a file that cannot be opened is one line of error."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except PermissionError:
+        raise BadInput(f"{path}: permission denied") from None
+    except FileNotFoundError:
+        raise BadStoreFile(f"{path}: file disappeared while reading the store") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None
+
+
 class MappedFile:
     """One store file mapped read-only; ``buf`` supports ``struct.unpack_from`` and slicing.
 
@@ -33,14 +45,7 @@ class MappedFile:
     def __init__(self, path: Path, base_offset: int = 0, *, sequential: bool = False):
         self.path = path if isinstance(path, Path) else Path(path)  # Path(a Path) parses it again
         self.base_offset = base_offset
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except PermissionError:
-            raise BadInput(f"{self.path}: permission denied") from None
-        except FileNotFoundError:
-            raise BadStoreFile(f"{self.path}: file disappeared while reading the store") from None
-        except OSError as exc:
-            raise BadInput(f"{self.path}: {exc.strerror}") from None
+        fd = open_read_only(self.path)
         try:
             self.size = os.fstat(fd).st_size
             self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
