@@ -108,10 +108,6 @@ ERAS = (
 _BY_NAME = {era.name: era for era in ERAS}
 
 
-def era(name: str) -> Era:
-    return _BY_NAME[name]
-
-
 def era_of(version: BrokerVersion) -> Era:
     for candidate in reversed(ERAS):
         if version >= candidate.first:

@@ -287,9 +287,7 @@ class Store:
     def consume_queue_file_size(self) -> int:
         if self.config.consume_queue_file_size:
             return self.config.consume_queue_file_size
-        if self.root is None:
-            return 300_000 * 20
-        return infer_queue_file_size(self.path("consumequeue")) or 300_000 * 20
+        return (self.root is not None and infer_queue_file_size(self.path("consumequeue"))) or 300_000 * 20
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:
