@@ -1,13 +1,9 @@
 """Batch consume queues: ``batchconsumequeue/<topic>/<queueId>/`` file-queues of 46-byte units
-(reference §5.5; ``BatchConsumeQueue.java @5.3.3``), written for topics whose ``queue.type`` is
-``BatchCQ`` (5.0.0+).
+(reference §5.5; ``BatchConsumeQueue.java @5.3.3``) of topics whose ``queue.type`` is ``BatchCQ`` (5.0.0+).
 
-Unlike a consume queue, a unit's position says nothing of its queue offset: units are appended
-back to back (files are named by byte offset) and each holds ``msgBaseOffset`` and ``batchSize``,
-the queue offsets ``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record (an
-inner batch, or one message). A unit is valid when ``offset >= 0 && size > 0 && msgBaseOffset
->= 0 && batchSize > 0``; the broker's recovery (§5.7) stops each queue at the first invalid one.
-"""
+A unit's position says nothing of its queue offset: each unit holds the queue offsets
+``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record, and the broker's
+recovery (§5.7) stops each queue at the first unit failing ``BatchUnit.is_valid``."""
 
 from __future__ import annotations
 
@@ -48,7 +44,7 @@ class BatchUnit(NamedTuple):
 
     @property
     def is_valid(self) -> bool:
-        """``BatchConsumeQueue``'s recovery rule (four parts, where a consume queue has two)."""
+        """``BatchConsumeQueue``'s recovery rule: ``offset >= 0 && size > 0 && msgBaseOffset >= 0 && batchSize > 0``."""
         return self.phys_offset >= 0 and self.size > 0 and self.msg_base_offset >= 0 and self.batch_size > 0
 
 

@@ -1,10 +1,8 @@
 """The commit log as the broker sees it: ordered fixed-size segments and the record scan.
 
-``CommitLog.scan`` is the broker's recovery loop (reference §8.3): decode record after record,
-jump to the next segment on a blank record, stop at the first record that is not valid. The
-position where it stops is the commit log's logical end; nothing after it is trusted, even
-when it looks like a record (the broker never zeroes truncated bytes, §8.9).
-"""
+``CommitLog.scan`` is the broker's recovery loop (reference §8.3): record after record, the next
+segment after a blank, up to the first invalid record: the logical end, after which nothing is
+trusted (the broker never zeroes truncated bytes, §8.9)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """The compiled hot loop: walk commit log records at memory speed (``_fastscan.pyx``, ISA-L CRC32).
 
 ``walk_segment`` applies exactly the checks of ``formats.commitlog.decode_record`` (and the
-body CRC) to a whole segment in one call, with every field position taken from the layouts
-derived from the construct schema. It records where each valid record's parts lie, so callers
-gather any fixed-position column with numpy and slice variable fields from the same buffer.
-Tests hold it equal to the Python decoder on every fixture record.
-
-CRC32 comes from ISA-L's ``crc32_gzip_refl`` (the ``isal`` package exports it; bit-identical
-to zlib's CRC32), called from compiled code through a function pointer; zlib's ``crc32`` is the
-fallback (``CRC_IMPLEMENTATION`` says which).
-"""
+body CRC) to a whole segment in one call, with the field positions of the construct schema's
+layouts, and records where each valid record's parts lie for numpy to gather columns from.
+CRC32 is ISA-L's ``crc32_gzip_refl``, zlib's ``crc32`` the fallback (``CRC_IMPLEMENTATION``)."""
 
 from __future__ import annotations
 
@@ -57,8 +51,6 @@ CODE_REASONS = {
 
 def as_array(buf) -> np.ndarray:
     """A read-only uint8 view of a mapped file's buffer (no copy)."""
-    if isinstance(buf, mmap.mmap):
-        return np.frombuffer(buf, dtype=np.uint8)
     return np.frombuffer(memoryview(buf), dtype=np.uint8)
 
 
@@ -172,11 +164,8 @@ ZERO_WINDOW = 1 << 20
 
 
 def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
-    """Position of the first non-zero byte in ``array[start:stop]``, or -1.
-
-    Scans 1 MiB windows (memory speed); with the file's descriptor, holes of a
-    sparse file (``SEEK_DATA``) are skipped without reading them.
-    """
+    """Position of the first non-zero byte in ``array[start:stop]``, or -1; with the file's
+    descriptor, holes of a sparse file (``SEEK_DATA``) are skipped without reading them."""
     p = start
     while p < stop:
         if fd is not None:

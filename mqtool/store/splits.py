@@ -1,12 +1,10 @@
 """Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact.
 
-A split ``[start, end)`` of one segment owns the records whose first byte lies in it, the last
-read to its end (a record never crosses a segment, reference §2.6). A split not at the segment's
-first byte resynchronises (``find_split_start``) on a self-describing record. Since stale records
-with correct self-offsets can sit after the logical end or behind a blank (§2.6, §8.9),
-``check_handoffs`` accepts a split only where the chain of the previous non-empty accepted split
-of the segment ends (the first must start at the segment's first byte). A DLedger data file
-(``Split.entries``, §15) is walked entry by entry, so the same check applies."""
+A split ``[start, end)`` of one segment owns the records whose first byte lies in it (a record
+never crosses a segment, reference §2.6); one not at the segment's first byte resynchronises
+(``find_split_start``). Stale records with correct self-offsets can sit after the logical end or
+behind a blank (§2.6, §8.9), so ``check_handoffs`` accepts a split only where the chain of the
+splits before it ends. DLedger data files (``Split.entries``, §15) are walked entry by entry."""
 
 from __future__ import annotations
 
