@@ -1,11 +1,10 @@
 """DLedger commit logs (reference §15): where their files are, and a commit log view over them.
 
-``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/``
-(``DLedgerConfig.getDataStorePath``, or ``storePathDLedgerCommitLog``), the entry index in
-``index/`` and ``checkpoint``/``currterm`` beside them. Every entry is a 48-byte header around one
-record whose PHYSICALOFFSET is ``pos + 48``, so random access (``read_record``) is the classic one
-and only the walk differs (``DLedgerScan``, ``dledgerwalk.walk_entries``). A mixed store (§15.5)
-is one view: classic segments below ``divided_offset``, entry files from it."""
+``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/`` (or
+``storePathDLedgerCommitLog``), the entry index in ``index/``, ``checkpoint`` and ``currterm``
+beside them. Each 48-byte entry header wraps one record whose PHYSICALOFFSET is ``pos + 48``: only
+the walk differs from a classic log (``DLedgerScan``, ``dledgerwalk``). A mixed store (§15.5) is
+one view: classic segments below ``divided_offset``, entry files from it."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
 """Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
 
-``config/consumerOffset.json`` (``ConsumerOffsetManager``, loaded as ``ConfigManager.load`` does,
-``.bak`` as fallback), ``config/delayOffset.json`` (``ScheduleMessageService``; clamped from 4.9.2,
-``correctDelayOffset``, rules §2.16) and 5.x ``config/timercheck`` (``TimerCheckpoint``). Each
-offset is placed against its queue's [min, max] as the broker loads them (``at_min``,
-``in_range``, ``at_max``, ``beyond_max``, ``below_min``, ``no_queue``); lag comes from the units alone."""
+``config/consumerOffset.json`` (``ConsumerOffsetManager``), ``config/delayOffset.json``
+(``ScheduleMessageService``; clamped from 4.9.2, rules §2.16) and 5.x ``config/timercheck``
+(``TimerCheckpoint``): each offset placed against its queue's [min, max] as the broker loads them
+(``relation``); lag comes from the units alone."""
 
 from __future__ import annotations
 

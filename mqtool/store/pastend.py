@@ -1,11 +1,7 @@
-"""What lies after a cut of the commit log: every record from an offset to the end of the last
-segment (``records_after``), as the broker's next start (``nextstart``) and the recovery plan's
-lost records (``recovery.lost``) count them.
-
-The broker discards everything after the first invalid record unread; to tell the operator what
-that means this walks on (compiled walk, CRC checked but not fatal), resynchronising after bytes
-that are no record on the next magic code whose PHYSICALOFFSET is its own position. Bytes that
-belong to no record are counted, not listed."""
+"""What lies after a cut of the commit log (``records_after``): the records the broker discards
+unread, for the next start (``nextstart``) and the recovery plan's lost records (``recovery.lost``).
+The compiled walk goes on past invalid bytes (CRC checked, not fatal) at the next magic code whose
+PHYSICALOFFSET is its own position; bytes that belong to no record are counted, not listed."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""Per-segment commit log analysis on the compiled walk (runs in worker processes with ``--jobs``).
+"""Per-segment commit log analysis on the compiled walk (in worker processes with ``--jobs``).
 
-``analyze_segment`` walks one segment with ``fastscan.walk_segment`` (without stopping at a CRC
-failure) and records in a small picklable ``SegmentReport`` the *runs* of valid records (with
-their CRC, PHYSICALOFFSET (§2.1) and ``__CRC32#`` (§2.10) mismatches), the *gaps* between them
-(``fastscan.find_record_start``), the end-of-file blank and what lies after it (§2.6). Records
-never cross a segment (§2), so ``commitlog.py`` stitches the reports into the broker's view."""
+``analyze_segment`` walks one segment (not stopping at a CRC failure) into a picklable
+``SegmentReport``: the runs of valid records with their CRC, PHYSICALOFFSET (§2.1) and
+``__CRC32#`` (§2.10) mismatches, the gaps between them, the end-of-file blank and what follows it
+(§2.6). Records never cross a segment (§2), so ``verify`` stitches the reports into the broker's view."""
 
 from __future__ import annotations
 
