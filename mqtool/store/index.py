@@ -76,13 +76,6 @@ class IndexFile:
                 return
             yield self.entry(number)
 
-    def slots(self) -> Iterator[tuple[int, int]]:
-        """``(slot, entry number)`` for every non-empty slot."""
-        for slot in range(self.geometry.hash_slot_num):
-            number = self.slot(slot)
-            if number:
-                yield slot, number
-
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
