@@ -122,36 +122,26 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
     result = Lookup()
-    logical_end = None
-    tail_records: list[clfmt.CommitLogRecord] = []
-    if store.index_files:
-        result.indexed_until, first_after = _after_index(store)
-        if scan_tail and first_after is not None:
-            scan = store.commitlog.scan(first_after)
-            for record in scan:
-                if begin <= record.store_timestamp <= end and record.topic_name == topic and key in _indexed_keys(record, legacy):
-                    tail_records.append(record)
-            logical_end = scan.end.offset
-            result.logical_end = logical_end
-    else:
+    if not store.index_files:
         result.indexed = False
         result.notes.append("no index file (deleted, or messageIndexEnable off): the commit log has to be scanned")
         return result
+    tail_records: list[clfmt.CommitLogRecord] = []
+    result.indexed_until, first_after = _after_index(store)
+    if scan_tail and first_after is not None:
+        scan = store.commitlog.scan(first_after)
+        tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy)]
+        result.logical_end = scan.end.offset
     last_time = end
     for _ in range(3):
         hits = index_hits(store, topic, key, max_hits, begin, last_time)
         if not hits:
             break
         hits.sort(key=lambda h: h.offset)
-        found = []
-        for m, hit in enumerate(hits):
-            record, error = read_message(store, hit.offset, logical_end)
-            if m == 0 and record is not None:
-                last_time = record.store_timestamp
-            matched = None if record is None else key_matches(record, topic, key, kind, legacy)
-            found.append(Found(hit.offset, "index", record, matched, hit, error))
-        result.found = found
-        if any(f.record is not None for f in found) or last_time < begin:
+        result.found = [_read_found(store, hit.offset, "index", topic, key, kind, hit, result.logical_end) for hit in hits]
+        if result.found[0].record is not None:
+            last_time = result.found[0].record.store_timestamp
+        if any(f.record is not None for f in result.found) or last_time < begin:
             break
     seen = {f.offset for f in result.found}
     for record in tail_records:
@@ -162,14 +152,15 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
     return result
 
 
+def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, hit: IndexHit | None = None, logical_end: int | None = None) -> Found:
+    """The record at ``offset`` read as the broker serves it (``read_message``) and matched (``key_matches``)."""
+    record, error = read_message(store, offset, logical_end)
+    return Found(offset, source, record, None if record is None else key_matches(record, topic, key, kind, store.legacy_properties), hit, error)
+
+
 def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: str) -> list[Found]:
     """The records a scan matched (``mqtool.scan.lookup.scan_key_offsets``), read and checked."""
-    found = []
-    for offset in offsets:
-        record, error = read_message(store, offset)
-        matched = None if record is None else key_matches(record, topic, key, kind, store.legacy_properties)
-        found.append(Found(offset, "scan", record, matched, None, error))
-    return found
+    return [_read_found(store, offset, "scan", topic, key, kind) for offset in offsets]
 
 
 # ---- consume queue lookups -------------------------------------------------------------------
