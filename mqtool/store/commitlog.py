@@ -78,15 +78,17 @@ class CommitLogScan:
         self.blanks: list[fmt.BlankRecord] = []
 
     def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
-        segments = self.commitlog.segments
         index = self.commitlog.segment_index(self.start)
         if index is None:
             self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
             return
-        pos = self.start - segments[index].base_offset
-        stop = self.stop
-        check_crc = self.check_crc
-        decode = fmt.decode_record
+        yield from self._walk(index, self.start - self.commitlog.segments[index].base_offset)
+
+    LAST_BLANK = "blank record at the end of the last segment"
+
+    def _walk(self, index: int, pos: int) -> Iterator[fmt.CommitLogRecord]:
+        """The records from ``pos`` in segment ``index`` on, the next segment after a blank."""
+        segments, stop = self.commitlog.segments, self.stop
         while True:
             segment = segments[index]
             with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
@@ -95,32 +97,41 @@ class CommitLogScan:
                     if stop is not None and base + pos >= stop:
                         self.end = ScanEnd(base + pos, StopReason.LIMIT)
                         return
-                    if pos >= size:
-                        self.end = ScanEnd(base + pos, StopReason.SEGMENT_END, "a record ended exactly at the segment end")
+                    record = self._record_at(buf, pos, base, size)
+                    if self.end is not None:
                         return
-                    try:
-                        record = decode(buf, pos, base, size)
-                    except FormatError as exc:
-                        self.end = _classify(buf, pos, base, size, exc, check_crc)
-                        return
-                    if record.magic_code == fmt.BLANK_MAGIC:
-                        self.blanks.append(record)
+                    if record is None:  # a blank
                         break
-                    if check_crc and not record.crc_ok():
-                        self.end = ScanEnd(
-                            record.offset,
-                            StopReason.CRC,
-                            f"body CRC {body_crc(record.body)} != stored {record.body_crc}",
-                            record.total_size,
-                        )
-                        return
                     yield record
-                    pos += record.total_size
+                    pos = record.offset - base + record.total_size
             index += 1
             if index >= len(segments):
-                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank record at the end of the last segment")
+                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, self.LAST_BLANK)
                 return
             pos = 0
+
+    def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
+        """The valid record at ``pos``, or None: after a blank (kept in ``blanks``), or with ``end`` set."""
+        if pos >= size:
+            self.end = ScanEnd(base + pos, StopReason.SEGMENT_END, "a record ended exactly at the segment end")
+            return None
+        try:
+            record = fmt.decode_record(buf, pos, base, size)
+        except FormatError as exc:
+            self.end = _classify(buf, pos, base, size, exc, self.check_crc)
+            return None
+        if record.magic_code == fmt.BLANK_MAGIC:
+            self.blanks.append(record)
+            return None
+        if self.check_crc and not record.crc_ok():
+            self.end = crc_end(record.offset, record)
+            return None
+        return record
+
+
+def crc_end(offset: int, record: fmt.CommitLogRecord) -> ScanEnd:
+    """The end at a record whose body CRC fails (``checkCRCOnRecover``)."""
+    return ScanEnd(offset, StopReason.CRC, f"body CRC {body_crc(record.body)} != stored {record.body_crc}", record.total_size)
 
 
 def _classify(buf, pos: int, base: int, size: int, exc: FormatError, check_crc: bool = False) -> ScanEnd:

@@ -17,8 +17,7 @@ from ..errors import BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
-from ..formats.hashing import body_crc
-from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify
+from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import MappedFile, file_size, inferred_file_size, offset_named_files
 
 
@@ -267,14 +266,16 @@ class DLedgerScan(CommitLogScan):
     """``CommitLog.scan`` over DLedger entries: the records inside, with the entry checks of
     §15.4; ``end.offset`` is an entry position (where the broker's recovery cuts)."""
 
+    LAST_BLANK = "blank at the end of the last data file"
+
     def __init__(self, commitlog: DLedgerCommitLog, start: int, stop: int | None, check_crc: bool):
         super().__init__(commitlog, start, stop, check_crc)
         self.entries = 0
+        self.previous: dfmt.EntryHeader | None = None
 
     def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
         cl: DLedgerCommitLog = self.commitlog
         segments = cl.segments
-        header_size = dfmt.ENTRY_HEADER_SIZE
         index = cl.segment_index(self.start)
         if index is None:
             self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
@@ -291,54 +292,43 @@ class DLedgerScan(CommitLogScan):
                 self.end = ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file")
                 return
         pos = max(self.start, segments[index].base_offset) - segments[index].base_offset
-        stop, check_crc, previous = self.stop, self.check_crc, None
         if self.start == segments[index].base_offset + pos:
             pos = cl.entry_start(self.start) - segments[index].base_offset
-        while True:
-            segment = segments[index]
-            with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
-                buf, base, size = mf.buf, segment.base_offset, mf.size
-                while True:
-                    if stop is not None and base + pos >= stop:
-                        self.end = ScanEnd(base + pos, StopReason.LIMIT)
-                        return
-                    if pos >= size:
-                        break
-                    header = dfmt.decode_entry_header(buf, pos, base)
-                    if header.is_blank:
-                        self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
-                        break
-                    if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + header_size, size)]):
-                        self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
-                        return
-                    problem = entry_problem(header, previous)
-                    if problem is None and pos + header.size > size:
-                        self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
-                        return
-                    if problem is not None:
-                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
-                        return
-                    try:
-                        record = fmt.decode_record(buf, pos + header_size, base, pos + header.size)
-                    except FormatError as exc:
-                        end = _classify(buf, pos + header_size, base, pos + header.size, exc)
-                        self.end = ScanEnd(base + pos, end.reason, f"record in entry {header.index}: {end.detail}", end.total_size)
-                        return
-                    if record.magic_code == fmt.BLANK_MAGIC or record.total_size != header.body_size:
-                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, f"entry {header.index}: body is not exactly one message record")
-                        return
-                    if check_crc and not record.crc_ok():
-                        self.end = ScanEnd(base + pos, StopReason.CRC, f"body CRC {body_crc(record.body)} != stored {record.body_crc}", record.total_size)
-                        return
-                    self.entries += 1
-                    yield record
-                    previous = header
-                    pos += header.size
-            index += 1
-            if index >= len(segments):
-                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank at the end of the last data file")
-                return
-            pos = 0
+        yield from self._walk(index, pos)
+
+    def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
+        """The record inside the entry at ``pos``, with the entry checks of §15.4 (``end`` at the entry)."""
+        if pos >= size:
+            return None
+        header = dfmt.decode_entry_header(buf, pos, base)
+        if header.is_blank:
+            self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
+            return None
+        if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + dfmt.ENTRY_HEADER_SIZE, size)]):
+            self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
+            return None
+        problem = entry_problem(header, self.previous)
+        if problem is None and pos + header.size > size:
+            self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
+            return None
+        if problem is not None:
+            self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
+            return None
+        try:
+            record = fmt.decode_record(buf, pos + dfmt.ENTRY_HEADER_SIZE, base, pos + header.size)
+        except FormatError as exc:
+            end = _classify(buf, pos + dfmt.ENTRY_HEADER_SIZE, base, pos + header.size, exc)
+            self.end = ScanEnd(base + pos, end.reason, f"record in entry {header.index}: {end.detail}", end.total_size)
+            return None
+        if record.magic_code == fmt.BLANK_MAGIC or record.total_size != header.body_size:
+            self.end = ScanEnd(base + pos, StopReason.CORRUPT, f"entry {header.index}: body is not exactly one message record")
+            return None
+        if self.check_crc and not record.crc_ok():
+            self.end = crc_end(base + pos, record)
+            return None
+        self.entries += 1
+        self.previous = header
+        return record
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
