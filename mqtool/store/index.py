@@ -33,12 +33,9 @@ class IndexGeometry:
 
 
 class IndexFile:
-    """One index file, mapped read-only, decoded with the broker's geometry.
-
-    The broker maps every index file with its configured size (``IndexFile`` constructor,
-    ``MappedFile(fileName, fileTotalSize)``), so the bytes a truncated file lacks read as zeros:
-    so they do here (``header``, ``slot``, ``entry``), and ``verify`` reports the short file
-    (``index-file-size``) without losing the rest."""
+    """One index file, mapped read-only, decoded with the broker's geometry. The broker maps it with
+    its configured size (``IndexFile``: ``MappedFile(fileName, fileTotalSize)``), so the bytes a
+    truncated file lacks read as zeros, as they do here (``verify`` reports the short file)."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
         self.path = Path(path)
@@ -124,11 +121,8 @@ def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int
 
 
 def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) -> bool:
-    """Do the newest ``probes`` entries read as a sound chain structure under this geometry?
-
-    Each probed entry must have a non-negative hash, a time diff >= 0, a ``prev_index`` below
-    its own number, and be reachable from its slot's head by following ``prev_index``.
-    """
+    """Whether each of the newest ``probes`` entries has a hash and time diff >= 0 and a ``prev_index``
+    below its own number, and is reachable from its slot's head by ``prev_index``, under this geometry."""
     newest = count - 1
     for number in range(newest, max(0, newest - probes), -1):
         key_hash, _phy, diff, prev = fmt.ENTRY.unpack_from(buf, fmt.entry_position(slots, number))
@@ -145,11 +139,8 @@ def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) 
 
 
 def infer_index_geometry(path: Path) -> IndexGeometry:
-    """Find (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size that fits the content.
-
-    Tries the broker's default ratio n = 4 s first, then every other solution lazily; a
-    geometry fits when the newest entries form sound slot chains (``_geometry_fits``).
-    """
+    """The (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size whose slot chains fit the
+    content (``_geometry_fits``): the broker's default ratio n = 4 s first, then every other."""
     size = os.stat(path).st_size
     if size < fmt.HEADER_SIZE:
         raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")

@@ -33,12 +33,8 @@ def open_read_only(path: Path) -> int:
 
 
 class MappedFile:
-    """One store file mapped read-only; ``buf`` supports ``struct.unpack_from`` and slicing.
-
-    Nothing here can write: the file is opened ``O_RDONLY`` and mapped ``ACCESS_READ``. A
-    zero-length file maps to an empty buffer. Slices of ``buf`` are ``bytes`` copies, so no
-    view outlives ``close``.
-    """
+    """One store file mapped read-only (``O_RDONLY``, ``ACCESS_READ``); ``buf`` supports ``struct.unpack_from``
+    and slicing (``bytes`` copies: no view outlives ``close``), empty for a zero-length file."""
 
     __slots__ = ("path", "base_offset", "size", "_map")
 
@@ -114,12 +110,9 @@ def sigbus_handled() -> bool:
 
 
 def exit_on_sigbus(*, worker: bool = False) -> None:
-    """Make a failed read through a map one line on stderr and exit code 3, not "Bus error" (135).
-
-    A read through a map faults with SIGBUS when the file shrank after it was mapped or its pages
-    cannot be supplied; Python cannot catch it, so a compiled handler (``_sigbus.pyx``) writes the
-    line and calls ``_exit(3)``. A worker whose parent waits for its results installs the
-    ``worker`` variant, which hands the signal to the parent."""
+    """Make a failed read through a map (SIGBUS: the file shrank, or its pages cannot be supplied) one
+    line on stderr and exit code 3, not "Bus error" (135): Python cannot catch it, so a compiled handler
+    (``_sigbus.pyx``) does. A worker whose parent waits for it hands the signal to the parent (``worker``)."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return

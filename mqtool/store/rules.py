@@ -36,7 +36,7 @@ class BrokerVersion(NamedTuple):
         try:
             parts = [int(p) for p in core.split(".")]
         except ValueError:
-            raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)") from None
+            parts = []
         if not 1 <= len(parts) <= 3:
             raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)")
         version = cls(*(parts + [0] * (3 - len(parts))))

@@ -128,8 +128,7 @@ class Store:
         if size == 0:
             raise BadStoreFile(f"{path}: empty file")
         segment = Segment(path, int(path.name), size)
-        store = cls(None, CommitLog([segment], config.commitlog_file_size or size), config)
-        return store._finish(version)
+        return cls(None, CommitLog([segment], config.commitlog_file_size or size), config)._finish(version)
 
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
@@ -165,8 +164,7 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
-        store = cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)
-        return store._finish(version)
+        return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)
 
     @classmethod
     def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
@@ -334,10 +332,8 @@ class Store:
 
     @cached_property
     def unreadable_index(self) -> str | None:
-        """Why the index files cannot be read, or None: no file shows the geometry (every one cut or
-        damaged) and no ``--broker-config`` gives it. ``info`` and ``verify`` say so and read no index
-        file (a finding for each); the planners refuse (``index_geometry`` raises), since they would
-        write files of a geometry nobody knows."""
+        """Why the index files cannot be read, or None: no file shows the geometry and no ``--broker-config``
+        gives it. ``info`` and ``verify`` say so; the planners refuse (``index_geometry`` raises)."""
         try:
             self.index_geometry
         except BadStoreFile as exc:
@@ -390,10 +386,8 @@ class Store:
         return self.file(markers.LOCK_FILE) is not None
 
     def config_file(self, name: str) -> dict | None:
-        """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None.
-
-        Read as ``ConfigManager.load`` reads it: fastjson's leniencies accepted
-        (``formats.fastjson``), malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does."""
+        """A ``config/*.json`` document as ``ConfigManager.load`` reads it (``.bak`` as fallback, fastjson's
+        leniencies, malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does), or None."""
         for candidate in (self.file("config", name), self.file("config", name + ".bak")):
             if candidate is not None:
                 try:
