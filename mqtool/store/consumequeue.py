@@ -157,9 +157,7 @@ class ConsumeQueue(FileQueue):
 
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
-        the queue; a file that is valid to its end continues into the next (§5.7). Reads each
-        file until its first invalid unit (``_valid_prefix``), once: the files are those listed
-        when the queue was found (``files``), and the result is kept with them."""
+        the queue; a file valid to its end continues into the next (§5.7). Read once, kept."""
         if self._recovered is None:
             self._recovered = self._recover()
         return self._recovered
@@ -179,12 +177,8 @@ class ConsumeQueue(FileQueue):
         raise AssertionError("unreachable")
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
-        """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9).
-
-        4.x: the first unit of the first file whose offset >= the commit log min, else 0.
-        5.x: the same, except that a queue whose last unit is below the commit log min gets
-        ``min = max`` (an empty queue).
-        """
+        """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9): the first unit of
+        the first file whose offset >= the commit log min, else 0; 5.x: ``max`` when the last unit is below it."""
         if not self.files or end <= 0:
             return 0
         if v5:
@@ -252,9 +246,8 @@ def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:
 
 
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
-    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
-    and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
-    broker maps them; read or mapped as ``read_units`` does."""
+    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7) and the
+    last valid unit's ``(phys_offset, size)``; ``file_size`` bytes read or mapped as ``read_units`` does."""
     if file_size < READ_BELOW:
         with _open(path) as f:
             return _valid_prefix_of(f.read(file_size))

@@ -64,11 +64,9 @@ class SegmentBatch(NamedTuple):
 
 class FastScan:
     """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
-
-    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure; without it rows carry
-    ``crc_ok = 0`` (verification). ``release_behind`` unmaps pages once their batch is consumed (flat
-    RSS on 1 GiB segments). ``batch_bytes``: later batches hold about that many bytes of records,
-    between ``batch // 8`` and ``batch`` rows."""
+    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure, else rows carry ``crc_ok = 0``;
+    ``release_behind`` unmaps pages once their batch is consumed (flat RSS); ``batch_bytes``: later
+    batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False):
         self.commitlog = commitlog
@@ -217,11 +215,10 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
 
 class PagesAhead:
     """Maps a read-only segment map's pages ahead of a sequential walk, in a thread of its own
-    (``_pages.populate``): the page-table work the walk's faults would do runs on another core
-    while the walk checks records. ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD``
-    bytes past it are mapped, so the resident size grows by no more. Nothing is done where the
-    kernel cannot (before Linux 5.14), or for a buffer that is not a map. The walk's thread never
-    waits on a lock here (positions go by a ``SimpleQueue``), so a Ctrl-C cannot leave one held."""
+    (``_pages.populate``), so the page-table work of the walk's faults runs on another core.
+    ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD`` bytes past it are mapped. Nothing is
+    done before Linux 5.14 or for a buffer that is not a map. Positions go by a ``SimpleQueue``: the
+    walk's thread never waits on a lock here, so a Ctrl-C cannot leave one held."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20
@@ -275,9 +272,8 @@ class PagesAhead:
 
 
 def release_pages(buf, start: int, stop: int) -> None:
-    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only
-    map (``MADV_DONTNEED``): the resident size shrinks, the page cache keeps the data and a
-    later access faults it back in. Does nothing where madvise is unavailable."""
+    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only map
+    (``MADV_DONTNEED``; the page cache keeps the data), where madvise is available."""
     if not isinstance(buf, mmap.mmap):
         return
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE

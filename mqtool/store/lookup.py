@@ -111,13 +111,10 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
 
 
 def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX, *, scan_tail: bool = True) -> Lookup:
-    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked.
-
-    The broker returns the hits' records in offset order (collisions included: ``key_matches``
-    says which mqadmin would drop). With ``scan_tail``, records written after the index's last
-    entry are matched too (``source="unindexed"``): on a store whose index lags its commit log
-    (a crash), they are what the broker indexes again on restart.
-    """
+    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
+    offset order (collisions included: ``key_matches`` says which mqadmin would drop). With
+    ``scan_tail``, records after the index's last entry, which the broker indexes again on restart
+    after a crash, are matched too (``source="unindexed"``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties

@@ -49,11 +49,8 @@ class Run:
 
 @dataclass
 class Gap:
-    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record.
-
-    ``resumed``: a record (or an end-of-file blank) starts at ``end``; otherwise ``end`` is one
-    past the last non-zero byte before the segment end.
-    """
+    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record. ``resumed``: a
+    record (or an end-of-file blank) starts at ``end``; else ``end`` is past the last non-zero byte."""
 
     start: int
     end: int
@@ -141,12 +138,10 @@ def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None
 
 
 def property_crc(record) -> tuple[int, object]:
-    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one.
-
-    The last 20 bytes are ``__CRC32#``, ``\\x01``, 10 decimal digits least significant first and
-    ``\\x02``; the CRC is ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``,
-    reference §2.10). A malformed value is returned as its text.
-    """
+    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one: the
+    last 20 bytes are ``__CRC32#``, ``\\x01``, 10 digits least significant first and ``\\x02``; the CRC is
+    ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``, reference §2.10). A
+    malformed value is returned as its text."""
     raw = bytes(record[-PROP_CRC_LEN:])
     expected = body_crc(record[: len(record) - PROP_CRC_LEN]) & CRC31_MASK
     digits = raw[len(PROP_CRC_KEY) : -1]
@@ -215,11 +210,9 @@ class ChainReader:
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     """Walk one segment: its runs of valid records, the gaps between them, its blank record.
-
-    ``progress(n)`` is called with byte counts that add up to the segment's checked range;
-    ``chain`` is shown the chain run's rows as they are walked. ``walked``: the chain run's
-    first records, walked from the segment's first byte with CRC and checked (``check_rows``)
-    by another reader of the same bytes (``recover``'s plan): the chain continues from its end."""
+    ``progress(n)`` gets byte counts adding up to the checked range; ``chain`` is shown the chain
+    run's rows as they are walked. ``walked``: the chain run's first records, walked and checked
+    (``check_rows``) by another reader (``recover``'s plan): the chain continues from its end."""
     shown = 0
 
     def tick(n: int) -> None:
