@@ -196,9 +196,8 @@ class CommitLog:
         return CommitLogScan(self, self.min_offset if start is None else start, stop, check_crc)
 
     def resume_after_damage(self, end: ScanEnd) -> int | None:
-        """Where the log goes on after a walk that stopped at ``end``: the next position the log can
-        be resumed at (``resync.resume_after``), None when there is none. Asked only where the broker
-        serves past the damage (it lies before its recovery's start; DLedger overrides this)."""
+        """Where the log goes on after a walk that stopped at ``end`` (``resync.resume_after``), or None;
+        asked only where the broker serves past the damage (before its recovery's start)."""
         from .resync import resume_after  # the compiled resync: only where a walk stopped at damage
 
         return resume_after(self, end.offset + 1)

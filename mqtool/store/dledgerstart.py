@@ -48,9 +48,8 @@ def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
 
 
 def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
-    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log: the next start, ``verify``
-    (``verify.dledger``), the recovery plan (``recovery.dledger``) and the walks that go on past
-    damage it keeps (``walk_resume``) all take DLedger's recovery end and last entry from here."""
+    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log, for the next start,
+    ``verify.dledger``, ``recovery.dledger`` and ``walk_resume``."""
     if cl.recovery_walk is None:
         cl.recovery_walk = _data_recovery(cl)
     return cl.recovery_walk

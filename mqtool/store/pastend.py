@@ -35,12 +35,9 @@ class LostScan:
 
 def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None, describe: Callable | None = None) -> LostScan:
     """Records from ``cut`` to the end of the last segment; the first ``limit`` are described
-    (``describe(record, crc_ok, legacy)``: the recovery plan's ``recovery.lost.describe``).
-
-    A record stored before ``newest_kept`` (the store timestamp of the newest record the cut keeps,
-    or of a later record found here that is not stale) is counted ``stale``: a leftover of a log
-    the broker already cut back and wrote over (§8.9), dropped by it then, not by this cut (the
-    rule of ``CommitLogCheck._is_stale``, one record at a time)."""
+    (``describe(record, crc_ok, legacy)``: ``recovery.lost.describe``). A record stored before
+    ``newest_kept`` (the newest store time kept so far) is counted ``stale``: a leftover of a log the
+    broker already cut back and wrote over (§8.9; ``CommitLogCheck._is_stale``), not lost by this cut."""
     result = LostScan()
     index = commitlog.segment_index(cut)
     if index is None:
@@ -91,11 +88,9 @@ def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
 
 
 def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``)
-    whose PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a
-    time, releasing the pages it has searched (a 1 GiB segment of zeros after the cut is not kept
-    resident); a window of zeros moves the search to the next data range of ``extents`` (the
-    holes of a sparse segment are not read)."""
+    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``) whose
+    PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a time,
+    releasing the pages searched; a window of zeros moves on to the next data range of ``extents``."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start

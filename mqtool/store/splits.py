@@ -82,12 +82,10 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> l
 
 
 def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False) -> int | None:
-    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself,
-    with the records the walk accepts after it (up to ``RESYNC_CHAIN``) doing the same wherever the walk
-    ends (a split then resumes exactly where a sequential scan would have been), or an end-of-file
-    blank whose size is the bytes left; with ``entries``, the first entry header describing itself
-    (``fastscan.find_record_start``, the one resynchronisation). Zeros are skipped at memory
-    speed, and holes of a sparse file unread when ``fd`` is the file's."""
+    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself with
+    the ``RESYNC_CHAIN`` records after it doing the same, or an end-of-file blank whose size is the
+    bytes left; with ``entries``, the first entry header describing itself (``fastscan.find_record_start``,
+    the one resynchronisation). Holes of a sparse file are not read when ``fd`` is the file's."""
     if start == 0:
         return 0
     data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)

@@ -82,11 +82,9 @@ def normal_start(commitlog: CommitLog, rules: VersionRules, max_cq_phys_offset: 
 
 
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
-    """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
-    present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
-    never read by the broker's recovery. ``mode``, ``index_safe`` (default: the store's config)
-    and the consume queues' max physical offset (default: recovered here) may be given by a
-    planner that has them."""
+    """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
+    the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config) and the
+    consume queues' max physical offset (default: recovered here) may be given by a planner."""
     cl = store.commitlog
     if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
         if not cl.segments:

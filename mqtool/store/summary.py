@@ -41,11 +41,9 @@ def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
 
 
 def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
-    """``logical_end``'s compiled walk from ``start``: (valid records, end).
-
-    The chain leaves a segment only at a blank, for the next segment's start (§8.3), so segments are
-    walked ``workers`` at a time (the walk releases the GIL) and the first whose walk does not end at
-    a blank ends the chain, worded by one sequential ``FastScan`` from that segment."""
+    """``logical_end``'s compiled walk from ``start``: (valid records, end). The chain leaves a segment
+    only at a blank (§8.3), so segments are walked ``workers`` at a time (the walk releases the GIL);
+    the first whose walk does not end at a blank ends the chain, worded by a ``FastScan`` from it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
