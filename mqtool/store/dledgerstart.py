@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd, StopReason
-from .dledger import DLedgerCommitLog, EntryScan, describes_itself, entry_problem
+from .dledger import DLedgerCommitLog, EntryScan, describes_itself, entry_problem, unit_matches
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -39,12 +39,7 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     seg = cl.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    return describes_itself(h, seg.base_offset) and _unit_matches(units.get(h.index), h)
-
-
-def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
-    """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
-    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+    return describes_itself(h, seg.base_offset) and unit_matches(units.get(h.index), h)
 
 
 def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
@@ -70,7 +65,7 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     last = rewrite_from = None
     for header in scan:
         last = header
-        if rewrite_from is None and not _unit_matches(units.get(header.index), header):
+        if rewrite_from is None and not unit_matches(units.get(header.index), header):
             rewrite_from = header.index
     last_index = last.index if last is not None else -1
     committed = cl.layout.committed_index

@@ -163,14 +163,10 @@ def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
     (``ok``, ``mismatch``, ``missing``; None for a blank) and the message inside."""
     blank = header.is_blank
     row = {"file": file, **{k: (None if blank and k not in ("offset", "magic", "size") else v) for k, v in header._asdict().items()}}
+    from .dledger import unit_matches  # DLedger modules: loaded for DLedger data only
+
     row["record_offset"] = None if blank else header.record_offset
-    if blank:
-        row["index_unit"] = None
-    elif unit is None:
-        row["index_unit"] = "missing"
-    else:
-        same = (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (header.magic, header.pos, header.size, header.index, header.term)
-        row["index_unit"] = "ok" if same else "mismatch"
+    row["index_unit"] = None if blank else "missing" if unit is None else "ok" if unit_matches(unit, header) else "mismatch"
     for key, attr in (("topic", "topic_name"), ("queue_id", "queue_id"), ("queue_offset", "queue_offset"), ("msg_id", "msg_id")):
         row[key] = getattr(record, attr) if isinstance(record, CommitLogRecord) else None
     return row
