@@ -62,9 +62,6 @@ class DLedgerLayout:
     def end_index(self) -> int | None:
         return self.checkpoint_value("endIndex")
 
-    def data_files(self) -> list[tuple[int, Path]]:
-        return offset_named_files(self.data_dir)
-
     def index_files(self) -> list[tuple[int, Path]]:
         return offset_named_files(self.index_dir)
 
@@ -338,7 +335,7 @@ class DLedgerScan(CommitLogScan):
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
     """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
-    data, size = segments_of(layout.data_files(), file_size, "DLedger data")
+    data, size = segments_of(offset_named_files(layout.data_dir), file_size, "DLedger data")
     divided = classic[-1].end_offset if classic else 0
     data = [s for s in data if s.base_offset >= divided]
     size = size or file_size or 1 << 30

@@ -293,18 +293,17 @@ def _search_v5(f: _QueueFile, timestamp: int, min_logic: int, file_size: int) ->
     low = max(min_logic - f.base, 0)
     readable = f.readable if 0 < f.readable < file_size else file_size
     ceiling = readable - ENTRY_SIZE
-    floor, high = low, ceiling
     if f.time_at(ceiling) < timestamp:
         return (f.base + ceiling + ENTRY_SIZE) // ENTRY_SIZE
-    if f.time_at(floor) > timestamp:
+    if f.time_at(low) > timestamp:
         return f.base // ENTRY_SIZE
-    found = _bisect(f, low, high, timestamp)
+    found = _bisect(f, low, ceiling, timestamp)
     if found is None:
         return 0
     target, _, _, right, _ = found
     if target != -1:
         offset = target
-        while offset - ENTRY_SIZE >= floor and f.time_at(offset - ENTRY_SIZE) == timestamp:
+        while offset - ENTRY_SIZE >= low and f.time_at(offset - ENTRY_SIZE) == timestamp:
             offset -= ENTRY_SIZE
     else:
         offset = right
