@@ -81,10 +81,9 @@ class BatchConsumeQueue(FileQueue):
         the byte offset of the first invalid unit (``processOffset``)."""
         if not self.files:
             return 0
-        for index in range(max(0, len(self.files) - 3), len(self.files)):
-            base, path = self.files[index]
+        for base, path in self.files[-3:]:
             stop = first_invalid(self.units(path))
-            if stop * UNIT_SIZE < self.file_size or index + 1 == len(self.files):
+            if stop * UNIT_SIZE < self.file_size or path == self.files[-1][1]:
                 return base + stop * UNIT_SIZE
         raise AssertionError("unreachable")
 

@@ -64,7 +64,6 @@ class QueueRecovery(NamedTuple):
 
     end: int  # logical byte offset of the first invalid unit (processOffset)
     max_phys_offset: int  # offset + size of the last valid unit, -1 if none
-    start_file: int  # index of the file the scan started from (third from last)
     last_phys_offset: int = -1  # offset (start) of the last valid unit, -1 if none
 
     @property
@@ -105,7 +104,7 @@ class ConsumeQueue(FileQueue):
     def units(self, path: Path) -> np.ndarray:
         return read_units(path, self.file_size)
 
-    def entries(self, start_queue_offset: int = 0, *, include_invalid: bool = False) -> Iterator[fmt.ConsumeQueueEntry]:
+    def entries(self, start_queue_offset: int = 0) -> Iterator[fmt.ConsumeQueueEntry]:
         """Entries from ``start_queue_offset`` until the first invalid unit (``offset < 0`` or
         ``size <= 0``), across files. Filler units are yielded (``entry.is_filler``)."""
         start = start_queue_offset * ENTRY_SIZE
@@ -114,7 +113,7 @@ class ConsumeQueue(FileQueue):
                 continue
             units = self.units(path)
             skip = max(start - base, 0) // ENTRY_SIZE
-            stop = units.shape[0] if include_invalid else _first_invalid(units, skip)
+            stop = _first_invalid(units, skip)
             for number, (phys, size, tags) in enumerate(units[skip:stop].tolist(), base // ENTRY_SIZE + skip):
                 yield fmt.ConsumeQueueEntry(number, phys, size, tags)
             if stop * ENTRY_SIZE < self.file_size:  # an invalid unit or a short file ends the queue
@@ -164,16 +163,14 @@ class ConsumeQueue(FileQueue):
 
     def _recover(self) -> QueueRecovery:
         if not self.files:
-            return QueueRecovery(0, -1, 0)
-        start = max(0, len(self.files) - 3)
+            return QueueRecovery(0, -1)
         max_phys = last_phys = -1
-        for index in range(start, len(self.files)):
-            base, path = self.files[index]
+        for base, path in self.files[-3:]:
             stop, last = _valid_prefix(path, self.file_size)
             if last is not None:
                 last_phys, max_phys = last[0], last[0] + last[1]
-            if stop * ENTRY_SIZE < self.file_size or index + 1 == len(self.files):
-                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start, last_phys)
+            if stop * ENTRY_SIZE < self.file_size or path == self.files[-1][1]:
+                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, last_phys)
         raise AssertionError("unreachable")
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
