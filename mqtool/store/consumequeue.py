@@ -1,9 +1,6 @@
-"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5).
-
-Besides plain iteration this computes the broker's own view of a queue after it loads the
-store: the recovered end (``ConsumeQueue.recover``, §5.7) and the corrected min offset
-(``correctMinOffset``, §5.9), so that ``info`` reports what the broker would.
-"""
+"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5),
+and the broker's view of a queue after load: its recovered end (``ConsumeQueue.recover``, §5.7) and
+corrected min offset (``correctMinOffset``, §5.9)."""
 
 from __future__ import annotations
 

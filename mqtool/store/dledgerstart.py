@@ -1,8 +1,6 @@
 """Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s
-entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``).
-Read-only facts about the store: the next start (``nextstart``) reports them and the DLedger
-recovery plan (``recovery.dledger``) builds on them.
-"""
+entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``),
+for the next start (``nextstart``) and the DLedger recovery plan (``recovery.dledger``)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Index files (``index/``) and the broker's key lookup over them (reference §6).
-
-The geometry (``hash_slot_num``, ``index_num``) is not stored in the file; the broker maps
-files with its configured values. ``infer_index_geometry`` recovers it from a file's own
-content when no broker.conf is given: the newest entry must be the head of its slot's chain.
-"""
+"""Index files (``index/``) and the broker's key lookup over them (reference §6). The geometry
+(``hash_slot_num``, ``index_num``) is the broker's configuration, not in the file: without
+broker.conf, ``infer_index_geometry`` recovers it from a file's own slot chains."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan.
-
-Field names are a stable contract (docs/reading.md "JSON field reference"). Timestamps are epoch
-milliseconds; hosts are ``ip:port`` with IPv6 as ``[compressed]:port``; ``body`` is encoded
-as the caller asks (``none`` gives null).
-"""
+"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan: a
+stable contract (docs/reading.md "JSON field reference")."""
 
 from __future__ import annotations
 
