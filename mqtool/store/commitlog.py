@@ -17,6 +17,8 @@ from ..formats.hashing import body_crc
 from ..formats.errors import FormatError, LengthMismatch, TruncatedRecord
 from .mappedfile import MappedFile
 
+STORE_TS_POSITION = {v6: fmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}  # by IPv6 born host
+
 
 @dataclass(frozen=True)
 class Segment:

@@ -17,6 +17,7 @@ from ..formats import commitlog as clfmt
 from ..formats.hashing import CRC31_MASK, body_crc
 from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN
 from . import fastscan as fs
+from .commitlog import STORE_TS_POSITION
 from .mappedfile import MappedFile
 from ._segments import row_flags
 
@@ -26,7 +27,6 @@ SHOWN_RELEASE = 4 << 20  # and bytes released at a time behind what the reader s
 BATCH_ROWS = 16384
 MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
 
-_STORE_TS_POS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 _I64 = struct.Struct(">q")
 
 
@@ -102,7 +102,7 @@ class SegmentTask:
 def store_timestamp_at(array: np.ndarray, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` (its position depends on the born-host width)."""
     born_v6 = bool(array[pos + fs.POS_SYS_FLAG + 3] & fs.BORN_V6)
-    return _I64.unpack_from(array, pos + _STORE_TS_POS[born_v6])[0]
+    return _I64.unpack_from(array, pos + STORE_TS_POSITION[born_v6])[0]
 
 
 def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
