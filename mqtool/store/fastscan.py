@@ -181,21 +181,27 @@ def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = Non
     return -1
 
 
-def data_end(fd: int, start: int, stop: int) -> int:
-    """The end of the last data extent of the file in ``[start, stop)`` (``SEEK_DATA`` and
-    ``SEEK_HOLE``): bytes after it are a hole, zeros never written. ``start`` when there is no
-    data; ``stop`` where the file system keeps no holes (or cannot say)."""
-    end, p = start, start
+def data_ranges(fd: int, start: int, stop: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of the file in ``[start, stop)`` that may hold data (``SEEK_DATA``, ``SEEK_HOLE``):
+    the holes of a sparse file, zeros never written, are left out; where the file system cannot say, all of it."""
+    ranges, pos = [], start
     try:
-        while p < stop:
-            p = os.lseek(fd, p, os.SEEK_DATA)
-            if p >= stop:
+        while pos < stop:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+            if lo >= stop:
                 break
-            p = os.lseek(fd, p, os.SEEK_HOLE)
-            end = min(p, stop)
+            pos = os.lseek(fd, lo, os.SEEK_HOLE)
+            ranges.append((lo, min(pos, stop)))
     except OSError as exc:
-        return end if exc.errno == errno.ENXIO else stop  # ENXIO: no data after ``p``
-    return end
+        if exc.errno != errno.ENXIO:  # ENXIO: no data after ``pos``
+            return [(start, stop)] if start < stop else []
+    return ranges
+
+
+def data_end(fd: int, start: int, stop: int) -> int:
+    """The end of the last data range of the file in ``[start, stop)`` (``data_ranges``), else ``start``."""
+    ranges = data_ranges(fd, start, stop)
+    return ranges[-1][1] if ranges else start
 
 
 def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None, buf=None) -> int:

@@ -5,7 +5,6 @@ PHYSICALOFFSET is its own position; bytes that belong to no record are counted, 
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -14,7 +13,7 @@ import numpy as np
 
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog
-from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, find_record_start, release_pages, walk_segment
+from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, data_ranges, find_record_start, release_pages, walk_segment
 from .mappedfile import MappedFile
 from .segments import store_timestamp_at
 
@@ -57,24 +56,10 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
 
 
 def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
-    """``[lo, hi)`` ranges of ``path`` from ``start`` that may hold data: holes of a sparse file
-    (a pre-allocated segment's unwritten part) are skipped with SEEK_DATA / SEEK_HOLE; without
-    them the whole rest of the file is one range."""
+    """``fastscan.data_ranges`` of the file at ``path``, from ``start`` to its end."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        extents, pos = [], start
-        while pos < size:
-            try:
-                lo = os.lseek(fd, pos, os.SEEK_DATA)
-                hi = os.lseek(fd, lo, os.SEEK_HOLE)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no data after pos
-                    break
-                return [(start, size)] if start < size else []
-            extents.append((lo, min(hi, size)))
-            pos = hi
-        return extents
+        return data_ranges(fd, start, os.fstat(fd).st_size)
     finally:
         os.close(fd)
 
