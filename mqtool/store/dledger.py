@@ -273,10 +273,10 @@ class DLedgerScan(CommitLogScan):
     def __init__(self, commitlog: DLedgerCommitLog, start: int, stop: int | None, check_crc: bool):
         super().__init__(commitlog, start, stop, check_crc)
         self.entries = 0
-        self.previous: dfmt.EntryHeader | None = None
 
     def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
         cl: DLedgerCommitLog = self.commitlog
+        self.previous: dfmt.EntryHeader | None = None  # the last entry walked (``entry_problem``)
         segments = cl.segments
         index = cl.segment_index(self.start)
         if index is None:
