@@ -303,12 +303,8 @@ class Store:
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """One queue: the one ``consume_queues`` found when they were listed already (what it
         read is kept with it: ``ConsumeQueue.recover``), else its directory alone (a lookup)."""
-        if "consume_queues" in self.__dict__:
-            found = self._queues_by_key.get((topic, queue_id))
-            if found is not None:
-                return found
-        directory = self.path("consumequeue", topic, str(queue_id))
-        return ConsumeQueue(topic, queue_id, directory, self.consume_queue_file_size)
+        found = self._queues_by_key.get((topic, queue_id)) if "consume_queues" in self.__dict__ else None
+        return found or ConsumeQueue(topic, queue_id, self.path("consumequeue", topic, str(queue_id)), self.consume_queue_file_size)
 
     @cached_property
     def _queues_by_key(self) -> dict[tuple[str, int], ConsumeQueue]:
