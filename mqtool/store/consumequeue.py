@@ -153,7 +153,7 @@ class ConsumeQueue(FileQueue):
 
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
-        the queue; a file valid to its end continues into the next (§5.7). Read once, kept."""
+        the queue; a file valid to its end continues into the next (§5.7). Read once, kept with ``files``."""
         if self._recovered is None:
             self._recovered = self._recover()
         return self._recovered
