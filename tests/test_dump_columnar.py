@@ -178,7 +178,7 @@ def test_key_lookups_through_the_index_equal_the_scan(version):
     m = next(m for m in msgs if m["keys"] and len(m["keys"][-1]) > 2)
     fake = colliding(index_key(m["topic"], m["keys"][-1]))[len(m["topic"]) + 1 :]
     with Store.open(path) as store:
-        assert any(f.select_phy_offsets(index_key(m["topic"], fake), 64) for f in store.index_files)
+        assert any(list(f.chain(index_key(m["topic"], fake))) for f in store.index_files)
     out, err = dump(path, "jsonl", topics=[m["topic"]], key=fake)
     assert out == "" and "0 matching" in err
 

@@ -72,8 +72,9 @@ def test_index_files_match_the_manifest(version):
                 assert entry.key_hash in hashes
                 assert 0 <= entry.prev_index < entry.position
                 total += 1
-            for slot, number in f.slots():
-                assert f.entry(number).key_hash % f.geometry.hash_slot_num == slot
+            for slot in range(f.geometry.hash_slot_num):
+                if number := f.slot(slot):
+                    assert f.entry(number).key_hash % f.geometry.hash_slot_num == slot
         indexed_keys = sum((1 if x["uniqKey"] else 0) + len(x["keys"]) for x in m["messages"] if x["indexed"])
         assert total == indexed_keys
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import sys
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Iterable, Iterator, Optional
@@ -86,7 +85,7 @@ def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None,
     offsets: set[int] = set()
     for f in store.index_files:
         for topic in match.topics:
-            offsets.update(f.select_phy_offsets(index_key(topic, wanted), sys.maxsize))
+            offsets.update(phy_offset for _, phy_offset, _ in f.chain(index_key(topic, wanted)))
     return sorted(offsets), ""
 
 

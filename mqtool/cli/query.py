@@ -287,7 +287,7 @@ def query_time(
             "queue_id": queue,
             "timestamp": timestamp,
             "queue_offset": offset,
-            "rule": "5.x BoundaryType.LOWER" if lookup.is_v5(s) else "4.x nearest",
+            "rule": "5.x BoundaryType.LOWER" if s.rules.v5 else "4.x nearest",
             "queue_min_offset": rng.min_offset if rng else None,
             "queue_max_offset": rng.max_offset if rng else None,
         }

@@ -4,27 +4,21 @@ Imports ``formats`` only (never the CLI, typer, rich or Spark). Nothing here ope
 writing.
 """
 
-from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason
+from .commitlog import ScanEnd, Segment
 from .config import StoreConfig, load_broker_config
-from .consumequeue import ConsumeQueue, QueueRecovery
-from .index import IndexFile, IndexGeometry, query_offsets
+from .consumequeue import ConsumeQueue
+from .index import IndexFile, query_offsets
 from .store import Store
-from .version import BrokerVersion, VersionGuess
+from .version import BrokerVersion
 
 __all__ = [
     "BrokerVersion",
-    "CommitLog",
-    "CommitLogScan",
     "ConsumeQueue",
     "IndexFile",
-    "IndexGeometry",
-    "QueueRecovery",
     "ScanEnd",
     "Segment",
-    "StopReason",
     "Store",
     "StoreConfig",
-    "VersionGuess",
     "load_broker_config",
     "query_offsets",
 ]

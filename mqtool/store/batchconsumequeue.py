@@ -1,24 +1,20 @@
 """Batch consume queues: ``batchconsumequeue/<topic>/<queueId>/`` file-queues of 46-byte units
-(reference §5.5; ``BatchConsumeQueue.java @5.3.3``), written for topics whose ``queue.type`` is
-``BatchCQ`` (5.0.0+).
+(reference §5.5; ``BatchConsumeQueue.java @5.3.3``) of topics whose ``queue.type`` is ``BatchCQ`` (5.0.0+).
 
-Unlike a consume queue, a unit's position says nothing of its queue offset: units are appended
-back to back (files are named by byte offset) and each holds ``msgBaseOffset`` and ``batchSize``,
-the queue offsets ``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record (an
-inner batch, or one message). A unit is valid when ``offset >= 0 && size > 0 && msgBaseOffset
->= 0 && batchSize > 0``; the broker's recovery (§5.7) stops each queue at the first invalid one.
-"""
+A unit's position says nothing of its queue offset: each unit holds the queue offsets
+``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record, and the broker's
+recovery (§5.7) stops each queue at the first unit failing ``BatchUnit.is_valid``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import _subdirs, numpy_dtype, queue_directories, read_units
-from .mappedfile import offset_named_files
+from .consumequeue import FileQueue, numpy_dtype, queue_directories, queue_file_sizes, read_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -27,11 +23,10 @@ UNIT_SIZE = fmt.BATCH_UNIT_SIZE
 DEFAULT_FILE_SIZE = 300_000 * UNIT_SIZE  # ``mapperFileSizeBatchConsumeQueue``
 
 
+@cache
 def unit_dtype() -> "np.dtype":
     """A unit as a numpy record, from the written layout of ``BatchConsumeQueueUnitStruct`` (same names, same bytes)."""
-    dtype = numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
-    assert dtype.itemsize == UNIT_SIZE
-    return dtype
+    return numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
 
 
 class BatchUnit(NamedTuple):
@@ -49,25 +44,14 @@ class BatchUnit(NamedTuple):
 
     @property
     def is_valid(self) -> bool:
-        """``BatchConsumeQueue``'s recovery rule (four parts, where a consume queue has two)."""
+        """``BatchConsumeQueue``'s recovery rule: ``offset >= 0 && size > 0 && msgBaseOffset >= 0 && batchSize > 0``."""
         return self.phys_offset >= 0 and self.size > 0 and self.msg_base_offset >= 0 and self.batch_size > 0
 
 
-@dataclass
-class BatchConsumeQueue:
-    topic: str
-    queue_id: int
-    directory: Path
+@dataclass(repr=False)
+class BatchConsumeQueue(FileQueue):
     file_size: int = DEFAULT_FILE_SIZE
-
-    def __post_init__(self):
-        self.files = offset_named_files(self.directory)
-        for base, path in self.files:
-            if base % self.file_size:
-                raise BadStoreFile(f"{path}: name is not a multiple of the batch consume queue file size {self.file_size}")
-
-    def __repr__(self) -> str:
-        return f"BatchConsumeQueue({self.topic!r}, {self.queue_id})"
+    KIND = "batch consume queue"
 
     def units(self, path: Path) -> "np.ndarray":
         return read_units(path, self.file_size, unit_dtype())
@@ -97,10 +81,9 @@ class BatchConsumeQueue:
         the byte offset of the first invalid unit (``processOffset``)."""
         if not self.files:
             return 0
-        for index in range(max(0, len(self.files) - 3), len(self.files)):
-            base, path = self.files[index]
+        for base, path in self.files[-3:]:
             stop = first_invalid(self.units(path))
-            if stop * UNIT_SIZE < self.file_size or index + 1 == len(self.files):
+            if stop * UNIT_SIZE < self.file_size or path == self.files[-1][1]:
                 return base + stop * UNIT_SIZE
         raise AssertionError("unreachable")
 
@@ -129,9 +112,7 @@ def first_invalid(units: "np.ndarray") -> int:
 def infer_batch_queue_file_size(directory: Path) -> int:
     """The configured file size: the largest unit-multiple file size under ``batchconsumequeue/``
     (every file but a queue's newest is full), else the broker's default."""
-    sizes = {p.stat().st_size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q)}
-    sizes.discard(0)
-    size = max(sizes, default=DEFAULT_FILE_SIZE)
+    size = max(queue_file_sizes(directory), default=DEFAULT_FILE_SIZE)
     if size % UNIT_SIZE:
         raise BadStoreFile(f"{directory}: batch consume queue files are {size} bytes, not a multiple of {UNIT_SIZE}")
     return size

@@ -1,10 +1,8 @@
 """The commit log as the broker sees it: ordered fixed-size segments and the record scan.
 
-``CommitLog.scan`` is the broker's recovery loop (reference §8.3): decode record after record,
-jump to the next segment on a blank record, stop at the first record that is not valid. The
-position where it stops is the commit log's logical end; nothing after it is trusted, even
-when it looks like a record (the broker never zeroes truncated bytes, §8.9).
-"""
+``CommitLog.scan`` is the broker's recovery loop (reference §8.3): record after record, the next
+segment after a blank, up to the first invalid record: the logical end, after which nothing is
+trusted (the broker never zeroes truncated bytes, §8.9)."""
 
 from __future__ import annotations
 
@@ -18,6 +16,8 @@ from ..formats import commitlog as fmt
 from ..formats.hashing import body_crc
 from ..formats.errors import FormatError, LengthMismatch, TruncatedRecord
 from .mappedfile import MappedFile
+
+STORE_TS_POSITION = {v6: fmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}  # by IPv6 born host
 
 
 @dataclass(frozen=True)
@@ -80,15 +80,17 @@ class CommitLogScan:
         self.blanks: list[fmt.BlankRecord] = []
 
     def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
-        segments = self.commitlog.segments
         index = self.commitlog.segment_index(self.start)
         if index is None:
             self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
             return
-        pos = self.start - segments[index].base_offset
-        stop = self.stop
-        check_crc = self.check_crc
-        decode = fmt.decode_record
+        yield from self._walk(index, self.start - self.commitlog.segments[index].base_offset)
+
+    LAST_BLANK = "blank record at the end of the last segment"
+
+    def _walk(self, index: int, pos: int) -> Iterator[fmt.CommitLogRecord]:
+        """The records from ``pos`` in segment ``index`` on, the next segment after a blank."""
+        segments, stop = self.commitlog.segments, self.stop
         while True:
             segment = segments[index]
             with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
@@ -97,32 +99,41 @@ class CommitLogScan:
                     if stop is not None and base + pos >= stop:
                         self.end = ScanEnd(base + pos, StopReason.LIMIT)
                         return
-                    if pos >= size:
-                        self.end = ScanEnd(base + pos, StopReason.SEGMENT_END, "a record ended exactly at the segment end")
+                    record = self._record_at(buf, pos, base, size)
+                    if self.end is not None:
                         return
-                    try:
-                        record = decode(buf, pos, base, size)
-                    except FormatError as exc:
-                        self.end = _classify(buf, pos, base, size, exc, check_crc)
-                        return
-                    if record.magic_code == fmt.BLANK_MAGIC:
-                        self.blanks.append(record)
+                    if record is None:  # a blank
                         break
-                    if check_crc and not record.crc_ok():
-                        self.end = ScanEnd(
-                            record.offset,
-                            StopReason.CRC,
-                            f"body CRC {body_crc(record.body)} != stored {record.body_crc}",
-                            record.total_size,
-                        )
-                        return
                     yield record
-                    pos += record.total_size
+                    pos = record.offset - base + record.total_size
             index += 1
             if index >= len(segments):
-                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank record at the end of the last segment")
+                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, self.LAST_BLANK)
                 return
             pos = 0
+
+    def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
+        """The valid record at ``pos``, or None: after a blank (kept in ``blanks``), or with ``end`` set."""
+        if pos >= size:
+            self.end = ScanEnd(base + pos, StopReason.SEGMENT_END, "a record ended exactly at the segment end")
+            return None
+        try:
+            record = fmt.decode_record(buf, pos, base, size)
+        except FormatError as exc:
+            self.end = _classify(buf, pos, base, size, exc, self.check_crc)
+            return None
+        if record.magic_code == fmt.BLANK_MAGIC:
+            self.blanks.append(record)
+            return None
+        if self.check_crc and not record.crc_ok():
+            self.end = crc_end(record.offset, record)
+            return None
+        return record
+
+
+def crc_end(offset: int, record: fmt.CommitLogRecord) -> ScanEnd:
+    """The end at a record whose body CRC fails (``checkCRCOnRecover``)."""
+    return ScanEnd(offset, StopReason.CRC, f"body CRC {body_crc(record.body)} != stored {record.body_crc}", record.total_size)
 
 
 def _classify(buf, pos: int, base: int, size: int, exc: FormatError, check_crc: bool = False) -> ScanEnd:
@@ -187,9 +198,8 @@ class CommitLog:
         return CommitLogScan(self, self.min_offset if start is None else start, stop, check_crc)
 
     def resume_after_damage(self, end: ScanEnd) -> int | None:
-        """Where the log goes on after a walk that stopped at ``end``: the next position the log can
-        be resumed at (``resync.resume_after``), None when there is none. Asked only where the broker
-        serves past the damage (it lies before its recovery's start; DLedger overrides this)."""
+        """Where the log goes on after a walk that stopped at ``end`` (``resync.resume_after``), or None;
+        asked only where the broker serves past the damage (before its recovery's start)."""
         from .resync import resume_after  # the compiled resync: only where a walk stopped at damage
 
         return resume_after(self, end.offset + 1)

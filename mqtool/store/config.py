@@ -1,9 +1,6 @@
-"""Store configuration: the broker.conf settings that decide how files decode.
-
-Every value may be left ``None`` to be inferred from the files. Keys follow
-``MessageStoreConfig`` field names; sizes accept both the ``mapedFileSize*`` spelling
-(up to 4.5.1) and ``mappedFileSize*`` (4.5.2+), reference §1.3.
-"""
+"""Store configuration: the broker.conf settings that decide how files decode (``None``: inferred from
+the files). Keys are ``MessageStoreConfig``'s; sizes accept ``mapedFileSize*`` (up to 4.5.1) and
+``mappedFileSize*`` (4.5.2+), reference §1.3."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5).
-
-Besides plain iteration this computes the broker's own view of a queue after it loads the
-store: the recovered end (``ConsumeQueue.recover``, §5.7) and the corrected min offset
-(``correctMinOffset``, §5.9), so that ``info`` reports what the broker would.
-"""
+"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5),
+and the broker's view of a queue after load: its recovered end (``ConsumeQueue.recover``, §5.7) and
+corrected min offset (``correctMinOffset``, §5.9)."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -18,7 +16,7 @@ from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ._queueunits import first_invalid_unit
-from .mappedfile import MappedFile, offset_named_files
+from .mappedfile import MappedFile, offset_named_files, open_read_only
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,20 +38,16 @@ def numpy_dtype(layout: FixedLayout) -> "np.dtype":
     import numpy as np
 
     codes = layout.codec.format.lstrip(">")
-    return np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
+    dtype = np.dtype([(name, ">" + _NUMPY_CODES[code]) for name, code in zip(layout.names, codes)])
+    assert dtype.itemsize == layout.size
+    return dtype
 
 
+@cache
 def unit_dtype() -> "np.dtype":
     """A consume queue unit as a numpy record (``phys_offset``, ``size``, ``tags_code``), made on
     first use: numpy loads only where units are read as arrays, not for a single lookup."""
-    global _unit_dtype
-    if _unit_dtype is None:
-        _unit_dtype = numpy_dtype(fmt.ENTRY_LAYOUT)
-        assert _unit_dtype.itemsize == ENTRY_SIZE
-    return _unit_dtype
-
-
-_unit_dtype = None
+    return numpy_dtype(fmt.ENTRY_LAYOUT)
 
 
 def __getattr__(name: str):
@@ -67,7 +61,6 @@ class QueueRecovery(NamedTuple):
 
     end: int  # logical byte offset of the first invalid unit (processOffset)
     max_phys_offset: int  # offset + size of the last valid unit, -1 if none
-    start_file: int  # index of the file the scan started from (third from last)
     last_phys_offset: int = -1  # offset (start) of the last valid unit, -1 if none
 
     @property
@@ -82,27 +75,33 @@ class QueueRecovery(NamedTuple):
 
 
 @dataclass
-class ConsumeQueue:
+class FileQueue:
+    """The files of ``<topic>/<queueId>/``, named by their first byte offset (a multiple of ``file_size``)."""
+
     topic: str
     queue_id: int
     directory: Path
     file_size: int
-
-    _recovered: QueueRecovery | None = field(default=None, init=False, repr=False, compare=False)
+    KIND = "consume queue"
 
     def __post_init__(self):
         self.files = offset_named_files(self.directory)
         for base, path in self.files:
             if base % self.file_size:
-                raise BadStoreFile(f"{path}: name is not a multiple of the consume queue file size {self.file_size}")
+                raise BadStoreFile(f"{path}: name is not a multiple of the {self.KIND} file size {self.file_size}")
 
     def __repr__(self) -> str:
-        return f"ConsumeQueue({self.topic!r}, {self.queue_id})"
+        return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
+
+
+@dataclass(repr=False)
+class ConsumeQueue(FileQueue):
+    _recovered: QueueRecovery | None = field(default=None, init=False, repr=False, compare=False)
 
     def units(self, path: Path) -> np.ndarray:
         return read_units(path, self.file_size)
 
-    def entries(self, start_queue_offset: int = 0, *, include_invalid: bool = False) -> Iterator[fmt.ConsumeQueueEntry]:
+    def entries(self, start_queue_offset: int = 0) -> Iterator[fmt.ConsumeQueueEntry]:
         """Entries from ``start_queue_offset`` until the first invalid unit (``offset < 0`` or
         ``size <= 0``), across files. Filler units are yielded (``entry.is_filler``)."""
         start = start_queue_offset * ENTRY_SIZE
@@ -111,7 +110,7 @@ class ConsumeQueue:
                 continue
             units = self.units(path)
             skip = max(start - base, 0) // ENTRY_SIZE
-            stop = units.shape[0] if include_invalid else _first_invalid(units, skip)
+            stop = _first_invalid(units, skip)
             for number, (phys, size, tags) in enumerate(units[skip:stop].tolist(), base // ENTRY_SIZE + skip):
                 yield fmt.ConsumeQueueEntry(number, phys, size, tags)
             if stop * ENTRY_SIZE < self.file_size:  # an invalid unit or a short file ends the queue
@@ -154,34 +153,26 @@ class ConsumeQueue:
 
     def recover(self) -> QueueRecovery:
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
-        the queue; a file that is valid to its end continues into the next (§5.7). Reads each
-        file until its first invalid unit (``_valid_prefix``), once: the files are those listed
-        when the queue was found (``files``), and the result is kept with them."""
+        the queue; a file valid to its end continues into the next (§5.7). Read once, kept with ``files``."""
         if self._recovered is None:
             self._recovered = self._recover()
         return self._recovered
 
     def _recover(self) -> QueueRecovery:
         if not self.files:
-            return QueueRecovery(0, -1, 0)
-        start = max(0, len(self.files) - 3)
+            return QueueRecovery(0, -1)
         max_phys = last_phys = -1
-        for index in range(start, len(self.files)):
-            base, path = self.files[index]
+        for base, path in self.files[-3:]:
             stop, last = _valid_prefix(path, self.file_size)
             if last is not None:
                 last_phys, max_phys = last[0], last[0] + last[1]
-            if stop * ENTRY_SIZE < self.file_size or index + 1 == len(self.files):
-                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, start, last_phys)
+            if stop * ENTRY_SIZE < self.file_size or path == self.files[-1][1]:
+                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, last_phys)
         raise AssertionError("unreachable")
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
-        """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9).
-
-        4.x: the first unit of the first file whose offset >= the commit log min, else 0.
-        5.x: the same, except that a queue whose last unit is below the commit log min gets
-        ``min = max`` (an empty queue).
-        """
+        """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9): the first unit of
+        the first file whose offset >= the commit log min, else 0; 5.x: ``max`` when the last unit is below it."""
         if not self.files or end <= 0:
             return 0
         if v5:
@@ -223,16 +214,8 @@ _CHUNK_UNITS = 3276  # units per read (64 KiB)
 
 
 def _open(path: Path):
-    """A raw read-only descriptor as a context manager (``os.pread`` on its ``fileno``); the
-    errors ``MappedFile`` reports, reported alike."""
-    try:
-        return open(path, "rb", buffering=0)
-    except PermissionError:
-        raise BadInput(f"{path}: permission denied") from None
-    except FileNotFoundError:
-        raise BadStoreFile(f"{path}: file disappeared while reading the store") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: {exc.strerror}") from None
+    """A raw read-only file as a context manager (``os.pread`` on its ``fileno``)."""
+    return os.fdopen(open_read_only(path), "rb", buffering=0)
 
 
 def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
@@ -257,9 +240,8 @@ def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:
 
 
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
-    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7)
-    and the last valid unit's ``(phys_offset, size)``. Only ``file_size`` bytes count, as the
-    broker maps them; read or mapped as ``read_units`` does."""
+    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7) and the
+    last valid unit's ``(phys_offset, size)``; ``file_size`` bytes read or mapped as ``read_units`` does."""
     if file_size < READ_BELOW:
         with _open(path) as f:
             return _valid_prefix_of(f.read(file_size))
@@ -283,14 +265,18 @@ def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | N
 
 def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
     """The configured CQ file size: the most common size of the CQ files (a multiple of 20)."""
-    sizes = Counter(p.stat().st_size for t in _subdirs(consumequeue_dir) for q in _subdirs(t) for _, p in offset_named_files(q))
-    sizes.pop(0, None)
+    sizes = Counter(queue_file_sizes(consumequeue_dir))
     if not sizes:
         return None
     size = max(sizes, key=lambda s: (sizes[s], s))
     if size % ENTRY_SIZE:
         raise BadStoreFile(f"{consumequeue_dir}: consume queue files are {size} bytes, not a multiple of {ENTRY_SIZE}")
     return size
+
+
+def queue_file_sizes(directory: Path) -> list[int]:
+    """The sizes of the non-empty files of every ``<topic>/<queueId>/`` under ``directory``."""
+    return [size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q) if (size := p.stat().st_size)]
 
 
 def _subdirs(directory: Path) -> list[Path]:

@@ -1,11 +1,10 @@
 """DLedger commit logs (reference §15): where their files are, and a commit log view over them.
 
-``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/``
-(``DLedgerConfig.getDataStorePath``, or ``storePathDLedgerCommitLog``), the entry index in
-``index/`` and ``checkpoint``/``currterm`` beside them. Every entry is a 48-byte header around one
-record whose PHYSICALOFFSET is ``pos + 48``, so random access (``read_record``) is the classic one
-and only the walk differs (``DLedgerScan``, ``dledgerwalk.walk_entries``). A mixed store (§15.5)
-is one view: classic segments below ``divided_offset``, entry files from it."""
+``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/`` (or
+``storePathDLedgerCommitLog``), the entry index in ``index/``, ``checkpoint`` and ``currterm``
+beside them. Each 48-byte entry header wraps one record whose PHYSICALOFFSET is ``pos + 48``: only
+the walk differs from a classic log (``DLedgerScan``, ``dledgerwalk``). A mixed store (§15.5) is
+one view: classic segments below ``divided_offset``, entry files from it."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from ..errors import BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
-from ..formats.hashing import body_crc
-from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify
+from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import MappedFile, file_size, inferred_file_size, offset_named_files
 
 
@@ -63,9 +61,6 @@ class DLedgerLayout:
     @property
     def end_index(self) -> int | None:
         return self.checkpoint_value("endIndex")
-
-    def data_files(self) -> list[tuple[int, Path]]:
-        return offset_named_files(self.data_dir)
 
     def index_files(self) -> list[tuple[int, Path]]:
         return offset_named_files(self.index_dir)
@@ -204,6 +199,11 @@ class DLedgerCommitLog(CommitLog):
                     number += 1
 
 
+def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
+    """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
+    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+
+
 def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -> str | None:
     """Why ``DLedgerMmapFileStore.recover`` stops at this entry, or None (§15.4)."""
     if header.magic != dfmt.ENTRY_MAGIC:
@@ -268,14 +268,16 @@ class DLedgerScan(CommitLogScan):
     """``CommitLog.scan`` over DLedger entries: the records inside, with the entry checks of
     §15.4; ``end.offset`` is an entry position (where the broker's recovery cuts)."""
 
+    LAST_BLANK = "blank at the end of the last data file"
+
     def __init__(self, commitlog: DLedgerCommitLog, start: int, stop: int | None, check_crc: bool):
         super().__init__(commitlog, start, stop, check_crc)
         self.entries = 0
 
     def __iter__(self) -> Iterator[fmt.CommitLogRecord]:
         cl: DLedgerCommitLog = self.commitlog
+        self.previous: dfmt.EntryHeader | None = None  # the last entry walked (``entry_problem``)
         segments = cl.segments
-        header_size = dfmt.ENTRY_HEADER_SIZE
         index = cl.segment_index(self.start)
         if index is None:
             self.end = ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
@@ -292,59 +294,48 @@ class DLedgerScan(CommitLogScan):
                 self.end = ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file")
                 return
         pos = max(self.start, segments[index].base_offset) - segments[index].base_offset
-        stop, check_crc, previous = self.stop, self.check_crc, None
         if self.start == segments[index].base_offset + pos:
             pos = cl.entry_start(self.start) - segments[index].base_offset
-        while True:
-            segment = segments[index]
-            with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
-                buf, base, size = mf.buf, segment.base_offset, mf.size
-                while True:
-                    if stop is not None and base + pos >= stop:
-                        self.end = ScanEnd(base + pos, StopReason.LIMIT)
-                        return
-                    if pos >= size:
-                        break
-                    header = dfmt.decode_entry_header(buf, pos, base)
-                    if header.is_blank:
-                        self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
-                        break
-                    if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + header_size, size)]):
-                        self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
-                        return
-                    problem = entry_problem(header, previous)
-                    if problem is None and pos + header.size > size:
-                        self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
-                        return
-                    if problem is not None:
-                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
-                        return
-                    try:
-                        record = fmt.decode_record(buf, pos + header_size, base, pos + header.size)
-                    except FormatError as exc:
-                        end = _classify(buf, pos + header_size, base, pos + header.size, exc)
-                        self.end = ScanEnd(base + pos, end.reason, f"record in entry {header.index}: {end.detail}", end.total_size)
-                        return
-                    if record.magic_code == fmt.BLANK_MAGIC or record.total_size != header.body_size:
-                        self.end = ScanEnd(base + pos, StopReason.CORRUPT, f"entry {header.index}: body is not exactly one message record")
-                        return
-                    if check_crc and not record.crc_ok():
-                        self.end = ScanEnd(base + pos, StopReason.CRC, f"body CRC {body_crc(record.body)} != stored {record.body_crc}", record.total_size)
-                        return
-                    self.entries += 1
-                    yield record
-                    previous = header
-                    pos += header.size
-            index += 1
-            if index >= len(segments):
-                self.end = ScanEnd(base + pos, StopReason.BLANK_LAST, "blank at the end of the last data file")
-                return
-            pos = 0
+        yield from self._walk(index, pos)
+
+    def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
+        """The record inside the entry at ``pos``, with the entry checks of §15.4 (``end`` at the entry)."""
+        if pos >= size:
+            return None
+        header = dfmt.decode_entry_header(buf, pos, base)
+        if header.is_blank:
+            self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
+            return None
+        if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + dfmt.ENTRY_HEADER_SIZE, size)]):
+            self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
+            return None
+        problem = entry_problem(header, self.previous)
+        if problem is None and pos + header.size > size:
+            self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
+            return None
+        if problem is not None:
+            self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
+            return None
+        try:
+            record = fmt.decode_record(buf, pos + dfmt.ENTRY_HEADER_SIZE, base, pos + header.size)
+        except FormatError as exc:
+            end = _classify(buf, pos + dfmt.ENTRY_HEADER_SIZE, base, pos + header.size, exc)
+            self.end = ScanEnd(base + pos, end.reason, f"record in entry {header.index}: {end.detail}", end.total_size)
+            return None
+        if record.magic_code == fmt.BLANK_MAGIC or record.total_size != header.body_size:
+            self.end = ScanEnd(base + pos, StopReason.CORRUPT, f"entry {header.index}: body is not exactly one message record")
+            return None
+        if self.check_crc and not record.crc_ok():
+            self.end = crc_end(base + pos, record)
+            return None
+        self.entries += 1
+        self.previous = header
+        return record
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
     """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
-    data, size = segments_of(layout.data_files(), file_size, "DLedger data")
+    data, size = segments_of(offset_named_files(layout.data_dir), file_size, "DLedger data")
     divided = classic[-1].end_offset if classic else 0
     data = [s for s in data if s.base_offset >= divided]
     size = size or file_size or 1 << 30
@@ -383,9 +374,12 @@ def is_entry_file(path: Path, base: int) -> bool:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
     except OSError:
         return False
-    if len(head) < dfmt.ENTRY_HEADER_SIZE:
-        return False
-    h = dfmt.decode_entry_header(head, 0, base)
+    return len(head) == dfmt.ENTRY_HEADER_SIZE and describes_itself(dfmt.decode_entry_header(head, 0, base), base)
+
+
+def describes_itself(h: dfmt.EntryHeader, base: int) -> bool:
+    """The first entry of the data file starting at ``base``, as ``DLedgerMmapFileStore.recover``
+    checks it: magic 1, pos = ``base``, size = body length + 48."""
     return h.magic == dfmt.ENTRY_MAGIC and h.pos == base and h.size == h.body_size + dfmt.ENTRY_HEADER_SIZE and h.size > dfmt.ENTRY_HEADER_SIZE - 4
 
 

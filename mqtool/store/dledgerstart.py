@@ -1,8 +1,6 @@
 """Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s
-entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``).
-Read-only facts about the store: the next start (``nextstart``) reports them and the DLedger
-recovery plan (``recovery.dledger``) builds on them.
-"""
+entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``),
+for the next start (``nextstart``) and the DLedger recovery plan (``recovery.dledger``)."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from dataclasses import dataclass
 
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd, StopReason
-from .dledger import DLedgerCommitLog, EntryScan, entry_problem
+from .dledger import DLedgerCommitLog, EntryScan, describes_itself, entry_problem, unit_matches
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -39,24 +37,12 @@ def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int
     seg = cl.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    return (
-        h.magic == dfmt.ENTRY_MAGIC
-        and h.size > dfmt.ENTRY_HEADER_SIZE - 4
-        and h.pos == seg.base_offset
-        and h.body_size + dfmt.ENTRY_HEADER_SIZE == h.size
-        and _unit_matches(units.get(h.index), h)
-    )
-
-
-def _unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
-    """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
-    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+    return describes_itself(h, seg.base_offset) and unit_matches(units.get(h.index), h)
 
 
 def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
-    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log: the next start, ``verify``
-    (``verify.dledger``), the recovery plan (``recovery.dledger``) and the walks that go on past
-    damage it keeps (``walk_resume``) all take DLedger's recovery end and last entry from here."""
+    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log, for the next start,
+    ``verify.dledger``, ``recovery.dledger`` and ``walk_resume``."""
     if cl.recovery_walk is None:
         cl.recovery_walk = _data_recovery(cl)
     return cl.recovery_walk
@@ -77,7 +63,7 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     last = rewrite_from = None
     for header in scan:
         last = header
-        if rewrite_from is None and not _unit_matches(units.get(header.index), header):
+        if rewrite_from is None and not unit_matches(units.get(header.index), header):
             rewrite_from = header.index
     last_index = last.index if last is not None else -1
     committed = cl.layout.committed_index

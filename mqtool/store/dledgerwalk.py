@@ -1,10 +1,6 @@
-"""The walk of DLedger data files (reference §15.2, §15.4): entries around records.
-
-``walk_entries`` (compiled, ``_dledgerwalk.pyx``) checks each entry as
-``DLedgerMmapFileStore.recover`` does and the record inside as ``fastscan.walk_segment`` does.
-Its rows are ``walk_segment`` rows (record positions, entry + 48), so every consumer of
-``FastScan`` reads DLedger data unchanged.
-"""
+"""The walk of DLedger data files (reference §15.2, §15.4): ``walk_entries`` (``_dledgerwalk.pyx``)
+checks each entry as ``DLedgerMmapFileStore.recover`` does and the record inside as
+``fastscan.walk_segment`` does, with ``walk_segment``'s rows, so ``FastScan`` reads DLedger data unchanged."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""Which of the eras a store's marks leave can change what the broker's recovery does to it
-(``store.version_guess`` leaves several when the marks do not decide): one candidate version per
-distinct set of the planning rules that matter for this store (``rules.PLANNING_RULES``). The next
-start (``nextstart``) reports the newest candidate's start; the planners
-(``recovery.candidates.plan_under_candidates``) plan under each candidate.
-"""
+"""Which of the eras a store's marks leave can change what the broker's recovery does to it: one
+candidate version per distinct set of the planning rules that matter for this store
+(``rules.PLANNING_RULES``), for the next start (``nextstart``: the newest) and the planners
+(``recovery.candidates.plan_under_candidates``: each)."""
 
 from __future__ import annotations
 

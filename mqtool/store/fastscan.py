@@ -1,15 +1,9 @@
 """The compiled hot loop: walk commit log records at memory speed (``_fastscan.pyx``, ISA-L CRC32).
 
 ``walk_segment`` applies exactly the checks of ``formats.commitlog.decode_record`` (and the
-body CRC) to a whole segment in one call, with every field position taken from the layouts
-derived from the construct schema. It records where each valid record's parts lie, so callers
-gather any fixed-position column with numpy and slice variable fields from the same buffer.
-Tests hold it equal to the Python decoder on every fixture record.
-
-CRC32 comes from ISA-L's ``crc32_gzip_refl`` (the ``isal`` package exports it; bit-identical
-to zlib's CRC32), called from compiled code through a function pointer; zlib's ``crc32`` is the
-fallback (``CRC_IMPLEMENTATION`` says which).
-"""
+body CRC) to a whole segment in one call, with the field positions of the construct schema's
+layouts, and records where each valid record's parts lie for numpy to gather columns from.
+CRC32 is ISA-L's ``crc32_gzip_refl``, zlib's ``crc32`` the fallback (``CRC_IMPLEMENTATION``)."""
 
 from __future__ import annotations
 
@@ -57,8 +51,6 @@ CODE_REASONS = {
 
 def as_array(buf) -> np.ndarray:
     """A read-only uint8 view of a mapped file's buffer (no copy)."""
-    if isinstance(buf, mmap.mmap):
-        return np.frombuffer(buf, dtype=np.uint8)
     return np.frombuffer(memoryview(buf), dtype=np.uint8)
 
 
@@ -72,11 +64,9 @@ class SegmentBatch(NamedTuple):
 
 class FastScan:
     """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
-
-    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure; without it rows carry
-    ``crc_ok = 0`` (verification). ``release_behind`` unmaps pages once their batch is consumed (flat
-    RSS on 1 GiB segments). ``batch_bytes``: later batches hold about that many bytes of records,
-    between ``batch // 8`` and ``batch`` rows."""
+    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure, else rows carry ``crc_ok = 0``;
+    ``release_behind`` unmaps pages once their batch is consumed (flat RSS); ``batch_bytes``: later
+    batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False):
         self.commitlog = commitlog
@@ -172,11 +162,8 @@ ZERO_WINDOW = 1 << 20
 
 
 def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
-    """Position of the first non-zero byte in ``array[start:stop]``, or -1.
-
-    Scans 1 MiB windows (memory speed); with the file's descriptor, holes of a
-    sparse file (``SEEK_DATA``) are skipped without reading them.
-    """
+    """Position of the first non-zero byte in ``array[start:stop]``, or -1; with the file's
+    descriptor, holes of a sparse file (``SEEK_DATA``) are skipped without reading them."""
     p = start
     while p < stop:
         if fd is not None:
@@ -194,21 +181,27 @@ def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = Non
     return -1
 
 
-def data_end(fd: int, start: int, stop: int) -> int:
-    """The end of the last data extent of the file in ``[start, stop)`` (``SEEK_DATA`` and
-    ``SEEK_HOLE``): bytes after it are a hole, zeros never written. ``start`` when there is no
-    data; ``stop`` where the file system keeps no holes (or cannot say)."""
-    end, p = start, start
+def data_ranges(fd: int, start: int, stop: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` ranges of the file in ``[start, stop)`` that may hold data (``SEEK_DATA``, ``SEEK_HOLE``):
+    the holes of a sparse file, zeros never written, are left out; where the file system cannot say, all of it."""
+    ranges, pos = [], start
     try:
-        while p < stop:
-            p = os.lseek(fd, p, os.SEEK_DATA)
-            if p >= stop:
+        while pos < stop:
+            lo = os.lseek(fd, pos, os.SEEK_DATA)
+            if lo >= stop:
                 break
-            p = os.lseek(fd, p, os.SEEK_HOLE)
-            end = min(p, stop)
+            pos = os.lseek(fd, lo, os.SEEK_HOLE)
+            ranges.append((lo, min(pos, stop)))
     except OSError as exc:
-        return end if exc.errno == errno.ENXIO else stop  # ENXIO: no data after ``p``
-    return end
+        if exc.errno != errno.ENXIO:  # ENXIO: no data after ``pos``
+            return [(start, stop)] if start < stop else []
+    return ranges
+
+
+def data_end(fd: int, start: int, stop: int) -> int:
+    """The end of the last data range of the file in ``[start, stop)`` (``data_ranges``), else ``start``."""
+    ranges = data_ranges(fd, start, stop)
+    return ranges[-1][1] if ranges else start
 
 
 def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None, buf=None) -> int:
@@ -228,11 +221,10 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
 
 class PagesAhead:
     """Maps a read-only segment map's pages ahead of a sequential walk, in a thread of its own
-    (``_pages.populate``): the page-table work the walk's faults would do runs on another core
-    while the walk checks records. ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD``
-    bytes past it are mapped, so the resident size grows by no more. Nothing is done where the
-    kernel cannot (before Linux 5.14), or for a buffer that is not a map. The walk's thread never
-    waits on a lock here (positions go by a ``SimpleQueue``), so a Ctrl-C cannot leave one held."""
+    (``_pages.populate``), so the page-table work of the walk's faults runs on another core.
+    ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD`` bytes past it are mapped. Nothing is
+    done before Linux 5.14 or for a buffer that is not a map. Positions go by a ``SimpleQueue``: the
+    walk's thread never waits on a lock here, so a Ctrl-C cannot leave one held."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20
@@ -286,9 +278,8 @@ class PagesAhead:
 
 
 def release_pages(buf, start: int, stop: int) -> None:
-    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only
-    map (``MADV_DONTNEED``): the resident size shrinks, the page cache keeps the data and a
-    later access faults it back in. Does nothing where madvise is unavailable."""
+    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only map
+    (``MADV_DONTNEED``; the page cache keeps the data), where madvise is available."""
     if not isinstance(buf, mmap.mmap):
         return
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE

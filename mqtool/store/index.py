@@ -1,9 +1,6 @@
-"""Index files (``index/``) and the broker's key lookup over them (reference §6).
-
-The geometry (``hash_slot_num``, ``index_num``) is not stored in the file; the broker maps
-files with its configured values. ``infer_index_geometry`` recovers it from a file's own
-content when no broker.conf is given: the newest entry must be the head of its slot's chain.
-"""
+"""Index files (``index/``) and the broker's key lookup over them (reference §6). The geometry
+(``hash_slot_num``, ``index_num``) is the broker's configuration, not in the file: without
+broker.conf, ``infer_index_geometry`` recovers it from a file's own slot chains."""
 
 from __future__ import annotations
 
@@ -33,12 +30,9 @@ class IndexGeometry:
 
 
 class IndexFile:
-    """One index file, mapped read-only, decoded with the broker's geometry.
-
-    The broker maps every index file with its configured size (``IndexFile`` constructor,
-    ``MappedFile(fileName, fileTotalSize)``), so the bytes a truncated file lacks read as zeros:
-    so they do here (``header``, ``slot``, ``entry``), and ``verify`` reports the short file
-    (``index-file-size``) without losing the rest."""
+    """One index file, mapped read-only, decoded with the broker's geometry. The broker maps it with
+    its configured size (``IndexFile``: ``MappedFile(fileName, fileTotalSize)``), so the bytes a
+    truncated file lacks read as zeros, as they do here (``verify`` reports the short file)."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
         self.path = Path(path)
@@ -76,13 +70,6 @@ class IndexFile:
                 return
             yield self.entry(number)
 
-    def slots(self) -> Iterator[tuple[int, int]]:
-        """``(slot, entry number)`` for every non-empty slot."""
-        for slot in range(self.geometry.hash_slot_num):
-            number = self.slot(slot)
-            if number:
-                yield slot, number
-
     def is_time_matched(self, begin: int, end: int) -> bool:
         b, e = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
@@ -108,15 +95,6 @@ class IndexFile:
                 break
             number = e.prev_index
 
-    def select_phy_offsets(self, key: str, max_num: int, begin: int = 0, end: int = LONG_MAX, out: list[int] | None = None) -> list[int]:
-        """The phy offsets of ``chain``, appended to ``out`` until it holds ``max_num``."""
-        out = [] if out is None else out
-        for _number, phy_offset, _t in self.chain(key, begin, end):
-            if len(out) >= max_num:
-                break
-            out.append(phy_offset)
-        return out
-
 
 def query_entries(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[tuple[IndexFile, int, int, int]]:
     """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` hits, each
@@ -140,11 +118,8 @@ def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int
 
 
 def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) -> bool:
-    """Do the newest ``probes`` entries read as a sound chain structure under this geometry?
-
-    Each probed entry must have a non-negative hash, a time diff >= 0, a ``prev_index`` below
-    its own number, and be reachable from its slot's head by following ``prev_index``.
-    """
+    """Whether each of the newest ``probes`` entries has a hash and time diff >= 0 and a ``prev_index``
+    below its own number, and is reachable from its slot's head by ``prev_index``, under this geometry."""
     newest = count - 1
     for number in range(newest, max(0, newest - probes), -1):
         key_hash, _phy, diff, prev = fmt.ENTRY.unpack_from(buf, fmt.entry_position(slots, number))
@@ -161,11 +136,8 @@ def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) 
 
 
 def infer_index_geometry(path: Path) -> IndexGeometry:
-    """Find (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size that fits the content.
-
-    Tries the broker's default ratio n = 4 s first, then every other solution lazily; a
-    geometry fits when the newest entries form sound slot chains (``_geometry_fits``).
-    """
+    """The (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size whose slot chains fit the
+    content (``_geometry_fits``): the broker's default ratio n = 4 s first, then every other."""
     size = os.stat(path).st_size
     if size < fmt.HEADER_SIZE:
         raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")

@@ -23,9 +23,7 @@ FEATURES = {
 def _holds_data(path: Path) -> bool:
     """A feature folder the broker creates on every start holds nothing of interest until used: 5.x writes
     ``compaction/position-checkpoint`` on every store."""
-    if not path.is_dir():
-        return True
-    return any(p.name != "position-checkpoint" for p in path.iterdir())
+    return not path.is_dir() or any(p.name != "position-checkpoint" for p in path.iterdir())
 
 
 def unchecked_parts(root: Path | None) -> list[str]:

@@ -1,14 +1,7 @@
-"""Is a broker (or anything else) using this store right now? (reference §14)
-
-Two independent signs, both read-only:
-
-- the ``lock`` file's POSIX record lock, which a running broker takes with
-  ``FileChannel.tryLock(0, 1, false)`` once its recovery is done: probed with ``fcntl(F_GETLK)``
-  on a read-only descriptor, which reports the holder's PID without taking anything;
-- ``/proc/<pid>/fd`` and ``/proc/<pid>/maps``: any other process that has a file under the store
-  open or mapped (a broker maps every commit log and consume queue file while it loads, so this
-  also catches one that is still recovering, before it takes the lock).
-"""
+"""Is a broker (or anything else) using this store right now? (reference §14) Two read-only signs:
+the ``lock`` file's POSIX lock (``FileChannel.tryLock(0, 1, false)`` after recovery), probed with
+``fcntl(F_GETLK)``, and ``/proc/<pid>/fd`` and ``maps``: a process with a file under the store open
+or mapped (a broker maps its files while it loads, before it takes the lock)."""
 
 from __future__ import annotations
 

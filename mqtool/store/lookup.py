@@ -111,47 +111,34 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
 
 
 def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX, *, scan_tail: bool = True) -> Lookup:
-    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked.
-
-    The broker returns the hits' records in offset order (collisions included: ``key_matches``
-    says which mqadmin would drop). With ``scan_tail``, records written after the index's last
-    entry are matched too (``source="unindexed"``): on a store whose index lags its commit log
-    (a crash), they are what the broker indexes again on restart.
-    """
+    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
+    offset order (collisions included: ``key_matches`` says which mqadmin would drop). With
+    ``scan_tail``, records after the index's last entry, which the broker indexes again on restart
+    after a crash, are matched too (``source="unindexed"``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
     result = Lookup()
-    logical_end = None
-    tail_records: list[clfmt.CommitLogRecord] = []
-    if store.index_files:
-        result.indexed_until, first_after = _after_index(store)
-        if scan_tail and first_after is not None:
-            scan = store.commitlog.scan(first_after)
-            for record in scan:
-                if begin <= record.store_timestamp <= end and record.topic_name == topic and key in _indexed_keys(record, legacy):
-                    tail_records.append(record)
-            logical_end = scan.end.offset
-            result.logical_end = logical_end
-    else:
+    if not store.index_files:
         result.indexed = False
         result.notes.append("no index file (deleted, or messageIndexEnable off): the commit log has to be scanned")
         return result
+    tail_records: list[clfmt.CommitLogRecord] = []
+    result.indexed_until, first_after = _after_index(store)
+    if scan_tail and first_after is not None:
+        scan = store.commitlog.scan(first_after)
+        tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy)]
+        result.logical_end = scan.end.offset
     last_time = end
     for _ in range(3):
         hits = index_hits(store, topic, key, max_hits, begin, last_time)
         if not hits:
             break
         hits.sort(key=lambda h: h.offset)
-        found = []
-        for m, hit in enumerate(hits):
-            record, error = read_message(store, hit.offset, logical_end)
-            if m == 0 and record is not None:
-                last_time = record.store_timestamp
-            matched = None if record is None else key_matches(record, topic, key, kind, legacy)
-            found.append(Found(hit.offset, "index", record, matched, hit, error))
-        result.found = found
-        if any(f.record is not None for f in found) or last_time < begin:
+        result.found = [_read_found(store, hit.offset, "index", topic, key, kind, hit, result.logical_end) for hit in hits]
+        if result.found[0].record is not None:
+            last_time = result.found[0].record.store_timestamp
+        if any(f.record is not None for f in result.found) or last_time < begin:
             break
     seen = {f.offset for f in result.found}
     for record in tail_records:
@@ -162,14 +149,15 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
     return result
 
 
+def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, hit: IndexHit | None = None, logical_end: int | None = None) -> Found:
+    """The record at ``offset`` read as the broker serves it (``read_message``) and matched (``key_matches``)."""
+    record, error = read_message(store, offset, logical_end)
+    return Found(offset, source, record, None if record is None else key_matches(record, topic, key, kind, store.legacy_properties), hit, error)
+
+
 def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: str) -> list[Found]:
     """The records a scan matched (``mqtool.scan.lookup.scan_key_offsets``), read and checked."""
-    found = []
-    for offset in offsets:
-        record, error = read_message(store, offset)
-        matched = None if record is None else key_matches(record, topic, key, kind, store.legacy_properties)
-        found.append(Found(offset, "scan", record, matched, None, error))
-    return found
+    return [_read_found(store, offset, "scan", topic, key, kind) for offset in offsets]
 
 
 # ---- consume queue lookups -------------------------------------------------------------------
@@ -182,10 +170,6 @@ class QueueRange(NamedTuple):
     max_offset: int
 
 
-def is_v5(store: Store) -> bool:
-    return store.rules.v5
-
-
 def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
     """``getMinOffsetInQueue`` / ``getMaxOffsetInQueue`` as loaded, or None without such a queue."""
     queue = store.consume_queue(topic, queue_id)
@@ -195,7 +179,7 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
 
 
 def _range(store: Store, queue, recovered) -> QueueRange:
-    return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=is_v5(store)), recovered.max_offset)
+    return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
 
 
 def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
@@ -247,25 +231,17 @@ def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, time
 
 
 def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
-    v5 = is_v5(store)
     files = []
     for base, path in queue.files:
         if base >= recovered.end and files:
             break  # truncated away on load (truncateDirtyFiles)
         readable = min(queue.file_size, max(recovered.end - base, 0))
         files.append(_QueueFile(store, base, path, readable))
-    chosen = _file_by_time(files, timestamp, queue.file_size)
-    if v5:
+    chosen = next((f for f in files[:-1] if f.readable >= ENTRY_SIZE and f.time_at(queue.file_size - ENTRY_SIZE) >= timestamp), files[-1])
+    if store.rules.v5:
         offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)
         return min(max(offset, min_offset), recovered.max_offset)
     return _search_v4(chosen, timestamp, min_offset * ENTRY_SIZE)
-
-
-def _file_by_time(files: list[_QueueFile], timestamp: int, file_size: int) -> _QueueFile:
-    for i, f in enumerate(files[:-1]):
-        if f.readable >= ENTRY_SIZE and f.time_at(file_size - ENTRY_SIZE) >= timestamp:
-            return f
-    return files[-1]
 
 
 def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:
@@ -317,18 +293,17 @@ def _search_v5(f: _QueueFile, timestamp: int, min_logic: int, file_size: int) ->
     low = max(min_logic - f.base, 0)
     readable = f.readable if 0 < f.readable < file_size else file_size
     ceiling = readable - ENTRY_SIZE
-    floor, high = low, ceiling
     if f.time_at(ceiling) < timestamp:
         return (f.base + ceiling + ENTRY_SIZE) // ENTRY_SIZE
-    if f.time_at(floor) > timestamp:
+    if f.time_at(low) > timestamp:
         return f.base // ENTRY_SIZE
-    found = _bisect(f, low, high, timestamp)
+    found = _bisect(f, low, ceiling, timestamp)
     if found is None:
         return 0
     target, _, _, right, _ = found
     if target != -1:
         offset = target
-        while offset - ENTRY_SIZE >= floor and f.time_at(offset - ENTRY_SIZE) == timestamp:
+        while offset - ENTRY_SIZE >= low and f.time_at(offset - ENTRY_SIZE) == timestamp:
             offset -= ENTRY_SIZE
     else:
         offset = right

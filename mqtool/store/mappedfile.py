@@ -20,27 +20,28 @@ def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-class MappedFile:
-    """One store file mapped read-only; ``buf`` supports ``struct.unpack_from`` and slicing.
+def open_read_only(path: Path) -> int:
+    """A read-only descriptor of a store file; a file that cannot be opened is one line of error."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except PermissionError:
+        raise BadInput(f"{path}: permission denied") from None
+    except FileNotFoundError:
+        raise BadStoreFile(f"{path}: file disappeared while reading the store") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror}") from None
 
-    Nothing here can write: the file is opened ``O_RDONLY`` and mapped ``ACCESS_READ``. A
-    zero-length file maps to an empty buffer. Slices of ``buf`` are ``bytes`` copies, so no
-    view outlives ``close``.
-    """
+
+class MappedFile:
+    """One store file mapped read-only (``O_RDONLY``, ``ACCESS_READ``); ``buf`` supports ``struct.unpack_from``
+    and slicing (``bytes`` copies: no view outlives ``close``), empty for a zero-length file."""
 
     __slots__ = ("path", "base_offset", "size", "_map")
 
     def __init__(self, path: Path, base_offset: int = 0, *, sequential: bool = False):
         self.path = path if isinstance(path, Path) else Path(path)  # Path(a Path) parses it again
         self.base_offset = base_offset
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except PermissionError:
-            raise BadInput(f"{self.path}: permission denied") from None
-        except FileNotFoundError:
-            raise BadStoreFile(f"{self.path}: file disappeared while reading the store") from None
-        except OSError as exc:
-            raise BadInput(f"{self.path}: {exc.strerror}") from None
+        fd = open_read_only(self.path)
         try:
             self.size = os.fstat(fd).st_size
             self._map = mmap.mmap(fd, self.size, access=mmap.ACCESS_READ) if self.size else None
@@ -109,12 +110,9 @@ def sigbus_handled() -> bool:
 
 
 def exit_on_sigbus(*, worker: bool = False) -> None:
-    """Make a failed read through a map one line on stderr and exit code 3, not "Bus error" (135).
-
-    A read through a map faults with SIGBUS when the file shrank after it was mapped or its pages
-    cannot be supplied; Python cannot catch it, so a compiled handler (``_sigbus.pyx``) writes the
-    line and calls ``_exit(3)``. A worker whose parent waits for its results installs the
-    ``worker`` variant, which hands the signal to the parent."""
+    """Make a failed read through a map (SIGBUS: the file shrank, or its pages cannot be supplied) one
+    line on stderr and exit code 3, not "Bus error" (135): Python cannot catch it, so a compiled handler
+    (``_sigbus.pyx``) does. A worker whose parent waits for it hands the signal to the parent (``worker``)."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return

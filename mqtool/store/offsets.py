@@ -1,10 +1,9 @@
 """Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
 
-``config/consumerOffset.json`` (``ConsumerOffsetManager``, loaded as ``ConfigManager.load`` does,
-``.bak`` as fallback), ``config/delayOffset.json`` (``ScheduleMessageService``; clamped from 4.9.2,
-``correctDelayOffset``, rules §2.16) and 5.x ``config/timercheck`` (``TimerCheckpoint``). Each
-offset is placed against its queue's [min, max] as the broker loads them (``at_min``,
-``in_range``, ``at_max``, ``beyond_max``, ``below_min``, ``no_queue``); lag comes from the units alone."""
+``config/consumerOffset.json`` (``ConsumerOffsetManager``), ``config/delayOffset.json``
+(``ScheduleMessageService``; clamped from 4.9.2, rules §2.16) and 5.x ``config/timercheck``
+(``TimerCheckpoint``): each offset placed against its queue's [min, max] as the broker loads them
+(``relation``); lag comes from the units alone."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.timer import decode_timer_check
-from .lookup import QueueRange, is_v5, pickup_store_timestamp, queue_range
+from .lookup import QueueRange, pickup_store_timestamp, queue_range
 from .store import Store
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -141,10 +140,8 @@ def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocume
 
 def timer_progress(store: Store, cache: dict | None = None) -> list[dict[str, Any]]:
     """5.x: the timer store's checkpointed offset in ``rmq_sys_wheel_timer/0`` (``config/timercheck``)."""
-    if not is_v5(store) or store.root is None:
-        return []
-    path = store.path("config", "timercheck")
-    if not path.is_file():
+    path = store.file("config", "timercheck")
+    if not store.rules.v5 or path is None:
         return []
     raw = path.read_bytes()
     if len(raw) < 8 * len(TIMERCHECK_FIELDS):

@@ -1,15 +1,10 @@
-"""What lies after a cut of the commit log: every record from an offset to the end of the last
-segment (``records_after``), as the broker's next start (``nextstart``) and the recovery plan's
-lost records (``recovery.lost``) count them.
-
-The broker discards everything after the first invalid record unread; to tell the operator what
-that means this walks on (compiled walk, CRC checked but not fatal), resynchronising after bytes
-that are no record on the next magic code whose PHYSICALOFFSET is its own position. Bytes that
-belong to no record are counted, not listed."""
+"""What lies after a cut of the commit log (``records_after``): the records the broker discards
+unread, for the next start (``nextstart``) and the recovery plan's lost records (``recovery.lost``).
+The compiled walk goes on past invalid bytes (CRC checked, not fatal) at the next magic code whose
+PHYSICALOFFSET is its own position; bytes that belong to no record are counted, not listed."""
 
 from __future__ import annotations
 
-import errno
 import os
 from dataclasses import dataclass, field
 from typing import Callable
@@ -18,7 +13,7 @@ import numpy as np
 
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog
-from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, find_record_start, release_pages, walk_segment
+from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, data_ranges, find_record_start, release_pages, walk_segment
 from .mappedfile import MappedFile
 from .segments import store_timestamp_at
 
@@ -39,12 +34,9 @@ class LostScan:
 
 def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None, describe: Callable | None = None) -> LostScan:
     """Records from ``cut`` to the end of the last segment; the first ``limit`` are described
-    (``describe(record, crc_ok, legacy)``: the recovery plan's ``recovery.lost.describe``).
-
-    A record stored before ``newest_kept`` (the store timestamp of the newest record the cut keeps,
-    or of a later record found here that is not stale) is counted ``stale``: a leftover of a log
-    the broker already cut back and wrote over (§8.9), dropped by it then, not by this cut (the
-    rule of ``CommitLogCheck._is_stale``, one record at a time)."""
+    (``describe(record, crc_ok, legacy)``: ``recovery.lost.describe``). A record stored before
+    ``newest_kept`` (the newest store time kept so far) is counted ``stale``: a leftover of a log the
+    broker already cut back and wrote over (§8.9; ``CommitLogCheck._is_stale``), not lost by this cut."""
     result = LostScan()
     index = commitlog.segment_index(cut)
     if index is None:
@@ -64,49 +56,26 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
 
 
 def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
-    """``[lo, hi)`` ranges of ``path`` from ``start`` that may hold data: holes of a sparse file
-    (a pre-allocated segment's unwritten part) are skipped with SEEK_DATA / SEEK_HOLE; without
-    them the whole rest of the file is one range."""
+    """``fastscan.data_ranges`` of the file at ``path``, from ``start`` to its end."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
-        extents, pos = [], start
-        while pos < size:
-            try:
-                lo = os.lseek(fd, pos, os.SEEK_DATA)
-                hi = os.lseek(fd, lo, os.SEEK_HOLE)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no data after pos
-                    break
-                return [(start, size)] if start < size else []
-            extents.append((lo, min(hi, size)))
-            pos = hi
-        return extents
+        return data_ranges(fd, start, os.fstat(fd).st_size)
     finally:
         os.close(fd)
-
-
-def _next_data(extents: list[tuple[int, int]], pos: int) -> int | None:
-    for lo, hi in extents:
-        if hi > pos:
-            return max(lo, pos)
-    return None
 
 
 def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
     """Where a search for a record start at or after ``pos`` begins: in the first data range
     from ``pos``, a few bytes before it (a record's leading size bytes may be zeros in the hole
     before), never before ``pos``; None when no data follows."""
-    search = _next_data(extents, pos)
+    search = next((max(lo, pos) for lo, hi in extents if hi > pos), None)
     return None if search is None else max(pos, search - (search % 8) - 8)
 
 
 def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``)
-    whose PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a
-    time, releasing the pages it has searched (a 1 GiB segment of zeros after the cut is not kept
-    resident); a window of zeros moves the search to the next data range of ``extents`` (the
-    holes of a sparse segment are not read)."""
+    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``) whose
+    PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a time,
+    releasing the pages searched; a window of zeros moves on to the next data range of ``extents``."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start

@@ -1,9 +1,5 @@
-"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan.
-
-Field names are a stable contract (docs/reading.md "JSON field reference"). Timestamps are epoch
-milliseconds; hosts are ``ip:port`` with IPv6 as ``[compressed]:port``; ``body`` is encoded
-as the caller asks (``none`` gives null).
-"""
+"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan: a
+stable contract (docs/reading.md "JSON field reference")."""
 
 from __future__ import annotations
 
@@ -138,15 +134,7 @@ def message_dict(
 
 
 def consume_queue_dict(topic: str, queue_id: int, entry: ConsumeQueueEntry) -> dict[str, Any]:
-    return {
-        "topic": topic,
-        "queue_id": queue_id,
-        "queue_offset": entry.queue_offset,
-        "phys_offset": entry.phys_offset,
-        "size": entry.size,
-        "tags_code": entry.tags_code,
-        "filler": entry.is_filler,
-    }
+    return {"topic": topic, "queue_id": queue_id, **entry._asdict(), "filler": entry.is_filler}
 
 
 def batch_unit_dict(topic: str, queue_id: int, unit: BatchUnit) -> dict[str, Any]:
@@ -171,14 +159,10 @@ def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
     (``ok``, ``mismatch``, ``missing``; None for a blank) and the message inside."""
     blank = header.is_blank
     row = {"file": file, **{k: (None if blank and k not in ("offset", "magic", "size") else v) for k, v in header._asdict().items()}}
+    from .dledger import unit_matches  # DLedger modules: loaded for DLedger data only
+
     row["record_offset"] = None if blank else header.record_offset
-    if blank:
-        row["index_unit"] = None
-    elif unit is None:
-        row["index_unit"] = "missing"
-    else:
-        same = (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (header.magic, header.pos, header.size, header.index, header.term)
-        row["index_unit"] = "ok" if same else "mismatch"
+    row["index_unit"] = None if blank else "missing" if unit is None else "ok" if unit_matches(unit, header) else "mismatch"
     for key, attr in (("topic", "topic_name"), ("queue_id", "queue_id"), ("queue_offset", "queue_offset"), ("msg_id", "msg_id")):
         row[key] = getattr(record, attr) if isinstance(record, CommitLogRecord) else None
     return row

@@ -1,11 +1,10 @@
-"""The one resynchronisation of a scan asked to begin inside a record (``dump --from-offset``,
-``--keep-going``, ``verify --from-offset``, version detection past damage).
+"""The one resynchronisation of a scan asked to begin inside a record (``--from-offset``,
+``--keep-going``, version detection past damage).
 
-A scan begins at ``offset`` when a record or an end-of-file blank starts there
-(``checkMessageAndReturnSize``'s checks), else at the first later position where the log can be
-resumed (reference §8.9): a record whose magic, size chain and PHYSICALOFFSET agree for ``chain``
-records, or a blank whose TOTALSIZE is the rest of its segment; else the next segment's start, or
-``offset`` itself. The search is the compiled ``_fastscan.find_record_start``; no numpy is loaded."""
+A scan begins at ``offset`` when a record or an end-of-file blank starts there, else at the first
+later position where the log can be resumed (reference §8.9): a record whose magic, size chain and
+PHYSICALOFFSET agree for ``chain`` records, or a blank whose TOTALSIZE is the rest of its segment;
+else the next segment's start, or ``offset`` itself (compiled, ``_fastscan``; no numpy loaded)."""
 
 from __future__ import annotations
 

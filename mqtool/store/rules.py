@@ -36,7 +36,7 @@ class BrokerVersion(NamedTuple):
         try:
             parts = [int(p) for p in core.split(".")]
         except ValueError:
-            raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)") from None
+            parts = []
         if not 1 <= len(parts) <= 3:
             raise UnknownStoreVersion(f"broker version {raw!r} is not of the form X.Y.Z (e.g. 4.4.0)")
         version = cls(*(parts + [0] * (3 - len(parts))))
@@ -108,10 +108,6 @@ ERAS = (
 _BY_NAME = {era.name: era for era in ERAS}
 
 
-def era(name: str) -> Era:
-    return _BY_NAME[name]
-
-
 def era_of(version: BrokerVersion) -> Era:
     for candidate in reversed(ERAS):
         if version >= candidate.first:
@@ -148,30 +144,24 @@ class VersionRules:
     v5 = _rule("E13")
 
     accepts_v2_magic = _rule("E14")
-    """§1.1: V2 records (2-byte topic length) are read, and matched by abnormal recovery's
-    ``isMappedFileMatchedRecover``, from 5.1.0."""
+    """§1.1: 5.1.0+ read V2 records (2-byte topic length), and abnormal recovery's ``isMappedFileMatchedRecover`` matches them."""
 
     checks_record_length = _rule("E1")
-    """§1.3: ``checkMessageAndReturnSize`` compares TOTALSIZE with the computed length from 4.0.0;
-    3.2.6 trusts TOTALSIZE."""
+    """§1.3: 4.0.0+ ``checkMessageAndReturnSize`` compares TOTALSIZE with the computed length; 3.2.6 trusts TOTALSIZE."""
 
     stale_blank_fill = _rule(before="E10")
-    """§1.12: ``doAppend`` writes a ``maxBlank``-byte blank (its tail stale bytes of the encode
-    buffer) up to 4.9.0; from 4.9.1 only its 8-byte header."""
+    """§1.12: up to 4.9.0 ``doAppend`` writes a ``maxBlank``-byte blank (stale encode-buffer bytes in its tail); 4.9.1+ its 8-byte header."""
 
     legacy_properties = _rule(before="E10")
-    """§1.10: ``string2messageProperties`` splits on the separators up to 4.9.0 (keeping an empty
-    key); from 4.9.1 it walks the string by index."""
+    """§1.10: up to 4.9.0 ``string2messageProperties`` splits on the separators (keeping an empty key); 4.9.1+ walks the string by index."""
 
     # ---- §2 commit log recovery ---------------------------------------------------------------
 
     normal_start_from_cq_max = _rule("E18")
-    """§2.1: 5.3.2+ ``recoverNormally`` starts at the newest segment at or below the CQ max;
-    before, at the third-from-last segment."""
+    """§2.1: 5.3.2+ ``recoverNormally`` starts at the newest segment at or below the CQ max; before, at the third-from-last."""
 
     normal_stops_at_length_mismatch = _rule("E1")
-    """§2.2: 3.2.6's ``recoverNormally`` has no success flag: any record whose size is positive
-    advances it; from 4.0.0 a record that fails the checks ends the log."""
+    """§2.2: from 4.0.0 a record failing the checks ends ``recoverNormally``; 3.2.6's has no success flag: a positive size advances it."""
 
     normal_dispatches = _rule("E18")
     """§2.3: 5.3.2+ ``recoverNormally`` dispatches the records after the CQ max."""
@@ -183,28 +173,23 @@ class VersionRules:
     """§2.5: normal recovery of an empty commit log destroys the consume queues from 4.5.0."""
 
     abnormal_stops_at_length_mismatch = _rule("E4")
-    """§2.7: up to 4.3.1 ``recoverAbnormally`` advances over (and dispatches) a record whose
-    TOTALSIZE disagrees with its fields; from 4.3.2 such a record ends the log."""
+    """§2.7: from 4.3.2 a record whose TOTALSIZE disagrees with its fields ends ``recoverAbnormally``; before, it is dispatched and passed."""
 
     abnormal_truncates_cq_always = _rule(before="E4")
-    """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues unconditionally; from
-    4.3.2 only when they reach past the log's end."""
+    """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues always; from 4.3.2 only when they reach past the log's end."""
 
     writes_confirm_offset = _rule("E15")
     """§2.10, §6.1: 5.1.1+ write the checkpoint's confirmPhyOffset (start of the last valid record)."""
 
     dispatches_at_put_time = _rule(before="E1")
-    """§2.11: the 3.2.6 master writes consume queue and index entries at put time; there is no
-    reput service, so nothing is re-dispatched after a clean stop."""
+    """§2.11: the 3.2.6 master writes queue and index entries at put time: no reput service re-dispatches after a clean stop."""
 
     reput_from_cq_max = _rule("E5", before="E13")
-    """§2.11: 4.5.0-4.9.8 ``start()`` re-dispatches from the max CQ physical offset and waits for it;
-    4.0-4.4 and 5.x start the reput at the commit log max."""
+    """§2.11: 4.5.0-4.9.8 ``start()`` re-dispatches from the max CQ physical offset and waits; 4.0-4.4 and 5.x reput from the log max."""
 
     @property
     def wrong_length_file_ignored(self) -> bool:
-        """§2.13: ``MappedFileQueue.load`` leaves out a file of the wrong length, and every later one,
-        and starts in 3.2.6-4.4.0 and 4.9.2; other versions refuse to start."""
+        """§2.13: 3.2.6-4.4.0 and 4.9.2 ``MappedFileQueue.load`` leave out a wrong-length file and every later one and start; others refuse."""
         return self.era.index < _BY_NAME["E5"].index or self.era.name == "E11"
 
     zero_length_last_file_deleted = _rule("E16")
@@ -212,21 +197,17 @@ class VersionRules:
 
     @property
     def zero_length_last_file_refused(self) -> bool:
-        """§2.13: a zero-length last file has the wrong length: 4.5.0-4.9.1 and 4.9.3-5.1.2 refuse to
-        start on it (``MappedFileQueue.load``: "length not matched"); 3.2.6-4.4.0 and 4.9.2 leave it
-        out and start, 5.1.3+ delete it."""
+        """§2.13: 4.5.0-4.9.1 and 4.9.3-5.1.2 refuse to start on a zero-length last file (``MappedFileQueue.load``: "length not
+        matched"); 3.2.6-4.4.0 and 4.9.2 leave it out and start, 5.1.3+ delete it."""
         return not (self.wrong_length_file_ignored or self.zero_length_last_file_deleted)
 
     delay_table_missing_in_recovery = _rule("E11", before="E13")
-    """§2.15: 4.9.2-4.9.8 load the schedule service after recovery, so records dispatched by
-    abnormal recovery get the TAGS hash instead of the delivery time."""
+    """§2.15: 4.9.2-4.9.8 load the schedule service after recovery: abnormal recovery's delay entries get the TAGS hash, not the delivery time."""
 
     delay_tags_from_pre_lock_time = _rule(before="E1")
-    """§2.15: the 3.2.6 master dispatches at put time (``CommitLog.putMessage``) with the delivery
-    time computed from ``System.currentTimeMillis()`` taken before the put lock, while the record
-    stores the time taken inside it (``SystemClock.now()``): a SCHEDULE_TOPIC_XXXX entry's tags
-    code can be a few ms off STORETIMESTAMP + delay (1-3 ms later on the 3.2.6 fixture), and no
-    rebuild can recover it. 4.0.0+ dispatch from the record (``checkMessageAndReturnSize``)."""
+    """§2.15: the 3.2.6 master dispatches at put time (``CommitLog.putMessage``) with a delivery time from ``System.currentTimeMillis()``
+    before the put lock, the record stores ``SystemClock.now()`` inside it: a SCHEDULE_TOPIC_XXXX tags code can be a few ms off
+    STORETIMESTAMP + delay (1-3 ms on the 3.2.6 fixture), which no rebuild recovers. 4.0.0+ dispatch from the record."""
 
     corrects_delay_offsets = _rule("E11")
     """§2.16: ``ScheduleMessageService.correctDelayOffset`` clamps delayOffset.json at load from 4.9.2."""
@@ -238,8 +219,7 @@ class VersionRules:
     keep ``maxPhysicOffset`` as offset + size from 4.5.0; up to 4.4.0 as the entry's start offset."""
 
     cq_repeat_guard = _rule("E3a")
-    """§3.3: from 4.2.0 ``putMessagePositionInfo`` skips an entry whose queue offset is already
-    written; before, it appends it at the current position."""
+    """§3.3: 4.2.0+ ``putMessagePositionInfo`` skips an entry whose queue offset is written; before, it appends it where it is."""
 
     cq_min_offset_v5 = _rule("E13")
     """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
@@ -247,8 +227,7 @@ class VersionRules:
     # ---- §4, §5 dispatch and index ------------------------------------------------------------
 
     indexes_uniq_key_and_commit = _rule("E1")
-    """§4.2: from 4.0.0 ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and
-    KEYS; 3.2.6 indexes NOT and PREPARED records under KEYS only."""
+    """§4.2: 4.0.0+ ``buildIndex`` indexes NOT, PREPARED and COMMIT records under UNIQ_KEY and KEYS; 3.2.6 NOT and PREPARED under KEYS."""
 
     @property
     def index_rule(self) -> int:

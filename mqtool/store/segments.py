@@ -1,10 +1,9 @@
-"""Per-segment commit log analysis on the compiled walk (runs in worker processes with ``--jobs``).
+"""Per-segment commit log analysis on the compiled walk (in worker processes with ``--jobs``).
 
-``analyze_segment`` walks one segment with ``fastscan.walk_segment`` (without stopping at a CRC
-failure) and records in a small picklable ``SegmentReport`` the *runs* of valid records (with
-their CRC, PHYSICALOFFSET (§2.1) and ``__CRC32#`` (§2.10) mismatches), the *gaps* between them
-(``fastscan.find_record_start``), the end-of-file blank and what lies after it (§2.6). Records
-never cross a segment (§2), so ``commitlog.py`` stitches the reports into the broker's view."""
+``analyze_segment`` walks one segment (not stopping at a CRC failure) into a picklable
+``SegmentReport``: the runs of valid records with their CRC, PHYSICALOFFSET (§2.1) and
+``__CRC32#`` (§2.10) mismatches, the gaps between them, the end-of-file blank and what follows it
+(§2.6). Records never cross a segment (§2), so ``verify`` stitches the reports into the broker's view."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from ..formats import commitlog as clfmt
 from ..formats.hashing import CRC31_MASK, body_crc
 from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN
 from . import fastscan as fs
+from .commitlog import STORE_TS_POSITION
 from .mappedfile import MappedFile
 from ._segments import row_flags
 
@@ -27,7 +27,6 @@ SHOWN_RELEASE = 4 << 20  # and bytes released at a time behind what the reader s
 BATCH_ROWS = 16384
 MAX_LISTED = 10_000  # per run and kind: beyond this, findings are counted, not listed
 
-_STORE_TS_POS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 _I64 = struct.Struct(">q")
 
 
@@ -50,11 +49,8 @@ class Run:
 
 @dataclass
 class Gap:
-    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record.
-
-    ``resumed``: a record (or an end-of-file blank) starts at ``end``; otherwise ``end`` is one
-    past the last non-zero byte before the segment end.
-    """
+    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record. ``resumed``: a
+    record (or an end-of-file blank) starts at ``end``; else ``end`` is past the last non-zero byte."""
 
     start: int
     end: int
@@ -106,7 +102,7 @@ class SegmentTask:
 def store_timestamp_at(array: np.ndarray, pos: int) -> int:
     """STORETIMESTAMP of the record at ``pos`` (its position depends on the born-host width)."""
     born_v6 = bool(array[pos + fs.POS_SYS_FLAG + 3] & fs.BORN_V6)
-    return _I64.unpack_from(array, pos + _STORE_TS_POS[born_v6])[0]
+    return _I64.unpack_from(array, pos + STORE_TS_POSITION[born_v6])[0]
 
 
 def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None:
@@ -142,12 +138,10 @@ def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None
 
 
 def property_crc(record) -> tuple[int, object]:
-    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one.
-
-    The last 20 bytes are ``__CRC32#``, ``\\x01``, 10 decimal digits least significant first and
-    ``\\x02``; the CRC is ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``,
-    reference §2.10). A malformed value is returned as its text.
-    """
+    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one: the
+    last 20 bytes are ``__CRC32#``, ``\\x01``, 10 digits least significant first and ``\\x02``; the CRC is
+    ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``, reference §2.10). A
+    malformed value is returned as its text."""
     raw = bytes(record[-PROP_CRC_LEN:])
     expected = body_crc(record[: len(record) - PROP_CRC_LEN]) & CRC31_MASK
     digits = raw[len(PROP_CRC_KEY) : -1]
@@ -216,11 +210,9 @@ class ChainReader:
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     """Walk one segment: its runs of valid records, the gaps between them, its blank record.
-
-    ``progress(n)`` is called with byte counts that add up to the segment's checked range;
-    ``chain`` is shown the chain run's rows as they are walked. ``walked``: the chain run's
-    first records, walked from the segment's first byte with CRC and checked (``check_rows``)
-    by another reader of the same bytes (``recover``'s plan): the chain continues from its end."""
+    ``progress(n)`` gets byte counts adding up to the checked range; ``chain`` is shown the chain
+    run's rows as they are walked. ``walked``: the chain run's first records, walked and checked
+    (``check_rows``) by another reader (``recover``'s plan): the chain continues from its end."""
     shown = 0
 
     def tick(n: int) -> None:

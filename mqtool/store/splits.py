@@ -1,12 +1,10 @@
 """Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact.
 
-A split ``[start, end)`` of one segment owns the records whose first byte lies in it, the last
-read to its end (a record never crosses a segment, reference §2.6). A split not at the segment's
-first byte resynchronises (``find_split_start``) on a self-describing record. Since stale records
-with correct self-offsets can sit after the logical end or behind a blank (§2.6, §8.9),
-``check_handoffs`` accepts a split only where the chain of the previous non-empty accepted split
-of the segment ends (the first must start at the segment's first byte). A DLedger data file
-(``Split.entries``, §15) is walked entry by entry, so the same check applies."""
+A split ``[start, end)`` of one segment owns the records whose first byte lies in it (a record
+never crosses a segment, reference §2.6); one not at the segment's first byte resynchronises
+(``find_split_start``). Stale records with correct self-offsets can sit after the logical end or
+behind a blank (§2.6, §8.9), so ``check_handoffs`` accepts a split only where the chain of the
+splits before it ends. DLedger data files (``Split.entries``, §15) are walked entry by entry."""
 
 from __future__ import annotations
 
@@ -84,12 +82,10 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> l
 
 
 def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False) -> int | None:
-    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself,
-    with the records the walk accepts after it (up to ``RESYNC_CHAIN``) doing the same wherever the walk
-    ends (a split then resumes exactly where a sequential scan would have been), or an end-of-file
-    blank whose size is the bytes left; with ``entries``, the first entry header describing itself
-    (``fastscan.find_record_start``, the one resynchronisation). Zeros are skipped at memory
-    speed, and holes of a sparse file unread when ``fd`` is the file's."""
+    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself with
+    the ``RESYNC_CHAIN`` records after it doing the same, or an end-of-file blank whose size is the
+    bytes left; with ``entries``, the first entry header describing itself (``fastscan.find_record_start``,
+    the one resynchronisation). Holes of a sparse file are not read when ``fd`` is the file's."""
     if start == 0:
         return 0
     data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)

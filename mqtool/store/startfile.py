@@ -15,13 +15,12 @@ from typing import NamedTuple
 
 from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as fmt
-from .commitlog import CommitLog
+from .commitlog import STORE_TS_POSITION, CommitLog
 from .mappedfile import MappedFile
 from .rules import VersionRules
 from .store import Store
 
 _MAGIC = fmt.HEADER_LAYOUTS[(False, False)].offset_of("magic_code")
-_STORE_TS = {born6: fmt.HEADER_LAYOUTS[(born6, False)].offset_of("store_timestamp") for born6 in (False, True)}
 
 
 class ScanStart(NamedTuple):
@@ -36,14 +35,14 @@ def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, s
     magic code), or None."""
     seg = commitlog.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
-        head = bytes(mf.buf[skip : skip + _STORE_TS[True] + 8])
-    if len(head) < _STORE_TS[False] + 8:
+        head = bytes(mf.buf[skip : skip + STORE_TS_POSITION[True] + 8])
+    if len(head) < STORE_TS_POSITION[False] + 8:
         return None
     magic = int.from_bytes(head[_MAGIC : _MAGIC + 4], "big", signed=True)
     if magic != fmt.MESSAGE_MAGIC_V1 and not (accept_v2 and magic == fmt.MESSAGE_MAGIC_V2):
         return None
     sys_flag = int.from_bytes(head[fmt.SYS_FLAG_POSITION : fmt.SYS_FLAG_POSITION + 4], "big", signed=True)
-    pos = _STORE_TS[bool(sys_flag & fmt.SysFlag.BORNHOST_V6)]
+    pos = STORE_TS_POSITION[bool(sys_flag & fmt.SysFlag.BORNHOST_V6)]
     if len(head) < pos + 8:
         return None
     return int.from_bytes(head[pos : pos + 8], "big", signed=True)
@@ -82,11 +81,9 @@ def normal_start(commitlog: CommitLog, rules: VersionRules, max_cq_phys_offset: 
 
 
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
-    """Where the broker's start-up recovery scans from: abnormal recovery with the abort file
-    present, normal recovery otherwise (``DefaultMessageStore.recover``). Damage before it is
-    never read by the broker's recovery. ``mode``, ``index_safe`` (default: the store's config)
-    and the consume queues' max physical offset (default: recovered here) may be given by a
-    planner that has them."""
+    """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
+    the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config) and the
+    consume queues' max physical offset (default: recovered here) may be given by a planner."""
     cl = store.commitlog
     if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
         if not cl.segments:

@@ -128,8 +128,7 @@ class Store:
         if size == 0:
             raise BadStoreFile(f"{path}: empty file")
         segment = Segment(path, int(path.name), size)
-        store = cls(None, CommitLog([segment], config.commitlog_file_size or size), config)
-        return store._finish(version)
+        return cls(None, CommitLog([segment], config.commitlog_file_size or size), config)._finish(version)
 
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
@@ -165,8 +164,7 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
-        store = cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)
-        return store._finish(version)
+        return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)
 
     @classmethod
     def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
@@ -217,6 +215,11 @@ class Store:
         if self.root is None:
             raise BadInput("this command needs a store root directory, not commit log segments")
         return self.root.joinpath(*parts)
+
+    def file(self, *parts: str) -> Path | None:
+        """``path(*parts)`` when the store has a root and that file exists, else None."""
+        path = None if self.root is None else self.root.joinpath(*parts)
+        return path if path is not None and path.is_file() else None
 
     # ---- version ----------------------------------------------------------------------------
 
@@ -282,9 +285,7 @@ class Store:
     def consume_queue_file_size(self) -> int:
         if self.config.consume_queue_file_size:
             return self.config.consume_queue_file_size
-        if self.root is None:
-            return 300_000 * 20
-        return infer_queue_file_size(self.path("consumequeue")) or 300_000 * 20
+        return (self.root is not None and infer_queue_file_size(self.path("consumequeue"))) or 300_000 * 20
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:
@@ -302,12 +303,8 @@ class Store:
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """One queue: the one ``consume_queues`` found when they were listed already (what it
         read is kept with it: ``ConsumeQueue.recover``), else its directory alone (a lookup)."""
-        if "consume_queues" in self.__dict__:
-            found = self._queues_by_key.get((topic, queue_id))
-            if found is not None:
-                return found
-        directory = self.path("consumequeue", topic, str(queue_id))
-        return ConsumeQueue(topic, queue_id, directory, self.consume_queue_file_size)
+        found = self._queues_by_key.get((topic, queue_id)) if "consume_queues" in self.__dict__ else None
+        return found or ConsumeQueue(topic, queue_id, self.path("consumequeue", topic, str(queue_id)), self.consume_queue_file_size)
 
     @cached_property
     def _queues_by_key(self) -> dict[tuple[str, int], ConsumeQueue]:
@@ -331,10 +328,8 @@ class Store:
 
     @cached_property
     def unreadable_index(self) -> str | None:
-        """Why the index files cannot be read, or None: no file shows the geometry (every one cut or
-        damaged) and no ``--broker-config`` gives it. ``info`` and ``verify`` say so and read no index
-        file (a finding for each); the planners refuse (``index_geometry`` raises), since they would
-        write files of a geometry nobody knows."""
+        """Why the index files cannot be read, or None: no file shows the geometry and no ``--broker-config``
+        gives it. ``info`` and ``verify`` say so; the planners refuse (``index_geometry`` raises)."""
         try:
             self.index_geometry
         except BadStoreFile as exc:
@@ -351,34 +346,32 @@ class Store:
 
     @cached_property
     def checkpoint(self) -> cpfmt.StoreCheckpoint | None:
-        if self.root is None or not self.path("checkpoint").is_file():
+        if (path := self.file("checkpoint")) is None:
             return None
-        with MappedFile(self.path("checkpoint")) as mf:
+        with MappedFile(path) as mf:
             return cpfmt.decode_checkpoint(mf.buf)
 
     @cached_property
     def checkpoint_used_bytes(self) -> int | None:
-        if self.root is None or not self.path("checkpoint").is_file():
+        if (path := self.file("checkpoint")) is None:
             return None
-        with MappedFile(self.path("checkpoint")) as mf:
+        with MappedFile(path) as mf:
             return cpfmt.used_bytes(mf.buf)
 
     @cached_property
     def checkpoint_size_problem(self) -> str | None:
         """What a checkpoint file not of the broker's page size means (``StoreCheckpoint`` maps 4096
         bytes: those the file lacks read as zero, so a cut file's values are partly zeros), or None."""
-        if self.root is None or not self.path("checkpoint").is_file():
-            return None
-        size = self.path("checkpoint").stat().st_size
+        path = self.file("checkpoint")
+        size = cpfmt.CHECKPOINT_FILE_SIZE if path is None else path.stat().st_size
         if size == cpfmt.CHECKPOINT_FILE_SIZE:
             return None
         return f"the checkpoint is {size} bytes, the broker maps {cpfmt.CHECKPOINT_FILE_SIZE}: missing bytes read as zero"
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
-        if self.root is None or not self.path(markers.ABORT_FILE).is_file():
-            return None
-        return markers.decode_abort(self.path(markers.ABORT_FILE).read_bytes())
+        path = self.file(markers.ABORT_FILE)
+        return None if path is None else markers.decode_abort(path.read_bytes())
 
     @property
     def abort_present(self) -> bool:
@@ -386,17 +379,13 @@ class Store:
 
     @property
     def lock_present(self) -> bool:
-        return self.root is not None and self.path(markers.LOCK_FILE).is_file()
+        return self.file(markers.LOCK_FILE) is not None
 
     def config_file(self, name: str) -> dict | None:
-        """A ``config/*.json`` document (falling back to ``.bak`` as the broker does), or None.
-
-        Read as ``ConfigManager.load`` reads it: fastjson's leniencies accepted
-        (``formats.fastjson``), malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does."""
-        if self.root is None:
-            return None
-        for candidate in (self.path("config", name), self.path("config", name + ".bak")):
-            if candidate.is_file():
+        """A ``config/*.json`` document as ``ConfigManager.load`` reads it (``.bak`` as fallback, fastjson's
+        leniencies, malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does), or None."""
+        for candidate in (self.file("config", name), self.file("config", name + ".bak")):
+            if candidate is not None:
                 try:
                     return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8", errors="replace"))
                 except (cfgfmt.ConfigError, OSError):

@@ -1,11 +1,10 @@
-"""``mqtool info``'s figures: what the files say, computed the way the broker computes them.
+"""``mqtool info``'s figures, computed the way the broker computes them.
 
 Commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
-logical end of the recovery scan from where the broker's next start scans (``store.nextstart``),
-else from the third-from-last segment (§8.5). Per queue: max = the CQ recovery end (§5.7), min =
-``correctMinOffset`` (§5.9). A small log is decoded with the schema decoder (``CommitLog.scan``,
-cheaper than loading the compiled walk) up to ``SCHEMA_SCAN_RECORDS``, then the compiled walk
-carries on (the fast-scan parity tests hold them equal)."""
+logical end of the recovery scan from the next start's start file (``store.nextstart``), else the
+third-from-last segment (§8.5). Per queue: max = the CQ recovery end (§5.7), min =
+``correctMinOffset`` (§5.9). The schema decoder reads the first ``SCHEMA_SCAN_RECORDS`` (cheaper
+than loading the compiled walk), the compiled walk the rest."""
 
 from __future__ import annotations
 
@@ -42,11 +41,9 @@ def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
 
 
 def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
-    """``logical_end``'s compiled walk from ``start``: (valid records, end).
-
-    The chain leaves a segment only at a blank, for the next segment's start (§8.3), so segments are
-    walked ``workers`` at a time (the walk releases the GIL) and the first whose walk does not end at
-    a blank ends the chain, worded by one sequential ``FastScan`` from that segment."""
+    """``logical_end``'s compiled walk from ``start``: (valid records, end). The chain leaves a segment
+    only at a blank (§8.3), so segments are walked ``workers`` at a time (the walk releases the GIL);
+    the first whose walk does not end at a blank ends the chain, worded by a ``FastScan`` from it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage

@@ -1,11 +1,7 @@
 """Hashes of a record's text fields (reference §3.4): Java ``String.hashCode``, the state carried
-so that ``topic#key`` hashes compose.
-
-``java_hash_utf8`` (compiled, ``_textscan.pyx``, inlined by the compiled readers from
-``_text.pxd``) hashes the UTF-16 code units of strict UTF-8; ``java_hash_states`` hashes many
-UTF-16 keys each continued from its own state, and ``index_key_hashes`` is
-``IndexFile.indexKeyHashMethod`` of such states. Tests hold them equal to
-``formats.hashing.java_string_hash``."""
+so that ``topic#key`` hashes compose. ``java_hash_utf8`` (``_textscan.pyx``, ``_text.pxd``) hashes
+the UTF-16 code units of strict UTF-8, ``java_hash_states`` many UTF-16 keys each from its own
+state; tests hold them equal to ``formats.hashing.java_string_hash``."""
 
 from __future__ import annotations
 

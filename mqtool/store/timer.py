@@ -1,9 +1,8 @@
 """The 5.x timer store of a broker store directory, read-only (reference §9).
 
 ``timerlog/`` is a file queue of 52-byte units (``formats/timer.py``), ``timerwheel`` a table of 32-byte slots and
-``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units the way ``TimerMessageStore.recoverAndRevise``
-does: a blank unit moves to the next file, the first unit of a wrong size or magic ends the log.
-"""
+``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units as ``TimerMessageStore.recoverAndRevise``
+does: a blank unit moves to the next file, one of a wrong size or magic ends the log."""
 
 from __future__ import annotations
 

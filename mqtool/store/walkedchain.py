@@ -1,10 +1,8 @@
 """The plan's commit log walk kept for ``verify_after``: the records are walked and CRC-checked once.
 
-The recovery scan (``dispatch.DispatchScanner``) walks each segment's chain as ``verify``'s commit
-log check does, the two differing only at a CRC failure (which ends the recovery,
-``checkCRCOnRecover``). ``WalkedChain`` is shown every sub-batch the scan walks and applies
-verify's per-record checks (``segments.check_rows``), building per segment the prefix of verify's
-chain run; ``verify_after`` continues each segment's walk from there (``analyze_segment(walked=...)``)."""
+The recovery scan (``dispatch.DispatchScanner``) walks each segment's chain as ``verify`` does (up
+to a CRC failure, ``checkCRCOnRecover``); ``WalkedChain`` applies verify's per-record checks
+(``segments.check_rows``) to its rows, and ``verify_after`` continues from there (``analyze_segment(walked=...)``)."""
 
 from __future__ import annotations
 
