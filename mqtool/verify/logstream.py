@@ -16,14 +16,13 @@ from ..formats import commitlog as clfmt
 from ..formats.properties import parse_properties
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.commitlog import ScanEnd
+from ..store.commitlog import STORE_TS_POSITION, ScanEnd
 
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
 _POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
 BATCH = 1 << 16  # records per walk batch at most (8192 in the first): the unit in which cross-check findings are drained
 BATCH_BYTES = 8 << 20  # and about this many bytes of records per batch after the first (8192 of 1 KiB)
-_STORE_TS = {v6: clfmt.HEADER_LAYOUTS[(v6, False)].offset_of("store_timestamp") for v6 in (False, True)}
 
 
 class LogRecord(NamedTuple):
@@ -92,8 +91,8 @@ def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -
     queue_ids = fs.gather_be(array, positions, _POS_QUEUE_ID, 4, True)
     queue_offsets = fs.gather_be(array, positions, _POS_QUEUE_OFFSET, 8, True)
     sys_flags = fs.gather_be(array, positions, fs.POS_SYS_FLAG, 4, True)
-    ts4 = fs.gather_be(array, positions, _STORE_TS[False], 8, True)
-    ts6 = fs.gather_be(array, positions, _STORE_TS[True], 8, True)
+    ts4 = fs.gather_be(array, positions, STORE_TS_POSITION[False], 8, True)
+    ts6 = fs.gather_be(array, positions, STORE_TS_POSITION[True], 8, True)
     store_ts = np.where(sys_flags & fs.BORN_V6, ts6, ts4)
     out: list[LogRecord] = []
     columns = rows[:, [fs.COL_POS, fs.COL_SIZE, fs.COL_TOPIC, fs.COL_PROPS]].tolist()
