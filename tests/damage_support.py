@@ -254,9 +254,11 @@ def early_deletions(root: Path) -> list[str]:
 
 
 def next_starts_agree(root: Path, given: tuple[str, ...], timeout: int) -> None:
-    """``info``, ``verify``, ``recover`` and ``repair`` say the same of the broker's next start (``store.nextstart``),
-    each that answers (a command that cannot plan the store refuses or says why)."""
+    """``info``, ``verify``, ``recover``, ``repair`` and ``salvage`` (its line on stderr) say the same of the broker's
+    next start (``store.nextstart``), each that answers (a command that cannot plan the store refuses or says why)."""
     said = {}
+    _, _, stderr = run("salvage", root, "--format", "jsonl", "--out", os.devnull, "--no-progress", *given, timeout=timeout)
+    said.update(("salvage", line.removeprefix("mqtool: ")) for line in stderr.splitlines() if line.startswith("mqtool: the broker's next start"))
     for command, extra in (("info", ()), ("verify", ("--no-progress",)), ("recover", ("--dry-run",)), ("repair", ("--dry-run",))):
         rc, stdout, _ = run(command, root, "--format", "json", *extra, *given, timeout=timeout)
         if rc in (EXIT_OK, EXIT_FINDINGS) and stdout.strip():
