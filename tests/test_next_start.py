@@ -81,6 +81,15 @@ def test_a_zeroed_first_segment_is_never_read_by_the_next_start(tmp_path, versio
     assert [r["offset"] for r in rows] == sorted(m["commitLogOffset"] for m in doc["messages"] if m["commitLogOffset"] >= SEGMENT)
 
 
+def body_in_third_segment(root: Path, doc: dict) -> tuple[dict, Path, int]:
+    """A message of the third segment with a body of more than 200 bytes (IPv4 hosts), its segment file, and the
+    position in that file of its body's 101st byte."""
+    victim = next(m for m in doc["messages"] if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
+                  and "[" not in m["bornHost"] + m["storeHost"])
+    at = victim["commitLogOffset"] + HEADER + 100
+    return victim, root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}", at % SEGMENT
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_a_bad_crc_in_the_third_from_last_segment_is_where_the_next_start_cuts(tmp_path, version, monkeypatch):
     """Before 5.3.2 the broker's normal recovery reads the third-from-last segment with
@@ -89,14 +98,11 @@ def test_a_bad_crc_in_the_third_from_last_segment_is_where_the_next_start_cuts(t
     the last segment here: it never reads the flipped record and keeps the whole log."""
     root = copy_store(version, "clean-small", tmp_path)
     doc = manifest(version, "clean-small")
-    victim = next(m for m in doc["messages"] if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
-                  and "[" not in m["bornHost"] + m["storeHost"])
-    at = victim["commitLogOffset"] + HEADER + 100
-    segment = root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}"
+    victim, segment, at = body_in_third_segment(root, doc)
     with open(segment, "r+b") as f:
-        f.seek(at % SEGMENT)
+        f.seek(at)
         byte = f.read(1)[0]
-        f.seek(at % SEGMENT)
+        f.seek(at)
         f.write(bytes([byte ^ 0xFF]))
     dropped = sum(1 for m in doc["messages"] if m["commitLogOffset"] >= victim["commitLogOffset"])
     given = ("--broker-version", version)  # 5.3.1 and 5.3.3 leave the same marks and start in different places
@@ -126,14 +132,10 @@ def test_a_record_zeroed_from_inside_its_body_ends_the_log_for_its_crc_in_every_
     the broker's recovery ends there for the CRC. Before: verify, whose own walk judges the length first, said
     "half message" where info, recover and repair said "crc mismatch" (damage seed 12600100)."""
     root = copy_store(version, "clean-small", tmp_path)
-    doc = manifest(version, "clean-small")
-    victim = next(m for m in doc["messages"] if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
-                  and "[" not in m["bornHost"] + m["storeHost"])
-    at = victim["commitLogOffset"] + HEADER + 100
-    segment = root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}"
+    victim, segment, at = body_in_third_segment(root, manifest(version, "clean-small"))
     with open(segment, "r+b") as f:
-        f.seek(at % SEGMENT)
-        f.write(bytes(SEGMENT - at % SEGMENT))
+        f.seek(at)
+        f.write(bytes(SEGMENT - at))
     ns = one_answer(root, "--broker-version", version)
     assert (ns["logical_end"], ns["reason"]) == (victim["commitLogOffset"], f"crc mismatch at {victim['commitLogOffset']}")
     assert verify_first_line(root, monkeypatch, "--broker-version", version) == ns["line"]
