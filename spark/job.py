@@ -107,10 +107,10 @@ def configure(spark: SparkSession, conf: SparkConf | None = None) -> SparkSessio
 class Scan:
     """The resolved inputs of one run, their split plan, and DataFrames over them."""
 
-    def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput] | None = None):
+    def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput]):
         self.spark = spark
         self.o = o
-        self.inputs: list[BrokerInput] = inputs if inputs is not None else resolve_options_inputs(o)
+        self.inputs = inputs
         self.split_size = self._split_size()
         self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
@@ -174,7 +174,8 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     and last row reach the driver); with one split per segment (``split_size`` at least the segment
     size) nothing can fail and no pass is made."""
     spark.dataSource.register(RocketMQDataSource)
-    scan = Scan(spark, JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names)))
+    o = JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names))
+    scan = Scan(spark, o, prepare(o))
     df = scan.read(body)
     if scan.split_size is None:
         return df, []
@@ -470,11 +471,8 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
                 "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
                 "min_offset": b.segments[0].base_offset if b.segments else 0,
                 "max_offset": end,
-                "messages": t.get("messages") or 0,
-                "bytes": t.get("bytes") or 0,
-                "crc_failures": t.get("crc_failures") or 0,
-                "first_store_timestamp": t.get("first_store_timestamp"),
-                "last_store_timestamp": t.get("last_store_timestamp"),
+                **{k: t.get(k) or 0 for k in ("messages", "bytes", "crc_failures")},
+                **{k: t.get(k) for k in ("first_store_timestamp", "last_store_timestamp")},
             }
         )
     return rows
@@ -602,19 +600,10 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
     return doc
 
 
-def resolve_options_inputs(o: JobOptions) -> list[BrokerInput]:
-    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
-
-
 def prepare(o: JobOptions) -> list[BrokerInput]:
     """Every check of the arguments and the input paths, without Spark: run before the JVM
     starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
     ``BadInput``); returns the resolved inputs for ``run``."""
-    check_options(o)
-    return resolve_options_inputs(o)
-
-
-def check_options(o: JobOptions) -> None:
     if o.mode not in MODES:
         raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
     if o.format not in FORMATS:
@@ -627,13 +616,13 @@ def check_options(o: JobOptions) -> None:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
+    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
 
 
 def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:
     """Run one mode end to end (``inputs``: from ``prepare``, else resolved here); returns the
     report document (also written as report.json)."""
-    if inputs is None:
-        inputs = prepare(o)
+    inputs = prepare(o) if inputs is None else inputs
     started = time.monotonic()
     spark = spark or session()
     spark.dataSource.register(RocketMQDataSource)
