@@ -505,31 +505,25 @@ FINDING_COLUMNS = (
 )
 
 
-def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: bool):
-    """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
+def run_verify(scan: Scan, out: Output) -> dict:
+    """``mqtool verify``'s commit log check of each broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import scan_start_offset
     from ..store.segments import analyze_segment
 
-    store = broker_store(b, config)
-    unread_before = None if store.is_dledger else functools.cache(lambda: scan_start_offset(store))  # asked only at damage, computed once
-    check = CommitLogCheck(store, keep_going=keep_going, unread_before=unread_before)
-    tasks = check.tasks()
-    reports = []
-    if tasks:
-        reports = spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect()
-    return list(check.run(reports)), check
-
-
-def run_verify(scan: Scan, out: Output) -> dict:
     config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
     rows, brokers = [], []
     for b in scan.inputs:
-        findings, check = commitlog_findings(scan.spark, b, config, scan.o.keep_going)
+        store = broker_store(b, config)
+        unread_before = None if store.is_dledger else functools.cache(functools.partial(scan_start_offset, store))  # asked only at damage, computed once
+        check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
+        tasks = check.tasks()
+        findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect() if tasks else []))
         for f in findings:
             d = f.as_dict()
-            rows.append({**d, "broker": b.broker, "expected": _text(d["expected"]), "found": _text(d["found"]), "details": json.dumps(d["details"], ensure_ascii=False)})
+            text = {k: None if d[k] is None else str(d[k]) for k in ("expected", "found")}
+            rows.append({**d, "broker": b.broker, **text, "details": json.dumps(d["details"], ensure_ascii=False)})
         r = check.result
         for note in check.notes:
             print(f"mqtool-scan: {b.broker}: {note}", file=sys.stderr)
@@ -539,10 +533,6 @@ def run_verify(scan: Scan, out: Output) -> dict:
     print_table("brokers", brokers, ["broker", "records", "logical_end", "end_reason", "findings"])
     unsound = any(row["severity"] in ("error", "warning") for row in rows)
     return {"findings": target, "count": len(rows), "brokers": brokers, "unsound": unsound, "rejected": []}
-
-
-def _text(value) -> str | None:
-    return None if value is None else str(value)
 
 
 # ---- reporting -----------------------------------------------------------------------------------
