@@ -111,30 +111,18 @@ class Scan:
         self.spark = spark
         self.o = o
         self.inputs = inputs
-        self.split_size = self._split_size()
-        self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
+        largest = max((s.size for b in inputs for s in b.segments), default=0)
+        size = parse_size(o.split_size) if o.split_size else auto_split_size(sum(b.bytes for b in inputs), spark.sparkContext.defaultParallelism)
+        self.split_size = None if size >= largest else size
+        self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
-
-    def _split_size(self) -> int | None:
-        largest = max((s.size for b in self.inputs for s in b.segments), default=0)
-        if self.o.split_size:
-            size = parse_size(self.o.split_size)
-        else:
-            total = sum(b.bytes for b in self.inputs)
-            size = auto_split_size(total, self.spark.sparkContext.defaultParallelism)
-        return None if size >= largest else size
 
     def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
-        paths, names, versions = [], [], []
-        for b in self.inputs:
-            for p in b.paths:
-                paths.append(p)
-                names.append(b.broker)
-                versions.append(b.version)
+        each = [(p, b) for b in self.inputs for p in b.paths]
         reader = self.spark.read.format(FORMAT).option("body", body).option("output", output)
-        reader = reader.option("brokerNames", json.dumps(names)).option("brokerVersions", json.dumps(versions))
+        reader = reader.option("brokerNames", json.dumps([b.broker for _, b in each])).option("brokerVersions", json.dumps([b.version for _, b in each]))
         if self.o.broker_config:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
         if self.split_size:
@@ -149,7 +137,7 @@ class Scan:
                     reader = reader.option(name, str(getattr(o, name)))
         for name, value in options.items():
             reader = reader.option(name, value)
-        return reader.load(paths)
+        return reader.load([p for p, _ in each])
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
