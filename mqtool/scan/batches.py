@@ -68,12 +68,6 @@ def _span_strings(array: np.ndarray, starts: np.ndarray, lengths: np.ndarray, va
     return _strings(offsets, data, valid)
 
 
-def _constant_string(value: str, n: int) -> pa.Array:
-    raw = value.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return _strings(offsets, np.frombuffer(raw * n, dtype=np.uint8))
-
-
 def _utf8_ok(arr: pa.Array) -> bool:
     try:
         arr.validate(full=True)
@@ -156,19 +150,14 @@ class MessageBatchBuilder:
         c["crc_ok"] = rows[:, fs.COL_CRC_OK] != 0
         c["sys_flag"] = sys_flag.astype(np.int32)
         c["body_length"] = rows[:, fs.COL_BODY_LEN].astype(np.int32)
-        c["born_timestamp"] = head["born_timestamp"]
-        c["phys_offset"] = head["phys_offset"]
-        c["queue_offset"] = head["queue_offset"]
-        for name in ("body_crc", "queue_id", "flag"):
-            c[name] = head[name].astype(np.int32)
+        c.update((name, head[name]) for name in ("born_timestamp", "phys_offset", "queue_offset"))
+        c.update((name, head[name].astype(np.int32)) for name in ("body_crc", "queue_id", "flag"))
         c["magic_version"] = np.where(head["magic_code"] == fmt.MESSAGE_MAGIC_V2, 2, 1).astype(np.int32)
 
         # fields behind the host addresses: per address-width layout
         combos = (sys_flag >> _V6_SHIFT) & 3
         present = np.flatnonzero(np.bincount(combos, minlength=4))  # not np.unique: it imports numpy.ma to ask if combos is masked
-        store_ts = np.empty(n, np.int64)
-        reconsume = np.empty(n, np.int64)
-        prepared = np.empty(n, np.int64)
+        store_ts, reconsume, prepared = np.empty((3, n), np.int64)
         for combo in present.tolist():
             idx = None if len(present) == 1 else np.flatnonzero(combos == combo)
             at = pos if idx is None else np.ascontiguousarray(pos[idx])
@@ -293,7 +282,8 @@ class MessageBatchBuilder:
 
     def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
         if "broker" in self.names:
-            c["broker"] = _constant_string(self.broker, n)
+            raw = self.broker.encode()
+            c["broker"] = _strings(np.arange(n + 1, dtype=np.int32) * len(raw), np.frombuffer(raw * n, dtype=np.uint8))
         if "born_time" in self.names:
             c["born_time"] = _timestamps(c["born_timestamp"])
         if "store_time" in self.names:
