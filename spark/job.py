@@ -268,12 +268,8 @@ class Output:
     def task_files(self, name: str, partitions: Sequence[int]) -> list[str]:
         """The files the given write tasks produced (``part-<task index>-...``)."""
         wanted = set(partitions)
-        files = []
-        for status in self.fs.listStatus(self._Path(self.path(name))):
-            match = re.match(r"part-(\d+)-", status.getPath().getName())
-            if match and int(match.group(1)) in wanted:
-                files.append(status.getPath().toString())
-        return files
+        paths = [status.getPath() for status in self.fs.listStatus(self._Path(self.path(name)))]
+        return [p.toString() for p in paths if (match := re.match(r"part-(\d+)-", p.getName())) and int(match.group(1)) in wanted]
 
     def delete(self, paths: Sequence[str]) -> None:
         for p in paths:
