@@ -1,13 +1,11 @@
 """Arrow record batches of messages, built column-wise from the compiled walk's rows.
 
-``SplitScan`` (``mqtool.store.splits``) yields ``SegmentBatch`` es: where each valid record and
-its parts lie in the mapped segment. ``MessageBatchBuilder.build`` turns one into a
-``pyarrow.RecordBatch`` with the ``messages`` columns of ``mqtool.spark.schema``: fixed-position
-fields gathered with numpy (``gather_be``, positions from the layouts derived from the construct
-declaration), strings assembled straight into Arrow buffers (``kernels``), hosts formatted once
-per distinct value. Values equal ``mqtool.store.records.message_dict`` field for field; a batch holding
-anything the column path cannot decide exactly (malformed UTF-8, repeated property names) is built
-from ``message_dict`` itself. Imports pyarrow, not pyspark.
+``MessageBatchBuilder.build`` turns a ``SegmentBatch`` (where each valid record and its parts lie in
+the mapped segment) into a ``pyarrow.RecordBatch`` of the ``messages`` columns (``schema.py``): fields
+gathered at the positions of the layouts derived from the construct declaration, strings assembled
+straight into Arrow buffers (``_kernels.pyx``). Values equal ``mqtool.store.records.message_dict``
+field for field; a batch the column path cannot decide exactly (malformed UTF-8, repeated property
+names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan.
 
-The records are those the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``):
-from ``start`` (default: the commit log's min offset) to the logical end or ``stop``, walked by the compiled
-``FastScan`` and decoded by ``MessageBatchBuilder``; with ``stop_on_crc=False`` a record whose body CRC fails is
-read with ``crc_ok`` false and the walk goes on (``CommitLog.scan`` without ``check_crc``, as ``dump`` reads); ``match`` (``mqtool/scan/filter.py``) is applied to each
-batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
-
-A filter is decided first, on a batch of only its own columns; the other columns are built for the rows
-it keeps alone. With ``workers`` > 1 the batches are built in that many threads (the kernels release the
-GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
+The records the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``), from
+``start`` to the logical end or ``stop``, walked by the compiled ``FastScan`` and decoded by ``MessageBatchBuilder``;
+``stop_on_crc=False`` reads on past a bad body CRC (``crc_ok`` false, as ``dump``); ``scan.end`` then tells where
+and why the walk stopped, as ``CommitLog.scan``. A filter (``match``) is decided first, on its own columns; the
+others are built for the rows it keeps. With ``workers`` > 1 batches are built in threads (the kernels release
+the GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
 """
 
 from __future__ import annotations
