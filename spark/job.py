@@ -303,7 +303,15 @@ class Output:
 
 
 def run_messages(scan: Scan, out: Output) -> dict:
-    if tasks_write(scan, out):
+    """``messages``: written by the tasks themselves (``--writer``, default: Parquet to a path, in a
+    codec pyarrow has), else by Spark's writer, which turns the Arrow batches into rows and encodes
+    them again in the JVM at more CPU than decoding them costs (BENCHMARKS.md)."""
+    if scan.o.writer == "python" and not out.pyarrow_writes:
+        raise UsageError(
+            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
+            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
+        )
+    if scan.o.writer != "spark" and out.pyarrow_writes:
         return run_messages_in_tasks(scan, out)
     obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size")
     df = scan.read(scan.o.body).observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows"))
@@ -315,21 +323,6 @@ def run_messages(scan: Scan, out: Output) -> dict:
     dropped_rows = out.count_files(dropped)
     out.delete(dropped)
     return {"messages": target, "rows_read": obs.get["rows"], "rows_written": kept_obs.get["rows"] - dropped_rows, "rejected": rejected}
-
-
-def tasks_write(scan: Scan, out: Output) -> bool:
-    """Whether the tasks write ``messages`` Parquet themselves (``--writer``, default: Parquet to
-    a path). Spark's own writer turns the Arrow batches into rows and encodes them again in the
-    JVM, which costs more CPU than decoding them (BENCHMARKS.md)."""
-    o = scan.o
-    if o.writer == "spark":
-        return False
-    if o.writer == "python" and not out.pyarrow_writes:
-        raise UsageError(
-            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
-            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
-        )
-    return out.pyarrow_writes
 
 
 def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
