@@ -515,11 +515,10 @@ def run_verify(scan: Scan, out: Output) -> dict:
 # ---- reporting -----------------------------------------------------------------------------------
 
 
-def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=None, *, optional: Sequence[str] = ()) -> None:
+def print_table(title: str, rows: list[dict], columns: Sequence[str], *, optional: Sequence[str] = ()) -> None:
     """``rows`` as ``mqtool``'s tables are laid out (``mqtool.table``: headings wrap at their
     underscores, ``optional`` columns dropped to fit the terminal, least important first, with a
     line on stderr; else one vertical record per row), at most ``PRINT_ROWS`` of them."""
-    stream = stream or sys.stdout
     width = shutil.get_terminal_size().columns  # COLUMNS, else the terminal, else 80
     heading = {c: c.replace("_", " ") for c in columns}
     table = Table([heading[c] for c in columns], title=title, optional=[heading[c] for c in optional])
@@ -528,10 +527,10 @@ def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=Non
     layout = table.layout(width)
     if layout.dropped:
         print(f"mqtool-scan: {title}: not shown at {width} columns: {', '.join(layout.dropped)} (every column is in the output)", file=sys.stderr)
-    stream.write("\n".join([title, *table.render(layout, width=width)]) + "\n")
+    sys.stdout.write("\n".join([title, *table.render(layout, width=width)]) + "\n")
     if len(rows) > PRINT_ROWS:
-        stream.write("... more rows in the output\n")
-    stream.write("\n")
+        sys.stdout.write("... more rows in the output\n")
+    sys.stdout.write("\n")
 
 
 def _cell(v) -> str:
