@@ -266,10 +266,8 @@ class SurvivorSearch:
             system_topic = np.array([t.startswith(_SYSTEM_PREFIXES) for t in self.topics], dtype=bool)
             delivery = live & dispatched & ~system_topic[hits["topic"]]  # what a consumer of the topic receives
 
-            live_n = np.bincount(who, weights=live, minlength=n_ids)
-            delivery_n = np.bincount(who, weights=delivery, minlength=n_ids)
-            consumable_n = np.bincount(who, weights=consumable, minlength=n_ids)
-            delivery_consumable_n = np.bincount(who, weights=delivery & consumable, minlength=n_ids)
+            per_id = (np.bincount(who, weights=w, minlength=n_ids) for w in (live, delivery, consumable, delivery & consumable))
+            live_n, delivery_n, consumable_n, delivery_consumable_n = per_id
             rank = region * 4 + np.where(consumable, 0, np.where(delivery, 1, 2))  # the hit shown for an id
             order = np.lexsort((hits["offset"], rank, who))
             sorted_who = who[order]
