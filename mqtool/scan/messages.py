@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from ..store.records import BodyEncoding
@@ -77,7 +76,8 @@ class MessageScan:
     def _batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
         """The record batch of one walk batch: filtered, projected; None when no row is left."""
         if self.deciding is not None:
-            keep = self._kept(segment_batch)
+            mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
+            keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``
             if not keep.any():
                 return None
             if not keep.all():
@@ -106,11 +106,6 @@ class MessageScan:
             mapped = getattr(view, "obj", None)
             if len(rows) and mapped is not None:
                 release_pages(mapped, int(rows[0, COL_POS]), int(rows[-1, COL_POS] + rows[-1, COL_SIZE]))
-
-    def _kept(self, segment_batch: SegmentBatch) -> np.ndarray:
-        """The rows of the walk's batch that the filter keeps (a null condition drops the row, as ``filter``)."""
-        mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
-        return compute.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
 def read_batches(store: Store, **options) -> Iterator[pa.RecordBatch]:
