@@ -122,7 +122,8 @@ class Scan:
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
         each = [(p, b) for b in self.inputs for p in b.paths]
         reader = self.spark.read.format(FORMAT).option("body", body).option("output", output)
-        reader = reader.option("brokerNames", json.dumps([b.broker for _, b in each])).option("brokerVersions", json.dumps([b.version for _, b in each]))
+        reader = reader.option("brokerNames", json.dumps([b.broker for _, b in each]))
+        reader = reader.option("brokerVersions", json.dumps([b.version for _, b in each]))
         if self.o.broker_config:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
         if self.split_size:
@@ -493,7 +494,8 @@ def run_verify(scan: Scan, out: Output) -> dict:
     rows, brokers = [], []
     for b in scan.inputs:
         store = broker_store(b, config)
-        unread_before = None if store.is_dledger else functools.cache(functools.partial(scan_start_offset, store))  # asked only at damage, computed once
+        # where the broker's next start scans from: asked only at damage, computed once
+        unread_before = None if store.is_dledger else functools.cache(functools.partial(scan_start_offset, store))
         check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
         tasks = check.tasks()
         findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect() if tasks else []))

@@ -139,7 +139,8 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     n = grouped.num_rows if grouped is not None else 1
     columns = {
         "broker": pa.array([task.broker] * n, pa.string()),
-        **{k: pa.array(np.full(n, v, dtype=np.int64)) for k, v in (("split_start", task.split.offset), ("first_offset", scan.first), ("exit_offset", scan.exit))},
+        **{k: pa.array(np.full(n, v, dtype=np.int64))
+           for k, v in (("split_start", task.split.offset), ("first_offset", scan.first), ("exit_offset", scan.exit))},
     }
     if grouped is None:
         row = {"topic": None, "queue_id": None, "hour": None, **{name: 0 for name in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")}}
