@@ -87,14 +87,6 @@ def fold(text: str, width: int) -> list[str]:
     return lines
 
 
-def wrap_measured(text: str, width: int) -> tuple[list[str], int]:
-    """``wrap``'s lines and the cells of the widest, measured once."""
-    if _fits_whole(text, width):
-        return [text], len(text)
-    lines = wrap(text, width)
-    return lines, max(map(cell_len, lines), default=0)
-
-
 def _fits_whole(text: str, width: int) -> bool:
     """One printable ASCII word of at most ``width`` characters: a line of its own, a cell per character."""
     return len(text) <= width and " " not in text and text.isascii() and text.isprintable()
@@ -312,8 +304,8 @@ class Table:
         padded, blank = [pad(label, label_width, False) + " | " for label in labels], " " * label_width + " | "
         lines = []
         for k, row in enumerate(self.rows):
-            measured = [wrap_measured(v, value_width) for v in row]
-            wrapped, longest = [value for value, _ in measured], max((n for _, n in measured), default=0)
+            wrapped = [wrap(v, value_width) for v in row]
+            longest = max((cell_len(line) for value in wrapped for line in value), default=0)
             banner = f"-[ RECORD {first_record + k} ]".ljust(label_width + 1, "-") + "+"
             banner += "-" * max(min(width, label_width + 3 + longest) - len(banner), 1)
             lines.append(BOLD + banner + RESET if color else banner)

@@ -92,17 +92,9 @@ def resolve_inputs(
             if named_after.setdefault(broker, directory) != directory:
                 raise UsageError(f"{named_after[broker]} and {directory} would both be broker {broker!r}; name them with --broker-name (one per PATH)")
         with Store.open(path, config, versions[i]) as store:
-            entry = grouped.setdefault(
-                broker,
-                {
-                    "paths": [],
-                    "segments": {},
-                    "file_size": store.commitlog.file_size,
-                    "version": str(store.rules.version),  # the rules it is read by (the newest era left while several are)
-                    "legacy": store.legacy_properties,
-                    "delay_levels": store.config.delay_levels,
-                },
-            )
+            # BrokerInput's settings: the version is the rules it is read by (the newest era left while several are)
+            settings = (store.commitlog.file_size, str(store.rules.version), store.legacy_properties, store.config.delay_levels)
+            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings})
             entry["paths"].append(str(path))
             for seg in store.commitlog.segments:
                 seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
@@ -114,15 +106,7 @@ def resolve_inputs(
                     )
                 entry["segments"][seg.base_offset] = seg
     return [
-        BrokerInput(
-            broker,
-            tuple(e["paths"]),
-            tuple(e["segments"][base] for base in sorted(e["segments"])),
-            e["file_size"],
-            e["version"],
-            e["legacy"],
-            e["delay_levels"],
-        )
+        BrokerInput(broker, tuple(e["paths"]), tuple(e["segments"][base] for base in sorted(e["segments"])), *e["settings"])
         for broker, e in grouped.items()
     ]
 

@@ -107,34 +107,23 @@ def configure(spark: SparkSession, conf: SparkConf | None = None) -> SparkSessio
 class Scan:
     """The resolved inputs of one run, their split plan, and DataFrames over them."""
 
-    def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput] | None = None):
+    def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput]):
         self.spark = spark
         self.o = o
-        self.inputs: list[BrokerInput] = inputs if inputs is not None else resolve_options_inputs(o)
-        self.split_size = self._split_size()
-        self.tasks: list[ScanTask] = plan_tasks(self.inputs, self.split_size)
+        self.inputs = inputs
+        largest = max((s.size for b in inputs for s in b.segments), default=0)
+        size = parse_size(o.split_size) if o.split_size else auto_split_size(sum(b.bytes for b in inputs), spark.sparkContext.defaultParallelism)
+        self.split_size = None if size >= largest else size
+        self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
-
-    def _split_size(self) -> int | None:
-        largest = max((s.size for b in self.inputs for s in b.segments), default=0)
-        if self.o.split_size:
-            size = parse_size(self.o.split_size)
-        else:
-            total = sum(b.bytes for b in self.inputs)
-            size = auto_split_size(total, self.spark.sparkContext.defaultParallelism)
-        return None if size >= largest else size
 
     def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
-        paths, names, versions = [], [], []
-        for b in self.inputs:
-            for p in b.paths:
-                paths.append(p)
-                names.append(b.broker)
-                versions.append(b.version)
+        each = [(p, b) for b in self.inputs for p in b.paths]
         reader = self.spark.read.format(FORMAT).option("body", body).option("output", output)
-        reader = reader.option("brokerNames", json.dumps(names)).option("brokerVersions", json.dumps(versions))
+        reader = reader.option("brokerNames", json.dumps([b.broker for _, b in each]))
+        reader = reader.option("brokerVersions", json.dumps([b.version for _, b in each]))
         if self.o.broker_config:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
         if self.split_size:
@@ -149,7 +138,7 @@ class Scan:
                     reader = reader.option(name, str(getattr(o, name)))
         for name, value in options.items():
             reader = reader.option(name, value)
-        return reader.load(paths)
+        return reader.load([p for p, _ in each])
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
@@ -174,7 +163,8 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     and last row reach the driver); with one split per segment (``split_size`` at least the segment
     size) nothing can fail and no pass is made."""
     spark.dataSource.register(RocketMQDataSource)
-    scan = Scan(spark, JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names)))
+    o = JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names))
+    scan = Scan(spark, o, prepare(o))
     df = scan.read(body)
     if scan.split_size is None:
         return df, []
@@ -279,12 +269,8 @@ class Output:
     def task_files(self, name: str, partitions: Sequence[int]) -> list[str]:
         """The files the given write tasks produced (``part-<task index>-...``)."""
         wanted = set(partitions)
-        files = []
-        for status in self.fs.listStatus(self._Path(self.path(name))):
-            match = re.match(r"part-(\d+)-", status.getPath().getName())
-            if match and int(match.group(1)) in wanted:
-                files.append(status.getPath().toString())
-        return files
+        paths = [status.getPath() for status in self.fs.listStatus(self._Path(self.path(name)))]
+        return [p.toString() for p in paths if (match := re.match(r"part-(\d+)-", p.getName())) and int(match.group(1)) in wanted]
 
     def delete(self, paths: Sequence[str]) -> None:
         for p in paths:
@@ -318,7 +304,15 @@ class Output:
 
 
 def run_messages(scan: Scan, out: Output) -> dict:
-    if tasks_write(scan, out):
+    """``messages``: written by the tasks themselves (``--writer``, default: Parquet to a path, in a
+    codec pyarrow has), else by Spark's writer, which turns the Arrow batches into rows and encodes
+    them again in the JVM at more CPU than decoding them costs (BENCHMARKS.md)."""
+    if scan.o.writer == "python" and not out.pyarrow_writes:
+        raise UsageError(
+            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
+            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
+        )
+    if scan.o.writer != "spark" and out.pyarrow_writes:
         return run_messages_in_tasks(scan, out)
     obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size")
     df = scan.read(scan.o.body).observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows"))
@@ -330,21 +324,6 @@ def run_messages(scan: Scan, out: Output) -> dict:
     dropped_rows = out.count_files(dropped)
     out.delete(dropped)
     return {"messages": target, "rows_read": obs.get["rows"], "rows_written": kept_obs.get["rows"] - dropped_rows, "rejected": rejected}
-
-
-def tasks_write(scan: Scan, out: Output) -> bool:
-    """Whether the tasks write ``messages`` Parquet themselves (``--writer``, default: Parquet to
-    a path). Spark's own writer turns the Arrow batches into rows and encodes them again in the
-    JVM, which costs more CPU than decoding them (BENCHMARKS.md)."""
-    o = scan.o
-    if o.writer == "spark":
-        return False
-    if o.writer == "python" and not out.pyarrow_writes:
-        raise UsageError(
-            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
-            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
-        )
-    return out.pyarrow_writes
 
 
 def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
@@ -470,11 +449,8 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
                 "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
                 "min_offset": b.segments[0].base_offset if b.segments else 0,
                 "max_offset": end,
-                "messages": t.get("messages") or 0,
-                "bytes": t.get("bytes") or 0,
-                "crc_failures": t.get("crc_failures") or 0,
-                "first_store_timestamp": t.get("first_store_timestamp"),
-                "last_store_timestamp": t.get("last_store_timestamp"),
+                **{k: t.get(k) or 0 for k in ("messages", "bytes", "crc_failures")},
+                **{k: t.get(k) for k in ("first_store_timestamp", "last_store_timestamp")},
             }
         )
     return rows
@@ -507,31 +483,26 @@ FINDING_COLUMNS = (
 )
 
 
-def commitlog_findings(spark: SparkSession, b: BrokerInput, config, keep_going: bool):
-    """``mqtool verify``'s commit log check of one broker: ``analyze_segment`` of every segment in
+def run_verify(scan: Scan, out: Output) -> dict:
+    """``mqtool verify``'s commit log check of each broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import scan_start_offset
     from ..store.segments import analyze_segment
 
-    store = broker_store(b, config)
-    unread_before = None if store.is_dledger else functools.cache(lambda: scan_start_offset(store))  # asked only at damage, computed once
-    check = CommitLogCheck(store, keep_going=keep_going, unread_before=unread_before)
-    tasks = check.tasks()
-    reports = []
-    if tasks:
-        reports = spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect()
-    return list(check.run(reports)), check
-
-
-def run_verify(scan: Scan, out: Output) -> dict:
     config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
     rows, brokers = [], []
     for b in scan.inputs:
-        findings, check = commitlog_findings(scan.spark, b, config, scan.o.keep_going)
+        store = broker_store(b, config)
+        # where the broker's next start scans from: asked only at damage, computed once
+        unread_before = None if store.is_dledger else functools.cache(functools.partial(scan_start_offset, store))
+        check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
+        tasks = check.tasks()
+        findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect() if tasks else []))
         for f in findings:
             d = f.as_dict()
-            rows.append({**d, "broker": b.broker, "expected": _text(d["expected"]), "found": _text(d["found"]), "details": json.dumps(d["details"], ensure_ascii=False)})
+            text = {k: None if d[k] is None else str(d[k]) for k in ("expected", "found")}
+            rows.append({**d, "broker": b.broker, **text, "details": json.dumps(d["details"], ensure_ascii=False)})
         r = check.result
         for note in check.notes:
             print(f"mqtool-scan: {b.broker}: {note}", file=sys.stderr)
@@ -543,18 +514,13 @@ def run_verify(scan: Scan, out: Output) -> dict:
     return {"findings": target, "count": len(rows), "brokers": brokers, "unsound": unsound, "rejected": []}
 
 
-def _text(value) -> str | None:
-    return None if value is None else str(value)
-
-
 # ---- reporting -----------------------------------------------------------------------------------
 
 
-def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=None, *, optional: Sequence[str] = ()) -> None:
+def print_table(title: str, rows: list[dict], columns: Sequence[str], *, optional: Sequence[str] = ()) -> None:
     """``rows`` as ``mqtool``'s tables are laid out (``mqtool.table``: headings wrap at their
     underscores, ``optional`` columns dropped to fit the terminal, least important first, with a
     line on stderr; else one vertical record per row), at most ``PRINT_ROWS`` of them."""
-    stream = stream or sys.stdout
     width = shutil.get_terminal_size().columns  # COLUMNS, else the terminal, else 80
     heading = {c: c.replace("_", " ") for c in columns}
     table = Table([heading[c] for c in columns], title=title, optional=[heading[c] for c in optional])
@@ -563,10 +529,10 @@ def print_table(title: str, rows: list[dict], columns: Sequence[str], stream=Non
     layout = table.layout(width)
     if layout.dropped:
         print(f"mqtool-scan: {title}: not shown at {width} columns: {', '.join(layout.dropped)} (every column is in the output)", file=sys.stderr)
-    stream.write("\n".join([title, *table.render(layout, width=width)]) + "\n")
+    sys.stdout.write("\n".join([title, *table.render(layout, width=width)]) + "\n")
     if len(rows) > PRINT_ROWS:
-        stream.write("... more rows in the output\n")
-    stream.write("\n")
+        sys.stdout.write("... more rows in the output\n")
+    sys.stdout.write("\n")
 
 
 def _cell(v) -> str:
@@ -602,19 +568,10 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
     return doc
 
 
-def resolve_options_inputs(o: JobOptions) -> list[BrokerInput]:
-    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
-
-
 def prepare(o: JobOptions) -> list[BrokerInput]:
     """Every check of the arguments and the input paths, without Spark: run before the JVM
     starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
     ``BadInput``); returns the resolved inputs for ``run``."""
-    check_options(o)
-    return resolve_options_inputs(o)
-
-
-def check_options(o: JobOptions) -> None:
     if o.mode not in MODES:
         raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
     if o.format not in FORMATS:
@@ -627,13 +584,13 @@ def check_options(o: JobOptions) -> None:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
+    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
 
 
 def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:
     """Run one mode end to end (``inputs``: from ``prepare``, else resolved here); returns the
     report document (also written as report.json)."""
-    if inputs is None:
-        inputs = prepare(o)
+    inputs = prepare(o) if inputs is None else inputs
     started = time.monotonic()
     spark = spark or session()
     spark.dataSource.register(RocketMQDataSource)

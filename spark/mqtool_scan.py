@@ -85,24 +85,21 @@ def set_log_level(*, verbose: bool) -> None:
     jvm = SparkContext._jvm
     system = jvm.java.lang.System
     if under_submit and not verbose and LOG_CONFIG.is_file() and system.getProperty("log4j2.configurationFile") is None:
-        _load_log_config(jvm)
+        # Spark's logging initialised now (its defaults; the line announcing them hidden), then
+        # log4j2.properties loaded: Spark finds itself initialised and keeps that configuration
+        err = system.err
+        system.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+        try:
+            jvm.org.apache.spark.SparkConf().initializeLogIfNecessary(False)
+            initialised = True
+        except Exception:  # noqa: BLE001 - another Spark: its own logging, as before
+            initialised = False
+        finally:
+            system.setErr(err)
+        if initialised:
+            jvm.org.apache.logging.log4j.LogManager.getContext(False).setConfigLocation(jvm.java.net.URI(LOG_CONFIG.as_uri()))
     if system.getProperty("spark.log.level") is None:
         system.setProperty("spark.log.level", "INFO" if verbose else "WARN")
-
-
-def _load_log_config(jvm) -> None:
-    """Initialise Spark's logging now (its defaults; the line announcing them hidden), then load
-    log4j2.properties: Spark finds itself initialised and keeps that configuration."""
-    system = jvm.java.lang.System
-    err = system.err
-    system.setErr(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
-    try:
-        jvm.org.apache.spark.SparkConf().initializeLogIfNecessary(False)
-    except Exception:  # noqa: BLE001 - another Spark: its own logging, as before
-        return
-    finally:
-        system.setErr(err)
-    jvm.org.apache.logging.log4j.LogManager.getContext(False).setConfigLocation(jvm.java.net.URI(LOG_CONFIG.as_uri()))
 
 
 if __name__ == "__main__":

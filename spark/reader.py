@@ -109,16 +109,8 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
             writer.close()
     if scan.first is None:
         return
-    row = {
-        "broker": [task.broker],
-        "split_start": [task.split.offset],
-        "first_offset": [scan.first],
-        "exit_offset": [scan.exit],
-        "rows_read": [rows_read],
-        "rows_written": [rows_written],
-        "file": [path if writer is not None else None],
-    }
-    yield pa.RecordBatch.from_pydict(row, schema=WRITTEN_SCHEMA)
+    row = (task.broker, task.split.offset, scan.first, scan.exit, rows_read, rows_written, path if writer is not None else None)
+    yield pa.RecordBatch.from_pydict({name: [value] for name, value in zip(WRITTEN_SCHEMA.names, row, strict=True)}, schema=WRITTEN_SCHEMA)
 
 
 def _write_row_group(writer: pq.ParquetWriter | None, path: str, tables: list[pa.Table], compression: str) -> pq.ParquetWriter:
@@ -147,9 +139,8 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
     n = grouped.num_rows if grouped is not None else 1
     columns = {
         "broker": pa.array([task.broker] * n, pa.string()),
-        "split_start": pa.array(np.full(n, task.split.offset, dtype=np.int64)),
-        "first_offset": pa.array(np.full(n, scan.first, dtype=np.int64)),
-        "exit_offset": pa.array(np.full(n, scan.exit, dtype=np.int64)),
+        **{k: pa.array(np.full(n, v, dtype=np.int64))
+           for k, v in (("split_start", task.split.offset), ("first_offset", scan.first), ("exit_offset", scan.exit))},
     }
     if grouped is None:
         row = {"topic": None, "queue_id": None, "hour": None, **{name: 0 for name in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")}}

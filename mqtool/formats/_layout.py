@@ -63,10 +63,12 @@ def declared_on_use(module: str, declare: Callable[[], dict[str, Any]], names: t
     return __getattr__
 
 
-def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> tuple[str, int] | None:
-    """The struct code and width of one field, or None where its width depends on data."""
+def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> str | None:
+    """The struct code of one field, or None where its width depends on data."""
     import construct
 
+    if isinstance(subcon, construct.Renamed):
+        subcon = subcon.subcon
     while isinstance(subcon, construct.IfThenElse):
         try:
             taken = subcon.condfunc(context) if callable(subcon.condfunc) else subcon.condfunc
@@ -76,11 +78,11 @@ def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> tupl
     if isinstance(subcon, construct.FormatField):
         if subcon.fmtstr[0] != ">":
             raise TypeError(f"only big-endian fields can be derived, got {subcon.fmtstr!r}")
-        return subcon.fmtstr[1:], subcon.length
+        return subcon.fmtstr[1:]
     if isinstance(subcon, construct.Bytes) and isinstance(subcon.length, int):
-        return f"{subcon.length}s", subcon.length
+        return f"{subcon.length}s"
     if isinstance(subcon, construct.Padded) and isinstance(subcon.subcon, construct.Pass.__class__):
-        return f"{subcon.length}x", subcon.length
+        return f"{subcon.length}x"
     return None
 
 
@@ -96,29 +98,21 @@ def derive_fixed(
     exclusive). Every field taken must be a big-endian ``FormatField``, fixed ``Bytes`` or
     ``Padding``, possibly behind ``IfThenElse`` branches that ``context`` decides.
     """
-    import construct
-
     context = dict(context or {})
-    fmt, names, offsets, pos = [">"], [], {}, 0
+    fields = []
     for sc in schema.subcons:
         if stop_at is not None and sc.name == stop_at:
             break
-        inner = sc.subcon if isinstance(sc, construct.Renamed) else sc
-        code = _field_code(inner, context)
+        code = _field_code(sc, context)
         if code is None:
             if stop_at is not None:
                 raise TypeError(f"field {sc.name!r} before {stop_at!r} is not fixed-width")
             break
-        fmt.append(code[0])
-        if not code[0].endswith("x"):
-            names.append(sc.name)
-        offsets[sc.name] = pos
-        pos += code[1]
-    if not names:
+        fields.append((sc.name, code))
+    layout = written(*fields)
+    if not layout.names:
         raise TypeError("schema has no leading fixed-width field")
-    codec = struct.Struct("".join(fmt))
-    assert codec.size == pos, (codec.size, pos)
-    return FixedLayout(tuple(names), codec, offsets)
+    return layout
 
 
 def derive_whole(schema: construct.Struct, context: Mapping[str, Any] | None = None) -> FixedLayout:
@@ -134,13 +128,10 @@ def derive_whole(schema: construct.Struct, context: Mapping[str, Any] | None = N
 
 def derive_field(schema: construct.Struct, name: str, context: Mapping[str, Any] | None = None) -> struct.Struct:
     """The ``struct.Struct`` of one fixed-width field of ``schema`` (branches decided by ``context``)."""
-    import construct
-
     for sc in schema.subcons:
         if sc.name == name:
-            inner = sc.subcon if isinstance(sc, construct.Renamed) else sc
-            code = _field_code(inner, dict(context or {}))
+            code = _field_code(sc, dict(context or {}))
             if code is None:
                 raise TypeError(f"field {name!r} is not fixed-width in this context")
-            return struct.Struct(">" + code[0])
+            return struct.Struct(">" + code)
     raise KeyError(name)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterator
 
 _WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
@@ -77,26 +77,14 @@ class _Parser:
         return _LITERALS[word]
 
     def obj(self) -> dict:
-        self.pos += 1
         out: dict = {}
-        while True:
-            ch = self.peek()
-            if ch == "}":
-                self.pos += 1
-                return out
-            if ch == ",":  # AllowArbitraryCommas: {,"a":1,,}
-                self.pos += 1
-                continue
+        for _ in self.items("}", "object"):
             key = self.key()
             if self.peek() != ":":
                 self.fail("expected ':' after an object key")
             self.pos += 1
             out[key] = self.value()
-            ch = self.peek()
-            if ch == ",":
-                self.pos += 1
-            elif ch != "}":
-                self.fail("expected ',' or '}' in an object")
+        return out
 
     def key(self) -> Hashable:
         ch = self.peek()
@@ -112,22 +100,26 @@ class _Parser:
         return word  # AllowUnQuotedFieldNames
 
     def array(self) -> list:
+        return [self.value() for _ in self.items("]", "array")]
+
+    def items(self, close: str, what: str) -> Iterator[None]:
+        """Yield where each item of the container opened at ``pos`` starts, until ``close``;
+        extra commas are skipped (AllowArbitraryCommas: ``{,"a":1,,}``)."""
         self.pos += 1
-        out: list = []
         while True:
             ch = self.peek()
-            if ch == "]":
+            if ch == close:
                 self.pos += 1
-                return out
+                return
             if ch == ",":
                 self.pos += 1
                 continue
-            out.append(self.value())
+            yield
             ch = self.peek()
             if ch == ",":
                 self.pos += 1
-            elif ch != "]":
-                self.fail("expected ',' or ']' in an array")
+            elif ch != close:
+                self.fail(f"expected ',' or '{close}' in an {what}")
 
     def string(self) -> str:
         text, quote = self.text, self.text[self.pos]
@@ -154,7 +146,6 @@ class _Parser:
                 i = j + 2
             else:
                 self.fail(f"invalid escape {text[j:j + 2]!r}", j)
-        # unreachable
 
     def number(self) -> int | float:
         m = _NUMBER.match(self.text, self.pos)

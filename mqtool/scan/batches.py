@@ -1,13 +1,11 @@
 """Arrow record batches of messages, built column-wise from the compiled walk's rows.
 
-``SplitScan`` (``mqtool.store.splits``) yields ``SegmentBatch`` es: where each valid record and
-its parts lie in the mapped segment. ``MessageBatchBuilder.build`` turns one into a
-``pyarrow.RecordBatch`` with the ``messages`` columns of ``mqtool.spark.schema``: fixed-position
-fields gathered with numpy (``gather_be``, positions from the layouts derived from the construct
-declaration), strings assembled straight into Arrow buffers (``kernels``), hosts formatted once
-per distinct value. Values equal ``mqtool.store.records.message_dict`` field for field; a batch holding
-anything the column path cannot decide exactly (malformed UTF-8, repeated property names) is built
-from ``message_dict`` itself. Imports pyarrow, not pyspark.
+``MessageBatchBuilder.build`` turns a ``SegmentBatch`` (where each valid record and its parts lie in
+the mapped segment) into a ``pyarrow.RecordBatch`` of the ``messages`` columns (``schema.py``): fields
+gathered at the positions of the layouts derived from the construct declaration, strings assembled
+straight into Arrow buffers (``_kernels.pyx``). Values equal ``mqtool.store.records.message_dict``
+field for field; a batch the column path cannot decide exactly (malformed UTF-8, repeated property
+names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
 """
 
 from __future__ import annotations
@@ -66,12 +64,6 @@ def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = N
 def _span_strings(array: np.ndarray, starts: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     offsets, data = kernels.gather_spans(array, starts, lengths)
     return _strings(offsets, data, valid)
-
-
-def _constant_string(value: str, n: int) -> pa.Array:
-    raw = value.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return _strings(offsets, np.frombuffer(raw * n, dtype=np.uint8))
 
 
 def _utf8_ok(arr: pa.Array) -> bool:
@@ -156,19 +148,14 @@ class MessageBatchBuilder:
         c["crc_ok"] = rows[:, fs.COL_CRC_OK] != 0
         c["sys_flag"] = sys_flag.astype(np.int32)
         c["body_length"] = rows[:, fs.COL_BODY_LEN].astype(np.int32)
-        c["born_timestamp"] = head["born_timestamp"]
-        c["phys_offset"] = head["phys_offset"]
-        c["queue_offset"] = head["queue_offset"]
-        for name in ("body_crc", "queue_id", "flag"):
-            c[name] = head[name].astype(np.int32)
+        c.update((name, head[name]) for name in ("born_timestamp", "phys_offset", "queue_offset"))
+        c.update((name, head[name].astype(np.int32)) for name in ("body_crc", "queue_id", "flag"))
         c["magic_version"] = np.where(head["magic_code"] == fmt.MESSAGE_MAGIC_V2, 2, 1).astype(np.int32)
 
         # fields behind the host addresses: per address-width layout
         combos = (sys_flag >> _V6_SHIFT) & 3
         present = np.flatnonzero(np.bincount(combos, minlength=4))  # not np.unique: it imports numpy.ma to ask if combos is masked
-        store_ts = np.empty(n, np.int64)
-        reconsume = np.empty(n, np.int64)
-        prepared = np.empty(n, np.int64)
+        store_ts, reconsume, prepared = np.empty((3, n), np.int64)
         for combo in present.tolist():
             idx = None if len(present) == 1 else np.flatnonzero(combos == combo)
             at = pos if idx is None else np.ascontiguousarray(pos[idx])
@@ -293,7 +280,8 @@ class MessageBatchBuilder:
 
     def _finish(self, c: dict, n: int, split_start: int) -> pa.RecordBatch:
         if "broker" in self.names:
-            c["broker"] = _constant_string(self.broker, n)
+            raw = self.broker.encode()
+            c["broker"] = _strings(np.arange(n + 1, dtype=np.int32) * len(raw), np.frombuffer(raw * n, dtype=np.uint8))
         if "born_time" in self.names:
             c["born_time"] = _timestamps(c["born_timestamp"])
         if "store_time" in self.names:

@@ -51,8 +51,14 @@ class MessageFilter:
             conditions.append(compute.less_equal(t["store_timestamp"], self.until))
         if self.tag is not None:
             conditions.append(compute.fill_null(compute.equal(t["tags"], self.tag), False))
-        if self.key is not None:
-            conditions.append(compute.greater(_has_key(t["keys"], self.key), 0))
+        if self.key is not None:  # per row, how many of its KEYS equal the key
+            import numpy as np
+
+            keys = t["keys"].combine_chunks() if isinstance(t["keys"], pa.ChunkedArray) else t["keys"]
+            hits = compute.cast(compute.equal(keys.values, self.key), pa.int64())
+            counts = np.zeros(len(keys), dtype=np.int64)
+            np.add.at(counts, compute.list_parent_indices(keys).to_numpy(), hits.to_numpy(zero_copy_only=False))
+            conditions.append(compute.greater(compute.numbers(counts, pa.int64()), 0))
         if self.uniq_key is not None:
             conditions.append(compute.fill_null(compute.equal(t["uniq_key"], self.uniq_key), False))
         if not conditions:
@@ -62,18 +68,3 @@ class MessageFilter:
             mask = compute.and_(mask, c)
         return mask
 
-
-def _has_key(keys: pa.ChunkedArray | pa.Array, key: str) -> pa.Array:
-    """Per row, how many of its KEYS equal ``key``."""
-    import numpy as np
-    import pyarrow as pa
-
-    from . import compute
-
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks()
-    hits = compute.cast(compute.equal(keys.values, key), pa.int64())
-    parents = compute.list_parent_indices(keys)
-    counts = np.zeros(len(keys), dtype=np.int64)
-    np.add.at(counts, parents.to_numpy(), hits.to_numpy(zero_copy_only=False))
-    return compute.numbers(counts, pa.int64())

@@ -1,14 +1,11 @@
 """``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan.
 
-The records are those the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``):
-from ``start`` (default: the commit log's min offset) to the logical end or ``stop``, walked by the compiled
-``FastScan`` and decoded by ``MessageBatchBuilder``; with ``stop_on_crc=False`` a record whose body CRC fails is
-read with ``crc_ok`` false and the walk goes on (``CommitLog.scan`` without ``check_crc``, as ``dump`` reads); ``match`` (``mqtool/scan/filter.py``) is applied to each
-batch. After the iteration ``scan.end`` tells where and why the walk stopped, as ``CommitLog.scan`` does.
-
-A filter is decided first, on a batch of only its own columns; the other columns are built for the rows
-it keeps alone. With ``workers`` > 1 the batches are built in that many threads (the kernels release the
-GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
+The records the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``), from
+``start`` to the logical end or ``stop``, walked by the compiled ``FastScan`` and decoded by ``MessageBatchBuilder``;
+``stop_on_crc=False`` reads on past a bad body CRC (``crc_ok`` false, as ``dump``); ``scan.end`` then tells where
+and why the walk stopped, as ``CommitLog.scan``. A filter (``match``) is decided first, on its own columns; the
+others are built for the rows it keeps. With ``workers`` > 1 batches are built in threads (the kernels release
+the GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from ..store.records import BodyEncoding
@@ -80,7 +76,8 @@ class MessageScan:
     def _batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
         """The record batch of one walk batch: filtered, projected; None when no row is left."""
         if self.deciding is not None:
-            keep = self._kept(segment_batch)
+            mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
+            keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``
             if not keep.any():
                 return None
             if not keep.all():
@@ -109,11 +106,6 @@ class MessageScan:
             mapped = getattr(view, "obj", None)
             if len(rows) and mapped is not None:
                 release_pages(mapped, int(rows[0, COL_POS]), int(rows[-1, COL_POS] + rows[-1, COL_SIZE]))
-
-    def _kept(self, segment_batch: SegmentBatch) -> np.ndarray:
-        """The rows of the walk's batch that the filter keeps (a null condition drops the row, as ``filter``)."""
-        mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
-        return compute.fill_null(mask, False).to_numpy(zero_copy_only=False)
 
 
 def read_batches(store: Store, **options) -> Iterator[pa.RecordBatch]:

@@ -82,6 +82,10 @@ class GroupTable:
     def groups(self) -> tuple[np.ndarray, np.ndarray]:
         return self.keys[self.used], self.values[self.used]
 
+    def parts(self) -> tuple:
+        """The arrays the compiled kernels fill (``_stats.accumulate``, ``stats_batch``)."""
+        return self.keys, self.used, self.values, self.count, self.init
+
 
 assert [out for out, _, _ in AGGREGATES] == [
     "messages", "dispatched", "bytes", "body_bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp", "min_queue_offset",
@@ -94,7 +98,7 @@ def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int
     c = columns
     start, n = 0, len(c["topic"])
     while start < n:
-        start = _stats.accumulate(table.keys, table.used, table.values, table.count, table.init, start, c["topic"], c["queue_id"], c["size"], c["body_length"], c["crc_ok"], c["sys_flag"], c["store_timestamp"], c["born_timestamp"], c["queue_offset"], period_ms)
+        start = _stats.accumulate(*table.parts(), start, c["topic"], c["queue_id"], c["size"], c["body_length"], c["crc_ok"], c["sys_flag"], c["store_timestamp"], c["born_timestamp"], c["queue_offset"], period_ms)
         if start < n:
             table.grow()
 
@@ -198,10 +202,6 @@ WALK_BATCH = 1 << 11  # records per walk call: their bytes are still in cache wh
 _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
 
 
-def _parts(table: GroupTable) -> tuple:
-    return table.keys, table.used, table.values, table.count, table.init
-
-
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
     """One pass over the store's records (the broker's recovery scan) into ``StoreStats``; where the walk
     ends, ``read_on(end)`` may give the offset it goes on from (damage the broker never reads)."""
@@ -211,7 +211,7 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
     buckets = GroupTable(_COUNT_INIT, _COUNT_OPS)
     seen = GroupTable(_COUNT_INIT, _COUNT_OPS, capacity=1 << 6)
     new_topics = np.empty((batch, 3), dtype=np.int64)
-    parts = _parts(groups), _parts(buckets), _parts(seen)
+    parts = groups.parts(), buckets.parts(), seen.parts()
     while True:
         walk = fs.FastScan(store.commitlog, start, check_crc=True, batch=batch, release_behind=True)
         for b in walk:
@@ -226,7 +226,7 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
                 for table in (groups, buckets, seen):
                     if 2 * table.count[0] >= len(table.used):
                         table.grow()
-                parts = _parts(groups), _parts(buckets), _parts(seen)
+                parts = groups.parts(), buckets.parts(), seen.parts()
             if progress is not None:
                 progress(b.base_offset + int(rows[-1, fs.COL_POS]))
         records += walk.records
@@ -282,14 +282,12 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
     wanted = set(topics) if topics else None
     sums = [(out, op) for out, _, op in BASE_AGGREGATES + EXTENDED_AGGREGATES]
     per_queue = grouped(stats.per_period, ["topic", "queue_id"], sums)
-    medians: dict[tuple[int, int], int] = {}
     hist: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for r in stats.histogram.to_pylist():
         b, c = hist.setdefault((r["topic"], r["queue_id"]), ([], []))
         b.append(r["bucket"])
         c.append(r["n"])
-    for key, (b, c) in hist.items():
-        medians[key] = median_from_histogram(b, c)  # clamped into [min, max] below
+    medians = {key: median_from_histogram(b, c) for key, (b, c) in hist.items()}  # clamped into [min, max] below
     rows = []
     for r in per_queue:
         topic = stats.topics[r["topic"]]
@@ -297,24 +295,18 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
             continue
         v = {out: r[f"{out}_{op}"] for out, op in sums}
         messages = v["messages"]
-        rows.append(
-            {
-                "row": "queue",
-                "topic": topic,
-                "queue_id": r["queue_id"],
-                **{k: v[k] for k in ("messages", "bytes", "first_store_timestamp", "last_store_timestamp")},
-                "first_store_time": _iso(v["first_store_timestamp"]),
-                "last_store_time": _iso(v["last_store_timestamp"]),
-                **{k: v[k] for k in ("body_bytes", "dispatched", "min_queue_offset", "max_queue_offset", "delay_min_ms")},
-                "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
-                **{k: v[k] for k in ("delay_max_ms", "not_type", "prepared", "commit", "rollback")},
-                "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
-                "compressed": v["compressed"],
-                "retried": messages if topic.startswith("%RETRY%") else 0,
-                "dlq": messages if topic.startswith("%DLQ%") else 0,
-                "crc_failures": v["crc_failures"],
-            }
-        )
+        v.update({
+            "row": "queue",
+            "topic": topic,
+            "queue_id": r["queue_id"],
+            "first_store_time": _iso(v["first_store_timestamp"]),
+            "last_store_time": _iso(v["last_store_timestamp"]),
+            "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
+            "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
+            "retried": messages if topic.startswith("%RETRY%") else 0,
+            "dlq": messages if topic.startswith("%DLQ%") else 0,
+        })
+        rows.append({k: v[k] for k in QUEUE_FIELDS})
     rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
     return rows
 

@@ -232,8 +232,20 @@ class SurvivorSearch:
     def rows(self) -> Iterator[dict]:
         """Search, then one dict per distinct id (``ROW_FIELDS``), in input order (``summary`` is
         complete once the first is yielded)."""
-        for values in self._emit(self.chunks()):
-            yield dict(zip(ROW_FIELDS, values))
+        missing = (MISSING, None, None, None, None, None, 0, None)
+        for c in self.chunks():
+            if not c.found.any():  # no hit at all: ``topic`` holds nothing to look up
+                yield from (dict(zip(ROW_FIELDS, (id_, *missing))) for id_ in c.ids)
+                continue
+            offset, queue_id, queue_offset, store_ts = (c.__dict__[k].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
+            topic = [self.topics[t] for t in c.topic.tolist()]
+            names = [STATUSES[k] for k in c.code.tolist()]
+            n_copies, ok = c.copies.tolist(), c.consumable.tolist()
+            for i, id_ in enumerate(c.ids):
+                if names[i] == MISSING:
+                    yield dict(zip(ROW_FIELDS, (id_, *missing)))
+                else:
+                    yield dict(zip(ROW_FIELDS, (id_, names[i], offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])))
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
         """Search, then return the rows as columns, ``chunk`` ids at a time, in input order
@@ -254,10 +266,8 @@ class SurvivorSearch:
             system_topic = np.array([t.startswith(_SYSTEM_PREFIXES) for t in self.topics], dtype=bool)
             delivery = live & dispatched & ~system_topic[hits["topic"]]  # what a consumer of the topic receives
 
-            live_n = np.bincount(who, weights=live, minlength=n_ids)
-            delivery_n = np.bincount(who, weights=delivery, minlength=n_ids)
-            consumable_n = np.bincount(who, weights=consumable, minlength=n_ids)
-            delivery_consumable_n = np.bincount(who, weights=delivery & consumable, minlength=n_ids)
+            per_id = (np.bincount(who, weights=w, minlength=n_ids) for w in (live, delivery, consumable, delivery & consumable))
+            live_n, delivery_n, consumable_n, delivery_consumable_n = per_id
             rank = region * 4 + np.where(consumable, 0, np.where(delivery, 1, 2))  # the hit shown for an id
             order = np.lexsort((hits["offset"], rank, who))
             sorted_who = who[order]
@@ -283,22 +293,3 @@ class SurvivorSearch:
             empty = not len(hits["who"])
             located = {k: np.zeros(hi - lo, dtype=np.int64) if empty else hits[k][pick] for k in ("offset", "topic", "queue_id", "queue_offset", "store_timestamp")}
             yield SurvivorChunk(self.ids[lo:hi], self.id_array.slice(lo, hi - lo), code[lo:hi], found, copies[lo:hi], consumable[lo:hi], **located)
-
-    def _emit(self, chunks: Iterator[SurvivorChunk]) -> Iterator[tuple]:
-        """The rows as tuples (Python objects only for one chunk)."""
-        missing = (MISSING, None, None, None, None, None, 0, None)
-        for c in chunks:
-            if not c.found.any():
-                for id_ in c.ids:
-                    yield (id_, *missing)
-                continue
-            offset, queue_id, queue_offset, store_ts = (c.__dict__[k].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
-            topic = [self.topics[t] for t in c.topic.tolist()]
-            names = [STATUSES[k] for k in c.code.tolist()]
-            n_copies, ok = c.copies.tolist(), c.consumable.tolist()
-            for i, id_ in enumerate(c.ids):
-                status = names[i]
-                if status == MISSING:
-                    yield (id_, *missing)
-                else:
-                    yield (id_, status, offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])

@@ -35,20 +35,9 @@ class TextFormat(str, Enum):
 # ---- Arrow buffers -----------------------------------------------------------------------------
 
 
-def _validity(arr: pa.Array) -> np.ndarray:
-    if arr.null_count == 0:
-        return np.ones(len(arr), dtype=np.bool_)
-    return compute.is_valid(arr).to_numpy(zero_copy_only=False)
-
-
 def _offsets(arr: pa.Array, which: int = 1) -> np.ndarray:
     """The int32 offsets of the array's rows (a slice's rows included)."""
     return np.frombuffer(arr.buffers()[which], dtype=np.int32, count=arr.offset + len(arr) + 1)[arr.offset :]
-
-
-def _data(arr: pa.Array) -> np.ndarray:
-    data = arr.buffers()[2]
-    return np.frombuffer(data, dtype=np.uint8) if data is not None and data.size else _EMPTY
 
 
 class _Columns:
@@ -64,7 +53,7 @@ class _Columns:
         for c, name in enumerate(fields):
             arr = batch.column(name)
             t = arr.type
-            self.valid[c] = _validity(arr)
+            self.valid[c] = compute.is_valid(arr).to_numpy(zero_copy_only=False) if arr.null_count else True
             if pa.types.is_boolean(t) or pa.types.is_integer(t):
                 self.kinds[c] = KIND_BOOL if pa.types.is_boolean(t) else KIND_INT
                 self.slots[c, 0] = len(ints)
@@ -97,8 +86,9 @@ class _Columns:
             self.str_data.append(_EMPTY)
 
     def _string(self, arr: pa.Array) -> int:
+        data = arr.buffers()[2]
         self.str_offsets.append(_offsets(arr))
-        self.str_data.append(_data(arr))
+        self.str_data.append(np.frombuffer(data, dtype=np.uint8) if data is not None and data.size else _EMPTY)
         return len(self.str_offsets) - 1
 
 

@@ -87,8 +87,7 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
     for unit in units:
         p = props.get(unit.offset_py)
         readable = p is not None and store.commitlog.min_offset <= unit.offset_py < end
-        real_topic = p.get(PropertyKey.REAL_TOPIC) if p else None
-        uniq_key = p.get(PropertyKey.UNIQ_KEY) if p else None
+        real_topic, uniq_key, real_qid = (p.get(k) if p else None for k in (PropertyKey.REAL_TOPIC, PropertyKey.UNIQ_KEY, PropertyKey.REAL_QID))
         delivered = next((o for o, t in deliveries.get(identity.get(unit.offset_py), ()) if t == real_topic and o > unit.offset_py), None) if readable else None
         if not readable:
             state = "lost"
@@ -100,7 +99,6 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
             state = "rolled"
         else:
             state = "pending"
-        real_qid = p.get(PropertyKey.REAL_QID) if p else None
         rows.append({
             "timer_log_offset": unit.timer_log_offset,
             "magic": unit.magic,
