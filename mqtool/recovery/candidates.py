@@ -33,10 +33,8 @@ SHOWN = 60  # characters of each differing value in the error
 
 
 def _effect(plan: Plan) -> dict[str, Any]:
-    """What a plan does to the store, without how it got there (where its scan started, how many records
-    it read, its notes): two candidates whose plans have the same effect leave the same bytes. The
-    checkpoint fields no candidate broker reads back (``IMMATERIAL``), and the write that only they
-    would change, are left out."""
+    """What a plan does to the store, without how it got there: equal effects leave equal bytes. The
+    checkpoint fields no candidate reads back (``IMMATERIAL``) and their write are left out."""
     doc = plan.to_dict()
     cl, index, lost = doc.get("commitlog") or {}, doc.get("index") or {}, doc.get("lost") or {}
     after = ((doc.get("checkpoint") or {}).get("after")) or {}
@@ -71,10 +69,8 @@ def _short(value: Any) -> str:
 
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache)`` under the detected version, or under every candidate whose rules can
-    plan this store differently when detection leaves several eras (module docstring). The plans'
-    effects are compared (``_effect``); when they agree the newest candidate's plan is returned, and
-    ``cache`` (a ``DispatchCache``) is filled by that run only."""
+    """``make_plan(store, cache)`` under the detected version, or under every candidate (module
+    docstring); ``cache`` is filled by the first candidate's run only."""
     guess = store.version_guess
     if guess.version is not None:
         return make_plan(store, cache)

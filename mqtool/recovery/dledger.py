@@ -43,8 +43,7 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
 
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, created=()) -> list:
-    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list,
-    the files at the bases ``created`` (by an earlier action) included."""
+    """One ``op`` action per index file over [``start``, ``stop``) of the list, files ``created`` included."""
     actions = []
     layout = store.commitlog.layout
     size = index_file_size(store)
@@ -102,10 +101,9 @@ class DLedgerLog(LogKind):
         return self.dl.committed_pos  # 5.x: from the confirm offset = DLedger's committed position
 
     def actions(self, run: RecoveryRun) -> list:
-        """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
-        every unit rewritten from the entries (``write-dledger-index``), in an index file created
-        first where none holds them (``indexFileList.append``); the units past the last valid entry
-        zeroed (``indexFileList.truncateOffset``)."""
+        """``recover``'s changes to ``index/``: units from the first that disagrees with its entry rewritten
+        (in a file created first where none is, ``indexFileList.append``), those past the last valid
+        entry zeroed (``indexFileList.truncateOffset``)."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
@@ -162,8 +160,7 @@ class DLedgerLog(LogKind):
         return after
 
     def checkpoint_actions(self, run: RecoveryRun) -> list:
-        """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
-        committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
+        """DLedger's ``checkpoint`` as the broker leaves it: ``committedIndex = endIndex`` = the last entry."""
         layout, last = run.store.commitlog.layout, self.dl.last_index
         if last < 0 or (layout.committed_index, layout.end_index) == (last, last):
             return []

@@ -1,9 +1,6 @@
-"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the steps
-of ``recover.py`` share (``RecoveryRun``), and one interface (``LogKind``) for what differs
-between the classic ``CommitLog`` recovery and ``DLedgerCommitLog``'s (``dledger.DLedgerLog``):
-where the scan starts and whether it dispatches, where the consume queues are cut, the start-up
-reput's start, the extra actions, the notes, and the checkpoint.
-"""
+"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the
+steps of ``recover.py`` share (``RecoveryRun``), and what differs between the classic ``CommitLog``
+recovery and ``DLedgerCommitLog``'s (``LogKind``)."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class RecoveryRun:
-    """What the steps of ``plan_recover_one_version`` share: the store's settings, read once, then each
-    step's results, in step order."""
+    """What the steps of ``plan_recover_one_version`` share: the settings, then each step's results."""
 
     store: Store
     options: PlanOptions
@@ -202,10 +198,8 @@ class ClassicLog(LogKind):
 
 
 def log_kind(store: Store) -> LogKind:
-    """The store's commit log kind; ``dledger`` is loaded for a DLedger store only. Without DLedger
-    data files ``DLedgerCommitLog.recover`` recovers the classic commit log (``recoverNormally`` /
-    ``recoverAbnormally`` of ``CommitLog``: "the first time to load mixed commitlog"), an empty one
-    when there is none."""
+    """The store's commit log kind. Without DLedger data files ``DLedgerCommitLog.recover`` recovers the
+    classic commit log ("the first time to load mixed commitlog")."""
     if store.is_dledger and store.commitlog.entry_segments():
         from .dledger import DLedgerLog
 

@@ -1,8 +1,5 @@
-"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: reading what a
-store says (version, settings, the commit log cut and what it loses), feeding dispatched batches
-into the consume queue simulations and the index placement, and turning the results into plan
-records.
-"""
+"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: what a store says,
+dispatched batches fed to the queue simulations and the index placement, and the plan records."""
 
 from __future__ import annotations
 
@@ -50,9 +47,8 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 
 def unloadable_files(store: Store) -> None:
-    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``: a file of
-    the wrong length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan.
-    ``mqtool repair`` fixes such files first."""
+    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules
+    §2.13): there is no recovery of its to plan."""
     from ..store.nextstart import log_refusal
 
     why = log_refusal(store)
@@ -61,9 +57,8 @@ def unloadable_files(store: Store) -> None:
 
 
 def unsupported_queues(store: Store) -> None:
-    """Refuse stores whose queues mqtool cannot rebuild: RocksDB consume queues (5.2.0+,
-    ``storeType=defaultRocksDB``) and BatchConsumeQueue topics (5.0.0+), whose records the
-    broker dispatches elsewhere (reference §5.5, §5.6)."""
+    """Refuse RocksDB consume queues (5.2.0+) and BatchConsumeQueue topics (5.0.0+): the broker
+    dispatches their records elsewhere (reference §5.5, §5.6)."""
     if store.root is None:
         return
     if (store.path("consumequeue", "CURRENT")).exists():
@@ -95,8 +90,7 @@ def rel(store: Store, path: Path) -> str:
 
 
 def written_end(path: Path, start: int) -> int:
-    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none):
-    ``fastscan.last_nonzero``, the holes of a sparse file unread, the pages searched released."""
+    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none)."""
     with MappedFile(path) as mf:
         if mf.size <= start:
             return start
@@ -194,8 +188,8 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
 
 
 def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
-    """True if a record with UNIQ_KEY or KEYS lies in ``[start, stop)`` (``start`` excluded if
-    ``skip_first``); reads at most ``limit`` records, then assumes yes."""
+    """A record with UNIQ_KEY or KEYS in ``[start, stop)`` (not at ``start`` if ``skip_first``);
+    after ``limit`` records, assumed."""
     from ..formats.errors import FormatError
     from ..formats.properties import PropertyKey
 
@@ -300,8 +294,7 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
 
 @dataclass
 class PhaseCounts:
-    """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
-    LMQ records, and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
+    """What one dispatch phase sent; ``last_cq_ts``: the broker's logicsMsgTimestamp."""
 
     records: int = 0
     cq: int = 0

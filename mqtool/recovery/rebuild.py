@@ -38,13 +38,10 @@ from ..store.startfile import recovery_start
 
 class RebuildScan:
     """The dispatch both rebuilds write: every record the broker serves from the first segment to the
-    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, no CRC,
-    §8.12), in one walk (the next segment dispatched ahead in a second thread, as ``recover``'s scan).
-    Before the recovery's start, past a record it cannot read the walk resumes where the log does
-    (the ``served`` discipline; ``doReput`` would skip on and leave the records after the damage
-    without queue entries or index keys: docs/recovery.md). DLedger data goes on past damage DLedger's
-    recovery keeps (a sound entry header: ``CommitLog.resume_after_damage``), up to where that
-    recovery stops. ``end`` and ``skipped`` are set once iterated."""
+    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, §8.12).
+    Before the recovery's start the walk resumes past an unreadable record (the ``served`` discipline);
+    DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
+    ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
@@ -57,8 +54,7 @@ class RebuildScan:
         self.skipped: list[ScanEnd] = []
 
     def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
-        """A DLedger store's log ends where DLedger's entry walk stops, which checks no CRC
-        (``DLedgerMmapFileStore.recover``, §15.4): the reput dispatches a record with a bad body CRC there."""
+        """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
         recovery = discipline == "recovery"
         check_crc = recovery and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return phase_scanner(
@@ -106,8 +102,7 @@ def _configured_topics(store: Store) -> set[str]:
 
 
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
-    """One queue's plan: its offsets before (``q``, the files on disk, if any) and after; no file
-    to write when its files already hold the rebuild's bytes (the queue is left alone)."""
+    """One queue's plan (``q``: its files on disk, if any); no file to write when they hold the rebuild's bytes."""
     old = QueueSim.load(q, rules=rules) if q is not None else None
     min_before, max_before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset) if old is not None else (0, 0)
     qp = queue_plan(sim, min_before, max_before, clmin, rules.cq_min_offset_v5, (None,))
@@ -115,10 +110,8 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 
 
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate the selected consume queues from the commit log as the broker's reput writes them
-    when they are missing (``start()`` from the commit log min, §8.12; fillers §5.3), over
-    ``RebuildScan``: files the rebuild does not produce are deleted, and a queue whose files already
-    hold its bytes is left alone."""
+    """Regenerate the selected consume queues as the broker's reput writes missing ones (§8.12, fillers
+    §5.3) over ``RebuildScan``: files it does not produce are deleted, a queue already equal is left alone."""
     store.path()
     rules = VersionRules(store_version(store)[0])
     topics = cache.topics if cache is not None else TopicTable()
@@ -174,10 +167,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
 
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate every index file from the commit log, as ``IndexService.buildIndex`` builds them
-    (every record from the first segment to the valid end; ROLLBACK records skipped). New files
-    are named from the store time of their first record. The checkpoint's indexMsgTimestamp
-    becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
+    """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
+    checkpoint's indexMsgTimestamp becomes the end time of the last file that filled (0: none)."""
     store.path()
     rules = VersionRules(store_version(store)[0])
     scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
