@@ -21,7 +21,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog
-from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start
+from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import inferred_file_size
 from .logkinds import LogKind, RecoveryRun
@@ -71,10 +71,6 @@ class DLedgerLog(LogKind):
 
     def __init__(self, dl: DataRecovery):
         self.dl = dl
-
-    @classmethod
-    def of(cls, store: Store) -> "DLedgerLog":
-        return cls(data_recovery(store.commitlog))
 
     def start(self, run: RecoveryRun) -> tuple[int, str]:
         s = dledger_start(run.store, self.dl, run.version, mode=run.mode, index_safe=run.index_safe, full_scan=run.options.full_scan)

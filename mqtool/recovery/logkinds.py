@@ -93,25 +93,12 @@ class RecoveryRun:
 
 
 class LogKind:
-    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask."""
+    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask. Each kind
+    says ``start(run)`` (where the scan starts, and the rule), ``dispatches(run)`` (whether the scan
+    dispatches), ``queue_cut(run)`` (after the scan, where the consume queues are cut; may move
+    ``run.scan.end``) and ``truncates_queues(run)`` (whether ``truncateDirtyLogicFiles`` runs there)."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
-
-    def start(self, run: RecoveryRun) -> tuple[int, str]:
-        """Where the recovery scan starts, and the rule that says so."""
-        raise NotImplementedError
-
-    def dispatches(self, run: RecoveryRun) -> bool:
-        """Whether the recovery scan dispatches (builds CQ and index entries)."""
-        raise NotImplementedError
-
-    def queue_cut(self, run: RecoveryRun) -> int:
-        """After the scan: the offset the consume queues are truncated at; may move ``run.scan.end``."""
-        raise NotImplementedError
-
-    def truncates_queues(self, run: RecoveryRun) -> bool:
-        """Whether ``truncateDirtyLogicFiles`` runs at ``run.cq_cut``."""
-        raise NotImplementedError
 
     def reput_from(self, run: RecoveryRun) -> int | None:
         """The start-up reput's start where the version does not reput from the max CQ offset."""
@@ -202,8 +189,9 @@ def log_kind(store: Store) -> LogKind:
     classic commit log ("the first time to load mixed commitlog")."""
     if store.is_dledger and store.commitlog.entry_segments():
         from .dledger import DLedgerLog
+        from ..store.dledgerstart import data_recovery
 
-        return DLedgerLog.of(store)
+        return DLedgerLog(data_recovery(store.commitlog))
     return ClassicLog()
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PLAN_FORMAT = "mqtool-plan/1"
@@ -246,6 +248,13 @@ class Plan:
     format: str = PLAN_FORMAT
     verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
     refused: str | None = None  # recover: why the broker refuses to start on a queue file the plan rewrites (``nextstart.queue_refusal``)
+
+    @classmethod
+    def new(cls, command: str, root: Path, version: str, source: str, actions, **parts) -> "Plan":
+        """A plan of the store at ``root`` made now; ``parts``: its other fields by name (the rest empty)."""
+        empty = {"mode": None, "options": {}, "commitlog": None, "lost": None, "dispatch": (), "queues": (), "index": None, "checkpoint": None,
+                 "remove_abort": False, "notes": (), "inputs": ()}
+        return cls(command, str(Path(root).resolve()), int(time.time() * 1000), version, source, actions=tuple(actions), **{**empty, **parts})
 
     @property
     def is_empty(self) -> bool:

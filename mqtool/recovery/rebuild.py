@@ -6,7 +6,6 @@ read as (``store.rules``); callers use ``planners``, which plans under every can
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Iterator
 
@@ -84,15 +83,6 @@ class RebuildScan:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
 
 
-def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
-    version, source = store_version(store)
-    return Plan(
-        command, str(store.path().resolve()), int(time.time() * 1000), str(version), source, None,
-        {**config_options(store), **options}, None, None, (phase,), tuple(queues), index_plan, cp_plan, False,
-        tuple(notes), tuple(actions), (),
-    )
-
-
 def _configured_topics(store: Store) -> set[str]:
     """The topics of ``config/topics.json`` (``--respect-topic-config``)."""
     doc = store.config_file("topics.json")
@@ -113,7 +103,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     """Regenerate the selected consume queues as the broker's reput writes missing ones (§8.12, fillers
     §5.3) over ``RebuildScan``: files it does not produce are deleted, a queue already equal is left alone."""
     store.path()
-    rules = VersionRules(store_version(store)[0])
+    version, source = store_version(store)
+    rules = VersionRules(version)
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
     allowed = _configured_topics(store) if options.respect_topic_config else None
@@ -162,7 +153,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
-    plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
+    plan = Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False), options={**config_options(store), **opts},
+                    dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes))
     return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
@@ -170,7 +162,8 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
     checkpoint's indexMsgTimestamp becomes the end time of the last file that filled (0: none)."""
     store.path()
-    rules = VersionRules(store_version(store)[0])
+    version, source = store_version(store)
+    rules = VersionRules(version)
     scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
     cl = store.commitlog
     notes = []
@@ -195,5 +188,6 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
-    plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
+    plan = Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,), index=index_plan,
+                    checkpoint=cp_plan, notes=tuple(notes))
     return replace(plan, inputs=plan_inputs(store, plan, {}, with_crc=with_crc))

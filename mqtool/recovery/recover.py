@@ -8,7 +8,6 @@ last segment, CQ units past each queue's end) so the next scan cannot read them 
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -66,24 +65,11 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     _queue_results(run)
     _index_results(run, kind)
     cp_plan, remove_abort = _checkpoint(run, kind)  # 6
-    plan = Plan(
-        command,
-        str(store.path().resolve()),
-        int(time.time() * 1000),
-        str(run.version),
-        run.source,
-        run.mode if run.dispatching else None,
-        {**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
-        run.cl_plan,
-        run.lost,
-        tuple(run.phases),
-        tuple(run.queue_plans),
-        run.index_plan,
-        cp_plan,
-        remove_abort,
-        tuple(run.notes),
-        tuple(run.actions),
-        (),
+    plan = Plan.new(
+        command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
+        options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
+        commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
+        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes),
     )
     return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc), refused=queue_refusal(store) if run.dispatching else None)
 

@@ -128,11 +128,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
     if not actions:
         return steps, None
-    plan = Plan(
-        "repair", str(root.resolve()), int(time.time() * 1000), "unknown", "not needed for file fixes", None, {}, None, None, (), (), None, None, False,
-        (), tuple(actions), (),
-    )
-    return steps, plan
+    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions)
 
 
 def _wheel_fix(root: Path, resize) -> None:
@@ -468,13 +464,9 @@ def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expect
 
 def expected_after(t: Triage) -> list[Expected]:
     """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
-    out = [expected(f, False, "rebuild-cq") for fs in t.queues.values() for f in fs]
-    out += [expected(f, False, "mend-units") for f in t.units]
-    out += [expected(f, False, "rebuild-index") for f in t.index]
-    out += [expected(f, False, "rewrite-checkpoint") for f in t.checkpoint]
-    out += [expected(f, False, "restore-config") for f in t.configs]
-    out += [expected(f, False, "remove-abort") for f in t.abort]
-    return out + t.lost
+    fixed = (("rebuild-cq", [f for fs in t.queues.values() for f in fs]), ("mend-units", t.units), ("rebuild-index", t.index),
+             ("rewrite-checkpoint", t.checkpoint), ("restore-config", t.configs), ("remove-abort", t.abort))
+    return [expected(f, False, step) for step, found in fixed for f in found] + t.lost
 
 
 def _queue_of(f: Finding) -> tuple[str, int] | None:
@@ -557,10 +549,7 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if not actions:
         return None
     version = store.version
-    return Plan(
-        "repair", str(store.path().resolve()), int(time.time() * 1000), str(version) if version else "unknown", "detected", None, {},
-        None, None, (), (), None, cp_plan, bool(t.abort), (), tuple(actions), (),
-    )
+    return Plan.new("repair", store.path(), str(version) if version else "unknown", "detected", actions, checkpoint=cp_plan, remove_abort=bool(t.abort))
 
 
 # ---- what verify reports after the broker's recovery -------------------------------------------
