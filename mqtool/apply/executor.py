@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
-import queue
 import shlex
 import shutil
 import signal
@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
+from ..handoff import Stage
 from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
@@ -340,7 +341,7 @@ class Executor:
                         )
                     )
                 # the index (random slot access, the heavier half) is built in a second thread
-                with Worker(put_index if ix is not None and phase.index else None, ix) as index_worker:
+                with in_thread(functools.partial(put_index, ix) if ix is not None and phase.index else None) as submit_index:
                     for batch in batches:
                         StopRequests.check()  # only the staging directory is written here
                         if cq is not None and phase.consume_queues:
@@ -348,11 +349,11 @@ class Executor:
                                 if (topic, qid) not in wanted:
                                     continue  # not planned to change (another queue, or all deduplicated)
                                 cq.put_batch(topic, qid, *columns)
-                        index_worker.submit(batch)
+                        submit_index(batch)
             durability_point("dispatch written")
-            with Worker(lambda _, writer: writer.close(), None) as closer:
+            with in_thread(lambda writer: writer.close()) as submit_close:
                 if ix is not None:
-                    closer.submit(ix)  # fsync the index while the consume queues are fsynced here
+                    submit_close(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
                     self._check_written(cq.close(), queue_files, "consume queue")
             if ix is not None:
@@ -461,47 +462,18 @@ def hold_store_lock(store_root: Path, force: bool = False):
             os.close(fd)
 
 
-class Worker:
-    """``fn(state, item)`` for submitted items, in order, in a second thread (the kernels release the
-    GIL); errors are re-raised when the ``with`` block ends. With ``fn`` None, submitting does nothing."""
-
-    def __init__(self, fn, state):
-        self.fn, self.state = fn, state
-        self.items: queue.Queue = queue.Queue(maxsize=2)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="mqtool-apply", daemon=True) if fn else None
-
-    def _run(self) -> None:
-        while True:
-            item = self.items.get()
-            if item is _END:
-                return
-            if self.error is None:
-                try:
-                    self.fn(self.state, item)
-                except BaseException as exc:  # noqa: BLE001 - handed to the submitting thread
-                    self.error = exc
-
-    def submit(self, item) -> None:
-        if self.thread is not None:
-            if self.error is not None:
-                raise self.error
-            self.items.put(item)
-
-    def __enter__(self) -> "Worker":
-        if self.thread is not None:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.thread is not None:
-            self.items.put(_END)
-            self.thread.join()
-            if self.error is not None and exc[0] is None:
-                raise self.error
-
-
-_END = object()
+@contextlib.contextmanager
+def in_thread(work: Callable[[object], None] | None):
+    """A ``submit(item)`` running ``work(item)`` in order in a second thread (``handoff.Stage``), its
+    errors raised again when the block ends; with ``work`` None, submitting does nothing."""
+    stage = Stage(work, 2, "mqtool-apply") if work is not None else None
+    try:
+        yield stage.put if stage is not None else lambda item: None
+        if stage is not None:
+            stage.drain()
+    finally:
+        if stage is not None:
+            stage.close()
 
 
 def read_index_header(path: Path) -> ixfmt.IndexHeader:
