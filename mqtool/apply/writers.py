@@ -1,14 +1,7 @@
-"""Writers of consume queue and index files, byte-identical to the broker's dispatchers (used by
-the applies, ``salvage --to-store`` and ``synth``):
-
-- ``ConsumeQueueWriter``: ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10, the
-  de-duplication and repeat-guard rules of rules §3.1-§3.3, fillers before a queue's first entry §5.3),
-  as ``dispatch.placement.place_units`` places the units;
-- ``IndexWriterService``: ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), as
-  ``dispatch.placement.IndexPlacement`` places the keys.
-
-Files are written to ``tmp_path`` (default ``<name>.tmp``), fsynced and renamed into place by
-``close``; a writer can continue a queue's state or an existing file's bytes.
+"""Writers of consume queue and index files, byte-identical to the broker's dispatchers: ``ConsumeQueueWriter``
+(``ConsumeQueue.putMessagePositionInfo``, reference §5.10, rules §3.1-§3.3, fillers §5.3) and ``IndexWriterService``
+(``IndexService.buildIndex``, §6.5-§6.8), placing as ``dispatch.placement`` does. Files are written to ``tmp_path``,
+fsynced and renamed into place by ``close``.
 """
 
 from __future__ import annotations

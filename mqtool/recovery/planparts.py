@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import BadInput, BadStoreFile
 from ..formats import markers
@@ -264,17 +263,6 @@ def write_action(queues: bool, index: bool) -> list[Action]:
     return [Action("write-dispatch", "", note=f"{what} files rewritten or created, from the dispatch phases")]
 
 
-def fingerprints(store: Store, paths: Iterable[Path], crc_paths: set[Path] = frozenset(), *, with_crc: bool = False) -> tuple[Fingerprint, ...]:
-    """Size and mtime of every path that exists; CRC32 for ``crc_paths`` when ``with_crc``."""
-    out = []
-    for p in dict.fromkeys(paths):  # each once, in order
-        if p.exists():
-            st = p.stat()
-            crc = file_crc32(p) if with_crc and p in crc_paths else None
-            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
-    return tuple(out)
-
-
 def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
     try:
         from isal.isal_zlib import crc32
@@ -401,4 +389,9 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     if plan.checkpoint is not None and plan.checkpoint.changed:
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]
-    return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
+    out = []
+    for p in dict.fromkeys(read + sorted(changed)):  # each once, in order
+        if p.exists():
+            st = p.stat()
+            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, file_crc32(p) if with_crc and p in changed else None))
+    return tuple(out)

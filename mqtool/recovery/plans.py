@@ -1,8 +1,6 @@
-"""A repair plan is data: frozen dataclasses that say what a command will change and why, and
-round-trip through the JSON document docs/recovery.md describes field by field ("The plan").
-Paths are relative to the store root; ``actions`` is the ordered list of file operations ``apply``
-performs, the rest explains them; ``inputs`` fingerprints the files read or changed, so a saved
-plan is refused once any of them changed.
+"""A repair plan is data: frozen dataclasses that round-trip through the JSON document docs/recovery.md
+describes field by field ("The plan"). ``actions`` are the file operations ``apply`` performs, in order;
+``inputs`` fingerprints the files read or changed, so a saved plan is refused once any of them changed.
 """
 
 from __future__ import annotations
@@ -195,14 +193,8 @@ class CheckpointPlan:
 
 @dataclass(frozen=True)
 class Action:
-    """One file operation of ``apply``, in order (docs/recovery.md lists the ops), and two of DLedger:
-    ``write-dledger-checkpoint`` (committedIndex ``start``, endIndex ``end``) and
-    ``write-dledger-index`` (index units, bytes ``start``..``end``, rewritten from their entries).
-    ``resize``: a file of ``start`` bytes padded with zeros or trimmed to ``end`` (an absent one
-    created so); ``pad-blank``: a commit log segment padded to ``end`` bytes with an end-of-file blank
-    at ``start``; ``fill-units``: consume queue units ``start``..``end`` each made ``unit`` (a filler,
-    ``cqfmt.filler_at``, or an entry's own fields; None in a plan saved before ``unit``: the filler
-    ``cqfmt.FILLER``); ``restore-config``: a config file replaced by its ``.bak``."""
+    """One file operation of ``apply`` (docs/recovery.md lists the ops and what ``start`` and ``end``
+    mean for each); ``unit``: what ``fill-units`` writes (None in a plan saved before it: ``cqfmt.FILLER``)."""
 
     op: str
     path: str
