@@ -1,10 +1,6 @@
-"""Planning when the store does not say which broker version wrote it.
-
-``store.version_guess`` can leave several eras (no end-of-file blank yet, an empty store, another
-broker's store), and the planning rules differ by era (``store.rules.VersionRules``).
-``plan_under_candidates`` plans under one representative of each distinct set of rules
-(``store.eras``): equal plans go ahead, naming the eras considered; differing ones are refused
-(exit 4) with the difference, the rules that decide it and the ``--broker-version`` values that would.
+"""Planning when the store does not say which broker version wrote it: ``plan_under_candidates`` plans
+under one representative of each distinct set of rules (``store.eras``); equal plans go ahead, differing
+ones are refused (exit 4) with the difference and the rules that decide it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """DLedger recovery (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk and scan start
 (``store.dledgerstart``), then ``DLedgerCommitLog`` on top, per version:
 
-- 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume queues
-  are truncated at the data end if their max physical offset reaches it. 4.5.0-4.9.8 ``start()``
-  then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x abnormal exit
-  re-indexes only that tail: the index files the abnormal load deleted (§6.9) are never rebuilt;
-- 5.x abnormal (``dledgerRecoverAbnormally``): from the newest data file whose first record is V1
-  and stored at or before the checkpoint bound (``isMmapFileMatchedRecover``), every record is
-  dispatched; its recovered end adds up record sizes *without* the 48-byte entry headers
-  (``mmapFileOffset += size``), so the queues are truncated 48 x (entries walked in the last file)
-  before the real end. ``start()`` then re-puts from DLedger's committed position (``checkpoint``'s
-  ``committedIndex``): records between lose their consume queue entry, and later ones land at
-  shifted queue offsets (observed on 5.3.3, ``dledger-crashed-cqloss``).
+- 4.x and 5.x normal (``dledgerRecoverNormally``): no dispatch; the consume queues are truncated at
+  the data end if they reach it; 4.5.0-4.9.8 ``start()`` re-puts from their max offset (§8.12);
+- 5.x abnormal (``dledgerRecoverAbnormally``): every record from the matched file
+  (``isMmapFileMatchedRecover``) dispatched, the end summed *without* the 48-byte entry headers
+  (``mmapFileOffset += size``), so the queues are cut short; ``start()`` re-puts from the
+  ``committedIndex``, and records between lose their entry (observed on 5.3.3, ``dledger-crashed-cqloss``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Plans for ``rebuild-cq`` and ``rebuild-index``: regenerate consume queue or index files from the
-commit log, as the broker's reput service and ``IndexService.buildIndex`` write them when they
-are missing (reference §5.10, §6.5-§6.8, §8.12). Each plans under the one version the store is
-read as (``store.rules``); callers use ``planners``, which plans under every candidate version.
+"""Plans for ``rebuild-cq`` and ``rebuild-index``: consume queue or index files regenerated from the commit
+log as the broker's reput and ``IndexService.buildIndex`` write missing ones (reference §5.10, §6.5-§6.8, §8.12).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load``
-+ ``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12,
-``store.rules.VersionRules``), one step function after the other over a ``logkinds.RecoveryRun``;
-what the classic and the DLedger commit log (§15.4) do differently is asked of their
-``logkinds.LogKind``. Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the
-last segment, CQ units past each queue's end) so the next scan cannot read them back.
+"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load`` +
+``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12), one step after the other
+over a ``logkinds.RecoveryRun``, asking the ``logkinds.LogKind`` what the DLedger log (§15.4) does
+differently. Unlike the broker, the plan zeroes the bytes it cuts, so the next scan cannot read them back.
 """
 
 from __future__ import annotations

@@ -226,12 +226,10 @@ QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cu
 
 @dataclass(frozen=True)
 class CutSegment:
-    """A commit log segment before the last, cut short where its records reach the cut
-    (``_cut_segment_end``): ``blank``, where the record the cut crosses starts; ``entries``, the consume
-    queue entries into [``blank``, segment end) as ``(topic, queue id, first, end)``, ``unit_ranges`` their
-    units as ``(file, start, end, op)``; ``unread``: why the consume queues could not be read.
-
-    The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares with segment-aligned
+    """A short commit log segment before the last (``_cut_segment_end``): ``blank``, where the record the
+    cut crosses starts; ``entries``, the queue entries into [``blank``, segment end) as ``(topic, queue id,
+    first, end)``, ``unit_ranges`` their units as ``(file, start, end, op)``; ``unread``: why the queues
+    could not be read. The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares with segment-aligned
     offsets as the lost entries did, so ``deleteExpiredFileByOffset`` and ``ConsumeQueue.correctMinOffset``
     keep a queue file while its messages are in the log, and at a segment's start
     ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null (``getMessage`` rolls on) where a later
