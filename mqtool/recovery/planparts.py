@@ -13,7 +13,7 @@ from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.commitlog import StopReason
-from ..store.mappedfile import MappedFile, offset_file_name
+from ..store.mappedfile import MappedFile
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion, given_source
 from ..dispatch import fastdispatch as fd
@@ -30,7 +30,6 @@ from .plans import (
     LostMessages,
     Message,
     Plan,
-    QueueFile,
     QueuePlan,
     QueueRef,
 )
@@ -228,7 +227,6 @@ def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_inval
 
 
 def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: bool, seeds: tuple) -> QueuePlan:
-    files = tuple(QueueFile(offset_file_name(f.base), f.action, f.zero_from) for f in sim.fates())
     return QueuePlan(
         sim.topic,
         sim.queue_id,
@@ -244,7 +242,7 @@ def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: 
         sim.first_added[0] if sim.first_added else None,
         sim.last_added[0] if sim.last_added else None,
         seeds,
-        files,
+        tuple(sim.fates()),
     )
 
 

@@ -21,20 +21,12 @@ import numpy as np
 
 from ..formats import consumequeue as cqfmt
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
+from ..store.mappedfile import offset_file_name
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
+from .plans import QueueFile
 
 ENTRY = cqfmt.ENTRY_SIZE
-
-
-@dataclass
-class FileFate:
-    """One file's fate: ``delete``, or its own bytes (``rewrite``) or zeros (``create``) cleared from
-    ``zero_from`` on, the dispatched units laid over it."""
-
-    base: int
-    action: str  # "delete" | "rewrite" | "create"
-    zero_from: int | None = None
 
 
 @dataclass
@@ -269,22 +261,23 @@ class QueueSim:
     def max_offset(self) -> int:
         return self.end // ENTRY
 
-    def fates(self) -> list[FileFate]:
-        """The file operations that leave exactly the broker's queue on disk."""
+    def fates(self) -> list[QueueFile]:
+        """The file operations that leave exactly the broker's queue on disk: ``delete``, or the file's
+        own bytes (``rewrite``) or zeros (``create``) cleared from ``zero_from``, the placed units over it."""
         out = []
         end = self.end
         for base in sorted(set(self.original) | set(self.files)):
             kind = self.files.get(base)
             if kind is None:
-                out.append(FileFate(base, "delete"))
+                out.append(QueueFile(offset_file_name(base), "delete"))
                 continue
             zero_from = min(max(end - base, 0), self.file_size)
             if kind == "new":
-                out.append(FileFate(base, "create", zero_from))
+                out.append(QueueFile(offset_file_name(base), "create", zero_from))
                 continue
             dirty = zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0
             if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
-                out.append(FileFate(base, "rewrite", zero_from))
+                out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
