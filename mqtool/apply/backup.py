@@ -170,8 +170,7 @@ class BackupSet:
     # -- recording --
 
     def backup_file(self, rel: str) -> Path | None:
-        """Keep the current bytes of ``rel`` (once); returns the copy, None if the file does
-        not exist and was never backed up."""
+        """Keep the current bytes of ``rel`` (once); the copy, None if there is nothing to keep."""
         return self.backup_files([rel])[rel]
 
     def backup_files(self, rels: list[str]) -> dict[str, Path | None]:
@@ -206,8 +205,7 @@ class BackupSet:
         self._ranges.add((rel, start, end))
 
     def note_creates(self, rels: list[str]) -> None:
-        """Log that files are about to be created (so ``restore`` deletes them); one that exists
-        already is backed up instead."""
+        """Log that files are about to be created (``restore`` deletes them); one that exists is backed up."""
         todo = [r for r in rels if r not in self._created and r not in self._files]
         self.backup_files([r for r in todo if (self.store_root / r).exists()])
         new = [r for r in todo if not (self.store_root / r).exists()]

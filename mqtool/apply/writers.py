@@ -98,8 +98,7 @@ class ConsumeQueueWriter:
         self._queue(topic, queue_id).state[:] = state.as_array()
 
     def adopt_file(self, topic: str, queue_id: int, base: int, content_from: Path | None, zero_from: int | None) -> None:
-        """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), with
-        every byte from position ``zero_from`` on cleared."""
+        """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), cleared from ``zero_from``."""
         q = self._queue(topic, queue_id)
         final = q.directory / offset_file_name(base)
         fd = open_copy(self.tmp_path(final), content_from)

@@ -129,8 +129,7 @@ class QueueSeed:
 
 @dataclass(frozen=True)
 class QueueFile:
-    """One consume queue file's fate: ``delete``, ``rewrite`` (from its own bytes) or
-    ``create``; bytes from ``zero_from`` (position in the file) on are cleared."""
+    """One consume queue file's fate (``QueueSim.fates``)."""
 
     name: str
     action: str

@@ -151,8 +151,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
-    plan = Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False), options={**config_options(store), **opts},
-                    dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes))
+    plan = Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
+                    options={**config_options(store), **opts}, dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes))
     return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 

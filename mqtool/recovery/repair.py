@@ -42,8 +42,7 @@ CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoi
 
 @dataclass(frozen=True)
 class RepairStep:
-    """One step of ``repair``: ``step`` names it, ``paths`` what it changes (empty: decided by
-    its plan), ``beyond_broker`` whether a broker start would not do it, ``why`` the reason."""
+    """One step of ``repair``; ``paths``: what it changes (empty: decided by its plan)."""
 
     step: str
     beyond_broker: bool
@@ -229,11 +228,11 @@ class CutSegment:
     """A short commit log segment before the last (``_cut_segment_end``): ``blank``, where the record the
     cut crosses starts; ``entries``, the queue entries into [``blank``, segment end) as ``(topic, queue id,
     first, end)``, ``unit_ranges`` their units as ``(file, start, end, op)``; ``unread``: why the queues
-    could not be read. The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares with segment-aligned
-    offsets as the lost entries did, so ``deleteExpiredFileByOffset`` and ``ConsumeQueue.correctMinOffset``
-    keep a queue file while its messages are in the log, and at a segment's start
-    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null (``getMessage`` rolls on) where a later
-    position overflows ``pos + size`` and throws."""
+    could not be read. The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares
+    with segment-aligned offsets as the lost entries did, so ``deleteExpiredFileByOffset`` and
+    ``ConsumeQueue.correctMinOffset`` keep a queue file while its messages are in the log, and
+    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null at a segment's start (``getMessage``
+    rolls on) where a later position overflows ``pos + size`` and throws."""
 
     base: int
     blank: int
@@ -547,7 +546,8 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if not actions:
         return None
     version = store.version
-    return Plan.new("repair", store.path(), str(version) if version else "unknown", "detected", actions, checkpoint=cp_plan, remove_abort=bool(t.abort))
+    return Plan.new("repair", store.path(), str(version) if version else "unknown", "detected", actions,
+                    checkpoint=cp_plan, remove_abort=bool(t.abort))
 
 
 # ---- what verify reports after the broker's recovery -------------------------------------------
@@ -660,8 +660,7 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 
 
 def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
-    """``findings`` less those the file fixes remove: of a file they resize or quarantine, and consume
-    queue entries into a cut segment given an end-of-file blank (then filler units)."""
+    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment)."""
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
