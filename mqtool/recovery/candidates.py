@@ -19,9 +19,8 @@ if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are 
     from .plans import Plan
 
 IMMATERIAL = (
-    # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a
-    # 5.x broker outside controller/duplication mode (the only mode mqtool plans for) reads neither
-    # back (reference §7, §8.2, §8.5)
+    # 5.x checkpoint fields: 4.x brokers ignore bytes 24..39 of the checkpoint, and a 5.x broker outside
+    # controller/duplication mode reads neither back (reference §7, §8.2, §8.5)
     "master_flushed_offset",
     "confirm_phy_offset",
 )
@@ -96,7 +95,6 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     considered = ", ".join(labels)
     source = f"not decided by the store; considered {considered}: the plans are equal (evidence: mqtool info)"
     note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
-    # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
-    # candidate plans the same
+    # broker_version stays the first candidate's: ``apply`` reopens the store with it
     return dataclasses.replace(plans[0], version_source=source, notes=plans[0].notes + (note,))
 

@@ -98,8 +98,7 @@ class DLedgerLog(LogKind):
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
-            # an index file the rewrite writes into that is not on disk (deleted, or never written): ``MmapFileList.append``
-            # (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one, created here (``resize``)
+            # an index file the rewrite writes into that is not on disk: ``MmapFileList.append`` maps a new one (``resize``)
             have = {b for b, _ in layout.index_files()}
             missing = [b for b in range(start - start % size, dl.index_cut, size) if b not in have]
             actions += [Action("resize", rel(store, layout.index_dir / f"{b:020d}"), 0, size,

@@ -122,8 +122,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         seg = cl.segments[index]
         cut_segment = seg.path.name
         stop = seg.base_offset + written_end(seg.path, end.offset - seg.base_offset)
-        # a log that ends at an end-of-file blank ends on a record the broker wrote: the blank runs
-        # to the segment's end (its stale fill too, before 4.9.1, rules §1.12), and recovery stops
+        # a blank ending the log runs to the segment's end (its stale fill too, rules §1.12), and recovery stops
         # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")
         if stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop

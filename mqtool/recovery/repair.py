@@ -112,8 +112,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
-    # DLedger's MmapFileList.load refuses a file of the wrong length too, a zero-length last one as well (store None: in
-    # every era), and DLedgerMmapFileStore.load exits
+    # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
     for index_dir in sorted(root.glob("dledger-*/index")):
