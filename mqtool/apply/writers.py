@@ -113,10 +113,14 @@ class ConsumeQueueWriter:
 
     # -- putting --
 
-    def put_request(self, request: DispatchRequest) -> bool:
+    def put(self, topic: str, queue_id: int, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> bool:
         """``putMessagePositionInfo`` of one request; False where the broker skips it."""
+        columns = [np.array([value], dtype=np.int64) for value in (queue_offset, phys_offset, size, tags_code)]
+        return bool(self.put_batch(topic, queue_id, *columns))
+
+    def put_request(self, request: DispatchRequest) -> bool:
         values = (request.consume_queue_offset, request.commit_log_offset, request.msg_size, request.tags_code)
-        return bool(self.put_batch(request.topic, request.queue_id, *(np.array([value], dtype=np.int64) for value in values)))
+        return self.put(request.topic, request.queue_id, *values)
 
     def put_batch(self, topic: str, queue_id: int, qoff, phys, size, tags) -> int:
         """Requests of one queue in commit log order; returns how many units were written."""
