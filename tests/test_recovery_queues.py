@@ -45,7 +45,7 @@ def test_recovery_starts_at_the_third_from_last_file_and_deletes_later_files(tmp
     assert sim.deleted == {600} and sim.dropped_units == 2 + 10
     sim.truncate(3150)  # truncateDirtyLogicFiles: units at or past 3150 go; the file at 400 keeps 2
     assert sim.max_offset == 22 and sim.cut_units == 1
-    assert [(f.base, f.action, f.zero_from) for f in sim.fates()] == [(400, "rewrite", 40), (600, "delete", None)]
+    assert [(int(f.name), f.action, f.zero_from) for f in sim.fates()] == [(400, "rewrite", 40), (600, "delete", None)]
 
 
 def test_truncate_brings_back_stale_units_below_the_cut(tmp_path):

@@ -1,8 +1,5 @@
-"""The only code that writes to a store: executes plans with backups, fsync and a journal.
-
-``apply_plan`` carries out a ``recovery.plans.Plan``, ``resume_pending`` finishes a killed one,
-``restore`` undoes one byte for byte. ``executor`` (and the compiled dispatch it loads) is imported
-on first use: ``info`` and ``verify`` read the pending-apply marker through ``backup`` alone.
+"""The only code that writes to a store: executes plans with backups, fsync and a journal. ``executor``
+is imported on first use: ``info`` and ``verify`` read the pending-apply marker through ``backup`` alone.
 """
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore

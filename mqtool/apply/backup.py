@@ -1,13 +1,8 @@
-"""Backups, the apply journal, and ``restore`` (the backup set's files and journal events:
-docs/recovery.md, "Backup directory"; its default place: ``default_backup_dir``).
+"""Backups, the apply journal, and ``restore`` (docs/recovery.md, "Backup directory").
 
-Every byte apply overwrites or deletes is in the backup, durably, before it is touched; so
-``restore`` (journal events undone in reverse order) puts the store back byte for byte, mtimes
-included, after a complete, interrupted or killed apply, and ``restore`` of several applies in
-reverse order (``repair``'s stages) ends at the state before the first. ``.mqtool-pending`` in
-the store names the backup set of an unfinished apply, which the next modifying command finishes;
-``.mqtool-repair`` names the backup directory of a ``repair`` whose stages are not all applied
-(killed between two of them), which the next ``repair`` finishes and its ``restore`` undoes.
+Every byte apply overwrites or deletes is in the backup, durably, before it is touched; ``restore``
+undoes the journal in reverse, byte for byte, mtimes included. ``.mqtool-pending`` names the backup
+of an unfinished apply, ``.mqtool-repair`` that of a ``repair`` whose stages are not all applied.
 """
 
 from __future__ import annotations
@@ -32,9 +27,8 @@ BACKUPS_DIR = ".mqtool-backups"
 
 
 def staging_path(store_root: Path, final: Path) -> Path:
-    """Where a file of the store is written before it is renamed into place: the store's staging
-    directory, never the file's own directory (the broker refuses to start on a file in a commit log,
-    queue or index directory whose name is not an offset: ``MappedFileQueue.load``)."""
+    """Where a store file is written before it is renamed into place: the staging directory, never
+    the file's own (``MappedFileQueue.load`` refuses a file whose name is not an offset)."""
     return Path(store_root) / STAGING_DIR / _flat(os.path.relpath(final, store_root), 20)
 
 
@@ -166,8 +160,7 @@ class BackupSet:
 
     @property
     def restore_interrupted(self) -> bool:
-        """A restore of this backup started and did not finish: the store holds some of the
-        backed-up bytes and some of what the apply left (``restore`` finishes it)."""
+        """A restore of this backup started and did not finish (``restore`` finishes it)."""
         events = [ev.get("ev") for ev in self.journal.events() if ev.get("ev") in ("restore-started", "restored")]
         return bool(events) and events[-1] == "restore-started"
 
@@ -177,8 +170,7 @@ class BackupSet:
     # -- recording --
 
     def backup_file(self, rel: str) -> Path | None:
-        """Keep the current bytes of ``rel`` (once); returns the copy, None if the file does
-        not exist and was never backed up."""
+        """Keep the current bytes of ``rel`` (once); the copy, None if there is nothing to keep."""
         return self.backup_files([rel])[rel]
 
     def backup_files(self, rels: list[str]) -> dict[str, Path | None]:
@@ -213,8 +205,7 @@ class BackupSet:
         self._ranges.add((rel, start, end))
 
     def note_creates(self, rels: list[str]) -> None:
-        """Log that files are about to be created (so ``restore`` deletes them); one that exists
-        already is backed up instead."""
+        """Log that files are about to be created (``restore`` deletes them); one that exists is backed up."""
         todo = [r for r in rels if r not in self._created and r not in self._files]
         self.backup_files([r for r in todo if (self.store_root / r).exists()])
         new = [r for r in todo if not (self.store_root / r).exists()]
@@ -248,16 +239,14 @@ class BackupSet:
         return [st.st_size, st.st_mtime_ns]
 
     def finish(self) -> None:
-        """Mark the apply complete, recording the state it left every touched file in, so a
-        later ``restore`` can tell whether something (a broker) changed them since."""
+        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``)."""
         self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
         self.journal.append({"ev": "complete"})
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
 
     def before_states(self) -> dict[str, list[int] | None]:
-        """(size, mtime_ns) of every touched file when the apply first touched it (None: it did not
-        exist), from the journal; a journal written before these were recorded gives none."""
+        """(size, mtime_ns) of every touched file when the apply first touched it (None: absent)."""
         out: dict[str, list[int] | None] = {}
         for ev in self.journal.events():
             kind, rel = ev.get("ev"), ev.get("path")
@@ -270,8 +259,7 @@ class BackupSet:
         return out
 
     def changed_since_apply(self) -> list[str]:
-        """Touched files that hold neither what the completed apply left nor what it found (a
-        restore that was cut short leaves some of each): something else changed them since."""
+        """Touched files that hold neither what the completed apply left nor what it found."""
         after = self.manifest.get("after") or {}
         before = self.before_states()
         started = any(ev.get("ev") == "restore-started" for ev in self.journal.events())
@@ -284,8 +272,7 @@ class BackupSet:
         return changed
 
     def _ranges_put_back(self, rel: str, before: list[int] | None, now: list[int] | None) -> bool:
-        """A file only ranges of which were backed up holds them again (a restore wrote them and
-        was stopped before it set the file's mtime back)."""
+        """A file only ranges of which were backed up holds them again (a restore stopped before the mtime)."""
         ranges = [(s, e) for p, s, e in self._ranges if p == rel]
         if not ranges or rel in self._files or before is None or now is None or now[0] != before[0]:
             return False
@@ -335,8 +322,7 @@ def repair_stages(backup: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class StoppedRepair:
-    """A ``repair`` that stopped before its last stage (``REPAIR_MARKER``): its backup directory, the
-    stages it completed and, when one was cut short inside (its apply pending), that stage."""
+    """A ``repair`` that stopped before its last stage (``REPAIR_MARKER``): its stages done and the one cut short."""
 
     backup: Path
     done: tuple[str, ...]
@@ -345,8 +331,7 @@ class StoppedRepair:
 
 
 def stopped_repair(store_root: Path) -> StoppedRepair | None:
-    """The repair ``REPAIR_MARKER`` names, if any of its stages is still in the store (begun and not
-    restored); None when it changed nothing or was undone (the marker is then stale)."""
+    """The repair ``REPAIR_MARKER`` names, if any of its stages is still in the store (begun, not restored)."""
     backup = read_pending(store_root, REPAIR_MARKER)
     if backup is None:
         return None
@@ -369,15 +354,13 @@ def stopped_repair(store_root: Path) -> StoppedRepair | None:
 
 
 def clear_repair_mark(store_root: Path, *, unless_applied: bool = False) -> None:
-    """Remove ``REPAIR_MARKER`` (the repair finished); with ``unless_applied``, only when none of its
-    stages is left in the store (undone, or none changed anything)."""
+    """Remove ``REPAIR_MARKER``; with ``unless_applied``, only when none of its stages is left in the store."""
     if not unless_applied or stopped_repair(store_root) is None:
         remove(Path(store_root) / REPAIR_MARKER)
 
 
 def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
-    """The complete, unrestored backup in the store's default backups folder (``default_backup_dir``)
-    of an apply of ``plan_doc``: a saved plan applied already, or None."""
+    """The complete, unrestored backup of an apply of ``plan_doc`` in the default backups folder, or None."""
     folder = store_root.resolve().parent / BACKUPS_DIR
     for directory in sorted(folder.glob(f"{store_root.resolve().name}-*"), reverse=True) if folder.is_dir() else ():
         try:
@@ -390,9 +373,8 @@ def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
 
 
 def leftover_temporaries(store_root: Path) -> list[Path]:
-    """What an interrupted mqtool can leave in a store: the staging directory (``Executor``'s
-    temporary files) and ``*.mqtool-tmp`` beside the pending marker (``write_atomic`` stopped by a
-    full disk or Ctrl-C). The pending apply, if any, owns them (``clear_pending``)."""
+    """What an interrupted mqtool can leave in a store: the staging directory and ``*.mqtool-tmp``
+    beside the pending marker. The pending apply, if any, owns them (``clear_pending``)."""
     root = Path(store_root)
     found = sorted(p for p in root.glob("*" + TMP_SUFFIX) if p.is_file())
     staging = root / STAGING_DIR
@@ -412,9 +394,8 @@ def remove_leftovers(store_root: Path) -> list[Path]:
 
 
 def restore_target(backup_dir: Path) -> Path:
-    """The directory to restore to finish an interrupted restore of ``backup_dir``: a stage of a
-    ``repair`` (a ``NN-name`` directory beside only such stages, ``cli.repair.RepairStages``) is
-    restored with its repair, whose earlier stages then come back too; any other backup alone."""
+    """The directory to restore to finish an interrupted restore of ``backup_dir``: a ``repair``'s stage
+    (a ``NN-name`` directory beside only such stages) with its repair; any other backup alone."""
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
     stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
@@ -435,8 +416,8 @@ def clear_pending(store_root: Path) -> None:
 
 
 def changed_by_others(backups: list[BackupSet]) -> list[str]:
-    """Files changed since by something other than these applies (given in the order applied):
-    each file is checked against the latest apply that touched it and is not restored yet."""
+    """Files changed since by something other than these applies (in the order applied), each
+    checked against the latest unrestored apply that touched it."""
     latest: dict[str, bool] = {}  # each file: changed since the latest apply that touched it
     for backup in reversed(backups):
         if not backup.restored:
@@ -456,11 +437,9 @@ def refuse_changed(changed: list[str]) -> None:
 
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:
-    """Undo every journal event in reverse order: files and ranges get their backed-up bytes and
-    mtime back, files and directories apply created are deleted. Idempotent; works on complete
-    and interrupted applies, and finishes a restore that was cut short. Refuses when something
-    else changed the files the apply left (a broker ran on the store), unless ``force``:
-    restoring would throw those changes away."""
+    """Undo every journal event in reverse order (bytes and mtimes back, created files and directories
+    deleted). Idempotent, on complete and interrupted applies; refuses when something else changed
+    the files the apply left, unless ``force``."""
     root = backup.store_root
     if not root.is_dir():
         raise BadInput(f"{root}: the store this backup belongs to does not exist")

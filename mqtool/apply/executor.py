@@ -1,13 +1,9 @@
 """``apply``: carry out a plan's actions, in order, with backups and a journal.
 
-Each action is idempotent given the backup set: what it needs of the original store it reads
-from the backup (a consume queue file being rewritten, an index file being appended to), and the
-bytes it writes are a function of the plan and the commit log range the plan validated. So an
-apply killed at any point and run again (``resume``) converges to the same bytes, and
-``restore`` can always undo it.
-
-Set ``MQTOOL_TEST_KILL_AT=N`` to SIGKILL the process at its N-th durability point, or
-``MQTOOL_TEST_KILL_AT=LABEL`` at the first point of that label (tests).
+Each action is idempotent given the backup set (what it needs of the original store it reads from
+the backup), so an apply killed at any point and run again (``resume``) converges to the same bytes,
+and ``restore`` can always undo it. ``MQTOOL_TEST_KILL_AT=N`` (or ``=LABEL``) kills the process at
+its N-th durability point (or the first of that label), for tests.
 """
 
 from __future__ import annotations
@@ -15,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
-import queue
 import shlex
 import shutil
 import signal
@@ -26,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
+from ..handoff import Stage
 from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
@@ -62,8 +59,7 @@ _kill_counter = 0
 
 
 def durability_point(label: str) -> None:
-    """A place where a kill -9 must leave a recoverable store (test hook; with
-    ``MQTOOL_TEST_KILL_SIGNAL=INT`` the signal sent is SIGINT, a Ctrl-C, instead)."""
+    """A place where a kill -9 must leave a recoverable store (``MQTOOL_TEST_KILL_SIGNAL=INT``: a Ctrl-C)."""
     global _kill_counter
     target = os.environ.get("MQTOOL_TEST_KILL_AT")
     if not target:
@@ -74,10 +70,8 @@ def durability_point(label: str) -> None:
 
 
 class StopRequests:
-    """Ctrl-C while an apply runs: SIGINT is recorded, not raised wherever it lands (a compiled
-    kernel, a thread hand-off, the report after the last write). The apply stops at its next
-    ``check``, before its next write to the store, with ``KeyboardInterrupt``; once its last
-    write is done it is never stopped. In effect inside ``deferred_interrupts`` (main thread)."""
+    """Ctrl-C while an apply runs (inside ``deferred_interrupts``): SIGINT is recorded, not raised
+    wherever it lands; the apply stops at its next ``check``, before its next write to the store."""
 
     requested = False
     active = False
@@ -160,8 +154,7 @@ class Executor:
         return staging_path(self.root, final)
 
     def run(self) -> None:
-        """``_run``; a bug (an error other than the file system's or mqtool's own) puts the store
-        back from the backup, so an exit 5 never leaves it half-written."""
+        """``_run``; a bug puts the store back from the backup, so an exit 5 never leaves it half-written."""
         fresh = not self.backup.journal.events()
         try:
             self._run()
@@ -220,10 +213,9 @@ class Executor:
     _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
 
     def _resize(self, action, blank_at: int | None = None) -> None:
-        """A file cut short is padded with zeros, one with bytes appended is trimmed, to
-        ``action.end`` bytes (an absent one is created so); written beside it and renamed over
-        it, so the backup (possibly a hard link to the original) keeps the original bytes.
-        ``blank_at``: the bytes from there are an end-of-file blank, then zeros (``pad-blank``)."""
+        """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
+        aside and renamed over it, so a backup hard-linked to the original keeps the original bytes.
+        ``blank_at``: an end-of-file blank from there, then zeros (``pad-blank``)."""
         path = self.root / action.path
         self._keep(action.path)
         durability_point("file backed up")
@@ -244,14 +236,12 @@ class Executor:
         fsync_dir(path.parent)
 
     def _pad_blank(self, action) -> None:
-        """A commit log segment before the last cut short: padded to ``action.end`` bytes with an
-        end-of-file blank at ``action.start`` (``recovery.repair._cut_segment_end``)."""
+        """A short segment before the last: a blank at ``action.start`` (``repair._cut_segment_end``)."""
         self._resize(action, blank_at=action.start)
 
     def _fill_units(self, action) -> None:
-        """Consume queue units (bytes ``start``..``end`` of ``path``) each become ``action.unit``: the filler of
-        entries into lost commit log bytes (``CutSegment.dropped_why``), which the broker's reads skip, keeping the
-        queue offsets after them; or an entry's fields as the broker's dispatch writes them (``unit_fixes``)."""
+        """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
+        (``CutSegment``) or an entry's own fields (``unit_fixes``)."""
         self.backup.backup_range(action.path, action.start, action.end)
         durability_point("range backed up")
         unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.unit is None else action.unit))  # None: a plan saved before units were planned, which promised (0, ...)
@@ -314,9 +304,8 @@ class Executor:
     # ---- consume queue and index files from the dispatch phases --------------------------------
 
     def _stage_dispatch(self) -> None:
-        """Write every consume queue and index file of the dispatch phases under the staging
-        directory (``STAGED``), fsynced, and check them against the plan; nothing in the store
-        changes. ``_write_dispatch`` then moves them into place."""
+        """Write every consume queue and index file of the dispatch phases under ``STAGED``, fsynced,
+        and check them against the plan; nothing in the store changes."""
         if self.staging.exists():
             shutil.rmtree(self.staging)  # an interrupted run's: written again from the same inputs
         plan, staged = self.plan, self.staging / STAGED
@@ -352,7 +341,7 @@ class Executor:
                         )
                     )
                 # the index (random slot access, the heavier half) is built in a second thread
-                with Worker(put_index if ix is not None and phase.index else None, ix) as index_worker:
+                with in_thread(functools.partial(put_index, ix) if ix is not None and phase.index else None) as submit_index:
                     for batch in batches:
                         StopRequests.check()  # only the staging directory is written here
                         if cq is not None and phase.consume_queues:
@@ -360,11 +349,11 @@ class Executor:
                                 if (topic, qid) not in wanted:
                                     continue  # not planned to change (another queue, or all deduplicated)
                                 cq.put_batch(topic, qid, *columns)
-                        index_worker.submit(batch)
+                        submit_index(batch)
             durability_point("dispatch written")
-            with Worker(lambda _, writer: writer.close(), None) as closer:
+            with in_thread(lambda writer: writer.close()) as submit_close:
                 if ix is not None:
-                    closer.submit(ix)  # fsync the index while the consume queues are fsynced here
+                    submit_close(ix)  # fsync the index while the consume queues are fsynced here
                 if cq is not None:
                     self._check_written(cq.close(), queue_files, "consume queue")
             if ix is not None:
@@ -382,8 +371,7 @@ class Executor:
             raise PlanMismatch(f"{what} files written differ from the plan (extra {extra[:3]}, missing {missing[:3]})")
 
     def _check_counts(self, cq: ConsumeQueueWriter | None, ix: IndexWriterService | None) -> None:
-        """What was written against what the plan counted: entries added and fillers per queue,
-        entries and end offset per index file."""
+        """Entries and fillers written against what the plan counted."""
         if cq is not None:
             for q in self.plan.queues:
                 written = cq.queues.get((q.topic, q.queue_id))
@@ -474,48 +462,18 @@ def hold_store_lock(store_root: Path, force: bool = False):
             os.close(fd)
 
 
-class Worker:
-    """Run ``fn(state, item)`` for submitted items, in order, in a second thread (the compiled
-    kernels release the GIL); errors are re-raised when the ``with`` block ends. With ``fn``
-    None, submitting does nothing."""
-
-    def __init__(self, fn, state):
-        self.fn, self.state = fn, state
-        self.items: queue.Queue = queue.Queue(maxsize=2)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="mqtool-apply", daemon=True) if fn else None
-
-    def _run(self) -> None:
-        while True:
-            item = self.items.get()
-            if item is _END:
-                return
-            if self.error is None:
-                try:
-                    self.fn(self.state, item)
-                except BaseException as exc:  # noqa: BLE001 - handed to the submitting thread
-                    self.error = exc
-
-    def submit(self, item) -> None:
-        if self.thread is not None:
-            if self.error is not None:
-                raise self.error
-            self.items.put(item)
-
-    def __enter__(self) -> "Worker":
-        if self.thread is not None:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.thread is not None:
-            self.items.put(_END)
-            self.thread.join()
-            if self.error is not None and exc[0] is None:
-                raise self.error
-
-
-_END = object()
+@contextlib.contextmanager
+def in_thread(work: Callable[[object], None] | None):
+    """A ``submit(item)`` running ``work(item)`` in order in a second thread (``handoff.Stage``), its
+    errors raised again when the block ends; with ``work`` None, submitting does nothing."""
+    stage = Stage(work, 2, "mqtool-apply") if work is not None else None
+    try:
+        yield stage.put if stage is not None else lambda item: None
+        if stage is not None:
+            stage.drain()
+    finally:
+        if stage is not None:
+            stage.close()
 
 
 def read_index_header(path: Path) -> ixfmt.IndexHeader:
@@ -527,8 +485,7 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 
 
 def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None) -> BackupSet:
-    """Apply ``plan`` to its store, backing up into ``backup_dir`` (a new directory). ``cache``:
-    the dispatch batches computed while planning (same process), to avoid a second pass."""
+    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")

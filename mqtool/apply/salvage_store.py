@@ -1,11 +1,8 @@
-"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``);
-the source store is never written. Records arrive in commit log order (``mqtool.scan.salvage``):
-a ``live`` record is copied byte for byte to its own offset, which the broker's append rule gives
-it again (``DefaultAppendMessageCallback.doAppend``, reference §2.6); any other is appended at the
-next free position, re-encoded (``formats.commitlog.encode_message``) with its new PHYSICALOFFSET,
-the next QUEUEOFFSET of its queue when the broker dispatches it, and a recomputed ``__CRC32#``
-(5.2+, §2.10). Then the queues and index (``writers``), the checkpoint (§7) and ``config/*.json``;
-no ``abort`` file, so a broker opens it with a normal recovery.
+"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``).
+Records arrive in commit log order: a ``live`` record is copied byte for byte to its own offset
+(``DefaultAppendMessageCallback.doAppend``, reference §2.6); any other is re-encoded at the next free
+position with its new offsets and ``__CRC32#`` (§2.10). Then the queues, index, checkpoint (§7) and
+``config/*.json``; no ``abort`` file, so a broker opens it with a normal recovery.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ from .writers import ConsumeQueueWriter, IndexWriterService
 
 
 def check_target(source: Store, target: Path) -> Path:
-    """``target`` resolved; refused when it is inside the source store (or holds it) or is a
-    non-empty directory or a file."""
+    """``target`` resolved; refused inside (or holding) the source store, or if not a new or empty directory."""
     target = target.expanduser().resolve()
     root = source.root.resolve() if source.root is not None else source.commitlog.segments[0].path.parent.resolve()
     if target == root or root in target.parents or target in root.parents:

@@ -1,10 +1,7 @@
 """Write realistic synthetic broker stores: ``python -m mqtool.apply.synth OUT [options]``.
 
-The message mix, write rules and profiles are described in docs/reading.md ("Synthetic stores"):
-records from the encoder tests hold equal to the broker's bytes, consume queues and index files
-by ``writers``; profiles ``4.8`` (properties end with \\x02, stale blank fill), ``4.9`` (no final
-\\x02, 8-byte blank, compression type bits), ``5`` (final \\x02, V2 magic for topics over 127
-characters, PID in ``abort``).
+The message mix, write rules and profiles ``4.8``, ``4.9`` and ``5`` are described in docs/reading.md
+("Synthetic stores"); consume queues and index files are written by ``writers``.
 """
 
 from __future__ import annotations

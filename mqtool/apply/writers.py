@@ -1,14 +1,7 @@
-"""Writers of consume queue and index files, byte-identical to the broker's dispatchers (used by
-the applies, ``salvage --to-store`` and ``synth``):
-
-- ``ConsumeQueueWriter``: ``ConsumeQueue.putMessagePositionInfo`` (reference §5.10, the
-  de-duplication and repeat-guard rules of rules §3.1-§3.3, fillers before a queue's first entry §5.3),
-  as ``dispatch.placement.place_units`` places the units;
-- ``IndexWriterService``: ``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), as
-  ``dispatch.placement.IndexPlacement`` places the keys.
-
-Files are written to ``tmp_path`` (default ``<name>.tmp``), fsynced and renamed into place by
-``close``; a writer can continue a queue's state or an existing file's bytes.
+"""Writers of consume queue and index files, byte-identical to the broker's dispatchers: ``ConsumeQueueWriter``
+(``ConsumeQueue.putMessagePositionInfo``, reference §5.10, rules §3.1-§3.3, fillers §5.3) and ``IndexWriterService``
+(``IndexService.buildIndex``, §6.5-§6.8), placing as ``dispatch.placement`` does. Files are written to ``tmp_path``,
+fsynced and renamed into place by ``close``.
 """
 
 from __future__ import annotations
@@ -54,11 +47,9 @@ WRITEBACK_EVERY = 32 << 20  # index entry bytes appended between two early write
 
 
 def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
-    """Start writing ``[offset, offset + length)`` (0: to the end) of a file out to the disk now,
-    without waiting, and drop its pages once clean: Linux's ``POSIX_FADV_DONTNEED`` starts the
-    writeback of dirty pages (``WB_SYNC_NONE``) before dropping the clean ones. A file written
-    whole and not read again then reaches the disk while the writers go on, and its ``fsync`` at
-    ``close`` has little left to wait for. Nothing where the call is missing."""
+    """Start writing ``[offset, offset + length)`` (0: to the end) of a file out now, without waiting
+    (Linux's ``POSIX_FADV_DONTNEED`` starts the writeback of dirty pages), so its ``fsync`` has little
+    left to wait for."""
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
@@ -75,11 +66,8 @@ class _Queue:
 
 
 class ConsumeQueueWriter:
-    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does.
-
-    ``seed_queue`` continues an existing queue; ``adopt_file`` starts a file from given bytes
-    (an existing file with its dirty tail cut) instead of zeros.
-    """
+    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does; ``seed_queue``
+    continues an existing queue, ``adopt_file`` starts a file from given bytes instead of zeros."""
 
     def __init__(
         self,
@@ -110,8 +98,7 @@ class ConsumeQueueWriter:
         self._queue(topic, queue_id).state[:] = state.as_array()
 
     def adopt_file(self, topic: str, queue_id: int, base: int, content_from: Path | None, zero_from: int | None) -> None:
-        """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), with
-        every byte from position ``zero_from`` on cleared."""
+        """Start file ``base`` of a queue from ``content_from``'s bytes (zeros if None), cleared from ``zero_from``."""
         q = self._queue(topic, queue_id)
         final = q.directory / offset_file_name(base)
         fd = open_copy(self.tmp_path(final), content_from)
@@ -132,14 +119,8 @@ class ConsumeQueueWriter:
         return bool(self.put_batch(topic, queue_id, *columns))
 
     def put_request(self, request: DispatchRequest) -> bool:
-        return self.put(
-            request.topic,
-            request.queue_id,
-            request.consume_queue_offset,
-            request.commit_log_offset,
-            request.msg_size,
-            request.tags_code,
-        )
+        values = (request.consume_queue_offset, request.commit_log_offset, request.msg_size, request.tags_code)
+        return self.put(request.topic, request.queue_id, *values)
 
     def put_batch(self, topic: str, queue_id: int, qoff, phys, size, tags) -> int:
         """Requests of one queue in commit log order; returns how many units were written."""
@@ -202,8 +183,7 @@ class ConsumeQueueWriter:
         return fd
 
     def close(self, *, fsync: bool = True) -> list[Path]:
-        """fsync and rename every written file into place; returns the final paths. The fsyncs
-        run a few at a time (each waits on the disk; together the disk can merge them)."""
+        """fsync (a few at a time: the disk can merge them) and rename every written file into place."""
         while self._fds:
             _, fd = self._fds.popitem()
             os.close(fd)
@@ -221,15 +201,13 @@ class ConsumeQueueWriter:
 def parallel(fn, items, workers: int = 8) -> None:
     """``fn(item)`` for every item, on a few threads (for calls that wait on I/O)."""
     items = list(items)
-    if len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    from concurrent.futures import ThreadPoolExecutor  # here: with logging, an import a plan need not pay
+    if len(items) > 1:
+        from concurrent.futures import ThreadPoolExecutor  # here: with logging, an import a plan need not pay
 
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        for _ in pool.map(fn, items):
-            pass
+        with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+            list(pool.map(fn, items))
+    elif items:
+        fn(items[0])
 
 
 # ---- index ----------------------------------------------------------------------------------
@@ -238,11 +216,9 @@ ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
 
 
 class IndexWriterService(IndexPlacement):
-    """``IndexService.buildIndex`` over files in ``index_dir``: the placement of
-    ``dispatch.placement.IndexPlacement`` (which slot and entry each key takes, when a file rolls),
-    written. An ``append_to=(name, source)`` file's bytes are copied from ``source``. The slot table
-    is held in memory and written back whole when a file is finished; entries are appended with
-    ``pwrite`` (a file mapped and written page by page costs a fault a page)."""
+    """``IndexService.buildIndex`` over files in ``index_dir``: ``IndexPlacement``'s placement, written
+    (``append_to=(name, source)``: a copy of ``source`` continued). The slot table is written back
+    whole when a file is finished; entries are appended with ``pwrite``."""
 
     dry = False
 

@@ -1,10 +1,6 @@
-"""Planning when the store does not say which broker version wrote it.
-
-``store.version_guess`` can leave several eras (no end-of-file blank yet, an empty store, another
-broker's store), and the planning rules differ by era (``store.rules.VersionRules``).
-``plan_under_candidates`` plans under one representative of each distinct set of rules
-(``store.eras``): equal plans go ahead, naming the eras considered; differing ones are refused
-(exit 4) with the difference, the rules that decide it and the ``--broker-version`` values that would.
+"""Planning when the store does not say which broker version wrote it: ``plan_under_candidates`` plans
+under one representative of each distinct set of rules (``store.eras``); equal plans go ahead, differing
+ones are refused (exit 4) with the difference and the rules that decide it.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are 
     from .plans import Plan
 
 IMMATERIAL = (
-    # 5.x checkpoint fields: 4.x brokers neither read nor write bytes 24..39 of the checkpoint, and a
-    # 5.x broker outside controller/duplication mode (the only mode mqtool plans for) reads neither
-    # back (reference §7, §8.2, §8.5)
+    # 5.x checkpoint fields: 4.x brokers ignore bytes 24..39 of the checkpoint, and a 5.x broker outside
+    # controller/duplication mode reads neither back (reference §7, §8.2, §8.5)
     "master_flushed_offset",
     "confirm_phy_offset",
 )
@@ -33,10 +28,8 @@ SHOWN = 60  # characters of each differing value in the error
 
 
 def _effect(plan: Plan) -> dict[str, Any]:
-    """What a plan does to the store, without how it got there (where its scan started, how many records
-    it read, its notes): two candidates whose plans have the same effect leave the same bytes. The
-    checkpoint fields no candidate broker reads back (``IMMATERIAL``), and the write that only they
-    would change, are left out."""
+    """What a plan does to the store, without how it got there: equal effects leave equal bytes. The
+    checkpoint fields no candidate reads back (``IMMATERIAL``) and their write are left out."""
     doc = plan.to_dict()
     cl, index, lost = doc.get("commitlog") or {}, doc.get("index") or {}, doc.get("lost") or {}
     after = ((doc.get("checkpoint") or {}).get("after")) or {}
@@ -71,10 +64,8 @@ def _short(value: Any) -> str:
 
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache)`` under the detected version, or under every candidate whose rules can
-    plan this store differently when detection leaves several eras (module docstring). The plans'
-    effects are compared (``_effect``); when they agree the newest candidate's plan is returned, and
-    ``cache`` (a ``DispatchCache``) is filled by that run only."""
+    """``make_plan(store, cache)`` under the detected version, or under every candidate (module
+    docstring); ``cache`` is filled by the first candidate's run only."""
     guess = store.version_guess
     if guess.version is not None:
         return make_plan(store, cache)
@@ -104,7 +95,6 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan],
     considered = ", ".join(labels)
     source = f"not decided by the store; considered {considered}: the plans are equal (evidence: mqtool info)"
     note = f"the broker version could not be told from the store; the plan was made under each candidate ({considered}) and is the same under all"
-    # broker_version stays the first candidate's: ``apply`` reopens the store with it, and every
-    # candidate plans the same
+    # broker_version stays the first candidate's: ``apply`` reopens the store with it
     return dataclasses.replace(plans[0], version_source=source, notes=plans[0].notes + (note,))
 

@@ -1,17 +1,12 @@
 """DLedger recovery (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk and scan start
 (``store.dledgerstart``), then ``DLedgerCommitLog`` on top, per version:
 
-- 4.x and 5.x normal (``recover`` / ``dledgerRecoverNormally``): no dispatch; the consume queues
-  are truncated at the data end if their max physical offset reaches it. 4.5.0-4.9.8 ``start()``
-  then re-puts from the max consume queue physical offset (§8.12), so a 4.9.x abnormal exit
-  re-indexes only that tail: the index files the abnormal load deleted (§6.9) are never rebuilt;
-- 5.x abnormal (``dledgerRecoverAbnormally``): from the newest data file whose first record is V1
-  and stored at or before the checkpoint bound (``isMmapFileMatchedRecover``), every record is
-  dispatched; its recovered end adds up record sizes *without* the 48-byte entry headers
-  (``mmapFileOffset += size``), so the queues are truncated 48 x (entries walked in the last file)
-  before the real end. ``start()`` then re-puts from DLedger's committed position (``checkpoint``'s
-  ``committedIndex``): records between lose their consume queue entry, and later ones land at
-  shifted queue offsets (observed on 5.3.3, ``dledger-crashed-cqloss``).
+- 4.x and 5.x normal (``dledgerRecoverNormally``): no dispatch; the consume queues are truncated at
+  the data end if they reach it; 4.5.0-4.9.8 ``start()`` re-puts from their max offset (§8.12);
+- 5.x abnormal (``dledgerRecoverAbnormally``): every record from the matched file
+  (``isMmapFileMatchedRecover``) dispatched, the end summed *without* the 48-byte entry headers
+  (``mmapFileOffset += size``), so the queues are cut short; ``start()`` re-puts from the
+  ``committedIndex``, and records between lose their entry (observed on 5.3.3, ``dledger-crashed-cqloss``).
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog
-from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start
+from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import inferred_file_size
 from .logkinds import LogKind, RecoveryRun
@@ -43,8 +38,7 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
 
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, created=()) -> list:
-    """One ``op`` action per index file over the bytes [``start``, ``stop``) of the index file list,
-    the files at the bases ``created`` (by an earlier action) included."""
+    """One ``op`` action per index file over [``start``, ``stop``) of the list, files ``created`` included."""
     actions = []
     layout = store.commitlog.layout
     size = index_file_size(store)
@@ -73,10 +67,6 @@ class DLedgerLog(LogKind):
     def __init__(self, dl: DataRecovery):
         self.dl = dl
 
-    @classmethod
-    def of(cls, store: Store) -> "DLedgerLog":
-        return cls(data_recovery(store.commitlog))
-
     def start(self, run: RecoveryRun) -> tuple[int, str]:
         s = dledger_start(run.store, self.dl, run.version, mode=run.mode, index_safe=run.index_safe, full_scan=run.options.full_scan)
         return s.offset, s.rule
@@ -102,15 +92,13 @@ class DLedgerLog(LogKind):
         return self.dl.committed_pos  # 5.x: from the confirm offset = DLedger's committed position
 
     def actions(self, run: RecoveryRun) -> list:
-        """``recover``'s changes to ``index/``: from the first walked entry its unit disagrees with,
-        every unit rewritten from the entries (``write-dledger-index``), in an index file created
-        first where none holds them (``indexFileList.append``); the units past the last valid entry
-        zeroed (``indexFileList.truncateOffset``)."""
+        """``recover``'s changes to ``index/``: units from the first that disagrees with its entry rewritten
+        (in a file created first where none is, ``indexFileList.append``), those past the last valid
+        entry zeroed (``indexFileList.truncateOffset``)."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
-            # an index file the rewrite writes into that is not on disk (deleted, or never written): ``MmapFileList.append``
-            # (``rebuildWithPos`` when the first unit is not at 0) maps a new, zero-filled one, created here (``resize``)
+            # an index file the rewrite writes into that is not on disk: ``MmapFileList.append`` maps a new one (``resize``)
             have = {b for b, _ in layout.index_files()}
             missing = [b for b in range(start - start % size, dl.index_cut, size) if b not in have]
             actions += [Action("resize", rel(store, layout.index_dir / f"{b:020d}"), 0, size,
@@ -162,8 +150,7 @@ class DLedgerLog(LogKind):
         return after
 
     def checkpoint_actions(self, run: RecoveryRun) -> list:
-        """DLedger's ``checkpoint`` as the broker leaves it after a run: every recovered entry
-        committed (``committedIndex = endIndex`` = the last entry), so the next start re-puts nothing."""
+        """DLedger's ``checkpoint`` as the broker leaves it: ``committedIndex = endIndex`` = the last entry."""
         layout, last = run.store.commitlog.layout, self.dl.last_index
         if last < 0 or (layout.committed_index, layout.end_index) == (last, last):
             return []

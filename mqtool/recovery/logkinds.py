@@ -1,9 +1,6 @@
-"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the steps
-of ``recover.py`` share (``RecoveryRun``), and one interface (``LogKind``) for what differs
-between the classic ``CommitLog`` recovery and ``DLedgerCommitLog``'s (``dledger.DLedgerLog``):
-where the scan starts and whether it dispatches, where the consume queues are cut, the start-up
-reput's start, the extra actions, the notes, and the checkpoint.
-"""
+"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the
+steps of ``recover.py`` share (``RecoveryRun``), and what differs between the classic ``CommitLog``
+recovery and ``DLedgerCommitLog``'s (``LogKind``)."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class RecoveryRun:
-    """What the steps of ``plan_recover_one_version`` share: the store's settings, read once, then each
-    step's results, in step order."""
+    """What the steps of ``plan_recover_one_version`` share: the settings, then each step's results."""
 
     store: Store
     options: PlanOptions
@@ -97,25 +93,12 @@ class RecoveryRun:
 
 
 class LogKind:
-    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask."""
+    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask. Each kind
+    says ``start(run)`` (where the scan starts, and the rule), ``dispatches(run)`` (whether the scan
+    dispatches), ``queue_cut(run)`` (after the scan, where the consume queues are cut; may move
+    ``run.scan.end``) and ``truncates_queues(run)`` (whether ``truncateDirtyLogicFiles`` runs there)."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
-
-    def start(self, run: RecoveryRun) -> tuple[int, str]:
-        """Where the recovery scan starts, and the rule that says so."""
-        raise NotImplementedError
-
-    def dispatches(self, run: RecoveryRun) -> bool:
-        """Whether the recovery scan dispatches (builds CQ and index entries)."""
-        raise NotImplementedError
-
-    def queue_cut(self, run: RecoveryRun) -> int:
-        """After the scan: the offset the consume queues are truncated at; may move ``run.scan.end``."""
-        raise NotImplementedError
-
-    def truncates_queues(self, run: RecoveryRun) -> bool:
-        """Whether ``truncateDirtyLogicFiles`` runs at ``run.cq_cut``."""
-        raise NotImplementedError
 
     def reput_from(self, run: RecoveryRun) -> int | None:
         """The start-up reput's start where the version does not reput from the max CQ offset."""
@@ -202,14 +185,13 @@ class ClassicLog(LogKind):
 
 
 def log_kind(store: Store) -> LogKind:
-    """The store's commit log kind; ``dledger`` is loaded for a DLedger store only. Without DLedger
-    data files ``DLedgerCommitLog.recover`` recovers the classic commit log (``recoverNormally`` /
-    ``recoverAbnormally`` of ``CommitLog``: "the first time to load mixed commitlog"), an empty one
-    when there is none."""
+    """The store's commit log kind. Without DLedger data files ``DLedgerCommitLog.recover`` recovers the
+    classic commit log ("the first time to load mixed commitlog")."""
     if store.is_dledger and store.commitlog.entry_segments():
         from .dledger import DLedgerLog
+        from ..store.dledgerstart import data_recovery
 
-        return DLedgerLog.of(store)
+        return DLedgerLog(data_recovery(store.commitlog))
     return ClassicLog()
 
 

@@ -1,7 +1,4 @@
-"""The messages a cut loses, described for the plan (``plan.Message``): the records after the cut
-are walked by ``store.pastend.records_after``, which lists the first ones with ``describe``;
-``record_at`` describes the record at one offset.
-"""
+"""The messages a cut loses, described for the plan (``plans.Message``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The public planners, the only ``plan_*`` callers use: ``plan_recover``, ``plan_truncate_dirty``,
-``plan_rebuild_cq``, ``plan_rebuild_index`` and their options. Each plans under every candidate
-version when the store does not tell which one wrote it (``candidates.py``), over the
-``*_one_version`` planner of ``recover.py`` / ``rebuild.py``, which plans under the one version the
-store is read as (imported nowhere else: tests/test_plan_imports.py)."""
+"""The public planners, the only ``plan_*`` callers use: each plans under every candidate version
+(``candidates.py``) over the ``*_one_version`` planner of ``recover.py`` / ``rebuild.py`` (imported
+nowhere else: tests/test_plan_imports.py)."""
 
 import functools
 
@@ -28,10 +26,8 @@ def _under_candidates(one_version, name: str):
 
 
 def refuse_ext_entries(store, plan) -> None:
-    """A store with ``consumequeue_ext/`` (``enableConsumeQueueExt``, 4.1.0+, rules §3.9) keeps an ext
-    address as each entry's tags code and ext units beside the queue; mqtool writes neither, so a plan
-    that adds consume queue entries to such a store is refused (reading, verifying and plans that only
-    cut are not)."""
+    """Refuse a plan adding consume queue entries to a store with ``consumequeue_ext/``
+    (``enableConsumeQueueExt``, rules §3.9): mqtool writes no ext address nor ext unit."""
     ext = store.root / "consumequeue_ext" if store.root is not None else None
     if ext is None or not ext.is_dir() or not any(p.is_file() for p in ext.rglob("*")):
         return

@@ -1,15 +1,11 @@
-"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: reading what a
-store says (version, settings, the commit log cut and what it loses), feeding dispatched batches
-into the consume queue simulations and the index placement, and turning the results into plan
-records.
-"""
+"""The parts of a plan the one-version planners (``recover``, ``rebuild``) share: what a store says,
+dispatched batches fed to the queue simulations and the index placement, and the plan records."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterable
 
 from ..errors import BadInput, BadStoreFile
 from ..formats import markers
@@ -17,7 +13,7 @@ from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.commitlog import StopReason
-from ..store.mappedfile import MappedFile, offset_file_name
+from ..store.mappedfile import MappedFile
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion, given_source
 from ..dispatch import fastdispatch as fd
@@ -34,7 +30,6 @@ from .plans import (
     LostMessages,
     Message,
     Plan,
-    QueueFile,
     QueuePlan,
     QueueRef,
 )
@@ -50,9 +45,8 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 
 def unloadable_files(store: Store) -> None:
-    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``: a file of
-    the wrong length or name, a zero-length last file, rules §2.13): there is no recovery of its to plan.
-    ``mqtool repair`` fixes such files first."""
+    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules
+    §2.13): there is no recovery of its to plan."""
     from ..store.nextstart import log_refusal
 
     why = log_refusal(store)
@@ -61,9 +55,8 @@ def unloadable_files(store: Store) -> None:
 
 
 def unsupported_queues(store: Store) -> None:
-    """Refuse stores whose queues mqtool cannot rebuild: RocksDB consume queues (5.2.0+,
-    ``storeType=defaultRocksDB``) and BatchConsumeQueue topics (5.0.0+), whose records the
-    broker dispatches elsewhere (reference §5.5, §5.6)."""
+    """Refuse RocksDB consume queues (5.2.0+) and BatchConsumeQueue topics (5.0.0+): the broker
+    dispatches their records elsewhere (reference §5.5, §5.6)."""
     if store.root is None:
         return
     if (store.path("consumequeue", "CURRENT")).exists():
@@ -95,8 +88,7 @@ def rel(store: Store, path: Path) -> str:
 
 
 def written_end(path: Path, start: int) -> int:
-    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none):
-    ``fastscan.last_nonzero``, the holes of a sparse file unread, the pages searched released."""
+    """One past the last non-zero byte of the file at or after ``start`` (``start`` if none)."""
     with MappedFile(path) as mf:
         if mf.size <= start:
             return start
@@ -130,8 +122,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         seg = cl.segments[index]
         cut_segment = seg.path.name
         stop = seg.base_offset + written_end(seg.path, end.offset - seg.base_offset)
-        # a log that ends at an end-of-file blank ends on a record the broker wrote: the blank runs
-        # to the segment's end (its stale fill too, before 4.9.1, rules §1.12), and recovery stops
+        # a blank ending the log runs to the segment's end (its stale fill too, rules §1.12), and recovery stops
         # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")
         if stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
@@ -194,8 +185,8 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
 
 
 def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
-    """True if a record with UNIQ_KEY or KEYS lies in ``[start, stop)`` (``start`` excluded if
-    ``skip_first``); reads at most ``limit`` records, then assumes yes."""
+    """A record with UNIQ_KEY or KEYS in ``[start, stop)`` (not at ``start`` if ``skip_first``);
+    after ``limit`` records, assumed."""
     from ..formats.errors import FormatError
     from ..formats.properties import PropertyKey
 
@@ -235,7 +226,6 @@ def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_inval
 
 
 def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: bool, seeds: tuple) -> QueuePlan:
-    files = tuple(QueueFile(offset_file_name(f.base), f.action, f.zero_from) for f in sim.fates())
     return QueuePlan(
         sim.topic,
         sim.queue_id,
@@ -251,7 +241,7 @@ def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: 
         sim.first_added[0] if sim.first_added else None,
         sim.last_added[0] if sim.last_added else None,
         seeds,
-        files,
+        tuple(sim.fates()),
     )
 
 
@@ -268,17 +258,6 @@ def write_action(queues: bool, index: bool) -> list[Action]:
         return []
     what = " and ".join(w for w, on in (("consume queue", queues), ("index", index)) if on)
     return [Action("write-dispatch", "", note=f"{what} files rewritten or created, from the dispatch phases")]
-
-
-def fingerprints(store: Store, paths: Iterable[Path], crc_paths: set[Path] = frozenset(), *, with_crc: bool = False) -> tuple[Fingerprint, ...]:
-    """Size and mtime of every path that exists; CRC32 for ``crc_paths`` when ``with_crc``."""
-    out = []
-    for p in dict.fromkeys(paths):  # each once, in order
-        if p.exists():
-            st = p.stat()
-            crc = file_crc32(p) if with_crc and p in crc_paths else None
-            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, crc))
-    return tuple(out)
 
 
 def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
@@ -300,8 +279,7 @@ def file_crc32(path: Path, chunk: int = 1 << 24) -> int:
 
 @dataclass
 class PhaseCounts:
-    """What one dispatch phase sent: records, CQ-eligible records, SCHEDULE_TOPIC units placed,
-    LMQ records, and the store time of the last CQ-eligible record (the broker's logicsMsgTimestamp)."""
+    """What one dispatch phase sent; ``last_cq_ts``: the broker's logicsMsgTimestamp."""
 
     records: int = 0
     cq: int = 0
@@ -408,4 +386,9 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     if plan.checkpoint is not None and plan.checkpoint.changed:
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]
-    return fingerprints(store, read + sorted(changed), changed, with_crc=with_crc)
+    out = []
+    for p in dict.fromkeys(read + sorted(changed)):  # each once, in order
+        if p.exists():
+            st = p.stat()
+            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, file_crc32(p) if with_crc and p in changed else None))
+    return tuple(out)

@@ -1,8 +1,6 @@
-"""A repair plan is data: frozen dataclasses that say what a command will change and why, and
-round-trip through the JSON document docs/recovery.md describes field by field ("The plan").
-Paths are relative to the store root; ``actions`` is the ordered list of file operations ``apply``
-performs, the rest explains them; ``inputs`` fingerprints the files read or changed, so a saved
-plan is refused once any of them changed.
+"""A repair plan is data: frozen dataclasses that round-trip through the JSON document docs/recovery.md
+describes field by field ("The plan"). ``actions`` are the file operations ``apply`` performs, in order;
+``inputs`` fingerprints the files read or changed, so a saved plan is refused once any of them changed.
 """
 
 from __future__ import annotations
@@ -10,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import time
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 PLAN_FORMAT = "mqtool-plan/1"
@@ -129,8 +129,7 @@ class QueueSeed:
 
 @dataclass(frozen=True)
 class QueueFile:
-    """One consume queue file's fate: ``delete``, ``rewrite`` (from its own bytes) or
-    ``create``; bytes from ``zero_from`` (position in the file) on are cleared."""
+    """One consume queue file's fate (``QueueSim.fates``)."""
 
     name: str
     action: str
@@ -193,14 +192,8 @@ class CheckpointPlan:
 
 @dataclass(frozen=True)
 class Action:
-    """One file operation of ``apply``, in order (docs/recovery.md lists the ops), and two of DLedger:
-    ``write-dledger-checkpoint`` (committedIndex ``start``, endIndex ``end``) and
-    ``write-dledger-index`` (index units, bytes ``start``..``end``, rewritten from their entries).
-    ``resize``: a file of ``start`` bytes padded with zeros or trimmed to ``end`` (an absent one
-    created so); ``pad-blank``: a commit log segment padded to ``end`` bytes with an end-of-file blank
-    at ``start``; ``fill-units``: consume queue units ``start``..``end`` each made ``unit`` (a filler,
-    ``cqfmt.filler_at``, or an entry's own fields; None in a plan saved before ``unit``: the filler
-    ``cqfmt.FILLER``); ``restore-config``: a config file replaced by its ``.bak``."""
+    """One file operation of ``apply`` (docs/recovery.md lists the ops and what ``start`` and ``end``
+    mean for each); ``unit``: what ``fill-units`` writes (None in a plan saved before it: ``cqfmt.FILLER``)."""
 
     op: str
     path: str
@@ -246,6 +239,13 @@ class Plan:
     format: str = PLAN_FORMAT
     verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
     refused: str | None = None  # recover: why the broker refuses to start on a queue file the plan rewrites (``nextstart.queue_refusal``)
+
+    @classmethod
+    def new(cls, command: str, root: Path, version: str, source: str, actions, **parts) -> "Plan":
+        """A plan of the store at ``root`` made now; ``parts``: its other fields by name (the rest empty)."""
+        empty = {"mode": None, "options": {}, "commitlog": None, "lost": None, "dispatch": (), "queues": (), "index": None, "checkpoint": None,
+                 "remove_abort": False, "notes": (), "inputs": ()}
+        return cls(command, str(Path(root).resolve()), int(time.time() * 1000), version, source, actions=tuple(actions), **{**empty, **parts})
 
     @property
     def is_empty(self) -> bool:

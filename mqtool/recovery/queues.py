@@ -1,9 +1,6 @@
-"""One consume queue through the broker's recovery, simulated on its files without writing.
-
-The broker keeps a queue's write position in memory; bytes it "cuts" stay on disk. Offline there
-is only the disk, so the simulation tracks exactly which bytes the broker's in-memory queue
-holds after each step, and the plan then writes a file that holds exactly those (zeroing what
-the broker only cut logically, so the next load reads the same queue). Steps, in broker order:
+"""One consume queue through the broker's recovery, simulated on its files without writing: which
+bytes the broker's in-memory queue holds after each step, so the plan writes files holding exactly
+those (zeroing what the broker only cut in memory). Steps, in broker order:
 
 1. ``recover``: ``ConsumeQueue.recover`` from the third-from-last file (§5.7), then
    ``truncateDirtyFiles`` of the queue (files after the end deleted, §8.9);
@@ -24,21 +21,12 @@ import numpy as np
 
 from ..formats import consumequeue as cqfmt
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
+from ..store.mappedfile import offset_file_name
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
+from .plans import QueueFile
 
 ENTRY = cqfmt.ENTRY_SIZE
-
-
-@dataclass
-class FileFate:
-    """What happens to one file of the queue: ``delete``, or a write of its final content: the
-    file's own bytes (``rewrite``) or zeros (``create``), every byte from ``zero_from`` (position
-    in the file) on cleared, the dispatched units laid over it."""
-
-    base: int
-    action: str  # "delete" | "rewrite" | "create"
-    zero_from: int | None = None
 
 
 @dataclass
@@ -96,9 +84,7 @@ class QueueSim:
         return cls(topic, queue_id, directory, file_size, *_put_rules(rules))
 
     def _view(self, base: int) -> np.ndarray:
-        """The units of original file ``base`` as a read-only view of its map (no copy); a
-        file shorter than the configured size reads as zeros past its end (the broker maps the
-        configured size)."""
+        """The units of original file ``base``, a short file read as zeros to the configured size."""
         units = read_units(self.original[base], self.file_size)
         if units.shape[0] < self.file_size // ENTRY:
             units = np.concatenate([units, np.zeros(self.file_size // ENTRY - units.shape[0], dtype=UNIT_DTYPE)])
@@ -113,8 +99,7 @@ class QueueSim:
         return int(np.count_nonzero((tail["phys_offset"] != 0) | (tail["size"] != 0) | (tail["tags_code"] != 0)))
 
     def entries_from(self, phys_offset: int) -> list[tuple[int, int, int]]:
-        """``(queue offset, phys offset, size)`` of the queue's entries (as recovered, fillers
-        excluded) that point at or past ``phys_offset``, oldest first."""
+        """``(queue offset, phys offset, size)`` of the recovered entries (no fillers) at or past ``phys_offset``."""
         out = []
         for base in sorted((b for b in self.original if b < self.recovered_end), reverse=True):
             units = self._view(base)[: (min(self.recovered_end, base + self.file_size) - base) // ENTRY]
@@ -132,9 +117,8 @@ class QueueSim:
         return QueueState(None if self.state[S_WRITE] < 0 else int(self.state[S_WRITE]), int(self.state[S_MAX_PHYS]))
 
     def place(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray | None = None) -> int:
-        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed.
-        With ``tags`` (their tags codes) the placed units are compared with the original files
-        (``differs``, ``equals_original``)."""
+        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed. With
+        ``tags`` the placed units are compared with the original files (``differs``)."""
         pos = np.empty(qoff.shape[0], dtype=np.int64)
         self.state[S_FILL_FROM] = -1
         placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
@@ -166,8 +150,7 @@ class QueueSim:
         return placed
 
     def _compare(self, start: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:
-        """``differs`` once a unit placed at ``start`` on (consecutive positions) is not the
-        original file's unit there."""
+        """``differs`` once a unit placed from ``start`` on is not the original file's unit there."""
         at = start
         while not self.differs and at < start + len(phys) * ENTRY:
             base = at - at % self.file_size
@@ -183,9 +166,8 @@ class QueueSim:
             at += n * ENTRY
 
     def equals_original(self) -> bool:
-        """The files a rebuild from scratch writes (every placed unit compared: ``place(..., tags)``)
-        hold the original files' bytes: the same files, each of the configured size, whose only
-        non-zero units are the placed ones."""
+        """The files a rebuild writes hold the original files' bytes: the same files, each of the
+        configured size, whose only non-zero units are the placed ones."""
         return (
             bool(self.original) and not self.differs and set(self.files) == set(self.original)
             and all(p.stat().st_size == self.file_size for p in self.original.values())
@@ -193,11 +175,9 @@ class QueueSim:
         )
 
     def _prune(self) -> None:
-        """Keep placed units only where later steps read them: the first file (min offset) and
-        the last (the truncate walk; it never deletes a file holding placed units, since every
-        dispatched record lies before the cut); they wait in SPILL, in the order they were placed
-        (a later run over the same positions, after a truncation, wins), so a queue holds at most
-        ``PRUNE_EVERY`` placed units in memory."""
+        """Keep placed units only where later steps read them, the first file (min offset) and the
+        last (the truncate walk), in SPILL in placing order (a later run wins), so a queue holds at
+        most ``PRUNE_EVERY`` placed units in memory."""
         first, last = min(self.files), max(self.files)
         keep = sorted({first, last})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
@@ -213,8 +193,7 @@ class QueueSim:
     # ---- 3. truncateDirtyLogicFiles ---------------------------------------------------------
 
     def _file_units(self, base: int, count: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(phys, size) of the first ``count`` units (default all) of file ``base`` as the
-        broker's mapped buffer holds them: the file's bytes, or zeros, under the placed units."""
+        """(phys, size) of the first ``count`` units of file ``base`` as the broker's buffer holds them."""
         count = self.file_size // ENTRY if count is None else count
         if self.files.get(base) == "original":
             units = self._view(base)[:count]
@@ -282,28 +261,28 @@ class QueueSim:
     def max_offset(self) -> int:
         return self.end // ENTRY
 
-    def fates(self) -> list[FileFate]:
-        """The file operations that leave exactly the broker's queue on disk."""
+    def fates(self) -> list[QueueFile]:
+        """The file operations that leave exactly the broker's queue on disk: ``delete``, or the file's
+        own bytes (``rewrite``) or zeros (``create``) cleared from ``zero_from``, the placed units over it."""
         out = []
         end = self.end
         for base in sorted(set(self.original) | set(self.files)):
             kind = self.files.get(base)
             if kind is None:
-                out.append(FileFate(base, "delete"))
+                out.append(QueueFile(offset_file_name(base), "delete"))
                 continue
             zero_from = min(max(end - base, 0), self.file_size)
             if kind == "new":
-                out.append(FileFate(base, "create", zero_from))
+                out.append(QueueFile(offset_file_name(base), "create", zero_from))
                 continue
             dirty = zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0
             if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
-                out.append(FileFate(base, "rewrite", zero_from))
+                out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
-        """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the
-        first unit of the first file at or above the commit log min (a filler by its offset, as the broker compares it),
-        else 0; 5.x: a queue whose last unit is below the commit log min is empty."""
+        """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the first unit
+        of the first file at or above the log's min, else 0; 5.x: empty if its last unit is below it."""
         end = self.end
         if not self.files or end <= 0:
             return 0
@@ -325,8 +304,7 @@ def _put_rules(rules: VersionRules | None) -> tuple[bool, bool]:
 
 
 class UnitSpill:
-    """Placed units of the first and last files, out of memory: an unnamed temporary file shared
-    by every queue simulation of the process (page cache, never fsynced), read back by ``get``."""
+    """Placed units of the first and last files, out of memory: one unnamed temporary file of the process."""
 
     def __init__(self):
         self._file = None

@@ -1,12 +1,9 @@
-"""Plans for ``rebuild-cq`` and ``rebuild-index``: regenerate consume queue or index files from the
-commit log, as the broker's reput service and ``IndexService.buildIndex`` write them when they
-are missing (reference §5.10, §6.5-§6.8, §8.12). Each plans under the one version the store is
-read as (``store.rules``); callers use ``planners``, which plans under every candidate version.
+"""Plans for ``rebuild-cq`` and ``rebuild-index``: consume queue or index files regenerated from the commit
+log as the broker's reput and ``IndexService.buildIndex`` write missing ones (reference §5.10, §6.5-§6.8, §8.12).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Iterator
 
@@ -38,13 +35,10 @@ from ..store.startfile import recovery_start
 
 class RebuildScan:
     """The dispatch both rebuilds write: every record the broker serves from the first segment to the
-    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, no CRC,
-    §8.12), in one walk (the next segment dispatched ahead in a second thread, as ``recover``'s scan).
-    Before the recovery's start, past a record it cannot read the walk resumes where the log does
-    (the ``served`` discipline; ``doReput`` would skip on and leave the records after the damage
-    without queue entries or index keys: docs/recovery.md). DLedger data goes on past damage DLedger's
-    recovery keeps (a sound entry header: ``CommitLog.resume_after_damage``), up to where that
-    recovery stops. ``end`` and ``skipped`` are set once iterated."""
+    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, §8.12).
+    Before the recovery's start the walk resumes past an unreadable record (the ``served`` discipline);
+    DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
+    ``end`` and ``skipped`` are set once iterated."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
         self.store, self.rules, self.topics, self.index = store, rules, topics, index
@@ -57,8 +51,7 @@ class RebuildScan:
         self.skipped: list[ScanEnd] = []
 
     def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
-        """A DLedger store's log ends where DLedger's entry walk stops, which checks no CRC
-        (``DLedgerMmapFileStore.recover``, §15.4): the reput dispatches a record with a bad body CRC there."""
+        """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
         recovery = discipline == "recovery"
         check_crc = recovery and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return phase_scanner(
@@ -88,15 +81,6 @@ class RebuildScan:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
 
 
-def _rebuild_plan(store: Store, command: str, options: dict, phase: DispatchPhase, queues, index_plan, cp_plan, notes, actions) -> Plan:
-    version, source = store_version(store)
-    return Plan(
-        command, str(store.path().resolve()), int(time.time() * 1000), str(version), source, None,
-        {**config_options(store), **options}, None, None, (phase,), tuple(queues), index_plan, cp_plan, False,
-        tuple(notes), tuple(actions), (),
-    )
-
-
 def _configured_topics(store: Store) -> set[str]:
     """The topics of ``config/topics.json`` (``--respect-topic-config``)."""
     doc = store.config_file("topics.json")
@@ -106,8 +90,7 @@ def _configured_topics(store: Store) -> set[str]:
 
 
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
-    """One queue's plan: its offsets before (``q``, the files on disk, if any) and after; no file
-    to write when its files already hold the rebuild's bytes (the queue is left alone)."""
+    """One queue's plan (``q``: its files on disk, if any); no file to write when they hold the rebuild's bytes."""
     old = QueueSim.load(q, rules=rules) if q is not None else None
     min_before, max_before = (old.min_offset(clmin, v5=rules.cq_min_offset_v5), old.max_offset) if old is not None else (0, 0)
     qp = queue_plan(sim, min_before, max_before, clmin, rules.cq_min_offset_v5, (None,))
@@ -115,12 +98,11 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 
 
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate the selected consume queues from the commit log as the broker's reput writes them
-    when they are missing (``start()`` from the commit log min, §8.12; fillers §5.3), over
-    ``RebuildScan``: files the rebuild does not produce are deleted, and a queue whose files already
-    hold its bytes is left alone."""
+    """Regenerate the selected consume queues as the broker's reput writes missing ones (§8.12, fillers
+    §5.3) over ``RebuildScan``: files it does not produce are deleted, a queue already equal is left alone."""
     store.path()
-    rules = VersionRules(store_version(store)[0])
+    version, source = store_version(store)
+    rules = VersionRules(version)
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
     allowed = _configured_topics(store) if options.respect_topic_config else None
@@ -169,17 +151,17 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
-    plan = _rebuild_plan(store, "rebuild-cq", opts, phase, queue_plans, None, None, notes, deletes + write_action(writes, False))
+    plan = Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
+                    options={**config_options(store), **opts}, dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes))
     return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Regenerate every index file from the commit log, as ``IndexService.buildIndex`` builds them
-    (every record from the first segment to the valid end; ROLLBACK records skipped). New files
-    are named from the store time of their first record. The checkpoint's indexMsgTimestamp
-    becomes the end time of the last file that filled (0 if none did), as the broker keeps it."""
+    """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
+    checkpoint's indexMsgTimestamp becomes the end time of the last file that filled (0: none)."""
     store.path()
-    rules = VersionRules(store_version(store)[0])
+    version, source = store_version(store)
+    rules = VersionRules(version)
     scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
     cl = store.commitlog
     notes = []
@@ -204,5 +186,6 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
-    plan = _rebuild_plan(store, "rebuild-index", {}, phase, (), index_plan, cp_plan, notes, actions)
+    plan = Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,), index=index_plan,
+                    checkpoint=cp_plan, notes=tuple(notes))
     return replace(plan, inputs=plan_inputs(store, plan, {}, with_crc=with_crc))

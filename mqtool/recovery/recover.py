@@ -1,14 +1,11 @@
-"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load``
-+ ``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12,
-``store.rules.VersionRules``), one step function after the other over a ``logkinds.RecoveryRun``;
-what the classic and the DLedger commit log (§15.4) do differently is asked of their
-``logkinds.LogKind``. Unlike the broker, the plan zeroes the bytes it cuts (the dirty tail of the
-last segment, CQ units past each queue's end) so the next scan cannot read them back.
+"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load`` +
+``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12), one step after the other
+over a ``logkinds.RecoveryRun``, asking the ``logkinds.LogKind`` what the DLedger log (§15.4) does
+differently. Unlike the broker, the plan zeroes the bytes it cuts, so the next scan cannot read them back.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -53,10 +50,9 @@ if TYPE_CHECKING:
 
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
                              cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
-    """The broker's load + recovery + start-up reput (module docstring) under the one version the store
-    is read as (callers use ``planners.plan_recover``, which plans under every candidate). ``cache``
-    keeps the dispatched batches for an apply in this process; ``walked`` is shown the scan's rows
-    where it checks the CRC, for ``verify_after`` (``walkedchain``)."""
+    """The broker's load + recovery + start-up reput under the one version the store is read as
+    (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
+    ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``)."""
     run = _run(store, options, command, cache, walked)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
@@ -67,31 +63,17 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     _queue_results(run)
     _index_results(run, kind)
     cp_plan, remove_abort = _checkpoint(run, kind)  # 6
-    plan = Plan(
-        command,
-        str(store.path().resolve()),
-        int(time.time() * 1000),
-        str(run.version),
-        run.source,
-        run.mode if run.dispatching else None,
-        {**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
-        run.cl_plan,
-        run.lost,
-        tuple(run.phases),
-        tuple(run.queue_plans),
-        run.index_plan,
-        cp_plan,
-        remove_abort,
-        tuple(run.notes),
-        tuple(run.actions),
-        (),
+    plan = Plan.new(
+        command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
+        options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
+        commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
+        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes),
     )
     return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc), refused=queue_refusal(store) if run.dispatching else None)
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
-    """A ``RecoveryRun`` of ``store`` as its version's broker recovers it (mode, checkpoint, index
-    safety, settings, as the plan reads them), before any step."""
+    """A ``RecoveryRun`` of ``store`` before any step."""
     version, source = store_version(store)
     return RecoveryRun(
         store, options, command, cache, walked, version, source, VersionRules(version),
@@ -235,8 +217,7 @@ def _queue_results(run: RecoveryRun) -> None:
 
 
 def _index_results(run: RecoveryRun, kind: LogKind) -> None:
-    """The index plan, the one write action for queues and index, the log kind's actions, and
-    the notes on what stays unindexed or unreadable."""
+    """The index plan, the write action, the log kind's actions, and the notes on what stays unindexed."""
     store, start = run.store, run.start
     queue_deletes, queue_writes = queue_actions(store, run.queue_plans, run.sims)
     run.actions += queue_deletes
@@ -291,17 +272,14 @@ def _checkpoint(run: RecoveryRun, kind: LogKind) -> tuple[CheckpointPlan | None,
 
 
 def plan_truncate_dirty_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
-    """Cut the commit log after its last valid record (zeroing the dirty bytes, deleting later
-    segments) and the consume queue entries at or past the cut, as the broker's
-    ``truncateDirtyFiles`` / ``truncateDirtyLogicFiles`` do, under the one version the store is read
-    as (callers use ``planners.plan_truncate_dirty``). No dispatch, no index, no checkpoint."""
+    """The commit log and consume queues cut after the last valid record, as ``truncateDirtyFiles`` /
+    ``truncateDirtyLogicFiles`` do, under one version. No dispatch, no index, no checkpoint."""
     return plan_recover_one_version(store, options, command="truncate-dirty", with_crc=with_crc)
 
 
 def _empty_last_segment(store: Store, rules: VersionRules, notes: list[str]) -> list[Action]:
     """A zero-length last commit log file at load (rules §2.13, ``MappedFileQueue.doLoad``): 5.1.3+
-    delete it; 3.2.6-4.4.0 and 4.9.2 leave it out and start (where the others refuse to start,
-    ``unloadable_files`` refused the plan already)."""
+    delete it; 3.2.6-4.4.0 and 4.9.2 leave it out (the others refuse: ``unloadable_files``)."""
     path = store.empty_last_segment
     if path is None:
         return []

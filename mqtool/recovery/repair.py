@@ -1,18 +1,16 @@
 """``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md).
 
-In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load`` parses every
-file name as an offset and refuses a file of the wrong length: commit log segments, timer log files,
-DLedger data and index files, the ``timerwheel``; a stray ``index/`` file stays, as
-``IndexService.load`` catches the ``NumberFormatException`` of its name before mapping it); 2. the
-broker's recovery (``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s
-own findings: ``plan_rebuild_cq``, ``plan_rebuild_index``, the checkpoint, ``config/*.json`` from
-its ``.bak``, the abort file. Findings naming lost data are ``lost_data`` in ``remaining``; each
-step says whether the broker would do it (``beyond_broker``). Nothing here writes.
+In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load``; a stray ``index/``
+file stays: ``IndexService.load`` skips a name that is not a number); 2. the broker's recovery
+(``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s findings: queue and
+index rebuilds, the checkpoint, ``config/*.json`` from its ``.bak``, the abort file. Nothing here writes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import operator
 import os
 import time
 from dataclasses import dataclass
@@ -44,8 +42,7 @@ CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoi
 
 @dataclass(frozen=True)
 class RepairStep:
-    """One step of ``repair``: ``step`` names it, ``paths`` what it changes (empty: decided by
-    its plan), ``beyond_broker`` whether a broker start would not do it, ``why`` the reason."""
+    """One step of ``repair``; ``paths``: what it changes (empty: decided by its plan)."""
 
     step: str
     beyond_broker: bool
@@ -55,10 +52,8 @@ class RepairStep:
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """What ``repair`` will do: ``steps`` in order; ``files`` (file-level fixes) and ``recover``
-    (the broker's recovery) as exact plans; the steps after recovery are planned again on the
-    recovered store when applied (``predicted``: they were predicted from today's findings).
-    ``remaining``: what ``verify`` will still report (lost data)."""
+    """What ``repair`` will do: ``files`` (file-level fixes) and ``recover`` exact; the later steps
+    ``predicted`` from today's findings (planned again when applied); ``remaining``: lost data."""
 
     store: str
     created_ms: int
@@ -87,11 +82,9 @@ class RepairPlan:
 
 
 def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
-    """Stray files the broker would choke on and commit log segments or timer log files of the wrong length, found
-    from the directory listings alone (the store model cannot open a store holding them). A
-    zero-length last segment is quarantined (it holds nothing) unless ``store`` is from eras that
-    all start on it (rules §2.13: 5.1.3+ delete it in their recovery, 3.2.6-4.4.0 and 4.9.2 leave it out);
-    an earlier one is quarantined too, as a deleted file: padded, its zeros would end the recovery there."""
+    """Stray files and files of the wrong length the broker refuses, from the directory listings alone
+    (the store model cannot open a store holding them). A zero-length last segment is quarantined unless
+    ``store`` is from eras that all start on it (rules §2.13)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -119,8 +112,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
-    # DLedger's MmapFileList.load refuses a file of the wrong length too, a zero-length last one as well (store None: in
-    # every era), and DLedgerMmapFileStore.load exits
+    # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
     for index_dir in sorted(root.glob("dledger-*/index")):
@@ -134,17 +126,12 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
     if not actions:
         return steps, None
-    plan = Plan(
-        "repair", str(root.resolve()), int(time.time() * 1000), "unknown", "not needed for file fixes", None, {}, None, None, (), (), None, None, False,
-        (), tuple(actions), (),
-    )
-    return steps, plan
+    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions)
 
 
 def _wheel_fix(root: Path, resize) -> None:
-    """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``: ``TimerWheel`` refuses to start on
-    it (reference §9; verify's ``timer-wheel``). Padded with empty slots (the slots it lost are gone, and
-    the deliveries they held) or trimmed."""
+    """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``, which ``TimerWheel`` refuses
+    (reference §9): padded with empty slots or trimmed."""
     from ..formats import timer as tfmt
 
     wheel = root / "timerwheel"
@@ -158,35 +145,25 @@ def _wheel_fix(root: Path, resize) -> None:
 
 
 def _size_from_name(path: Path, size: int) -> int:
-    """The size of a lone file of a mapped file queue, none beside it to compare with: its name, an
-    offset, is a multiple of the file size, so a size that does not divide a non-zero name was cut or
-    grown, and the size is the largest power of two dividing the name (a configured size, cf.
-    ``mappedfile.inferred_file_size``); else its own size."""
+    """The size of a lone file of a mapped file queue: its own, unless it does not divide the file's
+    name (an offset, so a multiple of the size): then the largest power of two dividing the name."""
     base = int(path.name)
     return base & -base if base and base % size else size
 
 
 def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
-    """``inferred`` (the most common size), unless it does not divide every file's name, an offset
-    and so a multiple of the file size: every size was cut or grown (one of each ties, e.g.), and
-    the size is the largest power of two dividing every name, as for a lone file (``_size_from_name``),
-    if the smallest file is not twice that or more (every file grown a little, damage seed 2000491, or
-    cut; a tiny power comes from a misnamed file)."""
-    named = 0
-    for base in bases:
-        named |= base
+    """``inferred`` (the most common size), unless it does not divide every file's name: then every
+    size was cut or grown, and the size is the largest power of two dividing every name
+    (``_size_from_name``), if the smallest file is not twice that or more (else a misnamed file)."""
+    named = functools.reduce(operator.or_, bases, 0)
     power = named & -named
     return power if named and any(b % inferred for b in bases) and 2 * power > smallest else inferred
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
-    """The size of a lone DLedger index file of ``size`` bytes, none beside it to compare with. A size
-    that is a whole number of units is taken as configured. Else bytes were appended or the file was
-    cut: appended when the unit before the largest power of two below ``size`` is unwritten (zeros:
-    units are written in order, so the file ended there, a configured size, cf.
-    ``mappedfile.inferred_file_size``); cut otherwise, and padded to DLedger's default index file size
-    (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units, which a broker's ``MessageStoreConfig``
-    does not expose: the only size its broker maps)."""
+    """The size of a lone DLedger index file: its own if a whole number of units; else the largest
+    power of two below it when the unit before that is unwritten (bytes were appended), else DLedger's
+    default (``DLedgerConfig.mappedFileSizeForEntryIndex``: it was cut)."""
     from ..formats import dledger as dfmt
     from .dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
@@ -201,11 +178,10 @@ def _dledger_index_size(path: Path, size: int) -> int:
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int] | None = None, cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
-    """``plan_file_fixes`` of one mapped file queue (``commitlog/``, ``timerlog/``, DLedger's ``index/``):
-    ``MappedFileQueue.load`` parses every file name as an offset and refuses a file of the wrong length.
-    ``noun`` and ``what`` name a file in the steps' reasons; ``alone``: the expected size of a lone file from
-    its path and size (else the file's own size); ``cut_before_last(rel, path, base, size, expected)``
-    plans the fix of a file before the last cut short, or returns False for the padding with zeros."""
+    """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
+    offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
+    ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
+    or returns False for the padding with zeros."""
     segments = []
     for entry in _files(directory):
         if OFFSET_NAME.match(entry.name):
@@ -248,19 +224,14 @@ QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cu
 
 @dataclass(frozen=True)
 class CutSegment:
-    """A commit log segment before the last, cut short where the records walked from its start reach
-    the cut (``_cut_segment_end``): ``blank``, where the record the cut crosses starts (or the cut, at a
-    record boundary); ``entries``, the consume queue entries that pointed into [``blank``, segment end)
-    as ``(topic, queue id, first, end)`` queue offsets, and ``unit_ranges`` their units as ``(file, start, end, op)``
-    byte ranges; ``unread``: why the consume queues could not be read (None: they were).
-
-    The ``fill-units`` fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``), every one: against every
-    segment-aligned offset (the log's min offset, ``rollNextFile``) the base compares as the lost entries did,
-    so ``MappedFileQueue.deleteExpiredFileByOffset`` (a queue file's last unit) and ``ConsumeQueue.correctMinOffset``
-    keep a queue file while its messages are in the log, which ``(0, ...)`` would not; and at a segment's start
-    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null (``getMessage``: MESSAGE_WAS_REMOVING, then
-    ``rollNextFile``), where any later position overflows ``pos + size`` and throws. One form for all, not only
-    at a queue file's end: nothing reads a filler better elsewhere."""
+    """A short commit log segment before the last (``_cut_segment_end``): ``blank``, where the record the
+    cut crosses starts; ``entries``, the queue entries into [``blank``, segment end) as ``(topic, queue id,
+    first, end)``, ``unit_ranges`` their units as ``(file, start, end, op)``; ``unread``: why the queues
+    could not be read. The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares
+    with segment-aligned offsets as the lost entries did, so ``deleteExpiredFileByOffset`` and
+    ``ConsumeQueue.correctMinOffset`` keep a queue file while its messages are in the log, and
+    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null at a segment's start (``getMessage``
+    rolls on) where a later position overflows ``pos + size`` and throws."""
 
     base: int
     blank: int
@@ -298,15 +269,11 @@ class CutSegment:
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
-    """A commit log segment before the last of ``size`` bytes, not ``segment_size``: where an end-of-file
-    blank goes so the log goes on into the next segment, if the records walked from the segment's start
-    (``segments.analyze_segment``) reach the cut (what ends them is a record claiming to run past it, or
-    the cut itself). Padded with zeros only, the segment would end the log there: ``recoverNormally`` and
-    ``recoverAbnormally`` stop at a TOTALSIZE of 0 and ``MappedFileQueue.truncateDirtyFiles`` deletes every
-    later file. At a blank every era's ``checkMessageAndReturnSize`` returns size 0 and its recovery and
-    ``doReput`` (``rollNextFile``) go on at the next file, TOTALSIZE unread (rules §1.1, §1.12), except that
-    5.3.2+ first refuse a TOTALSIZE beyond the bytes left (§1.17): it is exactly those. None: other damage
-    ends the records first, or the segment's own blank is whole (padded with zeros as before)."""
+    """Where an end-of-file blank goes in a short commit log segment before the last so the log goes on
+    into the next segment, if its records (``segments.analyze_segment``) reach the cut. Padded with zeros
+    only, recovery would stop there and ``truncateDirtyFiles`` delete every later file; at a blank every
+    era's recovery and ``doReput`` roll to the next file (rules §1.1, §1.12, §1.17). None: other damage
+    ends the records first, or the segment's own blank is whole."""
     from ..formats import commitlog as clfmt
     from ..store import fastscan as fs
     from ..store.segments import SegmentTask, analyze_segment
@@ -327,8 +294,7 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
 
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
-    """The consume queue entries pointing into the commit log range [``start``, ``stop``): ``CutSegment``'s
-    ``entries``, ``unit_ranges`` and ``unread``."""
+    """``CutSegment``'s ``entries``, ``unit_ranges`` and ``unread`` for the log range [``start``, ``stop``)."""
     from ..errors import BadInput
     from ..store.consumequeue import discover_queues, infer_queue_file_size
 
@@ -384,8 +350,7 @@ class Triage:
 
 
 def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
-    """Run ``verify`` (its public entry point; every check unless ``checks``) and keep the failing
-    findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``)."""
+    """``verify``'s failing findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``)."""
     run = Verification(store, VerifyOptions(checks=checks))
     run.walked = walked
     return [f for f in run.findings() if f.severity.fails], run
@@ -404,8 +369,7 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
                 end = 1 << 63
             lost_ranges.append((start, max(int(end), start + 1)))
             if f.kind == "phys-offset-mismatch" and isinstance(f.found, int):
-                # the dispatch trusts the field (reference §3.2, DispatchRequest.commitLogOffset): the record's queue and index entries point
-                # where it claims to be, and a rebuild, dispatching as the broker does, writes them there again
+                # the dispatch trusts the field (reference §3.2, DispatchRequest.commitLogOffset): its entries point where it claims to be
                 lost_ranges.append((f.found, f.found + 1))
             out.lost.append(expected(f, True))
     lost = _LostData(findings, lost_ranges)
@@ -451,20 +415,15 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}
-        # lost: a message past the commit log's end; units past the timer log's end or before its first file (a deleted
-        # file, never walked by TimerMessageStore.recover: the wheel's slots keep naming its units); the wheel gone with
-        # the slots of undelivered timer messages (pending); a timer-reference error: the unit names no rmq_sys_wheel_timer
-        # record (past the end, or its fields damaged: no CRC covers a unit, TimerMessageStore.recoverAndRevise keeps it),
-        # so the broker's dequeue never delivers its message
+        # lost: a message past the log's end, units outside the timer log, the slots of undelivered messages, a unit naming
+        # no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
         gone = d.get("past_end") or d.get("before_start") or d.get("pending") or (f.kind == "timer-reference" and f.severity == Severity.ERROR)
         out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
     elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
-        # timer-log-damaged: the units after it are gone (TimerMessageStore.recover truncates the timer log there);
-        # timercheck-ahead: config/timercheck counts timer log units or rmq_sys_wheel_timer entries that are gone (a cut
-        # timer log or queue, units past a damage): TimerMessageStore.recover walks the log and writes
-        # it anew; what it counted is lost data no step gives back; config-unreadable: its .bak is unreadable too
+        # timer-log-damaged: TimerMessageStore.recover truncates the timer log there; timercheck-ahead: it counts units or
+        # entries that are gone; config-unreadable: its .bak is unreadable too
         out.lost.append(expected(f, True))
     else:
         # anything unknown is lost data after lost messages; a consumer offset outside its queue
@@ -476,11 +435,8 @@ UNIT_FIELDS = {"size": 1, "tags code": 2}  # a ``cq-entry-mismatch`` field: its 
 
 
 def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
-    """``fill-units`` of one unit each for the ``cq-entry-mismatch`` findings of a size or tags code (``UNIT_FIELDS``)
-    in queues a rebuild would renumber around lost records (``Triage.units``): the entry points at the record it
-    was written for, so the record's value (the one the broker's dispatch writes, ``ConsumeQueue.putMessagePositionInfo``)
-    goes in place of the damaged field. A consumer then reads the message (a wrong size: ``getMessage`` maps
-    nothing and the pull rolls past the rest of the segment; a wrong tags code: tag filters skip it)."""
+    """``fill-units`` for ``Triage.units``: the entry points at its record, so the record's value (as
+    ``ConsumeQueue.putMessagePositionInfo`` writes it) replaces the damaged size or tags code in place."""
     by_unit: dict[tuple[str, int], list[Finding]] = {}
     for f in findings:
         by_unit.setdefault((f.file, f.details["queue_offset"]), []).append(f)
@@ -504,13 +460,9 @@ def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expect
 
 def expected_after(t: Triage) -> list[Expected]:
     """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
-    out = [expected(f, False, "rebuild-cq") for fs in t.queues.values() for f in fs]
-    out += [expected(f, False, "mend-units") for f in t.units]
-    out += [expected(f, False, "rebuild-index") for f in t.index]
-    out += [expected(f, False, "rewrite-checkpoint") for f in t.checkpoint]
-    out += [expected(f, False, "restore-config") for f in t.configs]
-    out += [expected(f, False, "remove-abort") for f in t.abort]
-    return out + t.lost
+    fixed = (("rebuild-cq", [f for fs in t.queues.values() for f in fs]), ("mend-units", t.units), ("rebuild-index", t.index),
+             ("rewrite-checkpoint", t.checkpoint), ("restore-config", t.configs), ("remove-abort", t.abort))
+    return [expected(f, False, step) for step, found in fixed for f in found] + t.lost
 
 
 def _queue_of(f: Finding) -> tuple[str, int] | None:
@@ -593,19 +545,15 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if not actions:
         return None
     version = store.version
-    return Plan(
-        "repair", str(store.path().resolve()), int(time.time() * 1000), str(version) if version else "unknown", "detected", None, {},
-        None, None, (), (), None, cp_plan, bool(t.abort), (), tuple(actions), (),
-    )
+    return Plan.new("repair", store.path(), str(version) if version else "unknown", "detected", actions,
+                    checkpoint=cp_plan, remove_abort=bool(t.abort))
 
 
 # ---- what verify reports after the broker's recovery -------------------------------------------
 
 
 def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[Finding]:
-    """The findings of ``verify`` today that the broker's recovery (``recover``) leaves in place:
-    those at or past the cut, the abort file and the index files it drops, the entries it
-    re-dispatches, and a checkpoint it creates go away; the rest stay."""
+    """The findings of ``verify`` today that the broker's recovery ``recover`` leaves in place."""
     end = recover.commitlog.valid_end if recover.commitlog is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
@@ -637,9 +585,7 @@ def _at_or_after(offset: int | None, start: int | None) -> bool:
 
 
 def _units_fixed(f: Finding, recover: Plan) -> bool:
-    """A ``dledger-index`` finding DLedger's recovery removes: it rewrites the units from the first
-    one that disagrees with its entry (``write-dledger-index``; a file is named by its first byte)
-    and zeroes those past the last entry (``zero-range``)."""
+    """A ``dledger-index`` finding DLedger's recovery removes (``write-dledger-index``, ``zero-range``)."""
     from ..formats import dledger as dlfmt  # only for a DLedger store's finding
 
     under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
@@ -650,12 +596,10 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
-    """The cross checks (``cq``, ``index``) all of whose findings today the recovery ``recover``
-    removes, so ``verify_after`` need not run them; none on a DLedger store or one with LMQ queues.
-    ``cq`` when the store has no consume queue (the check could only report ``cq-entry-missing``)
-    and a dispatch phase re-dispatches every record from the commit log's min offset; ``index`` when
-    no index file is kept (``IndexService.load`` deletes the rest after an abnormal exit) and every
-    record is re-indexed from there. A crash that loses queues and index (the bench's) settles both."""
+    """The cross checks (``cq``, ``index``) all of whose findings today ``recover`` removes, so
+    ``verify_after`` need not run them: ``cq`` when there is no consume queue and every record is
+    re-dispatched; ``index`` when no index file is kept and every record is re-indexed. None on a
+    DLedger store or one with LMQ queues."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -669,20 +613,12 @@ def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
 
 
 def cross_checks_settled(store: Store, recover: Plan) -> bool:
-    """Both cross checks settled (``settled_checks``): verify's other checks can run on the
-    plan's own walk (``plan_with_verify_after``)."""
+    """Both cross checks settled: verify's other checks can run on the plan's own walk."""
     return settled_checks(store, recover) == frozenset(CROSS_CHECKS)
 
 
-def cross_checks_may_settle(store: Store) -> bool:
-    """The half of ``cross_checks_settled`` known before the recovery is planned: no consume
-    queue, no LMQ queue, not DLedger."""
-    return not store.consume_queues and _only_plain_queues(store)
-
-
 def _only_plain_queues(store: Store) -> bool:
-    """The store's queues are the consume queues alone: a store on disk, not DLedger, with no
-    LMQ queue to check."""
+    """The store's queues are the consume queues alone: on disk, not DLedger, no LMQ queue."""
     if store.root is None or store.is_dledger:
         return False
     return not (store.multi_dispatch and (lmq_queue_dirs(store) or store.config.enable_multi_dispatch))
@@ -692,11 +628,9 @@ LOCAL_CHECKS = tuple(c for c in CHECKS if c not in CROSS_CHECKS)
 
 
 def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> list[Expected]:
-    """What ``verify`` will still report after the broker's recovery ``recover``: ``verify``'s
-    findings today minus those the recovery removes, each marked lost data or the ``repair``
-    step that fixes it. The cq and index checks (the costly part: a join of every record with
-    every queue and index file) run only when some of their findings could remain
-    (``settled_checks``); ``every_check`` runs them always (tests)."""
+    """What ``verify`` will still report after ``recover``, each finding marked lost data or the
+    ``repair`` step that fixes it. The costly cq and index checks run only when some of their
+    findings could remain (``settled_checks``) or ``every_check``."""
     settled = frozenset() if every_check else settled_checks(store, recover)
     return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover)
 
@@ -708,12 +642,11 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan)
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
     """``make_plan(walked)`` (a recovery plan of ``store``) with its ``verify_after``. When the cross
-    checks may settle (``cross_checks_may_settle``), the plan's scan keeps what verify's commit log
-    check would find in the records it walks (``walkedchain.WalkedChain``), and if the plan settles
-    them, verify's other checks walk on from where that scan stopped; otherwise ``verify_after``
-    runs with every check: the result is the same. ``before_verify`` runs before verify."""
+    checks may settle (no consume queue), the plan's scan keeps what verify's commit log check would
+    find (``walkedchain.WalkedChain``), and if the plan settles them, verify's other checks walk on
+    from where that scan stopped; the result is the same. ``before_verify`` runs before verify."""
     try:
-        may_settle = cross_checks_may_settle(store)
+        may_settle = not store.consume_queues and _only_plain_queues(store)
     except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
         may_settle = False
     walked = WalkedChain() if may_settle else None
@@ -726,10 +659,7 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 
 
 def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
-    """``findings`` less those the file fixes remove: the finding of a file they resize or quarantine
-    (``segment-size``, ``segment-name``), and consume queue entries into a cut segment given an end-of-file
-    blank (``pad-blank``): before it they point at records again (a store model that left the file out
-    found none there), after it the entries are filler units (``fill-units``)."""
+    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment)."""
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
@@ -743,8 +673,8 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
-    """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly,
-    the steps beyond the broker predicted from today's ``findings`` minus what the recovery fixes."""
+    """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
+    later steps predicted from today's ``findings``."""
     file_steps, files = plan_file_fixes(root, store)
     steps = list(file_steps)
     notes = []
