@@ -67,9 +67,9 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
         options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
         commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
-        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes),
+        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=queue_refusal(store) if run.dispatching else None,
     )
-    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc), refused=queue_refusal(store) if run.dispatching else None)
+    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
 
 
 def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
