@@ -218,5 +218,6 @@ def test_a_consume_queue_file_cut_short_is_where_a_refusing_broker_stops_in_ever
     ns = one_answer(root, "--broker-version", version)
     assert (ns["mode"], ns["logical_end"], ns["dropped_messages"]) == ("abnormal", recovered(version, "crashed-small")["commitLog"]["maxOffset"], 0)
     named = f"{queue_file.relative_to(root)}: 1000 bytes, not {full}"
-    assert ns["line"].startswith(f"the broker's next start refuses to start: {named}; ") == refuses, ns["line"]
+    refusal = f"the broker's next start refuses to start: {named}, which `mqtool recover` fixes; with that file fixed, it keeps [0, {ns['logical_end']})"
+    assert ns["line"].startswith(refusal) == refuses, ns["line"]
     assert verify_first_line(root, monkeypatch, "--broker-version", version) == ns["line"]

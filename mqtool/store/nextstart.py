@@ -73,7 +73,7 @@ class NextStart:
             return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
-        return f"{refuses}; once `mqtool recover` has fixed that file, it {keeps}" if self.refused else f"the broker's next start {keeps}"
+        return f"{refuses}; with that file fixed, it {keeps}" if self.refused else f"the broker's next start {keeps}"
 
     @classmethod
     def of_plan(cls, plan) -> "NextStart | None":
@@ -211,7 +211,8 @@ def queue_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a consume queue file (an LMQ or a batch queue's too), or None:
     one of another length than its queue's files, which ``loadConsumeQueue``'s ``MappedFileQueue.load``
     refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
-    ``recover`` and ``rebuild-cq`` write the queue's files at full size, so they plan on."""
+    ``recover`` and ``rebuild-cq`` rewrite a consume queue's files (a batch queue's: no mqtool command),
+    so they plan on."""
     for queue in (*store.consume_queues, *store.batch_consume_queues):
         last = queue.files[-1][0] if queue.files else None
         for base, path in queue.files:
@@ -219,7 +220,8 @@ def queue_refusal(store: Store) -> str | None:
             if size != queue.file_size:
                 who = refused_by(store, size == 0 and base == last)
                 if who is not None:
-                    return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}"
+                    fix = ", which `mqtool recover` fixes" if queue in store.consume_queues else ""
+                    return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}{fix}"
     return None
 
 
