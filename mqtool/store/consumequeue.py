@@ -8,7 +8,7 @@ import os
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
 
@@ -92,6 +92,14 @@ class FileQueue:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
+
+    @cached_property
+    def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:
+        """``(base, path, size, last)`` of each file of another length than ``file_size``, which
+        ``MappedFileQueue.load`` refuses or leaves out (rules §2.13): read once for ``verify``'s
+        ``cq-file-size`` and the next start's ``queue_refusal``."""
+        sizes = [(base, path, path.stat().st_size) for base, path in self.files]
+        return [(base, path, size, i == len(sizes) - 1) for i, (base, path, size) in enumerate(sizes) if size != self.file_size]
 
 
 @dataclass(repr=False)

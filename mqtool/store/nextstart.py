@@ -213,14 +213,11 @@ def queue_refusal(store: Store) -> str | None:
     refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
     ``recover`` and ``rebuild-cq`` rewrite a consume queue's files (a batch queue's: no mqtool command),
     so they plan on."""
-    for queue in (*store.consume_queues, *store.batch_consume_queues):
-        last = queue.files[-1][0] if queue.files else None
-        for base, path in queue.files:
-            size = path.stat().st_size
-            if size != queue.file_size:
-                who = refused_by(store, size == 0 and base == last)
+    for queues, fix in ((store.consume_queues, ", which `mqtool recover` fixes"), (store.batch_consume_queues, "")):
+        for queue in queues:
+            for _, path, size, last in queue.wrong_lengths:
+                who = refused_by(store, size == 0 and last)
                 if who is not None:
-                    fix = ", which `mqtool recover` fixes" if queue in store.consume_queues else ""
                     return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}{fix}"
     return None
 

@@ -357,20 +357,18 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
     queue or ``rebuild-cq`` writes its files at full size. A zero-length last file holds nothing: an ``info`` where
     no era the store may be from refuses it (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out;
     ``nextstart.refused_by``)."""
-    last = queue.files[-1][0] if queue.files else None
-    for base, path in queue.files:
-        size = path.stat().st_size
-        if size == 0 and base == last and refused_by(store, empty_last=True) is None:
+    for _, path, size, last in queue.wrong_lengths:
+        where = {"file": relative(store, path), "expected": queue.file_size, "found": size,
+                 "details": {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})}}
+        if size == 0 and last and refused_by(store, empty_last=True) is None:
             yield info("cq-file-size", f"{what} {queue.topic}/{queue.queue_id}: {path.name}, its last file, is empty: the broker deletes it "
-                       "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", file=relative(store, path), expected=queue.file_size,
-                       found=size, details={"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})
-        elif size != queue.file_size:
+                       "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", **where)
+        else:
             yield error(
                 "cq-file-size",
                 f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
                 "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
-                file=relative(store, path), expected=queue.file_size, found=size,
-                details={"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})},
+                **where,
             )
 
 
