@@ -38,8 +38,7 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 def max_queue_phys_offset(store: Store) -> int:
     """``recoverConsumeQueue``'s result: the largest ``offset + size`` of any queue's last valid unit."""
-    values = [q.recover().max_phys_offset for q in store.consume_queues]
-    return max(values, default=-1)
+    return max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
@@ -164,23 +163,12 @@ def _consumer_offsets(store: Store) -> Iterator[Finding]:
         topic, group, queue_id, offset = r["topic"], r["group"], r["queue_id"], r["offset"]
         where = f"consumer group {group} on {topic}/{queue_id}"
         common = dict(file="config/consumerOffset.json", found=offset, details={"topic": topic, "group": group, "queue_id": queue_id})
+        low, high = r["queue_min_offset"], r["queue_max_offset"]
         if r["relation"] == offsets.NO_QUEUE:
             yield info("consumer-offset-range", f"{where} has offset {offset} but the store has no such consume queue", expected="an existing queue", **common)
-            continue
-        low, high = r["queue_min_offset"], r["queue_max_offset"]
-        if r["relation"] == offsets.BEYOND_MAX:
-            yield warning(
-                "consumer-offset-range",
-                f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker answers OFFSET_OVERFLOW and moves it "
-                "back, so messages written meanwhile may be skipped or consumed twice",
-                expected=f"<= {high}",
-                **common,
-            )
+        elif r["relation"] == offsets.BEYOND_MAX:
+            yield warning("consumer-offset-range", f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker answers "
+                          "OFFSET_OVERFLOW and moves it back, so messages written meanwhile may be skipped or consumed twice", expected=f"<= {high}", **common)
         elif r["relation"] == offsets.BELOW_MIN:
-            yield info(
-                "consumer-offset-range",
-                f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in between expired): the broker "
-                "answers OFFSET_TOO_SMALL and moves it to the min",
-                expected=f">= {low}",
-                **common,
-            )
+            yield info("consumer-offset-range", f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in between "
+                       "expired): the broker answers OFFSET_TOO_SMALL and moves it to the min", expected=f">= {low}", **common)
