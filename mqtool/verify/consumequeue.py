@@ -270,26 +270,17 @@ class QueueCursor:
 
     def gap_finding(self, path, expected_base: int, base: int) -> Finding:
         unit = cqfmt.ENTRY_SIZE
-        return error(
-            "cq-file-gap",
-            f"consume queue {self.label}: file(s) missing before {path.name}: entries for queue offsets "
-            f"{expected_base // unit}..{base // unit - 1} are gone (consumers cannot read those messages)",
-            file=relative(self.check.store, path),
-            expected=expected_base,
-            found=base,
-            details=self.details(first_missing_queue_offset=expected_base // unit, next_queue_offset=base // unit),
-        )
+        return error("cq-file-gap", f"consume queue {self.label}: file(s) missing before {path.name}: entries for queue offsets "
+                     f"{expected_base // unit}..{base // unit - 1} are gone (consumers cannot read those messages)",
+                     file=relative(self.check.store, path), expected=expected_base, found=base,
+                     details=self.details(first_missing_queue_offset=expected_base // unit, next_queue_offset=base // unit))
 
     def invalid_finding(self, path, first: int, resume: int) -> Finding:
-        return error(
-            "cq-invalid-unit",
-            f"consume queue {self.label}: queue offsets {first}..{resume - 1} hold invalid units (offset < 0 or size <= 0) but "
-            f"entries follow from {resume}: the broker's consume queue recovery stops at the first invalid unit and drops the rest",
-            file=relative(self.check.store, path),
-            expected="valid units",
-            found=f"invalid units at queue offsets {first}..{resume - 1}",
-            details=self.details(queue_offset=first, next_valid_queue_offset=resume),
-        )
+        return error("cq-invalid-unit", f"consume queue {self.label}: queue offsets {first}..{resume - 1} hold invalid units (offset < 0 "
+                     f"or size <= 0) but entries follow from {resume}: the broker's consume queue recovery stops at the first invalid "
+                     "unit and drops the rest", file=relative(self.check.store, path), expected="valid units",
+                     found=f"invalid units at queue offsets {first}..{resume - 1}",
+                     details=self.details(queue_offset=first, next_valid_queue_offset=resume))
 
     def skip(self, n: int) -> None:
         """Move the head ``n`` entries on, emitting what is due on the way."""

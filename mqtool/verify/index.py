@@ -415,32 +415,15 @@ class IndexCheck(FindingSink):
                 self._stray(self.head)
             self._cursor.skip(1)
         self._close_missing()
-        for name, (meta, first, last, phy, count) in self.dangling.items():
-            self.emit(
-                error(
-                    "index-entry-dangling",
-                    f"index file {meta.file.name}: {count} entries ({first}..{last}) point where no record starts (first: {phy}): key "
-                    "queries return offsets the broker cannot read",
-                    file=name,
-                    offset=phy,
-                    expected="the start of a record",
-                    found="no record",
-                    details={"first_entry": first, "last_entry": last, "entries": count},
-                )
-            )
-        for name, (meta, first, last, phy, count) in self.beyond.items():
-            self.emit(
-                warning(
-                    "index-entry-beyond-end",
-                    f"index file {meta.file.name}: {count} entries ({first}..{last}) point at or past the commit log's logical end "
-                    f"{self.logical_end}: the broker never truncates index files, so key queries return offsets it cannot read",
-                    file=name,
-                    offset=phy,
-                    expected=f"< {self.logical_end}",
-                    found=phy,
-                    details={"first_entry": first, "last_entry": last, "entries": count},
-                )
-            )
+        end = self.logical_end
+        runs = [(run, error, "index-entry-dangling", f"point where no record starts (first: {run[3]}): key queries return offsets the "
+                 "broker cannot read", "the start of a record", "no record") for run in self.dangling.values()]
+        runs += [(run, warning, "index-entry-beyond-end", f"point at or past the commit log's logical end {end}: the broker never "
+                  "truncates index files, so key queries return offsets it cannot read", f"< {end}", run[3])
+                 for run in self.beyond.values()]
+        for (meta, first, last, phy, count), make, kind, what, expected, found in runs:
+            self.emit(make(kind, f"index file {meta.file.name}: {count} entries ({first}..{last}) {what}", file=meta.name, offset=phy,
+                           expected=expected, found=found, details={"first_entry": first, "last_entry": last, "entries": count}))
         if self.duplicates:
             self.emit(
                 info(

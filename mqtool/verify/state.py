@@ -167,8 +167,9 @@ def _consumer_offsets(store: Store) -> Iterator[Finding]:
         if r["relation"] == offsets.NO_QUEUE:
             yield info("consumer-offset-range", f"{where} has offset {offset} but the store has no such consume queue", expected="an existing queue", **common)
         elif r["relation"] == offsets.BEYOND_MAX:
-            yield warning("consumer-offset-range", f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker answers "
-                          "OFFSET_OVERFLOW and moves it back, so messages written meanwhile may be skipped or consumed twice", expected=f"<= {high}", **common)
+            yield warning("consumer-offset-range", f"{where} is at offset {offset}, beyond the queue's max offset {high}: the broker "
+                          "answers OFFSET_OVERFLOW and moves it back, so messages written meanwhile may be skipped or consumed twice",
+                          expected=f"<= {high}", **common)
         elif r["relation"] == offsets.BELOW_MIN:
-            yield info("consumer-offset-range", f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in between "
-                       "expired): the broker answers OFFSET_TOO_SMALL and moves it to the min", expected=f">= {low}", **common)
+            yield info("consumer-offset-range", f"{where} is at offset {offset}, below the queue's min offset {low} (the messages in "
+                       "between expired): the broker answers OFFSET_TOO_SMALL and moves it to the min", expected=f">= {low}", **common)
