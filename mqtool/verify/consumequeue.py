@@ -178,7 +178,7 @@ class QueueCursor:
         self.head: Entry | None = None
         self._fill(1)
         self._arrive()
-        # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._appended``);
+        # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._compare``);
         # before the queue's first entry, one less than it: the first record belongs there
         self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
         self.placed = False  # a record of the queue was found at its entry: last_pos is a write position the dispatch reached
@@ -544,8 +544,15 @@ class ConsumeQueueCheck(FindingSink):
             expected = self._tags_code(record)
             if entry.tags != expected and not self._quirk_tags(record, entry.tags):
                 problems.append(("tags code", expected, entry.tags))
-        wrapped = self._wraps(record, problems)
-        if wrapped or self._appended(cursor, entry, problems):
+        # only the queue offset differs and either the record's QUEUEOFFSET times the unit size is past a Java long:
+        # ``putMessagePositionInfo``'s position wrapped around, so the broker wrote the entry where no read of that queue
+        # offset finds it (a damaged field: damage seed 4800051, 2^60 + 3); or the entry comes right after the one of the
+        # queue's previous record (the queue's first entry, for its first record): the queue is in the order the broker
+        # wrote it and the record's QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position
+        # whatever a higher QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset
+        only_queue_offset = [what for what, _, _ in problems] == ["queue offset"]
+        wrapped = only_queue_offset and not 0 <= record.queue_offset * cqfmt.ENTRY_SIZE < 1 << 63
+        if wrapped or only_queue_offset and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1:
             self.emit(self._record_damaged(cursor, entry, record, wrapped))
             return
         for what, expected, found in problems:
@@ -562,21 +569,6 @@ class ConsumeQueueCheck(FindingSink):
                     details=cursor.details(queue_offset=entry.queue_offset, field=what),
                 )
             )
-
-    @staticmethod
-    def _wraps(record: LogRecord, problems: list) -> bool:
-        """Only the queue offset differs, and the record's QUEUEOFFSET times the unit size is past a Java long:
-        ``putMessagePositionInfo``'s position wrapped around, so the broker wrote the entry where no read of that queue
-        offset finds it (a damaged field: damage seed 4800051, 2^60 + 3)."""
-        return [what for what, _, _ in problems] == ["queue offset"] and not 0 <= record.queue_offset * cqfmt.ENTRY_SIZE < 1 << 63
-
-    @staticmethod
-    def _appended(cursor: QueueCursor, entry: Entry, problems: list) -> bool:
-        """Only the queue offset differs, and the entry comes right after the one of the queue's previous record (the
-        queue's first entry, for its first record): the queue is in the order the broker wrote it and the record's
-        QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position whatever a higher
-        QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset."""
-        return [what for what, _, _ in problems] == ["queue offset"] and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
 
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET puts it below the queue's write position after its previous
@@ -604,7 +596,7 @@ class ConsumeQueueCheck(FindingSink):
         )
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
-        """An entry in the queue's order (``_appended``), or where a wrapped position put it (``_wraps``), at another
+        """An entry in the queue's order, or where a wrapped position put it (``_compare``), at another
         queue offset than its record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the
         queue before it are lost. No rebuild mends it: lost data (``record_damaged``), not a consume queue fault."""
         why = ("times the unit size it is past a Java long, so the broker's position wrapped around and it wrote the entry where no "
