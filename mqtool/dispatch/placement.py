@@ -54,17 +54,9 @@ class IndexPlacement:
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 
-    def __init__(
-        self,
-        hash_slot_num: int,
-        index_num: int,
-        previous: ixfmt.IndexHeader | None = None,
-        taken_names: set[str] | None = None,
-        *,
-        append_to: tuple | None = None,
-        after_name: str | None = None,
-        counts_used_slots: bool = True,
-    ):
+    def __init__(self, hash_slot_num: int, index_num: int, previous: ixfmt.IndexHeader | None = None,
+                 taken_names: set[str] | None = None, *, append_to: tuple | None = None, after_name: str | None = None,
+                 counts_used_slots: bool = True):
         self.results: list[IndexFileResult] = []
         self.hash_slot_num, self.index_num = hash_slot_num, index_num
         self.previous = previous
@@ -75,7 +67,7 @@ class IndexPlacement:
         self._slots: np.ndarray | None = None  # the current file's slot table (native int32)
         self._ent_words = self._entry_buffer()
         self._ent = self._ent_words.view(np.uint8)
-        self._name: str | None = None
+        self.current_name: str | None = None  # the file keys go to
         self.full_end_timestamp = 0  # what the broker stores as checkpoint indexMsgTimestamp
         if append_to is not None:
             self._open(*append_to, None)
@@ -89,17 +81,13 @@ class IndexPlacement:
             return int(self.hdr[H_END_PHY])
         return self.previous.end_phy_offset if self.previous else 0
 
-    @property
-    def current_name(self) -> str | None:
-        return self._name
-
     def _open(self, name: str, source, seed: ixfmt.IndexHeader | None) -> None:
         """Start file ``name``: continue the existing file whose header is ``source``, or a new one
         with header ``seed``."""
         self._begin(name, seed if seed is not None else source, np.zeros(1, dtype=np.int32), seed is not None)
 
     def _begin(self, name: str, header, slots: np.ndarray, created: bool) -> None:
-        self._name, self._created, self._slots = name, created, slots
+        self.current_name, self._created, self._slots = name, created, slots
         self.hdr = np.array([*header, 0, 0], dtype=np.int64)
         self._start = self._header()
         if self.hdr[H_INDEX_COUNT] <= 0:
@@ -154,9 +142,9 @@ class IndexPlacement:
     def _finish_current(self) -> None:
         if self.hdr is None:
             return
-        self.results.append(IndexFileResult(self._name, self._created, self._start, self._header()))
+        self.results.append(IndexFileResult(self.current_name, self._created, self._start, self._header()))
         self._write_current()
-        self.hdr = self._name = self._slots = None
+        self.hdr = self.current_name = self._slots = None
 
     def _write_current(self) -> None:
         """Write the current file out (nothing here: ``IndexWriterService`` writes)."""

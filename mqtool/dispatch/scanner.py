@@ -602,22 +602,9 @@ TAGS_DELIVERY_TIME = "delivery-time"
 TAGS_HASH = "tags-hash"  # 4.9.2-4.9.8 abnormal recovery: the delay table is not loaded yet
 
 
-def phase_scanner(
-    commitlog: CommitLog,
-    start: int,
-    stop: int | None,
-    *,
-    discipline: str,
-    tags: str,
-    delay_table: Mapping[int, int],
-    legacy_properties: bool,
-    index_enable: bool,
-    check_crc: bool,
-    topics: TopicTable | None = None,
-    shown: "WalkedChain | None" = None,
-    ahead: bool = False,
-    index_rule: int = INDEX_UNIQ_AND_KEYS,
-) -> DispatchScanner:
+def phase_scanner(commitlog: CommitLog, start: int, stop: int | None, *, discipline: str, tags: str, delay_table: Mapping[int, int],
+                  legacy_properties: bool, index_enable: bool, check_crc: bool, topics: TopicTable | None = None,
+                  shown: "WalkedChain | None" = None, ahead: bool = False, index_rule: int = INDEX_UNIQ_AND_KEYS) -> DispatchScanner:
     """A scan dispatching from ``start``; ``index_rule`` is the version's (``VersionRules.index_rule``, §4.2)."""
     options = DispatchOptions({} if tags == TAGS_HASH else delay_table, legacy_properties, index_rule if index_enable else INDEX_NONE)
     return DispatchScanner(commitlog, start, stop, options, discipline, check_crc, topics or TopicTable(), shown=shown, ahead=ahead)

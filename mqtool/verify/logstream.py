@@ -104,14 +104,6 @@ def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -
         if topic is None:
             topic = topics[raw_topic] = raw_topic.decode("utf-8", "replace")
         props_end = pos + size
-        out.append(LogRecord(
-            base + pos,
-            size,
-            topic,
-            queue_id,
-            queue_offset,
-            sys_flag,
-            ts,
-            parse_properties(array[props_at:props_end].tobytes(), legacy=legacy) if props_end > props_at else {},
-        ))
+        properties = parse_properties(array[props_at:props_end].tobytes(), legacy=legacy) if props_end > props_at else {}
+        out.append(LogRecord(base + pos, size, topic, queue_id, queue_offset, sys_flag, ts, properties))
     return out
