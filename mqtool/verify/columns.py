@@ -82,17 +82,7 @@ class ColumnBuilder:
             self.numbers.number(self.array, self.out, self.numbered, n, self.topic_ids, missing_only=True)
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
-        return RecordColumns(
-            offsets=offsets,
-            sizes=out[:, fd.F_SIZE],
-            topic_ids=topic_ids,
-            queue_ids=out[:, fd.F_QUEUE_ID],
-            queue_offsets=out[:, fd.F_QUEUE_OFFSET],
-            sys_flags=out[:, fd.F_SYS_FLAG],
-            store_ts=out[:, fd.F_STORE_TS],
-            tags=out[:, fd.F_TAGS],
-            key_counts=out[:, fd.F_KEY_COUNT],
-            keys=self.keys[: self.key_fill],
-            topics=self.topics,
-            fallback=bool(fallback),
-        )
+        return RecordColumns(offsets=offsets, sizes=out[:, fd.F_SIZE], topic_ids=topic_ids, queue_ids=out[:, fd.F_QUEUE_ID],
+                             queue_offsets=out[:, fd.F_QUEUE_OFFSET], sys_flags=out[:, fd.F_SYS_FLAG], store_ts=out[:, fd.F_STORE_TS],
+                             tags=out[:, fd.F_TAGS], key_counts=out[:, fd.F_KEY_COUNT], keys=self.keys[: self.key_fill], topics=self.topics,
+                             fallback=bool(fallback))

@@ -267,17 +267,12 @@ class CommitLogCheck:
                 if all(base in left_out for base in range(prev.end_offset, seg.base_offset, size)):
                     continue  # the segment(s) there exist with the wrong length: reported above
                 missing = (seg.base_offset - prev.base_offset) // size - 1
-                yield error(
-                    "segment-gap",
-                    f"{missing} commit log segment(s) missing between {prev.path.name} and {seg.path.name}: the broker logs "
-                    f"\"[BUG]The mappedFile queue's data is damaged, the adjacent mappedFile's offset don't match\" and "
-                    f"messages in [{prev.end_offset}, {seg.base_offset}) are gone",
-                    file=relative(self.store, seg.path),
-                    offset=prev.end_offset,
-                    expected=prev.end_offset,
-                    found=seg.base_offset,
-                    details={"missing_from": prev.end_offset, "missing_to": seg.base_offset},
-                )
+                yield error("segment-gap",
+                            f"{missing} commit log segment(s) missing between {prev.path.name} and {seg.path.name}: the broker logs "
+                            f"\"[BUG]The mappedFile queue's data is damaged, the adjacent mappedFile's offset don't match\" and "
+                            f"messages in [{prev.end_offset}, {seg.base_offset}) are gone", file=relative(self.store, seg.path),
+                            offset=prev.end_offset, expected=prev.end_offset, found=seg.base_offset,
+                            details={"missing_from": prev.end_offset, "missing_to": seg.base_offset})
 
     def _empty_last_segment(self, problem) -> Finding:
         """A zero-length last commit log file (rules §2.13, ``MappedFileQueue.load``/``doLoad``): an error
@@ -304,37 +299,21 @@ class CommitLogCheck:
             read = "" if self.unread_before is None else (
                 f" (its next start scans from {self.unread_before()}, so it does)" if cut
                 else f" (its next start scans from {self.unread_before()}, so it does not)")
-            yield error(
-                "crc-mismatch",
-                f"body CRC of the message at {report.base + pos} is {computed}, the record says {stored}: the broker logs "
-                f"\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment{read}; "
-                "consumers would get a corrupted body",
-                file=file,
-                offset=report.base + pos,
-                expected=stored,
-                found=computed,
-                details={"size": size, "cut_by_next_start": True} if cut else {"size": size},
-            )
+            yield error("crc-mismatch",
+                        f"body CRC of the message at {report.base + pos} is {computed}, the record says {stored}: the broker logs "
+                        f"\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment{read}; "
+                        "consumers would get a corrupted body", file=file, offset=report.base + pos, expected=stored, found=computed,
+                        details={"size": size, "cut_by_next_start": True} if cut else {"size": size})
         for pos, found in run.phys:
-            yield error(
-                "phys-offset-mismatch",
-                f"the record at {report.base + pos} says its PHYSICALOFFSET is {found}: the broker's dispatch trusts the field, "
-                "so consume queue and index entries built from it point elsewhere",
-                file=file,
-                offset=report.base + pos,
-                expected=report.base + pos,
-                found=found,
-            )
+            yield error("phys-offset-mismatch",
+                        f"the record at {report.base + pos} says its PHYSICALOFFSET is {found}: the broker's dispatch trusts the field, "
+                        "so consume queue and index entries built from it point elsewhere", file=file, offset=report.base + pos,
+                        expected=report.base + pos, found=found)
         for pos, expected, found in run.prop_crc:
-            yield error(
-                "property-crc-mismatch",
-                f"the __CRC32# property of the record at {report.base + pos} does not match the record's bytes: with "
-                "forceVerifyPropCRC the broker's recovery cuts the log here",
-                file=file,
-                offset=report.base + pos,
-                expected=expected,
-                found=found,
-            )
+            yield error("property-crc-mismatch",
+                        f"the __CRC32# property of the record at {report.base + pos} does not match the record's bytes: with "
+                        "forceVerifyPropCRC the broker's recovery cuts the log here", file=file, offset=report.base + pos,
+                        expected=expected, found=found)
         if run.unlisted:
             self.notes.append(f"{file}: {run.unlisted} more record findings in [{report.base + run.start}, {report.base + run.end}) were counted but not listed")
 
@@ -343,15 +322,9 @@ class CommitLogCheck:
         blank_offset = report.base + report.blank
         left = report.size - report.blank
         if report.blank_total != left:
-            yield info(
-                "blank-size",
-                f"the end-of-file blank record at {blank_offset} says {report.blank_total} bytes are left, there are {left}; "
-                "the broker ignores this field",
-                file=file,
-                offset=blank_offset,
-                expected=left,
-                found=report.blank_total,
-            )
+            yield info("blank-size",
+                       f"the end-of-file blank record at {blank_offset} says {report.blank_total} bytes are left, there are {left}; "
+                       "the broker ignores this field", file=file, offset=blank_offset, expected=left, found=report.blank_total)
         if report.after_blank is not None:
             first, last = report.after_blank
             legacy = bool(self.store.eras_where("stale_blank_fill"))
@@ -459,17 +432,12 @@ class CommitLogCheck:
         if stale:
             report, first = stale[0]
             count = sum(run.records for _, run in stale)
-            findings.append(
-                info(
-                    "stale-records",
-                    f"{count} valid-looking records from {report.base + first.start}, stored before the log's last message, lie after "
-                    f"the logical end {end}: leftovers of a log the broker cut back and rewrote (reference §8.9); the broker never "
-                    "reads them, a scan that ignores the logical end would",
-                    file=relative(self.store, report.path),
-                    offset=report.base + first.start,
-                    details={"logical_end": end, "stale_records": count},
-                )
-            )
+            findings.append(info(
+                "stale-records",
+                f"{count} valid-looking records from {report.base + first.start}, stored before the log's last message, lie after "
+                f"the logical end {end}: leftovers of a log the broker cut back and rewrote (reference §8.9); the broker never "
+                "reads them, a scan that ignores the logical end would", file=relative(self.store, report.path),
+                offset=report.base + first.start, details={"logical_end": end, "stale_records": count}))
         if tail and last_kind != "stale" and (self.keep_going or all(self._unread(start) for (start, _), _, _ in damaged)):
             findings.extend(self._trailing(tail, cursor))
         return findings
@@ -501,29 +469,17 @@ class CommitLogCheck:
                 found, line = self._describe_end(start, code)
                 make = warning if self.crashed else error
                 why = " (the broker was probably killed while writing it)" if self.crashed else " (an acknowledged message may be lost)"
-                findings.append(
-                    make(
-                        "half-message",
-                        f"the last record at {start} is cut short ({found}) and nothing valid follows{why}: the broker logs "
-                        f"\"{line}\" and truncates the log at {start}",
-                        file=relative(self.store, report.path),
-                        offset=start,
-                        expected="a complete record or zeros",
-                        found=found,
-                        details={"range_end": gap_end, "range_bytes": gap_end - start},
-                    )
-                )
+                findings.append(make("half-message",
+                                     f"the last record at {start} is cut short ({found}) and nothing valid follows{why}: the broker logs "
+                                     f"\"{line}\" and truncates the log at {start}", file=relative(self.store, report.path), offset=start,
+                                     expected="a complete record or zeros", found=found,
+                                     details={"range_end": gap_end, "range_bytes": gap_end - start}))
             else:
-                findings.append(
-                    warning(
-                        "data-after-end",
-                        f"bytes [{report.base + gap.first_nonzero}, {gap_end}) after the end of the valid data hold no valid record: "
-                        "the broker never reads them (it deletes segments after the logical end on recovery)",
-                        file=relative(self.store, report.path),
-                        offset=report.base + gap.first_nonzero,
-                        details={"range_end": gap_end},
-                    )
-                )
+                findings.append(warning(
+                    "data-after-end",
+                    f"bytes [{report.base + gap.first_nonzero}, {gap_end}) after the end of the valid data hold no valid record: "
+                    "the broker never reads them (it deletes segments after the logical end on recovery)",
+                    file=relative(self.store, report.path), offset=report.base + gap.first_nonzero, details={"range_end": gap_end}))
         return findings
 
 

@@ -355,12 +355,9 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
             yield info("cq-file-size", f"{what} {queue.topic}/{queue.queue_id}: {path.name}, its last file, is empty: the broker deletes it "
                        "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", **where)
         else:
-            yield error(
-                "cq-file-size",
-                f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
-                "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
-                **where,
-            )
+            yield error("cq-file-size",
+                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
+                        "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out", **where)
 
 
 class ConsumeQueueCheck(FindingSink):
@@ -556,19 +553,13 @@ class ConsumeQueueCheck(FindingSink):
             self.emit(self._record_damaged(cursor, entry, record, wrapped))
             return
         for what, expected, found in problems:
-            self.emit(
-                error(
-                    "cq-entry-mismatch",
-                    f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset} "
-                    f"but its {what} is {found}, the record's is {expected}"
-                    + (" (consumers filtering by tag would skip or receive the wrong messages)" if what == "tags code" else ""),
-                    file=self._file_of(cursor, entry.queue_offset),
-                    offset=record.offset,
-                    expected=expected,
-                    found=found,
-                    details=cursor.details(queue_offset=entry.queue_offset, field=what),
-                )
-            )
+            self.emit(error(
+                "cq-entry-mismatch",
+                f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset} "
+                f"but its {what} is {found}, the record's is {expected}"
+                + (" (consumers filtering by tag would skip or receive the wrong messages)" if what == "tags code" else ""),
+                file=self._file_of(cursor, entry.queue_offset), offset=record.offset, expected=expected, found=found,
+                details=cursor.details(queue_offset=entry.queue_offset, field=what)))
 
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET puts it below the queue's write position after its previous
@@ -608,12 +599,8 @@ class ConsumeQueueCheck(FindingSink):
             f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
             f"QUEUEOFFSET field says {record.queue_offset}: {why}; no rebuild of the queue mends it"
             + ("" if wrapped else f" (consumers get the message with queue offset {record.queue_offset})"),
-            file=self._file_of(cursor, entry.queue_offset),
-            offset=record.offset,
-            expected=record.queue_offset,
-            found=entry.queue_offset,
-            details=cursor.details(queue_offset=entry.queue_offset, field="queue offset", record_damaged=True),
-        )
+            file=self._file_of(cursor, entry.queue_offset), offset=record.offset, expected=record.queue_offset, found=entry.queue_offset,
+            details=cursor.details(queue_offset=entry.queue_offset, field="queue offset", record_damaged=True))
 
     def _tags_code(self, record: LogRecord) -> int | str:
         """``consume_queue_tags_code``; outside SCHEDULE_TOPIC_XXXX it depends on TAGS alone, so
@@ -652,29 +639,15 @@ class ConsumeQueueCheck(FindingSink):
         except (FormatError, LookupError):
             other = None
         if other is not None and hasattr(other, "topic"):
-            self.emit(
-                error(
-                    "cq-entry-mismatch",
-                    f"{where}, the record of {other.topic_name}/{other.queue_id} at queue offset {other.queue_offset}: consumers of "
-                    f"{cursor.label} would receive the wrong message",
-                    expected=f"{cursor.topic}/{cursor.queue_id}",
-                    found=f"{other.topic_name}/{other.queue_id}",
-                    details={**details, "field": "topic/queue"},
-                    **common,
-                )
-            )
+            self.emit(error(
+                "cq-entry-mismatch",
+                f"{where}, the record of {other.topic_name}/{other.queue_id} at queue offset {other.queue_offset}: consumers of "
+                f"{cursor.label} would receive the wrong message", expected=f"{cursor.topic}/{cursor.queue_id}",
+                found=f"{other.topic_name}/{other.queue_id}", details={**details, "field": "topic/queue"}, **common))
         else:
-            self.emit(
-                error(
-                    "cq-entry-dangling",
-                    f"{where}, where no record starts (the middle of a record, or bytes overwritten since): the broker serves "
-                    "undecodable bytes for it",
-                    expected="the start of a record",
-                    found="no record",
-                    details=details,
-                    **common,
-                )
-            )
+            self.emit(error("cq-entry-dangling",
+                            f"{where}, where no record starts (the middle of a record, or bytes overwritten since): the broker serves "
+                            "undecodable bytes for it", expected="the start of a record", found="no record", details=details, **common))
 
     def _close_missing(self, cursor: QueueCursor) -> None:
         run = self.missing.pop((cursor.topic, cursor.queue_id), None)
@@ -712,12 +685,8 @@ class ConsumeQueueCheck(FindingSink):
             "cq-entry-missing",
             f"{run.count} records (commit log {run.first_offset}..{run.last_offset}) have a TOPIC with NUL bytes ({cursor.label!r}): "
             "the field is damaged, and no file can be named after it, so the broker's dispatch fails for them (\"[BUG]consume "
-            "queue can not write\") and no rebuild gives them an entry",
-            offset=run.first_offset,
-            expected=f"{run.count} entries",
-            found="none",
-            details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True),
-        )
+            "queue can not write\") and no rebuild gives them an entry", offset=run.first_offset, expected=f"{run.count} entries",
+            found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True))
 
     def finish(self) -> None:
         for cursor in self.cursors.values():

@@ -200,28 +200,18 @@ class IndexCheck(FindingSink):
         for position, f in enumerate(self.files):
             expected = f.geometry.file_size
             if f.size != expected:
-                self.emit(
-                    error(
-                        "index-file-size",
-                        f"index file {f.name} is {f.size} bytes, the geometry (maxHashSlotNum {f.geometry.hash_slot_num}, maxIndexNum "
-                        f"{f.geometry.index_num}) needs {expected}: the broker maps it with its configured size",
-                        file=relative(store, f.path),
-                        expected=expected,
-                        found=f.size,
-                    )
-                )
+                self.emit(error(
+                    "index-file-size",
+                    f"index file {f.name} is {f.size} bytes, the geometry (maxHashSlotNum {f.geometry.hash_slot_num}, maxIndexNum "
+                    f"{f.geometry.index_num}) needs {expected}: the broker maps it with its configured size", file=relative(store, f.path),
+                    expected=expected, found=f.size))
             if abort_present and index_msg_timestamp is not None and f.header.end_timestamp > index_msg_timestamp:
-                self.emit(
-                    warning(
-                        "index-file-dropped",
-                        f"index file {f.name} ends at store time {f.header.end_timestamp}, after the checkpoint's indexMsgTimestamp "
-                        f"{index_msg_timestamp}: with the abort file present the broker deletes it on its next start (IndexService.load) "
-                        "and rebuilds entries only for the records its abnormal recovery re-dispatches",
-                        file=relative(store, f.path),
-                        expected=f"<= {index_msg_timestamp}",
-                        found=f.header.end_timestamp,
-                    )
-                )
+                self.emit(warning(
+                    "index-file-dropped",
+                    f"index file {f.name} ends at store time {f.header.end_timestamp}, after the checkpoint's indexMsgTimestamp "
+                    f"{index_msg_timestamp}: with the abort file present the broker deletes it on its next start (IndexService.load) "
+                    "and rebuilds entries only for the records its abnormal recovery re-dispatches", file=relative(store, f.path),
+                    expected=f"<= {index_msg_timestamp}", found=f.header.end_timestamp))
             self._files_meta.append(IndexEntries(self, f, position))
         if store.unreadable_index is not None:
             for path in list_index_files(store.path("index")):
@@ -333,18 +323,11 @@ class IndexCheck(FindingSink):
         extra = [e for e in found if e[2] not in want]
         for entry in extra:
             meta, number = entry[0], entry[1]
-            self.emit(
-                error(
-                    "index-entry-mismatch",
-                    f"index file {meta.file.name} entry {number} points to the record at {record.offset} ({record.topic}) but its hash "
-                    f"{entry[2]} matches none of the record's keys: key queries return the wrong message",
-                    file=meta.name,
-                    offset=record.offset,
-                    expected=sorted(want),
-                    found=entry[2],
-                    details={"entry": number},
-                )
-            )
+            self.emit(error(
+                "index-entry-mismatch",
+                f"index file {meta.file.name} entry {number} points to the record at {record.offset} ({record.topic}) but its hash "
+                f"{entry[2]} matches none of the record's keys: key queries return the wrong message", file=meta.name, offset=record.offset,
+                expected=sorted(want), found=entry[2], details={"entry": number}))
         self._check_times(record, [e for e in found if e[2] in want])
         lacking = sum(max(want[h] - counts[h], 0) for h in want)
         self.duplicates += sum(max(counts[h] - want[h], 0) for h in want)
@@ -368,18 +351,11 @@ class IndexCheck(FindingSink):
                 previous_end = self.files[meta.position - 1].header.end_timestamp
                 if diff == ixfmt.time_diff_seconds(record.store_timestamp, previous_end):
                     continue  # the first entry of a file is timed against the previous file's end (§6.6)
-            self.emit(
-                warning(
-                    "index-entry-mismatch",
-                    f"index file {meta.file.name} entry {number} for the record at {record.offset} has time difference {diff} s, the "
-                    f"record's store time gives {expected} s: time-bounded key queries may miss it",
-                    file=meta.name,
-                    offset=record.offset,
-                    expected=expected,
-                    found=diff,
-                    details={"entry": number, "field": "time_diff"},
-                )
-            )
+            self.emit(warning(
+                "index-entry-mismatch",
+                f"index file {meta.file.name} entry {number} for the record at {record.offset} has time difference {diff} s, the "
+                f"record's store time gives {expected} s: time-bounded key queries may miss it", file=meta.name, offset=record.offset,
+                expected=expected, found=diff, details={"entry": number, "field": "time_diff"}))
 
     def _stray(self, entry) -> None:
         meta, number, h, phy, diff, prev = entry
@@ -397,17 +373,10 @@ class IndexCheck(FindingSink):
             return
         first, last, records, keys = self.missing
         self.missing = None
-        self.emit(
-            warning(
-                "index-keys-missing",
-                f"{keys} keys of {records} records in [{first}, {last}] are in no index file: queryMessage by key or UNIQ_KEY "
-                "will not find them (rebuild-index restores them)",
-                offset=first,
-                expected=f"{keys} index entries",
-                found="none",
-                details={"first_offset": first, "last_offset": last, "records": records, "keys": keys},
-            )
-        )
+        self.emit(warning("index-keys-missing",
+                          f"{keys} keys of {records} records in [{first}, {last}] are in no index file: queryMessage by key or UNIQ_KEY "
+                          "will not find them (rebuild-index restores them)", offset=first, expected=f"{keys} index entries", found="none",
+                          details={"first_offset": first, "last_offset": last, "records": records, "keys": keys}))
 
     def finish(self) -> None:
         while self.head is not None:  # drained for the structural checks; entries outside the range not judged
@@ -425,14 +394,10 @@ class IndexCheck(FindingSink):
             self.emit(make(kind, f"index file {meta.file.name}: {count} entries ({first}..{last}) {what}", file=meta.name, offset=phy,
                            expected=expected, found=found, details={"first_entry": first, "last_entry": last, "entries": count}))
         if self.duplicates:
-            self.emit(
-                info(
-                    "index-entry-mismatch",
-                    f"{self.duplicates} keys are indexed twice for the same record: the broker re-indexes the record that ends an index "
-                    "file when it rolls over (known quirk; queries may return the offset twice)",
-                    details={"duplicates": self.duplicates},
-                )
-            )
+            self.emit(info(
+                "index-entry-mismatch",
+                f"{self.duplicates} keys are indexed twice for the same record: the broker re-indexes the record that ends an index "
+                "file when it rolls over (known quirk; queries may return the offset twice)", details={"duplicates": self.duplicates}))
 
     # ---- per-file structure (called when a file's entries are exhausted) ----
 
@@ -442,45 +407,26 @@ class IndexCheck(FindingSink):
         if header.index_count > f.geometry.index_num or header.index_count < 0:
             self.emit(error("index-header", f"index file {f.name}: indexCount {header.index_count} exceeds maxIndexNum {f.geometry.index_num}", file=name, expected=f"<= {f.geometry.index_num}", found=header.index_count))
         if bad or negative:
-            self.emit(
-                error(
-                    "index-chain",
-                    f"index file {f.name}: {bad} entries do not link to the previous entry of their hash slot (first: entry {first_bad}) "
-                    f"and {negative} have a negative hash: key queries walking these chains stop early or return wrong offsets",
-                    file=name,
-                    expected=0,
-                    found=bad + negative,
-                    details={"first_entry": first_bad, "bad_prev": bad, "negative_hash": negative},
-                )
-            )
+            self.emit(error(
+                "index-chain",
+                f"index file {f.name}: {bad} entries do not link to the previous entry of their hash slot (first: entry {first_bad}) "
+                f"and {negative} have a negative hash: key queries walking these chains stop early or return wrong offsets", file=name,
+                expected=0, found=bad + negative, details={"first_entry": first_bad, "bad_prev": bad, "negative_hash": negative}))
         if len(table) == len(last_seen):
             wrong = np.flatnonzero(table != last_seen)
             if len(wrong):
                 slot = int(wrong[0])
-                self.emit(
-                    error(
-                        "index-chain",
-                        f"index file {f.name}: {len(wrong)} hash slots do not hold the newest entry of their chain (first: slot {slot} holds "
-                        f"{int(table[slot])}, the entries say {int(last_seen[slot])}): key queries start from the wrong entry",
-                        file=name,
-                        expected=int(last_seen[slot]),
-                        found=int(table[slot]),
-                        details={"slots": len(wrong), "first_slot": slot},
-                    )
-                )
+                self.emit(error(
+                    "index-chain",
+                    f"index file {f.name}: {len(wrong)} hash slots do not hold the newest entry of their chain (first: slot {slot} holds "
+                    f"{int(table[slot])}, the entries say {int(last_seen[slot])}): key queries start from the wrong entry", file=name,
+                    expected=int(last_seen[slot]), found=int(table[slot]), details={"slots": len(wrong), "first_slot": slot}))
         if self.version is not None and meta.count:
             expected_slots = heads if self.store.rules.index_counts_used_slots else meta.count
             if header.hash_slot_count != expected_slots:
-                self.emit(
-                    info(
-                        "index-header",
-                        f"index file {f.name}: header hashSlotCount is {header.hash_slot_count}, the entries give {expected_slots} "
-                        "(informational only for the broker)",
-                        file=name,
-                        expected=expected_slots,
-                        found=header.hash_slot_count,
-                    )
-                )
+                self.emit(info("index-header",
+                               f"index file {f.name}: header hashSlotCount is {header.hash_slot_count}, the entries give {expected_slots} "
+                               "(informational only for the broker)", file=name, expected=expected_slots, found=header.hash_slot_count))
         if meta.count:
             self._header_against_entries(meta)
 
@@ -498,28 +444,15 @@ class IndexCheck(FindingSink):
                 checks.append((label, ts, header.begin_timestamp if label == "beginTimestamp" else header.end_timestamp))
         for label, expected, found in checks:
             if expected != found:
-                self.emit(
-                    warning(
-                        "index-header",
-                        f"index file {f.name}: header {label} is {found}, its entries say {expected} (time-bounded queries and the "
-                        "broker's index clean-up use these values)",
-                        file=meta.name,
-                        expected=expected,
-                        found=found,
-                        details={"field": label},
-                    )
-                )
+                self.emit(warning(
+                    "index-header",
+                    f"index file {f.name}: header {label} is {found}, its entries say {expected} (time-bounded queries and the "
+                    "broker's index clean-up use these values)", file=meta.name, expected=expected, found=found, details={"field": label}))
         nxt = meta.count + 1
         if nxt < f.geometry.index_num and ixfmt.entry_position(f.geometry.hash_slot_num, nxt) + ixfmt.ENTRY_SIZE <= f.size:
             if any(f.entry(nxt)[1:]):
-                self.emit(
-                    warning(
-                        "index-header",
-                        f"index file {f.name}: entry {nxt} after indexCount holds data: the header was not written back after the last "
-                        "puts, so the broker does not see those entries",
-                        file=meta.name,
-                        expected=0,
-                        found=nxt,
-                        details={"field": "indexCount"},
-                    )
-                )
+                self.emit(warning(
+                    "index-header",
+                    f"index file {f.name}: entry {nxt} after indexCount holds data: the header was not written back after the last "
+                    "puts, so the broker does not see those entries", file=meta.name, expected=0, found=nxt,
+                    details={"field": "indexCount"}))

@@ -66,17 +66,11 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
         yield warning(
             "checkpoint-missing",
             "no checkpoint file: the broker starts with every timestamp at 0, so an abnormal recovery would rescan from the first segment",
-            file="checkpoint",
-        )
+            file="checkpoint")
         return
     if store.checkpoint_size_problem is not None:
-        yield warning(
-            "checkpoint-size",
-            store.checkpoint_size_problem,
-            file="checkpoint",
-            expected=cpfmt.CHECKPOINT_FILE_SIZE,
-            found=path.stat().st_size,
-        )
+        yield warning("checkpoint-size", store.checkpoint_size_problem, file="checkpoint", expected=cpfmt.CHECKPOINT_FILE_SIZE,
+                      found=path.stat().st_size)
     cp = _checkpoint(store)
     if last_timestamp is None:
         return
@@ -93,12 +87,8 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
             yield warning(
                 "checkpoint-ahead",
                 f"the checkpoint's {name} {value} is later than the last valid message (stored at {last_timestamp}): messages the "
-                "broker had flushed are no longer in the commit log (lost writes, or a log cut short)",
-                file="checkpoint",
-                expected=f"<= {last_timestamp}",
-                found=value,
-                details={"field": name},
-            )
+                "broker had flushed are no longer in the commit log (lost writes, or a log cut short)", file="checkpoint",
+                expected=f"<= {last_timestamp}", found=value, details={"field": name})
 
 
 def abort_findings(store: Store) -> Iterator[Finding]:
@@ -110,10 +100,8 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     yield warning(
         "abort-present",
         f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next start runs "
-        f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it",
-        file="abort",
-        details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)},
-    )
+        f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it", file="abort",
+        details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
@@ -131,12 +119,7 @@ def config_findings(store: Store) -> Iterator[Finding]:
         backup_ok = backup.is_file() and _config_problem(name, backup) is None
         make = warning if backup_ok else error
         fallback = f"the broker loads {backup.name} instead" if backup_ok else f"its {backup.name} is missing or unreadable too, so the broker starts with an empty table"
-        yield make(
-            "config-unreadable",
-            f"config/{name}: {problem}; {fallback}",
-            file=relative(store, path),
-            found=problem,
-        )
+        yield make("config-unreadable", f"config/{name}: {problem}; {fallback}", file=relative(store, path), found=problem)
     yield from _consumer_offsets(store)
 
 
