@@ -297,8 +297,7 @@ class CommitLogCheck:
         for pos, size, stored, computed in run.crc:
             cut = self.unread_before is not None and report.base + pos >= self.unread_before()
             read = "" if self.unread_before is None else (
-                f" (its next start scans from {self.unread_before()}, so it does)" if cut
-                else f" (its next start scans from {self.unread_before()}, so it does not)")
+                f" (its next start scans from {self.unread_before()}, so it does{'' if cut else ' not'})")
             yield error("crc-mismatch",
                         f"body CRC of the message at {report.base + pos} is {computed}, the record says {stored}: the broker logs "
                         f"\"CRC check failed\" and its recovery (checkCRCOnRecover) cuts the log here if it re-reads this segment{read}; "
@@ -328,20 +327,15 @@ class CommitLogCheck:
         if report.after_blank is not None:
             first, last = report.after_blank
             legacy = bool(self.store.eras_where("stale_blank_fill"))
-            stale = (
-                f"; {report.stale_after_blank} of them still parse as records at their own offsets (from {report.base + report.stale_after_blank_at})"
-                if report.stale_after_blank
-                else ""
-            )
+            stale = (f"; {report.stale_after_blank} of them still parse as records at their own offsets "
+                     f"(from {report.base + report.stale_after_blank_at})" if report.stale_after_blank else "")
             yield info(
                 "stale-after-blank",
                 f"{last - report.blank - clfmt.END_FILE_MIN_BLANK_LENGTH} bytes after the end-of-file blank at {blank_offset} are not zero{stale}: "
                 "the broker jumps to the next segment at a blank and never reads them"
                 + ("; brokers before 4.9.1 fill the blank with leftovers of earlier messages" if legacy else ""),
-                file=file,
-                offset=report.base + first,
-                details={"blank_offset": blank_offset, "stale_bytes_end": report.base + last, "stale_records": report.stale_after_blank},
-            )
+                file=file, offset=report.base + first,
+                details={"blank_offset": blank_offset, "stale_bytes_end": report.base + last, "stale_records": report.stale_after_blank})
 
     # ---- after the logical end ----
 
@@ -418,17 +412,11 @@ class CommitLogCheck:
             effect = (f"the broker's recovery starts scanning at {self._broker_start} and never reads it, so the broker keeps the log and "
                       "serves the records around it; a consumer reading this range gets no message" if unread else
                       f"the broker's recovery logs \"{line}\" and truncates the log at {start}, discarding everything after it")
-            findings.append(
-                error(
-                    "damaged-range",
-                    f"no valid record at {start} ({found}) but valid records resume at {resume}: {effect}; {counted}",
-                    file=relative(self.store, self._path_of(start)),
-                    offset=start,
-                    expected="a valid record or the end of data",
-                    found=found,
-                    details={"range_end": resume, "range_bytes": resume - start, "valid_records_after": after_count, "read_by_broker_recovery": not unread},
-                )
-            )
+            findings.append(error(
+                "damaged-range", f"no valid record at {start} ({found}) but valid records resume at {resume}: {effect}; {counted}",
+                file=relative(self.store, self._path_of(start)), offset=start, expected="a valid record or the end of data", found=found,
+                details={"range_end": resume, "range_bytes": resume - start, "valid_records_after": after_count,
+                         "read_by_broker_recovery": not unread}))
         if stale:
             report, first = stale[0]
             count = sum(run.records for _, run in stale)

@@ -579,12 +579,8 @@ class ConsumeQueueCheck(FindingSink):
             f"the record at {record.offset} of {cursor.label} has no consume queue entry and its QUEUEOFFSET field says "
             f"{record.queue_offset}{_wrapped_note(record.queue_offset)}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
             "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
-            file=self._file_of(cursor, cursor.last_pos + 1),
-            offset=record.offset,
-            expected=cursor.last_pos + 1,
-            found=record.queue_offset,
-            details=cursor.details(queue_offset=record.queue_offset, record_damaged=True),
-        )
+            file=self._file_of(cursor, cursor.last_pos + 1), offset=record.offset, expected=cursor.last_pos + 1, found=record.queue_offset,
+            details=cursor.details(queue_offset=record.queue_offset, record_damaged=True))
 
     def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
         """An entry in the queue's order, or where a wrapped position put it (``_compare``), at another
@@ -650,43 +646,31 @@ class ConsumeQueueCheck(FindingSink):
                             "undecodable bytes for it", expected="the start of a record", found="no record", details=details, **common))
 
     def _close_missing(self, cursor: QueueCursor) -> None:
+        """The queue's run of records without entries ends: reported. Records whose TOPIC no consume queue directory can be
+        named after (``has_queue_directory``): the broker's dispatch fails for them and no rebuild writes their entries: lost
+        data (``record_damaged``)."""
         run = self.missing.pop((cursor.topic, cursor.queue_id), None)
         if run is None:
             return
         if not has_queue_directory(cursor.topic):
-            self.emit(self._unnamed_queue(cursor, run))
+            self.emit(error(
+                "cq-entry-missing",
+                f"{run.count} records (commit log {run.first_offset}..{run.last_offset}) have a TOPIC with NUL bytes ({cursor.label!r}): "
+                "the field is damaged, and no file can be named after it, so the broker's dispatch fails for them (\"[BUG]consume "
+                "queue can not write\") and no rebuild gives them an entry", offset=run.first_offset, expected=f"{run.count} entries",
+                found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True)))
             return
         rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
-        make = warning if rebuilt else error
-        consequence = (
-            f"the broker will rebuild them on its next start ({self.redispatch_why})"
-            if rebuilt
-            else f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages"
-        )
+        consequence = (f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
+                       f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
         where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
-        self.emit(
-            make(
-                "cq-entry-missing",
-                f"{run.count} records of {cursor.label} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
-                f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
-                file=self._file_of(cursor, run.first_queue_offset),
-                offset=run.first_offset,
-                expected=f"{run.count} entries",
-                found="none",
-                details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset, last_offset=run.last_offset,
-                                       records=run.count, rebuilt_by_broker=rebuilt),
-            )
-        )
-
-    def _unnamed_queue(self, cursor: QueueCursor, run: MissingRun) -> Finding:
-        """Records whose TOPIC no consume queue directory can be named after (``has_queue_directory``): the broker's
-        dispatch fails for them and no rebuild writes their entries: lost data (``record_damaged``)."""
-        return error(
+        self.emit((warning if rebuilt else error)(
             "cq-entry-missing",
-            f"{run.count} records (commit log {run.first_offset}..{run.last_offset}) have a TOPIC with NUL bytes ({cursor.label!r}): "
-            "the field is damaged, and no file can be named after it, so the broker's dispatch fails for them (\"[BUG]consume "
-            "queue can not write\") and no rebuild gives them an entry", offset=run.first_offset, expected=f"{run.count} entries",
-            found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True))
+            f"{run.count} records of {cursor.label} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
+            f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
+            file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
+            details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
+                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
 
     def finish(self) -> None:
         for cursor in self.cursors.values():
@@ -703,16 +687,11 @@ class ConsumeQueueCheck(FindingSink):
                 cursor.skip(1)
             if beyond:
                 first, last = beyond[0], beyond[-1]
-                self.emit(
-                    warning(
-                        "cq-entry-beyond-end",
-                        f"consume queue {cursor.label}: {len(beyond)} entries (queue offsets {first.queue_offset}..{last.queue_offset}) point "
-                        f"at or past the commit log's logical end {self.logical_end}: the broker's recovery removes them "
-                        "(truncateDirtyLogicFiles); until then the queue's max offset counts them",
-                        file=self._file_of(cursor, first.queue_offset),
-                        offset=first.phys,
-                        expected=f"< {self.logical_end}",
-                        found=first.phys,
-                        details=cursor.details(first_queue_offset=first.queue_offset, last_queue_offset=last.queue_offset, entries=len(beyond)),
-                    )
-                )
+                self.emit(warning(
+                    "cq-entry-beyond-end",
+                    f"consume queue {cursor.label}: {len(beyond)} entries (queue offsets {first.queue_offset}..{last.queue_offset}) point "
+                    f"at or past the commit log's logical end {self.logical_end}: the broker's recovery removes them "
+                    "(truncateDirtyLogicFiles); until then the queue's max offset counts them",
+                    file=self._file_of(cursor, first.queue_offset), offset=first.phys, expected=f"< {self.logical_end}", found=first.phys,
+                    details=cursor.details(first_queue_offset=first.queue_offset, last_queue_offset=last.queue_offset,
+                                           entries=len(beyond))))

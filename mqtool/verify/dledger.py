@@ -153,10 +153,7 @@ class DLedgerLogCheck:
             "dledger-record",
             f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "
             "(no dispatch reads it, a consumer reading it gets no message)",
-            file=self._file(end.offset),
-            offset=end.offset,
-            details={"reason": end.reason, "range_end": resume},
-        )
+            file=self._file(end.offset), offset=end.offset, details={"reason": end.reason, "range_end": resume})
 
     def _end(self, end) -> Iterator[Finding]:
         cl = self.commitlog
@@ -178,10 +175,7 @@ class DLedgerLogCheck:
             "dledger-entry",
             f"{end.detail}: DLedger's recovery (DLedgerMmapFileStore.recover) stops here and truncates the data and the index, "
             f"discarding {after} well-formed entr{'y' if after == 1 else 'ies'} after it" + (" (if this is more than one file before the last, the broker exits: \"check it manually\")" if index < len(cl.segments) - 2 else ""),
-            file=relative(self.store, seg.path),
-            offset=end.offset,
-            details={"reason": end.reason, "entries_after": after},
-        )
+            file=relative(self.store, seg.path), offset=end.offset, details={"reason": end.reason, "entries_after": after})
 
     def _index(self, units: IndexUnits, first_mismatch, missing: int, last_index: int) -> Iterator[Finding]:
         home = relative(self.store, self.commitlog.layout.index_dir)
@@ -205,8 +199,7 @@ class DLedgerLogCheck:
                 "dledger-checkpoint",
                 f"entries {committed + 1}..{last_index} are written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
                 "see `mqtool recover --dry-run` for what the broker's recovery does with them",
-                file=path, expected=last_index, found=committed,
-            )
+                file=path, expected=last_index, found=committed)
         if end_index is not None and end_index > last_index:
             yield warning("dledger-checkpoint", f"DLedger's checkpoint endIndex {end_index} is past the last entry {last_index}", file=path, expected=last_index, found=end_index)
 
