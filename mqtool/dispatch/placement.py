@@ -16,17 +16,7 @@ from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
-    BUFFER_FULL,
-    H_END_PHY,
-    H_INDEX_COUNT,
-    H_PUT,
-    ROLL_NEEDED,
-    S_FILL_FROM,
-    S_FILL_TO,
-    S_MAX_PHYS,
-    S_WRITE,
-    index_records,
-    place_units,
+    BUFFER_FULL, H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units,
 )
 
 
@@ -123,9 +113,8 @@ class IndexPlacement:
             if self.hdr is None:
                 self._roll(int(store_ts[rec]))
             first = int(self.hdr[H_INDEX_COUNT])
-            rec, key, status, added = index_records(
-                self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count, keys, rec, key, self.counts_used_slots, self._ent_words, self.dry
-            )
+            rec, key, status, added = index_records(self._slots, self.index_num, self.hdr, phys, store_ts, indexable, key_start, key_count,
+                                                    keys, rec, key, self.counts_used_slots, self._ent_words, self.dry)
             if added:
                 self._append(first, added)
             if status == ROLL_NEEDED:

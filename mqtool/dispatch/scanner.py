@@ -285,11 +285,8 @@ class DispatchScanner:
         """Whether segments may be dispatched ahead (``_produce_ahead``): plain segments (not
         DLedger entries) of at least ``AHEAD_MIN_SEGMENT`` bytes, from before the range's last segment; the recovery to the end of the
         log, or the reput (``doReput``) of whole segments, as before the recovery's start segment."""
-        if not self.ahead or self.discipline == "recovery" and self.stop is not None:
-            return False
-        if self.commitlog.file_size < AHEAD_MIN_SEGMENT:
-            return False
-        if getattr(self.commitlog, "entry_walker", None) is not None:
+        if (not self.ahead or self.discipline == "recovery" and self.stop is not None or self.commitlog.file_size < AHEAD_MIN_SEGMENT
+                or getattr(self.commitlog, "entry_walker", None) is not None):
             return False
         index, last = self.commitlog.segment_index(self.start), self._last_segment()
         return index is not None and last is not None and index < last
@@ -396,9 +393,8 @@ class DispatchScanner:
         rows = seg.rows
         lo = acc.n
         acc.reserve_keys(4 * rows.shape[0] + 64)
-        acc.keys, acc.key_fill = fd.dispatch_all(
-            seg.array, rows, self.options.legacy_properties, delay_ms, self.options.index_enable, acc.out, lo, acc.keys, acc.key_fill
-        )
+        acc.keys, acc.key_fill = fd.dispatch_all(seg.array, rows, self.options.legacy_properties, delay_ms, self.options.index_enable,
+                                                 acc.out, lo, acc.keys, acc.key_fill)
         hi = lo + rows.shape[0]
         bad = None
         fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)

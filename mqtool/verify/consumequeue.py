@@ -425,8 +425,7 @@ class ConsumeQueueCheck(FindingSink):
                 f"recovery sets the queue's maxPhysicOffset to {recovered.max_phys_offset}, and its dispatch skips every new message of the queue "
                 "until the commit log passes that offset (putMessagePositionInfo: \"Maybe try to build consume queue repeatedly\")",
                 file=relative(self.store, queue.directory), expected="a last unit that is an entry", found="a filler",
-                details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1},
-            ))
+                details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1}))
 
     @property
     def queues(self) -> int:

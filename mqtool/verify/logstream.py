@@ -96,9 +96,8 @@ def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -
     store_ts = np.where(sys_flags & fs.BORN_V6, ts6, ts4)
     out: list[LogRecord] = []
     columns = rows[:, [fs.COL_POS, fs.COL_SIZE, fs.COL_TOPIC, fs.COL_PROPS]].tolist()
-    for (pos, size, topic_at, props_at), queue_id, queue_offset, sys_flag, ts in zip(
-        columns, queue_ids.tolist(), queue_offsets.tolist(), sys_flags.tolist(), store_ts.tolist()
-    ):
+    for (pos, size, topic_at, props_at), queue_id, queue_offset, sys_flag, ts in zip(columns, queue_ids.tolist(), queue_offsets.tolist(),
+                                                                                     sys_flags.tolist(), store_ts.tolist()):
         raw_topic = array[topic_at : props_at - clfmt.PROPERTIES_LENGTH.size].tobytes()
         topic = topics.get(raw_topic)
         if topic is None:

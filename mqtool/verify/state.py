@@ -78,10 +78,7 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
         yield warning(
             "checkpoint-empty",
             "the checkpoint holds no timestamps although the commit log has messages: an abnormal recovery would rescan from the first segment",
-            file="checkpoint",
-            expected="the store time of flushed messages",
-            found=0,
-        )
+            file="checkpoint", expected="the store time of flushed messages", found=0)
     for name, value in (("physicMsgTimestamp", cp.physic_msg_timestamp), ("logicsMsgTimestamp", cp.logics_msg_timestamp)):
         if value > last_timestamp:
             yield warning(

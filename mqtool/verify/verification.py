@@ -32,9 +32,7 @@ class Verification:
         self.progress = progress
         self.summary = Summary(
             store=str(store.root) if store.root is not None else str(store.commitlog.segments[0].path.parent) if store.commitlog.segments else None,
-            version=str(store.version_guess),
-            checks=tuple(c for c in CHECKS if c in options.checks),
-        )
+            version=str(store.version_guess), checks=tuple(c for c in CHECKS if c in options.checks))
         self.commitlog: CommitLogResult | None = None
         self.last_timestamp: int | None = None  # store time of the last valid record, as the checkpoint check took it
         self.summary.notes.extend(unchecked_parts(store.root))
