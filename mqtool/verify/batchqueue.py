@@ -9,6 +9,7 @@ them by commit log offset and reported with the consume queue's kinds (``details
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Iterator
 
 from ..formats.dispatch import batch_unit_span
@@ -103,21 +104,14 @@ def _units_after_stop(queue: BatchConsumeQueue, rel: str) -> Iterator[Finding]:
 
 
 def _missing(queue: BatchConsumeQueue, want: dict[int, tuple], have: set[int]) -> Iterator[Finding]:
+    """Each run of the wanted records (by offset) that have no unit."""
     rel = f"batchconsumequeue/{queue.topic}/{queue.queue_id}"
-    run: list[int] = []
-    for offset in sorted(want):
-        if offset in have:
-            yield from _missing_run(queue, rel, run, want)
-            run = []
-        else:
-            run.append(offset)
-    yield from _missing_run(queue, rel, run, want)
-
-
-def _missing_run(queue: BatchConsumeQueue, rel: str, run: list[int], want: dict[int, tuple]) -> Iterator[Finding]:
-    if not run:
-        return
-    first, last = want[run[0]][3], want[run[-1]][3]
-    details = {"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "count": len(run), "first_queue_offset": first, "last_queue_offset": last, "last_offset": run[-1]}
-    yield error("cq-entry-missing", f"{queue.topic}/{queue.queue_id}: {len(run)} record(s) from offset {run[0]} to {run[-1]} have no batch consume queue unit "
-                "(consumers of this queue never see them)", file=rel, offset=run[0], details=details)
+    for lacking, run in groupby(sorted(want), key=lambda offset: offset not in have):
+        if not lacking:
+            continue
+        run = list(run)
+        first, last = want[run[0]][3], want[run[-1]][3]
+        details = {"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "count": len(run), "first_queue_offset": first,
+                   "last_queue_offset": last, "last_offset": run[-1]}
+        yield error("cq-entry-missing", f"{queue.topic}/{queue.queue_id}: {len(run)} record(s) from offset {run[0]} to {run[-1]} have no "
+                    "batch consume queue unit (consumers of this queue never see them)", file=rel, offset=run[0], details=details)

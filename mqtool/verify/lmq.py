@@ -7,6 +7,7 @@ with them, with the consume queue's kinds."""
 
 from __future__ import annotations
 
+from itertools import groupby
 from typing import Callable, Iterator
 
 from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
@@ -85,12 +86,6 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
 
 def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
     """Consecutive runs ``(first, last)`` of sorted integers."""
-    if not values:
-        return
-    first = last = values[0]
-    for v in values[1:]:
-        if v != last + 1:
-            yield first, last
-            first = v
-        last = v
-    yield first, last
+    for _, run in groupby(enumerate(values), key=lambda iv: iv[1] - iv[0]):
+        run = list(run)
+        yield run[0][1], run[-1][1]
