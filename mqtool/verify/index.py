@@ -310,24 +310,19 @@ class IndexCheck(FindingSink):
         while self.head is not None and self.head[3] == record.offset:
             found.append(self.head)
             self._cursor.skip(1)
-        if not self.enabled:
-            return
-        if not expected and not found:
+        if not self.enabled or not expected and not found:
             return
         if len(found) == len(expected) and sorted(e[2] for e in found) == sorted(expected):
             self._check_times(record, found)
             self._close_missing()
             return
-        counts = Counter(entry[2] for entry in found)
-        want = Counter(expected)
-        extra = [e for e in found if e[2] not in want]
-        for entry in extra:
-            meta, number = entry[0], entry[1]
+        counts, want = Counter(entry[2] for entry in found), Counter(expected)
+        for meta, number, h, *_ in (e for e in found if e[2] not in want):
             self.emit(error(
                 "index-entry-mismatch",
                 f"index file {meta.file.name} entry {number} points to the record at {record.offset} ({record.topic}) but its hash "
-                f"{entry[2]} matches none of the record's keys: key queries return the wrong message", file=meta.name, offset=record.offset,
-                expected=sorted(want), found=entry[2], details={"entry": number}))
+                f"{h} matches none of the record's keys: key queries return the wrong message", file=meta.name, offset=record.offset,
+                expected=sorted(want), found=h, details={"entry": number}))
         self._check_times(record, [e for e in found if e[2] in want])
         lacking = sum(max(want[h] - counts[h], 0) for h in want)
         self.duplicates += sum(max(counts[h] - want[h], 0) for h in want)
