@@ -29,10 +29,7 @@ class TopicNumbers:
     def __init__(self, topics: TopicTable):
         self.topics = topics
         self.table = np.full(TABLE_SLOTS, -1, dtype=np.int64)
-        self.fps = np.empty(8, dtype=np.int64)
-        self.starts = np.empty(8, dtype=np.int64)
-        self.lens = np.empty(8, dtype=np.int64)
-        self.ids = np.empty(8, dtype=np.int64)
+        self.fps, self.starts, self.lens, self.ids = (np.empty(8, dtype=np.int64) for _ in range(4))  # per raw topic, grown by ``_learn``
         self.pool = np.zeros(256, dtype=np.uint8)
         self.count = self.pool_fill = 0
         self._publish()

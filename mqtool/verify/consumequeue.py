@@ -14,10 +14,9 @@ anything else returns False before any state changed and is reported record by r
 from __future__ import annotations
 
 import os
-from collections import deque
+from collections import deque, namedtuple
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -67,27 +66,12 @@ def _unit_end(last_nonzero: int) -> int:
     return (last_nonzero // cqfmt.ENTRY_SIZE + 1) * cqfmt.ENTRY_SIZE
 
 
-class QueueGap(NamedTuple):
-    """A queue file that does not follow the one before it: the units of bytes
-    ``[expected, base)`` of the queue are gone."""
-
-    path: Path
-    expected: int
-    base: int
-
-
-class QueueUnits(NamedTuple):
-    """Whole units read from ``path``, the first at queue offset ``first``."""
-
-    path: Path
-    first: int
-    data: bytes
-
-
-class QueueFileEnd(NamedTuple):
-    """A file's units end at queue offset ``offset``, before the file does (zeros after)."""
-
-    offset: int
+# what ``queue_reads`` yields: a file that does not follow the one before it (the units of bytes ``[expected, base)``
+# of the queue are gone); whole units read from ``path``, the first at queue offset ``first``; a file's units ending at
+# queue offset ``offset``, before the file does (zeros after)
+QueueGap = namedtuple("QueueGap", "path expected base")
+QueueUnits = namedtuple("QueueUnits", "path first data")
+QueueFileEnd = namedtuple("QueueFileEnd", "offset")
 
 
 def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | QueueUnits | QueueFileEnd]:
