@@ -412,10 +412,6 @@ class ConsumeQueueCheck(FindingSink):
                 details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_offset": recovered.max_offset - 1}))
 
     @property
-    def queues(self) -> int:
-        return len(self.cursors)
-
-    @property
     def entries(self) -> int:
         return sum(c.entries for c in self.cursors.values())
 

@@ -97,7 +97,7 @@ class CrossChecks:
             check.finish()
             yield from check.take()
             if isinstance(check, ConsumeQueueCheck):
-                outcome.consume_queues, outcome.consume_queue_entries = check.queues, check.entries
+                outcome.consume_queues, outcome.consume_queue_entries = len(check.cursors), check.entries
                 if check.ext_addresses:
                     outcome.notes.append(f"{check.ext_addresses} consume queue tags codes are ConsumeQueueExt addresses (not compared)")
             else:
