@@ -97,18 +97,9 @@ class DispatchBatch:
     def column(self, col: int) -> np.ndarray:
         return self.fields[:, col]
 
-    @property
-    def offsets(self) -> np.ndarray:
-        """Where each record was found (commit log offset)."""
-        return self.column(fd.F_POS)
-
-    @property
-    def phys(self) -> np.ndarray:
-        return self.column(fd.F_PHYS)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self.column(fd.F_SIZE)
+    offsets = property(lambda self: self.column(fd.F_POS))  # where each record was found (commit log offset)
+    phys = property(lambda self: self.column(fd.F_PHYS))  # its PHYSICALOFFSET field
+    sizes = property(lambda self: self.column(fd.F_SIZE))
 
     @cached_property
     def to_consume_queue(self) -> np.ndarray:
