@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections import deque, namedtuple
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -38,6 +39,7 @@ from .logstream import LogRecord
 if TYPE_CHECKING:
     from .columns import RecordColumns
 
+_dispatched = lru_cache(256)(dispatches_to_consume_queue)  # by SYSFLAG, for the records reported one by one
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
 PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIMESTAMP (observed 1-3 ms; SystemClock lag and lock waits)
@@ -378,7 +380,6 @@ class ConsumeQueueCheck(FindingSink):
             self.cursors[(queue.topic, queue.queue_id)] = cursor
         self.missing: dict[tuple[str, int], MissingRun] = {}
         self._tags_memo: dict[str | None, int] = {}
-        self._dispatched: dict[int, bool] = {}
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
 
@@ -476,10 +477,7 @@ class ConsumeQueueCheck(FindingSink):
             self.on_record(record)
 
     def on_record(self, record: LogRecord) -> None:
-        dispatched = self._dispatched.get(record.sys_flag)
-        if dispatched is None:
-            dispatched = self._dispatched[record.sys_flag] = dispatches_to_consume_queue(record.sys_flag)
-        if not dispatched or record.topic in self.batch_topics:
+        if not _dispatched(record.sys_flag) or record.topic in self.batch_topics:
             return
         key = (record.topic, record.queue_id)
         cursor = self.cursors.get(key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter, deque
+from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -34,6 +35,7 @@ from .logstream import LogRecord
 if TYPE_CHECKING:
     from .columns import RecordColumns
 
+_indexed = lru_cache(256)(is_indexed)  # by SYSFLAG and rule, for the records reported one by one
 CHUNK_ENTRIES = 1 << 16
 MAX_LOOKAHEAD = 1 << 18  # entries peeked for one batch (about 8 MB) before it is reported record by record
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -224,7 +226,6 @@ class IndexCheck(FindingSink):
         self.dangling: dict[str, list] = {}
         self.beyond: dict[str, list] = {}
         self._prefixes: dict[str, int] = {}
-        self._indexed: dict[int, bool] = {}
         self.duplicates = 0
 
     @property
@@ -240,10 +241,7 @@ class IndexCheck(FindingSink):
 
     def keys_of(self, record: LogRecord) -> list[str]:
         """Keys ``buildIndex`` puts for a record, in put order: UNIQ_KEY, then KEYS (§6.5)."""
-        indexed = self._indexed.get(record.sys_flag)
-        if indexed is None:
-            indexed = self._indexed[record.sys_flag] = is_indexed(record.sys_flag, self.index_rule)
-        if not indexed:
+        if not _indexed(record.sys_flag, self.index_rule):
             return []
         props = record.properties
         return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), self.index_rule)
