@@ -81,9 +81,7 @@ IndexUnit = namedtuple("IndexUnit", ("number", *INDEX_UNIT_LAYOUT.names))
 
 def decode_entry_header(buf, pos: int = 0, base_offset: int = 0) -> EntryHeader:
     """The 48 header bytes at ``buf[pos:]`` (a blank is only 8 bytes: the rest reads as zero)."""
-    raw = bytes(buf[pos : pos + ENTRY_HEADER_SIZE])
-    if len(raw) < ENTRY_HEADER_SIZE:
-        raw = raw.ljust(ENTRY_HEADER_SIZE, b"\0")
+    raw = bytes(buf[pos : pos + ENTRY_HEADER_SIZE]).ljust(ENTRY_HEADER_SIZE, b"\0")
     return EntryHeader(base_offset + pos, *ENTRY_HEADER.unpack(raw))
 
 
