@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
 from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
@@ -410,19 +411,11 @@ def run_stats(scan: Scan, out: Output) -> dict:
 
 BROKER_COLUMNS = (
     ("broker", "string"),
-    ("segments", "int"),
-    ("splits", "int"),
-    ("rejected_splits", "int"),
-    ("min_offset", "bigint"),
-    ("max_offset", "bigint"),
-    ("messages", "bigint"),
-    ("bytes", "bigint"),
-    ("crc_failures", "bigint"),
-    ("first_store_timestamp", "bigint"),
-    ("last_store_timestamp", "bigint"),
+    *((name, "int") for name in ("segments", "splits", "rejected_splits")),
+    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp")),
 )
 # printed: the topic last (a long one runs past the edge), the optional columns least important first
-BROKER_PRINT = ["broker", "segments", "splits", "rejected_splits", "min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp"]
+BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]
 BROKER_PRINT_OPTIONAL = ["first_store_timestamp", "last_store_timestamp", "segments"]
 QUEUE_PRINT = ["broker", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time", "topic"]
 QUEUE_PRINT_OPTIONAL = ["first_store_time", "last_store_time", "crc_failures", "bytes"]
@@ -470,17 +463,7 @@ def _past_blank(b: BrokerInput, end: int) -> int:
     return end
 
 
-FINDING_COLUMNS = (
-    ("broker", "string"),
-    ("kind", "string"),
-    ("severity", "string"),
-    ("file", "string"),
-    ("offset", "bigint"),
-    ("expected", "string"),
-    ("found", "string"),
-    ("message", "string"),
-    ("details", "string"),
-)
+FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for name in ("broker", *FINDING_FIELDS))
 
 
 def run_verify(scan: Scan, out: Output) -> dict:
@@ -572,12 +555,9 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
     """Every check of the arguments and the input paths, without Spark: run before the JVM
     starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
     ``BadInput``); returns the resolved inputs for ``run``."""
-    if o.mode not in MODES:
-        raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
-    if o.format not in FORMATS:
-        raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
-    if o.writer not in WRITERS:
-        raise UsageError(f"--writer {o.writer!r}: expected one of {', '.join(WRITERS)}")
+    for flag, value, allowed in (("--mode", o.mode, MODES), ("--format", o.format, FORMATS), ("--writer", o.writer, WRITERS)):
+        if value not in allowed:
+            raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
     if o.mode == "verify":
         given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
         if given:
@@ -632,10 +612,9 @@ def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> 
     """Run from parsed arguments (``prepared``: ``prepare_args``'s result, when the script checked
     them before starting the JVM); every failure is one line on stderr and a documented exit code
     (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
-    if prepared is None:
-        prepared = prepare_args(args)
-        if isinstance(prepared, int):
-            return prepared
+    prepared = prepare_args(args) if prepared is None else prepared
+    if isinstance(prepared, int):
+        return prepared
     o, inputs = prepared
     try:
         doc = run(o, inputs=inputs)
