@@ -38,6 +38,7 @@ from .reader import ScanTask, plan_tasks
 from ..scan import compute
 from ..table import Table
 from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
+from ..scan.stats import BASE_AGGREGATES
 from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")
@@ -383,11 +384,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         # per queue, and per broker and hour (printed): both small enough for the driver, one job
         both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
             F.grouping("hour").alias("per_queue"),
-            *sums,
-            F.min("first_store_timestamp").alias("first_store_timestamp"),
-            F.max("last_store_timestamp").alias("last_store_timestamp"),
-            F.min("min_queue_offset").alias("min_queue_offset"),
-            F.max("max_queue_offset").alias("max_queue_offset"),
+            *(getattr(F, op)(out).alias(out) for out, _, op in BASE_AGGREGATES),  # the splits' sums, minima and maxima combined
         ).toArrow()
     finally:
         partial.unpersist()
@@ -412,7 +409,8 @@ def run_stats(scan: Scan, out: Output) -> dict:
 BROKER_COLUMNS = (
     ("broker", "string"),
     *((name, "int") for name in ("segments", "splits", "rejected_splits")),
-    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp")),
+    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures")),
+    *((name, "bigint") for name in ("first_store_timestamp", "last_store_timestamp")),
 )
 # printed: the topic last (a long one runs past the edge), the optional columns least important first
 BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]

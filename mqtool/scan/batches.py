@@ -37,7 +37,8 @@ _MAX_INT32 = (1 << 31) - 1
 def _offsets_widths(layout, names) -> tuple[np.ndarray, np.ndarray]:
     """Where ``names`` lie in ``layout`` and their widths (a field ends where the next begins)."""
     ends = dict(zip(layout.names, [*(layout.offsets[n] for n in layout.names[1:]), layout.size]))
-    return np.array([layout.offsets[f] for f in names], dtype=np.int64), np.array([ends[f] - layout.offsets[f] for f in names], dtype=np.int64)
+    offsets = np.array([layout.offsets[f] for f in names], dtype=np.int64)
+    return offsets, np.array([ends[f] for f in names], dtype=np.int64) - offsets
 
 
 # header fields gathered in one pass: those before the born host (every layout) and after it

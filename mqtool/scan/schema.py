@@ -13,6 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..store.records import MESSAGE_FIELDS
+from .stats import BASE_AGGREGATES
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _TYPES = {
@@ -54,15 +55,7 @@ STATS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topic", "string"),
     ("queue_id", "int"),
     ("hour", "timestamp"),  # the UTC hour of store time
-    ("messages", "bigint"),
-    ("dispatched", "bigint"),  # NOT_TYPE and COMMIT records: the ones the consume queue holds
-    ("bytes", "bigint"),
-    ("body_bytes", "bigint"),
-    ("crc_failures", "bigint"),
-    ("first_store_timestamp", "bigint"),
-    ("last_store_timestamp", "bigint"),
-    ("min_queue_offset", "bigint"),  # of dispatched records
-    ("max_queue_offset", "bigint"),
+    *((out, "bigint") for out, _, _ in BASE_AGGREGATES),  # messages, dispatched, bytes, ...: as ``mqtool stats``
 )
 
 
