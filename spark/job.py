@@ -119,7 +119,7 @@ class Scan:
         self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
 
-    def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages", **options: str) -> DataFrame:
+    def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
         each = [(p, b) for b in self.inputs for p in b.paths]
@@ -130,8 +130,6 @@ class Scan:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
         if self.split_size:
             reader = reader.option("splitSize", str(self.split_size))
-        if columns is not None:
-            reader = reader.option("columns", ",".join(columns))
         if output in ("stats", "parquet"):
             o = self.o
             reader = reader.option("topics", json.dumps(o.topics))
