@@ -427,8 +427,7 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
             ends[broker] = max(ends.get(broker, 0), exit_offset)
     rows = []
     for b in scan.inputs:
-        end = ends.get(b.broker, b.segments[0].base_offset if b.segments else 0)
-        end = _past_blank(b, end)
+        end = _past_blank(b, ends.get(b.broker, b.segments[0].base_offset if b.segments else 0))
         t = totals.get(b.broker, {})
         rows.append(
             {

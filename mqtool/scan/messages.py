@@ -77,12 +77,10 @@ class MessageScan:
                 return None
             if not keep.all():
                 segment_batch = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows[keep])
-            batch = self.builder.build(segment_batch, segment_batch.base_offset)
-        else:
-            batch = self.builder.build(segment_batch, segment_batch.base_offset)
-            mask = self.match.mask(batch)
-            if mask is not None:
-                batch = compute.filter(batch, mask)
+        batch = self.builder.build(segment_batch, segment_batch.base_offset)
+        mask = None if self.deciding is not None else self.match.mask(batch)  # with ``deciding``: filtered above
+        if mask is not None:
+            batch = compute.filter(batch, mask)
         if self.columns is not None:
             batch = batch.select(list(self.columns))
         return batch if batch.num_rows else None
