@@ -93,6 +93,5 @@ def time_diff_seconds(store_timestamp: int, begin_timestamp: int) -> int:
     """``putKey``'s timeDiff: seconds since the header's begin time, clamped to [0, INT32_MAX]."""
     if begin_timestamp <= 0:
         return 0
-    diff = store_timestamp - begin_timestamp
-    diff = -((-diff) // 1000) if diff < 0 else diff // 1000  # Java long division truncates
+    diff = (store_timestamp - begin_timestamp) // 1000  # Java's division truncates: they differ only below 0, clamped to 0
     return min(max(diff, 0), INT32_MAX)
