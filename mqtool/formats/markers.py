@@ -19,7 +19,6 @@ LOCK_FILE = "lock"
 LOCK_CONTENT = b"lock"
 
 
-
 def _declare() -> dict[str, Any]:
     from construct import Const, GreedyBytes, Struct
 
