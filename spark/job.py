@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
 from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
@@ -37,6 +38,7 @@ from .reader import ScanTask, plan_tasks
 from ..scan import compute
 from ..table import Table
 from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
+from ..scan.stats import BASE_AGGREGATES
 from .source import FORMAT, RocketMQDataSource
 
 MODES = ("messages", "stats", "verify")
@@ -117,7 +119,7 @@ class Scan:
         self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
 
-    def read(self, body: str = "none", columns: Sequence[str] | None = None, output: str = "messages", **options: str) -> DataFrame:
+    def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
         each = [(p, b) for b in self.inputs for p in b.paths]
@@ -128,8 +130,6 @@ class Scan:
             reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
         if self.split_size:
             reader = reader.option("splitSize", str(self.split_size))
-        if columns is not None:
-            reader = reader.option("columns", ",".join(columns))
         if output in ("stats", "parquet"):
             o = self.o
             reader = reader.option("topics", json.dumps(o.topics))
@@ -382,11 +382,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         # per queue, and per broker and hour (printed): both small enough for the driver, one job
         both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
             F.grouping("hour").alias("per_queue"),
-            *sums,
-            F.min("first_store_timestamp").alias("first_store_timestamp"),
-            F.max("last_store_timestamp").alias("last_store_timestamp"),
-            F.min("min_queue_offset").alias("min_queue_offset"),
-            F.max("max_queue_offset").alias("max_queue_offset"),
+            *(getattr(F, op)(out).alias(out) for out, _, op in BASE_AGGREGATES),  # the splits' sums, minima and maxima combined
         ).toArrow()
     finally:
         partial.unpersist()
@@ -410,19 +406,12 @@ def run_stats(scan: Scan, out: Output) -> dict:
 
 BROKER_COLUMNS = (
     ("broker", "string"),
-    ("segments", "int"),
-    ("splits", "int"),
-    ("rejected_splits", "int"),
-    ("min_offset", "bigint"),
-    ("max_offset", "bigint"),
-    ("messages", "bigint"),
-    ("bytes", "bigint"),
-    ("crc_failures", "bigint"),
-    ("first_store_timestamp", "bigint"),
-    ("last_store_timestamp", "bigint"),
+    *((name, "int") for name in ("segments", "splits", "rejected_splits")),
+    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures")),
+    *((name, "bigint") for name in ("first_store_timestamp", "last_store_timestamp")),
 )
 # printed: the topic last (a long one runs past the edge), the optional columns least important first
-BROKER_PRINT = ["broker", "segments", "splits", "rejected_splits", "min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp"]
+BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]
 BROKER_PRINT_OPTIONAL = ["first_store_timestamp", "last_store_timestamp", "segments"]
 QUEUE_PRINT = ["broker", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time", "topic"]
 QUEUE_PRINT_OPTIONAL = ["first_store_time", "last_store_time", "crc_failures", "bytes"]
@@ -438,8 +427,7 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
             ends[broker] = max(ends.get(broker, 0), exit_offset)
     rows = []
     for b in scan.inputs:
-        end = ends.get(b.broker, b.segments[0].base_offset if b.segments else 0)
-        end = _past_blank(b, end)
+        end = _past_blank(b, ends.get(b.broker, b.segments[0].base_offset if b.segments else 0))
         t = totals.get(b.broker, {})
         rows.append(
             {
@@ -470,17 +458,7 @@ def _past_blank(b: BrokerInput, end: int) -> int:
     return end
 
 
-FINDING_COLUMNS = (
-    ("broker", "string"),
-    ("kind", "string"),
-    ("severity", "string"),
-    ("file", "string"),
-    ("offset", "bigint"),
-    ("expected", "string"),
-    ("found", "string"),
-    ("message", "string"),
-    ("details", "string"),
-)
+FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for name in ("broker", *FINDING_FIELDS))
 
 
 def run_verify(scan: Scan, out: Output) -> dict:
@@ -572,12 +550,9 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
     """Every check of the arguments and the input paths, without Spark: run before the JVM
     starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
     ``BadInput``); returns the resolved inputs for ``run``."""
-    if o.mode not in MODES:
-        raise UsageError(f"--mode {o.mode!r}: expected one of {', '.join(MODES)}")
-    if o.format not in FORMATS:
-        raise UsageError(f"--format {o.format!r}: expected one of {', '.join(FORMATS)}")
-    if o.writer not in WRITERS:
-        raise UsageError(f"--writer {o.writer!r}: expected one of {', '.join(WRITERS)}")
+    for flag, value, allowed in (("--mode", o.mode, MODES), ("--format", o.format, FORMATS), ("--writer", o.writer, WRITERS)):
+        if value not in allowed:
+            raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
     if o.mode == "verify":
         given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
         if given:
@@ -632,10 +607,9 @@ def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> 
     """Run from parsed arguments (``prepared``: ``prepare_args``'s result, when the script checked
     them before starting the JVM); every failure is one line on stderr and a documented exit code
     (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
-    if prepared is None:
-        prepared = prepare_args(args)
-        if isinstance(prepared, int):
-            return prepared
+    prepared = prepare_args(args) if prepared is None else prepared
+    if isinstance(prepared, int):
+        return prepared
     o, inputs = prepared
     try:
         doc = run(o, inputs=inputs)

@@ -18,7 +18,6 @@ RECOVERY_MARGIN_MS = 3000
 
 
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Int64sb, Padding, Struct
 
     CheckpointStruct = Struct(

@@ -17,7 +17,8 @@ from __future__ import annotations
 import enum
 import itertools
 import struct
-from typing import Any, NamedTuple, Union
+from collections import namedtuple
+from typing import Any, Union
 
 from . import hashing, msgid
 from ._layout import FixedLayout, declared_on_use, written
@@ -76,44 +77,40 @@ def compression_type(sys_flag: int) -> int:
 
 
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Bytes, IfThenElse, Int8sb, Int16sb, Int32sb, Int64sb, Struct, this
 
     def host_address(bit: int):
         return IfThenElse(this.sys_flag & bit, Bytes(16), Bytes(4))
 
-    # One message record, magic V1 or V2 (§2.1). Lengths are signed; negatives read no bytes.
-    CommitLogMessageStruct = Struct(
-        "total_size" / Int32sb,
-        "magic_code" / Int32sb,
-        "body_crc" / Int32sb,
-        "queue_id" / Int32sb,
-        "flag" / Int32sb,
-        "queue_offset" / Int64sb,
-        "phys_offset" / Int64sb,
-        "sys_flag" / Int32sb,
-        "born_timestamp" / Int64sb,
-        "born_host_address" / host_address(SysFlag.BORNHOST_V6),
-        "born_host_port" / Int32sb,
-        "store_timestamp" / Int64sb,
-        "store_host_address" / host_address(SysFlag.STOREHOST_V6),
-        "store_host_port" / Int32sb,
-        "reconsume_times" / Int32sb,
-        "prepared_transaction_offset" / Int64sb,
-        "body_length" / Int32sb,
-        "body" / Bytes(lambda ctx: max(ctx.body_length, 0)),
-        "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
-        "topic" / Bytes(this.topic_length),
-        "properties_length" / Int16sb,
-        "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
-    )
-
-    # The end-of-file blank record (§2.6). Before 4.9.1 stale bytes follow it up to the file end.
-    CommitLogBlankStruct = Struct(
-        "total_size" / Int32sb,
-        "magic_code" / Int32sb,
-    )
-    return {"CommitLogMessageStruct": CommitLogMessageStruct, "CommitLogBlankStruct": CommitLogBlankStruct}
+    return {
+        # One message record, magic V1 or V2 (§2.1). Lengths are signed; negatives read no bytes.
+        "CommitLogMessageStruct": Struct(
+            "total_size" / Int32sb,
+            "magic_code" / Int32sb,
+            "body_crc" / Int32sb,
+            "queue_id" / Int32sb,
+            "flag" / Int32sb,
+            "queue_offset" / Int64sb,
+            "phys_offset" / Int64sb,
+            "sys_flag" / Int32sb,
+            "born_timestamp" / Int64sb,
+            "born_host_address" / host_address(SysFlag.BORNHOST_V6),
+            "born_host_port" / Int32sb,
+            "store_timestamp" / Int64sb,
+            "store_host_address" / host_address(SysFlag.STOREHOST_V6),
+            "store_host_port" / Int32sb,
+            "reconsume_times" / Int32sb,
+            "prepared_transaction_offset" / Int64sb,
+            "body_length" / Int32sb,
+            "body" / Bytes(lambda ctx: max(ctx.body_length, 0)),
+            "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
+            "topic" / Bytes(this.topic_length),
+            "properties_length" / Int16sb,
+            "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
+        ),
+        # The end-of-file blank record (§2.6). Before 4.9.1 stale bytes follow it up to the file end.
+        "CommitLogBlankStruct": Struct("total_size" / Int32sb, "magic_code" / Int32sb),
+    }
 
 
 __getattr__ = declared_on_use(__name__, _declare, ("CommitLogMessageStruct", "CommitLogBlankStruct"))
@@ -168,35 +165,16 @@ def message_length(magic_code: int, sys_flag: int, body_length: int, topic_lengt
     )
 
 
-class CommitLogRecord(NamedTuple):
+_RECORD_FIELDS = ("offset", *_IPV4_HEADER.names, "body", "topic_length", "topic", "properties_length", "properties")
+
+
+class CommitLogRecord(namedtuple("CommitLogRecord", _RECORD_FIELDS)):
     """A decoded message record: ``offset`` (where it was found) + every stored field.
 
     Field names and values equal ``CommitLogMessageStruct.parse``; the properties below present them.
     """
 
-    offset: int
-    total_size: int
-    magic_code: int
-    body_crc: int
-    queue_id: int
-    flag: int
-    queue_offset: int
-    phys_offset: int
-    sys_flag: int
-    born_timestamp: int
-    born_host_address: bytes
-    born_host_port: int
-    store_timestamp: int
-    store_host_address: bytes
-    store_host_port: int
-    reconsume_times: int
-    prepared_transaction_offset: int
-    body_length: int
-    body: bytes
-    topic_length: int
-    topic: bytes
-    properties_length: int
-    properties: bytes
+    __slots__ = ()
 
     @property
     def magic_version(self) -> int:
@@ -234,12 +212,8 @@ class CommitLogRecord(NamedTuple):
         return self.body_length <= 0 or hashing.body_crc(self.body) == self.body_crc
 
 
-class BlankRecord(NamedTuple):
-    """The end-of-file blank record; its TOTALSIZE is not used by any reader."""
-
-    offset: int
-    total_size: int
-    magic_code: int
+BlankRecord = namedtuple("BlankRecord", ("offset", *_PREFIX.names))
+"""The end-of-file blank record; its TOTALSIZE is not used by any reader."""
 
 
 Record = Union[CommitLogRecord, BlankRecord]

@@ -11,43 +11,38 @@
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from collections import namedtuple
+from typing import Any
 
 from ._layout import declared_on_use, written
 
 
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct
 
-    ConsumeQueueEntryStruct = Struct(
-        "phys_offset" / Int64sb,
-        "size" / Int32sb,
-        "tags_code" / Int64sb,
-    )
-
-    ConsumeQueueExtUnitStruct = Struct(
-        "size" / Int16sb,
-        "tags_code" / Int64sb,
-        "msg_store_time" / Int64sb,
-        "bitmap_size" / Int16sb,
-        "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
-    )
-
-    BatchConsumeQueueUnitStruct = Struct(
-        "phys_offset" / Int64sb,
-        "size" / Int32sb,
-        "tags_code" / Int64sb,
-        "store_time" / Int64sb,
-        "msg_base_offset" / Int64sb,
-        "batch_size" / Int16sb,
-        "compacted_offset" / Int32sb,
-        "reserved" / Int32sb,
-    )
     return {
-        "ConsumeQueueEntryStruct": ConsumeQueueEntryStruct,
-        "ConsumeQueueExtUnitStruct": ConsumeQueueExtUnitStruct,
-        "BatchConsumeQueueUnitStruct": BatchConsumeQueueUnitStruct,
+        "ConsumeQueueEntryStruct": Struct(
+            "phys_offset" / Int64sb,
+            "size" / Int32sb,
+            "tags_code" / Int64sb,
+        ),
+        "ConsumeQueueExtUnitStruct": Struct(
+            "size" / Int16sb,
+            "tags_code" / Int64sb,
+            "msg_store_time" / Int64sb,
+            "bitmap_size" / Int16sb,
+            "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
+        ),
+        "BatchConsumeQueueUnitStruct": Struct(
+            "phys_offset" / Int64sb,
+            "size" / Int32sb,
+            "tags_code" / Int64sb,
+            "store_time" / Int64sb,
+            "msg_base_offset" / Int64sb,
+            "batch_size" / Int16sb,
+            "compacted_offset" / Int32sb,
+            "reserved" / Int32sb,
+        ),
     }
 
 
@@ -88,13 +83,10 @@ EXT_MAX_ADDRESS = -2147483649
 """``ConsumeQueueExt.MAX_ADDR``: a tags code at or below this is an ext-file address."""
 
 
-class ConsumeQueueEntry(NamedTuple):
+class ConsumeQueueEntry(namedtuple("ConsumeQueueEntry", ("queue_offset", *ENTRY_LAYOUT.names))):
     """A consume queue unit and the queue offset its position stands for."""
 
-    queue_offset: int
-    phys_offset: int
-    size: int
-    tags_code: int
+    __slots__ = ()
 
     @property
     def is_filler(self) -> bool:

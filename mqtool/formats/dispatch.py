@@ -25,10 +25,7 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     """``messageDelayLevel`` -> ``{level: delay_ms}``; level i+1 is token i (``parseDelayLevel``)."""
-    table = {}
-    for i, token in enumerate(text.split(" ")):
-        table[i + 1] = int(token[:-1]) * _UNIT_MS[token[-1]]
-    return table
+    return {i + 1: int(token[:-1]) * _UNIT_MS[token[-1]] for i, token in enumerate(text.split(" "))}
 
 
 DEFAULT_DELAY_TABLE = parse_delay_levels()

@@ -11,37 +11,34 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections import namedtuple
+from typing import Any
 
 from ._layout import declared_on_use, written
 
 
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Int32sb, Int64sb, Struct
 
-    DLedgerEntryHeaderStruct = Struct(
-        "magic" / Int32sb,
-        "size" / Int32sb,
-        "index" / Int64sb,
-        "term" / Int64sb,
-        "pos" / Int64sb,
-        "channel" / Int32sb,
-        "chain_crc" / Int32sb,
-        "body_crc" / Int32sb,
-        "body_size" / Int32sb,
-    )
-
-    DLedgerIndexUnitStruct = Struct(
-        "magic" / Int32sb,
-        "pos" / Int64sb,
-        "size" / Int32sb,
-        "index" / Int64sb,
-        "term" / Int64sb,
-    )
     return {
-        "DLedgerEntryHeaderStruct": DLedgerEntryHeaderStruct,
-        "DLedgerIndexUnitStruct": DLedgerIndexUnitStruct,
+        "DLedgerEntryHeaderStruct": Struct(
+            "magic" / Int32sb,
+            "size" / Int32sb,
+            "index" / Int64sb,
+            "term" / Int64sb,
+            "pos" / Int64sb,
+            "channel" / Int32sb,
+            "chain_crc" / Int32sb,
+            "body_crc" / Int32sb,
+            "body_size" / Int32sb,
+        ),
+        "DLedgerIndexUnitStruct": Struct(
+            "magic" / Int32sb,
+            "pos" / Int64sb,
+            "size" / Int32sb,
+            "index" / Int64sb,
+            "term" / Int64sb,
+        ),
     }
 
 
@@ -63,19 +60,10 @@ BLANK_MAGIC = -1  # MmapFileList.BLANK_MAGIC_CODE
 assert ENTRY_HEADER_SIZE == 48 and INDEX_UNIT_SIZE == 32
 
 
-class EntryHeader(NamedTuple):
+class EntryHeader(namedtuple("EntryHeader", ("offset", *ENTRY_HEADER_LAYOUT.names))):
     """One entry header; ``offset`` is where it lies in the data file list (= ``pos`` when sound)."""
 
-    offset: int
-    magic: int
-    size: int
-    index: int
-    term: int
-    pos: int
-    channel: int
-    chain_crc: int
-    body_crc: int
-    body_size: int
+    __slots__ = ()
 
     @property
     def is_blank(self) -> bool:
@@ -87,22 +75,13 @@ class EntryHeader(NamedTuple):
         return self.pos + ENTRY_HEADER_SIZE
 
 
-class IndexUnit(NamedTuple):
-    """One unit of ``index/``: ``number`` is its position (the entry index it stands for)."""
-
-    number: int
-    magic: int
-    pos: int
-    size: int
-    index: int
-    term: int
+IndexUnit = namedtuple("IndexUnit", ("number", *INDEX_UNIT_LAYOUT.names))
+"""One unit of ``index/``: ``number`` is its position (the entry index it stands for)."""
 
 
 def decode_entry_header(buf, pos: int = 0, base_offset: int = 0) -> EntryHeader:
     """The 48 header bytes at ``buf[pos:]`` (a blank is only 8 bytes: the rest reads as zero)."""
-    raw = bytes(buf[pos : pos + ENTRY_HEADER_SIZE])
-    if len(raw) < ENTRY_HEADER_SIZE:
-        raw = raw.ljust(ENTRY_HEADER_SIZE, b"\0")
+    raw = bytes(buf[pos : pos + ENTRY_HEADER_SIZE]).ljust(ENTRY_HEADER_SIZE, b"\0")
     return EntryHeader(base_offset + pos, *ENTRY_HEADER.unpack(raw))
 
 

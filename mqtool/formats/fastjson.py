@@ -22,6 +22,7 @@ _WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
 _NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_$\-.]+")
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "0": "\0"}
+_HEX_ESCAPES = {"u": re.compile(r"[0-9A-Fa-f]{4}"), "x": re.compile(r"[0-9A-Fa-f]{2}")}  # \uXXXX, \xXX
 _PLAIN = {'"': re.compile(r'[^"\\]*'), "'": re.compile(r"[^'\\]*")}  # string characters up to a quote or escape
 _LITERALS = {"true": True, "false": False, "null": None, "undefined": None}
 
@@ -135,12 +136,10 @@ class _Parser:
                 self.pos = j + 1
                 return "".join(parts)
             esc = text[j + 1 : j + 2]
-            if esc == "u" and re.fullmatch(r"[0-9A-Fa-f]{4}", text[j + 2 : j + 6]):
-                parts.append(chr(int(text[j + 2 : j + 6], 16)))
-                i = j + 6
-            elif esc == "x" and re.fullmatch(r"[0-9A-Fa-f]{2}", text[j + 2 : j + 4]):
-                parts.append(chr(int(text[j + 2 : j + 4], 16)))
-                i = j + 4
+            digits = esc in _HEX_ESCAPES and _HEX_ESCAPES[esc].match(text, j + 2)
+            if digits:
+                parts.append(chr(int(digits.group(), 16)))
+                i = digits.end()
             elif esc in _ESCAPES:
                 parts.append(_ESCAPES[esc])
                 i = j + 2
@@ -153,9 +152,7 @@ class _Parser:
             self.fail("invalid number")
         self.pos = m.end()
         word = m.group().rstrip("LSBFD")
-        if "." in word or "e" in word or "E" in word:
-            return float(word)
-        return int(word)
+        return float(word) if "." in word or "e" in word or "E" in word else int(word)
 
 
 def loads(text: str) -> Any:

@@ -19,9 +19,7 @@ LOCK_FILE = "lock"
 LOCK_CONTENT = b"lock"
 
 
-
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Const, GreedyBytes, Struct
 
     return {"LockFileStruct": Struct("content" / Const(LOCK_CONTENT)), "AbortFileStruct": Struct("content" / GreedyBytes)}

@@ -11,63 +11,66 @@
 
 from __future__ import annotations
 
-import struct
-from typing import Any, NamedTuple
+from collections import namedtuple
+from typing import Any
 
-from ._layout import declared_on_use
+from ._layout import declared_on_use, written
 
 TIMER_CHECK_FILE_SIZE = 4096
 
 
 def _declare() -> dict[str, Any]:
-    """The schemas (built on first use, ``_layout.declared_on_use``: only what parses with them imports construct)."""
     from construct import Int32sb, Int64sb, Padding, Struct
 
-    TimerLogUnitStruct = Struct(
-        "size" / Int32sb,
-        "prev_pos" / Int64sb,
-        "magic" / Int32sb,
-        "curr_write_time_ms" / Int64sb,
-        "delay_time" / Int32sb,
-        "offset_py" / Int64sb,
-        "size_py" / Int32sb,
-        "hash_topic" / Int32sb,
-        "reserved" / Int64sb,
-    )
-
-    WheelSlotStruct = Struct(
-        "time_slot" / Int64sb,
-        "first_pos" / Int64sb,
-        "last_pos" / Int64sb,
-        "num" / Int32sb,
-        "magic" / Int32sb,
-    )
-
-    TimerCheckStruct = Struct(
-        "last_read_time_ms" / Int64sb,
-        "last_timer_log_flush_pos" / Int64sb,
-        "last_timer_queue_offset" / Int64sb,
-        "master_timer_queue_offset" / Int64sb,
-        "state_version" / Int64sb,
-        "data_version_timestamp" / Int64sb,
-        "data_version_counter" / Int64sb,
-        Padding(TIMER_CHECK_FILE_SIZE - 56),
-    )
     return {
-        "TimerLogUnitStruct": TimerLogUnitStruct,
-        "WheelSlotStruct": WheelSlotStruct,
-        "TimerCheckStruct": TimerCheckStruct,
+        "TimerLogUnitStruct": Struct(
+            "size" / Int32sb,
+            "prev_pos" / Int64sb,
+            "magic" / Int32sb,
+            "curr_write_time_ms" / Int64sb,
+            "delay_time" / Int32sb,
+            "offset_py" / Int64sb,
+            "size_py" / Int32sb,
+            "hash_topic" / Int32sb,
+            "reserved" / Int64sb,
+        ),
+        "WheelSlotStruct": Struct(
+            "time_slot" / Int64sb,
+            "first_pos" / Int64sb,
+            "last_pos" / Int64sb,
+            "num" / Int32sb,
+            "magic" / Int32sb,
+        ),
+        "TimerCheckStruct": Struct(
+            "last_read_time_ms" / Int64sb,
+            "last_timer_log_flush_pos" / Int64sb,
+            "last_timer_queue_offset" / Int64sb,
+            "master_timer_queue_offset" / Int64sb,
+            "state_version" / Int64sb,
+            "data_version_timestamp" / Int64sb,
+            "data_version_counter" / Int64sb,
+            Padding(TIMER_CHECK_FILE_SIZE - 56),
+        ),
     }
 
 
 __getattr__ = declared_on_use(__name__, _declare, ("TimerLogUnitStruct", "WheelSlotStruct", "TimerCheckStruct"))
 
-# the codecs, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema).codec
-UNIT = struct.Struct(">lqlqlqllq")  # TimerLogUnitStruct
+# the layouts, written out; tests/test_format_codecs.py holds each equal to derive_whole(its schema)
+UNIT_LAYOUT = written(
+    ("size", "l"), ("prev_pos", "q"), ("magic", "l"), ("curr_write_time_ms", "q"), ("delay_time", "l"),
+    ("offset_py", "q"), ("size_py", "l"), ("hash_topic", "l"), ("reserved", "q"),
+)  # TimerLogUnitStruct
+UNIT = UNIT_LAYOUT.codec
 UNIT_SIZE = UNIT.size  # 52
-SLOT = struct.Struct(">qqqll")  # WheelSlotStruct
+SLOT_LAYOUT = written(("time_slot", "q"), ("first_pos", "q"), ("last_pos", "q"), ("num", "l"), ("magic", "l"))  # WheelSlotStruct
+SLOT = SLOT_LAYOUT.codec
 SLOT_SIZE = SLOT.size  # 32
-_CHECK = struct.Struct(">qqqqqqq4040x")  # TimerCheckStruct
+_CHECK_LAYOUT = written(
+    ("last_read_time_ms", "q"), ("last_timer_log_flush_pos", "q"), ("last_timer_queue_offset", "q"), ("master_timer_queue_offset", "q"),
+    ("state_version", "q"), ("data_version_timestamp", "q"), ("data_version_counter", "q"), (None, f"{TIMER_CHECK_FILE_SIZE - 56}x"),
+)  # TimerCheckStruct
+_CHECK = _CHECK_LAYOUT.codec
 
 MAGIC_DEFAULT = 1
 MAGIC_ROLL = 2
@@ -80,19 +83,10 @@ SLOTS_TOTAL = 7 * 86400
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 
-class TimerLogUnit(NamedTuple):
+class TimerLogUnit(namedtuple("TimerLogUnit", ("timer_log_offset", *UNIT_LAYOUT.names))):
     """A decoded timer log unit and its timer log offset."""
 
-    timer_log_offset: int
-    size: int
-    prev_pos: int
-    magic: int
-    curr_write_time_ms: int
-    delay_time: int
-    offset_py: int
-    size_py: int
-    hash_topic: int
-    reserved: int
+    __slots__ = ()
 
     @property
     def delivery_time(self) -> int:
@@ -104,23 +98,8 @@ class TimerLogUnit(NamedTuple):
         return self.size == UNIT_SIZE and (self.magic | 0xF) == 0xF
 
 
-class WheelSlot(NamedTuple):
-    slot: int
-    time_slot: int
-    first_pos: int
-    last_pos: int
-    num: int
-    magic: int
-
-
-class TimerCheck(NamedTuple):
-    last_read_time_ms: int
-    last_timer_log_flush_pos: int
-    last_timer_queue_offset: int
-    master_timer_queue_offset: int
-    state_version: int
-    data_version_timestamp: int
-    data_version_counter: int
+WheelSlot = namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))
+TimerCheck = namedtuple("TimerCheck", _CHECK_LAYOUT.names)
 
 
 def decode_unit(buf, pos: int) -> TimerLogUnit:

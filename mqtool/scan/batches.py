@@ -22,37 +22,31 @@ from ..store.records import BodyEncoding, encode_body, inflate_body, message_dic
 from ..store import fastscan as fs
 from . import _kernels as kernels
 from . import compute
-from .schema import MESSAGE_COLUMNS, MESSAGE_SCHEMA, TIMESTAMP
+from .schema import MESSAGE_SCHEMA, TIMESTAMP
 
 _LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for combo in range(4)}
-_V4 = _LAYOUTS[0]
 _V6_SHIFT = 4  # SysFlag.BORNHOST_V6 is bit 4, STOREHOST_V6 bit 5: (sys_flag >> 4) & 3 picks the layout
 assert int(fmt.SysFlag.BORNHOST_V6) == 1 << _V6_SHIFT and int(fmt.SysFlag.STOREHOST_V6) == 2 << _V6_SHIFT
 MAX_MS = (1 << 63) // 1000 - 1  # larger epoch milliseconds do not fit a TIMESTAMP (microseconds)
 _SCHEDULE = SCHEDULE_TOPIC.encode()
 _LIST_OF_STRINGS = MESSAGE_SCHEMA.field("keys").type
-_COLUMN_NAMES = [name for name, _ in MESSAGE_COLUMNS]
 _BODY_MODES = {BodyEncoding.base64: kernels.BODY_BASE64, BodyEncoding.hex: kernels.BODY_HEX, BodyEncoding.utf8: kernels.BODY_UTF8}
 _MAX_INT32 = (1 << 31) - 1
 
 
-def _widths(layout) -> dict[str, int]:
-    ordered = sorted(layout.offsets.items(), key=lambda kv: kv[1])
-    ends = [o for _, o in ordered[1:]] + [layout.size]
-    return {name: end - off for (name, off), end in zip(ordered, ends)}
+def _offsets_widths(layout, names) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``names`` lie in ``layout`` and their widths (a field ends where the next begins)."""
+    ends = dict(zip(layout.names, [*(layout.offsets[n] for n in layout.names[1:]), layout.size]))
+    offsets = np.array([layout.offsets[f] for f in names], dtype=np.int64)
+    return offsets, np.array([ends[f] for f in names], dtype=np.int64) - offsets
 
 
-_WIDTHS = {combo: _widths(layout) for combo, layout in _LAYOUTS.items()}
 # header fields gathered in one pass: those before the born host (every layout) and after it
 # where each layout has its host addresses, indexed by the layout number ((sys_flag >> 4) & 3)
 _HOST_AT = {name: np.array([_LAYOUTS[combo].offset_of(name) for combo in range(4)], dtype=np.int64) for name in ("born_host_address", "store_host_address")}
 _HEAD = ("sys_flag", "born_timestamp", "phys_offset", "body_crc", "queue_id", "flag", "queue_offset", "magic_code")
 _TAIL = ("store_timestamp", "reconsume_times", "prepared_transaction_offset")
-_FIELDS = {
-    (combo, names): (np.array([_LAYOUTS[combo].offset_of(f) for f in names], dtype=np.int64), np.array([_WIDTHS[combo][f] for f in names], dtype=np.int64))
-    for combo in range(4)
-    for names in (_HEAD, _TAIL)
-}
+_FIELDS = {(combo, names): _offsets_widths(_LAYOUTS[combo], names) for combo in range(4) for names in (_HEAD, _TAIL)}
 
 
 def _strings(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
@@ -82,10 +76,15 @@ def _hosts(array: np.ndarray, pos: np.ndarray, at: np.ndarray, wide: np.ndarray)
     if mapped.any():
         redo = np.flatnonzero(mapped)
         texts = [format_host(bytes(array[p : p + 16]), int.from_bytes(bytes(array[p + 16 : p + 20]), "big", signed=True)).encode() for p in (pos[redo] + at[redo]).tolist()]
-        row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-        np.cumsum([len(t) for t in texts], out=row_offsets[1:])
-        offsets, data = kernels.splice_rows(offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
+        offsets, data = _splice(offsets, data, redo, texts)
     return _strings(offsets.astype(np.int32), data)
+
+
+def _splice(offsets: np.ndarray, data: np.ndarray, redo: np.ndarray, texts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's text (``offsets``, ``data``) with rows ``redo`` replaced by ``texts``."""
+    row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in texts], out=row_offsets[1:])
+    return kernels.splice_rows(offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
 
 
 def _timestamps(ms: np.ndarray) -> pa.Array:
@@ -101,7 +100,7 @@ def projected_schema(columns) -> pa.Schema:
     """The ``messages`` schema restricted to ``columns`` (None: all), in the schema's order."""
     if columns is None:
         return MESSAGE_SCHEMA
-    unknown = set(columns) - set(_COLUMN_NAMES)
+    unknown = set(columns) - set(MESSAGE_SCHEMA.names)
     if unknown:
         raise ValueError(f"unknown message columns: {', '.join(sorted(unknown))}")
     return pa.schema([f for f in MESSAGE_SCHEMA if f.name in set(columns)])
@@ -168,7 +167,7 @@ class MessageBatchBuilder:
         if "store_host" in need:
             c["store_host"] = _hosts(array, pos, store_at, store_wide)
         if "msg_id" in need:
-            c["msg_id"] = _strings(*kernels.format_msg_ids_rows(array, pos, store_at, store_wide, _V4.offset_of("phys_offset")))
+            c["msg_id"] = _strings(*kernels.format_msg_ids_rows(array, pos, store_at, store_wide, fmt.PHYS_OFFSET_POSITION))
         c["store_timestamp"] = store_ts
         c["reconsume_times"] = reconsume.astype(np.int32)
         c["prepared_transaction_offset"] = prepared
@@ -267,9 +266,7 @@ class MessageBatchBuilder:
         redo = np.flatnonzero(python_rows)
         if len(redo):
             texts = [encode_body(self._raw_body(array, int(starts[i]), int(lengths[i]), int(sys_flag[i]), int(offsets[i])), self.body).encode() for i in redo.tolist()]
-            row_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-            np.cumsum([len(t) for t in texts], out=row_offsets[1:])
-            text_offsets, data = kernels.splice_rows(text_offsets, data, redo, row_offsets, np.frombuffer(b"".join(texts), dtype=np.uint8))
+            text_offsets, data = _splice(text_offsets, data, redo, texts)
         if text_offsets[-1] > _MAX_INT32:  # more text than one Arrow string array holds
             return pa.array([encode_body(self._raw_body(array, int(s), int(n), int(f), int(o)), self.body) for s, n, f, o in zip(starts, lengths, sys_flag, offsets)], pa.string())
         return _strings(text_offsets.astype(np.int32), data)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,10 +62,5 @@ class MessageFilter:
             conditions.append(compute.greater(compute.numbers(counts, pa.int64()), 0))
         if self.uniq_key is not None:
             conditions.append(compute.fill_null(compute.equal(t["uniq_key"], self.uniq_key), False))
-        if not conditions:
-            return None
-        mask = conditions[0]
-        for c in conditions[1:]:
-            mask = compute.and_(mask, c)
-        return mask
+        return functools.reduce(compute.and_, conditions) if conditions else None
 

@@ -47,12 +47,11 @@ class MessageScan:
         return self.walk.end
 
     def __iter__(self) -> Iterator:
-        if self.workers <= 1:
-            for segment_batch in self.walk:
-                batch = self._item(segment_batch)
-                if batch is not None:
-                    yield batch
-            return
+        for item in map(self._item, self.walk) if self.workers <= 1 else self._built_in_threads():
+            if item is not None:
+                yield item
+
+    def _built_in_threads(self) -> Iterator:
         from concurrent.futures import ThreadPoolExecutor
 
         pending: deque = deque()
@@ -62,13 +61,9 @@ class MessageScan:
                     detached = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows.copy())  # the walk reuses its rows
                     pending.append(pool.submit(self._released_batch, detached))
                     while len(pending) >= self.workers or (pending and pending[0].done()):
-                        batch = pending.popleft().result()
-                        if batch is not None:
-                            yield batch
+                        yield pending.popleft().result()
                 while pending:
-                    batch = pending.popleft().result()
-                    if batch is not None:
-                        yield batch
+                    yield pending.popleft().result()
             finally:
                 for future in pending:  # closed early (a --limit reached, a closed pipe)
                     future.cancel()
@@ -82,12 +77,10 @@ class MessageScan:
                 return None
             if not keep.all():
                 segment_batch = SegmentBatch(segment_batch.base_offset, segment_batch.array, segment_batch.rows[keep])
-            batch = self.builder.build(segment_batch, segment_batch.base_offset)
-        else:
-            batch = self.builder.build(segment_batch, segment_batch.base_offset)
-            mask = self.match.mask(batch)
-            if mask is not None:
-                batch = compute.filter(batch, mask)
+        batch = self.builder.build(segment_batch, segment_batch.base_offset)
+        mask = None if self.deciding is not None else self.match.mask(batch)  # with ``deciding``: filtered above
+        if mask is not None:
+            batch = compute.filter(batch, mask)
         if self.columns is not None:
             batch = batch.select(list(self.columns))
         return batch if batch.num_rows else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..store.records import MESSAGE_FIELDS
+from .stats import BASE_AGGREGATES
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _TYPES = {
@@ -25,40 +26,21 @@ _TYPES = {
     "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
 
-_DUMP_FIELD_TYPES = {
-    "offset": "bigint",
-    "phys_offset": "bigint",
-    "size": "int",
-    "magic_version": "int",
-    "body_crc": "int",
-    "crc_ok": "boolean",
-    "queue_id": "int",
-    "flag": "int",
-    "queue_offset": "bigint",
-    "sys_flag": "int",
-    "sys_flag_names": "array<string>",
-    "born_timestamp": "bigint",
-    "born_host": "string",
-    "store_timestamp": "bigint",
-    "store_host": "string",
-    "reconsume_times": "int",
-    "prepared_transaction_offset": "bigint",
-    "body_length": "int",
-    "topic": "string",
-    "properties": "map<string,string>",
-    "tags": "string",
-    "keys": "array<string>",
-    "uniq_key": "string",
-    "msg_id": "string",
-    "transaction_type": "string",
-    "tags_code": "bigint",
-    "body": "string",
+# the Spark type of each of ``mqtool dump``'s fields; their order is ``mqtool.store.records.MESSAGE_FIELDS``
+_DUMP_FIELDS_BY_KIND = {
+    "bigint": ("offset", "phys_offset", "queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset", "tags_code"),
+    "int": ("size", "magic_version", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length"),
+    "boolean": ("crc_ok",),
+    "string": ("born_host", "store_host", "topic", "tags", "uniq_key", "msg_id", "transaction_type", "body"),
+    "array<string>": ("sys_flag_names", "keys"),
+    "map<string,string>": ("properties",),
 }
-assert tuple(_DUMP_FIELD_TYPES) == MESSAGE_FIELDS, "the Spark columns must follow mqtool.store.records"
+_DUMP_FIELD_KIND = {name: kind for kind, names in _DUMP_FIELDS_BY_KIND.items() for name in names}
+assert len(_DUMP_FIELD_KIND) == len(MESSAGE_FIELDS), "every field of mqtool.store.records has one Spark type"
 
 MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("broker", "string"),
-    *_DUMP_FIELD_TYPES.items(),
+    *((name, _DUMP_FIELD_KIND[name]) for name in MESSAGE_FIELDS),
     ("born_time", "timestamp"),  # born_timestamp as a TIMESTAMP (UTC)
     ("store_time", "timestamp"),  # store_timestamp as a TIMESTAMP (UTC)
     ("split_start", "bigint"),  # absolute offset where the split that read the row starts
@@ -73,15 +55,7 @@ STATS_COLUMNS: tuple[tuple[str, str], ...] = (
     ("topic", "string"),
     ("queue_id", "int"),
     ("hour", "timestamp"),  # the UTC hour of store time
-    ("messages", "bigint"),
-    ("dispatched", "bigint"),  # NOT_TYPE and COMMIT records: the ones the consume queue holds
-    ("bytes", "bigint"),
-    ("body_bytes", "bigint"),
-    ("crc_failures", "bigint"),
-    ("first_store_timestamp", "bigint"),
-    ("last_store_timestamp", "bigint"),
-    ("min_queue_offset", "bigint"),  # of dispatched records
-    ("max_queue_offset", "bigint"),
+    *((out, "bigint") for out, _, _ in BASE_AGGREGATES),  # messages, dispatched, bytes, ...: as ``mqtool stats``
 )
 
 

@@ -113,8 +113,8 @@ def to_arrow(table: GroupTable, topic_of: Callable[[np.ndarray], pa.Array], *, e
     specs = AGGREGATES if extended else BASE_AGGREGATES
     for k, (out, _, _) in enumerate(specs):
         v = values[:, k]
-        unset = v == (_INT64_MAX if out.startswith("min_") else _INT64_MIN) if out in ("min_queue_offset", "max_queue_offset") else None
-        columns[out] = compute.numbers(v, pa.int64(), None if unset is None else ~unset)
+        valid = v != (_INT64_MAX if out == "min_queue_offset" else _INT64_MIN) if out in ("min_queue_offset", "max_queue_offset") else None
+        columns[out] = compute.numbers(v, pa.int64(), valid)
     return pa.table(columns)
 
 
@@ -280,7 +280,7 @@ def grouped(table: pa.Table, keys: list[str], aggregates: list[tuple[str, str]])
 def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[dict]:
     """One row per topic and queue (``row: "queue"``), sorted by topic and queue id."""
     wanted = set(topics) if topics else None
-    sums = [(out, op) for out, _, op in BASE_AGGREGATES + EXTENDED_AGGREGATES]
+    sums = [(out, op) for out, _, op in AGGREGATES]
     per_queue = grouped(stats.per_period, ["topic", "queue_id"], sums)
     hist: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
     for r in stats.histogram.to_pylist():

@@ -234,18 +234,14 @@ class SurvivorSearch:
         complete once the first is yielded)."""
         missing = (MISSING, None, None, None, None, None, 0, None)
         for c in self.chunks():
-            if not c.found.any():  # no hit at all: ``topic`` holds nothing to look up
-                yield from (dict(zip(ROW_FIELDS, (id_, *missing))) for id_ in c.ids)
-                continue
+            found = c.found.tolist()  # false: missing (no hit, so no topic to look up)
             offset, queue_id, queue_offset, store_ts = (c.__dict__[k].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
-            topic = [self.topics[t] for t in c.topic.tolist()]
+            topic = [self.topics[t] if f else None for t, f in zip(c.topic.tolist(), found)]
             names = [STATUSES[k] for k in c.code.tolist()]
             n_copies, ok = c.copies.tolist(), c.consumable.tolist()
             for i, id_ in enumerate(c.ids):
-                if names[i] == MISSING:
-                    yield dict(zip(ROW_FIELDS, (id_, *missing)))
-                else:
-                    yield dict(zip(ROW_FIELDS, (id_, names[i], offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])))
+                row = (names[i], offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])
+                yield dict(zip(ROW_FIELDS, (id_, *(row if found[i] else missing))))
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
         """Search, then return the rows as columns, ``chunk`` ids at a time, in input order
