@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import FileQueue, numpy_dtype, queue_directories, queue_file_sizes, read_units
+from .consumequeue import FileQueue, discover_queues, numpy_dtype, queue_file_sizes, read_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,10 +119,7 @@ def infer_batch_queue_file_size(directory: Path) -> int:
 
 
 def discover_batch_queues(directory: Path) -> list[BatchConsumeQueue]:
-    """Every queue directory under ``batchconsumequeue/`` the broker loads (``queue_directories``)."""
+    """Every queue directory under ``batchconsumequeue/`` the broker loads (``consumequeue.discover_queues``)."""
     if not directory.is_dir():
         return []
-    size = infer_batch_queue_file_size(directory)
-    queues = [BatchConsumeQueue(topic, queue_id, queue_dir, size) for topic, queue_id, queue_dir in queue_directories(directory)]
-    queues.sort(key=lambda q: (q.topic, q.queue_id))
-    return queues
+    return discover_queues(directory, infer_batch_queue_file_size(directory), BatchConsumeQueue)
