@@ -90,15 +90,15 @@ def layout_of_path(path: Path) -> DLedgerLayout | None:
     return locate(path)
 
 
-def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) -> tuple[list[Segment], int | None]:
-    """Fixed-size files like ``MmapFileList.load``: a file of another length is refused."""
+def segments_of(paths: list[tuple[int, Path]], expected: int | None) -> tuple[list[Segment], int]:
+    """DLedger data files, fixed-size like ``MmapFileList.load``: a file of another length is refused."""
     sizes = [(base, p, file_size(p)) for base, p in paths]
     if expected is None and sizes:
         expected = inferred_file_size(size for _, _, size in sizes)
     for base, p, size in sizes:
         if size != expected:
-            raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other {what} files (the broker refuses to load it)")
-    return [Segment(p, base, size, True) for base, p, size in sizes], expected
+            raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other DLedger data files (the broker refuses to load it)")
+    return [Segment(p, base, size, True) for base, p, size in sizes], expected or 1 << 30
 
 
 class DLedgerCommitLog(CommitLog):
@@ -239,9 +239,7 @@ class EntryScan:
                 continue
             pos = max(pos_abs - segment.base_offset, 0)
             with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
-                while True:
-                    if pos >= mf.size:
-                        break
+                while pos < mf.size:
                     header = dfmt.decode_entry_header(mf.buf, pos, segment.base_offset)
                     if header.is_blank:
                         self.blanks.append(header)
@@ -293,10 +291,8 @@ class DLedgerScan(CommitLogScan):
             if index is None:
                 self.end = ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file")
                 return
-        pos = max(self.start, segments[index].base_offset) - segments[index].base_offset
-        if self.start == segments[index].base_offset + pos:
-            pos = cl.entry_start(self.start) - segments[index].base_offset
-        yield from self._walk(index, pos)
+        base = segments[index].base_offset
+        yield from self._walk(index, cl.entry_start(self.start) - base if self.start >= base else 0)
 
     def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
         """The record inside the entry at ``pos``, with the entry checks of §15.4 (``end`` at the entry)."""
@@ -335,11 +331,9 @@ class DLedgerScan(CommitLogScan):
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
     """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
-    data, size = segments_of(offset_named_files(layout.data_dir), file_size, "DLedger data")
+    data, size = segments_of(offset_named_files(layout.data_dir), file_size)
     divided = classic[-1].end_offset if classic else 0
-    data = [s for s in data if s.base_offset >= divided]
-    size = size or file_size or 1 << 30
-    return DLedgerCommitLog(layout, classic + data, size, divided)
+    return DLedgerCommitLog(layout, classic + [s for s in data if s.base_offset >= divided], size, divided)
 
 
 def open_entry_files(path: Path) -> DLedgerCommitLog:
@@ -387,5 +381,4 @@ def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLe
     """Entry files given without their store (a data folder, one file)."""
     home = paths[0][1].parent.parent
     layout = DLedgerLayout(home, paths[0][1].parent, home / "index")
-    segments, size = segments_of(paths, file_size, "DLedger data")
-    return DLedgerCommitLog(layout, segments, size or file_size or 1 << 30)
+    return DLedgerCommitLog(layout, *segments_of(paths, file_size))
