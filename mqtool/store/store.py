@@ -377,10 +377,6 @@ class Store:
     def abort_present(self) -> bool:
         return self.abort is not None
 
-    @property
-    def lock_present(self) -> bool:
-        return self.file(markers.LOCK_FILE) is not None
-
     def config_file(self, name: str) -> dict | None:
         """A ``config/*.json`` document as ``ConfigManager.load`` reads it (``.bak`` as fallback, fastjson's
         leniencies, malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does), or None."""
