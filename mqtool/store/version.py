@@ -180,14 +180,18 @@ def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
 _ESCAPED_LETTER = re.compile(rb"\\(?:u00|x)[4-7][0-9A-Fa-f]")
 
 
+def _index_files(store: "Store") -> list:
+    """The index files, none where they cannot be read (``BadStoreFile``: no file shows the geometry, ``Store.unreadable_index``)."""
+    try:
+        return store.index_files
+    except (OSError, FormatError, ValueError, BadStoreFile):
+        return []
+
+
 def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """The index header's ``hashSlotCount`` counts every put before 4.7.1 and only newly used slots
     after (§5.2): with a hash collision in the file the two differ."""
-    try:
-        files = store.index_files
-    except (OSError, FormatError, ValueError, BadStoreFile):  # BadStoreFile: no file shows the geometry (``Store.unreadable_index``)
-        return []
-    for f in files:
+    for f in _index_files(store):
         entries = f.header.index_count - 1
         if entries <= 0 or f.geometry is None:
             continue
@@ -219,10 +223,7 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
     from ..formats.properties import PropertyKey, parse_properties, split_keys
     from .index import query_offsets
 
-    try:
-        files = store.index_files
-    except (OSError, FormatError, ValueError, BadStoreFile):
-        return []
+    files = _index_files(store)
     if not files:
         return []
     without = []  # records whose KEYS are indexed but not their UNIQ_KEY
