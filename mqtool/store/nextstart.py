@@ -54,9 +54,7 @@ class NextStart:
     @property
     def reason(self) -> str:
         """Why the log ends there, in words, with the offset (why the broker refuses to start, if it does)."""
-        if self.refused:
-            return self.refused
-        return self._end()
+        return self.refused or self._end()
 
     def _end(self) -> str:
         if self.end_reason == StopReason.ZEROS and self.dropped_messages:
@@ -85,30 +83,25 @@ class NextStart:
         return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0, plan.refused)
 
 
-def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart | None:
+def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
     """The broker's next start on ``store`` (module docstring; a DLedger store's: ``dledger_next_start``).
-    ``walked``: where a walk with the broker's checks (CRC included) from
-    ``walked_from`` ended (``verify``'s or ``salvage``'s own): when that walk passed the start
-    segment (segment starts are record starts on the chain), the broker's scan ends there too and
-    the log is not walked again here; else it is walked from the start segment
-    (``store.summary.logical_end``)."""
+    ``walked``: where a walk with the broker's checks (CRC included) from ``walked_from`` ended (``verify``'s
+    or ``salvage``'s own): when it passed the start segment (segment starts are record starts on the chain),
+    the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``)."""
     if store.is_dledger:
         return dledger_next_start(store)
     start = start_of(store)
-    if start is None:
-        return None
     why = log_refusal(store)
     if why is not None:
         return NextStart.refusing(store, why)
     from .summary import logical_end
 
-    rules = store.rules  # the store's version's, or the newest era's left (the one the planners keep)
     if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
         end = walked
     else:
         _, end = logical_end(store, start.offset)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, rules), queue_refusal(store))
+                     dropped_after(store, end.offset, store.rules), queue_refusal(store))  # rules: of the newest era left
 
 
 def dledger_next_start(store: Store) -> NextStart:
