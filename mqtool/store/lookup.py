@@ -227,10 +227,6 @@ def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, time
         return None, 0
     recovered = queue.recover()
     rng = _range(store, queue, recovered)
-    return rng, _offset_by_time(store, queue, recovered, rng.min_offset, timestamp)
-
-
-def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
     files = []
     for base, path in queue.files:
         if base >= recovered.end and files:
@@ -239,9 +235,9 @@ def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: 
         files.append(_QueueFile(store, base, path, readable))
     chosen = next((f for f in files[:-1] if f.readable >= ENTRY_SIZE and f.time_at(queue.file_size - ENTRY_SIZE) >= timestamp), files[-1])
     if store.rules.v5:
-        offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)
-        return min(max(offset, min_offset), recovered.max_offset)
-    return _search_v4(chosen, timestamp, min_offset * ENTRY_SIZE)
+        offset = _search_v5(chosen, timestamp, rng.min_offset * ENTRY_SIZE, queue.file_size)
+        return rng, min(max(offset, rng.min_offset), recovered.max_offset)
+    return rng, _search_v4(chosen, timestamp, rng.min_offset * ENTRY_SIZE)
 
 
 def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:
