@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rules import PLANNING_RULES, VersionRules
+from .rules import PLANNING_RULES, planning_key
 from .store import Store
 
 # Planning rules that only one recovery mode consults (rules file §2): the other mode's never change a plan
@@ -34,17 +34,12 @@ def candidate_groups(store: Store) -> dict[Any, list]:
     """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
     of variants of the rules that can change this store's plan (``relevant_rules``)."""
     relevant = relevant_rules(store)
-
-    def key(version) -> tuple:
-        rules = VersionRules(version)
-        return tuple(getattr(rules, name) for name in relevant)
-
     by_key: dict[tuple, Any] = {}
     for candidate in sorted(store.version_guess.candidates, reverse=True):
-        by_key.setdefault(key(candidate), candidate)
+        by_key.setdefault(planning_key(candidate, relevant), candidate)
     groups: dict[Any, list] = {c: [] for c in by_key.values()}
     for era in store.version_guess.eras:
-        groups[by_key[key(era.representative)]].append(era)
+        groups[by_key[planning_key(era.representative, relevant)]].append(era)
     return groups
 
 

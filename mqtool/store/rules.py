@@ -261,9 +261,10 @@ PLANNING_RULES = (
 )
 
 
-def planning_key(version: BrokerVersion) -> tuple:
+def planning_key(version: BrokerVersion, names=PLANNING_RULES) -> tuple:
+    """The variants ``version`` follows of the rules ``names`` (the planning rules by default)."""
     rules = VersionRules(version)
-    return tuple(getattr(rules, name) for name in PLANNING_RULES)
+    return tuple(getattr(rules, name) for name in names)
 
 
 def rules_deciding(a: BrokerVersion, b: BrokerVersion) -> list[str]:
