@@ -98,9 +98,13 @@ class Store:
         if path.is_file():
             from . import dledger  # DLedger modules: imported only where a DLedger store may be
 
-            if OFFSET_NAME.match(path.name) and dledger.is_entry_file(path, int(path.name)):
+            if not OFFSET_NAME.match(path.name):
+                raise not_a_store(path)
+            if dledger.is_entry_file(path, int(path.name)):
                 return cls._open_dledger_files([(int(path.name), path)], config, version)
-            return cls._open_segment_file(path, config, version)
+            if (size := file_size(path)) == 0:
+                raise BadStoreFile(f"{path}: empty file")
+            return cls(None, CommitLog([Segment(path, int(path.name), size)], config.commitlog_file_size or size), config)._finish(version)
         if path.name.startswith("dledger-") and (path / "data").is_dir():
             path = path / "data"
         if config.dledger is not False and (config.dledger_data_path is not None or _names_a_dledger_member(path)):
@@ -119,16 +123,6 @@ class Store:
                 return cls._open_dledger_files(files, config, version)
             return cls._open_commitlog_dirs((path,), None, config, version)
         raise not_a_store(path)
-
-    @classmethod
-    def _open_segment_file(cls, path: Path, config: StoreConfig, version: str | None) -> "Store":
-        if not OFFSET_NAME.match(path.name):
-            raise not_a_store(path)
-        size = file_size(path)
-        if size == 0:
-            raise BadStoreFile(f"{path}: empty file")
-        segment = Segment(path, int(path.name), size)
-        return cls(None, CommitLog([segment], config.commitlog_file_size or size), config)._finish(version)
 
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
