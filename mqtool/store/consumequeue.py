@@ -294,11 +294,9 @@ def queue_id_of(name: str) -> int | None:
     return value if -(1 << 31) <= value < 1 << 31 else None
 
 
-def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] | None = None) -> list:
-    """Every ``<topic>/<queueId>`` queue (a ``kind``, ``ConsumeQueue`` by default) under ``directory``
-    (``consumequeue/``, ``batchconsumequeue/``) the broker loads (``queue_id_of``), by topic and id."""
-    kind = kind or ConsumeQueue
-    queues = [kind(t.name, queue_id, q, file_size)
-              for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None]
-    queues.sort(key=lambda q: (q.topic, q.queue_id))
-    return queues
+def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue) -> list:
+    """Every ``<topic>/<queueId>`` queue (of ``kind``) under ``directory`` (``consumequeue/``,
+    ``batchconsumequeue/``) the broker loads (``queue_id_of``), by topic and id."""
+    queues = (kind(t.name, queue_id, q, file_size)
+              for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None)
+    return sorted(queues, key=lambda q: (q.topic, q.queue_id))
