@@ -186,17 +186,13 @@ class DLedgerCommitLog(CommitLog):
 
     def index_units(self) -> Iterator[dfmt.IndexUnit]:
         """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
-        number = 0
         for base, path in self.layout.index_files() if self.layout is not None else []:
             with MappedFile(path, base) as mf:
-                size = mf.size - mf.size % dfmt.INDEX_UNIT_SIZE
-                number = base // dfmt.INDEX_UNIT_SIZE
-                for p in range(0, size, dfmt.INDEX_UNIT_SIZE):
-                    unit = dfmt.decode_index_unit(mf.buf, p, number)
+                for p in range(0, mf.size - dfmt.INDEX_UNIT_SIZE + 1, dfmt.INDEX_UNIT_SIZE):
+                    unit = dfmt.decode_index_unit(mf.buf, p, (base + p) // dfmt.INDEX_UNIT_SIZE)
                     if not any(unit[1:]):
                         return
                     yield unit
-                    number += 1
 
 
 def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
