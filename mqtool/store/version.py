@@ -100,35 +100,13 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     return []
 
 
-def _blank_tail(store: "Store") -> bytes | None:
-    """The 56 bytes after the end-of-file blank record of the first segment that has one."""
-    from .fastscan import FastScan, scan_start
-
-    for segment in store.commitlog.segments[:-1]:
-        scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
-        for _ in scan:
-            pass
-        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
-            resumed = scan_start(store.commitlog, scan.end.offset)
-            if scan.end.offset < resumed < segment.end_offset:
-                scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
-                for _ in scan:
-                    pass
-        if scan.blanks:
-            with MappedFile(segment.path) as mf:
-                pos = scan.blanks[0] - segment.base_offset + 8
-                return bytes(mf.buf[pos : pos + 56])
-    return None
-
-
 def check_first_record(store: "Store") -> None:
     """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0
     stores, other files). A damaged first record is not refused: the records after it are
     found (``resync.scan_start``) and the damage is ``verify``'s finding."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
-            head = bytes(mf.buf[:8])
-            if not any(head):
+            if not any(mf.buf[:8]):
                 return
             try:
                 clfmt.decode_record(mf.buf, 0, segment.base_offset, mf.size)
@@ -339,13 +317,27 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 
 def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12)."""
-    tail = _blank_tail(store)
-    if tail is None:
-        return []
-    if any(tail):
-        return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
-    return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
+    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12), in the
+    56 bytes after the blank of the first segment that has one."""
+    from .fastscan import FastScan, scan_start
+
+    for segment in store.commitlog.segments[:-1]:
+        scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
+        for _ in scan:
+            pass
+        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
+            resumed = scan_start(store.commitlog, scan.end.offset)
+            if scan.end.offset < resumed < segment.end_offset:
+                scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
+                for _ in scan:
+                    pass
+        if scan.blanks:
+            with MappedFile(segment.path) as mf:
+                pos = scan.blanks[0] - segment.base_offset + 8
+                if any(mf.buf[pos : pos + 56]):
+                    return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
+            return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
+    return []
 
 
 def _splits(eras: set, last: str) -> bool:
