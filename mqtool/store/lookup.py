@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
-from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
+from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
@@ -180,10 +180,6 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
 
 def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
-
-
-def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
-    return store.consume_queue(topic, queue_id).read_entry(queue_offset)
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
