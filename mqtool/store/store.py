@@ -126,8 +126,7 @@ class Store:
 
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
-        found = sorted((base, p) for d in dirs for base, p in offset_named_files(Path(d)))
-        sizes = [(base, p, file_size(p)) for base, p in found]
+        sizes = sorted((base, p, file_size(p)) for d in dirs for base, p in offset_named_files(Path(d)))
         empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
         if expected is None and any(size for _, _, size in sizes):  # a zero-length file tells no size
