@@ -13,12 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BadStoreFile
+from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
-from .mappedfile import MappedFile, file_size, inferred_file_size, offset_named_files
+from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
 
 
 @dataclass(frozen=True)
@@ -78,16 +78,6 @@ def locate(root: Path, data_path: Path | None = None, self_id: str | None = None
         if (home / "data").is_dir():
             return DLedgerLayout(home, home / "data", home / "index")
     return None
-
-
-def layout_of_path(path: Path) -> DLedgerLayout | None:
-    """A DLedger layout from a path a user gives ``dump dledger``: a store root, a
-    ``dledger-<id>`` folder or its ``data/`` folder."""
-    if (path / "data").is_dir() and path.name.startswith("dledger-"):
-        return DLedgerLayout(path, path / "data", path / "index")
-    if path.name == "data" and path.parent.name.startswith("dledger-"):
-        return DLedgerLayout(path.parent, path, path.parent / "index")
-    return locate(path)
 
 
 def segments_of(paths: list[tuple[int, Path]], expected: int | None) -> tuple[list[Segment], int]:
@@ -334,15 +324,16 @@ def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int
 
 def open_entry_files(path: Path) -> DLedgerCommitLog:
     """``dump dledger PATH``: a store, a ``dledger-<id>`` folder, its ``data/`` folder or one data file."""
-    from ..errors import BadInput
-
     if path.is_file():
-        from .mappedfile import OFFSET_NAME
-
         if not OFFSET_NAME.match(path.name):
             raise BadInput(f"{path}: a DLedger data file is named by its 20-digit start offset")
         return open_data_files([(int(path.name), path)], None)
-    layout = layout_of_path(path)
+    if (path / "data").is_dir() and path.name.startswith("dledger-"):
+        layout = DLedgerLayout(path, path / "data", path / "index")
+    elif path.name == "data" and path.parent.name.startswith("dledger-"):
+        layout = DLedgerLayout(path.parent, path, path.parent / "index")
+    else:
+        layout = locate(path)
     if layout is None:
         raise BadInput(f"{path}: no DLedger data here (expected dledger-<id>/data/ under a store, a dledger-<id> folder or its data/ folder)")
     return open_commitlog(layout, [], None)

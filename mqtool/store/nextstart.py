@@ -18,7 +18,8 @@ from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import Store
+from .store import EMPTY_LAST_SEGMENT, Store
+from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
 ENDS = {  # how the line words each end
@@ -187,8 +188,6 @@ def log_refusal(store: Store) -> str | None:
     None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
     reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
-    from .store import EMPTY_LAST_SEGMENT
-
     for problem in store.problems:
         who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT)
         if who is not None:
@@ -218,8 +217,6 @@ def queue_refusal(store: Store) -> str | None:
 def refused_by(store: Store, empty_last: bool) -> str | None:
     """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length last one):
     None when no era the store may be from refuses it; else "" when every one does, or which do."""
-    from .version import eras_label
-
     eras = store.version_guess.eras
     held = store.eras_where("zero_length_last_file_refused" if empty_last else "wrong_length_file_ignored")
     refusing = held if empty_last else [e for e in eras if e not in held]

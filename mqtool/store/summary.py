@@ -16,7 +16,9 @@ from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
 from .index import list_index_files
 from .layout import unchecked_parts
+from .rules import rules_deciding
 from .store import Store
+from .version import detect_version, given_source
 
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
 WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
@@ -230,8 +232,6 @@ def dledger_summary(store: Store) -> dict[str, Any]:
 def given_version_doc(store: Store) -> dict[str, Any]:
     """``version_doc`` of a ``--broker-version``, with the evidence of the store's own marks and,
     where they leave no era that release belongs to, the label saying so (``version.given_source``)."""
-    from .version import detect_version, given_source
-
     guess, marks = store.version_guess, detect_version(store)
     source = given_source(store, marks)
     label = str(guess) if source == "given" else f"{guess.version} ({source})"
@@ -241,8 +241,6 @@ def given_version_doc(store: Store) -> dict[str, Any]:
 def version_doc(guess) -> dict[str, Any]:
     """The version, the eras its marks leave with what sets each apart (``rules.ERAS``), the evidence,
     and, while several eras remain, the planning rules that would decide between them."""
-    from .rules import rules_deciding
-
     candidates = list(guess.candidates)
     deciding = sorted({r for c in candidates[1:] for r in rules_deciding(candidates[0], c)})
     return {

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING
 
-
 from ..errors import BadStoreFile, UnknownStoreVersion
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
 from ..formats.errors import FormatError
 from ..formats.markers import ABORT_BACKUP_FILE
+from ..formats.properties import PropertyKey, parse_properties, split_keys
+from .index import query_offsets
 from .mappedfile import MappedFile
 from .rules import ALL_ERAS, ERAS, LAST_RELEASE, BrokerVersion, Era, eras_between, era_of, planning_key
 
@@ -198,9 +199,6 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
     ``KEYS_ONLY_RECORDS`` has it (zeroed index entries lose a 4.x UNIQ_KEY but may keep a KEYS entry
     written before it: damage seed 900992 made a 4.0.0 store 3.2.6). A record whose keys are not
     indexed (a dropped index file, an index turned off) leaves no mark."""
-    from ..formats.properties import PropertyKey, parse_properties, split_keys
-    from .index import query_offsets
-
     files = _index_files(store)
     if not files:
         return []
