@@ -203,11 +203,9 @@ class _QueueFile:
         self._units: dict[int, tuple[int, int]] = {}
 
     def unit(self, pos: int) -> tuple[int, int]:
-        unit = self._units.get(pos)
-        if unit is None:
-            phys, size, _ = read_unit(self.path, pos) or (0, 0, 0)
-            unit = self._units[pos] = (phys, size)
-        return unit
+        if pos not in self._units:
+            self._units[pos] = (read_unit(self.path, pos) or (0, 0, 0))[:2]
+        return self._units[pos]
 
     def time_at(self, pos: int) -> int:
         return pickup_store_timestamp(self.store, *self.unit(pos))
