@@ -218,9 +218,7 @@ class Store:
 
     @cached_property
     def version_guess(self) -> VersionGuess:
-        if self._version is not None:
-            return VersionGuess.of(self._version, given=True)
-        return detect_version(self)
+        return detect_version(self) if self._version is None else VersionGuess.of(self._version, given=True)
 
     @property
     def version(self) -> BrokerVersion | None:
@@ -282,9 +280,7 @@ class Store:
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:
-        if self.root is None:
-            return []
-        return discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
+        return [] if self.root is None else discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
 
     @cached_property
     def batch_consume_queues(self) -> list[BatchConsumeQueue]:
