@@ -163,16 +163,18 @@ class ConsumeQueue(FileQueue):
         """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
         the queue; a file valid to its end continues into the next (§5.7). Read once, kept with ``files``."""
         if self._recovered is None:
-            self._recovered = QueueRecovery(0, -1)  # no file
-            max_phys = last_phys = -1
-            for base, path in self.files[-3:]:
-                stop, last = _valid_prefix(path, self.file_size)
-                if last is not None:
-                    last_phys, max_phys = last[0], last[0] + last[1]
-                if stop * ENTRY_SIZE < self.file_size or path == self.files[-1][1]:
-                    self._recovered = QueueRecovery(base + stop * ENTRY_SIZE, max_phys, last_phys)
-                    break
+            self._recovered = self._recover()
         return self._recovered
+
+    def _recover(self) -> QueueRecovery:
+        max_phys = last_phys = -1
+        for base, path in self.files[-3:]:
+            stop, last = _valid_prefix(path, self.file_size)
+            if last is not None:
+                last_phys, max_phys = last[0], last[0] + last[1]
+            if stop * ENTRY_SIZE < self.file_size or path == self.files[-1][1]:
+                return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, last_phys)
+        return QueueRecovery(0, -1)  # no file
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
         """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9): the first unit of
