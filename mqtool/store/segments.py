@@ -162,8 +162,7 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
     release_step = WINDOW if on_rows is None else SHOWN_RELEASE  # a reader's held pages are kept: release nearer behind
     try:
         while True:
-            window_stop = min(stop, pos + step)
-            count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
+            count, npos, code, detail = fs.walk_segment(array, pos, min(stop, pos + step), True, False, out)
             if count:
                 run.records += count
                 check_rows(array, out[:count], base, run)
@@ -236,7 +235,8 @@ def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None 
                 walked = None  # not this walk's prefix: walk it all
             pos = pos if walked is None else walked.end
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, tick if progress is not None else None, on_rows=chain.rows if chain is not None else None,
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, tick if progress is not None else None,
+                               on_rows=chain.rows if chain is not None else None,
                                held=chain.held if chain is not None else None, run=walked)
                 walked = None
                 report.runs.append(run)
