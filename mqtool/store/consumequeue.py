@@ -125,8 +125,7 @@ class ConsumeQueue(FileQueue):
                 return
 
     def entries_into(self, start: int, stop: int) -> int:
-        """How many of the queue's entries (up to its first invalid unit) point into the commit log
-        range [``start``, ``stop``)."""
+        """How many entries ``runs_into`` finds pointing into the commit log range [``start``, ``stop``)."""
         return sum(end - first for first, end in self.runs_into(start, stop))
 
     def runs_into(self, start: int, stop: int) -> list[tuple[int, int]]:

@@ -348,8 +348,7 @@ def commitlog_of(segments: list[Segment], file_size: int) -> CommitLog:
 
 
 def is_entry_file(path: Path, base: int) -> bool:
-    """True when a file's first bytes are a DLedger entry describing itself (§15.6: magic 1,
-    pos = the file's start offset, size = body length + 48), not a classic record."""
+    """True when a file's first bytes are a DLedger entry describing itself (``describes_itself``, §15.6), not a classic record."""
     try:
         with open(path, "rb") as f:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
