@@ -21,8 +21,7 @@ def relevant_rules(store: Store) -> list[str]:
     """The planning rules (``rules.PLANNING_RULES``) that can change this store's plan: the recovery mode's
     own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
     for a log without files (§2.5)."""
-    abnormal = store.abort_present
-    skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
+    skip = NO_EFFECT | (NORMAL_ONLY if store.abort_present else ABNORMAL_ONLY)  # a new set: the tables stay as they are
     if not store.problems:  # files of the wrong length or name, a zero-length last file (``Store.problems``)
         skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
     if store.commitlog.segments:
