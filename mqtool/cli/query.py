@@ -237,7 +237,7 @@ def query_offset(
             row.update(status="NO_MATCHED_LOGIC_QUEUE", error=f"no consume queue {topic}/{queue}")
         else:
             row.update(queue_min_offset=rng.min_offset, queue_max_offset=rng.max_offset)
-            entry = lookup.queue_entry(s, topic, queue, queue_offset)
+            entry = s.consume_queue(topic, queue).read_entry(queue_offset)
             if entry is not None:
                 row.update(cq_phys_offset=entry.phys_offset, cq_size=entry.size, cq_tags_code=entry.tags_code)
             if queue_offset < rng.min_offset:
@@ -291,7 +291,7 @@ def query_time(
             "queue_min_offset": rng.min_offset if rng else None,
             "queue_max_offset": rng.max_offset if rng else None,
         }
-        entry = lookup.queue_entry(s, topic, queue, offset) if rng and offset < rng.max_offset else None
+        entry = s.consume_queue(topic, queue).read_entry(offset) if rng and offset < rng.max_offset else None
         if entry is not None and entry.is_valid and not entry.is_filler:
             row["message_offset"] = entry.phys_offset
             ts = lookup.pickup_store_timestamp(s, entry.phys_offset, entry.size)

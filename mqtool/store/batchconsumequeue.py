@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
-from .consumequeue import FileQueue, numpy_dtype, queue_directories, queue_file_sizes, read_units
+from .consumequeue import FileQueue, discover_queues, numpy_dtype, queue_file_sizes, read_units
 
 if TYPE_CHECKING:
     import numpy as np
@@ -79,13 +79,11 @@ class BatchConsumeQueue(FileQueue):
     def recover(self) -> int:
         """``BatchConsumeQueue.recover``: the consume queue loop (§5.7) with the four-part rule;
         the byte offset of the first invalid unit (``processOffset``)."""
-        if not self.files:
-            return 0
         for base, path in self.files[-3:]:
             stop = first_invalid(self.units(path))
             if stop * UNIT_SIZE < self.file_size or path == self.files[-1][1]:
                 return base + stop * UNIT_SIZE
-        raise AssertionError("unreachable")
+        return 0  # no file
 
 
 def valid_mask(units: "np.ndarray") -> "np.ndarray":
@@ -119,10 +117,7 @@ def infer_batch_queue_file_size(directory: Path) -> int:
 
 
 def discover_batch_queues(directory: Path) -> list[BatchConsumeQueue]:
-    """Every queue directory under ``batchconsumequeue/`` the broker loads (``queue_directories``)."""
+    """Every queue directory under ``batchconsumequeue/`` the broker loads (``consumequeue.discover_queues``)."""
     if not directory.is_dir():
         return []
-    size = infer_batch_queue_file_size(directory)
-    queues = [BatchConsumeQueue(topic, queue_id, queue_dir, size) for topic, queue_id, queue_dir in queue_directories(directory)]
-    queues.sort(key=lambda q: (q.topic, q.queue_id))
-    return queues
+    return discover_queues(directory, infer_batch_queue_file_size(directory), BatchConsumeQueue)

@@ -64,7 +64,7 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
     return None
 
 
-def _bool(conf: dict[str, str], key: str, default: bool) -> bool:
+def _bool(conf: dict[str, str], key: str, default: bool | None) -> bool | None:
     return conf[key].strip().lower() == "true" if key in conf else default
 
 
@@ -75,9 +75,7 @@ def load_broker_config(path: Path) -> StoreConfig:
     except OSError as exc:
         raise BadInput(f"{path}: {exc.strerror}") from None
     root = Path(conf["storePathRootDir"]) if conf.get("storePathRootDir") else None
-    commitlog_dirs = None
-    if conf.get("storePathCommitLog"):
-        commitlog_dirs = tuple(Path(p) for p in conf["storePathCommitLog"].split(",") if p.strip())
+    commitlog_dirs = tuple(Path(p) for p in conf["storePathCommitLog"].split(",") if p.strip()) if conf.get("storePathCommitLog") else None
     cq_size = _int(conf, "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue")
     if cq_size is not None:
         cq_size = -(-cq_size // 20) * 20  # getMappedFileSizeConsumeQueue rounds up to units
@@ -92,8 +90,8 @@ def load_broker_config(path: Path) -> StoreConfig:
         message_index_safe=_bool(conf, "messageIndexSafe", False),
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
-        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False) if "enableMultiDispatch" in conf else None,
-        dledger=_bool(conf, "enableDLegerCommitLog", False) if "enableDLegerCommitLog" in conf else None,
+        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", None),
+        dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,
         settings=tuple(conf.read),

@@ -125,8 +125,7 @@ class ConsumeQueue(FileQueue):
                 return
 
     def entries_into(self, start: int, stop: int) -> int:
-        """How many of the queue's entries (up to its first invalid unit) point into the commit log
-        range [``start``, ``stop``)."""
+        """How many entries ``runs_into`` finds pointing into the commit log range [``start``, ``stop``)."""
         return sum(end - first for first, end in self.runs_into(start, stop))
 
     def runs_into(self, start: int, stop: int) -> list[tuple[int, int]]:
@@ -167,8 +166,6 @@ class ConsumeQueue(FileQueue):
         return self._recovered
 
     def _recover(self) -> QueueRecovery:
-        if not self.files:
-            return QueueRecovery(0, -1)
         max_phys = last_phys = -1
         for base, path in self.files[-3:]:
             stop, last = _valid_prefix(path, self.file_size)
@@ -176,7 +173,7 @@ class ConsumeQueue(FileQueue):
                 last_phys, max_phys = last[0], last[0] + last[1]
             if stop * ENTRY_SIZE < self.file_size or path == self.files[-1][1]:
                 return QueueRecovery(base + stop * ENTRY_SIZE, max_phys, last_phys)
-        raise AssertionError("unreachable")
+        return QueueRecovery(0, -1)  # no file
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
         """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9): the first unit of
@@ -234,19 +231,6 @@ def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
     return fmt.ENTRY.unpack(data) if len(data) == ENTRY_SIZE else None
 
 
-def _chunks(path: Path, units: int) -> Iterator[tuple[int, bytes]]:
-    """``(first unit number, bytes)`` of the first ``units`` units of a file, a chunk at a time
-    (fewer where the file is shorter)."""
-    with _open(path) as f:
-        for first in range(0, units, _CHUNK_UNITS):
-            data = os.pread(f.fileno(), min(_CHUNK_UNITS, units - first) * ENTRY_SIZE, first * ENTRY_SIZE)
-            data = data[: len(data) - len(data) % ENTRY_SIZE]
-            if data:
-                yield first, data
-            if len(data) < _CHUNK_UNITS * ENTRY_SIZE:
-                return
-
-
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
     """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7) and the
     last valid unit's ``(phys_offset, size)``; ``file_size`` bytes read or mapped as ``read_units`` does."""
@@ -263,11 +247,16 @@ def _valid_prefix_of(data) -> tuple[int, tuple[int, int] | None]:
 
 
 def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | None:
-    """Number of the first of a file's first ``units`` units pointing at or past ``phys_offset``."""
-    for first, data in _chunks(path, units):
-        for i, (phys, _size, _tags) in enumerate(fmt.ENTRY.iter_unpack(data)):
-            if phys >= phys_offset:
-                return first + i
+    """Number of the first of a file's first ``units`` units pointing at or past ``phys_offset``,
+    read a chunk of ``_CHUNK_UNITS`` at a time (fewer where the file is shorter)."""
+    with _open(path) as f:
+        for first in range(0, units, _CHUNK_UNITS):
+            data = os.pread(f.fileno(), min(_CHUNK_UNITS, units - first) * ENTRY_SIZE, first * ENTRY_SIZE)
+            for i, (phys, _size, _tags) in enumerate(fmt.ENTRY.iter_unpack(data[: len(data) - len(data) % ENTRY_SIZE])):
+                if phys >= phys_offset:
+                    return first + i
+            if len(data) < _CHUNK_UNITS * ENTRY_SIZE:
+                return None
     return None
 
 
@@ -306,19 +295,9 @@ def queue_id_of(name: str) -> int | None:
     return value if -(1 << 31) <= value < 1 << 31 else None
 
 
-def queue_directories(root: Path) -> Iterator[tuple[str, int, Path]]:
-    """``(topic, queue id, directory)`` of every ``<topic>/<queueId>`` directory under ``root``
-    (``consumequeue/``, ``batchconsumequeue/``) the broker loads (``queue_id_of``)."""
-    for topic_dir in _subdirs(root):
-        for queue_dir in _subdirs(topic_dir):
-            queue_id = queue_id_of(queue_dir.name)
-            if queue_id is not None:
-                yield topic_dir.name, queue_id, queue_dir
-
-
-def discover_queues(consumequeue_dir: Path, file_size: int) -> list[ConsumeQueue]:
-    """Every queue directory under ``consumequeue/`` the broker loads (``queue_directories``)."""
-    queues = [ConsumeQueue(topic, queue_id, queue_dir, file_size) for topic, queue_id, queue_dir in queue_directories(consumequeue_dir)]
-    queues.sort(key=lambda q: (q.topic, q.queue_id))
-    return queues
-
+def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue) -> list:
+    """Every ``<topic>/<queueId>`` queue (of ``kind``) under ``directory`` (``consumequeue/``,
+    ``batchconsumequeue/``) the broker loads (``queue_id_of``), by topic and id."""
+    queues = (kind(t.name, queue_id, q, file_size)
+              for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None)
+    return sorted(queues, key=lambda q: (q.topic, q.queue_id))

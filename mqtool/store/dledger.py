@@ -13,12 +13,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import BadStoreFile
+from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
-from .mappedfile import MappedFile, file_size, inferred_file_size, offset_named_files
+from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
 
 
 @dataclass(frozen=True)
@@ -80,25 +80,15 @@ def locate(root: Path, data_path: Path | None = None, self_id: str | None = None
     return None
 
 
-def layout_of_path(path: Path) -> DLedgerLayout | None:
-    """A DLedger layout from a path a user gives ``dump dledger``: a store root, a
-    ``dledger-<id>`` folder or its ``data/`` folder."""
-    if (path / "data").is_dir() and path.name.startswith("dledger-"):
-        return DLedgerLayout(path, path / "data", path / "index")
-    if path.name == "data" and path.parent.name.startswith("dledger-"):
-        return DLedgerLayout(path.parent, path, path.parent / "index")
-    return locate(path)
-
-
-def segments_of(paths: list[tuple[int, Path]], expected: int | None, what: str) -> tuple[list[Segment], int | None]:
-    """Fixed-size files like ``MmapFileList.load``: a file of another length is refused."""
+def segments_of(paths: list[tuple[int, Path]], expected: int | None) -> tuple[list[Segment], int]:
+    """DLedger data files, fixed-size like ``MmapFileList.load``: a file of another length is refused."""
     sizes = [(base, p, file_size(p)) for base, p in paths]
     if expected is None and sizes:
         expected = inferred_file_size(size for _, _, size in sizes)
     for base, p, size in sizes:
         if size != expected:
-            raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other {what} files (the broker refuses to load it)")
-    return [Segment(p, base, size, True) for base, p, size in sizes], expected
+            raise BadStoreFile(f"{p}: {size} bytes, expected {expected} like the other DLedger data files (the broker refuses to load it)")
+    return [Segment(p, base, size, True) for base, p, size in sizes], expected or 1 << 30
 
 
 class DLedgerCommitLog(CommitLog):
@@ -186,17 +176,13 @@ class DLedgerCommitLog(CommitLog):
 
     def index_units(self) -> Iterator[dfmt.IndexUnit]:
         """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
-        number = 0
         for base, path in self.layout.index_files() if self.layout is not None else []:
             with MappedFile(path, base) as mf:
-                size = mf.size - mf.size % dfmt.INDEX_UNIT_SIZE
-                number = base // dfmt.INDEX_UNIT_SIZE
-                for p in range(0, size, dfmt.INDEX_UNIT_SIZE):
-                    unit = dfmt.decode_index_unit(mf.buf, p, number)
+                for p in range(0, mf.size - dfmt.INDEX_UNIT_SIZE + 1, dfmt.INDEX_UNIT_SIZE):
+                    unit = dfmt.decode_index_unit(mf.buf, p, (base + p) // dfmt.INDEX_UNIT_SIZE)
                     if not any(unit[1:]):
                         return
                     yield unit
-                    number += 1
 
 
 def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
@@ -239,9 +225,7 @@ class EntryScan:
                 continue
             pos = max(pos_abs - segment.base_offset, 0)
             with MappedFile(segment.path, segment.base_offset, sequential=True) as mf:
-                while True:
-                    if pos >= mf.size:
-                        break
+                while pos < mf.size:
                     header = dfmt.decode_entry_header(mf.buf, pos, segment.base_offset)
                     if header.is_blank:
                         self.blanks.append(header)
@@ -293,10 +277,8 @@ class DLedgerScan(CommitLogScan):
             if index is None:
                 self.end = ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file")
                 return
-        pos = max(self.start, segments[index].base_offset) - segments[index].base_offset
-        if self.start == segments[index].base_offset + pos:
-            pos = cl.entry_start(self.start) - segments[index].base_offset
-        yield from self._walk(index, pos)
+        base = segments[index].base_offset
+        yield from self._walk(index, cl.entry_start(self.start) - base if self.start >= base else 0)
 
     def _record_at(self, buf, pos: int, base: int, size: int) -> fmt.CommitLogRecord | None:
         """The record inside the entry at ``pos``, with the entry checks of §15.4 (``end`` at the entry)."""
@@ -335,24 +317,23 @@ class DLedgerScan(CommitLogScan):
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
     """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
-    data, size = segments_of(offset_named_files(layout.data_dir), file_size, "DLedger data")
+    data, size = segments_of(offset_named_files(layout.data_dir), file_size)
     divided = classic[-1].end_offset if classic else 0
-    data = [s for s in data if s.base_offset >= divided]
-    size = size or file_size or 1 << 30
-    return DLedgerCommitLog(layout, classic + data, size, divided)
+    return DLedgerCommitLog(layout, classic + [s for s in data if s.base_offset >= divided], size, divided)
 
 
 def open_entry_files(path: Path) -> DLedgerCommitLog:
     """``dump dledger PATH``: a store, a ``dledger-<id>`` folder, its ``data/`` folder or one data file."""
-    from ..errors import BadInput
-
     if path.is_file():
-        from .mappedfile import OFFSET_NAME
-
         if not OFFSET_NAME.match(path.name):
             raise BadInput(f"{path}: a DLedger data file is named by its 20-digit start offset")
         return open_data_files([(int(path.name), path)], None)
-    layout = layout_of_path(path)
+    if (path / "data").is_dir() and path.name.startswith("dledger-"):
+        layout = DLedgerLayout(path, path / "data", path / "index")
+    elif path.name == "data" and path.parent.name.startswith("dledger-"):
+        layout = DLedgerLayout(path.parent, path, path.parent / "index")
+    else:
+        layout = locate(path)
     if layout is None:
         raise BadInput(f"{path}: no DLedger data here (expected dledger-<id>/data/ under a store, a dledger-<id> folder or its data/ folder)")
     return open_commitlog(layout, [], None)
@@ -367,8 +348,7 @@ def commitlog_of(segments: list[Segment], file_size: int) -> CommitLog:
 
 
 def is_entry_file(path: Path, base: int) -> bool:
-    """True when a file's first bytes are a DLedger entry describing itself (§15.6: magic 1,
-    pos = the file's start offset, size = body length + 48), not a classic record."""
+    """True when a file's first bytes are a DLedger entry describing itself (``describes_itself``, §15.6), not a classic record."""
     try:
         with open(path, "rb") as f:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
@@ -387,5 +367,4 @@ def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLe
     """Entry files given without their store (a data folder, one file)."""
     home = paths[0][1].parent.parent
     layout = DLedgerLayout(home, paths[0][1].parent, home / "index")
-    segments, size = segments_of(paths, file_size, "DLedger data")
-    return DLedgerCommitLog(layout, segments, size or file_size or 1 << 30)
+    return DLedgerCommitLog(layout, *segments_of(paths, file_size))

@@ -32,14 +32,6 @@ class DataRecovery:
         return (self.last_index + 1) * dfmt.INDEX_UNIT_SIZE
 
 
-def _first_entry_matches_index(cl: DLedgerCommitLog, index: int, units: dict[int, dfmt.IndexUnit]) -> bool:
-    """The pre-check of ``recover``: the file's first entry against its index unit."""
-    seg = cl.segments[index]
-    with MappedFile(seg.path, seg.base_offset) as mf:
-        h = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
-    return describes_itself(h, seg.base_offset) and unit_matches(units.get(h.index), h)
-
-
 def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     """``DLedgerMmapFileStore.recover``'s walk, once per open commit log, for the next start,
     ``verify.dledger``, ``recovery.dledger`` and ``walk_resume``."""
@@ -55,11 +47,12 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
     units = {u.number: u for u in cl.index_units()}  # by position, as DLedger reads a unit (index * 32)
     start = max(len(files) - 3, 0)
-    for i in range(start, -1, -1):
-        start = i
-        if _first_entry_matches_index(cl, offset + i, units):
+    for start in range(start, -1, -1):  # recover's pre-check: a file's first entry against its index unit
+        with MappedFile(files[start].path, files[start].base_offset) as mf:
+            h = dfmt.decode_entry_header(mf.buf, 0, files[start].base_offset)
+        if describes_itself(h, files[start].base_offset) and unit_matches(units.get(h.index), h):
             break
-    scan = EntryScan(cl, files[start].base_offset if files else cl.divided_offset)
+    scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None
     for header in scan:
         last = header

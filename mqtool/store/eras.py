@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rules import PLANNING_RULES, VersionRules
+from .rules import PLANNING_RULES, planning_key
 from .store import Store
 
 # Planning rules that only one recovery mode consults (rules file §2): the other mode's never change a plan
@@ -21,8 +21,7 @@ def relevant_rules(store: Store) -> list[str]:
     """The planning rules (``rules.PLANNING_RULES``) that can change this store's plan: the recovery mode's
     own, the load rules of files of the wrong length only where there is one (§2.13), the empty-log rule only
     for a log without files (§2.5)."""
-    abnormal = store.abort_present
-    skip = set(NO_EFFECT) | (NORMAL_ONLY if abnormal else ABNORMAL_ONLY)
+    skip = NO_EFFECT | (NORMAL_ONLY if store.abort_present else ABNORMAL_ONLY)  # a new set: the tables stay as they are
     if not store.problems:  # files of the wrong length or name, a zero-length last file (``Store.problems``)
         skip |= {"wrong_length_file_ignored", "zero_length_last_file_deleted"}
     if store.commitlog.segments:
@@ -34,17 +33,12 @@ def candidate_groups(store: Store) -> dict[Any, list]:
     """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
     of variants of the rules that can change this store's plan (``relevant_rules``)."""
     relevant = relevant_rules(store)
-
-    def key(version) -> tuple:
-        rules = VersionRules(version)
-        return tuple(getattr(rules, name) for name in relevant)
-
     by_key: dict[tuple, Any] = {}
     for candidate in sorted(store.version_guess.candidates, reverse=True):
-        by_key.setdefault(key(candidate), candidate)
+        by_key.setdefault(planning_key(candidate, relevant), candidate)
     groups: dict[Any, list] = {c: [] for c in by_key.values()}
     for era in store.version_guess.eras:
-        groups[by_key[key(era.representative)]].append(era)
+        groups[by_key[planning_key(era.representative, relevant)]].append(era)
     return groups
 
 

@@ -137,24 +137,21 @@ class FastScan:
             pos = 0
 
 
+_DETAILS = {END_CRC: "body CRC mismatch", END_ZEROS: "no record written here", END_TRUNCATED: "record runs past the end of the segment"}
+
+
 def _detail(code: int, array: np.ndarray, pos: int, detail: int) -> str:
     if code == END_LENGTH_MISMATCH:
         return f"total size {detail} disagrees with the record's fields"
-    if code == END_CRC:
-        return "body CRC mismatch"
-    if code == END_CORRUPT:
-        if pos + 8 > array.shape[0]:
-            return "record header cut by the segment end"
-        size = int.from_bytes(bytes(array[pos : pos + 4]), "big", signed=True)
-        magic = int.from_bytes(bytes(array[pos + 4 : pos + 8]), "big")
-        if magic in (MAGIC_V1, MAGIC_V2):
-            return f"impossible TOTALSIZE {size} (the magic code 0x{magic:08X} is a message's)"
-        return f"illegal magic code 0x{magic:08X} or impossible length"
-    if code == END_ZEROS:
-        return "no record written here"
-    if code == END_TRUNCATED:
-        return "record runs past the end of the segment"
-    return ""
+    if code != END_CORRUPT:
+        return _DETAILS.get(code, "")
+    if pos + 8 > array.shape[0]:
+        return "record header cut by the segment end"
+    size = int.from_bytes(bytes(array[pos : pos + 4]), "big", signed=True)
+    magic = int.from_bytes(bytes(array[pos + 4 : pos + 8]), "big")
+    if magic in (MAGIC_V1, MAGIC_V2):
+        return f"impossible TOTALSIZE {size} (the magic code 0x{magic:08X} is a message's)"
+    return f"illegal magic code 0x{magic:08X} or impossible length"
 
 
 # ---- zero detection and resynchronisation ----------------------------------------------------

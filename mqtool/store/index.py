@@ -117,7 +117,7 @@ def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int
     return [phy_offset for _, _, phy_offset, _ in query_entries(files, topic, key, max_num, begin, end)]
 
 
-def _geometry_fits(buf, slots: int, entries: int, count: int, probes: int = 16) -> bool:
+def _geometry_fits(buf, slots: int, count: int, probes: int = 16) -> bool:
     """Whether each of the newest ``probes`` entries has a hash and time diff >= 0 and a ``prev_index``
     below its own number, and is reachable from its slot's head by ``prev_index``, under this geometry."""
     newest = count - 1
@@ -149,9 +149,7 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
         count = fmt.read_header(mf.buf).index_count
         for slots in itertools.chain(default, others):
             entries = (body - fmt.SLOT_SIZE * slots) // fmt.ENTRY_SIZE
-            if count <= 1:
-                return IndexGeometry(slots, entries)  # nothing written: any geometry reads the same
-            if count <= entries and _geometry_fits(mf.buf, slots, entries, count):
+            if count <= 1 or count <= entries and _geometry_fits(mf.buf, slots, count):  # count <= 1: nothing written, any geometry fits
                 return IndexGeometry(slots, entries)
     slots, entries = fmt.DEFAULT_GEOMETRY
     raise BadStoreFile(

@@ -20,12 +20,6 @@ FEATURES = {
 }
 
 
-def _holds_data(path: Path) -> bool:
-    """A feature folder the broker creates on every start holds nothing of interest until used: 5.x writes
-    ``compaction/position-checkpoint`` on every store."""
-    return not path.is_dir() or any(p.name != "position-checkpoint" for p in path.iterdir())
-
-
 def unchecked_parts(root: Path | None) -> list[str]:
     """One line per top-level entry of ``root`` that mqtool does not check, saying what it is."""
     if root is None or not root.is_dir():
@@ -36,7 +30,8 @@ def unchecked_parts(root: Path | None) -> list[str]:
         if name in READ or name.startswith("dledger-") or name.startswith("."):
             continue
         if name in FEATURES:
-            if _holds_data(path):
+            # a feature folder the broker creates on every start holds nothing of interest until used (5.x: compaction/position-checkpoint)
+            if not path.is_dir() or any(p.name != "position-checkpoint" for p in path.iterdir()):
                 lines.append(f"{name}{'/' if path.is_dir() else ''}: {FEATURES[name]}, not checked")
         else:
             lines.append(f"{name}{'/' if path.is_dir() else ''}: not a part of a RocketMQ store mqtool knows, not checked")

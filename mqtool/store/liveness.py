@@ -89,9 +89,7 @@ def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -
             for line in text.split("\n") if any(r in text for r in roots) else ():  # most map nothing of it
                 parts = line.split(None, 5)
                 if len(parts) == 6:
-                    target = parts[5].strip()
-                    if target.endswith(" (deleted)"):
-                        target = target[: -len(" (deleted)")]
+                    target = parts[5].strip().removesuffix(" (deleted)")
                     if _under(target, roots):
                         found.add((target, "mapped"))
         except OSError:

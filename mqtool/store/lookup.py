@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..formats import commitlog as clfmt
-from ..formats.consumequeue import ENTRY_SIZE, ConsumeQueueEntry
+from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
@@ -182,10 +182,6 @@ def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
 
 
-def queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int) -> ConsumeQueueEntry | None:
-    return store.consume_queue(topic, queue_id).read_entry(queue_offset)
-
-
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
     """``CommitLog.pickupStoreTimestamp``: the record's store time, -1 below the min offset, where
     ``getMessage(offset, size)`` maps nothing (``MappedFile.selectMappedBuffer(pos, size)``: ``size`` bytes
@@ -207,11 +203,9 @@ class _QueueFile:
         self._units: dict[int, tuple[int, int]] = {}
 
     def unit(self, pos: int) -> tuple[int, int]:
-        unit = self._units.get(pos)
-        if unit is None:
-            phys, size, _ = read_unit(self.path, pos) or (0, 0, 0)
-            unit = self._units[pos] = (phys, size)
-        return unit
+        if pos not in self._units:
+            self._units[pos] = (read_unit(self.path, pos) or (0, 0, 0))[:2]
+        return self._units[pos]
 
     def time_at(self, pos: int) -> int:
         return pickup_store_timestamp(self.store, *self.unit(pos))
@@ -227,10 +221,6 @@ def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, time
         return None, 0
     recovered = queue.recover()
     rng = _range(store, queue, recovered)
-    return rng, _offset_by_time(store, queue, recovered, rng.min_offset, timestamp)
-
-
-def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: int) -> int:
     files = []
     for base, path in queue.files:
         if base >= recovered.end and files:
@@ -239,9 +229,9 @@ def _offset_by_time(store: Store, queue, recovered, min_offset: int, timestamp: 
         files.append(_QueueFile(store, base, path, readable))
     chosen = next((f for f in files[:-1] if f.readable >= ENTRY_SIZE and f.time_at(queue.file_size - ENTRY_SIZE) >= timestamp), files[-1])
     if store.rules.v5:
-        offset = _search_v5(chosen, timestamp, min_offset * ENTRY_SIZE, queue.file_size)
-        return min(max(offset, min_offset), recovered.max_offset)
-    return _search_v4(chosen, timestamp, min_offset * ENTRY_SIZE)
+        offset = _search_v5(chosen, timestamp, rng.min_offset * ENTRY_SIZE, queue.file_size)
+        return rng, min(max(offset, rng.min_offset), recovered.max_offset)
+    return rng, _search_v4(chosen, timestamp, rng.min_offset * ENTRY_SIZE)
 
 
 def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:

@@ -85,9 +85,7 @@ def offset_named_files(directory: Path) -> list[tuple[int, Path]]:
         raise BadInput(f"{directory}: not a directory") from None
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
-    files = [(int(e.name), Path(e.path)) for e in entries if OFFSET_NAME.match(e.name) and e.is_file()]
-    files.sort()
-    return files
+    return sorted((int(e.name), Path(e.path)) for e in entries if OFFSET_NAME.match(e.name) and e.is_file())
 
 
 def file_size(path: Path) -> int:

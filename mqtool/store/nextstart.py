@@ -18,7 +18,8 @@ from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import Store
+from .store import EMPTY_LAST_SEGMENT, Store
+from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
 ENDS = {  # how the line words each end
@@ -54,9 +55,7 @@ class NextStart:
     @property
     def reason(self) -> str:
         """Why the log ends there, in words, with the offset (why the broker refuses to start, if it does)."""
-        if self.refused:
-            return self.refused
-        return self._end()
+        return self.refused or self._end()
 
     def _end(self) -> str:
         if self.end_reason == StopReason.ZEROS and self.dropped_messages:
@@ -85,30 +84,25 @@ class NextStart:
         return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0, plan.refused)
 
 
-def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart | None:
+def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
     """The broker's next start on ``store`` (module docstring; a DLedger store's: ``dledger_next_start``).
-    ``walked``: where a walk with the broker's checks (CRC included) from
-    ``walked_from`` ended (``verify``'s or ``salvage``'s own): when that walk passed the start
-    segment (segment starts are record starts on the chain), the broker's scan ends there too and
-    the log is not walked again here; else it is walked from the start segment
-    (``store.summary.logical_end``)."""
+    ``walked``: where a walk with the broker's checks (CRC included) from ``walked_from`` ended (``verify``'s
+    or ``salvage``'s own): when it passed the start segment (segment starts are record starts on the chain),
+    the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``)."""
     if store.is_dledger:
         return dledger_next_start(store)
     start = start_of(store)
-    if start is None:
-        return None
     why = log_refusal(store)
     if why is not None:
         return NextStart.refusing(store, why)
     from .summary import logical_end
 
-    rules = store.rules  # the store's version's, or the newest era's left (the one the planners keep)
     if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
         end = walked
     else:
         _, end = logical_end(store, start.offset)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, rules), queue_refusal(store))
+                     dropped_after(store, end.offset, store.rules), queue_refusal(store))  # rules: of the newest era left
 
 
 def dledger_next_start(store: Store) -> NextStart:
@@ -194,8 +188,6 @@ def log_refusal(store: Store) -> str | None:
     None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
     reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
-    from .store import EMPTY_LAST_SEGMENT
-
     for problem in store.problems:
         who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT)
         if who is not None:
@@ -225,8 +217,6 @@ def queue_refusal(store: Store) -> str | None:
 def refused_by(store: Store, empty_last: bool) -> str | None:
     """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length last one):
     None when no era the store may be from refuses it; else "" when every one does, or which do."""
-    from .version import eras_label
-
     eras = store.version_guess.eras
     held = store.eras_where("zero_length_last_file_refused" if empty_last else "wrong_length_file_ignored")
     refusing = held if empty_last else [e for e in eras if e not in held]

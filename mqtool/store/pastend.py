@@ -115,10 +115,8 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
             continue
         if code == OK_BLANK:
             return newest_kept
-        nxt = -1
         search = _search_from(extents, end + 1)
-        if search is not None:
-            nxt = _next_self_described(array, search, base, accept_v2, buf, extents)
+        nxt = -1 if search is None else _next_self_described(array, search, base, accept_v2, buf, extents)
         stop = size if nxt < 0 else nxt
         garbage = sum(_count_nonzero(array, max(lo, end), min(hi, stop), buf) for lo, hi in extents if hi > end and lo < stop)
         if garbage:

@@ -143,15 +143,8 @@ def batch_unit_dict(topic: str, queue_id: int, unit: BatchUnit) -> dict[str, Any
 
 
 def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[str, Any]:
-    return {
-        "file": file,
-        "slot": entry.key_hash % hash_slot_num if entry.key_hash >= 0 else None,
-        "position": entry.position,
-        "key_hash": entry.key_hash,
-        "phys_offset": entry.phy_offset,
-        "time_diff": entry.time_diff,
-        "prev_index": entry.prev_index,
-    }
+    slot = entry.key_hash % hash_slot_num if entry.key_hash >= 0 else None
+    return dict(zip(INDEX_ENTRY_FIELDS, (file, slot, *entry)))
 
 
 def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:

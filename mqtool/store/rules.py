@@ -79,32 +79,29 @@ class Era(NamedTuple):
         return f"{self.name} ({self.releases})"
 
 
-def _era(index, name, first, last, representative, distinct) -> Era:
-    return Era(index, name, _v(first), _v(last), _v(representative), distinct)
-
-
-ERAS = (
-    _era(0, "E0", "3.2.6", "3.2.6", "3.2.6", "Alibaba era: no TOTALSIZE check, queues and index written at put time, no UNIQ_KEY index"),
-    _era(1, "E1", "4.0.0", "4.0.0", "4.0.0", "TOTALSIZE check, reput from the commit log max, UNIQ_KEY and COMMIT indexed"),
-    _era(2, "E2", "4.1.0", "4.1.0", "4.1.0", "dataVersion.timestamp, batch records, 8-byte batch blanks"),
-    _era(3, "E3a", "4.2.0", "4.2.0", "4.2.0", "consume queue repeat-write guard, lock file"),
-    _era(4, "E3b", "4.3.0", "4.3.1", "4.3.0", "transactions as half-topic records"),
-    _era(5, "E4", "4.3.2", "4.4.0", "4.4.0", "queues truncated after recovery; last queue entry kept by its start offset"),
-    _era(6, "E5", "4.5.0", "4.5.2", "4.5.1", "queue entries kept by offset+size; reput from the queues' max; a wrong-length file refuses start"),
-    _era(7, "E6", "4.6.0", "4.6.1", "4.6.1", "broker re-serializes properties with CLUSTER; IPv6 hosts"),
-    _era(8, "E7", "4.7.0", "4.7.0", "4.7.0", "async sends store the client's properties verbatim"),
-    _era(9, "E8", "4.7.1", "4.7.1", "4.7.1", "index hashSlotCount counts used slots"),
-    _era(10, "E9", "4.8.0", "4.9.0", "4.8.0", "batch properties concatenated without a separator"),
-    _era(11, "E10", "4.9.1", "4.9.1", "4.9.1", "no trailing \\x02, new properties parser, WAIT stripped, 8-byte blanks"),
-    _era(12, "E11", "4.9.2", "4.9.2", "4.9.2", "delay entries of abnormal recovery get the TAGS hash; a wrong-length file ignored"),
-    _era(13, "E12", "4.9.3", "4.9.8", "4.9.7", "wrong-length file refused again; batch separator fixed; LMQ"),
-    _era(14, "E13", "5.0.0", "5.0.0", "5.0.0", "abort holds the PID, abort.bak, stateVersion, timer store, reput from the commit log max"),
-    _era(15, "E14", "5.1.0", "5.1.0", "5.1.0", "config persisted in place, V2 records, compaction store"),
-    _era(16, "E15", "5.1.1", "5.1.2", "5.1.1", "checkpoint confirmPhyOffset"),
-    _era(17, "E16", "5.1.3", "5.1.4", "5.1.4", "a zero-length last commit log file is deleted at load"),
-    _era(18, "E17", "5.2.0", "5.3.1", "5.3.1", "trailing \\x02 back; queues truncated before the commit log"),
-    _era(19, "E18", "5.3.2", "5.3.3", "5.3.3", "normal recovery starts at the queues' max and dispatches"),
+_ERA_ROWS = (  # name, first and last release, representative, what sets it apart
+    ("E0", "3.2.6", "3.2.6", "3.2.6", "Alibaba era: no TOTALSIZE check, queues and index written at put time, no UNIQ_KEY index"),
+    ("E1", "4.0.0", "4.0.0", "4.0.0", "TOTALSIZE check, reput from the commit log max, UNIQ_KEY and COMMIT indexed"),
+    ("E2", "4.1.0", "4.1.0", "4.1.0", "dataVersion.timestamp, batch records, 8-byte batch blanks"),
+    ("E3a", "4.2.0", "4.2.0", "4.2.0", "consume queue repeat-write guard, lock file"),
+    ("E3b", "4.3.0", "4.3.1", "4.3.0", "transactions as half-topic records"),
+    ("E4", "4.3.2", "4.4.0", "4.4.0", "queues truncated after recovery; last queue entry kept by its start offset"),
+    ("E5", "4.5.0", "4.5.2", "4.5.1", "queue entries kept by offset+size; reput from the queues' max; a wrong-length file refuses start"),
+    ("E6", "4.6.0", "4.6.1", "4.6.1", "broker re-serializes properties with CLUSTER; IPv6 hosts"),
+    ("E7", "4.7.0", "4.7.0", "4.7.0", "async sends store the client's properties verbatim"),
+    ("E8", "4.7.1", "4.7.1", "4.7.1", "index hashSlotCount counts used slots"),
+    ("E9", "4.8.0", "4.9.0", "4.8.0", "batch properties concatenated without a separator"),
+    ("E10", "4.9.1", "4.9.1", "4.9.1", "no trailing \\x02, new properties parser, WAIT stripped, 8-byte blanks"),
+    ("E11", "4.9.2", "4.9.2", "4.9.2", "delay entries of abnormal recovery get the TAGS hash; a wrong-length file ignored"),
+    ("E12", "4.9.3", "4.9.8", "4.9.7", "wrong-length file refused again; batch separator fixed; LMQ"),
+    ("E13", "5.0.0", "5.0.0", "5.0.0", "abort holds the PID, abort.bak, stateVersion, timer store, reput from the commit log max"),
+    ("E14", "5.1.0", "5.1.0", "5.1.0", "config persisted in place, V2 records, compaction store"),
+    ("E15", "5.1.1", "5.1.2", "5.1.1", "checkpoint confirmPhyOffset"),
+    ("E16", "5.1.3", "5.1.4", "5.1.4", "a zero-length last commit log file is deleted at load"),
+    ("E17", "5.2.0", "5.3.1", "5.3.1", "trailing \\x02 back; queues truncated before the commit log"),
+    ("E18", "5.3.2", "5.3.3", "5.3.3", "normal recovery starts at the queues' max and dispatches"),
 )
+ERAS = tuple(Era(index, name, *map(_v, releases), distinct) for index, (name, *releases, distinct) in enumerate(_ERA_ROWS))
 _BY_NAME = {era.name: era for era in ERAS}
 
 
@@ -261,9 +258,10 @@ PLANNING_RULES = (
 )
 
 
-def planning_key(version: BrokerVersion) -> tuple:
+def planning_key(version: BrokerVersion, names=PLANNING_RULES) -> tuple:
+    """The variants ``version`` follows of the rules ``names`` (the planning rules by default)."""
     rules = VersionRules(version)
-    return tuple(getattr(rules, name) for name in PLANNING_RULES)
+    return tuple(getattr(rules, name) for name in names)
 
 
 def rules_deciding(a: BrokerVersion, b: BrokerVersion) -> list[str]:

@@ -162,8 +162,7 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
     release_step = WINDOW if on_rows is None else SHOWN_RELEASE  # a reader's held pages are kept: release nearer behind
     try:
         while True:
-            window_stop = min(stop, pos + step)
-            count, npos, code, detail = fs.walk_segment(array, pos, window_stop, True, False, out)
+            count, npos, code, detail = fs.walk_segment(array, pos, min(stop, pos + step), True, False, out)
             if count:
                 run.records += count
                 check_rows(array, out[:count], base, run)
@@ -213,20 +212,13 @@ def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None 
     ``progress(n)`` gets byte counts adding up to the checked range; ``chain`` is shown the chain
     run's rows as they are walked. ``walked``: the chain run's first records, walked and checked
     (``check_rows``) by another reader (``recover``'s plan): the chain continues from its end."""
-    shown = 0
+    ticked = 0
 
     def tick(n: int) -> None:
-        nonlocal shown
-        shown += n
+        nonlocal ticked
+        ticked += n
         progress(n)
 
-    report = _analyze(task, tick if progress is not None else None, chain, walked)
-    if progress is not None and report.bytes > shown:
-        progress(report.bytes - shown)
-    return report
-
-
-def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
     with MappedFile(task.path, task.base, sequential=True) as mf:
         array = fs.as_array(mf.buf)
         stop = mf.size if task.stop is None else min(task.stop, mf.size)
@@ -241,10 +233,10 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
                 pos = report.resumed_at = found if found >= 0 else stop
             if walked is not None and (task.start != 0 or task.resync or walked.start != 0 or walked.end > stop or chain is not None):
                 walked = None  # not this walk's prefix: walk it all
-            if walked is not None:
-                pos = walked.end
+            pos = pos if walked is None else walked.end
             while True:
-                run = walk_run(array, mf.buf, pos, stop, task.base, out, progress, on_rows=chain.rows if chain is not None else None,
+                run = walk_run(array, mf.buf, pos, stop, task.base, out, tick if progress is not None else None,
+                               on_rows=chain.rows if chain is not None else None,
                                held=chain.held if chain is not None else None, run=walked)
                 walked = None
                 report.runs.append(run)
@@ -275,6 +267,8 @@ def _analyze(task: SegmentTask, progress, chain: ChainReader | None = None, walk
             os.close(fd)
             fs.release_pages(mf.buf, 0, mf.size)
             del array
+    if progress is not None and report.bytes > ticked:
+        progress(report.bytes - ticked)
     return report
 
 

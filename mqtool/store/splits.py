@@ -132,8 +132,7 @@ class SplitScan:
         header = ENTRY_HEADER_SIZE if split.entries else 0  # handoffs compare entry positions
         pos, stop = base + begin, base + split.end
         while True:
-            window_stop = min(stop, pos + self.window)
-            scan = fs.FastScan(commitlog, pos, window_stop, check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
+            scan = fs.FastScan(commitlog, pos, min(stop, pos + self.window), check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
             for batch in scan:
                 if self.first is None:
                     self.first = base + int(batch.rows[0, fs.COL_POS]) - header

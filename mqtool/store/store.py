@@ -98,9 +98,13 @@ class Store:
         if path.is_file():
             from . import dledger  # DLedger modules: imported only where a DLedger store may be
 
-            if OFFSET_NAME.match(path.name) and dledger.is_entry_file(path, int(path.name)):
+            if not OFFSET_NAME.match(path.name):
+                raise not_a_store(path)
+            if dledger.is_entry_file(path, int(path.name)):
                 return cls._open_dledger_files([(int(path.name), path)], config, version)
-            return cls._open_segment_file(path, config, version)
+            if (size := file_size(path)) == 0:
+                raise BadStoreFile(f"{path}: empty file")
+            return cls(None, CommitLog([Segment(path, int(path.name), size)], config.commitlog_file_size or size), config)._finish(version)
         if path.name.startswith("dledger-") and (path / "data").is_dir():
             path = path / "data"
         if config.dledger is not False and (config.dledger_data_path is not None or _names_a_dledger_member(path)):
@@ -121,19 +125,8 @@ class Store:
         raise not_a_store(path)
 
     @classmethod
-    def _open_segment_file(cls, path: Path, config: StoreConfig, version: str | None) -> "Store":
-        if not OFFSET_NAME.match(path.name):
-            raise not_a_store(path)
-        size = file_size(path)
-        if size == 0:
-            raise BadStoreFile(f"{path}: empty file")
-        segment = Segment(path, int(path.name), size)
-        return cls(None, CommitLog([segment], config.commitlog_file_size or size), config)._finish(version)
-
-    @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
-        found = sorted((base, p) for d in dirs for base, p in offset_named_files(Path(d)))
-        sizes = [(base, p, file_size(p)) for base, p in found]
+        sizes = sorted((base, p, file_size(p)) for d in dirs for base, p in offset_named_files(Path(d)))
         empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
         if expected is None and any(size for _, _, size in sizes):  # a zero-length file tells no size
@@ -225,9 +218,7 @@ class Store:
 
     @cached_property
     def version_guess(self) -> VersionGuess:
-        if self._version is not None:
-            return VersionGuess.of(self._version, given=True)
-        return detect_version(self)
+        return detect_version(self) if self._version is None else VersionGuess.of(self._version, given=True)
 
     @property
     def version(self) -> BrokerVersion | None:
@@ -289,9 +280,7 @@ class Store:
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:
-        if self.root is None:
-            return []
-        return discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
+        return [] if self.root is None else discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
 
     @cached_property
     def batch_consume_queues(self) -> list[BatchConsumeQueue]:
@@ -376,10 +365,6 @@ class Store:
     @property
     def abort_present(self) -> bool:
         return self.abort is not None
-
-    @property
-    def lock_present(self) -> bool:
-        return self.file(markers.LOCK_FILE) is not None
 
     def config_file(self, name: str) -> dict | None:
         """A ``config/*.json`` document as ``ConfigManager.load`` reads it (``.bak`` as fallback, fastjson's

@@ -11,14 +11,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..formats.markers import LOCK_FILE
 from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
 from .index import list_index_files
 from .layout import unchecked_parts
+from .rules import rules_deciding
 from .store import Store
+from .version import detect_version, given_source
 
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
 WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
+INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count")
 
 
 def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
@@ -120,28 +124,14 @@ def queue_summaries(store: Store) -> list[dict[str, Any]]:
 
 
 def index_summary(store: Store) -> dict[str, Any] | None:
-    if store.unreadable_index is not None:
-        return None  # the store's notes say why (``unreadable_index_notes``)
-    geometry = store.index_geometry
+    """The index geometry and each file's header, None where no index is read (the store's notes
+    say why: ``unreadable_index_notes``)."""
+    geometry = store.index_geometry if store.unreadable_index is None else None
     if geometry is None:
         return None
-    return {
-        "hash_slot_num": geometry.hash_slot_num,
-        "index_num": geometry.index_num,
-        "files": [
-            {
-                "name": f.name,
-                "size": f.size,
-                "begin_timestamp": f.header.begin_timestamp,
-                "end_timestamp": f.header.end_timestamp,
-                "begin_phy_offset": f.header.begin_phy_offset,
-                "end_phy_offset": f.header.end_phy_offset,
-                "hash_slot_count": f.header.hash_slot_count,
-                "entries": f.header.entry_count,
-            }
-            for f in store.index_files
-        ],
-    }
+    files = [{"name": f.name, "size": f.size, **{k: getattr(f.header, k) for k in INDEX_HEADER_FIELDS}, "entries": f.header.entry_count}
+             for f in store.index_files]
+    return {"hash_slot_num": geometry.hash_slot_num, "index_num": geometry.index_num, "files": files}
 
 
 def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
@@ -173,7 +163,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "store": str(store.root) if store.root else None,
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid},
-        "lock_file": store.lock_present,
+        "lock_file": store.file(LOCK_FILE) is not None,
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
@@ -242,8 +232,6 @@ def dledger_summary(store: Store) -> dict[str, Any]:
 def given_version_doc(store: Store) -> dict[str, Any]:
     """``version_doc`` of a ``--broker-version``, with the evidence of the store's own marks and,
     where they leave no era that release belongs to, the label saying so (``version.given_source``)."""
-    from .version import detect_version, given_source
-
     guess, marks = store.version_guess, detect_version(store)
     source = given_source(store, marks)
     label = str(guess) if source == "given" else f"{guess.version} ({source})"
@@ -253,8 +241,6 @@ def given_version_doc(store: Store) -> dict[str, Any]:
 def version_doc(guess) -> dict[str, Any]:
     """The version, the eras its marks leave with what sets each apart (``rules.ERAS``), the evidence,
     and, while several eras remain, the planning rules that would decide between them."""
-    from .rules import rules_deciding
-
     candidates = list(guess.candidates)
     deciding = sorted({r for c in candidates[1:] for r in rules_deciding(candidates[0], c)})
     return {

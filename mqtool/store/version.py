@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING
 
-
 from ..errors import BadStoreFile, UnknownStoreVersion
 from ..formats import commitlog as clfmt
 from ..formats import index as ixfmt
 from ..formats.errors import FormatError
 from ..formats.markers import ABORT_BACKUP_FILE
+from ..formats.properties import PropertyKey, parse_properties, split_keys
+from .index import query_offsets
 from .mappedfile import MappedFile
 from .rules import ALL_ERAS, ERAS, LAST_RELEASE, BrokerVersion, Era, eras_between, era_of, planning_key
 
@@ -100,35 +101,13 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     return []
 
 
-def _blank_tail(store: "Store") -> bytes | None:
-    """The 56 bytes after the end-of-file blank record of the first segment that has one."""
-    from .fastscan import FastScan, scan_start
-
-    for segment in store.commitlog.segments[:-1]:
-        scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
-        for _ in scan:
-            pass
-        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
-            resumed = scan_start(store.commitlog, scan.end.offset)
-            if scan.end.offset < resumed < segment.end_offset:
-                scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
-                for _ in scan:
-                    pass
-        if scan.blanks:
-            with MappedFile(segment.path) as mf:
-                pos = scan.blanks[0] - segment.base_offset + 8
-                return bytes(mf.buf[pos : pos + 56])
-    return None
-
-
 def check_first_record(store: "Store") -> None:
     """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0
     stores, other files). A damaged first record is not refused: the records after it are
     found (``resync.scan_start``) and the damage is ``verify``'s finding."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
-            head = bytes(mf.buf[:8])
-            if not any(head):
+            if not any(mf.buf[:8]):
                 return
             try:
                 clfmt.decode_record(mf.buf, 0, segment.base_offset, mf.size)
@@ -180,14 +159,18 @@ def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
 _ESCAPED_LETTER = re.compile(rb"\\(?:u00|x)[4-7][0-9A-Fa-f]")
 
 
+def _index_files(store: "Store") -> list:
+    """The index files, none where they cannot be read (``BadStoreFile``: no file shows the geometry, ``Store.unreadable_index``)."""
+    try:
+        return store.index_files
+    except (OSError, FormatError, ValueError, BadStoreFile):
+        return []
+
+
 def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """The index header's ``hashSlotCount`` counts every put before 4.7.1 and only newly used slots
     after (§5.2): with a hash collision in the file the two differ."""
-    try:
-        files = store.index_files
-    except (OSError, FormatError, ValueError, BadStoreFile):  # BadStoreFile: no file shows the geometry (``Store.unreadable_index``)
-        return []
-    for f in files:
+    for f in _index_files(store):
         entries = f.header.index_count - 1
         if entries <= 0 or f.geometry is None:
             continue
@@ -216,13 +199,7 @@ def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
     ``KEYS_ONLY_RECORDS`` has it (zeroed index entries lose a 4.x UNIQ_KEY but may keep a KEYS entry
     written before it: damage seed 900992 made a 4.0.0 store 3.2.6). A record whose keys are not
     indexed (a dropped index file, an index turned off) leaves no mark."""
-    from ..formats.properties import PropertyKey, parse_properties, split_keys
-    from .index import query_offsets
-
-    try:
-        files = store.index_files
-    except (OSError, FormatError, ValueError, BadStoreFile):
-        return []
+    files = _index_files(store)
     if not files:
         return []
     without = []  # records whose KEYS are indexed but not their UNIQ_KEY
@@ -338,13 +315,27 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 
 def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12)."""
-    tail = _blank_tail(store)
-    if tail is None:
-        return []
-    if any(tail):
-        return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
-    return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
+    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12), in the
+    56 bytes after the blank of the first segment that has one."""
+    from .fastscan import FastScan, scan_start
+
+    for segment in store.commitlog.segments[:-1]:
+        scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
+        for _ in scan:
+            pass
+        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
+            resumed = scan_start(store.commitlog, scan.end.offset)
+            if scan.end.offset < resumed < segment.end_offset:
+                scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
+                for _ in scan:
+                    pass
+        if scan.blanks:
+            with MappedFile(segment.path) as mf:
+                pos = scan.blanks[0] - segment.base_offset + 8
+                if any(mf.buf[pos : pos + 56]):
+                    return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
+            return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
+    return []
 
 
 def _splits(eras: set, last: str) -> bool:

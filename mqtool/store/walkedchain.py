@@ -29,5 +29,4 @@ class WalkedChain:
                 return  # not the continuation of a walk from the first byte
         run.records += rows.shape[0]
         check_rows(batch.array, rows, batch.base_offset, run)
-        last = rows.shape[0] - 1
-        run.end = int(rows[last, fs.COL_POS] + rows[last, fs.COL_SIZE])
+        run.end = int(rows[-1, fs.COL_POS] + rows[-1, fs.COL_SIZE])
