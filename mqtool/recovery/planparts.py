@@ -38,7 +38,14 @@ from ..store.rules import VersionRules
 
 
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
-    unsupported_queues(store)
+    """The version to plan under. Refused first: RocksDB consume queues (5.2.0+) and BatchConsumeQueue
+    topics (5.0.0+), whose records the broker dispatches elsewhere (reference §5.5, §5.6), and ``unloadable_files``."""
+    if store.root is not None:
+        if (store.path("consumequeue", "CURRENT")).exists():
+            raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
+        bcq = store.path("batchconsumequeue")
+        if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
+            raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: their records would be put in plain consume queues")
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
@@ -52,18 +59,6 @@ def unloadable_files(store: Store) -> None:
     why = log_refusal(store)
     if why is not None:
         raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
-
-
-def unsupported_queues(store: Store) -> None:
-    """Refuse RocksDB consume queues (5.2.0+) and BatchConsumeQueue topics (5.0.0+): the broker
-    dispatches their records elsewhere (reference §5.5, §5.6)."""
-    if store.root is None:
-        return
-    if (store.path("consumequeue", "CURRENT")).exists():
-        raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
-    bcq = store.path("batchconsumequeue")
-    if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
-        raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: their records would be put in plain consume queues")
 
 
 def config_options(store: Store) -> dict:

@@ -81,14 +81,6 @@ class RebuildScan:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
 
 
-def _configured_topics(store: Store) -> set[str]:
-    """The topics of ``config/topics.json`` (``--respect-topic-config``)."""
-    doc = store.config_file("topics.json")
-    if doc is None:
-        raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
-    return topic_names(doc)
-
-
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
     """One queue's plan (``q``: its files on disk, if any); no file to write when they hold the rebuild's bytes."""
     old = QueueSim.load(q, rules=rules) if q is not None else None
@@ -105,7 +97,12 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     rules = VersionRules(version)
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
-    allowed = _configured_topics(store) if options.respect_topic_config else None
+    allowed = None  # --respect-topic-config: the topics of ``config/topics.json``
+    if options.respect_topic_config:
+        doc = store.config_file("topics.json")
+        if doc is None:
+            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
+        allowed = topic_names(doc)
 
     def selected(topic: str, qid: int) -> bool:
         return (
