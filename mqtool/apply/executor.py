@@ -212,11 +212,13 @@ class Executor:
 
     _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
 
-    def _resize(self, action, blank_at: int | None = None) -> None:
+    def _resize(self, action) -> None:
         """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
         aside and renamed over it, so a backup hard-linked to the original keeps the original bytes.
-        ``blank_at``: an end-of-file blank from there, then zeros (``pad-blank``)."""
+        ``pad-blank`` (a short segment before the last, ``repair._cut_segment_end``): an end-of-file blank
+        from ``action.start``, then zeros."""
         path = self.root / action.path
+        blank_at = action.start if action.op == "pad-blank" else None
         self._keep(action.path)
         durability_point("file backed up")
         makedirs(self.staging)
@@ -235,9 +237,7 @@ class Executor:
         os.replace(tmp, path)
         fsync_dir(path.parent)
 
-    def _pad_blank(self, action) -> None:
-        """A short segment before the last: a blank at ``action.start`` (``repair._cut_segment_end``)."""
-        self._resize(action, blank_at=action.start)
+    _pad_blank = _resize
 
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
@@ -466,14 +466,15 @@ def hold_store_lock(store_root: Path, force: bool = False):
 def in_thread(work: Callable[[object], None] | None):
     """A ``submit(item)`` running ``work(item)`` in order in a second thread (``handoff.Stage``), its
     errors raised again when the block ends; with ``work`` None, submitting does nothing."""
-    stage = Stage(work, 2, "mqtool-apply") if work is not None else None
+    if work is None:
+        yield lambda item: None
+        return
+    stage = Stage(work, 2, "mqtool-apply")
     try:
-        yield stage.put if stage is not None else lambda item: None
-        if stage is not None:
-            stage.drain()
+        yield stage.put
+        stage.drain()
     finally:
-        if stage is not None:
-            stage.close()
+        stage.close()
 
 
 def read_index_header(path: Path) -> ixfmt.IndexHeader:
