@@ -150,7 +150,6 @@ class ClassicLog(LogKind):
         return bool(always or ((run.abnormal or run.rules.normal_truncates_cq) and run.max_cq >= run.end))
 
     def notes(self, run: RecoveryRun) -> list[str]:
-        """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
         if not run.dispatching:
             return []
         store, phases, end, legacy = run.store, run.phases, run.end, run.legacy

@@ -50,29 +50,28 @@ class RebuildScan:
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 
-    def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
+    def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False) -> DispatchScanner:
         """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
-        recovery = discipline == "recovery"
-        check_crc = recovery and self.store.config.check_crc_on_recover and not self.store.is_dledger
+        check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return phase_scanner(
             self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
-            legacy_properties=self.rules.legacy_properties, index_enable=index, index_rule=self.rules.index_rule, check_crc=check_crc,
+            legacy_properties=self.rules.legacy_properties, index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc,
             topics=self.topics, ahead=ahead,
         )
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
-            head = self._scanner(cl.min_offset, self.start, self.discipline, index=self.index, ahead=True)
+            head = self._scanner(cl.min_offset, self.start, self.discipline, ahead=True)
             yield from head
             self.skipped += head.skipped
-        recovery = self._scanner(self.start, None, "recovery", index=self.index, ahead=True)
+        recovery = self._scanner(self.start, None, "recovery", ahead=True)
         yield from recovery
         end = recovery.end
         if self.store.is_dledger:  # DLedger's recovery keeps the log past damage after its start too
             while (resume := cl.resume_after_damage(end)) is not None:
                 self.skipped.append(end)
-                tail = self._scanner(resume, None, self.discipline, index=self.index)
+                tail = self._scanner(resume, None, self.discipline)
                 yield from tail
                 self.skipped += tail.skipped
                 end = tail.end

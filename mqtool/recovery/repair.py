@@ -124,9 +124,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
-    if not actions:
-        return steps, None
-    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions)
+    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions) if actions else None
 
 
 def _wheel_fix(root: Path, resize) -> None:
@@ -177,7 +175,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
-                      alone: Callable[[Path, int], int] | None = None, cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
+                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
     offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
     ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
@@ -192,30 +190,29 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     expected = None  # no file tells the size: only zero-length files, each handled below without it
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
-        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
-    if segments:
-        last = max(b for b, _, _ in segments)
-        for base, path, size in sorted(segments):
-            rel = os.path.relpath(path, root)
-            if size == expected:
+        expected = alone(lone[0], sizes[0]) if len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
+    last = max((b for b, _, _ in segments), default=None)
+    for base, path, size in sorted(segments):
+        rel = os.path.relpath(path, root)
+        if size == expected:
+            continue
+        if size == 0 and base == last:
+            if store is None or store.eras_where("zero_length_last_file_refused"):
+                which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
+                quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
+            continue
+        if size == 0:
+            quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
+                             f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
+            continue
+        if base % expected:
+            quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
+        elif size < expected:
+            if base != last and cut_before_last is not None and cut_before_last(rel, Path(path), base, size, expected):
                 continue
-            if size == 0 and base == last:
-                if store is None or store.eras_where("zero_length_last_file_refused"):
-                    which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
-                    quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
-                continue
-            if size == 0:
-                quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
-                                 f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
-                continue
-            if base % expected:
-                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
-            elif size < expected:
-                if base != last and cut_before_last is not None and cut_before_last(rel, Path(path), base, size, expected):
-                    continue
-                resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
-            else:
-                resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
+            resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
+        else:
+            resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
 
 
 QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
@@ -515,8 +512,7 @@ def steps_of(t: Triage) -> list[RepairStep]:
 
 
 def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]]) -> Plan:
-    plan = plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues)))
-    return dataclasses.replace(plan, command="repair")
+    return dataclasses.replace(plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues))), command="repair")
 
 
 def plan_index_rebuild(store: Store) -> Plan:
