@@ -53,7 +53,14 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     """The broker's load + recovery + start-up reput under the one version the store is read as
     (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
     ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``)."""
-    run = _run(store, options, command, cache, walked)
+    version, source = store_version(store)
+    run = RecoveryRun(
+        store, options, command, cache, walked, version, source, VersionRules(version),
+        options.mode or ("abnormal" if store.abort_present else "normal"),
+        store.checkpoint is not None,
+        store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
+        store.config.message_index_safe if options.index_safe is None else options.index_safe,
+    )
     _recover_queues(run)  # 1
     _load_index(run)  # 2
     kind = log_kind(store)
@@ -70,18 +77,6 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=queue_refusal(store) if run.dispatching else None,
     )
     return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
-
-
-def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
-    """A ``RecoveryRun`` of ``store`` before any step."""
-    version, source = store_version(store)
-    return RecoveryRun(
-        store, options, command, cache, walked, version, source, VersionRules(version),
-        options.mode or ("abnormal" if store.abort_present else "normal"),
-        store.checkpoint is not None,
-        store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
-        store.config.message_index_safe if options.index_safe is None else options.index_safe,
-    )
 
 
 def _recover_queues(run: RecoveryRun) -> None:
