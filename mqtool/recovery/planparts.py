@@ -358,8 +358,7 @@ def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacemen
         files.append(IndexFilePlan(r.name, "create", "dispatched records", 0, r.end.entry_count, r.end.begin_timestamp, r.end.end_timestamp, r.end.end_phy_offset))
     keys = sum(p.entries_after - p.entries_before for p in files if p.action in ("append", "create"))
     full = writer.full_end_timestamp if writer is not None and writer.full_end_timestamp else None
-    plan = IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None)
-    return plan, actions
+    return IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None), actions
 
 
 def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:

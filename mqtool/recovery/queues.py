@@ -176,8 +176,7 @@ class QueueSim:
         """Keep placed units only where later steps read them, the first file (min offset) and the
         last (the truncate walk), in SPILL in placing order (a later run wins), so a queue holds at
         most ``PRUNE_EVERY`` placed units in memory."""
-        first, last = min(self.files), max(self.files)
-        keep = sorted({first, last})
+        keep = sorted({min(self.files), max(self.files)})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
         self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
         self._chunks = []

@@ -118,8 +118,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     for index_dir in sorted(root.glob("dledger-*/index")):
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
-    cq_dir = root / "consumequeue"
-    for topic in _files(cq_dir, dirs=True):
+    for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
