@@ -29,9 +29,8 @@ from ..formats import consumequeue as cqfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.planparts import multi_dispatch, put_index
+from ..recovery.planparts import file_crc32, multi_dispatch, put_index
 from ..recovery.plans import Plan
-from ..recovery.planners import file_crc32
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
