@@ -473,35 +473,24 @@ def _queue_of(f: Finding) -> tuple[str, int] | None:
 
 def steps_of(t: Triage) -> list[RepairStep]:
     """The repair steps the triaged findings call for, in the order they are applied."""
-    steps = []
-    if t.queues:
-        kinds = sorted({f.kind for fs in t.queues.values() for f in fs})
-        names = tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))
-        steps.append(RepairStep(
-            "rebuild-cq", True,
-            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log, an entry for every record the broker serves "
-            "(no broker start rebuilds a missing entry or drops a bad one)",
-            names,
-        ))
-    if t.units:
-        steps.append(RepairStep(
-            "mend-units", True,
-            f"{len(t.units)} consume queue entr{'y' if len(t.units) == 1 else 'ies'} whose size or tags code differs from the record it points at, in "
-            "queues a rebuild would renumber around lost records: the record's value written in place (consumers read the message again)",
-            tuple(sorted({f.file for f in t.units})),
-        ))
-    for found, step, why, path in (
-        (t.index, "rebuild-index", "every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)", "index"),
-        (t.checkpoint, "rewrite-checkpoint", "the checkpoint is rewritten to the valid log (a broker start trusts it as it is)", "checkpoint"),
-    ):
-        if found:
-            steps.append(RepairStep(step, True, f"{', '.join(sorted({f.kind for f in found}))}: {why}", (path,)))
-    for f in t.configs:
-        steps.append(RepairStep(
-            "restore-config", True,
-            f"{f.file} does not decode and its .bak does: the .bak is copied over it (the broker reads the .bak on every start but never rewrites the file)",
-            (f.file,),
-        ))
+    def kinds(found: Iterable[Finding]) -> str:
+        return ", ".join(sorted({f.kind for f in found}))
+
+    units = len(t.units)
+    steps = [RepairStep(step, True, why, paths) for found, step, why, paths in (
+        (t.queues, "rebuild-cq", f"{len(t.queues)} consume queue(s) with {kinds(f for fs in t.queues.values() for f in fs)}: "
+         "regenerated from the commit log, an entry for every record the broker serves (no broker start rebuilds a missing entry or drops "
+         "a bad one)", tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))),
+        (t.units, "mend-units", f"{units} consume queue entr{'y' if units == 1 else 'ies'} whose size or tags code differs from the record "
+         "it points at, in queues a rebuild would renumber around lost records: the record's value written in place (consumers read the "
+         "message again)", tuple(sorted({f.file for f in t.units}))),
+        (t.index, "rebuild-index", f"{kinds(t.index)}: every index file regenerated from the commit log (IndexService never drops entries "
+         "past the end nor rebuilds a file)", ("index",)),
+        (t.checkpoint, "rewrite-checkpoint", f"{kinds(t.checkpoint)}: the checkpoint is rewritten to the valid log (a broker start trusts "
+         "it as it is)", ("checkpoint",)),
+    ) if found]
+    steps += [RepairStep("restore-config", True, f"{f.file} does not decode and its .bak does: the .bak is copied over it (the broker "
+                         "reads the .bak on every start but never rewrites the file)", (f.file,)) for f in t.configs]
     if t.abort:
         steps.append(RepairStep("remove-abort", True, "the abort file is still present after the recovery", ("abort",)))
     return steps
