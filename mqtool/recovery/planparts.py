@@ -363,13 +363,10 @@ def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacemen
 
 def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:
     """Every file the plan read (size, mtime) or changes (and, for saved plans, their CRC32)."""
-    root = store.path()
-    read: list[Path] = []
-    changed: set[Path] = set()
-    cl = store.commitlog
+    root, cl = store.path(), store.commitlog
     start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
-    read += [seg.path for seg in cl.segments if seg.end_offset > start]
-    changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
+    read = [seg.path for seg in cl.segments if seg.end_offset > start]
+    changed = {root / a.path for a in plan.actions if a.op in ("zero-range", "delete")}
     for q in plan.queues:
         sim = sims[(q.topic, q.queue_id)]
         read += sim.original.values()
