@@ -149,9 +149,6 @@ class Executor:
     def staging(self) -> Path:
         return self.root / STAGING_DIR
 
-    def tmp_path(self, final: Path) -> Path:
-        return staging_path(self.root, final)
-
     def run(self) -> None:
         """``_run``; a bug puts the store back from the backup, so an exit 5 never leaves it half-written."""
         fresh = not self.backup.journal.events()
@@ -221,7 +218,7 @@ class Executor:
         self._keep(action.path)
         durability_point("file backed up")
         makedirs(self.staging)
-        tmp = self.tmp_path(path)
+        tmp = staging_path(self.root, path)
         if path.exists():
             copy_sparse(path, tmp)
         else:  # a file the plan creates (a missing DLedger index file): all zeros
@@ -384,7 +381,8 @@ class Executor:
                     raise PlanMismatch(f"index/{r.name}: {r.end.entry_count} entries to {r.end.end_phy_offset} written, the plan counted {f.entries_after} to {f.end_phy_offset}")
 
     def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
-        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard, tmp_path=self.tmp_path)
+        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end,
+                                    repeat_guard=rules.cq_repeat_guard, tmp_path=functools.partial(staging_path, self.root))
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])
@@ -418,7 +416,7 @@ class Executor:
             append_to=append,
             after_name=ip.after_name,
             counts_used_slots=rules.index_counts_used_slots,
-            tmp_path=self.tmp_path,
+            tmp_path=functools.partial(staging_path, self.root),
         )
 
 
