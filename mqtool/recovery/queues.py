@@ -265,15 +265,13 @@ class QueueSim:
         end = self.end
         for base in sorted(set(self.original) | set(self.files)):
             kind = self.files.get(base)
+            zero_from = min(max(end - base, 0), self.file_size)
             if kind is None:
                 out.append(QueueFile(offset_file_name(base), "delete"))
-                continue
-            zero_from = min(max(end - base, 0), self.file_size)
-            if kind == "new":
+            elif kind == "new":
                 out.append(QueueFile(offset_file_name(base), "create", zero_from))
-                continue
-            dirty = zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0
-            if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
+            elif (base in self._overlay or self.original[base].stat().st_size != self.file_size
+                  or (zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0)):  # placed units, stale ones to clear, or the length
                 out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
 
