@@ -199,19 +199,15 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             if store is None or store.eras_where("zero_length_last_file_refused"):
                 which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
                 quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
-            continue
-        if size == 0:
+        elif size == 0:
             quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
                              f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
-            continue
-        if base % expected:
+        elif base % expected:
             quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
-        elif size < expected:
-            if base != last and cut_before_last is not None and cut_before_last(rel, Path(path), base, size, expected):
-                continue
-            resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
-        else:
+        elif size > expected:
             resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
+        elif base == last or cut_before_last is None or not cut_before_last(rel, Path(path), base, size, expected):
+            resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
 
 
 QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
