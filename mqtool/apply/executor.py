@@ -381,8 +381,9 @@ class Executor:
                     raise PlanMismatch(f"index/{r.name}: {r.end.entry_count} entries to {r.end.end_phy_offset} written, the plan counted {f.entries_after} to {f.end_phy_offset}")
 
     def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
-        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end,
-                                    repeat_guard=rules.cq_repeat_guard, tmp_path=functools.partial(staging_path, self.root))
+        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size,
+                                    dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard,
+                                    tmp_path=functools.partial(staging_path, self.root))
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])

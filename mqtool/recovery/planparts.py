@@ -45,7 +45,8 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
             raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
         bcq = store.path("batchconsumequeue")
         if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
-            raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: their records would be put in plain consume queues")
+            raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: "
+                           "their records would be put in plain consume queues")
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"

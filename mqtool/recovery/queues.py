@@ -271,7 +271,7 @@ class QueueSim:
             elif kind == "new":
                 out.append(QueueFile(offset_file_name(base), "create", zero_from))
             elif (base in self._overlay or self.original[base].stat().st_size != self.file_size
-                  or (zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0)):  # placed units, stale ones to clear, or the length
+                  or (zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0)):  # placed units, stale ones, or its length
                 out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
 

@@ -100,7 +100,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     if options.respect_topic_config:
         doc = store.config_file("topics.json")
         if doc is None:
-            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
+            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, "
+                           "so --respect-topic-config cannot tell which topics exist")
         allowed = topic_names(doc)
 
     def selected(topic: str, qid: int) -> bool:
