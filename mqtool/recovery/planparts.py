@@ -211,13 +211,10 @@ def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bo
 def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_invalid: Message | None) -> LostMessages:
     """Consume queue entries past the cut whose message is not among the decoded lost records."""
     known = {m.offset for m in lost.messages} | ({first_invalid.offset} if first_invalid else set())
-    refs = []
-    for (topic, qid), sim in sorted(sims.items()):
-        if not sim.exists or sim.recovered_max_phys <= end:
-            continue
-        for qoff, phys, size in sim.entries_from(end):
-            if phys not in known and (lost.complete or phys < (lost.messages[-1].offset if lost.messages else end)):
-                refs.append(QueueRef(topic, qid, qoff, phys, size))
+    listed_to = lost.messages[-1].offset if lost.messages else end  # a cut list does not tell the records past its last
+    refs = [QueueRef(topic, qid, qoff, phys, size)
+            for (topic, qid), sim in sorted(sims.items()) if sim.exists and sim.recovered_max_phys > end
+            for qoff, phys, size in sim.entries_from(end) if phys not in known and (lost.complete or phys < listed_to)]
     return replace(lost, unreadable=tuple(sorted(refs, key=lambda r: (r.offset, r.topic, r.queue_id))))
 
 
