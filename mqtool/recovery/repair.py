@@ -655,10 +655,9 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
     later steps predicted from today's ``findings``."""
-    file_steps, files = plan_file_fixes(root, store)
-    steps = list(file_steps)
+    steps, files = plan_file_fixes(root, store)
     notes = []
-    sound = findings is not None and not findings and not file_steps
+    sound = findings is not None and not findings and not steps  # before the later steps
     if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone
         cl = recover.commitlog
         why = "the broker's own start-up recovery, exactly (see `mqtool recover`)"
