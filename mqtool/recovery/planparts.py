@@ -140,7 +140,6 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
         first_invalid = record_at(cl, end.offset, legacy)
-    damage = not end.is_clean or found.records > 0
     plan = CommitLogPlan(
         cl.min_offset,
         cl.end_of_files,
@@ -150,7 +149,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         end.offset,
         end.reason,
         end.detail,
-        damage,
+        not end.is_clean or found.records > 0,  # end_is_damage
         first_invalid,
         scan.last_valid,
         cut_segment,
