@@ -479,9 +479,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             except (FileNotFoundError, OSError):
                 continue
             fsync_dir(target.parent)
-    if ours:
+    if ours:  # this restore's marker (``pending`` None: it wrote one)
         clear_pending(root)
-    if pending is None or ours:
         remove_leftovers(root)  # this restore's own staging, and what an earlier run left
         fsync_dir(root)
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})

@@ -29,9 +29,8 @@ from ..formats import consumequeue as cqfmt
 from ..formats import dledger as dlfmt
 from ..formats import index as ixfmt
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
-from ..recovery.planparts import multi_dispatch, put_index
+from ..recovery.planparts import file_crc32, multi_dispatch, put_index
 from ..recovery.plans import Plan
-from ..recovery.planners import file_crc32
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
@@ -150,9 +149,6 @@ class Executor:
     def staging(self) -> Path:
         return self.root / STAGING_DIR
 
-    def tmp_path(self, final: Path) -> Path:
-        return staging_path(self.root, final)
-
     def run(self) -> None:
         """``_run``; a bug puts the store back from the backup, so an exit 5 never leaves it half-written."""
         fresh = not self.backup.journal.events()
@@ -212,15 +208,17 @@ class Executor:
 
     _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
 
-    def _resize(self, action, blank_at: int | None = None) -> None:
+    def _resize(self, action) -> None:
         """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
         aside and renamed over it, so a backup hard-linked to the original keeps the original bytes.
-        ``blank_at``: an end-of-file blank from there, then zeros (``pad-blank``)."""
+        ``pad-blank`` (a short segment before the last, ``repair._cut_segment_end``): an end-of-file blank
+        from ``action.start``, then zeros."""
         path = self.root / action.path
+        blank_at = action.start if action.op == "pad-blank" else None
         self._keep(action.path)
         durability_point("file backed up")
         makedirs(self.staging)
-        tmp = self.tmp_path(path)
+        tmp = staging_path(self.root, path)
         if path.exists():
             copy_sparse(path, tmp)
         else:  # a file the plan creates (a missing DLedger index file): all zeros
@@ -235,9 +233,7 @@ class Executor:
         os.replace(tmp, path)
         fsync_dir(path.parent)
 
-    def _pad_blank(self, action) -> None:
-        """A short segment before the last: a blank at ``action.start`` (``repair._cut_segment_end``)."""
-        self._resize(action, blank_at=action.start)
+    _pad_blank = _resize
 
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
@@ -385,7 +381,9 @@ class Executor:
                     raise PlanMismatch(f"index/{r.name}: {r.end.entry_count} entries to {r.end.end_phy_offset} written, the plan counted {f.entries_after} to {f.end_phy_offset}")
 
     def _queue_writer(self, store: Store, rules: VersionRules) -> ConsumeQueueWriter:
-        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size, dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard, tmp_path=self.tmp_path)
+        writer = ConsumeQueueWriter(self.staging / STAGED / "consumequeue", store.consume_queue_file_size,
+                                    dedup_by_end=rules.cq_dedup_by_end, repeat_guard=rules.cq_repeat_guard,
+                                    tmp_path=functools.partial(staging_path, self.root))
         files = [(q, f, f"consumequeue/{q.topic}/{q.queue_id}/{f.name}") for q in self.plan.queues for f in q.files if f.action != "delete"]
         sources = self.backup.backup_files([rel for _, f, rel in files if f.action == "rewrite"])
         self.backup.note_creates([rel for _, f, rel in files if f.action == "create"])
@@ -419,7 +417,7 @@ class Executor:
             append_to=append,
             after_name=ip.after_name,
             counts_used_slots=rules.index_counts_used_slots,
-            tmp_path=self.tmp_path,
+            tmp_path=functools.partial(staging_path, self.root),
         )
 
 
@@ -466,14 +464,15 @@ def hold_store_lock(store_root: Path, force: bool = False):
 def in_thread(work: Callable[[object], None] | None):
     """A ``submit(item)`` running ``work(item)`` in order in a second thread (``handoff.Stage``), its
     errors raised again when the block ends; with ``work`` None, submitting does nothing."""
-    stage = Stage(work, 2, "mqtool-apply") if work is not None else None
+    if work is None:
+        yield lambda item: None
+        return
+    stage = Stage(work, 2, "mqtool-apply")
     try:
-        yield stage.put if stage is not None else lambda item: None
-        if stage is not None:
-            stage.drain()
+        yield stage.put
+        stage.drain()
     finally:
-        if stage is not None:
-            stage.close()
+        stage.close()
 
 
 def read_index_header(path: Path) -> ixfmt.IndexHeader:

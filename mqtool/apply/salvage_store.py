@@ -1,5 +1,5 @@
 """``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``).
-Records arrive in commit log order: a ``live`` record is copied byte for byte to its own offset
+Records arrive in commit log order: one that lands at its own offset and queue offset is copied byte for byte
 (``DefaultAppendMessageCallback.doAppend``, reference §2.6); any other is re-encoded at the next free
 position with its new offsets and ``__CRC32#`` (§2.10). Then the queues, index, checkpoint (§7) and
 ``config/*.json``; no ``abort`` file, so a broker opens it with a normal recovery.
@@ -49,7 +49,7 @@ class NewStoreSummary:
     min_offset: int
     end_offset: int = 0
     records: int = 0
-    kept: int = 0  # live records at their original offsets
+    kept: int = 0  # records copied at their original offsets
     moved: int = 0  # re-appended
     queues: int = 0
     consume_queue_entries: int = 0
@@ -74,17 +74,15 @@ class SalvageStoreWriter:
         self.last_store_timestamp = 0
         self.summary = NewStoreSummary(str(target), self.min_offset)
 
-    def add(self, raw: bytes, *, live: bool, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
+    def add(self, raw: bytes, *, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
             tags_code: int, keys, uniq_key: str | None, prepared_transaction_offset: int) -> Placed:
         """Append one record (its stored bytes and the decoded fields dispatch needs)."""
         new_offset = self.log.offset_for(len(raw))
         dispatched = dispatches_to_consume_queue(sys_flag)
         queue = (topic, queue_id)
         new_qoff = queue_offset
-        if dispatched:
-            expected = self.next_queue_offset.get(queue, queue_offset)
-            if not (live and new_offset == offset and expected == queue_offset):
-                new_qoff = expected
+        if dispatched:  # the queue's next offset
+            new_qoff = self.next_queue_offset.get(queue, queue_offset)
             self.next_queue_offset[queue] = new_qoff + 1
         moved = new_offset != offset or new_qoff != queue_offset
         if moved:

@@ -241,9 +241,8 @@ class IndexWriterService(IndexPlacement):
         try:
             if os.fstat(fd).st_size != self.size:
                 os.ftruncate(fd, self.size)  # the broker maps the configured size
-            table_bytes = ixfmt.SLOT_SIZE * self.hash_slot_num
             if seed is None:
-                head = os.pread(fd, ixfmt.HEADER_SIZE + table_bytes, 0)
+                head = os.pread(fd, ixfmt.HEADER_SIZE + ixfmt.SLOT_SIZE * self.hash_slot_num, 0)
                 header = ixfmt.read_header(head)
                 slots = np.frombuffer(head, dtype=">i4", count=self.hash_slot_num, offset=ixfmt.HEADER_SIZE).astype(np.int32)
             else:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed

@@ -44,7 +44,7 @@ def _place(writer, store, row: dict):
     if row["status"] == "stale":
         return None  # stale records are never written to the new store
     raw = store.commitlog.read_bytes(row["offset"], row["size"])
-    return writer.add(raw, live=row["status"] == "live", **{k: row[k] for k in DISPATCH if k != "size"})
+    return writer.add(raw, **{k: row[k] for k in DISPATCH if k != "size"})
 
 
 def _parquet(batches, out: Path, writer, store) -> None:

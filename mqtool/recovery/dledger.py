@@ -111,7 +111,6 @@ class DLedgerLog(LogKind):
         return actions
 
     def notes(self, run: RecoveryRun) -> list[str]:
-        """What the broker's DLedger recovery loses, in words an operator can act on."""
         from ..formats.dispatch import dispatches_to_consume_queue
 
         if not run.dispatching:

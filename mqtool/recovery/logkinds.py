@@ -150,7 +150,6 @@ class ClassicLog(LogKind):
         return bool(always or ((run.abnormal or run.rules.normal_truncates_cq) and run.max_cq >= run.end))
 
     def notes(self, run: RecoveryRun) -> list[str]:
-        """What the broker's re-dispatch leaves imperfect, so the operator is not surprised."""
         if not run.dispatching:
             return []
         store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
@@ -162,12 +161,9 @@ class ClassicLog(LogKind):
                 f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
                 "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
             )
-        for p in phases:
-            if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy):
-                notes.append(
-                    f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
-                    "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
-                )
+        notes += [f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
+                  "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
+                  for p in phases if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy)]
         if run.kept and any(p.index for p in phases):
             last = run.kept[-1].header.end_phy_offset
             dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)

@@ -36,9 +36,7 @@ def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None
         return None
     except FormatError:
         return _header_at(commitlog, offset)
-    if not isinstance(record, fmt.CommitLogRecord):
-        return None
-    return describe(record, record.crc_ok(), legacy)
+    return describe(record, record.crc_ok(), legacy) if isinstance(record, fmt.CommitLogRecord) else None  # None: a blank
 
 
 def _header_at(commitlog: CommitLog, offset: int) -> Message | None:

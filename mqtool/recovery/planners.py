@@ -9,7 +9,6 @@ from ..errors import BadInput
 from . import rebuild, recover
 from .candidates import plan_under_candidates
 from .plans import PlanOptions
-from .planparts import file_crc32
 
 
 def _under_candidates(one_version, name: str):
@@ -42,4 +41,4 @@ plan_truncate_dirty = _under_candidates(recover.plan_truncate_dirty_one_version,
 plan_rebuild_cq = _under_candidates(rebuild.plan_rebuild_cq_one_version, "plan_rebuild_cq")
 plan_rebuild_index = _under_candidates(rebuild.plan_rebuild_index_one_version, "plan_rebuild_index")
 
-__all__ = ["PlanOptions", "file_crc32", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]
+__all__ = ["PlanOptions", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]

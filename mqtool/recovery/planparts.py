@@ -38,7 +38,15 @@ from ..store.rules import VersionRules
 
 
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
-    unsupported_queues(store)
+    """The version to plan under. Refused first: RocksDB consume queues (5.2.0+) and BatchConsumeQueue
+    topics (5.0.0+), whose records the broker dispatches elsewhere (reference §5.5, §5.6), and ``unloadable_files``."""
+    if store.root is not None:
+        if (store.path("consumequeue", "CURRENT")).exists():
+            raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
+        bcq = store.path("batchconsumequeue")
+        if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
+            raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: "
+                           "their records would be put in plain consume queues")
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
@@ -52,18 +60,6 @@ def unloadable_files(store: Store) -> None:
     why = log_refusal(store)
     if why is not None:
         raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
-
-
-def unsupported_queues(store: Store) -> None:
-    """Refuse RocksDB consume queues (5.2.0+) and BatchConsumeQueue topics (5.0.0+): the broker
-    dispatches their records elsewhere (reference §5.5, §5.6)."""
-    if store.root is None:
-        return
-    if (store.path("consumequeue", "CURRENT")).exists():
-        raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
-    bcq = store.path("batchconsumequeue")
-    if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
-        raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: their records would be put in plain consume queues")
 
 
 def config_options(store: Store) -> dict:
@@ -144,7 +140,6 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
         first_invalid = record_at(cl, end.offset, legacy)
-    damage = not end.is_clean or found.records > 0
     plan = CommitLogPlan(
         cl.min_offset,
         cl.end_of_files,
@@ -154,7 +149,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         end.offset,
         end.reason,
         end.detail,
-        damage,
+        not end.is_clean or found.records > 0,  # end_is_damage
         first_invalid,
         scan.last_valid,
         cut_segment,
@@ -215,13 +210,10 @@ def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bo
 def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_invalid: Message | None) -> LostMessages:
     """Consume queue entries past the cut whose message is not among the decoded lost records."""
     known = {m.offset for m in lost.messages} | ({first_invalid.offset} if first_invalid else set())
-    refs = []
-    for (topic, qid), sim in sorted(sims.items()):
-        if not sim.exists or sim.recovered_max_phys <= end:
-            continue
-        for qoff, phys, size in sim.entries_from(end):
-            if phys not in known and (lost.complete or phys < (lost.messages[-1].offset if lost.messages else end)):
-                refs.append(QueueRef(topic, qid, qoff, phys, size))
+    listed_to = lost.messages[-1].offset if lost.messages else end  # a cut list does not tell the records past its last
+    refs = [QueueRef(topic, qid, qoff, phys, size)
+            for (topic, qid), sim in sorted(sims.items()) if sim.exists and sim.recovered_max_phys > end
+            for qoff, phys, size in sim.entries_from(end) if phys not in known and (lost.complete or phys < listed_to)]
     return replace(lost, unreadable=tuple(sorted(refs, key=lambda r: (r.offset, r.topic, r.queue_id))))
 
 
@@ -363,19 +355,15 @@ def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacemen
         files.append(IndexFilePlan(r.name, "create", "dispatched records", 0, r.end.entry_count, r.end.begin_timestamp, r.end.end_timestamp, r.end.end_phy_offset))
     keys = sum(p.entries_after - p.entries_before for p in files if p.action in ("append", "create"))
     full = writer.full_end_timestamp if writer is not None and writer.full_end_timestamp else None
-    plan = IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None)
-    return plan, actions
+    return IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None), actions
 
 
 def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:
     """Every file the plan read (size, mtime) or changes (and, for saved plans, their CRC32)."""
-    root = store.path()
-    read: list[Path] = []
-    changed: set[Path] = set()
-    cl = store.commitlog
+    root, cl = store.path(), store.commitlog
     start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
-    read += [seg.path for seg in cl.segments if seg.end_offset > start]
-    changed.update(root / a.path for a in plan.actions if a.op in ("zero-range", "delete"))
+    read = [seg.path for seg in cl.segments if seg.end_offset > start]
+    changed = {root / a.path for a in plan.actions if a.op in ("zero-range", "delete")}
     for q in plan.queues:
         sim = sims[(q.topic, q.queue_id)]
         read += sim.original.values()

@@ -293,8 +293,7 @@ def _from_json_value(tp: Any, value: Any) -> Any:
         return _from_json_value(inner, value)
     if dataclasses.is_dataclass(tp):
         hints = _type_hints(tp)
-        kwargs = {f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
-        return tp(**kwargs)
+        return tp(**{f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
     if origin is tuple:
         (inner, _ellipsis) = typing.get_args(tp)
         return tuple(_from_json_value(inner, v) for v in value)

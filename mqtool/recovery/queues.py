@@ -55,7 +55,6 @@ class QueueSim:
     _chunks: list[tuple[int, np.ndarray, np.ndarray]] = field(default_factory=list)  # placed runs (first pos, phys, size): consecutive units
     _overlay: set[int] = field(default_factory=set)  # bases with dispatched units or fillers
     _kept: int = 0  # placed units held in _chunks
-    _pruned: int = 0  # placed units held after the last prune
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
 
@@ -123,10 +122,9 @@ class QueueSim:
         self.state[S_FILL_FROM] = -1
         placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if self.state[S_FILL_FROM] >= 0:
-            start, stop = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO])
-            self.fillers += (stop - start) // ENTRY
+            start, count = int(self.state[S_FILL_FROM]), int(self.state[S_FILL_TO] - self.state[S_FILL_FROM]) // ENTRY
+            self.fillers += count
             self._new_file(start - start % self.file_size)
-            count = (stop - start) // ENTRY
             self._chunks.append((start, np.zeros(count, dtype=np.int64), np.full(count, cqfmt.FILLER[1], dtype=np.int32)))
             if tags is not None:
                 self._compare(start, self._chunks[-1][1], self._chunks[-1][2], np.full(count, cqfmt.FILLER[2], dtype=np.int64))
@@ -145,7 +143,7 @@ class QueueSim:
             self._new_file(base)
         self._chunks.append((int(kp[0]), kphys, ksize))  # placed positions are consecutive
         self._kept += placed
-        if self._kept - self._pruned > self.PRUNE_EVERY:  # memory: at most PRUNE_EVERY units
+        if self._kept > self.PRUNE_EVERY:  # memory: at most PRUNE_EVERY units
             self._prune()
         return placed
 
@@ -178,12 +176,11 @@ class QueueSim:
         """Keep placed units only where later steps read them, the first file (min offset) and the
         last (the truncate walk), in SPILL in placing order (a later run wins), so a queue holds at
         most ``PRUNE_EVERY`` placed units in memory."""
-        first, last = min(self.files), max(self.files)
-        keep = sorted({first, last})
+        keep = sorted({min(self.files), max(self.files)})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
         self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
         self._chunks = []
-        self._kept = self._pruned = 0
+        self._kept = 0
 
     def _new_file(self, base: int) -> None:
         self._overlay.add(base)
@@ -268,15 +265,13 @@ class QueueSim:
         end = self.end
         for base in sorted(set(self.original) | set(self.files)):
             kind = self.files.get(base)
+            zero_from = min(max(end - base, 0), self.file_size)
             if kind is None:
                 out.append(QueueFile(offset_file_name(base), "delete"))
-                continue
-            zero_from = min(max(end - base, 0), self.file_size)
-            if kind == "new":
+            elif kind == "new":
                 out.append(QueueFile(offset_file_name(base), "create", zero_from))
-                continue
-            dirty = zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0
-            if base in self._overlay or dirty or self.original[base].stat().st_size != self.file_size:
+            elif (base in self._overlay or self.original[base].stat().st_size != self.file_size
+                  or (zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0)):  # placed units, stale ones, or its length
                 out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
 

@@ -50,43 +50,34 @@ class RebuildScan:
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 
-    def _scanner(self, start: int, stop: int | None, discipline: str, *, index: bool, ahead: bool = False) -> DispatchScanner:
+    def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False) -> DispatchScanner:
         """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
-        recovery = discipline == "recovery"
-        check_crc = recovery and self.store.config.check_crc_on_recover and not self.store.is_dledger
+        check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return phase_scanner(
             self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
-            legacy_properties=self.rules.legacy_properties, index_enable=index, index_rule=self.rules.index_rule, check_crc=check_crc,
+            legacy_properties=self.rules.legacy_properties, index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc,
             topics=self.topics, ahead=ahead,
         )
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
-            head = self._scanner(cl.min_offset, self.start, self.discipline, index=self.index, ahead=True)
+            head = self._scanner(cl.min_offset, self.start, self.discipline, ahead=True)
             yield from head
             self.skipped += head.skipped
-        recovery = self._scanner(self.start, None, "recovery", index=self.index, ahead=True)
+        recovery = self._scanner(self.start, None, "recovery", ahead=True)
         yield from recovery
         end = recovery.end
         if self.store.is_dledger:  # DLedger's recovery keeps the log past damage after its start too
             while (resume := cl.resume_after_damage(end)) is not None:
                 self.skipped.append(end)
-                tail = self._scanner(resume, None, self.discipline, index=self.index)
+                tail = self._scanner(resume, None, self.discipline)
                 yield from tail
                 self.skipped += tail.skipped
                 end = tail.end
         self.end = end
         if not end.is_clean:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
-
-
-def _configured_topics(store: Store) -> set[str]:
-    """The topics of ``config/topics.json`` (``--respect-topic-config``)."""
-    doc = store.config_file("topics.json")
-    if doc is None:
-        raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, so --respect-topic-config cannot tell which topics exist")
-    return topic_names(doc)
 
 
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
@@ -105,7 +96,13 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     rules = VersionRules(version)
     topics = cache.topics if cache is not None else TopicTable()
     scanner = RebuildScan(store, rules, topics, index=False)
-    allowed = _configured_topics(store) if options.respect_topic_config else None
+    allowed = None  # --respect-topic-config: the topics of ``config/topics.json``
+    if options.respect_topic_config:
+        doc = store.config_file("topics.json")
+        if doc is None:
+            raise BadInput(f"{store.path('config', 'topics.json')}: missing or unreadable, "
+                           "so --respect-topic-config cannot tell which topics exist")
+        allowed = topic_names(doc)
 
     def selected(topic: str, qid: int) -> bool:
         return (
@@ -140,10 +137,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         notes.append(f"unreadable record at {skipped_record.offset} skipped ({skipped_record.reason})")
     for topic, n in sorted(skipped.items()):
         notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
-    for key, q in existing.items():
-        sim = sims.get(key) or QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, rules=rules)
-        sim.original = {base: path for base, path in q.files}
-        sims[key] = sim
+    for key, q in existing.items():  # every selected queue knows its files, one no record reaches too (they are deleted)
+        sims.setdefault(key, QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, rules=rules)).original = dict(q.files)
     clmin = store.commitlog.min_offset
     queue_plans = [_rebuilt_queue(sim, existing.get(key), clmin, rules) for key, sim in sorted(sims.items())]
     deletes, writes = queue_actions(store, queue_plans, sims)

@@ -53,7 +53,14 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     """The broker's load + recovery + start-up reput under the one version the store is read as
     (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
     ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``)."""
-    run = _run(store, options, command, cache, walked)
+    version, source = store_version(store)
+    run = RecoveryRun(
+        store, options, command, cache, walked, version, source, VersionRules(version),
+        options.mode or ("abnormal" if store.abort_present else "normal"),
+        store.checkpoint is not None,
+        store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
+        store.config.message_index_safe if options.index_safe is None else options.index_safe,
+    )
     _recover_queues(run)  # 1
     _load_index(run)  # 2
     kind = log_kind(store)
@@ -70,18 +77,6 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=queue_refusal(store) if run.dispatching else None,
     )
     return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
-
-
-def _run(store: Store, options: PlanOptions, command: str, cache: DispatchCache | None, walked: WalkedChain | None) -> RecoveryRun:
-    """A ``RecoveryRun`` of ``store`` before any step."""
-    version, source = store_version(store)
-    return RecoveryRun(
-        store, options, command, cache, walked, version, source, VersionRules(version),
-        options.mode or ("abnormal" if store.abort_present else "normal"),
-        store.checkpoint is not None,
-        store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
-        store.config.message_index_safe if options.index_safe is None else options.index_safe,
-    )
 
 
 def _recover_queues(run: RecoveryRun) -> None:
@@ -149,9 +144,8 @@ def _cut(run: RecoveryRun, kind: LogKind) -> None:
     ``truncateDirtyLogicFiles`` (§5.8); ``destroyLogics`` without a segment (§8.10)."""
     store, rules, end = run.store, run.rules, run.end
     run.cl_plan, lost, actions = commitlog_plan(store, run.scan, run.options.lost_limit, run.legacy, rules.accepts_v2_magic)
-    run.actions += actions
-    run.actions += _empty_last_segment(store, rules, run.notes)
-    run.lost = lost = unreadable_from_queues(lost, run.sims, end, run.cl_plan.first_invalid)
+    run.actions += actions + _empty_last_segment(store, rules, run.notes)
+    run.lost = unreadable_from_queues(lost, run.sims, end, run.cl_plan.first_invalid)
     _lost_notes(run)
     segments = store.commitlog.segments
     if not segments and (run.abnormal or rules.empty_log_destroys_queues):  # destroyLogics (§8.10; normal recovery from 4.5.0, rules §2.5)
@@ -168,8 +162,8 @@ def _lost_notes(run: RecoveryRun) -> None:
     """What the cut throws away: valid messages after damage (first of all notes), stale records."""
     lost, end, cl_plan = run.lost, run.end, run.cl_plan
     stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
-             "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost is not None and lost.stale else None
-    if cl_plan.end_is_damage and lost is not None and lost.lost_now:
+             "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost.stale else None
+    if cl_plan.end_is_damage and lost.lost_now:
         run.notes.insert(0, (
             f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the end "
             f"of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) after it; "

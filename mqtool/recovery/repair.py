@@ -118,15 +118,12 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     for index_dir in sorted(root.glob("dledger-*/index")):
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
-    cq_dir = root / "consumequeue"
-    for topic in _files(cq_dir, dirs=True):
+    for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
-    if not actions:
-        return steps, None
-    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions)
+    return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions) if actions else None
 
 
 def _wheel_fix(root: Path, resize) -> None:
@@ -177,7 +174,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
-                      alone: Callable[[Path, int], int] | None = None, cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
+                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
     offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
     ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
@@ -192,30 +189,25 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     expected = None  # no file tells the size: only zero-length files, each handled below without it
     if sizes:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
-        expected = alone(lone[0], sizes[0]) if alone is not None and len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
-    if segments:
-        last = max(b for b, _, _ in segments)
-        for base, path, size in sorted(segments):
-            rel = os.path.relpath(path, root)
-            if size == expected:
-                continue
-            if size == 0 and base == last:
-                if store is None or store.eras_where("zero_length_last_file_refused"):
-                    which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
-                    quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
-                continue
-            if size == 0:
-                quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
-                                 f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
-                continue
-            if base % expected:
-                quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
-            elif size < expected:
-                if base != last and cut_before_last is not None and cut_before_last(rel, Path(path), base, size, expected):
-                    continue
-                resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
-            else:
-                resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
+        expected = alone(lone[0], sizes[0]) if len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
+    last = max((b for b, _, _ in segments), default=None)
+    for base, path, size in sorted(segments):
+        rel = os.path.relpath(path, root)
+        if size == expected:
+            continue
+        if size == 0 and base == last:
+            if store is None or store.eras_where("zero_length_last_file_refused"):
+                which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
+                quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
+        elif size == 0:
+            quarantine(path, f"a zero-length {noun} before the last: the broker refuses to load it (MappedFileQueue.load); it holds nothing, "
+                             f"and padded with zeros it would read as the end of the written data, so the broker's recovery would drop the files after it")
+        elif base % expected:
+            quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
+        elif size > expected:
+            resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
+        elif base == last or cut_before_last is None or not cut_before_last(rel, Path(path), base, size, expected):
+            resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
 
 
 QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cut lost",
@@ -477,35 +469,24 @@ def _queue_of(f: Finding) -> tuple[str, int] | None:
 
 def steps_of(t: Triage) -> list[RepairStep]:
     """The repair steps the triaged findings call for, in the order they are applied."""
-    steps = []
-    if t.queues:
-        kinds = sorted({f.kind for fs in t.queues.values() for f in fs})
-        names = tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))
-        steps.append(RepairStep(
-            "rebuild-cq", True,
-            f"{len(t.queues)} consume queue(s) with {', '.join(kinds)}: regenerated from the commit log, an entry for every record the broker serves "
-            "(no broker start rebuilds a missing entry or drops a bad one)",
-            names,
-        ))
-    if t.units:
-        steps.append(RepairStep(
-            "mend-units", True,
-            f"{len(t.units)} consume queue entr{'y' if len(t.units) == 1 else 'ies'} whose size or tags code differs from the record it points at, in "
-            "queues a rebuild would renumber around lost records: the record's value written in place (consumers read the message again)",
-            tuple(sorted({f.file for f in t.units})),
-        ))
-    for found, step, why, path in (
-        (t.index, "rebuild-index", "every index file regenerated from the commit log (IndexService never drops entries past the end nor rebuilds a file)", "index"),
-        (t.checkpoint, "rewrite-checkpoint", "the checkpoint is rewritten to the valid log (a broker start trusts it as it is)", "checkpoint"),
-    ):
-        if found:
-            steps.append(RepairStep(step, True, f"{', '.join(sorted({f.kind for f in found}))}: {why}", (path,)))
-    for f in t.configs:
-        steps.append(RepairStep(
-            "restore-config", True,
-            f"{f.file} does not decode and its .bak does: the .bak is copied over it (the broker reads the .bak on every start but never rewrites the file)",
-            (f.file,),
-        ))
+    def kinds(found: Iterable[Finding]) -> str:
+        return ", ".join(sorted({f.kind for f in found}))
+
+    units = len(t.units)
+    steps = [RepairStep(step, True, why, paths) for found, step, why, paths in (
+        (t.queues, "rebuild-cq", f"{len(t.queues)} consume queue(s) with {kinds(f for fs in t.queues.values() for f in fs)}: "
+         "regenerated from the commit log, an entry for every record the broker serves (no broker start rebuilds a missing entry or drops "
+         "a bad one)", tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))),
+        (t.units, "mend-units", f"{units} consume queue entr{'y' if units == 1 else 'ies'} whose size or tags code differs from the record "
+         "it points at, in queues a rebuild would renumber around lost records: the record's value written in place (consumers read the "
+         "message again)", tuple(sorted({f.file for f in t.units}))),
+        (t.index, "rebuild-index", f"{kinds(t.index)}: every index file regenerated from the commit log (IndexService never drops entries "
+         "past the end nor rebuilds a file)", ("index",)),
+        (t.checkpoint, "rewrite-checkpoint", f"{kinds(t.checkpoint)}: the checkpoint is rewritten to the valid log (a broker start trusts "
+         "it as it is)", ("checkpoint",)),
+    ) if found]
+    steps += [RepairStep("restore-config", True, f"{f.file} does not decode and its .bak does: the .bak is copied over it (the broker "
+                         "reads the .bak on every start but never rewrites the file)", (f.file,)) for f in t.configs]
     if t.abort:
         steps.append(RepairStep("remove-abort", True, "the abort file is still present after the recovery", ("abort",)))
     return steps
@@ -515,8 +496,7 @@ def steps_of(t: Triage) -> list[RepairStep]:
 
 
 def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]]) -> Plan:
-    plan = plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues)))
-    return dataclasses.replace(plan, command="repair")
+    return dataclasses.replace(plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues))), command="repair")
 
 
 def plan_index_rebuild(store: Store) -> Plan:
@@ -675,10 +655,9 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
     later steps predicted from today's ``findings``."""
-    file_steps, files = plan_file_fixes(root, store)
-    steps = list(file_steps)
+    steps, files = plan_file_fixes(root, store)
     notes = []
-    sound = findings is not None and not findings and not file_steps
+    sound = findings is not None and not findings and not steps  # before the later steps
     if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone
         cl = recover.commitlog
         why = "the broker's own start-up recovery, exactly (see `mqtool recover`)"
