@@ -13,7 +13,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -56,9 +56,7 @@ def load_command(name: str):
         return command_group(target)
     holder = typer.Typer(rich_markup_mode=None)
     holder.command(name=name)(target)
-    command = typer.main.get_group(holder).commands[name]
-    add_global_options(command)
-    return command
+    return _subcommand(holder, holder.registered_commands[0])
 
 
 def command_group(target: typer.Typer):
@@ -74,6 +72,7 @@ def command_group(target: typer.Typer):
 
 
 def _subcommand(target: typer.Typer, info):
+    """The click command of ``target``'s command ``info`` alone, with the global options."""
     holder = copy.copy(target)
     holder.registered_commands = [info]
     (command,) = typer.main.get_group(holder).commands.values()
@@ -81,7 +80,7 @@ def _subcommand(target: typer.Typer, info):
     return command
 
 
-class CommandsOnUse(MutableMapping):
+class CommandsOnUse(Mapping):
     """A group's subcommands by name (every name listed, for help and "did you mean"), each made
     by its maker the first time it is looked up."""
 
@@ -93,14 +92,6 @@ class CommandsOnUse(MutableMapping):
         if name not in self.made:
             self.made[name] = self.makers[name]()  # KeyError: no such command
         return self.made[name]
-
-    def __setitem__(self, name: str, command) -> None:
-        self.made[name] = command
-        self.makers.setdefault(name, None)
-
-    def __delitem__(self, name: str) -> None:
-        del self.makers[name]
-        self.made.pop(name, None)
 
     def __iter__(self):
         return iter(self.makers)
@@ -206,13 +197,8 @@ class MqtoolGroup(TyperGroup):
 
     listing = False
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for command in self.commands.values():
-            add_global_options(command)
-
     def list_commands(self, ctx) -> list[str]:
-        return [*LAZY_COMMANDS, *(name for name in self.commands if name not in LAZY_COMMANDS)]
+        return list(LAZY_COMMANDS)
 
     def get_command(self, ctx, cmd_name: str):
         if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
