@@ -340,22 +340,17 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
             raise UsageError("--key on an index dump needs --topic (the index hashes topic#key)")
         wanted = index_key_hash(index_key(topic[0], key))
     for p in files:
-        f = IndexFile(p, geometry or infer_index_geometry(p))
-        try:
+        with closing(IndexFile(p, geometry or infer_index_geometry(p))) as f:
             for entry in f.entries():
-                if wanted is not None and entry.key_hash != wanted:
-                    continue
-                yield index_entry_dict(f.name, f.geometry.hash_slot_num, entry)
-        finally:
-            f.close()
+                if wanted is None or entry.key_hash == wanted:
+                    yield index_entry_dict(f.name, f.geometry.hash_slot_num, entry)
 
 
 def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
     """DLedger entries in order, blanks included, as ``DLedgerMmapFileStore.recover`` walks them."""
     from ..store.dledger import open_entry_files  # not loaded for a message dump
 
-    cl = open_entry_files(path)
-    try:
+    with closing(open_entry_files(path)) as cl:
         index = cl.segment_index(start) if start is not None else None
         scan = cl.entries(cl.segments[index].base_offset if index is not None else None, with_blanks=True)
         for header in scan:
@@ -373,8 +368,6 @@ def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
             yield dledger_entry_dict(segment.path.name, header, None if header.is_blank else cl.index_unit(header.index), record)
         if scan.end is not None and not scan.end.is_clean:
             note(f"stopped at offset {scan.end.offset}: {scan.end.detail}")
-    finally:
-        cl.close()
 
 
 def checkpoint_doc(path: Path) -> dict:
