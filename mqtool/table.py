@@ -200,12 +200,11 @@ class Table:
                     mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], min(room, width // 2) if squeezed else room))
                 if folded and not droppable:  # folded only when leaving out columns was not enough
                     mins = self._folded(visible, mins, width)
-                if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
-                    break
-                if not droppable:
+                fits = bool(visible) and sum(mins) + GAP * (len(visible) - 1) <= width
+                if fits or not droppable:
                     break
                 dropped.append(droppable.pop(0))
-            if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
+            if fits:
                 break
         else:
             if self.header:

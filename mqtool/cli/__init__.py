@@ -119,11 +119,12 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _global_options(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")]
+VersionOpt = Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")]
+
+
+def _global_options(quiet: QuietOpt = False, debug: DebugOpt = False, version: VersionOpt = False) -> None:
     """The options every command accepts after its name too (they only set ``State``)."""
 
 
@@ -286,11 +287,7 @@ app = typer.Typer(
 
 
 @app.callback()
-def _options(
-    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for unexpected errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
+def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionOpt = False) -> None:
     """Decode, check and repair Apache RocketMQ broker store directories offline (broker stopped).
 
     \b
@@ -299,7 +296,6 @@ def _options(
       mqtool verify /data/rocketmq/store
       mqtool recover /data/rocketmq/store
     """
-    State.debug, State.quiet = State.debug or debug, State.quiet or quiet
     from ..store.mappedfile import exit_on_sigbus
 
     exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
