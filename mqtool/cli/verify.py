@@ -141,8 +141,7 @@ def verify(
     checks = tuple(c.value for c in only) if only else CHECKS
     options = VerifyOptions(checks=checks, from_offset=from_offset, to_offset=to_offset, jobs=jobs, keep_going=keep_going)
     with open_store(store, broker_config, broker_version) as opened:
-        if opened.root is not None:
-            warn_store_state(opened.root)
+        warn_store_state(opened.root)
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)
