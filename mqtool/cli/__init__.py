@@ -66,7 +66,7 @@ def command_group(target: typer.Typer):
     shell.registered_commands = []
     group = typer.main.get_group(shell)
     add_global_options(group)
-    makers = {info.name or typer.main.get_command_name(info.callback.__name__): functools.partial(_subcommand, target, info) for info in target.registered_commands}
+    makers = {info.name: functools.partial(_subcommand, target, info) for info in target.registered_commands}  # each named by query.py
     group.commands = CommandsOnUse(makers)
     return group
 

@@ -229,16 +229,13 @@ def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], enco
     """Write (batch, text) pairs as JSON Lines, JSON or CSV, the bytes ``emit_rows`` writes for the rows as
     dicts (text None: encoded here); returns how many rows were written."""
     out = terminal.data_stream(out)
-    out.flush()
-    raw = out.buffer
     if fmt is OutputFormat.csv:
         import csv
-        import io
 
-        header = io.StringIO()
-        csv.writer(header, lineterminator="\n").writerow(fields)
-        raw.write(header.getvalue().encode())
-    elif fmt is OutputFormat.json:
+        csv.writer(out, lineterminator="\n").writerow(fields)
+    out.flush()
+    raw = out.buffer
+    if fmt is OutputFormat.json:
         raw.write(b"[")
     encoder = encoder or text_encoder(fields, fmt)
     count = 0
