@@ -138,17 +138,6 @@ def _scan_from(store: Store, start: int | None) -> int:
     return resumed
 
 
-def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
-    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows."""
-    from ..store.resync import resume_after
-
-    resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
-    if resumed is None or (stop is not None and resumed >= stop):
-        return None
-    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")
-    return resumed
-
-
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> None:
     """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
     table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
@@ -224,7 +213,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
-            resumed = read_on(store, end, stop, keep_going, _resume_after)
+            resumed = read_on(store, end, stop, keep_going)
             if resumed is None:
                 break
             start = resumed
