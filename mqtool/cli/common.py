@@ -173,5 +173,6 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int |
     resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
     if resumed is None or (stop is not None and resumed >= stop):
         return None
-    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")
+    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; "
+         "the broker would cut the log there); reading on")
     return resumed

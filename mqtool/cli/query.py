@@ -124,7 +124,8 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
 
                 note(result.notes.pop())
                 with ByteProgress(s.commitlog.min_offset, written_end(s.commitlog), desc="scan") as bar:
-                    offsets, result.logical_end = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e, progress=bar.advance)
+                    offsets, result.logical_end = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e,
+                                                                   progress=bar.advance)
                 result.found = lookup.found_by_scan(s, offsets, topic, key, kind)
             for n in result.notes:
                 note(n)
@@ -154,7 +155,8 @@ _key_command("key", lookup.KEY, Annotated[str, typer.Argument(metavar="KEY", hel
     Example:
       mqtool query key /data/rocketmq/store TopicTest order-42 --since 2024-05-01T03:00
     """)
-_key_command("uniq-key", lookup.UNIQ_KEY, Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
+_key_command("uniq-key", lookup.UNIQ_KEY,
+             Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
              "At most this many index hits (broker default 32).", lookup.DEFAULT_MAX_UNIQ,
              """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY.
 
