@@ -442,12 +442,9 @@ def dump(
     Example:
       mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
     """
-    if len(target) == 2 and target[0] in KINDS:
-        kind, path = target[0], Path(target[1])
-    elif len(target) == 1:  # a store: its commit log
-        kind, path = "commitlog", Path(target[0])
-    else:
+    if not (len(target) == 1 or (len(target) == 2 and target[0] in KINDS)):
         raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+    kind, path = target[0] if len(target) == 2 else "commitlog", Path(target[-1])  # PATH alone: a store, its commit log
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     check_options(kind, {
         "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,
