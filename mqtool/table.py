@@ -56,8 +56,8 @@ def _extent(text: str) -> tuple[int, int]:
 def wrap(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
     line of its own and runs past ``width``); explicit newlines are kept."""
-    if _fits_whole(text, width):
-        return [text]  # one word that fits (most cells): what the loop below gives
+    if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
+        return [text]  # one ASCII word that fits (most cells): what the loop below gives
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, used = [], 0
@@ -85,11 +85,6 @@ def fold(text: str, width: int) -> list[str]:
             piece, used = piece + ch, used + n
         lines.append(piece)
     return lines
-
-
-def _fits_whole(text: str, width: int) -> bool:
-    """One printable ASCII word of at most ``width`` characters: a line of its own, a cell per character."""
-    return len(text) <= width and " " not in text and text.isascii() and text.isprintable()
 
 
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
@@ -205,12 +200,11 @@ class Table:
                     mins[-1] = max(MIN_LAST, self._longest_word_within(visible[-1], min(room, width // 2) if squeezed else room))
                 if folded and not droppable:  # folded only when leaving out columns was not enough
                     mins = self._folded(visible, mins, width)
-                if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
-                    break
-                if not droppable:
+                fits = bool(visible) and sum(mins) + GAP * (len(visible) - 1) <= width
+                if fits or not droppable:
                     break
                 dropped.append(droppable.pop(0))
-            if visible and sum(mins) + GAP * (len(visible) - 1) <= width:
+            if fits:
                 break
         else:
             if self.header:

@@ -13,7 +13,7 @@ import functools
 import importlib
 import os
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping
 from typing import Annotated
 
 import typer
@@ -56,9 +56,7 @@ def load_command(name: str):
         return command_group(target)
     holder = typer.Typer(rich_markup_mode=None)
     holder.command(name=name)(target)
-    command = typer.main.get_group(holder).commands[name]
-    add_global_options(command)
-    return command
+    return _subcommand(holder, holder.registered_commands[0])
 
 
 def command_group(target: typer.Typer):
@@ -68,12 +66,13 @@ def command_group(target: typer.Typer):
     shell.registered_commands = []
     group = typer.main.get_group(shell)
     add_global_options(group)
-    makers = {info.name or typer.main.get_command_name(info.callback.__name__): functools.partial(_subcommand, target, info) for info in target.registered_commands}
+    makers = {info.name: functools.partial(_subcommand, target, info) for info in target.registered_commands}  # each named by query.py
     group.commands = CommandsOnUse(makers)
     return group
 
 
 def _subcommand(target: typer.Typer, info):
+    """The click command of ``target``'s command ``info`` alone, with the global options."""
     holder = copy.copy(target)
     holder.registered_commands = [info]
     (command,) = typer.main.get_group(holder).commands.values()
@@ -81,7 +80,7 @@ def _subcommand(target: typer.Typer, info):
     return command
 
 
-class CommandsOnUse(MutableMapping):
+class CommandsOnUse(Mapping):
     """A group's subcommands by name (every name listed, for help and "did you mean"), each made
     by its maker the first time it is looked up."""
 
@@ -93,14 +92,6 @@ class CommandsOnUse(MutableMapping):
         if name not in self.made:
             self.made[name] = self.makers[name]()  # KeyError: no such command
         return self.made[name]
-
-    def __setitem__(self, name: str, command) -> None:
-        self.made[name] = command
-        self.makers.setdefault(name, None)
-
-    def __delitem__(self, name: str) -> None:
-        del self.makers[name]
-        self.made.pop(name, None)
 
     def __iter__(self):
         return iter(self.makers)
@@ -128,11 +119,12 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _global_options(
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")] = False,
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")]
+VersionOpt = Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")]
+
+
+def _global_options(quiet: QuietOpt = False, debug: DebugOpt = False, version: VersionOpt = False) -> None:
     """The options every command accepts after its name too (they only set ``State``)."""
 
 
@@ -206,13 +198,8 @@ class MqtoolGroup(TyperGroup):
 
     listing = False
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        for command in self.commands.values():
-            add_global_options(command)
-
     def list_commands(self, ctx) -> list[str]:
-        return [*LAZY_COMMANDS, *(name for name in self.commands if name not in LAZY_COMMANDS)]
+        return list(LAZY_COMMANDS)
 
     def get_command(self, ctx, cmd_name: str):
         if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
@@ -300,11 +287,7 @@ app = typer.Typer(
 
 
 @app.callback()
-def _options(
-    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback for unexpected errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or notes on stderr.")] = False,
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")] = False,
-) -> None:
+def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionOpt = False) -> None:
     """Decode, check and repair Apache RocketMQ broker store directories offline (broker stopped).
 
     \b
@@ -313,7 +296,6 @@ def _options(
       mqtool verify /data/rocketmq/store
       mqtool recover /data/rocketmq/store
     """
-    State.debug, State.quiet = State.debug or debug, State.quiet or quiet
     from ..store.mappedfile import exit_on_sigbus
 
     exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3

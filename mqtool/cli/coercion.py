@@ -24,21 +24,18 @@ _TYPER = object()  # "not a plain value: typer converts it"
 
 
 def install() -> None:
-    """Have every typer parameter convert its values as this module says (once per process)."""
-    if _typer is None or getattr(_typer.TyperParameter.get_runtime_param, "plain", False):
-        return
+    """Have every typer parameter convert its values as this module says."""
+    if _typer is not None:
+        _typer.TyperParameter.get_runtime_param = _get_runtime_param
 
-    def get_runtime_param(param):
+
+if _typer is not None:
+
+    def _get_runtime_param(param):
         if param._runtime_param is None:
             descriptor = param.type_descriptor
             param._runtime_param = PlainRuntimeParam(descriptor.parameter_info, descriptor.annotation, descriptor)
         return param._runtime_param
-
-    get_runtime_param.plain = True
-    _typer.TyperParameter.get_runtime_param = get_runtime_param
-
-
-if _typer is not None:
 
     @dataclass(frozen=True)
     class PlainRuntimeParam(_typer.RuntimeParam):

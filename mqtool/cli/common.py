@@ -152,9 +152,9 @@ def message_of(store: Store, record, body, decompress: bool = False) -> dict:
     return message_dict(record, body, decompress=decompress, legacy_properties=store.legacy_properties, delay_table=store.delay_table)
 
 
-def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_damage=None) -> int | None:
+def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int | None:
     """Where the read goes on after ``end``, or None: past damage the broker's next start never reads
-    (``store.nextstart``), else only with ``--keep-going`` (``past_damage``: the command's own resynchronisation)."""
+    (``store.nextstart``), else only with ``--keep-going``, at the next record start after the damage."""
     segments = store.commitlog.segments
     if store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..store.nextstart import scan_start_offset
@@ -166,4 +166,13 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False, past_dam
                 note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start}, where the broker's next start "
                      "scans from, so it never reads it and serves the records after it; reading on")
                 return resumed
-    return None if end.is_clean or not keep_going or past_damage is None else past_damage(store, end, stop)
+    if end.is_clean or not keep_going:
+        return None
+    from ..store.resync import resume_after
+
+    resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
+    if resumed is None or (stop is not None and resumed >= stop):
+        return None
+    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; "
+         "the broker would cut the log there); reading on")
+    return resumed

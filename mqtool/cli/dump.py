@@ -138,17 +138,6 @@ def _scan_from(store: Store, start: int | None) -> int:
     return resumed
 
 
-def _resume_after(store: Store, end: ScanEnd, stop) -> int | None:
-    """``--keep-going``: the next record start after the damage at ``end``, or None when nothing follows."""
-    from ..store.resync import resume_after
-
-    resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
-    if resumed is None or (stop is not None and resumed >= stop):
-        return None
-    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; the broker would cut the log there); reading on")
-    return resumed
-
-
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> None:
     """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
     table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
@@ -224,7 +213,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
-            resumed = read_on(store, end, stop, keep_going, _resume_after)
+            resumed = read_on(store, end, stop, keep_going)
             if resumed is None:
                 break
             start = resumed
@@ -340,22 +329,17 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
             raise UsageError("--key on an index dump needs --topic (the index hashes topic#key)")
         wanted = index_key_hash(index_key(topic[0], key))
     for p in files:
-        f = IndexFile(p, geometry or infer_index_geometry(p))
-        try:
+        with closing(IndexFile(p, geometry or infer_index_geometry(p))) as f:
             for entry in f.entries():
-                if wanted is not None and entry.key_hash != wanted:
-                    continue
-                yield index_entry_dict(f.name, f.geometry.hash_slot_num, entry)
-        finally:
-            f.close()
+                if wanted is None or entry.key_hash == wanted:
+                    yield index_entry_dict(f.name, f.geometry.hash_slot_num, entry)
 
 
 def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
     """DLedger entries in order, blanks included, as ``DLedgerMmapFileStore.recover`` walks them."""
     from ..store.dledger import open_entry_files  # not loaded for a message dump
 
-    cl = open_entry_files(path)
-    try:
+    with closing(open_entry_files(path)) as cl:
         index = cl.segment_index(start) if start is not None else None
         scan = cl.entries(cl.segments[index].base_offset if index is not None else None, with_blanks=True)
         for header in scan:
@@ -373,8 +357,6 @@ def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
             yield dledger_entry_dict(segment.path.name, header, None if header.is_blank else cl.index_unit(header.index), record)
         if scan.end is not None and not scan.end.is_clean:
             note(f"stopped at offset {scan.end.offset}: {scan.end.detail}")
-    finally:
-        cl.close()
 
 
 def checkpoint_doc(path: Path) -> dict:
@@ -460,12 +442,9 @@ def dump(
     Example:
       mqtool dump /data/rocketmq/store --topic TopicTest --since 2024-05-01T03:00 -n 20
     """
-    if len(target) == 2 and target[0] in KINDS:
-        kind, path = target[0], Path(target[1])
-    elif len(target) == 1:  # a store: its commit log
-        kind, path = "commitlog", Path(target[0])
-    else:
+    if not (len(target) == 1 or (len(target) == 2 and target[0] in KINDS)):
         raise UsageError(f"expected PATH or KIND PATH with KIND one of {', '.join(KINDS)}")
+    kind, path = target[0] if len(target) == 2 else "commitlog", Path(target[-1])  # PATH alone: a store, its commit log
     since_ms, until_ms = parse_time(since, "--since"), parse_time(until, "--until")
     check_options(kind, {
         "--topic": topic, "--queue": queue, "--from-offset": from_offset, "--to-offset": to_offset, "--since": since_ms,

@@ -8,6 +8,7 @@ paths) last: the last column may run past the edge.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from datetime import datetime, timezone
@@ -192,27 +193,20 @@ def emit_rows(
         for row in rows:
             writer.writerow([_cell(row.get(f)) for f in fields])
             count += 1
-    else:
-        count = _emit_table(rows, list(table_columns or fields), optional, fold, title, out, {**HEADERS, **(headers or {})}, width)
-    out.flush()
-    return count
-
-
-def _emit_table(rows: Iterable[dict[str, Any]], columns: list[str], optional: Sequence[str], fold: Sequence[str], title: str | None, out, headers: dict[str, str],
-                width: int | None = None) -> int:
-    """The table, TABLE_BATCH rows at a time, each batch in the previous one's layout where it fits."""
-    width, color = width or terminal.width(), terminal.color(out)
-    count, layout = 0, None
-    table = Table([heading(c, headers) for c in columns], title=title, optional=[heading(c, headers) for c in optional], fold=[heading(c, headers) for c in fold])
-    timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
-    for row in rows:
-        table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))
-        count += 1
-        if len(table.rows) >= TABLE_BATCH:
-            layout = print_table(out, table, width, color, layout, first_record=count - len(table.rows) + 1)
+    else:  # TABLE_BATCH rows at a time, each batch in the previous one's layout where it fits
+        width, color, layout, headers = width or terminal.width(), terminal.color(out), None, {**HEADERS, **(headers or {})}
+        columns = list(table_columns or fields)
+        shown, left_out_first, folded = ([heading(c, headers) for c in names] for names in (columns, optional, fold))
+        table = Table(shown, title=title, optional=left_out_first, fold=folded)
+        timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
+        rows = iter(rows)
+        while batch := list(itertools.islice(rows, TABLE_BATCH)):
+            for row in batch:
+                table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))
+            layout = print_table(out, table, width, color, layout, first_record=count + 1)
+            count += len(batch)
             table.rows.clear()
-    if table.rows:
-        print_table(out, table, width, color, layout, first_record=count - len(table.rows) + 1)
+    out.flush()
     return count
 
 
@@ -235,16 +229,13 @@ def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], enco
     """Write (batch, text) pairs as JSON Lines, JSON or CSV, the bytes ``emit_rows`` writes for the rows as
     dicts (text None: encoded here); returns how many rows were written."""
     out = terminal.data_stream(out)
-    out.flush()
-    raw = out.buffer
     if fmt is OutputFormat.csv:
         import csv
-        import io
 
-        header = io.StringIO()
-        csv.writer(header, lineterminator="\n").writerow(fields)
-        raw.write(header.getvalue().encode())
-    elif fmt is OutputFormat.json:
+        csv.writer(out, lineterminator="\n").writerow(fields)
+    out.flush()
+    raw = out.buffer
+    if fmt is OutputFormat.json:
         raw.write(b"[")
     encoder = encoder or text_encoder(fields, fmt)
     count = 0

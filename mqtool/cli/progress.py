@@ -17,16 +17,14 @@ class ByteProgress:
     STEP = 1 << 22  # refresh at most every 4 MiB
 
     def __init__(self, start: int, stop: int, *, enabled: bool | None = None, desc: str = "scan"):
-        disable = (None if not stdout_is_a_pipe() else True) if enabled is None else not enabled
-        if State.quiet:
-            disable = True
+        if enabled is None:  # tqdm's own default (a terminal), not into a pipe
+            enabled = not stdout_is_a_pipe() and sys.stderr.isatty()
         self.bar = None  # not shown
-        if not (disable or (disable is None and not sys.stderr.isatty())):  # as tqdm decides, without importing it
+        self.shown = start
+        if enabled and not State.quiet:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=disable, leave=False, ncols=bar_width())
-        self.shown = start
-        if self.bar is not None:
+            self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=False, leave=False, ncols=bar_width())
             terminal.show_bar(self.bar)  # cleared before data or a message is written
 
     def advance(self, offset: int) -> None:

@@ -1,8 +1,6 @@
 """``mqtool query``: the broker's own lookups, offline (``store/lookup.py``): ``key`` / ``uniq-key`` as
 ``DefaultMessageStore.queryMessage``, ``msg-id``, ``offset`` and ``time`` (``getOffsetInQueueByTime``)."""
 
-from __future__ import annotations
-
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional
@@ -62,42 +60,12 @@ def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> It
         yield row
 
 
-def _by_key(path: Path, topic: str, key: str, kind: str, max_hits, since, until, body, format, broker_config, broker_version) -> None:
-    b = parse_time(since, "--since")
-    e = parse_time(until, "--until")
-    with open_store(path, broker_config, broker_version) as store:
-        result = lookup.query_message(store, topic, key, kind, max_hits, b if b is not None else 0, e if e is not None else lookup.LONG_MAX)
-        if not result.indexed:
-            from ..scan.lookup import scan_key_offsets  # the columnar scan: only when there is no index
-            from .progress import ByteProgress, written_end
-
-            note(result.notes.pop())
-            with ByteProgress(store.commitlog.min_offset, written_end(store.commitlog), desc="scan") as bar:
-                offsets, result.logical_end = scan_key_offsets(store, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e, progress=bar.advance)
-            result.found = lookup.found_by_scan(store, offsets, topic, key, kind)
-        for n in result.notes:
-            note(n)
-        collisions = sum(1 for f in result.found if f.key_matches is False)
-        if collisions:
-            note(f"{collisions} index hit(s) are hash collisions (key_matches false: another key with the same hash)")
-        waiting = _waiting_timer_messages(store, topic, key, kind, max_hits, b, e)
-        rows = list(_hit_rows(store, [*result.found, *waiting], body))
-        _add_timer_states(store, rows)
-        emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
-        if not result.matches and not waiting:
-            if store.root is not None and store.path("consumequeue").is_dir() and not store.path("consumequeue", topic).is_dir():
-                note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
-            else:
-                note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
-            raise typer.Exit(EXIT_FINDINGS)
-
-
-def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, begin, end) -> list[lookup.Found]:
+def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, bounds) -> list[lookup.Found]:
     """A 5.x timer message is stored and indexed as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
     until delivered (reference §9): looked up there too (``source: timer``)."""
     if topic == TIMER_TOPIC or store.root is None or not (store.root / "timerlog").is_dir():
         return []
-    result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, begin if begin is not None else 0, end if end is not None else lookup.LONG_MAX)
+    result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, *bounds)
     legacy = store.legacy_properties
     return [replace(f, source="timer") for f in result.matches if f.record.property_map(legacy=legacy).get(PropertyKey.REAL_TOPIC) == topic]
 
@@ -128,54 +96,74 @@ def _add_timer_states(store: Store, rows: list[dict]) -> None:
             row.update(timer_state="pending", delivery_time=int(out) if out and out.isdigit() else None, delivered_offset=None)
 
 
-@app.command("key")
-@guarded
-def query_key(
-    store: StoreArg,
-    topic: TopicArg,
-    key: Annotated[str, typer.Argument(metavar="KEY", help="One KEYS entry.")],
-    max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (the broker caps at 64).")] = lookup.DEFAULT_MAX_KEY,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    begin: OldBeginOpt = None,
-    end: OldEndOpt = None,
-    body: BodyOpt = BodyEncoding.none,
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
-    """Messages by KEYS through the index (IndexService.queryOffset, newest first; collisions flagged).
+def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int, doc: str) -> None:
+    """``query key`` and ``query uniq-key``: one lookup, by KEYS or by UNIQ_KEY."""
+
+    def by_key(
+        store: StoreArg,
+        topic: TopicArg,
+        key: key_arg,
+        max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help=max_help)] = max_default,
+        since: SinceOpt = None,
+        until: UntilOpt = None,
+        begin: OldBeginOpt = None,
+        end: OldEndOpt = None,
+        body: BodyOpt = BodyEncoding.none,
+        format: FormatOpt = OutputFormat.table,
+        broker_config: BrokerConfigOpt = None,
+        broker_version: BrokerVersionOpt = None,
+    ) -> None:
+        b = parse_time(_renamed(since, begin, "--since", "--begin"), "--since")
+        e = parse_time(_renamed(until, end, "--until", "--end"), "--until")
+        with open_store(store, broker_config, broker_version) as s:
+            bounds = (b if b is not None else 0, e if e is not None else lookup.LONG_MAX)
+            result = lookup.query_message(s, topic, key, kind, max_hits, *bounds)
+            if not result.indexed:
+                from ..scan.lookup import scan_key_offsets  # the columnar scan: only when there is no index
+                from .progress import ByteProgress, written_end
+
+                note(result.notes.pop())
+                with ByteProgress(s.commitlog.min_offset, written_end(s.commitlog), desc="scan") as bar:
+                    offsets, result.logical_end = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e,
+                                                                   progress=bar.advance)
+                result.found = lookup.found_by_scan(s, offsets, topic, key, kind)
+            for n in result.notes:
+                note(n)
+            collisions = sum(1 for f in result.found if f.key_matches is False)
+            if collisions:
+                note(f"{collisions} index hit(s) are hash collisions (key_matches false: another key with the same hash)")
+            waiting = _waiting_timer_messages(s, topic, key, kind, max_hits, bounds)
+            rows = list(_hit_rows(s, [*result.found, *waiting], body))
+            _add_timer_states(s, rows)
+            emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
+            if not result.matches and not waiting:
+                if s.root is not None and s.path("consumequeue").is_dir() and not s.path("consumequeue", topic).is_dir():
+                    note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
+                else:
+                    note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
+                raise typer.Exit(EXIT_FINDINGS)
+
+    by_key.__doc__ = doc
+    app.command(name)(guarded(by_key))
+
+
+_key_command("key", lookup.KEY, Annotated[str, typer.Argument(metavar="KEY", help="One KEYS entry.")],
+             "At most this many index hits (the broker caps at 64).", lookup.DEFAULT_MAX_KEY,
+             """Messages by KEYS through the index (IndexService.queryOffset, newest first; collisions flagged).
 
     \b
     Example:
       mqtool query key /data/rocketmq/store TopicTest order-42 --since 2024-05-01T03:00
-    """
-    _by_key(store, topic, key, lookup.KEY, max_hits, _renamed(since, begin, "--since", "--begin"), _renamed(until, end, "--until", "--end"), body, format, broker_config, broker_version)
-
-
-@app.command("uniq-key")
-@guarded
-def query_uniq_key(
-    store: StoreArg,
-    topic: TopicArg,
-    uniq_key: Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
-    max_hits: Annotated[int, typer.Option("--max", min=1, metavar="N", help="At most this many index hits (broker default 32).")] = lookup.DEFAULT_MAX_UNIQ,
-    since: SinceOpt = None,
-    until: UntilOpt = None,
-    begin: OldBeginOpt = None,
-    end: OldEndOpt = None,
-    body: BodyOpt = BodyEncoding.none,
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
-    """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY.
+    """)
+_key_command("uniq-key", lookup.UNIQ_KEY,
+             Annotated[str, typer.Argument(metavar="UNIQ_KEY", help="The client message id (UNIQ_KEY property).")],
+             "At most this many index hits (broker default 32).", lookup.DEFAULT_MAX_UNIQ,
+             """Messages by UNIQ_KEY (the client msgId) through the index entry topic#UNIQ_KEY.
 
     \b
     Example:
       mqtool query uniq-key /data/rocketmq/store TopicTest 7F0000010BB818B4AAC2155B6BD20000
-    """
-    _by_key(store, topic, uniq_key, lookup.UNIQ_KEY, max_hits, _renamed(since, begin, "--since", "--begin"), _renamed(until, end, "--until", "--end"), body, format, broker_config, broker_version)
+    """)
 
 
 @app.command("msg-id")

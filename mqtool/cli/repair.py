@@ -165,10 +165,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     from ..dispatch.scanner import DispatchCache
 
     cache = DispatchCache() if plan_out is None and not dry_run else None
-    try:
+    with store:
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    finally:
-        store.close()
     emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:

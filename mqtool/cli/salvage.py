@@ -3,6 +3,7 @@ the damage too; ``--to-store DIR`` also writes them to a new store (``apply.salv
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import sys
 from pathlib import Path
@@ -135,16 +136,12 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
         table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         fmt = OutputFormat(format.value)
-        stream = open(out, "w", encoding="utf-8", newline="") if out is not None else sys.stdout
-        try:
+        with open(out, "w", encoding="utf-8", newline="") if out is not None else contextlib.nullcontext(sys.stdout) as stream:
             if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
                 emit_batches(((b, None) for b in scan), fmt, fields, out=stream)
             else:
                 emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream,
                           width=FILE_WIDTH if out is not None else None)  # a report file keeps every column
-        finally:
-            if out is not None:
-                stream.close()
     return scan, found
 
 

@@ -46,10 +46,9 @@ def stats(
         if end is not None and not end.is_clean:
             note(f"the records end at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here)")
         rows = queue_rows(result, topic)
-        if topic:
-            missing = sorted(set(topic) - {r["topic"] for r in rows})
-            if missing:
-                note(f"no records of topic {', '.join(missing)}")
+        missing = sorted(set(topic or ()) - {r["topic"] for r in rows})
+        if missing:
+            note(f"no records of topic {', '.join(missing)}")
         periods = period_rows(result, by.value, topic) if by else []
         if format is OutputFormat.table:
             emit_rows(rows, format, QUEUE_FIELDS, QUEUE_TABLE, title=f"{result.records} records, {len(rows)} queues", optional=QUEUE_TABLE_OPTIONAL)

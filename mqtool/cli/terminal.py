@@ -70,9 +70,7 @@ def width() -> int:
 
 def color(out) -> bool:
     """Whether to style text written to ``out``: only on a terminal, never with ``NO_COLOR`` or ``TERM=dumb``."""
-    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
-        return False
-    return isatty(out)
+    return not (os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb") and isatty(out)
 
 
 def isatty(stream) -> bool:

@@ -87,18 +87,13 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> No
 def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
-        console, held, led = Screen(out), [], False  # the next-start line leads: findings are held until it is known
-        for finding in itertools.chain(findings, [None]):  # None: the end, where it is known if ever
-            if not led and (finding is None or summary.next_start is not None):
-                led = True
-                if summary.next_start is not None:
-                    console.print(f"[bold]{escape(summary.next_start.line())}[/]")
-            if finding is not None:
-                held.append(finding)
-            if led:
-                for f in held:
-                    _render_finding(console, f.as_dict())
-                held.clear()
+        console, findings, held = Screen(out), iter(findings), []  # the next-start line leads: findings are held until it is known
+        while summary.next_start is None and (finding := next(findings, None)) is not None:  # known at the end if ever
+            held.append(finding)
+        if summary.next_start is not None:
+            console.print(f"[bold]{escape(summary.next_start.line())}[/]")
+        for finding in itertools.chain(held, findings):
+            _render_finding(console, finding.as_dict())
         _render_summary(console, summary.as_dict(), root)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
@@ -146,8 +141,7 @@ def verify(
     checks = tuple(c.value for c in only) if only else CHECKS
     options = VerifyOptions(checks=checks, from_offset=from_offset, to_offset=to_offset, jobs=jobs, keep_going=keep_going)
     with open_store(store, broker_config, broker_version) as opened:
-        if opened.root is not None:
-            warn_store_state(opened.root)
+        warn_store_state(opened.root)
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)
