@@ -128,12 +128,16 @@ class FindingSink:
         return out
 
 
-def _maker(severity: Severity):
-    """``error(kind, message, **fields)`` and its kin: a ``Finding`` of ``severity``."""
-    return lambda kind, message, **kw: Finding(kind, severity, message, **kw)
+def error(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.ERROR, message, **kw)
 
 
-error, warning, info = (_maker(s) for s in (Severity.ERROR, Severity.WARNING, Severity.INFO))
+def warning(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.WARNING, message, **kw)
+
+
+def info(kind: str, message: str, **kw) -> Finding:
+    return Finding(kind, Severity.INFO, message, **kw)
 
 
 @dataclass
