@@ -148,6 +148,28 @@ def test_checkpoint_rewritten_from_the_last_record_when_the_first_is_damaged(tmp
     assert cp.physic_msg_timestamp == cp.logics_msg_timestamp == manifest("4.9.7", "clean-small")["messages"][-1]["storeTimestamp"]
 
 
+def test_an_index_file_rebuilt_from_a_negative_store_timestamp_is_named_in_digits(tmp_path):
+    """Damage seed 14000774 (``--lost-pages --disk-faults --no-version``): a bit flip made the first record's
+    STORETIMESTAMP negative (no CRC covers it). The rebuilt index file was named after it, "-2922749980414112152490",
+    a name ``list_index_files`` passes over, so verify found no index after repair. A negative time now names the
+    file as time 0: digits, which the store model and the broker's name-sorted load both read."""
+    from mqtool.store.index import list_index_files
+
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    first = root / "commitlog" / "00000000000000000000"
+    data = bytearray(first.read_bytes())
+    stored = manifest("4.9.7", "clean-small")["messages"][0]["storeTimestamp"]
+    at = data.index(stored.to_bytes(8, "big"), 0, 100)  # the first record's STORETIMESTAMP (it has KEYS: it opens the index)
+    data[at] |= 0x80  # now negative
+    first.write_bytes(data)
+    for path in (root / "index").iterdir():  # the index lost: repair rebuilds it from the log
+        path.unlink()
+    rc, findings = repaired_findings(root, "4.9.7")
+    assert rc == EXIT_OK and findings == [], findings
+    assert [p.name for p in list_index_files(root / "index")] == ["19700101000000000"]
+    assert sorted(p.name for p in (root / "index").iterdir()) == ["19700101000000000"]
+
+
 def test_timer_units_of_messages_the_recovery_cut_are_lost_data(tmp_path):
     """A damaged record at the start of the last segment: the broker's recovery cuts the log there,
     and the timer log still names the timer messages after the cut (the broker retries them

@@ -186,7 +186,10 @@ def index_file_name(store_timestamp_ms: int) -> str:
     """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation). The
     time is shifted by whole 400-year Gregorian cycles (after which the calendar repeats) into
     Python's years 1-9999 and its year printed in full as ``UtilAll.timeMillisToHumanString``'s
-    ``%04d`` does: a damaged STORETIMESTAMP (no CRC covers it) can lie far outside them."""
+    ``%04d`` does: a damaged STORETIMESTAMP (no CRC covers it) can lie far outside them. A negative
+    one is taken as 0: the name stays digits (``list_index_files`` passes over a name with a sign,
+    and the broker's name-sorted load would put it before every other file)."""
+    store_timestamp_ms = max(store_timestamp_ms, 0)
     cycles = store_timestamp_ms // _GREGORIAN_CYCLE_MS - 18  # into years 7170-7570
     ms = store_timestamp_ms - cycles * _GREGORIAN_CYCLE_MS
     t = datetime.fromtimestamp(ms / 1000, timezone.utc)
