@@ -407,8 +407,8 @@ def run_stats(scan: Scan, out: Output) -> dict:
 BROKER_COLUMNS = (
     ("broker", "string"),
     *((name, "int") for name in ("segments", "splits", "rejected_splits")),
-    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures")),
-    *((name, "bigint") for name in ("first_store_timestamp", "last_store_timestamp")),
+    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures",
+                                     "first_store_timestamp", "last_store_timestamp")),
 )
 # printed: the topic last (a long one runs past the edge), the optional columns least important first
 BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]

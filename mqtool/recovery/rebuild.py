@@ -138,7 +138,9 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     for topic, n in sorted(skipped.items()):
         notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
     for key, q in existing.items():  # every selected queue knows its files, one no record reaches too (they are deleted)
-        sims.setdefault(key, QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, rules=rules)).original = dict(q.files)
+        if key not in sims:
+            sims[key] = QueueSim.new(q.topic, q.queue_id, q.directory, q.file_size, rules=rules)
+        sims[key].original = dict(q.files)
     clmin = store.commitlog.min_offset
     queue_plans = [_rebuilt_queue(sim, existing.get(key), clmin, rules) for key, sim in sorted(sims.items())]
     deletes, writes = queue_actions(store, queue_plans, sims)
