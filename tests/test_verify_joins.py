@@ -273,10 +273,11 @@ def test_compiled_chain_replay_equals_put_key_on_every_fixture_index_entry(versi
 
 @pytest.mark.parametrize("version,name", STORES)
 def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version, name, sizes):
-    """``topicnumbers.TopicNumbers`` (the compiled ``number_topics`` over a table kept for the
-    whole walk) gives every record of the fixture the id ``TopicTable.id_of`` gives its topic
-    bytes, whatever rows each call is shown, numbered at once or looked up first (``lookup``)
-    and the rest numbered after; the names are the manifest's topics."""
+    """``topicnumbers.TopicNumbers`` (the dispatch's look-up in ``known`` while the record is in
+    cache, then the compiled ``number_topics`` for the rest, over a table kept for the whole walk)
+    gives every record of the fixture the id ``TopicTable.id_of`` gives its topic bytes, whatever
+    rows each call is shown; what the dispatch looks up is the final id or -1; the names are the
+    manifest's topics."""
     from mqtool.dispatch import fastdispatch as fd
     from mqtool.dispatch.scanner import TopicTable
     from mqtool.store.fastscan import FastScan
@@ -291,20 +292,20 @@ def test_topic_numbers_are_the_topic_tables_ids_on_every_fixture_record(version,
             rows, n = batch.rows, batch.rows.shape[0]
             out = np.empty((n, fd.N_FIELDS), dtype=np.int64)
             keys = np.empty(int((rows[:, 0] + rows[:, 1] - rows[:, 5]).sum()) + 2 * n + 2, dtype=np.int64)
-            fd.dispatch_rows(batch.array, rows, 0, store.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, fd.delay_array({}), True, out, 0, keys, 0)
-            got = np.full(n, -1, dtype=np.int64)
+            got = np.full(n, -7, dtype=np.int64)
             step = 3 if sizes == "small" else n
-            expected = [reference.id_of(batch.array[p : p + k].tobytes()) for p, k in out[:, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
-            for call, lo in enumerate(range(0, n, step)):
+            key_fill = 0
+            for lo in range(0, n, step):
                 hi = min(n, lo + step)
-                if call % 2:  # the rows looked up first (the topics known so far), the others numbered after
-                    numbers.lookup(batch.array, out, lo, hi, got)
-                    looked = got[lo:hi].tolist()
-                    assert all(i == e for i, e in zip(looked, expected[lo:hi]) if i >= 0)
-                    numbers.number(batch.array, out, lo, hi, got, missing_only=True)
-                else:
-                    numbers.number(batch.array, out, lo, hi, got)
-            assert got.tolist() == expected
+                _, key_fill = fd.dispatch_rows(batch.array, rows[lo:hi], 0, store.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, fd.delay_array({}), True,
+                                               out, lo, keys, key_fill, numbers.known, got)
+                expected = [reference.id_of(batch.array[p : p + k].tobytes()) for p, k in out[lo:hi, [fd.F_TOPIC_POS, fd.F_TOPIC_LEN]].tolist()]
+                assert all(i in (e, -1) for i, e in zip(got[lo:hi].tolist(), expected))
+                numbers.number(batch.array, out, lo, hi, got)
+                assert got[lo:hi].tolist() == expected
+            again = np.full(n, -7, dtype=np.int64)  # every topic known now: each looked up by the dispatch alone
+            fd.dispatch_rows(batch.array, rows, 0, store.legacy_properties, fd.SCHEDULE_TOPIC_BYTES, fd.delay_array({}), True, out, 0, keys, 0, numbers.known, again)
+            assert again.tolist() == got.tolist()
             seen += n
     assert seen and numbers.topics.names == reference.names
     assert set(reference.names) >= {m["topic"] for m in manifest(version, name)["messages"]}

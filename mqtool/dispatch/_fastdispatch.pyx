@@ -5,6 +5,7 @@ from libc.stdint cimport int64_t, uint8_t, uint64_t
 
 from mqtool.store._bytes cimport be32, be64, find_byte, load8, prefetch_w, signed32
 from mqtool.store._text cimport HashRun, Item, java_hash_utf8, property_item, span_is
+from mqtool.dispatch._topictable cimport find_topic
 
 from ..formats import commitlog as fmt
 from ..formats.dispatch import INDEX_KEYS_ONLY as _KEYS_ONLY, INDEX_NONE as _NONE
@@ -160,9 +161,9 @@ cdef inline bint index_keys(const uint8_t* buf, Py_ssize_t uniq_s, Py_ssize_t un
     return ok
 
 
-def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t first_row, bint legacy, const uint8_t[::1] sched_topic, const int64_t[::1] delay_ms, int64_t index_enable, int64_t[:, ::1] out, Py_ssize_t out_base, int64_t[::1] keys, int64_t key_fill):
-    """Fill ``out[out_base + r]`` for ``rows[first_row:]`` and append partial key hashes to
-    ``keys`` from ``key_fill``.
+def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t first_row, bint legacy, const uint8_t[::1] sched_topic, const int64_t[::1] delay_ms, int64_t index_enable, int64_t[:, ::1] out, Py_ssize_t out_base, int64_t[::1] keys, int64_t key_fill, tuple known, topic_id[::1] topic_ids):
+    """Fill ``out[out_base + r]`` and ``topic_ids[out_base + r]`` for ``rows[first_row:]`` and
+    append partial key hashes to ``keys`` from ``key_fill``.
 
     ``rows`` are ``walk_segment`` rows (pos, size, body, body_len, topic, props, crc_ok).
     ``delay_ms[level]`` is the delay of ``level`` (index 0 unused); ``len(delay_ms) - 1`` is the
@@ -171,6 +172,8 @@ def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t
     UNIQ_KEY and KEYS of all but ROLLBACK, or 3.2.6's KEYS of NOT and PREPARED records only.
     A key is stored as ``units << 32 | hash`` of the key alone; ``finish_keys`` combines it with
     the topic once topics are known (Java's hash of ``topic#key`` is polynomial in the units).
+    ``known`` is ``topicnumbers.TopicNumbers.known``: a topic found there gets its id while the
+    record is in cache, any other -1 (``number_topics`` numbers it, in walk order).
     Returns ``(rows_done, key_fill)``; fewer rows than given when ``keys`` is full.
     """
     cdef Py_ssize_t n = rows.shape[0], r = first_row, ahead, levels = delay_ms.shape[0], sched_len = sched_topic.shape[0]
@@ -183,6 +186,11 @@ def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t
     cdef int64_t pos, size, topic, props, topic_len, props_end, sys_flag, store_ts, tags, count, tran
     cdef Spans s
     cdef bint ok
+    cdef const int64_t[::1] table, fps, starts, lens, ids
+    cdef const uint8_t[::1] pool
+    cdef int64_t mask, k
+    table, fps, starts, lens, ids, pool = known
+    mask = table.shape[0] - 1
     with nogil:
         while r < n:
             if r + PREFETCH_AHEAD < n and rows[r + PREFETCH_AHEAD, 1] >= PREFETCH_SIZE:
@@ -212,6 +220,8 @@ def dispatch_rows(const uint8_t[::1] buf, const int64_t[:, ::1] rows, Py_ssize_t
             row[F_SYS_FLAG] = sys_flag
             row[F_STORE_TS] = store_ts
             row[F_TOPIC_FP] = fingerprint(b, topic, topic_len)
+            k = find_topic(b, buf.shape[0], topic, topic_len, row[F_TOPIC_FP], &table[0], mask, &fps[0], &starts[0], &lens[0], &pool[0])
+            topic_ids[out_base + r] = <topic_id>(ids[k] if k >= 0 else -1)
             s = dispatch_properties(b, props, props_end, legacy)
             ok = tags_code(b, &s, s.delay_s >= 0 and span_is(b, topic, topic + topic_len, sched, sched_len), store_ts, delays, levels, &tags)
             if not ok:

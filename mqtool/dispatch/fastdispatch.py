@@ -21,13 +21,15 @@ from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the 
 SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
-def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys, key_fill):
+def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys, key_fill, numbers, topic_ids):
     """``dispatch_rows`` over every row of ``rows``, the key buffer doubled whenever it stops
-    before a record whose keys may not fit; returns ``(keys, key_fill)`` (``keys`` may be a new
+    before a record whose keys may not fit; the topics ``numbers`` knows looked up into
+    ``topic_ids`` (-1 for the others). Returns ``(keys, key_fill)`` (``keys`` may be a new
     array, holding the partial hashes written so far)."""
     done = 0
     while True:
-        done, key_fill = dispatch_rows(buf, rows, done, legacy, SCHEDULE_TOPIC_BYTES, delay_ms, index_enable, out, out_base, keys, key_fill)
+        done, key_fill = dispatch_rows(buf, rows, done, legacy, SCHEDULE_TOPIC_BYTES, delay_ms, index_enable, out, out_base, keys, key_fill,
+                                       numbers.known, topic_ids)
         if done == rows.shape[0]:
             return keys, key_fill
         grown = np.empty(max(2 * keys.shape[0], 64), dtype=np.int64)

@@ -385,7 +385,7 @@ class DispatchScanner:
         lo = acc.n
         acc.reserve_keys(4 * rows.shape[0] + 64)
         acc.keys, acc.key_fill = fd.dispatch_all(seg.array, rows, self.options.legacy_properties, delay_ms, self.options.index_enable,
-                                                 acc.out, lo, acc.keys, acc.key_fill)
+                                                 acc.out, lo, acc.keys, acc.key_fill, acc.numbers, acc.topic_ids)
         hi = lo + rows.shape[0]
         bad = None
         fallback = np.flatnonzero(acc.out[lo:hi, fd.F_FLAGS] & fd.FLAG_FALLBACK)

@@ -1,12 +1,12 @@
-"""Topic ids of dispatched records in one compiled pass, over a whole walk (reference §3.2, §6.4):
-the recovery dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
+"""Topic ids of dispatched records over a whole walk (reference §3.2, §6.4): the recovery
+dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
 
 ``TopicNumbers`` keeps every raw topic seen so far (bytes, length, the dispatch's fingerprint
 ``F_TOPIC_FP``, id from ``dispatch.scanner.TopicTable``) in a hash table that lives as long as
-the walk: a known topic is numbered without Python; a new one stops the kernel while Python asks
-the ``TopicTable`` for its id. Ids are given in walk order, one thread at a time; ``lookup`` may
-run ahead in any thread on ``known`` (a copy never written again), leaving -1 for unknown topics,
-which ``number`` with ``missing_only`` then numbers in order."""
+the walk. ``dispatch_rows`` looks each record's topic up in ``known`` (a copy never written
+again, so any thread may read it) while the record is in cache, leaving -1 for a topic not
+there; ``number`` then numbers those rows in walk order, one thread at a time, asking the
+``TopicTable`` for each new topic's id."""
 
 from __future__ import annotations
 
@@ -41,22 +41,17 @@ class TopicNumbers:
         """``known``: copies, so that ``lookup`` never reads what ``_learn`` writes."""
         self.known = tuple(a.copy() for a in self._tables())
 
-    def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray, missing_only: bool = False) -> None:
-        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf``, in walk order;
-        ``missing_only``: only the rows ``lookup`` left at -1."""
+    def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
+        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf`` that
+        ``dispatch_rows`` left at -1, in walk order."""
         r, learned = lo, self.count
         while True:
-            r = number_topics(buf, out, r, hi, *self._tables(), topic_ids, missing_only, False)
+            r = number_topics(buf, out, r, hi, *self._tables(), topic_ids)
             if r >= hi:
                 break
             self._learn(buf, int(out[r, fd.F_TOPIC_POS]), int(out[r, fd.F_TOPIC_LEN]), int(out[r, fd.F_TOPIC_FP]))
         if self.count != learned:
             self._publish()
-
-    def lookup(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
-        """``topic_ids[lo:hi]`` of the topics known at the last ``number`` that learned one, -1
-        for the others; any thread, any order (``known`` is never written)."""
-        number_topics(buf, out, lo, hi, *self.known, topic_ids, False, True)
 
     def _learn(self, buf: np.ndarray, p: int, n: int, fp: int) -> None:
         """A new raw topic: its id from the ``TopicTable``, its bytes into the pool and the table."""
