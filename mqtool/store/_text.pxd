@@ -12,6 +12,8 @@
 
 from libc.stdint cimport int64_t, uint8_t
 
+from mqtool.store._bytes cimport find_byte
+
 cdef struct HashRun:
     int64_t h  # the unsigned 32-bit state after the units read
     int64_t units  # UTF-16 code units hashed
@@ -102,9 +104,7 @@ cdef inline Item property_item(const uint8_t* buf, Py_ssize_t i, Py_ssize_t j, b
     cdef Py_ssize_t k, t, p
     item.key = item.key_end = item.value = item.value_end = -1
     if not legacy:
-        k = i
-        while k < j and buf[k] != 1:
-            k += 1
+        k = find_byte(buf, i, j, 1)
         if i < k and k < j - 1:
             item.key, item.key_end, item.value, item.value_end = i, k, k + 1, j
         return item
