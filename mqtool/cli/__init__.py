@@ -296,9 +296,11 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
       mqtool verify /data/rocketmq/store
       mqtool recover /data/rocketmq/store
     """
+    from ..allocator import keep_freed_memory
     from ..store.mappedfile import exit_on_sigbus
 
     exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
+    keep_freed_memory()  # every command: the batches' memory is reused, not faulted in again (``allocator.py``)
 
 
 def main() -> None:
