@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..allocator import keep_freed_memory
 from ..formats.dispatch import parse_delay_levels
 from ..store.records import BodyEncoding
 from ..store.mappedfile import exit_on_sigbus
@@ -42,8 +43,10 @@ class ScanTask:
     def scan(self, **options) -> SplitScan:
         """The compiled walk of this task's split. In the Python worker, a failed read through
         the map (the file shrank, a full filesystem) ends the worker with mqtool's one SIGBUS
-        line on its stderr, which Spark shows, rather than a bare "Bus error"."""
+        line on its stderr, which Spark shows, rather than a bare "Bus error"; the worker keeps the
+        memory its batches free, as the CLI does (``allocator.py``)."""
         exit_on_sigbus()
+        keep_freed_memory()
         return SplitScan(self.split, **options)
 
     def result(self, first: int | None, exit: int | None) -> SplitResult:
