@@ -21,7 +21,7 @@ from ..store.commitlog import STORE_TS_POSITION, ScanEnd
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
 _POS_QUEUE_OFFSET = _V4.offset_of("queue_offset")
-BATCH = 1 << 16  # records per walk batch at most (8192 in the first): the unit in which cross-check findings are drained
+BATCH = 1 << 14  # records per walk batch at most (2048 in the first): the unit in which cross-check findings are drained
 BATCH_BYTES = 8 << 20  # and about this many bytes of records per batch after the first (8192 of 1 KiB)
 
 

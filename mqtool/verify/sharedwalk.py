@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 _BEGIN = object()  # the checks' first work: made, and their findings before any record (``CrossChecks.begin``)
 _AHEAD = object()  # a step of the read-ahead (``_ahead``), handed over when the checks thread is idle
 CHUNK = 4096  # findings per pickled chunk
-CHECK_DEPTH = 1  # batches (about 8 MiB of records each) waiting for the checks thread, at most (each holds 20 MB at 128 B)
+CHECK_DEPTH = 1  # batches (8 MiB of records, or 16384 records) waiting for the checks thread, at most (each holds about 5 MB at 128 B)
 
 
 class SharedWalk(ChainReader):
