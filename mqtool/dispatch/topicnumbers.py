@@ -38,7 +38,7 @@ class TopicNumbers:
         return self.table, self.fps, self.starts, self.lens, self.ids, self.pool
 
     def _publish(self) -> None:
-        """``known``: copies, so that ``lookup`` never reads what ``_learn`` writes."""
+        """``known``: copies, so that ``dispatch_rows`` (in any thread) never reads what ``_learn`` writes."""
         self.known = tuple(a.copy() for a in self._tables())
 
     def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
