@@ -6,8 +6,8 @@ freed, and trims a heap whose free top passes its trim threshold (a thread's hea
 ``MADV_DONTNEED``); the next batch then faults the same amount in again, a zeroed page at a time.
 ``keep_freed_memory`` sets both thresholds (``mallopt(3)``): blocks up to ``MMAP_THRESHOLD`` come
 from the heaps, and up to ``TRIM_THRESHOLD`` of free memory stays in each for the next batch.
-The peak stays what the batches hold at once (BENCHMARKS.md: "Allocator"). Elsewhere than glibc
-(no ``mallopt``), nothing changes."""
+The peak grows only by what stays free between batches (BENCHMARKS.md: "Allocator"). Elsewhere
+than glibc (no ``mallopt``), nothing changes."""
 
 from __future__ import annotations
 
