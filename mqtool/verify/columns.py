@@ -49,8 +49,8 @@ class RecordColumns:
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, from one segment's
     array, while in cache), then ``build`` once the batch is whole. Topics are numbered in walk order
-    through one table: known ones by the dispatch itself, new ones by ``add`` with ``number``, else
-    by ``build``; without ``number``, ``add`` may run in any thread (``sharedwalk.py``). Results do
+    through one table: known ones by the dispatch itself (so ``add`` may run in any thread,
+    ``sharedwalk.py``), new ones by ``build``, called batch after batch in walk order. Results do
     not depend on how the rows were cut into ``add`` calls."""
 
     def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int = INDEX_UNIQ_AND_KEYS):
@@ -59,26 +59,23 @@ class ColumnBuilder:
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)
         self.topic_ids = np.empty(capacity, dtype=np.int64)
         self.keys = np.empty(KEYS_PER_RECORD * capacity + 2, dtype=np.int64)
-        self.n = self.key_fill = self.numbered = 0
+        self.n = self.key_fill = 0
         self.array: np.ndarray | None = None
 
-    def add(self, array: np.ndarray, rows: np.ndarray, number: bool = False) -> None:
+    def add(self, array: np.ndarray, rows: np.ndarray) -> None:
         n = rows.shape[0]
         if not n:
             return
         self.keys, self.key_fill = fd.dispatch_all(array, rows, self.legacy, self.delay_ms, self.index_rule, self.out, self.n, self.keys, self.key_fill,
                                                    self.numbers, self.topic_ids)
         self.array = array
-        if number and self.numbered == self.n:
-            self.numbers.number(array, self.out, self.n, self.n + n, self.topic_ids)
-            self.numbered += n
         self.n += n
 
     def build(self, base_offset: int) -> RecordColumns:
         n, out = self.n, self.out[: self.n]
         topic_ids = self.topic_ids[:n]
-        if self.numbered < n:
-            self.numbers.number(self.array, self.out, self.numbered, n, self.topic_ids)
+        if n:
+            self.numbers.number(self.array, self.out, 0, n, self.topic_ids)  # the topics new to the dispatch
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(offsets=offsets, sizes=out[:, fd.F_SIZE], topic_ids=topic_ids, queue_ids=out[:, fd.F_QUEUE_ID],

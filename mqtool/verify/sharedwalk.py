@@ -64,8 +64,6 @@ class SharedWalk(ChainReader):
         self.builder = self.checks.column_builder(self.rows_per_batch)  # the batch's columns, built as rows come
         self.threaded = threads
         self.defer = False  # whether the batch being cut leaves its dispatch (``ColumnBuilder.add``) to the checks thread
-        self.number_now = False  # whether its topics are numbered as it is dispatched (else when it is built)
-        self.cuts = self.built = 0  # batches cut, and batches whose columns are built (topics numbered in order)
         self.handed: deque[int] = deque()  # first position of each batch handed to the thread, not yet checked
         self.ahead: Iterator[None] = self._ahead()  # the read-ahead's steps, run in the checks thread
         self.ahead_left = threads  # whether steps may remain
@@ -92,9 +90,7 @@ class SharedWalk(ChainReader):
             take = min(n - at, self.rows_per_batch - self.fill)
             self.buffer[self.fill : self.fill + take] = rows[at : at + take]
             if not self.defer:
-                if self.fill == 0:  # the batch's topics numbered now too when every batch before it has been
-                    self.number_now = self.built == self.cuts
-                self.builder.add(array, rows[at : at + take], number=self.number_now)
+                self.builder.add(array, rows[at : at + take])
             self.fill += take
             at += take
             if self.fill == self.rows_per_batch:
@@ -139,7 +135,6 @@ class SharedWalk(ChainReader):
         span = int(rows[count - 1, fs.COL_POS] + rows[count - 1, fs.COL_SIZE] - rows[0, fs.COL_POS])
         self.rows_per_batch = min(self.most, max(self.most // 8, 1, logstream.BATCH_BYTES * count // max(span, 1)))
         self.fill = 0
-        self.cuts += 1
         self.builder = self.checks.column_builder(self.rows_per_batch)
         # the checks thread idle: the next batch's dispatch is its work (the walk is the longer
         # part on 1 KiB records, the checks on 128 B; reading the rows again costs less than waiting)
@@ -184,7 +179,6 @@ class SharedWalk(ChainReader):
             builder.add(array, rows)
         self.outcome.records += rows.shape[0]
         columns = builder.build(base)
-        self.built += 1
         for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
             self.pending.append(finding)
             if len(self.pending) >= CHUNK:
