@@ -1,4 +1,4 @@
-"""Compiled kernels of ``recovery/fastdispatch.py``: what ``CommitLog.checkMessageAndReturnSize``
+"""Compiled kernels of ``dispatch/fastdispatch.py``: what ``CommitLog.checkMessageAndReturnSize``
 derives from a record for the consume queue and index dispatchers, a batch of records a call."""
 
 from libc.stdint cimport int64_t, uint8_t, uint64_t

@@ -1,4 +1,4 @@
-"""Compiled kernels of ``recovery/queuegroups.py``: a dispatch batch's consume queue rows grouped
+"""Compiled kernels of ``dispatch/queuegroups.py``: a dispatch batch's consume queue rows grouped
 by queue (reference §3.2), from its rows or from its spill."""
 
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t

@@ -1,4 +1,4 @@
-"""Compiled kernels of ``recovery/spillrows.py``: a dispatch batch's columns moved between its
+"""Compiled kernels of ``dispatch/spillrows.py``: a dispatch batch's columns moved between its
 row-major ``fields`` and the spill's column blocks, one pass over the rows each way."""
 
 from libc.stdint cimport int8_t, int32_t, int64_t

@@ -1,4 +1,4 @@
-"""Compiled kernel of ``recovery/topicnumbers.py``: topic ids of dispatched records from the raw
+"""Compiled kernel of ``dispatch/topicnumbers.py``: topic ids of dispatched records from the raw
 topics seen so far (reference §3.2)."""
 
 from libc.stdint cimport int64_t, uint8_t

@@ -135,5 +135,5 @@ cdef inline bint span_is(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end, c
 
 cdef inline int64_t topic_slot(int64_t fingerprint, int64_t mask) noexcept nogil:
     """The first slot of a topic's fingerprint in an open-addressing table of ``mask + 1`` slots
-    (``recovery/topicnumbers.py`` builds the tables; the statistics share them)."""
+    (``dispatch/topicnumbers.py`` builds the tables; the statistics share them)."""
     return (fingerprint ^ (fingerprint >> 31)) & mask
