@@ -199,6 +199,18 @@ def test_java_hash_kernel_equals_string_hash_code(texts):
     assert kernels.java_hash_spans(buf, starts, lengths).tolist() == [java_string_hash(t) for t in texts]
 
 
+def test_java_hash_kernel_over_ascii_runs_of_every_length_and_a_wide_character_anywhere():
+    """The kernel hashes four ASCII bytes a step, others one character at a time: every run length
+    up to 40, with a two-, three- and four-byte character at every place, equals ``String.hashCode``."""
+    texts = ["".join(chr(33 + (7 * i + n) % 94) for i in range(n)) for n in range(41)]
+    texts += [t[:k] + wide + t[k:] for t in texts[::5] for k in range(len(t) + 1) for wide in ("é", "主", "𝄞")]
+    raw = [t.encode("utf-8") for t in texts]
+    buf = np.frombuffer(b"".join(raw), dtype=np.uint8)
+    lengths = np.array([len(r) for r in raw], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    assert kernels.java_hash_spans(buf, starts, lengths).tolist() == [java_string_hash(t) for t in texts]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.sampled_from([0, 0, 0, 1, 0xFFFF, 0xDB8, 0x2001]), min_size=8, max_size=8), st.integers(-(2**31), 2**31 - 1)), min_size=1, max_size=20))
 def test_host_kernels_equal_format_host(hosts):
