@@ -12,7 +12,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.rules import BrokerVersion, VersionRules
-from ..store.startfile import recovery_start
+from ..store.startfile import max_queue_phys_offset, recovery_start
 from .lost import record_at
 from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
 from .planparts import PhaseCounts, ScanResult
@@ -153,7 +153,7 @@ class ClassicLog(LogKind):
         if not run.dispatching:
             return []
         store, phases, end, legacy = run.store, run.phases, run.end, run.legacy
-        max_cq = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)  # where the last entry's record ends, in every version
+        max_cq = max_queue_phys_offset(store)  # where the last entry's record ends, in every version
         notes = []
         covered_from = min((p.start for p in phases if p.consume_queues), default=end)
         if 0 <= max_cq < end and covered_from > max_cq and _record_starts_at(store, max_cq, False):  # a record lies past the queues' end

@@ -5,7 +5,8 @@
   STORETIMESTAMP, and that time <= ``checkpoint.getMinTimestamp()`` (min(physic, logics) - 3 s),
   or <= ``getMinTimestampIndex()`` when ``messageIndexEnable && messageIndexSafe``. Else segment 0.
 - Normal recovery (``recoverNormally``): the third-from-last segment (4.0-5.3.1); from 5.3.2 the
-  newest segment (searched down to index 1) whose name is <= the max CQ physical offset, else 0.
+  newest segment (searched down to index 1) whose name is <= the max CQ physical offset
+  (``max_queue_phys_offset``, ``recoverConsumeQueue``'s result), else 0.
 Segments before the start are never validated.
 """
 
@@ -67,23 +68,27 @@ def matched_start(commitlog: CommitLog, first: int, bound: int, what: str, *, ac
     return None
 
 
+def max_queue_phys_offset(store: Store) -> int:
+    """``recoverConsumeQueue``'s result: the largest ``offset + size`` of any queue's last valid unit (-1: none)."""
+    return max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
+
+
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
     """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
     the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config) and the
     consume queues' max physical offset (default: recovered here) may be given by a planner."""
     cl, segments = store.commitlog, store.commitlog.segments
-    abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
-    if not abnormal and rules.normal_start_from_cq_max and max_cq_phys_offset is None:
-        max_cq_phys_offset = max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
     if not segments:
         return ScanStart(0, 0, "no commit log segment")
-    if abnormal:
+    if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
         bound, what = abnormal_bound(store, index_safe)
         found = matched_start(cl, 0, bound, what, accept_v2=rules.accepts_v2_magic)
         return found or ScanStart(0, segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")
     if not rules.normal_start_from_cq_max:
         index = max(0, len(segments) - 3)
         return ScanStart(index, segments[index].base_offset, "third-from-last segment (normal recovery)")
+    if max_cq_phys_offset is None:
+        max_cq_phys_offset = max_queue_phys_offset(store)
     for index in range(len(segments) - 1, 0, -1):
         if segments[index].base_offset <= max_cq_phys_offset:
             return ScanStart(index, segments[index].base_offset, f"newest segment starting at or below the consume queues' max physical offset {max_cq_phys_offset} (5.3.2+)")

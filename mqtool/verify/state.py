@@ -13,6 +13,7 @@ from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
 from ..store import offsets
+from ..store.startfile import max_queue_phys_offset
 from .commitlog import relative
 from .findings import Finding, error, info, warning
 
@@ -34,11 +35,6 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
         first = store.commitlog.segments[0].base_offset if store.commitlog.segments else 0
         return first, "from the first segment", bound
     return start.offset, start.rule, bound
-
-
-def max_queue_phys_offset(store: Store) -> int:
-    """``recoverConsumeQueue``'s result: the largest ``offset + size`` of any queue's last valid unit."""
-    return max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
