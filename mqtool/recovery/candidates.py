@@ -14,6 +14,7 @@ from ..store import Store
 from ..store.eras import candidate_groups, relevant_rules
 from ..store.rules import rules_deciding
 from ..store.version import eras_label
+from .sharedscans import SharedScans
 
 if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are asked for (``nextstart``)
     from .plans import Plan
@@ -63,18 +64,22 @@ def _short(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
-def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache)`` under the detected version, or under every candidate (module
-    docstring); ``cache`` is filled by the first candidate's run only."""
+def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> Plan:
+    """``make_plan(store, cache, scans)`` under the detected version, or under every candidate (module
+    docstring); ``cache`` is filled by the first candidate's run only, and the candidates share
+    their scans (``scans``: ``sharedscans.py``)."""
     guess = store.version_guess
     if guess.version is not None:
-        return make_plan(store, cache)
+        return make_plan(store, cache, None)
     groups = candidate_groups(store)
     candidates = list(groups)
+    scans = SharedScans.worth_it(store, cache) if len(candidates) > 1 else None
     plans: list[Plan] = []
     for i, candidate in enumerate(candidates):
+        if scans is not None and i == len(candidates) - 1:
+            scans.recording = False  # no candidate is left to ask for its scans
         with store.assumed_version(candidate):
-            plans.append(make_plan(store, cache if i == 0 else None))
+            plans.append(make_plan(store, cache if i == 0 else None, scans))
     labels = [eras_label(groups[c]) for c in candidates]
     first = _effect(plans[0]) if len(plans) > 1 else None
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):

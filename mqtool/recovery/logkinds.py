@@ -21,6 +21,7 @@ from .queues import QueueSim
 if TYPE_CHECKING:
     from ..dispatch.scanner import DispatchCache
     from ..store.walkedchain import WalkedChain
+    from .sharedscans import SharedScans
 
 
 @dataclass
@@ -32,6 +33,7 @@ class RecoveryRun:
     command: str
     cache: DispatchCache | None
     walked: WalkedChain | None
+    scans: SharedScans | None
     version: BrokerVersion
     source: str
     rules: VersionRules

@@ -15,7 +15,7 @@ def _under_candidates(one_version, name: str):
     @functools.wraps(one_version)
     def plan(store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache=None, **shown):
         # ``shown`` (plan_recover's ``walked``) sees every candidate's scan: each walk is of the same bytes
-        made = plan_under_candidates(store, lambda s, c: one_version(s, options, with_crc=with_crc, cache=c, **shown), cache)
+        made = plan_under_candidates(store, lambda s, c, scans: one_version(s, options, with_crc=with_crc, cache=c, scans=scans, **shown), cache)
         refuse_ext_entries(store, made)
         return made
 

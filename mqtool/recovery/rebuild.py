@@ -12,7 +12,7 @@ from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import ScanEnd
-from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries, phase_scanner
+from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries
 from .planparts import (
     DEFAULT_GEOMETRY,
     config_options,
@@ -31,6 +31,7 @@ from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, Que
 from .queues import QueueSim
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
+from .sharedscans import SharedScans, scan_phase, topic_table
 
 
 class RebuildScan:
@@ -40,8 +41,8 @@ class RebuildScan:
     DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
     ``end`` and ``skipped`` are set once iterated."""
 
-    def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool):
-        self.store, self.rules, self.topics, self.index = store, rules, topics, index
+    def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None):
+        self.store, self.rules, self.topics, self.index, self.scans = store, rules, topics, index, scans
         self.discipline = "served"  # the index and queues of the records the broker serves
         self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
         self.notes = []
@@ -53,8 +54,8 @@ class RebuildScan:
     def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False) -> DispatchScanner:
         """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
         check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
-        return phase_scanner(
-            self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
+        return scan_phase(
+            self.scans, self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
             legacy_properties=self.rules.legacy_properties, index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc,
             topics=self.topics, ahead=ahead,
         )
@@ -88,14 +89,15 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
     return replace(qp, files=()) if sim.equals_original() else qp
 
 
-def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
+                                scans: SharedScans | None = None) -> Plan:
     """Regenerate the selected consume queues as the broker's reput writes missing ones (§8.12, fillers
     §5.3) over ``RebuildScan``: files it does not produce are deleted, a queue already equal is left alone."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)
-    topics = cache.topics if cache is not None else TopicTable()
-    scanner = RebuildScan(store, rules, topics, index=False)
+    topics = topic_table(scans, cache)
+    scanner = RebuildScan(store, rules, topics, index=False, scans=scans)
     allowed = None  # --respect-topic-config: the topics of ``config/topics.json``
     if options.respect_topic_config:
         doc = store.config_file("topics.json")
@@ -153,13 +155,14 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
-def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
+                                   scans: SharedScans | None = None) -> Plan:
     """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
     checkpoint's indexMsgTimestamp becomes the end time of the last file that filled (0: none)."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)
-    scanner = RebuildScan(store, rules, cache.topics if cache is not None else TopicTable(), index=True)
+    scanner = RebuildScan(store, rules, topic_table(scans, cache), index=True, scans=scans)
     cl = store.commitlog
     notes = []
     if store.index_geometry is None:

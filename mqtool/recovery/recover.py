@@ -17,11 +17,10 @@ from ..dispatch.scanner import (
     TAGS_DELIVERY_TIME,
     TAGS_HASH,
     DispatchCache,
-    TopicTable,
     after_phys,
-    phase_scanner,
 )
 from .logkinds import LogKind, RecoveryRun, log_kind
+from .sharedscans import SharedScans, scan_phase, topic_table
 from .planparts import (
     commitlog_plan,
     config_options,
@@ -49,13 +48,14 @@ if TYPE_CHECKING:
 
 
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
-                             cache: DispatchCache | None = None, walked: WalkedChain | None = None) -> Plan:
+                             cache: DispatchCache | None = None, walked: WalkedChain | None = None, scans: SharedScans | None = None) -> Plan:
     """The broker's load + recovery + start-up reput under the one version the store is read as
     (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
-    ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``)."""
+    ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``); ``scans``: the
+    candidates' shared scans (``sharedscans.py``)."""
     version, source = store_version(store)
     run = RecoveryRun(
-        store, options, command, cache, walked, version, source, VersionRules(version),
+        store, options, command, cache, walked, scans, version, source, VersionRules(version),
         options.mode or ("abnormal" if store.abort_present else "normal"),
         store.checkpoint is not None,
         store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
@@ -112,10 +112,10 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
     run.dispatch_a = dispatch_a = kind.dispatches(run)
     threshold_a = run.max_cq if (run.dispatching and run.mode == "normal" and rules.normal_dispatches) else None
     tags_a = TAGS_HASH if (run.abnormal and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
-    run.topics = cache.topics if cache is not None else TopicTable()
+    run.topics = topic_table(run.scans, cache)
     run.index_writer = index_placement(store, rules, run.kept, run.dropped) if run.dispatching and run.index_enable else None
-    scanner = phase_scanner(
-        store.commitlog, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=run.legacy,
+    scanner = scan_phase(
+        run.scans, store.commitlog, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=run.legacy,
         index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=config.check_crc_on_recover, topics=run.topics,
         shown=run.walked if kind.shows_walked and config.check_crc_on_recover else None, ahead=True,
     )
@@ -187,8 +187,8 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
         return
     counts = PhaseCounts()
     run.phase_counts.append(counts)
-    reput = phase_scanner(
-        cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+    reput = scan_phase(
+        run.scans, cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
         legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics,
     )
     for batch in reput:
@@ -265,10 +265,11 @@ def _checkpoint(run: RecoveryRun, kind: LogKind) -> tuple[CheckpointPlan | None,
     return cp_plan, remove_abort
 
 
-def plan_truncate_dirty_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None) -> Plan:
+def plan_truncate_dirty_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
+                                    scans: SharedScans | None = None) -> Plan:
     """The commit log and consume queues cut after the last valid record, as ``truncateDirtyFiles`` /
     ``truncateDirtyLogicFiles`` do, under one version. No dispatch, no index, no checkpoint."""
-    return plan_recover_one_version(store, options, command="truncate-dirty", with_crc=with_crc)
+    return plan_recover_one_version(store, options, command="truncate-dirty", with_crc=with_crc, scans=scans)
 
 
 def _empty_last_segment(store: Store, rules: VersionRules, notes: list[str]) -> list[Action]:

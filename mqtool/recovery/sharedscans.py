@@ -1,0 +1,140 @@
+"""One command's plans under several candidate versions (``candidates.py``) share their scans.
+
+Where the store does not decide the broker version, a planner runs once per candidate, and the
+candidates mostly scan the same range with the same dispatch settings. ``SharedScans.scanner``
+records a scan's batches (``BatchSpill``: memory stays flat; a batch ``_Ahead`` spilled already is
+kept by its entry) with where and why it ended, and a later scan with the same arguments reads
+them back instead of walking and dispatching the range again: the same bytes with the same
+arguments give the same batches, so each plan is the one a scan of its own gives. The candidates
+number topics into one table (``topics``), so one recording's topic ids serve them all. Past
+``BUDGET`` bytes of spill, or when it cannot be written, scans are walked again. A commit log
+under ``SHARED_MIN_BYTES`` is scanned again each time: a spill costs more than it saves there.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..dispatch import spillrows
+from ..dispatch.scanner import BatchSpill, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, phase_scanner, read_spilled
+from ..handoff import produced_in_thread
+from ..store import Store
+from ..store.commitlog import ScanEnd
+
+BUDGET = 2 << 30  # bytes of spill, as ``DispatchCache``'s
+SHARED_MIN_BYTES = 64 << 20  # commit log bytes below which scans are not shared
+
+
+class _Recorded(NamedTuple):
+    entries: tuple  # ``BatchSpill`` entries, in order
+    end: ScanEnd
+    records: int
+    last_valid_offset: int
+    skipped: tuple
+
+
+class SharedScans:
+    """The scans of one ``plan_under_candidates``: ``recording`` says whether a scan made now may
+    be asked for again (not under the last candidate)."""
+
+    def __init__(self, topics: TopicTable):
+        self.topics = topics
+        self.recording = True
+        self.done: dict[tuple, _Recorded] = {}
+        self.nbytes = 0
+        self._spill = BatchSpill()
+
+    @classmethod
+    def worth_it(cls, store: Store, cache: DispatchCache | None) -> "SharedScans | None":
+        """Scans shared for ``store``'s candidates, numbering topics into the apply cache's table, or
+        None where its commit log is too small to gain."""
+        cl = store.commitlog
+        if not cl.segments or cl.end_of_files - cl.min_offset < SHARED_MIN_BYTES:
+            return None
+        return cls(cache.topics if cache is not None else TopicTable())
+
+    def scanner(self, commitlog, start: int, stop: int | None, *, topics: TopicTable, shown=None, ahead: bool = False, **settings):
+        """``phase_scanner(...)``, read back when a scan with the same arguments was recorded. ``ahead``
+        only changes how it is walked; ``shown`` is shown the rows once, by the recorded scan."""
+        key = (id(commitlog), start, stop, id(topics), id(shown), tuple(sorted((k, _frozen(v)) for k, v in settings.items())))
+        recorded = self.done.get(key)
+        if recorded is not None:
+            return _Replay(recorded)
+        live = phase_scanner(commitlog, start, stop, topics=topics, shown=shown, ahead=ahead, **settings)
+        return _Recording(self, key, live) if self.recording and topics is self.topics else live
+
+    def keep(self, batch: DispatchBatch, entries: list | None) -> list | None:
+        """``entries`` with ``batch``'s spill entry (spilled now, unless it was: the apply cache then
+        adopts it as it is); None once the scans give up."""
+        if entries is None:
+            return None
+        size = spillrows.spill_size(len(batch), batch.keys.size, batch.queue_groups.keys.size)
+        entry = batch.spilled
+        if self.nbytes + size > BUDGET:
+            return self._give_up()
+        if entry is None:
+            try:
+                entry = self._spill.write(batch)
+            except OSError:
+                entry = None
+            if entry is None:  # unwritable, or a key hash outside int32: walked again
+                return self._give_up()
+            batch.spilled = entry
+        self.nbytes += size
+        entries.append(entry)
+        return entries
+
+    def _give_up(self) -> None:
+        self.recording = False
+        return None
+
+
+def _frozen(value):
+    return tuple(sorted(value.items())) if isinstance(value, dict) else value
+
+
+class _Recording:
+    """A live scan whose batches are kept as they pass (``SharedScans.keep``); recorded once exhausted."""
+
+    def __init__(self, scans: SharedScans, key: tuple, live: DispatchScanner):
+        self.scans, self.key, self.live = scans, key, live
+
+    def __iter__(self):
+        entries: list | None = []
+        for batch in self.live:
+            entries = self.scans.keep(batch, entries)
+            yield batch
+        live = self.live
+        if entries is not None:
+            self.scans.done[self.key] = _Recorded(tuple(entries), live.end, live.records, live.last_valid_offset, tuple(live.skipped))
+
+    end = property(lambda self: self.live.end)
+    records = property(lambda self: self.live.records)
+    last_valid_offset = property(lambda self: self.live.last_valid_offset)
+    skipped = property(lambda self: self.live.skipped)
+
+
+class _Replay:
+    """A recorded scan read back: its batches (a batch or two ahead, in a thread), end and counts."""
+
+    def __init__(self, recorded: _Recorded):
+        self.recorded = recorded
+        self.end, self.records, self.last_valid_offset = recorded.end, recorded.records, recorded.last_valid_offset
+        self.skipped = list(recorded.skipped)
+
+    def __iter__(self):
+        return produced_in_thread((read_spilled(entry) for entry in self.recorded.entries), "mqtool-shared-scan")
+
+
+def scan_phase(scans: SharedScans | None, commitlog, start: int, stop: int | None, **settings):
+    """``phase_scanner``, through ``scans`` when the plan shares them."""
+    if scans is None:
+        return phase_scanner(commitlog, start, stop, **settings)
+    return scans.scanner(commitlog, start, stop, **settings)
+
+
+def topic_table(scans: SharedScans | None, cache: DispatchCache | None) -> TopicTable:
+    """The table a plan numbers its topics into: the shared scans', else the apply cache's, else a new one."""
+    if scans is not None:
+        return scans.topics
+    return cache.topics if cache is not None else TopicTable()
