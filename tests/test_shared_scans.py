@@ -186,3 +186,17 @@ def test_the_cli_plans_an_undecided_store_as_before(tmp_path, monkeypatch):
         doc.pop("created_ms")
         out[label] = doc
     assert out["shared"] == out["separate"]
+
+
+@pytest.mark.parametrize("seed", range(0, 48, 4))
+def test_damaged_undecided_stores_plan_the_same_shared(seed, tmp_path, monkeypatch):
+    """Random damage (``damage_support``, every kind) to the crashed undecided stores: every planner
+    plans, or refuses, alike with scans shared and not (``bench/damage_run.py`` runs the CLI on
+    the fixtures' small logs, which share none)."""
+    from damage_support import CUT_FILES, DISK_FAULTS, LOST_PAGES, damage_copy
+
+    crashed = [k for k in UNDECIDED if k[1].startswith("crashed")]
+    version, name = crashed[seed % len(crashed)]
+    root, _ = damage_copy(version, name, seed, tmp_path / "store", LOST_PAGES + CUT_FILES + DISK_FAULTS)
+    for command in PLANNERS:
+        assert plan_doc(root, command, 0, monkeypatch) == plan_doc(root, command, 1 << 62, monkeypatch), command
