@@ -27,6 +27,10 @@ and checkpoint file) and print the same plan (but its store path, time and input
 
     python bench/bench_recover.py --compare /tmp/old --store S --store S128 --broker-config broker.conf --repeat 3
 
+``--undecided`` leaves ``--broker-version`` out, so a store whose marks leave several candidate
+versions is planned under each (``recovery/candidates.py``), as a user who does not know it runs it;
+``--dry-run`` times each command's plan of the store itself (nothing written, the plans compared).
+
 Throughput is commit log bytes (first segment start to the logical end) per second. RocketMQ
 4.9.7's own abnormal recovery with CQ and index re-dispatch runs at about 200-400 MB/s on this
 machine class; the target (issue 4) is >= 1.5x that, i.e. >= 600 MB/s.
@@ -219,23 +223,31 @@ def plan_digest(text: str) -> str:
     return hashlib.md5(json.dumps(strip(json.loads(text)), sort_keys=True).encode()).hexdigest()
 
 
-def compare_run(tree: Path | None, command: str, base: Path, work: Path, broker_config: Path, version: str) -> dict:
-    """One CLI run of ``command`` on a fresh copy of ``base``: wall, CPU (user + sys), peak RSS, digests."""
+def compare_run(tree: Path | None, command: str, base: Path, work: Path, broker_config: Path, version: str | None, dry_run: bool = False) -> dict:
+    """One CLI run of ``command`` on a fresh copy of ``base`` (``dry_run``: its plan of ``base`` itself):
+    wall, CPU (user + sys), peak RSS, digests (``version`` None: no ``--broker-version``, as a user who
+    does not know it runs it)."""
     from run import rebuild_copy  # noqa: PLC0415 - run.py imports this module
 
-    store = crashed_copy(base, work) if command == "recover" else rebuild_copy(base, work)
     launcher = mqtool_command(tree)
-    extra = ["--abnormal"] if command == "recover" else []
-    cmd = [*launcher, "--quiet", command, str(store), *extra, "--yes", "--broker-config", str(broker_config), "--broker-version", version, "--backup-dir", str(work / "backup"), "-f", "json"]
+    given = ["--broker-version", version] if version is not None else []
+    if dry_run:
+        store = base
+        cmd = [*launcher, "--quiet", command, str(store), "--dry-run", "--broker-config", str(broker_config), *given, "-f", "json"]
+    else:
+        store = crashed_copy(base, work) if command == "recover" else rebuild_copy(base, work)
+        extra = ["--abnormal"] if command == "recover" else []
+        cmd = [*launcher, "--quiet", command, str(store), *extra, "--yes", "--broker-config", str(broker_config), *given, "--backup-dir", str(work / "backup"), "-f", "json"]
     proc, wall, peak, cpu = run_with_cpu(cmd)
     if proc.returncode != 0:
         raise SystemExit(f"bench_recover: {' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}")
-    result = {"wall": wall, "cpu": cpu, "rss": peak, "files": written_digest(store), "plan": plan_digest(proc.stdout)}
-    shutil.rmtree(work, ignore_errors=True)
+    result = {"wall": wall, "cpu": cpu, "rss": peak, "files": "" if dry_run else written_digest(store), "plan": plan_digest(proc.stdout)}
+    if not dry_run:
+        shutil.rmtree(work, ignore_errors=True)
     return result
 
 
-def compare(old: Path, stores: list[Path], broker_config: Path, version: str, repeat: int, work: Path, commands: tuple[str, ...]) -> int:
+def compare(old: Path, stores: list[Path], broker_config: Path, version: str | None, repeat: int, work: Path, commands: tuple[str, ...], dry_run: bool = False) -> int:
     """This tree against ``old``, interleaved (module docstring); prints medians and ratios."""
     import statistics
 
@@ -244,13 +256,13 @@ def compare(old: Path, stores: list[Path], broker_config: Path, version: str, re
     for base in stores:
         warm(base)
         for tree in trees:  # untimed: a tree's first run may compile and cache its kernels
-            compare_run(tree[1], "recover", base, work, broker_config, version)
+            compare_run(tree[1], "recover", base, work, broker_config, version, dry_run)
         runs: dict[tuple[str, str], list[dict]] = {}
         loads = [os.getloadavg()[0]]
         for r in range(repeat):
             for command in commands:
                 for name, tree in trees if r % 2 == 0 else trees[::-1]:
-                    runs.setdefault((command, name), []).append(compare_run(tree, command, base, work, broker_config, version))
+                    runs.setdefault((command, name), []).append(compare_run(tree, command, base, work, broker_config, version, dry_run))
             loads.append(os.getloadavg()[0])
         print(f"\n{base.name}: {repeat} interleaved round(s), load average {min(loads):.1f}-{max(loads):.1f}")
         print(f"{'command':15} {'tree':5} {'wall s (each run)':28} {'CPU s (each run)':28} {'median wall':>11} {'median CPU':>10} {'peak RSS':>8}  same output")
@@ -276,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", type=Path, action="append", default=[], help="with --compare: an existing store to copy (repeatable)")
     p.add_argument("--broker-config", type=Path, default=None, help="with --compare: the stores' broker.conf")
     p.add_argument("--commands", default=",".join(COMPARED), help="with --compare: which of " + ", ".join(COMPARED))
+    p.add_argument("--undecided", action="store_true", help="with --compare: no --broker-version (a store whose marks leave several plans under each)")
+    p.add_argument("--dry-run", action="store_true", help="with --compare: time each command's plan of the store itself (--dry-run), not plan and apply on a copy")
     p.add_argument("--repeat", type=int, default=2, help="best of this many runs")
     p.add_argument("--python-mib", type=int, default=32, help="MiB the plain Python baseline runs on (extrapolated)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
@@ -285,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         if not a.store or a.broker_config is None:
             p.error("--compare needs --store and --broker-config")
         commands = tuple(c for c in a.commands.split(",") if c)
-        version = "4.9.7" if a.profile == "4.9" else "5.3.3"
-        return compare(a.compare, a.store, a.broker_config, version, a.repeat, a.out / "recover-compare", commands)
+        version = None if a.undecided else "4.9.7" if a.profile == "4.9" else "5.3.3"
+        return compare(a.compare, a.store, a.broker_config, version, a.repeat, a.out / "recover-compare", commands, a.dry_run)
     spec = make_store.spec_from_args(a)
     base = make_store.ensure_store(spec, a.out, log=lambda m: print(m, file=sys.stderr))
     work = a.out / f"recover-work-{spec.name}"
