@@ -9,6 +9,8 @@ batches it spilled itself."""
 
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 from conftest import VERSIONS, copy_store, manifest, python_lock_calls
@@ -123,6 +125,56 @@ def test_a_cache_adopts_the_spill_ahead(version, tmp_path):
         apply_plan(plan, tmp_path / label / "backup", cache=cache)
         out[label] = written(root)
     assert out["walk"] and out["cache"] == out["walk"]
+
+
+def no_room_after(monkeypatch, writes: int) -> None:
+    """Every spill (the thread ahead's, the apply cache's) fails as a full ``$TMPDIR`` fails after ``writes`` batches."""
+    from mqtool.dispatch import scanner as dispatch
+
+    write, done = dispatch.BatchSpill.write, []
+
+    def failing(spill, batch):
+        if len(done) >= writes:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        done.append(1)
+        return write(spill, batch)
+
+    monkeypatch.setattr(dispatch.BatchSpill, "write", failing)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("kind", DAMAGES)
+@pytest.mark.parametrize("writes", (0, 1))
+def test_with_no_room_for_the_spill_the_segment_is_walked_on_in_turn(version, kind, writes, tmp_path, monkeypatch):
+    """Before: a full ``$TMPDIR`` failed the plan (exit 5, "short write to the dispatch spill"). Now the
+    batch that did not fit goes over as it is, the consumer walks the rest of the segment, and the scan
+    is the one of the segments walked one after the other."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    damage(root, version, "crashed-small", kind)
+    with Store.open(root) as store:
+        expected, _ = scanned(store, False)
+        no_room_after(monkeypatch, writes)
+        got, read_back = scanned(store, True)
+    rows, keys, names, *rest = expected
+    assert rows.shape[0] > 0 and np.array_equal(rows, got[0]) and np.array_equal(keys, got[1]) and names == got[2]
+    assert rest == list(got[3:])
+    assert read_back <= writes and (kind != "none" or read_back == writes)  # what was spilled is read back, the rest walked
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_with_no_room_for_any_spill_recover_applies_as_with_room(version, tmp_path, monkeypatch):
+    out = {}
+    for label in ("room", "full"):
+        root = copy_store(version, "crashed-small", tmp_path / label)
+        cache = DispatchCache()
+        if label == "full":
+            no_room_after(monkeypatch, 0)
+        with Store.open(root) as store:
+            plan = plan_recover(store, PlanOptions(mode="abnormal"), cache=cache)
+        assert cache.enabled == (label == "room")  # the apply's cache gives up and the apply walks again
+        apply_plan(plan, tmp_path / label / "backup", cache=cache)
+        out[label] = written(root)
+    assert out["room"] and out["full"] == out["room"]
 
 
 def test_the_consumer_of_the_segment_ahead_waits_on_no_python_lock_a_ctrl_c_could_leave_held(tmp_path):

@@ -479,10 +479,20 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
     return SpilledBatch(spillrows.Columns(data, n, n_keys, n_groups), entry if adopt else None)
 
 
+class _WalkOn(NamedTuple):
+    """What ``_Ahead`` hands over where its spill cannot be written: the consumer walks the segment
+    on from ``offset`` itself."""
+
+    offset: int
+
+
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
     segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
     read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are).
+    Where the spill cannot be written (no room in ``$TMPDIR``), the batch goes over as it is and
+    the consumer walks the rest of the segment in turn: the spill only saves time, and what the
+    thread holds stays one batch.
 
     The consumer waits only in ``SimpleQueue.get``, whose wait a Ctrl-C interrupts whole (as
     ``handoff.Stage``'s caller): a ``threading.Condition`` a KeyboardInterrupt lands in can be left
@@ -506,7 +516,14 @@ class _Ahead:
                 except StopIteration as stop:  # its value is ``_segment``'s
                     self.channel.put(stop)
                     return
-                self.channel.put(self.spill.write(batch) or batch)
+                try:
+                    entry = self.spill.write(batch)
+                except OSError:
+                    batches.close()
+                    self.channel.put(batch)
+                    self.channel.put(_WalkOn(int(batch.offsets[-1] + batch.sizes[-1])))
+                    return
+                self.channel.put(entry or batch)
         except BaseException as exc:  # noqa: BLE001 - raised in the consumer if it gets this far
             self.channel.put(Failure(exc))
 
@@ -518,6 +535,8 @@ class _Ahead:
                 return entry.value
             if isinstance(entry, Failure):
                 raise entry.exc
+            if isinstance(entry, _WalkOn):
+                return (yield from self.scanner._segment(self.index, entry.offset))
             yield entry if isinstance(entry, DispatchBatch) else read_spilled(entry, adopt=True)
 
     def close(self) -> None:
