@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
+from ..scratch import no_room, scratch_file, short_write
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import offset_file_name
 from ..store.rules import VersionRules
@@ -307,14 +308,15 @@ class UnitSpill:
 
     def put(self, phys: np.ndarray, size: np.ndarray) -> int:
         if self._file is None:
-            import tempfile  # here: a plan that never spills need not load it
-
-            self._file = tempfile.TemporaryFile(prefix="mqtool-queue-units-")
+            self._file = scratch_file("mqtool-queue-units-")
         where = self._end
         blocks = [np.ascontiguousarray(phys, dtype="<i8"), np.ascontiguousarray(size, dtype="<i4")]  # copies only if needed
-        written = os.pwritev(self._file.fileno(), blocks, where)
-        if written != 12 * len(phys):
-            raise OSError("short write to the queue unit spill")
+        try:
+            written = os.pwritev(self._file.fileno(), blocks, where)
+            if written != 12 * len(phys):
+                raise short_write()
+        except OSError as exc:
+            raise no_room(exc) from exc
         self._end += written
         return where
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Generator, Iterator
 import numpy as np
 
 from ..handoff import Stage
+from ..scratch import no_room, scratch_file
 from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
@@ -193,10 +194,12 @@ class SharedWalk(ChainReader):
 
     def _spill(self) -> None:
         if self.spill is None:
-            import tempfile  # here: a verify that never spills need not load it
-
-            self.spill = tempfile.TemporaryFile(prefix="mqtool-verify-")
-        pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
+            self.spill = scratch_file("mqtool-verify-")
+        try:
+            pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
+            self.spill.flush()  # a full file system says so here, not when the findings are read back
+        except OSError as exc:
+            raise no_room(exc) from exc
         self.pending = []
 
     # ---- after the commit log check ----

@@ -1,0 +1,40 @@
+"""mqtool's working files: unnamed temporary files in ``tempfile``'s directory (``$TMPDIR``, else
+``/tmp``), gone when the process ends, that keep memory flat: the queue units a recovery plan
+places (``recovery/queues.py``) and the findings verify holds back (``verify/sharedwalk.py``).
+A full or missing directory is said as what it is, with what to do, not as a write that failed
+somewhere (the plan's dispatch spills go on without their file: ``dispatch/scanner.py``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from .errors import BadInput
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def scratch_file(prefix: str):
+    """A new unnamed temporary file, opened for reading and writing."""
+    import tempfile  # here: a command that never spills need not load it
+
+    try:
+        return tempfile.TemporaryFile(prefix=prefix)
+    except OSError as exc:
+        raise no_room(exc) from exc
+
+
+def short_write() -> OSError:
+    """What a write that wrote less than it was given means for a regular file: its file system is full."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def no_room(exc: OSError) -> Exception:
+    """``exc``, raised writing a working file, as ``BadInput`` naming the directory where the machine
+    refused it (no room, no such directory, no permission); anything else as it is."""
+    import tempfile
+
+    if exc.errno not in (*FULL, errno.ENOENT, errno.EACCES, errno.EROFS):
+        return exc
+    return BadInput(f"cannot write mqtool's working files in {tempfile.gettempdir()} ({exc.strerror}): "
+                    "free space there, or set TMPDIR to a directory with room")
