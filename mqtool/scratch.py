@@ -11,7 +11,7 @@ import os
 
 from .errors import BadInput
 
-FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOENT, errno.EACCES, errno.EROFS)  # what the machine refuses, not a bug
 
 
 def scratch_file(prefix: str):
@@ -21,7 +21,7 @@ def scratch_file(prefix: str):
     try:
         return tempfile.TemporaryFile(prefix=prefix)
     except OSError as exc:
-        raise no_room(exc) from exc
+        raise working_file_error(exc) from exc
 
 
 def short_write() -> OSError:
@@ -29,12 +29,12 @@ def short_write() -> OSError:
     return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
-def no_room(exc: OSError) -> Exception:
+def working_file_error(exc: OSError) -> Exception:
     """``exc``, raised writing a working file, as ``BadInput`` naming the directory where the machine
     refused it (no room, no such directory, no permission); anything else as it is."""
     import tempfile
 
-    if exc.errno not in (*FULL, errno.ENOENT, errno.EACCES, errno.EROFS):
+    if exc.errno not in REFUSED:
         return exc
     return BadInput(f"cannot write mqtool's working files in {tempfile.gettempdir()} ({exc.strerror}): "
                     "free space there, or set TMPDIR to a directory with room")

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from mqtool.cli import app
 from mqtool.errors import BadInput
 from mqtool.recovery import queues
-from mqtool.scratch import no_room, short_write
+from mqtool.scratch import working_file_error, short_write
 from mqtool.verify import sharedwalk
 
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -66,11 +66,11 @@ def test_a_full_tmpdir_stops_verify_saying_where_and_what_to_do(tmp_path, monkey
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES])
 def test_what_the_machine_refuses_is_said_as_bad_input(code):
-    said = no_room(OSError(code, "refused"))
+    said = working_file_error(OSError(code, "refused"))
     assert isinstance(said, BadInput) and tempfile.gettempdir() in str(said) and "TMPDIR" in str(said)
 
 
 def test_anything_else_stays_what_it_was():
     other = OSError(errno.EBADF, "Bad file descriptor")
-    assert no_room(other) is other
-    assert no_room(short_write()).exit_code == 3  # a short write to a regular file: its file system is full
+    assert working_file_error(other) is other
+    assert working_file_error(short_write()).exit_code == 3  # a short write to a regular file: its file system is full

@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
-from ..scratch import no_room, scratch_file, short_write
+from ..scratch import working_file_error, scratch_file, short_write
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import offset_file_name
 from ..store.rules import VersionRules
@@ -316,7 +316,7 @@ class UnitSpill:
             if written != 12 * len(phys):
                 raise short_write()
         except OSError as exc:
-            raise no_room(exc) from exc
+            raise working_file_error(exc) from exc
         self._end += written
         return where
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Generator, Iterator
 import numpy as np
 
 from ..handoff import Stage
-from ..scratch import no_room, scratch_file
+from ..scratch import working_file_error, scratch_file
 from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
@@ -199,7 +199,7 @@ class SharedWalk(ChainReader):
             pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
             self.spill.flush()  # a full file system says so here, not when the findings are read back
         except OSError as exc:
-            raise no_room(exc) from exc
+            raise working_file_error(exc) from exc
         self.pending = []
 
     # ---- after the commit log check ----
