@@ -283,6 +283,21 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
         assert f.read(len(original)) == original[:written] + bytes(len(original) - written)
 
 
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_info_of_a_dledger_store_whose_data_files_are_empty(tmp_path, version):
+    """Damage seed 14002988 (``--cut-files --lost-pages --disk-faults``): every DLedger data file left empty.
+    ``info`` failed (exit 5) reading the first entry of a file that holds none, then the state of an entry walk
+    that never started; it reports no entry, and where the walk ends."""
+    root = copy_store(version, "dledger-crashed", tmp_path / "s")
+    for path in (root / "dledger-n0" / "data").iterdir():
+        path.write_bytes(b"")
+    rc, out, err = run("info", root, "--format", "json", timeout=TIMEOUT)
+    assert rc == EXIT_OK, err
+    doc = json.loads(out)["dledger"]
+    assert (doc["entries"], doc["first_index"], doc["last_index"], doc["last_term"]) == (0, None, -1, None)
+    assert doc["end_reason"] == "no-segments"
+
+
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
                                         ("5.3.3/crashed-small", 443), ("5.3.3/timer-small", 494), ("5.3.3/timer-crashed", 1078),
                                         ("4.9.2/retention-small", 1143), ("4.9.7/dledger-small", 1149), ("4.0.0/clean-small", 3017),

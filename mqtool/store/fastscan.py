@@ -80,6 +80,7 @@ class FastScan:
         self.end: ScanEnd | None = None
         self.blanks: list[int] = []
         self.records = 0
+        self.walker = None  # the walk of the segments, once one is walked (a DLedger ``EntryWalker`` keeps its state)
 
     def __iter__(self) -> Iterator[SegmentBatch]:
         segments = self.commitlog.segments

@@ -196,11 +196,13 @@ def dledger_summary(store: Store) -> dict[str, Any]:
     cl = store.commitlog
     layout = cl.layout
     files = cl.entry_segments()
-    first = dfmt.decode_entry_header(cl.mapped(cl.segment_index(files[0].base_offset)).buf, 0, files[0].base_offset) if files else None
+    held = cl.segment_index(files[0].base_offset) if files else None  # None for an empty first file: it holds no entry
+    first = dfmt.decode_entry_header(cl.mapped(held).buf, 0, files[0].base_offset) if held is not None else None
     scan = FastScan(cl, files[max(0, len(files) - 3)].base_offset if files else cl.min_offset, check_crc=False, stop_on_crc=False)
     for _ in scan:
         pass
-    last_index = int(scan.walker.state[ST_INDEX]) if files else -1
+    walked = scan.walker is not None  # not where no data file holds the scan's start (empty files)
+    last_index = int(scan.walker.state[ST_INDEX]) if walked else -1
     first_index = first.index if first is not None and first.magic == dfmt.ENTRY_MAGIC else None
     index_files = layout.index_files()
     units = sum(1 for _ in cl.index_units())
@@ -214,7 +216,7 @@ def dledger_summary(store: Store) -> dict[str, Any]:
         "divided_offset": cl.divided_offset,
         "first_index": first_index,
         "last_index": last_index,
-        "last_term": int(scan.walker.state[ST_TERM]) if files else None,
+        "last_term": int(scan.walker.state[ST_TERM]) if walked else None,
         "entries": last_index - first_index + 1 if first_index is not None and last_index >= 0 else 0,
         "end_offset": scan.end.offset if scan.end else None,
         "end_reason": scan.end.reason if scan.end else None,
