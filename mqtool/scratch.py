@@ -1,8 +1,9 @@
 """mqtool's working files: unnamed temporary files in ``tempfile``'s directory (``$TMPDIR``, else
-``/tmp``), gone when the process ends, that keep memory flat: the queue units a recovery plan
-places (``recovery/queues.py``) and the findings verify holds back (``verify/sharedwalk.py``).
-A full or missing directory is said as what it is, with what to do, not as a write that failed
-somewhere (the plan's dispatch spills go on without their file: ``dispatch/scanner.py``)."""
+``/tmp``), gone when the process ends, that keep memory flat: the dispatch a plan spills
+(``dispatch/scanner.py``: it goes on without its file), the queue units a recovery plan places
+(``recovery/queues.py``) and the findings verify holds back (``verify/sharedwalk.py``). Where
+those two cannot go on, a full or missing directory is said as what it is, with what to do, not
+as a write that failed somewhere (``working_file_error``)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,10 @@ REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOENT, errno.EACCES, 
 
 
 def scratch_file(prefix: str):
-    """A new unnamed temporary file, opened for reading and writing."""
+    """A new unnamed temporary file, opened for reading and writing (``OSError`` where the machine refuses it)."""
     import tempfile  # here: a command that never spills need not load it
 
-    try:
-        return tempfile.TemporaryFile(prefix=prefix)
-    except OSError as exc:
-        raise working_file_error(exc) from exc
+    return tempfile.TemporaryFile(prefix=prefix)
 
 
 def short_write() -> OSError:

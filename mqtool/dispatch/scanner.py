@@ -32,6 +32,7 @@ from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import Failure, produced_in_thread
+from ..scratch import scratch_file, short_write
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.consumequeue import has_queue_directory
 from ..store.fastscan import FastScan
@@ -459,11 +460,9 @@ class BatchSpill:
         if data is None:
             return None
         if self.file is None:
-            import tempfile  # here: a plan that never spills need not load it
-
-            self.file = tempfile.TemporaryFile(prefix="mqtool-dispatch-")
+            self.file = scratch_file("mqtool-dispatch-")
         if os.pwrite(self.file.fileno(), data.data, self.nbytes) != data.size:
-            raise OSError("short write to the dispatch spill")
+            raise short_write()
         entry = (self.file, self.nbytes, len(batch), batch.keys.size, groups.keys.size)
         self.nbytes += data.size
         return entry

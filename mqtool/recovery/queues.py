@@ -20,7 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from ..formats import consumequeue as cqfmt
-from ..scratch import working_file_error, scratch_file, short_write
+from ..scratch import scratch_file, short_write, working_file_error
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
 from ..store.mappedfile import offset_file_name
 from ..store.rules import VersionRules
@@ -307,11 +307,11 @@ class UnitSpill:
         self._end = 0
 
     def put(self, phys: np.ndarray, size: np.ndarray) -> int:
-        if self._file is None:
-            self._file = scratch_file("mqtool-queue-units-")
         where = self._end
         blocks = [np.ascontiguousarray(phys, dtype="<i8"), np.ascontiguousarray(size, dtype="<i4")]  # copies only if needed
         try:
+            if self._file is None:
+                self._file = scratch_file("mqtool-queue-units-")
             written = os.pwritev(self._file.fileno(), blocks, where)
             if written != 12 * len(phys):
                 raise short_write()

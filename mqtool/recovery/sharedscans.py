@@ -51,7 +51,7 @@ class SharedScans:
         cl = store.commitlog
         if not cl.segments or cl.end_of_files - cl.min_offset < SHARED_MIN_BYTES:
             return None
-        return cls(cache.topics if cache is not None else TopicTable())
+        return cls(topic_table(None, cache))
 
     def scanner(self, commitlog, start: int, stop: int | None, *, topics: TopicTable, shown=None, ahead: bool = False, **settings):
         """``phase_scanner(...)``, read back when a scan with the same arguments was recorded. ``ahead``

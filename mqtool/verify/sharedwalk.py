@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Generator, Iterator
 import numpy as np
 
 from ..handoff import Stage
-from ..scratch import working_file_error, scratch_file
+from ..scratch import scratch_file, working_file_error
 from ..store import fastscan as fs
 from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
@@ -193,9 +193,9 @@ class SharedWalk(ChainReader):
             self.checking = None
 
     def _spill(self) -> None:
-        if self.spill is None:
-            self.spill = scratch_file("mqtool-verify-")
         try:
+            if self.spill is None:
+                self.spill = scratch_file("mqtool-verify-")
             pickle.dump(self.pending, self.spill, pickle.HIGHEST_PROTOCOL)
             self.spill.flush()  # a full file system says so here, not when the findings are read back
         except OSError as exc:
