@@ -53,7 +53,7 @@ def imports(name: str, path: Path, is_package: bool) -> set[str]:
 
 LAYERS = ("base", "formats", "store", "dispatch", "scan", "verify", "recovery", "apply", "cli")
 # modules outside the layered packages: what every layer may use (no mqtool import above them)
-BASE = {"mqtool", "mqtool.errors", "mqtool.allocator", "mqtool.handoff", "mqtool.table", "mqtool.fileops", "mqtool.private_api", "mqtool.scratch"}
+BASE = {"mqtool", "mqtool.errors", "mqtool.allocator", "mqtool.handoff", "mqtool.table", "mqtool.fileops", "mqtool.private_api", "mqtool.scratch", "mqtool.activity"}
 
 
 def layer(name: str) -> str:

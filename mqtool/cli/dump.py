@@ -192,13 +192,13 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     """(batch, text) pairs of the columnar scan (``MessageScan``, CRC failures included), ``limit`` rows at most,
     built ahead in ``BUILDERS`` threads, the text encoded there by ``encoder`` (None: not encoded)."""
     from ..scan.messages import MessageScan
-    from .progress import ByteProgress, written_end
+    from .progress import ByteProgress
 
     if limit == 0:
         return
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
     count = 0
-    with ByteProgress(start, written_end(store.commitlog, stop), enabled=progress, desc="dump") as bar:
+    with ByteProgress(start, store.commitlog.end_of_writes(stop), enabled=progress, desc="dump") as bar:
         while True:
             then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
             scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)

@@ -3,10 +3,13 @@ and stdout is not a pipe (a bar would land among the lines of ``| less``); never
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
+from typing import Iterator
 
+from .. import activity
 from . import terminal
 from .terminal import State
 
@@ -44,23 +47,40 @@ class ByteProgress:
         self.close()
 
 
-def written_end(commitlog, stop: int | None = None) -> int:
-    """A bar's total: where the written bytes end as far as the file system knows (``stop`` bounds it).
-    Not ``end_of_files``: trailing segments the broker pre-allocated (``AllocateMappedFileService``)
-    start with a zero size, and in the last written one the first hole (``SEEK_HOLE``) is where writes stopped."""
-    end = commitlog.end_of_files
-    for seg in reversed(commitlog.segments):
-        try:
-            with open(seg.path, "rb") as f:
-                if f.read(4) in (b"", b"\0\0\0\0"):
-                    end = seg.base_offset  # never written: pre-allocated
-                    continue
-                hole = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
-        except (OSError, AttributeError):  # no SEEK_HOLE here: the whole file counts
-            hole = seg.size
-        end = seg.base_offset + min(hole, seg.size)
-        break
-    return end if stop is None else min(stop, end)
+class StageProgress:
+    """One byte progress bar at a time, for the stage being reported (an ``activity.Listener``):
+    a new bar when the stage changes or a scan of it begins (a plan scans again under each broker
+    version it considers)."""
+
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = enabled
+        self.stage: str | None = None
+        self.bar: ByteProgress | None = None
+        self.done = 0
+
+    def __call__(self, stage: str, delta: int, total: int) -> None:
+        if self.bar is None or stage != self.stage or not delta:
+            self.close()
+            self.stage, self.done = stage, 0
+            self.bar = ByteProgress(0, total, enabled=self.enabled, desc=stage)
+        self.done += delta
+        self.bar.advance(self.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+@contextlib.contextmanager
+def scans_shown(enabled: bool | None = None) -> Iterator[None]:
+    """The long scans of the block (``activity``) as progress bars, gone when it ends."""
+    bars = StageProgress(enabled)
+    try:
+        with activity.listening(bars):
+            yield
+    finally:
+        bars.close()
 
 
 def stdout_is_a_pipe() -> bool:

@@ -120,10 +120,10 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
             result = lookup.query_message(s, topic, key, kind, max_hits, *bounds)
             if not result.indexed:
                 from ..scan.lookup import scan_key_offsets  # the columnar scan: only when there is no index
-                from .progress import ByteProgress, written_end
+                from .progress import ByteProgress
 
                 note(result.notes.pop())
-                with ByteProgress(s.commitlog.min_offset, written_end(s.commitlog), desc="scan") as bar:
+                with ByteProgress(s.commitlog.min_offset, s.commitlog.end_of_writes(), desc="scan") as bar:
                     offsets, result.logical_end = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e,
                                                                    progress=bar.advance)
                 result.found = lookup.found_by_scan(s, offsets, topic, key, kind)

@@ -29,6 +29,7 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note,
 from .state import State
 from .store_state import stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
+from .progress import scans_shown
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
 
@@ -165,7 +166,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     from ..dispatch.scanner import DispatchCache
 
     cache = DispatchCache() if plan_out is None and not dry_run else None
-    with store:
+    with store, scans_shown():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
@@ -181,7 +182,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
-    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts():
+    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
@@ -309,7 +310,8 @@ def repair(
     stopped = stopped_repair(root)
     if stopped is not None:
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
-    plan = _plan_repair(root, broker_config, broker_version)
+    with scans_shown():
+        plan = _plan_repair(root, broker_config, broker_version)
     emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
     if dry_run:
         return
@@ -326,7 +328,8 @@ def repair(
     target = _repair_target(root, backup_dir, stopped)
     stages = RepairStages(root, target)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
-        findings = _apply_stages(stages, plan, broker_config, broker_version)
+        with scans_shown():
+            findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
         note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {target}")
         note(f"undo with: mqtool restore {shell_path(target)} --yes")
@@ -570,7 +573,7 @@ def apply(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
     target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
-    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts():
+    with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
         note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
 

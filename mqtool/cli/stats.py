@@ -10,7 +10,7 @@ import typer
 
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_rows
-from .progress import ByteProgress, written_end
+from .progress import ByteProgress
 
 
 Period = enum.Enum("Period", {p: p for p in ("minute", "hour", "day")}, type=str)  # --by: scan.stats.PERIODS' keys
@@ -39,7 +39,7 @@ def stats(
     with open_store(store, broker_config, broker_version) as s:
         from ..scan.stats import PERIOD_FIELDS, PERIODS, QUEUE_FIELDS, collect, period_rows, queue_rows
 
-        start, stop = s.commitlog.min_offset, written_end(s.commitlog)
+        start, stop = s.commitlog.min_offset, s.commitlog.end_of_writes()
         with ByteProgress(start, stop, enabled=progress, desc="stats") as bar:
             result = collect(s, PERIODS[by.value] if by else PERIODS["hour"], progress=bar.advance, read_on=lambda end: read_on(s, end, None))
         end = result.end

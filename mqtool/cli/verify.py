@@ -15,7 +15,7 @@ from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, Screen, emit_rows
-from .progress import ByteProgress
+from .progress import StageProgress
 from .store_state import warn_store_state
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
@@ -27,27 +27,6 @@ def escape(text: str) -> str:
     from rich.markup import escape as rich_escape
 
     return rich_escape(text)
-
-
-class StageProgress:
-    """One byte progress bar per stage (commit log walk, cross-check pass)."""
-
-    def __init__(self, enabled: bool | None):
-        self.enabled = enabled
-        self.bars: dict[str, tuple[ByteProgress, list[int]]] = {}
-
-    def __call__(self, stage: str, delta: int, total: int) -> None:
-        entry = self.bars.get(stage)
-        if entry is None:
-            self.close()
-            entry = self.bars[stage] = (ByteProgress(0, total, enabled=self.enabled, desc=stage), [0])
-        bar, done = entry
-        done[0] += delta
-        bar.advance(done[0])
-
-    def close(self) -> None:
-        for bar, _ in self.bars.values():
-            bar.close()
 
 
 def _render_finding(console: Screen, f: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping, NamedTuple
 
 import numpy as np
 
+from .. import activity
 from ..formats import commitlog as clfmt
 from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
@@ -79,6 +80,9 @@ class TopicTable:
                 tid = self._by_name[name] = len(self.names) - 1
             self._by_raw[raw] = tid
         return tid
+
+
+STAGES = {"recovery": "recovery scan", "reput": "dispatch", "served": "rebuild scan"}  # a scan's name on its progress bar
 
 
 @dataclass
@@ -224,8 +228,19 @@ class DispatchScanner:
     shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
-        """The batches, walked and parsed in a background thread while the caller consumes them."""
-        yield from produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
+        """The batches, walked and parsed in a background thread while the caller consumes them
+        (how far they reach told to whoever listens, ``activity``)."""
+        batches = produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
+        if activity.listener() is None:
+            yield from batches
+            return
+        reached = activity.reporter(STAGES[self.discipline], self.start, self.commitlog.end_of_writes(self.stop))
+        try:
+            for batch in batches:
+                reached(int(batch.offsets[-1] + batch.sizes[-1]))
+                yield batch
+        finally:
+            batches.close()
 
     def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
         """The batches from ``pos`` on, segment after segment in this thread."""

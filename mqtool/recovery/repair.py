@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .. import activity
 from ..formats import checkpoint as cpfmt
 from ..formats import consumequeue as cqfmt
 from ..store import Store
@@ -343,7 +344,7 @@ class Triage:
 
 def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
     """``verify``'s failing findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``)."""
-    run = Verification(store, VerifyOptions(checks=checks))
+    run = Verification(store, VerifyOptions(checks=checks), activity.listener("verify "))
     run.walked = walked
     return [f for f in run.findings() if f.severity.fails], run
 

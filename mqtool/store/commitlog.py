@@ -6,6 +6,7 @@ trusted (the broker never zeroes truncated bytes, §8.9)."""
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,25 @@ class CommitLog:
     @property
     def end_of_files(self) -> int:
         return self.segments[-1].end_offset if self.segments else 0
+
+    def end_of_writes(self, stop: int | None = None) -> int:
+        """Where the written bytes end as far as the file system knows (``stop`` bounds it): a progress
+        bar's total. Not ``end_of_files``: trailing segments the broker pre-allocated
+        (``AllocateMappedFileService``) start with a zero size, and in the last written one the first
+        hole (``SEEK_HOLE``) is where writes stopped."""
+        end = self.end_of_files
+        for seg in reversed(self.segments):
+            try:
+                with open(seg.path, "rb") as f:
+                    if f.read(4) in (b"", b"\0\0\0\0"):
+                        end = seg.base_offset  # never written: pre-allocated
+                        continue
+                    hole = os.lseek(f.fileno(), 0, os.SEEK_HOLE)
+            except (OSError, AttributeError):  # no SEEK_HOLE here: the whole file counts
+                hole = seg.size
+            end = seg.base_offset + min(hole, seg.size)
+            break
+        return end if stop is None else min(stop, end)
 
     def segment_index(self, offset: int) -> int | None:
         """Index of the segment holding ``offset`` (``findMappedFileByOffset``)."""

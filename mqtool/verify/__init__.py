@@ -10,15 +10,14 @@ store), ``cq`` and ``index`` (``consumequeue.py``, ``index.py``: on the commit l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
+from ..activity import Listener
 from .findings import FINDING_FIELDS, KINDS, Finding, Severity, Summary
 
 CHECKS = ("commitlog", "cq", "index", "checkpoint", "timer")
 CROSS_CHECKS = ("cq", "index")  # the checks that join the records with the consume queues and the index
 
-Progress = Callable[[str, int, int], None]
-"""``progress(stage, bytes_done_delta, stage_total_bytes)``"""
+Progress = Listener  # progress(stage, bytes walked since the last report, the stage's total)
 
 __all__ = ["CHECKS", "CROSS_CHECKS", "FINDING_FIELDS", "KINDS", "Finding", "Severity", "Summary", "Verification", "VerifyOptions"]
 

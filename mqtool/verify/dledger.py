@@ -74,6 +74,7 @@ class DLedgerLogCheck:
         self.stop = stop
         self.keep_going = keep_going
         self.progress = progress
+        self.shown = self.start  # where the last progress report reached
         self.result = CommitLogResult()
         self.notes: list[str] = []
 
@@ -139,7 +140,8 @@ class DLedgerLogCheck:
             last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
             result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
             if self.progress:
-                self.progress(last_pos - self.start)
+                self.progress(last_pos - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
+                self.shown = last_pos
 
     def _kept_damage(self, end, resume: int, dl: DataRecovery) -> Finding:
         """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks

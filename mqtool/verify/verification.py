@@ -55,7 +55,7 @@ class Verification:
     def _stage(self, name: str, total: int):
         if self.progress is None:
             return None
-        return lambda delta: self.progress(name, delta, total)
+        return lambda delta: delta and self.progress(name, delta, total)  # 0 would begin the stage again (``activity.Listener``)
 
     def findings(self) -> Iterator[Finding]:
         started = time.perf_counter()

@@ -1,0 +1,50 @@
+"""How far a command's long scans have got, for whoever shows it (the CLI's progress bars).
+
+The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
+runs after them report the bytes they walk as ``(stage, delta, total)``; a command that shows
+progress listens while it plans and applies (``listening``). Nothing listens by default (library
+calls, tests, Spark), and then a report costs one test."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+Listener = Callable[[str, int, int], None]  # (stage, bytes walked since the last report, the stage's bytes in all); 0 bytes: a scan of the stage begins
+
+_listener: Listener | None = None
+
+
+@contextlib.contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """``listener`` hears every report made while the block runs."""
+    global _listener
+    before, _listener = _listener, listener
+    try:
+        yield
+    finally:
+        _listener = before
+
+
+def listener(prefix: str = "") -> Listener | None:
+    """The one listening (its stages named ``prefix + stage``), or None."""
+    heard = _listener
+    if heard is None or not prefix:
+        return heard
+    return lambda stage, delta, total: heard(prefix + stage, delta, total)
+
+
+def reporter(stage: str, start: int, stop: int) -> Callable[[int], None] | None:
+    """For a scan of ``[start, stop)``: a function told each offset reached, or None when nobody listens."""
+    heard = _listener
+    if heard is None:
+        return None
+    heard(stage, 0, stop - start)
+    shown = [start]
+
+    def reached(offset: int) -> None:
+        if offset > shown[0]:
+            heard(stage, offset - shown[0], stop - start)
+            shown[0] = offset
+
+    return reached

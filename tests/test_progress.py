@@ -1,0 +1,140 @@
+"""Progress of the long scans (``mqtool/activity.py``): the plans' commit log scans and the verify a
+recovery plan runs report the bytes they walk, and the modifying commands draw them as bars."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, copy_store, store_path
+
+from mqtool import activity
+from mqtool.cli.progress import StageProgress
+from mqtool.recovery import repair as rp
+from mqtool.recovery.planners import PlanOptions, plan_recover, plan_rebuild_cq
+from mqtool.store import Store
+from mqtool.verify import Verification, VerifyOptions
+
+
+class Heard(list):
+    """Every report, as (stage, delta, total)."""
+
+    def __call__(self, stage: str, delta: int, total: int) -> None:
+        self.append((stage, delta, total))
+
+    def passes(self, stage: str) -> list[list[tuple[int, int]]]:
+        """The scans of ``stage``, each a list of (delta, total), split where one begins (delta 0)."""
+        out: list[list[tuple[int, int]]] = []
+        for name, delta, total in self:
+            if name != stage:
+                continue
+            if delta == 0 or not out:
+                out.append([])
+            out[-1].append((delta, total))
+        return out
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.4.0", "4.9.7", "5.3.3"])
+def test_a_recovery_plan_reports_its_scan_and_its_verify(version):
+    heard = Heard()
+    with Store.open(store_path(version, "crashed-small")) as store, activity.listening(heard):
+        plan = rp.plan_with_verify_after(store, lambda walked: plan_recover(store, PlanOptions(mode="abnormal"), walked=walked))
+    scans = heard.passes("recovery scan")
+    assert scans, heard
+    first = scans[0]
+    cl = plan.commitlog
+    assert first[0] == (0, store.commitlog.end_of_writes() - cl.scan_from)  # begun with its total
+    assert sum(d for d, _ in first) == cl.valid_end - cl.scan_from  # and walked to the valid end
+    for stage in ("verify commitlog", "verify cross-check"):
+        for walk in heard.passes(stage):
+            assert all(d > 0 for d, _ in walk) and sum(d for d, _ in walk) <= walk[0][1]
+
+
+def test_each_candidate_versions_scan_begins_a_bar_of_its_own():
+    """4.4.0's store is planned under several broker versions: each scan begins again at 0."""
+    heard = Heard()
+    with Store.open(store_path("4.4.0", "crashed-small")) as store, activity.listening(heard):
+        assert store.version_guess.version is None
+        plan_rebuild_cq(store, PlanOptions())
+    scans = heard.passes("recovery scan")
+    assert len(scans) >= 2 and all(walk[0][0] == 0 for walk in scans)
+    totals = {walk[0][1] for walk in scans}
+    assert all(sum(d for d, _ in walk) <= walk[0][1] for walk in scans) and len(totals) == 1
+
+
+def test_nothing_is_reported_when_nobody_listens():
+    assert activity.listener() is None and activity.reporter("recovery scan", 0, 10) is None
+    heard = Heard()
+    with activity.listening(heard):
+        activity.listener("verify ")("commitlog", 5, 10)
+        reached = activity.reporter("dispatch", 100, 300)
+        reached(150)
+        reached(150)  # nothing new
+        reached(300)
+    assert heard == [("verify commitlog", 5, 10), ("dispatch", 0, 200), ("dispatch", 50, 200), ("dispatch", 150, 200)]
+    assert activity.listener() is None
+
+
+@pytest.mark.parametrize("name", ["dledger-crashed", "dledger-small"])
+def test_verify_of_a_dledger_log_reports_the_bytes_walked_since_its_last_report(name):
+    """Before: each report was the bytes walked since the start, so a log of two data files drew
+    its bar past its total (1,287,869 bytes walked, 2,335,546 reported, on 4.9.7 dledger-crashed)."""
+    heard = Heard()
+    with Store.open(store_path("4.9.7", name)) as store:
+        run = Verification(store, VerifyOptions(checks=("commitlog",)), heard)
+        list(run.findings())
+        assert len(store.commitlog.segments) == 2
+    assert len(heard) >= 2
+    total = heard[0][2]
+    assert sum(d for _, d, _ in heard) == run.commitlog.logical_end - store.commitlog.min_offset <= total
+
+
+def test_stage_progress_starts_a_bar_when_the_stage_changes_or_begins_again():
+    bars = StageProgress(enabled=False)
+    bars("recovery scan", 0, 100)
+    bars("recovery scan", 60, 100)
+    assert (bars.stage, bars.done) == ("recovery scan", 60)
+    bars("recovery scan", 0, 100)  # the next candidate's scan
+    assert bars.done == 0
+    bars("verify commitlog", 30, 200)
+    assert (bars.stage, bars.done) == ("verify commitlog", 30)
+    bars.close()
+    assert bars.bar is None
+
+
+def _terminal_shows(args, tmp_path, columns=100) -> str:
+    """What a terminal shows of mqtool's stderr while its stdout goes to a file (as ``mqtool recover STORE > plan.txt``)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    with open(tmp_path / "out.txt", "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=out, stderr=slave, env=env, cwd=ROOT, close_fds=True)
+        os.close(slave)
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=300)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_recover_draws_its_scans_on_the_terminal(tmp_path):
+    """Before: `recover` printed nothing while it planned (on a large store, minutes of silence)."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    shown = _terminal_shows(["recover", store, "--dry-run"], tmp_path)
+    assert "recovery scan:" in shown and "verify commitlog:" in shown and "B/s" in shown
+    assert (tmp_path / "out.txt").read_text().startswith("Plan: recover")
+    assert "%|" not in _terminal_shows(["recover", store, "--dry-run", "-q"], tmp_path)
