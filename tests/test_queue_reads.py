@@ -165,3 +165,32 @@ def test_verify_reads_a_small_queue_file_as_it_reads_a_mapped_one(monkeypatch, t
     kinds = [(r[0], len(r[3]) // ENTRY_SIZE if r[0] == "QueueUnits" else None) for r in read[-2]]
     assert kinds[:5] == [("QueueUnits", 5), ("QueueFileEnd", None), ("QueueUnits", 9), ("QueueFileEnd", None), ("QueueGap", None)]
 
+
+
+@pytest.mark.parametrize("version,name", STORES)
+def test_units_equal_is_the_schemas_reading_of_every_fixture_unit(version, name):
+    """The compiled comparison a rebuild makes with the original files (``units_are``) holds each
+    file's units, decoded by the schema (``ConsumeQueueEntryStruct``), equal, one field off not;
+    past a file's end it reads zeros."""
+    from mqtool.formats.consumequeue import ConsumeQueueEntryStruct
+    from mqtool.store.consumequeue import units_are
+
+    with Store.open(store_path(version, name)) as store:
+        for queue in store.consume_queues:
+            for _, path in queue.files:
+                data = path.read_bytes()
+                written = -(-len(data.rstrip(b"\0")) // ENTRY_SIZE) * ENTRY_SIZE  # the units up to the last written one
+                units = [ConsumeQueueEntryStruct.parse(data[i : i + ENTRY_SIZE]) for i in range(0, written, ENTRY_SIZE)]
+                phys = np.array([u.phys_offset for u in units] + [0], dtype=np.int64)
+                size = np.array([u.size for u in units] + [0], dtype=np.int32)
+                tags = np.array([u.tags_code for u in units] + [0], dtype=np.int64)
+                with open(path, "rb", buffering=0) as f:
+                    assert units_are(f, 0, phys, size, tags)  # the last unit: zeros after the written ones, or past the end
+                    zero, one = np.zeros(1, np.int64), np.ones(1, np.int64)
+                    assert units_are(f, len(data), zero, zero.astype(np.int32), zero) and not units_are(f, len(data), one, zero.astype(np.int32), zero)
+                    for column in (phys, size, tags):
+                        k = len(units) // 2
+                        column[k] += 1
+                        assert not units_are(f, 0, phys, size, tags)
+                        assert units_are(f, (k + 1) * ENTRY_SIZE, phys[k + 1 :], size[k + 1 :], tags[k + 1 :])
+                        column[k] -= 1

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..formats import consumequeue as cqfmt
 from ..scratch import scratch_file, short_write, working_file_error
-from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units
-from ..store.mappedfile import offset_file_name
+from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units, units_are
+from ..store.mappedfile import offset_file_name, open_read_only
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 from .plans import QueueFile
@@ -58,6 +58,7 @@ class QueueSim:
     _kept: int = 0  # placed units held in _chunks
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
+    _compared: tuple | None = None  # (base, open file): the original file ``_compare`` reads
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -150,19 +151,28 @@ class QueueSim:
 
     def _compare(self, start: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> None:
         """``differs`` once a unit placed from ``start`` on is not the original file's unit there."""
-        at = start
-        while not self.differs and at < start + len(phys) * ENTRY:
+        at, end = start, start + len(phys) * ENTRY
+        phys, size, tags = (np.ascontiguousarray(a, dtype=t) for a, t in ((phys, np.int64), (size, np.int32), (tags, np.int64)))
+        while not self.differs and at < end:
             base = at - at % self.file_size
             if base not in self.original:
                 self.differs = True
                 break
-            units = self._view(base)
-            i, j = (at - base) // ENTRY, (at - start) // ENTRY
-            n = min(units.shape[0] - i, len(phys) - j)
-            here = units[i : i + n]
-            self.differs = not (np.array_equal(here["phys_offset"], phys[j : j + n]) and np.array_equal(here["size"], size[j : j + n])
-                                and np.array_equal(here["tags_code"], tags[j : j + n]))
-            at += n * ENTRY
+            j = (at - start) // ENTRY
+            k = max((min(end, base + self.file_size) - start) // ENTRY, j + 1)  # (a unit never crosses a file: sizes are whole units)
+            self.differs = not units_are(self._original_file(base), at - base, phys[j:k], size[j:k], tags[j:k])
+            at = start + k * ENTRY
+        if self.differs and self._compared is not None:
+            self._compared[1].close()  # nothing more to compare
+
+    def _original_file(self, base: int):
+        """Original file ``base``, open for ``_compare``: units are placed file after file, so one
+        stays open, the one compared before closed."""
+        if self._compared is None or self._compared[0] != base:
+            if self._compared is not None:
+                self._compared[1].close()
+            self._compared = (base, os.fdopen(open_read_only(self.original[base]), "rb", buffering=0))
+        return self._compared[1]
 
     def equals_original(self) -> bool:
         """The files a rebuild writes hold the original files' bytes: the same files, each of the

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
-from ._queueunits import first_invalid_unit
+from ._queueunits import first_invalid_unit, units_equal
 from .mappedfile import MappedFile, offset_named_files, open_read_only
 
 if TYPE_CHECKING:
@@ -229,6 +229,14 @@ def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
     with _open(path) as f:
         data = os.pread(f.fileno(), ENTRY_SIZE, position)
     return fmt.ENTRY.unpack(data) if len(data) == ENTRY_SIZE else None
+
+
+def units_are(file, position: int, phys, size, tags) -> bool:
+    """Whether the units of an open file from byte ``position`` on are (``phys``, ``size``, ``tags``),
+    one ``pread``; past the file's end it reads as zeros, as the broker's map of a short file.
+    ``phys`` and ``tags`` are int64 arrays, ``size`` int32 (``_queueunits.units_equal``)."""
+    count = len(phys) * ENTRY_SIZE
+    return units_equal(os.pread(file.fileno(), count, position).ljust(count, b"\0"), phys, size, tags)
 
 
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
