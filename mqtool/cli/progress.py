@@ -20,11 +20,9 @@ class ByteProgress:
     STEP = 1 << 22  # refresh at most every 4 MiB
 
     def __init__(self, start: int, stop: int, *, enabled: bool | None = None, desc: str = "scan"):
-        if enabled is None:  # tqdm's own default (a terminal), not into a pipe
-            enabled = not stdout_is_a_pipe() and sys.stderr.isatty()
         self.bar = None  # not shown
         self.shown = start
-        if enabled and not State.quiet:
+        if drawn(enabled):
             from tqdm import tqdm
 
             self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=False, leave=False, ncols=bar_width())
@@ -72,9 +70,21 @@ class StageProgress:
             self.bar = None
 
 
+def drawn(enabled: bool | None) -> bool:
+    """Whether bars are drawn: as ``enabled`` says (``--progress``), else when stderr is a terminal
+    (tqdm's own default) and stdout not a pipe; never with ``--quiet``."""
+    if enabled is None:
+        enabled = not stdout_is_a_pipe() and sys.stderr.isatty()
+    return enabled and not State.quiet
+
+
 @contextlib.contextmanager
 def scans_shown(enabled: bool | None = None) -> Iterator[None]:
-    """The long scans of the block (``activity``) as progress bars, gone when it ends."""
+    """The long scans of the block (``activity``) as progress bars, gone when it ends; where no bar
+    is drawn, nothing listens."""
+    if not drawn(enabled):
+        yield
+        return
     bars = StageProgress(enabled)
     try:
         with activity.listening(bars):
