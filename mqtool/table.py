@@ -53,15 +53,18 @@ def _extent(text: str) -> tuple[int, int]:
     return max(cell_len(line) for line in text.split("\n")), longest_word(text)
 
 
+_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|\S)+""")  # a shell-quoted path with spaces in it is one word: copied whole
+
+
 def wrap(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells, broken at spaces only (a longer word gets a
-    line of its own and runs past ``width``); explicit newlines are kept."""
+    """``text`` in lines of at most ``width`` cells, broken at spaces only, never inside quotes (a
+    longer word gets a line of its own and runs past ``width``); explicit newlines are kept."""
     if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
         return [text]  # one ASCII word that fits (most cells): what the loop below gives
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, used = [], 0
-        for word in paragraph.split():
+        for word in _WORD.findall(paragraph):
             n = cell_len(word)
             if line and used + 1 + n > width:
                 lines.append(" ".join(line))

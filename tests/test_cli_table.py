@@ -188,3 +188,12 @@ def test_a_findings_table_whose_paths_run_past_the_edge_stays_a_table(tmp_path):
     rows = findings[3 : 3 + count]
     assert "RECORD" not in shown and all(row.split()[-1].startswith(("consumequeue/", "commitlog/")) for row in rows)
     assert all(len(row) <= 100 or len(row.split()[-1]) > 40 for row in rows)
+
+
+def test_wrap_keeps_a_quoted_path_with_spaces_on_one_line():
+    """Before: `mqtool: undo with: mqtool restore '/data/rocket mq/.mqtool-backups/...' --yes` broke
+    inside the quotes on a narrow terminal, and the command copied from it named no backup."""
+    line = "mqtool: undo with: mqtool restore '/data/rocket mq/.mqtool-backups/store-20261130T050632390-recover' --yes"
+    assert wrap(line, 60) == ["mqtool: undo with: mqtool restore", "'/data/rocket mq/.mqtool-backups/store-20261130T050632390-recover'", "--yes"]
+    assert wrap("""a 'b'"'"'c d' e""", 3) == ["a", """'b'"'"'c d'""", "e"]  # shlex.quote of a path holding a quote
+    assert wrap("it's a b", 4) == ["it's", "a b"]  # a lone quote quotes nothing

@@ -185,7 +185,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
-        note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {target}")
+        note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}")
         note(f"undo with: mqtool restore {shell_path(target)} --yes")
 
 
@@ -331,7 +331,7 @@ def repair(
         with scans_shown():
             findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
-        note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {target}")
+        note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}")
         note(f"undo with: mqtool restore {shell_path(target)} --yes")
     _report_after(findings)
 
