@@ -1,9 +1,9 @@
-"""How far a command's long scans have got, for whoever shows it (the CLI's progress bars).
+"""How far a command's long work has got, for whoever shows it (the CLI's progress bars).
 
 The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
-runs after them report the bytes they walk as ``(stage, delta, total)``; a command that shows
-progress listens while it plans and applies (``listening``). Nothing listens by default (library
-calls, tests, Spark), and then a report costs one test."""
+runs after them report the bytes they walk as ``(stage, delta, total)``, ``restore`` the bytes it
+puts back; a command that draws bars listens while it works (``listening``). Nothing listens by
+default (library calls, tests, Spark), and then a report costs one test."""
 
 from __future__ import annotations
 

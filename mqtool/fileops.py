@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 from pathlib import Path
+from typing import Callable
 
 CHUNK = 1 << 22
 TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
@@ -45,8 +46,9 @@ def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
     return missing
 
 
-def copy_sparse(src: Path, dst: Path) -> None:
-    """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync."""
+def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
+    """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
+    told the bytes of each block."""
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         size = os.fstat(fin.fileno()).st_size
         while True:
@@ -57,6 +59,8 @@ def copy_sparse(src: Path, dst: Path) -> None:
                 fout.seek(len(block), os.SEEK_CUR)
             else:
                 fout.write(block)
+            if copied is not None:
+                copied(len(block))
         fout.truncate(size)
         fout.flush()
         os.fsync(fout.fileno())

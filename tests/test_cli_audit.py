@@ -486,8 +486,8 @@ def test_a_restore_stopped_by_a_full_disk_leaves_nothing_where_the_broker_loads_
     repaired = tree(store)
     real_copy = backups.copy_sparse
 
-    def full_disk(src, dst):
-        real_copy(src, dst)
+    def full_disk(src, dst, copied=None):
+        real_copy(src, dst, copied)
         with open(dst, "r+b") as f:
             f.truncate(os.path.getsize(dst) // 2)
         raise OSError(errno.ENOSPC, "No space left on device", str(dst))

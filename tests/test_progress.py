@@ -138,3 +138,26 @@ def test_recover_draws_its_scans_on_the_terminal(tmp_path):
     assert "recovery scan:" in shown and "verify commitlog:" in shown and "B/s" in shown
     assert (tmp_path / "out.txt").read_text().startswith("Plan: recover")
     assert "%|" not in _terminal_shows(["recover", store, "--dry-run", "-q"], tmp_path)
+
+
+def test_restore_reports_the_bytes_it_puts_back(tmp_path):
+    """Before: `restore` put whole segments back (gigabytes, after a recovery that deleted them)
+    with nothing on the terminal. Its bar counts every byte of the files and ranges it restores."""
+    import hashlib
+
+    from mqtool.apply import BackupSet, restore
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = {p: hashlib.sha1(p.read_bytes()).hexdigest() for p in store.rglob("*") if p.is_file()}
+    backup = tmp_path / "backup"
+    done = subprocess.run([sys.executable, "-m", "mqtool", "recover", str(store), "--yes", "-q", "--backup-dir", str(backup)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    heard = Heard()
+    with activity.listening(heard):
+        result = restore(BackupSet.open(backup))
+    walk = heard.passes("restore")
+    assert len(walk) == 1 and walk[0][0][0] == 0
+    files = [BackupSet.open(backup).file_copy(rel).stat().st_size for rel in result["restored"] if "[" not in rel]
+    ranges = [int(end) - int(start) for rel in result["restored"] if "[" in rel for start, end in [rel.rstrip("]").split("[")[1].split(":")]]
+    assert sum(d for d, _ in walk[0]) == walk[0][0][1] == sum(files) + sum(ranges) > 0
+    assert {p: hashlib.sha1(p.read_bytes()).hexdigest() for p in store.rglob("*") if p.is_file()} == before

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import activity
 from ..errors import BadInput, Refused
 from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
 
@@ -453,14 +454,16 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         write_pending(root, backup.dir)
         ours = True
     restored, deleted = [], []
-    for ev in reversed(backup.journal.events()):
+    events = list(reversed(backup.journal.events()))
+    put_back = _restore_progress(backup, events)
+    for ev in events:
         kind, rel = ev.get("ev"), ev.get("path")
         target = root / rel if rel else None
         if kind == "backup-file":
             makedirs(target.parent)
             tmp = staging_path(root, target)
             makedirs(tmp.parent)
-            copy_sparse(backup.file_copy(rel), tmp)
+            copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
             os.replace(tmp, target)
             fsync_dir(target.parent)
@@ -470,6 +473,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                 write_range(target, ev["start"], backup.range_copy(rel, ev["start"], ev["end"]).read_bytes())
                 _set_mtime(target, ev.get("mtime_ns"))
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
+                if put_back is not None:
+                    put_back(ev["end"] - ev["start"])
         elif kind == "create":
             if remove(target):
                 deleted.append(rel)
@@ -486,6 +491,25 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
+
+
+def _restore_progress(backup: BackupSet, events: list[dict]):
+    """A function told the bytes each step of ``restore`` puts back, for whoever listens
+    (``activity``: the CLI's bar; whole segments a recovery deleted can be gigabytes)."""
+    if activity.listener() is None:
+        return None
+    total = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
+    for ev in events:
+        if ev.get("ev") == "backup-file":
+            with contextlib.suppress(OSError):  # the copy is missing: restore says so when it reaches it
+                total += backup.file_copy(ev["path"]).stat().st_size
+    reached, done = activity.reporter("restore", 0, total), [0]
+
+    def put_back(n: int) -> None:
+        done[0] += n
+        reached(done[0])
+
+    return put_back
 
 
 def _set_mtime(path: Path, mtime_ns: int | None) -> None:

@@ -616,7 +616,7 @@ def restore_cmd(
     if not force:
         _refuse_before_later_stages(Path(backup), backup_set)
     check_not_in_use(root, [], force)
-    with executor().hold_store_lock(root, force):
+    with executor().hold_store_lock(root, force), scans_shown():
         try:
             result = restore(backup_set, force=force)
         except KeyboardInterrupt:
