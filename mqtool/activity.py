@@ -1,14 +1,14 @@
 """How far a command's long work has got, for whoever shows it (the CLI's progress bars).
 
 The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
-runs after them report the bytes they walk as ``(stage, delta, total)``, ``restore`` the bytes it
-puts back; a command that draws bars listens while it works (``listening``). Nothing listens by
+runs after them report the bytes they walk as ``(stage, delta, total)``, an apply how far the
+plan's batches it writes reach, ``restore`` the bytes it puts back; a command that draws bars listens while it works (``listening``). Nothing listens by
 default (library calls, tests, Spark), and then a report costs one test."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 Listener = Callable[[str, int, int], None]  # (stage, bytes walked since the last report, the stage's bytes in all); 0 bytes: a scan of the stage begins
 
@@ -48,3 +48,18 @@ def reporter(stage: str, start: int, stop: int) -> Callable[[int], None] | None:
             shown[0] = offset
 
     return reached
+
+
+def reached_by(batches: Iterable, stage: str, start: int, stop: int) -> Iterator:
+    """``batches`` of records (``offsets``, ``sizes``: where each is and its length) passed on, the
+    offset each reaches told to whoever listens; closing this closes ``batches``."""
+    reached = reporter(stage, start, stop)
+    try:
+        for batch in batches:
+            if reached is not None:
+                reached(int(batch.offsets[-1] + batch.sizes[-1]))
+            yield batch
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()

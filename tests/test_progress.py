@@ -161,3 +161,25 @@ def test_restore_reports_the_bytes_it_puts_back(tmp_path):
     ranges = [int(end) - int(start) for rel in result["restored"] if "[" in rel for start, end in [rel.rstrip("]").split("[")[1].split(":")]]
     assert sum(d for d, _ in walk[0]) == walk[0][0][1] == sum(files) + sum(ranges) > 0
     assert {p: hashlib.sha1(p.read_bytes()).hexdigest() for p in store.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.parametrize("cached", [True, False])
+def test_the_apply_reports_the_dispatch_it_writes(cached, tmp_path):
+    """The queue and index files an apply writes come from the plan's own batches (no scan to report
+    them: a bar of their own) or from a scan of the phase again (the scan's bar): either way each
+    phase is reported once, to where its records end."""
+    from mqtool.apply import apply_plan
+    from mqtool.dispatch.scanner import DispatchCache
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    cache = DispatchCache() if cached else None
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store, cache=cache)
+    heard = Heard()
+    with activity.listening(heard):
+        apply_plan(plan, tmp_path / "backup", cache=cache)
+    stage = "writing queues and index" if cached else "recovery scan"
+    walks = heard.passes(stage)
+    assert len(walks) == len([p for p in plan.dispatch if p.consume_queues or p.index]) == 1
+    assert {name for name, _, _ in heard} == {stage}
+    assert sum(d for d, _ in walks[0]) == plan.commitlog.valid_end - plan.dispatch[0].start

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import activity
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..handoff import Stage
 from ..formats import checkpoint as cpfmt
@@ -326,6 +327,8 @@ class Executor:
                 cached = self.cache.batches(number) if self.cache is not None else None
                 if cached is not None:
                     batches, topics = cached, self.cache.topics
+                    if activity.listener() is not None:  # the plan's own batches: no scan says how far they reach
+                        batches = activity.reached_by(batches, "writing queues and index", phase.start, store.commitlog.end_of_writes(phase.stop))
                 else:
                     topics = TopicTable()
                     batches = (

@@ -231,16 +231,9 @@ class DispatchScanner:
         """The batches, walked and parsed in a background thread while the caller consumes them
         (how far they reach told to whoever listens, ``activity``)."""
         batches = produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
-        if activity.listener() is None:
-            yield from batches
-            return
-        reached = activity.reporter(STAGES[self.discipline], self.start, self.commitlog.end_of_writes(self.stop))
-        try:
-            for batch in batches:
-                reached(int(batch.offsets[-1] + batch.sizes[-1]))
-                yield batch
-        finally:
-            batches.close()
+        if activity.listener() is not None:
+            batches = activity.reached_by(batches, STAGES[self.discipline], self.start, self.commitlog.end_of_writes(self.stop))
+        yield from batches
 
     def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
         """The batches from ``pos`` on, segment after segment in this thread."""
