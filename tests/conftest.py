@@ -221,3 +221,32 @@ def parse_host(text: str) -> tuple[bytes, int]:
 
     host, _, port = text.rpartition(":")
     return ipaddress.ip_address(host.strip("[]")).packed, int(port)
+
+
+def stderr_on_a_terminal(args, columns: int = 100, stdout_file: Path | None = None) -> tuple[str, str]:
+    """Run mqtool with stderr on a pseudo-terminal and stdout into a pipe (`mqtool ... | head`), or
+    into ``stdout_file`` (`mqtool ... > plan.txt`): (what the terminal shows from stderr, stdout)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    with open(stdout_file, "wb") if stdout_file is not None else contextlib.nullcontext(subprocess.PIPE) as stdout:
+        proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=stdout, stderr=slave, env=env, cwd=ROOT, close_fds=True)
+        os.close(slave)
+        out = proc.stdout.read().decode() if stdout_file is None else ""
+        chunks = []
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=300)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace"), out if stdout_file is None else Path(stdout_file).read_text()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, recovered, store_path
+from conftest import copy_store, manifest, recovered, stderr_on_a_terminal, store_path
 from mqtool.apply import executor
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
@@ -151,34 +151,6 @@ def test_a_live_lock_is_named_once_and_verify_warns(tmp_path):
 
 
 # ---- pipes and Ctrl-C in scans ------------------------------------------------------------------------
-
-
-def stderr_on_a_terminal(args, columns=100) -> tuple[str, str]:
-    """Run mqtool with stderr on a pseudo-terminal and stdout into a pipe (`mqtool ... | head`):
-    (what the terminal shows from stderr, stdout)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
-    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env, cwd=ROOT, close_fds=True)
-    os.close(slave)
-    out = proc.stdout.read().decode()
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=300)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace"), out
 
 
 def test_no_progress_bar_when_stdout_is_a_pipe():

@@ -1,19 +1,19 @@
-"""Progress of the long scans (``mqtool/activity.py``): the plans' commit log scans and the verify a
-recovery plan runs report the bytes they walk, and the modifying commands draw them as bars."""
+"""Progress of the long work (``mqtool/activity.py``): the plans' commit log scans and the verify a
+recovery plan runs report the bytes they walk, an apply the batches it writes, a restore the bytes it
+puts back; the modifying commands draw them as bars on a terminal."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, copy_store, store_path
+from conftest import ROOT, copy_store, stderr_on_a_terminal, store_path
 
 from mqtool import activity
 from mqtool.cli.progress import StageProgress
 from mqtool.recovery import repair as rp
-from mqtool.recovery.planners import PlanOptions, plan_recover, plan_rebuild_cq
+from mqtool.recovery.planners import PlanOptions, plan_rebuild_cq, plan_recover
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 
@@ -104,40 +104,14 @@ def test_stage_progress_starts_a_bar_when_the_stage_changes_or_begins_again():
     assert bars.bar is None
 
 
-def _terminal_shows(args, tmp_path, columns=100) -> str:
-    """What a terminal shows of mqtool's stderr while its stdout goes to a file (as ``mqtool recover STORE > plan.txt``)."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
-    with open(tmp_path / "out.txt", "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=out, stderr=slave, env=env, cwd=ROOT, close_fds=True)
-        os.close(slave)
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        proc.wait(timeout=300)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_recover_draws_its_scans_on_the_terminal(tmp_path):
     """Before: `recover` printed nothing while it planned (on a large store, minutes of silence)."""
     store = copy_store("5.3.3", "crashed-small", tmp_path)
-    shown = _terminal_shows(["recover", store, "--dry-run"], tmp_path)
+    shown, out = stderr_on_a_terminal(["recover", store, "--dry-run"], stdout_file=tmp_path / "plan.txt")
     assert "recovery scan:" in shown and "verify commitlog:" in shown and "B/s" in shown
-    assert (tmp_path / "out.txt").read_text().startswith("Plan: recover")
-    assert "%|" not in _terminal_shows(["recover", store, "--dry-run", "-q"], tmp_path)
+    assert out.startswith("Plan: recover")
+    assert "%|" not in stderr_on_a_terminal(["recover", store, "--dry-run", "-q"], stdout_file=tmp_path / "plan.txt")[0]
+    assert "%|" not in stderr_on_a_terminal(["recover", store, "--dry-run"])[0]  # stdout into a pipe
 
 
 def test_restore_reports_the_bytes_it_puts_back(tmp_path):
