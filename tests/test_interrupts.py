@@ -141,7 +141,13 @@ def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp
         said = runner.invoke(app, ["info", str(store)]).stderr
         assert f"a restore on this store was interrupted (backup {backup}): the store is partly restored; finish it with: mqtool restore {backup} --yes" in said
         again = runner.invoke(app, ["recover", str(store), "--yes", "--backup-dir", str(tmp_path / case / "again")])
-        assert again.exit_code == 4 and f"finish it first with: mqtool restore {backup} --yes" in again.stderr
+        assert again.exit_code == 4 and f"finish it with: mqtool restore {backup} --yes" in again.stderr
+        # before: without --yes, "an earlier apply on this store was interrupted ...: run the command again with
+        # --yes to finish it first", which then refused as above
+        for args, code in (([], 4), (["--dry-run"], 0)):
+            planned = runner.invoke(app, ["recover", str(store), *args])
+            assert planned.exit_code == code and f"a restore on this store was interrupted (backup {backup})" in planned.stderr
+            assert "run the command" not in planned.stderr and "apply on this store was interrupted" not in planned.stderr
         assert runner.invoke(app, ["restore", str(backup), "--yes"]).exit_code == 0
         assert tree(store) == before
 

@@ -27,7 +27,7 @@ from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
-from .store_state import stopped_repair_line, stopped_repair_state
+from .store_state import interrupted_restore_line, restore_interrupted, stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 from .progress import scans_shown
 
@@ -119,8 +119,11 @@ def check_not_in_use(root: Path, extra_dirs, force: bool) -> None:
 
 
 def note_interrupted(root: Path) -> None:
-    """A plan printed without applying (``--dry-run``, ``--plan-out``) on a half-applied store."""
+    """A plan printed without applying (``--dry-run``, ``--plan-out``) on a half-applied or partly restored store."""
     pending = read_pending(root)
+    if restore_interrupted(pending):
+        note(f"{interrupted_restore_line(pending)}; this plan is made on the partly restored store")
+        return
     note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
          f"run the command with --yes to finish that apply first, or undo it with: mqtool restore {shell_path(pending)} --yes")
 
@@ -129,6 +132,8 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     pending = read_pending(root)
     if pending is None:
         return
+    if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
+        raise Refused(interrupted_restore_line(pending))
     if not yes:
         raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
     note(f"finishing the interrupted apply first (backup {pending})")
