@@ -42,18 +42,23 @@ def cell_len(text: str) -> int:
     return cells(text)
 
 
+_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|\S)+""")  # a shell-quoted path with spaces in it is one word: copied whole
+
+
+def _words(text: str) -> list[str]:
+    """``text``'s words: split at spaces, but never inside quotes."""
+    return _WORD.findall(text) if "'" in text or '"' in text else text.split()
+
+
 def longest_word(text: str) -> int:
-    return max((cell_len(w) for w in text.split()), default=0)
+    return max((cell_len(w) for w in _words(text)), default=0)
 
 
 def _extent(text: str) -> tuple[int, int]:
     """(cells of ``text``'s widest line, cells of its longest word)."""
     if text.isascii() and text.isprintable():  # one line, a cell per character (most cells)
-        return len(text), len(text) if " " not in text else max(map(len, text.split()), default=0)
+        return len(text), len(text) if " " not in text else max(map(len, _words(text)), default=0)
     return max(cell_len(line) for line in text.split("\n")), longest_word(text)
-
-
-_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|\S)+""")  # a shell-quoted path with spaces in it is one word: copied whole
 
 
 def wrap(text: str, width: int) -> list[str]:
@@ -64,7 +69,7 @@ def wrap(text: str, width: int) -> list[str]:
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, used = [], 0
-        for word in _WORD.findall(paragraph):
+        for word in _words(paragraph):
             n = cell_len(word)
             if line and used + 1 + n > width:
                 lines.append(" ".join(line))
@@ -178,7 +183,7 @@ class Table:
     def _longest_word_within(self, i: int, limit: int) -> int:
         """Column ``i``'s longest word of at most ``limit`` cells (the longer ones run past the edge)."""
         cells = [self._header_cells()[i]] + [r[i] for r in self.rows]
-        return max((n for c in cells for n in map(cell_len, c.split()) if n <= limit), default=0)
+        return max((n for c in cells for n in map(cell_len, _words(c)) if n <= limit), default=0)
 
     def layout(self, width: int, *, keep: Layout | None = None) -> Layout:
         """The layout at ``width``; ``keep`` (the previous batch's layout of a streamed table)

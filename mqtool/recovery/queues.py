@@ -58,7 +58,7 @@ class QueueSim:
     _kept: int = 0  # placed units held in _chunks
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
-    _compared: tuple | None = None  # (base, open file): the original file ``_compare`` reads
+    _compared: tuple | None = field(default=None, repr=False, compare=False)  # (base, open file): the original file ``_compare`` reads
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
