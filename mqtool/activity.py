@@ -2,8 +2,8 @@
 
 The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
 runs after them report the bytes they walk as ``(stage, delta, total)``, an apply how far the
-plan's batches it writes reach, ``restore`` the bytes it puts back; a command that draws bars
-listens while it works (``listening``). Nothing listens by default (library calls, tests, pipes,
+plan's batches it writes reach, a backup copied to another file system and ``restore`` the bytes
+they copy; a command that draws bars listens while it works (``listening``). Nothing listens by default (library calls, tests, pipes,
 Spark), and then a report costs one test."""
 
 from __future__ import annotations

@@ -66,10 +66,10 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
         os.fsync(fout.fileno())
 
 
-def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None) -> str:
-    """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy, written
-    through a temporary name. Durable on return, or once the caller fsyncs the directories it
-    collects in ``synced``. Returns ``"link"`` or ``"copy"``."""
+def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
+    """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy (``copied``
+    told its blocks), written through a temporary name. Durable on return, or once the caller
+    fsyncs the directories it collects in ``synced``. Returns ``"link"`` or ``"copy"``."""
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
@@ -79,7 +79,7 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None) -> st
     except OSError as exc:
         if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
             raise
-        copy_sparse(src, tmp)
+        copy_sparse(src, tmp, copied)
         how = "copy"
     os.replace(tmp, dst)
     if synced is None:

@@ -157,3 +157,26 @@ def test_the_apply_reports_the_dispatch_it_writes(cached, tmp_path):
     assert len(walks) == len([p for p in plan.dispatch if p.consume_queues or p.index]) == 1
     assert {name for name, _, _ in heard} == {stage}
     assert sum(d for d, _ in walks[0]) == plan.commitlog.valid_end - plan.dispatch[0].start
+
+
+def test_a_backup_copied_to_another_file_system_reports_its_bytes(tmp_path, monkeypatch):
+    """A backup on the store's file system is hard links (nothing to show); on another one (`--backup-dir`
+    on a second disk when the store's is full) whole segments are copied: a bar of their bytes."""
+    import errno
+
+    from mqtool import fileops
+    from mqtool.apply import BackupSet, apply_plan
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    heard = Heard()
+    with monkeypatch.context() as m, activity.listening(heard):
+        m.setattr(fileops.os, "link", lambda src, dst: (_ for _ in ()).throw(OSError(errno.EXDEV, "Invalid cross-device link")))
+        backup = apply_plan(plan, tmp_path / "backup")
+    walks = heard.passes("backup")
+    copies = [ev for ev in BackupSet.open(tmp_path / "backup").journal.events() if ev.get("ev") == "backup-file"]
+    assert copies and all(ev["how"] == "copy" for ev in copies)
+    assert sum(d for walk in walks for d, _ in walk) == sum(ev["size"] for ev in copies) > 0
+    assert all(sum(d for d, _ in walk) <= walk[0][1] for walk in walks)
+    assert backup.summary()["files"]

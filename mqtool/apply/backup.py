@@ -15,6 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .. import activity
 from ..errors import BadInput, Refused
@@ -177,6 +178,7 @@ class BackupSet:
     def backup_files(self, rels: list[str]) -> dict[str, Path | None]:
         """``backup_file`` of many files with one fsync per directory and one journal write."""
         result, events, synced = {}, [], set()
+        copied = _bytes_progress("backup", lambda: sum(self._size(rel) for rel in rels if rel not in self._files and rel not in self._created))
         for rel in rels:
             copy = self.file_copy(rel)
             src = self.store_root / rel
@@ -186,7 +188,7 @@ class BackupSet:
                 result[rel] = None  # created by this apply, or absent: nothing original to keep
             else:
                 st = src.stat()
-                how = link_or_copy(src, copy, synced=synced)
+                how = link_or_copy(src, copy, synced=synced, copied=copied)  # a copy to another file system: minutes for a segment
                 events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how})
                 result[rel] = copy
         for d in sorted(synced, key=lambda p: len(p.parts), reverse=True):
@@ -194,6 +196,12 @@ class BackupSet:
         self.journal.append(*events)
         self._files.update(e["path"] for e in events)
         return result
+
+    def _size(self, rel: str) -> int:
+        try:
+            return (self.store_root / rel).stat().st_size
+        except OSError:  # absent: nothing to keep
+            return 0
 
     def backup_range(self, rel: str, start: int, end: int) -> None:
         if (rel, start, end) in self._ranges or rel in self._created:  # a file this apply created has nothing original to keep
@@ -493,23 +501,35 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
 
 
-def _restore_progress(backup: BackupSet, events: list[dict]):
-    """A function told the bytes each step of ``restore`` puts back, for whoever listens
-    (``activity``: the CLI's bar; whole segments a recovery deleted can be gigabytes)."""
+def _bytes_progress(stage: str, total: Callable[[], int]):
+    """A function told bytes as they are copied, for whoever listens (``activity``: the CLI's bar),
+    or None: one bar of ``total()`` bytes, begun at the first bytes told (a hard link copies none)."""
     if activity.listener() is None:
         return None
-    total = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
-    for ev in events:
-        if ev.get("ev") == "backup-file":
-            with contextlib.suppress(OSError):  # the copy is missing: restore says so when it reaches it
-                total += backup.file_copy(ev["path"]).stat().st_size
-    reached, done = activity.reporter("restore", 0, total), [0]
+    reached, done = None, 0
 
-    def put_back(n: int) -> None:
-        done[0] += n
-        reached(done[0])
+    def copied(n: int) -> None:
+        nonlocal reached, done
+        if reached is None:
+            reached = activity.reporter(stage, 0, total())
+        done += n
+        reached(done)
 
-    return put_back
+    return copied
+
+
+def _restore_progress(backup: BackupSet, events: list[dict]):
+    """``_bytes_progress`` of what ``restore`` puts back (whole segments a recovery deleted can be gigabytes)."""
+
+    def total() -> int:
+        size = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
+        for ev in events:
+            if ev.get("ev") == "backup-file":
+                with contextlib.suppress(OSError):  # the copy is missing: restore says so when it reaches it
+                    size += backup.file_copy(ev["path"]).stat().st_size
+        return size
+
+    return _bytes_progress("restore", total)
 
 
 def _set_mtime(path: Path, mtime_ns: int | None) -> None:
