@@ -1,6 +1,6 @@
 """Progress of the long work (``mqtool/activity.py``): the plans' commit log scans and the verify a
-recovery plan runs report the bytes they walk, an apply the batches it writes, a restore the bytes it
-puts back; the modifying commands draw them as bars on a terminal."""
+recovery plan runs report the bytes they walk, an apply the batches it writes, a backup copied to another
+file system and a restore the bytes they copy; the modifying commands draw them as bars on a terminal."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ def test_a_recovery_plan_reports_its_scan_and_its_verify(version):
     cl = plan.commitlog
     assert first[0] == (0, store.commitlog.end_of_writes() - cl.scan_from)  # begun with its total
     assert sum(d for d, _ in first) == cl.valid_end - cl.scan_from  # and walked to the valid end
+    assert heard.passes("verify commitlog")  # the verify after the plan (``verify_after``)
     for stage in ("verify commitlog", "verify cross-check"):
         for walk in heard.passes(stage):
             assert all(d > 0 for d, _ in walk) and sum(d for d, _ in walk) <= walk[0][1]
