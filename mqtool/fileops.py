@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 CHUNK = 1 << 22
+WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # what only a write is refused with
 TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
 
 
@@ -48,22 +49,28 @@ def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
     """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block."""
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        size = os.fstat(fin.fileno()).st_size
-        while True:
-            block = fin.read(CHUNK)
-            if not block:
-                break
-            if block.count(0) == len(block):
-                fout.seek(len(block), os.SEEK_CUR)
-            else:
-                fout.write(block)
-            if copied is not None:
-                copied(len(block))
-        fout.truncate(size)
-        fout.flush()
-        os.fsync(fout.fileno())
+    told the bytes of each block. A failed write names ``dst`` (a full backup disk is said as that
+    disk, not as a bare "No space left on device")."""
+    try:
+        with open(src, "rb") as fin, open(dst, "wb") as fout:
+            size = os.fstat(fin.fileno()).st_size
+            while True:
+                block = fin.read(CHUNK)
+                if not block:
+                    break
+                if block.count(0) == len(block):
+                    fout.seek(len(block), os.SEEK_CUR)
+                else:
+                    fout.write(block)
+                if copied is not None:
+                    copied(len(block))
+            fout.truncate(size)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except OSError as exc:
+        if exc.filename is not None or exc.errno not in WRITE_REFUSED:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(dst)) from None
 
 
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:

@@ -247,3 +247,17 @@ def test_ctrl_c_during_an_apply_stops_before_a_write_or_not_at_all(tmp_path):
         assert again.returncode == EXIT_OK, again.stderr
         assert snapshot(store) == final
     assert point > 4, point
+
+
+def test_a_copy_the_disk_refuses_names_the_file_it_wrote(tmp_path):
+    """Before: a backup copied to a full disk stopped the apply with "No space left on device; the apply
+    stopped at a safe point: fix this ...", naming no file, read by an on-call engineer as the store's disk."""
+    import errno
+
+    from mqtool.fileops import copy_sparse
+
+    src = tmp_path / "segment"
+    src.write_bytes(b"\1" * (5 << 20))
+    with pytest.raises(OSError) as refused:
+        copy_sparse(src, Path("/dev/full"))  # every write: ENOSPC
+    assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, "/dev/full")
