@@ -8,10 +8,11 @@ that is about to be deleted costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 CHUNK = 1 << 22
 WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # what only a write is refused with
@@ -47,30 +48,36 @@ def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
     return missing
 
 
-def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
-    """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block. A failed write names ``dst`` (a full backup disk is said as that
-    disk, not as a bare "No space left on device")."""
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """A write the file system refuses (full, over quota, read-only) said with the file it was
+    writing: a full backup disk is said as that disk, not as a bare "No space left on device"."""
     try:
-        with open(src, "rb") as fin, open(dst, "wb") as fout:
-            size = os.fstat(fin.fileno()).st_size
-            while True:
-                block = fin.read(CHUNK)
-                if not block:
-                    break
-                if block.count(0) == len(block):
-                    fout.seek(len(block), os.SEEK_CUR)
-                else:
-                    fout.write(block)
-                if copied is not None:
-                    copied(len(block))
-            fout.truncate(size)
-            fout.flush()
-            os.fsync(fout.fileno())
+        yield
     except OSError as exc:
         if exc.filename is not None or exc.errno not in WRITE_REFUSED:
             raise
-        raise OSError(exc.errno, exc.strerror, str(dst)) from None
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
+
+
+def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
+    """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
+    told the bytes of each block."""
+    with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
+        size = os.fstat(fin.fileno()).st_size
+        while True:
+            block = fin.read(CHUNK)
+            if not block:
+                break
+            if block.count(0) == len(block):
+                fout.seek(len(block), os.SEEK_CUR)
+            else:
+                fout.write(block)
+            if copied is not None:
+                copied(len(block))
+        fout.truncate(size)
+        fout.flush()
+        os.fsync(fout.fileno())
 
 
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
@@ -102,7 +109,7 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None) -> None:
     makedirs(tmp_dir)
     tmp = tmp_dir / (path.name + TMP_SUFFIX)
     try:
-        with open(tmp, "wb") as f:
+        with naming(tmp), open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

@@ -261,3 +261,15 @@ def test_a_copy_the_disk_refuses_names_the_file_it_wrote(tmp_path):
     with pytest.raises(OSError) as refused:
         copy_sparse(src, Path("/dev/full"))  # every write: ENOSPC
     assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, "/dev/full")
+
+
+def test_only_a_refused_write_without_a_file_gets_the_one_being_written():
+    import errno
+
+    from mqtool.fileops import naming
+
+    for error, named in ((OSError(errno.ENOSPC, "No space left on device"), "/backup/x"), (OSError(errno.EDQUOT, "Disk quota exceeded"), "/backup/x"),
+                         (OSError(errno.ENOSPC, "No space left on device", "/other"), "/other"), (OSError(errno.EIO, "Input/output error"), None)):
+        with pytest.raises(OSError) as raised, naming(Path("/backup/x")):
+            raise error
+        assert (raised.value.errno, raised.value.filename) == (error.errno, named)
