@@ -367,14 +367,19 @@ def test_damage_runs_that_failed_before(store, seed, tmp_path):
     assert out.problem is None, (out.damages, out.detail)
 
 
-@pytest.mark.parametrize("store,seed,lost_pages", [("4.9.2/retention-small", 7000128, False), ("5.3.3/dledger-crashed-cqloss", 6400030, True)])
+@pytest.mark.parametrize("store,seed,lost_pages", [("4.9.2/retention-small", 7000128, False), ("5.3.3/dledger-crashed-cqloss", 6400030, True),
+                                                   ("5.3.1/clean-small", 14004934, True)])
 def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
     """Runs of ``damage_run.py --disk-faults`` (the damages with emptied files, misdirected pages, files grown with
     zeros; ``lost_pages``: with ``--lost-pages`` too), with the survivors oracle. 7000128: a queue file deleted in a
     store whose recovery dispatches that queue's last record anew: the records before it get their entries back from
     repair's rebuild (``test_records_before_a_queue_the_recovery_dispatched_anew_get_their_entries``). 6400030: the
     lone DLedger index file left empty: repair failed (exit 5, its size inferred as 0); DLedger's ``MmapFileList.load``
-    refuses it in every version, so it is quarantined and the broker's recovery writes the index anew."""
+    refuses it in every version, so it is quarantined and the broker's recovery writes the index anew. 14004934: a
+    segment left empty (its messages lost, so no rebuild of their queues: it would renumber them) and the offset bytes
+    of an entry before it zeroed: the entry pointed where no record starts and its record, before any damage of the
+    log, had no entry, so its message was not consumable; repair's ``mend-units`` writes the record's entry at its
+    QUEUEOFFSET."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path, kinds=(LOST_PAGES if lost_pages else DAMAGES) + DISK_FAULTS, survivors_kept=True)
     assert out.problem is None, (out.damages, out.detail)

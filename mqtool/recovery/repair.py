@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable
 from .. import activity
 from ..formats import checkpoint as cpfmt
 from ..formats import consumequeue as cqfmt
+from ..formats.dispatch import dispatch_request
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
@@ -373,14 +374,32 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
 
 
 class _LostData:
-    """The lost records a triage found: their byte ranges and the queues with an entry in one."""
+    """The lost records a triage found: their byte ranges and the queues with an entry in one; and
+    the entries those queues can have mended in place (``mended``)."""
 
     def __init__(self, findings: list[Finding], ranges: list[tuple[int, int]]):
         self.ranges = ranges
         self.queues = {_queue_of(f) for f in findings if f.kind in CQ_KINDS and self.holds(f.offset)}
+        self.mended = self._astray(findings)
 
     def holds(self, offset: int | None) -> bool:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
+
+    def _astray(self, findings: list[Finding]) -> set[int]:
+        """Of the queues with lost records, the ``cq-entry-missing`` runs whose every queue offset holds an
+        entry pointing where no record starts (its offset bytes damaged), with those entries (by ``id``):
+        each record's own entry written there keeps the queue's numbering (``unit_fixes``)."""
+        dangling = {(_queue_of(f), f.details["queue_offset"]): f for f in findings
+                    if f.kind == "cq-entry-dangling" and _queue_of(f) in self.queues and not self.holds(f.offset) and "queue_offset" in (f.details or {})}
+        mended: set[int] = set()
+        for f in findings:
+            d = f.details or {}
+            if f.kind != "cq-entry-missing" or _queue_of(f) not in self.queues or "first_queue_offset" not in d:
+                continue
+            slots = range(d["first_queue_offset"], d["last_queue_offset"] + 1)
+            if d.get("records") == len(slots) and all((_queue_of(f), q) in dangling for q in slots):
+                mended |= {id(f), *(id(dangling[_queue_of(f), q]) for q in slots)}
+        return mended
 
 
 def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
@@ -391,8 +410,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         # a queue with an entry in lost data: rebuilding would renumber the queue around the lost record
         if (f.details or {}).get("record_damaged") or key is None:
             out.lost.append(expected(f, True))
-        elif key in lost.queues and f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") in UNIT_FIELDS:
-            out.units.append(f)  # the entry is at its record: its field mended in place keeps the queue's numbering
+        elif key in lost.queues and (id(f) in lost.mended or f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") in UNIT_FIELDS):
+            out.units.append(f)  # the entry is (or goes) where its record is: mended in place, it keeps the queue's numbering
         elif key in lost.queues:
             out.lost.append(expected(f, True))
         else:
@@ -429,11 +448,16 @@ UNIT_FIELDS = {"size": 1, "tags code": 2}  # a ``cq-entry-mismatch`` field: its 
 
 def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
     """``fill-units`` for ``Triage.units``: the entry points at its record, so the record's value (as
-    ``ConsumeQueue.putMessagePositionInfo`` writes it) replaces the damaged size or tags code in place."""
+    ``ConsumeQueue.putMessagePositionInfo`` writes it) replaces the damaged size or tags code in place;
+    or the entry at a record's QUEUEOFFSET points where no record starts, and the record's own entry
+    is written there (``_LostData.mended``)."""
     by_unit: dict[tuple[str, int], list[Finding]] = {}
-    for f in findings:
-        by_unit.setdefault((f.file, f.details["queue_offset"]), []).append(f)
     actions = []
+    for f in findings:
+        if f.kind == "cq-entry-missing":
+            actions += _entries_of_records(store, f)
+        elif f.kind == "cq-entry-mismatch":
+            by_unit.setdefault((f.file, f.details["queue_offset"]), []).append(f)
     for (path, queue_offset), fs in sorted(by_unit.items()):
         entry = store.consume_queue(fs[0].details["topic"], int(fs[0].details["queue_id"])).read_entry(queue_offset)
         if entry is None or entry.phys_offset != fs[0].offset:
@@ -444,6 +468,28 @@ def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
         start = queue_offset * cqfmt.ENTRY_SIZE - int(Path(path).name)
         actions.append(Action("fill-units", path, start=start, end=start + cqfmt.ENTRY_SIZE, unit=tuple(unit),
                               note=f"queue offset {queue_offset}: " + ", ".join(f"{f.details['field']} {f.found} -> {f.expected}" for f in fs) + ", the record's"))
+    return actions
+
+
+def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
+    """``fill-units`` writing each record of a ``cq-entry-missing`` run into its QUEUEOFFSET's unit,
+    as the dispatch would (``dispatch_request``), where that unit points where no record starts."""
+    d = missing.details
+    topic, queue_id = d["topic"], int(d["queue_id"])
+    queue = store.consume_queue(topic, queue_id)
+    actions = []
+    for record in store.commitlog.scan(missing.offset, d["last_offset"] + 1):
+        if record.topic_name != topic or record.queue_id != queue_id or not d["first_queue_offset"] <= record.queue_offset <= d["last_queue_offset"]:
+            continue
+        entry, base = queue.read_entry(record.queue_offset), record.queue_offset * cqfmt.ENTRY_SIZE
+        path = next((p for b, p in reversed(queue.files) if b <= base), None)
+        if entry is None or path is None or entry.phys_offset == record.offset:
+            continue
+        request = dispatch_request(record, store.delay_table, legacy_properties=store.legacy_properties)
+        start = base - int(path.name)
+        actions.append(Action("fill-units", os.path.relpath(path, store.root), start=start, end=start + cqfmt.ENTRY_SIZE,
+                              unit=(request.commit_log_offset, request.msg_size, request.tags_code),
+                              note=f"queue offset {record.queue_offset}: the entry pointed to {entry.phys_offset}, where no record starts; its record's, at {record.offset}"))
     return actions
 
 
@@ -473,14 +519,15 @@ def steps_of(t: Triage) -> list[RepairStep]:
     def kinds(found: Iterable[Finding]) -> str:
         return ", ".join(sorted({f.kind for f in found}))
 
-    units = len(t.units)
+    units = (len({(f.file, f.details["queue_offset"]) for f in t.units if f.kind == "cq-entry-mismatch"})
+             + sum(f.details["records"] for f in t.units if f.kind == "cq-entry-missing"))  # entries written
     steps = [RepairStep(step, True, why, paths) for found, step, why, paths in (
         (t.queues, "rebuild-cq", f"{len(t.queues)} consume queue(s) with {kinds(f for fs in t.queues.values() for f in fs)}: "
          "regenerated from the commit log, an entry for every record the broker serves (no broker start rebuilds a missing entry or drops "
          "a bad one)", tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))),
         (t.units, "mend-units", f"{units} consume queue entr{'y' if units == 1 else 'ies'} whose size or tags code differs from the record "
-         "it points at, in queues a rebuild would renumber around lost records: the record's value written in place (consumers read the "
-         "message again)", tuple(sorted({f.file for f in t.units}))),
+         "it points at, or that points where no record starts while the record of its queue offset has none, in queues a rebuild would "
+         "renumber around lost records: the record's values written in place (consumers read the message again)", tuple(sorted({f.file for f in t.units}))),
         (t.index, "rebuild-index", f"{kinds(t.index)}: every index file regenerated from the commit log (IndexService never drops entries "
          "past the end nor rebuilds a file)", ("index",)),
         (t.checkpoint, "rewrite-checkpoint", f"{kinds(t.checkpoint)}: the checkpoint is rewritten to the valid log (a broker start trusts "
