@@ -21,6 +21,7 @@ from .. import activity
 from ..formats import checkpoint as cpfmt
 from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import dispatch_request
+from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
@@ -485,7 +486,10 @@ def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
         path = next((p for b, p in reversed(queue.files) if b <= base), None)
         if entry is None or path is None or entry.phys_offset == record.offset:
             continue
-        request = dispatch_request(record, store.delay_table, legacy_properties=store.legacy_properties)
+        try:
+            request = dispatch_request(record, store.delay_table, legacy_properties=store.legacy_properties)
+        except CorruptRecord:  # a DELAY the dispatch cannot parse: the broker writes no entry for it either
+            continue
         start = base - int(path.name)
         actions.append(Action("fill-units", os.path.relpath(path, store.root), start=start, end=start + cqfmt.ENTRY_SIZE,
                               unit=(request.commit_log_offset, request.msg_size, request.tags_code),
