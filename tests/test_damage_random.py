@@ -721,3 +721,26 @@ def test_a_rebuild_the_broker_version_decides_is_refused_and_the_recovery_undone
     assert [(f["kind"], f["offset"], f["found"], f["expected"]) for f in failing if f["severity"] != "info"] == [
         ("cq-entry-mismatch", target["commitLogOffset"], 12, 4)  # the entry at queue offset 12; the field says 4
     ]
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.0.0", "4.4.0", "4.9.7", "5.3.3"])
+def test_an_entry_whose_offset_bytes_are_damaged_in_a_queue_with_lost_records_is_written_again(tmp_path, version):
+    """As seed 14004934, by hand, in each era: the third segment left empty (its messages lost: their queues are not
+    rebuilt, which would renumber them) and the offset bytes of an entry before it zeroed. ``repair`` writes that
+    entry again from its record: the bytes the real broker wrote, and the message is consumable."""
+    root = copy_store(version, "clean-small", tmp_path / "s")
+    segment = sorted((root / "commitlog").iterdir())[2]
+    lost_from, lost_to = int(segment.name), int(segment.name) + segment.stat().st_size
+    messages = [m for m in manifest(version, "clean-small")["messages"] if m.get("uniqKey") and m["topic"] != "SCHEDULE_TOPIC_XXXX"]
+    lost_queues = {(m["topic"], m["queueId"]) for m in messages if lost_from <= m["commitLogOffset"] < lost_to}
+    m = next(m for m in messages if (m["topic"], m["queueId"]) in lost_queues and 1 << 16 <= m["commitLogOffset"] < lost_from)
+    unit = root / "consumequeue" / m["topic"] / str(m["queueId"]) / "00000000000000000000"
+    original = unit.read_bytes()
+    at = m["queueOffset"] * 20
+    assert int.from_bytes(original[at : at + 8], "big") == m["commitLogOffset"]
+    unit.write_bytes(original[:at] + bytes(6) + original[at + 6 :])
+    segment.write_bytes(b"")
+    rc, _, err = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == EXIT_FINDINGS and "mend-units" in err, err  # lost data remains: the emptied segment's messages
+    assert unit.read_bytes()[at : at + 20] == original[at : at + 20]
+    assert survivors(root, version, [m["uniqKey"]], tmp_path)[m["uniqKey"]] == ("found", m["queueId"], m["queueOffset"])
