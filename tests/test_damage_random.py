@@ -744,3 +744,27 @@ def test_an_entry_whose_offset_bytes_are_damaged_in_a_queue_with_lost_records_is
     assert rc == EXIT_FINDINGS and "mend-units" in err, err  # lost data remains: the emptied segment's messages
     assert unit.read_bytes()[at : at + 20] == original[at : at + 20]
     assert survivors(root, version, [m["uniqKey"]], tmp_path)[m["uniqKey"]] == ("found", m["queueId"], m["queueOffset"])
+
+
+@pytest.mark.parametrize("version,name,segment,topic,queue,units", [
+    ("5.3.3", "crashed-small", "00000000000001048576", "%RETRY%oracle_consumer_group_with_a_very_long", "1", range(0, 3)),
+    ("4.2.0", "cqext-small", "00000000000002097152", "TopicTest", "0", range(34, 37)),
+])
+def test_a_run_of_entries_astray_is_written_again_entry_by_entry(tmp_path, version, name, segment, topic, queue, units):
+    """Three consecutive entries' offset bytes zeroed in a queue with lost records. 5.3.3: a later record
+    repeats the first one's QUEUEOFFSET (the dispatch skips it): it is not one of the run, and the entry stays
+    its first record's. 4.2.0 with ``consumequeue_ext/``: the third entry now points at offset 0, a record of
+    another queue, and each entry keeps its ext address (mqtool makes none). Each entry is written again as the
+    real broker wrote it; before this stop, the three messages stayed unconsumable."""
+    root = copy_store(version, name, tmp_path / "s")
+    directory = next(p for p in (root / "consumequeue").iterdir() if p.name.startswith(topic)) / queue
+    unit = directory / "00000000000000000000"
+    original = unit.read_bytes()
+    damaged = bytearray(original)
+    for k in units:
+        damaged[k * 20 : k * 20 + 6] = bytes(6)
+    unit.write_bytes(bytes(damaged))
+    (root / "commitlog" / segment).write_bytes(b"")
+    rc, _, err = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup", timeout=TIMEOUT)
+    assert rc == EXIT_FINDINGS and "mend-units" in err, err
+    assert unit.read_bytes()[units.start * 20 : units.stop * 20] == original[units.start * 20 : units.stop * 20]

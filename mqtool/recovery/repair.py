@@ -388,10 +388,11 @@ class _LostData:
 
     def _astray(self, findings: list[Finding]) -> set[int]:
         """Of the queues with lost records, the ``cq-entry-missing`` runs whose every queue offset holds an
-        entry pointing where no record starts (its offset bytes damaged), with those entries (by ``id``):
-        each record's own entry written there keeps the queue's numbering (``unit_fixes``)."""
+        entry pointing where no record starts, or at another queue's record (its offset bytes damaged), with
+        those entries (by ``id``): each record's own entry written there keeps the queue's numbering (``unit_fixes``)."""
         dangling = {(_queue_of(f), f.details["queue_offset"]): f for f in findings
-                    if f.kind == "cq-entry-dangling" and _queue_of(f) in self.queues and not self.holds(f.offset) and "queue_offset" in (f.details or {})}
+                    if (f.kind == "cq-entry-dangling" or f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") == "topic/queue")
+                    and _queue_of(f) in self.queues and not self.holds(f.offset) and "queue_offset" in (f.details or {})}
         mended: set[int] = set()
         for f in findings:
             d = f.details or {}
@@ -450,14 +451,14 @@ UNIT_FIELDS = {"size": 1, "tags code": 2}  # a ``cq-entry-mismatch`` field: its 
 def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
     """``fill-units`` for ``Triage.units``: the entry points at its record, so the record's value (as
     ``ConsumeQueue.putMessagePositionInfo`` writes it) replaces the damaged size or tags code in place;
-    or the entry at a record's QUEUEOFFSET points where no record starts, and the record's own entry
-    is written there (``_LostData.mended``)."""
+    or the entry at a record's QUEUEOFFSET points where no record starts, or at another queue's record,
+    and the record's own entry is written there (``_LostData.mended``)."""
     by_unit: dict[tuple[str, int], list[Finding]] = {}
     actions = []
     for f in findings:
         if f.kind == "cq-entry-missing":
             actions += _entries_of_records(store, f)
-        elif f.kind == "cq-entry-mismatch":
+        elif f.kind == "cq-entry-mismatch" and f.details["field"] in UNIT_FIELDS:  # (an entry astray: its record's run writes it)
             by_unit.setdefault((f.file, f.details["queue_offset"]), []).append(f)
     for (path, queue_offset), fs in sorted(by_unit.items()):
         entry = store.consume_queue(fs[0].details["topic"], int(fs[0].details["queue_id"])).read_entry(queue_offset)
@@ -474,14 +475,18 @@ def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
 
 def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
     """``fill-units`` writing each record of a ``cq-entry-missing`` run into its QUEUEOFFSET's unit,
-    as the dispatch would (``dispatch_request``), where that unit points where no record starts."""
+    as the dispatch would (``dispatch_request``), where that unit points elsewhere (``_LostData._astray``)."""
     d = missing.details
     topic, queue_id = d["topic"], int(d["queue_id"])
     queue = store.consume_queue(topic, queue_id)
-    actions = []
+    actions, wanted = [], d["first_queue_offset"]
+    ext = store.root is not None and (store.root / "consumequeue_ext").is_dir()
     for record in store.commitlog.scan(missing.offset, d["last_offset"] + 1):
-        if record.topic_name != topic or record.queue_id != queue_id or not d["first_queue_offset"] <= record.queue_offset <= d["last_queue_offset"]:
+        # the run's records are the first of each queue offset in turn, as the dispatch places them: a later
+        # record of a queue offset already placed (a duplicate the 4.2.0+ dispatch skips) is not one of them
+        if record.topic_name != topic or record.queue_id != queue_id or record.queue_offset != wanted:
             continue
+        wanted += 1
         entry, base = queue.read_entry(record.queue_offset), record.queue_offset * cqfmt.ENTRY_SIZE
         path = next((p for b, p in reversed(queue.files) if b <= base), None)
         if entry is None or path is None or entry.phys_offset == record.offset:
@@ -491,9 +496,11 @@ def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
         except CorruptRecord:  # a DELAY the dispatch cannot parse: the broker writes no entry for it either
             continue
         start = base - int(path.name)
+        # with consumequeue_ext/ (rules §3.9) the dispatch wrote an ext address, which mqtool does not make: the unit's stays
+        tags = entry.tags_code if ext and cqfmt.is_ext_address(entry.tags_code) else request.tags_code
         actions.append(Action("fill-units", os.path.relpath(path, store.root), start=start, end=start + cqfmt.ENTRY_SIZE,
-                              unit=(request.commit_log_offset, request.msg_size, request.tags_code),
-                              note=f"queue offset {record.queue_offset}: the entry pointed to {entry.phys_offset}, where no record starts; its record's, at {record.offset}"))
+                              unit=(request.commit_log_offset, request.msg_size, tags),
+                              note=f"queue offset {record.queue_offset}: the entry pointed to {entry.phys_offset}, not its record; its record's, at {record.offset}"))
     return actions
 
 
@@ -523,14 +530,14 @@ def steps_of(t: Triage) -> list[RepairStep]:
     def kinds(found: Iterable[Finding]) -> str:
         return ", ".join(sorted({f.kind for f in found}))
 
-    units = (len({(f.file, f.details["queue_offset"]) for f in t.units if f.kind == "cq-entry-mismatch"})
+    units = (len({(f.file, f.details["queue_offset"]) for f in t.units if f.kind == "cq-entry-mismatch" and f.details["field"] in UNIT_FIELDS})
              + sum(f.details["records"] for f in t.units if f.kind == "cq-entry-missing"))  # entries written
     steps = [RepairStep(step, True, why, paths) for found, step, why, paths in (
         (t.queues, "rebuild-cq", f"{len(t.queues)} consume queue(s) with {kinds(f for fs in t.queues.values() for f in fs)}: "
          "regenerated from the commit log, an entry for every record the broker serves (no broker start rebuilds a missing entry or drops "
          "a bad one)", tuple(f"consumequeue/{topic}/{qid}" for topic, qid in sorted(t.queues))),
         (t.units, "mend-units", f"{units} consume queue entr{'y' if units == 1 else 'ies'} whose size or tags code differs from the record "
-         "it points at, or that points where no record starts while the record of its queue offset has none, in queues a rebuild would "
+         "it points at, or that points elsewhere while the record of its queue offset has none, in queues a rebuild would "
          "renumber around lost records: the record's values written in place (consumers read the message again)", tuple(sorted({f.file for f in t.units}))),
         (t.index, "rebuild-index", f"{kinds(t.index)}: every index file regenerated from the commit log (IndexService never drops entries "
          "past the end nor rebuilds a file)", ("index",)),
