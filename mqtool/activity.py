@@ -3,8 +3,8 @@
 The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
 runs after them report the bytes they walk as ``(stage, delta, total)``, an apply how far the
 plan's batches it writes reach, a backup copied to another file system and ``restore`` the bytes
-they copy; a command that draws bars listens while it works (``listening``). Nothing listens by default (library calls, tests, pipes,
-Spark), and then a report costs one test."""
+they copy; a command that draws bars listens while it works (``listening``). Nothing listens by
+default (library calls, tests, pipes, Spark), and then a report costs one test."""
 
 from __future__ import annotations
 
@@ -51,14 +51,18 @@ def reporter(stage: str, start: int, stop: int) -> Callable[[int], None] | None:
     return reached
 
 
-def reached_by(batches: Iterable, stage: str, start: int, stop: int) -> Iterator:
-    """``batches`` of records (``offsets``, ``sizes``: where each is and its length) passed on, the
-    offset each reaches told to whoever listens; closing this closes ``batches``."""
-    reached = reporter(stage, start, stop)
+def reached_by(batches: Iterable, stage: str, start: int, end: Callable[[], int]) -> Iterable:
+    """``batches`` of records (``offsets``, ``sizes``: where each is and its length), the offset each
+    reaches told to whoever listens; ``end()``, where they stop, asked only then. Unchanged when
+    nobody listens; closing what is returned closes ``batches``."""
+    reached = reporter(stage, start, end()) if _listener is not None else None
+    return batches if reached is None else _reporting(batches, reached)
+
+
+def _reporting(batches: Iterable, reached: Callable[[int], None]) -> Iterator:
     try:
         for batch in batches:
-            if reached is not None:
-                reached(int(batch.offsets[-1] + batch.sizes[-1]))
+            reached(int(batch.offsets[-1] + batch.sizes[-1]))
             yield batch
     finally:
         close = getattr(batches, "close", None)

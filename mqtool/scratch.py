@@ -11,8 +11,9 @@ import errno
 import os
 
 from .errors import BadInput
+from .fileops import WRITE_REFUSED
 
-REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.ENOENT, errno.EACCES, errno.EROFS)  # what the machine refuses, not a bug
+REFUSED = WRITE_REFUSED + (errno.ENOENT, errno.EACCES)  # what the machine refuses, not a bug: a write, or the directory
 
 
 def scratch_file(prefix: str):

@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -443,6 +444,13 @@ def refuse_changed(changed: list[str]) -> None:
             f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
             "pass --force to restore anyway"
         )
+
+
+def unfinished_restore_line(pending: Path) -> str:
+    """What a restore of ``pending`` that stopped left, and the one way on: ``restore`` again finishes
+    it (a repair's whole backup when one of its stages was being restored)."""
+    return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
+            f"finish it with: mqtool restore {shlex.quote(str(restore_target(Path(pending))))} --yes")
 
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:

@@ -36,7 +36,7 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, restore_target, staging_path, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, unfinished_restore_line, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
 
@@ -326,9 +326,9 @@ class Executor:
                     continue
                 cached = self.cache.batches(number) if self.cache is not None else None
                 if cached is not None:
-                    batches, topics = cached, self.cache.topics
-                    if activity.listener() is not None:  # the plan's own batches: no scan says how far they reach
-                        batches = activity.reached_by(batches, "writing queues and index", phase.start, store.commitlog.end_of_writes(phase.stop))
+                    # the plan's own batches: no scan says how far they reach
+                    batches = activity.reached_by(cached, "writing queues and index", phase.start, lambda: store.commitlog.end_of_writes(phase.stop))
+                    topics = self.cache.topics
                 else:
                     topics = TopicTable()
                     batches = (
@@ -511,7 +511,7 @@ def resume_pending(store_root: Path, progress=None) -> BackupSet | None:
         return None
     backup = BackupSet.open(pending)
     if backup.restore_interrupted:  # finishing the apply now would keep the files the restore put back as done steps
-        raise Refused(f"a restore of {pending} was interrupted on this store: finish it first with: mqtool restore {shlex.quote(str(restore_target(pending)))} --yes")
+        raise Refused(unfinished_restore_line(pending))
     plan = Plan.from_dict(backup.manifest["plan"])
     if backup.complete:
         clear_pending(store_root)

@@ -18,7 +18,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, refuse_changed, remove_leftovers, repair_stages, stopped_repair, write_pending
+from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -27,7 +27,7 @@ from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
-from .store_state import interrupted_restore_line, restore_interrupted, stopped_repair_line, stopped_repair_state
+from .store_state import restore_interrupted, stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 from .progress import scans_shown
 
@@ -122,7 +122,7 @@ def note_interrupted(root: Path) -> None:
     """A plan printed without applying (``--dry-run``, ``--plan-out``) on a half-applied or partly restored store."""
     pending = read_pending(root)
     if restore_interrupted(pending):
-        note(f"{interrupted_restore_line(pending)}; this plan is made on the partly restored store")
+        note(f"{unfinished_restore_line(pending)}; this plan is made on the partly restored store")
         return
     note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
          f"run the command with --yes to finish that apply first, or undo it with: mqtool restore {shell_path(pending)} --yes")
@@ -133,7 +133,7 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     if pending is None:
         return
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
-        raise Refused(interrupted_restore_line(pending))
+        raise Refused(unfinished_restore_line(pending))
     if not yes:
         raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
     note(f"finishing the interrupted apply first (backup {pending})")

@@ -33,15 +33,6 @@ def restore_interrupted(backup: Path) -> bool:
         return False
 
 
-def interrupted_restore_line(pending: Path) -> str:
-    """What a restore of ``pending`` that stopped left, and the one way on: ``restore`` again finishes
-    it (a repair's whole backup when one of its stages was being restored)."""
-    from ..apply.backup import restore_target
-
-    return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
-            f"finish it with: mqtool restore {shell_path(restore_target(pending))} --yes")
-
-
 def stopped_repair_state(root: Path) -> dict | None:
     """``store_state``'s ``interrupted_repair`` (``apply.backup.stopped_repair``)."""
     from ..apply.backup import stopped_repair
@@ -67,7 +58,9 @@ def state_lines(state: dict, root: Path) -> list[str]:
     pending, stopped = state["interrupted_apply"], state.get("interrupted_repair")
     restoring = pending is not None and restore_interrupted(Path(pending))
     if restoring:
-        lines.append(interrupted_restore_line(Path(pending)))
+        from ..apply.backup import unfinished_restore_line
+
+        lines.append(unfinished_restore_line(Path(pending)))
     elif stopped is not None:
         lines.append(stopped_repair_line(root, stopped))
     a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])

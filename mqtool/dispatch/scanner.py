@@ -231,9 +231,7 @@ class DispatchScanner:
         """The batches, walked and parsed in a background thread while the caller consumes them
         (how far they reach told to whoever listens, ``activity``)."""
         batches = produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
-        if activity.listener() is not None:
-            batches = activity.reached_by(batches, STAGES[self.discipline], self.start, self.commitlog.end_of_writes(self.stop))
-        yield from batches
+        yield from activity.reached_by(batches, STAGES[self.discipline], self.start, lambda: self.commitlog.end_of_writes(self.stop))
 
     def _produce_from(self, pos: int) -> Iterator[DispatchBatch]:
         """The batches from ``pos`` on, segment after segment in this thread."""
