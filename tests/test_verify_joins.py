@@ -220,10 +220,11 @@ def test_compiled_unit_decoder_equals_the_schema_on_every_fixture_queue_file(ver
     for path in files:
         raw = path.read_bytes()[: units(path) * cqfmt.ENTRY_SIZE] + extra
         n = len(raw) // cqfmt.ENTRY_SIZE
-        phys, size, tags = (np.empty(n, dtype=np.int64) for _ in range(3))
-        invalid, fillers = consumequeue.decode_units(np.frombuffer(raw, dtype=np.uint8), phys, size, tags)
+        rows = np.empty((n, 4), dtype=np.int64)
+        invalid, fillers = consumequeue.decode_units(np.frombuffer(raw, dtype=np.uint8), 1000, rows)
         expected = [cqfmt.ENTRY.unpack_from(raw, i * cqfmt.ENTRY_SIZE) for i in range(n)]
-        assert list(zip(phys.tolist(), size.tolist(), tags.tolist())) == expected
+        assert rows[:, [consumequeue.PHYS, consumequeue.SIZE, consumequeue.TAGS]].tolist() == [list(e) for e in expected]
+        assert rows[:, consumequeue.QOFF].tolist() == list(range(1000, 1000 + n))
         assert invalid == sum(1 for p, s, _ in expected if p < 0 or s <= 0) >= 2
         assert fillers == sum(1 for e in expected if e == cqfmt.FILLER) >= 1
 
@@ -243,6 +244,80 @@ def put_key_replay(entries: list, slots: int) -> tuple:
         heads += e.prev_index == 0
         last_seen[slot] = e.position
     return bad, first_bad, negative, heads, last_seen
+
+
+def entries_match_by_records(phy, hashes, diffs, begins, ends, offsets, counts, keys, store_ts, lower) -> int:
+    """``index.entries_match``'s answer, record by record: -1, 0, or 1 (equal as multisets only)."""
+    if any(b < a for a, b in itertools.pairwise(phy)):
+        return -1
+    judged = [j for j in range(len(phy)) if phy[j] >= lower]
+    if judged != list(range(len(phy) - len(judged), len(phy))):
+        return -1
+    at, expected_keys = 0, []
+    for offset, count in zip(offsets, counts):
+        expected_keys.append((offset, keys[at : at + count]))
+        at += count
+    found = [(int(phy[j]), int(hashes[j])) for j in judged]
+    if [p for p, _ in found] != [o for o, k in expected_keys for _ in k]:
+        return -1
+    for j in judged:
+        k = int(np.searchsorted(ends, j, side="right"))
+        r = offsets.index(int(phy[j]))
+        if diffs[j] != (ixfmt.time_diff_seconds(store_ts[r], begins[k]) if begins[k] > 0 else 0):
+            return -1
+    return 0 if [h for _, h in found] == keys else 1
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_index_join_equals_a_record_by_record_reading(seed):
+    """``index.entries_match`` on a batch's entries, as they are and with one thing changed: a
+    hash (put order lost, or a key not the record's), an offset, a time difference, an entry too
+    many or too few, an entry out of order, the range's lower bound."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 12))
+    offsets = sorted(rng.choice(1 << 20, n, replace=False).tolist())
+    counts = rng.integers(0, 4, n).tolist()
+    store_ts = (1_700_000_000_000 + rng.integers(0, 10_000_000, n)).tolist()
+    keys = rng.integers(0, 1 << 31, sum(counts)).tolist()
+    below = int(rng.integers(0, 3))  # entries of earlier records, below ``lower``
+    begins = [1_700_000_000_000 - 5000, 0][: int(rng.integers(1, 3))]
+    phy = [int(offsets[0]) - 10 - b for b in range(below, 0, -1)] + [o for o, c in zip(offsets, counts) for _ in range(c)]
+    hashes = rng.integers(0, 1 << 31, below).tolist() + list(keys)
+    m = len(phy)
+    ends = [m] if len(begins) == 1 else [m // 2, m]
+    diffs = []
+    for j, p in enumerate(phy):
+        begin = begins[int(np.searchsorted(ends, j, side="right"))]
+        ts = store_ts[offsets.index(p)] if p in offsets else store_ts[0]
+        diffs.append(ixfmt.time_diff_seconds(ts, begin) if begin > 0 else 0)
+    lower = int(offsets[0])
+    cases = [(phy, hashes, diffs)]
+    if m > below:
+        j = int(rng.integers(below, m))
+        for change in ("hash", "swap", "phy", "diff", "extra", "missing", "order"):
+            p, h, d = list(phy), list(hashes), list(diffs)
+            if change == "hash":
+                h[j] += 1
+            elif change == "swap" and j + 1 < m:
+                h[j], h[j + 1] = h[j + 1], h[j]
+            elif change == "phy":
+                p[j] += 1
+            elif change == "diff":
+                d[j] += 1
+            elif change == "extra":
+                p.insert(j, p[j]), h.insert(j, h[j]), d.insert(j, d[j])
+            elif change == "missing":
+                del p[j], h[j], d[j]
+            elif change == "order" and j > 0:
+                p[j - 1], p[j] = p[j], p[j - 1]
+            cases.append((p, h, d))
+    for p, h, d in cases:
+        e = [min(x, len(p)) for x in ends[:-1]] + [len(p)]
+        arrays = [np.asarray(v, dtype=np.int64) for v in (p, h, d, begins, e, offsets, counts, keys, store_ts)]
+        code, skipped = index.entries_match(*arrays, lower)
+        assert code == entries_match_by_records(p, h, d, begins, e, offsets, counts, keys, store_ts, lower)
+        if code >= 0:
+            assert skipped == sum(1 for x in p if x < lower)
 
 
 @pytest.mark.parametrize("version,name", STORES)
@@ -335,18 +410,27 @@ def test_queue_groups_equals_a_python_grouping(queues, capacity, monkeypatch):
     groups = {r: g for g, rows in enumerate(expected.values()) for r in rows}
     assert gid.tolist() == [groups.get(r, -1) for r in range(n)]
     columns = [rng.integers(0, 1 << 40, n) for _ in range(4)]  # offsets, sizes, QUEUEOFFSETs, tags codes (none an ext address)
-    order = [r for rows in expected.values() for r in rows]
-    entries = [c[order] for c in (columns[2], columns[0], columns[1], columns[3])]  # qoff, phys, size, tags
-    starts = np.cumsum([0, *counts.tolist()])[:-1]
+    entries = np.zeros((len(order := [r for rows in expected.values() for r in rows]), 4), dtype=np.int64)
+    for column, values in ((consumequeue.QOFF, columns[2]), (consumequeue.PHYS, columns[0]), (consumequeue.SIZE, columns[1]), (consumequeue.TAGS, columns[3])):
+        entries[:, column] = values[order]
+    bounds = np.cumsum([0, *counts.tolist()])
+    views = lambda e: [e[lo:hi] for lo, hi in zip(bounds[:-1], bounds[1:])]  # each group's entries, as the cursors' windows give them
+    view_of = np.arange(len(keys), dtype=np.int64)
     ext = np.zeros(len(keys), dtype=np.int64)
-    assert consumequeue.join_groups(gid, starts.copy(), *entries, *columns, ext) and not ext.any()  # (each call uses its starts up)
-    ext_entry = [e.copy() for e in entries]
-    ext_entry[3][0] = cqfmt.EXT_MAX_ADDRESS  # a ConsumeQueueExt address: counted, not compared
-    assert consumequeue.join_groups(gid, starts.copy(), *ext_entry, *columns, ext) and ext.tolist() == [1] + [0] * (len(keys) - 1)
+    assert consumequeue.join_groups(gid, view_of, views(entries), *columns, ext) and not ext.any()
+    ext_entry = entries.copy()
+    ext_entry[0, consumequeue.TAGS] = cqfmt.EXT_MAX_ADDRESS  # a ConsumeQueueExt address: counted, not compared
+    assert consumequeue.join_groups(gid, view_of, views(ext_entry), *columns, ext) and ext.tolist() == [1] + [0] * (len(keys) - 1)
     for field in range(4):
-        changed = [e.copy() for e in entries]
-        changed[field][len(order) // 2] += 1
-        assert not consumequeue.join_groups(gid, starts.copy(), *changed, *columns, ext)
+        changed = entries.copy()
+        changed[len(order) // 2, field] += 1
+        assert not consumequeue.join_groups(gid, view_of, views(changed), *columns, ext)
+    short = views(entries)
+    short[-1] = short[-1][:-1]  # a group with more records than entries
+    assert not consumequeue.join_groups(gid, view_of, short, *columns, ext)
+    skipped = view_of.copy()
+    skipped[-1] = -1  # a group not compared: its records are passed over
+    assert consumequeue.join_groups(gid, skipped, short, *columns, ext)
 
 
 def rewrite_unit(path: Path, number: int, change) -> tuple:

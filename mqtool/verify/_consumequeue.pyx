@@ -1,6 +1,7 @@
 """Compiled kernels of ``verify/consumequeue.py``: consume queue units decoded, a batch's records
 grouped by queue, and the groups joined with their queues' entries (reference §5.1)."""
 
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 
 from mqtool.store._bytes cimport be_signed
@@ -23,12 +24,20 @@ cdef uint64_t M32 = 0xFFFFFFFF
 cdef uint64_t MIX = 0x9E3779B97F4A7C15  # Fibonacci hashing of the queue keys: the top bits index the table
 
 
-def decode_units(const uint8_t[::1] data, int64_t[::1] phys, int64_t[::1] size, int64_t[::1] tags):
-    """The units of ``data`` into ``phys``, ``size``, ``tags`` (§5.1; ``UNIT_DTYPE`` read in one
-    pass); returns (units that are not entries, phys < 0 or size <= 0: filler units)."""
-    cdef Py_ssize_t i, p, n = phys.shape[0], invalid = 0, fillers = 0
+cdef enum:  # the columns of a queue's entries (``decode_units``, ``join_groups``)
+    QOFF, PHYS, SIZE, TAGS, ENTRY_COLUMNS
+
+COLUMNS = (QOFF, PHYS, SIZE, TAGS)  # for ``consumequeue.py``: queue offset, commit log offset, size, tags code
+
+
+def decode_units(const uint8_t[::1] data, int64_t first, int64_t[:, ::1] entries):
+    """The units of ``data`` as rows of ``entries`` (``COLUMNS``; the first unit's queue offset is
+    ``first``; ``UNIT_DTYPE`` read in one pass); returns (units that are not entries, phys < 0 or
+    size <= 0: filler units)."""
+    cdef Py_ssize_t i, p, n = entries.shape[0], invalid = 0, fillers = 0
     cdef int64_t a, b, c
     cdef const uint8_t* buf
+    assert entries.shape[1] == ENTRY_COLUMNS and data.shape[0] >= n * UNIT
     if n == 0:
         return 0, 0
     buf = &data[0]
@@ -38,9 +47,10 @@ def decode_units(const uint8_t[::1] data, int64_t[::1] phys, int64_t[::1] size, 
             a = be_signed(buf, p + PHYS_AT, PHYS_W)
             b = be_signed(buf, p + SIZE_AT, SIZE_W)
             c = be_signed(buf, p + TAGS_AT, TAGS_W)
-            phys[i] = a
-            size[i] = b
-            tags[i] = c
+            entries[i, QOFF] = first + i
+            entries[i, PHYS] = a
+            entries[i, SIZE] = b
+            entries[i, TAGS] = c
             if a < 0 or b <= 0:
                 invalid += 1
             elif b == FILLER_SIZE and c == FILLER_TAGS:  # a >= 0 here: ``cqfmt.is_filler``
@@ -94,31 +104,52 @@ def queue_groups(const int64_t[:] topic_ids, const int64_t[:] queue_ids, const i
     return groups
 
 
-def join_groups(const int32_t[::1] gid, int64_t[::1] fill, const int64_t[:] qoff, const int64_t[:] phys, const int64_t[:] size, const int64_t[:] tags,
-                const int64_t[:] offsets, const int64_t[:] sizes, const int64_t[:] queue_offsets, const int64_t[:] rec_tags, int64_t[::1] ext):
+def join_groups(const int32_t[::1] gid, const int64_t[::1] view_of, list views, const int64_t[:] offsets, const int64_t[:] sizes,
+                const int64_t[:] queue_offsets, const int64_t[:] rec_tags, int64_t[::1] ext):
     """Whether the queue entries equal the records of their groups, in commit log order: group
-    ``g``'s entries are ``fill[g]`` on (-1: the group is not compared; ``fill`` is used up: each
-    moves on as its entries are read), one per record of the group (offset, size, QUEUEOFFSET,
-    and the tags code unless the entry's is a ConsumeQueueExt address, §5.1, which is not
-    compared: ``ext[g]`` counts them). False at the first difference. Records are read in
-    order, each group's entries as a stream of its own."""
-    cdef Py_ssize_t r, g, i
+    ``g``'s entries are the rows of ``views[view_of[g]]`` (-1: the group is not compared; each
+    view is ``decode_units``' rows from its queue's head on), one per record of the group in
+    turn (offset, size, QUEUEOFFSET, and the tags code unless the entry's is a ConsumeQueueExt
+    address, §5.1, which is not compared: ``ext[g]`` counts them). False at the first
+    difference, or when a group has more records than its view rows."""
+    cdef Py_ssize_t r, g, groups = view_of.shape[0]
     cdef bint same = True
-    with nogil:
-        for r in range(gid.shape[0]):
-            g = gid[r]
-            if g < 0:
-                continue
-            i = fill[g]
-            if i < 0:
-                continue
-            fill[g] = i + 1
-            if phys[i] != offsets[r] or size[i] != sizes[r] or qoff[i] != queue_offsets[r]:
-                same = False
-                break
-            if tags[i] <= EXT_MAX_ADDRESS:
-                ext[g] += 1
-            elif tags[i] != rec_tags[r]:
-                same = False
-                break
+    cdef const int64_t[:, ::1] view
+    cdef const int64_t* e
+    cdef const int64_t** at = <const int64_t**>PyMem_Malloc(groups * sizeof(int64_t*) + 1)
+    cdef const int64_t** end = <const int64_t**>PyMem_Malloc(groups * sizeof(int64_t*) + 1)
+    if at == NULL or end == NULL:
+        PyMem_Free(at)
+        PyMem_Free(end)
+        raise MemoryError()
+    try:
+        for g in range(groups):  # the views stay referenced by ``views`` while their rows are read
+            at[g] = end[g] = NULL
+            if view_of[g] >= 0:
+                view = views[view_of[g]]
+                assert view.shape[1] == ENTRY_COLUMNS
+                if view.shape[0]:
+                    at[g] = &view[0, 0]
+                    end[g] = at[g] + view.shape[0] * ENTRY_COLUMNS
+        with nogil:
+            for r in range(gid.shape[0]):
+                g = gid[r]
+                if g < 0 or view_of[g] < 0:
+                    continue
+                e = at[g]
+                if e == end[g]:
+                    same = False
+                    break
+                at[g] = e + ENTRY_COLUMNS
+                if e[PHYS] != offsets[r] or e[SIZE] != sizes[r] or e[QOFF] != queue_offsets[r]:
+                    same = False
+                    break
+                if e[TAGS] <= EXT_MAX_ADDRESS:
+                    ext[g] += 1
+                elif e[TAGS] != rec_tags[r]:
+                    same = False
+                    break
+    finally:
+        PyMem_Free(at)
+        PyMem_Free(end)
     return same

@@ -80,36 +80,41 @@ def check_chains(const int64_t[::1] hashes, const int64_t[::1] prevs, int64_t fi
 
 
 def entries_match(const int64_t[::1] phy, const int64_t[::1] hashes, const int64_t[::1] diffs, const int64_t[::1] begins, const int64_t[::1] ends,
-                  const int64_t[::1] offsets, const int64_t[:] counts, const int64_t[::1] keys, const int64_t[:] store_ts, int64_t lower, int64_t[::1] seen):
+                  const int64_t[::1] offsets, const int64_t[:] counts, const int64_t[::1] keys, const int64_t[:] store_ts, int64_t lower):
     """Whether index entries (in file order; entry ``j`` of the file slice ``k`` where
     ``ends[k - 1] <= j < ends[k]`` has that file's ``begins[k]``) are exactly the keys of the
     batch's records (``offsets``, ``counts`` keys each, ``keys`` in put order): entries below
     ``lower`` lead and are not judged; the others point at records in order, each record has as
     many entries as keys, each carries its record's time difference (``ixfmt.time_diff_seconds``,
-    §6.6). Returns (code, entries skipped below ``lower``): code -1 a difference, 0 equal,
-    1 equal but for the hashes' order (the caller compares each record's keys as a multiset).
-    ``seen``: zeros, one per record."""
-    cdef Py_ssize_t m = phy.shape[0], n = offsets.shape[0], j, r = 0, k = 0, t, skipped = 0
-    cdef int64_t p, begin, d, expected
-    cdef int code = 0
+    §6.6). One pass over the entries. Returns (code, entries skipped below ``lower``): code -1 a
+    difference, 0 equal, 1 equal but for the hashes' order (the caller compares each record's
+    keys as a multiset)."""
+    cdef Py_ssize_t m = phy.shape[0], n = offsets.shape[0], j, r = 0, k = 0, skipped = 0, at = 0, timed_r = -1, timed_k = -1
+    cdef int64_t p, begin, d, expected = 0, seen = 0  # seen: entries of record ``r`` so far
+    cdef int code = 0  # -1 at the first difference, 1 once a hash is out of put order
     with nogil:
-        for j in range(1, m):
-            if phy[j] < phy[j - 1]:
-                code = -2
+        while skipped < m and phy[skipped] < lower:
+            if skipped and phy[skipped] < phy[skipped - 1]:
+                code = -1
                 break
-        if code == 0:
-            while skipped < m and phy[skipped] < lower:
-                skipped += 1
-            for j in range(skipped, m):
-                p = phy[j]
-                while r < n and offsets[r] < p:
-                    r += 1
-                if r >= n or offsets[r] != p:
-                    code = -1
-                    break
-                seen[r] += 1
-                while ends[k] <= j:
-                    k += 1
+            skipped += 1
+        j = skipped
+        while code >= 0 and j < m:
+            p = phy[j]
+            if j and p < phy[j - 1]:
+                code = -1
+                break
+            while r < n and offsets[r] < p and seen == counts[r]:
+                r += 1
+                seen = 0
+            if r >= n or offsets[r] != p or at >= keys.shape[0]:
+                code = -1
+                break
+            seen += 1
+            while ends[k] <= j:
+                k += 1
+            if r != timed_r or k != timed_k:  # the record's time difference, once per record and file
+                timed_r, timed_k = r, k
                 begin = begins[k]
                 expected = 0
                 if begin > 0:
@@ -117,19 +122,16 @@ def entries_match(const int64_t[::1] phy, const int64_t[::1] hashes, const int64
                     expected = (d if d > 0 else 0) // 1000
                     if expected > INT32_MAX:
                         expected = INT32_MAX
-                if diffs[j] != expected:
-                    code = -1
-                    break
-        if code == 0:
-            for r in range(n):
-                if seen[r] != counts[r]:
-                    code = -1
-                    break
-        if code == 0:
-            for t in range(m - skipped):
-                if hashes[skipped + t] != keys[t]:
-                    code = 1
-                    break
-    if code == -2:
-        return -1, 0
-    return code, skipped
+            if diffs[j] != expected:
+                code = -1
+                break
+            if hashes[j] != keys[at]:
+                code = 1
+            at += 1
+            j += 1
+        while code >= 0 and r < n:  # the records from the last entry's on: each with all its keys
+            if seen != counts[r]:
+                code = -1
+            r += 1
+            seen = 0
+    return code, (skipped if code >= 0 else 0)

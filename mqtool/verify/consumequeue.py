@@ -14,7 +14,7 @@ anything else returns False before any state changed and is reported record by r
 from __future__ import annotations
 
 import os
-from collections import deque, namedtuple
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Iterator
@@ -31,7 +31,7 @@ from ..store.consumequeue import READ_BELOW, has_queue_directory
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ..store.nextstart import refused_by
-from ._consumequeue import decode_units, join_groups, queue_groups
+from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
 from .commitlog import relative
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
@@ -39,6 +39,7 @@ from .logstream import LogRecord
 if TYPE_CHECKING:
     from .columns import RecordColumns
 
+QOFF, PHYS, SIZE, TAGS = COLUMNS  # of a queue's entry rows
 _dispatched = lru_cache(256)(dispatches_to_consume_queue)  # by SYSFLAG, for the records reported one by one
 CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
@@ -131,38 +132,26 @@ def group_queues(topic_ids, queue_ids, sys_flags, skip_topic):
     raise AssertionError("a batch has no more queues than records")
 
 
-class _Chunk:
-    """Entries of a queue; ``events[i]``: findings due when entry ``i`` becomes the head
-    (for the last, empty chunk: when the head becomes None)."""
-
-    __slots__ = ("qoff", "phys", "size", "tags", "events", "last")
-
-    def __init__(self, qoff, phys, size, tags, events: dict[int, list], last: bool = False):
-        self.qoff, self.phys, self.size, self.tags, self.events, self.last = qoff, phys, size, tags, events, last
-
-    def __len__(self) -> int:
-        return self.phys.shape[0]
-
-
-_EMPTY = np.empty(0, dtype=np.int64)
+_NO_ENTRIES = np.empty((0, len(COLUMNS)), dtype=np.int64)
 
 
 class QueueCursor:
-    """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into arrays: ``head``
-    (an ``Entry``), ``skip``, ``peek``, ``entries``. Fillers a read passes
-    (``ConsumeQueueCheck.skipped``) are skipped; invalid units followed by valid ones, and missing files, are findings, each emitted when
-    the entry after it becomes the head (or the head None): in the merge's commit log order."""
+    """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into the rows of a window
+    (``decode_units``' ``COLUMNS``): ``head`` (an ``Entry``), ``skip``, ``peek``, ``entries``.
+    Fillers a read passes (``ConsumeQueueCheck.skipped``) are left out; invalid units followed by
+    valid ones, and missing files, are findings, each due when the entry after it becomes the head
+    (or the head None): in the merge's commit log order. ``_due`` holds them by window row (a row
+    one past the window's last: due when the entry after it comes, or at the queue's end)."""
 
     def __init__(self, check: "ConsumeQueueCheck", queue: ConsumeQueue | None, topic: str, queue_id: int):
         self.check = check
         self.queue = queue
         self.topic, self.queue_id = topic, queue_id
-        self._gen = self._chunks() if queue is not None else iter((_Chunk(_EMPTY, _EMPTY, _EMPTY, _EMPTY, {}, True),))
-        self._loaded: deque[_Chunk] = deque()
+        self._reads = self._chunks() if queue is not None else iter(((_NO_ENTRIES, {}, True),))
+        self._rows, self._due, self._ended = _NO_ENTRIES, {}, False
         self._i = 0
         self._passed = 0  # entries the head has moved past
         self.head: Entry | None = None
-        self._fill(1)
         self._arrive()
         # the queue offset of the entry the queue's previous dispatched record was found at (``ConsumeQueueCheck._compare``);
         # before the queue's first entry, one less than it: the first record belongs there
@@ -176,8 +165,8 @@ class QueueCursor:
 
     # ---- reading ----
 
-    def _chunks(self) -> Iterator[_Chunk]:
-        """The queue's entries as chunks of arrays, the findings as events."""
+    def _chunks(self) -> Iterator[tuple[np.ndarray, dict[int, list], bool]]:
+        """The queue's entries, a read at a time: (rows, findings due by row, whether the queue ends there)."""
         invalid_from = None
         pending: list = []  # findings due before the next entry
         for read in queue_reads(self.queue, CHUNK_UNITS):
@@ -189,29 +178,25 @@ class QueueCursor:
                 if invalid_from is None:
                     invalid_from = read.offset
                 continue
-            count = len(read.data) // cqfmt.ENTRY_SIZE
-            phys, size, tags = np.empty(count, np.int64), np.empty(count, np.int64), np.empty(count, np.int64)
-            invalid, fillers = decode_units(np.frombuffer(read.data, dtype=np.uint8), phys, size, tags)
-            first_qoff = read.first
+            rows = np.empty((len(read.data) // cqfmt.ENTRY_SIZE, len(COLUMNS)), np.int64)
+            invalid, fillers = decode_units(np.frombuffer(read.data, dtype=np.uint8), read.first, rows)
             if invalid_from is None and not invalid:
-                idx = np.flatnonzero(~self.check.skipped(phys, size, tags)) if fillers else None
-                events = {}
-                if pending and (idx is None or len(idx)):
-                    events, pending = {0: pending}, []
+                if fillers:
+                    rows = rows[~self.check.skipped(rows[:, PHYS], rows[:, SIZE], rows[:, TAGS])]
+                due = {}
+                if pending and len(rows):
+                    due, pending = {0: pending}, []
             else:
-                idx, events, pending, invalid_from = self._slow_units(read.path, phys, size, tags, first_qoff, pending, invalid_from)
-            if idx is None:  # no filler, nothing skipped: the arrays as read
-                yield _Chunk(np.arange(first_qoff, first_qoff + count, dtype=np.int64), phys, size, tags, events)
-            elif len(idx):
-                yield _Chunk(idx + first_qoff, phys[idx], size[idx], tags[idx], events)
-        yield _Chunk(_EMPTY, _EMPTY, _EMPTY, _EMPTY, {0: pending} if pending else {}, True)
+                rows, due, pending, invalid_from = self._slow_units(read.path, rows, pending, invalid_from)
+            if len(rows):
+                yield rows, due, False
+        yield _NO_ENTRIES, {0: pending} if pending else {}, True
 
-    def _slow_units(self, path, phys, size, tags, first_qoff: int, pending: list, invalid_from):
+    def _slow_units(self, path, rows: np.ndarray, pending: list, invalid_from):
         """Units with invalid ones among them, one by one."""
         kept: list[int] = []
-        events: dict[int, list] = {}
-        for i, (p, n, t) in enumerate(zip(phys.tolist(), size.tolist(), tags.tolist())):
-            queue_offset = first_qoff + i
+        due: dict[int, list] = {}
+        for i, (queue_offset, p, n, t) in enumerate(rows.tolist()):
             if p >= 0 and n > 0:
                 if self.check.skipped(p, n, t):
                     continue
@@ -219,32 +204,35 @@ class QueueCursor:
                     pending.append(self.invalid_finding(path, invalid_from, queue_offset))
                     invalid_from = None
                 if pending:
-                    events[len(kept)], pending = pending, []
+                    due[len(kept)], pending = pending, []
                 kept.append(i)
             elif invalid_from is None:
                 invalid_from = queue_offset
-        return np.asarray(kept, dtype=np.int64), events, pending, invalid_from
+        return rows[kept], due, pending, invalid_from
 
-    def _fill(self, n: int) -> None:
-        """Load chunks until ``n`` entries from the head on are loaded, or the last chunk is."""
-        have = sum(len(c) for c in self._loaded) - self._i
-        while have < n and not (self._loaded and self._loaded[-1].last):
-            chunk = next(self._gen)
-            self._loaded.append(chunk)
-            have += len(chunk)
+    def _read_on(self, n: int) -> None:
+        """Read until ``n`` entries from the head on are in the window, or the queue's end is: the
+        window keeps its rows from the head on, the next reads after them."""
+        while len(self._rows) - self._i < n and not self._ended:
+            rows, due, self._ended = next(self._reads)
+            kept = len(self._rows) - self._i
+            shifted = {k - self._i: v for k, v in self._due.items() if k >= self._i}
+            for k, v in due.items():
+                shifted.setdefault(k + kept, []).extend(v)
+            self._rows = np.concatenate((self._rows[self._i :], rows)) if kept else rows
+            self._due, self._i = shifted, 0
 
     # ---- moving ----
 
     def _arrive(self) -> None:
-        """The head is at ``(_loaded[0], _i)``: emit what is due there and set ``head``."""
-        chunk = self._loaded[0]
-        for finding in chunk.events.get(self._i, ()):
-            self.check.emit(finding)
-        if chunk.last:
-            self.head = None
-        else:
-            i = self._i
-            self.head = Entry(int(chunk.qoff[i]), int(chunk.phys[i]), int(chunk.size[i]), int(chunk.tags[i]))
+        """The head moved to row ``_i``: the entry there read, what is due there emitted, ``head`` set."""
+        if self._i == len(self._rows):
+            self._read_on(1)
+        if self._due:
+            for finding in self._due.pop(self._i, ()):
+                self.check.emit(finding)
+        i = self._i
+        self.head = Entry(*self._rows[i].tolist()) if i < len(self._rows) else None
 
     @property
     def label(self) -> str:
@@ -271,44 +259,22 @@ class QueueCursor:
     def skip(self, n: int) -> None:
         """Move the head ``n`` entries on, emitting what is due on the way."""
         while n > 0 and self.head is not None:
-            chunk = self._loaded[0]
-            step = min(n, len(chunk) - self._i)
+            step = min(n, len(self._rows) - self._i)
             target = self._i + step
-            for k in sorted(k for k in chunk.events if self._i < k < target):
-                for finding in chunk.events[k]:
+            for k in sorted(k for k in self._due if self._i < k < target) if self._due else ():
+                for finding in self._due.pop(k):
                     self.check.emit(finding)
             self._passed += step
             n -= step
-            if target == len(chunk):
-                self._loaded.popleft()
-                self._fill(1)
-                self._i = 0
-            else:
-                self._i = target
+            self._i = target
             self._arrive()
 
-    def peek(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool]:
-        """(queue offsets, offsets, sizes, tags codes) of the head and the ``n - 1`` entries
-        after it (fewer at the end), and whether moving the head ``n`` on would emit findings."""
-        chunk, i = self._loaded[0], self._i
-        if i + n < len(chunk) and not chunk.events:  # the usual case: views of the head's chunk
-            return chunk.qoff[i : i + n], chunk.phys[i : i + n], chunk.size[i : i + n], chunk.tags[i : i + n], False
-        self._fill(n + 1)
-        parts, due, at = [], False, 0  # at: position (from the head) of the chunk's first unread entry
-        for c, chunk in enumerate(self._loaded):
-            lo = self._i if c == 0 else 0
-            hi = min(len(chunk), lo + n - at)
-            if hi > lo:
-                parts.append((chunk.qoff[lo:hi], chunk.phys[lo:hi], chunk.size[lo:hi], chunk.tags[lo:hi]))
-            due = due or any(k >= lo and 1 <= at + k - lo <= n for k in chunk.events)
-            at += len(chunk) - lo
-            if at > n or chunk.last:
-                break
-        if len(parts) == 1:
-            return (*parts[0], due)
-        if not parts:
-            return _EMPTY, _EMPTY, _EMPTY, _EMPTY, due
-        return (*(np.concatenate(cols) for cols in zip(*parts)), due)
+    def peek(self, n: int) -> tuple[np.ndarray, bool]:
+        """The rows of the head and the ``n - 1`` entries after it (fewer at the end), and
+        whether moving the head ``n`` on would emit findings."""
+        self._read_on(n + 1)
+        i = self._i
+        return self._rows[i : i + n], any(i < k <= i + n for k in self._due)
 
 
 @dataclass
@@ -382,6 +348,7 @@ class ConsumeQueueCheck(FindingSink):
         self._tags_memo: dict[str | None, int] = {}
         self.ext_addresses = 0
         self._batch_topic = np.zeros(0, dtype=np.bool_)  # by topic id: a BatchCQ topic (not checked)
+        self._by_key: dict[int, QueueCursor] = {}  # ``queue_groups``' key (topic id << 32 | QUEUEID) to the queue's cursor
 
     def skipped(self, phys, size, tags):
         """The fillers (``cqfmt.is_filler``) a consumer's read passes: ``MappedFile.selectMappedBuffer(pos,
@@ -433,43 +400,49 @@ class ConsumeQueueCheck(FindingSink):
             self._batch_topic = np.concatenate([self._batch_topic, np.array([name in self.batch_topics for name in names[known:]], dtype=np.bool_)])
         group_keys, counts, first, last, gid = group_queues(columns.topic_ids, columns.queue_ids, columns.sys_flags, self._batch_topic)
         offsets, queue_offsets = columns.offsets, columns.queue_offsets
-        counts, first, last = counts.tolist(), first.tolist(), last.tolist()
-        entry_start = np.full(len(counts), -1, dtype=np.int64)  # where each compared group's entries start in ``parts``
-        plan, parts, at = [], [], 0
+        counts, last_offsets, first_qoffs = counts.tolist(), offsets[last].tolist(), queue_offsets[first].tolist()
+        view_of = np.full(len(counts), -1, dtype=np.int64)  # each compared group's entries: ``views[view_of[g]]``
+        plan, views = [], []
         for g, key in enumerate(group_keys.tolist()):
-            queue_id = key & 0xFFFFFFFF
-            qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
-            cursor = self.cursors.get(qkey)
-            if cursor is None or cursor.head is None or cursor.head.phys > offsets[last[g]]:
-                if cursor is not None and self._skipped_by_dispatch(cursor, int(queue_offsets[first[g]])):
-                    return False  # the record path reports it
-                plan.append((qkey, cursor, g, False))
-                continue
-            if qkey in self.missing:
-                return False  # a missing run closes here: its finding comes from the record path
-            qoff, phys, size, tags, due = cursor.peek(counts[g])
-            if due or phys.shape[0] != counts[g]:
-                return False
-            parts.append((qoff, phys, size, tags))
-            entry_start[g] = at
-            at += counts[g]
-            plan.append((qkey, cursor, g, True))
-        ext = np.zeros(len(counts), dtype=np.int64)
-        if parts:
-            entries = parts[0] if len(parts) == 1 else [np.concatenate(column) for column in zip(*parts)]
-            if not join_groups(gid, entry_start, *entries, offsets, columns.sizes, queue_offsets, columns.tags, ext):
-                return False
-        for qkey, cursor, g, compared in plan:
-            if compared:
-                cursor.skip(counts[g])
-                cursor.last_pos, cursor.placed = int(queue_offsets[last[g]]), True  # the join found every entry at its record's QUEUEOFFSET
-                self.ext_addresses += int(ext[g])
-                continue
+            cursor = self._by_key.get(key)
             if cursor is None:
-                cursor = self.cursors[qkey] = QueueCursor(self, None, *qkey)
+                queue_id = key & 0xFFFFFFFF
+                qkey = (names[key >> 32], queue_id - (1 << 32) if queue_id >= 1 << 31 else queue_id)
+                cursor = self.cursors.get(qkey)
+                if cursor is None:
+                    plan.append((key, qkey, g))
+                    continue
+                self._by_key[key] = cursor
+            head = cursor.head
+            if head is None or head.phys > last_offsets[g]:
+                if self._skipped_by_dispatch(cursor, first_qoffs[g]):
+                    return False  # the record path reports it
+                plan.append((key, cursor, g))
+                continue
+            if (cursor.topic, cursor.queue_id) in self.missing:
+                return False  # a missing run closes here: its finding comes from the record path
+            rows, due = cursor.peek(counts[g])
+            if due or len(rows) != counts[g]:
+                return False
+            view_of[g] = len(views)
+            views.append(rows)
+            plan.append((key, cursor, g))
+        ext = np.zeros(len(counts), dtype=np.int64)
+        if views and not join_groups(gid, view_of, views, offsets, columns.sizes, queue_offsets, columns.tags, ext):
+            return False
+        last_qoffs = queue_offsets[last].tolist()
+        compared = view_of.tolist()
+        for key, cursor, g in plan:
+            if compared[g] >= 0:
+                cursor.skip(counts[g])
+                cursor.last_pos, cursor.placed = last_qoffs[g], True  # the join found every entry at its record's QUEUEOFFSET
+                continue
+            if type(cursor) is tuple:  # a queue without a directory
+                cursor = self.cursors[cursor] = self._by_key[key] = QueueCursor(self, None, *cursor)
             cursor.last_pos = None
             lo, hi = first[g], last[g]
-            self._missing(qkey, int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
+            self._missing((cursor.topic, cursor.queue_id), int(offsets[lo]), int(offsets[hi]), int(queue_offsets[lo]), int(queue_offsets[hi]), counts[g])
+        self.ext_addresses += int(ext.sum())
         return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
