@@ -322,9 +322,9 @@ def test_the_compiled_index_join_equals_a_record_by_record_reading(seed):
 
 @pytest.mark.parametrize("version,name", STORES)
 def test_compiled_chain_replay_equals_put_key_on_every_fixture_index_entry(version, name, sizes):
-    """``index.IndexEntries.chunks`` (``check_chains`` chunk after chunk) against ``putKey``
+    """``index.IndexEntries.chunks`` (``read_entries`` chunk after chunk) against ``putKey``
     replayed in Python over the schema decoder's entries (``IndexFile.entries``): the same
-    entries, counts, first bad entry and slot table; then ``check_chains`` alone on the entries
+    entries, counts, first bad entry and slot table; then ``read_entries`` alone on the entries
     with one prev changed and one hash negative."""
     with Store.open(FIXTURES / f"rocketmq-{version}" / name) as store:
         if not store.index_files:
@@ -333,17 +333,20 @@ def test_compiled_chain_replay_equals_put_key_on_every_fixture_index_entry(versi
             slots, entries = f.geometry.hash_slot_num, list(f.entries())
             meta = index.IndexEntries(SimpleNamespace(store=store), f, 0)
             read = [row for _, columns in meta.chunks() for row in zip(*(c.tolist() for c in columns))]
-            assert read == [tuple(e[1:]) for e in entries]
+            assert read == [(e.key_hash, e.phy_offset, e.time_diff) for e in entries]
             bad, first_bad, negative, heads, seen, _table = meta.state
             assert (bad, first_bad, negative, heads, {s: int(seen[s]) for s in np.flatnonzero(seen).tolist()}) == put_key_replay(entries, slots)
             if len(entries) > 3:
                 entries[1] = entries[1]._replace(prev_index=entries[1].prev_index + 7)
                 entries[2] = entries[2]._replace(key_hash=-5)
+                raw = b"".join(ixfmt.ENTRY.pack(*e[1:]) for e in entries)
                 seen = np.zeros(slots, dtype=np.int32)
-                got = index.check_chains(*(np.array(c, dtype=np.int64) for c in ([e.key_hash for e in entries], [e.prev_index for e in entries])), 1, seen, slots)
+                columns = [np.empty(len(entries), dtype=np.int64) for _ in range(3)]
+                got = index.read_entries(np.frombuffer(raw, dtype=np.uint8), 1, seen, slots, *columns)
                 want = put_key_replay(entries, slots)
                 assert got == want[:4] and want[0] and want[2] == 1
                 assert {s: int(seen[s]) for s in np.flatnonzero(seen).tolist()} == want[4]
+                assert [list(c.tolist()) for c in columns] == [[e.key_hash for e in entries], [e.phy_offset for e in entries], [e.time_diff for e in entries]]
 
 
 @pytest.mark.parametrize("version,name", STORES)

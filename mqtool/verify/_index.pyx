@@ -1,4 +1,4 @@
-"""Compiled kernels of ``verify/index.py``: the hash chains replayed, index keys hashed and a
+"""Compiled kernels of ``verify/index.py``: entries read with their hash chains replayed, and a
 batch's index entries joined with its records' keys (reference §6.3-§6.6)."""
 
 import struct
@@ -9,7 +9,7 @@ from mqtool.store._bytes cimport be_signed, prefetch_w
 
 from ..formats import index as ixfmt
 
-# where ``decode_entries`` finds the fields: the schema's (``ixfmt.ENTRY_LAYOUT``, held equal to the construct struct)
+# where ``read_entries`` finds the fields: the schema's (``ixfmt.ENTRY_LAYOUT``, held equal to the construct struct)
 _E = ixfmt.ENTRY_LAYOUT
 assert _E.names == ("key_hash", "phy_offset", "time_diff", "prev_index")
 cdef Py_ssize_t ENTRY = _E.size
@@ -18,25 +18,51 @@ cdef int HASH_W, PHY_W, DIFF_W, PREV_W
 HASH_W, PHY_W, DIFF_W, PREV_W = (struct.calcsize(">" + code) for code in _E.codec.format.lstrip(">"))
 
 cdef enum:
-    CHAIN_PREFETCH = 16  # entries: ``check_chains`` asks for a slot this far ahead of its use
+    CHAIN_PREFETCH = 16  # entries: ``read_entries`` asks for a slot this far ahead of its use
 
 cdef int64_t INT32_MAX = ixfmt.INT32_MAX
 
 
-def decode_entries(const uint8_t[::1] data, int64_t[::1] hashes, int64_t[::1] phys, int64_t[::1] diffs, int64_t[::1] prevs):
-    """The index entries of ``data`` (§6.3, ``IndexEntryStruct``) into the four arrays, in one pass."""
-    cdef Py_ssize_t i, p, n = hashes.shape[0]
+def read_entries(const uint8_t[::1] data, int64_t first_number, int32_t[::1] last_seen, int64_t slot_num,
+                 int64_t[::1] hashes, int64_t[::1] phys, int64_t[::1] diffs):
+    """The index entries of ``data`` (§6.3, ``IndexEntryStruct``; the first is entry number
+    ``first_number``) into the three arrays, replaying ``IndexFile.putKey``'s slot updates as
+    they are read (``last_seen[slot]``: the slot's newest entry so far), in one pass.
+
+    Returns (entries whose prev is not their slot's previous entry, first such entry number,
+    entries with a negative hash, entries that started a slot chain). The slots are read at
+    random (tens of MB of them): each is asked for ``CHAIN_PREFETCH`` entries ahead."""
+    cdef Py_ssize_t i, p, n = hashes.shape[0], bad = 0, negative = 0, heads = 0
+    cdef int64_t first_bad = -1, h, prev, slot, ahead
     cdef const uint8_t* buf
+    assert data.shape[0] >= n * ENTRY and phys.shape[0] >= n and diffs.shape[0] >= n
     if n == 0:
-        return
+        return 0, -1, 0, 0
     buf = &data[0]
     with nogil:
         for i in range(n):
+            if i + CHAIN_PREFETCH < n:
+                ahead = be_signed(buf, (i + CHAIN_PREFETCH) * ENTRY + HASH_AT, HASH_W)
+                if ahead >= 0:
+                    prefetch_w(&last_seen[ahead % slot_num])
             p = ENTRY * i
-            hashes[i] = be_signed(buf, p + HASH_AT, HASH_W)
+            h = be_signed(buf, p + HASH_AT, HASH_W)
+            hashes[i] = h
             phys[i] = be_signed(buf, p + PHY_AT, PHY_W)
             diffs[i] = be_signed(buf, p + DIFF_AT, DIFF_W)
-            prevs[i] = be_signed(buf, p + PREV_AT, PREV_W)
+            if h < 0:
+                negative += 1
+                continue
+            prev = be_signed(buf, p + PREV_AT, PREV_W)
+            slot = h % slot_num
+            if prev != last_seen[slot]:
+                bad += 1
+                if first_bad < 0:
+                    first_bad = first_number + i
+            if prev == 0:
+                heads += 1
+            last_seen[slot] = <int32_t>(first_number + i)
+    return bad, first_bad, negative, heads
 
 
 def first_beyond(const int64_t[::1] values, Py_ssize_t lo, int64_t limit, bint or_equal):
@@ -46,37 +72,6 @@ def first_beyond(const int64_t[::1] values, Py_ssize_t lo, int64_t limit, bint o
     while i < n and not (values[i] > limit or (or_equal and values[i] == limit)):
         i += 1
     return i
-
-
-def check_chains(const int64_t[::1] hashes, const int64_t[::1] prevs, int64_t first_number, int32_t[::1] last_seen, int64_t slot_num):
-    """Replay ``IndexFile.putKey``'s slot updates over a chunk of entries.
-
-    Returns (entries whose prev is not their slot's previous entry, first such entry number,
-    entries with a negative hash, entries that started a slot chain). The slots are read at
-    random (tens of MB of them): each is asked for ``CHAIN_PREFETCH`` entries ahead."""
-    cdef Py_ssize_t i, n = hashes.shape[0], bad = 0, negative = 0, heads = 0
-    cdef int64_t first_bad = -1, h, slot, ahead
-    if n == 0:
-        return 0, -1, 0, 0
-    with nogil:
-        for i in range(n):
-            if i + CHAIN_PREFETCH < n:
-                ahead = hashes[i + CHAIN_PREFETCH]
-                if ahead >= 0:
-                    prefetch_w(&last_seen[ahead % slot_num])
-            h = hashes[i]
-            if h < 0:
-                negative += 1
-                continue
-            slot = h % slot_num
-            if prevs[i] != last_seen[slot]:
-                bad += 1
-                if first_bad < 0:
-                    first_bad = first_number + i
-            if prevs[i] == 0:
-                heads += 1
-            last_seen[slot] = <int32_t>(first_number + i)
-    return bad, first_bad, negative, heads
 
 
 def entries_match(const int64_t[::1] phy, const int64_t[::1] hashes, const int64_t[::1] diffs, const int64_t[::1] begins, const int64_t[::1] ends,

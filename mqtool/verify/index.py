@@ -27,7 +27,7 @@ from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
-from ._index import check_chains, decode_entries, entries_match, first_beyond
+from ._index import entries_match, first_beyond, read_entries
 from .commitlog import relative
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
@@ -61,10 +61,10 @@ class IndexEntries:
         self.count = max(min(self.header.index_count, self.geometry.index_num) - 1, 0)
         self.name = relative(check.store, file.path)
 
-    def chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]]:
-        """(first entry number, (hashes, offsets, time diffs, prevs) as int64) ``CHUNK_ENTRIES``
-        at a time (``decode_entries``), replaying the hash chains as they are read; ``state``
-        holds the chain results once they are exhausted."""
+    def chunks(self) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """(first entry number, (hashes, offsets, time diffs) as int64) ``CHUNK_ENTRIES`` at a
+        time (``read_entries``, which replays the hash chains as it reads); ``state`` holds the
+        chain results once they are exhausted."""
         slots = self.geometry.hash_slot_num
         # entry numbers fit: index_num <= INT32_MAX. Zeroed in order (``full``, not ``zeros``): pages left to be
         # faulted in by the replay's random writes cost several times more, and more again beside the walk's faults
@@ -80,9 +80,8 @@ class IndexEntries:
                 n = len(raw) // ixfmt.ENTRY_SIZE
                 if not n:
                     break
-                hashes, phys, diffs, prevs = columns = tuple(np.empty(n, dtype=np.int64) for _ in range(4))
-                decode_entries(np.frombuffer(raw, dtype=np.uint8), hashes, phys, diffs, prevs)
-                b, fb, neg, hd = check_chains(hashes, prevs, number, last_seen, slots)
+                columns = tuple(np.empty(n, dtype=np.int64) for _ in range(3))
+                b, fb, neg, hd = read_entries(np.frombuffer(raw, dtype=np.uint8), number, last_seen, slots, *columns)
                 bad, negative, heads = bad + b, negative + neg, heads + hd
                 if first_bad < 0 and fb >= 0:
                     first_bad = fb
@@ -99,22 +98,22 @@ class _Chunk:
     """Entries ``number .. number + len - 1`` of one file, or the end of a file (``end``: no
     entries; passing it runs the file's structural checks)."""
 
-    __slots__ = ("meta", "number", "hash", "phy", "diff", "prev", "end")
+    __slots__ = ("meta", "number", "hash", "phy", "diff", "end")
 
     def __init__(self, meta: IndexEntries, number: int, columns: tuple | None):
         self.meta, self.number = meta, number
         self.end = columns is None
-        self.hash, self.phy, self.diff, self.prev = (_EMPTY,) * 4 if columns is None else columns
+        self.hash, self.phy, self.diff = (_EMPTY,) * 3 if columns is None else columns
 
     def __len__(self) -> int:
         return self.phy.shape[0]
 
     def entry(self, i: int) -> tuple:
-        return (self.meta, self.number + i, int(self.hash[i]), int(self.phy[i]), int(self.diff[i]), int(self.prev[i]))
+        return (self.meta, self.number + i, int(self.hash[i]), int(self.phy[i]), int(self.diff[i]))
 
 
 class IndexEntryCursor:
-    """The entries of every file in order (``head``: (meta, number, hash, phy, time diff, prev)),
+    """The entries of every file in order (``head``: (meta, number, hash, phy, time diff)),
     read as arrays; ``passed``: entries the head has moved past."""
 
     def __init__(self, check: "IndexCheck"):
@@ -337,7 +336,7 @@ class IndexCheck(FindingSink):
         self.missing = [first, last, records, keys] if run is None else [run[0], last, run[2] + records, run[3] + keys]
 
     def _check_times(self, record: LogRecord, entries: list[tuple]) -> None:
-        for meta, number, _h, _phy, diff, _prev in entries:
+        for meta, number, _h, _phy, diff in entries:
             begin = meta.header.begin_timestamp
             expected = ixfmt.time_diff_seconds(record.store_timestamp, begin)
             if diff == expected:
@@ -353,7 +352,7 @@ class IndexCheck(FindingSink):
                 expected=expected, found=diff, details={"entry": number, "field": "time_diff"}))
 
     def _stray(self, entry) -> None:
-        meta, number, h, phy, diff, prev = entry
+        meta, number, h, phy, diff = entry
         if phy < self.lower:
             return  # expired below the commit log min, or before --from-offset
         bucket = self.beyond if phy >= self.logical_end else self.dangling
