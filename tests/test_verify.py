@@ -365,6 +365,33 @@ def test_a_broken_index_chain_is_reported(store_copy):
     assert code == 1 and chain and chain[0]["details"]["first_entry"] == number
 
 
+@pytest.mark.parametrize("cut", [False, True])
+def test_a_hash_slot_not_holding_its_newest_entry_is_reported(store_copy, cut):
+    """A slot of the table changed, or the file cut inside its table (no entry left, the slots from
+    the cut on read as zeros, as the broker's map of a short file: only those before it differ):
+    how many, the first such slot, its value and the newest entry of its chain are named."""
+    root = store_copy("4.9.7", "clean-small")
+    path = sorted((root / "index").iterdir())[0]
+    slots = manifest("4.9.7", "clean-small")["storeConfig"]["maxHashSlotNum"]
+    raw = bytearray(path.read_bytes())
+    table = [ixfmt.SLOT.unpack_from(raw, ixfmt.HEADER_SIZE + s * ixfmt.SLOT_SIZE)[0] for s in range(slots)]
+    used = [s for s, v in enumerate(table) if v]
+    if cut:
+        keep = used[len(used) // 2]  # slots from this one on are cut off, and every entry with them
+        path.write_bytes(raw[: ixfmt.HEADER_SIZE + keep * ixfmt.SLOT_SIZE])
+        expected = (sum(1 for s in used if s < keep), used[0], table[used[0]], 0)
+    else:
+        slot = used[3]
+        ixfmt.SLOT.pack_into(raw, ixfmt.HEADER_SIZE + slot * ixfmt.SLOT_SIZE, table[slot] + 5)
+        path.write_bytes(raw)
+        expected = (1, slot, table[slot] + 5, table[slot])
+    code, findings, _ = verify(root, "--only", "index")
+    chain = [f for f in findings if f["kind"] == "index-chain" and "first_slot" in f["details"]]
+    assert code == 1 and len(chain) == 1
+    f = chain[0]
+    assert (f["details"]["slots"], f["details"]["first_slot"], f["found"], f["expected"]) == expected
+
+
 # ---- checkpoint and config -----------------------------------------------------------------
 
 

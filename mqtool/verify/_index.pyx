@@ -21,6 +21,8 @@ cdef enum:
     CHAIN_PREFETCH = 16  # entries: ``read_entries`` asks for a slot this far ahead of its use
 
 cdef int64_t INT32_MAX = ixfmt.INT32_MAX
+cdef Py_ssize_t SLOT_W = ixfmt.SLOT.size
+assert ixfmt.SLOT.format.lstrip(">") in ("l", "i")  # a big-endian int32
 
 
 def read_entries(const uint8_t[::1] data, int64_t first_number, int32_t[::1] last_seen, int64_t slot_num,
@@ -63,6 +65,23 @@ def read_entries(const uint8_t[::1] data, int64_t first_number, int32_t[::1] las
                 heads += 1
             last_seen[slot] = <int32_t>(first_number + i)
     return bad, first_bad, negative, heads
+
+
+def slots_differ(const uint8_t[::1] table, const int32_t[::1] last_seen):
+    """The hash slots whose table value (``IndexSlotStruct``, from the file's map; a table cut short
+    reads as zeros) is not the newest entry of their chain (``last_seen``): (how many, the first,
+    its table value; -1, 0 for none). One pass, no copy of the table."""
+    cdef Py_ssize_t s, n = last_seen.shape[0], have = table.shape[0] // SLOT_W, count = 0, first = -1
+    cdef int64_t v, first_value = 0
+    cdef const uint8_t* buf = &table[0] if table.shape[0] else NULL
+    with nogil:
+        for s in range(n):
+            v = be_signed(buf, s * SLOT_W, SLOT_W) if s < have else 0
+            if v != last_seen[s]:
+                count += 1
+                if first < 0:
+                    first, first_value = s, v
+    return count, first, first_value
 
 
 def first_beyond(const int64_t[::1] values, Py_ssize_t lo, int64_t limit, bint or_equal):

@@ -26,8 +26,9 @@ from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
+from ..store.mappedfile import MappedFile
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
-from ._index import entries_match, first_beyond, read_entries
+from ._index import entries_match, first_beyond, read_entries, slots_differ
 from .commitlog import relative
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
@@ -87,11 +88,11 @@ class IndexEntries:
                     first_bad = fb
                 yield number, columns
                 number += n
-            raw = os.pread(fd, slots * ixfmt.SLOT_SIZE, ixfmt.HEADER_SIZE).ljust(slots * ixfmt.SLOT_SIZE, b"\0")  # a truncated file reads as zeros
-            table = np.frombuffer(raw, dtype=">i4")
         finally:
             os.close(fd)
-        self.state = (bad, first_bad, negative, heads, last_seen, table)
+        with MappedFile(self.file.path) as mf, memoryview(mf.buf)[ixfmt.HEADER_SIZE : ixfmt.HEADER_SIZE + slots * ixfmt.SLOT_SIZE] as table:
+            wrong = slots_differ(table, last_seen)  # the view released before the map closes
+        self.state = (bad, first_bad, negative, heads, last_seen, wrong)
 
 
 class _Chunk:
@@ -395,7 +396,7 @@ class IndexCheck(FindingSink):
 
     # ---- per-file structure (called when a file's entries are exhausted) ----
 
-    def structure(self, meta: IndexEntries, bad: int, first_bad: int, negative: int, heads: int, last_seen, table) -> None:
+    def structure(self, meta: IndexEntries, bad: int, first_bad: int, negative: int, heads: int, last_seen, wrong: tuple[int, int, int]) -> None:
         f, header = meta.file, meta.header
         name = meta.name
         if header.index_count > f.geometry.index_num or header.index_count < 0:
@@ -406,15 +407,13 @@ class IndexCheck(FindingSink):
                 f"index file {f.name}: {bad} entries do not link to the previous entry of their hash slot (first: entry {first_bad}) "
                 f"and {negative} have a negative hash: key queries walking these chains stop early or return wrong offsets", file=name,
                 expected=0, found=bad + negative, details={"first_entry": first_bad, "bad_prev": bad, "negative_hash": negative}))
-        if len(table) == len(last_seen):
-            wrong = np.flatnonzero(table != last_seen)
-            if len(wrong):
-                slot = int(wrong[0])
-                self.emit(error(
-                    "index-chain",
-                    f"index file {f.name}: {len(wrong)} hash slots do not hold the newest entry of their chain (first: slot {slot} holds "
-                    f"{int(table[slot])}, the entries say {int(last_seen[slot])}): key queries start from the wrong entry", file=name,
-                    expected=int(last_seen[slot]), found=int(table[slot]), details={"slots": len(wrong), "first_slot": slot}))
+        slots, slot, held = wrong  # ``slots_differ``
+        if slots:
+            self.emit(error(
+                "index-chain",
+                f"index file {f.name}: {slots} hash slots do not hold the newest entry of their chain (first: slot {slot} holds "
+                f"{held}, the entries say {int(last_seen[slot])}): key queries start from the wrong entry", file=name,
+                expected=int(last_seen[slot]), found=held, details={"slots": slots, "first_slot": slot}))
         if self.version is not None and meta.count:
             expected_slots = heads if self.store.rules.index_counts_used_slots else meta.count
             if header.hash_slot_count != expected_slots:
