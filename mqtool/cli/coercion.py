@@ -9,6 +9,7 @@ typer's; anything else goes to typer's conversion as before.
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -62,8 +63,18 @@ if _typer is not None:
             if get_origin(kind) is list and _is_enum(get_args(kind)[0]) and isinstance(value, (list, tuple)):
                 return [_choice(v, get_args(kind)[0], info, ctx, param) for v in value]
             if kind is Path and info.path_type is None and _typer.routes_to_path(kind, info) and isinstance(value, (str, Path)):
-                return _typer.coerce_cli_path(Path(value), info, path_type=Path, param=param, ctx=ctx)
+                return _typer.coerce_cli_path(Path(value), _unchecked_access(info), path_type=Path, param=param, ctx=ctx)
             return _TYPER
+
+    def _unchecked_access(info):
+        """``info`` without typer's default ``readable=True``: that check (``os.access``) made a store, plan or
+        ``--broker-config`` mqtool may not read a usage error (exit 2, "is not readable"), and refused an
+        ``--out`` that is only written; mqtool's own open says "permission denied", bad input (exit 3)."""
+        if not info.readable:
+            return info
+        unchecked = copy.copy(info)
+        unchecked.readable = False
+        return unchecked
 
 
 def _is_enum(kind: Any) -> bool:

@@ -1,0 +1,82 @@
+"""Second pass of the command-line audit (an incident's use of mqtool in a 100-column terminal, through
+pipes, with Ctrl-C, on unreadable and mistyped input). Each test failed before its fix."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import copy_store, manifest, store_path
+from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, env=None):
+    return runner.invoke(app, [str(a) for a in args], env=env)
+
+
+def error_line(result, code: int) -> str:
+    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("mqtool: error: ") and "Traceback" not in result.output, result.stderr
+    return line
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def into_a_closed_pipe(*args) -> subprocess.CompletedProcess:
+    """``mqtool ARGS | head -0``: stdout is a pipe whose reader is gone before the first write."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=write, stderr=subprocess.PIPE, text=True,
+                              cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    finally:
+        os.close(write)
+
+
+# ---- a store directory mqtool may not read -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["info", "verify", "repair"])
+def test_a_store_directory_that_cannot_be_read_is_bad_input_not_a_usage_error(command, tmp_path, monkeypatch):
+    """Before: `chmod 111 STORE` (or a store of another user) made every command exit 2, "Invalid value
+    for 'STORE': path ... is not readable; see 'mqtool info --help'": typer's own access check, a usage
+    error, where README lists "permission denied" as bad input (exit 3), as for any file of the store.
+    The check (``os.access``, answered here as for an unprivileged user) is no longer made: mqtool's own
+    open says what it cannot read."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == store else real_access(path, mode, *a, **k))
+    done = run(command, store)
+    assert done.exit_code != 2 and "is not readable" not in done.output, (done.exit_code, done.output)
+    os.chmod(store, 0o111)
+    try:
+        if os.geteuid() != 0:  # root reads it all the same
+            assert "ermission denied" in error_line(run(command, store), EXIT_BAD_INPUT)
+    finally:
+        os.chmod(store, 0o755)
+
+
+def test_an_out_file_that_is_only_writable_is_written(tmp_path, monkeypatch):
+    """Before: `salvage --out FILE` on an existing file mqtool may write but not read was refused as
+    "is not readable" (exit 2)."""
+    out = tmp_path / "salvaged.jsonl"
+    out.write_text("old\n")
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, *a, **k: False if Path(path) == out and mode == os.R_OK else real_access(path, mode, *a, **k))
+    done = run("salvage", store_path("4.9.7", "clean-small"), "-f", "jsonl", "--out", out)
+    assert done.exit_code == 0, done.output
+    assert json.loads(out.read_text().splitlines()[0])["status"] == "live"
