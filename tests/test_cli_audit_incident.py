@@ -80,3 +80,31 @@ def test_an_out_file_that_is_only_writable_is_written(tmp_path, monkeypatch):
     done = run("salvage", store_path("4.9.7", "clean-small"), "-f", "jsonl", "--out", out)
     assert done.exit_code == 0, done.output
     assert json.loads(out.read_text().splitlines()[0])["status"] == "live"
+
+
+# ---- a reader that goes away (`| head`) ends the output, not the verdict ------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "jsonl", "csv"])
+def test_verify_into_a_closed_pipe_still_exits_1_on_a_store_with_findings(fmt):
+    """Before: `mqtool verify STORE | head` exited 0, "the store is sound", on a store with findings,
+    whenever head left before verify had written everything (rewrite-clean: 186 lines), and 1 when it
+    did not: under `set -o pipefail` a damaged store passed. A sound store still exits 0 quietly."""
+    damaged = into_a_closed_pipe("verify", store_path("4.9.7", "rewrite-clean"), "-f", fmt)
+    assert damaged.returncode == EXIT_FINDINGS, damaged.stderr
+    assert "Traceback" not in damaged.stderr and "Broken pipe" not in damaged.stderr
+    sound = into_a_closed_pipe("verify", store_path("5.3.3", "clean-small"), "-f", fmt)
+    assert sound.returncode == 0, sound.stderr
+
+
+@pytest.mark.parametrize("fmt", ["table", "jsonl"])
+def test_offsets_and_survivors_into_a_closed_pipe_keep_exit_1(fmt, tmp_path):
+    """Before: `mqtool offsets STORE -f jsonl | head -1` exited 0 with offsets beyond their queue, and
+    `mqtool survivors STORE ids | head` 0 with ids missing: both verdicts are known before a row is written."""
+    offsets = into_a_closed_pipe("offsets", store_path("4.9.7", "config-real"), "-f", fmt)
+    assert offsets.returncode == EXIT_FINDINGS, offsets.stderr
+    ids = tmp_path / "ids.txt"
+    sent = [m["uniqKey"] for m in manifest("4.9.7", "clean-small")["messages"] if m.get("uniqKey")][:50]
+    ids.write_text("\n".join(sent + ["0A0000000000000000000000000000FF"]) + "\n")  # one id no message has
+    survivors = into_a_closed_pipe("survivors", store_path("4.9.7", "clean-small"), ids, "--by", "uniq-key", "-f", fmt)
+    assert survivors.returncode == EXIT_FINDINGS, survivors.stderr

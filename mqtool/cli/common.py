@@ -7,12 +7,13 @@ import functools
 import os
 import shlex
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Optional
 
 import typer
 
-from ..errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MqtoolError
+from ..errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError
 from ..store import Store, StoreConfig, load_broker_config
 from ..store.commitlog import ScanEnd
 from ..store.records import message_dict
@@ -62,6 +63,20 @@ def interrupted(exc: BaseException) -> bool:
 def silence_stdout() -> None:
     """Point stdout at /dev/null (its reader went away, or it failed): the final flush cannot fail again."""
     to_devnull(sys.stdout)
+
+
+@contextmanager
+def verdict_kept(has_findings: Callable[[], bool]):
+    """A reader gone while the result is written (``mqtool verify STORE | head``) ends the output, not
+    the verdict: exit 1 when ``has_findings()`` says findings are known by then, as the whole run exits
+    (the exit code is the command's own); otherwise exit 0, as for any closed pipe (``guarded``)."""
+    try:
+        yield
+    except BrokenPipeError:
+        if not has_findings():
+            raise
+        silence_stdout()
+        raise typer.Exit(EXIT_FINDINGS) from None
 
 
 def guarded(fn):

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS
 from ..store import offsets as progress
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, verdict_kept
 from .output import OutputFormat, emit_rows, iso_ms
 
 # The table's columns (headers wrap at their spaces; topic last: a long one runs past the edge) and
@@ -55,14 +55,15 @@ def offsets(
         if group and not rows:
             note(f"no committed offsets of group {', '.join(group)}")
         bad = [r for r in rows if r["relation"] in FINDINGS]
-        for r in bad:
-            who = f"group {r['group']}" if r["group"] else f"delay level {r.get('delay_level')}" if r["kind"] == "delay" else r["kind"]
-            moved = f" (the broker moves it to {r['loaded_offset']} on load)" if r.get("loaded_offset") not in (None, r["offset"]) else ""
-            note(f"{who} on {r['topic']}/{r['queue_id']} at offset {r['offset']}: {FINDINGS[r['relation']]}{moved}")
-        if format is OutputFormat.table:
-            emit_rows(map(_table_row, rows), format, list(TABLE), optional=TABLE_OPTIONAL, fold=("group",))  # a group name may be longer than a line
-        else:
-            emit_rows(rows, format, progress.FIELDS)
+        with verdict_kept(lambda: bool(bad)):  # `| head` on stdout or stderr: the findings are known already
+            for r in bad:
+                who = f"group {r['group']}" if r["group"] else f"delay level {r.get('delay_level')}" if r["kind"] == "delay" else r["kind"]
+                moved = f" (the broker moves it to {r['loaded_offset']} on load)" if r.get("loaded_offset") not in (None, r["offset"]) else ""
+                note(f"{who} on {r['topic']}/{r['queue_id']} at offset {r['offset']}: {FINDINGS[r['relation']]}{moved}")
+            if format is OutputFormat.table:
+                emit_rows(map(_table_row, rows), format, list(TABLE), optional=TABLE_OPTIONAL, fold=("group",))  # a group name may be longer than a line
+            else:
+                emit_rows(rows, format, progress.FIELDS)
         if bad:
             raise typer.Exit(EXIT_FINDINGS)
 

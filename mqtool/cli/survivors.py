@@ -12,7 +12,7 @@ from typing import Annotated, Iterator, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, verdict_kept
 from .output import OutputFormat, Screen, emit_rows, heading, kv_table
 from .progress import ByteProgress
 from .store_state import warn_store_state
@@ -149,18 +149,20 @@ def survivors(
             note(f"ids read as {kind.value} (--by to say otherwise)")
         with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="survivors") as bar:
             search = SurvivorSearch(store, ids, kind, progress=bar.advance)
-            if format is OutputFormat.json:
-                doc = {"ids": list(search.rows()), "summary": search.summary.as_dict()}
-                sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
-            elif format is OutputFormat.jsonl:
-                _write_jsonl(search, sys.stdout)
-                sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
-            else:
-                shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL)
-                if format is OutputFormat.table:
-                    screen = Screen(sys.stdout)
-                    screen.printed = bool(shown)  # a blank line between the rows and the summary
-                    screen.print(kv_table("Summary", [(heading(k), v) for k, v in search.summary.as_dict().items()]))
+            searched = search.summary  # complete once the first row is yielded: a missing id is known before any is written
+            with verdict_kept(lambda: sum(searched.counts.values()) == searched.ids and not searched.all_survived):
+                if format is OutputFormat.json:
+                    doc = {"ids": list(search.rows()), "summary": search.summary.as_dict()}
+                    sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
+                elif format is OutputFormat.jsonl:
+                    _write_jsonl(search, sys.stdout)
+                    sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
+                else:
+                    shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL)
+                    if format is OutputFormat.table:
+                        screen = Screen(sys.stdout)
+                        screen.printed = bool(shown)  # a blank line between the rows and the summary
+                        screen.print(kv_table("Summary", [(heading(k), v) for k, v in search.summary.as_dict().items()]))
         s = search.summary
         counts = ", ".join(f"{v} {k}" for k, v in s.counts.items())
         note(f"{s.ids} ids: {counts}")

@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, Screen, emit_rows
 from .progress import StageProgress
 from .store_state import warn_store_state
@@ -130,8 +130,13 @@ def verify(
             yield from run.findings()
             bars.close()  # before the summary is printed
 
+        checked = findings()
         try:
-            _emit(findings(), fmt, run.summary, opened.root)
+            _emit(checked, fmt, run.summary, opened.root)
+        except BrokenPipeError:  # `| head`: the reader is gone, the verdict is still the exit code: checked to the end, unsaid
+            silence_stdout()
+            for _ in checked:
+                pass
         finally:
             bars.close()
     if not run.summary.sound:
