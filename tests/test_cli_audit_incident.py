@@ -108,3 +108,27 @@ def test_offsets_and_survivors_into_a_closed_pipe_keep_exit_1(fmt, tmp_path):
     ids.write_text("\n".join(sent + ["0A0000000000000000000000000000FF"]) + "\n")  # one id no message has
     survivors = into_a_closed_pipe("survivors", store_path("4.9.7", "clean-small"), ids, "--by", "uniq-key", "-f", fmt)
     assert survivors.returncode == EXIT_FINDINGS, survivors.stderr
+
+
+# ---- Ctrl-C before a repair's first stage began ---------------------------------------------------------
+
+
+def test_ctrl_c_before_a_repairs_first_stage_says_nothing_changed_and_leaves_no_backup(tmp_path, monkeypatch):
+    """Before: a Ctrl-C while `repair --yes` made its backup directory (seen at 2.5 s into a 2 GiB store's
+    repair) said "interrupted: partly applied: ... undo with: mqtool restore DIR --yes" with the store
+    unchanged, and that restore failed: "DIR: not an mqtool backup (no manifest.json)"."""
+    from mqtool.apply import backup as backup_module
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = tree(store)
+    target = tmp_path / "backups" / "repair"
+
+    def ctrl_c_while_making(directory):
+        Path(directory).parent.mkdir(parents=True)  # the stages' directory is there, the first stage's not yet
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(backup_module, "makedirs", ctrl_c_while_making)
+    line = error_line(run("repair", store, "--yes", "--backup-dir", target), 130)
+    assert line == "mqtool: error: interrupted before anything was changed"
+    assert not target.exists() and tree(store) == before
+    assert "interrupted" not in run("info", store).stderr

@@ -101,7 +101,7 @@ class BackupSet:
         }
         try:
             write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
-        except OSError:
+        except BaseException:  # OSError, or Ctrl-C before the manifest is there
             for d in made:  # the directories made for it, deepest first: a backup that could not start leaves none
                 with contextlib.suppress(OSError):
                     d.rmdir()

@@ -6,6 +6,7 @@ Each plans first (``mqtool.recovery``) and changes nothing without ``--yes``; ch
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -68,14 +69,26 @@ def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
     the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
     undo = f"mqtool restore {shell_path(backup)} --yes"
+    existed = backup.exists()
     try:
         with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted; "
                          f"finish it with the same command again (with --yes), or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
-        if read_pending(root) is not None or backup.exists():
+        if read_pending(root) is not None or _restorable(backup):
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
+        if not existed:  # made for the apply, which began nothing: empty directories restore would refuse
+            for made in [*(backup.iterdir() if backup.is_dir() else ()), backup]:
+                with contextlib.suppress(OSError):
+                    made.rmdir()
         raise Interrupted("interrupted before anything was changed") from None
+
+
+def _restorable(backup: Path) -> bool:
+    """Whether ``backup`` holds what ``restore`` undoes: a backup set (its manifest is written before its
+    apply's first change) or a ``repair``'s stages. A ``repair`` stopped before its first stage began
+    leaves only the empty directory made for them: nothing changed, and restore would say "not an mqtool backup"."""
+    return (backup / "manifest.json").exists() or bool(repair_stages(backup))
 
 
 def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
