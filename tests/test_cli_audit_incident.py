@@ -132,3 +132,16 @@ def test_ctrl_c_before_a_repairs_first_stage_says_nothing_changed_and_leaves_no_
     assert line == "mqtool: error: interrupted before anything was changed"
     assert not target.exists() and tree(store) == before
     assert "interrupted" not in run("info", store).stderr
+
+
+# ---- a plan file that is no plan --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"recover"', "42", "null", '{"format": "mqtool-plan/1", "store": 5}'])
+def test_apply_of_json_that_is_no_plan_is_bad_input(text, tmp_path):
+    """Before: a plan file holding a JSON array, string, number or null (a wrong file, an edit) was
+    "internal error: AttributeError: 'list' object has no attribute 'get'" (exit 5, "please report")."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(text)
+    line = error_line(run("apply", plan, "--yes"), EXIT_BAD_INPUT)
+    assert "not a valid mqtool plan" in line and "internal error" not in line

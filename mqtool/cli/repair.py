@@ -565,11 +565,11 @@ def apply(
         raise BadInput(f"{plan_file}: a directory; give the plan file saved with --plan-out")
     try:
         plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
+        root = Path(plan.store)  # a store that is no path (edited): not a plan either
     except FileNotFoundError:
         raise BadInput(f"{plan_file}: no such file") from None
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:  # AttributeError: a value of the wrong JSON type
         raise BadInput(f"{plan_file}: not a valid mqtool plan ({exc})") from None
-    root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")
     check_not_in_use(root, [], force)

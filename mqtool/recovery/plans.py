@@ -259,6 +259,9 @@ class Plan:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "Plan":
+        if not isinstance(doc, dict):  # JSON, but an array, a string or a number: no plan
+            kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(doc), "a number")
+            raise ValueError(f"not a {PLAN_FORMAT} document ({kind}, not a JSON object)")
         if doc.get("format") != PLAN_FORMAT:
             raise ValueError(f"not a {PLAN_FORMAT} document (format {doc.get('format')!r})")
         return _from_json_value(cls, doc)
