@@ -145,3 +145,19 @@ def test_apply_of_json_that_is_no_plan_is_bad_input(text, tmp_path):
     plan.write_text(text)
     line = error_line(run("apply", plan, "--yes"), EXIT_BAD_INPUT)
     assert "not a valid mqtool plan" in line and "internal error" not in line
+
+
+# ---- a broker config that is not this broker's -------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["repair", "recover"])
+def test_a_broker_config_whose_segment_size_no_file_has_names_the_config(command, tmp_path):
+    """Before: `repair STORE --broker-config conf` with mappedFileSizeCommitLog=2097152 on 1 MiB segments
+    said "00000000000000000000: 1048576 bytes, not 2097152 like the other segments ...; `mqtool repair`
+    fixes the file first": repair sending the user to repair, and segments "like the other" when
+    none has that size. Now the line names the setting and what the files hold."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("mappedFileSizeCommitLog=2097152\n")
+    line = error_line(run(command, store_path("4.9.7", "crashed-small"), "--broker-config", conf), EXIT_BAD_INPUT)
+    assert "mappedFileSizeCommitLog=2097152" in line and "1048576 bytes" in line
+    assert "`mqtool repair` fixes" not in line and "like the other segments" not in line

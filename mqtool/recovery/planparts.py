@@ -58,6 +58,13 @@ def unloadable_files(store: Store) -> None:
     from ..store.nextstart import log_refusal
 
     why = log_refusal(store)
+    configured = store.config.commitlog_file_size
+    found = sorted({p.found for p in store.problems if p.kind == "segment-size"})
+    if why is not None and configured is not None and found and not store.commitlog.segments:
+        # no file has the size the broker config sets: the config, not the files, is what differs ("`mqtool repair`
+        # fixes the file first" said by repair itself, and "like the other segments" of segments all of another size)
+        raise BadInput(f"every commit log file is {' or '.join(map(str, found))} bytes, but the broker config sets "
+                       f"mappedFileSizeCommitLog={configured}: is it this broker's? Without --broker-config the size is read from the files")
     if why is not None:
         raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
 
