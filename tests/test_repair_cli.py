@@ -88,6 +88,46 @@ def test_saved_plan_applies_exactly_and_refuses_once_stale(crashed, tmp_path):
     assert "changed since the plan" in error_line(run("apply", tmp_path / "p2.json", "--yes"), EXIT_REFUSED)
 
 
+@pytest.mark.parametrize("edit", ["action", "queue"])
+def test_an_edited_plan_that_writes_outside_the_store_is_refused(tmp_path, edit):
+    """A saved plan whose action path, or the topic of a queue whose files it writes, leads out of
+    the store (``../``) and is no file the plan read: refused before anything is written (found by
+    using an edited plan: ``apply --yes`` deleted a file beside the store)."""
+    crashed = copy_store("5.3.3" if edit == "action" else "3.2.6", "crashed-small", tmp_path)
+    plan_file = tmp_path / "plan.json"
+    assert run("recover" if edit == "action" else "rebuild-cq", crashed, "--plan-out", plan_file).exit_code == 0
+    doc = json.loads(plan_file.read_text())
+    victim = crashed.parent / "outside.txt"
+    victim.write_text("not the store's")
+    if edit == "action":
+        action = next(a for a in doc["actions"] if a["op"] == "delete")
+        action["path"] = "../outside.txt"
+    else:
+        next(q for q in doc["queues"] if q["files"])["topic"] = "../../escape"
+    plan_file.write_text(json.dumps(doc))
+    before = tree(crashed)
+    err = error_line(run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "bk"), EXIT_REFUSED)
+    assert "outside the store" in err
+    assert victim.read_text() == "not the store's" and tree(crashed) == before and not (tmp_path / "bk").exists()
+
+
+def test_a_commit_log_outside_the_store_directory_is_recovered_and_restored(tmp_path):
+    """``storePathCommitLog`` naming a directory beside the store: the plan's paths to it leave
+    the store (``../``), and are the files it read, so the apply goes on; restore gives them back."""
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    outside = tmp_path / "disk2" / "commitlog"
+    outside.parent.mkdir()
+    (store_dir / "commitlog").rename(outside)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={store_dir}\nstorePathCommitLog={outside}\n")
+    before = {**tree(store_dir), **{f"../disk2/{k}": v for k, v in tree(outside.parent).items()}}
+    done = run("recover", store_dir, "--broker-config", conf, "--yes", "--backup-dir", tmp_path / "bk")
+    assert done.exit_code == 0, done.stderr
+    assert not (store_dir / "abort").exists()
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0
+    assert {**tree(store_dir), **{f"../disk2/{k}": v for k, v in tree(outside.parent).items()}} == before
+
+
 @pytest.fixture
 def lock_holder_process(crashed):
     """Another process holding the store's lock the way the broker does (fcntl, byte 0)."""

@@ -57,7 +57,7 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     wide = runner.invoke(app, ["info", str(store)], env={"COLUMNS": "400"})  # the row on one line, however long the temporary path
     assert f"interrupted repair  backup {backup} (see the note on stderr)" in wide.stdout.splitlines()
     as_json = json.loads(run("info", store, "-f", "json").stdout)
-    assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None, "broker_version": "4.9.7"}
+    assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None, "broker_version": "4.9.7", "broker_config": None}
     assert as_json["interrupted_apply"] is None  # no stage was cut short inside
 
     # another repair command would change the store between the repair's stages: refused, nothing changed
@@ -83,6 +83,21 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
 
     assert run("restore", backup, "--yes").exit_code == EXIT_OK
     assert snapshot(store) == before
+
+
+def test_the_line_that_finishes_a_stopped_repair_gives_its_broker_config_again(tmp_path):
+    """A repair run with ``--broker-config`` and killed between stages: the finish command ``info``
+    says carries the same file (its path quoted: it has a space), and finishes the repair as run."""
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "s")
+    config = tmp_path / "broker a.conf"
+    config.write_text(f"storePathRootDir={store}\nbrokerName=broker-a\n")
+    killed = mqtool("repair", store, "--broker-config", config, "--broker-version", "4.9.7", "--yes", "--backup-dir", tmp_path / "bk", env=KILL_BETWEEN)
+    assert killed.returncode == -9, killed.stderr
+    line = run("info", store).stderr.splitlines()[0]
+    finish, _undo = commands_said(line)
+    assert finish == ["mqtool", "repair", str(store), "--broker-config", str(config.resolve()), "--broker-version", "4.9.7", "--yes"], line
+    again = run(*finish[1:])
+    assert again.exit_code == EXIT_OK and "after the 1 the stopped run applied" in again.stderr, again.stderr
 
 
 def test_restore_of_a_repair_killed_between_stages_gives_every_file_back(stopped):

@@ -338,6 +338,7 @@ class StoppedRepair:
     done: tuple[str, ...]
     stopped_in: str | None
     broker_version: str | None = None  # the ``--broker-version`` the repair was run with, if any
+    broker_config: str | None = None  # and its ``--broker-config``
 
 
 def stopped_repair(store_root: Path) -> StoppedRepair | None:
@@ -345,7 +346,7 @@ def stopped_repair(store_root: Path) -> StoppedRepair | None:
     backup = read_pending(store_root, REPAIR_MARKER)
     if backup is None:
         return None
-    done, stopped_in, given = [], None, None
+    done, stopped_in, given, config = [], None, None, None
     for stage in repair_stages(backup):
         try:
             opened = BackupSet.open(stage)
@@ -354,13 +355,14 @@ def stopped_repair(store_root: Path) -> StoppedRepair | None:
         plan = opened.manifest.get("plan") or {}
         if given is None and plan.get("version_source") == "given":
             given = plan.get("broker_version")
+        config = config or (plan.get("options") or {}).get("broker_config")
         if opened.restored or not opened.journal.events():
             continue
         if opened.complete:
             done.append(stage.name)
         else:
             stopped_in = stage.name
-    return StoppedRepair(backup, tuple(done), stopped_in, given) if done or stopped_in else None
+    return StoppedRepair(backup, tuple(done), stopped_in, given, config) if done or stopped_in else None
 
 
 def clear_repair_mark(store_root: Path, *, unless_applied: bool = False) -> None:

@@ -126,15 +126,25 @@ def check_inputs(root: Path, plan: Plan) -> None:
     for rel in planned_queue_files(plan, ("create",)) + planned_index_files(plan, ("create",)):
         if rel not in known and (root / rel).exists():
             raise Refused(f"{rel} appeared since the plan was made; plan again")
+    for rel in [a.path for a in plan.actions if a.path] + planned_queue_files(plan, None) + planned_index_files(plan, None):
+        if rel not in known and _outside(rel):  # an edited plan: a commit log outside the store is read, so fingerprinted
+            raise Refused(f"the plan writes {rel}, outside the store and not a file it read: it was not made for this store; plan again")
+
+
+def _outside(rel: str) -> bool:
+    """Whether a store-relative path leaves the store as written (absolute, or up through ``..``): the
+    lexical test, so a store whose directories are links to other disks is not outside."""
+    parts = Path(os.path.normpath(rel)).parts
+    return not parts or Path(rel).is_absolute() or parts[0] == ".."
 
 
 def planned_queue_files(plan: Plan, actions=("create", "rewrite")) -> list[str]:
-    """The plan's consume queue files (store-relative) whose action is one of ``actions``."""
-    return [f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in plan.queues for f in q.files if f.action in actions]
+    """The plan's consume queue files (store-relative) whose action is one of ``actions`` (None: any)."""
+    return [f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in plan.queues for f in q.files if actions is None or f.action in actions]
 
 
 def planned_index_files(plan: Plan, actions=("append", "create")) -> list[str]:
-    return [f"index/{f.name}" for f in plan.index.files if f.action in actions] if plan.index else []
+    return [f"index/{f.name}" for f in plan.index.files if actions is None or f.action in actions] if plan.index else []
 
 
 @dataclass

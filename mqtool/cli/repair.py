@@ -7,6 +7,7 @@ Each plans first (``mqtool.recovery``) and changes nothing without ``--yes``; ch
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import importlib
 import inspect
@@ -344,7 +345,7 @@ def repair(
         note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
         return
     target = _repair_target(root, backup_dir, stopped)
-    stages = RepairStages(root, target)
+    stages = RepairStages(root, target, broker_config)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
         with scans_shown():
             findings = _apply_stages(stages, plan, broker_config, broker_version)
@@ -451,13 +452,16 @@ class RepairStages:
     """``repair``'s plans, applied in order, each backed up in a numbered subdirectory of one backup
     directory (``restore`` undoes them in reverse); a stopped repair's next stages follow its ``earlier`` ones."""
 
-    def __init__(self, root: Path, target: Path):
+    def __init__(self, root: Path, target: Path, broker_config: Path | None = None):
         self.root, self.target, self.done = root, target, []
         self.earlier = len(repair_stages(target))
+        # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
+        self.given = {} if broker_config is None else {"broker_config": str(Path(broker_config).resolve())}
 
     def apply(self, name: str, plan: Plan | None, cache=None) -> None:
         if plan is None or plan.is_empty:
             return
+        plan = dataclasses.replace(plan, options={**plan.options, **self.given})
         directory = self.target / f"{self.earlier + len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:

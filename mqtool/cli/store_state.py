@@ -39,7 +39,7 @@ def stopped_repair_state(root: Path) -> dict | None:
 
     stopped = stopped_repair(root)
     return None if stopped is None else {"backup": str(stopped.backup), "done": list(stopped.done), "stopped_in": stopped.stopped_in,
-                                         "broker_version": stopped.broker_version}
+                                         "broker_version": stopped.broker_version, "broker_config": stopped.broker_config}
 
 
 def stopped_repair_line(root: Path, stopped: dict) -> str:
@@ -47,7 +47,8 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
     and the two ways on: the same repair again finishes it, ``restore`` of its backup undoes it."""
     done = f"stage(s) {', '.join(stopped['done'])} done" if stopped["done"] else "no stage done"
     cut = f", stage {stopped['stopped_in']} cut short" if stopped["stopped_in"] else ""
-    version = f" --broker-version {shell_path(stopped['broker_version'])}" if stopped.get("broker_version") else ""  # as the stopped run was told
+    version = "".join(f" --{option.replace('_', '-')} {shell_path(stopped[option])}" for option in ("broker_config", "broker_version")
+                      if stopped.get(option))  # as the stopped run was told
     return (f"a repair on this store stopped before its last stage (backup {stopped['backup']}: {done}{cut}): "
             f"run `mqtool repair {shell_path(root)}{version} --yes` again to finish it, or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
 
