@@ -215,6 +215,13 @@ def _note_damage(plan: Plan) -> None:
             note(n)
 
 
+MODIFYING_EXIT_CODES = """
+    \b
+    Exit codes: 0 applied (--yes), nothing to do, or the plan shown
+    (--dry-run) or saved (--plan-out); 3 bad input; 4 refused: the plan
+    printed without --yes, a live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen)
+
+
 def modifying(command: str):
     """A command run by ``run_modifying``: the decorated function takes the command's own options and
     returns its ``PlanMaker``; the store argument comes first and ``FLOW_OPTIONS`` last."""
@@ -229,6 +236,7 @@ def modifying(command: str):
             run_modifying(command, store, fn(**{p.name: options.pop(p.name) for p in own}), **options)
 
         run.__signature__ = inspect.Signature([store, *own, *flow], return_annotation=None)
+        run.__doc__ = fn.__doc__.replace("\n\n    \b\n    Example:", f"\n{MODIFYING_EXIT_CODES}\n\n    \b\n    Example:", 1)
         return guarded(run)
 
     return decorate
