@@ -217,11 +217,15 @@ class Stop(Exception):
 
 def filler_tails(root: Path) -> list[str]:
     """Queues whose last unit is a filler: ``ConsumeQueue.recover`` then sets ``maxPhysicOffset`` to 2147483647
-    (from 4.5.0) and the broker's dispatch skips the queue's new messages, which no ``verify`` of the files shows."""
+    (from 4.5.0) and the broker's dispatch skips the queue's new messages, which no ``verify`` of the files shows.
+    Up to 4.4.0 it is the filler's offset, below every new message (rules §3.2, §3.4): no harm where no era the
+    store may be from is 4.5.0 or later (seed 14005936, a 3.2.6 store)."""
     from mqtool.store import Store
 
     with Store.open(root) as store:
         tails = []
+        if not store.eras_where("cq_dedup_by_end"):
+            return tails
         for queue in store.consume_queues:
             end = queue.recover().max_offset
             if end and queue.read_entry(end - 1).is_filler:
