@@ -83,5 +83,7 @@ def reference_dump(path, fmt="table", body="none", decompress=False, start=None,
         rows = message_rows(store, RecordFilter(**filters), start, stop, msg_id, limit, BodyEncoding(body), decompress, notes)
         if keep is not None:
             rows = (r for r in rows if keep(r))
-        emit_rows(rows, OutputFormat(fmt), MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, out=out)
+        written = emit_rows(rows, OutputFormat(fmt), MESSAGE_FIELDS, MESSAGE_TABLE, optional=MESSAGE_TABLE_OPTIONAL, out=out)
+    if not written and msg_id is None and any(v is not None for v in filters.values()):
+        notes.append("no message matches the filters (`mqtool info` lists the topics and queues)")
     return out.getvalue(), "".join(f"mqtool: {n}\n" for n in notes)

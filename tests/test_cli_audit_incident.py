@@ -161,3 +161,21 @@ def test_a_broker_config_whose_segment_size_no_file_has_names_the_config(command
     line = error_line(run(command, store_path("4.9.7", "crashed-small"), "--broker-config", conf), EXIT_BAD_INPUT)
     assert "mappedFileSizeCommitLog=2097152" in line and "1048576 bytes" in line
     assert "`mqtool repair` fixes" not in line and "like the other segments" not in line
+
+
+@pytest.mark.parametrize("args", [("--topic", "NoSuch"), ("--topic", "TopicTest", "--queue", "99"), ("--tag", "NoSuchTag", "-f", "jsonl")])
+def test_a_dump_whose_filters_match_no_message_says_so(args):
+    """``dump STORE --topic NoSuch`` printed nothing at all, as if the store were empty: now a note says no
+    message matched (exit 0: a dump is not a lookup); the same filters that match print no such note."""
+    shown = run("dump", store_path("4.9.7", "clean-small"), *args)
+    assert shown.exit_code == 0 and not shown.stdout.strip()
+    assert "mqtool: no message matches the filters" in shown.stderr
+    some = run("dump", store_path("4.9.7", "clean-small"), "--topic", "TopicTest", "--limit", "1")
+    assert some.exit_code == 0 and some.stdout.strip() and "no message matches" not in some.stderr
+
+
+def test_a_consume_queue_dump_of_no_such_queue_says_so():
+    shown = run("dump", "consumequeue", store_path("4.9.7", "clean-small"), "--topic", "NoSuch", "--queue", "0")
+    assert shown.exit_code == 0 and not shown.stdout.strip() and "no consume queue entry of that topic and queue" in shown.stderr
+    some = run("dump", "consumequeue", store_path("4.9.7", "clean-small"), "--topic", "TopicTest", "--queue", "0", "--limit", "1")
+    assert some.exit_code == 0 and some.stdout.strip() and "no consume queue entry" not in some.stderr

@@ -106,18 +106,23 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
         if not rows:
             raise typer.Exit(EXIT_FINDINGS)
         return
+    offsets = None
     if use_index and (match.key is not None or match.uniq_key is not None):
         offsets, why = _index_lookup(store, match)
-        if offsets is not None:
-            return _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
-        note(f"{why}; scanning the commit log")
-    start = _scan_from(store, start)
-    encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
-    items = _scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder)
-    if fmt is OutputFormat.table:  # the bytes of the rows as dicts
-        _emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, body)
+        if offsets is None:
+            note(f"{why}; scanning the commit log")
+    if offsets is not None:
+        written = _emit_rows(_looked_up_rows(store, match, offsets, start, stop, limit, body, decompress), fmt, body)
     else:
-        emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
+        start = _scan_from(store, start)
+        encoder = None if fmt is OutputFormat.table else text_encoder(MESSAGE_FIELDS, fmt)  # the compiled encoder
+        items = _scan_batches(store, match, start, stop, limit, body, decompress, progress, keep_going, encoder)
+        if fmt is OutputFormat.table:  # the bytes of the rows as dicts
+            written = _emit_rows(({**r, "properties": dict(r["properties"])} for b, _ in items for r in b.to_pylist()), fmt, body)
+        else:
+            written = emit_batches(items, fmt, MESSAGE_FIELDS, encoder)
+    if not written and match != type(match)():  # filters given, and nothing passed them
+        note("no message matches the filters (`mqtool info` lists the topics and queues)")
 
 
 def _scan_from(store: Store, start: int | None) -> int:
@@ -138,10 +143,10 @@ def _scan_from(store: Store, start: int | None) -> int:
     return resumed
 
 
-def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> None:
+def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> int:
     """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
     table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
-    emit_rows(rows, fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
+    return emit_rows(rows, fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
@@ -464,9 +469,11 @@ def dump(
         rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
         if follow and format is OutputFormat.table:
             columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
-            emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
+            written = emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
         else:
-            emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+            written = emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)
+        if not written and (topic or queue is not None):
+            note("no consume queue entry of that topic and queue (`mqtool info` lists the topics and queues)")
     elif kind == "batchconsumequeue":
         emit_rows(itertools.islice(batch_unit_rows(path, topic, queue), limit), format, BATCH_UNIT_FIELDS, BCQ_TABLE, optional=BCQ_TABLE_OPTIONAL)
     elif kind == "dledger":
