@@ -179,3 +179,22 @@ def test_a_consume_queue_dump_of_no_such_queue_says_so():
     assert shown.exit_code == 0 and not shown.stdout.strip() and "no consume queue entry of that topic and queue" in shown.stderr
     some = run("dump", "consumequeue", store_path("4.9.7", "clean-small"), "--topic", "TopicTest", "--queue", "0", "--limit", "1")
     assert some.exit_code == 0 and some.stdout.strip() and "no consume queue entry" not in some.stderr
+
+
+def test_a_salvage_into_a_file_stopped_says_the_file_is_partial(tmp_path, monkeypatch):
+    """Ctrl-C during ``salvage --out FILE`` said only "interrupted": now it says FILE holds only what was
+    written before (exit 130 as ever)."""
+    import mqtool.cli.salvage as salvage_cli
+
+    written = salvage_cli.emit_batches
+
+    def cut_short(items, fmt, fields, out=None, **kw):
+        written(iter([next(iter(items))]), fmt, fields, out=out, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(salvage_cli, "emit_batches", cut_short)
+    out = tmp_path / "rows.jsonl"
+    result = run("salvage", store_path("4.9.7", "clean-small"), "-f", "jsonl", "--out", out, "--no-progress")
+    assert result.exit_code == 130 and out.read_text().count("\n") > 0
+    assert f"mqtool: {out}: holds only the rows written before salvage stopped" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "mqtool: error: interrupted"
