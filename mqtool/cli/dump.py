@@ -431,7 +431,7 @@ def dump(
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
-    """Decode store files: messages, consume queue entries, index entries or the checkpoint.
+    """Decode store files: messages, consume queue and index entries, the checkpoint, the timer log or DLedger entries.
 
     \b
     The options each KIND uses (any other is an error):
