@@ -3,7 +3,6 @@ pipes, with Ctrl-C, on unreadable and mistyped input). Each test failed before i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -11,29 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from conftest import copy_store, manifest, store_path
-from mqtool.cli import app
+from repair_support import tree
+from test_cli_audit import error_line, run
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def run(*args, env=None):
-    return runner.invoke(app, [str(a) for a in args], env=env)
-
-
-def error_line(result, code: int) -> str:
-    assert result.exit_code == code, (result.exit_code, result.stdout, result.stderr)
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("mqtool: error: ") and "Traceback" not in result.output, result.stderr
-    return line
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def into_a_closed_pipe(*args) -> subprocess.CompletedProcess:

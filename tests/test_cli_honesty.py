@@ -209,7 +209,7 @@ def test_epoch_seconds_are_refused_with_a_hint():
     for args in (("dump", store, "--since", seconds), ("query", "time", store, "TopicTest", "0", seconds)):
         shown = mqtool(*args)
         assert shown.returncode == EXIT_USAGE and shown.stdout == ""
-        assert f"looks like epoch seconds (as milliseconds it is 1970-" in shown.stderr and f"give {seconds}000 or an ISO-8601 time" in shown.stderr
+        assert "looks like epoch seconds (as milliseconds it is 1970-" in shown.stderr and f"give {seconds}000 or an ISO-8601 time" in shown.stderr
     assert mqtool("dump", store, "--since", seconds + "000", "-n", "1").returncode == EXIT_OK
 
 

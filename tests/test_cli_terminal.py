@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ROOT, copy_store, manifest, store_path
+from conftest import copy_store, manifest, store_path
 from mqtool.cli import app
 from mqtool.cli.output import heading, iso_ms
 from mqtool.errors import EXIT_USAGE

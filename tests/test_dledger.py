@@ -9,7 +9,6 @@ import json
 import pytest
 
 from conftest import MAIN_VERSIONS, manifest, parse_host, store_path
-from mqtool.formats import commitlog as cl
 from mqtool.formats import dledger as dfmt
 from mqtool.formats.hashing import tags_code
 from mqtool.formats.properties import split_keys

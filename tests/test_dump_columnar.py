@@ -5,7 +5,6 @@ offsets, ``--msg-id`` and the end note; index lookups and ``--from-offset`` resy
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 

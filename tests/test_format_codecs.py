@@ -70,7 +70,7 @@ def test_the_abort_marker_equals_its_schema(version):
 
 def test_a_changed_schema_fails_the_comparison():
     """The comparison can fail: a layout with one field wider is not the written one."""
-    from construct import Int32sb, Int64sb, Struct
+    from construct import Int64sb, Struct
 
     wider = Struct("phys_offset" / Int64sb, "size" / Int64sb, "tags_code" / Int64sb)
     assert derive_whole(wider).codec.format != cq.ENTRY.format
