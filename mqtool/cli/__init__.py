@@ -31,7 +31,7 @@ ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exc
 # holds the help texts equal to the commands' own.
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
-    "dump": ("dump", "dump", "Decode store files: messages, consume queue entries, index entries or the checkpoint."),
+    "dump": ("dump", "dump", "Decode store files: messages, consume queue and index entries, the checkpoint, the timer log or DLedger entries."),
     "verify": ("verify", "verify", "Check every CRC and every cross-file reference of a store; report each problem and where it is."),
     "query": ("query", "app", "The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time."),
     "stats": ("stats", "stats", 'Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics.'),
