@@ -258,6 +258,11 @@ class QueueCursor:
 
     def skip(self, n: int) -> None:
         """Move the head ``n`` entries on, emitting what is due on the way."""
+        if not self._due and 0 < n < len(self._rows) - self._i:  # the usual case: nothing due, the new head read
+            self._i += n
+            self._passed += n
+            self.head = Entry(*self._rows[self._i].tolist())
+            return
         while n > 0 and self.head is not None:
             step = min(n, len(self._rows) - self._i)
             target = self._i + step
@@ -272,9 +277,11 @@ class QueueCursor:
     def peek(self, n: int) -> tuple[np.ndarray, bool]:
         """The rows of the head and the ``n - 1`` entries after it (fewer at the end), and
         whether moving the head ``n`` on would emit findings."""
-        self._read_on(n + 1)
         i = self._i
-        return self._rows[i : i + n], any(i < k <= i + n for k in self._due)
+        if len(self._rows) - i <= n:
+            self._read_on(n + 1)
+            i = self._i
+        return self._rows[i : i + n], bool(self._due) and any(i < k <= i + n for k in self._due)
 
 
 @dataclass
