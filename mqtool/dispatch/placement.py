@@ -16,7 +16,7 @@ from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
-    BUFFER_FULL, H_END_PHY, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units,
+    BUFFER_FULL, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units,
 )
 
 
@@ -64,12 +64,6 @@ class IndexPlacement:
 
     def _entry_buffer(self) -> np.ndarray:
         return np.empty(0, dtype=np.uint32)
-
-    @property
-    def end_phy_offset(self) -> int:
-        if self.hdr is not None:
-            return int(self.hdr[H_END_PHY])
-        return self.previous.end_phy_offset if self.previous else 0
 
     def _open(self, name: str, source, seed: ixfmt.IndexHeader | None) -> None:
         """Start file ``name``: continue the existing file whose header is ``source``, or a new one
