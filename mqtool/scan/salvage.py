@@ -72,16 +72,6 @@ class SalvageSummary:
         skipped for a bad body CRC."""
         return bool(self.counts[PAST_DAMAGE] or self.skipped)
 
-    def as_dict(self) -> dict:
-        return {
-            "cut": None if self.cut is None else {"offset": self.cut.offset, "reason": self.cut.reason, "detail": self.cut.detail},
-            "records": dict(self.counts),
-            "stretches": [vars(s) for s in self.stretches],
-            "unreadable": [vars(u) for u in self.unreadable],
-            "skipped_bad_crc": [{"offset": o, "size": s} for o, s in self.skipped],
-            "unread": None if self.unread is None else vars(self.unread),
-        }
-
 
 Progress = Callable[[int], None]  # called with the commit log offset reached
 
