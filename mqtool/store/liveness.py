@@ -24,10 +24,6 @@ class StoreUser:
     path: str
     command: str
 
-    def describe(self) -> str:
-        what = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has mapped"}[self.how]
-        return f"pid {self.pid} ({self.command or '?'}) {what} {self.path}"
-
 
 def lock_holder(store_root: Path) -> int | None:
     """PID of the process holding a lock on ``<root>/lock`` (None: not locked or no lock file)."""
