@@ -98,7 +98,9 @@ class LogKind:
     """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask. Each kind
     says ``start(run)`` (where the scan starts, and the rule), ``dispatches(run)`` (whether the scan
     dispatches), ``queue_cut(run)`` (after the scan, where the consume queues are cut; may move
-    ``run.scan.end``) and ``truncates_queues(run)`` (whether ``truncateDirtyLogicFiles`` runs there)."""
+    ``run.scan.end``), ``truncates_queues(run)`` (whether ``truncateDirtyLogicFiles`` runs there),
+    ``notes(run)`` (what it leaves imperfect, so the operator is not surprised) and
+    ``checkpoint(run, after)`` (the checkpoint values it persists beside the shared ones)."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
 
@@ -109,14 +111,6 @@ class LogKind:
     def actions(self, run: RecoveryRun) -> list[Action]:
         """Changes to files of this log kind beside the commit log, queues and index."""
         return []
-
-    def notes(self, run: RecoveryRun) -> list[str]:
-        """What this recovery leaves imperfect, so the operator is not surprised."""
-        return []
-
-    def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:
-        """The checkpoint values this log kind's recovery persists beside the shared ones."""
-        return after
 
     def checkpoint_actions(self, run: RecoveryRun) -> list[Action]:
         """Writes of this log kind's own checkpoint."""
