@@ -36,8 +36,6 @@ HOLDS = {
     "cq_min_offset_v5": "5.0.0-5.3.3",  # 3.7
     "indexes_uniq_key_and_commit": "4.0.0-5.3.3",  # 4.2
     "index_counts_used_slots": "4.7.1-5.3.3",  # 5.2
-    "abort_holds_pid": "5.0.0-5.3.3",  # 6.3
-    "has_lock_file": "4.2.0-5.3.3",  # 6.4
     "dledger_abnormal_redispatch": "5.2.0-5.3.3",  # 8.4
 }
 

@@ -235,13 +235,7 @@ class VersionRules:
     index_counts_used_slots = _rule("E8")
     """§5.2: from 4.7.1 the index header's hashSlotCount counts newly used slots; before, every put."""
 
-    # ---- §6-§8 checkpoint, abort, lock, config, 5.x stores ---------------------------------------
-
-    abort_holds_pid = _rule("E13")
-    """§6.3: 5.0.0+ write the PID into ``abort`` (and leave ``abort.bak``); before, it is empty."""
-
-    has_lock_file = _rule("E3a")
-    """§6.4: ``DefaultMessageStore.start`` creates and locks ``lock`` from 4.2.0."""
+    # ---- §8 5.x stores ---------------------------------------------------------------------------
 
     dledger_abnormal_redispatch = _rule("E17")
     """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
