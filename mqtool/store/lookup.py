@@ -110,11 +110,11 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
     return last, None if record is None else last + record.total_size
 
 
-def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX, *, scan_tail: bool = True) -> Lookup:
+def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX) -> Lookup:
     """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
-    offset order (collisions included: ``key_matches`` says which mqadmin would drop). With
-    ``scan_tail``, records after the index's last entry, which the broker indexes again on restart
-    after a crash, are matched too (``source="unindexed"``)."""
+    offset order (collisions included: ``key_matches`` says which mqadmin would drop). Records
+    after the index's last entry, which the broker indexes again on restart after a crash, are
+    matched too (``source="unindexed"``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
@@ -125,7 +125,7 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         return result
     tail_records: list[clfmt.CommitLogRecord] = []
     result.indexed_until, first_after = _after_index(store)
-    if scan_tail and first_after is not None:
+    if first_after is not None:
         scan = store.commitlog.scan(first_after)
         tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy)]
         result.logical_end = scan.end.offset
