@@ -122,9 +122,9 @@ def _int64(column) -> np.ndarray:
     return np.ascontiguousarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) -> pa.Table:
-    """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too when ``extended``)
-    aggregated per topic, queue and period (start, epoch ms)."""
+def aggregate(t: pa.Table, period_ms: int = HOUR_MS) -> pa.Table:
+    """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too if it has one)
+    aggregated per topic, queue and period (start, epoch ms): the ``BASE_AGGREGATES``."""
     encoded = compute.dictionary_encode(t["topic"]).combine_chunks()
     store_ts = _int64(t["store_timestamp"])
     columns = {
@@ -135,17 +135,16 @@ def aggregate(t: pa.Table, period_ms: int = HOUR_MS, *, extended: bool = False) 
     }
     table = GroupTable()
     accumulate(table, columns, period_ms)
-    return to_arrow(table, lambda codes: compute.take(encoded.dictionary, codes), extended=extended)
+    return to_arrow(table, lambda codes: compute.take(encoded.dictionary, codes), extended=False)
 
 
-def merge(partials: list[pa.Table], *, extended: bool = False) -> pa.Table:
+def merge(partials: list[pa.Table]) -> pa.Table:
     """Partial aggregates (of ``aggregate``) combined per topic, queue and period."""
     t = pa.concat_tables(partials)
     if len(partials) == 1:
         return t
-    specs = AGGREGATES if extended else BASE_AGGREGATES
-    grouped = t.group_by(KEYS, use_threads=False).aggregate([(out, op) for out, _, op in specs])
-    return pa.table({**{k: grouped[k] for k in KEYS}, **{out: grouped[f"{out}_{op}"] for out, _, op in specs}})
+    grouped = t.group_by(KEYS, use_threads=False).aggregate([(out, op) for out, _, op in BASE_AGGREGATES])
+    return pa.table({**{k: grouped[k] for k in KEYS}, **{out: grouped[f"{out}_{op}"] for out, _, op in BASE_AGGREGATES}})
 
 
 # ---- born-to-store delay histogram ----------------------------------------------------------------
