@@ -16,7 +16,7 @@ from ..formats.dispatch import DispatchRequest
 from ..formats.hashing import index_key_hash
 from ..store.index import index_file_name, next_index_name
 from ._placement import (  # noqa: F401 - the state layouts and kernels, re-exported
-    BUFFER_FULL, H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units,
+    H_INDEX_COUNT, H_PUT, ROLL_NEEDED, S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, index_records, place_units,
 )
 
 
