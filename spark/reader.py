@@ -62,12 +62,12 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> 
     ]
 
 
-def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None, check_crc: bool = True) -> Iterator[pa.RecordBatch]:
+def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None) -> Iterator[pa.RecordBatch]:
     """The ``messages`` batches of one split (only ``columns`` when given); the first and last
     row carry ``split_edge``."""
     builder = task.builder(body=body, columns=columns)
     pending, first = None, True
-    for batch in task.scan(check_crc=check_crc):
+    for batch in task.scan(check_crc=True):
         built = builder.build(batch, task.split.offset)
         if pending is not None:
             yield with_edges(pending, first, False)

@@ -253,9 +253,9 @@ def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], enco
     return count
 
 
-def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table, out=None) -> None:
+def emit_document(doc: dict[str, Any], fmt: OutputFormat, render_table) -> None:
     """A single document (``info``, a plan, a summary): JSON as is, or a human rendering."""
-    out = terminal.data_stream(out)
+    out = terminal.data_stream()
     if fmt in (OutputFormat.json, OutputFormat.jsonl):
         out.write(json.dumps(doc, ensure_ascii=False, indent=None if fmt is OutputFormat.jsonl else 2) + "\n")
     elif fmt is OutputFormat.csv:

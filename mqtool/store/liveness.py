@@ -56,17 +56,17 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == r or path.startswith(r + os.sep) for r in roots)
 
 
-def processes_using(paths: Iterable[Path], *, exclude: set[int] | None = None) -> list[StoreUser]:
+def processes_using(paths: Iterable[Path]) -> list[StoreUser]:
     """Processes with a file under any of ``paths`` open (``/proc/*/fd``) or mapped (``/proc/*/maps``)."""
     roots = tuple(sorted({os.path.realpath(p) for p in paths}))
-    exclude = {os.getpid()} | (exclude or set())
+    me = os.getpid()
     users: list[StoreUser] = []
     try:
         pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
     except OSError:
         return users
     for pid in pids:
-        if pid in exclude:
+        if pid == me:
             continue
         found: set[tuple[str, str]] = set()
         try:
