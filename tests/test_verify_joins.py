@@ -169,6 +169,25 @@ def test_joins_and_record_by_record_agree_on_every_fixture_store(version, name, 
         assert joined["IndexCheck"] > walked // SMALL["batch"] // 2
 
 
+def test_the_queue_windows_read_less_at_a_time_the_more_queues_a_store_has(monkeypatch):
+    """Every queue's window is loaded at once: a store of thousands of long queues reads each in
+    smaller chunks, so the windows stay within ``WINDOWS_BUDGET`` (down to ``MIN_CHUNK_UNITS``),
+    and the findings are those of full-sized reads."""
+    assert consumequeue.chunk_units(19) == consumequeue.CHUNK_UNITS
+    assert consumequeue.chunk_units(10_000) * 32 * 10_000 <= consumequeue.WINDOWS_BUDGET < consumequeue.CHUNK_UNITS * 32 * 10_000
+    assert consumequeue.chunk_units(10**7) == consumequeue.MIN_CHUNK_UNITS
+    path = FIXTURES / "rocketmq-4.9.7" / "crashed-small"
+    full = run(path)
+    monkeypatch.setattr(consumequeue, "WINDOWS_BUDGET", 32 * 3 * 40)  # 3 units a queue for a store of 40 queues
+    monkeypatch.setattr(consumequeue, "MIN_CHUNK_UNITS", 2)
+    with Store.open(path) as store:
+        assert 2 <= consumequeue.chunk_units(len(store.consume_queues)) <= 3
+    asked, reads = [], consumequeue.queue_reads
+    monkeypatch.setattr(consumequeue, "queue_reads", lambda queue, chunk: (asked.append(chunk), reads(queue, chunk))[1])
+    assert run(path) == full and JOINED["ConsumeQueueCheck"] > 0
+    assert asked and set(asked) <= {2, 3}  # every window read that many units at a time
+
+
 @pytest.mark.parametrize("version,name", [("4.9.7", "clean-small"), ("5.3.3", "clean-small")])
 @pytest.mark.parametrize("idle", ["always", "every-third"])
 def test_batches_dispatched_in_the_checks_thread_give_the_same_findings(version, name, idle, monkeypatch):

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 QOFF, PHYS, SIZE, TAGS = COLUMNS  # of a queue's entry rows
 _dispatched = lru_cache(256)(dispatches_to_consume_queue)  # by SYSFLAG, for the records reported one by one
-CHUNK_UNITS = 8192  # per queue: memory grows with the number of queues, not their length
+CHUNK_UNITS = 8192  # per queue at most: a window holds up to a read of rows (32 bytes each) for every queue at once
+WINDOWS_BUDGET = 64 << 20  # bytes of rows for all the windows: a store of thousands of queues reads each in smaller chunks
+MIN_CHUNK_UNITS = 64
 QUEUE_CAPACITY = 1024  # queues a batch is first grouped for; a batch with more is grouped again for as many as records
 PRE_LOCK_SLACK_MS = 1000  # 3.2.6 delay entries: the pre-lock clock vs STORETIMESTAMP (observed 1-3 ms; SystemClock lag and lock waits)
 # Topics with ``batchconsumequeue/<topic>`` (5.x BatchCQ, §5.5) are not dispatched to
@@ -112,6 +114,13 @@ def queue_reads(queue: ConsumeQueue, chunk_units: int) -> Iterator[QueueGap | Qu
             yield QueueFileEnd((base + end) // unit)
 
 
+def chunk_units(queues: int) -> int:
+    """Units a queue's window reads at a time: ``CHUNK_UNITS``, less where the windows of ``queues``
+    queues, all loaded at once, would pass ``WINDOWS_BUDGET`` (memory flat in the number of queues
+    too, down to ``MIN_CHUNK_UNITS`` each)."""
+    return min(CHUNK_UNITS, max(MIN_CHUNK_UNITS, WINDOWS_BUDGET // (len(COLUMNS) * 8 * max(queues, 1))))
+
+
 class Entry:
     __slots__ = ("queue_offset", "phys", "size", "tags")
 
@@ -136,7 +145,7 @@ _NO_ENTRIES = np.empty((0, len(COLUMNS)), dtype=np.int64)
 
 
 class QueueCursor:
-    """The entries of one queue in order, read ``CHUNK_UNITS`` at a time into the rows of a window
+    """The entries of one queue in order, read ``check.chunk_units`` at a time into the rows of a window
     (``decode_units``' ``COLUMNS``): ``head`` (an ``Entry``), ``skip``, ``peek``, ``entries``.
     Fillers a read passes (``ConsumeQueueCheck.skipped``) are left out; invalid units followed by
     valid ones, and missing files, are findings, each due when the entry after it becomes the head
@@ -169,7 +178,7 @@ class QueueCursor:
         """The queue's entries, a read at a time: (rows, findings due by row, whether the queue ends there)."""
         invalid_from = None
         pending: list = []  # findings due before the next entry
-        for read in queue_reads(self.queue, CHUNK_UNITS):
+        for read in queue_reads(self.queue, self.check.chunk_units):
             if type(read) is QueueGap:
                 pending.append(self.gap_finding(read.path, read.expected, read.base))
                 invalid_from = None
@@ -338,6 +347,7 @@ class ConsumeQueueCheck(FindingSink):
         batch_dir = store.path("batchconsumequeue")
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
+        self.chunk_units = chunk_units(len(store.consume_queues))
         for queue in store.consume_queues:
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
                 self.emit(finding)
