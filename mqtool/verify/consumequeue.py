@@ -347,7 +347,7 @@ class ConsumeQueueCheck(FindingSink):
         batch_dir = store.path("batchconsumequeue")
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
-        self.chunk_units = chunk_units(len(store.consume_queues))
+        self.chunk_units = chunk_units(sum(1 for q in store.consume_queues if not q.topic.startswith(LMQ_PREFIX)))  # the windows loaded
         for queue in store.consume_queues:
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
                 self.emit(finding)
