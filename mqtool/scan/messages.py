@@ -68,8 +68,9 @@ class MessageScan:
                 for future in pending:  # closed early (a --limit reached, a closed pipe)
                     future.cancel()
 
-    def _batch(self, segment_batch: SegmentBatch) -> pa.RecordBatch | None:
-        """The record batch of one walk batch: filtered, projected; None when no row is left."""
+    def _item(self, segment_batch: SegmentBatch):
+        """The record batch of one walk batch: filtered, projected (with ``then``'s result when
+        given); None when no row is left."""
         if self.deciding is not None:
             mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
             keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``
@@ -83,14 +84,12 @@ class MessageScan:
             batch = compute.filter(batch, mask)
         if self.columns is not None:
             batch = batch.select(list(self.columns))
-        return batch if batch.num_rows else None
-
-    def _item(self, segment_batch: SegmentBatch):
-        batch = self._batch(segment_batch)
-        return batch if batch is None or self.then is None else (batch, self.then(batch))
+        if not batch.num_rows:
+            return None
+        return batch if self.then is None else (batch, self.then(batch))
 
     def _released_batch(self, segment_batch: SegmentBatch):
-        """``_batch``, then the pages its records lie in dropped from this process (the builder
+        """``_item``, then the pages its records lie in dropped from this process (the builder
         faulted back in those the walk had already released)."""
         try:
             return self._item(segment_batch)

@@ -73,13 +73,10 @@ class SalvageSummary:
         return bool(self.counts[PAST_DAMAGE] or self.skipped)
 
 
-Progress = Callable[[int], None]  # called with the commit log offset reached
-
-
 class SalvageScan:
     """Iterate to get ``messages`` batches (``columns`` + ``status``); ``summary`` fills as it goes."""
 
-    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Progress | None = None, batch: int = 1 << 15,
+    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Callable[[int], None] | None = None, batch: int = 1 << 15,
                  served_to: Callable[[ScanEnd], ScanEnd] | None = None):
         self.store = store
         self.served_to = served_to  # where the walk from the first segment ended -> where the broker's next start ends the log

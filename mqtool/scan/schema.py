@@ -47,23 +47,23 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("split_edge", "boolean"),  # the first or last record its split read (the handoff check)
 )
 
-STATS_COLUMNS: tuple[tuple[str, str], ...] = (
+_SPLIT_COLUMNS: tuple[tuple[str, str], ...] = (  # the split a row of ``stats`` or ``output=parquet`` is about
     ("broker", "string"),
     ("split_start", "bigint"),
     ("first_offset", "bigint"),  # the split's first record, and the offset after its last one:
     ("exit_offset", "bigint"),  # the handoff check's inputs (for every row of the split)
+)
+
+STATS_COLUMNS: tuple[tuple[str, str], ...] = (
+    *_SPLIT_COLUMNS,
     ("topic", "string"),
     ("queue_id", "int"),
     ("hour", "timestamp"),  # the UTC hour of store time
     *((out, "bigint") for out, _, _ in BASE_AGGREGATES),  # messages, dispatched, bytes, ...: as ``mqtool stats``
 )
 
-
 WRITTEN_COLUMNS: tuple[tuple[str, str], ...] = (  # ``output=parquet``: one row per split read
-    ("broker", "string"),
-    ("split_start", "bigint"),
-    ("first_offset", "bigint"),  # the handoff check's inputs, as in STATS_COLUMNS
-    ("exit_offset", "bigint"),
+    *_SPLIT_COLUMNS,
     ("rows_read", "bigint"),
     ("rows_written", "bigint"),  # the rows the filters kept, in ``file``
     ("file", "string"),  # the Parquet file the task wrote (null when no row was kept)

@@ -42,11 +42,7 @@ BASE_AGGREGATES = [
     ("max_queue_offset", "dispatched_offset", "max"),
 ]
 EXTENDED_AGGREGATES = [
-    ("not_type", "not_type", "sum"),
-    ("prepared", "prepared", "sum"),
-    ("commit", "commit", "sum"),
-    ("rollback", "rollback", "sum"),
-    ("compressed", "compressed", "sum"),
+    *((name, name, "sum") for name in ("not_type", "prepared", "commit", "rollback", "compressed")),
     ("delay_min_ms", "delay", "min"),
     ("delay_max_ms", "delay", "max"),
 ]

@@ -139,8 +139,7 @@ class SurvivorSummary:
     @property
     def all_survived(self) -> bool:
         """Every id found (or duplicated) and consumable."""
-        ok = self.counts[FOUND] + self.counts[DUPLICATED] - self.not_consumable_duplicates
-        return ok == self.ids
+        return self.counts[FOUND] + self.counts[DUPLICATED] - self.not_consumable_duplicates == self.ids
 
     def as_dict(self) -> dict:
         return {"ids": self.ids, "by": self.by, **self.counts, "commitlog_end": self.commitlog_end, "end_reason": self.end_reason,
