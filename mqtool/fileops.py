@@ -126,30 +126,28 @@ def read_range(path: Path, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
-def write_range(path: Path, start: int, data: bytes) -> None:
-    """Overwrite ``data`` at ``start`` in place, then fsync."""
+def _overwrite(path: Path, start: int, end: int, piece: Callable[[int, int], bytes | memoryview]) -> None:
+    """Overwrite ``[start, end)`` in place, ``piece(pos, n)`` giving the (up to CHUNK) bytes at ``pos``, then fsync."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        view = memoryview(data)
-        pos = 0
-        while pos < len(view):
-            pos += os.pwrite(fd, view[pos : pos + CHUNK], start + pos)
+        pos = start
+        while pos < end:
+            pos += os.pwrite(fd, piece(pos, min(CHUNK, end - pos)), pos)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_range(path: Path, start: int, data: bytes) -> None:
+    """Overwrite ``data`` at ``start`` in place, then fsync."""
+    view = memoryview(data)
+    _overwrite(path, start, start + len(view), lambda pos, n: view[pos - start : pos - start + n])
 
 
 def zero_range(path: Path, start: int, end: int) -> None:
     """Overwrite ``[start, end)`` with zeros in place, then fsync."""
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        zeros = bytes(min(CHUNK, max(end - start, 0)))
-        pos = start
-        while pos < end:
-            pos += os.pwrite(fd, zeros[: min(CHUNK, end - pos)], pos)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    zeros = bytes(min(CHUNK, max(end - start, 0)))
+    _overwrite(path, start, end, lambda pos, n: zeros[:n])
 
 
 def remove(path: Path) -> bool:
