@@ -122,23 +122,18 @@ class Scan:
     def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
         takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
-        each = [(p, b) for b in self.inputs for p in b.paths]
-        reader = self.spark.read.format(FORMAT).option("body", body).option("output", output)
-        reader = reader.option("brokerNames", json.dumps([b.broker for _, b in each]))
-        reader = reader.option("brokerVersions", json.dumps([b.version for _, b in each]))
-        if self.o.broker_config:
-            reader = reader.option("brokerConfig", os.path.abspath(self.o.broker_config))
+        o, each = self.o, [(p, b) for b in self.inputs for p in b.paths]
+        given = {"body": body, "output": output, "brokerNames": json.dumps([b.broker for _, b in each]),
+                 "brokerVersions": json.dumps([b.version for _, b in each])}
+        if o.broker_config:
+            given["brokerConfig"] = os.path.abspath(o.broker_config)
         if self.split_size:
-            reader = reader.option("splitSize", str(self.split_size))
+            given["splitSize"] = str(self.split_size)
         if output in ("stats", "parquet"):
-            o = self.o
-            reader = reader.option("topics", json.dumps(o.topics))
-            for name in ("queue", "since", "until", "tag", "key"):
-                if getattr(o, name) is not None:
-                    reader = reader.option(name, str(getattr(o, name)))
-        for name, value in options.items():
-            reader = reader.option(name, value)
-        return reader.load([p for p, _ in each])
+            given["topics"] = json.dumps(o.topics)
+            values = {name: getattr(o, name) for name in ("queue", "since", "until", "tag", "key")}
+            given.update((name, str(v)) for name, v in values.items() if v is not None)
+        return self.spark.read.format(FORMAT).options(**{**given, **options}).load([p for p, _ in each])
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
@@ -382,7 +377,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         # per queue, and per broker and hour (printed): both small enough for the driver, one job
         both = kept.groupingSets([["broker", "topic", "queue_id"], ["broker", "hour"]], "broker", "topic", "queue_id", "hour").agg(
             F.grouping("hour").alias("per_queue"),
-            *(getattr(F, op)(out).alias(out) for out, _, op in BASE_AGGREGATES),  # the splits' sums, minima and maxima combined
+            *(getattr(F, op)(name).alias(name) for name, _, op in BASE_AGGREGATES),  # the splits' sums, minima and maxima combined
         ).toArrow()
     finally:
         partial.unpersist()
@@ -427,7 +422,7 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
             ends[broker] = max(ends.get(broker, 0), exit_offset)
     rows = []
     for b in scan.inputs:
-        end = _past_blank(b, ends.get(b.broker, b.segments[0].base_offset if b.segments else 0))
+        min_offset = b.segments[0].base_offset if b.segments else 0
         t = totals.get(b.broker, {})
         rows.append(
             {
@@ -435,8 +430,8 @@ def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[d
                 "segments": len(b.segments),
                 "splits": sum(1 for task in scan.tasks if task.broker == b.broker),
                 "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
-                "min_offset": b.segments[0].base_offset if b.segments else 0,
-                "max_offset": end,
+                "min_offset": min_offset,
+                "max_offset": _past_blank(b, ends.get(b.broker, min_offset)),
                 **{k: t.get(k) or 0 for k in ("messages", "bytes", "crc_failures")},
                 **{k: t.get(k) for k in ("first_store_timestamp", "last_store_timestamp")},
             }
