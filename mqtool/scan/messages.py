@@ -26,13 +26,13 @@ from .filter import MessageFilter
 class MessageScan:
     """Iterate to get the batches; ``end`` (a ``ScanEnd``) is set once the walk is over."""
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, broker: str | None = None, batch: int = 1 << 15, workers: int = 1, then: Callable[[pa.RecordBatch], object] | None = None, walk=None):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, match: MessageFilter = MessageFilter(), check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 15, workers: int = 1, then: Callable[[pa.RecordBatch], object] | None = None, walk=None):
         self.store = store
         self.match = match
-        wanted = None if columns is None else list(dict.fromkeys([*columns, *match.columns()]))
-        name = broker if broker is not None else (store.root.name if store.root is not None else "")
-        self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, decompress=decompress, columns=wanted)
         decided_by = match.columns()
+        wanted = None if columns is None else list(dict.fromkeys([*columns, *decided_by]))
+        name = store.root.name if store.root is not None else ""  # the ``broker`` column
+        self.builder = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, body=body, decompress=decompress, columns=wanted)
         self.deciding = None  # builds the filter's columns alone, when the batches hold more
         if decided_by and (wanted is None or set(wanted) - set(decided_by)):
             self.deciding = MessageBatchBuilder(name, legacy_properties=store.legacy_properties, delay_table=store.delay_table, columns=decided_by)
