@@ -46,6 +46,8 @@ FORMATS = ("parquet", "json", "csv")
 WRITERS = ("auto", "python", "spark")
 # spark.sql.parquet.compression.codec -> pyarrow's name, for the tasks' own Parquet writer
 PYARROW_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw": "lz4", "brotli": "brotli", "none": "none", "uncompressed": "none"}
+# and the part files' extension, as Spark's writer names them (parquet-java's ``CompressionCodecName``)
+PART_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4_raw": ".lz4raw", "brotli": ".br"}
 PRINT_ROWS = 200
 
 
@@ -241,8 +243,7 @@ class Output:
         return self.fmt == "parquet" and self.local and self.codec is not None
 
     def part_name(self, partition: int, run: str) -> str:
-        suffix = "" if self.codec == "none" else f".{self.codec_name}"
-        return f"part-{partition:05d}-{run}{suffix}.parquet"
+        return f"part-{partition:05d}-{run}{PART_EXTENSIONS.get(self.codec_name, '')}.parquet"
 
     def write_table(self, table: pa.Table, name: str) -> str:
         """Write a small table the driver holds as ``name``, one file: with pyarrow when it can
@@ -405,7 +406,7 @@ BROKER_COLUMNS = (
     *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures",
                                      "first_store_timestamp", "last_store_timestamp")),
 )
-# printed: the topic last (a long one runs past the edge), the optional columns least important first
+# printed: the optional columns least important first (and a queue's topic last: a long one runs past the edge)
 BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]
 BROKER_PRINT_OPTIONAL = ["first_store_timestamp", "last_store_timestamp", "segments"]
 QUEUE_PRINT = ["broker", "queue_id", "messages", "dispatched", "bytes", "crc_failures", "min_queue_offset", "max_queue_offset", "first_store_time", "last_store_time", "topic"]
@@ -549,7 +550,7 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
     if o.mode == "verify":
-        given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value]
+        given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value not in (None, [])]
         if given:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:

@@ -316,3 +316,15 @@ def test_the_script_checks_its_arguments_before_the_jvm_starts(tmp_path):
         assert "JVM STARTED" not in result.stderr and result.returncode == code, (args, result.stderr[-2000:])
         assert result.stderr.strip().splitlines()[-1] == line if line else result.stderr.strip().startswith("mqtool-scan: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
+    """Before: `--mode verify --queue 0` (or `--since 0`) was taken and ignored, since 0 is false;
+    `--queue 1` was refused. Every filter given is refused, whatever its value."""
+    from mqtool.errors import UsageError
+
+    store = str(store_path("4.9.7", "clean-small"))
+    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"), ({"queue": 1}, "--queue")):
+        with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
+            job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
+    assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))

@@ -226,3 +226,12 @@ def test_query_says_what_became_of_a_timer_message(name):
         assert rows[0]["delivery_time"] == (units[-1]["delayedTimeMs"] if units else timer["timerOutMs"])
         checked += 1
     assert checked >= 10
+
+
+def test_a_real_queue_id_the_broker_cannot_parse_is_no_queue_not_a_crash():
+    """Before: a REAL_QID of "--1" or "²" passed the check (``lstrip("-").isdigit()``) and then
+    made ``int`` raise, so one corrupt timer message ended dump, query, info and verify.
+    ``Integer.parseInt``'s reading now decides: such a value is no queue id."""
+    from mqtool.scan.timer import _queue_id
+
+    assert [_queue_id(t) for t in ("3", "-1", "+2", "٣", None, "--1", "²", "", "1 ", "2147483648")] == [3, -1, 2, 3, None, None, None, None, None, None]

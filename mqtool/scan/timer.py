@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..formats import timer as fmt
+from ..formats.dispatch import java_parse_int
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..store import Store
@@ -108,13 +109,21 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
             "offset": unit.offset_py,
             "size": unit.size_py,
             "real_topic": real_topic,
-            "real_queue_id": int(real_qid) if real_qid and real_qid.lstrip("-").isdigit() else None,
+            "real_queue_id": _queue_id(real_qid),
             "uniq_key": uniq_key,
             "keys": p.get(PropertyKey.KEYS, "").split() if p else [],
             "state": state,
             "delivered_offset": delivered,
         })
     return TimerReport(rows, timer.log.end, end)
+
+
+def _queue_id(text: str | None) -> int | None:
+    """REAL_QID as ``TimerMessageStore`` reads it (``Integer.parseInt``), None where it would throw."""
+    try:
+        return java_parse_int(text) if text is not None else None
+    except ValueError:
+        return None
 
 
 def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
