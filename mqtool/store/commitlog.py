@@ -213,6 +213,13 @@ class CommitLog:
                 return i
         return None
 
+    def segments_from(self, offset: int) -> Iterator[tuple[int, Segment, int]]:
+        """``(index, segment, position)`` of each segment from the one holding ``offset`` (read from
+        ``offset``) to the last (read from 0); nothing when no segment holds ``offset``."""
+        first = self.segment_index(offset)
+        for i in range(len(self.segments) if first is None else first, len(self.segments)):
+            yield i, self.segments[i], offset - self.segments[i].base_offset if i == first else 0
+
     def scan(self, start: int | None = None, stop: int | None = None, *, check_crc: bool = False) -> CommitLogScan:
         """Valid records from ``start`` (default: the first segment) until the logical end."""
         return CommitLogScan(self, self.min_offset if start is None else start, stop, check_crc)

@@ -158,15 +158,10 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
     """True when every byte from ``offset`` to the end of the last segment is zero. Read with
     ``pread`` (a pre-allocated segment's zeros would otherwise all become resident pages of a map),
     holes of a sparse file skipped with ``SEEK_DATA``."""
-    first = commitlog.segment_index(offset)
-    if first is None:
-        return True
-    for i in range(first, len(commitlog.segments)):
-        seg = commitlog.segments[i]
+    for _, seg, pos in commitlog.segments_from(offset):
         fd = os.open(seg.path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            pos = offset - seg.base_offset if i == first else 0
             while pos < size:
                 try:
                     pos = os.lseek(fd, pos, os.SEEK_DATA)
