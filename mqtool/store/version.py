@@ -174,7 +174,7 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
         entries = f.header.index_count - 1
         if entries <= 0 or f.geometry is None:
             continue
-        end = ixfmt.HEADER_SIZE + ixfmt.SLOT_SIZE * f.geometry.hash_slot_num
+        end = ixfmt.slot_position(f.geometry.hash_slot_num)  # the end of the slots
         if f.size < end:
             continue
         import numpy as np  # only where the marks before it leave both sides of 4.7.1
