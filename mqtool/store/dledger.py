@@ -187,7 +187,7 @@ class DLedgerCommitLog(CommitLog):
 
 def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
     """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
-    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+    return unit is not None and unit[1:] == (h.magic, h.pos, h.size, h.index, h.term)
 
 
 def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -> str | None:

@@ -88,7 +88,7 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
         records = list(islice(scan, limit))
-        if not records and scan.end is not None and not scan.end.is_clean:
+        if not records and not scan.end.is_clean:  # no record: the scan ran to its end
             from .resync import scan_start
 
             resumed = scan_start(store.commitlog, segment.base_offset)
@@ -323,7 +323,7 @@ def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
         scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
         for _ in scan:
             pass
-        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
+        if not scan.blanks and not scan.end.is_clean:
             resumed = scan_start(store.commitlog, scan.end.offset)
             if scan.end.offset < resumed < segment.end_offset:
                 scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
