@@ -124,9 +124,9 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
     return newest_kept
 
 
-def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = WINDOW) -> int:
+def _count_nonzero(array: np.ndarray, start: int, stop: int, buf) -> int:
     total = 0
-    for p in range(start, stop, chunk):
-        total += int(np.count_nonzero(array[p : min(p + chunk, stop)]))
-        release_pages(buf, p, min(p + chunk, stop))
+    for p in range(start, stop, WINDOW):
+        total += int(np.count_nonzero(array[p : min(p + WINDOW, stop)]))
+        release_pages(buf, p, min(p + WINDOW, stop))
     return total

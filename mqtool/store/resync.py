@@ -15,9 +15,9 @@ from .mappedfile import MappedFile
 RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
 
 
-def scan_start(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int:
+def scan_start(commitlog: CommitLog, offset: int) -> int:
     """Where a scan asked to begin at ``offset`` begins (the module's rule)."""
-    found = resume_after(commitlog, offset, chain)
+    found = resume_after(commitlog, offset)
     return offset if found is None else found
 
 
