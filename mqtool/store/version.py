@@ -172,7 +172,7 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     after (§5.2): with a hash collision in the file the two differ."""
     for f in _index_files(store):
         entries = f.header.index_count - 1
-        if entries <= 0 or f.geometry is None:
+        if entries <= 0:
             continue
         end = ixfmt.slot_position(f.geometry.hash_slot_num)  # the end of the slots
         if f.size < end:
