@@ -15,7 +15,6 @@ inverse. Tests hold both equal to construct on every fixture record.
 from __future__ import annotations
 
 import enum
-import itertools
 import struct
 from collections import namedtuple
 from typing import Any, Union
@@ -134,7 +133,7 @@ def _header(born_host: str, store_host: str) -> FixedLayout:
 _PREFIX = written(("total_size", "l"), ("magic_code", "l"))  # derive_fixed(CommitLogBlankStruct)
 HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
     (born_v6, store_v6): _header("16s" if born_v6 else "4s", "16s" if store_v6 else "4s")
-    for born_v6, store_v6 in itertools.product((False, True), repeat=2)
+    for born_v6 in (False, True) for store_v6 in (False, True)
 }
 """Fixed header (TOTALSIZE .. BODYLEN) for each born-host / store-host address width."""
 

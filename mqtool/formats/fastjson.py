@@ -116,10 +116,7 @@ class _Parser:
                 self.pos += 1
                 continue
             yield
-            ch = self.peek()
-            if ch == ",":
-                self.pos += 1
-            elif ch != close:
+            if self.peek() not in (",", close):  # the comma or the close: taken at the loop's top
                 self.fail(f"expected ',' or '{close}' in an {what}")
 
     def string(self) -> str:

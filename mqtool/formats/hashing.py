@@ -3,16 +3,13 @@
 - ``body_crc``: ``UtilAll.crc32`` = ``java.util.zip.CRC32 & 0x7FFFFFFF`` (reference §2.7).
 - ``java_string_hash``: ``String.hashCode`` over UTF-16 code units, int32 wrap (§3.4).
 - ``tags_code``: ``tagsString2tagsCode``: 0 for no tags, else the hash sign-extended (§3.4).
-- ``index_key_hash``: ``IndexFile.indexKeyHashMethod``: ``abs(hash)``, MIN_VALUE -> 0 (§6.4);
-  ``java_hash_units`` and ``index_hash`` are their steps, for callers that hold code units or a
-  hash already.
+- ``index_key_hash``: ``IndexFile.indexKeyHashMethod``: ``abs(hash)``, MIN_VALUE -> 0 (§6.4).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from typing import Iterable
 
 CRC31_MASK = 0x7FFFFFFF
 
@@ -24,20 +21,15 @@ def body_crc(body: bytes | memoryview) -> int:
 
 def java_string_hash(text: str) -> int:
     """Java ``String.hashCode()``: ``h = 31*h + unit`` over UTF-16 code units, signed int32."""
-    h = java_hash_units(text.encode("ascii") if text.isascii() else utf16_units(text))  # ASCII: a byte per unit
+    h = 0
+    for unit in text.encode("ascii") if text.isascii() else utf16_units(text):  # ASCII: a byte per unit
+        h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 
 def utf16_units(text: str) -> list[int]:
     """The UTF-16 code units of ``text`` (what Java's ``String`` holds)."""
     return [unit for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass"))]
-
-
-def java_hash_units(units: Iterable[int], h: int = 0) -> int:
-    """``String.hashCode``'s state ``h`` (its unsigned 32 bits) continued over UTF-16 code units."""
-    for unit in units:
-        h = (31 * h + unit) & 0xFFFFFFFF
-    return h
 
 
 def tags_code(tags: str | None) -> int:
@@ -47,12 +39,5 @@ def tags_code(tags: str | None) -> int:
 
 def index_key_hash(key: str) -> int:
     """The non-negative key hash stored in index entries (``Math.abs``; MIN_VALUE maps to 0)."""
-    return index_hash(java_string_hash(key))
-
-
-def index_hash(h: int) -> int:
-    """``indexKeyHashMethod`` of a hash given by its 32 bits: the absolute value of the int32,
-    MIN_VALUE -> 0."""
-    h &= 0xFFFFFFFF
-    h = (1 << 32) - h if h & 0x80000000 else h
-    return 0 if h > 0x7FFFFFFF else h
+    h = java_string_hash(key)
+    return 0 if h == -0x80000000 else abs(h)

@@ -48,18 +48,13 @@ PROP_CRC_KEY = PropertyKey.CRC32.encode() + b"\x01"
 PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1
 
 
-def decode_text(raw: bytes | memoryview) -> str:
-    """UTF-8 as Java's ``new String(bytes, UTF_8)`` reads it (malformed input -> U+FFFD)."""
-    return bytes(raw).decode("utf-8", "replace")
-
-
 def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[str, str]:
     """Parse a stored properties string the way the broker does.
 
     ``legacy=True`` follows the reader of 4.0.0-4.9.0 (a value containing ``\\x01`` is dropped).
     Later duplicates overwrite earlier ones; the insertion order is the stored order.
     """
-    text = decode_text(raw)
+    text = bytes(raw).decode("utf-8", "replace")  # as Java's new String(bytes, UTF_8): malformed input -> U+FFFD
     result: dict[str, str] = {}
     if not text:
         return result

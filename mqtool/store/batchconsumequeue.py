@@ -7,10 +7,11 @@ recovery (§5.7) stops each queue at the first unit failing ``BatchUnit.is_valid
 
 from __future__ import annotations
 
+from collections import namedtuple
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Iterator
 
 from ..errors import BadStoreFile
 from ..formats import consumequeue as fmt
@@ -29,18 +30,10 @@ def unit_dtype() -> "np.dtype":
     return numpy_dtype(fmt.BATCH_UNIT_LAYOUT)
 
 
-class BatchUnit(NamedTuple):
+class BatchUnit(namedtuple("BatchUnit", ("position", *fmt.BATCH_UNIT_LAYOUT.names))):
     """One unit and where it lies: ``position`` is its byte offset in the queue (file name + position in the file)."""
 
-    position: int
-    phys_offset: int
-    size: int
-    tags_code: int
-    store_time: int
-    msg_base_offset: int
-    batch_size: int
-    compacted_offset: int
-    reserved: int
+    __slots__ = ()
 
     @property
     def is_valid(self) -> bool:

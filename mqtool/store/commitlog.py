@@ -153,10 +153,10 @@ def _classify(buf, pos: int, base: int, size: int, exc: FormatError, check_crc: 
 
 def _body_crc_failure(buf, pos: int) -> str | None:
     """Why the body CRC of the (length-mismatched, but fully present) record at ``pos`` fails, or None."""
-    flags = int.from_bytes(buf[pos + fmt.SYS_FLAG_POSITION :][:4], "big")
+    flags = int.from_bytes(buf[pos + fmt.SYS_FLAG_POSITION : pos + fmt.SYS_FLAG_POSITION + 4], "big")
     header = fmt.HEADER_LAYOUTS[(bool(flags & fmt.SysFlag.BORNHOST_V6), bool(flags & fmt.SysFlag.STOREHOST_V6))]
-    stored, length = (int.from_bytes(buf[pos + header.offset_of(f) :][:4], "big", signed=True) for f in ("body_crc", "body_length"))
-    start = pos + header.codec.size
+    fields = dict(zip(header.names, header.codec.unpack_from(buf, pos)))
+    stored, length, start = fields["body_crc"], fields["body_length"], pos + header.size
     crc = body_crc(bytes(buf[start : start + length])) if length > 0 else stored
     return None if crc == stored else f"body CRC {crc} != stored {stored}"
 
@@ -212,6 +212,13 @@ class CommitLog:
             if seg.base_offset <= offset < seg.end_offset:
                 return i
         return None
+
+    def segments_from(self, offset: int) -> Iterator[tuple[int, Segment, int]]:
+        """``(index, segment, position)`` of each segment from the one holding ``offset`` (read from
+        ``offset``) to the last (read from 0); nothing when no segment holds ``offset``."""
+        first = self.segment_index(offset)
+        for i in range(len(self.segments) if first is None else first, len(self.segments)):
+            yield i, self.segments[i], offset - self.segments[i].base_offset if i == first else 0
 
     def scan(self, start: int | None = None, stop: int | None = None, *, check_crc: bool = False) -> CommitLogScan:
         """Valid records from ``start`` (default: the first segment) until the logical end."""

@@ -187,7 +187,7 @@ class DLedgerCommitLog(CommitLog):
 
 def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
     """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
-    return unit is not None and (unit.magic, unit.pos, unit.size, unit.index, unit.term) == (h.magic, h.pos, h.size, h.index, h.term)
+    return unit is not None and unit[1:] == (h.magic, h.pos, h.size, h.index, h.term)
 
 
 def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -> str | None:
@@ -348,19 +348,14 @@ def commitlog_of(segments: list[Segment], file_size: int) -> CommitLog:
 
 
 def is_entry_file(path: Path, base: int) -> bool:
-    """True when a file's first bytes are a DLedger entry describing itself (``describes_itself``, §15.6), not a classic record."""
+    """True when a file's first bytes are a DLedger entry describing itself (§15.6: magic 1, pos = ``base``, size = body
+    length + 48, as ``DLedgerMmapFileStore.recover`` checks a data file's first entry), not a classic record."""
     try:
         with open(path, "rb") as f:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
     except OSError:
         return False
-    return len(head) == dfmt.ENTRY_HEADER_SIZE and describes_itself(dfmt.decode_entry_header(head, 0, base), base)
-
-
-def describes_itself(h: dfmt.EntryHeader, base: int) -> bool:
-    """The first entry of the data file starting at ``base``, as ``DLedgerMmapFileStore.recover``
-    checks it: magic 1, pos = ``base``, size = body length + 48."""
-    return h.magic == dfmt.ENTRY_MAGIC and h.pos == base and h.size == h.body_size + dfmt.ENTRY_HEADER_SIZE and h.size > dfmt.ENTRY_HEADER_SIZE - 4
+    return len(head) == dfmt.ENTRY_HEADER_SIZE and entry_problem(dfmt.decode_entry_header(head, 0, base), None) is None
 
 
 def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLedgerCommitLog:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd, StopReason
-from .dledger import DLedgerCommitLog, EntryScan, describes_itself, entry_problem, unit_matches
+from .dledger import DLedgerCommitLog, EntryScan, entry_problem, unit_matches
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -47,10 +47,10 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
     units = {u.number: u for u in cl.index_units()}  # by position, as DLedger reads a unit (index * 32)
     start = max(len(files) - 3, 0)
-    for start in range(start, -1, -1):  # recover's pre-check: a file's first entry against its index unit
+    for start in range(start, -1, -1):  # recover's pre-check: a file's first entry (at its own pos) against its index unit
         with MappedFile(files[start].path, files[start].base_offset) as mf:
             h = dfmt.decode_entry_header(mf.buf, 0, files[start].base_offset)
-        if describes_itself(h, files[start].base_offset) and unit_matches(units.get(h.index), h):
+        if entry_problem(h, None) is None and unit_matches(units.get(h.index), h):
             break
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None

@@ -154,7 +154,7 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
     slots, entries = fmt.DEFAULT_GEOMETRY
     raise BadStoreFile(
         f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file (no geometry its size allows fits its entries); pass --broker-config with the "
-        f"broker.conf that sets them (the defaults, {slots} and {entries}, make files of {fmt.HEADER_SIZE + fmt.SLOT_SIZE * slots + fmt.ENTRY_SIZE * entries} bytes)"
+        f"broker.conf that sets them (the defaults, {slots} and {entries}, make files of {fmt.index_file_size(slots, entries)} bytes)"
     )
 
 

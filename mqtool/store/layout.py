@@ -29,10 +29,8 @@ def unchecked_parts(root: Path | None) -> list[str]:
         name = path.name
         if name in READ or name.startswith("dledger-") or name.startswith("."):
             continue
-        if name in FEATURES:
-            # a feature folder the broker creates on every start holds nothing of interest until used (5.x: compaction/position-checkpoint)
-            if not path.is_dir() or any(p.name != "position-checkpoint" for p in path.iterdir()):
-                lines.append(f"{name}{'/' if path.is_dir() else ''}: {FEATURES[name]}, not checked")
-        else:
-            lines.append(f"{name}{'/' if path.is_dir() else ''}: not a part of a RocketMQ store mqtool knows, not checked")
+        # a feature folder the broker creates on every start holds nothing of interest until used (5.x: compaction/position-checkpoint)
+        if name not in FEATURES or not path.is_dir() or any(p.name != "position-checkpoint" for p in path.iterdir()):
+            what = FEATURES.get(name, "not a part of a RocketMQ store mqtool knows")
+            lines.append(f"{name}{'/' if path.is_dir() else ''}: {what}, not checked")
     return lines

@@ -48,10 +48,6 @@ class NextStart:
     dropped_messages: int | None
     refused: str | None = None  # why the broker does not start (``log_refusal``; ``queue_refusal``: the figures are once it is fixed)
 
-    @classmethod
-    def refusing(cls, store: Store, why: str) -> "NextStart":
-        return cls("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
-
     @property
     def reason(self) -> str:
         """Why the log ends there, in words, with the offset (why the broker refuses to start, if it does)."""
@@ -94,7 +90,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     start = start_of(store)
     why = log_refusal(store)
     if why is not None:
-        return NextStart.refusing(store, why)
+        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
     from .summary import logical_end
 
     if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
@@ -158,15 +154,10 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
     """True when every byte from ``offset`` to the end of the last segment is zero. Read with
     ``pread`` (a pre-allocated segment's zeros would otherwise all become resident pages of a map),
     holes of a sparse file skipped with ``SEEK_DATA``."""
-    first = commitlog.segment_index(offset)
-    if first is None:
-        return True
-    for i in range(first, len(commitlog.segments)):
-        seg = commitlog.segments[i]
+    for _, seg, pos in commitlog.segments_from(offset):
         fd = os.open(seg.path, os.O_RDONLY)
         try:
             size = os.fstat(fd).st_size
-            pos = offset - seg.base_offset if i == first else 0
             while pos < size:
                 try:
                     pos = os.lseek(fd, pos, os.SEEK_DATA)

@@ -13,11 +13,10 @@ from typing import Any
 from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
-from ..formats.timer import decode_timer_check
+from ..formats.timer import TIMER_TOPIC, decode_timer_check
 from .lookup import QueueRange, pickup_store_timestamp, queue_range
 from .store import Store
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
 
 AT_MIN, IN_RANGE, AT_MAX, BEYOND_MAX, BELOW_MIN, NO_QUEUE = "at_min", "in_range", "at_max", "beyond_max", "below_min", "no_queue"

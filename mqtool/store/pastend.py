@@ -38,16 +38,11 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
     ``newest_kept`` (the newest store time kept so far) is counted ``stale``: a leftover of a log the
     broker already cut back and wrote over (§8.9; ``CommitLogCheck._is_stale``), not lost by this cut."""
     result = LostScan()
-    index = commitlog.segment_index(cut)
-    if index is None:
-        return result
     out = np.empty((1 << 14, N_COLS), dtype=np.int64)
-    for i in range(index, len(commitlog.segments)):
-        seg = commitlog.segments[i]
+    for _, seg, start in commitlog.segments_from(cut):
         with MappedFile(seg.path, seg.base_offset) as mf:
             array = as_array(mf.buf)
             try:
-                start = cut - seg.base_offset if i == index else 0
                 newest_kept = _walk(array, seg.base_offset, start, out, result, limit, legacy, accept_v2, data_extents(seg.path, start), mf.buf, newest_kept, describe)
             finally:
                 release_pages(mf.buf, 0, mf.size)
@@ -129,9 +124,9 @@ def _walk(array, base, pos, out, result: LostScan, limit: int, legacy: bool, acc
     return newest_kept
 
 
-def _count_nonzero(array: np.ndarray, start: int, stop: int, buf=None, chunk: int = WINDOW) -> int:
+def _count_nonzero(array: np.ndarray, start: int, stop: int, buf) -> int:
     total = 0
-    for p in range(start, stop, chunk):
-        total += int(np.count_nonzero(array[p : min(p + chunk, stop)]))
-        release_pages(buf, p, min(p + chunk, stop))
+    for p in range(start, stop, WINDOW):
+        total += int(np.count_nonzero(array[p : min(p + WINDOW, stop)]))
+        release_pages(buf, p, min(p + WINDOW, stop))
     return total

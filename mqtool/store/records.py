@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 
 from ..formats import commitlog as clfmt
-from ..formats.commitlog import CommitLogRecord
 from ..formats.consumequeue import ConsumeQueueEntry
 from ..formats.dispatch import DEFAULT_DELAY_TABLE, consume_queue_tags_code
 from ..formats.errors import CorruptRecord
@@ -102,7 +101,7 @@ def sys_flag_names(sys_flag: int) -> list[str]:
 
 
 def message_dict(
-    record: CommitLogRecord,
+    record: clfmt.CommitLogRecord,
     body: BodyEncoding = BodyEncoding.none,
     *,
     decompress: bool = False,
@@ -157,7 +156,7 @@ def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
     row["record_offset"] = None if blank else header.record_offset
     row["index_unit"] = None if blank else "missing" if unit is None else "ok" if unit_matches(unit, header) else "mismatch"
     for key, attr in (("topic", "topic_name"), ("queue_id", "queue_id"), ("queue_offset", "queue_offset"), ("msg_id", "msg_id")):
-        row[key] = getattr(record, attr) if isinstance(record, CommitLogRecord) else None
+        row[key] = getattr(record, attr) if isinstance(record, clfmt.CommitLogRecord) else None
     return row
 
 

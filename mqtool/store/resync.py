@@ -15,22 +15,18 @@ from .mappedfile import MappedFile
 RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
 
 
-def scan_start(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int:
+def scan_start(commitlog: CommitLog, offset: int) -> int:
     """Where a scan asked to begin at ``offset`` begins (the module's rule)."""
-    found = resume_after(commitlog, offset, chain)
+    found = resume_after(commitlog, offset)
     return offset if found is None else found
 
 
 def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int | None:
     """The first position at or after ``offset`` where the log can be resumed (the module's rule),
     in this segment or a later one; None when there is none."""
-    index = commitlog.segment_index(offset)
-    if index is None:
-        return None
-    for i in range(index, len(commitlog.segments)):
-        seg = commitlog.segments[i]
+    for _, seg, pos in commitlog.segments_from(offset):
         with MappedFile(seg.path, seg.base_offset) as mf:
-            found = resume_at(mf.buf, offset - seg.base_offset if i == index else 0, seg.base_offset, chain)
+            found = resume_at(mf.buf, pos, seg.base_offset, chain)
         if found >= 0:
             return seg.base_offset + found
     return None

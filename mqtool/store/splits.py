@@ -138,13 +138,11 @@ class SplitScan:
                     self.first = base + int(batch.rows[0, fs.COL_POS]) - header
                 self.records += len(batch.rows)
                 yield batch
-            end = scan.end
-            if end.reason == StopReason.LIMIT and end.offset < stop:
-                pos = end.offset  # the window ended, the split did not
-                continue
-            break
-        self.end = end
-        self.exit = end.offset if self.records else None
+            if scan.end.reason != StopReason.LIMIT or scan.end.offset >= stop:
+                break
+            pos = scan.end.offset  # the window ended, the split did not
+        self.end = scan.end
+        self.exit = scan.end.offset if self.records else None
 
 
 class SplitResult(NamedTuple):

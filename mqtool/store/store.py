@@ -193,7 +193,7 @@ class Store:
 
     def close(self) -> None:
         self.commitlog.close()
-        for f in self.__dict__.get("index_files", []) or []:
+        for f in self.__dict__.get("index_files", []):
             f.close()
 
     def __enter__(self) -> "Store":

@@ -88,7 +88,7 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
         records = list(islice(scan, limit))
-        if not records and scan.end is not None and not scan.end.is_clean:
+        if not records and not scan.end.is_clean:  # no record: the scan ran to its end
             from .resync import scan_start
 
             resumed = scan_start(store.commitlog, segment.base_offset)
@@ -172,9 +172,9 @@ def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
     after (§5.2): with a hash collision in the file the two differ."""
     for f in _index_files(store):
         entries = f.header.index_count - 1
-        if entries <= 0 or f.geometry is None:
+        if entries <= 0:
             continue
-        end = ixfmt.HEADER_SIZE + ixfmt.SLOT_SIZE * f.geometry.hash_slot_num
+        end = ixfmt.slot_position(f.geometry.hash_slot_num)  # the end of the slots
         if f.size < end:
             continue
         import numpy as np  # only where the marks before it leave both sides of 4.7.1
@@ -323,7 +323,7 @@ def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
         scan = FastScan(store.commitlog, segment.base_offset, segment.end_offset, check_crc=False)
         for _ in scan:
             pass
-        if not scan.blanks and scan.end is not None and not scan.end.is_clean:
+        if not scan.blanks and not scan.end.is_clean:
             resumed = scan_start(store.commitlog, scan.end.offset)
             if scan.end.offset < resumed < segment.end_offset:
                 scan = FastScan(store.commitlog, resumed, segment.end_offset, check_crc=False)
