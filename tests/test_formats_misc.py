@@ -69,8 +69,12 @@ def test_config_documents(tmp_path):
     for bad in ("", "{", '{"other": 1}'):
         with pytest.raises(cfg.ConfigError):
             cfg.decode_config("topics.json", bad)
-    conf = cfg.parse_broker_conf("# c\nbrokerName = b1\nstorePathRootDir=/data/store\n! x\nflag: true\n")
+    conf = cfg.parse_java_properties("# c\nbrokerName = b1\nstorePathRootDir=/data/store\n! x\nflag: true\n")
     assert conf == {"brokerName": "b1", "storePathRootDir": "/data/store", "flag": "true"}
+    # Properties.load's other separators: whitespace, and whitespace around one '=' or ':' (DLedger's
+    # checkpoint was read with '=' only: ``committedIndex:5`` was no committed index at all)
+    conf = cfg.parse_java_properties("committedIndex:5\nendIndex 9\nflushDiskType  =  SYNC_FLUSH\na:b=c\nalone\n=v\n")
+    assert conf == {"committedIndex": "5", "endIndex": "9", "flushDiskType": "SYNC_FLUSH", "a": "b=c", "alone": "", "": "v"}
 
 
 def test_java_hashes():

@@ -26,6 +26,16 @@ def test_targets_equal_what_the_broker_wrote():
             assert targets == expected, msg["seq"]
 
 
+def test_a_queue_offset_long_parse_long_refuses_dispatches_nowhere():
+    """Before: a queue offset of ASCII digits past the long range was taken (the broker's
+    ``Long.parseLong`` throws and its dispatch of the record writes no entry), and Unicode decimal
+    digits, which it reads, were refused. The one ``parseLong`` reading decides now."""
+    props = {"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b", "INNER_MULTI_QUEUE_OFFSET": "7,9"}
+    assert multi_dispatch_targets("T", 3, props, v5=True) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]
+    for offsets, want in (("7,99999999999999999999", []), ("7,٩", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]), ("7,-9223372036854775808", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, -(1 << 63))]), ("7, 9", [])):
+        assert multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, v5=True) == want, offsets
+
+
 def _rebuild(root, *extra):
     result = CliRunner().invoke(app, ["rebuild-cq", str(root), "--yes", *extra])
     assert result.exit_code == 0, result.output

@@ -202,11 +202,11 @@ def test_queue_directories_are_read_as_integer_parse_int_reads_them(tmp_path):
     a sign included (a record whose QUEUEID is damaged negative gets such a queue), and skips the rest."""
     root = copy_store("5.3.3", "clean-small", tmp_path)
     topic = root / "consumequeue" / "TopicTest"
-    for name in ("-3", "x1", "2147483648", "--1"):
+    for name in ("-3", "x1", "2147483648", "--1", "+٧"):  # and Unicode decimal digits, which parseInt reads
         shutil.copytree(topic / "0", topic / name)
     with Store.open(root) as store:
         ids = sorted(q.queue_id for q in store.consume_queues if q.topic == "TopicTest")
-    assert ids == [-3, 0, 1, 2, 3]
+    assert ids == [-3, 0, 1, 2, 3, 7]
 
 
 def test_broker_config_overrides_inference(tmp_path):

@@ -9,6 +9,7 @@ relies on.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -57,16 +58,18 @@ def consumer_offsets(offsets_doc: dict[str, Any]) -> dict[tuple[str, str, int], 
     return result
 
 
-def parse_broker_conf(text: str) -> dict[str, str]:
-    """A Java properties file (``broker.conf``): ``key=value`` or ``key: value``, ``#``/``!`` comments."""
+def parse_java_properties(text: str) -> dict[str, str]:
+    """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's
+    ``checkpoint`` and ``currterm``): ``#``/``!`` comments; the key ends at the first ``=``, ``:``
+    or whitespace, then whitespace and one ``=`` or ``:`` are skipped. Values are stripped;
+    backslash escapes and continued lines, which these files never hold, are not read."""
     result = {}
     for line in text.splitlines():
         line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            result[line] = ""
-        else:
-            result[line[:sep].strip()] = line[sep + 1 :].strip()
+        if line and line[0] not in "#!":
+            key, value = _PROPERTY_LINE.fullmatch(line).groups()
+            result[key] = value
     return result
+
+
+_PROPERTY_LINE = re.compile(r"([^=:\s]*)\s*[=:]?\s*(.*)", re.DOTALL)

@@ -181,8 +181,9 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
     for name, value in zip(names, values):
         if v5 and "/" in name:
             continue
-        digits = value[1:] if value[:1] in "+-" else value
-        if not digits.isascii() or not digits.isdigit():
+        try:
+            offset = java_parse_int(value, 64)
+        except ValueError:
             return []  # Long.parseLong throws: the broker's dispatch of this record fails
-        targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, int(value)))
+        targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return targets

@@ -93,18 +93,6 @@ def encode_index_unit(magic: int, pos: int, size: int, index: int, term: int) ->
     return INDEX_UNIT.pack(magic, pos, size, index, term)
 
 
-def parse_properties_text(text: str) -> dict[str, str]:
-    """``checkpoint`` / ``currterm``: ``key=value`` lines as ``java.util.Properties`` stores them."""
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!" or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        values[key.strip()] = value.strip()
-    return values
-
-
 def encode_checkpoint_text(committed_index: int, end_index: int) -> str:
     """``DLedgerMmapFileStore.persistCheckPoint``'s text, as the fixtures hold it."""
     return f"committedIndex={committed_index}\nendIndex={end_index}\n"

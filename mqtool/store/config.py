@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInput
-from ..formats.config import parse_broker_conf
+from ..formats.config import parse_java_properties
 from ..formats.dispatch import DEFAULT_DELAY_LEVELS
 
 
@@ -71,7 +71,7 @@ def _bool(conf: dict[str, str], key: str, default: bool | None) -> bool | None:
 def load_broker_config(path: Path) -> StoreConfig:
     """Read ``broker.conf`` (Java properties) into a ``StoreConfig``."""
     try:
-        conf = _Settings(parse_broker_conf(Path(path).read_text(encoding="utf-8", errors="replace")))
+        conf = _Settings(parse_java_properties(Path(path).read_text(encoding="utf-8", errors="replace")))
     except OSError as exc:
         raise BadInput(f"{path}: {exc.strerror}") from None
     root = Path(conf["storePathRootDir"]) if conf.get("storePathRootDir") else None

@@ -5,7 +5,6 @@ corrected min offset (``correctMinOffset``, §5.9)."""
 from __future__ import annotations
 
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
+from ..formats.dispatch import java_parse_int
 from ._queueunits import first_invalid_unit, units_equal
 from .mappedfile import MappedFile, offset_named_files, open_read_only
 
@@ -297,10 +297,10 @@ def queue_id_of(name: str) -> int | None:
     """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
     an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
     directory), or None: the broker skips the directory."""
-    if re.fullmatch(r"[+-]?[0-9]+", name) is None:
+    try:
+        return java_parse_int(name)
+    except ValueError:
         return None
-    value = int(name)
-    return value if -(1 << 31) <= value < 1 << 31 else None
 
 
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue) -> list:

@@ -16,6 +16,7 @@ from typing import Iterator
 from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
+from ..formats.config import parse_java_properties
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
@@ -37,7 +38,7 @@ class DLedgerLayout:
         """``checkpoint`` or ``currterm`` (falling back to ``.bak`` as ``IOUtils.file2String`` does)."""
         for candidate in (self.home / name, self.home / (name + ".bak")):
             if candidate.is_file():
-                return dfmt.parse_properties_text(candidate.read_text(encoding="utf-8", errors="replace"))
+                return parse_java_properties(candidate.read_text(encoding="utf-8", errors="replace"))
         return None
 
     @cached_property
