@@ -14,6 +14,7 @@ from mqtool.formats.hashing import tags_code
 from mqtool.formats.properties import split_keys
 from mqtool.errors import NotAStore
 from mqtool.store import Store
+from mqtool.store.commitlog import StopReason
 from mqtool.store.dledger import DLedgerCommitLog
 from mqtool.store.fastscan import FastScan
 
@@ -144,6 +145,28 @@ def test_damaged_entry_header_ends_both_walks_at_the_entry(tmp_path):
         fast = FastScan(store.commitlog)
         assert sum(len(b.rows) for b in fast) == 200
         assert fast.end.offset == victim["pos"] and "index" in fast.end.detail
+
+
+def test_an_entry_running_past_its_file_ends_both_walks_as_cut_short(tmp_path):
+    """Before: the entry walk (``EntryScan``, recovery's) said such an entry was corrupt and the
+    record scan said it was cut short; both say it is cut short now, at the entry."""
+    from conftest import copy_store
+    from mqtool.store.dledger import EntryScan
+
+    m = manifest("4.9.7", "dledger-small")
+    target = copy_store("4.9.7", "dledger-small", tmp_path)
+    victim = m["messages"][200]["dledgerEntry"]
+    path = target / "dledger-n0" / victim["file"]
+    data = bytearray(path.read_bytes())
+    size = len(data) - victim["filePosition"] + 100  # a sound header whose entry the file cannot hold
+    data[victim["filePosition"] + 4 : victim["filePosition"] + 8] = size.to_bytes(4, "big")
+    data[victim["filePosition"] + 44 : victim["filePosition"] + 48] = (size - 48).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+    with Store.open(target) as store:
+        scan, entries = store.commitlog.scan(), EntryScan(store.commitlog, 0)
+        assert sum(1 for _ in scan) == sum(1 for _ in entries) == 200
+        assert scan.end == entries.end and scan.end.offset == victim["pos"]
+        assert scan.end.reason is StopReason.TRUNCATED and scan.end.detail == "entry runs past the end of its file"
 
 
 # ---- recovery: the broker's DLedger recovery predicted exactly (recovered JSON) -----------------

@@ -237,8 +237,9 @@ class EntryScan:
                         self.end = ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
                         return
                     problem = entry_problem(header, previous)
-                    if problem is None and pos + header.size > mf.size:
-                        problem = "entry runs past the end of its file"
+                    if problem is None and pos + header.size > mf.size:  # as ``DLedgerScan`` says it
+                        self.end = ScanEnd(header.offset, StopReason.TRUNCATED, "entry runs past the end of its file")
+                        return
                     if problem is not None:
                         self.end = ScanEnd(header.offset, StopReason.CORRUPT, problem)
                         return
