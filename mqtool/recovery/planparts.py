@@ -13,7 +13,7 @@ from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.commitlog import StopReason
-from ..store.mappedfile import MappedFile
+from ..store.mappedfile import MappedFile, open_read_only
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion, given_source
 from ..dispatch import fastdispatch as fd
@@ -96,7 +96,7 @@ def written_end(path: Path, start: int) -> int:
         if mf.size <= start:
             return start
         array = as_array(mf.buf)
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_read_only(path)
         try:
             return max(last_nonzero(array, start, mf.size, fd, mf.buf) + 1, start)
         finally:

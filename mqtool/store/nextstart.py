@@ -16,6 +16,7 @@ from typing import Any
 
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
+from .mappedfile import open_read_only
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import EMPTY_LAST_SEGMENT, Store
@@ -155,7 +156,7 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
     ``pread`` (a pre-allocated segment's zeros would otherwise all become resident pages of a map),
     holes of a sparse file skipped with ``SEEK_DATA``."""
     for _, seg, pos in commitlog.segments_from(offset):
-        fd = os.open(seg.path, os.O_RDONLY)
+        fd = open_read_only(seg.path)
         try:
             size = os.fstat(fd).st_size
             while pos < size:

@@ -14,7 +14,7 @@ import numpy as np
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog
 from .fastscan import COL_CRC_OK, COL_POS, COL_SIZE, END_CAPACITY, N_COLS, OK_BLANK, as_array, data_ranges, find_record_start, release_pages, walk_segment
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, open_read_only
 from .segments import store_timestamp_at
 
 _PHYS = fmt.PHYS_OFFSET_POSITION
@@ -52,7 +52,7 @@ def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, a
 
 def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
     """``fastscan.data_ranges`` of the file at ``path``, from ``start`` to its end."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_read_only(path)
     try:
         return data_ranges(fd, start, os.fstat(fd).st_size)
     finally:

@@ -18,7 +18,7 @@ from ..formats.hashing import CRC31_MASK, body_crc
 from ..formats.properties import PROP_CRC_KEY, PROP_CRC_LEN
 from . import fastscan as fs
 from .commitlog import STORE_TS_POSITION
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, open_read_only
 from ._segments import row_flags
 
 WINDOW = 32 << 20  # bytes walked between page releases and progress reports
@@ -224,7 +224,7 @@ def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None 
         stop = mf.size if task.stop is None else min(task.stop, mf.size)
         report = SegmentReport(task.index, task.path, task.base, mf.size, task.start, stop)
         out = np.empty((BATCH_ROWS, fs.N_COLS), dtype=np.int64)
-        fd = os.open(task.path, os.O_RDONLY)
+        fd = open_read_only(task.path)
         shown = chain
         try:
             pos = task.start

@@ -26,7 +26,7 @@ from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
-from ..store.mappedfile import MappedFile
+from ..store.mappedfile import MappedFile, open_read_only
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import entries_match, first_beyond, read_entries, slots_differ
 from .commitlog import relative
@@ -72,7 +72,7 @@ class IndexEntries:
         last_seen = np.full(slots, 0, dtype=np.int32)
         bad = negative = heads = 0
         first_bad = -1
-        fd = os.open(self.file.path, os.O_RDONLY)
+        fd = open_read_only(self.file.path)
         try:
             number = 1
             while number <= self.count:
