@@ -24,7 +24,7 @@ from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, cle
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plans import CommitLogPlan, Expected, LostMessages, Plan, PlanOptions
+from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -76,20 +76,14 @@ def explain_interrupt(root: Path, backup: Path):
                          f"finish it with the same command again (with --yes), or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
-        if read_pending(root) is not None or _restorable(backup):
+        # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages
+        if read_pending(root) is not None or (backup / "manifest.json").exists() or repair_stages(backup):
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
         if not existed:  # made for the apply, which began nothing: empty directories restore would refuse
             for made in [*(backup.iterdir() if backup.is_dir() else ()), backup]:
                 with contextlib.suppress(OSError):
                     made.rmdir()
         raise Interrupted("interrupted before anything was changed") from None
-
-
-def _restorable(backup: Path) -> bool:
-    """Whether ``backup`` holds what ``restore`` undoes: a backup set (its manifest is written before its
-    apply's first change) or a ``repair``'s stages. A ``repair`` stopped before its first stage began
-    leaves only the empty directory made for them: nothing changed, and restore would say "not an mqtool backup"."""
-    return (backup / "manifest.json").exists() or bool(repair_stages(backup))
 
 
 def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
@@ -172,9 +166,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     refuse_contradictions(yes, dry_run, plan_out)
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
-    extra = [s.path.parent for s in store.commitlog.segments[:1]]
-    if not dry_run and plan_out is None:
-        check_not_in_use(root, extra, force)
+    applying = not dry_run and plan_out is None  # else the plan is only shown or saved
+    if applying:
+        check_not_in_use(root, [s.path.parent for s in store.commitlog.segments[:1]], force)
         refuse_stopped_repair(root)
         if read_pending(root) is not None:
             store.close()
@@ -184,16 +178,15 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         note_interrupted(root)
     from ..dispatch.scanner import DispatchCache
 
-    cache = DispatchCache() if plan_out is None and not dry_run else None
+    cache = DispatchCache() if applying else None
     with store, scans_shown():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
+    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and applying)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(Path(plan_out), plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
-        return
-    if dry_run:
+    if not applying:
         return
     if plan.is_empty:
         note_nothing_to_do(plan)
@@ -395,11 +388,10 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
         note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
         if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
             raise typer.Exit(EXIT_FINDINGS)
-        return
-    if plan.remaining:
+    elif plan.remaining:
         note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
-        return
-    note("nothing to do: verify finds nothing to repair")
+    else:
+        note("nothing to do: verify finds nothing to repair")
 
 
 def _report_after(findings: list) -> None:
@@ -419,8 +411,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
     broker, each planned on the store the stage before left; returns verify's failing findings after."""
     rp, root = repair_planner(), stages.root
-    if plan.files is not None:
-        stages.apply("files", plan.files)
+    stages.apply("files", plan.files)
     with open_store(root, broker_config, broker_version) as opened:
         from ..dispatch.scanner import DispatchCache
 
@@ -520,8 +511,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
-        last = run.last_timestamp
-        return rp.plan_repair(opened, root, recover_plan, findings, last)
+        return rp.plan_repair(opened, root, recover_plan, findings, run.last_timestamp)
 
 
 @modifying("rebuild-cq")
@@ -666,7 +656,7 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
     """A stage of a ``repair`` restored alone would overwrite what a later, unrestored stage wrote to the same files: refused."""
     touched = set(backup_set.touched())
     later = [s for s in repair_stages(backup.resolve().parent) if s.name > backup.resolve().name]
-    later = [s for s in later if not BackupSet.open(s).restored and touched & set(BackupSet.open(s).touched())]
+    later = [s for s in later if not (stage := BackupSet.open(s)).restored and touched & set(stage.touched())]
     if later:
         names = ", ".join(s.name for s in later)
         raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
@@ -706,8 +696,12 @@ def render_plan(console: Screen, doc: dict) -> None:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in plan.notes:
         console.note(n)
-    if plan.command == "recover":
-        _render_verify_after(console, plan.verify_after)
+    if plan.command == "recover" and plan.verify_after:
+        items = plan.verify_after
+        rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
+        console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
+        if any(e.fixed_by for e in items):
+            console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
     if not plan.actions:
         console.print("No changes.")
         return
@@ -759,15 +753,6 @@ def _print_capped(console: Screen, table, rows: list) -> None:
     console.print(table)
     if len(rows) > TABLE_LOST:
         console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
-
-
-def _render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
-    if not items:
-        return
-    rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
-    console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
-    if any(e.fixed_by for e in items):
-        console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
 
 def render_repair(console: Screen, doc: dict) -> None:
