@@ -72,8 +72,7 @@ KIND_OPTIONS = {
 def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
     """The offsets the index names for ``--key``/``--uniq-key`` under each ``--topic`` (``IndexService.queryOffset``
     without its 64-result cap), ascending and unique; or None and why the index cannot answer."""
-    wanted = match.uniq_key if match.uniq_key is not None else match.key
-    option = "--uniq-key" if match.uniq_key is not None else "--key"
+    wanted, option = (match.uniq_key, "--uniq-key") if match.uniq_key is not None else (match.key, "--key")
     if not match.topics:
         return None, f"{option} without --topic: the index is keyed by topic#key"
     if store.root is None:
