@@ -217,10 +217,9 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
-            resumed = read_on(store, end, stop, keep_going)
-            if resumed is None:
+            start = read_on(store, end, stop, keep_going)
+            if start is None:
                 break
-            start = resumed
     log = store.commitlog
     if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
         note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")
@@ -321,8 +320,7 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
     if path.is_file():
         files = [path]
     else:
-        index_dir = path / "index" if (path / "index").is_dir() else path
-        files = list_index_files(index_dir)
+        files = list_index_files(path / "index" if (path / "index").is_dir() else path)
         if not files:
             raise BadInput(f"{path}: no index files")
     cfg = broker_config_of(broker_config)
