@@ -184,7 +184,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and applying)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
-        write_atomic(Path(plan_out), plan.to_json().encode())
+        write_atomic(plan_out, plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
     if not applying:
         return
@@ -193,7 +193,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
+    target = backup_dir or default_backup_dir(root, command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
@@ -318,7 +318,7 @@ def repair(
       mqtool repair /data/rocketmq/store --yes
     """
     refuse_contradictions(yes, dry_run)
-    root = Path(store)
+    root = store
     if not root.is_dir():
         open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
         raise BadInput(f"{root}: repair needs the store's root directory")
@@ -359,8 +359,8 @@ def repair(
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
     """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` or the default."""
     if stopped is None:
-        return Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
-    if backup_dir is not None and Path(backup_dir).resolve() != stopped.backup.resolve():
+        return backup_dir or default_backup_dir(root, "repair")
+    if backup_dir is not None and backup_dir.resolve() != stopped.backup.resolve():
         raise Refused(f"the stopped repair's stages are in {stopped.backup}: its next stages go there too (give no --backup-dir), "
                       f"or undo it first with: mqtool restore {shell_path(stopped.backup)} --yes")
     return stopped.backup
@@ -455,7 +455,7 @@ class RepairStages:
         self.root, self.target, self.done = root, target, []
         self.earlier = len(repair_stages(target))
         # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
-        self.given = {} if broker_config is None else {"broker_config": str(Path(broker_config).resolve())}
+        self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
 
     def apply(self, name: str, plan: Plan | None, cache=None) -> None:
         if plan is None or plan.is_empty:
@@ -563,10 +563,10 @@ def apply(
     Example:
       mqtool apply /tmp/plan.json --yes
     """
-    if Path(plan_file).is_dir():
+    if plan_file.is_dir():
         raise BadInput(f"{plan_file}: a directory; give the plan file saved with --plan-out")
     try:
-        plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
+        plan = Plan.from_json(plan_file.read_text(encoding="utf-8"))
         root = Path(plan.store)  # a store that is no path (edited): not a plan either
     except FileNotFoundError:
         raise BadInput(f"{plan_file}: no such file") from None
@@ -592,7 +592,7 @@ def apply(
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
+    target = backup_dir or default_backup_dir(root, plan.command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
         note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
@@ -612,9 +612,9 @@ def restore_cmd(
     Example:
       mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000000-recover --yes
     """
-    if Path(backup).exists() and not Path(backup).is_dir():
+    if backup.exists() and not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
-    stages = repair_stages(Path(backup))
+    stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
@@ -634,7 +634,7 @@ def restore_cmd(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
     if not force:
-        _refuse_before_later_stages(Path(backup), backup_set)
+        _refuse_before_later_stages(backup, backup_set)
     check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:
