@@ -12,7 +12,6 @@ import functools
 import importlib
 import inspect
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -65,7 +64,7 @@ class Interrupted(MqtoolError):
     exit_code = 130
 
 
-@contextmanager
+@contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
     the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
@@ -468,7 +467,7 @@ class RepairStages:
         writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
-    @contextmanager
+    @contextlib.contextmanager
     def marked(self):
         """``.mqtool-repair`` names the backup directory while the stages apply, so a repair killed between
         stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``; cleared
@@ -481,7 +480,7 @@ class RepairStages:
             raise
         clear_repair_mark(self.root)
 
-    @contextmanager
+    @contextlib.contextmanager
     def undone_on_failure(self):
         """A stage refused (it cannot be planned on the store the stages before left) or failed
         (``ApplyError``: it changed nothing or was undone): the stages before are undone too."""
