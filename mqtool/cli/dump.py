@@ -202,9 +202,9 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
         return
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
     count = 0
+    then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
     with ByteProgress(start, store.commitlog.end_of_writes(stop), enabled=progress, desc="dump") as bar:
         while True:
-            then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
             scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)
             items = iter(scan)  # the next batches are built and encoded in threads while this one is printed
             with closing(items):
@@ -288,10 +288,9 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[di
     queues = _in_scope(discover_queues(cq_dir, size), topics, queue, single)
     store = None
     if follow:
-        root = cq_dir.parent if cq_dir.name == "consumequeue" else None
-        if root is None or not (root / "commitlog").is_dir():
+        if cq_dir.name != "consumequeue" or not (cq_dir.parent / "commitlog").is_dir():
             raise BadInput(f"{path}: --follow needs the consume queue inside a store (…/consumequeue/<topic>/<queue>)")
-        store = Store.open(root)
+        store = Store.open(cq_dir.parent)
     for q in queues:
         for entry in q.entries(start or 0):
             if stop is not None and entry.queue_offset >= stop:
