@@ -157,9 +157,8 @@ def plain_arguments(command) -> None:
             continue
         name = param.display_name_raw + ("..." if param.nargs != 1 and param.metavar is None else "")
         usage = name if param.required else f"[{name}]"
-        choices = getattr(getattr(param, "type_descriptor", None), "is_choice", False)
         param._usage_display_name = lambda usage=usage: usage
-        if not choices:
+        if not getattr(getattr(param, "type_descriptor", None), "is_choice", False):  # choices still listed
             param.display_type_rich = lambda ctx: None
 
 

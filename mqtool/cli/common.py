@@ -98,8 +98,10 @@ def guarded(fn):
             raise typer.Exit(0)
         except KeyboardInterrupt:
             fail("interrupted", 130)
-        except OSError as exc:
-            line = environment_error(exc)
+        except Exception as exc:  # noqa: BLE001 - the edge of the program
+            line = environment_error(exc) if isinstance(exc, OSError) else None
+            if not isinstance(exc, OSError) and interrupted(exc):
+                fail("interrupted", 130)
             if State.debug:
                 raise
             if line is None:
@@ -109,12 +111,6 @@ def guarded(fn):
             except OSError:
                 silence_stdout()  # stdout is what failed: its buffer would fail again at exit
             fail(line, EXIT_BAD_INPUT)
-        except Exception as exc:  # noqa: BLE001 - the edge of the program
-            if interrupted(exc):
-                fail("interrupted", 130)
-            if State.debug:
-                raise
-            fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
         finally:
             State.output_may_close = False  # a command run again in the same process (tests) starts afresh
 

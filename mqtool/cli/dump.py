@@ -72,8 +72,7 @@ KIND_OPTIONS = {
 def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
     """The offsets the index names for ``--key``/``--uniq-key`` under each ``--topic`` (``IndexService.queryOffset``
     without its 64-result cap), ascending and unique; or None and why the index cannot answer."""
-    wanted = match.uniq_key if match.uniq_key is not None else match.key
-    option = "--uniq-key" if match.uniq_key is not None else "--key"
+    wanted, option = (match.uniq_key, "--uniq-key") if match.uniq_key is not None else (match.key, "--key")
     if not match.topics:
         return None, f"{option} without --topic: the index is keyed by topic#key"
     if store.root is None:
@@ -203,9 +202,9 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
         return
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
     count = 0
+    then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
     with ByteProgress(start, store.commitlog.end_of_writes(stop), enabled=progress, desc="dump") as bar:
         while True:
-            then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
             scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)
             items = iter(scan)  # the next batches are built and encoded in threads while this one is printed
             with closing(items):
@@ -218,10 +217,9 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
             end = _reference_end(store, scan.end, stop)
-            resumed = read_on(store, end, stop, keep_going)
-            if resumed is None:
+            start = read_on(store, end, stop, keep_going)
+            if start is None:
                 break
-            start = resumed
     log = store.commitlog
     if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
         note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")
@@ -290,10 +288,9 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[di
     queues = _in_scope(discover_queues(cq_dir, size), topics, queue, single)
     store = None
     if follow:
-        root = cq_dir.parent if cq_dir.name == "consumequeue" else None
-        if root is None or not (root / "commitlog").is_dir():
+        if cq_dir.name != "consumequeue" or not (cq_dir.parent / "commitlog").is_dir():
             raise BadInput(f"{path}: --follow needs the consume queue inside a store (…/consumequeue/<topic>/<queue>)")
-        store = Store.open(root)
+        store = Store.open(cq_dir.parent)
     for q in queues:
         for entry in q.entries(start or 0):
             if stop is not None and entry.queue_offset >= stop:
@@ -322,8 +319,7 @@ def index_rows(path: Path, broker_config, topic, key) -> Iterator[dict]:
     if path.is_file():
         files = [path]
     else:
-        index_dir = path / "index" if (path / "index").is_dir() else path
-        files = list_index_files(index_dir)
+        files = list_index_files(path / "index" if (path / "index").is_dir() else path)
         if not files:
             raise BadInput(f"{path}: no index files")
     cfg = broker_config_of(broker_config)

@@ -193,9 +193,8 @@ def info(
       mqtool info /data/rocketmq/store
     """
     with open_store(store_path, broker_config, broker_version) as store:
-        state = warn_store_state(store.root)
-        doc = info_document(store)
-        doc.update(state)
+        state = warn_store_state(store.root)  # said before the store is read
+        doc = info_document(store) | state
         if store.root is not None and (store.root / "timerlog").is_dir():
             from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
 

@@ -65,16 +65,16 @@ class Screen:
             self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color)
         return self._console
 
-    def print(self, obj: Table | str = "", *, markup: bool = True, **kwargs) -> None:
+    def print(self, obj: Table | str = "", *, markup: bool = True) -> None:
         """A ``Table``, or text (rich markup allowed)."""
         if isinstance(obj, Table):
             if self.printed and obj.title:
                 self.out.write("\n")  # a blank line between titled tables
             print_table(self.out, obj, self.width, self.color)
-        elif not kwargs and not _RICH_RENDERS.search(obj):
+        elif not _RICH_RENDERS.search(obj):
             self._write_wrapped(obj)  # what rich would print, without importing it
         else:
-            self._print_rich(obj, markup=markup, **kwargs)
+            self._print_rich(obj, markup=markup)
         self.printed = True
 
     def note(self, text: str) -> None:

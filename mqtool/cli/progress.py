@@ -74,30 +74,27 @@ def drawn(enabled: bool | None) -> bool:
     """Whether bars are drawn: as ``enabled`` says (``--progress``), else when stderr is a terminal
     (tqdm's own default) and stdout not a pipe; never with ``--quiet``."""
     if enabled is None:
-        enabled = not stdout_is_a_pipe() and sys.stderr.isatty()
+        try:
+            piped = stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
+        except (OSError, ValueError, AttributeError):
+            piped = False
+        enabled = not piped and sys.stderr.isatty()
     return enabled and not State.quiet
 
 
 @contextlib.contextmanager
-def scans_shown(enabled: bool | None = None) -> Iterator[None]:
+def scans_shown() -> Iterator[None]:
     """The long scans of the block (``activity``) as progress bars, gone when it ends; where no bar
     is drawn, nothing listens."""
-    if not drawn(enabled):
+    if not drawn(None):
         yield
         return
-    bars = StageProgress(enabled)
+    bars = StageProgress()
     try:
         with activity.listening(bars):
             yield
     finally:
         bars.close()
-
-
-def stdout_is_a_pipe() -> bool:
-    try:
-        return stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
-    except (OSError, ValueError, AttributeError):
-        return False
 
 
 def bar_width() -> int | None:

@@ -12,8 +12,7 @@ from ..formats.msgid import decode_msg_id
 from ..formats.properties import PropertyKey
 from ..formats.timer import TIMER_TOPIC
 from ..store.records import MESSAGE_FIELDS, BodyEncoding, parse_time
-from ..store import Store
-from ..store import lookup
+from ..store import Store, lookup
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, message_of, note, open_store
 from .output import OutputFormat, emit_rows
 

@@ -12,7 +12,6 @@ import functools
 import importlib
 import inspect
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Callable, Optional
 
@@ -24,7 +23,7 @@ from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, cle
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
-from ..recovery.plans import CommitLogPlan, Expected, LostMessages, Plan, PlanOptions
+from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -65,7 +64,7 @@ class Interrupted(MqtoolError):
     exit_code = 130
 
 
-@contextmanager
+@contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
     the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
@@ -76,20 +75,14 @@ def explain_interrupt(root: Path, backup: Path):
                          f"finish it with the same command again (with --yes), or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
-        if read_pending(root) is not None or _restorable(backup):
+        # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages
+        if read_pending(root) is not None or (backup / "manifest.json").exists() or repair_stages(backup):
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
         if not existed:  # made for the apply, which began nothing: empty directories restore would refuse
             for made in [*(backup.iterdir() if backup.is_dir() else ()), backup]:
                 with contextlib.suppress(OSError):
                     made.rmdir()
         raise Interrupted("interrupted before anything was changed") from None
-
-
-def _restorable(backup: Path) -> bool:
-    """Whether ``backup`` holds what ``restore`` undoes: a backup set (its manifest is written before its
-    apply's first change) or a ``repair``'s stages. A ``repair`` stopped before its first stage began
-    leaves only the empty directory made for them: nothing changed, and restore would say "not an mqtool backup"."""
-    return (backup / "manifest.json").exists() or bool(repair_stages(backup))
 
 
 def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
@@ -172,9 +165,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     refuse_contradictions(yes, dry_run, plan_out)
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
-    extra = [s.path.parent for s in store.commitlog.segments[:1]]
-    if not dry_run and plan_out is None:
-        check_not_in_use(root, extra, force)
+    applying = not dry_run and plan_out is None  # else the plan is only shown or saved
+    if applying:
+        check_not_in_use(root, [s.path.parent for s in store.commitlog.segments[:1]], force)
         refuse_stopped_repair(root)
         if read_pending(root) is not None:
             store.close()
@@ -184,23 +177,22 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         note_interrupted(root)
     from ..dispatch.scanner import DispatchCache
 
-    cache = DispatchCache() if plan_out is None and not dry_run else None
+    cache = DispatchCache() if applying else None
     with store, scans_shown():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and not dry_run and plan_out is None)
+    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and applying)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
-        write_atomic(Path(plan_out), plan.to_json().encode())
+        write_atomic(plan_out, plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
-        return
-    if dry_run:
+    if not applying:
         return
     if plan.is_empty:
         note_nothing_to_do(plan)
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = Path(backup_dir) if backup_dir else default_backup_dir(root, command)
+    target = backup_dir or default_backup_dir(root, command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
@@ -325,7 +317,7 @@ def repair(
       mqtool repair /data/rocketmq/store --yes
     """
     refuse_contradictions(yes, dry_run)
-    root = Path(store)
+    root = store
     if not root.is_dir():
         open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
         raise BadInput(f"{root}: repair needs the store's root directory")
@@ -366,8 +358,8 @@ def repair(
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
     """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` or the default."""
     if stopped is None:
-        return Path(backup_dir) if backup_dir else default_backup_dir(root, "repair")
-    if backup_dir is not None and Path(backup_dir).resolve() != stopped.backup.resolve():
+        return backup_dir or default_backup_dir(root, "repair")
+    if backup_dir is not None and backup_dir.resolve() != stopped.backup.resolve():
         raise Refused(f"the stopped repair's stages are in {stopped.backup}: its next stages go there too (give no --backup-dir), "
                       f"or undo it first with: mqtool restore {shell_path(stopped.backup)} --yes")
     return stopped.backup
@@ -395,11 +387,10 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
         note(f"nothing can be repaired: verify reports {lost} finding(s) of lost data (listed in the plan)")
         if yes:  # the plan alone is the normal first step (exit 0); --yes says what it leaves (exit 1: lost data)
             raise typer.Exit(EXIT_FINDINGS)
-        return
-    if plan.remaining:
+    elif plan.remaining:
         note(f"nothing to repair: verify's {len(plan.remaining)} remaining finding(s) are not lost data and no repair step changes them (listed in the plan)")
-        return
-    note("nothing to do: verify finds nothing to repair")
+    else:
+        note("nothing to do: verify finds nothing to repair")
 
 
 def _report_after(findings: list) -> None:
@@ -419,8 +410,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
     broker, each planned on the store the stage before left; returns verify's failing findings after."""
     rp, root = repair_planner(), stages.root
-    if plan.files is not None:
-        stages.apply("files", plan.files)
+    stages.apply("files", plan.files)
     with open_store(root, broker_config, broker_version) as opened:
         from ..dispatch.scanner import DispatchCache
 
@@ -464,7 +454,7 @@ class RepairStages:
         self.root, self.target, self.done = root, target, []
         self.earlier = len(repair_stages(target))
         # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
-        self.given = {} if broker_config is None else {"broker_config": str(Path(broker_config).resolve())}
+        self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
 
     def apply(self, name: str, plan: Plan | None, cache=None) -> None:
         if plan is None or plan.is_empty:
@@ -477,7 +467,7 @@ class RepairStages:
         writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
         self.done.append(directory)
 
-    @contextmanager
+    @contextlib.contextmanager
     def marked(self):
         """``.mqtool-repair`` names the backup directory while the stages apply, so a repair killed between
         stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``; cleared
@@ -490,7 +480,7 @@ class RepairStages:
             raise
         clear_repair_mark(self.root)
 
-    @contextmanager
+    @contextlib.contextmanager
     def undone_on_failure(self):
         """A stage refused (it cannot be planned on the store the stages before left) or failed
         (``ApplyError``: it changed nothing or was undone): the stages before are undone too."""
@@ -520,8 +510,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
-        last = run.last_timestamp
-        return rp.plan_repair(opened, root, recover_plan, findings, last)
+        return rp.plan_repair(opened, root, recover_plan, findings, run.last_timestamp)
 
 
 @modifying("rebuild-cq")
@@ -573,10 +562,10 @@ def apply(
     Example:
       mqtool apply /tmp/plan.json --yes
     """
-    if Path(plan_file).is_dir():
+    if plan_file.is_dir():
         raise BadInput(f"{plan_file}: a directory; give the plan file saved with --plan-out")
     try:
-        plan = Plan.from_json(Path(plan_file).read_text(encoding="utf-8"))
+        plan = Plan.from_json(plan_file.read_text(encoding="utf-8"))
         root = Path(plan.store)  # a store that is no path (edited): not a plan either
     except FileNotFoundError:
         raise BadInput(f"{plan_file}: no such file") from None
@@ -602,7 +591,7 @@ def apply(
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = Path(backup_dir) if backup_dir else default_backup_dir(root, plan.command)
+    target = backup_dir or default_backup_dir(root, plan.command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
         note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
@@ -622,9 +611,9 @@ def restore_cmd(
     Example:
       mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000000-recover --yes
     """
-    if Path(backup).exists() and not Path(backup).is_dir():
+    if backup.exists() and not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
-    stages = repair_stages(Path(backup))
+    stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
@@ -644,7 +633,7 @@ def restore_cmd(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
     if not force:
-        _refuse_before_later_stages(Path(backup), backup_set)
+        _refuse_before_later_stages(backup, backup_set)
     check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:
@@ -666,7 +655,7 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
     """A stage of a ``repair`` restored alone would overwrite what a later, unrestored stage wrote to the same files: refused."""
     touched = set(backup_set.touched())
     later = [s for s in repair_stages(backup.resolve().parent) if s.name > backup.resolve().name]
-    later = [s for s in later if not BackupSet.open(s).restored and touched & set(BackupSet.open(s).touched())]
+    later = [s for s in later if not (stage := BackupSet.open(s)).restored and touched & set(stage.touched())]
     if later:
         names = ", ".join(s.name for s in later)
         raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
@@ -706,8 +695,12 @@ def render_plan(console: Screen, doc: dict) -> None:
         console.print(kv_table("Abort file", [("abort", "removed (as a clean shutdown does)")]))
     for n in plan.notes:
         console.note(n)
-    if plan.command == "recover":
-        _render_verify_after(console, plan.verify_after)
+    if plan.command == "recover" and plan.verify_after:
+        items = plan.verify_after
+        rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
+        console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
+        if any(e.fixed_by for e in items):
+            console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
     if not plan.actions:
         console.print("No changes.")
         return
@@ -759,15 +752,6 @@ def _print_capped(console: Screen, table, rows: list) -> None:
     console.print(table)
     if len(rows) > TABLE_LOST:
         console.print(f"... and {len(rows) - TABLE_LOST} more listed with --format json")
-
-
-def _render_verify_after(console: Screen, items: tuple[Expected, ...]) -> None:
-    if not items:
-        return
-    rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
-    console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
-    if any(e.fixed_by for e in items):
-        console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
 
 
 def render_repair(console: Screen, doc: dict) -> None:

@@ -53,36 +53,29 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
             f"run `mqtool repair {shell_path(root)}{version} --yes` again to finish it, or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
 
 
-def state_lines(state: dict, root: Path) -> list[str]:
-    """The lines saying ``state`` of the store at ``root``."""
-    lines = []
-    pending, stopped = state["interrupted_apply"], state.get("interrupted_repair")
+def warn_store_state(root: Path | None) -> dict:
+    """Note what a reader of the store at ``root`` is told first (``store_state``) on stderr; returns the
+    state (empty for a bare commitlog folder)."""
+    if root is None:
+        return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}
+    state = store_state(root)
+    pending, stopped = state["interrupted_apply"], state["interrupted_repair"]
     restoring = pending is not None and restore_interrupted(Path(pending))
     if restoring:
         from ..apply.backup import unfinished_restore_line
 
-        lines.append(unfinished_restore_line(Path(pending)))
+        note(unfinished_restore_line(Path(pending)))
     elif stopped is not None:
-        lines.append(stopped_repair_line(root, stopped))
+        note(stopped_repair_line(root, stopped))
     a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])
     if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
-        lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
-                     f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
+        note(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
+             f"run that command again with --yes to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
     if state["lock_holder"] is not None:
-        lines.append(f"pid {state['lock_holder']} holds the store's lock (a running broker?): it may be writing while mqtool reads: "
-                     "what lies near the end of the log and of the queues may change")
+        note(f"pid {state['lock_holder']} holds the store's lock (a running broker?): it may be writing while mqtool reads: "
+             "what lies near the end of the log and of the queues may change")
     if state["leftover_files"]:
         shown = ", ".join(state["leftover_files"][:3]) + (f" and {len(state['leftover_files']) - 3} more" if len(state["leftover_files"]) > 3 else "")
-        lines.append(f"temporary files an interrupted mqtool left in the store: {shown}; not part of the store (the broker "
-                     "ignores them): delete them, or `mqtool restore BACKUP --yes` removes them")
-    return lines
-
-
-def warn_store_state(root: Path | None) -> dict:
-    """Note ``state_lines`` on stderr; returns the state (empty for a bare commitlog folder)."""
-    if root is None:
-        return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}
-    state = store_state(root)
-    for line in state_lines(state, root):
-        note(line)
+        note(f"temporary files an interrupted mqtool left in the store: {shown}; not part of the store (the broker "
+             "ignores them): delete them, or `mqtool restore BACKUP --yes` removes them")
     return state

@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, verdict_kept
-from .output import OutputFormat, Screen, emit_rows, heading, kv_table
+from .output import OutputFormat, Screen, emit_rows, heading, kv_table, text_encoder
 from .progress import ByteProgress
 from .store_state import warn_store_state
 
@@ -48,56 +48,22 @@ def read_ids(source: str, column: str | None) -> list[str]:
     return [row[column].strip() for row in reader if row.get(column) and row[column].strip()]
 
 
-_quote = json.encoder.encode_basestring  # what json.dumps(..., ensure_ascii=False) writes for a str
-_MISSING_TAIL = ', "status": "missing", "offset": null, "topic": null, "queue_id": null, "queue_offset": null, "store_timestamp": null, "copies": 0, "consumable": null}\n'
-_NEEDS_ESCAPE = r'[\x00-\x1f"\\]'  # the characters encode_basestring escapes; any other is written as it is
-
-
-def _json_strings(values):
-    """Each string of an Arrow array as a JSON string literal (``_quote``): quotes around it,
-    escaped in Python only where it holds a character JSON escapes."""
-    import pyarrow as pa
-
-    from ..scan import compute
-
-    quoted = compute.binary_join_element_wise('"', values, '"', "")
-    odd = compute.match_substring_regex(values, options=compute.MatchSubstringOptions(_NEEDS_ESCAPE))
-    if compute.any(odd).as_py():
-        escaped = pa.array([_quote(v) for v in compute.filter(values, odd).to_pylist()], pa.string())
-        quoted = compute.replace_with_mask(quoted, odd, escaped)
-    return quoted
-
-
 def jsonl_chunks(search) -> Iterator[memoryview]:
     """JSON Lines of ``SurvivorSearch.chunks()``, each line ``json.dumps(row, ensure_ascii=False)``,
-    built a chunk at a time with Arrow's string kernels."""
-    import numpy as np
+    a chunk at a time by the compiled text encoder (``scan.text``, as ``dump``'s); missing ids' location is null."""
     import pyarrow as pa
 
     from ..scan import compute
-    from ..scan.survivors import STATUSES
+    from ..scan.survivors import ROW_FIELDS, STATUSES
 
-    def text(values: np.ndarray) -> pa.Array:
-        return compute.cast(compute.numbers(values, pa.int64()), pa.string())
-
-    topics, statuses = None, pa.array(STATUSES, pa.string())
-    booleans = pa.array(["false", "true"], pa.string())
+    encoder, statuses = text_encoder(ROW_FIELDS, OutputFormat.jsonl), pa.array(STATUSES, pa.string())
     for c in search.chunks():
-        if topics is None:  # known once the search has run
-            topics = pa.array([_quote(t) for t in search.topics], pa.string())
-        ids = _json_strings(c.id_array)
-        lines = compute.binary_join_element_wise('{"id": ', ids, _MISSING_TAIL, "")
-        if c.found.any():
-            found = compute.binary_join_element_wise(
-                '{"id": ', ids, ', "status": "', compute.take(statuses, c.code), '", "offset": ', text(c.offset),
-                ', "topic": ', compute.take(topics, c.topic), ', "queue_id": ', text(c.queue_id), ', "queue_offset": ', text(c.queue_offset),
-                ', "store_timestamp": ', text(c.store_timestamp), ', "copies": ', text(c.copies), ', "consumable": ', compute.take(booleans, c.consumable), "}\n",
-                "",
-            )  # fmt: skip
-            lines = compute.if_else(compute.numbers(c.found, pa.bool_()), found, lines)
-        _, offsets, data = lines.buffers()
-        bounds = np.frombuffer(offsets, dtype=np.int32)[lines.offset : lines.offset + len(lines) + 1]
-        yield memoryview(data)[int(bounds[0]) : int(bounds[-1])]
+        topics = pa.array(search.topics, pa.string())  # known once the search has run
+        offset, topic, queue_id, queue_offset, stored = (compute.numbers(v, pa.int64(), c.found) for v in
+                                                         (c.offset, c.topic, c.queue_id, c.queue_offset, c.store_timestamp))
+        columns = [c.id_array, compute.take(statuses, c.code), offset, compute.take(topics, topic), queue_id, queue_offset, stored,
+                   compute.numbers(c.copies, pa.int64()), compute.numbers(c.consumable, pa.bool_(), c.found)]
+        yield memoryview(encoder.encode(pa.record_batch(columns, names=list(ROW_FIELDS))))
 
 
 def _write_jsonl(search, out) -> None:
