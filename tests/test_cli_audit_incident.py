@@ -181,3 +181,20 @@ def test_a_salvage_into_a_file_stopped_says_the_file_is_partial(tmp_path, monkey
     assert result.exit_code == 130 and out.read_text().count("\n") > 0
     assert f"mqtool: {out}: holds only the rows written before salvage stopped" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "mqtool: error: interrupted"
+
+
+def test_a_backup_whose_paths_hold_brackets_is_shown_as_it_is(tmp_path):
+    """Before: `mqtool restore BACKUP` (the plan, without --yes) printed each file it would put back
+    through rich's markup, so `[x]` vanished from a name, `:fire:` became an emoji and `[/]` ended the
+    command as an internal error (exit 5): here, a commit log on another disk (``storePathCommitLog``)
+    in such folders."""
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    outside = tmp_path / "disk2 [" / "] [x] :fire:" / "commitlog"  # "disk2 [/] [x] :fire:/commitlog": a closing tag and an emoji, to rich
+    outside.parent.mkdir(parents=True)
+    (store_dir / "commitlog").rename(outside)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={store_dir}\nstorePathCommitLog={outside}\n")
+    assert run("recover", store_dir, "--broker-config", conf, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0
+    shown = run("restore", tmp_path / "bk")
+    assert shown.exit_code == 4 and "nothing changed: re-run with --yes" in shown.stderr and "Traceback" not in shown.output
+    assert any(line.startswith("  restore ../") and line.endswith("disk2 [/] [x] :fire:/commitlog/00000000000004194304") for line in shown.stdout.splitlines()), shown.stdout

@@ -18,8 +18,8 @@ from typing import Any, Iterable, Sequence
 from . import terminal
 from ..table import BOLD, RESET, YELLOW, Layout, Table, line_spans, wrap
 
-# what rich does something with in a text: markup, tabs, emoji codes, the control characters it strips
-_RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]|:[^\s:]+:")
+# what rich does something with in a text: markup, tabs, the control characters it strips
+_RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]")
 
 TABLE_BATCH = 200
 
@@ -62,7 +62,8 @@ class Screen:
         """The rich console for text (rich imported on the first text printed, not for tables)."""
         if self._console is None:
             # no styling at all without colour: rich's no_color alone still writes bold (NO_COLOR, TERM=dumb, a pipe)
-            self._console = terminal.data_console(file=self.out, highlight=False, width=self.width, no_color=not self.color, force_terminal=self.color)
+            self._console = terminal.data_console(file=self.out, highlight=False, emoji=False, width=self.width, no_color=not self.color,
+                                                  force_terminal=self.color)  # no emoji codes: ":x:" in a path is a path
         return self._console
 
     def print(self, obj: Table | str = "", *, markup: bool = True) -> None:

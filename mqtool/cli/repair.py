@@ -787,9 +787,9 @@ def render_backup(console: Screen, doc: dict) -> None:
     ]))
     if doc["restored_ms"] is not None:
         return  # what it would put back was put back then
-    for path in doc["files"]:
-        console.print(f"  restore {path}")
+    for path in doc["files"]:  # paths as they are: no markup in them (``[/]`` in a name)
+        console.print(f"  restore {path}", markup=False)
     for r in doc["ranges"]:
-        console.print(f"  restore {r['path']} [{r['start']}, {r['end']})")
+        console.print(f"  restore {r['path']} [{r['start']}, {r['end']})", markup=False)
     for path in doc["created"]:
-        console.print(f"  delete  {path}")
+        console.print(f"  delete  {path}", markup=False)
