@@ -96,6 +96,19 @@ def test_dump_consumequeue_follow_and_index_and_checkpoint():
     assert cp["physic_msg_timestamp"] == m["checkpoint"]["physicMsgTimestamp"]
 
 
+def test_dump_consumequeue_follow_closes_the_store_it_opened_when_stopped_early(monkeypatch):
+    """Before: the store ``--follow`` reads messages from was never closed (its maps held until
+    the process ended); ``--limit`` stops the dump early here."""
+    from mqtool.store import Store
+
+    closed, close = [], Store.close
+    monkeypatch.setattr(Store, "close", lambda self: closed.append(self.root) or close(self))
+    path = store_path("5.3.3", "clean-small")
+    done = run("dump", "consumequeue", path / "consumequeue" / "TopicTest" / "1", "-f", "jsonl", "--follow", "--limit", "2")
+    assert done.exit_code == 0 and len(done.stdout.splitlines()) == 2
+    assert closed == [path]
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_info_json(version):
     m = manifest(version, "clean-small")

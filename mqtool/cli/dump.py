@@ -291,20 +291,24 @@ def cq_rows(path: Path, topics, queue, start, stop, follow, body) -> Iterator[di
         if cq_dir.name != "consumequeue" or not (cq_dir.parent / "commitlog").is_dir():
             raise BadInput(f"{path}: --follow needs the consume queue inside a store (…/consumequeue/<topic>/<queue>)")
         store = Store.open(cq_dir.parent)
-    for q in queues:
-        for entry in q.entries(start or 0):
-            if stop is not None and entry.queue_offset >= stop:
-                break
-            row = consume_queue_dict(q.topic, q.queue_id, entry)
-            if store is not None and not entry.is_filler:
-                try:
-                    record = store.commitlog.read_record(entry.phys_offset)
-                except (FormatError, LookupError) as exc:
-                    row["message"] = {"error": str(exc)}
-                else:
-                    blank = not isinstance(record, CommitLogRecord)
-                    row["message"] = {"error": f"blank record at offset {entry.phys_offset}"} if blank else message_of(store, record, body)
-            yield row
+    try:
+        for q in queues:
+            for entry in q.entries(start or 0):
+                if stop is not None and entry.queue_offset >= stop:
+                    break
+                row = consume_queue_dict(q.topic, q.queue_id, entry)
+                if store is not None and not entry.is_filler:
+                    try:
+                        record = store.commitlog.read_record(entry.phys_offset)
+                    except (FormatError, LookupError) as exc:
+                        row["message"] = {"error": str(exc)}
+                    else:
+                        blank = not isinstance(record, CommitLogRecord)
+                        row["message"] = {"error": f"blank record at offset {entry.phys_offset}"} if blank else message_of(store, record, body)
+                yield row
+    finally:
+        if store is not None:
+            store.close()  # its maps, when the dump ends or stops early (``--limit``, a closed pipe)
 
 
 def _followed_cells(row: dict) -> dict:
