@@ -108,10 +108,8 @@ class _Recording:
         if entries is not None:
             self.scans.done[self.key] = _Recorded(tuple(entries), live.end, live.records, live.last_valid_offset, tuple(live.skipped))
 
-    end = property(lambda self: self.live.end)
-    records = property(lambda self: self.live.records)
-    last_valid_offset = property(lambda self: self.live.last_valid_offset)
-    skipped = property(lambda self: self.live.skipped)
+    def __getattr__(self, name: str):
+        return getattr(self.live, name)  # ``end``, ``records``, ``last_valid_offset``, ``skipped``: the live scan's
 
 
 class _Replay:
@@ -128,9 +126,7 @@ class _Replay:
 
 def scan_phase(scans: SharedScans | None, commitlog, start: int, stop: int | None, **settings):
     """``phase_scanner``, through ``scans`` when the plan shares them."""
-    if scans is None:
-        return phase_scanner(commitlog, start, stop, **settings)
-    return scans.scanner(commitlog, start, stop, **settings)
+    return (phase_scanner if scans is None else scans.scanner)(commitlog, start, stop, **settings)
 
 
 def topic_table(scans: SharedScans | None, cache: DispatchCache | None) -> TopicTable:
