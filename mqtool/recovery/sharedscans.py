@@ -69,24 +69,18 @@ class SharedScans:
         if entries is None:
             return None
         size = spillrows.spill_size(len(batch), batch.keys.size, batch.queue_groups.keys.size)
-        entry = batch.spilled
-        if self.nbytes + size > BUDGET:
-            return self._give_up()
-        if entry is None:
+        within = self.nbytes + size <= BUDGET
+        if within and batch.spilled is None:
             try:
-                entry = self._spill.write(batch)
+                batch.spilled = self._spill.write(batch)  # None: a key hash outside int32
             except OSError:
-                entry = None
-            if entry is None:  # unwritable, or a key hash outside int32: walked again
-                return self._give_up()
-            batch.spilled = entry
+                pass
+        if not within or batch.spilled is None:  # over budget, unwritable or unpackable: scans are walked again
+            self.recording = False
+            return None
         self.nbytes += size
-        entries.append(entry)
+        entries.append(batch.spilled)
         return entries
-
-    def _give_up(self) -> None:
-        self.recording = False
-        return None
 
 
 def _frozen(value):
