@@ -15,8 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fileops import fsync_dir
-from ..fileops import fsync_path as fsync_file
+from ..fileops import fsync_dir, fsync_path
 from ..formats import consumequeue as cqfmt
 from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
@@ -189,7 +188,7 @@ class ConsumeQueueWriter:
             os.close(fd)
         moves = [(self.tmp_path(q.directory / offset_file_name(base)), q.directory / offset_file_name(base)) for q in self.queues.values() for base in sorted(q.files)]
         if fsync:
-            parallel(fsync_file, [tmp for tmp, _ in moves])
+            parallel(fsync_path, [tmp for tmp, _ in moves])
         for tmp, final in moves:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, final)
