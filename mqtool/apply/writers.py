@@ -135,8 +135,10 @@ class ConsumeQueueWriter:
             if count:
                 self._write(q, int(q.state[S_FILL_FROM]), np.repeat(FILLER_UNIT, count))
                 q.fillers += count
-            else:
-                self._touch(q, int(q.state[S_FILL_FROM]))
+            else:  # fillPreBlank with nothing to fill: its file is made all the same
+                base = int(q.state[S_FILL_FROM])  # a file's base (``place_units``)
+                q.files.add(base)
+                self._fd(q.directory / offset_file_name(base))
         if placed:
             units = np.empty(placed, dtype=UNIT_DTYPE)
             keep = slice(None) if placed == n else pos >= 0  # the usual case: every request placed, no mask to apply
@@ -144,11 +146,6 @@ class ConsumeQueueWriter:
             self._write(q, int(pos[keep][0]), units)
             q.placed += placed
         return placed
-
-    def _touch(self, q: _Queue, at: int) -> None:
-        base = at - at % self.file_size
-        q.files.add(base)
-        self._fd(q.directory / offset_file_name(base))
 
     def _write(self, q: _Queue, at: int, units: np.ndarray) -> None:
         """Units are consecutive from logical position ``at``; split them at file ends."""
