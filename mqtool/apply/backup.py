@@ -473,7 +473,16 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         ours = True
     restored, deleted = [], []
     events = list(reversed(backup.journal.events()))
-    put_back = _restore_progress(backup, events)
+
+    def total() -> int:  # the bytes put back: whole segments a recovery deleted can be gigabytes
+        size = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
+        for ev in events:
+            if ev.get("ev") == "backup-file":
+                with contextlib.suppress(OSError):  # the copy is missing: restore says so when it reaches it
+                    size += backup.file_copy(ev["path"]).stat().st_size
+        return size
+
+    put_back = _bytes_progress("restore", total)
     for ev in events:
         kind, rel = ev.get("ev"), ev.get("path")
         target = root / rel if rel else None
@@ -526,20 +535,6 @@ def _bytes_progress(stage: str, total: Callable[[], int]):
         reached(done)
 
     return copied
-
-
-def _restore_progress(backup: BackupSet, events: list[dict]):
-    """``_bytes_progress`` of what ``restore`` puts back (whole segments a recovery deleted can be gigabytes)."""
-
-    def total() -> int:
-        size = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
-        for ev in events:
-            if ev.get("ev") == "backup-file":
-                with contextlib.suppress(OSError):  # the copy is missing: restore says so when it reaches it
-                    size += backup.file_copy(ev["path"]).stat().st_size
-        return size
-
-    return _bytes_progress("restore", total)
 
 
 def _set_mtime(path: Path, mtime_ns: int | None) -> None:

@@ -40,7 +40,6 @@ class Placed:
 
     offset: int
     queue_offset: int
-    moved: bool  # re-appended at a new offset (not a byte copy at its original offset)
 
 
 @dataclass
@@ -63,16 +62,15 @@ class SalvageStoreWriter:
     def __init__(self, source: Store, target: Path):
         self.source = source
         self.target = target
-        rules = source.rules
-        self.v5 = rules.v5
-        self.min_offset = source.commitlog.min_offset
+        self.v5 = source.rules.v5
+        min_offset = source.commitlog.min_offset
         target.mkdir(parents=True, exist_ok=True)
-        self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, rules.stale_blank_fill, base=self.min_offset)
+        self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, source.rules.stale_blank_fill, base=min_offset)
         self.cq = ConsumeQueueWriter(target / "consumequeue", source.consume_queue_file_size)
         self.index = IndexWriterService(target / "index", *geometry(source))  # the broker's default geometry where the source has none
         self.next_queue_offset: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
-        self.summary = NewStoreSummary(str(target), self.min_offset)
+        self.summary = NewStoreSummary(str(target), min_offset)
 
     def add(self, raw: bytes, *, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
             tags_code: int, keys, uniq_key: str | None, prepared_transaction_offset: int) -> Placed:
@@ -84,8 +82,7 @@ class SalvageStoreWriter:
         if dispatched:  # the queue's next offset
             new_qoff = self.next_queue_offset.get(queue, queue_offset)
             self.next_queue_offset[queue] = new_qoff + 1
-        moved = new_offset != offset or new_qoff != queue_offset
-        if moved:
+        if new_offset != offset or new_qoff != queue_offset:  # re-appended at a new position: re-encoded
             record = clfmt.decode_record(raw)._replace(phys_offset=new_offset, queue_offset=new_qoff)
             raw = _reseal_property_crc(clfmt.encode_message(record))
             self.summary.moved += 1
@@ -98,7 +95,7 @@ class SalvageStoreWriter:
         self.index.put_request(request)
         self.summary.records += 1
         self.last_store_timestamp = max(self.last_store_timestamp, store_timestamp)
-        return Placed(new_offset, new_qoff, moved)
+        return Placed(new_offset, new_qoff)
 
     def close(self) -> NewStoreSummary:
         s = self.summary

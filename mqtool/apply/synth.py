@@ -212,7 +212,6 @@ def build_store(spec: SynthSpec) -> dict:
     queue_offsets: dict[tuple[str, int], int] = {}
     store_ts = spec.start_timestamp
     seq = 0
-    index_full_ts = 0
     while (spec.messages is None or seq < spec.messages) and (spec.total_bytes is None or log.base + log.pos < spec.total_bytes):
         store_ts += mix.rng.randrange(0, 3)
         m = mix.next(seq, store_ts)
@@ -252,7 +251,7 @@ def build_store(spec: SynthSpec) -> dict:
         cq.close(fsync=False)
     if index is not None:
         index.close()
-        index_full_ts = index.full_end_timestamp
+    index_full_ts = index.full_end_timestamp if index is not None else 0
     (out / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cpfmt.StoreCheckpoint(store_ts, store_ts, index_full_ts)).ljust(4096, b"\0"))
     (out / "lock").write_bytes(b"lock")
     if spec.crashed:

@@ -15,8 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fileops import fsync_dir
-from ..fileops import fsync_path as fsync_file
+from ..fileops import fsync_dir, fsync_path
 from ..formats import consumequeue as cqfmt
 from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
@@ -136,8 +135,10 @@ class ConsumeQueueWriter:
             if count:
                 self._write(q, int(q.state[S_FILL_FROM]), np.repeat(FILLER_UNIT, count))
                 q.fillers += count
-            else:
-                self._touch(q, int(q.state[S_FILL_FROM]))
+            else:  # fillPreBlank with nothing to fill: its file is made all the same
+                base = int(q.state[S_FILL_FROM])  # a file's base (``place_units``)
+                q.files.add(base)
+                self._fd(q.directory / offset_file_name(base))
         if placed:
             units = np.empty(placed, dtype=UNIT_DTYPE)
             keep = slice(None) if placed == n else pos >= 0  # the usual case: every request placed, no mask to apply
@@ -145,11 +146,6 @@ class ConsumeQueueWriter:
             self._write(q, int(pos[keep][0]), units)
             q.placed += placed
         return placed
-
-    def _touch(self, q: _Queue, at: int) -> None:
-        base = at - at % self.file_size
-        q.files.add(base)
-        self._fd(q.directory / offset_file_name(base))
 
     def _write(self, q: _Queue, at: int, units: np.ndarray) -> None:
         """Units are consecutive from logical position ``at``; split them at file ends."""
@@ -189,7 +185,7 @@ class ConsumeQueueWriter:
             os.close(fd)
         moves = [(self.tmp_path(q.directory / offset_file_name(base)), q.directory / offset_file_name(base)) for q in self.queues.values() for base in sorted(q.files)]
         if fsync:
-            parallel(fsync_file, [tmp for tmp, _ in moves])
+            parallel(fsync_path, [tmp for tmp, _ in moves])
         for tmp, final in moves:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, final)

@@ -172,17 +172,15 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
     contiguous in the broker: each begins with the first keyed record after the previous one)."""
     gaps = []
     prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
-    cl = store.commitlog
     begins = {f.name: f.header.begin_phy_offset for f in store.index_files}  # a file this plan creates is contiguous by construction
-    for f in sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name):
-        begin = begins.get(f.name) if f.action != "create" else None
-        start_at = cl.min_offset if prev_end is None else prev_end
+    files = sorted((f for f in index_plan.files if f.action != "delete" and f.entries_after > 0), key=lambda f: f.name)
+    for f in [*files, None]:  # None: the gap before ``end``
+        begin = end if f is None else begins.get(f.name) if f.action != "create" else None
+        start_at = store.commitlog.min_offset if prev_end is None else prev_end
         if begin is not None and begin > start_at and _keyed_record_between(store, start_at, begin, skip_first=prev_end is not None, legacy=legacy):
             gaps.append((start_at, begin))
-        prev_end = max(prev_end or 0, f.end_phy_offset)
-    start_at = cl.min_offset if prev_end is None else prev_end
-    if start_at < end and _keyed_record_between(store, start_at, end, skip_first=prev_end is not None, legacy=legacy):
-        gaps.append((start_at, end))
+        if f is not None:
+            prev_end = max(prev_end or 0, f.end_phy_offset)
     return gaps
 
 

@@ -65,7 +65,8 @@ class QueueSim:
     @classmethod
     def load(cls, queue: ConsumeQueue, *, rules: VersionRules | None = None) -> "QueueSim":
         """The queue after ``ConsumeQueue.recover`` under ``rules`` (default: the newest broker's)."""
-        sim = cls(queue.topic, queue.queue_id, queue.directory, queue.file_size, *_put_rules(rules), exists=True)
+        sim = cls.new(queue.topic, queue.queue_id, queue.directory, queue.file_size, rules=rules)
+        sim.exists = True
         sim.original = {base: path for base, path in queue.files}
         recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
         sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_physic_offset(sim.dedup_by_end)
@@ -82,7 +83,9 @@ class QueueSim:
 
     @classmethod
     def new(cls, topic: str, queue_id: int, directory: Path, file_size: int, *, rules: VersionRules | None = None) -> "QueueSim":
-        return cls(topic, queue_id, directory, file_size, *_put_rules(rules))
+        """A queue placing as ``putMessagePositionInfo`` under ``rules`` (default: the newest broker's; §3.1-§3.3)."""
+        put_rules = (True, True) if rules is None else (rules.cq_dedup_by_end, rules.cq_repeat_guard)
+        return cls(topic, queue_id, directory, file_size, *put_rules)
 
     def _view(self, base: int) -> np.ndarray:
         """The units of original file ``base``, a short file read as zeros to the configured size."""
@@ -302,11 +305,6 @@ class QueueSim:
         phys, _ = self._file_units(first, min(end - first, self.file_size) // ENTRY)
         hits = phys >= commitlog_min_offset
         return first // ENTRY + int(np.argmax(hits)) if hits.any() else 0
-
-
-def _put_rules(rules: VersionRules | None) -> tuple[bool, bool]:
-    """``(dedup_by_end, repeat_guard)`` of ``putMessagePositionInfo`` under ``rules`` (§3.1-§3.3)."""
-    return (True, True) if rules is None else (rules.cq_dedup_by_end, rules.cq_repeat_guard)
 
 
 class UnitSpill:

@@ -69,24 +69,18 @@ class SharedScans:
         if entries is None:
             return None
         size = spillrows.spill_size(len(batch), batch.keys.size, batch.queue_groups.keys.size)
-        entry = batch.spilled
-        if self.nbytes + size > BUDGET:
-            return self._give_up()
-        if entry is None:
+        within = self.nbytes + size <= BUDGET
+        if within and batch.spilled is None:
             try:
-                entry = self._spill.write(batch)
+                batch.spilled = self._spill.write(batch)  # None: a key hash outside int32
             except OSError:
-                entry = None
-            if entry is None:  # unwritable, or a key hash outside int32: walked again
-                return self._give_up()
-            batch.spilled = entry
+                pass
+        if not within or batch.spilled is None:  # over budget, unwritable or unpackable: scans are walked again
+            self.recording = False
+            return None
         self.nbytes += size
-        entries.append(entry)
+        entries.append(batch.spilled)
         return entries
-
-    def _give_up(self) -> None:
-        self.recording = False
-        return None
 
 
 def _frozen(value):
@@ -108,10 +102,8 @@ class _Recording:
         if entries is not None:
             self.scans.done[self.key] = _Recorded(tuple(entries), live.end, live.records, live.last_valid_offset, tuple(live.skipped))
 
-    end = property(lambda self: self.live.end)
-    records = property(lambda self: self.live.records)
-    last_valid_offset = property(lambda self: self.live.last_valid_offset)
-    skipped = property(lambda self: self.live.skipped)
+    def __getattr__(self, name: str):
+        return getattr(self.live, name)  # ``end``, ``records``, ``last_valid_offset``, ``skipped``: the live scan's
 
 
 class _Replay:
@@ -128,9 +120,7 @@ class _Replay:
 
 def scan_phase(scans: SharedScans | None, commitlog, start: int, stop: int | None, **settings):
     """``phase_scanner``, through ``scans`` when the plan shares them."""
-    if scans is None:
-        return phase_scanner(commitlog, start, stop, **settings)
-    return scans.scanner(commitlog, start, stop, **settings)
+    return (phase_scanner if scans is None else scans.scanner)(commitlog, start, stop, **settings)
 
 
 def topic_table(scans: SharedScans | None, cache: DispatchCache | None) -> TopicTable:
