@@ -11,7 +11,7 @@ from mqtool.apply import BackupSet, apply_plan, read_pending, restore
 from mqtool.formats.commitlog import header_size
 from mqtool.recovery.planners import plan_recover
 from mqtool.store import Store
-from repair_support import every_kill_point, mqtool, tree
+from repair_support import Killed, every_kill_point, mqtool, tree
 
 VERSION = "4.9.7"
 
@@ -93,4 +93,37 @@ def test_restore_refuses_once_the_store_changed_after_the_repair(tmp_path, refer
     with pytest.raises(Refused):
         restore(BackupSet.open(backup.dir))
     restore(BackupSet.open(backup.dir), force=True)
+    assert tree(store_dir) == original
+
+
+@pytest.mark.parametrize("kill_at", [2, 4])
+def test_a_line_torn_by_the_kill_does_not_hide_what_the_finished_apply_did_from_restore(tmp_path, monkeypatch, reference, kill_at):
+    """An apply killed while it wrote a journal line, then finished (the same command again), then
+    undone. Before: the finishing apply's events went after the torn line, where ``events`` stops
+    reading, so ``restore`` knew nothing of what it changed and left the store half-restored. The
+    torn line, whose change was never made (an event is fsynced first), is cut before appending."""
+    from mqtool.apply import resume_pending
+    from mqtool.apply.backup import Journal
+
+    original, final = reference
+    store_dir = damaged_store(tmp_path)
+    plan = plan_of(store_dir)
+    calls, append = {"n": 0}, Journal.append
+
+    def torn(self, *events):
+        calls["n"] += 1
+        if calls["n"] == kill_at:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write('{"ev": "backup-file", "pa')  # killed mid-write
+            raise Killed("journal")
+        append(self, *events)
+
+    monkeypatch.setattr(Journal, "append", torn)
+    with pytest.raises(Killed):
+        apply_plan(plan, tmp_path / "backup")
+    monkeypatch.setattr(Journal, "append", append)
+    assert read_pending(store_dir) is not None
+    resume_pending(store_dir)
+    assert tree(store_dir) == final
+    restore(BackupSet.open(tmp_path / "backup"))
     assert tree(store_dir) == original

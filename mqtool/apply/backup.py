@@ -48,7 +48,11 @@ def _flat(rel: str, digits: int = 16) -> str:
 
 
 class Journal:
-    """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored."""
+    """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored, and
+    cut off before anything is appended after it: ``events`` stops at the first line it cannot
+    read, so the events of a resumed apply (or of an apply into a backup set never used) after it
+    would be lost to ``restore``. What a torn line announced was never done: each event is
+    fsynced before the change it announces."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -56,8 +60,12 @@ class Journal:
     def append(self, *events: dict) -> None:
         if not events:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events))
+        with open(self.path, "a+b") as f:
+            end = f.seek(0, os.SEEK_END)
+            if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
+                f.seek(0)
+                f.truncate(f.read().rfind(b"\n") + 1)
+            f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
 
