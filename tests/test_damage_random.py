@@ -230,21 +230,22 @@ def test_wheel_slots_of_a_deleted_timer_log_file_are_lost_data(tmp_path):
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
-@pytest.mark.parametrize("change", ["cut", "grown"])
+@pytest.mark.parametrize("change", ["cut", "cut-in-its-first-unit", "grown"])
 def test_a_lone_dledger_index_file_of_the_wrong_length_is_resized(tmp_path, version, change):
     """DLedger's ``MmapFileList.load`` refuses an index file of another length than it maps: a file cut
     inside a unit is padded to DLedger's default index file size (the recovery then rewrites its units
-    from the entries), one with bytes appended after its last unwritten unit is trimmed back."""
+    from the entries), one with bytes appended after its last unwritten unit is trimmed back. Before, a
+    file cut inside its first unit (20 bytes) made the plan seek before the file's start (exit 5)."""
     root = copy_store(version, "dledger-crashed", tmp_path)
     index = root / "dledger-n0" / "index" / "00000000000000000000"
     data = index.read_bytes()
-    index.write_bytes(data[:10000] if change == "cut" else data + bytes(range(1, 101)))
+    index.write_bytes({"cut": data[:10000], "cut-in-its-first-unit": data[:20]}.get(change, data + bytes(range(1, 101))))
     rc, out, _ = run("repair", root, "--dry-run", "--format", "json", timeout=TIMEOUT)
     (step,) = [s for s in json.loads(out)["steps"] if s["step"] == "resize-segment"]
     assert step["paths"] == ["dledger-n0/index/00000000000000000000"]
     rc, findings = repaired_findings(root)
     assert not [f for f in findings if f["severity"] != "info"], findings
-    assert index.stat().st_size == (32 * 5 * 1024 * 1024 if change == "cut" else len(data))
+    assert index.stat().st_size == (len(data) if change == "grown" else 32 * 5 * 1024 * 1024)
     if change == "grown":
         assert index.read_bytes() == data
 

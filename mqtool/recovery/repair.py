@@ -170,10 +170,12 @@ def _dledger_index_size(path: Path, size: int) -> int:
     if size % dfmt.INDEX_UNIT_SIZE == 0:
         return size
     power = 1 << (size.bit_length() - 1)
+    if power < dfmt.INDEX_UNIT_SIZE:  # shorter than one unit: no unit to look at
+        return DLEDGER_INDEX_FILE_SIZE
     with open(path, "rb") as f:
         f.seek(power - dfmt.INDEX_UNIT_SIZE)
         last = f.read(dfmt.INDEX_UNIT_SIZE)
-    return power if power >= dfmt.INDEX_UNIT_SIZE and not any(last) else DLEDGER_INDEX_FILE_SIZE
+    return power if not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
