@@ -264,3 +264,19 @@ def test_refusals_and_bad_input(tmp_path, store_copy):
     assert cli("salvage", root, "--to-store", full, "--no-progress")[0] == 4
     assert cli("salvage", root, "--format", "parquet", "--no-progress")[0] == 2
     assert cli("salvage", tmp_path / "nothing", "--no-progress")[0] == 3
+
+
+def test_the_new_store_s_config_files_are_made_durable(tmp_path, monkeypatch):
+    """Before: ``--to-store`` copied ``config/*.json`` without an fsync of the files or of
+    ``config/``, unlike every other file of the new store."""
+    from mqtool.apply import salvage_store
+
+    synced = []
+    monkeypatch.setattr(salvage_store, "fsync_path", synced.append)
+    monkeypatch.setattr(salvage_store, "fsync_dir", synced.append)
+    with Store.open(store_path("5.3.3", "config-real")) as store:
+        writer = salvage_store.SalvageStoreWriter(store, salvage_store.check_target(store, tmp_path / "new"))
+        writer._copy_config()
+    config = tmp_path / "new" / "config"
+    copied = sorted(config.iterdir())
+    assert copied and {*copied, config} <= set(synced)

@@ -128,6 +128,8 @@ class SalvageStoreWriter:
         for path in sorted((self.source.root / "config").iterdir()):
             if path.is_file() and path.name.endswith((".json", ".json.bak")):
                 shutil.copyfile(path, config / path.name)
+                fsync_path(config / path.name)
+        fsync_dir(config)  # durable, as every other file of the new store
 
 
 def _reseal_property_crc(raw: bytes) -> bytes:
