@@ -234,6 +234,21 @@ def test_recover_says_what_the_broker_loses(tmp_path):
     assert any(f"never re-indexes [{first}, {rec['commitLog']['maxOffset']})" in n and "returns nothing" in n for n in notes), notes
 
 
+@pytest.mark.parametrize("version", ["5.0.0", "5.1.4"])
+def test_before_5_2_0_dledger_crash_recovery_dispatches_nothing(version):
+    """Before: every 5.x release was planned with 5.2.0's ``dledgerRecoverAbnormally`` (re-dispatch, the end
+    summed without entry headers, the queues cut there: 8 messages "lost"). 5.0.0-5.1.4's ``recoverAbnormally``
+    is ``recover``, as after a clean stop: no dispatch, the queues cut only if they reach the data's end."""
+    from mqtool.recovery.planners import plan_recover
+
+    with Store.open(store_path("5.3.3", "dledger-crashed-cqloss"), version=version) as store:
+        plan = plan_recover(store)
+    end = plan.commitlog.valid_end
+    assert plan.mode == "abnormal" and [p.name for p in plan.dispatch] == ["reput"] and plan.dispatch[0].stop == end
+    assert not any("entry headers" in n or "acknowledged" in n for n in plan.notes), plan.notes
+    assert all(q.max_after >= q.max_before for q in plan.queues)
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_recover_of_a_clean_dledger_store_changes_nothing(version):
     from mqtool.recovery.planners import plan_recover
