@@ -552,6 +552,26 @@ def test_a_dledger_store_without_data_files_recovers_as_the_broker_does(tmp_path
     assert plan.commitlog.valid_end == 0
 
 
+def test_a_crashed_dledger_broker_without_data_files_recovers_the_classic_log_as_its_release_does(tmp_path):
+    """Before: planned as the classic broker's recoverAbnormally (abort file present) for every release.
+    4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs ``super.recoverNormally`` then ("No need the abnormal
+    recover"): third-from-last segment, no dispatch; 5.2.0+ ``super.recoverAbnormally``."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    (store_dir / "dledger-n0" / "data").mkdir(parents=True)
+    segments = sorted(int(p.name) for p in (store_dir / "commitlog").iterdir())
+    for version, scan_from, dispatched in (("4.9.7", segments[max(0, len(segments) - 3)], False), ("5.1.4", segments[max(0, len(segments) - 3)], False), ("5.3.3", None, True)):
+        with Store.open(store_dir, version=version) as store:
+            assert store.is_dledger and store.abort_present
+            plan = plan_recover(store)
+        assert plan.mode == "abnormal" and ("recovery" in [p.name for p in plan.dispatch]) == dispatched, version
+        if scan_from is not None:
+            assert plan.commitlog.scan_from == scan_from, version
+
+
 # ---- Spark splits over DLedger data ------------------------------------------------------------
 
 
