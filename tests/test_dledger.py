@@ -234,6 +234,21 @@ def test_recover_says_what_the_broker_loses(tmp_path):
     assert any(f"never re-indexes [{first}, {rec['commitLog']['maxOffset']})" in n and "returns nothing" in n for n in notes), notes
 
 
+@pytest.mark.parametrize("version", ["5.0.0", "5.1.4"])
+def test_before_5_2_0_dledger_crash_recovery_dispatches_nothing(version):
+    """Before: every 5.x release was planned with 5.2.0's ``dledgerRecoverAbnormally`` (re-dispatch, the end
+    summed without entry headers, the queues cut there: 8 messages "lost"). 5.0.0-5.1.4's ``recoverAbnormally``
+    is ``recover``, as after a clean stop: no dispatch, the queues cut only if they reach the data's end."""
+    from mqtool.recovery.planners import plan_recover
+
+    with Store.open(store_path("5.3.3", "dledger-crashed-cqloss"), version=version) as store:
+        plan = plan_recover(store)
+    end = plan.commitlog.valid_end
+    assert plan.mode == "abnormal" and [p.name for p in plan.dispatch] == ["reput"] and plan.dispatch[0].stop == end
+    assert not any("entry headers" in n or "acknowledged" in n for n in plan.notes), plan.notes
+    assert all(q.max_after >= q.max_before for q in plan.queues)
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_recover_of_a_clean_dledger_store_changes_nothing(version):
     from mqtool.recovery.planners import plan_recover
@@ -535,6 +550,26 @@ def test_a_dledger_store_without_data_files_recovers_as_the_broker_does(tmp_path
     with Store.open(store_dir) as store:
         plan = plan_recover(store)
     assert plan.commitlog.valid_end == 0
+
+
+def test_a_crashed_dledger_broker_without_data_files_recovers_the_classic_log_as_its_release_does(tmp_path):
+    """Before: planned as the classic broker's recoverAbnormally (abort file present) for every release.
+    4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs ``super.recoverNormally`` then ("No need the abnormal
+    recover"): third-from-last segment, no dispatch; 5.2.0+ ``super.recoverAbnormally``."""
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    (store_dir / "dledger-n0" / "data").mkdir(parents=True)
+    segments = sorted(int(p.name) for p in (store_dir / "commitlog").iterdir())
+    for version, scan_from, dispatched in (("4.9.7", segments[max(0, len(segments) - 3)], False), ("5.1.4", segments[max(0, len(segments) - 3)], False), ("5.3.3", None, True)):
+        with Store.open(store_dir, version=version) as store:
+            assert store.is_dledger and store.abort_present
+            plan = plan_recover(store)
+        assert plan.mode == "abnormal" and ("recovery" in [p.name for p in plan.dispatch]) == dispatched, version
+        if scan_from is not None:
+            assert plan.commitlog.scan_from == scan_from, version
 
 
 # ---- Spark splits over DLedger data ------------------------------------------------------------

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import manifest, store_path
 from mqtool.cli import app
-from mqtool.formats.dispatch import multi_dispatch_targets
+from mqtool.formats.dispatch import LMQ_SKIP_SYSTEM, multi_dispatch_targets
 from mqtool.store import Store
 
 
@@ -20,7 +20,7 @@ def test_targets_equal_what_the_broker_wrote():
     with Store.open(store_path("5.3.3", "lmq-small")) as store:
         for msg in m["messages"]:
             record = store.commitlog.read_record(msg["commitLogOffset"])
-            targets = multi_dispatch_targets(msg["topic"], msg["queueId"], record.property_map(), v5=True)
+            targets = multi_dispatch_targets(msg["topic"], msg["queueId"], record.property_map(), rule=LMQ_SKIP_SYSTEM)
             lmq = msg.get("lmq")
             expected = [(q, lmq["queueId"], o) for q, o, d in zip(lmq["queues"], lmq["queueOffsets"], lmq["dispatched"]) if d] if lmq else []
             assert targets == expected, msg["seq"]
@@ -31,9 +31,30 @@ def test_a_queue_offset_long_parse_long_refuses_dispatches_nowhere():
     ``Long.parseLong`` throws and its dispatch of the record writes no entry), and Unicode decimal
     digits, which it reads, were refused. The one ``parseLong`` reading decides now."""
     props = {"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b", "INNER_MULTI_QUEUE_OFFSET": "7,9"}
-    assert multi_dispatch_targets("T", 3, props, v5=True) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]
+    assert multi_dispatch_targets("T", 3, props, rule=LMQ_SKIP_SYSTEM) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]
     for offsets, want in (("7,99999999999999999999", []), ("7,٩", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]), ("7,-9223372036854775808", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, -(1 << 63))]), ("7, 9", [])):
-        assert multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, v5=True) == want, offsets
+        assert multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, rule=LMQ_SKIP_SYSTEM) == want, offsets
+
+
+def test_the_records_each_release_leaves_out_of_the_lmq_queues():
+    """Before: every 5.x release skipped %RETRY%, rmq_sys_ and SCHEDULE_TOPIC_XXXX records and queue names with
+    "/", 5.2.0's ``MultiDispatchUtils``. ``checkMultiDispatchQueue``: 4.9.3-5.1.0 skip none, 5.1.1 %RETRY%, 5.1.2
+    also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (and "/" names), 5.2.0 every rmq_sys_ topic."""
+    from mqtool.store.rules import BrokerVersion, VersionRules
+
+    props = {"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b/c", "INNER_MULTI_QUEUE_OFFSET": "7,9"}
+    both, one = [("%LMQ%a", 0, 7), ("%LMQ%b/c", 0, 9)], [("%LMQ%a", 0, 7)]
+    cases = {  # topic: {version: targets}
+        "T": {"4.9.7": both, "5.0.0": both, "5.1.0": both, "5.1.1": both, "5.1.2": one, "5.1.4": one, "5.2.0": one, "5.3.3": one},
+        "%RETRY%g": {"4.9.7": both, "5.0.0": both, "5.1.0": both, "5.1.1": [], "5.1.2": [], "5.3.3": []},
+        "rmq_sys_wheel_timer": {"5.0.0": both, "5.1.1": both, "5.1.2": [], "5.3.3": []},
+        "SCHEDULE_TOPIC_XXXX": {"5.1.0": both, "5.1.1": both, "5.1.2": [], "5.3.3": []},
+        "rmq_sys_TRANS_HALF_TOPIC": {"5.1.1": both, "5.1.4": one, "5.2.0": [], "5.3.3": []},
+    }
+    for topic, by_version in cases.items():
+        for version, want in by_version.items():
+            rule = VersionRules(BrokerVersion.parse(version)).lmq_rule
+            assert multi_dispatch_targets(topic, 3, props, rule=rule) == want, (topic, version)
 
 
 def _rebuild(root, *extra):

@@ -642,7 +642,7 @@ class MultiDispatch(NamedTuple):
 
     commitlog: CommitLog
     legacy_properties: bool
-    v5: bool
+    rule: int  # which records the release leaves out (``formats.dispatch.LMQ_SKIP_*``, ``VersionRules.lmq_rule``)
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
@@ -667,7 +667,7 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     for row in rows.tolist():
         f = batch.fields[row]
         record = multi.commitlog.read_record(int(f[fd.F_POS]))
-        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=multi.legacy_properties), v5=multi.v5)
+        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=multi.legacy_properties), rule=multi.rule)
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
     for (name, queue_id), entries in grouped.items():

@@ -158,28 +158,35 @@ def dispatch_request(
 
 LMQ_PREFIX = "%LMQ%"
 MULTI_DISPATCH_SEPARATOR = ","
+# Which records ``checkMultiDispatchQueue`` leaves out, by release (rules file §3.12; ``VersionRules.lmq_rule``)
+LMQ_SKIP_NONE = 0  # 4.9.3-5.1.0: none
+LMQ_SKIP_RETRY = 1  # 5.1.1: %RETRY% topics
+LMQ_SKIP_RETRY_TIMER_SCHEDULE = 2  # 5.1.2-5.1.4: also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX; queue names holding "/" skipped
+LMQ_SKIP_SYSTEM = 3  # 5.2.0+ (``MultiDispatchUtils``): %RETRY%, every rmq_sys_ topic, SCHEDULE_TOPIC_XXXX; names holding "/" skipped
 
 
-def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, v5: bool) -> list[tuple[str, int, int]]:
+def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:
     """The extra consume queue entries a record with ``INNER_MULTI_DISPATCH`` gets (reference §3.6): one
     ``(queue name, queue id, queue offset)`` per target queue, the offsets from ``INNER_MULTI_QUEUE_OFFSET``.
 
     ``ConsumeQueue.multiDispatchLmqQueue`` (4.9.x ``MultiDispatch``, 5.x ``MultiDispatchUtils``): nothing unless both
     properties are non-blank and list as many queues as offsets; the queue id is 0 for ``%LMQ%`` names (``enableLmq``),
-    else the record's own; 5.x skips ``%RETRY%``, ``rmq_sys_`` and ``SCHEDULE_TOPIC_XXXX`` records and names holding
-    a path separator.
+    else the record's own; ``rule`` (``LMQ_SKIP_*``) says which topics' records the release skips, and from 5.1.2
+    names holding a path separator.
     """
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
     if not queues.strip() or not offsets.strip():
         return []
-    if v5 and (topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC):
+    if rule >= LMQ_SKIP_RETRY and topic.startswith("%RETRY%"):
+        return []
+    if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, "rmq_sys_wheel_timer") or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_")):
         return []
     names, values = queues.split(MULTI_DISPATCH_SEPARATOR), offsets.split(MULTI_DISPATCH_SEPARATOR)
     if len(names) != len(values):
         return []
     targets = []
     for name, value in zip(names, values):
-        if v5 and "/" in name:
+        if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and "/" in name:
             continue
         try:
             offset = java_parse_int(value, 64)

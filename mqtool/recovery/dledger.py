@@ -3,8 +3,8 @@
 
 - 4.x and 5.x normal (``dledgerRecoverNormally``): no dispatch; the consume queues are truncated at
   the data end if they reach it; 4.5.0-4.9.8 ``start()`` re-puts from their max offset (§8.12);
-- 5.x abnormal (``dledgerRecoverAbnormally``): every record from the matched file
-  (``isMmapFileMatchedRecover``) dispatched, the end summed *without* the 48-byte entry headers
+- 5.2.0+ abnormal (``dledgerRecoverAbnormally``; 4.5.0-5.1.4 run the normal ``recover`` after a crash too):
+  every record from the matched file (``isMmapFileMatchedRecover``) dispatched, the end summed *without* the 48-byte entry headers
   (``mmapFileOffset += size``), so the queues are cut short; ``start()`` re-puts from the
   ``committedIndex``, and records between lose their entry (observed on 5.3.3, ``dledger-crashed-cqloss``).
 """

@@ -4,7 +4,7 @@ recovery and ``DLedgerCommitLog``'s (``LogKind``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..errors import Refused
@@ -176,15 +176,45 @@ class ClassicLog(LogKind):
         return after
 
 
+class MixedFirstLoad(ClassicLog):
+    """A DLedger broker's classic commit log without DLedger data files ("the first time to load mixed
+    commitlog"): 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs ``super.recoverNormally`` after a crash too
+    ("No need the abnormal recover"); 5.2.0+ ``dledgerRecoverAbnormally`` runs ``super.recoverAbnormally``.
+    The index load still follows the abort file (``IndexService.load(lastExitOK)``)."""
+
+    @staticmethod
+    def _log_run(run: RecoveryRun) -> RecoveryRun:
+        return replace(run, mode="normal") if run.abnormal and not run.rules.dledger_abnormal_redispatch else run
+
+    def start(self, run: RecoveryRun) -> tuple[int, str]:
+        return super().start(self._log_run(run))
+
+    def dispatches(self, run: RecoveryRun) -> bool:
+        return super().dispatches(self._log_run(run))
+
+    def queue_cut(self, run: RecoveryRun) -> int:
+        return super().queue_cut(self._log_run(run))
+
+    def truncates_queues(self, run: RecoveryRun) -> bool:
+        return super().truncates_queues(self._log_run(run))
+
+    def notes(self, run: RecoveryRun) -> list[str]:
+        notes = super().notes(self._log_run(run))
+        if run.dispatching and self._log_run(run) is not run:
+            notes.insert(0, f"no DLedger data file: {run.version}'s DLedgerCommitLog recovers the classic commit log as after a clean stop, "
+                            "abort file or not (super.recoverNormally, 4.5.0-5.1.4)")
+        return notes
+
+
 def log_kind(store: Store) -> LogKind:
     """The store's commit log kind. Without DLedger data files ``DLedgerCommitLog.recover`` recovers the
-    classic commit log ("the first time to load mixed commitlog")."""
+    classic commit log ("the first time to load mixed commitlog", ``MixedFirstLoad``)."""
     if store.is_dledger and store.commitlog.entry_segments():
         from .dledger import DLedgerLog
         from ..store.dledgerstart import data_recovery
 
         return DLedgerLog(data_recovery(store.commitlog))
-    return ClassicLog()
+    return MixedFirstLoad() if store.is_dledger else ClassicLog()
 
 
 def _record_starts_at(store: Store, offset: int, legacy: bool) -> bool:

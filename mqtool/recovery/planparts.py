@@ -287,7 +287,7 @@ class PhaseCounts:
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``)."""
-    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.v5) if store.multi_dispatch else None
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule) if store.multi_dispatch else None
 
 
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts) -> None:

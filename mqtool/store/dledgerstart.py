@@ -100,12 +100,12 @@ def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
 
 
 def dispatches_on_abnormal(version: BrokerVersion) -> bool:
-    """5.x ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.x ``recover`` does not."""
-    return VersionRules(version).v5
+    """5.2.0+ ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.5.0-5.1.4 ``recover`` does not (rules §8.4)."""
+    return VersionRules(version).dledger_abnormal_redispatch
 
 
 def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
-    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.x abnormal recovery (it dispatches) from
+    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.2.0+ abnormal recovery (it dispatches) from
     ``abnormal_start``'s file, else from the file ``DLedgerMmapFileStore.recover`` starts at
     (``dl.start_file``). ``mode`` and ``index_safe`` default to the store's (abort file, config), as
     ``startfile.recovery_start``'s do; ``full_scan`` (a planner's option) scans from the latter always."""

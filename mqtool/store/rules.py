@@ -16,7 +16,7 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..errors import UnknownStoreVersion
-from ..formats.dispatch import INDEX_KEYS_ONLY, INDEX_UNIQ_AND_KEYS
+from ..formats.dispatch import INDEX_KEYS_ONLY, INDEX_UNIQ_AND_KEYS, LMQ_SKIP_NONE, LMQ_SKIP_RETRY, LMQ_SKIP_RETRY_TIMER_SCHEDULE, LMQ_SKIP_SYSTEM
 
 
 class BrokerVersion(NamedTuple):
@@ -220,6 +220,17 @@ class VersionRules:
 
     cq_min_offset_v5 = _rule("E13")
     """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
+
+    @property
+    def lmq_rule(self) -> int:
+        """§3.12: the records whose ``INNER_MULTI_DISPATCH`` ``checkMultiDispatchQueue`` skips (``formats.dispatch.LMQ_SKIP_*``):
+        none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1, also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (and queue
+        names holding "/") in 5.1.2-5.1.4 (``ConsumeQueue``), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``).
+        Inside era E15 by release: 5.1.2 differs from 5.1.1 here only."""
+        for first, rule in (("5.2.0", LMQ_SKIP_SYSTEM), ("5.1.2", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("5.1.1", LMQ_SKIP_RETRY)):
+            if self.version >= _v(first):
+                return rule
+        return LMQ_SKIP_NONE
 
     # ---- §4, §5 dispatch and index ------------------------------------------------------------
 

@@ -31,14 +31,14 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
     from ..scan import compute
     from ..scan.messages import MessageScan
 
-    v5 = store.rules.v5  # the rules of the newest era left, as the planners read them
+    rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
     for batch in scan:
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
         for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
-            for name, queue_id, queue_offset in multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), v5=v5):
+            for name, queue_id, queue_offset in multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule):
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
     return expected, scan.end.offset
 
