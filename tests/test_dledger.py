@@ -572,6 +572,30 @@ def test_a_crashed_dledger_broker_without_data_files_recovers_the_classic_log_as
             assert plan.commitlog.scan_from == scan_from, version
 
 
+@pytest.mark.parametrize("version,scan_from", [("4.9.7", 2097152), ("5.3.3", 0)])
+def test_a_dledger_broker_s_first_load_of_a_classic_log_has_one_next_start_in_every_command(tmp_path, version, scan_from):
+    """A broker switched to DLedger whose first start crashed before it wrote an entry: the classic
+    commit log, an empty DLedger data folder, the abort file. Before: `verify` crashed the process
+    (a segmentation fault: it read each classic record's 48 bytes before as a DLedger entry header,
+    before the file's start for the first) and `info` and `recover` ended in an internal error (the
+    DLedger start file of no data file). Now all three say the same next start, as the plan does."""
+    import subprocess
+    import sys
+
+    from conftest import copy_store
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
+    (store_dir / "dledger-n0" / "data").mkdir(parents=True)
+    lines = []
+    for command in (["verify", "--format", "jsonl", "--no-progress"], ["info", "--format", "json"], ["recover", "--format", "json"]):
+        done = subprocess.run([sys.executable, "-m", "mqtool", command[0], str(store_dir), "--broker-version", version, *command[1:]],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode in (0, 1, 4) and "internal error" not in done.stderr, (command, done.returncode, done.stderr[-2000:])  # 4: a plan, not applied
+        doc = json.loads(done.stdout.splitlines()[-1]) if command[0] == "verify" else json.loads(done.stdout)
+        lines.append((doc.get("summary") or doc)["next_start"]["line"])
+    assert len(set(lines)) == 1 and lines[0].endswith(f"recovery scanning from {scan_from}"), lines
+
+
 # ---- Spark splits over DLedger data ------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import StopReason
 from ..store.rules import BrokerVersion, VersionRules
-from ..store.startfile import max_queue_phys_offset, recovery_start
+from ..store.startfile import log_recovery_mode, max_queue_phys_offset, recovery_start
 from .lost import record_at
 from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
 from .planparts import PhaseCounts, ScanResult
@@ -184,7 +184,8 @@ class MixedFirstLoad(ClassicLog):
 
     @staticmethod
     def _log_run(run: RecoveryRun) -> RecoveryRun:
-        return replace(run, mode="normal") if run.abnormal and not run.rules.dledger_abnormal_redispatch else run
+        mode = log_recovery_mode(run.store, run.rules, run.mode)
+        return run if mode == run.mode else replace(run, mode=mode)
 
     def start(self, run: RecoveryRun) -> tuple[int, str]:
         return super().start(self._log_run(run))

@@ -73,6 +73,16 @@ def max_queue_phys_offset(store: Store) -> int:
     return max((q.recover().max_phys_offset for q in store.consume_queues), default=-1)
 
 
+def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None) -> str:
+    """How the classic commit log is recovered: ``mode`` (default: abnormal with the abort file present,
+    else normal), but as after a clean stop by a DLedger broker of 4.5.0-5.1.4 loading it with no DLedger
+    data file ("the first time to load mixed commitlog"): its ``DLedgerCommitLog.recover`` runs
+    ``super.recoverNormally`` after a crash too ("No need the abnormal recover"); 5.2.0+
+    ``dledgerRecoverAbnormally`` runs ``super.recoverAbnormally`` (§8.4)."""
+    mode = mode or ("abnormal" if store.abort_present else "normal")
+    return "normal" if mode == "abnormal" and store.is_dledger and not rules.dledger_abnormal_redispatch else mode
+
+
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
     """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
     the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config) and the
@@ -80,7 +90,7 @@ def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None
     cl, segments = store.commitlog, store.commitlog.segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")
-    if (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal":
+    if log_recovery_mode(store, rules, mode) == "abnormal":
         bound, what = abnormal_bound(store, index_safe)
         found = matched_start(cl, 0, bound, what, accept_v2=rules.accepts_v2_magic)
         return found or ScanStart(0, segments[0].base_offset, f"no segment's first record is older than the checkpoint's {what} = {bound}: from the first segment")

@@ -127,6 +127,13 @@ class DLedgerLogCheck:
                 yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
             for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
                 yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
+            last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
+            result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
+            if self.progress:
+                self.progress(last_pos - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
+                self.shown = last_pos
+            if base < self.commitlog.divided_offset:
+                continue  # the classic records before the DLedger data (a mixed log): in no entry, named by no index unit
             entry = pos - HEADER
             numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
             unit, found = units.lookup(numbers)
@@ -137,11 +144,6 @@ class DLedgerLogCheck:
             if self._first_mismatch is None and not same.all():
                 k = int(np.flatnonzero(~same)[0])
                 self._first_mismatch = (int(numbers[k]), base + int(entry[k]))
-            last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
-            result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
-            if self.progress:
-                self.progress(last_pos - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
-                self.shown = last_pos
 
     def _kept_damage(self, end, resume: int, dl: DataRecovery) -> Finding:
         """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
