@@ -36,6 +36,17 @@ def test_a_queue_offset_long_parse_long_refuses_dispatches_nowhere():
         assert multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, v5=True) == want, offsets
 
 
+def test_multi_dispatch_lists_split_as_java_string_split():
+    """Before: the lists were split keeping trailing empty strings, so ``%LMQ%a,`` with ``7,``
+    dispatched nowhere (the empty offset refused) and ``%LMQ%a,%LMQ%b,`` with ``7,9`` counted 3
+    names against 2 offsets; Java's ``String.split`` drops trailing empties and the broker writes
+    the entries."""
+    for queues, offsets in (("%LMQ%a,%LMQ%b,", "7,9"), ("%LMQ%a,%LMQ%b", "7,9,,"), ("%LMQ%a,%LMQ%b,", "7,9,")):
+        props = {"INNER_MULTI_DISPATCH": queues, "INNER_MULTI_QUEUE_OFFSET": offsets}
+        assert multi_dispatch_targets("T", 3, props, v5=True) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)], (queues, offsets)
+    assert multi_dispatch_targets("T", 3, {"INNER_MULTI_DISPATCH": ",,", "INNER_MULTI_QUEUE_OFFSET": ","}, v5=False) == []
+
+
 def _rebuild(root, *extra):
     result = CliRunner().invoke(app, ["rebuild-cq", str(root), "--yes", *extra])
     assert result.exit_code == 0, result.output

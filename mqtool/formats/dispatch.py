@@ -174,7 +174,7 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
         return []
     if v5 and (topic.startswith(("%RETRY%", "rmq_sys_")) or topic == SCHEDULE_TOPIC):
         return []
-    names, values = queues.split(MULTI_DISPATCH_SEPARATOR), offsets.split(MULTI_DISPATCH_SEPARATOR)
+    names, values = _java_split(queues), _java_split(offsets)
     if len(names) != len(values):
         return []
     targets = []
@@ -187,3 +187,11 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
             return []  # Long.parseLong throws: the broker's dispatch of this record fails
         targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return targets
+
+
+def _java_split(text: str) -> list[str]:
+    """``text.split(",")`` as Java's ``String.split``: trailing empty strings dropped."""
+    parts = text.split(MULTI_DISPATCH_SEPARATOR)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
