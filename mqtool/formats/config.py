@@ -89,16 +89,18 @@ _OFFSET_TABLES = {"consumerOffset.json": consumer_offsets, "delayOffset.json": d
 
 def parse_java_properties(text: str) -> dict[str, str]:
     """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's
-    ``checkpoint`` and ``currterm``): ``#``/``!`` comments; the key ends at the first ``=``, ``:``
-    or whitespace, then whitespace and one ``=`` or ``:`` are skipped. Values are stripped;
+    ``checkpoint`` and ``currterm``): lines end at ``\\n``, ``\\r`` or ``\\r\\n``; ``#``/``!``
+    comments; the key ends at the first ``=``, ``:`` or whitespace (space, tab, form feed), then
+    whitespace and one ``=`` or ``:`` are skipped. The value keeps its trailing whitespace, as
+    ``load`` does (``Integer.parseInt("5 ")`` throws, ``Boolean.parseBoolean("true ")`` is false);
     backslash escapes and continued lines, which these files never hold, are not read."""
     result = {}
-    for line in text.splitlines():
-        line = line.strip()
+    for line in re.split(r"\r\n|\r|\n", text):
+        line = line.lstrip(" \t\f")
         if line and line[0] not in "#!":
             key, value = _PROPERTY_LINE.fullmatch(line).groups()
             result[key] = value
     return result
 
 
-_PROPERTY_LINE = re.compile(r"([^=:\s]*)\s*[=:]?\s*(.*)", re.DOTALL)
+_PROPERTY_LINE = re.compile(r"([^=: \t\f]*)[ \t\f]*[=:]?[ \t\f]*(.*)", re.DOTALL)
