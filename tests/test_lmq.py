@@ -110,6 +110,20 @@ def test_verify_checks_the_lmq_queues_of_the_real_store():
     assert f"6 LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {total} entries" in summary.notes
 
 
+
+def test_lmq_queue_directories_are_read_as_the_broker_loads_them(store_copy):
+    """Before: an LMQ queue directory was taken by Python's int after ``isdigit``: ``²`` or ``--1``
+    ended verify as an internal error, ``2147483648`` (past the int range: the broker skips it) was
+    taken as a queue. Now the one ``queue_id_of`` reading, as every other queue."""
+    root = store_copy("5.3.3", "lmq-small")
+    room = root / "consumequeue" / "%LMQ%chat-room-1"
+    for name in ("²", "--1", "2147483648"):
+        (room / name).mkdir()
+    findings, summary = _cq_findings(root)
+    assert findings == []
+    assert any(line.startswith("6 LMQ queue(s) checked") for line in summary.notes)
+
+
 def test_verify_finds_damaged_lmq_queues(store_copy):
     root = store_copy("5.3.3", "lmq-small")
     shutil.rmtree(root / "consumequeue" / "%LMQ%user_42")
