@@ -95,3 +95,13 @@ def test_what_fastjson_reads_and_rejects():
             fastjson.loads(bad)
         with pytest.raises(cfg.ConfigError):
             cfg.decode_config("consumerOffset.json", bad)
+
+
+def test_a_number_of_unicode_digits_is_no_fastjson_number():
+    """Before: the lenient parser's number pattern took any Unicode decimal digit (``{0:٣}`` read
+    as 3, ``1٣`` as 13); fastjson's lexer reads ASCII 0-9 only and rejects the text."""
+    for bad in ("{0:٣}", '{"a":[1,٣]}', '{"a":1٣}', "{0:1.٣}", "{0:1e٣}"):
+        with pytest.raises(fastjson.FastjsonError):
+            fastjson.loads(bad)
+    assert fastjson.loads("{0:13,1:-1.5e3}") == {0: 13, 1: -1500.0}
+

@@ -77,6 +77,28 @@ def test_config_documents(tmp_path):
     assert conf == {"committedIndex": "5", "endIndex": "9", "flushDiskType": "SYNC_FLUSH", "a": "b=c", "alone": "", "": "v"}
 
 
+
+def test_delay_levels_read_as_parse_delay_level_does(tmp_path):
+    """Before: a messageDelayLevel the broker's loop stops in (two spaces, an unknown unit, a
+    number Long.parseLong refuses) ended every read of a delayed record as an internal error; the
+    broker keeps the levels before it, and a non-empty bad token still counts as the max level
+    (delivered after computeDeliverTimestamp's 1000 ms)."""
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+    from mqtool.formats.dispatch import DEFAULT_DELAY_TABLE, parse_delay_levels
+
+    assert len(DEFAULT_DELAY_TABLE) == 18 and DEFAULT_DELAY_TABLE[18] == 7_200_000
+    assert parse_delay_levels("1s  5s") == {1: 1000}
+    assert parse_delay_levels(" 1s") == {}
+    assert parse_delay_levels("1s 5s ") == {1: 1000, 2: 5000}
+    assert parse_delay_levels("1s 5x 10s") == parse_delay_levels("1s 1_0s 10s") == parse_delay_levels("1s s") == {1: 1000, 2: 1000}
+    conf = tmp_path / "broker.conf"
+    conf.write_text("messageDelayLevel=1s  5s 10s\n", encoding="utf-8")
+    res = CliRunner().invoke(app, ["verify", str(store_path("4.9.7", "config-real")), "--broker-config", str(conf), "--only", "cq"])
+    assert res.exit_code in (0, 1), res.output
+
+
 def test_java_hashes():
     assert java_string_hash("") == 0
     assert java_string_hash("TagA") == 2598919

@@ -57,6 +57,17 @@ def test_the_records_each_release_leaves_out_of_the_lmq_queues():
             assert multi_dispatch_targets(topic, 3, props, rule=rule) == want, (topic, version)
 
 
+def test_multi_dispatch_lists_split_as_java_string_split():
+    """Before: the lists were split keeping trailing empty strings, so ``%LMQ%a,`` with ``7,``
+    dispatched nowhere (the empty offset refused) and ``%LMQ%a,%LMQ%b,`` with ``7,9`` counted 3
+    names against 2 offsets; Java's ``String.split`` drops trailing empties and the broker writes
+    the entries."""
+    for queues, offsets in (("%LMQ%a,%LMQ%b,", "7,9"), ("%LMQ%a,%LMQ%b", "7,9,,"), ("%LMQ%a,%LMQ%b,", "7,9,")):
+        props = {"INNER_MULTI_DISPATCH": queues, "INNER_MULTI_QUEUE_OFFSET": offsets}
+        assert multi_dispatch_targets("T", 3, props, v5=True) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)], (queues, offsets)
+    assert multi_dispatch_targets("T", 3, {"INNER_MULTI_DISPATCH": ",,", "INNER_MULTI_QUEUE_OFFSET": ","}, v5=False) == []
+
+
 def _rebuild(root, *extra):
     result = CliRunner().invoke(app, ["rebuild-cq", str(root), "--yes", *extra])
     assert result.exit_code == 0, result.output
@@ -118,6 +129,20 @@ def test_verify_checks_the_lmq_queues_of_the_real_store():
     assert findings == []
     total = sum(len(_lmq_expected(p.name)) for p in (store_path("5.3.3", "lmq-small") / "consumequeue").iterdir() if p.name.startswith("%LMQ%"))
     assert f"6 LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {total} entries" in summary.notes
+
+
+
+def test_lmq_queue_directories_are_read_as_the_broker_loads_them(store_copy):
+    """Before: an LMQ queue directory was taken by Python's int after ``isdigit``: ``²`` or ``--1``
+    ended verify as an internal error, ``2147483648`` (past the int range: the broker skips it) was
+    taken as a queue. Now the one ``queue_id_of`` reading, as every other queue."""
+    root = store_copy("5.3.3", "lmq-small")
+    room = root / "consumequeue" / "%LMQ%chat-room-1"
+    for name in ("²", "--1", "2147483648"):
+        (room / name).mkdir()
+    findings, summary = _cq_findings(root)
+    assert findings == []
+    assert any(line.startswith("6 LMQ queue(s) checked") for line in summary.notes)
 
 
 def test_verify_finds_damaged_lmq_queues(store_copy):

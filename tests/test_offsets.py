@@ -103,6 +103,30 @@ def test_cli_offsets_group_filter_exit_codes_and_bak_fallback(store_copy):
     assert any(json.loads(line)["kind"] == "consumer" for line in res.stdout.splitlines())
 
 
+def test_an_offset_fastjson_cannot_convert_sends_the_broker_to_the_bak(store_copy):
+    """Before: a bare queue id past the int range was taken as a queue (fastjson's ``intValue``
+    throws, so the broker loads the ``.bak``), verify saw no unreadable file, and a null offset
+    (``ConcurrentHashMap.put`` throws) ended ``offsets`` as an internal error (exit 5)."""
+    from mqtool.verify.state import config_findings
+
+    copy = store_copy("4.9.7", "config-real")
+    bak = fastjson.loads((copy / "config" / "consumerOffset.json.bak").read_text(encoding="utf-8"))
+    for bad in ('{"offsetTable":{"T@G":{4294967296:33}}}', '{"offsetTable":{"T@G":{0:null}}}', '{"offsetTable":{"T@G":{0:9223372036854775808}}}',
+                '{"offsetTable":{"T@G":{"1_0":3}}}'):
+        (copy / "config" / "consumerOffset.json").write_text(bad, encoding="utf-8")
+        res = CliRunner().invoke(app, ["offsets", str(copy), "-f", "jsonl"])
+        assert res.exit_code in (0, 1), (bad, res.output)
+        assert "read config/consumerOffset.json.bak instead" in res.stderr, bad
+        groups = {json.loads(line)["group"] for line in res.stdout.splitlines() if json.loads(line)["kind"] == "consumer"}
+        assert groups == {k.rpartition("@")[2] for k in bak["offsetTable"]}, bad
+        with Store.open(copy) as store:
+            assert [f.severity.value for f in config_findings(store) if f.kind == "config-unreadable"] == ["warning"], bad
+    (copy / "config" / "delayOffset.json").write_text('{"offsetTable":{2147483648:1}}', encoding="utf-8")
+    with Store.open(copy) as store:
+        loaded, _ = delay_offsets(store)
+    assert loaded.source == "config/delayOffset.json.bak"
+
+
 def test_offsets_table_folds_a_group_name_longer_than_a_line_instead_of_turning_vertical():
     """Before: one 173-character group name of 5.3.3 ``config-real`` turned the whole table at 100
     columns into vertical records; the group column now breaks that name across lines (every

@@ -221,6 +221,24 @@ def test_broker_config_overrides_inference(tmp_path):
         assert len(list(store.consume_queues[0].entries())) > 0
 
 
+
+def test_broker_config_values_keep_their_trailing_whitespace_as_properties_load(tmp_path):
+    """Before: values were stripped, so ``messageIndexEnable=true `` read as true (the broker's
+    ``Boolean.parseBoolean("true ")`` is false) and ``mappedFileSizeCommitLog=1048576 `` as 1 MiB
+    (``Integer.parseInt`` throws and the broker ignores it); ``1_048_576`` passed Python's int."""
+    from mqtool.errors import BadInput
+    from mqtool.store import load_broker_config
+
+    conf = tmp_path / "broker.conf"
+    conf.write_text("  messageIndexEnable=true \r\ncheckCRCOnRecover = false\t\nenableDLegerCommitLog\fTRUE\n", encoding="utf-8")
+    cfg = load_broker_config(conf)
+    assert (cfg.message_index_enable, cfg.check_crc_on_recover, cfg.dledger) == (False, False, True)
+    for bad in ("mappedFileSizeCommitLog=1048576 \n", "mappedFileSizeCommitLog=1_048_576\n"):
+        conf.write_text(bad, encoding="utf-8")
+        with pytest.raises(BadInput):
+            load_broker_config(conf)
+
+
 def test_consume_queue_recovery_equals_entries_end():
     with Store.open(store_path("5.3.3", "clean-small")) as store:
         for queue in store.consume_queues:

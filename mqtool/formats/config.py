@@ -40,6 +40,12 @@ def decode_config(name: str, text: str) -> dict[str, Any]:
     table = CONFIG_FILES.get(name)
     if not isinstance(doc, dict) or (table and not isinstance(doc.get(table), dict)):
         raise ConfigError(f"{name} has no {table!r} object")
+    read = _OFFSET_TABLES.get(name)
+    if read is not None:
+        try:
+            read(doc)
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{name} has an offset fastjson cannot read as Integer -> Long ({exc!r})") from None
     return doc
 
 
@@ -52,24 +58,49 @@ def consumer_offsets(offsets_doc: dict[str, Any]) -> dict[tuple[str, str, int], 
     (fastjson writes the queue ids bare; quoted ones are read too)."""
     result = {}
     for topic_group, queues in offsets_doc["offsetTable"].items():
-        topic, _, group = topic_group.rpartition("@")
+        topic, _, group = str(topic_group).rpartition("@")
         for queue_id, offset in queues.items():
-            result[(topic, group, int(queue_id))] = int(offset)
+            result[(topic, group, _java_number(queue_id, 32))] = _java_number(offset, 64)
     return result
+
+
+def delay_offsets(offsets_doc: dict[str, Any]) -> dict[int, int]:
+    """``delayOffset.json``'s ``{<level>: offset}`` (``ScheduleMessageService``'s Integer -> Long table)."""
+    return {_java_number(level, 32): _java_number(offset, 64) for level, offset in offsets_doc["offsetTable"].items()}
+
+
+def _java_number(value: Any, bits: int) -> int:
+    """A map key (``bits=32``: Integer) or value (64: Long) as fastjson converts it; ``ValueError``
+    where it throws: a bare number past the type's range (``intValue``/``longValue`` overflow), a
+    string ``Integer.parseInt``/``Long.parseLong`` refuses, null (``ConcurrentHashMap.put``)."""
+    from .dispatch import java_parse_int
+
+    if value is None:
+        raise ValueError("null")
+    if isinstance(value, str):
+        return java_parse_int(value, bits)
+    if isinstance(value, int) and not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError(f"{value} out of range")
+    return int(value)
+
+
+_OFFSET_TABLES = {"consumerOffset.json": consumer_offsets, "delayOffset.json": delay_offsets}
 
 
 def parse_java_properties(text: str) -> dict[str, str]:
     """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's
-    ``checkpoint`` and ``currterm``): ``#``/``!`` comments; the key ends at the first ``=``, ``:``
-    or whitespace, then whitespace and one ``=`` or ``:`` are skipped. Values are stripped;
+    ``checkpoint`` and ``currterm``): lines end at ``\\n``, ``\\r`` or ``\\r\\n``; ``#``/``!``
+    comments; the key ends at the first ``=``, ``:`` or whitespace (space, tab, form feed), then
+    whitespace and one ``=`` or ``:`` are skipped. The value keeps its trailing whitespace, as
+    ``load`` does (``Integer.parseInt("5 ")`` throws, ``Boolean.parseBoolean("true ")`` is false);
     backslash escapes and continued lines, which these files never hold, are not read."""
     result = {}
-    for line in text.splitlines():
-        line = line.strip()
+    for line in re.split(r"\r\n|\r|\n", text):
+        line = line.lstrip(" \t\f")
         if line and line[0] not in "#!":
             key, value = _PROPERTY_LINE.fullmatch(line).groups()
             result[key] = value
     return result
 
 
-_PROPERTY_LINE = re.compile(r"([^=:\s]*)\s*[=:]?\s*(.*)", re.DOTALL)
+_PROPERTY_LINE = re.compile(r"([^=: \t\f]*)[ \t\f]*[=:]?[ \t\f]*(.*)", re.DOTALL)

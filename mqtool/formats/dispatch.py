@@ -24,11 +24,26 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
-    """``messageDelayLevel`` -> ``{level: delay_ms}``; level i+1 is token i (``parseDelayLevel``)."""
-    return {i + 1: int(token[:-1]) * _UNIT_MS[token[-1]] for i, token in enumerate(text.split(" "))}
+    """``messageDelayLevel`` -> ``{level: delay_ms}``; level i+1 is token i (``parseDelayLevel``).
 
-
-DEFAULT_DELAY_TABLE = parse_delay_levels()
+    As the broker's loop: split on one space (trailing empties dropped), stopped by the first
+    token it throws on, with what it read before kept. An empty token throws before its level
+    counts; any other counts in ``maxDelayLevel`` without a delay (``computeDeliverTimestamp``'s
+    1000 ms, given here). The product wraps as Java's long."""
+    tokens = text.split(" ")
+    while tokens and tokens[-1] == "":
+        tokens.pop()
+    table = {}
+    for i, token in enumerate(tokens):
+        if not token:
+            break
+        try:
+            delay = java_parse_int(token[:-1], 64) * _UNIT_MS[token[-1]]
+        except (ValueError, KeyError):
+            table[i + 1] = 1000
+            break
+        table[i + 1] = (delay + (1 << 63)) % (1 << 64) - (1 << 63)
+    return table
 
 
 def java_parse_int(text: str, bits: int = 32) -> int:
@@ -43,6 +58,9 @@ def java_parse_int(text: str, bits: int = 32) -> int:
     if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise ValueError(text)
     return value
+
+
+DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
 def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[int, int]:
@@ -181,7 +199,7 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
         return []
     if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, "rmq_sys_wheel_timer") or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_")):
         return []
-    names, values = queues.split(MULTI_DISPATCH_SEPARATOR), offsets.split(MULTI_DISPATCH_SEPARATOR)
+    names, values = _java_split(queues), _java_split(offsets)
     if len(names) != len(values):
         return []
     targets = []
@@ -194,3 +212,11 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
             return []  # Long.parseLong throws: the broker's dispatch of this record fails
         targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return targets
+
+
+def _java_split(text: str) -> list[str]:
+    """``text.split(",")`` as Java's ``String.split``: trailing empty strings dropped."""
+    parts = text.split(MULTI_DISPATCH_SEPARATOR)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts

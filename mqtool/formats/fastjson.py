@@ -19,7 +19,7 @@ import re
 from typing import Any, Hashable, Iterator
 
 _WS = re.compile(r"(?:[ \t\r\n\f\b]+|//[^\n]*(?:\n|$)|/\*.*?\*/)*", re.S)
-_NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?")
+_NUMBER = re.compile(r"-?(?:\d+)(?:\.\d+)?(?:[eE][+-]?\d+)?[LSBFD]?", re.ASCII)  # ASCII digits, as the lexer
 _BARE_KEY = re.compile(r"[A-Za-z0-9_$\-.]+")
 _ESCAPES = {'"': '"', "'": "'", "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "0": "\0"}
 _HEX_ESCAPES = {"u": re.compile(r"[0-9A-Fa-f]{4}"), "x": re.compile(r"[0-9A-Fa-f]{2}")}  # \uXXXX, \xXX

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import BadInput
 from ..formats.config import parse_java_properties
-from ..formats.dispatch import DEFAULT_DELAY_LEVELS
+from ..formats.dispatch import DEFAULT_DELAY_LEVELS, java_parse_int
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
     for key in keys:
         if key in conf:
             try:
-                return int(conf[key])
+                return java_parse_int(conf[key])
             except ValueError:
-                raise BadInput(f"broker config: {key}={conf[key]!r} is not a number") from None
+                raise BadInput(f"broker config: {key}={conf[key]!r} is not a number (Integer.parseInt throws: the broker ignores it)") from None
     return None
 
 
 def _bool(conf: dict[str, str], key: str, default: bool | None) -> bool | None:
-    return conf[key].strip().lower() == "true" if key in conf else default
+    return conf[key].lower() == "true" if key in conf else default  # Boolean.parseBoolean: no trimming
 
 
 def load_broker_config(path: Path) -> StoreConfig:

@@ -126,7 +126,7 @@ def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocume
     rows = []
     clamps = store.rules.corrects_delay_offsets
     if loaded.doc is not None:
-        for level, offset in sorted((int(k), int(v)) for k, v in loaded.doc["offsetTable"].items()):
+        for level, offset in sorted(cfgfmt.delay_offsets(loaded.doc).items()):
             key = (SCHEDULE_TOPIC, level - 1)
             if key not in cache:  # a level's queue without files is empty, [0, 0]: findConsumeQueue creates it
                 cache[key] = queue_range(store, *key) or QueueRange(0, 0)

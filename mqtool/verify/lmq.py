@@ -12,6 +12,7 @@ from typing import Callable, Iterator
 
 from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
 from ..store import Store
+from ..store.consumequeue import queue_id_of
 from .findings import Finding, error, warning
 from .logstream import LogStream
 
@@ -53,7 +54,7 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
     entries = 0
     for name in sorted(names):
         queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
-        queue_ids = {int(p.name) for p in queue_dirs if p.name.lstrip("-").isdigit()} | {q for n, q in expected if n == name}
+        queue_ids = {q for p in queue_dirs if (q := queue_id_of(p.name)) is not None} | {q for n, q in expected if n == name}
         for queue_id in sorted(queue_ids):
             want = expected.get((name, queue_id), {})
             queue = store.consume_queue(name, queue_id)
