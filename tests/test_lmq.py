@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from conftest import manifest, store_path
 from mqtool.cli import app
-from mqtool.formats.dispatch import LMQ_SKIP_SYSTEM, multi_dispatch_targets
+from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, multi_dispatch_targets
 from mqtool.store import Store
 
 
@@ -64,8 +64,8 @@ def test_multi_dispatch_lists_split_as_java_string_split():
     the entries."""
     for queues, offsets in (("%LMQ%a,%LMQ%b,", "7,9"), ("%LMQ%a,%LMQ%b", "7,9,,"), ("%LMQ%a,%LMQ%b,", "7,9,")):
         props = {"INNER_MULTI_DISPATCH": queues, "INNER_MULTI_QUEUE_OFFSET": offsets}
-        assert multi_dispatch_targets("T", 3, props, v5=True) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)], (queues, offsets)
-    assert multi_dispatch_targets("T", 3, {"INNER_MULTI_DISPATCH": ",,", "INNER_MULTI_QUEUE_OFFSET": ","}, v5=False) == []
+        assert multi_dispatch_targets("T", 3, props, rule=LMQ_SKIP_SYSTEM) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)], (queues, offsets)
+    assert multi_dispatch_targets("T", 3, {"INNER_MULTI_DISPATCH": ",,", "INNER_MULTI_QUEUE_OFFSET": ","}, rule=LMQ_SKIP_NONE) == []
 
 
 def _rebuild(root, *extra):
