@@ -112,6 +112,18 @@ def test_dledger_checkpoint_and_term(version, name):
         assert layout.committed_index == int(d["checkpoint"]["parsed"]["committedIndex"])
 
 
+def test_a_checkpoint_value_dledger_cannot_read_is_no_value(tmp_path):
+    """DLedger reads ``committedIndex`` with ``Long.valueOf`` of the Properties value as written: before,
+    ``5 `` (a trailing space) and ``1_0`` were read as numbers by Python's ``int``."""
+    from conftest import copy_store
+
+    store_dir = copy_store("4.9.7", "dledger-small", tmp_path)
+    for text, want in (("committedIndex=12\n", 12), ("committedIndex=5 \n", None), ("committedIndex=1_0\n", None), ("committedIndex:٣\n", 3)):
+        (store_dir / "dledger-n0" / "checkpoint").write_text(text)
+        with Store.open(store_dir) as store:
+            assert store.commitlog.layout.committed_index == want, text
+
+
 def test_broker_config_names_the_dledger_data_path(tmp_path):
     src = store_path("4.9.7", "dledger-small")
     conf = tmp_path / "broker.conf"

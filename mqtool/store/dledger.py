@@ -17,6 +17,7 @@ from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.config import parse_java_properties
+from ..formats.dispatch import java_parse_int
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
@@ -50,8 +51,9 @@ class DLedgerLayout:
         return self.properties("currterm")
 
     def checkpoint_value(self, key: str) -> int | None:
+        """``key`` of the checkpoint as DLedger reads it (``Long.valueOf``: no spaces, no underscores), or None."""
         try:
-            return int((self.checkpoint or {})[key])
+            return java_parse_int((self.checkpoint or {})[key], 64)
         except (KeyError, ValueError):
             return None
 
