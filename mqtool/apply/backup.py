@@ -257,11 +257,12 @@ class BackupSet:
         return [st.st_size, st.st_mtime_ns]
 
     def finish(self) -> None:
-        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``)."""
+        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``):
+        the states first, so a kill between the two never leaves a complete apply without them."""
         self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
-        self.journal.append({"ev": "complete"})
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
+        self.journal.append({"ev": "complete"})
 
     def before_states(self) -> dict[str, list[int] | None]:
         """(size, mtime_ns) of every touched file when the apply first touched it (None: absent)."""
