@@ -273,3 +273,18 @@ def test_only_a_refused_write_without_a_file_gets_the_one_being_written():
         with pytest.raises(OSError) as raised, naming(Path("/backup/x")):
             raise error
         assert (raised.value.errno, raised.value.filename) == (error.errno, named)
+
+
+def test_the_journal_created_by_its_first_event_is_in_its_directory_durably(tmp_path, monkeypatch):
+    """The first event creates ``journal.jsonl``, and the store changes right after it: before, only the
+    file was fsynced, not the directory entry naming it, so a power cut could lose the whole journal
+    (and restore with it). Later events, appended to the same file, need no directory fsync."""
+    from mqtool.apply.backup import Journal
+
+    synced = []
+    monkeypatch.setattr(backup_module, "fsync_dir", lambda path: synced.append(Path(path)))
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append({"ev": "create", "path": "abort"})
+    assert synced == [tmp_path]
+    journal.append({"ev": "step-done", "index": 0})
+    assert synced == [tmp_path]

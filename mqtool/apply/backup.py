@@ -60,6 +60,7 @@ class Journal:
     def append(self, *events: dict) -> None:
         if not events:
             return
+        created = not self.path.exists()
         with open(self.path, "a+b") as f:
             end = f.seek(0, os.SEEK_END)
             if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
@@ -68,6 +69,8 @@ class Journal:
             f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
+        if created:  # the directory entry too: without it a power cut can lose the whole journal
+            fsync_dir(self.path.parent)
 
     def events(self) -> list[dict]:
         if not self.path.exists():
