@@ -500,8 +500,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         target = root / rel if rel else None
         if kind == "backup-file":
             makedirs(target.parent)
-            tmp = staging_path(root, target)
-            makedirs(tmp.parent)
+            tmp = _restore_tmp(root, target)
             copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
             os.replace(tmp, target)
@@ -530,6 +529,14 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
+
+
+def _restore_tmp(root: Path, target: Path) -> Path:
+    """Where a restored file is written before its rename: the staging directory, or beside the file
+    when its directory is on another file system (a link to another disk), which no rename reaches."""
+    tmp = staging_path(root, target)
+    makedirs(tmp.parent)
+    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else target.with_name(target.name + TMP_SUFFIX)
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):
