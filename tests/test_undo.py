@@ -320,3 +320,19 @@ def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path):
         assert {**tree(store_dir), **tree(disk2)} == before and not read_pending(store_dir)
     finally:
         shutil.rmtree(disk2)
+
+
+def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_given(tmp_path):
+    """``--backup-dir`` an empty directory the operator made (a mount point, its permissions): an apply
+    that stops before changing anything removes what it put there, not the directory. Before, the
+    whole directory went (``rmtree``), though the interrupt path already kept one that existed."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    assert run("rebuild-index", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    next(f for f in doc["index"]["files"] if f["action"] == "create")["entries_after"] += 1
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    given = tmp_path / "backups"
+    given.mkdir()
+    result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", given)
+    assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
+    assert given.is_dir() and not any(given.iterdir()) and read_pending(store) is None

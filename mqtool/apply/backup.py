@@ -95,6 +95,7 @@ class BackupSet:
     _created: set[str] = field(default_factory=set)
     _done: set[int] = field(default_factory=set)
     _dirs: set[str] = field(default_factory=set)
+    made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
@@ -117,7 +118,7 @@ class BackupSet:
                 with contextlib.suppress(OSError):
                     d.rmdir()
             raise
-        return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"))
+        return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"), made=made)
 
     @staticmethod
     def _unused(directory: Path) -> bool:
@@ -177,6 +178,18 @@ class BackupSet:
         """A restore of this backup started and did not finish (``restore`` finishes it)."""
         events = [ev.get("ev") for ev in self.journal.events() if ev.get("ev") in ("restore-started", "restored")]
         return bool(events) and events[-1] == "restore-started"
+
+    def discard(self) -> None:
+        """Remove the backup of an apply that changed nothing: what it holds, and the directories made
+        for it; a directory given empty (``--backup-dir``: a mount point, its permissions) stays."""
+        if self.made is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        for p in self.dir.iterdir() if self.dir.is_dir() else ():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        for d in self.made:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     def step_done(self, index: int) -> bool:
         return index in self._done
