@@ -4,6 +4,8 @@ complete apply and after a killed one."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import copy_store, manifest
 
@@ -127,3 +129,31 @@ def test_a_line_torn_by_the_kill_does_not_hide_what_the_finished_apply_did_from_
     assert tree(store_dir) == final
     restore(BackupSet.open(tmp_path / "backup"))
     assert tree(store_dir) == original
+
+
+def test_a_kill_as_the_apply_completes_keeps_restore_refusing_what_a_broker_changed_since(tmp_path, monkeypatch, reference):
+    """Killed after the journal said "complete" but before the manifest kept the state of every file
+    the apply left. Before: the run again found the apply complete and wrote no state, so a restore
+    after a broker wrote to those files silently destroyed that. The states are kept first."""
+    import mqtool.apply.backup as backup_module
+    from mqtool.apply import resume_pending
+    from mqtool.errors import Refused
+
+    store_dir = damaged_store(tmp_path)
+    plan = plan_of(store_dir)
+    write_atomic = backup_module.write_atomic
+
+    def killed_at_the_manifest(path, data, *args):
+        if path.name == "manifest.json" and json.loads(data).get("after") is not None:
+            raise Killed("manifest")
+        write_atomic(path, data, *args)
+
+    monkeypatch.setattr(backup_module, "write_atomic", killed_at_the_manifest)
+    with pytest.raises(Killed):
+        apply_plan(plan, tmp_path / "backup")
+    monkeypatch.setattr(backup_module, "write_atomic", write_atomic)
+    resume_pending(store_dir)  # the same command again
+    checkpoint = store_dir / "checkpoint"
+    checkpoint.write_bytes(checkpoint.read_bytes())  # a broker flushed its checkpoint
+    with pytest.raises(Refused):
+        restore(BackupSet.open(tmp_path / "backup"))

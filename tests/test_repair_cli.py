@@ -245,3 +245,32 @@ def test_unsupported_queue_stores_are_refused(tmp_path):
     batch = copy_store("5.3.3", "clean-small", tmp_path / "batch")
     (batch / "batchconsumequeue" / "BatchTopic" / "0").mkdir(parents=True)
     assert "BatchConsumeQueue" in error_line(run("rebuild-cq", batch, "--dry-run"), EXIT_BAD_INPUT)
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_an_interrupted_apply_is_finished_holding_the_store_lock(crashed, tmp_path, monkeypatch, command):
+    """The next command finishes an interrupted apply before its own; before, it did so without the
+    store's lock, so a broker (or another mqtool) starting meanwhile was not kept out."""
+    import mqtool.apply.executor as executor
+
+    class Killed(BaseException):
+        pass
+
+    def die(label):
+        raise Killed(label)
+
+    monkeypatch.setattr(executor, "durability_point", die)
+    with pytest.raises(Killed):
+        runner.invoke(app, ["recover", str(crashed), "--yes", "--backup-dir", str(tmp_path / "bk")], catch_exceptions=False)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    probe = "import fcntl,os,sys; fd=os.open(sys.argv[1], os.O_RDWR); fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)"
+    taken, run_executor = [], executor.Executor.run
+
+    def finishing(self):
+        taken.append(subprocess.run([sys.executable, "-c", probe, str(crashed / "lock")], capture_output=True).returncode == 0)
+        run_executor(self)
+
+    monkeypatch.setattr(executor.Executor, "run", finishing)
+    done = run(command, crashed, "--yes")
+    assert "finishing the interrupted apply" in done.stderr, done.stderr
+    assert taken and not taken[0]  # the first run is the finishing one: nobody else could take the lock

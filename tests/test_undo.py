@@ -273,3 +273,66 @@ def test_only_a_refused_write_without_a_file_gets_the_one_being_written():
         with pytest.raises(OSError) as raised, naming(Path("/backup/x")):
             raise error
         assert (raised.value.errno, raised.value.filename) == (error.errno, named)
+
+
+def test_the_journal_created_by_its_first_event_is_in_its_directory_durably(tmp_path, monkeypatch):
+    """The first event creates ``journal.jsonl``, and the store changes right after it: before, only the
+    file was fsynced, not the directory entry naming it, so a power cut could lose the whole journal
+    (and restore with it). Later events, appended to the same file, need no directory fsync."""
+    from mqtool.apply.backup import Journal
+
+    synced = []
+    monkeypatch.setattr(backup_module, "fsync_dir", lambda path: synced.append(Path(path)))
+    journal = Journal(tmp_path / "journal.jsonl")
+    journal.append({"ev": "create", "path": "abort"})
+    assert synced == [tmp_path]
+    journal.append({"ev": "step-done", "index": 0})
+    assert synced == [tmp_path]
+
+
+def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path):
+    """``commitlog`` a symbolic link to a directory on another disk: the segments ``recover`` deleted
+    are put back there. Before, each was written in the staging directory and renamed across file
+    systems (EXDEV): the restore stopped half-done, every time it was run again."""
+    from conftest import memory_temproot
+    from repair_support import tree
+
+    here = os.stat(tmp_path).st_dev
+    other = next((d for d in (memory_temproot(0), str(ROOT.parent), "/tmp") if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+    if other is None:
+        pytest.skip("no second file system to link the commit log to")
+    import shutil
+    import tempfile
+
+    disk2 = Path(tempfile.mkdtemp(dir=other, prefix="mqtool-test-"))
+    try:
+        store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+        shutil.move(store_dir / "commitlog", disk2 / "commitlog")
+        (store_dir / "commitlog").symlink_to(disk2 / "commitlog")
+        segment = disk2 / "commitlog" / "00000000000001048576"
+        segment.write_bytes(segment.read_bytes()[:4096].ljust(1 << 20, b"\1"))  # a dirty tail: recover deletes the segments after it
+        before = {**tree(store_dir), **tree(disk2)}
+        done = CliRunner().invoke(app, ["recover", str(store_dir), "--yes", "--backup-dir", str(tmp_path / "bk")])
+        assert done.exit_code == 0, done.stderr
+        assert {**tree(store_dir), **tree(disk2)} != before
+        undone = CliRunner().invoke(app, ["restore", str(tmp_path / "bk"), "--yes"])
+        assert undone.exit_code == 0, undone.stderr
+        assert {**tree(store_dir), **tree(disk2)} == before and not read_pending(store_dir)
+    finally:
+        shutil.rmtree(disk2)
+
+
+def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_given(tmp_path):
+    """``--backup-dir`` an empty directory the operator made (a mount point, its permissions): an apply
+    that stops before changing anything removes what it put there, not the directory. Before, the
+    whole directory went (``rmtree``), though the interrupt path already kept one that existed."""
+    store = copy_store("4.9.7", "clean-small", tmp_path)
+    assert run("rebuild-index", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    next(f for f in doc["index"]["files"] if f["action"] == "create")["entries_after"] += 1
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    given = tmp_path / "backups"
+    given.mkdir()
+    result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", given)
+    assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
+    assert given.is_dir() and not any(given.iterdir()) and read_pending(store) is None

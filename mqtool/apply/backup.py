@@ -60,6 +60,7 @@ class Journal:
     def append(self, *events: dict) -> None:
         if not events:
             return
+        created = not self.path.exists()
         with open(self.path, "a+b") as f:
             end = f.seek(0, os.SEEK_END)
             if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
@@ -68,6 +69,8 @@ class Journal:
             f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
+        if created:  # the directory entry too: without it a power cut can lose the whole journal
+            fsync_dir(self.path.parent)
 
     def events(self) -> list[dict]:
         if not self.path.exists():
@@ -92,6 +95,7 @@ class BackupSet:
     _created: set[str] = field(default_factory=set)
     _done: set[int] = field(default_factory=set)
     _dirs: set[str] = field(default_factory=set)
+    made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
@@ -114,7 +118,7 @@ class BackupSet:
                 with contextlib.suppress(OSError):
                     d.rmdir()
             raise
-        return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"))
+        return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"), made=made)
 
     @staticmethod
     def _unused(directory: Path) -> bool:
@@ -174,6 +178,18 @@ class BackupSet:
         """A restore of this backup started and did not finish (``restore`` finishes it)."""
         events = [ev.get("ev") for ev in self.journal.events() if ev.get("ev") in ("restore-started", "restored")]
         return bool(events) and events[-1] == "restore-started"
+
+    def discard(self) -> None:
+        """Remove the backup of an apply that changed nothing: what it holds, and the directories made
+        for it; a directory given empty (``--backup-dir``: a mount point, its permissions) stays."""
+        if self.made is None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            return
+        for p in self.dir.iterdir() if self.dir.is_dir() else ():
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+        for d in self.made:
+            with contextlib.suppress(OSError):
+                d.rmdir()
 
     def step_done(self, index: int) -> bool:
         return index in self._done
@@ -257,11 +273,12 @@ class BackupSet:
         return [st.st_size, st.st_mtime_ns]
 
     def finish(self) -> None:
-        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``)."""
+        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``):
+        the states first, so a kill between the two never leaves a complete apply without them."""
         self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
-        self.journal.append({"ev": "complete"})
         self.manifest["complete"] = True
         write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
+        self.journal.append({"ev": "complete"})
 
     def before_states(self) -> dict[str, list[int] | None]:
         """(size, mtime_ns) of every touched file when the apply first touched it (None: absent)."""
@@ -496,8 +513,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         target = root / rel if rel else None
         if kind == "backup-file":
             makedirs(target.parent)
-            tmp = staging_path(root, target)
-            makedirs(tmp.parent)
+            tmp = _restore_tmp(root, target)
             copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
             os.replace(tmp, target)
@@ -526,6 +542,14 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
+
+
+def _restore_tmp(root: Path, target: Path) -> Path:
+    """Where a restored file is written before its rename: the staging directory, or beside the file
+    when its directory is on another file system (a link to another disk), which no rename reaches."""
+    tmp = staging_path(root, target)
+    makedirs(tmp.parent)
+    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else target.with_name(target.name + TMP_SUFFIX)
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):

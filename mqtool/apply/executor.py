@@ -168,13 +168,13 @@ class Executor:
         except KeyboardInterrupt:
             if fresh and not self.changing:  # stopped before its first action: nothing changed
                 clear_pending(self.root)
-                shutil.rmtree(self.backup.dir, ignore_errors=True)
+                self.backup.discard()
             raise
         except PlanMismatch as exc:
             if not fresh:  # an interrupted apply finished here: its first steps were done before
                 raise ApplyError(f"{exc}; the interrupted apply cannot be finished: undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes; please report this") from None
             clear_pending(self.root)  # nothing was changed: the marker and the staged files go
-            shutil.rmtree(self.backup.dir, ignore_errors=True)
+            self.backup.discard()
             raise PlanMismatch(f"{exc}: the apply stopped before changing anything; please report this") from None
         except MqtoolError:
             raise

@@ -135,7 +135,8 @@ def note_interrupted(root: Path) -> None:
          f"run the command with --yes to finish that apply first, or undo it with: mqtool restore {shell_path(pending)} --yes")
 
 
-def _finish_interrupted(root: Path, yes: bool) -> None:
+def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
+    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does."""
     pending = read_pending(root)
     if pending is None:
         return
@@ -144,7 +145,8 @@ def _finish_interrupted(root: Path, yes: bool) -> None:
     if not yes:
         raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
     note(f"finishing the interrupted apply first (backup {pending})")
-    writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
+    with executor().hold_store_lock(root, force):
+        writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
 
 
 def refuse_stopped_repair(root: Path) -> None:
@@ -171,7 +173,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         refuse_stopped_repair(root)
         if read_pending(root) is not None:
             store.close()
-            _finish_interrupted(root, yes)
+            _finish_interrupted(root, yes, force)
             store = open_store(store_path, broker_config, broker_version)
     elif read_pending(root) is not None:
         note_interrupted(root)
@@ -323,7 +325,7 @@ def repair(
         raise BadInput(f"{root}: repair needs the store's root directory")
     if not dry_run:
         check_not_in_use(root, [root / "commitlog"], force)
-        _finish_interrupted(root, yes)
+        _finish_interrupted(root, yes, force)
     elif read_pending(root) is not None:
         note_interrupted(root)
     stopped = stopped_repair(root)
@@ -577,7 +579,7 @@ def apply(
     refuse_stopped_repair(root)
     pending = read_pending(root)
     if pending is not None:
-        _finish_interrupted(root, yes)
+        _finish_interrupted(root, yes, force)
         if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
             note("that was this plan: it is now applied")
             return
