@@ -266,17 +266,21 @@ def test_refusals_and_bad_input(tmp_path, store_copy):
     assert cli("salvage", tmp_path / "nothing", "--no-progress")[0] == 3
 
 
-def test_the_new_store_s_config_files_are_made_durable(tmp_path, monkeypatch):
-    """Before: ``--to-store`` copied ``config/*.json`` without an fsync of the files or of
-    ``config/``, unlike every other file of the new store."""
-    from mqtool.apply import salvage_store
+def test_every_file_and_directory_of_the_new_store_is_made_durable(tmp_path, monkeypatch):
+    """Before: ``--to-store`` fsynced the segments, queue files and queue directories, but not the
+    copied ``config/*.json``, nor ``config/``, ``commitlog/``, ``consumequeue/`` and its topics'
+    directories, whose entries name them: a power cut after a salvage that said it was done could
+    lose segments or whole queues."""
+    from mqtool.apply import salvage_store, writers
 
-    synced = []
-    monkeypatch.setattr(salvage_store, "fsync_path", synced.append)
-    monkeypatch.setattr(salvage_store, "fsync_dir", synced.append)
-    with Store.open(store_path("5.3.3", "config-real")) as store:
-        writer = salvage_store.SalvageStoreWriter(store, salvage_store.check_target(store, tmp_path / "new"))
-        writer._copy_config()
-    config = tmp_path / "new" / "config"
-    copied = sorted(config.iterdir())
-    assert copied and {*copied, config} <= set(synced)
+    synced = set()
+    for module in (salvage_store, writers):
+        monkeypatch.setattr(module, "fsync_path", synced.add)
+        monkeypatch.setattr(module, "fsync_dir", synced.add)
+    new = tmp_path / "new"
+    code, _ = salvage(store_path("5.3.3", "config-real"), "--to-store", new)
+    assert code == 0
+    dirs = {p for p in new.rglob("*") if p.is_dir()}  # files written under another name are fsynced before their rename
+    configs = set((new / "config").iterdir())
+    assert {new / "config", new / "commitlog", new / "consumequeue"} <= dirs and configs
+    assert dirs | configs | {new, tmp_path} <= synced, sorted(map(str, (dirs | configs) - synced))

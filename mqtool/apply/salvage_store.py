@@ -20,7 +20,7 @@ from ..store import Store
 from ..recovery.planparts import geometry
 from .synth import CommitLogWriter
 from ..store.segments import PROP_CRC_KEY, PROP_CRC_LEN, property_crc
-from .writers import ConsumeQueueWriter, IndexWriterService
+from .writers import ConsumeQueueWriter, IndexWriterService, parallel
 
 
 def check_target(source: Store, target: Path) -> Path:
@@ -116,7 +116,10 @@ class SalvageStoreWriter:
             s.notes.append("no record is dispatched to a consume queue")
         if self.source.root is not None and (self.source.root / "timerlog").exists():
             s.notes.append("the timer store (timerlog, timerwheel) is not carried over: timer messages not yet due stay in rmq_sys_wheel_timer")
+        # every directory of the new store, deepest first, then the store's own entry: the names of what was written
+        parallel(fsync_dir, sorted((p for p in self.target.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True))
         fsync_dir(self.target)
+        fsync_dir(self.target.parent)
         return s
 
     def _copy_config(self) -> None:
@@ -128,8 +131,7 @@ class SalvageStoreWriter:
         for path in sorted((self.source.root / "config").iterdir()):
             if path.is_file() and path.name.endswith((".json", ".json.bak")):
                 shutil.copyfile(path, config / path.name)
-                fsync_path(config / path.name)
-        fsync_dir(config)  # durable, as every other file of the new store
+                fsync_path(config / path.name)  # and config/ with the store's other directories (``close``)
 
 
 def _reseal_property_crc(raw: bytes) -> bytes:
