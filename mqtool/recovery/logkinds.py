@@ -210,7 +210,7 @@ class MixedFirstLoad(ClassicLog):
 def log_kind(store: Store) -> LogKind:
     """The store's commit log kind. Without DLedger data files ``DLedgerCommitLog.recover`` recovers the
     classic commit log ("the first time to load mixed commitlog", ``MixedFirstLoad``)."""
-    if store.is_dledger and store.commitlog.entry_segments():
+    if store.recovers_dledger_data:
         from .dledger import DLedgerLog
         from ..store.dledgerstart import data_recovery
 

@@ -86,7 +86,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     ``walked``: where a walk with the broker's checks (CRC included) from ``walked_from`` ended (``verify``'s
     or ``salvage``'s own): when it passed the start segment (segment starts are record starts on the chain),
     the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``)."""
-    if store.is_dledger and store.commitlog.entry_segments():
+    if store.recovers_dledger_data:
         return dledger_next_start(store)
     start = start_of(store)  # a DLedger broker with no data file recovers the classic commit log
     why = log_refusal(store)
@@ -120,7 +120,7 @@ def start_of(store: Store) -> ScanStart | None:
     """Where the broker's next start scans from (``startfile.recovery_start``); None for a DLedger
     store. While several eras remain, the newest's start (the planners keep its plan), its rule saying
     where the others would start."""
-    if store.is_dledger and store.commitlog.entry_segments():
+    if store.recovers_dledger_data:
         return None
     if store.version is not None:
         return recovery_start(store, VersionRules(store.version))

@@ -180,6 +180,12 @@ class Store:
         dledger = sys.modules.get(f"{__package__}.dledger")  # no DLedger commit log exists before its module loads
         return dledger is not None and isinstance(self.commitlog, dledger.DLedgerCommitLog)
 
+    @property
+    def recovers_dledger_data(self) -> bool:
+        """Whether the broker's recovery walks DLedger data files: a DLedger store with one; without,
+        ``DLedgerCommitLog.recover`` recovers the classic commit log ("the first time to load mixed commitlog")."""
+        return self.is_dledger and bool(self.commitlog.entry_segments())
+
     def _given(self, version: str | None) -> "Store":
         """The store, read as written by ``version`` when one is given (``--broker-version``)."""
         if version is not None:
