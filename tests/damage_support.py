@@ -206,7 +206,7 @@ class Outcome:
 
 
 PROBLEMS = ("traceback", "hang", "exit-code", "not-sound", "survivor", "restore", "next-start")
-UNPLANNED_RECOVERY = "mqtool does not plan that recovery"  # recovery.logkinds: 3.2.6-4.3.1 past a TOTALSIZE mismatch
+UNPLANNED_RECOVERY = "mqtool does not plan that recovery"  # recovery.logkinds: past a TOTALSIZE mismatch, 3.2.6 and 4.0.0-4.3.1 abnormal
 
 
 class Stop(Exception):
@@ -313,7 +313,7 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
         if rc == EXIT_BAD_INPUT:
             return out  # the store cannot be read at all (the one-line error is the answer)
         # refusals the README documents, each with the store unchanged: the version undecided (without
-        # --broker-version), and a TOTALSIZE mismatch under a 3.2.6-4.3.1 abnormal recovery (rules §2.7)
+        # --broker-version), and a TOTALSIZE mismatch 3.2.6 reads past, or a 4.0.0-4.3.1 abnormal recovery (rules §2.2, §2.7)
         out.refused = "version" if rc == EXIT_REFUSED and not version_given and "--broker-version" in stderr else (
             "unplanned" if rc == EXIT_REFUSED and UNPLANNED_RECOVERY in stderr else None)
         if out.refused:

@@ -233,6 +233,29 @@ def test_a_length_mismatch_ends_abnormal_recovery_from_4_3_2(tmp_path, version):
         assert (cl["valid_end"], cl["end_reason"]) == (offset, "length-mismatch")
 
 
+@pytest.mark.parametrize("version,name", [("3.2.6", "clean-small"), ("3.2.6", "crashed-small")])
+def test_3_2_6_reads_on_past_a_length_mismatch_which_mqtool_does_not_plan(tmp_path, version, name):
+    """3.2.6's ``checkMessageAndReturnSize`` never compares TOTALSIZE with the fields (rules §2.2, §2.7):
+    its recovery, normal or abnormal, advances by TOTALSIZE. Before, a normal recovery was planned to
+    cut the log at such a record and throw away every message after it (899 here), which that
+    broker keeps; now the plan is refused (exit 4), as the abnormal one was, and nothing changes."""
+    root = copy_store(version, name, tmp_path)
+    record = manifest(version, name)["messages"][-5]
+    offset, size = record["commitLogOffset"], record["size"]
+    path = root / "commitlog" / f"{offset - offset % SEGMENT:020d}"
+    with Store.open(root) as store:
+        length = store.commitlog.read_record(offset).properties_length
+    data = bytearray(path.read_bytes())
+    at = offset % SEGMENT + size - 2 - length  # the properties' length field, the record's last field
+    assert struct.unpack_from(">h", data, at)[0] == length > 0
+    struct.pack_into(">h", data, at, length - 1)
+    path.write_bytes(bytes(data))
+    before = {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    code, _, err = cli("recover", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "backup")
+    assert code == EXIT_REFUSED and "never compares TOTALSIZE" in err and err.count("\n") == 1, err
+    assert {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()} == before and not (tmp_path / "backup").exists()
+
+
 def test_a_consume_queue_ext_store_is_read_but_never_given_entries_without_their_ext_units(tmp_path):
     """4.2.0 with enableConsumeQueueExt (rules §3.9): each entry's tags code is an ext address, with the
     ext unit beside the queue. verify reads it sound; a plan that would add entries without their ext

@@ -133,12 +133,14 @@ class ClassicLog(LogKind):
 
     def queue_cut(self, run: RecoveryRun) -> int:
         end = run.scan.end
-        if run.abnormal and end.reason == StopReason.LENGTH_MISMATCH and not run.rules.abnormal_stops_at_length_mismatch:
-            raise Refused(
-                f"the record at {end.offset} has a TOTALSIZE that disagrees with its fields: {run.version}'s abnormal recovery does not stop "
-                "there but advances by TOTALSIZE, dispatching a bogus entry to consume queue ''/0, and reads on out of step (rules §2.7, "
-                "recoverAbnormally up to 4.3.1); mqtool does not plan that recovery (`mqtool dump --keep-going` reads past the record)"
-            )
+        stops = run.rules.abnormal_stops_at_length_mismatch if run.abnormal else run.rules.normal_stops_at_length_mismatch
+        if end.reason == StopReason.LENGTH_MISMATCH and not stops:
+            how = ("never compares TOTALSIZE with the fields: it advances by TOTALSIZE (rules §2.2, 3.2.6's checkMessageAndReturnSize)"
+                   if not run.rules.checks_record_length else
+                   "does not stop there but advances by TOTALSIZE, dispatching a bogus entry to consume queue ''/0, and reads on out of "
+                   "step (rules §2.7, recoverAbnormally up to 4.3.1)")
+            raise Refused(f"the record at {end.offset} has a TOTALSIZE that disagrees with its fields: {run.version}'s {run.mode} recovery "
+                          f"{how}; mqtool does not plan that recovery (`mqtool dump --keep-going` reads past the record)")
         return end.offset
 
     def truncates_queues(self, run: RecoveryRun) -> bool:
