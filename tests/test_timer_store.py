@@ -232,6 +232,6 @@ def test_a_real_queue_id_the_broker_cannot_parse_is_no_queue_not_a_crash():
     """Before: a REAL_QID of "--1" or "²" passed the check (``lstrip("-").isdigit()``) and then
     made ``int`` raise, so one corrupt timer message ended dump, query, info and verify.
     ``Integer.parseInt``'s reading now decides: such a value is no queue id."""
-    from mqtool.scan.timer import _queue_id
+    from mqtool.formats.dispatch import java_int_or_none  # what timer_report reads REAL_QID with
 
-    assert [_queue_id(t) for t in ("3", "-1", "+2", "٣", None, "--1", "²", "", "1 ", "2147483648")] == [3, -1, 2, 3, None, None, None, None, None, None]
+    assert [java_int_or_none(t) for t in ("3", "-1", "+2", "٣", None, "--1", "²", "", "1 ", "2147483648")] == [3, -1, 2, 3, None, None, None, None, None, None]

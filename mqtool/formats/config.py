@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .dispatch import java_parse_int
+
 
 CONFIG_FILES = {
     "topics.json": "topicConfigTable",  # TopicConfigManager
@@ -73,8 +75,6 @@ def _java_number(value: Any, bits: int) -> int:
     """A map key (``bits=32``: Integer) or value (64: Long) as fastjson converts it; ``ValueError``
     where it throws: a bare number past the type's range (``intValue``/``longValue`` overflow), a
     string ``Integer.parseInt``/``Long.parseLong`` refuses, null (``ConcurrentHashMap.put``)."""
-    from .dispatch import java_parse_int
-
     if value is None:
         raise ValueError("null")
     if isinstance(value, str):

@@ -17,6 +17,7 @@ from .commitlog import CommitLogRecord, TransactionType, transaction_type
 from .errors import CorruptRecord
 from .hashing import tags_code as hash_tags
 from .properties import PropertyKey, split_keys
+from .timer import TIMER_TOPIC
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -30,11 +31,8 @@ def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
     token it throws on, with what it read before kept. An empty token throws before its level
     counts; any other counts in ``maxDelayLevel`` without a delay (``computeDeliverTimestamp``'s
     1000 ms, given here). The product wraps as Java's long."""
-    tokens = text.split(" ")
-    while tokens and tokens[-1] == "":
-        tokens.pop()
     table = {}
-    for i, token in enumerate(tokens):
+    for i, token in enumerate(java_split(text, " ")):
         if not token:
             break
         try:
@@ -58,6 +56,22 @@ def java_parse_int(text: str, bits: int = 32) -> int:
     if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise ValueError(text)
     return value
+
+
+def java_int_or_none(text: str | None, bits: int = 32) -> int | None:
+    """``java_parse_int``, or None for no text or one the Java method throws on."""
+    try:
+        return None if text is None else java_parse_int(text, bits)
+    except ValueError:
+        return None
+
+
+def java_split(text: str, separator: str) -> list[str]:
+    """``text.split(separator)`` as Java's ``String.split`` of a one-character pattern: trailing empty strings dropped."""
+    parts = text.split(separator)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 DEFAULT_DELAY_TABLE = parse_delay_levels()
@@ -197,9 +211,9 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
         return []
     if rule >= LMQ_SKIP_RETRY and topic.startswith("%RETRY%"):
         return []
-    if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, "rmq_sys_wheel_timer") or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_")):
+    if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, TIMER_TOPIC) or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_")):
         return []
-    names, values = _java_split(queues), _java_split(offsets)
+    names, values = java_split(queues, MULTI_DISPATCH_SEPARATOR), java_split(offsets, MULTI_DISPATCH_SEPARATOR)
     if len(names) != len(values):
         return []
     targets = []
@@ -213,10 +227,3 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
         targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return targets
 
-
-def _java_split(text: str) -> list[str]:
-    """``text.split(",")`` as Java's ``String.split``: trailing empty strings dropped."""
-    parts = text.split(MULTI_DISPATCH_SEPARATOR)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts

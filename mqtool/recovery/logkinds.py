@@ -189,10 +189,7 @@ class MixedFirstLoad(ClassicLog):
         mode = log_recovery_mode(run.store, run.rules, run.mode)
         return run if mode == run.mode else replace(run, mode=mode)
 
-    def start(self, run: RecoveryRun) -> tuple[int, str]:
-        return super().start(self._log_run(run))
-
-    def dispatches(self, run: RecoveryRun) -> bool:
+    def dispatches(self, run: RecoveryRun) -> bool:  # ``start``: ``recovery_start`` asks ``log_recovery_mode`` itself
         return super().dispatches(self._log_run(run))
 
     def queue_cut(self, run: RecoveryRun) -> int:

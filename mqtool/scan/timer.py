@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..formats import timer as fmt
-from ..formats.dispatch import java_parse_int
+from ..formats.dispatch import java_int_or_none
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..store import Store
@@ -109,21 +109,13 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
             "offset": unit.offset_py,
             "size": unit.size_py,
             "real_topic": real_topic,
-            "real_queue_id": _queue_id(real_qid),
+            "real_queue_id": java_int_or_none(real_qid),  # as TimerMessageStore reads it (Integer.parseInt)
             "uniq_key": uniq_key,
             "keys": p.get(PropertyKey.KEYS, "").split() if p else [],
             "state": state,
             "delivered_offset": delivered,
         })
     return TimerReport(rows, timer.log.end, end)
-
-
-def _queue_id(text: str | None) -> int | None:
-    """REAL_QID as ``TimerMessageStore`` reads it (``Integer.parseInt``), None where it would throw."""
-    try:
-        return java_parse_int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Iterator, NamedTuple
 from ..errors import BadInput, BadStoreFile
 from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
-from ..formats.dispatch import java_parse_int
+from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
 from .mappedfile import MappedFile, offset_named_files, open_read_only
 
@@ -297,10 +297,7 @@ def queue_id_of(name: str) -> int | None:
     """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
     an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
     directory), or None: the broker skips the directory."""
-    try:
-        return java_parse_int(name)
-    except ValueError:
-        return None
+    return java_int_or_none(name)
 
 
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue) -> list:

@@ -17,7 +17,7 @@ from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
 from ..formats.config import parse_java_properties
-from ..formats.dispatch import java_parse_int
+from ..formats.dispatch import java_int_or_none
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
@@ -52,10 +52,7 @@ class DLedgerLayout:
 
     def checkpoint_value(self, key: str) -> int | None:
         """``key`` of the checkpoint as DLedger reads it (``Long.valueOf``: no spaces, no underscores), or None."""
-        try:
-            return java_parse_int((self.checkpoint or {})[key], 64)
-        except (KeyError, ValueError):
-            return None
+        return java_int_or_none((self.checkpoint or {}).get(key), 64)
 
     @property
     def committed_index(self) -> int | None:
