@@ -127,6 +127,33 @@ def test_an_offset_fastjson_cannot_convert_sends_the_broker_to_the_bak(store_cop
     assert loaded.source == "config/delayOffset.json.bak"
 
 
+def test_every_reader_of_a_config_file_passes_an_unreadable_one_over_for_its_bak(store_copy, monkeypatch):
+    """``ConfigManager.load`` reads the ``.bak`` when the file cannot be read. Before: three copies of
+    that fallback disagreed: ``offsets`` ended on a read error instead, while verify and the version
+    detection went to the ``.bak``; now one loader (``Store.load_config``) serves them all."""
+    from pathlib import Path
+
+    from mqtool.verify.state import config_findings
+
+    copy = store_copy("4.9.7", "config-real")
+    bak = fastjson.loads((copy / "config" / "consumerOffset.json.bak").read_text(encoding="utf-8"))
+    read_text = Path.read_text
+
+    def unreadable(path, *args, **kwargs):
+        if path.name == "consumerOffset.json":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    with Store.open(copy) as store:
+        loaded, rows = consumer_offsets(store)
+        findings = [f for f in config_findings(store) if f.kind == "config-unreadable"]
+    assert loaded.source == "config/consumerOffset.json.bak"
+    assert loaded.notes == ["config/consumerOffset.json: Permission denied"]
+    assert {r["group"] for r in rows} == {k.rpartition("@")[2] for k in bak["offsetTable"]}
+    assert [(f.severity.value, f.found) for f in findings] == [("warning", "Permission denied")]
+
+
 def test_offsets_table_folds_a_group_name_longer_than_a_line_instead_of_turning_vertical():
     """Before: one 173-character group name of 5.3.3 ``config-real`` turned the whole table at 100
     columns into vertical records; the group column now breaks that name across lines (every

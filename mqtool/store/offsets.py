@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..formats import config as cfgfmt
@@ -15,7 +14,7 @@ from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.timer import TIMER_TOPIC, decode_timer_check
 from .lookup import QueueRange, pickup_store_timestamp, queue_range
-from .store import Store
+from .store import ConfigDocument, Store
 
 TIMERCHECK_FIELDS = ("last_read_time_ms", "last_timer_log_flush_pos", "last_timer_queue_offset", "master_timer_queue_offset", "data_version_state_version", "data_version_timestamp", "data_version_counter")
 
@@ -35,33 +34,6 @@ def relation(offset: int, rng: QueueRange | None) -> str:
     if offset == rng.min_offset:
         return AT_MIN
     return IN_RANGE
-
-
-@dataclass
-class ConfigDocument:
-    """A config file as the broker would load it: which file, and why not the main one."""
-
-    name: str
-    doc: dict[str, Any] | None
-    source: str | None  # "config/<name>" or "config/<name>.bak"
-    notes: list[str] = field(default_factory=list)
-
-
-def load_config(store: Store, name: str) -> ConfigDocument:
-    """``ConfigManager.load``: the main file, else its ``.bak`` (missing, empty or undecodable)."""
-    notes = []
-    for candidate in (name, name + ".bak"):
-        path = store.path("config", candidate)
-        if not path.is_file():
-            notes.append(f"config/{candidate}: missing")
-            continue
-        try:
-            doc = cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
-        except cfgfmt.ConfigError as exc:
-            notes.append(f"config/{candidate}: {exc}")
-            continue
-        return ConfigDocument(name, doc, f"config/{candidate}", notes if candidate != name else [])
-    return ConfigDocument(name, None, None, notes)
 
 
 def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: dict) -> dict[str, Any]:
@@ -105,7 +77,7 @@ def _bytes_between(store: Store, topic: str, queue_id: int, start: int, stop: in
 
 def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
     """Every committed offset of ``consumerOffset.json`` (of ``groups`` when given)."""
-    loaded = load_config(store, "consumerOffset.json")
+    loaded = store.load_config("consumerOffset.json")
     cache = {} if cache is None else cache
     rows = []
     if loaded.doc is not None:
@@ -121,7 +93,7 @@ def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocume
     after loading (``loaded_offset``: clamped into the queue's range from 4.9.2 on, rules §2.16,
     ``ScheduleMessageService.correctDelayOffset``). A level whose queue has no file is placed
     against an empty queue, as the broker's ``findConsumeQueue`` creates it."""
-    loaded = load_config(store, "delayOffset.json")
+    loaded = store.load_config("delayOffset.json")
     cache = {} if cache is None else cache
     rows = []
     clamps = store.rules.corrects_delay_offsets

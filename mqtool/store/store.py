@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from .dledger import DLedgerLayout
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
+MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 
 
@@ -74,6 +75,21 @@ class FileProblem:
     message: str
     expected: int | str | None = None
     found: int | str | None = None
+
+
+@dataclass
+class ConfigDocument:
+    """A config file as the broker loads it: the document, the file it came from (None: neither the
+    file nor its ``.bak``) and why each file tried before it was passed over."""
+
+    name: str
+    doc: dict | None
+    source: str | None  # "config/<name>" or "config/<name>.bak"
+    problems: dict[str, str] = field(default_factory=dict)  # "config/<file>" -> why it was not read
+
+    @property
+    def notes(self) -> list[str]:
+        return [f"{path}: {why}" for path, why in self.problems.items()]
 
 
 @dataclass
@@ -372,13 +388,28 @@ class Store:
     def abort_present(self) -> bool:
         return self.abort is not None
 
+    def load_config(self, name: str) -> "ConfigDocument":
+        """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak``
+        when the file is missing, unreadable, empty or undecodable (fastjson's leniencies; malformed
+        UTF-8 replaced as ``new String(bytes, UTF-8)`` does)."""
+        problems = {}
+        for candidate in (name, name + ".bak"):
+            shown = f"config/{candidate}"
+            path = None if self.root is None else self.root / "config" / candidate
+            if path is None or not path.is_file():
+                problems[shown] = MISSING
+                continue
+            try:
+                doc = cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
+            except cfgfmt.ConfigError as exc:
+                problems[shown] = str(exc)
+                continue
+            except OSError as exc:
+                problems[shown] = exc.strerror or str(exc)
+                continue
+            return ConfigDocument(name, doc, shown, problems)
+        return ConfigDocument(name, None, None, problems)
+
     def config_file(self, name: str) -> dict | None:
-        """A ``config/*.json`` document as ``ConfigManager.load`` reads it (``.bak`` as fallback, fastjson's
-        leniencies, malformed UTF-8 replaced as ``new String(bytes, UTF-8)`` does), or None."""
-        for candidate in (self.file("config", name), self.file("config", name + ".bak")):
-            if candidate is not None:
-                try:
-                    return cfgfmt.decode_config(name, candidate.read_text(encoding="utf-8", errors="replace"))
-                except (cfgfmt.ConfigError, OSError):
-                    continue
-        return None
+        """``load_config``'s document, or None."""
+        return self.load_config(name).doc

@@ -6,15 +6,14 @@ decides whether missing consume queue entries are a warning (rebuilt) or an erro
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Iterator
 
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
+from ..store.store import MISSING
 from ..store import offsets
 from ..store.startfile import max_queue_phys_offset
-from .commitlog import relative
 from .findings import Finding, error, info, warning
 
 
@@ -98,32 +97,16 @@ def abort_findings(store: Store) -> Iterator[Finding]:
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
-    config_dir = store.path("config")
-    if not config_dir.is_dir():
+    if not store.path("config").is_dir():
         return
     for name in cfgfmt.CONFIG_FILES:
-        path = config_dir / name
-        if not path.is_file():
+        loaded, shown = store.load_config(name), f"config/{name}"
+        problem = loaded.problems.get(shown, MISSING)
+        if problem == MISSING:
             continue
-        problem = _config_problem(name, path)
-        if problem is None:
-            continue
-        backup = path.with_name(name + ".bak")
-        backup_ok = backup.is_file() and _config_problem(name, backup) is None
-        make = warning if backup_ok else error
-        fallback = f"the broker loads {backup.name} instead" if backup_ok else f"its {backup.name} is missing or unreadable too, so the broker starts with an empty table"
-        yield make("config-unreadable", f"config/{name}: {problem}; {fallback}", file=relative(store, path), found=problem)
+        fallback = f"the broker loads {name}.bak instead" if loaded.doc is not None else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table"
+        yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
     yield from _consumer_offsets(store)
-
-
-def _config_problem(name: str, path: Path) -> str | None:
-    try:
-        cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
-    except cfgfmt.ConfigError as exc:
-        return str(exc)
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
 
 
 def _consumer_offsets(store: Store) -> Iterator[Finding]:
