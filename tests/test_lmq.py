@@ -205,15 +205,15 @@ def _tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _append_multi_dispatched(root, topic: str | None):
+def _append_multi_dispatched(root, topic: str | None, *, confirm: bool = True):
     """Append to a 5.1.4 store one record carrying ``INNER_MULTI_DISPATCH`` = ``%LMQ%e15`` (offset 0), made from the
     store's last record of ``topic`` (its delay properties kept) with the next queue offset, or no record when
-    ``topic`` is None; and set the checkpoint's confirmPhyOffset to the last record's start, as 5.1.1+ write it
-    (``CommitLog.setConfirmOffset``): the store's marks then leave E15a-E16 (5.1.1-5.1.4)."""
+    ``topic`` is None; and with ``confirm`` set the checkpoint's confirmPhyOffset to the last record's start, as
+    5.1.1+ write it (``CommitLog.setConfirmOffset``): the store's marks then leave E15a-E16 (5.1.1-5.1.4), else E14-E16."""
     with Store.open(root) as store:
         records = list(store.commitlog.scan())
     end = records[-1].offset + records[-1].total_size
-    confirm = records[-1].offset
+    last_start = records[-1].offset
     if topic is not None:
         base = [r for r in records if r.topic_name == topic][-1]
         props = {**base.property_map(), "INNER_MULTI_DISPATCH": LMQ_QUEUE, "INNER_MULTI_QUEUE_OFFSET": "0"}
@@ -224,10 +224,12 @@ def _append_multi_dispatched(root, topic: str | None):
         data = bytearray(segment.read_bytes())
         data[end % (1 << 20) : end % (1 << 20) + len(raw)] = raw
         segment.write_bytes(bytes(data))
-        confirm = end
+        last_start = end
+    if not confirm:
+        return root
     path = root / "checkpoint"
     page = bytearray(path.read_bytes())
-    page[: cpfmt.CHECKPOINT_FILE_SIZE] = cpfmt.encode_checkpoint(cpfmt.decode_checkpoint(page)._replace(confirm_phy_offset=confirm)).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
+    page[: cpfmt.CHECKPOINT_FILE_SIZE] = cpfmt.encode_checkpoint(cpfmt.decode_checkpoint(page)._replace(confirm_phy_offset=last_start)).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
     path.write_bytes(bytes(page))
     return root
 
@@ -315,3 +317,18 @@ def test_a_broker_without_multi_dispatch_plans_once(tmp_path):
     plan = json.loads(out)
     assert plan["version_source"].startswith("detected: E15a-E16 (5.1.1-5.1.4), alike for this store")
     assert not [q for q in plan["queues"] if q["topic"] == LMQ_QUEUE]
+
+
+def test_lmq_records_of_a_retry_topic_refuse_between_5_1_0_and_5_1_1(tmp_path):
+    """The same rule one era earlier: 5.1.0 writes a %RETRY% record's %LMQ% entry, 5.1.1+ do not
+    (``ConsumeQueue.checkMultiDispatchQueue`` @5.1.0/5.1.1). Without the confirmPhyOffset mark a 5.1.x store
+    leaves E14-E16; before, it was planned under 5.1.4's variant alone."""
+    retry = next(t for t in manifest("5.1.4", "crashed-small")["messages"] if t["topic"].startswith("%RETRY%"))["topic"]
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), retry, confirm=False)
+    code, out, err = _cli("rebuild-cq", root, "--dry-run")
+    message = " ".join(err.split())
+    assert code == EXIT_REFUSED and "differs between E15b-E16 (5.1.2-5.1.4) and E14 (5.1.0)" in message and "lmq_rule" in message, err
+    for given, added in (("5.1.0", [1]), ("5.1.1", [])):
+        code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", "--broker-version", given)
+        assert code == 0, err
+        assert [q["added"] for q in json.loads(out)["queues"] if q["topic"] == LMQ_QUEUE] == added
