@@ -205,19 +205,20 @@ def _tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _append_multi_dispatched(root, topic: str | None, *, confirm: bool = True):
-    """Append to a 5.1.4 store one record carrying ``INNER_MULTI_DISPATCH`` = ``%LMQ%e15`` (offset 0), made from the
-    store's last record of ``topic`` (its delay properties kept) with the next queue offset, or no record when
-    ``topic`` is None; and with ``confirm`` set the checkpoint's confirmPhyOffset to the last record's start, as
-    5.1.1+ write it (``CommitLog.setConfirmOffset``): the store's marks then leave E15a-E16 (5.1.1-5.1.4), else E14-E16."""
+def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True):
+    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``%LMQ%e15`` (offset 0), made
+    from the store's last record of ``like`` (default ``topic``: its delay properties and next queue offset kept; a
+    topic the store lacks starts at queue offset 0), or no record when ``topic`` is None; and with ``confirm`` set the
+    checkpoint's confirmPhyOffset to the last record's start, as 5.1.1+ write it (``CommitLog.setConfirmOffset``):
+    the store's marks then leave E15a-E16 (5.1.1-5.1.4), else E14-E16."""
     with Store.open(root) as store:
         records = list(store.commitlog.scan())
     end = records[-1].offset + records[-1].total_size
     last_start = records[-1].offset
     if topic is not None:
-        base = [r for r in records if r.topic_name == topic][-1]
+        base = [r for r in records if r.topic_name == (like or topic)][-1]
         props = {**base.property_map(), "INNER_MULTI_DISPATCH": LMQ_QUEUE, "INNER_MULTI_QUEUE_OFFSET": "0"}
-        fields = {**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1,
+        fields = {**base._asdict(), "topic": topic.encode(), "phys_offset": end, "queue_offset": 0 if like else base.queue_offset + 1,
                   "properties": encode_properties(props, trailing_separator=False)}  # 5.1.x: no trailing \x02 (§1.6)
         raw = clfmt.encode_message(fields)
         segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
@@ -258,18 +259,8 @@ def test_lmq_records_of_a_delay_or_timer_topic_refuse_until_the_release_is_given
     timer topic, its marks leaving E15a-E16: 5.1.1 writes that record's %LMQ% entry, 5.1.2-5.1.4 do not
     (``ConsumeQueue.checkMultiDispatchQueue`` @5.1.1/5.1.2). Before, the plan took one variant silently; now recover
     and rebuild-cq refuse (exit 4) naming the rule and the releases, and each given release plans its own."""
-    root = copy_store("5.1.4", "crashed-small", tmp_path)
-    if topic != "SCHEDULE_TOPIC_XXXX":  # the fixture has no timer record: a TopicTest record moved to the timer topic
-        _append_multi_dispatched(root, "TopicTest")
-        with Store.open(root) as store:
-            last = list(store.commitlog.scan())[-1]
-        raw = clfmt.encode_message({**last._asdict(), "topic": topic.encode(), "queue_offset": 0})
-        segment = root / "commitlog" / f"{last.offset - last.offset % (1 << 20):020d}"
-        data = bytearray(segment.read_bytes())
-        data[last.offset % (1 << 20) : last.offset % (1 << 20) + len(raw)] = raw
-        segment.write_bytes(bytes(data))
-    else:
-        _append_multi_dispatched(root, topic)
+    like = None if topic == "SCHEDULE_TOPIC_XXXX" else "TopicTest"  # the fixture has no timer record
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), topic, like=like)
     with Store.open(root) as store:
         assert list(store.commitlog.scan())[-1].topic_name == topic
         label = store.version_guess.label
@@ -277,6 +268,8 @@ def test_lmq_records_of_a_delay_or_timer_topic_refuse_until_the_release_is_given
     code, out, err = _cli(command, root, "--dry-run")
     assert code == EXIT_REFUSED and out == "", err
     assert label == "E15a-E16 (5.1.1-5.1.4)"
+    version = json.loads(_cli("info", root, "-f", "json")[1])["version"]
+    assert [e["era"] for e in version["eras"]] == ["E15a", "E15b", "E16"] and "lmq_rule" in version["deciding_rules"]
     message = " ".join(err.split())
     assert "cannot tell which broker version wrote this store" in message
     assert "differs between E15b-E16 (5.1.2-5.1.4) and E15a (5.1.1)" in message and "rules: lmq_rule)" in message
