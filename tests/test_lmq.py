@@ -1,16 +1,25 @@
-"""LMQ multi-dispatch queues (reference §3.6) against the real 5.3.3 broker's ``lmq-small`` store."""
+"""LMQ multi-dispatch queues (reference §3.6) against the real 5.3.3 broker's ``lmq-small`` store, and the LMQ rule
+that splits era E15 (5.1.1, 5.1.2) on copies of the real 5.1.4 broker's ``crashed-small``."""
 
 from __future__ import annotations
 
 import filecmp
+import json
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
-from conftest import manifest, store_path
+from conftest import copy_store, manifest, store_path
 from mqtool.cli import app
+from mqtool.errors import EXIT_REFUSED
+from mqtool.formats import checkpoint as cpfmt
+from mqtool.formats import commitlog as clfmt
 from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, multi_dispatch_targets
+from mqtool.formats.properties import encode_properties
 from mqtool.store import Store
+from mqtool.store.rules import ERAS, BrokerVersion, VersionRules, era_of, rules_deciding
+from mqtool.store.version import VersionGuess
 
 
 def test_targets_equal_what_the_broker_wrote():
@@ -40,8 +49,6 @@ def test_the_records_each_release_leaves_out_of_the_lmq_queues():
     """Before: every 5.x release skipped %RETRY%, rmq_sys_ and SCHEDULE_TOPIC_XXXX records and queue names with
     "/", 5.2.0's ``MultiDispatchUtils``. ``checkMultiDispatchQueue``: 4.9.3-5.1.0 skip none, 5.1.1 %RETRY%, 5.1.2
     also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (and "/" names), 5.2.0 every rmq_sys_ topic."""
-    from mqtool.store.rules import BrokerVersion, VersionRules
-
     props = {"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b/c", "INNER_MULTI_QUEUE_OFFSET": "7,9"}
     both, one = [("%LMQ%a", 0, 7), ("%LMQ%b/c", 0, 9)], [("%LMQ%a", 0, 7)]
     cases = {  # topic: {version: targets}
@@ -182,3 +189,139 @@ def test_verify_reads_the_lmq_records_past_damage_the_broker_never_reads(store_c
     lmq = [f for f in findings if (f.file or "").startswith("consumequeue/%LMQ%")]
     gone = {m["commitLogOffset"] for m in manifest("5.3.3", "lmq-small")["messages"] if 509217 - m["size"] < m["commitLogOffset"] < 574753}
     assert lmq and {f.kind for f in lmq} == {"cq-entry-dangling"} and {f.offset for f in lmq} <= gone
+
+
+# ---- era E15 split by the LMQ rule: 5.1.1 (E15a) and 5.1.2 (E15b) ---------------------------------
+
+LMQ_QUEUE = "%LMQ%e15"
+
+
+def _cli(*args):
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True):
+    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``%LMQ%e15`` (offset 0), made
+    from the store's last record of ``like`` (default ``topic``: its delay properties and next queue offset kept; a
+    topic the store lacks starts at queue offset 0), or no record when ``topic`` is None; and with ``confirm`` set the
+    checkpoint's confirmPhyOffset to the last record's start, as 5.1.1+ write it (``CommitLog.setConfirmOffset``):
+    the store's marks then leave E15a-E16 (5.1.1-5.1.4), else E14-E16."""
+    with Store.open(root) as store:
+        records = list(store.commitlog.scan())
+    end = records[-1].offset + records[-1].total_size
+    last_start = records[-1].offset
+    if topic is not None:
+        base = [r for r in records if r.topic_name == (like or topic)][-1]
+        props = {**base.property_map(), "INNER_MULTI_DISPATCH": LMQ_QUEUE, "INNER_MULTI_QUEUE_OFFSET": "0"}
+        fields = {**base._asdict(), "topic": topic.encode(), "phys_offset": end, "queue_offset": 0 if like else base.queue_offset + 1,
+                  "properties": encode_properties(props, trailing_separator=False)}  # 5.1.x: no trailing \x02 (§1.6)
+        raw = clfmt.encode_message(fields)
+        segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
+        data = bytearray(segment.read_bytes())
+        data[end % (1 << 20) : end % (1 << 20) + len(raw)] = raw
+        segment.write_bytes(bytes(data))
+        last_start = end
+    if not confirm:
+        return root
+    path = root / "checkpoint"
+    page = bytearray(path.read_bytes())
+    page[: cpfmt.CHECKPOINT_FILE_SIZE] = cpfmt.encode_checkpoint(cpfmt.decode_checkpoint(page)._replace(confirm_phy_offset=last_start)).ljust(cpfmt.CHECKPOINT_FILE_SIZE, b"\0")
+    path.write_bytes(bytes(page))
+    return root
+
+
+def test_e15_is_split_where_the_lmq_rule_changes():
+    """Before: one era E15 held 5.1.1 and 5.1.2, whose ``checkMultiDispatchQueue`` differ (5.1.2 also skips
+    rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX, and ``multiDispatchLmqQueue`` queue names holding "/"), and the
+    LMQ rule was no planning rule: a store of either was planned under one variant. Now E15a (5.1.1) and E15b
+    (5.1.2) are eras, the LMQ rule decides between them and a store of either is planned under both."""
+    assert [e.name for e in ERAS if e.name.startswith("E15")] == ["E15a", "E15b"]
+    assert (era_of(BrokerVersion.parse("5.1.1")).name, era_of(BrokerVersion.parse("5.1.2")).name, era_of(BrokerVersion.parse("5.1.3")).name) == ("E15a", "E15b", "E16")
+    assert rules_deciding(BrokerVersion.parse("5.1.1"), BrokerVersion.parse("5.1.2")) == ["lmq_rule"]
+    assert rules_deciding(BrokerVersion.parse("5.1.0"), BrokerVersion.parse("5.1.1")) == ["writes_confirm_offset", "lmq_rule"]
+    assert "lmq_rule" in rules_deciding(BrokerVersion.parse("5.1.4"), BrokerVersion.parse("5.2.0"))
+    guess = VersionGuess.among([e for e in ERAS if e.name in ("E15a", "E15b")], [])
+    assert (guess.version, guess.candidates, guess.label) == (None, (BrokerVersion(5, 1, 2), BrokerVersion(5, 1, 1)), "E15a-E15b (5.1.1-5.1.2)")
+    for version in ("5.1.1", "5.1.2"):  # the era's representative is the release itself: the rule planned is its own
+        era = era_of(BrokerVersion.parse(version))
+        assert VersionRules(era.representative).lmq_rule == VersionRules(BrokerVersion.parse(version)).lmq_rule
+
+
+@pytest.mark.parametrize("command", ["recover", "rebuild-cq"])
+@pytest.mark.parametrize("topic", ["SCHEDULE_TOPIC_XXXX", "rmq_sys_wheel_timer"])
+def test_lmq_records_of_a_delay_or_timer_topic_refuse_until_the_release_is_given(tmp_path, command, topic):
+    """A crashed 5.1.x store (abnormal recovery dispatches every record) with a multi-dispatched record of a delay or
+    timer topic, its marks leaving E15a-E16: 5.1.1 writes that record's %LMQ% entry, 5.1.2-5.1.4 do not
+    (``ConsumeQueue.checkMultiDispatchQueue`` @5.1.1/5.1.2). Before, the plan took one variant silently; now recover
+    and rebuild-cq refuse (exit 4) naming the rule and the releases, and each given release plans its own."""
+    like = None if topic == "SCHEDULE_TOPIC_XXXX" else "TopicTest"  # the fixture has no timer record
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), topic, like=like)
+    with Store.open(root) as store:
+        assert list(store.commitlog.scan())[-1].topic_name == topic
+        label = store.version_guess.label
+    before = _tree(root)
+    code, out, err = _cli(command, root, "--dry-run")
+    assert code == EXIT_REFUSED and out == "", err
+    assert label == "E15a-E16 (5.1.1-5.1.4)"
+    version = json.loads(_cli("info", root, "-f", "json")[1])["version"]
+    assert [e["era"] for e in version["eras"]] == ["E15a", "E15b", "E16"] and "lmq_rule" in version["deciding_rules"]
+    message = " ".join(err.split())
+    assert "cannot tell which broker version wrote this store" in message
+    assert "differs between E15b-E16 (5.1.2-5.1.4) and E15a (5.1.1)" in message and "rules: lmq_rule)" in message
+    assert f"(queues.{LMQ_QUEUE}/0: null vs " in message  # the queue only 5.1.1 writes, named
+    assert "pass --broker-version" in message and "5.1.2" in message and "5.1.1" in message
+    assert _tree(root) == before
+    plans = {}
+    for given in ("5.1.1", "5.1.2", "5.1.4"):
+        code, out, err = _cli(command, root, "--dry-run", "-f", "json", "--broker-version", given)
+        assert code == 0, err
+        plans[given] = json.loads(out)
+    lmq = {given: [(q["queue_id"], q["added"], q["max_after"]) for q in plan["queues"] if q["topic"] == LMQ_QUEUE] for given, plan in plans.items()}
+    assert lmq == {"5.1.1": [(0, 1, 1)], "5.1.2": [], "5.1.4": []}
+    own = {given: [q for q in plan["queues"] if q["topic"] == topic] for given, plan in plans.items()}
+    assert own["5.1.1"] == own["5.1.2"] == own["5.1.4"] and own["5.1.1"]  # the record's own queue entry: every release
+
+
+@pytest.mark.parametrize("topic", [None, "TopicTest"])
+def test_stores_whose_lmq_records_every_5_1_release_dispatches_go_ahead_naming_both_eras(tmp_path, topic):
+    """No multi-dispatched record, or one of an ordinary topic (every 5.1.x writes its %LMQ% entry): the plans under
+    5.1.1 and 5.1.2-5.1.4 are equal, so recover goes ahead and says it considered both."""
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), topic)
+    code, out, err = _cli("recover", root, "--dry-run", "-f", "json")
+    assert code == 0, err
+    plan = json.loads(out)
+    assert "considered E15b-E16 (5.1.2-5.1.4), E15a (5.1.1): the plans are equal" in plan["version_source"]
+    assert [q["added"] for q in plan["queues"] if q["topic"] == LMQ_QUEUE] == ([1] if topic else [])
+
+
+def test_a_broker_without_multi_dispatch_plans_once(tmp_path):
+    """``enableMultiDispatch=false`` in the broker's config: the LMQ rule cannot change the plan and the record of
+    the delay topic is planned under one set of rules, with no %LMQ% entry."""
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), "SCHEDULE_TOPIC_XXXX")
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=false\n")
+    code, out, err = _cli("recover", root, "--dry-run", "-f", "json", "--broker-config", conf)
+    assert code == 0, err
+    plan = json.loads(out)
+    assert plan["version_source"].startswith("detected: E15a-E16 (5.1.1-5.1.4), alike for this store")
+    assert not [q for q in plan["queues"] if q["topic"] == LMQ_QUEUE]
+
+
+def test_lmq_records_of_a_retry_topic_refuse_between_5_1_0_and_5_1_1(tmp_path):
+    """The same rule one era earlier: 5.1.0 writes a %RETRY% record's %LMQ% entry, 5.1.1+ do not
+    (``ConsumeQueue.checkMultiDispatchQueue`` @5.1.0/5.1.1). Without the confirmPhyOffset mark a 5.1.x store
+    leaves E14-E16; before, it was planned under 5.1.4's variant alone."""
+    retry = next(t for t in manifest("5.1.4", "crashed-small")["messages"] if t["topic"].startswith("%RETRY%"))["topic"]
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path), retry, confirm=False)
+    code, out, err = _cli("rebuild-cq", root, "--dry-run")
+    message = " ".join(err.split())
+    assert code == EXIT_REFUSED and "differs between E15b-E16 (5.1.2-5.1.4) and E14 (5.1.0)" in message and "lmq_rule" in message, err
+    for given, added in (("5.1.0", [1]), ("5.1.1", [])):
+        code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", "--broker-version", given)
+        assert code == 0, err
+        assert [q["added"] for q in json.loads(out)["queues"] if q["topic"] == LMQ_QUEUE] == added

@@ -151,8 +151,8 @@ def test_version_is_detected(version):
 @pytest.mark.parametrize("version,confirm,label", [
     ("3.2.6", 1 << 47, "E0 (3.2.6)"),  # a bit flipped into the field: past the log's end, damage, not a 5.1.1+ mark
     ("3.2.6", 1024, "E0 (3.2.6)"),  # within the log but inside a record (damage seed 3000240): damage too
-    ("5.1.4", "record", "E15-E16 (5.1.1-5.1.4)"),  # a record's start, as CommitLog.setConfirmOffset writes: the 5.1.1+ mark
-    ("5.1.4", "end", "E15-E16 (5.1.1-5.1.4)"),  # the end of the data (the recovery's processOffset): the mark too
+    ("5.1.4", "record", "E15a-E16 (5.1.1-5.1.4)"),  # a record's start, as CommitLog.setConfirmOffset writes: the 5.1.1+ mark
+    ("5.1.4", "end", "E15a-E16 (5.1.1-5.1.4)"),  # the end of the data (the recovery's processOffset): the mark too
 ])
 def test_a_checkpoint_confirm_offset_is_a_version_mark_only_at_a_record_boundary(tmp_path, version, confirm, label):
     """The checkpoint's confirmPhyOffset (bytes 32..39, written from 5.1.1) is a record boundary of the commit log

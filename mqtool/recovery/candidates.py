@@ -39,8 +39,8 @@ def _effect(plan: Plan) -> dict[str, Any]:
         "mode": doc.get("mode"),
         "commitlog": {k: cl.get(k) for k in ("valid_end", "zero_from", "zero_to", "delete_segments")},
         "lost": lost.get("count"),
+        "queues": {f"{q['topic']}/{q['queue_id']}": {k: q[k] for k in ("min_after", "max_after", "cut", "added", "fillers", "resurrected")} for q in doc.get("queues") or []},
         "dispatch": {k: sum(p[k] for p in dispatch) for k in ("cq_records", "scheduled_with_tags_hash")},
-        "queues": [{k: q[k] for k in ("topic", "queue_id", "min_after", "max_after", "cut", "added", "fillers", "resurrected")} for q in doc.get("queues") or []],
         "index": [(f["name"], f["action"], f["entries_after"]) for f in index.get("files") or []] + [index.get("keys_added")],
         "checkpoint": {k: v for k, v in after.items() if k not in IMMATERIAL},
         "remove_abort": doc.get("remove_abort"),
@@ -49,9 +49,10 @@ def _effect(plan: Plan) -> dict[str, Any]:
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """The first differing leaves of two plan documents, as (path, value in a, value in b)."""
-    if isinstance(a, dict) and isinstance(b, dict) and a.keys() == b.keys():
-        pairs = [(f"{path}.{key}" if path else key, a[key], b[key]) for key in a]
+    """The first differing leaves of two plan documents, as (path, value in a, value in b); a key only one
+    has (a queue only one plan writes) is a leaf, None on the other side."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        pairs = [(f"{path}.{key}" if path else key, a.get(key), b.get(key)) for key in [*a, *(k for k in b if k not in a)]]
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         pairs = [(f"{path}[{i}]", x, y) for i, (x, y) in enumerate(zip(a, b))]
     else:

@@ -2,7 +2,8 @@
 
 Every rule that changes the bytes on disk or the recovery outcome changed at some release; a
 maximal run of releases that follow the same variant of every rule is an *era* (E0 = 3.2.6 ...
-E18 = 5.3.2-5.3.3). ``ERAS`` lists them in release order (4.9.5-4.9.8 branch off 4.9.4 but sort
+E18 = 5.3.2-5.3.3; the file's E15 is split here into E15a = 5.1.1 and E15b = 5.1.2 by the LMQ rule, §3.12,
+a rule that changes inside it). ``ERAS`` lists them in release order (4.9.5-4.9.8 branch off 4.9.4 but sort
 between 4.9.4 and 5.0.0, and no rule first seen in 5.0.0 is in them). ``VersionRules`` answers,
 for one version, which variant of each rule it follows, by era: readers and planners ask it
 instead of comparing versions themselves. Each property names its row of the rules file (§ = row
@@ -96,7 +97,8 @@ _ERA_ROWS = (  # name, first and last release, representative, what sets it apar
     ("E12", "4.9.3", "4.9.8", "4.9.7", "wrong-length file refused again; batch separator fixed; LMQ"),
     ("E13", "5.0.0", "5.0.0", "5.0.0", "abort holds the PID, abort.bak, stateVersion, timer store, reput from the commit log max"),
     ("E14", "5.1.0", "5.1.0", "5.1.0", "config persisted in place, V2 records, compaction store"),
-    ("E15", "5.1.1", "5.1.2", "5.1.1", "checkpoint confirmPhyOffset"),
+    ("E15a", "5.1.1", "5.1.1", "5.1.1", "checkpoint confirmPhyOffset; LMQ multi-dispatch skips %RETRY% topics"),
+    ("E15b", "5.1.2", "5.1.2", "5.1.2", "LMQ multi-dispatch also skips rmq_sys_wheel_timer, SCHEDULE_TOPIC_XXXX and queue names holding /"),
     ("E16", "5.1.3", "5.1.4", "5.1.4", "a zero-length last commit log file is deleted at load"),
     ("E17", "5.2.0", "5.3.1", "5.3.1", "trailing \\x02 back; queues truncated before the commit log"),
     ("E18", "5.3.2", "5.3.3", "5.3.3", "normal recovery starts at the queues' max and dispatches"),
@@ -175,7 +177,7 @@ class VersionRules:
     abnormal_truncates_cq_always = _rule(before="E4")
     """§2.8: up to 4.3.1 abnormal recovery truncates the consume queues always; from 4.3.2 only when they reach past the log's end."""
 
-    writes_confirm_offset = _rule("E15")
+    writes_confirm_offset = _rule("E15a")
     """§2.10, §6.1: 5.1.1+ write the checkpoint's confirmPhyOffset (start of the last valid record)."""
 
     dispatches_at_put_time = _rule(before="E1")
@@ -224,11 +226,14 @@ class VersionRules:
     @property
     def lmq_rule(self) -> int:
         """§3.12: the records whose ``INNER_MULTI_DISPATCH`` ``checkMultiDispatchQueue`` skips (``formats.dispatch.LMQ_SKIP_*``):
-        none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1, also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX (and queue
-        names holding "/") in 5.1.2-5.1.4 (``ConsumeQueue``), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``).
-        Inside era E15 by release: 5.1.2 differs from 5.1.1 here only."""
-        for first, rule in (("5.2.0", LMQ_SKIP_SYSTEM), ("5.1.2", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("5.1.1", LMQ_SKIP_RETRY)):
-            if self.version >= _v(first):
+        none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1 (E15a), also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX and queue
+        names holding "/" in 5.1.2-5.1.4 (E15b-E16; ``ConsumeQueue.checkMultiDispatchQueue``, ``multiDispatchLmqQueue``
+        @5.1.2: the rules file dates the "/" rule 5.2.0), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``). The
+        rules file's E15 (5.1.1-5.1.2) holds two variants: split here into E15a and E15b so that a store that could be
+        either is planned under both (a planning rule)."""
+        index = self.era.index
+        for since, rule in (("E17", LMQ_SKIP_SYSTEM), ("E15b", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("E15a", LMQ_SKIP_RETRY)):
+            if index >= _BY_NAME[since].index:
                 return rule
         return LMQ_SKIP_NONE
 
@@ -259,7 +264,7 @@ PLANNING_RULES = (
     "abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "writes_confirm_offset",
     "dispatches_at_put_time", "reput_from_cq_max", "wrong_length_file_ignored", "zero_length_last_file_deleted",
     "delay_table_missing_in_recovery", "cq_dedup_by_end", "cq_repeat_guard", "cq_min_offset_v5",
-    "indexes_uniq_key_and_commit", "index_counts_used_slots", "v5", "dledger_abnormal_redispatch",
+    "indexes_uniq_key_and_commit", "index_counts_used_slots", "v5", "dledger_abnormal_redispatch", "lmq_rule",
 )
 
 

@@ -277,7 +277,7 @@ def _checkpoint_marks(cp, commitlog) -> list[tuple[str, frozenset]]:
     otherwise make it a 5.x store: damage seed 3000240)."""
     marks = []
     end = commitlog.end_of_files
-    for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15", "E18")),
+    for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15a", "E18")),
                               ("masterFlushedOffset", cp.master_flushed_offset, eras_between("E13", "E18"))):
         if 0 < value <= end and _record_boundary(commitlog, value):
             return marks + [(f"checkpoint holds {name}", eras)]
