@@ -11,7 +11,6 @@ from ..errors import Refused
 from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import StopReason
-from ..store.dledgerstart import first_load_blank
 from ..store.rules import BrokerVersion, VersionRules
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset, recovery_start
 from .lost import record_at
@@ -206,11 +205,13 @@ class MixedFirstLoad(ClassicLog):
     def log_actions(self, run: RecoveryRun) -> list[Action]:
         """The 8-byte end-of-file blank DLedgerCommitLog then writes at the recovered end, unless one is there
         (``dledgerstart.FirstLoadBlank``: rules §8.4, reference §15.5); refused where that load fails."""
+        from ..store.dledgerstart import first_load_blank  # a DLedger module: loaded for DLedger stores only
+
         blank = first_load_blank(run.store, run.rules, run.end) if run.dispatching else None
-        if blank is None or blank.present:
-            return []
-        if blank.failure is not None:
+        if blank is not None and blank.failure is not None:
             raise Refused(f"{blank.failure}; mqtool does not plan that recovery")
+        if blank is None or not blank.writes:
+            return []
         return [Action("write-blank", rel(run.store, blank.path), blank.position, blank.file_size,
                        f"DLedger's first load of the classic commit log: an end-of-file blank at {blank.offset}, "
                        f"its data start at {blank.divided_offset} (dividedCommitlogOffset)")]

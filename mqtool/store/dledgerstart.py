@@ -147,6 +147,11 @@ class FirstLoadBlank:
         return clfmt.encode_blank(self.file_size - self.position)
 
     @property
+    def writes(self) -> bool:
+        """Whether the broker writes the blank (none there, and its load does not fail first)."""
+        return not self.present and self.failure is None
+
+    @property
     def failure(self) -> str | None:
         """Why the broker's load fails here, or None: with fewer than 8 bytes left the two ``getInt`` of the
         check throw ``BufferUnderflowException``, which ``DefaultMessageStore.load`` catches ("load exception")."""

@@ -92,8 +92,6 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``)."""
     if store.recovers_dledger_data:
         return dledger_next_start(store)
-    from .dledgerstart import first_load_blank
-
     start = start_of(store)  # a DLedger broker with no data file recovers the classic commit log
     why = log_refusal(store)
     if why is not None:
@@ -104,10 +102,14 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         end = walked
     else:
         _, end = logical_end(store, start.offset)
-    blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
+    blank = None
+    if store.is_dledger:  # no DLedger data file: the first load's blank after this recovery (a DLedger module)
+        from .dledgerstart import first_load_blank
+
+        blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
+    failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), (blank and blank.failure) or queue_refusal(store),
-                     blank.offset if blank is not None and not blank.present and blank.failure is None else None)
+                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store), blank.offset if blank is not None and blank.writes else None)
 
 
 def dledger_next_start(store: Store) -> NextStart:
