@@ -813,6 +813,8 @@ def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_r
     assert segment.read_bytes() == original[:position] + written + original[position + 8 :]
     again = _recover_doc(store_dir, version)
     assert again["actions"] == [] and again["commitlog"]["valid_end"] == end and again["next_start"]["blank_at"] is None
+    findings = [json.loads(line) for line in _cli("verify", store_dir, "--broker-version", version, "--format", "jsonl").stdout.splitlines()]
+    assert "data-after-end" not in {f.get("kind") for f in findings}  # the blank is no data after the end
 
     done = _cli("restore", tmp_path / "backup", "--yes")
     assert done.exit_code == 0, done.output[-2000:]
@@ -835,6 +837,7 @@ def test_a_first_load_whose_log_already_ends_with_a_blank_writes_nothing(tmp_pat
     assert [a for a in plan.actions if a.path.startswith("commitlog/")] == [] and plan.commitlog.valid_end == end  # 5.3.3: its checkpoint is written
     for command in (["info", "--format", "json"], ["verify", "--format", "json"]):
         done = _cli(command[0], store_dir, "--broker-version", version, *command[1:])
+        assert done.exit_code == 0, (command, done.output[-2000:])  # verify: sound, the blank is no data after the end
         doc = json.loads(done.stdout)
         ns = (doc.get("summary") or doc)["next_start"]
         assert ns["logical_end"] == end and ns["blank_at"] is None and "blank" not in ns["line"], command
