@@ -590,11 +590,12 @@ def test_a_dledger_broker_s_first_load_of_a_classic_log_has_one_next_start_in_ev
     commit log, an empty DLedger data folder, the abort file. Before: `verify` crashed the process
     (a segmentation fault: it read each classic record's 48 bytes before as a DLedger entry header,
     before the file's start for the first) and `info` and `recover` ended in an internal error (the
-    DLedger start file of no data file). Now all three say the same next start, as the plan does."""
+    DLedger start file of no data file). Now all three say the same next start, as the plan does, the
+    end-of-file blank DLedgerCommitLog writes after the recovery included."""
     import subprocess
     import sys
 
-    from conftest import copy_store
+    from conftest import copy_store, recovered
 
     store_dir = copy_store("4.9.7", "crashed-small", tmp_path)
     (store_dir / "dledger-n0" / "data").mkdir(parents=True)
@@ -605,7 +606,8 @@ def test_a_dledger_broker_s_first_load_of_a_classic_log_has_one_next_start_in_ev
         assert done.returncode in (0, 1, 4) and "internal error" not in done.stderr, (command, done.returncode, done.stderr[-2000:])  # 4: a plan, not applied
         doc = json.loads(done.stdout.splitlines()[-1]) if command[0] == "verify" else json.loads(done.stdout)
         lines.append((doc.get("summary") or doc)["next_start"]["line"])
-    assert len(set(lines)) == 1 and lines[0].endswith(f"recovery scanning from {scan_from}"), lines
+    end = recovered("4.9.7", "crashed-small")["commitLog"]["maxOffset"]  # DLedger's first load then writes its blank there
+    assert len(set(lines)) == 1 and lines[0].endswith(f"recovery scanning from {scan_from}; then DLedger's first load writes an end-of-file blank at {end}"), lines
 
 
 # ---- Spark splits over DLedger data ------------------------------------------------------------
@@ -752,3 +754,120 @@ def test_stats_survivors_and_salvage_read_the_messages_inside_the_entries(tmp_pa
     for m in messages:
         row = rows[m["msgId"]]
         assert (row["status"], row["offset"], row["consumable"]) == ("found" if m["dispatched"] else "found-not-consumable", m["commitLogOffset"], m["dispatched"]), m["seq"]
+
+
+# ---- a DLedger broker's first load of a classic commit log: the end-of-file blank ----------------
+
+SEGMENT = 1 << 20  # the fixtures' commit log file size
+BLANK_MAGIC = bytes.fromhex("cbd43194")  # CommitLog.BLANK_MAGIC_CODE
+
+
+def _first_load(version: str, name: str, tmp_path):
+    """A classic fixture store given to a DLedger broker: its data folder, still empty."""
+    from conftest import copy_store
+
+    store_dir = copy_store(version, name, tmp_path)
+    (store_dir / "dledger-n0" / "data").mkdir(parents=True)
+    return store_dir
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _recover_doc(store_dir, version) -> dict:
+    done = _cli("recover", store_dir, "--broker-version", version, "--format", "json")
+    assert done.exit_code in (0, 4), done.output[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("version,name", [("4.9.7", "crashed-small"), ("5.3.3", "crashed-small"), ("4.9.7", "clean-small"), ("5.3.3", "clean-small")])
+def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_restore_takes_it_back(tmp_path, version, name):
+    """DLedgerCommitLog, after the classic recovery of a store without DLedger data (``recover`` @4.5.1-5.1.4,
+    ``setRecoverPosition`` @5.2.0-5.3.3; rules §8.4), writes at the last file's wrote position TOTALSIZE = the
+    bytes left and the BLANK magic. Before: the plan stopped at the classic recovery and left that write to the
+    broker. Now `recover` plans it at the end the real broker recovered, `--yes` writes those 8 bytes and
+    nothing else of the file, the next plan finds the blank and plans nothing, and `restore` gives the store back."""
+    from conftest import recovered
+    from test_undo import snapshot
+
+    store_dir = _first_load(version, name, tmp_path)
+    end = recovered(version, name)["commitLog"]["maxOffset"] if name.startswith("crashed") else manifest(version, name)["commitLogMaxOffset"]
+    base, position = end - end % SEGMENT, end % SEGMENT
+    segment = store_dir / "commitlog" / f"{base:020d}"
+    plan = _recover_doc(store_dir, version)
+    assert [(a["op"], a["path"], a["start"], a["end"]) for a in plan["actions"] if a["path"] == f"commitlog/{base:020d}"] == [
+        ("write-blank", f"commitlog/{base:020d}", position, SEGMENT)]
+    assert plan["commitlog"]["valid_end"] == end and plan["next_start"]["blank_at"] == end
+    assert plan["next_start"]["line"].endswith(f"then DLedger's first load writes an end-of-file blank at {end}")
+    before, original = snapshot(store_dir), segment.read_bytes()
+    assert original[position + 4 : position + 8] != BLANK_MAGIC
+
+    done = _cli("recover", store_dir, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0, done.output[-2000:]
+    written = (SEGMENT - position).to_bytes(4, "big") + BLANK_MAGIC
+    assert segment.read_bytes() == original[:position] + written + original[position + 8 :]
+    again = _recover_doc(store_dir, version)
+    assert again["actions"] == [] and again["commitlog"]["valid_end"] == end and again["next_start"]["blank_at"] is None
+    findings = [json.loads(line) for line in _cli("verify", store_dir, "--broker-version", version, "--format", "jsonl").stdout.splitlines()]
+    assert "data-after-end" not in {f.get("kind") for f in findings}  # the blank is no data after the end
+
+    done = _cli("restore", tmp_path / "backup", "--yes")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert snapshot(store_dir) == before
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_a_first_load_whose_log_already_ends_with_a_blank_writes_nothing(tmp_path, version):
+    """The int 4 bytes past the wrote position is the BLANK magic (a first load that wrote it and stopped
+    before the first DLedger entry): ``needWriteMagicCode`` is false, so the broker writes nothing and
+    neither the plan nor the next start of `info` and `verify` names a blank."""
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = _first_load(version, "clean-small", tmp_path)
+    end = manifest(version, "clean-small")["commitLogMaxOffset"]
+    segment = store_dir / "commitlog" / f"{end - end % SEGMENT:020d}"
+    _patch(segment, end % SEGMENT, (SEGMENT - end % SEGMENT).to_bytes(4, "big") + BLANK_MAGIC)
+    with Store.open(store_dir, version=version) as store:
+        plan = plan_recover(store)
+    assert [a for a in plan.actions if a.path.startswith("commitlog/")] == [] and plan.commitlog.valid_end == end  # 5.3.3: its checkpoint is written
+    for command in (["info", "--format", "json"], ["verify", "--format", "json"]):
+        done = _cli(command[0], store_dir, "--broker-version", version, *command[1:])
+        assert done.exit_code == 0, (command, done.output[-2000:])  # verify: sound, the blank is no data after the end
+        doc = json.loads(done.stdout)
+        ns = (doc.get("summary") or doc)["next_start"]
+        assert ns["logical_end"] == end and ns["blank_at"] is None and "blank" not in ns["line"], command
+
+
+@pytest.mark.parametrize("left", [0, 4])
+def test_a_first_load_ending_fewer_than_8_bytes_before_the_file_s_end_is_refused(tmp_path, left):
+    """A record ending ``left`` bytes before its file's end (the broker never writes one: it leaves room for
+    a blank): DLedgerCommitLog reads two ints at the wrote position and throws BufferUnderflowException,
+    ``DefaultMessageStore.load`` fails and the broker does not start. The plan is refused, and the next
+    start of `info` says why."""
+    from mqtool.errors import Refused
+    from mqtool.formats import commitlog as clfmt
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = _first_load("4.9.7", "clean-small", tmp_path)
+    m = manifest("4.9.7", "clean-small")
+    last = max(m["messages"], key=lambda x: x["commitLogOffset"])
+    end = m["commitLogMaxOffset"]
+    segment = store_dir / "commitlog" / f"{end - end % SEGMENT:020d}"
+    with Store.open(store_dir, version="4.9.7") as store:
+        record = store.commitlog.read_record(last["commitLogOffset"])
+    fixed = len(clfmt.encode_message(record._replace(body=b""), compute_crc=True))
+    body = bytes(SEGMENT - left - end % SEGMENT - fixed)
+    raw = clfmt.encode_message(record._replace(body=body, phys_offset=end, queue_offset=record.queue_offset + 1), compute_crc=True)
+    assert end % SEGMENT + len(raw) == SEGMENT - left
+    _patch(segment, end % SEGMENT, raw)
+    with Store.open(store_dir, version="4.9.7") as store:
+        with pytest.raises(Refused, match="BufferUnderflowException"):
+            plan_recover(store)
+    done = _cli("info", store_dir, "--broker-version", "4.9.7", "--format", "json")
+    ns = json.loads(done.stdout)["next_start"]
+    assert "BufferUnderflowException" in ns["reason"] and ns["logical_end"] == end - end % SEGMENT + SEGMENT - left and ns["blank_at"] is None

@@ -246,6 +246,13 @@ class Executor:
 
     _pad_blank = _resize
 
+    def _write_blank(self, action) -> None:
+        """An 8-byte end-of-file blank at ``start`` of a commit log segment ``end`` bytes long (TOTALSIZE = the
+        bytes left, BLANK magic): a DLedger broker's first load of the classic log (``logkinds.MixedFirstLoad``)."""
+        self.backup.backup_range(action.path, action.start, action.start + clfmt.BLANK_HEADER_SIZE)
+        durability_point("range backed up")
+        write_range(self.root / action.path, action.start, clfmt.encode_blank(action.end - action.start))
+
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
         (``CutSegment``) or an entry's own fields (``unit_fixes``)."""

@@ -131,6 +131,7 @@ def _header(born_host: str, store_host: str) -> FixedLayout:
 
 
 _PREFIX = written(("total_size", "l"), ("magic_code", "l"))  # derive_fixed(CommitLogBlankStruct)
+BLANK_HEADER_SIZE = _PREFIX.codec.size  # TOTALSIZE and the magic: an 8-byte blank (CommitLog.END_FILE_MIN_BLANK_LENGTH)
 HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
     (born_v6, store_v6): _header("16s" if born_v6 else "4s", "16s" if store_v6 else "4s")
     for born_v6 in (False, True) for store_v6 in (False, True)

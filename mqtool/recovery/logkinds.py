@@ -15,7 +15,7 @@ from ..store.rules import BrokerVersion, VersionRules
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset, recovery_start
 from .lost import record_at
 from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
-from .planparts import PhaseCounts, ScanResult
+from .planparts import PhaseCounts, ScanResult, rel
 from .queues import QueueSim
 
 if TYPE_CHECKING:
@@ -108,6 +108,10 @@ class LogKind:
         """The start-up reput's start where the version does not reput from the max CQ offset."""
         return None
 
+    def log_actions(self, run: RecoveryRun) -> list[Action]:
+        """Writes to the commit log after its cut (``MixedFirstLoad``'s end-of-file blank)."""
+        return []
+
     def actions(self, run: RecoveryRun) -> list[Action]:
         """Changes to files of this log kind beside the commit log, queues and index."""
         return []
@@ -197,6 +201,20 @@ class MixedFirstLoad(ClassicLog):
 
     def truncates_queues(self, run: RecoveryRun) -> bool:
         return super().truncates_queues(self._log_run(run))
+
+    def log_actions(self, run: RecoveryRun) -> list[Action]:
+        """The 8-byte end-of-file blank DLedgerCommitLog then writes at the recovered end, unless one is there
+        (``dledgerstart.FirstLoadBlank``: rules §8.4, reference §15.5); refused where that load fails."""
+        from ..store.dledgerstart import first_load_blank  # a DLedger module: loaded for DLedger stores only
+
+        blank = first_load_blank(run.store, run.rules, run.end) if run.dispatching else None
+        if blank is not None and blank.failure is not None:
+            raise Refused(f"{blank.failure}; mqtool does not plan that recovery")
+        if blank is None or not blank.writes:
+            return []
+        return [Action("write-blank", rel(run.store, blank.path), blank.position, blank.file_size,
+                       f"DLedger's first load of the classic commit log: an end-of-file blank at {blank.offset}, "
+                       f"its data start at {blank.divided_offset} (dividedCommitlogOffset)")]
 
     def notes(self, run: RecoveryRun) -> list[str]:
         notes = super().notes(self._log_run(run))

@@ -368,7 +368,7 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     root, cl = store.path(), store.commitlog
     start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
     read = [seg.path for seg in cl.segments if seg.end_offset > start]
-    changed = {root / a.path for a in plan.actions if a.op in ("zero-range", "delete")}
+    changed = {root / a.path for a in plan.actions if a.op in ("zero-range", "delete", "write-blank")}
     for q in plan.queues:
         sim = sims[(q.topic, q.queue_id)]
         read += sim.original.values()

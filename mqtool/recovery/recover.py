@@ -140,11 +140,11 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
 
 
 def _cut(run: RecoveryRun, kind: LogKind) -> None:
-    """4. the commit log cut (``truncateDirtyFiles``, §8.9) and, if the CQs reach the cut,
-    ``truncateDirtyLogicFiles`` (§5.8); ``destroyLogics`` without a segment (§8.10)."""
+    """4. the commit log cut (``truncateDirtyFiles``, §8.9), then the log kind's writes after it, and, if the CQs
+    reach the cut, ``truncateDirtyLogicFiles`` (§5.8); ``destroyLogics`` without a segment (§8.10)."""
     store, rules, end = run.store, run.rules, run.end
     run.cl_plan, lost, actions = commitlog_plan(store, run.scan, run.options.lost_limit, run.legacy, rules.accepts_v2_magic)
-    run.actions += actions + _empty_last_segment(store, rules, run.notes)
+    run.actions += actions + _empty_last_segment(store, rules, run.notes) + kind.log_actions(run)
     run.lost = unreadable_from_queues(lost, run.sims, end, run.cl_plan.first_invalid)
     _lost_notes(run)
     segments = store.commitlog.segments

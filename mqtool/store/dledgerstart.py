@@ -5,7 +5,10 @@ for the next start (``nextstart``) and the DLedger recovery plan (``recovery.dle
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..fileops import read_range
+from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
 from .commitlog import ScanEnd, StopReason
 from .dledger import DLedgerCommitLog, EntryScan, entry_problem, unit_matches
@@ -114,3 +117,61 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
     if abnormal and dispatches_on_abnormal(version) and not full_scan:
         return abnormal_start(store, index_safe)
     return ScanStart(dl.start_file, cl.segments[dl.start_file].base_offset if cl.segments else 0, "DLedgerMmapFileStore.recover: the third-from-last data file")
+
+
+@dataclass(frozen=True)
+class FirstLoadBlank:
+    """The end-of-file blank a DLedger broker writes on its first load of a classic commit log (rules
+    §8.4, reference §15.5; ``DLedgerCommitLog.recover`` @4.5.1-5.1.4, ``setRecoverPosition`` @5.2.0-5.3.3):
+    after the classic recovery, at the wrote position ``position`` of the last commit log file (where
+    ``truncateDirtyFiles`` left it, or its size when the recovery ended at its end), TOTALSIZE = the bytes
+    left and the BLANK magic, unless the int 4 bytes past that position already is the BLANK magic
+    (``present``); ``dividedCommitlogOffset`` becomes the file's end."""
+
+    path: Path
+    base_offset: int
+    position: int
+    file_size: int  # the mapped file's size: the blank's bytes left run to it
+    present: bool  # a BLANK magic is there already: nothing is written
+
+    @property
+    def offset(self) -> int:
+        return self.base_offset + self.position
+
+    @property
+    def divided_offset(self) -> int:
+        return self.base_offset + self.file_size
+
+    @property
+    def data(self) -> bytes:
+        return clfmt.encode_blank(self.file_size - self.position)
+
+    @property
+    def writes(self) -> bool:
+        """Whether the broker writes the blank (none there, and its load does not fail first)."""
+        return not self.present and self.failure is None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the broker's load fails here, or None: with fewer than 8 bytes left the two ``getInt`` of the
+        check throw ``BufferUnderflowException``, which ``DefaultMessageStore.load`` catches ("load exception")."""
+        left = self.file_size - self.position
+        if left >= clfmt.BLANK_HEADER_SIZE:
+            return None
+        return (f"{self.path.name}: the classic recovery ends {left} byte(s) before the file's end, and a DLedger broker's first load of the "
+                f"classic commit log reads 8 bytes there (DLedgerCommitLog: BufferUnderflowException), so its load fails and it does not start")
+
+
+def first_load_blank(store: Store, rules: VersionRules, end: int) -> FirstLoadBlank | None:
+    """The ``FirstLoadBlank`` of a DLedger store without data files (``MixedFirstLoad``) whose classic recovery
+    ends at ``end``; None for any other store, a broker before 4.5.0 or no commit log file (``getLastMappedFile``
+    is null: nothing is written)."""
+    cl = store.commitlog
+    if not store.is_dledger or store.recovers_dledger_data or not rules.dledger_commitlog or not cl.segments:
+        return None
+    index = cl.segment_index(end)  # truncateDirtyFiles keeps the file holding ``end`` last; none: the last file is whole
+    seg = cl.segments[-1] if index is None else cl.segments[index]
+    position = min(max(end - seg.base_offset, 0), seg.size)
+    head = read_range(seg.path, position, position + clfmt.BLANK_HEADER_SIZE)
+    present = len(head) == clfmt.BLANK_HEADER_SIZE and int.from_bytes(head[4:], "big", signed=True) == clfmt.BLANK_MAGIC
+    return FirstLoadBlank(seg.path, seg.base_offset, position, seg.size, present)

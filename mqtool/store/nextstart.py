@@ -48,6 +48,7 @@ class NextStart:
     end_reason: str
     dropped_messages: int | None
     refused: str | None = None  # why the broker does not start (``log_refusal``; ``queue_refusal``: the figures are once it is fixed)
+    blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
 
     @property
     def reason(self) -> str:
@@ -61,7 +62,7 @@ class NextStart:
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "logical_end": self.logical_end, "dropped_messages": self.dropped_messages, "reason": self.reason,
-                "scan_from": self.scan_from, "line": self.line()}
+                "scan_from": self.scan_from, "blank_at": self.blank_at, "line": self.line()}
 
     def line(self) -> str:
         refuses = f"the broker's next start refuses to start: {self.refused}"
@@ -69,6 +70,8 @@ class NextStart:
             return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
+        if self.blank_at is not None:
+            keeps += f"; then DLedger's first load writes an end-of-file blank at {self.blank_at}"
         return f"{refuses}; with that file fixed, it {keeps}" if self.refused else f"the broker's next start {keeps}"
 
     @classmethod
@@ -78,7 +81,8 @@ class NextStart:
         cl = plan.commitlog
         if plan.mode is None or cl is None:
             return None
-        return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0, plan.refused)
+        blank_at = next((int(os.path.basename(a.path)) + a.start for a in plan.actions if a.op == "write-blank"), None)
+        return cls(plan.mode, cl.scan_from, cl.scan_rule, cl.min_offset, cl.valid_end, cl.end_reason, plan.lost.count if plan.lost else 0, plan.refused, blank_at)
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
@@ -98,8 +102,14 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         end = walked
     else:
         _, end = logical_end(store, start.offset)
+    blank = None
+    if store.is_dledger:  # no DLedger data file: the first load's blank after this recovery (a DLedger module)
+        from .dledgerstart import first_load_blank
+
+        blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
+    failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), queue_refusal(store))  # rules: of the newest era left
+                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store), blank.offset if blank is not None and blank.writes else None)
 
 
 def dledger_next_start(store: Store) -> NextStart:

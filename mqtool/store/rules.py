@@ -253,6 +253,9 @@ class VersionRules:
 
     # ---- §8 5.x stores ---------------------------------------------------------------------------
 
+    dledger_commitlog = _rule("E5")
+    """§8.3, §8.4: from 4.5.0 a DLedger commit log; its first load of a classic one writes an end-of-file blank at the recovered end."""
+
     dledger_abnormal_redispatch = _rule("E17")
     """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
 
@@ -264,7 +267,7 @@ PLANNING_RULES = (
     "abnormal_stops_at_length_mismatch", "abnormal_truncates_cq_always", "writes_confirm_offset",
     "dispatches_at_put_time", "reput_from_cq_max", "wrong_length_file_ignored", "zero_length_last_file_deleted",
     "delay_table_missing_in_recovery", "cq_dedup_by_end", "cq_repeat_guard", "cq_min_offset_v5",
-    "indexes_uniq_key_and_commit", "index_counts_used_slots", "v5", "dledger_abnormal_redispatch", "lmq_rule",
+    "indexes_uniq_key_and_commit", "index_counts_used_slots", "v5", "dledger_commitlog", "dledger_abnormal_redispatch", "lmq_rule",
 )
 
 

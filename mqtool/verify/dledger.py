@@ -13,8 +13,10 @@ from typing import Iterator
 
 import numpy as np
 
+from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
 from ..store import Store
+from ..store.commitlog import StopReason
 from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog
@@ -166,9 +168,12 @@ class DLedgerLogCheck:
             return
         seg = cl.segments[index]
         if end.is_clean:
+            # the classic log of a store without data files ending at a blank: the one DLedger's first load writes
+            # (``dledgerstart.FirstLoadBlank``) is no data after the end
+            skip = clfmt.BLANK_HEADER_SIZE if end.reason == StopReason.BLANK_LAST and not cl.is_entry_file(seg) else 0
             with MappedFile(seg.path, seg.base_offset) as mf:
                 array = fs.as_array(mf.buf)
-                nz = fs.first_nonzero(array, end.offset - seg.base_offset, mf.size)
+                nz = fs.first_nonzero(array, min(end.offset - seg.base_offset + skip, mf.size), mf.size)
                 del array
             if nz >= 0:
                 yield warning("data-after-end", "non-zero bytes after the last entry: DLedger's recovery ignores them and the next append overwrites them", file=relative(self.store, seg.path), offset=seg.base_offset + nz)
