@@ -205,8 +205,8 @@ def _tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True):
-    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``%LMQ%e15`` (offset 0), made
+def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True, queue: str = LMQ_QUEUE):
+    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``queue`` (offset 0), made
     from the store's last record of ``like`` (default ``topic``: its delay properties and next queue offset kept; a
     topic the store lacks starts at queue offset 0), or no record when ``topic`` is None; and with ``confirm`` set the
     checkpoint's confirmPhyOffset to the last record's start, as 5.1.1+ write it (``CommitLog.setConfirmOffset``):
@@ -217,7 +217,7 @@ def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None
     last_start = records[-1].offset
     if topic is not None:
         base = [r for r in records if r.topic_name == (like or topic)][-1]
-        props = {**base.property_map(), "INNER_MULTI_DISPATCH": LMQ_QUEUE, "INNER_MULTI_QUEUE_OFFSET": "0"}
+        props = {**base.property_map(), "INNER_MULTI_DISPATCH": queue, "INNER_MULTI_QUEUE_OFFSET": "0"}
         fields = {**base._asdict(), "topic": topic.encode(), "phys_offset": end, "queue_offset": 0 if like else base.queue_offset + 1,
                   "properties": encode_properties(props, trailing_separator=False)}  # 5.1.x: no trailing \x02 (§1.6)
         raw = clfmt.encode_message(fields)
@@ -325,3 +325,19 @@ def test_lmq_records_of_a_retry_topic_refuse_between_5_1_0_and_5_1_1(tmp_path):
         code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", "--broker-version", given)
         assert code == 0, err
         assert [q["added"] for q in json.loads(out)["queues"] if q["topic"] == LMQ_QUEUE] == added
+
+
+@pytest.mark.parametrize("queue", ["%LMQ%../../../outside", "%LMQ%a/0", "%LMQ%x/../TopicTest"])
+def test_an_lmq_queue_name_that_is_no_directory_of_its_own_is_refused_where_the_broker_writes_it(tmp_path, queue):
+    """4.9.3-5.1.1 do not skip LMQ queue names holding "/" (5.1.2+ do, rules §3.12): the broker joins them into
+    ``consumequeue/<name>/0``, a path outside the store or beside another queue's files. Before: the plan placed
+    such a queue and ``--yes`` stopped at "files written differ from the plan ... please report this". Now the
+    plan is refused where that release writes the queue, naming it, and nothing is written; 5.1.2 plans it away."""
+    root = _append_multi_dispatched(copy_store("5.1.4", "crashed-small", tmp_path / "s"), "TopicTest", queue=queue)
+    before = _tree(tmp_path)
+    for command in ("rebuild-cq", "recover"):
+        code, out, err = _cli(command, root, "--yes", "--broker-version", "5.1.1")
+        assert code == EXIT_REFUSED and "mqtool does not write there" in " ".join(err.split()) and repr(queue) in err, err
+        assert _tree(tmp_path) == before
+    code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", "--broker-version", "5.1.2")
+    assert code == 0 and not [q for q in json.loads(out)["queues"] if q["topic"] == queue], err

@@ -303,7 +303,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
     for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
-            sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, rules=rules)
+            sim = sims[(topic, qid)] = QueueSim.of_store(store, topic, qid, rules=rules)
         placed = sim.place(*columns[:3])
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed

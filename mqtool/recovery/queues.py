@@ -15,10 +15,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from ..errors import Refused
 from ..formats import consumequeue as cqfmt
 from ..scratch import scratch_file, short_write, working_file_error
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units, units_are
@@ -26,6 +27,9 @@ from ..store.mappedfile import offset_file_name, open_read_only
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 from .plans import QueueFile
+
+if TYPE_CHECKING:
+    from ..store import Store
 
 ENTRY = cqfmt.ENTRY_SIZE
 
@@ -86,6 +90,17 @@ class QueueSim:
         """A queue placing as ``putMessagePositionInfo`` under ``rules`` (default: the newest broker's; §3.1-§3.3)."""
         put_rules = (True, True) if rules is None else (rules.cq_dedup_by_end, rules.cq_repeat_guard)
         return cls(topic, queue_id, directory, file_size, *put_rules)
+
+    @classmethod
+    def of_store(cls, store: "Store", topic: str, queue_id: int, *, rules: VersionRules) -> "QueueSim":
+        """A queue the dispatch creates, in ``consumequeue/<topic>/<queue id>`` as the broker joins the path
+        (``ConsumeQueue``: storePath + separator + topic + separator + queueId). Refused for a name that is
+        not one directory there (a record's topic, or an LMQ queue of 4.9.3-5.1.1, which do not skip names
+        holding "/", rules §3.12): the broker would write beside another queue's files or outside the store."""
+        if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
+            raise Refused(f"the broker would write queue {topic!r} {queue_id} at consumequeue/{topic}/{queue_id}, which is not a queue "
+                          f"directory of its own (the name is empty, a dot directory or holds '/'); mqtool does not write there")
+        return cls.new(topic, queue_id, store.path("consumequeue", topic, str(queue_id)), store.consume_queue_file_size, rules=rules)
 
     def _view(self, base: int) -> np.ndarray:
         """The units of original file ``base``, a short file read as zeros to the configured size."""

@@ -130,7 +130,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
                 continue
             sim = sims.get((topic, qid))
             if sim is None:
-                sim = sims[(topic, qid)] = QueueSim.new(topic, qid, store.path("consumequeue", topic, str(qid)), store.consume_queue_file_size, rules=rules)
+                sim = sims[(topic, qid)] = QueueSim.of_store(store, topic, qid, rules=rules)
                 if (topic, qid) in existing:
                     sim.original = dict(existing[(topic, qid)].files)
             counts.cq += sim.place(*columns)
