@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 import mqtool.apply.backup as backup_module
 from mqtool.apply import BackupSet, read_pending, restore
-from mqtool.apply.backup import STAGING_DIR
+from mqtool.apply.backup import STAGING_DIR, repair_stages
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED
 from repair_support import ROOT, mqtool
@@ -336,3 +336,101 @@ def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_gi
     result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", given)
     assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
     assert given.is_dir() and not any(given.iterdir()) and read_pending(store) is None
+
+
+def stores_side_by_side(parent: Path, *names: str) -> list[Path]:
+    """Copies of crashed-small named ``names`` in ``parent``: their default backups share one folder."""
+    out = []
+    for name in names:
+        (parent / name).parent.mkdir(parents=True, exist_ok=True)
+        out.append(copy_store("4.9.7", "crashed-small", parent / "copies").rename(parent / name))
+    return out
+
+
+def default_backups(store: Path) -> list[Path]:
+    return sorted((store.resolve().parent / ".mqtool-backups").iterdir())
+
+
+@pytest.mark.parametrize("second", ["recover", "repair"])
+def test_a_backup_of_another_store_in_the_shared_folder_does_not_stop_a_restore(second, tmp_path):
+    """Stores ``a`` and ``b`` side by side (``a`` named with a trailing slash, ``b`` through a symlink): each
+    restore of its own backup gives its store back byte for byte, in either order. Before, ``restore`` of
+    ``a``'s backup was refused as a stage of a repair whose later stage was ``b``'s backup."""
+    a, b = stores_side_by_side(tmp_path, "a", "b")
+    before_a, before_b = snapshot(a), snapshot(b)
+    (tmp_path / "link-b").symlink_to(b)
+    assert run("recover", f"{a}/", "--yes").exit_code == EXIT_OK
+    assert run(second, tmp_path / "link-b", "--yes").exit_code == EXIT_OK
+    backup_a, backup_b = default_backups(a)
+    assert backup_a.name.startswith("a-") and backup_b.name.startswith("b-") and backup_b.name.endswith(f"-{second}")
+    (tmp_path / "backups").symlink_to(backup_a.parent)
+    result = run("restore", f"{tmp_path / 'backups' / backup_a.name}/", "--yes")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert snapshot(a) == before_a and snapshot(b) != before_b
+    assert run("restore", backup_b, "--yes").exit_code == EXIT_OK
+    assert snapshot(b) == before_b
+
+
+def test_stores_of_one_name_backed_up_into_one_folder_are_restored_each_alone(tmp_path):
+    """``p1/store`` and ``p2/store`` with ``--backup-dir`` in one folder: restoring the first one's backup is
+    not refused for the second's (before: refused, the folder taken for a repair and ``two`` for its later stage)."""
+    one, two = stores_side_by_side(tmp_path, "p1/store", "p2/store")
+    before_one, before_two = snapshot(one), snapshot(two)
+    for store, name in ((one, "one"), (two, "two")):
+        assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk" / name).exit_code == EXIT_OK
+    result = run("restore", tmp_path / "bk" / "one", "--yes")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert snapshot(one) == before_one
+    assert run("restore", tmp_path / "bk" / "two", "--yes").exit_code == EXIT_OK
+    assert snapshot(two) == before_two
+
+
+def test_the_older_of_two_backups_of_one_store_is_refused_naming_the_newer(tmp_path):
+    """``recover`` then ``rebuild-index`` (both rewrite an index file): restoring the recover's backup first
+    is refused, naming the rebuild-index backup to restore first, and changes nothing; in that order both
+    give the store back. ``b``'s backup in the same folder is not named. (Before: refused as "a stage of a
+    repair", telling to restore the whole ``.mqtool-backups`` folder.)"""
+    a, b = stores_side_by_side(tmp_path, "a", "b")
+    before = snapshot(a)
+    for args in (("recover", a), ("recover", b), ("rebuild-index", a)):
+        assert run(*args, "--yes").exit_code == EXIT_OK
+    recovered, rebuilt, of_b = default_backups(a)
+    assert recovered.name.startswith("a-") and rebuilt.name.endswith("-rebuild-index") and of_b.name.startswith("b-")
+    after = snapshot(a)
+    result = run("restore", recovered, "--yes")
+    assert result.exit_code == EXIT_REFUSED, result.stderr
+    assert f"mqtool restore {rebuilt} --yes" in result.stderr and of_b.name not in result.stderr and "stage" not in result.stderr, result.stderr
+    assert snapshot(a) == after
+    for backup in (rebuilt, recovered):
+        assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(a) == before
+
+
+def test_a_whole_repair_with_a_later_backup_of_its_store_is_refused_naming_it(tmp_path):
+    """``repair`` then ``rebuild-index``: ``restore`` of the repair's directory is refused naming the later
+    backup (before: blamed "something other than mqtool"); after it, the repair's restore gives the store back."""
+    (a,) = stores_side_by_side(tmp_path, "a")
+    before = snapshot(a)
+    assert run("repair", a, "--yes").exit_code == EXIT_OK
+    (repaired,) = default_backups(a)
+    assert repair_stages(repaired) and run("rebuild-index", a, "--yes").exit_code == EXIT_OK
+    (rebuilt,) = set(default_backups(a)) - {repaired}
+    after = snapshot(a)
+    result = run("restore", repaired, "--yes")
+    assert result.exit_code == EXIT_REFUSED and f"mqtool restore {rebuilt} --yes" in result.stderr, result.stderr
+    assert snapshot(a) == after
+    for backup in (rebuilt, repaired):
+        assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(a) == before
+
+
+def test_restore_of_the_folder_of_backups_is_refused_and_changes_nothing(tmp_path):
+    """``restore .mqtool-backups``: a folder of two stores' backups, not a repair; before, it restored every
+    backup in it (of both stores), in the order of their names."""
+    a, b = stores_side_by_side(tmp_path, "a", "b")
+    for store in (a, b):
+        assert run("recover", store, "--yes").exit_code == EXIT_OK
+    after = snapshot(tmp_path)
+    result = run("restore", tmp_path / ".mqtool-backups", "--yes")
+    assert result.exit_code == EXIT_BAD_INPUT and "a folder of backups" in result.stderr, result.stderr
+    assert snapshot(tmp_path) == after

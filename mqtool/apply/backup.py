@@ -348,11 +348,53 @@ def read_pending(store_root: Path, marker: str = PENDING_MARKER) -> Path | None:
     return Path(text) if text else None
 
 
+STAGE_NAME = re.compile(r"\d\d-[a-z-]+")  # a repair's stage directory: 01-recover, 02-rebuild-cq
+
+
 def repair_stages(backup: Path) -> list[Path]:
-    """The per-stage backup sets of a ``repair`` backup directory, in the order applied."""
+    """The per-stage backup sets (``NN-name``) of a ``repair`` backup directory, in the order applied;
+    none in a folder of whole backups (``.mqtool-backups``: each store's, each to restore alone)."""
     if not backup.is_dir() or (backup / "manifest.json").exists():
         return []
-    return sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    return sorted(p for p in backup.iterdir() if STAGE_NAME.fullmatch(p.name) and p.is_dir() and (p / "manifest.json").is_file())
+
+
+def same_store(a: str | Path, b: str | Path) -> bool:
+    """Two manifests' ``store`` are one directory (recorded resolved; resolved again for a symlink made since)."""
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def later_backups(backup_dir: Path) -> list[Path]:
+    """The unrestored backup sets of the same store (manifest ``store``) applied after ``backup_dir`` (a backup
+    set, a repair's stage, or a whole repair: after its first stage) that touched any file it touched, newest
+    first: the later stages of its repair, and the backups beside it (beside its repair) or in the store's
+    default backups folder. ``restore`` of ``backup_dir`` alone would overwrite what they wrote."""
+    backup_dir = Path(backup_dir).resolve()
+    own = repair_stages(backup_dir) or [backup_dir]
+    sets = [BackupSet.open(p) for p in own]
+    store = sets[0].manifest.get("store")
+    since = min((s.manifest.get("created_ms") or 0, s.dir.name) for s in sets)
+    touched = set().union(*(s.touched() for s in sets))
+    folders = [backup_dir.parent]
+    if backup_dir in repair_stages(backup_dir.parent):  # a stage: its repair's later stages, and the backups beside the repair
+        folders.append(backup_dir.parent.parent)
+    if store:
+        folders.append(Path(store).parent / BACKUPS_DIR)
+    found: dict[Path, tuple] = {}
+    for folder in folders:
+        for child in sorted(folder.iterdir()) if folder.is_dir() else ():
+            for path in repair_stages(child) or [child]:
+                path = path.resolve()
+                if path in own or path in found or not (path / "manifest.json").is_file():
+                    continue
+                try:
+                    other = BackupSet.open(path)
+                except (BadInput, OSError, KeyError):
+                    continue
+                key = (other.manifest.get("created_ms") or 0, path.name)
+                if store and same_store(other.manifest.get("store", ""), store) and key > since and not other.restored and touched & set(other.touched()):
+                    found[path] = key
+    return sorted(found, key=found.get, reverse=True)
 
 
 @dataclass(frozen=True)
@@ -436,7 +478,7 @@ def restore_target(backup_dir: Path) -> Path:
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
     stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    if (parent / "manifest.json").exists() or not all(re.fullmatch(r"\d\d-[a-z-]+", name) for name in stages):
+    if (parent / "manifest.json").exists() or not all(STAGE_NAME.fullmatch(name) for name in stages):
         return backup_dir
     return parent
 

@@ -19,7 +19,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, later_backups, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -618,11 +618,14 @@ def restore_cmd(
     stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
+            _refuse_before_later_backups(backup)
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
             restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
         return
+    if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
+        raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
     emit_confirmed(summary, fmt, render_backup, yes)
@@ -635,7 +638,7 @@ def restore_cmd(
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
     if not force:
-        _refuse_before_later_stages(backup, backup_set)
+        _refuse_before_later_backups(backup)
     check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:
@@ -653,15 +656,20 @@ def _note_removed(leftovers: list[str]) -> None:
         note(f"removed the temporary files an interrupted mqtool had left: {', '.join(leftovers)}")
 
 
-def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
-    """A stage of a ``repair`` restored alone would overwrite what a later, unrestored stage wrote to the same files: refused."""
-    touched = set(backup_set.touched())
-    later = [s for s in repair_stages(backup.resolve().parent) if s.name > backup.resolve().name]
-    later = [s for s in later if not (stage := BackupSet.open(s)).restored and touched & set(stage.touched())]
-    if later:
-        names = ", ".join(s.name for s in later)
-        raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
-                      f"the whole repair with: mqtool restore {shell_path(backup.resolve().parent)} --yes (or those stages first)")
+def _refuse_before_later_backups(backup: Path) -> None:
+    """A backup (a repair's stage, a whole repair) restored while a later, unrestored one of the same store
+    (``later_backups``) stands would overwrite what it wrote to the same files: refused, naming what to restore first."""
+    later = later_backups(backup)
+    if not later:
+        return
+    repair = backup.resolve().parent
+    stages = [s for s in later if s.parent == repair and s in repair_stages(repair)]  # its own repair's
+    first = list(dict.fromkeys(s.parent if s in repair_stages(s.parent) else s for s in later if s not in stages))  # whole repairs
+    then = f"the whole repair with: mqtool restore {shell_path(repair)} --yes (or those stages first)"
+    if not first:
+        raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {', '.join(s.name for s in stages)} changed its files since: restore {then}")
+    raise Refused(f"{backup.name} was applied before {len(first)} later backup(s) of the same store that changed its files since: restore them first, "
+                  "newest first: " + "; ".join(f"mqtool restore {shell_path(p)} --yes" for p in first) + (f"; then {then}" if stages else ""))
 
 
 # ---- rendering --------------------------------------------------------------------------------------
