@@ -871,3 +871,38 @@ def test_a_first_load_ending_fewer_than_8_bytes_before_the_file_s_end_is_refused
     done = _cli("info", store_dir, "--broker-version", "4.9.7", "--format", "json")
     ns = json.loads(done.stdout)["next_start"]
     assert "BufferUnderflowException" in ns["reason"] and ns["logical_end"] == end - end % SEGMENT + SEGMENT - left and ns["blank_at"] is None
+
+
+@pytest.mark.parametrize("version,name,stages", [("4.9.7", "crashed-small", ["01-recover", "02-rebuild-index"]), ("5.3.3", "crashed-small", ["01-recover"])])
+def test_repair_of_a_first_load_rebuilds_the_index_from_the_classic_log_and_restore_takes_it_back(tmp_path, version, name, stages):
+    """4.9.7's first load recovers the classic log normally (no re-dispatch) and drops the index file newer than
+    the checkpoint (``IndexService.load`` after an abnormal exit), so `repair` rebuilds the index (the recovery's note
+    said the records before its start segment lost their index entries: it re-indexes none). Before: the store
+    without DLedger data opened with DLedger's 1 GiB data file size, which the rebuild's plan saved as the commit
+    log's; the apply reopened the classic log with it, read no segment, wrote no index file ("index files written
+    differ from the plan") and undid the repair. The broker sizes DLedger data files as ``mappedFileSizeCommitLog``."""
+    from test_undo import snapshot
+
+    from mqtool.recovery.planners import plan_rebuild_index
+
+    store_dir = _first_load(version, name, tmp_path)
+    plan = _recover_doc(store_dir, version)
+    end = plan["commitlog"]["valid_end"]
+    lost = [n for n in plan["notes"] if n.startswith("index entries of records")]
+    assert lost == ([f"index entries of records in [0, {end}) are lost: their index file is deleted after the abnormal exit and this recovery "
+                     "re-indexes none of them (messageIndexSafe or not); `mqtool rebuild-index` rebuilds them"] if version == "4.9.7" else []), lost
+    before = snapshot(store_dir)
+    done = _cli("repair", store_dir, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0 and "error" not in done.output, done.output[-2000:]
+    assert sorted(p.name for p in (tmp_path / "backup").iterdir() if p.is_dir()) == stages
+    done = _cli("verify", store_dir, "--broker-version", version, "--format", "json")
+    doc = json.loads(done.stdout)
+    assert done.exit_code == 0 and doc["summary"]["sound"] and doc["findings"] == [], doc["findings"][:3]
+    assert doc["summary"]["index"]["entries"] > 0 and _recover_doc(store_dir, version)["actions"] == []  # the blank written, the index whole
+
+    done = _cli("restore", tmp_path / "backup", "--yes")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert snapshot(store_dir) == before
+    with Store.open(store_dir, version=version) as store:  # what a saved plan is applied with
+        assert store.is_dledger and store.commitlog.file_size == SEGMENT
+        assert plan_rebuild_index(store).options["commitlog_file_size"] == SEGMENT

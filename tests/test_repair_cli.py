@@ -128,6 +128,39 @@ def test_a_commit_log_outside_the_store_directory_is_recovered_and_restored(tmp_
     assert {**tree(store_dir), **{f"../disk2/{k}": v for k, v in tree(outside.parent).items()}} == before
 
 
+@pytest.mark.parametrize("name,moved,setting", [("clean-small", "commitlog", "storePathCommitLog={}"),
+                                                  ("dledger-small", "dledger-n0", "enableDLegerCommitLog=true\nstorePathDLedgerCommitLog={}/data\ndLegerSelfId=n0")])
+def test_a_log_in_another_folder_is_the_log_the_apply_reads(tmp_path, name, moved, setting):
+    """The commit log (``storePathCommitLog``) or DLedger data (``storePathDLedgerCommitLog``) outside the store,
+    an index file lost. Before: the plan saved only the sizes of the broker config, so the apply reopened the store
+    without the log's folder, read no record, wrote no index file ("index files written differ from the plan") and
+    `repair` undid itself; a saved rebuild-index plan failed in `apply` the same way."""
+    store_dir = copy_store("4.9.7", name, tmp_path / "s")
+    outside = tmp_path / "disk2" / moved
+    outside.parent.mkdir()
+    (store_dir / moved).rename(outside)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathRootDir={store_dir}\n" + setting.format(outside) + "\n")
+    for index_file in (store_dir / "index").iterdir():
+        index_file.unlink()
+
+    def state():
+        return {**tree(store_dir), **{f"../disk2/{k}": v for k, v in tree(outside.parent).items()}}
+
+    before = state()
+    done = run("repair", store_dir, "--broker-config", conf, "--yes", "--backup-dir", tmp_path / "bk")
+    assert done.exit_code == 0 and "rebuild-index" in done.stderr, done.stderr[-2000:]
+    verified = run("verify", store_dir, "--broker-config", conf, "--format", "json")
+    assert verified.exit_code == 0 and json.loads(verified.stdout)["summary"]["index"]["entries"] > 0
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0
+    assert state() == before
+    plan_file = tmp_path / "plan.json"
+    assert run("rebuild-index", store_dir, "--broker-config", conf, "--plan-out", plan_file).exit_code == 0
+    done = run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "bk2")
+    assert done.exit_code == 0, done.stderr[-2000:]
+    assert run("verify", store_dir, "--broker-config", conf).exit_code == 0
+
+
 @pytest.fixture
 def lock_holder_process(crashed):
     """Another process holding the store's lock the way the broker does (fcntl, byte 0)."""

@@ -106,9 +106,13 @@ _CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_
 
 
 def store_config(plan: Plan) -> StoreConfig:
-    """The store settings the plan was made with (``recovery.planparts.config_options``)."""
+    """The store settings the plan was made with (``recovery.planparts.config_options``), the log's
+    folders included: reopened without them, the store is another log than the one planned."""
     given = {name: plan.options[name] for name in _CONFIG_OPTIONS if name in plan.options}
-    return StoreConfig(**given, enable_multi_dispatch=plan.options.get("multi_dispatch", False))
+    where = {"commitlog_dirs": tuple(Path(d) for d in plan.options.get("commitlog_dirs") or ()) or None, "dledger": plan.options.get("dledger"),
+             "dledger_data_path": Path(plan.options["dledger_data_path"]) if plan.options.get("dledger_data_path") else None,
+             "dledger_self_id": plan.options.get("dledger_self_id")}
+    return StoreConfig(**given, **where, enable_multi_dispatch=plan.options.get("multi_dispatch", False))
 
 
 def check_inputs(root: Path, plan: Plan) -> None:

@@ -221,6 +221,13 @@ class MixedFirstLoad(ClassicLog):
         if run.dispatching and self._log_run(run) is not run:
             notes.insert(0, f"no DLedger data file: {run.version}'s DLedgerCommitLog recovers the classic commit log as after a clean stop, "
                             "abort file or not (super.recoverNormally, 4.5.0-5.1.4)")
+            # IndexService.load(lastExitOK) still drops the files newer than indexMsgTimestamp, and recoverNormally re-indexes nothing
+            upto = run.end if run.indexed_from is None else min(run.indexed_from, run.end)
+            first = min((f.header.begin_phy_offset for f in run.dropped), default=upto)
+            if run.index_enable and first < upto:
+                notes.append(f"index entries of records in [{first}, {upto}) are lost: their index file is deleted after the abnormal exit and this "
+                             + ("recovery re-indexes none of them" if upto == run.end else f"recovery re-indexes only from the start-up reput at {upto}")
+                             + " (messageIndexSafe or not); `mqtool rebuild-index` rebuilds them")
         return notes
 
 

@@ -220,7 +220,7 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
         run.actions += index_actions
         if run.dropped and not run.index_safe and run.index_enable:
             first_dropped = run.dropped[0].header.begin_phy_offset
-            if first_dropped < start:
+            if first_dropped < start and run.indexed_from == start:  # else the log kind says (``MixedFirstLoad``, ``DLedgerLog``)
                 run.notes.append(
                     f"index entries of records in [{first_dropped}, {start}) are lost: their index file is deleted after the abnormal exit "
                     "and recovery re-indexes only from its start segment (broker behaviour with messageIndexSafe=false; --index-safe avoids it)"

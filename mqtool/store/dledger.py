@@ -317,8 +317,12 @@ class DLedgerScan(CommitLogScan):
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
-    """The commit log view of a DLedger store (plus the classic segments of a mixed store)."""
-    data, size = segments_of(offset_named_files(layout.data_dir), file_size)
+    """The commit log view of a DLedger store (plus the classic segments of a mixed store). Without a
+    data file yet (a first load of the classic commit log) the data file size is the classic segments':
+    the broker sets ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog`` (DLedgerCommitLog's
+    constructor, 4.5.1-5.3.3), not DLedger's own 1 GiB default, so a plan saving it reopens both alike."""
+    files = offset_named_files(layout.data_dir)
+    data, size = segments_of(files, file_size if file_size is not None or files or not classic else classic[-1].size)
     divided = classic[-1].end_offset if classic else 0
     return DLedgerCommitLog(layout, classic + [s for s in data if s.base_offset >= divided], size, divided)
 
