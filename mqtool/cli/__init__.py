@@ -305,9 +305,10 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
 def main() -> None:
     """The console script: the command, then the process's end without the interpreter's teardown (``shutdown.py``)."""
     from .shutdown import exit_process
-    from .terminal import open_closed_streams
+    from .terminal import complete_stdout_writes, open_closed_streams
 
     open_closed_streams()
+    complete_stdout_writes()
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

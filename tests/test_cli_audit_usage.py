@@ -1,0 +1,50 @@
+"""What the on-call engineer met using every command as a person does (the cliaudit audit): a nearly
+full disk under stdout, a path that starts with "-", a --broker-version the store contradicts, a
+plan read through ``| head``. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import store_path
+from mqtool.errors import EXIT_BAD_INPUT
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mqtool(*args, stdout=subprocess.PIPE, preexec_fn=None, cwd=ROOT):
+    env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1"}  # no .pyc cut short by a limit
+    return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          cwd=cwd, env=env, preexec_fn=preexec_fn)
+
+
+def disk_full_after(size: int):
+    """A child whose files stop growing at ``size`` bytes (``RLIMIT_FSIZE``): the write that crosses it
+    is cut short, as on a disk that fills up, and the next fails (``EFBIG``)."""
+    import resource
+    import signal
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    return limit
+
+
+@pytest.mark.parametrize("args", [("info", "5.3.3", "clean-small", "-f", "json"), ("recover", "5.3.3", "crashed-small", "-f", "json")])
+def test_a_document_cut_short_by_a_full_disk_is_exit_3(tmp_path, args):
+    """Before: `mqtool info STORE -f json > FILE` on a nearly full disk left the first 4096 bytes in
+    FILE and exited 0 (recover: 4), saying nothing: the one write of the document was cut short and
+    CPython's buffered stdout returned the short count unchecked."""
+    command, version, name, *options = args
+    out = tmp_path / "out.json"
+    with out.open("w") as file:
+        done = mqtool(command, store_path(version, name), *options, stdout=file, preexec_fn=disk_full_after(4096))
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr
+    assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: File too large"
+    assert out.stat().st_size == 4096
