@@ -5,6 +5,7 @@ plan read through ``| head``. Each test failed before its fix."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,26 @@ def test_a_document_cut_short_by_a_full_disk_is_exit_3(tmp_path, args):
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: File too large"
     assert out.stat().st_size == 4096
+
+
+def test_a_printed_command_names_a_path_that_starts_with_a_dash_so_it_pastes(tmp_path, monkeypatch):
+    """Before: `recover -- -store --yes --backup-dir ./-bk` said "undo with: mqtool restore -bk --yes" and
+    `--plan-out ./-plan.json` "apply it with: mqtool apply -plan.json --yes": pasted, each is
+    "No such option: -b" (-p), and the undo line is the one the operator needs next."""
+    from typer.testing import CliRunner
+
+    from conftest import copy_store
+    from mqtool.cli import app
+
+    runner = CliRunner()
+    copy_store("4.9.7", "crashed-small", tmp_path).rename(tmp_path / "-store")
+    monkeypatch.chdir(tmp_path)
+    planned = runner.invoke(app, ["recover", "--plan-out", "./-plan.json", "--", "-store"])
+    assert planned.exit_code == 0, planned.output
+    assert shlex.split(planned.stderr.split("apply it with: ", 1)[1]) == ["mqtool", "apply", "./-plan.json", "--yes"]
+    applied = runner.invoke(app, ["recover", "--yes", "--backup-dir", "./-bk", "--", "-store"])
+    assert applied.exit_code == 0, applied.output
+    undo = shlex.split(applied.stderr.split("undo with: ", 1)[1])
+    assert undo == ["mqtool", "restore", "./-bk", "--yes"]
+    restored = runner.invoke(app, undo[1:])
+    assert restored.exit_code == 0, restored.output

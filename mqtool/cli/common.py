@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError
+from ..fileops import shell_path  # noqa: F401 - the commands' import of it
 from ..store import Store, StoreConfig, load_broker_config
 from ..store.commitlog import ScanEnd
 from ..store.records import message_dict
@@ -25,11 +25,6 @@ def fail(message: str, code: int) -> None:
     clear_bars()
     write_stderr(f"mqtool: error: {message}")
     raise typer.Exit(code)
-
-
-def shell_path(path) -> str:
-    """``path`` quoted for pasting into a POSIX shell (spaces, quotes, non-ASCII)."""
-    return shlex.quote(str(path))
 
 
 # What the machine refused, not a bug in mqtool: a full disk or quota, an unwritable or missing

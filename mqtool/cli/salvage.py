@@ -14,7 +14,7 @@ import typer
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from ..store.store import EMPTY_LAST_SEGMENT
-from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store, shell_path
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
 from .store_state import warn_store_state
@@ -169,6 +169,6 @@ def _report(summary, new_store, include_stale: bool, next_start) -> None:
     if new_store is not None:
         n = new_store
         note(f"new store {n.path}: commit log [{n.min_offset}, {n.end_offset}), {n.records} records ({n.kept} at their original offsets, {n.moved} re-appended), "
-             f"{n.consume_queue_entries} consume queue entries in {n.queues} queues, {n.index_files} index files; check it with `mqtool verify {n.path}`")
+             f"{n.consume_queue_entries} consume queue entries in {n.queues} queues, {n.index_files} index files; check it with `mqtool verify {shell_path(n.path)}`")
         for line in n.notes:
             note(line)
