@@ -72,3 +72,23 @@ def test_a_printed_command_names_a_path_that_starts_with_a_dash_so_it_pastes(tmp
     assert undo == ["mqtool", "restore", "./-bk", "--yes"]
     restored = runner.invoke(app, undo[1:])
     assert restored.exit_code == 0, restored.output
+
+
+def test_a_broker_version_the_store_contradicts_is_said_once(tmp_path):
+    """Before: `verify STORE --broker-version 3.2.6` on a sound 5.3.3 store said "NOT sound" with 1952
+    index-entry-mismatch errors (3.2.6's key hashes), and `repair` planned to rebuild every index file,
+    with not a word that the store's marks rule 3.2.6 out (only `info` said so)."""
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    runner = CliRunner()
+    store = store_path("5.3.3", "clean-small")
+    warning = (f"mqtool: warning: --broker-version 3.2.6: the store's marks leave E17-E18 (5.2.0-5.3.3), not E0 (3.2.6): "
+               f"its rules are followed as given; `mqtool info {store}` lists the marks")
+    for command in ("verify", "repair"):
+        said = runner.invoke(app, [command, str(store), "--broker-version", "3.2.6"], env={"COLUMNS": "400"})
+        assert said.stderr.splitlines().count(warning) == 1, said.stderr
+    agreed = runner.invoke(app, ["verify", str(store), "--broker-version", "5.3.1"])
+    assert agreed.exit_code == 0 and "warning" not in agreed.stderr, agreed.output
+

@@ -239,7 +239,7 @@ class MqtoolGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from .coercion import install
 
-        State.debug = State.quiet = False
+        State.debug = State.quiet = State.version_said = False
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)

@@ -150,7 +150,21 @@ def broker_config_of(path: Path | None) -> StoreConfig:
 
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
-    return Store.open(path, broker_config_of(broker_config), broker_version)
+    store = Store.open(path, broker_config_of(broker_config), broker_version)
+    if broker_version is not None and not State.version_said:
+        _say_version_against_marks(store, path, broker_version)
+    return store
+
+
+def _say_version_against_marks(store: Store, path: Path, broker_version: str) -> None:
+    """A ``--broker-version`` whose era the store's marks rule out, said once a run: its rules are followed,
+    so ``verify`` reports what they expect (a 5.x index read by 3.2.6's hashes: every entry a mismatch)."""
+    from ..store.version import given_source
+
+    State.version_said, source = True, given_source(store)
+    if source != "given":
+        note(f"warning: --broker-version {broker_version}: {source.removeprefix('given; ')}; "
+             f"`mqtool info {shell_path(path)}` lists the marks")
 
 
 def message_of(store: Store, record, body, decompress: bool = False) -> dict:

@@ -501,10 +501,13 @@ def _plan_repair(root: Path, broker_config, broker_version):
     try:
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
-            opened.close()
             from ..recovery.planparts import unloadable_files
 
-            unloadable_files(opened)  # raises: the file fixes come first, the broker would not load the store before them
+            try:
+                unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
+            except BadInput:
+                opened.close()  # planned on below otherwise (a release that leaves the file out and starts)
+                raise
     except BadInput as exc:
         if not file_steps:
             raise
