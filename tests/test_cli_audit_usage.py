@@ -92,3 +92,29 @@ def test_a_broker_version_the_store_contradicts_is_said_once(tmp_path):
     agreed = runner.invoke(app, ["verify", str(store), "--broker-version", "5.3.1"])
     assert agreed.exit_code == 0 and "warning" not in agreed.stderr, agreed.output
 
+
+def into_a_closed_pipe(*args, stderr_closed: bool = False) -> subprocess.CompletedProcess:
+    """``mqtool ARGS | head -0`` (``2>&1 | head -0`` with ``stderr_closed``): the reader is gone before the first write."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=write, stderr=write if stderr_closed else subprocess.PIPE,
+                              text=True, cwd=ROOT, timeout=300, env={**os.environ, "COLUMNS": "100"})
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize("fmt,stderr_closed", [("table", False), ("jsonl", True)])
+def test_salvage_to_store_into_a_closed_pipe_writes_the_whole_new_store(tmp_path, fmt, stderr_closed):
+    """Before: `salvage STORE --to-store DIR | head -1` stopped at the first row head did not read:
+    "DIR: the new store is incomplete; delete it before trying again", and exit 0. The new store is
+    the write the operator asked for; the rows on stdout are its report."""
+    store = store_path("5.3.3", "crashed-small")
+    whole = mqtool("salvage", store, "--to-store", tmp_path / "whole", "-f", fmt, stdout=subprocess.DEVNULL)
+    assert whole.returncode == 0, whole.stderr
+    piped = into_a_closed_pipe("salvage", store, "--to-store", tmp_path / "piped", "-f", fmt, stderr_closed=stderr_closed)
+    assert piped.returncode == 0, piped.stderr
+    assert not piped.stderr or "incomplete" not in piped.stderr
+    files = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*") if p.is_file())
+    assert files and files == sorted(p.relative_to(tmp_path / "piped") for p in (tmp_path / "piped").rglob("*") if p.is_file())
+    assert all((tmp_path / "whole" / f).read_bytes() == (tmp_path / "piped" / f).read_bytes() for f in files)
