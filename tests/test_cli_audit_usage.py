@@ -118,3 +118,17 @@ def test_salvage_to_store_into_a_closed_pipe_writes_the_whole_new_store(tmp_path
     files = sorted(p.relative_to(tmp_path / "whole") for p in (tmp_path / "whole").rglob("*") if p.is_file())
     assert files and files == sorted(p.relative_to(tmp_path / "piped") for p in (tmp_path / "piped").rglob("*") if p.is_file())
     assert all((tmp_path / "whole" / f).read_bytes() == (tmp_path / "piped" / f).read_bytes() for f in files)
+
+
+def test_a_plan_into_a_closed_pipe_keeps_its_exit_code_and_saves_its_plan_file(tmp_path):
+    """Before: `recover STORE | head` exited 0 (4 when head read it all: "nothing changed: re-run with
+    --yes"), and `recover STORE --plan-out FILE | head` saved no FILE, saying nothing, exit 0: what
+    follows the plan on stdout depended on whether head had left."""
+    from mqtool.errors import EXIT_REFUSED
+
+    store = store_path("5.3.3", "crashed-small")
+    shown = into_a_closed_pipe("recover", store)
+    assert shown.returncode == EXIT_REFUSED, shown.stderr
+    assert shown.stderr.splitlines()[-1] == "mqtool: error: nothing changed: re-run with --yes to apply this plan"
+    saved = into_a_closed_pipe("recover", store, "--plan-out", tmp_path / "plan.json")
+    assert saved.returncode == 0 and (tmp_path / "plan.json").stat().st_size > 0, saved.stderr
