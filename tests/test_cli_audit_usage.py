@@ -132,3 +132,23 @@ def test_a_plan_into_a_closed_pipe_keeps_its_exit_code_and_saves_its_plan_file(t
     assert shown.stderr.splitlines()[-1] == "mqtool: error: nothing changed: re-run with --yes to apply this plan"
     saved = into_a_closed_pipe("recover", store, "--plan-out", tmp_path / "plan.json")
     assert saved.returncode == 0 and (tmp_path / "plan.json").stat().st_size > 0, saved.stderr
+
+
+@pytest.mark.parametrize("args", [("dump", "--queue", "99999999999999999999"), ("dump", "index", "-n", "9223372036854775808"),
+                                  ("dump", "timer", "-n", "99999999999999999999"), ("dump", "--since", "99999999999999999999"),
+                                  ("query", "time", "TopicTest", "0", "99999999999999999999")])
+def test_a_number_past_a_java_long_is_a_usage_error(args):
+    """Before: `dump STORE --queue 99999999999999999999` and `--since` so far ahead were "internal error:
+    TypeError: Got unexpected argument type <class 'int'> for compute function" (exit 5, "a bug"),
+    `dump index|timer -n` one past sys.maxsize "ValueError: Stop argument for islice()"."""
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    command, *rest = args
+    kind = [rest.pop(0)] if rest[0] in ("index", "timer") else []
+    store = store_path("5.3.3", "timer-small" if kind == ["timer"] else "clean-small")
+    argv = [command, *kind, str(store), *rest] if command == "dump" else [command, rest[0], str(store), *rest[1:]]
+    done = CliRunner().invoke(app, argv)
+    assert done.exit_code == 2, done.output
+    assert "out of range" in done.stderr and "internal error" not in done.stderr, done.stderr
