@@ -152,3 +152,14 @@ def test_a_number_past_a_java_long_is_a_usage_error(args):
     done = CliRunner().invoke(app, argv)
     assert done.exit_code == 2, done.output
     assert "out of range" in done.stderr and "internal error" not in done.stderr, done.stderr
+
+
+def test_an_ids_file_that_cannot_be_read_is_one_plain_line(tmp_path):
+    """Before: "mqtool: error: nosuch: cannot read the ids: [Errno 2] No such file or directory: 'nosuch'"."""
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    for path, reason in ((tmp_path / "nosuch", "No such file or directory"), (tmp_path, "Is a directory")):
+        done = CliRunner().invoke(app, ["survivors", str(store_path("5.3.3", "clean-small")), str(path)])
+        assert done.exit_code == EXIT_BAD_INPUT and done.stderr == f"mqtool: error: {path}: cannot read the ids: {reason}\n", done.stderr

@@ -25,7 +25,7 @@ def read_ids(source: str, column: str | None) -> list[str]:
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{source}: cannot read the ids: {exc}") from None
+        raise BadInput(f"{source}: cannot read the ids: {getattr(exc, 'strerror', None) or exc}") from None  # not "[Errno 2] ... 'FILE'"
     lines = text.splitlines()
     if column is None:
         return [line.strip() for line in lines if line.strip()]
