@@ -163,3 +163,17 @@ def test_an_ids_file_that_cannot_be_read_is_one_plain_line(tmp_path):
     for path, reason in ((tmp_path / "nosuch", "No such file or directory"), (tmp_path, "Is a directory")):
         done = CliRunner().invoke(app, ["survivors", str(store_path("5.3.3", "clean-small")), str(path)])
         assert done.exit_code == EXIT_BAD_INPUT and done.stderr == f"mqtool: error: {path}: cannot read the ids: {reason}\n", done.stderr
+
+
+def test_every_progress_option_says_the_default_it_has():
+    """Before: `dump`, `stats` and `survivors --help` said the bar is drawn "when stderr is a terminal",
+    `verify` and `salvage` "... and stdout is not a pipe": all five draw it by that one rule (``progress.drawn``)."""
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    said = set()
+    for command in ("dump", "stats", "survivors", "salvage", "verify"):
+        text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).stdout.split())
+        said.add(text.split("--progress / --no-progress ", 1)[1].split(")", 1)[0] + ")")
+    assert said == {"Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe)"}, said

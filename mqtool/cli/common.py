@@ -133,6 +133,7 @@ BrokerVersionOpt = Annotated[
     Optional[str],
     typer.Option("--broker-version", metavar="X.Y.Z", callback=_broker_version, help="Release of the broker that wrote the store, 3.2.6 to 5.3.3, e.g. 4.4.0 (default: detected from the store's marks)."),
 ]
+ProgressOpt = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe).")]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format (table is the default everywhere).")]
 SinceOpt = Annotated[Optional[str], typer.Option("--since", metavar="TIME", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")]
 UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")]

@@ -14,7 +14,7 @@ import typer
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from ..store.store import EMPTY_LAST_SEGMENT
-from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store, shell_path, silence_stdout
+from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
 from .state import State
@@ -76,7 +76,7 @@ def salvage(
     include_stale: Annotated[bool, typer.Option("--include-stale", help="Also list stale records (overwritten history after the logical end; never written by --to-store).")] = False,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
     format: Annotated[SalvageFormat, typer.Option("--format", "-f", help="Output format.")] = SalvageFormat.table,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and stdout is not a pipe).")] = None,
+    progress: ProgressOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
