@@ -18,8 +18,8 @@ from mqtool.errors import EXIT_BAD_INPUT
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def mqtool(*args, stdout=subprocess.PIPE, preexec_fn=None, cwd=ROOT):
-    env = {**os.environ, "COLUMNS": "100", "PYTHONDONTWRITEBYTECODE": "1"}  # no .pyc cut short by a limit
+def mqtool(*args, stdout=subprocess.PIPE, preexec_fn=None, cwd=ROOT, columns=100):
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONDONTWRITEBYTECODE": "1"}  # no .pyc cut short by a limit
     return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], stdout=stdout, stderr=subprocess.PIPE, text=True,
                           cwd=cwd, env=env, preexec_fn=preexec_fn)
 
@@ -177,3 +177,12 @@ def test_every_progress_option_says_the_default_it_has():
         text = " ".join(CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "400"}).stdout.split())
         said.add(text.split("--progress / --no-progress ", 1)[1].split(")", 1)[0] + ")")
     assert said == {"Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe)"}, said
+
+
+@pytest.mark.parametrize("command", ["recover", "truncate-dirty", "rebuild-cq", "rebuild-index"])
+def test_help_text_fits_a_60_column_terminal(command):
+    """Before: the exit codes paragraph of the plan commands' --help kept its 73-column lines at any
+    width, so a 60-column terminal wrapped them again mid-word."""
+    text = mqtool(command, "--help", columns=60).stdout
+    description = text.split("\n  Example:")[0]  # an example command is never wrapped
+    assert "Exit codes" in description and max(map(len, description.splitlines())) <= 60, description

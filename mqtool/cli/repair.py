@@ -209,9 +209,10 @@ def _note_damage(plan: Plan) -> None:
 
 MODIFYING_EXIT_CODES = """
     \b
-    Exit codes: 0 applied (--yes), nothing to do, or the plan shown
-    (--dry-run) or saved (--plan-out); 3 bad input; 4 refused: the plan
-    printed without --yes, a live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen)
+    Exit codes: 0 applied (--yes), nothing to do, or the
+    plan shown (--dry-run) or saved (--plan-out); 3 bad
+    input; 4 refused: the plan printed without --yes, a
+    live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen), short enough for 60 columns
 
 
 def modifying(command: str):
