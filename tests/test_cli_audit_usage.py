@@ -186,3 +186,10 @@ def test_help_text_fits_a_60_column_terminal(command):
     text = mqtool(command, "--help", columns=60).stdout
     description = text.split("\n  Example:")[0]  # an example command is never wrapped
     assert "Exit codes" in description and max(map(len, description.splitlines())) <= 60, description
+
+
+def test_restore_force_says_what_it_overrides():
+    """Before: `restore --help` described --force as every repair command's ("Run even though another
+    process uses the store"), while its own text says --force is what restores files a broker changed since."""
+    text = " ".join(mqtool("restore", "--help").stdout.split())
+    assert "--force Restore even though the files changed since (a broker ran), or another process uses the store" in text, text

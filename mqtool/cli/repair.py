@@ -605,7 +605,7 @@ def apply(
 def restore_cmd(
     backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
     yes: YesOpt = False,
-    force: ForceOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
