@@ -11,12 +11,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shlex
 from pathlib import Path
 from typing import Callable, Iterator
 
 CHUNK = 1 << 22
 WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # what only a write is refused with
 TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
+
+
+def shell_path(path) -> str:
+    """``path`` as typed after a command in a POSIX shell: quoted (spaces, quotes, non-ASCII), and
+    ``./`` before a relative one that starts with ``-``, which the command would read as an option."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
 def fsync_path(path: Path) -> None:

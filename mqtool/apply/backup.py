@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Callable
 
 from .. import activity
 from ..errors import BadInput, Refused
-from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, write_atomic, write_range
+from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, shell_path, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -519,7 +518,7 @@ def unfinished_restore_line(pending: Path) -> str:
     """What a restore of ``pending`` that stopped left, and the one way on: ``restore`` again finishes
     it (a repair's whole backup when one of its stages was being restored)."""
     return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
-            f"finish it with: mqtool restore {shlex.quote(str(restore_target(Path(pending))))} --yes")
+            f"finish it with: mqtool restore {shell_path(restore_target(Path(pending)))} --yes")
 
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:

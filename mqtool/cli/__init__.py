@@ -239,7 +239,7 @@ class MqtoolGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from .coercion import install
 
-        State.debug = State.quiet = False
+        State.debug = State.quiet = State.version_said = False
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
@@ -305,9 +305,10 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
 def main() -> None:
     """The console script: the command, then the process's end without the interpreter's teardown (``shutdown.py``)."""
     from .shutdown import exit_process
-    from .terminal import open_closed_streams
+    from .terminal import complete_stdout_writes, open_closed_streams
 
     open_closed_streams()
+    complete_stdout_writes()
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

@@ -57,7 +57,7 @@ if _typer is not None:
             if _is_enum(kind):
                 return _choice(value, kind, info, ctx, param)
             if kind is int:
-                return _integer(value, info)
+                return _integer(value, info, ctx, param)
             if get_origin(kind) is list and get_args(kind) == (str,):
                 return list(value) if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value) else _TYPER
             if get_origin(kind) is list and _is_enum(get_args(kind)[0]) and isinstance(value, (list, tuple)):
@@ -89,14 +89,20 @@ def _choice(value: Any, kind: type[Enum], info, ctx, param) -> Any:
         raise click_exceptions().BadParameter(str(exc).rstrip("."), ctx=ctx, param=param) from None
 
 
-def _integer(value: Any, info) -> Any:
-    """``value`` as an int when it is written plainly and within the option's range."""
+LONG = (-(1 << 63), (1 << 63) - 1)  # every number mqtool takes (an offset, a queue id, a count) is at most a Java long
+
+
+def _integer(value: Any, info, ctx=None, param=None) -> Any:
+    """``value`` as an int when it is written plainly and within the option's range; one past a Java
+    long is refused here (the scans' 64-bit columns and ``islice`` failed on it as internal errors)."""
     if info.clamp:
         return _TYPER
     if isinstance(value, str) and _INTEGER.fullmatch(value):
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         return _TYPER
+    if not LONG[0] <= value <= LONG[1]:
+        raise click_exceptions().BadParameter(f"{value} is out of range: numbers are signed 64-bit, {LONG[0]} to {LONG[1]}", ctx=ctx, param=param)
     if (info.min is not None and value < info.min) or (info.max is not None and value > info.max):
         return _TYPER
     return value

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Annotated, Callable, Optional
 import typer
 
 from ..errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError
+from ..fileops import shell_path  # noqa: F401 - the commands' import of it
 from ..store import Store, StoreConfig, load_broker_config
 from ..store.commitlog import ScanEnd
 from ..store.records import message_dict
@@ -25,11 +25,6 @@ def fail(message: str, code: int) -> None:
     clear_bars()
     write_stderr(f"mqtool: error: {message}")
     raise typer.Exit(code)
-
-
-def shell_path(path) -> str:
-    """``path`` quoted for pasting into a POSIX shell (spaces, quotes, non-ASCII)."""
-    return shlex.quote(str(path))
 
 
 # What the machine refused, not a bug in mqtool: a full disk or quota, an unwritable or missing
@@ -138,6 +133,7 @@ BrokerVersionOpt = Annotated[
     Optional[str],
     typer.Option("--broker-version", metavar="X.Y.Z", callback=_broker_version, help="Release of the broker that wrote the store, 3.2.6 to 5.3.3, e.g. 4.4.0 (default: detected from the store's marks)."),
 ]
+ProgressOpt = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe).")]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format (table is the default everywhere).")]
 SinceOpt = Annotated[Optional[str], typer.Option("--since", metavar="TIME", help="Store time at or after (epoch ms or ISO-8601; naive = UTC).")]
 UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help="Store time at or before.")]
@@ -155,7 +151,21 @@ def broker_config_of(path: Path | None) -> StoreConfig:
 
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
-    return Store.open(path, broker_config_of(broker_config), broker_version)
+    store = Store.open(path, broker_config_of(broker_config), broker_version)
+    if broker_version is not None and not State.version_said:
+        _say_version_against_marks(store, path, broker_version)
+    return store
+
+
+def _say_version_against_marks(store: Store, path: Path, broker_version: str) -> None:
+    """A ``--broker-version`` whose era the store's marks rule out, said once a run: its rules are followed,
+    so ``verify`` reports what they expect (a 5.x index read by 3.2.6's hashes: every entry a mismatch)."""
+    from ..store.version import given_source
+
+    State.version_said, source = True, given_source(store)
+    if source != "given":
+        note(f"warning: --broker-version {broker_version}: {source.removeprefix('given; ')}; "
+             f"`mqtool info {shell_path(path)}` lists the marks")
 
 
 def message_of(store: Store, record, body, decompress: bool = False) -> dict:

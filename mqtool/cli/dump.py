@@ -34,7 +34,7 @@ from ..store.commitlog import StopReason
 from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, broker_config_of, guarded, message_of, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, SinceOpt, UntilOpt, broker_config_of, guarded, message_of, note, open_store, read_on
 from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
 
 if TYPE_CHECKING:
@@ -427,7 +427,7 @@ def dump(
     decompress: Annotated[bool, typer.Option("--decompress", help="Inflate compressed bodies before --body encodes them.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="consumequeue: decode the message each entry points to.")] = False,
     format: FormatOpt = OutputFormat.table,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    progress: ProgressOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:

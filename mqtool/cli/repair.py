@@ -85,12 +85,10 @@ def explain_interrupt(root: Path, backup: Path):
         raise Interrupted("interrupted before anything was changed") from None
 
 
-def emit_confirmed(doc: dict, fmt: OutputFormat, render, confirmed: bool) -> None:
-    """The plan (or backup) on stdout; once ``confirmed`` (--yes), a closed stdout or stderr drops
-    what is written to it: whether the change is made never depends on who reads the output."""
-    if not confirmed:
-        emit_document(doc, fmt, render)
-        return
+def emit_plan(doc: dict, fmt: OutputFormat, render) -> None:
+    """The plan (or backup) on stdout; from then on a closed stdout or stderr drops what is written to
+    it: what follows never depends on who reads the output (the apply of --yes, the plan --plan-out
+    saves, the exit code: 4 for a plan shown without --yes, as ``| head`` read it or not)."""
     State.output_may_close = True
     try:
         emit_document(doc, fmt, render)
@@ -182,7 +180,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     cache = DispatchCache() if applying else None
     with store, scans_shown():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    emit_confirmed(with_next_start(plan.to_dict(), plan), fmt, render_plan, yes and applying)
+    emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(plan_out, plan.to_json().encode())
@@ -211,9 +209,10 @@ def _note_damage(plan: Plan) -> None:
 
 MODIFYING_EXIT_CODES = """
     \b
-    Exit codes: 0 applied (--yes), nothing to do, or the plan shown
-    (--dry-run) or saved (--plan-out); 3 bad input; 4 refused: the plan
-    printed without --yes, a live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen)
+    Exit codes: 0 applied (--yes), nothing to do, or the
+    plan shown (--dry-run) or saved (--plan-out); 3 bad
+    input; 4 refused: the plan printed without --yes, a
+    live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen), short enough for 60 columns
 
 
 def modifying(command: str):
@@ -333,7 +332,7 @@ def repair(
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
     with scans_shown():
         plan = _plan_repair(root, broker_config, broker_version)
-    emit_confirmed(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, yes and not dry_run)
+    emit_plan(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair)
     if dry_run:
         return
     if plan.is_empty:
@@ -501,10 +500,13 @@ def _plan_repair(root: Path, broker_config, broker_version):
     try:
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
-            opened.close()
             from ..recovery.planparts import unloadable_files
 
-            unloadable_files(opened)  # raises: the file fixes come first, the broker would not load the store before them
+            try:
+                unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
+            except BadInput:
+                opened.close()  # planned on below otherwise (a release that leaves the file out and starts)
+                raise
     except BadInput as exc:
         if not file_steps:
             raise
@@ -583,7 +585,7 @@ def apply(
         if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
             note("that was this plan: it is now applied")
             return
-    emit_confirmed(plan.to_dict(), fmt, render_plan, yes)
+    emit_plan(plan.to_dict(), fmt, render_plan)
     if plan.is_empty:
         note_nothing_to_do(plan)
         return
@@ -603,7 +605,7 @@ def apply(
 def restore_cmd(
     backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
     yes: YesOpt = False,
-    force: ForceOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
@@ -628,7 +630,7 @@ def restore_cmd(
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
-    emit_confirmed(summary, fmt, render_backup, yes)
+    emit_plan(summary, fmt, render_backup)
     root = backup_set.store_root
     if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
         note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")

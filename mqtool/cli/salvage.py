@@ -14,9 +14,10 @@ import typer
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from ..store.store import EMPTY_LAST_SEGMENT
-from .common import BrokerConfigOpt, BrokerVersionOpt, guarded, note, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
+from .state import State
 from .store_state import warn_store_state
 
 TABLE = ("offset", "status", "queue_id", "queue_offset", "store_timestamp", "size", "msg_id", "uniq_key", "topic")  # topic last: a long one runs past the edge
@@ -75,7 +76,7 @@ def salvage(
     include_stale: Annotated[bool, typer.Option("--include-stale", help="Also list stale records (overwritten history after the logical end; never written by --to-store).")] = False,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
     format: Annotated[SalvageFormat, typer.Option("--format", "-f", help="Output format.")] = SalvageFormat.table,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal and stdout is not a pipe).")] = None,
+    progress: ProgressOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:
@@ -96,6 +97,7 @@ def salvage(
             from ..apply.salvage_store import SalvageStoreWriter, check_target
 
             writer = SalvageStoreWriter(store, check_target(store, to_store))
+            State.output_may_close = True  # a closed stderr drops the notes: the new store never depends on who reads them
         try:
             scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
             new_store = writer.close() if writer is not None else None
@@ -142,8 +144,16 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
             if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
                 emit_batches(((b, None) for b in scan), fmt, fields, out=stream)
             else:
-                emit_rows(_rows(scan, writer, store), fmt, fields, table, optional=TABLE_OPTIONAL, out=stream,
-                          width=FILE_WIDTH if out is not None else None)  # a report file keeps every column
+                rows = _rows(scan, writer, store)
+                try:
+                    emit_rows(rows, fmt, fields, table, optional=TABLE_OPTIONAL, out=stream,
+                              width=FILE_WIDTH if out is not None else None)  # a report file keeps every column
+                except BrokenPipeError:
+                    if writer is None:
+                        raise
+                    silence_stdout()  # the reader went away (`| head`): the new store is written to its end all the same
+                    for _ in rows:
+                        pass
     return scan, found
 
 
@@ -169,6 +179,6 @@ def _report(summary, new_store, include_stale: bool, next_start) -> None:
     if new_store is not None:
         n = new_store
         note(f"new store {n.path}: commit log [{n.min_offset}, {n.end_offset}), {n.records} records ({n.kept} at their original offsets, {n.moved} re-appended), "
-             f"{n.consume_queue_entries} consume queue entries in {n.queues} queues, {n.index_files} index files; check it with `mqtool verify {n.path}`")
+             f"{n.consume_queue_entries} consume queue entries in {n.queues} queues, {n.index_files} index files; check it with `mqtool verify {shell_path(n.path)}`")
         for line in n.notes:
             note(line)

@@ -7,3 +7,4 @@ class State:
     debug = False
     quiet = False
     output_may_close = False  # an apply is confirmed: a closed stdout or stderr drops what is written to it
+    version_said = False  # a --broker-version the store's marks rule out is said once a run

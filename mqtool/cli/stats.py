@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, read_on
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, read_on
 from .output import OutputFormat, emit_rows
 from .progress import ByteProgress
 
@@ -28,7 +28,7 @@ def stats(
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic (repeatable).")] = None,
     by: Annotated[Optional[Period], typer.Option("--by", help="Also volumes per topic and minute, hour or day of store time.")] = None,
     format: FormatOpt = OutputFormat.table,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    progress: ProgressOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:

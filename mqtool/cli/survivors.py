@@ -12,7 +12,7 @@ from typing import Annotated, Iterator, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, verdict_kept
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, verdict_kept
 from .output import OutputFormat, Screen, emit_rows, heading, kv_table, text_encoder
 from .progress import ByteProgress
 from .store_state import warn_store_state
@@ -25,7 +25,7 @@ def read_ids(source: str, column: str | None) -> list[str]:
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{source}: cannot read the ids: {exc}") from None
+        raise BadInput(f"{source}: cannot read the ids: {getattr(exc, 'strerror', None) or exc}") from None  # not "[Errno 2] ... 'FILE'"
     lines = text.splitlines()
     if column is None:
         return [line.strip() for line in lines if line.strip()]
@@ -90,7 +90,7 @@ def survivors(
     by: Annotated[Optional[str], typer.Option("--by", metavar="<uniq-key|msg-id|key>", help="What the ids are: uniq-key (client msgId), msg-id (offsetMsgId) or key (KEYS). Default: detected.")] = None,
     column: Annotated[Optional[str], typer.Option("--column", metavar="NAME", help="The CSV column or JSON Lines field holding the ids.")] = None,
     format: FormatOpt = OutputFormat.table,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")] = None,
+    progress: ProgressOpt = None,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
 ) -> None:

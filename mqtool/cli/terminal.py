@@ -4,6 +4,7 @@ messages on stderr, and the progress bars that must be cleared before anything e
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 
@@ -40,6 +41,33 @@ def open_closed_streams() -> None:
                 os.dup2(null, fd)
                 os.close(null)
         setattr(sys, name, open(fd, "r" if fd == 0 else "w", encoding="utf-8", closefd=False))
+
+
+class WholeWrites(io.FileIO):
+    """A descriptor written to its last byte: a short write (a disk filling up) goes on, so the rest
+    fails with the disk's error. CPython's buffered stdout returns a short count that no caller checks:
+    ``mqtool info STORE -f json > FILE`` on a nearly full disk cut the file and exited 0."""
+
+    def write(self, data) -> int | None:
+        view, done = memoryview(data).cast("B"), 0
+        while done < len(view):
+            n = super().write(view[done:])
+            if not n:  # non-blocking and full (None), or nothing taken: as the plain descriptor says
+                return done or n
+            done += n
+        return done
+
+
+def complete_stdout_writes() -> None:
+    """``sys.stdout`` over ``WholeWrites``: every byte written, or an ``OSError`` (exit 3, ``guarded``)."""
+    out = sys.stdout
+    try:
+        raw = WholeWrites(out.fileno(), "w", closefd=False)
+    except (OSError, ValueError, AttributeError):  # not a descriptor (a test's capture)
+        return
+    out.flush()
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=out.encoding, errors=out.errors, newline="\n",
+                                  line_buffering=out.line_buffering, write_through=out.write_through)
 
 
 def to_devnull(stream) -> None:

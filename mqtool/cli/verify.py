@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, Screen, emit_rows
 from .progress import StageProgress
 from .store_state import warn_store_state
@@ -100,7 +100,7 @@ def verify(
     fmt: FormatOpt = OutputFormat.table,
     broker_config: BrokerConfigOpt = None,
     broker_version: BrokerVersionOpt = None,
-    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bars on stderr (default: when stderr is a terminal and stdout is not a pipe).")] = None,
+    progress: ProgressOpt = None,
 ) -> None:
     """Check every CRC and every cross-file reference of a store; report each problem and where it is.
 

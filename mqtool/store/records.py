@@ -174,6 +174,8 @@ def parse_time(text: str | None, option: str) -> int | None:
         if SECONDS_LIKE[0] <= value < SECONDS_LIKE[1]:  # 10 or 11 digits: a time in 1970-1973 as ms, 2001-5138 as seconds
             as_ms = datetime.fromtimestamp(value / 1000, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
             raise UsageError(f"{option} {text} looks like epoch seconds (as milliseconds it is {as_ms}): give {value * 1000} or an ISO-8601 time")
+        if not -(1 << 63) <= value < 1 << 63:  # a store time is a Java long
+            raise UsageError(f"{option} {text}: out of range for a store time (epoch milliseconds, a signed 64-bit number)")
         return value
     try:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
