@@ -118,6 +118,21 @@ def test_a_file_changed_by_someone_else_is_refused_by_name_before_any_stage_is_r
     assert snapshot(store) == after  # not even the last stage was restored
 
 
+def test_every_message_on_a_stage_cut_short_names_the_whole_repair_to_undo(repaired):
+    """An apply cut short in a repair's second stage (the marker names ``02-rebuild-cq``). Before: the
+    commands that refuse to go on said "undo it with: mqtool restore BACKUP/02-rebuild-cq", which undoes
+    that stage alone, while ``info`` said the whole repair; every message now names ``restore BACKUP``."""
+    from mqtool.apply.backup import undo_command, write_pending
+
+    store, backup, _ = repaired
+    assert undo_command(backup / "02-rebuild-cq") == undo_command(backup) == f"mqtool restore {backup} --yes"
+    write_pending(store, backup / "02-rebuild-cq")
+    for args in (("recover", store), ("rebuild-index", store, "--dry-run")):
+        result = run(*args)
+        said = " ".join(result.stderr.split())
+        assert f"undo it with: mqtool restore {backup} --yes" in said and "02-rebuild-cq --yes" not in said, result.stderr
+
+
 def test_one_stage_restored_alone_before_the_later_one_is_refused_naming_it(repaired):
     """``restore BACKUP/01-recover`` while stage 02 (which rewrote files stage 01 had changed) stands: refused,
     naming the later stage and the whole-repair restore; the store is untouched. Then the stages in reverse

@@ -482,6 +482,12 @@ def restore_target(backup_dir: Path) -> Path:
     return parent
 
 
+def undo_command(backup_dir: Path | str) -> str:
+    """The one command that undoes the apply backed up in ``backup_dir``: ``restore`` of its whole repair when it
+    is a repair's stage (``restore_target``), so every message names what ``info`` names."""
+    return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
+
+
 def clear_pending(store_root: Path) -> None:
     remove(store_root / PENDING_MARKER)
     staging = store_root / STAGING_DIR
@@ -518,7 +524,7 @@ def unfinished_restore_line(pending: Path) -> str:
     """What a restore of ``pending`` that stopped left, and the one way on: ``restore`` again finishes
     it (a repair's whole backup when one of its stages was being restored)."""
     return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
-            f"finish it with: mqtool restore {shell_path(restore_target(Path(pending)))} --yes")
+            f"finish it with: {undo_command(pending)}")
 
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:

@@ -35,9 +35,9 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, unfinished_restore_line, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, undo_command, unfinished_restore_line, write_pending
 from .heap import release_free_heap
-from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, shell_path, write_atomic, write_range, zero_range
+from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
 
 
 class ApplyError(MqtoolError):
@@ -175,7 +175,7 @@ class Executor:
             raise
         except PlanMismatch as exc:
             if not fresh:  # an interrupted apply finished here: its first steps were done before
-                raise ApplyError(f"{exc}; the interrupted apply cannot be finished: undo it with: mqtool restore {shell_path(self.backup.dir)} --yes; please report this") from None
+                raise ApplyError(f"{exc}; the interrupted apply cannot be finished: undo it with: {undo_command(self.backup.dir)}; please report this") from None
             clear_pending(self.root)  # nothing was changed: the marker and the staged files go
             self.backup.discard()
             raise PlanMismatch(f"{exc}: the apply stopped before changing anything; please report this") from None
@@ -185,7 +185,7 @@ class Executor:
             where = f"{exc.filename}: " if exc.filename else ""
             raise ApplyIOError(
                 f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                f"or undo it with: mqtool restore {shell_path(self.backup.dir)} --yes"
+                f"or undo it with: {undo_command(self.backup.dir)}"
             ) from None
         except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
             raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
@@ -450,7 +450,7 @@ def roll_back(backups: list[BackupSet]) -> str:
         for backup in reversed(backups):
             restore(backup, force=True)
     except Exception as exc:  # noqa: BLE001 - the error being reported comes first
-        return f"undoing the changes failed too ({exc}): undo them with: mqtool restore {shell_path(backups[-1].dir.parent if len(backups) > 1 else backups[0].dir)} --yes"
+        return f"undoing the changes failed too ({exc}): undo them with: {undo_command(backups[-1].dir)}"
     return "the changes were undone: the store is as it was"
 
 
@@ -513,7 +513,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise BadInput(f"{root}: the plan's store does not exist")
     pending = read_pending(root)
     if pending is not None:
-        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: mqtool restore {shell_path(pending)} --yes")
+        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: {undo_command(pending)}")
     check_inputs(root, plan)
     release_free_heap()  # what planning freed, before the writers' working set
     try:

@@ -19,7 +19,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, later_backups, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, later_backups, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -68,7 +68,7 @@ class Interrupted(MqtoolError):
 def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
     the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
-    undo = f"mqtool restore {shell_path(backup)} --yes"
+    undo = undo_command(backup)
     existed = backup.exists()
     try:
         with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted; "
@@ -130,7 +130,7 @@ def note_interrupted(root: Path) -> None:
         note(f"{unfinished_restore_line(pending)}; this plan is made on the partly restored store")
         return
     note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
-         f"run the command with --yes to finish that apply first, or undo it with: mqtool restore {shell_path(pending)} --yes")
+         f"run the command with --yes to finish that apply first, or undo it with: {undo_command(pending)}")
 
 
 def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
@@ -141,7 +141,7 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
     if not yes:
-        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: mqtool restore {shell_path(pending)} --yes")
+        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: {undo_command(pending)}")
     note(f"finishing the interrupted apply first (backup {pending})")
     with executor().hold_store_lock(root, force):
         writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
