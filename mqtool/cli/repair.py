@@ -519,7 +519,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
 
 @modifying("rebuild-cq")
 def rebuild_cq(
-    topic: Annotated[Optional[str], typer.Option("--topic", metavar="TOPIC", help="Only this topic's queues.")] = None,
+    topic: Annotated[Optional[str], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic's queues.")] = None,
     queue: Annotated[Optional[int], typer.Option("--queue", min=0, metavar="ID", help="Only this queue id.")] = None,
     respect_topic_config: Annotated[bool, typer.Option("--respect-topic-config", help="Skip topics absent from config/topics.json (a deleted topic does not come back).")] = False,
 ) -> PlanMaker:
