@@ -19,6 +19,13 @@ from mqtool.store.lookup import KEY, UNIQ_KEY, query_message, queue_range, queue
 # Every fixture with queries in its recovered JSON, except the DLedger stores (no commitlog/: the
 # store model does not read DLedger entries yet).
 QUERIED = [
+    ("3.2.6", "crashed-small"),  # no UNIQ_KEY index: a UNIQ_KEY lookup finds nothing, not even after the index's last entry
+    ("4.0.0", "crashed-small"),
+    ("4.2.0", "crashed-small"),
+    ("4.2.0", "cqext-small"),
+    ("4.4.0", "crashed-small"),
+    ("4.4.0", "retention-small"),
+    ("4.5.1", "crashed-small"),
     ("4.8.0", "crashed-small"),
     ("4.9.2", "batch-small"),
     ("4.9.2", "config-real"),
@@ -34,6 +41,8 @@ QUERIED = [
     ("5.0.0", "config-real"),
     ("5.0.0", "crashed-small"),
     ("5.0.0", "retention-small"),
+    ("5.1.4", "crashed-small"),
+    ("5.3.1", "crashed-small"),
     ("5.3.3", "config-real"),
     ("5.3.3", "crashed-small"),
     ("5.3.3", "dledger-small"),

@@ -201,6 +201,24 @@ def test_the_new_store_of_an_old_or_expired_store_is_sound(version, name, tmp_pa
     assert code == 0, out
 
 
+@pytest.mark.parametrize("version", ["4.9.2", "4.9.7", "5.0.0"])
+def test_the_new_store_of_a_batch_store_keeps_every_offset(version, tmp_path):
+    """A batch that does not fit starts the next segment (the broker rolls the whole batch, reference §2.12):
+    its first record was placed in the space left before it, and every live record after it was re-encoded
+    at a new offset (4.9.7 batch-small: 430 of 800, their offsetMsgIds changed). Now the new store's
+    commit log is the source's, byte for byte."""
+    source = store_path(version, "batch-small")
+    new = tmp_path / "new"
+    code, rows = salvage(source, "--to-store", new)
+    assert code == 0
+    assert [(r["new_offset"], r["new_queue_offset"]) for r in rows] == [(r["offset"], r["queue_offset"]) for r in rows]
+    assert [m["commitLogOffset"] for m in messages(version, "batch-small")] == [r["offset"] for r in rows]
+    for segment in sorted((source / "commitlog").iterdir()):
+        assert (new / "commitlog" / segment.name).read_bytes() == segment.read_bytes(), segment.name
+    code, out, _ = cli("verify", new, "--format", "jsonl", "--no-progress")
+    assert code == 0, out
+
+
 def test_parquet_output_holds_the_same_rows(tmp_path):
     root = store_path("5.3.3", "clean-small")
     _, rows = salvage(root)

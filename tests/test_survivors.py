@@ -15,7 +15,7 @@ from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
 from mqtool.cli import app
 from mqtool.formats import commitlog as clfmt
 from mqtool.store import Store
-from test_salvage import damage_torn_segment, damage_zeroed_range, messages
+from test_salvage import SEGMENT, damage_flipped_body_byte, damage_torn_segment, damage_zeroed_range, messages
 
 UNKNOWN = ["0A0000010000000000000000DEAD0001", "0A0000010000000000000000DEAD0002"]
 
@@ -97,25 +97,33 @@ def test_a_message_stored_twice_is_duplicated(version, store_copy, tmp_path):
     assert summary["duplicated"] == 1 and summary["found"] == len(ids) - 1
 
 
-@pytest.mark.parametrize("damage", [damage_zeroed_range, damage_torn_segment])
-def test_a_damaged_copy_sorts_ids_into_found_missing_and_past_damage(damage, store_copy, tmp_path):
-    root = store_copy("5.3.3", "clean-small")
-    msgs = messages("5.3.3")
+@pytest.mark.parametrize("version,damage", [("5.3.3", damage_zeroed_range), ("5.3.3", damage_torn_segment), ("4.9.7", damage_zeroed_range),
+                                           ("4.9.7", damage_torn_segment), ("4.9.7", damage_flipped_body_byte)])
+def test_a_damaged_copy_sorts_ids_into_found_missing_and_past_damage(version, damage, store_copy, tmp_path):
+    """Past damage the broker's next start reads (from the third-from-last segment; 5.3.2+: the newest at or
+    below the consume queues' max, the last here) ids are past-damage; past damage before that segment,
+    which it never reads and serves past, they are found, as salvage lists them live. Before, every id
+    after the first damage was past-damage (5.3.3 and 4.9.7 with damage in the second segment)."""
+    root = store_copy(version, "clean-small")
+    msgs = messages(version)
     lost = damage(root, msgs)
     cut = min(lost)
+    read = cut >= (4 if version == "5.3.3" else 2) * SEGMENT
     with_keys = [m for m in msgs if m.get("uniqKey")]
     code, rows, summary = survivors(root, [m["uniqKey"] for m in with_keys], tmp=tmp_path)
     assert code == 1
     for row, m in zip(rows, with_keys):
         if m["commitLogOffset"] in lost:
             assert row["status"] == "missing", m["seq"]
-        elif m["commitLogOffset"] > cut:
+        elif m["commitLogOffset"] > cut and read:
             assert row["status"] == "past-damage" and where(row) == located(m) and row["consumable"] is False, m["seq"]
         else:
             assert row["status"] == ("found" if m["dispatchToConsumeQueue"] else "found-not-consumable"), m["seq"]
+            assert where(row) == located(m) and row["consumable"] is m["dispatchToConsumeQueue"], m["seq"]
     assert summary["missing"] == sum(1 for m in with_keys if m["commitLogOffset"] in lost) > 0
-    assert summary["past-damage"] == sum(1 for m in with_keys if m["commitLogOffset"] > cut and m["commitLogOffset"] not in lost) > 0
-    assert summary["commitlog_end"] == cut
+    past = sum(1 for m in with_keys if m["commitLogOffset"] > cut and m["commitLogOffset"] not in lost)
+    assert summary["past-damage"] == (past if read else 0) and past > 0
+    assert summary["commitlog_end"] == (cut if read else manifest(version, "clean-small")["commitLogMaxOffset"])
 
 
 def test_ids_found_only_past_damage(store_copy, tmp_path):

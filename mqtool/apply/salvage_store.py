@@ -75,7 +75,7 @@ class SalvageStoreWriter:
     def add(self, raw: bytes, *, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
             tags_code: int, keys, uniq_key: str | None, prepared_transaction_offset: int) -> Placed:
         """Append one record (its stored bytes and the decoded fields dispatch needs)."""
-        new_offset = self.log.offset_for(len(raw))
+        new_offset = self.log.offset_for(len(raw), offset)
         dispatched = dispatches_to_consume_queue(sys_flag)
         queue = (topic, queue_id)
         new_qoff = queue_offset

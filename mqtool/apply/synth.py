@@ -169,10 +169,14 @@ class CommitLogWriter:
         directory.mkdir(parents=True, exist_ok=True)
         self.file = open(directory / offset_file_name(base), "wb")
 
-    def offset_for(self, length: int) -> int:
-        """Where a record of ``length`` bytes goes, rolling the segment first if it must."""
-        if length + clfmt.END_FILE_MIN_BLANK_LENGTH > self.segment_size - self.pos:
-            remaining = self.segment_size - self.pos
+    def offset_for(self, length: int, original: int | None = None) -> int:
+        """Where a record of ``length`` bytes goes, rolling the segment first if it must, or if
+        ``original`` (its offset in the store it is copied from) is the next segment's start: the
+        broker rolls a whole batch that does not fit (``DefaultAppendMessageCallback.doAppend`` of
+        a ``MessageExtBatch``, reference §2.12), so its first record starts a segment early."""
+        remaining = self.segment_size - self.pos
+        rolls = original == self.base + self.segment_size and remaining >= clfmt.END_FILE_MIN_BLANK_LENGTH
+        if rolls or length + clfmt.END_FILE_MIN_BLANK_LENGTH > remaining:
             blank = clfmt.encode_blank(remaining)
             if self.legacy_blank:
                 fill = bytes(self.scratch[8:remaining])

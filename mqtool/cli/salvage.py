@@ -119,24 +119,13 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
     """Scan and write the rows (and the new store's records); returns the finished scan and the broker's next start."""
     from ..scan.salvage import SalvageScan
 
-    found = None
-
-    def served_to(walked):
-        """The broker's next start (``store.nextstart``), settled from the scan's own walk from the first segment."""
-        nonlocal found
-        from ..store.nextstart import next_start
-        from ..store.commitlog import ScanEnd
-
-        found = next_start(store, walked if store.config.check_crc_on_recover else None, store.commitlog.min_offset)
-        return walked if found is None or found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
-
     # a table decodes only the columns it shows (and those the new store's writer needs)
     columns = [c for c in MESSAGE_FIELDS if format is not SalvageFormat.table or c in TABLE or (writer is not None and c in DISPATCH)]
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
-        scan = SalvageScan(store, columns=columns, body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH, served_to=served_to)
+        scan = SalvageScan(store, columns=columns, body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
-            return scan, found
+            return scan, scan.next_start
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
         table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
         fmt = OutputFormat(format.value)
@@ -154,7 +143,7 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
                     silence_stdout()  # the reader went away (`| head`): the new store is written to its end all the same
                     for _ in rows:
                         pass
-    return scan, found
+    return scan, scan.next_start
 
 
 def _report(summary, new_store, include_stale: bool, next_start) -> None:

@@ -3,7 +3,7 @@
 The broker's recovery keeps the records up to the first invalid one (``CommitLog.recoverNormally`` /
 ``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
 reads them all with a ``status`` of docs/reading.md: ``live``, ``past-damage`` or ``stale`` (§8.9).
-Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
+The cut is the broker's next start's (``store.nextstart``). Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
 ``verify --keep-going``), each run classified as ``CommitLogCheck._after_end`` classifies it, then
 read through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
 """
@@ -19,6 +19,7 @@ import pyarrow as pa
 from ..store.records import BodyEncoding
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
+from ..store.nextstart import NextStart, next_start
 from ..store.segments import SegmentTask, analyze_segment
 from .messages import MessageScan
 
@@ -76,10 +77,9 @@ class SalvageSummary:
 class SalvageScan:
     """Iterate to get ``messages`` batches (``columns`` + ``status``); ``summary`` fills as it goes."""
 
-    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Callable[[int], None] | None = None, batch: int = 1 << 15,
-                 served_to: Callable[[ScanEnd], ScanEnd] | None = None):
+    def __init__(self, store: Store, *, columns=None, body: BodyEncoding = BodyEncoding.none, include_stale: bool = False, progress: Callable[[int], None] | None = None, batch: int = 1 << 15):
         self.store = store
-        self.served_to = served_to  # where the walk from the first segment ended -> where the broker's next start ends the log
+        self.next_start: NextStart | None = None  # the broker's next start, once the walk from the first segment has ended
         self.columns = None if columns is None else list(columns)
         self.read = None if columns is None else list(dict.fromkeys([*columns, "offset", "size", "store_timestamp"]))
         self.body = body
@@ -94,7 +94,7 @@ class SalvageScan:
         for batch in live:
             last_ts = int(batch["store_timestamp"][-1].as_py())
             yield self._finish(batch, LIVE)
-        self.summary.cut = cut = live.end if self.served_to is None else self.served_to(live.end)
+        self.summary.cut = cut = self._served_to(live.end)
         resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
             resumed = stretch.start if resumed is None else resumed
@@ -107,6 +107,14 @@ class SalvageScan:
         if cut.offset > live.end.offset and resumed is not None and resumed > live.end.offset:  # the broker reads on past the walk's end
             start = live.end.offset
             self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
+
+    def _served_to(self, walked: ScanEnd) -> ScanEnd:
+        """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
+        walk from the first segment: damage before the segment its recovery scans from is never read
+        (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3), so the records after
+        it up to that end are live."""
+        self.next_start = found = next_start(self.store, walked if self.store.config.check_crc_on_recover else None, self.store.commitlog.min_offset)
+        return walked if found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 
     def _finish(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
         self.summary.counts[status] += batch.num_rows

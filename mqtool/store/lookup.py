@@ -76,10 +76,12 @@ def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, 
     return key in split_keys(props.get(PropertyKey.KEYS))
 
 
-def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool) -> list[str]:
-    """The keys ``IndexService.buildIndex`` puts for a record (none for a rollback)."""
+def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool, rule: int) -> list[str]:
+    """The keys ``IndexService.buildIndex`` of the store's version puts for a record (``rule``:
+    ``VersionRules.index_rule``, rules file §4.2: 3.2.6 indexes no UNIQ_KEY and no COMMIT record;
+    none for a rollback)."""
     props = record.property_map(legacy=legacy)
-    return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)))
+    return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), rule)
 
 
 def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
@@ -124,10 +126,11 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         result.notes.append("no index file (deleted, or messageIndexEnable off): the commit log has to be scanned")
         return result
     tail_records: list[clfmt.CommitLogRecord] = []
+    rule = store.rules.index_rule
     result.indexed_until, first_after = _after_index(store)
     if first_after is not None:
         scan = store.commitlog.scan(first_after)
-        tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy)]
+        tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy, rule)]
         result.logical_end = scan.end.offset
     last_time = end
     for _ in range(3):
