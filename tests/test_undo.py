@@ -126,6 +126,8 @@ def test_every_message_on_a_stage_cut_short_names_the_whole_repair_to_undo(repai
 
     store, backup, _ = repaired
     assert undo_command(backup / "02-rebuild-cq") == undo_command(backup) == f"mqtool restore {backup} --yes"
+    for alone in (backup.parent / "not-made-yet", backup / "02-rebuild-cq" / "x"):  # no stage: itself, made or not
+        assert undo_command(alone) == f"mqtool restore {alone} --yes"
     write_pending(store, backup / "02-rebuild-cq")
     for args in (("recover", store), ("rebuild-index", store, "--dry-run")):
         result = run(*args)

@@ -477,7 +477,7 @@ def restore_target(backup_dir: Path) -> Path:
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
     stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    if (parent / "manifest.json").exists() or not all(STAGE_NAME.fullmatch(name) for name in stages):
+    if not STAGE_NAME.fullmatch(backup_dir.name) or (parent / "manifest.json").exists() or not all(STAGE_NAME.fullmatch(name) for name in stages):
         return backup_dir
     return parent
 
