@@ -334,6 +334,27 @@ def test_a_clean_store_is_judged_on_disk(tmp_path):
     assert all(rows[m["msgId"]]["consumable"] is m["dispatchToConsumeQueue"] for m in msgs)
 
 
+def test_a_clean_store_whose_queues_miss_the_last_records_is_judged_after_its_next_start(store_copy, tmp_path):
+    """No abort file, but the queues end before the log (the last record's unit zeroed): the next start's
+    normal recovery is planned, and 4.9.7's start-up reput from the queues' max offset dispatches the
+    record again (§8.12; 5.3.2+ would not: it dispatches only records strictly after that offset, §8.5)."""
+    root = store_copy("4.9.7", "clean-small")
+    msgs = [m for m in messages("4.9.7") if m["dispatchToConsumeQueue"]]
+    last = max(msgs, key=lambda m: m["commitLogOffset"])
+    with Store.open(root) as store:
+        file_size = store.consume_queue(last["topic"], last["queueId"]).file_size
+    logical = last["queueOffset"] * 20
+    with open(root / "consumequeue" / last["topic"] / str(last["queueId"]) / f"{logical - logical % file_size:020d}", "r+b") as f:
+        f.seek(logical % file_size)
+        f.write(bytes(20))
+    path = tmp_path / "ids.txt"
+    path.write_text(last["msgId"] + "\n", encoding="utf-8")
+    code, out, err = cli("survivors", root, path, "--by", "msg-id", "--format", "jsonl", "--no-progress")
+    row, summary = (json.loads(line) for line in out.splitlines())
+    assert code == 0 and (row["status"], row["consumable"]) == ("found", True)
+    assert summary["summary"]["queue_view"].startswith("as after the broker's next start (normal recovery from ")
+
+
 def test_placed_units_pruned_to_the_spill_are_still_read(tmp_path, monkeypatch):
     """The recovery's placed units leave memory past ``PRUNE_EVERY`` (``QueueSim._prune``); survivors'
     plan keeps every file's (``keep_placed``), so the answer does not change."""
@@ -358,4 +379,4 @@ def test_candidate_versions_whose_queues_differ_are_refused():
         differing = QueuesAfter(view.view, [view.candidates[0], (view.candidates[1][0], {})])
         search = SurvivorSearch(store, [m["msgId"] for m in manifest(version, name)["messages"]], IdKind.msg_id, queues=differing)
         with pytest.raises(Refused, match="--broker-version"):
-            search.summary if list(search.rows()) else None
+            list(search.rows())

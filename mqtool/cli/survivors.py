@@ -79,17 +79,27 @@ def _write_jsonl(search, out) -> None:
         binary.flush()
 
 
-def queues_after_start(store):
+def queues_after_start(store, next_start=None):
     """What ``survivors`` judges consumability against (``scan.survivors.QueuesAfter``): the consume
     queues after the broker's next start, as ``recover --dry-run`` plans it (``recovery.planners.
     recovered_queues``: ``DefaultMessageStore.recover`` + the start-up reput, reference §8.2-§8.12,
     §15.4), under each candidate version of an undecided store, when that start changes a queue or
     the abort file is there (abnormal recovery); else the queues as on disk. Where no recovery can be
-    planned (``Refused``), the queues as on disk, the view saying why."""
+    planned (``Refused``), the queues as on disk, the view saying why.
+
+    Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
+    at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
+    dispatch (``recoverNormally`` / 5.3.2+: records past the queues' max offset; 4.5.0-4.9.8's reput
+    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §8.4,
+    §8.12), so a clean store's answer costs no recovery scan."""
     from ..scan.survivors import ON_DISK, QueuesAfter
 
     if store.root is None:  # commit log segments alone: no queue either way
         return ON_DISK
+    from ..store.startfile import max_queue_phys_offset
+
+    if not store.abort_present and next_start is not None and next_start.logical_end is not None and next_start.logical_end == max_queue_phys_offset(store):
+        return QueuesAfter(f"as on disk (the broker's next start, {next_start.mode} recovery from {next_start.scan_from}, changes no consume queue)")
     from ..recovery.planners import recovered_queues
 
     try:
@@ -143,7 +153,7 @@ def survivors(
             kind = detect_kind(ids, store)
             note(f"ids read as {kind.value} (--by to say otherwise)")
         with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="survivors") as bar:
-            search = SurvivorSearch(store, ids, kind, progress=bar.advance, queues=queues_after_start(store))
+            search = SurvivorSearch(store, ids, kind, progress=bar.advance, queues=lambda next_start: queues_after_start(store, next_start))
             searched = search.summary  # complete once the first row is yielded: a missing id is known before any is written
             with verdict_kept(lambda: sum(searched.counts.values()) == searched.ids and not searched.all_survived):
                 if format is OutputFormat.json:

@@ -30,6 +30,7 @@ from ..errors import Refused, UsageError
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..store.nextstart import NextStart
 from . import compute
 from ._stats import string_keys
 from .salvage import LIVE, PAST_DAMAGE, STATUSES as REGIONS, SalvageScan
@@ -207,14 +208,17 @@ class SurvivorSummary:
 class SurvivorSearch:
     """``rows()`` / ``chunks()``: one row per distinct id, in input order; then ``summary``."""
 
-    def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None, queues: QueuesAfter = ON_DISK):
+    def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None,
+                 queues: QueuesAfter | Callable[[NextStart | None], QueuesAfter] = ON_DISK):
+        """``queues``: what consumability is judged against, or a function of the broker's next start
+        (the scan's, ``SalvageScan.next_start``) giving it once the scan has run."""
         self.store = store
         self.kind = kind
         ids = [i.upper() for i in ids] if kind is IdKind.msg_id else ids
         self.ids = list(dict.fromkeys(ids))
         self.progress = progress
         self.queues = queues
-        self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value, queue_view=queues.view)
+        self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value, queue_view=queues.view if isinstance(queues, QueuesAfter) else "")
         self.topics: list[str] = []
         self.id_array: pa.Array | None = None
 
@@ -246,6 +250,9 @@ class SurvivorSearch:
             parts["region"].append(np.full(len(rows), REGIONS.index(matched["status"][0].as_py()), dtype=np.int8))
             for name in fields:
                 parts[name].append(matched[name].to_numpy())
+        if not isinstance(self.queues, QueuesAfter):
+            self.queues = self.queues(scan.next_start)
+            self.summary.queue_view = self.queues.view
         cut = scan.summary.cut
         self.summary.commitlog_end = cut.offset if cut else None
         self.summary.end_reason = cut.reason if cut else None
