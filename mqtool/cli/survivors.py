@@ -90,7 +90,7 @@ def queues_after_start(store, next_start=None):
     Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
     at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
     dispatch (``recoverNormally`` / 5.3.2+: records past the queues' max offset; 4.5.0-4.9.8's reput
-    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §8.4,
+    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §5.8, §8.5,
     §8.12), so a clean store's answer costs no recovery scan."""
     from ..scan.survivors import ON_DISK, QueuesAfter
 
