@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import MAIN_VERSIONS, VERSIONS, manifest, store_path
+from conftest import FIXTURES, MAIN_VERSIONS, VERSIONS, manifest, recovered, store_path
 from mqtool.cli import app
 from mqtool.formats import commitlog as clfmt
 from mqtool.store import Store
@@ -251,3 +251,132 @@ def test_the_id_matcher_agrees_with_arrow_on_every_value():
     exact.exact = False  # the path taken when two ids share a 64-bit hash
     rows, who = exact.match(values)
     assert list(zip(rows.tolist(), who.tolist())) == expected
+
+
+# ---- consumable as after the broker's next start: the fixtures' recovered JSON ----------------
+
+RECOVERED = sorted((p.parent.name.removeprefix("rocketmq-"), p.name.removesuffix(".recovered.json")) for p in FIXTURES.glob("rocketmq-*/*.recovered.json"))
+
+
+def broker_served(version: str, name: str) -> set[str]:
+    """offsetMsgIds of the records the broker's queues serve after its start (entries read FOUND in the
+    recovered JSON), but those it wrote during the start itself (timer deliveries: never in the store)."""
+    rec = recovered(version, name)
+    written = {d["msgId"] for d in rec.get("timerDeliveriesDuringRecover", [])}
+    return {m["msgId"] for q in rec["queues"] for e in q["entries"] if e["getStatus"] == "FOUND" for m in e["messages"] if "msgId" in m} - written
+
+
+def queue_ends_before_load(version: str, name: str) -> dict:
+    """(topic, queue id) -> where the last entry on disk before the broker's start leads (``maxPhyEnd``)."""
+    return {(q["topic"], q["queueId"]): q["maxPhyEnd"] for q in recovered(version, name)["rawStateBeforeLoad"]["consumeQueues"]}
+
+
+def survivors_by_msg_id(version: str, name: str, ids: list[str], tmp: Path) -> tuple[dict, dict, str]:
+    path = tmp / "ids.txt"
+    path.write_text("\n".join(ids) + "\n", encoding="utf-8")
+    code, out, err = cli("survivors", store_path(version, name), path, "--by", "msg-id", "--format", "jsonl", "--no-progress")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code in (0, 1) and "summary" in lines[-1], (code, err)
+    return {r["id"]: r for r in lines[:-1]}, lines[-1]["summary"], err
+
+
+@pytest.mark.parametrize("version,name", RECOVERED)
+def test_consumable_is_what_the_brokers_start_serves(version, name, tmp_path):
+    """Every store the real broker was restarted on (every crashed one, DLedger included): the ids
+    survivors calls consumable are exactly those whose records the broker's queues serve after its
+    start (``.recovered.json``), asked with every acknowledged message and every record served."""
+    served = broker_served(version, name)
+    written = {d["msgId"] for d in recovered(version, name).get("timerDeliveriesDuringRecover", [])}
+    ids = sorted({m["msgId"] for m in manifest(version, name)["messages"]} | served | written)
+    rows, summary, err = survivors_by_msg_id(version, name, ids, tmp_path)
+    assert {i for i, r in rows.items() if r["consumable"]} == served
+    assert all(rows[i]["status"] == "missing" for i in written)  # the broker's own writes at start-up
+    if recovered(version, name)["abortFilePresentBeforeLoad"]:
+        assert summary["queue_view"].startswith("as after the broker's next start (abnormal recovery from ")
+    assert f"consumable: judged against the consume queues {summary['queue_view']}" in err
+
+
+def test_ids_whose_entries_the_dledger_recovery_loses_are_not_consumable(tmp_path):
+    """5.3.3 ``dledger-crashed-cqloss``: the broker's abnormal recovery cuts the queues short and
+    re-dispatches only from the committed position (fixtures/README.md), so acknowledged messages whose
+    entries are on disk have none after its start. Before, survivors read the queues on disk: found,
+    and its note said the recovery re-dispatches missing entries."""
+    version, name = "5.3.3", "dledger-crashed-cqloss"
+    served, ends = broker_served(version, name), queue_ends_before_load(version, name)
+    msgs = manifest(version, name)["messages"]
+    lost = [m for m in msgs if m["dispatchToConsumeQueue"] and m["msgId"] not in served and m["commitLogOffset"] < ends[(m["topic"], m["queueId"])]]
+    assert lost
+    rows, summary, err = survivors_by_msg_id(version, name, [m["msgId"] for m in msgs], tmp_path)
+    assert {m["seq"]: (rows[m["msgId"]]["status"], rows[m["msgId"]]["consumable"]) for m in lost} == {m["seq"]: ("found-not-consumable", False) for m in lost}
+    assert summary["found"] == len(served) and not summary["all_survived"]
+    assert "re-dispatches" not in err and "as after the broker's next start (abnormal recovery" in err
+
+
+def test_ids_the_abnormal_recovery_re_dispatches_are_consumable(tmp_path):
+    """4.8.0 ``crashed-small``: records past their queue's last entry on disk, which the broker's
+    abnormal recovery re-dispatches (their entries exist after its start), are found; before, the
+    queues on disk made them found-not-consumable."""
+    version, name = "4.8.0", "crashed-small"
+    served, ends = broker_served(version, name), queue_ends_before_load(version, name)
+    msgs = manifest(version, name)["messages"]
+    redispatched = [m for m in msgs if m["msgId"] in served and m["commitLogOffset"] >= ends.get((m["topic"], m["queueId"]), 0)]
+    assert redispatched
+    rows, summary, _ = survivors_by_msg_id(version, name, [m["msgId"] for m in msgs], tmp_path)
+    assert {m["seq"]: (rows[m["msgId"]]["status"], rows[m["msgId"]]["consumable"]) for m in redispatched} == {m["seq"]: ("found", True) for m in redispatched}
+    assert summary["found"] == len(served)
+
+
+def test_a_clean_store_is_judged_on_disk(tmp_path):
+    """A clean shutdown's next start changes no queue: the queues on disk, and the view says so."""
+    msgs = messages("5.3.3")
+    rows, summary, err = survivors_by_msg_id("5.3.3", "clean-small", [m["msgId"] for m in msgs], tmp_path)
+    assert summary["queue_view"].startswith("as on disk (the broker's next start, normal recovery from ") and "changes no consume queue" in summary["queue_view"]
+    assert all(rows[m["msgId"]]["consumable"] is m["dispatchToConsumeQueue"] for m in msgs)
+
+
+def test_a_clean_store_whose_queues_miss_the_last_records_is_judged_after_its_next_start(store_copy, tmp_path):
+    """No abort file, but the queues end before the log (the last record's unit zeroed): the next start's
+    normal recovery is planned, and 4.9.7's start-up reput from the queues' max offset dispatches the
+    record again (§8.12; 5.3.2+ would not: it dispatches only records strictly after that offset, §8.5)."""
+    root = store_copy("4.9.7", "clean-small")
+    msgs = [m for m in messages("4.9.7") if m["dispatchToConsumeQueue"]]
+    last = max(msgs, key=lambda m: m["commitLogOffset"])
+    with Store.open(root) as store:
+        file_size = store.consume_queue(last["topic"], last["queueId"]).file_size
+    logical = last["queueOffset"] * 20
+    with open(root / "consumequeue" / last["topic"] / str(last["queueId"]) / f"{logical - logical % file_size:020d}", "r+b") as f:
+        f.seek(logical % file_size)
+        f.write(bytes(20))
+    path = tmp_path / "ids.txt"
+    path.write_text(last["msgId"] + "\n", encoding="utf-8")
+    code, out, err = cli("survivors", root, path, "--by", "msg-id", "--format", "jsonl", "--no-progress")
+    row, summary = (json.loads(line) for line in out.splitlines())
+    assert code == 0 and (row["status"], row["consumable"]) == ("found", True)
+    assert summary["summary"]["queue_view"].startswith("as after the broker's next start (normal recovery from ")
+
+
+def test_placed_units_pruned_to_the_spill_are_still_read(tmp_path, monkeypatch):
+    """The recovery's placed units leave memory past ``PRUNE_EVERY`` (``QueueSim._prune``); survivors'
+    plan keeps every file's (``keep_placed``), so the answer does not change."""
+    from mqtool.recovery.queues import QueueSim
+
+    monkeypatch.setattr(QueueSim, "PRUNE_EVERY", 4)
+    version, name = "4.9.7", "crashed-small"
+    rows, _, _ = survivors_by_msg_id(version, name, [m["msgId"] for m in manifest(version, name)["messages"]], tmp_path)
+    assert {i for i, r in rows.items() if r["consumable"]} == broker_served(version, name)
+
+
+def test_candidate_versions_whose_queues_differ_are_refused():
+    """Undecided version, candidates' queues after the start differing for the ids: refused, not guessed."""
+    from mqtool.cli.survivors import queues_after_start
+    from mqtool.errors import Refused
+    from mqtool.scan.survivors import IdKind, QueuesAfter, SurvivorSearch
+
+    version, name = "4.9.7", "crashed-small"
+    with Store.open(store_path(version, name)) as store:
+        view = queues_after_start(store)
+        assert len(view.candidates) > 1  # 4.9.7's marks leave several eras, alike here
+        differing = QueuesAfter(view.view, [view.candidates[0], (view.candidates[1][0], {})])
+        search = SurvivorSearch(store, [m["msgId"] for m in manifest(version, name)["messages"]], IdKind.msg_id, queues=differing)
+        with pytest.raises(Refused, match="--broker-version"):
+            list(search.rows())

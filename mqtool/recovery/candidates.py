@@ -65,13 +65,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= SHOWN else text[: SHOWN - 1] + "…"
 
 
-def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache, scans)`` under the detected version, or under every candidate (module
-    docstring); ``cache`` is filled by the first candidate's run only, and the candidates share
-    their scans (``scans``: ``sharedscans.py``)."""
-    guess = store.version_guess
-    if guess.version is not None:
-        return make_plan(store, cache, None)
+def plans_per_candidate(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> tuple[list, list[str], list[Plan]]:
+    """``make_plan(store, cache, scans)`` under each candidate of an undecided store (one per distinct
+    set of rules, ``store.eras``), the candidates sharing their scans, ``cache`` filled by the first's run
+    only: (candidates, their eras' labels, their plans), not compared (``plan_under_candidates`` does).
+    A decided store: its version alone, labelled with it."""
+    if store.version_guess.version is not None:
+        return [store.version_guess.version], [str(store.version_guess.version)], [make_plan(store, cache, None)]
     groups = candidate_groups(store)
     candidates = list(groups)
     scans = SharedScans.worth_it(store, cache) if len(candidates) > 1 else None
@@ -81,7 +81,17 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedS
             scans.recording = False  # no candidate is left to ask for its scans
         with store.assumed_version(candidate):
             plans.append(make_plan(store, cache if i == 0 else None, scans))
-    labels = [eras_label(groups[c]) for c in candidates]
+    return candidates, [eras_label(groups[c]) for c in candidates], plans
+
+
+def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> Plan:
+    """``make_plan(store, cache, scans)`` under the detected version, or under every candidate (module
+    docstring); ``cache`` is filled by the first candidate's run only, and the candidates share
+    their scans (``scans``: ``sharedscans.py``)."""
+    guess = store.version_guess
+    if guess.version is not None:
+        return make_plan(store, cache, None)
+    candidates, labels, plans = plans_per_candidate(store, make_plan, cache)
     first = _effect(plans[0]) if len(plans) > 1 else None
     for label, plan, candidate in zip(labels[1:], plans[1:], candidates[1:]):
         diffs = _differences(first, _effect(plan))

@@ -2,12 +2,13 @@
 (``candidates.py``) over the ``*_one_version`` planner of ``recover.py`` / ``rebuild.py`` (imported
 nowhere else: tests/test_plan_imports.py)."""
 
+import dataclasses
 import functools
 
 from ..errors import BadInput
 
 from . import rebuild, recover
-from .candidates import plan_under_candidates
+from .candidates import plan_under_candidates, plans_per_candidate
 from .plans import PlanOptions
 
 
@@ -36,9 +37,25 @@ def refuse_ext_entries(store, plan) -> None:
                        f"{plan.command} would add {added} consume queue entries without them")
 
 
+def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[str, object, dict]]:
+    """The broker's next start as ``recover --dry-run`` plans it (``plan_recover_one_version``), under
+    each candidate version of an undecided store, not compared (the caller compares what it reads
+    of them): (the candidate's eras, its plan, its queues after the recovery, (topic, queue id) ->
+    ``QueueSim`` with every placed unit readable, ``QueueSim.units_in``)."""
+    options = dataclasses.replace(options, keep_placed=True)
+    made: list[dict] = []
+
+    def one(s, cache, scans):
+        made.append({})
+        return recover.plan_recover_one_version(s, options, cache=cache, scans=scans, sims_out=made[-1])
+
+    _, labels, plans = plans_per_candidate(store, one)
+    return list(zip(labels, plans, made))
+
+
 plan_recover = _under_candidates(recover.plan_recover_one_version, "plan_recover")
 plan_truncate_dirty = _under_candidates(recover.plan_truncate_dirty_one_version, "plan_truncate_dirty")
 plan_rebuild_cq = _under_candidates(rebuild.plan_rebuild_cq_one_version, "plan_rebuild_cq")
 plan_rebuild_index = _under_candidates(rebuild.plan_rebuild_index_one_version, "plan_rebuild_index")
 
-__all__ = ["PlanOptions", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty"]
+__all__ = ["PlanOptions", "plan_rebuild_cq", "plan_rebuild_index", "plan_recover", "plan_truncate_dirty", "recovered_queues"]

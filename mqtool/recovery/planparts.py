@@ -294,8 +294,9 @@ def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule) if store.multi_dispatch else None
 
 
-def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts) -> None:
-    """One dispatched batch into the queue simulations and the index placement."""
+def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts, *, keep_placed: bool = False) -> None:
+    """One dispatched batch into the queue simulations and the index placement (``keep_placed``: of a
+    queue the dispatch creates, as ``QueueSim.keep_placed``)."""
     if len(batch) == 0:
         return
     counts.records += len(batch)
@@ -308,6 +309,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
         sim = sims.get((topic, qid))
         if sim is None:
             sim = sims[(topic, qid)] = QueueSim.of_store(store, topic, qid, rules=rules)
+            sim.keep_placed = keep_placed
         placed = sim.place(*columns[:3])
         if topic == SCHEDULE_TOPIC:
             counts.sched += placed

@@ -315,3 +315,4 @@ class PlanOptions:
     queue_id: int | None = None
     respect_topic_config: bool = False
     queues: frozenset[tuple[str, int]] | None = None  # rebuild-cq: only these (topic, queue id) (repair)
+    keep_placed: bool = False  # recover: every queue's placed units kept readable (``QueueSim.keep_placed``: survivors reads them)

@@ -63,6 +63,7 @@ class QueueSim:
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
     _compared: tuple | None = field(default=None, repr=False, compare=False)  # (base, open file): the original file ``_compare`` reads
+    keep_placed: bool = False  # prune to SPILL every file's placed units, not only the first and last's (``units_in`` reads them all)
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -203,9 +204,9 @@ class QueueSim:
 
     def _prune(self) -> None:
         """Keep placed units only where later steps read them, the first file (min offset) and the
-        last (the truncate walk), in SPILL in placing order (a later run wins), so a queue holds at
-        most ``PRUNE_EVERY`` placed units in memory."""
-        keep = sorted({min(self.files), max(self.files)})
+        last (the truncate walk), or every file's with ``keep_placed``, in SPILL in placing order (a
+        later run wins), so a queue holds at most ``PRUNE_EVERY`` placed units in memory."""
+        keep = sorted(self.files) if self.keep_placed else sorted({min(self.files), max(self.files)})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
         self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
         self._chunks = []
@@ -303,6 +304,28 @@ class QueueSim:
                   or (zero_from < self.file_size and self._nonzero_units(base, zero_from) > 0)):  # placed units, stale ones, or its length
                 out.append(QueueFile(offset_file_name(base), "rewrite", zero_from))
         return out
+
+    @property
+    def placed_from(self) -> int | None:
+        """Logical byte offset of the first placed unit (filler or dispatched) the queue still holds, None if none."""
+        starts = [start for start, _, _ in self._chunks] + [start for start, _, _ in self._spilled]
+        return min(starts) if starts else None
+
+    def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(phys, size) of the units the broker's queue serves at logical ``[lo, hi)`` after every step,
+        clipped to ``[0, end)``: a placed unit where one was placed (the last placed wins), else the
+        original file's, zeros in a deleted file. Complete only with ``keep_placed`` (else the placed
+        units of the files between the first and the last are pruned once ``PRUNE_EVERY`` is passed)."""
+        lo, hi = max(lo - lo % ENTRY, 0), min(hi, self.end)
+        phys, size = np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64), np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64)
+        for base in range(lo - lo % self.file_size, hi, self.file_size):
+            if base not in self.files:
+                continue
+            a, b = max(lo, base), min(hi, base + self.file_size)
+            file_phys, file_size = self._file_units(base, (b - base) // ENTRY)
+            phys[(a - lo) // ENTRY : (b - lo) // ENTRY] = file_phys[(a - base) // ENTRY :]
+            size[(a - lo) // ENTRY : (b - lo) // ENTRY] = file_size[(a - base) // ENTRY :]
+        return phys, size
 
     def min_offset(self, commitlog_min_offset: int, *, v5: bool) -> int:
         """``correctMinOffset(commitLog.minOffset)`` as the next load computes it (§5.9): the first unit

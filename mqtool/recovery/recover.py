@@ -48,11 +48,13 @@ if TYPE_CHECKING:
 
 
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
-                             cache: DispatchCache | None = None, walked: WalkedChain | None = None, scans: SharedScans | None = None) -> Plan:
+                             cache: DispatchCache | None = None, walked: WalkedChain | None = None, scans: SharedScans | None = None,
+                             sims_out: dict | None = None) -> Plan:
     """The broker's load + recovery + start-up reput under the one version the store is read as
     (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
     ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``); ``scans``: the
-    candidates' shared scans (``sharedscans.py``)."""
+    candidates' shared scans (``sharedscans.py``); ``sims_out`` is given every queue's simulation after
+    the recovery, (topic, queue id) -> ``QueueSim`` (``planners.recovered_queues``)."""
     version, source = store_version(store)
     run = RecoveryRun(
         store, options, command, cache, walked, scans, version, source, VersionRules(version),
@@ -76,6 +78,8 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
         checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=queue_refusal(store) if run.dispatching else None,
     )
+    if sims_out is not None:
+        sims_out.update(run.sims)
     return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
 
 
@@ -84,6 +88,8 @@ def _recover_queues(run: RecoveryRun) -> None:
     store, rules = run.store, run.rules
     clmin = store.commitlog.min_offset
     run.sims = {(q.topic, q.queue_id): QueueSim.load(q, rules=rules) for q in store.consume_queues}
+    for sim in run.sims.values():
+        sim.keep_placed = run.options.keep_placed
     run.before = {key: (sim.min_offset(clmin, v5=rules.cq_min_offset_v5), sim.max_offset) for key, sim in run.sims.items()}
     run.max_cq = max((s.recovered_max_phys for s in run.sims.values()), default=-1)
     run.seeds_a = _seeds(run)
@@ -124,7 +130,7 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
     for batch in scanner:
         if dispatch_a:
             batch = after_phys(batch, threshold_a)
-            feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts)
+            feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
             if cache is not None:
                 cache.add(0, batch)
     run.scan = ScanResult(start, rule, scanner.end, scanner.records, scanner.last_valid_offset)
@@ -192,7 +198,7 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
         legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics,
     )
     for batch in reput:
-        feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts)
+        feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
         if run.cache is not None:
             run.cache.add(len(run.phases), batch)
     run.phases.append(DispatchPhase("reput", reput_from, end, "reput", TAGS_DELIVERY_TIME, True, run.index_enable, counts.records, counts.cq))

@@ -5,9 +5,15 @@ entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, t
 --keep-going``'s resynchronisation past it) matches every record's id column against the id set
 (``IdMatcher``); then each id gets a status of docs/reading.md: ``past-damage`` when only records
 after the broker's cut carry it (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference
-§8.3, or stale, §8.9), ``found`` when the consume queue unit at a live record's queue offset holds
-its offset and size below the queue's recovered end (``ConsumeQueue.recover``, §5.7),
-``found-not-consumable``, ``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
+§8.3, or stale, §8.9), ``found`` when a live record of it is consumable, ``found-not-consumable``,
+``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
+
+Consumable is judged against the consume queues a consumer reads once the broker has started on the
+store (``QueuesAfter``): where its next start changes them (an abort file: ``recoverAbnormally``'s
+re-dispatch, ``truncateDirtyLogicFiles``, the start-up reput; reference §5.7-§5.10, §8.4-§8.12, §15.4),
+the queues ``recover``'s plan leaves, read off its queue simulations (``recovery.queues.QueueSim``):
+some unit below the queue's end holds the record's offset and size. Else the queues on disk: the unit
+at the record's queue offset holds them, below the queue's recovered end (``ConsumeQueue.recover``, §5.7).
 """
 
 from __future__ import annotations
@@ -15,15 +21,16 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import UsageError
+from ..errors import Refused, UsageError
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..store.nextstart import NextStart
 from . import compute
 from ._stats import string_keys
 from .salvage import LIVE, PAST_DAMAGE, STATUSES as REGIONS, SalvageScan
@@ -108,6 +115,30 @@ class IdMatcher:
         return rows[same], who[same]
 
 
+def _held(queue: QueueAfter, logical: np.ndarray, offset: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """Per record (logical byte offset of its queue offset, commit log offset, size): a unit of ``queue``
+    below its end holds the offset and size, the one at ``logical`` or any unit placed from
+    ``placed_from`` on. Reads only the files holding ``logical``, and the placed ones."""
+    ok = np.zeros(len(logical), dtype=bool)
+    end, file_size = queue.end, queue.file_size
+    inside = np.flatnonzero((logical >= 0) & (logical < end))
+    bases = logical[inside] - logical[inside] % file_size
+    for base in np.unique(bases).tolist():
+        at = inside[bases == base]
+        phys, sizes = queue.units_in(base, base + file_size)
+        unit = (logical[at] - base) // ENTRY_SIZE
+        within = unit < len(phys)
+        ok[at[within]] = (phys[unit[within]] == offset[at[within]]) & (sizes[unit[within]] == size[at[within]])
+    placed = queue.placed_from
+    rest = np.flatnonzero(~ok)
+    if placed is not None and len(rest) and placed < end:
+        phys, sizes = queue.units_in(placed, end)
+        near = np.isin(phys, offset[rest])
+        units = set(zip(phys[near].tolist(), sizes[near].tolist()))
+        ok[rest] = [pair in units for pair in zip(offset[rest].tolist(), size[rest].tolist())]
+    return ok
+
+
 @dataclass
 class SurvivorChunk:
     """Consecutive ids' rows as columns: ``code`` indexes ``STATUSES``, ``topic`` the search's
@@ -126,6 +157,33 @@ class SurvivorChunk:
     store_timestamp: np.ndarray
 
 
+class QueueAfter(Protocol):
+    """A consume queue after the broker's next start (``recovery.queues.QueueSim``)."""
+
+    file_size: int
+
+    @property
+    def end(self) -> int: ...
+
+    @property
+    def placed_from(self) -> int | None: ...
+
+    def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass
+class QueuesAfter:
+    """What consumability is judged against: ``view`` says which queues, in words; ``candidates``:
+    per candidate broker version (one if the version is decided), its eras' label and its queues after
+    the broker's next start, (topic, queue id) -> ``QueueAfter``; empty: the queues as on disk."""
+
+    view: str
+    candidates: list[tuple[str, dict[tuple[str, int], QueueAfter]]] = field(default_factory=list)
+
+
+ON_DISK = QueuesAfter("as on disk")
+
+
 @dataclass
 class SurvivorSummary:
     ids: int = 0
@@ -135,6 +193,7 @@ class SurvivorSummary:
     commitlog_end: int | None = None
     end_reason: str | None = None
     records_past_damage: int = 0
+    queue_view: str = ON_DISK.view
 
     @property
     def all_survived(self) -> bool:
@@ -143,19 +202,23 @@ class SurvivorSummary:
 
     def as_dict(self) -> dict:
         return {"ids": self.ids, "by": self.by, **self.counts, "commitlog_end": self.commitlog_end, "end_reason": self.end_reason,
-                "records_past_damage": self.records_past_damage, "all_survived": self.all_survived}
+                "records_past_damage": self.records_past_damage, "queue_view": self.queue_view, "all_survived": self.all_survived}
 
 
 class SurvivorSearch:
     """``rows()`` / ``chunks()``: one row per distinct id, in input order; then ``summary``."""
 
-    def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None):
+    def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None,
+                 queues: QueuesAfter | Callable[[NextStart | None], QueuesAfter] = ON_DISK):
+        """``queues``: what consumability is judged against, or a function of the broker's next start
+        (the scan's, ``SalvageScan.next_start``) giving it once the scan has run."""
         self.store = store
         self.kind = kind
         ids = [i.upper() for i in ids] if kind is IdKind.msg_id else ids
         self.ids = list(dict.fromkeys(ids))
         self.progress = progress
-        self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value)
+        self.queues = queues
+        self.summary = SurvivorSummary(ids=len(self.ids), by=kind.value, queue_view=queues.view if isinstance(queues, QueuesAfter) else "")
         self.topics: list[str] = []
         self.id_array: pa.Array | None = None
 
@@ -187,6 +250,9 @@ class SurvivorSearch:
             parts["region"].append(np.full(len(rows), REGIONS.index(matched["status"][0].as_py()), dtype=np.int8))
             for name in fields:
                 parts[name].append(matched[name].to_numpy())
+        if not isinstance(self.queues, QueuesAfter):
+            self.queues = self.queues(scan.next_start)
+            self.summary.queue_view = self.queues.view
         cut = scan.summary.cut
         self.summary.commitlog_end = cut.offset if cut else None
         self.summary.end_reason = cut.reason if cut else None
@@ -194,22 +260,58 @@ class SurvivorSearch:
         self.topics = list(topic_codes)
         return {name: np.concatenate(arrays) if arrays else np.empty(0, dtype=np.int64) for name, arrays in parts.items()}
 
-    def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: the consume queue unit at its queue offset holds its offset and size, below
-        the queue's recovered end (``ConsumeQueue.recover``)."""
-        result = np.zeros(len(candidate), dtype=bool)
-        if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
-            return result
+    def _queue_groups(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> Iterator[tuple[tuple[str, int], np.ndarray]]:
+        """((topic, queue id), indexes of its hits) of each queue the ``candidate`` hits are in."""
         members = np.flatnonzero(candidate)
-        if not len(members):  # every hit past damage or never dispatched: no queue to read
-            return result
         queue_key = hits["topic"][members].astype(np.int64) << 32 | (hits["queue_id"][members].astype(np.int64) & 0xFFFFFFFF)
         order = np.argsort(queue_key, kind="stable")
         members, queue_key = members[order], queue_key[order]
-        bounds = np.flatnonzero(np.r_[True, queue_key[1:] != queue_key[:-1], True])
+        bounds = np.flatnonzero(np.r_[True, queue_key[1:] != queue_key[:-1], True]) if len(members) else np.zeros(0, dtype=np.int64)
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             idx = members[lo:hi]
-            queue = self.store.consume_queue(self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]]))
+            yield (self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]])), idx
+
+    def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
+        """Per hit: consumable in the queues ``self.queues`` names (module docstring)."""
+        if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
+            return np.zeros(len(candidate), dtype=bool)
+        if self.queues.candidates:
+            return self._consumable_after(hits, candidate)
+        return self._consumable_on_disk(hits, candidate)
+
+    def _consumable_after(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
+        """Per hit: some unit of its queue after the broker's next start, below the queue's end, holds
+        its offset and size: the one at its queue offset, or one the recovery placed elsewhere (a queue
+        cut short, then re-dispatched, puts each record at its write position, ``putMessagePositionInfo``
+        §5.10: 5.3.3's DLedger recovery, reference §15.4). Under several candidate versions, refused
+        where their queues differ for these hits (``recovery.candidates``: --broker-version decides)."""
+        answers: list[np.ndarray] = []
+        ends: list[dict] = []
+        for _, queues in self.queues.candidates:
+            result, end_of = np.zeros(len(candidate), dtype=bool), {}
+            for key, idx in self._queue_groups(hits, candidate):
+                queue = queues.get(key)
+                end_of[key] = queue.end if queue is not None else 0
+                if queue is not None:
+                    result[idx] = _held(queue, hits["queue_offset"][idx] * ENTRY_SIZE, hits["offset"][idx], hits["size"][idx])
+            answers.append(result)
+            ends.append(end_of)
+        (first_label, _), first, first_ends = self.queues.candidates[0], answers[0], ends[0]
+        for (label, _), answer, end_of in zip(self.queues.candidates[1:], answers[1:], ends[1:]):
+            differ = [key for key in first_ends if first_ends[key] != end_of[key]]
+            if differ or (answer != first).any():
+                what = (f"queue {differ[0][0]} {differ[0][1]} ends at offset {first_ends[differ[0]] // ENTRY_SIZE} vs {end_of[differ[0]] // ENTRY_SIZE}" if differ
+                        else f"{int((answer != first).sum())} of the records found are consumable under one and not the other")
+                raise Refused(f"cannot tell which broker version wrote this store, and the consume queues of these ids after its next start "
+                              f"differ between {first_label} and {label} ({what}): pass --broker-version with the release the broker ran")
+        return first
+
+    def _consumable_on_disk(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
+        """Per hit: the consume queue unit at its queue offset holds its offset and size, below
+        the queue's recovered end (``ConsumeQueue.recover``)."""
+        result = np.zeros(len(candidate), dtype=bool)
+        for (topic, queue_id), idx in self._queue_groups(hits, candidate):
+            queue = self.store.consume_queue(topic, queue_id)
             if not queue.files:
                 continue
             end = queue.recover().end  # logical bytes
