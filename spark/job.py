@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
-from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
+from ..store.splits import Rejected, SplitResult, auto_split_size, check_handoffs, parse_size
 from ..store import StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
@@ -140,18 +140,22 @@ class Scan:
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
         before them ends, from the first/last rows (``broker, split_start, offset, size``) seen."""
-        bounds: dict[tuple[str, int], list[int]] = {}
+        rows: dict[tuple[str, int], list[int]] = {}
         for e in edges:
-            b = bounds.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
+            b = rows.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
             b[0] = min(b[0], e["offset"])
             b[1] = max(b[1], e["offset"] + e["size"])
-        return self.check(bounds)
+        results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
+        return self._rejected(results)
 
     def check(self, bounds: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
-        """``rejected`` from ``{(broker, split_start): (first offset, exit offset)}`` of the
-        splits that read records."""
-        results = [t.result(*bounds.get((t.broker, t.split.offset), (None, None))) for t in self.tasks]
-        return [(self.partition[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
+        """``rejected`` from ``{(broker, split_start): (first, exit)}`` of the splits that read
+        records, as ``SplitScan`` reports them."""
+        return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()})
+
+    def _rejected(self, results: dict[tuple[str, int], SplitResult]) -> list[tuple[int, Rejected]]:
+        every = [results.get((t.broker, t.split.offset)) or t.result(None, None) for t in self.tasks]
+        return [(self.partition[(r.segment[0], r.start)], r) for r in check_handoffs(every)]
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:

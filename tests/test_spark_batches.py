@@ -27,7 +27,7 @@ from mqtool.spark.reader import plan_tasks, read_messages, read_stats, write_mes
 from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
-from mqtool.store.splits import SplitScan, plan_splits
+from mqtool.store.splits import SplitScan, check_handoffs, plan_splits
 
 STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "rewrite-clean"), ("4.9.7", "retention-small")]
 
@@ -141,6 +141,21 @@ def test_edges_mark_the_first_and_last_row_of_a_split():
     assert len(batches) == 1 or len(edges) > 2
     assert edges[0] and edges[-1] and not any(edges[1:-1])
     assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
+
+
+@pytest.mark.parametrize("name", ["dledger-small", "clean-small"])
+def test_split_edges_pass_the_handoff_check_as_the_scan_bounds_do(name):
+    """The first and last rows of each split (what Spark's writer observes) give the handoff check
+    the bounds ``SplitScan`` gives it, a DLedger record counted from its entry's header."""
+    tasks = plan_tasks(resolve_inputs([store_path("5.3.3", name)]), 64 << 10)
+    by_rows, by_scan = [], []
+    for task in tasks:
+        rows = [r for b in read_messages(task, columns=["offset", "size"]) for r in b.to_pylist()]
+        scan = task.scan()
+        sum(1 for _ in scan)
+        by_scan.append(task.result(scan.first, scan.exit))
+        by_rows.append(task.result_of_rows(rows[0]["offset"], rows[-1]["offset"] + rows[-1]["size"]) if rows else task.result(None, None))
+    assert by_rows == by_scan and check_handoffs(by_rows) == []
 
 
 def test_inputs_group_segments_by_broker():

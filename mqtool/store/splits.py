@@ -70,6 +70,11 @@ class Split:
     def segment(self) -> Segment:
         return Segment(self.path, self.base_offset, self.size, self.entries)
 
+    def handoff_start(self, record_offset: int) -> int:
+        """Where the record at ``record_offset`` starts for ``check_handoffs``: its DLedger entry's
+        first byte (``ENTRY_HEADER_SIZE`` before it) in a data file, else the record's own offset."""
+        return record_offset - (ENTRY_HEADER_SIZE if self.entries else 0)
+
 
 def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> list[Split]:
     """One split per segment, or ``split_size`` ranges where a segment is larger."""
@@ -129,13 +134,12 @@ class SplitScan:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
             return
         commitlog = commitlog_of([split.segment], split.size)
-        header = ENTRY_HEADER_SIZE if split.entries else 0  # handoffs compare entry positions
         pos, stop = base + begin, base + split.end
         while True:
             scan = fs.FastScan(commitlog, pos, min(stop, pos + self.window), check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
             for batch in scan:
                 if self.first is None:
-                    self.first = base + int(batch.rows[0, fs.COL_POS]) - header
+                    self.first = split.handoff_start(base + int(batch.rows[0, fs.COL_POS]))
                 self.records += len(batch.rows)
                 yield batch
             if scan.end.reason != StopReason.LIMIT or scan.end.offset >= stop:
