@@ -28,11 +28,11 @@ from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
 from ..store.splits import Rejected, SplitResult, auto_split_size, check_handoffs, parse_size
-from ..store import StoreConfig, load_broker_config
+from ..store import BrokerVersion, StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
@@ -559,6 +559,15 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
+    if o.queue is not None and o.queue < 0:
+        raise UsageError(f"--queue {o.queue}: a queue id is 0 or more")
+    if o.since is not None and o.until is not None and o.since > o.until:
+        raise UsageError("--since is after --until")
+    for version in o.broker_versions:  # not a release: a usage error, as for every mqtool command
+        try:
+            BrokerVersion.parse(version)
+        except UnknownStoreVersion as exc:
+            raise UsageError(f"--broker-version: {exc}") from None
     return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
 
 

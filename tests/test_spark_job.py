@@ -318,6 +318,18 @@ def test_the_script_checks_its_arguments_before_the_jvm_starts(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_bad_filter_values_are_usage_errors_as_for_dump(tmp_path):
+    """Before: `--queue -1` and `--since` after `--until` ran the scan and wrote nothing, and
+    `--broker-version 9.9.9` exited 3; `mqtool dump` refuses each with exit 2."""
+    from mqtool.errors import UsageError
+
+    store = str(store_path("4.9.7", "clean-small"))
+    for given, message in (({"queue": -1}, "^--queue -1"), ({"since": 2, "until": 1}, "^--since is after --until"),
+                           ({"broker_versions": ["9.9.9"]}, "^--broker-version: broker version 9.9.9 is not")):
+        with pytest.raises(UsageError, match=message):
+            job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), **given))
+
+
 def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
     """Before: `--mode verify --queue 0` (or `--since 0`) was taken and ignored, since 0 is false;
     `--queue 1` was refused. Every filter given is refused, whatever its value."""
