@@ -28,7 +28,7 @@ from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UnknownStoreVersion, UsageError
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
 from ..store.splits import Rejected, SplitResult, auto_split_size, check_handoffs, parse_size
@@ -568,7 +568,25 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
             BrokerVersion.parse(version)
         except UnknownStoreVersion as exc:
             raise UsageError(f"--broker-version: {exc}") from None
-    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+    inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+    check_output(o.output)
+    return inputs
+
+
+def check_output(root: str) -> None:
+    """A local ``--output`` that cannot be a writable directory is bad input (exit 3), found before
+    the JVM starts (created here, as the writers would create it); a URI is left to Hadoop."""
+    if not root or "://" in root:
+        return
+    path = Path(os.path.abspath(root))
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--output {root}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--output {root}: cannot create it: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadInput(f"--output {root}: cannot write in it")
 
 
 def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:

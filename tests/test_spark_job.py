@@ -310,6 +310,9 @@ def test_the_script_checks_its_arguments_before_the_jvm_starts(tmp_path):
         (str(tmp_path / "nonexistent"), "--output", str(tmp_path / "out")): (EXIT_BAD_INPUT, f"mqtool-scan: error: {tmp_path / 'nonexistent'}: no such file or directory"),
         (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--since", "1795237465"): (EXIT_USAGE, None),
         (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--mode", "verify", "--topic", "TopicTest"): (EXIT_USAGE, None),
+        # an output that cannot be written: exit 5 ("NotADirectoryError: ...") after the JVM started, before
+        (str(store_path("4.9.7", "clean-small")), "--output", str(ROOT / "README.md")): (EXIT_BAD_INPUT, f"mqtool-scan: error: --output {ROOT / 'README.md'}: not a directory"),
+        (str(store_path("4.9.7", "clean-small")), "--output", "/proc/mqtool-scan-out"): (EXIT_BAD_INPUT, "mqtool-scan: error: --output /proc/mqtool-scan-out: cannot create it: No such file or directory"),
     }
     for args, (code, line) in cases.items():
         result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
