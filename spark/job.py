@@ -1,7 +1,8 @@
 """The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
 
 Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
-split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
+split check (``mqtool.store.splits.check_splits``: the handoffs, and where each log ends as
+``mqtool dump`` reads it) on what the scan itself reported,
 without a second pass over the data (``run_messages``, ``run_stats``); ``verify`` stitches the
 per-segment commit log analysis of Spark tasks with ``mqtool verify``'s own code. The master is
 never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
@@ -31,7 +32,7 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
-from ..store.splits import Rejected, SplitResult, auto_split_size, check_handoffs, parse_size
+from ..store.splits import Rejected, SplitResult, auto_split_size, check_splits, parse_size
 from ..store import BrokerVersion, StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
@@ -155,7 +156,8 @@ class Scan:
 
     def _rejected(self, results: dict[tuple[str, int], SplitResult]) -> list[tuple[int, Rejected]]:
         every = [results.get((t.broker, t.split.offset)) or t.result(None, None) for t in self.tasks]
-        return [(self.partition[(r.segment[0], r.start)], r) for r in check_handoffs(every)]
+        splits = {(r.segment, r.start): t.split for r, t in zip(every, self.tasks)}
+        return [(self.partition[(r.segment[0], r.start)], r) for r in check_splits(every, splits)]
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:

@@ -64,7 +64,7 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> 
     return [
         ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
         for b in inputs
-        for split in plan_splits(b.segments, split_size)
+        for split in plan_splits(b.segments, split_size, b.resume_before)
     ]
 
 
