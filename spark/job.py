@@ -543,9 +543,29 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
         "elapsed_s": round(elapsed, 3),
     }
     out.write_text("report.json", json.dumps(doc, indent=2) + "\n")
-    for r in doc["rejected_splits"]:
-        print(f"mqtool-scan: dropped split {r['broker']}@{r['split_start']}: {r['reason']}", file=sys.stderr)
+    print_dropped(doc["rejected_splits"])
     return doc
+
+
+DROPPED_LINES = 20
+
+
+def print_dropped(rejected: Sequence[dict]) -> None:
+    """One stderr line per dropped split, or per broker for the splits dropped for one reason (those
+    past where its log ends), at most ``DROPPED_LINES`` lines (report.json lists every split)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rejected:
+        groups.setdefault((r["broker"], r["reason"]), []).append(r)
+    lines = []
+    for (broker, reason), splits in groups.items():
+        if len(splits) == 1:
+            lines.append(f"dropped split {broker}@{splits[0]['split_start']}: {reason}")
+        else:
+            lines.append(f"dropped {len(splits)} splits of {broker}, from {splits[0]['split_start']} to {splits[-1]['split_start']}: {reason}")
+    for line in lines[:DROPPED_LINES]:
+        print(f"mqtool-scan: {line}", file=sys.stderr)
+    if len(lines) > DROPPED_LINES:
+        print(f"mqtool-scan: and {len(lines) - DROPPED_LINES} more dropped splits (report.json lists every one)", file=sys.stderr)
 
 
 def prepare(o: JobOptions) -> list[BrokerInput]:

@@ -351,3 +351,4 @@ def test_written_files_hold_what_the_reader_yields(tmp_path):
         kept_rows += len(expected)
         assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k != "split_edge"} for r in expected]
     assert kept_rows  # the filter keeps some rows of some splits, none of others
+

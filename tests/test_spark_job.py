@@ -343,3 +343,15 @@ def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
         with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
             job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
     assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))
+
+
+def test_dropped_splits_are_few_lines(capsys):
+    """Before: one stderr line per dropped split, hundreds of the same reason for the splits past
+    where a log ends (e.g. 265 for 8 KiB splits of a 5 MB store)."""
+    cut = "past the end of the log at 100 (zeros: no record written here), where the broker's recovery cuts it"
+    job.print_dropped([{"broker": "a", "split_start": s, "reason": cut} for s in range(200, 300)])
+    assert capsys.readouterr().err == f"mqtool-scan: dropped 100 splits of a, from 200 to 299: {cut}\n"
+    job.print_dropped([{"broker": "a", "split_start": s, "reason": f"stale at {s}"} for s in range(30)])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == job.DROPPED_LINES + 1 and err[0] == "mqtool-scan: dropped split a@0: stale at 0"
+    assert err[-1] == "mqtool-scan: and 10 more dropped splits (report.json lists every one)"
