@@ -167,9 +167,9 @@ def test_splits_read_damage_as_dump_reads_it(tmp_path, name, read_past, split_si
     used to lose them (the rest of the segment, or the splits after the page, dropped as stale).
     Crashed store (abort file: the scan starts at the first segment): the broker cuts the log at
     the page and `dump` stops there; the splits used to read the later segments too."""
+    from conftest import copy_store
     from typer.testing import CliRunner
 
-    from conftest import copy_store
     from mqtool.cli import app
     from mqtool.store.splits import check_splits
 

@@ -4,7 +4,8 @@ A split ``[start, end)`` of one segment owns the records whose first byte lies i
 never crosses a segment, reference §2.6); one not at the segment's first byte resynchronises
 (``find_split_start``). Stale records with correct self-offsets can sit after the logical end or
 behind a blank (§2.6, §8.9), so ``check_handoffs`` accepts a split only where the chain of the
-splits before it ends. DLedger data files (``Split.entries``, §15) are walked entry by entry."""
+splits before it ends; ``check_splits`` also reads damage as ``mqtool dump`` does (``Split.resume``,
+``cut_logs``). DLedger data files (``Split.entries``, §15) are walked entry by entry."""
 
 from __future__ import annotations
 
@@ -229,7 +230,6 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
         if ends is not None:
             ends[segment] = chain_end
     return rejected
-
 
 
 def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split]) -> list[Rejected]:
