@@ -34,6 +34,7 @@ class BrokerInput:
     version: str | None
     legacy_properties: bool
     delay_levels: str = DEFAULT_DELAY_LEVELS
+    resume_before: int | None = None  # read past damage before it, as ``mqtool dump`` does (``resume_before``)
 
     @property
     def bytes(self) -> int:
@@ -94,8 +95,10 @@ def resolve_inputs(
         with Store.open(path, config, versions[i]) as store:
             # BrokerInput's settings: the version is the rules it is read by (the newest era left while several are)
             settings = (store.commitlog.file_size, str(store.rules.version), store.legacy_properties, store.config.delay_levels)
-            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings})
+            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings, "resume_before": resume_before(store)})
             entry["paths"].append(str(path))
+            if len(entry["paths"]) > 1:
+                entry["resume_before"] = None  # segments gathered from several PATHs: no store to ask
             for seg in store.commitlog.segments:
                 seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
                 other = entry["segments"].get(seg.base_offset)
@@ -106,9 +109,21 @@ def resolve_inputs(
                     )
                 entry["segments"][seg.base_offset] = seg
     return [
-        BrokerInput(broker, tuple(e["paths"]), tuple(e["segments"][base] for base in sorted(e["segments"])), *e["settings"])
+        BrokerInput(broker, tuple(e["paths"]), tuple(e["segments"][base] for base in sorted(e["segments"])), *e["settings"], e["resume_before"])
         for broker, e in grouped.items()
     ]
+
+
+def resume_before(store: Store) -> int | None:
+    """The offset before which ``mqtool dump`` reads past damage and zeros (``cli.common.read_on``):
+    where the broker's next start scans from, and before the last segment; None for a commit log
+    without its store (segment files, a commitlog folder) or a DLedger one, whose reads stop there."""
+    segments = store.commitlog.segments
+    if store.root is None or store.is_dledger or not segments:
+        return None
+    from ..store.nextstart import scan_start_offset
+
+    return min(scan_start_offset(store), segments[-1].base_offset)
 
 
 def broker_store(b: BrokerInput, config: StoreConfig | None = None) -> Store:

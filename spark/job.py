@@ -1,7 +1,8 @@
 """The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
 
 Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
-split handoff check (``mqtool.store.splits.check_handoffs``) on what the scan itself reported,
+split check (``mqtool.store.splits.check_splits``: the handoffs, and where each log ends as
+``mqtool dump`` reads it) on what the scan itself reported,
 without a second pass over the data (``run_messages``, ``run_stats``); ``verify`` stitches the
 per-segment commit log analysis of Spark tasks with ``mqtool verify``'s own code. The master is
 never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
@@ -28,11 +29,11 @@ from pyspark import SparkConf, StorageLevel
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, MqtoolError, UsageError
+from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
-from ..store.splits import Rejected, auto_split_size, check_handoffs, parse_size
-from ..store import StoreConfig, load_broker_config
+from ..store.splits import Rejected, SplitResult, auto_split_size, check_splits, parse_size
+from ..store import BrokerVersion, StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
@@ -140,18 +141,23 @@ class Scan:
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
         before them ends, from the first/last rows (``broker, split_start, offset, size``) seen."""
-        bounds: dict[tuple[str, int], list[int]] = {}
+        rows: dict[tuple[str, int], list[int]] = {}
         for e in edges:
-            b = bounds.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
+            b = rows.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
             b[0] = min(b[0], e["offset"])
             b[1] = max(b[1], e["offset"] + e["size"])
-        return self.check(bounds)
+        results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
+        return self._rejected(results)
 
     def check(self, bounds: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
-        """``rejected`` from ``{(broker, split_start): (first offset, exit offset)}`` of the
-        splits that read records."""
-        results = [t.result(*bounds.get((t.broker, t.split.offset), (None, None))) for t in self.tasks]
-        return [(self.partition[(r.segment[0], r.start)], r) for r in check_handoffs(results)]
+        """``rejected`` from ``{(broker, split_start): (first, exit)}`` of the splits that read
+        records, as ``SplitScan`` reports them."""
+        return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()})
+
+    def _rejected(self, results: dict[tuple[str, int], SplitResult]) -> list[tuple[int, Rejected]]:
+        every = [results.get((t.broker, t.split.offset)) or t.result(None, None) for t in self.tasks]
+        splits = {(r.segment, r.start): t.split for r, t in zip(every, self.tasks)}
+        return [(self.partition[(r.segment[0], r.start)], r) for r in check_splits(every, splits)]
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
@@ -537,9 +543,29 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
         "elapsed_s": round(elapsed, 3),
     }
     out.write_text("report.json", json.dumps(doc, indent=2) + "\n")
-    for r in doc["rejected_splits"]:
-        print(f"mqtool-scan: dropped split {r['broker']}@{r['split_start']}: {r['reason']}", file=sys.stderr)
+    print_dropped(doc["rejected_splits"])
     return doc
+
+
+DROPPED_LINES = 20
+
+
+def print_dropped(rejected: Sequence[dict]) -> None:
+    """One stderr line per dropped split, or per broker for the splits dropped for one reason (those
+    past where its log ends), at most ``DROPPED_LINES`` lines (report.json lists every split)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rejected:
+        groups.setdefault((r["broker"], r["reason"]), []).append(r)
+    lines = []
+    for (broker, reason), splits in groups.items():
+        if len(splits) == 1:
+            lines.append(f"dropped split {broker}@{splits[0]['split_start']}: {reason}")
+        else:
+            lines.append(f"dropped {len(splits)} splits of {broker}, from {splits[0]['split_start']} to {splits[-1]['split_start']}: {reason}")
+    for line in lines[:DROPPED_LINES]:
+        print(f"mqtool-scan: {line}", file=sys.stderr)
+    if len(lines) > DROPPED_LINES:
+        print(f"mqtool-scan: and {len(lines) - DROPPED_LINES} more dropped splits (report.json lists every one)", file=sys.stderr)
 
 
 def prepare(o: JobOptions) -> list[BrokerInput]:
@@ -555,7 +581,34 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
-    return resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+    if o.queue is not None and o.queue < 0:
+        raise UsageError(f"--queue {o.queue}: a queue id is 0 or more")
+    if o.since is not None and o.until is not None and o.since > o.until:
+        raise UsageError("--since is after --until")
+    for version in o.broker_versions:  # not a release: a usage error, as for every mqtool command
+        try:
+            BrokerVersion.parse(version)
+        except UnknownStoreVersion as exc:
+            raise UsageError(f"--broker-version: {exc}") from None
+    inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+    check_output(o.output)
+    return inputs
+
+
+def check_output(root: str) -> None:
+    """A local ``--output`` that cannot be a writable directory is bad input (exit 3), found before
+    the JVM starts (created here, as the writers would create it); a URI is left to Hadoop."""
+    if not root or "://" in root:
+        return
+    path = Path(os.path.abspath(root))
+    if path.exists() and not path.is_dir():
+        raise BadInput(f"--output {root}: not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BadInput(f"--output {root}: cannot create it: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise BadInput(f"--output {root}: cannot write in it")
 
 
 def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:

@@ -50,7 +50,13 @@ class ScanTask:
         return SplitScan(self.split, **options)
 
     def result(self, first: int | None, exit: int | None) -> SplitResult:
+        """For ``check_handoffs``: ``first`` and ``exit`` as ``SplitScan`` reports them."""
         return SplitResult((self.broker, self.split.base_offset), self.split.base_offset, self.split.offset, first, exit)
+
+    def result_of_rows(self, first_offset: int, end_offset: int) -> SplitResult:
+        """``result`` from the split's rows: the ``offset`` of its first and the ``offset + size``
+        of its last (``split_edge``), a DLedger record counted from its entry (``Split.handoff_start``)."""
+        return self.result(self.split.handoff_start(first_offset), end_offset)
 
 
 def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> list[ScanTask]:
@@ -58,7 +64,7 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> 
     return [
         ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
         for b in inputs
-        for split in plan_splits(b.segments, split_size)
+        for split in plan_splits(b.segments, split_size, b.resume_before)
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections import Counter
 
 import numpy as np
@@ -27,7 +28,7 @@ from mqtool.spark.reader import plan_tasks, read_messages, read_stats, write_mes
 from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
-from mqtool.store.splits import SplitScan, plan_splits
+from mqtool.store.splits import SplitScan, check_handoffs, plan_splits
 
 STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "rewrite-clean"), ("4.9.7", "retention-small")]
 
@@ -141,6 +142,53 @@ def test_edges_mark_the_first_and_last_row_of_a_split():
     assert len(batches) == 1 or len(edges) > 2
     assert edges[0] and edges[-1] and not any(edges[1:-1])
     assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
+
+
+@pytest.mark.parametrize("name", ["dledger-small", "clean-small"])
+def test_split_edges_pass_the_handoff_check_as_the_scan_bounds_do(name):
+    """The first and last rows of each split (what Spark's writer observes) give the handoff check
+    the bounds ``SplitScan`` gives it, a DLedger record counted from its entry's header."""
+    tasks = plan_tasks(resolve_inputs([store_path("5.3.3", name)]), 64 << 10)
+    by_rows, by_scan = [], []
+    for task in tasks:
+        rows = [r for b in read_messages(task, columns=["offset", "size"]) for r in b.to_pylist()]
+        scan = task.scan()
+        sum(1 for _ in scan)
+        by_scan.append(task.result(scan.first, scan.exit))
+        by_rows.append(task.result_of_rows(rows[0]["offset"], rows[-1]["offset"] + rows[-1]["size"]) if rows else task.result(None, None))
+    assert by_rows == by_scan and check_handoffs(by_rows) == []
+
+
+@pytest.mark.parametrize("name, read_past", [("clean-small", True), ("crashed-small", False)])
+@pytest.mark.parametrize("split_size", [None, 64 << 10], ids=["one-per-segment", "64k"])
+def test_splits_read_damage_as_dump_reads_it(tmp_path, name, read_past, split_size):
+    """A zeroed page inside segment 1. Clean store: the broker's next start scans from the last
+    segment, never reads it and serves the records after it, which `mqtool dump` prints; the splits
+    used to lose them (the rest of the segment, or the splits after the page, dropped as stale).
+    Crashed store (abort file: the scan starts at the first segment): the broker cuts the log at
+    the page and `dump` stops there; the splits used to read the later segments too."""
+    from conftest import copy_store
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+    from mqtool.store.splits import check_splits
+
+    root = copy_store("5.3.3", name, tmp_path)
+    segment = sorted((root / "commitlog").iterdir())[1]
+    data = bytearray(segment.read_bytes())
+    data[200_000:204_096] = bytes(4096)
+    segment.write_bytes(bytes(data))
+    dumped = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
+    expected = [json.loads(line)["offset"] for line in dumped.stdout.splitlines()]
+    tasks = plan_tasks(resolve_inputs([root]), split_size)
+    results, rows = [], {}
+    for task in tasks:
+        scan = task.scan()
+        rows[task.split.offset] = [o for batch in scan for o in task.builder(columns=["offset"]).build(batch, task.split.offset).column("offset").to_pylist()]
+        results.append(task.result(scan.first, scan.exit))
+    rejected = {r.start for r in check_splits(results, {(r.segment, r.start): t.split for r, t in zip(results, tasks)})}
+    got = [o for t in tasks if t.split.offset not in rejected for o in rows[t.split.offset]]
+    assert got == expected and (expected[-1] > 3 << 20) == read_past
 
 
 def test_inputs_group_segments_by_broker():
@@ -303,3 +351,4 @@ def test_written_files_hold_what_the_reader_yields(tmp_path):
         kept_rows += len(expected)
         assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k != "split_edge"} for r in expected]
     assert kept_rows  # the filter keeps some rows of some splits, none of others
+

@@ -310,12 +310,27 @@ def test_the_script_checks_its_arguments_before_the_jvm_starts(tmp_path):
         (str(tmp_path / "nonexistent"), "--output", str(tmp_path / "out")): (EXIT_BAD_INPUT, f"mqtool-scan: error: {tmp_path / 'nonexistent'}: no such file or directory"),
         (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--since", "1795237465"): (EXIT_USAGE, None),
         (str(store_path("4.9.7", "clean-small")), "--output", str(tmp_path / "out"), "--mode", "verify", "--topic", "TopicTest"): (EXIT_USAGE, None),
+        # an output that cannot be written: exit 5 ("NotADirectoryError: ...") after the JVM started, before
+        (str(store_path("4.9.7", "clean-small")), "--output", str(ROOT / "README.md")): (EXIT_BAD_INPUT, f"mqtool-scan: error: --output {ROOT / 'README.md'}: not a directory"),
+        (str(store_path("4.9.7", "clean-small")), "--output", "/proc/mqtool-scan-out"): (EXIT_BAD_INPUT, "mqtool-scan: error: --output /proc/mqtool-scan-out: cannot create it: No such file or directory"),
     }
     for args, (code, line) in cases.items():
         result = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120)
         assert "JVM STARTED" not in result.stderr and result.returncode == code, (args, result.stderr[-2000:])
         assert result.stderr.strip().splitlines()[-1] == line if line else result.stderr.strip().startswith("mqtool-scan: error: ")
     assert not (tmp_path / "out").exists()
+
+
+def test_bad_filter_values_are_usage_errors_as_for_dump(tmp_path):
+    """Before: `--queue -1` and `--since` after `--until` ran the scan and wrote nothing, and
+    `--broker-version 9.9.9` exited 3; `mqtool dump` refuses each with exit 2."""
+    from mqtool.errors import UsageError
+
+    store = str(store_path("4.9.7", "clean-small"))
+    for given, message in (({"queue": -1}, "^--queue -1"), ({"since": 2, "until": 1}, "^--since is after --until"),
+                           ({"broker_versions": ["9.9.9"]}, "^--broker-version: broker version 9.9.9 is not")):
+        with pytest.raises(UsageError, match=message):
+            job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), **given))
 
 
 def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
@@ -328,3 +343,15 @@ def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
         with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
             job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
     assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))
+
+
+def test_dropped_splits_are_few_lines(capsys):
+    """Before: one stderr line per dropped split, hundreds of the same reason for the splits past
+    where a log ends (e.g. 265 for 8 KiB splits of a 5 MB store)."""
+    cut = "past the end of the log at 100 (zeros: no record written here), where the broker's recovery cuts it"
+    job.print_dropped([{"broker": "a", "split_start": s, "reason": cut} for s in range(200, 300)])
+    assert capsys.readouterr().err == f"mqtool-scan: dropped 100 splits of a, from 200 to 299: {cut}\n"
+    job.print_dropped([{"broker": "a", "split_start": s, "reason": f"stale at {s}"} for s in range(30)])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == job.DROPPED_LINES + 1 and err[0] == "mqtool-scan: dropped split a@0: stale at 0"
+    assert err[-1] == "mqtool-scan: and 10 more dropped splits (report.json lists every one)"

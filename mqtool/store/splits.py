@@ -4,14 +4,15 @@ A split ``[start, end)`` of one segment owns the records whose first byte lies i
 never crosses a segment, reference §2.6); one not at the segment's first byte resynchronises
 (``find_split_start``). Stale records with correct self-offsets can sit after the logical end or
 behind a blank (§2.6, §8.9), so ``check_handoffs`` accepts a split only where the chain of the
-splits before it ends. DLedger data files (``Split.entries``, §15) are walked entry by entry."""
+splits before it ends; ``check_splits`` also reads damage as ``mqtool dump`` does (``Split.resume``,
+``cut_logs``). DLedger data files (``Split.entries``, §15) are walked entry by entry."""
 
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Iterator, NamedTuple
+from typing import Callable, Hashable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -60,6 +61,7 @@ class Split:
     start: int
     end: int
     entries: bool = False  # a DLedger data file (records inside 48-byte entries, §15)
+    resume_before: int | None = None  # damage or zeros before this offset are read past (``resume``)
 
     @property
     def offset(self) -> int:
@@ -70,14 +72,37 @@ class Split:
     def segment(self) -> Segment:
         return Segment(self.path, self.base_offset, self.size, self.entries)
 
+    def resume(self, end: ScanEnd) -> int | None:
+        """Where this segment's records go on after a walk that stopped at ``end``, or None: past
+        damage or zeros before ``resume_before`` (where the broker's next start scans from: it never
+        reads them and serves the records after them, as ``mqtool dump`` reads on, ``cli.common.read_on``),
+        at the next record start in the segment; never past a blank, the end of the segment's records."""
+        if self.resume_before is None or end.offset >= self.resume_before or end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST):
+            return None
+        return commitlog_of([self.segment], self.size).resume_after_damage(end)
 
-def plan_splits(segments: Iterable[Segment], split_size: int | None = None) -> list[Split]:
-    """One split per segment, or ``split_size`` ranges where a segment is larger."""
+    def end_at(self, offset: int) -> ScanEnd:
+        """Why this segment's records end at ``offset`` (where a chain of records ends), worded by
+        the record decoder as ``mqtool dump`` words it; a record there ends nothing (``LIMIT``)."""
+        walk = commitlog_of([self.segment], self.size).scan(offset)
+        if next(iter(walk), None) is not None or walk.end is None:
+            return ScanEnd(offset, StopReason.LIMIT, "a record starts here")
+        return walk.end
+
+    def handoff_start(self, record_offset: int) -> int:
+        """Where the record at ``record_offset`` starts for ``check_handoffs``: its DLedger entry's
+        first byte (``ENTRY_HEADER_SIZE`` before it) in a data file, else the record's own offset."""
+        return record_offset - (ENTRY_HEADER_SIZE if self.entries else 0)
+
+
+def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None) -> list[Split]:
+    """One split per segment, or ``split_size`` ranges where a segment is larger (``resume_before``:
+    ``Split.resume``)."""
     splits = []
     for seg in segments:
         step = seg.size if not split_size or split_size >= seg.size else split_size
         for start in range(0, max(seg.size, 1), max(step, 1)):
-            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size), seg.entries))
+            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size), seg.entries, resume_before))
     return splits
 
 
@@ -100,7 +125,8 @@ class SplitScan:
     """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
     ``records`` and ``end`` describe what it read. ``WINDOW`` bytes are mapped at a time; CRCs are
     checked without stopping (``crc_ok``); it ends where a scan of the segment from the split's first
-    record would, or at the first record starting at or after ``end``."""
+    record would (read on past damage ``Split.resume`` skips, listed in ``skipped``), or at the first
+    record starting at or after ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split = split
@@ -111,6 +137,7 @@ class SplitScan:
         self.exit: int | None = None  # absolute offset just after the last record read
         self.records = 0
         self.end: ScanEnd | None = None
+        self.skipped: list[tuple[ScanEnd, int]] = []  # (where damage began, where the records resume)
 
     def __iter__(self) -> Iterator[fs.SegmentBatch]:
         split = self.split
@@ -129,20 +156,29 @@ class SplitScan:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
             return
         commitlog = commitlog_of([split.segment], split.size)
-        header = ENTRY_HEADER_SIZE if split.entries else 0  # handoffs compare entry positions
         pos, stop = base + begin, base + split.end
+        exit = None
         while True:
             scan = fs.FastScan(commitlog, pos, min(stop, pos + self.window), check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
             for batch in scan:
                 if self.first is None:
-                    self.first = base + int(batch.rows[0, fs.COL_POS]) - header
+                    self.first = split.handoff_start(base + int(batch.rows[0, fs.COL_POS]))
                 self.records += len(batch.rows)
                 yield batch
-            if scan.end.reason != StopReason.LIMIT or scan.end.offset >= stop:
+            exit = scan.end.offset
+            if scan.end.reason == StopReason.LIMIT and scan.end.offset < stop:
+                pos = scan.end.offset  # the window ended, the split did not
+                continue
+            resumed = split.resume(scan.end) if scan.end.offset < stop else None
+            if resumed is None:
                 break
-            pos = scan.end.offset  # the window ended, the split did not
+            self.skipped.append((scan.end, resumed))
+            if resumed >= stop:
+                exit = resumed  # the next split's records begin there
+                break
+            pos = resumed
         self.end = scan.end
-        self.exit = scan.end.offset if self.records else None
+        self.exit = exit if self.records else None
 
 
 class SplitResult(NamedTuple):
@@ -166,10 +202,13 @@ class Rejected(NamedTuple):
     reason: str
 
 
-def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
+def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult, int], int | None] | None = None,
+                   ends: dict[Hashable, int] | None = None) -> list[Rejected]:
     """The splits whose first record is not where the chain of the splits before it ends: per
     segment, in offset order, from the segment's first byte; empty splits neither break nor extend
-    the chain."""
+    the chain. ``resume(split, chain_end)``: where the records go on when damage the broker never
+    reads lies at ``chain_end`` (``Split.resume``; a split whose first record is there continues the
+    chain). ``ends`` receives where each segment's chain ends."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)
@@ -180,7 +219,7 @@ def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
         for r in splits:
             if r.first is None:
                 continue
-            if r.first == chain_end:
+            if r.first == chain_end or (r.first > chain_end and resume is not None and resume(r, chain_end) == r.first):
                 chain_end = r.exit
                 continue
             if r.first < chain_end:
@@ -188,4 +227,58 @@ def check_handoffs(results: Iterable[SplitResult]) -> list[Rejected]:
             else:
                 reason = f"the segment's records end at {chain_end}; what follows at {r.first} is not part of the log (stale bytes)"
             rejected.append(Rejected(segment, r.start, r.first, chain_end, reason))
+        if ends is not None:
+            ends[segment] = chain_end
     return rejected
+
+
+def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split]) -> list[Rejected]:
+    """The splits whose records are not the log ``mqtool dump`` reads: ``check_handoffs`` (read
+    past damage the broker never reads, ``Split.resume``) and ``cut_logs``. ``splits``: each
+    result's split by ``(segment, start)``."""
+    results = list(results)
+    ends: dict[Hashable, int] = {}
+
+    def resume(r: SplitResult, chain_end: int) -> int | None:
+        split = splits[(r.segment, r.start)]
+        return split.resume(split.end_at(chain_end))
+
+    rejected = check_handoffs(results, resume, ends)
+    return rejected + cut_logs(results, splits, ends, rejected)
+
+
+def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int], rejected: Iterable[Rejected]) -> list[Rejected]:
+    """The splits past where each log ends, as ``mqtool dump`` reads it: the first segment whose
+    chain of records (``ends``, from ``check_handoffs``; segments keyed ``(log, base offset)``)
+    stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
+    the log unless the broker never reads them (``Split.resume_before``): its recovery cuts the log
+    there, and the records of the later segments are not part of it. ``splits``: each result's
+    split by ``(segment, start)``. DLedger data files are left to their own chains."""
+    done = {(r.segment, r.start) for r in rejected}
+    by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
+    for r in results:
+        by_log.setdefault(r.segment[0], {}).setdefault(r.segment, []).append(r)
+    cut = []
+    for segments in by_log.values():
+        order = sorted(segments, key=lambda k: segments[k][0].segment_base)
+        end = None
+        for key in order:
+            if end is not None:
+                reason = f"past the end of the log at {end.offset} ({end.reason}: {end.detail}), where the broker's recovery cuts it"
+                cut += [Rejected(key, r.start, r.first, end.offset, reason) for r in segments[key] if r.first is not None and (key, r.start) not in done]
+            elif key != order[-1]:
+                end = _log_end(splits[(key, segments[key][0].start)], ends.get(key))
+    return cut
+
+
+def _log_end(split: Split, chain_end: int | None) -> ScanEnd | None:
+    """Where the log ends when the chain of ``split``'s segment (not the last) stops at
+    ``chain_end``, or None when it goes on in the next segment: after a blank, or past what
+    the broker never reads."""
+    chain_end = split.base_offset if chain_end is None else chain_end
+    if split.entries or chain_end >= split.base_offset + split.size:
+        return None
+    stop = split.end_at(chain_end)
+    if stop.reason in (StopReason.LIMIT, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS):
+        return None
+    return None if split.resume_before is not None and stop.offset < split.resume_before else stop
