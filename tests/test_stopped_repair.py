@@ -107,3 +107,48 @@ def test_restore_of_a_repair_killed_between_stages_gives_every_file_back(stopped
     assert snapshot(store) == before  # every file byte for byte, and the mark gone
     shown = run("info", store)
     assert shown.exit_code == EXIT_OK and "repair on this store" not in shown.stderr
+
+
+KILLED_AS_A_STAGE_BEGINS = """
+import os, signal, sys
+import mqtool.apply.backup as backup
+create = backup.BackupSet.create
+def killed(cls, directory, *args):
+    if {where!r} == "before" or directory.name.startswith("02-"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    made = create.__func__(cls, directory, *args)
+    if {where!r} == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return made
+backup.BackupSet.create = classmethod(killed)
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_repair_killed_before_its_first_stage_changed_anything_leaves_no_mark_restore_cannot_remove(tmp_path, where):
+    """SIGKILL as the first stage's backup set is made (``before``), or once it is (``after``: nothing
+    backed up yet). Before: ``.mqtool-repair`` was written first, naming a backup directory with no
+    stage in it; the store kept the mark and ``restore`` of that directory exited 3 ("not an mqtool
+    backup"). The mark is written once the stage's backup set exists: the store is as it was, or
+    ``restore`` gives it back."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "s")
+    before = snapshot(store)
+    backup = tmp_path / "bk"
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_A_STAGE_BEGINS.format(where=where), "repair", str(store), "--broker-version", "4.9.7",
+                             "--yes", "--backup-dir", str(backup)], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    if where == "before":
+        assert snapshot(store) == before
+    else:
+        restored = run("restore", backup, "--yes")
+        assert restored.exit_code == EXIT_OK, restored.stderr
+        assert snapshot(store) == before
+

@@ -496,8 +496,9 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None) -> BackupSet:
-    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning."""
+def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None) -> BackupSet:
+    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning;
+    ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark)."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")
@@ -510,6 +511,12 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
     except OSError as exc:
         raise ApplyIOError(f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}; nothing was changed") from None
+    if backed is not None:
+        try:
+            backed()
+        except OSError as exc:
+            backup.discard()
+            raise ApplyIOError(f"{exc.filename or root}: {exc.strerror or exc}; nothing was changed") from None
     Executor(root, plan, backup, progress, cache).run()
     return backup
 

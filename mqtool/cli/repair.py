@@ -466,15 +466,19 @@ class RepairStages:
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:
             executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
-        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark)
         self.done.append(directory)
+
+    def _mark(self) -> None:
+        """``.mqtool-repair`` written once a stage's backup set exists: a repair killed before has changed
+        nothing, where a mark naming a backup directory with no stage in it could not be undone."""
+        write_pending(self.root, self.target, REPAIR_MARKER)
 
     @contextlib.contextmanager
     def marked(self):
-        """``.mqtool-repair`` names the backup directory while the stages apply, so a repair killed between
-        stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``; cleared
-        when every stage is applied, or when none of its stages is left in the store."""
-        write_pending(self.root, self.target, REPAIR_MARKER)
+        """``.mqtool-repair`` names the backup directory while the stages apply (written by ``_mark``), so a
+        repair killed between stages is named by ``info``, finished by the next ``repair`` and undone by
+        ``restore``; cleared when every stage is applied, or when none of its stages is left in the store."""
         try:
             yield
         except BaseException:
