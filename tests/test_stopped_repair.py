@@ -152,3 +152,45 @@ def test_a_repair_killed_before_its_first_stage_changed_anything_leaves_no_mark_
         assert restored.exit_code == EXIT_OK, restored.stderr
         assert snapshot(store) == before
 
+
+@pytest.mark.parametrize("fails", ["backup set", "journal"])
+def test_a_write_refused_in_a_later_stage_names_the_undo_of_the_whole_repair(tmp_path, monkeypatch, fails):
+    """A full backup disk in stage 02, after stage 01 changed the store. Before: the error said "cannot
+    create the backup: ...; nothing was changed" with no undo line, or named the undo of stage 02 alone,
+    which left stage 01 applied. Now: the whole repair's restore, which gives every file back."""
+    import errno
+
+    from mqtool.apply.backup import BackupSet, Journal
+    from mqtool.errors import EXIT_BAD_INPUT
+
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "s")
+    before = snapshot(store)
+    backup = tmp_path / "bk"
+    full = OSError(errno.ENOSPC, "No space left on device", str(backup / "02-rebuild-cq" / "manifest.json"))
+    if fails == "backup set":
+        create = BackupSet.create.__func__
+
+        def refused(cls, directory, *args):
+            if directory.name.startswith("02-"):
+                raise full
+            return create(cls, directory, *args)
+
+        monkeypatch.setattr(BackupSet, "create", classmethod(refused))
+    else:
+        append = Journal.append
+
+        def refused(self, *events):
+            if self.path.parent.name.startswith("02-"):
+                raise full
+            append(self, *events)
+
+        monkeypatch.setattr(Journal, "append", refused)
+    stopped = run("repair", store, "--broker-version", "4.9.7", "--yes", "--backup-dir", backup)
+    assert stopped.exit_code == EXIT_BAD_INPUT, stopped.stderr
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in line and "nothing was changed" not in line, line
+    assert line.endswith(f"or undo every stage with: mqtool restore {backup} --yes"), line
+    assert snapshot(store) != before
+    monkeypatch.undo()
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before

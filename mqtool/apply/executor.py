@@ -50,7 +50,12 @@ class PlanMismatch(ApplyError):
 
 
 class ApplyIOError(BadInput):
-    """The file system refused a write (permissions, space): the apply stopped at a safe point."""
+    """The file system refused a write (permissions, space): the apply stopped at a safe point.
+    ``cause``: the refusal alone (path and reason), for a caller that says the way on itself."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause or message
 
 
 STAGED = "staged"  # under the staging directory: the dispatch's files, laid out as in the store
@@ -179,10 +184,10 @@ class Executor:
         except MqtoolError:
             raise
         except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
+            cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
             raise ApplyIOError(
-                f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                f"or undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes"
+                f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
+                f"or undo it with: mqtool restore {shlex.quote(str(self.backup.dir))} --yes", cause
             ) from None
         except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
             raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
@@ -510,13 +515,15 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
     except OSError as exc:
-        raise ApplyIOError(f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}; nothing was changed") from None
+        cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
+        raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
     if backed is not None:
         try:
             backed()
         except OSError as exc:
             backup.discard()
-            raise ApplyIOError(f"{exc.filename or root}: {exc.strerror or exc}; nothing was changed") from None
+            cause = f"{exc.filename or root}: {exc.strerror or exc}"
+            raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
     Executor(root, plan, backup, progress, cache).run()
     return backup
 

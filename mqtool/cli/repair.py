@@ -466,7 +466,14 @@ class RepairStages:
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:
             executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
-        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark)
+        try:
+            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark)
+        except executor().ApplyIOError as exc:
+            if self.done or self.earlier or (directory / "manifest.json").exists():  # else nothing changed, as it says
+                raise executor().ApplyIOError(
+                    f"{exc.cause}; the repair stopped in stage {directory.name}: fix this and run the same repair again (with --yes) to finish it, "
+                    f"or undo every stage with: mqtool restore {shell_path(self.target)} --yes", exc.cause) from None
+            raise
         self.done.append(directory)
 
     def _mark(self) -> None:
