@@ -157,3 +157,39 @@ def test_a_kill_as_the_apply_completes_keeps_restore_refusing_what_a_broker_chan
     checkpoint.write_bytes(checkpoint.read_bytes())  # a broker flushed its checkpoint
     with pytest.raises(Refused):
         restore(BackupSet.open(tmp_path / "backup"))
+
+
+@pytest.mark.parametrize("broker_writes", ["the cut segment", "the lock file"])
+def test_restore_of_a_killed_apply_refuses_once_a_broker_ran_on_the_store(tmp_path, monkeypatch, reference, broker_writes):
+    """An apply killed mid-way, then a broker started on the store anyway. Before: only a complete apply
+    kept the state it left each file in, so ``restore`` of a killed one checked nothing and threw away what
+    the broker wrote since. Now each step keeps the state of the files it leaves for good, and the apply
+    the state of the ``lock`` file, which every broker start writes: restore refuses without --force."""
+    import os
+
+    import mqtool.apply.executor as executor
+    from mqtool.errors import Refused
+
+    original, _ = reference
+    store_dir = damaged_store(tmp_path)
+    plan = plan_of(store_dir)
+
+    def die(label):
+        if label == "dispatched file moved":  # the cut and the deletions done, the dispatch half moved
+            raise Killed(label)
+
+    monkeypatch.setattr(executor, "durability_point", die)
+    with pytest.raises(Killed):
+        apply_plan(plan, tmp_path / "backup")
+    monkeypatch.undo()
+    cut = next(a for a in plan.actions if a.op == "zero-range" and a.path.startswith("commitlog/"))
+    if broker_writes == "the cut segment":  # the broker's first messages go where the cut was
+        fd = os.open(store_dir / cut.path, os.O_WRONLY)
+        os.pwrite(fd, b"a new message", cut.start)
+        os.close(fd)
+    else:
+        (store_dir / "lock").write_bytes(b"lock")
+    with pytest.raises(Refused, match="lock .written by every broker start" if broker_writes == "the lock file" else cut.path):
+        restore(BackupSet.open(tmp_path / "backup"))
+    restore(BackupSet.open(tmp_path / "backup"), force=True)
+    assert tree(store_dir) == original

@@ -194,9 +194,11 @@ class Executor:
 
     def _run(self) -> None:
         write_pending(self.root, self.backup.dir)
+        self.backup.note_lock_state()
         durability_point("pending")
         if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
             self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
+        last = {rel: index for index, action in enumerate(self.plan.actions) for rel in self._changes(action)}
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
                 continue
@@ -205,10 +207,16 @@ class Executor:
             if self.progress:
                 self.progress(f"{action.op} {action.path}".rstrip())  # write-dispatch has no one path
             getattr(self, "_" + action.op.replace("-", "_"))(action)
-            self.backup.mark_step(index, action.op, action.path)
+            self.backup.mark_step(index, action.op, action.path, [rel for rel in self._changes(action) if last[rel] == index])
             durability_point(f"step {index}")
         self.backup.finish()
         clear_pending(self.root)
+
+    def _changes(self, action) -> list[str]:
+        """The store files ``action`` changes."""
+        if action.op == "write-dispatch":
+            return planned_queue_files(self.plan) + planned_index_files(self.plan)
+        return [action.path] if action.path else []
 
     # ---- actions ------------------------------------------------------------------------------
 
