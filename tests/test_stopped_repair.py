@@ -194,3 +194,36 @@ def test_a_write_refused_in_a_later_stage_names_the_undo_of_the_whole_repair(tmp
     monkeypatch.undo()
     assert run("restore", backup, "--yes").exit_code == EXIT_OK
     assert snapshot(store) == before
+
+
+KILLED_AS_THE_MARK_GOES = """
+import os, signal, sys
+import mqtool.apply.backup as backup
+remove = backup.remove
+def killed(path):
+    if path.name == ".mqtool-repair":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return remove(path)
+backup.remove = killed
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+def test_a_restore_killed_as_it_removes_the_repair_mark_removes_it_when_run_again(stopped):
+    """``restore`` of a repair stopped between stages, SIGKILLed once its stage was put back, as it removed
+    ``.mqtool-repair``. Before: run again, it said "nothing to restore: ... already restored" and the mark
+    stayed in the store for good. Now the run again removes it: the store is as before the repair."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    store, backup, before = stopped
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_THE_MARK_GOES, "restore", str(backup), "--yes"], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    assert (store / ".mqtool-repair").exists()
+    again = run("restore", backup, "--yes")
+    assert again.exit_code == EXIT_OK, again.stderr
+    assert snapshot(store) == before

@@ -642,6 +642,7 @@ def restore_cmd(
         note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
         if yes and root.is_dir() and not store_users(root, []):  # another mqtool applying owns its temporaries
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
+            clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
