@@ -336,3 +336,33 @@ def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_gi
     result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", given)
     assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
     assert given.is_dir() and not any(given.iterdir()) and read_pending(store) is None
+
+
+def test_an_apply_in_the_default_backups_folder_is_no_stage_of_a_repair(tmp_path):
+    """Two stores side by side, each recovered, one then re-indexed: their backups are siblings in
+    ``.mqtool-backups``. Before: restoring the first store's recover called it "a stage of a repair" whose
+    later stages were the other applies of the folder (the other store's too) and said to run
+    ``mqtool restore .../.mqtool-backups --yes``, which undid every backup there, the other store's
+    included. Now that folder is no repair: the refusal names the later apply on the same store, and
+    undoing in that order gives the store back, the other store untouched."""
+    import shutil
+
+    one = copy_store("4.9.7", "crashed-small", tmp_path)
+    two = shutil.copytree(one, tmp_path / "two")
+    before = snapshot(one)
+    for store in (one, two):
+        assert run("recover", store, "--broker-version", "4.9.7", "--yes").exit_code == EXIT_OK
+    assert run("rebuild-index", one, "--broker-version", "4.9.7", "--yes").exit_code == EXIT_OK
+    folder = tmp_path / ".mqtool-backups"
+    recover, = folder.glob(f"{one.name}-*-recover")
+    reindex, = folder.glob(f"{one.name}-*-rebuild-index")
+    two_after = snapshot(two)
+
+    refused = run("restore", recover, "--yes")
+    assert refused.exit_code == EXIT_REFUSED
+    assert f"undo it first with: mqtool restore {reindex} --yes" in refused.stderr and "stage of a repair" not in refused.stderr, refused.stderr
+    assert run("restore", folder, "--yes").exit_code == EXIT_BAD_INPUT  # a folder of backups is no backup
+    assert snapshot(two) == two_after
+    assert run("restore", reindex, "--yes").exit_code == EXIT_OK
+    assert run("restore", recover, "--yes").exit_code == EXIT_OK
+    assert snapshot(one) == before and snapshot(two) == two_after

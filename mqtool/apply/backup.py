@@ -365,11 +365,16 @@ def read_pending(store_root: Path, marker: str = PENDING_MARKER) -> Path | None:
     return Path(text) if text else None
 
 
+STAGE_NAME = re.compile(r"\d\d-[a-z-]+")  # ``RepairStages``: 01-files, 02-recover, ...
+
+
 def repair_stages(backup: Path) -> list[Path]:
-    """The per-stage backup sets of a ``repair`` backup directory, in the order applied."""
+    """The per-stage backup sets of a ``repair`` backup directory, in the order applied; none for a
+    folder of other backups (``.mqtool-backups``: each apply's own, any store's), which is no repair."""
     if not backup.is_dir() or (backup / "manifest.json").exists():
         return []
-    return sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    sets = sorted(p for p in backup.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    return sets if all(STAGE_NAME.fullmatch(p.name) for p in sets) else []
 
 
 @dataclass(frozen=True)
@@ -453,7 +458,7 @@ def restore_target(backup_dir: Path) -> Path:
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
     stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    if (parent / "manifest.json").exists() or not all(re.fullmatch(r"\d\d-[a-z-]+", name) for name in stages):
+    if (parent / "manifest.json").exists() or not all(STAGE_NAME.fullmatch(name) for name in stages):
         return backup_dir
     return parent
 

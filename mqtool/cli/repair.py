@@ -629,7 +629,9 @@ def restore_cmd(
     stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
-            refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
+            opened = [BackupSet.open(stage) for stage in stages]
+            _refuse_before_later_applies(backup.resolve(), [b for b in opened if not b.restored] or opened)
+            refuse_changed(changed_by_others(opened))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
             restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
@@ -674,6 +676,35 @@ def _refuse_before_later_stages(backup: Path, backup_set: BackupSet) -> None:
         names = ", ".join(s.name for s in later)
         raise Refused(f"{backup.name} is a stage of a repair whose later stage(s) {names} changed its files since: restore "
                       f"the whole repair with: mqtool restore {shell_path(backup.resolve().parent)} --yes (or those stages first)")
+    if not repair_stages(backup.resolve().parent):
+        _refuse_before_later_applies(backup.resolve(), [backup_set])
+
+
+def _refuse_before_later_applies(backup: Path, sets: list[BackupSet]) -> None:
+    """An apply (``sets``: its backup set, or a repair's stages) undone under a later, unrestored apply on the
+    same store that changed the same files would overwrite what that one wrote: refused, naming it."""
+    touched = {rel for b in sets for rel in b.touched()}
+    newer = [d for d, later in _later_applies(backup, sets) if any(touched & set(b.touched()) for b in later)]
+    if newer:
+        raise Refused(f"a later apply on this store changed its files since (backup {', '.join(d.name for d in newer)}): undo it first "
+                      f"with: mqtool restore {shell_path(newer[-1])} --yes, then this one")
+
+
+def _later_applies(backup: Path, mine: list[BackupSet]) -> list[tuple[Path, list[BackupSet]]]:
+    """The backups beside ``backup`` (the default ``.mqtool-backups`` folder holds every apply's) of later,
+    unrestored applies on the same store, oldest first, each with its backup sets (a repair's stages)."""
+    found = []
+    for d in sorted(backup.parent.iterdir()) if backup.parent.is_dir() else ():
+        if d == backup or not d.is_dir():
+            continue
+        try:
+            sets = [BackupSet.open(x) for x in repair_stages(d)] or ([BackupSet.open(d)] if (d / "manifest.json").is_file() else [])
+        except BadInput:
+            continue
+        sets = [b for b in sets if b.store_root == mine[0].store_root and not b.restored and b.journal.events()]
+        if sets and min(b.manifest.get("created_ms", 0) for b in sets) > max(b.manifest.get("created_ms", 0) for b in mine):
+            found.append((min(b.manifest.get("created_ms", 0) for b in sets), d, sets))
+    return [(d, sets) for _, d, sets in sorted(found, key=lambda f: f[0])]
 
 
 # ---- rendering --------------------------------------------------------------------------------------
