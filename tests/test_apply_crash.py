@@ -193,3 +193,39 @@ def test_restore_of_a_killed_apply_refuses_once_a_broker_ran_on_the_store(tmp_pa
         restore(BackupSet.open(tmp_path / "backup"))
     restore(BackupSet.open(tmp_path / "backup"), force=True)
     assert tree(store_dir) == original
+
+
+KILLED_AS_THE_APPLY_ENDS = """
+import os, signal, sys
+import mqtool.apply.executor as executor
+from mqtool.apply.backup import PENDING_MARKER
+def killed(root):
+    (root / PENDING_MARKER).unlink()  # clear_pending: the mark goes first, then the staging folder
+    os.kill(os.getpid(), signal.SIGKILL)
+executor.clear_pending = killed
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+def test_an_apply_killed_as_it_removes_its_staging_folder_leaves_none_once_run_again(tmp_path, reference):
+    """SIGKILL after the apply's last step, its mark removed, its staging folder not yet. Before: the same
+    command again found nothing to do and left ``.mqtool-staging`` in the store (``info`` then named it
+    as left by an interrupted mqtool). Now a command run with --yes removes it first: the store is as an
+    uninterrupted run leaves it."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    _, final = reference
+    store_dir = damaged_store(tmp_path)
+    args = ["recover", str(store_dir), "--yes", "--backup-dir", str(tmp_path / "backup")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_THE_APPLY_ENDS, *args], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    assert read_pending(store_dir) is None and (store_dir / ".mqtool-staging").is_dir()
+    again = mqtool(*args)
+    assert again.returncode == 0, again.stderr
+    assert "removed the temporary files an interrupted mqtool had left: .mqtool-staging" in again.stderr
+    assert tree(store_dir) == final and not (store_dir / ".mqtool-staging").exists()

@@ -19,7 +19,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -136,9 +136,13 @@ def note_interrupted(root: Path) -> None:
 
 
 def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
-    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does."""
+    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does; with none,
+    and ``yes``, remove what an apply killed as it ended left (its staging folder, once its mark was gone)."""
     pending = read_pending(root)
     if pending is None:
+        if yes and leftover_temporaries(root):
+            with executor().hold_store_lock(root, force):
+                _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
         return
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
@@ -175,6 +179,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store.close()
             _finish_interrupted(root, yes, force)
             store = open_store(store_path, broker_config, broker_version)
+        else:
+            _finish_interrupted(root, yes, force)
     elif read_pending(root) is not None:
         note_interrupted(root)
     from ..dispatch.scanner import DispatchCache
@@ -589,8 +595,8 @@ def apply(
     check_not_in_use(root, [], force)
     refuse_stopped_repair(root)
     pending = read_pending(root)
+    _finish_interrupted(root, yes, force)
     if pending is not None:
-        _finish_interrupted(root, yes, force)
         if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
             note("that was this plan: it is now applied")
             return
