@@ -366,3 +366,18 @@ def test_an_apply_in_the_default_backups_folder_is_no_stage_of_a_repair(tmp_path
     assert run("restore", reindex, "--yes").exit_code == EXIT_OK
     assert run("restore", recover, "--yes").exit_code == EXIT_OK
     assert snapshot(one) == before and snapshot(two) == two_after
+
+
+@pytest.mark.parametrize("inside", ["commitlog/backup", "backup"])
+def test_a_backup_directory_inside_the_store_is_refused_before_any_change(tmp_path, inside):
+    """``--backup-dir`` inside the store. Before: the apply went on and left its backup there, hard links of
+    deleted segments and all; in ``commitlog/`` a directory the broker's ``MappedFileQueue.load`` finds of
+    the wrong length, so the broker refused to start, while ``verify`` said the store was sound. Now refused
+    (exit 4), nothing changed."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = snapshot(store)
+    for command in (["recover"], ["repair", "--broker-version", "4.9.7"]):
+        refused = run(command[0], store, *command[1:], "--yes", "--backup-dir", store / inside)
+        assert refused.exit_code == EXIT_REFUSED, refused.stderr
+        assert "inside the store" in refused.stderr
+        assert snapshot(store) == before

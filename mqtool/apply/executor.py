@@ -519,6 +519,10 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: mqtool restore {shlex.quote(str(pending))} --yes")
     check_inputs(root, plan)
+    inside = Path(backup_dir).resolve()
+    if inside == root.resolve() or root.resolve() in inside.parents:
+        raise Refused(f"{backup_dir}: the backup directory is inside the store {root}, where its files would be the broker's "
+                      "(a directory in commitlog/ or a queue's stops the broker's start); nothing was changed: give a --backup-dir outside the store")
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
