@@ -113,6 +113,13 @@ KILLED_AS_A_STAGE_BEGINS = """
 import os, signal, sys
 import mqtool.apply.backup as backup
 create = backup.BackupSet.create
+write_atomic = backup.write_atomic
+def killed_writing(path, *args):
+    if path.name == "manifest.json":  # its directory made, the manifest not yet there
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_atomic(path, *args)
+if {where!r} == "making":
+    backup.write_atomic = killed_writing
 def killed(cls, directory, *args):
     if {where!r} == "before" or directory.name.startswith("02-"):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -127,13 +134,14 @@ main()
 """
 
 
-@pytest.mark.parametrize("where", ["before", "after"])
+@pytest.mark.parametrize("where", ["before", "making", "after"])
 def test_a_repair_killed_before_its_first_stage_changed_anything_leaves_no_mark_restore_cannot_remove(tmp_path, where):
-    """SIGKILL as the first stage's backup set is made (``before``), or once it is (``after``: nothing
-    backed up yet). Before: ``.mqtool-repair`` was written first, naming a backup directory with no
-    stage in it; the store kept the mark and ``restore`` of that directory exited 3 ("not an mqtool
-    backup"). The mark is written once the stage's backup set exists: the store is as it was, or
-    ``restore`` gives it back."""
+    """SIGKILL as the first stage's backup set is made (``before``), while it is (``making``: its
+    directory made, not its manifest), or once it is (``after``: nothing backed up yet). Before:
+    ``.mqtool-repair`` was written first, naming a backup directory with no stage in it; the store kept
+    the mark and ``restore`` of that directory exited 3 ("not an mqtool backup"). The mark is written
+    once the stage's backup set exists: the store is as it was (``restore`` says there is nothing to
+    restore), or ``restore`` gives it back."""
     import subprocess
     import sys
 
@@ -146,6 +154,11 @@ def test_a_repair_killed_before_its_first_stage_changed_anything_leaves_no_mark_
                              "--yes", "--backup-dir", str(backup)], capture_output=True, text=True, cwd=ROOT)
     assert killed.returncode == -9, killed.stderr
     if where == "before":
+        assert snapshot(store) == before
+    elif where == "making":
+        assert snapshot(store) == before
+        said = run("restore", backup, "--yes")
+        assert said.exit_code == EXIT_OK and "nothing to restore" in said.stderr, said.stderr
         assert snapshot(store) == before
     else:
         restored = run("restore", backup, "--yes")

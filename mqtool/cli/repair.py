@@ -19,9 +19,9 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
-from ..fileops import write_atomic
+from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
@@ -632,6 +632,9 @@ def restore_cmd(
     """
     if backup.exists() and not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
+    if _never_begun(backup):
+        note(f"nothing to restore: {backup} holds no backup set: the command that made it stopped before it backed up or changed anything")
+        return
     stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
@@ -666,6 +669,19 @@ def restore_cmd(
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _never_begun(backup: Path) -> bool:
+    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was
+    written: nothing in it but that manifest's temporary file and empty stage directories."""
+    if not backup.is_dir() or (backup / "manifest.json").exists():
+        return False
+    for entry in backup.iterdir():
+        if entry.name == "manifest.json" + TMP_SUFFIX:
+            continue
+        if not (entry.is_dir() and STAGE_NAME.fullmatch(entry.name) and _never_begun(entry)):
+            return False
+    return True
 
 
 def _note_removed(leftovers: list[str]) -> None:
