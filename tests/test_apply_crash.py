@@ -157,3 +157,75 @@ def test_a_kill_as_the_apply_completes_keeps_restore_refusing_what_a_broker_chan
     checkpoint.write_bytes(checkpoint.read_bytes())  # a broker flushed its checkpoint
     with pytest.raises(Refused):
         restore(BackupSet.open(tmp_path / "backup"))
+
+
+@pytest.mark.parametrize("broker_writes", ["the cut segment", "the lock file"])
+def test_restore_of_a_killed_apply_refuses_once_a_broker_ran_on_the_store(tmp_path, monkeypatch, reference, broker_writes):
+    """An apply killed mid-way, then a broker started on the store anyway. Before: only a complete apply
+    kept the state it left each file in, so ``restore`` of a killed one checked nothing and threw away what
+    the broker wrote since. Now each step keeps the state of the files it leaves for good, and the apply
+    the state of the ``lock`` file, which every broker start writes: restore refuses without --force."""
+    import os
+
+    import mqtool.apply.executor as executor
+    from mqtool.errors import Refused
+
+    original, _ = reference
+    store_dir = damaged_store(tmp_path)
+    plan = plan_of(store_dir)
+
+    def die(label):
+        if label == "dispatched file moved":  # the cut and the deletions done, the dispatch half moved
+            raise Killed(label)
+
+    monkeypatch.setattr(executor, "durability_point", die)
+    with pytest.raises(Killed):
+        apply_plan(plan, tmp_path / "backup")
+    monkeypatch.undo()
+    cut = next(a for a in plan.actions if a.op == "zero-range" and a.path.startswith("commitlog/"))
+    if broker_writes == "the cut segment":  # the broker's first messages go where the cut was
+        fd = os.open(store_dir / cut.path, os.O_WRONLY)
+        os.pwrite(fd, b"a new message", cut.start)
+        os.close(fd)
+    else:
+        (store_dir / "lock").write_bytes(b"lock")
+    with pytest.raises(Refused, match="lock .written by every broker start" if broker_writes == "the lock file" else cut.path):
+        restore(BackupSet.open(tmp_path / "backup"))
+    restore(BackupSet.open(tmp_path / "backup"), force=True)
+    assert tree(store_dir) == original
+
+
+KILLED_AS_THE_APPLY_ENDS = """
+import os, signal, sys
+import mqtool.apply.executor as executor
+from mqtool.apply.backup import PENDING_MARKER
+def killed(root):
+    (root / PENDING_MARKER).unlink()  # clear_pending: the mark goes first, then the staging folder
+    os.kill(os.getpid(), signal.SIGKILL)
+executor.clear_pending = killed
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+def test_an_apply_killed_as_it_removes_its_staging_folder_leaves_none_once_run_again(tmp_path, reference):
+    """SIGKILL after the apply's last step, its mark removed, its staging folder not yet. Before: the same
+    command again found nothing to do and left ``.mqtool-staging`` in the store (``info`` then named it
+    as left by an interrupted mqtool). Now a command run with --yes removes it first: the store is as an
+    uninterrupted run leaves it."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    _, final = reference
+    store_dir = damaged_store(tmp_path)
+    args = ["recover", str(store_dir), "--yes", "--backup-dir", str(tmp_path / "backup")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_THE_APPLY_ENDS, *args], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    assert read_pending(store_dir) is None and (store_dir / ".mqtool-staging").is_dir()
+    again = mqtool(*args)
+    assert again.returncode == 0, again.stderr
+    assert "removed the temporary files an interrupted mqtool had left: .mqtool-staging" in again.stderr
+    assert tree(store_dir) == final and not (store_dir / ".mqtool-staging").exists()

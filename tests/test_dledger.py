@@ -906,3 +906,42 @@ def test_repair_of_a_first_load_rebuilds_the_index_from_the_classic_log_and_rest
     with Store.open(store_dir, version=version) as store:  # what a saved plan is applied with
         assert store.is_dledger and store.commitlog.file_size == SEGMENT
         assert plan_rebuild_index(store).options["commitlog_file_size"] == SEGMENT
+
+
+def test_a_recovery_dispatch_ended_by_a_bad_crc_is_applied_alike_from_a_saved_plan(tmp_path):
+    """5.3.3 ``dledger-crashed`` with a body bit flipped in its last data file (DLedger's entry walk keeps
+    it, the recovery's dispatch stops at its CRC) and three units of a queue zeroed. Before: the plan's
+    recovery phase said it dispatched up to the entry walk's end, so an apply without the planning's
+    batches (``apply PLAN``, or the same command again after a kill) walked past the bad record and wrote
+    4 more entries than planned: "the interrupted apply cannot be finished" (exit 5). The phase now ends
+    where its dispatch did: both applies write the same bytes."""
+    from conftest import copy_store
+
+    from mqtool.apply import apply_plan
+    from mqtool.dispatch.scanner import DispatchCache
+    from mqtool.recovery.planners import plan_recover
+    from mqtool.recovery.plans import Plan
+    from repair_support import tree
+
+    stores = []
+    for name in ("planned", "saved"):
+        store_dir = copy_store("5.3.3", "dledger-crashed", tmp_path / name)
+        data = sorted((store_dir / "dledger-n0" / "data").iterdir())[-1]
+        raw = bytearray(data.read_bytes())
+        raw[300000] ^= 0x10
+        data.write_bytes(bytes(raw))
+        queue = store_dir / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"
+        raw = bytearray(queue.read_bytes())
+        raw[100:160] = bytes(60)
+        queue.write_bytes(bytes(raw))
+        stores.append(store_dir)
+    cache = DispatchCache()
+    with Store.open(stores[0], None, "5.3.3") as store:
+        plan = plan_recover(store, cache=cache)
+    apply_plan(plan, tmp_path / "b0", cache=cache)
+    with Store.open(stores[1], None, "5.3.3") as store:
+        saved = Plan.from_json(plan_recover(store).to_json())
+    apply_plan(saved, tmp_path / "b1")
+    assert tree(stores[0]) == tree(stores[1])
+    recovery = plan.dispatch[0]
+    assert recovery.name == "recovery" and recovery.stop < plan.commitlog.valid_end  # ended by the CRC, inside the log

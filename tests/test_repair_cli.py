@@ -228,7 +228,11 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     assert "not a valid mqtool plan" in error_line(run("apply", tmp_path / "plan.json", "--yes"), EXIT_BAD_INPUT)
     (tmp_path / "other.json").write_text(json.dumps({"format": "something-else"}))
     assert error_line(run("apply", tmp_path / "other.json", "--yes"), EXIT_BAD_INPUT)
-    assert "not an mqtool backup" in error_line(run("restore", tmp_path / "empty", "--yes"), EXIT_BAD_INPUT)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("x")
+    assert "not an mqtool backup" in error_line(run("restore", tmp_path / "other", "--yes"), EXIT_BAD_INPUT)
+    empty = run("restore", tmp_path / "empty", "--yes")  # what an apply killed before its manifest leaves: said, not an error
+    assert empty.exit_code == 0 and "nothing to restore" in empty.stderr and "holds no backup set" in empty.stderr
     zeros = tmp_path / "zeros"
     (zeros / "commitlog").mkdir(parents=True)
     (zeros / "commitlog" / f"{0:020d}").write_bytes(bytes(1 << 16))

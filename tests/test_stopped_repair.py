@@ -107,3 +107,136 @@ def test_restore_of_a_repair_killed_between_stages_gives_every_file_back(stopped
     assert snapshot(store) == before  # every file byte for byte, and the mark gone
     shown = run("info", store)
     assert shown.exit_code == EXIT_OK and "repair on this store" not in shown.stderr
+
+
+KILLED_AS_A_STAGE_BEGINS = """
+import os, signal, sys
+import mqtool.apply.backup as backup
+create = backup.BackupSet.create
+write_atomic = backup.write_atomic
+def killed_writing(path, *args):
+    if path.name == "manifest.json":  # its directory made, the manifest not yet there
+        os.kill(os.getpid(), signal.SIGKILL)
+    return write_atomic(path, *args)
+if {where!r} == "making":
+    backup.write_atomic = killed_writing
+def killed(cls, directory, *args):
+    if {where!r} == "before" or directory.name.startswith("02-"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    made = create.__func__(cls, directory, *args)
+    if {where!r} == "after":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return made
+backup.BackupSet.create = classmethod(killed)
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("where", ["before", "making", "after"])
+def test_a_repair_killed_before_its_first_stage_changed_anything_leaves_no_mark_restore_cannot_remove(tmp_path, where):
+    """SIGKILL as the first stage's backup set is made (``before``), while it is (``making``: its
+    directory made, not its manifest), or once it is (``after``: nothing backed up yet). Before:
+    ``.mqtool-repair`` was written first, naming a backup directory with no stage in it; the store kept
+    the mark and ``restore`` of that directory exited 3 ("not an mqtool backup"). The mark is written
+    once the stage's backup set exists: the store is as it was (``restore`` says there is nothing to
+    restore), or ``restore`` gives it back."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "s")
+    before = snapshot(store)
+    backup = tmp_path / "bk"
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_A_STAGE_BEGINS.format(where=where), "repair", str(store), "--broker-version", "4.9.7",
+                             "--yes", "--backup-dir", str(backup)], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    if where == "before":
+        assert snapshot(store) == before
+    elif where == "making":
+        assert snapshot(store) == before
+        said = run("restore", backup, "--yes")
+        assert said.exit_code == EXIT_OK and "nothing to restore" in said.stderr, said.stderr
+        assert snapshot(store) == before
+    else:
+        restored = run("restore", backup, "--yes")
+        assert restored.exit_code == EXIT_OK, restored.stderr
+        assert snapshot(store) == before
+
+
+@pytest.mark.parametrize("fails", ["backup set", "journal"])
+def test_a_write_refused_in_a_later_stage_names_the_undo_of_the_whole_repair(tmp_path, monkeypatch, fails):
+    """A full backup disk in stage 02, after stage 01 changed the store. Before: the error said "cannot
+    create the backup: ...; nothing was changed" with no undo line, or named the undo of stage 02 alone,
+    which left stage 01 applied. Now: the whole repair's restore, which gives every file back."""
+    import errno
+
+    from mqtool.apply.backup import BackupSet, Journal
+    from mqtool.errors import EXIT_BAD_INPUT
+
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path / "s")
+    before = snapshot(store)
+    backup = tmp_path / "bk"
+    full = OSError(errno.ENOSPC, "No space left on device", str(backup / "02-rebuild-cq" / "manifest.json"))
+    if fails == "backup set":
+        create = BackupSet.create.__func__
+
+        def refused(cls, directory, *args):
+            if directory.name.startswith("02-"):
+                raise full
+            return create(cls, directory, *args)
+
+        monkeypatch.setattr(BackupSet, "create", classmethod(refused))
+    else:
+        append = Journal.append
+
+        def refused(self, *events):
+            if self.path.parent.name.startswith("02-"):
+                raise full
+            append(self, *events)
+
+        monkeypatch.setattr(Journal, "append", refused)
+    stopped = run("repair", store, "--broker-version", "4.9.7", "--yes", "--backup-dir", backup)
+    assert stopped.exit_code == EXIT_BAD_INPUT, stopped.stderr
+    line = stopped.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in line and "nothing was changed" not in line, line
+    assert line.endswith(f"or undo every stage with: mqtool restore {backup} --yes"), line
+    assert snapshot(store) != before
+    monkeypatch.undo()
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
+KILLED_AS_THE_MARK_GOES = """
+import os, signal, sys
+import mqtool.apply.backup as backup
+remove = backup.remove
+def killed(path):
+    if path.name == ".mqtool-repair":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return remove(path)
+backup.remove = killed
+sys.argv = ["mqtool", *sys.argv[1:]]
+from mqtool.__main__ import main
+main()
+"""
+
+
+def test_a_restore_killed_as_it_removes_the_repair_mark_removes_it_when_run_again(stopped):
+    """``restore`` of a repair stopped between stages, SIGKILLed once its stage was put back, as it removed
+    ``.mqtool-repair``. Before: run again, it said "nothing to restore: ... already restored" and the mark
+    stayed in the store for good. Now the run again removes it: the store is as before the repair."""
+    import subprocess
+    import sys
+
+    from repair_support import ROOT
+
+    store, backup, before = stopped
+    killed = subprocess.run([sys.executable, "-c", KILLED_AS_THE_MARK_GOES, "restore", str(backup), "--yes"], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9, killed.stderr
+    assert (store / ".mqtool-repair").exists()
+    again = run("restore", backup, "--yes")
+    assert again.exit_code == EXIT_OK, again.stderr
+    assert snapshot(store) == before

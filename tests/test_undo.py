@@ -451,3 +451,49 @@ def test_restore_of_the_folder_of_backups_is_refused_and_changes_nothing(tmp_pat
     result = run("restore", tmp_path / ".mqtool-backups", "--yes")
     assert result.exit_code == EXIT_BAD_INPUT and "a folder of backups" in result.stderr, result.stderr
     assert snapshot(tmp_path) == after
+
+
+def test_an_apply_in_the_default_backups_folder_is_no_stage_of_a_repair(tmp_path):
+    """Two stores side by side, each recovered, one then re-indexed: their backups are siblings in
+    ``.mqtool-backups``. Before: restoring the first store's recover called it "a stage of a repair" whose
+    later stages were the other applies of the folder (the other store's too) and said to run
+    ``mqtool restore .../.mqtool-backups --yes``, which undid every backup there, the other store's
+    included. Now that folder is no repair: the refusal names the later apply on the same store, and
+    undoing in that order gives the store back, the other store untouched."""
+    import shutil
+
+    one = copy_store("4.9.7", "crashed-small", tmp_path)
+    two = shutil.copytree(one, tmp_path / "two")
+    before = snapshot(one)
+    for store in (one, two):
+        assert run("recover", store, "--broker-version", "4.9.7", "--yes").exit_code == EXIT_OK
+    assert run("rebuild-index", one, "--broker-version", "4.9.7", "--yes").exit_code == EXIT_OK
+    folder = tmp_path / ".mqtool-backups"
+    recover, = folder.glob(f"{one.name}-*-recover")
+    reindex, = folder.glob(f"{one.name}-*-rebuild-index")
+    two_after = snapshot(two)
+
+    refused = run("restore", recover, "--yes")
+    assert refused.exit_code == EXIT_REFUSED
+    said = " ".join(refused.stderr.split())
+    assert f"restore them first, newest first: mqtool restore {reindex} --yes" in said and "stage of a repair" not in said, refused.stderr
+    assert run("restore", folder, "--yes").exit_code == EXIT_BAD_INPUT  # a folder of backups is no backup
+    assert snapshot(two) == two_after
+    assert run("restore", reindex, "--yes").exit_code == EXIT_OK
+    assert run("restore", recover, "--yes").exit_code == EXIT_OK
+    assert snapshot(one) == before and snapshot(two) == two_after
+
+
+@pytest.mark.parametrize("inside", ["commitlog/backup", "backup"])
+def test_a_backup_directory_inside_the_store_is_refused_before_any_change(tmp_path, inside):
+    """``--backup-dir`` inside the store. Before: the apply went on and left its backup there, hard links of
+    deleted segments and all; in ``commitlog/`` a directory the broker's ``MappedFileQueue.load`` finds of
+    the wrong length, so the broker refused to start, while ``verify`` said the store was sound. Now refused
+    (exit 4), nothing changed."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = snapshot(store)
+    for command in (["recover"], ["repair", "--broker-version", "4.9.7"]):
+        refused = run(command[0], store, *command[1:], "--yes", "--backup-dir", store / inside)
+        assert refused.exit_code == EXIT_REFUSED, refused.stderr
+        assert "inside the store" in refused.stderr
+        assert snapshot(store) == before

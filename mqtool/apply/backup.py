@@ -19,6 +19,7 @@ from typing import Callable
 
 from .. import activity
 from ..errors import BadInput, Refused
+from ..formats.markers import LOCK_FILE
 from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, shell_path, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
@@ -256,9 +257,20 @@ class BackupSet:
         self._dirs.update(out)
         return list(out)
 
-    def mark_step(self, index: int, op: str, path: str) -> None:
-        self.journal.append({"ev": "step-done", "index": index, "op": op, "path": path})
+    def mark_step(self, index: int, op: str, path: str, final: list[str] = ()) -> None:
+        """Step ``index`` done; ``final``: the files it changed that no later step changes, whose state
+        now (``after``) is what the apply leaves them in (``changed_since_apply`` of an unfinished apply)."""
+        event = {"ev": "step-done", "index": index, "op": op, "path": path}
+        if final:
+            event["after"] = {rel: self.state_of(rel) for rel in final}
+        self.journal.append(event)
         self._done.add(index)
+
+    def note_lock_state(self) -> None:
+        """The state of the store's ``lock`` file as the apply starts (once): every broker start since
+        the 4.x releases that have one writes it, so a broker started on the store since changed it."""
+        if not any(ev.get("ev") == "lock" for ev in self.journal.events()):
+            self.journal.append({"ev": "lock", "state": self.state_of(LOCK_FILE)})
 
     def touched(self) -> list[str]:
         return sorted(self._files | self._created | {p for p, _, _ in self._ranges})
@@ -293,11 +305,16 @@ class BackupSet:
         return out
 
     def changed_since_apply(self) -> list[str]:
-        """Touched files that hold neither what the completed apply left nor what it found."""
+        """Touched files that hold neither what the apply left nor what it found (an unfinished apply: the
+        files its done steps left for good), and the ``lock`` file if it was written since the apply began."""
+        events = self.journal.events()
         after = self.manifest.get("after") or {}
+        if not self.manifest.get("complete"):
+            after = {rel: state for ev in events if ev.get("ev") == "step-done" for rel, state in (ev.get("after") or {}).items()}
         before = self.before_states()
-        started = any(ev.get("ev") == "restore-started" for ev in self.journal.events())
-        changed = []
+        started = any(ev.get("ev") == "restore-started" for ev in events)
+        lock = next((ev for ev in events if ev.get("ev") == "lock"), None)
+        changed = [LOCK_FILE] if lock is not None and LOCK_FILE not in after and self.state_of(LOCK_FILE) != lock["state"] else []
         for rel, state in after.items():
             now = self.state_of(rel)
             if now == state or (rel in before and now == before[rel]) or (started and self._ranges_put_back(rel, before.get(rel), now)):
@@ -506,14 +523,15 @@ def changed_by_others(backups: list[BackupSet]) -> list[str]:
     for backup in reversed(backups):
         if not backup.restored:
             others = set(backup.changed_since_apply())
-            for rel in backup.touched():
+            for rel in [*backup.touched(), *sorted(others - set(backup.touched()))]:  # the lock file, untouched
                 latest.setdefault(rel, rel in others)
     return [rel for rel, changed in latest.items() if changed]
 
 
 def refuse_changed(changed: list[str]) -> None:
     if changed:
-        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        named = [f"{rel} (written by every broker start)" if rel == LOCK_FILE else rel for rel in changed]
+        shown = ", ".join(named[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise Refused(
             f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
             "pass --force to restore anyway"

@@ -49,7 +49,12 @@ class PlanMismatch(ApplyError):
 
 
 class ApplyIOError(BadInput):
-    """The file system refused a write (permissions, space): the apply stopped at a safe point."""
+    """The file system refused a write (permissions, space): the apply stopped at a safe point.
+    ``cause``: the refusal alone (path and reason), for a caller that says the way on itself."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause or message
 
 
 STAGED = "staged"  # under the staging directory: the dispatch's files, laid out as in the store
@@ -182,19 +187,21 @@ class Executor:
         except MqtoolError:
             raise
         except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
+            cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
             raise ApplyIOError(
-                f"{where}{exc.strerror or exc}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                f"or undo it with: {undo_command(self.backup.dir)}"
+                f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
+                f"or undo it with: {undo_command(self.backup.dir)}", cause
             ) from None
         except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
             raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
 
     def _run(self) -> None:
         write_pending(self.root, self.backup.dir)
+        self.backup.note_lock_state()
         durability_point("pending")
         if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
             self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
+        last = {rel: index for index, action in enumerate(self.plan.actions) for rel in self._changes(action)}
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
                 continue
@@ -203,10 +210,16 @@ class Executor:
             if self.progress:
                 self.progress(f"{action.op} {action.path}".rstrip())  # write-dispatch has no one path
             getattr(self, "_" + action.op.replace("-", "_"))(action)
-            self.backup.mark_step(index, action.op, action.path)
+            self.backup.mark_step(index, action.op, action.path, [rel for rel in self._changes(action) if last[rel] == index])
             durability_point(f"step {index}")
         self.backup.finish()
         clear_pending(self.root)
+
+    def _changes(self, action) -> list[str]:
+        """The store files ``action`` changes."""
+        if action.op == "write-dispatch":
+            return planned_queue_files(self.plan) + planned_index_files(self.plan)
+        return [action.path] if action.path else []
 
     # ---- actions ------------------------------------------------------------------------------
 
@@ -506,8 +519,9 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None) -> BackupSet:
-    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning."""
+def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None) -> BackupSet:
+    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning;
+    ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark)."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist")
@@ -515,11 +529,23 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: {undo_command(pending)}")
     check_inputs(root, plan)
+    inside = Path(backup_dir).resolve()
+    if inside == root.resolve() or root.resolve() in inside.parents:
+        raise Refused(f"{backup_dir}: the backup directory is inside the store {root}, where its files would be the broker's "
+                      "(a directory in commitlog/ or a queue's stops the broker's start); nothing was changed: give a --backup-dir outside the store")
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
     except OSError as exc:
-        raise ApplyIOError(f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}; nothing was changed") from None
+        cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
+        raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
+    if backed is not None:
+        try:
+            backed()
+        except OSError as exc:
+            backup.discard()
+            cause = f"{exc.filename or root}: {exc.strerror or exc}"
+            raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
     Executor(root, plan, backup, progress, cache).run()
     return backup
 

@@ -19,9 +19,9 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, applied_backup, changed_by_others, clear_repair_mark, later_backups, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
-from ..fileops import write_atomic
+from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
@@ -134,9 +134,13 @@ def note_interrupted(root: Path) -> None:
 
 
 def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
-    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does."""
+    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does; with none,
+    and ``yes``, remove what an apply killed as it ended left (its staging folder, once its mark was gone)."""
     pending = read_pending(root)
     if pending is None:
+        if yes and leftover_temporaries(root):
+            with executor().hold_store_lock(root, force):
+                _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
         return
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
@@ -173,6 +177,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
             store.close()
             _finish_interrupted(root, yes, force)
             store = open_store(store_path, broker_config, broker_version)
+        else:
+            _finish_interrupted(root, yes, force)
     elif read_pending(root) is not None:
         note_interrupted(root)
     from ..dispatch.scanner import DispatchCache
@@ -465,15 +471,26 @@ class RepairStages:
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:
             executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
-        writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache)
+        try:
+            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark)
+        except executor().ApplyIOError as exc:
+            if self.done or self.earlier or (directory / "manifest.json").exists():  # else nothing changed, as it says
+                raise executor().ApplyIOError(
+                    f"{exc.cause}; the repair stopped in stage {directory.name}: fix this and run the same repair again (with --yes) to finish it, "
+                    f"or undo every stage with: mqtool restore {shell_path(self.target)} --yes", exc.cause) from None
+            raise
         self.done.append(directory)
+
+    def _mark(self) -> None:
+        """``.mqtool-repair`` written once a stage's backup set exists: a repair killed before has changed
+        nothing, where a mark naming a backup directory with no stage in it could not be undone."""
+        write_pending(self.root, self.target, REPAIR_MARKER)
 
     @contextlib.contextmanager
     def marked(self):
-        """``.mqtool-repair`` names the backup directory while the stages apply, so a repair killed between
-        stages is named by ``info``, finished by the next ``repair`` and undone by ``restore``; cleared
-        when every stage is applied, or when none of its stages is left in the store."""
-        write_pending(self.root, self.target, REPAIR_MARKER)
+        """``.mqtool-repair`` names the backup directory while the stages apply (written by ``_mark``), so a
+        repair killed between stages is named by ``info``, finished by the next ``repair`` and undone by
+        ``restore``; cleared when every stage is applied, or when none of its stages is left in the store."""
         try:
             yield
         except BaseException:
@@ -580,8 +597,8 @@ def apply(
     check_not_in_use(root, [], force)
     refuse_stopped_repair(root)
     pending = read_pending(root)
+    _finish_interrupted(root, yes, force)
     if pending is not None:
-        _finish_interrupted(root, yes, force)
         if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
             note("that was this plan: it is now applied")
             return
@@ -617,6 +634,9 @@ def restore_cmd(
     """
     if backup.exists() and not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
+    if _never_begun(backup):
+        note(f"nothing to restore: {backup} holds no backup set: the command that made it stopped before it backed up or changed anything")
+        return
     stages = repair_stages(backup)
     if stages:
         if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
@@ -636,6 +656,7 @@ def restore_cmd(
         note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
         if yes and root.is_dir() and not store_users(root, []):  # another mqtool applying owns its temporaries
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
+            clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
@@ -651,6 +672,19 @@ def restore_cmd(
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _never_begun(backup: Path) -> bool:
+    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was
+    written: nothing in it but that manifest's temporary file and empty stage directories."""
+    if not backup.is_dir() or (backup / "manifest.json").exists():
+        return False
+    for entry in backup.iterdir():
+        if entry.name == "manifest.json" + TMP_SUFFIX:
+            continue
+        if not (entry.is_dir() and STAGE_NAME.fullmatch(entry.name) and _never_begun(entry)):
+            return False
+    return True
 
 
 def _note_removed(leftovers: list[str]) -> None:

@@ -134,10 +134,11 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
             if cache is not None:
                 cache.add(0, batch)
     run.scan = ScanResult(start, rule, scanner.end, scanner.records, scanner.last_valid_offset)
+    dispatched_to = scanner.end.offset  # the scan's own end: a DLedger log's queue cut moves ``run.end`` past a bad CRC to the entry walk's end
     run.cq_cut = kind.queue_cut(run)
     if dispatch_a:
         hashed = tags_a == TAGS_HASH
-        run.phases.append(DispatchPhase("recovery", start, run.end, "recovery", tags_a, True, run.index_enable, counts.records, counts.cq, counts.sched if hashed else 0, threshold_a))
+        run.phases.append(DispatchPhase("recovery", start, dispatched_to, "recovery", tags_a, True, run.index_enable, counts.records, counts.cq, counts.sched if hashed else 0, threshold_a))
         if hashed and counts.sched:
             run.notes.append(
                 f"{counts.sched} delayed message(s) of {SCHEDULE_TOPIC} get their TAGS hash as consume queue tags code, "
