@@ -483,6 +483,7 @@ def test_apply_refuses_a_pending_store_with_a_command_that_pastes(tmp_path):
 
     store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
     plan = Plan.from_dict(json.loads(run("recover", store, "--dry-run", "-f", "json").stdout))
+    (tmp_path / "a backup").mkdir()  # there: the apply can be undone (gone: test_undo's backup_is_gone)
     write_pending(store, tmp_path / "a backup")
     with pytest.raises(Refused) as refused:
         apply_plan(plan, tmp_path / "other backup")

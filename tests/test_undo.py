@@ -339,6 +339,32 @@ def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path):
         shutil.rmtree(disk2)
 
 
+def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
+    """The backup of an apply killed half-way deleted (space was needed). Before: every repair command
+    refused the store ("finishing the interrupted apply first", then "not an mqtool backup", exit 3) and
+    info, recover and restore all named the restore of a directory that no longer exists: no way on.
+    Now every message says the backup is gone and how to plan again on the store as it is; doing so
+    works, and restore of the gone path says it does not exist."""
+    import shutil
+
+    from mqtool.apply.backup import PENDING_MARKER
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    backup_module.write_pending(store, tmp_path / "backup")  # as a kill during that apply leaves it
+    shutil.rmtree(tmp_path / "backup")
+    way_on = f"to plan again on the store as it is, remove {store / PENDING_MARKER}"
+    for args, code in ((("recover", store, "--yes"), EXIT_REFUSED), (("recover", store), EXIT_REFUSED), (("info", store), EXIT_OK)):
+        result = run(*args)
+        said = " ".join(result.stderr.split())
+        assert result.exit_code == code and "is gone" in said and way_on in said and "undo it with" not in said, (args, result.stderr)
+    gone = run("restore", tmp_path / "backup", "--yes")
+    assert gone.exit_code == EXIT_BAD_INPUT and "no such backup directory" in gone.stderr, gone.stderr
+    (store / PENDING_MARKER).unlink()
+    again = run("recover", store, "--yes", "--backup-dir", tmp_path / "backup2")
+    assert again.exit_code == EXIT_OK and "is gone" not in again.stderr, again.stderr
+
+
 def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_given(tmp_path):
     """``--backup-dir`` an empty directory the operator made (a mount point, its permissions): an apply
     that stops before changing anything removes what it put there, not the directory. Before, the

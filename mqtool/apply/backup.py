@@ -505,6 +505,17 @@ def undo_command(backup_dir: Path | str) -> str:
     return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
 
 
+def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
+    """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
+    with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
+    run, and every repair command refuses the store: said, with the way to plan again on the store as it is."""
+    if Path(pending).exists():
+        return f"run the command again with --yes to finish it, or undo it with: {undo_command(pending)}"
+    return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
+            f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "
+            f"{shell_path(Path(store_root) / PENDING_MARKER)}")
+
+
 def clear_pending(store_root: Path) -> None:
     remove(store_root / PENDING_MARKER)
     staging = store_root / STAGING_DIR

@@ -35,7 +35,7 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, read_pending, restore, staging_path, undo_command, unfinished_restore_line, write_pending
+from .backup import STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command, unfinished_restore_line, write_pending
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
 
@@ -527,7 +527,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise BadInput(f"{root}: the plan's store does not exist")
     pending = read_pending(root)
     if pending is not None:
-        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); run the command again to finish it, or undo it with: {undo_command(pending)}")
+        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     inside = Path(backup_dir).resolve()
     if inside == root.resolve() or root.resolve() in inside.parents:

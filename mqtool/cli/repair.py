@@ -19,7 +19,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -130,7 +130,7 @@ def note_interrupted(root: Path) -> None:
         note(f"{unfinished_restore_line(pending)}; this plan is made on the partly restored store")
         return
     note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
-         f"run the command with --yes to finish that apply first, or undo it with: {undo_command(pending)}")
+         f"{interrupted_apply_ways(root, pending)}")
 
 
 def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
@@ -144,8 +144,8 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
         return
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
-    if not yes:
-        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): run the command again with --yes to finish it first, or undo it with: {undo_command(pending)}")
+    if not yes or not pending.exists():
+        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): {interrupted_apply_ways(root, pending)}")
     note(f"finishing the interrupted apply first (backup {pending})")
     with executor().hold_store_lock(root, force):
         writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
@@ -632,7 +632,9 @@ def restore_cmd(
     Example:
       mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000000-recover --yes
     """
-    if backup.exists() and not backup.is_dir():
+    if not backup.exists():
+        raise BadInput(f"{backup}: no such backup directory (deleted or moved?)")
+    if not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
     if _never_begun(backup):
         note(f"nothing to restore: {backup} holds no backup set: the command that made it stopped before it backed up or changed anything")

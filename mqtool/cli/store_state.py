@@ -69,10 +69,9 @@ def warn_store_state(root: Path | None) -> dict:
         note(stopped_repair_line(root, stopped))
     a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])
     if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
-        from ..apply.backup import undo_command
+        from ..apply.backup import interrupted_apply_ways
 
-        note(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; "
-             f"run that command again with --yes to finish it, or undo it with: {undo_command(pending)}")
+        note(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; {interrupted_apply_ways(root, Path(pending))}")
     if state["lock_holder"] is not None:
         note(f"pid {state['lock_holder']} holds the store's lock (a running broker?): it may be writing while mqtool reads: "
              "what lies near the end of the log and of the queues may change")
