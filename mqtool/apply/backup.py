@@ -95,6 +95,7 @@ class BackupSet:
     _created: set[str] = field(default_factory=set)
     _done: set[int] = field(default_factory=set)
     _dirs: set[str] = field(default_factory=set)
+    _moved: set[str] = field(default_factory=set)  # directories and symlinks moved into the backup (``move_entry``)
     made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
@@ -138,7 +139,7 @@ class BackupSet:
         if manifest.get("format") != BACKUP_FORMAT:
             raise BadInput(f"{directory}: not an {BACKUP_FORMAT} backup")
         backup = cls(directory, Path(manifest["store"]), manifest, Journal(directory / "journal.jsonl"))
-        paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs}
+        paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs, "move-entry": backup._moved}
         for ev in backup.journal.events():
             kind = ev.get("ev")
             if kind in paths:
@@ -228,6 +229,27 @@ class BackupSet:
         except OSError:  # absent: nothing to keep
             return 0
 
+    def moved_copy(self, rel: str) -> Path:
+        return self.dir / "moved" / _flat(rel)
+
+    def move_entry(self, rel: str) -> None:
+        """Move a directory or symlink of the store (a stray entry ``repair`` quarantines) into the backup as
+        it is, by a rename (``restore`` renames it back): logged first, so a kill before the rename leaves
+        nothing to undo. A backup on another file system than the store's is refused: no rename reaches it."""
+        src = self.store_root / rel
+        if rel in self._moved or not os.path.lexists(src):
+            return
+        dst = self.moved_copy(rel)
+        makedirs(dst.parent)
+        if os.stat(dst.parent).st_dev != os.stat(src.parent).st_dev:
+            raise BadInput(f"{rel}: a directory or symlink is moved into the backup by a rename, and the backup directory is on "
+                           "another file system: give a --backup-dir on the store's, or move it out of the store by hand")
+        self.journal.append({"ev": "move-entry", "path": rel})
+        self._moved.add(rel)
+        os.rename(src, dst)
+        fsync_dir(dst.parent)
+        fsync_dir(src.parent)
+
     def backup_range(self, rel: str, start: int, end: int) -> None:
         if (rel, start, end) in self._ranges or rel in self._created:  # a file this apply created has nothing original to keep
             return
@@ -273,7 +295,7 @@ class BackupSet:
             self.journal.append({"ev": "lock", "state": self.state_of(LOCK_FILE)})
 
     def touched(self) -> list[str]:
-        return sorted(self._files | self._created | {p for p, _, _ in self._ranges})
+        return sorted(self._files | self._created | self._moved | {p for p, _, _ in self._ranges})
 
     def state_of(self, rel: str) -> list[int] | None:
         """(size, mtime_ns) of a store file now, None if it does not exist."""
@@ -602,6 +624,13 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
                 if put_back is not None:
                     put_back(ev["end"] - ev["start"])
+        elif kind == "move-entry":
+            moved = backup.moved_copy(rel)
+            if os.path.lexists(moved) and not os.path.lexists(target):  # a kill before the rename moved nothing
+                makedirs(target.parent)
+                os.rename(moved, target)
+                fsync_dir(target.parent)
+                restored.append(rel)
         elif kind == "create":
             if remove(target):
                 deleted.append(rel)

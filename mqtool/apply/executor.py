@@ -233,7 +233,15 @@ class Executor:
         durability_point("file backed up")
         remove(self.root / action.path)
 
-    _quarantine = _delete  # a stray file moves into the backup (``restore`` puts it back)
+    def _quarantine(self, action) -> None:
+        """A stray file moves into the backup (``restore`` puts it back); a directory or symlink is
+        renamed into it as it is (``BackupSet.move_entry``)."""
+        path = self.root / action.path
+        if path.is_symlink() or path.is_dir():
+            self.backup.move_entry(action.path)
+            durability_point("entry moved")
+        else:
+            self._delete(action)
 
     def _resize(self, action) -> None:
         """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written

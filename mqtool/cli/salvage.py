@@ -108,7 +108,7 @@ def salvage(
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
     _report(scan.summary, new_store, include_stale, next_start)
-    left_out = [p for p in store.problems if p.kind != EMPTY_LAST_SEGMENT]  # a wrong-length or misnamed segment Store.open left out
+    left_out = [p for p in store.problems if p.kind in ("segment-size", "segment-name")]  # a wrong-length or misnamed segment Store.open left out
     for problem in left_out:
         note(f"not salvaged: {problem.message}, so none of its records are read")
     if scan.summary.damaged or left_out:

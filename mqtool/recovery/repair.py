@@ -23,7 +23,8 @@ from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import dispatch_request
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.mappedfile import OFFSET_NAME, inferred_file_size
+from ..store.consumequeue import queue_id_of
+from ..store.mappedfile import OFFSET_NAME, inferred_file_size, offset_named_files, stray_entries
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -123,6 +124,9 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     _wheel_fix(root, resize)
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
+            if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
+                continue
+            _stray_links_and_dirs(Path(queue.path), "consume queue file", store, quarantine)
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
@@ -178,12 +182,33 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
+def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quarantine) -> None:
+    """Quarantine each directory or symlink in a mapped file queue folder (``mappedfile.stray_entries``) that
+    the broker of some era the store may be from (any, without ``store``) refuses to start on or loads
+    otherwise than mqtool reads the folder (``mappedfile.load_effect``, rules §2.13); a file of another name
+    is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file."""
+    from ..store.store import stray_differs, stray_effects
+
+    strays = [e for e in stray_entries(directory) if e.is_dir or e.path.is_symlink()]
+    if not strays:
+        return
+    sizes = [size for _, p in offset_named_files(directory) if (size := p.stat().st_size)]
+    size = inferred_file_size(sizes) if sizes else None
+    names = [p.name for _, p in offset_named_files(directory)]
+    for entry in strays:
+        if store is not None and not stray_differs(stray_effects(store.version_guess.eras, entry, size, any(n > entry.path.name for n in names))):
+            continue
+        quarantine(entry.path, f"{entry.what}, not a {what}: MappedFileQueue.load lists every entry of {directory.name}/ (before 5.1.0 a directory "
+                               "too) and refuses to start on one of another length than its files, or parses its name as an offset; moved into the backup as it is")
+
+
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
     offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
     ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
     or returns False for the padding with zeros."""
+    _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
     for entry in _files(directory):
         if OFFSET_NAME.match(entry.name):
@@ -707,7 +732,7 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in ("segment-size", "segment-name") and f.file in changed) or (
+        return (f.kind in ("segment-size", "segment-name", "stray-entry", "cq-stray-entry") and f.file in changed) or (
             f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

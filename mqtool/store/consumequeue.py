@@ -16,7 +16,7 @@ from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
-from .mappedfile import MappedFile, offset_named_files, open_read_only
+from .mappedfile import MappedFile, StrayEntry, offset_named_files, open_read_only, stray_entries
 
 if TYPE_CHECKING:
     import numpy as np
@@ -92,6 +92,16 @@ class FileQueue:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
+
+    @cached_property
+    def strays(self) -> list[StrayEntry]:
+        """The entries of the queue's folder that are no file of it but ``MappedFileQueue.load`` lists
+        (``mappedfile.stray_entries``): verify's ``cq-stray-entry``, the next start's ``queue_refusal``."""
+        return stray_entries(self.directory)
+
+    def after(self, entry: StrayEntry) -> bool:
+        """Whether a file of the queue sorts after ``entry`` (what a load that stops at it leaves out)."""
+        return any(path.name > entry.path.name for _, path in self.files)
 
     @cached_property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:

@@ -7,6 +7,7 @@ import os
 import re
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
@@ -86,6 +87,73 @@ def offset_named_files(directory: Path) -> list[tuple[int, Path]]:
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
     return sorted((int(e.name), Path(e.path)) for e in entries if OFFSET_NAME.match(e.name) and e.is_file())
+
+
+@dataclass(frozen=True)
+class StrayEntry:
+    """An entry of a mapped file queue folder that ``offset_named_files`` passes over but the broker's
+    ``MappedFileQueue.load`` lists (``File.listFiles``: directories, symlinks, any name): ``is_dir`` and
+    ``length`` as ``File.isDirectory``/``File.length`` see them (through a symlink; a dangling one is
+    no directory, 0 bytes), ``offset`` the name as ``Long.parseLong`` reads it (None: it throws)."""
+
+    path: Path
+    is_dir: bool
+    length: int
+    offset: int | None
+    last: bool  # the last entry of the folder by name (``doLoad``'s ``i == files.size() - 1``)
+
+    @property
+    def what(self) -> str:
+        link = self.path.is_symlink()
+        if self.is_dir:
+            return "a symlink to a directory" if link else "a directory"
+        if link and not self.path.exists():
+            return "a dangling symlink"
+        named = "named by no offset" if self.offset is None else f"named {self.offset}, not by 20 digits"
+        return f"{'a symlink to a file' if link else 'a file'} {named}"
+
+
+# what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``)
+SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED = "skipped", "deleted", "left out", "refused", "loaded"
+
+
+def load_effect(entry: StrayEntry, file_size: int | None, rules) -> str:
+    """What the broker of ``rules`` (a ``VersionRules``) does with ``entry`` at load, in the order of
+    ``MappedFileQueue.load``/``doLoad`` (rules §2.13; DLedger's ``MmapFileList.load`` is the 4.5.0 one):
+    a directory skipped from 5.1.0; a zero-length last entry deleted from 5.1.3; another length than
+    ``file_size``: it and every later entry left out (3.2.6-4.4.0, 4.9.2) or the start refused; else
+    ``MappedFile.init``'s ``Long.parseLong(name)``, whose ``NumberFormatException`` no ``load`` catches
+    (``DefaultMessageStore.load``: "load exception", start refused), or the file loaded at that offset."""
+    if entry.is_dir and rules.load_skips_directories:
+        return SKIPPED
+    if entry.length == 0 and entry.last and rules.zero_length_last_file_deleted:
+        return DELETED
+    if entry.length != file_size:
+        return LEFT_OUT if rules.wrong_length_file_ignored else REFUSED
+    return REFUSED if entry.offset is None else LOADED
+
+
+def stray_entries(directory: Path) -> list[StrayEntry]:
+    """The entries of ``directory`` the broker's load lists and ``offset_named_files`` does not, by name."""
+    from ..formats.dispatch import java_int_or_none
+
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except PermissionError:
+        raise BadInput(f"{directory}: permission denied") from None
+    last = entries[-1].name if entries else None
+    strays = []
+    for e in entries:
+        if OFFSET_NAME.match(e.name) and e.is_file():
+            continue
+        try:
+            length = os.stat(e.path).st_size
+        except OSError:  # a dangling symlink: File.length() is 0
+            length = 0
+        strays.append(StrayEntry(Path(e.path), e.is_dir(), length, java_int_or_none(e.name, 64), e.name == last))
+    return strays
 
 
 def file_size(path: Path) -> int:

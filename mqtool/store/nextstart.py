@@ -19,7 +19,7 @@ from .eras import distinct_candidates
 from .mappedfile import open_read_only
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, Store
+from .store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, Store, stray_differs, stray_effects
 from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
@@ -191,6 +191,10 @@ def log_refusal(store: Store) -> str | None:
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
     reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
     for problem in store.problems:
+        if problem.kind == STRAY_ENTRY:
+            if (why := stray_refusal(store, problem.entry, problem.expected, problem.later)) is not None:
+                return why
+            continue
         who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT)
         if who is not None:
             what = {
@@ -199,6 +203,19 @@ def log_refusal(store: Store) -> str | None:
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
             return f"{problem.path.name}: {what}{who}"
     return None
+
+
+def stray_refusal(store: Store, entry, file_size: int | None, later: bool) -> str | None:
+    """Why the broker refuses to start on an entry of a mapped file queue folder that is no file of it
+    (a directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left does."""
+    refusing = stray_effects(store.version_guess.eras, entry, file_size, later).get("refused", [])
+    if not refusing:
+        return None
+    who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+    where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
+    how = (f"{entry.length} bytes, not {file_size} (\"length not matched\")" if entry.length != file_size
+           else "the length of a file of the folder, but MappedFile.init's Long.parseLong of its name throws")
+    return f"{where}: {entry.what}, which MappedFileQueue.load lists: {how}{who}"
 
 
 def queue_refusal(store: Store) -> str | None:
@@ -213,6 +230,9 @@ def queue_refusal(store: Store) -> str | None:
                 who = refused_by(store, size == 0 and last)
                 if who is not None:
                     return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}{fix}"
+            for entry in queue.strays:
+                if (why := stray_refusal(store, entry, queue.file_size, queue.after(entry))) is not None:
+                    return why + "; `mqtool repair` moves it out"
     return None
 
 

@@ -191,6 +191,9 @@ class VersionRules:
         """§2.13: 3.2.6-4.4.0 and 4.9.2 ``MappedFileQueue.load`` leave out a wrong-length file and every later one and start; others refuse."""
         return self.era.index < _BY_NAME["E5"].index or self.era.name == "E11"
 
+    load_skips_directories = _rule("E14")
+    """§2.13: 5.1.0+ ``MappedFileQueue.doLoad`` skips a directory; before, ``File.length`` of one is not the file size."""
+
     zero_length_last_file_deleted = _rule("E16")
     """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
 

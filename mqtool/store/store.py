@@ -1,8 +1,9 @@
 """``Store.open``: a broker store directory (or one commit log folder or segment), read-only.
 
 Layout: reference §1.1; file sizes from ``--broker-config``, else from the files. A commit log
-file of the wrong length or name (``MappedFileQueue.load``, rules §2.13), or a zero-length last
-file, is left out of the segments and kept in ``Store.problems``: a finding for ``verify``, a
+file of the wrong length or name (``MappedFileQueue.load``, rules §2.13), a zero-length last
+file, or an entry the load lists that is no segment (``STRAY_ENTRY``: a directory, a symlink, another
+name) is left out of the segments and kept in ``Store.problems``: a finding for ``verify``, a
 note for the other commands, never a refusal to look at the rest."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
-from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
+from .mappedfile import DELETED, LEFT_OUT, LOADED, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
+STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
 
 
 def _names_a_dledger_member(path: Path) -> bool:
@@ -75,6 +77,37 @@ class FileProblem:
     message: str
     expected: int | str | None = None
     found: int | str | None = None
+    entry: StrayEntry | None = None  # a ``STRAY_ENTRY``'s, with ``later``: a segment sorts after it
+    later: bool = False
+
+
+def stray_effects(eras, entry: StrayEntry, file_size: int | None, later: bool) -> dict[str, list[Era]]:
+    """``{mappedfile.load_effect: the eras of eras doing it}`` for a stray entry of a mapped file queue
+    folder; left out with every later file but with no file after it (``later`` False), it is skipped."""
+    effects: dict[str, list[Era]] = {}
+    for era in eras:
+        effect = load_effect(entry, file_size, VersionRules(era.representative))
+        effects.setdefault(SKIPPED if effect == LEFT_OUT and not later else effect, []).append(era)
+    return effects
+
+
+def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str) -> str:
+    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files."""
+    from .version import eras_label
+
+    said = {
+        REFUSED: (f"refuses to start (MappedFileQueue.load: {entry.length} bytes, \"length not matched\")" if entry.length != file_size
+                  else "refuses to start (MappedFile.init: Long.parseLong of its name throws)"),
+        LEFT_OUT: f"leaves it and every later {noun} out at load and starts without them",
+        LOADED: f"loads it as the {noun} at offset {entry.offset}, which mqtool does not read",
+        SKIPPED: "passes over it", DELETED: "deletes it at load (zero-length last)",
+    }
+    return "; ".join(f"the broker of {eras_label(eras)} {said[effect]}" for effect, eras in effects.items())
+
+
+def stray_differs(effects: dict[str, list[Era]]) -> list[Era]:
+    """The eras whose broker refuses to start on a stray entry or loads the folder otherwise than mqtool reads it."""
+    return [e for effect in (REFUSED, LEFT_OUT, LOADED) for e in effects.get(effect, [])]
 
 
 @dataclass
@@ -173,6 +206,16 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
+        for d in dirs:  # MappedFileQueue.load lists every entry (rules §2.13): directories, symlinks, any name
+            names = [p.name for base, p, _ in sizes if p.parent == Path(d)] + ([empty.name] if empty is not None and empty.parent == Path(d) else [])
+            for entry in stray_entries(Path(d)):
+                problems.append(FileProblem(
+                    STRAY_ENTRY, entry.path,
+                    f"{entry.path.name}: {entry.what} in {Path(d).name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
+                    "before 5.1.0 a directory, and in every release a file, of another length than the segments is refused (3.2.6-4.4.0 and 4.9.2 "
+                    "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); `mqtool repair` moves it out",
+                    expected, entry.length, entry, any(name > entry.path.name for name in names),
+                ))
         return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)
 
     @classmethod

@@ -22,7 +22,7 @@ from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.store import EMPTY_LAST_SEGMENT
+from ..store.store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, stray_differs, stray_effects, stray_text
 from ..store.version import eras_label
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
@@ -44,6 +44,21 @@ class CommitLogResult:
     first_timestamps: dict[int, int] = field(default_factory=dict)  # segment base -> first record's STORETIMESTAMP
     first_crc: int | None = None  # the first record on the chain whose body CRC fails (the chain goes on past it)
     stopped_early: bool = False
+
+
+def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: bool, noun: str, folder: str, details: dict | None = None) -> Finding:
+    """An entry of a mapped file queue folder that is no file of it (``mappedfile.load_effect``, rules §2.13): an
+    error where every era the store may be from refuses to start on it or loads the folder otherwise than mqtool
+    reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry)."""
+    eras = store.version_guess.eras
+    effects = stray_effects(eras, entry, file_size, later)
+    differ = stray_differs(effects)
+    message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun)}"
+    where = {"file": relative(store, entry.path), "expected": file_size, "found": entry.length, "details": {**(details or {}), "effects": {k: eras_label(v) for k, v in effects.items()}}}
+    if not differ:
+        return info(kind, message, **where)
+    message += "; `mqtool repair` moves it out"
+    return (error if len(differ) == len(eras) else warning)(kind, message, **where)
 
 
 def relative(store: Store, path: str | Path) -> str:
@@ -260,6 +275,8 @@ class CommitLogCheck:
                 yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
             elif problem.kind == EMPTY_LAST_SEGMENT:
                 yield self._empty_last_segment(problem)
+            elif problem.kind == STRAY_ENTRY:
+                yield stray_finding(self.store, STRAY_ENTRY, problem.entry, problem.expected, problem.later, "segment", "commitlog/")
         segments, size = self.commitlog.segments, self.commitlog.file_size
         left_out = {int(p.path.name) for p in self.store.problems if p.kind == "segment-size"}
         for prev, seg in zip(segments, segments[1:]):

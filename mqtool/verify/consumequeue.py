@@ -32,7 +32,7 @@ from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile
 from ..store.nextstart import refused_by
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
-from .commitlog import relative
+from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
 
@@ -312,7 +312,7 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
     """``cq-file-size`` for each file of ``queue`` (a consume queue, LMQ's too, or a batch consume queue) of
     another length than its file size (cut past its data, grown by a file system): ``MappedFileQueue.load``
     refuses it, so the broker does not start (4.5.0-4.9.1, 4.9.3+), or leaves it and the queue's later files
-    out (3.2.6-4.4.0, 4.9.2; rules §2.13). The units it holds read as ever: ``recover``'s rewrite of the
+    out (3.2.6-4.4.0, 4.9.2; rules §2.13); then ``cq-stray-entry`` for each entry of its folder that is no file of it. The units it holds read as ever: ``recover``'s rewrite of the
     queue or ``rebuild-cq`` writes its files at full size. A zero-length last file holds nothing: an ``info`` where
     no era the store may be from refuses it (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out;
     ``nextstart.refused_by``)."""
@@ -326,6 +326,9 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
             yield error("cq-file-size",
                         f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
                         "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out", **where)
+    for entry in queue.strays:  # a directory, a symlink, a misnamed file: MappedFileQueue.load lists it (``mappedfile.load_effect``)
+        yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file",
+                            f"{what} {queue.topic}/{queue.queue_id}'s folder", {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})
 
 
 class ConsumeQueueCheck(FindingSink):

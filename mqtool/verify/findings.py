@@ -31,6 +31,7 @@ KINDS: dict[str, str] = {
     "segment-size": "a commit log file's length differs from the segment size (the broker refuses to start; 3.2.6-4.4.0 and 4.9.2 leave it and every later file out)",
     "segment-name": "a commit log file's name is not a multiple of the segment size",
     "segment-empty-last": "the last commit log file is empty (4.5.0-5.1.2 except 4.9.2 refuse to start; 5.1.3+ delete it)",
+    "stray-entry": "an entry of commitlog/ that is no segment (a directory, a symlink, another name) and that the broker's load lists: it refuses to start on it, or loads otherwise",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
     "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
     "phys-offset-mismatch": "a record's PHYSICALOFFSET field is not its own position",
@@ -48,6 +49,7 @@ KINDS: dict[str, str] = {
     # consume queues
     "cq-file-gap": "a consume queue file is missing between two others",
     "cq-file-size": "a consume queue file of another length than the consume queue file size: the broker refuses to load it",
+    "cq-stray-entry": "an entry of a queue's folder that is no consume queue file (a directory, a symlink, another name): the broker refuses to start on it, or loads otherwise",
     "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",
     "cq-entry-mismatch": "a consume queue entry disagrees with the record it points to",
     "cq-entry-dangling": "a consume queue entry points where no record of its queue starts",

@@ -1,0 +1,171 @@
+"""Entries of a mapped file queue folder that are no file of it (a directory, a symlink, a file of another
+name), which the broker's ``MappedFileQueue.load`` lists (``File.listFiles``) and mqtool's reading passes
+over (``mappedfile.load_effect``, rules §2.13): ``verify``'s ``stray-entry``/``cq-stray-entry``, the next
+start's refusal, and ``repair``'s quarantine, undone byte for byte by ``restore``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from conftest import copy_store
+from repair_support import tree
+from typer.testing import CliRunner
+
+from mqtool.cli import app
+from mqtool.errors import EXIT_FINDINGS, EXIT_OK
+from mqtool.store.mappedfile import DELETED, LEFT_OUT, LOADED, REFUSED, SKIPPED, StrayEntry, load_effect
+from mqtool.store.rules import BrokerVersion, VersionRules
+
+runner = CliRunner()
+SEGMENT = 1048576  # the fixtures' commit log segment size
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def verified(root, version: str) -> tuple[int, list[str], list[dict]]:
+    """verify's exit code, its first lines (the next start) and its findings."""
+    shown = run("verify", root, "--broker-version", version)
+    doc = run("verify", root, "--broker-version", version, "--format", "json")
+    return shown.exit_code, shown.stdout, json.loads(doc.stdout)["findings"]
+
+
+def strays(findings: list[dict]) -> dict[str, dict]:
+    return {f["file"]: f for f in findings if f["kind"] in ("stray-entry", "cq-stray-entry")}
+
+
+def snapshot(root) -> dict[str, tuple]:
+    """Every entry under ``root``: a file's bytes, a symlink's target, a directory (not followed)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = ("link", os.readlink(p))
+            elif os.path.isdir(p):
+                out[rel] = ("dir",)
+            else:
+                out[rel] = ("file", tree(root).get(rel))
+    return out
+
+
+@pytest.mark.parametrize("version, name, effects", [
+    # a directory: File.length() is not the segment size before 5.1.0, which skips it
+    ("4.4.0", {"is_dir": True, "length": 4096, "offset": None, "last": False}, (LEFT_OUT, REFUSED, LEFT_OUT, REFUSED, SKIPPED, SKIPPED)),
+    # a file of the segment length that Long.parseLong cannot read: NumberFormatException, no load catches it
+    ("4.4.0", {"is_dir": False, "length": SEGMENT, "offset": None, "last": False}, (REFUSED,) * 6),
+    # a numeric name of another width, of the segment length: loaded at that offset
+    ("4.4.0", {"is_dir": False, "length": SEGMENT, "offset": 1048576, "last": False}, (LOADED,) * 6),
+    # a dangling symlink, the folder's last entry: zero length, deleted from 5.1.3
+    ("4.4.0", {"is_dir": False, "length": 0, "offset": None, "last": True}, (LEFT_OUT, REFUSED, LEFT_OUT, REFUSED, REFUSED, DELETED)),
+])
+def test_load_effect_by_era(tmp_path, version, name, effects):
+    """``MappedFileQueue.load``/``doLoad`` at 4.4.0, 4.5.1, 4.9.2, 4.9.7, 5.1.0, 5.3.3 (git show rocketmq-all-<v>:store/...)."""
+    entry = StrayEntry(tmp_path / "x", **name)
+    found = tuple(load_effect(entry, SEGMENT, VersionRules(BrokerVersion.parse(v))) for v in ("4.4.0", "4.5.1", "4.9.2", "4.9.7", "5.1.0", "5.3.3"))
+    assert found == effects
+
+
+def test_directory_in_commitlog_refused_by_4_9_7(tmp_path):
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    (root / "commitlog" / "backup").mkdir()
+    (root / "commitlog" / "backup" / "00000000000000000000").write_bytes(b"old")
+    code, out, findings = verified(root, "4.9.7")
+    assert code == EXIT_FINDINGS
+    first = " ".join(out.split("\n")[:3]).replace("\n", " ")
+    assert first.startswith("the broker's next start refuses to start: commitlog/backup: a directory, which MappedFileQueue.load lists:")
+    f = strays(findings)["commitlog/backup"]
+    assert (f["kind"], f["severity"], f["offset"], f["expected"]) == ("stray-entry", "error", None, SEGMENT)
+    assert "refuses to start" in f["message"]
+
+
+def test_directory_in_commitlog_skipped_by_5_3_3(tmp_path):
+    """5.1.0+ ``doLoad`` skips a directory: an info, and the next start as without it."""
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    before = run("verify", root, "--broker-version", "5.3.3").stdout.split("\n")[0]
+    (root / "commitlog" / "backup").mkdir()
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_OK and out.split("\n")[0] == before
+    assert strays(findings)["commitlog/backup"]["severity"] == "info"
+
+
+def test_directory_before_segments_loads_otherwise_on_4_4_0(tmp_path):
+    """4.4.0 leaves a wrong-length entry and every later one out and starts: a directory sorting before
+    the segments hides them all (an error, not a refusal); one after them changes nothing."""
+    root = copy_store("4.4.0", "clean-small", tmp_path)
+    (root / "commitlog" / "+backup").mkdir()  # '+' sorts before the digits
+    (root / "commitlog" / "zz").mkdir()
+    code, out, findings = verified(root, "4.4.0")
+    found = strays(findings)
+    assert code == EXIT_FINDINGS and "refuses" not in out.split("\n")[0]
+    assert found["commitlog/+backup"]["severity"] == "error" and "every later segment out" in found["commitlog/+backup"]["message"]
+    assert found["commitlog/zz"]["severity"] == "info"
+
+
+@pytest.mark.parametrize("name", [".nfs000001", ".mqtool-x", "old"])
+def test_misnamed_segment_length_file_refused_in_every_era(tmp_path, name):
+    """A copy of a segment under another name: ``Long.parseLong`` throws in ``MappedFile.init`` (every era)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "commitlog" / name).write_bytes((root / "commitlog" / "00000000000000000000").read_bytes())
+    for version in ("4.4.0", "4.9.2", "4.9.7"):
+        code, out, findings = verified(root, version)
+        assert code == EXIT_FINDINGS and f"refuses to start: commitlog/{name}: a file named by no offset" in out.replace("\n", " ")
+        assert strays(findings)[f"commitlog/{name}"]["severity"] == "error"
+
+
+def test_wrong_width_name_is_loaded_by_the_broker(tmp_path):
+    """A segment renamed to its offset without the zero padding: every broker loads it there, mqtool
+    reads no such segment, so the store is not sound."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    last = sorted((root / "commitlog").iterdir())[-1]
+    last.rename(last.with_name(str(int(last.name))))
+    code, _, findings = verified(root, "4.9.7")
+    f = strays(findings)[f"commitlog/{int(last.name)}"]
+    assert code == EXIT_FINDINGS and f["severity"] == "error" and f"at offset {int(last.name)}" in f["message"]
+
+
+def test_dangling_symlink_in_a_queue_folder(tmp_path):
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    queue = next(p for p in sorted((root / "consumequeue").glob("*/*")) if p.is_dir())
+    os.symlink("/nonexistent", queue / "00000000000006000000")
+    code, out, findings = verified(root, "4.9.7")
+    rel = str((queue / "00000000000006000000").relative_to(root))
+    f = strays(findings)[rel]
+    assert code == EXIT_FINDINGS and (f["kind"], f["severity"], f["found"]) == ("cq-stray-entry", "error", 0)
+    assert "refuses to start" in out.replace("\n", " ")
+
+
+def test_repair_quarantines_and_restore_puts_back(tmp_path):
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    sound = tree(root)
+    (root / "commitlog" / "backup").mkdir()
+    (root / "commitlog" / "backup" / "kept").write_bytes(b"kept")
+    os.symlink("/nonexistent", root / "commitlog" / "zz")
+    os.symlink("00000000000000000000", root / "commitlog" / "alias")  # a symlink to a segment, under another name
+    queue = next(p for p in sorted((root / "consumequeue").glob("*/*")) if p.is_dir())
+    (queue / "old").mkdir()
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert tree(root) == sound and not any(os.path.lexists(p) for p in (root / "commitlog" / "backup", root / "commitlog" / "zz", queue / "old"))
+    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    restored = run("restore", tmp_path / "bk", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged
+
+
+def test_queue_folder_the_broker_skips_is_left_alone(tmp_path):
+    """``loadConsumeQueue`` passes over a folder whose name ``Integer.parseInt`` rejects: repair does not touch it."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    topic = next(p for p in sorted((root / "consumequeue").iterdir()) if p.is_dir())
+    (topic / "old").mkdir()
+    (topic / "old" / "notes").write_bytes(b"x")
+    (topic / "old" / "sub").mkdir()
+    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    shown = run("repair", root, "--broker-version", "4.9.7", "--format", "json")
+    assert "old" not in json.dumps(json.loads(shown.stdout).get("steps"))
