@@ -13,7 +13,6 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
-from ..store.store import EMPTY_LAST_SEGMENT
 from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress

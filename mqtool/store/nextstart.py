@@ -19,7 +19,7 @@ from .eras import distinct_candidates
 from .mappedfile import open_read_only
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, Store, stray_differs, stray_effects
+from .store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, Store, stray_effects
 from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
