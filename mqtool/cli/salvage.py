@@ -13,6 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
+from ..store.store import SEGMENT_NAME, SEGMENT_SIZE
 from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, emit_batches, emit_rows
 from .progress import ByteProgress
@@ -107,7 +108,7 @@ def salvage(
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")
             raise
     _report(scan.summary, new_store, include_stale, next_start)
-    left_out = [p for p in store.problems if p.kind in ("segment-size", "segment-name")]  # a wrong-length or misnamed segment Store.open left out
+    left_out = [p for p in store.problems if p.kind in (SEGMENT_SIZE, SEGMENT_NAME)]  # a wrong-length or misnamed segment Store.open left out
     for problem in left_out:
         note(f"not salvaged: {problem.message}, so none of its records are read")
     if scan.summary.damaged or left_out:

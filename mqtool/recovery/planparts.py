@@ -12,6 +12,7 @@ from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
+from ..store.store import SEGMENT_SIZE
 from ..store.commitlog import StopReason
 from ..store.mappedfile import MappedFile, open_read_only
 from ..store.fastscan import as_array, last_nonzero, release_pages
@@ -59,7 +60,7 @@ def unloadable_files(store: Store) -> None:
 
     why = log_refusal(store)
     configured = store.config.commitlog_file_size
-    found = sorted({p.found for p in store.problems if p.kind == "segment-size"})
+    found = sorted({p.found for p in store.problems if p.kind == SEGMENT_SIZE})
     if why is not None and configured is not None and found and not store.commitlog.segments:
         # no file has the size the broker config sets: the config, not the files, is what differs ("`mqtool repair`
         # fixes the file first" said by repair itself, and "like the other segments" of segments all of another size)

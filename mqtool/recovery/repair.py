@@ -23,6 +23,7 @@ from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import dispatch_request
 from ..formats.errors import CorruptRecord
 from ..store import Store
+from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, inferred_file_size, offset_named_files, stray_entries
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
@@ -732,7 +733,7 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in ("segment-size", "segment-name", "stray-entry", "cq-stray-entry") and f.file in changed) or (
+        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry") and f.file in changed) or (
             f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

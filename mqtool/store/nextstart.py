@@ -19,7 +19,7 @@ from .eras import distinct_candidates
 from .mappedfile import open_read_only
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, Store, stray_effects
+from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, stray_effects
 from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
@@ -199,7 +199,7 @@ def log_refusal(store: Store) -> str | None:
         if who is not None:
             what = {
                 EMPTY_LAST_SEGMENT: "a zero-length last commit log file",
-                "segment-size": f"{problem.found} bytes, not {problem.expected} like the other segments",
+                SEGMENT_SIZE: f"{problem.found} bytes, not {problem.expected} like the other segments",
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
             return f"{problem.path.name}: {what}{who}"
     return None

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
+SEGMENT_SIZE, SEGMENT_NAME = "segment-size", "segment-name"  # ... of a commit log file of another length, or named by no segment start: left out
 STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
 
 
@@ -191,7 +192,7 @@ class Store:
         for base, p, size in sizes:
             if size != expected:
                 problems.append(FileProblem(
-                    "segment-size", p,
+                    SEGMENT_SIZE, p,
                     f"{p.name}: {size} bytes, expected {expected or 'the configured size'} like the other segments: the broker logs \"length not matched "
                     "message store config value, please check it manually\" and refuses to start (3.2.6-4.4.0 and 4.9.2 leave it and every later file out "
                     "and start); mqtool leaves it out",
@@ -199,7 +200,7 @@ class Store:
                 ))
             elif base % expected:
                 problems.append(FileProblem(
-                    "segment-name", p,
+                    SEGMENT_NAME, p,
                     f"{p.name}: not a multiple of the segment size {expected}, so it is no commit log segment the broker "
                     "can place (\"[BUG]The mappedFile queue's data is damaged\"); mqtool leaves it out",
                     f"a multiple of {expected}", base,

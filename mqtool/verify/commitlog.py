@@ -22,7 +22,7 @@ from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.store import EMPTY_LAST_SEGMENT, STRAY_ENTRY, stray_differs, stray_effects, stray_text
+from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, stray_differs, stray_effects, stray_text
 from ..store.version import eras_label
 from ..store.mappedfile import exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
@@ -271,14 +271,14 @@ class CommitLogCheck:
 
     def _segment_sequence(self) -> Iterator[Finding]:
         for problem in self.store.problems:  # files Store.open left out of the segment list
-            if problem.kind in ("segment-size", "segment-name"):
+            if problem.kind in (SEGMENT_SIZE, SEGMENT_NAME):
                 yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
             elif problem.kind == EMPTY_LAST_SEGMENT:
                 yield self._empty_last_segment(problem)
             elif problem.kind == STRAY_ENTRY:
                 yield stray_finding(self.store, STRAY_ENTRY, problem.entry, problem.expected, problem.later, "segment", "commitlog/")
         segments, size = self.commitlog.segments, self.commitlog.file_size
-        left_out = {int(p.path.name) for p in self.store.problems if p.kind == "segment-size"}
+        left_out = {int(p.path.name) for p in self.store.problems if p.kind == SEGMENT_SIZE}
         for prev, seg in zip(segments, segments[1:]):
             if seg.base_offset != prev.base_offset + size:
                 if all(base in left_out for base in range(prev.end_offset, seg.base_offset, size)):
