@@ -169,3 +169,95 @@ def test_queue_folder_the_broker_skips_is_left_alone(tmp_path):
     assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
     shown = run("repair", root, "--broker-version", "4.9.7", "--format", "json")
     assert "old" not in json.dumps(json.loads(shown.stdout).get("steps"))
+
+
+# ---- index/: IndexService.load (4.x-5.3.3), DLedger's data/ and index/: MmapFileList.load ----------------
+
+
+def index_strays(findings: list[dict]) -> dict[str, dict]:
+    return {f["file"]: f for f in findings if f["kind"] in ("index-stray-entry", "dledger-stray-entry")}
+
+
+@pytest.mark.parametrize("is_dir, offset, effects", [
+    (True, 20990101000000000, (LEFT_OUT, LEFT_OUT, REFUSED, REFUSED)),  # IOException: load returns false, checked from 5.1.0
+    (True, None, (SKIPPED,) * 4),  # NumberFormatException caught
+    (False, None, (SKIPPED,) * 4),
+])
+def test_index_load_effect_by_era(tmp_path, is_dir, offset, effects):
+    """``IndexService.load`` and ``DefaultMessageStore.load`` at 4.5.1, 5.0.0, 5.1.0, 5.3.3."""
+    from mqtool.store.mappedfile import INDEX_SERVICE
+
+    entry = StrayEntry(tmp_path / "x", is_dir, 4096, offset, False)
+    found = tuple(load_effect(entry, None, VersionRules(BrokerVersion.parse(v)), INDEX_SERVICE) for v in ("4.5.1", "5.0.0", "5.1.0", "5.3.3"))
+    assert found == effects
+
+
+def test_numbered_directory_in_index_refused_by_5_3_3_and_repaired(tmp_path):
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    (root / "index" / "20990101000000000").mkdir()
+    (root / "index" / "20990101000000000" / "kept").write_bytes(b"kept")
+    os.symlink("/nonexistent", root / "index" / "20990101000000001")
+    (root / "index" / "notes").mkdir()  # Long.parseLong throws: skipped by every release
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS
+    assert " ".join(out.split("\n")[:3]).startswith(
+        "the broker's next start refuses to start: index/20990101000000000: a directory, which IndexService.load lists:")
+    found = index_strays(findings)
+    assert (found["index/20990101000000000"]["kind"], found["index/20990101000000000"]["severity"]) == ("index-stray-entry", "error")
+    assert found["index/20990101000000001"]["severity"] == "error"
+    assert found["index/notes"]["severity"] == "info"
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not any(os.path.lexists(root / "index" / n) for n in ("20990101000000000", "20990101000000001"))
+    assert (root / "index" / "notes").is_dir()
+    code, out, _ = verified(root, "5.3.3")
+    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
+    restored = run("restore", tmp_path / "bk", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged
+
+
+def test_numbered_directory_before_index_files_leaves_them_out_on_4_9_7(tmp_path):
+    """Up to 5.0.0 ``DefaultMessageStore.load`` ignores ``IndexService.load``'s false: the broker starts without
+    the index files after the entry (an error, no refusal); mqtool reads no more than it loads."""
+    from mqtool.store.index import list_index_files
+
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    files = list_index_files(root / "index")
+    assert files
+    (root / "index" / "1").mkdir()  # sorts before the yyyyMMddHHmmssSSS names
+    assert list_index_files(root / "index") == []
+    code, out, findings = verified(root, "4.9.7")
+    f = index_strays(findings)["index/1"]
+    assert code == EXIT_FINDINGS and "refuses" not in out.split("\n")[0]
+    assert f["severity"] == "error" and "every later index file out" in f["message"]
+    (root / "index" / "1").rmdir()
+    (root / "index" / "99999999999999999").mkdir()  # after them: the load ends there, nothing is left out
+    code, _, findings = verified(root, "4.9.7")
+    assert code == EXIT_OK and index_strays(findings)["index/99999999999999999"]["severity"] == "info"
+    assert list_index_files(root / "index") == files
+
+
+@pytest.mark.parametrize("folder", ["data", "index"])
+def test_dledger_folder_directory_refused_and_repaired(tmp_path, folder):
+    """DLedger's ``MmapFileList.load`` has no directory skip in any release: ``File.length`` of one is not the
+    file size, the load returns false and ``DLedgerMmapFileStore.load`` exits."""
+    root = copy_store("5.3.3", "dledger-small", tmp_path)
+    member = next(root.glob("dledger-*"))
+    (member / folder / "old").mkdir()
+    (member / folder / "old" / "kept").write_bytes(b"kept")
+    rel = f"{member.name}/{folder}/old"
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS
+    assert " ".join(out.split("\n")[:3]).startswith(f"the broker's next start refuses to start: {rel}: a directory, which MmapFileList.load lists:")
+    f = index_strays(findings)[rel]
+    assert (f["kind"], f["severity"]) == ("dledger-stray-entry", "error")
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not os.path.lexists(member / folder / "old")
+    assert verified(root, "5.3.3")[0] == EXIT_OK
+    restored = run("restore", tmp_path / "bk", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged

@@ -123,6 +123,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     for index_dir in sorted(root.glob("dledger-*/index")):
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
+    _index_strays(root, store, quarantine)
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
@@ -201,6 +202,23 @@ def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quara
             continue
         quarantine(entry.path, f"{entry.what}, not a {what}: MappedFileQueue.load lists every entry of {directory.name}/ (before 5.1.0 a directory "
                                "too) and refuses to start on one of another length than its files, or parses its name as an offset; moved into the backup as it is")
+
+
+def _index_strays(root: Path, store: Store | None, quarantine) -> None:
+    """Quarantine each entry of ``index/`` that ``IndexService.load`` cannot map (a directory or dangling symlink
+    named by a number, ``index.index_strays``) where the broker of some era the store may be from (any, without
+    ``store``) refuses to start on it or leaves the later index files out (``mappedfile.load_effect``); an entry
+    whose name ``Long.parseLong`` rejects every release skips, and it stays."""
+    from ..store.index import index_strays
+    from ..store.mappedfile import INDEX_SERVICE
+    from ..store.rules import ERAS
+    from ..store.store import stray_differs, stray_effects
+
+    for entry, later in index_strays(root / "index"):
+        eras = store.version_guess.eras if store is not None else ERAS
+        if stray_differs(stray_effects(eras, entry, None, later, INDEX_SERVICE)):
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it and stops there (5.1.0+ refuse to start, "
+                                   "earlier releases leave the later index files out); moved into the backup as it is")
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
@@ -733,7 +751,7 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry") and f.file in changed) or (
+        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry") and f.file in changed) or (
             f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

@@ -14,7 +14,8 @@ from typing import Iterable, Iterator
 from ..errors import BadStoreFile
 from ..formats import hashing
 from ..formats import index as fmt
-from .mappedfile import MappedFile
+from ..formats.dispatch import java_int_or_none
+from .mappedfile import MappedFile, StrayEntry, stray_entries
 
 LONG_MAX = 2**63 - 1
 
@@ -173,13 +174,44 @@ def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
     return None
 
 
+def _index_name(entry: os.DirEntry) -> int | None:
+    """The offset ``IndexFile``'s ``MappedFile.init`` reads from the name (``Long.parseLong``: a sign and any Unicode
+    decimal digits), or None: it throws ``NumberFormatException``, which ``IndexService.load`` catches."""
+    return java_int_or_none(entry.name, 64)
+
+
+def _read_as_index_file(entry: os.DirEntry) -> bool:
+    return _index_name(entry) is not None and entry.is_file()
+
+
 def list_index_files(index_dir: Path) -> list[Path]:
-    """Index files as ``IndexService.load`` sees them: names that parse as a long, sorted by name."""
+    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: each entry in name order (``Arrays.sort``)
+    whose name ``Long.parseLong`` reads, a regular file (through a symlink) of any length (``IndexFile`` maps it
+    with the configured size), up to the first it cannot open (a directory, a dangling symlink), which ends
+    the load (``index_strays``; ``mappedfile.load_effect``). Other names are skipped, as the broker skips them."""
+    files = []
+    for entry in _entries(index_dir):
+        if _index_name(entry) is None:
+            continue
+        if not entry.is_file():
+            break
+        files.append(index_dir / entry.name)
+    return files
+
+
+def index_strays(index_dir: Path) -> list[tuple[StrayEntry, bool]]:
+    """``(entry, whether an index file sorts after it)`` of each entry of ``index_dir`` that ``IndexService.load``
+    lists and ``list_index_files`` does not read as an index file (``mappedfile.stray_entries``)."""
+    strays = stray_entries(index_dir, _read_as_index_file)
+    names = [e.name for e in _entries(index_dir) if _read_as_index_file(e)]
+    return [(s, any(n > s.path.name for n in names)) for s in strays]
+
+
+def _entries(index_dir: Path) -> list[os.DirEntry]:
     try:
-        names = sorted(e.name for e in os.scandir(index_dir) if e.is_file() and e.name.isdigit())
-    except FileNotFoundError:
+        return sorted(os.scandir(index_dir), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    return [index_dir / name for name in names]
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
@@ -187,8 +219,8 @@ def index_file_name(store_timestamp_ms: int) -> str:
     time is shifted by whole 400-year Gregorian cycles (after which the calendar repeats) into
     Python's years 1-9999 and its year printed in full as ``UtilAll.timeMillisToHumanString``'s
     ``%04d`` does: a damaged STORETIMESTAMP (no CRC covers it) can lie far outside them. A negative
-    one is taken as 0: the name stays digits (``list_index_files`` passes over a name with a sign,
-    and the broker's name-sorted load would put it before every other file)."""
+    one is taken as 0: the name stays digits (the broker's name-sorted load would put a name with a
+    sign before every other file)."""
     store_timestamp_ms = max(store_timestamp_ms, 0)
     cycles = store_timestamp_ms // _GREGORIAN_CYCLE_MS - 18  # into years 7170-7570
     ms = store_timestamp_ms - cycles * _GREGORIAN_CYCLE_MS

@@ -115,15 +115,31 @@ class StrayEntry:
 
 # what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``)
 SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED = "skipped", "deleted", "left out", "refused", "loaded"
+# the loads ``load_effect`` models: a mapped file queue's (commit log, consume queues, timer log), the
+# index's, DLedger's data and index folders'
+MAPPED_FILE_QUEUE, INDEX_SERVICE, MMAP_FILE_LIST = "MappedFileQueue.load", "IndexService.load", "MmapFileList.load"
 
 
-def load_effect(entry: StrayEntry, file_size: int | None, rules) -> str:
+def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = MAPPED_FILE_QUEUE) -> str:
     """What the broker of ``rules`` (a ``VersionRules``) does with ``entry`` at load, in the order of
-    ``MappedFileQueue.load``/``doLoad`` (rules §2.13; DLedger's ``MmapFileList.load`` is the 4.5.0 one):
-    a directory skipped from 5.1.0; a zero-length last entry deleted from 5.1.3; another length than
-    ``file_size``: it and every later entry left out (3.2.6-4.4.0, 4.9.2) or the start refused; else
-    ``MappedFile.init``'s ``Long.parseLong(name)``, whose ``NumberFormatException`` no ``load`` catches
-    (``DefaultMessageStore.load``: "load exception", start refused), or the file loaded at that offset."""
+    ``MappedFileQueue.load``/``doLoad`` (rules §2.13): a directory skipped from 5.1.0; a zero-length last
+    entry deleted from 5.1.3; another length than ``file_size``: it and every later entry left out
+    (3.2.6-4.4.0, 4.9.2) or the start refused; else ``MappedFile.init``'s ``Long.parseLong(name)``, whose
+    ``NumberFormatException`` no ``load`` catches (``DefaultMessageStore.load``: "load exception", start
+    refused), or the file loaded at that offset. DLedger's ``MmapFileList.load``/``doLoad`` (every
+    release) is the 4.5.0 one: no skip, no delete, ``System.exit`` on a refusal. ``IndexService.load``
+    (4.x-5.3.3) maps each entry in name order with the configured size, whatever its length:
+    ``NumberFormatException`` caught (the entry skipped), the ``IOException`` of one it cannot open (a
+    directory; a dangling symlink, taken as one whose target cannot be made) ends the load, every later
+    file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0."""
+    if loader == INDEX_SERVICE:
+        if entry.offset is None:
+            return SKIPPED
+        if entry.is_dir or not entry.path.exists():
+            return REFUSED if rules.index_load_failure_refuses else LEFT_OUT
+        return LOADED
+    if loader == MMAP_FILE_LIST:
+        return REFUSED if entry.length != file_size or entry.offset is None else LOADED
     if entry.is_dir and rules.load_skips_directories:
         return SKIPPED
     if entry.length == 0 and entry.last and rules.zero_length_last_file_deleted:
@@ -133,8 +149,9 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules) -> str:
     return REFUSED if entry.offset is None else LOADED
 
 
-def stray_entries(directory: Path) -> list[StrayEntry]:
-    """The entries of ``directory`` the broker's load lists and ``offset_named_files`` does not, by name."""
+def stray_entries(directory: Path, read=lambda e: OFFSET_NAME.match(e.name) and e.is_file()) -> list[StrayEntry]:
+    """The entries of ``directory`` the broker's load lists (``File.listFiles``) and mqtool does not
+    read as files of it (``read`` of an ``os.DirEntry``: ``offset_named_files``' by default), by name."""
     from ..formats.dispatch import java_int_or_none
 
     try:
@@ -146,7 +163,7 @@ def stray_entries(directory: Path) -> list[StrayEntry]:
     last = entries[-1].name if entries else None
     strays = []
     for e in entries:
-        if OFFSET_NAME.match(e.name) and e.is_file():
+        if read(e):
             continue
         try:
             length = os.stat(e.path).st_size

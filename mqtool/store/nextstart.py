@@ -5,7 +5,8 @@
 (``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
-refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``). ``NextStart.of_plan``
+refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
+(``index_refusal``) or of DLedger's folders (``dledger_refusal``). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import open_read_only
+from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, stray_effects
+from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, stray_effects, stray_refused_why
 from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
@@ -109,7 +110,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store), blank.offset if blank is not None and blank.writes else None)
+                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store), blank.offset if blank is not None and blank.writes else None)
 
 
 def dledger_next_start(store: Store) -> NextStart:
@@ -123,7 +124,7 @@ def dledger_next_start(store: Store) -> NextStart:
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), queue_refusal(store))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or queue_refusal(store) or index_refusal(store))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -205,17 +206,33 @@ def log_refusal(store: Store) -> str | None:
     return None
 
 
-def stray_refusal(store: Store, entry, file_size: int | None, later: bool) -> str | None:
-    """Why the broker refuses to start on an entry of a mapped file queue folder that is no file of it
-    (a directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left does."""
-    refusing = stray_effects(store.version_guess.eras, entry, file_size, later).get("refused", [])
+def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE) -> str | None:
+    """Why the broker refuses to start on an entry of a folder ``loader`` loads that is no file of it (a
+    directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left does."""
+    refusing = stray_effects(store.version_guess.eras, entry, file_size, later, loader).get(REFUSED, [])
     if not refusing:
         return None
     who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
-    how = (f"{entry.length} bytes, not {file_size} (\"length not matched\")" if entry.length != file_size
-           else "the length of a file of the folder, but MappedFile.init's Long.parseLong of its name throws")
-    return f"{where}: {entry.what}, which MappedFileQueue.load lists: {how}{who}"
+    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}"
+
+
+def index_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on an entry of ``index/`` ``IndexService.load`` cannot map (5.1.0+:
+    ``mappedfile.load_effect``), or None."""
+    for entry, later in store.index_strays:
+        if (why := stray_refusal(store, entry, None, later, INDEX_SERVICE)) is not None:
+            return why + "; `mqtool repair` moves it out"
+    return None
+
+
+def dledger_refusal(store: Store) -> str | None:
+    """Why DLedger's ``MmapFileList.load`` refuses an entry of its ``data/`` or ``index/`` folder that is no file
+    of it (``Store.dledger_strays``: ``System.exit``, whatever the release), or None."""
+    for entry, file_size in store.dledger_strays:
+        if (why := stray_refusal(store, entry, file_size, True, MMAP_FILE_LIST)) is not None:
+            return why + "; `mqtool repair` moves it out"
+    return None
 
 
 def queue_refusal(store: Store) -> str | None:

@@ -194,6 +194,10 @@ class VersionRules:
     load_skips_directories = _rule("E14")
     """§2.13: 5.1.0+ ``MappedFileQueue.doLoad`` skips a directory; before, ``File.length`` of one is not the file size."""
 
+    index_load_failure_refuses = _rule("E14")
+    """§2.13: 5.1.0+ ``DefaultMessageStore.load`` takes ``IndexService.load``'s false (an index entry it cannot map) as a
+    failed start; up to 5.0.0 it ignores it and starts without that entry and the later index files."""
+
     zero_length_last_file_deleted = _rule("E16")
     """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
 

@@ -25,8 +25,8 @@ from ..formats.dispatch import parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
-from .index import IndexFile, IndexGeometry, list_index_files, store_index_geometry
-from .mappedfile import DELETED, LEFT_OUT, LOADED, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
+from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
@@ -82,23 +82,31 @@ class FileProblem:
     later: bool = False
 
 
-def stray_effects(eras, entry: StrayEntry, file_size: int | None, later: bool) -> dict[str, list[Era]]:
-    """``{mappedfile.load_effect: the eras of eras doing it}`` for a stray entry of a mapped file queue
-    folder; left out with every later file but with no file after it (``later`` False), it is skipped."""
+def stray_effects(eras, entry: StrayEntry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE) -> dict[str, list[Era]]:
+    """``{mappedfile.load_effect: the eras of eras doing it}`` for a stray entry of a folder ``loader`` loads;
+    left out with every later file but with no file after it (``later`` False), it is skipped."""
     effects: dict[str, list[Era]] = {}
     for era in eras:
-        effect = load_effect(entry, file_size, VersionRules(era.representative))
+        effect = load_effect(entry, file_size, VersionRules(era.representative), loader)
         effects.setdefault(SKIPPED if effect == LEFT_OUT and not later else effect, []).append(era)
     return effects
 
 
-def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str) -> str:
+def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MAPPED_FILE_QUEUE) -> str:
+    """Why ``loader`` refuses ``entry`` (``mappedfile.load_effect`` said ``REFUSED``), in words."""
+    if loader == INDEX_SERVICE:
+        return "IndexFile's MappedFile.init cannot open it (IOException), so the load returns false"
+    if entry.length != file_size:
+        return f"{loader}: {entry.length} bytes, not {file_size} (\"length not matched\")"
+    return "the length of a file of the folder, but MappedFile.init's Long.parseLong of its name throws"
+
+
+def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE) -> str:
     """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files."""
     from .version import eras_label
 
     said = {
-        REFUSED: (f"refuses to start (MappedFileQueue.load: {entry.length} bytes, \"length not matched\")" if entry.length != file_size
-                  else "refuses to start (MappedFile.init: Long.parseLong of its name throws)"),
+        REFUSED: f"refuses to start ({stray_refused_why(entry, file_size, loader)})",
         LEFT_OUT: f"leaves it and every later {noun} out at load and starts without them",
         LOADED: f"loads it as the {noun} at offset {entry.offset}, which mqtool does not read",
         SKIPPED: "passes over it", DELETED: "deletes it at load (zero-length last)",
@@ -234,6 +242,19 @@ class Store:
         from . import dledger
 
         return cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)._given(version)
+
+    @cached_property
+    def dledger_strays(self) -> list[tuple[StrayEntry, int | None]]:
+        """``(entry, the folder's file size)`` of each entry of a DLedger member's ``data/`` and ``index/`` that is no
+        file of it (``mappedfile.stray_entries``), which DLedger's ``MmapFileList.load`` lists like the 4.5.0
+        ``MappedFileQueue.load`` (``load_effect``'s ``MMAP_FILE_LIST``): verify's ``dledger-stray-entry``."""
+        layout = getattr(self.commitlog, "layout", None) if self.is_dledger else None
+        if layout is None:
+            return []
+        from ..recovery.dledger import index_file_size
+
+        return ([(e, self.commitlog.file_size) for e in stray_entries(layout.data_dir)]
+                + [(e, index_file_size(self)) for e in stray_entries(layout.index_dir)])
 
     @property
     def is_dledger(self) -> bool:
@@ -396,6 +417,12 @@ class Store:
         if self.root is None or self.index_geometry is None:
             return []
         return [IndexFile(p, self.index_geometry) for p in list_index_files(self.path("index"))]
+
+    @cached_property
+    def index_strays(self) -> list[tuple[StrayEntry, bool]]:
+        """``(entry, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
+        ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.index_refusal``."""
+        return index_strays(self.path("index")) if self.root is not None else []
 
     # ---- checkpoint, markers, config ----------------------------------------------------------
 

@@ -24,7 +24,7 @@ from ..store import Store
 from ..store import fastscan as fs
 from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, stray_differs, stray_effects, stray_text
 from ..store.version import eras_label
-from ..store.mappedfile import exit_on_sigbus, sigbus_handled
+from ..store.mappedfile import MAPPED_FILE_QUEUE, exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
 from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 
@@ -46,14 +46,15 @@ class CommitLogResult:
     stopped_early: bool = False
 
 
-def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: bool, noun: str, folder: str, details: dict | None = None) -> Finding:
-    """An entry of a mapped file queue folder that is no file of it (``mappedfile.load_effect``, rules §2.13): an
+def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: bool, noun: str, folder: str, details: dict | None = None,
+                  loader: str = MAPPED_FILE_QUEUE) -> Finding:
+    """An entry of a folder ``loader`` loads that is no file of it (``mappedfile.load_effect``, rules §2.13): an
     error where every era the store may be from refuses to start on it or loads the folder otherwise than mqtool
     reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry)."""
     eras = store.version_guess.eras
-    effects = stray_effects(eras, entry, file_size, later)
+    effects = stray_effects(eras, entry, file_size, later, loader)
     differ = stray_differs(effects)
-    message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun)}"
+    message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader)}"
     where = {"file": relative(store, entry.path), "expected": file_size, "found": entry.length, "details": {**(details or {}), "effects": {k: eras_label(v) for k, v in effects.items()}}}
     if not differ:
         return info(kind, message, **where)

@@ -21,8 +21,8 @@ from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery
-from ..store.mappedfile import MappedFile
-from .commitlog import CommitLogResult, Progress, relative
+from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
+from .commitlog import CommitLogResult, Progress, relative, stray_finding
 from .findings import Finding, error, info, warning
 from ..store.segments import store_timestamp_at
 
@@ -91,6 +91,10 @@ class DLedgerLogCheck:
 
     def run(self) -> Iterator[Finding]:
         cl, result = self.commitlog, self.result
+        for entry, file_size in self.store.dledger_strays:  # MmapFileList.load lists every entry (mappedfile.load_effect)
+            folder = entry.path.parent.name
+            yield stray_finding(self.store, "dledger-stray-entry", entry, file_size, True, f"DLedger {folder} file",
+                                f"{entry.path.parent.parent.name}/{folder}/", loader=MMAP_FILE_LIST)
         if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
         units = IndexUnits(cl)

@@ -32,6 +32,7 @@ KINDS: dict[str, str] = {
     "segment-name": "a commit log file's name is not a multiple of the segment size",
     "segment-empty-last": "the last commit log file is empty (4.5.0-5.1.2 except 4.9.2 refuse to start; 5.1.3+ delete it)",
     "stray-entry": "an entry of commitlog/ that is no segment (a directory, a symlink, another name) and that the broker's load lists: it refuses to start on it, or loads otherwise",
+    "dledger-stray-entry": "an entry of a DLedger data/ or index/ folder that is no file of it (a directory, a symlink, another name): DLedger's MmapFileList.load refuses to start on it, or loads it",
     "crc-mismatch": "a message body's CRC differs from the stored BODYCRC",
     "property-crc-mismatch": "the 5.2+ __CRC32# property differs from the record's CRC",
     "phys-offset-mismatch": "a record's PHYSICALOFFSET field is not its own position",
@@ -64,6 +65,7 @@ KINDS: dict[str, str] = {
     "index-entry-beyond-end": "index entries point at or past the commit log's logical end",
     "index-keys-missing": "keys the broker would have indexed are in no index file",
     "index-file-size": "an index file's length does not match the index geometry",
+    "index-stray-entry": "an entry of index/ that is no index file mqtool reads (a directory, a dangling symlink, a name Long.parseLong rejects): IndexService.load skips it, or cannot map it (5.1.0+ refuse to start; before, the later index files are left out)",
     "index-file-dropped": "an index file the broker will delete on its next (abnormal) start",
     # timer store (5.x)
     "timer-log-damaged": "the timer log holds an invalid unit where the broker's timer recovery stops and truncates",

@@ -26,10 +26,10 @@ from ..formats.hashing import java_string_hash
 from ..formats.properties import PropertyKey, split_keys
 from ..store import IndexFile, Store
 from ..store.index import list_index_files
-from ..store.mappedfile import MappedFile, open_read_only
+from ..store.mappedfile import INDEX_SERVICE, MappedFile, open_read_only
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import entries_match, first_beyond, read_entries, slots_differ
-from .commitlog import relative
+from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
 
@@ -217,6 +217,8 @@ class IndexCheck(FindingSink):
                     "and rebuilds entries only for the records its abnormal recovery re-dispatches", file=relative(store, f.path),
                     expected=f"<= {index_msg_timestamp}", found=f.header.end_timestamp))
             self._files_meta.append(IndexEntries(self, f, position))
+        for entry, later in store.index_strays:  # IndexService.load lists every entry (mappedfile.load_effect)
+            self.emit(stray_finding(store, "index-stray-entry", entry, None, later, "index file", "index/", loader=INDEX_SERVICE))
         if store.unreadable_index is not None:
             for path in list_index_files(store.path("index")):
                 size = path.stat().st_size
