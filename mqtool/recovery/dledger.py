@@ -15,10 +15,9 @@ from ..formats import dledger as dfmt
 from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
-from ..store.dledger import DLedgerCommitLog
+from ..store.dledger import DLedgerCommitLog, index_file_size
 from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start
 from ..store.fastscan import COL_SIZE, FastScan
-from ..store.mappedfile import inferred_file_size
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
 from .planparts import rel
@@ -49,16 +48,6 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
         if lo < hi:
             actions.append(Action(op, rel(store, path), lo - base, hi - base, note))
     return actions
-
-
-def index_file_size(store: Store) -> int:
-    """The length of the DLedger index files: that of the files there (an empty one tells none), else DLedger's
-    default (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
-    sizes = [size for size in (p.stat().st_size for _, p in store.commitlog.layout.index_files()) if size]
-    return inferred_file_size(sizes) if sizes else DLEDGER_INDEX_FILE_SIZE
-
-
-DLEDGER_INDEX_FILE_SIZE = dfmt.INDEX_UNIT_SIZE * 5 * 1024 * 1024
 
 
 class DLedgerLog(LogKind):

@@ -171,7 +171,7 @@ def _dledger_index_size(path: Path, size: int) -> int:
     power of two below it when the unit before that is unwritten (bytes were appended), else DLedger's
     default (``DLedgerConfig.mappedFileSizeForEntryIndex``: it was cut)."""
     from ..formats import dledger as dfmt
-    from .dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
+    from ..store.dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
     if size % dfmt.INDEX_UNIT_SIZE == 0:
         return size

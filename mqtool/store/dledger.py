@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
@@ -21,6 +21,9 @@ from ..formats.dispatch import java_int_or_none
 from ..formats.errors import FormatError
 from .commitlog import CommitLog, CommitLogScan, ScanEnd, Segment, StopReason, _classify, crc_end
 from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, offset_named_files
+
+if TYPE_CHECKING:
+    from .store import Store
 
 
 @dataclass(frozen=True)
@@ -368,3 +371,13 @@ def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLe
     home = paths[0][1].parent.parent
     layout = DLedgerLayout(home, paths[0][1].parent, home / "index")
     return DLedgerCommitLog(layout, *segments_of(paths, file_size))
+
+
+def index_file_size(store: Store) -> int:
+    """The length of the DLedger index files: that of the files there (an empty one tells none), else DLedger's
+    default (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
+    sizes = [size for size in (p.stat().st_size for _, p in store.commitlog.layout.index_files()) if size]
+    return inferred_file_size(sizes) if sizes else DLEDGER_INDEX_FILE_SIZE
+
+
+DLEDGER_INDEX_FILE_SIZE = dfmt.INDEX_UNIT_SIZE * 5 * 1024 * 1024

@@ -26,7 +26,7 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
@@ -251,7 +251,7 @@ class Store:
         layout = getattr(self.commitlog, "layout", None) if self.is_dledger else None
         if layout is None:
             return []
-        from ..recovery.dledger import index_file_size
+        from .dledger import index_file_size  # a DLedger module: loaded for DLedger stores only
 
         return ([(e, self.commitlog.file_size) for e in stray_entries(layout.data_dir)]
                 + [(e, index_file_size(self)) for e in stray_entries(layout.index_dir)])
