@@ -261,3 +261,46 @@ def test_dledger_folder_directory_refused_and_repaired(tmp_path, folder):
     restored = run("restore", tmp_path / "bk", "--yes")
     assert restored.exit_code == EXIT_OK, restored.stderr
     assert snapshot(root) == damaged
+
+
+# ---- timerlog/: TimerLog.load's MappedFileQueue.load (5.x), BrokerController.initialize fails on its false ----------------
+
+
+def timer_strays(findings: list[dict]) -> dict[str, dict]:
+    return {f["file"]: f for f in findings if f["kind"] == "timer-stray-entry"}
+
+
+def test_misnamed_timer_log_file_refused_and_repaired(tmp_path):
+    """A copy of a timer log file under another name: ``MappedFile.init``'s ``Long.parseLong`` throws in
+    ``TimerLog.load`` (5.0.0-5.3.3), which ``BrokerController.initialize`` does not survive; a directory is
+    skipped from 5.1.0 (an info), refused before."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    assert run("verify", root, "--broker-version", "5.3.3").exit_code == EXIT_OK
+    log = root / "timerlog"
+    (log / ".nfs0001").write_bytes((log / "00000000000000000000").read_bytes())
+    (log / "old").mkdir()
+    (log / "old" / "kept").write_bytes(b"kept")
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS
+    assert " ".join(out.split("\n")[:3]).startswith(
+        "the broker's next start refuses to start: timerlog/.nfs0001: a file named by no offset, which MappedFileQueue.load lists:")
+    found = timer_strays(findings)
+    assert (found["timerlog/.nfs0001"]["severity"], found["timerlog/.nfs0001"]["expected"]) == ("error", 8192)
+    assert found["timerlog/old"]["severity"] == "info"
+    (log / ".nfs0001").unlink()
+    code, out, findings = verified(root, "5.0.0")
+    assert code == EXIT_FINDINGS and " ".join(out.split("\n")[:2]).startswith(
+        "the broker's next start refuses to start: timerlog/old: a directory, which MappedFileQueue.load lists:")
+    assert timer_strays(findings)["timerlog/old"]["severity"] == "error"
+    code, _, findings = verified(root, "4.9.7")  # no 4.x broker loads timerlog/
+    assert not timer_strays(findings)
+    (log / ".nfs0001").write_bytes((log / "00000000000000000000").read_bytes())
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.0.0", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not any(os.path.lexists(log / n) for n in (".nfs0001", "old"))
+    code, out, _ = verified(root, "5.0.0")
+    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
+    restored = run("restore", tmp_path / "bk", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged

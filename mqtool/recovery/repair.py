@@ -751,7 +751,7 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry") and f.file in changed) or (
+        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry", "timer-stray-entry") and f.file in changed) or (
             f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

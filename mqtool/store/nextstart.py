@@ -6,7 +6,7 @@
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``) or of DLedger's folders (``dledger_refusal``). ``NextStart.of_plan``
+(``index_refusal``), of DLedger's folders (``dledger_refusal``) or of timerlog/ (``timer_refusal``). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store), blank.offset if blank is not None and blank.writes else None)
+                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store) or timer_refusal(store), blank.offset if blank is not None and blank.writes else None)
 
 
 def dledger_next_start(store: Store) -> NextStart:
@@ -124,7 +124,7 @@ def dledger_next_start(store: Store) -> NextStart:
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or queue_refusal(store) or index_refusal(store))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or queue_refusal(store) or index_refusal(store) or timer_refusal(store))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -206,13 +206,15 @@ def log_refusal(store: Store) -> str | None:
     return None
 
 
-def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE) -> str | None:
+def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
     """Why the broker refuses to start on an entry of a folder ``loader`` loads that is no file of it (a
-    directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left does."""
-    refusing = stray_effects(store.version_guess.eras, entry, file_size, later, loader).get(REFUSED, [])
+    directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left (of ``eras``,
+    those that load the folder; all by default) does."""
+    eras = store.version_guess.eras if eras is None else eras
+    refusing = stray_effects(eras, entry, file_size, later, loader).get(REFUSED, [])
     if not refusing:
         return None
-    who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
     return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}"
 
@@ -222,6 +224,19 @@ def index_refusal(store: Store) -> str | None:
     ``mappedfile.load_effect``), or None."""
     for entry, later in store.index_strays:
         if (why := stray_refusal(store, entry, None, later, INDEX_SERVICE)) is not None:
+            return why + "; `mqtool repair` moves it out"
+    return None
+
+
+def timer_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on an entry of ``timerlog/`` that is no timer log file (``Store.timer_strays``),
+    or None: ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3
+    ``BrokerController.initialize`` fails on its false after ``messageStore.load`` (so after the other refusals)."""
+    from .timer import timer_eras
+
+    eras = timer_eras(store.version_guess.eras)
+    for entry, file_size, later in store.timer_strays if eras else ():
+        if (why := stray_refusal(store, entry, file_size, later, eras=eras)) is not None:
             return why + "; `mqtool repair` moves it out"
     return None
 

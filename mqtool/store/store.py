@@ -419,6 +419,15 @@ class Store:
         return [IndexFile(p, self.index_geometry) for p in list_index_files(self.path("index"))]
 
     @cached_property
+    def timer_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
+        """``(entry, the timer log's file size, a file sorts after it)`` of each entry of ``timerlog/`` that is no timer
+        log file but ``TimerLog.load``'s ``MappedFileQueue.load`` lists (``timer.timer_strays``): verify's
+        ``timer-stray-entry``, ``nextstart.timer_refusal``."""
+        from .timer import timer_strays
+
+        return timer_strays(self.path("timerlog")) if self.root is not None else []
+
+    @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, bool]]:
         """``(entry, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
         ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.index_refusal``."""

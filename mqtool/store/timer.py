@@ -2,7 +2,9 @@
 
 ``timerlog/`` is a file queue of 52-byte units (``formats/timer.py``), ``timerwheel`` a table of 32-byte slots and
 ``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units as ``TimerMessageStore.recoverAndRevise``
-does: a blank unit moves to the next file, one of a wrong size or magic ends the log."""
+does: a blank unit moves to the next file, one of a wrong size or magic ends the log. ``TimerLog.load`` is its
+``MappedFileQueue.load`` (5.0.0-5.3.3), and ``BrokerController.initialize`` takes its false (``timerMessageStore.load``,
+``timerWheelEnable`` on by default) as a failed start: ``timer_strays`` lists what it lists beyond the files."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from pathlib import Path
 from typing import Iterator
 
 from ..formats import timer as fmt
-from .mappedfile import MappedFile, file_size, offset_named_files
+from .rules import ERAS, Era
+from .mappedfile import MappedFile, StrayEntry, file_size, inferred_file_size, offset_named_files, stray_entries
 
 
 @dataclass(frozen=True)
@@ -89,3 +92,25 @@ class TimerStore:
             used = np.flatnonzero(times)
             del times
             return [fmt.decode_slot(mf.buf, int(i)) for i in used]
+
+
+def timer_eras(eras) -> list[Era]:
+    """The eras of ``eras`` with a timer store (5.0.0+: ``TimerMessageStore``); an older broker never loads ``timerlog/``."""
+    return [e for e in eras if e.index >= TIMER_ERA.index]
+
+
+TIMER_ERA = next(e for e in ERAS if e.name == "E13")
+
+
+def timer_strays(log_dir: Path) -> list[tuple[StrayEntry, int | None, bool]]:
+    """``(entry, the folder's file size, whether a file sorts after it)`` of each entry of ``timerlog/`` that is no
+    timer log file (``mappedfile.stray_entries``) but ``TimerLog.load``'s ``MappedFileQueue.load`` lists
+    (``load_effect``): verify's ``timer-stray-entry``, ``nextstart.timer_refusal``. The file size is the files'
+    (``mappedFileSizeTimerLog``), as ``repair`` infers it."""
+    strays = stray_entries(log_dir)
+    if not strays:
+        return []
+    files = offset_named_files(log_dir)
+    sizes = [size for _, p in files if (size := file_size(p))]
+    size = inferred_file_size(sizes) if sizes else None
+    return [(e, size, any(p.name > e.path.name for _, p in files)) for e in strays]

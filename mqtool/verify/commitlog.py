@@ -47,11 +47,12 @@ class CommitLogResult:
 
 
 def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: bool, noun: str, folder: str, details: dict | None = None,
-                  loader: str = MAPPED_FILE_QUEUE) -> Finding:
+                  loader: str = MAPPED_FILE_QUEUE, eras=None) -> Finding:
     """An entry of a folder ``loader`` loads that is no file of it (``mappedfile.load_effect``, rules §2.13): an
     error where every era the store may be from refuses to start on it or loads the folder otherwise than mqtool
-    reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry)."""
-    eras = store.version_guess.eras
+    reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry).
+    ``eras``: those of the store's that load the folder (all by default)."""
+    eras = store.version_guess.eras if eras is None else eras
     effects = stray_effects(eras, entry, file_size, later, loader)
     differ = stray_differs(effects)
     message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader)}"

@@ -1,7 +1,7 @@
 """``verify``'s timer store check (5.x, reference §9): the timer log, the wheel and ``config/timercheck``
 against each other and against the commit log, as ``TimerMessageStore.recoverAndRevise`` and
 ``TimerWheel`` read them. Kinds ``timer-log-damaged``, ``timer-reference`` (apache/rocketmq#10668),
-``timer-wheel`` and ``timercheck-ahead``, as docs/verify.md describes them."""
+``timer-wheel``, ``timercheck-ahead`` and ``timer-stray-entry``, as docs/verify.md describes them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.timer import TimerStore
+from ..store.timer import TimerStore, timer_eras
+from .commitlog import stray_finding
 from .findings import Finding, error, info, warning
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
+    yield from _stray_findings(store)
     from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
@@ -38,6 +40,16 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
+
+
+def _stray_findings(store: Store) -> Iterator[Finding]:
+    """``timer-stray-entry`` for each entry of ``timerlog/`` that is no timer log file (``Store.timer_strays``):
+    ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and ``BrokerController.initialize``
+    (5.0.0-5.3.3) fails the start on its false; weighed over the 5.x eras the store may be from (no older broker
+    loads the folder)."""
+    eras = timer_eras(store.version_guess.eras)
+    for entry, file_size, later in store.timer_strays if eras else ():
+        yield stray_finding(store, "timer-stray-entry", entry, file_size, later, "timer log file", "timerlog/", eras=eras)
 
 
 def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
