@@ -658,10 +658,11 @@ def test_spark_inputs_keep_dledger_segments():
         assert [r.offset for r in store.commitlog.scan()] == [x["commitLogOffset"] for x in m["messages"]]
 
 
-def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
+def mixed_store(tmp_path):
     """§15.5: a broker switched to DLedger keeps commitlog/ (its last file closed by a blank,
-    ``setRecoverPosition``) and DLedger data continues at the end of that file. Built here from
-    4.9.7 clean-small's commit log and dledger-small's entries moved to that offset."""
+    ``setRecoverPosition``) and DLedger data continues at the end of that file. Built from 4.9.7
+    clean-small's commit log and dledger-small's entries moved to that offset: ``(root, divided, expected
+    record offsets, dledger-small's manifest)``."""
     import shutil
 
     from mqtool.formats import commitlog as clfmt
@@ -688,6 +689,12 @@ def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
                 raw[p + 48 + phys_at : p + 48 + phys_at + 8] = (msg["commitLogOffset"] + divided).to_bytes(8, "big")
         (data / f"{int(src.name) + divided:020d}").write_bytes(bytes(raw))
     expected = sorted(x["commitLogOffset"] for x in classic["messages"]) + [x["commitLogOffset"] + divided for x in dl["messages"]]
+    return root, divided, expected, dl
+
+
+def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
+    """§15.5: the classic commit log, then the DLedger data (``mixed_store``)."""
+    root, divided, expected, dl = mixed_store(tmp_path)
     with Store.open(root) as store:
         assert store.is_dledger and store.commitlog.divided_offset == divided
         scan = store.commitlog.scan(check_crc=True)

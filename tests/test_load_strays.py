@@ -304,3 +304,53 @@ def test_misnamed_timer_log_file_refused_and_repaired(tmp_path):
     restored = run("restore", tmp_path / "bk", "--yes")
     assert restored.exit_code == EXIT_OK, restored.stderr
     assert snapshot(root) == damaged
+
+
+# ---- a mixed DLedger store's commitlog/: DLedgerCommitLog.load is CommitLog.load (super.load(), 4.5.0-5.3.3) ----------------
+
+
+def test_first_load_dledger_store_reports_classic_strays_and_repair_restores(tmp_path):
+    """A broker switched to DLedger before its first entry (an empty ``dledger-n0/data``): the classic folder's
+    directory and dangling symlink are the classic store's ``stray-entry`` and refusal; repair and restore as there."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "dledger-n0" / "data").mkdir(parents=True)
+    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    (root / "commitlog" / "backup").mkdir()
+    (root / "commitlog" / "backup" / "kept").write_bytes(b"kept")
+    os.symlink("/nonexistent", root / "commitlog" / "zz")
+    code, out, findings = verified(root, "4.9.7")
+    assert code == EXIT_FINDINGS
+    assert " ".join(out.split("\n")[:3]).startswith("the broker's next start refuses to start: commitlog/backup: a directory, which MappedFileQueue.load lists:")
+    found = strays(findings)
+    assert (found["commitlog/backup"]["kind"], found["commitlog/backup"]["severity"]) == ("stray-entry", "error")
+    assert (found["commitlog/zz"]["severity"], found["commitlog/zz"]["found"]) == ("error", 0)
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not any(os.path.lexists(root / "commitlog" / n) for n in ("backup", "zz"))
+    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    restored = run("restore", tmp_path / "bk", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged
+
+
+def test_mixed_dledger_store_reports_classic_left_out_files(tmp_path):
+    """A mixed store with DLedger data after the classic log (``test_dledger.mixed_store``): a directory in
+    ``commitlog/`` refused by 4.9.7 (skipped by 5.3.3: an info) and a short classic segment (``segment-size``)
+    refused by every era, each named by the next start as on a classic store."""
+    from test_dledger import mixed_store
+
+    root = mixed_store(tmp_path)[0]
+    (root / "commitlog" / "backup").mkdir()
+    code, out, findings = verified(root, "4.9.7")
+    assert code == EXIT_FINDINGS
+    assert " ".join(out.split("\n")[:3]).startswith("the broker's next start refuses to start: commitlog/backup: a directory, which MappedFileQueue.load lists:")
+    assert (strays(findings)["commitlog/backup"]["kind"], strays(findings)["commitlog/backup"]["severity"]) == ("stray-entry", "error")
+    code, out, findings = verified(root, "5.3.3")
+    assert "refuses" not in out.split("\n")[0] and strays(findings)["commitlog/backup"]["severity"] == "info"
+    os.truncate(root / "commitlog" / "00000000000001048576", 1000)
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS and " ".join(out.split("\n")[:2]).startswith(
+        "the broker's next start refuses to start: 00000000000001048576: 1000 bytes, not 1048576 like the other segments")
+    [f] = [f for f in findings if f["kind"] == "segment-size"]
+    assert (f["file"], f["severity"], f["expected"], f["found"]) == ("commitlog/00000000000001048576", "error", SEGMENT, 1000)

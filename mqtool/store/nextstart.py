@@ -121,6 +121,9 @@ def dledger_next_start(store: Store) -> NextStart:
     from .dledgerstart import data_recovery, dledger_start
 
     version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
+    why = log_refusal(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
+    if why is not None:
+        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,

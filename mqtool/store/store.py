@@ -229,12 +229,15 @@ class Store:
 
     @classmethod
     def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
-        """A DLedger store (§15): entry files, after a mixed store's classic segments (§15.5)."""
+        """A DLedger store (§15): entry files, after a mixed store's classic segments (§15.5), whose left-out files
+        and entries stay ``problems``: ``DLedgerCommitLog.load`` is ``super.load()`` (4.5.0-5.3.3), the classic
+        ``MappedFileQueue.load`` of ``commitlog/`` with its rules (§2.13)."""
         classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
         segments = classic.commitlog.segments if classic else []
         from . import dledger
 
-        return cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [])._given(version)
+        return cls(root, dledger.open_commitlog(layout, segments, config.commitlog_file_size), config, classic.notes if classic else [],
+                   classic.problems if classic else [])._given(version)
 
     @classmethod
     def _open_dledger_files(cls, files, config: StoreConfig, version: str | None) -> "Store":

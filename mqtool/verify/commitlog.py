@@ -63,6 +63,36 @@ def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: 
     return (error if len(differ) == len(eras) else warning)(kind, message, **where)
 
 
+def left_out_findings(store: Store) -> Iterator[Finding]:
+    """The findings of the files and entries of ``commitlog/`` ``Store.open`` left out of the segment list
+    (``Store.problems``, ``MappedFileQueue.load``'s rules §2.13): a classic store's, and a mixed DLedger store's,
+    whose ``DLedgerCommitLog.load`` is ``CommitLog.load`` (``super.load()``, 4.5.0-5.3.3) of the classic folder."""
+    for problem in store.problems:
+        if problem.kind in (SEGMENT_SIZE, SEGMENT_NAME):
+            yield error(problem.kind, problem.message, file=relative(store, problem.path), expected=problem.expected, found=problem.found)
+        elif problem.kind == EMPTY_LAST_SEGMENT:
+            yield empty_last_segment(store, problem)
+        elif problem.kind == STRAY_ENTRY:
+            yield stray_finding(store, STRAY_ENTRY, problem.entry, problem.expected, problem.later, "segment", "commitlog/")
+
+
+def empty_last_segment(store: Store, problem) -> Finding:
+    """A zero-length last commit log file (rules §2.13, ``MappedFileQueue.load``/``doLoad``): an error
+    where every era the store may be from refuses to start on it, a warning where some do,
+    otherwise an info (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out and start)."""
+    file = relative(store, problem.path)
+    refusing = store.eras_where("zero_length_last_file_refused")
+    if not refusing:
+        deleted = bool(store.eras_where("zero_length_last_file_deleted"))
+        what = "deletes it at start (MappedFileQueue.doLoad, 5.1.3+)" if deleted else "leaves it out at load and starts (3.2.6-4.4.0, 4.9.2)"
+        return info(EMPTY_LAST_SEGMENT, f"{problem.path.name} is a zero-length last commit log file: the broker {what}", file=file, found=0)
+    message = (f"{problem.path.name} is a zero-length last commit log file: the broker of {eras_label(refusing)} logs \"length not matched "
+               "message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: `mqtool repair` removes it")
+    if len(refusing) < len(store.version_guess.eras):
+        return warning(EMPTY_LAST_SEGMENT, message + " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)", file=file, expected=problem.expected, found=0)
+    return error(EMPTY_LAST_SEGMENT, message, file=file, expected=problem.expected, found=0)
+
+
 def relative(store: Store, path: str | Path) -> str:
     path = Path(path)
     if store.root is not None:
@@ -272,13 +302,7 @@ class CommitLogCheck:
         return self.start, end
 
     def _segment_sequence(self) -> Iterator[Finding]:
-        for problem in self.store.problems:  # files Store.open left out of the segment list
-            if problem.kind in (SEGMENT_SIZE, SEGMENT_NAME):
-                yield error(problem.kind, problem.message, file=relative(self.store, problem.path), expected=problem.expected, found=problem.found)
-            elif problem.kind == EMPTY_LAST_SEGMENT:
-                yield self._empty_last_segment(problem)
-            elif problem.kind == STRAY_ENTRY:
-                yield stray_finding(self.store, STRAY_ENTRY, problem.entry, problem.expected, problem.later, "segment", "commitlog/")
+        yield from left_out_findings(self.store)
         segments, size = self.commitlog.segments, self.commitlog.file_size
         left_out = {int(p.path.name) for p in self.store.problems if p.kind == SEGMENT_SIZE}
         for prev, seg in zip(segments, segments[1:]):
@@ -292,22 +316,6 @@ class CommitLogCheck:
                             f"messages in [{prev.end_offset}, {seg.base_offset}) are gone", file=relative(self.store, seg.path),
                             offset=prev.end_offset, expected=prev.end_offset, found=seg.base_offset,
                             details={"missing_from": prev.end_offset, "missing_to": seg.base_offset})
-
-    def _empty_last_segment(self, problem) -> Finding:
-        """A zero-length last commit log file (rules §2.13, ``MappedFileQueue.load``/``doLoad``): an error
-        where every era the store may be from refuses to start on it, a warning where some do,
-        otherwise an info (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out and start)."""
-        file = relative(self.store, problem.path)
-        refusing = self.store.eras_where("zero_length_last_file_refused")
-        if not refusing:
-            deleted = bool(self.store.eras_where("zero_length_last_file_deleted"))
-            what = "deletes it at start (MappedFileQueue.doLoad, 5.1.3+)" if deleted else "leaves it out at load and starts (3.2.6-4.4.0, 4.9.2)"
-            return info(EMPTY_LAST_SEGMENT, f"{problem.path.name} is a zero-length last commit log file: the broker {what}", file=file, found=0)
-        message = (f"{problem.path.name} is a zero-length last commit log file: the broker of {eras_label(refusing)} logs \"length not matched "
-                   "message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: `mqtool repair` removes it")
-        if len(refusing) < len(self.store.version_guess.eras):
-            return warning(EMPTY_LAST_SEGMENT, message + " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)", file=file, expected=problem.expected, found=0)
-        return error(EMPTY_LAST_SEGMENT, message, file=file, expected=problem.expected, found=0)
 
     # ---- findings inside valid runs ----
 

@@ -22,7 +22,7 @@ from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog
 from ..store.dledgerstart import DataRecovery, data_recovery
 from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
-from .commitlog import CommitLogResult, Progress, relative, stray_finding
+from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
 from .findings import Finding, error, info, warning
 from ..store.segments import store_timestamp_at
 
@@ -91,6 +91,7 @@ class DLedgerLogCheck:
 
     def run(self) -> Iterator[Finding]:
         cl, result = self.commitlog, self.result
+        yield from left_out_findings(self.store)  # a mixed store's commitlog/: DLedgerCommitLog.load is CommitLog.load
         for entry, file_size in self.store.dledger_strays:  # MmapFileList.load lists every entry (mappedfile.load_effect)
             folder = entry.path.parent.name
             yield stray_finding(self.store, "dledger-stray-entry", entry, file_size, True, f"DLedger {folder} file",
