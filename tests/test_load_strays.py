@@ -53,6 +53,20 @@ def snapshot(root) -> dict[str, tuple]:
     return out
 
 
+def repaired_and_restored(root, version: str, backup, moved) -> None:
+    """``repair --yes`` moves every path of ``moved`` out and leaves a store ``verify`` calls sound, whose next
+    start refuses nothing; ``restore`` of its backup gives every entry back as it was (bytes, links, directories)."""
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", backup)
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not any(os.path.lexists(p) for p in moved)
+    code, out, _ = verified(root, version)
+    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
+    restored = run("restore", backup, "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged
+
+
 @pytest.mark.parametrize("version, name, effects", [
     # a directory: File.length() is not the segment size before 5.1.0, which skips it
     ("4.4.0", {"is_dir": True, "length": 4096, "offset": None, "last": False}, (LEFT_OUT, REFUSED, LEFT_OUT, REFUSED, SKIPPED, SKIPPED)),
@@ -149,14 +163,9 @@ def test_repair_quarantines_and_restore_puts_back(tmp_path):
     os.symlink("00000000000000000000", root / "commitlog" / "alias")  # a symlink to a segment, under another name
     queue = next(p for p in sorted((root / "consumequeue").glob("*/*")) if p.is_dir())
     (queue / "old").mkdir()
-    damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_OK, applied.stderr
-    assert tree(root) == sound and not any(os.path.lexists(p) for p in (root / "commitlog" / "backup", root / "commitlog" / "zz", queue / "old"))
-    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
-    restored = run("restore", tmp_path / "bk", "--yes")
-    assert restored.exit_code == EXIT_OK, restored.stderr
-    assert snapshot(root) == damaged
+    repaired_and_restored(root, "4.9.7", tmp_path / "bk", (root / "commitlog" / "backup", root / "commitlog" / "zz", queue / "old"))
+    assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "bk2").exit_code == EXIT_OK
+    assert tree(root) == sound  # the segments untouched: only the entries moved out
 
 
 def test_queue_folder_the_broker_skips_is_left_alone(tmp_path):
@@ -206,16 +215,8 @@ def test_numbered_directory_in_index_refused_by_5_3_3_and_repaired(tmp_path):
     assert (found["index/20990101000000000"]["kind"], found["index/20990101000000000"]["severity"]) == ("index-stray-entry", "error")
     assert found["index/20990101000000001"]["severity"] == "error"
     assert found["index/notes"]["severity"] == "info"
-    damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_OK, applied.stderr
-    assert not any(os.path.lexists(root / "index" / n) for n in ("20990101000000000", "20990101000000001"))
-    assert (root / "index" / "notes").is_dir()
-    code, out, _ = verified(root, "5.3.3")
-    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
-    restored = run("restore", tmp_path / "bk", "--yes")
-    assert restored.exit_code == EXIT_OK, restored.stderr
-    assert snapshot(root) == damaged
+    repaired_and_restored(root, "5.3.3", tmp_path / "bk", [root / "index" / n for n in ("20990101000000000", "20990101000000001")])
+    assert (root / "index" / "notes").is_dir()  # a name IndexService.load skips: left alone
 
 
 def test_numbered_directory_before_index_files_leaves_them_out_on_4_9_7(tmp_path):
@@ -253,14 +254,7 @@ def test_dledger_folder_directory_refused_and_repaired(tmp_path, folder):
     assert " ".join(out.split("\n")[:3]).startswith(f"the broker's next start refuses to start: {rel}: a directory, which MmapFileList.load lists:")
     f = index_strays(findings)[rel]
     assert (f["kind"], f["severity"]) == ("dledger-stray-entry", "error")
-    damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_OK, applied.stderr
-    assert not os.path.lexists(member / folder / "old")
-    assert verified(root, "5.3.3")[0] == EXIT_OK
-    restored = run("restore", tmp_path / "bk", "--yes")
-    assert restored.exit_code == EXIT_OK, restored.stderr
-    assert snapshot(root) == damaged
+    repaired_and_restored(root, "5.3.3", tmp_path / "bk", [member / folder / "old"])
 
 
 # ---- timerlog/: TimerLog.load's MappedFileQueue.load (5.x), BrokerController.initialize fails on its false ----------------
@@ -295,15 +289,7 @@ def test_misnamed_timer_log_file_refused_and_repaired(tmp_path):
     code, _, findings = verified(root, "4.9.7")  # no 4.x broker loads timerlog/
     assert not timer_strays(findings)
     (log / ".nfs0001").write_bytes((log / "00000000000000000000").read_bytes())
-    damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "5.0.0", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_OK, applied.stderr
-    assert not any(os.path.lexists(log / n) for n in (".nfs0001", "old"))
-    code, out, _ = verified(root, "5.0.0")
-    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
-    restored = run("restore", tmp_path / "bk", "--yes")
-    assert restored.exit_code == EXIT_OK, restored.stderr
-    assert snapshot(root) == damaged
+    repaired_and_restored(root, "5.0.0", tmp_path / "bk", [log / ".nfs0001", log / "old"])
 
 
 # ---- a mixed DLedger store's commitlog/: DLedgerCommitLog.load is CommitLog.load (super.load(), 4.5.0-5.3.3) ----------------
@@ -324,14 +310,7 @@ def test_first_load_dledger_store_reports_classic_strays_and_repair_restores(tmp
     found = strays(findings)
     assert (found["commitlog/backup"]["kind"], found["commitlog/backup"]["severity"]) == ("stray-entry", "error")
     assert (found["commitlog/zz"]["severity"], found["commitlog/zz"]["found"]) == ("error", 0)
-    damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_OK, applied.stderr
-    assert not any(os.path.lexists(root / "commitlog" / n) for n in ("backup", "zz"))
-    assert run("verify", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
-    restored = run("restore", tmp_path / "bk", "--yes")
-    assert restored.exit_code == EXIT_OK, restored.stderr
-    assert snapshot(root) == damaged
+    repaired_and_restored(root, "4.9.7", tmp_path / "bk", [root / "commitlog" / n for n in ("backup", "zz")])
 
 
 def test_mixed_dledger_store_reports_classic_left_out_files(tmp_path):
