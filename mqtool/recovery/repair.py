@@ -25,7 +25,7 @@ from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY
 from ..store.consumequeue import queue_id_of
-from ..store.mappedfile import OFFSET_NAME, inferred_file_size, offset_named_files, stray_entries
+from ..store.mappedfile import OFFSET_NAME, folder_entries, inferred_file_size
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -191,12 +191,15 @@ def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quara
     is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file."""
     from ..store.store import stray_differs, stray_effects
 
-    strays = [e for e in stray_entries(directory) if e.is_dir or e.path.is_symlink()]
+    if not directory.is_dir():
+        return
+    files, strays = folder_entries(directory)  # one listing
+    strays = [e for e in strays if e.is_dir or e.path.is_symlink()]
     if not strays:
         return
-    sizes = [size for _, p in offset_named_files(directory) if (size := p.stat().st_size)]
+    sizes = [size for _, p in files if (size := p.stat().st_size)]
     size = inferred_file_size(sizes) if sizes else None
-    names = [p.name for _, p in offset_named_files(directory)]
+    names = [p.name for _, p in files]
     for entry in strays:
         if store is not None and not stray_differs(stray_effects(store.version_guess.eras, entry, size, any(n > entry.path.name for n in names))):
             continue
@@ -214,9 +217,9 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     from ..store.rules import ERAS
     from ..store.store import stray_differs, stray_effects
 
-    for entry, later in index_strays(root / "index"):
-        eras = store.version_guess.eras if store is not None else ERAS
-        if stray_differs(stray_effects(eras, entry, None, later, INDEX_SERVICE)):
+    eras = store.version_guess.eras if store is not None else ERAS
+    for entry, file_size, later in index_strays(root / "index"):
+        if stray_differs(stray_effects(eras, entry, file_size, later, INDEX_SERVICE)):
             quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it and stops there (5.1.0+ refuse to start, "
                                    "earlier releases leave the later index files out); moved into the backup as it is")
 

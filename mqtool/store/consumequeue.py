@@ -16,7 +16,7 @@ from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
-from .mappedfile import MappedFile, StrayEntry, offset_named_files, open_read_only, stray_entries
+from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_named_files, open_read_only
 
 if TYPE_CHECKING:
     import numpy as np
@@ -85,19 +85,15 @@ class FileQueue:
     KIND = "consume queue"
 
     def __post_init__(self):
-        self.files = offset_named_files(self.directory)
+        # one listing: the queue's files, and what MappedFileQueue.load lists beside them (verify's ``cq-stray-entry``,
+        # the next start's ``queue_refusal``)
+        self.files, self.strays = folder_entries(self.directory)
         for base, path in self.files:
             if base % self.file_size:
                 raise BadStoreFile(f"{path}: name is not a multiple of the {self.KIND} file size {self.file_size}")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
-
-    @cached_property
-    def strays(self) -> list[StrayEntry]:
-        """The entries of the queue's folder that are no file of it but ``MappedFileQueue.load`` lists
-        (``mappedfile.stray_entries``): verify's ``cq-stray-entry``, the next start's ``queue_refusal``."""
-        return stray_entries(self.directory)
 
     def after(self, entry: StrayEntry) -> bool:
         """Whether a file of the queue sorts after ``entry`` (what a load that stops at it leaves out)."""

@@ -15,7 +15,7 @@ from ..errors import BadStoreFile
 from ..formats import hashing
 from ..formats import index as fmt
 from ..formats.dispatch import java_int_or_none
-from .mappedfile import MappedFile, StrayEntry, stray_entries
+from .mappedfile import MappedFile, StrayEntry, folder_entries
 
 LONG_MAX = 2**63 - 1
 
@@ -199,12 +199,14 @@ def list_index_files(index_dir: Path) -> list[Path]:
     return files
 
 
-def index_strays(index_dir: Path) -> list[tuple[StrayEntry, bool]]:
-    """``(entry, whether an index file sorts after it)`` of each entry of ``index_dir`` that ``IndexService.load``
-    lists and ``list_index_files`` does not read as an index file (``mappedfile.stray_entries``)."""
-    strays = stray_entries(index_dir, _read_as_index_file)
-    names = [e.name for e in _entries(index_dir) if _read_as_index_file(e)]
-    return [(s, any(n > s.path.name for n in names)) for s in strays]
+def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, bool]]:
+    """``(entry, None: IndexService.load maps any length, whether an index file sorts after it)`` of each entry of
+    ``index_dir`` that ``IndexService.load`` lists and ``list_index_files`` does not read as an index file
+    (``mappedfile.folder_entries``, one listing)."""
+    if not index_dir.is_dir():
+        return []
+    files, strays = folder_entries(index_dir, _read_as_index_file)
+    return [(s, None, any(p.name > s.path.name for _, p in files)) for s in strays]
 
 
 def _entries(index_dir: Path) -> list[os.DirEntry]:

@@ -78,15 +78,39 @@ class MappedFile:
 
 def offset_named_files(directory: Path) -> list[tuple[int, Path]]:
     """``(first offset, path)`` of the 20-digit-named regular files in ``directory``, sorted."""
+    return folder_entries(directory)[0]
+
+
+def _is_offset_named_file(e: os.DirEntry) -> bool:
+    return bool(OFFSET_NAME.match(e.name)) and e.is_file()
+
+
+def folder_entries(directory: Path, read=_is_offset_named_file) -> tuple[list[tuple[int, Path]], list["StrayEntry"]]:
+    """One listing of a mapped file queue folder: ``(first offset, path)`` of the files mqtool reads as its files
+    (``read`` of an ``os.DirEntry``: the 20-digit-named regular files by default), sorted, and the other entries
+    the broker's load lists beside them (``File.listFiles``: ``StrayEntry``), by name."""
+    from ..formats.dispatch import java_int_or_none
+
     try:
-        entries = list(os.scandir(directory))
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
-        return []
+        return [], []
     except NotADirectoryError:
         raise BadInput(f"{directory}: not a directory") from None
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
-    return sorted((int(e.name), Path(e.path)) for e in entries if OFFSET_NAME.match(e.name) and e.is_file())
+    last = entries[-1].name if entries else None
+    files, strays = [], []
+    for e in entries:
+        if read(e):
+            files.append((int(e.name), Path(e.path)))
+            continue
+        try:
+            length = os.stat(e.path).st_size
+        except OSError:  # a dangling symlink: File.length() is 0
+            length = 0
+        strays.append(StrayEntry(Path(e.path), e.is_dir(), length, java_int_or_none(e.name, 64), e.name == last))
+    return sorted(files), strays
 
 
 @dataclass(frozen=True)
@@ -149,28 +173,10 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
     return REFUSED if entry.offset is None else LOADED
 
 
-def stray_entries(directory: Path, read=lambda e: OFFSET_NAME.match(e.name) and e.is_file()) -> list[StrayEntry]:
+def stray_entries(directory: Path, read=_is_offset_named_file) -> list[StrayEntry]:
     """The entries of ``directory`` the broker's load lists (``File.listFiles``) and mqtool does not
-    read as files of it (``read`` of an ``os.DirEntry``: ``offset_named_files``' by default), by name."""
-    from ..formats.dispatch import java_int_or_none
-
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    except PermissionError:
-        raise BadInput(f"{directory}: permission denied") from None
-    last = entries[-1].name if entries else None
-    strays = []
-    for e in entries:
-        if read(e):
-            continue
-        try:
-            length = os.stat(e.path).st_size
-        except OSError:  # a dangling symlink: File.length() is 0
-            length = 0
-        strays.append(StrayEntry(Path(e.path), e.is_dir(), length, java_int_or_none(e.name, 64), e.name == last))
-    return strays
+    read as files of it (``folder_entries``), by name; none where ``directory`` is no directory."""
+    return folder_entries(directory, read)[1] if os.path.isdir(directory) else []
 
 
 def file_size(path: Path) -> int:

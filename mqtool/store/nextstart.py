@@ -222,13 +222,19 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
     return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}"
 
 
+def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
+    """``stray_refusal`` of the first of ``strays`` (``(entry, the folder's file size, a file sorts after it)``, as
+    ``Store`` lists them) the broker refuses to start on, with the way out, or None."""
+    for entry, file_size, later in strays:
+        if (why := stray_refusal(store, entry, file_size, later, loader, eras)) is not None:
+            return why + "; `mqtool repair` moves it out"
+    return None
+
+
 def index_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on an entry of ``index/`` ``IndexService.load`` cannot map (5.1.0+:
     ``mappedfile.load_effect``), or None."""
-    for entry, later in store.index_strays:
-        if (why := stray_refusal(store, entry, None, later, INDEX_SERVICE)) is not None:
-            return why + "; `mqtool repair` moves it out"
-    return None
+    return first_stray_refusal(store, store.index_strays, INDEX_SERVICE)
 
 
 def timer_refusal(store: Store) -> str | None:
@@ -238,19 +244,13 @@ def timer_refusal(store: Store) -> str | None:
     from .timer import timer_eras
 
     eras = timer_eras(store.version_guess.eras)
-    for entry, file_size, later in store.timer_strays if eras else ():
-        if (why := stray_refusal(store, entry, file_size, later, eras=eras)) is not None:
-            return why + "; `mqtool repair` moves it out"
-    return None
+    return first_stray_refusal(store, store.timer_strays, eras=eras) if eras else None
 
 
 def dledger_refusal(store: Store) -> str | None:
     """Why DLedger's ``MmapFileList.load`` refuses an entry of its ``data/`` or ``index/`` folder that is no file
     of it (``Store.dledger_strays``: ``System.exit``, whatever the release), or None."""
-    for entry, file_size in store.dledger_strays:
-        if (why := stray_refusal(store, entry, file_size, True, MMAP_FILE_LIST)) is not None:
-            return why + "; `mqtool repair` moves it out"
-    return None
+    return first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST)
 
 
 def queue_refusal(store: Store) -> str | None:
@@ -265,9 +265,8 @@ def queue_refusal(store: Store) -> str | None:
                 who = refused_by(store, size == 0 and last)
                 if who is not None:
                     return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}{fix}"
-            for entry in queue.strays:
-                if (why := stray_refusal(store, entry, queue.file_size, queue.after(entry))) is not None:
-                    return why + "; `mqtool repair` moves it out"
+            if (why := first_stray_refusal(store, [(e, queue.file_size, queue.after(e)) for e in queue.strays])) is not None:
+                return why
     return None
 
 

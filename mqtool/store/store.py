@@ -247,8 +247,8 @@ class Store:
         return cls(None, dledger.open_data_files(files, config.commitlog_file_size), config)._given(version)
 
     @cached_property
-    def dledger_strays(self) -> list[tuple[StrayEntry, int | None]]:
-        """``(entry, the folder's file size)`` of each entry of a DLedger member's ``data/`` and ``index/`` that is no
+    def dledger_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
+        """``(entry, the folder's file size, True)`` of each entry of a DLedger member's ``data/`` and ``index/`` that is no
         file of it (``mappedfile.stray_entries``), which DLedger's ``MmapFileList.load`` lists like the 4.5.0
         ``MappedFileQueue.load`` (``load_effect``'s ``MMAP_FILE_LIST``): verify's ``dledger-stray-entry``."""
         layout = getattr(self.commitlog, "layout", None) if self.is_dledger else None
@@ -256,8 +256,8 @@ class Store:
             return []
         from .dledger import index_file_size  # a DLedger module: loaded for DLedger stores only
 
-        return ([(e, self.commitlog.file_size) for e in stray_entries(layout.data_dir)]
-                + [(e, index_file_size(self)) for e in stray_entries(layout.index_dir)])
+        return ([(e, self.commitlog.file_size, True) for e in stray_entries(layout.data_dir)]
+                + [(e, index_file_size(self), True) for e in stray_entries(layout.index_dir)])  # True: MmapFileList.load refuses any, later files or not
 
     @property
     def is_dledger(self) -> bool:
@@ -431,8 +431,8 @@ class Store:
         return timer_strays(self.path("timerlog")) if self.root is not None else []
 
     @cached_property
-    def index_strays(self) -> list[tuple[StrayEntry, bool]]:
-        """``(entry, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
+    def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:
+        """``(entry, None: any length, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
         ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.index_refusal``."""
         return index_strays(self.path("index")) if self.root is not None else []
 

@@ -92,9 +92,9 @@ class DLedgerLogCheck:
     def run(self) -> Iterator[Finding]:
         cl, result = self.commitlog, self.result
         yield from left_out_findings(self.store)  # a mixed store's commitlog/: DLedgerCommitLog.load is CommitLog.load
-        for entry, file_size in self.store.dledger_strays:  # MmapFileList.load lists every entry (mappedfile.load_effect)
+        for entry, file_size, later in self.store.dledger_strays:  # MmapFileList.load lists every entry (mappedfile.load_effect)
             folder = entry.path.parent.name
-            yield stray_finding(self.store, "dledger-stray-entry", entry, file_size, True, f"DLedger {folder} file",
+            yield stray_finding(self.store, "dledger-stray-entry", entry, file_size, later, f"DLedger {folder} file",
                                 f"{entry.path.parent.parent.name}/{folder}/", loader=MMAP_FILE_LIST)
         if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")

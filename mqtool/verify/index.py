@@ -217,8 +217,8 @@ class IndexCheck(FindingSink):
                     "and rebuilds entries only for the records its abnormal recovery re-dispatches", file=relative(store, f.path),
                     expected=f"<= {index_msg_timestamp}", found=f.header.end_timestamp))
             self._files_meta.append(IndexEntries(self, f, position))
-        for entry, later in store.index_strays:  # IndexService.load lists every entry (mappedfile.load_effect)
-            self.emit(stray_finding(store, "index-stray-entry", entry, None, later, "index file", "index/", loader=INDEX_SERVICE))
+        for entry, file_size, later in store.index_strays:  # IndexService.load lists every entry (mappedfile.load_effect)
+            self.emit(stray_finding(store, "index-stray-entry", entry, file_size, later, "index file", "index/", loader=INDEX_SERVICE))
         if store.unreadable_index is not None:
             for path in list_index_files(store.path("index")):
                 size = path.stat().st_size
