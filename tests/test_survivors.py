@@ -368,7 +368,7 @@ def test_placed_units_pruned_to_the_spill_are_still_read(tmp_path, monkeypatch):
 
 def test_candidate_versions_whose_queues_differ_are_refused():
     """Undecided version, candidates' queues after the start differing for the ids: refused, not guessed."""
-    from mqtool.cli.survivors import queues_after_start
+    from mqtool.recovery.planners import queues_after_start
     from mqtool.errors import Refused
     from mqtool.scan.survivors import IdKind, QueuesAfter, SurvivorSearch
 

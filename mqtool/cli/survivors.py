@@ -11,7 +11,7 @@ from typing import Annotated, Iterator, Optional
 
 import typer
 
-from ..errors import EXIT_FINDINGS, BadInput, Refused, UsageError
+from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, verdict_kept
 from .output import OutputFormat, Screen, emit_rows, heading, kv_table, text_encoder
 from .progress import ByteProgress
@@ -79,45 +79,6 @@ def _write_jsonl(search, out) -> None:
         binary.flush()
 
 
-def queues_after_start(store, next_start=None):
-    """What ``survivors`` judges consumability against (``scan.survivors.QueuesAfter``): the consume
-    queues after the broker's next start, as ``recover --dry-run`` plans it (``recovery.planners.
-    recovered_queues``: ``DefaultMessageStore.recover`` + the start-up reput, reference §8.2-§8.12,
-    §15.4), under each candidate version of an undecided store, when that start changes a queue or
-    the abort file is there (abnormal recovery); else the queues as on disk. Where no recovery can be
-    planned (``Refused``), the queues as on disk, the view saying why.
-
-    Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
-    at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
-    dispatch (``recoverNormally`` / 5.3.2+: records past the queues' max offset; 4.5.0-4.9.8's reput
-    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §5.8, §8.5,
-    §8.12), so a clean store's answer costs no recovery scan."""
-    from ..scan.survivors import ON_DISK, QueuesAfter
-
-    if store.root is None:  # commit log segments alone: no queue either way
-        return ON_DISK
-    from ..store.startfile import max_queue_phys_offset
-
-    if not store.abort_present and next_start is not None and next_start.logical_end is not None and next_start.logical_end == max_queue_phys_offset(store):
-        return QueuesAfter(f"as on disk (the broker's next start, {next_start.mode} recovery from {next_start.scan_from}, changes no consume queue)")
-    from ..recovery.planners import recovered_queues
-
-    try:
-        made = recovered_queues(store)
-    except Refused as exc:
-        return QueuesAfter(f"as on disk: the broker's next start cannot be planned ({exc})")
-    plan = made[0][1]
-    how = f"{plan.mode} recovery from {plan.commitlog.scan_from}"
-    changed = [q for _, p, _ in made for q in p.queues if q.added or q.cut or q.fillers or q.resurrected or q.max_after != q.max_before]
-    if not store.abort_present and not changed:
-        return QueuesAfter(f"as on disk (the broker's next start, {how}, changes no consume queue)")
-    if len(made) > 1:
-        how += f"; the broker version undecided: alike for these ids under each of {', '.join(label for label, _, _ in made)}"
-    if plan.refused:
-        how += f"; until then the broker refuses to start: {plan.refused}"
-    return QueuesAfter(f"as after the broker's next start ({how})", [(label, sims) for label, _, sims in made])
-
-
 TABLE = ("id", "status", "offset", "queue_id", "queue_offset", "store_timestamp", "copies", "consumable", "topic")  # topic last: a long one runs past the edge
 TABLE_OPTIONAL = ("copies", "store_timestamp", "queue_offset")  # left out first to fit the width (an IPv6 msg id takes 56)
 
@@ -146,6 +107,7 @@ def survivors(
         raise BadInput(f"{ids_file}: no ids")
     with open_store(store_path, broker_config, broker_version) as store:
         warn_store_state(store.root)
+        from ..recovery.planners import queues_after_start
         from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
 
         kind = IdKind(by) if by is not None else None

@@ -5,7 +5,7 @@ nowhere else: tests/test_plan_imports.py)."""
 import dataclasses
 import functools
 
-from ..errors import BadInput
+from ..errors import BadInput, Refused
 
 from . import rebuild, recover
 from .candidates import plan_under_candidates, plans_per_candidate
@@ -51,6 +51,41 @@ def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[
 
     _, labels, plans = plans_per_candidate(store, one)
     return list(zip(labels, plans, made))
+
+
+def queues_after_start(store, next_start=None):
+    """What ``survivors`` judges consumability against (``scan.survivors.QueuesAfter``): the consume
+    queues after the broker's next start, as ``recover --dry-run`` plans it (``recovered_queues``:
+    ``DefaultMessageStore.recover`` + the start-up reput, reference §8.2-§8.12, §15.4), under each candidate version of an undecided store, when that start changes a queue or
+    the abort file is there (abnormal recovery); else the queues as on disk. Where no recovery can be
+    planned (``Refused``), the queues as on disk, the view saying why.
+
+    Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
+    at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
+    dispatch (``recoverNormally`` / 5.3.2+: records past the queues' max offset; 4.5.0-4.9.8's reput
+    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §5.8, §8.5,
+    §8.12), so a clean store's answer costs no recovery scan."""
+    from ..scan.survivors import ON_DISK, QueuesAfter
+    from ..store.startfile import max_queue_phys_offset
+
+    if store.root is None:  # commit log segments alone: no queue either way
+        return ON_DISK
+    if not store.abort_present and next_start is not None and next_start.logical_end is not None and next_start.logical_end == max_queue_phys_offset(store):
+        return QueuesAfter(f"as on disk (the broker's next start, {next_start.mode} recovery from {next_start.scan_from}, changes no consume queue)")
+    try:
+        made = recovered_queues(store)
+    except Refused as exc:
+        return QueuesAfter(f"as on disk: the broker's next start cannot be planned ({exc})")
+    plan = made[0][1]
+    how = f"{plan.mode} recovery from {plan.commitlog.scan_from}"
+    changed = [q for _, p, _ in made for q in p.queues if q.added or q.cut or q.fillers or q.resurrected or q.max_after != q.max_before]
+    if not store.abort_present and not changed:
+        return QueuesAfter(f"as on disk (the broker's next start, {how}, changes no consume queue)")
+    if len(made) > 1:
+        how += f"; the broker version undecided: alike for these ids under each of {', '.join(label for label, _, _ in made)}"
+    if plan.refused:
+        how += f"; until then the broker refuses to start: {plan.refused}"
+    return QueuesAfter(f"as after the broker's next start ({how})", [(label, sims) for label, _, sims in made])
 
 
 plan_recover = _under_candidates(recover.plan_recover_one_version, "plan_recover")
