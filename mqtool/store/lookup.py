@@ -14,8 +14,10 @@ from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
+from .commitlog import ScanEnd
 from .consumequeue import read_unit
 from .index import LONG_MAX, query_entries
+from .nextstart import ENDS, end_before
 from .store import Store
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
@@ -101,6 +103,29 @@ def read_message(store: Store, offset: int, logical_end: int | None = None) -> t
     return record, None
 
 
+def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None, str | None]:
+    """``read_message``, less a record the broker's next start cuts off (``cut_off``): what ``viewMessage``
+    returns once the broker has restarted on these files."""
+    record, error = read_message(store, offset)
+    end = None if record is None else cut_off(store, record)
+    return (record, error) if end is None else (None, past_end_error(end))
+
+
+def cut_off(store: Store, record: clfmt.CommitLogRecord) -> ScanEnd | None:
+    """Where the broker's next start ends the log when that is before ``record``'s end (``nextstart.end_before``:
+    the restarted broker serves no such record), else None. Such a record lies where the log went on before
+    a crash, or where an earlier life of the segment wrote it."""
+    return end_before(store, record.offset, record.total_size)
+
+
+PAST_END = "past the log's end"
+
+
+def past_end_error(end: ScanEnd) -> str:
+    ends = f"the broker's next start ends the log at {end.offset} ({ENDS.get(end.reason, end.reason)})"
+    return f"{PAST_END}: {ends} and serves nothing after it"
+
+
 def _after_index(store: Store) -> tuple[int | None, int | None]:
     """The offset of the index's last entry (newest file's ``end_phy_offset``) and of the record
     after it (None when that entry does not lead to a record)."""
@@ -183,6 +208,41 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
 
 def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
+
+
+def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int, phys_offset: int,
+                     size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
+    """The record a consume queue entry points to as the restarted broker's ``getMessage`` serves it: (record,
+    error, status). Past the end its next start gives the log (``nextstart.end_before`` of the entry's bytes),
+    ``truncateDirtyLogicFiles`` removes the entries pointing at or after that end (§5.8): the status is what
+    ``getMessage`` answers against the queue's max offset after that cut; an entry pointing before the end whose
+    bytes run past it is kept, and ``selectMappedBuffer`` maps nothing for it (MESSAGE_WAS_REMOVING)."""
+    end = end_before(store, phys_offset, size)
+    if end is None:
+        record, error = read_message(store, phys_offset)
+        return record, error, "FOUND" if record is not None else "MESSAGE_WAS_REMOVING"
+    if phys_offset < end.offset:
+        return None, past_end_error(end), "MESSAGE_WAS_REMOVING"
+    max_offset = queue_max_after_cut(store, topic, queue_id, end.offset, queue_offset)
+    status = "NO_MESSAGE_IN_QUEUE" if max_offset == 0 else "OFFSET_OVERFLOW_ONE" if max_offset == queue_offset else "OFFSET_OVERFLOW_BADLY"
+    return None, f"{past_end_error(end)}; it truncates this queue to max offset {max_offset}", status
+
+
+def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
+    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) has removed its units pointing at or past
+    ``end``, the one at ``below`` among them: the first such unit (they point forward in the log: a binary search),
+    0 when that is its first file's first (every file deleted: ``getMaxOffsetInQueue`` of no file)."""
+    queue = store.consume_queue(topic, queue_id)
+    first = low = queue.files[0][0] // ENTRY_SIZE
+    high = below
+    while low < high:
+        mid = (low + high) // 2
+        entry = queue.read_entry(mid)
+        if entry is None or entry.phys_offset >= end:
+            high = mid
+        else:
+            low = mid + 1
+    return 0 if low == first else low
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:

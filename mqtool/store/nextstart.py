@@ -113,6 +113,26 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
                      dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store) or timer_refusal(store), blank.offset if blank is not None and blank.writes else None)
 
 
+def end_before(store: Store, offset: int, size: int) -> ScanEnd | None:
+    """Where the broker's next start ends the log when that end cuts off the ``size`` bytes at ``offset``, else
+    None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past the end
+    (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``), so ``viewMessage`` finds nothing there.
+    Bytes before the start segment (``start_of``) are never validated and always served; else the start's walk
+    (``summary.logical_end``) runs only up to ``offset + size``. A DLedger store's end: its entry walk (§15.4)."""
+    if store.recovers_dledger_data:
+        from .dledgerstart import data_recovery
+
+        end = data_recovery(store.commitlog).end
+        return end if offset + size > end.offset else None
+    start = start_of(store)
+    if offset < start.offset:
+        return None
+    from .summary import logical_end
+
+    _, end = logical_end(store, start.offset, stop=offset + size)
+    return None if end.reason == StopReason.LIMIT else end
+
+
 def dledger_next_start(store: Store) -> NextStart:
     """A DLedger store's next start (reference §15.4, ``dledgerstart``): the data are kept up to
     where ``DLedgerMmapFileStore.recover``'s entry walk stops, and the commit log recovery scans
