@@ -343,6 +343,25 @@ def test_lookups_on_a_log_written_over_a_cut_answer_as_the_restarted_broker():
         assert rows[0]["error"].startswith(words) and err == f"mqtool: offset {r['commitLogOffset']}: {rows[0]['error']}\n"
 
 
+def test_a_normal_start_before_4_3_2_keeps_the_queue_entries_past_the_end(tmp_path):
+    """3.2.6-4.3.1 normal recovery truncates no consume queue (rules-by-version 2.4): an entry pointing past the end
+    stays in its queue, and ``getMessage`` maps nothing for it (MESSAGE_WAS_REMOVING); 4.3.2+ cut it (OFFSET_OVERFLOW_ONE
+    at the queue's new max). 4.2.0 ``clean-small`` leaves both eras: the answer is the newest's and names the others.
+    Before, the entry counted as FOUND (exit 0)."""
+    path, victim, messages = _cut_store(tmp_path, "4.2.0")
+    cut = victim["commitLogOffset"]
+    gone = min((m for m in messages if m["dispatchToConsumeQueue"] and m["commitLogOffset"] >= cut), key=lambda m: m["commitLogOffset"])
+    where = (gone["topic"], str(gone["queueId"]), str(gone["queueOffset"]))
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    code, (row,), err = _query("query", "offset", path, *where, "--broker-version", "4.2.0")
+    assert (code, row["status"], row["error"], row.get("msg_id")) == (1, "MESSAGE_WAS_REMOVING", words, None)
+    assert err == f"mqtool: {gone['topic']}/{gone['queueId']} queue offset {gone['queueOffset']}: {words}\n"
+    code, (row,), _ = _query("query", "offset", path, *where)
+    assert (code, row["status"], row.get("msg_id")) == (1, "OFFSET_OVERFLOW_ONE", None)
+    assert row["error"] == (f"{words}; it truncates this queue to max offset {gone['queueOffset']}; "
+                            "E3a-E3b (4.2.0-4.3.1) brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides")
+
+
 def test_a_damaged_record_the_next_start_never_reads_leaves_every_lookup_found(tmp_path):
     """5.3.2+ normal recovery starts at the newest segment at or below the consume queues' max (rules-by-version
     2.1), after the flipped record: the broker keeps and serves every record, and so do the lookups."""

@@ -18,7 +18,9 @@ from .commitlog import ScanEnd
 from .consumequeue import read_unit
 from .index import LONG_MAX, query_entries
 from .nextstart import ENDS, end_before
+from .startfile import log_recovery_mode
 from .store import Store
+from .version import eras_label
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
 DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQueryMaxNum = 32
@@ -214,18 +216,23 @@ def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int,
                      size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
     """The record a consume queue entry points to as the restarted broker's ``getMessage`` serves it: (record,
     error, status). Past the end its next start gives the log (``nextstart.end_before`` of the entry's bytes),
-    ``truncateDirtyLogicFiles`` removes the entries pointing at or after that end (§5.8): the status is what
-    ``getMessage`` answers against the queue's max offset after that cut; an entry pointing before the end whose
-    bytes run past it is kept, and ``selectMappedBuffer`` maps nothing for it (MESSAGE_WAS_REMOVING)."""
+    ``truncateDirtyLogicFiles`` removes the entries pointing at or after that end (§5.8; rules-by-version 2.4,
+    2.8: not the 3.2.6-4.3.1 normal recovery): the status is what ``getMessage`` answers against the queue's max
+    offset after that cut; an entry it keeps whose bytes run past the end maps nothing (``selectMappedBuffer``:
+    MESSAGE_WAS_REMOVING)."""
     end = end_before(store, phys_offset, size)
     if end is None:
         record, error = read_message(store, phys_offset)
         return record, error, "FOUND" if record is not None else "MESSAGE_WAS_REMOVING"
-    if phys_offset < end.offset:
+    eras = store.version_guess.eras
+    always = store.recovers_dledger_data or log_recovery_mode(store, store.rules) == "abnormal"
+    keeping = [] if always else [e for e in eras if e not in store.eras_where("normal_truncates_cq")]  # eras whose start keeps it
+    if phys_offset < end.offset or len(keeping) == len(eras):
         return None, past_end_error(end), "MESSAGE_WAS_REMOVING"
     max_offset = queue_max_after_cut(store, topic, queue_id, end.offset, queue_offset)
     status = "NO_MESSAGE_IN_QUEUE" if max_offset == 0 else "OFFSET_OVERFLOW_ONE" if max_offset == queue_offset else "OFFSET_OVERFLOW_BADLY"
-    return None, f"{past_end_error(end)}; it truncates this queue to max offset {max_offset}", status
+    undecided = f"; {eras_label(keeping)} brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides" if keeping else ""
+    return None, f"{past_end_error(end)}; it truncates this queue to max offset {max_offset}{undecided}", status
 
 
 def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
