@@ -253,10 +253,10 @@ def test_the_walk_up_to_a_record_agrees_with_the_next_starts_end(tmp_path, versi
             offset, size = m["commitLogOffset"], m["size"]
             kept = offset < ns.scan_from or offset + size <= cut
             kinds.add("before the start" if offset < ns.scan_from else "walked, kept" if kept else "cut off")
-            end = end_before(store, offset, size)
-            assert (end is None) == kept, (offset, end)
-            if end is not None:
-                assert (end.offset, end.reason) == (cut, StopReason.CRC)
+            found = end_before(store, offset, size)
+            assert (found is None) == kept, (offset, found)
+            if found is not None:
+                assert (found.end.offset, found.end.reason, found.eras) == (cut, StopReason.CRC, "")
             if offset >= ns.scan_from:
                 _, walked = compiled_end(store, ns.scan_from, workers=2, stop=offset + size)
                 assert (walked.reason == StopReason.LIMIT) == kept and (kept or walked.offset == cut), (offset, walked)

@@ -362,16 +362,28 @@ def test_a_normal_start_before_4_3_2_keeps_the_queue_entries_past_the_end(tmp_pa
                             "E3a-E3b (4.2.0-4.3.1) brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides")
 
 
-def test_a_damaged_record_the_next_start_never_reads_leaves_every_lookup_found(tmp_path):
-    """5.3.2+ normal recovery starts at the newest segment at or below the consume queues' max (rules-by-version
-    2.1), after the flipped record: the broker keeps and serves every record, and so do the lookups."""
+def test_a_cut_only_some_eras_left_read_is_a_cut_that_names_them(tmp_path):
+    """5.3.2+ normal recovery starts at the newest segment at or below the consume queues' max (rules-by-version 2.1),
+    after the flipped record: a 5.3.3 broker keeps and serves every record. 5.2.0-5.3.1 start at the third-from-last
+    segment and cut the log there. ``clean-small``'s marks leave both: the lookup says the record is not served,
+    naming the eras whose start cuts it; ``--broker-version`` decides."""
     path, victim, messages = _cut_store(tmp_path, "5.3.3")
     after = messages[-1]
     code, rows, _ = _query("query", "msg-id", path, after["msgId"], "--broker-version", "5.3.3")
-    assert (code, [r["offset"] for r in rows]) == (0, [after["commitLogOffset"]])
-    code, (row,), _ = _query("query", "offset", path, after["topic"], str(after["queueId"]), str(after["queueOffset"]),
-                             "--broker-version", "5.3.3")
+    assert (code, [r["msg_id"] for r in rows]) == (0, [after["msgId"]])
+    where = (after["topic"], str(after["queueId"]), str(after["queueOffset"]))
+    code, (row,), _ = _query("query", "offset", path, *where, "--broker-version", "5.3.3")
     assert (code, row["status"], row["msg_id"]) == (0, "FOUND", after["msgId"])
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    code, rows, _ = _query("query", "msg-id", path, after["msgId"], "--broker-version", "5.3.1")
+    assert (code, [(r["error"], r.get("msg_id")) for r in rows]) == (1, [(words, None)])
+    code, rows, err = _query("query", "msg-id", path, after["msgId"])
+    undecided = f"{words} (the next start of E17 (5.2.0-5.3.1) brokers; the others serve it: --broker-version decides)"
+    assert (code, [(r["error"], r.get("msg_id")) for r in rows]) == (1, [(undecided, None)])
+    code, (row,), _ = _query("query", "offset", path, *where)
+    assert (code, row["status"], row.get("msg_id")) == (1, "OFFSET_OVERFLOW_BADLY", None)
+    assert row["error"].startswith(undecided)
 
 
 def test_msg_id_past_a_dledger_stores_next_start_end_is_not_served(tmp_path):

@@ -173,8 +173,8 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
         return
     if getattr(record, "msg_id", None) != msg_id.upper():
         note(f"the record at offset {offset} of --msg-id has offsetMsgId {getattr(record, 'msg_id', None)}: another store host")
-    elif (end := cut_off(store, record)) is not None:
-        note(f"no message at offset {offset} of --msg-id: {past_end_error(end)}")
+    elif (cut := cut_off(store, record)) is not None:
+        note(f"no message at offset {offset} of --msg-id: {past_end_error(cut)}")
     elif limit != 0:
         yield from _matching([message_of(store, record, body, decompress)], match)
 

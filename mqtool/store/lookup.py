@@ -14,10 +14,9 @@ from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import indexed_keys
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
-from .commitlog import ScanEnd
 from .consumequeue import read_unit
 from .index import LONG_MAX, query_entries
-from .nextstart import ENDS, end_before
+from .nextstart import ENDS, Cut, end_before
 from .startfile import log_recovery_mode
 from .store import Store
 from .version import eras_label
@@ -109,11 +108,11 @@ def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None
     """``read_message``, less a record the broker's next start cuts off (``cut_off``): what ``viewMessage``
     returns once the broker has restarted on these files."""
     record, error = read_message(store, offset)
-    end = None if record is None else cut_off(store, record)
-    return (record, error) if end is None else (None, past_end_error(end))
+    cut = None if record is None else cut_off(store, record)
+    return (record, error) if cut is None else (None, past_end_error(cut))
 
 
-def cut_off(store: Store, record: clfmt.CommitLogRecord) -> ScanEnd | None:
+def cut_off(store: Store, record: clfmt.CommitLogRecord) -> Cut | None:
     """Where the broker's next start ends the log when that is before ``record``'s end (``nextstart.end_before``:
     the restarted broker serves no such record), else None. Such a record lies where the log went on before
     a crash, or where an earlier life of the segment wrote it."""
@@ -123,9 +122,10 @@ def cut_off(store: Store, record: clfmt.CommitLogRecord) -> ScanEnd | None:
 PAST_END = "past the log's end"
 
 
-def past_end_error(end: ScanEnd) -> str:
-    ends = f"the broker's next start ends the log at {end.offset} ({ENDS.get(end.reason, end.reason)})"
-    return f"{PAST_END}: {ends} and serves nothing after it"
+def past_end_error(cut: Cut) -> str:
+    ends = f"the broker's next start ends the log at {cut.end.offset} ({ENDS.get(cut.end.reason, cut.end.reason)})"
+    eras = f" (the next start of {cut.eras} brokers; the others serve it: --broker-version decides)" if cut.eras else ""
+    return f"{PAST_END}: {ends} and serves nothing after it{eras}"
 
 
 def _after_index(store: Store) -> tuple[int | None, int | None]:
@@ -220,19 +220,19 @@ def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int,
     2.8: not the 3.2.6-4.3.1 normal recovery): the status is what ``getMessage`` answers against the queue's max
     offset after that cut; an entry it keeps whose bytes run past the end maps nothing (``selectMappedBuffer``:
     MESSAGE_WAS_REMOVING)."""
-    end = end_before(store, phys_offset, size)
-    if end is None:
+    cut = end_before(store, phys_offset, size)
+    if cut is None:
         record, error = read_message(store, phys_offset)
         return record, error, "FOUND" if record is not None else "MESSAGE_WAS_REMOVING"
     eras = store.version_guess.eras
     always = store.recovers_dledger_data or log_recovery_mode(store, store.rules) == "abnormal"
     keeping = [] if always else [e for e in eras if e not in store.eras_where("normal_truncates_cq")]  # eras whose start keeps it
-    if phys_offset < end.offset or len(keeping) == len(eras):
-        return None, past_end_error(end), "MESSAGE_WAS_REMOVING"
-    max_offset = queue_max_after_cut(store, topic, queue_id, end.offset, queue_offset)
+    if phys_offset < cut.end.offset or len(keeping) == len(eras):
+        return None, past_end_error(cut), "MESSAGE_WAS_REMOVING"
+    max_offset = queue_max_after_cut(store, topic, queue_id, cut.end.offset, queue_offset)
     status = "NO_MESSAGE_IN_QUEUE" if max_offset == 0 else "OFFSET_OVERFLOW_ONE" if max_offset == queue_offset else "OFFSET_OVERFLOW_BADLY"
     undecided = f"; {eras_label(keeping)} brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides" if keeping else ""
-    return None, f"{past_end_error(end)}; it truncates this queue to max offset {max_offset}{undecided}", status
+    return None, f"{past_end_error(cut)}; it truncates this queue to max offset {max_offset}{undecided}", status
 
 
 def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
