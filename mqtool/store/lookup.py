@@ -237,15 +237,15 @@ def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int,
 
 def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
     """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) has removed its units pointing at or past
-    ``end``, the one at ``below`` among them: the first such unit (they point forward in the log: a binary search),
-    0 when that is its first file's first (every file deleted: ``getMaxOffsetInQueue`` of no file)."""
+    ``end``, the one at ``below`` among them: the first such unit or invalid one (they point forward in the log: a
+    binary search), 0 when that is its first file's first (every file deleted: ``getMaxOffsetInQueue`` of no file)."""
     queue = store.consume_queue(topic, queue_id)
     first = low = queue.files[0][0] // ENTRY_SIZE
     high = below
     while low < high:
         mid = (low + high) // 2
         entry = queue.read_entry(mid)
-        if entry is None or entry.phys_offset >= end:
+        if entry is None or not entry.is_valid or entry.phys_offset >= end:
             high = mid
         else:
             low = mid + 1
