@@ -221,3 +221,43 @@ def test_a_consume_queue_file_cut_short_is_where_a_refusing_broker_stops_in_ever
     refusal = f"the broker's next start refuses to start: {named}, which `mqtool recover` fixes; with that file fixed, it keeps [0, {ns['logical_end']})"
     assert ns["line"].startswith(refusal) == refuses, ns["line"]
     assert verify_first_line(root, monkeypatch, "--broker-version", version) == ns["line"]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_the_walk_up_to_a_record_agrees_with_the_next_starts_end(tmp_path, version):
+    """``end_before`` (what ``query msg-id`` / ``offset`` and ``dump --msg-id`` ask) walks the next start's scan only
+    up to the record asked about: a record is cut off exactly when it is in the scanned range and does not end by
+    the logical end the full walk gives, and the compiled walk (two segments at a time) stops there too."""
+    from mqtool.store import Store
+    from mqtool.store.commitlog import StopReason
+    from mqtool.store.nextstart import end_before, next_start
+    from mqtool.store.summary import compiled_end
+
+    root = copy_store(version, "clean-small", tmp_path)
+    doc = manifest(version, "clean-small")
+    victim, segment, at = body_in_third_segment(root, doc)
+    with open(segment, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+    with Store.open(root, version=version) as store:
+        ns = next_start(store)
+        cut = victim["commitLogOffset"] if version == "4.9.7" else doc["commitLogMaxOffset"]
+        assert ns.logical_end == cut
+        messages = sorted(doc["messages"], key=lambda m: m["commitLogOffset"])
+        at_cut = next(i for i, m in enumerate(messages) if m["commitLogOffset"] >= victim["commitLogOffset"])
+        probes = messages[::97] + messages[at_cut - 2 : at_cut + 3] + messages[-2:]
+        kinds = set()
+        for m in probes:
+            offset, size = m["commitLogOffset"], m["size"]
+            kept = offset < ns.scan_from or offset + size <= cut
+            kinds.add("before the start" if offset < ns.scan_from else "walked, kept" if kept else "cut off")
+            found = end_before(store, offset, size)
+            assert (found is None) == kept, (offset, found)
+            if found is not None:
+                assert (found.end.offset, found.end.reason, found.eras) == (cut, StopReason.CRC, "")
+            if offset >= ns.scan_from:
+                _, walked = compiled_end(store, ns.scan_from, workers=2, stop=offset + size)
+                assert (walked.reason == StopReason.LIMIT) == kept and (kept or walked.offset == cut), (offset, walked)
+        assert kinds == ({"before the start", "walked, kept", "cut off"} if version == "4.9.7" else {"before the start", "walked, kept"})

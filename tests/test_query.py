@@ -8,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from conftest import recovered, store_path
+from conftest import copy_store, manifest, recovered, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -246,3 +246,159 @@ def test_time_lookup_cli():
     assert row["queue_offset"] == next(o for o, ts in entries if ts >= entries[1][1])
     assert row["rule"] == "5.x BoundaryType.LOWER"
     assert row["message_store_timestamp"] == entries[1][1] or row["message_store_timestamp"] >= entries[1][1]
+
+
+# ---- lookups against the end the broker's next start gives the log ----------------------------------
+
+SEGMENT, HEADER = 1 << 20, 96  # clean-small's segment size; bytes before the body of a record with IPv4 hosts (reference §2.1)
+
+
+def _cut_store(tmp_path, version: str) -> tuple[str, dict, list[dict]]:
+    """A copy of ``clean-small`` with one body byte flipped in a record of its third segment (the
+    third-from-last, where a 4.x normal recovery starts): the broker's next start ends the log at that
+    record, and every record after it lies past the end, as records a crash left past a cut do."""
+    root = copy_store(version, "clean-small", tmp_path)
+    messages = manifest(version, "clean-small")["messages"]
+    victim = next(m for m in messages if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
+                  and "[" not in m["bornHost"] + m["storeHost"])
+    at = victim["commitLogOffset"] + HEADER + 100
+    with open(root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}", "r+b") as f:
+        f.seek(at % SEGMENT)
+        byte = f.read(1)[0]
+        f.seek(at % SEGMENT)
+        f.write(bytes([byte ^ 0xFF]))
+    return str(root), victim, messages
+
+
+def _query(*args) -> tuple[int, list[dict], str]:
+    res = CliRunner().invoke(app, [*args, "-f", "json"])
+    return res.exit_code, json.loads(res.stdout) if res.stdout.strip() else [], res.stderr
+
+
+def test_msg_id_and_dump_serve_no_record_past_the_next_starts_end(tmp_path):
+    """4.9.7 normal recovery scans from the third-from-last segment with checkCRCOnRecover: it ends the log
+    at the flipped record, and ``viewMessage`` on the restarted broker finds nothing at or after it (its
+    ``selectMappedBuffer`` stops at the truncated read position). Before, ``query msg-id`` and ``dump
+    --msg-id`` read those records as they lie and answered them found (exit 0)."""
+    path, victim, messages = _cut_store(tmp_path, "4.9.7")
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    for gone in (victim, messages[-1]):
+        code, rows, err = _query("query", "msg-id", path, gone["msgId"])
+        assert code == 1
+        assert [(r["offset"], r["error"], r.get("msg_id")) for r in rows] == [(gone["commitLogOffset"], words, None)]
+        assert err == f"mqtool: offset {gone['commitLogOffset']}: {words}\n"
+        code, rows, err = _query("dump", path, "--msg-id", gone["msgId"])
+        assert (code, rows) == (1, [])
+        assert err == f"mqtool: no message at offset {gone['commitLogOffset']} of --msg-id: {words}\n"
+    walked = max((m for m in messages if 2 * SEGMENT <= m["commitLogOffset"] < cut), key=lambda m: m["commitLogOffset"])
+    for kept in (messages[0], walked):  # before the scan's start segment; in the walked range, before the cut
+        for argv in (("query", "msg-id", path, kept["msgId"]), ("dump", path, "--msg-id", kept["msgId"])):
+            code, rows, err = _query(*argv)
+            assert code == 0, err
+            want = (kept["commitLogOffset"], kept["msgId"], kept["storeTimestamp"])
+            assert [(r["offset"], r["msg_id"], r["store_timestamp"]) for r in rows] == [want]
+
+
+def test_lookups_on_a_log_written_over_a_cut_answer_as_the_restarted_broker():
+    """4.9.7 ``rewrite-clean``: a crash cut the log, the broker wrote over the cut and stopped cleanly; past the new
+    end lie intact stale records, and the queues still hold entries pointing at them. Restarted, the broker
+    (its recovered JSON) ends the log at the same place; ``truncateDirtyLogicFiles`` removed every entry pointing
+    at or after that end (§5.8), so ``getMessage`` answers OFFSET_OVERFLOW_ONE at the queue's new max offset and
+    _BADLY after it; an entry kept before the end whose bytes run past it is MESSAGE_WAS_REMOVING; and
+    ``viewMessage`` maps nothing past the end. Before, ``query offset`` answered FOUND (exit 0) for the removed
+    entries and ``query msg-id`` served the stale records."""
+    path = str(store_path("4.9.7", "rewrite-clean"))
+    doc, broker = manifest("4.9.7", "rewrite-clean"), recovered("4.9.7", "rewrite-clean")
+    end = broker["commitLog"]["maxOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {end} ("
+    new_max = {(q["topic"], q["queueId"]): q["maxOffset"] for q in broker["queues"]}
+    beyond = doc["consumeQueueEntriesBeyondLogicalEnd"]["entries"]
+    removed = [e for e in beyond if e["phyOffset"] >= end]
+    assert len(removed) > 30
+    for e in removed:
+        queue_max = new_max[(e["topic"], e["queueId"])]
+        code, (row,), err = _query("query", "offset", path, e["topic"], str(e["queueId"]), str(e["queueOffset"]))
+        assert code == 1 and row.get("msg_id") is None
+        assert row["status"] == ("OFFSET_OVERFLOW_ONE" if e["queueOffset"] == queue_max else "OFFSET_OVERFLOW_BADLY"), e
+        assert row["error"].startswith(words)
+        assert row["error"].endswith(f"and serves nothing after it; it truncates this queue to max offset {queue_max}")
+        assert err == f"mqtool: {e['topic']}/{e['queueId']} queue offset {e['queueOffset']}: {row['error']}\n"
+    served = {(q["topic"], q["queueId"], x["queueOffset"]): x for q in broker["queues"] for x in q["entries"]}
+    straddling = [e for e in beyond if e["phyOffset"] < end < e["phyOffset"] + e["size"]]
+    last = [(t, i, m - 1) for (t, i), m in new_max.items() if m > 0]  # each queue's last entry the broker serves: nearest the end
+    for key in {*last, *((e["topic"], e["queueId"], e["queueOffset"]) for e in straddling)}:
+        entry = served[key]
+        if any(m.get("decodeFailed") for m in entry.get("messages", [])):
+            continue  # the broker serves stale bytes no client decodes (FOUND); mqtool reads no record there
+        code, (row,), _ = _query("query", "offset", path, *map(str, key))
+        assert row["status"] == entry["getStatus"], key
+        assert row.get("offset") == (entry["messages"][0]["commitLogOffset"] if entry["getStatus"] == "FOUND" else None)
+    assert straddling and {served[e["topic"], e["queueId"], e["queueOffset"]]["getStatus"] for e in straddling} == {"MESSAGE_WAS_REMOVING"}
+    stale = [r for r in doc["stalePhase1Records"]["records"] if r["commitLogOffset"] >= end]
+    assert len(stale) > 50
+    for r in stale:
+        code, rows, err = _query("query", "msg-id", path, r["msgId"])
+        assert code == 1 and [(x["offset"], x.get("msg_id")) for x in rows] == [(r["commitLogOffset"], None)]
+        assert rows[0]["error"].startswith(words) and err == f"mqtool: offset {r['commitLogOffset']}: {rows[0]['error']}\n"
+
+
+def test_a_normal_start_before_4_3_2_keeps_the_queue_entries_past_the_end(tmp_path):
+    """3.2.6-4.3.1 normal recovery truncates no consume queue (rules-by-version 2.4): an entry pointing past the end
+    stays in its queue, and ``getMessage`` maps nothing for it (MESSAGE_WAS_REMOVING); 4.3.2+ cut it (OFFSET_OVERFLOW_ONE
+    at the queue's new max). 4.2.0 ``clean-small`` leaves both eras: the answer is the newest's and names the others.
+    Before, the entry counted as FOUND (exit 0)."""
+    path, victim, messages = _cut_store(tmp_path, "4.2.0")
+    cut = victim["commitLogOffset"]
+    gone = min((m for m in messages if m["dispatchToConsumeQueue"] and m["commitLogOffset"] >= cut), key=lambda m: m["commitLogOffset"])
+    where = (gone["topic"], str(gone["queueId"]), str(gone["queueOffset"]))
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    code, (row,), err = _query("query", "offset", path, *where, "--broker-version", "4.2.0")
+    assert (code, row["status"], row["error"], row.get("msg_id")) == (1, "MESSAGE_WAS_REMOVING", words, None)
+    assert err == f"mqtool: {gone['topic']}/{gone['queueId']} queue offset {gone['queueOffset']}: {words}\n"
+    code, (row,), _ = _query("query", "offset", path, *where)
+    assert (code, row["status"], row.get("msg_id")) == (1, "OFFSET_OVERFLOW_ONE", None)
+    assert row["error"] == (f"{words}; it truncates this queue to max offset {gone['queueOffset']}; "
+                            "E3a-E3b (4.2.0-4.3.1) brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides")
+
+
+def test_a_cut_only_some_eras_left_read_is_a_cut_that_names_them(tmp_path):
+    """5.3.2+ normal recovery starts at the newest segment at or below the consume queues' max (rules-by-version 2.1),
+    after the flipped record: a 5.3.3 broker keeps and serves every record. 5.2.0-5.3.1 start at the third-from-last
+    segment and cut the log there. ``clean-small``'s marks leave both: the lookup says the record is not served,
+    naming the eras whose start cuts it; ``--broker-version`` decides."""
+    path, victim, messages = _cut_store(tmp_path, "5.3.3")
+    after = messages[-1]
+    code, rows, _ = _query("query", "msg-id", path, after["msgId"], "--broker-version", "5.3.3")
+    assert (code, [r["msg_id"] for r in rows]) == (0, [after["msgId"]])
+    where = (after["topic"], str(after["queueId"]), str(after["queueOffset"]))
+    code, (row,), _ = _query("query", "offset", path, *where, "--broker-version", "5.3.3")
+    assert (code, row["status"], row["msg_id"]) == (0, "FOUND", after["msgId"])
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    code, rows, _ = _query("query", "msg-id", path, after["msgId"], "--broker-version", "5.3.1")
+    assert (code, [(r["error"], r.get("msg_id")) for r in rows]) == (1, [(words, None)])
+    code, rows, err = _query("query", "msg-id", path, after["msgId"])
+    undecided = f"{words} (the next start of E17 (5.2.0-5.3.1) brokers; the others serve it: --broker-version decides)"
+    assert (code, [(r["error"], r.get("msg_id")) for r in rows]) == (1, [(undecided, None)])
+    code, (row,), _ = _query("query", "offset", path, *where)
+    assert (code, row["status"], row.get("msg_id")) == (1, "OFFSET_OVERFLOW_BADLY", None)
+    assert row["error"].startswith(undecided)
+
+
+def test_msg_id_past_a_dledger_stores_next_start_end_is_not_served(tmp_path):
+    """A DLedger store (reference §15.4): an entry whose magic is broken ends ``DLedgerMmapFileStore.recover``'s
+    walk, which truncates the data there; the messages of that entry and after it are not served."""
+    root = copy_store("4.9.7", "dledger-small", tmp_path)
+    messages = manifest("4.9.7", "dledger-small")["messages"]
+    victim = next(m["dledgerEntry"] for m in messages if m["dledgerEntry"]["pos"] > SEGMENT + SEGMENT // 4)
+    with open(root / "dledger-n0" / victim["file"], "r+b") as f:
+        f.seek(victim["filePosition"])
+        f.write(b"\x00\x00\x00\x09")  # magic
+    gone = next(m for m in messages if m["dledgerEntry"]["pos"] == victim["pos"])
+    kept = max((m for m in messages if m["dledgerEntry"]["pos"] < victim["pos"]), key=lambda m: m["commitLogOffset"])
+    code, rows, err = _query("query", "msg-id", str(root), gone["msgId"])
+    assert code == 1 and [r.get("msg_id") for r in rows] == [None]
+    assert f"past the log's end: the broker's next start ends the log at {victim['pos']} (corrupt record)" in rows[0]["error"]
+    code, rows, _ = _query("query", "msg-id", str(root), kept["msgId"])
+    assert (code, [r["msg_id"] for r in rows]) == (0, [kept["msgId"]])

@@ -162,7 +162,10 @@ def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
 
 
 def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:
-    """``--msg-id``: the offsetMsgId names the record's ``offset``; read that record alone."""
+    """``--msg-id``: the offsetMsgId names the record's ``offset``; read that record alone, none past the
+    end the broker's next start gives the log (``lookup.cut_off``: the restarted broker serves nothing there)."""
+    from ..store.lookup import cut_off, past_end_error
+
     try:
         record = store.commitlog.read_record(offset)
     except (FormatError, LookupError) as exc:
@@ -170,6 +173,8 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
         return
     if getattr(record, "msg_id", None) != msg_id.upper():
         note(f"the record at offset {offset} of --msg-id has offsetMsgId {getattr(record, 'msg_id', None)}: another store host")
+    elif (cut := cut_off(store, record)) is not None:
+        note(f"no message at offset {offset} of --msg-id: {past_end_error(cut)}")
     elif limit != 0:
         yield from _matching([message_of(store, record, body, decompress)], match)
 

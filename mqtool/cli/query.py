@@ -186,7 +186,7 @@ def query_msg_id(
     except ValueError:
         raise UsageError(f"{msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
     with open_store(store, broker_config, broker_version) as s:
-        record, error = lookup.read_message(s, decoded.commit_log_offset)
+        record, error = lookup.read_served(s, decoded.commit_log_offset)
         if record is not None and record.msg_id != msg_id.upper():
             note(f"the record at offset {decoded.commit_log_offset} has msg_id {record.msg_id} (store host differs: {decoded.host} in the id)")
         found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
@@ -232,9 +232,10 @@ def query_offset(
             elif queue_offset >= rng.max_offset:
                 row["status"] = "OFFSET_OVERFLOW_BADLY" if queue_offset > rng.max_offset else "OFFSET_OVERFLOW_ONE"
             if entry is not None and entry.is_valid and not entry.is_filler:
-                record, error = lookup.read_message(s, entry.phys_offset)
-                row.setdefault("status", "FOUND" if record is not None else "MESSAGE_WAS_REMOVING")
-                row["error"] = error
+                record, row["error"], status = lookup.read_queue_entry(s, topic, queue, queue_offset, entry.phys_offset, entry.size)
+                row.setdefault("status", status)
+                if row["error"] and row["error"].startswith(lookup.PAST_END):
+                    note(f"{topic}/{queue} queue offset {queue_offset}: {row['error']}")
             else:
                 row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
         if record is not None:

@@ -16,7 +16,10 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
 from .index import LONG_MAX, query_entries
+from .nextstart import ENDS, Cut, end_before
+from .startfile import log_recovery_mode
 from .store import Store
+from .version import eras_label
 
 DEFAULT_MAX_KEY = 64  # mqadmin queryMsgByKey asks 64; IndexService caps at maxMsgsNumBatch = 64
 DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQueryMaxNum = 32
@@ -101,6 +104,30 @@ def read_message(store: Store, offset: int, logical_end: int | None = None) -> t
     return record, None
 
 
+def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None, str | None]:
+    """``read_message``, less a record the broker's next start cuts off (``cut_off``): what ``viewMessage``
+    returns once the broker has restarted on these files."""
+    record, error = read_message(store, offset)
+    cut = None if record is None else cut_off(store, record)
+    return (record, error) if cut is None else (None, past_end_error(cut))
+
+
+def cut_off(store: Store, record: clfmt.CommitLogRecord) -> Cut | None:
+    """Where the broker's next start ends the log when that is before ``record``'s end (``nextstart.end_before``:
+    the restarted broker serves no such record), else None. Such a record lies where the log went on before
+    a crash, or where an earlier life of the segment wrote it."""
+    return end_before(store, record.offset, record.total_size)
+
+
+PAST_END = "past the log's end"
+
+
+def past_end_error(cut: Cut) -> str:
+    ends = f"the broker's next start ends the log at {cut.end.offset} ({ENDS.get(cut.end.reason, cut.end.reason)})"
+    eras = f" (the next start of {cut.eras} brokers; the others serve it: --broker-version decides)" if cut.eras else ""
+    return f"{PAST_END}: {ends} and serves nothing after it{eras}"
+
+
 def _after_index(store: Store) -> tuple[int | None, int | None]:
     """The offset of the index's last entry (newest file's ``end_phy_offset``) and of the record
     after it (None when that entry does not lead to a record)."""
@@ -183,6 +210,46 @@ def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
 
 def _range(store: Store, queue, recovered) -> QueueRange:
     return QueueRange(queue.corrected_min_offset(store.commitlog.min_offset, recovered.end, v5=store.rules.v5), recovered.max_offset)
+
+
+def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int, phys_offset: int,
+                     size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
+    """The record a consume queue entry points to as the restarted broker's ``getMessage`` serves it: (record,
+    error, status). Past the end its next start gives the log (``nextstart.end_before`` of the entry's bytes),
+    ``truncateDirtyLogicFiles`` removes the entries pointing at or after that end (§5.8; rules-by-version 2.4,
+    2.8: not the 3.2.6-4.3.1 normal recovery): the status is what ``getMessage`` answers against the queue's max
+    offset after that cut; an entry it keeps whose bytes run past the end maps nothing (``selectMappedBuffer``:
+    MESSAGE_WAS_REMOVING)."""
+    cut = end_before(store, phys_offset, size)
+    if cut is None:
+        record, error = read_message(store, phys_offset)
+        return record, error, "FOUND" if record is not None else "MESSAGE_WAS_REMOVING"
+    eras = store.version_guess.eras
+    always = store.recovers_dledger_data or log_recovery_mode(store, store.rules) == "abnormal"
+    keeping = [] if always else [e for e in eras if e not in store.eras_where("normal_truncates_cq")]  # eras whose start keeps it
+    if phys_offset < cut.end.offset or len(keeping) == len(eras):
+        return None, past_end_error(cut), "MESSAGE_WAS_REMOVING"
+    max_offset = queue_max_after_cut(store, topic, queue_id, cut.end.offset, queue_offset)
+    status = "NO_MESSAGE_IN_QUEUE" if max_offset == 0 else "OFFSET_OVERFLOW_ONE" if max_offset == queue_offset else "OFFSET_OVERFLOW_BADLY"
+    undecided = f"; {eras_label(keeping)} brokers keep the entry (MESSAGE_WAS_REMOVING): --broker-version decides" if keeping else ""
+    return None, f"{past_end_error(cut)}; it truncates this queue to max offset {max_offset}{undecided}", status
+
+
+def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
+    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) has removed its units pointing at or past
+    ``end``, the one at ``below`` among them: the first such unit or invalid one (they point forward in the log: a
+    binary search), 0 when that is its first file's first (every file deleted: ``getMaxOffsetInQueue`` of no file)."""
+    queue = store.consume_queue(topic, queue_id)
+    first = low = queue.files[0][0] // ENTRY_SIZE
+    high = below
+    while low < high:
+        mid = (low + high) // 2
+        entry = queue.read_entry(mid)
+        if entry is None or not entry.is_valid or entry.phys_offset >= end:
+            high = mid
+        else:
+            low = mid + 1
+    return 0 if low == first else low
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:

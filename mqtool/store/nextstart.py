@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
@@ -111,6 +111,48 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
                      dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store) or timer_refusal(store), blank.offset if blank is not None and blank.writes else None)
+
+
+class Cut(NamedTuple):
+    """``end_before``'s answer: where the next start ends the log, and which eras' start does so ("": all of them)."""
+
+    end: ScanEnd
+    eras: str
+
+
+def end_before(store: Store, offset: int, size: int) -> Cut | None:
+    """Where the broker's next start ends the log when that end cuts off the ``size`` bytes at ``offset``, else
+    None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past the end
+    (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``), so ``viewMessage`` finds nothing there.
+    Bytes before the start segment (``startfile.recovery_start``) are never validated and always served; else the
+    start's walk (``summary.logical_end``) runs only up to ``offset + size``. While several eras remain that start
+    in different places (``start_of``), a cut under any of them is one, naming them: the walk from an earlier start
+    answers for every later one it reaches. A DLedger store's end: its entry walk (§15.4)."""
+    if store.recovers_dledger_data:
+        from .dledgerstart import data_recovery
+
+        end = data_recovery(store.commitlog).end
+        return Cut(end, "") if offset + size > end.offset else None
+    from .eras import candidate_groups
+    from .summary import logical_end
+
+    groups = {store.version: []} if store.version is not None else candidate_groups(store)
+    starts = {c: recovery_start(store, VersionRules(c)).offset for c in groups}
+    ends: dict[int, ScanEnd | None] = {}
+    walked: tuple[int, ScanEnd] | None = None  # the last walk: its start and end
+    for start in sorted(set(starts.values())):
+        if start > offset or (walked is not None and walked[1].reason == StopReason.LIMIT):
+            ends[start] = None
+        elif walked is not None and walked[1].offset >= start:
+            ends[start] = ends[walked[0]]
+        else:
+            walked = (start, logical_end(store, start, stop=offset + size)[1])
+            ends[start] = None if walked[1].reason == StopReason.LIMIT else walked[1]
+    cutting = [c for c in groups if ends[starts[c]] is not None]
+    if not cutting:
+        return None
+    eras = "" if len(cutting) == len(groups) else eras_label([e for c in cutting for e in groups[c]])
+    return Cut(ends[starts[cutting[0]]], eras)
 
 
 def dledger_next_start(store: Store) -> NextStart:

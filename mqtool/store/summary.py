@@ -12,7 +12,6 @@ import os
 from typing import Any
 
 from ..formats.markers import LOCK_FILE
-from .batchconsumequeue import UNIT_SIZE
 from .commitlog import ScanEnd, StopReason
 from .index import list_index_files
 from .layout import unchecked_parts
@@ -25,27 +24,28 @@ WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (abou
 INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count")
 
 
-def logical_end(store: Store, start: int) -> tuple[int, ScanEnd]:
+def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int, ScanEnd]:
     """(valid records from ``start``, where the normal-recovery scan ends): the CRC-checked walk
-    of ``CommitLog.recoverNormally`` (reference §8.3), stopping at the first invalid record."""
+    of ``CommitLog.recoverNormally`` (reference §8.3), stopping at the first invalid record; with
+    ``stop``, at the first record starting at or after it (``StopReason.LIMIT``: every record before is valid)."""
     count, resume = 0, start
     if not store.is_dledger:
-        scan = store.commitlog.scan(start, check_crc=True)
+        scan = store.commitlog.scan(start, stop, check_crc=True)
         for record in scan:
             count += 1
             resume = record.offset + record.total_size
             if count >= SCHEMA_SCAN_RECORDS:
                 break
         else:
-            if scan.end.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS):
+            if scan.end.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS, StopReason.LIMIT):
                 return count, scan.end
             count, resume = 0, start  # damage: the compiled walk words the end
-    walked, end = compiled_end(store, resume)
+    walked, end = compiled_end(store, resume, stop=stop)
     return count + walked, end
 
 
-def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[int, ScanEnd]:
-    """``logical_end``'s compiled walk from ``start``: (valid records, end). The chain leaves a segment
+def compiled_end(store: Store, start: int, workers: int | None = None, stop: int | None = None) -> tuple[int, ScanEnd]:
+    """``logical_end``'s compiled walk from ``start`` (up to ``stop``): (valid records, end). The chain leaves a segment
     only at a blank (§8.3), so segments are walked ``workers`` at a time (the walk releases the GIL);
     the first whose walk does not end at a blank ends the chain, worded by a ``FastScan`` from it."""
     from concurrent.futures import ThreadPoolExecutor
@@ -57,24 +57,26 @@ def compiled_end(store: Store, start: int, workers: int | None = None) -> tuple[
     first = commitlog.segment_index(start)
     workers = workers or min(os.cpu_count() or 1, 2)
 
-    def walk(begin: int, stop: int | None) -> tuple[int, ScanEnd, bool]:
-        scan = FastScan(commitlog, begin, stop, check_crc=True, stop_on_crc=True, batch_bytes=WALK_BATCH_BYTES, release_behind=True)  # pages behind the walk dropped: flat RSS
+    def walk(begin: int, until: int | None) -> tuple[int, ScanEnd, bool]:
+        scan = FastScan(commitlog, begin, until, check_crc=True, stop_on_crc=True, batch_bytes=WALK_BATCH_BYTES,
+                        release_behind=True)  # pages behind the walk dropped: flat RSS
         return sum(len(batch.rows) for batch in scan), scan.end, bool(scan.blanks)
 
-    if store.is_dledger or first is None or first + 1 >= len(segments) or workers < 2:
-        count, end, _ = walk(start, None)
+    begins = [] if first is None else [start, *(seg.base_offset for seg in segments[first + 1 :] if stop is None or seg.base_offset < stop)]
+    if store.is_dledger or len(begins) < 2 or workers < 2:
+        count, end, _ = walk(start, stop)
         return count, end
-    spans = [(start if i == first else segments[i].base_offset, segments[i + 1].base_offset if i + 1 < len(segments) else None) for i in range(first, len(segments))]
+    spans = list(zip(begins, [*begins[1:], stop]))  # the last ends at ``stop`` (None: the log's end)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="mqtool-info-walk")
     try:
-        futures = [pool.submit(walk, begin, stop) for begin, stop in spans]
+        futures = [pool.submit(walk, begin, until) for begin, until in spans]
         count = 0
-        for (begin, stop), future in zip(spans, futures):
+        for (begin, until), future in zip(spans, futures):
             walked, end, blank = future.result()
-            if stop is None:
+            if begin == begins[-1]:
                 return count + walked, end
-            if not (blank and end.offset == stop):
-                walked, end, _ = walk(begin, None)
+            if not (blank and end.offset == until):
+                walked, end, _ = walk(begin, stop)
                 return count + walked, end
             count += walked
     finally:
@@ -137,6 +139,8 @@ def index_summary(store: Store) -> dict[str, Any] | None:
 def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
     """Each batch consume queue as the broker loads it (§5.5): units from its first file's start
     to its recovery's end, queue offsets ``[first msgBaseOffset, last msgBaseOffset + batchSize)``."""
+    from .batchconsumequeue import UNIT_SIZE  # not loaded by a lookup's walk (``logical_end``)
+
     out = []
     for q in store.batch_consume_queues:
         begin, end = (q.files[0][0] if q.files else 0), q.recover()
