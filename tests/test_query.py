@@ -402,3 +402,25 @@ def test_msg_id_past_a_dledger_stores_next_start_end_is_not_served(tmp_path):
     assert f"past the log's end: the broker's next start ends the log at {victim['pos']} (corrupt record)" in rows[0]["error"]
     code, rows, _ = _query("query", "msg-id", str(root), kept["msgId"])
     assert (code, [r["msg_id"] for r in rows]) == (0, [kept["msgId"]])
+
+
+def test_offset_in_an_empty_or_missing_queue_is_no_message_in_queue(tmp_path):
+    """``getMessage`` (3.2.6-5.3.3) answers NO_MESSAGE_IN_QUEUE when the queue's max offset is 0, asked
+    before the range, and ``findConsumeQueue`` creates a queue that has no folder: the 5.3.3 broker's
+    recovered manifest lists SCHEDULE_TOPIC_XXXX/12 with min and max offset 0, no folder on disk. Before,
+    mqtool answered NO_MATCHED_LOGIC_QUEUE, a status the broker never gives."""
+    doc = recovered("5.3.3", "config-real")
+    path = str(store_path("5.3.3", "config-real"))
+    (empty,) = [q for q in doc["queues"] if q["maxOffset"] == 0]
+    assert not (store_path("5.3.3", "config-real") / "consumequeue" / empty["topic"] / str(empty["queueId"])).exists()
+    for queue_offset in (0, 3):
+        code, (row,), _ = _query("query", "offset", path, empty["topic"], str(empty["queueId"]), str(queue_offset))
+        assert (code, row["status"], row["queue_min_offset"], row["queue_max_offset"]) == (1, "NO_MESSAGE_IN_QUEUE", 0, 0)
+    copy = tmp_path / "store"  # a queue whose one file holds no unit yet: loaded, max offset 0
+    shutil.copytree(path, copy)
+    some = next((copy / "consumequeue").glob("*/*/00000000000000000000"))
+    empty = copy / "consumequeue" / "TopicWithNoMessage" / "0"
+    empty.mkdir(parents=True)
+    (empty / some.name).write_bytes(bytes(some.stat().st_size))
+    code, (row,), _ = _query("query", "offset", str(copy), "TopicWithNoMessage", "0", "0")
+    assert (code, row["status"], row["queue_max_offset"]) == (1, "NO_MESSAGE_IN_QUEUE", 0)

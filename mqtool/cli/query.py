@@ -220,14 +220,16 @@ def query_offset(
         rng = lookup.queue_range(s, topic, queue)
         row: dict[str, Any] = {"topic": topic, "queue_id": queue, "queue_offset": queue_offset}
         record = None
-        if rng is None:
-            row.update(status="NO_MATCHED_LOGIC_QUEUE", error=f"no consume queue {topic}/{queue}")
+        if rng is None:  # ``findConsumeQueue`` makes the queue: empty, max offset 0 (every release)
+            row.update(status="NO_MESSAGE_IN_QUEUE", queue_min_offset=0, queue_max_offset=0, error=f"no consume queue {topic}/{queue}")
         else:
             row.update(queue_min_offset=rng.min_offset, queue_max_offset=rng.max_offset)
             entry = s.consume_queue(topic, queue).read_entry(queue_offset)
             if entry is not None:
                 row.update(cq_phys_offset=entry.phys_offset, cq_size=entry.size, cq_tags_code=entry.tags_code)
-            if queue_offset < rng.min_offset:
+            if rng.max_offset == 0:  # ``getMessage`` asks this first
+                row["status"] = "NO_MESSAGE_IN_QUEUE"
+            elif queue_offset < rng.min_offset:
                 row["status"] = "OFFSET_TOO_SMALL"
             elif queue_offset >= rng.max_offset:
                 row["status"] = "OFFSET_OVERFLOW_BADLY" if queue_offset > rng.max_offset else "OFFSET_OVERFLOW_ONE"
