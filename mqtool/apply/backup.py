@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, shell_path, write_atomic, write_range
+from ..fileops import TMP_SUFFIX, beside, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range, remove, shell_path, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -33,6 +34,15 @@ def staging_path(store_root: Path, final: Path) -> Path:
     """Where a store file is written before it is renamed into place: the staging directory, never
     the file's own (``MappedFileQueue.load`` refuses a file whose name is not an offset)."""
     return Path(store_root) / STAGING_DIR / _flat(os.path.relpath(final, store_root), 20)
+
+
+def work_path(store_root: Path, target: Path) -> Path:
+    """Where a whole file that replaces ``target`` is written before ``install`` renames it: the staging
+    directory, or ``beside`` the file when its folder is on another file system (a link to another disk),
+    which no rename from the staging directory reaches (``install`` copies across a mount it cannot tell)."""
+    tmp = staging_path(store_root, target)
+    makedirs(tmp.parent)
+    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else beside(target)
 
 
 def default_backup_dir(store_root: Path, command: str) -> Path:
@@ -215,7 +225,8 @@ class BackupSet:
             else:
                 st = src.stat()
                 how = link_or_copy(src, copy, synced=synced, copied=copied)  # a copy to another file system: minutes for a segment
-                events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how})
+                events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how,
+                               "uid": st.st_uid, "gid": st.st_gid, "mode": stat.S_IMODE(st.st_mode)})
                 result[rel] = copy
         for d in sorted(synced, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(d)
@@ -610,11 +621,12 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         kind, rel = ev.get("ev"), ev.get("path")
         target = root / rel if rel else None
         if kind == "backup-file":
-            makedirs(target.parent)
-            tmp = _restore_tmp(root, target)
+            makedirs(target.parent, like_parent=True)
+            tmp = work_path(root, target)
             copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
-            os.replace(tmp, target)
+            install(tmp, target, (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target))  # a journal from before owners were kept
+            remove(beside(target))  # what an ``install`` across file systems that was killed left
             fsync_dir(target.parent)
             restored.append(rel)
         elif kind == "backup-range":
@@ -632,6 +644,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                 fsync_dir(target.parent)
                 restored.append(rel)
         elif kind == "create":
+            remove(beside(target))
             if remove(target):
                 deleted.append(rel)
         elif kind == "create-dir":
@@ -649,12 +662,6 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
 
 
-def _restore_tmp(root: Path, target: Path) -> Path:
-    """Where a restored file is written before its rename: the staging directory, or beside the file
-    when its directory is on another file system (a link to another disk), which no rename reaches."""
-    tmp = staging_path(root, target)
-    makedirs(tmp.parent)
-    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else target.with_name(target.name + TMP_SUFFIX)
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):
