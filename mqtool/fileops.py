@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import shlex
+import shutil
 import stat
 from pathlib import Path
 from typing import Callable, Iterator
@@ -155,6 +156,36 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
     fsync_path(near)
     os.replace(near, target)
     os.unlink(tmp)
+
+
+def copy_entry(src: Path, dst: Path) -> None:
+    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners, modes and mtimes kept),
+    fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists it is whole."""
+    part = beside(dst)
+    remove_entry(part)  # what a killed copy left
+    if src.is_symlink():
+        os.symlink(os.readlink(src), part)
+        copied = [part]
+    else:
+        shutil.copytree(src, part, symlinks=True)
+        copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
+    for path in copied:  # a folder after what it holds
+        st = os.lstat(src / path.relative_to(part))
+        os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+        if not path.is_symlink():
+            os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            fsync_path(path)
+    os.rename(part, dst)
+    fsync_dir(dst.parent)
+
+
+def remove_entry(path: Path) -> None:
+    """Delete a file, symlink or directory tree (nothing if absent), then fsync its folder."""
+    if not os.path.lexists(path):
+        return
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    fsync_dir(path.parent)
 
 
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:

@@ -161,3 +161,75 @@ def test_restore_gives_back_each_files_owner_and_mode(tmp_path):
     undone = run("restore", tmp_path / "backup", "--yes")
     assert undone.exit_code == 0, undone.stderr
     assert owners(store, tmp_path / "none") == before
+
+
+def entries(base: Path, prefix: str = "") -> dict[str, tuple]:
+    """Every entry under ``base`` as it is (links not followed): a file's bytes, a symlink's target, a
+    folder; each with its owner, mode and mtime."""
+    out = {}
+    for p in base.rglob("*"):
+        st = p.lstat()
+        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+        out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, None if p.is_symlink() or p.is_dir() else st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("kill", [None, "copy_entry", "remove_entry"])
+def test_stray_entries_in_folders_on_another_disk_are_quarantined_and_put_back(tmp_path, second_disk, monkeypatch, kill):
+    """A stray folder and symlinks in ``commitlog/`` and in a queue folder, both linked to another disk than
+    the backup's: before, ``repair`` refused (exit 3, "the backup directory is on another file system"), as
+    no rename moves them into the backup. Now each is copied in as it is (links, owners, modes, times),
+    then deleted, and ``restore`` copies it back. Killed once the move is logged (nothing moved yet) or
+    once the copy is in the backup (the original not yet deleted), the same command again finishes it."""
+    import mqtool.apply.backup as backup_module
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog", "consumequeue"))
+    stray = second_disk / "commitlog" / "backup"
+    (stray / "sub").mkdir(parents=True)
+    (stray / "sub" / "kept").write_bytes(b"kept")
+    os.symlink("sub/kept", stray / "alias")
+    os.chown(stray / "sub" / "kept", *BROKER)
+    (stray / "sub" / "kept").chmod(0o600)
+    os.utime(stray / "sub" / "kept", ns=(1, 1_500_000_000_000_000_000))
+    os.symlink("/nonexistent", second_disk / "commitlog" / "zz")
+    queue = next(p for p in sorted((second_disk / "consumequeue").glob("*/*")) if p.is_dir())
+    (queue / "old").mkdir()
+    moved = (stray, second_disk / "commitlog" / "zz", queue / "old")
+    names = {p.name for p in moved}
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    if kill:
+        real = getattr(backup_module, kill)
+        with monkeypatch.context() as m:
+            m.setattr(backup_module, kill, lambda src, *rest: (_ for _ in ()).throw(Killed(src)) if src.name in names else real(src, *rest))
+            with pytest.raises(Killed):
+                run(*args)
+        assert all(os.path.lexists(p) for p in moved)
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not any(os.path.lexists(p) for p in moved) and run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def test_a_quarantine_killed_before_its_rename_is_finished_by_the_same_command(tmp_path, monkeypatch):
+    """Killed after the move of a stray folder is logged, before its rename: before, finishing the apply
+    took the logged move as done and left the folder in ``commitlog/`` with its step marked done (only
+    ``repair``'s planning again moved it, in a stage of its own). Now the apply it was in moves it."""
+    from mqtool.apply import resume_pending
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    (store / "commitlog" / "backup").mkdir()
+    before = entries(store)
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    real = os.rename
+    with monkeypatch.context() as m:
+        m.setattr(os, "rename", lambda src, dst: (_ for _ in ()).throw(Killed(src)) if Path(src).name == "backup" else real(src, dst))
+        with pytest.raises(Killed):
+            run(*args)
+    assert resume_pending(store).complete and not (store / "commitlog" / "backup").exists()
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0 and entries(store) == before

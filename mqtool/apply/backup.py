@@ -8,6 +8,7 @@ of an unfinished apply, ``.mqtool-repair`` that of a ``repair`` whose stages are
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import TMP_SUFFIX, beside, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range, remove, shell_path, write_atomic, write_range
+from ..fileops import TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range, remove, remove_entry, shell_path, write_atomic, write_range
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -245,19 +246,26 @@ class BackupSet:
 
     def move_entry(self, rel: str) -> None:
         """Move a directory or symlink of the store (a stray entry ``repair`` quarantines) into the backup as
-        it is, by a rename (``restore`` renames it back): logged first, so a kill before the rename leaves
-        nothing to undo. A backup on another file system than the store's is refused: no rename reaches it."""
-        src = self.store_root / rel
-        if rel in self._moved or not os.path.lexists(src):
+        it is, by a rename (``restore`` renames it back), logged first. Where the backup is on another file
+        system than the entry's folder (a store folder linked to another disk), it is copied in (``copy_entry``:
+        whole once in place), logged as such, then deleted; ``restore`` copies it back. Run again after a
+        kill, it finishes the move."""
+        src, dst = self.store_root / rel, self.moved_copy(rel)
+        if not os.path.lexists(src):
             return
-        dst = self.moved_copy(rel)
         makedirs(dst.parent)
-        if os.stat(dst.parent).st_dev != os.stat(src.parent).st_dev:
-            raise BadInput(f"{rel}: a directory or symlink is moved into the backup by a rename, and the backup directory is on "
-                           "another file system: give a --backup-dir on the store's, or move it out of the store by hand")
-        self.journal.append({"ev": "move-entry", "path": rel})
-        self._moved.add(rel)
-        os.rename(src, dst)
+        if rel not in self._moved:
+            self.journal.append({"ev": "move-entry", "path": rel})
+            self._moved.add(rel)
+        if not os.path.lexists(dst):
+            try:
+                os.rename(src, dst)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                self.journal.append({"ev": "move-entry", "path": rel, "how": "copy"})
+                copy_entry(src, dst)
+        remove_entry(src)  # the copied entry's original; nothing after a rename
         fsync_dir(dst.parent)
         fsync_dir(src.parent)
 
@@ -638,8 +646,15 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                     put_back(ev["end"] - ev["start"])
         elif kind == "move-entry":
             moved = backup.moved_copy(rel)
-            if os.path.lexists(moved) and not os.path.lexists(target):  # a kill before the rename moved nothing
-                makedirs(target.parent)
+            if not os.path.lexists(moved):  # a kill before the rename or the copy's own moved nothing
+                continue
+            if ev.get("how") == "copy":  # copied from another file system: what is there is its original, whole or part-deleted
+                remove_entry(target)
+                makedirs(target.parent, like_parent=True)
+                copy_entry(moved, target)
+                restored.append(rel)
+            elif not os.path.lexists(target):
+                makedirs(target.parent, like_parent=True)
                 os.rename(moved, target)
                 fsync_dir(target.parent)
                 restored.append(rel)
