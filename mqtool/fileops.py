@@ -121,14 +121,17 @@ def owner_for(target: Path) -> Owner:
 
 
 def set_owner(path: Path, owner: Owner | None) -> bool:
-    """Give ``path`` ``owner``'s uid, gid and bits (None: leave it); True if that changed anything."""
+    """Give ``path`` ``owner``'s uid, gid and bits (None: leave it); True if that changed anything. An owner
+    only root may give (mqtool run as a user, or root on NFS with root_squash) is left as it is: the runner's."""
     if owner is None:
         return False
     uid, gid, mode = owner
     st = os.lstat(path)
-    changed = (st.st_uid, st.st_gid) != (uid, gid)
-    if changed:
-        os.chown(path, uid, gid)  # clears set-user-ID bits: the mode after
+    changed = False
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        with contextlib.suppress(PermissionError):
+            os.chown(path, uid, gid)  # clears set-user-ID bits: the mode after
+            changed = True
     if mode is not None and stat.S_IMODE(os.lstat(path).st_mode) != mode:
         os.chmod(path, mode)
         changed = True

@@ -233,3 +233,26 @@ def test_a_quarantine_killed_before_its_rename_is_finished_by_the_same_command(t
     assert done.exit_code == 0, done.stderr
     assert run("verify", store, "--broker-version", "4.9.7").exit_code == 0
     assert run("restore", tmp_path / "backup", "--yes").exit_code == 0 and entries(store) == before
+
+
+def test_an_owner_only_root_may_give_is_left_to_the_runner(tmp_path):
+    """mqtool run as a user (or as root on NFS with root_squash) cannot give a file root's owner: the
+    file keeps its runner's, with the bits asked for, and the write goes on."""
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    os.chown(path, *BROKER)
+    tmp_path.chmod(0o711)
+    child = os.fork()
+    if child == 0:  # the broker's user, in a child process (in the folder: the ones above are root's 0700)
+        try:
+            os.chdir(tmp_path)
+            os.setgid(BROKER[1])
+            os.setuid(BROKER[0])
+            fileops.set_owner(Path(path.name), (0, 0, 0o600))
+        except BaseException as exc:
+            os.write(2, repr(exc).encode())
+            os._exit(1)
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (*BROKER, 0o600)
