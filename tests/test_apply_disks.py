@@ -256,3 +256,18 @@ def test_an_owner_only_root_may_give_is_left_to_the_runner(tmp_path):
     assert os.waitpid(child, 0)[1] == 0
     st = path.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (*BROKER, 0o600)
+
+
+def test_a_quarantined_folder_is_restored_from_a_backup_moved_to_another_disk(tmp_path, second_disk):
+    """The backup of a repair that quarantined a stray folder by a rename, moved to another disk since
+    (space was needed): before, ``restore`` failed on renaming the folder back ("Invalid cross-device
+    link", exit 3). Now it copies it back as it was."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    (store / "commitlog" / "backup" / "sub").mkdir(parents=True)
+    (store / "commitlog" / "backup" / "sub" / "kept").write_bytes(b"kept")
+    before = entries(store)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    shutil.move(tmp_path / "backup", second_disk / "backup")
+    undone = run("restore", second_disk / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert entries(store) == before

@@ -655,7 +655,12 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                 restored.append(rel)
             elif not os.path.lexists(target):
                 makedirs(target.parent, like_parent=True)
-                os.rename(moved, target)
+                try:
+                    os.rename(moved, target)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copy_entry(moved, target)  # the backup moved to another disk since
                 fsync_dir(target.parent)
                 restored.append(rel)
         elif kind == "create":
@@ -675,8 +680,6 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
-
-
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):
