@@ -61,7 +61,8 @@ def second_disk(tmp_path):
     import tempfile
 
     here = os.stat(tmp_path).st_dev
-    other = next((d for d in (memory_temproot(0), str(ROOT.parent), "/tmp") if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+    places = (memory_temproot(0), str(ROOT.parent), "/tmp")
+    other = next((d for d in places if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
     if other is None:
         pytest.skip("no second file system to link a store folder to")
     disk = Path(tempfile.mkdtemp(dir=other, prefix="mqtool-test-"))

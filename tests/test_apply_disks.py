@@ -170,7 +170,8 @@ def entries(base: Path, prefix: str = "") -> dict[str, tuple]:
     for p in base.rglob("*"):
         st = p.lstat()
         what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
-        out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, None if p.is_symlink() or p.is_dir() else st.st_mtime_ns)
+        mtime = None if p.is_symlink() or p.is_dir() else st.st_mtime_ns
+        out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, mtime)
     return out
 
 

@@ -22,7 +22,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range, remove, remove_entry, shell_path, write_atomic, write_range
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range,
+                       remove, remove_entry, shell_path, write_atomic, write_range)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -633,7 +634,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             tmp = work_path(root, target)
             copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
-            install(tmp, target, (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target))  # a journal from before owners were kept
+            kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal from before owners were kept
+            install(tmp, target, kept)
             remove(beside(target))  # what an ``install`` across file systems that was killed left
             fsync_dir(target.parent)
             restored.append(rel)

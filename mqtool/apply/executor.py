@@ -35,7 +35,8 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command, unfinished_restore_line, work_path, write_pending
+from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
+                     unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
 from ..fileops import copy_sparse, fsync_dir, fsync_path, install, makedirs, owner_for, remove, write_atomic, write_range, zero_range
 
