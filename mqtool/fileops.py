@@ -152,12 +152,16 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
         if exc.errno != errno.EXDEV:
             raise
     near = beside(target)
-    copy_sparse(tmp, near)
-    st = os.stat(tmp)
-    set_owner(near, owner_of(tmp))
-    os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
-    fsync_path(near)
-    os.replace(near, target)
+    try:
+        copy_sparse(tmp, near)
+        st = os.stat(tmp)
+        set_owner(near, owner_of(tmp))
+        os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
+        fsync_path(near)
+        os.replace(near, target)
+    except OSError:
+        near.unlink(missing_ok=True)  # a full disk leaves no partial copy in the store's folder
+        raise
     os.unlink(tmp)
 
 

@@ -272,3 +272,24 @@ def test_a_quarantined_folder_is_restored_from_a_backup_moved_to_another_disk(tm
     undone = run("restore", second_disk / "backup", "--yes")
     assert undone.exit_code == 0, undone.stderr
     assert entries(store) == before
+
+
+def test_a_full_disk_during_a_copy_to_another_disk_leaves_no_partial_copy(tmp_path, second_disk, monkeypatch):
+    """The linked folder's disk full as a rebuilt file is copied beside its target: the apply stops with one
+    line naming the file (exit 3), leaves no partial copy among the broker's files, and runs through again."""
+    import errno
+
+    store = split(damaged_store(tmp_path), second_disk, ("consumequeue", "index"))
+    copy = fileops.copy_sparse
+
+    def full(src, dst, copied=None):
+        copy(src, dst, copied)
+        if dst.name.endswith(fileops.TMP_SUFFIX):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    args = ("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(fileops, "copy_sparse", full)
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and "No space left on device" in stopped.stderr and not list(second_disk.rglob("*" + fileops.TMP_SUFFIX))
+    assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
