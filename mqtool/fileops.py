@@ -1,9 +1,12 @@
 """Durable file operations (used by ``mqtool.apply`` and ``mqtool.apply.writers``): every change reaches the disk before the journal says it happened.
 
-Whole files change through a temporary file + fsync + rename (+ fsync of the directory); byte
-ranges change in place followed by fsync. Copies keep holes (sparse pre-allocated segments stay
-sparse) and hard links are used where the file system allows, so backing up a 1 GiB segment
-that is about to be deleted costs nothing.
+Whole files change through a temporary file + fsync + rename (+ fsync of the directory), or, where the
+rename would cross file systems (a store folder that is a link or mount to another disk), a copy beside
+the file renamed over it (``install``); byte ranges change in place followed by fsync. Copies keep
+holes (sparse pre-allocated segments stay sparse) and hard links are used where the file system
+allows, so backing up a 1 GiB segment that is about to be deleted costs nothing. A file written in
+place of a store file takes its owner and permission bits (``owner_for``): the broker runs as its own
+user, mqtool often as root.
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ import contextlib
 import errno
 import os
 import shlex
+import shutil
+import stat
 from pathlib import Path
 from typing import Callable, Iterator
 
 CHUNK = 1 << 22
 WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # what only a write is refused with
 TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
+Owner = tuple[int, int, int | None]  # uid, gid, permission bits (None: as created)
 
 
 def shell_path(path) -> str:
@@ -39,9 +45,10 @@ def fsync_path(path: Path) -> None:
 fsync_dir = fsync_path
 
 
-def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
+def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool = False) -> list[Path]:
     """``mkdir -p`` that fsyncs the parent of every directory it creates (or, given ``synced``,
-    adds those parents to it for the caller to fsync once); returns them, deepest first."""
+    adds those parents to it for the caller to fsync once); returns them, deepest first.
+    ``like_parent``: each takes its parent's owner and mode (a store folder the broker writes in)."""
     missing = []
     p = Path(path)
     while not p.exists():
@@ -49,6 +56,8 @@ def makedirs(path: Path, *, synced: set[Path] | None = None) -> list[Path]:
         p = p.parent
     for d in reversed(missing):
         d.mkdir(exist_ok=True)
+        if like_parent and set_owner(d, owner_of(d.parent)):
+            fsync_path(d)
         if synced is None:
             fsync_dir(d.parent)
         else:
@@ -88,6 +97,104 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
         os.fsync(fout.fileno())
 
 
+def beside(path: Path) -> Path:
+    """The temporary name of a file written in ``path``'s own folder, on its file system."""
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
+def owner_of(path: Path) -> Owner:
+    st = os.stat(path)
+    return st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)
+
+
+def owner_for(target: Path) -> Owner:
+    """The owner and permission bits of a file written in place of ``target``, so that the broker's
+    user opens it as before: ``target``'s; for a new file, those of the last-named file of its
+    folder; with none there, the folder's owner (bits as created)."""
+    with contextlib.suppress(FileNotFoundError):
+        return owner_of(target)
+    with os.scandir(target.parent) as entries:
+        files = [e.name for e in entries if e.is_file(follow_symlinks=False) and not e.name.endswith(TMP_SUFFIX)]
+    if files:
+        return owner_of(target.parent / max(files))
+    return (*owner_of(target.parent)[:2], None)
+
+
+def set_owner(path: Path, owner: Owner | None) -> bool:
+    """Give ``path`` ``owner``'s uid, gid and bits (None: leave it); True if that changed anything. An owner
+    only root may give (mqtool run as a user, or root on NFS with root_squash) is left as it is: the runner's."""
+    if owner is None:
+        return False
+    uid, gid, mode = owner
+    st = os.lstat(path)
+    changed = False
+    if (st.st_uid, st.st_gid) != (uid, gid):
+        with contextlib.suppress(PermissionError):
+            os.chown(path, uid, gid)  # clears set-user-ID bits: the mode after
+            changed = True
+    if mode is not None and stat.S_IMODE(os.lstat(path).st_mode) != mode:
+        os.chmod(path, mode)
+        changed = True
+    return changed
+
+
+def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
+    """Put the fsynced file ``tmp`` in place of ``target``, whole or not at all, with ``owner`` (None: as
+    ``tmp`` is): a rename; where that would cross file systems (``EXDEV``: ``target``'s folder a link or
+    mount to another disk), a copy ``beside`` it (fsynced, ``tmp``'s owner and mtime) renamed over it,
+    then ``tmp`` deleted. The caller fsyncs ``target``'s folder."""
+    if set_owner(tmp, owner):
+        fsync_path(tmp)
+    try:
+        os.replace(tmp, target)
+        return
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+    near = beside(target)
+    try:
+        copy_sparse(tmp, near)
+        st = os.stat(tmp)
+        set_owner(near, owner_of(tmp))
+        os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
+        fsync_path(near)
+        os.replace(near, target)
+    except OSError:
+        near.unlink(missing_ok=True)  # a full disk leaves no partial copy in the store's folder
+        raise
+    os.unlink(tmp)
+
+
+def copy_entry(src: Path, dst: Path) -> None:
+    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners, modes and mtimes kept),
+    fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists it is whole."""
+    part = beside(dst)
+    remove_entry(part)  # what a killed copy left
+    if src.is_symlink():
+        os.symlink(os.readlink(src), part)
+        copied = [part]
+    else:
+        shutil.copytree(src, part, symlinks=True)
+        copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
+    for path in copied:  # a folder after what it holds
+        st = os.lstat(src / path.relative_to(part))
+        os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+        if not path.is_symlink():
+            os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+            fsync_path(path)
+    os.rename(part, dst)
+    fsync_dir(dst.parent)
+
+
+def remove_entry(path: Path) -> None:
+    """Delete a file, symlink or directory tree (nothing if absent), then fsync its folder."""
+    if not os.path.lexists(path):
+        return
+    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    fsync_dir(path.parent)
+
+
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
     """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy (``copied``
     told its blocks), written through a temporary name. Durable on return, or once the caller
@@ -111,8 +218,8 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
     return how
 
 
-def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None) -> None:
-    """Replace ``path`` with ``data``: write a temporary file, fsync, rename, fsync the directory."""
+def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None, owner: Owner | None = None) -> None:
+    """Replace ``path`` with ``data``: write a temporary file, fsync, ``install`` it (with ``owner``), fsync the directory."""
     tmp_dir = tmp_dir or path.parent
     makedirs(tmp_dir)
     tmp = tmp_dir / (path.name + TMP_SUFFIX)
@@ -121,7 +228,7 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        install(tmp, path, owner)
     except BaseException:
         tmp.unlink(missing_ok=True)  # a full disk leaves no partial temporary file behind
         raise

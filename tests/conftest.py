@@ -54,6 +54,22 @@ def memory_temproot(need: int = 2 << 30) -> str | None:
     return "/dev/shm" if tmpfs and os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize >= need else None
 
 
+@pytest.fixture
+def second_disk(tmp_path):
+    """A directory on another file system than ``tmp_path``'s (``/dev/shm``, or the checkout's when
+    ``tmp_path`` is there), for a store folder linked to another disk; removed afterwards."""
+    import tempfile
+
+    here = os.stat(tmp_path).st_dev
+    places = (memory_temproot(0), str(ROOT.parent), "/tmp")
+    other = next((d for d in places if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+    if other is None:
+        pytest.skip("no second file system to link a store folder to")
+    disk = Path(tempfile.mkdtemp(dir=other, prefix="mqtool-test-"))
+    yield disk
+    shutil.rmtree(disk, ignore_errors=True)
+
+
 def pytest_configure(config):
     """The tests' temporary directories (``tmp_path``: numbered, rotated and removed as pytest does,
     pyproject's ``tmp_path_retention_policy``) in memory where there is room: the repairs, restores

@@ -96,10 +96,11 @@ class Killed(BaseException):
     """A process killed at a durability point (``every_kill_point``)."""
 
 
-def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict, final: dict) -> int:
+def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict, final: dict, state=tree) -> int:
     """Apply ``plan_of(store)`` to a ``fresh(name)`` copy killed at its first, second, ... durability point
     until an apply runs through; each killed one is then undone (``restore``: ``original`` back) or finished
-    (``resume_pending``, as the same command again does: ``final``), in turn. Returns the points reached."""
+    (``resume_pending``, as the same command again does: ``final``), in turn, as ``state(store)`` tells
+    (``tree``: the store's files). Returns the points reached."""
     import mqtool.apply.executor as executor
     from mqtool.apply import BackupSet, apply_plan, read_pending, restore, resume_pending
 
@@ -121,12 +122,13 @@ def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict
         except Killed:
             pass
         else:
+            monkeypatch.setattr(executor, "durability_point", lambda label: None)  # for the caller's applies after
             return point  # every point has been exercised
         monkeypatch.setattr(executor, "durability_point", lambda label: None)
         assert read_pending(store_dir) is not None
         if point % 2:  # undo the half-done apply
             restore(BackupSet.open(tmp_path / f"b{point}"))
-            assert tree(store_dir) == original
+            assert state(store_dir) == original
         else:  # finish it, as re-running the command does
             resume_pending(store_dir)
-            assert tree(store_dir) == final
+            assert state(store_dir) == final

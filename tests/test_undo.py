@@ -307,36 +307,26 @@ def test_the_journal_created_by_its_first_event_is_in_its_directory_durably(tmp_
     assert synced == [tmp_path]
 
 
-def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path):
+def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path, second_disk):
     """``commitlog`` a symbolic link to a directory on another disk: the segments ``recover`` deleted
     are put back there. Before, each was written in the staging directory and renamed across file
     systems (EXDEV): the restore stopped half-done, every time it was run again."""
-    from conftest import memory_temproot
+    import shutil
+
     from repair_support import tree
 
-    here = os.stat(tmp_path).st_dev
-    other = next((d for d in (memory_temproot(0), str(ROOT.parent), "/tmp") if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
-    if other is None:
-        pytest.skip("no second file system to link the commit log to")
-    import shutil
-    import tempfile
-
-    disk2 = Path(tempfile.mkdtemp(dir=other, prefix="mqtool-test-"))
-    try:
-        store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
-        shutil.move(store_dir / "commitlog", disk2 / "commitlog")
-        (store_dir / "commitlog").symlink_to(disk2 / "commitlog")
-        segment = disk2 / "commitlog" / "00000000000001048576"
-        segment.write_bytes(segment.read_bytes()[:4096].ljust(1 << 20, b"\1"))  # a dirty tail: recover deletes the segments after it
-        before = {**tree(store_dir), **tree(disk2)}
-        done = CliRunner().invoke(app, ["recover", str(store_dir), "--yes", "--backup-dir", str(tmp_path / "bk")])
-        assert done.exit_code == 0, done.stderr
-        assert {**tree(store_dir), **tree(disk2)} != before
-        undone = CliRunner().invoke(app, ["restore", str(tmp_path / "bk"), "--yes"])
-        assert undone.exit_code == 0, undone.stderr
-        assert {**tree(store_dir), **tree(disk2)} == before and not read_pending(store_dir)
-    finally:
-        shutil.rmtree(disk2)
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    shutil.move(store_dir / "commitlog", second_disk / "commitlog")
+    (store_dir / "commitlog").symlink_to(second_disk / "commitlog")
+    segment = second_disk / "commitlog" / "00000000000001048576"
+    segment.write_bytes(segment.read_bytes()[:4096].ljust(1 << 20, b"\1"))  # a dirty tail: recover deletes the segments after it
+    before = {**tree(store_dir), **tree(second_disk)}
+    done = CliRunner().invoke(app, ["recover", str(store_dir), "--yes", "--backup-dir", str(tmp_path / "bk")])
+    assert done.exit_code == 0, done.stderr
+    assert {**tree(store_dir), **tree(second_disk)} != before
+    undone = CliRunner().invoke(app, ["restore", str(tmp_path / "bk"), "--yes"])
+    assert undone.exit_code == 0, undone.stderr
+    assert {**tree(store_dir), **tree(second_disk)} == before and not read_pending(store_dir)
 
 
 def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):

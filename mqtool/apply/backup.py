@@ -8,10 +8,12 @@ of an unfinished apply, ``.mqtool-repair`` that of a ``repair`` whose stages are
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import TMP_SUFFIX, copy_sparse, fsync_dir, link_or_copy, makedirs, read_range, remove, shell_path, write_atomic, write_range
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range,
+                       remove, remove_entry, shell_path, write_atomic, write_range)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -33,6 +36,15 @@ def staging_path(store_root: Path, final: Path) -> Path:
     """Where a store file is written before it is renamed into place: the staging directory, never
     the file's own (``MappedFileQueue.load`` refuses a file whose name is not an offset)."""
     return Path(store_root) / STAGING_DIR / _flat(os.path.relpath(final, store_root), 20)
+
+
+def work_path(store_root: Path, target: Path) -> Path:
+    """Where a whole file that replaces ``target`` is written before ``install`` renames it: the staging
+    directory, or ``beside`` the file when its folder is on another file system (a link to another disk),
+    which no rename from the staging directory reaches (``install`` copies across a mount it cannot tell)."""
+    tmp = staging_path(store_root, target)
+    makedirs(tmp.parent)
+    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else beside(target)
 
 
 def default_backup_dir(store_root: Path, command: str) -> Path:
@@ -215,7 +227,8 @@ class BackupSet:
             else:
                 st = src.stat()
                 how = link_or_copy(src, copy, synced=synced, copied=copied)  # a copy to another file system: minutes for a segment
-                events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how})
+                events.append({"ev": "backup-file", "path": rel, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "how": how,
+                               "uid": st.st_uid, "gid": st.st_gid, "mode": stat.S_IMODE(st.st_mode)})
                 result[rel] = copy
         for d in sorted(synced, key=lambda p: len(p.parts), reverse=True):
             fsync_dir(d)
@@ -234,19 +247,26 @@ class BackupSet:
 
     def move_entry(self, rel: str) -> None:
         """Move a directory or symlink of the store (a stray entry ``repair`` quarantines) into the backup as
-        it is, by a rename (``restore`` renames it back): logged first, so a kill before the rename leaves
-        nothing to undo. A backup on another file system than the store's is refused: no rename reaches it."""
-        src = self.store_root / rel
-        if rel in self._moved or not os.path.lexists(src):
+        it is, by a rename (``restore`` renames it back), logged first. Where the backup is on another file
+        system than the entry's folder (a store folder linked to another disk), it is copied in (``copy_entry``:
+        whole once in place), logged as such, then deleted; ``restore`` copies it back. Run again after a
+        kill, it finishes the move."""
+        src, dst = self.store_root / rel, self.moved_copy(rel)
+        if not os.path.lexists(src):
             return
-        dst = self.moved_copy(rel)
         makedirs(dst.parent)
-        if os.stat(dst.parent).st_dev != os.stat(src.parent).st_dev:
-            raise BadInput(f"{rel}: a directory or symlink is moved into the backup by a rename, and the backup directory is on "
-                           "another file system: give a --backup-dir on the store's, or move it out of the store by hand")
-        self.journal.append({"ev": "move-entry", "path": rel})
-        self._moved.add(rel)
-        os.rename(src, dst)
+        if rel not in self._moved:
+            self.journal.append({"ev": "move-entry", "path": rel})
+            self._moved.add(rel)
+        if not os.path.lexists(dst):
+            try:
+                os.rename(src, dst)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise
+                self.journal.append({"ev": "move-entry", "path": rel, "how": "copy"})
+                copy_entry(src, dst)
+        remove_entry(src)  # the copied entry's original; nothing after a rename
         fsync_dir(dst.parent)
         fsync_dir(src.parent)
 
@@ -610,11 +630,13 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         kind, rel = ev.get("ev"), ev.get("path")
         target = root / rel if rel else None
         if kind == "backup-file":
-            makedirs(target.parent)
-            tmp = _restore_tmp(root, target)
+            makedirs(target.parent, like_parent=True)
+            tmp = work_path(root, target)
             copy_sparse(backup.file_copy(rel), tmp, put_back)
             _set_mtime(tmp, ev.get("mtime_ns"))
-            os.replace(tmp, target)
+            kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal from before owners were kept
+            install(tmp, target, kept)
+            remove(beside(target))  # what an ``install`` across file systems that was killed left
             fsync_dir(target.parent)
             restored.append(rel)
         elif kind == "backup-range":
@@ -626,12 +648,25 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                     put_back(ev["end"] - ev["start"])
         elif kind == "move-entry":
             moved = backup.moved_copy(rel)
-            if os.path.lexists(moved) and not os.path.lexists(target):  # a kill before the rename moved nothing
-                makedirs(target.parent)
-                os.rename(moved, target)
+            if not os.path.lexists(moved):  # a kill before the rename or the copy's own moved nothing
+                continue
+            if ev.get("how") == "copy":  # copied from another file system: what is there is its original, whole or part-deleted
+                remove_entry(target)
+                makedirs(target.parent, like_parent=True)
+                copy_entry(moved, target)
+                restored.append(rel)
+            elif not os.path.lexists(target):
+                makedirs(target.parent, like_parent=True)
+                try:
+                    os.rename(moved, target)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    copy_entry(moved, target)  # the backup moved to another disk since
                 fsync_dir(target.parent)
                 restored.append(rel)
         elif kind == "create":
+            remove(beside(target))
             if remove(target):
                 deleted.append(rel)
         elif kind == "create-dir":
@@ -647,14 +682,6 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
-
-
-def _restore_tmp(root: Path, target: Path) -> Path:
-    """Where a restored file is written before its rename: the staging directory, or beside the file
-    when its directory is on another file system (a link to another disk), which no rename reaches."""
-    tmp = staging_path(root, target)
-    makedirs(tmp.parent)
-    return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else target.with_name(target.name + TMP_SUFFIX)
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):

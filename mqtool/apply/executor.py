@@ -35,9 +35,10 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command, unfinished_restore_line, write_pending
+from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
+                     unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import copy_sparse, fsync_dir, fsync_path, makedirs, remove, write_atomic, write_range, zero_range
+from ..fileops import copy_sparse, fsync_dir, fsync_path, install, makedirs, owner_for, remove, write_atomic, write_range, zero_range
 
 
 class ApplyError(MqtoolError):
@@ -252,12 +253,11 @@ class Executor:
         blank_at = action.start if action.op == "pad-blank" else None
         self._keep(action.path)
         durability_point("file backed up")
-        makedirs(self.staging)
-        tmp = staging_path(self.root, path)
+        makedirs(path.parent, like_parent=True)
+        tmp = work_path(self.root, path)
         if path.exists():
             copy_sparse(path, tmp)
         else:  # a file the plan creates (a missing DLedger index file): all zeros
-            makedirs(path.parent)
             tmp.write_bytes(b"")
         if blank_at is not None:
             os.truncate(tmp, blank_at)  # the partial record's bytes go: zeros after the blank
@@ -265,7 +265,7 @@ class Executor:
         if blank_at is not None:
             write_range(tmp, blank_at, clfmt.encode_blank(action.end - blank_at))
         fsync_path(tmp)
-        os.replace(tmp, path)
+        install(tmp, path, owner_for(path))
         fsync_dir(path.parent)
 
     _pad_blank = _resize
@@ -291,7 +291,7 @@ class Executor:
         durability_point("config backed up")
         data = (self.root / (action.path + ".bak")).read_bytes()
         makedirs(self.staging)
-        write_atomic(self.root / action.path, data, self.staging)
+        write_atomic(self.root / action.path, data, self.staging, owner_for(self.root / action.path))
 
     def _keep(self, rel: str) -> None:
         """Back up ``rel`` before it is rewritten, or note that this apply creates it (``restore`` deletes it)."""
@@ -302,7 +302,7 @@ class Executor:
     def _write_whole(self, action, data: bytes) -> None:
         self._keep(action.path)
         durability_point("checkpoint backed up")
-        write_atomic(self.root / action.path, data, self.staging)
+        write_atomic(self.root / action.path, data, self.staging, owner_for(self.root / action.path))
 
     def _write_checkpoint(self, action) -> None:
         fields = cpfmt.StoreCheckpoint(**self.plan.checkpoint.after)
@@ -326,14 +326,15 @@ class Executor:
         write_range(self.root / action.path, action.start, units)
 
     def _write_dispatch(self, action) -> None:
-        """The files ``_stage_dispatch`` wrote move into place (renames: each file whole or not at all)."""
+        """The files ``_stage_dispatch`` wrote move into place (``install``: each file whole or not at all, with
+        the owner and mode of the file it replaces or of its folder's, which the broker's user opens)."""
         staged = self.staging / STAGED
         parents = set()
         for rel in sorted(planned_queue_files(self.plan) + planned_index_files(self.plan)):
             StopRequests.check()
             final = self.root / rel
-            makedirs(final.parent)
-            os.replace(staged / rel, final)
+            makedirs(final.parent, like_parent=True)
+            install(staged / rel, final, owner_for(final))
             parents.add(final.parent)
             durability_point("dispatched file moved")
         for d in sorted(parents):

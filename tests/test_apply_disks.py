@@ -1,0 +1,295 @@
+"""A store split over file systems, and owned by the broker's user: ``repair`` and ``restore`` where
+``consumequeue/`` and ``index/`` (or ``commitlog/``) are links to another disk, where a rename from the
+staging folder fails (EXDEV), and the owner and mode of every file they write (docs/recovery.md,
+"Crash safety")."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+from conftest import copy_store
+from test_apply_crash import damaged_store, plan_of
+from typer.testing import CliRunner
+
+import mqtool.fileops as fileops
+from mqtool.apply import apply_plan
+from mqtool.cli import app
+from repair_support import Killed, every_kill_point, tree
+
+BROKER = (1234, 2345)  # the broker's user and group; the tests run as root, as an operator does
+
+
+def run(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def split(store: Path, disk: Path, folders: tuple[str, ...]) -> Path:
+    """``folders`` of ``store`` moved to ``disk`` and linked back, as an operator puts them on another disk."""
+    disk.mkdir(parents=True, exist_ok=True)
+    for name in folders:
+        shutil.move(store / name, disk / name)
+        (store / name).symlink_to(disk / name)
+    return store
+
+
+def both(store: Path, disk: Path) -> dict[str, str]:
+    return {**tree(store), **{f"disk:{k}": v for k, v in tree(disk).items()}}
+
+
+def short_segment(tmp_path: Path) -> Path:
+    """clean-small with its last commit log segment cut short: ``repair`` resizes it (a whole file written anew)."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    last = sorted((store / "commitlog").iterdir())[-1]
+    os.truncate(last, 1000000)
+    return store
+
+
+@pytest.mark.parametrize("damage, folders", [(damaged_store, ("consumequeue", "index")), (short_segment, ("commitlog",))])
+def test_repair_and_restore_of_a_store_whose_folders_are_on_another_disk(tmp_path, second_disk, damage, folders):
+    """Before, the rename of each rebuilt consume queue and index file (or of the resized segment) from
+    ``<store>/.mqtool-staging/`` into the linked folder failed with "Invalid cross-device link": the
+    repair stopped half-done (exit 3), every time it was run again. Now each is copied beside its
+    target and renamed over it; the repaired store is sound and ``restore`` gives back every byte."""
+    store = split(damage(tmp_path), second_disk, folders)
+    before = both(store, second_disk)
+    done = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0, done.stderr
+    assert both(store, second_disk) != before
+    assert run("verify", store).exit_code == 0
+    assert not [p for p in second_disk.rglob("*") if fileops.TMP_SUFFIX in p.name]
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert both(store, second_disk) == before
+
+
+def test_every_kill_point_of_an_apply_onto_another_disk_converges_and_restores(tmp_path, second_disk, monkeypatch):
+    """Killed at each durability point, and inside the copy of a file across file systems (its copy
+    beside the target written, not yet renamed), an apply into linked folders is finished by running it
+    again and undone by ``restore``, with no temporary file left in the linked folders."""
+    def fresh(name):
+        return split(damaged_store(tmp_path, name), second_disk / name, ("consumequeue", "index"))
+
+    def state(store):
+        return both(store, second_disk / store.parent.name)
+
+    reference = fresh("reference")
+    original = state(reference)
+    apply_plan(plan_of(reference), tmp_path / "reference-backup")
+    final = state(reference)
+    assert every_kill_point(monkeypatch, tmp_path, fresh, plan_of, original, final, state) > 8
+
+    from mqtool.apply import BackupSet, read_pending, resume_pending, restore
+
+    copy = fileops.copy_sparse
+    for at in (1, 7):
+        calls = {"n": 0}
+
+        def killed_after_copy(src, dst, copied=None, at=at):
+            copy(src, dst, copied)
+            calls["n"] += dst.name.endswith(fileops.TMP_SUFFIX)
+            if calls["n"] == at:
+                raise Killed(dst)
+
+        store = fresh(f"copy{at}")
+        with monkeypatch.context() as m:
+            m.setattr(fileops, "copy_sparse", killed_after_copy)
+            with pytest.raises(Killed):
+                apply_plan(plan_of(store), tmp_path / f"copy{at}-backup")
+        assert read_pending(store) is not None and [p for p in (second_disk / f"copy{at}").rglob("*" + fileops.TMP_SUFFIX)]
+        if at == 1:
+            restore(BackupSet.open(tmp_path / f"copy{at}-backup"))
+            assert state(store) == original
+        else:
+            resume_pending(store)
+            assert state(store) == final
+
+
+def owners(root: Path, disk: Path) -> dict[str, tuple[int, int, int]]:
+    """uid, gid and permission bits of every file and folder of a store and of its linked folders."""
+    out = {}
+    for base, prefix in ((root, ""), (disk, "disk:")):
+        for p in base.rglob("*"):
+            if not p.is_symlink():
+                st = p.lstat()
+                out[prefix + str(p.relative_to(base))] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+    return out
+
+
+@pytest.mark.parametrize("folders", [(), ("consumequeue", "index")])
+def test_files_a_repair_writes_and_restore_puts_back_keep_the_brokers_owner_and_mode(tmp_path, second_disk, folders):
+    """A store owned by the broker's user (files 0640, folders 0750) repaired by root: a consume queue,
+    index or checkpoint file written anew in place of one takes its owner and mode, a new one in a folder
+    of such files (the index file created once the old one is deleted, in an ``index/`` left empty) its
+    folder's owner, a new queue folder its parent's owner and mode. Before, every one of them was root's
+    0644 (a broker running as its user could no longer write them, nor create files in the new folder),
+    and ``restore`` put the original files back as root's 0644 too. Now ``restore`` gives back each
+    file's owner and mode exactly."""
+    store = damaged_store(tmp_path)
+    shutil.rmtree(store / "consumequeue" / "TopicTest" / "3")  # repair's rebuild-cq creates the folder again
+    split(store, second_disk, folders)
+    for p in [*store.rglob("*"), *second_disk.rglob("*")]:
+        if not p.is_symlink():
+            os.chown(p, *BROKER)
+            p.chmod(0o750 if p.is_dir() else 0o640)
+    before = owners(store, second_disk)
+    done = run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0, done.stderr
+    after = owners(store, second_disk)
+    new = {path: owner for path, owner in after.items() if path not in before}
+    assert {path.rsplit("/", 1)[-1] for path in new} == {"3", "00000000000000000000", "20261121045514691"}, new
+    for path, (uid, gid, mode) in after.items():
+        new_mode = 0o750 if path.endswith("/3") else 0o644  # a new folder: its parent's mode; a new file: as created
+        assert (uid, gid, mode) == (*BROKER, before[path][2] if path in before else new_mode), path
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert owners(store, second_disk) == before
+
+
+def test_restore_gives_back_each_files_owner_and_mode(tmp_path):
+    """The segments ``recover`` deleted and the files it rewrote, each the broker's 0640: before, ``restore``
+    wrote every one anew as root's 0644, which a broker running as its user could no longer write."""
+    store = damaged_store(tmp_path)
+    for p in store.rglob("*"):
+        os.chown(p, *BROKER)
+        p.chmod(0o750 if p.is_dir() else 0o640)
+    before = owners(store, tmp_path / "none")
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == 0
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert owners(store, tmp_path / "none") == before
+
+
+def entries(base: Path, prefix: str = "") -> dict[str, tuple]:
+    """Every entry under ``base`` as it is (links not followed): a file's bytes, a symlink's target, a
+    folder; each with its owner, mode and mtime."""
+    out = {}
+    for p in base.rglob("*"):
+        st = p.lstat()
+        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+        mtime = None if p.is_symlink() or p.is_dir() else st.st_mtime_ns
+        out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, mtime)
+    return out
+
+
+@pytest.mark.parametrize("kill", [None, "copy_entry", "remove_entry"])
+def test_stray_entries_in_folders_on_another_disk_are_quarantined_and_put_back(tmp_path, second_disk, monkeypatch, kill):
+    """A stray folder and symlinks in ``commitlog/`` and in a queue folder, both linked to another disk than
+    the backup's: before, ``repair`` refused (exit 3, "the backup directory is on another file system"), as
+    no rename moves them into the backup. Now each is copied in as it is (links, owners, modes, times),
+    then deleted, and ``restore`` copies it back. Killed once the move is logged (nothing moved yet) or
+    once the copy is in the backup (the original not yet deleted), the same command again finishes it."""
+    import mqtool.apply.backup as backup_module
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog", "consumequeue"))
+    stray = second_disk / "commitlog" / "backup"
+    (stray / "sub").mkdir(parents=True)
+    (stray / "sub" / "kept").write_bytes(b"kept")
+    os.symlink("sub/kept", stray / "alias")
+    os.chown(stray / "sub" / "kept", *BROKER)
+    (stray / "sub" / "kept").chmod(0o600)
+    os.utime(stray / "sub" / "kept", ns=(1, 1_500_000_000_000_000_000))
+    os.symlink("/nonexistent", second_disk / "commitlog" / "zz")
+    queue = next(p for p in sorted((second_disk / "consumequeue").glob("*/*")) if p.is_dir())
+    (queue / "old").mkdir()
+    moved = (stray, second_disk / "commitlog" / "zz", queue / "old")
+    names = {p.name for p in moved}
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    if kill:
+        real = getattr(backup_module, kill)
+        with monkeypatch.context() as m:
+            m.setattr(backup_module, kill, lambda src, *rest: (_ for _ in ()).throw(Killed(src)) if src.name in names else real(src, *rest))
+            with pytest.raises(Killed):
+                run(*args)
+        assert all(os.path.lexists(p) for p in moved)
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not any(os.path.lexists(p) for p in moved) and run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def test_a_quarantine_killed_before_its_rename_is_finished_by_the_same_command(tmp_path, monkeypatch):
+    """Killed after the move of a stray folder is logged, before its rename: before, finishing the apply
+    took the logged move as done and left the folder in ``commitlog/`` with its step marked done (only
+    ``repair``'s planning again moved it, in a stage of its own). Now the apply it was in moves it."""
+    from mqtool.apply import resume_pending
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    (store / "commitlog" / "backup").mkdir()
+    before = entries(store)
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    real = os.rename
+    with monkeypatch.context() as m:
+        m.setattr(os, "rename", lambda src, dst: (_ for _ in ()).throw(Killed(src)) if Path(src).name == "backup" else real(src, dst))
+        with pytest.raises(Killed):
+            run(*args)
+    assert resume_pending(store).complete and not (store / "commitlog" / "backup").exists()
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0 and entries(store) == before
+
+
+def test_an_owner_only_root_may_give_is_left_to_the_runner(tmp_path):
+    """mqtool run as a user (or as root on NFS with root_squash) cannot give a file root's owner: the
+    file keeps its runner's, with the bits asked for, and the write goes on."""
+    path = tmp_path / "f"
+    path.write_bytes(b"")
+    os.chown(path, *BROKER)
+    tmp_path.chmod(0o711)
+    child = os.fork()
+    if child == 0:  # the broker's user, in a child process (in the folder: the ones above are root's 0700)
+        try:
+            os.chdir(tmp_path)
+            os.setgid(BROKER[1])
+            os.setuid(BROKER[0])
+            fileops.set_owner(Path(path.name), (0, 0, 0o600))
+        except BaseException as exc:
+            os.write(2, repr(exc).encode())
+            os._exit(1)
+        os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    st = path.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (*BROKER, 0o600)
+
+
+def test_a_quarantined_folder_is_restored_from_a_backup_moved_to_another_disk(tmp_path, second_disk):
+    """The backup of a repair that quarantined a stray folder by a rename, moved to another disk since
+    (space was needed): before, ``restore`` failed on renaming the folder back ("Invalid cross-device
+    link", exit 3). Now it copies it back as it was."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    (store / "commitlog" / "backup" / "sub").mkdir(parents=True)
+    (store / "commitlog" / "backup" / "sub" / "kept").write_bytes(b"kept")
+    before = entries(store)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    shutil.move(tmp_path / "backup", second_disk / "backup")
+    undone = run("restore", second_disk / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert entries(store) == before
+
+
+def test_a_full_disk_during_a_copy_to_another_disk_leaves_no_partial_copy(tmp_path, second_disk, monkeypatch):
+    """The linked folder's disk full as a rebuilt file is copied beside its target: the apply stops with one
+    line naming the file (exit 3), leaves no partial copy among the broker's files, and runs through again."""
+    import errno
+
+    store = split(damaged_store(tmp_path), second_disk, ("consumequeue", "index"))
+    copy = fileops.copy_sparse
+
+    def full(src, dst, copied=None):
+        copy(src, dst, copied)
+        if dst.name.endswith(fileops.TMP_SUFFIX):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+
+    args = ("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(fileops, "copy_sparse", full)
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and "No space left on device" in stopped.stderr and not list(second_disk.rglob("*" + fileops.TMP_SUFFIX))
+    assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
