@@ -178,7 +178,8 @@ def copy_entry(src: Path, dst: Path) -> None:
         copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
     for path in copied:  # a folder after what it holds
         st = os.lstat(src / path.relative_to(part))
-        os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+        with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
+            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
         if not path.is_symlink():
             os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
             os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))

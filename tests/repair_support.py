@@ -96,17 +96,17 @@ class Killed(BaseException):
     """A process killed at a durability point (``every_kill_point``)."""
 
 
-def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict, final: dict, state=tree) -> int:
+def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict, final: dict, state=tree, step: int = 1) -> int:
     """Apply ``plan_of(store)`` to a ``fresh(name)`` copy killed at its first, second, ... durability point
-    until an apply runs through; each killed one is then undone (``restore``: ``original`` back) or finished
-    (``resume_pending``, as the same command again does: ``final``), in turn, as ``state(store)`` tells
-    (``tree``: the store's files). Returns the points reached."""
+    (``step``: at every step-th, from the first) until an apply runs through; each killed one is then undone
+    (``restore``: ``original`` back) or finished (``resume_pending``, as the same command again does: ``final``),
+    in turn, as ``state(store)`` tells (``tree``: the store's files). Returns the points reached."""
     import mqtool.apply.executor as executor
     from mqtool.apply import BackupSet, apply_plan, read_pending, restore, resume_pending
 
-    point = 0
+    point, killed = 1 - step, 0
     while True:
-        point += 1
+        point += step
         store_dir = fresh(f"s{point}")
         plan = plan_of(store_dir)
         calls = {"n": 0}
@@ -126,7 +126,8 @@ def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict
             return point  # every point has been exercised
         monkeypatch.setattr(executor, "durability_point", lambda label: None)
         assert read_pending(store_dir) is not None
-        if point % 2:  # undo the half-done apply
+        killed += 1
+        if killed % 2:  # undo the half-done apply
             restore(BackupSet.open(tmp_path / f"b{point}"))
             assert state(store_dir) == original
         else:  # finish it, as re-running the command does
