@@ -15,7 +15,7 @@ from mqtool.store.records import MESSAGE_FIELDS
 pyspark = pytest.importorskip("pyspark")
 pq = pytest.importorskip("pyarrow.parquet")
 
-from mqtool.scan.schema import MESSAGE_SCHEMA  # noqa: E402
+from mqtool.scan.schema import MESSAGE_FILE_SCHEMA  # noqa: E402
 from mqtool.spark import job  # noqa: E402  (needs pyspark)
 
 
@@ -28,7 +28,7 @@ def test_spark_messages_equal_dump_on_dledger_stores(spark, tmp_path, writer):
     opts = job.JobOptions(paths=[str(store_path(*v)) for v in brokers.values()], broker_names=list(brokers), output=str(out), split_size="512k", writer=writer)
     doc = job.run(opts, spark)
     assert doc["rejected_splits"] == [] and doc["splits"] == 4
-    rows = pq.read_table(out / "messages", schema=MESSAGE_SCHEMA.remove(MESSAGE_SCHEMA.get_field_index("split_edge"))).to_pylist()
+    rows = pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist()
     for broker, (version, name) in brokers.items():
         got = sorted((r for r in rows if r["broker"] == broker), key=lambda r: r["offset"])
         result = CliRunner().invoke(app, ["dump", str(store_path(version, name)), "--format", "jsonl"])

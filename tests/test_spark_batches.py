@@ -25,7 +25,7 @@ from mqtool.scan.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs
 from mqtool.scan.filter import MessageFilter
 from mqtool.spark.reader import plan_tasks, read_messages, read_stats, write_messages
-from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
+from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, SPLIT_CHECK_COLUMNS, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
 from mqtool.store.splits import SplitScan, check_handoffs, plan_splits
@@ -345,10 +345,10 @@ def test_written_files_hold_what_the_reader_yields(tmp_path):
             pass
         assert (row["first_offset"], row["exit_offset"], row["rows_read"]) == (scan.first, scan.exit, len(read))
         written = pq.read_table(row["file"])
-        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [{k: v for k, v in r.items() if k != "split_edge"} for r in read]
+        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [{k: v for k, v in r.items() if k not in SPLIT_CHECK_COLUMNS} for r in read]
         expected = [r for r in read if r["topic"] == "TopicTest" and "ключ-2" in (r["keys"] or [])]
         assert kept["rows_read"] == len(read) and kept["rows_written"] == len(expected)
         kept_rows += len(expected)
-        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k != "split_edge"} for r in expected]
+        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k not in SPLIT_CHECK_COLUMNS} for r in expected]
     assert kept_rows  # the filter keeps some rows of some splits, none of others
 
