@@ -340,7 +340,8 @@ def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
     from mqtool.errors import UsageError
 
     store = str(store_path("4.9.7", "clean-small"))
-    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"), ({"queue": 1}, "--queue")):
+    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"), ({"queue": 1}, "--queue"),
+                        ({"uniq_key": ""}, "--uniq-key"), ({"from_offset": 0}, "--from-offset"), ({"to_offset": 0}, "--to-offset")):
         with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
             job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
     assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))
