@@ -38,7 +38,7 @@ from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
 from ..table import Table
-from ..scan.filter import MessageFilter, check_offset_range, msg_id_offset
+from ..scan.filter import check_offset_range, msg_id_offset
 from ..scan.schema import MESSAGE_FILE_SCHEMA, SPLIT_CHECK_COLUMNS, TIMESTAMP, arrow_schema
 from ..scan.stats import BASE_AGGREGATES
 from .source import FORMAT, RocketMQDataSource
@@ -84,11 +84,6 @@ class JobOptions:
         values = {f.name: getattr(args, f.name if hasattr(args, f.name) else f.name[:-1]) for f in fields(cls)}
         values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**{**values, "since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until")})
-
-    @property
-    def match(self) -> MessageFilter:
-        """The filters, as ``mqtool dump`` applies them (the one ``MessageFilter``)."""
-        return MessageFilter(tuple(self.topics), self.queue, self.since, self.until, self.tag, self.key, self.uniq_key, self.msg_id)
 
     def offset_range(self) -> tuple[int | None, int | None]:
         """The commit log offsets read, ``[from, to)``: ``--msg-id``'s record alone (its offsetMsgId names
@@ -624,7 +619,7 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
         raise UsageError(f"--queue {o.queue}: a queue id is 0 or more")
     for flag, value in (("--from-offset", o.from_offset), ("--to-offset", o.to_offset)):
         if value is not None and value < 0:
-            raise UsageError(f"{flag} {value}: a commit log offset is 0 or more")
+            raise UsageError(f"Invalid value for '{flag}': Input should be greater than or equal to 0")  # dump's words
     check_offset_range(o.from_offset, o.to_offset, o.msg_id)
     start, stop = o.offset_range()  # a --msg-id that is no offsetMsgId: a usage error
     if o.since is not None and o.until is not None and o.since > o.until:

@@ -72,19 +72,21 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, kee
 def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
     """The ``messages`` batches of one split (only ``columns`` when given); the first and last
     row carry ``split_edge``, the last one ``split_skipped``; the rows ``match`` drops are marked
-    ``filtered_out``, not left out, so that the split check sees every split's edges."""
+    ``filtered_out``, not left out, so that the split check sees every split's edges (left out when
+    ``columns`` has no ``filtered_out``)."""
     schema = projected_schema(columns)
     needed = None if columns is None or match == MessageFilter() else list(dict.fromkeys([*columns, *match.columns()]))
     builder = task.builder(body=body, columns=needed or columns)
     i = schema.get_field_index("filtered_out")
 
     def done(batch: pa.RecordBatch, first: bool, last: bool, skipped: Sequence[int] = ()) -> pa.RecordBatch:
+        batch = with_edges(batch, first, last, skipped)
         mask = match.mask(batch)
         if needed:
             batch = batch.select(schema.names)
-        if mask is not None and i >= 0:
-            batch = batch.set_column(i, schema.field(i), compute.invert(mask))
-        return with_edges(batch, first, last, skipped)
+        if mask is not None:
+            batch = batch.set_column(i, schema.field(i), compute.invert(mask)) if i >= 0 else batch.filter(mask)
+        return batch
 
     pending, first = None, True
     scan = task.scan(check_crc=True)
