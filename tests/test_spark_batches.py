@@ -144,6 +144,23 @@ def test_edges_mark_the_first_and_last_row_of_a_split():
     assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
 
 
+def test_the_messages_output_applies_the_filters_and_keeps_every_edge():
+    """Before: the data source's messages output ignored its filter options (``topics``, ``key``...),
+    every row returned. Now the rows ``MessageFilter`` drops are marked ``filtered_out`` (the split's
+    edges kept for the check), or left out when the columns asked for do not include the mark."""
+    from mqtool.scan.filter import MessageFilter
+
+    task = plan_tasks(resolve_inputs([store_path("4.9.7", "clean-small")]), 300_000)[1]
+    match = MessageFilter(topics=("TopicTest",))
+    every = [r for b in read_messages(task) for r in b.to_pylist()]
+    marked = [r for b in read_messages(task, match=match) for r in b.to_pylist()]
+    assert [r["offset"] for r in marked] == [r["offset"] for r in every]
+    assert [r["filtered_out"] for r in marked] == [r["topic"] != "TopicTest" for r in every] and any(r["filtered_out"] for r in marked)
+    assert [r["split_edge"] for r in marked] == [r["split_edge"] for r in every]
+    left = [r for b in read_messages(task, columns=["offset", "topic"], match=match) for r in b.to_pylist()]
+    assert left == [{"offset": r["offset"], "topic": r["topic"]} for r in every if r["topic"] == "TopicTest"]
+
+
 @pytest.mark.parametrize("name", ["dledger-small", "clean-small"])
 def test_split_edges_pass_the_handoff_check_as_the_scan_bounds_do(name):
     """The first and last rows of each split (what Spark's writer observes) give the handoff check
