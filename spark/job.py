@@ -567,15 +567,21 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
 
 def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
     """Each damaged (or unwritten) range the read skipped and the damage a log stops at, with the line
-    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there)."""
-    scan_starts = {b.broker: (b.scan_start, b.resume_before) for b in scan.inputs}
+    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there). A range
+    whose records resume only at or past ``--to-offset`` ends the read there, as in ``dump``."""
+    inputs = {b.broker: b for b in scan.inputs}
     lines = []
     for d in scan.damage:
-        scan_start, before = scan_starts[d.segment[0]]
+        b = inputs[d.segment[0]]
+        if d.resumed is not None and b.stop is not None and d.resumed >= b.stop:
+            if d.end.is_clean:
+                continue  # zeros up to the end asked for: where the written data ends, no damage
+            d = d._replace(resumed=None)
         if d.resumed is None:
             lines.append((d, d.end.stopped_note(scan.o.keep_going)))
         else:
-            lines.append((d, d.end.skipped_note(d.resumed, scan_start if before is not None and d.end.offset < before else None)))
+            unread = b.resume_before is not None and d.end.offset < b.resume_before
+            lines.append((d, d.end.skipped_note(d.resumed, b.scan_start if unread else None)))
     return lines
 
 
