@@ -123,7 +123,8 @@ def resolve_inputs(
     for broker, e in grouped.items():
         segments = tuple(e["segments"][base] for base in sorted(e["segments"]))
         if (from_offset is not None or to_offset is not None) and any(seg.entries for seg in segments):
-            raise UsageError(f"broker {broker!r}: --from-offset, --to-offset and --msg-id do not read DLedger data files here; `mqtool dump` does")
+            raise UsageError(f"broker {broker!r}: --from-offset, --to-offset and --msg-id do not read DLedger data files here; "
+                             "`mqtool dump` does")
         start = None
         if from_offset is not None and segments:
             from ..store.resync import record_start

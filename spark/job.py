@@ -51,6 +51,7 @@ PYARROW_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw":
 # and the part files' extension, as Spark's writer names them (parquet-java's ``CompressionCodecName``)
 PART_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4_raw": ".lz4raw", "brotli": ".br"}
 PRINT_ROWS = 200
+SplitKey = tuple[str, int]  # (broker, split_start): a split of the scan
 
 
 @dataclass
@@ -158,8 +159,8 @@ class Scan:
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
         before them ends, from the first/last rows (``broker, split_start, offset, size, split_skipped``) seen."""
-        rows: dict[tuple[str, int], list[int]] = {}
-        skipped: dict[tuple[str, int], list[int]] = {}
+        rows: dict[SplitKey, list[int]] = {}
+        skipped: dict[SplitKey, list[int]] = {}
         for e in edges:
             b = rows.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
             b[0] = min(b[0], e["offset"])
@@ -169,12 +170,13 @@ class Scan:
         results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
         return self._rejected(results, skipped)
 
-    def check(self, bounds: dict[tuple[str, int], Sequence[int]], skipped: dict[tuple[str, int], Sequence[int]] | None = None) -> list[tuple[int, Rejected]]:
+    def check(self, bounds: dict[SplitKey, Sequence[int]],
+              skipped: dict[SplitKey, Sequence[int]] | None = None) -> list[tuple[int, Rejected]]:
         """``rejected`` from ``{(broker, split_start): (first, exit)}`` of the splits that read
         records, as ``SplitScan`` reports them (``skipped``: their ``skipped`` column)."""
         return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()}, skipped or {})
 
-    def _rejected(self, results: dict[tuple[str, int], SplitResult], skipped: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
+    def _rejected(self, results: dict[SplitKey, SplitResult], skipped: dict[SplitKey, Sequence[int]]) -> list[tuple[int, Rejected]]:
         """The check (``check_splits``); keeps in ``damage`` what the splits that pass read past or stop at."""
         every = [results.get((t.broker, t.split.offset)) or t.result(None, None) for t in self.tasks]
         splits = {(r.segment, r.start): t.split for r, t in zip(every, self.tasks)}
@@ -195,18 +197,18 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     df = scan.read(body)
     if scan.split_size is None:
         return df, []
-    edges = [r.asDict() for r in df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size", "split_skipped").collect()]
+    edges = df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size", "split_skipped").collect()
     rejected = [r for _, r in scan.rejected(edges)]
     return without(df, rejected), rejected
 
 
-def split_bounds(rows) -> dict[tuple[str, int], tuple[int, int]]:
+def split_bounds(rows) -> dict[SplitKey, tuple[int, int]]:
     """``{(broker, split_start): (first_offset, exit_offset)}`` from the rows the reader reports
     per split (``output=stats`` or ``output=parquet``): what ``Scan.check`` takes."""
     return {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in rows}
 
 
-def split_skipped(rows) -> dict[tuple[str, int], list[int]]:
+def split_skipped(rows) -> dict[SplitKey, list[int]]:
     """``{(broker, split_start): skipped}`` from the same rows, for ``Scan.check``."""
     return {(r["broker"], r["split_start"]): r["skipped"] for r in rows if r["skipped"]}
 
@@ -552,7 +554,8 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
             for i, r in rejected
         ],
         "damage": [
-            {"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed, "message": line}
+            {"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed,
+             "message": line}
             for d, line in damage_lines(scan)
         ],
         **result,
@@ -614,9 +617,10 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
     if o.mode == "verify":
-        given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until),
-                                          ("--uniq-key", o.uniq_key), ("--msg-id", o.msg_id), ("--from-offset", o.from_offset), ("--to-offset", o.to_offset),
-                                          ("--split-size", o.split_size)) if value not in (None, [])]
+        options = (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since),
+                   ("--until", o.until), ("--uniq-key", o.uniq_key), ("--msg-id", o.msg_id), ("--from-offset", o.from_offset),
+                   ("--to-offset", o.to_offset), ("--split-size", o.split_size))
+        given = [name for name, value in options if value not in (None, [])]
         if given:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
@@ -638,7 +642,8 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
     inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None,
                             from_offset=start, to_offset=stop)
     if o.keep_going and o.mode != "verify" and any(s.entries for b in inputs for s in b.segments):
-        raise UsageError("--keep-going: DLedger data files are each read up to their own damage here; `mqtool dump --keep-going` reads past it")
+        raise UsageError("--keep-going: DLedger data files are each read up to their own damage here; "
+                         "`mqtool dump --keep-going` reads past it")
     check_output(o.output)
     return inputs
 
@@ -669,7 +674,8 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
     scan = Scan(spark, o, inputs)
     for b in inputs:
         if o.from_offset is not None and b.start is not None and b.segments and b.start != max(o.from_offset, b.segments[0].base_offset):
-            print(f"mqtool-scan: {b.broker}: --from-offset {o.from_offset} is not a record start; reading from the next record at {b.start}", file=sys.stderr)
+            moved = f"--from-offset {o.from_offset} is not a record start; reading from the next record at {b.start}"
+            print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)

@@ -69,7 +69,8 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, kee
     ]
 
 
-def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
+def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None,
+                  match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
     """The ``messages`` batches of one split (only ``columns`` when given); the first and last
     row carry ``split_edge``, the last one ``split_skipped``; the rows ``match`` drops are marked
     ``filtered_out``, not left out, so that the split check sees every split's edges (left out when
@@ -140,7 +141,8 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
             writer.close()
     if scan.first is None:
         return
-    row = (task.broker, task.split.offset, scan.first, scan.exit, skipped_offsets(scan), rows_read, rows_written, path if writer is not None else None)
+    row = (task.broker, task.split.offset, scan.first, scan.exit, skipped_offsets(scan), rows_read, rows_written,
+           path if writer is not None else None)
     yield pa.RecordBatch.from_pydict({name: [value] for name, value in zip(WRITTEN_SCHEMA.names, row, strict=True)}, schema=WRITTEN_SCHEMA)
 
 

@@ -33,6 +33,11 @@ from mqtool.store.splits import SplitScan, check_handoffs, plan_splits
 STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "rewrite-clean"), ("4.9.7", "retention-small")]
 
 
+def file_row(row: dict) -> dict:
+    """A ``messages`` row as a written file holds it (without the split check's columns)."""
+    return {k: v for k, v in row.items() if k not in SPLIT_CHECK_COLUMNS}
+
+
 def as_dump(row: dict) -> dict:
     """A batch row reduced to ``mqtool dump``'s fields (the map back to a dict, in stored order)."""
     d = {k: row[k] for k in MESSAGE_FIELDS}
@@ -362,10 +367,10 @@ def test_written_files_hold_what_the_reader_yields(tmp_path):
             pass
         assert (row["first_offset"], row["exit_offset"], row["rows_read"]) == (scan.first, scan.exit, len(read))
         written = pq.read_table(row["file"])
-        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [{k: v for k, v in r.items() if k not in SPLIT_CHECK_COLUMNS} for r in read]
+        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [file_row(r) for r in read]
         expected = [r for r in read if r["topic"] == "TopicTest" and "ключ-2" in (r["keys"] or [])]
         assert kept["rows_read"] == len(read) and kept["rows_written"] == len(expected)
         kept_rows += len(expected)
-        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k not in SPLIT_CHECK_COLUMNS} for r in expected]
+        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [file_row(r) for r in expected]
     assert kept_rows  # the filter keeps some rows of some splits, none of others
 

@@ -340,8 +340,9 @@ def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
     from mqtool.errors import UsageError
 
     store = str(store_path("4.9.7", "clean-small"))
-    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"), ({"queue": 1}, "--queue"),
-                        ({"uniq_key": ""}, "--uniq-key"), ({"from_offset": 0}, "--from-offset"), ({"to_offset": 0}, "--to-offset")):
+    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"),
+                        ({"queue": 1}, "--queue"), ({"uniq_key": ""}, "--uniq-key"), ({"from_offset": 0}, "--from-offset"),
+                        ({"to_offset": 0}, "--to-offset")):
         with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
             job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
     assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))
@@ -362,7 +363,8 @@ def test_dropped_splits_are_few_lines(capsys):
 def dump_run(path: Path, *flags: str) -> tuple[int, list[dict], list[str]]:
     """``mqtool dump PATH -f jsonl FLAGS``: its exit code, rows and stderr lines (without the ``mqtool: `` prefix)."""
     result = runner.invoke(app, ["dump", str(path), "--format", "jsonl", *flags])
-    return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()], [line.removeprefix("mqtool: ") for line in result.stderr.splitlines()]
+    notes = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines()]
+    return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()], notes
 
 
 def scan_args(*argv: str):
@@ -379,7 +381,8 @@ def scan_main(*argv: str) -> int:
 
 def written_rows(out: Path, fmt: str) -> list[dict]:
     rows = json_rows(out / "messages") if fmt == "json" else parquet_rows(out / "messages")
-    return sorted(({k: dict(r[k]) if k == "properties" and r[k] is not None else r[k] for k in MESSAGE_FIELDS} for r in rows), key=lambda r: r["offset"])
+    fields = ({k: dict(r[k]) if k == "properties" and r[k] is not None else r[k] for k in MESSAGE_FIELDS} for r in rows)
+    return sorted(fields, key=lambda r: r["offset"])
 
 
 @pytest.mark.parametrize("store, mode, fmt, flags", [
@@ -441,7 +444,8 @@ def test_offsets_msg_id_and_uniq_key_read_what_dump_reads(spark, tmp_path, capsy
         assert written_rows(out, fmt) == expected
         assert json.loads((out / "report.json").read_text())["splits"] == splits
         moved = [n for n in notes if n.startswith("--from-offset")]
-        assert [line for line in capsys.readouterr().err.splitlines() if "--from-offset" in line] == [f"mqtool-scan: clean-small: {n}" for n in moved]
+        said = [line for line in capsys.readouterr().err.splitlines() if "--from-offset" in line]
+        assert said == [f"mqtool-scan: clean-small: {n}" for n in moved]
         assert len(moved) == (i == 0)
     missing = msg_id[:-1] + ("1" if msg_id[-1] == "0" else "0")  # an offset inside that record: no message has it
     code, expected, _ = dump_run(root, "--msg-id", missing)
@@ -453,8 +457,8 @@ def test_offsets_msg_id_and_uniq_key_read_what_dump_reads(spark, tmp_path, capsy
 def test_offset_options_are_refused_in_dumps_words(tmp_path, capsys):
     """The offset options' usage errors are dump's lines, found before the JVM starts (exit 2)."""
     root = store_path("4.9.7", "clean-small")
-    for flags in (["--from-offset", "10", "--to-offset", "5"], ["--msg-id", "0A0000010000291F000000000008A3C0", "--from-offset", "1"], ["--msg-id", "xyz"],
-                  ["--to-offset", "-1"]):
+    for flags in (["--from-offset", "10", "--to-offset", "5"], ["--msg-id", "0A0000010000291F000000000008A3C0", "--from-offset", "1"],
+                  ["--msg-id", "xyz"], ["--to-offset", "-1"]):
         result = runner.invoke(app, ["dump", str(root), *flags])
         assert result.exit_code == EXIT_USAGE
         dump_error = result.stderr.strip().removeprefix("mqtool: error: ").split("; see 'mqtool dump --help'")[0]

@@ -321,5 +321,6 @@ def with_edges(batch: pa.RecordBatch, first: bool, last: bool, skipped: Sequence
         batch = batch.set_column(i, batch.schema.field(i), compute.numbers(edge, pa.bool_()))
     i = batch.schema.get_field_index("split_skipped")
     if last and skipped and i >= 0:
-        batch = batch.set_column(i, batch.schema.field(i), pa.array([None] * (batch.num_rows - 1) + [list(skipped)], batch.schema.field(i).type))
+        values = pa.array([None] * (batch.num_rows - 1) + [list(skipped)], batch.schema.field(i).type)
+        batch = batch.set_column(i, batch.schema.field(i), values)
     return batch

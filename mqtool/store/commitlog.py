@@ -74,7 +74,8 @@ class ScanEnd(NamedTuple):
         if scan_start is not None:
             return (f"skipped [{self.offset}, {resumed}) ({self.reason}): before {scan_start}, where the broker's next start "
                     "scans from, so it never reads it and serves the records after it; reading on")
-        return f"skipped the damaged range [{self.offset}, {resumed}) ({self.reason}: {self.detail}; the broker would cut the log there); reading on"
+        return (f"skipped the damaged range [{self.offset}, {resumed}) ({self.reason}: {self.detail}; "
+                "the broker would cut the log there); reading on")
 
     def stopped_note(self, keep_going: bool = False) -> str:
         """``mqtool dump``'s stderr line for the damage its read stops at."""

@@ -124,11 +124,13 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resu
         for begin in range(0, max(seg.size, 1), max(step, 1)):
             if begin + step <= first or begin >= last:
                 continue
-            splits.append(Split(str(seg.path), seg.base_offset, seg.size, max(begin, first), min(begin + step, last), seg.entries, resume_before, first, keep_going))
+            splits.append(Split(str(seg.path), seg.base_offset, seg.size, max(begin, first), min(begin + step, last), seg.entries,
+                                resume_before, first, keep_going))
     return splits
 
 
-def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False, records_from: int = 0) -> int | None:
+def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False,
+                     records_from: int = 0) -> int | None:
     """Where a split of ``[start, stop)`` resumes, or None: ``records_from`` (the segment's first
     record read), else the first record describing itself with the ``RESYNC_CHAIN`` records after it
     doing the same, or an end-of-file blank whose size is the bytes left; with ``entries``, the first
@@ -309,8 +311,8 @@ def _joined(damage: list[Damage]) -> list[Damage]:
     return joined
 
 
-def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int], rejected: Iterable[Rejected],
-             damage: list[Damage] | None = None) -> list[Rejected]:
+def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int],
+             rejected: Iterable[Rejected], damage: list[Damage] | None = None) -> list[Rejected]:
     """The splits past where each log ends, as ``mqtool dump`` reads it: the first segment whose
     chain of records (``ends``, from ``check_handoffs``; segments keyed ``(log, base offset)``)
     stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
