@@ -136,6 +136,7 @@ class Scan:
         self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size, o.keep_going)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
         self.damage: list[Damage] = []  # what the check found the log read past or stopping at (``_rejected``)
+        self.msg_id_past_end = msg_id_past_end(o, inputs) if o.msg_id is not None else {}
 
     def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
@@ -183,7 +184,32 @@ class Scan:
         pairs = {((broker, self.tasks[self.partition[(broker, start)]].split.base_offset), start): list(zip(offsets[::2], offsets[1::2]))
                  for (broker, start), offsets in skipped.items() if offsets}
         self.damage = []
-        return [(self.partition[(r.segment[0], r.start)], r) for r in check_splits(every, splits, self.damage, pairs)]
+        rejected = check_splits(every, splits, self.damage, pairs)
+        done = {(r.segment, r.start) for r in rejected}
+        rejected += [Rejected(r.segment, r.start, r.first, r.first, self.msg_id_past_end[r.segment[0]]) for r in every
+                     if r.segment[0] in self.msg_id_past_end and r.first is not None and (r.segment, r.start) not in done]
+        return [(self.partition[(r.segment[0], r.start)], r) for r in rejected]
+
+
+def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, str]:
+    """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
+    gives the log (``lookup.cut_off``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
+    words for it: that split's rows are dropped, as ``dump`` prints no such record."""
+    from ..formats.commitlog import CommitLogRecord
+    from ..formats.errors import FormatError
+    from ..store.lookup import cut_off, past_end_error
+
+    offset, found = msg_id_offset(o.msg_id), {}
+    config = load_broker_config(Path(o.broker_config)) if o.broker_config else StoreConfig()
+    for b in inputs:
+        with broker_store(b, config) as store:
+            try:
+                record = store.commitlog.read_record(offset)
+            except (FormatError, LookupError):
+                continue
+            if isinstance(record, CommitLogRecord) and record.msg_id == o.msg_id.upper() and (cut := cut_off(store, record)) is not None:
+                found[b.broker] = f"no message at offset {offset} of --msg-id: {past_end_error(cut)}"
+    return found
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
@@ -672,6 +698,8 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
     spark = spark or session()
     spark.dataSource.register(RocketMQDataSource)
     scan = Scan(spark, o, inputs)
+    for broker, why in scan.msg_id_past_end.items():
+        print(f"mqtool-scan: {broker}: {why}", file=sys.stderr)
     for b in inputs:
         if o.from_offset is not None and b.start is not None and b.segments and b.start != max(o.from_offset, b.segments[0].base_offset):
             moved = f"--from-offset {o.from_offset} is not a record start; reading from the next record at {b.start}"

@@ -465,3 +465,26 @@ def test_offset_options_are_refused_in_dumps_words(tmp_path, capsys):
         capsys.readouterr()
         assert job.prepare_args(scan_args(str(root), "--output", str(tmp_path), *flags)) == EXIT_USAGE
         assert capsys.readouterr().err.strip() == f"mqtool-scan: error: {dump_error}"
+
+
+def test_msg_id_past_the_end_the_next_start_gives_the_log_is_not_served_as_dump_says(spark, tmp_path, capsys):
+    """A body byte flipped in a record of 4.9.7 clean-small's third segment: the broker's next start
+    (normal recovery from there, checkCRCOnRecover) ends the log at it, so `dump --msg-id` of a later
+    record prints nothing, says why and exits 1. The scan reads that record's split (a scan reads
+    past a CRC failure) and must not serve it either."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    messages = manifest("4.9.7", "clean-small")["messages"]
+    victim = next(m for m in messages if m["commitLogOffset"] > (2 << 20) + 100_000 and m["bodyLength"] > 200)
+    segment = root / "commitlog" / f"{2 << 20:020d}"
+    data = bytearray(segment.read_bytes())
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(victim["commitLogOffset"])
+    data[data.index(record.body, victim["commitLogOffset"] - (2 << 20)) + record.body_length // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    gone = max(messages, key=lambda m: m["commitLogOffset"])["msgId"]
+    code, rows, notes = dump_run(root, "--msg-id", gone)
+    assert (code, rows) == (1, []) and "past the log's end" in notes[-1]
+    capsys.readouterr()
+    assert scan_main(str(root), "--output", str(tmp_path / "out"), "--msg-id", gone) == code
+    assert f"mqtool-scan: 4.9.7-clean-small: {notes[-1]}" in capsys.readouterr().err.splitlines()
+    assert pq.read_table(tmp_path / "out" / "messages").num_rows == 0
