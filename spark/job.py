@@ -668,8 +668,7 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
     inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None,
                             from_offset=start, to_offset=stop)
     if o.keep_going and o.mode != "verify" and any(s.entries for b in inputs for s in b.segments):
-        raise UsageError("--keep-going: DLedger data files are each read up to their own damage here; "
-                         "`mqtool dump --keep-going` reads past it")
+        raise UsageError("--keep-going: not past damage in DLedger data files here; `mqtool dump --keep-going` reads past it")
     check_output(o.output)
     return inputs
 

@@ -318,8 +318,8 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
     stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
     the log unless the read goes past them (``Split.reads_past``): the broker's recovery cuts the log
     there, and the records of the later segments are not part of it. ``splits``: each result's
-    split by ``(segment, start)``. DLedger data files are left to their own chains. ``damage``
-    receives where the log ends at damage and the damage read past to the next segment."""
+    split by ``(segment, start)``; DLedger data files alike (``DLedgerMmapFileStore.recover`` cuts
+    the data files where the entry walk stops, reference §15). ``damage`` receives where the log ends at damage and the damage read past to the next segment."""
     done = {(r.segment, r.start) for r in rejected}
     by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
     for r in results:
@@ -335,7 +335,7 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
                 cut += [Rejected(key, r.start, r.first, end.offset, reason) for r in segments[key] if r.first is not None and (key, r.start) not in done]
                 continue
             stop = _chain_stop(split, ends.get(key))
-            if stop is None or split.entries:
+            if stop is None:
                 continue
             if key != order[-1] and split.reads_past(stop):
                 if damage is not None:  # the broker never reads it, or --keep-going: the log goes on in the next segment
