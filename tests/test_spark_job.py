@@ -465,6 +465,10 @@ def test_offset_options_are_refused_in_dumps_words(tmp_path, capsys):
         capsys.readouterr()
         assert job.prepare_args(scan_args(str(root), "--output", str(tmp_path), *flags)) == EXIT_USAGE
         assert capsys.readouterr().err.strip() == f"mqtool-scan: error: {dump_error}"
+    dledger = str(store_path("4.9.7", "dledger-small"))  # not planned over entry files: refused, not misread
+    for flags in (["--from-offset", "48"], ["--keep-going"]):
+        assert job.prepare_args(scan_args(dledger, "--output", str(tmp_path), *flags)) == EXIT_USAGE
+        assert "`mqtool dump" in capsys.readouterr().err
 
 
 def test_msg_id_past_the_end_the_next_start_gives_the_log_is_not_served_as_dump_says(spark, tmp_path, capsys):
