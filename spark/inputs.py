@@ -34,11 +34,19 @@ class BrokerInput:
     version: str | None
     legacy_properties: bool
     delay_levels: str = DEFAULT_DELAY_LEVELS
-    resume_before: int | None = None  # read past damage before it, as ``mqtool dump`` does (``resume_before``)
+    scan_start: int | None = None  # where the broker's next start scans from (``next_start_scan``)
+    start: int | None = None  # ``--from-offset``: the record start it names (``resync.record_start``)
+    stop: int | None = None  # ``--to-offset``
 
     @property
     def bytes(self) -> int:
         return sum(s.size for s in self.segments)
+
+    @property
+    def resume_before(self) -> int | None:
+        """Damage and zeros before this offset are read past, as ``mqtool dump`` reads them
+        (``cli.common.read_on``): before the broker's next start scans from, and before the last segment."""
+        return None if self.scan_start is None or not self.segments else min(self.scan_start, self.segments[-1].base_offset)
 
 
 def store_dir_for(path: Path) -> Path:
@@ -66,8 +74,11 @@ def resolve_inputs(
     *,
     broker_config: str | Path | None = None,
     broker_versions: Sequence[str | None] | None = None,
+    from_offset: int | None = None,
+    to_offset: int | None = None,
 ) -> list[BrokerInput]:
-    """Open every PATH read-only and group its segments by broker (absolute paths throughout)."""
+    """Open every PATH read-only and group its segments by broker (absolute paths throughout); each
+    broker's records read from ``from_offset`` (the record there or the next) up to ``to_offset``."""
     if not paths:
         raise UsageError("no input PATH given")
     names = list(broker_names or [])
@@ -95,10 +106,10 @@ def resolve_inputs(
         with Store.open(path, config, versions[i]) as store:
             # BrokerInput's settings: the version is the rules it is read by (the newest era left while several are)
             settings = (store.commitlog.file_size, str(store.rules.version), store.legacy_properties, store.config.delay_levels)
-            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings, "resume_before": resume_before(store)})
+            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings, "scan_start": next_start_scan(store)})
             entry["paths"].append(str(path))
             if len(entry["paths"]) > 1:
-                entry["resume_before"] = None  # segments gathered from several PATHs: no store to ask
+                entry["scan_start"] = None  # segments gathered from several PATHs: no store to ask
             for seg in store.commitlog.segments:
                 seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
                 other = entry["segments"].get(seg.base_offset)
@@ -108,22 +119,30 @@ def resolve_inputs(
                         "name the brokers with --broker-name (one per PATH)"
                     )
                 entry["segments"][seg.base_offset] = seg
-    return [
-        BrokerInput(broker, tuple(e["paths"]), tuple(e["segments"][base] for base in sorted(e["segments"])), *e["settings"], e["resume_before"])
-        for broker, e in grouped.items()
-    ]
+    inputs = []
+    for broker, e in grouped.items():
+        segments = tuple(e["segments"][base] for base in sorted(e["segments"]))
+        if (from_offset is not None or to_offset is not None) and any(seg.entries for seg in segments):
+            raise UsageError(f"broker {broker!r}: --from-offset, --to-offset and --msg-id do not read DLedger data files here; "
+                             "`mqtool dump` does")
+        start = None
+        if from_offset is not None and segments:
+            from ..store.resync import record_start
+
+            start = record_start(commitlog_of(list(segments), e["settings"][0]), from_offset)
+        inputs.append(BrokerInput(broker, tuple(e["paths"]), segments, *e["settings"], e["scan_start"], start, to_offset))
+    return inputs
 
 
-def resume_before(store: Store) -> int | None:
-    """The offset before which ``mqtool dump`` reads past damage and zeros (``cli.common.read_on``):
-    where the broker's next start scans from, and before the last segment; None for a commit log
-    without its store (segment files, a commitlog folder) or a DLedger one, whose reads stop there."""
-    segments = store.commitlog.segments
-    if store.root is None or store.is_dledger or not segments:
+def next_start_scan(store: Store) -> int | None:
+    """Where the broker's next start scans from (``store.nextstart``), before which ``mqtool dump``
+    reads past damage and zeros (``cli.common.read_on``); None for a commit log without its store
+    (segment files, a commitlog folder) or a DLedger one, whose reads stop there."""
+    if store.root is None or store.is_dledger or not store.commitlog.segments:
         return None
     from ..store.nextstart import scan_start_offset
 
-    return min(scan_start_offset(store), segments[-1].base_offset)
+    return scan_start_offset(store)
 
 
 def broker_store(b: BrokerInput, config: StoreConfig | None = None) -> Store:

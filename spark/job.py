@@ -32,13 +32,14 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
-from ..store.splits import Rejected, SplitResult, auto_split_size, check_splits, parse_size
+from ..store.splits import Damage, Rejected, SplitResult, auto_split_size, check_splits, parse_size
 from ..store import BrokerVersion, StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
 from .reader import ScanTask, plan_tasks
 from ..scan import compute
 from ..table import Table
-from ..scan.schema import MESSAGE_FILE_SCHEMA, TIMESTAMP, arrow_schema
+from ..scan.filter import check_offset_range, msg_id_offset
+from ..scan.schema import MESSAGE_FILE_SCHEMA, SPLIT_CHECK_COLUMNS, TIMESTAMP, arrow_schema
 from ..scan.stats import BASE_AGGREGATES
 from .source import FORMAT, RocketMQDataSource
 
@@ -50,6 +51,7 @@ PYARROW_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw":
 # and the part files' extension, as Spark's writer names them (parquet-java's ``CompressionCodecName``)
 PART_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4_raw": ".lz4raw", "brotli": ".br"}
 PRINT_ROWS = 200
+SplitKey = tuple[str, int]  # (broker, split_start): a split of the scan
 
 
 @dataclass
@@ -64,6 +66,10 @@ class JobOptions:
     tag: str | None = None
     since: int | None = None
     until: int | None = None
+    uniq_key: str | None = None
+    msg_id: str | None = None
+    from_offset: int | None = None
+    to_offset: int | None = None
     split_size: str | None = None
     body: str = "none"
     broker_names: list[str] = field(default_factory=list)
@@ -79,6 +85,14 @@ class JobOptions:
         values = {f.name: getattr(args, f.name if hasattr(args, f.name) else f.name[:-1]) for f in fields(cls)}
         values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**{**values, "since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until")})
+
+    def offset_range(self) -> tuple[int | None, int | None]:
+        """The commit log offsets read, ``[from, to)``: ``--msg-id``'s record alone (its offsetMsgId names
+        the offset, as ``mqtool dump --msg-id`` reads it), else ``--from-offset`` / ``--to-offset``."""
+        if self.msg_id is not None:
+            offset = msg_id_offset(self.msg_id)
+            return offset, offset + 1
+        return self.from_offset, self.to_offset
 
 
 # ---- session, shipping, reading ------------------------------------------------------------------
@@ -119,12 +133,14 @@ class Scan:
         largest = max((s.size for b in inputs for s in b.segments), default=0)
         size = parse_size(o.split_size) if o.split_size else auto_split_size(sum(b.bytes for b in inputs), spark.sparkContext.defaultParallelism)
         self.split_size = None if size >= largest else size
-        self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size)
+        self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size, o.keep_going)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
+        self.damage: list[Damage] = []  # what the check found the log read past or stopping at (``_rejected``)
+        self.msg_id_past_end = msg_id_past_end(o, inputs) if o.msg_id is not None else {}
 
     def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
-        takes them; ``stats`` and ``parquet`` apply the job's filters in the reader)."""
+        takes them), with the job's offset range and filters."""
         o, each = self.o, [(p, b) for b in self.inputs for p in b.paths]
         given = {"body": body, "output": output, "brokerNames": json.dumps([b.broker for _, b in each]),
                  "brokerVersions": json.dumps([b.version for _, b in each])}
@@ -132,32 +148,68 @@ class Scan:
             given["brokerConfig"] = os.path.abspath(o.broker_config)
         if self.split_size:
             given["splitSize"] = str(self.split_size)
-        if output in ("stats", "parquet"):
-            given["topics"] = json.dumps(o.topics)
-            values = {name: getattr(o, name) for name in ("queue", "since", "until", "tag", "key")}
-            given.update((name, str(v)) for name, v in values.items() if v is not None)
+        start, stop = o.offset_range()  # the same range ``prepare`` planned the splits with
+        values = {"fromOffset": start, "toOffset": stop, "queue": o.queue, "since": o.since, "until": o.until, "tag": o.tag, "key": o.key,
+                  "uniqKey": o.uniq_key, "msgId": o.msg_id}
+        given["topics"] = json.dumps(o.topics)
+        if o.keep_going:
+            given["keepGoing"] = "true"
+        given.update((name, str(v)) for name, v in values.items() if v is not None)
         return self.spark.read.format(FORMAT).options(**{**given, **options}).load([p for p, _ in each])
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
         """``(partition index, Rejected)`` for the splits whose first record is not where the chain
-        before them ends, from the first/last rows (``broker, split_start, offset, size``) seen."""
-        rows: dict[tuple[str, int], list[int]] = {}
+        before them ends, from the first/last rows (``broker, split_start, offset, size, split_skipped``) seen."""
+        rows: dict[SplitKey, list[int]] = {}
+        skipped: dict[SplitKey, list[int]] = {}
         for e in edges:
             b = rows.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
             b[0] = min(b[0], e["offset"])
             b[1] = max(b[1], e["offset"] + e["size"])
+            if e["split_skipped"]:
+                skipped[(e["broker"], e["split_start"])] = e["split_skipped"]
         results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
-        return self._rejected(results)
+        return self._rejected(results, skipped)
 
-    def check(self, bounds: dict[tuple[str, int], Sequence[int]]) -> list[tuple[int, Rejected]]:
+    def check(self, bounds: dict[SplitKey, Sequence[int]],
+              skipped: dict[SplitKey, Sequence[int]] | None = None) -> list[tuple[int, Rejected]]:
         """``rejected`` from ``{(broker, split_start): (first, exit)}`` of the splits that read
-        records, as ``SplitScan`` reports them."""
-        return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()})
+        records, as ``SplitScan`` reports them (``skipped``: their ``skipped`` column)."""
+        return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()}, skipped or {})
 
-    def _rejected(self, results: dict[tuple[str, int], SplitResult]) -> list[tuple[int, Rejected]]:
+    def _rejected(self, results: dict[SplitKey, SplitResult], skipped: dict[SplitKey, Sequence[int]]) -> list[tuple[int, Rejected]]:
+        """The check (``check_splits``); keeps in ``damage`` what the splits that pass read past or stop at."""
         every = [results.get((t.broker, t.split.offset)) or t.result(None, None) for t in self.tasks]
         splits = {(r.segment, r.start): t.split for r, t in zip(every, self.tasks)}
-        return [(self.partition[(r.segment[0], r.start)], r) for r in check_splits(every, splits)]
+        pairs = {((broker, self.tasks[self.partition[(broker, start)]].split.base_offset), start): list(zip(offsets[::2], offsets[1::2]))
+                 for (broker, start), offsets in skipped.items() if offsets}
+        self.damage = []
+        rejected = check_splits(every, splits, self.damage, pairs)
+        done = {(r.segment, r.start) for r in rejected}
+        rejected += [Rejected(r.segment, r.start, r.first, r.first, self.msg_id_past_end[r.segment[0]]) for r in every
+                     if r.segment[0] in self.msg_id_past_end and r.first is not None and (r.segment, r.start) not in done]
+        return [(self.partition[(r.segment[0], r.start)], r) for r in rejected]
+
+
+def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, str]:
+    """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
+    gives the log (``lookup.cut_off``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
+    words for it: that split's rows are dropped, as ``dump`` prints no such record."""
+    from ..formats.commitlog import CommitLogRecord
+    from ..formats.errors import FormatError
+    from ..store.lookup import cut_off, past_end_error
+
+    offset, found = msg_id_offset(o.msg_id), {}
+    config = load_broker_config(Path(o.broker_config)) if o.broker_config else StoreConfig()
+    for b in inputs:
+        with broker_store(b, config) as store:
+            try:
+                record = store.commitlog.read_record(offset)
+            except (FormatError, LookupError):
+                continue
+            if isinstance(record, CommitLogRecord) and record.msg_id == o.msg_id.upper() and (cut := cut_off(store, record)) is not None:
+                found[b.broker] = f"no message at offset {offset} of --msg-id: {past_end_error(cut)}"
+    return found
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
@@ -171,15 +223,20 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     df = scan.read(body)
     if scan.split_size is None:
         return df, []
-    edges = [r.asDict() for r in df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size").collect()]
+    edges = df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size", "split_skipped").collect()
     rejected = [r for _, r in scan.rejected(edges)]
     return without(df, rejected), rejected
 
 
-def split_bounds(rows) -> dict[tuple[str, int], tuple[int, int]]:
+def split_bounds(rows) -> dict[SplitKey, tuple[int, int]]:
     """``{(broker, split_start): (first_offset, exit_offset)}`` from the rows the reader reports
     per split (``output=stats`` or ``output=parquet``): what ``Scan.check`` takes."""
     return {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in rows}
+
+
+def split_skipped(rows) -> dict[SplitKey, list[int]]:
+    """``{(broker, split_start): skipped}`` from the same rows, for ``Scan.check``."""
+    return {(r["broker"], r["split_start"]): r["skipped"] for r in rows if r["skipped"]}
 
 
 def without(df: DataFrame, rejected: Sequence[Rejected]) -> DataFrame:
@@ -188,23 +245,6 @@ def without(df: DataFrame, rejected: Sequence[Rejected]) -> DataFrame:
         return df
     bad = [f"{r.segment[0]}\x00{r.start}" for r in rejected]
     return df.filter(~F.concat_ws("\x00", "broker", F.col("split_start").cast("string")).isin(bad))
-
-
-def filtered(df: DataFrame, o: JobOptions) -> DataFrame:
-    """The ``dump`` filters, as Spark predicates (all given ones must match)."""
-    if o.topics:
-        df = df.filter(F.col("topic").isin(o.topics))
-    if o.queue is not None:
-        df = df.filter(F.col("queue_id") == o.queue)
-    if o.since is not None:
-        df = df.filter(F.col("store_timestamp") >= o.since)
-    if o.until is not None:
-        df = df.filter(F.col("store_timestamp") <= o.until)
-    if o.tag is not None:
-        df = df.filter(F.col("tags") == o.tag)
-    if o.key is not None:
-        df = df.filter(F.array_contains(F.col("keys"), o.key))
-    return df
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -316,11 +356,11 @@ def run_messages(scan: Scan, out: Output) -> dict:
         )
     if scan.o.writer != "spark" and out.pyarrow_writes:
         return run_messages_in_tasks(scan, out)
-    obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size")
+    obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size", "split_skipped")
     df = scan.read(scan.o.body).observe(obs, F.collect_list(F.when(F.col("split_edge"), edge)).alias("edges"), F.count(F.lit(1)).alias("rows"))
     kept_obs = Observation("mqtool-written")
-    kept = filtered(df, scan.o).observe(kept_obs, F.count(F.lit(1)).alias("rows"))
-    target = out.write(kept.drop("split_edge"), "messages")
+    kept = df.filter(~F.col("filtered_out")).observe(kept_obs, F.count(F.lit(1)).alias("rows"))
+    target = out.write(kept.drop(*SPLIT_CHECK_COLUMNS), "messages")
     rejected = scan.rejected(obs.get["edges"])
     dropped = out.task_files("messages", [i for i, _ in rejected])
     dropped_rows = out.count_files(dropped)
@@ -338,7 +378,7 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     staging = target / "_temporary"
     staging.mkdir()
     written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=out.codec).collect()
-    rejected = scan.check(split_bounds(written))
+    rejected = scan.check(split_bounds(written), split_skipped(written))
     bad = {(r.segment[0], r.start) for _, r in rejected}
     run_id, kept, files = uuid.uuid4().hex, 0, 0
     for r in written:
@@ -361,7 +401,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
     when every split passes, written again from the cache without those that fail), then one
     grouping-sets job gives the per-queue and per-broker-hour tables, small enough for the driver."""
     obs = Observation("mqtool-stats")
-    split = F.struct("broker", "split_start", "first_offset", "exit_offset")
+    split = F.struct("broker", "split_start", "first_offset", "exit_offset", "skipped")
     partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)
     sums = [F.sum(c).alias(c) for c in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")]
 
@@ -373,7 +413,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         staged = "_hourly_unchecked"
         write_hourly(nonempty, staged)  # the scan: fills the cache and the observation
         bounds = split_bounds(obs.get["splits"])
-        rejected = scan.check(bounds)
+        rejected = scan.check(bounds, split_skipped(obs.get["splits"]))
         kept = without(nonempty, [r for _, r in rejected])
         if rejected:  # rare (stale records after a truncation): written again without them, from the cache
             hourly = write_hourly(kept, "hourly")
@@ -539,12 +579,39 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
             {"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first, "expected_offset": r.expected, "reason": r.reason, "partition": i}
             for i, r in rejected
         ],
+        "damage": [
+            {"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed,
+             "message": line}
+            for d, line in damage_lines(scan)
+        ],
         **result,
         "elapsed_s": round(elapsed, 3),
     }
     out.write_text("report.json", json.dumps(doc, indent=2) + "\n")
+    for d in doc["damage"]:
+        print(f"mqtool-scan: {d['broker']}: {d['message']}", file=sys.stderr)
     print_dropped(doc["rejected_splits"])
     return doc
+
+
+def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
+    """Each damaged (or unwritten) range the read skipped and the damage a log stops at, with the line
+    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there). A range
+    whose records resume only at or past ``--to-offset`` ends the read there, as in ``dump``."""
+    inputs = {b.broker: b for b in scan.inputs}
+    lines = []
+    for d in scan.damage:
+        b = inputs[d.segment[0]]
+        if d.resumed is not None and b.stop is not None and d.resumed >= b.stop:
+            if d.end.is_clean:
+                continue  # zeros up to the end asked for: where the written data ends, no damage
+            d = d._replace(resumed=None)
+        if d.resumed is None:
+            lines.append((d, d.end.stopped_note(scan.o.keep_going)))
+        else:
+            unread = b.resume_before is not None and d.end.offset < b.resume_before
+            lines.append((d, d.end.skipped_note(d.resumed, b.scan_start if unread else None)))
+    return lines
 
 
 DROPPED_LINES = 20
@@ -576,13 +643,21 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
     if o.mode == "verify":
-        given = [name for name, value in (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since), ("--until", o.until), ("--split-size", o.split_size)) if value not in (None, [])]
+        options = (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since),
+                   ("--until", o.until), ("--uniq-key", o.uniq_key), ("--msg-id", o.msg_id), ("--from-offset", o.from_offset),
+                   ("--to-offset", o.to_offset), ("--split-size", o.split_size))
+        given = [name for name, value in options if value not in (None, [])]
         if given:
             raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
     if o.queue is not None and o.queue < 0:
         raise UsageError(f"--queue {o.queue}: a queue id is 0 or more")
+    for flag, value in (("--from-offset", o.from_offset), ("--to-offset", o.to_offset)):
+        if value is not None and value < 0:
+            raise UsageError(f"Invalid value for '{flag}': Input should be greater than or equal to 0")  # dump's words
+    check_offset_range(o.from_offset, o.to_offset, o.msg_id)
+    start, stop = o.offset_range()  # a --msg-id that is no offsetMsgId: a usage error
     if o.since is not None and o.until is not None and o.since > o.until:
         raise UsageError("--since is after --until")
     for version in o.broker_versions:  # not a release: a usage error, as for every mqtool command
@@ -590,7 +665,10 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
             BrokerVersion.parse(version)
         except UnknownStoreVersion as exc:
             raise UsageError(f"--broker-version: {exc}") from None
-    inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None)
+    inputs = resolve_inputs(o.paths, o.broker_names or None, broker_config=o.broker_config, broker_versions=o.broker_versions or None,
+                            from_offset=start, to_offset=stop)
+    if o.keep_going and o.mode != "verify" and any(s.entries for b in inputs for s in b.segments):
+        raise UsageError("--keep-going: not past damage in DLedger data files here; `mqtool dump --keep-going` reads past it")
     check_output(o.output)
     return inputs
 
@@ -619,6 +697,12 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
     spark = spark or session()
     spark.dataSource.register(RocketMQDataSource)
     scan = Scan(spark, o, inputs)
+    for broker, why in scan.msg_id_past_end.items():
+        print(f"mqtool-scan: {broker}: {why}", file=sys.stderr)
+    for b in inputs:
+        if o.from_offset is not None and b.start is not None and b.segments and b.start != max(o.from_offset, b.segments[0].base_offset):
+            moved = f"--from-offset {o.from_offset} is not a record start; reading from the next record at {b.start}"
+            print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)
@@ -670,4 +754,7 @@ def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> 
             raise
         print(f"mqtool-scan: error: {type(exc).__name__}: {error_line(exc)} (--debug shows the whole error)", file=sys.stderr)
         return EXIT_INTERNAL
+    if o.msg_id is not None and not doc["rows_written" if o.mode == "messages" else "messages"]:
+        print(f"mqtool-scan: no message has --msg-id {o.msg_id}", file=sys.stderr)
+        return EXIT_FINDINGS  # as `mqtool dump --msg-id`
     return EXIT_FINDINGS if doc.get("unsound") else 0

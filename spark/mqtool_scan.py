@@ -28,13 +28,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", help="only messages with this TAGS value")
     p.add_argument("--since", help="store time at or after (epoch ms or ISO-8601; naive = UTC)")
     p.add_argument("--until", help="store time at or before")
+    p.add_argument("--uniq-key", metavar="KEY", help="only messages with this UNIQ_KEY")
+    p.add_argument("--msg-id", metavar="ID", help="only the message with this offsetMsgId (its split alone is read)")
+    p.add_argument("--from-offset", type=int, metavar="OFFSET",
+                   help="commit log offset to start at: the record there or the next one (only the splits from there are read)")
+    p.add_argument("--to-offset", type=int, metavar="OFFSET", help="stop before this commit log offset (exclusive)")
     p.add_argument("--split-size", metavar="SIZE", help="split segments into ranges of SIZE (e.g. 256m); default: one per segment, smaller only when there are too few segments for the cores")
     p.add_argument("--body", choices=("none", "utf8", "hex", "base64", "sha256"), default="none", help="messages: how to write the body bytes")
     p.add_argument("--broker-name", action="append", default=[], metavar="NAME", help="broker column value, one per PATH or one for all (default: the store directory's name)")
     p.add_argument("--broker-version", action="append", default=[], metavar="X.Y.Z", help="version of the broker that wrote the store (default: detected)")
     p.add_argument("--broker-config", metavar="FILE", help="the brokers' broker.conf (file sizes, delay levels)")
     p.add_argument("--writer", choices=("auto", "python", "spark"), default="auto", help="messages: who writes Parquet: python (each task, with pyarrow; the default for a path), spark (Spark's writer; the default for JSON, CSV and URIs)")
-    p.add_argument("--keep-going", action="store_true", help="verify: check and count past the first damaged range")
+    p.add_argument("--keep-going", action="store_true",
+                   help="read past every damaged range (messages, stats: as mqtool dump --keep-going; verify: as mqtool verify)")
     p.add_argument("--verbose", action="store_true", help="keep Spark's INFO logging (default: WARN, from log4j2.properties next to this script)")
     p.add_argument("--debug", action="store_true", help="show the whole error (Spark and Python tracebacks) instead of one line")
     return p

@@ -21,7 +21,7 @@ from ..store.records import BodyEncoding
 from ..store.mappedfile import exit_on_sigbus
 from ..store.splits import Split, SplitResult, SplitScan, plan_splits
 from ..scan import compute
-from ..scan.batches import MessageBatchBuilder, with_edges
+from ..scan.batches import MessageBatchBuilder, projected_schema, with_edges
 from ..scan.filter import MessageFilter
 from ..scan.schema import MESSAGE_FILE_SCHEMA, STATS_SCHEMA, TIMESTAMP, WRITTEN_SCHEMA
 from ..scan.stats import HOUR_MS, STATS_INPUT, aggregate, merge
@@ -51,7 +51,7 @@ class ScanTask:
 
     def result(self, first: int | None, exit: int | None) -> SplitResult:
         """For ``check_handoffs``: ``first`` and ``exit`` as ``SplitScan`` reports them."""
-        return SplitResult((self.broker, self.split.base_offset), self.split.base_offset, self.split.offset, first, exit)
+        return SplitResult((self.broker, self.split.base_offset), self.split.chain_start, self.split.offset, first, exit)
 
     def result_of_rows(self, first_offset: int, end_offset: int) -> SplitResult:
         """``result`` from the split's rows: the ``offset`` of its first and the ``offset + size``
@@ -59,28 +59,51 @@ class ScanTask:
         return self.result(self.split.handoff_start(first_offset), end_offset)
 
 
-def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None) -> list[ScanTask]:
-    """Every broker's splits in offset order (the data source's partitions, in this order)."""
+def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, keep_going: bool = False) -> list[ScanTask]:
+    """Every broker's splits in offset order (the data source's partitions, in this order); ``keep_going``:
+    they read past every damaged range (``Split.resume``)."""
     return [
         ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
         for b in inputs
-        for split in plan_splits(b.segments, split_size, b.resume_before)
+        for split in plan_splits(b.segments, split_size, b.resume_before, b.start, b.stop, keep_going)
     ]
 
 
-def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None) -> Iterator[pa.RecordBatch]:
+def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None,
+                  match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
     """The ``messages`` batches of one split (only ``columns`` when given); the first and last
-    row carry ``split_edge``."""
-    builder = task.builder(body=body, columns=columns)
+    row carry ``split_edge``, the last one ``split_skipped``; the rows ``match`` drops are marked
+    ``filtered_out``, not left out, so that the split check sees every split's edges (left out when
+    ``columns`` has no ``filtered_out``)."""
+    schema = projected_schema(columns)
+    needed = None if columns is None or match == MessageFilter() else list(dict.fromkeys([*columns, *match.columns()]))
+    builder = task.builder(body=body, columns=needed or columns)
+    i = schema.get_field_index("filtered_out")
+
+    def done(batch: pa.RecordBatch, first: bool, last: bool, skipped: Sequence[int] = ()) -> pa.RecordBatch:
+        batch = with_edges(batch, first, last, skipped)
+        mask = match.mask(batch)
+        if needed:
+            batch = batch.select(schema.names)
+        if mask is not None:
+            batch = batch.set_column(i, schema.field(i), compute.invert(mask)) if i >= 0 else batch.filter(mask)
+        return batch
+
     pending, first = None, True
-    for batch in task.scan(check_crc=True):
+    scan = task.scan(check_crc=True)
+    for batch in scan:
         built = builder.build(batch, task.split.offset)
         if pending is not None:
-            yield with_edges(pending, first, False)
+            yield done(pending, first, False)
             first = False
         pending = built
     if pending is not None:
-        yield with_edges(pending, first, True)
+        yield done(pending, first, True, skipped_offsets(scan))
+
+
+def skipped_offsets(scan: SplitScan) -> list[int]:
+    """``SplitScan.skipped`` as the ``skipped`` column holds it: where each range begins, where it resumes."""
+    return [offset for end, resumed in scan.skipped for offset in (end.offset, resumed)]
 
 
 # Parquet row groups of about 32 MiB of Arrow data, decoded 8192 records at a time: a writing
@@ -118,7 +141,8 @@ def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEnco
             writer.close()
     if scan.first is None:
         return
-    row = (task.broker, task.split.offset, scan.first, scan.exit, rows_read, rows_written, path if writer is not None else None)
+    row = (task.broker, task.split.offset, scan.first, scan.exit, skipped_offsets(scan), rows_read, rows_written,
+           path if writer is not None else None)
     yield pa.RecordBatch.from_pydict({name: [value] for name, value in zip(WRITTEN_SCHEMA.names, row, strict=True)}, schema=WRITTEN_SCHEMA)
 
 
@@ -150,6 +174,7 @@ def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterat
         "broker": pa.array([task.broker] * n, pa.string()),
         **{k: pa.array(np.full(n, v, dtype=np.int64))
            for k, v in (("split_start", task.split.offset), ("first_offset", scan.first), ("exit_offset", scan.exit))},
+        "skipped": pa.array([skipped_offsets(scan)] * n, STATS_SCHEMA.field("skipped").type),
     }
     if grouped is None:
         row = {"topic": None, "queue_id": None, "hour": None, **{name: 0 for name in ("messages", "dispatched", "bytes", "body_bytes", "crc_failures")}}

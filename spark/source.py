@@ -62,6 +62,8 @@ class ScanOptions:
             raise ValueError("option output=parquet needs the option directory")
         self.compression = options.get("compression", "snappy")
         number = lambda name: int(options[name]) if options.get(name) not in (None, "") else None  # noqa: E731
+        self.from_offset, self.to_offset = number("fromOffset"), number("toOffset")
+        self.keep_going = str(options.get("keepGoing", "false")).lower() == "true"
         self.filter = MessageFilter(
             topics=tuple(_list_option(options, "topics") or ()),
             queue=number("queue"),
@@ -69,6 +71,8 @@ class ScanOptions:
             until=number("until"),
             tag=options.get("tag"),
             key=options.get("key"),
+            uniq_key=options.get("uniqKey"),
+            msg_id=options.get("msgId"),
         )
 
 
@@ -98,8 +102,9 @@ class RocketMQReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         o = self.options
-        inputs = resolve_inputs(o.paths, o.broker_names, broker_config=o.broker_config, broker_versions=o.broker_versions)
-        return [InputPartition(task) for task in plan_tasks(inputs, o.split_size)]
+        inputs = resolve_inputs(o.paths, o.broker_names, broker_config=o.broker_config, broker_versions=o.broker_versions,
+                                from_offset=o.from_offset, to_offset=o.to_offset)
+        return [InputPartition(task) for task in plan_tasks(inputs, o.split_size, o.keep_going)]
 
     def read(self, partition: InputPartition) -> Iterator:
         task = partition.value
@@ -111,4 +116,4 @@ class RocketMQReader(DataSourceReader):
         elif o.output == "parquet":
             yield from write_messages(task, o.directory, o.body, o.filter, o.compression)
         else:
-            yield from read_messages(task, o.body, columns=o.columns)
+            yield from read_messages(task, o.body, columns=o.columns, match=o.filter)

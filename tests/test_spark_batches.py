@@ -25,12 +25,17 @@ from mqtool.scan.batches import MessageBatchBuilder
 from mqtool.spark.inputs import broker_name_for, resolve_inputs
 from mqtool.scan.filter import MessageFilter
 from mqtool.spark.reader import plan_tasks, read_messages, read_stats, write_messages
-from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, STATS_SCHEMA, WRITTEN_SCHEMA
+from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA, SPLIT_CHECK_COLUMNS, STATS_SCHEMA, WRITTEN_SCHEMA
 from mqtool.store import Store
 from mqtool.store.commitlog import Segment
 from mqtool.store.splits import SplitScan, check_handoffs, plan_splits
 
 STORES = [(v, n) for v in VERSIONS for n in ("clean-small", "crashed-small")] + [("4.9.7", "rewrite-clean"), ("4.9.7", "retention-small")]
+
+
+def file_row(row: dict) -> dict:
+    """A ``messages`` row as a written file holds it (without the split check's columns)."""
+    return {k: v for k, v in row.items() if k not in SPLIT_CHECK_COLUMNS}
 
 
 def as_dump(row: dict) -> dict:
@@ -142,6 +147,23 @@ def test_edges_mark_the_first_and_last_row_of_a_split():
     assert len(batches) == 1 or len(edges) > 2
     assert edges[0] and edges[-1] and not any(edges[1:-1])
     assert {s for b in batches for s in b.column("split_start").to_pylist()} == {task.split.offset}
+
+
+def test_the_messages_output_applies_the_filters_and_keeps_every_edge():
+    """Before: the data source's messages output ignored its filter options (``topics``, ``key``...),
+    every row returned. Now the rows ``MessageFilter`` drops are marked ``filtered_out`` (the split's
+    edges kept for the check), or left out when the columns asked for do not include the mark."""
+    from mqtool.scan.filter import MessageFilter
+
+    task = plan_tasks(resolve_inputs([store_path("4.9.7", "clean-small")]), 300_000)[1]
+    match = MessageFilter(topics=("TopicTest",))
+    every = [r for b in read_messages(task) for r in b.to_pylist()]
+    marked = [r for b in read_messages(task, match=match) for r in b.to_pylist()]
+    assert [r["offset"] for r in marked] == [r["offset"] for r in every]
+    assert [r["filtered_out"] for r in marked] == [r["topic"] != "TopicTest" for r in every] and any(r["filtered_out"] for r in marked)
+    assert [r["split_edge"] for r in marked] == [r["split_edge"] for r in every]
+    left = [r for b in read_messages(task, columns=["offset", "topic"], match=match) for r in b.to_pylist()]
+    assert left == [{"offset": r["offset"], "topic": r["topic"]} for r in every if r["topic"] == "TopicTest"]
 
 
 @pytest.mark.parametrize("name", ["dledger-small", "clean-small"])
@@ -345,10 +367,10 @@ def test_written_files_hold_what_the_reader_yields(tmp_path):
             pass
         assert (row["first_offset"], row["exit_offset"], row["rows_read"]) == (scan.first, scan.exit, len(read))
         written = pq.read_table(row["file"])
-        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [{k: v for k, v in r.items() if k != "split_edge"} for r in read]
+        assert written.schema.equals(MESSAGE_FILE_SCHEMA) and written.to_pylist() == [file_row(r) for r in read]
         expected = [r for r in read if r["topic"] == "TopicTest" and "ключ-2" in (r["keys"] or [])]
         assert kept["rows_read"] == len(read) and kept["rows_written"] == len(expected)
         kept_rows += len(expected)
-        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [{k: v for k, v in r.items() if k != "split_edge"} for r in expected]
+        assert (pq.read_table(kept["file"]).to_pylist() if kept["file"] else []) == [file_row(r) for r in expected]
     assert kept_rows  # the filter keeps some rows of some splits, none of others
 

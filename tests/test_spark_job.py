@@ -29,7 +29,7 @@ from mqtool.verify import Verification, VerifyOptions
 pyspark = pytest.importorskip("pyspark")
 
 from mqtool.spark import job  # noqa: E402  (needs pyspark)
-from mqtool.scan.schema import MESSAGE_SCHEMA  # noqa: E402
+from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA  # noqa: E402
 
 SCRIPT = ROOT / "spark" / "mqtool_scan.py"
 BROKERS = {"a": ("4.9.7", "clean-small"), "b": ("5.3.3", "clean-small"), "c": ("4.9.7", "rewrite-clean")}
@@ -52,7 +52,7 @@ def dump_rows(version: str, name: str) -> list[dict]:
 
 
 def parquet_rows(directory: Path) -> list[dict]:
-    return pq.read_table(directory, schema=MESSAGE_SCHEMA.remove(MESSAGE_SCHEMA.get_field_index("split_edge"))).to_pylist()
+    return pq.read_table(directory, schema=MESSAGE_FILE_SCHEMA).to_pylist()
 
 
 def json_rows(directory: Path) -> list[dict]:
@@ -126,7 +126,7 @@ def test_the_tasks_writer_keeps_the_schema_when_nothing_matches(spark, tmp_path)
     doc = job.run(options(tmp_path, {"a": BROKERS["a"]}, topics=["no-such-topic"]), spark)
     assert doc["rows_written"] == 0 and doc["rows_read"] == len(dump_rows(*BROKERS["a"]))
     files = list((tmp_path / "messages").glob("part-*.parquet"))
-    assert len(files) == 1 and pq.read_table(files[0]).schema.equals(MESSAGE_SCHEMA.remove(MESSAGE_SCHEMA.get_field_index("split_edge")))
+    assert len(files) == 1 and pq.read_table(files[0]).schema.equals(MESSAGE_FILE_SCHEMA)
     assert spark.read.parquet(str(tmp_path / "messages")).count() == 0
 
 
@@ -233,6 +233,7 @@ def test_the_data_source_from_user_code(spark):
 
 def test_errors_are_one_line_with_exit_codes(tmp_path, capsys, spark):
     base = dict(output=str(tmp_path), mode="messages", format="parquet", topic=[], queue=None, key=None, tag=None, since=None, until=None,
+                uniq_key=None, msg_id=None, from_offset=None, to_offset=None,
                 split_size=None, body="none", broker_name=[], broker_version=[], broker_config=None, keep_going=False, writer="auto")
     assert job.main(Namespace(**base, paths=[str(tmp_path / "missing")])) == EXIT_BAD_INPUT
     assert job.main(Namespace(**{**base, "since": "yesterday-ish"}, paths=[str(store_path("5.3.3", "clean-small"))])) == EXIT_USAGE
@@ -339,7 +340,9 @@ def test_verify_mode_refuses_every_filter_given_a_zero_too(tmp_path):
     from mqtool.errors import UsageError
 
     store = str(store_path("4.9.7", "clean-small"))
-    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"), ({"queue": 1}, "--queue")):
+    for given, flag in (({"queue": 0}, "--queue"), ({"since": 0}, "--since"), ({"until": 0}, "--until"), ({"tag": ""}, "--tag"),
+                        ({"queue": 1}, "--queue"), ({"uniq_key": ""}, "--uniq-key"), ({"from_offset": 0}, "--from-offset"),
+                        ({"to_offset": 0}, "--to-offset")):
         with pytest.raises(UsageError, match=f"^{flag}: --mode verify"):
             job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify", **given))
     assert job.prepare(job.JobOptions(paths=[store], output=str(tmp_path / "out"), mode="verify"))
@@ -355,3 +358,137 @@ def test_dropped_splits_are_few_lines(capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == job.DROPPED_LINES + 1 and err[0] == "mqtool-scan: dropped split a@0: stale at 0"
     assert err[-1] == "mqtool-scan: and 10 more dropped splits (report.json lists every one)"
+
+
+def dump_run(path: Path, *flags: str) -> tuple[int, list[dict], list[str]]:
+    """``mqtool dump PATH -f jsonl FLAGS``: its exit code, rows and stderr lines (without the ``mqtool: `` prefix)."""
+    result = runner.invoke(app, ["dump", str(path), "--format", "jsonl", *flags])
+    notes = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines()]
+    return result.exit_code, [json.loads(line) for line in result.stdout.splitlines()], notes
+
+
+def scan_args(*argv: str):
+    """``spark/mqtool_scan.py ARGV``'s arguments, parsed by the script's own parser."""
+    from mqtool.spark import mqtool_scan
+
+    return mqtool_scan.parser().parse_args(list(argv))
+
+
+def scan_main(*argv: str) -> int:
+    """``spark/mqtool_scan.py ARGV`` in this session."""
+    return job.main(scan_args(*argv))
+
+
+def written_rows(out: Path, fmt: str) -> list[dict]:
+    rows = json_rows(out / "messages") if fmt == "json" else parquet_rows(out / "messages")
+    fields = ({k: dict(r[k]) if k == "properties" and r[k] is not None else r[k] for k in MESSAGE_FIELDS} for r in rows)
+    return sorted(fields, key=lambda r: r["offset"])
+
+
+@pytest.mark.parametrize("store, mode, fmt, flags", [
+    ("damaged", "messages", "json", ["--split-size", "128k"]),
+    ("damaged", "messages", "parquet", ["--keep-going"]),
+    ("damaged", "stats", "parquet", ["--split-size", "128k", "--keep-going"]),
+    ("damaged", "messages", "parquet", ["--split-size", "128k", "--keep-going", "--to-offset", "2233000"]),  # ends inside the damage
+    ("rewrite-clean", "messages", "parquet", []),
+])
+def test_damage_the_scan_reads_past_or_stops_at_is_said_as_dump_says_it(spark, tmp_path, capsys, store, mode, fmt, flags):
+    """Before: the job said nothing on stderr of the damage it read past (a destroyed first record
+    before the segment the broker's next start scans from) nor of the damage a log stops at (only
+    the splits dropped after it, when it was not in the last segment: rewrite-clean, whose last
+    segment ends at stale bytes, got no line at all), so the output silently lacked those ranges;
+    and `--keep-going` was taken and ignored in messages and stats modes. Now each range gets
+    `mqtool dump`'s line (same flags), the rows are dump's, and the exit code is dump's."""
+    if store == "damaged":
+        root = _damage("4.9.7", tmp_path)
+        first = root / "commitlog" / f"{0:020d}"
+        data = bytearray(first.read_bytes())
+        data[:8] = b"\xff" * 8  # the first record's TOTALSIZE and MAGICCODE
+        first.write_bytes(bytes(data))
+    else:
+        root = store_path("4.9.7", store)
+    code, expected, notes = dump_run(root, *flags[2:] if flags[:1] == ["--split-size"] else flags)
+    damage = [n for n in notes if n.startswith(("skipped", "stopped"))]
+    assert len(damage) == (2 if store == "damaged" else 1)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert scan_main(str(root), "--output", str(out), "--mode", mode, "--format", fmt, "--broker-name", "b", *flags) == code == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [line for line in err if line.startswith("mqtool-scan: b: ")] == [f"mqtool-scan: b: {n}" for n in damage]
+    report = json.loads((out / "report.json").read_text())
+    assert [d["message"] for d in report["damage"]] == damage
+    if mode == "messages":
+        assert written_rows(out, fmt) == expected
+    else:
+        assert pq.read_table(out / "brokers").to_pylist()[0]["messages"] == len(expected)
+
+
+def test_offsets_msg_id_and_uniq_key_read_what_dump_reads(spark, tmp_path, capsys):
+    """Before: the job had no --from-offset/--to-offset (every segment was read), no --msg-id and no
+    --uniq-key. Now they take dump's values and words, filter with its MessageFilter, and an offset
+    range (a msg id's offset) plans only the splits it covers."""
+    root = store_path("4.9.7", "clean-small")
+    reference = dump_rows("4.9.7", "clean-small")
+    uniq_key, msg_id = reference[700]["uniq_key"], reference[1500]["msg_id"]
+    cases = [
+        ("json", ["--from-offset", "1000", "--to-offset", "2500000", "--topic", "TopicTest"], 3),
+        ("parquet", ["--uniq-key", uniq_key], 5),
+        ("parquet", ["--msg-id", msg_id], 1),
+    ]
+    for i, (fmt, flags, splits) in enumerate(cases):
+        code, expected, notes = dump_run(root, *flags, "--body", "sha256")
+        assert code == 0 and expected
+        out = tmp_path / f"out{i}"
+        capsys.readouterr()
+        assert scan_main(str(root), "--output", str(out), "--format", fmt, "--body", "sha256", *flags) == 0
+        assert written_rows(out, fmt) == expected
+        assert json.loads((out / "report.json").read_text())["splits"] == splits
+        moved = [n for n in notes if n.startswith("--from-offset")]
+        said = [line for line in capsys.readouterr().err.splitlines() if "--from-offset" in line]
+        assert said == [f"mqtool-scan: clean-small: {n}" for n in moved]
+        assert len(moved) == (i == 0)
+    missing = msg_id[:-1] + ("1" if msg_id[-1] == "0" else "0")  # an offset inside that record: no message has it
+    code, expected, _ = dump_run(root, "--msg-id", missing)
+    assert (code, expected) == (1, [])
+    assert scan_main(str(root), "--output", str(tmp_path / "none"), "--msg-id", missing) == code
+    assert pq.read_table(tmp_path / "none" / "messages").num_rows == 0
+
+
+def test_offset_options_are_refused_in_dumps_words(tmp_path, capsys):
+    """The offset options' usage errors are dump's lines, found before the JVM starts (exit 2)."""
+    root = store_path("4.9.7", "clean-small")
+    for flags in (["--from-offset", "10", "--to-offset", "5"], ["--msg-id", "0A0000010000291F000000000008A3C0", "--from-offset", "1"],
+                  ["--msg-id", "xyz"], ["--to-offset", "-1"]):
+        result = runner.invoke(app, ["dump", str(root), *flags])
+        assert result.exit_code == EXIT_USAGE
+        dump_error = result.stderr.strip().removeprefix("mqtool: error: ").split("; see 'mqtool dump --help'")[0]
+        capsys.readouterr()
+        assert job.prepare_args(scan_args(str(root), "--output", str(tmp_path), *flags)) == EXIT_USAGE
+        assert capsys.readouterr().err.strip() == f"mqtool-scan: error: {dump_error}"
+    dledger = str(store_path("4.9.7", "dledger-small"))  # not planned over entry files: refused, not misread
+    for flags in (["--from-offset", "48"], ["--keep-going"]):
+        assert job.prepare_args(scan_args(dledger, "--output", str(tmp_path), *flags)) == EXIT_USAGE
+        assert "`mqtool dump" in capsys.readouterr().err
+
+
+def test_msg_id_past_the_end_the_next_start_gives_the_log_is_not_served_as_dump_says(spark, tmp_path, capsys):
+    """A body byte flipped in a record of 4.9.7 clean-small's third segment: the broker's next start
+    (normal recovery from there, checkCRCOnRecover) ends the log at it, so `dump --msg-id` of a later
+    record prints nothing, says why and exits 1. The scan reads that record's split (a scan reads
+    past a CRC failure) and must not serve it either."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    messages = manifest("4.9.7", "clean-small")["messages"]
+    victim = next(m for m in messages if m["commitLogOffset"] > (2 << 20) + 100_000 and m["bodyLength"] > 200)
+    segment = root / "commitlog" / f"{2 << 20:020d}"
+    data = bytearray(segment.read_bytes())
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(victim["commitLogOffset"])
+    data[data.index(record.body, victim["commitLogOffset"] - (2 << 20)) + record.body_length // 2] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    gone = max(messages, key=lambda m: m["commitLogOffset"])["msgId"]
+    code, rows, notes = dump_run(root, "--msg-id", gone)
+    assert (code, rows) == (1, []) and "past the log's end" in notes[-1]
+    capsys.readouterr()
+    assert scan_main(str(root), "--output", str(tmp_path / "out"), "--msg-id", gone) == code
+    assert f"mqtool-scan: 4.9.7-clean-small: {notes[-1]}" in capsys.readouterr().err.splitlines()
+    assert pq.read_table(tmp_path / "out" / "messages").num_rows == 0

@@ -184,8 +184,7 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int |
         if end.unread_by_broker(start):
             resumed = store.commitlog.resume_after_damage(end)  # None: nothing after it can be read
             if resumed is not None and (stop is None or resumed < stop):
-                note(f"skipped [{end.offset}, {resumed}) ({end.reason}): before {start}, where the broker's next start "
-                     "scans from, so it never reads it and serves the records after it; reading on")
+                note(end.skipped_note(resumed, start))
                 return resumed
     if end.is_clean or not keep_going:
         return None
@@ -194,6 +193,5 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int |
     resumed = resume_after(store.commitlog, end.offset + 1)  # None: nothing after it can be read
     if resumed is None or (stop is not None and resumed >= stop):
         return None
-    note(f"skipped the damaged range [{end.offset}, {resumed}) ({end.reason}: {end.detail}; "
-         "the broker would cut the log there); reading on")
+    note(end.skipped_note(resumed))
     return resumed

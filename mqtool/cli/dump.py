@@ -15,7 +15,6 @@ from ..formats.commitlog import CommitLogRecord
 from ..formats.errors import FormatError
 from ..formats.hashing import index_key_hash
 from ..formats.index import index_key
-from ..formats.msgid import decode_msg_id
 from ..store.records import (
     BATCH_UNIT_FIELDS,
     CONSUME_QUEUE_FIELDS,
@@ -96,10 +95,9 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
     """Print the messages ``dump`` selects: a scan through the columnar core and the compiled text encoder,
     ``--msg-id`` and index lookups record by record; the same bytes, the one ``MessageFilter``."""
     if msg_id is not None:  # a lookup, as `query msg-id`: exit 1 when it prints nothing
-        try:
-            offset = decode_msg_id(msg_id).commit_log_offset
-        except ValueError:
-            raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
+        from ..scan.filter import msg_id_offset
+
+        offset = msg_id_offset(msg_id)
         rows = list(_msg_id_rows(store, match, msg_id, offset, limit, body, decompress))
         _emit_rows(rows, fmt, body)
         if not rows:
@@ -125,19 +123,13 @@ def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit
 
 
 def _scan_from(store: Store, start: int | None) -> int:
-    """Where ``--from-offset``'s scan begins: that offset when a record starts there, else the next (``resync.scan_start``)."""
+    """Where ``--from-offset``'s scan begins: that offset when a record starts there, else the next (``resync.record_start``)."""
     if start is None:
         return store.commitlog.min_offset
-    start = max(start, store.commitlog.min_offset)
-    try:  # a record (or end-of-file blank) starts there: nothing to search
-        store.commitlog.read_record(start)
-        return start
-    except (FormatError, LookupError):
-        pass
-    from ..store.resync import scan_start
+    from ..store.resync import record_start
 
-    resumed = scan_start(store.commitlog, start)
-    if resumed != start:
+    resumed = record_start(store.commitlog, start)
+    if resumed != max(start, store.commitlog.min_offset):
         note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
     return resumed
 
@@ -231,8 +223,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     elif end.is_clean:
         note(f"end of the commit log at offset {end.offset} ({end.reason})")
     else:
-        more = "" if keep_going else "; --keep-going reads past it"
-        note(f"stopped at offset {end.offset}: {end.reason}: {end.detail} (the broker would cut the log here{more})")
+        note(end.stopped_note(keep_going))
 
 
 def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
@@ -402,11 +393,9 @@ def check_options(kind: str, given: dict[str, object]) -> None:
         raise UsageError("--topic on an index dump needs --key (the index hashes topic#key)")
     if "--no-index" in used and not used & {"--key", "--uniq-key"}:
         raise UsageError("--no-index turns off the index lookup of --key/--uniq-key: give one of them too")
-    if "--msg-id" in used and used & {"--from-offset", "--to-offset"}:
-        raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
-    start, stop = given.get("--from-offset"), given.get("--to-offset")
-    if start is not None and stop is not None and stop < start:
-        raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
+    from ..scan.filter import check_offset_range
+
+    check_offset_range(given.get("--from-offset"), given.get("--to-offset"), given.get("--msg-id"))
     since, until = given.get("--since"), given.get("--until")
     if since is not None and until is not None and since > until:
         raise UsageError("--since is after --until")

@@ -10,6 +10,8 @@ names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pyarrow as pa
 
@@ -285,6 +287,8 @@ class MessageBatchBuilder:
             c["store_time"] = _timestamps(c["store_timestamp"])
         c["split_start"] = np.full(n, split_start, dtype=np.int64)
         c["split_edge"] = np.zeros(n, dtype=bool)
+        c["split_skipped"] = pa.nulls(n, MESSAGE_SCHEMA.field("split_skipped").type)
+        c["filtered_out"] = np.zeros(n, dtype=bool)
         arrays = [c[f.name] if isinstance(c[f.name], pa.Array) else compute.numbers(c[f.name], f.type) for f in self.schema]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -304,14 +308,19 @@ class MessageBatchBuilder:
         return self._finish(c, len(rows), split_start)
 
 
-def with_edges(batch: pa.RecordBatch, first: bool, last: bool) -> pa.RecordBatch:
-    """Mark the first and/or last row of ``batch`` as its split's edge (``split_edge``)."""
+def with_edges(batch: pa.RecordBatch, first: bool, last: bool, skipped: Sequence[int] = ()) -> pa.RecordBatch:
+    """Mark the first and/or last row of ``batch`` as its split's edge (``split_edge``); the last one
+    carries the damage the split read past (``split_skipped``: where each range begins, where it resumes)."""
     if not (first or last) or batch.num_rows == 0:
         return batch
     edge = np.zeros(batch.num_rows, dtype=bool)
     edge[0] |= first
     edge[-1] |= last
     i = batch.schema.get_field_index("split_edge")
-    if i < 0:
-        return batch
-    return batch.set_column(i, batch.schema.field(i), compute.numbers(edge, pa.bool_()))
+    if i >= 0:
+        batch = batch.set_column(i, batch.schema.field(i), compute.numbers(edge, pa.bool_()))
+    i = batch.schema.get_field_index("split_skipped")
+    if last and skipped and i >= 0:
+        values = pa.array([None] * (batch.num_rows - 1) + [list(skipped)], batch.schema.field(i).type)
+        batch = batch.set_column(i, batch.schema.field(i), values)
+    return batch

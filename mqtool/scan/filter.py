@@ -1,11 +1,14 @@
 """``MessageFilter``: the one implementation of ``mqtool dump``'s filters, applied to Arrow batches of
-``MESSAGE_SCHEMA`` columns (``mqtool/scan/schema.py``) by every reader of the columnar scan."""
+``MESSAGE_SCHEMA`` columns (``mqtool/scan/schema.py``) by every reader of the columnar scan; and the
+checks of its commit log offset options, shared by ``mqtool dump`` and the Spark scan."""
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..errors import UsageError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -22,11 +25,13 @@ class MessageFilter:
     tag: str | None = None
     key: str | None = None
     uniq_key: str | None = None
+    msg_id: str | None = None  # an offsetMsgId (the Spark scan's ``--msg-id``; ``dump`` reads the record it names directly)
 
     def columns(self) -> list[str]:
         """The message columns the given filters read."""
         wanted = {"topic": self.topics, "queue_id": self.queue is not None, "store_timestamp": self.since is not None or self.until is not None,
-                  "tags": self.tag is not None, "keys": self.key is not None, "uniq_key": self.uniq_key is not None}
+                  "tags": self.tag is not None, "keys": self.key is not None, "uniq_key": self.uniq_key is not None,
+                  "msg_id": self.msg_id is not None}
         return [name for name, used in wanted.items() if used]
 
     def apply(self, t: pa.Table) -> pa.Table:
@@ -62,5 +67,25 @@ class MessageFilter:
             conditions.append(compute.greater(compute.numbers(counts, pa.int64()), 0))
         if self.uniq_key is not None:
             conditions.append(compute.fill_null(compute.equal(t["uniq_key"], self.uniq_key), False))
+        if self.msg_id is not None:
+            conditions.append(compute.fill_null(compute.equal(t["msg_id"], self.msg_id.upper()), False))
         return functools.reduce(compute.and_, conditions) if conditions else None
+
+
+def msg_id_offset(msg_id: str) -> int:
+    """The commit log offset an offsetMsgId (``--msg-id``) names; a usage error when it is none."""
+    from ..formats.msgid import decode_msg_id
+
+    try:
+        return decode_msg_id(msg_id).commit_log_offset
+    except ValueError:
+        raise UsageError(f"--msg-id {msg_id!r} is not an offsetMsgId (32 or 56 hex characters)") from None
+
+
+def check_offset_range(start: int | None, stop: int | None, msg_id: str | None = None) -> None:
+    """``--from-offset``, ``--to-offset`` and ``--msg-id`` as ``mqtool dump`` takes them (usage errors)."""
+    if msg_id is not None and (start is not None or stop is not None):
+        raise UsageError("--msg-id is a direct lookup: it does not combine with --from-offset/--to-offset")
+    if start is not None and stop is not None and stop < start:
+        raise UsageError(f"--to-offset {stop} is before --from-offset {start}")
 

@@ -23,6 +23,7 @@ _TYPES = {
     "string": pa.string(),
     "timestamp": TIMESTAMP,
     "array<string>": pa.list_(pa.field("element", pa.string())),
+    "array<bigint>": pa.list_(pa.field("element", pa.int64())),
     "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
 
@@ -45,6 +46,8 @@ MESSAGE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("store_time", "timestamp"),  # store_timestamp as a TIMESTAMP (UTC)
     ("split_start", "bigint"),  # absolute offset where the split that read the row starts
     ("split_edge", "boolean"),  # the first or last record its split read (the handoff check)
+    ("split_skipped", "array<bigint>"),  # on its last record: the split's ``skipped`` (below), else null
+    ("filtered_out", "boolean"),  # the filters given drop the row (``MessageFilter``): kept, so the split check sees every row
 )
 
 _SPLIT_COLUMNS: tuple[tuple[str, str], ...] = (  # the split a row of ``stats`` or ``output=parquet`` is about
@@ -52,6 +55,7 @@ _SPLIT_COLUMNS: tuple[tuple[str, str], ...] = (  # the split a row of ``stats`` 
     ("split_start", "bigint"),
     ("first_offset", "bigint"),  # the split's first record, and the offset after its last one:
     ("exit_offset", "bigint"),  # the handoff check's inputs (for every row of the split)
+    ("skipped", "array<bigint>"),  # damage the split read past (``SplitScan.skipped``): where each range begins, where it resumes
 )
 
 STATS_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -82,4 +86,5 @@ def arrow_schema(columns) -> pa.Schema:
 MESSAGE_SCHEMA = arrow_schema(MESSAGE_COLUMNS)
 STATS_SCHEMA = arrow_schema(STATS_COLUMNS)
 WRITTEN_SCHEMA = arrow_schema(WRITTEN_COLUMNS)
-MESSAGE_FILE_SCHEMA = arrow_schema([c for c in MESSAGE_COLUMNS if c[0] != "split_edge"])  # a written file's columns
+SPLIT_CHECK_COLUMNS = ("split_edge", "split_skipped", "filtered_out")  # what the split check reads, never written
+MESSAGE_FILE_SCHEMA = arrow_schema([c for c in MESSAGE_COLUMNS if c[0] not in SPLIT_CHECK_COLUMNS])  # a written file's columns

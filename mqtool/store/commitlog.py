@@ -68,6 +68,20 @@ class ScanEnd(NamedTuple):
         serves goes on past them. A requested limit is no such end."""
         return self.reason not in (StopReason.LIMIT, StopReason.NO_SEGMENTS) and self.offset < broker_start
 
+    def skipped_note(self, resumed: int, scan_start: int | None = None) -> str:
+        """``mqtool dump``'s stderr line for this damage read past up to ``resumed``: before ``scan_start``,
+        where the broker's next start scans from (it never reads it), else with ``--keep-going``."""
+        if scan_start is not None:
+            return (f"skipped [{self.offset}, {resumed}) ({self.reason}): before {scan_start}, where the broker's next start "
+                    "scans from, so it never reads it and serves the records after it; reading on")
+        return (f"skipped the damaged range [{self.offset}, {resumed}) ({self.reason}: {self.detail}; "
+                "the broker would cut the log there); reading on")
+
+    def stopped_note(self, keep_going: bool = False) -> str:
+        """``mqtool dump``'s stderr line for the damage its read stops at."""
+        more = "" if keep_going else "; --keep-going reads past it"
+        return f"stopped at offset {self.offset}: {self.reason}: {self.detail} (the broker would cut the log here{more})"
+
 
 class CommitLogScan:
     """Iterate valid records from a start offset; afterwards ``end`` says where and why it stopped."""

@@ -15,6 +15,19 @@ from .mappedfile import MappedFile
 RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
 
 
+def record_start(commitlog: CommitLog, offset: int) -> int:
+    """Where ``--from-offset offset`` reads from: the log's min offset when before it, that offset when a
+    record (or end-of-file blank) starts there, else the next record start (``scan_start``)."""
+    from ..formats.errors import FormatError
+
+    offset = max(offset, commitlog.min_offset)
+    try:  # a record (or end-of-file blank) starts there: nothing to search
+        commitlog.read_record(offset)
+        return offset
+    except (FormatError, LookupError):
+        return scan_start(commitlog, offset)
+
+
 def scan_start(commitlog: CommitLog, offset: int) -> int:
     """Where a scan asked to begin at ``offset`` begins (the module's rule)."""
     found = resume_after(commitlog, offset)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Iterator, NamedTuple
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -62,6 +62,13 @@ class Split:
     end: int
     entries: bool = False  # a DLedger data file (records inside 48-byte entries, §15)
     resume_before: int | None = None  # damage or zeros before this offset are read past (``resume``)
+    records_from: int = 0  # where the segment's records are read from: 0, or the record ``--from-offset`` names
+    keep_going: bool = False  # read past every damaged range, as ``mqtool dump --keep-going`` (``resume``)
+
+    @property
+    def chain_start(self) -> int:
+        """Absolute offset where the chain of the segment's records read begins (``check_handoffs``)."""
+        return self.base_offset + self.records_from
 
     @property
     def offset(self) -> int:
@@ -76,10 +83,15 @@ class Split:
         """Where this segment's records go on after a walk that stopped at ``end``, or None: past
         damage or zeros before ``resume_before`` (where the broker's next start scans from: it never
         reads them and serves the records after them, as ``mqtool dump`` reads on, ``cli.common.read_on``),
-        at the next record start in the segment; never past a blank, the end of the segment's records."""
-        if self.resume_before is None or end.offset >= self.resume_before or end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST):
+        and with ``keep_going`` past any damage (not zeros: the end of the written data), at the next
+        record start in the segment; never past a blank, the end of the segment's records."""
+        if end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST) or not self.reads_past(end):
             return None
         return commitlog_of([self.segment], self.size).resume_after_damage(end)
+
+    def reads_past(self, end: ScanEnd) -> bool:
+        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, or damage with ``keep_going``."""
+        return (self.resume_before is not None and end.offset < self.resume_before) or (self.keep_going and not end.is_clean)
 
     def end_at(self, offset: int) -> ScanEnd:
         """Why this segment's records end at ``offset`` (where a chain of records ends), worded by
@@ -95,24 +107,37 @@ class Split:
         return record_offset - (ENTRY_HEADER_SIZE if self.entries else 0)
 
 
-def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None) -> list[Split]:
-    """One split per segment, or ``split_size`` ranges where a segment is larger (``resume_before``:
-    ``Split.resume``)."""
+def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None,
+                start: int | None = None, stop: int | None = None, keep_going: bool = False) -> list[Split]:
+    """One split per segment, or ``split_size`` ranges where a segment is larger (``resume_before``,
+    ``keep_going``: ``Split.resume``); only the records starting in ``[start, stop)`` when given (``start``:
+    a record start, as ``mqtool dump --from-offset`` finds it), the splits outside it not planned at all."""
+    if start is not None and stop is not None and stop <= start:
+        return []
     splits = []
     for seg in segments:
+        if (start is not None and seg.end_offset <= start) or (stop is not None and seg.base_offset >= stop):
+            continue
+        first = start - seg.base_offset if start is not None and start > seg.base_offset else 0
+        last = min(seg.size, stop - seg.base_offset) if stop is not None else seg.size
         step = seg.size if not split_size or split_size >= seg.size else split_size
-        for start in range(0, max(seg.size, 1), max(step, 1)):
-            splits.append(Split(str(seg.path), seg.base_offset, seg.size, start, min(start + step, seg.size), seg.entries, resume_before))
+        for begin in range(0, max(seg.size, 1), max(step, 1)):
+            if begin + step <= first or begin >= last:
+                continue
+            splits.append(Split(str(seg.path), seg.base_offset, seg.size, max(begin, first), min(begin + step, last), seg.entries,
+                                resume_before, first, keep_going))
     return splits
 
 
-def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False) -> int | None:
-    """Where a split of ``[start, stop)`` resumes, or None: the first record describing itself with
-    the ``RESYNC_CHAIN`` records after it doing the same, or an end-of-file blank whose size is the
-    bytes left; with ``entries``, the first entry header describing itself (``fastscan.find_record_start``,
-    the one resynchronisation). Holes of a sparse file are not read when ``fd`` is the file's."""
-    if start == 0:
-        return 0
+def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False,
+                     records_from: int = 0) -> int | None:
+    """Where a split of ``[start, stop)`` resumes, or None: ``records_from`` (the segment's first
+    record read), else the first record describing itself with the ``RESYNC_CHAIN`` records after it
+    doing the same, or an end-of-file blank whose size is the bytes left; with ``entries``, the first
+    entry header describing itself (``fastscan.find_record_start``, the one resynchronisation). Holes
+    of a sparse file are not read when ``fd`` is the file's."""
+    if start == records_from:
+        return start
     data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)
     if data < 0:
         return None  # zeros to the end of the range (e.g. a pre-allocated segment)
@@ -148,7 +173,7 @@ class SplitScan:
             array = fs.as_array(mf.buf)
             fd = os.open(split.path, os.O_RDONLY)
             try:
-                begin = find_split_start(array, split.start, split.end, base, fd, entries=split.entries)
+                begin = find_split_start(array, split.start, split.end, base, fd, entries=split.entries, records_from=split.records_from)
             finally:
                 os.close(fd)
                 del array
@@ -186,7 +211,7 @@ class SplitResult(NamedTuple):
     (e.g. ``(broker, segment base offset)``); offsets are absolute."""
 
     segment: Hashable
-    segment_base: int
+    chain_start: int  # where the segment's records are read from (``Split.chain_start``)
     start: int
     first: int | None
     exit: int | None
@@ -202,10 +227,20 @@ class Rejected(NamedTuple):
     reason: str
 
 
+class Damage(NamedTuple):
+    """Damage (or zeros) where the records of segment ``segment`` stopped, as the record decoder words it:
+    read past up to ``resumed`` (the broker never reads it, ``Split.resume``), or the end of the log
+    (``resumed`` None), as ``mqtool dump`` reports each on stderr."""
+
+    segment: Hashable
+    end: ScanEnd
+    resumed: int | None
+
+
 def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult, int], int | None] | None = None,
                    ends: dict[Hashable, int] | None = None) -> list[Rejected]:
     """The splits whose first record is not where the chain of the splits before it ends: per
-    segment, in offset order, from the segment's first byte; empty splits neither break nor extend
+    segment, in offset order, from its ``chain_start``; empty splits neither break nor extend
     the chain. ``resume(split, chain_end)``: where the records go on when damage the broker never
     reads lies at ``chain_end`` (``Split.resume``; a split whose first record is there continues the
     chain). ``ends`` receives where each segment's chain ends."""
@@ -215,7 +250,7 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
     rejected = []
     for segment, splits in by_segment.items():
         splits.sort(key=lambda r: r.start)
-        chain_end = splits[0].segment_base
+        chain_end = splits[0].chain_start
         for r in splits:
             if r.first is None:
                 continue
@@ -232,53 +267,92 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
     return rejected
 
 
-def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split]) -> list[Rejected]:
+def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], damage: list[Damage] | None = None,
+                 skipped: Mapping[tuple[Hashable, int], Sequence[tuple[int, int]]] | None = None) -> list[Rejected]:
     """The splits whose records are not the log ``mqtool dump`` reads: ``check_handoffs`` (read
     past damage the broker never reads, ``Split.resume``) and ``cut_logs``. ``splits``: each
-    result's split by ``(segment, start)``."""
+    result's split by ``(segment, start)``. ``damage`` receives, in offset order, what ``mqtool dump``
+    reports on stderr of the log the splits that pass read: each range read past (``skipped``: those
+    inside a split, ``(damage, resumed)`` as ``SplitScan.skipped`` lists them, by ``(segment, start)``;
+    those between splits and segments found here) and damage the log ends at."""
     results = list(results)
     ends: dict[Hashable, int] = {}
+    found: list[Damage] = []
 
     def resume(r: SplitResult, chain_end: int) -> int | None:
         split = splits[(r.segment, r.start)]
-        return split.resume(split.end_at(chain_end))
+        end = split.end_at(chain_end)
+        resumed = split.resume(end)
+        if resumed == r.first:
+            found.append(Damage(r.segment, end, resumed))
+        return resumed
 
     rejected = check_handoffs(results, resume, ends)
-    return rejected + cut_logs(results, splits, ends, rejected)
+    rejected += cut_logs(results, splits, ends, rejected, found)
+    if damage is not None:
+        dropped = {(r.segment, r.start) for r in rejected}
+        for (segment, start), ranges in (skipped or {}).items():
+            if (segment, start) not in dropped:
+                found += [Damage(segment, splits[(segment, start)].end_at(at), resumed) for at, resumed in ranges]
+        once = {(d.segment[0], d.end.offset): d for d in found}  # damage at a split's start: seen by its task and by the handoff
+        damage += _joined([once[k] for k in sorted(once)])
+    return rejected
 
 
-def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int], rejected: Iterable[Rejected]) -> list[Rejected]:
+def _joined(damage: list[Damage]) -> list[Damage]:
+    """Ranges read past one after the other as one (damage running over a segment's end into the next)."""
+    joined: list[Damage] = []
+    for d in damage:
+        last = joined[-1] if joined else None
+        if last is not None and last.resumed is not None and last.segment[0] == d.segment[0] and last.resumed == d.end.offset:
+            joined[-1] = last._replace(resumed=d.resumed)
+        else:
+            joined.append(d)
+    return joined
+
+
+def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int],
+             rejected: Iterable[Rejected], damage: list[Damage] | None = None) -> list[Rejected]:
     """The splits past where each log ends, as ``mqtool dump`` reads it: the first segment whose
     chain of records (``ends``, from ``check_handoffs``; segments keyed ``(log, base offset)``)
     stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
-    the log unless the broker never reads them (``Split.resume_before``): its recovery cuts the log
+    the log unless the read goes past them (``Split.reads_past``): the broker's recovery cuts the log
     there, and the records of the later segments are not part of it. ``splits``: each result's
-    split by ``(segment, start)``. DLedger data files are left to their own chains."""
+    split by ``(segment, start)``; DLedger data files alike (``DLedgerMmapFileStore.recover`` cuts
+    the data files where the entry walk stops, reference §15). ``damage`` receives where the log ends at damage and the damage read past to the next segment."""
     done = {(r.segment, r.start) for r in rejected}
     by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
     for r in results:
         by_log.setdefault(r.segment[0], {}).setdefault(r.segment, []).append(r)
     cut = []
     for segments in by_log.values():
-        order = sorted(segments, key=lambda k: segments[k][0].segment_base)
+        order = sorted(segments, key=lambda k: segments[k][0].chain_start)
         end = None
-        for key in order:
+        for i, key in enumerate(order):
+            split = splits[(key, segments[key][0].start)]
             if end is not None:
                 reason = f"past the end of the log at {end.offset} ({end.reason}: {end.detail}), where the broker's recovery cuts it"
                 cut += [Rejected(key, r.start, r.first, end.offset, reason) for r in segments[key] if r.first is not None and (key, r.start) not in done]
-            elif key != order[-1]:
-                end = _log_end(splits[(key, segments[key][0].start)], ends.get(key))
+                continue
+            stop = _chain_stop(split, ends.get(key))
+            if stop is None:
+                continue
+            if key != order[-1] and split.reads_past(stop):
+                if damage is not None:  # the broker never reads it, or --keep-going: the log goes on in the next segment
+                    damage.append(Damage(key, stop, segments[order[i + 1]][0].chain_start))
+                continue
+            end = stop if key != order[-1] else None
+            if damage is not None and not stop.is_clean:  # zeros: where the written data ends, no damage
+                damage.append(Damage(key, stop, None))
     return cut
 
 
-def _log_end(split: Split, chain_end: int | None) -> ScanEnd | None:
-    """Where the log ends when the chain of ``split``'s segment (not the last) stops at
-    ``chain_end``, or None when it goes on in the next segment: after a blank, or past what
-    the broker never reads."""
-    chain_end = split.base_offset if chain_end is None else chain_end
-    if split.entries or chain_end >= split.base_offset + split.size:
+def _chain_stop(split: Split, chain_end: int | None) -> ScanEnd | None:
+    """Why the chain of ``split``'s segment stops at ``chain_end`` when that is damage or zeros
+    (worded by the record decoder, ``Split.end_at``); None when its records end at the segment's
+    end-of-file blank, its last byte or a requested limit."""
+    chain_end = split.chain_start if chain_end is None else chain_end
+    if chain_end >= split.base_offset + split.size:
         return None
     stop = split.end_at(chain_end)
-    if stop.reason in (StopReason.LIMIT, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS):
-        return None
-    return None if split.resume_before is not None and stop.offset < split.resume_before else stop
+    return None if stop.reason in (StopReason.LIMIT, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) else stop
