@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from conftest import FIXTURES, copy_store, manifest, store_path
 from mqtool.cli import app
 from mqtool.formats import commitlog as fmt
+from mqtool.formats import dledger as dfmt
 from mqtool.formats.errors import FormatError
 from mqtool.store import Store
 from mqtool.store import fastscan as fs
@@ -92,13 +93,28 @@ class Mapped:
                 if int.from_bytes(buf[b : b + 4], "big", signed=True) == end - b:
                     blanks.append(b)
                 b = buf.find(_BLANK, b + 5) - 4
+            if getattr(self.cl, "is_entry_file", lambda seg: False)(seg):  # DLedger: the entries describing themselves
+                magics, blanks = entry_positions(buf, end, seg.base_offset), None
             self.segments[i] = seg, buf, end, magics, blanks
         return self.segments[i]
 
 
+def entry_positions(buf, end: int, base: int) -> list[int]:
+    """Positions of the DLedger entry headers (the schema's decoder) that describe themselves: magic 1,
+    ``pos`` their own offset, ``size`` their body's + 48 (§15.2, ``DLedgerMmapFileStore.recover``)."""
+    found, p = [], buf.find(b"\0\0\0\x01")
+    while 0 <= p <= end - dfmt.ENTRY_HEADER_SIZE:
+        h = dfmt.decode_entry_header(buf, p, base)
+        if h.pos == base + p and h.size > dfmt.ENTRY_HEADER_SIZE - 4 and h.size == h.body_size + dfmt.ENTRY_HEADER_SIZE:
+            found.append(p)
+        p = buf.find(b"\0\0\0\x01", p + 1)
+    return found
+
+
 def defined_start(mapped: Mapped, offset: int) -> int:
     """``resync.scan_start``'s rule on the decoder (a record or a blank at the position, else the
-    first chaining message or exact end-of-file blank after it, segment by segment), candidates
+    first chaining message or exact end-of-file blank after it, segment by segment; in a DLedger data
+    file the record of the first entry describing itself whose record starts there or after), candidates
     from ``Mapped``."""
     cl = mapped.cl
     index = cl.segment_index(offset)
@@ -107,6 +123,11 @@ def defined_start(mapped: Mapped, offset: int) -> int:
     for i in range(index, len(cl.segments)):
         seg, buf, end, magics, blanks = mapped[i]
         pos = offset - seg.base_offset if i == index else 0
+        if blanks is None:  # a DLedger data file: the first entry whose record starts at ``pos`` or after
+            after = bisect.bisect_left(magics, pos - dfmt.ENTRY_HEADER_SIZE)
+            if after < len(magics):
+                return seg.base_offset + magics[after] + dfmt.ENTRY_HEADER_SIZE
+            continue
         try:
             fmt.decode_record(buf, pos, seg.base_offset, end)
             return seg.base_offset + pos
@@ -193,3 +214,16 @@ def test_a_mid_record_from_offset_says_where_it_reads_from(tmp_path):
     assert result.exit_code == 0, result.output
     assert [r["offset"] for r in json.loads(result.stdout)] == starts[4:6]
     assert f"--from-offset {starts[3] + 100} is not a record start; reading from the next record at {starts[4]}" in result.stderr
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_mid_record_from_offset_in_a_dledger_store_reads_from_the_next_entrys_record(version):
+    """A DLedger record's offset is its entry's position + 48: the next record starts 48 bytes after the
+    one before it ends. Before, the search looked for a classic record chaining to the next and found
+    none until the last record (4.9.7 dledger-small: 49 read from 1911930, skipping 698 records)."""
+    starts = message_offsets(version, "dledger-small")
+    for inside in (starts[0] + 1, starts[5] + 100, starts[6] - 30, starts[7] - 1):
+        result = CliRunner().invoke(app, ["dump", str(store_path(version, "dledger-small")), "--from-offset", str(inside), "--limit", "2", "-f", "json"])
+        at = bisect.bisect_left(starts, inside)
+        assert result.exit_code == 0, result.output
+        assert [r["offset"] for r in json.loads(result.stdout)] == starts[at : at + 2], inside

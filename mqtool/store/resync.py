@@ -8,7 +8,8 @@ else the next segment's start, or ``offset`` itself (compiled, ``_fastscan``; no
 
 from __future__ import annotations
 
-from ._fastscan import resume_at
+from ..formats.dledger import ENTRY_HEADER_SIZE
+from ._fastscan import find_record_start, resume_at
 from .commitlog import CommitLog
 from .mappedfile import MappedFile
 
@@ -36,10 +37,17 @@ def scan_start(commitlog: CommitLog, offset: int) -> int:
 
 def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int | None:
     """The first position at or after ``offset`` where the log can be resumed (the module's rule),
-    in this segment or a later one; None when there is none."""
+    in this segment or a later one; None when there is none. In a DLedger data file the first entry
+    describing itself (``find_record_start`` with ``entries``, §15.2) whose record starts there or after:
+    its record's offset (the entry's position + 48); past its last entry, the next file."""
+    entry_file = getattr(commitlog, "is_entry_file", lambda seg: False)
     for _, seg, pos in commitlog.segments_from(offset):
         with MappedFile(seg.path, seg.base_offset) as mf:
-            found = resume_at(mf.buf, pos, seg.base_offset, chain)
+            if entry_file(seg):
+                found = find_record_start(mf.buf, max(pos - ENTRY_HEADER_SIZE, 0), mf.size, seg.base_offset, 0, entries=True, blanks=False)
+                found += ENTRY_HEADER_SIZE if found >= 0 else 0
+            else:
+                found = resume_at(mf.buf, pos, seg.base_offset, chain)
         if found >= 0:
             return seg.base_offset + found
     return None
