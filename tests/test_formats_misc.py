@@ -62,10 +62,10 @@ def test_markers():
 
 
 def test_config_documents(tmp_path):
-    topics = cfg.decode_config("topics.json", json.dumps({"topicConfigTable": {"A": {"topicName": "A"}}, "dataVersion": {}}))
+    topics, _ = cfg.decode_config("topics.json", json.dumps({"topicConfigTable": {"A": {"topicName": "A"}}, "dataVersion": {}}))
     assert cfg.topic_names(topics) == {"A"}
-    offsets = cfg.decode_config("consumerOffset.json", json.dumps({"offsetTable": {"A@g1": {"0": 5, "3": 9}}}))
-    assert cfg.consumer_offsets(offsets) == {("A", "g1", 0): 5, ("A", "g1", 3): 9}
+    doc, offsets = cfg.decode_config("consumerOffset.json", json.dumps({"offsetTable": {"A@g1": {"0": 5, "3": 9}}}))
+    assert offsets == cfg.consumer_offsets(doc) == {("A", "g1", 0): 5, ("A", "g1", 3): 9}
     for bad in ("", "{", '{"other": 1}'):
         with pytest.raises(cfg.ConfigError):
             cfg.decode_config("topics.json", bad)

@@ -15,7 +15,7 @@ from mqtool.cli import app
 from mqtool.errors import EXIT_REFUSED
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.formats import commitlog as clfmt
-from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, multi_dispatch_targets
+from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, LmqOffsetThrows, multi_dispatch_targets
 from mqtool.formats.properties import encode_properties
 from mqtool.store import Store
 from mqtool.store.rules import ERAS, BrokerVersion, VersionRules, era_of, rules_deciding
@@ -35,14 +35,19 @@ def test_targets_equal_what_the_broker_wrote():
             assert targets == expected, msg["seq"]
 
 
-def test_a_queue_offset_long_parse_long_refuses_dispatches_nowhere():
-    """Before: a queue offset of ASCII digits past the long range was taken (the broker's
-    ``Long.parseLong`` throws and its dispatch of the record writes no entry), and Unicode decimal
-    digits, which it reads, were refused. The one ``parseLong`` reading decides now."""
+def test_a_queue_offset_long_parse_long_refuses_throws_after_the_queues_before_it():
+    """Before: a queue offset of ASCII digits past the long range was taken, and Unicode decimal
+    digits, which ``Long.parseLong`` reads, were refused. The one ``parseLong`` reading decides now;
+    where it throws, the broker has written the queues before it (``LmqOffsetThrows.written``)."""
     props = {"INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b", "INNER_MULTI_QUEUE_OFFSET": "7,9"}
     assert multi_dispatch_targets("T", 3, props, rule=LMQ_SKIP_SYSTEM) == [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]
-    for offsets, want in (("7,99999999999999999999", []), ("7,٩", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]), ("7,-9223372036854775808", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, -(1 << 63))]), ("7, 9", [])):
+    for offsets, want in (("7,٩", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, 9)]),
+                          ("7,-9223372036854775808", [("%LMQ%a", 0, 7), ("%LMQ%b", 0, -(1 << 63))])):
         assert multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, rule=LMQ_SKIP_SYSTEM) == want, offsets
+    for offsets, value in (("7,99999999999999999999", "99999999999999999999"), ("7, 9", " 9")):  # %LMQ%a written, then the throw
+        with pytest.raises(LmqOffsetThrows) as thrown:
+            multi_dispatch_targets("T", 3, {**props, "INNER_MULTI_QUEUE_OFFSET": offsets}, rule=LMQ_SKIP_SYSTEM)
+        assert (thrown.value.written, thrown.value.queue, thrown.value.value) == ([("%LMQ%a", 0, 7)], "%LMQ%b", value)
 
 
 def test_the_records_each_release_leaves_out_of_the_lmq_queues():
@@ -205,8 +210,9 @@ def _tree(root):
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True, queue: str = LMQ_QUEUE):
-    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``queue`` (offset 0), made
+def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None, confirm: bool = True, queue: str = LMQ_QUEUE,
+                             offsets: str = "0"):
+    """Append to a 5.1.4 store one record of ``topic`` carrying ``INNER_MULTI_DISPATCH`` = ``queue`` (``offsets``), made
     from the store's last record of ``like`` (default ``topic``: its delay properties and next queue offset kept; a
     topic the store lacks starts at queue offset 0), or no record when ``topic`` is None; and with ``confirm`` set the
     checkpoint's confirmPhyOffset to the last record's start, as 5.1.1+ write it (``CommitLog.setConfirmOffset``):
@@ -217,9 +223,9 @@ def _append_multi_dispatched(root, topic: str | None, *, like: str | None = None
     last_start = records[-1].offset
     if topic is not None:
         base = [r for r in records if r.topic_name == (like or topic)][-1]
-        props = {**base.property_map(), "INNER_MULTI_DISPATCH": queue, "INNER_MULTI_QUEUE_OFFSET": "0"}
+        props = {**base.property_map(), "INNER_MULTI_DISPATCH": queue, "INNER_MULTI_QUEUE_OFFSET": offsets}
         fields = {**base._asdict(), "topic": topic.encode(), "phys_offset": end, "queue_offset": 0 if like else base.queue_offset + 1,
-                  "properties": encode_properties(props, trailing_separator=False)}  # 5.1.x: no trailing \x02 (§1.6)
+                  "properties": encode_properties(props, trailing_separator=base.properties.endswith(b"\x02"))}  # as written (§1.6)
         raw = clfmt.encode_message(fields)
         segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
         data = bytearray(segment.read_bytes())
@@ -341,3 +347,62 @@ def test_an_lmq_queue_name_that_is_no_directory_of_its_own_is_refused_where_the_
         assert _tree(tmp_path) == before
     code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", "--broker-version", "5.1.2")
     assert code == 0 and not [q for q in json.loads(out)["queues"] if q["topic"] == queue], err
+
+
+THREE = "%LMQ%a,%LMQ%b,%LMQ%c"
+
+
+@pytest.mark.parametrize("version, name, given", [("4.9.7", "crashed-small", "4.9.7"), ("5.1.4", "crashed-small", None),
+                                                 ("5.3.3", "lmq-small", None)])
+def test_an_lmq_offset_list_with_a_bad_value_after_good_ones_is_refused(tmp_path, version, name, given):
+    """A record whose ``INNER_MULTI_QUEUE_OFFSET`` holds a value ``Long.parseLong`` throws on after good ones, appended
+    to a crashed store (abnormal recovery dispatches it). ``multiDispatchLmqQueue`` (``ConsumeQueue`` @4.9.3-5.3.3)
+    writes the record's own entry, then %LMQ%a, then throws out of the recovery: the load fails and the broker refuses
+    to start. Before: recover and rebuild-cq planned the record with no LMQ entry at all and went ahead; now both
+    refuse (exit 4) naming the record and the value, changing nothing. Where the next start does not dispatch it
+    (5.3.3 after a clean stop: normal recovery dispatches past the queues' end only, the reput starts at the log's
+    end), recover goes ahead as the broker does. Fewer values than queues is no throw: the length check returns
+    before any LMQ entry, and the plans go ahead without one."""
+    pinned = ("--broker-version", given) if given else ()
+    root = _append_multi_dispatched(copy_store(version, name, tmp_path / "bad"), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+        crashed = store.abort_present
+    assert record.property_map()["INNER_MULTI_QUEUE_OFFSET"] == "0,1x,2" and crashed == (name == "crashed-small")
+    if not crashed:
+        code, out, err = _cli("recover", root, "--dry-run", "-f", "json")
+        assert code == 0 and not [q for q in json.loads(out)["queues"] if q["topic"] in ("%LMQ%a", "%LMQ%b", "%LMQ%c")], err
+        (root / "abort").write_bytes(b"")
+    before = _tree(root)
+    for command in ("recover", "rebuild-cq"):
+        code, out, err = _cli(command, root, "--yes", *pinned)
+        message = " ".join(err.split())
+        assert code == EXIT_REFUSED and out == "", err
+        assert f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x'" in message, err
+        assert "own entry and the 1 LMQ entry before it, then throws" in message and "refuses to start" in message, err
+        assert _tree(root) == before
+
+    short = _append_multi_dispatched(copy_store(version, name, tmp_path / "short"), "TopicTest", confirm=False, queue=THREE, offsets="0,1")
+    (short / "abort").write_bytes(b"")
+    for command in ("recover", "rebuild-cq"):
+        code, out, err = _cli(command, short, "--dry-run", "-f", "json", *pinned)
+        assert code == 0 and not [q for q in json.loads(out)["queues"] if q["topic"] in ("%LMQ%a", "%LMQ%b", "%LMQ%c")], err
+
+
+def test_verify_expects_the_lmq_entries_the_broker_writes_before_an_offset_it_cannot_read(tmp_path):
+    """The broker's dispatch of a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at ``0,1x,2`` writes the %LMQ%a entry before
+    ``Long.parseLong("1x")`` throws (``ConsumeQueue.multiDispatchLmqQueue`` @5.3.3). Before: verify expected no entry
+    from that record and called the %LMQ%a entry dangling; now it expects exactly that one."""
+    from mqtool.formats.dispatch import dispatch_request
+
+    root = _append_multi_dispatched(copy_store("5.3.3", "lmq-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+        tags = dispatch_request(record).tags_code
+        unit = record.offset.to_bytes(8, "big") + record.total_size.to_bytes(4, "big") + tags.to_bytes(8, "big", signed=True)
+        size = store.consume_queue_file_size
+    (root / "consumequeue" / "%LMQ%a" / "0").mkdir(parents=True)
+    (root / "consumequeue" / "%LMQ%a" / "0" / f"{0:020d}").write_bytes(unit.ljust(size, b"\0"))
+    findings, summary = _cq_findings(root)
+    assert [f for f in findings if (f.file or "").startswith("consumequeue/%LMQ%")] == []
+    assert any(line.startswith("7 LMQ queue(s) checked") for line in summary.notes), summary.notes

@@ -137,14 +137,14 @@ def test_every_reader_of_a_config_file_passes_an_unreadable_one_over_for_its_bak
 
     copy = store_copy("4.9.7", "config-real")
     bak = fastjson.loads((copy / "config" / "consumerOffset.json.bak").read_text(encoding="utf-8"))
-    read_text = Path.read_text
+    read_bytes = Path.read_bytes
 
-    def unreadable(path, *args, **kwargs):
+    def unreadable(path):
         if path.name == "consumerOffset.json":
             raise PermissionError(13, "Permission denied", str(path))
-        return read_text(path, *args, **kwargs)
+        return read_bytes(path)
 
-    monkeypatch.setattr(Path, "read_text", unreadable)
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
     with Store.open(copy) as store:
         loaded, rows = consumer_offsets(store)
         findings = [f for f in config_findings(store) if f.kind == "config-unreadable"]

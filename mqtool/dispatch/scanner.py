@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import activity
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, dispatch_request, indexed_keys, multi_dispatch_targets
+from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqOffsetThrows, dispatch_request, indexed_keys, multi_dispatch_targets
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import Failure, produced_in_thread
@@ -649,7 +649,8 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
     the extra entries its ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the
-    flagged records are decoded again (their properties)."""
+    flagged records are decoded again (their properties). ``LmqOffsetThrows`` (its ``offset`` set) at a record whose LMQ
+    dispatch the broker cannot finish."""
     if len(batch) == 0:
         return
     groups = batch.queue_groups
@@ -667,7 +668,12 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
     for row in rows.tolist():
         f = batch.fields[row]
         record = multi.commitlog.read_record(int(f[fd.F_POS]))
-        targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), record.property_map(legacy=multi.legacy_properties), rule=multi.rule)
+        properties = record.property_map(legacy=multi.legacy_properties)
+        try:
+            targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, rule=multi.rule)
+        except LmqOffsetThrows as exc:
+            exc.offset = int(f[fd.F_PHYS])
+            raise
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
     for (name, queue_id), entries in grouped.items():

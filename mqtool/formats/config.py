@@ -29,8 +29,9 @@ class ConfigError(ValueError):
     """A config document that does not have the shape the broker writes."""
 
 
-def decode_config(name: str, text: str) -> dict[str, Any]:
-    """Parse one JSON config file and check its top-level table is present."""
+def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
+    """Parse one JSON config file and check its top-level table is present: the document, and its offset
+    table as the broker converts it (``consumer_offsets``, ``delay_offsets``; None: a file without one)."""
     if not text.strip():
         raise ConfigError(f"{name} is empty")
     from . import fastjson  # on first use: its patterns compile at import
@@ -43,12 +44,10 @@ def decode_config(name: str, text: str) -> dict[str, Any]:
     if not isinstance(doc, dict) or (table and not isinstance(doc.get(table), dict)):
         raise ConfigError(f"{name} has no {table!r} object")
     read = _OFFSET_TABLES.get(name)
-    if read is not None:
-        try:
-            read(doc)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"{name} has an offset fastjson cannot read as Integer -> Long ({exc!r})") from None
-    return doc
+    try:
+        return doc, None if read is None else read(doc)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ConfigError(f"{name} has an offset fastjson cannot read as Integer -> Long ({exc!r})") from None
 
 
 def topic_names(topics_doc: dict[str, Any]) -> set[str]:

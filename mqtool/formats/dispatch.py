@@ -197,6 +197,19 @@ LMQ_SKIP_RETRY_TIMER_SCHEDULE = 2  # 5.1.2-5.1.4: also rmq_sys_wheel_timer and S
 LMQ_SKIP_SYSTEM = 3  # 5.2.0+ (``MultiDispatchUtils``): %RETRY%, every rmq_sys_ topic, SCHEDULE_TOPIC_XXXX; names holding "/" skipped
 
 
+class LmqOffsetThrows(ValueError):
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on (rules §3.12). ``multiDispatchLmqQueue``
+    (``ConsumeQueue`` @4.9.3-5.3.3) runs after the record's own entry is written and writes the queues in list order,
+    so the broker has written the entries of the queues before it (``written``) when the NumberFormatException leaves
+    the dispatch: a recovery dispatching the record fails the store's load (``DefaultMessageStore.load``: the broker
+    refuses to start), the reput keeps retrying it (``ReputMessageService.run``) and dispatches nothing after it.
+    ``offset``: the record's commit log offset, where the dispatch scan knows it."""
+
+    def __init__(self, written: list[tuple[str, int, int]], queue: str, value: str):
+        super().__init__(value)
+        self.written, self.queue, self.value, self.offset = written, queue, value, None
+
+
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:
     """The extra consume queue entries a record with ``INNER_MULTI_DISPATCH`` gets (reference §3.6): one
     ``(queue name, queue id, queue offset)`` per target queue, the offsets from ``INNER_MULTI_QUEUE_OFFSET``.
@@ -204,7 +217,7 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
     ``ConsumeQueue.multiDispatchLmqQueue`` (4.9.x ``MultiDispatch``, 5.x ``MultiDispatchUtils``): nothing unless both
     properties are non-blank and list as many queues as offsets; the queue id is 0 for ``%LMQ%`` names (``enableLmq``),
     else the record's own; ``rule`` (``LMQ_SKIP_*``) says which topics' records the release skips, and from 5.1.2
-    names holding a path separator.
+    names holding a path separator. ``LmqOffsetThrows`` where ``Long.parseLong`` throws on an offset.
     """
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
     if not queues.strip() or not offsets.strip():
@@ -223,7 +236,7 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
         try:
             offset = java_parse_int(value, 64)
         except ValueError:
-            return []  # Long.parseLong throws: the broker's dispatch of this record fails
+            raise LmqOffsetThrows(targets, name, value) from None
         targets.append((name, 0 if name.startswith(LMQ_PREFIX) else queue_id, offset))
     return targets
 

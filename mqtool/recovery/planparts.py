@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import BadInput, BadStoreFile
+from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
-from ..formats.dispatch import SCHEDULE_TOPIC
+from ..formats.dispatch import SCHEDULE_TOPIC, LmqOffsetThrows
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
@@ -295,6 +295,19 @@ def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule) if store.multi_dispatch else None
 
 
+def planned_entries(batch, names: list[str], multi: MultiDispatch | None):
+    """``consume_queue_entries`` for a plan, refused (exit 4) at a record whose LMQ dispatch throws (``LmqOffsetThrows``):
+    the broker never gets past that dispatch (its load fails, its reput retries it forever), so no plan is its outcome."""
+    try:
+        yield from consume_queue_entries(batch, names, multi)
+    except LmqOffsetThrows as exc:
+        entries = f"{len(exc.written)} LMQ entr{'y' if len(exc.written) == 1 else 'ies'}"
+        raise Refused(f"the record at {exc.offset} lists LMQ queue {exc.queue!r} with INNER_MULTI_QUEUE_OFFSET value {exc.value!r}, "
+                      f"which Long.parseLong refuses: the broker's dispatch writes the record's own entry and the {entries} before "
+                      "it, then throws, so a recovery that dispatches it fails the broker's load (it refuses to start) and its reput "
+                      "retries it forever, dispatching nothing after it; mqtool does not plan what the broker never reaches") from None
+
+
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts, *, keep_placed: bool = False) -> None:
     """One dispatched batch into the queue simulations and the index placement (``keep_placed``: of a
     queue the dispatch creates, as ``QueueSim.keep_placed``)."""
@@ -306,7 +319,7 @@ def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRule
     if groups.queued:
         counts.cq += groups.queued
         counts.last_cq_ts = int(batch.column(fd.F_STORE_TS)[groups.last_queued])
-    for topic, qid, columns in consume_queue_entries(batch, topics.names, multi_dispatch(store, rules)):
+    for topic, qid, columns in planned_entries(batch, topics.names, multi_dispatch(store, rules)):
         sim = sims.get((topic, qid))
         if sim is None:
             sim = sims[(topic, qid)] = QueueSim.of_store(store, topic, qid, rules=rules)

@@ -12,7 +12,7 @@ from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import ScanEnd
-from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable, consume_queue_entries
+from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
 from .planparts import (
     DEFAULT_GEOMETRY,
     config_options,
@@ -20,6 +20,7 @@ from .planparts import (
     index_plan_of,
     multi_dispatch,
     PhaseCounts,
+    planned_entries,
     plan_inputs,
     put_index,
     queue_actions,
@@ -122,7 +123,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         counts.records += len(batch)
         if cache is not None:
             cache.add(0, batch)
-        for topic, qid, columns in consume_queue_entries(batch, topics.names, multi):
+        for topic, qid, columns in planned_entries(batch, topics.names, multi):
             if not selected(topic, qid):
                 continue
             if allowed is not None and topic not in allowed and not topic.startswith(LMQ_PREFIX):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..formats import config as cfgfmt
 from ..formats.consumequeue import ENTRY_SIZE
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.timer import TIMER_TOPIC, decode_timer_check
@@ -81,7 +80,7 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
     cache = {} if cache is None else cache
     rows = []
     if loaded.doc is not None:
-        for (topic, group, queue_id), offset in sorted(cfgfmt.consumer_offsets(loaded.doc).items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        for (topic, group, queue_id), offset in sorted(loaded.offsets.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
             if groups and group not in groups:
                 continue
             rows.append({"kind": "consumer", "group": group, **progress_row(store, topic, queue_id, offset, cache)})
@@ -98,7 +97,7 @@ def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocume
     rows = []
     clamps = store.rules.corrects_delay_offsets
     if loaded.doc is not None:
-        for level, offset in sorted(cfgfmt.delay_offsets(loaded.doc).items()):
+        for level, offset in sorted(loaded.offsets.items()):
             key = (SCHEDULE_TOPIC, level - 1)
             if key not in cache:  # a level's queue without files is empty, [0, 0]: findConsumeQueue creates it
                 cache[key] = queue_range(store, *key) or QueueRange(0, 0)

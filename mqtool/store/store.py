@@ -8,6 +8,7 @@ note for the other commands, never a refusal to look at the rest."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import sys
@@ -126,6 +127,7 @@ class ConfigDocument:
 
     name: str
     doc: dict | None
+    offsets: dict | None  # the offset table as the broker converts it (``cfgfmt.decode_config``), or None
     source: str | None  # "config/<name>" or "config/<name>.bak"
     problems: dict[str, str] = field(default_factory=dict)  # "config/<file>" -> why it was not read
 
@@ -144,6 +146,7 @@ class Store:
     notes: list[str] = field(default_factory=list)
     problems: list[FileProblem] = field(default_factory=list)
     _version: BrokerVersion | None = None
+    _config_parses: dict[str, tuple] = field(default_factory=dict, repr=False)  # load_config's: "config/<file>" -> (bytes, parse or error)
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -474,7 +477,10 @@ class Store:
     def load_config(self, name: str) -> "ConfigDocument":
         """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak``
         when the file is missing, unreadable, empty or undecodable (fastjson's leniencies; malformed
-        UTF-8 replaced as ``new String(bytes, UTF-8)`` does)."""
+        UTF-8 replaced as ``new String(bytes, UTF-8)`` does). Each file is parsed once for as long as its
+        bytes stay the same (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are
+        the key, so a Store that outlives a rewrite (``restore-config``, ``repair``, ``restore``) reads the
+        new content whatever its size and times say."""
         problems = {}
         for candidate in (name, name + ".bak"):
             shown = f"config/{candidate}"
@@ -483,15 +489,22 @@ class Store:
                 problems[shown] = MISSING
                 continue
             try:
-                doc = cfgfmt.decode_config(name, path.read_text(encoding="utf-8", errors="replace"))
-            except cfgfmt.ConfigError as exc:
-                problems[shown] = str(exc)
-                continue
+                raw = path.read_bytes()
             except OSError as exc:
                 problems[shown] = exc.strerror or str(exc)
                 continue
-            return ConfigDocument(name, doc, shown, problems)
-        return ConfigDocument(name, None, None, problems)
+            if (parsed := self._config_parses.get(shown)) is None or parsed[0] != raw:
+                text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="replace").read()  # Path.read_text's decoding
+                try:
+                    parsed = raw, cfgfmt.decode_config(name, text)
+                except cfgfmt.ConfigError as exc:
+                    parsed = raw, str(exc)
+                self._config_parses[shown] = parsed
+            if isinstance(parsed[1], str):
+                problems[shown] = parsed[1]
+                continue
+            return ConfigDocument(name, *parsed[1], shown, problems)
+        return ConfigDocument(name, None, None, None, problems)
 
     def config_file(self, name: str) -> dict | None:
         """``load_config``'s document, or None."""

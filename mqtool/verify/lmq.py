@@ -10,7 +10,7 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Callable, Iterator
 
-from ..formats.dispatch import LMQ_PREFIX, multi_dispatch_targets
+from ..formats.dispatch import LMQ_PREFIX, LmqOffsetThrows, multi_dispatch_targets
 from ..store import Store
 from ..store.consumequeue import queue_id_of
 from .findings import Finding, error, warning
@@ -39,7 +39,11 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
         for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
-            for name, queue_id, queue_offset in multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule):
+            try:
+                targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule)
+            except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
+                targets = exc.written
+            for name, queue_id, queue_offset in targets:
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
     return expected, scan.end.offset
 
