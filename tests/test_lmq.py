@@ -15,7 +15,7 @@ from mqtool.cli import app
 from mqtool.errors import EXIT_REFUSED
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.formats import commitlog as clfmt
-from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, LmqOffsetThrows, multi_dispatch_targets
+from mqtool.formats.dispatch import LMQ_SKIP_NONE, LMQ_SKIP_SYSTEM, NO_MULTI_DISPATCH, LmqOffsetThrows, multi_dispatch_targets
 from mqtool.formats.properties import encode_properties
 from mqtool.store import Store
 from mqtool.store.rules import ERAS, BrokerVersion, VersionRules, era_of, rules_deciding
@@ -406,3 +406,16 @@ def test_verify_expects_the_lmq_entries_the_broker_writes_before_an_offset_it_ca
     findings, summary = _cq_findings(root)
     assert [f for f in findings if (f.file or "").startswith("consumequeue/%LMQ%")] == []
     assert any(line.startswith("7 LMQ queue(s) checked") for line in summary.notes), summary.notes
+
+
+@pytest.mark.parametrize("version", ["4.4.0", "4.8.0"])
+def test_a_broker_before_4_9_3_writes_no_lmq_entry(tmp_path, version):
+    """Multi-dispatch is new in 4.9.3 (``enableMultiDispatch``, ``checkMultiDispatchQueue``; rules §3.12): an older
+    broker dispatches a record carrying ``INNER_MULTI_DISPATCH`` to its own queue alone. Before, every era was
+    multi-dispatched, and rebuild-cq planned a %LMQ% queue the broker never writes."""
+    root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False)
+    for given, added in ((None, []), (version, []), ("4.9.7", [1])):
+        code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", *(["--broker-version", given] if given else []))
+        assert code == 0, err
+        assert [q["added"] for q in json.loads(out)["queues"] if q["topic"] == LMQ_QUEUE] == added, given
+    assert VersionRules(BrokerVersion.parse("4.9.2")).lmq_rule == NO_MULTI_DISPATCH != VersionRules(BrokerVersion.parse("4.9.3")).lmq_rule

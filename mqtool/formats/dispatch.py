@@ -191,6 +191,7 @@ def dispatch_request(
 LMQ_PREFIX = "%LMQ%"
 MULTI_DISPATCH_SEPARATOR = ","
 # Which records ``checkMultiDispatchQueue`` leaves out, by release (rules file §3.12; ``VersionRules.lmq_rule``)
+NO_MULTI_DISPATCH = -1  # before 4.9.3: no multi-dispatch at all (``enableMultiDispatch`` appears in 4.9.3)
 LMQ_SKIP_NONE = 0  # 4.9.3-5.1.0: none
 LMQ_SKIP_RETRY = 1  # 5.1.1: %RETRY% topics
 LMQ_SKIP_RETRY_TIMER_SCHEDULE = 2  # 5.1.2-5.1.4: also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX; queue names holding "/" skipped
@@ -217,10 +218,10 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
     ``ConsumeQueue.multiDispatchLmqQueue`` (4.9.x ``MultiDispatch``, 5.x ``MultiDispatchUtils``): nothing unless both
     properties are non-blank and list as many queues as offsets; the queue id is 0 for ``%LMQ%`` names (``enableLmq``),
     else the record's own; ``rule`` (``LMQ_SKIP_*``) says which topics' records the release skips, and from 5.1.2
-    names holding a path separator. ``LmqOffsetThrows`` where ``Long.parseLong`` throws on an offset.
+    names holding a path separator; ``NO_MULTI_DISPATCH``: none (a release before 4.9.3). ``LmqOffsetThrows`` where ``Long.parseLong`` throws on an offset.
     """
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
-    if not queues.strip() or not offsets.strip():
+    if rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip():
         return []
     if rule >= LMQ_SKIP_RETRY and topic.startswith("%RETRY%"):
         return []

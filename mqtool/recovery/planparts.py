@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
-from ..formats.dispatch import SCHEDULE_TOPIC, LmqOffsetThrows
+from ..formats.dispatch import NO_MULTI_DISPATCH, SCHEDULE_TOPIC, LmqOffsetThrows
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
@@ -291,8 +291,10 @@ class PhaseCounts:
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
-    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``)."""
-    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule) if store.multi_dispatch else None
+    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``, from 4.9.3: rules §3.12)."""
+    if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
+        return None
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule)
 
 
 def planned_entries(batch, names: list[str], multi: MultiDispatch | None):

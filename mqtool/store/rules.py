@@ -17,7 +17,8 @@ from functools import cached_property
 from typing import NamedTuple
 
 from ..errors import UnknownStoreVersion
-from ..formats.dispatch import INDEX_KEYS_ONLY, INDEX_UNIQ_AND_KEYS, LMQ_SKIP_NONE, LMQ_SKIP_RETRY, LMQ_SKIP_RETRY_TIMER_SCHEDULE, LMQ_SKIP_SYSTEM
+from ..formats.dispatch import (INDEX_KEYS_ONLY, INDEX_UNIQ_AND_KEYS, LMQ_SKIP_NONE, LMQ_SKIP_RETRY, LMQ_SKIP_RETRY_TIMER_SCHEDULE, LMQ_SKIP_SYSTEM,
+                                NO_MULTI_DISPATCH)
 
 
 class BrokerVersion(NamedTuple):
@@ -233,16 +234,16 @@ class VersionRules:
     @property
     def lmq_rule(self) -> int:
         """§3.12: the records whose ``INNER_MULTI_DISPATCH`` ``checkMultiDispatchQueue`` skips (``formats.dispatch.LMQ_SKIP_*``):
-        none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1 (E15a), also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX and queue
+        every one before 4.9.3, which has no multi-dispatch (``NO_MULTI_DISPATCH``), none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1 (E15a), also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX and queue
         names holding "/" in 5.1.2-5.1.4 (E15b-E16; ``ConsumeQueue.checkMultiDispatchQueue``, ``multiDispatchLmqQueue``
         @5.1.2: the rules file dates the "/" rule 5.2.0), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``). The
         rules file's E15 (5.1.1-5.1.2) holds two variants: split here into E15a and E15b so that a store that could be
         either is planned under both (a planning rule)."""
         index = self.era.index
-        for since, rule in (("E17", LMQ_SKIP_SYSTEM), ("E15b", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("E15a", LMQ_SKIP_RETRY)):
+        for since, rule in (("E17", LMQ_SKIP_SYSTEM), ("E15b", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("E15a", LMQ_SKIP_RETRY), ("E12", LMQ_SKIP_NONE)):
             if index >= _BY_NAME[since].index:
                 return rule
-        return LMQ_SKIP_NONE
+        return NO_MULTI_DISPATCH
 
     # ---- §4, §5 dispatch and index ------------------------------------------------------------
 
