@@ -1,7 +1,7 @@
 """``verify``'s timer store check (5.x, reference §9): the timer log, the wheel and ``config/timercheck``
 against each other and against the commit log, as ``TimerMessageStore.recoverAndRevise`` and
 ``TimerWheel`` read them. Kinds ``timer-log-damaged``, ``timer-reference`` (apache/rocketmq#10668),
-``timer-wheel``, ``timercheck-ahead`` and ``timer-stray-entry``, as docs/verify.md describes them."""
+``timer-wheel``, ``timercheck-ahead``, ``timer-file-size`` and ``timer-stray-entry``, as docs/verify.md describes them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Iterator
 from ..formats import timer as fmt
 from ..store import Store
 from ..store.timer import TimerStore, timer_eras
-from .commitlog import stray_finding
+from ..store.mappedfile import stray_after
+from ..store.nextstart import refused_by
+from ..store.store import empty_not_last
+from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
 
 if TYPE_CHECKING:
@@ -47,9 +50,27 @@ def _stray_findings(store: Store) -> Iterator[Finding]:
     ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and ``BrokerController.initialize``
     (5.0.0-5.3.3) fails the start on its false; weighed over the 5.x eras the store may be from (no older broker
     loads the folder)."""
-    eras = timer_eras(store.version_guess.eras)
-    for entry, file_size, later in store.timer_strays if eras else ():
+    eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
+    if not eras or listing is None:
+        return
+    for _, path, size, last in listing.wrong_lengths:
+        yield _wrong_length(store, eras, listing, path, size, last)
+    for entry, file_size, later in listing.strays:
         yield stray_finding(store, "timer-stray-entry", entry, file_size, later, "timer log file", "timerlog/", eras=eras)
+
+
+def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> Finding:
+    """``timer-file-size``: a timer log file of another length than the others (cut by a disk fault), which ``TimerLog.load``'s
+    ``MappedFileQueue.load`` refuses in every 5.x release (``nextstart.refused_by``); an empty one, the folder's last entry, only
+    5.0.0-5.1.2 refuse: 5.1.3+ delete it (an info where every era of ``eras`` does)."""
+    where = {"file": relative(store, path), "expected": listing.file_size, "found": size}
+    after = stray_after(path, listing.files, listing.entries) if size == 0 else None
+    who = refused_by(store, size == 0 and last, eras)
+    if who is None:
+        return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start (MappedFileQueue.doLoad, 5.1.3+)", **where)
+    message = (f"{path.name} is {size} bytes, not {listing.file_size} like the other timer log files{empty_not_last(after, eras)}: the broker refuses "
+               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it")
+    return (error if not who else warning)("timer-file-size", message, **where)
 
 
 def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
