@@ -45,8 +45,8 @@ INDEX_KINDS = frozenset(
 )
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
-FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry", "timer-stray-entry",
-                            "timer-file-size"})
+FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
+                            "timer-stray-entry", "timer-file-size"})
 
 
 @dataclass(frozen=True)
@@ -124,11 +124,12 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         blank = _timer_log_blank(path, base, size, expected)
         if blank is None:
             return False
-        steps.append(RepairStep("resize-segment", True, f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with "
-                                f"an end-of-file blank at {blank} (the unit the cut crosses), so the broker's timer recovery goes on into the next file "
-                                "as at any file's end (padded with zeros only, it would stop there and delete every later file); lost: the units "
-                                f"from byte {blank} of {rel}", (rel,)))
-        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"))
+        why = (f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with an end-of-file blank at "
+               f"{blank} (the unit the cut crosses), so the broker's timer recovery goes on into the next file as at any file's end "
+               f"(padded with zeros only, it would stop there and delete every later file); lost: the units from byte {blank} of {rel}")
+        steps.append(RepairStep("resize-segment", True, why, (rel,)))
+        note = f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"
+        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=note))
         return True
 
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
@@ -269,8 +270,8 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         if after is not None:
             who = refused_by(store, False) if store is not None else ""
             if who is not None:
-                quarantine(path, f"a zero-length last {noun}{empty_not_last(after)}: the broker refuses to start on it{who} (MappedFileQueue.load: "
-                                 "\"length not matched\"); it holds nothing")
+                quarantine(path, f"a zero-length last {noun}{empty_not_last(after)}: the broker refuses to start on it{who} "
+                                 "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
         elif size == 0 and base == last:
             if store is None or store.eras_where("zero_length_last_file_refused"):
                 which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
@@ -517,9 +518,10 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}
-        # lost: a message past the log's end, units outside the timer log, the slots of undelivered messages, a unit naming
-        # no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
-        gone = d.get("past_end") or d.get("before_start") or d.get("pending") or (f.kind == "timer-reference" and f.severity == Severity.ERROR)
+        # lost: a message past the log's end, units outside the timer log or cut off a file's tail, the slots of undelivered messages,
+        # a unit naming no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
+        gone = (d.get("past_end") or d.get("before_start") or d.get("cut_off") or d.get("pending")
+                or (f.kind == "timer-reference" and f.severity == Severity.ERROR))
         out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
@@ -790,7 +792,8 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
-    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank" and a.path.startswith("commitlog")]
+    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
+               if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
 
     def fixed(f: Finding) -> bool:
         return (f.kind in FILE_FIX_KINDS and f.file in changed) or (

@@ -110,7 +110,8 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), failure or later_refusal(store), blank.offset if blank is not None and blank.writes else None)
+                     dropped_after(store, end.offset, store.rules), failure or later_refusal(store),
+                     blank.offset if blank is not None and blank.writes else None)
 
 
 def dledger_next_start(store: Store) -> NextStart:
@@ -263,8 +264,8 @@ def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, fil
     for _, path, size, last in wrong_lengths:
         who = refused_by(store, size == 0 and last, eras)
         if who is not None:
-            after = stray_after(path, files, strays) if size == 0 else None
-            return f"{path.relative_to(store.root)}: {size} bytes, not {file_size}{empty_not_last(after, eras or store.version_guess.eras)}{who}"
+            after = empty_not_last(stray_after(path, files, strays), eras or store.version_guess.eras) if size == 0 else ""
+            return f"{path.relative_to(store.root)}: {size} bytes, not {file_size}{after}{who}"
     return None
 
 

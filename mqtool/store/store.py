@@ -26,7 +26,8 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry
+from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
@@ -79,7 +80,7 @@ class FileProblem:
     message: str
     expected: int | str | None = None
     found: int | str | None = None
-    entry: StrayEntry | None = None  # a ``STRAY_ENTRY``'s, with ``later``: a segment sorts after it; an ``EMPTY_LAST_SEGMENT``'s: an entry after it
+    entry: StrayEntry | None = None  # a ``STRAY_ENTRY``'s, with ``later``: a segment sorts after it; an ``EMPTY_LAST_SEGMENT``'s: one after
     later: bool = False
 
 

@@ -22,7 +22,8 @@ from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, stray_differs, stray_effects, stray_text
+from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, stray_differs, stray_effects
+from ..store.store import stray_text
 from ..store.nextstart import refusing_eras
 from ..store.version import eras_label
 from ..store.mappedfile import MAPPED_FILE_QUEUE, exit_on_sigbus, sigbus_handled
@@ -88,8 +89,10 @@ def empty_last_segment(store: Store, problem) -> Finding:
         deleted = last and bool(store.eras_where("zero_length_last_file_deleted"))
         what = "deletes it at start (MappedFileQueue.doLoad, 5.1.3+)" if deleted else "leaves it out at load and starts (3.2.6-4.4.0, 4.9.2)"
         return info(EMPTY_LAST_SEGMENT, f"{problem.path.name} is a zero-length last commit log file: the broker {what}", file=file, found=0)
-    message = (f"{problem.path.name} is a zero-length last commit log file{empty_not_last(problem.entry, store.version_guess.eras)}: the broker of {eras_label(refusing)} logs "
-               "\"length not matched message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: `mqtool repair` removes it")
+    after = empty_not_last(problem.entry, store.version_guess.eras)
+    message = (f"{problem.path.name} is a zero-length last commit log file{after}: the broker of {eras_label(refusing)} logs \"length not "
+               "matched message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: "
+               "`mqtool repair` removes it")
     if len(refusing) < len(store.version_guess.eras):
         others = " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)" if last else " (3.2.6-4.4.0 and 4.9.2 leave it out)"
         return warning(EMPTY_LAST_SEGMENT, message + others, file=file, expected=problem.expected, found=0)

@@ -326,8 +326,9 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
         else:
             after = empty_not_last(stray_after(path, queue.files, queue.strays), store.version_guess.eras) if size == 0 else ""
             yield error("cq-file-size",
-                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}{after}: the broker refuses to "
-                        "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out", **where)
+                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}{after}: the broker "
+                        "refuses to load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
+                        **where)
     for entry in queue.strays:  # a directory, a symlink, a misnamed file: MappedFileQueue.load lists it (``mappedfile.load_effect``)
         yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file",
                             f"{what} {queue.topic}/{queue.queue_id}'s folder", {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})

@@ -64,11 +64,12 @@ def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> F
     ``MappedFileQueue.load`` refuses in every 5.x release (``nextstart.refused_by``); an empty one, the folder's last entry, only
     5.0.0-5.1.2 refuse: 5.1.3+ delete it (an info where every era of ``eras`` does)."""
     where = {"file": relative(store, path), "expected": listing.file_size, "found": size}
-    after = stray_after(path, listing.files, listing.entries) if size == 0 else None
+    after = empty_not_last(stray_after(path, listing.files, listing.entries), eras) if size == 0 else ""
     who = refused_by(store, size == 0 and last, eras)
     if who is None:
-        return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start (MappedFileQueue.doLoad, 5.1.3+)", **where)
-    message = (f"{path.name} is {size} bytes, not {listing.file_size} like the other timer log files{empty_not_last(after, eras)}: the broker refuses "
+        return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start "
+                    "(MappedFileQueue.doLoad, 5.1.3+)", **where)
+    message = (f"{path.name} is {size} bytes, not {listing.file_size} like the other timer log files{after}: the broker refuses "
                f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it")
     return (error if not who else warning)("timer-file-size", message, **where)
 
@@ -100,6 +101,10 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         return
     units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
+    bases = [base for base, _ in timer.log.files]
+    # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
+    # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
+    tails = [(max((u for u in units if a <= u < b), default=a - fmt.UNIT_SIZE) + fmt.UNIT_SIZE, b) for a, b in zip(bases, bases[1:])]
     for slot in timer.wheel_slots():
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
         if slot.time_slot < 0 or home != slot.slot:
@@ -112,11 +117,14 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
             gone = min(bad) < start
+            cut_off = any(a <= p < b for p in bad for a, b in tails)
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts"
-                          + (f" (before the timer log's first file at {start}: its units are gone)" if gone else ""),
+                          + (f" (before the timer log's first file at {start}: its units are gone)" if gone else "")
+                          + (" (after its file's last unit: the units there are gone)" if cut_off else ""),
                           file="timerwheel", expected="a unit position", found=bad[0],
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
-                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone})
+                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
+                                   **({"cut_off": True} if cut_off else {})})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
