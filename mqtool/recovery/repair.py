@@ -266,12 +266,12 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         rel = os.path.relpath(path, root)
         if size == expected:
             continue
-        after = stray_after(Path(path), files, strays) if size == 0 and base == last else None  # no last entry: not deleted (5.1.3+)
+        after = stray_after(Path(path), files, strays) if size == 0 and base == last and store is not None else None  # not deleted (5.1.3+)
         if after is not None:
-            who = refused_by(store, False) if store is not None else ""
-            if who is not None:
-                quarantine(path, f"a zero-length last {noun}{empty_not_last(after)}: the broker refuses to start on it{who} "
-                                 "(MappedFileQueue.load: \"length not matched\"); it holds nothing")
+            if (who := refused_by(store, False)) is not None:
+                why = empty_not_last(after, store.version_guess.eras)
+                quarantine(path, f"a zero-length last {noun}{why}: the broker refuses to start on it{who} (MappedFileQueue.load: "
+                                 "\"length not matched\"); it holds nothing")
         elif size == 0 and base == last:
             if store is None or store.eras_where("zero_length_last_file_refused"):
                 which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
