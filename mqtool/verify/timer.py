@@ -5,6 +5,7 @@ against each other and against the commit log, as ``TimerMessageStore.recoverAnd
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
 from typing import TYPE_CHECKING, Iterator
@@ -29,7 +30,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
-    yield from _stray_findings(store)
+    yield from _load_findings(store)
     from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
@@ -45,8 +46,9 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
 
 
-def _stray_findings(store: Store) -> Iterator[Finding]:
-    """``timer-stray-entry`` for each entry of ``timerlog/`` that is no timer log file (``Store.timer_strays``):
+def _load_findings(store: Store) -> Iterator[Finding]:
+    """``timer-file-size`` for each file of ``timerlog/`` of another length than the others, ``timer-stray-entry`` for each
+    entry that is no timer log file (``Store.timer_log_listing``):
     ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and ``BrokerController.initialize``
     (5.0.0-5.3.3) fails the start on its false; weighed over the 5.x eras the store may be from (no older broker
     loads the folder)."""
@@ -101,10 +103,12 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         return
     units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
-    bases = [base for base, _ in timer.log.files]
     # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
     # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
-    tails = [(max((u for u in units if a <= u < b), default=a - fmt.UNIT_SIZE) + fmt.UNIT_SIZE, b) for a, b in zip(bases, bases[1:])]
+    ordered, bases, tails = sorted(units), [base for base, _ in timer.log.files], []
+    for a, b in zip(bases, bases[1:]):
+        i = bisect.bisect_left(ordered, b)
+        tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
     for slot in timer.wheel_slots():
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
         if slot.time_slot < 0 or home != slot.slot:
