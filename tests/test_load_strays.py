@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, manifest
 from repair_support import tree
 from typer.testing import CliRunner
 
@@ -333,3 +333,139 @@ def test_mixed_dledger_store_reports_classic_left_out_files(tmp_path):
         "the broker's next start refuses to start: 00000000000001048576: 1000 bytes, not 1048576 like the other segments")
     [f] = [f for f in findings if f["kind"] == "segment-size"]
     assert (f["file"], f["severity"], f["expected"], f["found"]) == ("commitlog/00000000000001048576", "error", SEGMENT, 1000)
+
+
+# ---- files of the wrong length: timerlog/ (5.x) and a zero-length last file with an entry after it (5.1.3+) ----------------
+
+
+def first_line(out: str) -> str:
+    return " ".join(out.split("\n")[:6])
+
+
+def test_short_timer_log_file_refused_and_repaired(tmp_path):
+    """A timer log file cut by a disk fault: ``TimerLog.load``'s ``MappedFileQueue.load`` refuses it ("length not
+    matched", 5.0.0-5.3.3 ``doLoad``) and ``BrokerController.initialize`` fails; no 4.x broker loads ``timerlog/``."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    last = root / "timerlog" / "00000000000000008192"
+    os.truncate(last, 5000)
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS
+    assert first_line(out).startswith("the broker's next start refuses to start: timerlog/00000000000000008192: 5000 bytes, not 8192; "
+                                      "`mqtool repair` fixes it; with that file fixed, it keeps [0, 1980397)")
+    f = next(f for f in findings if f["kind"] == "timer-file-size")
+    assert (f["file"], f["severity"], f["expected"], f["found"]) == ("timerlog/00000000000000008192", "error", 8192, 5000)
+    planned = json.loads(run("recover", root, "--broker-version", "5.0.0", "--format", "json").stdout)
+    assert planned["next_start"]["line"].startswith("the broker's next start refuses to start: timerlog/00000000000000008192: 5000 bytes")
+    assert not [f for f in verified(root, "4.9.7")[2] if f["kind"] == "timer-file-size"]
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert last.stat().st_size == 8192
+    code, out, _ = verified(root, "5.3.3")
+    assert code == EXIT_OK and "refuses" not in out.split("\n")[0]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+
+
+def test_short_timer_log_file_before_the_last_gets_a_blank(tmp_path):
+    """Padded with zeros only, a short timer log file before the last would stop ``recoverAndRevise`` (a unit of size
+    0) and its ``truncateDirtyFiles`` would delete the later file: repair ends it with ``TimerLog.append``'s blank at the
+    unit the cut crosses, as the broker ends a full file (the fixture's own blank at 8164), and the later units stay."""
+    from mqtool.formats import timer as tfmt
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    units = manifest("5.3.3", "timer-small")["timer"]["timerlog"]
+    first = root / "timerlog" / "00000000000000000000"
+    own = units["blanks"][0]  # the broker's: int32 bytes left, int64 0, int32 BLANK_MAGIC_CODE
+    blank = first.read_bytes()[own["position"]:own["position"] + tfmt.BLANK_SIZE]
+    assert int.from_bytes(blank[:4], "big") == own["sizeField"] == 8192 - own["position"]
+    os.truncate(first, 5000)
+    assert " ".join(verified(root, "5.3.3")[1].split("\n")[:2]).startswith(
+        "the broker's next start refuses to start: timerlog/00000000000000000000: 5000 bytes, not 8192")
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost data: the units after byte 4992, which wheel slots name
+    cut = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE
+    assert first.read_bytes()[cut:cut + tfmt.BLANK_SIZE] == (8192 - cut).to_bytes(4, "big") + blank[4:] and first.stat().st_size == 8192
+    walked = [u.timer_log_offset for u in TimerStore.open(root).log.walk()]
+    second = units["files"][1]  # the later file's units, as the broker wrote them
+    assert walked == [*range(0, cut, tfmt.UNIT_SIZE), *range(8192, 8192 + second["units"] * tfmt.UNIT_SIZE, tfmt.UNIT_SIZE)]
+    failing = [f for f in verified(root, "5.3.3")[2] if f["severity"] != "info"]
+    assert failing and all(f["kind"] == "timer-wheel" and f["details"].get("cut_off") for f in failing)  # slots of the units cut off
+
+
+@pytest.mark.parametrize("version, severity", [("5.1.1", "error"), ("5.3.3", "info")])
+def test_empty_last_timer_log_file(tmp_path, version, severity):
+    """An empty last timer log file: 5.0.0-5.1.2 refuse it, 5.1.3+ ``doLoad`` delete it, but only as the folder's last
+    entry: a directory after it (skipped from 5.1.0) leaves it to the length rule, and 5.1.3+ refuse too."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "timerlog" / "00000000000000016384").write_bytes(b"")
+    _, out, findings = verified(root, version)
+    f = next(f for f in findings if f["kind"] == "timer-file-size")
+    assert (f["file"], f["severity"], f["found"]) == ("timerlog/00000000000000016384", severity, 0)
+    assert ("refuses to start: timerlog/00000000000000016384: 0 bytes, not 8192" in first_line(out)) == (severity == "error")
+    (root / "timerlog" / "old").mkdir()
+    code, out, findings = verified(root, version)
+    assert code == EXIT_FINDINGS and next(f for f in findings if f["kind"] == "timer-file-size")["severity"] == "error"
+    assert first_line(out).startswith("the broker's next start refuses to start: timerlog/00000000000000016384: 0 bytes, not 8192"
+                                      + (" (5.1.3+ delete an empty file only as the folder's last entry, and old, a directory, sorts "
+                                         "after it)"
+                                         if version == "5.3.3" else ";"))
+    repaired_and_restored(root, version, tmp_path / "bk", [root / "timerlog" / "00000000000000016384"])
+
+
+@pytest.mark.parametrize("entry", ["directory", "dangling symlink", "file"])
+def test_empty_last_segment_with_an_entry_after_it_refused_by_5_1_4(tmp_path, entry):
+    """5.1.3+ ``doLoad`` deletes an empty file only when it is the listing's last (``i == files.size() - 1``): with any
+    entry sorting after it, even a directory it skips, the empty file meets the length rule and the start is refused."""
+    root = copy_store("5.1.4", "clean-small", tmp_path)
+    empty = root / "commitlog" / "00000000000005242880"
+    empty.write_bytes(b"")
+    code, out, findings = verified(root, "5.1.4")
+    assert code == EXIT_OK and next(f for f in findings if f["kind"] == "segment-empty-last")["severity"] == "info"
+    after = root / "commitlog" / "zz"
+    make = {"directory": after.mkdir, "dangling symlink": lambda: os.symlink("/nonexistent", after), "file": lambda: after.write_bytes(b"")}
+    make[entry]()
+    code, out, findings = verified(root, "5.1.4")
+    assert code == EXIT_FINDINGS
+    assert first_line(out).startswith("the broker's next start refuses to start: 00000000000005242880: a zero-length last commit log file "
+                                      f"(5.1.3+ delete an empty file only as the folder's last entry, and zz, a {entry}")
+    assert next(f for f in findings if f["kind"] == "segment-empty-last")["severity"] == "error"
+    recovered = run("recover", root, "--broker-version", "5.1.4")
+    assert recovered.exit_code != EXIT_OK and "refuses to start on this store" in recovered.stderr
+    repaired_and_restored(root, "5.1.4", tmp_path / "bk", [empty])
+
+
+@pytest.mark.parametrize("version, severity, refused", [("4.4.0", "info", False), ("4.9.7", "error", True)])
+def test_empty_last_segment_with_an_entry_after_it_on_4_x(tmp_path, version, severity, refused):
+    """4.x as its own rules say, the entry after it or not: 3.2.6-4.4.0 leave the empty file out and start (nothing
+    after it is lost), 4.5.0-4.9.1 and 4.9.3+ refuse it."""
+    root = copy_store(version, "clean-small", tmp_path)
+    (root / "commitlog" / "00000000000005242880").write_bytes(b"")
+    os.symlink("/nonexistent", root / "commitlog" / "zz")
+    _, out, findings = verified(root, version)
+    assert next(f for f in findings if f["kind"] == "segment-empty-last")["severity"] == severity
+    refusal = "the broker's next start refuses to start: 00000000000005242880: a zero-length last commit log file"
+    assert first_line(out).startswith(refusal) == refused
+    assert "(5.1.3+" not in first_line(out)
+
+
+def test_empty_last_queue_file_with_an_entry_after_it(tmp_path):
+    """The same rule in a consume queue's folder (``loadConsumeQueue``'s ``MappedFileQueue.load``): `recover` rewrites the
+    queue (the empty file deleted), after which the dangling symlink is the folder's last, zero-length entry, which
+    5.1.3+ delete."""
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    queue = root / "consumequeue" / "TopicTest" / "0"
+    (queue / "00000000000000020000").write_bytes(b"")
+    _, _, findings = verified(root, "5.3.3")
+    assert next(f for f in findings if f["kind"] == "cq-file-size")["severity"] == "info"
+    os.symlink("/nonexistent", queue / "zz-link")
+    code, out, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS
+    assert first_line(out).startswith("the broker's next start refuses to start: consumequeue/TopicTest/0/00000000000000020000: 0 bytes, "
+                                      "not 20000 (5.1.3+ delete an empty file only as the folder's last entry, and zz-link, a dangling "
+                                      "symlink, sorts after it), which `mqtool recover` fixes")
+    assert next(f for f in findings if f["kind"] == "cq-file-size")["severity"] == "error"
+    assert run("recover", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
+    assert not (queue / "00000000000000020000").exists()
+    assert verified(root, "5.3.3")[0] == EXIT_OK

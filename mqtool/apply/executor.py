@@ -27,6 +27,7 @@ from ..formats import checkpoint as cpfmt
 from ..formats import commitlog as clfmt
 from ..formats import consumequeue as cqfmt
 from ..formats import dledger as dlfmt
+from ..formats import timer as tfmt
 from ..formats import index as ixfmt
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
 from ..recovery.planparts import file_crc32, multi_dispatch, put_index
@@ -247,8 +248,8 @@ class Executor:
     def _resize(self, action) -> None:
         """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
         aside and renamed over it, so a backup hard-linked to the original keeps the original bytes.
-        ``pad-blank`` (a short segment before the last, ``repair._cut_segment_end``): an end-of-file blank
-        from ``action.start``, then zeros."""
+        ``pad-blank`` (a short segment before the last, ``repair._cut_segment_end``; a timer log file's,
+        ``repair._timer_log_blank``): an end-of-file blank from ``action.start``, then zeros."""
         path = self.root / action.path
         blank_at = action.start if action.op == "pad-blank" else None
         self._keep(action.path)
@@ -263,7 +264,8 @@ class Executor:
             os.truncate(tmp, blank_at)  # the partial record's bytes go: zeros after the blank
         os.truncate(tmp, action.end)
         if blank_at is not None:
-            write_range(tmp, blank_at, clfmt.encode_blank(action.end - blank_at))
+            encode = tfmt.encode_blank if Path(action.path).parts[0] == "timerlog" else clfmt.encode_blank
+            write_range(tmp, blank_at, encode(action.end - blank_at))
         fsync_path(tmp)
         install(tmp, path, owner_for(path))
         fsync_dir(path.parent)

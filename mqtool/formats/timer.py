@@ -111,6 +111,11 @@ def is_blank(buf, pos: int) -> bool:
     return len(buf) - pos >= BLANK_SIZE and int.from_bytes(bytes(buf[pos + 12 : pos + 16]), "big", signed=True) == BLANK_MAGIC
 
 
+def encode_blank(remaining: int) -> bytes:
+    """The 16-byte end-of-file blank ``TimerLog.append`` writes where the next unit does not fit (``remaining``: the bytes left)."""
+    return remaining.to_bytes(4, "big", signed=True) + bytes(8) + BLANK_MAGIC.to_bytes(4, "big", signed=True)
+
+
 def decode_slot(buf, index: int) -> WheelSlot:
     return WheelSlot(index, *SLOT.unpack_from(buf, index * SLOT_SIZE))
 

@@ -238,7 +238,7 @@ class Plan:
     inputs: tuple[Fingerprint, ...]
     format: str = PLAN_FORMAT
     verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
-    refused: str | None = None  # recover: why the broker refuses to start on a queue file the plan rewrites (``nextstart.queue_refusal``)
+    refused: str | None = None  # recover: why the broker refuses to start after the log's load (``nextstart.later_refusal``)
 
     @classmethod
     def new(cls, command: str, root: Path, version: str, source: str, actions, **parts) -> "Plan":

@@ -40,7 +40,7 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
-from ..store.nextstart import queue_refusal
+from ..store.nextstart import later_refusal
 from ..store.rules import VersionRules
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
         command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
         options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
         commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
-        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=queue_refusal(store) if run.dispatching else None,
+        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=later_refusal(store) if run.dispatching else None,
     )
     if sims_out is not None:
         sims_out.update(run.sims)

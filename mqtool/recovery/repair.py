@@ -23,9 +23,10 @@ from ..formats import consumequeue as cqfmt
 from ..formats.dispatch import dispatch_request
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY
+from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last
 from ..store.consumequeue import queue_id_of
-from ..store.mappedfile import OFFSET_NAME, folder_entries, inferred_file_size
+from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
+from ..store.nextstart import refused_by
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -43,6 +44,9 @@ INDEX_KINDS = frozenset(
     {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
 )
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
+# Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
+FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
+                            "timer-stray-entry", "timer-file-size"})
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,20 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
-    _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name)  # mapped file queues: MappedFileQueue.load
+    def end_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
+        blank = _timer_log_blank(path, base, size, expected)
+        if blank is None:
+            return False
+        why = (f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with an end-of-file blank at "
+               f"{blank} (the unit the cut crosses), so the broker's timer recovery goes on into the next file as at any file's end "
+               f"(padded with zeros only, it would stop there and delete every later file); lost: the units from byte {blank} of {rel}")
+        steps.append(RepairStep("resize-segment", True, why, (rel,)))
+        note = f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"
+        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=note))
+        return True
+
+    _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
+                      cut_before_last=end_timer_file)  # mapped file queues: MappedFileQueue.load
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -184,19 +201,20 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
-def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quarantine) -> None:
+def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
     """Quarantine each directory or symlink in a mapped file queue folder (``mappedfile.stray_entries``) that
     the broker of some era the store may be from (any, without ``store``) refuses to start on or loads
     otherwise than mqtool reads the folder (``mappedfile.load_effect``, rules §2.13); a file of another name
-    is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file."""
+    is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
+    Returns the folder's listing (``folder_entries``)."""
     from ..store.store import stray_differs, stray_effects
 
     if not directory.is_dir():
-        return
-    files, strays = folder_entries(directory)  # one listing
-    strays = [e for e in strays if e.is_dir or e.path.is_symlink()]
+        return [], []
+    files, listed = folder_entries(directory)  # one listing
+    strays = [e for e in listed if e.is_dir or e.path.is_symlink()]
     if not strays:
-        return
+        return files, listed
     sizes = [size for _, p in files if (size := p.stat().st_size)]
     size = inferred_file_size(sizes) if sizes else None
     names = [p.name for _, p in files]
@@ -205,6 +223,7 @@ def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quara
             continue
         quarantine(entry.path, f"{entry.what}, not a {what}: MappedFileQueue.load lists every entry of {directory.name}/ (before 5.1.0 a directory "
                                "too) and refuses to start on one of another length than its files, or parses its name as an offset; moved into the backup as it is")
+    return files, listed
 
 
 def _index_strays(root: Path, store: Store | None, quarantine) -> None:
@@ -230,7 +249,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
     ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
     or returns False for the padding with zeros."""
-    _stray_links_and_dirs(directory, what, store, quarantine)
+    files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
     for entry in _files(directory):
         if OFFSET_NAME.match(entry.name):
@@ -247,7 +266,13 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         rel = os.path.relpath(path, root)
         if size == expected:
             continue
-        if size == 0 and base == last:
+        after = stray_after(Path(path), files, strays) if size == 0 and base == last and store is not None else None  # not deleted (5.1.3+)
+        if after is not None:
+            if (who := refused_by(store, False)) is not None:
+                why = empty_not_last(after, store.version_guess.eras)
+                quarantine(path, f"a zero-length last {noun}{why}: the broker refuses to start on it{who} (MappedFileQueue.load: "
+                                 "\"length not matched\"); it holds nothing")
+        elif size == 0 and base == last:
             if store is None or store.eras_where("zero_length_last_file_refused"):
                 which = "the broker refuses" if store is None else "4.5.0-4.9.1 and 4.9.3-5.1.2 brokers refuse"
                 quarantine(path, f"a zero-length last {noun}: {which} to start on it (MappedFileQueue.load: \"length not matched\"); it holds nothing")
@@ -335,6 +360,21 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
             if not size < blank + total <= segment_size:
                 return None
     return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
+
+
+def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:
+    """Where an end-of-file blank (``TimerLog.append``'s) goes in a short timer log file before the last: at the unit the cut
+    crosses, or at the cut on a unit boundary, where the file's units (``TimerLog.walk``) reach it. At a blank unit
+    ``TimerMessageStore.recoverAndRevise`` (5.0.0-5.3.3) goes on to the next file; at zeros it stops, and its
+    ``truncateDirtyFiles`` deletes every later file. None: the file's own blank is whole, or damage ends its units first."""
+    from ..formats import timer as tfmt
+    from ..store.timer import TimerLog
+
+    log = TimerLog([(base, path)])
+    pos = sum(1 for _ in log.walk()) * tfmt.UNIT_SIZE
+    with MappedFile(path) as mf:
+        own_blank = tfmt.is_blank(mf.buf, pos)
+    return pos if log.end.clean and not own_blank and file_size - pos >= tfmt.BLANK_SIZE else None
 
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
@@ -478,9 +518,10 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.abort.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}
-        # lost: a message past the log's end, units outside the timer log, the slots of undelivered messages, a unit naming
-        # no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
-        gone = d.get("past_end") or d.get("before_start") or d.get("pending") or (f.kind == "timer-reference" and f.severity == Severity.ERROR)
+        # lost: a message past the log's end, units outside the timer log or cut off a file's tail, the slots of undelivered messages,
+        # a unit naming no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
+        gone = (d.get("past_end") or d.get("before_start") or d.get("cut_off") or d.get("pending")
+                or (f.kind == "timer-reference" and f.severity == Severity.ERROR))
         out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
@@ -751,10 +792,11 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
-    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions if a.op == "pad-blank"]
+    blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
+               if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in (SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry", "timer-stray-entry") and f.file in changed) or (
+        return (f.kind in FILE_FIX_KINDS and f.file in changed) or (
             f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

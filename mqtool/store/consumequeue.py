@@ -16,7 +16,7 @@ from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
-from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_named_files, open_read_only
+from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_named_files, open_read_only, wrong_length_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -101,11 +101,9 @@ class FileQueue:
 
     @cached_property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:
-        """``(base, path, size, last)`` of each file of another length than ``file_size``, which
-        ``MappedFileQueue.load`` refuses or leaves out (rules §2.13): read once for ``verify``'s
-        ``cq-file-size`` and the next start's ``queue_refusal``."""
-        sizes = [(base, path, path.stat().st_size) for base, path in self.files]
-        return [(base, path, size, i == len(sizes) - 1) for i, (base, path, size) in enumerate(sizes) if size != self.file_size]
+        """``mappedfile.wrong_length_files`` of the queue's listing (``last``: the folder's last entry, strays
+        included): read once for ``verify``'s ``cq-file-size`` and the next start's ``queue_refusal``."""
+        return wrong_length_files(self.files, self.strays, self.file_size)
 
 
 @dataclass(repr=False)

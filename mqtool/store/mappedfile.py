@@ -173,6 +173,27 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
     return REFUSED if entry.offset is None else LOADED
 
 
+def last_listed(path: Path, files, strays) -> bool:
+    """Whether ``path``, a file of a folder listed by ``folder_entries`` (``files``, ``strays``), is the last entry of
+    that listing, the one 5.1.3+ ``doLoad`` deletes when empty (``i == files.size() - 1``, rules §2.13): an entry of
+    any kind sorting after it (another name, a directory it skips, a symlink) leaves an empty file to the length rule."""
+    return all(p.name <= path.name for _, p in files) and all(s.path.name < path.name for s in strays)
+
+
+def stray_after(path: Path, files, strays) -> StrayEntry | None:
+    """The first of ``strays`` sorting after ``path`` when it is the last of ``files`` (what keeps it from ``last_listed``), or None."""
+    if any(p.name > path.name for _, p in files):
+        return None
+    return next((s for s in strays if s.path.name > path.name), None)
+
+
+def wrong_length_files(files, strays, file_size: int | None) -> list[tuple[int, Path, int, bool]]:
+    """``(base, path, size, last)`` of each of ``files`` (``folder_entries``) of another length than ``file_size``, which
+    ``MappedFileQueue.load`` refuses or leaves out (rules §2.13); ``last``: ``last_listed`` beside ``strays``."""
+    sizes = [(base, path, path.stat().st_size) for base, path in files]
+    return [(base, path, size, last_listed(path, files, strays)) for base, path, size in sizes if size != file_size]
+
+
 def stray_entries(directory: Path, read=_is_offset_named_file) -> list[StrayEntry]:
     """The entries of ``directory`` the broker's load lists (``File.listFiles``) and mqtool does not
     read as files of it (``folder_entries``), by name; none where ``directory`` is no directory."""

@@ -6,7 +6,7 @@
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``), of DLedger's folders (``dledger_refusal``) or of timerlog/ (``timer_refusal``). ``NextStart.of_plan``
+(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from typing import Any, NamedTuple
 
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only
+from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
 from .rules import VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, stray_effects, stray_refused_why
+from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
@@ -48,7 +48,7 @@ class NextStart:
     logical_end: int | None
     end_reason: str
     dropped_messages: int | None
-    refused: str | None = None  # why the broker does not start (``log_refusal``; ``queue_refusal``: the figures are once it is fixed)
+    refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``: the figures are once it is fixed)
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
 
     @property
@@ -110,7 +110,8 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), failure or queue_refusal(store) or index_refusal(store) or timer_refusal(store), blank.offset if blank is not None and blank.writes else None)
+                     dropped_after(store, end.offset, store.rules), failure or later_refusal(store),
+                     blank.offset if blank is not None and blank.writes else None)
 
 
 class Cut(NamedTuple):
@@ -169,7 +170,7 @@ def dledger_next_start(store: Store) -> NextStart:
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or queue_refusal(store) or index_refusal(store) or timer_refusal(store))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or later_refusal(store))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -241,10 +242,10 @@ def log_refusal(store: Store) -> str | None:
             if (why := stray_refusal(store, problem.entry, problem.expected, problem.later)) is not None:
                 return why
             continue
-        who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT)
+        who = refused_by(store, problem.kind == EMPTY_LAST_SEGMENT and problem.entry is None)  # entry: one after it, so no last entry
         if who is not None:
             what = {
-                EMPTY_LAST_SEGMENT: "a zero-length last commit log file",
+                EMPTY_LAST_SEGMENT: f"a zero-length last commit log file{empty_not_last(problem.entry, store.version_guess.eras)}",
                 SEGMENT_SIZE: f"{problem.found} bytes, not {problem.expected} like the other segments",
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
             return f"{problem.path.name}: {what}{who}"
@@ -273,6 +274,12 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
     return None
 
 
+def later_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on a store whose commit log it loads: ``queue_refusal``, ``index_refusal``,
+    ``timer_refusal``, in the order it loads them; the line says what the start does once that is fixed."""
+    return queue_refusal(store) or index_refusal(store) or timer_refusal(store)
+
+
 def index_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on an entry of ``index/`` ``IndexService.load`` cannot map (5.1.0+:
     ``mappedfile.load_effect``), or None."""
@@ -280,13 +287,28 @@ def index_refusal(store: Store) -> str | None:
 
 
 def timer_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on an entry of ``timerlog/`` that is no timer log file (``Store.timer_strays``),
-    or None: ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3
-    ``BrokerController.initialize`` fails on its false after ``messageStore.load`` (so after the other refusals)."""
+    """Why the broker refuses to start on ``timerlog/`` (``Store.timer_log_listing``): a file of another length than the
+    timer log's (``wrong_length_refusal``), an entry that is no timer log file, or None: ``TimerLog.load`` is a
+    ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3 ``BrokerController.initialize`` fails on its
+    false after ``messageStore.load`` (so after the other refusals)."""
     from .timer import timer_eras
 
-    eras = timer_eras(store.version_guess.eras)
-    return first_stray_refusal(store, store.timer_strays, eras=eras) if eras else None
+    eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
+    if not eras or listing is None:
+        return None
+    why = wrong_length_refusal(store, listing.wrong_lengths, listing.file_size, listing.files, listing.entries, eras)
+    return why + "; `mqtool repair` fixes it" if why is not None else first_stray_refusal(store, listing.strays, eras=eras)
+
+
+def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, files, strays, eras=None) -> str | None:
+    """Why the broker refuses to start on the first of ``wrong_lengths`` (``mappedfile.wrong_length_files`` of a folder
+    listed as ``files``, ``strays``) some era of ``eras`` (the store's by default) refuses (``refused_by``), or None."""
+    for _, path, size, last in wrong_lengths:
+        who = refused_by(store, size == 0 and last, eras)
+        if who is not None:
+            after = empty_not_last(stray_after(path, files, strays), eras or store.version_guess.eras) if size == 0 else ""
+            return f"{path.relative_to(store.root)}: {size} bytes, not {file_size}{after}{who}"
+    return None
 
 
 def dledger_refusal(store: Store) -> str | None:
@@ -303,21 +325,26 @@ def queue_refusal(store: Store) -> str | None:
     so they plan on."""
     for queues, fix in ((store.consume_queues, ", which `mqtool recover` fixes"), (store.batch_consume_queues, "")):
         for queue in queues:
-            for _, path, size, last in queue.wrong_lengths:
-                who = refused_by(store, size == 0 and last)
-                if who is not None:
-                    return f"{path.relative_to(store.root)}: {size} bytes, not {queue.file_size}{who}{fix}"
+            if (why := wrong_length_refusal(store, queue.wrong_lengths, queue.file_size, queue.files, queue.strays)) is not None:
+                return why + fix
             if (why := first_stray_refusal(store, [(e, queue.file_size, queue.after(e)) for e in queue.strays])) is not None:
                 return why
     return None
 
 
-def refused_by(store: Store, empty_last: bool) -> str | None:
-    """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length last one):
-    None when no era the store may be from refuses it; else "" when every one does, or which do."""
-    eras = store.version_guess.eras
-    held = store.eras_where("zero_length_last_file_refused" if empty_last else "wrong_length_file_ignored")
-    refusing = held if empty_last else [e for e in eras if e not in held]
+def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
+    """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length one, the folder's last
+    entry, ``mappedfile.last_listed``): None when no era of ``eras`` (the store's by default) refuses it; else "" when every
+    one does, or which do."""
+    eras = store.version_guess.eras if eras is None else eras
+    refusing = refusing_eras(eras, empty_last)
     if not refusing:
         return None
     return "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+
+
+def refusing_eras(eras, empty_last: bool) -> list:
+    """The eras of ``eras`` whose ``MappedFileQueue.load`` refuses to start on a file of the wrong length (``empty_last``: a
+    zero-length one that is the folder's last entry, which 5.1.3+ delete; rules §2.13)."""
+    rules = [(e, VersionRules(e.representative)) for e in eras]
+    return [e for e, r in rules if (r.zero_length_last_file_refused if empty_last else not r.wrong_length_file_ignored)]

@@ -27,13 +27,15 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry, file_size, inferred_file_size, load_effect, offset_named_files, stray_entries
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry
+from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
 if TYPE_CHECKING:
     from .batchconsumequeue import BatchConsumeQueue
     from .dledger import DLedgerLayout
+    from .timer import TimerLogListing
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
@@ -79,8 +81,16 @@ class FileProblem:
     message: str
     expected: int | str | None = None
     found: int | str | None = None
-    entry: StrayEntry | None = None  # a ``STRAY_ENTRY``'s, with ``later``: a segment sorts after it
+    entry: StrayEntry | None = None  # a ``STRAY_ENTRY``'s, with ``later``: a segment sorts after it; an ``EMPTY_LAST_SEGMENT``'s: one after
     later: bool = False
+
+
+def empty_not_last(after: StrayEntry | None, eras=None) -> str:
+    """Why an empty file with a stray entry ``after`` it is not deleted (``mappedfile.last_listed``), in words: "" without one, or
+    where no era of ``eras`` (any by default) deletes an empty last file (5.1.3+)."""
+    if after is None or (eras is not None and not any(VersionRules(e.representative).zero_length_last_file_deleted for e in eras)):
+        return ""
+    return f" (5.1.3+ delete an empty file only as the folder's last entry, and {after.path.name}, {after.what}, sorts after it)"
 
 
 def stray_effects(eras, entry: StrayEntry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE) -> dict[str, list[Era]]:
@@ -187,18 +197,23 @@ class Store:
 
     @classmethod
     def _open_commitlog_dirs(cls, dirs, root: Path | None, config: StoreConfig, version: str | None) -> "Store":
-        sizes = sorted((base, p, file_size(p)) for d in dirs for base, p in offset_named_files(Path(d)))
+        listings = {Path(d): folder_entries(Path(d)) for d in dirs}  # MultiPathMappedFileQueue.load: one doLoad of every folder's entries
+        files, strays = [f for fs, _ in listings.values() for f in fs], [e for _, es in listings.values() for e in es]
+        sizes = sorted((base, p, file_size(p)) for base, p in files)
         empty = sizes.pop()[1] if sizes and sizes[-1][2] == 0 else None
         expected = config.commitlog_file_size
         if expected is None and any(size for _, _, size in sizes):  # a zero-length file tells no size
             expected = inferred_file_size(size for _, _, size in sizes if size)
         problems, kept = [], []
         if empty is not None:  # MappedFileQueue.load/doLoad, rules §2.13
+            after = stray_after(empty, files, strays)  # no last entry: 5.1.3+ refuse it too
+            deleted = "5.1.3+ brokers delete it at load" if after is None else (
+                f"5.1.3+ brokers delete it at load only as the folder's last entry, but {after.path.name}, {after.what}, sorts after it")
             problems.append(FileProblem(
                 EMPTY_LAST_SEGMENT, empty,
-                f"{empty.name}: a zero-length last segment, left out: 5.1.3+ brokers delete it at load, 3.2.6-4.4.0 and 4.9.2 "
+                f"{empty.name}: a zero-length last segment, left out: {deleted}, 3.2.6-4.4.0 and 4.9.2 "
                 "leave it out and start, the other versions refuse to start (\"length not matched message store config value\")",
-                expected, 0,
+                expected, 0, after,
             ))
         for base, p, size in sizes:
             if size != expected:
@@ -218,12 +233,12 @@ class Store:
                 ))
             else:
                 kept.append(Segment(p, base, size))
-        for d in dirs:  # MappedFileQueue.load lists every entry (rules §2.13): directories, symlinks, any name
-            names = [p.name for base, p, _ in sizes if p.parent == Path(d)] + ([empty.name] if empty is not None and empty.parent == Path(d) else [])
-            for entry in stray_entries(Path(d)):
+        for d, (_, entries) in listings.items():  # MappedFileQueue.load lists every entry (rules §2.13): directories, symlinks, any name
+            names = [p.name for base, p, _ in sizes if p.parent == d] + ([empty.name] if empty is not None and empty.parent == d else [])
+            for entry in entries:
                 problems.append(FileProblem(
                     STRAY_ENTRY, entry.path,
-                    f"{entry.path.name}: {entry.what} in {Path(d).name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
+                    f"{entry.path.name}: {entry.what} in {d.name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
                     "before 5.1.0 a directory, and in every release a file, of another length than the segments is refused (3.2.6-4.4.0 and 4.9.2 "
                     "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); `mqtool repair` moves it out",
                     expected, entry.length, entry, any(name > entry.path.name for name in names),
@@ -425,13 +440,17 @@ class Store:
         return [IndexFile(p, self.index_geometry) for p in list_index_files(self.path("index"))]
 
     @cached_property
-    def timer_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
-        """``(entry, the timer log's file size, a file sorts after it)`` of each entry of ``timerlog/`` that is no timer
-        log file but ``TimerLog.load``'s ``MappedFileQueue.load`` lists (``timer.timer_strays``): verify's
-        ``timer-stray-entry``, ``nextstart.timer_refusal``."""
-        from .timer import timer_strays
+    def timer_log_listing(self) -> "TimerLogListing | None":
+        """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` lists it (``timer.TimerLogListing``): its files of
+        another length and its entries that are no timer log file, for verify and ``nextstart.timer_refusal``."""
+        from .timer import TimerLogListing
 
-        return timer_strays(self.path("timerlog")) if self.root is not None else []
+        return TimerLogListing.of(self.path("timerlog")) if self.root is not None else None
+
+    @property
+    def timer_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
+        """``(entry, the timer log's file size, a file sorts after it)`` of each entry of ``timerlog/`` that is no timer log file."""
+        return self.timer_log_listing.strays if self.timer_log_listing is not None else []
 
     @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:

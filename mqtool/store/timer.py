@@ -4,7 +4,7 @@
 ``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units as ``TimerMessageStore.recoverAndRevise``
 does: a blank unit moves to the next file, one of a wrong size or magic ends the log. ``TimerLog.load`` is its
 ``MappedFileQueue.load`` (5.0.0-5.3.3), and ``BrokerController.initialize`` takes its false (``timerMessageStore.load``,
-``timerWheelEnable`` on by default) as a failed start: ``timer_strays`` lists what it lists beyond the files."""
+``timerWheelEnable`` on by default) as a failed start: ``TimerLogListing`` is what it lists."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Iterator
 
 from ..formats import timer as fmt
 from .rules import ERAS, Era
-from .mappedfile import MappedFile, StrayEntry, file_size, inferred_file_size, offset_named_files, stray_entries
+from .mappedfile import MappedFile, StrayEntry, file_size, folder_entries, inferred_file_size, offset_named_files, wrong_length_files
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,28 @@ def timer_eras(eras) -> list[Era]:
 TIMER_ERA = next(e for e in ERAS if e.name == "E13")
 
 
-def timer_strays(log_dir: Path) -> list[tuple[StrayEntry, int | None, bool]]:
-    """``(entry, the folder's file size, whether a file sorts after it)`` of each entry of ``timerlog/`` that is no
-    timer log file (``mappedfile.stray_entries``) but ``TimerLog.load``'s ``MappedFileQueue.load`` lists
-    (``load_effect``): verify's ``timer-stray-entry``, ``nextstart.timer_refusal``. The file size is the files'
-    (``mappedFileSizeTimerLog``), as ``repair`` infers it."""
-    strays = stray_entries(log_dir)
-    if not strays:
-        return []
-    files = offset_named_files(log_dir)
-    sizes = [size for _, p in files if (size := file_size(p))]
-    size = inferred_file_size(sizes) if sizes else None
-    return [(e, size, any(p.name > e.path.name for _, p in files)) for e in strays]
+@dataclass(frozen=True)
+class TimerLogListing:
+    """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` (5.0.0-5.3.3) lists it, in one listing
+    (``mappedfile.folder_entries``): ``file_size`` the files' (``mappedFileSizeTimerLog``, inferred from them), the
+    files of another length (``wrong_length_files``: verify's ``timer-file-size``) and the entries that are no timer log
+    file (verify's ``timer-stray-entry``), both refused by ``nextstart.timer_refusal``."""
+
+    files: list[tuple[int, Path]]
+    entries: list[StrayEntry]
+    file_size: int | None
+
+    @classmethod
+    def of(cls, log_dir: Path) -> "TimerLogListing":
+        files, entries = folder_entries(log_dir) if log_dir.is_dir() else ([], [])
+        sizes = [size for _, p in files if (size := file_size(p))] if files else []
+        return cls(files, entries, inferred_file_size(sizes) if sizes else None)
+
+    @property
+    def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:
+        return wrong_length_files(self.files, self.entries, self.file_size)
+
+    @property
+    def strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
+        """``(entry, the folder's file size, whether a file sorts after it)`` of each entry that is no timer log file."""
+        return [(e, self.file_size, any(p.name > e.path.name for _, p in self.files)) for e in self.entries]

@@ -22,7 +22,9 @@ from ..handoff import Failure
 from ..formats.errors import FormatError
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, stray_differs, stray_effects, stray_text
+from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, stray_differs, stray_effects
+from ..store.store import stray_text
+from ..store.nextstart import refusing_eras
 from ..store.version import eras_label
 from ..store.mappedfile import MAPPED_FILE_QUEUE, exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
@@ -79,17 +81,21 @@ def left_out_findings(store: Store) -> Iterator[Finding]:
 def empty_last_segment(store: Store, problem) -> Finding:
     """A zero-length last commit log file (rules §2.13, ``MappedFileQueue.load``/``doLoad``): an error
     where every era the store may be from refuses to start on it, a warning where some do,
-    otherwise an info (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out and start)."""
-    file = relative(store, problem.path)
-    refusing = store.eras_where("zero_length_last_file_refused")
+    otherwise an info (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out and start). With an entry
+    sorting after it (``problem.entry``) it is no last entry, which 5.1.3+ ``doLoad`` refuse too."""
+    file, last = relative(store, problem.path), problem.entry is None  # entry: one sorting after it, so no last entry (``last_listed``)
+    refusing = refusing_eras(store.version_guess.eras, last)
     if not refusing:
-        deleted = bool(store.eras_where("zero_length_last_file_deleted"))
+        deleted = last and bool(store.eras_where("zero_length_last_file_deleted"))
         what = "deletes it at start (MappedFileQueue.doLoad, 5.1.3+)" if deleted else "leaves it out at load and starts (3.2.6-4.4.0, 4.9.2)"
         return info(EMPTY_LAST_SEGMENT, f"{problem.path.name} is a zero-length last commit log file: the broker {what}", file=file, found=0)
-    message = (f"{problem.path.name} is a zero-length last commit log file: the broker of {eras_label(refusing)} logs \"length not matched "
-               "message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: `mqtool repair` removes it")
+    after = empty_not_last(problem.entry, store.version_guess.eras)
+    message = (f"{problem.path.name} is a zero-length last commit log file{after}: the broker of {eras_label(refusing)} logs \"length not "
+               "matched message store config value\" and refuses to start (MappedFileQueue.load); it holds nothing: "
+               "`mqtool repair` removes it")
     if len(refusing) < len(store.version_guess.eras):
-        return warning(EMPTY_LAST_SEGMENT, message + " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)", file=file, expected=problem.expected, found=0)
+        others = " (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out)" if last else " (3.2.6-4.4.0 and 4.9.2 leave it out)"
+        return warning(EMPTY_LAST_SEGMENT, message + others, file=file, expected=problem.expected, found=0)
     return error(EMPTY_LAST_SEGMENT, message, file=file, expected=problem.expected, found=0)
 
 

@@ -29,8 +29,9 @@ from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
 from ..store.consumequeue import READ_BELOW, has_queue_directory
 from ..store import fastscan as fs
-from ..store.mappedfile import MappedFile
+from ..store.mappedfile import MappedFile, stray_after
 from ..store.nextstart import refused_by
+from ..store.store import empty_not_last
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
@@ -319,13 +320,15 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
     for _, path, size, last in queue.wrong_lengths:
         where = {"file": relative(store, path), "expected": queue.file_size, "found": size,
                  "details": {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})}}
-        if size == 0 and last and refused_by(store, empty_last=True) is None:
+        if size == 0 and path == queue.files[-1][1] and refused_by(store, empty_last=last) is None:  # last: no entry after it either
             yield info("cq-file-size", f"{what} {queue.topic}/{queue.queue_id}: {path.name}, its last file, is empty: the broker deletes it "
                        "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", **where)
         else:
+            after = empty_not_last(stray_after(path, queue.files, queue.strays), store.version_guess.eras) if size == 0 else ""
             yield error("cq-file-size",
-                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}: the broker refuses to "
-                        "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out", **where)
+                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}{after}: the broker "
+                        "refuses to load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
+                        **where)
     for entry in queue.strays:  # a directory, a symlink, a misnamed file: MappedFileQueue.load lists it (``mappedfile.load_effect``)
         yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file",
                             f"{what} {queue.topic}/{queue.queue_id}'s folder", {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})

@@ -71,6 +71,7 @@ KINDS: dict[str, str] = {
     "timer-log-damaged": "the timer log holds an invalid unit where the broker's timer recovery stops and truncates",
     "timer-reference": "a timer log unit names a commit log record that is not its timer message (stale after a truncation)",
     "timer-wheel": "the timer wheel file's size or a slot's timer log positions are inconsistent",
+    "timer-file-size": "a timer log file of another length than the others: TimerLog.load's MappedFileQueue.load refuses it (5.x)",
     "timer-stray-entry": "an entry of timerlog/ that is no timer log file (a directory, a symlink, another name): TimerLog.load's MappedFileQueue.load refuses to start on it (5.x), or loads otherwise",
     "timercheck-ahead": "config/timercheck says more was enqueued or flushed than the timer log and its queue hold",
     # checkpoint, abort, config

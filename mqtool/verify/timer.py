@@ -1,10 +1,11 @@
 """``verify``'s timer store check (5.x, reference §9): the timer log, the wheel and ``config/timercheck``
 against each other and against the commit log, as ``TimerMessageStore.recoverAndRevise`` and
 ``TimerWheel`` read them. Kinds ``timer-log-damaged``, ``timer-reference`` (apache/rocketmq#10668),
-``timer-wheel``, ``timercheck-ahead`` and ``timer-stray-entry``, as docs/verify.md describes them."""
+``timer-wheel``, ``timercheck-ahead``, ``timer-file-size`` and ``timer-stray-entry``, as docs/verify.md describes them."""
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 
 from typing import TYPE_CHECKING, Iterator
@@ -12,7 +13,10 @@ from typing import TYPE_CHECKING, Iterator
 from ..formats import timer as fmt
 from ..store import Store
 from ..store.timer import TimerStore, timer_eras
-from .commitlog import stray_finding
+from ..store.mappedfile import stray_after
+from ..store.nextstart import refused_by
+from ..store.store import empty_not_last
+from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
 
 if TYPE_CHECKING:
@@ -26,7 +30,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
-    yield from _stray_findings(store)
+    yield from _load_findings(store)
     from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
@@ -42,14 +46,34 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
 
 
-def _stray_findings(store: Store) -> Iterator[Finding]:
-    """``timer-stray-entry`` for each entry of ``timerlog/`` that is no timer log file (``Store.timer_strays``):
+def _load_findings(store: Store) -> Iterator[Finding]:
+    """``timer-file-size`` for each file of ``timerlog/`` of another length than the others, ``timer-stray-entry`` for each
+    entry that is no timer log file (``Store.timer_log_listing``):
     ``TimerLog.load`` is a ``MappedFileQueue.load`` (``mappedfile.load_effect``), and ``BrokerController.initialize``
     (5.0.0-5.3.3) fails the start on its false; weighed over the 5.x eras the store may be from (no older broker
     loads the folder)."""
-    eras = timer_eras(store.version_guess.eras)
-    for entry, file_size, later in store.timer_strays if eras else ():
+    eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
+    if not eras or listing is None:
+        return
+    for _, path, size, last in listing.wrong_lengths:
+        yield _wrong_length(store, eras, listing, path, size, last)
+    for entry, file_size, later in listing.strays:
         yield stray_finding(store, "timer-stray-entry", entry, file_size, later, "timer log file", "timerlog/", eras=eras)
+
+
+def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> Finding:
+    """``timer-file-size``: a timer log file of another length than the others (cut by a disk fault), which ``TimerLog.load``'s
+    ``MappedFileQueue.load`` refuses in every 5.x release (``nextstart.refused_by``); an empty one, the folder's last entry, only
+    5.0.0-5.1.2 refuse: 5.1.3+ delete it (an info where every era of ``eras`` does)."""
+    where = {"file": relative(store, path), "expected": listing.file_size, "found": size}
+    after = empty_not_last(stray_after(path, listing.files, listing.entries), eras) if size == 0 else ""
+    who = refused_by(store, size == 0 and last, eras)
+    if who is None:
+        return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start "
+                    "(MappedFileQueue.doLoad, 5.1.3+)", **where)
+    message = (f"{path.name} is {size} bytes, not {listing.file_size} like the other timer log files{after}: the broker refuses "
+               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it")
+    return (error if not who else warning)("timer-file-size", message, **where)
 
 
 def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
@@ -79,6 +103,12 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         return
     units = {row["timer_log_offset"] for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
+    # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
+    # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
+    ordered, bases, tails = sorted(units), [base for base, _ in timer.log.files], []
+    for a, b in zip(bases, bases[1:]):
+        i = bisect.bisect_left(ordered, b)
+        tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
     for slot in timer.wheel_slots():
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
         if slot.time_slot < 0 or home != slot.slot:
@@ -91,11 +121,14 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         if bad:
             gone = min(bad) < start
+            cut_off = any(a <= p < b for p in bad for a, b in tails)
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts"
-                          + (f" (before the timer log's first file at {start}: its units are gone)" if gone else ""),
+                          + (f" (before the timer log's first file at {start}: its units are gone)" if gone else "")
+                          + (" (after its file's last unit: the units there are gone)" if cut_off else ""),
                           file="timerwheel", expected="a unit position", found=bad[0],
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
-                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone})
+                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
+                                   **({"cut_off": True} if cut_off else {})})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
