@@ -405,6 +405,23 @@ def test_checkpoint_ahead_of_the_log_is_reported(store_copy):
     assert code == 1 and [(f["kind"], f["details"]["field"], f["found"]) for f in findings] == [("checkpoint-ahead", "physicMsgTimestamp", last_ts + 60_000)]
 
 
+def test_a_range_holds_the_checkpoint_against_the_logs_last_message(store_copy):
+    """``--to-offset`` ends the records checked, not the log: the checkpoint is held against the log's
+    last message (before: the range's, so a sound store's range was `checkpoint-ahead`, NOT sound, exit 1)."""
+    msgs = messages("4.9.7")
+    window = ("--from-offset", msgs[500]["commitLogOffset"], "--to-offset", msgs[1500]["commitLogOffset"])
+    code, findings, summary = verify(store_path("4.9.7", "clean-small"), *window)
+    assert code == 0 and failing(findings) == [] and summary["commitlog"]["records"] == 1000
+    root = store_copy("4.9.7", "clean-small")
+    last_ts = max(m["storeTimestamp"] for m in msgs)
+    raw = bytearray((root / "checkpoint").read_bytes())
+    raw[0:8] = (last_ts + 60_000).to_bytes(8, "big")
+    (root / "checkpoint").write_bytes(raw)
+    code, findings, _ = verify(root, *window)
+    assert code == 1 and [(f["kind"], f["expected"], f["found"]) for f in failing(findings)] == [
+        ("checkpoint-ahead", f"<= {last_ts}", last_ts + 60_000)]
+
+
 def test_config_files_and_consumer_offsets(store_copy):
     root = store_copy("4.9.7", "clean-small")
     config = root / "config"
