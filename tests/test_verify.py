@@ -283,6 +283,14 @@ def test_from_offset_inside_a_record_starts_at_the_next_record(store_copy):
     assert any(str(msgs[1001]["commitLogOffset"]) in n for n in summary["notes"])
 
 
+def test_a_range_outside_the_files_says_nothing_was_checked():
+    """verify.md's range example on a store whose files end before it: the summary says no record was
+    checked, as `dump` says it (before: 0 records and "the store is sound", nothing more)."""
+    code, findings, summary = verify(store_path("4.9.7", "clean-small"), "--from-offset", 1 << 30, "--to-offset", 1 << 31)
+    assert code == 0 and failing(findings) == [] and summary["commitlog"]["records"] == 0
+    assert "no commit log segment holds [1073741824, 2147483648) (the files hold [0, 5242880)): no record was checked" in summary["notes"]
+
+
 # ---- consume queues and index --------------------------------------------------------------
 
 

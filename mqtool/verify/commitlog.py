@@ -254,6 +254,10 @@ class CommitLogCheck:
         finally:
             if hasattr(reports, "close"):
                 reports.close()  # ends a worker pool early
+        log = self.commitlog
+        if result.segments == 0 and log.segments:  # a range outside the files, as ``dump`` says it
+            asked = f"[{self.start}, {self.stop})" if self.stop is not None else f"offset {self.start}"
+            self.notes.append(f"no commit log segment holds {asked} (the files hold [{log.min_offset}, {log.end_of_files})): no record was checked")
         if result.logical_end is None and result.end_reason is None:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
