@@ -436,7 +436,7 @@ def dump(
     \b
     The options each KIND uses (any other is an error):
       commitlog          every option but --follow
-      consumequeue       --topic, --queue, queue offsets, --follow (--body with it), --limit
+      consumequeue       --topic, --queue, queue offsets, --follow, --limit
       batchconsumequeue  --topic, --queue, --limit
       index              --topic with --key, --limit, --broker-config
       timer              --limit, --broker-config, --broker-version
