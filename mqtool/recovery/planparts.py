@@ -48,6 +48,9 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
         if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
             raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: "
                            "their records would be put in plain consume queues")
+        if (missing := store.log_folder_missing) is not None:  # an empty log: the plan would cut every queue
+            raise BadInput(f"{missing}: no such folder: nothing is planned on a commit log that is elsewhere or lost (if the broker's "
+                           "storePathCommitLog names another folder, pass its broker.conf with --broker-config)")
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
