@@ -158,7 +158,8 @@ def test_a_torn_last_record_is_a_half_message(version, store_copy):
     assert code == 1
     assert [(f["kind"], f["severity"], f["offset"]) for f in findings] == [("half-message", "error", last["commitLogOffset"])]
     assert summary["commitlog"]["logical_end"] == last["commitLogOffset"]
-    assert "half message" in findings[0]["message"] or "recover physics file end" in findings[0]["message"]
+    # the broker's log line of its first failing check: a torn body fails the CRC before the lengths are compared
+    assert any(line in findings[0]["message"] for line in ("CRC check failed", "half message", "recover physics file end"))
 
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
@@ -191,6 +192,21 @@ def test_zeroed_4k_in_a_segment_is_a_damaged_range_and_keep_going_counts_what_fo
 
     code2, findings2, _ = verify(root, "--only", "commitlog", "--keep-going", "--jobs", "2")
     assert (code2, findings2) == (code, findings)
+
+
+def test_a_damaged_range_names_the_broker_log_line_of_its_first_failing_check(store_copy):
+    """A record zeroed from inside its body fails its body CRC and its length: the broker checks the CRC as
+    it reads the body, logs "CRC check failed" and cuts there, as the first line says. Before: the
+    damaged-range finding of the same record said the broker logs "[BUG]read total count not equals"."""
+    root = store_copy("4.9.7", "clean-small")
+    first = next(m for m in messages("4.9.7") if m["commitLogOffset"] >= 3 * SEGMENT)
+    assert first["commitLogOffset"] == 3 * SEGMENT and first["bodyLength"] > 1000
+    patch(root, 3 * SEGMENT + 1000, bytes(4096))  # the body's tail, the topic and properties of the segment's first record
+    _, findings, summary = verify(root)
+    [damaged] = [f for f in findings if f["kind"] == "damaged-range"]
+    assert damaged["offset"] == 3 * SEGMENT == summary["next_start"]["logical_end"]
+    assert summary["next_start"]["reason"].startswith("crc mismatch at")
+    assert 'logs "CRC check failed"' in damaged["message"] and "read total count" not in damaged["message"]
 
 
 def test_zeros_from_before_the_recovery_start_to_the_end_end_the_served_log(store_copy):
