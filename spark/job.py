@@ -507,7 +507,7 @@ def run_verify(scan: Scan, out: Output) -> dict:
     """``mqtool verify``'s commit log check of each broker: ``analyze_segment`` of every segment in
     a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
     from ..verify.commitlog import CommitLogCheck
-    from ..store.nextstart import scan_start_offset
+    from ..store.nextstart import next_start, scan_start_offset
     from ..store.segments import analyze_segment
 
     config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
@@ -526,7 +526,12 @@ def run_verify(scan: Scan, out: Output) -> dict:
         r = check.result
         for note in check.notes:
             print(f"mqtool-scan: {b.broker}: {note}", file=sys.stderr)
-        brokers.append({"broker": b.broker, "records": r.records, "logical_end": r.logical_end, "end_reason": r.end_reason, "findings": len(findings), "notes": check.notes})
+        # the end as `mqtool verify` says it: where the broker's next start ends the log (its CRC check
+        # included), from the check's own walk (``Verification._settle_next_start``)
+        walked_from, end = (None if store.is_dledger else check.broker_walk(store.config.check_crc_on_recover)) or (None, None)
+        start = next_start(store, end, walked_from)
+        logical_end, end_reason = (start.logical_end, start.end_reason) if start.logical_end is not None else (r.logical_end, r.end_reason)
+        brokers.append({"broker": b.broker, "records": r.records, "logical_end": logical_end, "end_reason": end_reason, "findings": len(findings), "notes": check.notes})
     target = out.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(FINDING_COLUMNS)), "findings")
     print_table("findings", rows, ["broker", "severity", "kind", "offset", "file"])
     print_table("brokers", brokers, ["broker", "records", "logical_end", "end_reason", "findings"])

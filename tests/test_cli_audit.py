@@ -118,6 +118,24 @@ def test_ctrl_c_while_applying_says_how_to_finish_or_undo(tmp_path, monkeypatch)
     assert tree(store) == before  # byte for byte, as before the interrupted apply
 
 
+@pytest.mark.parametrize("command,planner", [("recover", "mqtool.recovery.planners.plan_recover"),
+                                             ("rebuild-cq", "mqtool.recovery.planners.plan_rebuild_cq"),
+                                             ("repair", "mqtool.recovery.repair.plan_file_fixes")])
+def test_ctrl_c_while_planning_says_the_plan_changed_nothing(tmp_path, monkeypatch, command, planner):
+    """Before: a Ctrl-C while `--yes` was still planning (most of a large store's run) said only
+    "interrupted", not whether the store was changed, as it does once the apply begins."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path)
+    before = tree(store)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(planner, ctrl_c)
+    line = error_line(run(command, store, "--yes", "--backup-dir", tmp_path / "bk"), 130)
+    assert line == "mqtool: error: interrupted while planning: the plan changed nothing"
+    assert tree(store) == before and not (tmp_path / "bk").exists()
+
+
 def test_ctrl_c_before_the_apply_starts_says_nothing_changed(tmp_path, monkeypatch):
     store = copy_store("5.3.3", "crashed-small", tmp_path)
     before = tree(store)

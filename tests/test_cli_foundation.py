@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import ALL_VERSIONS, MAIN_VERSIONS, manifest, store_path
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_USAGE
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_USAGE
 from repair_support import assert_tags_code
 
 runner = CliRunner()
@@ -132,6 +132,19 @@ def test_bad_inputs(tmp_path):
     one_line_error(run("dump", "nonsense", "x", "y"), EXIT_USAGE)
     one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--since", "yesterday"), EXIT_USAGE)
     one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--msg-id", "XYZ"), EXIT_USAGE)
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_debug_adds_the_traceback_and_keeps_the_line_and_the_exit_code(tmp_path, before):
+    """README: errors are one line, `--debug` adds the traceback. Before: with --debug a documented error
+    was raised out of mqtool instead: a traceback alone and Python's exit 1 (the code of findings), so
+    `recover STORE --debug` without --yes exited 1, not 4, and a missing store 1, not 3."""
+    debug = ["--debug"]
+    for args, code, line in [(["info", tmp_path / "missing"], EXIT_BAD_INPUT, f"{tmp_path / 'missing'}: no such file or directory"),
+                             (["recover", store_path("4.9.7", "crashed-small")], EXIT_REFUSED, "nothing changed: re-run with --yes to apply this plan")]:
+        result = run(*debug, *args) if before else run(*args, *debug)
+        assert (result.exit_code, result.stderr.splitlines()[-1]) == (code, f"mqtool: error: {line}")
+        assert result.stderr.startswith("Traceback (most recent call last):")
 
 
 def test_wrong_length_and_truncated_records(store_copy):

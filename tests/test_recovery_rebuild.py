@@ -146,6 +146,18 @@ def test_rebuild_index_answers_like_the_broker(tmp_path, version):
                 assert (m["commitLogOffset"] in got) == m["indexed"]
 
 
+def test_rebuild_index_says_it_replaces_the_files_it_deletes():
+    """Before: the plan's actions said every index file it deletes was "newer than indexMsgTimestamp",
+    the abnormal exit's reason, also on a clean store whose first file ends at that very timestamp."""
+    with Store.open(store_path("4.9.7", "clean-small")) as store:
+        first_end, index_ts = store.index_files[0].header.end_timestamp, store.checkpoint.index_msg_timestamp
+        plan = plan_rebuild_index(store)
+    assert first_end <= index_ts
+    deleted = [(a.path, a.note) for a in plan.actions if a.op == "delete"]
+    assert deleted == [(f"index/{f.name}", "replaced by the rebuild") for f in plan.index.files if f.action == "delete"] and deleted
+    assert {f.reason for f in plan.index.files if f.action == "delete"} == {"replaced by the rebuild"}
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 def test_rebuild_index_in_tiny_writes_is_the_broker_index(tmp_path, version, monkeypatch):
     """The index writer appends entries a buffer at a time (``BUFFER_FULL`` resumes inside a record's

@@ -128,6 +128,24 @@ def test_a_commit_log_outside_the_store_directory_is_recovered_and_restored(tmp_
     assert {**tree(store_dir), **{f"../disk2/{k}": v for k, v in tree(outside.parent).items()}} == before
 
 
+def test_a_store_without_its_commit_log_folder_is_not_planned(tmp_path):
+    """The commit log in another folder (storePathCommitLog), no --broker-config. Before: the repair commands
+    planned on an empty log, so recover and rebuild-cq deleted every consume queue file with --yes; now each says
+    which folder is missing and how to name it (exit 3) and changes nothing, and info notes it."""
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    (store_dir / "commitlog").rename(tmp_path / "commitlog")
+    before = tree(store_dir)
+    for command in ("recover", "repair", "truncate-dirty", "rebuild-cq", "rebuild-index"):
+        err = error_line(run(command, store_dir, "--yes", "--backup-dir", tmp_path / "bk"), EXIT_BAD_INPUT)
+        assert err.startswith(f"mqtool: error: {store_dir / 'commitlog'}: no such folder") and "--broker-config" in err, command
+    assert tree(store_dir) == before and not (tmp_path / "bk").exists()
+    notes = json.loads(run("info", store_dir, "--format", "json").stdout)["notes"]
+    assert any(n.startswith("no commitlog/ folder") for n in notes)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"storePathCommitLog={tmp_path / 'commitlog'}\n")
+    assert run("recover", store_dir, "--broker-config", conf, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0
+
+
 @pytest.mark.parametrize("name,moved,setting", [("clean-small", "commitlog", "storePathCommitLog={}"),
                                                   ("dledger-small", "dledger-n0", "enableDLegerCommitLog=true\nstorePathDLedgerCommitLog={}/data\ndLegerSelfId=n0")])
 def test_a_log_in_another_folder_is_the_log_the_apply_reads(tmp_path, name, moved, setting):

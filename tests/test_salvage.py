@@ -284,6 +284,16 @@ def test_refusals_and_bad_input(tmp_path, store_copy):
     assert cli("salvage", tmp_path / "nothing", "--no-progress")[0] == 3
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_an_out_that_is_a_directory_is_one_error_line(tmp_path, fmt):
+    """``--out DIR``: exit 3 and one line naming it (before: first a note that DIR "holds only the rows
+    written before salvage stopped", though nothing was written to it)."""
+    code, _, err = cli("salvage", store_path("4.9.7", "clean-small"), "-f", fmt, "--out", tmp_path, "--no-progress")
+    [line] = err.splitlines()
+    assert code == 3 and line.startswith("mqtool: error: ") and str(tmp_path) in line and line.endswith("Is a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_every_file_and_directory_of_the_new_store_is_made_durable(tmp_path, monkeypatch):
     """Before: ``--to-store`` fsynced the segments, queue files and queue directories, but not the
     copied ``config/*.json``, nor ``config/``, ``commitlog/``, ``consumequeue/`` and its topics'

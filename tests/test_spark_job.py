@@ -215,6 +215,25 @@ def test_verify_goes_past_damage_the_broker_never_reads_as_mqtool_verify_does(sp
     assert sorted((r[1], int(r[4])) for r in rows) == sorted((f.kind, f.offset) for f in expected)
 
 
+def test_verify_reports_the_end_mqtool_verify_reports(spark, tmp_path):
+    """A body byte flipped in the segment the broker's normal recovery scans from: the broker cuts
+    the log at that record (checkCRCOnRecover), and the brokers table and report say that end, as
+    `mqtool verify` does (before: the end of the record chain, 4790502 "zeros", past the cut)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    msgs = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    m = next(m for m in msgs if m["commitLogOffset"] >= 2 << 20 and m["bodyLength"] > 200)
+    segment = root / "commitlog" / f"{2 << 20:020d}"
+    data = bytearray(segment.read_bytes())
+    data[m["commitLogOffset"] - (2 << 20) + 120] ^= 0xFF  # inside the body (88 or 112 bytes of header before it)
+    segment.write_bytes(bytes(data))
+    o = job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(tmp_path / "out"), mode="verify", format="csv")
+    [broker] = job.run(o, spark)["brokers"]
+    with Store.open(root) as store:
+        run = Verification(store, VerifyOptions(checks=("commitlog",)))
+        list(run.findings())
+    assert (broker["logical_end"], broker["end_reason"]) == (run.summary.logical_end, run.summary.end_reason) == (m["commitLogOffset"], "crc")
+
+
 def test_the_data_source_from_user_code(spark):
     from pyspark.sql.pandas.types import to_arrow_schema
 

@@ -158,7 +158,8 @@ def test_a_torn_last_record_is_a_half_message(version, store_copy):
     assert code == 1
     assert [(f["kind"], f["severity"], f["offset"]) for f in findings] == [("half-message", "error", last["commitLogOffset"])]
     assert summary["commitlog"]["logical_end"] == last["commitLogOffset"]
-    assert "half message" in findings[0]["message"] or "recover physics file end" in findings[0]["message"]
+    # the broker's log line of its first failing check: a torn body fails the CRC before the lengths are compared
+    assert any(line in findings[0]["message"] for line in ("CRC check failed", "half message", "recover physics file end"))
 
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
@@ -191,6 +192,21 @@ def test_zeroed_4k_in_a_segment_is_a_damaged_range_and_keep_going_counts_what_fo
 
     code2, findings2, _ = verify(root, "--only", "commitlog", "--keep-going", "--jobs", "2")
     assert (code2, findings2) == (code, findings)
+
+
+def test_a_damaged_range_names_the_broker_log_line_of_its_first_failing_check(store_copy):
+    """A record zeroed from inside its body fails its body CRC and its length: the broker checks the CRC as
+    it reads the body, logs "CRC check failed" and cuts there, as the first line says. Before: the
+    damaged-range finding of the same record said the broker logs "[BUG]read total count not equals"."""
+    root = store_copy("4.9.7", "clean-small")
+    first = next(m for m in messages("4.9.7") if m["commitLogOffset"] >= 3 * SEGMENT)
+    assert first["commitLogOffset"] == 3 * SEGMENT and first["bodyLength"] > 1000
+    patch(root, 3 * SEGMENT + 1000, bytes(4096))  # the body's tail, the topic and properties of the segment's first record
+    _, findings, summary = verify(root)
+    [damaged] = [f for f in findings if f["kind"] == "damaged-range"]
+    assert damaged["offset"] == 3 * SEGMENT == summary["next_start"]["logical_end"]
+    assert summary["next_start"]["reason"].startswith("crc mismatch at")
+    assert 'logs "CRC check failed"' in damaged["message"] and "read total count" not in damaged["message"]
 
 
 def test_zeros_from_before_the_recovery_start_to_the_end_end_the_served_log(store_copy):
@@ -281,6 +297,14 @@ def test_from_offset_inside_a_record_starts_at_the_next_record(store_copy):
     assert code == 0 and not findings
     assert summary["commitlog"]["records"] == 499
     assert any(str(msgs[1001]["commitLogOffset"]) in n for n in summary["notes"])
+
+
+def test_a_range_outside_the_files_says_nothing_was_checked():
+    """verify.md's range example on a store whose files end before it: the summary says no record was
+    checked, as `dump` says it (before: 0 records and "the store is sound", nothing more)."""
+    code, findings, summary = verify(store_path("4.9.7", "clean-small"), "--from-offset", 1 << 30, "--to-offset", 1 << 31)
+    assert code == 0 and failing(findings) == [] and summary["commitlog"]["records"] == 0
+    assert "no commit log segment holds [1073741824, 2147483648) (the files hold [0, 5242880)): no record was checked" in summary["notes"]
 
 
 # ---- consume queues and index --------------------------------------------------------------
@@ -403,6 +427,23 @@ def test_checkpoint_ahead_of_the_log_is_reported(store_copy):
     (root / "checkpoint").write_bytes(raw)
     code, findings, _ = verify(root, "--only", "checkpoint")
     assert code == 1 and [(f["kind"], f["details"]["field"], f["found"]) for f in findings] == [("checkpoint-ahead", "physicMsgTimestamp", last_ts + 60_000)]
+
+
+def test_a_range_holds_the_checkpoint_against_the_logs_last_message(store_copy):
+    """``--to-offset`` ends the records checked, not the log: the checkpoint is held against the log's
+    last message (before: the range's, so a sound store's range was `checkpoint-ahead`, NOT sound, exit 1)."""
+    msgs = messages("4.9.7")
+    window = ("--from-offset", msgs[500]["commitLogOffset"], "--to-offset", msgs[1500]["commitLogOffset"])
+    code, findings, summary = verify(store_path("4.9.7", "clean-small"), *window)
+    assert code == 0 and failing(findings) == [] and summary["commitlog"]["records"] == 1000
+    root = store_copy("4.9.7", "clean-small")
+    last_ts = max(m["storeTimestamp"] for m in msgs)
+    raw = bytearray((root / "checkpoint").read_bytes())
+    raw[0:8] = (last_ts + 60_000).to_bytes(8, "big")
+    (root / "checkpoint").write_bytes(raw)
+    code, findings, _ = verify(root, *window)
+    assert code == 1 and [(f["kind"], f["expected"], f["found"]) for f in failing(findings)] == [
+        ("checkpoint-ahead", f"<= {last_ts}", last_ts + 60_000)]
 
 
 def test_config_files_and_consumer_offsets(store_copy):

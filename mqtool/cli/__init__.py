@@ -120,7 +120,7 @@ def _print_version(value: bool) -> None:
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", callback=_set("quiet"), help="No progress bars or notes on stderr.")]
-DebugOpt = Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show a traceback for unexpected errors.")]
+DebugOpt = Annotated[bool, typer.Option("--debug", callback=_set("debug"), help="Show the traceback of an error before its line (same exit code).")]
 VersionOpt = Annotated[bool, typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit.")]
 
 
@@ -238,6 +238,7 @@ class MqtoolGroup(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from .coercion import install
+        from .terminal import debug_traceback
 
         State.debug = State.quiet = State.version_said = False
         install()  # values converted without pydantic
@@ -255,8 +256,7 @@ class MqtoolGroup(TyperGroup):
         except typer.Abort:
             code = _error("interrupted", 130)
         except MqtoolError as exc:
-            if State.debug:
-                raise
+            debug_traceback()
             code = _error(str(exc), exc.exit_code)
         except BrokenPipeError:
             from .common import silence_stdout
@@ -264,9 +264,8 @@ class MqtoolGroup(TyperGroup):
             silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
-            if State.debug:
-                raise
-            code = _error(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+            debug_traceback()
+            code = _error(f"internal error: {type(exc).__name__}: {exc}{'' if State.debug else ' (run with --debug for a traceback)'}", EXIT_INTERNAL)
         if standalone_mode:
             sys.exit(code)
         return code

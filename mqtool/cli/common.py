@@ -19,7 +19,7 @@ from ..store.commitlog import ScanEnd
 from ..store.records import message_dict
 from .output import OutputFormat
 from .state import State
-from .terminal import clear_bars, note, to_devnull, write_stderr
+from .terminal import clear_bars, debug_traceback, note, to_devnull, write_stderr
 
 def fail(message: str, code: int) -> None:
     clear_bars()
@@ -85,8 +85,7 @@ def guarded(fn):
         except typer.Exit:
             raise
         except MqtoolError as exc:
-            if State.debug:
-                raise
+            debug_traceback()
             fail(str(exc), exc.exit_code)
         except BrokenPipeError:
             silence_stdout()  # the reader went away (e.g. `| head`): not an error
@@ -97,10 +96,9 @@ def guarded(fn):
             line = environment_error(exc) if isinstance(exc, OSError) else None
             if not isinstance(exc, OSError) and interrupted(exc):
                 fail("interrupted", 130)
-            if State.debug:
-                raise
+            debug_traceback()
             if line is None:
-                fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for a traceback)", EXIT_INTERNAL)
+                fail(f"internal error: {type(exc).__name__}: {exc}{'' if State.debug else ' (run with --debug for a traceback)'}", EXIT_INTERNAL)
             try:
                 sys.stdout.flush()
             except OSError:

@@ -429,10 +429,10 @@ def dump(
 
     \b
     The options each KIND uses (any other is an error):
-      commitlog          every filter, --keep-going, --no-index
+      commitlog          every option but --follow
       consumequeue       --topic, --queue, queue offsets, --follow, --limit
       batchconsumequeue  --topic, --queue, --limit
-      index              --topic with --key, --limit
+      index              --topic with --key, --limit, --broker-config
       timer              --limit, --broker-config, --broker-version
       dledger            entry offsets, --limit
       checkpoint         none

@@ -65,6 +65,15 @@ class Interrupted(MqtoolError):
 
 
 @contextlib.contextmanager
+def planning():
+    """Ctrl-C while a plan is made, which writes nothing: said so (exit 130), not a bare "interrupted"."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted while planning: the plan changed nothing") from None
+
+
+@contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
     """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
     the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
@@ -184,7 +193,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     from ..dispatch.scanner import DispatchCache
 
     cache = DispatchCache() if applying else None
-    with store, scans_shown():
+    with store, scans_shown(), planning():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
@@ -336,7 +345,7 @@ def repair(
     stopped = stopped_repair(root)
     if stopped is not None:
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
-    with scans_shown():
+    with scans_shown(), planning():
         plan = _plan_repair(root, broker_config, broker_version)
     emit_plan(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair)
     if dry_run:

@@ -102,7 +102,7 @@ def salvage(
             scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
             new_store = writer.close() if writer is not None else None
         except BaseException:
-            if out is not None and out.exists():
+            if out is not None and out.is_file():  # not a directory given for the file (exit 3, said once)
                 note(f"{out}: holds only the rows written before salvage stopped")
             if writer is not None:
                 note(f"{writer.target}: the new store is incomplete; delete it before trying again")

@@ -15,6 +15,16 @@ DEFAULT_WIDTH = 80
 _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
 
+def debug_traceback() -> None:
+    """``--debug``: the traceback of the exception being handled, on stderr before its one error line (the
+    exit code stays the documented one)."""
+    if State.debug:
+        import traceback
+
+        clear_bars()
+        traceback.print_exc()
+
+
 def write_stderr(line: str) -> None:
     """``line`` on stderr less the control codes that move the cursor, tabs expanded; once an apply is
     confirmed (``State.output_may_close``) a closed stderr drops the line."""

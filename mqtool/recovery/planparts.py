@@ -48,6 +48,9 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
         if bcq.is_dir() and any(p.is_dir() for p in bcq.iterdir()):
             raise BadInput(f"{bcq}: BatchConsumeQueue topics (queue.type=BatchCQ) are not supported: "
                            "their records would be put in plain consume queues")
+        if (missing := store.log_folder_missing) is not None:  # an empty log: the plan would cut every queue
+            raise BadInput(f"{missing}: no such folder: nothing is planned on a commit log that is elsewhere or lost (if the broker's "
+                           "storePathCommitLog names another folder, pass its broker.conf with --broker-config)")
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
@@ -360,17 +363,22 @@ def index_placement(store: Store, rules: VersionRules, kept: list, dropped: list
     )
 
 
-def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool, indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
+def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool, indexed_from: int | None,
+                  replaced: bool = False) -> tuple[IndexPlan, list[Action]]:
+    """The index part of a plan: ``dropped`` files deleted (by ``IndexService.load`` after an abnormal exit, or
+    ``replaced`` by a rebuild), ``kept`` ones kept or appended to, and the files ``writer`` created."""
     slots, num = geometry(store)
     files, actions = [], []
     results = {}
     if writer is not None:
         writer.close()
         results = {r.name: r for r in writer.results if r.entries_added or r.created}
+    why, note = ("replaced by the rebuild",) * 2 if replaced else (
+        "newer than the checkpoint's indexMsgTimestamp after an abnormal exit (IndexService.load)", "index file newer than indexMsgTimestamp")
     for f in dropped:
         h = f.header
-        files.append(IndexFilePlan(f.name, "delete", "newer than the checkpoint's indexMsgTimestamp after an abnormal exit (IndexService.load)", h.entry_count, 0, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
-        actions.append(Action("delete", rel(store, f.path), note="index file newer than indexMsgTimestamp"))
+        files.append(IndexFilePlan(f.name, "delete", why, h.entry_count, 0, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
+        actions.append(Action("delete", rel(store, f.path), note=note))
     for f in kept:
         h = f.header
         r = results.pop(f.name, None)

@@ -177,8 +177,7 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         if cache is not None:
             cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
-    index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset)
-    index_plan = replace(index_plan, files=tuple(replace(f, reason="replaced by the rebuild") if f.action == "delete" else f for f in index_plan.files))
+    index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset, replaced=True)
     actions += write_action(False, any(f.action == "create" for f in index_plan.files))
     cp = store.checkpoint
     cp_plan = None

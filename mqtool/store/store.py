@@ -294,8 +294,18 @@ class Store:
             self._version = BrokerVersion.parse(version)
         return self
 
+    @property
+    def log_folder_missing(self) -> Path | None:
+        """The root's ``commitlog/`` when it is not there and no broker config names the log's folder
+        (``storePathCommitLog``, DLedger): mqtool reads an empty commit log, where the broker's is elsewhere or lost."""
+        folder = None if self.root is None or self.is_dledger or self.config.commitlog_dirs else self.root / "commitlog"
+        return folder if folder is not None and not folder.is_dir() else None
+
     def _finish(self, version: str | None) -> "Store":
         self.notes.extend(problem.message for problem in self.problems)
+        if self.log_folder_missing is not None:
+            self.notes.append("no commitlog/ folder: the commit log reads as empty; if the broker's storePathCommitLog names another "
+                              "folder, pass its broker.conf with --broker-config")
         check_first_record(self._given(version))
         return self
 

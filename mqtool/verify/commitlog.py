@@ -260,6 +260,10 @@ class CommitLogCheck:
         finally:
             if hasattr(reports, "close"):
                 reports.close()  # ends a worker pool early
+        log = self.commitlog
+        if result.segments == 0 and log.segments:  # a range outside the files, as ``dump`` says it
+            asked = f"[{self.start}, {self.stop})" if self.stop is not None else f"offset {self.start}"
+            self.notes.append(f"no commit log segment holds {asked} (the files hold [{log.min_offset}, {log.end_of_files})): no record was checked")
         if result.logical_end is None and result.end_reason is None:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
             result.logical_end = last.end_offset if last is not None else self.start
@@ -298,9 +302,7 @@ class CommitLogCheck:
             return None
         end = fs.ScanEnd(result.logical_end, result.end_reason)
         if check_crc and end.reason == fs.StopReason.LENGTH_MISMATCH:  # the walk judged its length; the broker's judges its body CRC first
-            scan = fs.FastScan(self.commitlog, end.offset, check_crc=True, stop_on_crc=True, batch=1)
-            next(iter(scan), None)
-            end = fs.ScanEnd(end.offset, scan.end.reason)
+            end = fs.ScanEnd(end.offset, self._crc_first(end.offset))
         if self._broker_start is not None and self._resume is not None:
             return self._broker_start, end
         if check_crc and result.first_crc is not None and result.first_crc < result.logical_end:
@@ -375,6 +377,13 @@ class CommitLogCheck:
     def _is_stale(self, run: Run, last_ts: int | None) -> bool:
         return last_ts is not None and run.first_ts is not None and run.first_ts < last_ts
 
+    def _crc_first(self, offset: int) -> str:
+        """Why the broker's recovery stops at ``offset``, a record whose length does not match: its body CRC where that
+        fails (``checkMessageAndReturnSize`` checks the body as it reads it, before it compares the lengths, §1.14)."""
+        scan = fs.FastScan(self.commitlog, offset, check_crc=True, stop_on_crc=True, batch=1)
+        next(iter(scan), None)
+        return scan.end.reason
+
     def _describe_end(self, offset: int, code: int) -> tuple[str, str]:
         """(what was found at ``offset``, the broker log line for it)."""
         if code == fs.END_ZEROS:
@@ -388,6 +397,8 @@ class CommitLogCheck:
             reason = exc.reason
         except LookupError:
             reason = "nothing"
+        if code == fs.END_LENGTH_MISMATCH and self.store.config.check_crc_on_recover and self._crc_first(offset) == fs.StopReason.CRC:
+            return f"a body CRC mismatch, and {reason}", "CRC check failed"
         if code == fs.END_LENGTH_MISMATCH:
             return reason, f"[BUG]read total count not equals msg total size ... found a half message at {offset}, it will be truncated."
         if "illegal magic" in reason:

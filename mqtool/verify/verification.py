@@ -158,7 +158,7 @@ class Verification:
         elif store.root is None and any(c in opts.checks for c in CROSS_CHECKS):
             summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
         if "checkpoint" in opts.checks and store.root is not None:
-            if last_timestamp is None:
+            if last_timestamp is None or stop is not None:  # the checkpoint against the log's last message, not a range's
                 last_timestamp, records = self._last_timestamp()
             self.last_timestamp = last_timestamp
             yield from checkpoint_findings(store, last_timestamp, records)
