@@ -62,20 +62,37 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
     return expected, scan.end.offset, throws
 
 
+def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
+    """``answer(store)``, under each candidate release while the release is undecided after a clean stop (where the eras'
+    starts differ: ``state.redispatch_start`` wants the release), else once."""
+    if store.version is not None or store.abort_present:
+        return [answer(store)]
+    answers = []
+    for candidate in store.version_guess.candidates:
+        with store.assumed_version(candidate):
+            answers.append(answer(store))
+    return answers
+
+
 def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     """How the broker's next start meets a record whose dispatch throws, or None when that start dispatches no record
-    from there (``state.redispatch_start``): abnormal recovery and 5.3.2+'s normal one dispatch it inside
-    ``DefaultMessageStore.load``, which catches the exception and fails (the broker refuses to start); 4.5.0-4.9.8's
-    start-up reput (``ReputMessageService.doReput``) retries it forever, and ``start()`` waits for it (rules §2.11,
-    §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run`` @4.9.7, 5.1.4, 5.3.3)."""
+    from there (``state.redispatch_start``; while the release is undecided, the candidates' answer when they agree):
+    abnormal recovery and 5.3.2+'s normal one dispatch it inside ``DefaultMessageStore.load``, which catches the exception
+    and fails (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it
+    forever, and ``start()`` waits for it (rules §2.11, §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
+    @4.9.7, 5.1.4, 5.3.3)."""
     from .state import redispatch_start
 
-    first, _ = redispatch_start(store)
-    if first is None or throw.offset < first:
-        return None
-    if store.abort_present or store.rules.normal_dispatches:
-        return f"{'abnormal' if store.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
-    return "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+    def how(s: Store) -> str | None:
+        first, _ = redispatch_start(s)
+        if first is None or throw.offset < first:
+            return None
+        if s.abort_present or s.rules.normal_dispatches:
+            return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
+        return "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+
+    hows = set(each_candidate(store, how))
+    return hows.pop() if len(hows) == 1 else None
 
 
 def stall_of(throw: DispatchThrows, how: str) -> str:
@@ -92,7 +109,7 @@ def first_stall(store: Store, stop: int) -> str | None:
 
     if not store.multi_dispatch_on or store.rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
-    first, _ = redispatch_start(store)
+    first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
     if first is None or max(first, store.commitlog.min_offset) >= stop:
         return None
     _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None)
