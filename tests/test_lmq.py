@@ -419,3 +419,116 @@ def test_a_broker_before_4_9_3_writes_no_lmq_entry(tmp_path, version):
         assert code == 0, err
         assert [q["added"] for q in json.loads(out)["queues"] if q["topic"] == LMQ_QUEUE] == added, given
     assert VersionRules(BrokerVersion.parse("4.9.2")).lmq_rule == NO_MULTI_DISPATCH != VersionRules(BrokerVersion.parse("4.9.3")).lmq_rule
+
+
+def _verify_and_info(root, *args):
+    """verify's JSON (its findings, its next start), its table's first line, and info's next start."""
+    code, out, err = _cli("verify", root, "-f", "json", *args)
+    assert code in (0, 1), err
+    doc = json.loads(out)
+    code, table, err = _cli("verify", root, *args)
+    assert code in (0, 1), err
+    code, info, err = _cli("info", root, "-f", "json", *args)
+    assert code == 0, err
+    first = " ".join(table.split("\nWARNING")[0].split("\nERROR")[0].split())
+    return doc["findings"], doc["summary"]["next_start"], first, json.loads(info)["next_start"]
+
+
+@pytest.mark.parametrize("crashed", [True, False])
+def test_verify_and_info_say_an_lmq_dispatch_that_throws_stops_the_next_start(tmp_path, crashed):
+    """The real 5.3.3 ``lmq-small`` with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at ``0,1x,2`` appended: with the abort
+    file, abnormal recovery dispatches it inside ``DefaultMessageStore.load``, ``Long.parseLong("1x")`` throws
+    (``ConsumeQueue.multiDispatchLmqQueue`` @5.3.3), the load fails and the broker refuses to start (recover refuses,
+    exit 4). Before: verify's first line and info said the start keeps the log and drops nothing, and verify said nothing
+    of the record. Now verify reports it at its offset and both lines say where the start stops. After a clean stop no
+    start dispatches it (normal recovery dispatches past the queues' end only, the reput starts at the log's end)."""
+    root = _append_multi_dispatched(copy_store("5.3.3", "lmq-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    if crashed:
+        (root / "abort").write_bytes(b"")
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    findings, verified, first, info = _verify_and_info(root)
+    throws = [f for f in findings if f["kind"] == "dispatch-throws"]
+    assert [(f["offset"], f["severity"]) for f in throws] == [(record.offset, "error")], findings
+    assert f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x'" in throws[0]["message"]
+    assert "writes the record's own entry and the 1 LMQ entry before it, then throws" in throws[0]["message"]
+    assert verified["logical_end"] == info["logical_end"] == record.offset + record.total_size
+    if not crashed:
+        assert verified["stall"] is None and info["stall"] is None
+        assert throws[0]["message"].endswith("at its next start nothing dispatches it")
+        return
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses: abnormal recovery dispatches it, and the load fails: the broker refuses to start")
+    assert verified["stall"] == info["stall"] == stall
+    end = record.offset + record.total_size
+    line = f"the broker's next start keeps [0, {end}) and drops nothing (end of data at {end}); abnormal recovery scanning from 0; but "
+    assert first == line + stall == verified["line"] == info["line"]
+    assert _cli("recover", root, "--dry-run")[0] == EXIT_REFUSED
+
+
+def _append_without_properties(root):
+    """Append one record without properties (``propertiesLength`` 0): the store's last ordinary TopicTest record
+    re-encoded with none, at the next queue offset of its queue. Returns it as read back."""
+    with Store.open(root) as store:
+        records = list(store.commitlog.scan())
+    end = records[-1].offset + records[-1].total_size
+    base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == clfmt.TransactionType.NOT_TYPE][-1]
+    raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": b""})
+    segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
+    data = bytearray(segment.read_bytes())
+    data[end % (1 << 20) : end % (1 << 20) + len(raw)] = raw
+    segment.write_bytes(bytes(data))
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    assert record.offset == end and record.properties == b"" and record.topic_name == "TopicTest"
+    return record
+
+
+@pytest.mark.parametrize("name, effect", [
+    ("crashed-small", "abnormal recovery dispatches it, and the load fails: the broker refuses to start"),
+    ("clean-small", "its start-up reput dispatches it and retries it forever: the broker's start never completes"),
+])
+def test_a_4_9_3_broker_with_multi_dispatch_throws_on_a_record_without_properties(tmp_path, name, effect):
+    """4.9.3's ``checkMultiDispatchQueue`` tests ``prop == null && prop.isEmpty()`` (4.9.4: ``||``; rules §3.12) on the
+    map ``checkMessageAndReturnSize`` leaves null for a record without properties: with ``enableMultiDispatch`` the
+    NullPointerException leaves the dispatch before the record's own entry. On copies of the real 4.9.7 broker's
+    stores (marks: E10-E12) with such a record appended: abnormal recovery fails the load (crashed), the start-up reput
+    retries it forever and ``start()`` waits for it (clean). Before: mqtool planned the record's entry and said the start
+    keeps the log. Now, given 4.9.3, recover/repair/rebuild-cq refuse and verify and info say where the start stops;
+    given 4.9.7 they plan its entry; undecided, the plans refuse naming --broker-version and verify warns; without
+    multi-dispatch (no config, no %LMQ% queue: the broker's default is off) nothing changes."""
+    root = copy_store("4.9.7", name, tmp_path)
+    record = _append_without_properties(root)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    on = ("--broker-config", conf)
+    before = _tree(root)
+    for command in ("recover", "repair", "rebuild-cq"):
+        code, out, err = _cli(command, root, "--yes", *on, "--broker-version", "4.9.3")
+        message = " ".join(err.split())
+        assert code == EXIT_REFUSED and out == "", err
+        assert f"the record at {record.offset} has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException" \
+            in message
+        assert "writes nothing (not even the record's own entry), then throws" in message
+        code, out, err = _cli(command, root, "--dry-run", *on)
+        message = " ".join(err.split())
+        assert code == EXIT_REFUSED and "cannot tell which broker version" in message and "pass --broker-version" in message, err
+        assert f"the record at {record.offset} has no properties" in message and "4.9.3, 4.9.7" in message
+        assert _tree(root) == before
+    findings, verified, first, info = _verify_and_info(root, *on, "--broker-version", "4.9.3")
+    assert [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"] == [(record.offset, "error")]
+    stall = (f"the record at {record.offset} has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException "
+             f"(enableMultiDispatch on): {effect}")
+    assert verified["stall"] == info["stall"] == stall and first.endswith(f"; but {stall}"), first
+    findings, verified, _, info = _verify_and_info(root, *on)
+    assert [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"] == [(record.offset, "warning")]
+    maybe = stall.replace(" (enableMultiDispatch on)", " (enableMultiDispatch on) (if the broker is 4.9.3: --broker-version decides)")
+    assert verified["stall"] == info["stall"] == maybe  # every era the marks leave (E10-E12) starts alike
+    for given in (("--broker-version", "4.9.7"), ()):
+        args = (*on, *given) if given else ()
+        code, out, err = _cli("rebuild-cq", root, "--dry-run", "-f", "json", *args)
+        assert code == 0, err
+        queues = [q for q in json.loads(out)["queues"] if q["topic"] == "TopicTest" and q["queue_id"] == record.queue_id]
+        assert [q["max_after"] for q in queues] == [record.queue_offset + 1], queues  # its own entry planned
+        findings, verified, _, info = _verify_and_info(root, *args)
+        assert not [f for f in findings if f["kind"] == "dispatch-throws"] and verified["stall"] is None and info["stall"] is None

@@ -24,6 +24,7 @@ cpdef enum:
     N_FIELDS = 14
     FLAG_FALLBACK = 1  # a value the kernel does not decode exactly: the caller decodes the record in Python
     FLAG_MULTI_DISPATCH = 2  # INNER_MULTI_DISPATCH: extra LMQ queue entries the broker may write (§3.6)
+    FLAG_NO_PROPERTIES = 4  # propertiesLength 0: a null properties map, on which 4.9.3's multi-dispatch check throws (rules §3.12)
 
 ctypedef fused topic_id:  # topic ids: int32 in the recovery's batches, int64 in verify's columns
     int32_t

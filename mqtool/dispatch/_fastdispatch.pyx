@@ -82,12 +82,13 @@ cdef inline int64_t fingerprint(const uint8_t* buf, Py_ssize_t p, Py_ssize_t n) 
 cdef inline Spans dispatch_properties(const uint8_t* buf, Py_ssize_t props, Py_ssize_t props_end, bint legacy) noexcept nogil:
     """One pass over a record's properties, an item (up to the next \\x02) at a time, read by
     ``property_item``; the last occurrence of each key wins: the value spans of TAGS, KEYS,
-    UNIQ_KEY and DELAY, and ``FLAG_MULTI_DISPATCH`` if INNER_MULTI_DISPATCH is there (§2.8)."""
+    UNIQ_KEY and DELAY, and ``FLAG_MULTI_DISPATCH`` if INNER_MULTI_DISPATCH is there (§2.8); ``FLAG_NO_PROPERTIES`` if
+    there are none (``checkMessageAndReturnSize`` leaves the map null)."""
     cdef Spans s
     cdef Item item
     cdef Py_ssize_t i = props, j, n
     s.tags_s = s.tags_e = s.keys_s = s.keys_e = s.uniq_s = s.uniq_e = s.delay_s = s.delay_e = -1
-    s.flags = 0
+    s.flags = FLAG_NO_PROPERTIES if props >= props_end else 0
     while i < props_end:
         j = find_byte(buf, i, props_end, 2)
         item = property_item(buf, i, j, legacy)

@@ -15,7 +15,7 @@ import numpy as np
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ._fastdispatch import (  # noqa: F401 (the row layout, re-exported for the dispatch's readers)
     F_FLAGS, F_KEY_COUNT, F_KEY_START, F_PHYS, F_POS, F_QUEUE_ID, F_QUEUE_OFFSET, F_SIZE, F_STORE_TS, F_SYS_FLAG, F_TAGS, F_TOPIC_FP,
-    F_TOPIC_LEN, F_TOPIC_POS, FLAG_FALLBACK, FLAG_MULTI_DISPATCH, N_FIELDS, dispatch_rows, finish_keys,
+    F_TOPIC_LEN, F_TOPIC_POS, FLAG_FALLBACK, FLAG_MULTI_DISPATCH, FLAG_NO_PROPERTIES, N_FIELDS, dispatch_rows, finish_keys,
 )
 
 SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)

@@ -29,7 +29,8 @@ import numpy as np
 
 from .. import activity
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqOffsetThrows, dispatch_request, indexed_keys, multi_dispatch_targets
+from ..formats.dispatch import (INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqOffsetThrows, NoPropertiesThrows, dispatch_request, indexed_keys,
+                                multi_dispatch_targets)
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import Failure, produced_in_thread
@@ -643,16 +644,22 @@ class MultiDispatch(NamedTuple):
     commitlog: CommitLog
     legacy_properties: bool
     rule: int  # which records the release leaves out (``formats.dispatch.LMQ_SKIP_*``, ``VersionRules.lmq_rule``)
+    no_properties_npe: bool | None = False  # ``Store.no_properties_npe``: 4.9.3 throws on a record without properties (None: undecided)
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
     """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
     tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
     the extra entries its ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the
-    flagged records are decoded again (their properties). ``LmqOffsetThrows`` (its ``offset`` set) at a record whose LMQ
-    dispatch the broker cannot finish."""
+    flagged records are decoded again (their properties). ``DispatchThrows`` (its ``offset`` set) at a record whose
+    dispatch the broker cannot finish: ``NoPropertiesThrows`` before the record's own entry, ``LmqOffsetThrows`` in its LMQ
+    entries."""
     if len(batch) == 0:
         return
+    if multi is not None and multi.no_properties_npe is not False:
+        bare = np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_NO_PROPERTIES).astype(bool) & batch.to_consume_queue)
+        if bare.size:
+            raise NoPropertiesThrows(int(batch.fields[bare[0], fd.F_PHYS]), undecided=multi.no_properties_npe is None)
     groups = batch.queue_groups
     qoff, phys, size, tags = groups.columns
     starts = groups.starts.tolist()

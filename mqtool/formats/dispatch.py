@@ -198,17 +198,42 @@ LMQ_SKIP_RETRY_TIMER_SCHEDULE = 2  # 5.1.2-5.1.4: also rmq_sys_wheel_timer and S
 LMQ_SKIP_SYSTEM = 3  # 5.2.0+ (``MultiDispatchUtils``): %RETRY%, every rmq_sys_ topic, SCHEDULE_TOPIC_XXXX; names holding "/" skipped
 
 
-class LmqOffsetThrows(ValueError):
-    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on (rules §3.12). ``multiDispatchLmqQueue``
+class DispatchThrows(ValueError):
+    """A record whose consume queue dispatch throws (rules §3.12): a recovery dispatching it fails the store's load
+    (``DefaultMessageStore.load`` catches it: the broker refuses to start), the reput keeps retrying it
+    (``ReputMessageService.run``) and dispatches nothing after it. ``why``: the throw, in words; ``offset``: the
+    record's commit log offset, where the dispatch scan knows it; ``wrote``: what the broker writes of it before the throw;
+    ``undecided``: only 4.9.3 of its era E12 throws, and
+    the store does not tell which release wrote it (``NoPropertiesThrows``)."""
+
+    def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: bool = False):
+        super().__init__(why)
+        self.why, self.wrote, self.offset, self.undecided = why, wrote, offset, undecided
+
+
+class LmqOffsetThrows(DispatchThrows):
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on. ``multiDispatchLmqQueue``
     (``ConsumeQueue`` @4.9.3-5.3.3) runs after the record's own entry is written and writes the queues in list order,
     so the broker has written the entries of the queues before it (``written``) when the NumberFormatException leaves
-    the dispatch: a recovery dispatching the record fails the store's load (``DefaultMessageStore.load``: the broker
-    refuses to start), the reput keeps retrying it (``ReputMessageService.run``) and dispatches nothing after it.
-    ``offset``: the record's commit log offset, where the dispatch scan knows it."""
+    the dispatch."""
 
     def __init__(self, written: list[tuple[str, int, int]], queue: str, value: str):
-        super().__init__(value)
-        self.written, self.queue, self.value, self.offset = written, queue, value, None
+        entries = f"{len(written)} LMQ entr{'y' if len(written) == 1 else 'ies'}"
+        super().__init__(f"lists LMQ queue {queue!r} with INNER_MULTI_QUEUE_OFFSET value {value!r}, which Long.parseLong refuses",
+                         f"the record's own entry and the {entries} before it")
+        self.written, self.queue, self.value = written, queue, value
+
+
+class NoPropertiesThrows(DispatchThrows):
+    """A record without properties where a 4.9.3 broker has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue``
+    (``DefaultMessageStore`` @4.9.3) tests ``prop == null && prop.isEmpty()`` (4.9.4: ``||``) on the properties map
+    ``checkMessageAndReturnSize`` leaves null for a zero ``propertiesLength``. The NullPointerException is raised
+    evaluating the argument of ``putMessagePositionInfoWrapper``, so not even the record's own entry is written."""
+
+    def __init__(self, offset: int | None = None, undecided: bool = False):
+        super().__init__("has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException "
+                         "(enableMultiDispatch on)",
+                         "nothing (not even the record's own entry)", offset, undecided)
 
 
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
-from ..formats.dispatch import NO_MULTI_DISPATCH, SCHEDULE_TOPIC, LmqOffsetThrows
+from ..formats.dispatch import NO_MULTI_DISPATCH, SCHEDULE_TOPIC, DispatchThrows
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
@@ -294,23 +294,27 @@ class PhaseCounts:
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
-    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``, from 4.9.3: rules §3.12)."""
+    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``, from 4.9.3: rules §3.12), with
+    4.9.3's throw on a record without properties (``Store.no_properties_npe``)."""
     if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
-    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule)
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe)
 
 
 def planned_entries(batch, names: list[str], multi: MultiDispatch | None):
-    """``consume_queue_entries`` for a plan, refused (exit 4) at a record whose LMQ dispatch throws (``LmqOffsetThrows``):
-    the broker never gets past that dispatch (its load fails, its reput retries it forever), so no plan is its outcome."""
+    """``consume_queue_entries`` for a plan, refused (exit 4) at a record whose dispatch throws (``DispatchThrows``):
+    the broker never gets past that dispatch (its load fails, its reput retries it forever), so no plan is its outcome;
+    where only 4.9.3 of the era left throws, the release decides (``--broker-version``)."""
     try:
         yield from consume_queue_entries(batch, names, multi)
-    except LmqOffsetThrows as exc:
-        entries = f"{len(exc.written)} LMQ entr{'y' if len(exc.written) == 1 else 'ies'}"
-        raise Refused(f"the record at {exc.offset} lists LMQ queue {exc.queue!r} with INNER_MULTI_QUEUE_OFFSET value {exc.value!r}, "
-                      f"which Long.parseLong refuses: the broker's dispatch writes the record's own entry and the {entries} before "
-                      "it, then throws, so a recovery that dispatches it fails the broker's load (it refuses to start) and its reput "
-                      "retries it forever, dispatching nothing after it; mqtool does not plan what the broker never reaches") from None
+    except DispatchThrows as exc:
+        if exc.undecided:
+            raise Refused(f"cannot tell which broker version wrote this store (its marks leave E12, 4.9.3-4.9.8, which `mqtool info` "
+                          f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
+                          "the release the broker ran (e.g. 4.9.3, 4.9.7)") from None
+        raise Refused(f"the record at {exc.offset} {exc.why}: the broker's dispatch writes {exc.wrote}, then throws, so a recovery that "
+                      "dispatches it fails the broker's load (it refuses to start) and its reput retries it forever, dispatching nothing "
+                      "after it; mqtool does not plan what the broker never reaches") from None
 
 
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts, *, keep_placed: bool = False) -> None:

@@ -6,7 +6,8 @@
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``). ``NextStart.of_plan``
+(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``); a
+record whose dispatch throws stops that start (``stall``: ``verify.lmq``, from verify's LMQ check or ``info``'s). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ class NextStart:
     dropped_messages: int | None
     refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``: the figures are once it is fixed)
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
+    stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.stall_of``)
 
     @property
     def reason(self) -> str:
@@ -63,7 +65,7 @@ class NextStart:
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "logical_end": self.logical_end, "dropped_messages": self.dropped_messages, "reason": self.reason,
-                "scan_from": self.scan_from, "blank_at": self.blank_at, "line": self.line()}
+                "scan_from": self.scan_from, "blank_at": self.blank_at, "stall": self.stall, "line": self.line()}
 
     def line(self) -> str:
         refuses = f"the broker's next start refuses to start: {self.refused}"
@@ -73,6 +75,8 @@ class NextStart:
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
         if self.blank_at is not None:
             keeps += f"; then DLedger's first load writes an end-of-file blank at {self.blank_at}"
+        if self.stall is not None:
+            keeps += f"; but {self.stall}"
         return f"{refuses}; with that file fixed, it {keeps}" if self.refused else f"the broker's next start {keeps}"
 
     @classmethod

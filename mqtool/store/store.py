@@ -22,14 +22,14 @@ from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats import markers
-from ..formats.dispatch import parse_delay_levels
+from ..formats.dispatch import LMQ_PREFIX, parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
 from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
-from .rules import Era, VersionRules
+from .rules import Era, VersionRules, era_of
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
 
 if TYPE_CHECKING:
@@ -423,6 +423,28 @@ class Store:
         as ``--broker-config``'s ``enableMultiDispatch`` says, else yes: the broker adds the
         ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
         return True if self.config.enable_multi_dispatch is None else self.config.enable_multi_dispatch
+
+    @cached_property
+    def multi_dispatch_on(self) -> bool:
+        """Whether the broker is known to have had ``enableMultiDispatch`` on (off by default in ``MessageStoreConfig``):
+        ``--broker-config`` says so, or, without one, the store has ``%LMQ%`` queues, which only that feature writes."""
+        if self.config.enable_multi_dispatch is not None:
+            return self.config.enable_multi_dispatch
+        cq = self.path("consumequeue") if self.root is not None else None
+        return cq is not None and cq.is_dir() and any(p.name.startswith(LMQ_PREFIX) for p in cq.iterdir())
+
+    @property
+    def no_properties_npe(self) -> bool | None:
+        """Whether this store's broker throws on a record without properties (rules §3.12 "NPE in 4.9.3 only",
+        ``formats.dispatch.NoPropertiesThrows``): True for a given 4.9.3 with multi-dispatch on (``multi_dispatch_on``);
+        None where the era E12 (4.9.3-4.9.8) is all the store tells of it (detected, or one of the eras left); else False."""
+        guess = self.version_guess
+        if not self.multi_dispatch_on:
+            return False
+        if guess.given:
+            return guess.version == BrokerVersion(4, 9, 3)
+        eras = [era_of(guess.version)] if guess.version is not None else guess.eras
+        return None if any(e.name == "E12" for e in eras) else False
 
     # ---- index --------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ KINDS: dict[str, str] = {
     "cq-entry-dangling": "a consume queue entry points where no record of its queue starts",
     "cq-entry-beyond-end": "consume queue entries point at or past the commit log's logical end",
     "cq-entry-missing": "records of a queue have no consume queue entry",
+    "dispatch-throws": "the broker's dispatch of a record throws (an LMQ offset Long.parseLong refuses; 4.9.3: no properties)",
     "cq-filler-tail": "a consume queue ends with a filler unit: from 4.5.0 the broker's dispatch skips the queue's new messages until the log passes the filler's offset + 2 GiB",
     # index
     "index-header": "an index file header disagrees with its entries",

@@ -3,14 +3,15 @@
 Every record dispatched to a consume queue that carries ``INNER_MULTI_DISPATCH`` and
 ``INNER_MULTI_QUEUE_OFFSET`` owes each target queue ``(offset, size, tags code)`` at the listed
 queue offset (``formats.dispatch.multi_dispatch_targets``); each LMQ queue's units are compared
-with them, with the consume queue's kinds."""
+with them, with the consume queue's kinds. A record whose dispatch throws (``formats.dispatch.DispatchThrows``)
+stops the broker's dispatch there: ``next_start_stall`` says what that does to its next start."""
 
 from __future__ import annotations
 
 from itertools import groupby
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator
 
-from ..formats.dispatch import LMQ_PREFIX, LmqOffsetThrows, multi_dispatch_targets
+from ..formats.dispatch import LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqOffsetThrows, NoPropertiesThrows, multi_dispatch_targets
 from ..store import Store
 from ..store.consumequeue import queue_id_of
 from .findings import Finding, error, warning
@@ -24,37 +25,113 @@ def lmq_queue_dirs(store: Store) -> list[str]:
     return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
 
 
-def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int]:
+def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None
+                         ) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int, list[DispatchThrows]]:
     """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records of the log the broker
-    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), and the logical end."""
+    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), the logical end, and the records
+    whose dispatch throws, in log order (``DispatchThrows``, their offsets set; a property-less one where the release may
+    be 4.9.3, ``Store.no_properties_npe``)."""
+    import numpy as np
     import pyarrow as pa  # here: a store without LMQ never loads pyarrow
 
     from ..scan import compute
     from ..scan.messages import MessageScan
 
     rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
+    npe = store.no_properties_npe
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+    throws: list[DispatchThrows] = []
     scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
     for batch in scan:
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
+        if npe is not False:
+            flagged = compute.or_(flagged, pa.array(np.diff(np.asarray(batch["properties"].offsets)) == 0))  # no property
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
         for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
+            if not row["properties"]:  # no property read: the NPE is for a zero propertiesLength alone (a null map)
+                if not store.commitlog.read_record(row["offset"]).properties:
+                    throws.append(NoPropertiesThrows(row["offset"], undecided=npe is None))
+                continue
             try:
                 targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule)
             except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
-                targets = exc.written
+                exc.offset, targets = row["offset"], exc.written
+                throws.append(exc)
             for name, queue_id, queue_offset in targets:
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
-    return expected, scan.end.offset
+    return expected, scan.end.offset, throws
 
 
-def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None) -> Iterator[Finding]:
+def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
+    """``answer(store)``, under each candidate release while the release is undecided after a clean stop (where the eras'
+    starts differ: ``state.redispatch_start`` wants the release), else once."""
+    if store.version is not None or store.abort_present:
+        return [answer(store)]
+    answers = []
+    for candidate in store.version_guess.candidates:
+        with store.assumed_version(candidate):
+            answers.append(answer(store))
+    return answers
+
+
+def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
+    """How the broker's next start meets a record whose dispatch throws, or None when that start dispatches no record
+    from there (``state.redispatch_start``; while the release is undecided, the candidates' answer when they agree):
+    abnormal recovery and 5.3.2+'s normal one dispatch it inside ``DefaultMessageStore.load``, which catches the exception
+    and fails (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it
+    forever, and ``start()`` waits for it (rules §2.11, §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
+    @4.9.7, 5.1.4, 5.3.3)."""
+    from .state import redispatch_start
+
+    def how(s: Store) -> str | None:
+        first, _ = redispatch_start(s)
+        if first is None or throw.offset < first:
+            return None
+        if s.abort_present or s.rules.normal_dispatches:
+            return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
+        return "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+
+    hows = set(each_candidate(store, how))
+    return hows.pop() if len(hows) == 1 else None
+
+
+def stall_of(throw: DispatchThrows, how: str) -> str:
+    """``NextStart.stall``: the record, why its dispatch throws, and ``next_start_stall``'s ``how``."""
+    maybe = " (if the broker is 4.9.3: --broker-version decides)" if throw.undecided else ""
+    return f"the record at {throw.offset} {throw.why}{maybe}: {how}"
+
+
+def first_stall(store: Store, stop: int) -> str | None:
+    """``stall_of`` the first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose
+    dispatch throws, or None; read only where the broker writes LMQ entries (``Store.multi_dispatch_on``): ``info``'s
+    next start (verify's is its LMQ check's)."""
+    from .state import redispatch_start
+
+    if not store.multi_dispatch_on or store.rules.lmq_rule == NO_MULTI_DISPATCH:
+        return None
+    first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
+    if first is None or max(first, store.commitlog.min_offset) >= stop:
+        return None
+    _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None)
+    return next((stall_of(t, how) for t in throws if (how := next_start_stall(store, t)) is not None), None)
+
+
+def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None
+                 ) -> Generator[Finding, None, tuple[str | None, str | None]]:
     """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
-    and no record asks for one)."""
-    expected, end = expected_lmq_entries(store, start, stop, unread_before)
+    and no record asks for one) and ``first_stall``'s answer for the records read."""
+    expected, end, throws = expected_lmq_entries(store, start, stop, unread_before)
+    stall = None
+    for throw in throws:
+        how = next_start_stall(store, throw)
+        stall = stall or (None if how is None else stall_of(throw, how))
+        maybe = "if the broker is 4.9.3 (--broker-version decides), " if throw.undecided else ""
+        yield (warning if throw.undecided else error)(
+            "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's dispatch writes {throw.wrote}, then throws; "
+            f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
     names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
     if not names:
-        return None
+        return None, stall
     entries = 0
     for name in sorted(names):
         queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
@@ -86,7 +163,7 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
                 details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
                 yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
                             file=rel, offset=want[first][0], details=details)
-    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
+    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries", stall
 
 
 def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
