@@ -192,6 +192,11 @@ def test_damage_in_the_middle_remains_as_lost_data(tmp_path):
 def test_sound_store_has_nothing_to_repair(tmp_path):
     root = copy_store("5.3.3", "clean-small", tmp_path)
     before = tree(root)
+    shown = run("repair", root)  # the plan says nothing needs repair, not that steps are planned again
+    assert shown.exit_code == EXIT_OK and "No changes: verify finds nothing to repair." in shown.stdout
+    assert "planned again" not in shown.stdout and repair_plan(root)["notes"] == []
+    crashed = repair_plan(copy_store("5.3.3", "crashed-small", tmp_path / "crashed"))
+    assert crashed["steps"] and any("planned again" in n for n in crashed["notes"])
     result = run("repair", root, "--yes")
     assert result.exit_code == EXIT_OK and "nothing to do" in result.stderr
     assert tree(root) == before

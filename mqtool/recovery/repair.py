@@ -823,7 +823,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
         notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
     if recover is not None and recover.lost is not None and recover.lost.lost_now:
         notes.append(f"the recovery's cut loses {recover.lost.lost_now} message(s) ({recover.lost.bytes - recover.lost.stale_bytes} bytes): see the recovery plan")
-    notes.append("the steps after the recovery are planned again on the recovered store when applied")
+    if steps:  # a sound store has none: nothing is planned again
+        notes.append("the steps after the recovery are planned again on the recovered store when applied")
     guess = store.version_guess if store is not None else None
     if guess is not None and guess.version is None and any(s.beyond_broker for s in steps):
         notes.append(f"the broker version is not decided ({guess.label}): each later step is planned under every candidate, and where "
