@@ -54,18 +54,16 @@ def _parquet(batches, out: Path, writer, store) -> None:
     import pyarrow.parquet as pq
 
     sink = None
-    try:
+    with contextlib.ExitStack() as closing:  # the writer closed first, then its file
         for batch in batches:
             if writer is not None:
                 placed = [_place(writer, store, row) for row in batch.select(list(DISPATCH) + ["status"]).to_pylist()]
                 batch = batch.append_column("new_offset", pa.array([p.offset if p else None for p in placed], pa.int64()))
                 batch = batch.append_column("new_queue_offset", pa.array([p.queue_offset if p else None for p in placed], pa.int64()))
-            if sink is None:
-                sink = pq.ParquetWriter(out, batch.schema)
+            if sink is None:  # opened as the other formats' file is: its errors say ``FILE: Is a directory``, not pyarrow's wording
+                sink = pq.ParquetWriter(closing.enter_context(open(out, "wb")), batch.schema)
+                closing.callback(sink.close)
             sink.write_batch(batch)
-    finally:
-        if sink is not None:
-            sink.close()
 
 
 @guarded
