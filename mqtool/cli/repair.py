@@ -725,14 +725,17 @@ def _refuse_before_later_backups(backup: Path) -> None:
 def render_plan(console: Screen, doc: dict) -> None:
     """A plan document as tables, from the typed ``Plan`` it reads back; ``next_start`` is the document's own."""
     plan = Plan.from_dict(doc)
-    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), ("mode", plan.mode)]))
+    mode = [("mode", plan.mode)] if plan.mode is not None else []  # a rebuild has no recovery mode
+    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), *mode]))
     if plan.commitlog is not None:
         _render_commitlog(console, plan.commitlog, doc.get("next_start"))
     if plan.lost is not None and (plan.lost.count or plan.lost.other_bytes):
         _render_lost(console, plan.lost)
     if plan.dispatch:
-        rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in plan.dispatch]
-        console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
+        queues = any(p.consume_queues for p in plan.dispatch)  # else an index rebuild: no queue entries, no tags code written
+        rows = [(p.name, p.start, p.stop, p.records, *((p.cq_records, p.tags) if queues else ()), "yes" if p.index else "no") for p in plan.dispatch]
+        columns = ["phase", "from", "to", "records", *(("to consume queues", "tags code") if queues else ()), "index"]
+        console.print(titled_table("Dispatch", columns, rows=rows))
     changed = [q for q in plan.queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
     if changed:
         rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]
