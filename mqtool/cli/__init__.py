@@ -240,7 +240,7 @@ class MqtoolGroup(TyperGroup):
         from .coercion import install
         from .terminal import debug_traceback
 
-        State.debug = State.quiet = State.version_said = False
+        State.debug = State.quiet = State.version_said = State.root_said = False
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
