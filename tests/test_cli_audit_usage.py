@@ -193,3 +193,25 @@ def test_restore_force_says_what_it_overrides():
     process uses the store"), while its own text says --force is what restores files a broker changed since."""
     text = " ".join(mqtool("restore", "--help").stdout.split())
     assert "--force Restore even though the files changed since (a broker ran), or another process uses the store" in text, text
+
+
+def test_restore_yes_says_what_it_does():
+    """Before: `restore --help` said --yes applies "the changes" and that without it "the plan is printed":
+    restore has no plan; without --yes it prints what it would put back."""
+    text = " ".join(mqtool("restore", "--help").stdout.split())
+    assert "-y, --yes Restore (without it what would be put back is printed and nothing changes)." in text, text
+
+
+@pytest.mark.parametrize("group", [(), ("query",)])
+def test_command_listings_are_not_cut(group):
+    """Before: `mqtool --help` and `mqtool query --help` at 100 columns cut most summaries short with "..."
+    ("topics,...", "newest first;..."): each command's summary (its help's first paragraph) is listed whole."""
+    from mqtool.cli import LAZY_COMMANDS, load_command
+
+    text = mqtool(*group, "--help").stdout
+    listing = text.split("\nCommands:\n", 1)[1].split("\n\n", 1)[0]
+    assert not any(line.endswith("...") for line in listing.splitlines()) and max(map(len, listing.splitlines())) <= 100
+    flat = " ".join(listing.split()).replace("- ", "-")  # a summary's hyphenated word may wrap after its hyphen
+    summaries = [s for _, _, s in LAZY_COMMANDS.values()] if not group else [
+        " ".join(c.help.split("\n\n")[0].split()) for c in load_command("query").commands.values()]
+    assert len(summaries) >= 5 and all(s in flat for s in summaries), flat

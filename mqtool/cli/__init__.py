@@ -77,6 +77,7 @@ def _subcommand(target: typer.Typer, info):
     holder.registered_commands = [info]
     (command,) = typer.main.get_group(holder).commands.values()
     add_global_options(command)
+    command.short_help = " ".join(command.help.split("\n\n")[0].split())  # a group's listing (``query``): whole, as ``mqtool --help``'s
     return command
 
 
@@ -204,7 +205,8 @@ class MqtoolGroup(TyperGroup):
         if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
             return self.commands.get(cmd_name)
         if self.listing:
-            return TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])  # one line each, shortened to the width
+            summary = LAZY_COMMANDS[cmd_name][2]
+            return TyperCommand(cmd_name, help=summary, short_help=summary)  # listed whole, wrapped to the width: not cut short with "..."
         self.commands[cmd_name] = command = load_command(cmd_name)
         return command
 

@@ -630,7 +630,7 @@ def apply(
 @guarded
 def restore_cmd(
     backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
-    yes: YesOpt = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Restore (without it what would be put back is printed and nothing changes).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
