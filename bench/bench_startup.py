@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "fixtures" / "rocketmq-5.3.3" / "clean-small"
 CRASHED = ROOT / "fixtures" / "rocketmq-5.3.3" / "crashed-small"
 TOPIC = "%RETRY%bench_group"  # make_store.py's first topic
-TARGET = 0.2  # issue #29: any command on the sample store (lookups on a big store: 0.3 s)
+TARGET, LOOKUP_TARGET = 0.2, 0.3  # issue #29: any command on the sample store; a lookup on a big store
 
 
 def small_commands(f: Path, crashed: Path, tmp: Path) -> list[list[str]]:
@@ -54,8 +54,11 @@ def lookups(store: Path) -> list[list[str]]:
     first = subprocess.run([*mqtool(), "dump", str(store), "--limit", "1", "-f", "json"], capture_output=True, text=True, check=True)
     row = json.loads(first.stdout)[0]
     s = str(store)
+    end = json.loads(subprocess.run([*mqtool(), "info", s, "-f", "json"], capture_output=True, text=True, check=True).stdout)["commitlog"]["max_offset"]
+    tail = subprocess.run([*mqtool(), "dump", s, "--from-offset", str(end - 4 * row["size"]), "-f", "json"], capture_output=True, text=True, check=True)
+    last = json.loads(tail.stdout)[-1]  # the log's last record: a lookup of it walks the broker's recovery range (``nextstart.end_before``)
     return [
-        ["dump", s, "--msg-id", row["msg_id"]], ["query", "msg-id", s, row["msg_id"]],
+        ["dump", s, "--msg-id", row["msg_id"]], ["query", "msg-id", s, row["msg_id"]], ["query", "msg-id", s, last["msg_id"]],
         ["query", "uniq-key", s, row["topic"], row["uniq_key"]], ["query", "key", s, row["topic"], row["keys"][0]],
         ["query", "offset", s, row["topic"], str(row["queue_id"]), "5"], ["query", "time", s, row["topic"], str(row["queue_id"]), str(row["store_timestamp"] + 500)],
         ["dump", s, "--from-offset", str(row["offset"]), "--limit", "10"],
@@ -96,7 +99,8 @@ def main() -> int:
             walls = [_wall(c) for _ in range(args.repeat)]
             median = statistics.median(walls)
             shown = " ".join(_shown(a, names) for a in c)
-            print(f"| `mqtool {shown}` | {median:.2f} | {min(walls):.2f} | <= {TARGET} s: {'met' if median <= TARGET else '**NOT met**'} |", flush=True)
+            target = LOOKUP_TARGET if "STORE" in shown else TARGET
+            print(f"| `mqtool {shown}` | {median:.2f} | {min(walls):.2f} | <= {target} s: {'met' if median <= target else '**NOT met**'} |", flush=True)
     finally:
         shutil.rmtree(args.tmp, ignore_errors=True)
     return 0

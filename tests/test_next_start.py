@@ -90,6 +90,17 @@ def body_in_third_segment(root: Path, doc: dict) -> tuple[dict, Path, int]:
     return victim, root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}", at % SEGMENT
 
 
+def flip_body_in_third_segment(root: Path, doc: dict) -> dict:
+    """``body_in_third_segment``'s byte flipped (its body CRC fails); the message."""
+    victim, segment, at = body_in_third_segment(root, doc)
+    with open(segment, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([byte ^ 0xFF]))
+    return victim
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_a_bad_crc_in_the_third_from_last_segment_is_where_the_next_start_cuts(tmp_path, version, monkeypatch):
     """Before 5.3.2 the broker's normal recovery reads the third-from-last segment with
@@ -98,12 +109,7 @@ def test_a_bad_crc_in_the_third_from_last_segment_is_where_the_next_start_cuts(t
     the last segment here: it never reads the flipped record and keeps the whole log."""
     root = copy_store(version, "clean-small", tmp_path)
     doc = manifest(version, "clean-small")
-    victim, segment, at = body_in_third_segment(root, doc)
-    with open(segment, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0xFF]))
+    victim = flip_body_in_third_segment(root, doc)
     dropped = sum(1 for m in doc["messages"] if m["commitLogOffset"] >= victim["commitLogOffset"])
     given = ("--broker-version", version)  # 5.3.1 and 5.3.3 leave the same marks and start in different places
     ns = one_answer(root, *given)
@@ -235,12 +241,7 @@ def test_the_walk_up_to_a_record_agrees_with_the_next_starts_end(tmp_path, versi
 
     root = copy_store(version, "clean-small", tmp_path)
     doc = manifest(version, "clean-small")
-    victim, segment, at = body_in_third_segment(root, doc)
-    with open(segment, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0xFF]))
+    victim = flip_body_in_third_segment(root, doc)
     with Store.open(root, version=version) as store:
         ns = next_start(store)
         cut = victim["commitLogOffset"] if version == "4.9.7" else doc["commitLogMaxOffset"]

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 from conftest import copy_store, manifest, recovered, store_path
+from test_next_start import flip_body_in_third_segment
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -250,7 +251,7 @@ def test_time_lookup_cli():
 
 # ---- lookups against the end the broker's next start gives the log ----------------------------------
 
-SEGMENT, HEADER = 1 << 20, 96  # clean-small's segment size; bytes before the body of a record with IPv4 hosts (reference §2.1)
+SEGMENT = 1 << 20  # clean-small's segment size
 
 
 def _cut_store(tmp_path, version: str) -> tuple[str, dict, list[dict]]:
@@ -258,16 +259,8 @@ def _cut_store(tmp_path, version: str) -> tuple[str, dict, list[dict]]:
     third-from-last, where a 4.x normal recovery starts): the broker's next start ends the log at that
     record, and every record after it lies past the end, as records a crash left past a cut do."""
     root = copy_store(version, "clean-small", tmp_path)
-    messages = manifest(version, "clean-small")["messages"]
-    victim = next(m for m in messages if m["commitLogOffset"] > 2 * SEGMENT + SEGMENT // 10 and m["bodyLength"] > 200
-                  and "[" not in m["bornHost"] + m["storeHost"])
-    at = victim["commitLogOffset"] + HEADER + 100
-    with open(root / "commitlog" / f"{at // SEGMENT * SEGMENT:020d}", "r+b") as f:
-        f.seek(at % SEGMENT)
-        byte = f.read(1)[0]
-        f.seek(at % SEGMENT)
-        f.write(bytes([byte ^ 0xFF]))
-    return str(root), victim, messages
+    doc = manifest(version, "clean-small")
+    return str(root), flip_body_in_third_segment(root, doc), doc["messages"]
 
 
 def _query(*args) -> tuple[int, list[dict], str]:

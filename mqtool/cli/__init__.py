@@ -109,6 +109,13 @@ def _error(message: str, code: int) -> int:
     return code
 
 
+def _debug_traceback() -> None:
+    """``terminal.debug_traceback``, imported only on an error: ``--help`` loads no terminal code."""
+    from .terminal import debug_traceback
+
+    debug_traceback()
+
+
 def _set(flag: str):
     """An option's callback: ``State.<flag>`` set when the option is given."""
     return lambda value: setattr(State, flag, True) if value else None
@@ -240,7 +247,6 @@ class MqtoolGroup(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from .coercion import install
-        from .terminal import debug_traceback
 
         State.debug = State.quiet = State.version_said = State.root_said = False
         install()  # values converted without pydantic
@@ -258,7 +264,7 @@ class MqtoolGroup(TyperGroup):
         except typer.Abort:
             code = _error("interrupted", 130)
         except MqtoolError as exc:
-            debug_traceback()
+            _debug_traceback()
             code = _error(str(exc), exc.exit_code)
         except BrokenPipeError:
             from .common import silence_stdout
@@ -266,7 +272,7 @@ class MqtoolGroup(TyperGroup):
             silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
-            debug_traceback()
+            _debug_traceback()
             code = _error(f"internal error: {type(exc).__name__}: {exc}{'' if State.debug else ' (run with --debug for a traceback)'}", EXIT_INTERNAL)
         if standalone_mode:
             sys.exit(code)
