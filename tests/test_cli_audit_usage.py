@@ -215,3 +215,18 @@ def test_command_listings_are_not_cut(group):
     summaries = [s for _, _, s in LAZY_COMMANDS.values()] if not group else [
         " ".join(c.help.split("\n\n")[0].split()) for c in load_command("query").commands.values()]
     assert len(summaries) >= 5 and all(s in flat for s in summaries), flat
+
+
+def test_a_finding_whose_place_does_not_fit_keeps_it_under_the_finding():
+    """Before: at 80 columns `verify` on 4.8.0 crashed-small wrapped a finding's file path to column 0,
+    where it read as the start of another finding; it now goes on the next line, indented as the message."""
+    import json
+
+    store = store_path("4.8.0", "crashed-small")
+    found = json.loads(mqtool("verify", store, "-f", "json").stdout)["findings"]
+    lines = mqtool("verify", store, columns=80).stdout.splitlines()
+    long = [f for f in found if len(f"{f['severity']:7} {f['kind']} offset {f['offset']} {f['file']}") > 80]
+    assert [f["kind"] for f in long] == ["cq-entry-missing"]
+    for f in long:
+        at = lines.index(f"{f['severity'].upper():7} {f['kind']}")
+        assert lines[at + 1] == f"        offset {f['offset']} {f['file']}"
