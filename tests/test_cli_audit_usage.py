@@ -199,7 +199,7 @@ def test_restore_yes_says_what_it_does():
     """Before: `restore --help` said --yes applies "the changes" and that without it "the plan is printed":
     restore has no plan; without --yes it prints what it would put back."""
     text = " ".join(mqtool("restore", "--help").stdout.split())
-    assert "-y, --yes Restore (without it what would be put back is printed and nothing changes)." in text, text
+    assert "-y, --yes Restore (without it what it would put back is printed)." in text, text
 
 
 @pytest.mark.parametrize("group", [(), ("query",)])
