@@ -237,7 +237,8 @@ def test_salvage_out_on_a_full_disk_is_said_as_for_every_format(tmp_path, fmt):
     """Before: a full disk under `salvage -f parquet --out FILE` said pyarrow's "cannot write: Error writing
     bytes to file. Detail: [errno 27] File too large"; parquet's FILE is now written as jsonl's, said alike."""
     out = tmp_path / f"out.{fmt}"
-    done = mqtool("salvage", store_path("5.3.3", "clean-small"), "-f", fmt, "--body", "base64", "--out", out, preexec_fn=disk_full_after(65536))
+    store = store_path("5.3.3", "clean-small")
+    done = mqtool("salvage", store, "-f", fmt, "--body", "base64", "--out", out, preexec_fn=disk_full_after(65536))
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     assert done.stderr.splitlines()[-2:] == [f"mqtool: {out}: holds only the rows written before salvage stopped",
                                              "mqtool: error: cannot write: File too large"]
