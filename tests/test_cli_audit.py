@@ -818,6 +818,26 @@ def test_a_broker_config_that_sets_nothing_mqtool_reads_is_said_to(tmp_path):
     assert quiet.exit_code == 0 and "no setting mqtool reads" not in quiet.stderr, quiet.output
 
 
+def test_a_broker_config_naming_another_store_root_is_said_once(tmp_path):
+    """``storePathRootDir`` of ``--broker-config`` was read and never used: a broker.conf of another store
+    (the wrong STORE given) went by in silence. Said once a run when it names another directory; the
+    STORE argument is still the store read. Naming the store itself (a trailing slash aside) says nothing."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    other = tmp_path / "broker.conf"
+    other.write_text("storePathRootDir=/data/rocketmq/store\n")
+    plan = run("recover", store, "--broker-config", other, "--dry-run", "-f", "json")
+    assert plan.exit_code == 0, plan.output
+    assert json.loads(plan.stdout)["commitlog"]["valid_end"] == recovered("4.9.7", "crashed-small")["commitLog"]["maxOffset"]
+    said = [line for line in plan.stderr.splitlines() if "storePathRootDir" in line]
+    assert said == [f"mqtool: {other}: storePathRootDir=/data/rocketmq/store, but the store read is {store}: "
+                    "if it is not a copy of that store, check the STORE argument"]
+    assert run("repair", store, "--broker-config", other).stderr.count("storePathRootDir") == 1
+    own = tmp_path / "own.conf"
+    own.write_text(f"storePathRootDir={store}/\n")
+    quiet = run("recover", store, "--broker-config", own, "--dry-run")
+    assert quiet.exit_code == 0 and "storePathRootDir" not in quiet.stderr, quiet.output
+
+
 def test_a_backup_that_cannot_start_leaves_no_directory_behind(tmp_path):
     """``recover --yes --backup-dir FULL/bk`` on a full disk said "cannot create the backup ...
     nothing was changed" (exit 3) but left the empty ``bk/`` (and the directories made for it)

@@ -193,3 +193,52 @@ def test_restore_force_says_what_it_overrides():
     process uses the store"), while its own text says --force is what restores files a broker changed since."""
     text = " ".join(mqtool("restore", "--help").stdout.split())
     assert "--force Restore even though the files changed since (a broker ran), or another process uses the store" in text, text
+
+
+def test_restore_yes_says_what_it_does():
+    """Before: `restore --help` said --yes applies "the changes" and that without it "the plan is printed":
+    restore has no plan; without --yes it prints what it would put back."""
+    text = " ".join(mqtool("restore", "--help").stdout.split())
+    assert "-y, --yes Restore (without it what it would put back is printed)." in text, text
+
+
+@pytest.mark.parametrize("group", [(), ("query",)])
+def test_command_listings_are_not_cut(group):
+    """Before: `mqtool --help` and `mqtool query --help` at 100 columns cut most summaries short with "..."
+    ("topics,...", "newest first;..."): each command's summary (its help's first paragraph) is listed whole."""
+    from mqtool.cli import LAZY_COMMANDS, load_command
+
+    text = mqtool(*group, "--help").stdout
+    listing = text.split("\nCommands:\n", 1)[1].split("\n\n", 1)[0]
+    assert not any(line.endswith("...") for line in listing.splitlines()) and max(map(len, listing.splitlines())) <= 100
+    flat = " ".join(listing.split()).replace("- ", "-")  # a summary's hyphenated word may wrap after its hyphen
+    summaries = [s for _, _, s in LAZY_COMMANDS.values()] if not group else [
+        " ".join(c.help.split("\n\n")[0].split()) for c in load_command("query").commands.values()]
+    assert len(summaries) >= 5 and all(s in flat for s in summaries), flat
+
+
+def test_a_finding_whose_place_does_not_fit_keeps_it_under_the_finding():
+    """Before: at 80 columns `verify` on 4.8.0 crashed-small wrapped a finding's file path to column 0,
+    where it read as the start of another finding; it now goes on the next line, indented as the message."""
+    import json
+
+    store = store_path("4.8.0", "crashed-small")
+    found = json.loads(mqtool("verify", store, "-f", "json").stdout)["findings"]
+    lines = mqtool("verify", store, columns=80).stdout.splitlines()
+    long = [f for f in found if len(f"{f['severity']:7} {f['kind']} offset {f['offset']} {f['file']}") > 80]
+    assert [f["kind"] for f in long] == ["cq-entry-missing"]
+    for f in long:
+        at = lines.index(f"{f['severity'].upper():7} {f['kind']}")
+        assert lines[at + 1] == f"        offset {f['offset']} {f['file']}"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_salvage_out_on_a_full_disk_is_said_as_for_every_format(tmp_path, fmt):
+    """Before: a full disk under `salvage -f parquet --out FILE` said pyarrow's "cannot write: Error writing
+    bytes to file. Detail: [errno 27] File too large"; parquet's FILE is now written as jsonl's, said alike."""
+    out = tmp_path / f"out.{fmt}"
+    store = store_path("5.3.3", "clean-small")
+    done = mqtool("salvage", store, "-f", fmt, "--body", "base64", "--out", out, preexec_fn=disk_full_after(65536))
+    assert done.returncode == EXIT_BAD_INPUT, done.stderr
+    assert done.stderr.splitlines()[-2:] == [f"mqtool: {out}: holds only the rows written before salvage stopped",
+                                             "mqtool: error: cannot write: File too large"]

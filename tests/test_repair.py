@@ -74,6 +74,7 @@ def test_a_deleted_consume_queue_file_is_rebuilt_beyond_the_broker(tmp_path):
     (queue_dir / "00000000000000000000").unlink()
     plan = repair_plan(root)
     assert [(s["step"], s["beyond_broker"]) for s in plan["steps"]] == [("rebuild-cq", True)]
+    assert plan["notes"][0] == "the steps after the recovery are planned again on the recovered store when applied"
     assert plan["steps"][0]["paths"] == ["consumequeue/TopicTest/0"] and "cq-entry-missing" in plan["steps"][0]["why"]
     result = repair_yes(root, tmp_path)
     assert result.exit_code == EXIT_OK, result.stderr
@@ -192,6 +193,11 @@ def test_damage_in_the_middle_remains_as_lost_data(tmp_path):
 def test_sound_store_has_nothing_to_repair(tmp_path):
     root = copy_store("5.3.3", "clean-small", tmp_path)
     before = tree(root)
+    shown = run("repair", root)  # the plan says nothing needs repair, not that steps are planned again
+    assert shown.exit_code == EXIT_OK and "No changes: verify finds nothing to repair." in shown.stdout
+    assert "planned again" not in shown.stdout and repair_plan(root)["notes"] == []
+    crashed = repair_plan(copy_store("5.3.3", "crashed-small", tmp_path / "crashed"))  # the broker's recovery alone: no step after it
+    assert [s["step"] for s in crashed["steps"]] == ["recover"] and not any("planned again" in n for n in crashed["notes"])
     result = run("repair", root, "--yes")
     assert result.exit_code == EXIT_OK and "nothing to do" in result.stderr
     assert tree(root) == before

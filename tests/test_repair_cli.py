@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, manifest, recovered
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -48,6 +48,21 @@ def test_plan_only_without_yes(crashed):
     table = run("recover", crashed, "--dry-run")
     assert "Actions" in table.stdout and "valid end" in table.stdout
     assert tree(crashed) == before
+
+
+def test_an_index_rebuild_plan_shows_only_what_applies(crashed):
+    """rebuild-index writes no consume queue entry and has no recovery mode: its table shows neither a
+    queue nor a tags code column nor a mode row (before: "0", "delivery-time" and "-"); the JSON keeps every field."""
+    doc = json.loads(run("rebuild-index", crashed, "--dry-run", "-f", "json").stdout)
+    assert doc["mode"] is None
+    assert [(p["consume_queues"], p["cq_records"], p["tags"]) for p in doc["dispatch"]] == [(False, 0, "delivery-time")]
+    lines = run("rebuild-index", crashed, "--dry-run").stdout.splitlines()
+    header = lines.index(next(line for line in lines if line.startswith("phase")))
+    assert lines[header].split() == ["phase", "from", "to", "records", "index"] and not any(line.startswith("mode") for line in lines)
+    end = recovered("5.3.3", "crashed-small")["commitLog"]["maxOffset"]
+    assert lines[header + 2].split() == ["rebuild", "0", str(end), str(len(manifest("5.3.3", "crashed-small")["messages"])), "yes"]
+    queues = run("rebuild-cq", crashed, "--dry-run").stdout.splitlines()
+    assert next(line for line in queues if line.startswith("phase")).split()[4:] == ["to", "consume", "queues", "tags", "code", "index"]
 
 
 def test_yes_applies_then_restore_undoes(crashed, tmp_path):

@@ -231,6 +231,24 @@ def test_parquet_output_holds_the_same_rows(tmp_path):
     assert table.column("uniq_key").to_pylist() == [r["uniq_key"] for r in rows]
 
 
+def test_parquet_of_no_message_is_a_file_with_the_columns(tmp_path):
+    """Before: `salvage -f parquet --out FILE` on a commit log with no valid record exited 0 and wrote no
+    FILE (jsonl and csv write an empty one): a script reading FILE next failed. It now holds no row and
+    the columns of a salvage with messages (the 5.3.3 clean-small store's, with its zeroed copy)."""
+    import shutil
+
+    root = tmp_path / "zeroed"
+    shutil.copytree(store_path("5.3.3", "clean-small"), root)
+    for segment in (root / "commitlog").iterdir():
+        segment.write_bytes(bytes(segment.stat().st_size))
+    for store, out in ((store_path("5.3.3", "clean-small"), tmp_path / "full.parquet"), (root, tmp_path / "none.parquet")):
+        code, _, err = cli("salvage", store, "-f", "parquet", "--body", "base64", "--to-store", tmp_path / f"new-{out.stem}", "--out", out)
+        assert code == 0, err
+    full, none = pq.read_table(tmp_path / "full.parquet"), pq.read_table(tmp_path / "none.parquet")
+    assert full.num_rows == len(manifest("5.3.3", "clean-small")["messages"]) and none.num_rows == 0
+    assert none.schema.equals(full.schema) and {"body", "status", "new_offset"} <= set(none.schema.names)
+
+
 def test_a_table_written_to_a_file_keeps_every_column(tmp_path, monkeypatch):
     """At 80 columns the terminal table leaves out the message ids and sizes (said on stderr); a
     report written with ``--out`` is not read at that width and kept them all the same."""
@@ -290,8 +308,11 @@ def test_an_out_that_is_a_directory_is_one_error_line(tmp_path, fmt):
     written before salvage stopped", though nothing was written to it)."""
     code, _, err = cli("salvage", store_path("4.9.7", "clean-small"), "-f", fmt, "--out", tmp_path, "--no-progress")
     [line] = err.splitlines()
-    assert code == 3 and line.startswith("mqtool: error: ") and str(tmp_path) in line and line.endswith("Is a directory")
+    assert code == 3 and line == f"mqtool: error: {tmp_path}: Is a directory"  # parquet too: not pyarrow's "Failed to open local file"
     assert list(tmp_path.iterdir()) == []
+    missing = tmp_path / "gone" / f"out.{fmt}"
+    code, _, err = cli("salvage", store_path("4.9.7", "clean-small"), "-f", fmt, "--out", missing, "--no-progress")
+    assert code == 3 and err.splitlines() == [f"mqtool: error: {missing}: No such file or directory"]
 
 
 def test_every_file_and_directory_of_the_new_store_is_made_durable(tmp_path, monkeypatch):

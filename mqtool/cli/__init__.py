@@ -77,6 +77,7 @@ def _subcommand(target: typer.Typer, info):
     holder.registered_commands = [info]
     (command,) = typer.main.get_group(holder).commands.values()
     add_global_options(command)
+    command.short_help = " ".join(command.help.split("\n\n")[0].split())  # a group's listing (``query``): whole, as ``mqtool --help``'s
     return command
 
 
@@ -211,7 +212,8 @@ class MqtoolGroup(TyperGroup):
         if cmd_name in self.commands or cmd_name not in LAZY_COMMANDS:
             return self.commands.get(cmd_name)
         if self.listing:
-            return TyperCommand(cmd_name, help=LAZY_COMMANDS[cmd_name][2])  # one line each, shortened to the width
+            summary = LAZY_COMMANDS[cmd_name][2]
+            return TyperCommand(cmd_name, help=summary, short_help=summary)  # listed whole, wrapped to the width: not cut short with "..."
         self.commands[cmd_name] = command = load_command(cmd_name)
         return command
 
@@ -246,7 +248,7 @@ class MqtoolGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         from .coercion import install
 
-        State.debug = State.quiet = State.version_said = False
+        State.debug = State.quiet = State.version_said = State.root_said = False
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)

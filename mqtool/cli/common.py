@@ -149,9 +149,15 @@ def broker_config_of(path: Path | None) -> StoreConfig:
 
 
 def open_store(path: Path, broker_config: Path | None = None, broker_version: str | None = None) -> Store:
-    store = Store.open(path, broker_config_of(broker_config), broker_version)
+    config = broker_config_of(broker_config)
+    store = Store.open(path, config, broker_version)
     if broker_version is not None and not State.version_said:
         _say_version_against_marks(store, path, broker_version)
+    named, root = config.store_root, store.root
+    if not State.root_said and named is not None and root is not None and Path(os.path.abspath(named)).resolve() != root.resolve():
+        State.root_said = True  # a copy of the store, or the wrong store given: said once a run, the STORE argument is read
+        note(f"{broker_config}: storePathRootDir={named}, but the store read is {root}: "
+             "if it is not a copy of that store, check the STORE argument")
     return store
 
 

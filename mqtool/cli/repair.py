@@ -42,6 +42,7 @@ BackupDirOpt = Annotated[
     typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed.\n\n\b\ndefault: <store's parent>/.mqtool-backups/\n  <store>-<time>-<command>"),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
+RestoreYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Restore (without it what it would put back is printed).")]
 PlanMaker = Callable[..., Plan]  # (store, with_crc=, cache=) -> the plan, as run_modifying calls it
 StoreRootArg = Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory.")]
 # the options of run_modifying, last in each command's signature (and its --help) in this order
@@ -630,7 +631,7 @@ def apply(
 @guarded
 def restore_cmd(
     backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
-    yes: YesOpt = False,
+    yes: RestoreYesOpt = False,
     force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
@@ -725,14 +726,19 @@ def _refuse_before_later_backups(backup: Path) -> None:
 def render_plan(console: Screen, doc: dict) -> None:
     """A plan document as tables, from the typed ``Plan`` it reads back; ``next_start`` is the document's own."""
     plan = Plan.from_dict(doc)
-    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", f"{plan.broker_version} ({plan.version_source})"), ("mode", plan.mode)]))
+    mode = [("mode", plan.mode)] if plan.mode is not None else []  # a rebuild has no recovery mode
+    version = f"{plan.broker_version} ({plan.version_source})"
+    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", version), *mode]))
     if plan.commitlog is not None:
         _render_commitlog(console, plan.commitlog, doc.get("next_start"))
     if plan.lost is not None and (plan.lost.count or plan.lost.other_bytes):
         _render_lost(console, plan.lost)
     if plan.dispatch:
-        rows = [(p.name, p.start, p.stop, p.records, p.cq_records, p.tags, "yes" if p.index else "no") for p in plan.dispatch]
-        console.print(titled_table("Dispatch", ["phase", "from", "to", "records", "to consume queues", "tags code", "index"], rows=rows))
+        queues = any(p.consume_queues for p in plan.dispatch)  # else an index rebuild: no queue entries, no tags code written
+        rows = [(p.name, p.start, p.stop, p.records, *((p.cq_records, p.tags) if queues else ()), "yes" if p.index else "no")
+                for p in plan.dispatch]
+        columns = ["phase", "from", "to", "records", *(("to consume queues", "tags code") if queues else ()), "index"]
+        console.print(titled_table("Dispatch", columns, rows=rows))
     changed = [q for q in plan.queues if q.files or q.max_before != q.max_after or q.min_before != q.min_after]
     if changed:
         rows = [(q.queue_id, f"{q.min_before} -> {q.min_after}", f"{q.max_before} -> {q.max_after}", q.cut, q.added, q.fillers, ", ".join(f"{f.action} {f.name}" for f in q.files), q.topic) for q in changed]

@@ -53,19 +53,22 @@ def _parquet(batches, out: Path, writer, store) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    def placed(batch):
+        if writer is not None:
+            places = [_place(writer, store, row) for row in batch.select(list(DISPATCH) + ["status"]).to_pylist()]
+            batch = batch.append_column("new_offset", pa.array([p.offset if p else None for p in places], pa.int64()))
+            batch = batch.append_column("new_queue_offset", pa.array([p.queue_offset if p else None for p in places], pa.int64()))
+        return batch
+
     sink = None
-    try:
-        for batch in batches:
-            if writer is not None:
-                placed = [_place(writer, store, row) for row in batch.select(list(DISPATCH) + ["status"]).to_pylist()]
-                batch = batch.append_column("new_offset", pa.array([p.offset if p else None for p in placed], pa.int64()))
-                batch = batch.append_column("new_queue_offset", pa.array([p.queue_offset if p else None for p in placed], pa.int64()))
-            if sink is None:
-                sink = pq.ParquetWriter(out, batch.schema)
+    with contextlib.ExitStack() as closing:  # the writer closed first, then its file
+        for batch in map(placed, batches):
+            if sink is None:  # opened as the other formats' file is: its errors say ``FILE: Is a directory``, not pyarrow's wording
+                sink = pq.ParquetWriter(closing.enter_context(open(out, "wb")), batch.schema)
+                closing.callback(sink.close)
             sink.write_batch(batch)
-    finally:
-        if sink is not None:
-            sink.close()
+        if sink is None:  # no record: the file all the same, with its columns (as jsonl's and csv's empty file)
+            pq.write_table(pa.Table.from_batches([placed(batches.empty())]), closing.enter_context(open(out, "wb")))
 
 
 @guarded

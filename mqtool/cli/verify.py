@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
+from ..table import cell_len
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, Screen, emit_rows
@@ -31,7 +32,9 @@ def escape(text: str) -> str:
 
 def _render_finding(console: Screen, f: dict[str, Any]) -> None:
     where = " ".join(x for x in (f"offset {f['offset']}" if f["offset"] is not None else "", f["file"] or "") if x)
-    console.print(f"[{SEVERITY_STYLE[f['severity']]}]{f['severity'].upper():7}[/] [bold]{f['kind']}[/] {escape(where)}")
+    # too long for the line: on the next, indented as the message (a path wrapped to column 0 read as another finding)
+    gap = " " if cell_len(f"{f['severity']:7} {f['kind']} {where}") <= console.width else "\n" + " " * 8
+    console.print(f"[{SEVERITY_STYLE[f['severity']]}]{f['severity'].upper():7}[/] [bold]{f['kind']}[/]{gap}{escape(where)}")
     console.print(f"        {escape(f['message'])}")
 
 

@@ -815,15 +815,18 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
             why += f": the commit log is cut at {cl.valid_end} ({cl.end_reason})"
         steps.append(RepairStep("recover", False, why, tuple(a.path for a in recover.actions if a.path)))
     remaining: list[Expected] = []
+    later: list[RepairStep] = []
     if findings is not None and recover is not None:
         t = triage(predict_after_recovery(_left_by_file_fixes(findings, files), recover), last_timestamp)
-        steps += steps_of(t)
+        later = steps_of(t)
+        steps += later
         remaining = t.lost
     elif recover_error is not None:
         notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
     if recover is not None and recover.lost is not None and recover.lost.lost_now:
         notes.append(f"the recovery's cut loses {recover.lost.lost_now} message(s) ({recover.lost.bytes - recover.lost.stale_bytes} bytes): see the recovery plan")
-    notes.append("the steps after the recovery are planned again on the recovered store when applied")
+    if later:  # none (a sound store, or the recovery alone): no step after the recovery to plan again
+        notes.append("the steps after the recovery are planned again on the recovered store when applied")
     guess = store.version_guess if store is not None else None
     if guess is not None and guess.version is None and any(s.beyond_broker for s in steps):
         notes.append(f"the broker version is not decided ({guess.label}): each later step is planned under every candidate, and where "

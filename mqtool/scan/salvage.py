@@ -21,6 +21,7 @@ from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
 from ..store.segments import SegmentTask, analyze_segment
+from .batches import projected_schema
 from .messages import MessageScan
 
 LIVE, PAST_DAMAGE, STALE = "live", "past-damage", "stale"
@@ -116,10 +117,17 @@ class SalvageScan:
         self.next_start = found = next_start(self.store, walked if self.store.config.check_crc_on_recover else None, self.store.commitlog.min_offset)
         return walked if found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 
+    def empty(self) -> pa.RecordBatch:
+        """A batch of no record with the columns of those iterated: a file of no message still has them."""
+        return self._shaped(pa.RecordBatch.from_pylist([], schema=projected_schema(self.read)), LIVE)
+
     def _finish(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
         self.summary.counts[status] += batch.num_rows
         if self.progress is not None:
             self.progress(int(batch["offset"][-1].as_py()))
+        return self._shaped(batch, status)
+
+    def _shaped(self, batch: pa.RecordBatch, status: str) -> pa.RecordBatch:
         if self.columns is not None:
             batch = batch.select(self.columns)
         return batch.append_column("status", pa.repeat(status, batch.num_rows))
