@@ -300,6 +300,17 @@ def test_msg_id_and_dump_serve_no_record_past_the_next_starts_end(tmp_path):
             assert [(r["offset"], r["msg_id"], r["store_timestamp"]) for r in rows] == [want]
 
 
+def _keys_across(messages: list[dict], cut: int) -> list[tuple[tuple[str, str], list[dict]]]:
+    """Each (topic, KEYS entry) the index holds with records on both sides of ``cut`` (at most the 64 hits
+    ``queryMessage`` returns), and those records."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for m in messages:
+        for k in m["keys"] if m["indexed"] else []:
+            by_key.setdefault((m["topic"], k), []).append(m)
+    offsets = {tk: [x["commitLogOffset"] for x in ms] for tk, ms in by_key.items()}
+    return [(tk, ms) for tk, ms in by_key.items() if len(ms) <= 64 and min(offsets[tk]) < cut <= max(offsets[tk])]
+
+
 def test_key_lookups_serve_no_record_past_the_next_starts_end(tmp_path, monkeypatch):
     """``queryMessage`` reads each index hit with ``lookMessageByOffset``, which after the next start's truncation maps
     nothing past the end it gives the log (``selectMappedBuffer``): the hit is skipped. ``query key`` / ``uniq-key``
@@ -311,12 +322,7 @@ def test_key_lookups_serve_no_record_past_the_next_starts_end(tmp_path, monkeypa
     path, victim, messages = _cut_store(tmp_path, "4.9.7")
     cut = victim["commitLogOffset"]
     words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
-    by_key: dict[tuple[str, str], list[dict]] = {}
-    for m in messages:
-        for k in m["keys"] if m["indexed"] else []:
-            by_key.setdefault((m["topic"], k), []).append(m)
-    spanning = [(tk, ms) for tk, ms in by_key.items()
-                if len(ms) <= 64 and min(x["commitLogOffset"] for x in ms) < cut <= max(x["commitLogOffset"] for x in ms)]
+    spanning = _keys_across(messages, cut)
     assert len(spanning) > 5
     walks = []
     real = summary.logical_end
@@ -346,6 +352,29 @@ def test_key_lookups_serve_no_record_past_the_next_starts_end(tmp_path, monkeypa
         code, rows, err = _query("query", "uniq-key", path, gone["topic"], gone["uniqKey"])
         assert (code, [(r["offset"], r.get("msg_id"), r["error"]) for r in rows]) == (1, [(gone["commitLogOffset"], None, words)])
         assert err.endswith(f"mqtool: no message of topic {gone['topic']} has UNIQ_KEY {gone['uniqKey']}\n")
+
+
+def test_dump_key_through_the_index_leaves_out_records_past_the_next_starts_end(tmp_path):
+    """``dump --topic T --key K`` / ``--uniq-key U`` through the index serve what ``query key`` serves: a record past the
+    end the broker's next start gives the log is left out, as ``dump --msg-id`` leaves it out, one stderr line saying
+    where the log ends. Before, the records after the flipped one were printed as served."""
+    path, victim, messages = _cut_store(tmp_path, "4.9.7")
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    (topic, key), ms = _keys_across(messages, cut)[0]
+    kept = sorted(x["commitLogOffset"] for x in ms if x["commitLogOffset"] < cut)
+    code, rows, err = _query("dump", path, "--topic", topic, "--key", key)
+    assert (code, [r["offset"] for r in rows]) == (0, kept)
+    assert err == (f"mqtool: {len(ms) - len(kept)} matching message(s) {words}\n"
+                   f"mqtool: looked up through the index: {len(ms)} offsets, {len(kept)} matching messages\n")
+    gone = max((m for m in messages if m["uniqKey"] and m["indexed"]), key=lambda m: m["commitLogOffset"])
+    code, rows, err = _query("dump", path, "--topic", gone["topic"], "--uniq-key", gone["uniqKey"])
+    assert (code, rows) == (0, [])
+    assert err.startswith(f"mqtool: 1 matching message(s) {words}\nmqtool: looked up through the index: 1 offsets, 0 matching messages\n")
+    walked = max((m for m in messages if 2 * SEGMENT <= m["commitLogOffset"] < cut and m["uniqKey"]), key=lambda m: m["commitLogOffset"])
+    code, rows, err = _query("dump", path, "--topic", walked["topic"], "--uniq-key", walked["uniqKey"])
+    assert (code, [r["msg_id"] for r in rows]) == (0, [walked["msgId"]])
+    assert err == "mqtool: looked up through the index: 1 offsets, 1 matching messages\n"
 
 
 def test_lookups_on_a_log_written_over_a_cut_answer_as_the_restarted_broker():
