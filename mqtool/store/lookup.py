@@ -141,7 +141,7 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
     """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
     offset order (collisions included: ``key_matches`` says which mqadmin would drop). Records
     after the index's last entry, which the broker indexes again on restart after a crash, are
-    matched too (``source="unindexed"``)."""
+    matched too (``source="unindexed"``). A record past the end the broker's next start gives the log is not served (``served``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
