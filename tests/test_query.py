@@ -293,6 +293,83 @@ def test_msg_id_and_dump_serve_no_record_past_the_next_starts_end(tmp_path):
             assert [(r["offset"], r["msg_id"], r["store_timestamp"]) for r in rows] == [want]
 
 
+def _keys_across(messages: list[dict], cut: int) -> list[tuple[tuple[str, str], list[dict]]]:
+    """Each (topic, KEYS entry) the index holds with records on both sides of ``cut`` (at most the 64 hits
+    ``queryMessage`` returns), and those records."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for m in messages:
+        for k in m["keys"] if m["indexed"] else []:
+            by_key.setdefault((m["topic"], k), []).append(m)
+    offsets = {tk: [x["commitLogOffset"] for x in ms] for tk, ms in by_key.items()}
+    return [(tk, ms) for tk, ms in by_key.items() if len(ms) <= 64 and min(offsets[tk]) < cut <= max(offsets[tk])]
+
+
+def test_key_lookups_serve_no_record_past_the_next_starts_end(tmp_path, monkeypatch):
+    """``queryMessage`` reads each index hit with ``lookMessageByOffset``, which after the next start's truncation maps
+    nothing past the end it gives the log (``selectMappedBuffer``): the hit is skipped. ``query key`` / ``uniq-key``
+    show such a hit with the end in ``error`` and no message fields (exit 1 when nothing else matches), through the
+    index or, without one, the scan; the next start's walk runs once per lookup, up to the furthest hit's end. Before,
+    the records after the flipped one were answered found (exit 0)."""
+    from mqtool.store import summary
+
+    path, victim, messages = _cut_store(tmp_path, "4.9.7")
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    spanning = _keys_across(messages, cut)
+    assert len(spanning) > 5
+    walks = []
+    real = summary.logical_end
+    monkeypatch.setattr(summary, "logical_end", lambda store, start, stop=None: walks.append(stop) or real(store, start, stop))
+    with Store.open(path) as store:
+        for (topic, key), ms in spanning:
+            walks.clear()
+            found = query_message(store, topic, key, KEY)
+            served = sorted(x["commitLogOffset"] for x in ms if x["commitLogOffset"] < cut)
+            assert sorted(f.offset for f in found.found if f.record is not None) == served
+            assert {f.error for f in found.found if f.record is None} == {words}
+            assert walks == [max(x["commitLogOffset"] + x["size"] for x in ms)]
+    monkeypatch.undo()
+    (topic, key), ms = spanning[0]
+    code, rows, _ = _query("query", "key", path, topic, key)
+    assert code == 0
+    assert sorted((r["offset"], r.get("msg_id"), r["error"]) for r in rows) == sorted(
+        (x["commitLogOffset"], None, words) if x["commitLogOffset"] >= cut else (x["commitLogOffset"], x["msgId"], None) for x in ms)
+    walked = max((m for m in messages if 2 * SEGMENT <= m["commitLogOffset"] < cut and m["uniqKey"]), key=lambda m: m["commitLogOffset"])
+    gone = max((m for m in messages if m["uniqKey"] and m["indexed"]), key=lambda m: m["commitLogOffset"])
+    for index in (True, False):
+        if not index:
+            shutil.rmtree(f"{path}/index")
+        for kept in (messages[0], walked):  # before the scan's start segment; in the walked range, before the cut
+            code, rows, _ = _query("query", "uniq-key", path, kept["topic"], kept["uniqKey"])
+            assert (code, [(r["offset"], r["msg_id"]) for r in rows]) == (0, [(kept["commitLogOffset"], kept["msgId"])])
+        code, rows, err = _query("query", "uniq-key", path, gone["topic"], gone["uniqKey"])
+        assert (code, [(r["offset"], r.get("msg_id"), r["error"]) for r in rows]) == (1, [(gone["commitLogOffset"], None, words)])
+        assert err.endswith(f"mqtool: no message of topic {gone['topic']} has UNIQ_KEY {gone['uniqKey']}\n")
+
+
+def test_dump_key_through_the_index_leaves_out_records_past_the_next_starts_end(tmp_path):
+    """``dump --topic T --key K`` / ``--uniq-key U`` through the index serve what ``query key`` serves: a record past the
+    end the broker's next start gives the log is left out, as ``dump --msg-id`` leaves it out, one stderr line saying
+    where the log ends. Before, the records after the flipped one were printed as served."""
+    path, victim, messages = _cut_store(tmp_path, "4.9.7")
+    cut = victim["commitLogOffset"]
+    words = f"past the log's end: the broker's next start ends the log at {cut} (crc mismatch) and serves nothing after it"
+    (topic, key), ms = _keys_across(messages, cut)[0]
+    kept = sorted(x["commitLogOffset"] for x in ms if x["commitLogOffset"] < cut)
+    code, rows, err = _query("dump", path, "--topic", topic, "--key", key)
+    assert (code, [r["offset"] for r in rows]) == (0, kept)
+    assert err == (f"mqtool: {len(ms) - len(kept)} matching message(s) {words}\n"
+                   f"mqtool: looked up through the index: {len(ms)} offsets, {len(kept)} matching messages\n")
+    gone = max((m for m in messages if m["uniqKey"] and m["indexed"]), key=lambda m: m["commitLogOffset"])
+    code, rows, err = _query("dump", path, "--topic", gone["topic"], "--uniq-key", gone["uniqKey"])
+    assert (code, rows) == (0, [])
+    assert err.startswith(f"mqtool: 1 matching message(s) {words}\nmqtool: looked up through the index: 1 offsets, 0 matching messages\n")
+    walked = max((m for m in messages if 2 * SEGMENT <= m["commitLogOffset"] < cut and m["uniqKey"]), key=lambda m: m["commitLogOffset"])
+    code, rows, err = _query("dump", path, "--topic", walked["topic"], "--uniq-key", walked["uniqKey"])
+    assert (code, [r["msg_id"] for r in rows]) == (0, [walked["msgId"]])
+    assert err == "mqtool: looked up through the index: 1 offsets, 1 matching messages\n"
+
+
 def test_lookups_on_a_log_written_over_a_cut_answer_as_the_restarted_broker():
     """4.9.7 ``rewrite-clean``: a crash cut the log, the broker wrote over the cut and stopped cleanly; past the new
     end lie intact stale records, and the queues still hold entries pointing at them. Restarted, the broker

@@ -173,7 +173,11 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
 
 def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], start, stop, limit, body, decompress) -> Iterator[dict]:
     """The records at the index's offsets that pass the filters (a hash collision or another
-    topic's key fails them), in commit log order."""
+    topic's key fails them), in commit log order, none past the end the broker's next start gives the log
+    (``nextstart.ends_before``, one walk up to the furthest, as ``query key``: the restarted broker serves nothing there)."""
+    from ..store.lookup import past_end_error
+    from ..store.nextstart import ends_before
+
     rows = []
     for offset in offsets:
         if (start is not None and offset < start) or (stop is not None and offset >= stop):
@@ -185,6 +189,10 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
         if isinstance(record, CommitLogRecord):
             rows.append(message_of(store, record, body, decompress))
     rows = _matching(rows, match)
+    cuts = ends_before(store, [(r["offset"], r["size"]) for r in rows])
+    if (gone := [c for c in cuts if c is not None]):
+        note(f"{len(gone)} matching message(s) {past_end_error(gone[0])}")
+        rows = [r for r, c in zip(rows, cuts) if c is None]
     note(f"looked up through the index: {len(offsets)} offsets, {len(rows)} matching messages")
     yield from rows[:limit]
 

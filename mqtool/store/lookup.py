@@ -16,7 +16,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey, split_keys
 from .consumequeue import read_unit
 from .index import LONG_MAX, query_entries
-from .nextstart import ENDS, Cut, end_before
+from .nextstart import ENDS, Cut, end_before, ends_before
 from .startfile import log_recovery_mode
 from .store import Store
 from .version import eras_label
@@ -87,12 +87,10 @@ def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool, rule: int) -> lis
     return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), rule)
 
 
-def read_message(store: Store, offset: int, logical_end: int | None = None) -> tuple[clfmt.CommitLogRecord | None, str | None]:
+def read_message(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None, str | None]:
     """The record at ``offset`` as ``CommitLog.getData`` would serve it, or why not."""
     if offset < store.commitlog.min_offset:
         return None, f"expired (below the log's min {store.commitlog.min_offset})"
-    if logical_end is not None and offset >= logical_end:
-        return None, f"past the log's end {logical_end}"
     try:
         record = store.commitlog.read_record(offset)
     except LookupError:
@@ -143,7 +141,7 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
     """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
     offset order (collisions included: ``key_matches`` says which mqadmin would drop). Records
     after the index's last entry, which the broker indexes again on restart after a crash, are
-    matched too (``source="unindexed"``)."""
+    matched too (``source="unindexed"``). A record past the end the broker's next start gives the log is not served (``served``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
@@ -159,35 +157,39 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         scan = store.commitlog.scan(first_after)
         tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy, rule)]
         result.logical_end = scan.end.offset
-    last_time = end
-    for _ in range(3):
-        hits = index_hits(store, topic, key, max_hits, begin, last_time)
-        if not hits:
-            break
-        hits.sort(key=lambda h: h.offset)
-        result.found = [_read_found(store, hit.offset, "index", topic, key, kind, hit, result.logical_end) for hit in hits]
-        if result.found[0].record is not None:
-            last_time = result.found[0].record.store_timestamp
-        if any(f.record is not None for f in result.found) or last_time < begin:
-            break
+    # The broker tries three times, but asks again with an earlier end time only after serving the first hit, when it
+    # has stopped: its later tries repeat the first.
+    hits = sorted(index_hits(store, topic, key, max_hits, begin, end), key=lambda h: h.offset)
+    result.found = [_read_found(store, hit.offset, "index", topic, key, kind, hit) for hit in hits]
     seen = {f.offset for f in result.found}
     for record in tail_records:
         if record.offset not in seen:
             result.found.append(Found(record.offset, "unindexed", record, key_matches(record, topic, key, kind, legacy)))
     if tail_records:
         result.notes.append(f"{len(tail_records)} record(s) after the index's last entry (offset {result.indexed_until}) matched by a scan")
+    return served(store, result)
+
+
+def served(store: Store, result: Lookup) -> Lookup:
+    """``result`` less the records the broker's next start cuts off (``nextstart.ends_before``, one walk up to the
+    furthest: its ``lookMessageByOffset`` maps nothing past the end it gives the log and ``queryMessage`` skips the hit),
+    each such row's ``error`` saying where the log ends."""
+    read = [f for f in result.found if f.record is not None]
+    for f, cut in zip(read, ends_before(store, [(f.offset, f.record.total_size) for f in read])):
+        if cut is not None:
+            f.record, f.key_matches, f.error = None, None, past_end_error(cut)
     return result
 
 
-def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, hit: IndexHit | None = None, logical_end: int | None = None) -> Found:
+def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, hit: IndexHit | None = None) -> Found:
     """The record at ``offset`` read as the broker serves it (``read_message``) and matched (``key_matches``)."""
-    record, error = read_message(store, offset, logical_end)
+    record, error = read_message(store, offset)
     return Found(offset, source, record, None if record is None else key_matches(record, topic, key, kind, store.legacy_properties), hit, error)
 
 
 def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: str) -> list[Found]:
-    """The records a scan matched (``mqtool.scan.lookup.scan_key_offsets``), read and checked."""
-    return [_read_found(store, offset, "scan", topic, key, kind) for offset in offsets]
+    """The records a scan matched (``mqtool.scan.lookup.scan_key_offsets``), read and checked (``served``)."""
+    return served(store, Lookup([_read_found(store, offset, "scan", topic, key, kind) for offset in offsets])).found
 
 
 # ---- consume queue lookups -------------------------------------------------------------------

@@ -127,37 +127,48 @@ class Cut(NamedTuple):
 
 def end_before(store: Store, offset: int, size: int) -> Cut | None:
     """Where the broker's next start ends the log when that end cuts off the ``size`` bytes at ``offset``, else
-    None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past the end
-    (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``), so ``viewMessage`` finds nothing there.
-    Bytes before the start segment (``startfile.recovery_start``) are never validated and always served; else the
-    start's walk (``summary.logical_end``) runs only up to ``offset + size``. While several eras remain that start
-    in different places (``start_of``), a cut under any of them is one, naming them: the walk from an earlier start
-    answers for every later one it reaches. A DLedger store's end: its entry walk (§15.4)."""
+    None (``ends_before`` of that one span)."""
+    return ends_before(store, [(offset, size)])[0]
+
+
+def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
+    """For each ``(offset, size)`` of ``spans``: where the broker's next start ends the log when that end cuts off
+    those bytes, else None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past
+    the end (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``), so ``viewMessage`` and ``queryMessage``'s
+    ``lookMessageByOffset`` find nothing there. Bytes before the start segment (``startfile.recovery_start``) are never
+    validated and always served; else the start's walk (``summary.logical_end``) runs once, only up to the furthest
+    span's end. While several eras remain that start in different places (``start_of``), a cut under any of them is
+    one, naming them: the walk from an earlier start answers for every later one it reaches. A DLedger store's end:
+    its entry walk (§15.4)."""
+    if not spans:
+        return []
     if store.recovers_dledger_data:
         from .dledgerstart import data_recovery
 
         end = data_recovery(store.commitlog).end
-        return Cut(end, "") if offset + size > end.offset else None
+        return [Cut(end, "") if offset + size > end.offset else None for offset, size in spans]
     from .eras import candidate_groups
     from .summary import logical_end
 
     groups = {store.version: []} if store.version is not None else candidate_groups(store)
     starts = {c: recovery_start(store, VersionRules(c)).offset for c in groups}
-    ends: dict[int, ScanEnd | None] = {}
+    last, stop = max(offset for offset, _ in spans), max(offset + size for offset, size in spans)
+    ends: dict[int, ScanEnd | None] = {}  # each start's walk end up to ``stop``; None: no end before it
     walked: tuple[int, ScanEnd] | None = None  # the last walk: its start and end
     for start in sorted(set(starts.values())):
-        if start > offset or (walked is not None and walked[1].reason == StopReason.LIMIT):
+        if start > last or (walked is not None and walked[1].reason == StopReason.LIMIT):
             ends[start] = None
         elif walked is not None and walked[1].offset >= start:
             ends[start] = ends[walked[0]]
         else:
-            walked = (start, logical_end(store, start, stop=offset + size)[1])
+            walked = (start, logical_end(store, start, stop=stop)[1])
             ends[start] = None if walked[1].reason == StopReason.LIMIT else walked[1]
-    cutting = [c for c in groups if ends[starts[c]] is not None]
-    if not cutting:
-        return None
-    eras = "" if len(cutting) == len(groups) else eras_label([e for c in cutting for e in groups[c]])
-    return Cut(ends[starts[cutting[0]]], eras)
+    cuts: list[Cut | None] = []
+    for offset, size in spans:
+        cutting = [c for c in groups if starts[c] <= offset and (e := ends[starts[c]]) is not None and e.offset < offset + size]
+        eras = "" if len(cutting) == len(groups) else eras_label([e for c in cutting for e in groups[c]])
+        cuts.append(Cut(ends[starts[cutting[0]]], eras) if cutting else None)
+    return cuts
 
 
 def dledger_next_start(store: Store) -> NextStart:
