@@ -10,7 +10,7 @@ an entry it keeps is lost data and the walk goes on after it (``resume_after_dam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -108,18 +108,19 @@ class DataFileReport:
 
 
 def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = None, state: tuple[int, int] | None = None,
-                      progress: Progress | None = None) -> DataFileReport:
+                      reached: Callable[[int], None] | None = None) -> DataFileReport:
     """Walk one file of a DLedger commit log as ``DLedgerLogCheck`` walks the log: every entry and the
     record inside (``store.dledgerwalk``), the record checks, the entries against ``index/``, past the
     damage DLedger's recovery keeps (``resume_after_damage``) within the file. ``state``: the entry index
     and term the walk comes with from the file before (``EntryWalker.state``); None: a fresh walk, which
-    differs only where the file's first entry does not follow them (``DLedgerLogCheck.run`` walks it again)."""
+    differs only where the file's first entry does not follow them (``DLedgerLogCheck.run`` walks it again).
+    ``reached(offset)``: where the walk is, after each batch."""
     cl = task.commitlog() if commitlog is None else commitlog
     seg = cl.segments[cl.segment_index(task.start)]
     stop = seg.end_offset if task.stop is None else min(task.stop, seg.end_offset)
     report = DataFileReport(task.index)
     units = IndexUnits(cl)
-    walker, start, shown = None, task.start, task.start
+    walker, start = None, task.start
     if state is not None:
         walker = cl.entry_walker()
         walker.state[ST_INDEX], walker.state[ST_TERM] = state
@@ -128,10 +129,8 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
             scan = fs.FastScan(cl, start, stop, check_crc=True, stop_on_crc=False, release_behind=True, walker=walker)
             for batch in scan:
                 report.findings.extend(_record_findings(batch, units, report, task.file, cl.divided_offset))
-                if progress:
-                    last = batch.base_offset + int(batch.rows[-1, fs.COL_POS] + batch.rows[-1, fs.COL_SIZE])
-                    progress(last - shown)
-                    shown = last
+                if reached:
+                    reached(batch.base_offset + int(batch.rows[-1, fs.COL_POS] + batch.rows[-1, fs.COL_SIZE]))
             end = scan.end
             if end.reason == StopReason.LIMIT and end.offset == seg.end_offset and not scan.blanks and (task.stop is None or end.offset < task.stop):
                 end = ScanEnd(end.offset, StopReason.SEGMENT_END)  # an entry ending at the file end, as the walk of the whole log ends
@@ -203,6 +202,7 @@ class DLedgerLogCheck:
         self.stop = stop
         self.keep_going = keep_going
         self.progress = progress
+        self.shown = self.start  # where the last progress report reached
         self.result = CommitLogResult()
         self.notes: list[str] = []
 
@@ -240,7 +240,7 @@ class DLedgerLogCheck:
         dl = data_recovery(cl)
         tasks = self.tasks()
         given = reports is not None
-        reports = iter(reports if given else (analyze_data_file(t, cl, progress=self.progress) for t in tasks))
+        reports = iter(reports if given else (analyze_data_file(t, cl, reached=self._reached if self.progress else None) for t in tasks))
         end = fs.ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
         first_mismatch, missing, state = None, 0, None
         try:
@@ -269,6 +269,10 @@ class DLedgerLogCheck:
             yield from self._checkpoint(dl.last_index)
         finally:
             units.close()
+
+    def _reached(self, offset: int) -> None:
+        self.progress(offset - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
+        self.shown = offset
 
     def _breaks(self, task: DataFileTask, state: tuple[int, int]) -> bool:
         """Whether the file's first entry passes DLedger's entry checks but does not follow the entry
