@@ -519,7 +519,8 @@ def run_verify(scan: Scan, out: Output) -> dict:
 
             check = DLedgerLogCheck(store, keep_going=scan.o.keep_going)
         else:  # where the broker's next start scans from: asked only at damage, computed once
-            check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=functools.cache(functools.partial(scan_start_offset, store)))
+            unread_before = functools.cache(functools.partial(scan_start_offset, store))
+            check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
         tasks = check.tasks()
         findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(check.analyze).collect() if tasks else []))
         for f in findings:

@@ -90,7 +90,9 @@ class FastScan:
             return
         pos = self.start - segments[index].base_offset
         entry_walker = getattr(self.commitlog, "entry_walker", None)  # DLedger entries (store.dledger)
-        walk = self.walker = self.walker or (entry_walker() if entry_walker else None) or (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
+        if self.walker is None:
+            self.walker = entry_walker() if entry_walker else (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
+        walk = self.walker
         if entry_walker and self.start > segments[index].base_offset:
             pos = self.commitlog.entry_start(self.start) - segments[index].base_offset
         most = self.out.shape[0]

@@ -95,7 +95,6 @@ class DataFileTask:
 class DataFileReport:
     """What the walk of one file found (``analyze_data_file``), for ``DLedgerLogCheck.run`` to stitch."""
 
-    index: int
     findings: list[Finding] = field(default_factory=list)
     records: int = 0
     last_timestamp: int | None = None
@@ -118,7 +117,7 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
     cl = task.commitlog() if commitlog is None else commitlog
     seg = cl.segments[cl.segment_index(task.start)]
     stop = seg.end_offset if task.stop is None else min(task.stop, seg.end_offset)
-    report = DataFileReport(task.index)
+    report = DataFileReport()
     units = IndexUnits(cl)
     walker, start = None, task.start
     if state is not None:
@@ -131,11 +130,11 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
                 report.findings.extend(_record_findings(batch, units, report, task.file, cl.divided_offset))
                 if reached:
                     reached(batch.base_offset + int(batch.rows[-1, fs.COL_POS] + batch.rows[-1, fs.COL_SIZE]))
-            end = scan.end
-            if end.reason == StopReason.LIMIT and end.offset == seg.end_offset and not scan.blanks and (task.stop is None or end.offset < task.stop):
+            end, short = scan.end, task.stop is None or scan.end.offset < task.stop  # not at the check's own stop
+            if end.reason == StopReason.LIMIT and end.offset == seg.end_offset and not scan.blanks and short:
                 end = ScanEnd(end.offset, StopReason.SEGMENT_END)  # an entry ending at the file end, as the walk of the whole log ends
             report.end = end
-            if end.reason == StopReason.LIMIT and scan.blanks and (task.stop is None or end.offset < task.stop):
+            if end.reason == StopReason.LIMIT and scan.blanks and short:
                 report.goes_on, report.state = True, (int(scan.walker.state[ST_INDEX]), int(scan.walker.state[ST_TERM]))
                 report.inherited = start == task.start and report.state[0] < 0
                 return report
@@ -152,7 +151,8 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
         units.close()
 
 
-def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFileReport, file: str, divided_offset: int) -> Iterator[Finding]:
+def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFileReport, file: str,
+                     divided_offset: int) -> Iterator[Finding]:
     """The record checks of one batch (PHYSICALOFFSET, body CRC) and its entries held against ``index/``."""
     rows, array, base = batch.rows, batch.array, batch.base_offset
     report.records += rows.shape[0]
@@ -222,8 +222,8 @@ class DLedgerLogCheck:
         for i, seg in enumerate(cl.segments[first:], first):
             if self.stop is not None and seg.base_offset >= self.stop:
                 break
-            tasks.append(DataFileTask(i, relative(self.store, seg.path), max(self.start, seg.base_offset), self.stop, tuple(cl.segments[i : i + 2]),
-                                      cl.file_size, cl.divided_offset, cl.layout, dl, recovery_start))
+            tasks.append(DataFileTask(i, relative(self.store, seg.path), max(self.start, seg.base_offset), self.stop,
+                                      tuple(cl.segments[i : i + 2]), cl.file_size, cl.divided_offset, cl.layout, dl, recovery_start))
         return tasks
 
     def run(self, reports: Iterable[DataFileReport] | None = None) -> Iterator[Finding]:
