@@ -504,21 +504,25 @@ FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for n
 
 
 def run_verify(scan: Scan, out: Output) -> dict:
-    """``mqtool verify``'s commit log check of each broker: ``analyze_segment`` of every segment in
-    a Spark task (one per segment), stitched on the driver by the same ``CommitLogCheck``."""
+    """``mqtool verify``'s commit log check of each broker: its per-file walk (``analyze_segment``, or a
+    DLedger log's ``analyze_data_file``) of every segment in a Spark task (one per segment), stitched on
+    the driver by the same ``CommitLogCheck`` (``DLedgerLogCheck``)."""
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import next_start, scan_start_offset
-    from ..store.segments import analyze_segment
 
     config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
     rows, brokers = [], []
     for b in scan.inputs:
         store = broker_store(b, config)
-        # where the broker's next start scans from: asked only at damage, computed once
-        unread_before = None if store.is_dledger else functools.cache(functools.partial(scan_start_offset, store))
-        check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
+        if store.is_dledger:
+            from ..verify.dledger import DLedgerLogCheck  # DLedger modules: only for a DLedger store, as `mqtool verify` does
+
+            check = DLedgerLogCheck(store, keep_going=scan.o.keep_going)
+        else:  # where the broker's next start scans from: asked only at damage, computed once
+            unread_before = functools.cache(functools.partial(scan_start_offset, store))
+            check = CommitLogCheck(store, keep_going=scan.o.keep_going, unread_before=unread_before)
         tasks = check.tasks()
-        findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(analyze_segment).collect() if tasks else []))
+        findings = list(check.run(scan.spark.sparkContext.parallelize(tasks, len(tasks)).map(check.analyze).collect() if tasks else []))
         for f in findings:
             d = f.as_dict()
             text = {k: None if d[k] is None else str(d[k]) for k in ("expected", "found")}

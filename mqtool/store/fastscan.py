@@ -68,7 +68,7 @@ class FastScan:
     ``release_behind`` unmaps pages once their batch is consumed (flat RSS); ``batch_bytes``: later
     batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows."""
 
-    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False):
+    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None):
         self.commitlog = commitlog
         self.release_behind = release_behind  # drop pages already walked from this process (bounded RSS)
         self.start = commitlog.min_offset if start is None else start
@@ -80,7 +80,7 @@ class FastScan:
         self.end: ScanEnd | None = None
         self.blanks: list[int] = []
         self.records = 0
-        self.walker = None  # the walk of the segments, once one is walked (a DLedger ``EntryWalker`` keeps its state)
+        self.walker = walker  # the walk of the segments, once one is walked (a DLedger ``EntryWalker`` keeps its state; given: continued)
 
     def __iter__(self) -> Iterator[SegmentBatch]:
         segments = self.commitlog.segments
@@ -90,7 +90,9 @@ class FastScan:
             return
         pos = self.start - segments[index].base_offset
         entry_walker = getattr(self.commitlog, "entry_walker", None)  # DLedger entries (store.dledger)
-        walk = self.walker = entry_walker() if entry_walker else (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
+        if self.walker is None:
+            self.walker = entry_walker() if entry_walker else (lambda a, p, s, c, sc, o, base: walk_segment(a, p, s, c, sc, o))
+        walk = self.walker
         if entry_walker and self.start > segments[index].base_offset:
             pos = self.commitlog.entry_start(self.start) - segments[index].base_offset
         most = self.out.shape[0]

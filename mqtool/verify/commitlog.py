@@ -182,6 +182,8 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
 class CommitLogCheck:
     """Stitch segment reports into findings; ``result`` is filled as the generator runs."""
 
+    analyze = staticmethod(analyze_segment)  # what walks each of ``tasks()`` (``run``'s ``reports``)
+
     def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None,
                  unread_before: Callable[[], int] | None = None, chain=None, walked: dict[int, Run] | None = None):
         self.store = store

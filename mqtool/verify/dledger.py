@@ -9,17 +9,19 @@ an entry it keeps is lost data and the walk goes on after it (``resume_after_dam
 
 from __future__ import annotations
 
-from typing import Iterator
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
 from ..store import Store
-from ..store.commitlog import StopReason
+from ..store.commitlog import ScanEnd, Segment, StopReason
 from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
-from ..store.dledger import DLedgerCommitLog
+from ..store.dledger import DLedgerCommitLog, DLedgerLayout, entry_problem
+from ..store.dledgerwalk import ST_INDEX, ST_TERM
 from ..store.dledgerstart import DataRecovery, data_recovery
 from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
 from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
@@ -66,8 +68,132 @@ class IndexUnits:
             mf.close()
 
 
+@dataclass(frozen=True)
+class DataFileTask:
+    """One file of a DLedger commit log to walk (``analyze_data_file``), picklable for a Spark task
+    (``spark/job.py``): the file and the next one (where the walk goes on after the file's blank),
+    and where DLedger's recovery starts and stops (``walk_resume``: which damage the broker keeps)."""
+
+    index: int  # of the file in the commit log's list
+    file: str  # as findings name it
+    start: int
+    stop: int | None
+    segments: tuple[Segment, ...]  # the file and the next one
+    file_size: int
+    divided_offset: int
+    layout: DLedgerLayout | None
+    recovery: DataRecovery
+    recovery_start: int  # offset of the data file DLedger's recovery starts at
+
+    def commitlog(self) -> DLedgerCommitLog:
+        cl = DLedgerCommitLog(self.layout, list(self.segments), self.file_size, self.divided_offset)
+        cl.recovery_walk = self.recovery
+        return cl
+
+
+@dataclass
+class DataFileReport:
+    """What the walk of one file found (``analyze_data_file``), for ``DLedgerLogCheck.run`` to stitch."""
+
+    findings: list[Finding] = field(default_factory=list)
+    records: int = 0
+    last_timestamp: int | None = None
+    first_mismatch: tuple[int, int] | None = None  # (entry index, offset) of the first entry its index unit disagrees with
+    missing_units: int = 0
+    end: ScanEnd | None = None  # where the walk of the file ended
+    goes_on: bool = False  # the walk of the log goes on in the next file
+    state: tuple[int, int] | None = None  # then the entry index and term it carries there (None: a fresh walk, past damage)
+    inherited: bool = False  # no entry walked since the file's start: the walk carries on the index and term it came with
+
+
+def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = None, state: tuple[int, int] | None = None,
+                      reached: Callable[[int], None] | None = None) -> DataFileReport:
+    """Walk one file of a DLedger commit log as ``DLedgerLogCheck`` walks the log: every entry and the
+    record inside (``store.dledgerwalk``), the record checks, the entries against ``index/``, past the
+    damage DLedger's recovery keeps (``resume_after_damage``) within the file. ``state``: the entry index
+    and term the walk comes with from the file before (``EntryWalker.state``); None: a fresh walk, which
+    differs only where the file's first entry does not follow them (``DLedgerLogCheck.run`` walks it again).
+    ``reached(offset)``: where the walk is, after each batch."""
+    cl = task.commitlog() if commitlog is None else commitlog
+    seg = cl.segments[cl.segment_index(task.start)]
+    stop = seg.end_offset if task.stop is None else min(task.stop, seg.end_offset)
+    report = DataFileReport()
+    units = IndexUnits(cl)
+    walker, start = None, task.start
+    if state is not None:
+        walker = cl.entry_walker()
+        walker.state[ST_INDEX], walker.state[ST_TERM] = state
+    try:
+        while True:
+            scan = fs.FastScan(cl, start, stop, check_crc=True, stop_on_crc=False, release_behind=True, walker=walker)
+            for batch in scan:
+                report.findings.extend(_record_findings(batch, units, report, task.file, cl.divided_offset))
+                if reached:
+                    reached(batch.base_offset + int(batch.rows[-1, fs.COL_POS] + batch.rows[-1, fs.COL_SIZE]))
+            end, short = scan.end, task.stop is None or scan.end.offset < task.stop  # not at the check's own stop
+            if end.reason == StopReason.LIMIT and end.offset == seg.end_offset and not scan.blanks and short:
+                end = ScanEnd(end.offset, StopReason.SEGMENT_END)  # an entry ending at the file end, as the walk of the whole log ends
+            report.end = end
+            if end.reason == StopReason.LIMIT and scan.blanks and short:
+                report.goes_on, report.state = True, (int(scan.walker.state[ST_INDEX]), int(scan.walker.state[ST_TERM]))
+                report.inherited = start == task.start and report.state[0] < 0
+                return report
+            resume = cl.resume_after_damage(end)  # damage DLedger's recovery keeps: the walk goes on after it
+            if resume is None:
+                return report
+            report.findings.append(_kept_damage(task.file, end, resume, task.recovery, task.recovery_start))
+            next_file = cl.segment_index(resume)
+            if resume >= seg.end_offset and next_file is not None and (task.stop is None or resume < task.stop):
+                report.goes_on = True  # in the next file, a fresh walk
+                return report
+            start, walker = resume, None
+    finally:
+        units.close()
+
+
+def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFileReport, file: str,
+                     divided_offset: int) -> Iterator[Finding]:
+    """The record checks of one batch (PHYSICALOFFSET, body CRC) and its entries held against ``index/``."""
+    rows, array, base = batch.rows, batch.array, batch.base_offset
+    report.records += rows.shape[0]
+    pos = rows[:, fs.COL_POS]
+    phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
+    for i in np.flatnonzero(phys != base + pos):
+        yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=file, offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
+    for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
+        yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=file, offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
+    report.last_timestamp = store_timestamp_at(array, int(pos[-1]))
+    if base < divided_offset:
+        return  # the classic records before the DLedger data (a mixed log): in no entry, named by no index unit
+    entry = pos - HEADER
+    numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
+    unit, found = units.lookup(numbers)
+    report.missing_units += int((~found).sum())
+    same = found & (unit["magic"] == dfmt.ENTRY_MAGIC) & (unit["pos"] == base + entry) & (unit["index"] == numbers)
+    same &= unit["size"] == fs.gather_be(array, entry, _L.offset_of("size"), 4, True)
+    same &= unit["term"] == fs.gather_be(array, entry, _L.offset_of("term"), 8, True)
+    if report.first_mismatch is None and not same.all():
+        k = int(np.flatnonzero(~same)[0])
+        report.first_mismatch = (int(numbers[k]), base + int(entry[k]))
+
+
+def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: int) -> Finding:
+    """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
+    entry headers only, and from its start file, at ``first``, on: §15.4): the broker keeps the entry and
+    the data after it; the message in it is lost."""
+    why = (f"DLedger's recovery starts at {first} and never reads it" if end.offset < first
+           else "DLedger's recovery (DLedgerMmapFileStore.recover) checks only the entry header, which is sound")
+    return error(
+        "dledger-record",
+        f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "
+        "(no dispatch reads it, a consumer reading it gets no message)",
+        file=file, offset=end.offset, details={"reason": end.reason, "range_end": resume})
+
+
 class DLedgerLogCheck:
     """``CommitLogCheck`` for a DLedger commit log; ``result`` is filled as ``run`` goes."""
+
+    analyze = staticmethod(analyze_data_file)  # what walks each of ``tasks()`` (``run``'s ``reports``)
 
     def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None):
         self.store = store
@@ -85,11 +211,24 @@ class DLedgerLogCheck:
         end = self.stop if self.stop is not None else self.commitlog.end_of_files
         return max(end - self.start, 0)
 
-    def _file(self, offset: int) -> str | None:
-        index = self.commitlog.segment_index(offset)
-        return relative(self.store, self.commitlog.segments[index].path) if index is not None else None
+    def tasks(self) -> list[DataFileTask]:
+        """One per file from the one holding ``start`` (none when no file does: the walk ends there)."""
+        cl, tasks = self.commitlog, []
+        first = cl.segment_index(self.start)
+        if first is None:
+            return tasks
+        dl = data_recovery(cl)
+        recovery_start = cl.segments[dl.start_file].base_offset if dl.start_file < len(cl.segments) else cl.divided_offset
+        for i, seg in enumerate(cl.segments[first:], first):
+            if self.stop is not None and seg.base_offset >= self.stop:
+                break
+            tasks.append(DataFileTask(i, relative(self.store, seg.path), max(self.start, seg.base_offset), self.stop,
+                                      tuple(cl.segments[i : i + 2]), cl.file_size, cl.divided_offset, cl.layout, dl, recovery_start))
+        return tasks
 
-    def run(self) -> Iterator[Finding]:
+    def run(self, reports: Iterable[DataFileReport] | None = None) -> Iterator[Finding]:
+        """Findings of the commit log. ``reports`` (one per ``tasks()``, in order) may come from
+        elsewhere, e.g. Spark tasks running ``analyze_data_file``; by default the files are walked here."""
         cl, result = self.commitlog, self.result
         yield from left_out_findings(self.store)  # a mixed store's commitlog/: DLedgerCommitLog.load is CommitLog.load
         for entry, file_size, later in self.store.dledger_strays:  # MmapFileList.load lists every entry (mappedfile.load_effect)
@@ -98,73 +237,51 @@ class DLedgerLogCheck:
                                 f"{entry.path.parent.parent.name}/{folder}/", loader=MMAP_FILE_LIST)
         if self.start > cl.min_offset and cl.entry_start(self.start) != self.start:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
-        units = IndexUnits(cl)
         dl = data_recovery(cl)
-        self._first_mismatch: tuple[int, int] | None = None
-        self._missing_units = 0
+        tasks = self.tasks()
+        given = reports is not None
+        reports = iter(reports if given else (analyze_data_file(t, cl, reached=self._reached if self.progress else None) for t in tasks))
+        end = fs.ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
+        first_mismatch, missing, state = None, 0, None
         try:
-            start = self.start
-            while True:
-                scan = fs.FastScan(cl, start, self.stop, check_crc=True, stop_on_crc=False, release_behind=True)
-                yield from self._records(scan, units)
-                end = scan.end
-                resume = cl.resume_after_damage(end)  # damage DLedger's recovery keeps: the walk goes on after it
-                if resume is None:
+            for task, report in zip(tasks, reports):
+                if state is not None and self._breaks(task, state):
+                    report = analyze_data_file(task, cl, state)  # the walk that carries the state stops at the file's first entry
+                yield from report.findings
+                result.records += report.records
+                result.last_timestamp = report.last_timestamp if report.last_timestamp is not None else result.last_timestamp
+                first_mismatch = first_mismatch or report.first_mismatch
+                missing += report.missing_units
+                end = report.end
+                if not report.goes_on:
                     break
-                yield self._kept_damage(end, resume, dl)
-                start = resume
+                state = None if report.state is None else state if report.inherited else report.state
+        finally:
+            if not given:
+                reports.close()
+        units = IndexUnits(cl)
+        try:
             result.logical_end, result.end_reason = end.offset, end.reason
             result.bytes = max(end.offset - self.start, 0)
             result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
             yield from self._end(end)
-            yield from self._index(units, self._first_mismatch, self._missing_units, dl.last_index)
+            yield from self._index(units, first_mismatch, missing, dl.last_index)
             yield from self._checkpoint(dl.last_index)
         finally:
             units.close()
 
-    def _records(self, scan: fs.FastScan, units: IndexUnits) -> Iterator[Finding]:
-        """The record checks of one walk (PHYSICALOFFSET, body CRC) and its entries held against ``index/``."""
-        result = self.result
-        for batch in scan:
-            rows, array, base = batch.rows, batch.array, batch.base_offset
-            result.records += rows.shape[0]
-            pos = rows[:, fs.COL_POS]
-            phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
-            for i in np.flatnonzero(phys != base + pos):
-                yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
-            for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
-                yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=self._file(base + int(pos[i])), offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
-            last_pos = base + int(pos[-1]) + int(rows[-1, fs.COL_SIZE])
-            result.last_timestamp = store_timestamp_at(array, int(pos[-1]))
-            if self.progress:
-                self.progress(last_pos - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
-                self.shown = last_pos
-            if base < self.commitlog.divided_offset:
-                continue  # the classic records before the DLedger data (a mixed log): in no entry, named by no index unit
-            entry = pos - HEADER
-            numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
-            unit, found = units.lookup(numbers)
-            self._missing_units += int((~found).sum())
-            same = found & (unit["magic"] == dfmt.ENTRY_MAGIC) & (unit["pos"] == base + entry) & (unit["index"] == numbers)
-            same &= unit["size"] == fs.gather_be(array, entry, _L.offset_of("size"), 4, True)
-            same &= unit["term"] == fs.gather_be(array, entry, _L.offset_of("term"), 8, True)
-            if self._first_mismatch is None and not same.all():
-                k = int(np.flatnonzero(~same)[0])
-                self._first_mismatch = (int(numbers[k]), base + int(entry[k]))
+    def _reached(self, offset: int) -> None:
+        self.progress(offset - self.shown)  # the bytes walked since the last report, as the walk of a plain log reports
+        self.shown = offset
 
-    def _kept_damage(self, end, resume: int, dl: DataRecovery) -> Finding:
-        """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
-        entry headers only, and from its start file on: §15.4): the broker keeps the entry and
-        the data after it; the message in it is lost."""
-        cl = self.commitlog
-        first = cl.segments[dl.start_file].base_offset
-        why = (f"DLedger's recovery starts at {first} and never reads it" if end.offset < first
-               else "DLedger's recovery (DLedgerMmapFileStore.recover) checks only the entry header, which is sound")
-        return error(
-            "dledger-record",
-            f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "
-            "(no dispatch reads it, a consumer reading it gets no message)",
-            file=self._file(end.offset), offset=end.offset, details={"reason": end.reason, "range_end": resume})
+    def _breaks(self, task: DataFileTask, state: tuple[int, int]) -> bool:
+        """Whether the file's first entry passes DLedger's entry checks but does not follow the entry
+        index and term the walk comes with (``entry_problem``): a walk from a fresh state passes it."""
+        seg = self.commitlog.segments[task.index]
+        if not self.commitlog.is_entry_file(seg) or state[0] < 0:
+            return False
+        h = dfmt.decode_entry_header(self.commitlog.mapped(task.index).buf, task.start - seg.base_offset, seg.base_offset)
+        return entry_problem(h, None) is None and entry_problem(h, h._replace(index=state[0], term=state[1])) is not None
 
     def _end(self, end) -> Iterator[Finding]:
         cl = self.commitlog
