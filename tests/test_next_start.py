@@ -262,3 +262,21 @@ def test_the_walk_up_to_a_record_agrees_with_the_next_starts_end(tmp_path, versi
                 _, walked = compiled_end(store, ns.scan_from, workers=2, stop=offset + size)
                 assert (walked.reason == StopReason.LIMIT) == kept and (kept or walked.offset == cut), (offset, walked)
         assert kinds == ({"before the start", "walked, kept", "cut off"} if version == "4.9.7" else {"before the start", "walked, kept"})
+
+
+def test_check_crc_on_recover_false_is_one_answer(tmp_path):
+    """``checkCRCOnRecover=false`` in broker.conf: the broker's recovery (``checkMessageAndReturnSize`` with
+    ``checkCRC`` false) reads past a body whose CRC fails and keeps the log to its end. Before, ``recover``
+    and ``verify`` said so, but ``info`` and ``salvage`` (and the lookups, ``nextstart.end_before``) walked
+    with CRCs checked and cut the log at that record (``summary.logical_end``)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    doc = manifest("4.9.7", "clean-small")
+    victim = flip_body_in_third_segment(root, doc)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("checkCRCOnRecover=false\n")
+    ns = one_answer(root, "--broker-config", conf)
+    assert (ns["logical_end"], ns["dropped_messages"]) == (doc["commitLogMaxOffset"], 0)
+    after = next(m for m in doc["messages"] if m["commitLogOffset"] > victim["commitLogOffset"])
+    code, out, err = cli("query", "msg-id", root, after["msgId"], "-f", "json", "--broker-config", conf)
+    assert code == 0 and json.loads(out)[0]["offset"] == after["commitLogOffset"], err
+    assert one_answer(root)["logical_end"] == victim["commitLogOffset"]  # checked by default

@@ -25,12 +25,13 @@ INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "
 
 
 def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int, ScanEnd]:
-    """(valid records from ``start``, where the normal-recovery scan ends): the CRC-checked walk
-    of ``CommitLog.recoverNormally`` (reference §8.3), stopping at the first invalid record; with
-    ``stop``, at the first record starting at or after it (``StopReason.LIMIT``: every record before is valid)."""
+    """(valid records from ``start``, where the normal-recovery scan ends): the walk of ``CommitLog.recoverNormally``
+    (reference §8.3), body CRCs checked as ``checkCRCOnRecover`` says (``StoreConfig.check_crc_on_recover``, default
+    true), stopping at the first invalid record; with ``stop``, at the first record starting at or after it
+    (``StopReason.LIMIT``: every record before is valid)."""
     count, resume = 0, start
     if not store.is_dledger:
-        scan = store.commitlog.scan(start, stop, check_crc=True)
+        scan = store.commitlog.scan(start, stop, check_crc=store.config.check_crc_on_recover)
         for record in scan:
             count += 1
             resume = record.offset + record.total_size
@@ -58,7 +59,8 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
     workers = workers or min(os.cpu_count() or 1, 2)
 
     def walk(begin: int, until: int | None) -> tuple[int, ScanEnd, bool]:
-        scan = FastScan(commitlog, begin, until, check_crc=True, stop_on_crc=True, batch_bytes=WALK_BATCH_BYTES,
+        crc = store.config.check_crc_on_recover
+        scan = FastScan(commitlog, begin, until, check_crc=crc, stop_on_crc=crc, batch_bytes=WALK_BATCH_BYTES,
                         release_behind=True)  # pages behind the walk dropped: flat RSS
         return sum(len(batch.rows) for batch in scan), scan.end, bool(scan.blanks)
 
