@@ -12,7 +12,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from conftest import ALL_VERSIONS, MAIN_VERSIONS, manifest, store_path
+from conftest import ALL_VERSIONS, MAIN_VERSIONS, copy_store, manifest, store_path
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_USAGE
 from repair_support import assert_tags_code
@@ -141,7 +141,7 @@ def test_debug_adds_the_traceback_and_keeps_the_line_and_the_exit_code(tmp_path,
     `recover STORE --debug` without --yes exited 1, not 4, and a missing store 1, not 3."""
     debug = ["--debug"]
     for args, code, line in [(["info", tmp_path / "missing"], EXIT_BAD_INPUT, f"{tmp_path / 'missing'}: no such file or directory"),
-                             (["recover", store_path("4.9.7", "crashed-small")], EXIT_REFUSED, "nothing changed: re-run with --yes to apply this plan")]:
+                             (["recover", copy_store("4.9.7", "crashed-small", tmp_path / f"store{before}")], EXIT_REFUSED, "nothing changed: re-run with --yes to apply this plan")]:
         result = run(*debug, *args) if before else run(*args, *debug)
         assert (result.exit_code, result.stderr.splitlines()[-1]) == (code, f"mqtool: error: {line}")
         assert result.stderr.startswith("Traceback (most recent call last):")

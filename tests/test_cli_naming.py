@@ -10,7 +10,7 @@ import json
 import re
 
 import pytest
-from conftest import recovered, store_path
+from conftest import copy_store, recovered, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -102,13 +102,13 @@ def test_recover_lists_lost_messages_under_the_headings_dump_uses(tmp_path):
     assert headings(lost) == ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
 
 
-def test_plans_and_info_name_checkpoint_fields_alike():
+def test_plans_and_info_name_checkpoint_fields_alike(tmp_path):
     """Before: `info` showed the checkpoint under the broker's names (``logicsMsgTimestamp``) and
     dates, the plan of `recover` the same field as ``logics_msg_timestamp`` with epoch
     milliseconds; the plan now uses info's names and shows the dates beside the numbers."""
     from mqtool.cli.output import iso_ms
 
-    path = str(store_path("4.9.7", "crashed-small"))
+    path = str(copy_store("4.9.7", "crashed-small", tmp_path / "store"))  # a plan looks for a live broker: not the shared fixture
     plan = json.loads(invoke("recover", path, "-f", "json").stdout)
     shown = invoke("recover", path).stdout
     rows = " ".join(shown[shown.index("\nCheckpoint\n") :].split("\n\n")[0].split())

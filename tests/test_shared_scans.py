@@ -176,7 +176,7 @@ def test_the_cli_plans_an_undecided_store_as_before(tmp_path, monkeypatch):
 
     from mqtool.cli import app
 
-    path = store_path("5.0.0", "crashed-small")
+    path = copy_store("5.0.0", "crashed-small", tmp_path / "store")  # a plan looks for a live broker: not the shared fixture
     out = {}
     counted = Counted(monkeypatch)
     for label, shared_from in (("separate", 1 << 62), ("shared", 0)):
