@@ -148,7 +148,6 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
         end = data_recovery(store.commitlog).end
         return [Cut(end, "") if offset + size > end.offset else None for offset, size in spans]
     from .eras import candidate_groups
-    from .summary import logical_end
 
     groups = {store.version: []} if store.version is not None else candidate_groups(store)
     starts = {c: recovery_start(store, VersionRules(c)).offset for c in groups}
@@ -161,7 +160,7 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
         elif walked is not None and walked[1].offset >= start:
             ends[start] = ends[walked[0]]
         else:
-            walked = (start, logical_end(store, start, stop=stop)[1])
+            walked = (start, _walk_end(store, start, stop))
             ends[start] = None if walked[1].reason == StopReason.LIMIT else walked[1]
     cuts: list[Cut | None] = []
     for offset, size in spans:
@@ -169,6 +168,22 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
         eras = "" if len(cutting) == len(groups) else eras_label([e for c in cutting for e in groups[c]])
         cuts.append(Cut(ends[starts[cutting[0]]], eras) if cutting else None)
     return cuts
+
+
+def _walk_end(store: Store, start: int, stop: int) -> ScanEnd:
+    """``summary.logical_end``'s end from ``start`` up to ``stop``, each stretch walked once per Store (many lookups in
+    one process): an end the walk found answers every later ``stop`` (reached when the record there starts before it,
+    else ``StopReason.LIMIT``), and a walk that reached its stop every stop up to it."""
+    from .summary import logical_end
+
+    upto, end = store.walked_ends.get(start, (None, None))
+    if end is not None and end.reason != StopReason.LIMIT:
+        return end if end.offset < stop else ScanEnd(stop, StopReason.LIMIT)
+    if upto is None or stop > upto:
+        end = logical_end(store, start, stop=stop)[1]
+        store.walked_ends[start] = (stop, end)
+        return end
+    return ScanEnd(stop, StopReason.LIMIT)
 
 
 def dledger_next_start(store: Store) -> NextStart:

@@ -156,6 +156,7 @@ class Store:
     notes: list[str] = field(default_factory=list)
     problems: list[FileProblem] = field(default_factory=list)
     _version: BrokerVersion | None = None
+    walked_ends: dict[int, tuple] = field(default_factory=dict, repr=False)  # ``nextstart.ends_before``'s walks: start -> (stop, end)
     _config_parses: dict[str, tuple] = field(default_factory=dict, repr=False)  # load_config's: "config/<file>" -> (bytes, parse or error)
 
     # ---- opening --------------------------------------------------------------------------
