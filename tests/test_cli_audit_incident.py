@@ -141,7 +141,7 @@ def test_a_broker_config_whose_segment_size_no_file_has_names_the_config(command
     none has that size. Now the line names the setting and what the files hold."""
     conf = tmp_path / "broker.conf"
     conf.write_text("mappedFileSizeCommitLog=2097152\n")
-    line = error_line(run(command, store_path("4.9.7", "crashed-small"), "--broker-config", conf), EXIT_BAD_INPUT)
+    line = error_line(run(command, copy_store("4.9.7", "crashed-small", tmp_path / "store"), "--broker-config", conf), EXIT_BAD_INPUT)
     assert "mappedFileSizeCommitLog=2097152" in line and "1048576 bytes" in line
     assert "`mqtool repair` fixes" not in line and "like the other segments" not in line
 

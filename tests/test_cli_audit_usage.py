@@ -45,7 +45,7 @@ def test_a_document_cut_short_by_a_full_disk_is_exit_3(tmp_path, args):
     command, version, name, *options = args
     out = tmp_path / "out.json"
     with out.open("w") as file:
-        done = mqtool(command, store_path(version, name), *options, stdout=file, preexec_fn=disk_full_after(4096))
+        done = mqtool(command, copy_store(version, name, tmp_path / "store"), *options, stdout=file, preexec_fn=disk_full_after(4096))
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: File too large"
     assert out.stat().st_size == 4096
@@ -125,7 +125,7 @@ def test_a_plan_into_a_closed_pipe_keeps_its_exit_code_and_saves_its_plan_file(t
     follows the plan on stdout depended on whether head had left."""
     from mqtool.errors import EXIT_REFUSED
 
-    store = store_path("5.3.3", "crashed-small")
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "store")  # a plan looks for a live broker: not the shared fixture
     shown = into_a_closed_pipe("recover", store)
     assert shown.returncode == EXIT_REFUSED, shown.stderr
     assert shown.stderr.splitlines()[-1] == "mqtool: error: nothing changed: re-run with --yes to apply this plan"
