@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
+from ..store.resync import record_start_note
 from ..store.splits import Damage, Rejected, SplitResult, auto_split_size, check_splits, parse_size
 from ..store import BrokerVersion, StoreConfig, load_broker_config
 from .inputs import BrokerInput, broker_store, resolve_inputs
@@ -709,9 +710,9 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
     for broker, why in scan.msg_id_past_end.items():
         print(f"mqtool-scan: {broker}: {why}", file=sys.stderr)
     for b in inputs:
-        if o.from_offset is not None and b.start is not None and b.segments and b.start != max(o.from_offset, b.segments[0].base_offset):
-            moved = f"--from-offset {o.from_offset} is not a record start; reading from the next record at {b.start}"
-            print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
+        if o.from_offset is not None and b.start is not None and b.segments:
+            if (moved := record_start_note(o.from_offset, b.start, b.segments[0].base_offset)) is not None:
+                print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)

@@ -126,11 +126,11 @@ def _scan_from(store: Store, start: int | None) -> int:
     """Where ``--from-offset``'s scan begins: that offset when a record starts there, else the next (``resync.record_start``)."""
     if start is None:
         return store.commitlog.min_offset
-    from ..store.resync import record_start
+    from ..store.resync import record_start, record_start_note
 
     resumed = record_start(store.commitlog, start)
-    if resumed != max(start, store.commitlog.min_offset):
-        note(f"--from-offset {start} is not a record start; reading from the next record at {resumed}")
+    if (moved := record_start_note(start, resumed, store.commitlog.min_offset)) is not None:
+        note(moved)
     return resumed
 
 

@@ -107,12 +107,15 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         steps.append(RepairStep("resize-segment", True, why, (rel,)))
         actions.append(Action("resize", rel, start=size, end=expected, note=why))
 
+    def pad_blank(rel: str, size: int, blank: int, expected: int, why: str) -> None:
+        steps.append(RepairStep("resize-segment", True, why, (rel,)))
+        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"))
+
     def end_segment(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
         cut = _cut_segment_end(root, path, base, size, expected)
         if cut is None:
             return False
-        steps.append(RepairStep("resize-segment", True, cut.why(rel, size, expected), (rel,)))
-        actions.append(Action("pad-blank", rel, start=cut.blank, end=expected, note=f"{size} bytes: an end-of-file blank at {cut.blank}, zeros to {expected}"))
+        pad_blank(rel, size, cut.blank, expected, cut.why(rel, size, expected))
         if cut.entries:
             steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.unit_ranges))))
             actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], unit=cqfmt.filler_at(cut.base) if op == "fill-units" else None)
@@ -120,6 +123,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
+
     def end_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
         blank = _timer_log_blank(path, base, size, expected)
         if blank is None:
@@ -127,9 +131,7 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         why = (f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with an end-of-file blank at "
                f"{blank} (the unit the cut crosses), so the broker's timer recovery goes on into the next file as at any file's end "
                f"(padded with zeros only, it would stop there and delete every later file); lost: the units from byte {blank} of {rel}")
-        steps.append(RepairStep("resize-segment", True, why, (rel,)))
-        note = f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"
-        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=note))
+        pad_blank(rel, size, blank, expected, why)
         return True
 
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,

@@ -29,6 +29,14 @@ def record_start(commitlog: CommitLog, offset: int) -> int:
         return scan_start(commitlog, offset)
 
 
+def record_start_note(asked: int, start: int, min_offset: int) -> str | None:
+    """What ``mqtool dump`` (and the Spark scan) say when ``--from-offset asked`` reads from ``start``
+    (``record_start``) rather than from the offset asked (or the log's min offset, when before it)."""
+    if start == max(asked, min_offset):
+        return None
+    return f"--from-offset {asked} is not a record start; reading from the next record at {start}"
+
+
 def scan_start(commitlog: CommitLog, offset: int) -> int:
     """Where a scan asked to begin at ``offset`` begins (the module's rule)."""
     found = resume_after(commitlog, offset)

@@ -480,11 +480,6 @@ class Store:
 
         return TimerLogListing.of(self.path("timerlog")) if self.root is not None else None
 
-    @property
-    def timer_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
-        """``(entry, the timer log's file size, a file sorts after it)`` of each entry of ``timerlog/`` that is no timer log file."""
-        return self.timer_log_listing.strays if self.timer_log_listing is not None else []
-
     @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:
         """``(entry, None: any length, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
