@@ -198,3 +198,38 @@ def test_a_backup_whose_paths_hold_brackets_is_shown_as_it_is(tmp_path):
     shown = run("restore", tmp_path / "bk")
     assert shown.exit_code == 4 and "nothing changed: re-run with --yes" in shown.stderr and "Traceback" not in shown.output
     assert any(line.startswith("  restore ../") and line.endswith("disk2 [/] [x] :fire:/commitlog/00000000000004194304") for line in shown.stdout.splitlines()), shown.stdout
+
+
+# ---- Ctrl-C in the checks between and after a repair's stages -------------------------------------------
+
+
+def counted_checks(monkeypatch, ctrl_c_at: int | None = None) -> tuple[list, list]:
+    """``repair``'s full verifies (``recovery.repair.verify_findings``): those begun and those that ended; the
+    ``ctrl_c_at``-th begun gets a Ctrl-C as it starts."""
+    import signal
+
+    from mqtool.recovery import repair as planner
+
+    begun, ended, verify_findings = [], [], planner.verify_findings
+
+    def counted(*args, **kwargs):
+        begun.append(1)
+        if len(begun) == ctrl_c_at:
+            os.kill(os.getpid(), signal.SIGINT)
+        found = verify_findings(*args, **kwargs)
+        ended.append(1)
+        return found
+
+    monkeypatch.setattr(planner, "verify_findings", counted)
+    return begun, ended
+
+
+def test_a_repair_checks_the_store_once_after_its_last_stage(tmp_path, monkeypatch):
+    """Before: `repair --yes` ran the full verify after its last stage twice, once to see that nothing was
+    left to fix and once more for the findings it reports (twice the time of a verify on a large store)."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    begun, _ = counted_checks(monkeypatch)
+    result = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    assert result.exit_code == 0 and "verify: the store is sound" in result.stderr, result.stderr
+    assert len(begun) == 2  # the plan's check, then the one after the recover stage, its only stage
+    assert run("verify", store).exit_code == 0

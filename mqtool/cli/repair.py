@@ -452,7 +452,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         findings, run = recovered(rp.verify_findings)
         t = rp.triage(findings, run.last_timestamp)
         if not t.fixable:
-            break
+            return findings  # verify's answer on the store as the repair leaves it
         for step in rp.steps_of(t):
             note(f"beyond the broker: {step.step}: {step.why}")
         if t.queues:
