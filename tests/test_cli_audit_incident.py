@@ -224,6 +224,24 @@ def counted_checks(monkeypatch, ctrl_c_at: int | None = None) -> tuple[list, lis
     return begun, ended
 
 
+def test_ctrl_c_in_the_check_after_a_repairs_stage_stops_it_there(tmp_path, monkeypatch):
+    """Before: a Ctrl-C during the full verify `repair --yes` runs after a stage (minutes on a large store)
+    was held until that verify ended and then ignored: the repair went on to its next check and exited 0,
+    "verify: the store is sound", as if no key had been pressed. Only the stages' writes defer a Ctrl-C now:
+    the check stops at once, as a Ctrl-C before the next stage does, and says how to finish or undo."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = tree(store)
+    backup = tmp_path / "backup"
+    begun, ended = counted_checks(monkeypatch, ctrl_c_at=2)  # the plan's check, then the one after the recover stage
+    line = error_line(run("repair", store, "--yes", "--backup-dir", backup), 130)
+    assert line == ("mqtool: error: interrupted: partly applied: finish with the same command again (with --yes), "
+                    f"or undo with: mqtool restore {backup} --yes")
+    assert (len(begun), len(ended)) == (2, 1)  # the check interrupted did not run on
+    assert not (store / "abort").exists()  # the recover stage is applied
+    assert "a repair on this store stopped before its last stage" in run("info", store).stderr
+    assert run("restore", backup, "--yes").exit_code == 0 and tree(store) == before
+
+
 def test_a_repair_checks_the_store_once_after_its_last_stage(tmp_path, monkeypatch):
     """Before: `repair --yes` ran the full verify after its last stage twice, once to see that nothing was
     left to fix and once more for the findings it reports (twice the time of a verify on a large store)."""

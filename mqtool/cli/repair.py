@@ -425,10 +425,12 @@ def _report_after(findings: list) -> None:
 
 def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
     """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
-    broker, each planned on the store the stage before left; returns verify's failing findings after."""
+    broker, each planned on the store the stage before left; returns verify's failing findings after.
+    Only the stages' writes defer a Ctrl-C: the plans and checks between and after them (a full verify
+    each) stop at once, as a Ctrl-C before the next stage does (``writer.interrupts_raised``)."""
     rp, root = repair_planner(), stages.root
     stages.apply("files", plan.files)
-    with open_store(root, broker_config, broker_version) as opened:
+    with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
         from ..dispatch.scanner import DispatchCache
 
         cache = DispatchCache()
@@ -444,7 +446,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     def recovered(make):
         # ``make`` of the store the stages so far left, under every era the recovery was (a rebuild's rules can differ
         # where the recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
-        with open_store(root, broker_config, broker_version) as opened:
+        with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
             opened.assume_eras(eras)
             return make(opened)
 
