@@ -164,6 +164,19 @@ def test_a_consume_queue_dump_of_no_such_queue_says_so():
     assert some.exit_code == 0 and some.stdout.strip() and "no consume queue entry" not in some.stderr
 
 
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+@pytest.mark.parametrize("kind, where", [("dledger", ""), ("index", "commitlog")])
+def test_a_dump_of_a_path_holding_no_such_files_writes_no_output(fmt, kind, where):
+    """Before: `dump dledger STORE -f json > out.json` on a store with no DLedger member (and `dump index` of a
+    folder holding no index file) wrote "[" (or the CSV header) to out.json, then the error and exit 3: a
+    file that looked like the start of a dump. The rows' first is read before anything is written now."""
+    shown = run("dump", kind, store_path("4.9.7", "clean-small") / where, "-f", fmt)
+    assert shown.exit_code == EXIT_BAD_INPUT and shown.stdout == "", shown.stdout
+    assert shown.stderr.startswith("mqtool: error: ") and "\n" not in shown.stderr.strip()
+    some = run("dump", kind, store_path("4.9.7", "dledger-small" if kind == "dledger" else "clean-small"), "-f", fmt, "--limit", "1")
+    assert some.exit_code == 0 and len(some.stdout.splitlines()) == (3 if fmt == "json" else 2), some.stdout
+
+
 def test_a_salvage_into_a_file_stopped_says_the_file_is_partial(tmp_path, monkeypatch):
     """Ctrl-C during ``salvage --out FILE`` said only "interrupted": now it says FILE holds only what was
     written before (exit 130 as ever)."""
