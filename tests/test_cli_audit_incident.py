@@ -264,3 +264,30 @@ def test_a_repair_checks_the_store_once_after_its_last_stage(tmp_path, monkeypat
     assert result.exit_code == 0 and "verify: the store is sound" in result.stderr, result.stderr
     assert len(begun) == 2  # the plan's check, then the one after the recover stage, its only stage
     assert run("verify", store).exit_code == 0
+
+
+def test_ctrl_c_while_restoring_a_repairs_stages_names_the_command_that_restores_them_all(tmp_path, monkeypatch):
+    """Before: a Ctrl-C while `restore BACKUP --yes` undid a two-stage repair (a stray file quarantined, then the
+    broker's recovery) said "run `mqtool restore BACKUP/02-recover --yes` again to finish": that command put
+    back the recovery's files alone and said "nothing to restore", the quarantined file still out of the store.
+    The line names the repair's backup directory, whose restore undoes every stage."""
+    from mqtool.cli import repair as repair_cli
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    (store / "commitlog" / "junk.txt").write_text("junk\n")  # a stray file: the repair's first stage quarantines it
+    before = tree(store)
+    backup = tmp_path / "backup"
+    assert run("repair", store, "--yes", "--backup-dir", backup).exit_code == 0
+    assert sorted(p.name for p in backup.iterdir()) == ["01-files", "02-recover"]
+    restored = repair_cli.restore
+
+    def ctrl_c_after_the_first(backup_set, **kwargs):
+        restored(backup_set, **kwargs)
+        raise KeyboardInterrupt  # as the later stage's restore ends, before the earlier one's begins
+
+    monkeypatch.setattr(repair_cli, "restore", ctrl_c_after_the_first)
+    line = error_line(run("restore", backup, "--yes"), 130)
+    monkeypatch.undo()
+    command = line.split("`")[1]
+    assert command == f"mqtool restore {backup} --yes", line
+    assert run(*command.split()[1:]).exit_code == 0 and tree(store) == before

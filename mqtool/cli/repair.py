@@ -658,7 +658,10 @@ def restore_cmd(
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
-            restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+            try:
+                restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+            except (Interrupted, KeyboardInterrupt):  # finished by restoring every stage again, not this one alone
+                raise Interrupted(_finish_restore_line(backup)) from None
         return
     if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
@@ -681,11 +684,15 @@ def restore_cmd(
         try:
             result = restore(backup_set, force=force)
         except KeyboardInterrupt:
-            raise Interrupted(f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)") from None
+            raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _finish_restore_line(backup: Path) -> str:
+    return f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)"
 
 
 def _never_begun(backup: Path) -> bool:
