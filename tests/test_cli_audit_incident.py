@@ -177,6 +177,21 @@ def test_a_dump_of_a_path_holding_no_such_files_writes_no_output(fmt, kind, wher
     assert some.exit_code == 0 and len(some.stdout.splitlines()) == (3 if fmt == "json" else 2), some.stdout
 
 
+@pytest.mark.parametrize("window, said", [(("--from-offset", 99999999999), "[99999999999, end)"), (("--to-offset", 1048576), "[0, 1048576)"),
+                                          (("--from-offset", 1048576, "--to-offset", 2097152), "[1048576, 2097152)")])
+def test_verify_of_a_range_says_the_verdict_is_the_ranges(window, said):
+    """Before: `verify STORE --from-offset N` (`--to-offset`) ended "the store is sound" whatever it had checked, even
+    after its note "no commit log segment holds offset N ...: no record was checked". The summary names the range
+    and the verdict holds for it; the whole store's verdict is unchanged (exit 0 as before)."""
+    shown = run("verify", store_path("4.9.7", "clean-small"), *window)
+    assert shown.exit_code == 0, shown.stderr
+    text = " ".join(shown.stdout.split())
+    assert f"timer; commit log {said} only)" in text and text.endswith("sound in the range checked")
+    assert "the store is sound" not in text
+    whole = " ".join(run("verify", store_path("4.9.7", "clean-small")).stdout.split())
+    assert "checks: commitlog, cq, index, checkpoint, timer) commit log:" in whole and whole.endswith("the store is sound")
+
+
 def test_a_salvage_into_a_file_stopped_says_the_file_is_partial(tmp_path, monkeypatch):
     """Ctrl-C during ``salvage --out FILE`` said only "interrupted": now it says FILE holds only what was
     written before (exit 130 as ever)."""

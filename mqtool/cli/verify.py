@@ -38,8 +38,9 @@ def _render_finding(console: Screen, f: dict[str, Any]) -> None:
     console.print(f"        {escape(f['message'])}")
 
 
-def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> None:
-    """The summary; on a store directory that is not sound, the commands that plan what to do next."""
+def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "") -> None:
+    """The summary; on a store directory that is not sound, the commands that plan what to do next.
+    ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
     # the figures of the checks that ran (``--only cq`` reads no index file: "0 files" would say there is none)
@@ -48,7 +49,8 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> No
     index = [f"index: {s['index']['files']} files, {s['index']['entries']} entries"] if "index" in checks else []
     walked = {"commitlog", "cq", "index"} & set(checks)  # the checks that walk the commit log
     console.print(
-        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)})\n"
+        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)}"
+        + (f"; commit log {window} only)\n" if window else ")\n")
         + (f"  commit log: {cl['records']} records, {cl['bytes']} bytes{segments}; logical end {cl['logical_end']} ({cl['end_reason']})\n" if walked else "")
         + (f"  {'; '.join(queues + index)}\n" if queues or index else "")
         + f"  elapsed {s['elapsed_s']:.2f} s, {rate:.1f} MB/s"
@@ -59,14 +61,17 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> No
     console.print(f"  findings: {errors}, {warnings}, {counts['info']} info" + (f" ({escape(kinds)})" if kinds else ""))
     for n in s["notes"]:
         console.print(f"  note: {escape(n)}")
-    console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    if window:  # a range is not the store: the verdict says what it holds for
+        console.print("  [bold green]sound in the range checked[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    else:
+        console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
     if not s["sound"] and root is not None:
         store = escape(shell_path(root))
         console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
                       "what makes the store sound (plans: nothing changes without --yes)")
 
 
-def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> None:
+def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None, window: str = "") -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
         console, findings, held = Screen(out), iter(findings), []  # the next-start line leads: findings are held until it is known
@@ -76,7 +81,7 @@ def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> N
             console.print(f"[bold]{escape(summary.next_start.line())}[/]")
         for finding in itertools.chain(held, findings):
             _render_finding(console, finding.as_dict())
-        _render_summary(console, summary.as_dict(), root)
+        _render_summary(console, summary.as_dict(), root, window)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
         for i, finding in enumerate(findings):
@@ -135,7 +140,8 @@ def verify(
 
         checked = findings()
         try:
-            _emit(checked, fmt, run.summary, opened.root)
+            window = "" if from_offset is None and to_offset is None else f"[{from_offset or 0}, {'end' if to_offset is None else to_offset})"
+            _emit(checked, fmt, run.summary, opened.root, window)
         except BrokenPipeError:  # `| head`: the reader is gone, the verdict is still the exit code: checked to the end, unsaid
             silence_stdout()
             for _ in checked:
