@@ -306,3 +306,12 @@ def test_ctrl_c_while_restoring_a_repairs_stages_names_the_command_that_restores
     command = line.split("`")[1]
     assert command == f"mqtool restore {backup} --yes", line
     assert run(*command.split()[1:]).exit_code == 0 and tree(store) == before
+
+
+def test_verify_summary_counts_one_of_anything_in_the_singular():
+    """Before: the summary said "index: 1 files", and with `--to-offset 5` "commit log: 1 records, 5 bytes in
+    1 segments" (the count of errors alone was worded by its number)."""
+    crashed = " ".join(run("verify", store_path("4.9.7", "crashed-small")).stdout.split())
+    assert "index: 1 file, 3663 entries" in crashed and "consume queues: 38 queues, 1390 entries" in crashed
+    window = " ".join(run("verify", store_path("4.9.7", "clean-small"), "--to-offset", 5).stdout.split())
+    assert "commit log: 1 record, 5 bytes in 1 segment;" in window
