@@ -315,3 +315,24 @@ def test_verify_summary_counts_one_of_anything_in_the_singular():
     assert "index: 1 file, 3663 entries" in crashed and "consume queues: 38 queues, 1390 entries" in crashed
     window = " ".join(run("verify", store_path("4.9.7", "clean-small"), "--to-offset", 5).stdout.split())
     assert "commit log: 1 record, 5 bytes in 1 segment;" in window
+
+
+def test_the_messages_a_cut_loses_are_a_table_at_100_columns(tmp_path):
+    """Before: `recover` of a store with a body byte run flipped listed the messages its cut loses as 50
+    vertical records of 12 lines each at 100 columns (offsetMsgIds of IPv6 hosts are 56 characters): 600
+    lines that scrolled the cut and the next start off the screen. The queue and the CRC verdict are
+    left out first, as the other optional columns, so each lost message is one line: offset, msg id, topic."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    with open(store / "commitlog" / "00000000000001048576", "r+b") as segment:
+        segment.seek(300000)
+        segment.write(b"\xff" * 64)
+    lost = json.loads(run("recover", store, "-f", "json").stdout)["lost"]["messages"][:50]
+    assert any(len(m["msg_id"]) == 56 for m in lost)
+    shown = run("recover", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 4
+    listed = shown.stdout.split("Lost by the cut: ")[1].split("\n\n")[0]
+    assert "-[ RECORD" not in listed and len(listed.splitlines()) == 1 + 2 + 50 + 1  # title, header, rows, "... and N more"
+    lines = listed.splitlines()
+    for m in lost:
+        line = next(x for x in lines if x.startswith(f"{m['offset']} "))
+        assert m["msg_id"] in line.split() and line.endswith(m["topic"])

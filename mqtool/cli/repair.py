@@ -811,7 +811,7 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
     rows = [(m.offset, m.size, m.queue_id, m.queue_offset, iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key, " ".join(m.keys), m.topic or "?") for m in lost.messages]
-    _print_capped(console, titled_table(title, columns, optional=["size", "uniq key", "stored", "keys", "queue offset"]), rows)
+    _print_capped(console, titled_table(title, columns, optional=["size", "uniq key", "stored", "keys", "queue offset", "queue", "crc"]), rows)
     if lost.unreadable:
         rows = [(r.offset, r.size, r.queue_id, r.queue_offset, r.topic) for r in lost.unreadable[:TABLE_LOST]]
         console.print(titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"], rows=rows))
