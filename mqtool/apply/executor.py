@@ -118,7 +118,7 @@ def interrupts_raised():
         yield
         return
     StopRequests.check()
-    signal.signal(signal.SIGINT, StopRequests.outside or signal.default_int_handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler if StopRequests.outside is None else StopRequests.outside)
     try:
         yield
     finally:
