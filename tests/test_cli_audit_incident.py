@@ -336,3 +336,17 @@ def test_the_messages_a_cut_loses_are_a_table_at_100_columns(tmp_path):
     for m in lost:
         line = next(x for x in lines if x.startswith(f"{m['offset']} "))
         assert m["msg_id"] in line.split() and line.endswith(m["topic"])
+
+
+@pytest.mark.parametrize("kind", ["consumequeue", "batchconsumequeue"])
+@pytest.mark.parametrize("folder", ["commitlog", "index"])
+def test_a_queue_dump_of_a_folder_that_holds_no_queues_says_so(kind, folder):
+    """Before: `dump consumequeue STORE/commitlog` (a mistyped path) took the folder for a topic named
+    "commitlog", found no queue of it and printed nothing, exit 0: an empty dump of a store that has
+    queues. It is bad input now, named; a topic folder is dumped as before."""
+    store = store_path("4.9.7", "clean-small")
+    line = error_line(run("dump", kind, store / folder, "-f", "jsonl"), EXIT_BAD_INPUT)
+    expected = f"expected a store, its {kind}/, a topic folder in it or a queue folder"
+    assert line == f"mqtool: error: {store / folder}: not a {kind} folder: {expected}"
+    topic = run("dump", "consumequeue", store / "consumequeue" / "TopicTest", "-f", "jsonl", "--limit", "1")
+    assert topic.exit_code == 0 and json.loads(topic.stdout)["topic"] == "TopicTest"
