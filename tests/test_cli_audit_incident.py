@@ -317,15 +317,21 @@ def test_verify_summary_counts_one_of_anything_in_the_singular():
     assert "commit log: 1 record, 5 bytes in 1 segment;" in window
 
 
+def flipped(tmp_path) -> Path:
+    """A copy of 4.9.7 crashed-small with 64 bytes of a body flipped in its second segment: recovery cuts there."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    with open(store / "commitlog" / "00000000000001048576", "r+b") as segment:
+        segment.seek(300000)
+        segment.write(b"\xff" * 64)
+    return store
+
+
 def test_the_messages_a_cut_loses_are_a_table_at_100_columns(tmp_path):
     """Before: `recover` of a store with a body byte run flipped listed the messages its cut loses as 50
     vertical records of 12 lines each at 100 columns (offsetMsgIds of IPv6 hosts are 56 characters): 600
     lines that scrolled the cut and the next start off the screen. The queue and the CRC verdict are
     left out first, as the other optional columns, so each lost message is one line: offset, msg id, topic."""
-    store = copy_store("4.9.7", "crashed-small", tmp_path)
-    with open(store / "commitlog" / "00000000000001048576", "r+b") as segment:
-        segment.seek(300000)
-        segment.write(b"\xff" * 64)
+    store = flipped(tmp_path)
     lost = json.loads(run("recover", store, "-f", "json").stdout)["lost"]["messages"][:50]
     assert any(len(m["msg_id"]) == 56 for m in lost)
     shown = run("recover", store, env={"COLUMNS": "100"})
@@ -350,3 +356,17 @@ def test_a_queue_dump_of_a_folder_that_holds_no_queues_says_so(kind, folder):
     assert line == f"mqtool: error: {store / folder}: not a {kind} folder: {expected}"
     topic = run("dump", "consumequeue", store / "consumequeue" / "TopicTest", "-f", "jsonl", "--limit", "1")
     assert topic.exit_code == 0 and json.loads(topic.stdout)["topic"] == "TopicTest"
+
+
+def test_a_plans_actions_are_a_table_at_100_columns(tmp_path):
+    """Before: a plan's Actions turned into vertical records (5 lines each) at 100 columns as soon as one deleted a
+    consume queue file of a topic longer than 16 characters: its detail names the queue ("consume queue
+    SCHEDULE_TOPIC_XXXX/13"), a word the table would not break. The detail breaks now; every path is whole."""
+    store = flipped(tmp_path)
+    actions = json.loads(run("recover", store, "-f", "json").stdout)["actions"]
+    assert any(a["path"].startswith("consumequeue/SCHEDULE_TOPIC_XXXX/") for a in actions)
+    listed = run("recover", store, env={"COLUMNS": "100"}).stdout.split("\nActions\n")[1]
+    assert "-[ RECORD" not in listed and all(len(line) <= 100 for line in listed.splitlines())
+    for number, action in enumerate(actions, 1):
+        line = next(x for x in listed.splitlines() if x[:3].strip() == str(number))  # the # column, not a detail's broken word
+        assert action["op"] in line.split() and (action["path"] or "") in line

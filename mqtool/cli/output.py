@@ -39,9 +39,11 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), rows: Iterable[Sequence] = ()) -> Table:
-    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first."""
-    table = Table(columns, title=title, optional=optional)
+def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), fold: Sequence[str] = (),
+                 rows: Iterable[Sequence] = ()) -> Table:
+    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first;
+    ``fold`` ones may break a long word rather than turn the table vertical."""
+    table = Table(columns, title=title, optional=optional, fold=fold)
     for row in rows:
         table.add_row(*row)
     return table
