@@ -370,3 +370,22 @@ def test_a_plans_actions_are_a_table_at_100_columns(tmp_path):
     for number, action in enumerate(actions, 1):
         line = next(x for x in listed.splitlines() if x[:3].strip() == str(number))  # the # column, not a detail's broken word
         assert action["op"] in line.split() and (action["path"] or "") in line
+
+
+def test_a_repair_plan_calls_lost_data_only_the_findings_that_are(tmp_path):
+    """Before: the repair plan headed every finding verify would still report "Lost data: ..." (4.9.7 config-real:
+    five consumer offsets past their queue's end, which `repair --yes` itself says are not lost data, exit 0).
+    The heading counts the lost data among them and a column says which (the plan's JSON `lost_data`)."""
+    store = store_path("4.9.7", "config-real")
+    remaining = json.loads(run("repair", store, "-f", "json").stdout)["remaining"]
+    assert len(remaining) == 5 and not any(e["lost_data"] for e in remaining)
+    shown = run("repair", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 0 and "Lost data" not in shown.stdout
+    assert "After the repair `verify` will still report 5 finding(s), 0 of them lost data" in shown.stdout
+    damaged = copy_store("4.9.7", "clean-small", tmp_path)
+    with open(damaged / "commitlog" / "00000000000000000000", "r+b") as segment:  # a body in the segment no recovery reads
+        segment.seek(300000)
+        segment.write(b"\xff" * 64)
+    lost = run("repair", damaged, env={"COLUMNS": "100"}).stdout
+    assert "After the repair `verify` will still report 1 finding(s), 1 of them lost data" in lost
+    assert any(line.split()[:4] == ["crc-mismatch", "error", "yes", "295364"] for line in lost.splitlines())

@@ -843,8 +843,10 @@ def render_repair(console: Screen, doc: dict) -> None:
     if plan.recover is not None and plan.recover.actions:
         render_plan(console, doc["recover"])
     if plan.remaining:
-        table = titled_table(f"Lost data: `verify` will still report {len(plan.remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
-        _print_capped(console, table, [(e.kind, e.severity, e.offset, e.message, e.file) for e in plan.remaining])
+        lost = sum(e.lost_data for e in plan.remaining)  # the others: findings no repair step changes, not lost data
+        title = f"After the repair `verify` will still report {len(plan.remaining)} finding(s), {lost} of them lost data"
+        table = titled_table(title, ["kind", "severity", "lost data", "offset", "message", "file"], optional=["severity", "lost data"])
+        _print_capped(console, table, [(e.kind, e.severity, "yes" if e.lost_data else "no", e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
 
