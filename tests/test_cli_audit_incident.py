@@ -389,3 +389,15 @@ def test_a_repair_plan_calls_lost_data_only_the_findings_that_are(tmp_path):
     lost = run("repair", damaged, env={"COLUMNS": "100"}).stdout
     assert "After the repair `verify` will still report 1 finding(s), 1 of them lost data" in lost
     assert any(line.split()[:4] == ["crc-mismatch", "error", "yes", "295364"] for line in lost.splitlines())
+
+
+@pytest.mark.parametrize("args, number", [(("query", "offset", "{store}", "TopicTest", "0", "-1"), "-1"),
+                                          (("query", "time", "{store}", "TopicTest", "-2", "2026-11-21T04:55:15"), "-2")])
+def test_a_negative_number_where_an_argument_goes_is_said_to_be_one(args, number):
+    """Before: `query offset STORE TopicTest 0 -1` said "No such option: -1" (click reads a negative argument as
+    an option), naming no mistake the user made; a negative option value already said it must be 0 or more."""
+    store = store_path("4.9.7", "clean-small")
+    line = error_line(run(*(str(store) if a == "{store}" else a for a in args)), 2)
+    said = f"{number}: a negative number, where queue ids, offsets and counts are 0 or more"
+    assert line == f"mqtool: error: {said}; see 'mqtool {args[0]} {args[1]} --help'"
+    assert error_line(run("dump", store, "-x"), 2) == "mqtool: error: No such option: -x; see 'mqtool dump --help'"

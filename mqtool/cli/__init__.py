@@ -258,7 +258,10 @@ class MqtoolGroup(TyperGroup):
             code = EXIT_USAGE
         except UsageError as exc:
             hint = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
-            code = _error(exc.format_message().rstrip(".") + hint, EXIT_USAGE)
+            message, name = exc.format_message().rstrip("."), getattr(exc, "option_name", None) or ""
+            if name[1:].isdigit():  # `query offset STORE T 0 -1`: click takes a negative argument for an option, "No such option: -1"
+                message = f"{name}: a negative number, where queue ids, offsets and counts are 0 or more"
+            code = _error(message + hint, EXIT_USAGE)
         except ClickException as exc:
             code = _error(exc.format_message(), exc.exit_code)
         except typer.Abort:
