@@ -466,21 +466,22 @@ def test_verify_and_info_say_an_lmq_dispatch_that_throws_stops_the_next_start(tm
     assert _cli("recover", root, "--dry-run")[0] == EXIT_REFUSED
 
 
-def _append_without_properties(root):
+def _append_without_properties(root, extra: dict | None = None):
     """Append one record without properties (``propertiesLength`` 0): the store's last ordinary TopicTest record
-    re-encoded with none, at the next queue offset of its queue. Returns it as read back."""
+    re-encoded with none (with ``extra``: its own and those), at the next queue offset of its queue. Returns it as read back."""
     with Store.open(root) as store:
         records = list(store.commitlog.scan())
     end = records[-1].offset + records[-1].total_size
     base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == clfmt.TransactionType.NOT_TYPE][-1]
-    raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": b""})
+    properties = encode_properties({**base.property_map(), **extra}, trailing_separator=base.properties.endswith(b"\x02")) if extra else b""
+    raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": properties})
     segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
     data = bytearray(segment.read_bytes())
     data[end % (1 << 20) : end % (1 << 20) + len(raw)] = raw
     segment.write_bytes(bytes(data))
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
-    assert record.offset == end and record.properties == b"" and record.topic_name == "TopicTest"
+    assert record.offset == end and record.property_map() == ({**base.property_map(), **extra} if extra else {}) and record.topic_name == "TopicTest"
     return record
 
 
@@ -532,3 +533,96 @@ def test_a_4_9_3_broker_with_multi_dispatch_throws_on_a_record_without_propertie
         assert [q["max_after"] for q in queues] == [record.queue_offset + 1], queues  # its own entry planned
         findings, verified, _, info = _verify_and_info(root, *args)
         assert not [f for f in findings if f["kind"] == "dispatch-throws"] and verified["stall"] is None and info["stall"] is None
+
+
+def test_missing_entries_the_next_start_would_rebuild_are_lost_where_a_dispatch_throws_first(tmp_path):
+    """The real 4.9.7 ``crashed-small`` with a record without properties appended, under 4.9.3 with multi-dispatch on: its
+    abnormal recovery's dispatch throws on that record (``checkMultiDispatchQueue`` @4.9.3) and the load fails, so the
+    record's missing TopicTest entry is never rebuilt. Before: verify's ``cq-entry-missing`` was a warning saying the broker
+    rebuilds it on its next start; now an error that says the start would, and why it does not (``lmq.first_stall``). Under
+    4.9.7 the dispatch goes through and the warning stands."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    record = _append_without_properties(root)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    for version, severity in (("4.9.3", "error"), ("4.9.7", "warning")):
+        findings, verified, _, _ = _verify_and_info(root, "--broker-config", conf, "--broker-version", version)
+        missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+        assert [(f["offset"], f["severity"], f["details"]["rebuilt_by_broker"]) for f in missing] == [(record.offset, severity, severity == "warning")]
+        redispatch = "the abort file is present, so abnormal recovery re-dispatches every record from offset 0"
+        if severity == "warning":
+            assert verified["stall"] is None and missing[0]["message"].endswith(f"the broker will rebuild them on its next start ({redispatch})")
+        else:
+            assert missing[0]["message"].endswith(f"the broker's next start would rebuild them ({redispatch}), but {verified['stall']}")
+            assert verified["stall"].startswith(f"the record at {record.offset} has no properties")
+
+
+def _first_lines(root, *args):
+    """The next start's line of ``verify --only commitlog``, of ``verify --only index`` and of ``salvage`` (its stderr)."""
+    lines = []
+    for only in ("commitlog", "index"):
+        code, table, err = _cli("verify", root, "--only", only, *args)
+        assert code in (0, 1), err
+        lines.append(" ".join(table.split("\nWARNING")[0].split("\nERROR")[0].split("\nSummary")[0].split()))
+    code, _, err = _cli("salvage", root, "-f", "jsonl", "--out", root.parent / "salvaged.jsonl", *args)
+    assert code == 0, err
+    lines.append(next(line for line in err.splitlines() if "next start" in line).removeprefix("mqtool: "))
+    return lines
+
+
+def test_every_command_says_where_a_dispatch_that_throws_stops_the_next_start(tmp_path):
+    """The real 5.3.3 ``lmq-small``, crashed, with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at ``0,1x,2`` appended:
+    abnormal recovery's dispatch throws on it and the broker refuses to start. Before: verify's first line and info said
+    so, but ``verify --only commitlog`` (or ``--only index``) and ``salvage``'s next-start line said the start keeps the
+    log; now every one is the same line (``lmq.with_stall``)."""
+    root = _append_multi_dispatched(copy_store("5.3.3", "lmq-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    (root / "abort").write_bytes(b"")
+    _, verified, first, info = _verify_and_info(root)
+    assert verified["stall"] is not None and first == verified["line"] == info["line"]
+    assert _first_lines(root) == [first] * 3
+
+
+@pytest.mark.parametrize("config, stalls", [("enableMultiDispatch=false\n", True), ("", True),
+                                            ("enableMultiDispatch=false\nbrokerRole=SLAVE\n", False),
+                                            ("enableMultiDispatch=false\nlongPollingEnable=false\n", False)])
+@pytest.mark.parametrize("queued", [True, False])
+def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch(tmp_path, config, stalls, queued):
+    """4.9.3-4.9.8's reput calls ``notifyMessageArrive4MultiQueue`` after each record's dispatch (a master with
+    ``longPollingEnable``: ``ReputMessageService.doReput`` @4.9.3, 4.9.7): it parses ``INNER_MULTI_QUEUE_OFFSET`` whatever
+    ``enableMultiDispatch`` and whatever the transaction type, and ``run()`` retries a throw forever, so the start-up reput
+    from the queues' max never ends. On copies of the real 4.9.7 ``clean-small`` with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c``
+    at ``0,1x,2`` appended after the queues' end (an ordinary one, ``queued``, or the last TopicTest record's copy, a
+    transaction half message), no ``%LMQ%`` queue. Before: verify, info and salvage said the start keeps the log and
+    verify found nothing; recover went ahead with multi-dispatch off, or for the half message (no consume queue
+    dispatch). Now they say where the start stops and recover and repair refuse (exit 4), but on a slave or without long
+    polling (no notify), where nothing changes."""
+    lists = {"INNER_MULTI_DISPATCH": THREE, "INNER_MULTI_QUEUE_OFFSET": "0,1x,2"}
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    root = _append_without_properties(root, lists) and root if queued else _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE,
+                                                                                                    offsets="0,1x,2")
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    assert clfmt.transaction_type(record.sys_flag) == (clfmt.TransactionType.NOT_TYPE if queued else clfmt.TransactionType.PREPARED)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(config or "brokerIP1=10.0.0.1\n")
+    args = ("--broker-version", "4.9.7", "--broker-config", conf)
+    findings, verified, first, info = _verify_and_info(root, *args)
+    throws = [(f["offset"], f["severity"], f["details"]["writes"]) for f in findings if f["kind"] == "dispatch-throws"]
+    before = _tree(root)
+    plans = [_cli(command, root, "--yes" if stalls else "--dry-run", *args) for command in ("recover", "repair")]
+    assert _tree(root) == before
+    if not stalls:
+        assert throws == [] and verified["stall"] is None and info["stall"] is None
+        assert [code for code, _, _ in plans] == [0, 0]
+        return
+    wrote = "the record's own entry" if queued else "no consume queue entry"
+    assert throws == [(record.offset, "error", wrote)]
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong refuses "
+             "in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries it forever: "
+             "the broker's start never completes")
+    assert verified["stall"] == info["stall"] == stall and first == verified["line"] == info["line"] and first.endswith(f"; but {stall}")
+    assert _first_lines(root, *args) == [first] * 3
+    for code, out, err in plans:
+        message = " ".join(err.split())
+        assert code == EXIT_REFUSED and out == "" and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
+        assert "the notify throws" in message if (config or not queued) else "the broker's dispatch writes" in message, err

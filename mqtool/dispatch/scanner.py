@@ -29,8 +29,8 @@ import numpy as np
 
 from .. import activity
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import (INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqOffsetThrows, NoPropertiesThrows, dispatch_request, indexed_keys,
-                                multi_dispatch_targets)
+from ..formats.dispatch import (INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows, dispatch_request,
+                                indexed_keys, multi_dispatch_targets, notify_throw)
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import Failure, produced_in_thread
@@ -687,3 +687,16 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
         if has_queue_directory(name):
             columns = np.array(entries, dtype=np.int64).T
             yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
+
+
+def first_notify_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch) -> LmqNotifyThrows | None:
+    """The first record of the batch the reput's long-polling notify throws on (``formats.dispatch.notify_throw``: any
+    transaction type, whatever multi-dispatch), its ``offset`` set; else None."""
+    for row in np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool)).tolist():
+        f = batch.fields[row]
+        properties = multi.commitlog.read_record(int(f[fd.F_POS])).property_map(legacy=multi.legacy_properties)
+        thrown = notify_throw(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, bool(batch.to_consume_queue[row]), rule=multi.rule)
+        if thrown is not None:
+            thrown.offset = int(f[fd.F_PHYS])
+            return thrown
+    return None

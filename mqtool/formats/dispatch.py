@@ -224,6 +224,28 @@ class LmqOffsetThrows(DispatchThrows):
         self.written, self.queue, self.value = written, queue, value
 
 
+class LmqNotifyThrows(DispatchThrows):
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's long-polling notify
+    (``ReputMessageService.notifyMessageArrive4MultiQueue``, ``DefaultMessageStore`` @4.9.3-5.3.3): called after
+    ``doDispatch`` for every record the reput reads, whatever ``enableMultiDispatch`` says and whatever the record's
+    transaction type, it parses the offsets where both lists are non-blank and as long as each other (5.1.1+: not for a
+    %RETRY% topic's record). ``dispatched``: the record gets its own consume queue entry first."""
+
+    def __init__(self, thrown: LmqOffsetThrows, dispatched: bool):
+        super().__init__(f"{thrown.why} in the reput's long-polling notify (notifyMessageArrive4MultiQueue)",
+                         "the record's own entry" if dispatched else "no consume queue entry")
+
+
+def notify_throw(topic: str, queue_id: int, properties: Mapping[str, str], dispatched: bool, *, rule: int) -> LmqNotifyThrows | None:
+    """``LmqNotifyThrows`` where the reput's notify of a record throws, else None; ``rule``: the release's
+    ``checkMultiDispatchQueue`` rule (``LMQ_SKIP_*``), of which the notify keeps the %RETRY% skip alone."""
+    try:
+        multi_dispatch_targets(topic, queue_id, properties, rule=min(rule, LMQ_SKIP_RETRY))
+    except LmqOffsetThrows as exc:
+        return LmqNotifyThrows(exc, dispatched)
+    return None
+
+
 class NoPropertiesThrows(DispatchThrows):
     """A record without properties where a 4.9.3 broker has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue``
     (``DefaultMessageStore`` @4.9.3) tests ``prop == null && prop.isEmpty()`` (4.9.4: ``||``) on the properties map

@@ -19,7 +19,7 @@ from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion, given_source
 from ..dispatch import fastdispatch as fd
 from ..dispatch.placement import IndexPlacement
-from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
+from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries, first_notify_throw
 from ..store.pastend import records_after
 from .lost import describe, record_at
 from .plans import (
@@ -299,6 +299,24 @@ def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe)
+
+
+def reput_notify(store: Store, rules: VersionRules) -> MultiDispatch | None:
+    """What 4.9.3-4.9.8's reput reads for its long-polling notify, which parses every record's LMQ offsets whatever
+    multi-dispatch (``formats.dispatch.LmqNotifyThrows``; ``verify.lmq.reput_notifies``), or None: no such notify."""
+    if not (store.config.reput_notifies and rules.reput_from_cq_max and rules.lmq_rule != NO_MULTI_DISPATCH):
+        return None
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule)
+
+
+def refuse_notify_throw(batch, names: list[str], notify: MultiDispatch) -> None:
+    """Refused (exit 4) at a record of a reput batch whose long-polling notify throws (``first_notify_throw``): the
+    broker's reput retries it forever, so its start never completes."""
+    thrown = first_notify_throw(batch, names, notify)
+    if thrown is not None:
+        raise Refused(f"the record at {thrown.offset} {thrown.why}: the broker's start-up reput writes {thrown.wrote}, then the notify "
+                      "throws, and the reput retries it forever, dispatching nothing after it (its start never completes); mqtool does "
+                      "not plan what the broker never reaches")
 
 
 def planned_entries(batch, names: list[str], multi: MultiDispatch | None):

@@ -32,7 +32,9 @@ from .planparts import (
     plan_inputs,
     queue_actions,
     queue_plan,
+    refuse_notify_throw,
     rel,
+    reput_notify,
     ScanResult,
     store_version,
     unreadable_from_queues,
@@ -198,8 +200,11 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
         run.scans, cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
         legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics,
     )
+    notify = reput_notify(store, rules)
     for batch in reput:
         feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
+        if notify is not None:
+            refuse_notify_throw(batch, run.topics.names, notify)
         if run.cache is not None:
             run.cache.add(len(run.phases), batch)
     run.phases.append(DispatchPhase("reput", reput_from, end, "reput", TAGS_DELIVERY_TIME, True, run.index_enable, counts.records, counts.cq))

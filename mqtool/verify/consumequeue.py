@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -634,8 +634,11 @@ class ConsumeQueueCheck(FindingSink):
                 found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True)))
             return
         rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
-        consequence = (f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
+        stall = self.stall if rebuilt else None
+        consequence = (f"the broker's next start would rebuild them ({self.redispatch_why}), but {stall}" if stall else
+                       f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
                        f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
+        rebuilt = rebuilt and not stall
         where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
         self.emit((warning if rebuilt else error)(
             "cq-entry-missing",
@@ -644,6 +647,13 @@ class ConsumeQueueCheck(FindingSink):
             file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
             details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
                                    last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
+
+    @cached_property
+    def stall(self) -> str | None:
+        """Where a record whose dispatch throws stops the start that would rebuild missing entries (``lmq.first_stall``)."""
+        from .lmq import first_stall
+
+        return first_stall(self.store, self.logical_end)
 
     def finish(self) -> None:
         for cursor in self.cursors.values():

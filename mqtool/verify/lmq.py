@@ -4,20 +4,24 @@ Every record dispatched to a consume queue that carries ``INNER_MULTI_DISPATCH``
 ``INNER_MULTI_QUEUE_OFFSET`` owes each target queue ``(offset, size, tags code)`` at the listed
 queue offset (``formats.dispatch.multi_dispatch_targets``); each LMQ queue's units are compared
 with them, with the consume queue's kinds. A record whose dispatch throws (``formats.dispatch.DispatchThrows``)
-stops the broker's dispatch there: ``next_start_stall`` says what that does to its next start."""
+stops the broker's dispatch there, and so does one its reput's long-polling notify throws on (``LmqNotifyThrows``):
+``next_start_stall`` says what that does to its next start, ``with_stall`` adds it to that start's line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 from typing import Callable, Generator, Iterator
 
-from ..formats.dispatch import LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqOffsetThrows, NoPropertiesThrows, multi_dispatch_targets
+from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
+                                multi_dispatch_targets, notify_throw)
 from ..store import Store
 from ..store.consumequeue import queue_id_of
+from ..store.nextstart import NextStart
 from .findings import Finding, error, warning
-from .logstream import LogStream
 
 _COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
+_DISPATCHED = ("NOT_TYPE", "COMMIT")  # the transaction types ``CommitLogDispatcherBuildConsumeQueue`` writes an entry for
 
 
 def lmq_queue_dirs(store: Store) -> list[str]:
@@ -25,20 +29,23 @@ def lmq_queue_dirs(store: Store) -> list[str]:
     return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
 
 
-def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None
+def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None, notify: bool = False
                          ) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int, list[DispatchThrows]]:
     """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records of the log the broker
-    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), the logical end, and the records
-    whose dispatch throws, in log order (``DispatchThrows``, their offsets set; a property-less one where the release may
-    be 4.9.3, ``Store.no_properties_npe``)."""
+    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``) where multi-dispatch is on
+    (``Store.multi_dispatch_on``), the logical end, and the records whose dispatch throws, in log order
+    (``DispatchThrows``, their offsets set; a property-less one where the release may be 4.9.3,
+    ``Store.no_properties_npe``); with ``notify``, also those the reput's long-polling notify throws on
+    (``LmqNotifyThrows``: any transaction type, whatever multi-dispatch)."""
     import numpy as np
     import pyarrow as pa  # here: a store without LMQ never loads pyarrow
 
     from ..scan import compute
     from ..scan.messages import MessageScan
+    from .logstream import LogStream
 
     rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
-    npe = store.no_properties_npe
+    npe, multi = store.no_properties_npe, store.multi_dispatch_on
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     throws: list[DispatchThrows] = []
     scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
@@ -46,17 +53,25 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         if npe is not False:
             flagged = compute.or_(flagged, pa.array(np.diff(np.asarray(batch["properties"].offsets)) == 0))  # no property
-        dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
-        for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
+        if not notify:
+            flagged = compute.and_(flagged, compute.is_in(batch["transaction_type"], pa.array(list(_DISPATCHED), pa.string())))
+        for row in compute.filter(batch, flagged).to_pylist():
+            dispatched = row["transaction_type"] in _DISPATCHED
             if not row["properties"]:  # no property read: the NPE is for a zero propertiesLength alone (a null map)
-                if not store.commitlog.read_record(row["offset"]).properties:
+                if dispatched and npe is not False and not store.commitlog.read_record(row["offset"]).properties:
                     throws.append(NoPropertiesThrows(row["offset"], undecided=npe is None))
                 continue
-            try:
-                targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule)
-            except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
-                exc.offset, targets = row["offset"], exc.written
-                throws.append(exc)
+            properties, thrown, targets = dict(row["properties"]), None, []
+            if multi and dispatched:
+                try:
+                    targets = multi_dispatch_targets(row["topic"], row["queue_id"], properties, rule=rule)
+                except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
+                    thrown, targets = exc, exc.written
+            if thrown is None and notify:
+                thrown = notify_throw(row["topic"], row["queue_id"], properties, dispatched, rule=rule)
+            if thrown is not None:
+                thrown.offset = row["offset"]
+                throws.append(thrown)
             for name, queue_id, queue_offset in targets:
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
     return expected, scan.end.offset, throws
@@ -80,16 +95,20 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     abnormal recovery and 5.3.2+'s normal one dispatch it inside ``DefaultMessageStore.load``, which catches the exception
     and fails (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it
     forever, and ``start()`` waits for it (rules §2.11, §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
-    @4.9.7, 5.1.4, 5.3.3)."""
+    @4.9.7, 5.1.4, 5.3.3). A recovery notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops
+    4.9.3-4.9.8's start-up reput (``reput_notifies``)."""
     from .state import redispatch_start
 
     def how(s: Store) -> str | None:
         first, _ = redispatch_start(s)
         if first is None or throw.offset < first:
             return None
+        reput = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        if isinstance(throw, LmqNotifyThrows):
+            return reput if s.rules.reput_from_cq_max and not s.abort_present else None
         if s.abort_present or s.rules.normal_dispatches:
             return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
-        return "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        return reput
 
     hows = set(each_candidate(store, how))
     return hows.pop() if len(hows) == 1 else None
@@ -101,37 +120,64 @@ def stall_of(throw: DispatchThrows, how: str) -> str:
     return f"the record at {throw.offset} {throw.why}{maybe}: {how}"
 
 
-def first_stall(store: Store, stop: int) -> str | None:
-    """``stall_of`` the first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose
-    dispatch throws, or None; read only where the broker writes LMQ entries (``Store.multi_dispatch_on``): ``info``'s
-    next start (verify's is its LMQ check's)."""
+def reput_notifies(store: Store) -> bool:
+    """Whether the next start's reput reads records through its long-polling notify (``LmqNotifyThrows``): after a clean
+    stop, 4.9.3-4.9.8's start-up reput from the consume queues' max, on a master with long polling
+    (``StoreConfig.reput_notifies``; ``doReput`` @4.9.3-4.9.8); 5.x's starts at the log's end (``start()`` @5.3.3).
+    After abnormal recovery, which notifies nothing, the reput starts past the last record it queued: not modelled."""
+    return store.config.reput_notifies and not store.abort_present and any(
+        each_candidate(store, lambda s: s.rules.reput_from_cq_max and s.rules.lmq_rule != NO_MULTI_DISPATCH))
+
+
+def start_throws(store: Store, stop: int) -> list[tuple[DispatchThrows, str]]:
+    """The records the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose dispatch, or
+    reput notify (``reput_notifies``), throws, each with ``next_start_stall``'s how; read only where one can: where the
+    broker writes LMQ entries (``Store.multi_dispatch_on``) or its reput notifies."""
     from .state import redispatch_start
 
-    if not store.multi_dispatch_on or store.rules.lmq_rule == NO_MULTI_DISPATCH:
-        return None
+    notify = reput_notifies(store)
+    if not (store.multi_dispatch_on or notify) or store.rules.lmq_rule == NO_MULTI_DISPATCH:
+        return []
     first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
     if first is None or max(first, store.commitlog.min_offset) >= stop:
-        return None
-    _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None)
-    return next((stall_of(t, how) for t in throws if (how := next_start_stall(store, t)) is not None), None)
+        return []
+    _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None, notify)
+    return [(t, how) for t in throws if (how := next_start_stall(store, t)) is not None]
+
+
+def first_stall(store: Store, stop: int) -> str | None:
+    """``stall_of`` the first of ``start_throws``, or None: where a start that ends the log at ``stop`` stops."""
+    throws = start_throws(store, stop)
+    return stall_of(*throws[0]) if throws else None
+
+
+def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
+    """``found`` (``store.nextstart.next_start``) with its ``first_stall``: every command that says where the next start
+    ends (``info``, ``verify``, ``salvage``) says this one."""
+    if found is None or found.logical_end is None or store.recovers_dledger_data:
+        return found
+    return replace(found, stall=first_stall(store, found.logical_end))
+
+
+def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:
+    """verify's ``dispatch-throws`` finding of a record whose dispatch throws, and ``how`` its next start meets it."""
+    maybe = "if the broker is 4.9.3 (--broker-version decides), " if throw.undecided else ""
+    what = "reput's notify" if isinstance(throw, LmqNotifyThrows) else "dispatch"
+    return (warning if throw.undecided else error)(
+        "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's {what} writes {throw.wrote}, then throws; "
+        f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
 
 
 def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None
-                 ) -> Generator[Finding, None, tuple[str | None, str | None]]:
+                 ) -> Generator[Finding, None, str | None]:
     """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
-    and no record asks for one) and ``first_stall``'s answer for the records read."""
+    and no record asks for one)."""
     expected, end, throws = expected_lmq_entries(store, start, stop, unread_before)
-    stall = None
     for throw in throws:
-        how = next_start_stall(store, throw)
-        stall = stall or (None if how is None else stall_of(throw, how))
-        maybe = "if the broker is 4.9.3 (--broker-version decides), " if throw.undecided else ""
-        yield (warning if throw.undecided else error)(
-            "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's dispatch writes {throw.wrote}, then throws; "
-            f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
+        yield throw_finding(throw, next_start_stall(store, throw))
     names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
     if not names:
-        return None, stall
+        return None
     entries = 0
     for name in sorted(names):
         queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
@@ -163,7 +209,7 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
                 details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
                 yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
                             file=rel, offset=want[first][0], details=details)
-    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries", stall
+    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
 
 
 def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
