@@ -481,7 +481,8 @@ def _append_without_properties(root, extra: dict | None = None):
     segment.write_bytes(bytes(data))
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
-    assert record.offset == end and record.property_map() == ({**base.property_map(), **extra} if extra else {}) and record.topic_name == "TopicTest"
+    assert record.offset == end and record.topic_name == "TopicTest"
+    assert record.property_map() == ({**base.property_map(), **extra} if extra else {})
     return record
 
 
@@ -548,10 +549,12 @@ def test_missing_entries_the_next_start_would_rebuild_are_lost_where_a_dispatch_
     for version, severity in (("4.9.3", "error"), ("4.9.7", "warning")):
         findings, verified, _, _ = _verify_and_info(root, "--broker-config", conf, "--broker-version", version)
         missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
-        assert [(f["offset"], f["severity"], f["details"]["rebuilt_by_broker"]) for f in missing] == [(record.offset, severity, severity == "warning")]
+        found = [(f["offset"], f["severity"], f["details"]["rebuilt_by_broker"]) for f in missing]
+        assert found == [(record.offset, severity, severity == "warning")]
         redispatch = "the abort file is present, so abnormal recovery re-dispatches every record from offset 0"
         if severity == "warning":
-            assert verified["stall"] is None and missing[0]["message"].endswith(f"the broker will rebuild them on its next start ({redispatch})")
+            assert verified["stall"] is None
+            assert missing[0]["message"].endswith(f"the broker will rebuild them on its next start ({redispatch})")
         else:
             assert missing[0]["message"].endswith(f"the broker's next start would rebuild them ({redispatch}), but {verified['stall']}")
             assert verified["stall"].startswith(f"the record at {record.offset} has no properties")
@@ -598,8 +601,10 @@ def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch
     polling (no notify), where nothing changes."""
     lists = {"INNER_MULTI_DISPATCH": THREE, "INNER_MULTI_QUEUE_OFFSET": "0,1x,2"}
     root = copy_store("4.9.7", "clean-small", tmp_path)
-    root = _append_without_properties(root, lists) and root if queued else _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE,
-                                                                                                    offsets="0,1x,2")
+    if queued:
+        _append_without_properties(root, lists)
+    else:
+        _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
     assert clfmt.transaction_type(record.sys_flag) == (clfmt.TransactionType.NOT_TYPE if queued else clfmt.TransactionType.PREPARED)
@@ -617,9 +622,9 @@ def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch
         return
     wrote = "the record's own entry" if queued else "no consume queue entry"
     assert throws == [(record.offset, "error", wrote)]
-    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong refuses "
-             "in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries it forever: "
-             "the broker's start never completes")
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries "
+             "it forever: the broker's start never completes")
     assert verified["stall"] == info["stall"] == stall and first == verified["line"] == info["line"] and first.endswith(f"; but {stall}")
     assert _first_lines(root, *args) == [first] * 3
     for code, out, err in plans:

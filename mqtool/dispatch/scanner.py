@@ -695,7 +695,8 @@ def first_notify_throw(batch: DispatchBatch, names: list[str], multi: MultiDispa
     for row in np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool)).tolist():
         f = batch.fields[row]
         properties = multi.commitlog.read_record(int(f[fd.F_POS])).property_map(legacy=multi.legacy_properties)
-        thrown = notify_throw(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, bool(batch.to_consume_queue[row]), rule=multi.rule)
+        queued = bool(batch.to_consume_queue[row])
+        thrown = notify_throw(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, queued, rule=multi.rule)
         if thrown is not None:
             thrown.offset = int(f[fd.F_PHYS])
             return thrown
