@@ -362,8 +362,11 @@ def test_an_lmq_offset_list_with_a_bad_value_after_good_ones_is_refused(tmp_path
     refuse (exit 4) naming the record and the value, changing nothing. Where the next start does not dispatch it
     (5.3.3 after a clean stop: normal recovery dispatches past the queues' end only, the reput starts at the log's
     end), recover goes ahead as the broker does. Fewer values than queues is no throw: the length check returns
-    before any LMQ entry, and the plans go ahead without one."""
-    pinned = ("--broker-version", given) if given else ()
+    before any LMQ entry, and the plans go ahead without one. Multi-dispatch is on by ``--broker-config`` (or lmq-small's
+    %LMQ% queues); without either, ``test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is_on``."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    pinned = ("--broker-config", conf, *(("--broker-version", given) if given else ()))
     root = _append_multi_dispatched(copy_store(version, name, tmp_path / "bad"), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
@@ -630,4 +633,39 @@ def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch
     for code, out, err in plans:
         message = " ".join(err.split())
         assert code == EXIT_REFUSED and out == "" and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
-        assert "the notify throws" in message if (config or not queued) else "the broker's dispatch writes" in message, err
+        assert "the notify throws" in message, err
+
+
+@pytest.mark.parametrize("version, given", [("4.9.7", "4.9.7"), ("5.1.4", None)])
+def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is_on(tmp_path, version, given):
+    """A crashed copy of the real ``crashed-small`` (no ``%LMQ%`` queue) with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at
+    ``0,1x,2`` appended: abnormal recovery's dispatch throws on it only where ``enableMultiDispatch`` is on (off by default
+    in ``MessageStoreConfig``; recovery does not notify). The record is no evidence that it is: a broker with it on writes
+    ``INNER_MULTI_QUEUE_OFFSET`` as numbers (``MultiDispatch.wrapMultiDispatch`` @4.9.3, 5.1.4), one with it off stores the
+    client's own as sent. Before: recover refused saying the broker refuses to start while verify, info and salvage said
+    the start keeps the log, without a finding. Now all say it is undecided and what decides (``--broker-config``):
+    verify warns, the next start's line says it and recover refuses naming ``--broker-config``; given the config, each
+    says the one answer."""
+    root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    pinned = ("--broker-version", given) if given else ()
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+        assert store.abort_present and not store.multi_dispatch_on
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses{}: abnormal recovery dispatches it, and the load fails: the broker refuses to start")
+    for config, severity in (("", "warning"), ("enableMultiDispatch=true\n", "error"), ("enableMultiDispatch=false\n", None)):
+        conf = tmp_path / "broker.conf"
+        conf.write_text(config or "brokerIP1=10.0.0.1\n")
+        args = (*pinned, "--broker-config", conf)
+        findings, verified, first, info = _verify_and_info(root, *args)
+        throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
+        code, _, err = _cli("recover", root, "--dry-run", *args)
+        message = " ".join(err.split())
+        if severity is None:
+            assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
+            continue
+        assert throws == [(record.offset, severity)]
+        assert verified["stall"] == info["stall"] == stall.format(" (if enableMultiDispatch is on: --broker-config decides)" if config == "" else "")
+        assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
+        assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
+        assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err

@@ -18,6 +18,7 @@ from ..dispatch.scanner import (
     TAGS_HASH,
     DispatchCache,
     after_phys,
+    first_throw,
 )
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
@@ -32,7 +33,8 @@ from .planparts import (
     plan_inputs,
     queue_actions,
     queue_plan,
-    refuse_notify_throw,
+    multi_dispatch,
+    refusal,
     rel,
     reput_notify,
     ScanResult,
@@ -202,9 +204,9 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
     )
     notify = reput_notify(store, rules)
     for batch in reput:
+        if notify is not None and (thrown := first_throw(batch, run.topics.names, multi_dispatch(store, rules), notify)) is not None:
+            raise refusal(thrown)  # the notify throws whatever multi-dispatch: before the dispatch's own undecided throw
         feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
-        if notify is not None:
-            refuse_notify_throw(batch, run.topics.names, notify)
         if run.cache is not None:
             run.cache.add(len(run.phases), batch)
     run.phases.append(DispatchPhase("reput", reput_from, end, "reput", TAGS_DELIVERY_TIME, True, run.index_enable, counts.records, counts.cq))

@@ -14,14 +14,13 @@ from itertools import groupby
 from typing import Callable, Generator, Iterator
 
 from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
-                                multi_dispatch_targets, notify_throw)
+                                multi_dispatch_targets)
 from ..store import Store
 from ..store.consumequeue import queue_id_of
 from ..store.nextstart import NextStart
 from .findings import Finding, error, warning
 
 _COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
-_DISPATCHED = ("NOT_TYPE", "COMMIT")  # the transaction types ``CommitLogDispatcherBuildConsumeQueue`` writes an entry for
 
 
 def lmq_queue_dirs(store: Store) -> list[str]:
@@ -29,14 +28,12 @@ def lmq_queue_dirs(store: Store) -> list[str]:
     return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
 
 
-def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None, notify: bool = False
+def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None
                          ) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int, list[DispatchThrows]]:
     """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records of the log the broker
-    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``) where multi-dispatch is on
-    (``Store.multi_dispatch_on``), the logical end, and the records whose dispatch throws, in log order
-    (``DispatchThrows``, their offsets set; a property-less one where the release may be 4.9.3,
-    ``Store.no_properties_npe``); with ``notify``, also those the reput's long-polling notify throws on
-    (``LmqNotifyThrows``: any transaction type, whatever multi-dispatch)."""
+    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), the logical end, and the records
+    whose dispatch throws, in log order (``DispatchThrows``, their offsets set; a property-less one where the release may
+    be 4.9.3, ``Store.no_properties_npe``)."""
     import numpy as np
     import pyarrow as pa  # here: a store without LMQ never loads pyarrow
 
@@ -45,7 +42,7 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
     from .logstream import LogStream
 
     rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
-    npe, multi = store.no_properties_npe, store.multi_dispatch_on
+    npe = store.no_properties_npe
     expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
     throws: list[DispatchThrows] = []
     scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
@@ -53,25 +50,17 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         if npe is not False:
             flagged = compute.or_(flagged, pa.array(np.diff(np.asarray(batch["properties"].offsets)) == 0))  # no property
-        if not notify:
-            flagged = compute.and_(flagged, compute.is_in(batch["transaction_type"], pa.array(list(_DISPATCHED), pa.string())))
-        for row in compute.filter(batch, flagged).to_pylist():
-            dispatched = row["transaction_type"] in _DISPATCHED
+        dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
+        for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
             if not row["properties"]:  # no property read: the NPE is for a zero propertiesLength alone (a null map)
-                if dispatched and npe is not False and not store.commitlog.read_record(row["offset"]).properties:
+                if not store.commitlog.read_record(row["offset"]).properties:
                     throws.append(NoPropertiesThrows(row["offset"], undecided=npe is None))
                 continue
-            properties, thrown, targets = dict(row["properties"]), None, []
-            if multi and dispatched:
-                try:
-                    targets = multi_dispatch_targets(row["topic"], row["queue_id"], properties, rule=rule)
-                except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
-                    thrown, targets = exc, exc.written
-            if thrown is None and notify:
-                thrown = notify_throw(row["topic"], row["queue_id"], properties, dispatched, rule=rule)
-            if thrown is not None:
-                thrown.offset = row["offset"]
-                throws.append(thrown)
+            try:
+                targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule)
+            except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
+                exc.offset, targets = row["offset"], exc.written
+                throws.append(exc)
             for name, queue_id, queue_offset in targets:
                 expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
     return expected, scan.end.offset, throws
@@ -116,7 +105,7 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
 
 def stall_of(throw: DispatchThrows, how: str) -> str:
     """``NextStart.stall``: the record, why its dispatch throws, and ``next_start_stall``'s ``how``."""
-    maybe = " (if the broker is 4.9.3: --broker-version decides)" if throw.undecided else ""
+    maybe = " (if {}: {} decides)".format(*throw.undecided) if throw.undecided else ""
     return f"the record at {throw.offset} {throw.why}{maybe}: {how}"
 
 
@@ -129,26 +118,37 @@ def reput_notifies(store: Store) -> bool:
         each_candidate(store, lambda s: s.rules.reput_from_cq_max and s.rules.lmq_rule != NO_MULTI_DISPATCH))
 
 
-def start_throws(store: Store, stop: int) -> list[tuple[DispatchThrows, str]]:
-    """The records the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose dispatch, or
-    reput notify (``reput_notifies``), throws, each with ``next_start_stall``'s how; read only where one can: where the
-    broker writes LMQ entries (``Store.multi_dispatch_on``) or its reput notifies."""
+def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
+    """The first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose dispatch,
+    or reput notify (``reput_notifies``), throws, with ``next_start_stall``'s how, found as the planners find it
+    (``dispatch.scanner.first_throw``, compiled); None where there is none, and unread where none can be: multi-dispatch
+    off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify."""
     from .state import redispatch_start
 
-    notify = reput_notifies(store)
-    if not (store.multi_dispatch_on or notify) or store.rules.lmq_rule == NO_MULTI_DISPATCH:
-        return []
+    rules, notify = store.rules, reput_notifies(store)
+    if not (store.multi_dispatch or notify) or rules.lmq_rule == NO_MULTI_DISPATCH:
+        return None
     first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
     if first is None or max(first, store.commitlog.min_offset) >= stop:
-        return []
-    _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None, notify)
-    return [(t, how) for t in throws if (how := next_start_stall(store, t)) is not None]
+        return None
+    from ..dispatch.scanner import TAGS_DELIVERY_TIME, MultiDispatch, after_phys, first_throw, phase_scanner  # compiled: where it reads
+    from ..store.resync import record_start
+
+    multi = MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
+    scan = phase_scanner(store.commitlog, record_start(store.commitlog, first), stop, discipline="recovery", tags=TAGS_DELIVERY_TIME,
+                         delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
+    for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
+        batch = after_phys(batch, first - 1)
+        thrown = first_throw(batch, scan.topics.names, multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None)
+        if thrown is not None and (how := next_start_stall(store, thrown)) is not None:
+            return thrown, how
+    return None
 
 
 def first_stall(store: Store, stop: int) -> str | None:
-    """``stall_of`` the first of ``start_throws``, or None: where a start that ends the log at ``stop`` stops."""
-    throws = start_throws(store, stop)
-    return stall_of(*throws[0]) if throws else None
+    """``stall_of`` the ``stall_throw``, or None: where a start that ends the log at ``stop`` stops."""
+    throw = stall_throw(store, stop)
+    return None if throw is None else stall_of(*throw)
 
 
 def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
@@ -161,7 +161,7 @@ def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
 
 def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:
     """verify's ``dispatch-throws`` finding of a record whose dispatch throws, and ``how`` its next start meets it."""
-    maybe = "if the broker is 4.9.3 (--broker-version decides), " if throw.undecided else ""
+    maybe = "if {} ({} decides), ".format(*throw.undecided) if throw.undecided else ""
     what = "reput's notify" if isinstance(throw, LmqNotifyThrows) else "dispatch"
     return (warning if throw.undecided else error)(
         "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's {what} writes {throw.wrote}, then throws; "

@@ -16,7 +16,7 @@ from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, Summary
-from .lmq import lmq_findings, start_throws, throw_finding, with_stall
+from .lmq import lmq_findings, stall_throw, throw_finding, with_stall
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
@@ -146,9 +146,9 @@ class Verification:
                 if line:
                     summary.notes.append(line)
             if "cq" in cross and summary.next_start is not None and summary.next_start.stall is not None:
-                for throw, how in start_throws(store, summary.next_start.logical_end):  # the LMQ check's are a dispatch's
-                    if isinstance(throw, LmqNotifyThrows):
-                        yield throw_finding(throw, how)
+                throw, how = stall_throw(store, summary.next_start.logical_end)
+                if not lmq or isinstance(throw, LmqNotifyThrows):  # else the LMQ check reported it
+                    yield throw_finding(throw, how)
             if "cq" in cross and store.batch_consume_queues:
                 from .batchqueue import batch_queue_findings
 
