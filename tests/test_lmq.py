@@ -646,7 +646,8 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
     the start keeps the log, without a finding. Now all say it is undecided and what decides (``--broker-config``):
     verify warns, the next start's line says it and recover refuses naming ``--broker-config``; given the config, each
     says the one answer."""
-    root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE,
+                                    offsets="0,1x,2")
     pinned = ("--broker-version", given) if given else ()
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
@@ -665,7 +666,8 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
             assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
             continue
         assert throws == [(record.offset, severity)]
-        assert verified["stall"] == info["stall"] == stall.format(" (if enableMultiDispatch is on: --broker-config decides)" if config == "" else "")
+        maybe = " (if enableMultiDispatch is on: --broker-config decides)" if config == "" else ""
+        assert verified["stall"] == info["stall"] == stall.format(maybe)
         assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
         assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
         assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err

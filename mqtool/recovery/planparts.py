@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
-from ..formats.dispatch import NO_MULTI_DISPATCH, SCHEDULE_TOPIC, UNDECIDED_MULTI_DISPATCH, UNDECIDED_RELEASE, DispatchThrows, LmqNotifyThrows
+from ..formats.dispatch import (NO_MULTI_DISPATCH, SCHEDULE_TOPIC, UNDECIDED_MULTI_DISPATCH, UNDECIDED_RELEASE, DispatchThrows,
+                                LmqNotifyThrows)
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE

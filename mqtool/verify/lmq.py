@@ -139,7 +139,8 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
                          delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
     for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
         batch = after_phys(batch, first - 1)
-        thrown = first_throw(batch, scan.topics.names, multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None)
+        dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
+        thrown = first_throw(batch, scan.topics.names, dispatch, notified)
         if thrown is not None and (how := next_start_stall(store, thrown)) is not None:
             return thrown, how
     return None
