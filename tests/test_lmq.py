@@ -644,8 +644,8 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
     ``INNER_MULTI_QUEUE_OFFSET`` as numbers (``MultiDispatch.wrapMultiDispatch`` @4.9.3, 5.1.4), one with it off stores the
     client's own as sent. Before: recover refused saying the broker refuses to start while verify, info and salvage said
     the start keeps the log, without a finding. Now all say it is undecided and what decides (``--broker-config``):
-    verify warns, the next start's line says it and recover refuses naming ``--broker-config``; given the config, each
-    says the one answer."""
+    verify warns (the record's own missing entry too: the start that would rebuild it may stop there), the next start's
+    line says it and recover refuses naming ``--broker-config``; given the config, each says the one answer."""
     root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE,
                                     offsets="0,1x,2")
     pinned = ("--broker-version", given) if given else ()
@@ -660,12 +660,15 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
         args = (*pinned, "--broker-config", conf)
         findings, verified, first, info = _verify_and_info(root, *args)
         throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
+        missing = [f for f in findings if f["kind"] == "cq-entry-missing" and f["file"].startswith("consumequeue/TopicTest/")]
         code, _, err = _cli("recover", root, "--dry-run", *args)
         message = " ".join(err.split())
         if severity is None:
             assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
+            assert [f["severity"] for f in missing] == ["warning"] and "the broker will rebuild them" in missing[0]["message"]
             continue
         assert throws == [(record.offset, severity)]
+        assert [f["severity"] for f in missing] == [severity] and missing[0]["message"].endswith(f", but {verified['stall']}")
         maybe = " (if enableMultiDispatch is on: --broker-config decides)" if config == "" else ""
         assert verified["stall"] == info["stall"] == stall.format(maybe)
         assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")

@@ -35,6 +35,7 @@ from ..store.store import empty_not_last
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
+from .lmq import stall_of, stall_throw
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -635,12 +636,13 @@ class ConsumeQueueCheck(FindingSink):
             return
         rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
         stall = self.stall if rebuilt else None
-        consequence = (f"the broker's next start would rebuild them ({self.redispatch_why}), but {stall}" if stall else
+        consequence = (f"the broker's next start would rebuild them ({self.redispatch_why}), but {stall_of(*stall)}" if stall else
                        f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
                        f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
+        lost = not rebuilt or stall is not None and not stall[0].undecided  # an undecided stall (lmq.stall_of says what decides) warns
         rebuilt = rebuilt and not stall
         where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
-        self.emit((warning if rebuilt else error)(
+        self.emit((error if lost else warning)(
             "cq-entry-missing",
             f"{run.count} records of {cursor.label} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
             f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
@@ -649,11 +651,9 @@ class ConsumeQueueCheck(FindingSink):
                                    last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
 
     @cached_property
-    def stall(self) -> str | None:
-        """Where a record whose dispatch throws stops the start that would rebuild missing entries (``lmq.first_stall``)."""
-        from .lmq import first_stall
-
-        return first_stall(self.store, self.logical_end)
+    def stall(self):
+        """The record whose dispatch throws where the start that would rebuild missing entries stops (``lmq.stall_throw``)."""
+        return stall_throw(self.store, self.logical_end)
 
     def finish(self) -> None:
         for cursor in self.cursors.values():

@@ -135,12 +135,11 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     from ..store.resync import record_start
 
     multi = MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
+    dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
     scan = phase_scanner(store.commitlog, record_start(store.commitlog, first), stop, discipline="recovery", tags=TAGS_DELIVERY_TIME,
                          delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
     for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
-        batch = after_phys(batch, first - 1)
-        dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
-        thrown = first_throw(batch, scan.topics.names, dispatch, notified)
+        thrown = first_throw(after_phys(batch, first - 1), scan.topics.names, dispatch, notified)
         if thrown is not None and (how := next_start_stall(store, thrown)) is not None:
             return thrown, how
     return None
