@@ -469,13 +469,13 @@ def test_verify_and_info_say_an_lmq_dispatch_that_throws_stops_the_next_start(tm
     assert _cli("recover", root, "--dry-run")[0] == EXIT_REFUSED
 
 
-def _append_without_properties(root, extra: dict | None = None):
-    """Append one record without properties (``propertiesLength`` 0): the store's last ordinary TopicTest record
+def _append_without_properties(root, extra: dict | None = None, kind: clfmt.TransactionType = clfmt.TransactionType.NOT_TYPE):
+    """Append one record without properties (``propertiesLength`` 0): the store's last ordinary (``kind``) TopicTest record
     re-encoded with none (with ``extra``: its own and those), at the next queue offset of its queue. Returns it as read back."""
     with Store.open(root) as store:
         records = list(store.commitlog.scan())
     end = records[-1].offset + records[-1].total_size
-    base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == clfmt.TransactionType.NOT_TYPE][-1]
+    base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == kind][-1]
     properties = encode_properties({**base.property_map(), **extra}, trailing_separator=base.properties.endswith(b"\x02")) if extra else b""
     raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": properties})
     segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
@@ -674,3 +674,31 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
         assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
         assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
         assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err
+
+
+@pytest.mark.parametrize("queued_after", [False, True])
+def test_4_9_x_reput_after_abnormal_recovery_notifies_the_records_after_the_last_it_queued(tmp_path, queued_after):
+    """After abnormal recovery (which dispatches and notifies nothing it cannot), 4.9.3-4.9.8's ``start()`` reputs from
+    the consume queues' max: past the last record recovery queued, so a transaction half message after it (no consume
+    queue entry) is read by the reput, whose long-polling notify throws on its offset list whatever multi-dispatch
+    (``notifyMessageArrive4MultiQueue`` @4.9.7). On the real 4.9.7 ``crashed-small`` with such a record appended: before,
+    verify, info and salvage said the start keeps the log and recover went ahead; now all say the reput stops there and
+    recover refuses. With an ordinary record appended after it, the reput starts past both: no stop, as before."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    lists = {"INNER_MULTI_DISPATCH": THREE, "INNER_MULTI_QUEUE_OFFSET": "0,1x,2"}
+    record = _append_without_properties(root, lists, clfmt.TransactionType.PREPARED)
+    if queued_after:
+        _append_without_properties(root, {"KEYS": "after"})
+    args = ("--broker-version", "4.9.7")
+    findings, verified, first, info = _verify_and_info(root, *args)
+    throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
+    code, _, err = _cli("recover", root, "--dry-run", *args)
+    if queued_after:
+        assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
+        return
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries "
+             "it forever: the broker's start never completes")
+    assert throws == [(record.offset, "error")] and verified["stall"] == info["stall"] == stall
+    assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {stall}")
+    assert code == EXIT_REFUSED and "writes no consume queue entry, then the notify throws" in " ".join(err.split()), err

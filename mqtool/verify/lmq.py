@@ -94,7 +94,7 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
             return None
         reput = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
         if isinstance(throw, LmqNotifyThrows):
-            return reput if s.rules.reput_from_cq_max and not s.abort_present else None
+            return reput if s.rules.reput_from_cq_max else None
         if s.abort_present or s.rules.normal_dispatches:
             return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
         return reput
@@ -110,12 +110,12 @@ def stall_of(throw: DispatchThrows, how: str) -> str:
 
 
 def reput_notifies(store: Store) -> bool:
-    """Whether the next start's reput reads records through its long-polling notify (``LmqNotifyThrows``): after a clean
-    stop, 4.9.3-4.9.8's start-up reput from the consume queues' max, on a master with long polling
-    (``StoreConfig.reput_notifies``; ``doReput`` @4.9.3-4.9.8); 5.x's starts at the log's end (``start()`` @5.3.3).
-    After abnormal recovery, which notifies nothing, the reput starts past the last record it queued: not modelled."""
-    return store.config.reput_notifies and not store.abort_present and any(
-        each_candidate(store, lambda s: s.rules.reput_from_cq_max and s.rules.lmq_rule != NO_MULTI_DISPATCH))
+    """Whether the next start's reput reads records through its long-polling notify (``LmqNotifyThrows``): 4.9.3-4.9.8's
+    start-up reput from the consume queues' max (after abnormal recovery, which notifies nothing: past the last record it
+    queued), on a master with long polling (``StoreConfig.reput_notifies``; ``doReput``, ``start()`` @4.9.3, 4.9.7); 5.x's
+    starts at the log's end (``start()`` @5.3.3)."""
+    notifying = each_candidate(store, lambda s: s.rules.reput_from_cq_max and s.rules.lmq_rule != NO_MULTI_DISPATCH)
+    return store.config.reput_notifies and any(notifying)
 
 
 def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
@@ -131,18 +131,25 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
     if first is None or max(first, store.commitlog.min_offset) >= stop:
         return None
-    from ..dispatch.scanner import TAGS_DELIVERY_TIME, MultiDispatch, after_phys, first_throw, phase_scanner  # compiled: where it reads
+    from ..dispatch.scanner import TAGS_DELIVERY_TIME, MultiDispatch, after_phys, first_notify_throw, first_throw, phase_scanner  # compiled
     from ..store.resync import record_start
 
     multi = MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
     dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
     scan = phase_scanner(store.commitlog, record_start(store.commitlog, first), stop, discipline="recovery", tags=TAGS_DELIVERY_TIME,
                          delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
+    after_recovery = store.abort_present and notified is not None  # the reput after it: past the last record recovery queued
+    pending = None  # a notify throw of that reput, unless a later record is queued
     for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
-        thrown = first_throw(after_phys(batch, first - 1), scan.topics.names, dispatch, notified)
+        batch = after_phys(batch, first - 1)
+        thrown = first_throw(batch, scan.topics.names, dispatch, None if after_recovery else notified)
         if thrown is not None and (how := next_start_stall(store, thrown)) is not None:
             return thrown, how
-    return None
+        queued = batch.phys[batch.to_consume_queue]
+        if after_recovery and (pending is None or queued.size and queued[-1] > pending.offset):
+            pending = first_notify_throw(after_phys(batch, int(queued[-1]) if queued.size else first - 1), scan.topics.names, notified)
+    how = None if pending is None else next_start_stall(store, pending)
+    return None if how is None else (pending, how)
 
 
 def first_stall(store: Store, stop: int) -> str | None:
