@@ -387,10 +387,11 @@ def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
     doc = with_next_start(plan.to_dict(), plan.recover)
     if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
         from ..store.nextstart import next_start
+        from ..verify.lmq import with_stall
 
         try:
             with open_store(root, broker_config, broker_version) as opened:
-                found = next_start(opened)
+                found = with_stall(opened, next_start(opened))
         except BadInput:  # not even the store model reads it (a DLedger file of the wrong length): the plan's note says why
             return doc
         doc = doc if found is None else {**doc, "next_start": found.as_dict()}

@@ -25,6 +25,7 @@ class StoreConfig:
     check_crc_on_recover: bool = True
     delay_levels: str = DEFAULT_DELAY_LEVELS
     enable_multi_dispatch: bool | None = None  # enableMultiDispatch; None: the records decide (Store.multi_dispatch)
+    reput_notifies: bool = True  # longPollingEnable, brokerRole not SLAVE: 4.9.x's reput notifies (formats.dispatch.LmqNotifyThrows)
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
@@ -91,6 +92,7 @@ def load_broker_config(path: Path) -> StoreConfig:
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", None),
+        reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,
