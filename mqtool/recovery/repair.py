@@ -27,6 +27,7 @@ from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_las
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import refused_by
+from ..store.timer import TimerLogListing
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -134,8 +135,9 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         pad_blank(rel, size, blank, expected, why)
         return True
 
+    listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else None)
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
-                      cut_before_last=end_timer_file)  # mapped file queues: MappedFileQueue.load
+                      cut_before_last=end_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -246,11 +248,12 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
-                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
+                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None,
+                      known_size: int | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
-    offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
-    ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
-    or returns False for the padding with zeros."""
+    offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
+    expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
+    plans the fix of a short file before the last, or returns False for the padding with zeros."""
     files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
     for entry in _files(directory):
@@ -259,8 +262,8 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         else:
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
-    expected = None  # no file tells the size: only zero-length files, each handled below without it
-    if sizes:
+    expected = known_size  # None: no file tells the size, only zero-length files, each handled below without it
+    if sizes and expected is None:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
         expected = alone(lone[0], sizes[0]) if len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
     last = max((b for b, _, _ in segments), default=None)
