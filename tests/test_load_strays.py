@@ -478,7 +478,7 @@ def timer_size_conf(tmp_path, name: str) -> str:
     return str(conf)
 
 
-@pytest.mark.parametrize("cut", [52 * 100])
+@pytest.mark.parametrize("cut", [52 * 100 + 30, 52 * 100])
 def test_lone_cut_timer_log_file_refused_and_repaired(tmp_path, cut):
     """Before: the timer log's file size was inferred from the other files, so the only file of ``timerlog/`` (5.3.3
     ``timer-crashed``) cut by a disk fault, inside a unit or at a unit's end, was taken as it was: no ``timer-file-size``,
@@ -524,3 +524,36 @@ def test_every_timer_log_file_cut_alike_is_held_to_the_configured_size(tmp_path)
         ("timerlog/00000000000000000000", 8192, 5000), ("timerlog/00000000000000008192", 8192, 5000)]
     assert first_line(shown.stdout).startswith("the broker's next start refuses to start: timerlog/00000000000000000000: 5000 bytes, not 8192;")
 
+
+def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
+    """Before: the last timer log file cut inside a unit (20 bytes of the unit at 1560 of 5.3.3 ``timer-small``'s second
+    file: its size and magic whole) was padded with zeros after the cut, so the broker's ``recoverAndRevise`` read the torn
+    unit as valid (size 52, a magic ``isMagicOK`` passes) and kept it, naming offset 0: verify called it a lost
+    ``timer-reference``, and ``reviseQueueOffset``, reading that unit, could not find its message and fell back to the
+    timer checkpoint, past the cut units' messages. Now repair pads with zeros from the unit's start: the timer recovery
+    ends at the last whole unit, whose message is the one before the cut unit's in ``rmq_sys_wheel_timer``, so the broker
+    enqueues the cut units' messages again."""
+    from mqtool.formats import timer as tfmt
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    last = root / "timerlog" / "00000000000000008192"
+    torn = 1560
+    os.truncate(last, torn + 20)
+    _, out, findings = verified(root, "5.3.3")
+    assert first_line(out).startswith("the broker's next start refuses to start: timerlog/00000000000000008192: 1580 bytes, not 8192;")
+    assert not [f for f in findings if f["kind"] == "timer-reference"]
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    ops = [(a["op"], a["path"], a["start"], a["end"]) for a in planned["files"]["actions"]]
+    assert ops == [("resize", "timerlog/00000000000000008192", 1580, 8192), ("zero-range", "timerlog/00000000000000008192", torn, 1580)]
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost: the wheel slots of the cut units
+    assert last.stat().st_size == 8192 and not any(last.read_bytes()[torn:])
+    log = TimerStore.open(root).log
+    walked = [u.timer_log_offset for u in log.walk()]
+    assert walked[-1] == 8192 + torn - tfmt.UNIT_SIZE and (log.end.offset, log.end.reason) == (8192 + torn, "zeros")
+    findings = verified(root, "5.3.3")[2]
+    assert not [f for f in findings if f["kind"] in ("timer-reference", "timer-file-size", "timer-log-damaged")]
+    queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
+    assert queued[8192 + torn] == queued[walked[-1]] + 1  # in rmq_sys_wheel_timer queue 0

@@ -27,7 +27,7 @@ from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_las
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import refused_by
-from ..store.timer import TimerLogListing
+from ..store.timer import TimerLogListing, cut_at
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -135,9 +135,21 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         pad_blank(rel, size, blank, expected, why)
         return True
 
+    def end_last_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
+        """The last timer log file cut inside a unit (``timer.cut_at``): zeros from that unit's start, not from the cut."""
+        torn = cut_at(path)
+        if torn is None or torn >= size:
+            return False
+        resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; cut inside the unit at "
+               f"byte {torn}: padded with zeros from there, where the broker's timer recovery then ends, and reviseQueueOffset resumes the "
+               f"rmq_sys_wheel_timer queue after the last whole unit's message, enqueuing the cut units' messages again (padded from the cut, the "
+               f"torn unit would read as valid, magic 0 passing isMagicOK, and name no message); lost: the units from byte {torn} of {rel}")
+        actions.append(Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
+        return True
+
     listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else None)
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
-                      cut_before_last=end_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
+                      cut_before_last=end_timer_file, cut_last=end_last_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -249,11 +261,11 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None,
-                      known_size: int | None = None) -> None:
+                      cut_last: Callable[[str, Path, int, int, int], bool] | None = None, known_size: int | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
     offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
     expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
-    plans the fix of a short file before the last, or returns False for the padding with zeros."""
+    (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
     files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
     for entry in _files(directory):
@@ -288,7 +300,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
         elif size > expected:
             resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
-        elif base == last or cut_before_last is None or not cut_before_last(rel, Path(path), base, size, expected):
+        elif (cut := cut_last if base == last else cut_before_last) is None or not cut(rel, Path(path), base, size, expected):
             resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
 
 
