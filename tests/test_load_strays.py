@@ -532,7 +532,8 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     ``timer-reference``, and ``reviseQueueOffset``, reading that unit, could not find its message and fell back to the
     timer checkpoint, past the cut units' messages. Now repair pads with zeros from the unit's start: the timer recovery
     ends at the last whole unit, whose message is the one before the cut unit's in ``rmq_sys_wheel_timer``, so the broker
-    enqueues the cut units' messages again."""
+    enqueues the cut units' messages again; and it clears the wheel slots whose units were all cut, where those units
+    would go again, each naming itself as its previous unit."""
     from mqtool.formats import timer as tfmt
     from mqtool.store.timer import TimerStore
 
@@ -546,14 +547,23 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     assert not [f for f in findings if f["kind"] == "timer-reference"]
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     ops = [(a["op"], a["path"], a["start"], a["end"]) for a in planned["files"]["actions"]]
-    assert ops == [("resize", "timerlog/00000000000000008192", 1580, 8192), ("zero-range", "timerlog/00000000000000008192", torn, 1580)]
+    assert ops[:2] == [("resize", "timerlog/00000000000000008192", 1580, 8192), ("zero-range", "timerlog/00000000000000008192", torn, 1580)]
+    # the slots whose units were all cut: the broker's recover leaves them naming where its re-enqueued units go (doEnqueue's
+    # prev pos = the slot's last pos = the new unit's own position, so that slot's dequeue never ends): cleared
+    cut_slots = sorted(s["slot"] for s in m["timer"]["timerwheel"]["nonEmptySlots"] if s["firstPos"] >= 8192 + torn)
+    assert cut_slots and sorted(i for _, path, a, b in ops[2:] for i in range(a // 32, b // 32) if path == "timerwheel") == cut_slots
+    damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost: the wheel slots of the cut units
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # timercheck-ahead; a slot with units both sides of the cut
     assert last.stat().st_size == 8192 and not any(last.read_bytes()[torn:])
+    wheel = (root / "timerwheel").read_bytes()
+    assert not any(any(wheel[i * 32:(i + 1) * 32]) for i in cut_slots)
     log = TimerStore.open(root).log
     walked = [u.timer_log_offset for u in log.walk()]
     assert walked[-1] == 8192 + torn - tfmt.UNIT_SIZE and (log.end.offset, log.end.reason) == (8192 + torn, "zeros")
     findings = verified(root, "5.3.3")[2]
     assert not [f for f in findings if f["kind"] in ("timer-reference", "timer-file-size", "timer-log-damaged")]
+    assert not [f for f in findings if f["kind"] == "timer-wheel" and f["details"]["slot"] in cut_slots]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
     queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
     assert queued[8192 + torn] == queued[walked[-1]] + 1  # in rmq_sys_wheel_timer queue 0

@@ -100,7 +100,15 @@ class TimerLogUnit(namedtuple("TimerLogUnit", ("timer_log_offset", *UNIT_LAYOUT.
         return self.size == UNIT_SIZE and (self.magic | 0xF) == 0xF
 
 
-WheelSlot = namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))
+class WheelSlot(namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))):
+    """A decoded ``timerwheel`` slot and its index."""
+
+    __slots__ = ()
+
+    @property
+    def is_read(self) -> bool:
+        """``TimerWheel`` reads a slot only for its own time (``getSlot``, ``checkPhyPos``: index = time / precision % slots)."""
+        return self.time_slot >= 0 and self.time_slot % (2 * SLOTS_TOTAL) == self.slot
 TimerCheck = namedtuple("TimerCheck", _CHECK_LAYOUT.names)
 
 

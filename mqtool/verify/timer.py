@@ -114,7 +114,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
     for slot in timer.wheel_slots():
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
-        if slot.time_slot < 0 or home != slot.slot:
+        if not slot.is_read:
             # TimerWheel reads the slot of a time only where that time lies and only if it holds that time
             # (getSlot, checkPhyPos, getAllNum: index = time / precision % slots): the broker never reads this one
             yield info("timer-wheel", f"wheel slot {slot.slot} holds time {slot.time_slot}, which belongs in slot {home}: the broker never "
