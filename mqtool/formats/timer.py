@@ -109,6 +109,8 @@ class WheelSlot(namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))):
     def is_read(self) -> bool:
         """``TimerWheel`` reads a slot only for its own time (``getSlot``, ``checkPhyPos``: index = time / precision % slots)."""
         return self.time_slot >= 0 and self.time_slot % (2 * SLOTS_TOTAL) == self.slot
+
+
 TimerCheck = namedtuple("TimerCheck", _CHECK_LAYOUT.names)
 
 

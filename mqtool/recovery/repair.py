@@ -141,10 +141,11 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         torn = cut_at(path)
         if torn is None or torn >= size:
             return False
-        resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; cut inside the unit at "
-               f"byte {torn}: padded with zeros from there, where the broker's timer recovery then ends, and reviseQueueOffset resumes the "
-               f"rmq_sys_wheel_timer queue after the last whole unit's message, enqueuing the cut units' messages again (padded from the cut, the "
-               f"torn unit would read as valid, magic 0 passing isMagicOK, and name no message); lost: the units from byte {torn} of {rel}")
+        resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; cut inside the "
+               f"unit at byte {torn}: padded with zeros from there, where the broker's timer recovery then ends, and reviseQueueOffset "
+               f"resumes the rmq_sys_wheel_timer queue after the last whole unit's message, enqueuing the cut units' messages again "
+               f"(padded from the cut, the torn unit would read as valid, magic 0 passing isMagicOK, and name no message); lost: the "
+               f"units from byte {torn} of {rel}")
         actions.append(Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
         return True
 
@@ -152,17 +153,19 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
                       cut_before_last=end_timer_file, cut_last=end_last_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
     if slots := _cut_wheel_slots(root, listing):
-        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in the cut timer log tail (slots "
-                                f"{', '.join(map(str, slots[:8]))}{' ...' if len(slots) > 8 else ''}): cleared, as TimerMessageStore.recover leaves "
-                                "them naming positions past the log's end, where the broker's next units go, each then naming itself as the "
-                                "previous unit of its slot (doEnqueue), so that slot's dequeue never ends", ("timerwheel",)))
+        listed = ", ".join(map(str, slots[:8])) + (" ..." if len(slots) > 8 else "")
+        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in the cut timer log tail "
+                                f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming positions past the log's end, "
+                                "where the broker's next units go, each then naming itself as the previous unit of its slot (doEnqueue), "
+                                "so that slot's dequeue never ends", ("timerwheel",)))
         runs: list[list[int]] = []
         for i in slots:  # one range per run of adjacent slots
             if runs and runs[-1][1] == i:
                 runs[-1][1] = i + 1
             else:
                 runs.append([i, i + 1])
-        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units") for a, b in runs)
+        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
+                       for a, b in runs)
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -836,8 +839,8 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
                for i in range(a.start // tfmt.SLOT_SIZE, a.end // tfmt.SLOT_SIZE)}  # _cut_wheel_slots
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (f.details or {}).get("slot") in cleared) or (
-            f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
+        return ((f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (f.details or {}).get("slot") in cleared)
+                or f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]
 

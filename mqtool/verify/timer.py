@@ -73,7 +73,8 @@ def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> F
         return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start "
                     "(MappedFileQueue.doLoad, 5.1.3+)", **where)
     like = {"others": "like the other timer log files", "config": "(mappedFileSizeTimerLog, of the broker config or its default)",
-            "default": "(mappedFileSizeTimerLog's default: its bytes show a cut; --broker-config gives the configured size)"}[listing.size_from]
+            "default": "(mappedFileSizeTimerLog's default: its bytes show a cut; --broker-config gives the configured size)"}
+    like = like[listing.size_from]
     message = (f"{path.name} is {size} bytes, not {listing.file_size} {like}{after}: the broker refuses "
                f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it")
     return (error if not who else warning)("timer-file-size", message, **where)
