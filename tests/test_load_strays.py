@@ -545,6 +545,8 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     _, out, findings = verified(root, "5.3.3")
     assert first_line(out).startswith("the broker's next start refuses to start: timerlog/00000000000000008192: 1580 bytes, not 8192;")
     assert not [f for f in findings if f["kind"] == "timer-reference"]
+    ahead = next(f for f in findings if f["kind"] == "timercheck-ahead")  # the log ends where its last whole unit does
+    assert (ahead["found"], ahead["expected"]) == (10012, f"<= {8192 + torn}")
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     ops = [(a["op"], a["path"], a["start"], a["end"]) for a in planned["files"]["actions"]]
     assert ops[:2] == [("resize", "timerlog/00000000000000008192", 1580, 8192), ("zero-range", "timerlog/00000000000000008192", torn, 1580)]

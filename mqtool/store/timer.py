@@ -32,8 +32,9 @@ class TimerLog:
     end: TimerLogEnd | None = None
 
     def walk(self) -> Iterator[fmt.TimerLogUnit]:
-        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped."""
-        expected = self.files[0][0] if self.files else 0
+        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped: at the last file's end, after
+        its last unit (``recoverAndRevise`` stops at its blank or at a unit the file's end cuts, padded with zeros)."""
+        expected = end = self.files[0][0] if self.files else 0
         for base, path in self.files:
             if base != expected:
                 self.end = TimerLogEnd(expected, f"no timer log file at offset {expected} (next is {path.name})", False)
@@ -48,8 +49,8 @@ class TimerLog:
                         return
                     yield unit._replace(timer_log_offset=base + pos)
                     pos += fmt.UNIT_SIZE
-            expected = base + size
-        self.end = TimerLogEnd(expected, "end of the last file", True)
+            expected, end = base + size, base + pos
+        self.end = TimerLogEnd(end, "end of the last file", True)
 
 
 @dataclass
