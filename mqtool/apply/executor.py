@@ -108,7 +108,8 @@ def deferred_interrupts():
         StopRequests.active = StopRequests.requested = False
 
 
-_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable", "message_index_safe", "check_crc_on_recover", "delay_levels")
+_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable",
+                   "message_index_safe", "check_crc_on_recover", "delay_levels", "timer_log_file_size")
 
 
 def store_config(plan: Plan) -> StoreConfig:

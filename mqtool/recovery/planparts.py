@@ -76,12 +76,13 @@ def unloadable_files(store: Store) -> None:
 
 def config_options(store: Store) -> dict:
     """The settings a saved plan must be applied with (``apply`` reopens the store with them): with
-    the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``
-    and ``dLegerSelfId`` when given, so the apply reads the log the plan read."""
+    the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``,
+    ``dLegerSelfId`` and ``mappedFileSizeTimerLog`` when given, so the apply reads the log the plan read."""
     c = store.config
     geometry = store.index_geometry
     where = {"commitlog_dirs": [str(Path(d).resolve()) for d in c.commitlog_dirs] if c.commitlog_dirs else None, "dledger": c.dledger,
-             "dledger_data_path": str(Path(c.dledger_data_path).resolve()) if c.dledger_data_path else None, "dledger_self_id": c.dledger_self_id}
+             "dledger_data_path": str(Path(c.dledger_data_path).resolve()) if c.dledger_data_path else None,
+             "dledger_self_id": c.dledger_self_id, "timer_log_file_size": c.timer_log_file_size}
     return {**{k: v for k, v in where.items() if v is not None},
         "commitlog_file_size": store.commitlog.file_size,
         "consume_queue_file_size": store.consume_queue_file_size,
