@@ -14,7 +14,7 @@ from repair_support import tree
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS, EXIT_OK
+from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.store.mappedfile import DELETED, LEFT_OUT, LOADED, REFUSED, SKIPPED, StrayEntry, load_effect
 from mqtool.store.rules import BrokerVersion, VersionRules
 
@@ -494,6 +494,9 @@ def test_lone_cut_timer_log_file_refused_and_repaired(tmp_path, cut):
     f = next(f for f in findings if f["kind"] == "timer-file-size")
     assert code == EXIT_FINDINGS and (f["severity"], f["expected"], f["found"]) == ("error", 100 * 1024 * 1024, cut)
     assert first_line(out).startswith(f"the broker's next start refuses to start: timerlog/00000000000000000000: {cut} bytes, not 104857600;")
+    assert f["message"].endswith("`mqtool repair` fixes it given --broker-config")
+    refused = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "guessed")
+    assert refused.exit_code == EXIT_REFUSED and "pass --broker-config" in refused.stderr and only.stat().st_size == cut  # no guess written
     conf = timer_size_conf(tmp_path, "timer-crashed")
     shown = run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf)
     findings = json.loads(run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json").stdout)["findings"]

@@ -523,8 +523,11 @@ class RepairStages:
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
+    from ..store import load_broker_config
+
     rp = repair_planner()
-    file_steps, _ = rp.plan_file_fixes(root)
+    timer_size = load_broker_config(broker_config).timer_log_file_size if broker_config is not None else None  # before the store opens
+    file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
     try:
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
@@ -538,7 +541,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     except BadInput as exc:
         if not file_steps:
             raise
-        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc))
+        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size)
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)

@@ -22,6 +22,7 @@ from ..formats import checkpoint as cpfmt
 from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
+from ..errors import Refused
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last
@@ -92,10 +93,11 @@ class RepairPlan:
 # ---- 1. file-level fixes ----------------------------------------------------------------------
 
 
-def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
+def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None) -> tuple[list[RepairStep], Plan | None]:
     """Stray files and files of the wrong length the broker refuses, from the directory listings alone
     (the store model cannot open a store holding them). A zero-length last segment is quarantined unless
-    ``store`` is from eras that all start on it (rules §2.13)."""
+    ``store`` is from eras that all start on it (rules §2.13). Without ``store``, ``timer_log_file_size`` is broker.conf's
+    ``mappedFileSizeTimerLog`` (``StoreConfig``; None: no broker.conf)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -149,7 +151,12 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         actions.append(Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
         return True
 
-    listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else None)
+    listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else timer_log_file_size)
+    if listing.size_from == "default" and listing.wrong_lengths:  # a size guessed from a cut: never written without broker.conf's
+        cut = listing.wrong_lengths[0]
+        raise Refused(f"{cut[1].relative_to(root)}: {cut[2]} bytes, cut (its bytes show it), and no broker config gives the timer log's "
+                      f"file size (mappedFileSizeTimerLog; its default {listing.file_size} holds only where broker.conf leaves it out): "
+                      "pass --broker-config with the broker's broker.conf")
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
                       cut_before_last=end_timer_file, cut_last=end_last_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
     if slots := _cut_wheel_slots(root, listing):
@@ -845,10 +852,11 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
     return [f for f in findings if not fixed(f)]
 
 
-def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
+def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
+                recover_error: str | None = None, timer_log_file_size: int | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
     later steps predicted from today's ``findings``."""
-    steps, files = plan_file_fixes(root, store)
+    steps, files = plan_file_fixes(root, store, timer_log_file_size)
     notes = []
     sound = findings is not None and not findings and not steps  # before the later steps
     if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone
