@@ -79,22 +79,26 @@ def naming(path: Path) -> Iterator[None]:
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
     """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block."""
-    with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
-        size = os.fstat(fin.fileno()).st_size
-        while True:
-            block = fin.read(CHUNK)
-            if not block:
-                break
-            if block.count(0) == len(block):
-                fout.seek(len(block), os.SEEK_CUR)
-            else:
-                fout.write(block)
-            if copied is not None:
-                copied(len(block))
-        fout.truncate(size)
-        fout.flush()
-        os.fsync(fout.fileno())
+    told the bytes of each block. A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
+    try:
+        with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
+            size = os.fstat(fin.fileno()).st_size
+            while True:
+                block = fin.read(CHUNK)
+                if not block:
+                    break
+                if block.count(0) == len(block):
+                    fout.seek(len(block), os.SEEK_CUR)
+                else:
+                    fout.write(block)
+                if copied is not None:
+                    copied(len(block))
+            fout.truncate(size)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except BaseException:
+        remove_partial(dst)
+        raise
 
 
 def beside(path: Path) -> Path:
@@ -159,32 +163,52 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
         os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
         fsync_path(near)
         os.replace(near, target)
-    except OSError:
-        near.unlink(missing_ok=True)  # a full disk leaves no partial copy in the store's folder
+    except BaseException:
+        remove_partial(near)  # a full disk or a Ctrl-C leaves no partial copy in the store's folder
         raise
     os.unlink(tmp)
 
 
+class _CopyStopped(Exception):
+    """A file ``copy_entry`` could not copy: ``shutil.copytree`` would note an ``OSError`` and copy on."""
+
+
+def _copy_or_stop(src: str, dst: str) -> None:
+    try:
+        copy_sparse(Path(src), Path(dst))
+    except OSError as exc:
+        raise _CopyStopped(exc) from None
+
+
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners, modes and mtimes kept),
-    fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists it is whole."""
+    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners,
+    modes and mtimes kept), fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists
+    it is whole. A copy that fails (a full disk, Ctrl-C) stops there and deletes its part."""
     part = beside(dst)
     remove_entry(part)  # what a killed copy left
-    if src.is_symlink():
-        os.symlink(os.readlink(src), part)
-        copied = [part]
-    else:
-        shutil.copytree(src, part, symlinks=True)
-        copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
-    for path in copied:  # a folder after what it holds
-        st = os.lstat(src / path.relative_to(part))
-        with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
-            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
-        if not path.is_symlink():
-            os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-            fsync_path(path)
-    os.rename(part, dst)
+    try:
+        if src.is_symlink():
+            os.symlink(os.readlink(src), part)
+            copied = [part]
+        else:
+            try:
+                shutil.copytree(src, part, symlinks=True, copy_function=_copy_or_stop)
+            except _CopyStopped as stop:
+                raise stop.args[0] from None
+            copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
+        for path in copied:  # a folder after what it holds
+            st = os.lstat(src / path.relative_to(part))
+            with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
+                os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+            if not path.is_symlink():
+                os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+                fsync_path(path)
+        os.rename(part, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_entry(part)
+        raise
     fsync_dir(dst.parent)
 
 
@@ -204,14 +228,18 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
     try:
-        os.link(src, tmp)
-        how = "link"
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
-        copy_sparse(src, tmp, copied)
-        how = "copy"
-    os.replace(tmp, dst)
+        try:
+            os.link(src, tmp)
+            how = "link"
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            copy_sparse(src, tmp, copied)
+            how = "copy"
+        os.replace(tmp, dst)
+    except BaseException:
+        remove_partial(tmp)  # no partial copy left in the backup
+        raise
     if synced is None:
         fsync_dir(dst.parent)
     else:
@@ -231,7 +259,7 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None, owner: Ow
             os.fsync(f.fileno())
         install(tmp, path, owner)
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no partial temporary file behind
+        remove_partial(tmp)  # a full disk leaves no partial temporary file behind
         raise
     fsync_dir(path.parent)
 
@@ -264,6 +292,12 @@ def zero_range(path: Path, start: int, end: int) -> None:
     """Overwrite ``[start, end)`` with zeros in place, then fsync."""
     zeros = bytes(min(CHUNK, max(end - start, 0)))
     _overwrite(path, start, end, lambda pos, n: zeros[:n])
+
+
+def remove_partial(path: Path) -> None:
+    """Delete the part-written file of a write that failed (nothing if absent); the write's own error is the one said."""
+    with contextlib.suppress(OSError):
+        Path(path).unlink(missing_ok=True)
 
 
 def remove(path: Path) -> bool:

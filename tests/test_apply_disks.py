@@ -5,8 +5,11 @@ staging folder fails (EXDEV), and the owner and mode of every file they write (d
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
+import signal
 import stat
 from pathlib import Path
 
@@ -93,13 +96,15 @@ def test_every_kill_point_of_an_apply_onto_another_disk_converges_and_restores(t
             copy(src, dst, copied)
             calls["n"] += dst.name.endswith(fileops.TMP_SUFFIX)
             if calls["n"] == at:
+                shutil.copy2(dst, tmp_path / "left")
                 raise Killed(dst)
 
         store = fresh(f"copy{at}")
         with monkeypatch.context() as m:
             m.setattr(fileops, "copy_sparse", killed_after_copy)
-            with pytest.raises(Killed):
+            with pytest.raises(Killed) as killed:
                 apply_plan(plan_of(store), tmp_path / f"copy{at}-backup")
+        shutil.move(tmp_path / "left", killed.value.args[0])  # what a kill leaves: ``Killed`` unwinding ran ``install``'s clean-up
         assert read_pending(store) is not None and [p for p in (second_disk / f"copy{at}").rglob("*" + fileops.TMP_SUFFIX)]
         if at == 1:
             restore(BackupSet.open(tmp_path / f"copy{at}-backup"))
@@ -294,3 +299,113 @@ def test_a_full_disk_during_a_copy_to_another_disk_leaves_no_partial_copy(tmp_pa
         stopped = run(*args)
     assert stopped.exit_code == 3 and "No space left on device" in stopped.stderr and not list(second_disk.rglob("*" + fileops.TMP_SUFFIX))
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
+
+
+def partials(*roots: Path) -> list[Path]:
+    """What a copy cut short can leave: ``install``'s and ``work_path``'s ``*.mqtool-tmp``, ``link_or_copy``'s ``*.part``."""
+    return [p for root in roots for p in root.rglob("*") if p.name.endswith((fileops.TMP_SUFFIX, ".part"))]
+
+
+def failing_copy(monkeypatch, fault: BaseException, where) -> None:
+    """``copy_sparse`` as it is, but a copy to a ``dst`` that ``where`` picks fails once its first block is written."""
+    import mqtool.apply.backup as backup_module
+    import mqtool.apply.executor as executor_module
+
+    real = fileops.copy_sparse
+
+    def copy(src, dst, copied=None):
+        def fail(n):
+            raise fault
+
+        return real(src, dst, fail if where(Path(dst)) else copied)
+
+    monkeypatch.setattr(fileops, "CHUNK", 1 << 16)  # a 1 MiB segment: many blocks, the copy stops part-way
+    for module in (fileops, backup_module, executor_module):
+        monkeypatch.setattr(module, "copy_sparse", copy)
+
+
+def said_once(stderr: str, said: str) -> bool:
+    """The command's last line says ``said``, and it is its only error (no traceback; progress lines before it)."""
+    lines = stderr.strip().splitlines()
+    return said in lines[-1] and sum(line.startswith("mqtool: error") for line in lines) <= 1 and "Traceback" not in stderr
+
+
+FAULTS = {"ENOSPC": (OSError(28, "No space left on device"), 3, "No space left on device"),
+          "EIO": (OSError(5, "Input/output error"), 3, "Input/output error"), "Ctrl-C": (KeyboardInterrupt(), 130, "interrupted")}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("copy", ["backup", "resize"])
+def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_disk, monkeypatch, fault, copy):
+    """``commitlog/`` on another disk and its last segment short: ``repair`` copies it into the backup (``.part``)
+    and then beside itself (``.mqtool-tmp``, padded, renamed over it). Before, a copy cut short by a full disk, EIO
+    or Ctrl-C left its partial file (beside the segment: a file the broker lists). Now it is deleted, the command
+    says one line with its exit code, and run again it finishes; ``restore`` puts back every byte."""
+    store = split(short_segment(tmp_path), second_disk, ("commitlog",))
+    before = both(store, second_disk)
+    exc, code, said = FAULTS[fault]
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        failing_copy(m, exc, lambda dst: dst.name.endswith(".part" if copy == "backup" else fileops.TMP_SUFFIX))
+        stopped = run(*args)
+    assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    assert {k: v for k, v in both(store, second_disk).items() if not k.startswith(".mqtool-")} == before  # the segment untouched (markers aside)
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not partials(tmp_path, second_disk) and run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0 and both(store, second_disk) == before
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_restore_cut_short_in_a_copy_leaves_no_partial_file(tmp_path, second_disk, monkeypatch, fault):
+    """``restore`` copies the backed-up segment beside itself on the other disk: before, cut short it left the partial
+    copy among the broker's files; now none is left, and ``restore`` again puts back every byte."""
+    store = split(short_segment(tmp_path), second_disk, ("commitlog",))
+    before = both(store, second_disk)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    exc, code, said = FAULTS[fault]
+    with monkeypatch.context() as m:
+        failing_copy(m, exc, lambda dst: dst.name.endswith(fileops.TMP_SUFFIX))
+        stopped = run("restore", tmp_path / "backup", "--yes")
+    assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert both(store, second_disk) == before and not partials(tmp_path, second_disk)
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """The kernel refuses writes past ``limit`` bytes of any file (``RLIMIT_FSIZE``: EFBIG, SIGXFSZ ignored), part-way
+    through a copy as a full disk does."""
+    old, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_stray_folder_copy_cut_short_leaves_no_partial_copy(tmp_path, second_disk):
+    """A stray folder in ``commitlog/`` on another disk than the backup is copied in (``copy_entry``). Before, a
+    copy of a file in it refused part-way left the partial folder in the backup, and the error was a list of
+    every file ``shutil.copytree`` went on failing to copy; now the copy stops at that file, deletes its part,
+    says one line naming it (exit 3), and the same command again finishes; ``restore`` copies the folder back."""
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog",))
+    stray = second_disk / "commitlog" / "backup"
+    (stray / "sub").mkdir(parents=True)
+    for name in ("a", "b"):
+        (stray / "sub" / name).write_bytes(os.urandom(300_000))
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with file_size_limit(200_000):
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, "File too large") and "[(" not in stopped.stderr, stopped.stderr
+    assert not partials(tmp_path, second_disk) and (stray / "sub" / "b").exists()
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not stray.exists() and not partials(tmp_path, second_disk)
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
