@@ -34,7 +34,10 @@ def shell_path(path) -> str:
 
 
 def fsync_path(path: Path) -> None:
-    """fsync a file or a directory (a directory's fsync makes its renames and creations durable)."""
+    """fsync a file or a directory (a directory's fsync makes its renames and creations durable). A special
+    file (FIFO, socket, device node) is never opened (a FIFO waits for a writer): its folder's fsync keeps it."""
+    if special(os.stat(path).st_mode):
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -77,10 +80,21 @@ def naming(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
+def special(mode: int) -> bool:
+    """A FIFO, socket or device node: opened to be read, a FIFO waits for a writer and a device reads the device."""
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
     """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block. A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
+    told the bytes of each block. A ``special`` file is made anew as one, never opened (as ``rsync
+    --specials --devices``). A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
+    st = os.stat(src)
     try:
+        if special(st.st_mode):
+            Path(dst).unlink(missing_ok=True)
+            os.mknod(dst, st.st_mode, st.st_rdev)
+            return
         with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
             size = os.fstat(fin.fileno()).st_size
             while True:
@@ -181,7 +195,7 @@ def _copy_or_stop(src: str, dst: str) -> None:
 
 
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners,
+    """Copy a directory tree or symlink as it is (symlinks as symlinks, ``special`` files as such; owners,
     modes and mtimes kept), fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists
     it is whole. A copy that fails (a full disk, Ctrl-C) stops there and deletes its part."""
     part = beside(dst)

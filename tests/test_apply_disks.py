@@ -11,6 +11,7 @@ import resource
 import shutil
 import signal
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -171,11 +172,12 @@ def test_restore_gives_back_each_files_owner_and_mode(tmp_path):
 
 def entries(base: Path, prefix: str = "") -> dict[str, tuple]:
     """Every entry under ``base`` as it is (links not followed): a file's bytes, a symlink's target, a
-    folder; each with its owner, mode and mtime."""
+    folder, a special file's type and device; each with its owner, mode and mtime."""
     out = {}
     for p in base.rglob("*"):
         st = p.lstat()
-        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+        kind = (stat.S_IFMT(st.st_mode), st.st_rdev)  # a special file: never opened
+        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes() if p.is_file() else kind
         mtime = None if p.is_symlink() or p.is_dir() else st.st_mtime_ns
         out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, mtime)
     return out
@@ -409,3 +411,44 @@ def test_a_stray_folder_copy_cut_short_leaves_no_partial_copy(tmp_path, second_d
     assert not stray.exists() and not partials(tmp_path, second_disk)
     assert run("restore", tmp_path / "backup", "--yes").exit_code == 0
     assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def specials(folder: Path) -> None:
+    """A FIFO, a socket and a device node (``/dev/zero``'s) in ``folder``, with a file: what a stray folder can hold."""
+    import socket
+
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "pipe", 0o640)
+    with socket.socket(socket.AF_UNIX) as sock, contextlib.chdir(folder):  # a socket's path: at most 107 bytes
+        sock.bind("sock")
+    os.mknod(folder / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    (folder / "kept").write_bytes(b"kept")
+    os.chown(folder / "pipe", *BROKER)
+
+
+@pytest.mark.parametrize("where", ["commitlog linked", "backup moved"])
+def test_special_files_in_a_stray_folder_are_copied_as_special_files(tmp_path, second_disk, where):
+    """A FIFO, a socket and a device node in a stray folder that ``repair`` copies into the backup (``commitlog/``
+    on another disk) or ``restore`` copies back (the backup moved to another disk since). Before, the copy stopped
+    on them (exit 3, a list of \"`pipe` is a named pipe\" and \"No such device or address\"), or, copying each
+    file's bytes, waited forever for a writer to the FIFO and read /dev/zero to a full disk. Now each is made anew
+    as what it is, never opened (as ``rsync --specials --devices``), and ``restore`` puts the folder back as it was."""
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    if where == "commitlog linked":
+        split(store, second_disk, ("commitlog",))
+    specials(store / "commitlog" / "backup" / "sub")
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    done = mqtool("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (store / "commitlog" / "backup").exists()
+    backup = tmp_path / "backup"
+    if where == "backup moved":  # by ``cp -a``, which copies special files as such (``shutil.move`` would read /dev/zero)
+        subprocess.run(["cp", "-a", backup, second_disk / "backup"], check=True, timeout=60)
+        shutil.rmtree(backup)
+        backup = second_disk / "backup"
+    undone = mqtool("restore", backup, "--yes", timeout=120)
+    assert undone.returncode == 0, undone.stderr
+    after = {**entries(store), **entries(second_disk, "disk:")}
+    assert {k: v for k, v in after.items() if not k.startswith("disk:backup")} == before
