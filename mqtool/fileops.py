@@ -309,9 +309,11 @@ def zero_range(path: Path, start: int, end: int) -> None:
 
 
 def remove_partial(path: Path) -> None:
-    """Delete the part-written file of a write that failed (nothing if absent); the write's own error is the one said."""
+    """Delete the part-written file of a write that failed (nothing if absent); the write's own error is the one said.
+    Only a regular file: a device written to (``/dev/full``) stays."""
     with contextlib.suppress(OSError):
-        Path(path).unlink(missing_ok=True)
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
 
 
 def remove(path: Path) -> bool:
