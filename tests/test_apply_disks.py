@@ -452,3 +452,21 @@ def test_special_files_in_a_stray_folder_are_copied_as_special_files(tmp_path, s
     assert undone.returncode == 0, undone.stderr
     after = {**entries(store), **entries(second_disk, "disk:")}
     assert {k: v for k, v in after.items() if not k.startswith("disk:backup")} == before
+
+
+def test_a_journal_append_refused_part_way_is_cut_off_and_names_the_backup(tmp_path):
+    """``restore`` whose first write, the journal's ``restore-started``, the backup's disk refuses part-way. Before,
+    the line named the store (``<store>: File too large``: the wrong disk) and the journal kept the torn line;
+    now it names the journal, the journal is as it was, and ``restore`` again puts back every byte."""
+    store = short_segment(tmp_path)
+    before = tree(store)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    journal = tmp_path / "backup" / "01-files" / "journal.jsonl"
+    kept = journal.read_bytes()
+    with file_size_limit(len(kept) + 5):
+        stopped = run("restore", tmp_path / "backup", "--yes")
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, f"{journal}: File too large"), stopped.stderr
+    assert journal.read_bytes() == kept
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert tree(store) == before
