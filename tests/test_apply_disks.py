@@ -470,3 +470,25 @@ def test_a_journal_append_refused_part_way_is_cut_off_and_names_the_backup(tmp_p
     undone = run("restore", tmp_path / "backup", "--yes")
     assert undone.exit_code == 0, undone.stderr
     assert tree(store) == before
+
+
+@pytest.mark.parametrize("folders", [(), ("commitlog", "consumequeue")])
+def test_a_fifo_among_a_queues_files_is_quarantined_and_put_back(tmp_path, second_disk, folders):
+    """A FIFO in ``commitlog/`` and in a queue folder, which ``MappedFileQueue.load`` lists as a file of length 0 named
+    by no offset. Before, ``repair`` planned nothing for it (it took only regular files for files) and stopped with
+    exit 3 saying the broker refuses the store and "`mqtool repair` fixes the file first". Now each is quarantined
+    (hard-linked into the backup, or made anew there from another disk) and ``restore`` puts it back as it was."""
+    from repair_support import mqtool
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, folders)
+    queue = next(p for p in sorted((store / "consumequeue").glob("*/*")) if p.is_dir())
+    fifos = (store / "commitlog" / "pipe", queue / "pipe")
+    for fifo in fifos:
+        os.mkfifo(fifo, 0o640)
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    done = mqtool("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not any(os.path.lexists(p) for p in fifos) and mqtool("verify", store, "--broker-version", "4.9.7").returncode == 0
+    undone = mqtool("restore", tmp_path / "backup", "--yes", timeout=120)
+    assert undone.returncode == 0, undone.stderr
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
