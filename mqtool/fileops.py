@@ -284,6 +284,15 @@ def read_range(path: Path, start: int, end: int) -> bytes:
         return f.read(end - start)
 
 
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """``os.pwrite`` of all of ``data`` (bytes or an array) at ``offset``: a write the disk fills part-way returns a
+    short count (POSIX), which the next write either completes or fails with the reason."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
 def _overwrite(path: Path, start: int, end: int, piece: Callable[[int, int], bytes | memoryview]) -> None:
     """Overwrite ``[start, end)`` in place, ``piece(pos, n)`` giving the (up to CHUNK) bytes at ``pos``, then fsync."""
     fd = os.open(path, os.O_WRONLY)

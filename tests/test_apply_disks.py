@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 import mqtool.fileops as fileops
 from mqtool.apply import apply_plan
+from mqtool.apply.backup import STAGING_DIR
 from mqtool.cli import app
 from repair_support import Killed, every_kill_point, tree
 
@@ -492,3 +493,28 @@ def test_a_fifo_among_a_queues_files_is_quarantined_and_put_back(tmp_path, secon
     undone = mqtool("restore", tmp_path / "backup", "--yes", timeout=120)
     assert undone.returncode == 0, undone.stderr
     assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def test_a_short_write_of_a_rebuilt_file_is_written_on(tmp_path, monkeypatch):
+    """A ``pwrite`` the disk fills part-way returns a short count (POSIX), and the next one writes on once room is
+    made (a log rotated meanwhile). Before, the consume queue and index writers took every ``pwrite`` as whole:
+    a short one left zeros in the rebuilt file the apply installed. Now each write goes on to its end, and the
+    store is the one an apply without the short write leaves."""
+    from test_apply_crash import damaged_store, plan_of
+
+    reference = damaged_store(tmp_path, "reference")
+    apply_plan(plan_of(reference), tmp_path / "reference-backup")
+    store = damaged_store(tmp_path)
+    real, short = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        view = memoryview(data).cast("B")
+        if not short and view.tobytes().strip(b"\0") and STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):  # bytes of an entry
+            short.append(offset)
+            return real(fd, view[: len(view) // 2], offset)
+        return real(fd, data, offset)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        apply_plan(plan_of(store), tmp_path / "backup")
+    assert short and tree(store) == tree(reference)
