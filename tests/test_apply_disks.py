@@ -518,3 +518,28 @@ def test_a_short_write_of_a_rebuilt_file_is_written_on(tmp_path, monkeypatch):
         m.setattr(os, "pwrite", pwrite)
         apply_plan(plan_of(store), tmp_path / "backup")
     assert short and tree(store) == tree(reference)
+
+
+def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monkeypatch):
+    """The store's disk full while the rebuilt consume queue and index files are written to its staging folder
+    (``write`` says ENOSPC, naming no file): before, the apply stopped with "No space left on device; the apply
+    stopped at a safe point ...", naming no disk; now the line names the staging folder, on the store's disk,
+    and the same command again finishes."""
+    import errno
+
+    from test_apply_crash import damaged_store
+
+    store = damaged_store(tmp_path)
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    args = ("recover", store, "--yes", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, f"{store / STAGING_DIR}: No space left on device; the apply stopped"), stopped.stderr
+    assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0

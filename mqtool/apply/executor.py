@@ -39,8 +39,8 @@ from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
                      unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import (copy_sparse, fsync_dir, fsync_path, install, makedirs, owner_for, remove, remove_partial, write_atomic, write_range,
-                       zero_range)
+from ..fileops import (copy_sparse, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, remove_partial, write_atomic,
+                       write_range, zero_range)
 
 
 class ApplyError(MqtoolError):
@@ -203,7 +203,8 @@ class Executor:
         self.backup.note_lock_state()
         durability_point("pending")
         if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
-            self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
+            with naming(self.staging):  # a full disk said as the store's: a bare "No space left on device" names none
+                self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
         last = {rel: index for index, action in enumerate(self.plan.actions) for rel in self._changes(action)}
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
