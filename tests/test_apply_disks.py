@@ -541,5 +541,6 @@ def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monke
     with monkeypatch.context() as m:
         m.setattr(os, "pwrite", pwrite)
         stopped = run(*args)
-    assert stopped.exit_code == 3 and said_once(stopped.stderr, f"{store / STAGING_DIR}: No space left on device; the apply stopped"), stopped.stderr
+    said = f"{store / STAGING_DIR}: No space left on device; the apply stopped"
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, said), stopped.stderr
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
