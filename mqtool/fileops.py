@@ -183,34 +183,30 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
     os.unlink(tmp)
 
 
-class _CopyStopped(Exception):
-    """A file ``copy_entry`` could not copy: ``shutil.copytree`` would note an ``OSError`` and copy on."""
-
-
-def _copy_or_stop(src: str, dst: str) -> None:
-    try:
-        copy_sparse(Path(src), Path(dst))
-    except OSError as exc:
-        raise _CopyStopped(exc) from None
+def _raise(error: OSError) -> None:
+    raise error
 
 
 def copy_entry(src: Path, dst: Path) -> None:
     """Copy a directory tree or symlink as it is (symlinks as symlinks, ``special`` files as such; owners,
     modes and mtimes kept), fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists
-    it is whole. A copy that fails (a full disk, Ctrl-C) stops there and deletes its part."""
+    it is whole. A copy that fails (a full disk, Ctrl-C) stops there, and its part is deleted."""
     part = beside(dst)
     remove_entry(part)  # what a killed copy left
+    made = []  # each folder before what it holds
     try:
-        if src.is_symlink():
-            os.symlink(os.readlink(src), part)
-            copied = [part]
-        else:
-            try:
-                shutil.copytree(src, part, symlinks=True, copy_function=_copy_or_stop)
-            except _CopyStopped as stop:
-                raise stop.args[0] from None
-            copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
-        for path in copied:  # a folder after what it holds
+        for folder, dirs, files in os.walk(src, onerror=_raise) if not src.is_symlink() else [(src, [], [])]:
+            here = part / os.path.relpath(folder, src)
+            for name in ["", *(d for d in dirs if Path(folder, d).is_symlink()), *files]:  # "": the folder itself
+                source, copy = Path(folder, name), here / name
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), copy)
+                elif source.is_dir():
+                    os.mkdir(copy)
+                else:
+                    copy_sparse(source, copy)
+                made.append(copy)
+        for path in reversed(made):  # a folder after what it holds
             st = os.lstat(src / path.relative_to(part))
             with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
                 os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)

@@ -544,3 +544,31 @@ def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monke
     said = f"{store / STAGING_DIR}: No space left on device; the apply stopped"
     assert stopped.exit_code == 3 and said_once(stopped.stderr, said), stopped.stderr
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
+
+
+def test_a_stray_folder_whose_copy_cannot_make_a_folder_says_one_line(tmp_path, second_disk, monkeypatch):
+    """The backup's disk refuses a folder inside a stray folder being copied in (``mkdir``: ENOSPC). Before, the
+    copy (``shutil.copytree``) went on and said a list of (source, copy, error) tuples; now it stops there with one
+    line naming the folder (exit 3), leaves no part, and the same command again finishes."""
+    import errno
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog",))
+    (second_disk / "commitlog" / "backup" / "sub" / "deeper").mkdir(parents=True)
+    (second_disk / "commitlog" / "backup" / "sub" / "kept").write_bytes(b"kept")
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    real = os.mkdir
+
+    def mkdir(path, *rest, **options):
+        if Path(path).name == "deeper" and fileops.TMP_SUFFIX in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *rest, **options)
+
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(os, "mkdir", mkdir)
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, "deeper: No space left on device"), stopped.stderr
+    assert "[(" not in stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    assert run(*args).exit_code == 0 and run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
