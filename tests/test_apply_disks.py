@@ -1,7 +1,7 @@
 """A store split over file systems, and owned by the broker's user: ``repair`` and ``restore`` where
 ``consumequeue/`` and ``index/`` (or ``commitlog/``) are links to another disk, where a rename from the
-staging folder fails (EXDEV), and the owner and mode of every file they write (docs/recovery.md,
-"Crash safety")."""
+staging folder fails (EXDEV), and the owner and mode of every file they write; a disk that refuses a write
+part-way, and special files (FIFOs, sockets, device nodes) in the store (docs/recovery.md, "Crash safety")."""
 
 from __future__ import annotations
 
@@ -572,3 +572,20 @@ def test_a_stray_folder_whose_copy_cannot_make_a_folder_says_one_line(tmp_path, 
     assert not partials(tmp_path, second_disk)
     assert run(*args).exit_code == 0 and run("restore", tmp_path / "backup", "--yes").exit_code == 0
     assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+@pytest.mark.parametrize("name, said", [("lock", "nothing to repair"), ("config/topics.json.bak", "nothing can be repaired")])
+def test_a_fifo_among_the_stores_own_files_is_never_opened(tmp_path, name, said):
+    """``lock``, or the ``.bak`` of an unreadable ``topics.json``, a FIFO: before, ``info`` and ``repair`` waited forever
+    opening it for reading (the live-broker check's ``lock``, the version marks' ``dataVersion``); now they never
+    wait on it, and say what they say of the store with that file missing."""
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "config-real", tmp_path / "store")
+    (store / name).unlink()
+    os.mkfifo(store / name)
+    if name.startswith("config"):
+        (store / "config" / "topics.json").write_bytes(b"garbage{")  # the broker (and mqtool) then read its .bak
+    assert mqtool("info", store, timeout=60).returncode == 0
+    planned = mqtool("repair", store, "--broker-version", "4.9.7", timeout=60)
+    assert planned.returncode == 0 and said in planned.stderr, planned.stderr
