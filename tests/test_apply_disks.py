@@ -589,3 +589,16 @@ def test_a_fifo_among_the_stores_own_files_is_never_opened(tmp_path, name, said)
     assert mqtool("info", store, timeout=60).returncode == 0
     planned = mqtool("repair", store, "--broker-version", "4.9.7", timeout=60)
     assert planned.returncode == 0 and said in planned.stderr, planned.stderr
+
+
+@pytest.mark.parametrize("name, command", [("config/timercheck", "info"), ("timerwheel", "repair")])
+def test_a_fifo_as_a_store_file_mqtool_maps_is_refused_in_one_line(tmp_path, name, command):
+    """The timer checkpoint, or the timer wheel, a FIFO: before, ``info`` (the checkpoint) and ``repair`` (the wheel's
+    slots) waited forever mapping it; now the command says in one line that it is no regular file (exit 3)."""
+    from repair_support import mqtool
+
+    store = copy_store("5.3.3", "timer-small", tmp_path / "store")
+    (store / name).unlink()
+    os.mkfifo(store / name)
+    refused = mqtool(command, store, "--broker-version", "5.3.3", timeout=60)
+    assert refused.returncode == 3 and said_once(refused.stderr, f"{store / name}: not a regular file"), refused.stderr

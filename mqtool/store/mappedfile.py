@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import stat
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,8 +23,12 @@ def offset_file_name(offset: int) -> str:
 
 
 def open_read_only(path: Path) -> int:
-    """A read-only descriptor of a store file; a file that cannot be opened is one line of error."""
+    """A read-only descriptor of a store file; a file that cannot be opened is one line of error, and so is a
+    FIFO, socket or device node, never opened (a FIFO waits for a writer, a device reads the device)."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise BadInput(f"{path}: not a regular file (a FIFO, socket or device node), which mqtool never opens: "
+                           "move it out of the store")
         return os.open(path, os.O_RDONLY)
     except PermissionError:
         raise BadInput(f"{path}: permission denied") from None
