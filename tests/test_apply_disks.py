@@ -594,11 +594,12 @@ def test_a_fifo_among_the_stores_own_files_is_never_opened(tmp_path, name, said)
 @pytest.mark.parametrize("name, command", [("config/timercheck", "info"), ("timerwheel", "repair")])
 def test_a_fifo_as_a_store_file_mqtool_maps_is_refused_in_one_line(tmp_path, name, command):
     """The timer checkpoint, or the timer wheel, a FIFO: before, ``info`` (the checkpoint) and ``repair`` (the wheel's
-    slots) waited forever mapping it; now the command says in one line that it is no regular file (exit 3)."""
+    slots) waited forever mapping it; now the command says in one line what it is, never opened (exit 3)."""
     from repair_support import mqtool
 
     store = copy_store("5.3.3", "timer-small", tmp_path / "store")
     (store / name).unlink()
     os.mkfifo(store / name)
     refused = mqtool(command, store, "--broker-version", "5.3.3", timeout=60)
-    assert refused.returncode == 3 and said_once(refused.stderr, f"{store / name}: not a regular file"), refused.stderr
+    said = f"{store / name}: a FIFO, socket or device node, not a file"
+    assert refused.returncode == 3 and said_once(refused.stderr, said), refused.stderr

@@ -5,13 +5,13 @@ from __future__ import annotations
 import mmap
 import os
 import re
-import stat
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
+from ..fileops import special
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
@@ -26,9 +26,8 @@ def open_read_only(path: Path) -> int:
     """A read-only descriptor of a store file; a file that cannot be opened is one line of error, and so is a
     FIFO, socket or device node, never opened (a FIFO waits for a writer, a device reads the device)."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise BadInput(f"{path}: not a regular file (a FIFO, socket or device node), which mqtool never opens: "
-                           "move it out of the store")
+        if special(os.stat(path).st_mode):
+            raise BadInput(f"{path}: a FIFO, socket or device node, not a file: mqtool never opens one; move it out of the store")
         return os.open(path, os.O_RDONLY)
     except PermissionError:
         raise BadInput(f"{path}: permission denied") from None
