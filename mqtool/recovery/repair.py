@@ -453,9 +453,13 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
-    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory."""
+    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory. A FIFO,
+    socket or device node is a file here: ``File.listFiles`` lists it, ``File.length`` is 0."""
+    def wanted(e: os.DirEntry) -> bool:
+        return e.is_dir(follow_symlinks=False) if dirs else not e.is_dir(follow_symlinks=False) and not e.is_symlink()
+
     try:
-        return sorted((e for e in os.scandir(directory) if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)), key=lambda e: e.name)
+        return sorted(filter(wanted, os.scandir(directory)), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
