@@ -34,7 +34,10 @@ def shell_path(path) -> str:
 
 
 def fsync_path(path: Path) -> None:
-    """fsync a file or a directory (a directory's fsync makes its renames and creations durable)."""
+    """fsync a file or a directory (a directory's fsync makes its renames and creations durable). A special
+    file (FIFO, socket, device node) is never opened (a FIFO waits for a writer): its folder's fsync keeps it."""
+    if special(os.stat(path).st_mode):
+        return
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -77,24 +80,39 @@ def naming(path: Path) -> Iterator[None]:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
 
 
+def special(mode: int) -> bool:
+    """A FIFO, socket or device node: opened to be read, a FIFO waits for a writer and a device reads the device."""
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+
+
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
     """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block."""
-    with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
-        size = os.fstat(fin.fileno()).st_size
-        while True:
-            block = fin.read(CHUNK)
-            if not block:
-                break
-            if block.count(0) == len(block):
-                fout.seek(len(block), os.SEEK_CUR)
-            else:
-                fout.write(block)
-            if copied is not None:
-                copied(len(block))
-        fout.truncate(size)
-        fout.flush()
-        os.fsync(fout.fileno())
+    told the bytes of each block. A ``special`` file is made anew as one, never opened (as ``rsync
+    --specials --devices``). A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
+    st = os.stat(src)
+    try:
+        if special(st.st_mode):
+            Path(dst).unlink(missing_ok=True)
+            os.mknod(dst, st.st_mode, st.st_rdev)
+            return
+        with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
+            size = os.fstat(fin.fileno()).st_size
+            while True:
+                block = fin.read(CHUNK)
+                if not block:
+                    break
+                if block.count(0) == len(block):
+                    fout.seek(len(block), os.SEEK_CUR)
+                else:
+                    fout.write(block)
+                if copied is not None:
+                    copied(len(block))
+            fout.truncate(size)
+            fout.flush()
+            os.fsync(fout.fileno())
+    except BaseException:
+        remove_partial(dst)
+        raise
 
 
 def beside(path: Path) -> Path:
@@ -159,32 +177,48 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
         os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
         fsync_path(near)
         os.replace(near, target)
-    except OSError:
-        near.unlink(missing_ok=True)  # a full disk leaves no partial copy in the store's folder
+    except BaseException:
+        remove_partial(near)  # a full disk or a Ctrl-C leaves no partial copy in the store's folder
         raise
     os.unlink(tmp)
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy a directory tree or symlink as it is (symlinks as symlinks; owners, modes and mtimes kept),
-    fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists it is whole."""
+    """Copy a directory tree or symlink as it is (symlinks as symlinks, ``special`` files as such; owners,
+    modes and mtimes kept), fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists
+    it is whole. A copy that fails (a full disk, Ctrl-C) stops there, and its part is deleted."""
     part = beside(dst)
     remove_entry(part)  # what a killed copy left
-    if src.is_symlink():
-        os.symlink(os.readlink(src), part)
-        copied = [part]
-    else:
-        shutil.copytree(src, part, symlinks=True)
-        copied = [Path(d, n) for d, dirs, files in os.walk(part, topdown=False) for n in [*files, *dirs]] + [part]
-    for path in copied:  # a folder after what it holds
-        st = os.lstat(src / path.relative_to(part))
-        with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
-            os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
-        if not path.is_symlink():
-            os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
-            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-            fsync_path(path)
-    os.rename(part, dst)
+    made = []  # each folder before what it holds
+    try:
+        for folder, dirs, files in os.walk(src, onerror=_raise) if not src.is_symlink() else [(src, [], [])]:
+            here = part / os.path.relpath(folder, src)
+            for name in ["", *(d for d in dirs if Path(folder, d).is_symlink()), *files]:  # "": the folder itself
+                source, copy = Path(folder, name), here / name
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), copy)
+                elif source.is_dir():
+                    os.mkdir(copy)
+                else:
+                    copy_sparse(source, copy)
+                made.append(copy)
+        for path in reversed(made):  # a folder after what it holds
+            st = os.lstat(src / path.relative_to(part))
+            with contextlib.suppress(PermissionError):  # an owner only root may give stays the runner's (``set_owner``)
+                os.chown(path, st.st_uid, st.st_gid, follow_symlinks=False)
+            if not path.is_symlink():
+                os.chmod(path, stat.S_IMODE(st.st_mode))  # after the chown, which clears set-user-ID bits
+                os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+                fsync_path(path)
+        os.rename(part, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            remove_entry(part)
+        raise
     fsync_dir(dst.parent)
 
 
@@ -204,14 +238,18 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
     try:
-        os.link(src, tmp)
-        how = "link"
-    except OSError as exc:
-        if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
-            raise
-        copy_sparse(src, tmp, copied)
-        how = "copy"
-    os.replace(tmp, dst)
+        try:
+            os.link(src, tmp)
+            how = "link"
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            copy_sparse(src, tmp, copied)
+            how = "copy"
+        os.replace(tmp, dst)
+    except BaseException:
+        remove_partial(tmp)  # no partial copy left in the backup
+        raise
     if synced is None:
         fsync_dir(dst.parent)
     else:
@@ -231,7 +269,7 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None, owner: Ow
             os.fsync(f.fileno())
         install(tmp, path, owner)
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk leaves no partial temporary file behind
+        remove_partial(tmp)  # a full disk leaves no partial temporary file behind
         raise
     fsync_dir(path.parent)
 
@@ -240,6 +278,15 @@ def read_range(path: Path, start: int, end: int) -> bytes:
     with open(path, "rb") as f:
         f.seek(start)
         return f.read(end - start)
+
+
+def pwrite_all(fd: int, data, offset: int) -> None:
+    """``os.pwrite`` of all of ``data`` (bytes or an array) at ``offset``: a write the disk fills part-way returns a
+    short count (POSIX), which the next write either completes or fails with the reason."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
 
 
 def _overwrite(path: Path, start: int, end: int, piece: Callable[[int, int], bytes | memoryview]) -> None:
@@ -264,6 +311,14 @@ def zero_range(path: Path, start: int, end: int) -> None:
     """Overwrite ``[start, end)`` with zeros in place, then fsync."""
     zeros = bytes(min(CHUNK, max(end - start, 0)))
     _overwrite(path, start, end, lambda pos, n: zeros[:n])
+
+
+def remove_partial(path: Path) -> None:
+    """Delete the part-written file of a write that failed (nothing if absent); the write's own error is the one said.
+    Only a regular file: a device written to (``/dev/full``) stays."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
 
 
 def remove(path: Path) -> bool:

@@ -1,13 +1,17 @@
 """A store split over file systems, and owned by the broker's user: ``repair`` and ``restore`` where
 ``consumequeue/`` and ``index/`` (or ``commitlog/``) are links to another disk, where a rename from the
-staging folder fails (EXDEV), and the owner and mode of every file they write (docs/recovery.md,
-"Crash safety")."""
+staging folder fails (EXDEV), and the owner and mode of every file they write; a disk that refuses a write
+part-way, and special files (FIFOs, sockets, device nodes) in the store (docs/recovery.md, "Crash safety")."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
+import signal
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +21,7 @@ from typer.testing import CliRunner
 
 import mqtool.fileops as fileops
 from mqtool.apply import apply_plan
+from mqtool.apply.backup import STAGING_DIR
 from mqtool.cli import app
 from repair_support import Killed, every_kill_point, tree
 
@@ -93,13 +98,15 @@ def test_every_kill_point_of_an_apply_onto_another_disk_converges_and_restores(t
             copy(src, dst, copied)
             calls["n"] += dst.name.endswith(fileops.TMP_SUFFIX)
             if calls["n"] == at:
+                shutil.copy2(dst, tmp_path / "left")
                 raise Killed(dst)
 
         store = fresh(f"copy{at}")
         with monkeypatch.context() as m:
             m.setattr(fileops, "copy_sparse", killed_after_copy)
-            with pytest.raises(Killed):
+            with pytest.raises(Killed) as killed:
                 apply_plan(plan_of(store), tmp_path / f"copy{at}-backup")
+        shutil.move(tmp_path / "left", killed.value.args[0])  # what a kill leaves: ``Killed`` unwinding ran ``install``'s clean-up
         assert read_pending(store) is not None and [p for p in (second_disk / f"copy{at}").rglob("*" + fileops.TMP_SUFFIX)]
         if at == 1:
             restore(BackupSet.open(tmp_path / f"copy{at}-backup"))
@@ -166,11 +173,12 @@ def test_restore_gives_back_each_files_owner_and_mode(tmp_path):
 
 def entries(base: Path, prefix: str = "") -> dict[str, tuple]:
     """Every entry under ``base`` as it is (links not followed): a file's bytes, a symlink's target, a
-    folder; each with its owner, mode and mtime."""
+    folder, a special file's type and device; each with its owner, mode and mtime."""
     out = {}
     for p in base.rglob("*"):
         st = p.lstat()
-        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
+        kind = (stat.S_IFMT(st.st_mode), st.st_rdev)  # a special file: never opened
+        what = os.readlink(p) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes() if p.is_file() else kind
         mtime = None if p.is_symlink() or p.is_dir() else st.st_mtime_ns
         out[prefix + str(p.relative_to(base))] = (what, st.st_uid, st.st_gid, st.st_mode, mtime)
     return out
@@ -294,3 +302,304 @@ def test_a_full_disk_during_a_copy_to_another_disk_leaves_no_partial_copy(tmp_pa
         stopped = run(*args)
     assert stopped.exit_code == 3 and "No space left on device" in stopped.stderr and not list(second_disk.rglob("*" + fileops.TMP_SUFFIX))
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
+
+
+def partials(*roots: Path) -> list[Path]:
+    """What a copy cut short can leave: ``install``'s and ``work_path``'s ``*.mqtool-tmp``, ``link_or_copy``'s ``*.part``."""
+    return [p for root in roots for p in root.rglob("*") if p.name.endswith((fileops.TMP_SUFFIX, ".part"))]
+
+
+def failing_copy(monkeypatch, fault: BaseException, where) -> None:
+    """``copy_sparse`` as it is, but a copy to a ``dst`` that ``where`` picks fails once its first block is written."""
+    import mqtool.apply.backup as backup_module
+    import mqtool.apply.executor as executor_module
+
+    real = fileops.copy_sparse
+
+    def copy(src, dst, copied=None):
+        def fail(n):
+            raise fault
+
+        return real(src, dst, fail if where(Path(dst)) else copied)
+
+    monkeypatch.setattr(fileops, "CHUNK", 1 << 16)  # a 1 MiB segment: many blocks, the copy stops part-way
+    for module in (fileops, backup_module, executor_module):
+        monkeypatch.setattr(module, "copy_sparse", copy)
+
+
+def said_once(stderr: str, said: str) -> bool:
+    """The command's last line says ``said``, and it is its only error (no traceback; progress lines before it)."""
+    lines = stderr.strip().splitlines()
+    return said in lines[-1] and sum(line.startswith("mqtool: error") for line in lines) <= 1 and "Traceback" not in stderr
+
+
+FAULTS = {"ENOSPC": (OSError(28, "No space left on device"), 3, "No space left on device"),
+          "EIO": (OSError(5, "Input/output error"), 3, "Input/output error"), "Ctrl-C": (KeyboardInterrupt(), 130, "interrupted")}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("copy", ["backup", "resize"])
+def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_disk, monkeypatch, fault, copy):
+    """``commitlog/`` on another disk and its last segment short: ``repair`` copies it into the backup (``.part``)
+    and then beside itself (``.mqtool-tmp``, padded, renamed over it). Before, a copy cut short by a full disk, EIO
+    or Ctrl-C left its partial file (beside the segment: a file the broker lists). Now it is deleted, the command
+    says one line with its exit code, and run again it finishes; ``restore`` puts back every byte."""
+    store = split(short_segment(tmp_path), second_disk, ("commitlog",))
+    before = both(store, second_disk)
+    exc, code, said = FAULTS[fault]
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        failing_copy(m, exc, lambda dst: dst.name.endswith(".part" if copy == "backup" else fileops.TMP_SUFFIX))
+        stopped = run(*args)
+    assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    assert {k: v for k, v in both(store, second_disk).items() if not k.startswith(".mqtool-")} == before  # the segment untouched (markers aside)
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not partials(tmp_path, second_disk) and run("verify", store, "--broker-version", "4.9.7").exit_code == 0
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0 and both(store, second_disk) == before
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_restore_cut_short_in_a_copy_leaves_no_partial_file(tmp_path, second_disk, monkeypatch, fault):
+    """``restore`` copies the backed-up segment beside itself on the other disk: before, cut short it left the partial
+    copy among the broker's files; now none is left, and ``restore`` again puts back every byte."""
+    store = split(short_segment(tmp_path), second_disk, ("commitlog",))
+    before = both(store, second_disk)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    exc, code, said = FAULTS[fault]
+    with monkeypatch.context() as m:
+        failing_copy(m, exc, lambda dst: dst.name.endswith(fileops.TMP_SUFFIX))
+        stopped = run("restore", tmp_path / "backup", "--yes")
+    assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert both(store, second_disk) == before and not partials(tmp_path, second_disk)
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """The kernel refuses writes past ``limit`` bytes of any file (``RLIMIT_FSIZE``: EFBIG, SIGXFSZ ignored), part-way
+    through a copy as a full disk does."""
+    old, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, old[1]))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old)
+        signal.signal(signal.SIGXFSZ, handler)
+
+
+def test_a_stray_folder_copy_cut_short_leaves_no_partial_copy(tmp_path, second_disk):
+    """A stray folder in ``commitlog/`` on another disk than the backup is copied in (``copy_entry``). Before, a
+    copy of a file in it refused part-way left the partial folder in the backup, and the error was a list of
+    every file ``shutil.copytree`` went on failing to copy; now the copy stops at that file, deletes its part,
+    says one line naming it (exit 3), and the same command again finishes; ``restore`` copies the folder back."""
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog",))
+    stray = second_disk / "commitlog" / "backup"
+    (stray / "sub").mkdir(parents=True)
+    for name in ("a", "b"):
+        (stray / "sub" / name).write_bytes(os.urandom(300_000))
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with file_size_limit(200_000):
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, "File too large") and "[(" not in stopped.stderr, stopped.stderr
+    assert not partials(tmp_path, second_disk) and (stray / "sub" / "b").exists()
+    done = run(*args)
+    assert done.exit_code == 0, done.stderr
+    assert not stray.exists() and not partials(tmp_path, second_disk)
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def specials(folder: Path) -> None:
+    """A FIFO, a socket and a device node (``/dev/zero``'s) in ``folder``, with a file: what a stray folder can hold."""
+    import socket
+
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "pipe", 0o640)
+    with socket.socket(socket.AF_UNIX) as sock, contextlib.chdir(folder):  # a socket's path: at most 107 bytes
+        sock.bind("sock")
+    os.mknod(folder / "zero", 0o600 | stat.S_IFCHR, os.makedev(1, 5))
+    (folder / "kept").write_bytes(b"kept")
+    os.chown(folder / "pipe", *BROKER)
+
+
+@pytest.mark.parametrize("where", ["commitlog linked", "backup moved"])
+def test_special_files_in_a_stray_folder_are_copied_as_special_files(tmp_path, second_disk, where):
+    """A FIFO, a socket and a device node in a stray folder that ``repair`` copies into the backup (``commitlog/``
+    on another disk) or ``restore`` copies back (the backup moved to another disk since). Before, the copy stopped
+    on them (exit 3, a list of \"`pipe` is a named pipe\" and \"No such device or address\"), or, copying each
+    file's bytes, waited forever for a writer to the FIFO and read /dev/zero to a full disk. Now each is made anew
+    as what it is, never opened (as ``rsync --specials --devices``), and ``restore`` puts the folder back as it was."""
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    if where == "commitlog linked":
+        split(store, second_disk, ("commitlog",))
+    specials(store / "commitlog" / "backup" / "sub")
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    done = mqtool("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not (store / "commitlog" / "backup").exists()
+    backup = tmp_path / "backup"
+    if where == "backup moved":  # by ``cp -a``, which copies special files as such (``shutil.move`` would read /dev/zero)
+        subprocess.run(["cp", "-a", backup, second_disk / "backup"], check=True, timeout=60)
+        shutil.rmtree(backup)
+        backup = second_disk / "backup"
+    undone = mqtool("restore", backup, "--yes", timeout=120)
+    assert undone.returncode == 0, undone.stderr
+    after = {**entries(store), **entries(second_disk, "disk:")}
+    assert {k: v for k, v in after.items() if not k.startswith("disk:backup")} == before
+
+
+def test_a_journal_append_refused_part_way_is_cut_off_and_names_the_backup(tmp_path):
+    """``restore`` whose first write, the journal's ``restore-started``, the backup's disk refuses part-way. Before,
+    the line named the store (``<store>: File too large``: the wrong disk) and the journal kept the torn line;
+    now it names the journal, the journal is as it was, and ``restore`` again puts back every byte."""
+    store = short_segment(tmp_path)
+    before = tree(store)
+    assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
+    journal = tmp_path / "backup" / "01-files" / "journal.jsonl"
+    kept = journal.read_bytes()
+    with file_size_limit(len(kept) + 5):
+        stopped = run("restore", tmp_path / "backup", "--yes")
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, f"{journal}: File too large"), stopped.stderr
+    assert journal.read_bytes() == kept
+    undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert tree(store) == before
+
+
+@pytest.mark.parametrize("folders", [(), ("commitlog", "consumequeue")])
+def test_a_fifo_among_a_queues_files_is_quarantined_and_put_back(tmp_path, second_disk, folders):
+    """A FIFO in ``commitlog/`` and in a queue folder, which ``MappedFileQueue.load`` lists as a file of length 0 named
+    by no offset. Before, ``repair`` planned nothing for it (it took only regular files for files) and stopped with
+    exit 3 saying the broker refuses the store and "`mqtool repair` fixes the file first". Now each is quarantined
+    (hard-linked into the backup, or made anew there from another disk) and ``restore`` puts it back as it was."""
+    from repair_support import mqtool
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, folders)
+    queue = next(p for p in sorted((store / "consumequeue").glob("*/*")) if p.is_dir())
+    fifos = (store / "commitlog" / "pipe", queue / "pipe")
+    for fifo in fifos:
+        os.mkfifo(fifo, 0o640)
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    done = mqtool("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not any(os.path.lexists(p) for p in fifos) and mqtool("verify", store, "--broker-version", "4.9.7").returncode == 0
+    undone = mqtool("restore", tmp_path / "backup", "--yes", timeout=120)
+    assert undone.returncode == 0, undone.stderr
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+def test_a_short_write_of_a_rebuilt_file_is_written_on(tmp_path, monkeypatch):
+    """A ``pwrite`` the disk fills part-way returns a short count (POSIX), and the next one writes on once room is
+    made (a log rotated meanwhile). Before, the consume queue and index writers took every ``pwrite`` as whole:
+    a short one left zeros in the rebuilt file the apply installed. Now each write goes on to its end, and the
+    store is the one an apply without the short write leaves."""
+    from test_apply_crash import damaged_store, plan_of
+
+    reference = damaged_store(tmp_path, "reference")
+    apply_plan(plan_of(reference), tmp_path / "reference-backup")
+    store = damaged_store(tmp_path)
+    real, short = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        view = memoryview(data).cast("B")
+        if not short and view.tobytes().strip(b"\0") and STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):  # bytes of an entry
+            short.append(offset)
+            return real(fd, view[: len(view) // 2], offset)
+        return real(fd, data, offset)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        apply_plan(plan_of(store), tmp_path / "backup")
+    assert short and tree(store) == tree(reference)
+
+
+def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monkeypatch):
+    """The store's disk full while the rebuilt consume queue and index files are written to its staging folder
+    (``write`` says ENOSPC, naming no file): before, the apply stopped with "No space left on device; the apply
+    stopped at a safe point ...", naming no disk; now the line names the staging folder, on the store's disk,
+    and the same command again finishes."""
+    import errno
+
+    from test_apply_crash import damaged_store
+
+    store = damaged_store(tmp_path)
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    args = ("recover", store, "--yes", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        stopped = run(*args)
+    said = f"{store / STAGING_DIR}: No space left on device; the apply stopped"
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, said), stopped.stderr
+    assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
+
+
+def test_a_stray_folder_whose_copy_cannot_make_a_folder_says_one_line(tmp_path, second_disk, monkeypatch):
+    """The backup's disk refuses a folder inside a stray folder being copied in (``mkdir``: ENOSPC). Before, the
+    copy (``shutil.copytree``) went on and said a list of (source, copy, error) tuples; now it stops there with one
+    line naming the folder (exit 3), leaves no part, and the same command again finishes."""
+    import errno
+
+    store = split(copy_store("4.9.7", "clean-small", tmp_path / "store"), second_disk, ("commitlog",))
+    (second_disk / "commitlog" / "backup" / "sub" / "deeper").mkdir(parents=True)
+    (second_disk / "commitlog" / "backup" / "sub" / "kept").write_bytes(b"kept")
+    before = {**entries(store), **entries(second_disk, "disk:")}
+    real = os.mkdir
+
+    def mkdir(path, *rest, **options):
+        if Path(path).name == "deeper" and fileops.TMP_SUFFIX in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, *rest, **options)
+
+    args = ("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(os, "mkdir", mkdir)
+        stopped = run(*args)
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, "deeper: No space left on device"), stopped.stderr
+    assert "[(" not in stopped.stderr
+    assert not partials(tmp_path, second_disk)
+    assert run(*args).exit_code == 0 and run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert {**entries(store), **entries(second_disk, "disk:")} == before
+
+
+@pytest.mark.parametrize("name, said", [("lock", "nothing to repair"), ("config/topics.json.bak", "nothing can be repaired")])
+def test_a_fifo_among_the_stores_own_files_is_never_opened(tmp_path, name, said):
+    """``lock``, or the ``.bak`` of an unreadable ``topics.json``, a FIFO: before, ``info`` and ``repair`` waited forever
+    opening it for reading (the live-broker check's ``lock``, the version marks' ``dataVersion``); now they never
+    wait on it, and say what they say of the store with that file missing."""
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "config-real", tmp_path / "store")
+    (store / name).unlink()
+    os.mkfifo(store / name)
+    if name.startswith("config"):
+        (store / "config" / "topics.json").write_bytes(b"garbage{")  # the broker (and mqtool) then read its .bak
+    assert mqtool("info", store, timeout=60).returncode == 0
+    planned = mqtool("repair", store, "--broker-version", "4.9.7", timeout=60)
+    assert planned.returncode == 0 and said in planned.stderr, planned.stderr
+
+
+@pytest.mark.parametrize("name, command", [("config/timercheck", "info"), ("timerwheel", "repair")])
+def test_a_fifo_as_a_store_file_mqtool_maps_is_refused_in_one_line(tmp_path, name, command):
+    """The timer checkpoint, or the timer wheel, a FIFO: before, ``info`` (the checkpoint) and ``repair`` (the wheel's
+    slots) waited forever mapping it; now the command says in one line what it is, never opened (exit 3)."""
+    from repair_support import mqtool
+
+    store = copy_store("5.3.3", "timer-small", tmp_path / "store")
+    (store / name).unlink()
+    os.mkfifo(store / name)
+    refused = mqtool(command, store, "--broker-version", "5.3.3", timeout=60)
+    said = f"{store / name}: a FIFO, socket or device node, not a file"
+    assert refused.returncode == 3 and said_once(refused.stderr, said), refused.stderr

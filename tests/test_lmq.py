@@ -362,8 +362,11 @@ def test_an_lmq_offset_list_with_a_bad_value_after_good_ones_is_refused(tmp_path
     refuse (exit 4) naming the record and the value, changing nothing. Where the next start does not dispatch it
     (5.3.3 after a clean stop: normal recovery dispatches past the queues' end only, the reput starts at the log's
     end), recover goes ahead as the broker does. Fewer values than queues is no throw: the length check returns
-    before any LMQ entry, and the plans go ahead without one."""
-    pinned = ("--broker-version", given) if given else ()
+    before any LMQ entry, and the plans go ahead without one. Multi-dispatch is on by ``--broker-config`` (or lmq-small's
+    %LMQ% queues); without either, ``test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is_on``."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    pinned = ("--broker-config", conf, *(("--broker-version", given) if given else ()))
     root = _append_multi_dispatched(copy_store(version, name, tmp_path / "bad"), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
@@ -466,21 +469,23 @@ def test_verify_and_info_say_an_lmq_dispatch_that_throws_stops_the_next_start(tm
     assert _cli("recover", root, "--dry-run")[0] == EXIT_REFUSED
 
 
-def _append_without_properties(root):
-    """Append one record without properties (``propertiesLength`` 0): the store's last ordinary TopicTest record
-    re-encoded with none, at the next queue offset of its queue. Returns it as read back."""
+def _append_without_properties(root, extra: dict | None = None, kind: clfmt.TransactionType = clfmt.TransactionType.NOT_TYPE):
+    """Append one record without properties (``propertiesLength`` 0): the store's last ordinary (``kind``) TopicTest record
+    re-encoded with none (with ``extra``: its own and those), at the next queue offset of its queue. Returns it as read back."""
     with Store.open(root) as store:
         records = list(store.commitlog.scan())
     end = records[-1].offset + records[-1].total_size
-    base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == clfmt.TransactionType.NOT_TYPE][-1]
-    raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": b""})
+    base = [r for r in records if r.topic_name == "TopicTest" and clfmt.transaction_type(r.sys_flag) == kind][-1]
+    properties = encode_properties({**base.property_map(), **extra}, trailing_separator=base.properties.endswith(b"\x02")) if extra else b""
+    raw = clfmt.encode_message({**base._asdict(), "phys_offset": end, "queue_offset": base.queue_offset + 1, "properties": properties})
     segment = root / "commitlog" / f"{end - end % (1 << 20):020d}"
     data = bytearray(segment.read_bytes())
     data[end % (1 << 20) : end % (1 << 20) + len(raw)] = raw
     segment.write_bytes(bytes(data))
     with Store.open(root) as store:
         record = list(store.commitlog.scan())[-1]
-    assert record.offset == end and record.properties == b"" and record.topic_name == "TopicTest"
+    assert record.offset == end and record.topic_name == "TopicTest"
+    assert record.property_map() == ({**base.property_map(), **extra} if extra else {})
     return record
 
 
@@ -532,3 +537,168 @@ def test_a_4_9_3_broker_with_multi_dispatch_throws_on_a_record_without_propertie
         assert [q["max_after"] for q in queues] == [record.queue_offset + 1], queues  # its own entry planned
         findings, verified, _, info = _verify_and_info(root, *args)
         assert not [f for f in findings if f["kind"] == "dispatch-throws"] and verified["stall"] is None and info["stall"] is None
+
+
+def test_missing_entries_the_next_start_would_rebuild_are_lost_where_a_dispatch_throws_first(tmp_path):
+    """The real 4.9.7 ``crashed-small`` with a record without properties appended, under 4.9.3 with multi-dispatch on: its
+    abnormal recovery's dispatch throws on that record (``checkMultiDispatchQueue`` @4.9.3) and the load fails, so the
+    record's missing TopicTest entry is never rebuilt. Before: verify's ``cq-entry-missing`` was a warning saying the broker
+    rebuilds it on its next start; now an error that says the start would, and why it does not (``lmq.first_stall``). Under
+    4.9.7 the dispatch goes through and the warning stands."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    record = _append_without_properties(root)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    for version, severity in (("4.9.3", "error"), ("4.9.7", "warning")):
+        findings, verified, _, _ = _verify_and_info(root, "--broker-config", conf, "--broker-version", version)
+        missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+        found = [(f["offset"], f["severity"], f["details"]["rebuilt_by_broker"]) for f in missing]
+        assert found == [(record.offset, severity, severity == "warning")]
+        redispatch = "the abort file is present, so abnormal recovery re-dispatches every record from offset 0"
+        if severity == "warning":
+            assert verified["stall"] is None
+            assert missing[0]["message"].endswith(f"the broker will rebuild them on its next start ({redispatch})")
+        else:
+            assert missing[0]["message"].endswith(f"the broker's next start would rebuild them ({redispatch}), but {verified['stall']}")
+            assert verified["stall"].startswith(f"the record at {record.offset} has no properties")
+
+
+def _first_lines(root, *args):
+    """The next start's line of ``verify --only commitlog``, of ``verify --only index`` and of ``salvage`` (its stderr)."""
+    lines = []
+    for only in ("commitlog", "index"):
+        code, table, err = _cli("verify", root, "--only", only, *args)
+        assert code in (0, 1), err
+        lines.append(" ".join(table.split("\nWARNING")[0].split("\nERROR")[0].split("\nSummary")[0].split()))
+    code, _, err = _cli("salvage", root, "-f", "jsonl", "--out", root.parent / "salvaged.jsonl", *args)
+    assert code == 0, err
+    lines.append(next(line for line in err.splitlines() if "next start" in line).removeprefix("mqtool: "))
+    return lines
+
+
+def test_every_command_says_where_a_dispatch_that_throws_stops_the_next_start(tmp_path):
+    """The real 5.3.3 ``lmq-small``, crashed, with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at ``0,1x,2`` appended:
+    abnormal recovery's dispatch throws on it and the broker refuses to start. Before: verify's first line and info said
+    so, but ``verify --only commitlog`` (or ``--only index``) and ``salvage``'s next-start line said the start keeps the
+    log; now every one is the same line (``lmq.with_stall``)."""
+    root = _append_multi_dispatched(copy_store("5.3.3", "lmq-small", tmp_path), "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    (root / "abort").write_bytes(b"")
+    _, verified, first, info = _verify_and_info(root)
+    assert verified["stall"] is not None and first == verified["line"] == info["line"]
+    assert _first_lines(root) == [first] * 3
+
+
+@pytest.mark.parametrize("config, stalls", [("enableMultiDispatch=false\n", True), ("", True),
+                                            ("enableMultiDispatch=false\nbrokerRole=SLAVE\n", False),
+                                            ("enableMultiDispatch=false\nlongPollingEnable=false\n", False)])
+@pytest.mark.parametrize("queued", [True, False])
+def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch(tmp_path, config, stalls, queued):
+    """4.9.3-4.9.8's reput calls ``notifyMessageArrive4MultiQueue`` after each record's dispatch (a master with
+    ``longPollingEnable``: ``ReputMessageService.doReput`` @4.9.3, 4.9.7): it parses ``INNER_MULTI_QUEUE_OFFSET`` whatever
+    ``enableMultiDispatch`` and whatever the transaction type, and ``run()`` retries a throw forever, so the start-up reput
+    from the queues' max never ends. On copies of the real 4.9.7 ``clean-small`` with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c``
+    at ``0,1x,2`` appended after the queues' end (an ordinary one, ``queued``, or the last TopicTest record's copy, a
+    transaction half message), no ``%LMQ%`` queue. Before: verify, info and salvage said the start keeps the log and
+    verify found nothing; recover went ahead with multi-dispatch off, or for the half message (no consume queue
+    dispatch). Now they say where the start stops and recover and repair refuse (exit 4), but on a slave or without long
+    polling (no notify), where nothing changes."""
+    lists = {"INNER_MULTI_DISPATCH": THREE, "INNER_MULTI_QUEUE_OFFSET": "0,1x,2"}
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    if queued:
+        _append_without_properties(root, lists)
+    else:
+        _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    assert clfmt.transaction_type(record.sys_flag) == (clfmt.TransactionType.NOT_TYPE if queued else clfmt.TransactionType.PREPARED)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(config or "brokerIP1=10.0.0.1\n")
+    args = ("--broker-version", "4.9.7", "--broker-config", conf)
+    findings, verified, first, info = _verify_and_info(root, *args)
+    throws = [(f["offset"], f["severity"], f["details"]["writes"]) for f in findings if f["kind"] == "dispatch-throws"]
+    before = _tree(root)
+    plans = [_cli(command, root, "--yes" if stalls else "--dry-run", *args) for command in ("recover", "repair")]
+    assert _tree(root) == before
+    if not stalls:
+        assert throws == [] and verified["stall"] is None and info["stall"] is None
+        assert [code for code, _, _ in plans] == [0, 0]
+        return
+    wrote = "the record's own entry" if queued else "no consume queue entry"
+    assert throws == [(record.offset, "error", wrote)]
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries "
+             "it forever: the broker's start never completes")
+    assert verified["stall"] == info["stall"] == stall and first == verified["line"] == info["line"] and first.endswith(f"; but {stall}")
+    assert _first_lines(root, *args) == [first] * 3
+    for code, out, err in plans:
+        message = " ".join(err.split())
+        assert code == EXIT_REFUSED and out == "" and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
+        assert "the notify throws" in message, err
+
+
+@pytest.mark.parametrize("version, given", [("4.9.7", "4.9.7"), ("5.1.4", None)])
+def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is_on(tmp_path, version, given):
+    """A crashed copy of the real ``crashed-small`` (no ``%LMQ%`` queue) with a record listing ``%LMQ%a,%LMQ%b,%LMQ%c`` at
+    ``0,1x,2`` appended: abnormal recovery's dispatch throws on it only where ``enableMultiDispatch`` is on (off by default
+    in ``MessageStoreConfig``; recovery does not notify). The record is no evidence that it is: a broker with it on writes
+    ``INNER_MULTI_QUEUE_OFFSET`` as numbers (``MultiDispatch.wrapMultiDispatch`` @4.9.3, 5.1.4), one with it off stores the
+    client's own as sent. Before: recover refused saying the broker refuses to start while verify, info and salvage said
+    the start keeps the log, without a finding. Now all say it is undecided and what decides (``--broker-config``):
+    verify warns (the record's own missing entry too: the start that would rebuild it may stop there), the next start's
+    line says it and recover refuses naming ``--broker-config``; given the config, each says the one answer."""
+    root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE,
+                                    offsets="0,1x,2")
+    pinned = ("--broker-version", given) if given else ()
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+        assert store.abort_present and not store.multi_dispatch_on
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses{}: abnormal recovery dispatches it, and the load fails: the broker refuses to start")
+    for config, severity in (("", "warning"), ("enableMultiDispatch=true\n", "error"), ("enableMultiDispatch=false\n", None)):
+        conf = tmp_path / "broker.conf"
+        conf.write_text(config or "brokerIP1=10.0.0.1\n")
+        args = (*pinned, "--broker-config", conf)
+        findings, verified, first, info = _verify_and_info(root, *args)
+        throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
+        missing = [f for f in findings if f["kind"] == "cq-entry-missing" and f["file"].startswith("consumequeue/TopicTest/")]
+        code, _, err = _cli("recover", root, "--dry-run", *args)
+        message = " ".join(err.split())
+        if severity is None:
+            assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
+            assert [f["severity"] for f in missing] == ["warning"] and "the broker will rebuild them" in missing[0]["message"]
+            continue
+        assert throws == [(record.offset, severity)]
+        assert [f["severity"] for f in missing] == [severity] and missing[0]["message"].endswith(f", but {verified['stall']}")
+        maybe = " (if enableMultiDispatch is on: --broker-config decides)" if config == "" else ""
+        assert verified["stall"] == info["stall"] == stall.format(maybe)
+        assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
+        assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
+        assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err
+
+
+@pytest.mark.parametrize("queued_after", [False, True])
+def test_4_9_x_reput_after_abnormal_recovery_notifies_the_records_after_the_last_it_queued(tmp_path, queued_after):
+    """After abnormal recovery (which dispatches and notifies nothing it cannot), 4.9.3-4.9.8's ``start()`` reputs from
+    the consume queues' max: past the last record recovery queued, so a transaction half message after it (no consume
+    queue entry) is read by the reput, whose long-polling notify throws on its offset list whatever multi-dispatch
+    (``notifyMessageArrive4MultiQueue`` @4.9.7). On the real 4.9.7 ``crashed-small`` with such a record appended: before,
+    verify, info and salvage said the start keeps the log and recover went ahead; now all say the reput stops there and
+    recover refuses. With an ordinary record appended after it, the reput starts past both: no stop, as before."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    lists = {"INNER_MULTI_DISPATCH": THREE, "INNER_MULTI_QUEUE_OFFSET": "0,1x,2"}
+    record = _append_without_properties(root, lists, clfmt.TransactionType.PREPARED)
+    if queued_after:
+        _append_without_properties(root, {"KEYS": "after"})
+    args = ("--broker-version", "4.9.7")
+    findings, verified, first, info = _verify_and_info(root, *args)
+    throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
+    code, _, err = _cli("recover", root, "--dry-run", *args)
+    if queued_after:
+        assert throws == [] and verified["stall"] is None and info["stall"] is None and code == 0, err
+        return
+    stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
+             "refuses in the reput's long-polling notify (notifyMessageArrive4MultiQueue): its start-up reput dispatches it and retries "
+             "it forever: the broker's start never completes")
+    assert throws == [(record.offset, "error")] and verified["stall"] == info["stall"] == stall
+    assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {stall}")
+    assert code == EXIT_REFUSED and "writes no consume queue entry, then the notify throws" in " ".join(err.split()), err

@@ -14,7 +14,7 @@ from repair_support import tree
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS, EXIT_OK
+from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.store.mappedfile import DELETED, LEFT_OUT, LOADED, REFUSED, SKIPPED, StrayEntry, load_effect
 from mqtool.store.rules import BrokerVersion, VersionRules
 
@@ -469,3 +469,106 @@ def test_empty_last_queue_file_with_an_entry_after_it(tmp_path):
     assert run("recover", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
     assert not (queue / "00000000000000020000").exists()
     assert verified(root, "5.3.3")[0] == EXIT_OK
+
+
+def timer_size_conf(tmp_path, name: str) -> str:
+    """A broker.conf with the fixture's ``mappedFileSizeTimerLog`` (its manifest's storeConfig)."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"mappedFileSizeTimerLog={manifest('5.3.3', name)['storeConfig']['mappedFileSizeTimerLog']}\n")
+    return str(conf)
+
+
+@pytest.mark.parametrize("cut", [52 * 100 + 30, 52 * 100])
+def test_lone_cut_timer_log_file_refused_and_repaired(tmp_path, cut):
+    """Before: the timer log's file size was inferred from the other files, so the only file of ``timerlog/`` (5.3.3
+    ``timer-crashed``) cut by a disk fault, inside a unit or at a unit's end, was taken as it was: no ``timer-file-size``,
+    a next start said to keep the store, which ``TimerLog.load``'s ``MappedFileQueue.load`` refuses ("length not
+    matched", 5.0.0-5.3.3). Now broker.conf's ``mappedFileSizeTimerLog`` (``--broker-config``) is the size; without it a
+    file whose bytes show a cut (a torn unit; a unit with no room for ``TimerLog.append``'s blank after it) is held to the
+    default, 100 MiB (``MessageStoreConfig`` 5.0.0-5.3.3)."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    only = root / "timerlog" / "00000000000000000000"
+    units = only.read_bytes()[:52 * 100]
+    os.truncate(only, cut)
+    code, out, findings = verified(root, "5.3.3")
+    f = next(f for f in findings if f["kind"] == "timer-file-size")
+    assert code == EXIT_FINDINGS and (f["severity"], f["expected"], f["found"]) == ("error", 100 * 1024 * 1024, cut)
+    assert first_line(out).startswith(f"the broker's next start refuses to start: timerlog/00000000000000000000: {cut} bytes, not 104857600;")
+    assert f["message"].endswith("`mqtool repair` fixes it given --broker-config")
+    refused = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "guessed")
+    assert refused.exit_code == EXIT_REFUSED and "pass --broker-config" in refused.stderr and only.stat().st_size == cut  # no guess written
+    conf = timer_size_conf(tmp_path, "timer-crashed")
+    shown = run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf)
+    findings = json.loads(run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json").stdout)["findings"]
+    f = next(f for f in findings if f["kind"] == "timer-file-size")
+    assert (f["severity"], f["expected"], f["found"]) == ("error", 8192, cut)
+    assert first_line(shown.stdout).startswith(f"the broker's next start refuses to start: timerlog/00000000000000000000: {cut} bytes, not 8192;")
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--broker-config", conf, "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    data = only.read_bytes()
+    assert len(data) == 8192 and not any(data[52 * 100:]) and data[:52 * 100] == units
+    after = json.loads(run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json").stdout)["findings"]
+    assert not [f for f in after if f["kind"] in ("timer-file-size", "timer-reference", "timer-log-damaged")]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+
+
+def test_every_timer_log_file_cut_alike_is_held_to_the_configured_size(tmp_path):
+    """Both files of 5.3.3 ``timer-small``'s ``timerlog/`` cut to one length: the files agree, so only broker.conf's
+    ``mappedFileSizeTimerLog`` tells they are short, and the broker refuses the first."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    for path in (root / "timerlog").iterdir():
+        os.truncate(path, 5000)
+    conf = timer_size_conf(tmp_path, "timer-small")
+    shown = run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf)
+    findings = json.loads(run("verify", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json").stdout)["findings"]
+    assert sorted((f["file"], f["expected"], f["found"]) for f in findings if f["kind"] == "timer-file-size") == [
+        ("timerlog/00000000000000000000", 8192, 5000), ("timerlog/00000000000000008192", 8192, 5000)]
+    assert first_line(shown.stdout).startswith("the broker's next start refuses to start: timerlog/00000000000000000000: 5000 bytes, not 8192;")
+
+
+def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
+    """Before: the last timer log file cut inside a unit (20 bytes of the unit at 1560 of 5.3.3 ``timer-small``'s second
+    file: its size and magic whole) was padded with zeros after the cut, so the broker's ``recoverAndRevise`` read the torn
+    unit as valid (size 52, a magic ``isMagicOK`` passes) and kept it, naming offset 0: verify called it a lost
+    ``timer-reference``, and ``reviseQueueOffset``, reading that unit, could not find its message and fell back to the
+    timer checkpoint, past the cut units' messages. Now repair pads with zeros from the unit's start: the timer recovery
+    ends at the last whole unit, whose message is the one before the cut unit's in ``rmq_sys_wheel_timer``, so the broker
+    enqueues the cut units' messages again; and it clears the wheel slots whose units were all cut, where those units
+    would go again, each naming itself as its previous unit."""
+    from mqtool.formats import timer as tfmt
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    last = root / "timerlog" / "00000000000000008192"
+    torn = 1560
+    os.truncate(last, torn + 20)
+    _, out, findings = verified(root, "5.3.3")
+    assert first_line(out).startswith("the broker's next start refuses to start: timerlog/00000000000000008192: 1580 bytes, not 8192;")
+    assert not [f for f in findings if f["kind"] == "timer-reference"]
+    ahead = next(f for f in findings if f["kind"] == "timercheck-ahead")  # the log ends where its last whole unit does
+    assert (ahead["found"], ahead["expected"]) == (10012, f"<= {8192 + torn}")
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    ops = [(a["op"], a["path"], a["start"], a["end"]) for a in planned["files"]["actions"]]
+    assert ops[:2] == [("resize", "timerlog/00000000000000008192", 1580, 8192), ("zero-range", "timerlog/00000000000000008192", torn, 1580)]
+    # the slots whose units were all cut: the broker's recover leaves them naming where its re-enqueued units go (doEnqueue's
+    # prev pos = the slot's last pos = the new unit's own position, so that slot's dequeue never ends): cleared
+    cut_slots = sorted(s["slot"] for s in m["timer"]["timerwheel"]["nonEmptySlots"] if s["firstPos"] >= 8192 + torn)
+    assert cut_slots and sorted(i for _, path, a, b in ops[2:] for i in range(a // 32, b // 32) if path == "timerwheel") == cut_slots
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # timercheck-ahead; a slot with units both sides of the cut
+    assert last.stat().st_size == 8192 and not any(last.read_bytes()[torn:])
+    wheel = (root / "timerwheel").read_bytes()
+    assert not any(any(wheel[i * 32:(i + 1) * 32]) for i in cut_slots)
+    log = TimerStore.open(root).log
+    walked = [u.timer_log_offset for u in log.walk()]
+    assert walked[-1] == 8192 + torn - tfmt.UNIT_SIZE and (log.end.offset, log.end.reason) == (8192 + torn, "zeros")
+    findings = verified(root, "5.3.3")[2]
+    assert not [f for f in findings if f["kind"] in ("timer-reference", "timer-file-size", "timer-log-damaged")]
+    assert not [f for f in findings if f["kind"] == "timer-wheel" and f["details"]["slot"] in cut_slots]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+    queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
+    assert queued[8192 + torn] == queued[walked[-1]] + 1  # in rmq_sys_wheel_timer queue 0

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -275,9 +276,12 @@ def test_a_copy_the_disk_refuses_names_the_file_it_wrote(tmp_path):
 
     src = tmp_path / "segment"
     src.write_bytes(b"\1" * (5 << 20))
+    full = tmp_path / "full"
+    os.mknod(full, 0o600 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full's own: every write ENOSPC
     with pytest.raises(OSError) as refused:
-        copy_sparse(src, Path("/dev/full"))  # every write: ENOSPC
-    assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, "/dev/full")
+        copy_sparse(src, full)
+    assert (refused.value.errno, refused.value.filename) == (errno.ENOSPC, str(full))
+    assert stat.S_ISCHR(os.stat(full).st_mode)  # a refused copy deletes its partial file, never the device it wrote to
 
 
 def test_only_a_refused_write_without_a_file_gets_the_one_being_written():

@@ -22,8 +22,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, owner_for, read_range,
-                       remove, remove_entry, shell_path, write_atomic, write_range)
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, naming, owner_for,
+                       read_range, remove, remove_entry, remove_partial, shell_path, write_atomic, write_range)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -64,7 +64,8 @@ class Journal:
     cut off before anything is appended after it: ``events`` stops at the first line it cannot
     read, so the events of a resumed apply (or of an apply into a backup set never used) after it
     would be lost to ``restore``. What a torn line announced was never done: each event is
-    fsynced before the change it announces."""
+    fsynced before the change it announces. An append the file system refuses part-way (a full
+    backup disk) is cut off again, and said with the journal's path: the backup's disk, not the store's."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -73,14 +74,21 @@ class Journal:
         if not events:
             return
         created = not self.path.exists()
-        with open(self.path, "a+b") as f:
+        with naming(self.path), open(self.path, "a+b", buffering=0) as f:
             end = f.seek(0, os.SEEK_END)
             if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
                 f.seek(0)
-                f.truncate(f.read().rfind(b"\n") + 1)
-            f.write("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+                end = f.read().rfind(b"\n") + 1
+                f.truncate(end)
+            lines = memoryview("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
+            try:
+                while lines:  # a write(2) the disk fills during writes part, then the next one fails
+                    lines = lines[f.write(lines):]
+                os.fsync(f.fileno())
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    f.truncate(end)
+                raise
         if created:  # the directory entry too: without it a power cut can lose the whole journal
             fsync_dir(self.path.parent)
 
@@ -632,10 +640,14 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         if kind == "backup-file":
             makedirs(target.parent, like_parent=True)
             tmp = work_path(root, target)
-            copy_sparse(backup.file_copy(rel), tmp, put_back)
-            _set_mtime(tmp, ev.get("mtime_ns"))
-            kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal from before owners were kept
-            install(tmp, target, kept)
+            try:
+                copy_sparse(backup.file_copy(rel), tmp, put_back)
+                _set_mtime(tmp, ev.get("mtime_ns"))
+                kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal before owners were kept
+                install(tmp, target, kept)
+            except BaseException:
+                remove_partial(tmp)  # beside the file on another disk: the broker would list it
+                raise
             remove(beside(target))  # what an ``install`` across file systems that was killed left
             fsync_dir(target.parent)
             restored.append(rel)

@@ -39,7 +39,8 @@ from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
                      unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import copy_sparse, fsync_dir, fsync_path, install, makedirs, owner_for, remove, write_atomic, write_range, zero_range
+from ..fileops import (copy_sparse, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, remove_partial, write_atomic,
+                       write_range, zero_range)
 
 
 class ApplyError(MqtoolError):
@@ -125,7 +126,8 @@ def interrupts_raised():
         signal.signal(signal.SIGINT, StopRequests._record)
 
 
-_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable", "message_index_safe", "check_crc_on_recover", "delay_levels")
+_CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable",
+                   "message_index_safe", "check_crc_on_recover", "delay_levels", "timer_log_file_size")
 
 
 def store_config(plan: Plan) -> StoreConfig:
@@ -219,7 +221,8 @@ class Executor:
         self.backup.note_lock_state()
         durability_point("pending")
         if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
-            self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
+            with naming(self.staging):  # a full disk said as the store's: a bare "No space left on device" names none
+                self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
         last = {rel: index for index, action in enumerate(self.plan.actions) for rel in self._changes(action)}
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
@@ -273,18 +276,22 @@ class Executor:
         durability_point("file backed up")
         makedirs(path.parent, like_parent=True)
         tmp = work_path(self.root, path)
-        if path.exists():
-            copy_sparse(path, tmp)
-        else:  # a file the plan creates (a missing DLedger index file): all zeros
-            tmp.write_bytes(b"")
-        if blank_at is not None:
-            os.truncate(tmp, blank_at)  # the partial record's bytes go: zeros after the blank
-        os.truncate(tmp, action.end)
-        if blank_at is not None:
-            encode = tfmt.encode_blank if Path(action.path).parts[0] == "timerlog" else clfmt.encode_blank
-            write_range(tmp, blank_at, encode(action.end - blank_at))
-        fsync_path(tmp)
-        install(tmp, path, owner_for(path))
+        try:
+            if path.exists():
+                copy_sparse(path, tmp)
+            else:  # a file the plan creates (a missing DLedger index file): all zeros
+                tmp.write_bytes(b"")
+            if blank_at is not None:
+                os.truncate(tmp, blank_at)  # the partial record's bytes go: zeros after the blank
+            os.truncate(tmp, action.end)
+            if blank_at is not None:
+                encode = tfmt.encode_blank if Path(action.path).parts[0] == "timerlog" else clfmt.encode_blank
+                write_range(tmp, blank_at, encode(action.end - blank_at))
+            fsync_path(tmp)
+            install(tmp, path, owner_for(path))
+        except BaseException:
+            remove_partial(tmp)  # beside the file on another disk: the broker would list it
+            raise
         fsync_dir(path.parent)
 
     _pad_blank = _resize

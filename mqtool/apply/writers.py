@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fileops import fsync_dir, fsync_path
+from ..fileops import fsync_dir, fsync_path, pwrite_all
 from ..formats import consumequeue as cqfmt
 from ..formats import index as ixfmt
 from ..formats.dispatch import DispatchRequest
@@ -104,7 +104,7 @@ class ConsumeQueueWriter:
         try:
             os.ftruncate(fd, self.file_size)
             if content_from is not None and zero_from is not None and zero_from < self.file_size:
-                os.pwrite(fd, bytes(self.file_size - zero_from), zero_from)
+                pwrite_all(fd, bytes(self.file_size - zero_from), zero_from)
         finally:
             os.close(fd)
         q.files.add(base)
@@ -155,7 +155,7 @@ class ConsumeQueueWriter:
             chunk = data[: base + self.file_size - at]
             q.files.add(base)
             fd = self._fd(q.directory / offset_file_name(base))
-            os.pwrite(fd, chunk, at - base)
+            pwrite_all(fd, chunk, at - base)
             data, at = data[len(chunk) :], at + len(chunk)
             if at == base + self.file_size:  # the file is full: nothing more is written to it
                 start_writeback(fd)
@@ -214,7 +214,7 @@ ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
 class IndexWriterService(IndexPlacement):
     """``IndexService.buildIndex`` over files in ``index_dir``: ``IndexPlacement``'s placement, written
     (``append_to=(name, source)``: a copy of ``source`` continued). The slot table is written back
-    whole when a file is finished; entries are appended with ``pwrite``."""
+    whole when a file is finished; entries are appended with ``pwrite_all``."""
 
     dry = False
 
@@ -243,7 +243,7 @@ class IndexWriterService(IndexPlacement):
                 slots = np.frombuffer(head, dtype=">i4", count=self.hash_slot_num, offset=ixfmt.HEADER_SIZE).astype(np.int32)
             else:  # ``new IndexFile(..., endPhyOffset, endTimestamp)`` writes the seed
                 header = seed
-                os.pwrite(fd, ixfmt.HEADER.pack(*ixfmt.IndexHeader(*header[:4], 0, 0)), 0)
+                pwrite_all(fd, ixfmt.HEADER.pack(*ixfmt.IndexHeader(*header[:4], 0, 0)), 0)
                 slots = np.zeros(self.hash_slot_num, dtype=np.int32)
         except BaseException:
             os.close(fd)
@@ -254,7 +254,7 @@ class IndexWriterService(IndexPlacement):
 
     def _append(self, first: int, added: int) -> None:
         at = ixfmt.entry_position(self.hash_slot_num, first)
-        os.pwrite(self._fd, self._ent[: added * ixfmt.ENTRY_SIZE], at)
+        pwrite_all(self._fd, self._ent[: added * ixfmt.ENTRY_SIZE], at)
         at += added * ixfmt.ENTRY_SIZE
         if at - self._written_back >= WRITEBACK_EVERY:  # entries are appended once and not read again
             start_writeback(self._fd, self._written_back, at - self._written_back)
@@ -263,8 +263,8 @@ class IndexWriterService(IndexPlacement):
     def _write_current(self) -> None:
         try:
             if self.hdr[H_PUT]:  # the broker writes the header fields and slots as each put changes them
-                os.pwrite(self._fd, self._slots.astype(">i4").data, ixfmt.HEADER_SIZE)
-                os.pwrite(self._fd, ixfmt.HEADER.pack(*self._header()), 0)
+                pwrite_all(self._fd, self._slots.astype(">i4"), ixfmt.HEADER_SIZE)
+                pwrite_all(self._fd, ixfmt.HEADER.pack(*self._header()), 0)
             os.fsync(self._fd)
         finally:
             os.close(self._fd)

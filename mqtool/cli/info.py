@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -135,20 +134,17 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 def info_document(store: Store) -> dict[str, Any]:
     """``store_summary`` scanned from where the broker's next start scans, with what that start keeps and
-    drops (``store.nextstart``; on an LMQ store, where a dispatch that throws stops it: ``verify.lmq.first_stall``);
+    drops (``store.nextstart``; where a dispatch that throws stops it: ``verify.lmq.with_stall``);
     without consume queues, the topics of the commit log (``topics_source``).
     Given a bare commit log folder or segment, the store's other parts are ``not_looked_at``."""
     from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
+    from ..verify.lmq import with_stall
 
     start = start_of(store)
     doc = store_summary(store, None if start is None else start.offset)
     cl = doc["commitlog"]
-    found = next_start(store, ScanEnd(cl["max_offset"], cl["end_reason"]), None if start is None else start.offset)
-    if found is not None and found.logical_end is not None and store.multi_dispatch_on and not store.recovers_dledger_data:
-        from ..verify.lmq import first_stall  # a dispatch that throws stops the start (LMQ stores alone: compiled code)
-
-        found = replace(found, stall=first_stall(store, found.logical_end))
+    found = with_stall(store, next_start(store, ScanEnd(cl["max_offset"], cl["end_reason"]), None if start is None else start.offset))
     doc["next_start"] = None if found is None else found.as_dict()
     doc["topics_source"] = "consumequeue"
     if store.root is None:

@@ -387,10 +387,11 @@ def _repair_document(root: Path, plan, broker_config, broker_version) -> dict:
     doc = with_next_start(plan.to_dict(), plan.recover)
     if "next_start" not in doc:  # no recovery plan (the broker would refuse to start): the same answer, from the store
         from ..store.nextstart import next_start
+        from ..verify.lmq import with_stall
 
         try:
             with open_store(root, broker_config, broker_version) as opened:
-                found = next_start(opened)
+                found = with_stall(opened, next_start(opened))
         except BadInput:  # not even the store model reads it (a DLedger file of the wrong length): the plan's note says why
             return doc
         doc = doc if found is None else {**doc, "next_start": found.as_dict()}
@@ -524,8 +525,11 @@ class RepairStages:
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
+    from ..store import load_broker_config
+
     rp = repair_planner()
-    file_steps, _ = rp.plan_file_fixes(root)
+    timer_size = load_broker_config(broker_config).timer_log_file_size if broker_config is not None else None  # before the store opens
+    file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
     try:
         opened = open_store(root, broker_config, broker_version)
         if file_steps and opened.problems:
@@ -539,7 +543,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     except BadInput as exc:
         if not file_steps:
             raise
-        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc))
+        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size)
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)

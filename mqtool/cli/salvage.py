@@ -103,6 +103,9 @@ def salvage(
             State.output_may_close = True  # a closed stderr drops the notes: the new store never depends on who reads them
         try:
             scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
+            from ..verify.lmq import with_stall
+
+            next_start = with_stall(store, next_start)  # where a record whose dispatch throws stops that start
             new_store = writer.close() if writer is not None else None
         except BaseException:
             if out is not None and out.is_file():  # not a directory given for the file (exit 3, said once)

@@ -29,8 +29,8 @@ import numpy as np
 
 from .. import activity
 from ..formats import commitlog as clfmt
-from ..formats.dispatch import (INDEX_NONE, INDEX_UNIQ_AND_KEYS, LmqOffsetThrows, NoPropertiesThrows, dispatch_request, indexed_keys,
-                                multi_dispatch_targets)
+from ..formats.dispatch import (INDEX_NONE, INDEX_UNIQ_AND_KEYS, UNDECIDED_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows,
+                                NoPropertiesThrows, dispatch_request, indexed_keys, multi_dispatch_targets, notify_throw)
 from ..formats.errors import CorruptRecord
 from ..formats.hashing import java_string_hash
 from ..handoff import Failure, produced_in_thread
@@ -645,6 +645,7 @@ class MultiDispatch(NamedTuple):
     legacy_properties: bool
     rule: int  # which records the release leaves out (``formats.dispatch.LMQ_SKIP_*``, ``VersionRules.lmq_rule``)
     no_properties_npe: bool | None = False  # ``Store.no_properties_npe``: 4.9.3 throws on a record without properties (None: undecided)
+    known: bool = True  # multi-dispatch known on (``Store.multi_dispatch_on``), not only what the records ask for: its throws are decided
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
@@ -679,7 +680,7 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
         try:
             targets = multi_dispatch_targets(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, rule=multi.rule)
         except LmqOffsetThrows as exc:
-            exc.offset = int(f[fd.F_PHYS])
+            exc.offset, exc.undecided = int(f[fd.F_PHYS]), None if multi.known else UNDECIDED_MULTI_DISPATCH
             raise
         for name, queue_id, queue_offset in targets:
             grouped.setdefault((name, queue_id), []).append((queue_offset, int(f[fd.F_PHYS]), int(f[fd.F_SIZE]), int(f[fd.F_TAGS])))
@@ -687,3 +688,35 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
         if has_queue_directory(name):
             columns = np.array(entries, dtype=np.int64).T
             yield name, queue_id, tuple(np.ascontiguousarray(c) for c in columns)
+
+
+def first_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None, notify: MultiDispatch | None) -> DispatchThrows | None:
+    """The first record of the batch whose dispatch (``consume_queue_entries`` with ``multi``) or reput notify
+    (``first_notify_throw`` with ``notify``; None: none) throws, or None; at one record, a decided dispatch throw (the
+    dispatch runs first), else the notify's (it throws whatever multi-dispatch)."""
+    thrown = None
+    try:
+        for _ in consume_queue_entries(batch, names, multi):
+            pass
+    except DispatchThrows as exc:
+        thrown = exc
+    notified = first_notify_throw(batch, names, notify) if notify is not None else None
+    if thrown is None or notified is None:
+        return thrown or notified
+    if thrown.offset != notified.offset:
+        return thrown if thrown.offset < notified.offset else notified
+    return thrown if thrown.undecided is None else notified
+
+
+def first_notify_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch) -> LmqNotifyThrows | None:
+    """The first record of the batch the reput's long-polling notify throws on (``formats.dispatch.notify_throw``: any
+    transaction type, whatever multi-dispatch), its ``offset`` set; else None."""
+    for row in np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool)).tolist():
+        f = batch.fields[row]
+        properties = multi.commitlog.read_record(int(f[fd.F_POS])).property_map(legacy=multi.legacy_properties)
+        queued = bool(batch.to_consume_queue[row])
+        thrown = notify_throw(names[int(batch.topic_ids[row])], int(f[fd.F_QUEUE_ID]), properties, queued, rule=multi.rule)
+        if thrown is not None:
+            thrown.offset = int(f[fd.F_PHYS])
+            return thrown
+    return None

@@ -198,15 +198,20 @@ LMQ_SKIP_RETRY_TIMER_SCHEDULE = 2  # 5.1.2-5.1.4: also rmq_sys_wheel_timer and S
 LMQ_SKIP_SYSTEM = 3  # 5.2.0+ (``MultiDispatchUtils``): %RETRY%, every rmq_sys_ topic, SCHEDULE_TOPIC_XXXX; names holding "/" skipped
 
 
+UNDECIDED_RELEASE = ("the broker is 4.9.3", "--broker-version")
+UNDECIDED_MULTI_DISPATCH = ("enableMultiDispatch is on", "--broker-config")
+
+
 class DispatchThrows(ValueError):
     """A record whose consume queue dispatch throws (rules §3.12): a recovery dispatching it fails the store's load
     (``DefaultMessageStore.load`` catches it: the broker refuses to start), the reput keeps retrying it
     (``ReputMessageService.run``) and dispatches nothing after it. ``why``: the throw, in words; ``offset``: the
     record's commit log offset, where the dispatch scan knows it; ``wrote``: what the broker writes of it before the throw;
-    ``undecided``: only 4.9.3 of its era E12 throws, and
-    the store does not tell which release wrote it (``NoPropertiesThrows``)."""
+    ``undecided``: ``(condition, option)`` where the store does not tell whether the broker throws: only 4.9.3 of its era
+    E12 throws (``UNDECIDED_RELEASE``, ``NoPropertiesThrows``), or nothing says ``enableMultiDispatch`` is on
+    (``UNDECIDED_MULTI_DISPATCH``: ``Store.multi_dispatch_on``)."""
 
-    def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: bool = False):
+    def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: tuple[str, str] | None = None):
         super().__init__(why)
         self.why, self.wrote, self.offset, self.undecided = why, wrote, offset, undecided
 
@@ -224,6 +229,28 @@ class LmqOffsetThrows(DispatchThrows):
         self.written, self.queue, self.value = written, queue, value
 
 
+class LmqNotifyThrows(DispatchThrows):
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's long-polling notify
+    (``ReputMessageService.notifyMessageArrive4MultiQueue``, ``DefaultMessageStore`` @4.9.3-5.3.3): called after
+    ``doDispatch`` for every record the reput reads, whatever ``enableMultiDispatch`` says and whatever the record's
+    transaction type, it parses the offsets where both lists are non-blank and as long as each other (5.1.1+: not for a
+    %RETRY% topic's record). ``dispatched``: the record gets its own consume queue entry first."""
+
+    def __init__(self, thrown: LmqOffsetThrows, dispatched: bool):
+        super().__init__(f"{thrown.why} in the reput's long-polling notify (notifyMessageArrive4MultiQueue)",
+                         "the record's own entry" if dispatched else "no consume queue entry")
+
+
+def notify_throw(topic: str, queue_id: int, properties: Mapping[str, str], dispatched: bool, *, rule: int) -> LmqNotifyThrows | None:
+    """``LmqNotifyThrows`` where the reput's notify of a record throws, else None; ``rule``: the release's
+    ``checkMultiDispatchQueue`` rule (``LMQ_SKIP_*``), of which the notify keeps the %RETRY% skip alone."""
+    try:
+        multi_dispatch_targets(topic, queue_id, properties, rule=min(rule, LMQ_SKIP_RETRY))
+    except LmqOffsetThrows as exc:
+        return LmqNotifyThrows(exc, dispatched)
+    return None
+
+
 class NoPropertiesThrows(DispatchThrows):
     """A record without properties where a 4.9.3 broker has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue``
     (``DefaultMessageStore`` @4.9.3) tests ``prop == null && prop.isEmpty()`` (4.9.4: ``||``) on the properties map
@@ -233,7 +260,7 @@ class NoPropertiesThrows(DispatchThrows):
     def __init__(self, offset: int | None = None, undecided: bool = False):
         super().__init__("has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException "
                          "(enableMultiDispatch on)",
-                         "nothing (not even the record's own entry)", offset, undecided)
+                         "nothing (not even the record's own entry)", offset, UNDECIDED_RELEASE if undecided else None)
 
 
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:

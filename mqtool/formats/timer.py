@@ -78,6 +78,8 @@ MAGIC_DELETE = 4
 BLANK_MAGIC = -875286124
 """``TimerLog.BLANK_MAGIC_CODE`` (0xBBCCDDEE ^ (1880681586 + 8)), at offset 12 of the 16-byte end-of-file blank."""
 BLANK_SIZE = 16
+DEFAULT_LOG_FILE_SIZE = 100 * 1024 * 1024
+"""``MessageStoreConfig.mappedFileSizeTimerLog``'s default (5.0.0-5.3.3): the size of a timer log file unless broker.conf sets another."""
 SLOTS_TOTAL = 7 * 86400
 """``TimerMessageStore.TIMER_WHEEL_TTL_DAY * DAY_SECS``: the wheel holds ``2 * SLOTS_TOTAL`` slots."""
 TIMER_TOPIC = "rmq_sys_wheel_timer"
@@ -98,7 +100,17 @@ class TimerLogUnit(namedtuple("TimerLogUnit", ("timer_log_offset", *UNIT_LAYOUT.
         return self.size == UNIT_SIZE and (self.magic | 0xF) == 0xF
 
 
-WheelSlot = namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))
+class WheelSlot(namedtuple("WheelSlot", ("slot", *SLOT_LAYOUT.names))):
+    """A decoded ``timerwheel`` slot and its index."""
+
+    __slots__ = ()
+
+    @property
+    def is_read(self) -> bool:
+        """``TimerWheel`` reads a slot only for its own time (``getSlot``, ``checkPhyPos``: index = time / precision % slots)."""
+        return self.time_slot >= 0 and self.time_slot % (2 * SLOTS_TOTAL) == self.slot
+
+
 TimerCheck = namedtuple("TimerCheck", _CHECK_LAYOUT.names)
 
 

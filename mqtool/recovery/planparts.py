@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
-from ..formats.dispatch import NO_MULTI_DISPATCH, SCHEDULE_TOPIC, DispatchThrows
+from ..formats.dispatch import (NO_MULTI_DISPATCH, SCHEDULE_TOPIC, UNDECIDED_MULTI_DISPATCH, UNDECIDED_RELEASE, DispatchThrows,
+                                LmqNotifyThrows)
 from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
@@ -75,12 +76,13 @@ def unloadable_files(store: Store) -> None:
 
 def config_options(store: Store) -> dict:
     """The settings a saved plan must be applied with (``apply`` reopens the store with them): with
-    the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``
-    and ``dLegerSelfId`` when given, so the apply reads the log the plan read."""
+    the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``,
+    ``dLegerSelfId`` and ``mappedFileSizeTimerLog`` when given, so the apply reads the log the plan read."""
     c = store.config
     geometry = store.index_geometry
     where = {"commitlog_dirs": [str(Path(d).resolve()) for d in c.commitlog_dirs] if c.commitlog_dirs else None, "dledger": c.dledger,
-             "dledger_data_path": str(Path(c.dledger_data_path).resolve()) if c.dledger_data_path else None, "dledger_self_id": c.dledger_self_id}
+             "dledger_data_path": str(Path(c.dledger_data_path).resolve()) if c.dledger_data_path else None,
+             "dledger_self_id": c.dledger_self_id, "timer_log_file_size": c.timer_log_file_size}
     return {**{k: v for k, v in where.items() if v is not None},
         "commitlog_file_size": store.commitlog.file_size,
         "consume_queue_file_size": store.consume_queue_file_size,
@@ -295,26 +297,49 @@ class PhaseCounts:
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
     """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``, from 4.9.3: rules §3.12), with
-    4.9.3's throw on a record without properties (``Store.no_properties_npe``)."""
+    4.9.3's throw on a record without properties (``Store.no_properties_npe``) and whether it is known on (its throws
+    decided: ``Store.multi_dispatch_on``)."""
     if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
-    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe)
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
+
+
+def reput_notify(store: Store, rules: VersionRules) -> MultiDispatch | None:
+    """What 4.9.3-4.9.8's reput reads for its long-polling notify, which parses every record's LMQ offsets whatever
+    multi-dispatch (``formats.dispatch.LmqNotifyThrows``; ``verify.lmq.reput_notifies``), or None: no such notify."""
+    if not (store.config.reput_notifies and rules.reput_from_cq_max and rules.lmq_rule != NO_MULTI_DISPATCH):
+        return None
+    return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule)
+
+
+def refusal(exc: DispatchThrows) -> Refused:
+    """Why no plan is the broker's outcome at a record whose dispatch or reput notify throws (``DispatchThrows``): the
+    broker never gets past it (its load fails, its reput retries it forever); where the store does not tell whether it
+    throws (``undecided``), what decides."""
+    if exc.undecided == UNDECIDED_RELEASE:
+        return Refused(f"cannot tell which broker version wrote this store (its marks leave E12, 4.9.3-4.9.8, which `mqtool info` "
+                       f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
+                       "the release the broker ran (e.g. 4.9.3, 4.9.7)")
+    if exc.undecided == UNDECIDED_MULTI_DISPATCH:
+        return Refused(f"cannot tell whether the broker has enableMultiDispatch on (no --broker-config says so and the store has no "
+                       f"%LMQ% queue), and the record at {exc.offset} {exc.why}: with it on, the broker's dispatch writes {exc.wrote}, "
+                       "then throws, and the broker never gets past it; with it off, the record gets its own entry alone: pass "
+                       "--broker-config with the broker's broker.conf")
+    if isinstance(exc, LmqNotifyThrows):
+        return Refused(f"the record at {exc.offset} {exc.why}: the broker's start-up reput writes {exc.wrote}, then the notify throws, "
+                       "and the reput retries it forever, dispatching nothing after it (its start never completes); mqtool does not "
+                       "plan what the broker never reaches")
+    return Refused(f"the record at {exc.offset} {exc.why}: the broker's dispatch writes {exc.wrote}, then throws, so a recovery that "
+                   "dispatches it fails the broker's load (it refuses to start) and its reput retries it forever, dispatching nothing "
+                   "after it; mqtool does not plan what the broker never reaches")
 
 
 def planned_entries(batch, names: list[str], multi: MultiDispatch | None):
-    """``consume_queue_entries`` for a plan, refused (exit 4) at a record whose dispatch throws (``DispatchThrows``):
-    the broker never gets past that dispatch (its load fails, its reput retries it forever), so no plan is its outcome;
-    where only 4.9.3 of the era left throws, the release decides (``--broker-version``)."""
+    """``consume_queue_entries`` for a plan, refused (exit 4) at a record whose dispatch throws (``refusal``)."""
     try:
         yield from consume_queue_entries(batch, names, multi)
     except DispatchThrows as exc:
-        if exc.undecided:
-            raise Refused(f"cannot tell which broker version wrote this store (its marks leave E12, 4.9.3-4.9.8, which `mqtool info` "
-                          f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
-                          "the release the broker ran (e.g. 4.9.3, 4.9.7)") from None
-        raise Refused(f"the record at {exc.offset} {exc.why}: the broker's dispatch writes {exc.wrote}, then throws, so a recovery that "
-                      "dispatches it fails the broker's load (it refuses to start) and its reput retries it forever, dispatching nothing "
-                      "after it; mqtool does not plan what the broker never reaches") from None
+        raise refusal(exc) from None
 
 
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts, *, keep_placed: bool = False) -> None:

@@ -18,6 +18,7 @@ from ..dispatch.scanner import (
     TAGS_HASH,
     DispatchCache,
     after_phys,
+    first_throw,
 )
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
@@ -32,7 +33,10 @@ from .planparts import (
     plan_inputs,
     queue_actions,
     queue_plan,
+    multi_dispatch,
+    refusal,
     rel,
+    reput_notify,
     ScanResult,
     store_version,
     unreadable_from_queues,
@@ -198,7 +202,10 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
         run.scans, cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
         legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics,
     )
+    notify = reput_notify(store, rules)
     for batch in reput:
+        if notify is not None and (thrown := first_throw(batch, run.topics.names, multi_dispatch(store, rules), notify)) is not None:
+            raise refusal(thrown)  # the notify throws whatever multi-dispatch: before the dispatch's own undecided throw
         feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
         if run.cache is not None:
             run.cache.add(len(run.phases), batch)

@@ -20,13 +20,16 @@ from typing import Any, Callable, Iterable
 from .. import activity
 from ..formats import checkpoint as cpfmt
 from ..formats import consumequeue as cqfmt
+from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
+from ..errors import Refused
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import refused_by
+from ..store.timer import TimerLog, TimerLogListing, TimerStore, cut_at
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -90,10 +93,11 @@ class RepairPlan:
 # ---- 1. file-level fixes ----------------------------------------------------------------------
 
 
-def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[RepairStep], Plan | None]:
+def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None) -> tuple[list[RepairStep], Plan | None]:
     """Stray files and files of the wrong length the broker refuses, from the directory listings alone
     (the store model cannot open a store holding them). A zero-length last segment is quarantined unless
-    ``store`` is from eras that all start on it (rules §2.13)."""
+    ``store`` is from eras that all start on it (rules §2.13). Without ``store``, ``timer_log_file_size`` is broker.conf's
+    ``mappedFileSizeTimerLog`` (``StoreConfig``; None: no broker.conf)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -134,8 +138,41 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
         pad_blank(rel, size, blank, expected, why)
         return True
 
+    def end_last_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
+        """The last timer log file cut inside a unit (``timer.cut_at``): zeros from that unit's start, not from the cut."""
+        torn = cut_at(path)
+        if torn is None or torn >= size:
+            return False
+        resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; cut inside the "
+               f"unit at byte {torn}: padded with zeros from there, where the broker's timer recovery then ends, and reviseQueueOffset "
+               f"resumes the rmq_sys_wheel_timer queue after the last whole unit's message, enqueuing the cut units' messages again "
+               f"(padded from the cut, the torn unit would read as valid, magic 0 passing isMagicOK, and name no message); lost: the "
+               f"units from byte {torn} of {rel}")
+        actions.append(Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
+        return True
+
+    listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else timer_log_file_size)
+    if listing.size_from == "default" and listing.wrong_lengths:  # a size guessed from a cut: never written without broker.conf's
+        cut = listing.wrong_lengths[0]
+        raise Refused(f"{cut[1].relative_to(root)}: {cut[2]} bytes, cut (its bytes show it), and no broker config gives the timer log's "
+                      f"file size (mappedFileSizeTimerLog; its default {listing.file_size} holds only where broker.conf leaves it out): "
+                      "pass --broker-config with the broker's broker.conf")
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
-                      cut_before_last=end_timer_file)  # mapped file queues: MappedFileQueue.load
+                      cut_before_last=end_timer_file, cut_last=end_last_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
+    if slots := _cut_wheel_slots(root, listing):
+        listed = ", ".join(map(str, slots[:8])) + (" ..." if len(slots) > 8 else "")
+        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in the cut timer log tail "
+                                f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming positions past the log's end, "
+                                "where the broker's next units go, each then naming itself as the previous unit of its slot (doEnqueue), "
+                                "so that slot's dequeue never ends", ("timerwheel",)))
+        runs: list[list[int]] = []
+        for i in slots:  # one range per run of adjacent slots
+            if runs and runs[-1][1] == i:
+                runs[-1][1] = i + 1
+            else:
+                runs.append([i, i + 1])
+        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
+                       for a, b in runs)
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -157,8 +194,6 @@ def plan_file_fixes(root: Path, store: Store | None = None) -> tuple[list[Repair
 def _wheel_fix(root: Path, resize) -> None:
     """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``, which ``TimerWheel`` refuses
     (reference §9): padded with empty slots or trimmed."""
-    from ..formats import timer as tfmt
-
     wheel = root / "timerwheel"
     if not wheel.is_file():
         return
@@ -246,11 +281,12 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
-                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None) -> None:
+                      alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None,
+                      cut_last: Callable[[str, Path, int, int, int], bool] | None = None, known_size: int | None = None) -> None:
     """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
-    offset and refuses a file of the wrong length). ``alone``: the expected size of a lone file;
-    ``cut_before_last(rel, path, base, size, expected)`` plans the fix of a short file before the last,
-    or returns False for the padding with zeros."""
+    offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
+    expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
+    (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
     files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
     for entry in _files(directory):
@@ -259,8 +295,8 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
         else:
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
-    expected = None  # no file tells the size: only zero-length files, each handled below without it
-    if sizes:
+    expected = known_size  # None: no file tells the size, only zero-length files, each handled below without it
+    if sizes and expected is None:
         lone = [Path(e.path) for _, e, size in segments if size > 0]
         expected = alone(lone[0], sizes[0]) if len(sizes) == 1 else _size_dividing_names([b for b, _, _ in segments], inferred_file_size(sizes), min(sizes))
     last = max((b for b, _, _ in segments), default=None)
@@ -285,7 +321,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
             quarantine(path, f"its name is not a multiple of the segment size {expected}: the broker cannot place it")
         elif size > expected:
             resize(rel, size, expected, f"{size} bytes, not {expected}: {size - expected} bytes appended after the {noun}'s end; trimmed (the broker refuses to load it)")
-        elif base == last or cut_before_last is None or not cut_before_last(rel, Path(path), base, size, expected):
+        elif (cut := cut_last if base == last else cut_before_last) is None or not cut(rel, Path(path), base, size, expected):
             resize(rel, size, expected, f"{size} bytes, not {expected}: the broker refuses to load a short {noun}; padded with zeros (the bytes after {size} are lost)")
 
 
@@ -364,14 +400,24 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
     return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
 
 
+def _cut_wheel_slots(root: Path, listing: TimerLogListing) -> list[int]:
+    """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
+    log file (``TimerLog.walk``: a unit the cut crosses ends them). The broker's ``recover`` revises the slots of the units it
+    walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
+    rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3)."""
+    if not listing.files or not listing.file_size or not 0 < listing.files[-1][1].stat().st_size < listing.file_size:
+        return []
+    base, path = listing.files[-1]
+    end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
+    timer = TimerStore.open(root)
+    return [s.slot for s in timer.wheel_slots() if s.is_read and s.first_pos >= end] if timer is not None else []
+
+
 def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:
     """Where an end-of-file blank (``TimerLog.append``'s) goes in a short timer log file before the last: at the unit the cut
     crosses, or at the cut on a unit boundary, where the file's units (``TimerLog.walk``) reach it. At a blank unit
     ``TimerMessageStore.recoverAndRevise`` (5.0.0-5.3.3) goes on to the next file; at zeros it stops, and its
     ``truncateDirtyFiles`` deletes every later file. None: the file's own blank is whole, or damage ends its units first."""
-    from ..formats import timer as tfmt
-    from ..store.timer import TimerLog
-
     log = TimerLog([(base, path)])
     pos = sum(1 for _ in log.walk()) * tfmt.UNIT_SIZE
     with MappedFile(path) as mf:
@@ -407,9 +453,13 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
 
 
 def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
-    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory."""
+    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory. A FIFO,
+    socket or device node is a file here: ``File.listFiles`` lists it, ``File.length`` is 0."""
+    def wanted(e: os.DirEntry) -> bool:
+        return e.is_dir(follow_symlinks=False) if dirs else not e.is_dir(follow_symlinks=False) and not e.is_symlink()
+
     try:
-        return sorted((e for e in os.scandir(directory) if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)), key=lambda e: e.name)
+        return sorted(filter(wanted, os.scandir(directory)), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
         return []
 
@@ -790,24 +840,27 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 
 
 def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
-    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment)."""
+    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment, wheel slots cleared)."""
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
                if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
+    cleared = {i for a in files.actions if a.path == "timerwheel" and a.op == "zero-range"
+               for i in range(a.start // tfmt.SLOT_SIZE, a.end // tfmt.SLOT_SIZE)}  # _cut_wheel_slots
 
     def fixed(f: Finding) -> bool:
-        return (f.kind in FILE_FIX_KINDS and f.file in changed) or (
-            f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
+        return ((f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (f.details or {}).get("slot") in cleared)
+                or f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]
 
 
-def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *, recover_error: str | None = None) -> RepairPlan:
+def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
+                recover_error: str | None = None, timer_log_file_size: int | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
     later steps predicted from today's ``findings``."""
-    steps, files = plan_file_fixes(root, store)
+    steps, files = plan_file_fixes(root, store, timer_log_file_size)
     notes = []
     sound = findings is not None and not findings and not steps  # before the later steps
     if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone

@@ -113,7 +113,7 @@ class SalvageScan:
         """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
         walk from the first segment: damage before the segment its recovery scans from is never read
         (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3), so the records after
-        it up to that end are live."""
+        it up to that end are live (a record whose dispatch throws stops that start: ``verify.lmq.with_stall``, which the CLI adds)."""
         self.next_start = found = next_start(self.store, walked if self.store.config.check_crc_on_recover else None, self.store.commitlog.min_offset)
         return walked if found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 

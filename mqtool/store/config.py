@@ -10,6 +10,7 @@ from pathlib import Path
 from ..errors import BadInput
 from ..formats.config import parse_java_properties
 from ..formats.dispatch import DEFAULT_DELAY_LEVELS, java_parse_int
+from ..formats.timer import DEFAULT_LOG_FILE_SIZE
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,10 @@ class StoreConfig:
     message_index_enable: bool = True
     message_index_safe: bool = False
     check_crc_on_recover: bool = True
+    timer_log_file_size: int | None = None  # mappedFileSizeTimerLog (5.x), its default where broker.conf leaves it; None: no broker.conf
     delay_levels: str = DEFAULT_DELAY_LEVELS
     enable_multi_dispatch: bool | None = None  # enableMultiDispatch; None: the records decide (Store.multi_dispatch)
+    reput_notifies: bool = True  # longPollingEnable, brokerRole not SLAVE: 4.9.x's reput notifies (formats.dispatch.LmqNotifyThrows)
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
@@ -79,6 +82,7 @@ def load_broker_config(path: Path) -> StoreConfig:
     cq_size = _int(conf, "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue")
     if cq_size is not None:
         cq_size = -(-cq_size // 20) * 20  # getMappedFileSizeConsumeQueue rounds up to units
+    timer_size = _int(conf, "mappedFileSizeTimerLog")  # TimerMessageStore's TimerLog size, as given (5.0.0-5.3.3)
     return StoreConfig(
         store_root=root,
         commitlog_dirs=commitlog_dirs,
@@ -89,8 +93,10 @@ def load_broker_config(path: Path) -> StoreConfig:
         message_index_enable=_bool(conf, "messageIndexEnable", True),
         message_index_safe=_bool(conf, "messageIndexSafe", False),
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
+        timer_log_file_size=DEFAULT_LOG_FILE_SIZE if timer_size is None else timer_size,
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", None),
+        reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,

@@ -29,7 +29,7 @@ def lock_holder(store_root: Path) -> int | None:
     """PID of the process holding a lock on ``<root>/lock`` (None: not locked or no lock file)."""
     path = Path(store_root) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO there: opened without waiting for a writer
     except OSError:
         return None
     try:

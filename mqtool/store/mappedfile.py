@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
+from ..fileops import special
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
@@ -22,8 +23,11 @@ def offset_file_name(offset: int) -> str:
 
 
 def open_read_only(path: Path) -> int:
-    """A read-only descriptor of a store file; a file that cannot be opened is one line of error."""
+    """A read-only descriptor of a store file; a file that cannot be opened is one line of error, and so is a
+    FIFO, socket or device node, never opened (a FIFO waits for a writer, a device reads the device)."""
     try:
+        if special(os.stat(path).st_mode):
+            raise BadInput(f"{path}: a FIFO, socket or device node, not a file: mqtool never opens one; move it out of the store")
         return os.open(path, os.O_RDONLY)
     except PermissionError:
         raise BadInput(f"{path}: permission denied") from None

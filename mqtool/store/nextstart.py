@@ -7,7 +7,7 @@ that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every recor
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
 (``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``); a
-record whose dispatch throws stops that start (``stall``: ``verify.lmq``, from verify's LMQ check or ``info``'s). ``NextStart.of_plan``
+record whose dispatch throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class NextStart:
     dropped_messages: int | None
     refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``: the figures are once it is fixed)
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
-    stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.stall_of``)
+    stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.with_stall``)
 
     @property
     def reason(self) -> str:

@@ -475,10 +475,11 @@ class Store:
     @cached_property
     def timer_log_listing(self) -> "TimerLogListing | None":
         """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` lists it (``timer.TimerLogListing``): its files of
-        another length and its entries that are no timer log file, for verify and ``nextstart.timer_refusal``."""
+        another length than broker.conf's ``mappedFileSizeTimerLog`` (or the files') and its entries that are no timer log
+        file, for verify and ``nextstart.timer_refusal``."""
         from .timer import TimerLogListing
 
-        return TimerLogListing.of(self.path("timerlog")) if self.root is not None else None
+        return TimerLogListing.of(self.path("timerlog"), self.config.timer_log_file_size) if self.root is not None else None
 
     @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:

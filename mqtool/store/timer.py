@@ -32,8 +32,9 @@ class TimerLog:
     end: TimerLogEnd | None = None
 
     def walk(self) -> Iterator[fmt.TimerLogUnit]:
-        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped."""
-        expected = self.files[0][0] if self.files else 0
+        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped: at the last file's end, after
+        its last unit (``recoverAndRevise`` stops at its blank or at a unit the file's end cuts, padded with zeros)."""
+        expected = end = self.files[0][0] if self.files else 0
         for base, path in self.files:
             if base != expected:
                 self.end = TimerLogEnd(expected, f"no timer log file at offset {expected} (next is {path.name})", False)
@@ -48,8 +49,8 @@ class TimerLog:
                         return
                     yield unit._replace(timer_log_offset=base + pos)
                     pos += fmt.UNIT_SIZE
-            expected = base + size
-        self.end = TimerLogEnd(expected, "end of the last file", True)
+            expected, end = base + size, base + pos
+        self.end = TimerLogEnd(end, "end of the last file", True)
 
 
 @dataclass
@@ -102,22 +103,51 @@ def timer_eras(eras) -> list[Era]:
 TIMER_ERA = next(e for e in ERAS if e.name == "E13")
 
 
+def cut_at(path: Path) -> int | None:
+    """Where the bytes of a timer log file show it was cut: at the unit the cut crosses (bytes after its last 52-byte
+    boundary, neither zeros nor a whole blank), or at its end where fewer than a blank's 16 bytes follow a whole unit
+    (``TimerLog.append`` writes a unit only with room for its end-of-file blank after it). None: they do not show it (a
+    cut in its unwritten zeros reads as a smaller configured size)."""
+    with MappedFile(path) as mf:
+        buf, size = mf.buf, mf.size
+        at = size - size % fmt.UNIT_SIZE
+        if any(bytes(buf[at:])) and not fmt.is_blank(buf, at):
+            return at
+        whole = at >= fmt.UNIT_SIZE and fmt.decode_unit(buf, at - fmt.UNIT_SIZE).is_valid
+        return size if whole and size - at < fmt.BLANK_SIZE else None
+
+
+def lone_file_size(path: Path, size: int) -> int:
+    """The size of ``timerlog/``'s only file when no broker.conf tells it: its own, unless its bytes show a cut
+    (``cut_at``) and its name (an offset) is a multiple of ``mappedFileSizeTimerLog``'s default, the broker's unless
+    broker.conf sets another: then that default."""
+    default = fmt.DEFAULT_LOG_FILE_SIZE
+    return default if size < default and int(path.name) % default == 0 and cut_at(path) is not None else size
+
+
 @dataclass(frozen=True)
 class TimerLogListing:
     """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` (5.0.0-5.3.3) lists it, in one listing
-    (``mappedfile.folder_entries``): ``file_size`` the files' (``mappedFileSizeTimerLog``, inferred from them), the
-    files of another length (``wrong_length_files``: verify's ``timer-file-size``) and the entries that are no timer log
-    file (verify's ``timer-stray-entry``), both refused by ``nextstart.timer_refusal``."""
+    (``mappedfile.folder_entries``): ``file_size`` the files' (``mappedFileSizeTimerLog``: broker.conf's or its default
+    where one is given, ``size_from`` "config"; else inferred from the files, "others", or a lone file's, "default" where it
+    shows a cut, ``lone_file_size``), the files of another length (``wrong_length_files``: verify's ``timer-file-size``) and
+    the entries that are no timer log file (verify's ``timer-stray-entry``), both refused by ``nextstart.timer_refusal``."""
 
     files: list[tuple[int, Path]]
     entries: list[StrayEntry]
     file_size: int | None
+    size_from: str = "others"
 
     @classmethod
-    def of(cls, log_dir: Path) -> "TimerLogListing":
+    def of(cls, log_dir: Path, configured: int | None = None) -> "TimerLogListing":
         files, entries = folder_entries(log_dir) if log_dir.is_dir() else ([], [])
-        sizes = [size for _, p in files if (size := file_size(p))] if files else []
-        return cls(files, entries, inferred_file_size(sizes) if sizes else None)
+        if configured is not None:
+            return cls(files, entries, configured, "config")
+        sized = [(p, n) for _, p in files if (n := file_size(p))]
+        if len(sized) == 1:
+            size = lone_file_size(*sized[0])
+            return cls(files, entries, size, "default" if size != sized[0][1] else "others")
+        return cls(files, entries, inferred_file_size([n for _, n in sized]) if sized else None)
 
     @property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:

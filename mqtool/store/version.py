@@ -132,7 +132,7 @@ def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
     for name in ("topics.json", "subscriptionGroup.json"):
         for candidate in (store.path("config", name), store.path("config", name + ".bak")):
             try:
-                text = candidate.read_bytes()
+                text = candidate.read_bytes() if candidate.is_file() else b""  # a FIFO there: never opened, as load_config
             except OSError:
                 continue
             if _ESCAPED_LETTER.search(text):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections import namedtuple
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -35,6 +35,7 @@ from ..store.store import empty_not_last
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
+from .lmq import stall_of, stall_throw
 from .logstream import LogRecord
 
 if TYPE_CHECKING:
@@ -634,16 +635,25 @@ class ConsumeQueueCheck(FindingSink):
                 found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True)))
             return
         rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
-        consequence = (f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
+        stall = self.stall if rebuilt else None
+        consequence = (f"the broker's next start would rebuild them ({self.redispatch_why}), but {stall_of(*stall)}" if stall else
+                       f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
                        f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
+        lost = not rebuilt or stall is not None and not stall[0].undecided  # an undecided stall (lmq.stall_of says what decides) warns
+        rebuilt = rebuilt and not stall
         where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
-        self.emit((warning if rebuilt else error)(
+        self.emit((error if lost else warning)(
             "cq-entry-missing",
             f"{run.count} records of {cursor.label} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
             f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
             file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
             details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
                                    last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
+
+    @cached_property
+    def stall(self):
+        """The record whose dispatch throws where the start that would rebuild missing entries stops (``lmq.stall_throw``)."""
+        return stall_throw(self.store, self.logical_end)
 
     def finish(self) -> None:
         for cursor in self.cursors.values():

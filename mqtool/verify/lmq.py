@@ -4,18 +4,21 @@ Every record dispatched to a consume queue that carries ``INNER_MULTI_DISPATCH``
 ``INNER_MULTI_QUEUE_OFFSET`` owes each target queue ``(offset, size, tags code)`` at the listed
 queue offset (``formats.dispatch.multi_dispatch_targets``); each LMQ queue's units are compared
 with them, with the consume queue's kinds. A record whose dispatch throws (``formats.dispatch.DispatchThrows``)
-stops the broker's dispatch there: ``next_start_stall`` says what that does to its next start."""
+stops the broker's dispatch there, and so does one its reput's long-polling notify throws on (``LmqNotifyThrows``):
+``next_start_stall`` says what that does to its next start, ``with_stall`` adds it to that start's line."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import groupby
 from typing import Callable, Generator, Iterator
 
-from ..formats.dispatch import LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqOffsetThrows, NoPropertiesThrows, multi_dispatch_targets
+from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
+                                multi_dispatch_targets)
 from ..store import Store
 from ..store.consumequeue import queue_id_of
+from ..store.nextstart import NextStart
 from .findings import Finding, error, warning
-from .logstream import LogStream
 
 _COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
 
@@ -36,6 +39,7 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
 
     from ..scan import compute
     from ..scan.messages import MessageScan
+    from .logstream import LogStream
 
     rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
     npe = store.no_properties_npe
@@ -80,16 +84,20 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     abnormal recovery and 5.3.2+'s normal one dispatch it inside ``DefaultMessageStore.load``, which catches the exception
     and fails (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it
     forever, and ``start()`` waits for it (rules §2.11, §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
-    @4.9.7, 5.1.4, 5.3.3)."""
+    @4.9.7, 5.1.4, 5.3.3). A recovery notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops
+    4.9.3-4.9.8's start-up reput (``reput_notifies``)."""
     from .state import redispatch_start
 
     def how(s: Store) -> str | None:
         first, _ = redispatch_start(s)
         if first is None or throw.offset < first:
             return None
+        reput = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        if isinstance(throw, LmqNotifyThrows):
+            return reput if s.rules.reput_from_cq_max else None
         if s.abort_present or s.rules.normal_dispatches:
             return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
-        return "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        return reput
 
     hows = set(each_candidate(store, how))
     return hows.pop() if len(hows) == 1 else None
@@ -97,41 +105,86 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
 
 def stall_of(throw: DispatchThrows, how: str) -> str:
     """``NextStart.stall``: the record, why its dispatch throws, and ``next_start_stall``'s ``how``."""
-    maybe = " (if the broker is 4.9.3: --broker-version decides)" if throw.undecided else ""
+    maybe = " (if {}: {} decides)".format(*throw.undecided) if throw.undecided else ""
     return f"the record at {throw.offset} {throw.why}{maybe}: {how}"
 
 
-def first_stall(store: Store, stop: int) -> str | None:
-    """``stall_of`` the first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose
-    dispatch throws, or None; read only where the broker writes LMQ entries (``Store.multi_dispatch_on``): ``info``'s
-    next start (verify's is its LMQ check's)."""
+def reput_notifies(store: Store) -> bool:
+    """Whether the next start's reput reads records through its long-polling notify (``LmqNotifyThrows``): 4.9.3-4.9.8's
+    start-up reput from the consume queues' max (after abnormal recovery, which notifies nothing: past the last record it
+    queued), on a master with long polling (``StoreConfig.reput_notifies``; ``doReput``, ``start()`` @4.9.3, 4.9.7); 5.x's
+    starts at the log's end (``start()`` @5.3.3)."""
+    notifying = each_candidate(store, lambda s: s.rules.reput_from_cq_max and s.rules.lmq_rule != NO_MULTI_DISPATCH)
+    return store.config.reput_notifies and any(notifying)
+
+
+def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
+    """The first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose dispatch,
+    or reput notify (``reput_notifies``), throws, with ``next_start_stall``'s how, found as the planners find it
+    (``dispatch.scanner.first_throw``, compiled); None where there is none, and unread where none can be: multi-dispatch
+    off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify."""
     from .state import redispatch_start
 
-    if not store.multi_dispatch_on or store.rules.lmq_rule == NO_MULTI_DISPATCH:
+    rules, notify = store.rules, reput_notifies(store)
+    if not (store.multi_dispatch or notify) or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
     first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
     if first is None or max(first, store.commitlog.min_offset) >= stop:
         return None
-    _, _, throws = expected_lmq_entries(store, max(first, store.commitlog.min_offset), stop, None)
-    return next((stall_of(t, how) for t in throws if (how := next_start_stall(store, t)) is not None), None)
+    from ..dispatch.scanner import TAGS_DELIVERY_TIME, MultiDispatch, after_phys, first_notify_throw, first_throw, phase_scanner  # compiled
+    from ..store.resync import record_start
+
+    multi = MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
+    dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
+    scan = phase_scanner(store.commitlog, record_start(store.commitlog, first), stop, discipline="recovery", tags=TAGS_DELIVERY_TIME,
+                         delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
+    after_recovery = store.abort_present and notified is not None  # the reput after it: past the last record recovery queued
+    pending = None  # a notify throw of that reput, unless a later record is queued
+    for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
+        batch = after_phys(batch, first - 1)
+        thrown = first_throw(batch, scan.topics.names, dispatch, None if after_recovery else notified)
+        if thrown is not None and (how := next_start_stall(store, thrown)) is not None:
+            return thrown, how
+        queued = batch.phys[batch.to_consume_queue]
+        if after_recovery and (pending is None or queued.size and queued[-1] > pending.offset):
+            pending = first_notify_throw(after_phys(batch, int(queued[-1]) if queued.size else first - 1), scan.topics.names, notified)
+    how = None if pending is None else next_start_stall(store, pending)
+    return None if how is None else (pending, how)
+
+
+def first_stall(store: Store, stop: int) -> str | None:
+    """``stall_of`` the ``stall_throw``, or None: where a start that ends the log at ``stop`` stops."""
+    throw = stall_throw(store, stop)
+    return None if throw is None else stall_of(*throw)
+
+
+def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
+    """``found`` (``store.nextstart.next_start``) with its ``first_stall``: every command that says where the next start
+    ends (``info``, ``verify``, ``salvage``) says this one."""
+    if found is None or found.logical_end is None or store.recovers_dledger_data:
+        return found
+    return replace(found, stall=first_stall(store, found.logical_end))
+
+
+def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:
+    """verify's ``dispatch-throws`` finding of a record whose dispatch throws, and ``how`` its next start meets it."""
+    maybe = "if {} ({} decides), ".format(*throw.undecided) if throw.undecided else ""
+    what = "reput's notify" if isinstance(throw, LmqNotifyThrows) else "dispatch"
+    return (warning if throw.undecided else error)(
+        "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's {what} writes {throw.wrote}, then throws; "
+        f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
 
 
 def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None
-                 ) -> Generator[Finding, None, tuple[str | None, str | None]]:
+                 ) -> Generator[Finding, None, str | None]:
     """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
-    and no record asks for one) and ``first_stall``'s answer for the records read."""
+    and no record asks for one)."""
     expected, end, throws = expected_lmq_entries(store, start, stop, unread_before)
-    stall = None
     for throw in throws:
-        how = next_start_stall(store, throw)
-        stall = stall or (None if how is None else stall_of(throw, how))
-        maybe = "if the broker is 4.9.3 (--broker-version decides), " if throw.undecided else ""
-        yield (warning if throw.undecided else error)(
-            "dispatch-throws", f"{maybe}the record at {throw.offset} {throw.why}: the broker's dispatch writes {throw.wrote}, then throws; "
-            f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
+        yield throw_finding(throw, next_start_stall(store, throw))
     names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
     if not names:
-        return None, stall
+        return None
     entries = 0
     for name in sorted(names):
         queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
@@ -163,7 +216,7 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
                 details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
                 yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
                             file=rel, offset=want[first][0], details=details)
-    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries", stall
+    return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
 
 
 def _runs(values: list[int]) -> Iterator[tuple[int, int]]:

@@ -62,7 +62,8 @@ def _load_findings(store: Store) -> Iterator[Finding]:
 
 
 def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> Finding:
-    """``timer-file-size``: a timer log file of another length than the others (cut by a disk fault), which ``TimerLog.load``'s
+    """``timer-file-size``: a timer log file of another length than ``mappedFileSizeTimerLog`` (``TimerLogListing.file_size``:
+    broker.conf's, else the other files', else its default where a lone file shows a cut), which ``TimerLog.load``'s
     ``MappedFileQueue.load`` refuses in every 5.x release (``nextstart.refused_by``); an empty one, the folder's last entry, only
     5.0.0-5.1.2 refuse: 5.1.3+ delete it (an info where every era of ``eras`` does)."""
     where = {"file": relative(store, path), "expected": listing.file_size, "found": size}
@@ -71,8 +72,12 @@ def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> F
     if who is None:
         return info("timer-file-size", f"{path.name} is an empty last timer log file: the broker deletes it at start "
                     "(MappedFileQueue.doLoad, 5.1.3+)", **where)
-    message = (f"{path.name} is {size} bytes, not {listing.file_size} like the other timer log files{after}: the broker refuses "
-               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it")
+    like = {"others": "like the other timer log files", "config": "(mappedFileSizeTimerLog, of the broker config or its default)",
+            "default": "(mappedFileSizeTimerLog's default: its bytes show a cut; --broker-config gives the configured size)"}
+    like = like[listing.size_from]
+    message = (f"{path.name} is {size} bytes, not {listing.file_size} {like}{after}: the broker refuses "
+               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it"
+               + (" given --broker-config" if listing.size_from == "default" else ""))
     return (error if not who else warning)("timer-file-size", message, **where)
 
 
@@ -111,7 +116,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
         tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
     for slot in timer.wheel_slots():
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
-        if slot.time_slot < 0 or home != slot.slot:
+        if not slot.is_read:
             # TimerWheel reads the slot of a time only where that time lies and only if it holds that time
             # (getSlot, checkPhyPos, getAllNum: index = time / precision % slots): the broker never reads this one
             yield info("timer-wheel", f"wheel slot {slot.slot} holds time {slot.time_slot}, which belongs in slot {home}: the broker never "

@@ -4,9 +4,9 @@ in order, the cross-checks on the commit log check's walk where they can."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Generator, Iterator
 
+from ..formats.dispatch import LmqNotifyThrows
 from ..handoff import usable_cpus
 from ..store import Store
 from ..store import fastscan as fs
@@ -16,7 +16,7 @@ from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, Summary
-from .lmq import lmq_findings
+from .lmq import lmq_findings, stall_throw, throw_finding, with_stall
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings
@@ -41,8 +41,6 @@ class Verification:
         self.cross_checks_shared = False  # whether they ran on the commit log check's walk (``sharedwalk.py``)
         self.cross_checks_threaded = False  # and in threads beside it
         self._broker_start: int | None = None
-        self._held_next_start = None  # the next start, held until the LMQ check says whether a dispatch stops it (``_settle_next_start``)
-        self._hold_next_start = False
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
 
@@ -97,7 +95,6 @@ class Verification:
         logical_end = None
         heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
         lmq = "cq" in cross and store.multi_dispatch_on
-        self._hold_next_start = lmq  # its records decide whether a dispatch that throws stops the next start (``lmq.next_start_stall``)
         if heard or shared is not None:
             if store.is_dledger:
                 from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
@@ -122,7 +119,7 @@ class Verification:
                 self.last_timestamp = last_timestamp
             if opts.from_offset is None and not store.is_dledger:
                 self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover))
-        if summary.next_start is None and self._held_next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
+        if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
             self._settle_next_start(None)
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
@@ -145,15 +142,13 @@ class Verification:
             if outcome.index_files is not None:
                 summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
             if lmq:
-                try:
-                    line, stall = yield from lmq_findings(store, start, stop, None if store.is_dledger else self.broker_start)
-                finally:
-                    self._hold_next_start = False
-                    self._settle_next_start(None, held=True)
-                if stall is not None and summary.next_start is not None and summary.next_start.logical_end is not None:
-                    summary.next_start = replace(summary.next_start, stall=stall)
+                line = yield from lmq_findings(store, start, stop, None if store.is_dledger else self.broker_start)
                 if line:
                     summary.notes.append(line)
+            if "cq" in cross and summary.next_start is not None and summary.next_start.stall is not None:
+                throw, how = stall_throw(store, summary.next_start.logical_end)
+                if not lmq or isinstance(throw, LmqNotifyThrows):  # else the LMQ check reported it
+                    yield throw_finding(throw, how)
             if "cq" in cross and store.batch_consume_queues:
                 from .batchqueue import batch_queue_findings
 
@@ -182,24 +177,18 @@ class Verification:
             if line:
                 summary.notes.append(line)
 
-    def _settle_next_start(self, walked: tuple[int, ScanEnd] | None, held: bool = False) -> None:
+    def _settle_next_start(self, walked: tuple[int, ScanEnd] | None) -> None:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
-        commit log check's walk where it made one (no second walk of the log); the logical end
-        the summary reports is its end. While the LMQ check is to come, it is held (the table's
-        first line waits for it); ``held``: publish the one held."""
+        commit log check's walk where it made one (no second walk of the log), with where a
+        record whose dispatch throws stops it (``lmq.with_stall``); the logical end the summary
+        reports is its end."""
         from ..store.nextstart import next_start
 
-        if held:
-            found, self._held_next_start = self._held_next_start, None
-        else:
-            walked_from, end = walked if walked is not None else (None, None)
-            found = next_start(self.store, end, walked_from)
+        walked_from, end = walked if walked is not None else (None, None)
+        found = with_stall(self.store, next_start(self.store, end, walked_from))
         if found is not None:
             self.summary.logical_end, self.summary.end_reason = found.logical_end, found.end_reason
-            if self._hold_next_start:
-                self._held_next_start = found
-            else:
-                self.summary.next_start = found
+            self.summary.next_start = found
 
     def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Generator[Finding, None, CrossCheckOutcome]:
         """The cq and index checks over one stream of the valid records (``LogStream``);
