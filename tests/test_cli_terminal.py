@@ -181,7 +181,7 @@ def test_recover_plan_table_shows_every_lost_message_whole(cut_store, width):
     dropped = dropped_columns(table.stderr)
     for m in lost[:50]:  # the table lists 50, JSON all
         assert shows_whole(text, m["offset"]) and shows_whole(text, m["msg_id"]) and shows_whole(text, m["topic"])
-        assert "uniqKey" in dropped or shows_whole(text, m["uniq_key"])
+        assert "uniq key" in dropped or shows_whole(text, m["uniq_key"])
         assert "queue offset" in dropped or shows_whole(text, m["queue_offset"])
     for q in plan["queues"]:
         if q["max_before"] != q["max_after"]:

@@ -216,3 +216,29 @@ def test_a_ctrl_c_after_the_last_write_is_ignored_while_the_apply_is_reported(co
     done = runner.invoke(app, args)
     assert done.exit_code == 0, done.stderr
     assert "interrupted" not in done.stderr and not (store / "abort").exists()
+
+
+@pytest.mark.parametrize("args", [["dump", "-n", "3", "-f", "jsonl"], ["dump", "-n", "3"]])
+def test_a_ctrl_c_that_lands_in_a_finalizer_is_no_traceback_and_ends_the_command(args):
+    """Before: a Ctrl-C landing while a scan's generator was dropped (the walk's page-mapping thread joined as
+    `dump -n 3` stopped early; or a second Ctrl-C pressed while the first unwound, seen on a 2 GiB store)
+    printed "Exception ignored in: <generator object FastScan.__iter__> ... KeyboardInterrupt" and was lost:
+    the dump went on and exited 0. Now nothing is printed for it and the command ends "interrupted", exit 130."""
+    script = textwrap.dedent("""
+        import sys
+        import mqtool.store.fastscan as fastscan
+
+        close = fastscan.PagesAhead.close
+
+        def ctrl_c_as_it_closes(self):
+            close(self)
+            raise KeyboardInterrupt  # where the signal lands: in the walk generator's finally, run as it is dropped
+
+        fastscan.PagesAhead.close = ctrl_c_as_it_closes
+        sys.argv = ["mqtool", *sys.argv[1:]]
+        from mqtool.cli import main
+        main()
+    """)
+    done = subprocess.run([sys.executable, "-c", script, args[0], str(CLEAN), *args[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 130 and done.stderr.endswith(INTERRUPTED), done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr

@@ -521,7 +521,7 @@ def test_the_text_summary_gives_the_figures_of_the_checks_that_ran():
     checkpoint = cli("verify", path, "--no-progress", "--only", "checkpoint")[1]
     cl_line = f"commit log: {summary['commitlog']['records']} records"
     queues = f"consume queues: {summary['consume_queues']['queues']} queues, {summary['consume_queues']['entries']} entries"
-    files = f"index: {summary['index']['files']} files, {summary['index']['entries']} entries"
+    files = f"index: {summary['index']['files']} file{'' if summary['index']['files'] == 1 else 's'}, {summary['index']['entries']} entries"
     flat = lambda text: " ".join(text.split())  # noqa: E731 - lines wrap at the terminal's width
     assert cl_line in flat(full) and f"in {summary['commitlog']['segments']} segments" in flat(full)
     assert queues in flat(full) and files in flat(full)

@@ -82,6 +82,7 @@ class StopRequests:
 
     requested = False
     active = False
+    outside = None  # the SIGINT handler deferred_interrupts replaced (``interrupts_raised`` puts it back)
 
     @classmethod
     def check(cls) -> None:
@@ -101,12 +102,28 @@ def deferred_interrupts():
         yield
         return
     previous = signal.signal(signal.SIGINT, StopRequests._record)
-    StopRequests.active, StopRequests.requested = True, False
+    StopRequests.active, StopRequests.requested, StopRequests.outside = True, False, previous
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
         StopRequests.active = StopRequests.requested = False
+
+
+@contextlib.contextmanager
+def interrupts_raised():
+    """Inside ``deferred_interrupts``, a block that writes nothing to the store (``repair``'s checks and plans
+    between and after its stages, a full verify on a large store): a Ctrl-C recorded before it, or pressed
+    in it, is raised at once, as before the next write, instead of waiting for the block to end."""
+    if not StopRequests.active or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    StopRequests.check()
+    signal.signal(signal.SIGINT, signal.default_int_handler if StopRequests.outside is None else StopRequests.outside)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, StopRequests._record)
 
 
 _CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_num", "index_num", "message_index_enable",

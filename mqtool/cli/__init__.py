@@ -258,7 +258,10 @@ class MqtoolGroup(TyperGroup):
             code = EXIT_USAGE
         except UsageError as exc:
             hint = f"; see '{exc.ctx.command_path} --help'" if exc.ctx is not None else ""
-            code = _error(exc.format_message().rstrip(".") + hint, EXIT_USAGE)
+            message, name = exc.format_message().rstrip("."), getattr(exc, "option_name", None) or ""
+            if name[1:].isdigit():  # `query offset STORE T 0 -1`: click takes a negative argument for an option, "No such option: -1"
+                message = f"{name}: a negative number, where queue ids, offsets and counts are 0 or more"
+            code = _error(message + hint, EXIT_USAGE)
         except ClickException as exc:
             code = _error(exc.format_message(), exc.exit_code)
         except typer.Abort:
@@ -309,6 +312,21 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
     keep_freed_memory()  # every command: the batches' memory is reused, not faulted in again (``allocator.py``)
 
 
+def interrupts_in_finalizers_kept() -> None:
+    """A Ctrl-C that lands in a finalizer (a scan's generator dropped while its helper thread ends: a second
+    Ctrl-C while the first unwinds, or one as a ``--limit`` is reached) is not printed as "Exception ignored ...
+    KeyboardInterrupt" and dropped: it is kept, and the command ends "interrupted" (exit 130, ``guarded``)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            State.interrupt_kept = True
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def main() -> None:
     """The console script: the command, then the process's end without the interpreter's teardown (``shutdown.py``)."""
     from .shutdown import exit_process
@@ -316,6 +334,7 @@ def main() -> None:
 
     open_closed_streams()
     complete_stdout_writes()
+    interrupts_in_finalizers_kept()
     # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     # (CPU and wall time in every process)
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

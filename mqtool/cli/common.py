@@ -81,8 +81,13 @@ def guarded(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if State.interrupt_kept:
+                raise KeyboardInterrupt
+            return result
         except typer.Exit:
+            if State.interrupt_kept:
+                fail("interrupted", 130)
             raise
         except MqtoolError as exc:
             debug_traceback()
@@ -105,7 +110,7 @@ def guarded(fn):
                 silence_stdout()  # stdout is what failed: its buffer would fail again at exit
             fail(line, EXIT_BAD_INPUT)
         finally:
-            State.output_may_close = False  # a command run again in the same process (tests) starts afresh
+            State.output_may_close = State.interrupt_kept = False  # a command run again in the same process (tests) starts afresh
 
     return wrapper
 

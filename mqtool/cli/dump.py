@@ -263,6 +263,8 @@ def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | N
     # a store root (commitlog/, checkpoint, index/, ...; or dledger-<id>/), not a topic folder: never scan its parent as the queue folder
     if path.is_dir() and any(p.name in READ or p.name.startswith("dledger-") for p in path.iterdir()):
         raise BadInput(f"{path} has no {folder}/")
+    if not any(p.name.isdigit() and p.is_dir() for p in path.iterdir()):  # commitlog/, index/: no topic folder, whose queues are
+        raise BadInput(f"{path}: not a {folder} folder: expected a store, its {folder}/, a topic folder in it or a queue folder")
     return path.parent, [path.name], queue, single
 
 

@@ -39,9 +39,11 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
     return table
 
 
-def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), rows: Iterable[Sequence] = ()) -> Table:
-    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first."""
-    table = Table(columns, title=title, optional=optional)
+def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), fold: Sequence[str] = (),
+                 rows: Iterable[Sequence] = ()) -> Table:
+    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first;
+    ``fold`` ones may break a long word rather than turn the table vertical."""
+    table = Table(columns, title=title, optional=optional, fold=fold)
     for row in rows:
         table.add_row(*row)
     return table
@@ -176,6 +178,9 @@ def emit_rows(
     first; ``fold`` ones may break a long word rather than turn the table vertical."""
     out = terminal.data_stream(out)
     count = 0
+    rows = iter(rows)  # its first row read before anything is written: a path it refuses leaves no "[" or CSV header
+    first = next(rows, None)
+    rows = itertools.chain(() if first is None else (first,), rows)
     if fmt is OutputFormat.jsonl:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -200,7 +205,6 @@ def emit_rows(
         shown, left_out_first, folded = ([heading(c, headers) for c in names] for names in (columns, optional, fold))
         table = Table(shown, title=title, optional=left_out_first, fold=folded)
         timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
-        rows = iter(rows)
         while batch := list(itertools.islice(rows, TABLE_BATCH)):
             for row in batch:
                 table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))

@@ -426,10 +426,12 @@ def _report_after(findings: list) -> None:
 
 def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
     """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
-    broker, each planned on the store the stage before left; returns verify's failing findings after."""
+    broker, each planned on the store the stage before left; returns verify's failing findings after.
+    Only the stages' writes defer a Ctrl-C: the plans and checks between and after them (a full verify
+    each) stop at once, as a Ctrl-C before the next stage does (``writer.interrupts_raised``)."""
     rp, root = repair_planner(), stages.root
     stages.apply("files", plan.files)
-    with open_store(root, broker_config, broker_version) as opened:
+    with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
         from ..dispatch.scanner import DispatchCache
 
         cache = DispatchCache()
@@ -445,7 +447,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     def recovered(make):
         # ``make`` of the store the stages so far left, under every era the recovery was (a rebuild's rules can differ
         # where the recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
-        with open_store(root, broker_config, broker_version) as opened:
+        with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
             opened.assume_eras(eras)
             return make(opened)
 
@@ -453,7 +455,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         findings, run = recovered(rp.verify_findings)
         t = rp.triage(findings, run.last_timestamp)
         if not t.fixable:
-            break
+            return findings  # verify's answer on the store as the repair leaves it
         for step in rp.steps_of(t):
             note(f"beyond the broker: {step.step}: {step.why}")
         if t.queues:
@@ -660,7 +662,10 @@ def restore_cmd(
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
-            restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+            try:
+                restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+            except (Interrupted, KeyboardInterrupt):  # finished by restoring every stage again, not this one alone
+                raise Interrupted(_finish_restore_line(backup)) from None
         return
     if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
@@ -683,11 +688,15 @@ def restore_cmd(
         try:
             result = restore(backup_set, force=force)
         except KeyboardInterrupt:
-            raise Interrupted(f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)") from None
+            raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _finish_restore_line(backup: Path) -> str:
+    return f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)"
 
 
 def _never_begun(backup: Path) -> bool:
@@ -773,7 +782,8 @@ def render_plan(console: Screen, doc: dict) -> None:
         return
     spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in plan.actions]
     rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(plan.actions, spans), 1)]
-    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], rows=rows))
+    # a detail naming a topic (a consume queue deleted) breaks rather than turn every action into a vertical record
+    console.print(titled_table("Actions", ["#", "operation", "path", "detail"], fold=["detail"], rows=rows))
 
 
 def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | None) -> None:
@@ -806,7 +816,7 @@ def _render_lost(console: Screen, lost: LostMessages) -> None:
         title += f"; {lost.other_bytes} other non-zero bytes from {lost.first_other_offset}"
     columns = ["offset", "size", "queue", "queue offset", "stored", "crc", "msg id", "uniq key", "keys", "topic"]
     rows = [(m.offset, m.size, m.queue_id, m.queue_offset, iso_ms(m.store_timestamp), "ok" if m.crc_ok else "BAD", m.msg_id, m.uniq_key, " ".join(m.keys), m.topic or "?") for m in lost.messages]
-    _print_capped(console, titled_table(title, columns, optional=["size", "uniq key", "stored", "keys", "queue offset"]), rows)
+    _print_capped(console, titled_table(title, columns, optional=["size", "uniq key", "stored", "keys", "queue offset", "queue", "crc"]), rows)
     if lost.unreadable:
         rows = [(r.offset, r.size, r.queue_id, r.queue_offset, r.topic) for r in lost.unreadable[:TABLE_LOST]]
         console.print(titled_table(f"Consume queue entries of {len(lost.unreadable)} lost message(s) whose bytes no longer decode", ["offset", "size", "queue", "queue offset", "topic"], rows=rows))
@@ -837,8 +847,10 @@ def render_repair(console: Screen, doc: dict) -> None:
     if plan.recover is not None and plan.recover.actions:
         render_plan(console, doc["recover"])
     if plan.remaining:
-        table = titled_table(f"Lost data: `verify` will still report {len(plan.remaining)} finding(s) after the repair", ["kind", "severity", "offset", "message", "file"], optional=["severity"])
-        _print_capped(console, table, [(e.kind, e.severity, e.offset, e.message, e.file) for e in plan.remaining])
+        lost = sum(e.lost_data for e in plan.remaining)  # the others: findings no repair step changes, not lost data
+        title = f"After the repair `verify` will still report {len(plan.remaining)} finding(s), {lost} of them lost data"
+        table = titled_table(title, ["kind", "severity", "lost data", "offset", "message", "file"], optional=["severity", "lost data"])
+        _print_capped(console, table, [(e.kind, e.severity, "yes" if e.lost_data else "no", e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
 

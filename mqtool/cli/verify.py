@@ -38,35 +38,46 @@ def _render_finding(console: Screen, f: dict[str, Any]) -> None:
     console.print(f"        {escape(f['message'])}")
 
 
-def _render_summary(console: Screen, s: dict[str, Any], root: Path | None) -> None:
-    """The summary; on a store directory that is not sound, the commands that plan what to do next."""
+def _counted(count: int, word: str, words: str = "") -> str:
+    """``1 record``, ``2 records`` (``words``: the plural when it is not ``word`` + s)."""
+    return f"{count} {word if count == 1 else words or word + 's'}"
+
+
+def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "") -> None:
+    """The summary; on a store directory that is not sound, the commands that plan what to do next.
+    ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
     # the figures of the checks that ran (``--only cq`` reads no index file: "0 files" would say there is none)
-    segments = f" in {cl['segments']} segments" if "commitlog" in checks else ""
-    queues = [f"consume queues: {s['consume_queues']['queues']} queues, {s['consume_queues']['entries']} entries"] if "cq" in checks else []
-    index = [f"index: {s['index']['files']} files, {s['index']['entries']} entries"] if "index" in checks else []
+    segments = f" in {_counted(cl['segments'], 'segment')}" if "commitlog" in checks else ""
+    cq, ix = s["consume_queues"], s["index"]
+    queues = [f"consume queues: {_counted(cq['queues'], 'queue')}, {_counted(cq['entries'], 'entry', 'entries')}"] if "cq" in checks else []
+    index = [f"index: {_counted(ix['files'], 'file')}, {_counted(ix['entries'], 'entry', 'entries')}"] if "index" in checks else []
     walked = {"commitlog", "cq", "index"} & set(checks)  # the checks that walk the commit log
     console.print(
-        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)})\n"
-        + (f"  commit log: {cl['records']} records, {cl['bytes']} bytes{segments}; logical end {cl['logical_end']} ({cl['end_reason']})\n" if walked else "")
+        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)}"
+        + (f"; commit log {window} only)\n" if window else ")\n")
+        + (f"  commit log: {_counted(cl['records'], 'record')}, {cl['bytes']} bytes{segments}; logical end {cl['logical_end']} ({cl['end_reason']})\n" if walked else "")
         + (f"  {'; '.join(queues + index)}\n" if queues or index else "")
         + f"  elapsed {s['elapsed_s']:.2f} s, {rate:.1f} MB/s"
     )
     counts = s["findings"]
     kinds = ", ".join(f"{k}: {n}" for k, n in s["findings_by_kind"].items())
-    errors, warnings = (f"{counts[k]} {k}{'' if counts[k] == 1 else 's'}" for k in ("error", "warning"))
+    errors, warnings = (_counted(counts[k], k) for k in ("error", "warning"))
     console.print(f"  findings: {errors}, {warnings}, {counts['info']} info" + (f" ({escape(kinds)})" if kinds else ""))
     for n in s["notes"]:
         console.print(f"  note: {escape(n)}")
-    console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    if window:  # a range is not the store: the verdict says what it holds for
+        console.print("  [bold green]sound in the range checked[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    else:
+        console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
     if not s["sound"] and root is not None:
         store = escape(shell_path(root))
         console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
                       "what makes the store sound (plans: nothing changes without --yes)")
 
 
-def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> None:
+def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None, window: str = "") -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
         console, findings, held = Screen(out), iter(findings), []  # the next-start line leads: findings are held until it is known
@@ -76,7 +87,7 @@ def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None) -> N
             console.print(f"[bold]{escape(summary.next_start.line())}[/]")
         for finding in itertools.chain(held, findings):
             _render_finding(console, finding.as_dict())
-        _render_summary(console, summary.as_dict(), root)
+        _render_summary(console, summary.as_dict(), root, window)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
         for i, finding in enumerate(findings):
@@ -135,7 +146,8 @@ def verify(
 
         checked = findings()
         try:
-            _emit(checked, fmt, run.summary, opened.root)
+            window = "" if from_offset is None and to_offset is None else f"[{from_offset or 0}, {'end' if to_offset is None else to_offset})"
+            _emit(checked, fmt, run.summary, opened.root, window)
         except BrokenPipeError:  # `| head`: the reader is gone, the verdict is still the exit code: checked to the end, unsaid
             silence_stdout()
             for _ in checked:
