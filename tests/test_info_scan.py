@@ -64,10 +64,12 @@ def _damage(path, kind: str, m: dict) -> None:
 REASONS = {"crc": StopReason.CRC, "zeros": StopReason.ZEROS, "magic": StopReason.CORRUPT, "length": StopReason.LENGTH_MISMATCH}
 
 
+@pytest.mark.parametrize("window", [summary.WALK_READ_WINDOW, 700], ids=["window", "records-cut-by-the-window"])
 @pytest.mark.parametrize("place", [1 / 4, 3 / 4])
 @pytest.mark.parametrize("kind", list(REASONS))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, monkeypatch, cpus):
+def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, window, monkeypatch, cpus):
+    monkeypatch.setattr(summary, "WALK_READ_WINDOW", window)  # ``fastscan.ReadWindow``: the mapped walk's answers
     root = copy_store(version, "clean-small", tmp_path)
     messages = manifest(version, "clean-small")["messages"]
     victim = messages[int(len(messages) * place)]

@@ -21,6 +21,7 @@ from .version import detect_version, given_source
 
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
 WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
+WALK_READ_WINDOW = 4 << 20  # bytes a compiled walk reads at a time (``fastscan.ReadWindow``), each of the two
 INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count")
 
 
@@ -60,8 +61,8 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
 
     def walk(begin: int, until: int | None) -> tuple[int, ScanEnd, bool]:
         crc = store.config.check_crc_on_recover
-        scan = FastScan(commitlog, begin, until, check_crc=crc, stop_on_crc=crc, batch_bytes=WALK_BATCH_BYTES,
-                        release_behind=True)  # pages behind the walk dropped: flat RSS
+        scan = FastScan(commitlog, begin, until, check_crc=crc, stop_on_crc=crc, batch_bytes=WALK_BATCH_BYTES, release_behind=True,
+                        read_window=WALK_READ_WINDOW)  # read, not mapped: no page tables to build and tear down; flat RSS
         return sum(len(batch.rows) for batch in scan), scan.end, bool(scan.blanks)
 
     begins = [] if first is None else [start, *(seg.base_offset for seg in segments[first + 1 :] if stop is None or seg.base_offset < stop)]
