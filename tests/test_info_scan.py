@@ -30,9 +30,20 @@ def cpus(request, monkeypatch):
     monkeypatch.setattr(summary.os, "cpu_count", lambda: request.param)
 
 
+@pytest.fixture(params=["as-shipped", "records-cut-by-the-window", "segments-split"])
+def walk(request, monkeypatch):
+    """``summary.compiled_end`` as shipped (a fixture segment is one window and one stretch), with a ``fastscan.ReadWindow``
+    smaller than most records (each walked again from the next window's start, or mapped), and with each segment cut into
+    stretches of about 100 kB (``summary.walk_splits``, walked in parallel on two CPUs)."""
+    if request.param == "records-cut-by-the-window":
+        monkeypatch.setattr(summary, "WALK_READ_WINDOW", 700)
+    if request.param == "segments-split":
+        monkeypatch.setattr(summary, "WALK_SPLIT_BYTES", 100_000)
+
+
 @pytest.mark.parametrize("limit", [summary.SCHEMA_SCAN_RECORDS, 100, 1])
 @pytest.mark.parametrize("root", STORES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_logical_end_equals_the_compiled_walk_on_every_fixture(root, limit, monkeypatch, cpus):
+def test_logical_end_equals_the_compiled_walk_on_every_fixture(root, limit, monkeypatch, cpus, walk):
     monkeypatch.setattr(summary, "SCHEMA_SCAN_RECORDS", limit)
     with Store.open(root) as store:
         for start in starts(store):
@@ -64,12 +75,10 @@ def _damage(path, kind: str, m: dict) -> None:
 REASONS = {"crc": StopReason.CRC, "zeros": StopReason.ZEROS, "magic": StopReason.CORRUPT, "length": StopReason.LENGTH_MISMATCH}
 
 
-@pytest.mark.parametrize("window", [summary.WALK_READ_WINDOW, 700], ids=["window", "records-cut-by-the-window"])
 @pytest.mark.parametrize("place", [1 / 4, 3 / 4])
 @pytest.mark.parametrize("kind", list(REASONS))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, window, monkeypatch, cpus):
-    monkeypatch.setattr(summary, "WALK_READ_WINDOW", window)  # ``fastscan.ReadWindow``: the mapped walk's answers
+def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, monkeypatch, cpus, walk):
     root = copy_store(version, "clean-small", tmp_path)
     messages = manifest(version, "clean-small")["messages"]
     victim = messages[int(len(messages) * place)]
@@ -82,6 +91,37 @@ def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind,
                 assert got == compiled_end(store, start)
                 if start <= victim["commitLogOffset"]:  # else the walk starts after the damage
                     assert got[1].offset == victim["commitLogOffset"] and got[1].reason == REASONS[kind]
+
+
+@pytest.mark.parametrize("cut", ["at-record-starts", "inside-records"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_chain(version, cut, monkeypatch):
+    """``summary.compiled_end`` walks stretches of one segment on two CPUs (``walk_splits``): cut at record starts, each
+    byte once (each stretch's walk stops exactly where the next begins); cut inside records (a guess off the chain), the
+    walk before the cut goes on from its start alone. Either way the log's end and count are the single walk's."""
+    from mqtool.store import fastscan
+
+    walks: list[tuple[int, int | None]] = []
+
+    class Counted(fastscan.FastScan):
+        def __init__(self, commitlog, start=None, stop=None, **kw):
+            walks.append((start, stop))
+            super().__init__(commitlog, start, stop, **kw)
+
+    splits = summary.walk_splits
+    monkeypatch.setattr(fastscan, "FastScan", Counted)
+    monkeypatch.setattr(summary.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(summary, "WALK_SPLIT_BYTES", 100_000)
+    if cut == "inside-records":
+        monkeypatch.setattr(summary, "walk_splits", lambda *a: [c + 8 for c in splits(*a)])
+    with Store.open(FIXTURES / f"rocketmq-{version}" / "clean-small") as store:
+        got = summary.compiled_end(store, 0)
+        assert got == compiled_end(store, 0) and got[1].offset == manifest(version, "clean-small")["commitLogMaxOffset"]
+    starts = [start for start, _ in walks]
+    if cut == "at-record-starts":
+        assert len(set(starts)) == len(starts) > 2 * len(store.commitlog.segments)  # cut, and each stretch walked once
+    else:
+        assert starts.count(0) == 2  # the first stretch's walk stops past the cut: walked again from 0, alone
 
 
 def test_info_of_a_small_store_loads_no_compiled_code():
