@@ -145,3 +145,21 @@ def test_a_read_window_walk_ends_at_a_damaged_record_wherever_the_window_cuts_it
             rows, end = window_scan(store, window)
             mapped_rows, mapped_end = fast_scan(store)
         assert end == mapped_end and [r[0] for r in rows] == [b + row[fs.COL_POS] for b, _, row in mapped_rows]
+
+
+def test_a_segment_that_shrinks_under_a_read_window_is_one_error(tmp_path):
+    """A file shorter than when its walk began (``ReadWindow``'s short read) is ``BadStoreFile`` (one line, exit 3), as a
+    mapped walk's SIGBUS is."""
+    from mqtool.errors import BadStoreFile
+
+    path = _damaged_segment(tmp_path, lambda d: None) / "00000000000000000000"
+    size = path.stat().st_size
+    window = fs.ReadWindow(path, 4096, size)
+    try:
+        assert bytes(window.read(size - 4096)[0]) == path.read_bytes()[-4096:]
+        with open(path, "r+b") as f:
+            f.truncate(size - 100)
+        with pytest.raises(BadStoreFile, match="file shrank while reading the store"):
+            window.read(size - 4096)
+    finally:
+        window.close()
