@@ -20,7 +20,7 @@ from .store import Store
 from .version import detect_version, given_source
 
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
-WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
+WALK_BATCH_BYTES = 8 << 20  # records a compiled walk hands over at a time (about), each of the two
 WALK_READ_WINDOW = 4 << 20  # bytes a compiled walk reads at a time (``fastscan.ReadWindow``), each of the two
 WALK_SPLIT_BYTES = 256 << 20  # the longest stretch of a segment one compiled walk takes (``walk_splits``)
 INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count")
