@@ -93,12 +93,13 @@ def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind,
                     assert got[1].offset == victim["commitLogOffset"] and got[1].reason == REASONS[kind]
 
 
-@pytest.mark.parametrize("cut", ["at-record-starts", "inside-records"])
+@pytest.mark.parametrize("cut", ["at-record-starts", "at-record-starts-a-crc-failing-inside-one", "inside-records"])
 @pytest.mark.parametrize("version", VERSIONS)
-def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_chain(version, cut, monkeypatch):
+def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_chain(tmp_path, version, cut, monkeypatch):
     """``summary.compiled_end`` walks stretches of one segment on two CPUs (``walk_splits``): cut at record starts, each
-    byte once (each stretch's walk stops exactly where the next begins); cut inside records (a guess off the chain), the
-    walk before the cut goes on from its start alone. Either way the log's end and count are the single walk's."""
+    byte once (each stretch's walk stops exactly where the next begins; a CRC failure inside one ends the log there, as the
+    single walk does); cut inside records (a guess off the chain), the walk before the cut goes on from its start alone.
+    Either way the log's end and count are the single walk's."""
     from mqtool.store import fastscan
 
     walks: list[tuple[int, int | None]] = []
@@ -114,11 +115,18 @@ def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_cha
     monkeypatch.setattr(summary, "WALK_SPLIT_BYTES", 100_000)
     if cut == "inside-records":
         monkeypatch.setattr(summary, "walk_splits", lambda *a: [c + 8 for c in splits(*a)])
-    with Store.open(FIXTURES / f"rocketmq-{version}" / "clean-small") as store:
+    root, end = copy_store(version, "clean-small", tmp_path), manifest(version, "clean-small")["commitLogMaxOffset"]
+    if "crc" in cut:
+        victim = manifest(version, "clean-small")["messages"][1200]  # in the third of its five segments
+        _damage(root, "crc", victim)
+        end = victim["commitLogOffset"]
+    with Store.open(root) as store:
+        want = compiled_end(store, 0)
+        walks.clear()
         got = summary.compiled_end(store, 0)
-        assert got == compiled_end(store, 0) and got[1].offset == manifest(version, "clean-small")["commitLogMaxOffset"]
+        assert got == want and got[1].offset == end
     starts = [start for start, _ in walks]
-    if cut == "at-record-starts":
+    if cut != "inside-records":
         assert len(set(starts)) == len(starts) > 2 * len(store.commitlog.segments)  # cut, and each stretch walked once
     else:
         assert starts.count(0) == 2  # the first stretch's walk stops past the cut: walked again from 0, alone

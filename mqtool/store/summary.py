@@ -50,8 +50,9 @@ def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int,
 def compiled_end(store: Store, start: int, workers: int | None = None, stop: int | None = None) -> tuple[int, ScanEnd]:
     """``logical_end``'s compiled walk from ``start`` (up to ``stop``): (valid records, end). The chain leaves a segment
     only at a blank (§8.3), so segments, and stretches of one cut at a record start (``walk_splits``), are walked
-    ``workers`` at a time (the walk releases the GIL); the first whose walk does not end where the next begins (a blank,
-    or the cut's record start exactly) ends the chain, worded by a ``FastScan`` from it."""
+    ``workers`` at a time (the walk releases the GIL); the first whose walk ends inside it ends the chain, and one whose
+    walk does not reach the next one's start on the chain (no blank ends its segment, a cut off the chain) is walked again
+    from its start, alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
@@ -83,7 +84,7 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
         count = 0
         for (begin, until), future in zip(spans, futures):
             walked, end, blank = future.result()
-            if begin == begins[-1]:
+            if begin == begins[-1] or end.offset < until:  # the chain ends in this stretch, as a walk on from ``begin`` ends
                 return count + walked, end
             if not ((blank or until in cuts) and end.offset == until):
                 walked, end, _ = walk(begin, stop)
