@@ -99,7 +99,7 @@ def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_cha
     """``summary.compiled_end`` walks stretches of one segment on two CPUs (``walk_splits``): cut at record starts, each
     byte once (each stretch's walk stops exactly where the next begins; a CRC failure inside one ends the log there, as the
     single walk does); cut inside records (a guess off the chain), the walk before the cut goes on from its start alone.
-    Either way the log's end and count are the single walk's."""
+    Either way the log's end and count are the single walk's, up to a stop past the log's end too."""
     from mqtool.store import fastscan
 
     walks: list[tuple[int, int | None]] = []
@@ -125,7 +125,10 @@ def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_cha
         walks.clear()
         got = summary.compiled_end(store, 0)
         assert got == want and got[1].offset == end
-    starts = [start for start, _ in walks]
+        starts = [start for start, _ in walks]
+        past = store.commitlog.segments[-1].end_offset * 2 + 12345  # a stop past the last segment (a queue entry past the log)
+        single = FastScan(store.commitlog, 0, past, check_crc=True, stop_on_crc=True)
+        assert summary.compiled_end(store, 0, stop=past) == (sum(len(b.rows) for b in single), single.end)
     if cut != "inside-records":
         assert len(set(starts)) == len(starts) > 2 * len(store.commitlog.segments)  # cut, and each stretch walked once
     else:

@@ -71,8 +71,8 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
     bounds = [] if first is None else [start, *(seg.base_offset for seg in segments[first + 1 :] if stop is None or seg.base_offset < stop)]
     begins = []
     for begin, until in zip(bounds, [*bounds[1:], stop]) if not store.is_dledger and workers > 1 else []:
-        seg = segments[commitlog.segment_index(begin)]
-        begins += [begin, *walk_splits(commitlog, begin, seg.base_offset + seg.size if until is None else until)]
+        seg_end = segments[commitlog.segment_index(begin)].end_offset
+        begins += [begin, *walk_splits(commitlog, begin, seg_end if until is None else min(until, seg_end))]
     if len(begins) < 2:
         count, end, _ = walk(start, stop)
         return count, end
