@@ -147,9 +147,9 @@ def test_a_read_window_walk_ends_at_a_damaged_record_wherever_the_window_cuts_it
         assert end == mapped_end and [r[0] for r in rows] == [b + row[fs.COL_POS] for b, _, row in mapped_rows]
 
 
-def test_a_segment_that_shrinks_under_a_read_window_is_one_error(tmp_path):
-    """A file shorter than when its walk began (``ReadWindow``'s short read) is ``BadStoreFile`` (one line, exit 3), as a
-    mapped walk's SIGBUS is."""
+def test_a_segment_that_shrinks_or_fails_under_a_read_window_is_one_error(tmp_path):
+    """A file shorter than when its walk began (``ReadWindow``'s short read), or one the system cannot read (an I/O error;
+    here a directory's EISDIR), is ``BadStoreFile`` (one line, exit 3), as a mapped walk's SIGBUS is."""
     from mqtool.errors import BadStoreFile
 
     path = _damaged_segment(tmp_path, lambda d: None) / "00000000000000000000"
@@ -163,3 +163,9 @@ def test_a_segment_that_shrinks_under_a_read_window_is_one_error(tmp_path):
             window.read(size - 4096)
     finally:
         window.close()
+    unreadable = fs.ReadWindow(tmp_path, 4096, 8192)
+    try:
+        with pytest.raises(BadStoreFile, match="Is a directory"):
+            unreadable.read(0)
+    finally:
+        unreadable.close()

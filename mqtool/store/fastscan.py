@@ -175,7 +175,11 @@ class ReadWindow:
     def read(self, pos: int) -> tuple[np.ndarray, int]:
         """The window at segment position ``pos``: (its bytes, ``pos``)."""
         want = min(self.buffer.shape[0], self.file_size - pos)
-        if os.preadv(self.fd, [self.buffer[:want]], pos) != want:
+        try:
+            got = os.preadv(self.fd, [self.buffer[:want]], pos)
+        except OSError as exc:  # EIO: a mapped walk's SIGBUS, the same exit 3
+            raise BadStoreFile(f"{self.path}: {exc.strerror}") from None
+        if got != want:
             raise BadStoreFile(f"{self.path}: file shrank while reading the store")
         self.array, self.origin = self.buffer[:want], pos
         return self.array, pos
