@@ -107,7 +107,7 @@ def walk_splits(commitlog, begin: int, until: int) -> list[int]:
     from .resync import RESYNC_CHAIN
 
     seg = commitlog.segments[commitlog.segment_index(begin)]
-    window, cuts = ReadWindow(seg.path, WALK_READ_WINDOW, seg.size), []
+    window, cuts = ReadWindow(seg.path, WALK_READ_WINDOW // 4, seg.size), []  # 1 MiB: a cut needs three whole records in it
     try:
         for k in range(1, pieces):
             at = begin + (until - begin) * k // pieces
