@@ -952,3 +952,103 @@ def test_a_recovery_dispatch_ended_by_a_bad_crc_is_applied_alike_from_a_saved_pl
     assert tree(stores[0]) == tree(stores[1])
     recovery = plan.dispatch[0]
     assert recovery.name == "recovery" and recovery.stop < plan.commitlog.valid_end  # ended by the CRC, inside the log
+
+
+# ---- a record whose dispatch throws, on DLedger stores ----------------------------------------
+
+
+def _append_throwing_entry(root):
+    """Append to a DLedger store one entry whose record (the last TopicTest record re-encoded at the next queue offset)
+    lists ``%LMQ%a,%LMQ%b`` at ``0,1x``: with multi-dispatch on, ``Long.parseLong("1x")`` throws in its dispatch
+    (``formats.dispatch.LmqOffsetThrows``). Its index unit and DLedger's checkpoint are written as DLedger writes
+    them (committed). Returns the record as read back."""
+    from mqtool.formats import commitlog as clfmt
+    from mqtool.formats.properties import encode_properties
+
+    with Store.open(root) as store:
+        cl = store.commitlog
+        last = list(cl.entries())[-1]
+        base = [r for r in cl.scan() if r.topic_name == "TopicTest"][-1]
+        data = next(s for s in reversed(cl.segments) if s.base_offset <= last.offset).path
+        index_file = cl.layout.index_files()[0][1]
+        checkpoint = cl.layout.home / "checkpoint"
+        data_base = int(data.name)
+    pos = last.offset + last.size
+    props = {**base.property_map(), "INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b", "INNER_MULTI_QUEUE_OFFSET": "0,1x"}
+    raw = clfmt.encode_message({**base._asdict(), "phys_offset": pos + dfmt.ENTRY_HEADER_SIZE, "queue_offset": base.queue_offset + 1,
+                                "properties": encode_properties(props, trailing_separator=base.properties.endswith(b"\x02"))})
+    size = dfmt.ENTRY_HEADER_SIZE + len(raw)
+    _patch(data, pos - data_base, dfmt.ENTRY_HEADER.pack(dfmt.ENTRY_MAGIC, size, last.index + 1, last.term, pos, 0, 0, 0, len(raw)) + raw)
+    unit = dfmt.encode_index_unit(dfmt.ENTRY_MAGIC, pos, size, last.index + 1, last.term)
+    _patch(index_file, (last.index + 1) * dfmt.INDEX_UNIT_SIZE, unit)
+    checkpoint.write_text(dfmt.encode_checkpoint_text(last.index + 1, last.index + 1))
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    assert record.offset == pos + dfmt.ENTRY_HEADER_SIZE and record.property_map()["INNER_MULTI_QUEUE_OFFSET"] == "0,1x"
+    return record
+
+
+def _throwing(record) -> str:
+    """``NextStart.stall``'s words for the record ``_append_throwing_entry`` appends, before its effect."""
+    return f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong refuses"
+
+
+REPUT_STALL = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+LOAD_STALL = "abnormal recovery dispatches it, and the load fails: the broker refuses to start"
+
+
+@pytest.mark.parametrize("version,name,effect", [
+    ("4.9.7", "dledger-small", REPUT_STALL), ("4.9.7", "dledger-crashed", REPUT_STALL),
+    ("5.3.3", "dledger-small", None), ("5.3.3", "dledger-crashed", LOAD_STALL),
+], ids=["4.9.7-small", "4.9.7-crashed", "5.3.3-small", "5.3.3-crashed"])
+def test_a_dispatch_that_throws_stops_the_next_start_by_dledgers_redispatch_rule(tmp_path, version, name, effect):
+    """A DLedger store's recovery dispatches nothing but in 5.2.0+'s abnormal one (``dledgerRecoverAbnormally``; 4.5.0-5.1.4
+    ``recover`` runs after a crash too, rules §8.4), then ``DefaultMessageStore.start`` re-puts from the consume queues' max
+    offset (4.5.0-4.9.8, and waits) or from DLedger's committed position (5.x: nothing before it). On copies of the real
+    brokers' DLedger stores with a committed entry appended whose LMQ dispatch throws (``_append_throwing_entry``, multi-
+    dispatch on): 4.9.7 crashed or not, the start-up reput retries it forever; 5.3.3 after a crash, the load fails; 5.3.3
+    after a clean stop, no start dispatches it. Before: verify applied the classic rule (4.9.7 crashed: "abnormal recovery
+    dispatches it"; 5.3.3 clean: "normal recovery dispatches it", where recover plans on) and info never said it."""
+    from conftest import copy_store
+
+    root = copy_store(version, name, tmp_path)
+    record = _append_throwing_entry(root)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    given = ("--broker-config", conf, "--broker-version", version)
+    verified = _cli("verify", root, "-f", "json", *given)
+    doc = json.loads(verified.stdout)
+    throws = [f for f in doc["findings"] if f["kind"] == "dispatch-throws"]
+    assert [f["offset"] for f in throws] == [record.offset]
+    assert throws[0]["message"].endswith(f"at its next start {effect or 'nothing dispatches it'}")
+    info = _cli("info", root, "-f", "json", *given)
+    assert info.exit_code == 0, info.output
+    stall = None if effect is None else f"{_throwing(record)}: {effect}"
+    line = doc["summary"]["next_start"]["line"]
+    assert doc["summary"]["next_start"]["stall"] == json.loads(info.stdout)["next_start"]["stall"] == stall
+    assert line == json.loads(info.stdout)["next_start"]["line"] and line.endswith(f"; but {stall}" if stall else "")
+    assert _cli("recover", root, "--dry-run", *given).exit_code == (4 if stall else 0)  # planners refuse what the broker never gets past
+
+
+@pytest.mark.parametrize("version,effect", [("4.9.7", REPUT_STALL), ("5.3.3", LOAD_STALL)], ids=["4.9.7", "5.3.3"])
+def test_a_dispatch_that_throws_on_a_dledger_broker_s_first_load_stops_the_start_by_its_recovery_mode(tmp_path, version, effect):
+    """A crashed classic store given to a DLedger broker (an empty DLedger data folder) with a record appended whose LMQ
+    dispatch throws: 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` recovers the classic log with ``super.recoverNormally``, abort
+    file or not, which dispatches nothing, and the start-up reput then retries the record forever; 5.2.0+ runs
+    ``super.recoverAbnormally``, whose dispatch fails the load. Before: "abnormal recovery dispatches it" for every release."""
+    from conftest import copy_store
+    from test_lmq import THREE, _append_multi_dispatched
+
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    (root / "dledger-n0" / "data").mkdir(parents=True)
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    given = ("--broker-config", conf, "--broker-version", version)
+    stall = f"{_throwing(record)}: {effect}"
+    doc = json.loads(_cli("verify", root, "-f", "json", *given).stdout)
+    info = _cli("info", root, "-f", "json", *given)
+    assert doc["summary"]["next_start"]["stall"] == json.loads(info.stdout)["next_start"]["stall"] == stall
+    assert _cli("recover", root, "--dry-run", *given).exit_code == 4

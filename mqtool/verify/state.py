@@ -13,7 +13,7 @@ from ..formats import config as cfgfmt
 from ..store import Store
 from ..store.store import MISSING
 from ..store import offsets
-from ..store.startfile import max_queue_phys_offset
+from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
 
@@ -38,9 +38,13 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
     """The commit log offset from which the broker's next start re-dispatches records into the
-    consume queues and the index by itself, and why (None: it does not)."""
+    consume queues and the index by itself, and why (None: it does not); a store with DLedger data:
+    ``dledger_redispatch_start``. A DLedger broker's first load of a classic commit log recovers it as after a clean
+    stop, abort file or not, before 5.2.0 (``startfile.log_recovery_mode``)."""
     version = store.version
-    if store.abort_present:
+    if store.recovers_dledger_data:
+        return dledger_redispatch_start(store)
+    if log_recovery_mode(store, store.rules) == "abnormal":
         start, _, _ = abnormal_recovery_start(store)
         return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
     if version is None:
@@ -52,7 +56,42 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
     if rules.reput_from_cq_max:
         top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
         return top, f"broker {version}: the reput service resumes at the consume queues' max offset {top}"
-    return None, f"broker {version} does not re-dispatch records after a clean shutdown"
+    when = "after a clean shutdown" if not store.abort_present else "(DLedgerCommitLog recovers the classic log as after a clean stop)"
+    return None, f"broker {version} does not re-dispatch records {when}"
+
+
+def dispatching_recovery(store: Store) -> str | None:
+    """The recovery of the broker's next start that dispatches, inside ``DefaultMessageStore.load``, as ``redispatch_start``
+    has it: "abnormal", 5.3.2+'s "normal" (rules §2.3; a DLedger broker's first load of a classic commit log: the mode of
+    ``startfile.log_recovery_mode``), or None; on a store with DLedger data 5.2.0+'s abnormal one alone
+    (``DLedgerCommitLog.dledgerRecoverAbnormally``, rules §8.4)."""
+    if store.recovers_dledger_data:
+        return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
+    mode = log_recovery_mode(store, store.rules)
+    return mode if mode == "abnormal" or store.rules.normal_dispatches else None
+
+
+def dledger_redispatch_start(store: Store) -> tuple[int | None, str]:
+    """``redispatch_start`` of a store with DLedger data (rules §8.4, §2.11): ``DLedgerCommitLog``'s recovery dispatches
+    nothing, after a crash too, but in 5.2.0+'s abnormal recovery (from ``dledgerstart.dledger_start``'s file); then
+    ``DefaultMessageStore.start`` re-puts from the consume queues' max offset in 4.5.0-4.9.8, from the commit log's end
+    (DLedger's committed position) from 5.0.0 (``DLedgerCommitLog.recover`` @4.9.7, ``dledgerRecoverNormally`` and
+    ``DefaultMessageStore.start`` @5.3.3). While the release is undecided, the eras left must agree."""
+    from ..store.dledgerstart import data_recovery, dledger_start
+    from ..store.rules import VersionRules
+
+    version = store.version
+    if version is None and len({(r.reput_from_cq_max, r.dledger_abnormal_redispatch)
+                                for r in map(VersionRules, store.version_guess.candidates)}) > 1:
+        return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
+    who = f"broker {version or store.version_guess.label}"
+    if dispatching_recovery(store):
+        start = dledger_start(store, data_recovery(store.commitlog), version or store.version_guess.candidates[0]).offset
+        return start, f"the abort file is present, so DLedger's abnormal recovery re-dispatches every record from offset {start}"
+    if store.rules.reput_from_cq_max:
+        top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
+        return top, f"{who}: DLedger's recovery dispatches nothing; the reput service resumes at the consume queues' max offset {top}"
+    return None, f"{who}: DLedger's recovery dispatches nothing and the reput service resumes at the commit log's end"
 
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
