@@ -1052,3 +1052,22 @@ def test_a_dispatch_that_throws_on_a_dledger_broker_s_first_load_stops_the_start
     info = _cli("info", root, "-f", "json", *given)
     assert doc["summary"]["next_start"]["stall"] == json.loads(info.stdout)["next_start"]["stall"] == stall
     assert _cli("recover", root, "--dry-run", *given).exit_code == 4
+
+
+def test_verify_calls_queue_entries_a_crashed_4x_dledger_broker_never_re_dispatches_lost(tmp_path):
+    """4.9.7 ``dledger-crashed`` without the directory of queue TopicTest/1: after a crash, 4.5.0-5.1.4 ``DLedgerCommitLog``
+    recovers as after a clean stop, dispatching nothing, and the start-up reput resumes at the queues' max offset, past
+    every record of that queue (rules §8.4, §2.11): as recover's plan, which rebuilds none of them. Before: a warning,
+    "abnormal recovery re-dispatches every record from offset 0"."""
+    import shutil
+
+    from conftest import copy_store
+
+    root = copy_store("4.9.7", "dledger-crashed", tmp_path)
+    shutil.rmtree(root / "consumequeue" / "TopicTest" / "1")
+    code, findings, _ = _verify(root, "--broker-version", "4.9.7")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing" and f["details"]["topic"] == "TopicTest"]
+    assert [(f["severity"], f["details"]["queue_id"]) for f in missing] == [("error", 1)], missing
+    assert "the reput service resumes at the consume queues' max offset" in missing[0]["message"]
+    plan = _recover_doc(root, "4.9.7")
+    assert not [q for q in plan["queues"] if (q["topic"], q["queue_id"]) == ("TopicTest", 1)]
