@@ -1071,3 +1071,42 @@ def test_verify_calls_queue_entries_a_crashed_4x_dledger_broker_never_re_dispatc
     assert "the reput service resumes at the consume queues' max offset" in missing[0]["message"]
     plan = _recover_doc(root, "4.9.7")
     assert not [q for q in plan["queues"] if (q["topic"], q["queue_id"]) == ("TopicTest", 1)]
+
+
+def _rebuilt_entries(root) -> int:
+    done = _cli("rebuild-cq", root, "--broker-version", "4.9.7", "--dry-run", "-f", "json")
+    assert done.exit_code == 0, done.output[-2000:]
+    return sum(q["added"] or 0 for q in json.loads(done.stdout)["queues"])
+
+
+def test_damage_in_the_classic_log_of_a_mixed_store_is_kept_as_the_broker_keeps_it(tmp_path):
+    """Once DLedger data exist, ``DLedgerCommitLog``'s recovery is DLedger's alone (``recover`` @4.5.1-4.9.7,
+    ``dledgerRecoverNormally``/``Abnormally`` @5.3.3): the classic ``commitlog/`` of a mixed store (``mixed_store``) is
+    loaded whole and never recovered, so a broken record there cuts nothing. Before: verify called it ``dledger-entry``
+    ("DLedger's recovery stops here and truncates the data ..., discarding 700 well-formed entries"), stopped its walk
+    there, and rebuild-cq rebuilt nothing after it. Now it is a ``damaged-range`` the broker keeps, the walk goes on to
+    DLedger's end, and rebuild-cq rebuilds every entry but the broken record's. A body CRC there was "inside a DLedger entry"."""
+    intact = _rebuilt_entries(mixed_store(tmp_path / "intact")[0])
+    root, divided, expected, dl = mixed_store(tmp_path / "broken")
+    classic = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda x: x["commitLogOffset"])
+    broken = classic[len(classic) // 2]
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= broken["commitLogOffset"]), key=lambda p: int(p.name))
+    _patch(segment, broken["commitLogOffset"] - int(segment.name) + 4, bytes(4))  # its magic code
+    flipped = classic[10]  # and a body byte of an earlier record: a CRC no recovery checks there
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(flipped["commitLogOffset"])
+    body_at = record.total_size - 2 - len(record.properties) - 1 - len(record.topic) - len(record.body)
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= flipped["commitLogOffset"]), key=lambda p: int(p.name))
+    _patch(segment, flipped["commitLogOffset"] - int(segment.name) + body_at, bytes([record.body[0] ^ 0xFF]))
+    end = dl["dledger"]["endPos"] + divided
+    code, findings, summary = _verify(root, "--broker-version", "4.9.7")
+    log = [f for f in findings if f["kind"] in ("dledger-entry", "dledger-record", "damaged-range", "crc-mismatch")]
+    assert [(f["kind"], f["offset"], f["details"].get("range_end")) for f in log] == [
+        ("crc-mismatch", flipped["commitLogOffset"], None),
+        ("damaged-range", broken["commitLogOffset"], broken["commitLogOffset"] + broken["size"])], log
+    assert "in the classic commit log before the DLedger data (no recovery reads it" in log[0]["message"]
+    assert "never recovers the classic commit log" in log[1]["message"]
+    assert "keeps the log and serves the records around it" in log[1]["message"]
+    assert (summary["commitlog"]["records"], summary["commitlog"]["logical_end"]) == (len(expected) - 1, end)
+    assert summary["next_start"]["line"].startswith(f"the broker's next start keeps [0, {end}) and drops nothing")
+    assert _rebuilt_entries(root) == intact - 1  # the CRC is not checked by a rebuild's dispatch either
