@@ -798,7 +798,10 @@ def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_r
     ``setRecoverPosition`` @5.2.0-5.3.3; rules §8.4), writes at the last file's wrote position TOTALSIZE = the
     bytes left and the BLANK magic. Before: the plan stopped at the classic recovery and left that write to the
     broker. Now `recover` plans it at the end the real broker recovered, `--yes` writes those 8 bytes and
-    nothing else of the file, the next plan finds the blank and plans nothing, and `restore` gives the store back."""
+    nothing else of the file, the next plan finds the blank and plans nothing, and `restore` gives the store back.
+    Then ``MmapFileList.getLastMappedFile(dividedCommitlogOffset)`` maps DLedger's first data file, all zeros, at the
+    file's end; before, that too was left to the broker, and the next plan ended the log at the blank, not at that
+    file, where the broker's next start (DLedger's recovery: ``getMaxOffset`` = the data's min offset) ends it."""
     from conftest import recovered
     from test_undo import snapshot
 
@@ -818,8 +821,10 @@ def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_r
     assert done.exit_code == 0, done.output[-2000:]
     written = (SEGMENT - position).to_bytes(4, "big") + BLANK_MAGIC
     assert segment.read_bytes() == original[:position] + written + original[position + 8 :]
+    assert [p.name for p in (store_dir / "dledger-n0" / "data").iterdir()] == [f"{base + SEGMENT:020d}"]
+    assert (store_dir / "dledger-n0" / "data" / f"{base + SEGMENT:020d}").read_bytes() == bytes(SEGMENT)
     again = _recover_doc(store_dir, version)
-    assert again["actions"] == [] and again["commitlog"]["valid_end"] == end and again["next_start"]["blank_at"] is None
+    assert again["actions"] == [] and again["commitlog"]["valid_end"] == base + SEGMENT and again["next_start"]["blank_at"] is None
     findings = [json.loads(line) for line in _cli("verify", store_dir, "--broker-version", version, "--format", "jsonl").stdout.splitlines()]
     assert "data-after-end" not in {f.get("kind") for f in findings}  # the blank is no data after the end
 
@@ -842,6 +847,9 @@ def test_a_first_load_whose_log_already_ends_with_a_blank_writes_nothing(tmp_pat
     with Store.open(store_dir, version=version) as store:
         plan = plan_recover(store)
     assert [a for a in plan.actions if a.path.startswith("commitlog/")] == [] and plan.commitlog.valid_end == end  # 5.3.3: its checkpoint is written
+    divided = end - end % SEGMENT + SEGMENT  # getLastMappedFile maps DLedger's first data file there all the same
+    assert [(a.op, a.path, a.start, a.end) for a in plan.actions if a.path.startswith("dledger-n0/")] == [
+        ("resize", f"dledger-n0/data/{divided:020d}", 0, SEGMENT)]
     for command in (["info", "--format", "json"], ["verify", "--format", "json"]):
         done = _cli(command[0], store_dir, "--broker-version", version, *command[1:])
         assert done.exit_code == 0, (command, done.output[-2000:])  # verify: sound, the blank is no data after the end
