@@ -1118,3 +1118,25 @@ def test_damage_in_the_classic_log_of_a_mixed_store_is_kept_as_the_broker_keeps_
     assert (summary["commitlog"]["records"], summary["commitlog"]["logical_end"]) == (len(expected) - 1, end)
     assert summary["next_start"]["line"].startswith(f"the broker's next start keeps [0, {end}) and drops nothing")
     assert _rebuilt_entries(root) == intact - 1  # the CRC is not checked by a rebuild's dispatch either
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_the_abort_finding_of_a_dledger_store_says_the_recovery_its_release_runs(tmp_path, version):
+    """The real brokers' crashed DLedger stores: 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs after a crash as after a clean
+    stop and re-dispatches nothing; 5.2.0+ ``dledgerRecoverAbnormally`` re-dispatches from the data file its checkpoint rule
+    picks, where recover's plan scans from (rules §8.4). Before: "abnormal recovery ... from offset 0 (from the first
+    segment), re-dispatching every record after it" for both."""
+    from conftest import copy_store
+
+    from mqtool.store.rules import BrokerVersion, VersionRules
+
+    root = copy_store(version, "dledger-crashed", tmp_path)  # planned on a copy: a shared fixture may be another worker's
+    code, findings, _ = _verify(root, "--broker-version", version)
+    [abort] = [f for f in findings if f["kind"] == "abort-present"]
+    plan = _recover_doc(root, version)
+    scan, rule = f"from offset {plan['commitlog']['scan_from']}", plan["commitlog"]["scan_rule"]
+    if VersionRules(BrokerVersion.parse(version)).dledger_abnormal_redispatch:
+        assert f"runs abnormal recovery (recoverAbnormally) {scan} ({rule}), re-dispatching every" in abort["message"]
+    else:
+        assert f"runs DLedgerCommitLog's recovery as after a clean stop ({scan}: {rule}), re-dispatching nothing" in abort["message"]
+    assert abort["details"]["recovery_start_offset"] == plan["commitlog"]["scan_from"]

@@ -24,15 +24,17 @@ def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
     """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
     broker's rule for this store's version (``store.nextstart.start_of``, the one implementation
-    of ``isMappedFileMatchedRecover``'s choice, §8.4); the first segment for a DLedger store."""
+    of ``isMappedFileMatchedRecover``'s choice, §8.4); for a store with DLedger data, where ``DLedgerCommitLog``'s recovery
+    after a crash scans from (``dledgerstart.dledger_start``)."""
     from ..store.nextstart import start_of
 
     cp = _checkpoint(store)
     bound = cp.min_timestamp_index if store.config.message_index_enable and store.config.message_index_safe else cp.min_timestamp
     start = start_of(store)
     if start is None:
-        first = store.commitlog.segments[0].base_offset if store.commitlog.segments else 0
-        return first, "from the first segment", bound
+        from ..store.dledgerstart import data_recovery, dledger_start
+
+        start = dledger_start(store, data_recovery(store.commitlog), store.version or store.version_guess.candidates[0], mode="abnormal")
     return start.offset, start.rule, bound
 
 
@@ -128,11 +130,14 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     start, why, bound = abnormal_recovery_start(store)
     end = store.commitlog.end_of_files
     pid = store.abort.pid
+    runs = (f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it"
+            if dispatching_recovery(store) == "abnormal" else  # a DLedger broker before 5.2.0 (rules §8.4)
+            f"DLedgerCommitLog's recovery as after a clean stop (from offset {start}: {why}), re-dispatching nothing")
     yield warning(
         "abort-present",
-        f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next start runs "
-        f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it", file="abort",
-        details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
+        f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next "
+        f"start runs {runs}",
+        file="abort", details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
