@@ -1140,3 +1140,43 @@ def test_the_abort_finding_of_a_dledger_store_says_the_recovery_its_release_runs
     else:
         assert f"runs DLedgerCommitLog's recovery as after a clean stop ({scan}: {rule}), re-dispatching nothing" in abort["message"]
     assert abort["details"]["recovery_start_offset"] == plan["commitlog"]["scan_from"]
+
+
+def _flip_body_byte(root, offset: int) -> None:
+    """A body byte of the record at ``offset`` flipped: its body CRC fails, nothing else."""
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(offset)
+        index = store.commitlog.segment_index(offset)
+        segment = store.commitlog.segments[index]
+    body_at = record.total_size - 2 - len(record.properties) - 1 - len(record.topic) - len(record.body)
+    _patch(segment.path, offset - segment.base_offset + body_at, bytes([record.body[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_salvage_reads_on_past_damage_dledger_s_recovery_keeps(tmp_path, version):
+    """A body CRC failing inside a DLedger entry (DLedger's recovery checks entry headers only, so the broker keeps the entry
+    and everything after it), and a broken record in the classic log of a mixed store (never recovered): salvage lists
+    every other message as live and names the record it skips. Before: it stopped at the damage and read on with the
+    classic resynchronisation, which finds no record in DLedger data: 102 of dledger-small's 700 messages, "546 message(s)
+    the consume queues point into it are lost"."""
+    from conftest import copy_store
+
+    messages = manifest(version, "dledger-small")["messages"]
+    root = copy_store(version, "dledger-small", tmp_path)
+    flipped = messages[len(messages) // 7]
+    _flip_body_byte(root, flipped["commitLogOffset"])
+    done = _cli("salvage", root, "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
+        (m["commitLogOffset"], "live") for m in messages if m is not flipped]
+    assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes): its body CRC does not match" in done.stderr
+
+    mixed, divided, expected, _ = mixed_store(tmp_path / "mixed")
+    broken = expected[len(expected) // 4]
+    with Store.open(mixed) as store:
+        size = store.commitlog.read_record(broken).total_size
+        segment = store.commitlog.segments[store.commitlog.segment_index(broken)]
+    _patch(segment.path, broken - segment.base_offset + 4, bytes(4))  # its magic code
+    done = _cli("salvage", mixed, "--broker-version", "4.9.7", "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
+        (o, "live") for o in expected if o != broken]
+    assert f"no valid record in [{broken}, {broken + size}); valid records resume after it" in " ".join(done.stderr.split())

@@ -90,11 +90,14 @@ class SalvageScan:
         self.summary = SalvageSummary()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        live = MessageScan(self.store, columns=self.read, body=self.body, batch=self.batch)
-        last_ts = None
-        for batch in live:
-            last_ts = int(batch["store_timestamp"][-1].as_py())
-            yield self._finish(batch, LIVE)
+        last_ts, start = None, None
+        while True:
+            live = MessageScan(self.store, start=start, columns=self.read, body=self.body, batch=self.batch)
+            for batch in live:
+                last_ts = int(batch["store_timestamp"][-1].as_py())
+                yield self._finish(batch, LIVE)
+            if (start := self._kept_past(live.end)) is None:
+                break
         self.summary.cut = cut = self._served_to(live.end)
         resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
@@ -108,6 +111,19 @@ class SalvageScan:
         if cut.offset > live.end.offset and resumed is not None and resumed > live.end.offset:  # the broker reads on past the walk's end
             start = live.end.offset
             self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
+
+    def _kept_past(self, end: ScanEnd) -> int | None:
+        """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps
+        (``CommitLog.resume_after_damage``: a record inside an entry, the classic log of a mixed store), the bad-CRC
+        record skipped (``skipped``), other damage ``unreadable``; else None."""
+        resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
+        if resume is None:
+            return None
+        if end.reason == StopReason.CRC and end.total_size is not None:
+            self.summary.skipped.append((resume - end.total_size, end.total_size))  # the record ends its entry
+        else:
+            self.summary.unreadable.append(Unreadable(end.offset, resume, True))
+        return resume
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
         """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
