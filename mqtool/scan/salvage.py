@@ -18,9 +18,12 @@ import pyarrow as pa
 
 from ..store.records import BodyEncoding
 from ..store import Store
+from ..formats.dledger import ENTRY_HEADER_SIZE
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
-from ..store.segments import SegmentTask, analyze_segment
+from ..store.fastscan import COL_POS, FastScan
+from ..store.resync import resume_after
+from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 from .batches import projected_schema
 from .messages import MessageScan
 
@@ -158,7 +161,8 @@ class SalvageScan:
         for i in range(first, len(segments)):
             seg = segments[i]
             start = cut.offset - seg.base_offset if i == first else 0
-            report = analyze_segment(SegmentTask(i, str(seg.path), seg.base_offset, start, None))
+            report = (self._entry_report(i, start) if self._entry_file(i)
+                      else analyze_segment(SegmentTask(i, str(seg.path), seg.base_offset, start, None)))
             for gap in report.gaps:
                 self.summary.unreadable.append(Unreadable(seg.base_offset + gap.first_nonzero, seg.base_offset + gap.end, gap.resumed))
             for run in report.runs:
@@ -180,6 +184,35 @@ class SalvageScan:
             if self.progress is not None:
                 self.progress(seg.end_offset)
 
+    def _entry_file(self, index: int) -> bool:
+        """Whether segment ``index`` is a DLedger data file (its records inside entries)."""
+        cl = self.store.commitlog
+        return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
+
+    def _entry_report(self, index: int, start: int) -> SegmentReport:
+        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start``: from each entry that describes
+        itself (``resync.resume_after``), the entries a fresh walk takes (``FastScan``, CRC unchecked: ``_read`` skips
+        a bad one) up to the file's blank, the end of its data or the next damage (reference §15.2)."""
+        cl = self.store.commitlog
+        seg = cl.segments[index]
+        report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)
+        pos = start
+        while (found := resume_after(cl, seg.base_offset + pos + ENTRY_HEADER_SIZE)) is not None and found < seg.end_offset:
+            run = Run(found - ENTRY_HEADER_SIZE - seg.base_offset)
+            if run.start > pos:
+                report.gaps.append(Gap(pos, run.start, pos, True))
+            scan = FastScan(cl, seg.base_offset + run.start, seg.end_offset, check_crc=False, stop_on_crc=False)
+            for batch in scan:
+                run.records += len(batch.rows)
+                run.first_ts = store_timestamp_at(batch.array, int(batch.rows[0, COL_POS])) if run.first_ts is None else run.first_ts
+                run.last_ts = store_timestamp_at(batch.array, int(batch.rows[-1, COL_POS]))
+            run.end = scan.end.offset - seg.base_offset
+            report.runs.append(run)
+            if scan.end.is_clean:
+                break
+            pos = run.end + 1
+        return report
+
     def _read(self, stretch: Stretch) -> Iterator[pa.RecordBatch]:
         """The stretch's records through ``read_batches``; a bad-CRC record is skipped."""
         start = stretch.start
@@ -190,5 +223,6 @@ class SalvageScan:
             end = scan.end
             if end.reason != StopReason.CRC or end.total_size is None:
                 return
-            self.summary.skipped.append((end.offset, end.total_size))
-            start = end.offset + end.total_size
+            header = ENTRY_HEADER_SIZE if self._entry_file(self.store.commitlog.segment_index(end.offset)) else 0  # ends at the entry
+            self.summary.skipped.append((end.offset + header, end.total_size))
+            start = end.offset + header + end.total_size
