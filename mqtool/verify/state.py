@@ -40,26 +40,38 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
     """The commit log offset from which the broker's next start re-dispatches records into the
-    consume queues and the index by itself, and why (None: it does not); a store with DLedger data:
-    ``dledger_redispatch_start``. A DLedger broker's first load of a classic commit log recovers it as after a clean
-    stop, abort file or not, before 5.2.0 (``startfile.log_recovery_mode``)."""
-    version = store.version
-    if store.recovers_dledger_data:
-        return dledger_redispatch_start(store)
-    if log_recovery_mode(store, store.rules) == "abnormal":
+    consume queues and the index by itself, and why (None: it does not): a recovery that dispatches
+    (``dispatching_recovery``), else the reput from the consume queues' max in 4.5.0-4.9.8 (rules §2.11). On a
+    store with DLedger data ``DLedgerCommitLog``'s recovery dispatches nothing, after a crash too, but in 5.2.0+'s
+    abnormal one, and 5.x re-puts from DLedger's committed position (``DLedgerCommitLog.recover`` @4.9.7,
+    ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the release is undecided,
+    the eras left must agree."""
+    from ..store.rules import VersionRules
+
+    version, dledger = store.version, store.recovers_dledger_data
+    unknown = None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
+    if dledger and version is None and len({(r.reput_from_cq_max, r.dledger_abnormal_redispatch)
+                                            for r in map(VersionRules, store.version_guess.candidates)}) > 1:
+        return unknown
+    mode = dispatching_recovery(store)
+    if mode == "abnormal":
         start, _, _ = abnormal_recovery_start(store)
-        return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
-    if version is None:
-        return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
-    rules = store.rules
-    if rules.normal_dispatches:
+        whose = "DLedger's " if dledger else ""
+        return start, f"the abort file is present, so {whose}abnormal recovery re-dispatches every record from offset {start}"
+    if version is None and not dledger:
+        return unknown
+    who, rules = f"broker {version or store.version_guess.label}", store.rules
+    nothing = "DLedger's recovery dispatches nothing; " if dledger else ""
+    if mode == "normal":
         top = max_queue_phys_offset(store)
-        return top + 1, f"broker {version}: normal recovery dispatches records after the consume queues' max offset {top}"
+        return top + 1, f"{who}: normal recovery dispatches records after the consume queues' max offset {top}"
     if rules.reput_from_cq_max:
         top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
-        return top, f"broker {version}: the reput service resumes at the consume queues' max offset {top}"
+        return top, f"{who}: {nothing}the reput service resumes at the consume queues' max offset {top}"
+    if dledger:
+        return None, f"{who}: {nothing}the reput service resumes at the commit log's end"
     when = "after a clean shutdown" if not store.abort_present else "(DLedgerCommitLog recovers the classic log as after a clean stop)"
-    return None, f"broker {version} does not re-dispatch records {when}"
+    return None, f"{who} does not re-dispatch records {when}"
 
 
 def dispatching_recovery(store: Store) -> str | None:
@@ -71,29 +83,6 @@ def dispatching_recovery(store: Store) -> str | None:
         return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
     mode = log_recovery_mode(store, store.rules)
     return mode if mode == "abnormal" or store.rules.normal_dispatches else None
-
-
-def dledger_redispatch_start(store: Store) -> tuple[int | None, str]:
-    """``redispatch_start`` of a store with DLedger data (rules §8.4, §2.11): ``DLedgerCommitLog``'s recovery dispatches
-    nothing, after a crash too, but in 5.2.0+'s abnormal recovery (from ``dledgerstart.dledger_start``'s file); then
-    ``DefaultMessageStore.start`` re-puts from the consume queues' max offset in 4.5.0-4.9.8, from the commit log's end
-    (DLedger's committed position) from 5.0.0 (``DLedgerCommitLog.recover`` @4.9.7, ``dledgerRecoverNormally`` and
-    ``DefaultMessageStore.start`` @5.3.3). While the release is undecided, the eras left must agree."""
-    from ..store.dledgerstart import data_recovery, dledger_start
-    from ..store.rules import VersionRules
-
-    version = store.version
-    if version is None and len({(r.reput_from_cq_max, r.dledger_abnormal_redispatch)
-                                for r in map(VersionRules, store.version_guess.candidates)}) > 1:
-        return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
-    who = f"broker {version or store.version_guess.label}"
-    if dispatching_recovery(store):
-        start = dledger_start(store, data_recovery(store.commitlog), version or store.version_guess.candidates[0]).offset
-        return start, f"the abort file is present, so DLedger's abnormal recovery re-dispatches every record from offset {start}"
-    if store.rules.reput_from_cq_max:
-        top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
-        return top, f"{who}: DLedger's recovery dispatches nothing; the reput service resumes at the consume queues' max offset {top}"
-    return None, f"{who}: DLedger's recovery dispatches nothing and the reput service resumes at the commit log's end"
 
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
