@@ -85,8 +85,9 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     5.2.0+'s abnormal one alone) dispatches it inside ``DefaultMessageStore.load``, which catches the exception and fails
     (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it forever, and
     ``start()`` waits for it (rules §2.11, §3.12, §8.4; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
-    @4.9.7, 5.1.4, 5.3.3). A recovery notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops
-    4.9.3-4.9.8's start-up reput (``reput_notifies``)."""
+    @4.9.7, 5.1.4, 5.3.3), up to DLedger's committed position on a DLedger store: past it, after the start. A recovery
+    notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops 4.9.3-4.9.8's start-up reput
+    (``reput_notifies``)."""
     from .state import dispatching_recovery, redispatch_start
 
     def how(s: Store) -> str | None:
@@ -94,6 +95,12 @@ def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
         if first is None or throw.offset < first:
             return None
         reput = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        if s.recovers_dledger_data:  # ``start()`` waits for the reput up to DLedger's committed position alone
+            from ..store.dledgerstart import data_recovery  # a DLedger module: DLedger stores alone
+
+            if throw.offset >= (data_recovery(s.commitlog).committed_pos or 0):
+                reput = ("DLedger commits it after the start, then the reput dispatches it and retries it forever: the broker "
+                         "starts but dispatches nothing after it")
         if isinstance(throw, LmqNotifyThrows):
             return reput if s.rules.reput_from_cq_max else None
         if (mode := dispatching_recovery(s)) is not None:
