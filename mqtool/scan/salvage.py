@@ -4,8 +4,10 @@ The broker's recovery keeps the records up to the first invalid one (``CommitLog
 ``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
 reads them all with a ``status`` of docs/reading.md: ``live``, ``past-damage`` or ``stale`` (§8.9).
 The cut is the broker's next start's (``store.nextstart``). Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
-``verify --keep-going``), each run classified as ``CommitLogCheck._after_end`` classifies it, then
-read through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
+``verify --keep-going``; a DLedger data file's entries: ``_entry_report``), each run classified as
+``CommitLogCheck._after_end`` classifies it, then read through ``read_batches``; a record whose body CRC
+fails is skipped (``skipped``). In a DLedger store the live walk goes on past damage its recovery keeps
+(``_kept_past``, §15.4, §15.5).
 """
 
 from __future__ import annotations
