@@ -160,11 +160,17 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
     """Put the fsynced file ``tmp`` in place of ``target``, whole or not at all, with ``owner`` (None: as
     ``tmp`` is): a rename; where that would cross file systems (``EXDEV``: ``target``'s folder a link or
     mount to another disk), a copy ``beside`` it (fsynced, ``tmp``'s owner and mtime) renamed over it,
-    then ``tmp`` deleted. The caller fsyncs ``target``'s folder."""
+    then ``tmp`` deleted. The caller fsyncs ``target``'s folder. A ``target`` that is a symlink to a file (a segment
+    an operator keeps on another disk) is kept: the file it names is replaced (its folder fsynced here), so ``restore``
+    gives back the same layout."""
     if set_owner(tmp, owner):
         fsync_path(tmp)
+    linked = os.path.islink(target) and os.path.isfile(target)
+    target = Path(os.path.realpath(target)) if linked else target
     try:
         os.replace(tmp, target)
+        if linked:
+            fsync_dir(target.parent)
         return
     except OSError as exc:
         if exc.errno != errno.EXDEV:
@@ -180,6 +186,8 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
     except BaseException:
         remove_partial(near)  # a full disk or a Ctrl-C leaves no partial copy in the store's folder
         raise
+    if linked:
+        fsync_dir(target.parent)
     os.unlink(tmp)
 
 
@@ -233,13 +241,14 @@ def remove_entry(path: Path) -> None:
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
     """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy (``copied``
     told its blocks), written through a temporary name. Durable on return, or once the caller
-    fsyncs the directories it collects in ``synced``. Returns ``"link"`` or ``"copy"``."""
+    fsyncs the directories it collects in ``synced``. Returns ``"link"`` or ``"copy"``. A symlink's file is what is kept
+    (``link(2)`` would link the symlink itself, whose bytes would then be the file's after the repair)."""
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
     try:
         try:
-            os.link(src, tmp)
+            os.link(os.path.realpath(src), tmp)
             how = "link"
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):

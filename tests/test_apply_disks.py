@@ -53,6 +53,30 @@ def short_segment(tmp_path: Path) -> Path:
     return store
 
 
+def test_segments_that_are_symlinks_are_repaired_through_the_link_and_restored_exactly(tmp_path, second_disk):
+    """Two short segments kept elsewhere through a symlink each (one on this disk, one on another). Before, ``repair``
+    refused, "`mqtool repair` fixes the file first" (its file fixes passed symlinks over), and had it resized one, the
+    file would have replaced the link, and the backup was a hard link to the symlink itself, whose bytes ``restore`` then
+    read as the repaired file's. Now the linked files are resized through their links and ``restore`` gives back each
+    file's bytes with the links as they were."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    here = tmp_path / "here"
+    here.mkdir()
+    segments = sorted((store / "commitlog").iterdir())
+    for segment, disk, size in ((segments[-1], second_disk, 500000), (segments[-2], here, 700000)):
+        shutil.move(segment, disk / segment.name)
+        segment.symlink_to(disk / segment.name)
+        os.truncate(disk / segment.name, size)
+    before = {**both(store, second_disk), **{f"here:{k}": v for k, v in tree(here).items()}}
+    done = run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0, done.stderr
+    assert all(s.is_symlink() and s.stat().st_size == 1 << 20 for s in segments[-2:])
+    assert run("verify", store).exit_code == 0
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert all(s.is_symlink() for s in segments[-2:])
+    assert {**both(store, second_disk), **{f"here:{k}": v for k, v in tree(here).items()}} == before
+
+
 @pytest.mark.parametrize("damage, folders", [(damaged_store, ("consumequeue", "index")), (short_segment, ("commitlog",))])
 def test_repair_and_restore_of_a_store_whose_folders_are_on_another_disk(tmp_path, second_disk, damage, folders):
     """Before, the rename of each rebuilt consume queue and index file (or of the resized segment) from

@@ -289,10 +289,10 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
     files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
     segments = []
-    for entry in _files(directory):
+    for entry in _files(directory, linked_files=True):
         if OFFSET_NAME.match(entry.name):
             segments.append((int(entry.name), entry, entry.stat().st_size))
-        else:
+        elif not entry.is_symlink():  # a misnamed symlink: ``_stray_links_and_dirs``'
             quarantine(entry, f"not a {what}: MappedFileQueue.load parses every file name in {directory.name}/ as an offset and the broker fails to start")
     sizes = [s for _, _, s in segments if s > 0]
     expected = known_size  # None: no file tells the size, only zero-length files, each handled below without it
@@ -452,11 +452,14 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
     return tuple(entries), tuple(ranges), None
 
 
-def _files(directory: Path, *, dirs: bool = False) -> list[os.DirEntry]:
+def _files(directory: Path, *, dirs: bool = False, linked_files: bool = False) -> list[os.DirEntry]:
     """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory. A FIFO,
-    socket or device node is a file here: ``File.listFiles`` lists it, ``File.length`` is 0."""
+    socket or device node is a file here: ``File.listFiles`` lists it, ``File.length`` is 0; ``linked_files``: a symlink to
+    a file too (``File.length`` is its file's: a segment kept on another disk, which ``fileops.install`` writes through)."""
     def wanted(e: os.DirEntry) -> bool:
-        return e.is_dir(follow_symlinks=False) if dirs else not e.is_dir(follow_symlinks=False) and not e.is_symlink()
+        if dirs:
+            return e.is_dir(follow_symlinks=False)
+        return not e.is_dir(follow_symlinks=False) and (not e.is_symlink() or linked_files and e.is_file())
 
     try:
         return sorted(filter(wanted, os.scandir(directory)), key=lambda e: e.name)
