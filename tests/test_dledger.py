@@ -1146,6 +1146,11 @@ def test_the_abort_finding_of_a_dledger_store_says_the_recovery_its_release_runs
     else:
         assert f"runs DLedgerCommitLog's recovery as after a clean stop ({scan}: {rule}), re-dispatching nothing" in abort["message"]
     assert abort["details"]["recovery_start_offset"] == plan["commitlog"]["scan_from"]
+    # the index files the start deletes: rebuilt for what that recovery re-dispatches (before: abnormal recovery's words for both)
+    dropped = [f["message"] for f in findings if f["kind"] == "index-file-dropped"]
+    rebuilt = ("rebuilds entries only for the records its abnormal recovery re-dispatches" if VersionRules(BrokerVersion.parse(version)).dledger_abnormal_redispatch
+               else "rebuilds none: its recovery re-dispatches no record (DLedgerCommitLog before 5.2.0)")
+    assert dropped and all(m.endswith(rebuilt) for m in dropped), dropped
 
 
 def _flip_body_byte(root, offset: int) -> None:

@@ -29,6 +29,7 @@ from ..store.index import list_index_files
 from ..store.mappedfile import INDEX_SERVICE, MappedFile, open_read_only
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import entries_match, first_beyond, read_entries, slots_differ
+from .state import dispatching_recovery
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord
@@ -201,6 +202,8 @@ class IndexCheck(FindingSink):
         self.enabled = store.config.message_index_enable
         self.index_rule = store.rules.index_rule  # which records and keys buildIndex indexes (rules file §4.2)
         self._files_meta: list[IndexEntries] = []
+        rebuilt = ("rebuilds entries only for the records its abnormal recovery re-dispatches" if dispatching_recovery(store) == "abnormal"
+                   else "rebuilds none: its recovery re-dispatches no record (DLedgerCommitLog before 5.2.0)") if abort_present else ""
         for position, f in enumerate(self.files):
             expected = f.geometry.file_size
             if f.size != expected:
@@ -214,8 +217,7 @@ class IndexCheck(FindingSink):
                     "index-file-dropped",
                     f"index file {f.name} ends at store time {f.header.end_timestamp}, after the checkpoint's indexMsgTimestamp "
                     f"{index_msg_timestamp}: with the abort file present the broker deletes it on its next start (IndexService.load) "
-                    "and rebuilds entries only for the records its abnormal recovery re-dispatches", file=relative(store, f.path),
-                    expected=f"<= {index_msg_timestamp}", found=f.header.end_timestamp))
+                    f"and {rebuilt}", file=relative(store, f.path), expected=f"<= {index_msg_timestamp}", found=f.header.end_timestamp))
             self._files_meta.append(IndexEntries(self, f, position))
         for entry, file_size, later in store.index_strays:  # IndexService.load lists every entry (mappedfile.load_effect)
             self.emit(stray_finding(store, "index-stray-entry", entry, file_size, later, "index file", "index/", loader=INDEX_SERVICE))
