@@ -77,6 +77,30 @@ def test_segments_that_are_symlinks_are_repaired_through_the_link_and_restored_e
     assert {**both(store, second_disk), **{f"here:{k}": v for k, v in tree(here).items()}} == before
 
 
+def test_a_segment_that_is_a_symlink_recover_deletes_is_put_back_as_the_link(tmp_path, second_disk):
+    """4.9.7 ``clean-small`` cut by a bad body CRC in its third segment: ``recover`` deletes the two segments after it
+    (``truncateDirtyFiles``), the last a symlink to another disk. Before, the link was deleted with its bytes copied into
+    the backup, and ``restore`` put back a regular file in its place (the layout changed, the linked file left beside
+    it). Now the link moves into the backup as it is (the broker's ``File.delete`` removes the link, not its file) and
+    ``restore`` puts it back."""
+    from test_next_start import flip_body_in_third_segment
+
+    from conftest import manifest
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "store")
+    flip_body_in_third_segment(store, manifest("4.9.7", "clean-small"))
+    last = sorted((store / "commitlog").iterdir())[-1]
+    shutil.move(last, second_disk / last.name)
+    last.symlink_to(second_disk / last.name)
+    before = both(store, second_disk)
+    done = run("recover", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code in (0, 1), done.stderr
+    assert not os.path.lexists(last) and (second_disk / last.name).is_file()  # the link deleted, as the broker deletes it
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == 0
+    assert last.is_symlink() and os.readlink(last) == str(second_disk / last.name)
+    assert both(store, second_disk) == before
+
+
 @pytest.mark.parametrize("damage, folders", [(damaged_store, ("consumequeue", "index")), (short_segment, ("commitlog",))])
 def test_repair_and_restore_of_a_store_whose_folders_are_on_another_disk(tmp_path, second_disk, damage, folders):
     """Before, the rename of each rebuilt consume queue and index file (or of the resized segment) from

@@ -251,6 +251,12 @@ class Executor:
         zero_range(self.root / action.path, action.start, action.end)
 
     def _delete(self, action) -> None:
+        """The file deleted, its bytes in the backup; a symlink is moved into it as it is (``BackupSet.move_entry``):
+        the broker's ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
+        if (self.root / action.path).is_symlink():
+            self.backup.move_entry(action.path)
+            durability_point("entry moved")
+            return
         self.backup.backup_file(action.path)
         durability_point("file backed up")
         remove(self.root / action.path)
