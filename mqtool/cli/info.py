@@ -35,6 +35,8 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
             ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
             ("bytes used", cp["used_bytes"]),
         ]))
+    elif doc.get("checkpoint_file") and not unread:
+        console.print(kv_table("Checkpoint", [("file", doc["checkpoint_file"])]))
     console.print(kv_table("Commit log", [
         ("segment size", cl["file_size"]),
         ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),

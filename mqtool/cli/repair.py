@@ -532,11 +532,12 @@ def _plan_repair(root: Path, broker_config, broker_version):
     file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
     try:
         opened = open_store(root, broker_config, broker_version)
-        if file_steps and opened.problems:
-            from ..recovery.planparts import unloadable_files
+        if file_steps:
+            from ..recovery.planparts import unloadable_files, unwritable_checkpoint
 
             try:
                 unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
+                unwritable_checkpoint(opened)
             except BadInput:
                 opened.close()  # planned on below otherwise (a release that leaves the file out and starts)
                 raise

@@ -49,7 +49,7 @@ INDEX_KINDS = frozenset(
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
 FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
-                            "timer-stray-entry", "timer-file-size"})
+                            "timer-stray-entry", "timer-file-size", "checkpoint-not-a-file"})
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,9 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
     _index_strays(root, store, quarantine)
+    if (root / "checkpoint").is_dir():  # ``nextstart.checkpoint_refusal``; the recovery then writes a new one
+        quarantine(root / "checkpoint", "a directory, not the checkpoint: StoreCheckpoint cannot open it and the broker refuses to start; "
+                                        "moved into the backup as it is")
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder

@@ -6,8 +6,9 @@
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``); a
-record whose dispatch throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
+(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
+``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``); a record whose dispatch throws
+stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -305,9 +306,19 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 
 
 def later_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads: ``queue_refusal``, ``index_refusal``,
+    """Why the broker refuses to start on a store whose commit log it loads: ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
     ``timer_refusal``, in the order it loads them; the line says what the start does once that is fixed."""
-    return queue_refusal(store) or index_refusal(store) or timer_refusal(store)
+    return queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+
+
+def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it out") -> str | None:
+    """Why the broker refuses to start on a ``checkpoint`` that is a directory, or None: ``StoreCheckpoint``'s
+    ``new RandomAccessFile(file, "rw")`` throws on one, and ``DefaultMessageStore.load`` (3.2.6-5.3.3: after the commit
+    log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
+    if store.root is None or not store.path("checkpoint").is_dir():
+        return None
+    return ("checkpoint: a directory, which StoreCheckpoint cannot open (new RandomAccessFile(file, \"rw\") throws), "
+            f"so DefaultMessageStore.load fails{way_out}")
 
 
 def index_refusal(store: Store) -> str | None:

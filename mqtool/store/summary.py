@@ -173,6 +173,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
+        "checkpoint_file": None if cp is not None or store.root is None else checkpoint_absent(store),
         "commitlog": commitlog,
         "topics": topics,
         "queues": queues,
@@ -182,6 +183,16 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "notes": [*store.notes, *([store.checkpoint_size_problem] if store.checkpoint_size_problem else []), *unreadable_index_notes(store),
                   *unchecked_parts(store.root)],
     }
+
+
+def checkpoint_absent(store: Store) -> str:
+    """What info says of a checkpoint it cannot read: a directory (``nextstart.checkpoint_refusal``) or no file, with which
+    ``StoreCheckpoint`` creates one and the start reads every timestamp as 0 (reference §6, §8.4)."""
+    from .nextstart import checkpoint_refusal
+
+    if (why := checkpoint_refusal(store, "")) is not None:
+        return f"{why.removeprefix('checkpoint: ')}: the broker refuses to start"
+    return "missing: the broker creates it and reads every timestamp as 0"
 
 
 def unreadable_index_notes(store: Store) -> list[str]:

@@ -13,6 +13,7 @@ from ..formats import config as cfgfmt
 from ..store import Store
 from ..store.store import MISSING
 from ..store import offsets
+from ..store.nextstart import checkpoint_refusal
 from ..store.startfile import max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -57,6 +58,9 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
     path = store.path("checkpoint")
+    if (why := checkpoint_refusal(store, "")) is not None:
+        yield error("checkpoint-not-a-file", f"{why} and the broker refuses to start; `mqtool repair` moves it out", file="checkpoint")
+        return
     if not path.is_file():
         yield warning(
             "checkpoint-missing",
