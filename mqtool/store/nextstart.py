@@ -20,11 +20,12 @@ from typing import Any, NamedTuple
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
-from .rules import VersionRules
+from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
+ERA_INDEX = {e.name: e.index for e in ERAS}
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
 ENDS = {  # how the line words each end
     StopReason.ZEROS: "end of data",
@@ -267,7 +268,10 @@ def log_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on this store's commit log (``MappedFileQueue.load``, rules §2.13), or
     None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
-    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
+    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first. First:
+    ``open_refusal``, which the broker meets before it loads the commit log."""
+    if (why := open_refusal(store)) is not None:
+        return why
     for problem in store.problems:
         if problem.kind == STRAY_ENTRY:
             if (why := stray_refusal(store, problem.entry, problem.expected, problem.later)) is not None:
@@ -280,6 +284,27 @@ def log_refusal(store: Store) -> str | None:
                 SEGMENT_SIZE: f"{problem.found} bytes, not {problem.expected} like the other segments",
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
             return f"{problem.path.name}: {what}{who}"
+    return None
+
+
+# the single files the broker opens before it loads the commit log: the first era that does, and what opens it
+OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/timercheck", "E13", "TimerCheckpoint"),
+                ("timerwheel", "E13", "TimerWheel"))
+
+
+def open_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on a file of ``OPENED_FIRST`` that is a directory, or None: ``new RandomAccessFile(file,
+    "rw")`` throws on one and ``BrokerController.initialize`` fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck``
+    and ``timerwheel``, rules 8.1). While several eras remain, the refusal of any of them is reported, naming them."""
+    if store.root is None:
+        return None
+    eras = store.version_guess.eras
+    for name, first, opener in OPENED_FIRST:
+        refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
+        if refusing and store.path(name).is_dir():
+            who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+            return (f"{name}: a directory, which {opener} cannot open (new RandomAccessFile(file, \"rw\") throws), "
+                    f"so BrokerController.initialize fails{who}")
     return None
 
 

@@ -11,9 +11,9 @@ from typing import Iterator
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
-from ..store.store import MISSING
+from ..store.store import MISSING, NOT_A_FILE
 from ..store import offsets
-from ..store.nextstart import checkpoint_refusal
+from ..store.nextstart import checkpoint_refusal, open_refusal
 from ..store.startfile import max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -59,7 +59,7 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
     path = store.path("checkpoint")
     if (why := checkpoint_refusal(store, "")) is not None:
-        yield error("checkpoint-not-a-file", f"{why} and the broker refuses to start; `mqtool repair` moves it out", file="checkpoint")
+        yield error("not-a-file", f"{why} and the broker refuses to start; `mqtool repair` moves it out", file="checkpoint")
         return
     if not path.is_file():
         yield warning(
@@ -87,6 +87,12 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
                 expected=f"<= {last_timestamp}", found=value, details={"field": name})
 
 
+def opened_first_findings(store: Store) -> Iterator[Finding]:
+    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``)."""
+    if (why := open_refusal(store)) is not None:
+        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=why.split(":", 1)[0])
+
+
 def abort_findings(store: Store) -> Iterator[Finding]:
     if not store.abort_present:
         return
@@ -109,6 +115,8 @@ def config_findings(store: Store) -> Iterator[Finding]:
         if problem == MISSING:
             continue
         fallback = f"the broker loads {name}.bak instead" if loaded.doc is not None else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table"
+        if loaded.doc is None and loaded.problems.get(f"{shown}.bak") == NOT_A_FILE:  # ConfigManager.loadBak catches the throw: false
+            fallback = f"its {name}.bak is {NOT_A_FILE} either, so ConfigManager.load returns false and the broker refuses to start"
         yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
     yield from _consumer_offsets(store)
 
