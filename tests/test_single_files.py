@@ -120,3 +120,31 @@ def test_config_directory_read_as_the_broker_does(tmp_path):
     _, _, findings = verified(root, "4.9.7")
     found = [f for f in findings if f["kind"] == "config-unreadable"]
     assert len(found) == 1 and found[0]["severity"] == "error" and found[0]["message"].endswith("the broker refuses to start")
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_abort_directory_is_an_abnormal_start(tmp_path, version):
+    """``isTempFileExist`` is ``File.exists()``: a directory named ``abort`` makes the start abnormal in every release,
+    and 5.0.0+ exit after that recovery (``createTempFile``'s ``MixAll.string2File`` throws). ``repair`` moves it out and
+    carries out the same abnormal recovery as with an abort file: both repaired stores hold the same bytes."""
+    as_file = copy_store(version, "crashed-small", tmp_path / "file")
+    root = copy_store(version, "crashed-small", tmp_path)
+    into_directory(root, "abort")
+    code, out, findings = verified(root, version)
+    first = " ".join(out.split("\n")[:6])
+    kinds = {(f["kind"], f["severity"]) for f in findings if f["file"] == "abort"}
+    if version == "5.3.3":
+        assert first.startswith("the broker's next start refuses to start: abort: a directory, into which DefaultMessageStore.start cannot")
+        assert "abnormal recovery scanning from" in first and kinds == {("not-a-file", "error"), ("abort-present", "warning")}
+    else:
+        assert "abnormal recovery scanning from" in first and "refuses" not in first and kinds == {("abort-present", "warning")}
+    assert "abort file PRESENT (a directory: see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1 and "`mqtool repair`" in refused.stderr
+    damaged = snapshot(root)
+    for store in (as_file, root):
+        applied = run("repair", store, "--yes", "--broker-version", version, "--backup-dir", tmp_path / f"backup-{store.parent.name}")
+        assert applied.exit_code == EXIT_OK, applied.stderr
+    assert snapshot(root) == snapshot(as_file) and "abort" not in snapshot(root)
+    assert run("restore", tmp_path / f"backup-{root.parent.name}", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged

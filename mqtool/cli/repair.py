@@ -435,7 +435,8 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         from ..dispatch.scanner import DispatchCache
 
         cache = DispatchCache()
-        recover_plan = planners().plan_recover(opened, cache=cache)
+        mode = PlanOptions(mode="abnormal") if rp.abort_quarantined(plan.files) else PlanOptions()  # the start the abort announced
+        recover_plan = planners().plan_recover(opened, mode, cache=cache)
         eras = opened.version_guess.eras
     if not recover_plan.is_empty:
         if plan.files is not None and any(n.startswith("DAMAGE:") for n in recover_plan.notes):  # planned only now, on the fixed files

@@ -202,6 +202,8 @@ def _directory_files(root: Path) -> Iterator[tuple[str, str]]:
     or its ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
     if (root / "checkpoint").is_dir():
         yield "checkpoint", "StoreCheckpoint cannot open it and DefaultMessageStore.load fails (every release)"
+    if (root / "abort").is_dir():  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
+        yield "abort", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
     for name, first, opener in OPENED_FIRST:
         if (root / name).is_dir():
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
@@ -210,6 +212,12 @@ def _directory_files(root: Path) -> Iterator[tuple[str, str]]:
         if (root / "config" / name).is_dir():
             yield f"config/{name}", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to start) "
                                      "nor persist the table")
+
+
+def abort_quarantined(files: Plan | None) -> bool:
+    """Whether the file fixes move a directory named ``abort`` out, after which the broker's recovery is still the
+    abnormal one it announced (``_directory_files``)."""
+    return files is not None and any(a.op == "quarantine" and a.path == "abort" for a in files.actions)
 
 
 def _wheel_fix(root: Path, resize) -> None:

@@ -333,7 +333,22 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
     ``timer_refusal``, in the order it loads them; the line says what the start does once that is fixed."""
-    return queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+    return queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store) or abort_refusal(store)
+
+
+def abort_refusal(store: Store) -> str | None:
+    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory (which makes that recovery abnormal:
+    ``File.exists()``), or None: ``DefaultMessageStore.start``'s ``createTempFile`` writes its PID with ``MixAll.string2File``,
+    whose ``file2String`` throws on a directory (rules 6.3). Older releases only ``createNewFile`` it, and start."""
+    if store.abort is None or not store.abort.directory:
+        return None
+    eras = store.version_guess.eras
+    refusing = [e for e in eras if e.index >= ERA_INDEX["E13"]]
+    if not refusing:
+        return None
+    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    return ("abort: a directory, into which DefaultMessageStore.start cannot write its PID (MixAll.string2File throws), so the broker "
+            f"exits after its abnormal recovery{who}; `mqtool repair` moves it out")
 
 
 def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it out") -> str | None:

@@ -518,6 +518,8 @@ class Store:
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
+        if self.root is not None and self.path(markers.ABORT_FILE).is_dir():  # isTempFileExist: File.exists()
+            return markers.AbortMarker(b"", directory=True)
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 

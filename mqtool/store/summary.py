@@ -168,7 +168,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
     return {
         "store": str(store.root) if store.root else None,
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
-        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid},
+        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory},
         "lock_file": store.file(LOCK_FILE) is not None,
         "checkpoint": None
         if cp is None

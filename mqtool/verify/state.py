@@ -13,7 +13,7 @@ from ..formats import config as cfgfmt
 from ..store import Store
 from ..store.store import MISSING, NOT_A_FILE
 from ..store import offsets
-from ..store.nextstart import checkpoint_refusal, open_refusal
+from ..store.nextstart import abort_refusal, checkpoint_refusal, open_refusal
 from ..store.startfile import max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -99,9 +99,14 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     start, why, bound = abnormal_recovery_start(store)
     end = store.commitlog.end_of_files
     pid = store.abort.pid
+    present = f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly"
+    if store.abort.directory:  # File.exists(); a clean shutdown's File.delete removes only an empty one
+        present = "abort is a directory, which the broker's File.exists() finds too: a clean shutdown removes it only if it is empty"
+        if (refusal := abort_refusal(store)) is not None:
+            yield error("not-a-file", refusal, file="abort")
     yield warning(
         "abort-present",
-        f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next start runs "
+        f"{present}, so the next start runs "
         f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it", file="abort",
         details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
 
