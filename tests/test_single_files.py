@@ -120,6 +120,10 @@ def test_config_directory_read_as_the_broker_does(tmp_path):
     _, _, findings = verified(root, "4.9.7")
     found = [f for f in findings if f["kind"] == "config-unreadable"]
     assert len(found) == 1 and found[0]["severity"] == "error" and found[0]["message"].endswith("the broker refuses to start")
+    assert "not-a-file" not in {f["kind"] for f in findings}
+    first = " ".join(run("verify", root, "--broker-version", "4.9.7").stdout.split("\n")[:4])
+    assert first.startswith("the broker's next start refuses to start: config/consumerOffset.json.bak: a directory, which FileInputStream")
+    assert run("recover", root, "--broker-version", "4.9.7").exit_code == EXIT_BAD_INPUT
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])

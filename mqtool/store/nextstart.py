@@ -22,7 +22,7 @@ from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
+from .store import EMPTY_LAST_SEGMENT, NOT_A_FILE, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
 ERA_INDEX = {e.name: e.index for e in ERAS}
@@ -287,6 +287,8 @@ def log_refusal(store: Store) -> str | None:
     return None
 
 
+# the config files every release's ``BrokerController.initialize`` loads first (``ConfigManager.load``; rules §7)
+LOADED_FIRST = ("topics.json", "consumerOffset.json", "subscriptionGroup.json")
 # the single files the broker opens before it loads the commit log: the first era that does, and what opens it
 OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/timercheck", "E13", "TimerCheckpoint"),
                 ("timerwheel", "E13", "TimerWheel"))
@@ -294,10 +296,15 @@ OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/t
 
 def open_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a file of ``OPENED_FIRST`` that is a directory, or None: ``new RandomAccessFile(file,
-    "rw")`` throws on one and ``BrokerController.initialize`` fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck``
+    "rw")`` throws on one (so does ``ConfigManager.loadBak``'s read of a ``LOADED_FIRST`` file's ``.bak``: ``store.NOT_A_FILE``) and
+    ``BrokerController.initialize`` fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck``
     and ``timerwheel``, rules 8.1). While several eras remain, the refusal of any of them is reported, naming them."""
     if store.root is None:
         return None
+    for name in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
+        if (loaded := store.load_config(name)).doc is None and loaded.problems.get(f"config/{name}.bak") == NOT_A_FILE:
+            return (f"config/{name}.bak: {NOT_A_FILE}, where ConfigManager.loadBak falls back from config/{name} "
+                    f"({loaded.problems[f'config/{name}']}), so it returns false and BrokerController.initialize fails")
     eras = store.version_guess.eras
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]

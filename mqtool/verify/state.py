@@ -88,9 +88,10 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
 
 
 def opened_first_findings(store: Store) -> Iterator[Finding]:
-    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``)."""
-    if (why := open_refusal(store)) is not None:
-        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=why.split(":", 1)[0])
+    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``;
+    a config ``.bak``'s: ``config_findings``)."""
+    if (why := open_refusal(store)) is not None and not (file := why.split(":", 1)[0]).endswith(".bak"):
+        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=file)
 
 
 def abort_findings(store: Store) -> Iterator[Finding]:
