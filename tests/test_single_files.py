@@ -30,6 +30,8 @@ def test_checkpoint_directory_refused_then_repaired(tmp_path, version):
     assert (found["severity"], found["file"]) == ("error", "checkpoint") and "checkpoint-missing" not in {f["kind"] for f in findings}
     shown = " ".join(run("info", root, "--broker-version", version).stdout.split())
     assert "Checkpoint file a directory, which StoreCheckpoint cannot open" in shown
+    dumped = run("dump", "checkpoint", root)
+    assert dumped.exit_code == EXIT_BAD_INPUT and dumped.stderr.endswith("checkpoint: a directory, not a checkpoint file\n")
 
     refused = run("recover", root, "--broker-version", version)
     assert refused.exit_code == EXIT_BAD_INPUT and "Traceback" not in refused.output
