@@ -5,6 +5,8 @@ exactly by ``restore``."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from conftest import copy_store
 from test_load_strays import run, snapshot, verified
@@ -93,13 +95,17 @@ def test_file_opened_first_as_directory_refused_then_repaired(tmp_path, version,
     assert snapshot(root) == damaged
 
 
-def test_lock_directory_ignored_before_4_2_0(tmp_path):
-    """3.2.6-4.1.0 open no lock file (rules 6.4): a directory there changes nothing."""
-    root = copy_store("4.0.0", "clean-small", tmp_path)
-    before = run("verify", root, "--broker-version", "4.0.0").stdout.split("\n")[0]
+@pytest.mark.parametrize("version", ["3.2.6", "4.0.0"])
+def test_lock_directory_ignored_before_4_2_0(tmp_path, version):
+    """3.2.6-4.1.0 open no lock file (rules 6.4): a directory there changes nothing, nor is it a 4.2.0+ broker's lock
+    file to the version detection."""
+    root = copy_store(version, "clean-small", tmp_path)
+    before = run("verify", root, "--broker-version", version).stdout.split("\n")[0]
+    detected = json.loads(run("info", root, "--format", "json").stdout)["version"]
     into_directory(root, "lock")
-    code, out, findings = verified(root, "4.0.0")
-    assert out.split("\n")[0] == before and "not-a-file" not in {f["kind"] for f in findings}
+    assert json.loads(run("info", root, "--format", "json").stdout)["version"] == detected
+    shown = run("verify", root, "--broker-version", version)
+    assert shown.stdout.split("\n")[0] == before and "not-a-file" not in shown.stdout
 
 
 def test_config_directory_read_as_the_broker_does(tmp_path):

@@ -261,7 +261,7 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     for name, eras in (("timerlog", five), ("timerwheel", five), ("batchconsumequeue", five), ("compaction", eras_between("E14", "E18"))):
         if (root / name).exists():
             marks.append((f"{name} exists", eras))
-    if (root / "lock").exists():
+    if (root / "lock").is_file():  # a directory is no broker's (``nextstart.open_refusal``)
         marks.append(("lock file exists", eras_between("E3a", "E18")))
     cp = store.checkpoint
     if cp is not None:
@@ -309,7 +309,7 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     marks = []
     if store.abort is not None and not store.abort.directory and store.abort.pid is None and not store.abort.content.strip():
         marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))
-    if (root / "lock").exists() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
+    if (root / "lock").is_file() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
         marks.append(("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12")))
     return marks
 
