@@ -274,6 +274,14 @@ def next_starts_agree(root: Path, given: tuple[str, ...], timeout: int) -> None:
         raise Stop("next-start", "; ".join(f"{c}: {line}" for c, line in said.items()))
 
 
+def fixture_conf(version: str, name: str, dest: Path) -> Path:
+    """The fixture broker's own settings (its manifest's ``storeConfig``) as a broker.conf: what a user passes as
+    ``--broker-config`` where ``repair`` refuses to guess one (a lone cut timer log file's ``mappedFileSizeTimerLog``)."""
+    conf = dest / "broker.conf"
+    conf.write_text("".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in manifest(version, name)["storeConfig"].items()))
+    return conf
+
+
 def run(*args, timeout: int) -> tuple[int, str, str]:
     try:
         proc = mqtool(*map(str, args), timeout=timeout)
@@ -309,6 +317,12 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
             next_starts_agree(root, given, timeout)
         told = given if version_given else ()
         rc, stdout, stderr = run("repair", root, "--yes", "--format", "json", "--backup-dir", backup, *told, timeout=timeout)
+        if rc == EXIT_REFUSED and "pass --broker-config" in stderr:  # a size only broker.conf tells: the user passes it
+            if tree(root) != damaged:
+                raise Stop("restore", f"repair refused but left the store changed: {stderr.strip()[-300:]}")
+            conf = ("--broker-config", fixture_conf(version, name, dest))
+            given, told = given + conf, told + conf
+            rc, stdout, stderr = run("repair", root, "--yes", "--format", "json", "--backup-dir", backup, *told, timeout=timeout)
         out.repair_rc = rc
         if rc == EXIT_BAD_INPUT:
             return out  # the store cannot be read at all (the one-line error is the answer)

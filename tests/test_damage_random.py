@@ -19,7 +19,8 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, kept_messages, repaired_fixture, run, survivors, tree
+from damage_support import (CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, fixture_conf, kept_messages,
+                            repaired_fixture, run, survivors, tree)
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
 
@@ -34,15 +35,20 @@ def seeds() -> list[int]:
     return FIXED_SEEDS + list(range(1000, 1000 + extra))
 
 
-def repaired_findings(root, version: str | None = None) -> tuple[int, list[dict]]:
+def repaired_findings(root, version: str | None = None, name: str | None = None) -> tuple[int, list[dict]]:
     """``repair --yes`` (exit code) and then ``verify``'s findings, checked as every run checks them. Without
     --broker-version first: where the store's marks leave eras whose stages plan apart, repair refuses (exit 4),
-    naming the versions, and leaves the store as it was; then ``version`` (the fixture's) is given."""
+    naming the versions, and leaves the store as it was; then ``version`` (the fixture's) is given. Where it refuses
+    to guess a size only broker.conf tells, fixture ``name``'s (``fixture_conf``) is given."""
     before, given = tree(root), ()
     rc, out, err = run("repair", root, "--yes", "--format", "json", timeout=TIMEOUT)
-    if rc == EXIT_REFUSED and version is not None:
-        assert "pass --broker-version" in err and tree(root) == before, err
-        given = ("--broker-version", version)
+    if rc == EXIT_REFUSED and name is not None and "pass --broker-config" in err:
+        assert tree(root) == before, err
+        given = ("--broker-config", fixture_conf(version, name, root.parent))
+        rc, out, err = run("repair", root, "--yes", "--format", "json", *given, timeout=TIMEOUT)
+    if rc == EXIT_REFUSED and version is not None and "pass --broker-version" in err:
+        assert tree(root) == before, err
+        given += ("--broker-version", version)
         rc, out, err = run("repair", root, "--yes", "--format", "json", *given, timeout=TIMEOUT)
     if rc == EXIT_BAD_INPUT:
         return rc, []
@@ -68,7 +74,7 @@ def test_random_damage(seed, tmp_path):
     run("verify", root, "--format", "jsonl", timeout=TIMEOUT)
     run("dump", root, "--limit", "50", timeout=TIMEOUT)
     run("recover", root, "--format", "json", timeout=TIMEOUT)
-    _, findings = repaired_findings(root, version)
+    _, findings = repaired_findings(root, version, name)
     left = beyond_lost(findings)
     assert not left, f"seed {seed} ({what}): after repair --yes verify reports more than lost data: {left[:3]}"
 
@@ -191,7 +197,7 @@ def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
     root = copy_store("5.3.3", "timer-crashed", tmp_path)
     log = root / "timerlog" / "00000000000000000000"
     log.write_bytes(log.read_bytes()[:3088])
-    rc, findings = repaired_findings(root)
+    rc, findings = repaired_findings(root, "5.3.3", "timer-crashed")
     wheel = [f for f in findings if f["kind"] == "timer-wheel"]
     assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
     assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)

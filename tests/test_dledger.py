@@ -798,7 +798,10 @@ def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_r
     ``setRecoverPosition`` @5.2.0-5.3.3; rules §8.4), writes at the last file's wrote position TOTALSIZE = the
     bytes left and the BLANK magic. Before: the plan stopped at the classic recovery and left that write to the
     broker. Now `recover` plans it at the end the real broker recovered, `--yes` writes those 8 bytes and
-    nothing else of the file, the next plan finds the blank and plans nothing, and `restore` gives the store back."""
+    nothing else of the file, the next plan finds the blank and plans nothing, and `restore` gives the store back.
+    Then ``MmapFileList.getLastMappedFile(dividedCommitlogOffset)`` maps DLedger's first data file, all zeros, at the
+    file's end; before, that too was left to the broker, and the next plan ended the log at the blank, not at that
+    file, where the broker's next start (DLedger's recovery: ``getMaxOffset`` = the data's min offset) ends it."""
     from conftest import recovered
     from test_undo import snapshot
 
@@ -818,8 +821,10 @@ def test_a_dledger_broker_s_first_load_writes_a_blank_at_the_recovered_end_and_r
     assert done.exit_code == 0, done.output[-2000:]
     written = (SEGMENT - position).to_bytes(4, "big") + BLANK_MAGIC
     assert segment.read_bytes() == original[:position] + written + original[position + 8 :]
+    assert [p.name for p in (store_dir / "dledger-n0" / "data").iterdir()] == [f"{base + SEGMENT:020d}"]
+    assert (store_dir / "dledger-n0" / "data" / f"{base + SEGMENT:020d}").read_bytes() == bytes(SEGMENT)
     again = _recover_doc(store_dir, version)
-    assert again["actions"] == [] and again["commitlog"]["valid_end"] == end and again["next_start"]["blank_at"] is None
+    assert again["actions"] == [] and again["commitlog"]["valid_end"] == base + SEGMENT and again["next_start"]["blank_at"] is None
     findings = [json.loads(line) for line in _cli("verify", store_dir, "--broker-version", version, "--format", "jsonl").stdout.splitlines()]
     assert "data-after-end" not in {f.get("kind") for f in findings}  # the blank is no data after the end
 
@@ -842,6 +847,9 @@ def test_a_first_load_whose_log_already_ends_with_a_blank_writes_nothing(tmp_pat
     with Store.open(store_dir, version=version) as store:
         plan = plan_recover(store)
     assert [a for a in plan.actions if a.path.startswith("commitlog/")] == [] and plan.commitlog.valid_end == end  # 5.3.3: its checkpoint is written
+    divided = end - end % SEGMENT + SEGMENT  # getLastMappedFile maps DLedger's first data file there all the same
+    assert [(a.op, a.path, a.start, a.end) for a in plan.actions if a.path.startswith("dledger-n0/")] == [
+        ("resize", f"dledger-n0/data/{divided:020d}", 0, SEGMENT)]
     for command in (["info", "--format", "json"], ["verify", "--format", "json"]):
         done = _cli(command[0], store_dir, "--broker-version", version, *command[1:])
         assert done.exit_code == 0, (command, done.output[-2000:])  # verify: sound, the blank is no data after the end
@@ -952,3 +960,252 @@ def test_a_recovery_dispatch_ended_by_a_bad_crc_is_applied_alike_from_a_saved_pl
     assert tree(stores[0]) == tree(stores[1])
     recovery = plan.dispatch[0]
     assert recovery.name == "recovery" and recovery.stop < plan.commitlog.valid_end  # ended by the CRC, inside the log
+
+
+# ---- a record whose dispatch throws, on DLedger stores ----------------------------------------
+
+
+def _append_throwing_entry(root, committed: bool = True):
+    """Append to a DLedger store one entry whose record (the last TopicTest record re-encoded at the next queue offset)
+    lists ``%LMQ%a,%LMQ%b`` at ``0,1x``: with multi-dispatch on, ``Long.parseLong("1x")`` throws in its dispatch
+    (``formats.dispatch.LmqOffsetThrows``). Its index unit and DLedger's checkpoint are written as DLedger writes
+    them (``committed``: its index, else DLedger's checkpoint left). Returns the record as read back."""
+    from mqtool.formats import commitlog as clfmt
+    from mqtool.formats.properties import encode_properties
+
+    with Store.open(root) as store:
+        cl = store.commitlog
+        last = list(cl.entries())[-1]
+        base = [r for r in cl.scan() if r.topic_name == "TopicTest"][-1]
+        data = next(s for s in reversed(cl.segments) if s.base_offset <= last.offset).path
+        index_file = cl.layout.index_files()[0][1]
+        checkpoint = cl.layout.home / "checkpoint"
+        data_base = int(data.name)
+    pos = last.offset + last.size
+    props = {**base.property_map(), "INNER_MULTI_DISPATCH": "%LMQ%a,%LMQ%b", "INNER_MULTI_QUEUE_OFFSET": "0,1x"}
+    raw = clfmt.encode_message({**base._asdict(), "phys_offset": pos + dfmt.ENTRY_HEADER_SIZE, "queue_offset": base.queue_offset + 1,
+                                "properties": encode_properties(props, trailing_separator=base.properties.endswith(b"\x02"))})
+    size = dfmt.ENTRY_HEADER_SIZE + len(raw)
+    _patch(data, pos - data_base, dfmt.ENTRY_HEADER.pack(dfmt.ENTRY_MAGIC, size, last.index + 1, last.term, pos, 0, 0, 0, len(raw)) + raw)
+    unit = dfmt.encode_index_unit(dfmt.ENTRY_MAGIC, pos, size, last.index + 1, last.term)
+    _patch(index_file, (last.index + 1) * dfmt.INDEX_UNIT_SIZE, unit)
+    if committed:
+        checkpoint.write_text(dfmt.encode_checkpoint_text(last.index + 1, last.index + 1))
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    assert record.offset == pos + dfmt.ENTRY_HEADER_SIZE and record.property_map()["INNER_MULTI_QUEUE_OFFSET"] == "0,1x"
+    return record
+
+
+def _throwing(record) -> str:
+    """``NextStart.stall``'s words for the record ``_append_throwing_entry`` appends, before its effect."""
+    return f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong refuses"
+
+
+REPUT_STALL = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+LOAD_STALL = "abnormal recovery dispatches it, and the load fails: the broker refuses to start"
+LATER_STALL = ("DLedger commits it after the start, then the reput dispatches it and retries it forever: the broker starts "
+               "but dispatches nothing after it")
+
+
+@pytest.mark.parametrize("version,name,committed,effect", [
+    ("4.9.7", "dledger-small", True, REPUT_STALL), ("4.9.7", "dledger-crashed", True, REPUT_STALL),
+    ("5.3.3", "dledger-small", True, None), ("5.3.3", "dledger-crashed", True, LOAD_STALL),
+    ("4.9.7", "dledger-small", False, LATER_STALL), ("5.3.3", "dledger-small", False, LATER_STALL),
+], ids=["4.9.7-small", "4.9.7-crashed", "5.3.3-small", "5.3.3-crashed", "4.9.7-uncommitted", "5.3.3-uncommitted"])
+def test_a_dispatch_that_throws_stops_the_next_start_by_dledgers_redispatch_rule(tmp_path, version, name, committed, effect):
+    """A DLedger store's recovery dispatches nothing but in 5.2.0+'s abnormal one (``dledgerRecoverAbnormally``; 4.5.0-5.1.4
+    ``recover`` runs after a crash too, rules §8.4), then ``DefaultMessageStore.start`` re-puts from the consume queues' max
+    offset (4.5.0-4.9.8, and waits) or from DLedger's committed position (5.x: nothing before it). On copies of the real
+    brokers' DLedger stores with a committed entry appended whose LMQ dispatch throws (``_append_throwing_entry``, multi-
+    dispatch on): 4.9.7 crashed or not, the start-up reput retries it forever; 5.3.3 after a crash, the load fails; 5.3.3
+    after a clean stop, no start dispatches it. Not committed in DLedger's checkpoint, the record is past the commit log's
+    max offset after the load, where ``start()`` stops waiting for the reput and 5.x's reput starts: the reput meets it
+    after the start, once DLedger commits it. Before: verify applied the classic rule (4.9.7 crashed: "abnormal recovery
+    dispatches it"; 5.3.3 clean: "normal recovery dispatches it", where recover plans on) and info never said it."""
+    from conftest import copy_store
+
+    root = copy_store(version, name, tmp_path)
+    record = _append_throwing_entry(root, committed)
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    given = ("--broker-config", conf, "--broker-version", version)
+    verified = _cli("verify", root, "-f", "json", *given)
+    doc = json.loads(verified.stdout)
+    throws = [f for f in doc["findings"] if f["kind"] == "dispatch-throws"]
+    assert [f["offset"] for f in throws] == [record.offset]
+    assert throws[0]["message"].endswith(f"at its next start {effect or 'nothing dispatches it'}")
+    info = _cli("info", root, "-f", "json", *given)
+    assert info.exit_code == 0, info.output
+    stall = None if effect is None else f"{_throwing(record)}: {effect}"
+    line = doc["summary"]["next_start"]["line"]
+    assert doc["summary"]["next_start"]["stall"] == json.loads(info.stdout)["next_start"]["stall"] == stall
+    assert line == json.loads(info.stdout)["next_start"]["line"] and line.endswith(f"; but {stall}" if stall else "")
+    assert _cli("recover", root, "--dry-run", *given).exit_code == (4 if stall else 0)  # planners refuse what the broker never gets past
+
+
+@pytest.mark.parametrize("version,effect", [("4.9.7", REPUT_STALL), ("5.3.3", LOAD_STALL)], ids=["4.9.7", "5.3.3"])
+def test_a_dispatch_that_throws_on_a_dledger_broker_s_first_load_stops_the_start_by_its_recovery_mode(tmp_path, version, effect):
+    """A crashed classic store given to a DLedger broker (an empty DLedger data folder) with a record appended whose LMQ
+    dispatch throws: 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` recovers the classic log with ``super.recoverNormally``, abort
+    file or not, which dispatches nothing, and the start-up reput then retries the record forever; 5.2.0+ runs
+    ``super.recoverAbnormally``, whose dispatch fails the load. Before: "abnormal recovery dispatches it" for every release."""
+    from conftest import copy_store
+    from test_lmq import THREE, _append_multi_dispatched
+
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    _append_multi_dispatched(root, "TopicTest", confirm=False, queue=THREE, offsets="0,1x,2")
+    (root / "dledger-n0" / "data").mkdir(parents=True)
+    with Store.open(root) as store:
+        record = list(store.commitlog.scan())[-1]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("enableMultiDispatch=true\n")
+    given = ("--broker-config", conf, "--broker-version", version)
+    stall = f"{_throwing(record)}: {effect}"
+    doc = json.loads(_cli("verify", root, "-f", "json", *given).stdout)
+    info = _cli("info", root, "-f", "json", *given)
+    assert doc["summary"]["next_start"]["stall"] == json.loads(info.stdout)["next_start"]["stall"] == stall
+    assert _cli("recover", root, "--dry-run", *given).exit_code == 4
+
+
+def test_verify_calls_queue_entries_a_crashed_4x_dledger_broker_never_re_dispatches_lost(tmp_path):
+    """4.9.7 ``dledger-crashed`` without the directory of queue TopicTest/1: after a crash, 4.5.0-5.1.4 ``DLedgerCommitLog``
+    recovers as after a clean stop, dispatching nothing, and the start-up reput resumes at the queues' max offset, past
+    every record of that queue (rules §8.4, §2.11): as recover's plan, which rebuilds none of them. Before: a warning,
+    "abnormal recovery re-dispatches every record from offset 0"."""
+    import shutil
+
+    from conftest import copy_store
+
+    root = copy_store("4.9.7", "dledger-crashed", tmp_path)
+    shutil.rmtree(root / "consumequeue" / "TopicTest" / "1")
+    code, findings, _ = _verify(root, "--broker-version", "4.9.7")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing" and f["details"]["topic"] == "TopicTest"]
+    assert [(f["severity"], f["details"]["queue_id"]) for f in missing] == [("error", 1)], missing
+    assert "the reput service resumes at the consume queues' max offset" in missing[0]["message"]
+    plan = _recover_doc(root, "4.9.7")
+    assert not [q for q in plan["queues"] if (q["topic"], q["queue_id"]) == ("TopicTest", 1)]
+
+
+def _rebuilt_entries(root) -> int:
+    done = _cli("rebuild-cq", root, "--broker-version", "4.9.7", "--dry-run", "-f", "json")
+    assert done.exit_code == 0, done.output[-2000:]
+    return sum(q["added"] or 0 for q in json.loads(done.stdout)["queues"])
+
+
+def test_damage_in_the_classic_log_of_a_mixed_store_is_kept_as_the_broker_keeps_it(tmp_path):
+    """Once DLedger data exist, ``DLedgerCommitLog``'s recovery is DLedger's alone (``recover`` @4.5.1-4.9.7,
+    ``dledgerRecoverNormally``/``Abnormally`` @5.3.3): the classic ``commitlog/`` of a mixed store (``mixed_store``) is
+    loaded whole and never recovered, so a broken record there cuts nothing. Before: verify called it ``dledger-entry``
+    ("DLedger's recovery stops here and truncates the data ..., discarding 700 well-formed entries"), stopped its walk
+    there, and rebuild-cq rebuilt nothing after it. Now it is a ``damaged-range`` the broker keeps, the walk goes on to
+    DLedger's end, and rebuild-cq rebuilds every entry but the broken record's. A body CRC there was "inside a DLedger entry"."""
+    intact = _rebuilt_entries(mixed_store(tmp_path / "intact")[0])
+    root, divided, expected, dl = mixed_store(tmp_path / "broken")
+    classic = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda x: x["commitLogOffset"])
+    broken = classic[len(classic) // 2]
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= broken["commitLogOffset"]), key=lambda p: int(p.name))
+    _patch(segment, broken["commitLogOffset"] - int(segment.name) + 4, bytes(4))  # its magic code
+    flipped = classic[10]  # and a body byte of an earlier record: a CRC no recovery checks there
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(flipped["commitLogOffset"])
+    body_at = record.total_size - 2 - len(record.properties) - 1 - len(record.topic) - len(record.body)
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= flipped["commitLogOffset"]), key=lambda p: int(p.name))
+    _patch(segment, flipped["commitLogOffset"] - int(segment.name) + body_at, bytes([record.body[0] ^ 0xFF]))
+    end = dl["dledger"]["endPos"] + divided
+    code, findings, summary = _verify(root, "--broker-version", "4.9.7")
+    log = [f for f in findings if f["kind"] in ("dledger-entry", "dledger-record", "damaged-range", "crc-mismatch")]
+    assert [(f["kind"], f["offset"], f["details"].get("range_end")) for f in log] == [
+        ("crc-mismatch", flipped["commitLogOffset"], None),
+        ("damaged-range", broken["commitLogOffset"], broken["commitLogOffset"] + broken["size"])], log
+    assert "in the classic commit log before the DLedger data (no recovery reads it" in log[0]["message"]
+    assert "never recovers the classic commit log" in log[1]["message"]
+    assert "keeps the log and serves the records around it" in log[1]["message"]
+    assert (summary["commitlog"]["records"], summary["commitlog"]["logical_end"]) == (len(expected) - 1, end)
+    assert summary["next_start"]["line"].startswith(f"the broker's next start keeps [0, {end}) and drops nothing")
+    assert _rebuilt_entries(root) == intact - 1  # the CRC is not checked by a rebuild's dispatch either
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_the_abort_finding_of_a_dledger_store_says_the_recovery_its_release_runs(tmp_path, version):
+    """The real brokers' crashed DLedger stores: 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs after a crash as after a clean
+    stop and re-dispatches nothing; 5.2.0+ ``dledgerRecoverAbnormally`` re-dispatches from the data file its checkpoint rule
+    picks, where recover's plan scans from (rules §8.4). Before: "abnormal recovery ... from offset 0 (from the first
+    segment), re-dispatching every record after it" for both."""
+    from conftest import copy_store
+
+    from mqtool.store.rules import BrokerVersion, VersionRules
+
+    root = copy_store(version, "dledger-crashed", tmp_path)  # planned on a copy: a shared fixture may be another worker's
+    code, findings, _ = _verify(root, "--broker-version", version)
+    [abort] = [f for f in findings if f["kind"] == "abort-present"]
+    plan = _recover_doc(root, version)
+    scan, rule = f"from offset {plan['commitlog']['scan_from']}", plan["commitlog"]["scan_rule"]
+    if VersionRules(BrokerVersion.parse(version)).dledger_abnormal_redispatch:
+        assert f"runs abnormal recovery (recoverAbnormally) {scan} ({rule}), re-dispatching every" in abort["message"]
+    else:
+        assert f"runs DLedgerCommitLog's recovery as after a clean stop ({scan}: {rule}), re-dispatching nothing" in abort["message"]
+    assert abort["details"]["recovery_start_offset"] == plan["commitlog"]["scan_from"]
+
+
+def _flip_body_byte(root, offset: int) -> None:
+    """A body byte of the record at ``offset`` flipped: its body CRC fails, nothing else."""
+    with Store.open(root) as store:
+        record = store.commitlog.read_record(offset)
+        index = store.commitlog.segment_index(offset)
+        segment = store.commitlog.segments[index]
+    body_at = record.total_size - 2 - len(record.properties) - 1 - len(record.topic) - len(record.body)
+    _patch(segment.path, offset - segment.base_offset + body_at, bytes([record.body[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_salvage_reads_on_past_damage_dledger_s_recovery_keeps(tmp_path, version):
+    """A body CRC failing inside a DLedger entry (DLedger's recovery checks entry headers only, so the broker keeps the entry
+    and everything after it), and a broken record in the classic log of a mixed store (never recovered): salvage lists
+    every other message as live and names the record it skips. Before: it stopped at the damage and read on with the
+    classic resynchronisation, which finds no record in DLedger data: 102 of dledger-small's 700 messages, "546 message(s)
+    the consume queues point into it are lost"."""
+    from conftest import copy_store
+
+    messages = manifest(version, "dledger-small")["messages"]
+    root = copy_store(version, "dledger-small", tmp_path)
+    flipped = messages[len(messages) // 7]
+    _flip_body_byte(root, flipped["commitLogOffset"])
+    done = _cli("salvage", root, "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
+        (m["commitLogOffset"], "live") for m in messages if m is not flipped]
+    assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes): its body CRC does not match" in done.stderr
+
+    mixed, divided, expected, _ = mixed_store(tmp_path / "mixed")
+    broken = expected[len(expected) // 4]
+    with Store.open(mixed) as store:
+        size = store.commitlog.read_record(broken).total_size
+        segment = store.commitlog.segments[store.commitlog.segment_index(broken)]
+    _patch(segment.path, broken - segment.base_offset + 4, bytes(4))  # its magic code
+    done = _cli("salvage", mixed, "--broker-version", "4.9.7", "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
+        (o, "live") for o in expected if o != broken]
+    assert f"no valid record in [{broken}, {broken + size}); valid records resume after it" in " ".join(done.stderr.split())
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
+    """An entry of dledger-small with its magic broken: DLedger's recovery truncates the data there (§15.4). salvage lists
+    the messages before it as live and every one after it, past the broken entry, as past-damage, with a body CRC failing
+    among them skipped. Before: past the cut it looked for classic records, which DLedger data hold none of (48-byte
+    headers between them): 1 of the 600 messages after it."""
+    from conftest import copy_store
+
+    messages = manifest(version, "dledger-small")["messages"]
+    root = copy_store(version, "dledger-small", tmp_path)
+    broken, flipped = messages[100], messages[300]
+    entry = broken["dledgerEntry"]
+    _patch(root / "dledger-n0" / entry["file"], entry["filePosition"], (7).to_bytes(4, "big"))
+    _flip_body_byte(root, flipped["commitLogOffset"])
+    done = _cli("salvage", root, "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
+        (m["commitLogOffset"], "live" if m["commitLogOffset"] < broken["commitLogOffset"] else "past-damage")
+        for m in messages if m is not broken and m is not flipped]
+    stderr = " ".join(done.stderr.split())
+    assert f"no valid record in [{entry['pos']}, {messages[101]['dledgerEntry']['pos']}); valid records resume after it" in stderr
+    assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr

@@ -30,9 +30,20 @@ def cpus(request, monkeypatch):
     monkeypatch.setattr(summary.os, "cpu_count", lambda: request.param)
 
 
+@pytest.fixture(params=["as-shipped", "records-cut-by-the-window", "segments-split"])
+def walk(request, monkeypatch):
+    """``summary.compiled_end`` as shipped (a fixture segment is one window and one stretch), with a ``fastscan.ReadWindow``
+    smaller than most records (each walked again from the next window's start, or mapped), and with each segment cut into
+    stretches of about 100 kB (``summary.walk_splits``, walked in parallel on two CPUs)."""
+    if request.param == "records-cut-by-the-window":
+        monkeypatch.setattr(summary, "WALK_READ_WINDOW", 700)
+    if request.param == "segments-split":
+        monkeypatch.setattr(summary, "WALK_SPLIT_BYTES", 100_000)
+
+
 @pytest.mark.parametrize("limit", [summary.SCHEMA_SCAN_RECORDS, 100, 1])
 @pytest.mark.parametrize("root", STORES, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_logical_end_equals_the_compiled_walk_on_every_fixture(root, limit, monkeypatch, cpus):
+def test_logical_end_equals_the_compiled_walk_on_every_fixture(root, limit, monkeypatch, cpus, walk):
     monkeypatch.setattr(summary, "SCHEMA_SCAN_RECORDS", limit)
     with Store.open(root) as store:
         for start in starts(store):
@@ -67,7 +78,7 @@ REASONS = {"crc": StopReason.CRC, "zeros": StopReason.ZEROS, "magic": StopReason
 @pytest.mark.parametrize("place", [1 / 4, 3 / 4])
 @pytest.mark.parametrize("kind", list(REASONS))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, monkeypatch, cpus):
+def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, monkeypatch, cpus, walk):
     root = copy_store(version, "clean-small", tmp_path)
     messages = manifest(version, "clean-small")["messages"]
     victim = messages[int(len(messages) * place)]
@@ -80,6 +91,48 @@ def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind,
                 assert got == compiled_end(store, start)
                 if start <= victim["commitLogOffset"]:  # else the walk starts after the damage
                     assert got[1].offset == victim["commitLogOffset"] and got[1].reason == REASONS[kind]
+
+
+@pytest.mark.parametrize("cut", ["at-record-starts", "at-record-starts-a-crc-failing-inside-one", "inside-records"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_segment_cut_into_stretches_is_walked_once_unless_a_cut_is_off_the_chain(tmp_path, version, cut, monkeypatch):
+    """``summary.compiled_end`` walks stretches of one segment on two CPUs (``walk_splits``): cut at record starts, each
+    byte once (each stretch's walk stops exactly where the next begins; a CRC failure inside one ends the log there, as the
+    single walk does); cut inside records (a guess off the chain), the walk before the cut goes on from its start alone.
+    Either way the log's end and count are the single walk's, up to a stop past the log's end too."""
+    from mqtool.store import fastscan
+
+    walks: list[tuple[int, int | None]] = []
+
+    class Counted(fastscan.FastScan):
+        def __init__(self, commitlog, start=None, stop=None, **kw):
+            walks.append((start, stop))
+            super().__init__(commitlog, start, stop, **kw)
+
+    splits = summary.walk_splits
+    monkeypatch.setattr(fastscan, "FastScan", Counted)
+    monkeypatch.setattr(summary.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(summary, "WALK_SPLIT_BYTES", 100_000)
+    if cut == "inside-records":
+        monkeypatch.setattr(summary, "walk_splits", lambda *a: [c + 8 for c in splits(*a)])
+    root, end = copy_store(version, "clean-small", tmp_path), manifest(version, "clean-small")["commitLogMaxOffset"]
+    if "crc" in cut:
+        victim = manifest(version, "clean-small")["messages"][1200]  # in the third of its five segments
+        _damage(root, "crc", victim)
+        end = victim["commitLogOffset"]
+    with Store.open(root) as store:
+        want = compiled_end(store, 0)
+        walks.clear()
+        got = summary.compiled_end(store, 0)
+        assert got == want and got[1].offset == end
+        starts = [start for start, _ in walks]
+        past = store.commitlog.segments[-1].end_offset * 2 + 12345  # a stop past the last segment (a queue entry past the log)
+        single = FastScan(store.commitlog, 0, past, check_crc=True, stop_on_crc=True)
+        assert summary.compiled_end(store, 0, stop=past) == (sum(len(b.rows) for b in single), single.end)
+    if cut != "inside-records":
+        assert len(set(starts)) == len(starts) > 2 * len(store.commitlog.segments)  # cut, and each stretch walked once
+    else:
+        assert starts.count(0) == 2  # the first stretch's walk stops past the cut: walked again from 0, alone
 
 
 def test_info_of_a_small_store_loads_no_compiled_code():

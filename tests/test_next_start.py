@@ -197,6 +197,21 @@ def test_a_broken_dledger_entry_is_where_the_next_start_cuts(tmp_path, version, 
     assert verify_first_line(root, monkeypatch) == ns["line"]
 
 
+def test_a_dledger_data_stray_refuses_before_a_cut_consume_queue_file_in_every_command(tmp_path, monkeypatch):
+    """DLedger's ``MmapFileList.load`` (``DLedgerCommitLog.load``) runs before ``loadConsumeQueue``: with a stray file in
+    ``data/`` and a consume queue file cut short, the start is refused for the stray. Before, ``recover``'s and ``repair``'s
+    plans named the queue file (their plan's refusal left DLedger's load out) while the other commands named the stray
+    (damage oracle seed 14010474)."""
+    root = copy_store("5.3.3", "dledger-crashed", tmp_path)
+    (root / "dledger-n0" / "data" / "README").write_bytes(b"")
+    queue_file = max((p for p in (root / "consumequeue").rglob("0" * 20) if p.stat().st_size), key=lambda p: p.stat().st_size)
+    with open(queue_file, "r+b") as f:
+        f.truncate(1000)
+    ns = one_answer(root, "--broker-version", "5.3.3")
+    assert ns["line"].startswith("the broker's next start refuses to start: dledger-n0/data/README: a file named by no offset"), ns["line"]
+    assert verify_first_line(root, monkeypatch, "--broker-version", "5.3.3") == ns["line"]
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_salvage_says_how_many_messages_a_zeroed_range_the_next_start_never_reads_loses(tmp_path, version):
     """Segment 0 zeroed: the broker serves the records after it, and ``salvage`` says where the

@@ -204,17 +204,23 @@ class MixedFirstLoad(ClassicLog):
 
     def log_actions(self, run: RecoveryRun) -> list[Action]:
         """The 8-byte end-of-file blank DLedgerCommitLog then writes at the recovered end, unless one is there
-        (``dledgerstart.FirstLoadBlank``: rules §8.4, reference §15.5); refused where that load fails."""
+        (``dledgerstart.FirstLoadBlank``: rules §8.4, reference §15.5), and DLedger's first data file, zero-filled, it
+        maps at the file's end either way (``dLedgerFileList.getLastMappedFile(dividedCommitlogOffset)``, ``recover``
+        @4.9.7, ``setRecoverPosition`` @5.3.3); refused where that load fails."""
         from ..store.dledgerstart import first_load_blank  # a DLedger module: loaded for DLedger stores only
 
         blank = first_load_blank(run.store, run.rules, run.end) if run.dispatching else None
         if blank is not None and blank.failure is not None:
             raise Refused(f"{blank.failure}; mqtool does not plan that recovery")
-        if blank is None or not blank.writes:
+        if blank is None:
             return []
-        return [Action("write-blank", rel(run.store, blank.path), blank.position, blank.file_size,
-                       f"DLedger's first load of the classic commit log: an end-of-file blank at {blank.offset}, "
-                       f"its data start at {blank.divided_offset} (dividedCommitlogOffset)")]
+        cl = run.store.commitlog
+        data = cl.layout.data_dir / f"{blank.divided_offset - blank.divided_offset % cl.file_size:020d}"  # MmapFileList's createOffset
+        writes = [Action("write-blank", rel(run.store, blank.path), blank.position, blank.file_size,
+                         f"DLedger's first load of the classic commit log: an end-of-file blank at {blank.offset}, "
+                         f"its data start at {blank.divided_offset} (dividedCommitlogOffset)")] if blank.writes else []
+        return writes + [Action("resize", rel(run.store, data), 0, cl.file_size, "DLedger's first load of the classic commit log: "
+                                f"its first data file, zero-filled, at {blank.divided_offset} (MmapFileList.getLastMappedFile)")]
 
     def notes(self, run: RecoveryRun) -> list[str]:
         notes = super().notes(self._log_run(run))

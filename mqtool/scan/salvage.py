@@ -4,8 +4,10 @@ The broker's recovery keeps the records up to the first invalid one (``CommitLog
 ``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
 reads them all with a ``status`` of docs/reading.md: ``live``, ``past-damage`` or ``stale`` (§8.9).
 The cut is the broker's next start's (``store.nextstart``). Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
-``verify --keep-going``), each run classified as ``CommitLogCheck._after_end`` classifies it, then
-read through ``read_batches``; a record whose body CRC fails is skipped (``skipped``).
+``verify --keep-going``; a DLedger data file's entries: ``_entry_report``), each run classified as
+``CommitLogCheck._after_end`` classifies it, then read through ``read_batches``; a record whose body CRC
+fails is skipped (``skipped``). In a DLedger store the live walk goes on past damage its recovery keeps
+(``_kept_past``, §15.4, §15.5).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ import pyarrow as pa
 
 from ..store.records import BodyEncoding
 from ..store import Store
+from ..formats.dledger import ENTRY_HEADER_SIZE
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
-from ..store.segments import SegmentTask, analyze_segment
+from ..store.fastscan import COL_POS, FastScan
+from ..store.resync import resume_after
+from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 from .batches import projected_schema
 from .messages import MessageScan
 
@@ -90,11 +95,14 @@ class SalvageScan:
         self.summary = SalvageSummary()
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
-        live = MessageScan(self.store, columns=self.read, body=self.body, batch=self.batch)
-        last_ts = None
-        for batch in live:
-            last_ts = int(batch["store_timestamp"][-1].as_py())
-            yield self._finish(batch, LIVE)
+        last_ts, start = None, None
+        while True:
+            live = MessageScan(self.store, start=start, columns=self.read, body=self.body, batch=self.batch)
+            for batch in live:
+                last_ts = int(batch["store_timestamp"][-1].as_py())
+                yield self._finish(batch, LIVE)
+            if (start := self._kept_past(live.end)) is None:
+                break
         self.summary.cut = cut = self._served_to(live.end)
         resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
@@ -108,6 +116,19 @@ class SalvageScan:
         if cut.offset > live.end.offset and resumed is not None and resumed > live.end.offset:  # the broker reads on past the walk's end
             start = live.end.offset
             self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
+
+    def _kept_past(self, end: ScanEnd) -> int | None:
+        """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps
+        (``CommitLog.resume_after_damage``: a record inside an entry, the classic log of a mixed store), the bad-CRC
+        record skipped (``skipped``), other damage ``unreadable``; else None."""
+        resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
+        if resume is None:
+            return None
+        if end.reason == StopReason.CRC and end.total_size is not None:
+            self.summary.skipped.append((resume - end.total_size, end.total_size))  # the record ends its entry
+        else:
+            self.summary.unreadable.append(Unreadable(end.offset, resume, True))
+        return resume
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
         """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
@@ -142,7 +163,8 @@ class SalvageScan:
         for i in range(first, len(segments)):
             seg = segments[i]
             start = cut.offset - seg.base_offset if i == first else 0
-            report = analyze_segment(SegmentTask(i, str(seg.path), seg.base_offset, start, None))
+            report = (self._entry_report(i, start) if self._entry_file(i)
+                      else analyze_segment(SegmentTask(i, str(seg.path), seg.base_offset, start, None)))
             for gap in report.gaps:
                 self.summary.unreadable.append(Unreadable(seg.base_offset + gap.first_nonzero, seg.base_offset + gap.end, gap.resumed))
             for run in report.runs:
@@ -164,6 +186,35 @@ class SalvageScan:
             if self.progress is not None:
                 self.progress(seg.end_offset)
 
+    def _entry_file(self, index: int) -> bool:
+        """Whether segment ``index`` is a DLedger data file (its records inside entries)."""
+        cl = self.store.commitlog
+        return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
+
+    def _entry_report(self, index: int, start: int) -> SegmentReport:
+        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start``: from each entry that describes
+        itself (``resync.resume_after``), the entries a fresh walk takes (``FastScan``, CRC unchecked: ``_read`` skips
+        a bad one) up to the file's blank, the end of its data or the next damage (reference §15.2)."""
+        cl = self.store.commitlog
+        seg = cl.segments[index]
+        report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)
+        pos = start
+        while (found := resume_after(cl, seg.base_offset + pos + ENTRY_HEADER_SIZE)) is not None and found < seg.end_offset:
+            run = Run(found - ENTRY_HEADER_SIZE - seg.base_offset)
+            if run.start > pos:
+                report.gaps.append(Gap(pos, run.start, pos, True))
+            scan = FastScan(cl, seg.base_offset + run.start, seg.end_offset, check_crc=False, stop_on_crc=False)
+            for batch in scan:
+                run.records += len(batch.rows)
+                run.first_ts = store_timestamp_at(batch.array, int(batch.rows[0, COL_POS])) if run.first_ts is None else run.first_ts
+                run.last_ts = store_timestamp_at(batch.array, int(batch.rows[-1, COL_POS]))
+            run.end = scan.end.offset - seg.base_offset
+            report.runs.append(run)
+            if scan.end.is_clean:
+                break
+            pos = run.end + 1
+        return report
+
     def _read(self, stretch: Stretch) -> Iterator[pa.RecordBatch]:
         """The stretch's records through ``read_batches``; a bad-CRC record is skipped."""
         start = stretch.start
@@ -174,5 +225,6 @@ class SalvageScan:
             end = scan.end
             if end.reason != StopReason.CRC or end.total_size is None:
                 return
-            self.summary.skipped.append((end.offset, end.total_size))
-            start = end.offset + end.total_size
+            header = ENTRY_HEADER_SIZE if self._entry_file(self.store.commitlog.segment_index(end.offset)) else 0  # ends at the entry
+            self.summary.skipped.append((end.offset + header, end.total_size))
+            start = end.offset + header + end.total_size

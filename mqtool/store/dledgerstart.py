@@ -75,14 +75,21 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
-    before its start file (resumed at the next file) the broker keeps the data. None at or past
-    where ``recover`` stops, at a requested limit, or in the classic commit log of a mixed store."""
+    before its start file (resumed at the next file) the broker keeps the data; and once DLedger data
+    exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
+    @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
+    past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
+    None at or past where ``recover`` stops, at a requested limit, or in a classic log without DLedger data."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
     seg = cl.segments[index]
-    if end.offset >= data_recovery(cl).end.offset or not cl.is_entry_file(seg):
+    if end.offset >= data_recovery(cl).end.offset:
         return None
+    if not cl.is_entry_file(seg):
+        from .resync import resume_after
+
+        return resume_after(cl, end.offset + 1) if cl.entry_segments() else None
     if end.offset + dfmt.ENTRY_HEADER_SIZE <= seg.end_offset:
         with MappedFile(seg.path, seg.base_offset) as mf:
             header = dfmt.decode_entry_header(mf.buf, end.offset - seg.base_offset, seg.base_offset)

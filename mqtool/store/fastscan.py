@@ -16,9 +16,10 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from ..errors import BadStoreFile
 from ..formats import commitlog as fmt
 from .commitlog import CommitLog, ScanEnd, StopReason
-from .mappedfile import MappedFile
+from .mappedfile import MappedFile, open_read_only
 from ._pages import populate
 from ._fastscan import (  # noqa: F401  (the kernels and their codes, for this module's users)
     COL_BODY, COL_BODY_LEN, COL_CRC_OK, COL_POS, COL_PROPS, COL_SIZE, COL_TOPIC, CRC_IMPLEMENTATION, END_CAPACITY, END_CORRUPT,
@@ -55,7 +56,8 @@ def as_array(buf) -> np.ndarray:
 
 
 class SegmentBatch(NamedTuple):
-    """Valid records found in one call: ``rows`` (a view of ``out``), the segment's array."""
+    """Valid records found in one call: ``rows`` (a view of ``out``), the array their positions index (the segment's; the
+    window of a ``read_window`` walk) and the log offset of its first byte."""
 
     base_offset: int
     array: np.ndarray
@@ -66,9 +68,13 @@ class FastScan:
     """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
     ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure, else rows carry ``crc_ok = 0``;
     ``release_behind`` unmaps pages once their batch is consumed (flat RSS); ``batch_bytes``: later
-    batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows."""
+    batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows. ``read_window``: a
+    commit log's segments are read through a ``ReadWindow`` of that many bytes instead of walked mapped (a batch's
+    array is then that window, overwritten by the next batch, and its ``base_offset`` the window's)."""
 
-    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True, stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None):
+    def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True,
+                 stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None,
+                 read_window: int = 0):
         self.commitlog = commitlog
         self.release_behind = release_behind  # drop pages already walked from this process (bounded RSS)
         self.start = commitlog.min_offset if start is None else start
@@ -81,6 +87,7 @@ class FastScan:
         self.blanks: list[int] = []
         self.records = 0
         self.walker = walker  # the walk of the segments, once one is walked (a DLedger ``EntryWalker`` keeps its state; given: continued)
+        self.read_window = read_window
 
     def __iter__(self) -> Iterator[SegmentBatch]:
         segments = self.commitlog.segments
@@ -99,37 +106,51 @@ class FastScan:
         rows = most if self.batch_bytes is None else max(most // 8, 1)
         while True:
             seg = segments[index]
-            stop = seg.size if self.stop is None else min(seg.size, self.stop - seg.base_offset)
+            stop = max(0, seg.size if self.stop is None else min(seg.size, self.stop - seg.base_offset))
             with MappedFile(seg.path, seg.base_offset, sequential=True) as mf:
-                array = as_array(mf.buf)
+                array = mapped = as_array(mf.buf)
+                reads = self.read_window and not entry_walker and pos < mf.size  # DLedger data files: walked mapped
+                window = ReadWindow(seg.path, self.read_window, mf.size) if reads else None
+                origin = 0  # the segment position of ``array[0]``
+                if window is not None:
+                    array, origin = window.read(pos)
                 released = 0  # pages before this are already dropped (releasing from 0 each time is quadratic)
-                ahead = PagesAhead(mf.buf, array, pos, max(stop, 0))
+                ahead = PagesAhead(mf.buf, mapped, pos, stop if window is None else pos)
                 try:
                     while True:
-                        count, pos, code, detail = walk(array, pos, max(stop, 0), self.check_crc, self.stop_on_crc, self.out[:rows], seg.base_offset)
+                        one = window is not None and array is mapped  # a record that outgrows the window: walked mapped, alone
+                        limit = stop - origin if array is mapped else min(stop - origin, array.shape[0])
+                        out = self.out[: 1 if one else rows]
+                        count, at, code, detail = walk(array, pos - origin, limit, self.check_crc, self.stop_on_crc, out, seg.base_offset)
+                        pos = origin + at
                         ahead.at(pos)
                         if count:
                             self.records += count
-                            if self.batch_bytes is not None:
+                            if self.batch_bytes is not None and not one:
                                 span = int(self.out[count - 1, COL_POS] + self.out[count - 1, COL_SIZE] - self.out[0, COL_POS])
                                 rows = min(most, max(most // 8, 1, self.batch_bytes * count // max(span, 1)))
-                            yield SegmentBatch(seg.base_offset, array, self.out[:count])
-                            if self.release_behind:
+                            yield SegmentBatch(seg.base_offset + origin, array, self.out[:count])
+                            if self.release_behind and array is mapped:
                                 release_pages(mf.buf, released, pos)
                                 released = pos - pos % mmap.PAGESIZE
+                        if window is not None and ((one and code == END_CAPACITY) or window.cut_short(array, at, code, pos < stop)):
+                            array, origin = (mapped, 0) if not one and at == 0 else window.read(pos)
+                            continue
                         if code != END_CAPACITY:
                             break
                     if code != OK_BLANK:
                         offset = seg.base_offset + pos
                         if code == END_LIMIT and (self.stop is None or offset < self.stop):
                             code = END_SEGMENT  # clipped by the segment end, not by ``stop``
-                        reason = getattr(walk, "reason", lambda: "")() or _detail(code, array, pos, detail)
+                        reason = getattr(walk, "reason", lambda: "")() or _detail(code, array, pos - origin, detail)
                         self.end = ScanEnd(offset, CODE_REASONS[code], reason, detail if code in (END_LENGTH_MISMATCH, END_CRC) else None)
                         return
                     self.blanks.append(seg.base_offset + pos)
                 finally:
                     ahead.close()
-                    del array
+                    if window is not None:
+                        window.close()
+                    del array, mapped
             index += 1
             if index >= len(segments):
                 self.end = ScanEnd(seg.base_offset + pos, StopReason.BLANK_LAST, "blank record at the end of the last segment")
@@ -138,6 +159,40 @@ class FastScan:
                 self.end = ScanEnd(segments[index].base_offset, CODE_REASONS[END_LIMIT], "")
                 return
             pos = 0
+
+
+class ReadWindow:
+    """A segment read with ``pread`` through one buffer of ``size`` bytes (``FastScan``'s ``read_window``): nothing of it is
+    mapped, so a long walk builds and tears down no page tables (a third of its CPU). A record the window's end cuts is
+    walked again from the next window's start (``cut_short``); one longer than the window, walked mapped."""
+
+    def __init__(self, path, size: int, file_size: int):
+        self.path, self.fd = path, open_read_only(path)
+        self.buffer = np.empty(size, dtype=np.uint8)
+        self.file_size = file_size
+        self.array, self.origin = self.buffer[:0], 0
+
+    def read(self, pos: int) -> tuple[np.ndarray, int]:
+        """The window at segment position ``pos``: (its bytes, ``pos``)."""
+        want = min(self.buffer.shape[0], self.file_size - pos)
+        try:
+            got = os.preadv(self.fd, [self.buffer[:want]], pos)
+        except OSError as exc:  # EIO: a mapped walk's SIGBUS, the same exit 3
+            raise BadStoreFile(f"{self.path}: {exc.strerror}") from None
+        if got != want:
+            raise BadStoreFile(f"{self.path}: file shrank while reading the store")
+        self.array, self.origin = self.buffer[:want], pos
+        return self.array, pos
+
+    def cut_short(self, array: np.ndarray, at: int, code: int, before_stop: bool) -> bool:
+        """Whether a walk of the window ``array`` ended at ``at`` only because the window ends (more of the segment follows): a
+        record it cuts (``END_TRUNCATED``; ``END_ZEROS`` with under 8 bytes left) or its end before the walk's stop."""
+        if array is not self.array or self.origin + array.shape[0] >= self.file_size:
+            return False
+        return code == END_TRUNCATED or (code == END_ZEROS and array.shape[0] - at < 8) or (code == END_LIMIT and before_stop)
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 _DETAILS = {END_CRC: "body CRC mismatch", END_ZEROS: "no record written here", END_TRUNCATED: "record runs past the end of the segment"}

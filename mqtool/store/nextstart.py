@@ -202,7 +202,7 @@ def dledger_next_start(store: Store) -> NextStart:
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), dledger_refusal(store) or later_refusal(store))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), later_refusal(store))
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -338,9 +338,12 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 
 
 def later_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads: ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
-    ``timer_refusal``, in the order it loads them; the line says what the start does once that is fixed."""
-    return queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store) or abort_refusal(store)
+    """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
+    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
+    ``timer_refusal``, in the order it loads them, then ``abort_refusal`` after the recovery; the line says what the start
+    does once that is fixed."""
+    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+            or abort_refusal(store))
 
 
 def abort_refusal(store: Store) -> str | None:

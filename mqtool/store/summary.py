@@ -20,7 +20,9 @@ from .store import Store
 from .version import detect_version, given_source
 
 SCHEMA_SCAN_RECORDS = 2048  # records the schema decoder walks before the compiled walk takes over
-WALK_BATCH_BYTES = 8 << 20  # records a compiled walk holds mapped at most (about), each of the two
+WALK_BATCH_BYTES = 8 << 20  # records a compiled walk hands over at a time (about), each of the two
+WALK_READ_WINDOW = 4 << 20  # bytes a compiled walk reads at a time (``fastscan.ReadWindow``), each of the two
+WALK_SPLIT_BYTES = 256 << 20  # the longest stretch of a segment one compiled walk takes (``walk_splits``)
 INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count")
 
 
@@ -47,8 +49,10 @@ def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int,
 
 def compiled_end(store: Store, start: int, workers: int | None = None, stop: int | None = None) -> tuple[int, ScanEnd]:
     """``logical_end``'s compiled walk from ``start`` (up to ``stop``): (valid records, end). The chain leaves a segment
-    only at a blank (§8.3), so segments are walked ``workers`` at a time (the walk releases the GIL);
-    the first whose walk does not end at a blank ends the chain, worded by a ``FastScan`` from it."""
+    only at a blank (§8.3), so segments, and stretches of one cut at a record start (``walk_splits``), are walked
+    ``workers`` at a time (the walk releases the GIL); the first whose walk ends inside it ends the chain, and one whose
+    walk does not reach the next one's start on the chain (no blank ends its segment, a cut off the chain) is walked again
+    from its start, alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
@@ -60,14 +64,19 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
 
     def walk(begin: int, until: int | None) -> tuple[int, ScanEnd, bool]:
         crc = store.config.check_crc_on_recover
-        scan = FastScan(commitlog, begin, until, check_crc=crc, stop_on_crc=crc, batch_bytes=WALK_BATCH_BYTES,
-                        release_behind=True)  # pages behind the walk dropped: flat RSS
+        scan = FastScan(commitlog, begin, until, check_crc=crc, stop_on_crc=crc, batch_bytes=WALK_BATCH_BYTES, release_behind=True,
+                        read_window=WALK_READ_WINDOW)  # read, not mapped: no page tables to build and tear down; flat RSS
         return sum(len(batch.rows) for batch in scan), scan.end, bool(scan.blanks)
 
-    begins = [] if first is None else [start, *(seg.base_offset for seg in segments[first + 1 :] if stop is None or seg.base_offset < stop)]
-    if store.is_dledger or len(begins) < 2 or workers < 2:
+    bounds = [] if first is None else [start, *(seg.base_offset for seg in segments[first + 1 :] if stop is None or seg.base_offset < stop)]
+    begins = []
+    for begin, until in zip(bounds, [*bounds[1:], stop]) if not store.is_dledger and workers > 1 else []:
+        seg_end = segments[commitlog.segment_index(begin)].end_offset
+        begins += [begin, *walk_splits(commitlog, begin, seg_end if until is None else min(until, seg_end))]
+    if len(begins) < 2:
         count, end, _ = walk(start, stop)
         return count, end
+    cuts = set(begins) - set(bounds)
     spans = list(zip(begins, [*begins[1:], stop]))  # the last ends at ``stop`` (None: the log's end)
     pool = ThreadPoolExecutor(workers, thread_name_prefix="mqtool-info-walk")
     try:
@@ -75,15 +84,40 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
         count = 0
         for (begin, until), future in zip(spans, futures):
             walked, end, blank = future.result()
-            if begin == begins[-1]:
+            if begin == begins[-1] or end.offset < until:  # the chain ends in this stretch, as a walk on from ``begin`` ends
                 return count + walked, end
-            if not (blank and end.offset == until):
+            if not ((blank or until in cuts) and end.offset == until):
                 walked, end, _ = walk(begin, stop)
                 return count + walked, end
             count += walked
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # walks of segments past the end not started
     raise AssertionError("unreachable: the last segment's walk ends the chain")
+
+
+def walk_splits(commitlog, begin: int, until: int) -> list[int]:
+    """Where ``compiled_end`` cuts ``[begin, until)``, a stretch of one segment, into walks of about ``WALK_SPLIT_BYTES``
+    (both cores on one segment): after each cut, the first record start resync's rule finds in the ``ReadWindow`` there
+    (``find_record_start``: magic, size chain, PHYSICALOFFSET), none where it finds none. A guess: the walk before a cut
+    counts only when it stops exactly there, on the chain."""
+    pieces = -(-(until - begin) // WALK_SPLIT_BYTES)
+    if pieces < 2:
+        return []
+    from .fastscan import ReadWindow, find_record_start
+    from .resync import RESYNC_CHAIN
+
+    seg = commitlog.segments[commitlog.segment_index(begin)]
+    window, cuts = ReadWindow(seg.path, WALK_READ_WINDOW // 4, seg.size), []  # 1 MiB: a cut needs three whole records in it
+    try:
+        for k in range(1, pieces):
+            at = begin + (until - begin) * k // pieces
+            array, _ = window.read(at - seg.base_offset)
+            found = find_record_start(array, 0, array.shape[0], at, RESYNC_CHAIN, blanks=False)
+            if found >= 0 and at + found < until and (not cuts or at + found > cuts[-1]):
+                cuts.append(at + found)
+    finally:
+        window.close()
+    return cuts
 
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:

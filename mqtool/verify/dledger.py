@@ -141,7 +141,8 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
             resume = cl.resume_after_damage(end)  # damage DLedger's recovery keeps: the walk goes on after it
             if resume is None:
                 return report
-            report.findings.append(_kept_damage(task.file, end, resume, task.recovery, task.recovery_start))
+            classic = seg.base_offset < cl.divided_offset
+            report.findings.append(_kept_damage(task.file, end, resume, task.recovery, task.recovery_start, classic))
             next_file = cl.segment_index(resume)
             if resume >= seg.end_offset and next_file is not None and (task.stop is None or resume < task.stop):
                 report.goes_on = True  # in the next file, a fresh walk
@@ -158,13 +159,19 @@ def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFile
     report.records += rows.shape[0]
     pos = rows[:, fs.COL_POS]
     phys = fs.gather_be(array, pos, fs.POS_PHYS_OFFSET, 8, True)
+    classic = base < divided_offset  # the classic records before the DLedger data (a mixed log): no recovery reads them
+    where = "its own position" if classic else "its entry's pos + 48"
     for i in np.flatnonzero(phys != base + pos):
-        yield error("phys-offset-mismatch", "a record's PHYSICALOFFSET is not its entry's pos + 48: consume queues and message ids point elsewhere", file=file, offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
+        yield error("phys-offset-mismatch", f"a record's PHYSICALOFFSET is not {where}: consume queues and message ids point elsewhere",
+                    file=file, offset=base + int(pos[i]), expected=base + int(pos[i]), found=int(phys[i]))
+    where = ("in the classic commit log before the DLedger data (no recovery reads it once DLedger data exist"  # ``_kept_damage``
+             if classic else "inside a DLedger entry (the broker's recovery does not check it")
     for i in np.flatnonzero(rows[:, fs.COL_CRC_OK] == 0):
-        yield error("crc-mismatch", "message body CRC differs from BODYCRC inside a DLedger entry (the broker's recovery does not check it; consumers get corrupt bytes)", file=file, offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
+        yield error("crc-mismatch", f"message body CRC differs from BODYCRC {where}; consumers get corrupt bytes)",
+                    file=file, offset=base + int(pos[i]), details={"size": int(rows[i, fs.COL_SIZE])})
     report.last_timestamp = store_timestamp_at(array, int(pos[-1]))
-    if base < divided_offset:
-        return  # the classic records before the DLedger data (a mixed log): in no entry, named by no index unit
+    if classic:
+        return  # in no entry, named by no index unit
     entry = pos - HEADER
     numbers = fs.gather_be(array, entry, _L.offset_of("index"), 8, True)
     unit, found = units.lookup(numbers)
@@ -177,10 +184,20 @@ def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFile
         report.first_mismatch = (int(numbers[k]), base + int(entry[k]))
 
 
-def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: int) -> Finding:
+def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: int, classic: bool) -> Finding:
     """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
     entry headers only, and from its start file, at ``first``, on: §15.4): the broker keeps the entry and
-    the data after it; the message in it is lost."""
+    the data after it; the message in it is lost. In the ``classic`` commit log of a mixed store, which no
+    recovery reads once DLedger data exist (``dledgerstart.walk_resume``), a ``damaged-range`` as in a classic
+    log before its recovery's start (``verify.commitlog``)."""
+    if classic:
+        return error(
+            "damaged-range",
+            f"no valid record at {end.offset} ({end.detail}) but valid records resume at {resume}: a DLedger broker never "
+            f"recovers the classic commit log before its DLedger data (DLedgerCommitLog: DLedger's recovery alone, from {first}), "
+            "so the broker keeps the log and serves the records around it; a consumer reading this range gets no message",
+            file=file, offset=end.offset, expected="a valid record or the end of data", found=end.detail,
+            details={"range_end": resume, "range_bytes": resume - end.offset, "read_by_broker_recovery": False})
     why = (f"DLedger's recovery starts at {first} and never reads it" if end.offset < first
            else "DLedger's recovery (DLedgerMmapFileStore.recover) checks only the entry header, which is sound")
     return error(

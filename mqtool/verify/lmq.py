@@ -81,22 +81,30 @@ def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
 def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     """How the broker's next start meets a record whose dispatch throws, or None when that start dispatches no record
     from there (``state.redispatch_start``; while the release is undecided, the candidates' answer when they agree):
-    abnormal recovery and 5.3.2+'s normal one dispatch it inside ``DefaultMessageStore.load``, which catches the exception
-    and fails (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it
-    forever, and ``start()`` waits for it (rules §2.11, §3.12; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
-    @4.9.7, 5.1.4, 5.3.3). A recovery notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops
-    4.9.3-4.9.8's start-up reput (``reput_notifies``)."""
-    from .state import redispatch_start
+    a recovery that dispatches (``state.dispatching_recovery``: abnormal recovery, 5.3.2+'s normal one; with DLedger data,
+    5.2.0+'s abnormal one alone) dispatches it inside ``DefaultMessageStore.load``, which catches the exception and fails
+    (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it forever, and
+    ``start()`` waits for it (rules §2.11, §3.12, §8.4; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
+    @4.9.7, 5.1.4, 5.3.3), up to DLedger's committed position on a DLedger store: past it, after the start. A recovery
+    notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops 4.9.3-4.9.8's start-up reput
+    (``reput_notifies``)."""
+    from .state import dispatching_recovery, redispatch_start
 
     def how(s: Store) -> str | None:
         first, _ = redispatch_start(s)
         if first is None or throw.offset < first:
             return None
         reput = "its start-up reput dispatches it and retries it forever: the broker's start never completes"
+        if s.recovers_dledger_data:  # ``start()`` waits for the reput up to DLedger's committed position alone
+            from ..store.dledgerstart import data_recovery  # a DLedger module: DLedger stores alone
+
+            if throw.offset >= (data_recovery(s.commitlog).committed_pos or 0):
+                reput = ("DLedger commits it after the start, then the reput dispatches it and retries it forever: the broker "
+                         "starts but dispatches nothing after it")
         if isinstance(throw, LmqNotifyThrows):
             return reput if s.rules.reput_from_cq_max else None
-        if s.abort_present or s.rules.normal_dispatches:
-            return f"{'abnormal' if s.abort_present else 'normal'} recovery dispatches it, and the load fails: the broker refuses to start"
+        if (mode := dispatching_recovery(s)) is not None:
+            return f"{mode} recovery dispatches it, and the load fails: the broker refuses to start"
         return reput
 
     hows = set(each_candidate(store, how))
@@ -123,7 +131,7 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     or reput notify (``reput_notifies``), throws, with ``next_start_stall``'s how, found as the planners find it
     (``dispatch.scanner.first_throw``, compiled); None where there is none, and unread where none can be: multi-dispatch
     off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify."""
-    from .state import redispatch_start
+    from .state import dispatching_recovery, redispatch_start
 
     rules, notify = store.rules, reput_notifies(store)
     if not (store.multi_dispatch or notify) or rules.lmq_rule == NO_MULTI_DISPATCH:
@@ -138,7 +146,8 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     dispatch, notified = multi if store.multi_dispatch else None, multi._replace(known=True) if notify else None
     scan = phase_scanner(store.commitlog, record_start(store.commitlog, first), stop, discipline="recovery", tags=TAGS_DELIVERY_TIME,
                          delay_table=store.delay_table, legacy_properties=rules.legacy_properties, index_enable=False, check_crc=False)
-    after_recovery = store.abort_present and notified is not None  # the reput after it: past the last record recovery queued
+    after_recovery = dispatching_recovery(store) == "abnormal" and notified is not None  # the reput after it: past the last record
+    # recovery queued (a DLedger broker before 5.2.0 recovers as after a clean stop)
     pending = None  # a notify throw of that reput, unless a later record is queued
     for batch in scan:  # from the record at ``first`` or the next (5.3.2+: records after the queues' max end)
         batch = after_phys(batch, first - 1)
@@ -161,7 +170,7 @@ def first_stall(store: Store, stop: int) -> str | None:
 def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
     """``found`` (``store.nextstart.next_start``) with its ``first_stall``: every command that says where the next start
     ends (``info``, ``verify``, ``salvage``) says this one."""
-    if found is None or found.logical_end is None or store.recovers_dledger_data:
+    if found is None or found.logical_end is None:
         return found
     return replace(found, stall=first_stall(store, found.logical_end))
 

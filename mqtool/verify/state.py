@@ -14,7 +14,7 @@ from ..store import Store
 from ..store.store import MISSING, NOT_A_FILE
 from ..store import offsets
 from ..store.nextstart import abort_refusal, checkpoint_refusal, open_refusal
-from ..store.startfile import max_queue_phys_offset
+from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
 
@@ -25,35 +25,68 @@ def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
     """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
     broker's rule for this store's version (``store.nextstart.start_of``, the one implementation
-    of ``isMappedFileMatchedRecover``'s choice, §8.4); the first segment for a DLedger store."""
+    of ``isMappedFileMatchedRecover``'s choice, §8.4); for a store with DLedger data, where ``DLedgerCommitLog``'s recovery
+    after a crash scans from (``dledgerstart.dledger_start``)."""
     from ..store.nextstart import start_of
 
     cp = _checkpoint(store)
     bound = cp.min_timestamp_index if store.config.message_index_enable and store.config.message_index_safe else cp.min_timestamp
     start = start_of(store)
     if start is None:
-        first = store.commitlog.segments[0].base_offset if store.commitlog.segments else 0
-        return first, "from the first segment", bound
+        from ..store.dledgerstart import data_recovery, dledger_start
+
+        start = dledger_start(store, data_recovery(store.commitlog), store.version or store.version_guess.candidates[0], mode="abnormal")
     return start.offset, start.rule, bound
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
     """The commit log offset from which the broker's next start re-dispatches records into the
-    consume queues and the index by itself, and why (None: it does not)."""
-    version = store.version
-    if store.abort_present:
+    consume queues and the index by itself, and why (None: it does not): a recovery that dispatches
+    (``dispatching_recovery``), else the reput from the consume queues' max in 4.5.0-4.9.8 (rules §2.11). On a
+    store with DLedger data ``DLedgerCommitLog``'s recovery dispatches nothing, after a crash too, but in 5.2.0+'s
+    abnormal one, and 5.x re-puts from DLedger's committed position, if any (``DLedgerCommitLog.recover`` @4.9.7,
+    ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the release is undecided,
+    the eras left must agree."""
+    from ..store.rules import VersionRules
+
+    version, dledger = store.version, store.recovers_dledger_data
+    unknown = None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
+    if dledger and version is None and len({(r.reput_from_cq_max, r.dledger_abnormal_redispatch)
+                                            for r in map(VersionRules, store.version_guess.candidates)}) > 1:
+        return unknown
+    mode = dispatching_recovery(store)
+    if mode == "abnormal":
         start, _, _ = abnormal_recovery_start(store)
-        return start, f"the abort file is present, so abnormal recovery re-dispatches every record from offset {start}"
-    if version is None:
-        return None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
-    rules = store.rules
-    if rules.normal_dispatches:
+        whose = "DLedger's " if dledger else ""
+        return start, f"the abort file is present, so {whose}abnormal recovery re-dispatches every record from offset {start}"
+    if version is None and not dledger:
+        return unknown
+    who, rules = f"broker {version or store.version_guess.label}", store.rules
+    nothing = "DLedger's recovery dispatches nothing; " if dledger else ""
+    if mode == "normal":
         top = max_queue_phys_offset(store)
-        return top + 1, f"broker {version}: normal recovery dispatches records after the consume queues' max offset {top}"
+        return top + 1, f"{who}: normal recovery dispatches records after the consume queues' max offset {top}"
     if rules.reput_from_cq_max:
         top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
-        return top, f"broker {version}: the reput service resumes at the consume queues' max offset {top}"
-    return None, f"broker {version} does not re-dispatch records after a clean shutdown"
+        return top, f"{who}: {nothing}the reput service resumes at the consume queues' max offset {top}"
+    if dledger:  # 5.x: from getConfirmOffset(), DLedger's committed position (``recovery.dledger.DLedgerLog.reput_from``)
+        from ..store.dledgerstart import data_recovery
+
+        committed = data_recovery(store.commitlog).committed_pos
+        return committed, f"{who}: {nothing}the reput service resumes at DLedger's committed position {committed}"
+    when = "after a clean shutdown" if not store.abort_present else "(DLedgerCommitLog recovers the classic log as after a clean stop)"
+    return None, f"{who} does not re-dispatch records {when}"
+
+
+def dispatching_recovery(store: Store) -> str | None:
+    """The recovery of the broker's next start that dispatches, inside ``DefaultMessageStore.load``, as ``redispatch_start``
+    has it: "abnormal", 5.3.2+'s "normal" (rules §2.3; a DLedger broker's first load of a classic commit log: the mode of
+    ``startfile.log_recovery_mode``), or None; on a store with DLedger data 5.2.0+'s abnormal one alone
+    (``DLedgerCommitLog.dledgerRecoverAbnormally``, rules §8.4)."""
+    if store.recovers_dledger_data:
+        return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
+    mode = log_recovery_mode(store, store.rules)
+    return mode if mode == "abnormal" or store.rules.normal_dispatches else None
 
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
@@ -100,6 +133,9 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     start, why, bound = abnormal_recovery_start(store)
     end = store.commitlog.end_of_files
     pid = store.abort.pid
+    runs = (f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it"
+            if dispatching_recovery(store) == "abnormal" else  # a DLedger broker before 5.2.0 (rules §8.4)
+            f"DLedgerCommitLog's recovery as after a clean stop (from offset {start}: {why}), re-dispatching nothing")
     present = f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly"
     if store.abort.directory:  # File.exists(); a clean shutdown's File.delete removes only an empty one
         present = "abort is a directory, which the broker's File.exists() finds too: a clean shutdown removes it only if it is empty"
@@ -107,9 +143,8 @@ def abort_findings(store: Store) -> Iterator[Finding]:
             yield error("not-a-file", refusal, file="abort")
     yield warning(
         "abort-present",
-        f"{present}, so the next start runs "
-        f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it", file="abort",
-        details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
+        f"{present}, so the next start runs {runs}",
+        file="abort", details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
