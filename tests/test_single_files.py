@@ -87,6 +87,8 @@ def test_file_opened_first_as_directory_refused_then_repaired(tmp_path, version,
     assert {(f["kind"], f["severity"]) for f in findings if f["file"] == name} >= {("not-a-file", "error")}
     refused = run("recover", root, "--broker-version", version)
     assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1 and "`mqtool repair`" in refused.stderr
+    if name == "lock":
+        assert "lock file a directory (see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
     assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr  # a wheel moved out is lost (timer-wheel)

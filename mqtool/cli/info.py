@@ -68,7 +68,9 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
 
 def _store_table(doc: dict[str, Any], unread):
     abort, holder = doc["abort_file"], doc.get("lock_holder")
-    lock = "absent" if not doc["lock_file"] else "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    lock = "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    if not doc["lock_file"]:
+        lock = "a directory (see verify)" if doc.get("lock_directory") else "absent"
     return kv_table("Store", [
         ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
         ("broker version", doc["version"]["label"]),

@@ -204,6 +204,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory},
         "lock_file": store.file(LOCK_FILE) is not None,
+        "lock_directory": store.root is not None and store.path(LOCK_FILE).is_dir(),  # ``nextstart.open_refusal``
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
