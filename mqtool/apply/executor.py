@@ -511,10 +511,11 @@ def roll_back(backups: list[BackupSet]) -> str:
 @contextlib.contextmanager
 def hold_store_lock(store_root: Path, force: bool = False):
     """Hold the POSIX lock on ``<root>/lock`` (byte 0, as ``FileChannel.tryLock(0, 1, false)``)
-    while changing the store, so neither a broker nor a second mqtool can take it meanwhile."""
+    while changing the store, so neither a broker nor a second mqtool can take it meanwhile. A directory there no broker
+    opens (``nextstart.open_refusal``): ``repair`` moves it out."""
     path = Path(store_root) / "lock"
     fd = None
-    if path.exists():
+    if path.exists() and not path.is_dir():
         try:
             fd = os.open(path, os.O_RDWR)
         except PermissionError:

@@ -372,8 +372,8 @@ def dledger_rows(path: Path, start, stop) -> Iterator[dict]:
 
 def checkpoint_doc(path: Path) -> dict:
     path = path / "checkpoint" if path.is_dir() else path
-    if not path.is_file():
-        raise BadInput(f"{path}: no checkpoint file")
+    if not path.is_file():  # a directory: ``nextstart.checkpoint_refusal``
+        raise BadInput(f"{path}: {'a directory, not a checkpoint file' if path.is_dir() else 'no checkpoint file'}")
     with MappedFile(path) as mf:
         if mf.size != 4096:
             note(f"{path}: {mf.size} bytes; the broker maps 4096")

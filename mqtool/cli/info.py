@@ -35,6 +35,8 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
             ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
             ("bytes used", cp["used_bytes"]),
         ]))
+    elif doc.get("checkpoint_file") and not unread:
+        console.print(kv_table("Checkpoint", [("file", doc["checkpoint_file"])]))
     console.print(kv_table("Commit log", [
         ("segment size", cl["file_size"]),
         ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
@@ -66,14 +68,17 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
 
 def _store_table(doc: dict[str, Any], unread):
     abort, holder = doc["abort_file"], doc.get("lock_holder")
-    lock = "absent" if not doc["lock_file"] else "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    lock = "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
+    if not doc["lock_file"]:
+        lock = "a directory (see verify)" if doc.get("lock_directory") else "absent"
     return kv_table("Store", [
         ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
         ("broker version", doc["version"]["label"]),
         *era_rows(doc["version"]),
         ("evidence", "; ".join(doc["version"]["evidence"])),
         *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
-            ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"] else "PRESENT"),
+            ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"]
+             else "PRESENT (a directory: see verify)" if abort["directory"] else "PRESENT"),
             ("lock file", lock),
         ]),
         *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),

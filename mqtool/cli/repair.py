@@ -435,7 +435,8 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         from ..dispatch.scanner import DispatchCache
 
         cache = DispatchCache()
-        recover_plan = planners().plan_recover(opened, cache=cache)
+        mode = PlanOptions(mode="abnormal") if rp.abort_quarantined(plan.files) else PlanOptions()  # the start the abort announced
+        recover_plan = planners().plan_recover(opened, mode, cache=cache)
         eras = opened.version_guess.eras
     if not recover_plan.is_empty:
         if plan.files is not None and any(n.startswith("DAMAGE:") for n in recover_plan.notes):  # planned only now, on the fixed files
@@ -532,11 +533,12 @@ def _plan_repair(root: Path, broker_config, broker_version):
     file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
     try:
         opened = open_store(root, broker_config, broker_version)
-        if file_steps and opened.problems:
-            from ..recovery.planparts import unloadable_files
+        if file_steps:
+            from ..recovery.planparts import unloadable_files, unwritable_checkpoint
 
             try:
                 unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
+                unwritable_checkpoint(opened)
             except BadInput:
                 opened.close()  # planned on below otherwise (a release that leaves the file out and starts)
                 raise

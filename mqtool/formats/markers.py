@@ -29,9 +29,11 @@ __getattr__ = declared_on_use(__name__, _declare, ("LockFileStruct", "AbortFileS
 
 
 class AbortMarker(NamedTuple):
-    """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x)."""
+    """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x); ``directory``: a directory
+    named ``abort``, which ``File.exists()`` finds as well (rules 6.3)."""
 
     content: bytes
+    directory: bool = False
 
     @property
     def pid(self) -> int | None:

@@ -74,6 +74,19 @@ def unloadable_files(store: Store) -> None:
         raise BadStoreFile(f"the broker refuses to start on this store, so it recovers nothing: {why}; `mqtool repair` fixes the file first")
 
 
+def unwritable_checkpoint(store: Store) -> None:
+    """Refuse a recovery whose checkpoint write or abort removal cannot be carried out: ``checkpoint`` is a directory, on
+    which the broker refuses to start too (``nextstart.checkpoint_refusal``), or ``abort`` is one; ``repair`` moves it out first."""
+    from ..store.nextstart import checkpoint_refusal
+
+    if (why := checkpoint_refusal(store, "")) is not None:
+        raise BadStoreFile(f"the broker refuses to start on this store and the recovery cannot write its checkpoint: {why}; "
+                           "`mqtool repair` moves it out first")
+    if store.abort is not None and store.abort.directory:
+        raise BadStoreFile("abort: a directory, which the recovery cannot remove as a clean shutdown does (the broker's next start runs "
+                           "an abnormal recovery); `mqtool repair` moves it out first")
+
+
 def config_options(store: Store) -> dict:
     """The settings a saved plan must be applied with (``apply`` reopens the store with them): with
     the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``,

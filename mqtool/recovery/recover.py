@@ -40,6 +40,7 @@ from .planparts import (
     ScanResult,
     store_version,
     unreadable_from_queues,
+    unwritable_checkpoint,
     write_action,
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
@@ -60,6 +61,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     candidates' shared scans (``sharedscans.py``); ``sims_out`` is given every queue's simulation after
     the recovery, (topic, queue id) -> ``QueueSim`` (``planners.recovered_queues``)."""
     version, source = store_version(store)
+    unwritable_checkpoint(store)
     run = RecoveryRun(
         store, options, command, cache, walked, scans, version, source, VersionRules(version),
         options.mode or ("abnormal" if store.abort_present else "normal"),

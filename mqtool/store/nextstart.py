@@ -6,8 +6,9 @@
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``); a
-record whose dispatch throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
+(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
+``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``); a record whose dispatch throws
+stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
 reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from typing import Any, NamedTuple
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
-from .rules import VersionRules
+from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
+from .store import EMPTY_LAST_SEGMENT, NOT_A_FILE, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
+ERA_INDEX = {e.name: e.index for e in ERAS}
 ZERO_CHUNK = bytes(1 << 20)  # bytes compared at a time when looking for anything after the end
 ENDS = {  # how the line words each end
     StopReason.ZEROS: "end of data",
@@ -266,7 +268,10 @@ def log_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on this store's commit log (``MappedFileQueue.load``, rules §2.13), or
     None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
-    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first."""
+    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first. First:
+    ``open_refusal``, which the broker meets before it loads the commit log."""
+    if (why := open_refusal(store)) is not None:
+        return why
     for problem in store.problems:
         if problem.kind == STRAY_ENTRY:
             if (why := stray_refusal(store, problem.entry, problem.expected, problem.later)) is not None:
@@ -279,6 +284,34 @@ def log_refusal(store: Store) -> str | None:
                 SEGMENT_SIZE: f"{problem.found} bytes, not {problem.expected} like the other segments",
             }.get(problem.kind, f"its name is not a multiple of the segment size ({problem.kind})")
             return f"{problem.path.name}: {what}{who}"
+    return None
+
+
+# the config files every release's ``BrokerController.initialize`` loads first (``ConfigManager.load``; rules §7)
+LOADED_FIRST = ("topics.json", "consumerOffset.json", "subscriptionGroup.json")
+# the single files the broker opens before it loads the commit log: the first era that does, and what opens it
+OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/timercheck", "E13", "TimerCheckpoint"),
+                ("timerwheel", "E13", "TimerWheel"))
+
+
+def open_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on a file of ``OPENED_FIRST`` that is a directory, or None: ``new RandomAccessFile(file,
+    "rw")`` throws on one (so does ``ConfigManager.loadBak``'s read of a ``LOADED_FIRST`` file's ``.bak``: ``store.NOT_A_FILE``) and
+    ``BrokerController.initialize`` fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck``
+    and ``timerwheel``, rules 8.1). While several eras remain, the refusal of any of them is reported, naming them."""
+    if store.root is None:
+        return None
+    for name in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
+        if (loaded := store.load_config(name)).doc is None and loaded.problems.get(f"config/{name}.bak") == NOT_A_FILE:
+            return (f"config/{name}.bak: {NOT_A_FILE}, where ConfigManager.loadBak falls back from config/{name} "
+                    f"({loaded.problems[f'config/{name}']}), so it returns false and BrokerController.initialize fails")
+    eras = store.version_guess.eras
+    for name, first, opener in OPENED_FIRST:
+        refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
+        if refusing and store.path(name).is_dir():
+            who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+            return (f"{name}: a directory, which {opener} cannot open (new RandomAccessFile(file, \"rw\") throws), "
+                    f"so BrokerController.initialize fails{who}")
     return None
 
 
@@ -306,9 +339,36 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 
 def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
-    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``index_refusal``, ``timer_refusal``,
-    in the order it loads them; the line says what the start does once that is fixed."""
-    return dledger_refusal(store) or queue_refusal(store) or index_refusal(store) or timer_refusal(store)
+    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
+    ``timer_refusal``, in the order it loads them, then ``abort_refusal`` after the recovery; the line says what the start
+    does once that is fixed."""
+    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+            or abort_refusal(store))
+
+
+def abort_refusal(store: Store) -> str | None:
+    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory (which makes that recovery abnormal:
+    ``File.exists()``), or None: ``DefaultMessageStore.start``'s ``createTempFile`` writes its PID with ``MixAll.string2File``,
+    whose ``file2String`` throws on a directory (rules 6.3). Older releases only ``createNewFile`` it, and start."""
+    if store.abort is None or not store.abort.directory:
+        return None
+    eras = store.version_guess.eras
+    refusing = [e for e in eras if e.index >= ERA_INDEX["E13"]]
+    if not refusing:
+        return None
+    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    return ("abort: a directory, into which DefaultMessageStore.start cannot write its PID (MixAll.string2File throws), so the broker "
+            f"exits after its abnormal recovery{who}; `mqtool repair` moves it out")
+
+
+def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it out") -> str | None:
+    """Why the broker refuses to start on a ``checkpoint`` that is a directory, or None: ``StoreCheckpoint``'s
+    ``new RandomAccessFile(file, "rw")`` throws on one, and ``DefaultMessageStore.load`` (3.2.6-5.3.3: after the commit
+    log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
+    if store.root is None or not store.path("checkpoint").is_dir():
+        return None
+    return ("checkpoint: a directory, which StoreCheckpoint cannot open (new RandomAccessFile(file, \"rw\") throws), "
+            f"so DefaultMessageStore.load fails{way_out}")
 
 
 def index_refusal(store: Store) -> str | None:

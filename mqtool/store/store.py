@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
+# why ``load_config`` passed over a config file that is a directory: ``MixAll.file2String``'s ``FileInputStream`` throws,
+# which ``ConfigManager.load`` catches to load the ``.bak`` (and ``loadBak`` to return false: the broker refuses to start)
+NOT_A_FILE = "a directory, which FileInputStream cannot read"
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 SEGMENT_SIZE, SEGMENT_NAME = "segment-size", "segment-name"  # ... of a commit log file of another length, or named by no segment start: left out
 STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
@@ -515,6 +518,8 @@ class Store:
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
+        if self.root is not None and self.path(markers.ABORT_FILE).is_dir():  # isTempFileExist: File.exists()
+            return markers.AbortMarker(b"", directory=True)
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 
@@ -524,7 +529,7 @@ class Store:
 
     def load_config(self, name: str) -> "ConfigDocument":
         """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak``
-        when the file is missing, unreadable, empty or undecodable (fastjson's leniencies; malformed
+        when the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed
         UTF-8 replaced as ``new String(bytes, UTF-8)`` does). Each file is parsed once for as long as its
         bytes stay the same (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are
         the key, so a Store that outlives a rewrite (``restore-config``, ``repair``, ``restore``) reads the
@@ -534,7 +539,7 @@ class Store:
             shown = f"config/{candidate}"
             path = None if self.root is None else self.root / "config" / candidate
             if path is None or not path.is_file():
-                problems[shown] = MISSING
+                problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
                 continue
             try:
                 raw = path.read_bytes()

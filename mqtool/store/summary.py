@@ -202,11 +202,13 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
     return {
         "store": str(store.root) if store.root else None,
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
-        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid},
+        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory},
         "lock_file": store.file(LOCK_FILE) is not None,
+        "lock_directory": store.root is not None and store.path(LOCK_FILE).is_dir(),  # ``nextstart.open_refusal``
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
+        "checkpoint_file": None if cp is not None or store.root is None else checkpoint_absent(store),
         "commitlog": commitlog,
         "topics": topics,
         "queues": queues,
@@ -216,6 +218,16 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "notes": [*store.notes, *([store.checkpoint_size_problem] if store.checkpoint_size_problem else []), *unreadable_index_notes(store),
                   *unchecked_parts(store.root)],
     }
+
+
+def checkpoint_absent(store: Store) -> str:
+    """What info says of a checkpoint it cannot read: a directory (``nextstart.checkpoint_refusal``) or no file, with which
+    ``StoreCheckpoint`` creates one and the start reads every timestamp as 0 (reference §6, §8.4)."""
+    from .nextstart import checkpoint_refusal
+
+    if (why := checkpoint_refusal(store, "")) is not None:
+        return f"{why.removeprefix('checkpoint: ')}: the broker refuses to start"
+    return "missing: the broker creates it and reads every timestamp as 0"
 
 
 def unreadable_index_notes(store: Store) -> list[str]:

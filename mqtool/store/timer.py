@@ -70,10 +70,10 @@ class TimerStore:
             return None
         files = offset_named_files(log_dir) if log_dir.is_dir() else []
         decoded = None
-        if check.exists():
+        if check.is_file():  # a directory: ``nextstart.open_refusal``
             with MappedFile(check) as mf:
                 decoded = fmt.decode_timer_check(mf.buf)
-        return cls(root, TimerLog(files), wheel if wheel.exists() else None, decoded)
+        return cls(root, TimerLog(files), wheel if wheel.is_file() else None, decoded)
 
     @property
     def wheel_size(self) -> int:

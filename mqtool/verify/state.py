@@ -11,8 +11,9 @@ from typing import Iterator
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
-from ..store.store import MISSING
+from ..store.store import MISSING, NOT_A_FILE
 from ..store import offsets
+from ..store.nextstart import abort_refusal, checkpoint_refusal, open_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -90,6 +91,9 @@ def dispatching_recovery(store: Store) -> str | None:
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:
     path = store.path("checkpoint")
+    if (why := checkpoint_refusal(store, "")) is not None:
+        yield error("not-a-file", f"{why} and the broker refuses to start; `mqtool repair` moves it out", file="checkpoint")
+        return
     if not path.is_file():
         yield warning(
             "checkpoint-missing",
@@ -116,6 +120,13 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
                 expected=f"<= {last_timestamp}", found=value, details={"field": name})
 
 
+def opened_first_findings(store: Store) -> Iterator[Finding]:
+    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``;
+    a config ``.bak``'s: ``config_findings``)."""
+    if (why := open_refusal(store)) is not None and not (file := why.split(":", 1)[0]).endswith(".bak"):
+        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=file)
+
+
 def abort_findings(store: Store) -> Iterator[Finding]:
     if not store.abort_present:
         return
@@ -125,10 +136,14 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     runs = (f"abnormal recovery (recoverAbnormally) from offset {start} ({why}), re-dispatching every record after it"
             if dispatching_recovery(store) == "abnormal" else  # a DLedger broker before 5.2.0 (rules §8.4)
             f"DLedgerCommitLog's recovery as after a clean stop (from offset {start}: {why}), re-dispatching nothing")
+    present = f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly"
+    if store.abort.directory:  # File.exists(); a clean shutdown's File.delete removes only an empty one
+        present = "abort is a directory, which the broker's File.exists() finds too: a clean shutdown removes it only if it is empty"
+        if (refusal := abort_refusal(store)) is not None:
+            yield error("not-a-file", refusal, file="abort")
     yield warning(
         "abort-present",
-        f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly, so the next "
-        f"start runs {runs}",
+        f"{present}, so the next start runs {runs}",
         file="abort", details={"recovery_start_offset": start, "checkpoint_bound": bound, "bytes_to_rescan": max(end - start, 0)})
 
 
@@ -141,6 +156,8 @@ def config_findings(store: Store) -> Iterator[Finding]:
         if problem == MISSING:
             continue
         fallback = f"the broker loads {name}.bak instead" if loaded.doc is not None else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table"
+        if loaded.doc is None and loaded.problems.get(f"{shown}.bak") == NOT_A_FILE:  # ConfigManager.loadBak catches the throw: false
+            fallback = f"its {name}.bak is {NOT_A_FILE} either, so ConfigManager.load returns false and the broker refuses to start"
         yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
     yield from _consumer_offsets(store)
 

@@ -19,7 +19,7 @@ from .findings import Finding, Summary
 from .lmq import lmq_findings, stall_throw, throw_finding, with_stall
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
-from .state import abort_findings, checkpoint_findings, config_findings
+from .state import abort_findings, checkpoint_findings, config_findings, opened_first_findings
 
 SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can
 
@@ -169,6 +169,7 @@ class Verification:
             self.last_timestamp = last_timestamp
             yield from checkpoint_findings(store, last_timestamp, records)
             yield from abort_findings(store)
+            yield from opened_first_findings(store)
             yield from config_findings(store)
         if "timer" in opts.checks and store.root is not None:
             from .timer import timer_findings

@@ -1,0 +1,164 @@
+"""Single files the broker opens by name, found as directories: the ``checkpoint`` (``StoreCheckpoint``'s
+``new RandomAccessFile(file, "rw")`` throws and ``DefaultMessageStore.load`` fails, 3.2.6-5.3.3): the next start's
+refusal, ``verify``'s ``not-a-file``, ``info``, ``recover``'s refusal and ``repair``'s quarantine, undone
+exactly by ``restore``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import copy_store
+from test_load_strays import run, snapshot, verified
+
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+
+
+def checkpoint_directory(root):
+    """``root``'s checkpoint replaced by a directory holding it (an operator's copy gone wrong)."""
+    (root / "checkpoint").rename(root / "checkpoint.orig")
+    (root / "checkpoint").mkdir()
+    (root / "checkpoint.orig").rename(root / "checkpoint" / "checkpoint")
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.9.7", "5.3.3"])
+def test_checkpoint_directory_refused_then_repaired(tmp_path, version):
+    root = copy_store(version, "crashed-small", tmp_path)
+    checkpoint_directory(root)
+    code, out, findings = verified(root, version)
+    first = " ".join(out.split("\n")[:6])
+    assert code == EXIT_FINDINGS and first.startswith("the broker's next start refuses to start: checkpoint: a directory, which StoreCheckpoint")
+    found = {f["kind"]: f for f in findings}["not-a-file"]
+    assert (found["severity"], found["file"]) == ("error", "checkpoint") and "checkpoint-missing" not in {f["kind"] for f in findings}
+    shown = " ".join(run("info", root, "--broker-version", version).stdout.split())
+    assert "Checkpoint file a directory, which StoreCheckpoint cannot open" in shown
+    dumped = run("dump", "checkpoint", root)
+    assert dumped.exit_code == EXIT_BAD_INPUT and dumped.stderr.endswith("checkpoint: a directory, not a checkpoint file\n")
+
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and "Traceback" not in refused.output
+    assert refused.stderr.count("\n") == 1 and "`mqtool repair` moves it out first" in refused.stderr
+
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert (root / "checkpoint").is_file() and not (root / "checkpoint" / "checkpoint").exists()
+    code, out, _ = verified(root, version)
+    assert code == EXIT_OK and "refuses" not in out.split("\n")[0] and " normal recovery" in " ".join(out.split("\n")[:3])  # recovered
+    restored = run("restore", tmp_path / "backup", "--yes")
+    assert restored.exit_code == EXIT_OK, restored.stderr
+    assert snapshot(root) == damaged
+
+
+def test_info_says_checkpoint_missing(tmp_path):
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "checkpoint").unlink()
+    shown = " ".join(run("info", root, "--broker-version", "4.9.7").stdout.split())
+    assert "Checkpoint file missing: the broker creates it and reads every timestamp as 0" in shown
+
+
+def into_directory(root, name: str) -> None:
+    """``root``'s file ``name`` (or none) replaced by a directory holding it."""
+    path = root / name
+    path.parent.mkdir(exist_ok=True)
+    if path.exists():
+        path.rename(root / "moved")
+        path.mkdir()
+        (root / "moved").rename(path / path.name)
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("version, store, name, opener", [
+    ("4.9.7", "clean-small", "lock", "DefaultMessageStore's constructor"),  # 4.2.0+ (rules 6.4)
+    ("5.3.3", "timer-small", "config/timercheck", "TimerCheckpoint"),  # 5.0.0+ (rules 8.1)
+    ("5.3.3", "timer-small", "timerwheel", "TimerWheel"),
+])
+def test_file_opened_first_as_directory_refused_then_repaired(tmp_path, version, store, name, opener):
+    """``BrokerController.initialize`` fails before the store loads: no figures, verify's ``not-a-file``,
+    ``recover`` refused naming ``repair``, whose quarantine ``restore`` undoes."""
+    root = copy_store(version, store, tmp_path)
+    into_directory(root, name)
+    code, out, findings = verified(root, version)
+    assert code == EXIT_FINDINGS
+    first = " ".join(out.split("\n")[:3])
+    assert first.startswith(f"the broker's next start refuses to start: {name}: a directory, which {opener} cannot open")
+    assert "keeps [" not in " ".join(out.split("\n")[:4])
+    assert {(f["kind"], f["severity"]) for f in findings if f["file"] == name} >= {("not-a-file", "error")}
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1 and "`mqtool repair`" in refused.stderr
+    if name == "lock":
+        assert "lock file a directory (see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr  # a wheel moved out is lost (timer-wheel)
+    assert not (root / name).is_dir() and "refuses" not in run("verify", root, "--broker-version", version).stdout.split("\n")[0]
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.0.0"])
+def test_lock_directory_ignored_before_4_2_0(tmp_path, version):
+    """3.2.6-4.1.0 open no lock file (rules 6.4): a directory there changes nothing, nor is it a 4.2.0+ broker's lock
+    file to the version detection."""
+    root = copy_store(version, "clean-small", tmp_path)
+    before = run("verify", root, "--broker-version", version).stdout.split("\n")[0]
+    detected = json.loads(run("info", root, "--format", "json").stdout)["version"]
+    into_directory(root, "lock")
+    assert json.loads(run("info", root, "--format", "json").stdout)["version"] == detected
+    shown = run("verify", root, "--broker-version", version)
+    assert shown.stdout.split("\n")[0] == before and "not-a-file" not in shown.stdout
+
+
+def test_config_directory_read_as_the_broker_does(tmp_path):
+    """``ConfigManager.load``: ``file2String``'s ``FileInputStream`` throws on a directory, caught: the ``.bak`` is
+    loaded; a ``.bak`` that is a directory too makes ``loadBak`` return false, and the broker refuses to start."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    into_directory(root, "config/consumerOffset.json")
+    _, _, findings = verified(root, "4.9.7")
+    found = [f for f in findings if f["kind"] == "config-unreadable"]
+    assert [(f["severity"], f["message"]) for f in found] == [("warning", "config/consumerOffset.json: a directory, which FileInputStream "
+                                                               "cannot read; the broker loads consumerOffset.json.bak instead")]
+    assert "a directory, which FileInputStream cannot read: read config/consumerOffset.json.bak instead" in run("offsets", root).stderr
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not (root / "config/consumerOffset.json").exists() and (root / "config/consumerOffset.json.bak").is_file()
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+    into_directory(root, "config/consumerOffset.json.bak")
+    _, _, findings = verified(root, "4.9.7")
+    found = [f for f in findings if f["kind"] == "config-unreadable"]
+    assert len(found) == 1 and found[0]["severity"] == "error" and found[0]["message"].endswith("the broker refuses to start")
+    assert "not-a-file" not in {f["kind"] for f in findings}
+    first = " ".join(run("verify", root, "--broker-version", "4.9.7").stdout.split("\n")[:4])
+    assert first.startswith("the broker's next start refuses to start: config/consumerOffset.json.bak: a directory, which FileInputStream")
+    assert run("recover", root, "--broker-version", "4.9.7").exit_code == EXIT_BAD_INPUT
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_abort_directory_is_an_abnormal_start(tmp_path, version):
+    """``isTempFileExist`` is ``File.exists()``: a directory named ``abort`` makes the start abnormal in every release,
+    and 5.0.0+ exit after that recovery (``createTempFile``'s ``MixAll.string2File`` throws). ``repair`` moves it out and
+    carries out the same abnormal recovery as with an abort file: both repaired stores hold the same bytes."""
+    as_file = copy_store(version, "crashed-small", tmp_path / "file")
+    root = copy_store(version, "crashed-small", tmp_path)
+    into_directory(root, "abort")
+    code, out, findings = verified(root, version)
+    first = " ".join(out.split("\n")[:6])
+    kinds = {(f["kind"], f["severity"]) for f in findings if f["file"] == "abort"}
+    if version == "5.3.3":
+        assert first.startswith("the broker's next start refuses to start: abort: a directory, into which DefaultMessageStore.start cannot")
+        assert "abnormal recovery scanning from" in first and kinds == {("not-a-file", "error"), ("abort-present", "warning")}
+    else:
+        assert "abnormal recovery scanning from" in first and "refuses" not in first and kinds == {("abort-present", "warning")}
+    assert "abort file PRESENT (a directory: see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1 and "`mqtool repair`" in refused.stderr
+    damaged = snapshot(root)
+    for store in (as_file, root):
+        applied = run("repair", store, "--yes", "--broker-version", version, "--backup-dir", tmp_path / f"backup-{store.parent.name}")
+        assert applied.exit_code == EXIT_OK, applied.stderr
+    assert snapshot(root) == snapshot(as_file) and "abort" not in snapshot(root)
+    assert run("restore", tmp_path / f"backup-{root.parent.name}", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
