@@ -29,7 +29,7 @@ from ..store import Store
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
-from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by
+from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import TimerLog, TimerLogListing, TimerStore, cut_at
@@ -183,8 +183,8 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
     _wheel_fix(root, resize)
     _index_strays(root, store, quarantine)
-    for name, why in _directory_files(root):
-        quarantine(root / name, f"a directory, not the {name} file: {why}; moved into the backup as it is")
+    for name, what, why in _unusable_files(root):
+        quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
@@ -196,27 +196,28 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     return steps, Plan.new("repair", root, "unknown", "not needed for file fixes", actions) if actions else None
 
 
-def _directory_files(root: Path) -> Iterator[tuple[str, str]]:
-    """``(name, what the broker does)`` of each single file the broker opens by name that is a directory: the checkpoint
-    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s, a ``config/*.json``
-    or its ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
-    if (root / "checkpoint").is_dir():
-        yield "checkpoint", "StoreCheckpoint cannot open it and DefaultMessageStore.load fails (every release)"
+def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
+    """``(name, what it is, what the broker does)`` of each single file the broker opens by name that it cannot use
+    (``nextstart.unusable``: a directory; one it maps, a special file too): the checkpoint (``nextstart.checkpoint_refusal``;
+    the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; and a directory as ``abort``, a ``config/*.json`` or its
+    ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
+    if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
+        yield "checkpoint", found[0], "StoreCheckpoint cannot open it and DefaultMessageStore.load fails (every release)"
     if (root / "abort").is_dir():  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
-        yield "abort", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
+        yield "abort", "a directory", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
     for name, first, opener in OPENED_FIRST:
-        if (root / name).is_dir():
+        if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
-            yield name, f"{opener} cannot open it and BrokerController.initialize fails ({refusing} brokers)"
+            yield name, found[0], f"{opener} cannot open it and BrokerController.initialize fails ({refusing} brokers)"
     for name in (n + bak for n in cfgfmt.CONFIG_FILES for bak in ("", ".bak")):
         if (root / "config" / name).is_dir():
-            yield f"config/{name}", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to start) "
-                                     "nor persist the table")
+            yield f"config/{name}", "a directory", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
+                                                    "start) nor persist the table")
 
 
 def abort_quarantined(files: Plan | None) -> bool:
     """Whether the file fixes move a directory named ``abort`` out, after which the broker's recovery is still the
-    abnormal one it announced (``_directory_files``)."""
+    abnormal one it announced (``_unusable_files``)."""
     return files is not None and any(a.op == "quarantine" and a.path == "abort" for a in files.actions)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from .commitlog import CommitLog, ScanEnd, StopReason
@@ -292,6 +293,18 @@ LOADED_FIRST = ("topics.json", "consumerOffset.json", "subscriptionGroup.json")
 # the single files the broker opens before it loads the commit log: the first era that does, and what opens it
 OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/timercheck", "E13", "TimerCheckpoint"),
                 ("timerwheel", "E13", "TimerWheel"))
+MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those (and the checkpoint) the broker maps
+
+
+def unusable(path: Path, name: str) -> tuple[str, str] | None:
+    """(what it is, what throws) where the broker opens ``path``, its file ``name``, by ``new RandomAccessFile(file, "rw")``
+    and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
+    (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
+    if path.is_dir():
+        return "a directory", "new RandomAccessFile(file, \"rw\") throws"
+    if name in MAPPED and path.exists() and not path.is_file():
+        return "a FIFO, socket or device node", "FileChannel.map throws"
+    return None
 
 
 def open_refusal(store: Store) -> str | None:
@@ -308,10 +321,9 @@ def open_refusal(store: Store) -> str | None:
     eras = store.version_guess.eras
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
-        if refusing and store.path(name).is_dir():
+        if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
-            return (f"{name}: a directory, which {opener} cannot open (new RandomAccessFile(file, \"rw\") throws), "
-                    f"so BrokerController.initialize fails{who}")
+            return f"{name}: {found[0]}, which {opener} cannot open ({found[1]}), so BrokerController.initialize fails{who}"
     return None
 
 
@@ -365,10 +377,9 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
     """Why the broker refuses to start on a ``checkpoint`` that is a directory, or None: ``StoreCheckpoint``'s
     ``new RandomAccessFile(file, "rw")`` throws on one, and ``DefaultMessageStore.load`` (3.2.6-5.3.3: after the commit
     log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
-    if store.root is None or not store.path("checkpoint").is_dir():
+    if store.root is None or (found := unusable(store.path("checkpoint"), "checkpoint")) is None:
         return None
-    return ("checkpoint: a directory, which StoreCheckpoint cannot open (new RandomAccessFile(file, \"rw\") throws), "
-            f"so DefaultMessageStore.load fails{way_out}")
+    return f"checkpoint: {found[0]}, which StoreCheckpoint cannot open ({found[1]}), so DefaultMessageStore.load fails{way_out}"
 
 
 def index_refusal(store: Store) -> str | None:

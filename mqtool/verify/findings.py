@@ -77,7 +77,8 @@ KINDS: dict[str, str] = {
     "timercheck-ahead": "config/timercheck says more was enqueued or flushed than the timer log and its queue hold",
     # checkpoint, abort, config
     "checkpoint-missing": "no checkpoint file",
-    "not-a-file": "a file the broker opens by name (checkpoint, lock, timerwheel, config/timercheck) is a directory: it refuses to start",
+    "not-a-file": "a file the broker opens by name (checkpoint, lock, timerwheel, config/timercheck) is a directory (one it maps, a special "
+                  "file): it refuses to start",
     "checkpoint-size": "the checkpoint file is not 4096 bytes",
     "checkpoint-ahead": "the checkpoint says data was flushed that the commit log does not hold",
     "checkpoint-empty": "the checkpoint holds no timestamps although the commit log has data",
