@@ -90,7 +90,7 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
     told the bytes of each block. A ``special`` file is made anew as one, never opened (as ``rsync
     --specials --devices``). A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
     st = os.stat(src)
-    try:
+    with deleted_on_failure(dst):
         if special(st.st_mode):
             Path(dst).unlink(missing_ok=True)
             os.mknod(dst, st.st_mode, st.st_rdev)
@@ -110,9 +110,6 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
             fout.truncate(size)
             fout.flush()
             os.fsync(fout.fileno())
-    except BaseException:
-        remove_partial(dst)
-        raise
 
 
 def beside(path: Path) -> Path:
@@ -169,26 +166,19 @@ def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
     target = Path(os.path.realpath(target)) if linked else target
     try:
         os.replace(tmp, target)
-        if linked:
-            fsync_dir(target.parent)
-        return
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-    near = beside(target)
-    try:
-        copy_sparse(tmp, near)
-        st = os.stat(tmp)
-        set_owner(near, owner_of(tmp))
-        os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
-        fsync_path(near)
-        os.replace(near, target)
-    except BaseException:
-        remove_partial(near)  # a full disk or a Ctrl-C leaves no partial copy in the store's folder
-        raise
+        with deleted_on_failure(beside(target)) as near:  # a full disk or a Ctrl-C leaves no partial copy in the store's folder
+            copy_sparse(tmp, near)
+            st = os.stat(tmp)
+            set_owner(near, owner_of(tmp))
+            os.utime(near, ns=(st.st_atime_ns, st.st_mtime_ns))
+            fsync_path(near)
+            os.replace(near, target)
+        os.unlink(tmp)
     if linked:
         fsync_dir(target.parent)
-    os.unlink(tmp)
 
 
 def _raise(error: OSError) -> None:
@@ -246,7 +236,7 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
-    try:
+    with deleted_on_failure(tmp):  # no partial copy left in the backup
         try:
             os.link(os.path.realpath(src), tmp)
             how = "link"
@@ -256,9 +246,6 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
             copy_sparse(src, tmp, copied)
             how = "copy"
         os.replace(tmp, dst)
-    except BaseException:
-        remove_partial(tmp)  # no partial copy left in the backup
-        raise
     if synced is None:
         fsync_dir(dst.parent)
     else:
@@ -271,15 +258,12 @@ def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None, owner: Ow
     tmp_dir = tmp_dir or path.parent
     makedirs(tmp_dir)
     tmp = tmp_dir / (path.name + TMP_SUFFIX)
-    try:
+    with deleted_on_failure(tmp):  # a full disk leaves no partial temporary file behind
         with naming(tmp), open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         install(tmp, path, owner)
-    except BaseException:
-        remove_partial(tmp)  # a full disk leaves no partial temporary file behind
-        raise
     fsync_dir(path.parent)
 
 
@@ -322,12 +306,17 @@ def zero_range(path: Path, start: int, end: int) -> None:
     _overwrite(path, start, end, lambda pos, n: zeros[:n])
 
 
-def remove_partial(path: Path) -> None:
-    """Delete the part-written file of a write that failed (nothing if absent); the write's own error is the one said.
-    Only a regular file: a device written to (``/dev/full``) stays."""
-    with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.lstat(path).st_mode):
-            os.unlink(path)
+@contextlib.contextmanager
+def deleted_on_failure(path: Path) -> Iterator[Path]:
+    """A write of ``path`` that fails (a full disk, EIO, Ctrl-C) leaves no part-written file: deleted (nothing if absent),
+    the write's own error the one said. Only a regular file: a device written to (``/dev/full``) stays."""
+    try:
+        yield path
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+        raise
 
 
 def remove(path: Path) -> bool:

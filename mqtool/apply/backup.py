@@ -22,8 +22,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, fsync_dir, install, link_or_copy, makedirs, naming, owner_for,
-                       read_range, remove, remove_entry, remove_partial, shell_path, write_atomic, write_range)
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, deleted_on_failure, fsync_dir, install, link_or_copy, makedirs, naming, owner_for,
+                       read_range, remove, remove_entry, shell_path, write_atomic, write_range)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -640,14 +640,11 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         if kind == "backup-file":
             makedirs(target.parent, like_parent=True)
             tmp = work_path(root, target)
-            try:
+            with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
                 copy_sparse(backup.file_copy(rel), tmp, put_back)
                 _set_mtime(tmp, ev.get("mtime_ns"))
                 kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal before owners were kept
                 install(tmp, target, kept)
-            except BaseException:
-                remove_partial(tmp)  # beside the file on another disk: the broker would list it
-                raise
             remove(beside(target))  # what an ``install`` across file systems that was killed left
             fsync_dir(target.parent)
             restored.append(rel)

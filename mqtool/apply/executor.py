@@ -39,7 +39,7 @@ from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
 from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
                      unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import (copy_sparse, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, remove_partial, write_atomic,
+from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, write_atomic,
                        write_range, zero_range)
 
 
@@ -282,7 +282,7 @@ class Executor:
         durability_point("file backed up")
         makedirs(path.parent, like_parent=True)
         tmp = work_path(self.root, path)
-        try:
+        with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
             if path.exists():
                 copy_sparse(path, tmp)
             else:  # a file the plan creates (a missing DLedger index file): all zeros
@@ -295,9 +295,6 @@ class Executor:
                 write_range(tmp, blank_at, encode(action.end - blank_at))
             fsync_path(tmp)
             install(tmp, path, owner_for(path))
-        except BaseException:
-            remove_partial(tmp)  # beside the file on another disk: the broker would list it
-            raise
         fsync_dir(path.parent)
 
     _pad_blank = _resize
