@@ -160,7 +160,7 @@ def _revised(slot: fmt.WheelSlot, end: int, first_pass: int, tails: list[tuple[i
     ``first_pass``, and ``checkPhyPos`` starts a second from the file of the least ``firstPos`` of the slots whose ``lastPos``
     exceeds the end. Its lastPos then names its last unit before the end, whose ``prevPos`` chain is whole unless a
     file's cut tail (``tails``) lies after its first unit."""
-    return (slot.last_pos >= end and (slot.last_pos > end or slot.first_pos >= first_pass)
+    return (slot.first_pos != -1 and slot.last_pos >= end and (slot.last_pos > end or slot.first_pos >= first_pass)
             and not any(a > slot.first_pos for a, _ in tails))
 
 
