@@ -23,6 +23,7 @@ from damage_support import (CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, 
                             repaired_fixture, run, survivors, tree)
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
+from mqtool.store.timer import TimerStore
 
 FIXED_SEEDS = list(range(6))
 TIMEOUT = 120
@@ -191,16 +192,19 @@ def test_timer_units_of_messages_the_recovery_cut_are_lost_data(tmp_path):
     assert all(f["offset"] >= 1048576 and f["details"]["past_end"] for f in refs)
 
 
-def test_wheel_slots_of_timer_units_a_cut_removed_are_lost_data(tmp_path):
-    """A timer log cut short: the wheel's slots still name the units that were after the cut
-    (TimerMessageStore.recover does not revise them): ``repair`` reports them as lost data."""
+def test_wheel_slots_with_units_on_both_sides_of_a_timer_log_cut_are_revised_not_lost(tmp_path):
+    """A timer log cut short: slots whose units all lie past the cut are cleared by ``repair``; slots with units on both sides
+    still name a unit past the cut as lastPos, but TimerMessageStore.recover revises them (checkPhyPos finds lastPos past the
+    log's end, recoverAndRevise(minFirst, false) sets it to the slot's last unit it walks), so they are no lost data."""
     root = copy_store("5.3.3", "timer-crashed", tmp_path)
     log = root / "timerlog" / "00000000000000000000"
     log.write_bytes(log.read_bytes()[:3088])
+    end = 3088 // 52 * 52  # the unit the cut crosses ends the log
+    both_sides = {s.slot for s in TimerStore.open(root).wheel_slots() if s.is_read and s.first_pos < end <= s.last_pos}
     rc, findings = repaired_findings(root, "5.3.3", "timer-crashed")
     wheel = [f for f in findings if f["kind"] == "timer-wheel"]
-    assert rc == EXIT_FINDINGS and wheel and not beyond_lost(findings)
-    assert all(f["details"]["past_end"] and f["found"] + 52 > 3088 for f in wheel)
+    assert rc == EXIT_FINDINGS and both_sides and not beyond_lost(findings)
+    assert {(f["severity"], f["details"]["slot"], f["details"].get("revised")) for f in wheel} == {("info", s, True) for s in both_sides}
 
 
 def test_a_record_cut_inside_its_body_ends_recovery_at_its_crc_before_its_length(tmp_path):

@@ -394,6 +394,32 @@ def test_short_timer_log_file_before_the_last_gets_a_blank(tmp_path):
     assert failing and all(f["kind"] == "timer-wheel" and f["details"].get("cut_off") for f in failing)  # slots of the units cut off
 
 
+def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tmp_path):
+    """A timer log file before the last cut short and ended with a blank: the slots whose units were all in its cut tail
+    still name the blank or zeros there, which recover never revises (no unit of their time is walked, and checkPhyPos
+    only looks past the log's end); at their time dequeue would read prevPos 0 there and deliver unit 0's message again.
+    ``repair`` clears exactly those slots (as clear-wheel-slots does for the last file), leaves every other slot, and
+    ``restore`` gives the wheel back byte for byte."""
+    from mqtool.formats import timer as tfmt
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    first = root / "timerlog" / "00000000000000000000"
+    cut, size = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE, first.stat().st_size
+    before = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
+    in_tail = {i for i, s in before.items() if cut <= s.first_pos <= s.last_pos < size}
+    os.truncate(first, 5000)
+    damaged = snapshot(root)
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    assert not [f for f in planned["remaining"] if f["kind"] == "timer-wheel" and any(f"slot {i} " in f["message"] for i in in_tail)]
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr
+    after = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
+    assert in_tail and after == {i: s for i, s in before.items() if i not in in_tail}
+    assert not [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel" and f["details"]["slot"] in in_tail]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+
+
 @pytest.mark.parametrize("version, severity", [("5.1.1", "error"), ("5.3.3", "info")])
 def test_empty_last_timer_log_file(tmp_path, version, severity):
     """An empty last timer log file: 5.0.0-5.1.2 refuse it, 5.1.3+ ``doLoad`` delete it, but only as the folder's last

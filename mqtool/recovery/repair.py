@@ -139,6 +139,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
                f"{blank} (the unit the cut crosses), so the broker's timer recovery goes on into the next file as at any file's end "
                f"(padded with zeros only, it would stop there and delete every later file); lost: the units from byte {blank} of {rel}")
         pad_blank(rel, size, blank, expected, why)
+        tails.append((base + blank, base + expected))
         return True
 
     def end_last_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
@@ -160,14 +161,16 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         raise Refused(f"{cut[1].relative_to(root)}: {cut[2]} bytes, cut (its bytes show it), and no broker config gives the timer log's "
                       f"file size (mappedFileSizeTimerLog; its default {listing.file_size} holds only where broker.conf leaves it out): "
                       "pass --broker-config with the broker's broker.conf")
+    tails: list[tuple[int, int]] = []  # the cut tails of timer log files before the last, ended with a blank
     _queue_file_fixes(root, root / "timerlog", "timer log file", "timer log file", store, quarantine, resize, alone=_size_from_name,
                       cut_before_last=end_timer_file, cut_last=end_last_timer_file, known_size=listing.file_size)  # MappedFileQueue.load
-    if slots := _cut_wheel_slots(root, listing):
+
+    def clear_slots(slots: list[int], where: str, why: str) -> None:
+        if not slots:
+            return
         listed = ", ".join(map(str, slots[:8])) + (" ..." if len(slots) > 8 else "")
-        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in the cut timer log tail "
-                                f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming positions past the log's end, "
-                                "where the broker's next units go, each then naming itself as the previous unit of its slot (doEnqueue), "
-                                "so that slot's dequeue never ends", ("timerwheel",)))
+        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in {where} "
+                                f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming {why}", ("timerwheel",)))
         runs: list[list[int]] = []
         for i in slots:  # one range per run of adjacent slots
             if runs and runs[-1][1] == i:
@@ -176,6 +179,11 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
                 runs.append([i, i + 1])
         actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
                        for a, b in runs)
+
+    clear_slots(_cut_wheel_slots(root, listing), "the cut timer log tail", "positions past the log's end, where the broker's next "
+                "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
+    clear_slots(_tail_wheel_slots(root, tails), "the cut tail of a timer log file before the last", "its blank or zeros, whose "
+                "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -441,6 +449,17 @@ def _cut_wheel_slots(root: Path, listing: TimerLogListing) -> list[int]:
     end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
     timer = TimerStore.open(root)
     return [s.slot for s in timer.wheel_slots() if s.is_read and s.first_pos >= end] if timer is not None else []
+
+
+def _tail_wheel_slots(root: Path, tails: list[tuple[int, int]]) -> list[int]:
+    """The ``timerwheel`` slots the broker reads whose first and last positions both lie in one of ``tails``, the cut tails of
+    timer log files before the last that ``end_timer_file`` pads with a blank. No unit of their time is left to walk, so
+    ``recoverAndRevise`` never revises them, nor ``checkPhyPos`` (their lastPos lies before the log's end); ``dequeue`` reads
+    the blank or zeros there as a unit whose prevPos is 0 and goes on at unit 0 (5.0.0-5.3.3)."""
+    timer = TimerStore.open(root) if tails else None
+    if timer is None:
+        return []
+    return [s.slot for s in timer.wheel_slots() if s.is_read and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
 
 
 def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:

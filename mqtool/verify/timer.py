@@ -39,7 +39,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
-    yield from _wheel_findings(timer, report)
+    yield from _wheel_findings(timer, report, _first_pass_start(timer, store.timer_log_listing))
     yield from _check_findings(store, timer, report)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
@@ -98,7 +98,16 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                         file="timerlog", offset=row["offset"], details=where)
 
 
-def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
+def _first_pass_start(timer: TimerStore, listing) -> int:
+    """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
+    timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
+    bases = [base for base, _ in timer.log.files]
+    size = listing.file_size if listing is not None and listing.file_size else 0
+    begin = max(0, (timer.check.last_timer_log_flush_pos if timer.check is not None else 0) - size)
+    return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
+
+
+def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> Iterator[Finding]:
     if timer.wheel_path is None:
         yield _missing_wheel(report)
         return
@@ -124,6 +133,14 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
                        details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "unread": True})
             continue
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
+        if bad == [slot.last_pos] and _revised(slot, report.log_end.offset, first_pass, tails):
+            yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) ends at timer log offset {slot.last_pos}, past the "
+                       f"timer log's end {report.log_end.offset}: the broker's recovery moves its lastPos back to its last unit before "
+                       "that end (TimerWheel.checkPhyPos, recoverAndRevise) and enqueues the later units' messages again "
+                       "(reviseQueueOffset): nothing lost", file="timerwheel", found=slot.last_pos,
+                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
+                                "revised": True})
+            continue
         if bad:
             gone = min(bad) < start
             cut_off = any(a <= p < b for p in bad for a, b in tails)
@@ -134,6 +151,17 @@ def _wheel_findings(timer: TimerStore, report: TimerReport) -> Iterator[Finding]
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                    "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
+
+
+def _revised(slot: fmt.WheelSlot, end: int, first_pass: int, tails: list[tuple[int, int]]) -> bool:
+    """Whether the broker's start mends a slot whose ``firstPos`` is a unit it walks and whose ``lastPos`` lies at or past the
+    timer log's ``end`` (reference §9; ``TimerMessageStore.recover``, 5.0.0-5.3.3). ``recoverAndRevise`` sets the ``lastPos`` of
+    the slot of each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE): its first pass walks from
+    ``first_pass``, and ``checkPhyPos`` starts a second from the file of the least ``firstPos`` of the slots whose ``lastPos``
+    exceeds the end. Its lastPos then names its last unit before the end, whose ``prevPos`` chain is whole unless a
+    file's cut tail (``tails``) lies after its first unit."""
+    return (slot.first_pos != -1 and slot.last_pos >= end and (slot.last_pos > end or slot.first_pos >= first_pass)
+            and not any(a > slot.first_pos for a, _ in tails))
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
