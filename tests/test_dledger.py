@@ -1214,3 +1214,31 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     stderr = " ".join(done.stderr.split())
     assert f"no valid record in [{entry['pos']}, {messages[101]['dledgerEntry']['pos']}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
+
+
+def test_verify_on_a_mixed_store_says_the_reput_skips_the_rest_of_a_broken_classic_file(tmp_path):
+    """§8.12, §15.5: no recovery cuts a mixed store's classic log (``mixed_store``, no consume queues), so 4.9.7's start-up
+    reput from 0 meets its broken record and goes on at the next file (``doReput``, the model ``recover`` plans with): the
+    records after it in that file get no entry. Before: verify said the broker rebuilds every missing entry."""
+    root, divided, expected, dl = mixed_store(tmp_path)
+    classic = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda x: x["commitLogOffset"])
+    broken = classic[len(classic) // 2]
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= broken["commitLogOffset"]), key=lambda p: int(p.name))
+    resume = min([int(p.name) for p in (root / "commitlog").iterdir() if int(p.name) > int(segment.name)] + [divided])
+    _patch(segment, broken["commitLogOffset"] - int(segment.name) + 4, bytes(4))  # its magic code
+    code, findings, _ = _verify(root, "--broker-version", "4.9.7", "--only", "cq")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    lost = [f for f in missing if not f["details"]["rebuilt_by_broker"]]
+    skipped = [x for x in classic if broken["commitLogOffset"] < x["commitLogOffset"] < resume and x["dispatchToConsumeQueue"]]
+    assert code == 1 and skipped and sum(f["details"]["records"] for f in lost) == len(skipped)
+    assert all(f["severity"] == "error" and broken["commitLogOffset"] < f["offset"] <= f["details"]["last_offset"] < resume for f in lost)
+    assert f"meets the unreadable record at {broken['commitLogOffset']} and goes on only at {resume}" in lost[0]["message"]
+    rebuilt = [f for f in missing if f["details"]["rebuilt_by_broker"]]
+    dispatched = [x for x in classic + dl["messages"] if x["dispatchToConsumeQueue"] and x is not broken]
+    assert sum(f["details"]["records"] for f in missing) == len(dispatched)
+    assert all(f["severity"] == "warning" for f in rebuilt) and len(rebuilt) + len(lost) == len(missing)
+    from mqtool.recovery.planners import plan_recover
+
+    with Store.open(root, version="4.9.7") as store:
+        plan = plan_recover(store)
+    assert any(f"reput skips an unreadable record at {broken['commitLogOffset']}" in n for n in plan.notes)
