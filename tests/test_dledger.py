@@ -1242,3 +1242,29 @@ def test_verify_on_a_mixed_store_says_the_reput_skips_the_rest_of_a_broken_class
     with Store.open(root, version="4.9.7") as store:
         plan = plan_recover(store)
     assert any(f"reput skips an unreadable record at {broken['commitLogOffset']}" in n for n in plan.notes)
+
+
+def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_path):
+    """5.x ``DefaultMessageStore.start`` re-puts from ``DLedgerCommitLog.getConfirmOffset`` = ``getMaxOffset``: DLedger's
+    committed position, else (no committedIndex in its checkpoint: ``committedPos`` stays -1) the first data file's base,
+    here 0 (``dledgerstart.reput_start``). Before: verify and recover modelled no reput at all, so verify called every
+    missing entry lost ("resumes at DLedger's committed position None") and recover's plan rebuilt none of them."""
+    import shutil
+
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    shutil.rmtree(store_dir / "consumequeue")
+    (store_dir / "dledger-n0" / "checkpoint").write_text("endIndex=699\n")
+    dispatched = [x for x in manifest("5.3.3", "dledger-small")["messages"] if x["dispatchToConsumeQueue"]]
+    code, findings, _ = _verify(store_dir, "--only", "cq")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    assert sum(f["details"]["records"] for f in missing) == len(dispatched)
+    assert all(f["severity"] == "warning" and f["details"]["rebuilt_by_broker"] for f in missing)
+    assert "the reput service resumes at 0: DLedger's checkpoint gives no committed position" in missing[0]["message"]
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    reput = [p for p in plan.dispatch if p.name == "reput"]
+    assert [(p.start, p.cq_records) for p in reput] == [(0, len(dispatched))]
