@@ -1196,9 +1196,10 @@ def test_salvage_reads_on_past_damage_dledger_s_recovery_keeps(tmp_path, version
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     """An entry of dledger-small with its magic broken: DLedger's recovery truncates the data there (§15.4). salvage lists
-    the messages before it as live and every one after it, past the broken entry, as past-damage, with a body CRC failing
-    among them skipped. Before: past the cut it looked for classic records, which DLedger data hold none of (48-byte
-    headers between them): 1 of the 600 messages after it."""
+    the messages before it as live and every one after it, the broken entry's intact record included (``resume_after``
+    without ``entries``), as past-damage, with a body CRC failing among them skipped. Before: past the cut it looked for
+    classic records, which DLedger data hold none of (48-byte headers between them): 1 of the 600 messages after it;
+    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)")."""
     from conftest import copy_store
 
     messages = manifest(version, "dledger-small")["messages"]
@@ -1210,9 +1211,9 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
         (m["commitLogOffset"], "live" if m["commitLogOffset"] < broken["commitLogOffset"] else "past-damage")
-        for m in messages if m is not broken and m is not flipped]
+        for m in messages if m is not flipped]
     stderr = " ".join(done.stderr.split())
-    assert f"no valid record in [{entry['pos']}, {messages[101]['dledgerEntry']['pos']}); valid records resume after it" in stderr
+    assert f"no valid record in [{entry['pos']}, {broken['commitLogOffset']}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
 
 
