@@ -1220,7 +1220,8 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
 def test_verify_on_a_mixed_store_says_the_reput_skips_the_rest_of_a_broken_classic_file(tmp_path):
     """§8.12, §15.5: no recovery cuts a mixed store's classic log (``mixed_store``, no consume queues), so 4.9.7's start-up
     reput from 0 meets its broken record and goes on at the next file (``doReput``, the model ``recover`` plans with): the
-    records after it in that file get no entry. Before: verify said the broker rebuilds every missing entry."""
+    records after it in that file get no entry. Before: verify said the broker rebuilds every missing entry, and recover's
+    verify_after said none would remain."""
     root, divided, expected, dl = mixed_store(tmp_path)
     classic = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda x: x["commitLogOffset"])
     broken = classic[len(classic) // 2]
@@ -1239,10 +1240,13 @@ def test_verify_on_a_mixed_store_says_the_reput_skips_the_rest_of_a_broken_class
     assert sum(f["details"]["records"] for f in missing) == len(dispatched)
     assert all(f["severity"] == "warning" for f in rebuilt) and len(rebuilt) + len(lost) == len(missing)
     from mqtool.recovery.planners import plan_recover
+    from mqtool.recovery.repair import verify_after
 
     with Store.open(root, version="4.9.7") as store:
         plan = plan_recover(store)
+        after = verify_after(store, plan)
     assert any(f"reput skips an unreadable record at {broken['commitLogOffset']}" in n for n in plan.notes)
+    assert sorted(e.offset for e in after if e.kind == "cq-entry-missing") == sorted(f["offset"] for f in lost)
 
 
 def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_path):

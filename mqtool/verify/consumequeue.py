@@ -658,7 +658,8 @@ class ConsumeQueueCheck(FindingSink):
             f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
             file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
             details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
-                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
+                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt,
+                                   **({"reput_resumes_at": gap[1]} if gap else {}))))
 
     @cached_property
     def reput_gaps(self) -> list[tuple[int, int]]:
