@@ -82,8 +82,8 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
     files = cl.entry_segments()
     first = files[0].base_offset if files else 0
     start = max(first, cl.min_offset)
-    return start, (f"{start}: DLedger's checkpoint gives no committed position, so getMaxOffset falls back to its first data file at {first}"
-                   + (f", and doReput to the log's min offset {start}" if start != first else ""))
+    why = f"{start}: DLedger's checkpoint gives no committed position, so getMaxOffset falls back to its first data file at {first}"
+    return start, why + (f", and doReput to the log's min offset {start}" if start != first else "")
 
 
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:

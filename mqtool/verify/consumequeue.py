@@ -673,8 +673,8 @@ class ConsumeQueueCheck(FindingSink):
         store, start = self.store, self.redispatch_from
         if start is None or start >= self.logical_end or dispatching_recovery(store) is not None:
             return []
-        reput = phase_scanner(store.commitlog, start, self.logical_end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-                              legacy_properties=store.legacy_properties, index_enable=False, check_crc=False)
+        reput = phase_scanner(store.commitlog, start, self.logical_end, discipline="reput", tags=TAGS_DELIVERY_TIME,
+                              delay_table=store.delay_table, legacy_properties=store.legacy_properties, index_enable=False, check_crc=False)
         for _ in reput:
             pass
         return reput.skipped_ranges()
