@@ -1196,9 +1196,10 @@ def test_salvage_reads_on_past_damage_dledger_s_recovery_keeps(tmp_path, version
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     """An entry of dledger-small with its magic broken: DLedger's recovery truncates the data there (§15.4). salvage lists
-    the messages before it as live and every one after it, past the broken entry, as past-damage, with a body CRC failing
-    among them skipped. Before: past the cut it looked for classic records, which DLedger data hold none of (48-byte
-    headers between them): 1 of the 600 messages after it."""
+    the messages before it as live and every one after it, the broken entry's intact record included (``resume_after``
+    without ``entries``), as past-damage, with a body CRC failing among them skipped. Before: past the cut it looked for
+    classic records, which DLedger data hold none of (48-byte headers between them): 1 of the 600 messages after it;
+    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)")."""
     from conftest import copy_store
 
     messages = manifest(version, "dledger-small")["messages"]
@@ -1210,7 +1211,65 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
         (m["commitLogOffset"], "live" if m["commitLogOffset"] < broken["commitLogOffset"] else "past-damage")
-        for m in messages if m is not broken and m is not flipped]
+        for m in messages if m is not flipped]
     stderr = " ".join(done.stderr.split())
-    assert f"no valid record in [{entry['pos']}, {messages[101]['dledgerEntry']['pos']}); valid records resume after it" in stderr
+    assert f"no valid record in [{entry['pos']}, {broken['commitLogOffset']}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
+
+
+def test_verify_on_a_mixed_store_says_the_reput_skips_the_rest_of_a_broken_classic_file(tmp_path):
+    """§8.12, §15.5: no recovery cuts a mixed store's classic log (``mixed_store``, no consume queues), so 4.9.7's start-up
+    reput from 0 meets its broken record and goes on at the next file (``doReput``, the model ``recover`` plans with): the
+    records after it in that file get no entry. Before: verify said the broker rebuilds every missing entry, and recover's
+    verify_after said none would remain."""
+    root, divided, expected, dl = mixed_store(tmp_path)
+    classic = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda x: x["commitLogOffset"])
+    broken = classic[len(classic) // 2]
+    segment = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= broken["commitLogOffset"]), key=lambda p: int(p.name))
+    resume = min([int(p.name) for p in (root / "commitlog").iterdir() if int(p.name) > int(segment.name)] + [divided])
+    _patch(segment, broken["commitLogOffset"] - int(segment.name) + 4, bytes(4))  # its magic code
+    code, findings, _ = _verify(root, "--broker-version", "4.9.7", "--only", "cq")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    lost = [f for f in missing if not f["details"]["rebuilt_by_broker"]]
+    skipped = [x for x in classic if broken["commitLogOffset"] < x["commitLogOffset"] < resume and x["dispatchToConsumeQueue"]]
+    assert code == 1 and skipped and sum(f["details"]["records"] for f in lost) == len(skipped)
+    assert all(f["severity"] == "error" and broken["commitLogOffset"] < f["offset"] <= f["details"]["last_offset"] < resume for f in lost)
+    assert f"meets the unreadable record at {broken['commitLogOffset']} and goes on only at {resume}" in lost[0]["message"]
+    rebuilt = [f for f in missing if f["details"]["rebuilt_by_broker"]]
+    dispatched = [x for x in classic + dl["messages"] if x["dispatchToConsumeQueue"] and x is not broken]
+    assert sum(f["details"]["records"] for f in missing) == len(dispatched)
+    assert all(f["severity"] == "warning" for f in rebuilt) and len(rebuilt) + len(lost) == len(missing)
+    from mqtool.recovery.planners import plan_recover
+    from mqtool.recovery.repair import verify_after
+
+    with Store.open(root, version="4.9.7") as store:
+        plan = plan_recover(store)
+        after = verify_after(store, plan)
+    assert any(f"reput skips an unreadable record at {broken['commitLogOffset']}" in n for n in plan.notes)
+    assert sorted(e.offset for e in after if e.kind == "cq-entry-missing") == sorted(f["offset"] for f in lost)
+
+
+def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_path):
+    """5.x ``DefaultMessageStore.start`` re-puts from ``DLedgerCommitLog.getConfirmOffset`` = ``getMaxOffset``: DLedger's
+    committed position, else (no committedIndex in its checkpoint: ``committedPos`` stays -1) the first data file's base,
+    here 0 (``dledgerstart.reput_start``). Before: verify and recover modelled no reput at all, so verify called every
+    missing entry lost ("resumes at DLedger's committed position None") and recover's plan rebuilt none of them."""
+    import shutil
+
+    from conftest import copy_store
+
+    from mqtool.recovery.planners import plan_recover
+
+    store_dir = copy_store("5.3.3", "dledger-small", tmp_path)
+    shutil.rmtree(store_dir / "consumequeue")
+    (store_dir / "dledger-n0" / "checkpoint").write_text("endIndex=699\n")
+    dispatched = [x for x in manifest("5.3.3", "dledger-small")["messages"] if x["dispatchToConsumeQueue"]]
+    code, findings, _ = _verify(store_dir, "--only", "cq")
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    assert sum(f["details"]["records"] for f in missing) == len(dispatched)
+    assert all(f["severity"] == "warning" and f["details"]["rebuilt_by_broker"] for f in missing)
+    assert "the reput service resumes at 0: DLedger's checkpoint gives no committed position" in missing[0]["message"]
+    with Store.open(store_dir) as store:
+        plan = plan_recover(store)
+    reput = [p for p in plan.dispatch if p.name == "reput"]
+    assert [(p.start, p.cq_records) for p in reput] == [(0, len(dispatched))]

@@ -368,6 +368,10 @@ class DispatchScanner:
             return self.stop is None or end.offset >= self.stop
         return end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)
 
+    def skipped_ranges(self) -> list[tuple[int, int]]:
+        """``reput``: each ``[record it could not dispatch, where doReput resumes)`` it skipped over, after iterating."""
+        return [(end.offset, self._reput_resume(end)) for end in self.skipped]
+
     def _reput_resume(self, end: ScanEnd) -> int | None:
         """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log
         resumes); None where the scan ends there (always for ``recovery``)."""

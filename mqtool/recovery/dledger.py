@@ -16,7 +16,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd
 from ..store.dledger import DLedgerCommitLog, index_file_size
-from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start
+from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start, reput_start
 from ..store.fastscan import COL_SIZE, FastScan
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
@@ -78,7 +78,7 @@ class DLedgerLog(LogKind):
         return run.max_cq >= run.cq_cut
 
     def reput_from(self, run: RecoveryRun) -> int | None:
-        return self.dl.committed_pos  # 5.x: from the confirm offset = DLedger's committed position
+        return reput_start(run.store.commitlog, self.dl)[0]  # 5.x: from the confirm offset (DLedger's committed position)
 
     def actions(self, run: RecoveryRun) -> list:
         """``recover``'s changes to ``index/``: units from the first that disagrees with its entry rewritten

@@ -801,7 +801,9 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             or (f.kind in LOST_KINDS and _at_or_after(f.offset, end))
             # entries past the end of a queue the recovery rewrites (at full size: its files' length too), and missing ones it re-dispatches
             or (f.kind in ("cq-entry-beyond-end", "cq-file-size") and _queue_of(f) in changed_queues)
-            or (f.kind == "cq-entry-missing" and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, cq_from)))
+            # (not those the reput skips: past a record it cannot read it goes on at the next file, verify's ``reput_gaps``)
+            or (f.kind == "cq-entry-missing" and "reput_resumes_at" not in (f.details or {})
+                and bool((f.details or {}).get("rebuilt_by_broker") or _at_or_after(f.offset, cq_from)))
             # keys it re-indexes, and findings in the index files it deletes
             or (f.kind == "index-keys-missing" and _at_or_after(f.offset, ix_from))
             or (f.kind.startswith("index-") and f.file in dropped)

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
-from ..store.commitlog import ScanEnd, StopReason
+from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
 from ..store.resync import resume_after
@@ -93,6 +93,7 @@ class SalvageScan:
         self.progress = progress
         self.batch = batch
         self.summary = SalvageSummary()
+        self._loose: set[int] = set()  # offsets of records whose DLedger entry header is broken (``_broken_entries``)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         last_ts, start = None, None
@@ -199,8 +200,13 @@ class SalvageScan:
         seg = cl.segments[index]
         report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)
         pos = start
-        while (found := resume_after(cl, seg.base_offset + pos + ENTRY_HEADER_SIZE)) is not None and found < seg.end_offset:
-            run = Run(found - ENTRY_HEADER_SIZE - seg.base_offset)
+        while True:
+            found = resume_after(cl, seg.base_offset + pos + ENTRY_HEADER_SIZE)
+            entry = None if found is None or found >= seg.end_offset else found - ENTRY_HEADER_SIZE - seg.base_offset
+            pos = self._broken_entries(report, pos, seg.size if entry is None else entry)
+            if entry is None:
+                break
+            run = Run(entry)
             if run.start > pos:
                 report.gaps.append(Gap(pos, run.start, pos, True))
             scan = FastScan(cl, seg.base_offset + run.start, seg.end_offset, check_crc=False, stop_on_crc=False)
@@ -215,16 +221,35 @@ class SalvageScan:
             pos = run.end + 1
         return report
 
+    def _broken_entries(self, report: SegmentReport, pos: int, stop: int) -> int:
+        """The records in ``[pos, stop)`` of ``report``'s DLedger data file whose entry header is broken but which
+        describe themselves (``resync.resume_after`` without ``entries``): each a run of its own, the bytes before it a
+        gap (``_read`` walks it as a classic record); returns where the search ended."""
+        cl, base = self.store.commitlog, report.base
+        while (found := resume_after(cl, base + pos, 0, entries=False)) is not None and found < base + stop:
+            record = cl.read_record(found)
+            if found + record.total_size > base + stop:
+                break
+            report.gaps.append(Gap(pos, found - base, pos, True))
+            report.runs.append(Run(found - base, found + record.total_size - base, 1, first_ts=record.store_timestamp,
+                                   last_ts=record.store_timestamp))
+            self._loose.add(found)
+            pos = found + record.total_size - base
+        return pos
+
     def _read(self, stretch: Stretch) -> Iterator[pa.RecordBatch]:
-        """The stretch's records through ``read_batches``; a bad-CRC record is skipped."""
-        start = stretch.start
+        """The stretch's records through ``read_batches``; a bad-CRC record is skipped. A record whose DLedger entry header
+        is broken (``_broken_entries``) is walked as a classic record, in a view of its file alone."""
+        start, cl = stretch.start, self.store.commitlog
+        loose = start in self._loose
         while start < stretch.stop:
-            scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch)
+            walk = FastScan(CommitLog([cl.segments[cl.segment_index(start)]], cl.file_size), start, stretch.stop) if loose else None
+            scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch, walk=walk)
             for batch in scan:
                 yield self._finish(batch, stretch.status)
             end = scan.end
             if end.reason != StopReason.CRC or end.total_size is None:
                 return
-            header = ENTRY_HEADER_SIZE if self._entry_file(self.store.commitlog.segment_index(end.offset)) else 0  # ends at the entry
+            header = ENTRY_HEADER_SIZE if not loose and self._entry_file(cl.segment_index(end.offset)) else 0  # ends at the entry
             self.summary.skipped.append((end.offset + header, end.total_size))
             start = end.offset + header + end.total_size

@@ -71,6 +71,21 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
 
 
+def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
+    """Where 5.x ``DefaultMessageStore.start``'s reput starts on DLedger data, and why: ``DLedgerCommitLog.getConfirmOffset``
+    (``getMaxOffset``; 5.0.0's default ``getMaxOffset`` is the same) is DLedger's committed position if positive, else
+    ``dLedgerFileList.getMinOffset()``, the first data file's base (0 if none: no committedIndex in DLedger's checkpoint,
+    or no entry, leaves ``committedPos`` at -1, ``updateCommittedIndex``); ``doReput`` raises it to the log's min offset
+    (@5.0.0-5.3.3, reference §15.4)."""
+    if dl.committed_pos:
+        return dl.committed_pos, f"DLedger's committed position {dl.committed_pos}"
+    files = cl.entry_segments()
+    first = files[0].base_offset if files else 0
+    start = max(first, cl.min_offset)
+    why = f"{start}: DLedger's checkpoint gives no committed position, so getMaxOffset falls back to its first data file at {first}"
+    return start, why + (f", and doReput to the log's min offset {start}" if start != first else "")
+
+
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose

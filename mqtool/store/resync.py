@@ -43,15 +43,19 @@ def scan_start(commitlog: CommitLog, offset: int) -> int:
     return offset if found is None else found
 
 
-def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN) -> int | None:
+def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN, *, entries: bool = True) -> int | None:
     """The first position at or after ``offset`` where the log can be resumed (the module's rule),
     in this segment or a later one; None when there is none. In a DLedger data file the first entry
     describing itself (``find_record_start`` with ``entries``, §15.2) whose record starts there or after:
-    its record's offset (the entry's position + 48); past its last entry, the next file."""
+    its record's offset (the entry's position + 48); past its last entry, the next file. Without ``entries``
+    there, the first record describing itself alone (records never chain there: 48-byte headers between them),
+    the record of an entry whose header is broken included."""
     entry_file = getattr(commitlog, "is_entry_file", lambda seg: False)
     for _, seg, pos in commitlog.segments_from(offset):
         with MappedFile(seg.path, seg.base_offset) as mf:
-            if entry_file(seg):
+            if entry_file(seg) and not entries:
+                found = find_record_start(mf.buf, pos, mf.size, seg.base_offset, 0, blanks=False)
+            elif entry_file(seg):
                 found = find_record_start(mf.buf, max(pos - ENTRY_HEADER_SIZE, 0), mf.size, seg.base_offset, 0, entries=True, blanks=False)
                 found += ENTRY_HEADER_SIZE if found >= 0 else 0
             else:

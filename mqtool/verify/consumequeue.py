@@ -456,6 +456,9 @@ class ConsumeQueueCheck(FindingSink):
             return False
         last_qoffs = queue_offsets[last].tolist()
         compared = view_of.tolist()
+        lo_offset, hi_offset = int(offsets[0]), int(offsets[-1])
+        if any(compared[g] < 0 for _, _, g in plan) and any(a <= hi_offset and b > lo_offset for a, b in self.reput_gaps):
+            return False  # missing runs split where the reput skips: the record path
         for key, cursor, g in plan:
             if compared[g] >= 0:
                 cursor.skip(counts[g])
@@ -498,6 +501,9 @@ class ConsumeQueueCheck(FindingSink):
     def _missing(self, key: tuple[str, int], first: int, last: int, first_qoff: int, last_qoff: int, count: int) -> None:
         """Records ``[first, last]`` of queue ``key`` have no entry: a run is opened or extended."""
         run = self.missing.get(key)
+        if run is not None and self._reput_gap(first) != self._reput_gap(run.first_offset):
+            self._close_missing(self.cursors[key])
+            run = None
         if run is None:
             self.missing[key] = MissingRun(first, last, first_qoff, last_qoff, count)
         else:
@@ -634,9 +640,13 @@ class ConsumeQueueCheck(FindingSink):
                 "queue can not write\") and no rebuild gives them an entry", offset=run.first_offset, expected=f"{run.count} entries",
                 found="none", details=cursor.details(last_offset=run.last_offset, records=run.count, record_damaged=True)))
             return
-        rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from
+        gap = self._reput_gap(run.first_offset)
+        rebuilt = self.redispatch_from is not None and run.first_offset >= self.redispatch_from and gap is None
         stall = self.stall if rebuilt else None
         consequence = (f"the broker's next start would rebuild them ({self.redispatch_why}), but {stall_of(*stall)}" if stall else
+                       f"the broker will not rebuild them by itself: its reput from {self.redispatch_from} meets the unreadable record at "
+                       f"{gap[0]} and goes on only at {gap[1]} ({self.redispatch_why}; doReput skips to the next file); consumers never "
+                       "see these messages" if gap else
                        f"the broker will rebuild them on its next start ({self.redispatch_why})" if rebuilt else
                        f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
         lost = not rebuilt or stall is not None and not stall[0].undecided  # an undecided stall (lmq.stall_of says what decides) warns
@@ -648,7 +658,29 @@ class ConsumeQueueCheck(FindingSink):
             f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
             file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
             details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
-                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt)))
+                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt,
+                                   **({"reput_resumes_at": gap[1]} if gap else {}))))
+
+    @cached_property
+    def reput_gaps(self) -> list[tuple[int, int]]:
+        """The ranges the start-up reput that would rebuild missing entries skips (``DispatchScanner.skipped_ranges``, the
+        model ``recover`` plans with: ``doReput`` meeting a record it cannot dispatch goes on at the next file, §8.12, rules
+        §2.12): no recovery cuts a mixed store's classic log (§15.5), so its records there get no entry. None where a
+        recovery re-dispatches (``state.dispatching_recovery``: its scan ends at such a record)."""
+        from ..dispatch.scanner import TAGS_DELIVERY_TIME, phase_scanner
+        from .state import dispatching_recovery
+
+        store, start = self.store, self.redispatch_from
+        if start is None or start >= self.logical_end or dispatching_recovery(store) is not None:
+            return []
+        reput = phase_scanner(store.commitlog, start, self.logical_end, discipline="reput", tags=TAGS_DELIVERY_TIME,
+                              delay_table=store.delay_table, legacy_properties=store.legacy_properties, index_enable=False, check_crc=False)
+        for _ in reput:
+            pass
+        return reput.skipped_ranges()
+
+    def _reput_gap(self, offset: int) -> tuple[int, int] | None:
+        return next(((a, b) for a, b in self.reput_gaps if a <= offset < b), None)
 
     @cached_property
     def stall(self):

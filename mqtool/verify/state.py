@@ -44,9 +44,9 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
     consume queues and the index by itself, and why (None: it does not): a recovery that dispatches
     (``dispatching_recovery``), else the reput from the consume queues' max in 4.5.0-4.9.8 (rules §2.11). On a
     store with DLedger data ``DLedgerCommitLog``'s recovery dispatches nothing, after a crash too, but in 5.2.0+'s
-    abnormal one, and 5.x re-puts from DLedger's committed position, if any (``DLedgerCommitLog.recover`` @4.9.7,
-    ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the release is undecided,
-    the eras left must agree."""
+    abnormal one, and 5.x re-puts from DLedger's committed position, else its first data file (``dledgerstart.reput_start``;
+    ``DLedgerCommitLog.recover`` @4.9.7, ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the
+    release is undecided, the eras left must agree."""
     from ..store.rules import VersionRules
 
     version, dledger = store.version, store.recovers_dledger_data
@@ -69,11 +69,11 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
     if rules.reput_from_cq_max:
         top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
         return top, f"{who}: {nothing}the reput service resumes at the consume queues' max offset {top}"
-    if dledger:  # 5.x: from getConfirmOffset(), DLedger's committed position (``recovery.dledger.DLedgerLog.reput_from``)
-        from ..store.dledgerstart import data_recovery
+    if dledger:  # 5.x: from getConfirmOffset() (``dledgerstart.reput_start``, as ``recovery.dledger.DLedgerLog.reput_from``)
+        from ..store.dledgerstart import data_recovery, reput_start
 
-        committed = data_recovery(store.commitlog).committed_pos
-        return committed, f"{who}: {nothing}the reput service resumes at DLedger's committed position {committed}"
+        start, where = reput_start(store.commitlog, data_recovery(store.commitlog))
+        return start, f"{who}: {nothing}the reput service resumes at {where}"
     when = "after a clean shutdown" if not store.abort_present else "(DLedgerCommitLog recovers the classic log as after a clean stop)"
     return None, f"{who} does not re-dispatch records {when}"
 
