@@ -33,7 +33,7 @@ def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
     """Parse one JSON config file and check its top-level table is present: the document, and its offset
     table as the broker converts it (``consumer_offsets``, ``delay_offsets``; None: a file without one)."""
     if not text.strip():
-        raise ConfigError(f"{name} is empty")
+        raise ConfigError(empty(name))
     from . import fastjson  # on first use: its patterns compile at import
 
     try:
@@ -48,6 +48,11 @@ def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
         return doc, None if read is None else read(doc)
     except (ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{name} has an offset fastjson cannot read as Integer -> Long ({exc!r})") from None
+
+
+def empty(name: str) -> str:
+    """``decode_config``'s error for a file holding nothing (or only whitespace)."""
+    return f"{name} is empty"
 
 
 def topic_names(topics_doc: dict[str, Any]) -> set[str]:
