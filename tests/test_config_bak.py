@@ -109,3 +109,16 @@ def test_timer_metrics_bak_refuses_5_x_start(tmp_path):
     line = first_lines(out)
     assert line.startswith(REFUSES + "config/timermetrics.bak: timermetrics is not JSON") and "with that file fixed" in line
     assert [f["file"] for f in config_errors(findings)] == ["config/timermetrics"]
+
+
+def test_object_without_its_table_is_decoded(tmp_path):
+    """The broker's ``decode`` reads ``{}`` without a throw (the class keeps its empty table): as the file it is loaded and
+    the .bak never read; as the .bak, ``loadBak`` returns true. Neither refuses the start; ``[]`` as the .bak does."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    for main, bak in ((b"{}", b"{"), (None, b"{}")):
+        with_config(root, "subscriptionGroup.json", main, bak)
+        _, out, findings = verified(root, "4.9.7")
+        assert "refuses" not in first_lines(out) and not [f for f in config_errors(findings) if "refuses" in f["message"]]
+    with_config(root, "subscriptionGroup.json", None, b"[]")
+    _, out, findings = verified(root, "4.9.7")
+    assert first_lines(out).startswith(REFUSES + "config/subscriptionGroup.json.bak: subscriptionGroup.json is not a JSON object")

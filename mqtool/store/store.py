@@ -152,9 +152,12 @@ class ConfigDocument:
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
         ``file2String`` or ``decode`` throws on it (a directory, unreadable, undecodable); a missing or empty ``.bak`` reads
-        as nothing, and ``loadBak`` returns true (an empty table)."""
-        why = self.problems.get(f"config/{self.name}.bak", MISSING)
-        return None if self.doc is not None or why in (MISSING, cfgfmt.empty(self.name)) else why
+        as nothing, and ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which
+        the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
+        absent, why = cfgfmt.absent(self.name), self.problems.get(f"config/{self.name}.bak", MISSING)
+        if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent):
+            return None
+        return why
 
 
 @dataclass
