@@ -122,3 +122,16 @@ def test_object_without_its_table_is_decoded(tmp_path):
     with_config(root, "subscriptionGroup.json", None, b"[]")
     _, out, findings = verified(root, "4.9.7")
     assert first_lines(out).startswith(REFUSES + "config/subscriptionGroup.json.bak: subscriptionGroup.json is not a JSON object")
+
+
+@pytest.mark.parametrize("version, refuses", [("3.2.6", False), ("4.0.0", False), ("4.5.1", True)])
+def test_bak_directory_read_as_null_before_4_1_0(tmp_path, version, refuses):
+    """3.2.6's and 4.0.0's ``MixAll.file2String`` catches the ``FileReader``'s ``IOException`` on a directory and returns
+    null, so ``loadBak`` returns true and the broker starts; 4.1.0+'s throws it, ``loadBak`` returns false."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config/consumerOffset.json").unlink(missing_ok=True)
+    into_directory(root, "config/consumerOffset.json.bak")
+    _, out, findings = verified(root, version)
+    assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: a directory") is refuses
+    assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses

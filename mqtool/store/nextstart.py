@@ -342,10 +342,11 @@ def bak_refusal(store: Store, name: str, eras) -> tuple[str, str] | None:
     """(why, which eras: "" all) the broker refuses to start on config file ``name``, which ``eras`` (of the store's) load, or
     None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable, undecodable) and ``loadBak`` throws on its
     ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``), failing the load that asked (``ConfigManager.loadBak``
-    3.2.6-5.3.3). 3.2.6 and 4.0.0 read a non-ASCII file as null (rules 7.4), on which ``loadBak`` returns true."""
+    3.2.6-5.3.3). 3.2.6's and 4.0.0's ``file2String`` throws nothing and reads a directory, an unreadable or a non-ASCII file
+    as null (rules 7.4), on which ``loadBak`` returns true: only a ``.bak`` they decode and ``decode`` throws on refuses."""
     if store.root is None or not eras or (why := store.load_config(name).bak_unusable) is None:
         return None
-    refusing = [e for e in eras if e.index >= ERA_INDEX["E2"] or _not_read_as_null(store.path(f"config/{name}.bak"))]
+    refusing = [e for e in eras if e.index >= ERA_INDEX["E2"] or _read_by_old_file2string(store.path(f"config/{name}.bak"))]
     if not refusing:
         return None
     return why, "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
@@ -361,13 +362,13 @@ def loading_eras(store: Store, name: str) -> list:
     return [e for e in eras if e.index >= ERA_INDEX[dict(LOADED_FIRST).get(name, "E0")]]
 
 
-def _not_read_as_null(path: Path) -> bool:
-    """Whether 3.2.6's and 4.0.0's ``MixAll.file2String`` throws on ``path`` or returns its text, not null: not a file,
-    unreadable, or ASCII (its ``FileReader`` reads fewer chars than bytes from any other)."""
+def _read_by_old_file2string(path: Path) -> bool:
+    """Whether 3.2.6's and 4.0.0's ``MixAll.file2String`` returns the text of ``path``, not null: a file it reads, in ASCII
+    (its ``FileReader`` reads fewer chars than bytes from any other; it catches the ``IOException``, a directory's too)."""
     try:
-        return not path.is_file() or path.read_bytes().isascii()
+        return path.is_file() and path.read_bytes().isascii()
     except OSError:
-        return True
+        return False
 
 
 def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
