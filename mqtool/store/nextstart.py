@@ -401,9 +401,10 @@ def later_refusal(store: Store) -> str | None:
     does once that is fixed."""
     from .timer import timer_eras
 
-    late = [e for e in store.version_guess.eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
+    eras = store.version_guess.eras
+    late = [e for e in eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
     return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
-            or config_refusal(store, "timermetrics", timer_eras(store.version_guess.eras)) or config_refusal(store, "delayOffset.json", late)
+            or config_refusal(store, "timermetrics", timer_eras(eras)) or config_refusal(store, "delayOffset.json", late)
             or abort_refusal(store))
 
 

@@ -159,11 +159,13 @@ def config_findings(store: Store) -> Iterator[Finding]:
         problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
         if refusal is not None:  # ConfigManager.loadBak catches the throw: false
             bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
-            yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and the broker "
-                        f"refuses to start{refusal[1]}", file=shown, found=problem)
+            yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
+                        f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
         elif problem != MISSING:
-            fallback = f"the broker loads {name}.bak instead" if loaded.doc is not None else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table"
-            yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
+            fallback = (f"the broker loads {name}.bak instead" if loaded.doc is not None
+                        else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table")
+            yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown,
+                                                                 found=problem)
     yield from _consumer_offsets(store)
 
 
