@@ -319,8 +319,8 @@ def open_refusal(store: Store) -> str | None:
     if store.root is None:
         return None
     eras = store.version_guess.eras
-    for name, first in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
-        if (why := config_refusal(store, name, [e for e in eras if e.index >= ERA_INDEX[first]])) is not None:
+    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
+        if (why := config_refusal(store, name, loading_eras(store, name))) is not None:
             return why
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
