@@ -33,7 +33,7 @@ def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
     """Parse one JSON config file and check its top-level table is present: the document, and its offset
     table as the broker converts it (``consumer_offsets``, ``delay_offsets``; None: a file without one)."""
     if not text.strip():
-        raise ConfigError(f"{name} is empty")
+        raise ConfigError(empty(name))
     from . import fastjson  # on first use: its patterns compile at import
 
     try:
@@ -41,13 +41,28 @@ def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
     except fastjson.FastjsonError as exc:
         raise ConfigError(f"{name} is not JSON fastjson can read: {exc}") from None
     table = CONFIG_FILES.get(name)
-    if not isinstance(doc, dict) or (table and not isinstance(doc.get(table), dict)):
-        raise ConfigError(f"{name} has no {table!r} object")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{name} is not a JSON object")
+    if table and table not in doc:
+        raise ConfigError(absent(name))
+    if table and not isinstance(doc[table], dict):
+        raise ConfigError(f"{name}'s {table!r} is not an object")
     read = _OFFSET_TABLES.get(name)
     try:
         return doc, None if read is None else read(doc)
     except (ValueError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{name} has an offset fastjson cannot read as Integer -> Long ({exc!r})") from None
+
+
+def empty(name: str) -> str:
+    """``decode_config``'s error for a file holding nothing (or only whitespace)."""
+    return f"{name} is empty"
+
+
+def absent(name: str) -> str:
+    """``decode_config``'s error for an object without the file's table, which the broker's ``decode`` reads without a throw
+    (the class's field keeps its empty table: ``TopicConfigSerializeWrapper``, ``ConsumerOffsetManager`` ... @4.9.7)."""
+    return f"{name} has no {CONFIG_FILES[name]!r} object"
 
 
 def topic_names(topics_doc: dict[str, Any]) -> set[str]:

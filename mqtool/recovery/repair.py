@@ -26,7 +26,7 @@ from ..formats.dispatch import dispatch_request
 from ..errors import Refused
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.store import SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last
+from ..store.store import NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -193,6 +193,11 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     _index_strays(root, store, quarantine)
     for name, what, why in _unusable_files(root):
         quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
+    for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable
+        if (why := load_config(root, name).bak_unusable) not in (None, NOT_A_FILE):
+            quarantine(root / "config" / f"{name}.bak", f"{why}, and config/{name} is passed over too: ConfigManager.loadBak throws on "
+                       "it and returns false, so the broker refuses to start; moved into the backup as it is, the broker then reads "
+                       "no .bak, loadBak returns true and it starts with an empty table")
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder

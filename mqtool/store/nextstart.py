@@ -23,7 +23,7 @@ from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, NOT_A_FILE, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
+from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
 ERA_INDEX = {e.name: e.index for e in ERAS}
@@ -288,8 +288,11 @@ def log_refusal(store: Store) -> str | None:
     return None
 
 
-# the config files every release's ``BrokerController.initialize`` loads first (``ConfigManager.load``; rules §7)
-LOADED_FIRST = ("topics.json", "consumerOffset.json", "subscriptionGroup.json")
+# the config files ``BrokerController.initialize`` loads before the store's (``ConfigManager.load``; rules §7), with the first
+# era that does (4.1.0+ ``ConsumerFilterManager``); ``delayOffset.json`` (``ScheduleMessageService.load``) loads first in
+# ``DefaultMessageStore.load`` up to 4.9.1, after the recovery from ``DELAY_LOADED_LATE`` (4.9.2) on (``later_refusal``)
+LOADED_FIRST = (("topics.json", "E0"), ("consumerOffset.json", "E0"), ("subscriptionGroup.json", "E0"), ("consumerFilter.json", "E2"))
+DELAY_LOADED_LATE = "E11"
 # the single files the broker opens before it loads the commit log: the first era that does, and what opens it
 OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/timercheck", "E13", "TimerCheckpoint"),
                 ("timerwheel", "E13", "TimerWheel"))
@@ -308,23 +311,64 @@ def unusable(path: Path, name: str) -> tuple[str, str] | None:
 
 
 def open_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on a file of ``OPENED_FIRST`` that is a directory, or None: ``new RandomAccessFile(file,
-    "rw")`` throws on one (so does ``ConfigManager.loadBak``'s read of a ``LOADED_FIRST`` file's ``.bak``: ``store.NOT_A_FILE``) and
-    ``BrokerController.initialize`` fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck``
-    and ``timerwheel``, rules 8.1). While several eras remain, the refusal of any of them is reported, naming them."""
+    """Why the broker refuses to start before it loads the commit log, or None: a config file of ``LOADED_FIRST`` (then, up
+    to 4.9.1, ``delayOffset.json``) whose ``.bak`` ``ConfigManager.loadBak`` fails on (``config_refusal``), or a file of
+    ``OPENED_FIRST`` that is a directory: ``new RandomAccessFile(file, "rw")`` throws on one and ``BrokerController.initialize``
+    fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck`` and ``timerwheel``, rules 8.1). While several eras
+    remain, the refusal of any of them is reported, naming them."""
     if store.root is None:
         return None
-    for name in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
-        if (loaded := store.load_config(name)).doc is None and loaded.problems.get(f"config/{name}.bak") == NOT_A_FILE:
-            return (f"config/{name}.bak: {NOT_A_FILE}, where ConfigManager.loadBak falls back from config/{name} "
-                    f"({loaded.problems[f'config/{name}']}), so it returns false and BrokerController.initialize fails")
     eras = store.version_guess.eras
+    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
+        if (why := config_refusal(store, name, loading_eras(store, name))) is not None:
+            return why
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
             return f"{name}: {found[0]}, which {opener} cannot open ({found[1]}), so BrokerController.initialize fails{who}"
-    return None
+    return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
+
+
+def config_refusal(store: Store, name: str, eras) -> str | None:
+    """Why the broker refuses to start on config file ``name``, which ``eras`` (of the store's) load, or None (``bak_refusal``)."""
+    if (found := bak_refusal(store, name, eras)) is None:
+        return None
+    return (f"config/{name}.bak: {found[0]}, where ConfigManager.loadBak falls back from config/{name} "
+            f"({store.load_config(name).problems[f'config/{name}']}), so it returns false and BrokerController.initialize fails{found[1]}")
+
+
+def bak_refusal(store: Store, name: str, eras) -> tuple[str, str] | None:
+    """(why, which eras: "" all) the broker refuses to start on config file ``name``, which ``eras`` (of the store's) load, or
+    None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable, undecodable) and ``loadBak`` throws on its
+    ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``), failing the load that asked (``ConfigManager.loadBak``
+    3.2.6-5.3.3). 3.2.6's and 4.0.0's ``file2String`` throws nothing and reads a directory, an unreadable or a non-ASCII file
+    as null (rules 7.4), on which ``loadBak`` returns true: only a ``.bak`` they decode and ``decode`` throws on refuses."""
+    if store.root is None or not eras or (why := store.load_config(name).bak_unusable) is None:
+        return None
+    refusing = [e for e in eras if e.index >= ERA_INDEX["E2"] or _read_by_old_file2string(store.path(f"config/{name}.bak"))]
+    if not refusing:
+        return None
+    return why, "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+
+
+def loading_eras(store: Store, name: str) -> list:
+    """The store's eras whose broker loads config file ``name`` (``LOADED_FIRST``; ``timermetrics``: a timer store's)."""
+    from .timer import timer_eras
+
+    eras = store.version_guess.eras
+    if name == "timermetrics":
+        return timer_eras(eras)
+    return [e for e in eras if e.index >= ERA_INDEX[dict(LOADED_FIRST).get(name, "E0")]]
+
+
+def _read_by_old_file2string(path: Path) -> bool:
+    """Whether 3.2.6's and 4.0.0's ``MixAll.file2String`` returns the text of ``path``, not null: a file it reads, in ASCII
+    (its ``FileReader`` reads fewer chars than bytes from any other; it catches the ``IOException``, a directory's too)."""
+    try:
+        return path.is_file() and path.read_bytes().isascii()
+    except OSError:
+        return False
 
 
 def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
@@ -352,9 +396,15 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
     by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
-    ``timer_refusal``, in the order it loads them, then ``abort_refusal`` after the recovery; the line says what the start
+    ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``), in the order it loads them, then 4.9.2+'s ``delayOffset.json``
+    (``config_refusal``) and ``abort_refusal`` after the recovery; the line says what the start
     does once that is fixed."""
+    from .timer import timer_eras
+
+    eras = store.version_guess.eras
+    late = [e for e in eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
     return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+            or config_refusal(store, "timermetrics", timer_eras(eras)) or config_refusal(store, "delayOffset.json", late)
             or abort_refusal(store))
 
 

@@ -148,6 +148,17 @@ class ConfigDocument:
     def notes(self) -> list[str]:
         return [f"{path}: {why}" for path, why in self.problems.items()]
 
+    @property
+    def bak_unusable(self) -> str | None:
+        """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
+        ``file2String`` or ``decode`` throws on it (a directory, unreadable, undecodable); a missing or empty ``.bak`` reads
+        as nothing, and ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which
+        the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
+        absent, why = cfgfmt.absent(self.name), self.problems.get(f"config/{self.name}.bak", MISSING)
+        if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent):
+            return None
+        return why
+
 
 @dataclass
 class Store:
@@ -528,37 +539,42 @@ class Store:
         return self.abort is not None
 
     def load_config(self, name: str) -> "ConfigDocument":
-        """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak``
-        when the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed
-        UTF-8 replaced as ``new String(bytes, UTF-8)`` does). Each file is parsed once for as long as its
-        bytes stay the same (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are
-        the key, so a Store that outlives a rewrite (``restore-config``, ``repair``, ``restore``) reads the
-        new content whatever its size and times say."""
-        problems = {}
-        for candidate in (name, name + ".bak"):
-            shown = f"config/{candidate}"
-            path = None if self.root is None else self.root / "config" / candidate
-            if path is None or not path.is_file():
-                problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
-                continue
-            try:
-                raw = path.read_bytes()
-            except OSError as exc:
-                problems[shown] = exc.strerror or str(exc)
-                continue
-            if (parsed := self._config_parses.get(shown)) is None or parsed[0] != raw:
-                text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="replace").read()  # Path.read_text's decoding
-                try:
-                    parsed = raw, cfgfmt.decode_config(name, text)
-                except cfgfmt.ConfigError as exc:
-                    parsed = raw, str(exc)
-                self._config_parses[shown] = parsed
-            if isinstance(parsed[1], str):
-                problems[shown] = parsed[1]
-                continue
-            return ConfigDocument(name, *parsed[1], shown, problems)
-        return ConfigDocument(name, None, None, None, problems)
+        """``load_config``'s document of this store's ``config/``, each file parsed once for as long as its bytes stay the same
+        (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are the key, so a Store that outlives a
+        rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say."""
+        return load_config(self.root, name, self._config_parses)
 
     def config_file(self, name: str) -> dict | None:
         """``load_config``'s document, or None."""
         return self.load_config(name).doc
+
+
+def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None) -> ConfigDocument:
+    """A ``config/*.json`` file of the store at ``root`` as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when
+    the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed UTF-8 replaced as
+    ``new String(bytes, UTF-8)`` does). ``parses``: "config/<file>" -> (bytes, parse or error), kept across calls."""
+    parses = {} if parses is None else parses
+    problems = {}
+    for candidate in (name, name + ".bak"):
+        shown = f"config/{candidate}"
+        path = None if root is None else root / "config" / candidate
+        if path is None or not path.is_file():
+            problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
+            continue
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            problems[shown] = exc.strerror or str(exc)
+            continue
+        if (parsed := parses.get(shown)) is None or parsed[0] != raw:
+            text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="replace").read()  # Path.read_text's decoding
+            try:
+                parsed = raw, cfgfmt.decode_config(name, text)
+            except cfgfmt.ConfigError as exc:
+                parsed = raw, str(exc)
+            parses[shown] = parsed
+        if isinstance(parsed[1], str):
+            problems[shown] = parsed[1]
+            continue
+        return ConfigDocument(name, *parsed[1], shown, problems)
+    return ConfigDocument(name, None, None, None, problems)

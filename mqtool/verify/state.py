@@ -13,7 +13,7 @@ from ..formats import config as cfgfmt
 from ..store import Store
 from ..store.store import MISSING, NOT_A_FILE
 from ..store import offsets
-from ..store.nextstart import abort_refusal, checkpoint_refusal, open_refusal
+from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, open_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -148,17 +148,24 @@ def abort_findings(store: Store) -> Iterator[Finding]:
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
+    """``config-unreadable``: a config file the broker passes over (``Store.load_config``), of the files the store's eras
+    load (``nextstart.loading_eras``); an error where its ``.bak`` fails the start too (``nextstart.bak_refusal``)."""
     if not store.path("config").is_dir():
         return
     for name in cfgfmt.CONFIG_FILES:
-        loaded, shown = store.load_config(name), f"config/{name}"
-        problem = loaded.problems.get(shown, MISSING)
-        if problem == MISSING:
+        if not (eras := loading_eras(store, name)):
             continue
-        fallback = f"the broker loads {name}.bak instead" if loaded.doc is not None else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table"
-        if loaded.doc is None and loaded.problems.get(f"{shown}.bak") == NOT_A_FILE:  # ConfigManager.loadBak catches the throw: false
-            fallback = f"its {name}.bak is {NOT_A_FILE} either, so ConfigManager.load returns false and the broker refuses to start"
-        yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
+        loaded, shown = store.load_config(name), f"config/{name}"
+        problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
+        if refusal is not None:  # ConfigManager.loadBak catches the throw: false
+            bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
+            yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
+                        f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
+        elif problem != MISSING:
+            fallback = (f"the broker loads {name}.bak instead" if loaded.doc is not None
+                        else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table")
+            yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown,
+                                                                 found=problem)
     yield from _consumer_offsets(store)
 
 

@@ -1,0 +1,137 @@
+"""A config file the broker passes over with a ``.bak`` it cannot load (``ConfigManager.load``/``loadBak`` 3.2.6-5.3.3):
+``loadBak`` catches the throw of ``file2String`` (a directory) or ``decode`` (malformed JSON) and returns false, so the load
+that asked fails the start; a missing or empty ``.bak`` reads as nothing and returns true. Which files load where, by era
+(``BrokerController.initialize``, ``DefaultMessageStore.load``, ``TimerMessageStore.load``): the next start's line, ``verify``,
+``recover``'s refusal, ``repair``'s quarantine undone exactly by ``restore``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import copy_store
+from test_load_strays import run, snapshot, verified
+from test_single_files import into_directory
+
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_OK
+
+REFUSES = "the broker's next start refuses to start: "
+
+
+def first_lines(out: str) -> str:
+    return " ".join(out.split("\n")[:8])
+
+
+def config_errors(findings: list[dict]) -> list[dict]:
+    return [f for f in findings if f["kind"] == "config-unreadable" and f["severity"] == "error"]
+
+
+def with_config(root, name: str, main: bytes | None, bak: bytes | None) -> None:
+    """``root``'s ``config/<name>`` and its ``.bak`` set to ``main`` and ``bak`` (None: no such file)."""
+    (root / "config").mkdir(exist_ok=True)
+    for path, data in ((root / "config" / name, main), (root / "config" / f"{name}.bak", bak)):
+        path.unlink(missing_ok=True)
+        if data is not None:
+            path.write_bytes(data)
+
+
+@pytest.mark.parametrize("version, name", [("4.0.0", "clean-small"), ("4.9.7", "config-real"), ("5.3.3", "config-real")])
+def test_malformed_bak_refuses_start_then_repaired(tmp_path, version, name):
+    """topics.json missing, its .bak malformed: ``decode`` throws, ``loadBak`` returns false, the broker refuses to start.
+    ``repair`` moves the .bak out (``loadBak`` then reads null and returns true: the broker starts); ``restore`` undoes."""
+    root = copy_store(version, name, tmp_path)
+    with_config(root, "topics.json", None, b'{"topicConfigTable":{')
+    code, out, findings = verified(root, version)
+    assert first_lines(out).startswith(REFUSES + "config/topics.json.bak: topics.json is not JSON fastjson can read")
+    assert [f["file"] for f in config_errors(findings)] == ["config/topics.json"]
+    assert "refuses to start" in config_errors(findings)[0]["message"]
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and "config/topics.json.bak" in refused.stderr and "Traceback" not in refused.stderr
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not (root / "config/topics.json.bak").exists()
+    _, out, findings = verified(root, version)
+    assert "refuses" not in first_lines(out) and not config_errors(findings)
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+
+
+def test_non_ascii_malformed_bak_read_as_null_by_4_0_0(tmp_path):
+    """3.2.6 and 4.0.0 read a non-ASCII file as null (``FileReader`` into a char array of the byte length; rules 7.4), on
+    which ``loadBak`` returns true: the broker starts (with an empty table); 4.1.0+ decode it, throw and refuse."""
+    root = copy_store("4.0.0", "clean-small", tmp_path)
+    with_config(root, "subscriptionGroup.json", b"", '{"subscriptionGroupTable":{"é"'.encode())
+    _, out, findings = verified(root, "4.0.0")
+    assert "refuses" not in first_lines(out)
+    assert [f["message"].endswith("so the broker starts with an empty table") for f in config_errors(findings)] == [True]
+    _, out, findings = verified(root, "4.5.1")
+    assert first_lines(out).startswith(REFUSES + "config/subscriptionGroup.json.bak: subscriptionGroup.json is not JSON")
+
+
+def test_consumer_filter_loaded_from_4_1_0(tmp_path):
+    """``ConsumerFilterManager`` (4.1.0+) loads consumerFilter.json after the first three: a .bak that is a directory
+    where the file is missing refuses the start of a 4.5.1 broker; 3.2.6 and 4.0.0 never read the file."""
+    root = copy_store("4.0.0", "clean-small", tmp_path)
+    (root / "config").mkdir()
+    into_directory(root, "config/consumerFilter.json.bak")
+    _, out, findings = verified(root, "4.0.0")
+    assert "refuses" not in first_lines(out) and not [f for f in findings if f["file"].startswith("config/")]
+    _, out, findings = verified(root, "4.5.1")
+    assert first_lines(out).startswith(REFUSES + "config/consumerFilter.json.bak: a directory, which FileInputStream cannot read")
+    assert [f["file"] for f in config_errors(findings)] == ["config/consumerFilter.json"]
+
+
+@pytest.mark.parametrize("version, name, early", [("4.5.1", "crashed-small", True), ("4.9.7", "config-real", False),
+                                                   ("5.3.3", "config-real", False)])
+def test_delay_offset_bak_refusal_where_it_loads(tmp_path, version, name, early):
+    """``ScheduleMessageService.load`` reads delayOffset.json first in ``DefaultMessageStore.load`` up to 4.9.1 (no recovery
+    runs), after the recovery from 4.9.2 (the line gives what the start does once it is fixed)."""
+    root = copy_store(version, name, tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config/delayOffset.json").unlink(missing_ok=True)
+    into_directory(root, "config/delayOffset.json.bak")
+    _, out, findings = verified(root, version)
+    line = first_lines(out)
+    assert line.startswith(REFUSES + "config/delayOffset.json.bak: a directory")
+    assert ("with that file fixed" in line) is not early
+    assert [f["file"] for f in config_errors(findings)] == ["config/delayOffset.json"]
+    doc = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)
+    assert "config/delayOffset.json.bak" in json.dumps(doc)
+
+
+def test_timer_metrics_bak_refuses_5_x_start(tmp_path):
+    """``TimerMessageStore.load`` loads ``config/timermetrics`` after the timer log: a malformed .bak where the file is
+    missing fails it, after the recovery."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    with_config(root, "timermetrics", None, b"{[")
+    _, out, findings = verified(root, "5.3.3")
+    line = first_lines(out)
+    assert line.startswith(REFUSES + "config/timermetrics.bak: timermetrics is not JSON") and "with that file fixed" in line
+    assert [f["file"] for f in config_errors(findings)] == ["config/timermetrics"]
+
+
+def test_object_without_its_table_is_decoded(tmp_path):
+    """The broker's ``decode`` reads ``{}`` without a throw (the class keeps its empty table): as the file it is loaded and
+    the .bak never read; as the .bak, ``loadBak`` returns true. Neither refuses the start; ``[]`` as the .bak does."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    for main, bak in ((b"{}", b"{"), (None, b"{}")):
+        with_config(root, "subscriptionGroup.json", main, bak)
+        _, out, findings = verified(root, "4.9.7")
+        assert "refuses" not in first_lines(out) and not [f for f in config_errors(findings) if "refuses" in f["message"]]
+    with_config(root, "subscriptionGroup.json", None, b"[]")
+    _, out, findings = verified(root, "4.9.7")
+    assert first_lines(out).startswith(REFUSES + "config/subscriptionGroup.json.bak: subscriptionGroup.json is not a JSON object")
+
+
+@pytest.mark.parametrize("version, refuses", [("3.2.6", False), ("4.0.0", False), ("4.5.1", True)])
+def test_bak_directory_read_as_null_before_4_1_0(tmp_path, version, refuses):
+    """3.2.6's and 4.0.0's ``MixAll.file2String`` catches the ``FileReader``'s ``IOException`` on a directory and returns
+    null, so ``loadBak`` returns true and the broker starts; 4.1.0+'s throws it, ``loadBak`` returns false."""
+    root = copy_store(version, "crashed-small", tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config/consumerOffset.json").unlink(missing_ok=True)
+    into_directory(root, "config/consumerOffset.json.bak")
+    _, out, findings = verified(root, version)
+    assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: a directory") is refuses
+    assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses
