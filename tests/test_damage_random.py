@@ -101,7 +101,8 @@ def test_dledger_index_units_that_disagree_are_rewritten_from_the_entries(tmp_pa
     assert [(a.path, a.start) for a in rewrites] == [("dledger-n0/index/00000000000000000000", 100 * dfmt.INDEX_UNIT_SIZE)]
     assert not [e for e in plan.verify_after if e.kind == "dledger-index"]
     rc, findings = repaired_findings(root)
-    assert rc == EXIT_OK and not findings
+    # info alone: the broker's own quirk its recovery repeats (the record ending an index file indexed twice)
+    assert rc == EXIT_OK and not [f for f in findings if f["severity"] != "info"], findings
     assert index.read_bytes() == original
 
 
