@@ -514,6 +514,22 @@ def test_lone_cut_timer_log_file_refused_and_repaired(tmp_path, cut):
     assert snapshot(root) == damaged
 
 
+def test_lone_cut_timer_log_file_next_start_names_broker_config(tmp_path):
+    """Before: with a lone cut timer log file and no broker.conf, the next start's line (verify's first line, info's and the
+    plans' ``next_start``, salvage's stderr) said '`mqtool repair` fixes it', and that repair refused (exit 4) asking for
+    --broker-config, which verify's own finding named. The line names it too, the same in every command."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / "timerlog" / "00000000000000000000", 52 * 100 + 30)
+    line = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line.startswith("the broker's next start refuses to start: timerlog/00000000000000000000: 5230 bytes, not 104857600; "
+                           "`mqtool repair` fixes it given --broker-config; with that file fixed, it keeps")
+    for command in ("info", "recover"):  # repair refuses without it (exit 4)
+        shown = run(command, root, "--broker-version", "5.3.3", "--format", "json")
+        assert json.loads(shown.stdout)["next_start"]["line"] == line, command
+    salvaged = run("salvage", root, "--broker-version", "5.3.3", "-f", "jsonl", "--out", tmp_path / "out.jsonl")
+    assert f"mqtool: {line}" in salvaged.stderr
+
+
 def test_every_timer_log_file_cut_alike_is_held_to_the_configured_size(tmp_path):
     """Both files of 5.3.3 ``timer-small``'s ``timerlog/`` cut to one length: the files agree, so only broker.conf's
     ``mappedFileSizeTimerLog`` tells they are short, and the broker refuses the first."""
