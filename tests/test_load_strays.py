@@ -530,6 +530,28 @@ def test_lone_cut_timer_log_file_next_start_names_broker_config(tmp_path):
     assert f"mqtool: {line}" in salvaged.stderr
 
 
+def test_a_broker_config_given_as_a_pipe_is_read_once_by_repair(tmp_path):
+    """Before: ``repair --broker-config <(ssh broker cat broker.conf)`` read the pipe once for the file fixes and again to
+    open the store, which found it empty ('no setting mqtool reads is there'): the plan resized the lone cut timer log file
+    to broker.conf's 8192 while its next start said 'not 104857600' (the default). Now a run reads each config once."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / "timerlog" / "00000000000000000000", 52 * 100 + 30)
+    conf = timer_size_conf(tmp_path, "timer-crashed")
+    from_file = run("repair", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, open(conf, "rb").read())
+        os.close(write_end)
+        from_pipe = run("repair", root, "--broker-version", "5.3.3", "--broker-config", f"/dev/fd/{read_end}", "--format", "json")
+    finally:
+        os.close(read_end)
+    assert "no setting mqtool reads" not in from_pipe.stderr, from_pipe.stderr
+    planned = json.loads(from_pipe.stdout)
+    assert planned["next_start"] == json.loads(from_file.stdout)["next_start"]
+    assert planned["next_start"]["line"].startswith("the broker's next start refuses to start: timerlog/00000000000000000000: "
+                                                    "5230 bytes, not 8192;")
+
+
 def test_every_timer_log_file_cut_alike_is_held_to_the_configured_size(tmp_path):
     """Both files of 5.3.3 ``timer-small``'s ``timerlog/`` cut to one length: the files agree, so only broker.conf's
     ``mappedFileSizeTimerLog`` tells they are short, and the broker refuses the first."""
