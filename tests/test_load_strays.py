@@ -464,11 +464,26 @@ def test_empty_last_queue_file_with_an_entry_after_it(tmp_path):
     assert code == EXIT_FINDINGS
     assert first_line(out).startswith("the broker's next start refuses to start: consumequeue/TopicTest/0/00000000000000020000: 0 bytes, "
                                       "not 20000 (5.1.3+ delete an empty file only as the folder's last entry, and zz-link, a dangling "
-                                      "symlink, sorts after it), which `mqtool recover` fixes")
+                                      "symlink to /nonexistent, sorts after it), which `mqtool recover` fixes")
     assert next(f for f in findings if f["kind"] == "cq-file-size")["severity"] == "error"
     assert run("recover", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
     assert not (queue / "00000000000000020000").exists()
     assert verified(root, "5.3.3")[0] == EXIT_OK
+
+
+def test_a_dangling_symlinked_segment_names_its_target(tmp_path):
+    """Before: the last commit log segment of 4.9.7 ``clean-small`` as a symlink into a disk not mounted was 'a dangling
+    symlink' in verify's first line and repair's quarantine step: the engineer was not told where its bytes are (mount
+    that disk, not move the link out). Both name the target."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    last = root / "commitlog" / "00000000000004194304"
+    last.unlink()
+    os.symlink(tmp_path / "unmounted" / last.name, last)
+    line = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert f"commitlog/00000000000004194304: a dangling symlink to {tmp_path / 'unmounted' / last.name}, which MappedFileQueue" in line
+    planned = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    assert [s["why"].startswith(f"a dangling symlink to {tmp_path / 'unmounted' / last.name}, not a commit log segment")
+            for s in planned["steps"]] == [True]
 
 
 def timer_size_conf(tmp_path, name: str) -> str:
