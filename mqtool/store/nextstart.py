@@ -296,14 +296,14 @@ OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/t
 MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those (and the checkpoint) the broker maps
 
 
-def unusable(path: Path, name: str) -> tuple[str, str] | None:
-    """(what it is, what throws) where the broker opens ``path``, its file ``name``, by ``new RandomAccessFile(file, "rw")``
-    and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
+def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
+    """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
+    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
     (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
     if path.is_dir():
-        return "a directory", "new RandomAccessFile(file, \"rw\") throws"
+        return "a directory", "open", "new RandomAccessFile(file, \"rw\") throws"
     if name in MAPPED and path.exists() and not path.is_file():
-        return "a FIFO, socket or device node", "FileChannel.map throws"
+        return "a FIFO, socket or device node", "map", "FileChannel.map throws"
     return None
 
 
@@ -323,7 +323,7 @@ def open_refusal(store: Store) -> str | None:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
-            return f"{name}: {found[0]}, which {opener} cannot open ({found[1]}), so BrokerController.initialize fails{who}"
+            return f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
     return None
 
 
@@ -379,7 +379,7 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
     log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
     if store.root is None or (found := unusable(store.path("checkpoint"), "checkpoint")) is None:
         return None
-    return f"checkpoint: {found[0]}, which StoreCheckpoint cannot open ({found[1]}), so DefaultMessageStore.load fails{way_out}"
+    return f"checkpoint: {found[0]}, which StoreCheckpoint cannot {found[1]} ({found[2]}), so DefaultMessageStore.load fails{way_out}"
 
 
 def index_refusal(store: Store) -> str | None:
