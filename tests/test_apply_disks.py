@@ -654,6 +654,7 @@ def test_a_fifo_as_a_store_file_the_broker_maps_is_its_refusal_and_repair_moves_
     said = f"{name}: a FIFO, socket or device node, which Timer"
     shown = mqtool("info", store, "--broker-version", "5.3.3", "--format", "json", timeout=60)
     assert shown.returncode == 0 and said in json.loads(shown.stdout)["next_start"]["line"], shown.stdout + shown.stderr
+    assert "cannot map (FileChannel.map throws)" in json.loads(shown.stdout)["next_start"]["line"]  # it opens; the map throws
     found = mqtool("verify", store, "--broker-version", "5.3.3", "--format", "jsonl", timeout=60)
     assert any('"not-a-file"' in line and said in line for line in found.stdout.splitlines()), found.stdout
     done = mqtool("repair", store, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "backup", timeout=120)

@@ -674,6 +674,8 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
         assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
         assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
         assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err
+        # the broker.conf given leaves it out: the line says what it lacks, not only to pass one
+        assert ("no --broker-config sets it" in message and "enableMultiDispatch=true or false in it" in message) == (config == ""), err
 
 
 @pytest.mark.parametrize("queued_after", [False, True])

@@ -490,11 +490,26 @@ def test_empty_last_queue_file_with_an_entry_after_it(tmp_path):
     assert code == EXIT_FINDINGS
     assert first_line(out).startswith("the broker's next start refuses to start: consumequeue/TopicTest/0/00000000000000020000: 0 bytes, "
                                       "not 20000 (5.1.3+ delete an empty file only as the folder's last entry, and zz-link, a dangling "
-                                      "symlink, sorts after it), which `mqtool recover` fixes")
+                                      "symlink to /nonexistent, sorts after it), which `mqtool recover` fixes")
     assert next(f for f in findings if f["kind"] == "cq-file-size")["severity"] == "error"
     assert run("recover", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
     assert not (queue / "00000000000000020000").exists()
     assert verified(root, "5.3.3")[0] == EXIT_OK
+
+
+def test_a_dangling_symlinked_segment_names_its_target(tmp_path):
+    """Before: the last commit log segment of 4.9.7 ``clean-small`` as a symlink into a disk not mounted was 'a dangling
+    symlink' in verify's first line and repair's quarantine step: the engineer was not told where its bytes are (mount
+    that disk, not move the link out). Both name the target."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    last = root / "commitlog" / "00000000000004194304"
+    last.unlink()
+    os.symlink(tmp_path / "unmounted" / last.name, last)
+    line = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert f"commitlog/00000000000004194304: a dangling symlink to {tmp_path / 'unmounted' / last.name}, which MappedFileQueue" in line
+    planned = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    assert [s["why"].startswith(f"a dangling symlink to {tmp_path / 'unmounted' / last.name}, not a commit log segment")
+            for s in planned["steps"]] == [True]
 
 
 def timer_size_conf(tmp_path, name: str) -> str:
@@ -538,6 +553,44 @@ def test_lone_cut_timer_log_file_refused_and_repaired(tmp_path, cut):
     assert not [f for f in after if f["kind"] in ("timer-file-size", "timer-reference", "timer-log-damaged")]
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
     assert snapshot(root) == damaged
+
+
+def test_lone_cut_timer_log_file_next_start_names_broker_config(tmp_path):
+    """Before: with a lone cut timer log file and no broker.conf, the next start's line (verify's first line, info's and the
+    plans' ``next_start``, salvage's stderr) said '`mqtool repair` fixes it', and that repair refused (exit 4) asking for
+    --broker-config, which verify's own finding named. The line names it too, the same in every command."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / "timerlog" / "00000000000000000000", 52 * 100 + 30)
+    line = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line.startswith("the broker's next start refuses to start: timerlog/00000000000000000000: 5230 bytes, not 104857600; "
+                           "`mqtool repair` fixes it given --broker-config; with that file fixed, it keeps")
+    for command in ("info", "recover"):  # repair refuses without it (exit 4)
+        shown = run(command, root, "--broker-version", "5.3.3", "--format", "json")
+        assert json.loads(shown.stdout)["next_start"]["line"] == line, command
+    salvaged = run("salvage", root, "--broker-version", "5.3.3", "-f", "jsonl", "--out", tmp_path / "out.jsonl")
+    assert f"mqtool: {line}" in salvaged.stderr
+
+
+def test_a_broker_config_given_as_a_pipe_is_read_once_by_repair(tmp_path):
+    """Before: ``repair --broker-config <(ssh broker cat broker.conf)`` read the pipe once for the file fixes and again to
+    open the store, which found it empty ('no setting mqtool reads is there'): the plan resized the lone cut timer log file
+    to broker.conf's 8192 while its next start said 'not 104857600' (the default). Now a run reads each config once."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / "timerlog" / "00000000000000000000", 52 * 100 + 30)
+    conf = timer_size_conf(tmp_path, "timer-crashed")
+    from_file = run("repair", root, "--broker-version", "5.3.3", "--broker-config", conf, "--format", "json")
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, open(conf, "rb").read())
+        os.close(write_end)
+        from_pipe = run("repair", root, "--broker-version", "5.3.3", "--broker-config", f"/dev/fd/{read_end}", "--format", "json")
+    finally:
+        os.close(read_end)
+    assert "no setting mqtool reads" not in from_pipe.stderr, from_pipe.stderr
+    planned = json.loads(from_pipe.stdout)
+    assert planned["next_start"] == json.loads(from_file.stdout)["next_start"]
+    assert planned["next_start"]["line"].startswith("the broker's next start refuses to start: timerlog/00000000000000000000: "
+                                                    "5230 bytes, not 8192;")
 
 
 def test_every_timer_log_file_cut_alike_is_held_to_the_configured_size(tmp_path):

@@ -6,6 +6,7 @@ exactly by ``restore``."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from conftest import copy_store
@@ -95,6 +96,18 @@ def test_file_opened_first_as_directory_refused_then_repaired(tmp_path, version,
     assert not (root / name).is_dir() and "refuses" not in run("verify", root, "--broker-version", version).stdout.split("\n")[0]
     assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
     assert snapshot(root) == damaged
+
+
+def test_lock_fifo_is_not_said_absent(tmp_path):
+    """Before: a FIFO as the store's lock (4.9.7 ``clean-small``) made info's lock file row say 'absent', as if nothing
+    were there; it says what is there (JSON ``lock_special``), never opening it."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "lock").unlink()
+    os.mkfifo(root / "lock")
+    shown = run("info", root, "--broker-version", "4.9.7")
+    assert shown.exit_code == EXIT_OK and "lock file a FIFO, socket or device node" in " ".join(shown.stdout.split())
+    doc = json.loads(run("info", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    assert (doc["lock_file"], doc["lock_directory"], doc["lock_special"], doc["lock_holder"]) == (False, False, True, None)
 
 
 @pytest.mark.parametrize("version", ["3.2.6", "4.0.0"])

@@ -249,6 +249,7 @@ class MqtoolGroup(TyperGroup):
         from .coercion import install
 
         State.debug = State.quiet = State.version_said = State.root_said = False
+        State.broker_configs = {}
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)

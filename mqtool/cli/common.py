@@ -143,10 +143,13 @@ UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help
 
 
 def broker_config_of(path: Path | None) -> StoreConfig:
-    """``--broker-config``'s settings; a file that sets none of those mqtool reads is said to."""
+    """``--broker-config``'s settings, read once a run: ``repair`` opens the store several times, and a pipe (bash's
+    ``<(...)``) gives its settings to the first read only. A file that sets none of those mqtool reads is said to."""
     if path is None:
         return StoreConfig()
-    config = load_broker_config(path)
+    if (config := State.broker_configs.get(str(path))) is not None:
+        return config
+    config = State.broker_configs[str(path)] = load_broker_config(path)
     if not config.settings:
         note(f"{path}: no setting mqtool reads is there (e.g. mappedFileSizeCommitLog, storePathRootDir, maxIndexNum): "
              "is it the broker's broker.conf? The store's own files decide")

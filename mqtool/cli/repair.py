@@ -26,7 +26,7 @@ from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, 
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.mappedfile import sigbus_says
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, shell_path, silence_stdout
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, broker_config_of, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
 from .store_state import restore_interrupted, stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
@@ -526,10 +526,8 @@ class RepairStages:
 
 
 def _plan_repair(root: Path, broker_config, broker_version):
-    from ..store import load_broker_config
-
     rp = repair_planner()
-    timer_size = load_broker_config(broker_config).timer_log_file_size if broker_config is not None else None  # before the store opens
+    timer_size = broker_config_of(broker_config).timer_log_file_size if broker_config is not None else None  # before the store opens
     file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
     try:
         opened = open_store(root, broker_config, broker_version)

@@ -334,10 +334,10 @@ def refusal(exc: DispatchThrows) -> Refused:
                        f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
                        "the release the broker ran (e.g. 4.9.3, 4.9.7)")
     if exc.undecided == UNDECIDED_MULTI_DISPATCH:
-        return Refused(f"cannot tell whether the broker has enableMultiDispatch on (no --broker-config says so and the store has no "
+        return Refused(f"cannot tell whether the broker has enableMultiDispatch on (no --broker-config sets it and the store has no "
                        f"%LMQ% queue), and the record at {exc.offset} {exc.why}: with it on, the broker's dispatch writes {exc.wrote}, "
                        "then throws, and the broker never gets past it; with it off, the record gets its own entry alone: pass "
-                       "--broker-config with the broker's broker.conf")
+                       "--broker-config with the broker's broker.conf, enableMultiDispatch=true or false in it")
     if isinstance(exc, LmqNotifyThrows):
         return Refused(f"the record at {exc.offset} {exc.why}: the broker's start-up reput writes {exc.wrote}, then the notify throws, "
                        "and the reput retries it forever, dispatching nothing after it (its start never completes); mqtool does not "

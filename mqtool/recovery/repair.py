@@ -215,13 +215,13 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; and a directory as ``abort``, a ``config/*.json`` or its
     ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
-        yield "checkpoint", found[0], "StoreCheckpoint cannot open it and DefaultMessageStore.load fails (every release)"
+        yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     if (root / "abort").is_dir():  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
         yield "abort", "a directory", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
-            yield name, found[0], f"{opener} cannot open it and BrokerController.initialize fails ({refusing} brokers)"
+            yield name, found[0], f"{opener} cannot {found[1]} it and BrokerController.initialize fails ({refusing} brokers)"
     for name in (n + bak for n in cfgfmt.CONFIG_FILES for bak in ("", ".bak")):
         if (root / "config" / name).is_dir():
             yield f"config/{name}", "a directory", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "

@@ -135,8 +135,8 @@ class StrayEntry:
         link = self.path.is_symlink()
         if self.is_dir:
             return "a symlink to a directory" if link else "a directory"
-        if link and not self.path.exists():
-            return "a dangling symlink"
+        if link and not self.path.exists():  # named: a disk not mounted is mounted, not moved out
+            return f"a dangling symlink to {os.readlink(self.path)}"
         named = "named by no offset" if self.offset is None else f"named {self.offset}, not by 20 digits"
         return f"{'a symlink to a file' if link else 'a file'} {named}"
 

@@ -299,14 +299,14 @@ OPENED_FIRST = (("lock", "E3a", "DefaultMessageStore's constructor"), ("config/t
 MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those (and the checkpoint) the broker maps
 
 
-def unusable(path: Path, name: str) -> tuple[str, str] | None:
-    """(what it is, what throws) where the broker opens ``path``, its file ``name``, by ``new RandomAccessFile(file, "rw")``
-    and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
+def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
+    """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
+    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
     (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
     if path.is_dir():
-        return "a directory", "new RandomAccessFile(file, \"rw\") throws"
+        return "a directory", "open", "new RandomAccessFile(file, \"rw\") throws"
     if name in MAPPED and path.exists() and not path.is_file():
-        return "a FIFO, socket or device node", "FileChannel.map throws"
+        return "a FIFO, socket or device node", "map", "FileChannel.map throws"
     return None
 
 
@@ -326,7 +326,7 @@ def open_refusal(store: Store) -> str | None:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
-            return f"{name}: {found[0]}, which {opener} cannot open ({found[1]}), so BrokerController.initialize fails{who}"
+            return f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
     return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
 
 
@@ -429,7 +429,7 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
     log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
     if store.root is None or (found := unusable(store.path("checkpoint"), "checkpoint")) is None:
         return None
-    return f"checkpoint: {found[0]}, which StoreCheckpoint cannot open ({found[1]}), so DefaultMessageStore.load fails{way_out}"
+    return f"checkpoint: {found[0]}, which StoreCheckpoint cannot {found[1]} ({found[2]}), so DefaultMessageStore.load fails{way_out}"
 
 
 def index_refusal(store: Store) -> str | None:
@@ -442,14 +442,17 @@ def timer_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on ``timerlog/`` (``Store.timer_log_listing``): a file of another length than the
     timer log's (``wrong_length_refusal``), an entry that is no timer log file, or None: ``TimerLog.load`` is a
     ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3 ``BrokerController.initialize`` fails on its
-    false after ``messageStore.load`` (so after the other refusals)."""
+    false after ``messageStore.load`` (so after the other refusals). A size only its default gives (a lone cut file) is
+    fixed given ``--broker-config``, as repair refuses to guess it (verify's ``timer-file-size`` says the same)."""
     from .timer import timer_eras
 
     eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
     if not eras or listing is None:
         return None
     why = wrong_length_refusal(store, listing.wrong_lengths, listing.file_size, listing.files, listing.entries, eras)
-    return why + "; `mqtool repair` fixes it" if why is not None else first_stray_refusal(store, listing.strays, eras=eras)
+    if why is None:
+        return first_stray_refusal(store, listing.strays, eras=eras)
+    return why + "; `mqtool repair` fixes it" + (" given --broker-config" if listing.size_from == "default" else "")
 
 
 def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, files, strays, eras=None) -> str | None:

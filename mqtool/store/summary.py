@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..fileops import special
 from ..formats.markers import LOCK_FILE
 from .commitlog import ScanEnd, StopReason
 from .index import list_index_files
@@ -205,6 +206,8 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory},
         "lock_file": store.file(LOCK_FILE) is not None,
         "lock_directory": store.root is not None and store.path(LOCK_FILE).is_dir(),  # ``nextstart.open_refusal``
+        # a FIFO, socket or device node (``liveness.lock_holder`` never waits on it)
+        "lock_special": store.root is not None and (lock := store.path(LOCK_FILE)).exists() and special(lock.stat().st_mode),
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
