@@ -15,6 +15,7 @@ byte-identical to the damaged copy).
     python bench/damage_run.py --lost-pages      # also zero files' tails, as a crash that lost pages
     python bench/damage_run.py --disk-faults     # also empty files, misdirected page writes, files grown with zeros
     python bench/damage_run.py --cut-files       # also a commit log segment or consume queue file cut short
+    python bench/damage_run.py --layout-faults   # also files replaced by a folder or FIFO, parts linked to another disk, FIFOs
 
 Exit 1 when any run had a problem.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from damage_support import CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, PROBLEMS, damage_run  # noqa: E402
+from damage_support import CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LAYOUT_FAULTS, LOST_PAGES, PROBLEMS, damage_run  # noqa: E402
 
 
 def main() -> int:
@@ -46,6 +47,8 @@ def main() -> int:
     ap.add_argument("--lost-pages", action="store_true", help="damages include a file's tail, or a directory's last files, zeroed (pages a crash lost)")
     ap.add_argument("--disk-faults", action="store_true", help="damages include a file left empty, a misdirected page write, a file grown with zeros")
     ap.add_argument("--cut-files", action="store_true", help="damages include a commit log segment or consume queue file cut at a random length")
+    ap.add_argument("--layout-faults", action="store_true", help="damages include a single file replaced by a folder or a FIFO, a segment or "
+                    "folder moved to another file system and linked back (maybe cut), a FIFO in a queue or stray folder")
     args = ap.parse_args()
     kinds = [k for k in KINDS if not args.only or any(w in (k[1], "/".join(k)) for w in args.only.split(","))]
     if not kinds:
@@ -59,7 +62,8 @@ def main() -> int:
         work = Path(tempfile.mkdtemp(prefix="mqtool-damage-"))
         try:
             out = damage_run(version, name, seed, work, timeout=args.timeout, restore=not args.no_restore, version_given=not args.no_version,
-                             kinds=(LOST_PAGES if args.lost_pages else DAMAGES) + (DISK_FAULTS if args.disk_faults else ()) + (CUT_FILES if args.cut_files else ()), survivors_kept=not args.no_survivors, readers=True)
+                             kinds=(LOST_PAGES if args.lost_pages else DAMAGES) + (DISK_FAULTS if args.disk_faults else ()) + (CUT_FILES if args.cut_files else ())
+                             + (LAYOUT_FAULTS if args.layout_faults else ()), survivors_kept=not args.no_survivors, readers=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         tally[out.problem or "ok"] += 1

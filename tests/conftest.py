@@ -54,15 +54,20 @@ def memory_temproot(need: int = 2 << 30) -> str | None:
     return "/dev/shm" if tmpfs and os.access("/dev/shm", os.W_OK) and st.f_bavail * st.f_frsize >= need else None
 
 
+def other_file_system(path: Path) -> str | None:
+    """A writable folder on another file system than ``path``'s (``/dev/shm``, the checkout's, ``/tmp``), or None."""
+    here = os.stat(path).st_dev
+    places = (memory_temproot(0), str(ROOT.parent), "/tmp")
+    return next((d for d in places if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+
+
 @pytest.fixture
 def second_disk(tmp_path):
     """A directory on another file system than ``tmp_path``'s (``/dev/shm``, or the checkout's when
     ``tmp_path`` is there), for a store folder linked to another disk; removed afterwards."""
     import tempfile
 
-    here = os.stat(tmp_path).st_dev
-    places = (memory_temproot(0), str(ROOT.parent), "/tmp")
-    other = next((d for d in places if d and os.path.isdir(d) and os.access(d, os.W_OK) and os.stat(d).st_dev != here), None)
+    other = other_file_system(tmp_path)
     if other is None:
         pytest.skip("no second file system to link a store folder to")
     disk = Path(tempfile.mkdtemp(dir=other, prefix="mqtool-test-"))

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import json
 import os
+import hashlib
 import random
+import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conftest import FIXTURES, copy_store, manifest
+from conftest import FIXTURES, copy_store, manifest, other_file_system
 from repair_support import mqtool, tree as store_tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.recovery.repair import expected_after, triage
@@ -35,6 +37,11 @@ DISK_FAULTS = ("emptied-file", "misdirected-page", "zero-extended")
 # files cut at a random length (``damage_run.py --cut-files``): a commit log segment (any: before the last, the
 # broker's recovery must still read on past it) or a consume queue file
 CUT_FILES = ("cut-log-file",)
+# what an operator's hands do to a store's layout (``damage_run.py --layout-faults``): a single file (checkpoint, abort,
+# lock, config/timercheck, timerwheel, a config/*.json or its .bak) replaced by a directory or a FIFO; a commit log
+# segment, a consume queue folder or index/ moved to another file system and linked back (half the time then cut); a
+# FIFO in a queue folder or a stray folder
+LAYOUT_FAULTS = ("file-replaced", "linked-elsewhere", "special-file")
 DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
 # Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
 # batch and real-config stores): `repair` leaves every undamaged one sound.
@@ -49,6 +56,8 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
     the store (its top directory or file: ``commitlog``, ``consumequeue``, ``dledger-n0``, ``timerlog``,
     ...) is chosen first, then a file in it: queues outnumber the rest."""
     kind = rng.choice(kinds)
+    if kind in LAYOUT_FAULTS:
+        return layout_fault(root, rng, kind)
     files = store_files(root)
     if kind == "cut-queue-file":
         files = [p for p in files if p.relative_to(root).parts[0] == "consumequeue"] or files
@@ -116,6 +125,60 @@ def damage(root: Path, rng: random.Random, kinds: tuple[str, ...] = DAMAGES) -> 
     return f"{rel} deleted"
 
 
+def second_disk(root: Path) -> Path:
+    """The folder on another file system (``conftest.other_file_system``) that ``layout_fault`` moves ``root``'s parts to."""
+    return Path(other_file_system(root) or root.parent) / f"mqtool-second-disk-{hashlib.sha1(str(root.resolve()).encode()).hexdigest()[:16]}"
+
+
+def layout_fault(root: Path, rng: random.Random, kind: str) -> str:
+    """One ``LAYOUT_FAULTS`` damage to the store at ``root``; returns what was done. Never opens a FIFO."""
+    if kind == "file-replaced":
+        names = ["checkpoint", "abort", "lock", "config/timercheck", "timerwheel"]
+        names += sorted(str(p.relative_to(root)) for p in (root / "config").glob("*.json*") if p.is_file())
+        rel = rng.choice([n for n in names if (root / n).is_file()] + ["abort", "lock"])
+        target = root / rel
+        target.unlink(missing_ok=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if rng.random() < 0.5:
+            os.mkfifo(target)
+            return f"{rel} replaced by a FIFO"
+        target.mkdir()
+        if rng.random() < 0.5:
+            (target / "copy").write_bytes(rng.randbytes(20))
+        return f"{rel} replaced by a directory"
+    if kind == "linked-elsewhere":
+        parts = [p for p in store_files(root) if p.relative_to(root).parts[0] == "commitlog" and p.parent == root / "commitlog"]
+        parts += [p for p in (root / "consumequeue").glob("*/*") if p.is_dir() and not p.is_symlink()]
+        parts += [root / "index"] if (root / "index").is_dir() and not (root / "index").is_symlink() else []
+        parts = [p for p in parts if not p.is_symlink()]
+        if not parts:
+            return "nothing to link elsewhere"
+        target = rng.choice(parts)
+        rel = target.relative_to(root)
+        moved = second_disk(root) / str(rel).replace("/", "_")
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(target, moved)
+        target.symlink_to(moved, target_is_directory=moved.is_dir())
+        files = sorted(p for p in ([moved] if moved.is_file() else moved.rglob("*")) if p.is_file() and p.stat().st_size)
+        if files and rng.random() < 0.5:
+            cut_one = rng.choice(files)
+            cut = rng.randrange(cut_one.stat().st_size)
+            os.truncate(cut_one, cut)
+            return f"{rel} moved to another file system and linked back, {cut_one.name} there cut to {cut} bytes"
+        return f"{rel} moved to another file system and linked back"
+    queues = [p for p in (root / "consumequeue").glob("*/*") if p.is_dir()]
+    if queues and rng.random() < 0.5:
+        where = rng.choice(queues)
+    else:
+        where = rng.choice([d for d in (root, root / "commitlog", root / "consumequeue", root / "index") if d.is_dir()]) / "old"
+        where.mkdir(exist_ok=True)
+    fifo = where / rng.choice(["fifo", "00000000000000000000", "core.pipe"])
+    if fifo.exists() or fifo.is_symlink():
+        fifo = where / "pipe"
+    os.mkfifo(fifo)
+    return f"FIFO {fifo.relative_to(root)}"
+
+
 def damage_copy(version: str, name: str, seed: int, dest: Path, kinds: tuple[str, ...] = DAMAGES) -> tuple[Path, list[str]]:
     """A copy of fixture ``version/name`` under ``dest`` with 1-3 random damages of ``kinds`` drawn from ``seed``."""
     rng = random.Random(seed)
@@ -176,7 +239,7 @@ def repaired_fixture(version: str, name: str, dest: Path) -> dict[str, tuple]:
 
 
 def tree(root: Path) -> dict[str, str]:
-    """The store's bytes (``repair_support.tree``) but the lock file (the broker's, never changed by mqtool)."""
+    """The store's bytes and layout (``repair_support.tree``) but the lock file (the broker's, never changed by mqtool)."""
     return store_tree(root, but=("lock",))
 
 
@@ -364,4 +427,6 @@ def damage_run(version: str, name: str, seed: int, dest: Path, *, timeout: int =
                 raise Stop("restore", f"not byte-identical after restore: {', '.join(diff[:4])}")
     except Stop as stop:
         out.problem, out.detail = stop.problem, stop.detail
+    finally:
+        shutil.rmtree(second_disk(root), ignore_errors=True)
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -63,9 +64,26 @@ def queue_entries(store: Store, topic: str, queue_id: int, lo: int, hi: int) -> 
 
 
 def tree(root: Path, but: tuple[str, ...] = ()) -> dict[str, str]:
-    """sha1 of every file under ``root`` (the byte-level state of a store) but those named in ``but``."""
-    root = Path(root)
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in but}
+    """sha1 of every file under ``root`` (the byte-level state of a store) but those named in ``but``; a symlink
+    also by its target path (a linked folder's files by their bytes), an empty folder and a special file (a FIFO:
+    never opened) by their type."""
+    root, found = Path(root), {}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        for name in dirs + files:
+            p = Path(folder, name)
+            rel, mode = str(p.relative_to(root)), p.lstat().st_mode
+            if name in but:
+                continue
+            if stat.S_ISLNK(mode):
+                found[rel + " ->"] = os.readlink(p)
+                mode = p.stat().st_mode if p.exists() else mode
+            if stat.S_ISREG(mode):
+                found[rel] = hashlib.sha1(p.read_bytes()).hexdigest()
+            elif stat.S_ISDIR(mode) and not any(p.iterdir()):
+                found[rel] = "empty folder"
+            elif not stat.S_ISDIR(mode) and not stat.S_ISLNK(mode):
+                found[rel] = f"special file {stat.S_IFMT(mode):o}"
+    return dict(sorted(found.items()))
 
 
 def mqtool(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
