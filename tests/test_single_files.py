@@ -150,22 +150,29 @@ def test_config_directory_read_as_the_broker_does(tmp_path):
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
-def test_abort_directory_is_an_abnormal_start(tmp_path, version):
-    """``isTempFileExist`` is ``File.exists()``: a directory named ``abort`` makes the start abnormal in every release,
-    and 5.0.0+ exit after that recovery (``createTempFile``'s ``MixAll.string2File`` throws). ``repair`` moves it out and
-    carries out the same abnormal recovery as with an abort file: both repaired stores hold the same bytes."""
+@pytest.mark.parametrize("what", ["a directory", "a FIFO"])
+def test_abort_directory_is_an_abnormal_start(tmp_path, version, what):
+    """``isTempFileExist`` is ``File.exists()``: a directory or a FIFO named ``abort`` makes the start abnormal in every
+    release, and 5.0.0+ exit after that recovery (``createTempFile``'s ``MixAll.string2File`` throws on a directory; on a
+    FIFO its read first waits for a writer). ``repair`` moves it out and carries out the same abnormal recovery as with an
+    abort file: both repaired stores hold the same bytes. A FIFO was once taken for no abort file: a normal start."""
     as_file = copy_store(version, "crashed-small", tmp_path / "file")
     root = copy_store(version, "crashed-small", tmp_path)
-    into_directory(root, "abort")
+    if what == "a directory":
+        into_directory(root, "abort")
+    else:
+        (root / "abort").unlink()
+        os.mkfifo(root / "abort")
+    shown = "a directory" if what == "a directory" else "a FIFO, socket or device node"
     code, out, findings = verified(root, version)
     first = " ".join(out.split("\n")[:6])
     kinds = {(f["kind"], f["severity"]) for f in findings if f["file"] == "abort"}
     if version == "5.3.3":
-        assert first.startswith("the broker's next start refuses to start: abort: a directory, into which DefaultMessageStore.start cannot")
+        assert first.startswith(f"the broker's next start refuses to start: abort: {shown}, ")
         assert "abnormal recovery scanning from" in first and kinds == {("not-a-file", "error"), ("abort-present", "warning")}
     else:
         assert "abnormal recovery scanning from" in first and "refuses" not in first and kinds == {("abort-present", "warning")}
-    assert "abort file PRESENT (a directory: see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
+    assert f"abort file PRESENT ({shown}: see verify)" in " ".join(run("info", root, "--broker-version", version).stdout.split())
     refused = run("recover", root, "--broker-version", version)
     assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1 and "`mqtool repair`" in refused.stderr
     damaged = snapshot(root)

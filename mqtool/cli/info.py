@@ -79,7 +79,8 @@ def _store_table(doc: dict[str, Any], unread):
         ("evidence", "; ".join(doc["version"]["evidence"])),
         *([("not looked at", f"{', '.join(unread)}: {NOT_A_ROOT}")] if unread else [
             ("abort file", "absent (last shutdown clean)" if abort is None else f"PRESENT (pid {abort['pid']})" if abort["pid"]
-             else "PRESENT (a directory: see verify)" if abort["directory"] else "PRESENT"),
+             else "PRESENT (a directory: see verify)" if abort["directory"]
+             else "PRESENT (a FIFO, socket or device node: see verify)" if abort.get("special") else "PRESENT"),
             ("lock file", lock),
         ]),
         *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),

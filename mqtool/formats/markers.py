@@ -30,10 +30,16 @@ __getattr__ = declared_on_use(__name__, _declare, ("LockFileStruct", "AbortFileS
 
 class AbortMarker(NamedTuple):
     """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x); ``directory``: a directory
-    named ``abort``, which ``File.exists()`` finds as well (rules 6.3)."""
+    named ``abort``, ``special``: a FIFO, socket or device node, which ``File.exists()`` finds as well (rules 6.3)."""
 
     content: bytes
     directory: bool = False
+    special: bool = False
+
+    @property
+    def unusable(self) -> str | None:
+        """What the ``abort`` is when no regular file (the broker's recovery is still the abnormal one), or None."""
+        return "a directory" if self.directory else "a FIFO, socket or device node" if self.special else None
 
     @property
     def pid(self) -> int | None:

@@ -410,15 +410,19 @@ def later_refusal(store: Store) -> str | None:
 
 def abort_refusal(store: Store) -> str | None:
     """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory (which makes that recovery abnormal:
-    ``File.exists()``), or None: ``DefaultMessageStore.start``'s ``createTempFile`` writes its PID with ``MixAll.string2File``,
-    whose ``file2String`` throws on a directory (rules 6.3). Older releases only ``createNewFile`` it, and start."""
-    if store.abort is None or not store.abort.directory:
+    ``File.exists()``), or hangs on a FIFO, or None: ``DefaultMessageStore.start``'s ``createTempFile`` writes its PID with
+    ``MixAll.string2File``, whose ``file2String`` throws on a directory and waits in a FIFO's open for a writer (rules 6.3).
+    Older releases only ``createNewFile`` it, and start."""
+    if store.abort is None or not store.abort.unusable:
         return None
     eras = store.version_guess.eras
     refusing = [e for e in eras if e.index >= ERA_INDEX["E13"]]
     if not refusing:
         return None
     who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    if store.abort.special:
+        return ("abort: a FIFO, socket or device node, which DefaultMessageStore.start's MixAll.string2File opens to read first (a FIFO's "
+                f"open waits for a writer), so the broker hangs or exits after its abnormal recovery{who}; `mqtool repair` moves it out")
     return ("abort: a directory, into which DefaultMessageStore.start cannot write its PID (MixAll.string2File throws), so the broker "
             f"exits after its abnormal recovery{who}; `mqtool repair` moves it out")
 

@@ -531,6 +531,8 @@ class Store:
     def abort(self) -> markers.AbortMarker | None:
         if self.root is not None and self.path(markers.ABORT_FILE).is_dir():  # isTempFileExist: File.exists()
             return markers.AbortMarker(b"", directory=True)
+        if self.root is not None and self.path(markers.ABORT_FILE).exists() and not self.path(markers.ABORT_FILE).is_file():
+            return markers.AbortMarker(b"", special=True)  # never opened: a FIFO's open waits for a writer
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 

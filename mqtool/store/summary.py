@@ -203,7 +203,8 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
     return {
         "store": str(store.root) if store.root else None,
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
-        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory},
+        "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory,
+                                                            "special": store.abort.special},
         "lock_file": store.file(LOCK_FILE) is not None,
         "lock_directory": store.root is not None and store.path(LOCK_FILE).is_dir(),  # ``nextstart.open_refusal``
         # a FIFO, socket or device node (``liveness.lock_holder`` never waits on it)

@@ -139,6 +139,9 @@ def abort_findings(store: Store) -> Iterator[Finding]:
     present = f"the abort file is present{f' (broker pid {pid})' if pid else ''}: the last run did not shut down cleanly"
     if store.abort.directory:  # File.exists(); a clean shutdown's File.delete removes only an empty one
         present = "abort is a directory, which the broker's File.exists() finds too: a clean shutdown removes it only if it is empty"
+    if store.abort.special:  # File.exists() too; mqtool's recovery does not remove it (``planparts.unwritable_checkpoint``)
+        present = "abort is a FIFO, socket or device node, which the broker's File.exists() finds too"
+    if store.abort.unusable:
         if (refusal := abort_refusal(store)) is not None:
             yield error("not-a-file", refusal, file="abort")
     yield warning(
