@@ -150,6 +150,32 @@ def test_config_directory_read_as_the_broker_does(tmp_path):
 
 
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+@pytest.mark.parametrize("name", ["topics.json", "consumerOffset.json.bak"])
+def test_a_config_fifo_hangs_the_start_and_is_moved_out(tmp_path, version, name):
+    """``MixAll.file2String``'s ``new FileInputStream`` on a FIFO waits in the open for a writer, so ``ConfigManager.load``
+    (or ``loadBak``, where the file itself is gone) never returns and ``BrokerController.initialize`` hangs. It was once taken
+    for a missing file: the ``.bak`` loaded, the store sound, and ``repair`` left it. Now the next start is said to hang,
+    verify fails, repair moves the FIFO out (never opening it) and ``restore`` puts it back."""
+    root = copy_store(version, "config-real", tmp_path)
+    if name.endswith(".bak"):
+        (root / "config" / name.removesuffix(".bak")).unlink()
+    (root / "config" / name).unlink()
+    os.mkfifo(root / "config" / name)
+    code, out, findings = verified(root, version)
+    first = " ".join(" ".join(out.split("\n")[:4]).split())
+    assert first.startswith(f"the broker's next start refuses to start: config/{name}: a FIFO, whose open by FileInputStream waits"), first
+    found = [(f["severity"], f["file"]) for f in findings if f["kind"] == "config-unreadable"]
+    assert code == EXIT_FINDINGS and found == [("error", f"config/{name}")]
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    assert not (root / "config" / name).exists()
+    assert "config-unreadable" not in {f["kind"] for f in verified(root, version)[2]}
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and damaged[f"config/{name}"] == ("file", "special file 10000")
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 @pytest.mark.parametrize("what", ["a directory", "a FIFO"])
 def test_abort_directory_is_an_abnormal_start(tmp_path, version, what):
     """``isTempFileExist`` is ``File.exists()``: a directory or a FIFO named ``abort`` makes the start abnormal in every

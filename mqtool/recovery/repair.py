@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import operator
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,9 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
         if (root / "config" / name).is_dir():
             yield f"config/{name}", "a directory", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
                                                     "start) nor persist the table")
+        elif (root / "config" / name).exists() and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
+            yield f"config/{name}", "a FIFO", ("the broker's FileInputStream or FileOutputStream waits in its open for a writer or a "
+                                               "reader: its start hangs in ConfigManager.load, or a persist that writes the .bak")
 
 
 def abort_quarantined(files: Plan | None) -> bool:

@@ -23,7 +23,7 @@ from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
-from .store import EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
+from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
 from .version import eras_label
 
 ERA_INDEX = {e.name: e.index for e in ERAS}
@@ -318,6 +318,9 @@ def open_refusal(store: Store) -> str | None:
     remain, the refusal of any of them is reported, naming them."""
     if store.root is None:
         return None
+    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
+        if (fifo := next((f for f, why in store.load_config(name).problems.items() if why == A_FIFO), None)) is not None:
+            return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
     eras = store.version_guess.eras
     for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
         if (why := config_refusal(store, name, loading_eras(store, name))) is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import itertools
 import os
+import stat
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,9 @@ MISSING = "missing"  # why ``load_config`` passed over a config file that is not
 # why ``load_config`` passed over a config file that is a directory: ``MixAll.file2String``'s ``FileInputStream`` throws,
 # which ``ConfigManager.load`` catches to load the ``.bak`` (and ``loadBak`` to return false: the broker refuses to start)
 NOT_A_FILE = "a directory, which FileInputStream cannot read"
+# why ``load_config`` stopped at a config file that is a FIFO (never opened here): ``file2String``'s ``new FileInputStream``
+# waits in the open for a writer, so ``ConfigManager.load`` (or ``loadBak``) never returns and the broker's start hangs
+A_FIFO = "a FIFO, whose open by FileInputStream waits for a writer"
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 SEGMENT_SIZE, SEGMENT_NAME = "segment-size", "segment-name"  # ... of a commit log file of another length, or named by no segment start: left out
 STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
@@ -560,6 +564,9 @@ def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = 
     for candidate in (name, name + ".bak"):
         shown = f"config/{candidate}"
         path = None if root is None else root / "config" / candidate
+        if path is not None and path.exists() and stat.S_ISFIFO(path.stat().st_mode):
+            problems[shown] = A_FIFO
+            break
         if path is None or not path.is_file():
             problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
             continue

@@ -11,7 +11,7 @@ from typing import Iterator
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
-from ..store.store import MISSING, NOT_A_FILE
+from ..store.store import A_FIFO, MISSING, NOT_A_FILE
 from ..store import offsets
 from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, open_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
@@ -159,6 +159,10 @@ def config_findings(store: Store) -> Iterator[Finding]:
         if not (eras := loading_eras(store, name)):
             continue
         loaded, shown = store.load_config(name), f"config/{name}"
+        if (fifo := next((f for f, why in loaded.problems.items() if why == A_FIFO), None)) is not None:
+            yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
+                        "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
+            continue
         problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
         if refusal is not None:  # ConfigManager.loadBak catches the throw: false
             bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
