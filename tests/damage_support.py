@@ -240,7 +240,7 @@ def repaired_fixture(version: str, name: str, dest: Path) -> dict[str, tuple]:
 
 def tree(root: Path) -> dict[str, str]:
     """The store's bytes and layout (``repair_support.tree``) but the lock file (the broker's, never changed by mqtool)."""
-    return store_tree(root, but=("lock",))
+    return store_tree(root, but=("lock",), links=True)
 
 
 def beyond_lost(findings: list[dict]) -> list[str]:

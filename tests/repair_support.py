@@ -63,11 +63,13 @@ def queue_entries(store: Store, topic: str, queue_id: int, lo: int, hi: int) -> 
     return entries
 
 
-def tree(root: Path, but: tuple[str, ...] = ()) -> dict[str, str]:
-    """sha1 of every file under ``root`` (the byte-level state of a store) but those named in ``but``; a symlink
-    also by its target path (a linked folder's files by their bytes), an empty folder and a special file (a FIFO:
-    never opened) by their type."""
+def tree(root: Path, but: tuple[str, ...] = (), links: bool = False) -> dict[str, str]:
+    """sha1 of every file under ``root`` (the byte-level state of a store) but those named in ``but``. ``links``: a
+    symlink also by its target path (a linked folder's files by their bytes), an empty folder and a special file (a
+    FIFO: never opened) by their type (the damage oracle's layout faults)."""
     root, found = Path(root), {}
+    if not links:
+        return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file() and p.name not in but}
     for folder, dirs, files in os.walk(root, followlinks=True):
         for name in dirs + files:
             p = Path(folder, name)

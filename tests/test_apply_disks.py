@@ -623,11 +623,12 @@ def test_a_stray_folder_whose_copy_cannot_make_a_folder_says_one_line(tmp_path, 
     assert {**entries(store), **entries(second_disk, "disk:")} == before
 
 
-@pytest.mark.parametrize("name, said", [("lock", "nothing to repair"), ("config/topics.json.bak", "nothing can be repaired")])
+@pytest.mark.parametrize("name, said", [("lock", "nothing to repair"), ("config/topics.json.bak", "this is the plan")])
 def test_a_fifo_among_the_stores_own_files_is_never_opened(tmp_path, name, said):
     """``lock``, or the ``.bak`` of an unreadable ``topics.json``, a FIFO: before, ``info`` and ``repair`` waited forever
     opening it for reading (the live-broker check's ``lock``, the version marks' ``dataVersion``); now they never
-    wait on it, and say what they say of the store with that file missing."""
+    wait on it. The ``lock`` is as if missing; the ``.bak`` is what the broker's ``loadBak`` hangs on (``store.A_FIFO``),
+    which repair plans to move out."""
     from repair_support import mqtool
 
     store = copy_store("4.9.7", "config-real", tmp_path / "store")
