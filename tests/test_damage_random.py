@@ -19,7 +19,7 @@ import random
 import pytest
 
 from conftest import copy_store, manifest
-from damage_support import (CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LOST_PAGES, beyond_lost, damage, damage_run, fixture_conf, kept_messages,
+from damage_support import (CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LAYOUT_FAULTS, LOST_PAGES, beyond_lost, damage, damage_run, fixture_conf, kept_messages,
                             repaired_fixture, run, survivors, tree)
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.formats import dledger as dfmt
@@ -413,6 +413,18 @@ def test_cut_file_runs_that_failed_before(store, seed, given, tmp_path):
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path, kinds=LOST_PAGES + DISK_FAULTS + CUT_FILES, survivors_kept=True, version_given=given)
     assert out.problem is None, (out.damages, out.detail)
+
+
+@pytest.mark.parametrize("store,seed", [("5.3.3/clean-small", 14020011), ("5.1.4/crashed-small", 14020008)])
+def test_layout_fault_runs(store, seed, tmp_path):
+    """Runs of ``damage_run.py --layout-faults``, with the survivors oracle and the restore compared by links and file
+    types. 14020011: two consume queue folders moved to another file system and linked back, each with a file there
+    cut, and ``lock`` a FIFO. 14020008: ``abort`` a FIFO, which the broker's ``File.exists()`` finds: an abnormal start
+    (``test_abort_directory_is_an_abnormal_start``)."""
+    version, name = store.split("/")
+    out = damage_run(version, name, seed, tmp_path, kinds=DAMAGES + LAYOUT_FAULTS, survivors_kept=True)
+    assert out.problem is None, (out.damages, out.detail)
+    assert any("linked back" in d or "FIFO" in d for d in out.damages), out.damages
 
 
 @pytest.mark.parametrize("at_base", [False, True], ids=["fillPreBlank", "cut-segment"])
