@@ -194,7 +194,7 @@ def first_damage(pristine: Path, damaged: Path) -> int | None:
     with Store.open(pristine) as store:
         segments = [(seg.base_offset, seg.path.relative_to(pristine)) for seg in store.commitlog.segments]
     for base, rel in segments:
-        if not (damaged / rel).exists():
+        if not (damaged / rel).is_file():  # deleted, or a folder or FIFO now (never opened)
             return base
         a, b = (pristine / rel).read_bytes(), (damaged / rel).read_bytes()
         n = min(len(a), len(b))
