@@ -83,8 +83,8 @@ def unwritable_checkpoint(store: Store) -> None:
         raise BadStoreFile(f"the broker refuses to start on this store and the recovery cannot write its checkpoint: {why}; "
                            "`mqtool repair` moves it out first")
     if store.abort is not None and store.abort.unusable:
-        raise BadStoreFile(f"abort: {store.abort.unusable}, which the recovery cannot remove as a clean shutdown does (the broker's next start runs "
-                           "an abnormal recovery); `mqtool repair` moves it out first")
+        raise BadStoreFile(f"abort: {store.abort.unusable}, which the recovery cannot remove as a clean shutdown does (the broker's "
+                           "next start runs an abnormal recovery); `mqtool repair` moves it out first")
 
 
 def config_options(store: Store) -> dict:

@@ -220,8 +220,8 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     if (root / "abort").is_dir():  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
         yield "abort", "a directory", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
     elif (root / "abort").exists() and not (root / "abort").is_file():  # ``store.Store.abort``'s special
-        yield "abort", "a FIFO, socket or device node", ("File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then opens it to "
-                                                         "read before writing the PID, which on a FIFO waits for a writer")
+        yield "abort", "a FIFO, socket or device node", ("File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then "
+                                                         "opens it to read before writing the PID, which on a FIFO waits for a writer")
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
