@@ -319,7 +319,7 @@ def open_refusal(store: Store) -> str | None:
     if store.root is None:
         return None
     for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
-        if (fifo := next((f for f, why in store.load_config(name).problems.items() if why == A_FIFO), None)) is not None:
+        if (fifo := store.load_config(name).fifo) is not None:
             return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
     eras = store.version_guess.eras
     for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's

@@ -153,6 +153,11 @@ class ConfigDocument:
         return [f"{path}: {why}" for path, why in self.problems.items()]
 
     @property
+    def fifo(self) -> str | None:
+        """The file (``config/<file>``) the load stopped at, a FIFO it never opens (``A_FIFO``: the broker's start hangs there), or None."""
+        return next((path for path, why in self.problems.items() if why == A_FIFO), None)
+
+    @property
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
         ``file2String`` or ``decode`` throws on it (a directory, unreadable, undecodable); a missing or empty ``.bak`` reads

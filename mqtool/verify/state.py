@@ -159,7 +159,7 @@ def config_findings(store: Store) -> Iterator[Finding]:
         if not (eras := loading_eras(store, name)):
             continue
         loaded, shown = store.load_config(name), f"config/{name}"
-        if (fifo := next((f for f, why in loaded.problems.items() if why == A_FIFO), None)) is not None:
+        if (fifo := loaded.fifo) is not None:
             yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
                         "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
             continue
