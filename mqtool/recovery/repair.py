@@ -25,6 +25,7 @@ from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
 from ..errors import Refused
+from ..fileops import A_DIRECTORY, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
@@ -217,11 +218,10 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
-    if (root / "abort").is_dir():  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
-        yield "abort", "a directory", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then cannot write the PID into it and exit"
-    elif (root / "abort").exists() and not (root / "abort").is_file():  # ``store.Store.abort``'s special
-        yield "abort", "a FIFO, socket or device node", ("File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then "
-                                                         "opens it to read before writing the PID, which on a FIFO waits for a writer")
+    if (what := not_a_file(root / "abort")) is not None:  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
+        yield "abort", what, "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + (
+            "cannot write the PID into it and exit" if what == A_DIRECTORY else
+            "opens it to read before writing the PID, which on a FIFO waits for a writer")
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
@@ -303,10 +304,11 @@ def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
     """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
     by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
     (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
-    if path.is_dir():
-        return "a directory", "open", "new RandomAccessFile(file, \"rw\") throws"
-    if name in MAPPED and path.exists() and not path.is_file():
-        return "a FIFO, socket or device node", "map", "FileChannel.map throws"
+    what = not_a_file(path)
+    if what == A_DIRECTORY:
+        return what, "open", "new RandomAccessFile(file, \"rw\") throws"
+    if what == A_SPECIAL and name in MAPPED:
+        return what, "map", "FileChannel.map throws"
     return None
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
+from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats import markers
@@ -538,10 +539,8 @@ class Store:
 
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
-        if self.root is not None and self.path(markers.ABORT_FILE).is_dir():  # isTempFileExist: File.exists()
-            return markers.AbortMarker(b"", directory=True)
-        if self.root is not None and self.path(markers.ABORT_FILE).exists() and not self.path(markers.ABORT_FILE).is_file():
-            return markers.AbortMarker(b"", special=True)  # never opened: a FIFO's open waits for a writer
+        if self.root is not None and (what := not_a_file(self.path(markers.ABORT_FILE))) is not None:  # isTempFileExist: File.exists()
+            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=what == A_SPECIAL)  # never opened
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 
