@@ -176,6 +176,22 @@ def test_a_config_fifo_hangs_the_start_and_is_moved_out(tmp_path, version, name)
     assert snapshot(root) == damaged and stat.S_ISFIFO(os.lstat(root / "config" / name).st_mode)
 
 
+@pytest.mark.parametrize("version, loaded", [("4.0.0", False), ("4.5.1", True)])
+def test_a_consumer_filter_fifo_hangs_only_the_releases_that_load_it(tmp_path, version, loaded):
+    """``consumerFilter.json`` is loaded from 4.1.0 (``ConsumerFilterManager``): a FIFO there hangs a 4.5.1 start, not a
+    4.0.0 one. Before, the next-start line said the hang whatever the release, while verify (the loading releases alone)
+    said nothing on 4.0.0: two answers."""
+    root = copy_store(version, "clean-small", tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "consumerFilter.json").unlink(missing_ok=True)
+    os.mkfifo(root / "config" / "consumerFilter.json")
+    code, out, findings = verified(root, version)
+    first = " ".join(" ".join(out.split("\n")[:4]).split())
+    hangs = first.startswith("the broker's next start refuses to start: config/consumerFilter.json: a FIFO")
+    found = [f["file"] for f in findings if f["kind"] == "config-unreadable"]
+    assert (hangs, found) == ((True, ["config/consumerFilter.json"]) if loaded else (False, [])), (first, found)
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 @pytest.mark.parametrize("what", ["a directory", "a FIFO"])
 def test_abort_directory_is_an_abnormal_start(tmp_path, version, what):

@@ -320,12 +320,11 @@ def open_refusal(store: Store) -> str | None:
     remain, the refusal of any of them is reported, naming them."""
     if store.root is None:
         return None
-    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
-        if (fifo := store.load_config(name).fifo) is not None:
-            return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
     eras = store.version_guess.eras
-    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3): before the store's
-        if (why := config_refusal(store, name, loading_eras(store, name))) is not None:
+    for name, _ in LOADED_FIRST:  # BrokerController.initialize's first loads (3.2.6-5.3.3), in its order: before the store's
+        if (loading := loading_eras(store, name)) and (fifo := store.load_config(name).fifo) is not None:
+            return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
+        if (why := config_refusal(store, name, loading)) is not None:
             return why
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
