@@ -326,12 +326,20 @@ def open_refusal(store: Store) -> str | None:
             return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
         if (why := config_refusal(store, name, loading)) is not None:
             return why
+    if (opened := opened_first_refusal(store)) is not None:
+        return opened[1]
+    return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
+
+
+def opened_first_refusal(store: Store) -> tuple[str, str] | None:
+    """(file, why) for the first file of ``OPENED_FIRST`` that a release of the store's opens and cannot use, or None."""
+    eras = store.version_guess.eras
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
-            return f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
-    return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
+            return name, f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
+    return None
 
 
 def config_refusal(store: Store, name: str, eras) -> str | None:

@@ -13,7 +13,7 @@ from ..formats import config as cfgfmt
 from ..store import Store
 from ..store.store import A_FIFO, MISSING, NOT_A_FILE
 from ..store import offsets
-from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, open_refusal
+from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, opened_first_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -121,10 +121,10 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
 
 
 def opened_first_findings(store: Store) -> Iterator[Finding]:
-    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``;
-    a config ``.bak``'s: ``config_findings``)."""
-    if (why := open_refusal(store)) is not None and not (file := why.split(":", 1)[0]).endswith(".bak"):
-        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=file)
+    """``not-a-file``: a file the broker opens before it loads the commit log that it cannot use (``nextstart.opened_first_refusal``;
+    a config file's: ``config_findings``)."""
+    if store.root is not None and (refusal := opened_first_refusal(store)) is not None:
+        yield error("not-a-file", f"{refusal[1]}: the broker refuses to start; `mqtool repair` moves it out", file=refusal[0])
 
 
 def abort_findings(store: Store) -> Iterator[Finding]:
