@@ -445,8 +445,8 @@ class Store:
     @property
     def multi_dispatch(self) -> bool:
         """Whether the broker writes LMQ entries for records carrying ``INNER_MULTI_DISPATCH`` (reference §3.6):
-        as ``--broker-config``'s ``enableMultiDispatch`` says, else yes: the broker adds the
-        ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
+        as ``--broker-config``'s ``enableMultiDispatch`` says (off where it leaves it out, ``MessageStoreConfig``'s default),
+        else yes: the broker adds the ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
         return True if self.config.enable_multi_dispatch is None else self.config.enable_multi_dispatch
 
     @cached_property
