@@ -135,3 +135,30 @@ def test_bak_directory_read_as_null_before_4_1_0(tmp_path, version, refuses):
     _, out, findings = verified(root, version)
     assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: a directory") is refuses
     assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses
+
+
+def test_null_table_as_each_manager_decodes_it(tmp_path):
+    """fastjson sets a field written ``null`` to null (``{"offsetTable":null}``). ``ConsumerOffsetManager.decode`` keeps it
+    (``this.offsetTable = obj.offsetTable`` 3.2.6-5.3.3): the file is loaded, its .bak unread, and the broker runs with no
+    offset table; ``ConsumerFilterManager.decode`` skips it; the others' ``putAll(null)`` throws (the .bak is loaded, and
+    as the .bak it refuses the start). Before: every null table was undecodable, so the consumer offsets shown were the
+    .bak's, and a null consumerOffset.json.bak or consumerFilter.json.bak refused the start."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    bak_rows = json.loads(run("offsets", root, "--broker-version", "4.9.7", "-f", "json").stdout)
+    assert [r for r in bak_rows if r["kind"] == "consumer"]
+    (root / "config/consumerOffset.json").write_bytes(b'{"offsetTable":null}')
+    _, out, findings = verified(root, "4.9.7")
+    assert "refuses" not in first_lines(out)
+    assert [(f["file"], f["severity"], f["message"]) for f in config_errors(findings)] == [(
+        "config/consumerOffset.json", "error", "config/consumerOffset.json: its 'offsetTable' is null, which ConsumerOffsetManager.decode "
+        "keeps (this.offsetTable = obj.offsetTable, no throw): the broker starts with no offset table, and each offset commit "
+        "or query throws a NullPointerException")]
+    rows = json.loads(run("offsets", root, "--broker-version", "4.9.7", "-f", "json").stdout)
+    assert [r for r in rows if r["kind"] == "consumer"] == [] and rows == [r for r in bak_rows if r["kind"] != "consumer"]
+    for name, table, refuses in (("consumerOffset.json", "offsetTable", False), ("consumerFilter.json", "filterDataByTopic", False),
+                                 ("topics.json", "topicConfigTable", True), ("delayOffset.json", "offsetTable", True)):
+        with_config(root, name, None, f'{{"{table}":null}}'.encode())
+        _, out, findings = verified(root, "4.9.7")
+        assert ("refuses to start: config/" + name + ".bak" in first_lines(out)) is refuses, name
+        assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses, name
+        with_config(root, name, None, None)
