@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, store_path
 from test_load_strays import run, snapshot, verified
 from test_single_files import into_directory
 
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_OK
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
 
 REFUSES = "the broker's next start refuses to start: "
 
@@ -162,3 +162,37 @@ def test_null_table_as_each_manager_decodes_it(tmp_path):
         assert ("refuses to start: config/" + name + ".bak" in first_lines(out)) is refuses, name
         assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses, name
         with_config(root, name, None, None)
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.0.0"])
+def test_non_ascii_file_read_as_null_by_3_2_6_and_4_0_0(tmp_path, version):
+    """3.2.6's and 4.0.0's ``file2String`` reads a non-ASCII file as null (its ``FileReader`` fills fewer chars than the
+    byte length; rules 7.4): the file itself too, not only its .bak, so ``ConfigManager.load`` loads the .bak. On copies of
+    the real ``clean-small`` with the real 4.9.7 broker's consumerOffset.json (a topic named in three scripts): the .bak's
+    offsets are the ones loaded, an undecodable .bak refuses the start (``repair`` moves it out, ``restore`` undoes), where
+    4.1.0+ load the file. Before: the file was read as 4.1.0+ read it whatever the release."""
+    root = copy_store(version, "clean-small", tmp_path)
+    real = (store_path("4.9.7", "config-real") / "config/consumerOffset.json").read_bytes()
+    chars = len(real.decode())
+    assert chars < len(real)
+    with_config(root, "consumerOffset.json", real, b'{"offsetTable":{"TopicTest@ascii_group":{0:1}}}')
+    for given, from_bak in ((version, True), ("4.5.1", False)):
+        rows = json.loads(run("offsets", root, "--broker-version", given, "-f", "json").stdout)
+        assert ({r["group"] for r in rows if r["kind"] == "consumer"} == {"ascii_group"}) is from_bak, given
+        _, out, findings = verified(root, given)
+        warned = [f["message"] for f in findings if f["kind"] == "config-unreadable"]
+        assert warned == ([f"config/consumerOffset.json: {len(real)} bytes a FileReader reads as {chars} chars, which 3.2.6's and "
+                           "4.0.0's file2String reads as null; the broker loads consumerOffset.json.bak instead"] if from_bak else []), given
+    with_config(root, "consumerOffset.json", real, b'{"offsetTable":{')
+    for given, refuses in ((version, True), ("4.5.1", False)):
+        _, out, findings = verified(root, given)
+        assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: consumerOffset.json is not JSON") is refuses
+        assert [f["file"] for f in config_errors(findings)] == (["config/consumerOffset.json"] if refuses else []), given
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_FINDINGS and "quarantine config/consumerOffset.json.bak" in applied.stderr, applied.stderr
+    assert not (root / "config/consumerOffset.json.bak").exists()
+    _, out, findings = verified(root, version)  # the file still null to it: the broker starts with an empty table
+    assert "refuses" not in first_lines(out) and [f["file"] for f in config_errors(findings)] == ["config/consumerOffset.json"]
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged

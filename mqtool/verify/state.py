@@ -168,6 +168,7 @@ def config_findings(store: Store) -> Iterator[Finding]:
             yield error("config-unreadable", f"{loaded.source}: its {table!r} is null, which {kept}", file=loaded.source, found=None)
         problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
         if refusal is not None:  # ConfigManager.loadBak catches the throw: false
+            problem = refusal[2]
             bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
             yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
                         f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
