@@ -13,7 +13,7 @@ from conftest import copy_store, store_path
 from test_load_strays import run, snapshot, verified
 from test_single_files import into_directory
 
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 
 REFUSES = "the broker's next start refuses to start: "
 
@@ -196,3 +196,28 @@ def test_non_ascii_file_read_as_null_by_3_2_6_and_4_0_0(tmp_path, version):
     assert "refuses" not in first_lines(out) and [f["file"] for f in config_errors(findings)] == ["config/consumerOffset.json"]
     assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
     assert snapshot(root) == damaged
+
+
+@pytest.mark.parametrize("version", ["4.9.2", "4.9.7"])
+def test_recover_before_a_config_refusal_after_the_recovery(tmp_path, version):
+    """4.9.2+ load delayOffset.json after ``DefaultMessageStore.load``'s recovery (``ScheduleMessageService.load`` @4.9.2,
+    4.9.7): a start on a .bak that is a directory runs the recovery, then fails. ``recover`` plans and applies that
+    recovery, its plan saying so (before: it said the start refuses, and applied, without a word on why); after it,
+    verify's line is the plan's (the refusal, then what the start keeps), and once ``repair`` moved the .bak out the start
+    keeps what the plan said."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    into_directory(root, "config/delayOffset.json.bak")
+    planned = run("recover", root, "--broker-version", version, "--format", "json")
+    plan = json.loads(planned.stdout)
+    assert planned.exit_code == EXIT_REFUSED and plan["next_start"]["line"].startswith(REFUSES + "config/delayOffset.json.bak: a directory")
+    assert plan["notes"] == ["the broker's own next start runs this recovery too, then refuses (it loads config/delayOffset.json after it): "
+                             "these writes stand either way, and the refusal stays until config/delayOffset.json or its .bak is fixed "
+                             "(`mqtool repair` moves the .bak out)"]
+    assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == EXIT_OK
+    _, out, _ = verified(root, version)
+    keeps = plan["next_start"]["line"].split("; with that file fixed, it ")[1].split("; ")[0]
+    assert first_lines(out).startswith(REFUSES + "config/delayOffset.json.bak") and f"with that file fixed, it {keeps}" in first_lines(out)
+    assert run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b2").exit_code == EXIT_OK
+    _, out, _ = verified(root, version)
+    assert first_lines(out).startswith(f"the broker's next start {keeps}")

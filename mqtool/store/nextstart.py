@@ -396,15 +396,25 @@ def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
     by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
     ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``), in the order it loads them, then 4.9.2+'s ``delayOffset.json``
-    (``config_refusal``) and ``abort_refusal`` after the recovery; the line says what the start
+    (``config_after_recovery``) and ``abort_refusal`` after the recovery; the line says what the start
     does once that is fixed."""
+    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+            or (found[1] if (found := config_after_recovery(store)) else None) or abort_refusal(store))
+
+
+def config_after_recovery(store: Store) -> tuple[str, str] | None:
+    """(file, ``config_refusal``) of a config file the broker loads after ``DefaultMessageStore.load``'s recovery and refuses
+    to start on, or None: 5.x ``TimerMessageStore.load``'s ``timermetrics``, 4.9.2+ ``ScheduleMessageService.load``'s
+    ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7; ``BrokerController.recoverAndInitService`` @5.3.3). That
+    start writes what its recovery writes, then fails: ``recover``'s writes are the broker's own, and the refusal stays."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
     late = [e for e in eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
-    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
-            or config_refusal(store, "timermetrics", timer_eras(eras)) or config_refusal(store, "delayOffset.json", late)
-            or abort_refusal(store))
+    for name, loading in (("timermetrics", timer_eras(eras)), ("delayOffset.json", late)):
+        if (why := config_refusal(store, name, loading)) is not None:
+            return f"config/{name}", why
+    return None
 
 
 def abort_refusal(store: Store) -> str | None:
