@@ -96,7 +96,7 @@ def load_broker_config(path: Path) -> StoreConfig:
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         timer_log_file_size=DEFAULT_LOG_FILE_SIZE if timer_size is None else timer_size,
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
-        enable_multi_dispatch=bool(_bool(conf, "enableMultiDispatch", False)),  # MessageStoreConfig's default: off
+        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False),  # MessageStoreConfig's default: off
         reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
