@@ -181,8 +181,9 @@ def test_non_ascii_file_read_as_null_by_3_2_6_and_4_0_0(tmp_path, version):
         assert ({r["group"] for r in rows if r["kind"] == "consumer"} == {"ascii_group"}) is from_bak, given
         _, out, findings = verified(root, given)
         warned = [f["message"] for f in findings if f["kind"] == "config-unreadable"]
-        assert warned == ([f"config/consumerOffset.json: {len(real)} bytes a FileReader reads as {chars} chars, which 3.2.6's and "
-                           "4.0.0's file2String reads as null; the broker loads consumerOffset.json.bak instead"] if from_bak else []), given
+        passed_over = (f"config/consumerOffset.json: {len(real)} bytes a FileReader reads as {chars} chars, which 3.2.6's and 4.0.0's "
+                       "file2String reads as null; the broker loads consumerOffset.json.bak instead")
+        assert warned == ([passed_over] if from_bak else []), given
     with_config(root, "consumerOffset.json", real, b'{"offsetTable":{')
     for given, refuses in ((version, True), ("4.5.1", False)):
         _, out, findings = verified(root, given)
@@ -211,9 +212,9 @@ def test_recover_before_a_config_refusal_after_the_recovery(tmp_path, version):
     planned = run("recover", root, "--broker-version", version, "--format", "json")
     plan = json.loads(planned.stdout)
     assert planned.exit_code == EXIT_REFUSED and plan["next_start"]["line"].startswith(REFUSES + "config/delayOffset.json.bak: a directory")
-    assert plan["notes"] == ["the broker's own next start runs this recovery too, then refuses (it loads config/delayOffset.json after it): "
-                             "these writes stand either way, and the refusal stays until config/delayOffset.json or its .bak is fixed "
-                             "(`mqtool repair` moves the .bak out)"]
+    assert plan["notes"] == ["the broker's own next start runs this recovery too, then refuses (it loads config/delayOffset.json "
+                             "after it): these writes stand either way, and the refusal stays until config/delayOffset.json or its "
+                             ".bak is fixed (`mqtool repair` moves the .bak out)"]
     assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == EXIT_OK
     _, out, _ = verified(root, version)
     keeps = plan["next_start"]["line"].split("; with that file fixed, it ")[1].split("; ")[0]
