@@ -163,8 +163,12 @@ def config_findings(store: Store) -> Iterator[Finding]:
             yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
                         "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
             continue
+        table = cfgfmt.CONFIG_FILES[name]
+        if (kept := cfgfmt.NULL_TABLE_KEPT.get(name)) and loaded.doc is not None and loaded.doc.get(table, {}) is None:
+            yield error("config-unreadable", f"{loaded.source}: its {table!r} is null, which {kept}", file=loaded.source, found=None)
         problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
         if refusal is not None:  # ConfigManager.loadBak catches the throw: false
+            problem = refusal[2]
             bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
             yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
                         f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
