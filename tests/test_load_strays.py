@@ -398,7 +398,8 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     """A timer log file before the last cut short and ended with a blank: the slots whose units were all in its cut tail
     still name the blank or zeros there, which recover never revises (no unit of their time is walked, and checkPhyPos
     only looks past the log's end); at their time dequeue would read prevPos 0 there and deliver unit 0's message again.
-    ``repair`` clears exactly those slots (as clear-wheel-slots does for the last file), leaves every other slot, and
+    ``repair`` clears exactly those slots (as clear-wheel-slots does for the last file), leaves every slot with no unit in
+    the tail (those with units on both sides: ``test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked``), and
     ``restore`` gives the wheel back byte for byte."""
     from mqtool.formats import timer as tfmt
     from mqtool.store.timer import TimerStore
@@ -408,6 +409,7 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     cut, size = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE, first.stat().st_size
     before = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
     in_tail = {i for i, s in before.items() if cut <= s.first_pos <= s.last_pos < size}
+    through_tail = {i for i, c in _slot_chains(root).items() if any(cut <= p < size for p in c)} - in_tail  # some relinked
     os.truncate(first, 5000)
     damaged = snapshot(root)
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
@@ -415,8 +417,72 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
     assert applied.exit_code == EXIT_FINDINGS, applied.stderr
     after = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
-    assert in_tail and after == {i: s for i, s in before.items() if i not in in_tail}
+    assert in_tail and {i: s for i, s in after.items() if i not in through_tail} == {
+        i: s for i, s in before.items() if i not in in_tail | through_tail}
     assert not [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel" and f["details"]["slot"] in in_tail]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+
+
+def _slot_chains(root) -> dict[int, list[int]]:
+    """Each read wheel slot's units as ``TimerMessageStore.dequeue`` follows them (lastPos, then each prevPos), in log order."""
+    from mqtool.store.timer import TimerStore
+
+    timer = TimerStore.open(root)
+    units = {u.timer_log_offset: u for u in timer.log.walk()}
+    chains = {}
+    for slot in (s for s in timer.wheel_slots() if s.is_read):
+        chain, pos = [], slot.last_pos
+        while pos in units and pos not in chain:
+            chain.append(pos)
+            pos = units[pos].prev_pos
+        chains[slot.slot] = chain[::-1] if pos == -1 else None  # None: the walk meets a position where no unit starts
+    return chains
+
+
+@pytest.mark.parametrize("first_pass", ["first-file", "later-file"])
+def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tmp_path, first_pass):
+    """A timer log file before the last cut short and ended with a blank (as ``repair`` pads it): a slot whose units lie
+    before the cut, in the cut tail and after it in the later file was not reported, and repair left it: the unit after the
+    cut names a unit of the tail as its prevPos, where ``TimerMessageStore.dequeue`` reads the blank or zeros (prevPos 0) and
+    goes on at unit 0, never reaching the slot's units before the cut. Now verify reports it and repair relinks it over the
+    lost units, as do the slots ending in the tail that the broker's recover does not revise (its first ``recoverAndRevise``
+    starting at the later file, from timercheck's flush position): every chain is then the slot's units left, in order."""
+    from mqtool.formats import timer as tfmt
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    first = root / "timerlog" / "00000000000000000000"
+    size = first.stat().st_size
+    cut = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE
+    whole = _slot_chains(root)
+    left = {i: [p for p in c if not cut <= p < size] for i, c in whole.items()}
+    crossing = {i for i, c in whole.items() if c[0] < cut and any(cut <= p < size for p in c) and c[-1] >= size}
+    ending_in_tail = {i for i, c in whole.items() if c[0] < cut <= c[-1] < size}
+    if first_pass == "later-file":  # lastTimerLogFlushPos a file past the log: recover's first pass starts at the later file
+        with open(root / "config" / "timercheck", "r+b") as f:
+            f.seek(8)
+            f.write((3 * size).to_bytes(8, "big"))
+    with open(first, "r+b") as f:  # cut, then padded with an end-of-file blank at the unit the cut crosses
+        f.truncate(5000)
+        f.truncate(size)
+        f.seek(cut)
+        f.write(tfmt.encode_blank(size - cut))
+    assert crossing and ending_in_tail and {i for i, c in _slot_chains(root).items() if c is None} >= crossing
+    findings = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel"]
+    broken = {f["details"]["slot"]: f for f in findings if "chain_broken_at" in f["details"]}
+    assert set(broken) == crossing and all(f["severity"] == "warning" and cut <= f["found"] < size for f in broken.values())
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost data: slots naming units of the tail the broker revises itself
+    chains = _slot_chains(root)
+    assert all(chains[i] == left[i] for i in crossing)
+    wheel = (root / "timerwheel").read_bytes()
+    last = {i: int.from_bytes(wheel[i * 32 + 16:i * 32 + 24], "big") for i in ending_in_tail}
+    if first_pass == "later-file":  # the broker's recover never walks their units: relinked to their last unit left
+        assert all(chains[i] == left[i] and last[i] == left[i][-1] for i in ending_in_tail)
+    else:  # its first pass walks them and moves their lastPos back itself (recoverAndRevise): left as they are
+        assert all(last[i] == whole[i][-1] for i in ending_in_tail)
+    after = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel"]
+    assert not [f for f in after if f["details"]["slot"] in crossing or "chain_broken_at" in f["details"]]
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
 
 

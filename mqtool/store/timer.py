@@ -8,6 +8,7 @@ does: a blank unit moves to the next file, one of a wrong size or magic ends the
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -101,6 +102,56 @@ def timer_eras(eras) -> list[Era]:
 
 
 TIMER_ERA = next(e for e in ERAS if e.name == "E13")
+
+
+def first_pass_start(bases: list[int], check: fmt.TimerCheck | None, file_size: int | None) -> int:
+    """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
+    timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
+    begin = max(0, (check.last_timer_log_flush_pos if check is not None else 0) - (file_size or 0))
+    return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
+
+
+def slot_units(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
+    """The positions of each slot's units among ``units`` (position: ``(delivery time, prevPos)``), in log order: those of
+    its time, the delivery time over ``timerPrecisionMs`` (``TimerWheel.putSlot`` stores ``time / precisionMs``;
+    ``recoverAndRevise`` revises the slot of ``currWriteTime + delay``), the precision the slots' last units show."""
+    shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
+    precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
+    by_time: dict[int, list[int]] = {}
+    for pos in sorted(units):
+        by_time.setdefault(units[pos][0] // precision, []).append(pos)
+    return {s.slot: by_time.get(s.time_slot, []) for s in slots}
+
+
+def recovered_last_pos(slots: list[fmt.WheelSlot], own: dict[int, list[int]], end: int, first_pass: int,
+                       bases: list[int]) -> dict[int, int]:
+    """Each slot's ``lastPos`` once ``TimerMessageStore.recover`` (5.0.0-5.3.3) has run on a timer log ending at ``end``:
+    ``recoverAndRevise`` sets the ``lastPos`` of the slot of each unit it walks (``own``: ``slot_units``) to that unit
+    (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass`` (``first_pass_start``); ``checkPhyPos`` then starts a
+    second from the file of the least ``firstPos`` of the slots whose ``lastPos`` still exceeds the end."""
+    def revised(start: int) -> dict[int, int]:
+        return {s.slot: next((p for p in reversed(own[s.slot]) if p >= start), s.last_pos) for s in slots}
+
+    last = revised(first_pass)
+    ahead = [s.first_pos for s in slots if last[s.slot] > end]
+    if ahead and min(ahead) < end:
+        last = revised(min(first_pass, max((b for b in bases if b <= min(ahead)), default=bases[0] if bases else 0)))
+    return last
+
+
+def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:
+    """Where ``TimerMessageStore.dequeue``, walking a slot back from ``last_pos`` by each unit's ``prevPos``, reads a position
+    of the timer log where no unit of ``units`` starts (a cut tail's blank or zeros, the log past its end), as
+    ``(the unit naming it, None: the slot, position)``; None where the walk ends, at -1 or before the log's first file at
+    ``start`` (``getWholeBuffer`` finds no file). A blank or zeros read as a unit name prevPos 0: the walk goes on at unit 0."""
+    seen: set[int] = set()
+    holder, pos = None, last_pos
+    while pos != -1 and pos >= start:
+        if pos not in units or pos in seen:
+            return holder, pos
+        seen.add(pos)
+        holder, pos = pos, units[pos][1]
+    return None
 
 
 def cut_at(path: Path) -> int | None:
