@@ -201,6 +201,12 @@ class TimerLogListing:
         return cls(files, entries, inferred_file_size([n for _, n in sized]) if sized else None)
 
     @property
+    def fixed_by(self) -> str:
+        """What the refusal of a file of another length (``nextstart.timer_refusal``, verify's ``timer-file-size``) says fixes
+        it: repair, given ``--broker-config`` where only the default gives the size (a lone cut file), which it refuses to guess."""
+        return "; `mqtool repair` fixes it" + (" given --broker-config" if self.size_from == "default" else "")
+
+    @property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:
         return wrong_length_files(self.files, self.entries, self.file_size)
 

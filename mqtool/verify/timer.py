@@ -78,8 +78,7 @@ def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> F
             "default": "(mappedFileSizeTimerLog's default: its bytes show a cut; --broker-config gives the configured size)"}
     like = like[listing.size_from]
     message = (f"{path.name} is {size} bytes, not {listing.file_size} {like}{after}: the broker refuses "
-               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it"
-               + (" given --broker-config" if listing.size_from == "default" else ""))
+               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}{listing.fixed_by}")
     return (error if not who else warning)("timer-file-size", message, **where)
 
 
