@@ -704,7 +704,7 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     assert cut_slots and sorted(i for _, path, a, b in ops[2:] for i in range(a // 32, b // 32) if path == "timerwheel") == cut_slots
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # timercheck-ahead; a slot with units both sides of the cut
+    assert applied.exit_code == EXIT_OK, applied.stderr  # timercheck-ahead, slots with units both sides of the cut: infos
     assert last.stat().st_size == 8192 and not any(last.read_bytes()[torn:])
     wheel = (root / "timerwheel").read_bytes()
     assert not any(any(wheel[i * 32:(i + 1) * 32]) for i in cut_slots)
@@ -717,3 +717,34 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
     queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
     assert queued[8192 + torn] == queued[walked[-1]] + 1  # in rmq_sys_wheel_timer queue 0
+
+
+@pytest.mark.parametrize("last_message", ["readable", "lost"])
+def test_timercheck_ahead_of_a_cut_timer_log_is_lost_only_where_the_broker_cannot_enqueue_the_cut_units_again(tmp_path, last_message):
+    """The last timer log file cut at a unit: timercheck's flush position lies past the log's end. Before, verify said
+    ``timercheck-ahead`` as a warning and repair counted it lost data, though ``TimerMessageStore.recover``'s
+    ``reviseQueueOffset`` reads the message of the log's last unit and the enqueue resumes rmq_sys_wheel_timer right after
+    it (the cut units' messages follow it there, as the broker queued them), enqueuing the cut units again. Now it is an
+    info (``details.requeued``); it stays a warning where that message cannot be read (its unit names no record), where
+    the broker takes timercheck's queue offset instead and skips the cut units' messages."""
+    from mqtool.formats import timer as tfmt
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    last = root / "timerlog" / "00000000000000008192"
+    cut = 1560
+    os.truncate(last, cut)
+    os.truncate(last, last.stat().st_size + 8192 - cut)  # padded with zeros, as repair pads a short last file
+    queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
+    assert queued[8192 + cut] == queued[8192 + cut - tfmt.UNIT_SIZE] + 1  # where the broker resumes: the first cut unit's message
+    if last_message == "lost":
+        with open(last, "r+b") as f:  # the last unit's offsetPy, past the commit log
+            f.seek(cut - tfmt.UNIT_SIZE + 28)
+            f.write((1 << 40).to_bytes(8, "big"))
+    findings = verified(root, "5.3.3")[2]
+    [ahead] = [f for f in findings if f["kind"] == "timercheck-ahead" and f["file"] == "config/timercheck" and f["found"] == 10012]
+    assert ahead["expected"] == f"<= {8192 + cut}"
+    assert (ahead["severity"], ahead["details"]) == (("info", {"requeued": True}) if last_message == "readable" else ("warning", {}))
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    lost = [e for e in planned["remaining"] if e["kind"] == "timercheck-ahead" and e["lost_data"]]
+    assert len(lost) == (last_message == "lost")
