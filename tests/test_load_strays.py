@@ -446,8 +446,11 @@ def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tm
     cut names a unit of the tail as its prevPos, where ``TimerMessageStore.dequeue`` reads the blank or zeros (prevPos 0) and
     goes on at unit 0, never reaching the slot's units before the cut. Now verify reports it and repair relinks it over the
     lost units, as do the slots ending in the tail that the broker's recover does not revise (its first ``recoverAndRevise``
-    starting at the later file, from timercheck's flush position): every chain is then the slot's units left, in order."""
+    starting at the later file, from timercheck's flush position): every chain is then the slot's units left, in order.
+    The slots the broker's dequeue has read already (before timercheck's lastReadTimeMs) it never reads again: left alone."""
     from mqtool.formats import timer as tfmt
+
+    from mqtool.store.timer import TimerStore
 
     root = copy_store("5.3.3", "timer-small", tmp_path)
     first = root / "timerlog" / "00000000000000000000"
@@ -455,8 +458,13 @@ def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tm
     cut = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE
     whole = _slot_chains(root)
     left = {i: [p for p in c if not cut <= p < size] for i, c in whole.items()}
+    # the slots the broker's dequeue has not read yet: of times from timercheck's lastReadTimeMs on (over timerPrecisionMs)
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    due = {s.slot for s in timer.wheel_slots() if s.is_read and s.time_slot >= read_from}
     crossing = {i for i, c in whole.items() if c[0] < cut and any(cut <= p < size for p in c) and c[-1] >= size}
     ending_in_tail = {i for i, c in whole.items() if c[0] < cut <= c[-1] < size}
+    read, crossing, ending_in_tail = (crossing | ending_in_tail) - due, crossing & due, ending_in_tail & due
     if first_pass == "later-file":  # lastTimerLogFlushPos a file past the log: recover's first pass starts at the later file
         with open(root / "config" / "timercheck", "r+b") as f:
             f.seek(8)
@@ -466,15 +474,17 @@ def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tm
         f.truncate(size)
         f.seek(cut)
         f.write(tfmt.encode_blank(size - cut))
-    assert crossing and ending_in_tail and {i for i, c in _slot_chains(root).items() if c is None} >= crossing
+    assert crossing and ending_in_tail and read and {i for i, c in _slot_chains(root).items() if c is None} >= crossing | read
     findings = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel"]
     broken = {f["details"]["slot"]: f for f in findings if "chain_broken_at" in f["details"]}
     assert set(broken) == crossing and all(f["severity"] == "warning" and cut <= f["found"] < size for f in broken.values())
+    wheel = (root / "timerwheel").read_bytes()
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
     assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost data: slots naming units of the tail the broker revises itself
     chains = _slot_chains(root)
     assert all(chains[i] == left[i] for i in crossing)
+    assert all(chains[i] is None and (root / "timerwheel").read_bytes()[i * 32:i * 32 + 32] == wheel[i * 32:i * 32 + 32] for i in read)
     wheel = (root / "timerwheel").read_bytes()
     last = {i: int.from_bytes(wheel[i * 32 + 16:i * 32 + 24], "big") for i in ending_in_tail}
     if first_pass == "later-file":  # the broker's recover never walks their units: relinked to their last unit left

@@ -34,7 +34,7 @@ from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
-from ..store.timer import TimerLog, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start, recovered_last_pos, slot_units
+from ..store.timer import TimerLog, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -486,12 +486,12 @@ def _tail_wheel_slots(root: Path, tails: list[tuple[int, int]]) -> list[int]:
 
 
 def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> list[tuple[int, list[Action]]]:
-    """The wheel slots the broker reads, but those ``cleared``, whose chain of units, once the file fixes have padded the timer
-    log, stays broken past the broker's start (``recovered_last_pos``, ``chain_break``: a lastPos or a prevPos naming a cut
-    tail's blank or zeros, or where the last file's re-enqueued units go), each with its ``write-int64`` actions: lastPos and
-    a lost firstPos the slot's last and first unit left, each broken prevPos the unit of its time before it (-1 for the
-    first). Each file is walked alone, as ``recoverAndRevise`` (5.0.0-5.3.3) walks it padded: up to its blank, or its last
-    whole unit."""
+    """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
+    fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
+    or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
+    ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
+    of its time before it (-1 for the first). Each file is walked alone, as ``recoverAndRevise`` (5.0.0-5.3.3) walks it
+    padded: up to its blank, or its last whole unit."""
     timer = TimerStore.open(root)
     if timer is None or not listing.files:
         return []
@@ -503,8 +503,8 @@ def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> 
             break
     bases, start, end = [b for b, _ in listing.files], listing.files[0][0], log.end.offset
     read = [s for s in timer.wheel_slots() if s.is_read]
-    own = slot_units(read, units)
-    last = recovered_last_pos(read, own, end, first_pass_start(bases, timer.check, listing.file_size), bases)
+    wheel = recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size), bases, timer.check)
+    own, last = wheel.own, wheel.last_pos
 
     def write(path: str, at: int, value: int, what: str) -> Action:
         return Action("write-int64", path, start=at, end=at + 8, unit=(value,), note=what)
@@ -516,7 +516,7 @@ def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> 
     relinks = []
     for slot in read:
         mine, at = own[slot.slot], slot.slot * tfmt.SLOT_SIZE
-        if not mine or slot.slot in cleared or chain_break(last[slot.slot], units, start) is None:
+        if not mine or slot.slot in cleared or slot.time_slot < wheel.read_from or chain_break(last[slot.slot], units, start) is None:
             continue
         writes = [write("timerwheel", at + 16, mine[-1], f"slot {slot.slot}'s lastPos")] if last[slot.slot] != mine[-1] else []
         if slot.first_pos not in units and slot.first_pos >= start:

@@ -111,32 +111,41 @@ def first_pass_start(bases: list[int], check: fmt.TimerCheck | None, file_size: 
     return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
 
 
-def slot_units(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]]) -> dict[int, list[int]]:
-    """The positions of each slot's units among ``units`` (position: ``(delivery time, prevPos)``), in log order: those of
-    its time, the delivery time over ``timerPrecisionMs`` (``TimerWheel.putSlot`` stores ``time / precisionMs``;
-    ``recoverAndRevise`` revises the slot of ``currWriteTime + delay``), the precision the slots' last units show."""
+@dataclass(frozen=True)
+class RecoveredWheel:
+    """The wheel's read slots (``WheelSlot.is_read``) as ``TimerMessageStore.recover`` (5.0.0-5.3.3) leaves them: ``own``, each
+    slot's units in log order; ``last_pos``, its ``lastPos`` then; ``read_from``, the first slot time the broker's
+    ``dequeue`` reads (timercheck's ``lastReadTimeMs`` over the precision: the slots before it were read already)."""
+
+    own: dict[int, list[int]]
+    last_pos: dict[int, int]
+    read_from: int
+
+
+def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, first_pass: int, bases: list[int],
+                    check: fmt.TimerCheck | None) -> RecoveredWheel:
+    """``slots`` after ``recover`` on a timer log of ``units`` (position: ``(delivery time, prevPos)``) ending at ``end``. A
+    slot's units are those of its time, the delivery time over ``timerPrecisionMs``, the precision the slots' last units
+    show (``TimerWheel.putSlot`` stores ``time / precisionMs``). ``recoverAndRevise`` sets the ``lastPos`` of the slot of
+    each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass`` (``first_pass_start``);
+    ``checkPhyPos`` then starts a second from the file of the least ``firstPos`` of the slots from ``read_from`` on whose
+    ``lastPos`` still exceeds the end."""
     shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
     precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
     by_time: dict[int, list[int]] = {}
     for pos in sorted(units):
         by_time.setdefault(units[pos][0] // precision, []).append(pos)
-    return {s.slot: by_time.get(s.time_slot, []) for s in slots}
+    own = {s.slot: by_time.get(s.time_slot, []) for s in slots}
+    read_from = (check.last_read_time_ms if check is not None else 0) // precision
 
-
-def recovered_last_pos(slots: list[fmt.WheelSlot], own: dict[int, list[int]], end: int, first_pass: int,
-                       bases: list[int]) -> dict[int, int]:
-    """Each slot's ``lastPos`` once ``TimerMessageStore.recover`` (5.0.0-5.3.3) has run on a timer log ending at ``end``:
-    ``recoverAndRevise`` sets the ``lastPos`` of the slot of each unit it walks (``own``: ``slot_units``) to that unit
-    (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass`` (``first_pass_start``); ``checkPhyPos`` then starts a
-    second from the file of the least ``firstPos`` of the slots whose ``lastPos`` still exceeds the end."""
     def revised(start: int) -> dict[int, int]:
         return {s.slot: next((p for p in reversed(own[s.slot]) if p >= start), s.last_pos) for s in slots}
 
     last = revised(first_pass)
-    ahead = [s.first_pos for s in slots if last[s.slot] > end]
+    ahead = [s.first_pos for s in slots if last[s.slot] > end and s.time_slot >= read_from]
     if ahead and min(ahead) < end:
         last = revised(min(first_pass, max((b for b in bases if b <= min(ahead)), default=bases[0] if bases else 0)))
-    return last
+    return RecoveredWheel(own, last, read_from)
 
 
 def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.timer import TimerStore, chain_break, first_pass_start, recovered_last_pos, slot_units, timer_eras
+from ..store.timer import TimerStore, chain_break, first_pass_start, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
 from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
@@ -112,7 +112,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
     slots = timer.wheel_slots()
     read = [slot for slot in slots if slot.is_read]
     end = report.log_end.offset
-    revised = recovered_last_pos(read, slot_units(read, units), end, first_pass, [base for base, _ in timer.log.files])
+    revised = recovered_wheel(read, units, end, first_pass, [base for base, _ in timer.log.files], timer.check)
     # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
     # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
     ordered, bases, tails = sorted(units), [base for base, _ in timer.log.files], []
@@ -129,7 +129,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                        details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "unread": True})
             continue
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
-        last = revised[slot.slot]
+        last = revised.last_pos[slot.slot]
         if bad == [slot.last_pos] and slot.last_pos >= end and last != slot.last_pos and chain_break(last, units, start) is None:
             yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) ends at timer log offset {slot.last_pos}, past the "
                        f"timer log's end {report.log_end.offset}: the broker's recovery moves its lastPos back to its last unit before "
@@ -148,13 +148,13 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                    "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
-        elif (broken := chain_break(last, units, start)) is not None:
+        elif slot.time_slot >= revised.read_from and (broken := chain_break(last, units, start)) is not None:
             yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails))
 
 
 def _broken_chain(slot: fmt.WheelSlot, unit: int, pos: int, cut_off: bool) -> Finding:
-    """A slot whose first and last units are whole but whose chain from the ``lastPos`` the broker's start leaves
-    (``recovered_last_pos``) names a position where no unit starts (``chain_break``): units of a file's cut tail in the middle
+    """A slot not yet read whose first and last units are whole but whose chain from the ``lastPos`` the broker's start leaves
+    (``recovered_wheel``) names a position where no unit starts (``chain_break``): units of a file's cut tail in the middle
     of it. ``TimerMessageStore.dequeue`` reads the blank or zeros there as a unit of prevPos 0 (5.0.0-5.3.3): ``repair``
     relinks the chain over the lost units (details ``chain_broken_at``: the unit naming the position)."""
     return warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}): its unit at timer log offset {unit} names {pos} as the "
