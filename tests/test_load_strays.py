@@ -496,6 +496,35 @@ def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tm
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
 
 
+def test_a_slot_whose_last_unit_is_the_first_cut_off_the_last_timer_log_file_is_relinked(tmp_path):
+    """The last timer log file cut at a unit, and recover's first pass starting at that file (timercheck's flush position a
+    file past the log): a slot not yet read whose units lie before that file but its last, the first unit cut off, keeps
+    that lastPos, the log's new end, which checkPhyPos passes over (it looks for lastPos > end) and no walk revises. The
+    broker enqueues the cut unit's message again there (reviseQueueOffset), naming the slot's lastPos, itself, as its
+    previous unit (doEnqueue): that slot's dequeue never ends. Repair left it (it cleared only slots whose units were all
+    cut); now its lastPos is its last unit left, as recoverAndRevise would have set it walking that unit."""
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    last = root / "timerlog" / "00000000000000008192"
+    size = last.stat().st_size
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    due = {s.slot for s in timer.wheel_slots() if s.is_read and s.time_slot >= read_from}
+    slot, chain = next((i, c) for i, c in sorted(_slot_chains(root).items()) if i in due and len(c) > 1 and c[-2] < size <= c[-1])
+    with open(root / "config" / "timercheck", "r+b") as f:
+        f.seek(8)
+        f.write((3 * size).to_bytes(8, "big"))
+    os.truncate(last, chain[-1] - size)
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    wheel = (root / "timerwheel").read_bytes()
+    assert int.from_bytes(wheel[slot * 32 + 16:slot * 32 + 24], "big") == chain[-2] and _slot_chains(root)[slot] == chain[:-1]
+    assert not [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel" and f["details"]["slot"] == slot]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+
+
 @pytest.mark.parametrize("version, severity", [("5.1.1", "error"), ("5.3.3", "info")])
 def test_empty_last_timer_log_file(tmp_path, version, severity):
     """An empty last timer log file: 5.0.0-5.1.2 refuse it, 5.1.3+ ``doLoad`` delete it, but only as the folder's last
