@@ -191,10 +191,10 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     if relinks:
         listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
         steps.append(RepairStep("relink-wheel-slots", True, f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units "
-                                f"(slots {listed}): relinked over them as the broker would have linked the units left had the lost ones "
-                                "never been written (lastPos and firstPos: the last and first unit left of the slot; the prevPos of each unit: "
-                                "the one of its time before it); TimerMessageStore.recover leaves them naming the blank or zeros there, "
-                                "whose prevPos 0 their dequeue follows back to unit 0, never reaching their earlier units",
+                                f"(slots {listed}): relinked over them as the broker would have linked the units left had the lost "
+                                "ones never been written (lastPos and firstPos: the last and first unit left of the slot; the prevPos of "
+                                "each unit: the one of its time before it); TimerMessageStore.recover leaves them naming the blank or "
+                                "zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their earlier units",
                                 tuple(dict.fromkeys(a.path for _, writes in relinks for a in writes))))
         actions.extend(a for _, writes in relinks for a in writes)
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
