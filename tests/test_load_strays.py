@@ -398,7 +398,8 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     """A timer log file before the last cut short and ended with a blank: the slots whose units were all in its cut tail
     still name the blank or zeros there, which recover never revises (no unit of their time is walked, and checkPhyPos
     only looks past the log's end); at their time dequeue would read prevPos 0 there and deliver unit 0's message again.
-    ``repair`` clears exactly those slots (as clear-wheel-slots does for the last file), leaves every other slot, and
+    ``repair`` clears exactly those slots (as clear-wheel-slots does for the last file), leaves every slot with no unit in
+    the tail (those with units on both sides: ``test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked``), and
     ``restore`` gives the wheel back byte for byte."""
     from mqtool.formats import timer as tfmt
     from mqtool.store.timer import TimerStore
@@ -408,6 +409,7 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     cut, size = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE, first.stat().st_size
     before = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
     in_tail = {i for i, s in before.items() if cut <= s.first_pos <= s.last_pos < size}
+    through_tail = {i for i, c in _slot_chains(root).items() if any(cut <= p < size for p in c)} - in_tail  # some relinked
     os.truncate(first, 5000)
     damaged = snapshot(root)
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
@@ -415,8 +417,111 @@ def test_wheel_slots_of_a_cut_tail_before_the_last_timer_log_file_are_cleared(tm
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
     assert applied.exit_code == EXIT_FINDINGS, applied.stderr
     after = {s.slot: s for s in TimerStore.open(root).wheel_slots() if s.is_read}
-    assert in_tail and after == {i: s for i, s in before.items() if i not in in_tail}
+    assert in_tail and {i: s for i, s in after.items() if i not in through_tail} == {
+        i: s for i, s in before.items() if i not in in_tail | through_tail}
     assert not [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel" and f["details"]["slot"] in in_tail]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+
+
+def _slot_chains(root) -> dict[int, list[int]]:
+    """Each read wheel slot's units as ``TimerMessageStore.dequeue`` follows them (lastPos, then each prevPos), in log order."""
+    from mqtool.store.timer import TimerStore
+
+    timer = TimerStore.open(root)
+    units = {u.timer_log_offset: u for u in timer.log.walk()}
+    chains = {}
+    for slot in (s for s in timer.wheel_slots() if s.is_read):
+        chain, pos = [], slot.last_pos
+        while pos in units and pos not in chain:
+            chain.append(pos)
+            pos = units[pos].prev_pos
+        chains[slot.slot] = chain[::-1] if pos == -1 else None  # None: the walk meets a position where no unit starts
+    return chains
+
+
+@pytest.mark.parametrize("first_pass", ["first-file", "later-file"])
+def test_wheel_slots_whose_chain_crosses_a_cut_tail_are_reported_and_relinked(tmp_path, first_pass):
+    """A timer log file before the last cut short and ended with a blank (as ``repair`` pads it): a slot whose units lie
+    before the cut, in the cut tail and after it in the later file was not reported, and repair left it: the unit after the
+    cut names a unit of the tail as its prevPos, where ``TimerMessageStore.dequeue`` reads the blank or zeros (prevPos 0) and
+    goes on at unit 0, never reaching the slot's units before the cut. Now verify reports it and repair relinks it over the
+    lost units, as do the slots ending in the tail that the broker's recover does not revise (its first ``recoverAndRevise``
+    starting at the later file, from timercheck's flush position): every chain is then the slot's units left, in order.
+    The slots the broker's dequeue has read already (before timercheck's lastReadTimeMs) it never reads again: left alone."""
+    from mqtool.formats import timer as tfmt
+
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    first = root / "timerlog" / "00000000000000000000"
+    size = first.stat().st_size
+    cut = 5000 // tfmt.UNIT_SIZE * tfmt.UNIT_SIZE
+    whole = _slot_chains(root)
+    left = {i: [p for p in c if not cut <= p < size] for i, c in whole.items()}
+    # the slots the broker's dequeue has not read yet: of times from timercheck's lastReadTimeMs on (over timerPrecisionMs)
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    due = {s.slot for s in timer.wheel_slots() if s.is_read and s.time_slot >= read_from}
+    crossing = {i for i, c in whole.items() if c[0] < cut and any(cut <= p < size for p in c) and c[-1] >= size}
+    ending_in_tail = {i for i, c in whole.items() if c[0] < cut <= c[-1] < size}
+    read, crossing, ending_in_tail = (crossing | ending_in_tail) - due, crossing & due, ending_in_tail & due
+    if first_pass == "later-file":  # lastTimerLogFlushPos a file past the log: recover's first pass starts at the later file
+        with open(root / "config" / "timercheck", "r+b") as f:
+            f.seek(8)
+            f.write((3 * size).to_bytes(8, "big"))
+    with open(first, "r+b") as f:  # cut, then padded with an end-of-file blank at the unit the cut crosses
+        f.truncate(5000)
+        f.truncate(size)
+        f.seek(cut)
+        f.write(tfmt.encode_blank(size - cut))
+    assert crossing and ending_in_tail and read and {i for i, c in _slot_chains(root).items() if c is None} >= crossing | read
+    findings = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel"]
+    broken = {f["details"]["slot"]: f for f in findings if "chain_broken_at" in f["details"]}
+    assert set(broken) == crossing and all(f["severity"] == "warning" and cut <= f["found"] < size for f in broken.values())
+    wheel = (root / "timerwheel").read_bytes()
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # lost data: slots naming units of the tail the broker revises itself
+    chains = _slot_chains(root)
+    assert all(chains[i] == left[i] for i in crossing)
+    assert all(chains[i] is None and (root / "timerwheel").read_bytes()[i * 32:i * 32 + 32] == wheel[i * 32:i * 32 + 32] for i in read)
+    wheel = (root / "timerwheel").read_bytes()
+    last = {i: int.from_bytes(wheel[i * 32 + 16:i * 32 + 24], "big") for i in ending_in_tail}
+    if first_pass == "later-file":  # the broker's recover never walks their units: relinked to their last unit left
+        assert all(chains[i] == left[i] and last[i] == left[i][-1] for i in ending_in_tail)
+    else:  # its first pass walks them and moves their lastPos back itself (recoverAndRevise): left as they are
+        assert all(last[i] == whole[i][-1] for i in ending_in_tail)
+    after = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel"]
+    assert not [f for f in after if f["details"]["slot"] in crossing or "chain_broken_at" in f["details"]]
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
+
+
+def test_a_slot_whose_last_unit_is_the_first_cut_off_the_last_timer_log_file_is_relinked(tmp_path):
+    """The last timer log file cut at a unit, and recover's first pass starting at that file (timercheck's flush position a
+    file past the log): a slot not yet read whose units lie before that file but its last, the first unit cut off, keeps
+    that lastPos, the log's new end, which checkPhyPos passes over (it looks for lastPos > end) and no walk revises. The
+    broker enqueues the cut unit's message again there (reviseQueueOffset), naming the slot's lastPos, itself, as its
+    previous unit (doEnqueue): that slot's dequeue never ends. Repair left it (it cleared only slots whose units were all
+    cut); now its lastPos is its last unit left, as recoverAndRevise would have set it walking that unit."""
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    last = root / "timerlog" / "00000000000000008192"
+    size = last.stat().st_size
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    due = {s.slot for s in timer.wheel_slots() if s.is_read and s.time_slot >= read_from}
+    slot, chain = next((i, c) for i, c in sorted(_slot_chains(root).items()) if i in due and len(c) > 1 and c[-2] < size <= c[-1])
+    with open(root / "config" / "timercheck", "r+b") as f:
+        f.seek(8)
+        f.write((3 * size).to_bytes(8, "big"))
+    os.truncate(last, chain[-1] - size)
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    wheel = (root / "timerwheel").read_bytes()
+    assert int.from_bytes(wheel[slot * 32 + 16:slot * 32 + 24], "big") == chain[-2] and _slot_chains(root)[slot] == chain[:-1]
+    assert not [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-wheel" and f["details"]["slot"] == slot]
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
 
 
@@ -638,7 +743,7 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     assert cut_slots and sorted(i for _, path, a, b in ops[2:] for i in range(a // 32, b // 32) if path == "timerwheel") == cut_slots
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
-    assert applied.exit_code == EXIT_FINDINGS, applied.stderr  # timercheck-ahead; a slot with units both sides of the cut
+    assert applied.exit_code == EXIT_OK, applied.stderr  # timercheck-ahead, slots with units both sides of the cut: infos
     assert last.stat().st_size == 8192 and not any(last.read_bytes()[torn:])
     wheel = (root / "timerwheel").read_bytes()
     assert not any(any(wheel[i * 32:(i + 1) * 32]) for i in cut_slots)
@@ -651,3 +756,34 @@ def test_short_last_timer_log_file_cut_inside_a_unit(tmp_path):
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(root) == damaged
     queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
     assert queued[8192 + torn] == queued[walked[-1]] + 1  # in rmq_sys_wheel_timer queue 0
+
+
+@pytest.mark.parametrize("last_message", ["readable", "lost"])
+def test_timercheck_ahead_of_a_cut_timer_log_is_lost_only_where_the_broker_cannot_enqueue_the_cut_units_again(tmp_path, last_message):
+    """The last timer log file cut at a unit: timercheck's flush position lies past the log's end. Before, verify said
+    ``timercheck-ahead`` as a warning and repair counted it lost data, though ``TimerMessageStore.recover``'s
+    ``reviseQueueOffset`` reads the message of the log's last unit and the enqueue resumes rmq_sys_wheel_timer right after
+    it (the cut units' messages follow it there, as the broker queued them), enqueuing the cut units again. Now it is an
+    info (``details.requeued``); it stays a warning where that message cannot be read (its unit names no record), where
+    the broker takes timercheck's queue offset instead and skips the cut units' messages."""
+    from mqtool.formats import timer as tfmt
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    last = root / "timerlog" / "00000000000000008192"
+    cut = 1560
+    os.truncate(last, cut)
+    os.truncate(last, last.stat().st_size + 8192 - cut)  # padded with zeros, as repair pads a short last file
+    queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
+    assert queued[8192 + cut] == queued[8192 + cut - tfmt.UNIT_SIZE] + 1  # where the broker resumes: the first cut unit's message
+    if last_message == "lost":
+        with open(last, "r+b") as f:  # the last unit's offsetPy, past the commit log
+            f.seek(cut - tfmt.UNIT_SIZE + 28)
+            f.write((1 << 40).to_bytes(8, "big"))
+    findings = verified(root, "5.3.3")[2]
+    [ahead] = [f for f in findings if f["kind"] == "timercheck-ahead" and f["file"] == "config/timercheck" and f["found"] == 10012]
+    assert ahead["expected"] == f"<= {8192 + cut}"
+    assert (ahead["severity"], ahead["details"]) == (("info", {"requeued": True}) if last_message == "readable" else ("warning", {}))
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    lost = [e for e in planned["remaining"] if e["kind"] == "timercheck-ahead" and e["lost_data"]]
+    assert len(lost) == (last_message == "lost")

@@ -306,6 +306,13 @@ class Executor:
         durability_point("range backed up")
         write_range(self.root / action.path, action.start, clfmt.encode_blank(action.end - action.start))
 
+    def _write_int64(self, action) -> None:
+        """The big-endian int64 ``action.unit[0]`` at ``start`` (``repair._relinked_slots``: a wheel slot's position, a timer
+        log unit's prevPos)."""
+        self.backup.backup_range(action.path, action.start, action.end)
+        durability_point("range backed up")
+        write_range(self.root / action.path, action.start, action.unit[0].to_bytes(8, "big", signed=True))
+
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
         (``CutSegment``) or an entry's own fields (``unit_fixes``)."""

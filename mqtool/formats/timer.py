@@ -80,6 +80,8 @@ BLANK_MAGIC = -875286124
 BLANK_SIZE = 16
 DEFAULT_LOG_FILE_SIZE = 100 * 1024 * 1024
 """``MessageStoreConfig.mappedFileSizeTimerLog``'s default (5.0.0-5.3.3): the size of a timer log file unless broker.conf sets another."""
+DEFAULT_PRECISION_MS = 1000
+"""``MessageStoreConfig.timerPrecisionMs``'s default (5.0.0-5.3.3): a slot's time is a delivery time over it."""
 SLOTS_TOTAL = 7 * 86400
 """``TimerMessageStore.TIMER_WHEEL_TTL_DAY * DAY_SECS``: the wheel holds ``2 * SLOTS_TOTAL`` slots."""
 TIMER_TOPIC = "rmq_sys_wheel_timer"

@@ -34,7 +34,7 @@ from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
-from ..store.timer import TimerLog, TimerLogListing, TimerStore, cut_at
+from ..store.timer import TimerLog, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -188,10 +188,21 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
                        for a, b in runs)
 
-    clear_slots(_cut_wheel_slots(root, listing), "the cut timer log tail", "positions past the log's end, where the broker's next "
+    cut_slots, tail_slots = _cut_wheel_slots(root, listing), _tail_wheel_slots(root, tails)
+    clear_slots(cut_slots, "the cut timer log tail", "positions past the log's end, where the broker's next "
                 "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
-    clear_slots(_tail_wheel_slots(root, tails), "the cut tail of a timer log file before the last", "its blank or zeros, whose "
+    clear_slots(tail_slots, "the cut tail of a timer log file before the last", "its blank or zeros, whose "
                 "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
+    relinks = _relinked_slots(root, listing, set(cut_slots + tail_slots))
+    if relinks:
+        listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
+        steps.append(RepairStep("relink-wheel-slots", True, f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units "
+                                f"(slots {listed}): relinked over them as the broker would have linked the units left had the lost "
+                                "ones never been written (lastPos and firstPos: the last and first unit left of the slot; the prevPos of "
+                                "each unit: the one of its time before it); TimerMessageStore.recover leaves them naming the blank or "
+                                "zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their earlier units",
+                                tuple(dict.fromkeys(a.path for _, writes in relinks for a in writes))))
+        actions.extend(a for _, writes in relinks for a in writes)
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
@@ -480,6 +491,49 @@ def _tail_wheel_slots(root: Path, tails: list[tuple[int, int]]) -> list[int]:
     if timer is None:
         return []
     return [s.slot for s in timer.wheel_slots() if s.is_read and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
+
+
+def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> list[tuple[int, list[Action]]]:
+    """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
+    fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
+    or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
+    ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
+    of its time before it (-1 for the first). Each file is walked alone, as ``recoverAndRevise`` (5.0.0-5.3.3) walks it
+    padded: up to its blank, or its last whole unit."""
+    timer = TimerStore.open(root)
+    if timer is None or not listing.files:
+        return []
+    units: dict[int, tuple[int, int]] = {}
+    for base, path in listing.files:
+        log = TimerLog([(base, path)])
+        units.update((u.timer_log_offset, (u.delivery_time, u.prev_pos)) for u in log.walk())
+        if not log.end.clean:
+            break
+    bases, start, end = [b for b, _ in listing.files], listing.files[0][0], log.end.offset
+    read = [s for s in timer.wheel_slots() if s.is_read]
+    wheel = recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size), bases, timer.check)
+    own, last = wheel.own, wheel.last_pos
+
+    def write(path: str, at: int, value: int, what: str) -> Action:
+        return Action("write-int64", path, start=at, end=at + 8, unit=(value,), note=what)
+
+    def prev_write(pos: int, value: int) -> Action:
+        base, path = next((b, p) for b, p in reversed(listing.files) if b <= pos)
+        return write(f"timerlog/{path.name}", pos - base + 4, value, f"prevPos of the unit at {pos}")  # after its int32 size
+
+    relinks = []
+    for slot in read:
+        mine, at = own[slot.slot], slot.slot * tfmt.SLOT_SIZE
+        if not mine or slot.slot in cleared or slot.time_slot < wheel.read_from or chain_break(last[slot.slot], units, start) is None:
+            continue
+        writes = [write("timerwheel", at + 16, mine[-1], f"slot {slot.slot}'s lastPos")] if last[slot.slot] != mine[-1] else []
+        if slot.first_pos not in units and slot.first_pos >= start:
+            writes.append(write("timerwheel", at + 8, mine[0], f"slot {slot.slot}'s firstPos"))
+        writes.extend(prev_write(pos, mine[i - 1] if i else -1) for i, pos in enumerate(mine)
+                      if units[pos][1] != -1 and units[pos][1] >= start and units[pos][1] not in units)
+        if writes:  # else a chain broken otherwise (a prevPos naming another slot's unit): no cut to relink over
+            relinks.append((slot.slot, writes))
+    return relinks
 
 
 def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:
@@ -914,17 +968,21 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 
 
 def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
-    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment, wheel slots cleared)."""
+    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment, wheel slots cleared or
+    relinked)."""
     if files is None:
         return findings
     changed = {a.path for a in files.actions}
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
                if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
-    cleared = {i for a in files.actions if a.path == "timerwheel" and a.op == "zero-range"
-               for i in range(a.start // tfmt.SLOT_SIZE, a.end // tfmt.SLOT_SIZE)}  # _cut_wheel_slots
+    cleared = {i for a in files.actions if a.path == "timerwheel" and a.op in ("zero-range", "write-int64")
+               for i in range(a.start // tfmt.SLOT_SIZE, (a.end - 1) // tfmt.SLOT_SIZE + 1)}  # _cut_wheel_slots, _relinked_slots
+    relinked = {int(Path(a.path).name) + a.start - 4 for a in files.actions if a.op == "write-int64" and a.path.startswith("timerlog")}
 
     def fixed(f: Finding) -> bool:
-        return ((f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (f.details or {}).get("slot") in cleared)
+        d = f.details or {}
+        return ((f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (d.get("slot") in cleared
+                                                                                              or d.get("chain_broken_at") in relinked))
                 or f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
 
     return [f for f in findings if not fixed(f)]

@@ -463,8 +463,7 @@ def timer_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on ``timerlog/`` (``Store.timer_log_listing``): a file of another length than the
     timer log's (``wrong_length_refusal``), an entry that is no timer log file, or None: ``TimerLog.load`` is a
     ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3 ``BrokerController.initialize`` fails on its
-    false after ``messageStore.load`` (so after the other refusals). A size only its default gives (a lone cut file) is
-    fixed given ``--broker-config``, as repair refuses to guess it (verify's ``timer-file-size`` says the same)."""
+    false after ``messageStore.load`` (so after the other refusals); what fixes it: ``TimerLogListing.fixed_by``."""
     from .timer import timer_eras
 
     eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
@@ -473,7 +472,7 @@ def timer_refusal(store: Store) -> str | None:
     why = wrong_length_refusal(store, listing.wrong_lengths, listing.file_size, listing.files, listing.entries, eras)
     if why is None:
         return first_stray_refusal(store, listing.strays, eras=eras)
-    return why + "; `mqtool repair` fixes it" + (" given --broker-config" if listing.size_from == "default" else "")
+    return why + listing.fixed_by
 
 
 def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, files, strays, eras=None) -> str | None:

@@ -8,6 +8,7 @@ does: a blank unit moves to the next file, one of a wrong size or magic ends the
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -103,6 +104,65 @@ def timer_eras(eras) -> list[Era]:
 TIMER_ERA = next(e for e in ERAS if e.name == "E13")
 
 
+def first_pass_start(bases: list[int], check: fmt.TimerCheck | None, file_size: int | None) -> int:
+    """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
+    timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
+    begin = max(0, (check.last_timer_log_flush_pos if check is not None else 0) - (file_size or 0))
+    return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
+
+
+@dataclass(frozen=True)
+class RecoveredWheel:
+    """The wheel's read slots (``WheelSlot.is_read``) as ``TimerMessageStore.recover`` (5.0.0-5.3.3) leaves them: ``own``, each
+    slot's units in log order; ``last_pos``, its ``lastPos`` then; ``read_from``, the first slot time the broker's
+    ``dequeue`` reads (timercheck's ``lastReadTimeMs`` over the precision: the slots before it were read already)."""
+
+    own: dict[int, list[int]]
+    last_pos: dict[int, int]
+    read_from: int
+
+
+def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, first_pass: int, bases: list[int],
+                    check: fmt.TimerCheck | None) -> RecoveredWheel:
+    """``slots`` after ``recover`` on a timer log of ``units`` (position: ``(delivery time, prevPos)``) ending at ``end``. A
+    slot's units are those of its time, the delivery time over ``timerPrecisionMs``, the precision the slots' last units
+    show (``TimerWheel.putSlot`` stores ``time / precisionMs``). ``recoverAndRevise`` sets the ``lastPos`` of the slot of
+    each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass`` (``first_pass_start``);
+    ``checkPhyPos`` then starts a second from the file of the least ``firstPos`` of the slots from ``read_from`` on whose
+    ``lastPos`` still exceeds the end."""
+    shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
+    precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
+    by_time: dict[int, list[int]] = {}
+    for pos in sorted(units):
+        by_time.setdefault(units[pos][0] // precision, []).append(pos)
+    own = {s.slot: by_time.get(s.time_slot, []) for s in slots}
+    read_from = (check.last_read_time_ms if check is not None else 0) // precision
+
+    def revised(start: int) -> dict[int, int]:
+        return {s.slot: next((p for p in reversed(own[s.slot]) if p >= start), s.last_pos) for s in slots}
+
+    last = revised(first_pass)
+    ahead = [s.first_pos for s in slots if last[s.slot] > end and s.time_slot >= read_from]
+    if ahead and min(ahead) < end:
+        last = revised(min(first_pass, max((b for b in bases if b <= min(ahead)), default=bases[0] if bases else 0)))
+    return RecoveredWheel(own, last, read_from)
+
+
+def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:
+    """Where ``TimerMessageStore.dequeue``, walking a slot back from ``last_pos`` by each unit's ``prevPos``, reads a position
+    of the timer log where no unit of ``units`` starts (a cut tail's blank or zeros, the log past its end), as
+    ``(the unit naming it, None: the slot, position)``; None where the walk ends, at -1 or before the log's first file at
+    ``start`` (``getWholeBuffer`` finds no file). A blank or zeros read as a unit name prevPos 0: the walk goes on at unit 0."""
+    seen: set[int] = set()
+    holder, pos = None, last_pos
+    while pos != -1 and pos >= start:
+        if pos not in units or pos in seen:
+            return holder, pos
+        seen.add(pos)
+        holder, pos = pos, units[pos][1]
+    return None
+
+
 def cut_at(path: Path) -> int | None:
     """Where the bytes of a timer log file show it was cut: at the unit the cut crosses (bytes after its last 52-byte
     boundary, neither zeros nor a whole blank), or at its end where fewer than a blank's 16 bytes follow a whole unit
@@ -148,6 +208,12 @@ class TimerLogListing:
             size = lone_file_size(*sized[0])
             return cls(files, entries, size, "default" if size != sized[0][1] else "others")
         return cls(files, entries, inferred_file_size([n for _, n in sized]) if sized else None)
+
+    @property
+    def fixed_by(self) -> str:
+        """What the refusal of a file of another length (``nextstart.timer_refusal``, verify's ``timer-file-size``) says fixes
+        it: repair, given ``--broker-config`` where only the default gives the size (a lone cut file), which it refuses to guess."""
+        return "; `mqtool repair` fixes it" + (" given --broker-config" if self.size_from == "default" else "")
 
     @property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.timer import TimerStore, timer_eras
+from ..store.timer import TimerStore, chain_break, first_pass_start, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
 from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
@@ -39,7 +39,9 @@ def timer_findings(store: Store) -> Iterator[Finding]:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
-    yield from _wheel_findings(timer, report, _first_pass_start(timer, store.timer_log_listing))
+    listing = store.timer_log_listing
+    first_pass = first_pass_start([base for base, _ in timer.log.files], timer.check, listing.file_size if listing is not None else None)
+    yield from _wheel_findings(timer, report, first_pass)
     yield from _check_findings(store, timer, report)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
@@ -76,8 +78,7 @@ def _wrong_length(store: Store, eras, listing, path, size: int, last: bool) -> F
             "default": "(mappedFileSizeTimerLog's default: its bytes show a cut; --broker-config gives the configured size)"}
     like = like[listing.size_from]
     message = (f"{path.name} is {size} bytes, not {listing.file_size} {like}{after}: the broker refuses "
-               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}; `mqtool repair` fixes it"
-               + (" given --broker-config" if listing.size_from == "default" else ""))
+               f"to start (TimerLog.load's MappedFileQueue.load: \"length not matched\"){who}{listing.fixed_by}")
     return (error if not who else warning)("timer-file-size", message, **where)
 
 
@@ -98,15 +99,6 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                         file="timerlog", offset=row["offset"], details=where)
 
 
-def _first_pass_start(timer: TimerStore, listing) -> int:
-    """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
-    timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
-    bases = [base for base, _ in timer.log.files]
-    size = listing.file_size if listing is not None and listing.file_size else 0
-    begin = max(0, (timer.check.last_timer_log_flush_pos if timer.check is not None else 0) - size)
-    return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
-
-
 def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> Iterator[Finding]:
     if timer.wheel_path is None:
         yield _missing_wheel(report)
@@ -115,15 +107,19 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
     if size and size != WHEEL_FILE_SIZE:
         yield error("timer-wheel", f"timerwheel is {size} bytes; the broker expects {WHEEL_FILE_SIZE} and refuses to start", file="timerwheel", expected=WHEEL_FILE_SIZE, found=size)
         return
-    units = {row["timer_log_offset"] for row in report.rows}
+    units = {row["timer_log_offset"]: (row["delivery_time"], row["prev_pos"]) for row in report.rows}
     start = timer.log.files[0][0] if timer.log.files else 0  # before it: units of a deleted first file, gone
+    slots = timer.wheel_slots()
+    read = [slot for slot in slots if slot.is_read]
+    end = report.log_end.offset
+    revised = recovered_wheel(read, units, end, first_pass, [base for base, _ in timer.log.files], timer.check)
     # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
     # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
     ordered, bases, tails = sorted(units), [base for base, _ in timer.log.files], []
     for a, b in zip(bases, bases[1:]):
         i = bisect.bisect_left(ordered, b)
         tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
-    for slot in timer.wheel_slots():
+    for slot in slots:
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
         if not slot.is_read:
             # TimerWheel reads the slot of a time only where that time lies and only if it holds that time
@@ -133,7 +129,8 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                        details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "unread": True})
             continue
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
-        if bad == [slot.last_pos] and _revised(slot, report.log_end.offset, first_pass, tails):
+        last = revised.last_pos[slot.slot]
+        if bad == [slot.last_pos] and slot.last_pos >= end and last != slot.last_pos and chain_break(last, units, start) is None:
             yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) ends at timer log offset {slot.last_pos}, past the "
                        f"timer log's end {report.log_end.offset}: the broker's recovery moves its lastPos back to its last unit before "
                        "that end (TimerWheel.checkPhyPos, recoverAndRevise) and enqueues the later units' messages again "
@@ -151,17 +148,22 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                    "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
+        elif slot.time_slot >= revised.read_from and (broken := chain_break(last, units, start)) is not None:
+            yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails))
 
 
-def _revised(slot: fmt.WheelSlot, end: int, first_pass: int, tails: list[tuple[int, int]]) -> bool:
-    """Whether the broker's start mends a slot whose ``firstPos`` is a unit it walks and whose ``lastPos`` lies at or past the
-    timer log's ``end`` (reference §9; ``TimerMessageStore.recover``, 5.0.0-5.3.3). ``recoverAndRevise`` sets the ``lastPos`` of
-    the slot of each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE): its first pass walks from
-    ``first_pass``, and ``checkPhyPos`` starts a second from the file of the least ``firstPos`` of the slots whose ``lastPos``
-    exceeds the end. Its lastPos then names its last unit before the end, whose ``prevPos`` chain is whole unless a
-    file's cut tail (``tails``) lies after its first unit."""
-    return (slot.first_pos != -1 and slot.last_pos >= end and (slot.last_pos > end or slot.first_pos >= first_pass)
-            and not any(a > slot.first_pos for a, _ in tails))
+def _broken_chain(slot: fmt.WheelSlot, unit: int, pos: int, cut_off: bool) -> Finding:
+    """A slot not yet read whose first and last units are whole but whose chain from the ``lastPos`` the broker's start leaves
+    (``recovered_wheel``) names a position where no unit starts (``chain_break``): units of a file's cut tail in the middle
+    of it. ``TimerMessageStore.dequeue`` reads the blank or zeros there as a unit of prevPos 0 (5.0.0-5.3.3): ``repair``
+    relinks the chain over the lost units (details ``chain_broken_at``: the unit naming the position)."""
+    return warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}): its unit at timer log offset {unit} names {pos} as the "
+                   "previous unit of its time, where no valid unit starts" + (" (after its file's last unit: the units there are gone)"
+                   if cut_off else "") + ": TimerMessageStore.dequeue reads what lies there as a unit (a blank or zeros: prevPos 0, so "
+                   "it goes on at unit 0 and delivers its message again) and never reaches the slot's units before it",
+                   file="timerwheel", expected="a unit position", found=pos,
+                   details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
+                            "chain_broken_at": unit})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
@@ -180,9 +182,18 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
     check = timer.check
     if check is None:
         return
-    if check.last_timer_log_flush_pos > report.log_end.offset:
-        yield warning("timercheck-ahead", f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {report.log_end.offset}",
-                      file="config/timercheck", expected=f"<= {report.log_end.offset}", found=check.last_timer_log_flush_pos)
+    end = report.log_end.offset
+    if check.last_timer_log_flush_pos > end:
+        where = {"file": "config/timercheck", "expected": f"<= {end}", "found": check.last_timer_log_flush_pos}
+        message = f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {end}"
+        if report.rows and report.rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and report.rows[-1]["state"] != "lost":
+            # TimerMessageStore.recover (5.0.0-5.3.3): reviseQueueOffset reads the message of the unit before the end, and the
+            # enqueue resumes the timer queue after it; only where that fails does it take timercheck's lastTimerQueueOffset
+            yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of "
+                       "the log's last unit (reviseQueueOffset) and enqueues the later messages again, the cut units' too: nothing lost",
+                       details={"requeued": True}, **where)
+        else:
+            yield warning("timercheck-ahead", message, **where)
     try:
         queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
         max_offset = queue.recover().max_offset if queue.files else 0
