@@ -692,6 +692,56 @@ def mixed_store(tmp_path):
     return root, divided, expected, dl
 
 
+def relaid_store(tmp_path, version: str, file_size: int = 1 << 18):
+    """dledger-small with its entries laid into data files of ``file_size`` bytes, as DLedger lays them
+    (``MmapFileList.preAppend``: an entry that does not fit ends its file with a blank, int -1 and the bytes
+    left), each entry's pos, its record's PHYSICALOFFSET, its index unit and its consume queue unit moved
+    with it, the broker's index files left out: more than 3 data files, so that some lie before the file
+    DLedger's recovery starts from. ``(root, [(message, new entry pos)])``."""
+    import shutil
+
+    from mqtool.formats import commitlog as clfmt
+
+    m = manifest(version, "dledger-small")
+    root = tmp_path / "relaid"
+    shutil.copytree(store_path(version, "dledger-small"), root)
+    shutil.rmtree(root / "index")
+    home = root / "dledger-n0"
+    sources = {p.name: p.read_bytes() for p in (home / "data").iterdir()}
+    for p in (home / "data").iterdir():
+        p.unlink()
+    phys_at = 28  # PHYSICALOFFSET in every record version (clfmt's header layouts)
+    assert clfmt.HEADER_LAYOUTS[(False, False)].offset_of("phys_offset") == phys_at
+    files, moved, units, pos = [bytearray(file_size)], {}, bytearray((home / "index" / f"{0:020d}").read_bytes()), 0
+    placed = []
+    for msg in m["messages"]:
+        e = msg["dledgerEntry"]
+        if pos + e["size"] > file_size:
+            files[-1][pos : pos + 8] = (-1).to_bytes(4, "big", signed=True) + (file_size - pos).to_bytes(4, "big")
+            files.append(bytearray(file_size))
+            pos = 0
+        new = (len(files) - 1) * file_size + pos
+        raw = bytearray(sources[e["file"].rsplit("/", 1)[-1]][e["filePosition"] : e["filePosition"] + e["size"]])
+        raw[24:32] = new.to_bytes(8, "big")
+        raw[48 + phys_at : 48 + phys_at + 8] = (new + 48).to_bytes(8, "big")
+        files[-1][pos : pos + e["size"]] = raw
+        units[e["index"] * 32 + 4 : e["index"] * 32 + 12] = new.to_bytes(8, "big")
+        moved[msg["commitLogOffset"]] = new + 48
+        placed.append((msg, new))
+        pos += e["size"]
+    for i, data in enumerate(files):
+        (home / "data" / f"{i * file_size:020d}").write_bytes(bytes(data))
+    (home / "index" / f"{0:020d}").write_bytes(bytes(units))
+    for path in (root / "consumequeue").glob("*/*/*"):
+        cq = bytearray(path.read_bytes())
+        for at in range(0, len(cq), 20):
+            old = int.from_bytes(cq[at : at + 8], "big")
+            if old in moved:
+                cq[at : at + 8] = moved[old].to_bytes(8, "big")
+        path.write_bytes(bytes(cq))
+    return root, placed
+
+
 def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
     """§15.5: the classic commit log, then the DLedger data (``mixed_store``)."""
     root, divided, expected, dl = mixed_store(tmp_path)
@@ -1273,3 +1323,36 @@ def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_p
         plan = plan_recover(store)
     reput = [p for p in plan.dispatch if p.name == "reput"]
     assert [(p.start, p.cq_records) for p in reput] == [(0, len(dispatched))]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("damage", ["header", "entry"])
+def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the_next_indexed_entry(tmp_path, version, damage):
+    """dledger-small relaid in 256 KiB data files (``relaid_store``: 8 files; DLedgerMmapFileStore.recover starts at the
+    third-from-last), an entry of the second file broken: its pos field alone (``header``), or its header and its record's
+    first bytes zeroed (``entry``). DLedger's recovery never reads that file; the broker serves its records by their
+    consume queue entries (``DLedgerCommitLog.getMessage``, no entry header on the way) and DLedger reads each entry where
+    ``index/`` places it (``DLedgerMmapFileStore.get``). So verify and salvage go on at the next entry ``index/`` places,
+    and a record whose entry header alone is broken is served too. Before: both went on at the next file, and verify said
+    "the message in [pos, 524288) is lost": 41 more messages of that file were left out, and with the header alone
+    broken the whole message inside was called lost (and its queue entry said to give "the wrong message")."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [(msg, pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    (victim, pos), (_, following) = second[len(second) // 2], second[len(second) // 2 + 1]
+    data = root / "dledger-n0" / "data" / f"{1 << 18:020d}"
+    if damage == "header":
+        _patch(data, pos - (1 << 18) + 24, (pos + 1).to_bytes(8, "big"))
+    else:
+        _patch(data, pos - (1 << 18), bytes(56))
+    code, findings, summary = _verify(root, "--only", "commitlog", "--only", "cq")
+    served = [p + 48 for _, p in placed if damage == "header" or p != pos]
+    assert code == 1 and summary["commitlog"]["records"] == len(served) and summary["commitlog"]["logical_end"] == placed[-1][1] + placed[-1][0]["dledgerEntry"]["size"]
+    found = findings[0]
+    lost = [("cq-entry-dangling", pos + 48)] if damage == "entry" and victim["dispatchToConsumeQueue"] else []  # its bytes zeroed
+    assert [(f["kind"], f["offset"]) for f in findings[1:]] == lost
+    assert (found["kind"], found["offset"], found["details"]["range_end"]) == ("dledger-entry" if damage == "header" else "dledger-record", pos, following)
+    assert ("is whole and a consumer reading it by its consume queue entry gets it" in found["message"]) is (damage == "header")
+    done = _cli("salvage", root, "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [(o, "live") for o in served]
+    gap_end = pos + 48 if damage == "header" else following
+    assert f"no valid record in [{pos}, {gap_end}); valid records resume after it" in " ".join(done.stderr.split())

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..fileops import read_range
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
+from ..formats.errors import FormatError
 from .commitlog import ScanEnd, StopReason
 from .dledger import DLedgerCommitLog, EntryScan, entry_problem, unit_matches
 from .mappedfile import MappedFile
@@ -90,7 +91,9 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
-    before its start file (resumed at the next file) the broker keeps the data; and once DLedger data
+    before its start file the broker keeps the data: there an entry whose header is broken is passed
+    by ``index/``, where ``DLedgerMmapFileStore.get`` finds each entry (resumed at the next entry it
+    places, ``indexed_entry_after``; at the next file without one); and once DLedger data
     exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
     @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
     past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
@@ -110,7 +113,28 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
             header = dfmt.decode_entry_header(mf.buf, end.offset - seg.base_offset, seg.base_offset)
         if entry_problem(header, None) is None and end.offset + header.size <= seg.end_offset:
             return end.offset + header.size
-    return seg.end_offset
+    indexed = cl.indexed_entry_after(end.offset)
+    return indexed if indexed is not None and indexed < data_recovery(cl).end.offset else seg.end_offset
+
+
+def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
+    """The offset of the message record inside the entry a walk stopped at (``end``) and resumes after (``walk_resume``
+    gave ``resume``) when the entry's header alone is broken: the record describes itself (``resync.resume_after``
+    without ``entries``) and ends at ``resume``; else None. No read of the broker checks that header where DLedger's
+    recovery keeps it: a consumer reads the record by its consume queue entry (``DLedgerCommitLog.getMessage``: the
+    offset alone), and a reput of it skips the 48 header bytes (``checkMessageAndReturnSize``)."""
+    from .resync import resume_after
+
+    at = end.offset + dfmt.ENTRY_HEADER_SIZE
+    index = cl.segment_index(end.offset)
+    if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
+        return None
+    if resume_after(cl, at, 0, entries=False) != at:
+        return None
+    try:
+        return at if at + cl.read_record(at).total_size == resume else None
+    except FormatError:  # it only looks like one (a damaged TOTALSIZE)
+        return None
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:

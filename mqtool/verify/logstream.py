@@ -16,7 +16,8 @@ from ..formats import commitlog as clfmt
 from ..formats.properties import parse_properties
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.commitlog import STORE_TS_POSITION, ScanEnd
+from ..store.commitlog import STORE_TS_POSITION, CommitLog, ScanEnd
+from ..store.dledgerstart import record_in_broken_entry
 
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
@@ -68,6 +69,7 @@ class LogStream:
             end = scan.end
             resume = self._resume(end)
             if resume is not None and resume > end.offset and (self.stop is None or resume < self.stop):
+                yield from self._loose(end, resume)
                 start = resume
                 continue
             self.end = end
@@ -82,6 +84,17 @@ class LogStream:
         if self.store.is_dledger or (self.unread_before is not None and end.unread_by_broker(self.unread_before())):
             return self.store.commitlog.resume_after_damage(end)
         return None
+
+
+    def _loose(self, end: ScanEnd, resume: int) -> Iterator[fs.SegmentBatch]:
+        """The whole record inside a DLedger entry whose header alone is broken, which the broker serves
+        (``dledgerstart.record_in_broken_entry``), walked as a classic record in a view of its file alone."""
+        cl = self.store.commitlog
+        at = record_in_broken_entry(cl, end, resume) if self.store.is_dledger else None
+        if at is not None:
+            for batch in fs.FastScan(CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size), at, resume, check_crc=False, stop_on_crc=False):
+                self.records += len(batch.rows)
+                yield batch
 
 
 def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
