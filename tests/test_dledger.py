@@ -1346,11 +1346,13 @@ def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the
         _patch(data, pos - (1 << 18), bytes(56))
     code, findings, summary = _verify(root, "--only", "commitlog", "--only", "cq")
     served = [p + 48 for _, p in placed if damage == "header" or p != pos]
-    assert code == 1 and summary["commitlog"]["records"] == len(served) and summary["commitlog"]["logical_end"] == placed[-1][1] + placed[-1][0]["dledgerEntry"]["size"]
+    end = placed[-1][1] + placed[-1][0]["dledgerEntry"]["size"]
+    assert code == 1 and summary["commitlog"]["records"] == len(served) and summary["commitlog"]["logical_end"] == end
     found = findings[0]
     lost = [("cq-entry-dangling", pos + 48)] if damage == "entry" and victim["dispatchToConsumeQueue"] else []  # its bytes zeroed
     assert [(f["kind"], f["offset"]) for f in findings[1:]] == lost
-    assert (found["kind"], found["offset"], found["details"]["range_end"]) == ("dledger-entry" if damage == "header" else "dledger-record", pos, following)
+    kind = "dledger-entry" if damage == "header" else "dledger-record"
+    assert (found["kind"], found["offset"], found["details"]["range_end"]) == (kind, pos, following)
     assert ("is whole and a consumer reading it by its consume queue entry gets it" in found["message"]) is (damage == "header")
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [(o, "live") for o in served]

@@ -209,7 +209,8 @@ def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: 
             f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message record inside, at {intact}, "
             "is whole and a consumer reading it by its consume queue entry gets it, but DLedger's own read of this entry "
             "(DLedgerMmapFileStore.get, as when a follower catches up) meets the broken header",
-            file=file, offset=end.offset, details={"reason": end.reason, "range_end": resume, "record": intact, "read_by_broker_recovery": False})
+            file=file, offset=end.offset,
+            details={"reason": end.reason, "range_end": resume, "record": intact, "read_by_broker_recovery": False})
     return error(
         "dledger-record",
         f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "

@@ -92,7 +92,8 @@ class LogStream:
         cl = self.store.commitlog
         at = record_in_broken_entry(cl, end, resume) if self.store.is_dledger else None
         if at is not None:
-            for batch in fs.FastScan(CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size), at, resume, check_crc=False, stop_on_crc=False):
+            alone = CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size)
+            for batch in fs.FastScan(alone, at, resume, check_crc=False, stop_on_crc=False):
                 self.records += len(batch.rows)
                 yield batch
 
