@@ -1358,3 +1358,18 @@ def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [(o, "live") for o in served]
     gap_end = pos + 48 if damage == "header" else following
     assert f"no valid record in [{pos}, {gap_end}); valid records resume after it" in " ".join(done.stderr.split())
+    if damage == "header":  # the queues rebuilt from scratch are the broker's: the reput skips the header unread
+        import dataclasses
+        import shutil
+
+        from mqtool.apply import apply_plan
+        from mqtool.recovery.planners import plan_rebuild_cq
+        from repair_support import fixture_config, tree
+
+        original = {k: v for k, v in tree(root).items() if k.startswith("consumequeue/")}
+        shutil.rmtree(root / "consumequeue")
+        config = dataclasses.replace(fixture_config(manifest(version, "dledger-small")), commitlog_file_size=1 << 18)
+        with Store.open(root, config, version) as store:
+            plan = plan_rebuild_cq(store)
+        apply_plan(plan, tmp_path / "backup")
+        assert {k: v for k, v in tree(root).items() if k.startswith("consumequeue/")} == original

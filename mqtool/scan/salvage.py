@@ -22,7 +22,6 @@ from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
 from ..store.commitlog import CommitLog, ScanEnd, StopReason
-from ..store.dledgerstart import record_in_broken_entry
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
 from ..store.resync import resume_after
@@ -105,6 +104,8 @@ class SalvageScan:
                 yield self._finish(batch, LIVE)
             if (start := self._kept_past(live.end)) is None:
                 break
+            from ..store.dledgerstart import record_in_broken_entry  # a DLedger store: ``_kept_past`` resumes only there
+
             if (loose := record_in_broken_entry(self.store.commitlog, live.end, start)) is not None:  # its header alone broken
                 self._loose.add(loose)
                 self.summary.unreadable[-1] = Unreadable(live.end.offset, loose, True)

@@ -17,7 +17,6 @@ from ..formats.properties import parse_properties
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.commitlog import STORE_TS_POSITION, CommitLog, ScanEnd
-from ..store.dledgerstart import record_in_broken_entry
 
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
@@ -89,9 +88,12 @@ class LogStream:
     def _loose(self, end: ScanEnd, resume: int) -> Iterator[fs.SegmentBatch]:
         """The whole record inside a DLedger entry whose header alone is broken, which the broker serves
         (``dledgerstart.record_in_broken_entry``), walked as a classic record in a view of its file alone."""
+        if not self.store.is_dledger:
+            return
+        from ..store.dledgerstart import record_in_broken_entry
+
         cl = self.store.commitlog
-        at = record_in_broken_entry(cl, end, resume) if self.store.is_dledger else None
-        if at is not None:
+        if (at := record_in_broken_entry(cl, end, resume)) is not None:
             alone = CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size)
             for batch in fs.FastScan(alone, at, resume, check_crc=False, stop_on_crc=False):
                 self.records += len(batch.rows)
