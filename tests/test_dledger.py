@@ -1373,3 +1373,27 @@ def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the
             plan = plan_rebuild_cq(store)
         apply_plan(plan, tmp_path / "backup")
         assert {k: v for k, v in tree(root).items() if k.startswith("consumequeue/")} == original
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_reads_on_past_a_damaged_record_dledger_s_recovery_keeps(tmp_path, version):
+    """dledger-small with the TOTALSIZE of entry 300's record changed: DLedger's recovery checks entry headers only and
+    keeps that entry and the data after it (§15.4), as verify says. Before: dump stopped there, "the broker would cut the
+    log here; --keep-going reads past it", listing 300 of the 700 messages (stats counted as many). Now it lists every
+    other message and says why it reads on."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    victim = m["messages"][300]
+    e = victim["dledgerEntry"]
+    _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    done = _cli("dump", root, "--format", "jsonl")
+    assert done.exit_code == 0, done.output
+    expected = [x["commitLogOffset"] for x in m["messages"] if x is not victim]
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == expected
+    stderr = " ".join(done.stderr.split())
+    assert f"skipped [{e['pos']}, {e['pos'] + e['size']}) (length-mismatch:" in stderr and "a DLedger broker keeps it" in stderr
+    assert "the broker would cut the log" not in stderr
+    rows = json.loads(_cli("stats", root, "--format", "json").stdout)
+    assert sum(r["messages"] for r in rows if r["row"] == "queue") == len(m["messages"]) - 1
