@@ -1397,3 +1397,36 @@ def test_dump_reads_on_past_a_damaged_record_dledger_s_recovery_keeps(tmp_path, 
     assert "the broker would cut the log" not in stderr
     rows = json.loads(_cli("stats", root, "--format", "json").stdout)
     assert sum(r["messages"] for r in rows if r["row"] == "queue") == len(m["messages"]) - 1
+
+
+def test_the_lines_of_the_dledger_fixtures_say_which_data_file_the_recovery_starts_at_and_what_it_commits(tmp_path):
+    """Every DLedger fixture has 2 data files: DLedgerMmapFileStore.recover starts at the first (the third-from-last, the first
+    of fewer; §15.4), and at an earlier file when the pre-check of that one's first entry against its index unit fails.
+    Before: every plan and verify line said "the third-from-last data file"; 5.3.3 dledger-crashed-cqloss's one uncommitted
+    entry was "entries 645..645 are written but not committed ... with them"; the plan's DLedger checkpoint action read
+    "[645, 645) committedIndex and endIndex ...", an empty range, where it writes 645 and 645 (the recovered JSON's values)."""
+    from conftest import recovered
+
+    first = "DLedgerMmapFileStore.recover: the first data file (it starts at the third-from-last, the first of fewer than 3)"
+    for version, name in [("4.9.7", "dledger-small"), ("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-small")]:  # not abnormal_start
+        plan = json.loads(_cli("recover", store_path(version, name), "--dry-run", "-f", "json", "--broker-version", version).stdout)
+        assert plan["commitlog"]["scan_rule"] == first
+    _, findings, _ = _verify(store_path("4.9.7", "dledger-crashed"))
+    assert any(f["kind"] == "abort-present" and f"from offset 0: {first})" in f["message"] for f in findings)
+    _, findings, _ = _verify(store_path("5.3.3", "dledger-crashed-cqloss"))
+    [uncommitted] = [f["message"] for f in findings if f["kind"] == "dledger-checkpoint"]
+    assert uncommitted.startswith("entry 645 is written but not committed") and uncommitted.endswith("does with it")
+    text = " ".join(_cli("recover", store_path("5.3.3", "dledger-crashed-cqloss"), "--dry-run").stdout.split())
+    after = recovered("5.3.3", "dledger-crashed-cqloss")["dledgerAfterShutdown"]["checkpoint"]["text"]
+    assert after == "committedIndex=645\nendIndex=645\n"
+    assert "write-dledger-checkpoint dledger-n0/checkpoint committedIndex 645 and endIndex 645: the last recovered entry" in text
+
+    root, placed = relaid_store(tmp_path, "4.9.7")  # 8 data files
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    third = "DLedgerMmapFileStore.recover: the third-from-last data file"
+    assert (plan["commitlog"]["scan_from"], plan["commitlog"]["scan_rule"]) == (5 << 18, third)
+    head = next(msg for msg, pos in placed if pos == 5 << 18)["dledgerEntry"]
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", head["index"] * 32 + 24, (head["term"] + 1).to_bytes(8, "big"))
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    back = f"data file {4 << 18:020d}, the newest from the third-from-last back whose first entry matches its index unit"
+    assert (plan["commitlog"]["scan_from"], plan["commitlog"]["scan_rule"]) == (4 << 18, f"DLedgerMmapFileStore.recover: {back}")

@@ -142,4 +142,5 @@ class DLedgerLog(LogKind):
         layout, last = run.store.commitlog.layout, self.dl.last_index
         if last < 0 or (layout.committed_index, layout.end_index) == (last, last):
             return []
-        return [Action("write-dledger-checkpoint", rel(run.store, layout.home / "checkpoint"), last, last, "committedIndex and endIndex of the last recovered entry, as the broker persists them")]
+        return [Action("write-dledger-checkpoint", rel(run.store, layout.home / "checkpoint"), last, last,
+                       f"committedIndex {last} and endIndex {last}: the last recovered entry, as the broker persists them")]

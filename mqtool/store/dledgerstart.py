@@ -162,7 +162,22 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
     if abnormal and dispatches_on_abnormal(version) and not full_scan:
         return abnormal_start(store, index_safe)
-    return ScanStart(dl.start_file, cl.segments[dl.start_file].base_offset if cl.segments else 0, "DLedgerMmapFileStore.recover: the third-from-last data file")
+    first = cl.segments[dl.start_file].base_offset if cl.segments else 0
+    return ScanStart(dl.start_file, first, f"DLedgerMmapFileStore.recover: {_start_file(cl, dl)}")
+
+
+def _start_file(cl: DLedgerCommitLog, dl: DataRecovery) -> str:
+    """Which data file ``recover`` starts from, in words: the third-from-last (the first of fewer), or an earlier one where
+    the pre-check of a file's first entry against its index unit failed from there back (§15.4)."""
+    files = cl.entry_segments()
+    at = dl.start_file - (len(cl.segments) - len(files))
+    if not files:
+        return "no data file"
+    if len(files) < 3:
+        return "the first data file (it starts at the third-from-last, the first of fewer than 3)"
+    if at == len(files) - 3:
+        return "the third-from-last data file"
+    return f"data file {files[at].path.name}, the newest from the third-from-last back whose first entry matches its index unit"
 
 
 @dataclass(frozen=True)

@@ -354,10 +354,12 @@ class DLedgerLogCheck:
         if committed is not None and committed > last_index:
             yield error("dledger-checkpoint", f"DLedger's checkpoint says entry {committed} was committed but the data ends at entry {last_index}: committed (acknowledged) entries are gone", file=path, expected=last_index, found=committed)
         elif committed is not None and committed < last_index:
+            many = last_index > committed + 1
+            what, them = (f"entries {committed + 1}..{last_index} are", "them") if many else (f"entry {last_index} is", "it")
             yield info(
                 "dledger-checkpoint",
-                f"entries {committed + 1}..{last_index} are written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
-                "see `mqtool recover --dry-run` for what the broker's recovery does with them",
+                f"{what} written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
+                f"see `mqtool recover --dry-run` for what the broker's recovery does with {them}",
                 file=path, expected=last_index, found=committed)
         if end_index is not None and end_index > last_index:
             yield warning("dledger-checkpoint", f"DLedger's checkpoint endIndex {end_index} is past the last entry {last_index}", file=path, expected=last_index, found=end_index)
