@@ -258,7 +258,7 @@ class DispatchScanner:
         cl = self.commitlog
         at = record_in_broken_entry(cl, end, nxt) if self.discipline == "served" and hasattr(cl, "entry_walker") else None
         if at is not None:
-            yield from self._walk(acc, at, nxt, commitlog=CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size))
+            yield from self._walk(acc, at, nxt, commitlog=cl.file_alone(at))
 
     def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None,
               commitlog: CommitLog | None = None) -> Iterator[DispatchBatch]:

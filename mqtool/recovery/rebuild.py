@@ -79,8 +79,7 @@ class RebuildScan:
             while (resume := cl.resume_after_damage(end)) is not None:
                 self.skipped.append(end)
                 if (loose := record_in_broken_entry(cl, end, resume)) is not None:  # the reput skips the header unread
-                    alone = CommitLog([cl.segments[cl.segment_index(loose)]], cl.file_size)
-                    yield from self._scanner(loose, resume, self.discipline, commitlog=alone)
+                    yield from self._scanner(loose, resume, self.discipline, commitlog=cl.file_alone(loose))
                 tail = self._scanner(resume, None, self.discipline)
                 yield from tail
                 self.skipped += tail.skipped

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
-from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.commitlog import ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
 from ..store.resync import resume_after
@@ -249,7 +249,7 @@ class SalvageScan:
         start, cl = stretch.start, self.store.commitlog
         loose = start in self._loose
         while start < stretch.stop:
-            walk = FastScan(CommitLog([cl.segments[cl.segment_index(start)]], cl.file_size), start, stretch.stop) if loose else None
+            walk = FastScan(cl.file_alone(start), start, stretch.stop) if loose else None
             scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch, walk=walk)
             for batch in scan:
                 yield self._finish(batch, stretch.status)

@@ -122,6 +122,11 @@ class DLedgerCommitLog(CommitLog):
 
         return walk_resume(self, end)
 
+    def file_alone(self, offset: int) -> CommitLog:
+        """The data file holding ``offset`` as a classic log of its own: where a record inside an entry whose header is
+        broken is walked as a record (``dledgerstart.record_in_broken_entry``)."""
+        return CommitLog([self.segments[self.segment_index(offset)]], self.file_size)
+
     def entries(self, start: int | None = None, *, with_blanks: bool = False) -> "EntryScan":
         """Raw entry headers from ``start`` (an entry position) to where the entry walk stops."""
         return EntryScan(self, self.min_offset if start is None else start, with_blanks)

@@ -16,7 +16,7 @@ from ..formats import commitlog as clfmt
 from ..formats.properties import parse_properties
 from ..store import Store
 from ..store import fastscan as fs
-from ..store.commitlog import STORE_TS_POSITION, CommitLog, ScanEnd
+from ..store.commitlog import STORE_TS_POSITION, ScanEnd
 
 _V4 = clfmt.HEADER_LAYOUTS[(False, False)]
 _POS_QUEUE_ID = _V4.offset_of("queue_id")
@@ -94,8 +94,7 @@ class LogStream:
 
         cl = self.store.commitlog
         if (at := record_in_broken_entry(cl, end, resume)) is not None:
-            alone = CommitLog([cl.segments[cl.segment_index(at)]], cl.file_size)
-            for batch in fs.FastScan(alone, at, resume, check_crc=False, stop_on_crc=False):
+            for batch in fs.FastScan(cl.file_alone(at), at, resume, check_crc=False, stop_on_crc=False):
                 self.records += len(batch.rows)
                 yield batch
 
