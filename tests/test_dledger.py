@@ -1358,6 +1358,11 @@ def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [(o, "live") for o in served]
     gap_end = pos + 48 if damage == "header" else following
     assert f"no valid record in [{pos}, {gap_end}); valid records resume after it" in " ".join(done.stderr.split())
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(msg["uniqKey"] + "\n" for msg, _ in placed if msg.get("uniqKey")))
+    summary = json.loads(_cli("survivors", root, ids, "--format", "jsonl").stdout.splitlines()[-1])["summary"]
+    lost = 0 if damage == "header" or not victim.get("uniqKey") else 1  # survivors: every message the broker serves is found
+    assert (summary["found"] + summary["found-not-consumable"], summary["missing"]) == (summary["ids"] - lost, lost)
     if damage == "header":  # the queues rebuilt from scratch are the broker's: the reput skips the header unread
         import dataclasses
         import shutil
