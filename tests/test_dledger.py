@@ -1435,3 +1435,23 @@ def test_the_lines_of_the_dledger_fixtures_say_which_data_file_the_recovery_star
     plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
     back = f"data file {4 << 18:020d}, the newest from the third-from-last back whose first entry matches its index unit"
     assert (plan["commitlog"]["scan_from"], plan["commitlog"]["scan_rule"]) == (4 << 18, f"DLedgerMmapFileStore.recover: {back}")
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_info_says_where_dledger_s_entry_walk_ends_past_a_damaged_record_it_keeps(tmp_path, version):
+    """dledger-small with entry 300's record TOTALSIZE changed: DLedger's entry walk (``DLedgerMmapFileStore.recover``,
+    entry headers only) passes it and the broker keeps the 700 entries to the data's end (the next-start line says so).
+    Before: info walked the records instead and said "max offset 1023341 (length-mismatch ...)", "entries 300: index
+    0..299" and "entry walk end 1023341 (length-mismatch)", under a next-start line keeping [0, end of data)."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    e = m["messages"][300]["dledgerEntry"]
+    _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    doc = json.loads(_cli("info", root, "--format", "json").stdout)
+    end = m["dledger"]["endPos"]
+    assert (doc["commitlog"]["max_offset"], doc["commitlog"]["end_reason"]) == (end, "zeros")
+    dl = doc["dledger"]
+    assert (dl["entries"], dl["last_index"], dl["last_term"], dl["end_offset"], dl["end_reason"]) == (700, 699, 0, end, "zeros")
+    assert doc["next_start"]["logical_end"] == end

@@ -30,6 +30,8 @@ class DataRecovery:
     committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
     committed_pos: int | None  # end of that entry: the commit log max offset right after load
     rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
+    last_term: int | None = None  # term of the last valid entry (None: none)
+    walked: int = 0  # entries walked
 
     @property
     def index_cut(self) -> int:
@@ -58,7 +60,8 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
             break
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None
-    for header in scan:
+    walked = 0
+    for walked, header in enumerate(scan, 1):
         last = header
         if rewrite_from is None and not unit_matches(units.get(header.index), header):
             rewrite_from = header.index
@@ -69,7 +72,8 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         committed = min(committed, last_index)
         unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
         committed_pos = None if unit is None else unit.pos + unit.size
-    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
+    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from,
+                        last.term if last is not None else None, walked)
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
