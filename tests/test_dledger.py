@@ -1442,7 +1442,8 @@ def test_info_says_where_dledger_s_entry_walk_ends_past_a_damaged_record_it_keep
     """dledger-small with entry 300's record TOTALSIZE changed: DLedger's entry walk (``DLedgerMmapFileStore.recover``,
     entry headers only) passes it and the broker keeps the 700 entries to the data's end (the next-start line says so).
     Before: info walked the records instead and said "max offset 1023341 (length-mismatch ...)", "entries 300: index
-    0..299" and "entry walk end 1023341 (length-mismatch)", under a next-start line keeping [0, end of data)."""
+    0..299" and "entry walk end 1023341 (length-mismatch)", under a next-start line keeping [0, end of data); and recover's plan,
+    scanning "from 0: DLedgerMmapFileStore.recover", said "records scanned 300"."""
     from conftest import copy_store
 
     m = manifest(version, "dledger-small")
@@ -1455,3 +1456,5 @@ def test_info_says_where_dledger_s_entry_walk_ends_past_a_damaged_record_it_keep
     dl = doc["dledger"]
     assert (dl["entries"], dl["last_index"], dl["last_term"], dl["end_offset"], dl["end_reason"]) == (700, 699, 0, end, "zeros")
     assert doc["next_start"]["logical_end"] == end
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
+    assert (plan["commitlog"]["records_scanned"], plan["commitlog"]["valid_end"]) == (700, end)

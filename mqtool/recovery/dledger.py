@@ -72,6 +72,8 @@ class DLedgerLog(LogKind):
                 f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there"
             )
         run.scan.end = dl.end  # DLedgerMmapFileStore.recover truncates the data where its entry walk stops
+        if not run.dispatch_a:  # and that walk is the scan: it passes a damaged record in a sound entry
+            run.scan.records = dl.walked
         return cq_cut
 
     def truncates_queues(self, run: RecoveryRun) -> bool:
