@@ -123,22 +123,19 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
 
 def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
     """The offset of the message record inside the entry a walk stopped at (``end``) and resumes after (``walk_resume``
-    gave ``resume``) when the entry's header alone is broken: the record describes itself (``resync.resume_after``
-    without ``entries``) and ends at ``resume``; else None. No read of the broker checks that header where DLedger's
+    gave ``resume``) when the entry's header alone is broken: the record there decodes, describes itself (PHYSICALOFFSET
+    its own offset) and ends at ``resume``; else None. No read of the broker checks that header where DLedger's
     recovery keeps it: a consumer reads the record by its consume queue entry (``DLedgerCommitLog.getMessage``: the
     offset alone), and a reput of it skips the 48 header bytes (``checkMessageAndReturnSize``)."""
-    from .resync import resume_after
-
     at = end.offset + dfmt.ENTRY_HEADER_SIZE
     index = cl.segment_index(end.offset)
     if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
         return None
-    if resume_after(cl, at, 0, entries=False) != at:
-        return None
     try:
-        return at if at + cl.read_record(at).total_size == resume else None
-    except FormatError:  # it only looks like one (a damaged TOTALSIZE)
+        record = cl.read_record(at)
+    except (FormatError, LookupError):
         return None
+    return at if record.phys_offset == at and at + record.total_size == resume else None
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:

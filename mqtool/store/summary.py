@@ -123,7 +123,8 @@ def walk_splits(commitlog, begin: int, until: int) -> list[int]:
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
     """The commit log and its logical end, scanned from ``start`` (the broker's recovery start,
-    ``store.startfile``, when the caller has it; else the third-from-last segment)."""
+    ``store.startfile``, when the caller has it; else the third-from-last segment); of DLedger data,
+    DLedger's entry walk from the file it starts at (``dledgerstart.data_recovery``)."""
     segments = store.commitlog.segments
     if start is None:
         start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
@@ -132,6 +133,7 @@ def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
 
         recovery = data_recovery(store.commitlog)
         count, end = recovery.walked, recovery.end
+        start = segments[recovery.start_file].base_offset
     else:
         count, end = logical_end(store, start)
     return {
