@@ -692,6 +692,56 @@ def mixed_store(tmp_path):
     return root, divided, expected, dl
 
 
+def relaid_store(tmp_path, version: str, file_size: int = 1 << 18):
+    """dledger-small with its entries laid into data files of ``file_size`` bytes, as DLedger lays them
+    (``MmapFileList.preAppend``: an entry that does not fit ends its file with a blank, int -1 and the bytes
+    left), each entry's pos, its record's PHYSICALOFFSET, its index unit and its consume queue unit moved
+    with it, the broker's index files left out: more than 3 data files, so that some lie before the file
+    DLedger's recovery starts from. ``(root, [(message, new entry pos)])``."""
+    import shutil
+
+    from mqtool.formats import commitlog as clfmt
+
+    m = manifest(version, "dledger-small")
+    root = tmp_path / "relaid"
+    shutil.copytree(store_path(version, "dledger-small"), root)
+    shutil.rmtree(root / "index")
+    home = root / "dledger-n0"
+    sources = {p.name: p.read_bytes() for p in (home / "data").iterdir()}
+    for p in (home / "data").iterdir():
+        p.unlink()
+    phys_at = 28  # PHYSICALOFFSET in every record version (clfmt's header layouts)
+    assert clfmt.HEADER_LAYOUTS[(False, False)].offset_of("phys_offset") == phys_at
+    files, moved, units, pos = [bytearray(file_size)], {}, bytearray((home / "index" / f"{0:020d}").read_bytes()), 0
+    placed = []
+    for msg in m["messages"]:
+        e = msg["dledgerEntry"]
+        if pos + e["size"] > file_size:
+            files[-1][pos : pos + 8] = (-1).to_bytes(4, "big", signed=True) + (file_size - pos).to_bytes(4, "big")
+            files.append(bytearray(file_size))
+            pos = 0
+        new = (len(files) - 1) * file_size + pos
+        raw = bytearray(sources[e["file"].rsplit("/", 1)[-1]][e["filePosition"] : e["filePosition"] + e["size"]])
+        raw[24:32] = new.to_bytes(8, "big")
+        raw[48 + phys_at : 48 + phys_at + 8] = (new + 48).to_bytes(8, "big")
+        files[-1][pos : pos + e["size"]] = raw
+        units[e["index"] * 32 + 4 : e["index"] * 32 + 12] = new.to_bytes(8, "big")
+        moved[msg["commitLogOffset"]] = new + 48
+        placed.append((msg, new))
+        pos += e["size"]
+    for i, data in enumerate(files):
+        (home / "data" / f"{i * file_size:020d}").write_bytes(bytes(data))
+    (home / "index" / f"{0:020d}").write_bytes(bytes(units))
+    for path in (root / "consumequeue").glob("*/*/*"):
+        cq = bytearray(path.read_bytes())
+        for at in range(0, len(cq), 20):
+            old = int.from_bytes(cq[at : at + 8], "big")
+            if old in moved:
+                cq[at : at + 8] = moved[old].to_bytes(8, "big")
+        path.write_bytes(bytes(cq))
+    return root, placed
+
+
 def test_mixed_store_reads_the_classic_log_then_the_dledger_data(tmp_path):
     """§15.5: the classic commit log, then the DLedger data (``mixed_store``)."""
     root, divided, expected, dl = mixed_store(tmp_path)
@@ -1273,3 +1323,138 @@ def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_p
         plan = plan_recover(store)
     reput = [p for p in plan.dispatch if p.name == "reput"]
     assert [(p.start, p.cq_records) for p in reput] == [(0, len(dispatched))]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("damage", ["header", "entry"])
+def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the_next_indexed_entry(tmp_path, version, damage):
+    """dledger-small relaid in 256 KiB data files (``relaid_store``: 8 files; DLedgerMmapFileStore.recover starts at the
+    third-from-last), an entry of the second file broken: its pos field alone (``header``), or its header and its record's
+    first bytes zeroed (``entry``). DLedger's recovery never reads that file; the broker serves its records by their
+    consume queue entries (``DLedgerCommitLog.getMessage``, no entry header on the way) and DLedger reads each entry where
+    ``index/`` places it (``DLedgerMmapFileStore.get``). So verify and salvage go on at the next entry ``index/`` places,
+    and a record whose entry header alone is broken is served too. Before: both went on at the next file, and verify said
+    "the message in [pos, 524288) is lost": 41 more messages of that file were left out, and with the header alone
+    broken the whole message inside was called lost (and its queue entry said to give "the wrong message")."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [(msg, pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    (victim, pos), (_, following) = second[len(second) // 2], second[len(second) // 2 + 1]
+    data = root / "dledger-n0" / "data" / f"{1 << 18:020d}"
+    if damage == "header":
+        _patch(data, pos - (1 << 18) + 24, (pos + 1).to_bytes(8, "big"))
+    else:
+        _patch(data, pos - (1 << 18), bytes(56))
+    code, findings, summary = _verify(root, "--only", "commitlog", "--only", "cq")
+    served = [p + 48 for _, p in placed if damage == "header" or p != pos]
+    end = placed[-1][1] + placed[-1][0]["dledgerEntry"]["size"]
+    assert code == 1 and summary["commitlog"]["records"] == len(served) and summary["commitlog"]["logical_end"] == end
+    found = findings[0]
+    lost = [("cq-entry-dangling", pos + 48)] if damage == "entry" and victim["dispatchToConsumeQueue"] else []  # its bytes zeroed
+    assert [(f["kind"], f["offset"]) for f in findings[1:]] == lost
+    kind = "dledger-entry" if damage == "header" else "dledger-record"
+    assert (found["kind"], found["offset"], found["details"]["range_end"]) == (kind, pos, following)
+    assert ("is whole and a consumer reading it by its consume queue entry gets it" in found["message"]) is (damage == "header")
+    done = _cli("salvage", root, "--format", "jsonl")
+    assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [(o, "live") for o in served]
+    gap_end = pos + 48 if damage == "header" else following
+    assert f"no valid record in [{pos}, {gap_end}); valid records resume after it" in " ".join(done.stderr.split())
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(msg["uniqKey"] + "\n" for msg, _ in placed if msg.get("uniqKey")))
+    summary = json.loads(_cli("survivors", root, ids, "--format", "jsonl").stdout.splitlines()[-1])["summary"]
+    lost = 0 if damage == "header" or not victim.get("uniqKey") else 1  # survivors: every message the broker serves is found
+    assert (summary["found"] + summary["found-not-consumable"], summary["missing"]) == (summary["ids"] - lost, lost)
+    if damage == "header":  # the queues rebuilt from scratch are the broker's: the reput skips the header unread
+        import dataclasses
+        import shutil
+
+        from mqtool.apply import apply_plan
+        from mqtool.recovery.planners import plan_rebuild_cq
+        from repair_support import fixture_config, tree
+
+        original = {k: v for k, v in tree(root).items() if k.startswith("consumequeue/")}
+        shutil.rmtree(root / "consumequeue")
+        config = dataclasses.replace(fixture_config(manifest(version, "dledger-small")), commitlog_file_size=1 << 18)
+        with Store.open(root, config, version) as store:
+            plan = plan_rebuild_cq(store)
+        apply_plan(plan, tmp_path / "backup")
+        assert {k: v for k, v in tree(root).items() if k.startswith("consumequeue/")} == original
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_reads_on_past_a_damaged_record_dledger_s_recovery_keeps(tmp_path, version):
+    """dledger-small with the TOTALSIZE of entry 300's record changed: DLedger's recovery checks entry headers only and
+    keeps that entry and the data after it (§15.4), as verify says. Before: dump stopped there, "the broker would cut the
+    log here; --keep-going reads past it", listing 300 of the 700 messages (stats counted as many). Now it lists every
+    other message and says why it reads on."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    victim = m["messages"][300]
+    e = victim["dledgerEntry"]
+    _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    done = _cli("dump", root, "--format", "jsonl")
+    assert done.exit_code == 0, done.output
+    expected = [x["commitLogOffset"] for x in m["messages"] if x is not victim]
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == expected
+    stderr = " ".join(done.stderr.split())
+    assert f"skipped [{e['pos']}, {e['pos'] + e['size']}) (length-mismatch:" in stderr and "a DLedger broker keeps it" in stderr
+    assert "the broker would cut the log" not in stderr
+    rows = json.loads(_cli("stats", root, "--format", "json").stdout)
+    assert sum(r["messages"] for r in rows if r["row"] == "queue") == len(m["messages"]) - 1
+
+
+def test_the_lines_of_the_dledger_fixtures_say_which_data_file_the_recovery_starts_at_and_what_it_commits(tmp_path):
+    """Every DLedger fixture has 2 data files: DLedgerMmapFileStore.recover starts at the first (the third-from-last, the first
+    of fewer; §15.4), and at an earlier file when the pre-check of that one's first entry against its index unit fails.
+    Before: every plan and verify line said "the third-from-last data file"; 5.3.3 dledger-crashed-cqloss's one uncommitted
+    entry was "entries 645..645 are written but not committed ... with them"; the plan's DLedger checkpoint action read
+    "[645, 645) committedIndex and endIndex ...", an empty range, where it writes 645 and 645 (the recovered JSON's values)."""
+    from conftest import recovered
+
+    first = "DLedgerMmapFileStore.recover: the first data file (it starts at the third-from-last, the first of fewer than 3)"
+    for version, name in [("4.9.7", "dledger-small"), ("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-small")]:  # not abnormal_start
+        plan = json.loads(_cli("recover", store_path(version, name), "--dry-run", "-f", "json", "--broker-version", version).stdout)
+        assert plan["commitlog"]["scan_rule"] == first
+    _, findings, _ = _verify(store_path("4.9.7", "dledger-crashed"))
+    assert any(f["kind"] == "abort-present" and f"from offset 0: {first})" in f["message"] for f in findings)
+    _, findings, _ = _verify(store_path("5.3.3", "dledger-crashed-cqloss"))
+    [uncommitted] = [f["message"] for f in findings if f["kind"] == "dledger-checkpoint"]
+    assert uncommitted.startswith("entry 645 is written but not committed") and uncommitted.endswith("does with it")
+    text = " ".join(_cli("recover", store_path("5.3.3", "dledger-crashed-cqloss"), "--dry-run").stdout.split())
+    after = recovered("5.3.3", "dledger-crashed-cqloss")["dledgerAfterShutdown"]["checkpoint"]["text"]
+    assert after == "committedIndex=645\nendIndex=645\n"
+    assert "write-dledger-checkpoint dledger-n0/checkpoint committedIndex 645 and endIndex 645: the last recovered entry" in text
+
+    root, placed = relaid_store(tmp_path, "4.9.7")  # 8 data files
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    third = "DLedgerMmapFileStore.recover: the third-from-last data file"
+    assert (plan["commitlog"]["scan_from"], plan["commitlog"]["scan_rule"]) == (5 << 18, third)
+    head = next(msg for msg, pos in placed if pos == 5 << 18)["dledgerEntry"]
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", head["index"] * 32 + 24, (head["term"] + 1).to_bytes(8, "big"))
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    back = f"data file {4 << 18:020d}, the newest from the third-from-last back whose first entry matches its index unit"
+    assert (plan["commitlog"]["scan_from"], plan["commitlog"]["scan_rule"]) == (4 << 18, f"DLedgerMmapFileStore.recover: {back}")
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_info_says_where_dledger_s_entry_walk_ends_past_a_damaged_record_it_keeps(tmp_path, version):
+    """dledger-small with entry 300's record TOTALSIZE changed: DLedger's entry walk (``DLedgerMmapFileStore.recover``,
+    entry headers only) passes it and the broker keeps the 700 entries to the data's end (the next-start line says so).
+    Before: info walked the records instead and said "max offset 1023341 (length-mismatch ...)", "entries 300: index
+    0..299" and "entry walk end 1023341 (length-mismatch)", under a next-start line keeping [0, end of data); and recover's plan,
+    scanning "from 0: DLedgerMmapFileStore.recover", said "records scanned 300"."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    e = m["messages"][300]["dledgerEntry"]
+    _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    doc = json.loads(_cli("info", root, "--format", "json").stdout)
+    end = m["dledger"]["endPos"]
+    assert (doc["commitlog"]["max_offset"], doc["commitlog"]["end_reason"]) == (end, "zeros")
+    dl = doc["dledger"]
+    assert (dl["entries"], dl["last_index"], dl["last_term"], dl["end_offset"], dl["end_reason"]) == (700, 699, 0, end, "zeros")
+    assert doc["next_start"]["logical_end"] == end
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
+    assert (plan["commitlog"]["records_scanned"], plan["commitlog"]["valid_end"]) == (700, end)

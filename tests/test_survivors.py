@@ -380,3 +380,23 @@ def test_candidate_versions_whose_queues_differ_are_refused():
         search = SurvivorSearch(store, [m["msgId"] for m in manifest(version, name)["messages"]], IdKind.msg_id, queues=differing)
         with pytest.raises(Refused, match="--broker-version"):
             list(search.rows())
+
+
+def test_offset_msg_ids_of_a_store_expired_by_retention_are_read_as_msg_ids(tmp_path):
+    """4.9.7 retention-small (the broker's expiry deleted all but the last 2 segments): the SRE's list of every offsetMsgId
+    the producer got back, expired ones included. Before: the default refused ("657 of 2000 hex ids look like offsetMsgIds
+    and the rest like UNIQ_KEYs: say which with --by"), though every id names an offset below the log's end. Now they are
+    read as offsetMsgIds: each present message found where the manifest has it, each expired one missing, and one line says
+    how many name offsets below the min offset."""
+    m = manifest("4.9.7", "retention-small")
+    ids = tmp_path / "ids.txt"
+    ids.write_text("".join(x["msgId"] + "\n" for x in m["messages"]))
+    code, out, err = cli("survivors", store_path("4.9.7", "retention-small"), ids, "-f", "jsonl", "--no-progress")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 1 and rows[-1]["summary"]["by"] == "msg-id"
+    expected = [(x["msgId"], ("found" if x["dispatchToConsumeQueue"] else "found-not-consumable") if x["present"] else "missing",
+                 x["commitLogOffset"] if x["present"] else None) for x in m["messages"]]
+    assert [(r["id"], r["status"], r["offset"]) for r in rows[:-1]] == expected
+    gone = sum(1 for x in m["messages"] if x["commitLogOffset"] < m["commitLogMinOffset"])
+    assert gone == sum(1 for x in m["messages"] if not x["present"]) > 0
+    assert f"{gone} offsetMsgId(s) name offsets below the commit log's min offset {m['commitLogMinOffset']}" in " ".join(err.split())

@@ -783,10 +783,13 @@ def render_plan(console: Screen, doc: dict) -> None:
     if not plan.actions:
         console.print("No changes.")
         return
-    spans = [f"[{a.start}, {a.end})" if a.start is not None else "" for a in plan.actions]
+    spans = [f"[{a.start}, {a.end})" if a.start is not None and a.op not in NOT_RANGES else "" for a in plan.actions]
     rows = [(i, a.op, a.path, " ".join(x for x in (span, a.note) if x)) for i, (a, span) in enumerate(zip(plan.actions, spans), 1)]
     # a detail naming a topic (a consume queue deleted) breaks rather than turn every action into a vertical record
     console.print(titled_table("Actions", ["#", "operation", "path", "detail"], fold=["detail"], rows=rows))
+
+
+NOT_RANGES = frozenset({"write-dledger-checkpoint"})  # actions whose start and end are no byte range: their note says them
 
 
 def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | None) -> None:

@@ -108,12 +108,15 @@ def survivors(
     with open_store(store_path, broker_config, broker_version) as store:
         warn_store_state(store.root)
         from ..recovery.planners import queues_after_start
-        from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, detect_kind
+        from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, before_the_log, detect_kind
 
         kind = IdKind(by) if by is not None else None
         if kind is None:
             kind = detect_kind(ids, store)
             note(f"ids read as {kind.value} (--by to say otherwise)")
+        if kind is IdKind.msg_id and (gone := before_the_log(ids, store)):
+            note(f"{gone} offsetMsgId(s) name offsets below the commit log's min offset {store.commitlog.min_offset}: the segments holding "
+                 "them are gone (expired or deleted), so they are missing")
         with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="survivors") as bar:
             search = SurvivorSearch(store, ids, kind, progress=bar.advance, queues=lambda next_start: queues_after_start(store, next_start))
             searched = search.summary  # complete once the first row is yielded: a missing id is known before any is written

@@ -246,15 +246,30 @@ class DispatchScanner:
                 self.end = end
                 return
             self.skipped.append(end)
+            yield from self._counted(self._loose(acc, end, nxt))
             pos = nxt
 
-    def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None) -> Iterator[DispatchBatch]:
+    def _loose(self, acc: _Accumulator, end: ScanEnd, nxt: int) -> Iterator[DispatchBatch]:
+        """The whole record inside a DLedger entry whose header alone is broken, where the log the broker serves goes on
+        past it (``served``: ``dledgerstart.record_in_broken_entry``), walked in a view of its file alone: the reput
+        dispatches it (``DLedgerCommitLog.checkMessageAndReturnSize`` skips the 48 header bytes unread)."""
+        from ..store.dledgerstart import record_in_broken_entry
+
+        cl = self.commitlog
+        at = record_in_broken_entry(cl, end, nxt) if self.discipline == "served" and hasattr(cl, "entry_walker") else None
+        if at is not None:
+            yield from self._walk(acc, at, nxt, commitlog=cl.file_alone(at))
+
+    def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None,
+              commitlog: CommitLog | None = None) -> Iterator[DispatchBatch]:
         """The chain from ``pos`` walked and dispatched into ``acc``, its full batches handed out
         (the last rows stay in ``acc``); returns ``(crossed, end)``. With ``base`` the walk stays in
         the segment starting there: ``crossed`` says the chain goes on into the next (this one ends
-        at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set)."""
+        at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set). ``commitlog``:
+        another view of the log's files to walk (``_loose``)."""
         delay_ms = fd.delay_array(dict(self.options.delay_table))
-        scan = FastScan(self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery", stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
+        scan = FastScan(commitlog or self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery",
+                        stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
         for seg in scan:
             if base is not None and seg.base_offset != base:  # walked on past the segment's blank: its rows are the next job's
                 if acc.n:

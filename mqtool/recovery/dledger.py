@@ -72,6 +72,8 @@ class DLedgerLog(LogKind):
                 f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there"
             )
         run.scan.end = dl.end  # DLedgerMmapFileStore.recover truncates the data where its entry walk stops
+        if not run.dispatch_a:  # and that walk is the scan: it passes a damaged record in a sound entry
+            run.scan.records = dl.walked
         return cq_cut
 
     def truncates_queues(self, run: RecoveryRun) -> bool:
@@ -142,4 +144,5 @@ class DLedgerLog(LogKind):
         layout, last = run.store.commitlog.layout, self.dl.last_index
         if last < 0 or (layout.committed_index, layout.end_index) == (last, last):
             return []
-        return [Action("write-dledger-checkpoint", rel(run.store, layout.home / "checkpoint"), last, last, "committedIndex and endIndex of the last recovered entry, as the broker persists them")]
+        return [Action("write-dledger-checkpoint", rel(run.store, layout.home / "checkpoint"), last, last,
+                       f"committedIndex {last} and endIndex {last}: the last recovered entry, as the broker persists them")]

@@ -11,7 +11,7 @@ from ..errors import BadInput
 from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
-from ..store.commitlog import ScanEnd
+from ..store.commitlog import CommitLog, ScanEnd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
 from .planparts import (
     DEFAULT_GEOMETRY,
@@ -52,11 +52,14 @@ class RebuildScan:
         self.end: ScanEnd | None = None
         self.skipped: list[ScanEnd] = []
 
-    def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False) -> DispatchScanner:
-        """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4)."""
+    def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False,
+                 commitlog: CommitLog | None = None) -> DispatchScanner:
+        """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4). ``commitlog``: another view of
+        the log's files (a record whose DLedger entry header alone is broken, walked in its file alone), not shared."""
         check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return scan_phase(
-            self.scans, self.store.commitlog, start, stop, discipline=discipline, tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
+            self.scans if commitlog is None else None, commitlog or self.store.commitlog, start, stop, discipline=discipline,
+            tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
             legacy_properties=self.rules.legacy_properties, index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc,
             topics=self.topics, ahead=ahead,
         )
@@ -71,8 +74,12 @@ class RebuildScan:
         yield from recovery
         end = recovery.end
         if self.store.is_dledger:  # DLedger's recovery keeps the log past damage after its start too
+            from ..store.dledgerstart import record_in_broken_entry
+
             while (resume := cl.resume_after_damage(end)) is not None:
                 self.skipped.append(end)
+                if (loose := record_in_broken_entry(cl, end, resume)) is not None:  # the reput skips the header unread
+                    yield from self._scanner(loose, resume, self.discipline, commitlog=cl.file_alone(loose))
                 tail = self._scanner(resume, None, self.discipline)
                 yield from tail
                 self.skipped += tail.skipped

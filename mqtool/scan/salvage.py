@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
-from ..store.commitlog import CommitLog, ScanEnd, StopReason
+from ..store.commitlog import ScanEnd, StopReason
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
 from ..store.resync import resume_after
@@ -102,8 +102,11 @@ class SalvageScan:
             for batch in live:
                 last_ts = int(batch["store_timestamp"][-1].as_py())
                 yield self._finish(batch, LIVE)
-            if (start := self._kept_past(live.end)) is None:
+            if (kept := self._kept_past(live.end)) is None:
                 break
+            start, loose = kept
+            if loose is not None:  # the record inside an entry whose header alone is broken
+                yield from self._read(Stretch(loose, start, LIVE, 1))
         self.summary.cut = cut = self._served_to(live.end)
         resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
@@ -118,18 +121,24 @@ class SalvageScan:
             start = live.end.offset
             self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
 
-    def _kept_past(self, end: ScanEnd) -> int | None:
+    def _kept_past(self, end: ScanEnd) -> tuple[int, int | None] | None:
         """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps
         (``CommitLog.resume_after_damage``: a record inside an entry, the classic log of a mixed store), the bad-CRC
-        record skipped (``skipped``), other damage ``unreadable``; else None."""
+        record skipped (``skipped``), other damage ``unreadable``, and the whole record inside an entry whose header
+        alone is broken, which the broker serves (``record_in_broken_entry``; else None); else None."""
         resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
         if resume is None:
             return None
         if end.reason == StopReason.CRC and end.total_size is not None:
             self.summary.skipped.append((resume - end.total_size, end.total_size))  # the record ends its entry
-        else:
-            self.summary.unreadable.append(Unreadable(end.offset, resume, True))
-        return resume
+            return resume, None
+        from ..store.dledgerstart import record_in_broken_entry
+
+        loose = record_in_broken_entry(self.store.commitlog, end, resume)  # served: only the entry header is unreadable
+        if loose is not None:
+            self._loose.add(loose)
+        self.summary.unreadable.append(Unreadable(end.offset, resume if loose is None else loose, True))
+        return resume, loose
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
         """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
@@ -243,7 +252,7 @@ class SalvageScan:
         start, cl = stretch.start, self.store.commitlog
         loose = start in self._loose
         while start < stretch.stop:
-            walk = FastScan(CommitLog([cl.segments[cl.segment_index(start)]], cl.file_size), start, stretch.stop) if loose else None
+            walk = FastScan(cl.file_alone(start), start, stretch.stop) if loose else None
             scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch, walk=walk)
             for batch in scan:
                 yield self._finish(batch, stretch.status)

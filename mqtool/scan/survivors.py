@@ -55,21 +55,27 @@ class IdKind(str, enum.Enum):
 
 def detect_kind(ids: list[str], store: Store) -> IdKind:
     """The id form, where it is unambiguous: ids none of which is 32 or 56 hex characters are KEYS;
-    hex ids are offsetMsgIds when every one encodes an offset inside the commit log (its last 16
-    hex digits, ``MessageDecoder.createMessageId``), UNIQ_KEYs when none does (their last 8 bytes
-    are a class loader hash, a time and a counter: ``MessageClientIDSetter``)."""
+    hex ids are offsetMsgIds when every one encodes an offset below the commit log's end (its last 16
+    hex digits, ``MessageDecoder.createMessageId``; below the min offset: a message the retention
+    deleted, which the list of a store's past may hold), UNIQ_KEYs when none does (their last 8 bytes
+    are a class loader hash, a time and a counter: ``MessageClientIDSetter``, far above any offset)."""
     hex_ids = sum(1 for i in ids if _HEX_ID.fullmatch(i))
     if hex_ids == 0:
         return IdKind.key
     if hex_ids < len(ids):
         raise UsageError(f"{hex_ids} of {len(ids)} ids are 32 or 56 hex characters (UNIQ_KEYs or offsetMsgIds), the rest are not: say which with --by uniq-key|msg-id|key")
-    low, high = store.commitlog.min_offset, store.commitlog.end_of_files
-    inside = sum(1 for i in ids if low <= int(i[-16:], 16) < high)
+    inside = sum(1 for i in ids if int(i[-16:], 16) < store.commitlog.end_of_files)
     if inside == len(ids):
         return IdKind.msg_id
     if inside == 0:
         return IdKind.uniq_key
     raise UsageError(f"{inside} of {len(ids)} hex ids look like offsetMsgIds and the rest like UNIQ_KEYs: say which with --by uniq-key|msg-id")
+
+
+def before_the_log(ids: list[str], store: Store) -> int:
+    """How many offsetMsgIds encode an offset below the commit log's min offset: their segments are gone
+    (retention's ``deleteExpiredFile``, or deleted), so they are missing whatever the store holds."""
+    return sum(1 for i in ids if _HEX_ID.fullmatch(i) and int(i[-16:], 16) < store.commitlog.min_offset)
 
 
 def string_hashes(arr: pa.Array) -> np.ndarray:

@@ -68,9 +68,13 @@ class ScanEnd(NamedTuple):
         serves goes on past them. A requested limit is no such end."""
         return self.reason not in (StopReason.LIMIT, StopReason.NO_SEGMENTS) and self.offset < broker_start
 
-    def skipped_note(self, resumed: int, scan_start: int | None = None) -> str:
+    def skipped_note(self, resumed: int, scan_start: int | None = None, kept: str | None = None) -> str:
         """``mqtool dump``'s stderr line for this damage read past up to ``resumed``: before ``scan_start``,
-        where the broker's next start scans from (it never reads it), else with ``--keep-going``."""
+        where the broker's next start scans from (it never reads it), damage the broker ``kept`` (why), else
+        with ``--keep-going``."""
+        if kept is not None:
+            return (f"skipped [{self.offset}, {resumed}) ({self.reason}: {self.detail}): {kept}, so the broker serves the records after "
+                    "it; reading on")
         if scan_start is not None:
             return (f"skipped [{self.offset}, {resumed}) ({self.reason}): before {scan_start}, where the broker's next start "
                     "scans from, so it never reads it and serves the records after it; reading on")

@@ -122,6 +122,11 @@ class DLedgerCommitLog(CommitLog):
 
         return walk_resume(self, end)
 
+    def file_alone(self, offset: int) -> CommitLog:
+        """The data file holding ``offset`` as a classic log of its own: where a record inside an entry whose header is
+        broken is walked as a record (``dledgerstart.record_in_broken_entry``)."""
+        return CommitLog([self.segments[self.segment_index(offset)]], self.file_size)
+
     def entries(self, start: int | None = None, *, with_blanks: bool = False) -> "EntryScan":
         """Raw entry headers from ``start`` (an entry position) to where the entry walk stops."""
         return EntryScan(self, self.min_offset if start is None else start, with_blanks)
@@ -152,6 +157,23 @@ class DLedgerCommitLog(CommitLog):
             if mf.base_offset <= offset and offset + dfmt.INDEX_UNIT_SIZE <= mf.base_offset + mf.size:
                 return dfmt.decode_index_unit(mf.buf, offset - mf.base_offset, number)
         return None
+
+    def indexed_entry_after(self, offset: int) -> int | None:
+        """The position of the first entry ``index/`` places after ``offset`` (its units ascend in pos), or None: where
+        ``DLedgerMmapFileStore.get`` reads the entry after one at ``offset`` whatever that entry's header says (§15.4)."""
+        files = self.layout.index_files() if self.layout is not None else []
+        if not files:
+            return None
+        lo, hi = files[0][0] // dfmt.INDEX_UNIT_SIZE, (files[-1][0] + file_size(files[-1][1])) // dfmt.INDEX_UNIT_SIZE
+        while lo < hi:  # the first unit past ``offset``, or not written (all zero: the units end there)
+            mid = (lo + hi) // 2
+            unit = self.index_unit(mid)
+            if unit is None or unit.magic == 0 or unit.pos > offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        unit = self.index_unit(lo)
+        return unit.pos if unit is not None and unit.magic == dfmt.ENTRY_MAGIC and unit.pos > offset else None
 
     def unit_bytes(self, first: int, stop: int) -> bytes:
         """The index units of entries ``first``..``stop - 1`` as DLedger writes them

@@ -10,6 +10,7 @@ from pathlib import Path
 from ..fileops import read_range
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
+from ..formats.errors import FormatError
 from .commitlog import ScanEnd, StopReason
 from .dledger import DLedgerCommitLog, EntryScan, entry_problem, unit_matches
 from .mappedfile import MappedFile
@@ -29,6 +30,8 @@ class DataRecovery:
     committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
     committed_pos: int | None  # end of that entry: the commit log max offset right after load
     rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
+    last_term: int | None = None  # term of the last valid entry (None: none)
+    walked: int = 0  # entries walked
 
     @property
     def index_cut(self) -> int:
@@ -57,7 +60,8 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
             break
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None
-    for header in scan:
+    walked = 0
+    for walked, header in enumerate(scan, 1):
         last = header
         if rewrite_from is None and not unit_matches(units.get(header.index), header):
             rewrite_from = header.index
@@ -68,7 +72,8 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         committed = min(committed, last_index)
         unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
         committed_pos = None if unit is None else unit.pos + unit.size
-    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from)
+    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from,
+                        last.term if last is not None else None, walked)
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
@@ -90,7 +95,9 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
-    before its start file (resumed at the next file) the broker keeps the data; and once DLedger data
+    before its start file the broker keeps the data: there an entry whose header is broken is passed
+    by ``index/``, where ``DLedgerMmapFileStore.get`` finds each entry (resumed at the next entry it
+    places, ``indexed_entry_after``; at the next file without one); and once DLedger data
     exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
     @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
     past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
@@ -110,7 +117,25 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
             header = dfmt.decode_entry_header(mf.buf, end.offset - seg.base_offset, seg.base_offset)
         if entry_problem(header, None) is None and end.offset + header.size <= seg.end_offset:
             return end.offset + header.size
-    return seg.end_offset
+    indexed = cl.indexed_entry_after(end.offset)
+    return indexed if indexed is not None and indexed < data_recovery(cl).end.offset else seg.end_offset
+
+
+def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
+    """The offset of the message record inside the entry a walk stopped at (``end``) and resumes after (``walk_resume``
+    gave ``resume``) when the entry's header alone is broken: the record there decodes, describes itself (PHYSICALOFFSET
+    its own offset) and ends at ``resume``; else None. No read of the broker checks that header where DLedger's
+    recovery keeps it: a consumer reads the record by its consume queue entry (``DLedgerCommitLog.getMessage``: the
+    offset alone), and a reput of it skips the 48 header bytes (``checkMessageAndReturnSize``)."""
+    at = end.offset + dfmt.ENTRY_HEADER_SIZE
+    index = cl.segment_index(end.offset)
+    if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
+        return None
+    try:
+        record = cl.read_record(at)
+    except (FormatError, LookupError):
+        return None
+    return at if record.phys_offset == at and at + record.total_size == resume else None
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
@@ -138,7 +163,22 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
     if abnormal and dispatches_on_abnormal(version) and not full_scan:
         return abnormal_start(store, index_safe)
-    return ScanStart(dl.start_file, cl.segments[dl.start_file].base_offset if cl.segments else 0, "DLedgerMmapFileStore.recover: the third-from-last data file")
+    first = cl.segments[dl.start_file].base_offset if cl.segments else 0
+    return ScanStart(dl.start_file, first, f"DLedgerMmapFileStore.recover: {_start_file(cl, dl)}")
+
+
+def _start_file(cl: DLedgerCommitLog, dl: DataRecovery) -> str:
+    """Which data file ``recover`` starts from, in words: the third-from-last (the first of fewer), or an earlier one where
+    the pre-check of a file's first entry against its index unit failed from there back (§15.4)."""
+    files = cl.entry_segments()
+    at = dl.start_file - (len(cl.segments) - len(files))
+    if not files:
+        return "no data file"
+    if len(files) < 3:
+        return "the first data file (it starts at the third-from-last, the first of fewer than 3)"
+    if at == len(files) - 3:
+        return "the third-from-last data file"
+    return f"data file {files[at].path.name}, the newest from the third-from-last back whose first entry matches its index unit"
 
 
 @dataclass(frozen=True)

@@ -123,11 +123,19 @@ def walk_splits(commitlog, begin: int, until: int) -> list[int]:
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
     """The commit log and its logical end, scanned from ``start`` (the broker's recovery start,
-    ``store.startfile``, when the caller has it; else the third-from-last segment)."""
+    ``store.startfile``, when the caller has it; else the third-from-last segment); of DLedger data,
+    DLedger's entry walk from the file it starts at (``dledgerstart.data_recovery``)."""
     segments = store.commitlog.segments
     if start is None:
         start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
-    count, end = logical_end(store, start)
+    if store.recovers_dledger_data:  # its recovery is DLedger's entry walk, which checks entry headers only (§15.4)
+        from .dledgerstart import data_recovery
+
+        recovery = data_recovery(store.commitlog)
+        count, end = recovery.walked, recovery.end
+        start = segments[recovery.start_file].base_offset
+    else:
+        count, end = logical_end(store, start)
     return {
         "dirs": sorted({str(s.path.parent) for s in segments}),
         "file_size": store.commitlog.file_size,
@@ -243,22 +251,18 @@ def unreadable_index_notes(store: Store) -> list[str]:
 
 
 def dledger_summary(store: Store) -> dict[str, Any]:
-    """A DLedger store's member, entries and checkpoint (reference §15): the entry walk from the
-    third-from-last data file, as ``DLedgerMmapFileStore.recover`` does it."""
+    """A DLedger store's member, entries and checkpoint (reference §15): the entry walk of
+    ``DLedgerMmapFileStore.recover`` (``dledgerstart.data_recovery``: entry headers only, from its start file)."""
     from ..formats import dledger as dfmt
-    from .dledgerwalk import ST_INDEX, ST_TERM
-    from .fastscan import FastScan
+    from .dledgerstart import data_recovery
 
     cl = store.commitlog
     layout = cl.layout
     files = cl.entry_segments()
     held = cl.segment_index(files[0].base_offset) if files else None  # None for an empty first file: it holds no entry
     first = dfmt.decode_entry_header(cl.mapped(held).buf, 0, files[0].base_offset) if held is not None else None
-    scan = FastScan(cl, files[max(0, len(files) - 3)].base_offset if files else cl.min_offset, check_crc=False, stop_on_crc=False)
-    for _ in scan:
-        pass
-    walked = scan.walker is not None  # not where no data file holds the scan's start (empty files)
-    last_index = int(scan.walker.state[ST_INDEX]) if walked else -1
+    recovery = data_recovery(cl)
+    last_index = recovery.last_index
     first_index = first.index if first is not None and first.magic == dfmt.ENTRY_MAGIC else None
     index_files = layout.index_files()
     units = sum(1 for _ in cl.index_units())
@@ -272,10 +276,10 @@ def dledger_summary(store: Store) -> dict[str, Any]:
         "divided_offset": cl.divided_offset,
         "first_index": first_index,
         "last_index": last_index,
-        "last_term": int(scan.walker.state[ST_TERM]) if walked else None,
+        "last_term": recovery.last_term,
         "entries": last_index - first_index + 1 if first_index is not None and last_index >= 0 else 0,
-        "end_offset": scan.end.offset,
-        "end_reason": scan.end.reason,
+        "end_offset": recovery.end.offset,
+        "end_reason": recovery.end.reason,
         "committed_index": layout.committed_index,
         "end_index": layout.end_index,
         "committed_pos": committed.pos + committed.size if committed is not None and committed.magic == dfmt.ENTRY_MAGIC else None,

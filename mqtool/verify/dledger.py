@@ -22,7 +22,7 @@ from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog, DLedgerLayout, entry_problem
 from ..store.dledgerwalk import ST_INDEX, ST_TERM
-from ..store.dledgerstart import DataRecovery, data_recovery
+from ..store.dledgerstart import DataRecovery, data_recovery, record_in_broken_entry
 from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
 from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
 from .findings import Finding, error, info, warning
@@ -142,7 +142,9 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
             if resume is None:
                 return report
             classic = seg.base_offset < cl.divided_offset
-            report.findings.append(_kept_damage(task.file, end, resume, task.recovery, task.recovery_start, classic))
+            intact = None if classic else record_in_broken_entry(cl, end, resume)
+            report.records += intact is not None
+            report.findings.append(_kept_damage(task.file, end, resume, task.recovery, task.recovery_start, classic, intact))
             next_file = cl.segment_index(resume)
             if resume >= seg.end_offset and next_file is not None and (task.stop is None or resume < task.stop):
                 report.goes_on = True  # in the next file, a fresh walk
@@ -184,10 +186,11 @@ def _record_findings(batch: fs.SegmentBatch, units: IndexUnits, report: DataFile
         report.first_mismatch = (int(numbers[k]), base + int(entry[k]))
 
 
-def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: int, classic: bool) -> Finding:
+def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: int, classic: bool, intact: int | None = None) -> Finding:
     """Damage the record walk stops at but ``DLedgerMmapFileStore.recover`` walks past (it checks
     entry headers only, and from its start file, at ``first``, on: §15.4): the broker keeps the entry and
-    the data after it; the message in it is lost. In the ``classic`` commit log of a mixed store, which no
+    the data after it; the message in it is lost, unless the entry's header alone is broken and its record
+    whole (at ``intact``, ``record_in_broken_entry``): consumers get it. In the ``classic`` commit log of a mixed store, which no
     recovery reads once DLedger data exist (``dledgerstart.walk_resume``), a ``damaged-range`` as in a classic
     log before its recovery's start (``verify.commitlog``)."""
     if classic:
@@ -200,6 +203,14 @@ def _kept_damage(file: str, end: ScanEnd, resume: int, dl: DataRecovery, first: 
             details={"range_end": resume, "range_bytes": resume - end.offset, "read_by_broker_recovery": False})
     why = (f"DLedger's recovery starts at {first} and never reads it" if end.offset < first
            else "DLedger's recovery (DLedgerMmapFileStore.recover) checks only the entry header, which is sound")
+    if intact is not None:
+        return error(
+            "dledger-entry",
+            f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message record inside, at {intact}, "
+            "is whole and a consumer reading it by its consume queue entry gets it, but DLedger's own read of this entry "
+            "(DLedgerMmapFileStore.get, as when a follower catches up) meets the broken header",
+            file=file, offset=end.offset,
+            details={"reason": end.reason, "range_end": resume, "record": intact, "read_by_broker_recovery": False})
     return error(
         "dledger-record",
         f"{end.detail}: {why}, so the broker keeps the entry and the data to {dl.end.offset}; the message in [{end.offset}, {resume}) is lost "
@@ -343,10 +354,12 @@ class DLedgerLogCheck:
         if committed is not None and committed > last_index:
             yield error("dledger-checkpoint", f"DLedger's checkpoint says entry {committed} was committed but the data ends at entry {last_index}: committed (acknowledged) entries are gone", file=path, expected=last_index, found=committed)
         elif committed is not None and committed < last_index:
+            many = last_index > committed + 1
+            what, them = (f"entries {committed + 1}..{last_index} are", "them") if many else (f"entry {last_index} is", "it")
             yield info(
                 "dledger-checkpoint",
-                f"entries {committed + 1}..{last_index} are written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
-                "see `mqtool recover --dry-run` for what the broker's recovery does with them",
+                f"{what} written but not committed in DLedger's checkpoint: right after load the commit log ends at entry {committed}; "
+                f"see `mqtool recover --dry-run` for what the broker's recovery does with {them}",
                 file=path, expected=last_index, found=committed)
         if end_index is not None and end_index > last_index:
             yield warning("dledger-checkpoint", f"DLedger's checkpoint endIndex {end_index} is past the last entry {last_index}", file=path, expected=last_index, found=end_index)

@@ -43,7 +43,8 @@ KINDS: dict[str, str] = {
     "stale-after-blank": "leftover bytes after an end-of-file blank record (normal before 4.9.1)",
     "blank-size": "an end-of-file blank record whose TOTALSIZE is not the bytes left in the segment",
     # DLedger commit log (reference §15)
-    "dledger-entry": "a DLedger entry header breaks a rule of DLedger's recovery (magic, size, pos, index, term, body): data and index are truncated there",
+    "dledger-entry": ("a DLedger entry header breaks a rule of DLedger's recovery (magic, size, pos, index, term, body): data and index "
+                      "are truncated there (before the file the recovery starts from: kept, the whole record inside served)"),
     "dledger-record": "the message record inside a DLedger entry is damaged where DLedger's recovery keeps the entry (it checks entry headers only): the message is lost",
     "dledger-index": "DLedger's index/ disagrees with the entries (the broker rewrites or truncates it on its next start)",
     "dledger-checkpoint": "DLedger's checkpoint (committedIndex, endIndex) disagrees with the last entry",

@@ -68,6 +68,7 @@ class LogStream:
             end = scan.end
             resume = self._resume(end)
             if resume is not None and resume > end.offset and (self.stop is None or resume < self.stop):
+                yield from self._loose(end, resume)
                 start = resume
                 continue
             self.end = end
@@ -82,6 +83,20 @@ class LogStream:
         if self.store.is_dledger or (self.unread_before is not None and end.unread_by_broker(self.unread_before())):
             return self.store.commitlog.resume_after_damage(end)
         return None
+
+
+    def _loose(self, end: ScanEnd, resume: int) -> Iterator[fs.SegmentBatch]:
+        """The whole record inside a DLedger entry whose header alone is broken, which the broker serves
+        (``dledgerstart.record_in_broken_entry``), walked as a classic record in a view of its file alone."""
+        if not self.store.is_dledger:
+            return
+        from ..store.dledgerstart import record_in_broken_entry
+
+        cl = self.store.commitlog
+        if (at := record_in_broken_entry(cl, end, resume)) is not None:
+            for batch in fs.FastScan(cl.file_alone(at), at, resume, check_crc=False, stop_on_crc=False):
+                self.records += len(batch.rows)
+                yield batch
 
 
 def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
