@@ -75,7 +75,8 @@ def _bytes_between(store: Store, topic: str, queue_id: int, start: int, stop: in
     return total
 
 
-def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None, lag: bool = True) -> tuple[ConfigDocument, list[dict[str, Any]]]:
+def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None,
+                     lag: bool = True) -> tuple[ConfigDocument, list[dict[str, Any]]]:
     """Every committed offset of ``consumerOffset.json`` (of ``groups`` when given; ``lag``: as ``progress_row``)."""
     loaded = store.load_config("consumerOffset.json")
     cache = {} if cache is None else cache
