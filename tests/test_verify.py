@@ -464,6 +464,33 @@ def test_config_files_and_consumer_offsets(store_copy):
     assert len(got) == 3  # g2 sits exactly at the queue's max: fine
 
 
+def test_consumer_offsets_are_placed_without_reading_what_they_lag(store_copy, monkeypatch):
+    """The check places each committed offset in its queue; the lag behind it (every unit's size to the
+    queue's end, the next record's time: what ``mqtool offsets`` shows) is no finding. Before, verify read
+    it all, after the walk, on one core."""
+    from mqtool.store import offsets as progress
+
+    root = store_copy("4.9.7", "clean-small")
+    (root / "config").mkdir()
+    msgs = queue_messages("4.9.7", "TopicTest", 0)
+    table = {"TopicTest@g1": {"0": len(msgs) + 5}, "TopicTest@g2": {"0": 3}, "TopicTest@g3": {"0": len(msgs)}, "NoSuchTopic@g4": {"0": 1}}
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+
+    def unread(*_):
+        raise AssertionError("the lag was read")
+
+    monkeypatch.setattr(progress, "_bytes_between", unread)
+    monkeypatch.setattr(progress, "pickup_store_timestamp", unread)
+    code, findings, _ = verify(root, "--only", "checkpoint")
+    assert code == 1
+    assert sorted((f["severity"], f["found"], f["details"]["group"]) for f in findings if f["kind"] == "consumer-offset-range") == [
+        ("info", 1, "g4"), ("warning", len(msgs) + 5, "g1")]
+    monkeypatch.undo()
+    _, rows = progress.consumer_offsets(Store.open(root))  # ``mqtool offsets`` still shows the lag
+    g2 = next(r for r in rows if r["group"] == "g2")
+    assert g2["lag_messages"] == len(msgs) - 3 and g2["lag_bytes"] == sum(m["size"] for m in msgs[3:])
+
+
 # ---- output and bad input ------------------------------------------------------------------
 
 

@@ -199,3 +199,33 @@ def test_a_run_stopped_early_leaves_no_thread(monkeypatch, store_copy):
         assert (first.kind, first.offset) == ("crc-mismatch", victim["commitLogOffset"])
         assert check_threads()  # the checks' thread is at work
         findings.close()
+
+
+def test_the_chains_last_batches_are_checked_while_the_next_start_is_settled(monkeypatch):
+    """The walk hands its last batch over and goes on to end the commit log check and settle the
+    next start while the checks finish (``SharedWalk.result`` waits for them). Before, ``end`` waited
+    for them at the chain's end, the commit log check's own end after it, one core idle each time."""
+    from mqtool.verify.sharedwalk import SharedWalk
+
+    monkeypatch.setattr(logstream, "BATCH", 64)  # many batches
+    messages = [m for m in manifest("4.9.7", "clean-small")["messages"] if m["putStatus"] == "PUT_OK"]
+    records, queued = len(messages), sum(1 for m in messages if m["dispatchToConsumeQueue"])
+    settled, last_batch_saw_it = threading.Event(), []
+    settle, check = Verification._settle_next_start, SharedWalk._check
+
+    def settle_and_say(self, walked):
+        settle(self, walked)
+        settled.set()
+
+    def check_the_last_after_settling(self, batch):
+        if self.outcome.records + batch[2].shape[0] == records:
+            last_batch_saw_it.append(settled.wait(5))
+        check(self, batch)
+
+    monkeypatch.setattr(Verification, "_settle_next_start", settle_and_say)
+    monkeypatch.setattr(SharedWalk, "_check", check_the_last_after_settling)
+    with Store.open(STORE) as store:
+        run = Verification(store, VerifyOptions())
+        findings = list(run.findings())
+    assert run.cross_checks_threaded and last_batch_saw_it == [True]
+    assert findings == [] and run.summary.records == records and run.summary.consume_queue_entries == queued

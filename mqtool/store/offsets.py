@@ -35,8 +35,9 @@ def relation(offset: int, rng: QueueRange | None) -> str:
     return IN_RANGE
 
 
-def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: dict) -> dict[str, Any]:
-    """One committed offset against its queue: range, relation, lag, next message's store time."""
+def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: dict, lag: bool = True) -> dict[str, Any]:
+    """One committed offset against its queue: range, relation, lag, next message's store time
+    (``lag`` False: the lag fields None, the units and the record unread, where only the place counts)."""
     key = (topic, queue_id)
     if key not in cache:
         cache[key] = queue_range(store, topic, queue_id)
@@ -49,7 +50,7 @@ def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: di
     row["queue_min_offset"] = rng.min_offset if rng else None
     row["queue_max_offset"] = rng.max_offset if rng else None
     row["lag_messages"] = row["lag_bytes"] = row["next_store_timestamp"] = None
-    if rng is not None:
+    if rng is not None and lag:
         start = min(max(offset, rng.min_offset), rng.max_offset)  # where the broker resumes
         row["lag_messages"] = rng.max_offset - start
         row["lag_bytes"] = _bytes_between(store, topic, queue_id, start, rng.max_offset)
@@ -74,8 +75,9 @@ def _bytes_between(store: Store, topic: str, queue_id: int, start: int, stop: in
     return total
 
 
-def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
-    """Every committed offset of ``consumerOffset.json`` (of ``groups`` when given)."""
+def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict | None = None,
+                     lag: bool = True) -> tuple[ConfigDocument, list[dict[str, Any]]]:
+    """Every committed offset of ``consumerOffset.json`` (of ``groups`` when given; ``lag``: as ``progress_row``)."""
     loaded = store.load_config("consumerOffset.json")
     cache = {} if cache is None else cache
     rows = []
@@ -83,7 +85,7 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
         for (topic, group, queue_id), offset in sorted(loaded.offsets.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
             if groups and group not in groups:
                 continue
-            rows.append({"kind": "consumer", "group": group, **progress_row(store, topic, queue_id, offset, cache)})
+            rows.append({"kind": "consumer", "group": group, **progress_row(store, topic, queue_id, offset, cache, lag)})
     return loaded, rows
 
 

@@ -204,7 +204,8 @@ class ChainReader:
         return None
 
     def let_go(self) -> None:
-        """The segment is unmapped next (after ``end``, or a failed walk): no reference to ``array`` may stay."""
+        """The segment is unmapped next (after ``end``, or a failed walk); a reference to ``array`` kept after
+        ``end`` keeps the map until it goes (``MappedFile.close``)."""
 
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:

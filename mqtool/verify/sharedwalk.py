@@ -54,6 +54,7 @@ class SharedWalk(ChainReader):
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
+        self.ended = False  # ``end`` was shown for the segment being walked
         self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
         self.spill = None
         self.pending: list[Finding] = []
@@ -82,6 +83,7 @@ class SharedWalk(ChainReader):
             self.next_index = None  # a segment skipped: the chain is not followed any further
             return False
         self.base = task.base
+        self.ended = False
         return True
 
     def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
@@ -98,13 +100,17 @@ class SharedWalk(ChainReader):
                 self._cut(self.base, array)
 
     def end(self, array: np.ndarray, run: Run) -> None:
+        """A segment's batches are checked before the next segment is mapped; the chain's last ones
+        while the commit log check and the next start are settled (``result`` waits for them), their
+        segment's map kept until then (``MappedFile.close``)."""
         if self.fill:
             self._cut(self.base, array)
-        if self.checking is not None:
-            self.checking.drain()
+        self.ended = True
         index = self.next_index
         if run.code == fs.OK_BLANK:
             if index + 1 < len(self.segments):
+                if self.checking is not None:
+                    self.checking.drain()
                 self.next_index = index + 1
                 return
             self.stream_end = ScanEnd(self.base + run.end, StopReason.BLANK_LAST, "blank record at the end of the last segment")
@@ -123,7 +129,7 @@ class SharedWalk(ChainReader):
             return int(self.buffer[0, fs.COL_POS]) if self.fill else None
 
     def let_go(self) -> None:
-        if self.checking is not None and self.checking.pending():
+        if self.checking is not None and self.checking.pending() and not self.ended:
             self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
 
     # ---- batches to findings ----
@@ -205,7 +211,10 @@ class SharedWalk(ChainReader):
     # ---- after the commit log check ----
 
     def result(self, logical_end: int | None) -> "SharedWalk | None":
-        """Self when the findings are those of a separate walk of the chain, else None."""
+        """Self when the findings are those of a separate walk of the chain, else None; the
+        checks done first (a failure of theirs raised here)."""
+        if self.checking is not None:
+            self.checking.drain()
         end = self.stream_end
         if end is None or logical_end is None or logical_end < end.offset:
             return None
