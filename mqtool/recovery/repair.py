@@ -204,7 +204,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
                 continue
-            _stray_links_and_dirs(Path(queue.path), "consume queue file", store, quarantine)
+            _stray_links_and_dirs(root, Path(queue.path), "consume queue file", store, quarantine)
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
@@ -288,17 +288,20 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
-def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
+def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
     """Quarantine each directory or symlink in a mapped file queue folder (``mappedfile.stray_entries``) that
     the broker of some era the store may be from (any, without ``store``) refuses to start on or loads
     otherwise than mqtool reads the folder (``mappedfile.load_effect``, rules §2.13); a file of another name
     is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
-    Returns the folder's listing (``folder_entries``)."""
+    Returns the folder's listing (``folder_entries``). A file of the folder that is a dangling symlink (``StrayEntry.unmounted``)
+    is refused (exit 4): its bytes may be on a disk not mounted, and moved out, the broker would write new data at its offset."""
     from ..store.store import stray_differs, stray_effects
 
     if not directory.is_dir():
         return [], []
     files, listed = folder_entries(directory)  # one listing
+    if (unmounted := next((e for e in listed if e.unmounted), None)) is not None:
+        raise Refused(f"{os.path.relpath(unmounted.path, root)}: {unmounted.unmounted}")
     strays = [e for e in listed if e.is_dir or e.path.is_symlink()]
     if not strays:
         return files, listed
@@ -337,7 +340,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
     expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
     (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
-    files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
+    files, strays = _stray_links_and_dirs(root, directory, what, store, quarantine)
     segments = []
     for entry in _files(directory, linked_files=True):
         if OFFSET_NAME.match(entry.name):

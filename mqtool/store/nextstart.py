@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
+from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
@@ -385,7 +385,8 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
         return None
     who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
-    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}"
+    unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
+    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}{unmounted}"
 
 
 def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
@@ -393,8 +394,19 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
     ``Store`` lists them) the broker refuses to start on, with the way out, or None."""
     for entry, file_size, later in strays:
         if (why := stray_refusal(store, entry, file_size, later, loader, eras)) is not None:
-            return why + "; `mqtool repair` moves it out"
+            return why if entry.unmounted else why + "; `mqtool repair` moves it out"
     return None
+
+
+def unmounted_file(store: Store) -> str | None:
+    """The first file of the commit log, a consume queue, the timer log or DLedger's folders that is a dangling symlink, with
+    what to do (``StrayEntry.unmounted``), or None: whatever the broker of the store's era does with it, no plan may be made
+    without its bytes, as the broker's would write new data at its offset."""
+    strays = [p.entry for p in store.problems if p.kind == STRAY_ENTRY] + [e for q in (*store.consume_queues, *store.batch_consume_queues)
+                                                                           for e in q.strays]
+    strays += [e for e, _, _ in (store.timer_log_listing.strays if store.timer_log_listing is not None else ())] + [e for e, _, _ in store.dledger_strays]
+    entry = next((e for e in strays if e.unmounted), None)
+    return None if entry is None else f"{entry.path.relative_to(store.root) if store.root is not None else entry.path}: {entry.unmounted}"
 
 
 def later_refusal(store: Store) -> str | None:
