@@ -209,6 +209,12 @@ class Executor:
             raise
         except OSError as exc:
             cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
+            if fresh and not self.changing:  # refused before its first action (staging the dispatch): as for a Ctrl-C there
+                with contextlib.suppress(OSError):  # left, the next run finishes an apply with nothing done
+                    clear_pending(self.root)
+                    self.backup.discard()
+                raise ApplyIOError(f"{cause}; the apply stopped before it changed the store: fix this (a full disk: free space) "
+                                   "and run the command again to apply it", cause) from None
             raise ApplyIOError(
                 f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
                 f"or undo it with: {undo_command(self.backup.dir)}", cause
