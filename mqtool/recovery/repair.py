@@ -25,10 +25,10 @@ from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
 from ..errors import Refused
-from ..fileops import A_DIRECTORY, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.store import NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
+from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -196,7 +196,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     for name, what, why in _unusable_files(root):
         quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
     for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable
-        if (why := load_config(root, name).bak_unusable) not in (None, NOT_A_FILE):
+        if (why := load_config(root, name).bak_unusable) not in (None, NOT_A_FILE, A_SOCKET_CONFIG):  # those: ``_unusable_files``
             quarantine(root / "config" / f"{name}.bak", f"{why}, and config/{name} is passed over too: ConfigManager.loadBak throws on "
                        "it and returns false, so the broker refuses to start; moved into the backup as it is, the broker then reads "
                        "no .bak, loadBak returns true and it starts with an empty table")
@@ -213,9 +213,10 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
 
 def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     """``(name, what it is, what the broker does)`` of each single file the broker opens by name that it cannot use
-    (``nextstart.unusable``: a directory; one it maps, a special file too): the checkpoint (``nextstart.checkpoint_refusal``;
-    the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; and a directory as ``abort``, a ``config/*.json`` or its
-    ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
+    (``nextstart.unusable``: a directory or socket; one it maps, a FIFO or device node too): the checkpoint
+    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; a directory as ``abort``;
+    and a directory or socket as a ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``: ``loadBak``
+    then reads the ``.bak``, or fails; ``persist`` fails)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     if (what := not_a_file(root / "abort")) is not None:  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
@@ -227,9 +228,9 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
             yield name, found[0], f"{opener} cannot {found[1]} it and BrokerController.initialize fails ({refusing} brokers)"
     for name in (n + bak for n in cfgfmt.CONFIG_FILES for bak in ("", ".bak")):
-        if (root / "config" / name).is_dir():
-            yield f"config/{name}", "a directory", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
-                                                    "start) nor persist the table")
+        if (what := not_a_file(root / "config" / name)) in (A_DIRECTORY, A_SOCKET):  # a socket: its open throws (ENXIO), as a directory's
+            yield f"config/{name}", what, ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
+                                           "start) nor persist the table")
         elif (root / "config" / name).exists() and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
             yield f"config/{name}", "a FIFO", ("the broker's FileInputStream or FileOutputStream waits in its open for a writer or a "
                                                "reader: its start hangs in ConfigManager.load, or a persist that writes the .bak")

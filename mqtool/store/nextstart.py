@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
@@ -302,11 +302,12 @@ MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those
 
 def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
     """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
-    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
-    (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
+    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory or a socket (the open throws; a socket's with ENXIO),
+    or where it maps the file (``MAPPED``) a FIFO or device node (``FileChannel.map`` throws, the file not being one it can
+    size); None: a file, or nothing there (created)."""
     what = not_a_file(path)
-    if what == A_DIRECTORY:
-        return what, "open", "new RandomAccessFile(file, \"rw\") throws"
+    if what in (A_DIRECTORY, A_SOCKET):
+        return what, "open", "new RandomAccessFile(file, \"rw\") throws" + (" ENXIO" if what == A_SOCKET else "")
     if what == A_SPECIAL and name in MAPPED:
         return what, "map", "FileChannel.map throws"
     return None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
-from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats import markers
@@ -47,6 +47,11 @@ NOT_A_FILE = "a directory, which FileInputStream cannot read"
 # why ``load_config`` stopped at a config file that is a FIFO (never opened here): ``file2String``'s ``new FileInputStream``
 # waits in the open for a writer, so ``ConfigManager.load`` (or ``loadBak``) never returns and the broker's start hangs
 A_FIFO = "a FIFO, whose open by FileInputStream waits for a writer"
+# why ``load_config`` passed over a config file that is a socket (never opened here): ``file2String``'s ``new FileInputStream``
+# throws (ENXIO), as on a directory (``NOT_A_FILE``); and one that is a device node, which ``file2String`` reads as an empty
+# string (``File.length()`` is 0: a zero-length read), as an empty file (MixAll.file2String 3.2.6-5.3.3)
+A_SOCKET_CONFIG = "a socket, whose open by FileInputStream throws (ENXIO)"
+A_DEVICE_CONFIG = "a device node, which MixAll.file2String reads as empty (File.length() is 0)"
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 SEGMENT_SIZE, SEGMENT_NAME = "segment-size", "segment-name"  # ... of a commit log file of another length, or named by no segment start: left out
 STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
@@ -161,11 +166,12 @@ class ConfigDocument:
     @property
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
-        ``file2String`` or ``decode`` throws on it (a directory, unreadable, undecodable); a missing or empty ``.bak`` reads
-        as nothing, and ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which
+        ``file2String`` or ``decode`` throws on it (a directory, a socket, unreadable, undecodable); a missing or empty ``.bak``
+        (a device node too) reads as nothing, and ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which
         the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
         absent, why = cfgfmt.absent(self.name), self.problems.get(f"config/{self.name}.bak", MISSING)
-        if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent):
+        if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent,
+                                                                                                 A_DEVICE_CONFIG):
             return None
         return why
 
@@ -541,7 +547,7 @@ class Store:
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
         if self.root is not None and (what := not_a_file(self.path(markers.ABORT_FILE))) is not None:  # isTempFileExist: File.exists()
-            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=what == A_SPECIAL)  # never opened
+            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=what in (A_SPECIAL, A_SOCKET))  # never opened
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 
@@ -573,7 +579,8 @@ def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = 
             problems[shown] = A_FIFO
             break
         if path is None or not path.is_file():
-            problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
+            what = not_a_file(path) if path is not None else None
+            problems[shown] = {A_DIRECTORY: NOT_A_FILE, A_SOCKET: A_SOCKET_CONFIG, A_SPECIAL: A_DEVICE_CONFIG}.get(what, MISSING)
             continue
         try:
             raw = path.read_bytes()
