@@ -252,7 +252,8 @@ def test_a_config_socket_is_passed_over_as_the_broker_does(tmp_path):
     a_socket(root / "config/consumerOffset.json")
     _, _, findings = verified(root, "4.9.7")
     assert [(f["severity"], f["message"]) for f in findings if f["kind"] == "config-unreadable"] == [
-        ("warning", "config/consumerOffset.json: a socket, whose open by FileInputStream throws (ENXIO); the broker loads consumerOffset.json.bak instead")]
+        ("warning", "config/consumerOffset.json: a socket, whose open by FileInputStream throws (ENXIO); the broker loads "
+                    "consumerOffset.json.bak instead")]
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
     assert applied.exit_code == EXIT_OK, applied.stderr
@@ -264,8 +265,9 @@ def test_a_config_socket_is_passed_over_as_the_broker_does(tmp_path):
     a_socket(root / "config/consumerOffset.json.bak")
     code, out, _ = verified(root, "4.9.7")
     first = " ".join(" ".join(out.split("\n")[:4]).split())
-    assert code == EXIT_FINDINGS and first.startswith("the broker's next start refuses to start: config/consumerOffset.json.bak: a socket, "
-                                                      "whose open by FileInputStream throws (ENXIO), where ConfigManager.loadBak falls back")
+    refusal = ("the broker's next start refuses to start: config/consumerOffset.json.bak: a socket, whose open by FileInputStream "
+               "throws (ENXIO), where ConfigManager.loadBak falls back")
+    assert code == EXIT_FINDINGS and first.startswith(refusal)
 
 
 def test_a_config_device_node_is_read_as_empty_and_never_opened(tmp_path, monkeypatch):
@@ -300,8 +302,9 @@ def test_a_socket_lock_refuses_the_start_and_is_moved_out(tmp_path):
     a_socket(root / "lock")
     code, out, findings = verified(root, "4.9.7")
     first = " ".join(" ".join(out.split("\n")[:4]).split())
-    assert code == EXIT_FINDINGS and first.startswith("the broker's next start refuses to start: lock: a socket, which DefaultMessageStore's "
-                                                      "constructor cannot open (new RandomAccessFile(file, \"rw\") throws ENXIO)")
+    refusal = ("the broker's next start refuses to start: lock: a socket, which DefaultMessageStore's constructor cannot open "
+               "(new RandomAccessFile(file, \"rw\") throws ENXIO)")
+    assert code == EXIT_FINDINGS and first.startswith(refusal)
     assert {(f["kind"], f["severity"]) for f in findings if f["file"] == "lock"} == {("not-a-file", "error")}
     damaged = snapshot(root)
     applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")

@@ -403,10 +403,10 @@ def unmounted_file(store: Store) -> str | None:
     """The first file of the commit log, a consume queue, the timer log or DLedger's folders that is a dangling symlink, with
     what to do (``StrayEntry.unmounted``), or None: whatever the broker of the store's era does with it, no plan may be made
     without its bytes, as the broker's would write new data at its offset."""
+    timer = store.timer_log_listing.strays if store.timer_log_listing is not None else []
     strays = [p.entry for p in store.problems if p.kind == STRAY_ENTRY] + [e for q in (*store.consume_queues, *store.batch_consume_queues)
                                                                            for e in q.strays]
-    strays += [e for e, _, _ in (store.timer_log_listing.strays if store.timer_log_listing is not None else ())] + [e for e, _, _ in store.dledger_strays]
-    entry = next((e for e in strays if e.unmounted), None)
+    entry = next((e for e in strays + [e for e, _, _ in timer + store.dledger_strays] if e.unmounted), None)
     return None if entry is None else f"{entry.path.relative_to(store.root) if store.root is not None else entry.path}: {entry.unmounted}"
 
 

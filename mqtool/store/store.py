@@ -29,7 +29,8 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED, MappedFile, StrayEntry
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED
+from .mappedfile import MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
@@ -167,8 +168,8 @@ class ConfigDocument:
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
         ``file2String`` or ``decode`` throws on it (a directory, a socket, unreadable, undecodable); a missing or empty ``.bak``
-        (a device node too) reads as nothing, and ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which
-        the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
+        (a device node too) reads as nothing, and ``loadBak`` returns true (an empty table), as does one without the table
+        (``cfgfmt.absent``, which the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
         absent, why = cfgfmt.absent(self.name), self.problems.get(f"config/{self.name}.bak", MISSING)
         if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent,
                                                                                                  A_DEVICE_CONFIG):
