@@ -270,24 +270,30 @@ def test_a_config_socket_is_passed_over_as_the_broker_does(tmp_path):
     assert code == EXIT_FINDINGS and first.startswith(refusal)
 
 
-def test_a_config_device_node_is_read_as_empty_and_never_opened(tmp_path, monkeypatch):
-    """A device node as ``config/topics.json``: ``file2String`` reads ``File.length()`` (0) bytes, an empty string, so
-    ``ConfigManager.load`` loads the ``.bak`` (and its first persist replaces the node). Before, mqtool said it was missing;
-    now it says what is there, as an empty file is said, and no command opens it."""
-    root = copy_store("4.9.7", "config-real", tmp_path)
-    node = root / "config/topics.json"
+@pytest.mark.parametrize("version, severity", [("4.9.7", "warning"), ("5.3.3", "error")])
+def test_a_config_device_node_is_read_as_empty_and_never_opened(tmp_path, monkeypatch, version, severity):
+    """A device node as ``config/consumerOffset.json``: ``file2String`` reads ``File.length()`` (0) bytes, an empty string,
+    so ``ConfigManager.load`` loads the ``.bak``; then ``MixAll.string2File`` up to 5.0.0 renames a new file over the node,
+    while 5.1.0+ write the empty old content into the ``.bak`` and the table into the device (rules 7.4): the next start
+    loads an empty table. Before, mqtool said the file was missing and left it; now verify says what is there (an error
+    where the broker writes in place), repair moves it out and restore puts it back, none opening it."""
+    root = copy_store(version, "config-real", tmp_path)
+    node = root / "config/consumerOffset.json"
     node.unlink()
     os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's
     opened, real = [], os.open
     monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
-    _, _, findings = verified(root, "4.9.7")
-    assert [(f["severity"], f["message"]) for f in findings if f["kind"] == "config-unreadable"] == [
-        ("warning", "config/topics.json: a device node, which MixAll.file2String reads as empty (File.length() is 0); the broker "
-                    "loads topics.json.bak instead")]
+    _, _, findings = verified(root, version)
+    found = [(f["severity"], f["message"]) for f in findings if f["kind"] == "config-unreadable"]
+    said = ("config/consumerOffset.json: a device node, which MixAll.file2String reads as empty (File.length() is 0); the broker "
+            "loads consumerOffset.json.bak instead")
+    assert len(found) == 1 and found[0][0] == severity and found[0][1].startswith(said)
+    assert ("empties consumerOffset.json.bak (MixAll.string2File writes in place)" in found[0][1]) == (severity == "error")
     damaged = snapshot(root)
-    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
-    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr  # its .bak copied over it, as the broker's persist does
-    assert (root / "config/topics.json").read_bytes() == (root / "config/topics.json.bak").read_bytes()
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    assert not node.exists() or node.is_file()  # moved out (then, on 4.9.7, the .bak copied over it)
+    assert "config-unreadable" not in {f["kind"] for f in verified(root, version)[2]}
     assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
     assert snapshot(root) == damaged and stat.S_ISCHR(os.lstat(node).st_mode) and str(node) not in opened
 

@@ -25,7 +25,7 @@ from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
 from ..errors import Refused
-from ..fileops import A_DIRECTORY, A_SOCKET, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
@@ -216,7 +216,8 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     (``nextstart.unusable``: a directory or socket; one it maps, a FIFO or device node too): the checkpoint
     (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; a directory as ``abort``;
     and a directory or socket as a ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``: ``loadBak``
-    then reads the ``.bak``, or fails; ``persist`` fails)."""
+    then reads the ``.bak``, or fails; ``persist`` fails), a FIFO (``store.A_FIFO``) or a device node (``store.A_DEVICE_CONFIG``:
+    read as empty, written into by a persist)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     if (what := not_a_file(root / "abort")) is not None:  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
@@ -231,9 +232,13 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
         if (what := not_a_file(root / "config" / name)) in (A_DIRECTORY, A_SOCKET):  # a socket: its open throws (ENXIO), as a directory's
             yield f"config/{name}", what, ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
                                            "start) nor persist the table")
-        elif (root / "config" / name).exists() and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
+        elif what == A_SPECIAL and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
             yield f"config/{name}", "a FIFO", ("the broker's FileInputStream or FileOutputStream waits in its open for a writer or a "
                                                "reader: its start hangs in ConfigManager.load, or a persist that writes the .bak")
+        elif what == A_SPECIAL:  # ``store.A_DEVICE_CONFIG``
+            yield f"config/{name}", "a device node", ("MixAll.file2String reads it as empty (the broker loads the .bak instead, or an "
+                                                      "empty table), and a persist writes into the device (5.1.0+ in place: the table is "
+                                                      "lost at the next start)")
 
 
 def abort_quarantined(files: Plan | None) -> bool:
