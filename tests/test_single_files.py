@@ -227,6 +227,33 @@ def test_abort_directory_is_an_abnormal_start(tmp_path, version, what):
     assert snapshot(root) == damaged
 
 
+def test_a_device_node_abort_is_an_abnormal_start_the_broker_gets_past(tmp_path, monkeypatch):
+    """A device node named ``abort``: ``File.exists()`` finds it (an abnormal recovery), and 5.x ``createTempFile``'s
+    ``MixAll.string2File`` reads it as empty and writes the PID into it (5.3.3): the start goes on, where a FIFO hangs it
+    and a socket or directory makes it exit. Before, it was said to hang or exit (an error), recover refused it and its
+    empty content counted as 4.x evidence; now the start is the abnormal one, ``recover --yes`` carries it out as with an
+    abort file (the same bytes) and removes the node as a clean shutdown does, ``restore`` puts it back, none opening it."""
+    as_file = copy_store("5.3.3", "crashed-small", tmp_path / "file")
+    root = copy_store("5.3.3", "crashed-small", tmp_path)
+    evidence = json.loads(run("info", root, "--format", "json").stdout)["version"]["evidence"]
+    (root / "abort").unlink()
+    os.mknod(root / "abort", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    opened, real = [], os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    assert json.loads(run("info", root, "--format", "json").stdout)["version"]["evidence"] == [e for e in evidence if "abort file" not in e]
+    code, out, findings = verified(root, "5.3.3")
+    first = " ".join(out.split("\n")[:3])
+    assert "abnormal recovery scanning from" in first and "refuses" not in first
+    assert {(f["kind"], f["severity"]) for f in findings if f["file"] == "abort"} == {("abort-present", "warning")}
+    damaged = snapshot(root)
+    for store in (as_file, root):
+        applied = run("recover", store, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / f"backup-{store.parent.name}")
+        assert applied.exit_code == EXIT_OK, applied.stderr
+    assert snapshot(root) == snapshot(as_file) and "abort" not in snapshot(root)
+    assert run("restore", tmp_path / f"backup-{root.parent.name}", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and stat.S_ISCHR(os.lstat(root / "abort").st_mode) and str(root / "abort") not in opened
+
+
 def a_socket(path) -> None:
     """A Unix socket bound at ``path`` (left there once closed, as a crashed process leaves one); bound by its name from
     its folder, as a socket's path is at most 107 bytes."""

@@ -28,7 +28,8 @@ from ..errors import Refused
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
+from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
+from ..store.store import load_config
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -220,7 +221,8 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     read as empty, written into by a persist)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
-    if (what := not_a_file(root / "abort")) is not None:  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
+    what = not_a_file(root / "abort")
+    if what == A_DIRECTORY or abort_unwritable(root / "abort", what):  # File.exists(): an abnormal recovery after (``abort_quarantined``)
         yield "abort", what, "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + (
             "cannot write the PID into it and exit" if what == A_DIRECTORY else
             "opens it to read before writing the PID, which on a FIFO waits for a writer")

@@ -548,7 +548,8 @@ class Store:
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
         if self.root is not None and (what := not_a_file(self.path(markers.ABORT_FILE))) is not None:  # isTempFileExist: File.exists()
-            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=what in (A_SPECIAL, A_SOCKET))  # never opened
+            special = abort_unwritable(self.path(markers.ABORT_FILE), what)
+            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=special, device=what == A_SPECIAL and not special)
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 
@@ -565,6 +566,14 @@ class Store:
     def config_file(self, name: str) -> dict | None:
         """``load_config``'s document, or None."""
         return self.load_config(name).doc
+
+
+def abort_unwritable(path: Path, what: str | None) -> bool:
+    """Whether an ``abort`` that is no file (``fileops.not_a_file``: ``what``) is a FIFO or socket, which 5.0.0+
+    ``createTempFile``'s ``MixAll.string2File`` waits in or throws on (``file2String`` opens it first), never opened here; a
+    device node it reads as empty and writes the PID into (5.1.0+; 5.0.0 renames a file over it), as 3.2.6-4.9.8 only
+    ``createNewFile`` it: the start goes on, and a clean shutdown's ``File.delete`` removes it (rules 6.3, 7.4)."""
+    return what == A_SOCKET or what == A_SPECIAL and stat.S_ISFIFO(os.stat(path).st_mode)
 
 
 def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None) -> ConfigDocument:
