@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import copy_store
+from conftest import copy_store, store_path
 from test_load_strays import run, snapshot, verified
 from test_single_files import into_directory
 
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_OK
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 
 REFUSES = "the broker's next start refuses to start: "
 
@@ -135,3 +135,90 @@ def test_bak_directory_read_as_null_before_4_1_0(tmp_path, version, refuses):
     _, out, findings = verified(root, version)
     assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: a directory") is refuses
     assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses
+
+
+def test_null_table_as_each_manager_decodes_it(tmp_path):
+    """fastjson sets a field written ``null`` to null (``{"offsetTable":null}``). ``ConsumerOffsetManager.decode`` keeps it
+    (``this.offsetTable = obj.offsetTable`` 3.2.6-5.3.3): the file is loaded, its .bak unread, and the broker runs with no
+    offset table; ``ConsumerFilterManager.decode`` skips it; the others' ``putAll(null)`` throws (the .bak is loaded, and
+    as the .bak it refuses the start). Before: every null table was undecodable, so the consumer offsets shown were the
+    .bak's, and a null consumerOffset.json.bak or consumerFilter.json.bak refused the start."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    bak_rows = json.loads(run("offsets", root, "--broker-version", "4.9.7", "-f", "json").stdout)
+    assert [r for r in bak_rows if r["kind"] == "consumer"]
+    (root / "config/consumerOffset.json").write_bytes(b'{"offsetTable":null}')
+    _, out, findings = verified(root, "4.9.7")
+    assert "refuses" not in first_lines(out)
+    assert [(f["file"], f["severity"], f["message"]) for f in config_errors(findings)] == [(
+        "config/consumerOffset.json", "error", "config/consumerOffset.json: its 'offsetTable' is null, which ConsumerOffsetManager.decode "
+        "keeps (this.offsetTable = obj.offsetTable, no throw): the broker starts with no offset table, and each offset commit "
+        "or query throws a NullPointerException")]
+    rows = json.loads(run("offsets", root, "--broker-version", "4.9.7", "-f", "json").stdout)
+    assert [r for r in rows if r["kind"] == "consumer"] == [] and rows == [r for r in bak_rows if r["kind"] != "consumer"]
+    for name, table, refuses in (("consumerOffset.json", "offsetTable", False), ("consumerFilter.json", "filterDataByTopic", False),
+                                 ("topics.json", "topicConfigTable", True), ("delayOffset.json", "offsetTable", True)):
+        with_config(root, name, None, f'{{"{table}":null}}'.encode())
+        _, out, findings = verified(root, "4.9.7")
+        assert ("refuses to start: config/" + name + ".bak" in first_lines(out)) is refuses, name
+        assert bool([f for f in config_errors(findings) if "refuses to start" in f["message"]]) is refuses, name
+        with_config(root, name, None, None)
+
+
+@pytest.mark.parametrize("version", ["3.2.6", "4.0.0"])
+def test_non_ascii_file_read_as_null_by_3_2_6_and_4_0_0(tmp_path, version):
+    """3.2.6's and 4.0.0's ``file2String`` reads a non-ASCII file as null (its ``FileReader`` fills fewer chars than the
+    byte length; rules 7.4): the file itself too, not only its .bak, so ``ConfigManager.load`` loads the .bak. On copies of
+    the real ``clean-small`` with the real 4.9.7 broker's consumerOffset.json (a topic named in three scripts): the .bak's
+    offsets are the ones loaded, an undecodable .bak refuses the start (``repair`` moves it out, ``restore`` undoes), where
+    4.1.0+ load the file. Before: the file was read as 4.1.0+ read it whatever the release."""
+    root = copy_store(version, "clean-small", tmp_path)
+    real = (store_path("4.9.7", "config-real") / "config/consumerOffset.json").read_bytes()
+    chars = len(real.decode())
+    assert chars < len(real)
+    with_config(root, "consumerOffset.json", real, b'{"offsetTable":{"TopicTest@ascii_group":{0:1}}}')
+    for given, from_bak in ((version, True), ("4.5.1", False)):
+        rows = json.loads(run("offsets", root, "--broker-version", given, "-f", "json").stdout)
+        assert ({r["group"] for r in rows if r["kind"] == "consumer"} == {"ascii_group"}) is from_bak, given
+        _, out, findings = verified(root, given)
+        warned = [f["message"] for f in findings if f["kind"] == "config-unreadable"]
+        passed_over = (f"config/consumerOffset.json: {len(real)} bytes a FileReader reads as {chars} chars, which 3.2.6's and 4.0.0's "
+                       "file2String reads as null; the broker loads consumerOffset.json.bak instead")
+        assert warned == ([passed_over] if from_bak else []), given
+    with_config(root, "consumerOffset.json", real, b'{"offsetTable":{')
+    for given, refuses in ((version, True), ("4.5.1", False)):
+        _, out, findings = verified(root, given)
+        assert first_lines(out).startswith(REFUSES + "config/consumerOffset.json.bak: consumerOffset.json is not JSON") is refuses
+        assert [f["file"] for f in config_errors(findings)] == (["config/consumerOffset.json"] if refuses else []), given
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_FINDINGS and "quarantine config/consumerOffset.json.bak" in applied.stderr, applied.stderr
+    assert not (root / "config/consumerOffset.json.bak").exists()
+    _, out, findings = verified(root, version)  # the file still null to it: the broker starts with an empty table
+    assert "refuses" not in first_lines(out) and [f["file"] for f in config_errors(findings)] == ["config/consumerOffset.json"]
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged
+
+
+@pytest.mark.parametrize("version", ["4.9.2", "4.9.7"])
+def test_recover_before_a_config_refusal_after_the_recovery(tmp_path, version):
+    """4.9.2+ load delayOffset.json after ``DefaultMessageStore.load``'s recovery (``ScheduleMessageService.load`` @4.9.2,
+    4.9.7): a start on a .bak that is a directory runs the recovery, then fails. ``recover`` plans and applies that
+    recovery, its plan saying so (before: it said the start refuses, and applied, without a word on why); after it,
+    verify's line is the plan's (the refusal, then what the start keeps), and once ``repair`` moved the .bak out the start
+    keeps what the plan said."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    (root / "config").mkdir(exist_ok=True)
+    into_directory(root, "config/delayOffset.json.bak")
+    planned = run("recover", root, "--broker-version", version, "--format", "json")
+    plan = json.loads(planned.stdout)
+    assert planned.exit_code == EXIT_REFUSED and plan["next_start"]["line"].startswith(REFUSES + "config/delayOffset.json.bak: a directory")
+    assert plan["notes"] == ["the broker's own next start runs this recovery too, then refuses (it loads config/delayOffset.json "
+                             "after it): these writes stand either way, and the refusal stays until config/delayOffset.json or its "
+                             ".bak is fixed (`mqtool repair` moves the .bak out)"]
+    assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == EXIT_OK
+    _, out, _ = verified(root, version)
+    keeps = plan["next_start"]["line"].split("; with that file fixed, it ")[1].split("; ")[0]
+    assert first_lines(out).startswith(REFUSES + "config/delayOffset.json.bak") and f"with that file fixed, it {keeps}" in first_lines(out)
+    assert run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b2").exit_code == EXIT_OK
+    _, out, _ = verified(root, version)
+    assert first_lines(out).startswith(f"the broker's next start {keeps}")

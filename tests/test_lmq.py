@@ -634,6 +634,8 @@ def test_4_9_x_reput_notify_throws_on_an_lmq_offset_list_whatever_multi_dispatch
         message = " ".join(err.split())
         assert code == EXIT_REFUSED and out == "" and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
         assert "the notify throws" in message, err
+        assert message.endswith("to get past it, set longPollingEnable=false in broker.conf (the broker then reputs without the "
+                                "notify) and pass it as --broker-config, or copy the messages out with `mqtool salvage`"), err
 
 
 @pytest.mark.parametrize("version, given", [("4.9.7", "4.9.7"), ("5.1.4", None)])
@@ -645,7 +647,10 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
     client's own as sent. Before: recover refused saying the broker refuses to start while verify, info and salvage said
     the start keeps the log, without a finding. Now all say it is undecided and what decides (``--broker-config``):
     verify warns (the record's own missing entry too: the start that would rebuild it may stop there), the next start's
-    line says it and recover refuses naming ``--broker-config``; given the config, each says the one answer."""
+    line says it and recover refuses naming ``--broker-config``; given the config, each says the one answer. A broker.conf
+    without the key says off (the default), as one with ``enableMultiDispatch=false``: before, it was undecided too and
+    the refusal asked for the --broker-config already given. Refused with it on, the line gives the way past the record
+    (the setting that avoids the throw, or ``mqtool salvage``): before, it gave none."""
     root = _append_multi_dispatched(copy_store(version, "crashed-small", tmp_path), "TopicTest", confirm=False, queue=THREE,
                                     offsets="0,1x,2")
     pinned = ("--broker-version", given) if given else ()
@@ -654,10 +659,11 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
         assert store.abort_present and not store.multi_dispatch_on
     stall = (f"the record at {record.offset} lists LMQ queue '%LMQ%b' with INNER_MULTI_QUEUE_OFFSET value '1x', which Long.parseLong "
              "refuses{}: abnormal recovery dispatches it, and the load fails: the broker refuses to start")
-    for config, severity in (("", "warning"), ("enableMultiDispatch=true\n", "error"), ("enableMultiDispatch=false\n", None)):
+    for config, severity in ((None, "warning"), ("enableMultiDispatch=true\n", "error"), ("enableMultiDispatch=false\n", None),
+                             ("brokerIP1=10.0.0.1\n", None)):
         conf = tmp_path / "broker.conf"
-        conf.write_text(config or "brokerIP1=10.0.0.1\n")
-        args = (*pinned, "--broker-config", conf)
+        conf.write_text(config or "")
+        args = (*pinned, "--broker-config", conf) if config is not None else pinned
         findings, verified, first, info = _verify_and_info(root, *args)
         throws = [(f["offset"], f["severity"]) for f in findings if f["kind"] == "dispatch-throws"]
         missing = [f for f in findings if f["kind"] == "cq-entry-missing" and f["file"].startswith("consumequeue/TopicTest/")]
@@ -669,13 +675,15 @@ def test_a_throw_only_multi_dispatch_makes_is_undecided_where_nothing_says_it_is
             continue
         assert throws == [(record.offset, severity)]
         assert [f["severity"] for f in missing] == [severity] and missing[0]["message"].endswith(f", but {verified['stall']}")
-        maybe = " (if enableMultiDispatch is on: --broker-config decides)" if config == "" else ""
+        maybe = " (if enableMultiDispatch is on: --broker-config decides)" if config is None else ""
         assert verified["stall"] == info["stall"] == stall.format(maybe)
         assert _first_lines(root, *args) == [first] * 3 and first.endswith(f"; but {verified['stall']}")
         assert code == EXIT_REFUSED and f"the record at {record.offset} lists LMQ queue '%LMQ%b'" in message, err
-        assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config == ""), err
-        # the broker.conf given leaves it out: the line says what it lacks, not only to pass one
-        assert ("no --broker-config sets it" in message and "enableMultiDispatch=true or false in it" in message) == (config == ""), err
+        assert ("cannot tell whether the broker has enableMultiDispatch on" in message) == (config is None), err
+        assert ("no --broker-config is given" in message and "enableMultiDispatch=true or false in it" in message) == (config is None), err
+        assert message.endswith("to get past it, set enableMultiDispatch=false in broker.conf (the broker then gives it its own entry "
+                                "alone, and no record its LMQ entries) and pass it as --broker-config, or copy the messages out with "
+                                "`mqtool salvage`") == (config is not None), err
 
 
 @pytest.mark.parametrize("queued_after", [False, True])

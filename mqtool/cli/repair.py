@@ -529,8 +529,11 @@ def _plan_repair(root: Path, broker_config, broker_version):
     rp = repair_planner()
     timer_size = broker_config_of(broker_config).timer_log_file_size if broker_config is not None else None  # before the store opens
     file_steps, _ = rp.plan_file_fixes(root, timer_log_file_size=timer_size)
+    readings = None
     try:
         opened = open_store(root, broker_config, broker_version)
+        readings = rp.config_readings(opened)  # a config .bak 3.2.6 and 4.0.0 alone read, its file being null to them
+        file_steps = file_steps or rp.plan_file_fixes(root, timer_log_file_size=timer_size, readings=readings)[0]
         if file_steps:
             from ..recovery.planparts import unloadable_files, unwritable_checkpoint
 
@@ -543,7 +546,7 @@ def _plan_repair(root: Path, broker_config, broker_version):
     except BadInput as exc:
         if not file_steps:
             raise
-        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size)
+        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size, readings=readings)
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)

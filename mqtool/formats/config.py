@@ -23,6 +23,14 @@ CONFIG_FILES = {
     "consumerFilter.json": "filterDataByTopic",  # ConsumerFilterManager
     "timermetrics": "timingCount",  # 5.x TimerMetrics
 }
+# the files whose manager's ``decode`` takes a null table (``{"offsetTable":null}``: fastjson's setter sets the field null) without
+# a throw (3.2.6-5.3.3), with what that does where it matters (None: ``ConsumerFilterManager.decode`` skips it, an empty table);
+# the others' ``putAll(null)`` throws, and the load falls back to the ``.bak``
+NULL_TABLE_KEPT = {
+    "consumerOffset.json": "ConsumerOffsetManager.decode keeps (this.offsetTable = obj.offsetTable, no throw): the broker "
+                           "starts with no offset table, and each offset commit or query throws a NullPointerException",
+    "consumerFilter.json": None,
+}
 
 
 class ConfigError(ValueError):
@@ -45,7 +53,7 @@ def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
         raise ConfigError(f"{name} is not a JSON object")
     if table and table not in doc:
         raise ConfigError(absent(name))
-    if table and not isinstance(doc[table], dict):
+    if table and not isinstance(doc[table], dict) and not (doc[table] is None and name in NULL_TABLE_KEPT):
         raise ConfigError(f"{name}'s {table!r} is not an object")
     read = _OFFSET_TABLES.get(name)
     try:
@@ -73,7 +81,7 @@ def consumer_offsets(offsets_doc: dict[str, Any]) -> dict[tuple[str, str, int], 
     """``{"<topic>@<group>": {<queueId>: offset}}`` as ``{(topic, group, queue_id): offset}``
     (fastjson writes the queue ids bare; quoted ones are read too)."""
     result = {}
-    for topic_group, queues in offsets_doc["offsetTable"].items():
+    for topic_group, queues in (offsets_doc["offsetTable"] or {}).items():  # null: NULL_TABLE_KEPT
         topic, _, group = str(topic_group).rpartition("@")
         for queue_id, offset in queues.items():
             result[(topic, group, _java_number(queue_id, 32))] = _java_number(offset, 64)

@@ -337,17 +337,26 @@ def refusal(exc: DispatchThrows) -> Refused:
                        f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
                        "the release the broker ran (e.g. 4.9.3, 4.9.7)")
     if exc.undecided == UNDECIDED_MULTI_DISPATCH:
-        return Refused(f"cannot tell whether the broker has enableMultiDispatch on (no --broker-config sets it and the store has no "
+        return Refused(f"cannot tell whether the broker has enableMultiDispatch on (no --broker-config is given and the store has no "
                        f"%LMQ% queue), and the record at {exc.offset} {exc.why}: with it on, the broker's dispatch writes {exc.wrote}, "
                        "then throws, and the broker never gets past it; with it off, the record gets its own entry alone: pass "
                        "--broker-config with the broker's broker.conf, enableMultiDispatch=true or false in it")
     if isinstance(exc, LmqNotifyThrows):
         return Refused(f"the record at {exc.offset} {exc.why}: the broker's start-up reput writes {exc.wrote}, then the notify throws, "
                        "and the reput retries it forever, dispatching nothing after it (its start never completes); mqtool does not "
-                       "plan what the broker never reaches")
+                       f"plan what the broker never reaches; {way_out('longPollingEnable=false', 'reputs without the notify')}")
     return Refused(f"the record at {exc.offset} {exc.why}: the broker's dispatch writes {exc.wrote}, then throws, so a recovery that "
                    "dispatches it fails the broker's load (it refuses to start) and its reput retries it forever, dispatching nothing "
-                   "after it; mqtool does not plan what the broker never reaches")
+                   f"after it; mqtool does not plan what the broker never reaches; "
+                   f"{way_out('enableMultiDispatch=false', 'gives it its own entry alone, and no record its LMQ entries')}")
+
+
+def way_out(setting: str, then: str) -> str:
+    """``refusal``'s next step past a record whose dispatch (or 4.9.3-4.9.8's reput notify) throws: the broker setting under
+    which it does not throw (``checkMultiDispatchQueue``; ``doReput``'s notify on a master with long polling, @4.9.7, 5.3.3),
+    to run the broker with and give mqtool as ``--broker-config``, or ``salvage``, which reads past the record."""
+    return (f"to get past it, set {setting} in broker.conf (the broker then {then}) and pass it as --broker-config, "
+            "or copy the messages out with `mqtool salvage`")
 
 
 def planned_entries(batch, names: list[str], multi: MultiDispatch | None):

@@ -99,11 +99,17 @@ class RepairPlan:
 # ---- 1. file-level fixes ----------------------------------------------------------------------
 
 
-def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None) -> tuple[list[RepairStep], Plan | None]:
+def config_readings(store: Store | None) -> set[bool]:
+    """How the releases ``store`` is left from read a config file (``Store.load_config``'s ``by_chars``); 4.1.0+'s without one."""
+    return {False} if store is None else {e in store.eras_where("reads_config_by_chars") for e in store.version_guess.eras}
+
+
+def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None,
+                    readings: set[bool] | None = None) -> tuple[list[RepairStep], Plan | None]:
     """Stray files and files of the wrong length the broker refuses, from the directory listings alone
     (the store model cannot open a store holding them). A zero-length last segment is quarantined unless
     ``store`` is from eras that all start on it (rules §2.13). Without ``store``, ``timer_log_file_size`` is broker.conf's
-    ``mappedFileSizeTimerLog`` (``StoreConfig``; None: no broker.conf)."""
+    ``mappedFileSizeTimerLog`` (``StoreConfig``; None: no broker.conf) and ``readings`` ``config_readings``'s."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -196,8 +202,11 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     _index_strays(root, store, quarantine)
     for name, what, why in _unusable_files(root):
         quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
-    for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable
-        if (why := load_config(root, name).bak_unusable) not in (None, NOT_A_FILE, A_SOCKET_CONFIG):  # those: ``_unusable_files``
+    readings = readings or config_readings(store)
+    moved = (None, NOT_A_FILE, A_SOCKET_CONFIG)  # a directory or socket: ``_unusable_files``' quarantine
+    for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable (by a release left)
+        unusable = (load_config(root, name, by_chars=by_chars).bak_unusable for by_chars in sorted(readings))
+        if (why := next((why for why in unusable if why not in moved), None)) is not None:
             quarantine(root / "config" / f"{name}.bak", f"{why}, and config/{name} is passed over too: ConfigManager.loadBak throws on "
                        "it and returns false, so the broker refuses to start; moved into the backup as it is, the broker then reads "
                        "no .bak, loadBak returns true and it starts with an empty table")
@@ -934,10 +943,10 @@ def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Fin
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
-                recover_error: str | None = None, timer_log_file_size: int | None = None) -> RepairPlan:
+                recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
     later steps predicted from today's ``findings``."""
-    steps, files = plan_file_fixes(root, store, timer_log_file_size)
+    steps, files = plan_file_fixes(root, store, timer_log_file_size, readings)
     notes = []
     sound = findings is not None and not findings and not steps  # before the later steps
     if recover is not None and not recover.is_empty and not sound:  # a sound store is left alone

@@ -26,7 +26,8 @@ class StoreConfig:
     check_crc_on_recover: bool = True
     timer_log_file_size: int | None = None  # mappedFileSizeTimerLog (5.x), its default where broker.conf leaves it; None: no broker.conf
     delay_levels: str = DEFAULT_DELAY_LEVELS
-    enable_multi_dispatch: bool | None = None  # enableMultiDispatch; None: the records decide (Store.multi_dispatch)
+    enable_multi_dispatch: bool | None = None  # enableMultiDispatch, false where broker.conf leaves it out; None: no broker.conf
+    # (the records decide: Store.multi_dispatch)
     reput_notifies: bool = True  # longPollingEnable, brokerRole not SLAVE: 4.9.x's reput notifies (formats.dispatch.LmqNotifyThrows)
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
@@ -95,7 +96,7 @@ def load_broker_config(path: Path) -> StoreConfig:
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
         timer_log_file_size=DEFAULT_LOG_FILE_SIZE if timer_size is None else timer_size,
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
-        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", None),
+        enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False),  # MessageStoreConfig's default: off
         reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,

@@ -327,12 +327,20 @@ def open_refusal(store: Store) -> str | None:
             return f"{fifo}: {A_FIFO}, so ConfigManager.load never returns and BrokerController.initialize hangs"
         if (why := config_refusal(store, name, loading)) is not None:
             return why
+    if (opened := opened_first_refusal(store)) is not None:
+        return opened[1]
+    return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
+
+
+def opened_first_refusal(store: Store) -> tuple[str, str] | None:
+    """(file, why) for the first file of ``OPENED_FIRST`` that a release of the store's opens and cannot use, or None."""
+    eras = store.version_guess.eras
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
-            return f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
-    return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
+            return name, f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
+    return None
 
 
 def config_refusal(store: Store, name: str, eras) -> str | None:
@@ -340,21 +348,25 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
     if (found := bak_refusal(store, name, eras)) is None:
         return None
     return (f"config/{name}.bak: {found[0]}, where ConfigManager.loadBak falls back from config/{name} "
-            f"({store.load_config(name).problems[f'config/{name}']}), so it returns false and BrokerController.initialize fails{found[1]}")
+            f"({found[2]}), so it returns false and BrokerController.initialize fails{found[1]}")
 
 
-def bak_refusal(store: Store, name: str, eras) -> tuple[str, str] | None:
-    """(why, which eras: "" all) the broker refuses to start on config file ``name``, which ``eras`` (of the store's) load, or
-    None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable, undecodable) and ``loadBak`` throws on its
-    ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``), failing the load that asked (``ConfigManager.loadBak``
-    3.2.6-5.3.3). 3.2.6's and 4.0.0's ``file2String`` throws nothing and reads a directory, an unreadable or a non-ASCII file
-    as null (rules 7.4), on which ``loadBak`` returns true: only a ``.bak`` they decode and ``decode`` throws on refuses."""
-    if store.root is None or not eras or (why := store.load_config(name).bak_unusable) is None:
+def bak_refusal(store: Store, name: str, eras) -> tuple[str, str, str] | None:
+    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
+    ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable,
+    undecodable) and ``loadBak`` throws on its ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``),
+    failing the load that asked (``ConfigManager.loadBak`` 3.2.6-5.3.3). Each era reads the files as its ``file2String``
+    does (``Store.load_config``'s ``by_chars``: 3.2.6's and 4.0.0's reads a directory, an unreadable or a non-ASCII file as
+    null, passing over such a file and returning true on such a ``.bak``; rules 7.4)."""
+    if store.root is None or not eras:
         return None
-    refusing = [e for e in eras if e.index >= ERA_INDEX["E2"] or _read_by_old_file2string(store.path(f"config/{name}.bak"))]
+    by_chars = set(store.eras_where("reads_config_by_chars"))
+    refusing = [e for e in eras if store.load_config(name, e in by_chars).bak_unusable is not None]
     if not refusing:
         return None
-    return why, "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+    loaded = store.load_config(name, refusing[-1] in by_chars)
+    who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+    return loaded.bak_unusable, who, loaded.problems[f"config/{name}"]
 
 
 def loading_eras(store: Store, name: str) -> list:
@@ -365,15 +377,6 @@ def loading_eras(store: Store, name: str) -> list:
     if name == "timermetrics":
         return timer_eras(eras)
     return [e for e in eras if e.index >= ERA_INDEX[dict(LOADED_FIRST).get(name, "E0")]]
-
-
-def _read_by_old_file2string(path: Path) -> bool:
-    """Whether 3.2.6's and 4.0.0's ``MixAll.file2String`` returns the text of ``path``, not null: a file it reads, in ASCII
-    (its ``FileReader`` reads fewer chars than bytes from any other; it catches the ``IOException``, a directory's too)."""
-    try:
-        return path.is_file() and path.read_bytes().isascii()
-    except OSError:
-        return False
 
 
 def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
@@ -414,15 +417,25 @@ def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
     by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
     ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``), in the order it loads them, then 4.9.2+'s ``delayOffset.json``
-    (``config_refusal``) and ``abort_refusal`` after the recovery; the line says what the start
+    (``config_after_recovery``) and ``abort_refusal`` after the recovery; the line says what the start
     does once that is fixed."""
+    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
+            or (found[1] if (found := config_after_recovery(store)) else None) or abort_refusal(store))
+
+
+def config_after_recovery(store: Store) -> tuple[str, str] | None:
+    """(file, ``config_refusal``) of a config file the broker loads after ``DefaultMessageStore.load``'s recovery and refuses
+    to start on, or None: 5.x ``TimerMessageStore.load``'s ``timermetrics``, 4.9.2+ ``ScheduleMessageService.load``'s
+    ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7; ``BrokerController.recoverAndInitService`` @5.3.3). That
+    start writes what its recovery writes, then fails: ``recover``'s writes are the broker's own, and the refusal stays."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
     late = [e for e in eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
-    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
-            or config_refusal(store, "timermetrics", timer_eras(eras)) or config_refusal(store, "delayOffset.json", late)
-            or abort_refusal(store))
+    for name, loading in (("timermetrics", timer_eras(eras)), ("delayOffset.json", late)):
+        if (why := config_refusal(store, name, loading)) is not None:
+            return f"config/{name}", why
+    return None
 
 
 def abort_refusal(store: Store) -> str | None:

@@ -263,6 +263,12 @@ class VersionRules:
     index_counts_used_slots = _rule("E8")
     """§5.2: from 4.7.1 the index header's hashSlotCount counts newly used slots; before, every put."""
 
+    # ---- §7 config files ------------------------------------------------------------------------
+
+    reads_config_by_chars = _rule(before="E2")
+    """§7.4: 3.2.6's and 4.0.0's ``MixAll.file2String`` reads a ``FileReader`` into a char array of the file's byte length and
+    returns null where fewer chars come (non-ASCII UTF-8) or the open throws (caught); 4.1.0+ read the bytes and throw."""
+
     # ---- §8 5.x stores ---------------------------------------------------------------------------
 
     dledger_commitlog = _rule("E5")

@@ -154,6 +154,7 @@ class ConfigDocument:
     offsets: dict | None  # the offset table as the broker converts it (``cfgfmt.decode_config``), or None
     source: str | None  # "config/<name>" or "config/<name>.bak"
     problems: dict[str, str] = field(default_factory=dict)  # "config/<file>" -> why it was not read
+    nulls: tuple[str, ...] = ()  # of those, the files ``MixAll.file2String`` reads as null (``load_config``'s ``by_chars``)
 
     @property
     def notes(self) -> list[str]:
@@ -168,11 +169,13 @@ class ConfigDocument:
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
         ``file2String`` or ``decode`` throws on it (a directory, a socket, unreadable, undecodable); a missing or empty ``.bak``
-        (a device node too) reads as nothing, and ``loadBak`` returns true (an empty table), as does one without the table
-        (``cfgfmt.absent``, which the broker decodes; a file without it is loaded, its ``.bak`` never read)."""
-        absent, why = cfgfmt.absent(self.name), self.problems.get(f"config/{self.name}.bak", MISSING)
-        if self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent,
-                                                                                                 A_DEVICE_CONFIG):
+        (a device node too) reads as nothing (as does one 3.2.6's and 4.0.0's ``file2String`` reads as null: ``nulls``), and
+        ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which the broker decodes; a
+        file without it is loaded, its ``.bak`` never read)."""
+        absent, bak = cfgfmt.absent(self.name), f"config/{self.name}.bak"
+        why = self.problems.get(bak, MISSING)
+        if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent
+                or why in (MISSING, cfgfmt.empty(self.name), absent, A_DEVICE_CONFIG) or bak in self.nulls):
             return None
         return why
 
@@ -453,8 +456,8 @@ class Store:
     @property
     def multi_dispatch(self) -> bool:
         """Whether the broker writes LMQ entries for records carrying ``INNER_MULTI_DISPATCH`` (reference §3.6):
-        as ``--broker-config``'s ``enableMultiDispatch`` says, else yes: the broker adds the
-        ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
+        as ``--broker-config``'s ``enableMultiDispatch`` says (off where it leaves it out, ``MessageStoreConfig``'s default),
+        else yes: the broker adds the ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
         return True if self.config.enable_multi_dispatch is None else self.config.enable_multi_dispatch
 
     @cached_property
@@ -557,14 +560,16 @@ class Store:
     def abort_present(self) -> bool:
         return self.abort is not None
 
-    def load_config(self, name: str) -> "ConfigDocument":
+    def load_config(self, name: str, by_chars: bool | None = None) -> "ConfigDocument":
         """``load_config``'s document of this store's ``config/``, each file parsed once for as long as its bytes stay the same
         (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are the key, so a Store that outlives a
-        rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say."""
-        return load_config(self.root, name, self._config_parses)
+        rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say.
+        ``by_chars``: read as 3.2.6's and 4.0.0's ``file2String`` does (None: as the store's release, ``Store.rules``)."""
+        by_chars = self.rules.reads_config_by_chars if by_chars is None else by_chars
+        return load_config(self.root, name, self._config_parses, by_chars)
 
     def config_file(self, name: str) -> dict | None:
-        """``load_config``'s document, or None."""
+        """``load_config``'s document, as the store's release reads it, or None."""
         return self.load_config(name).doc
 
 
@@ -576,12 +581,15 @@ def abort_unwritable(path: Path, what: str | None) -> bool:
     return what == A_SOCKET or what == A_SPECIAL and stat.S_ISFIFO(os.stat(path).st_mode)
 
 
-def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None) -> ConfigDocument:
+def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None, by_chars: bool = False) -> ConfigDocument:
     """A ``config/*.json`` file of the store at ``root`` as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when
     the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed UTF-8 replaced as
-    ``new String(bytes, UTF-8)`` does). ``parses``: "config/<file>" -> (bytes, parse or error), kept across calls."""
+    ``new String(bytes, UTF-8)`` does). ``parses``: "config/<file>" -> (bytes, parse or error), kept across calls.
+    ``by_chars``: as 3.2.6's and 4.0.0's ``MixAll.file2String`` (rules 7.4, ``VersionRules.reads_config_by_chars``), which
+    reads null, no throw, from a directory, an unreadable file and one whose UTF-8 (the platform charset, as 4.1.0+'s is
+    taken) decodes to fewer chars than bytes: ``ConfigDocument.nulls``."""
     parses = {} if parses is None else parses
-    problems = {}
+    problems, nulls = {}, []
     for candidate in (name, name + ".bak"):
         shown = f"config/{candidate}"
         path = None if root is None else root / "config" / candidate
@@ -591,11 +599,17 @@ def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = 
         if path is None or not path.is_file():
             what = not_a_file(path) if path is not None else None
             problems[shown] = {A_DIRECTORY: NOT_A_FILE, A_SOCKET: A_SOCKET_CONFIG, A_SPECIAL: A_DEVICE_CONFIG}.get(what, MISSING)
+            nulls += [shown] if by_chars or problems[shown] == MISSING else []
             continue
         try:
             raw = path.read_bytes()
         except OSError as exc:
             problems[shown] = exc.strerror or str(exc)
+            nulls += [shown] if by_chars else []
+            continue
+        if by_chars and (chars := _utf16_length(raw)) != len(raw):  # FileReader.read fills fewer chars: result false
+            problems[shown] = f"{len(raw)} bytes a FileReader reads as {chars} chars, which 3.2.6's and 4.0.0's file2String reads as null"
+            nulls.append(shown)
             continue
         if (parsed := parses.get(shown)) is None or parsed[0] != raw:
             text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="replace").read()  # Path.read_text's decoding
@@ -607,5 +621,11 @@ def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = 
         if isinstance(parsed[1], str):
             problems[shown] = parsed[1]
             continue
-        return ConfigDocument(name, *parsed[1], shown, problems)
-    return ConfigDocument(name, None, None, None, problems)
+        return ConfigDocument(name, *parsed[1], shown, problems, tuple(nulls))
+    return ConfigDocument(name, None, None, None, problems, tuple(nulls))
+
+
+def _utf16_length(raw: bytes) -> int:
+    """How many chars Java's UTF-8 decoder makes of ``raw``: a UTF-16 unit each, two for a supplementary character."""
+    text = raw.decode("utf-8", errors="replace")
+    return len(text) + sum(ch > "\uffff" for ch in text)

@@ -127,8 +127,8 @@ def check_first_record(store: "Store") -> None:
 def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``) says: ``stateVersion``
     only from 5.0.0, the ``timestatmp`` typo in 3.2.6 and 4.0.0 (§7.1). The text is searched; it is parsed
-    (``Store.config_file``, falling back to ``.bak`` as the broker does) only when fastjson's escapes could
-    spell a key (``\\uXXXX``, ``\\xXX``): the parser costs more to load than the rest."""
+    (``Store.load_config``, falling back to ``.bak`` as 4.1.0+ brokers do: the release is what this tells) only when
+    fastjson's escapes could spell a key (``\\uXXXX``, ``\\xXX``): the parser costs more to load than the rest."""
     for name in ("topics.json", "subscriptionGroup.json"):
         for candidate in (store.path("config", name), store.path("config", name + ".bak")):
             try:
@@ -136,7 +136,7 @@ def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
             except OSError:
                 continue
             if _ESCAPED_LETTER.search(text):
-                doc = store.config_file(name)
+                doc = store.load_config(name, by_chars=False).doc
                 version = doc.get("dataVersion") if isinstance(doc, dict) else None
                 keys = set(version) if isinstance(version, dict) else set()
             elif b"dataVersion" in text:

@@ -15,7 +15,7 @@ from ..store.rules import VersionRules
 from ..store.store import A_DEVICE_CONFIG, A_FIFO, MISSING, NOT_A_FILE
 from ..store.version import eras_label
 from ..store import offsets
-from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, open_refusal
+from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, opened_first_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
 
@@ -123,10 +123,10 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
 
 
 def opened_first_findings(store: Store) -> Iterator[Finding]:
-    """``not-a-file``: a file the broker opens before it loads the commit log that is a directory (``nextstart.open_refusal``;
-    a config ``.bak``'s: ``config_findings``)."""
-    if (why := open_refusal(store)) is not None and not (file := why.split(":", 1)[0]).endswith(".bak"):
-        yield error("not-a-file", f"{why}: the broker refuses to start; `mqtool repair` moves it out", file=file)
+    """``not-a-file``: a file the broker opens before it loads the commit log that it cannot use (``nextstart.opened_first_refusal``;
+    a config file's: ``config_findings``)."""
+    if store.root is not None and (refusal := opened_first_refusal(store)) is not None:
+        yield error("not-a-file", f"{refusal[1]}: the broker refuses to start; `mqtool repair` moves it out", file=refusal[0])
 
 
 def abort_findings(store: Store) -> Iterator[Finding]:
@@ -165,8 +165,12 @@ def config_findings(store: Store) -> Iterator[Finding]:
             yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
                         "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
             continue
+        table = cfgfmt.CONFIG_FILES[name]
+        if (kept := cfgfmt.NULL_TABLE_KEPT.get(name)) and loaded.doc is not None and loaded.doc.get(table, {}) is None:
+            yield error("config-unreadable", f"{loaded.source}: its {table!r} is null, which {kept}", file=loaded.source, found=None)
         problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
         if refusal is not None:  # ConfigManager.loadBak catches the throw: false
+            problem = refusal[2]
             bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
             yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
                         f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
