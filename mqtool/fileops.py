@@ -85,17 +85,19 @@ def special(mode: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
-A_DIRECTORY, A_SPECIAL = "a directory", "a FIFO, socket or device node"
+A_DIRECTORY, A_SPECIAL, A_SOCKET = "a directory", "a FIFO, socket or device node", "a socket"
 
 
 def not_a_file(path: Path) -> str | None:
     """What is at ``path`` (through a symlink) where the broker opens a file by name and finds none it can read:
-    ``A_DIRECTORY`` or ``A_SPECIAL`` (never opened); None: a regular file, or nothing there (a dangling symlink too)."""
+    ``A_DIRECTORY``, ``A_SOCKET`` (Java's open fails at once, ENXIO, as a directory's does) or ``A_SPECIAL`` (a FIFO or
+    device node: its open waits for a writer, or opens the device); each never opened here. None: a regular file, or
+    nothing there (a dangling symlink too)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return None
-    return A_DIRECTORY if stat.S_ISDIR(mode) else A_SPECIAL if special(mode) else None
+    return A_DIRECTORY if stat.S_ISDIR(mode) else A_SOCKET if stat.S_ISSOCK(mode) else A_SPECIAL if special(mode) else None
 
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:

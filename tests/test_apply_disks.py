@@ -595,6 +595,35 @@ def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monke
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
 
 
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_full_disk_while_staging_says_the_store_was_not_changed(tmp_path, monkeypatch, command):
+    """Before: a full store disk while the rebuilt files were staged, before the apply's first action, said "the apply
+    stopped at a safe point: ... or undo it with: mqtool restore ...", though no file of the store had changed, leaving
+    a backup and the pending mark. Now it says the store was not changed and to run the command again, leaves the store
+    as it was (no mark, no staging folder, no backup), and that run applies it."""
+    import errno
+
+    store = damaged_store(tmp_path)
+    before = tree(store)
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    args = (command, store, "--yes", "--backup-dir", tmp_path / "backup")
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        stopped = run(*args)
+    said = (f"{store / STAGING_DIR}: No space left on device; the apply stopped before it changed the store: fix this (a full disk: "
+            "free space) and run the command again to apply it")
+    assert stopped.exit_code == 3 and said_once(stopped.stderr, said) and "restore" not in stopped.stderr, stopped.stderr
+    assert tree(store) == before and not [p for p in os.listdir(store) if p.startswith(".mqtool")]
+    assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())
+    assert run(*args).exit_code in (0, 1) and run("verify", store).exit_code == 0
+
+
 def test_a_stray_folder_whose_copy_cannot_make_a_folder_says_one_line(tmp_path, second_disk, monkeypatch):
     """The backup's disk refuses a folder inside a stray folder being copied in (``mkdir``: ENOSPC). Before, the
     copy (``shutil.copytree``) went on and said a list of (source, copy, error) tuples; now it stops there with one

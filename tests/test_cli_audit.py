@@ -428,7 +428,7 @@ def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_u
     """Before: after a failed apply the executor printed `mqtool restore /x/my backup --yes`
     unquoted (the shell splits it at the space), and the temporary file the full disk left
     (`.mqtool-pending.mqtool-tmp`) stayed in the store, named by nothing (now the failed write
-    removes it; a kill in the middle of the write still leaves it)."""
+    removes it, and the apply, which changed nothing, says so; a kill in the middle of the write still leaves it)."""
     import errno
 
     from mqtool import fileops
@@ -436,20 +436,24 @@ def test_a_failed_apply_names_a_restore_command_that_pastes_and_restore_cleans_u
     store = copy_store("5.3.3", "crashed-small", tmp_path / "on call")
     before = tree(store)
     real_replace = os.replace
-
-    def full_disk(src, dst, *args, **kwargs):
-        if Path(dst).name == ".mqtool-pending":
-            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
-        return real_replace(src, dst, *args, **kwargs)
-
-    monkeypatch.setattr(fileops.os, "replace", full_disk)
     backup = tmp_path / "my backup"
-    err = error_line(run("recover", store, "--yes", "--backup-dir", backup), EXIT_BAD_INPUT)
-    monkeypatch.setattr(fileops.os, "replace", real_replace)
+    leftover = store / ".mqtool-pending.mqtool-tmp"
+    for failing in (".mqtool-pending", "checkpoint"):  # the apply's first write, then one after it changed the store
+
+        def full_disk(src, dst, *args, **kwargs):
+            if Path(dst).name == failing:
+                raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+            return real_replace(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(fileops.os, "replace", full_disk)
+        err = error_line(run("recover", store, "--yes", "--backup-dir", backup), EXIT_BAD_INPUT)
+        monkeypatch.setattr(fileops.os, "replace", real_replace)
+        assert not leftover.exists()  # a failed write removes its temporary file; a kill in the middle leaves it
+        if failing == ".mqtool-pending":
+            assert "the apply stopped before it changed the store" in err and "restore" not in err and tree(store) == before
     undo = shlex.split(err.split("undo it with: ", 1)[1])
     assert undo == ["mqtool", "restore", str(backup), "--yes"]
-    leftover = store / ".mqtool-pending.mqtool-tmp"
-    assert not leftover.exists()  # a failed write removes its temporary file; a kill in the middle leaves it:
+    assert run(*undo[1:]).exit_code == 0 and tree(store) == before
     leftover.write_text(str(backup))
 
     for command in (("info",), ("verify", "--only", "checkpoint")):

@@ -242,3 +242,32 @@ def test_a_ctrl_c_that_lands_in_a_finalizer_is_no_traceback_and_ends_the_command
     done = subprocess.run([sys.executable, "-c", script, args[0], str(CLEAN), *args[1:]], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 130 and done.stderr.endswith(INTERRUPTED), done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_ctrl_c_once_the_backup_set_exists_but_before_the_apply_began_changed_nothing(command, tmp_path, monkeypatch):
+    """Ctrl-C after the backup set's manifest was written, before the apply's first step (``Executor.run``). Before: "partly
+    applied: finish with the same command again, or undo with: mqtool restore ...", though no file of the store had changed
+    and the backup held nothing to undo. Now it says nothing was changed and removes that empty backup; the store is as it
+    was, and the same command again applies it."""
+    from conftest import copy_store
+    from repair_support import tree
+    from typer.testing import CliRunner
+
+    from mqtool.apply import executor
+    from mqtool.cli import app
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    before = tree(store)
+    args = [command, str(store), "--yes", "--backup-dir", str(tmp_path / "my backup")]
+
+    def ctrl_c(self):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(executor.Executor, "run", ctrl_c)
+        stopped = CliRunner().invoke(app, args)
+    assert stopped.exit_code == 130 and stopped.stderr.strip().splitlines()[-1] == "mqtool: error: interrupted before anything was changed"
+    assert tree(store) == before and not [p for p in store.iterdir() if p.name.startswith(".mqtool")]
+    assert not (tmp_path / "my backup").exists()
+    assert CliRunner().invoke(app, args).exit_code in (0, 1)

@@ -602,19 +602,32 @@ def test_empty_last_queue_file_with_an_entry_after_it(tmp_path):
     assert verified(root, "5.3.3")[0] == EXIT_OK
 
 
-def test_a_dangling_symlinked_segment_names_its_target(tmp_path):
-    """Before: the last commit log segment of 4.9.7 ``clean-small`` as a symlink into a disk not mounted was 'a dangling
-    symlink' in verify's first line and repair's quarantine step: the engineer was not told where its bytes are (mount
-    that disk, not move the link out). Both name the target."""
-    root = copy_store("4.9.7", "clean-small", tmp_path)
-    last = root / "commitlog" / "00000000000004194304"
+@pytest.mark.parametrize("version, folder", [("4.9.7", "commitlog"), ("5.3.3", "commitlog"), ("4.9.7", "consumequeue/TopicTest/0")])
+def test_a_dangling_symlinked_segment_is_refused_naming_its_target(tmp_path, version, folder):
+    """Before: the last file of ``commitlog/`` (or a consume queue's) of ``clean-small`` as a symlink into a disk not mounted
+    was quarantined by ``repair --yes`` (4.9.7 refuses to start on it; 5.3.3 passes over it, which verify called an info
+    and recover planned past), after which the broker's next start writes new data at its offset. ``MappedFileQueue.load``
+    reads a dangling link's ``File.length()`` as 0 (4.9.7: refused; 5.3.3 ``doLoad``: deleted as the last entry). Now
+    verify (an error), info's notes, recover and repair (refused, exit 4, nothing changed) name the link and its target
+    and say to mount the disk or remove the link."""
+    root = copy_store(version, "clean-small", tmp_path)
+    last = sorted((root / folder).iterdir())[-1]
+    rel, target = f"{folder}/{last.name}", tmp_path / "unmounted" / last.name
     last.unlink()
-    os.symlink(tmp_path / "unmounted" / last.name, last)
-    line = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["summary"]["next_start"]["line"]
-    assert f"commitlog/00000000000004194304: a dangling symlink to {tmp_path / 'unmounted' / last.name}, which MappedFileQueue" in line
-    planned = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
-    assert [s["why"].startswith(f"a dangling symlink to {tmp_path / 'unmounted' / last.name}, not a commit log segment")
-            for s in planned["steps"]] == [True]
+    os.symlink(target, last)
+    said = f"a dangling symlink to {target}"
+    way_out = "its data may be on a disk that is not mounted, and a broker that starts without it writes new data at its offset: " \
+              "mount the disk, or remove the link yourself if that data is truly gone"
+    code, _, findings = verified(root, version)
+    f = strays(findings)[rel]
+    assert code == EXIT_FINDINGS and f["severity"] == "error" and said in f["message"] and f["message"].endswith(way_out)
+    notes = json.loads(run("info", root, "--broker-version", version, "--format", "json").stdout)["notes"]
+    assert any(said in n and n.endswith(way_out) for n in notes)
+    damaged = snapshot(root)
+    for command in (("recover",), ("recover", "--yes"), ("repair",), ("repair", "--yes")):
+        refused = run(*command, root, "--broker-version", version, "--backup-dir", tmp_path / "bk")
+        assert refused.exit_code == EXIT_REFUSED and refused.stderr == f"mqtool: error: {rel}: {said}: {way_out}\n"
+    assert snapshot(root) == damaged and not (tmp_path / "bk").exists()
 
 
 def timer_size_conf(tmp_path, name: str) -> str:

@@ -225,3 +225,136 @@ def test_abort_directory_is_an_abnormal_start(tmp_path, version, what):
     assert snapshot(root) == snapshot(as_file) and "abort" not in snapshot(root)
     assert run("restore", tmp_path / f"backup-{root.parent.name}", "--yes").exit_code == EXIT_OK
     assert snapshot(root) == damaged
+
+
+def test_a_device_node_abort_is_an_abnormal_start_the_broker_gets_past(tmp_path, monkeypatch):
+    """A device node named ``abort``: ``File.exists()`` finds it (an abnormal recovery), and 5.x ``createTempFile``'s
+    ``MixAll.string2File`` reads it as empty and writes the PID into it (5.3.3): the start goes on, where a FIFO hangs it
+    and a socket or directory makes it exit. Before, it was said to hang or exit (an error), recover refused it and its
+    empty content counted as 4.x evidence; now the start is the abnormal one, ``recover --yes`` carries it out as with an
+    abort file (the same bytes) and removes the node as a clean shutdown does, ``restore`` puts it back, none opening it."""
+    as_file = copy_store("5.3.3", "crashed-small", tmp_path / "file")
+    root = copy_store("5.3.3", "crashed-small", tmp_path)
+    evidence = json.loads(run("info", root, "--format", "json").stdout)["version"]["evidence"]
+    (root / "abort").unlink()
+    os.mknod(root / "abort", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    opened, real = [], os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    assert json.loads(run("info", root, "--format", "json").stdout)["version"]["evidence"] == [e for e in evidence if "abort file" not in e]
+    code, out, findings = verified(root, "5.3.3")
+    first = " ".join(out.split("\n")[:3])
+    assert "abnormal recovery scanning from" in first and "refuses" not in first
+    assert {(f["kind"], f["severity"]) for f in findings if f["file"] == "abort"} == {("abort-present", "warning")}
+    damaged = snapshot(root)
+    for store in (as_file, root):
+        applied = run("recover", store, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / f"backup-{store.parent.name}")
+        assert applied.exit_code == EXIT_OK, applied.stderr
+    assert snapshot(root) == snapshot(as_file) and "abort" not in snapshot(root)
+    assert run("restore", tmp_path / f"backup-{root.parent.name}", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and stat.S_ISCHR(os.lstat(root / "abort").st_mode) and str(root / "abort") not in opened
+
+
+def a_socket(path) -> None:
+    """A Unix socket bound at ``path`` (left there once closed, as a crashed process leaves one); bound by its name from
+    its folder, as a socket's path is at most 107 bytes."""
+    import socket
+
+    cwd = os.getcwd()
+    os.chdir(path.parent)
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(path.name)
+    finally:
+        os.chdir(cwd)
+
+
+def test_a_config_socket_is_passed_over_as_the_broker_does(tmp_path):
+    """``MixAll.file2String``'s ``new FileInputStream`` on a socket throws (ENXIO), as on a directory, not waiting as on a
+    FIFO: ``ConfigManager.load`` loads the ``.bak``; a ``.bak`` that is a socket with the file gone makes ``loadBak`` return
+    false and the broker refuses to start. Before, a socket was taken for a missing file: verify said nothing, the next
+    start was said to begin, and repair left it (the broker's every persist fails on it). Now it is said as the broker
+    meets it, repair moves it out (never opening it) and ``restore`` puts the socket back."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    (root / "config/consumerOffset.json").unlink()
+    a_socket(root / "config/consumerOffset.json")
+    _, _, findings = verified(root, "4.9.7")
+    assert [(f["severity"], f["message"]) for f in findings if f["kind"] == "config-unreadable"] == [
+        ("warning", "config/consumerOffset.json: a socket, whose open by FileInputStream throws (ENXIO); the broker loads "
+                    "consumerOffset.json.bak instead")]
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not (root / "config/consumerOffset.json").exists() and (root / "config/consumerOffset.json.bak").is_file()
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and stat.S_ISSOCK(os.lstat(root / "config/consumerOffset.json").st_mode)
+    (root / "config/consumerOffset.json").unlink()
+    (root / "config/consumerOffset.json.bak").unlink()
+    a_socket(root / "config/consumerOffset.json.bak")
+    code, out, _ = verified(root, "4.9.7")
+    first = " ".join(" ".join(out.split("\n")[:4]).split())
+    refusal = ("the broker's next start refuses to start: config/consumerOffset.json.bak: a socket, whose open by FileInputStream "
+               "throws (ENXIO), where ConfigManager.loadBak falls back")
+    assert code == EXIT_FINDINGS and first.startswith(refusal)
+
+
+@pytest.mark.parametrize("version, severity", [("4.9.7", "warning"), ("5.3.3", "error")])
+def test_a_config_device_node_is_read_as_empty_and_never_opened(tmp_path, monkeypatch, version, severity):
+    """A device node as ``config/consumerOffset.json``: ``file2String`` reads ``File.length()`` (0) bytes, an empty string,
+    so ``ConfigManager.load`` loads the ``.bak``; then ``MixAll.string2File`` up to 5.0.0 renames a new file over the node,
+    while 5.1.0+ write the empty old content into the ``.bak`` and the table into the device (rules 7.4): the next start
+    loads an empty table. Before, mqtool said the file was missing and left it; now verify says what is there (an error
+    where the broker writes in place), repair moves it out and restore puts it back, none opening it."""
+    root = copy_store(version, "config-real", tmp_path)
+    node = root / "config/consumerOffset.json"
+    node.unlink()
+    os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # /dev/null's
+    opened, real = [], os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    _, _, findings = verified(root, version)
+    found = [(f["severity"], f["message"]) for f in findings if f["kind"] == "config-unreadable"]
+    said = ("config/consumerOffset.json: a device node, which MixAll.file2String reads as empty (File.length() is 0); the broker "
+            "loads consumerOffset.json.bak instead")
+    assert len(found) == 1 and found[0][0] == severity and found[0][1].startswith(said)
+    assert ("empties consumerOffset.json.bak (MixAll.string2File writes in place)" in found[0][1]) == (severity == "error")
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    assert not node.exists() or node.is_file()  # moved out (then, on 4.9.7, the .bak copied over it)
+    assert "config-unreadable" not in {f["kind"] for f in verified(root, version)[2]}
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and stat.S_ISCHR(os.lstat(node).st_mode) and str(node) not in opened
+
+
+def test_a_socket_lock_refuses_the_start_and_is_moved_out(tmp_path):
+    """``DefaultMessageStore``'s constructor opens ``lock`` with ``new RandomAccessFile(file, "rw")``, which throws on a
+    socket (ENXIO), so ``BrokerController.initialize`` fails (4.2.0+). Before, verify called the store sound and
+    ``repair --yes`` stopped with an internal error (exit 5) opening it to hold the store's lock; now the next start
+    refuses, repair moves it out and ``restore`` puts the socket back."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    (root / "lock").unlink()
+    a_socket(root / "lock")
+    code, out, findings = verified(root, "4.9.7")
+    first = " ".join(" ".join(out.split("\n")[:4]).split())
+    refusal = ("the broker's next start refuses to start: lock: a socket, which DefaultMessageStore's constructor cannot open "
+               "(new RandomAccessFile(file, \"rw\") throws ENXIO)")
+    assert code == EXIT_FINDINGS and first.startswith(refusal)
+    assert {(f["kind"], f["severity"]) for f in findings if f["file"] == "lock"} == {("not-a-file", "error")}
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    assert not (root / "lock").exists() and verified(root, "4.9.7")[0] == EXIT_OK
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged and stat.S_ISSOCK(os.lstat(root / "lock").st_mode)
+
+
+def test_a_device_node_lock_is_never_opened(tmp_path, monkeypatch):
+    """A device node as ``lock``: the broker opens and locks it (no refusal). Before, ``info``'s lock probe and the apply's
+    lock opened the device; now neither does (a broker using the store is still found by its open files)."""
+    root = copy_store("4.9.7", "crashed-small", tmp_path)
+    (root / "lock").unlink()
+    os.mknod(root / "lock", 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    opened, real = [], os.open
+    monkeypatch.setattr(os, "open", lambda path, *a, **k: opened.append(str(path)) or real(path, *a, **k))
+    assert run("info", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    assert run("recover", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    assert str(root / "lock") not in opened and stat.S_ISCHR(os.lstat(root / "lock").st_mode)

@@ -121,7 +121,7 @@ class BackupSet:
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
         directory = Path(directory)
-        if directory.exists() and any(directory.iterdir()) and not cls._unused(directory):
+        if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty")
         made = makedirs(directory)
         manifest = {
@@ -142,7 +142,7 @@ class BackupSet:
         return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"), made=made)
 
     @staticmethod
-    def _unused(directory: Path) -> bool:
+    def unused(directory: Path) -> bool:
         """A backup set whose apply was killed before it changed anything (no journal event)."""
         names = {p.name for p in directory.iterdir()}
         return names <= {"manifest.json", "journal.jsonl", "manifest.json.mqtool-tmp"} and not Journal(directory / "journal.jsonl").events()

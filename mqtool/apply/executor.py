@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import signal
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,12 @@ class Executor:
             raise
         except OSError as exc:
             cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
+            if fresh and not self.changing:  # refused before its first action (staging the dispatch): as for a Ctrl-C there
+                with contextlib.suppress(OSError):  # left, the next run finishes an apply with nothing done
+                    clear_pending(self.root)
+                    self.backup.discard()
+                raise ApplyIOError(f"{cause}; the apply stopped before it changed the store: fix this (a full disk: free space) "
+                                   "and run the command again to apply it", cause) from None
             raise ApplyIOError(
                 f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
                 f"or undo it with: {undo_command(self.backup.dir)}", cause
@@ -515,11 +522,11 @@ def roll_back(backups: list[BackupSet]) -> str:
 @contextlib.contextmanager
 def hold_store_lock(store_root: Path, force: bool = False):
     """Hold the POSIX lock on ``<root>/lock`` (byte 0, as ``FileChannel.tryLock(0, 1, false)``)
-    while changing the store, so neither a broker nor a second mqtool can take it meanwhile. A directory there no broker
-    opens (``nextstart.open_refusal``): ``repair`` moves it out."""
+    while changing the store, so neither a broker nor a second mqtool can take it meanwhile. A directory or socket there
+    no broker opens (``nextstart.open_refusal``): ``repair`` moves it out; a device node is never opened (nor held)."""
     path = Path(store_root) / "lock"
     fd = None
-    if path.exists() and not path.is_dir():
+    if path.exists() and (path.is_file() or stat.S_ISFIFO(path.stat().st_mode)):  # a FIFO opened O_RDWR does not wait
         try:
             fd = os.open(path, os.O_RDWR)
         except PermissionError:

@@ -85,9 +85,15 @@ def explain_interrupt(root: Path, backup: Path):
                          f"finish it with the same command again (with --yes), or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
-        # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages
-        if read_pending(root) is not None or (backup / "manifest.json").exists() or repair_stages(backup):
+        # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages, unless
+        # none has a journal event yet (``BackupSet.unused``: stopped before the apply began), which go with the directories
+        sets = repair_stages(backup) or ([backup] if (backup / "manifest.json").exists() else [])
+        if read_pending(root) is not None or not all(BackupSet.unused(s) for s in sets):
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
+        for unused in sets:
+            for name in ("journal.jsonl", "manifest.json"):
+                with contextlib.suppress(OSError):
+                    (unused / name).unlink()
         if not existed:  # made for the apply, which began nothing: empty directories restore would refuse
             for made in [*(backup.iterdir() if backup.is_dir() else ()), backup]:
                 with contextlib.suppress(OSError):

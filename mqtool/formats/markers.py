@@ -30,11 +30,12 @@ __getattr__ = declared_on_use(__name__, _declare, ("LockFileStruct", "AbortFileS
 
 class AbortMarker(NamedTuple):
     """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x); ``directory``: a directory
-    named ``abort``, ``special``: a FIFO, socket or device node, which ``File.exists()`` finds as well (rules 6.3)."""
+    named ``abort``, ``special``: a FIFO or socket (``store.abort_unwritable``), which ``File.exists()`` finds as well (rules 6.3)."""
 
     content: bytes
     directory: bool = False
     special: bool = False
+    device: bool = False  # a device node: never read, so its content (b"") marks no release
 
     @property
     def unusable(self) -> str | None:

@@ -59,9 +59,12 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 def unloadable_files(store: Store) -> None:
     """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules
-    §2.13): there is no recovery of its to plan."""
-    from ..store.nextstart import log_refusal
+    §2.13): there is no recovery of its to plan; and one with a file that is a dangling symlink (``nextstart.unmounted_file``),
+    whose bytes no plan may do without."""
+    from ..store.nextstart import log_refusal, unmounted_file
 
+    if (unmounted := unmounted_file(store)) is not None:
+        raise Refused(unmounted)
     why = log_refusal(store)
     configured = store.config.commitlog_file_size
     found = sorted({p.found for p in store.problems if p.kind == SEGMENT_SIZE})

@@ -25,10 +25,11 @@ from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
 from ..errors import Refused
-from ..fileops import A_DIRECTORY, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
-from ..store.store import NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, empty_not_last, load_config
+from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
+from ..store.store import load_config
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -213,9 +214,10 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     for name, what, why in _unusable_files(root):
         quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
     readings = readings or config_readings(store)
+    moved = (None, NOT_A_FILE, A_SOCKET_CONFIG)  # a directory or socket: ``_unusable_files``' quarantine
     for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable (by a release left)
         unusable = (load_config(root, name, by_chars=by_chars).bak_unusable for by_chars in sorted(readings))
-        if (why := next((why for why in unusable if why not in (None, NOT_A_FILE)), None)) is not None:
+        if (why := next((why for why in unusable if why not in moved), None)) is not None:
             quarantine(root / "config" / f"{name}.bak", f"{why}, and config/{name} is passed over too: ConfigManager.loadBak throws on "
                        "it and returns false, so the broker refuses to start; moved into the backup as it is, the broker then reads "
                        "no .bak, loadBak returns true and it starts with an empty table")
@@ -223,7 +225,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         for queue in _files(Path(topic.path), dirs=True):
             if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
                 continue
-            _stray_links_and_dirs(Path(queue.path), "consume queue file", store, quarantine)
+            _stray_links_and_dirs(root, Path(queue.path), "consume queue file", store, quarantine)
             for entry in _files(Path(queue.path)):
                 if not OFFSET_NAME.match(entry.name):
                     quarantine(entry, "not a consume queue file: MappedFileQueue.load parses every file name as an offset and the broker fails to start")
@@ -232,12 +234,15 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
 
 def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     """``(name, what it is, what the broker does)`` of each single file the broker opens by name that it cannot use
-    (``nextstart.unusable``: a directory; one it maps, a special file too): the checkpoint (``nextstart.checkpoint_refusal``;
-    the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; and a directory as ``abort``, a ``config/*.json`` or its
-    ``.bak`` (``store.NOT_A_FILE``: ``loadBak`` then reads the ``.bak``, or fails; ``persist`` fails)."""
+    (``nextstart.unusable``: a directory or socket; one it maps, a FIFO or device node too): the checkpoint
+    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; a directory as ``abort``;
+    and a directory or socket as a ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``: ``loadBak``
+    then reads the ``.bak``, or fails; ``persist`` fails), a FIFO (``store.A_FIFO``) or a device node (``store.A_DEVICE_CONFIG``:
+    read as empty, written into by a persist)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
-    if (what := not_a_file(root / "abort")) is not None:  # File.exists(): the recovery after this is the abnormal one (``abort_quarantined``)
+    what = not_a_file(root / "abort")
+    if what == A_DIRECTORY or abort_unwritable(root / "abort", what):  # File.exists(): an abnormal recovery after (``abort_quarantined``)
         yield "abort", what, "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + (
             "cannot write the PID into it and exit" if what == A_DIRECTORY else
             "opens it to read before writing the PID, which on a FIFO waits for a writer")
@@ -246,12 +251,16 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
             yield name, found[0], f"{opener} cannot {found[1]} it and BrokerController.initialize fails ({refusing} brokers)"
     for name in (n + bak for n in cfgfmt.CONFIG_FILES for bak in ("", ".bak")):
-        if (root / "config" / name).is_dir():
-            yield f"config/{name}", "a directory", ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
-                                                    "start) nor persist the table")
-        elif (root / "config" / name).exists() and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
+        if (what := not_a_file(root / "config" / name)) in (A_DIRECTORY, A_SOCKET):  # a socket: its open throws (ENXIO), as a directory's
+            yield f"config/{name}", what, ("ConfigManager cannot read it (the broker loads the .bak instead, or refuses to "
+                                           "start) nor persist the table")
+        elif what == A_SPECIAL and stat.S_ISFIFO((root / "config" / name).stat().st_mode):  # ``store.A_FIFO``
             yield f"config/{name}", "a FIFO", ("the broker's FileInputStream or FileOutputStream waits in its open for a writer or a "
                                                "reader: its start hangs in ConfigManager.load, or a persist that writes the .bak")
+        elif what == A_SPECIAL:  # ``store.A_DEVICE_CONFIG``
+            yield f"config/{name}", "a device node", ("MixAll.file2String reads it as empty (the broker loads the .bak instead, or an "
+                                                      "empty table), and a persist writes into the device (5.1.0+ in place: the table is "
+                                                      "lost at the next start)")
 
 
 def abort_quarantined(files: Plan | None) -> bool:
@@ -307,17 +316,20 @@ def _dledger_index_size(path: Path, size: int) -> int:
     return power if not any(last) else DLEDGER_INDEX_FILE_SIZE
 
 
-def _stray_links_and_dirs(directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
+def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
     """Quarantine each directory or symlink in a mapped file queue folder (``mappedfile.stray_entries``) that
     the broker of some era the store may be from (any, without ``store``) refuses to start on or loads
     otherwise than mqtool reads the folder (``mappedfile.load_effect``, rules §2.13); a file of another name
     is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
-    Returns the folder's listing (``folder_entries``)."""
+    Returns the folder's listing (``folder_entries``). A file of the folder that is a dangling symlink (``StrayEntry.unmounted``)
+    is refused (exit 4): its bytes may be on a disk not mounted, and moved out, the broker would write new data at its offset."""
     from ..store.store import stray_differs, stray_effects
 
     if not directory.is_dir():
         return [], []
     files, listed = folder_entries(directory)  # one listing
+    if (unmounted := next((e for e in listed if e.unmounted), None)) is not None:
+        raise Refused(f"{os.path.relpath(unmounted.path, root)}: {unmounted.unmounted}")
     strays = [e for e in listed if e.is_dir or e.path.is_symlink()]
     if not strays:
         return files, listed
@@ -356,7 +368,7 @@ def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: 
     offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
     expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
     (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
-    files, strays = _stray_links_and_dirs(directory, what, store, quarantine)
+    files, strays = _stray_links_and_dirs(root, directory, what, store, quarantine)
     segments = []
     for entry in _files(directory, linked_files=True):
         if OFFSET_NAME.match(entry.name):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,8 @@ def lock_holder(store_root: Path) -> int | None:
     """PID of the process holding a lock on ``<root>/lock`` (None: not locked or no lock file)."""
     path = Path(store_root) / LOCK_FILE
     try:
+        if (mode := os.stat(path).st_mode) and (stat.S_ISSOCK(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode)):  # never opened
+            return None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO there: opened without waiting for a writer
     except OSError:
         return None

@@ -117,6 +117,13 @@ def folder_entries(directory: Path, read=_is_offset_named_file) -> tuple[list[tu
     return sorted(files), strays
 
 
+# a file of a mapped file queue folder that is a dangling symlink (``StrayEntry.unmounted``): ``File.length`` reads 0, so
+# ``MappedFileQueue.load`` refuses it, leaves it out (3.2.6-4.4.0, 4.9.2) or, as the last entry, deletes the link (5.1.3+), and
+# a broker that starts writes new data at its offset; moved out by a repair, the same (rules §2.13)
+UNMOUNTED = ("its data may be on a disk that is not mounted, and a broker that starts without it writes new data at its offset: "
+             "mount the disk, or remove the link yourself if that data is truly gone")
+
+
 @dataclass(frozen=True)
 class StrayEntry:
     """An entry of a mapped file queue folder that ``offset_named_files`` passes over but the broker's
@@ -131,12 +138,23 @@ class StrayEntry:
     last: bool  # the last entry of the folder by name (``doLoad``'s ``i == files.size() - 1``)
 
     @property
+    def target(self) -> str | None:
+        """Where a dangling symlink points (None: no symlink, or one to something there)."""
+        return os.readlink(self.path) if self.path.is_symlink() and not self.path.exists() else None
+
+    @property
+    def unmounted(self) -> str | None:
+        """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
+        its folder, a file whose bytes may be on a disk not mounted."""
+        return f"{self.what}: {UNMOUNTED}" if self.target is not None and OFFSET_NAME.match(self.path.name) else None
+
+    @property
     def what(self) -> str:
         link = self.path.is_symlink()
         if self.is_dir:
             return "a symlink to a directory" if link else "a directory"
-        if link and not self.path.exists():  # named: a disk not mounted is mounted, not moved out
-            return f"a dangling symlink to {os.readlink(self.path)}"
+        if (target := self.target) is not None:  # named: a disk not mounted is mounted, not moved out
+            return f"a dangling symlink to {target}"
         named = "named by no offset" if self.offset is None else f"named {self.offset}, not by 20 digits"
         return f"{'a symlink to a file' if link else 'a file'} {named}"
 

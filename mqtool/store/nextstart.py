@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, stray_after
+from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
@@ -302,11 +302,12 @@ MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those
 
 def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
     """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
-    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory (the open throws), or where it maps the file (``MAPPED``) a FIFO, socket or device node
-    (``FileChannel.map`` throws, the file not being one it can size); None: a file, or nothing there (created)."""
+    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory or a socket (the open throws; a socket's with ENXIO),
+    or where it maps the file (``MAPPED``) a FIFO or device node (``FileChannel.map`` throws, the file not being one it can
+    size); None: a file, or nothing there (created)."""
     what = not_a_file(path)
-    if what == A_DIRECTORY:
-        return what, "open", "new RandomAccessFile(file, \"rw\") throws"
+    if what in (A_DIRECTORY, A_SOCKET):
+        return what, "open", "new RandomAccessFile(file, \"rw\") throws" + (" ENXIO" if what == A_SOCKET else "")
     if what == A_SPECIAL and name in MAPPED:
         return what, "map", "FileChannel.map throws"
     return None
@@ -388,7 +389,8 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
         return None
     who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
-    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}"
+    unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
+    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}{unmounted}"
 
 
 def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
@@ -396,8 +398,19 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
     ``Store`` lists them) the broker refuses to start on, with the way out, or None."""
     for entry, file_size, later in strays:
         if (why := stray_refusal(store, entry, file_size, later, loader, eras)) is not None:
-            return why + "; `mqtool repair` moves it out"
+            return why if entry.unmounted else why + "; `mqtool repair` moves it out"
     return None
+
+
+def unmounted_file(store: Store) -> str | None:
+    """The first file of the commit log, a consume queue, the timer log or DLedger's folders that is a dangling symlink, with
+    what to do (``StrayEntry.unmounted``), or None: whatever the broker of the store's era does with it, no plan may be made
+    without its bytes, as the broker's would write new data at its offset."""
+    timer = store.timer_log_listing.strays if store.timer_log_listing is not None else []
+    strays = [p.entry for p in store.problems if p.kind == STRAY_ENTRY] + [e for q in (*store.consume_queues, *store.batch_consume_queues)
+                                                                           for e in q.strays]
+    entry = next((e for e in strays + [e for e, _, _ in timer + store.dledger_strays] if e.unmounted), None)
+    return None if entry is None else f"{entry.path.relative_to(store.root) if store.root is not None else entry.path}: {entry.unmounted}"
 
 
 def later_refusal(store: Store) -> str | None:

@@ -199,6 +199,10 @@ class VersionRules:
     """§2.13: 5.1.0+ ``DefaultMessageStore.load`` takes ``IndexService.load``'s false (an index entry it cannot map) as a
     failed start; up to 5.0.0 it ignores it and starts without that entry and the later index files."""
 
+    config_persisted_in_place = _rule("E14")
+    """§7.4: 5.1.0+ ``MixAll.string2File`` writes the ``.bak`` from the old content, then the file in place; up to 5.0.0 it writes a
+    ``.tmp``, deletes the file and renames the ``.tmp`` over it (a device node there is replaced, not written into)."""
+
     zero_length_last_file_deleted = _rule("E16")
     """§2.13: 5.1.3+ ``MappedFileQueue.doLoad`` deletes a zero-length last file ("size is 0, auto delete")."""
 

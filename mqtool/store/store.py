@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
-from ..fileops import A_DIRECTORY, A_SPECIAL, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats import markers
@@ -29,7 +29,8 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, MappedFile, StrayEntry
+from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED
+from .mappedfile import MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
@@ -47,6 +48,11 @@ NOT_A_FILE = "a directory, which FileInputStream cannot read"
 # why ``load_config`` stopped at a config file that is a FIFO (never opened here): ``file2String``'s ``new FileInputStream``
 # waits in the open for a writer, so ``ConfigManager.load`` (or ``loadBak``) never returns and the broker's start hangs
 A_FIFO = "a FIFO, whose open by FileInputStream waits for a writer"
+# why ``load_config`` passed over a config file that is a socket (never opened here): ``file2String``'s ``new FileInputStream``
+# throws (ENXIO), as on a directory (``NOT_A_FILE``); and one that is a device node, which ``file2String`` reads as an empty
+# string (``File.length()`` is 0: a zero-length read), as an empty file (MixAll.file2String 3.2.6-5.3.3)
+A_SOCKET_CONFIG = "a socket, whose open by FileInputStream throws (ENXIO)"
+A_DEVICE_CONFIG = "a device node, which MixAll.file2String reads as empty (File.length() is 0)"
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
 SEGMENT_SIZE, SEGMENT_NAME = "segment-size", "segment-name"  # ... of a commit log file of another length, or named by no segment start: left out
 STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ that is no segment (``mappedfile.StrayEntry``)
@@ -162,14 +168,14 @@ class ConfigDocument:
     @property
     def bak_unusable(self) -> str | None:
         """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
-        ``file2String`` or ``decode`` throws on it (a directory, unreadable, undecodable); a missing or empty ``.bak`` reads
-        as nothing (as does one 3.2.6's and 4.0.0's ``file2String`` reads as null: ``nulls``), and ``loadBak`` returns true
-        (an empty table), as does one without the table (``cfgfmt.absent``, which the broker decodes; a file without it is
-        loaded, its ``.bak`` never read)."""
+        ``file2String`` or ``decode`` throws on it (a directory, a socket, unreadable, undecodable); a missing or empty ``.bak``
+        (a device node too) reads as nothing (as does one 3.2.6's and 4.0.0's ``file2String`` reads as null: ``nulls``), and
+        ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which the broker decodes; a
+        file without it is loaded, its ``.bak`` never read)."""
         absent, bak = cfgfmt.absent(self.name), f"config/{self.name}.bak"
         why = self.problems.get(bak, MISSING)
-        if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent or why in (MISSING, cfgfmt.empty(self.name), absent)
-                or bak in self.nulls):
+        if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent
+                or why in (MISSING, cfgfmt.empty(self.name), absent, A_DEVICE_CONFIG) or bak in self.nulls):
             return None
         return why
 
@@ -269,7 +275,8 @@ class Store:
                     STRAY_ENTRY, entry.path,
                     f"{entry.path.name}: {entry.what} in {d.name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
                     "before 5.1.0 a directory, and in every release a file, of another length than the segments is refused (3.2.6-4.4.0 and 4.9.2 "
-                    "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); `mqtool repair` moves it out",
+                    "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); "
+                    + (UNMOUNTED if entry.unmounted else "`mqtool repair` moves it out"),
                     expected, entry.length, entry, any(name > entry.path.name for name in names),
                 ))
         return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)
@@ -544,7 +551,8 @@ class Store:
     @cached_property
     def abort(self) -> markers.AbortMarker | None:
         if self.root is not None and (what := not_a_file(self.path(markers.ABORT_FILE))) is not None:  # isTempFileExist: File.exists()
-            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=what == A_SPECIAL)  # never opened
+            special = abort_unwritable(self.path(markers.ABORT_FILE), what)
+            return markers.AbortMarker(b"", directory=what == A_DIRECTORY, special=special, device=what == A_SPECIAL and not special)
         path = self.file(markers.ABORT_FILE)
         return None if path is None else markers.decode_abort(path.read_bytes())
 
@@ -565,6 +573,14 @@ class Store:
         return self.load_config(name).doc
 
 
+def abort_unwritable(path: Path, what: str | None) -> bool:
+    """Whether an ``abort`` that is no file (``fileops.not_a_file``: ``what``) is a FIFO or socket, which 5.0.0+
+    ``createTempFile``'s ``MixAll.string2File`` waits in or throws on (``file2String`` opens it first), never opened here; a
+    device node it reads as empty and writes the PID into (5.1.0+; 5.0.0 renames a file over it), as 3.2.6-4.9.8 only
+    ``createNewFile`` it: the start goes on, and a clean shutdown's ``File.delete`` removes it (rules 6.3, 7.4)."""
+    return what == A_SOCKET or what == A_SPECIAL and stat.S_ISFIFO(os.stat(path).st_mode)
+
+
 def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None, by_chars: bool = False) -> ConfigDocument:
     """A ``config/*.json`` file of the store at ``root`` as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when
     the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed UTF-8 replaced as
@@ -581,7 +597,8 @@ def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = 
             problems[shown] = A_FIFO
             break
         if path is None or not path.is_file():
-            problems[shown] = NOT_A_FILE if path is not None and path.is_dir() else MISSING
+            what = not_a_file(path) if path is not None else None
+            problems[shown] = {A_DIRECTORY: NOT_A_FILE, A_SOCKET: A_SOCKET_CONFIG, A_SPECIAL: A_DEVICE_CONFIG}.get(what, MISSING)
             nulls += [shown] if by_chars or problems[shown] == MISSING else []
             continue
         try:

@@ -228,8 +228,19 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "index": index_summary(store),
         "dledger": dledger_summary(store) if store.is_dledger else None,
         "notes": [*store.notes, *([store.checkpoint_size_problem] if store.checkpoint_size_problem else []), *unreadable_index_notes(store),
-                  *unchecked_parts(store.root)],
+                  *unchecked_parts(store.root), *unmounted_notes(store)],
     }
+
+
+def unmounted_notes(store: Store) -> list[str]:
+    """The file ``recover`` and ``repair`` refuse as a dangling symlink (``nextstart.unmounted_file``), unless a note of
+    ``commitlog/``'s entries (``Store.problems``) says it already."""
+    from .mappedfile import UNMOUNTED
+    from .nextstart import unmounted_file
+
+    if store.root is None or any(UNMOUNTED in note for note in store.notes) or (unmounted := unmounted_file(store)) is None:
+        return []
+    return [unmounted]
 
 
 def checkpoint_absent(store: Store) -> str:

@@ -251,7 +251,7 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     five = eras_between("E13", "E18")
     root = store.root
     marks = []
-    if store.abort is not None and not store.abort.unusable:
+    if store.abort is not None and not store.abort.unusable and not store.abort.device:
         if store.abort.pid is not None:
             marks.append((f"abort file holds a PID ({store.abort.pid})", five))
         elif store.abort.content.strip():  # neither 4.x's empty file nor 5.x's PID: damage, which would otherwise outvote every later mark
@@ -307,7 +307,8 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     file: an empty one is older, or was emptied (a cut file), so it weighs no more than a missing file."""
     root = store.root
     marks = []
-    if store.abort is not None and not store.abort.unusable and store.abort.pid is None and not store.abort.content.strip():
+    abort = store.abort
+    if abort is not None and not abort.unusable and not abort.device and abort.pid is None and not abort.content.strip():
         marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))
     if (root / "lock").is_file() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
         marks.append(("neither abort.bak nor timerwheel beside the lock file", eras_between("E0", "E12")))

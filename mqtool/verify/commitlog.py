@@ -26,7 +26,7 @@ from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_
 from ..store.store import stray_text
 from ..store.nextstart import refusing_eras
 from ..store.version import eras_label
-from ..store.mappedfile import MAPPED_FILE_QUEUE, exit_on_sigbus, sigbus_handled
+from ..store.mappedfile import MAPPED_FILE_QUEUE, UNMOUNTED, exit_on_sigbus, sigbus_handled
 from .findings import Finding, error, info, warning
 from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 
@@ -52,13 +52,16 @@ def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: 
                   loader: str = MAPPED_FILE_QUEUE, eras=None) -> Finding:
     """An entry of a folder ``loader`` loads that is no file of it (``mappedfile.load_effect``, rules §2.13): an
     error where every era the store may be from refuses to start on it or loads the folder otherwise than mqtool
-    reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry).
+    reads it, a warning where some do, else an info (5.1.0+ skip a directory, 5.1.3+ delete a zero-length last entry); a
+    file that is a dangling symlink (``StrayEntry.unmounted``) an error in every era, which no repair moves out.
     ``eras``: those of the store's that load the folder (all by default)."""
     eras = store.version_guess.eras if eras is None else eras
     effects = stray_effects(eras, entry, file_size, later, loader)
     differ = stray_differs(effects)
     message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader)}"
     where = {"file": relative(store, entry.path), "expected": file_size, "found": entry.length, "details": {**(details or {}), "effects": {k: eras_label(v) for k, v in effects.items()}}}
+    if entry.unmounted:
+        return error(kind, f"{message}; {UNMOUNTED}", **where)
     if not differ:
         return info(kind, message, **where)
     message += "; `mqtool repair` moves it out"

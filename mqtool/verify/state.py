@@ -11,7 +11,9 @@ from typing import Iterator
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..store import Store
-from ..store.store import A_FIFO, MISSING, NOT_A_FILE
+from ..store.rules import VersionRules
+from ..store.store import A_DEVICE_CONFIG, A_FIFO, MISSING, NOT_A_FILE
+from ..store.version import eras_label
 from ..store import offsets
 from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, opened_first_refusal
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset
@@ -175,8 +177,12 @@ def config_findings(store: Store) -> Iterator[Finding]:
         elif problem != MISSING:
             fallback = (f"the broker loads {name}.bak instead" if loaded.doc is not None
                         else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table")
-            yield (warning if loaded.doc is not None else error)("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown,
-                                                                 found=problem)
+            level = warning if loaded.doc is not None else error
+            if problem == A_DEVICE_CONFIG and (in_place := [e for e in eras if VersionRules(e.representative).config_persisted_in_place]):
+                fallback += (f"; the broker of {eras_label(in_place)} then persists the table into the device and empties {name}.bak "
+                             "(MixAll.string2File writes in place), so its next start loads an empty table; `mqtool repair` moves it out")
+                level = error if len(in_place) == len(eras) else level
+            yield level("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
     yield from _consumer_offsets(store)
 
 
