@@ -301,7 +301,8 @@ def test_a_deleted_dledger_index_file_is_created_from_the_entries(tmp_path, vers
 def test_info_of_a_dledger_store_whose_data_files_are_empty(tmp_path, version):
     """Damage seed 14002988 (``--cut-files --lost-pages --disk-faults``): every DLedger data file left empty.
     ``info`` failed (exit 5) reading the first entry of a file that holds none, then the state of an entry walk
-    that never started; it reports no entry, and where the walk ends."""
+    that never started; it reports no entry, and where the walk ends: where DLedger's recovery walk ends, as the next
+    start's line says (info once walked records and said the walk never started, under a line keeping up to the last file)."""
     root = copy_store(version, "dledger-crashed", tmp_path / "s")
     for path in (root / "dledger-n0" / "data").iterdir():
         path.write_bytes(b"")
@@ -309,7 +310,9 @@ def test_info_of_a_dledger_store_whose_data_files_are_empty(tmp_path, version):
     assert rc == EXIT_OK, err
     doc = json.loads(out)["dledger"]
     assert (doc["entries"], doc["first_index"], doc["last_index"], doc["last_term"]) == (0, None, -1, None)
-    assert doc["end_reason"] == "no-segments"
+    last = max(int(p.name) for p in (root / "dledger-n0" / "data").iterdir())
+    assert (doc["end_offset"], doc["end_reason"]) == (last, "blank-in-last-segment")
+    assert f"keeps [0, {last})" in " ".join(run("verify", root, timeout=TIMEOUT)[1].split())
 
 
 @pytest.mark.parametrize("store,seed", [("4.9.7/dledger-crashed", 113), ("5.3.3/timer-small", 134), ("4.4.0/retention-small", 99), ("4.2.0/crashed-small", 321),
