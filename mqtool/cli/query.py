@@ -236,8 +236,6 @@ def query_offset(
             if entry is not None and entry.is_valid and not entry.is_filler:
                 record, row["error"], status = lookup.read_queue_entry(s, topic, queue, queue_offset, entry.phys_offset, entry.size)
                 row.setdefault("status", status)
-                if row["error"] and row["error"].startswith(lookup.PAST_END):
-                    note(f"{topic}/{queue} queue offset {queue_offset}: {row['error']}")
             else:
                 row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
         if record is not None:
@@ -245,9 +243,22 @@ def query_offset(
             if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})
+        _say_why(row, rng)
         emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE, optional=QUEUE_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
+
+
+def _say_why(row: dict, rng: lookup.QueueRange | None) -> None:
+    """Why ``query offset`` served no message, or the wrong one, on stderr: the table has no column for
+    the error or the queue's range (a corrupt record read as MESSAGE_WAS_REMOVING, an offset past the queue)."""
+    where = f"{row['topic']}/{row['queue_id']}"
+    if rng is None:
+        note(f"no consume queue {where}: the broker answers NO_MESSAGE_IN_QUEUE")
+    elif row.get("error"):
+        note(f"{where} queue offset {row['queue_offset']}: {row['error']}")
+    elif row["status"] in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY"):
+        note(f"{where} holds queue offsets [{rng.min_offset}, {rng.max_offset})")
 
 
 @app.command("time")

@@ -1,0 +1,49 @@
+"""What the on-call engineer met at 3 a.m. (the audit's CLI pass): an answer whose reason the table has
+no column for, a store given as its commit log folder where a repair needs the root, a Ctrl-C that glued
+the error into a half-written row, a non-UTF-8 locale, a store given to ``restore``. Each test failed
+before its fix."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from conftest import copy_store, manifest
+
+from mqtool.cli import app
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def run(*args):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": "100"})
+
+
+def test_query_offset_says_why_no_message_is_served_where_the_table_has_no_column_for_it(tmp_path):
+    """A queue entry whose record's magic code is broken, an offset past the queue, a topic with no queue:
+    the table showed MESSAGE_WAS_REMOVING, OFFSET_OVERFLOW_BADLY or NO_MESSAGE_IN_QUEUE with empty columns
+    and nothing on stderr (the reason and the queue's range were in the JSON only)."""
+    doc = manifest("4.9.7", "clean-small")  # its normal recovery scans the last segments: a record in the first is served as read
+    size = doc["storeConfig"]["mappedFileSizeCommitLog"]
+    msg = next(m for m in doc["messages"] if m["topic"] == "TopicTest" and m["queueOffset"] > 0 and m["commitLogOffset"] < size)
+    queue = next(q for q in doc["queues"] if (q["topic"], q["queueId"]) == (msg["topic"], msg["queueId"]))
+    entry, offset = {"queueOffset": msg["queueOffset"]}, msg["commitLogOffset"]
+    store = copy_store("4.9.7", "clean-small", tmp_path / "s")
+    with open(store / "commitlog" / "00000000000000000000", "r+b") as f:  # the record's MAGICCODE (after TOTALSIZE) zeroed
+        f.seek(offset + 4)
+        f.write(b"\0\0\0\0")
+    where = f"{queue['topic']}/{queue['queueId']}"
+    res = run("query", "offset", store, queue["topic"], queue["queueId"], entry["queueOffset"])
+    (json_row,) = json.loads(run("query", "offset", store, queue["topic"], queue["queueId"], entry["queueOffset"], "-f", "json").stdout)
+    assert res.exit_code == 1 and "MESSAGE_WAS_REMOVING" in res.stdout
+    assert json_row["error"] == f"no record: illegal magic code 0x00000000 at position {offset}"
+    assert res.stderr == f"mqtool: {where} queue offset {entry['queueOffset']}: {json_row['error']}\n"
+    res = run("query", "offset", store, queue["topic"], queue["queueId"], queue["maxOffset"] + 5)
+    assert res.exit_code == 1 and "OFFSET_OVERFLOW_BADLY" in res.stdout
+    assert res.stderr == f"mqtool: {where} holds queue offsets [{queue['minOffset']}, {queue['maxOffset']})\n"
+    res = run("query", "offset", store, queue["topic"], 999, 0)
+    assert res.exit_code == 1 and "NO_MESSAGE_IN_QUEUE" in res.stdout
+    assert res.stderr == f"mqtool: no consume queue {queue['topic']}/999: the broker answers NO_MESSAGE_IN_QUEUE\n"
