@@ -47,3 +47,21 @@ def test_query_offset_says_why_no_message_is_served_where_the_table_has_no_colum
     res = run("query", "offset", store, queue["topic"], 999, 0)
     assert res.exit_code == 1 and "NO_MESSAGE_IN_QUEUE" in res.stdout
     assert res.stderr == f"mqtool: no consume queue {queue['topic']}/999: the broker answers NO_MESSAGE_IN_QUEUE\n"
+
+
+def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_give(tmp_path):
+    """``recover``, ``repair`` and ``offsets`` given ``STORE/commitlog`` or one segment (tab completion stops
+    there): recover said "this command needs a store root directory, not commit log segments" (no path, nothing
+    to paste), repair a segment "repair needs the store's root directory", and offsets exited 0 saying "no
+    readable config/consumerOffset.json" of a store whose consumer offsets are there."""
+    root = copy_store("5.3.3", "config-real", tmp_path / "my store")
+    assert (root / "config" / "consumerOffset.json").is_file()
+    folder = root / "commitlog"
+    segment = sorted(folder.iterdir())[0]
+    line = (f"mqtool: error: {folder}: commit log segments alone: this command needs the store's root directory, "
+            f"the folder holding commitlog/ ('{root}' here)")
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*"))
+    for args in (("recover", folder, "--yes"), ("repair", segment, "--yes"), ("repair", folder), ("offsets", folder), ("query", "time", segment, "T", 0, 0)):
+        res = run(*args)
+        assert (res.exit_code, res.stderr.strip().splitlines()[-1]) == (3, line), args
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before

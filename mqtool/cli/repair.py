@@ -336,8 +336,8 @@ def repair(
     refuse_contradictions(yes, dry_run)
     root = store
     if not root.is_dir():
-        open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
-        raise BadInput(f"{root}: repair needs the store's root directory")
+        with open_store(root, broker_config, broker_version) as given:  # the documented error for a missing store or a segment
+            given.path()
     if not dry_run:
         check_not_in_use(root, [root / "commitlog"], force)
         _finish_interrupted(root, yes, force)
