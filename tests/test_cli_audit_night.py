@@ -6,11 +6,14 @@ before its fix."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest
+from conftest import copy_store, manifest, store_path
 
 from mqtool.cli import app
 
@@ -65,3 +68,23 @@ def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_gi
         res = run(*args)
         assert (res.exit_code, res.stderr.strip().splitlines()[-1]) == (3, line), args
     assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
+
+
+def test_a_locale_that_is_not_utf8_reads_and_writes_the_brokers_utf8_topics():
+    """LC_ALL=C with PYTHONUTF8=0, a locale that is not UTF-8 as Latin-1 or EUC-JP are: ``stats --topic`` of a topic
+    typed in UTF-8 matched nothing (an empty array) and ``stats``' table ended "internal error: UnicodeEncodeError"
+    (exit 5) with nothing written (under Latin-1 ``info`` also named consumequeue/Tópico-主题-тема/ ``TÃ³pico...``)."""
+    path = store_path("4.9.7", "crashed-small")
+    topics = {m["topic"] for m in manifest("4.9.7", "crashed-small")["messages"]}
+    topic = next(t for t in topics if not t.isascii())
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "COLUMNS": "100"}
+
+    def mqtool(*args):
+        res = subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], capture_output=True, cwd=ROOT, env=env)
+        assert (res.returncode, b"Traceback" in res.stderr) == (0, False), res.stderr
+        return res.stdout.decode("utf-8")
+
+    assert {q["topic"] for q in json.loads(mqtool("info", path, "-f", "json"))["queues"]} == topics
+    rows = json.loads(mqtool("stats", path, "--topic", topic, "-f", "json"))
+    assert rows and {r["topic"] for r in rows} == {topic}
+    assert topic in mqtool("stats", path)
