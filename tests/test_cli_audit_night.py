@@ -5,10 +5,16 @@ before its fix."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -88,3 +94,39 @@ def test_a_locale_that_is_not_utf8_reads_and_writes_the_brokers_utf8_topics():
     rows = json.loads(mqtool("stats", path, "--topic", topic, "-f", "json"))
     assert rows and {r["topic"] for r in rows} == {topic}
     assert topic in mqtool("stats", path)
+
+
+def test_ctrl_c_in_a_row_on_the_terminal_puts_the_error_on_a_line_of_its_own():
+    """``dump`` on a terminal interrupted while a row is written (the terminal not reading: the write blocks part-way):
+    the error ran on from the cut row, ``topic        | Tópico-主题-темаmqtool: error: interrupted``."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
+    args = [sys.executable, "-m", "mqtool", "dump", store_path("4.9.7", "crashed-small"), "--no-progress"]
+    proc = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=ROOT, close_fds=True)
+    os.close(slave)
+    waiting, deadline = (-1, 0.0), time.monotonic() + 120
+    while time.monotonic() < deadline:  # until the terminal's buffer is full and stays so: the child blocked in a write
+        queued = struct.unpack("i", fcntl.ioctl(master, termios.FIONREAD, b"\0" * 4))[0]
+        if queued and queued == waiting[0] and time.monotonic() - waiting[1] > 0.5:
+            break
+        if queued != waiting[0]:
+            waiting = (queued, time.monotonic())
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=60) == 130
+    shown = b"".join(chunks).decode().replace("\r\n", "\n")
+    rows, error = shown.split("mqtool: error: interrupted")
+    first = min(manifest("4.9.7", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
+    assert first["msgId"] in rows[:2000] and len(rows) > 4096 and error == "\n"
+    assert rows.endswith("\n"), rows[-200:]
