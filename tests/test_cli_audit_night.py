@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import pty
+import shlex
 import signal
 import struct
 import subprocess
@@ -130,3 +131,22 @@ def test_ctrl_c_in_a_row_on_the_terminal_puts_the_error_on_a_line_of_its_own():
     first = min(manifest("4.9.7", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
     assert first["msgId"] in rows[:2000] and len(rows) > 4096 and error == "\n"
     assert rows.endswith("\n"), rows[-200:]
+
+
+def test_restore_given_the_store_names_the_backups_to_give(tmp_path):
+    """``restore STORE`` (the store recovered, not its backup) said "not an mqtool backup (no manifest.json)" and
+    nothing of where the backup is: it names the store's backups, newest first, and a command that pastes."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    res = run("recover", store, "--yes")
+    assert res.exit_code == 0, res.stderr
+    undo = res.stderr.strip().splitlines()[-1]
+    backup = Path(shlex.split(undo.removeprefix("mqtool: undo with: "))[2])
+    assert backup.parent == tmp_path / "on call" / ".mqtool-backups" and (backup / "manifest.json").is_file()
+    recovered = sorted((p.relative_to(store), p.read_bytes()) for p in store.rglob("*") if p.is_file())
+    res = run("restore", store, "--yes")
+    assert res.exit_code == 3
+    assert res.stderr == (f"mqtool: error: {store}: a store, not a backup: give restore the backup directory a repair command named; this "
+                          f"store's in '{backup.parent}', newest first: {backup.name} (without --yes it shows what it would put back: "
+                          f"mqtool restore '{backup}')\n")
+    assert sorted((p.relative_to(store), p.read_bytes()) for p in store.rglob("*") if p.is_file()) == recovered
+    assert run("restore", backup, "--yes").exit_code == 0
