@@ -150,3 +150,21 @@ def test_restore_given_the_store_names_the_backups_to_give(tmp_path):
                           f"mqtool restore '{backup}')\n")
     assert sorted((p.relative_to(store), p.read_bytes()) for p in store.rglob("*") if p.is_file()) == recovered
     assert run("restore", backup, "--yes").exit_code == 0
+
+
+def test_a_body_holding_escape_sequences_is_shown_escaped_in_a_table(tmp_path):
+    """``dump --body utf8`` (and every table) wrote a body's control codes to the terminal as they are: a producer's
+    ``ESC[31m`` recoloured the screen and ``ESC]0;...BEL`` retitled the window. A table shows them written out;
+    ``-f jsonl`` keeps them."""
+    first = min(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    store = copy_store("4.9.7", "clean-small", tmp_path / "s")
+    segment = store / "commitlog" / "00000000000000000000"
+    body = json.loads(run("dump", store, "-n", "1", "--body", "utf8", "-f", "jsonl").stdout)["body"].encode()
+    bait = b"\x1b[31mRED\x1b]0;title\x07\r"
+    data = segment.read_bytes()
+    at = data.index(body, first["commitLogOffset"], first["commitLogOffset"] + first["size"])
+    segment.write_bytes(data[:at] + bait + data[at + len(bait):])  # the body's first bytes (its CRC no longer matches)
+    assert json.loads(run("dump", store, "-n", "1", "--body", "utf8", "-f", "jsonl").stdout)["body"].startswith(bait.decode())
+    res = run("dump", store, "-n", "1", "--body", "utf8")
+    assert res.exit_code == 0 and not {"\x1b", "\x07", "\r"} & set(res.stdout)
+    assert "\\x1b[31mRED\\x1b]0;title\\x07\\x0d" in res.stdout
