@@ -168,3 +168,17 @@ def test_a_body_holding_escape_sequences_is_shown_escaped_in_a_table(tmp_path):
     res = run("dump", store, "-n", "1", "--body", "utf8")
     assert res.exit_code == 0 and not {"\x1b", "\x07", "\r"} & set(res.stdout)
     assert "\\x1b[31mRED\\x1b]0;title\\x07\\x0d" in res.stdout
+
+
+def test_a_plan_out_that_is_a_directory_is_refused_before_planning_by_its_own_name(tmp_path):
+    """``recover --plan-out DIR`` (a folder, as for --backup-dir) planned, then said
+    "DIR.mqtool-tmp: Is a directory", a path the engineer never typed, with nothing saved."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    folder = tmp_path / "plans here"
+    folder.mkdir()
+    res = run("recover", store, "--plan-out", folder)
+    assert (res.exit_code, res.stdout) == (3, "")
+    assert res.stderr == f"mqtool: error: --plan-out {folder}: a directory; name the plan's file, e.g. --plan-out '{folder}/plan.json'\n"
+    assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plans here", "s"]
+    res = run("recover", store, "--plan-out", folder / "plan.json")
+    assert res.exit_code == 0 and json.loads((folder / "plan.json").read_text())["command"] == "recover"
