@@ -9,6 +9,7 @@ import fcntl
 import json
 import os
 import pty
+import select
 import shlex
 import signal
 import struct
@@ -182,3 +183,21 @@ def test_a_plan_out_that_is_a_directory_is_refused_before_planning_by_its_own_na
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plans here", "s"]
     res = run("recover", store, "--plan-out", folder / "plan.json")
     assert res.exit_code == 0 and json.loads((folder / "plan.json").read_text())["command"] == "recover"
+
+
+def test_survivors_reading_ids_from_the_terminal_says_so_and_how_to_end_them():
+    """``survivors STORE -`` with no pipe (the ids to be pasted, or a pipe forgotten) waited in silence; it says
+    it reads the terminal and that Ctrl-D ends the ids, then answers for the ids typed."""
+    first = min(manifest("4.9.7", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
+    master, slave = pty.openpty()
+    args = [sys.executable, "-m", "mqtool", "survivors", store_path("4.9.7", "crashed-small"), "-", "-f", "csv"]
+    proc = subprocess.Popen(args, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, close_fds=True)
+    os.close(slave)
+    said = proc.stderr.readline().decode() if select.select([proc.stderr], [], [], 60)[0] else ""  # before: nothing, ever
+    os.write(master, f"{first['uniqKey']}\n".encode())
+    os.write(master, b"\x04")
+    out, err = proc.communicate(timeout=120)
+    os.close(master)
+    assert said == "mqtool: reading the ids from the terminal, one per line; end them with Ctrl-D\n"
+    assert proc.returncode == 0, err
+    assert out.decode().splitlines()[1].startswith(f"{first['uniqKey']},found,{first['commitLogOffset']},{first['topic']},")
