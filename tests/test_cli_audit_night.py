@@ -201,3 +201,19 @@ def test_survivors_reading_ids_from_the_terminal_says_so_and_how_to_end_them():
     assert said == "mqtool: reading the ids from the terminal, one per line; end them with Ctrl-D\n"
     assert proc.returncode == 0, err
     assert out.decode().splitlines()[1].startswith(f"{first['uniqKey']},found,{first['commitLogOffset']},{first['topic']},")
+
+
+def test_survivors_matches_hex_ids_whatever_their_case(tmp_path):
+    """UNIQ_KEYs copied through a log that lower-cases them (the Java client writes upper-case hex) were each
+    "missing", exit 1, "all survived False", for messages the store holds: detected as UNIQ_KEYs, then compared
+    with the stored ones letter for letter. A hex id is a number; its case says nothing."""
+    sent = [m for m in manifest("4.9.7", "clean-small")["messages"] if m["uniqKey"]][:20]
+    answers = []
+    for name, case in (("upper.txt", str.upper), ("lower.txt", str.lower)):
+        (tmp_path / name).write_text("".join(f"{case(m['uniqKey'])}\n" for m in sent))
+        res = run("survivors", store_path("4.9.7", "clean-small"), tmp_path / name, "-f", "csv")
+        answers.append((res.exit_code, res.stdout, res.stderr))
+    assert answers[1] == answers[0]
+    rows = [line.split(",") for line in answers[0][1].splitlines()[1:]]
+    assert [(r[0], int(r[2])) for r in rows] == [(m["uniqKey"], m["commitLogOffset"]) for m in sent]
+    assert {r[1] for r in rows} <= {"found", "found-not-consumable"}
