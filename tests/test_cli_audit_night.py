@@ -217,3 +217,17 @@ def test_survivors_matches_hex_ids_whatever_their_case(tmp_path):
     rows = [line.split(",") for line in answers[0][1].splitlines()[1:]]
     assert [(r[0], int(r[2])) for r in rows] == [(m["uniqKey"], m["commitLogOffset"]) for m in sent]
     assert {r[1] for r in rows} <= {"found", "found-not-consumable"}
+
+
+def test_a_broker_config_value_that_is_no_number_says_what_to_do(tmp_path):
+    """``--broker-config`` with ``maxIndexNum=4k``: "is not a number (Integer.parseInt throws: the broker ignores it)",
+    exit 3, which read as if mqtool ignored it too and left the engineer no way on."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=broker-a\nmaxIndexNum=4k\n")
+    res = run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf)
+    assert (res.exit_code, res.stdout) == (3, "")
+    assert res.stderr == ("mqtool: error: broker config: maxIndexNum='4k' is not a number: the broker ignores it (Integer.parseInt throws in "
+                          "MixAll.properties2Object) and keeps its default; give the value in a copy of the file, or leave out "
+                          "--broker-config to take it from the store's files\n")
+    conf.write_text("brokerName=broker-a\nmaxIndexNum=4000\n")
+    assert run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf).exit_code == 0
