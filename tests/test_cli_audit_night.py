@@ -72,7 +72,9 @@ def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_gi
     line = (f"mqtool: error: {folder}: commit log segments alone: this command needs the store's root directory, "
             f"the folder holding commitlog/ ('{root}' here)")
     before = sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*"))
-    for args in (("recover", folder, "--yes"), ("repair", segment, "--yes"), ("repair", folder), ("offsets", folder), ("query", "time", segment, "T", 0, 0)):
+    given = (("recover", folder, "--yes"), ("repair", segment, "--yes"), ("repair", folder), ("offsets", folder),
+             ("query", "time", segment, "T", 0, 0))
+    for args in given:
         res = run(*args)
         assert (res.exit_code, res.stderr.strip().splitlines()[-1]) == (3, line), args
     assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
@@ -226,8 +228,8 @@ def test_a_broker_config_value_that_is_no_number_says_what_to_do(tmp_path):
     conf.write_text("brokerName=broker-a\nmaxIndexNum=4k\n")
     res = run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf)
     assert (res.exit_code, res.stdout) == (3, "")
-    assert res.stderr == ("mqtool: error: broker config: maxIndexNum='4k' is not a number: the broker ignores it (Integer.parseInt throws in "
-                          "MixAll.properties2Object) and keeps its default; give the value in a copy of the file, or leave out "
-                          "--broker-config to take it from the store's files\n")
+    assert res.stderr == ("mqtool: error: broker config: maxIndexNum='4k' is not a number: the broker ignores it (Integer.parseInt "
+                          "throws in MixAll.properties2Object) and keeps its default; give the value in a copy of the file, or leave "
+                          "out --broker-config to take it from the store's files\n")
     conf.write_text("brokerName=broker-a\nmaxIndexNum=4000\n")
     assert run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf).exit_code == 0

@@ -20,7 +20,8 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -710,7 +711,8 @@ def _a_store_given_to_restore(store: Path) -> str:
     said = f"{store}: a store, not a backup: give restore the backup directory a repair command named"
     if not held:
         return f"{said} (this store has none in {folder})"
-    return (f"{said}; this store's in {shell_path(folder)}, newest first: {', '.join(p.name for p in held[:3])}{', ...' if len(held) > 3 else ''} "
+    names = ", ".join(p.name for p in held[:3]) + (", ..." if len(held) > 3 else "")
+    return (f"{said}; this store's in {shell_path(folder)}, newest first: {names} "
             f"(without --yes it shows what it would put back: mqtool restore {shell_path(held[0])})")
 
 
