@@ -60,7 +60,7 @@ def test_query_offset_says_why_no_message_is_served_where_the_table_has_no_colum
     assert res.stderr == f"mqtool: no consume queue {queue['topic']}/999: the broker answers NO_MESSAGE_IN_QUEUE\n"
 
 
-def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_give(tmp_path):
+def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_give(tmp_path, monkeypatch):
     """``recover``, ``repair`` and ``offsets`` given ``STORE/commitlog`` or one segment (tab completion stops
     there): recover said "this command needs a store root directory, not commit log segments" (no path, nothing
     to paste), repair a segment "repair needs the store's root directory", and offsets exited 0 saying "no
@@ -77,6 +77,9 @@ def test_a_commit_log_folder_where_the_store_root_is_needed_names_the_root_to_gi
     for args in given:
         res = run(*args)
         assert (res.exit_code, res.stderr.strip().splitlines()[-1]) == (3, line), args
+    monkeypatch.chdir(folder)  # `mqtool recover .` from inside it
+    res = run("recover", ".")
+    assert (res.exit_code, res.stderr.strip()) == (3, line.replace(str(folder), ".", 1))
     assert sorted((p.name, p.stat().st_mtime_ns) for p in root.rglob("*")) == before
 
 

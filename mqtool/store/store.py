@@ -356,7 +356,9 @@ class Store:
         """Why commit log segments given alone (a ``commitlog/`` folder, one segment) do not do for a command that
         reads the store's other files, and the folder to give: the broker's store root holds ``commitlog/``."""
         folder = self.commitlog.segments[0].path.parent if self.commitlog.segments else None
-        root = f" ({shell_path(folder.parent)} here)" if folder is not None and folder.name == "commitlog" else ""
+        whole = None if folder is None else Path(os.path.abspath(folder))  # ``.`` inside it too; a symlinked folder not followed
+        named = whole is not None and whole.name == "commitlog"
+        root = f" ({shell_path(folder.parent if folder.name else whole.parent)} here)" if named else ""
         return (f"{'' if folder is None else f'{folder}: '}commit log segments alone: this command needs the store's root directory, "
                 f"the folder holding commitlog/{root}")
 
