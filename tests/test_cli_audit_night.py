@@ -236,3 +236,16 @@ def test_a_broker_config_value_that_is_no_number_says_what_to_do(tmp_path):
                           "out --broker-config to take it from the store's files\n")
     conf.write_text("brokerName=broker-a\nmaxIndexNum=4000\n")
     assert run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf).exit_code == 0
+
+
+def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_too(tmp_path):
+    """A consumerOffset.json group named ``analytics\\u001b[2J_cg``: ``offsets``' findings on stderr wrote its ESC[2J
+    as it is, clearing the engineer's screen (stderr dropped only BEL, BS, VT, FF and CR). Written out now, as in the table."""
+    store = copy_store("5.3.3", "config-real", tmp_path / "s")
+    before = run("offsets", store)
+    offsets = store / "config" / "consumerOffset.json"
+    offsets.write_text(offsets.read_text(encoding="utf-8").replace("analytics_cg", "analytics\\u001b[2J_cg"), encoding="utf-8")
+    after = run("offsets", store)
+    assert "analytics_cg on " in before.stderr and after.exit_code == before.exit_code == 1
+    assert after.stderr == before.stderr.replace("analytics_cg", "analytics\\x1b[2J_cg")
+    assert "analytics\\x1b[2J_cg" in after.stdout and "\x1b" not in after.stdout + after.stderr

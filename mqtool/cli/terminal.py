@@ -26,14 +26,17 @@ def debug_traceback() -> None:
 
 
 def write_stderr(line: str) -> None:
-    """``line`` on stderr less the control codes that move the cursor, tabs expanded; once an apply is
+    """``line`` on stderr less the control codes that move the cursor, tabs expanded, the others written out as a
+    table's cells are (``table.visible``: a group name's ``ESC[2J`` cleared the screen); once an apply is
     confirmed (``State.output_may_close``) a closed stderr drops the line. Stdout's terminal line left open (a row
     cut short by Ctrl-C) is ended first: the line would have run on from it (``...Tópicomqtool: error: interrupted``)."""
     if WholeWrites.line_open and isatty(sys.stdout) and isatty(sys.stderr):
         WholeWrites.line_open = False
         line = "\n" + line
+    from ..table import visible
+
     try:
-        sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
+        sys.stderr.write(visible(line.translate(_CONTROL).expandtabs(8)) + "\n")
         sys.stderr.flush()
     except BrokenPipeError:
         if not State.output_may_close:
