@@ -238,9 +238,10 @@ def test_a_broker_config_value_that_is_no_number_says_what_to_do(tmp_path):
     assert run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf).exit_code == 0
 
 
-def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_too(tmp_path):
-    """A consumerOffset.json group named ``analytics\\u001b[2J_cg``: ``offsets``' findings on stderr wrote its ESC[2J
-    as it is, clearing the engineer's screen (stderr dropped only BEL, BS, VT, FF and CR). Written out now, as in the table."""
+def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_and_in_findings(tmp_path):
+    """A consumerOffset.json group named ``analytics\\u001b[2J_cg``: ``offsets``' findings on stderr and ``verify``'s
+    wrote its ESC[2J as it is, clearing the engineer's screen (stderr dropped only BEL, BS, VT, FF and CR; rich only
+    those). Written out now, as in a table."""
     store = copy_store("5.3.3", "config-real", tmp_path / "s")
     before = run("offsets", store)
     offsets = store / "config" / "consumerOffset.json"
@@ -249,3 +250,5 @@ def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_too(tm
     assert "analytics_cg on " in before.stderr and after.exit_code == before.exit_code == 1
     assert after.stderr == before.stderr.replace("analytics_cg", "analytics\\x1b[2J_cg")
     assert "analytics\\x1b[2J_cg" in after.stdout and "\x1b" not in after.stdout + after.stderr
+    checked = run("verify", store, "--only", "checkpoint")  # its findings name the group too
+    assert checked.exit_code == 1 and "consumer group analytics\\x1b[2J_cg on " in checked.stdout and "\x1b" not in checked.stdout
