@@ -252,3 +252,16 @@ def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_and_in
     assert "analytics\\x1b[2J_cg" in after.stdout and "\x1b" not in after.stdout + after.stderr
     checked = run("verify", store, "--only", "checkpoint")  # its findings name the group too
     assert checked.exit_code == 1 and "consumer group analytics\\x1b[2J_cg on " in checked.stdout and "\x1b" not in checked.stdout
+
+
+def test_query_uniq_key_in_lower_case_names_the_key_to_try():
+    """``query uniq-key`` of a lower-cased UNIQ_KEY answers as the broker's index does, nothing (its hash is of the
+    exact string), and said only "no message ... has UNIQ_KEY c17b...": it names the upper-case key to try."""
+    first = min(manifest("4.9.7", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
+    path = store_path("4.9.7", "crashed-small")
+    res = run("query", "uniq-key", path, first["topic"], first["uniqKey"].lower())
+    assert (res.exit_code, res.stdout) == (1, "")
+    assert res.stderr == (f"mqtool: no message of topic {first['topic']} has UNIQ_KEY {first['uniqKey'].lower()} "
+                          f"(a client writes its UNIQ_KEY in upper case: try {first['uniqKey']})\n")
+    res = run("query", "uniq-key", path, first["topic"], first["uniqKey"], "-f", "json")
+    assert res.exit_code == 0 and [r["offset"] for r in json.loads(res.stdout)] == [first["commitLogOffset"]]

@@ -139,7 +139,9 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
                 if s.root is not None and s.path("consumequeue").is_dir() and not s.path("consumequeue", topic).is_dir():
                     note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
                 else:
-                    note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
+                    upper = kind == lookup.UNIQ_KEY and key != key.upper() and all(c in "0123456789abcdefABCDEF" for c in key)
+                    hint = f" (a client writes its UNIQ_KEY in upper case: try {key.upper()})" if upper else ""  # the index matches it exactly
+                    note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}{hint}")
                 raise typer.Exit(EXIT_FINDINGS)
 
     by_key.__doc__ = doc
