@@ -140,7 +140,7 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
                     note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
                 else:
                     upper = kind == lookup.UNIQ_KEY and key != key.upper() and all(c in "0123456789abcdefABCDEF" for c in key)
-                    hint = f" (a client writes its UNIQ_KEY in upper case: try {key.upper()})" if upper else ""  # the index matches it exactly
+                    hint = f" (a client writes its UNIQ_KEY in upper case: try {key.upper()})" if upper else ""  # the index: exact
                     note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}{hint}")
                 raise typer.Exit(EXIT_FINDINGS)
 
