@@ -184,7 +184,8 @@ def test_a_plan_out_that_is_a_directory_is_refused_before_planning_by_its_own_na
     folder.mkdir()
     res = run("recover", store, "--plan-out", folder)
     assert (res.exit_code, res.stdout) == (3, "")
-    assert res.stderr == f"mqtool: error: --plan-out {folder}: a directory; name the plan's file, e.g. --plan-out '{folder}/plan.json'\n"
+    assert res.stderr == (f"mqtool: error: {folder}: Is a directory: --plan-out names the plan's file, "
+                          f"e.g. --plan-out '{folder}/plan.json'\n")
     assert list(folder.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plans here", "s"]
     res = run("recover", store, "--plan-out", folder / "plan.json")
     assert res.exit_code == 0 and json.loads((folder / "plan.json").read_text())["command"] == "recover"

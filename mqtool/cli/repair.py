@@ -181,7 +181,8 @@ def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
     refuse_contradictions(yes, dry_run, plan_out)
     if plan_out is not None and plan_out.is_dir():  # refused before the plan is made, naming the path given (not its temporary file)
-        raise BadInput(f"--plan-out {plan_out}: a directory; name the plan's file, e.g. --plan-out {shell_path(plan_out / 'plan.json')}")
+        example = shell_path(plan_out / "plan.json")
+        raise BadInput(f"{plan_out}: Is a directory: --plan-out names the plan's file, e.g. --plan-out {example}")
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
     applying = not dry_run and plan_out is None  # else the plan is only shown or saved
