@@ -30,6 +30,13 @@ MIN_LAST = 12  # the last column gets at least this much room before the table g
 MIN_FOLD = 16  # a folded column gets at least this much room
 NUMBER = re.compile(r"-?\d+")
 BOLD, YELLOW, RESET = "\x1b[1m", "\x1b[33m", "\x1b[0m"
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # C0 but the newline, DEL, C1
+
+
+def visible(text: str) -> str:
+    """``text`` with the control codes a terminal acts on written out (``\\x1b``, ``\\x0d``, ``\\x07``): a body,
+    key or property is the producer's bytes, whose escape sequences would recolour, retitle or clear the screen."""
+    return text if text.isprintable() else _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def cell_len(text: str) -> int:
@@ -152,7 +159,7 @@ class Table:
     def add_row(self, *cells) -> None:
         if len(cells) != len(self.names):
             raise ValueError(f"{len(cells)} cells for {len(self.names)} columns")
-        self.rows.append(["" if c is None else str(c) for c in cells])
+        self.rows.append(["" if c is None else visible(str(c)) for c in cells])
 
     # ---- layout ---------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ def offsets(
       mqtool offsets /data/rocketmq/store --group order_consumer_group
     """
     with open_store(store, broker_config, broker_version) as s:
+        s.path()  # config/ and consumequeue/ are the root's: commit log segments alone are refused, not read as holding no offsets
         cache: dict = {}
         consumers, rows = progress.consumer_offsets(s, set(group) if group else None, cache)
         docs = [consumers]

@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any, Iterable, Sequence
 
 from . import terminal
-from ..table import BOLD, RESET, YELLOW, Layout, Table, line_spans, wrap
+from ..table import BOLD, RESET, YELLOW, Layout, Table, line_spans, visible, wrap
 
 # what rich does something with in a text: markup, tabs, the control characters it strips
 _RICH_RENDERS = re.compile(r"[\[\t\x07\x08\x0b\x0c\r]")
@@ -74,7 +74,7 @@ class Screen:
             if self.printed and obj.title:
                 self.out.write("\n")  # a blank line between titled tables
             print_table(self.out, obj, self.width, self.color)
-        elif not _RICH_RENDERS.search(obj):
+        elif not _RICH_RENDERS.search(obj := visible(obj)):  # a finding's group name or key: its escape sequences written out
             self._write_wrapped(obj)  # what rich would print, without importing it
         else:
             self._print_rich(obj, markup=markup)

@@ -139,7 +139,9 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
                 if s.root is not None and s.path("consumequeue").is_dir() and not s.path("consumequeue", topic).is_dir():
                     note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
                 else:
-                    note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}")
+                    upper = kind == lookup.UNIQ_KEY and key != key.upper() and all(c in "0123456789abcdefABCDEF" for c in key)
+                    hint = f" (a client writes its UNIQ_KEY in upper case: try {key.upper()})" if upper else ""  # the index: exact
+                    note(f"no message of topic {topic} has {'KEYS' if kind == lookup.KEY else 'UNIQ_KEY'} {key}{hint}")
                 raise typer.Exit(EXIT_FINDINGS)
 
     by_key.__doc__ = doc
@@ -236,8 +238,6 @@ def query_offset(
             if entry is not None and entry.is_valid and not entry.is_filler:
                 record, row["error"], status = lookup.read_queue_entry(s, topic, queue, queue_offset, entry.phys_offset, entry.size)
                 row.setdefault("status", status)
-                if row["error"] and row["error"].startswith(lookup.PAST_END):
-                    note(f"{topic}/{queue} queue offset {queue_offset}: {row['error']}")
             else:
                 row.setdefault("status", "NO_MESSAGE_IN_QUEUE")
         if record is not None:
@@ -245,9 +245,22 @@ def query_offset(
             if (msg["topic"], msg["queue_id"], msg["queue_offset"]) != (topic, queue, queue_offset):
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})
+        _say_why(row, rng)
         emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE, optional=QUEUE_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
+
+
+def _say_why(row: dict, rng: lookup.QueueRange | None) -> None:
+    """Why ``query offset`` served no message, or the wrong one, on stderr: the table has no column for
+    the error or the queue's range (a corrupt record read as MESSAGE_WAS_REMOVING, an offset past the queue)."""
+    where = f"{row['topic']}/{row['queue_id']}"
+    if rng is None:
+        note(f"no consume queue {where}: the broker answers NO_MESSAGE_IN_QUEUE")
+    elif row.get("error"):
+        note(f"{where} queue offset {row['queue_offset']}: {row['error']}")
+    elif row["status"] in ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY"):
+        note(f"{where} holds queue offsets [{rng.min_offset}, {rng.max_offset})")
 
 
 @app.command("time")

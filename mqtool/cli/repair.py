@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import glob
 import importlib
 import inspect
 import sys
@@ -20,11 +21,13 @@ import typer
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
+from ..store.store import STORE_PARTS
 from ..store.mappedfile import sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, broker_config_of, guarded, note, open_store, shell_path, silence_stdout
 from .state import State
@@ -183,6 +186,9 @@ def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None
 
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
     refuse_contradictions(yes, dry_run, plan_out)
+    if plan_out is not None and plan_out.is_dir():  # refused before the plan is made, naming the path given (not its temporary file)
+        example = shell_path(plan_out / "plan.json")
+        raise BadInput(f"{plan_out}: Is a directory: --plan-out names the plan's file, e.g. --plan-out {example}")
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
     applying = not dry_run and plan_out is None  # else the plan is only shown or saved
@@ -342,8 +348,8 @@ def repair(
     refuse_contradictions(yes, dry_run)
     root = store
     if not root.is_dir():
-        open_store(root, broker_config, broker_version).close()  # the documented error for a missing store or a segment
-        raise BadInput(f"{root}: repair needs the store's root directory")
+        with open_store(root, broker_config, broker_version) as given:  # the documented error for a missing store or a segment
+            given.path()
     if not dry_run:
         check_not_in_use(root, [root / "commitlog"], force)
         _finish_interrupted(root, yes, force)
@@ -676,6 +682,8 @@ def restore_cmd(
             except (Interrupted, KeyboardInterrupt):  # finished by restoring every stage again, not this one alone
                 raise Interrupted(_finish_restore_line(backup)) from None
         return
+    if not (backup / "manifest.json").exists() and any((backup / part).exists() for part in STORE_PARTS):
+        raise BadInput(_a_store_given_to_restore(backup))
     if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
     backup_set = BackupSet.open(backup)
@@ -702,6 +710,20 @@ def restore_cmd(
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _a_store_given_to_restore(store: Path) -> str:
+    """``restore STORE``: a store, not a backup; the backups its repair commands left in its default folder
+    (``default_backup_dir``), newest first, the order they are restored in."""
+    folder = store.resolve().parent / BACKUPS_DIR
+    held = sorted((p for p in folder.glob(f"{glob.escape(store.resolve().name)}-*") if (p / "manifest.json").is_file() or repair_stages(p)),
+                  reverse=True)
+    said = f"{store}: a store, not a backup: give restore the backup directory a repair command named"
+    if not held:
+        return f"{said} (this store has none in {folder})"
+    names = ", ".join(p.name for p in held[:3]) + (", ..." if len(held) > 3 else "")
+    return (f"{said}; this store's in {shell_path(folder)}, newest first: {names} "
+            f"(without --yes it shows what it would put back: mqtool restore {shell_path(held[0])})")
 
 
 def _finish_restore_line(backup: Path) -> str:

@@ -16,12 +16,16 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, g
 from .output import OutputFormat, Screen, emit_rows, heading, kv_table, text_encoder
 from .progress import ByteProgress
 from .store_state import warn_store_state
+from .terminal import isatty
 
 ID_KINDS = ("uniq-key", "msg-id", "key")  # ``scan.survivors.IdKind``'s values (tests hold them equal)
 
 
 def read_ids(source: str, column: str | None) -> list[str]:
-    """Ids from a file or stdin (``-``): one per line, or the ``column`` of CSV / JSON Lines."""
+    """Ids from a file or stdin (``-``): one per line, or the ``column`` of CSV / JSON Lines. A terminal on stdin
+    (no pipe given) is said, and how to end it: the command otherwise waits in silence."""
+    if source == "-" and isatty(sys.stdin):
+        note("reading the ids from the terminal, one per line; end them with Ctrl-D")
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:

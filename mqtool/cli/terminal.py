@@ -26,10 +26,17 @@ def debug_traceback() -> None:
 
 
 def write_stderr(line: str) -> None:
-    """``line`` on stderr less the control codes that move the cursor, tabs expanded; once an apply is
-    confirmed (``State.output_may_close``) a closed stderr drops the line."""
+    """``line`` on stderr less the control codes that move the cursor, tabs expanded, the others written out as a
+    table's cells are (``table.visible``: a group name's ``ESC[2J`` cleared the screen); once an apply is
+    confirmed (``State.output_may_close``) a closed stderr drops the line. Stdout's terminal line left open (a row
+    cut short by Ctrl-C) is ended first: the line would have run on from it (``...Tópicomqtool: error: interrupted``)."""
+    if WholeWrites.line_open and isatty(sys.stdout) and isatty(sys.stderr):
+        WholeWrites.line_open = False
+        line = "\n" + line
+    from ..table import visible
+
     try:
-        sys.stderr.write(line.translate(_CONTROL).expandtabs(8) + "\n")
+        sys.stderr.write(visible(line.translate(_CONTROL).expandtabs(8)) + "\n")
         sys.stderr.flush()
     except BrokenPipeError:
         if not State.output_may_close:
@@ -58,13 +65,19 @@ class WholeWrites(io.FileIO):
     fails with the disk's error. CPython's buffered stdout returns a short count that no caller checks:
     ``mqtool info STORE -f json > FILE`` on a nearly full disk cut the file and exited 0."""
 
+    line_open = False  # the last line written may lack its newline (``write_stderr``)
+
     def write(self, data) -> int | None:
         view, done = memoryview(data).cast("B"), 0
+        if not view:
+            return 0
+        WholeWrites.line_open = True  # until every byte is written: a Ctrl-C lands between any two statements
         while done < len(view):
             n = super().write(view[done:])
             if not n:  # non-blocking and full (None), or nothing taken: as the plain descriptor says
                 return done or n
             done += n
+        WholeWrites.line_open = view[-1] != 0x0A
         return done
 
 

@@ -90,6 +90,13 @@ def string_hashes(arr: pa.Array) -> np.ndarray:
     return string_keys(offsets, data, first)
 
 
+def _hex_upper(values: pa.Array) -> pa.Array:
+    """``values`` with the hex ids in upper case: a UNIQ_KEY or offsetMsgId is a hex number, its case says nothing
+    (Java's clients write upper case; ids copied through a lower-casing log were all "missing"); others as they are."""
+    hexes = compute.match_substring_regex(values, options=compute.MatchSubstringOptions(f"^(?:{_HEX_ID.pattern})$"))
+    return compute.if_else(hexes, compute.ascii_upper(values), values)
+
+
 class IdMatcher:
     """Which values of a string column are among the ids: built once (hashes sorted), probed per
     batch with a binary search and confirmed by comparing the strings themselves, so the id set
@@ -220,7 +227,7 @@ class SurvivorSearch:
         (the scan's, ``SalvageScan.next_start``) giving it once the scan has run."""
         self.store = store
         self.kind = kind
-        ids = [i.upper() for i in ids] if kind is IdKind.msg_id else ids
+        ids = [i.upper() if kind is IdKind.msg_id or (kind is IdKind.uniq_key and _HEX_ID.fullmatch(i)) else i for i in ids]
         self.ids = list(dict.fromkeys(ids))
         self.progress = progress
         self.queues = queues
@@ -245,7 +252,7 @@ class SurvivorSearch:
                 pairs = np.unique(np.stack([compute.list_parent_indices(keys).to_numpy()[at], who], axis=1), axis=0)  # a key repeated in one record counts once
                 rows, who = pairs[:, 0], pairs[:, 1]
             else:
-                rows, who = matcher.match(batch[column])
+                rows, who = matcher.match(batch[column] if self.kind is IdKind.key else _hex_upper(batch[column]))
             if len(rows) == 0:
                 continue
             matched = compute.take(batch, rows)

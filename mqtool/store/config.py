@@ -64,7 +64,9 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
             try:
                 return java_parse_int(conf[key])
             except ValueError:
-                raise BadInput(f"broker config: {key}={conf[key]!r} is not a number (Integer.parseInt throws: the broker ignores it)") from None
+                raise BadInput(f"broker config: {key}={conf[key]!r} is not a number: the broker ignores it (Integer.parseInt throws in "
+                               "MixAll.properties2Object) and keeps its default; give the value in a copy of the file, or leave out "
+                               "--broker-config to take it from the store's files") from None
     return None
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import BadInput, BadStoreFile, NotAStore, StoreNotFound
-from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file, shell_path
 from ..formats import checkpoint as cpfmt
 from ..formats import config as cfgfmt
 from ..formats import markers
@@ -360,8 +360,18 @@ class Store:
 
     def path(self, *parts: str) -> Path:
         if self.root is None:
-            raise BadInput("this command needs a store root directory, not commit log segments")
+            raise BadInput(self.rootless_refusal())
         return self.root.joinpath(*parts)
+
+    def rootless_refusal(self) -> str:
+        """Why commit log segments given alone (a ``commitlog/`` folder, one segment) do not do for a command that
+        reads the store's other files, and the folder to give: the broker's store root holds ``commitlog/``."""
+        folder = self.commitlog.segments[0].path.parent if self.commitlog.segments else None
+        whole = None if folder is None else Path(os.path.abspath(folder))  # ``.`` inside it too; a symlinked folder not followed
+        named = whole is not None and whole.name == "commitlog"
+        root = f" ({shell_path(folder.parent if folder.name else whole.parent)} here)" if named else ""
+        return (f"{'' if folder is None else f'{folder}: '}commit log segments alone: this command needs the store's root directory, "
+                f"the folder holding commitlog/{root}")
 
     def file(self, *parts: str) -> Path | None:
         """``path(*parts)`` when the store has a root and that file exists, else None."""
