@@ -34,6 +34,9 @@ from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA  # noqa: E402
 SCRIPT = ROOT / "spark" / "mqtool_scan.py"
 BROKERS = {"a": ("4.9.7", "clean-small"), "b": ("5.3.3", "clean-small"), "c": ("4.9.7", "rewrite-clean")}
 runner = CliRunner()
+# the JVMs the jobs run as a user starts them (``python mqtool_scan.py``, ``spark-submit``) stop their JIT at C1, as
+# conftest's session does: a third less CPU for a short job, its logging untouched
+QUICK_JIT = {"JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()}
 
 
 def options(out: Path, brokers=BROKERS, **kw) -> job.JobOptions:
@@ -278,7 +281,7 @@ def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
 def test_spark_job_logs_at_warn(tmp_path):
     """Run as `python spark/mqtool_scan.py` (it starts its own JVM), the job logs at WARN too. Here, not
     in another file: the Spark tests run on one worker, so that two JVMs never start at once."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **QUICK_JIT, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     out = tmp_path / "stats"
     result = subprocess.run(
         [sys.executable, str(ROOT / "spark" / "mqtool_scan.py"), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--format", "json", "--output", str(out)],
@@ -293,7 +296,7 @@ def test_spark_submit_prints_no_info_line(tmp_path):
     """Under spark-submit (its JVM already running) the job still logs at WARN: no INFO line, the
     stats result printed, report.json written."""
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**os.environ, **QUICK_JIT, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = tmp_path / "out"
     result = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(SCRIPT), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--output", str(out)],
                             capture_output=True, text=True, env=env, timeout=600)
