@@ -32,6 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from damage_support import CUT_FILES, DAMAGES, DISK_FAULTS, KINDS, LAYOUT_FAULTS, LOST_PAGES, PROBLEMS, damage_run  # noqa: E402
+import damage_support  # noqa: E402
+
+damage_support.FRESH_PROCESS = True  # each command in a fresh process with its timeout, as a user runs it
 
 
 def main() -> int:

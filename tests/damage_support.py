@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from conftest import FIXTURES, copy_store, manifest, other_file_system
-from repair_support import mqtool, tree as store_tree
+from repair_support import Hang, cli, mqtool, tree as store_tree
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.recovery.repair import expected_after, triage
 from mqtool.verify import Finding, Severity
@@ -46,6 +46,9 @@ DOCUMENTED = {EXIT_OK, EXIT_FINDINGS, EXIT_BAD_INPUT, EXIT_REFUSED}
 # Every fixture store (each version's classic, crashed, retention, rewritten, DLedger, timer, LMQ,
 # batch and real-config stores): `repair` leaves every undamaged one sound.
 KINDS = tuple(sorted((d.parent.name.removeprefix("rocketmq-"), d.name) for d in FIXTURES.glob("rocketmq-*/*") if d.is_dir()))
+# each command in a fresh process, as a user runs it (``bench/damage_run.py``), or in this one (the tests: the same
+# exit codes and output without a process's start-up, hundreds of commands)
+FRESH_PROCESS = False
 
 def store_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != "lock" and p.stat().st_size > 0)
@@ -346,10 +349,13 @@ def fixture_conf(version: str, name: str, dest: Path) -> Path:
 
 
 def run(*args, timeout: int) -> tuple[int, str, str]:
+    """``mqtool ARGS``: in a fresh process with ``FRESH_PROCESS`` (the bench), else in this one (``repair_support.cli``)."""
     try:
-        proc = mqtool(*map(str, args), timeout=timeout)
-    except subprocess.TimeoutExpired:
+        proc = mqtool(*map(str, args), timeout=timeout) if FRESH_PROCESS else cli(*args, timeout=timeout)
+    except (subprocess.TimeoutExpired, Hang):
         raise Stop("hang", f"mqtool {args[0]}: no answer in {timeout} s") from None
+    except Exception as exc:  # noqa: BLE001 - what a process prints as a traceback
+        raise Stop("traceback", f"mqtool {args[0]}: {type(exc).__name__}: {exc}") from exc
     if "Traceback" in proc.stderr:
         raise Stop("traceback", f"mqtool {args[0]}: {proc.stderr[-1500:]}")
     if proc.returncode not in DOCUMENTED:

@@ -89,9 +89,41 @@ def tree(root: Path, but: tuple[str, ...] = (), links: bool = False) -> dict[str
 
 
 def mqtool(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
-    """Run the CLI in a subprocess (as a user would)."""
+    """Run the CLI in a subprocess (as a user would): for the tests of the process itself (a kill, a signal)."""
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "mqtool", *map(str, args)], capture_output=True, text=True, env=full_env, timeout=timeout, cwd=ROOT)
+
+
+class Hang(BaseException):
+    """A ``cli`` command still running after its ``timeout`` (raised in it by SIGALRM; not an ``Exception``,
+    which the CLI would report as an internal error)."""
+
+
+def cli(*args, env: dict | None = None, timeout: int | None = None) -> subprocess.CompletedProcess:
+    """``mqtool ARGS`` in this process (typer's CliRunner): the exit code, stdout and stderr ``mqtool()`` gives,
+    without a process's start-up and imports (a tenth of a second a command), for the tests not about the process.
+    An exception the CLI lets out is raised, not an exit code; ``timeout``: ``Hang`` after that many seconds."""
+    import signal
+    import threading
+
+    from typer.testing import CliRunner
+
+    from mqtool.cli import app
+
+    def hang(signum, frame):
+        raise Hang(f"mqtool {args[0]}: no answer in {timeout} s")
+
+    alarm = timeout is not None and threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGALRM, hang) if alarm else None
+    if alarm:
+        signal.alarm(timeout)
+    try:
+        result = CliRunner().invoke(app, [str(a) for a in args], env=env, catch_exceptions=False)
+    finally:
+        if alarm:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def put_time_delay_tags(version: str, topic: str) -> bool:

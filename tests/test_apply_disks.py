@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import copy_store
-from test_apply_crash import damaged_store, plan_of
+from test_apply_crash import damaged_store, plan_given_version, plan_of
 from typer.testing import CliRunner
 
 import mqtool.fileops as fileops
@@ -135,7 +135,7 @@ def test_every_kill_point_of_an_apply_onto_another_disk_converges_and_restores(t
     apply_plan(plan_of(reference), tmp_path / "reference-backup")
     final = state(reference)
     # every third point (test_apply_crash kills at each on one disk): the copies across disks sit between them
-    assert every_kill_point(monkeypatch, tmp_path, fresh, plan_of, original, final, state, step=3) > 8
+    assert every_kill_point(monkeypatch, tmp_path, fresh, plan_given_version, original, final, state, step=3) > 8
 
     from mqtool.apply import BackupSet, read_pending, resume_pending, restore
 

@@ -39,7 +39,7 @@ def strays(findings: list[dict]) -> dict[str, dict]:
 
 def snapshot(root) -> dict[str, tuple]:
     """Every entry under ``root``: a file's bytes, a symlink's target, a directory (not followed)."""
-    out = {}
+    out, hashes = {}, tree(root)  # every file hashed once (before: the whole store again for each file)
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             p = os.path.join(dirpath, name)
@@ -49,7 +49,7 @@ def snapshot(root) -> dict[str, tuple]:
             elif os.path.isdir(p):
                 out[rel] = ("dir",)
             else:
-                out[rel] = ("file", tree(root).get(rel))
+                out[rel] = ("file", hashes.get(rel))
     return out
 
 

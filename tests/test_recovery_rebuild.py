@@ -15,7 +15,7 @@ from mqtool.recovery.planners import PlanOptions, plan_rebuild_cq, plan_rebuild_
 from mqtool.store import Store
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC
-from repair_support import assert_tags_code, broker_query, fixture_config, mqtool, put_time_delay_tags, queue_entries, queue_view, tree
+from repair_support import assert_tags_code, broker_query, cli, fixture_config, put_time_delay_tags, queue_entries, queue_view, tree
 
 
 def rebuild(tmp_path, store_dir, planner, version, name, options=PlanOptions()):
@@ -66,7 +66,7 @@ def test_rebuild_cq_plans_only_the_queues_it_would_change(tmp_path, version):
     root = copy_store(version, "clean-small", tmp_path / "s")
     stamps = lambda: {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}  # noqa: E731
     before = stamps()
-    result = mqtool("rebuild-cq", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
+    result = cli("rebuild-cq", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
     assert result.returncode == 0 and "nothing to rebuild: every consume queue already equals the rebuild" in result.stdout
     assert not (tmp_path / "b").exists() and stamps() == before
     path = root / "consumequeue" / "TopicTest" / "1" / "00000000000000000000"

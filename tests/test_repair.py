@@ -20,7 +20,7 @@ from mqtool.errors import EXIT_FINDINGS, EXIT_OK
 from mqtool.formats import checkpoint as cpfmt
 from mqtool.store import Store
 from mqtool.recovery.planners import plan_truncate_dirty
-from repair_support import mqtool, queue_entries, tree
+from repair_support import cli, mqtool, queue_entries, tree
 
 runner = CliRunner()
 
@@ -241,7 +241,7 @@ def test_a_killed_repair_is_finished_by_the_next_one(kill_at, tmp_path):
     (root / "consumequeue" / "TopicTest" / "1" / "00000000000000000000").unlink()
     killed = mqtool("repair", root, "--yes", env={"MQTOOL_TEST_KILL_AT": str(kill_at)})
     assert killed.returncode == -9, killed.stderr
-    again = mqtool("repair", root, "--yes")
+    again = cli("repair", root, "--yes")
     assert again.returncode == EXIT_OK, again.stderr
     assert "finishing the interrupted apply" in again.stderr
     doc = verify_doc(root)

@@ -34,6 +34,9 @@ from mqtool.scan.schema import MESSAGE_FILE_SCHEMA, MESSAGE_SCHEMA  # noqa: E402
 SCRIPT = ROOT / "spark" / "mqtool_scan.py"
 BROKERS = {"a": ("4.9.7", "clean-small"), "b": ("5.3.3", "clean-small"), "c": ("4.9.7", "rewrite-clean")}
 runner = CliRunner()
+# the JVMs the jobs run as a user starts them (``python mqtool_scan.py``, ``spark-submit``) stop their JIT at C1, as
+# conftest's session does: a third less CPU for a short job, its logging untouched
+QUICK_JIT = {"JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -XX:TieredStopAtLevel=1".strip()}
 
 
 def options(out: Path, brokers=BROKERS, **kw) -> job.JobOptions:
@@ -91,7 +94,7 @@ def test_messages_equal_dump_and_the_manifest(one_split_per_file):
 
 
 @pytest.mark.parametrize("fmt, writer", [("json", "auto"), ("parquet", "auto"), ("parquet", "spark")])
-def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp_path, one_split_per_file, fmt, writer):
+def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp_path, one_split_per_file, stale_rows, fmt, writer):
     _, reference = one_split_per_file
     since = reference["a"][100]["store_timestamp"]
     topics = ["TopicTest", "orders_eu-west-1"]
@@ -108,18 +111,22 @@ def test_tiny_splits_and_filters_change_nothing_but_drop_stale_splits(spark, tmp
             if r["topic"] in topics and r["store_timestamp"] >= since
         ]
     assert doc["rows_written"] == sum(len(v) for v in got.values())
-    assert doc["rows_read"] == sum(len(reference[b]) for b in brokers) + sum(stale_rows(spark, tmp_path, rejected))
+    assert doc["rows_read"] == sum(len(reference[b]) for b in brokers) + sum(stale_rows[r["split_start"]] for r in rejected)
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["rejected_splits"] == rejected
     assert (tmp_path / "messages" / "_SUCCESS").exists() and not list((tmp_path / "messages").glob("_temporary*"))
 
 
-def stale_rows(spark, tmp_path, rejected):
-    """The rows each rejected split read (its stale records), counted by the data source itself."""
+@pytest.fixture(scope="module")
+def stale_rows(spark) -> dict[int, int]:
+    """The rows each 128 KiB split of broker c reads (a rejected split's: its stale records), counted by the
+    data source itself, once for the three runs that reject them."""
+    from mqtool.spark.source import RocketMQDataSource
+
+    spark.dataSource.register(RocketMQDataSource)
     root = store_path(*BROKERS["c"])
     df = spark.read.format("rocketmq").option("splitSize", str(128 << 10)).option("columns", "split_start").load(str(root))
-    counts = {r["split_start"]: r["count"] for r in df.groupBy("split_start").count().collect()}
-    return [counts[r["split_start"]] for r in rejected]
+    return {r["split_start"]: r["count"] for r in df.groupBy("split_start").count().collect()}
 
 
 def test_the_tasks_writer_keeps_the_schema_when_nothing_matches(spark, tmp_path):
@@ -278,7 +285,7 @@ def test_a_checkout_on_the_path_imports_without_an_installation(tmp_path):
 def test_spark_job_logs_at_warn(tmp_path):
     """Run as `python spark/mqtool_scan.py` (it starts its own JVM), the job logs at WARN too. Here, not
     in another file: the Spark tests run on one worker, so that two JVMs never start at once."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **QUICK_JIT, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     out = tmp_path / "stats"
     result = subprocess.run(
         [sys.executable, str(ROOT / "spark" / "mqtool_scan.py"), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--format", "json", "--output", str(out)],
@@ -293,7 +300,7 @@ def test_spark_submit_prints_no_info_line(tmp_path):
     """Under spark-submit (its JVM already running) the job still logs at WARN: no INFO line, the
     stats result printed, report.json written."""
     bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env = {**os.environ, **QUICK_JIT, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     out = tmp_path / "out"
     result = subprocess.run([str(bin_dir / "spark-submit"), "--master", "local[1]", str(SCRIPT), str(store_path("4.9.7", "clean-small")), "--mode", "stats", "--output", str(out)],
                             capture_output=True, text=True, env=env, timeout=600)

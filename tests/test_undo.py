@@ -24,7 +24,7 @@ from mqtool.apply import BackupSet, read_pending, restore
 from mqtool.apply.backup import STAGING_DIR, repair_stages
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED
-from repair_support import ROOT, mqtool
+from repair_support import ROOT, cli, mqtool
 
 runner = CliRunner()
 
@@ -261,7 +261,7 @@ def test_ctrl_c_during_an_apply_stops_before_a_write_or_not_at_all(tmp_path):
         assert proc.returncode == 128 + signal.SIGINT, proc.stderr
         assert "applied;" not in proc.stderr and proc.stderr.count("error:") == 1
         assert "partly applied: finish with" in proc.stderr or "before anything was changed" in proc.stderr, proc.stderr
-        again = mqtool(*args)
+        again = cli(*args)  # in this process: the journal on disk, not the process, tells it what to finish
         assert again.returncode == EXIT_OK, again.stderr
         assert snapshot(store) == final
     assert point > 4, point
