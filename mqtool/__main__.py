@@ -28,7 +28,8 @@ def in_utf8_mode() -> None:
     C with PYTHONUTF8=0): the broker names a topic's consumequeue/ folder and writes the records' strings in UTF-8,
     which such a locale decoded wrongly (``TÃ³pico``) and could not encode on stdout: "internal error", exit 5,
     nothing written. The arguments keep their bytes (a topic typed in UTF-8 is then read as one)."""
-    chosen = "utf8" in sys._xoptions  # ``-X utf8=0`` given: kept (and no second run)
+    options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]  # the interpreter's own, before ``-m`` or the script
+    chosen = any(o.startswith(("utf8", "-Xutf8")) for o in options)  # ``-X utf8=0`` given: kept (and no second run)
     if not sys.flags.utf8_mode and sys.getfilesystemencoding() != "utf-8" and sys.executable and not chosen:
         os.execv(sys.executable, [sys.executable, "-X", "utf8", *sys.orig_argv[1:]])
 
