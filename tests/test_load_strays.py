@@ -800,3 +800,28 @@ def test_timercheck_ahead_of_a_cut_timer_log_is_lost_only_where_the_broker_canno
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     lost = [e for e in planned["remaining"] if e["kind"] == "timercheck-ahead" and e["lost_data"]]
     assert len(lost) == (last_message == "lost")
+
+
+def test_wheel_slots_the_broker_read_already_are_neither_lost_nor_cleared(tmp_path):
+    """5.3.3 ``timer-small``'s first timer log file cut at 3500: slot 399709's units all lay in the cut tail, but its time is
+    before timercheck's ``lastReadTimeMs``, where ``recover`` starts ``currReadTimeMs`` and ``dequeue`` never goes back. Before,
+    verify warned its units were gone (``cut_off``, counted lost) and repair cleared it; now both take ``RecoveredWheel.reads``:
+    an info (``details.read``), and the slot is left as it is; the slots still to read are cleared as before."""
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    cut, size = 3500 // 52 * 52, 8192
+    in_tail = {s.slot: s.time_slot < read_from for s in timer.wheel_slots() if s.is_read and cut <= s.first_pos <= s.last_pos < size}
+    assert True in in_tail.values() and False in in_tail.values()
+    os.truncate(root / "timerlog" / "00000000000000000000", 3500)
+    findings = verified(root, "5.3.3")[2]
+    done = {i for i, read in in_tail.items() if read}
+    shown = [f for f in findings if f["kind"] == "timer-wheel" and f["details"]["slot"] in done]
+    assert shown and {(f["severity"], f["details"].get("read"), f["details"].get("cut_off")) for f in shown} == {("info", True, None)}
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    cleared = {i for a in planned["files"]["actions"] if a["path"] == "timerwheel" and a["op"] == "zero-range"
+               for i in range(a["start"] // 32, a["end"] // 32)}
+    assert cleared == {i for i, read in in_tail.items() if not read}
+    assert not [e for e in planned["remaining"] if e["kind"] == "timer-wheel" and any(f"slot {i} " in e["message"] for i in done)]

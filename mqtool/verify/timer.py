@@ -138,7 +138,12 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                        details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                 "revised": True})
             continue
-        if bad:
+        if bad and not revised.reads(slot):
+            yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid "
+                       "unit starts: the broker read the slot already (its time is before timercheck's lastReadTimeMs) and never reads "
+                       "it again (TimerMessageStore.dequeue); damage it ignores", file="timerwheel", found=bad[0],
+                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "read": True})
+        elif bad:
             gone = min(bad) < start
             cut_off = any(a <= p < b for p in bad for a, b in tails)
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts"
@@ -148,7 +153,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                    "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
-        elif slot.time_slot >= revised.read_from and (broken := chain_break(last, units, start)) is not None:
+        elif revised.reads(slot) and (broken := chain_break(last, units, start)) is not None:
             yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails))
 
 
