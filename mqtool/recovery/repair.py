@@ -35,7 +35,8 @@ from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
-from ..store.timer import RecoveredWheel, TimerLog, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start, recovered_wheel
+from ..store.timer import (RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start,
+                          recovered_wheel)
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -190,8 +191,10 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
                        for a, b in runs)
 
     walked = _walked_timer(root, listing)
-    cut_slots, tail_slots = _cut_wheel_slots(root, listing, walked), _tail_wheel_slots(tails, walked)
-    clear_slots(cut_slots, "the cut timer log tail", "positions past the log's end, where the broker's next "
+    cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
+    damage = walked.end.offset if walked is not None and not walked.end.clean else None
+    clear_slots(cut_slots, "the cut timer log tail" if damage is None else f"the timer log after its damage at {damage}",
+                "positions past the log's end, where the broker's next "
                 "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
     clear_slots(tail_slots, "the cut tail of a timer log file before the last", "its blank or zeros, whose "
                 "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
@@ -482,16 +485,22 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
     return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
 
 
-def _cut_wheel_slots(root: Path, listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
+def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
     """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
-    log file (``TimerLog.walk``: a unit the cut crosses ends them). The broker's ``recover`` revises the slots of the units it
+    log file (``TimerLog.walk``: a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates
+    the log (``_walked_timer``'s end). The broker's ``recover`` revises the slots of the units it
     walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
     rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
     A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
-    if walked is None or not listing.files or not listing.file_size or not 0 < listing.files[-1][1].stat().st_size < listing.file_size:
+    if walked is None:
         return []
     base, path = listing.files[-1]
-    end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
+    if walked.end.clean and listing.file_size and 0 < path.stat().st_size < listing.file_size:
+        end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
+    elif not walked.end.clean:
+        end = walked.end.offset
+    else:
+        return []
     return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= end]
 
 
@@ -513,6 +522,7 @@ class WalkedTimer(NamedTuple):
     start: int
     read: list[tfmt.WheelSlot]
     wheel: RecoveredWheel
+    end: TimerLogEnd
 
 
 def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
@@ -530,7 +540,7 @@ def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
     bases, end = [b for b, _ in listing.files], log.end.offset
     read = [s for s in timer.wheel_slots() if s.is_read]
     return WalkedTimer(units, bases[0], read, recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size),
-                                                                bases, timer.check))
+                                                                bases, timer.check), log.end)
 
 
 def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer | None) -> list[tuple[int, list[Action]]]:
@@ -541,7 +551,7 @@ def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedT
     of its time before it (-1 for the first) (``_walked_timer``)."""
     if walked is None:
         return []
-    units, start, read, wheel = walked
+    units, start, read, wheel, _ = walked
     own, last = wheel.own, wheel.last_pos
 
     def write(path: str, at: int, value: int, what: str) -> Action:
