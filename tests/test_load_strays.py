@@ -800,3 +800,86 @@ def test_timercheck_ahead_of_a_cut_timer_log_is_lost_only_where_the_broker_canno
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     lost = [e for e in planned["remaining"] if e["kind"] == "timercheck-ahead" and e["lost_data"]]
     assert len(lost) == (last_message == "lost")
+
+
+def test_wheel_slots_the_broker_read_already_are_neither_lost_nor_cleared(tmp_path):
+    """5.3.3 ``timer-small``'s first timer log file cut at 3500: slot 399709's units all lay in the cut tail, but its time is
+    before timercheck's ``lastReadTimeMs``, where ``recover`` starts ``currReadTimeMs`` and ``dequeue`` never goes back. Before,
+    verify warned its units were gone (``cut_off``, counted lost) and repair cleared it; now both take ``RecoveredWheel.reads``:
+    an info (``details.read``), and the slot is left as it is; the slots still to read are cleared as before."""
+    from mqtool.store.timer import TimerStore
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    timer = TimerStore.open(root)
+    read_from = timer.check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    cut, size = 3500 // 52 * 52, 8192
+    in_tail = {s.slot: s.time_slot < read_from for s in timer.wheel_slots() if s.is_read and cut <= s.first_pos <= s.last_pos < size}
+    assert True in in_tail.values() and False in in_tail.values()
+    os.truncate(root / "timerlog" / "00000000000000000000", 3500)
+    findings = verified(root, "5.3.3")[2]
+    done = {i for i, read in in_tail.items() if read}
+    shown = [f for f in findings if f["kind"] == "timer-wheel" and f["details"]["slot"] in done]
+    assert shown and {(f["severity"], f["details"].get("read"), f["details"].get("cut_off")) for f in shown} == {("info", True, None)}
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    cleared = {i for a in planned["files"]["actions"] if a["path"] == "timerwheel" and a["op"] == "zero-range"
+               for i in range(a["start"] // 32, a["end"] // 32)}
+    assert cleared == {i for i, read in in_tail.items() if not read}
+    assert not [e for e in planned["remaining"] if e["kind"] == "timer-wheel" and any(f"slot {i} " in e["message"] for i in done)]
+
+
+def test_a_damaged_timer_log_unit_is_requeued_and_the_slots_after_it_cleared(tmp_path):
+    """A unit of 5.3.3 ``timer-small``'s timer log with a bad magic: ``recoverAndRevise`` truncates the log there, and
+    ``reviseQueueOffset`` reads the message of the unit before it, so the enqueue resumes rmq_sys_wheel_timer right after that
+    message, the damaged unit's message being the next (as the broker queued them), and enqueues it and the later ones again.
+    Before, verify said ``timer-log-damaged`` as an error and repair counted it and the slots of the units after it lost;
+    now it is an info (``details.requeued``, the rule of ``timercheck-ahead``), and repair clears the slots whose units all
+    lie past the damage (their re-enqueued units would each name itself, as after a cut last file), so nothing is lost."""
+    from mqtool.formats import timer as tfmt
+
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    at = 8192 + 1560
+    with open(root / "timerlog" / "00000000000000008192", "r+b") as f:
+        f.seek(at - 8192 + 12)
+        f.write((0x12345).to_bytes(4, "big"))
+    queued = {u["timerLogOffset"]: msg["queueOffset"] for msg in m["messages"] if msg.get("timer") for u in msg["timer"]["timerLogUnits"]}
+    assert queued[at] == queued[at - tfmt.UNIT_SIZE] + 1
+    findings = verified(root, "5.3.3")[2]
+    [damaged] = [f for f in findings if f["kind"] == "timer-log-damaged"]
+    assert (damaged["severity"], damaged["details"]) == ("info", {"timer_log_offset": at, "requeued": True})
+    after = sorted(s["slot"] for s in m["timer"]["timerwheel"]["nonEmptySlots"] if s["firstPos"] >= at)
+    planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    cleared = sorted(i for a in planned["files"]["actions"] if a["path"] == "timerwheel" and a["op"] == "zero-range"
+                     for i in range(a["start"] // 32, a["end"] // 32))
+    assert after and cleared == after and not [e for e in planned["remaining"] if e["lost_data"]]
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+
+
+@pytest.mark.parametrize("version, severity, master", [("5.3.3", "info", True), ("5.3.1", "warning", True), (None, "warning", True),
+                                                      ("5.3.1", "info", False)])
+def test_timercheck_queue_offset_past_the_timer_queue_is_clamped_from_5_3_2(tmp_path, version, severity, master):
+    """timercheck's lastTimerQueueOffset and masterTimerQueueOffset past rmq_sys_wheel_timer queue 0's end, and the log's last
+    unit naming no message (``reviseQueueOffset`` fails): ``TimerMessageStore.recover`` resumes the enqueue there in
+    5.0.0-5.3.1, never enqueuing the timer messages the queue gets before it reaches it, and clamps it to the queue's end from
+    5.3.2 (rules §8.1). Before, verify warned in every release; now 5.3.2+ is an info (``details.clamped``), and a store
+    that could be either says which releases clamp. Every release resumes at the lesser of the two offsets: with
+    masterTimerQueueOffset left within the queue, nothing is skipped either (an info, where it warned)."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    ends = {q["topic"]: q["maxOffset"] for q in manifest("5.3.3", "timer-small")["queues"] if q["queueId"] == 0}
+    ahead = ends["rmq_sys_wheel_timer"] + 8
+    with open(root / "config" / "timercheck", "r+b") as f:  # lastTimerQueueOffset at 16, masterTimerQueueOffset at 24
+        f.seek(16)
+        f.write(ahead.to_bytes(8, "big") * (2 if master else 1))
+    last = root / "timerlog" / "00000000000000008192"
+    end = manifest("5.3.3", "timer-small")["timerRuntimeBeforeShutdown"]["timerLogMaxOffset"]
+    with open(last, "r+b") as f:  # the last unit's offsetPy, past the commit log
+        f.seek(end - 8192 - 52 + 28)
+        f.write((1 << 40).to_bytes(8, "big"))
+    args = ("verify", root, "--format", "json") + (("--broker-version", version) if version else ())
+    findings = json.loads(run(*args).stdout)["findings"]
+    [f] = [f for f in findings if f["kind"] == "timercheck-ahead"]
+    assert (f["severity"], f["found"], f["expected"]) == (severity, ahead, f"<= {ends['rmq_sys_wheel_timer']}")
+    assert f["details"] == ({"clamped": True} if severity == "info" and master else {})
+    assert ("masterTimerQueueOffset" in f["message"]) == (not master)
+    assert ("5.3.2+ clamp it" in f["message"]) == (version is None)

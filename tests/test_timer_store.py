@@ -164,7 +164,8 @@ def test_a_wheel_slot_holding_another_slots_time_is_never_read(store_copy):
     TimerWheel reads the slot of a time only at index time / precision % slots and only if it holds
     that time (getSlot, checkPhyPos, getAllNum), so the broker never reads it: verify says so (info),
     where it warned that the slot points at no unit, a warning no repair could remove. A slot that
-    holds its own time but points at no unit stays a warning."""
+    holds its own time but points at no unit stays a warning, where the broker is still to read it (its time from
+    timercheck's lastReadTimeMs on); one the broker read already is an info too (``RecoveredWheel.reads``)."""
     root = store_copy("5.3.3", "timer-small")
     used = {s["slot"] for s in manifest("5.3.3", "timer-small")["timer"]["timerwheel"]["nonEmptySlots"]}
     free = next(i for i in range(1, 100) if i not in used)
@@ -173,7 +174,12 @@ def test_a_wheel_slot_holding_another_slots_time_is_never_read(store_copy):
     wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
     assert [(f.severity.value, f.details["slot"], f.found) for f in wheel] == [("info", free, 1 << 45)]
     assert f"belongs in slot {(1 << 45) % (2 * fmt.SLOTS_TOTAL)}" in wheel[0].message
-    _patch(root / "timerwheel", free * 32, free + 2 * fmt.SLOTS_TOTAL)  # a time this slot does hold
+    _patch(root / "timerwheel", free * 32, free + 2 * fmt.SLOTS_TOTAL)  # a time this slot does hold, read long ago
+    wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
+    assert [(f.severity.value, f.details["slot"], f.found, f.details.get("read")) for f in wheel] == [("info", free, 2, True)]
+    wheels = 2 * fmt.SLOTS_TOTAL  # a time this slot holds, after lastReadTimeMs: still to read
+    read_from = TimerStore.open(root).check.last_read_time_ms // manifest("5.3.3", "timer-small")["storeConfig"]["timerPrecisionMs"]
+    _patch(root / "timerwheel", free * 32, (read_from // wheels + 1) * wheels + free)
     wheel = [f for f in _timer_findings(root) if f.kind == "timer-wheel"]
     assert [(f.severity.value, f.details["slot"], f.found) for f in wheel] == [("warning", free, 2)]
 

@@ -16,7 +16,7 @@ import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from .. import activity
 from ..formats import checkpoint as cpfmt
@@ -35,7 +35,8 @@ from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
-from ..store.timer import TimerLog, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start, recovered_wheel
+from ..store.timer import (RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start,
+                          recovered_wheel)
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from .plans import PlanOptions
@@ -189,12 +190,15 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
                        for a, b in runs)
 
-    cut_slots, tail_slots = _cut_wheel_slots(root, listing), _tail_wheel_slots(root, tails)
-    clear_slots(cut_slots, "the cut timer log tail", "positions past the log's end, where the broker's next "
+    walked = _walked_timer(root, listing)
+    cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
+    damage = walked.end.offset if walked is not None and not walked.end.clean else None
+    clear_slots(cut_slots, "the cut timer log tail" if damage is None else f"the timer log after its damage at {damage}",
+                "positions past the log's end, where the broker's next "
                 "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
     clear_slots(tail_slots, "the cut tail of a timer log file before the last", "its blank or zeros, whose "
                 "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
-    relinks = _relinked_slots(root, listing, set(cut_slots + tail_slots))
+    relinks = _relinked_slots(listing, set(cut_slots + tail_slots), walked)
     if relinks:
         listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
         steps.append(RepairStep("relink-wheel-slots", True, f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units "
@@ -481,49 +485,73 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
     return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
 
 
-def _cut_wheel_slots(root: Path, listing: TimerLogListing) -> list[int]:
+def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
     """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
-    log file (``TimerLog.walk``: a unit the cut crosses ends them). The broker's ``recover`` revises the slots of the units it
+    log file (``TimerLog.walk``: a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates
+    the log (``_walked_timer``'s end). The broker's ``recover`` revises the slots of the units it
     walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
-    rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3)."""
-    if not listing.files or not listing.file_size or not 0 < listing.files[-1][1].stat().st_size < listing.file_size:
+    rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
+    A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
+    if walked is None:
         return []
     base, path = listing.files[-1]
-    end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
-    timer = TimerStore.open(root)
-    return [s.slot for s in timer.wheel_slots() if s.is_read and s.first_pos >= end] if timer is not None else []
+    if walked.end.clean and listing.file_size and 0 < path.stat().st_size < listing.file_size:
+        end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
+    elif not walked.end.clean:
+        end = walked.end.offset
+    else:
+        return []
+    return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= end]
 
 
-def _tail_wheel_slots(root: Path, tails: list[tuple[int, int]]) -> list[int]:
+def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer | None) -> list[int]:
     """The ``timerwheel`` slots the broker reads whose first and last positions both lie in one of ``tails``, the cut tails of
     timer log files before the last that ``end_timer_file`` pads with a blank. No unit of their time is left to walk, so
     ``recoverAndRevise`` never revises them, nor ``checkPhyPos`` (their lastPos lies before the log's end); ``dequeue`` reads
-    the blank or zeros there as a unit whose prevPos is 0 and goes on at unit 0 (5.0.0-5.3.3)."""
-    timer = TimerStore.open(root) if tails else None
-    if timer is None:
+    the blank or zeros there as a unit whose prevPos is 0 and goes on at unit 0 (5.0.0-5.3.3); not one read already."""
+    if walked is None:
         return []
-    return [s.slot for s in timer.wheel_slots() if s.is_read and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
+    return [s.slot for s in walked.read if walked.wheel.reads(s) and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
 
 
-def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> list[tuple[int, list[Action]]]:
-    """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
-    fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
-    or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
-    ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
-    of its time before it (-1 for the first). Each file is walked alone, as ``recoverAndRevise`` (5.0.0-5.3.3) walks it
-    padded: up to its blank, or its last whole unit."""
+class WalkedTimer(NamedTuple):
+    """The timer log's units as the file fixes leave it (position: ``(delivery time, prevPos)``), its first offset, the wheel's
+    read slots and ``recovered_wheel``'s model of them after the broker's ``recover``."""
+
+    units: dict[int, tuple[int, int]]
+    start: int
+    read: list[tfmt.WheelSlot]
+    wheel: RecoveredWheel
+    end: TimerLogEnd
+
+
+def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
+    """The timer store as ``recoverAndRevise`` (5.0.0-5.3.3) walks it once padded: each file alone, up to its blank or its last
+    whole unit; None without a timer store or timer log file."""
     timer = TimerStore.open(root)
     if timer is None or not listing.files:
-        return []
+        return None
     units: dict[int, tuple[int, int]] = {}
     for base, path in listing.files:
         log = TimerLog([(base, path)])
         units.update((u.timer_log_offset, (u.delivery_time, u.prev_pos)) for u in log.walk())
         if not log.end.clean:
             break
-    bases, start, end = [b for b, _ in listing.files], listing.files[0][0], log.end.offset
+    bases, end = [b for b, _ in listing.files], log.end.offset
     read = [s for s in timer.wheel_slots() if s.is_read]
-    wheel = recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size), bases, timer.check)
+    return WalkedTimer(units, bases[0], read, recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size),
+                                                                bases, timer.check), log.end)
+
+
+def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer | None) -> list[tuple[int, list[Action]]]:
+    """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
+    fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
+    or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
+    ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
+    of its time before it (-1 for the first) (``_walked_timer``)."""
+    if walked is None:
+        return []
+    units, start, read, wheel, _ = walked
     own, last = wheel.own, wheel.last_pos
 
     def write(path: str, at: int, value: int, what: str) -> Action:
@@ -536,7 +564,7 @@ def _relinked_slots(root: Path, listing: TimerLogListing, cleared: set[int]) -> 
     relinks = []
     for slot in read:
         mine, at = own[slot.slot], slot.slot * tfmt.SLOT_SIZE
-        if not mine or slot.slot in cleared or slot.time_slot < wheel.read_from or chain_break(last[slot.slot], units, start) is None:
+        if not mine or slot.slot in cleared or not wheel.reads(slot) or chain_break(last[slot.slot], units, start) is None:
             continue
         writes = [write("timerwheel", at + 16, mine[-1], f"slot {slot.slot}'s lastPos")] if last[slot.slot] != mine[-1] else []
         if slot.first_pos not in units and slot.first_pos >= start:

@@ -277,6 +277,10 @@ class VersionRules:
     dledger_abnormal_redispatch = _rule("E17")
     """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
 
+    clamps_timer_queue_offset = _rule("E18")
+    """§8.1: 5.3.2+ ``TimerMessageStore.recover`` clamps the timer queue offset it resumes at to ``rmq_sys_wheel_timer`` queue 0's
+    [min, max]; 5.0.0-5.3.1 resume at it as it is (timercheck's ``lastTimerQueueOffset`` where ``reviseQueueOffset`` fails)."""
+
 
 # The rules a recovery or repair plan depends on: candidate eras that agree on all of them plan the same
 PLANNING_RULES = (

@@ -121,6 +121,12 @@ class RecoveredWheel:
     last_pos: dict[int, int]
     read_from: int
 
+    def reads(self, slot: fmt.WheelSlot) -> bool:
+        """Whether the broker's ``dequeue`` is still to read ``slot``: its time is ``read_from`` or later (``recover`` starts
+        ``currReadTimeMs`` at timercheck's ``lastReadTimeMs`` or later and ``moveReadTime`` only moves it on). Damage in a slot
+        read already is damage the broker never reads (verify's info, nothing for repair to clear or relink)."""
+        return slot.time_slot >= self.read_from
+
 
 def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, first_pass: int, bases: list[int],
                     check: fmt.TimerCheck | None) -> RecoveredWheel:

@@ -35,7 +35,11 @@ def timer_findings(store: Store) -> Iterator[Finding]:
 
     report = timer_report(store, timer)
     end = report.log_end
-    if not end.clean:
+    if not end.clean and _requeued(report):
+        yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
+                   f"there, resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset) and enqueues the later "
+                   "messages again: nothing lost", file="timerlog", details={"timer_log_offset": end.offset, "requeued": True})
+    elif not end.clean:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
@@ -138,7 +142,12 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                        details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                 "revised": True})
             continue
-        if bad:
+        if bad and not revised.reads(slot):
+            yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid "
+                       "unit starts: the broker read the slot already (its time is before timercheck's lastReadTimeMs) and never reads "
+                       "it again (TimerMessageStore.dequeue); damage it ignores", file="timerwheel", found=bad[0],
+                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "read": True})
+        elif bad:
             gone = min(bad) < start
             cut_off = any(a <= p < b for p in bad for a, b in tails)
             yield warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid unit starts"
@@ -148,7 +157,7 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
                           details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
                                    "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
-        elif slot.time_slot >= revised.read_from and (broken := chain_break(last, units, start)) is not None:
+        elif revised.reads(slot) and (broken := chain_break(last, units, start)) is not None:
             yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails))
 
 
@@ -178,6 +187,15 @@ def _missing_wheel(report: TimerReport) -> Finding:
     return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
+def _requeued(report: TimerReport) -> bool:
+    """Whether ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes ``rmq_sys_wheel_timer`` after the message of the timer log's last
+    unit: ``reviseQueueOffset`` reads the unit right before where ``recoverAndRevise`` ends the log, and where its message is
+    readable the enqueue goes on after it, enqueuing the messages of the units past that end again (a cut or damaged tail's:
+    nothing lost); only where that fails does it take timercheck's ``lastTimerQueueOffset``."""
+    rows, end = report.rows, report.log_end.offset
+    return bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
+
+
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
     check = timer.check
     if check is None:
@@ -186,9 +204,7 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
     if check.last_timer_log_flush_pos > end:
         where = {"file": "config/timercheck", "expected": f"<= {end}", "found": check.last_timer_log_flush_pos}
         message = f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {end}"
-        if report.rows and report.rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and report.rows[-1]["state"] != "lost":
-            # TimerMessageStore.recover (5.0.0-5.3.3): reviseQueueOffset reads the message of the unit before the end, and the
-            # enqueue resumes the timer queue after it; only where that fails does it take timercheck's lastTimerQueueOffset
+        if _requeued(report):
             yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of "
                        "the log's last unit (reviseQueueOffset) and enqueues the later messages again, the cut units' too: nothing lost",
                        details={"requeued": True}, **where)
@@ -199,6 +215,23 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
         max_offset = queue.recover().max_offset if queue.files else 0
     except (LookupError, OSError, ValueError):
         return
-    if check.last_timer_queue_offset > max_offset:
-        yield warning("timercheck-ahead", f"timercheck says {check.last_timer_queue_offset} timer messages were enqueued, but {fmt.TIMER_TOPIC} queue 0 ends at {max_offset}",
-                      file="config/timercheck", expected=f"<= {max_offset}", found=check.last_timer_queue_offset)
+    if check.last_timer_queue_offset <= max_offset:
+        return
+    message = (f"timercheck says {check.last_timer_queue_offset} timer messages were enqueued, but {fmt.TIMER_TOPIC} queue 0 ends at "
+               f"{max_offset}")
+    where = {"file": "config/timercheck", "expected": f"<= {max_offset}", "found": check.last_timer_queue_offset}
+    eras = timer_eras(store.version_guess.eras)
+    clamping = [e for e in eras if e in store.eras_where("clamps_timer_queue_offset")]
+    if _requeued(report):
+        yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of the log's "
+                   "last unit (reviseQueueOffset), not there: nothing skipped", details={"requeued": True}, **where)
+    elif check.master_timer_queue_offset <= max_offset:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
+        yield info("timercheck-ahead", message + f": the broker's timer recovery resumes at its masterTimerQueueOffset "
+                   f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover): nothing skipped", **where)
+    elif eras and clamping == eras:
+        yield info("timercheck-ahead", message + ": the broker's timer recovery resumes at the queue's end (TimerMessageStore.recover "
+                   "clamps it, 5.3.2+): nothing skipped", details={"clamped": True}, **where)
+    else:
+        yield warning("timercheck-ahead", message + ": 5.0.0-5.3.1 resume the enqueue there (TimerMessageStore.recover) and never "
+                      "enqueue the timer messages the queue gets before it reaches it" + ("; 5.3.2+ clamp it to the queue's end" if clamping
+                                                                                           else ""), **where)
