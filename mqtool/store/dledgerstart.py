@@ -138,6 +138,19 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
     return at if record.phys_offset == at and at + record.total_size == resume else None
 
 
+
+def loose_walk(cl, end: ScanEnd, resume: int, **options):
+    """The compiled walk (``FastScan``, with ``options``) of the record inside the entry a walk stopped at (``end``) and
+    resumes after (``resume``) when the entry's header alone is broken (``record_in_broken_entry``), in a view of its file
+    alone (``DLedgerCommitLog.file_alone``); None in a classic log or where there is no such record. What the broker serves
+    of that entry, read by ``dump``, ``stats`` and verify's walk."""
+    at = record_in_broken_entry(cl, end, resume) if isinstance(cl, DLedgerCommitLog) else None
+    if at is None:
+        return None
+    from .fastscan import FastScan  # loads numpy
+
+    return FastScan(cl.file_alone(at), at, resume, **options)
+
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
     """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
     first whose first record has magic V1 (V2 is not accepted) and a store time in (0, bound]."""
