@@ -1484,3 +1484,24 @@ def test_dump_and_stats_read_the_record_inside_an_entry_whose_header_alone_is_br
     assert f"skipped [{pos}, {following})" not in stderr
     rows = json.loads(_cli("stats", root, "--format", "json").stdout)
     assert sum(r["messages"] for r in rows if r["row"] == "queue") == len(placed)
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_rebuild_cq_says_the_record_inside_an_entry_whose_header_alone_is_broken_is_dispatched(tmp_path, version):
+    """The queues rebuilt past an entry header broken before DLedger's recovery start file hold the record inside it (the
+    reput skips the header unread, ``record_in_broken_entry``). Before: the plan's note said "unreadable record at X skipped
+    (corrupt)" of the entry whose record it dispatched."""
+    import dataclasses
+    import shutil
+
+    from mqtool.recovery.planners import plan_rebuild_cq
+    from repair_support import fixture_config
+
+    root, placed, pos, _ = _broken_entry_header(tmp_path, version)
+    shutil.rmtree(root / "consumequeue")
+    config = dataclasses.replace(fixture_config(manifest(version, "dledger-small")), commitlog_file_size=1 << 18)
+    with Store.open(root, config, version) as store:
+        plan = plan_rebuild_cq(store)
+    assert f"unreadable record at {pos} skipped (corrupt)" not in plan.notes
+    assert (f"DLedger entry header at {pos} unreadable (corrupt: entry pos is not its own offset): the record inside it "
+            f"at {pos + 48} is dispatched, as the broker's reput reads it (it skips the 48 header bytes unread)") in plan.notes
