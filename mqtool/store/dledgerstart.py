@@ -138,7 +138,6 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
     return at if record.phys_offset == at and at + record.total_size == resume else None
 
 
-
 def loose_walk(cl, end: ScanEnd, resume: int, **options):
     """The compiled walk (``FastScan``, with ``options``) of the record inside the entry a walk stopped at (``end``) and
     resumes after (``resume``) when the entry's header alone is broken (``record_in_broken_entry``), in a view of its file
@@ -150,6 +149,7 @@ def loose_walk(cl, end: ScanEnd, resume: int, **options):
     from .fastscan import FastScan  # loads numpy
 
     return FastScan(cl.file_alone(at), at, resume, **options)
+
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
     """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
