@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
+from ..store.dledgerstart import KEPT, record_in_broken_entry
 from ..store.resync import record_start_note
 from ..store.splits import Damage, Rejected, SplitResult, auto_split_size, check_splits, parse_size
 from ..store import BrokerVersion, StoreConfig, load_broker_config
@@ -575,16 +576,6 @@ def _cell(v) -> str:
 
 def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> dict:
     rejected = result.pop("rejected")
-    damage = damage_lines(scan)
-    unread = {d.segment[0]: d.end.offset for d, _, job_stops in damage if job_stops}  # the DLedger logs read no further
-
-    def reason(r: Rejected) -> str:
-        at = unread.get(r.segment[0])
-        if at is None or r.first is None or r.first <= at:
-            return r.reason
-        return (f"past offset {at}, where this job's read of the DLedger log stops though its broker keeps the log after it "
-                "(`mqtool dump` reads on)")
-
     doc = {
         "mode": mode,
         "format": out.fmt,
@@ -596,14 +587,13 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
         "split_size": scan.split_size,
         "splits": len(scan.tasks),
         "rejected_splits": [
-            {"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first,
-             "expected_offset": r.expected, "reason": reason(r), "partition": i}
+            {"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first, "expected_offset": r.expected, "reason": r.reason, "partition": i}
             for i, r in rejected
         ],
         "damage": [
             {"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed,
              "message": line}
-            for d, line, _ in damage
+            for d, line in damage_lines(scan)
         ],
         **result,
         "elapsed_s": round(elapsed, 3),
@@ -615,11 +605,10 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
     return doc
 
 
-def damage_lines(scan: Scan) -> list[tuple[Damage, str, bool]]:
+def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
     """Each damaged (or unwritten) range the read skipped and the damage a log stops at, with the line
-    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there), and whether this job stops
-    there where ``dump`` reads on (``dledger_unread_note``, then its line). A range whose records resume only at or past
-    ``--to-offset`` ends the read there, as in ``dump``."""
+    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there). A range
+    whose records resume only at or past ``--to-offset`` ends the read there, as in ``dump``."""
     inputs = {b.broker: b for b in scan.inputs}
     lines = []
     for d in scan.damage:
@@ -629,30 +618,13 @@ def damage_lines(scan: Scan) -> list[tuple[Damage, str, bool]]:
                 continue  # zeros up to the end asked for: where the written data ends, no damage
             d = d._replace(resumed=None)
         if d.resumed is None:
-            unread = dledger_unread_note(scan, b, d.end)
-            lines.append((d, unread or d.end.stopped_note(scan.o.keep_going), unread is not None))
+            lines.append((d, d.end.stopped_note(scan.o.keep_going)))
+        elif b.served is not None:  # damage a DLedger broker keeps: of an entry whose header alone is broken, the header
+            lines.append((d, d.end.skipped_note(record_in_broken_entry(b.served.commitlog, d.end, d.resumed) or d.resumed, kept=KEPT)))
         else:
             unread = b.resume_before is not None and d.end.offset < b.resume_before
-            lines.append((d, d.end.skipped_note(d.resumed, b.scan_start if unread else None), False))
+            lines.append((d, d.end.skipped_note(d.resumed, b.scan_start if unread else None)))
     return lines
-
-
-def dledger_unread_note(scan: Scan, b: BrokerInput, end) -> str | None:
-    """The line for damage this job's split reader stops at in a DLedger store whose broker keeps the log past it
-    (``CommitLog.resume_after_damage``, where ``mqtool dump`` reads on: ``cli.common.read_on``): the reader has no DLedger
-    recovery context (``data_recovery``, ``index/``), so it says how many bytes it leaves unread, up to the end of the
-    data DLedger's recovery keeps (§15.4); None for any other damage or input (segment files without their store)."""
-    if len(b.paths) != 1 or not any(s.entries for s in b.segments):
-        return None
-    from ..store.dledgerstart import data_recovery
-
-    config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
-    with broker_store(b, config) as store:
-        if not store.is_dledger or store.commitlog.resume_after_damage(end) is None:
-            return None
-        kept = data_recovery(store.commitlog).end.offset
-    return (f"stopped at offset {end.offset}: {end.reason}: {end.detail} (a DLedger broker keeps the log past it, which this job does "
-            f"not read: {kept - end.offset} bytes up to {kept} are left unread; `mqtool dump` reads on)")
 
 
 DROPPED_LINES = 20

@@ -107,29 +107,34 @@ def test_verify_finds_what_mqtool_verify_finds_on_dledger_stores(spark, tmp_path
                 "c": kinds == {"dledger-checkpoint"}}[broker]  # c: sound but for its checkpoint
 
 
-def test_the_job_says_it_stops_where_a_dledger_broker_keeps_the_log_and_dump_reads_on(spark, tmp_path, capsys):
-    """dledger-small with the TOTALSIZE of entry 300's record changed: DLedger's recovery checks entry headers only and
-    keeps the log past it, and `mqtool dump` reads on (``cli.common.read_on``), but the job's split reader stops there.
-    Before: its line said "the broker would cut the log here; --keep-going reads past it" (a flag it refuses on DLedger
-    data). Now it says the broker keeps the log, how many bytes it leaves unread, and that `mqtool dump` reads on."""
-    from test_dledger import _patch
 
-    m = manifest("4.9.7", "dledger-small")
-    root = copy_store("4.9.7", "dledger-small", tmp_path)
-    e = m["messages"][300]["dledgerEntry"]
-    _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
-    out = tmp_path / "out"
-    capsys.readouterr()
-    doc = job.run(job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), split_size="256k"), spark)
-    got = sorted(pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist(), key=lambda r: r["offset"])
-    assert [r["offset"] for r in got] == [x["commitLogOffset"] for x in m["messages"][:300]]
-    end = m["dledger"]["endPos"]
-    line = (f"mqtool-scan: b: stopped at offset {e['pos']}: length-mismatch: ")
-    err = capsys.readouterr().err.splitlines()
-    [said] = [x for x in err if x.startswith(line)]
-    assert said.endswith(f"(a DLedger broker keeps the log past it, which this job does not read: {end - e['pos']} bytes up to {end} are "
-                         "left unread; `mqtool dump` reads on)")
-    assert [d["message"] for d in doc["damage"]] == [said.removeprefix("mqtool-scan: b: ")]
-    past = f"past offset {e['pos']}, where this job's read of the DLedger log stops though its broker keeps the log after it"
-    assert doc["rejected_splits"] and all(r["reason"].startswith(past) for r in doc["rejected_splits"])
-    assert any(x.startswith("mqtool-scan: dropped ") and x.endswith(f"{past} (`mqtool dump` reads on)") for x in err)
+@pytest.mark.parametrize("damage", ["record", "header"])
+def test_the_job_reads_on_past_damage_a_dledger_broker_keeps_as_dump_does(spark, tmp_path, capsys, damage):
+    """DLedger's recovery checks entry headers only, from its start file on (§15.4), and keeps the log past a damaged record
+    in a sound entry (``record``: dledger-small, the TOTALSIZE of entry 300's record changed) and past an entry whose header
+    alone is broken before its start file (``header``: ``relaid_store``, 8 data files; the record inside is served too):
+    `mqtool dump` reads on (``walk_resume``, ``loose_walk``). Before: the job's split reader stopped there, its line said
+    "the broker would cut the log here; --keep-going reads past it" and the later splits were dropped "past the end of the
+    log ..., where the broker's recovery cuts it". Now the splits read on with the same rows and lines as `mqtool dump`."""
+    from test_dledger import _broken_entry_header, _patch
+
+    if damage == "record":
+        root = copy_store("4.9.7", "dledger-small", tmp_path)
+        e = manifest("4.9.7", "dledger-small")["messages"][300]["dledgerEntry"]
+        _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    else:
+        root = _broken_entry_header(tmp_path, "4.9.7")[0]
+    result = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
+    expected = [json.loads(line)["offset"] for line in result.stdout.splitlines()]
+    skipped = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith("mqtool: skipped")]
+    assert len(skipped) == 1 and len(expected) == (699 if damage == "record" else 700)
+    for mode in ("messages", "stats"):
+        capsys.readouterr()
+        out = tmp_path / mode
+        doc = job.run(job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), split_size="128k", mode=mode), spark)
+        assert doc["rejected_splits"] == [] and [d["message"] for d in doc["damage"]] == skipped
+        assert f"mqtool-scan: b: {skipped[0]}" in capsys.readouterr().err.splitlines()
+        if mode == "messages":
+            assert sorted(r["offset"] for r in pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist()) == expected
+        else:
+            assert sum(r["messages"] for r in pq.read_table(out / "queues").to_pylist()) == len(expected)

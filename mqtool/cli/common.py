@@ -193,13 +193,12 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int |
     record start after the damage."""
     segments = store.commitlog.segments
     if store.root is not None and store.is_dledger:
-        from ..store.dledgerstart import record_in_broken_entry
+        from ..store.dledgerstart import KEPT, record_in_broken_entry
 
         resumed = store.commitlog.resume_after_damage(end)  # None: where DLedger's recovery cuts, or nothing after it
         if resumed is not None and (stop is None or resumed < stop):
             skipped = record_in_broken_entry(store.commitlog, end, resumed) or resumed
-            note(end.skipped_note(skipped, kept="a DLedger broker keeps it (DLedger's recovery checks entry headers only, from its start "
-                                                "file on, and no recovery reads the classic commit log before DLedger data)"))
+            note(end.skipped_note(skipped, kept=KEPT))
             return resumed
     elif store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..store.nextstart import scan_start_offset
