@@ -107,6 +107,8 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
     seg = cl.segments[index]
+    if end.reason == StopReason.ZEROS and index == len(cl.segments) - 1 and cl.is_entry_file(seg):
+        return None  # where the written data ends: ``recover`` stops at these zeros, or before them
     if end.offset >= data_recovery(cl).end.offset:
         return None
     if not cl.is_entry_file(seg):
@@ -178,6 +180,7 @@ class ServedLog:
 @functools.lru_cache(maxsize=8)
 def _served_commitlog(log: ServedLog) -> DLedgerCommitLog:
     return open_commitlog(log.layout, list(log.classic), log.file_size)
+
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
     """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the

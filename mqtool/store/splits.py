@@ -214,6 +214,7 @@ class SplitScan:
         self.exit = exit if self.records else None
 
     def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
+        """``batches`` as they are, counted into ``first`` and ``records``."""
         for batch in batches:
             if self.first is None:
                 self.first = self.split.handoff_start(self.split.base_offset + int(batch.rows[0, fs.COL_POS]))
