@@ -19,6 +19,7 @@ from ..errors import BadInput, UsageError
 from ..formats.dispatch import DEFAULT_DELAY_LEVELS
 from ..store import BrokerVersion, Segment, Store, StoreConfig, load_broker_config
 from ..store.dledger import commitlog_of
+from ..store.dledgerstart import ServedLog
 
 DEFAULT_STORE_DIR = "store"
 
@@ -37,6 +38,7 @@ class BrokerInput:
     scan_start: int | None = None  # where the broker's next start scans from (``next_start_scan``)
     start: int | None = None  # ``--from-offset``: the record start it names (``resync.record_start``)
     stop: int | None = None  # ``--to-offset``
+    served: ServedLog | None = None  # a DLedger store's log, read past the damage its broker keeps (``Split.resume``)
 
     @property
     def bytes(self) -> int:
@@ -106,10 +108,12 @@ def resolve_inputs(
         with Store.open(path, config, versions[i]) as store:
             # BrokerInput's settings: the version is the rules it is read by (the newest era left while several are)
             settings = (store.commitlog.file_size, str(store.rules.version), store.legacy_properties, store.config.delay_levels)
-            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings, "scan_start": next_start_scan(store)})
+            served = ServedLog.of(store.commitlog) if store.root is not None and store.is_dledger else None
+            entry = grouped.setdefault(broker, {"paths": [], "segments": {}, "settings": settings, "scan_start": next_start_scan(store),
+                                                "served": served})
             entry["paths"].append(str(path))
             if len(entry["paths"]) > 1:
-                entry["scan_start"] = None  # segments gathered from several PATHs: no store to ask
+                entry["scan_start"] = entry["served"] = None  # segments gathered from several PATHs: no store to ask
             for seg in store.commitlog.segments:
                 seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
                 other = entry["segments"].get(seg.base_offset)
@@ -130,7 +134,7 @@ def resolve_inputs(
             from ..store.resync import record_start
 
             start = record_start(commitlog_of(list(segments), e["settings"][0]), from_offset)
-        inputs.append(BrokerInput(broker, tuple(e["paths"]), segments, *e["settings"], e["scan_start"], start, to_offset))
+        inputs.append(BrokerInput(broker, tuple(e["paths"]), segments, *e["settings"], e["scan_start"], start, to_offset, e["served"]))
     return inputs
 
 

@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS
 from ..store.records import parse_time
+from ..store.dledgerstart import KEPT, record_in_broken_entry
 from ..store.resync import record_start_note
 from ..store.splits import Damage, Rejected, SplitResult, auto_split_size, check_splits, parse_size
 from ..store import BrokerVersion, StoreConfig, load_broker_config
@@ -618,6 +619,8 @@ def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
             d = d._replace(resumed=None)
         if d.resumed is None:
             lines.append((d, d.end.stopped_note(scan.o.keep_going)))
+        elif b.served is not None:  # damage a DLedger broker keeps: of an entry whose header alone is broken, the header
+            lines.append((d, d.end.skipped_note(record_in_broken_entry(b.served.commitlog, d.end, d.resumed) or d.resumed, kept=KEPT)))
         else:
             unread = b.resume_before is not None and d.end.offset < b.resume_before
             lines.append((d, d.end.skipped_note(d.resumed, b.scan_start if unread else None)))

@@ -1458,3 +1458,50 @@ def test_info_says_where_dledger_s_entry_walk_ends_past_a_damaged_record_it_keep
     assert doc["next_start"]["logical_end"] == end
     plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
     assert (plan["commitlog"]["records_scanned"], plan["commitlog"]["valid_end"]) == (700, end)
+
+
+def _broken_entry_header(tmp_path, version):
+    """``relaid_store`` with the pos field of an entry in the second data file changed (before DLedger's recovery start
+    file): the header alone broken, the record inside whole. ``(root, placed, pos of that entry, pos of the next)``."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [pos for _, pos in placed if 1 << 18 <= pos < 2 << 18]
+    pos, following = second[len(second) // 2], second[len(second) // 2 + 1]
+    _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", pos - (1 << 18) + 24, (pos + 1).to_bytes(8, "big"))
+    return root, placed, pos, following
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_dump_and_stats_read_the_record_inside_an_entry_whose_header_alone_is_broken(tmp_path, version):
+    """An entry header broken before DLedger's recovery start file, its record whole: the broker serves that record by its
+    consume queue entry (``DLedgerCommitLog.getMessage``), as salvage and verify read it (``record_in_broken_entry``).
+    Before: dump and stats went on at the next entry, leaving that message out, and dump said it skipped the whole entry."""
+    root, placed, pos, following = _broken_entry_header(tmp_path, version)
+    done = _cli("dump", root, "--format", "jsonl")
+    assert done.exit_code == 0, done.output
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [p + 48 for _, p in placed]
+    stderr = " ".join(done.stderr.split())
+    assert f"skipped [{pos}, {pos + 48}) (corrupt: entry pos {pos + 1} is not its own offset {pos})" in stderr
+    assert f"skipped [{pos}, {following})" not in stderr
+    rows = json.loads(_cli("stats", root, "--format", "json").stdout)
+    assert sum(r["messages"] for r in rows if r["row"] == "queue") == len(placed)
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_rebuild_cq_says_the_record_inside_an_entry_whose_header_alone_is_broken_is_dispatched(tmp_path, version):
+    """The queues rebuilt past an entry header broken before DLedger's recovery start file hold the record inside it (the
+    reput skips the header unread, ``record_in_broken_entry``). Before: the plan's note said "unreadable record at X skipped
+    (corrupt)" of the entry whose record it dispatched."""
+    import dataclasses
+    import shutil
+
+    from mqtool.recovery.planners import plan_rebuild_cq
+    from repair_support import fixture_config
+
+    root, placed, pos, _ = _broken_entry_header(tmp_path, version)
+    shutil.rmtree(root / "consumequeue")
+    config = dataclasses.replace(fixture_config(manifest(version, "dledger-small")), commitlog_file_size=1 << 18)
+    with Store.open(root, config, version) as store:
+        plan = plan_rebuild_cq(store)
+    assert f"unreadable record at {pos} skipped (corrupt)" not in plan.notes
+    assert (f"DLedger entry header at {pos} unreadable (corrupt: entry pos is not its own offset): the record inside it "
+            f"at {pos + 48} is dispatched, as the broker's reput reads it (it skips the 48 header bytes unread)") in plan.notes

@@ -105,3 +105,36 @@ def test_verify_finds_what_mqtool_verify_finds_on_dledger_stores(spark, tmp_path
         assert {"a": kinds >= {"crc-mismatch", "dledger-record", "dledger-entry"},
                 "b": ("dledger-entry", 1 << 20) in {e[:2] for e in expected},  # at the second file's first entry
                 "c": kinds == {"dledger-checkpoint"}}[broker]  # c: sound but for its checkpoint
+
+
+
+@pytest.mark.parametrize("damage", ["record", "header"])
+def test_the_job_reads_on_past_damage_a_dledger_broker_keeps_as_dump_does(spark, tmp_path, capsys, damage):
+    """DLedger's recovery checks entry headers only, from its start file on (§15.4), and keeps the log past a damaged record
+    in a sound entry (``record``: dledger-small, the TOTALSIZE of entry 300's record changed) and past an entry whose header
+    alone is broken before its start file (``header``: ``relaid_store``, 8 data files; the record inside is served too):
+    `mqtool dump` reads on (``walk_resume``, ``loose_walk``). Before: the job's split reader stopped there, its line said
+    "the broker would cut the log here; --keep-going reads past it" and the later splits were dropped "past the end of the
+    log ..., where the broker's recovery cuts it". Now the splits read on with the same rows and lines as `mqtool dump`."""
+    from test_dledger import _broken_entry_header, _patch
+
+    if damage == "record":
+        root = copy_store("4.9.7", "dledger-small", tmp_path)
+        e = manifest("4.9.7", "dledger-small")["messages"][300]["dledgerEntry"]
+        _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+    else:
+        root = _broken_entry_header(tmp_path, "4.9.7")[0]
+    result = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
+    expected = [json.loads(line)["offset"] for line in result.stdout.splitlines()]
+    skipped = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith("mqtool: skipped")]
+    assert len(skipped) == 1 and len(expected) == (699 if damage == "record" else 700)
+    for mode in ("messages", "stats"):
+        capsys.readouterr()
+        out = tmp_path / mode
+        doc = job.run(job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), split_size="128k", mode=mode), spark)
+        assert doc["rejected_splits"] == [] and [d["message"] for d in doc["damage"]] == skipped
+        assert f"mqtool-scan: b: {skipped[0]}" in capsys.readouterr().err.splitlines()
+        if mode == "messages":
+            assert sorted(r["offset"] for r in pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist()) == expected
+        else:
+            assert sum(r["messages"] for r in pq.read_table(out / "queues").to_pylist()) == len(expected)

@@ -188,14 +188,17 @@ def message_of(store: Store, record, body, decompress: bool = False) -> dict:
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int | None:
     """Where the read goes on after ``end``, or None: past damage the broker's next start never reads
     (``store.nextstart``) or, in a DLedger store, keeps (``CommitLog.resume_after_damage``: DLedger's recovery
-    checks entry headers only, from its start file on), else only with ``--keep-going``, at the next record start
-    after the damage."""
+    checks entry headers only, from its start file on; of an entry whose header alone is broken only the header is
+    skipped: the caller reads the record inside, ``dledgerstart.loose_walk``), else only with ``--keep-going``, at the next
+    record start after the damage."""
     segments = store.commitlog.segments
     if store.root is not None and store.is_dledger:
+        from ..store.dledgerstart import KEPT, record_in_broken_entry
+
         resumed = store.commitlog.resume_after_damage(end)  # None: where DLedger's recovery cuts, or nothing after it
         if resumed is not None and (stop is None or resumed < stop):
-            note(end.skipped_note(resumed, kept="a DLedger broker keeps it (DLedger's recovery checks entry headers only, from its start "
-                                                "file on, and no recovery reads the classic commit log before DLedger data)"))
+            skipped = record_in_broken_entry(store.commitlog, end, resumed) or resumed
+            note(end.skipped_note(skipped, kept=KEPT))
             return resumed
     elif store.root is not None and segments and end.offset < segments[-1].base_offset:
         from ..store.nextstart import scan_start_offset

@@ -201,6 +201,7 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     """(batch, text) pairs of the columnar scan (``MessageScan``, CRC failures included), ``limit`` rows at most,
     built ahead in ``BUILDERS`` threads, the text encoded there by ``encoder`` (None: not encoded)."""
     from ..scan.messages import MessageScan
+    from ..store.dledgerstart import loose_walk
     from .progress import ByteProgress
 
     if limit == 0:
@@ -208,9 +209,11 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
     batch = SCAN_BATCH if limit is None else min(SCAN_BATCH, max(limit, 256))
     count = 0
     then = None if encoder is None else (lambda b: encoder.encode(b, fresh=True))
+    walk = None  # the record inside a DLedger entry whose header alone is broken (``loose_walk``), read before ``start``
     with ByteProgress(start, store.commitlog.end_of_writes(stop), enabled=progress, desc="dump") as bar:
         while True:
-            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match, stop_on_crc=False, batch=batch, workers=BUILDERS, then=then)
+            scan = MessageScan(store, start=start, stop=stop, body=body, decompress=decompress, columns=MESSAGE_FIELDS, match=match,
+                               stop_on_crc=False, batch=batch, workers=BUILDERS, then=then, walk=walk)
             items = iter(scan)  # the next batches are built and encoded in threads while this one is printed
             with closing(items):
                 for item in items:
@@ -221,10 +224,14 @@ def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, b
                     count += b.num_rows
                     yield b, text
                     bar.advance(b.column("offset")[-1].as_py())
+            if walk is not None:
+                walk = None
+                continue
             end = _reference_end(store, scan.end, stop)
             start = read_on(store, end, stop, keep_going)
             if start is None:
                 break
+            walk = loose_walk(store.commitlog, end, start, stop_on_crc=False, batch=batch, release_behind=True)
     log = store.commitlog
     if end.reason == StopReason.NO_SEGMENTS and log.segments:  # --from-offset outside the files
         note(f"nothing to read at offset {end.offset}: no commit log segment holds it (the files hold [{log.min_offset}, {log.end_of_files}))")

@@ -89,6 +89,19 @@ class RebuildScan:
             self.notes.append(f"the commit log's valid end {end.offset} is damage ({end.reason}: {end.detail}); records after it are not dispatched (see `mqtool recover`)")
 
 
+def _skipped_note(store: Store, end: ScanEnd) -> str:
+    """The plan's note on damage the rebuild walked past: of a DLedger entry whose header alone is broken, that the record
+    inside is dispatched (``record_in_broken_entry``, where ``RebuildScan`` and the ``served`` scanner read it)."""
+    from ..store.dledgerstart import record_in_broken_entry
+
+    resume = store.commitlog.resume_after_damage(end) if store.is_dledger else None
+    inside = None if resume is None else record_in_broken_entry(store.commitlog, end, resume)
+    if inside is None:
+        return f"unreadable record at {end.offset} skipped ({end.reason})"
+    return (f"DLedger entry header at {end.offset} unreadable ({end.reason}: {end.detail}): the record inside it at {inside} "
+            "is dispatched, as the broker's reput reads it (it skips the 48 header bytes unread)")
+
+
 def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePlan:
     """One queue's plan (``q``: its files on disk, if any); no file to write when they hold the rebuild's bytes."""
     old = QueueSim.load(q, rules=rules) if q is not None else None
@@ -143,8 +156,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
                     sim.original = dict(existing[(topic, qid)].files)
             counts.cq += sim.place(*columns)
     end, notes = scanner.end.offset, scanner.notes
-    for skipped_record in scanner.skipped:
-        notes.append(f"unreadable record at {skipped_record.offset} skipped ({skipped_record.reason})")
+    notes += [_skipped_note(store, skipped_record) for skipped_record in scanner.skipped]
     for topic, n in sorted(skipped.items()):
         notes.append(f"topic {topic!r} is not in config/topics.json: its {n} record(s) get no consume queue entries (--respect-topic-config)")
     for key, q in existing.items():  # every selected queue knows its files, one no record reaches too (they are deleted)

@@ -4,6 +4,7 @@ for the next start (``nextstart``) and the DLedger recovery plan (``recovery.dle
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from ..fileops import read_range
 from ..formats import commitlog as clfmt
 from ..formats import dledger as dfmt
 from ..formats.errors import FormatError
-from .commitlog import ScanEnd, StopReason
-from .dledger import DLedgerCommitLog, EntryScan, entry_problem, unit_matches
+from .commitlog import ScanEnd, Segment, StopReason
+from .dledger import DLedgerCommitLog, DLedgerLayout, EntryScan, entry_problem, open_commitlog, unit_matches
 from .mappedfile import MappedFile
 from .rules import BrokerVersion, VersionRules
 from .startfile import ScanStart, abnormal_bound, matched_start
@@ -106,6 +107,8 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
     seg = cl.segments[index]
+    if end.reason == StopReason.ZEROS and index == len(cl.segments) - 1 and cl.is_entry_file(seg):
+        return None  # where the written data ends: ``recover`` stops at these zeros, or before them
     if end.offset >= data_recovery(cl).end.offset:
         return None
     if not cl.is_entry_file(seg):
@@ -136,6 +139,47 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
     except (FormatError, LookupError):
         return None
     return at if record.phys_offset == at and at + record.total_size == resume else None
+
+
+def loose_walk(cl, end: ScanEnd, resume: int, **options):
+    """The compiled walk (``FastScan``, with ``options``) of the record inside the entry a walk stopped at (``end``) and
+    resumes after (``resume``) when the entry's header alone is broken (``record_in_broken_entry``), in a view of its file
+    alone (``DLedgerCommitLog.file_alone``); None in a classic log or where there is no such record. What the broker serves
+    of that entry, read by ``dump``, ``stats`` and verify's walk."""
+    at = record_in_broken_entry(cl, end, resume) if isinstance(cl, DLedgerCommitLog) else None
+    if at is None:
+        return None
+    from .fastscan import FastScan  # loads numpy
+
+    return FastScan(cl.file_alone(at), at, resume, **options)
+
+
+KEPT = ("a DLedger broker keeps it (DLedger's recovery checks entry headers only, from its start file on, and no recovery reads "
+        "the classic commit log before DLedger data)")  # ``mqtool dump``'s words for damage ``walk_resume`` reads past
+
+
+@dataclass(frozen=True)
+class ServedLog:
+    """A DLedger store's commit log as the reader of one of its splits (``store.splits``, the Spark scan) needs it to go on
+    past damage as ``mqtool dump`` does (``walk_resume``, ``loose_walk``: every data file, ``index/``, DLedger's recovery
+    walk): picklable, its log opened once per process (``commitlog``)."""
+
+    layout: DLedgerLayout
+    classic: tuple[Segment, ...]  # the classic segments of a mixed store (§15.5)
+    file_size: int
+
+    @classmethod
+    def of(cls, cl: DLedgerCommitLog) -> "ServedLog":
+        return cls(cl.layout, tuple(s for s in cl.segments if not cl.is_entry_file(s)), cl.file_size)
+
+    @property
+    def commitlog(self) -> DLedgerCommitLog:
+        return _served_commitlog(self)
+
+
+@functools.lru_cache(maxsize=8)
+def _served_commitlog(log: ServedLog) -> DLedgerCommitLog:
+    return open_commitlog(log.layout, list(log.classic), log.file_size)
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:

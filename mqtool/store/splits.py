@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from ..formats.dledger import ENTRY_HEADER_SIZE
 from .commitlog import ScanEnd, Segment, StopReason
 from .dledger import commitlog_of
 from .mappedfile import MappedFile
+
+if TYPE_CHECKING:
+    from .dledgerstart import ServedLog
 
 MIN_AUTO_SPLIT = 128 << 20
 MAX_AUTO_SPLIT = 1 << 30
@@ -64,6 +67,7 @@ class Split:
     resume_before: int | None = None  # damage or zeros before this offset are read past (``resume``)
     records_from: int = 0  # where the segment's records are read from: 0, or the record ``--from-offset`` names
     keep_going: bool = False  # read past every damaged range, as ``mqtool dump --keep-going`` (``resume``)
+    served: "ServedLog | None" = None  # a DLedger store's log: read past the damage its broker keeps (``resume``)
 
     @property
     def chain_start(self) -> int:
@@ -84,13 +88,19 @@ class Split:
         damage or zeros before ``resume_before`` (where the broker's next start scans from: it never
         reads them and serves the records after them, as ``mqtool dump`` reads on, ``cli.common.read_on``),
         and with ``keep_going`` past any damage (not zeros: the end of the written data), at the next
-        record start in the segment; never past a blank, the end of the segment's records."""
-        if end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST) or not self.reads_past(end):
+        record start in the segment; never past a blank, the end of the segment's records. In a DLedger store (``served``)
+        past the damage its broker keeps, where ``dump`` reads on (``dledgerstart.walk_resume``; maybe in a later file)."""
+        if end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST):
             return None
-        return commitlog_of([self.segment], self.size).resume_after_damage(end)
+        if self.served is not None:
+            return self.served.commitlog.resume_after_damage(end)
+        return commitlog_of([self.segment], self.size).resume_after_damage(end) if self.reads_past(end) else None
 
     def reads_past(self, end: ScanEnd) -> bool:
-        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, or damage with ``keep_going``."""
+        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, or damage with ``keep_going``; in a
+        DLedger store where its broker keeps the log past it."""
+        if self.served is not None:
+            return self.resume(end) is not None
         return (self.resume_before is not None and end.offset < self.resume_before) or (self.keep_going and not end.is_clean)
 
     def end_at(self, offset: int) -> ScanEnd:
@@ -108,9 +118,10 @@ class Split:
 
 
 def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None,
-                start: int | None = None, stop: int | None = None, keep_going: bool = False) -> list[Split]:
+                start: int | None = None, stop: int | None = None, keep_going: bool = False,
+                served: "ServedLog | None" = None) -> list[Split]:
     """One split per segment, or ``split_size`` ranges where a segment is larger (``resume_before``,
-    ``keep_going``: ``Split.resume``); only the records starting in ``[start, stop)`` when given (``start``:
+    ``keep_going``, ``served``: ``Split.resume``); only the records starting in ``[start, stop)`` when given (``start``:
     a record start, as ``mqtool dump --from-offset`` finds it), the splits outside it not planned at all."""
     if start is not None and stop is not None and stop <= start:
         return []
@@ -125,7 +136,7 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resu
             if begin + step <= first or begin >= last:
                 continue
             splits.append(Split(str(seg.path), seg.base_offset, seg.size, max(begin, first), min(begin + step, last), seg.entries,
-                                resume_before, first, keep_going))
+                                resume_before, first, keep_going, served))
     return splits
 
 
@@ -185,11 +196,7 @@ class SplitScan:
         exit = None
         while True:
             scan = fs.FastScan(commitlog, pos, min(stop, pos + self.window), check_crc=self.check_crc, stop_on_crc=False, batch=self.batch)
-            for batch in scan:
-                if self.first is None:
-                    self.first = split.handoff_start(base + int(batch.rows[0, fs.COL_POS]))
-                self.records += len(batch.rows)
-                yield batch
+            yield from self._counted(scan)
             exit = scan.end.offset
             if scan.end.reason == StopReason.LIMIT and scan.end.offset < stop:
                 pos = scan.end.offset  # the window ended, the split did not
@@ -198,12 +205,30 @@ class SplitScan:
             if resumed is None:
                 break
             self.skipped.append((scan.end, resumed))
+            yield from self._counted(self._loose(scan.end, resumed))
             if resumed >= stop:
                 exit = resumed  # the next split's records begin there
                 break
             pos = resumed
         self.end = scan.end
         self.exit = exit if self.records else None
+
+    def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
+        """``batches`` as they are, counted into ``first`` and ``records``."""
+        for batch in batches:
+            if self.first is None:
+                self.first = self.split.handoff_start(self.split.base_offset + int(batch.rows[0, fs.COL_POS]))
+            self.records += len(batch.rows)
+            yield batch
+
+    def _loose(self, end: ScanEnd, resumed: int) -> Iterable[fs.SegmentBatch]:
+        """In a DLedger store, the record inside the entry at ``end`` whose header alone is broken, which its broker
+        serves and ``mqtool dump`` reads (``dledgerstart.loose_walk``)."""
+        if self.split.served is None:
+            return ()
+        from .dledgerstart import loose_walk
+
+        return loose_walk(self.split.served.commitlog, end, resumed, check_crc=self.check_crc, stop_on_crc=False, batch=self.batch) or ()
 
 
 class SplitResult(NamedTuple):

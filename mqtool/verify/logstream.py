@@ -87,16 +87,12 @@ class LogStream:
 
     def _loose(self, end: ScanEnd, resume: int) -> Iterator[fs.SegmentBatch]:
         """The whole record inside a DLedger entry whose header alone is broken, which the broker serves
-        (``dledgerstart.record_in_broken_entry``), walked as a classic record in a view of its file alone."""
-        if not self.store.is_dledger:
-            return
-        from ..store.dledgerstart import record_in_broken_entry
+        (``dledgerstart.loose_walk``), walked as a classic record in a view of its file alone."""
+        from ..store.dledgerstart import loose_walk
 
-        cl = self.store.commitlog
-        if (at := record_in_broken_entry(cl, end, resume)) is not None:
-            for batch in fs.FastScan(cl.file_alone(at), at, resume, check_crc=False, stop_on_crc=False):
-                self.records += len(batch.rows)
-                yield batch
+        for batch in loose_walk(self.store.commitlog, end, resume, check_crc=False, stop_on_crc=False) or ():
+            self.records += len(batch.rows)
+            yield batch
 
 
 def records_of(batch: fs.SegmentBatch, legacy: bool, topics: dict[bytes, str]) -> list[LogRecord]:
