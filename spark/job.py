@@ -195,11 +195,12 @@ class Scan:
 
 def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, str]:
     """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
-    gives the log (``lookup.cut_off``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
+    gives the log (``nextstart.end_before``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
     words for it: that split's rows are dropped, as ``dump`` prints no such record."""
     from ..formats.commitlog import CommitLogRecord
     from ..formats.errors import FormatError
-    from ..store.lookup import cut_off, past_end_error
+    from ..store.lookup import past_end_error
+    from ..store.nextstart import end_before
 
     offset, found = msg_id_offset(o.msg_id), {}
     config = load_broker_config(Path(o.broker_config)) if o.broker_config else StoreConfig()
@@ -209,7 +210,7 @@ def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, s
                 record = store.commitlog.read_record(offset)
             except (FormatError, LookupError):
                 continue
-            if isinstance(record, CommitLogRecord) and record.msg_id == o.msg_id.upper() and (cut := cut_off(store, record)) is not None:
+            if isinstance(record, CommitLogRecord) and record.msg_id == o.msg_id.upper() and (cut := end_before(store, record.offset, record.total_size)) is not None:
                 found[b.broker] = f"no message at offset {offset} of --msg-id: {past_end_error(cut)}"
     return found
 

@@ -155,8 +155,9 @@ def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
 
 def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:
     """``--msg-id``: the offsetMsgId names the record's ``offset``; read that record alone, none past the
-    end the broker's next start gives the log (``lookup.cut_off``: the restarted broker serves nothing there)."""
-    from ..store.lookup import cut_off, past_end_error
+    end the broker's next start gives the log (``nextstart.end_before``: the restarted broker serves nothing there)."""
+    from ..store.lookup import past_end_error
+    from ..store.nextstart import end_before
 
     try:
         record = store.commitlog.read_record(offset)
@@ -165,7 +166,7 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
         return
     if getattr(record, "msg_id", None) != msg_id.upper():
         note(f"the record at offset {offset} of --msg-id has offsetMsgId {getattr(record, 'msg_id', None)}: another store host")
-    elif (cut := cut_off(store, record)) is not None:
+    elif (cut := end_before(store, record.offset, record.total_size)) is not None:
         note(f"no message at offset {offset} of --msg-id: {past_end_error(cut)}")
     elif limit != 0:
         yield from _matching([message_of(store, record, body, decompress)], match)

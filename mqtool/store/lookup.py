@@ -103,27 +103,19 @@ def read_message(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | Non
 
 
 def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None, str | None]:
-    """``read_message``, less a record the broker's next start cuts off (``cut_off``): what ``viewMessage``
+    """``read_message``, less a record the broker's next start cuts off (``nextstart.end_before``): what ``viewMessage``
     returns once the broker has restarted on these files."""
     record, error = read_message(store, offset)
-    cut = None if record is None else cut_off(store, record)
+    cut = None if record is None else end_before(store, record.offset, record.total_size)
     return (record, error) if cut is None else (None, past_end_error(cut))
 
 
-def cut_off(store: Store, record: clfmt.CommitLogRecord) -> Cut | None:
-    """Where the broker's next start ends the log when that is before ``record``'s end (``nextstart.end_before``:
-    the restarted broker serves no such record), else None. Such a record lies where the log went on before
-    a crash, or where an earlier life of the segment wrote it."""
-    return end_before(store, record.offset, record.total_size)
-
-
-PAST_END = "past the log's end"
-
-
 def past_end_error(cut: Cut) -> str:
+    """Why a record past where the broker's next start ends the log (``nextstart.end_before``) is not served: such a
+    record lies where the log went on before a crash, or where an earlier life of the segment wrote it."""
     ends = f"the broker's next start ends the log at {cut.end.offset} ({ENDS.get(cut.end.reason, cut.end.reason)})"
     eras = f" (the next start of {cut.eras} brokers; the others serve it: --broker-version decides)" if cut.eras else ""
-    return f"{PAST_END}: {ends} and serves nothing after it{eras}"
+    return f"past the log's end: {ends} and serves nothing after it{eras}"
 
 
 def _after_index(store: Store) -> tuple[int | None, int | None]:
