@@ -145,17 +145,11 @@ class Scan:
         takes them), with the job's offset range and filters."""
         o, each = self.o, [(p, b) for b in self.inputs for p in b.paths]
         given = {"body": body, "output": output, "brokerNames": json.dumps([b.broker for _, b in each]),
-                 "brokerVersions": json.dumps([b.version for _, b in each])}
-        if o.broker_config:
-            given["brokerConfig"] = os.path.abspath(o.broker_config)
-        if self.split_size:
-            given["splitSize"] = str(self.split_size)
+                 "brokerVersions": json.dumps([b.version for _, b in each]), "topics": json.dumps(o.topics)}
         start, stop = o.offset_range()  # the same range ``prepare`` planned the splits with
-        values = {"fromOffset": start, "toOffset": stop, "queue": o.queue, "since": o.since, "until": o.until, "tag": o.tag, "key": o.key,
-                  "uniqKey": o.uniq_key, "msgId": o.msg_id}
-        given["topics"] = json.dumps(o.topics)
-        if o.keep_going:
-            given["keepGoing"] = "true"
+        values = {"brokerConfig": os.path.abspath(o.broker_config) if o.broker_config else None, "splitSize": self.split_size,
+                  "fromOffset": start, "toOffset": stop, "queue": o.queue, "since": o.since, "until": o.until, "tag": o.tag, "key": o.key,
+                  "uniqKey": o.uniq_key, "msgId": o.msg_id, "keepGoing": "true" if o.keep_going else None}
         given.update((name, str(v)) for name, v in values.items() if v is not None)
         return self.spark.read.format(FORMAT).options(**{**given, **options}).load([p for p, _ in each])
 
@@ -173,11 +167,12 @@ class Scan:
         results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
         return self._rejected(results, skipped)
 
-    def check(self, bounds: dict[SplitKey, Sequence[int]],
-              skipped: dict[SplitKey, Sequence[int]] | None = None) -> list[tuple[int, Rejected]]:
-        """``rejected`` from ``{(broker, split_start): (first, exit)}`` of the splits that read
-        records, as ``SplitScan`` reports them (``skipped``: their ``skipped`` column)."""
-        return self._rejected({key: self.tasks[self.partition[key]].result(*b) for key, b in bounds.items()}, skipped or {})
+    def check(self, rows) -> list[tuple[int, Rejected]]:
+        """``rejected`` from the rows the reader reports per split that read records (``output=stats`` or
+        ``output=parquet``: ``broker, split_start, first_offset, exit_offset, skipped``, as ``SplitScan`` reports them)."""
+        split = {(r["broker"], r["split_start"]): r for r in rows}
+        results = {key: self.tasks[self.partition[key]].result(r["first_offset"], r["exit_offset"]) for key, r in split.items()}
+        return self._rejected(results, {key: r["skipped"] for key, r in split.items() if r["skipped"]})
 
     def _rejected(self, results: dict[SplitKey, SplitResult], skipped: dict[SplitKey, Sequence[int]]) -> list[tuple[int, Rejected]]:
         """The check (``check_splits``); keeps in ``damage`` what the splits that pass read past or stop at."""
@@ -229,17 +224,6 @@ def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: s
     edges = df.filter(F.col("split_edge")).select("broker", "split_start", "offset", "size", "split_skipped").collect()
     rejected = [r for _, r in scan.rejected(edges)]
     return without(df, rejected), rejected
-
-
-def split_bounds(rows) -> dict[SplitKey, tuple[int, int]]:
-    """``{(broker, split_start): (first_offset, exit_offset)}`` from the rows the reader reports
-    per split (``output=stats`` or ``output=parquet``): what ``Scan.check`` takes."""
-    return {(r["broker"], r["split_start"]): (r["first_offset"], r["exit_offset"]) for r in rows}
-
-
-def split_skipped(rows) -> dict[SplitKey, list[int]]:
-    """``{(broker, split_start): skipped}`` from the same rows, for ``Scan.check``."""
-    return {(r["broker"], r["split_start"]): r["skipped"] for r in rows if r["skipped"]}
 
 
 def without(df: DataFrame, rejected: Sequence[Rejected]) -> DataFrame:
@@ -381,7 +365,7 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
     staging = target / "_temporary"
     staging.mkdir()
     written = scan.read(scan.o.body, output="parquet", directory=str(staging), compression=out.codec).collect()
-    rejected = scan.check(split_bounds(written), split_skipped(written))
+    rejected = scan.check(written)
     bad = {(r.segment[0], r.start) for _, r in rejected}
     run_id, kept, files = uuid.uuid4().hex, 0, 0
     for r in written:
@@ -415,8 +399,8 @@ def run_stats(scan: Scan, out: Output) -> dict:
         nonempty = partial.filter(F.col("messages") > 0)  # > 0: not all filtered out
         staged = "_hourly_unchecked"
         write_hourly(nonempty, staged)  # the scan: fills the cache and the observation
-        bounds = split_bounds(obs.get["splits"])
-        rejected = scan.check(bounds, split_skipped(obs.get["splits"]))
+        splits = obs.get["splits"]
+        rejected = scan.check(splits)
         kept = without(nonempty, [r for _, r in rejected])
         if rejected:  # rare (stale records after a truncation): written again without them, from the cache
             hourly = write_hourly(kept, "hourly")
@@ -441,7 +425,7 @@ def run_stats(scan: Scan, out: Output) -> dict:
         [(c, "sum") for c in ("messages", "bytes", "crc_failures")] + [("first_store_timestamp", "min"), ("last_store_timestamp", "max")]
     )
     totals = {r["broker"]: {k.rsplit("_", 1)[0]: v for k, v in r.items()} for r in totals.to_pylist()}
-    brokers_rows = broker_rows(scan, totals, bounds, rejected)
+    brokers_rows = broker_rows(scan, totals, splits, rejected)
     written["brokers"] = out.write_table(pa.Table.from_pylist(brokers_rows, schema=arrow_schema(BROKER_COLUMNS)), "brokers")
     print_table("brokers", brokers_rows, BROKER_PRINT, optional=BROKER_PRINT_OPTIONAL)
     print_table("queues", queues.slice(0, PRINT_ROWS + 1).to_pylist(), QUEUE_PRINT, optional=QUEUE_PRINT_OPTIONAL)
@@ -462,14 +446,14 @@ QUEUE_PRINT = ["broker", "queue_id", "messages", "dispatched", "bytes", "crc_fai
 QUEUE_PRINT_OPTIONAL = ["first_store_time", "last_store_time", "crc_failures", "bytes"]
 
 
-def broker_rows(scan: Scan, totals: dict[str, dict], bounds, rejected) -> list[dict]:
+def broker_rows(scan: Scan, totals: dict[str, dict], splits, rejected) -> list[dict]:
     """Per broker: the commit log's min offset (first segment) and logical end (where the chain of
     its last segment with records ends, or the next segment when that is a blank), totals."""
     bad = {(r.segment[0], r.start) for _, r in rejected}
     ends: dict[str, int] = {}
-    for (broker, start), (_, exit_offset) in bounds.items():
-        if (broker, start) not in bad:
-            ends[broker] = max(ends.get(broker, 0), exit_offset)
+    for s in splits:
+        if (s["broker"], s["split_start"]) not in bad:
+            ends[s["broker"]] = max(ends.get(s["broker"], 0), s["exit_offset"])
     rows = []
     for b in scan.inputs:
         min_offset = b.segments[0].base_offset if b.segments else 0
