@@ -13,7 +13,7 @@ import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, verdict_kept
-from .output import OutputFormat, Screen, emit_rows, heading, kv_table, text_encoder
+from .output import OutputFormat, Screen, emit_batches, emit_rows, heading, kv_table
 from .progress import ByteProgress
 from .store_state import warn_store_state
 from .terminal import isatty
@@ -52,35 +52,22 @@ def read_ids(source: str, column: str | None) -> list[str]:
     return [row[column].strip() for row in reader if row.get(column) and row[column].strip()]
 
 
-def jsonl_chunks(search) -> Iterator[memoryview]:
-    """JSON Lines of ``SurvivorSearch.chunks()``, each line ``json.dumps(row, ensure_ascii=False)``,
-    a chunk at a time by the compiled text encoder (``scan.text``, as ``dump``'s); missing ids' location is null."""
+def row_batches(search) -> Iterator[tuple]:
+    """``SurvivorSearch.chunks()`` as ``ROW_FIELDS`` batches, for ``emit_batches`` (the compiled text encoder, as
+    ``dump``'s: each line ``json.dumps(row, ensure_ascii=False)``); missing ids' location is null."""
     import pyarrow as pa
 
     from ..scan import compute
     from ..scan.survivors import ROW_FIELDS, STATUSES
 
-    encoder, statuses = text_encoder(ROW_FIELDS, OutputFormat.jsonl), pa.array(STATUSES, pa.string())
+    statuses = pa.array(STATUSES, pa.string())
     for c in search.chunks():
         topics = pa.array(search.topics, pa.string())  # known once the search has run
         offset, topic, queue_id, queue_offset, stored = (compute.numbers(v, pa.int64(), c.found) for v in
                                                          (c.offset, c.topic, c.queue_id, c.queue_offset, c.store_timestamp))
         columns = [c.id_array, compute.take(statuses, c.code), offset, compute.take(topics, topic), queue_id, queue_offset, stored,
                    compute.numbers(c.copies, pa.int64()), compute.numbers(c.consumable, pa.bool_(), c.found)]
-        yield memoryview(encoder.encode(pa.record_batch(columns, names=list(ROW_FIELDS))))
-
-
-def _write_jsonl(search, out) -> None:
-    """``jsonl_chunks`` to a text stream (its binary buffer when it has one)."""
-    binary = getattr(out, "buffer", None)
-    out.flush()
-    for chunk in jsonl_chunks(search):
-        if binary is not None:
-            binary.write(chunk)
-        else:
-            out.write(bytes(chunk).decode("utf-8"))
-    if binary is not None:
-        binary.flush()
+        yield pa.record_batch(columns, names=list(ROW_FIELDS)), None
 
 
 TABLE = ("id", "status", "offset", "queue_id", "queue_offset", "store_timestamp", "copies", "consumable", "topic")  # topic last: a long one runs past the edge
@@ -129,7 +116,7 @@ def survivors(
                     doc = {"ids": list(search.rows()), "summary": search.summary.as_dict()}
                     sys.stdout.write(json.dumps(doc, ensure_ascii=False, indent=2) + "\n")
                 elif format is OutputFormat.jsonl:
-                    _write_jsonl(search, sys.stdout)
+                    emit_batches(row_batches(search), format, ROW_FIELDS)
                     sys.stdout.write(json.dumps({"summary": search.summary.as_dict()}, ensure_ascii=False) + "\n")
                 else:
                     shown = emit_rows(search.rows(), format, ROW_FIELDS, TABLE, optional=TABLE_OPTIONAL)
