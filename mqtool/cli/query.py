@@ -50,8 +50,8 @@ def _renamed(value: str | None, old: str | None, name: str, old_name: str) -> st
 
 def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> Iterator[dict]:
     for f in found:
-        row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.hit.file if f.hit else None, "index_entry": f.hit.entry if f.hit else None, "error": f.error,
-                               "timer_state": None, "delivery_time": None, "delivered_offset": None}
+        row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.index_file, "index_entry": f.index_entry,
+                               "error": f.error, "timer_state": None, "delivery_time": None, "delivered_offset": None}
         if f.record is not None:
             row.update(message_of(store, f.record, body))
         else:
@@ -191,7 +191,7 @@ def query_msg_id(
         record, error = lookup.read_served(s, decoded.commit_log_offset)
         if record is not None and record.msg_id != msg_id.upper():
             note(f"the record at offset {decoded.commit_log_offset} has msg_id {record.msg_id} (store host differs: {decoded.host} in the id)")
-        found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, None, error)]
+        found = [lookup.Found(decoded.commit_log_offset, "msg-id", record, record is not None, error=error)]
         if error:
             note(f"offset {decoded.commit_log_offset}: {error}")
         if record is not None or format != OutputFormat.table:  # a table of empty columns says no more than the line

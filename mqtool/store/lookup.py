@@ -1,7 +1,6 @@
-"""The broker's own lookups, offline (reference §5, §6): ``index_hits``
-(``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset``: collisions as the broker returns
-them), ``query_message`` (``DefaultMessageStore.queryMessage``, plus the records after the
-index's last entry: ``source="unindexed"``, §6.5) and ``queue_range_and_offset_by_time``
+"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``DefaultMessageStore.queryMessage``
+on ``index.query_entries``, its ``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset``: collisions as the broker
+returns them; plus the records after the index's last entry: ``source="unindexed"``, §6.5) and ``queue_range_and_offset_by_time``
 (``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x do it). Reads only what a lookup needs."""
 
 from __future__ import annotations
@@ -26,20 +25,6 @@ DEFAULT_MAX_UNIQ = 32  # QueryMessageProcessor: UNIQ_KEY queries use defaultQuer
 KEY, UNIQ_KEY = "key", "uniq-key"
 
 
-class IndexHit(NamedTuple):
-    """One index entry on ``topic#key``'s slot chain whose hash equals the key's hash."""
-
-    offset: int  # the commit log offset the entry points to
-    file: str  # the index file's name
-    entry: int  # the entry number in that file
-    store_time: int  # header begin time + time diff (second precision, as the broker compares)
-
-
-def index_hits(store: Store, topic: str, key: str, max_hits: int = DEFAULT_MAX_KEY, begin: int = 0, end: int = LONG_MAX) -> list[IndexHit]:
-    """``IndexService.queryOffset(topic, key, maxNum, begin, end)`` with where each hit came from."""
-    return [IndexHit(phy_offset, f.name, number, t) for f, number, phy_offset, t in query_entries(store.index_files, topic, key, max_hits, begin, end)]
-
-
 @dataclass
 class Found:
     """A lookup result: the commit log offset, how it was found, and the record (None when the
@@ -49,7 +34,8 @@ class Found:
     source: str  # "index", "unindexed" (after the index's last entry) or "scan" (no index)
     record: clfmt.CommitLogRecord | None = None
     key_matches: bool | None = None
-    hit: IndexHit | None = None
+    index_file: str | None = None  # an index hit's file (an entry on ``topic#key``'s slot chain with the key's hash)
+    index_entry: int | None = None  # and its entry number in that file
     error: str | None = None
 
 
@@ -151,8 +137,8 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         result.logical_end = scan.end.offset
     # The broker tries three times, but asks again with an earlier end time only after serving the first hit, when it
     # has stopped: its later tries repeat the first.
-    hits = sorted(index_hits(store, topic, key, max_hits, begin, end), key=lambda h: h.offset)
-    result.found = [_read_found(store, hit.offset, "index", topic, key, kind, hit) for hit in hits]
+    hits = sorted(query_entries(store.index_files, topic, key, max_hits, begin, end), key=lambda hit: hit[2])
+    result.found = [_read_found(store, offset, "index", topic, key, kind, f.name, entry) for f, entry, offset, _ in hits]
     seen = {f.offset for f in result.found}
     for record in tail_records:
         if record.offset not in seen:
@@ -173,10 +159,12 @@ def served(store: Store, result: Lookup) -> Lookup:
     return result
 
 
-def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, hit: IndexHit | None = None) -> Found:
+def _read_found(store: Store, offset: int, source: str, topic: str, key: str, kind: str, index_file: str | None = None,
+                index_entry: int | None = None) -> Found:
     """The record at ``offset`` read as the broker serves it (``read_message``) and matched (``key_matches``)."""
     record, error = read_message(store, offset)
-    return Found(offset, source, record, None if record is None else key_matches(record, topic, key, kind, store.legacy_properties), hit, error)
+    matches = None if record is None else key_matches(record, topic, key, kind, store.legacy_properties)
+    return Found(offset, source, record, matches, index_file, index_entry, error)
 
 
 def found_by_scan(store: Store, offsets: list[int], topic: str, key: str, kind: str) -> list[Found]:
