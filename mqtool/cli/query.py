@@ -123,8 +123,7 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
 
                 note(result.notes.pop())
                 with ByteProgress(s.commitlog.min_offset, s.commitlog.end_of_writes(), desc="scan") as bar:
-                    offsets, result.logical_end = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e,
-                                                                   progress=bar.advance)
+                    offsets, _ = scan_key_offsets(s, topic, key, uniq=kind == lookup.UNIQ_KEY, begin=b, end=e, progress=bar.advance)
                 result.found = lookup.found_by_scan(s, offsets, topic, key, kind)
             for n in result.notes:
                 note(n)

@@ -45,7 +45,6 @@ class Lookup:
 
     found: list[Found] = field(default_factory=list)
     indexed_until: int | None = None  # the newest index file's end_phy_offset
-    logical_end: int | None = None  # where the commit log's records end (when the tail was scanned)
     indexed: bool = True  # False: no index file, the caller scans (``mqtool.scan.lookup``)
     notes: list[str] = field(default_factory=list)
 
@@ -128,23 +127,20 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
         result.indexed = False
         result.notes.append("no index file (deleted, or messageIndexEnable off): the commit log has to be scanned")
         return result
-    tail_records: list[clfmt.CommitLogRecord] = []
     rule = store.rules.index_rule
     result.indexed_until, first_after = _after_index(store)
-    if first_after is not None:
-        scan = store.commitlog.scan(first_after)
-        tail_records = [r for r in scan if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy, rule)]
-        result.logical_end = scan.end.offset
+    tail = store.commitlog.scan(first_after) if first_after is not None else ()
+    unindexed = [r for r in tail if begin <= r.store_timestamp <= end and r.topic_name == topic and key in _indexed_keys(r, legacy, rule)]
     # The broker tries three times, but asks again with an earlier end time only after serving the first hit, when it
     # has stopped: its later tries repeat the first.
     hits = sorted(query_entries(store.index_files, topic, key, max_hits, begin, end), key=lambda hit: hit[2])
     result.found = [_read_found(store, offset, "index", topic, key, kind, f.name, entry) for f, entry, offset, _ in hits]
     seen = {f.offset for f in result.found}
-    for record in tail_records:
+    for record in unindexed:
         if record.offset not in seen:
             result.found.append(Found(record.offset, "unindexed", record, key_matches(record, topic, key, kind, legacy)))
-    if tail_records:
-        result.notes.append(f"{len(tail_records)} record(s) after the index's last entry (offset {result.indexed_until}) matched by a scan")
+    if unindexed:
+        result.notes.append(f"{len(unindexed)} record(s) after the index's last entry (offset {result.indexed_until}) matched by a scan")
     return served(store, result)
 
 
