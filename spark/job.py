@@ -138,7 +138,8 @@ class Scan:
         self.tasks: list[ScanTask] = plan_tasks(inputs, self.split_size, o.keep_going)
         self.partition = {(t.broker, t.split.offset): i for i, t in enumerate(self.tasks)}  # Spark's partition index
         self.damage: list[Damage] = []  # what the check found the log read past or stopping at (``_rejected``)
-        self.msg_id_past_end = msg_id_past_end(o, inputs) if o.msg_id is not None else {}
+        self.config = load_broker_config(Path(o.broker_config)) if o.broker_config else StoreConfig()
+        self.msg_id_past_end = msg_id_past_end(o.msg_id, inputs, self.config) if o.msg_id is not None else {}
 
     def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
         """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
@@ -188,7 +189,7 @@ class Scan:
         return [(self.partition[(r.segment[0], r.start)], r) for r in rejected]
 
 
-def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, str]:
+def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreConfig) -> dict[str, str]:
     """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
     gives the log (``nextstart.end_before``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
     words for it: that split's rows are dropped, as ``dump`` prints no such record."""
@@ -197,15 +198,14 @@ def msg_id_past_end(o: JobOptions, inputs: Sequence[BrokerInput]) -> dict[str, s
     from ..store.lookup import past_end_error
     from ..store.nextstart import end_before
 
-    offset, found = msg_id_offset(o.msg_id), {}
-    config = load_broker_config(Path(o.broker_config)) if o.broker_config else StoreConfig()
+    offset, found = msg_id_offset(msg_id), {}
     for b in inputs:
         with broker_store(b, config) as store:
             try:
                 record = store.commitlog.read_record(offset)
             except (FormatError, LookupError):
                 continue
-            if isinstance(record, CommitLogRecord) and record.msg_id == o.msg_id.upper() and (cut := end_before(store, record.offset, record.total_size)) is not None:
+            if isinstance(record, CommitLogRecord) and record.msg_id == msg_id.upper() and (cut := end_before(store, record.offset, record.total_size)) is not None:
                 found[b.broker] = f"no message at offset {offset} of --msg-id: {past_end_error(cut)}"
     return found
 
@@ -497,10 +497,9 @@ def run_verify(scan: Scan, out: Output) -> dict:
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import next_start, scan_start_offset
 
-    config = load_broker_config(Path(scan.o.broker_config)) if scan.o.broker_config else StoreConfig()
     rows, brokers = [], []
     for b in scan.inputs:
-        store = broker_store(b, config)
+        store = broker_store(b, scan.config)
         if store.is_dledger:
             from ..verify.dledger import DLedgerLogCheck  # DLedger modules: only for a DLedger store, as `mqtool verify` does
 
