@@ -243,9 +243,10 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
     if what == A_DIRECTORY or abort_unwritable(root / "abort", what):  # File.exists(): an abnormal recovery after (``abort_quarantined``)
-        yield "abort", what, "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + (
-            "cannot write the PID into it and exit" if what == A_DIRECTORY else
-            "opens it to read before writing the PID, which on a FIFO waits for a writer")
+        yield "abort", what if what != A_SPECIAL else "a FIFO", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + {
+            A_DIRECTORY: "cannot write the PID into it and exit",
+            A_SOCKET: "cannot open it to read before writing the PID (a socket's open throws ENXIO) and exit",
+        }.get(what, "opens it to read before writing the PID, which on a FIFO waits for a writer")
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
