@@ -55,7 +55,7 @@ INDEX_KINDS = frozenset(
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
 FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
-                            "timer-stray-entry", "timer-file-size", "not-a-file"})
+                            "timer-stray-entry", "timer-file-size", "not-a-file", "config-unreadable"})
 
 
 @dataclass(frozen=True)
@@ -1013,7 +1013,7 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
 
     def step(f: Finding) -> str | None:
         d = f.details or {}
-        if f.kind in FILE_FIX_KINDS | {"config-unreadable"} and f.file in changed:
+        if f.kind in FILE_FIX_KINDS and f.file in changed:
             return step_of[f.file]
         if f.kind == "config-unreadable" and f.found == MISSING and f"{f.file}.bak" in changed:
             return step_of[f"{f.file}.bak"]
