@@ -300,8 +300,8 @@ def test_a_ctrl_c_once_every_stage_is_restored_says_the_store_is_restored(tmp_pa
     cut = runner.invoke(app, ["restore", str(backup), "--yes"])
     monkeypatch.undo()
     assert cut.exit_code == 130
-    assert cut.stderr.splitlines()[-1] == (f"mqtool: error: interrupted as the restore ended: the store is restored; `mqtool restore {backup} "
-                                           "--yes` again only tidies up (it removes the .mqtool-repair mark)")
+    assert cut.stderr.splitlines()[-1] == ("mqtool: error: interrupted as the restore ended: the store is restored; "
+                                           f"`mqtool restore {backup} --yes` again only tidies up (it removes the .mqtool-repair mark)")
     after = {str(p.relative_to(store)): p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
     assert {k: v for k, v in after.items() if k != backups.REPAIR_MARKER} == before
     again = runner.invoke(app, ["restore", str(backup), "--yes"])

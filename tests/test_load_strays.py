@@ -828,4 +828,5 @@ def test_recover_before_an_index_or_timer_refusal_after_the_recovery(tmp_path, v
     assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == EXIT_OK
     _, out, _ = verified(root, version)
     keeps = line.split(" keeps ", 1)[1].split(" and ")[0]
-    assert first_line(out).startswith(line.split(fixed)[0] + fixed + "keeps " + keeps if after else "the broker's next start keeps " + keeps)
+    said = line.split(fixed)[0] + fixed if after else "the broker's next start "
+    assert first_line(out).startswith(f"{said}keeps {keeps}")

@@ -243,10 +243,10 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
     if what == A_DIRECTORY or abort_unwritable(root / "abort", what):  # File.exists(): an abnormal recovery after (``abort_quarantined``)
-        yield "abort", what if what != A_SPECIAL else "a FIFO", "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + {
-            A_DIRECTORY: "cannot write the PID into it and exit",
-            A_SOCKET: "cannot open it to read before writing the PID (a socket's open throws ENXIO) and exit",
-        }.get(what, "opens it to read before writing the PID, which on a FIFO waits for a writer")
+        then = {A_DIRECTORY: "cannot write the PID into it and exit",
+                A_SOCKET: "cannot open it to read before writing the PID (a socket's open throws ENXIO) and exit"}
+        yield ("abort", what if what != A_SPECIAL else "a FIFO", "File.exists() finds it, so the broker's recovery is abnormal; "
+               "5.0.0+ then " + then.get(what, "opens it to read before writing the PID, which on a FIFO waits for a writer"))
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
@@ -967,14 +967,14 @@ def _file_fixes_of(store: Store) -> tuple[list[RepairStep], Plan | None]:
         return [], None
 
 
-def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, fixes: tuple[list[RepairStep], Plan | None]) -> list[Expected]:
+def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, fixes: tuple[list[RepairStep], Plan | None]
+                    ) -> list[Expected]:
     """The findings ``fixes`` (the file fixes, which ``repair`` applies first) remove, marked with their step, then
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
     fixed = file_fix_steps(findings, *fixes)
-    left = [f for f in findings if id(f) not in fixed]
-    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(triage(predict_after_recovery(left, recover),
-                                                                                                          run.last_timestamp))
+    left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), run.last_timestamp)
+    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
