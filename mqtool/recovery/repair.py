@@ -999,11 +999,11 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan | None) -> dict[int, str]:
     """``id`` -> step of each of ``findings`` the file fixes (``plan_file_fixes``'s ``steps`` and ``files``) remove: of a file
     they change; a config file that is missing, whose unusable .bak they move out (``ConfigManager.loadBak`` then reads no
-    .bak and returns true: ``verify.state.config_findings`` reports nothing); entries into a cut segment; wheel slots cleared
-    or relinked."""
+    .bak and returns true: ``verify.state.config_findings`` reports nothing); the timer wheel's length (``_wheel_fix``);
+    entries into a cut segment; wheel slots cleared or relinked."""
     if files is None:
         return {}
-    changed = {a.path for a in files.actions}
+    changed, resized = {a.path for a in files.actions}, {(a.path, a.start) for a in files.actions if a.op == "resize"}
     step_of = {path: st.step for st in reversed(steps) for path in st.paths}  # the first step that names a path
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
                if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
@@ -1017,6 +1017,8 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
             return step_of[f.file]
         if f.kind == "config-unreadable" and f.found == MISSING and f"{f.file}.bak" in changed:
             return step_of[f"{f.file}.bak"]
+        if f.kind == "timer-wheel" and (f.file, f.found) in resized:  # its length (found: the size resized from), not a slot's
+            return step_of[f.file]
         if f.kind == "timer-wheel" and (d.get("slot") in cleared or d.get("chain_broken_at") in relinked):
             return "clear-wheel-slots" if d.get("slot") in cleared else "relink-wheel-slots"
         if f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked):
