@@ -956,23 +956,25 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
     ``repair`` step that fixes it. The costly cq and index checks run only when some of their
     findings could remain (``settled_checks``) or ``every_check``."""
     settled = frozenset() if every_check else settled_checks(store, recover)
-    return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover, _file_fixes_of(store))
+    return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover, store)
 
 
-def _file_fixes_of(store: Store) -> tuple[list[RepairStep], Plan | None]:
-    """``plan_file_fixes`` of ``store`` as ``repair`` plans them; none where repair refuses to plan them (it says why)."""
+def _file_fixes_of(store: Store, findings: list[Finding]) -> tuple[list[RepairStep], Plan | None]:
+    """``plan_file_fixes`` of ``store`` as ``repair`` plans them, where a finding says there is one to make (each fixes a file
+    of a ``FILE_FIX_KINDS`` finding, or the timer wheel's length); none where repair refuses to plan them (it says why)."""
+    if not any(f.kind in FILE_FIX_KINDS or f.kind == "timer-wheel" for f in findings):
+        return [], None
     try:
         return plan_file_fixes(store.root, store)
     except Refused:
         return [], None
 
 
-def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, fixes: tuple[list[RepairStep], Plan | None]
-                    ) -> list[Expected]:
-    """The findings ``fixes`` (the file fixes, which ``repair`` applies first) remove, marked with their step, then
+def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, store: Store) -> list[Expected]:
+    """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
-    fixed = file_fix_steps(findings, *fixes)
+    fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
     left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), run.last_timestamp)
     return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left)
 
@@ -992,7 +994,7 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
         before_verify()
     if walked is not None and cross_checks_settled(store, plan):
         verified = verify_findings(store, LOCAL_CHECKS, walked=walked.runs)
-        return dataclasses.replace(plan, verify_after=tuple(_expected_after(verified, plan, _file_fixes_of(store))))
+        return dataclasses.replace(plan, verify_after=tuple(_expected_after(verified, plan, store)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
 
 
