@@ -271,3 +271,39 @@ def test_a_ctrl_c_once_the_backup_set_exists_but_before_the_apply_began_changed_
     assert tree(store) == before and not [p for p in store.iterdir() if p.name.startswith(".mqtool")]
     assert not (tmp_path / "my backup").exists()
     assert CliRunner().invoke(app, args).exit_code in (0, 1)
+
+
+def test_a_ctrl_c_once_every_stage_is_restored_says_the_store_is_restored(tmp_path, monkeypatch):
+    """A Ctrl-C landing after a repair's last stage was put back, as ``restore`` removes the ``.mqtool-repair`` mark
+    (``clear_repair_mark``): before, exit 130 "interrupted while restoring: run ... again to finish", on a store already
+    whole. Now the line says the store is restored and that restore again only tidies up, which it does (exit 0, the mark gone)."""
+    from typer.testing import CliRunner
+
+    from conftest import copy_store
+    from mqtool.apply import backup as backups
+    from mqtool.cli import app
+
+    runner = CliRunner()
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path)
+    backup = tmp_path / "backup"
+    before = {str(p.relative_to(store)): p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+    assert runner.invoke(app, ["repair", str(store), "--yes", "--backup-dir", str(backup)]).exit_code == 0
+    clear = backups.clear_repair_mark
+
+    def ctrl_c_as_the_mark_goes(root, **kwargs):
+        if backups.stopped_repair(root) is None and (root / backups.REPAIR_MARKER).exists():  # every stage put back
+            raise KeyboardInterrupt
+        clear(root, **kwargs)
+
+    backups.write_pending(store, backup, backups.REPAIR_MARKER)  # as a repair stopped between its stages leaves it
+    monkeypatch.setattr(backups, "clear_repair_mark", ctrl_c_as_the_mark_goes)
+    cut = runner.invoke(app, ["restore", str(backup), "--yes"])
+    monkeypatch.undo()
+    assert cut.exit_code == 130
+    assert cut.stderr.splitlines()[-1] == ("mqtool: error: interrupted as the restore ended: the store is restored; "
+                                           f"`mqtool restore {backup} --yes` again only tidies up (it removes the .mqtool-repair mark)")
+    after = {str(p.relative_to(store)): p.read_bytes() for p in sorted(store.rglob("*")) if p.is_file()}
+    assert {k: v for k, v in after.items() if k != backups.REPAIR_MARKER} == before
+    again = runner.invoke(app, ["restore", str(backup), "--yes"])
+    assert again.exit_code == 0 and "nothing to restore" in again.stderr
+    assert not (store / backups.REPAIR_MARKER).exists()

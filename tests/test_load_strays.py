@@ -883,3 +883,33 @@ def test_timercheck_queue_offset_past_the_timer_queue_is_clamped_from_5_3_2(tmp_
     assert f["details"] == ({"clamped": True} if severity == "info" and master else {})
     assert ("masterTimerQueueOffset" in f["message"]) == (not master)
     assert ("5.3.2+ clamp it" in f["message"]) == (version is None)
+
+
+@pytest.mark.parametrize("version, fixture, folder, entry, after", [
+    ("5.1.0", ("5.1.4", "crashed-small"), "index", "99999999999999999", "DefaultMessageStore.load fails on index/ only after it"),
+    ("5.3.3", ("5.3.3", "crashed-small"), "index", "99999999999999999", "DefaultMessageStore.load fails on index/ only after it"),
+    ("5.0.0", ("5.0.0", "crashed-small"), "index", "99999999999999999", None),  # up to 5.0.0 DefaultMessageStore.load ignores it
+    ("5.3.3", ("5.3.3", "timer-crashed"), "timerlog", "99999999999999999999", "it loads timerlog/ after it"),
+])
+def test_recover_before_an_index_or_timer_refusal_after_the_recovery(tmp_path, version, fixture, folder, entry, after):
+    """5.1.0+ ``DefaultMessageStore.load`` calls ``recover`` even when ``IndexService.load`` returned false (@5.1.0, 5.3.3; up
+    to 5.0.0 its false is ignored), and 5.x ``TimerMessageStore.load`` runs after ``messageStore.load``: a start refused on
+    index/ or timerlog/ runs the recovery first. ``recover``'s plan says so, as for 4.9.2+'s delayOffset.json (before: no
+    note); its writes stand, and verify's line after them is the plan's."""
+    root = copy_store(*fixture, tmp_path)
+    if folder == "index":
+        (root / "index" / entry).mkdir()
+    else:
+        (root / "timerlog" / entry).write_bytes(bytes(100))
+    plan = json.loads(run("recover", root, "--broker-version", version, "--format", "json").stdout)
+    line, fixed = plan["next_start"]["line"], "; with that file fixed, it "
+    assert line.startswith(f"the broker's next start refuses to start: {folder}/{entry}: ") is (after is not None), line
+    assert plan["notes"] == ([] if after is None else [
+        f"the broker's own next start runs this recovery too, then refuses ({after}): these writes stand either way, and the refusal "
+        f"stays until that entry of {folder}/ is fixed"])
+    assert plan["actions"]
+    assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == EXIT_OK
+    _, out, _ = verified(root, version)
+    keeps = line.split(" keeps ", 1)[1].split(" and ")[0]
+    said = line.split(fixed)[0] + fixed if after else "the broker's next start "
+    assert first_line(out).startswith(f"{said}keeps {keeps}")

@@ -727,7 +727,18 @@ def _a_store_given_to_restore(store: Path) -> str:
 
 
 def _finish_restore_line(backup: Path) -> str:
-    return f"interrupted while restoring: run `mqtool restore {shell_path(backup)} --yes` again to finish (restoring twice changes nothing)"
+    """What a restore of ``backup`` that a Ctrl-C cut short says: run it again to finish; or, when every backup set (a repair's
+    every stage) was put back, the Ctrl-C landing as ``backup.restore`` removed the ``.mqtool-repair`` mark, that the store is
+    restored and running it again only tidies up (``restore`` of a set already restored)."""
+    again = f"`mqtool restore {shell_path(backup)} --yes`"
+    try:
+        sets = [BackupSet.open(s) for s in repair_stages(backup) or [backup]]
+    except (BadInput, OSError):
+        sets = []
+    if sets and all(s.restored for s in sets):
+        mark = f" (it removes the {REPAIR_MARKER} mark)" if (sets[0].store_root / REPAIR_MARKER).exists() else ""
+        return f"interrupted as the restore ended: the store is restored; {again} again only tidies up{mark}"
+    return f"interrupted while restoring: run {again} again to finish (restoring twice changes nothing)"
 
 
 def _never_begun(backup: Path) -> bool:

@@ -45,7 +45,7 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
-from ..store.nextstart import config_after_recovery, later_refusal
+from ..store.nextstart import later_refusal, refusal_after_recovery
 from ..store.rules import VersionRules
 
 if TYPE_CHECKING:
@@ -79,10 +79,9 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     _index_results(run, kind)
     cp_plan, remove_abort = _checkpoint(run, kind)  # 6
     refused = later_refusal(store) if run.dispatching else None
-    if refused is not None and (late := config_after_recovery(store)) is not None and late[1] == refused:
-        run.notes.append(f"the broker's own next start runs this recovery too, then refuses (it loads {late[0]} after it): these "
-                         f"writes stand either way, and the refusal stays until {late[0]} or its .bak is fixed "
-                         "(`mqtool repair` moves the .bak out)")
+    if refused is not None and (late := refusal_after_recovery(store)) is not None and late[1] == refused:
+        run.notes.append(f"the broker's own next start runs this recovery too, then refuses ({late[0]}): these writes stand either way, "
+                         f"and the refusal stays until {late[2]}")
     plan = Plan.new(
         command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
         options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},

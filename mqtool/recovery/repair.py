@@ -29,7 +29,7 @@ from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
-from ..store.store import load_config
+from ..store.store import MISSING, load_config
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -56,7 +56,7 @@ INDEX_KINDS = frozenset(
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
 FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
-                            "timer-stray-entry", "timer-file-size", "not-a-file"})
+                            "timer-stray-entry", "timer-file-size", "not-a-file", "config-unreadable"})
 
 
 @dataclass(frozen=True)
@@ -247,9 +247,10 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
     if what == A_DIRECTORY or abort_unwritable(root / "abort", what):  # File.exists(): an abnormal recovery after (``abort_quarantined``)
-        yield "abort", what, "File.exists() finds it, so the broker's recovery is abnormal; 5.0.0+ then " + (
-            "cannot write the PID into it and exit" if what == A_DIRECTORY else
-            "opens it to read before writing the PID, which on a FIFO waits for a writer")
+        then = {A_DIRECTORY: "cannot write the PID into it and exit",
+                A_SOCKET: "cannot open it to read before writing the PID (a socket's open throws ENXIO) and exit"}
+        yield ("abort", what if what != A_SPECIAL else "a FIFO", "File.exists() finds it, so the broker's recovery is abnormal; "
+               "5.0.0+ then " + then.get(what, "opens it to read before writing the PID, which on a FIFO waits for a writer"))
     for name, first, opener in OPENED_FIRST:
         if (found := unusable(root / name, name)) is not None:
             refusing = eras_label(e for e in ERAS if e.index >= ERA_INDEX[first])
@@ -947,8 +948,9 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
     """The cross checks (``cq``, ``index``) all of whose findings today ``recover`` removes, so
     ``verify_after`` need not run them: ``cq`` when there is no consume queue and every record is
-    re-dispatched; ``index`` when no index file is kept and every record is re-indexed. None on a
-    DLedger store or one with LMQ queues."""
+    re-dispatched; ``index`` when no index file is kept, every record is re-indexed and index/ holds no entry
+    that is no index file (verify's ``index-stray-entry``, which no recovery removes). None on a DLedger store or one
+    with LMQ queues."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -956,7 +958,8 @@ def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
     settled = set()
     if not store.consume_queues and any(p.consume_queues for p in full):
         settled.add("cq")
-    if recover.index is not None and all(f.action in ("delete", "create") for f in recover.index.files) and any(p.index for p in full):
+    if (recover.index is not None and all(f.action in ("delete", "create") for f in recover.index.files) and any(p.index for p in full)
+            and not store.index_strays):
         settled.add("index")
     return frozenset(settled)
 
@@ -981,12 +984,27 @@ def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> l
     ``repair`` step that fixes it. The costly cq and index checks run only when some of their
     findings could remain (``settled_checks``) or ``every_check``."""
     settled = frozenset() if every_check else settled_checks(store, recover)
-    return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover)
+    return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover, store)
 
 
-def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan) -> list[Expected]:
+def _file_fixes_of(store: Store, findings: list[Finding]) -> tuple[list[RepairStep], Plan | None]:
+    """``plan_file_fixes`` of ``store`` as ``repair`` plans them, where a finding says there is one to make (each fixes a file
+    of a ``FILE_FIX_KINDS`` finding, or the timer wheel's length); none where repair refuses to plan them (it says why)."""
+    if not any(f.kind in FILE_FIX_KINDS or f.kind == "timer-wheel" for f in findings):
+        return [], None
+    try:
+        return plan_file_fixes(store.root, store)
+    except Refused:
+        return [], None
+
+
+def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, store: Store) -> list[Expected]:
+    """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
+    ``expected_after`` of those the recovery leaves."""
     findings, run = verified
-    return expected_after(triage(predict_after_recovery(findings, recover), run.last_timestamp))
+    fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
+    left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), run.last_timestamp)
+    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
@@ -1003,29 +1021,41 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     if before_verify is not None:
         before_verify()
     if walked is not None and cross_checks_settled(store, plan):
-        return dataclasses.replace(plan, verify_after=tuple(_expected_after(verify_findings(store, LOCAL_CHECKS, walked=walked.runs), plan)))
+        verified = verify_findings(store, LOCAL_CHECKS, walked=walked.runs)
+        return dataclasses.replace(plan, verify_after=tuple(_expected_after(verified, plan, store)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
 
 
-def _left_by_file_fixes(findings: list[Finding], files: Plan | None) -> list[Finding]:
-    """``findings`` less those the file fixes remove (of a file they change, entries into a cut segment, wheel slots cleared or
-    relinked)."""
+def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan | None) -> dict[int, str]:
+    """``id`` -> step of each of ``findings`` the file fixes (``plan_file_fixes``'s ``steps`` and ``files``) remove: of a file
+    they change; a config file that is missing, whose unusable .bak they move out (``ConfigManager.loadBak`` then reads no
+    .bak and returns true: ``verify.state.config_findings`` reports nothing); the timer wheel's length (``_wheel_fix``);
+    entries into a cut segment; wheel slots cleared or relinked."""
     if files is None:
-        return findings
-    changed = {a.path for a in files.actions}
+        return {}
+    changed, resized = {a.path for a in files.actions}, {(a.path, a.start) for a in files.actions if a.op == "resize"}
+    step_of = {path: st.step for st in reversed(steps) for path in st.paths}  # the first step that names a path
     blanked = [(int(Path(a.path).name), int(Path(a.path).name) + a.end) for a in files.actions
                if a.op == "pad-blank" and a.path.startswith("commitlog")]  # a timer log's blank is no commit log range
     cleared = {i for a in files.actions if a.path == "timerwheel" and a.op in ("zero-range", "write-int64")
                for i in range(a.start // tfmt.SLOT_SIZE, (a.end - 1) // tfmt.SLOT_SIZE + 1)}  # _cut_wheel_slots, _relinked_slots
     relinked = {int(Path(a.path).name) + a.start - 4 for a in files.actions if a.op == "write-int64" and a.path.startswith("timerlog")}
 
-    def fixed(f: Finding) -> bool:
+    def step(f: Finding) -> str | None:
         d = f.details or {}
-        return ((f.kind in FILE_FIX_KINDS and f.file in changed) or (f.kind == "timer-wheel" and (d.get("slot") in cleared
-                                                                                              or d.get("chain_broken_at") in relinked))
-                or f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked))
+        if f.kind in FILE_FIX_KINDS and f.file in changed:
+            return step_of[f.file]
+        if f.kind == "config-unreadable" and f.found == MISSING and f"{f.file}.bak" in changed:
+            return step_of[f"{f.file}.bak"]
+        if f.kind == "timer-wheel" and (f.file, f.found) in resized:  # its length (found: the size resized from), not a slot's
+            return step_of[f.file]
+        if f.kind == "timer-wheel" and (d.get("slot") in cleared or d.get("chain_broken_at") in relinked):
+            return "clear-wheel-slots" if d.get("slot") in cleared else "relink-wheel-slots"
+        if f.kind in CQ_KINDS and f.offset is not None and any(start <= f.offset < end for start, end in blanked):
+            return step_of.get(f.file, "resize-segment")
+        return None
 
-    return [f for f in findings if not fixed(f)]
+    return {id(f): found for f in findings if (found := step(f)) is not None}
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
@@ -1044,7 +1074,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     remaining: list[Expected] = []
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
-        t = triage(predict_after_recovery(_left_by_file_fixes(findings, files), recover), last_timestamp)
+        fixed = file_fix_steps(findings, steps, files)
+        t = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), last_timestamp)
         later = steps_of(t)
         steps += later
         remaining = t.lost

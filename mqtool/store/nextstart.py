@@ -415,26 +415,33 @@ def unmounted_file(store: Store) -> str | None:
 
 def later_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
-    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, ``index_refusal``,
-    ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``), in the order it loads them, then 4.9.2+'s ``delayOffset.json``
-    (``config_after_recovery``) and ``abort_refusal`` after the recovery; the line says what the start
-    does once that is fixed."""
-    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store) or index_refusal(store) or timer_refusal(store)
-            or (found[1] if (found := config_after_recovery(store)) else None) or abort_refusal(store))
+    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, then, after the
+    recovery (``refusal_after_recovery``), ``index_refusal``, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
+    4.9.2+'s ``delayOffset.json``, then ``abort_refusal``, in the order it meets them; the line says what the start does once
+    that is fixed."""
+    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store)
+            or (found[1] if (found := refusal_after_recovery(store)) else None) or abort_refusal(store))
 
 
-def config_after_recovery(store: Store) -> tuple[str, str] | None:
-    """(file, ``config_refusal``) of a config file the broker loads after ``DefaultMessageStore.load``'s recovery and refuses
-    to start on, or None: 5.x ``TimerMessageStore.load``'s ``timermetrics``, 4.9.2+ ``ScheduleMessageService.load``'s
-    ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7; ``BrokerController.recoverAndInitService`` @5.3.3). That
-    start writes what its recovery writes, then fails: ``recover``'s writes are the broker's own, and the refusal stays."""
+def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
+    """(why it comes after the recovery, the refusal, what lifts it) of a refusal the broker meets only after
+    ``DefaultMessageStore.load``'s recovery, or None: 5.1.0+ ``index_refusal`` (``DefaultMessageStore.load`` calls
+    ``recover`` whatever ``IndexService.load`` returned, @5.1.0, 5.3.3; up to 5.0.0 it ignores that result), 5.x
+    ``timer_refusal`` then ``TimerMetrics``'s ``config_refusal`` (``TimerMessageStore.load`` runs after ``messageStore.load``:
+    ``BrokerController.initialize`` @5.0.0, ``recoverAndInitService`` @5.3.3), 4.9.2+ ``ScheduleMessageService.load``'s
+    ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7). That start writes what its recovery writes, then fails:
+    ``recover``'s writes are the broker's own, and the refusal stays (``abort_refusal``'s abort file ``recover`` refuses)."""
     from .timer import timer_eras
 
+    if (why := index_refusal(store)) is not None:
+        return "DefaultMessageStore.load fails on index/ only after it", why, "that entry of index/ is fixed"
+    if (why := timer_refusal(store)) is not None:
+        return "it loads timerlog/ after it", why, "that entry of timerlog/ is fixed"
     eras = store.version_guess.eras
     late = [e for e in eras if e.index >= ERA_INDEX[DELAY_LOADED_LATE]]
     for name, loading in (("timermetrics", timer_eras(eras)), ("delayOffset.json", late)):
         if (why := config_refusal(store, name, loading)) is not None:
-            return f"config/{name}", why
+            return f"it loads config/{name} after it", why, f"config/{name} or its .bak is fixed (`mqtool repair` moves the .bak out)"
     return None
 
 
