@@ -76,9 +76,9 @@ def _size(conf: dict[str, str], *keys: str) -> int | None:
     size = _int(conf, *keys)
     if size is not None and size <= 0:
         key = next(k for k in keys if k in conf)
-        raise BadInput(f"broker config: {key}={conf[key]!r} is an impossible file size: a broker given it can write no record, so this store "
-                       "was not written with it; give the size the broker ran with in a copy of the file, or leave out --broker-config "
-                       "to take it from the store's files")
+        raise BadInput(f"broker config: {key}={conf[key]!r} is an impossible file size: a broker given it can write no record, "
+                       "so this store was not written with it; give the size the broker ran with in a copy of the file, or leave out "
+                       "--broker-config to take it from the store's files")
     return size
 
 
