@@ -19,6 +19,7 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from conftest import copy_store, manifest, store_path
@@ -237,6 +238,19 @@ def test_a_broker_config_value_that_is_no_number_says_what_to_do(tmp_path):
                           "out --broker-config to take it from the store's files\n")
     conf.write_text("brokerName=broker-a\nmaxIndexNum=4000\n")
     assert run("info", store_path("4.9.7", "clean-small"), "--broker-config", conf).exit_code == 0
+
+
+@pytest.mark.parametrize("setting", ["mappedFileSizeCommitLog=-5", "mappedFileSizeCommitLog=0", "mapedFileSizeConsumeQueue=-20"])
+def test_a_broker_config_file_size_no_broker_can_write_is_one_line_of_bad_input(tmp_path, setting):
+    """``--broker-config`` with ``mappedFileSizeCommitLog=-5``: verify exited 1 with "00000000000000000000: 1048576 bytes, not -5
+    like the other segments", a finding against the files for a setting no broker could have written them with."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=broker-a\n{setting}\n")
+    res = run("verify", store_path("4.9.7", "clean-small"), "--broker-config", conf)
+    key, value = setting.split("=")
+    assert (res.exit_code, res.stdout) == (3, "")
+    assert res.stderr.startswith(f"mqtool: error: broker config: {key}='{value}' is an impossible file size: a broker given it can write")
+    assert res.stderr.count("\n") == 1
 
 
 def test_a_group_name_holding_an_escape_sequence_is_written_out_on_stderr_and_in_findings(tmp_path):

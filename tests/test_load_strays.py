@@ -847,6 +847,8 @@ def test_a_damaged_timer_log_unit_is_requeued_and_the_slots_after_it_cleared(tmp
     findings = verified(root, "5.3.3")[2]
     [damaged] = [f for f in findings if f["kind"] == "timer-log-damaged"]
     assert (damaged["severity"], damaged["details"]) == ("info", {"timer_log_offset": at, "requeued": True})
+    again = sum(msg["timer"]["delivered"] for msg in m["messages"] if msg.get("timer") and msg["timer"]["wheelQueueOffset"] > queued[at - tfmt.UNIT_SIZE])
+    assert again == 1 and "again, 1 of them delivered already (their slots were read), which it delivers a second time" in damaged["message"]
     after = sorted(s["slot"] for s in m["timer"]["timerwheel"]["nonEmptySlots"] if s["firstPos"] >= at)
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     cleared = sorted(i for a in planned["files"]["actions"] if a["path"] == "timerwheel" and a["op"] == "zero-range"
@@ -913,3 +915,29 @@ def test_recover_before_an_index_or_timer_refusal_after_the_recovery(tmp_path, v
     keeps = line.split(" keeps ", 1)[1].split(" and ")[0]
     said = line.split(fixed)[0] + fixed if after else "the broker's next start "
     assert first_line(out).startswith(f"{said}keeps {keeps}")
+
+
+@pytest.mark.parametrize("cut", [52, 1560, None])
+def test_a_requeued_info_says_the_timer_messages_delivered_already_are_delivered_again(tmp_path, cut):
+    """5.3.3 ``timer-small``'s last timer log file cut at ``cut`` (None: whole, timercheck's lastTimerQueueOffset past its
+    queue). ``reviseQueueOffset`` resumes rmq_sys_wheel_timer after the message of the log's last unit and the broker enqueues
+    every later one again, those whose slots were read and which were delivered too: each is delivered a second time (due,
+    straight to ``dequeuePutQueue``). Before, the ``requeued`` infos said only "enqueues the later messages again: nothing
+    lost"; now they say how many of them were delivered already (the manifest's ``delivered`` past that queue offset)."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    m = manifest("5.3.3", "timer-small")
+    timers = [msg["timer"] for msg in m["messages"] if msg.get("timer")]
+    queued = {u["timerLogOffset"]: t["wheelQueueOffset"] for t in timers for u in t["timerLogUnits"]}
+    end = 8192 + cut if cut is not None else m["timerRuntimeBeforeShutdown"]["timerLogMaxOffset"]
+    delivered = sum(t["delivered"] for t in timers if t["wheelQueueOffset"] > queued[end - 52])
+    last = root / "timerlog" / "00000000000000008192"
+    if cut is not None:
+        os.truncate(last, cut)
+        os.truncate(last, 8192)
+    else:
+        with open(root / "config" / "timercheck", "r+b") as f:  # lastTimerQueueOffset at 16
+            f.seek(16)
+            f.write((1 << 20).to_bytes(8, "big"))
+    [ahead] = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timercheck-ahead" and f["details"] == {"requeued": True}]
+    said = f"{delivered} of them delivered already (their slots were read), which it delivers a second time"
+    assert (delivered, said in ahead["message"]) == ((4, True) if cut == 52 else (1, True) if cut == 1560 else (0, False)), ahead["message"]

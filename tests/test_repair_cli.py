@@ -264,8 +264,12 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("x")
     assert "not an mqtool backup" in error_line(run("restore", tmp_path / "other", "--yes"), EXIT_BAD_INPUT)
-    empty = run("restore", tmp_path / "empty", "--yes")  # what an apply killed before its manifest leaves: said, not an error
-    assert empty.exit_code == 0 and "nothing to restore" in empty.stderr and "holds no backup set" in empty.stderr
+    # an empty directory is no backup (before: exit 0, "nothing to restore"); an apply killed writing its manifest leaves its temporary file
+    assert "not an mqtool backup" in error_line(run("restore", tmp_path / "empty", "--yes"), EXIT_BAD_INPUT)
+    (tmp_path / "killed").mkdir()
+    (tmp_path / "killed" / "manifest.json.mqtool-tmp").write_bytes(b"")
+    killed = run("restore", tmp_path / "killed", "--yes")
+    assert killed.exit_code == 0 and "nothing to restore" in killed.stderr and "holds no backup set" in killed.stderr
     zeros = tmp_path / "zeros"
     (zeros / "commitlog").mkdir(parents=True)
     (zeros / "commitlog" / f"{0:020d}").write_bytes(bytes(1 << 16))

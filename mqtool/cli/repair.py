@@ -742,16 +742,12 @@ def _finish_restore_line(backup: Path) -> str:
 
 
 def _never_begun(backup: Path) -> bool:
-    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was
-    written: nothing in it but that manifest's temporary file and empty stage directories."""
-    if not backup.is_dir() or (backup / "manifest.json").exists():
-        return False
-    for entry in backup.iterdir():
-        if entry.name == "manifest.json" + TMP_SUFFIX:
-            continue
-        if not (entry.is_dir() and STAGE_NAME.fullmatch(entry.name) and _never_begun(entry)):
-            return False
-    return True
+    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was written: nothing in it
+    but that manifest's temporary file (the first file ``BackupSet.create`` writes) or a repair's stage directories, each
+    such or empty (made with it). An empty directory is none: nothing in it says mqtool made it (``restore`` refuses it)."""
+    entries = list(backup.iterdir()) if backup.is_dir() and not (backup / "manifest.json").exists() else []
+    return bool(entries) and all(e.name == "manifest.json" + TMP_SUFFIX or (e.is_dir() and STAGE_NAME.fullmatch(e.name) is not None and (
+        not any(e.iterdir()) or _never_begun(e))) for e in entries)
 
 
 def _note_removed(leftovers: list[str]) -> None:

@@ -7,7 +7,7 @@ The cut is the broker's next start's (``store.nextstart``). Past the cut, segmen
 ``verify --keep-going``; a DLedger data file's entries: ``_entry_report``), each run classified as
 ``CommitLogCheck._after_end`` classifies it, then read through ``read_batches``; a record whose body CRC
 fails is skipped (``skipped``). In a DLedger store the live walk goes on past damage its recovery keeps
-(``_kept_past``, §15.4, §15.5).
+(``_kept_past``, §15.4, §15.5), the record inside an entry whose header alone is broken by ``dledgerstart.loose_walk``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
 from ..store.commitlog import ScanEnd, StopReason
+from ..store.dledgerstart import loose_walk
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
 from ..store.resync import resume_after
@@ -93,7 +94,6 @@ class SalvageScan:
         self.progress = progress
         self.batch = batch
         self.summary = SalvageSummary()
-        self._loose: set[int] = set()  # offsets of records whose DLedger entry header is broken (``_broken_entries``)
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         last_ts, start = None, None
@@ -104,9 +104,9 @@ class SalvageScan:
                 yield self._finish(batch, LIVE)
             if (kept := self._kept_past(live.end)) is None:
                 break
-            start, loose = kept
-            if loose is not None:  # the record inside an entry whose header alone is broken
-                yield from self._read(Stretch(loose, start, LIVE, 1))
+            start, walk = kept
+            if walk is not None:  # the record inside an entry whose header alone is broken
+                yield from self._read(Stretch(walk.start, start, LIVE, 1), walk)
         self.summary.cut = cut = self._served_to(live.end)
         resumed = None  # where valid records resume after the walk's end
         for stretch in self._stretches(live.end, last_ts, cut.offset):
@@ -121,24 +121,20 @@ class SalvageScan:
             start = live.end.offset
             self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
 
-    def _kept_past(self, end: ScanEnd) -> tuple[int, int | None] | None:
+    def _kept_past(self, end: ScanEnd) -> tuple[int, FastScan | None] | None:
         """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps
         (``CommitLog.resume_after_damage``: a record inside an entry, the classic log of a mixed store), the bad-CRC
         record skipped (``skipped``), other damage ``unreadable``, and the whole record inside an entry whose header
-        alone is broken, which the broker serves (``record_in_broken_entry``; else None); else None."""
+        alone is broken, which the broker serves (its walk, ``dledgerstart.loose_walk``; else None); else None."""
         resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
         if resume is None:
             return None
         if end.reason == StopReason.CRC and end.total_size is not None:
             self.summary.skipped.append((resume - end.total_size, end.total_size))  # the record ends its entry
             return resume, None
-        from ..store.dledgerstart import record_in_broken_entry
-
-        loose = record_in_broken_entry(self.store.commitlog, end, resume)  # served: only the entry header is unreadable
-        if loose is not None:
-            self._loose.add(loose)
-        self.summary.unreadable.append(Unreadable(end.offset, resume if loose is None else loose, True))
-        return resume, loose
+        walk = loose_walk(self.store.commitlog, end, resume)  # served: only the entry header is unreadable
+        self.summary.unreadable.append(Unreadable(end.offset, resume if walk is None else walk.start, True))
+        return resume, walk
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
         """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
@@ -233,7 +229,7 @@ class SalvageScan:
     def _broken_entries(self, report: SegmentReport, pos: int, stop: int) -> int:
         """The records in ``[pos, stop)`` of ``report``'s DLedger data file whose entry header is broken but which
         describe themselves (``resync.resume_after`` without ``entries``): each a run of its own, the bytes before it a
-        gap (``_read`` walks it as a classic record); returns where the search ended."""
+        gap (``_read`` walks it as ``loose_walk`` does); returns where the search ended."""
         cl, base = self.store.commitlog, report.base
         while (found := resume_after(cl, base + pos, 0, entries=False)) is not None and found < base + stop:
             record = cl.read_record(found)
@@ -242,17 +238,17 @@ class SalvageScan:
             report.gaps.append(Gap(pos, found - base, pos, True))
             report.runs.append(Run(found - base, found + record.total_size - base, 1, first_ts=record.store_timestamp,
                                    last_ts=record.store_timestamp))
-            self._loose.add(found)
             pos = found + record.total_size - base
         return pos
 
-    def _read(self, stretch: Stretch) -> Iterator[pa.RecordBatch]:
-        """The stretch's records through ``read_batches``; a bad-CRC record is skipped. A record whose DLedger entry header
-        is broken (``_broken_entries``) is walked as a classic record, in a view of its file alone."""
+    def _read(self, stretch: Stretch, walk: FastScan | None = None) -> Iterator[pa.RecordBatch]:
+        """The stretch's records through ``read_batches`` (``walk``: given); a bad-CRC record is skipped. A record whose
+        DLedger entry header is broken (``_kept_past``, ``_broken_entries``) is walked by ``dledgerstart.loose_walk``."""
         start, cl = stretch.start, self.store.commitlog
-        loose = start in self._loose
-        while start < stretch.stop:
-            walk = FastScan(cl.file_alone(start), start, stretch.stop) if loose else None
+        if walk is None and self._entry_file(cl.segment_index(start)):  # the entry at ``start - 48`` may be broken
+            walk = loose_walk(cl, ScanEnd(start - ENTRY_HEADER_SIZE, StopReason.CORRUPT), stretch.stop)
+        loose = walk is not None
+        while start < stretch.stop:  # a loose stretch is one record: walked once
             scan = MessageScan(self.store, start=start, stop=stretch.stop, columns=self.read, body=self.body, batch=self.batch, walk=walk)
             for batch in scan:
                 yield self._finish(batch, stretch.status)

@@ -24,6 +24,7 @@ from ..formats.properties import PropertyKey
 from ..store import Store
 from ..store.timer import TimerLogEnd, TimerStore
 from . import compute
+from .filter import MessageFilter
 from .messages import MessageScan
 
 TIMER_FIELDS = (
@@ -74,6 +75,31 @@ def _deliveries(store: Store, identities: set[str]) -> tuple[dict[str, list[tupl
     return found, scan.end.offset
 
 
+def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | None, real_topic: str | None, offset: int) -> int | None:
+    """Where the timer record at ``offset`` was delivered (``state`` ``delivered``): the first record of its real topic
+    carrying its identity after it (``_deliveries``); None if none."""
+    return next((o for o, t in deliveries.get(identity, ()) if t == real_topic and o > offset), None)
+
+
+def delivered_again(store: Store, report: TimerReport) -> int:
+    """How many of the timer messages ``TimerMessageStore.recover`` enqueues again (``reviseQueueOffset``: rmq_sys_wheel_timer
+    queue 0 after the message of the timer log's last unit, which the caller checked is readable; that queue is in commit
+    log order) were delivered already (``_delivered``): their slots were read before the stop, and ``enqueue`` takes no note
+    of it, so the broker delivers each a second time, at once (``putMessageToTimerWheel``: due before ``currWriteTimeMs``,
+    straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9)."""
+    after = report.rows[-1]["offset"]
+    scan = MessageScan(store, start=after, columns=["offset"], match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
+    offsets = [o for batch in scan for o in batch["offset"].to_pylist() if o > after]
+    timers = {}  # offset -> (identity, real topic) of each message enqueued again
+    for offset in offsets:
+        record = store.commitlog.read_record(offset)
+        props = record.property_map(legacy=store.legacy_properties)
+        identity = _identity(props.get(PropertyKey.UNIQ_KEY), record.born_timestamp, record.body_crc)
+        timers[offset] = identity, props.get(PropertyKey.REAL_TOPIC)
+    deliveries, _ = _deliveries(store, {identity for identity, _ in timers.values()})
+    return sum(_delivered(deliveries, identity, topic, offset) is not None for offset, (identity, topic) in timers.items())
+
+
 def timer_report(store: Store, timer: TimerStore) -> TimerReport:
     units = list(timer.log.walk())
     records = {}
@@ -89,7 +115,7 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
         p = props.get(unit.offset_py)
         readable = p is not None and store.commitlog.min_offset <= unit.offset_py < end
         real_topic, uniq_key, real_qid = (p.get(k) if p else None for k in (PropertyKey.REAL_TOPIC, PropertyKey.UNIQ_KEY, PropertyKey.REAL_QID))
-        delivered = next((o for o, t in deliveries.get(identity.get(unit.offset_py), ()) if t == real_topic and o > unit.offset_py), None) if readable else None
+        delivered = _delivered(deliveries, identity.get(unit.offset_py), real_topic, unit.offset_py) if readable else None
         if not readable:
             state = "lost"
         elif delivered is not None:

@@ -70,6 +70,18 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
     return None
 
 
+def _size(conf: dict[str, str], *keys: str) -> int | None:
+    """A ``mappedFileSize*`` setting (``_int``), refused when no file can have that size: a broker given 0 or less maps no
+    file it can write a record in (``MappedFile.init``: ``FileChannel.map`` of that size), so no store was written with it."""
+    size = _int(conf, *keys)
+    if size is not None and size <= 0:
+        key = next(k for k in keys if k in conf)
+        raise BadInput(f"broker config: {key}={conf[key]!r} is an impossible file size: a broker given it can write no record, "
+                       "so this store was not written with it; give the size the broker ran with in a copy of the file, or leave out "
+                       "--broker-config to take it from the store's files")
+    return size
+
+
 def _bool(conf: dict[str, str], key: str, default: bool | None) -> bool | None:
     return conf[key].lower() == "true" if key in conf else default  # Boolean.parseBoolean: no trimming
 
@@ -82,14 +94,14 @@ def load_broker_config(path: Path) -> StoreConfig:
         raise BadInput(f"{path}: {exc.strerror}") from None
     root = Path(conf["storePathRootDir"]) if conf.get("storePathRootDir") else None
     commitlog_dirs = tuple(Path(p) for p in conf["storePathCommitLog"].split(",") if p.strip()) if conf.get("storePathCommitLog") else None
-    cq_size = _int(conf, "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue")
+    cq_size = _size(conf, "mappedFileSizeConsumeQueue", "mapedFileSizeConsumeQueue")
     if cq_size is not None:
         cq_size = -(-cq_size // 20) * 20  # getMappedFileSizeConsumeQueue rounds up to units
-    timer_size = _int(conf, "mappedFileSizeTimerLog")  # TimerMessageStore's TimerLog size, as given (5.0.0-5.3.3)
+    timer_size = _size(conf, "mappedFileSizeTimerLog")  # TimerMessageStore's TimerLog size, as given (5.0.0-5.3.3)
     return StoreConfig(
         store_root=root,
         commitlog_dirs=commitlog_dirs,
-        commitlog_file_size=_int(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
+        commitlog_file_size=_size(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
         consume_queue_file_size=cq_size,
         hash_slot_num=_int(conf, "maxHashSlotNum"),
         index_num=_int(conf, "maxIndexNum"),

@@ -6,9 +6,10 @@ against each other and against the commit log, as ``TimerMessageStore.recoverAnd
 from __future__ import annotations
 
 import bisect
+import functools
 from collections import Counter
 
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..formats import timer as fmt
 from ..store import Store
@@ -35,10 +36,11 @@ def timer_findings(store: Store) -> Iterator[Finding]:
 
     report = timer_report(store, timer)
     end = report.log_end
+    again = functools.cache(lambda: _again(store, report))  # a commit log scan: only for an info that says it
     if not end.clean and _requeued(report):
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
                    f"there, resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset) and enqueues the later "
-                   "messages again: nothing lost", file="timerlog", details={"timer_log_offset": end.offset, "requeued": True})
+                   f"messages again{again()}: nothing lost", file="timerlog", details={"timer_log_offset": end.offset, "requeued": True})
     elif not end.clean:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
@@ -46,7 +48,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     listing = store.timer_log_listing
     first_pass = first_pass_start([base for base, _ in timer.log.files], timer.check, listing.file_size if listing is not None else None)
     yield from _wheel_findings(timer, report, first_pass)
-    yield from _check_findings(store, timer, report)
+    yield from _check_findings(store, timer, report, again)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
@@ -187,6 +189,15 @@ def _missing_wheel(report: TimerReport) -> Finding:
     return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
+def _again(store: Store, report: TimerReport) -> str:
+    """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already
+    (``scan.timer.delivered_again``): the broker delivers them a second time."""
+    from ..scan.timer import delivered_again
+
+    n = delivered_again(store, report)
+    return f", {n} of them delivered already (their slots were read), which it delivers a second time" if n else ""
+
+
 def _requeued(report: TimerReport) -> bool:
     """Whether ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes ``rmq_sys_wheel_timer`` after the message of the timer log's last
     unit: ``reviseQueueOffset`` reads the unit right before where ``recoverAndRevise`` ends the log, and where its message is
@@ -196,7 +207,7 @@ def _requeued(report: TimerReport) -> bool:
     return bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
 
 
-def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
+def _check_findings(store: Store, timer: TimerStore, report: TimerReport, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
     if check is None:
         return
@@ -206,7 +217,8 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
         message = f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {end}"
         if _requeued(report):
             yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of "
-                       "the log's last unit (reviseQueueOffset) and enqueues the later messages again, the cut units' too: nothing lost",
+                       "the log's last unit (reviseQueueOffset) and enqueues the later messages again, the cut units' too"
+                       f"{again()}: nothing lost",
                        details={"requeued": True}, **where)
         else:
             yield warning("timercheck-ahead", message, **where)
@@ -224,7 +236,7 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
     clamping = [e for e in eras if e in store.eras_where("clamps_timer_queue_offset")]
     if _requeued(report):
         yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of the log's "
-                   "last unit (reviseQueueOffset), not there: nothing skipped", details={"requeued": True}, **where)
+                   f"last unit (reviseQueueOffset), not there{again()}: nothing skipped", details={"requeued": True}, **where)
     elif check.master_timer_queue_offset <= max_offset:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
         yield info("timercheck-ahead", message + f": the broker's timer recovery resumes at its masterTimerQueueOffset "
                    f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover): nothing skipped", **where)
