@@ -43,6 +43,20 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+def drained(fd: int) -> bytes:
+    """All a pty's master ``fd`` gives until its other side closes (EIO) or it ends."""
+    chunks = []
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    return b"".join(chunks)
+
+
 def memory_temproot(need: int = 2 << 30) -> str | None:
     """``/dev/shm`` where it is a memory file system (tmpfs) with ``need`` bytes free, else None."""
     try:
@@ -259,15 +273,7 @@ def stderr_on_a_terminal(args, columns: int = 100, stdout_file: Path | None = No
         proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=stdout, stderr=slave, env=env, cwd=ROOT, close_fds=True)
         os.close(slave)
         out = proc.stdout.read().decode() if stdout_file is None else ""
-        chunks = []
-        while True:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
+        shown = drained(master)
         proc.wait(timeout=300)
     os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace"), out if stdout_file is None else Path(stdout_file).read_text()
+    return shown.decode("utf-8", "replace"), out if stdout_file is None else Path(stdout_file).read_text()

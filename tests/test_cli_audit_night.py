@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, store_path
+from conftest import copy_store, drained, manifest, store_path
 
 from mqtool.cli import app
 
@@ -122,18 +122,9 @@ def test_ctrl_c_in_a_row_on_the_terminal_puts_the_error_on_a_line_of_its_own():
             waiting = (queued, time.monotonic())
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
+    shown = drained(master).decode().replace("\r\n", "\n")
     os.close(master)
     assert proc.wait(timeout=60) == 130
-    shown = b"".join(chunks).decode().replace("\r\n", "\n")
     rows, error = shown.split("mqtool: error: interrupted")
     first = min(manifest("4.9.7", "crashed-small")["messages"], key=lambda m: m["commitLogOffset"])
     assert first["msgId"] in rows[:2000] and len(rows) > 4096 and error == "\n"
