@@ -15,7 +15,8 @@ Rules, in order (issue #11 §3):
 4. If even then the columns cannot fit, every row is printed as a vertical record, one
    ``name | value`` line per column (as ``psql \\x``).
 
-Widths are measured in terminal cells (CJK characters take two).
+Widths are measured in terminal cells (CJK characters take two). A cell's control codes and newlines are
+written out (``\\x1b``, ``\\n``): a value is one run of text, never lines of the table.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ class Table:
     def add_row(self, *cells) -> None:
         if len(cells) != len(self.names):
             raise ValueError(f"{len(cells)} cells for {len(self.names)} columns")
-        self.rows.append(["" if c is None else visible(str(c)) for c in cells])
+        # a cell is one value: its newlines written out too (``\\n``), else a body's lines would pass for rows or records
+        self.rows.append(["" if c is None else visible(str(c)).replace("\n", "\\n") for c in cells])
 
     # ---- layout ---------------------------------------------------------------------------
 

@@ -1,0 +1,51 @@
+"""What an on-call engineer reads in a table cell, a plan line and a time column, and the broker.conf values refused
+as bad input (stop 50's audit of table.py, cli/output.py, cli/query.py, cli/repair.py's plan, store/config.py)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import copy_store, manifest
+from mqtool.cli import app
+
+runner = CliRunner()
+
+
+def run(*args, columns=100):
+    return runner.invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
+
+
+def _body_rewritten(tmp_path, bait: bytes):
+    """A copy of 4.9.7 ``clean-small`` whose first message's body starts with ``bait`` (its CRC no longer matches)."""
+    first = min(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
+    store = copy_store("4.9.7", "clean-small", tmp_path / "s")
+    segment = store / "commitlog" / "00000000000000000000"
+    body = json.loads(run("dump", store, "-n", "1", "--body", "utf8", "-f", "jsonl").stdout)["body"].encode()
+    data = segment.read_bytes()
+    at = data.index(body, first["commitLogOffset"], first["commitLogOffset"] + first["size"])
+    segment.write_bytes(data[:at] + bait + data[at + len(bait):])
+    return store
+
+
+@pytest.mark.parametrize("columns", [100, 40])  # a row, and vertical records
+def test_a_body_holding_newlines_stays_one_line_of_its_cell(tmp_path, columns):
+    """A body holding ``\\n-[ RECORD 2 ]---\\ntopic | Forged``: ``dump --body utf8`` drew its lines into the table as they
+    are, a record separator and a row no record has. A table cell shows a newline written out (``\\n``); JSON keeps it."""
+    bait = b"x\n-[ RECORD 2 ]---\ntopic | Forged\n"
+    store = _body_rewritten(tmp_path, bait)
+    assert json.loads(run("dump", store, "-n", "1", "--body", "utf8", "-f", "jsonl").stdout)["body"].startswith(bait.decode())
+    rows = list(csv.DictReader(io.StringIO(run("dump", store, "-n", "1", "--body", "utf8", "-f", "csv").stdout)))
+    assert rows[0]["body"].startswith(bait.decode())
+    res = run("dump", store, "-n", "1", "--body", "utf8", columns=columns)
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert sum(line.startswith("-[ RECORD") for line in lines) == (columns == 40)  # the one record's banner, vertical
+    values = [line.lstrip(" |") for line in lines if line.startswith(" ")]  # a row's continuation, a record's value
+    assert not [v for v in values if v.startswith(("-[ RECORD", "topic | Forged"))], res.stdout
+    assert "x\\n-[" in res.stdout and "Forged\\n" in res.stdout
+
