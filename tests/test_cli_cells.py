@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest
+from conftest import copy_store, manifest, store_path
 from mqtool.cli import app
 
 runner = CliRunner()
@@ -49,3 +49,18 @@ def test_a_body_holding_newlines_stays_one_line_of_its_cell(tmp_path, columns):
     assert not [v for v in values if v.startswith(("-[ RECORD", "topic | Forged"))], res.stdout
     assert "x\\n-[" in res.stdout and "Forged\\n" in res.stdout
 
+
+@pytest.mark.parametrize("setting", ["maxHashSlotNum=0", "maxHashSlotNum=-5", "maxIndexNum=0", "maxIndexNum=-1"])
+def test_an_index_size_no_broker_can_write_is_one_line_of_bad_input(tmp_path, setting):
+    """``--broker-config`` with ``maxHashSlotNum=0`` was silently not used (the index read by its files' geometry, exit 0);
+    with ``-5`` (and ``maxIndexNum`` given) verify ended in "internal error: ValueError: negative dimensions", exit 5;
+    ``maxIndexNum`` likewise. Now refused as the impossible file sizes are: one line, exit 3."""
+    key, value = setting.split("=")
+    other = "maxIndexNum=4000" if key == "maxHashSlotNum" else "maxHashSlotNum=1000"
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"brokerName=broker-a\n{setting}\n{other}\n")
+    res = run("verify", store_path("4.9.7", "clean-small"), "--broker-config", conf)
+    assert (res.exit_code, res.stdout) == (3, "")
+    assert res.stderr.startswith(f"mqtool: error: broker config: {key}='{value}' is an impossible index size: "
+                                 "a broker given it can write no index entry")
+    assert res.stderr.count("\n") == 1

@@ -70,13 +70,15 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
     return None
 
 
-def _size(conf: dict[str, str], *keys: str) -> int | None:
+def _size(conf: dict[str, str], *keys: str, what: str = "file size", written: str = "record") -> int | None:
     """A ``mappedFileSize*`` setting (``_int``), refused when no file can have that size: a broker given 0 or less maps no
-    file it can write a record in (``MappedFile.init``: ``FileChannel.map`` of that size), so no store was written with it."""
+    file it can write a record in (``MappedFile.init``: ``FileChannel.map`` of that size), so no store was written with it.
+    ``maxHashSlotNum`` and ``maxIndexNum`` (``what``: index size) likewise: ``IndexFile`` takes ``keyHash % hashSlotNum``
+    and writes while ``indexCount < indexNum`` (``IndexFile.putKey``), so 0 or less writes no index entry (reference §6.6)."""
     size = _int(conf, *keys)
     if size is not None and size <= 0:
         key = next(k for k in keys if k in conf)
-        raise BadInput(f"broker config: {key}={conf[key]!r} is an impossible file size: a broker given it can write no record, "
+        raise BadInput(f"broker config: {key}={conf[key]!r} is an impossible {what}: a broker given it can write no {written}, "
                        "so this store was not written with it; give the size the broker ran with in a copy of the file, or leave out "
                        "--broker-config to take it from the store's files")
     return size
@@ -103,8 +105,8 @@ def load_broker_config(path: Path) -> StoreConfig:
         commitlog_dirs=commitlog_dirs,
         commitlog_file_size=_size(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
         consume_queue_file_size=cq_size,
-        hash_slot_num=_int(conf, "maxHashSlotNum"),
-        index_num=_int(conf, "maxIndexNum"),
+        hash_slot_num=_size(conf, "maxHashSlotNum", what="index size", written="index entry"),
+        index_num=_size(conf, "maxIndexNum", what="index size", written="index entry"),
         message_index_enable=_bool(conf, "messageIndexEnable", True),
         message_index_safe=_bool(conf, "messageIndexSafe", False),
         check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
