@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import datetime, timezone
 
 import pytest
 from typer.testing import CliRunner
@@ -64,3 +65,19 @@ def test_an_index_size_no_broker_can_write_is_one_line_of_bad_input(tmp_path, se
     assert res.stderr.startswith(f"mqtool: error: broker config: {key}='{value}' is an impossible index size: "
                                  "a broker given it can write no index entry")
     assert res.stderr.count("\n") == 1
+
+
+def test_query_time_at_0_shows_the_time_asked():
+    """``query time STORE TopicTest 0 0``'s table showed its ``timestamp`` (the TIME asked, 0 in the JSON) as ``-``, which reads
+    as no time at all; it is the epoch, the time the answer (the queue's first entry, 4.x nearest) was looked up for."""
+    store = store_path("4.9.7", "clean-small")
+    doc = json.loads(run("query", "time", store, "TopicTest", 0, 0, "-f", "json").stdout)[0]
+    assert (doc["timestamp"], doc["queue_offset"]) == (0, doc["queue_min_offset"])
+    res = run("query", "time", store, "TopicTest", 0, 0, columns=60)
+    assert res.exit_code == 0, res.output
+    rows = dict(line.split(" | ", 1) for line in res.stdout.splitlines() if " | " in line)
+    rows = {k.strip(): v for k, v in rows.items()}
+    assert rows["timestamp"] == "1970-01-01T00:00:00.000Z"
+    stored = datetime.fromtimestamp(doc["message_store_timestamp"] / 1000, timezone.utc)
+    assert rows["message store timestamp"] == stored.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    assert rows["queue offset"] == str(doc["queue_offset"])

@@ -125,9 +125,10 @@ def print_table(out, table: Table, width: int, color: bool, keep: Layout | None 
     return layout
 
 
-def iso_ms(ms: int | None) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC string (``-`` for 0/None)."""
-    if not ms:
+def iso_ms(ms: int | None, *, zero_unset: bool = True) -> str:
+    """Epoch milliseconds as an ISO-8601 UTC string (``-`` for None, and for 0, a time the broker never set, unless
+    ``zero_unset`` is False: a time asked for, whose 0 is the epoch)."""
+    if ms is None or (not ms and zero_unset):
         return "-"
     second, milli = divmod(ms, 1000)
     try:
@@ -170,12 +171,14 @@ def emit_rows(
     optional: Sequence[str] = (),
     fold: Sequence[str] = (),
     headers: dict[str, str] | None = None,
+    asked_times: Sequence[str] = (),
     out=None,
     width: int | None = None,
 ) -> int:
     """Stream ``rows`` in ``fmt``; returns how many were written. ``fields``: the CSV header and order;
     the table shows ``table_columns`` (default: all), ``optional`` ones dropped to fit, least important
-    first; ``fold`` ones may break a long word rather than turn the table vertical."""
+    first; ``fold`` ones may break a long word rather than turn the table vertical; ``asked_times``: the time
+    columns holding a time the user gave (a date even at 0, where another time's 0 is one never set: ``-``)."""
     out = terminal.data_stream(out)
     count = 0
     rows = iter(rows)  # its first row read before anything is written: a path it refuses leaves no "[" or CSV header
@@ -205,9 +208,10 @@ def emit_rows(
         shown, left_out_first, folded = ([heading(c, headers) for c in names] for names in (columns, optional, fold))
         table = Table(shown, title=title, optional=left_out_first, fold=folded)
         timed = [c.endswith(("timestamp", "_time")) for c in columns]  # epoch ms: a date people read
+        asked = [c in asked_times for c in columns]
         while batch := list(itertools.islice(rows, TABLE_BATCH)):
             for row in batch:
-                table.add_row(*(_cell(_table_value(row.get(c), t)) for c, t in zip(columns, timed)))
+                table.add_row(*(_cell(_table_value(row.get(c), t, a)) for c, t, a in zip(columns, timed, asked)))
             layout = print_table(out, table, width, color, layout, first_record=count + 1)
             count += len(batch)
             table.rows.clear()
@@ -215,9 +219,9 @@ def emit_rows(
     return count
 
 
-def _table_value(value: Any, timed: bool) -> Any:
+def _table_value(value: Any, timed: bool, asked: bool) -> Any:
     if timed and isinstance(value, int):
-        return iso_ms(value)
+        return iso_ms(value, zero_unset=not asked)
     if isinstance(value, list):
         return " ".join(map(str, value))
     return value

@@ -298,6 +298,6 @@ def query_time(
             row["message_offset"] = entry.phys_offset
             ts = lookup.pickup_store_timestamp(s, entry.phys_offset, entry.size)
             row["message_store_timestamp"] = ts if ts >= 0 else None
-        emit_rows([row], format, TIME_FIELDS)
+        emit_rows([row], format, TIME_FIELDS, asked_times=("timestamp",))
         if rng is None:
             raise typer.Exit(EXIT_FINDINGS)
