@@ -50,7 +50,9 @@ def cell_len(text: str) -> int:
     return cells(text)
 
 
-_WORD = re.compile(r"""(?:'[^']*'|"[^"]*"|\S)+""")  # a shell-quoted path with spaces in it is one word: copied whole
+# a shell-quoted path with spaces in it is one word: copied whole; a quote opens only at a word's start, after an ``=`` or
+# right after another quote, so an apostrophe ("segment's ... checkpoint's") quotes nothing
+_WORD = re.compile(r"""(?:(?<![^\s'"=])'[^']*'|(?<![^\s'"=])"[^"]*"|\S)+""")
 
 
 def _words(text: str) -> list[str]:

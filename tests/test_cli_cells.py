@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from datetime import datetime, timezone
 
@@ -81,3 +82,21 @@ def test_query_time_at_0_shows_the_time_asked():
     stored = datetime.fromtimestamp(doc["message_store_timestamp"] / 1000, timezone.utc)
     assert rows["message store timestamp"] == stored.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     assert rows["queue offset"] == str(doc["queue_offset"])
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_the_plans_scan_line_never_ends_in_a_bare_no(columns):
+    """At 80 columns ``recover``'s plan of 4.9.7 ``crashed-small`` read ``scan  from 0: no``, the rest of the rule on the lines
+    below, like a yes/no answer: the apostrophes of "segment's ... checkpoint's" were taken for shell quotes, making the
+    words between them one word that could not follow "no". An apostrophe inside a word quotes nothing."""
+    store = store_path("4.9.7", "crashed-small")
+    plan = json.loads(run("recover", store, "--dry-run", "-f", "json").stdout)["commitlog"]
+    assert plan["scan_rule"].startswith("no segment's first record is older than the checkpoint's")
+    lines = run("recover", store, "--dry-run", columns=columns).stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("scan "))
+    indent = len(lines[at]) - len(lines[at][4:].lstrip())
+    row = [lines[at], *itertools.takewhile(lambda line: line[:indent].isspace(), lines[at + 1:])]
+    assert " ".join(line[indent:] for line in row) == f"from {plan['scan_from']}: {plan['scan_rule']}"
+    assert all(len(line) <= columns for line in row), row
+    assert f"from {plan['scan_from']}: no segment's first record" in lines[at]
+    assert not any(line.endswith((" no", ": no")) for line in row), row
