@@ -941,3 +941,25 @@ def test_a_requeued_info_says_the_timer_messages_delivered_already_are_delivered
     [ahead] = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timercheck-ahead" and f["details"] == {"requeued": True}]
     said = f"{delivered} of them delivered already (their slots were read), which it delivers a second time"
     assert (delivered, said in ahead["message"]) == ((4, True) if cut == 52 else (1, True) if cut == 1560 else (0, False)), ahead["message"]
+
+
+@pytest.mark.parametrize("version", ["5.1.4", "5.3.3"])
+def test_a_dangling_symlinked_last_segment_next_start_says_it_is_deleted(tmp_path, version):
+    """Before: with the last commit log segment of ``clean-small`` a dangling symlink, which 5.1.3+ ``doLoad`` deletes as a
+    zero-length last entry (``file.delete()`` removes the link) before it starts, the next start's line (verify's, info's,
+    salvage's) said only that the start keeps the log, while verify's error and recover's refusal said its data may be on a
+    disk not mounted. The line says in one clause that the start deletes the link and its data is then lost to it, the same
+    in every command."""
+    root = copy_store(version, "clean-small", tmp_path)
+    last = sorted((root / "commitlog").iterdir())[-1]
+    last.unlink()
+    intact = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    target = tmp_path / "unmounted" / last.name
+    os.symlink(target, last)
+    line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line == f"{intact}; its load deletes commitlog/{last.name}, a dangling symlink to {target}, whose data is then lost to it"
+    assert json.loads(run("info", root, "--broker-version", version, "--format", "json").stdout)["next_start"]["line"] == line
+    assert first_line(run("verify", root, "--broker-version", version).stdout).startswith(" ".join(line.split()[:8]))
+    salvaged = run("salvage", root, "--broker-version", version, "-f", "jsonl", "--out", tmp_path / "out.jsonl")
+    assert f"mqtool: {line}\n" in salvaged.stderr
+    assert run("recover", root, "--broker-version", version).exit_code == EXIT_REFUSED

@@ -366,3 +366,38 @@ def test_a_device_node_lock_is_never_opened(tmp_path, monkeypatch):
     assert run("info", root, "--broker-version", "4.9.7").exit_code == EXIT_OK
     assert run("recover", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
     assert str(root / "lock") not in opened and stat.S_ISCHR(os.lstat(root / "lock").st_mode)
+
+
+@pytest.mark.parametrize("size", [1000000, 38707200 + 32])
+def test_wheel_of_the_wrong_length_refuses_the_start_in_every_command(tmp_path, size):
+    """Before: a ``timerwheel`` cut short or grown (5.3.3 ``timer-crashed``), on which ``TimerWheel``'s constructor throws in
+    ``BrokerController.initialize`` before the store loads (5.0.0-5.3.3), had verify's ``timer-wheel`` say the broker refuses
+    to start while the next start's line (verify, info, repair, salvage) said it keeps the log, and ``recover`` planned a
+    recovery. Now the line says the refusal, then what the start does once the wheel is fixed (as on the intact store),
+    ``recover`` refuses naming ``repair``, whose resize lets the broker start, undone exactly by ``restore``."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    intact = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert intact.startswith("the broker's next start keeps [")
+    os.truncate(root / "timerwheel", size)
+    line = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    keeps = intact.removeprefix("the broker's next start ")
+    assert line == (f"the broker's next start refuses to start: timerwheel: {size} bytes, not 38707200, on which TimerWheel's constructor "
+                    f"throws, so BrokerController.initialize fails; with that file fixed, it {keeps}")
+    code, _, findings = verified(root, "5.3.3")
+    assert code == EXIT_FINDINGS and {f["kind"] for f in findings if f["file"] == "timerwheel"} == {"timer-wheel"}  # no second finding
+    assert json.loads(run("info", root, "--broker-version", "5.3.3", "--format", "json").stdout)["next_start"]["line"] == line
+    salvaged = run("salvage", root, "--broker-version", "5.3.3", "-f", "jsonl", "--out", tmp_path / "out.jsonl")
+    assert f"mqtool: {line}\n" in salvaged.stderr
+    refused = run("recover", root, "--broker-version", "5.3.3")
+    assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1
+    assert "timerwheel: " in refused.stderr and "`mqtool repair`" in refused.stderr
+    plan = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    assert plan["next_start"]["line"] == line and [s["step"] for s in plan["steps"]][:1] == ["resize-segment"]
+    damaged = snapshot(root)
+    applied = run("repair", root, "--yes", "--broker-version", "5.3.3", "--backup-dir", tmp_path / "backup")
+    assert applied.exit_code in (EXIT_OK, EXIT_FINDINGS), applied.stderr
+    assert (root / "timerwheel").stat().st_size == 38707200
+    after = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    assert "refuses" not in after["summary"]["next_start"]["line"] and "timer-wheel" not in {f["kind"] for f in after["findings"]}
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(root) == damaged

@@ -84,6 +84,8 @@ DEFAULT_PRECISION_MS = 1000
 """``MessageStoreConfig.timerPrecisionMs``'s default (5.0.0-5.3.3): a slot's time is a delivery time over it."""
 SLOTS_TOTAL = 7 * 86400
 """``TimerMessageStore.TIMER_WHEEL_TTL_DAY * DAY_SECS``: the wheel holds ``2 * SLOTS_TOTAL`` slots."""
+WHEEL_FILE_SIZE = 2 * SLOTS_TOTAL * SLOT_SIZE
+"""``TimerWheel.wheelLength``: the length its constructor sets on an empty ``timerwheel`` and throws on any other (5.0.0-5.3.3)."""
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 
 

@@ -280,7 +280,7 @@ def _wheel_fix(root: Path, resize) -> None:
     wheel = root / "timerwheel"
     if not wheel.is_file():
         return
-    size, expected = wheel.stat().st_size, 2 * tfmt.SLOTS_TOTAL * tfmt.SLOT_SIZE
+    size, expected = wheel.stat().st_size, tfmt.WHEEL_FILE_SIZE
     if size == expected:
         return
     resize("timerwheel", size, expected, f"{size} bytes, not {expected}: TimerWheel refuses to start on it; "

@@ -7,9 +7,10 @@ that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every recor
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
 (``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
-``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``); a record whose dispatch throws
-stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan``
-reads the same figures off a recovery plan, which computes them the same way."""
+``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``) or ``TimerWheel`` a wheel of the wrong
+length (``wheel_refusal``); its load may delete a dangling symlink (``deleted_link``); a record whose dispatch throws stops
+that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan`` reads the same
+figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
+from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
+from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
@@ -53,9 +55,10 @@ class NextStart:
     logical_end: int | None
     end_reason: str
     dropped_messages: int | None
-    refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``: the figures are once it is fixed)
+    refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``, ``wheel_refusal``: figures once fixed)
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
     stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.with_stall``)
+    deletes: str | None = None  # a dangling symlink its load deletes, and with it the data (``deleted_link``)
 
     @property
     def reason(self) -> str:
@@ -77,6 +80,8 @@ class NextStart:
             return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
+        if self.deletes is not None:
+            keeps += f"; {self.deletes}"
         if self.blank_at is not None:
             keeps += f"; then DLedger's first load writes an end-of-file blank at {self.blank_at}"
         if self.stall is not None:
@@ -102,7 +107,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     if store.recovers_dledger_data:
         return dledger_next_start(store)
     start = start_of(store)  # a DLedger broker with no data file recovers the classic commit log
-    why = log_refusal(store)
+    why, wheel = log_refusals(store)
     if why is not None:
         return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
     from .summary import logical_end
@@ -118,8 +123,8 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
         blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), failure or later_refusal(store),
-                     blank.offset if blank is not None and blank.writes else None)
+                     dropped_after(store, end.offset, store.rules), wheel or failure or later_refusal(store),
+                     blank.offset if blank is not None and blank.writes else None, deletes=deleted_link(store))
 
 
 class Cut(NamedTuple):
@@ -198,13 +203,37 @@ def dledger_next_start(store: Store) -> NextStart:
     from .dledgerstart import data_recovery, dledger_start
 
     version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
-    why = log_refusal(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
+    why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     if why is not None:
         return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
     dl = data_recovery(store.commitlog)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), later_refusal(store))
+                     dropped_after(store, dl.end.offset, VersionRules(version)), wheel or later_refusal(store),
+                     deletes=deleted_link(store))
+
+
+def log_refusals(store: Store) -> tuple[str | None, str | None]:
+    """(``log_refusal``, None), or (None, ``wheel_refusal``) where that is the only refusal of the start: the line then says
+    what the start does once ``repair`` has resized the wheel, which changes nothing of the log's recovery."""
+    why = log_refusal(store)
+    if why is None or why != wheel_refusal(store) or log_refusal(store, wheel=False) is not None or later_refusal(store) is not None:
+        return why, None
+    return None, why
+
+
+def deleted_link(store: Store) -> str | None:
+    """The clause of a commit log file that is a dangling symlink (``StrayEntry.unmounted``) the start's ``MappedFileQueue.load``
+    deletes as a zero-length last entry (5.1.3+: ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.3.3
+    removes the link), or None: the data the link stood for (on a disk not mounted) is then lost to it."""
+    eras = store.version_guess.eras
+    for problem in store.problems:
+        if problem.kind == STRAY_ENTRY and problem.entry.unmounted and (
+                deleting := stray_effects(eras, problem.entry, problem.expected, problem.later).get(DELETED)):
+            who = "" if len(deleting) == len(eras) else f" (as {eras_label(deleting)} brokers do)"
+            where = problem.path.relative_to(store.root) if store.root is not None else problem.path.name
+            return f"its load deletes {where}, {problem.entry.what}, whose data is then lost to it{who}"
+    return None
 
 
 def start_of(store: Store) -> ScanStart | None:
@@ -266,13 +295,13 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
     return True
 
 
-def log_refusal(store: Store) -> str | None:
+def log_refusal(store: Store, wheel: bool = True) -> str | None:
     """Why the broker refuses to start on this store's commit log (``MappedFileQueue.load``, rules §2.13), or
     None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
     last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
     reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first. First:
-    ``open_refusal``, which the broker meets before it loads the commit log."""
-    if (why := open_refusal(store)) is not None:
+    ``open_refusal`` (without ``wheel_refusal``: ``wheel`` False), which the broker meets before it loads the commit log."""
+    if (why := open_refusal(store, wheel)) is not None:
         return why
     for problem in store.problems:
         if problem.kind == STRAY_ENTRY:
@@ -313,12 +342,12 @@ def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
     return None
 
 
-def open_refusal(store: Store) -> str | None:
+def open_refusal(store: Store, wheel: bool = True) -> str | None:
     """Why the broker refuses to start before it loads the commit log, or None: a config file of ``LOADED_FIRST`` (then, up
     to 4.9.1, ``delayOffset.json``) whose ``.bak`` ``ConfigManager.loadBak`` fails on (``config_refusal``), or a file of
     ``OPENED_FIRST`` that is a directory: ``new RandomAccessFile(file, "rw")`` throws on one and ``BrokerController.initialize``
-    fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck`` and ``timerwheel``, rules 8.1). While several eras
-    remain, the refusal of any of them is reported, naming them."""
+    fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck`` and ``timerwheel``, rules 8.1), or a ``timerwheel`` of the
+    wrong length (``wheel_refusal``). While several eras remain, the refusal of any of them is reported, naming them."""
     if store.root is None:
         return None
     eras = store.version_guess.eras
@@ -329,6 +358,8 @@ def open_refusal(store: Store) -> str | None:
             return why
     if (opened := opened_first_refusal(store)) is not None:
         return opened[1]
+    if wheel and (why := wheel_refusal(store)) is not None:
+        return why
     return config_refusal(store, "delayOffset.json", [e for e in eras if e.index < ERA_INDEX[DELAY_LOADED_LATE]])
 
 
@@ -341,6 +372,22 @@ def opened_first_refusal(store: Store) -> tuple[str, str] | None:
             who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
             return name, f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
     return None
+
+
+def wheel_refusal(store: Store) -> str | None:
+    """Why a 5.x broker refuses to start on a ``timerwheel`` of neither zero bytes nor ``TimerWheel.wheelLength``, or None: its
+    constructor throws a RuntimeException ("Timer wheel length:%d != expected"), which ``BrokerController.initialize`` meets in
+    ``new TimerMessageStore``, after ``config/timercheck``'s ``TimerCheckpoint`` and before ``messageStore.load`` (reference §9;
+    5.0.0, 5.1.4 and 5.3.3 alike). ``verify`` reports it as ``timer-wheel``; ``repair`` resizes it (``_wheel_fix``)."""
+    from .timer import timer_eras
+
+    eras, wheel = store.version_guess.eras, store.path("timerwheel")
+    refusing = timer_eras(eras)
+    if not refusing or not wheel.is_file() or (size := wheel.stat().st_size) in (0, tfmt.WHEEL_FILE_SIZE):
+        return None
+    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    return (f"timerwheel: {size} bytes, not {tfmt.WHEEL_FILE_SIZE}, on which TimerWheel's constructor throws, "
+            f"so BrokerController.initialize fails{who}")
 
 
 def config_refusal(store: Store, name: str, eras) -> str | None:

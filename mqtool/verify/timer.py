@@ -23,7 +23,7 @@ from .findings import Finding, error, info, warning
 if TYPE_CHECKING:
     from ..scan.timer import TimerReport
 
-WHEEL_FILE_SIZE = 2 * fmt.SLOTS_TOTAL * fmt.SLOT_SIZE
+WHEEL_FILE_SIZE = fmt.WHEEL_FILE_SIZE
 
 
 def timer_findings(store: Store) -> Iterator[Finding]:
