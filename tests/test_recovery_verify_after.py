@@ -6,6 +6,7 @@ could leave a finding."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -165,36 +166,65 @@ def _topics_a_directory(root):
     (root / "config" / "topics.json").mkdir()
 
 
-@pytest.mark.parametrize("version, fixture, damage", [
-    ("4.9.7", ("4.9.7", "crashed-small"), _bak_a_directory),  # config-unreadable, error: quarantine of the .bak
-    ("4.9.7", ("4.9.7", "config-real"), _topics_a_directory),  # config-unreadable, warning: quarantine of the directory
-    ("5.3.3", ("5.3.3", "crashed-small"), lambda root: (root / "index" / "99999999999999999").mkdir()),  # index-stray-entry
-    ("5.3.3", ("5.3.3", "timer-crashed"), lambda root: (root / "timerlog" / "99999999999999999999").write_bytes(bytes(100))),
+def _topics_a_directory_and_a_cut(root):
+    """A crash (abort, a flipped body CRC four fifths in): the recovery cuts there and every queue loses its entries after
+    it, so committed offsets that were in range lie past the queues' new max offsets."""
+    _topics_a_directory(root)
+    made = manifest("4.9.7", "config-real")
+    offset, size = made["messages"][len(made["messages"]) * 4 // 5]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    (root / "abort").write_bytes(b"")
+
+
+def _delay_offsets_malformed_beside_a_fifo_bak(root):
+    """4.9.2+ loads delayOffset.json after the store, so the FIFO .bak refuses no recovery; verify stops at it, and once
+    repair moves it out, reports the malformed file the broker then passes over to an empty table."""
+    (root / "config" / "delayOffset.json").write_text("{not json")
+    (root / "config" / "delayOffset.json.bak").unlink(missing_ok=True)
+    os.mkfifo(root / "config" / "delayOffset.json.bak")
+
+
+@pytest.mark.parametrize("version, fixture, damage, unmasked", [
+    ("4.9.7", ("4.9.7", "crashed-small"), _bak_a_directory, []),  # config-unreadable, error: quarantine of the .bak
+    ("4.9.7", ("4.9.7", "config-real"), _topics_a_directory, []),  # config-unreadable, warning: quarantine of the directory
+    ("4.9.7", ("4.9.7", "config-real"), _topics_a_directory_and_a_cut, []),  # and consumer-offset-range against the cut queues
+    ("4.9.7", ("4.9.7", "config-real"), _delay_offsets_malformed_beside_a_fifo_bak,
+     [("config-unreadable", "error", "config/delayOffset.json", None)]),  # the file the FIFO .bak hid
+    ("5.3.3", ("5.3.3", "crashed-small"), lambda root: (root / "index" / "99999999999999999").mkdir(), []),  # index-stray-entry
+    ("5.3.3", ("5.3.3", "timer-crashed"), lambda root: (root / "timerlog" / "99999999999999999999").write_bytes(bytes(100)), []),
 ])
-def test_the_table_says_what_repair_fixes_and_what_verify_reports_after_it(version, fixture, damage, tmp_path):
+def test_the_table_says_what_repair_fixes_and_what_verify_reports_after_it(version, fixture, damage, unmasked, tmp_path):
     """``recover``'s "After this, `verify` will still report" table: a row repair's file fixes remove (a config file's
     .bak or a directory moved out, an index/ or timerlog/ entry) names its step in "fixed by", and verify reports, after
-    ``recover --yes`` every row, after ``repair --yes`` the rows without one, which ``repair``'s own table lists. Before:
-    config-unreadable, index-stray-entry, timer-file-size and a timerwheel's length had no "fixed by" (index-stray-entry
-    left out: the index check was taken as settled), and repair's table listed the config file and the wheel it fixes. (A
-    timerwheel of the wrong length now has ``recover`` refuse, as the broker does: ``test_single_files``.)"""
+    ``recover --yes`` every row, after ``repair --yes`` the rows without one and what a FIFO moved out hid (``unmasked``),
+    which ``repair``'s own table lists. Before: config-unreadable, index-stray-entry, timer-file-size and a timerwheel's length
+    had no "fixed by" (index-stray-entry left out: the index check was taken as settled), and repair's table listed the config
+    file and the wheel it fixes; consumer-offset-range was placed against today's queues, not the recovered ones, and neither
+    table had the file beside a FIFO .bak. (A timerwheel of the wrong length now has ``recover`` refuse, as the broker does:
+    ``test_single_files``.)"""
     import json
 
     from test_load_strays import run
 
-    def rows(found):  # consumer-offset-range: placed against the queues' max offsets, which the table does not predict
-        return sorted((f["kind"], f["severity"], f["file"]) for f in found if f["kind"] != "consumer-offset-range")
+    def rows(found):  # what fails (the tables list no info); a consumer offset's message names its queue's max offset
+        return sorted((f["kind"], f["severity"], f["file"], f["message"] if f["kind"] == "consumer-offset-range" else None)
+                      for f in found if f["severity"] != "info")
 
     root = copy_store(*fixture, tmp_path)
-    damage(root)
     copy = shutil.copytree(root, tmp_path / "copy", symlinks=True)
+    damage(root)
+    damage(copy)
     table = json.loads(run("recover", root, "--broker-version", version, "--format", "json").stdout)["verify_after"]
     assert any(e["fixed_by"] in ("quarantine", "resize-segment") for e in table), table
     remaining = json.loads(run("repair", root, "--broker-version", version, "--format", "json").stdout)["remaining"]
-    assert rows(remaining) == rows(e for e in table if not e["fixed_by"])
+    assert rows(remaining) == sorted(rows(e for e in table if not e["fixed_by"]) + unmasked)
     assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code == 0
     after = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
     assert rows(after) == rows(table)
+    assert any(f["kind"] == "consumer-offset-range" for f in after) == (fixture[1] == "config-real")
     assert run("repair", copy, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b2").exit_code in (0, 1)
     after = json.loads(run("verify", copy, "--broker-version", version, "--format", "json").stdout)["findings"]
-    assert rows(after) == rows(e for e in table if not e["fixed_by"])
+    assert rows(after) == rows(remaining)

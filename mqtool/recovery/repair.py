@@ -29,7 +29,8 @@ from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
-from ..store.store import MISSING, load_config
+from ..store.store import A_FIFO, MISSING, load_config
+from ..store.lookup import QueueRange
 from ..store.consumequeue import queue_id_of
 from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
@@ -39,6 +40,7 @@ from ..store.timer import (RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListin
                           recovered_wheel)
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
+from ..verify.state import config_file_findings, consumer_offset_findings
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
@@ -900,8 +902,9 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
 # ---- what verify reports after the broker's recovery -------------------------------------------
 
 
-def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[Finding]:
-    """The findings of ``verify`` today that the broker's recovery ``recover`` leaves in place."""
+def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store | None = None) -> list[Finding]:
+    """The findings of ``verify`` today that the broker's recovery ``recover`` leaves in place; with ``store``, its
+    ``consumer-offset-range`` placed against the queues the recovery leaves (``recovered_offset_findings``)."""
     end = recover.commitlog.valid_end if recover.commitlog is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
@@ -927,7 +930,26 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan) -> list[F
             or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    return [f for f in findings if not removes(f)]
+    kept = [f for f in findings if not removes(f)]
+    return kept if store is None else recovered_offset_findings(store, kept, recover)
+
+
+def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan) -> list[Finding]:
+    """``findings`` with their ``consumer-offset-range`` ones as verify's check (``consumer_offset_findings``) places the
+    committed offsets against each queue's [min, max] after ``recover`` (its queue plans; a queue left without a file has
+    none), in the place of today's; unchanged where the recovery changes no queue's range."""
+    ranges = {}
+    for q in recover.queues:
+        fates = {f.name: f.action for f in q.files}
+        on_disk = {Path(path).name for _, path in store.consume_queue(q.topic, q.queue_id).files}
+        left = {n for n in on_disk if fates.get(n) != "delete"} | {n for n, a in fates.items() if a != "delete"}
+        ranges[q.topic, q.queue_id] = QueueRange(q.min_after, q.max_after) if left else None
+    if all(ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before) for q in recover.queues):
+        return findings
+    placed = [f for f in consumer_offset_findings(store, ranges) if f.severity.fails]
+    at = next((i for i, f in enumerate(findings) if f.kind == "consumer-offset-range"), len(findings))
+    rest = [f for f in findings if f.kind != "consumer-offset-range"]
+    return rest[:at] + placed + rest[at:]
 
 
 def _at_or_after(offset: int | None, start: int | None) -> bool:
@@ -1003,7 +1025,7 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
     fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
-    left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), run.last_timestamp)
+    left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store), run.last_timestamp)
     return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left)
 
 
@@ -1058,6 +1080,21 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
     return {id(f): found for f in findings if (found := step(f)) is not None}
 
 
+def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str]) -> list[Finding]:
+    """``findings`` once the file fixes (``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the place of a
+    config FIFO they move out, what verify's config check reports with it gone (``config_file_findings`` ``without`` it): a
+    passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker then reading no .bak and starting with an empty
+    table (``ConfigManager.loadBak``). Not in ``recover``'s table, which says what verify reports after the recovery alone."""
+    def after(f: Finding) -> list[Finding]:
+        if id(f) not in fixed:
+            return [f]
+        if f.kind == "config-unreadable" and f.found == A_FIFO:
+            return [g for g in config_file_findings(store, Path(f.file).name.removesuffix(".bak"), without=f.file) if g.severity.fails]
+        return []
+
+    return [g for f in findings for g in after(f)]
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
                 recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
@@ -1075,7 +1112,7 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
         fixed = file_fix_steps(findings, steps, files)
-        t = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover), last_timestamp)
+        t = triage(predict_after_recovery(_left_by_file_fixes(store, findings, fixed), recover, store), last_timestamp)
         later = steps_of(t)
         steps += later
         remaining = t.lost

@@ -398,20 +398,20 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
             f"({found[2]}), so it returns false and BrokerController.initialize fails{found[1]}")
 
 
-def bak_refusal(store: Store, name: str, eras) -> tuple[str, str, str] | None:
+def bak_refusal(store: Store, name: str, eras, without: str | None = None) -> tuple[str, str, str] | None:
     """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
     ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable,
     undecodable) and ``loadBak`` throws on its ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``),
     failing the load that asked (``ConfigManager.loadBak`` 3.2.6-5.3.3). Each era reads the files as its ``file2String``
     does (``Store.load_config``'s ``by_chars``: 3.2.6's and 4.0.0's reads a directory, an unreadable or a non-ASCII file as
-    null, passing over such a file and returning true on such a ``.bak``; rules 7.4)."""
+    null, passing over such a file and returning true on such a ``.bak``; rules 7.4). ``without``: ``load_config``'s."""
     if store.root is None or not eras:
         return None
     by_chars = set(store.eras_where("reads_config_by_chars"))
-    refusing = [e for e in eras if store.load_config(name, e in by_chars).bak_unusable is not None]
+    refusing = [e for e in eras if store.load_config(name, e in by_chars, without).bak_unusable is not None]
     if not refusing:
         return None
-    loaded = store.load_config(name, refusing[-1] in by_chars)
+    loaded = store.load_config(name, refusing[-1] in by_chars, without)
     who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
     return loaded.bak_unusable, who, loaded.problems[f"config/{name}"]
 

@@ -153,46 +153,54 @@ def abort_findings(store: Store) -> Iterator[Finding]:
 
 
 def config_findings(store: Store) -> Iterator[Finding]:
-    """``config-unreadable``: a config file the broker passes over (``Store.load_config``), of the files the store's eras
-    load (``nextstart.loading_eras``); an error where its ``.bak`` fails the start too (``nextstart.bak_refusal``)."""
+    """``config-unreadable`` of each config file (``config_file_findings``), then ``consumer_offset_findings``."""
     if not store.path("config").is_dir():
         return
     for name in cfgfmt.CONFIG_FILES:
-        if not (eras := loading_eras(store, name)):
-            continue
-        loaded, shown = store.load_config(name), f"config/{name}"
-        if (fifo := loaded.fifo) is not None:
-            yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
-                        "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
-            continue
-        table = cfgfmt.CONFIG_FILES[name]
-        if (kept := cfgfmt.NULL_TABLE_KEPT.get(name)) and loaded.doc is not None and loaded.doc.get(table, {}) is None:
-            yield error("config-unreadable", f"{loaded.source}: its {table!r} is null, which {kept}", file=loaded.source, found=None)
-        problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras)
-        if refusal is not None:  # ConfigManager.loadBak catches the throw: false
-            problem = refusal[2]
-            bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
-            yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
-                        f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
-        elif problem != MISSING:
-            fallback = (f"the broker loads {name}.bak instead" if loaded.doc is not None
-                        else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table")
-            level = warning if loaded.doc is not None else error
-            if problem == A_DEVICE_CONFIG and (in_place := [e for e in eras if VersionRules(e.representative).config_persisted_in_place]):
-                fallback += (f"; the broker of {eras_label(in_place)} then persists the table into the device and empties {name}.bak "
-                             "(MixAll.string2File writes in place), so its next start loads an empty table; `mqtool repair` moves it out")
-                level = error if len(in_place) == len(eras) else level
-            yield level("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
-    yield from _consumer_offsets(store)
+        yield from config_file_findings(store, name)
+    yield from consumer_offset_findings(store)
 
 
-def _consumer_offsets(store: Store) -> Iterator[Finding]:
+def config_file_findings(store: Store, name: str, without: str | None = None) -> Iterator[Finding]:
+    """``config-unreadable``: config file ``name`` where the broker passes it over (``Store.load_config``; ``without``: a file
+    of the two taken as moved out, as ``repair`` moves a FIFO), if the store's eras load it (``nextstart.loading_eras``); an
+    error where its ``.bak`` fails the start too (``nextstart.bak_refusal``)."""
+    if not (eras := loading_eras(store, name)):
+        return
+    loaded, shown = store.load_config(name, without=without), f"config/{name}"
+    if (fifo := loaded.fifo) is not None:
+        yield error("config-unreadable", f"{fifo}: {A_FIFO}, so the broker's start hangs where it loads {name}; "
+                    "`mqtool repair` moves it out", file=fifo, found=A_FIFO)
+        return
+    table = cfgfmt.CONFIG_FILES[name]
+    if (kept := cfgfmt.NULL_TABLE_KEPT.get(name)) and loaded.doc is not None and loaded.doc.get(table, {}) is None:
+        yield error("config-unreadable", f"{loaded.source}: its {table!r} is null, which {kept}", file=loaded.source, found=None)
+    problem, refusal = loaded.problems.get(shown, MISSING), bak_refusal(store, name, eras, without)
+    if refusal is not None:  # ConfigManager.loadBak catches the throw: false
+        problem = refusal[2]
+        bak = f"is {NOT_A_FILE} either" if refusal[0] == NOT_A_FILE else f"cannot be read either ({refusal[0]})"
+        yield error("config-unreadable", f"{shown}: {problem}; its {name}.bak {bak}, so ConfigManager.load returns false and "
+                    f"the broker refuses to start{refusal[1]}", file=shown, found=problem)
+    elif problem != MISSING:
+        fallback = (f"the broker loads {name}.bak instead" if loaded.doc is not None
+                    else f"its {name}.bak is missing or unreadable too, so the broker starts with an empty table")
+        level = warning if loaded.doc is not None else error
+        if problem == A_DEVICE_CONFIG and (in_place := [e for e in eras if VersionRules(e.representative).config_persisted_in_place]):
+            fallback += (f"; the broker of {eras_label(in_place)} then persists the table into the device and empties {name}.bak "
+                         "(MixAll.string2File writes in place), so its next start loads an empty table; `mqtool repair` moves it out")
+            level = error if len(in_place) == len(eras) else level
+        yield level("config-unreadable", f"{shown}: {problem}; {fallback}", file=shown, found=problem)
+
+
+def consumer_offset_findings(store: Store, ranges: dict | None = None) -> Iterator[Finding]:
     """``consumer-offset-range``: the committed offsets ``mqtool offsets`` places (``store.offsets``; their lag, which
-    reads every unit behind them, is not asked: it is no finding, and this runs after the walk, on one core)."""
+    reads every unit behind them, is not asked: it is no finding, and this runs after the walk, on one core). ``ranges``:
+    (topic, queue id) -> ``QueueRange`` (None: no file) to place them against instead of the queue on disk, as after a
+    recovery (``recovery.repair.predict_after_recovery``)."""
     if store.config_file("consumerOffset.json") is None:
         return
     try:
-        _, rows = offsets.consumer_offsets(store, lag=False)
+        _, rows = offsets.consumer_offsets(store, cache=None if ranges is None else dict(ranges), lag=False)
     except (ValueError, TypeError, AttributeError) as exc:
         yield warning("config-unreadable", f"config/consumerOffset.json: unexpected shape ({exc})", file="config/consumerOffset.json")
         return
