@@ -176,6 +176,19 @@ def test_a_config_fifo_hangs_the_start_and_is_moved_out(tmp_path, version, name)
     assert snapshot(root) == damaged and stat.S_ISFIFO(os.lstat(root / "config" / name).st_mode)
 
 
+def test_a_config_bak_fifo_beside_a_malformed_file_is_moved_out_once(tmp_path):
+    """A FIFO ``.bak`` beside a malformed ``delayOffset.json``: repair planned two quarantine steps for the same ``.bak``
+    (the FIFO's, and the undecodable-``.bak`` one, which took ``store.A_FIFO`` for a reason to move it again) and
+    ``--yes`` printed the move twice. One step now."""
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    (root / "config" / "delayOffset.json").write_text("{not json")
+    (root / "config" / "delayOffset.json.bak").unlink(missing_ok=True)
+    os.mkfifo(root / "config" / "delayOffset.json.bak")
+    plan = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    moved = [s["paths"] for s in plan["steps"] if "config/delayOffset.json.bak" in s["paths"]]
+    assert moved == [["config/delayOffset.json.bak"]], plan["steps"]
+
+
 @pytest.mark.parametrize("version, loaded", [("4.0.0", False), ("4.5.1", True)])
 def test_a_consumer_filter_fifo_hangs_only_the_releases_that_load_it(tmp_path, version, loaded):
     """``consumerFilter.json`` is loaded from 4.1.0 (``ConsumerFilterManager``): a FIFO there hangs a 4.5.1 start, not a

@@ -220,7 +220,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     for name, what, why in _unusable_files(root):
         quarantine(root / name, f"{what}, not the {name} file: {why}; moved into the backup as it is")
     readings = readings or config_readings(store)
-    moved = (None, NOT_A_FILE, A_SOCKET_CONFIG)  # a directory or socket: ``_unusable_files``' quarantine
+    moved = (None, NOT_A_FILE, A_SOCKET_CONFIG, A_FIFO)  # a directory, socket or FIFO: ``_unusable_files``' quarantine
     for name in cfgfmt.CONFIG_FILES:  # ``nextstart.bak_refusal``: a .bak that is there, read, but undecodable (by a release left)
         unusable = (load_config(root, name, by_chars=by_chars).bak_unusable for by_chars in sorted(readings))
         if (why := next((why for why in unusable if why not in moved), None)) is not None:
