@@ -369,7 +369,7 @@ def opened_first_refusal(store: Store) -> tuple[str, str] | None:
     for name, first, opener in OPENED_FIRST:
         refusing = [e for e in eras if e.index >= ERA_INDEX[first]]
         if refusing and (found := unusable(store.path(name), name)) is not None:
-            who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+            who = which_do(refusing, eras)
             return name, f"{name}: {found[0]}, which {opener} cannot {found[1]} ({found[2]}), so BrokerController.initialize fails{who}"
     return None
 
@@ -385,7 +385,7 @@ def wheel_refusal(store: Store) -> str | None:
     refusing = timer_eras(eras)
     if not refusing or not wheel.is_file() or (size := wheel.stat().st_size) in (0, tfmt.WHEEL_FILE_SIZE):
         return None
-    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    who = which_do(refusing, eras)
     return (f"timerwheel: {size} bytes, not {tfmt.WHEEL_FILE_SIZE}, on which TimerWheel's constructor throws, "
             f"so BrokerController.initialize fails{who}")
 
@@ -412,7 +412,7 @@ def bak_refusal(store: Store, name: str, eras, without: str | None = None) -> tu
     if not refusing:
         return None
     loaded = store.load_config(name, refusing[-1] in by_chars, without)
-    who = "" if len(refusing) == len(store.version_guess.eras) else f" (as {eras_label(refusing)} brokers do)"
+    who = which_do(refusing, store.version_guess.eras)
     return loaded.bak_unusable, who, loaded.problems[f"config/{name}"]
 
 
@@ -434,7 +434,7 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
     refusing = stray_effects(eras, entry, file_size, later, loader).get(REFUSED, [])
     if not refusing:
         return None
-    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    who = which_do(refusing, eras)
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
     unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
     return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}{unmounted}"
@@ -503,7 +503,7 @@ def abort_refusal(store: Store) -> str | None:
     refusing = [e for e in eras if e.index >= ERA_INDEX["E13"]]
     if not refusing:
         return None
-    who = "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    who = which_do(refusing, eras)
     if store.abort.special:
         return ("abort: a FIFO, socket or device node, which DefaultMessageStore.start's MixAll.string2File opens to read first (a FIFO's "
                 f"open waits for a writer), so the broker hangs or exits after its abnormal recovery{who}; `mqtool repair` moves it out")
@@ -582,7 +582,12 @@ def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
     refusing = refusing_eras(eras, empty_last)
     if not refusing:
         return None
-    return "" if len(refusing) == len(eras) else f" (as {eras_label(refusing)} brokers do)"
+    return which_do(refusing, eras)
+
+
+def which_do(some, eras) -> str:
+    """"" where ``some`` are all of the store's ``eras``, else which do it: `` (as E8-E12 (4.7.1-4.9.8) brokers do)``."""
+    return "" if len(some) == len(eras) else f" (as {eras_label(some)} brokers do)"
 
 
 def refusing_eras(eras, empty_last: bool) -> list:
