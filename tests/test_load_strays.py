@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from conftest import copy_store, manifest
+from conftest import copy_store, manifest, recovered
 from repair_support import tree
 from typer.testing import CliRunner
 
@@ -797,6 +797,8 @@ def test_timercheck_ahead_of_a_cut_timer_log_is_lost_only_where_the_broker_canno
     [ahead] = [f for f in findings if f["kind"] == "timercheck-ahead" and f["file"] == "config/timercheck" and f["found"] == 10012]
     assert ahead["expected"] == f"<= {8192 + cut}"
     assert (ahead["severity"], ahead["details"]) == (("info", {"requeued": True}) if last_message == "readable" else ("warning", {}))
+    resumed = f"resumes rmq_sys_wheel_timer at {m['timer']['timercheck']['lastTimerQueueOffset']} (timercheck's lastTimerQueueOffset: "
+    assert (resumed in ahead["message"]) == (last_message == "lost"), ahead["message"]  # the warning says where the broker resumes
     planned = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
     lost = [e for e in planned["remaining"] if e["kind"] == "timercheck-ahead" and e["lost_data"]]
     assert len(lost) == (last_message == "lost")
@@ -884,6 +886,49 @@ def test_timercheck_queue_offset_past_the_timer_queue_is_clamped_from_5_3_2(tmp_
     assert (f["severity"], f["found"], f["expected"]) == (severity, ahead, f"<= {ends['rmq_sys_wheel_timer']}")
     assert f["details"] == ({"clamped": True} if severity == "info" and master else {})
     assert ("masterTimerQueueOffset" in f["message"]) == (not master)
+    assert ("5.3.2+ clamp it" in f["message"]) == (version is None)
+
+
+def test_a_requeued_info_resumes_at_timerchecks_master_queue_offset_where_it_is_lower(tmp_path):
+    """5.3.3 ``timer-crashed``'s timer log holds units for rmq_sys_wheel_timer messages past timercheck's masterTimerQueueOffset,
+    which ``TimerMessageStore.recover`` takes over the offset right after the message of the log's last unit (``currQueueOffset =
+    min(...)``, 5.0.0-5.3.3): the real broker's start on it resumed there (``timerAfterLoad``). With the unit at 6760 damaged,
+    verify said the enqueue resumes after the message of the unit before it; it resumes at the master offset, further back, and
+    the messages from there whose units stay in the log, or which were delivered, are each delivered a second time."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    timers = [msg["timer"] for msg in manifest("5.3.3", "timer-crashed")["messages"] if msg.get("timer")]
+    resumed = recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"]
+    at = 6760
+    with open(root / "timerlog" / "00000000000000000000", "r+b") as f:
+        f.seek(at + 12)
+        f.write((0x100).to_bytes(4, "big"))
+    queued = {u["timerLogOffset"]: t["wheelQueueOffset"] for t in timers for u in t["timerLogUnits"]}
+    assert resumed < queued[at - 52] + 1
+    in_log = {t["wheelQueueOffset"] for t in timers if any(u["timerLogOffset"] < at for u in t["timerLogUnits"])}
+    again = sum(t["delivered"] or t["wheelQueueOffset"] in in_log for t in timers if t["wheelQueueOffset"] >= resumed)
+    [damaged] = [f for f in verified(root, "5.3.3")[2] if f["kind"] == "timer-log-damaged"]
+    assert (damaged["severity"], damaged["details"]) == ("info", {"timer_log_offset": at, "requeued": True})
+    assert again and (f"resumes rmq_sys_wheel_timer at timercheck's masterTimerQueueOffset {resumed}, before the message of the log's "
+                      f"last unit (TimerMessageStore.recover takes the lesser of the two) and enqueues the later messages again, {again} "
+                      "of them delivered already or still in the timer log, which it delivers a second time") in damaged["message"]
+
+
+@pytest.mark.parametrize("version, severity", [("5.3.1", "warning"), (None, "warning"), ("5.3.3", "info")])
+def test_a_timer_queue_that_lost_its_tail_is_resumed_past_its_end_before_5_3_2(tmp_path, version, severity):
+    """5.3.3 ``timer-small``'s rmq_sys_wheel_timer queue 0 cut to 180 entries: ``reviseQueueOffset`` reads the message of the timer
+    log's last unit, searches the queue back for it in vain and keeps the queue offset stored in it (191), so ``recover``
+    resumes at 192, past the queue's end: 5.0.0-5.3.1 wait there and never enqueue the timer messages the queue gets before it
+    reaches it, 5.3.2+ clamp it to the queue's end (rules §8.1). Before, verify said the enqueue resumes after that message,
+    nothing skipped, in every release."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
+    data = bytearray(queue.read_bytes())
+    data[180 * 20:] = bytes(len(data) - 180 * 20)
+    queue.write_bytes(bytes(data))
+    args = ("verify", root, "--format", "json") + (("--broker-version", version) if version else ())
+    [f] = [f for f in json.loads(run(*args).stdout)["findings"] if f["kind"] == "timercheck-ahead"]
+    assert (f["severity"], f["expected"], f["details"]) == (severity, "<= 180", {"clamped": True} if severity == "info" else {})
+    assert ("5.0.0-5.3.1 resume the enqueue there" in f["message"]) == (severity == "warning")
     assert ("5.3.2+ clamp it" in f["message"]) == (version is None)
 
 

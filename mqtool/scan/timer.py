@@ -81,15 +81,22 @@ def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | Non
     return next((o for o, t in deliveries.get(identity, ()) if t == real_topic and o > offset), None)
 
 
-def delivered_again(store: Store, report: TimerReport) -> int:
-    """How many of the timer messages ``TimerMessageStore.recover`` enqueues again (``reviseQueueOffset``: rmq_sys_wheel_timer
-    queue 0 after the message of the timer log's last unit, which the caller checked is readable; that queue is in commit
-    log order) were delivered already (``_delivered``): their slots were read before the stop, and ``enqueue`` takes no note
-    of it, so the broker delivers each a second time, at once (``putMessageToTimerWheel``: due before ``currWriteTimeMs``,
-    straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9)."""
+def delivered_again(store: Store, report: TimerReport, start: int) -> int:
+    """How many of the timer messages ``TimerMessageStore.recover`` enqueues again (rmq_sys_wheel_timer queue 0 from queue offset
+    ``start``: after the message of the timer log's last unit, or timercheck's ``masterTimerQueueOffset`` where lower) were
+    delivered already (``_delivered``) or still have a unit in the timer log (from further back than that message): ``enqueue``
+    takes no note of either, so the broker delivers each a second time, a delivered one at once (``putMessageToTimerWheel``:
+    due before ``currWriteTimeMs``, straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9)."""
     after = report.rows[-1]["offset"]
-    scan = MessageScan(store, start=after, columns=["offset"], match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
-    offsets = [o for batch in scan for o in batch["offset"].to_pylist() if o > after]
+    try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
+        entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
+    except (LookupError, OSError, ValueError):
+        entry = None
+    after = min(after, entry.phys_offset) if entry is not None else after
+    scan = MessageScan(store, start=after, columns=["offset", "queue_offset"],
+                       match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
+    offsets = [o for batch in scan for o, q in zip(batch["offset"].to_pylist(), batch["queue_offset"].to_pylist()) if q >= start]
+    in_log = {row["offset"] for row in report.rows if row["state"] in ("pending", "delivered", "rolled")}
     timers = {}  # offset -> (identity, real topic) of each message enqueued again
     for offset in offsets:
         record = store.commitlog.read_record(offset)
@@ -97,7 +104,7 @@ def delivered_again(store: Store, report: TimerReport) -> int:
         identity = _identity(props.get(PropertyKey.UNIQ_KEY), record.born_timestamp, record.body_crc)
         timers[offset] = identity, props.get(PropertyKey.REAL_TOPIC)
     deliveries, _ = _deliveries(store, {identity for identity, _ in timers.values()})
-    return sum(_delivered(deliveries, identity, topic, offset) is not None for offset, (identity, topic) in timers.items())
+    return sum(o in in_log or _delivered(deliveries, identity, topic, o) is not None for o, (identity, topic) in timers.items())
 
 
 def timer_report(store: Store, timer: TimerStore) -> TimerReport:

@@ -9,7 +9,7 @@ import bisect
 import functools
 from collections import Counter
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..formats import timer as fmt
 from ..store import Store
@@ -36,11 +36,12 @@ def timer_findings(store: Store) -> Iterator[Finding]:
 
     report = timer_report(store, timer)
     end = report.log_end
-    again = functools.cache(lambda: _again(store, report))  # a commit log scan: only for an info that says it
-    if not end.clean and _requeued(report):
+    resume = _resume(store, report, timer.check)
+    again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
+    if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
-                   f"there, resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset) and enqueues the later "
-                   f"messages again{again()}: nothing lost", file="timerlog", details={"timer_log_offset": end.offset, "requeued": True})
+                   f"there, {_resumes(resume)} and enqueues the later messages again{again()}: nothing lost", file="timerlog",
+                   details={"timer_log_offset": end.offset, "requeued": True})
     elif not end.clean:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
@@ -48,7 +49,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
     listing = store.timer_log_listing
     first_pass = first_pass_start([base for base, _ in timer.log.files], timer.check, listing.file_size if listing is not None else None)
     yield from _wheel_findings(timer, report, first_pass)
-    yield from _check_findings(store, timer, report, again)
+    yield from _check_findings(store, timer, report, resume, again)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
@@ -189,25 +190,82 @@ def _missing_wheel(report: TimerReport) -> Finding:
     return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
-def _again(store: Store, report: TimerReport) -> str:
-    """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already
-    (``scan.timer.delivered_again``): the broker delivers them a second time."""
+def _again(store: Store, report: TimerReport, resume: Resume) -> str:
+    """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already, or, resumed from
+    timercheck's ``masterTimerQueueOffset``, still have their unit in the timer log (``scan.timer.delivered_again``): the
+    broker delivers them a second time."""
     from ..scan.timer import delivered_again
 
-    n = delivered_again(store, report)
-    return f", {n} of them delivered already (their slots were read), which it delivers a second time" if n else ""
+    n = delivered_again(store, report, resume.offset)
+    why = "delivered already or still in the timer log" if resume.master else "delivered already (their slots were read)"
+    return f", {n} of them {why}, which it delivers a second time" if n else ""
 
 
-def _requeued(report: TimerReport) -> bool:
-    """Whether ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes ``rmq_sys_wheel_timer`` after the message of the timer log's last
-    unit: ``reviseQueueOffset`` reads the unit right before where ``recoverAndRevise`` ends the log, and where its message is
-    readable the enqueue goes on after it, enqueuing the messages of the units past that end again (a cut or damaged tail's:
-    nothing lost); only where that fails does it take timercheck's ``lastTimerQueueOffset``."""
+class Resume(NamedTuple):
+    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
+    ``offset``, before 5.3.2's clamp to the queue's [min, max] (rules §8.1); ``after_unit``: ``reviseQueueOffset`` read the
+    message of the timer log's last unit, the offset right after it; ``master``: timercheck's ``masterTimerQueueOffset`` is
+    lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``: the queue's end, if any."""
+
+    offset: int
+    after_unit: bool
+    master: bool
+    queue_end: int | None
+
+    @property
+    def past_end(self) -> bool:
+        """Past the queue's end (the queue lost its tail): 5.0.0-5.3.1 wait there and never enqueue what the queue gets before
+        it reaches it; 5.3.2+ resume at the end."""
+        return self.queue_end is not None and self.offset > self.queue_end
+
+    @property
+    def requeued(self) -> bool:
+        """The enqueue goes on from the message of the log's last unit or before it, enqueuing the later ones again (a cut or
+        damaged tail's too: nothing lost)."""
+        return self.after_unit and not self.past_end
+
+
+def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> Resume:
+    """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
+    ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
+    stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
+    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``."""
     rows, end = report.rows, report.log_end.offset
-    return bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
+    after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
+    if after_unit:
+        offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
+    else:
+        offset = check.last_timer_queue_offset if check is not None else 0
+    master = check is not None and check.master_timer_queue_offset < offset
+    return Resume(check.master_timer_queue_offset if master else offset, after_unit, master, _timer_queue_end(store))
 
 
-def _check_findings(store: Store, timer: TimerStore, report: TimerReport, again: Callable[[], str]) -> Iterator[Finding]:
+def _timer_queue_end(store: Store) -> int | None:
+    """``rmq_sys_wheel_timer`` queue 0's max offset; None where it cannot be read."""
+    try:
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        return queue.recover().max_offset if queue.files else 0
+    except (LookupError, OSError, ValueError):
+        return None
+
+
+def _resumes(resume: Resume) -> str:
+    """Where a ``requeued`` info says the broker's enqueue resumes."""
+    if resume.master:
+        return (f"resumes {fmt.TIMER_TOPIC} at timercheck's masterTimerQueueOffset {resume.offset}, before the message of the log's "
+                "last unit (TimerMessageStore.recover takes the lesser of the two)")
+    return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset)"
+
+
+def _resumes_at(resume: Resume) -> str:
+    """Where the broker resumes, said where no ``requeued`` info holds."""
+    why = ("timercheck's masterTimerQueueOffset, the lesser" if resume.master else "after the message of the log's last unit, "
+           "which the queue lost (reviseQueueOffset)" if resume.after_unit else "timercheck's lastTimerQueueOffset: reviseQueueOffset "
+           "reads no message of the log's last unit")
+    return f"{resume.offset} ({why})"
+
+
+def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
     if check is None:
         return
@@ -215,35 +273,33 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport, again:
     if check.last_timer_log_flush_pos > end:
         where = {"file": "config/timercheck", "expected": f"<= {end}", "found": check.last_timer_log_flush_pos}
         message = f"timercheck says the timer log was flushed to {check.last_timer_log_flush_pos}, but it ends at {end}"
-        if _requeued(report):
-            yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of "
-                       "the log's last unit (reviseQueueOffset) and enqueues the later messages again, the cut units' too"
-                       f"{again()}: nothing lost",
+        if resume.requeued:
+            yield info("timercheck-ahead", message + f": the broker's timer recovery {_resumes(resume)} and enqueues the later messages "
+                       f"again, the cut units' too{again()}: nothing lost",
                        details={"requeued": True}, **where)
         else:
-            yield warning("timercheck-ahead", message, **where)
-    try:
-        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-        max_offset = queue.recover().max_offset if queue.files else 0
-    except (LookupError, OSError, ValueError):
-        return
-    if check.last_timer_queue_offset <= max_offset:
+            past = f", past the queue's end {resume.queue_end} (5.3.2+: at that end)" if resume.past_end else ""
+            yield warning("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} at {_resumes_at(resume)}"
+                          f"{past}, so the cut units' messages before that are not enqueued again", **where)
+    max_offset = resume.queue_end
+    if max_offset is None or check.last_timer_queue_offset <= max_offset:
         return
     message = (f"timercheck says {check.last_timer_queue_offset} timer messages were enqueued, but {fmt.TIMER_TOPIC} queue 0 ends at "
                f"{max_offset}")
     where = {"file": "config/timercheck", "expected": f"<= {max_offset}", "found": check.last_timer_queue_offset}
     eras = timer_eras(store.version_guess.eras)
     clamping = [e for e in eras if e in store.eras_where("clamps_timer_queue_offset")]
-    if _requeued(report):
-        yield info("timercheck-ahead", message + f": the broker's timer recovery resumes {fmt.TIMER_TOPIC} after the message of the log's "
-                   f"last unit (reviseQueueOffset), not there{again()}: nothing skipped", details={"requeued": True}, **where)
-    elif check.master_timer_queue_offset <= max_offset:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
+    if resume.requeued:
+        yield info("timercheck-ahead", message + f": the broker's timer recovery {_resumes(resume)}, not there{again()}: nothing skipped",
+                   details={"requeued": True}, **where)
+    elif not resume.past_end:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
         yield info("timercheck-ahead", message + f": the broker's timer recovery resumes at its masterTimerQueueOffset "
                    f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover): nothing skipped", **where)
     elif eras and clamping == eras:
         yield info("timercheck-ahead", message + ": the broker's timer recovery resumes at the queue's end (TimerMessageStore.recover "
                    "clamps it, 5.3.2+): nothing skipped", details={"clamped": True}, **where)
     else:
-        yield warning("timercheck-ahead", message + ": 5.0.0-5.3.1 resume the enqueue there (TimerMessageStore.recover) and never "
+        there = "there" if resume.offset == check.last_timer_queue_offset else f"at {_resumes_at(resume)}"
+        yield warning("timercheck-ahead", message + f": 5.0.0-5.3.1 resume the enqueue {there} (TimerMessageStore.recover) and never "
                       "enqueue the timer messages the queue gets before it reaches it" + ("; 5.3.2+ clamp it to the queue's end" if clamping
                                                                                            else ""), **where)
