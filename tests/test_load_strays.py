@@ -1008,3 +1008,39 @@ def test_a_dangling_symlinked_last_segment_next_start_says_it_is_deleted(tmp_pat
     salvaged = run("salvage", root, "--broker-version", version, "-f", "jsonl", "--out", tmp_path / "out.jsonl")
     assert f"mqtool: {line}\n" in salvaged.stderr
     assert run("recover", root, "--broker-version", version).exit_code == EXIT_REFUSED
+
+
+@pytest.mark.parametrize("version, fixture, folder", [
+    ("5.1.4", "clean-small", "consumequeue/TopicTest/0"), ("5.3.3", "clean-small", "consumequeue/TopicTest/0"),
+    ("5.3.3", "timer-small", "timerlog"),
+])
+def test_a_dangling_symlinked_last_queue_or_timer_log_file_next_start_says_it_is_deleted(tmp_path, version, fixture, folder):
+    """Before: a dangling symlink as the last file of a consume queue's folder or of ``timerlog/``, which 5.1.3+ ``doLoad``
+    deletes as a zero-length last entry (``ConsumeQueue.load`` and ``TimerLog.load`` are ``MappedFileQueue.load``), had the
+    next start's line say only that the start keeps the log (its clause was the commit log's only), while verify's error and
+    recover's refusal said its data may be on a disk not mounted. The line now says the start deletes it, in every command
+    (the first such link in load order, then how many more)."""
+    root = copy_store(version, fixture, tmp_path)
+    intact = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    files = sorted((root / folder).iterdir())
+    name = f"{int(files[-1].name) + files[-1].stat().st_size:020d}"
+    target = tmp_path / "unmounted" / name
+    os.symlink(target, root / folder / name)
+    line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line == f"{intact}; its load deletes {folder}/{name}, a dangling symlink to {target}, whose data is then lost to it"
+    assert json.loads(run("info", root, "--broker-version", version, "--format", "json").stdout)["next_start"]["line"] == line
+    salvaged = run("salvage", root, "--broker-version", version, "-f", "jsonl", "--out", tmp_path / "out.jsonl")
+    assert f"mqtool: {line}\n" in salvaged.stderr
+    for command in ("recover", "repair"):
+        assert run(command, root, "--broker-version", version).exit_code == EXIT_REFUSED
+    assert "its load deletes" not in json.loads(run("verify", root, "--broker-version", "5.0.0", "--format", "json").stdout)[
+        "summary"]["next_start"]["line"]  # 5.0.0 refuses such a file (File.length() 0 is not the file size)
+    other = root / folder / f"{int(name) + files[-1].stat().st_size:020d}"  # no longer the last: refused, the first line says so
+    os.symlink(tmp_path / "unmounted" / other.name, other)
+    line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line.startswith(f"the broker's next start refuses to start: {folder}/{name}: a dangling symlink to {target}, which ")
+    moved = other.rename(root / "consumequeue" / "TopicTest" / "1" / other.name)  # another queue's last: two links deleted
+    first = f"{folder}/{name}, a dangling symlink to {target}" if folder.startswith("consumequeue") else \
+        f"consumequeue/TopicTest/1/{moved.name}, a dangling symlink to {tmp_path / 'unmounted' / moved.name}"  # the queues load first
+    line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line == f"{intact}; its load deletes {first}, whose data is then lost to it, and 1 more such link"

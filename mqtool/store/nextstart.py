@@ -223,17 +223,26 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
 
 
 def deleted_link(store: Store) -> str | None:
-    """The clause of a commit log file that is a dangling symlink (``StrayEntry.unmounted``) the start's ``MappedFileQueue.load``
-    deletes as a zero-length last entry (5.1.3+: ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.3.3
-    removes the link), or None: the data the link stood for (on a disk not mounted) is then lost to it."""
+    """The clause of a file of the commit log, a consume queue or the timer log that is a dangling symlink
+    (``StrayEntry.unmounted``) the start's ``MappedFileQueue.load`` deletes as a zero-length last entry (5.1.3+:
+    ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.1.3, 5.1.4 and 5.3.3 removes the link;
+    ``ConsumeQueue.load``, ``BatchConsumeQueue.load`` and ``TimerLog.load`` are that load), or None: the data the link stood
+    for (on a disk not mounted) is then lost to it. The first such link, in load order, and how many more."""
+    from .timer import timer_eras
+
     eras = store.version_guess.eras
-    for problem in store.problems:
-        if problem.kind == STRAY_ENTRY and problem.entry.unmounted and (
-                deleting := stray_effects(eras, problem.entry, problem.expected, problem.later).get(DELETED)):
-            who = "" if len(deleting) == len(eras) else f" (as {eras_label(deleting)} brokers do)"
-            where = problem.path.relative_to(store.root) if store.root is not None else problem.path.name
-            return f"its load deletes {where}, {problem.entry.what}, whose data is then lost to it{who}"
-    return None
+    queues = [(e, q.file_size, q.after(e)) for q in (*store.consume_queues, *store.batch_consume_queues) for e in q.strays]
+    loads = [(eras, [(p.entry, p.expected, p.later) for p in store.problems if p.kind == STRAY_ENTRY]), (eras, queues),
+             (timer_eras(eras), store.timer_log_listing.strays if store.timer_log_listing is not None else [])]
+    deleted = [(entry, deleting) for loading, strays in loads for entry, size, later in strays
+               if entry.unmounted and (deleting := stray_effects(loading, entry, size, later).get(DELETED))]
+    if not deleted:
+        return None
+    entry, deleting = deleted[0]
+    who = "" if len(deleting) == len(eras) else f" (as {eras_label(deleting)} brokers do)"
+    where = entry.path.relative_to(store.root) if store.root is not None else entry.path.name
+    more = f", and {len(deleted) - 1} more such link{'s' if len(deleted) > 2 else ''}" if len(deleted) > 1 else ""
+    return f"its load deletes {where}, {entry.what}, whose data is then lost to it{who}{more}"
 
 
 def start_of(store: Store) -> ScanStart | None:
