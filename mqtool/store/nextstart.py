@@ -239,7 +239,7 @@ def deleted_link(store: Store) -> str | None:
     if not deleted:
         return None
     entry, deleting = deleted[0]
-    who = "" if len(deleting) == len(eras) else f" (as {eras_label(deleting)} brokers do)"
+    who = which_do(deleting, eras)
     where = entry.path.relative_to(store.root) if store.root is not None else entry.path.name
     more = f", and {len(deleted) - 1} more such link{'s' if len(deleted) > 2 else ''}" if len(deleted) > 1 else ""
     return f"its load deletes {where}, {entry.what}, whose data is then lost to it{who}{more}"
