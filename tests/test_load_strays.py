@@ -14,7 +14,7 @@ from repair_support import tree
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 from mqtool.store.mappedfile import DELETED, LEFT_OUT, LOADED, REFUSED, SKIPPED, StrayEntry, load_effect
 from mqtool.store.rules import BrokerVersion, VersionRules
 
@@ -1044,3 +1044,39 @@ def test_a_dangling_symlinked_last_queue_or_timer_log_file_next_start_says_it_is
         f"consumequeue/TopicTest/1/{moved.name}, a dangling symlink to {tmp_path / 'unmounted' / moved.name}"  # the queues load first
     line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
     assert line == f"{intact}; its load deletes {first}, whose data is then lost to it, and 1 more such link"
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_a_dangling_index_symlink_whose_target_the_broker_creates(tmp_path, version):
+    """``IndexService.load`` (4.9.7, 5.3.3) maps every numbered entry of ``index/`` through ``MappedFile.init``, whose
+    ``new RandomAccessFile(file, "rw")`` follows a dangling symlink and creates its target where that directory is there (a
+    mount point whose disk is not mounted), then loads it as an empty index file and the files after it. Before: mqtool took
+    every dangling link for an open that throws, so 5.3.3's next start "refused to start" and 4.9.7's left the later index
+    files out (mqtool read none of them); now the line says the start creates the target, the same in verify, info and
+    salvage, the index files after it are read, ``recover`` refuses (exit 3: its index entries would go there), and ``repair``
+    moves the link out (its plan names the target), undone by ``restore``. A link into a missing directory stays refused."""
+    root = copy_store(version, "clean-small", tmp_path)
+    intact = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)
+    (tmp_path / "mnt").mkdir()
+    link, target = root / "index" / "1", tmp_path / "mnt" / "1"  # "1" sorts before every index file
+    os.symlink(target, link)
+    doc = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)
+    line = doc["summary"]["next_start"]["line"]
+    assert line == f"{intact['summary']['next_start']['line']}; its load creates the target of index/1, a dangling symlink to {target}, " \
+                   "as an empty index file"
+    assert doc["summary"]["index"] == intact["summary"]["index"]  # the index files after it read, as the broker loads them
+    [found] = [f for f in doc["findings"] if f["kind"] == "index-stray-entry"]
+    assert found["severity"] == "error" and "creates the file it points to" in found["message"]
+    assert json.loads(run("info", root, "--broker-version", version, "--format", "json").stdout)["next_start"]["line"] == line
+    assert f"mqtool: {line}\n" in run("salvage", root, "--broker-version", version, "-f", "jsonl", "--out", tmp_path / "o.jsonl").stderr
+    refused = run("recover", root, "--broker-version", version)
+    assert refused.exit_code == EXIT_BAD_INPUT and refused.stderr.count("\n") == 1
+    assert "`mqtool repair` moves the link out" in refused.stderr
+    plan = json.loads(run("repair", root, "--broker-version", version, "--format", "json").stdout)
+    [step] = [s for s in plan["steps"] if s["step"] == "quarantine"]
+    assert step["paths"] == ["index/1"] and str(target) in step["why"] and "creates the file it points to" in step["why"]
+    repaired_and_restored(root, version, tmp_path / "bk", [link])
+    assert not os.path.lexists(target)  # mqtool never creates it
+    os.rmdir(tmp_path / "mnt")  # the directory gone: the open throws, as before
+    line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert ("refuses to start: index/1: a dangling symlink" in line) == (version == "5.3.3") and "creates" not in line

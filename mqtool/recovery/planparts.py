@@ -59,12 +59,17 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 def unloadable_files(store: Store) -> None:
     """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules
-    §2.13): there is no recovery of its to plan; and one with a file that is a dangling symlink (``nextstart.unmounted_file``),
-    whose bytes no plan may do without."""
-    from ..store.nextstart import log_refusal, unmounted_file
+    §2.13): there is no recovery of its to plan; one with a file that is a dangling symlink (``nextstart.unmounted_file``),
+    whose bytes no plan may do without; and one with a dangling symlink in index/ whose target the broker's start creates
+    (``nextstart.created_link``), which ``repair`` moves out first."""
+    from ..store.nextstart import created_link, log_refusal, unmounted_file
 
     if (unmounted := unmounted_file(store)) is not None:
         raise Refused(unmounted)
+    if (created := created_link(store)) is not None:
+        raise BadStoreFile(f"{created.path.relative_to(store.root)}: {created.what}, whose target the broker's start creates as an empty "
+                           "index file and loads (its last index file then takes the recovery's index entries), so no recovery of its is "
+                           "planned here; `mqtool repair` moves the link out first (or mount the disk it points into)")
     why = log_refusal(store)
     configured = store.config.commitlog_file_size
     found = sorted({p.found for p in store.problems if p.kind == SEGMENT_SIZE})

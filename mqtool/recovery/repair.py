@@ -357,13 +357,17 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     ``store``) refuses to start on it or leaves the later index files out (``mappedfile.load_effect``); an entry
     whose name ``Long.parseLong`` rejects every release skips, and it stays."""
     from ..store.index import index_strays
-    from ..store.mappedfile import INDEX_SERVICE
+    from ..store.mappedfile import CREATED, INDEX_SERVICE
     from ..store.rules import ERAS
     from ..store.store import stray_differs, stray_effects
 
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
-        if stray_differs(stray_effects(eras, entry, file_size, later, INDEX_SERVICE)):
+        effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
+        if CREATED in effects:
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load creates the file it points to and loads it as an "
+                                   "empty index file (the last one takes new index entries); moved into the backup as it is")
+        elif stray_differs(effects):
             quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it and stops there (5.1.0+ refuse to start, "
                                    "earlier releases leave the later index files out); moved into the backup as it is")
 

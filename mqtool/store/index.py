@@ -15,7 +15,7 @@ from ..errors import BadStoreFile
 from ..formats import hashing
 from ..formats import index as fmt
 from ..formats.dispatch import java_int_or_none
-from .mappedfile import MappedFile, StrayEntry, folder_entries
+from .mappedfile import MappedFile, StrayEntry, created_through, folder_entries
 
 LONG_MAX = 2**63 - 1
 
@@ -187,13 +187,16 @@ def _read_as_index_file(entry: os.DirEntry) -> bool:
 def list_index_files(index_dir: Path) -> list[Path]:
     """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: each entry in name order (``Arrays.sort``)
     whose name ``Long.parseLong`` reads, a regular file (through a symlink) of any length (``IndexFile`` maps it
-    with the configured size), up to the first it cannot open (a directory, a dangling symlink), which ends
-    the load (``index_strays``; ``mappedfile.load_effect``). Other names are skipped, as the broker skips them."""
+    with the configured size), up to the first it cannot open (a directory, a dangling symlink into a missing
+    directory), which ends the load (``index_strays``; ``mappedfile.load_effect``). Other names are skipped, as the
+    broker skips them, and so is a dangling symlink whose target it creates, an empty index file (``created_through``)."""
     files = []
     for entry in _entries(index_dir):
         if _index_name(entry) is None:
             continue
         if not entry.is_file():
+            if created_through(Path(entry.path)) is not None:
+                continue
             break
         files.append(index_dir / entry.name)
     return files

@@ -143,6 +143,11 @@ class StrayEntry:
         return os.readlink(self.path) if self.path.is_symlink() and not self.path.exists() else None
 
     @property
+    def created(self) -> str | None:
+        """The path ``IndexService.load`` creates through this entry (``created_through``), or None."""
+        return created_through(self.path)
+
+    @property
     def unmounted(self) -> str | None:
         """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
         its folder, a file whose bytes may be on a disk not mounted."""
@@ -159,8 +164,19 @@ class StrayEntry:
         return f"{'a symlink to a file' if link else 'a file'} {named}"
 
 
-# what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``)
-SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED = "skipped", "deleted", "left out", "refused", "loaded"
+def created_through(path: Path) -> str | None:
+    """The path ``new RandomAccessFile(file, "rw")`` creates through ``path``, a dangling symlink whose target's directory
+    is there (its ``open`` with ``O_CREAT`` follows the link; ``MappedFile.init``'s ``map`` then grows it to the file size),
+    or None: no dangling symlink, or one whose target's directory is missing (a disk not mounted below it), where that
+    open throws ``FileNotFoundException``, or one mqtool's user cannot write in (taken as the broker's user: it throws too)."""
+    real = os.path.realpath(path)
+    creates = os.path.islink(path) and not os.path.lexists(real) and os.path.isdir(parent := os.path.dirname(real))
+    return real if creates and os.access(parent, os.W_OK) else None
+
+
+# what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``); CREATED: what ``IndexService.load`` does with a
+# dangling symlink it creates the target of
+SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED, CREATED = "skipped", "deleted", "left out", "refused", "loaded", "created"
 # the loads ``load_effect`` models: a mapped file queue's (commit log, consume queues, timer log), the
 # index's, DLedger's data and index folders'
 MAPPED_FILE_QUEUE, INDEX_SERVICE, MMAP_FILE_LIST = "MappedFileQueue.load", "IndexService.load", "MmapFileList.load"
@@ -175,12 +191,15 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
     refused), or the file loaded at that offset. DLedger's ``MmapFileList.load``/``doLoad`` (every
     release) is the 4.5.0 one: no skip, no delete, ``System.exit`` on a refusal. ``IndexService.load``
     (4.x-5.3.3) maps each entry in name order with the configured size, whatever its length:
-    ``NumberFormatException`` caught (the entry skipped), the ``IOException`` of one it cannot open (a
-    directory; a dangling symlink, taken as one whose target cannot be made) ends the load, every later
-    file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0."""
+    ``NumberFormatException`` caught (the entry skipped), a dangling symlink whose target's directory is there
+    has its target created and loaded as an empty index file (``created_through``; 4.9.7 and 5.3.3 alike), the
+    ``IOException`` of one it cannot open (a directory; a dangling symlink into a missing directory) ends the load,
+    every later file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0."""
     if loader == INDEX_SERVICE:
         if entry.offset is None:
             return SKIPPED
+        if entry.created is not None:
+            return CREATED
         if entry.is_dir or not entry.path.exists():
             return REFUSED if rules.index_load_failure_refuses else LEFT_OUT
         return LOADED

@@ -8,8 +8,8 @@ that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every recor
 refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
 (``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
 ``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``) or ``TimerWheel`` a wheel of the wrong
-length (``wheel_refusal``); its load may delete a dangling symlink (``deleted_link``); a record whose dispatch throws stops
-that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan`` reads the same
+length (``wheel_refusal``); its load may delete a dangling symlink or create its target (``link_clauses``); a record whose dispatch
+throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan`` reads the same
 figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
 from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
+from .mappedfile import StrayEntry
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why
@@ -58,7 +59,7 @@ class NextStart:
     refused: str | None = None  # why the broker does not start (``log_refusal``; ``later_refusal``, ``wheel_refusal``: figures once fixed)
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
     stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.with_stall``)
-    deletes: str | None = None  # a dangling symlink its load deletes, and with it the data (``deleted_link``)
+    links: str | None = None  # what its load does to dangling symlinks: deletes one (its data lost), creates a target (``link_clauses``)
 
     @property
     def reason(self) -> str:
@@ -80,8 +81,8 @@ class NextStart:
             return refuses
         drops = f"drops {self.dropped_messages} message{'s' if self.dropped_messages != 1 else ''} after it" if self.dropped_messages else "drops nothing"
         keeps = f"keeps [{self.min_offset}, {self.logical_end}) and {drops} ({self._end()}); {self.mode} recovery scanning from {self.scan_from}"
-        if self.deletes is not None:
-            keeps += f"; {self.deletes}"
+        if self.links is not None:
+            keeps += f"; {self.links}"
         if self.blank_at is not None:
             keeps += f"; then DLedger's first load writes an end-of-file blank at {self.blank_at}"
         if self.stall is not None:
@@ -124,7 +125,7 @@ def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | N
     failure = blank.failure if blank is not None else None
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
                      dropped_after(store, end.offset, store.rules), wheel or failure or later_refusal(store),
-                     blank.offset if blank is not None and blank.writes else None, deletes=deleted_link(store))
+                     blank.offset if blank is not None and blank.writes else None, links=link_clauses(store))
 
 
 class Cut(NamedTuple):
@@ -210,7 +211,7 @@ def dledger_next_start(store: Store) -> NextStart:
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
                      dropped_after(store, dl.end.offset, VersionRules(version)), wheel or later_refusal(store),
-                     deletes=deleted_link(store))
+                     links=link_clauses(store))
 
 
 def log_refusals(store: Store) -> tuple[str | None, str | None]:
@@ -243,6 +244,21 @@ def deleted_link(store: Store) -> str | None:
     where = entry.path.relative_to(store.root) if store.root is not None else entry.path.name
     more = f", and {len(deleted) - 1} more such link{'s' if len(deleted) > 2 else ''}" if len(deleted) > 1 else ""
     return f"its load deletes {where}, {entry.what}, whose data is then lost to it{who}{more}"
+
+
+def created_link(store: Store) -> StrayEntry | None:
+    """The first entry of index/ that is a dangling symlink whose target the start's ``IndexService.load`` creates as an empty
+    index file (``mappedfile.created_through``; every release), or None. ``recover`` refuses to plan that start
+    (``planparts.unloadable_files``): the broker's last index file may be that one, which takes the recovery's entries."""
+    return next((e for e, _, _ in store.index_strays if e.offset is not None and e.created is not None), None)
+
+
+def link_clauses(store: Store) -> str | None:
+    """The clauses of the dangling symlinks the start's loads delete (``deleted_link``) or create the target of (``created_link``)."""
+    entry = created_link(store)
+    created = None if entry is None else (
+        f"its load creates the target of {entry.path.relative_to(store.root)}, {entry.what}, as an empty index file")
+    return "; ".join(c for c in (deleted_link(store), created) if c) or None
 
 
 def start_of(store: Store) -> ScanStart | None:

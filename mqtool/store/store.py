@@ -29,7 +29,7 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED
+from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED
 from .mappedfile import MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
@@ -135,13 +135,16 @@ def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int 
         LEFT_OUT: f"leaves it and every later {noun} out at load and starts without them",
         LOADED: f"loads it as the {noun} at offset {entry.offset}, which mqtool does not read",
         SKIPPED: "passes over it", DELETED: "deletes it at load (zero-length last)",
+        CREATED: "creates the file it points to (MappedFile.init's new RandomAccessFile(file, \"rw\") follows the link, its map grows "
+                 "that to the index file size) and loads it as an empty index file",
     }
     return "; ".join(f"the broker of {eras_label(eras)} {said[effect]}" for effect, eras in effects.items())
 
 
 def stray_differs(effects: dict[str, list[Era]]) -> list[Era]:
-    """The eras whose broker refuses to start on a stray entry or loads the folder otherwise than mqtool reads it."""
-    return [e for effect in (REFUSED, LEFT_OUT, LOADED) for e in effects.get(effect, [])]
+    """The eras whose broker refuses to start on a stray entry or loads the folder otherwise than mqtool reads it (or creates a file
+    through a dangling symlink)."""
+    return [e for effect in (REFUSED, LEFT_OUT, LOADED, CREATED) for e in effects.get(effect, [])]
 
 
 @dataclass
