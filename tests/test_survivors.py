@@ -4,6 +4,7 @@ ids added, a message duplicated in a copied store, damaged copies)."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 from collections import Counter
 from pathlib import Path
@@ -400,3 +401,22 @@ def test_offset_msg_ids_of_a_store_expired_by_retention_are_read_as_msg_ids(tmp_
     gone = sum(1 for x in m["messages"] if x["commitLogOffset"] < m["commitLogMinOffset"])
     assert gone == sum(1 for x in m["messages"] if not x["present"]) > 0
     assert f"{gone} offsetMsgId(s) name offsets below the commit log's min offset {m['commitLogMinOffset']}" in " ".join(err.split())
+
+
+@pytest.mark.parametrize("damage", ["a cut segment", "an index link the start creates"])
+def test_a_store_the_broker_refuses_to_start_on_is_judged_against_its_queues_on_disk(damage, store_copy, tmp_path):
+    """Where no recovery can be planned because the broker refuses to start on a file (a commit log file of the wrong
+    length; a dangling ``index/`` link whose target its start creates), survivors exited 3 with that refusal, though the
+    docs say the queues on disk are judged then, the view saying why (``queues_after_start``, which caught only
+    ``Refused``). Every id is found and judged as on disk."""
+    root = store_copy("4.9.7", "crashed-small")
+    if damage == "a cut segment":
+        last = sorted((root / "commitlog").iterdir())[-1]
+        os.truncate(last, 300000)
+    else:
+        (tmp_path / "mount").mkdir()
+        os.symlink(tmp_path / "mount" / "99999999999999999", root / "index" / "99999999999999999")
+    ids = [m["msgId"] for m in manifest("4.9.7", "crashed-small")["messages"][:20]]
+    code, rows, summary = survivors(root, ids, "--by", "msg-id", "--broker-version", "4.9.7", tmp=tmp_path)
+    assert summary["queue_view"].startswith("as on disk: the broker's next start cannot be planned ("), summary["queue_view"]
+    assert code == 0 and [r["status"] for r in rows] == ["found"] * 20

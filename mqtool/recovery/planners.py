@@ -5,7 +5,7 @@ nowhere else: tests/test_plan_imports.py)."""
 import dataclasses
 import functools
 
-from ..errors import BadInput, Refused
+from ..errors import BadInput, BadStoreFile, Refused
 
 from . import rebuild, recover
 from .candidates import plan_under_candidates, plans_per_candidate
@@ -58,7 +58,7 @@ def queues_after_start(store, next_start=None):
     queues after the broker's next start, as ``recover --dry-run`` plans it (``recovered_queues``:
     ``DefaultMessageStore.recover`` + the start-up reput, reference §8.2-§8.12, §15.4), under each candidate version of an undecided store, when that start changes a queue or
     the abort file is there (abnormal recovery); else the queues as on disk. Where no recovery can be
-    planned (``Refused``), the queues as on disk, the view saying why.
+    planned (``Refused``; ``BadStoreFile``: the broker refuses to start on a file), the queues as on disk, the view saying why.
 
     Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
     at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
@@ -74,7 +74,7 @@ def queues_after_start(store, next_start=None):
         return QueuesAfter(f"as on disk (the broker's next start, {next_start.mode} recovery from {next_start.scan_from}, changes no consume queue)")
     try:
         made = recovered_queues(store)
-    except Refused as exc:
+    except (Refused, BadStoreFile) as exc:  # BadStoreFile: a file the broker refuses to start on (``planparts.unloadable_files``)
         return QueuesAfter(f"as on disk: the broker's next start cannot be planned ({exc})")
     plan = made[0][1]
     how = f"{plan.mode} recovery from {plan.commitlog.scan_from}"
