@@ -646,6 +646,38 @@ def test_splits_cut_anywhere_read_exactly_the_records_of_the_sequential_scan(ver
             assert [o for sp in splits for o in read[sp.offset]] == expected
 
 
+def test_splits_cut_anywhere_read_the_record_inside_an_entry_whose_header_alone_is_broken_once(tmp_path):
+    """Splits of ``_broken_entry_header``'s store cut around the broken entry (at it, inside the entry before, inside its
+    header, at its record, ...) read what `mqtool dump` reads, the record inside that entry once, and report its one line.
+    Before, where the entry was the first of its split, no split read that record: the split's resynchronisation passes
+    the broken header (``find_split_start``) and the split before stops at its boundary."""
+    from mqtool.store.dledgerstart import ServedLog
+    from mqtool.store.splits import Split, SplitResult, SplitScan, check_splits
+
+    root, placed, pos, following = _broken_entry_header(tmp_path, "4.9.7")
+    done = _cli("dump", root, "--format", "jsonl")
+    expected = [json.loads(line)["offset"] for line in done.stdout.splitlines()]
+    assert pos + 48 in expected
+    with Store.open(root) as store:
+        served, [seg] = ServedLog.of(store.commitlog), [s for s in store.commitlog.segments if s.base_offset <= pos < s.end_offset]
+    previous = max(p for _, p in placed if p < pos)
+    for cut in (previous, previous + 24, pos - 1, pos, pos + 7, pos + 48, pos + 100, following - 1):
+        for cuts in ([cut - seg.base_offset], [cut - seg.base_offset, pos + 7 - seg.base_offset]):
+            cuts = sorted(set(cuts))
+            splits = [Split(str(seg.path), seg.base_offset, seg.size, a, b, True, served=served)
+                      for a, b in zip([0, *cuts], [*cuts, seg.size])]
+            read, results, skipped = [], [], {}
+            for sp in splits:
+                scan = SplitScan(sp, batch=64)
+                read += [b.base_offset + int(r) for b in scan for r in b.rows[:, 0]]
+                results.append(SplitResult(("b", sp.base_offset), sp.base_offset, sp.offset, scan.first, scan.exit))
+                skipped[(("b", sp.base_offset), sp.offset)] = [(end.offset, resumed) for end, resumed in scan.skipped]
+            damage = []
+            assert check_splits(results, {(("b", sp.base_offset), sp.offset): sp for sp in splits}, damage, skipped) == []
+            assert read == [o for o in expected if seg.base_offset <= o < seg.end_offset], cuts
+            assert [(d.end.offset, d.resumed) for d in damage] == [(pos, following)]
+
+
 def test_spark_inputs_keep_dledger_segments():
     from mqtool.spark.inputs import broker_store, resolve_inputs
 

@@ -188,6 +188,8 @@ class SplitScan:
             finally:
                 os.close(fd)
                 del array
+        if split.served is not None and split.entries and begin != split.start:
+            begin = self._broken_first_entry(begin)  # the one entry the resynchronisation cannot find
         if begin is None:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
             return
@@ -212,6 +214,22 @@ class SplitScan:
             pos = resumed
         self.end = scan.end
         self.exit = exit if self.records else None
+
+    def _broken_first_entry(self, found: int | None) -> int | None:
+        """Where this DLedger split's records begin: the first entry ``index/`` places in it (``DLedgerMmapFileStore.get``,
+        §15.4) when its header alone is broken (``dledgerstart.record_in_broken_entry``), which the resynchronisation
+        (``find_split_start``: ``found``) passes but where the split before stops; this split owns it and reads the record
+        inside (``resume``, ``_loose``), as ``mqtool dump`` does. Else ``found``."""
+        from .dledgerstart import record_in_broken_entry
+
+        split, base = self.split, self.split.base_offset
+        cl = split.served.commitlog
+        at = cl.indexed_entry_after(base + split.start - 1)
+        if at is None or at >= base + (split.end if found is None else found):
+            return found
+        end = split.end_at(at)
+        resumed = split.resume(end)
+        return at - base if resumed is not None and record_in_broken_entry(cl, end, resumed) is not None else found
 
     def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
         """``batches`` as they are, counted into ``first`` and ``records``."""
