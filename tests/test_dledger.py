@@ -646,6 +646,52 @@ def test_splits_cut_anywhere_read_exactly_the_records_of_the_sequential_scan(ver
             assert [o for sp in splits for o in read[sp.offset]] == expected
 
 
+@pytest.mark.parametrize("damage", ["header", "records", "record-header"])
+def test_splits_cut_anywhere_around_damage_a_dledger_broker_keeps_read_what_dump_reads(tmp_path, damage):
+    """``relaid_store``, before DLedger's recovery start file: an entry whose header alone is broken (``header``: its pos;
+    the broker serves the record inside), the records of two adjacent entries damaged (``records``: TOTALSIZE), or the
+    first's record damaged and the second's header broken (``record-header``). Splits cut around them (at the first damaged
+    entry, inside the entry before, inside its header, at its record, ...) read what `mqtool dump` reads, each record once,
+    and report a range where dump reports one. Before, where the first damaged entry was the first of its split: no split
+    read the record inside a broken header (the split's resynchronisation passes the header, ``find_split_start``, and the
+    split before stops at its boundary); with ``records`` the split was dropped (its first record lay two ranges past where
+    the split before ended, ``check_splits`` resumed one)."""
+    import re
+
+    from mqtool.store.dledgerstart import ServedLog
+    from mqtool.store.splits import Split, SplitResult, SplitScan, check_splits
+
+    root, placed = relaid_store(tmp_path, "4.9.7")
+    second = [p for _, p in placed if 1 << 18 <= p < 2 << 18]
+    previous, first, following, after = second[len(second) // 2 - 1 : len(second) // 2 + 3]
+    for p, field in {"header": [(first, "pos")], "records": [(first, "size"), (following, "size")],
+                     "record-header": [(first, "size"), (following, "pos")]}[damage]:
+        value = (p + 1).to_bytes(8, "big") if field == "pos" else (0x7FFF).to_bytes(4, "big")  # entry pos, record TOTALSIZE
+        _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", p - (1 << 18) + (24 if field == "pos" else 48), value)
+    done = _cli("dump", root, "--format", "jsonl")
+    expected = [json.loads(line)["offset"] for line in done.stdout.splitlines()]
+    lines = [int(m) for m in re.findall(r"skipped \[(\d+), ", done.stderr)]
+    assert len(lines) == len(damage.split("-")) + (damage == "records")
+    with Store.open(root) as store:
+        served, [seg] = ServedLog.of(store.commitlog), [s for s in store.commitlog.segments if s.base_offset <= first < s.end_offset]
+    for cut in (previous, previous + 24, first - 1, first, first + 7, first + 48, first + 100, following, following + 7, after - 1):
+        for cuts in ([cut - seg.base_offset], [cut - seg.base_offset, first + 7 - seg.base_offset]):
+            cuts = sorted(set(cuts))
+            splits = [Split(str(seg.path), seg.base_offset, seg.size, a, b, True, served=served)
+                      for a, b in zip([0, *cuts], [*cuts, seg.size])]
+            read, results, skipped = [], [], {}
+            for sp in splits:
+                scan = SplitScan(sp, batch=64)
+                read += [b.base_offset + int(r) for b in scan for r in b.rows[:, 0]]
+                results.append(SplitResult(("b", sp.base_offset), sp.base_offset, sp.offset, scan.first, scan.exit))
+                if scan.first is not None:  # as the job's rows carry them (``split_skipped``)
+                    skipped[(("b", sp.base_offset), sp.offset)] = [(end.offset, resumed) for end, resumed in scan.skipped]
+            found = []
+            assert check_splits(results, {(("b", sp.base_offset), sp.offset): sp for sp in splits}, found, skipped) == [], cuts
+            assert read == [o for o in expected if seg.base_offset <= o < seg.end_offset], cuts
+            assert [d.end.offset for d in found] == lines, cuts
+
+
 def test_spark_inputs_keep_dledger_segments():
     from mqtool.spark.inputs import broker_store, resolve_inputs
 

@@ -108,32 +108,42 @@ def test_verify_finds_what_mqtool_verify_finds_on_dledger_stores(spark, tmp_path
 
 
 
-@pytest.mark.parametrize("damage", ["record", "header"])
-def test_the_job_reads_on_past_damage_a_dledger_broker_keeps_as_dump_does(spark, tmp_path, capsys, damage):
+@pytest.mark.parametrize("edge", [None, 0, 24])
+@pytest.mark.parametrize("damage", ["record", "records", "header"])
+def test_the_job_reads_on_past_damage_a_dledger_broker_keeps_as_dump_does(spark, tmp_path, capsys, damage, edge):
     """DLedger's recovery checks entry headers only, from its start file on (§15.4), and keeps the log past a damaged record
-    in a sound entry (``record``: dledger-small, the TOTALSIZE of entry 300's record changed) and past an entry whose header
-    alone is broken before its start file (``header``: ``relaid_store``, 8 data files; the record inside is served too):
-    `mqtool dump` reads on (``walk_resume``, ``loose_walk``). Before: the job's split reader stopped there, its line said
-    "the broker would cut the log here; --keep-going reads past it" and the later splits were dropped "past the end of the
-    log ..., where the broker's recovery cuts it". Now the splits read on with the same rows and lines as `mqtool dump`."""
+    in a sound entry (``record``: dledger-small, the TOTALSIZE of entry 300's record changed; ``records``: of entries 300 and
+    301) and past an entry whose header alone is broken before its start file (``header``: ``relaid_store``, 8 data files;
+    the record inside is served too): `mqtool dump` reads on (``walk_resume``, ``loose_walk``). Before: the job's split
+    reader stopped there, its line said "the broker would cut the log here; --keep-going reads past it" and the later
+    splits were dropped "past the end of the log ..., where the broker's recovery cuts it". Now the splits read on with the
+    same rows and lines as `mqtool dump`. With a split boundary ``edge`` bytes before the (first) damaged entry (0: at it;
+    24: inside the entry before), the entry is the first of its split. Before, there: with a broken header no split read
+    the record inside (the split's resynchronisation passes the broken header, the split before stops at its boundary)
+    while the line still said ``skipped [pos, pos+48)``; with ``records`` the split was dropped. ``records`` also had one
+    line for the two ranges, where dump has one for each."""
     from test_dledger import _broken_entry_header, _patch
 
-    if damage == "record":
+    if damage.startswith("record"):
         root = copy_store("4.9.7", "dledger-small", tmp_path)
-        e = manifest("4.9.7", "dledger-small")["messages"][300]["dledgerEntry"]
-        _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+        entries = [m["dledgerEntry"] for m in manifest("4.9.7", "dledger-small")["messages"][300 : 300 + (damage == "records") + 1]]
+        for e in entries:
+            _patch(root / "dledger-n0" / e["file"], e["filePosition"] + 48, (e["bodySize"] + 1).to_bytes(4, "big"))
+        position = entries[0]["filePosition"]  # in its data file
     else:
-        root = _broken_entry_header(tmp_path, "4.9.7")[0]
+        root, _, pos, _ = _broken_entry_header(tmp_path, "4.9.7")
+        position = pos - (1 << 18)  # in the second data file
+    split_size = "128k" if edge is None else str(position - edge)
     result = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
     expected = [json.loads(line)["offset"] for line in result.stdout.splitlines()]
     skipped = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith("mqtool: skipped")]
-    assert len(skipped) == 1 and len(expected) == (699 if damage == "record" else 700)
+    assert (len(skipped), len(expected)) == {"record": (1, 699), "records": (2, 698), "header": (1, 700)}[damage]
     for mode in ("messages", "stats"):
         capsys.readouterr()
         out = tmp_path / mode
-        doc = job.run(job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), split_size="128k", mode=mode), spark)
+        doc = job.run(job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(out), split_size=split_size, mode=mode), spark)
         assert doc["rejected_splits"] == [] and [d["message"] for d in doc["damage"]] == skipped
-        assert f"mqtool-scan: b: {skipped[0]}" in capsys.readouterr().err.splitlines()
+        assert {f"mqtool-scan: b: {line}" for line in skipped} <= set(capsys.readouterr().err.splitlines())
         if mode == "messages":
             assert sorted(r["offset"] for r in pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist()) == expected
         else:

@@ -188,6 +188,8 @@ class SplitScan:
             finally:
                 os.close(fd)
                 del array
+        if split.served is not None and split.entries and begin != split.start:
+            begin = self._damaged_first_entry(begin)  # an entry the resynchronisation passes
         if begin is None:
             self.end = ScanEnd(base + split.end, StopReason.LIMIT, "no record starts in this split")
             return
@@ -212,6 +214,18 @@ class SplitScan:
             pos = resumed
         self.end = scan.end
         self.exit = exit if self.records else None
+
+    def _damaged_first_entry(self, found: int | None) -> int | None:
+        """Where this DLedger split's records begin: the first entry ``index/`` places in it (``DLedgerMmapFileStore.get``,
+        §15.4) when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
+        walk stops at it at damage its broker keeps (``resume``): a header alone broken (the record inside is read,
+        ``_loose``) or a damaged record, maybe followed by more. This split owns it and reads on from it as ``mqtool dump``
+        does; else ``found``."""
+        split, base = self.split, self.split.base_offset
+        at = split.served.commitlog.indexed_entry_after(base + split.start - 1)
+        if at is None or at >= base + (split.end if found is None else found):
+            return found
+        return at - base if split.resume(split.end_at(at)) is not None else found
 
     def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
         """``batches`` as they are, counted into ``first`` and ``records``."""
@@ -305,12 +319,19 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
     found: list[Damage] = []
 
     def resume(r: SplitResult, chain_end: int) -> int | None:
-        split = splits[(r.segment, r.start)]
-        end = split.end_at(chain_end)
-        resumed = split.resume(end)
-        if resumed == r.first:
-            found.append(Damage(r.segment, end, resumed))
-        return resumed
+        """Where the read goes on past the damage at ``chain_end``, step by step up to ``r.first`` (damaged records in
+        adjacent DLedger entries are read past one at a time, as ``mqtool dump`` reads them)."""
+        split, at, steps = splits[(r.segment, r.start)], chain_end, []
+        while at < r.first:
+            end = split.end_at(at)
+            resumed = split.resume(end)
+            if resumed is None or resumed <= at:
+                return None
+            steps.append(Damage(r.segment, end, resumed))
+            at = resumed
+        if at == r.first:
+            found.extend(steps)
+        return at
 
     rejected = check_handoffs(results, resume, ends)
     rejected += cut_logs(results, splits, ends, rejected, found)
@@ -320,16 +341,19 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
             if (segment, start) not in dropped:
                 found += [Damage(segment, splits[(segment, start)].end_at(at), resumed) for at, resumed in ranges]
         once = {(d.segment[0], d.end.offset): d for d in found}  # damage at a split's start: seen by its task and by the handoff
-        damage += _joined([once[k] for k in sorted(once)])
+        damage += _joined([once[k] for k in sorted(once)], {segment for (segment, _), split in splits.items() if split.entries})
     return rejected
 
 
-def _joined(damage: list[Damage]) -> list[Damage]:
-    """Ranges read past one after the other as one (damage running over a segment's end into the next)."""
+def _joined(damage: list[Damage], entry_files: set[Hashable]) -> list[Damage]:
+    """Ranges read past one after the other as one (damage running over a segment's end into the next), but in DLedger data
+    files (``entry_files``), where ``mqtool dump`` reads past one entry, or up to the end of a file, at a time
+    (``dledgerstart.walk_resume``) and reports each."""
     joined: list[Damage] = []
     for d in damage:
         last = joined[-1] if joined else None
-        if last is not None and last.resumed is not None and last.segment[0] == d.segment[0] and last.resumed == d.end.offset:
+        if (last is not None and last.resumed is not None and last.segment[0] == d.segment[0] and last.resumed == d.end.offset
+                and d.segment not in entry_files):
             joined[-1] = last._replace(resumed=d.resumed)
         else:
             joined.append(d)
