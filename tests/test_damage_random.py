@@ -408,7 +408,7 @@ def test_disk_fault_runs_that_failed_before(store, seed, lost_pages, tmp_path):
 
 
 @pytest.mark.parametrize("store,seed,given", [("4.9.7/clean-small", 9400025, True), ("4.9.7/rewrite-clean", 9400076, True), ("4.4.0/clean-small", 10400137, True),
-                                              ("3.2.6/crashed-small", 14005936, False)])
+                                              ("3.2.6/crashed-small", 14005936, False), ("5.3.3/dledger-crashed-cqloss", 14011195, False)])
 def test_cut_file_runs_that_failed_before(store, seed, given, tmp_path):
     """Runs of ``damage_run.py --cut-files --lost-pages --disk-faults``. 9400025, 9400076: a segment before the last
     cut, and damage in a later one where the broker's recovery cuts the log. The cut's queue entries became fillers
@@ -419,7 +419,11 @@ def test_cut_file_runs_that_failed_before(store, seed, given, tmp_path):
     would renumber the queue), so the entry stayed and its message, before any damage of the log, was not
     consumable; repair's ``mend-units`` writes the record's size in place. 14005936 (``--no-version``): a 3.2.6
     store's queues end with the fillers of a cut segment's lost records, which up to 4.4.0 skip nothing: the
-    oracle's ``filler_tails`` had flagged them as the 4.5.0+ harm (the tool's verify, era-aware, did not)."""
+    oracle's ``filler_tails`` had flagged them as the 4.5.0+ harm (the tool's verify, era-aware, did not). 14011195
+    (``--no-version``): a DLedger index page zeroed before the last entry and a stale page copied past it: the
+    recovery's rewrite fills the zeroed units, so the stale ones after the last entry then follow on from them; the
+    truncation, which counted units from the first and stopped at the zeroed stretch, left them, and verify after
+    repair found them (``dledger-index``)."""
     version, name = store.split("/")
     out = damage_run(version, name, seed, tmp_path, kinds=LOST_PAGES + DISK_FAULTS + CUT_FILES, survivors_kept=True, version_given=given)
     assert out.problem is None, (out.damages, out.detail)

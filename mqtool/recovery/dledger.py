@@ -50,6 +50,16 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
     return actions
 
 
+def _written_from(cl, number: int) -> int:
+    """The first all-zero (never written) unit of ``index/`` at or after unit ``number``: past the last valid entry, the units
+    up to it are truncated. Counted from there, not from the first unit, so that units a rewrite makes follow on from the
+    entries (a zeroed stretch before the cut that it fills, stale units after it) are truncated too, as ``verify`` counts
+    them once the rewrite is done (``dledger-index``)."""
+    while (unit := cl.index_unit(number)) is not None and any(unit[1:]):
+        number += 1
+    return number
+
+
 class DLedgerLog(LogKind):
     """``DLedgerCommitLog``'s recovery over ``DLedgerMmapFileStore.recover`` (module docstring)."""
 
@@ -97,8 +107,8 @@ class DLedgerLog(LogKind):
                         for b in missing]
             actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
                                      f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them", missing)
-        if dl.index_units_on_disk > dl.last_index + 1:
-            actions += _index_ranges(store, "zero-range", dl.index_cut, dl.index_units_on_disk * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
+        if (tail := _written_from(store.commitlog, dl.last_index + 1)) > dl.last_index + 1:
+            actions += _index_ranges(store, "zero-range", dl.index_cut, tail * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
         return actions
 
     def notes(self, run: RecoveryRun) -> list[str]:
