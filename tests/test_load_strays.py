@@ -1080,3 +1080,15 @@ def test_a_dangling_index_symlink_whose_target_the_broker_creates(tmp_path, vers
     os.rmdir(tmp_path / "mnt")  # the directory gone: the open throws, as before
     line = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["summary"]["next_start"]["line"]
     assert ("refuses to start: index/1: a dangling symlink" in line) == (version == "5.3.3") and "creates" not in line
+
+
+@pytest.mark.parametrize("version, fixture, refuses", [("5.3.3", ("5.3.3", "crashed-small"), True), ("4.9.7", ("4.9.7", "crashed-small"), False)])
+def test_rebuild_index_says_the_start_still_refuses_on_an_index_entry_it_leaves(version, fixture, refuses, tmp_path):
+    """A dangling ``index/`` link into a folder that is not there: 5.1.0+ ``DefaultMessageStore.load`` refuses to start on
+    ``IndexService.load``'s false. ``rebuild-index`` rewrites the index files and leaves the link, so the start still
+    refuses after it; its plan said nothing of that (4.9.7 leaves the later files out and starts: no note)."""
+    root = copy_store(*fixture, tmp_path)
+    os.symlink("/nonexistent/dir/99999999999999999", root / "index" / "99999999999999999")
+    plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
+    said = [n for n in plan["notes"] if n.startswith("the broker's next start still refuses after this rebuild")]
+    assert len(said) == refuses and all("index/99999999999999999: a dangling symlink" in n for n in said), plan["notes"]

@@ -30,6 +30,7 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
+from ..store.nextstart import index_refusal
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
 from .sharedscans import SharedScans, scan_phase, topic_table
@@ -187,6 +188,9 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     notes = []
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
+    if (refused := index_refusal(store)) is not None:  # an entry of index/ that is no index file: the rebuild leaves it
+        notes.append(f"the broker's next start still refuses after this rebuild, which leaves the entries of index/ that are no index "
+                     f"file as they are: {refused}")
     old = store.index_files
     writer = index_placement(store, rules, [], old)
     counts = PhaseCounts()
