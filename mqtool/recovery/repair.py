@@ -36,8 +36,7 @@ from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
-from ..store.timer import (RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, first_pass_start,
-                          recovered_wheel)
+from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import lmq_queue_dirs
 from ..verify.state import config_file_findings, consumer_offset_findings
@@ -546,8 +545,7 @@ def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
             break
     bases, end = [b for b, _ in listing.files], log.end.offset
     read = [s for s in timer.wheel_slots() if s.is_read]
-    return WalkedTimer(units, bases[0], read, recovered_wheel(read, units, end, first_pass_start(bases, timer.check, listing.file_size),
-                                                                bases, timer.check), log.end)
+    return WalkedTimer(units, bases[0], read, recovered_wheel(read, units, end, bases, timer.check, listing.file_size), log.end)
 
 
 def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer | None) -> list[tuple[int, list[Action]]]:

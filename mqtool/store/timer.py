@@ -128,14 +128,15 @@ class RecoveredWheel:
         return slot.time_slot >= self.read_from
 
 
-def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, first_pass: int, bases: list[int],
-                    check: fmt.TimerCheck | None) -> RecoveredWheel:
+def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, bases: list[int],
+                    check: fmt.TimerCheck | None, file_size: int | None) -> RecoveredWheel:
     """``slots`` after ``recover`` on a timer log of ``units`` (position: ``(delivery time, prevPos)``) ending at ``end``. A
     slot's units are those of its time, the delivery time over ``timerPrecisionMs``, the precision the slots' last units
     show (``TimerWheel.putSlot`` stores ``time / precisionMs``). ``recoverAndRevise`` sets the ``lastPos`` of the slot of
-    each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass`` (``first_pass_start``);
-    ``checkPhyPos`` then starts a second from the file of the least ``firstPos`` of the slots from ``read_from`` on whose
-    ``lastPos`` still exceeds the end."""
+    each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass_start`` (the log's files at
+    ``bases``, their size ``file_size``); ``checkPhyPos`` then starts a second from the file of the least ``firstPos`` of the
+    slots from ``read_from`` on whose ``lastPos`` still exceeds the end."""
+    first_pass = first_pass_start(bases, check, file_size)
     shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
     precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
     by_time: dict[int, list[int]] = {}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.timer import TimerStore, chain_break, first_pass_start, recovered_wheel, timer_eras
+from ..store.timer import TimerStore, chain_break, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
 from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
@@ -46,9 +46,7 @@ def timer_findings(store: Store) -> Iterator[Finding]:
         yield error("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it there",
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
-    listing = store.timer_log_listing
-    first_pass = first_pass_start([base for base, _ in timer.log.files], timer.check, listing.file_size if listing is not None else None)
-    yield from _wheel_findings(timer, report, first_pass)
+    yield from _wheel_findings(store, timer, report)
     yield from _check_findings(store, timer, report, resume, again)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
@@ -106,7 +104,7 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
                         file="timerlog", offset=row["offset"], details=where)
 
 
-def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> Iterator[Finding]:
+def _wheel_findings(store: Store, timer: TimerStore, report: TimerReport) -> Iterator[Finding]:
     if timer.wheel_path is None:
         yield _missing_wheel(report)
         return
@@ -119,10 +117,11 @@ def _wheel_findings(timer: TimerStore, report: TimerReport, first_pass: int) -> 
     slots = timer.wheel_slots()
     read = [slot for slot in slots if slot.is_read]
     end = report.log_end.offset
-    revised = recovered_wheel(read, units, end, first_pass, [base for base, _ in timer.log.files], timer.check)
+    bases, listing = [base for base, _ in timer.log.files], store.timer_log_listing
+    revised = recovered_wheel(read, units, end, bases, timer.check, listing.file_size if listing is not None else None)
     # after the last unit of a file before the last: its end-of-file blank and what follows (units cut off with the file's
     # tail, which a repair ends with a blank there), where no unit the broker walks starts: gone
-    ordered, bases, tails = sorted(units), [base for base, _ in timer.log.files], []
+    ordered, tails = sorted(units), []
     for a, b in zip(bases, bases[1:]):
         i = bisect.bisect_left(ordered, b)
         tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
