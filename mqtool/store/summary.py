@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..fileops import special
+from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.markers import LOCK_FILE
 from .commitlog import ScanEnd, StopReason
 from .index import list_index_files
@@ -208,15 +208,16 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         t = topics.setdefault(q["topic"], {"queues": 0, "messages": 0})
         t["queues"] += 1
         t["messages"] += q["messages"]
+    lock_kind = not_a_file(store.path(LOCK_FILE)) if store.root is not None else None
     return {
         "store": str(store.root) if store.root else None,
         "version": version_doc(guess) if not guess.given else given_version_doc(store),
         "abort_file": None if store.abort is None else {"present": True, "pid": store.abort.pid, "directory": store.abort.directory,
                                                             "special": store.abort.special},
         "lock_file": store.file(LOCK_FILE) is not None,
-        "lock_directory": store.root is not None and store.path(LOCK_FILE).is_dir(),  # ``nextstart.open_refusal``
+        "lock_directory": lock_kind == A_DIRECTORY,  # ``nextstart.open_refusal``
         # a FIFO, socket or device node (``liveness.lock_holder`` never waits on it)
-        "lock_special": store.root is not None and (lock := store.path(LOCK_FILE)).exists() and special(lock.stat().st_mode),
+        "lock_special": lock_kind in (A_SOCKET, A_SPECIAL),
         "checkpoint": None
         if cp is None
         else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
