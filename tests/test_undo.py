@@ -431,12 +431,56 @@ def test_the_older_of_two_backups_of_one_store_is_refused_naming_the_newer(tmp_p
     before = snapshot(a)
     for args in (("recover", a), ("recover", b), ("rebuild-index", a)):
         assert run(*args, "--yes").exit_code == EXIT_OK
-    recovered, rebuilt, of_b = default_backups(a)
-    assert recovered.name.startswith("a-") and rebuilt.name.endswith("-rebuild-index") and of_b.name.startswith("b-")
+    folder = tmp_path / ".mqtool-backups"
+    (recovered,), (rebuilt,), (of_b,) = folder.glob("a-*-recover"), folder.glob("a-*-rebuild-index"), folder.glob("b-*")
     after = snapshot(a)
     result = run("restore", recovered, "--yes")
     assert result.exit_code == EXIT_REFUSED, result.stderr
     assert f"mqtool restore {rebuilt} --yes" in result.stderr and of_b.name not in result.stderr and "stage" not in result.stderr, result.stderr
+    assert snapshot(a) == after
+    for backup in (rebuilt, recovered):
+        assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(a) == before
+
+
+class ClockStepsBack:
+    """The module ``time`` as seen by ``apply.backup`` once the wall clock stepped back an hour (NTP, a VM
+    resumed); its monotonic clock goes on."""
+
+    def __init__(self):
+        import time
+
+        self.real = time
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def time(self):
+        return self.real.time() - 3600
+
+    def gmtime(self, secs=None):
+        return self.real.gmtime(self.time() if secs is None else secs)
+
+
+def test_a_backup_made_after_the_wall_clock_stepped_back_is_still_the_later_one(tmp_path, monkeypatch):
+    """``recover``, then the wall clock steps back an hour, then ``rebuild-index``: its backup is named and dated
+    before the recover's. Before: ``restore`` of the recover's backup went ahead, putting back an index file
+    over the rebuild's, so restoring both left the store changed; and ``restore STORE`` listed the recover's
+    as the newest. Now both know the rebuild is later (the monotonic clock within one boot)."""
+    (a,) = stores_side_by_side(tmp_path, "a")
+    before = snapshot(a)
+    assert run("recover", a, "--yes").exit_code == EXIT_OK
+    monkeypatch.setattr(backup_module, "time", ClockStepsBack())
+    assert run("rebuild-index", a, "--yes").exit_code == EXIT_OK
+    monkeypatch.undo()
+    folder = tmp_path / ".mqtool-backups"
+    (recovered,), (rebuilt,) = folder.glob("a-*-recover"), folder.glob("a-*-rebuild-index")
+    assert rebuilt.name < recovered.name  # named by the wall clock
+    listed = run("restore", a)
+    assert f"newest first: {rebuilt.name}, {recovered.name}" in " ".join(listed.stderr.split()), listed.stderr
+    after = snapshot(a)
+    result = run("restore", recovered, "--yes")
+    assert result.exit_code == EXIT_REFUSED and f"mqtool restore {rebuilt} --yes" in " ".join(result.stderr.split()), result.stderr
     assert snapshot(a) == after
     for backup in (rebuilt, recovered):
         assert run("restore", backup, "--yes").exit_code == EXIT_OK

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -129,6 +130,7 @@ class BackupSet:
             "store": str(store_root.resolve()),
             "command": plan_doc.get("command"),
             "created_ms": int(time.time() * 1000),
+            **applied_at(),
             "complete": False,
             "plan": plan_doc,
         }
@@ -425,6 +427,51 @@ def repair_stages(backup: Path) -> list[Path]:
     return sorted(p for p in backup.iterdir() if STAGE_NAME.fullmatch(p.name) and p.is_dir() and (p / "manifest.json").is_file())
 
 
+def boot_id() -> str | None:
+    """This boot's id (Linux; None elsewhere): ``time.monotonic_ns`` readings compare only within one boot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def applied_at() -> dict:
+    """A new backup's place in the order of applies: the monotonic clock within this boot, which a wall
+    clock stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots."""
+    return {"boot_id": boot_id(), "monotonic_ns": time.monotonic_ns()}
+
+
+def _order(manifest: dict, name: str) -> tuple:
+    return (manifest.get("created_ms") or 0, name)
+
+
+def applied_after(a: dict, a_name: str, b: dict, b_name: str) -> bool:
+    """The backup of manifest ``a`` (folder name ``a_name``) was made after that of ``b``: by the monotonic
+    clock when both were made in one boot, else by the wall clock and then the name."""
+    if a.get("boot_id") is not None and a.get("boot_id") == b.get("boot_id") and "monotonic_ns" in a and "monotonic_ns" in b:
+        return a["monotonic_ns"] > b["monotonic_ns"]
+    return _order(a, a_name) > _order(b, b_name)
+
+
+def newest_first(backups: dict[Path, dict] | list[Path]) -> list[Path]:
+    """Backup folders, the last made first (``applied_after``); a list is read for its manifests (a
+    repair's: its first stage's, when it began; an unreadable one: made before every other)."""
+    if not isinstance(backups, dict):
+        backups = {p: _first_manifest(p) for p in backups}
+
+    def compare(a: Path, b: Path) -> int:
+        return -1 if applied_after(backups[a], a.name, backups[b], b.name) else 1 if applied_after(backups[b], b.name, backups[a], a.name) else 0
+
+    return sorted(backups, key=functools.cmp_to_key(compare))
+
+
+def _first_manifest(path: Path) -> dict:
+    try:
+        return json.loads(((repair_stages(path) or [path])[0] / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
 def same_store(a: str | Path, b: str | Path) -> bool:
     """Two manifests' ``store`` are one directory (recorded resolved; resolved again for a symlink made since)."""
     return os.path.realpath(a) == os.path.realpath(b)
@@ -439,14 +486,14 @@ def later_backups(backup_dir: Path) -> list[Path]:
     own = repair_stages(backup_dir) or [backup_dir]
     sets = [BackupSet.open(p) for p in own]
     store = sets[0].manifest.get("store")
-    since = min((s.manifest.get("created_ms") or 0, s.dir.name) for s in sets)
+    first = sets[0]  # stages are in the order applied
     touched = set().union(*(s.touched() for s in sets))
     folders = [backup_dir.parent]
     if backup_dir in repair_stages(backup_dir.parent):  # a stage: its repair's later stages, and the backups beside the repair
         folders.append(backup_dir.parent.parent)
     if store:
         folders.append(Path(store).parent / BACKUPS_DIR)
-    found: dict[Path, tuple] = {}
+    found: dict[Path, dict] = {}
     for folder in folders:
         for child in sorted(folder.iterdir()) if folder.is_dir() else ():
             for path in repair_stages(child) or [child]:
@@ -457,10 +504,10 @@ def later_backups(backup_dir: Path) -> list[Path]:
                     other = BackupSet.open(path)
                 except (BadInput, OSError, KeyError):
                     continue
-                key = (other.manifest.get("created_ms") or 0, path.name)
-                if store and same_store(other.manifest.get("store", ""), store) and key > since and not other.restored and touched & set(other.touched()):
-                    found[path] = key
-    return sorted(found, key=found.get, reverse=True)
+                if (store and same_store(other.manifest.get("store", ""), store) and applied_after(other.manifest, path.name, first.manifest, first.dir.name)
+                        and not other.restored and touched & set(other.touched())):
+                    found[path] = other.manifest
+    return newest_first(found)
 
 
 @dataclass(frozen=True)

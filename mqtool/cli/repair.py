@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
@@ -716,8 +716,7 @@ def _a_store_given_to_restore(store: Path) -> str:
     """``restore STORE``: a store, not a backup; the backups its repair commands left in its default folder
     (``default_backup_dir``), newest first, the order they are restored in."""
     folder = store.resolve().parent / BACKUPS_DIR
-    held = sorted((p for p in folder.glob(f"{glob.escape(store.resolve().name)}-*") if (p / "manifest.json").is_file() or repair_stages(p)),
-                  reverse=True)
+    held = newest_first([p for p in sorted(folder.glob(f"{glob.escape(store.resolve().name)}-*")) if (p / "manifest.json").is_file() or repair_stages(p)])
     said = f"{store}: a store, not a backup: give restore the backup directory a repair command named"
     if not held:
         return f"{said} (this store has none in {folder})"
