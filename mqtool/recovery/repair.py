@@ -24,15 +24,16 @@ from ..formats import config as cfgfmt
 from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
-from ..errors import Refused
+from ..errors import BadInput, Refused
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
-from ..store.store import A_FIFO, MISSING, load_config
+from ..store.store import A_FIFO, MISSING, load_config, stray_differs, stray_effects
 from ..store.lookup import QueueRange
-from ..store.consumequeue import queue_id_of
-from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
+from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
+from ..store.index import index_strays
+from ..store.mappedfile import CREATED, INDEX_SERVICE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
@@ -329,8 +330,6 @@ def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store |
     is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
     Returns the folder's listing (``folder_entries``). A file of the folder that is a dangling symlink (``StrayEntry.unmounted``)
     is refused (exit 4): its bytes may be on a disk not mounted, and moved out, the broker would write new data at its offset."""
-    from ..store.store import stray_differs, stray_effects
-
     if not directory.is_dir():
         return [], []
     files, listed = folder_entries(directory)  # one listing
@@ -355,11 +354,6 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     named by a number, ``index.index_strays``) where the broker of some era the store may be from (any, without
     ``store``) refuses to start on it or leaves the later index files out (``mappedfile.load_effect``); an entry
     whose name ``Long.parseLong`` rejects every release skips, and it stays."""
-    from ..store.index import index_strays
-    from ..store.mappedfile import CREATED, INDEX_SERVICE
-    from ..store.rules import ERAS
-    from ..store.store import stray_differs, stray_effects
-
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
@@ -595,9 +589,6 @@ def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | 
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
     """``CutSegment``'s ``entries``, ``unit_ranges`` and ``unread`` for the log range [``start``, ``stop``)."""
-    from ..errors import BadInput
-    from ..store.consumequeue import discover_queues, infer_queue_file_size
-
     cq_dir = root / "consumequeue"
     try:
         file_size = infer_queue_file_size(cq_dir)
