@@ -487,21 +487,17 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
 
 def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
     """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
-    log file (``TimerLog.walk``: a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates
-    the log (``_walked_timer``'s end). The broker's ``recover`` revises the slots of the units it
+    log file (a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates the log: either
+    way past ``_walked_timer``'s end. The broker's ``recover`` revises the slots of the units it
     walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
     rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
     A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
     if walked is None:
         return []
-    base, path = listing.files[-1]
-    if walked.end.clean and listing.file_size and 0 < path.stat().st_size < listing.file_size:
-        end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
-    elif not walked.end.clean:
-        end = walked.end.offset
-    else:
+    size = listing.files[-1][1].stat().st_size
+    if walked.end.clean and not (listing.file_size and 0 < size < listing.file_size):  # a whole log, ending well
         return []
-    return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= end]
+    return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= walked.end.offset]
 
 
 def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer | None) -> list[int]:
