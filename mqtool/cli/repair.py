@@ -625,10 +625,9 @@ def apply(
     refuse_stopped_repair(root)
     pending = read_pending(root)
     _finish_interrupted(root, yes, force)
-    if pending is not None:
-        if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
-            note("that was this plan: it is now applied")
-            return
+    if pending is not None and BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
+        note("that was this plan: it is now applied")
+        return
     emit_plan(plan.to_dict(), fmt, render_plan)
     if plan.is_empty:
         note_nothing_to_do(plan)
