@@ -144,7 +144,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
 
     def end_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
-        blank = _timer_log_blank(path, base, size, expected)
+        blank = _timer_log_blank(path, base, expected)
         if blank is None:
             return False
         why = (f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with an end-of-file blank at "
@@ -565,7 +565,7 @@ def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedT
     return relinks
 
 
-def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:
+def _timer_log_blank(path: Path, base: int, file_size: int) -> int | None:
     """Where an end-of-file blank (``TimerLog.append``'s) goes in a short timer log file before the last: at the unit the cut
     crosses, or at the cut on a unit boundary, where the file's units (``TimerLog.walk``) reach it. At a blank unit
     ``TimerMessageStore.recoverAndRevise`` (5.0.0-5.3.3) goes on to the next file; at zeros it stops, and its
