@@ -71,7 +71,7 @@ class QueueSim:
         """The queue after ``ConsumeQueue.recover`` under ``rules`` (default: the newest broker's)."""
         sim = cls.new(queue.topic, queue.queue_id, queue.directory, queue.file_size, rules=rules)
         sim.exists = True
-        sim.original = {base: path for base, path in queue.files}
+        sim.original = dict(queue.files)
         recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
         sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_physic_offset(sim.dedup_by_end)
         for base in sim.original:
