@@ -272,8 +272,8 @@ class MqtoolGroup(TyperGroup):
             silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
-            code = _error(f"internal error: {type(exc).__name__}: {exc}{'' if State.debug else ' (run with --debug for a traceback)'}", EXIT_INTERNAL,
-                          traceback=True)
+            hint = "" if State.debug else " (run with --debug for a traceback)"
+            code = _error(f"internal error: {type(exc).__name__}: {exc}{hint}", EXIT_INTERNAL, traceback=True)
         if standalone_mode:
             sys.exit(code)
         return code
