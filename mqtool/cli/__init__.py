@@ -101,19 +101,16 @@ class CommandsOnUse(Mapping):
         return len(self.makers)
 
 
-def _error(message: str, code: int) -> int:
-    from .terminal import clear_bars, write_stderr
+def _error(message: str, code: int, *, traceback: bool = False) -> int:
+    """``message`` as the one error line (``traceback``: under ``--debug``, the traceback before it); the terminal
+    code is imported only on an error: ``--help`` loads none."""
+    from .terminal import clear_bars, debug_traceback, write_stderr
 
+    if traceback:
+        debug_traceback()
     clear_bars()
     write_stderr("mqtool: error: " + " ".join(str(message).split()))
     return code
-
-
-def _debug_traceback() -> None:
-    """``terminal.debug_traceback``, imported only on an error: ``--help`` loads no terminal code."""
-    from .terminal import debug_traceback
-
-    debug_traceback()
 
 
 def _set(flag: str):
@@ -268,16 +265,15 @@ class MqtoolGroup(TyperGroup):
         except typer.Abort:
             code = _error("interrupted", 130)
         except MqtoolError as exc:
-            _debug_traceback()
-            code = _error(str(exc), exc.exit_code)
+            code = _error(str(exc), exc.exit_code, traceback=True)
         except BrokenPipeError:
             from .common import silence_stdout
 
             silence_stdout()
             code = EXIT_OK
         except Exception as exc:  # noqa: BLE001 - outside a command (option callbacks, completion)
-            _debug_traceback()
-            code = _error(f"internal error: {type(exc).__name__}: {exc}{'' if State.debug else ' (run with --debug for a traceback)'}", EXIT_INTERNAL)
+            hint = "" if State.debug else " (run with --debug for a traceback)"
+            code = _error(f"internal error: {type(exc).__name__}: {exc}{hint}", EXIT_INTERNAL, traceback=True)
         if standalone_mode:
             sys.exit(code)
         return code

@@ -277,10 +277,6 @@ def with_next_start(doc: dict, recover: Plan | None) -> dict:
     return doc if found is None else {**doc, "next_start": found.as_dict()}
 
 
-def _options(**kw) -> PlanOptions:
-    return PlanOptions(**{k: v for k, v in kw.items() if v is not None})
-
-
 # ---- commands -----------------------------------------------------------------------------------
 
 
@@ -296,7 +292,7 @@ def truncate_dirty(
     Example:
       mqtool truncate-dirty /data/rocketmq/store --plan-out /tmp/plan.json
     """
-    opts = _options(full_scan=full_scan, lost_limit=lost_limit)
+    opts = PlanOptions(full_scan=full_scan, lost_limit=lost_limit)
     return lambda s, with_crc, cache: planners().plan_truncate_dirty(s, opts, with_crc=with_crc, cache=cache)
 
 
@@ -315,7 +311,7 @@ def recover(
       mqtool recover /data/rocketmq/store
     """
     mode = None if abnormal is None else ("abnormal" if abnormal else "normal")
-    opts = _options(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
+    opts = PlanOptions(mode=mode, index_safe=index_safe, lost_limit=lost_limit)
     # with what ``verify`` will still report after it; release_free_heap: what the plan's dispatch freed, before verify's own working set
     return lambda s, with_crc, cache: repair_planner().plan_with_verify_after(
         s, lambda walked: planners().plan_recover(s, opts, with_crc=with_crc, cache=cache, walked=walked), before_verify=release_free_heap)
@@ -577,7 +573,7 @@ def rebuild_cq(
     Example:
       mqtool rebuild-cq /data/rocketmq/store --topic TopicTest --yes
     """
-    opts = _options(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
+    opts = PlanOptions(topic=topic, queue_id=queue, respect_topic_config=respect_topic_config)
 
     def make_plan(s, with_crc, cache):
         plan = planners().plan_rebuild_cq(s, opts, with_crc=with_crc, cache=cache)
@@ -629,10 +625,9 @@ def apply(
     refuse_stopped_repair(root)
     pending = read_pending(root)
     _finish_interrupted(root, yes, force)
-    if pending is not None:
-        if BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
-            note("that was this plan: it is now applied")
-            return
+    if pending is not None and BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
+        note("that was this plan: it is now applied")
+        return
     emit_plan(plan.to_dict(), fmt, render_plan)
     if plan.is_empty:
         note_nothing_to_do(plan)

@@ -45,8 +45,7 @@ class QueueSim:
     repeat_guard: bool = True  # "Build consume queue repeatedly" skips (4.2.0+, §3.3)
     exists: bool = False  # the queue's directory exists (the broker loads it)
     original: dict[int, Path] = field(default_factory=dict)
-    files: dict[int, str] = field(default_factory=dict)  # base -> "original" | "new"
-    deleted: set[int] = field(default_factory=set)
+    files: dict[int, str] = field(default_factory=dict)  # base -> "original" | "new"; an original file not in it is deleted
     state: np.ndarray = field(default_factory=lambda: QueueState().as_array())
     recovered_end: int = 0
     recovered_max_phys: int = -1
@@ -72,13 +71,11 @@ class QueueSim:
         """The queue after ``ConsumeQueue.recover`` under ``rules`` (default: the newest broker's)."""
         sim = cls.new(queue.topic, queue.queue_id, queue.directory, queue.file_size, rules=rules)
         sim.exists = True
-        sim.original = {base: path for base, path in queue.files}
+        sim.original = dict(queue.files)
         recovered = queue.recover()  # ConsumeQueue.recover (§5.7)
         sim.recovered_end, sim.recovered_max_phys = recovered.end, recovered.max_physic_offset(sim.dedup_by_end)
         for base in sim.original:
-            if base > sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
-                sim.deleted.add(base)
-            else:
+            if base <= sim.recovered_end:  # truncateDirtyFiles: files wholly after the end are deleted
                 sim.files[base] = "original"
         sim.dropped_units = sim._nonzero_units_from(sim.recovered_end)
         if sim.files:
@@ -274,7 +271,6 @@ class QueueSim:
         self._chunks = [part for chunk in self._chunks for lo, hi in ((-1, base), (base + self.file_size, 1 << 62)) for part in [_clip(chunk, lo, hi)] if part is not None]
         self._spilled = [run for run in self._spilled if not base <= run[0] < base + self.file_size]
         if kind == "original":
-            self.deleted.add(base)
             self.cut_units += int(np.count_nonzero(self._view(base)["size"] != 0))
 
     # ---- results ----------------------------------------------------------------------------

@@ -24,21 +24,22 @@ from ..formats import config as cfgfmt
 from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
-from ..errors import Refused
+from ..errors import BadInput, Refused
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
-from ..store.store import A_FIFO, MISSING, load_config
+from ..store.store import A_FIFO, MISSING, load_config, stray_differs, stray_effects
 from ..store.lookup import QueueRange
-from ..store.consumequeue import queue_id_of
-from ..store.mappedfile import OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
+from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
+from ..store.index import index_strays
+from ..store.mappedfile import CREATED, INDEX_SERVICE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
 from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
-from ..verify.lmq import lmq_queue_dirs
+from ..verify.lmq import _runs, lmq_queue_dirs
 from ..verify.state import config_file_findings, consumer_offset_findings
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
@@ -143,7 +144,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
 
     def end_timer_file(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
-        blank = _timer_log_blank(path, base, size, expected)
+        blank = _timer_log_blank(path, base, expected)
         if blank is None:
             return False
         why = (f"{size} bytes, not {expected}: the broker refuses to load a short timer log file; padded, with an end-of-file blank at "
@@ -182,14 +183,8 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         listed = ", ".join(map(str, slots[:8])) + (" ..." if len(slots) > 8 else "")
         steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in {where} "
                                 f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming {why}", ("timerwheel",)))
-        runs: list[list[int]] = []
-        for i in slots:  # one range per run of adjacent slots
-            if runs and runs[-1][1] == i:
-                runs[-1][1] = i + 1
-            else:
-                runs.append([i, i + 1])
-        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=b * tfmt.SLOT_SIZE, note="slots of cut units")
-                       for a, b in runs)
+        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=(b + 1) * tfmt.SLOT_SIZE, note="slots of cut units")
+                       for a, b in _runs(slots))  # one range per run of adjacent slots
 
     walked = _walked_timer(root, listing)
     cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
@@ -329,8 +324,6 @@ def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store |
     is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
     Returns the folder's listing (``folder_entries``). A file of the folder that is a dangling symlink (``StrayEntry.unmounted``)
     is refused (exit 4): its bytes may be on a disk not mounted, and moved out, the broker would write new data at its offset."""
-    from ..store.store import stray_differs, stray_effects
-
     if not directory.is_dir():
         return [], []
     files, listed = folder_entries(directory)  # one listing
@@ -355,11 +348,6 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     named by a number, ``index.index_strays``) where the broker of some era the store may be from (any, without
     ``store``) refuses to start on it or leaves the later index files out (``mappedfile.load_effect``); an entry
     whose name ``Long.parseLong`` rejects every release skips, and it stays."""
-    from ..store.index import index_strays
-    from ..store.mappedfile import CREATED, INDEX_SERVICE
-    from ..store.rules import ERAS
-    from ..store.store import stray_differs, stray_effects
-
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
@@ -493,21 +481,17 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
 
 def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
     """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
-    log file (``TimerLog.walk``: a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates
-    the log (``_walked_timer``'s end). The broker's ``recover`` revises the slots of the units it
+    log file (a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates the log: either
+    way past ``_walked_timer``'s end. The broker's ``recover`` revises the slots of the units it
     walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
     rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
     A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
     if walked is None:
         return []
-    base, path = listing.files[-1]
-    if walked.end.clean and listing.file_size and 0 < path.stat().st_size < listing.file_size:
-        end = base + sum(1 for _ in TimerLog([(base, path)]).walk()) * tfmt.UNIT_SIZE
-    elif not walked.end.clean:
-        end = walked.end.offset
-    else:
+    size = listing.files[-1][1].stat().st_size
+    if walked.end.clean and not (listing.file_size and 0 < size < listing.file_size):  # a whole log, ending well
         return []
-    return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= end]
+    return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= walked.end.offset]
 
 
 def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer | None) -> list[int]:
@@ -581,7 +565,7 @@ def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedT
     return relinks
 
 
-def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | None:
+def _timer_log_blank(path: Path, base: int, file_size: int) -> int | None:
     """Where an end-of-file blank (``TimerLog.append``'s) goes in a short timer log file before the last: at the unit the cut
     crosses, or at the cut on a unit boundary, where the file's units (``TimerLog.walk``) reach it. At a blank unit
     ``TimerMessageStore.recoverAndRevise`` (5.0.0-5.3.3) goes on to the next file; at zeros it stops, and its
@@ -595,9 +579,6 @@ def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | 
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
     """``CutSegment``'s ``entries``, ``unit_ranges`` and ``unread`` for the log range [``start``, ``stop``)."""
-    from ..errors import BadInput
-    from ..store.consumequeue import discover_queues, infer_queue_file_size
-
     cq_dir = root / "consumequeue"
     try:
         file_size = infer_queue_file_size(cq_dir)

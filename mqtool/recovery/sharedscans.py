@@ -13,6 +13,7 @@ under ``SHARED_MIN_BYTES`` is scanned again each time: a spill costs more than i
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 from ..dispatch import spillrows
@@ -71,10 +72,8 @@ class SharedScans:
         size = spillrows.spill_size(len(batch), batch.keys.size, batch.queue_groups.keys.size)
         within = self.nbytes + size <= BUDGET
         if within and batch.spilled is None:
-            try:
+            with contextlib.suppress(OSError):
                 batch.spilled = self._spill.write(batch)  # None: a key hash outside int32
-            except OSError:
-                pass
         if not within or batch.spilled is None:  # over budget, unwritable or unpackable: scans are walked again
             self.recording = False
             return None
