@@ -192,7 +192,12 @@ def _missing_wheel(report: TimerReport) -> Finding:
 def _again(store: Store, report: TimerReport, resume: Resume) -> str:
     """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already, or, resumed from
     timercheck's ``masterTimerQueueOffset``, still have their unit in the timer log (``scan.timer.delivered_again``): the
-    broker delivers them a second time."""
+    broker delivers them a second time. A slave (``StoreConfig.slave``) delivers none: ``BrokerController.start`` sets
+    ``shouldRunningDequeue`` only for brokerId 0, which a SLAVE's never is (``BrokerStartup``), and without it
+    ``TimerMessageStore.isRunningDequeue`` is false and ``putMessageToTimerWheel`` sends nothing due to ``dequeuePutQueue``
+    (5.0.0-5.3.3)."""
+    if store.config.slave:
+        return ", none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
     from ..scan.timer import delivered_again
 
     n = delivered_again(store, report, resume.offset)

@@ -1,0 +1,55 @@
+"""Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``verify.timer._resume``,
+``_again``), against the real broker's 5.3.3 timer stores: a slave's role."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import copy_store, manifest
+from mqtool.cli import app
+
+SIZES = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "mappedFileSizeTimerLog")
+
+
+def findings(root, *args) -> list[dict]:
+    result = CliRunner().invoke(app, ["verify", str(root), "--format", "json", *map(str, args)])
+    assert "Traceback" not in result.output, result.output
+    return json.loads(result.stdout)["findings"]
+
+
+def timers(name: str) -> list[dict]:
+    return [msg for msg in manifest("5.3.3", name)["messages"] if msg.get("timer")]
+
+
+def cut_last_timer_file(root, cut: int) -> None:
+    """The last timer log file of ``timer-small`` cut at ``cut`` and padded back with zeros (a lost unflushed tail)."""
+    last = root / "timerlog" / "00000000000000008192"
+    os.truncate(last, cut)
+    os.truncate(last, 8192)
+
+
+@pytest.mark.parametrize("role", ["SLAVE", "ASYNC_MASTER"])
+def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role):
+    """5.3.3 ``timer-small``'s last timer log file cut at 1560: the broker enqueues the messages after the last whole unit's
+    again, one of them delivered already, which a master delivers a second time. A slave (brokerRole=SLAVE, so brokerId > 0:
+    ``BrokerStartup``) never gets ``shouldRunningDequeue`` (``BrokerController.start``: brokerId == 0), so
+    ``TimerMessageStore.isRunningDequeue`` is false and it delivers nothing. Before, verify said the one was delivered a
+    second time whatever the role in --broker-config."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    config = manifest("5.3.3", "timer-small")["storeConfig"]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={config[k]}\n" for k in SIZES) + f"brokerRole={role}\nbrokerId={int(role == 'SLAVE')}\n")
+    at = 8192 + 1560 // 52 * 52
+    queued = {u["timerLogOffset"]: m["timer"]["wheelQueueOffset"] for m in timers("timer-small") for u in m["timer"]["timerLogUnits"]}
+    delivered = sum(m["timer"]["delivered"] for m in timers("timer-small") if m["timer"]["wheelQueueOffset"] > queued[at - 52])
+    cut_last_timer_file(root, 1560)
+    [ahead] = [f for f in findings(root, "--broker-version", "5.3.3", "--broker-config", conf)
+               if f["kind"] == "timercheck-ahead" and f["details"] == {"requeued": True}]
+    master = f"{delivered} of them delivered already (their slots were read), which it delivers a second time"
+    slave = "none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
+    assert delivered == 1
+    assert (master in ahead["message"], slave in ahead["message"]) == (role != "SLAVE", role == "SLAVE"), ahead["message"]
