@@ -1,5 +1,5 @@
 """Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``verify.timer._resume``,
-``_again``), against the real broker's 5.3.3 timer stores: a slave's role."""
+``_again``), against the real broker's 5.3.3 timer stores: a slave's role, a missing ``config/timercheck``."""
 
 from __future__ import annotations
 
@@ -53,3 +53,19 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role)
     slave = "none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
     assert delivered == 1
     assert (master in ahead["message"], slave in ahead["message"]) == (role != "SLAVE", role == "SLAVE"), ahead["message"]
+
+
+def test_without_timercheck_the_broker_enqueues_the_whole_timer_queue_again(tmp_path):
+    """5.3.3 ``timer-small`` without ``config/timercheck``: ``TimerCheckpoint``'s constructor reads the file only where it
+    exists, so masterTimerQueueOffset is 0 and ``recover`` resumes there (the lesser), enqueuing every message of the
+    queue again: those delivered already and those with a unit still in the timer log are delivered a second time. Before,
+    verify said nothing (the store sound) and, with the log damaged, that the enqueue resumed after the last unit's message."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "config" / "timercheck").unlink()
+    every = timers("timer-small")
+    again = sum(m["timer"]["delivered"] or bool(m["timer"]["timerLogUnits"]) for m in every)
+    [missing] = [f for f in findings(root, "--broker-version", "5.3.3") if f["kind"] == "timercheck-missing"]
+    assert (missing["severity"], missing["details"]) == ("info", {"requeued": True, "from": 0})
+    assert (f"resumes rmq_sys_wheel_timer at masterTimerQueueOffset 0, the lesser (TimerMessageStore.recover), and enqueues the "
+            f"{len(every)} messages from there again, {again} of them delivered already or still in the timer log, which it "
+            "delivers a second time") in missing["message"], missing["message"]

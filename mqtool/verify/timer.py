@@ -209,12 +209,14 @@ class Resume(NamedTuple):
     """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
     ``offset``, before 5.3.2's clamp to the queue's [min, max] (rules §8.1); ``after_unit``: ``reviseQueueOffset`` read the
     message of the timer log's last unit, the offset right after it; ``master``: timercheck's ``masterTimerQueueOffset`` is
-    lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``: the queue's end, if any."""
+    lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``: the queue's end, if any;
+    ``checked``: ``config/timercheck`` exists."""
 
     offset: int
     after_unit: bool
     master: bool
     queue_end: int | None
+    checked: bool = True
 
     @property
     def past_end(self) -> bool:
@@ -233,15 +235,17 @@ def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> 
     """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
-    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``."""
+    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
+    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     if after_unit:
         offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
     else:
         offset = check.last_timer_queue_offset if check is not None else 0
-    master = check is not None and check.master_timer_queue_offset < offset
-    return Resume(check.master_timer_queue_offset if master else offset, after_unit, master, _timer_queue_end(store))
+    master_offset = check.master_timer_queue_offset if check is not None else 0
+    master = check is None or master_offset < offset
+    return Resume(min(offset, master_offset), after_unit, master, _timer_queue_end(store), check is not None)
 
 
 def _timer_queue_end(store: Store) -> int | None:
@@ -253,10 +257,17 @@ def _timer_queue_end(store: Store) -> int | None:
         return None
 
 
+def _master(resume: Resume) -> str:
+    """timercheck's ``masterTimerQueueOffset`` where ``resume`` took it, in words."""
+    if resume.checked:
+        return f"timercheck's masterTimerQueueOffset {resume.offset}"
+    return f"masterTimerQueueOffset {resume.offset} (config/timercheck is missing: TimerCheckpoint reads 0)"
+
+
 def _resumes(resume: Resume) -> str:
     """Where a ``requeued`` info says the broker's enqueue resumes."""
     if resume.master:
-        return (f"resumes {fmt.TIMER_TOPIC} at timercheck's masterTimerQueueOffset {resume.offset}, before the message of the log's "
+        return (f"resumes {fmt.TIMER_TOPIC} at {_master(resume)}, before the message of the log's "
                 "last unit (TimerMessageStore.recover takes the lesser of the two)")
     return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset)"
 
@@ -272,6 +283,12 @@ def _resumes_at(resume: Resume) -> str:
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
     if check is None:
+        if resume.queue_end is not None and resume.queue_end > resume.offset:
+            yield info("timercheck-missing", f"config/timercheck is missing: its offsets read 0 (TimerCheckpoint reads the file only where "
+                       f"it exists), so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, the lesser "
+                       f"(TimerMessageStore.recover), and enqueues the {resume.queue_end - resume.offset} messages "
+                       f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=None,
+                       details={"requeued": True, "from": resume.offset})
         return
     end = report.log_end.offset
     if check.last_timer_log_flush_pos > end:
