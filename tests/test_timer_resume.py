@@ -1,5 +1,6 @@
 """Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``verify.timer._resume``,
-``_again``), against the real broker's 5.3.3 timer stores: a slave's role, a missing ``config/timercheck``."""
+``_again``), against the real broker's 5.3.3 timer stores: a slave's role, the queue's min offset, a missing
+``config/timercheck``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typer.testing import CliRunner
 from conftest import copy_store, manifest
 from mqtool.cli import app
 
+SEGMENT = 1048576  # the fixtures' commit log segment size
 SIZES = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue", "maxHashSlotNum", "maxIndexNum", "mappedFileSizeTimerLog")
 
 
@@ -53,6 +55,29 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role)
     slave = "none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
     assert delivered == 1
     assert (master in ahead["message"], slave in ahead["message"]) == (role != "SLAVE", role == "SLAVE"), ahead["message"]
+
+
+def test_the_enqueue_resumes_at_the_timer_queues_min_offset_where_timercheck_is_below_it(tmp_path):
+    """5.3.3 ``timer-small`` with its first commit log segment deleted (the timer queue's min offset moves to its first
+    message in the second, ``correctMinOffset``), timercheck's masterTimerQueueOffset at 50 and the last timer log file cut:
+    ``recover`` takes the master offset, below the queue's min offset, and ``TimerMessageStore.enqueue`` raises it to that
+    min before it reads (every 5.x release; ``recover`` itself from 5.3.2). Before, verify said the enqueue resumes at 50."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "commitlog" / "00000000000000000000").unlink()
+    with open(root / "config" / "timercheck", "r+b") as f:  # masterTimerQueueOffset at 24
+        f.seek(24)
+        f.write((50).to_bytes(8, "big"))
+    cut_last_timer_file(root, 1560)
+    kept = [m for m in timers("timer-small") if m["commitLogOffset"] >= SEGMENT]
+    low = min(m["timer"]["wheelQueueOffset"] for m in kept)
+    at = 8192 + 1560 // 52 * 52
+    again = sum(m["timer"]["delivered"] or any(u["timerLogOffset"] < at for u in m["timer"]["timerLogUnits"]) for m in kept)
+    [ahead] = [f for f in findings(root, "--broker-version", "5.3.3") if f["kind"] == "timercheck-ahead"]
+    assert low > 50 and ahead["details"] == {"requeued": True}
+    assert (f"resumes rmq_sys_wheel_timer at timercheck's masterTimerQueueOffset 50, before the message of the log's last unit "
+            f"(TimerMessageStore.recover takes the lesser of the two), below the queue's min offset {low}, where it goes on "
+            f"(TimerMessageStore.enqueue raises it, 5.0.0+; recover, 5.3.2+) and enqueues the later messages again, the cut units' "
+            f"too, {again} of them delivered already or still in the timer log") in ahead["message"], ahead["message"]
 
 
 def test_without_timercheck_the_broker_enqueues_the_whole_timer_queue_again(tmp_path):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..formats import timer as fmt
 from ..store import Store
+from ..store.lookup import QueueRange, queue_range
 from ..store.timer import TimerStore, chain_break, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
 from ..store.nextstart import refused_by
@@ -207,15 +208,17 @@ def _again(store: Store, report: TimerReport, resume: Resume) -> str:
 
 class Resume(NamedTuple):
     """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
-    ``offset``, before 5.3.2's clamp to the queue's [min, max] (rules §8.1); ``after_unit``: ``reviseQueueOffset`` read the
-    message of the timer log's last unit, the offset right after it; ``master``: timercheck's ``masterTimerQueueOffset`` is
-    lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``: the queue's end, if any;
-    ``checked``: ``config/timercheck`` exists."""
+    ``offset``, raised to the queue's min offset where below it, before 5.3.2's clamp to its max (rules §8.1); ``after_unit``:
+    ``reviseQueueOffset`` read the message of the timer log's last unit, the offset right after it; ``master``: timercheck's
+    ``masterTimerQueueOffset`` is lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``:
+    the queue's end, if any; ``raised_from``: the offset ``offset`` replaces, below the queue's min offset; ``checked``:
+    ``config/timercheck`` exists."""
 
     offset: int
     after_unit: bool
     master: bool
     queue_end: int | None
+    raised_from: int | None = None
     checked: bool = True
 
     @property
@@ -236,7 +239,9 @@ def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> 
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
     ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
-    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0."""
+    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0. Below the queue's min offset
+    (``_timer_queue_range``: ``correctMinOffset`` runs in ``DefaultMessageStore.load``, before), that min:
+    ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     if after_unit:
@@ -245,31 +250,44 @@ def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> 
         offset = check.last_timer_queue_offset if check is not None else 0
     master_offset = check.master_timer_queue_offset if check is not None else 0
     master = check is None or master_offset < offset
-    return Resume(min(offset, master_offset), after_unit, master, _timer_queue_end(store), check is not None)
+    offset = min(offset, master_offset)
+    queue = _timer_queue_range(store)
+    low = queue.min_offset if queue is not None and offset < queue.min_offset else None
+    return Resume(offset if low is None else low, after_unit, master, queue.max_offset if queue is not None else None,
+                  None if low is None else offset, check is not None)
 
 
-def _timer_queue_end(store: Store) -> int | None:
-    """``rmq_sys_wheel_timer`` queue 0's max offset; None where it cannot be read."""
+def _timer_queue_range(store: Store) -> QueueRange | None:
+    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file); None where it
+    cannot be read."""
     try:
-        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-        return queue.recover().max_offset if queue.files else 0
+        return queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):
         return None
 
 
 def _master(resume: Resume) -> str:
     """timercheck's ``masterTimerQueueOffset`` where ``resume`` took it, in words."""
+    value = resume.offset if resume.raised_from is None else resume.raised_from
     if resume.checked:
-        return f"timercheck's masterTimerQueueOffset {resume.offset}"
-    return f"masterTimerQueueOffset {resume.offset} (config/timercheck is missing: TimerCheckpoint reads 0)"
+        return f"timercheck's masterTimerQueueOffset {value}"
+    return f"masterTimerQueueOffset {value} (config/timercheck is missing: TimerCheckpoint reads 0)"
+
+
+def _raised(resume: Resume) -> str:
+    """What a resume below the queue's min offset adds: where the enqueue goes on instead."""
+    if resume.raised_from is None:
+        return ""
+    return (f", below the queue's min offset {resume.offset}, where it goes on (TimerMessageStore.enqueue raises it, 5.0.0+; "
+            "recover, 5.3.2+)")
 
 
 def _resumes(resume: Resume) -> str:
     """Where a ``requeued`` info says the broker's enqueue resumes."""
     if resume.master:
         return (f"resumes {fmt.TIMER_TOPIC} at {_master(resume)}, before the message of the log's "
-                "last unit (TimerMessageStore.recover takes the lesser of the two)")
-    return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset)"
+                f"last unit (TimerMessageStore.recover takes the lesser of the two){_raised(resume)}")
+    return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset){_raised(resume)}"
 
 
 def _resumes_at(resume: Resume) -> str:
@@ -277,7 +295,8 @@ def _resumes_at(resume: Resume) -> str:
     why = ("timercheck's masterTimerQueueOffset, the lesser" if resume.master else "after the message of the log's last unit, "
            "which the queue lost (reviseQueueOffset)" if resume.after_unit else "timercheck's lastTimerQueueOffset: reviseQueueOffset "
            "reads no message of the log's last unit")
-    return f"{resume.offset} ({why})"
+    said = resume.offset if resume.raised_from is None else resume.raised_from
+    return f"{said} ({why}){_raised(resume)}"
 
 
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
@@ -286,7 +305,7 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume
         if resume.queue_end is not None and resume.queue_end > resume.offset:
             yield info("timercheck-missing", f"config/timercheck is missing: its offsets read 0 (TimerCheckpoint reads the file only where "
                        f"it exists), so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, the lesser "
-                       f"(TimerMessageStore.recover), and enqueues the {resume.queue_end - resume.offset} messages "
+                       f"(TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
                        f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=None,
                        details={"requeued": True, "from": resume.offset})
         return
@@ -315,7 +334,7 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume
                    details={"requeued": True}, **where)
     elif not resume.past_end:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
         yield info("timercheck-ahead", message + f": the broker's timer recovery resumes at its masterTimerQueueOffset "
-                   f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover): nothing skipped", **where)
+                   f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover){_raised(resume)}: nothing skipped", **where)
     elif eras and clamping == eras:
         yield info("timercheck-ahead", message + ": the broker's timer recovery resumes at the queue's end (TimerMessageStore.recover "
                    "clamps it, 5.3.2+): nothing skipped", details={"clamped": True}, **where)
