@@ -1,6 +1,6 @@
 """Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``verify.timer._resume``,
 ``_again``), against the real broker's 5.3.3 timer stores: a slave's role, the queue's min offset, a missing
-``config/timercheck``."""
+``config/timercheck`` and the queue as ``DefaultMessageStore.load``'s recovery leaves it before the timer store loads."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest
+from conftest import copy_store, manifest, recovered
 from mqtool.cli import app
 
 SEGMENT = 1048576  # the fixtures' commit log segment size
@@ -94,3 +94,23 @@ def test_without_timercheck_the_broker_enqueues_the_whole_timer_queue_again(tmp_
     assert (f"resumes rmq_sys_wheel_timer at masterTimerQueueOffset 0, the lesser (TimerMessageStore.recover), and enqueues the "
             f"{len(every)} messages from there again, {again} of them delivered already or still in the timer log, which it "
             "delivers a second time") in missing["message"], missing["message"]
+
+
+@pytest.mark.parametrize("abort, version, ahead", [(True, "5.3.1", None), (True, "5.3.3", None), (False, "5.3.1", "warning")])
+def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort, version, ahead):
+    """5.3.3 ``timer-crashed`` (abort file present) with rmq_sys_wheel_timer queue 0 cut to 120 entries, timercheck's queue
+    offsets at 126: ``BrokerController`` loads the message store before the timer store, and its abnormal recovery
+    re-dispatches every record from where it scans, rebuilding the queue's lost tail, so ``TimerMessageStore.recover`` reads
+    137 entries and resumes at 126, as the real broker did on the store (``timerAfterLoad``). Before, verify warned that
+    5.0.0-5.3.1 wait past the queue's end (and that 5.3.2+ clamp to it); without the abort file a 5.3.1 start dispatches
+    nothing, and the warning stands."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
+    data = bytearray(queue.read_bytes())
+    data[120 * 20:] = bytes(len(data) - 120 * 20)
+    queue.write_bytes(bytes(data))
+    if not abort:
+        (root / "abort").unlink()
+    assert recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"] == 126
+    found = [f["severity"] for f in findings(root, "--broker-version", version) if f["kind"] == "timercheck-ahead"]
+    assert found == ([ahead] if ahead else [])

@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.lookup import QueueRange, queue_range
+from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
+from ..store.nextstart import NextStart, refused_by
+from ..store.resync import record_start
 from ..store.timer import TimerStore, chain_break, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
-from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
 from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
+from .state import dispatching_recovery, redispatch_start
 
 if TYPE_CHECKING:
     from ..scan.timer import TimerReport
@@ -27,8 +29,9 @@ if TYPE_CHECKING:
 WHEEL_FILE_SIZE = fmt.WHEEL_FILE_SIZE
 
 
-def timer_findings(store: Store) -> Iterator[Finding]:
-    """The findings; the generator's return value is a one-line summary (None without a timer store)."""
+def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Finding]:
+    """The findings; the generator's return value is a one-line summary (None without a timer store). ``start``: the broker's
+    next start, where the caller has it (else ``nextstart.next_start``)."""
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
@@ -37,7 +40,11 @@ def timer_findings(store: Store) -> Iterator[Finding]:
 
     report = timer_report(store, timer)
     end = report.log_end
-    resume = _resume(store, report, timer.check)
+    if start is None:
+        from ..store.nextstart import next_start
+
+        start = next_start(store)
+    resume = _resume(store, report, timer.check, start)
     again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
     if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
@@ -234,7 +241,7 @@ class Resume(NamedTuple):
         return self.after_unit and not self.past_end
 
 
-def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> Resume:
+def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
     """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
@@ -251,19 +258,42 @@ def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> 
     master_offset = check.master_timer_queue_offset if check is not None else 0
     master = check is None or master_offset < offset
     offset = min(offset, master_offset)
-    queue = _timer_queue_range(store)
+    queue = _timer_queue_range(store, start)
     low = queue.min_offset if queue is not None and offset < queue.min_offset else None
     return Resume(offset if low is None else low, after_unit, master, queue.max_offset if queue is not None else None,
                   None if low is None else offset, check is not None)
 
 
-def _timer_queue_range(store: Store) -> QueueRange | None:
-    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file); None where it
-    cannot be read."""
+def _timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
+    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file; None where it
+    cannot be read) as ``TimerMessageStore.recover`` reads them: after the recovery of ``DefaultMessageStore.load``, which
+    ``BrokerController.recoverAndInitService`` runs first (5.0.0-5.3.3), on the log the next start keeps (``start``):
+    ``truncateDirtyLogicFiles`` cuts the entries at or past its end (``lookup.queue_max_after_cut``), and a recovery that
+    dispatches (``state.dispatching_recovery``: abnormal; 5.3.2+ normal, rules §2.3) appends the entries of the queue's
+    records after its last one, from where it dispatches (``state.redispatch_start``): a lost tail is rebuilt."""
     try:
-        return queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
+        loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):
         return None
+    end = start.logical_end if start is not None else None
+    if end is None or not loaded.max_offset:
+        return loaded
+    queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+    last = queue.read_entry(loaded.max_offset - 1)
+    top = loaded.max_offset
+    if last is not None and last.phys_offset >= end:
+        top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
+        last = queue.read_entry(top - 1) if top else None
+    since = redispatch_start(store)[0] if dispatching_recovery(store) is not None else None  # None: the release decides
+    if since is not None:
+        from ..scan.filter import MessageFilter
+        from ..scan.messages import MessageScan
+
+        after = last.phys_offset + last.size if last is not None else store.commitlog.min_offset
+        scan = MessageScan(store, start=record_start(store.commitlog, max(since, after)), stop=end, columns=["offset"],
+                           match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
+        top += sum(o >= since for batch in scan for o in batch["offset"].to_pylist())
+    return QueueRange(min(loaded.min_offset, top), top)
 
 
 def _master(resume: Resume) -> str:
