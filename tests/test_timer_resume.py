@@ -96,19 +96,23 @@ def test_without_timercheck_the_broker_enqueues_the_whole_timer_queue_again(tmp_
             "delivers a second time") in missing["message"], missing["message"]
 
 
+@pytest.mark.parametrize("kept", [120, None])
 @pytest.mark.parametrize("abort, version, ahead", [(True, "5.3.1", None), (True, "5.3.3", None), (False, "5.3.1", "warning")])
-def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort, version, ahead):
-    """5.3.3 ``timer-crashed`` (abort file present) with rmq_sys_wheel_timer queue 0 cut to 120 entries, timercheck's queue
+def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort, version, ahead, kept):
+    """5.3.3 ``timer-crashed`` (abort file present) with rmq_sys_wheel_timer queue 0 cut to ``kept`` entries, timercheck's queue
     offsets at 126: ``BrokerController`` loads the message store before the timer store, and its abnormal recovery
     re-dispatches every record from where it scans, rebuilding the queue's lost tail, so ``TimerMessageStore.recover`` reads
     137 entries and resumes at 126, as the real broker did on the store (``timerAfterLoad``). Before, verify warned that
     5.0.0-5.3.1 wait past the queue's end (and that 5.3.2+ clamp to it); without the abort file a 5.3.1 start dispatches
-    nothing, and the warning stands."""
+    nothing, and the warning stands. The same with the queue's folder gone (``kept`` None), which that recovery makes anew."""
     root = copy_store("5.3.3", "timer-crashed", tmp_path)
     queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
     data = bytearray(queue.read_bytes())
-    data[120 * 20:] = bytes(len(data) - 120 * 20)
+    data[(kept or 0) * 20:] = bytes(len(data) - (kept or 0) * 20)
     queue.write_bytes(bytes(data))
+    if kept is None:
+        queue.unlink()
+        queue.parent.rmdir()
     if not abort:
         (root / "abort").unlink()
     assert recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"] == 126

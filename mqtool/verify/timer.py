@@ -276,14 +276,15 @@ def _timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | No
     except (LookupError, OSError, ValueError):
         return None
     end = start.logical_end if start is not None else None
-    if end is None or not loaded.max_offset:
+    if end is None:
         return loaded
-    queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-    last = queue.read_entry(loaded.max_offset - 1)
-    top = loaded.max_offset
-    if last is not None and last.phys_offset >= end:
-        top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
-        last = queue.read_entry(top - 1) if top else None
+    top, last = loaded.max_offset, None
+    if top:
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        last = queue.read_entry(top - 1)
+        if last is not None and last.phys_offset >= end:
+            top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
+            last = queue.read_entry(top - 1) if top else None
     since = redispatch_start(store)[0] if dispatching_recovery(store) is not None else None  # None: the release decides
     if since is not None:
         from ..scan.filter import MessageFilter
