@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -107,12 +108,12 @@ def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort
     nothing, and the warning stands. The same with the queue's folder gone (``kept`` None), which that recovery makes anew."""
     root = copy_store("5.3.3", "timer-crashed", tmp_path)
     queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
-    data = bytearray(queue.read_bytes())
-    data[(kept or 0) * 20:] = bytes(len(data) - (kept or 0) * 20)
-    queue.write_bytes(bytes(data))
     if kept is None:
-        queue.unlink()
-        queue.parent.rmdir()
+        shutil.rmtree(queue.parent)
+    else:
+        data = bytearray(queue.read_bytes())
+        data[kept * 20:] = bytes(len(data) - kept * 20)
+        queue.write_bytes(bytes(data))
     if not abort:
         (root / "abort").unlink()
     assert recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"] == 126
