@@ -29,7 +29,7 @@ class StoreConfig:
     enable_multi_dispatch: bool | None = None  # enableMultiDispatch, false where broker.conf leaves it out; None: no broker.conf
     # (the records decide: Store.multi_dispatch)
     reput_notifies: bool = True  # longPollingEnable, brokerRole not SLAVE: 4.9.x's reput notifies (formats.dispatch.LmqNotifyThrows)
-    slave: bool = False  # brokerRole=SLAVE, neither DLedger's nor the controller's to elect: 5.x's timer store does not dequeue
+    slave: bool = False  # brokerRole=SLAVE, not DLedger's, a controller's or an acting master's to decide: 5.x timers not dequeued
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
@@ -116,7 +116,7 @@ def load_broker_config(path: Path) -> StoreConfig:
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False),  # MessageStoreConfig's default: off
         reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
         slave=(conf.get("brokerRole") == "SLAVE" and not _bool(conf, "enableDLegerCommitLog", False)
-               and not _bool(conf, "enableControllerMode", False)),
+               and not _bool(conf, "enableControllerMode", False) and not _bool(conf, "enableSlaveActingMaster", False)),
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,
